@@ -1,0 +1,6 @@
+"""graphrl: the shared core (memory, tensors, graph storage, datasets) and the application layer."""
+
+from graphrl.graph import CSCGraph
+
+__version__ = "0.1.0"
+__all__ = ["CSCGraph", "__version__"]

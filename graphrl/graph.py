@@ -1,0 +1,279 @@
+"""Validated CSC graph storage (DESIGN §3).
+
+A `CSCGraph` stores the *incoming* edges of every node, as DGL and GraphBolt do: the in-neighbours of
+destination ``v`` are ``indices[indptr[v]:indptr[v + 1]]``. Edge ids follow DGL: edge ``i`` is the
+i-th edge of the input the graph was built from, and ``edge_ids[p]`` gives the id of the edge stored
+at CSC position ``p``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+__all__ = ["CSCGraph"]
+
+_INT32_LIMIT = 2**31 - 1
+
+
+def _as_int64_array(name: str, value) -> np.ndarray:
+    """Return ``value`` as a 1-D int64 numpy array, rejecting floats and bools by name."""
+    arr = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {tuple(arr.shape)}")
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
+    return arr.astype(np.int64, copy=False)
+
+
+def _check_ids(name: str, ids: np.ndarray, num_nodes: int) -> None:
+    if ids.size == 0:
+        return
+    bad = (ids < 0) | (ids >= num_nodes)
+    if bad.any():
+        first = int(ids[np.argmax(bad)])
+        raise ValueError(
+            f"{name}: {int(bad.sum())} of {ids.size} node ids outside [0, num_nodes={num_nodes}), first {first}"
+        )
+
+
+def _check_weights(name: str, weights: np.ndarray, num_edges: int) -> np.ndarray:
+    weights = np.asarray(weights)
+    if weights.shape != (num_edges,):
+        raise ValueError(f"{name} must have shape [{num_edges}] (one per edge), got {tuple(weights.shape)}")
+    if weights.size and not np.issubdtype(weights.dtype, np.number):
+        raise TypeError(f"{name} must be numeric, got dtype {weights.dtype}")
+    weights = weights.astype(np.float32, copy=False)
+    bad = ~np.isfinite(weights) | (weights < 0)
+    if bad.any():
+        first = float(weights[np.argmax(bad)])
+        raise ValueError(
+            f"{name}: {int(bad.sum())} of {num_edges} weights are negative, NaN or infinite, first {first}"
+        )
+    return weights
+
+
+@dataclass(frozen=True, eq=False)
+class CSCGraph:
+    """A directed graph in compressed sparse column form: incoming edges grouped by destination.
+
+    Parameters
+    ----------
+    indptr : torch.Tensor, int64, shape [N + 1]
+        ``indices[indptr[v]:indptr[v + 1]]`` are the sources of the in-edges of node ``v``.
+    indices : torch.Tensor, int32 when N < 2^31 else int64, shape [E]
+        Source node of the edge at each CSC position.
+    edge_ids : torch.Tensor or None, int64, shape [E]
+        Id of the edge at each CSC position (its index in the builder's input). ``None`` means the
+        identity (edge id == CSC position).
+    weights : torch.Tensor or None, float32, shape [E]
+        Non-negative finite weight of the edge at each CSC position.
+    node_type : torch.Tensor or None, int8, shape [N]
+        Node type of each node for bipartite graphs (0 = user, 1 = item).
+
+    Use the builders (`from_edges`, `from_scipy`, `bipartite`) rather than the constructor: they
+    validate once. The tensors are views shared with numpy (``graph.indptr.numpy()`` copies nothing).
+
+    Raises
+    ------
+    ValueError
+        From `validate`: ``indptr`` not starting at 0, decreasing, or not ending at E; an index out of
+        range; a negative, NaN or infinite weight; mismatched lengths.
+    """
+
+    indptr: torch.Tensor
+    indices: torch.Tensor
+    edge_ids: torch.Tensor | None = None
+    weights: torch.Tensor | None = None
+    node_type: torch.Tensor | None = None
+
+    # ------------------------------------------------------------------ sizes
+    @property
+    def num_nodes(self) -> int:
+        """Number of nodes N."""
+        return int(self.indptr.shape[0]) - 1
+
+    @property
+    def num_edges(self) -> int:
+        """Number of edges E."""
+        return int(self.indices.shape[0])
+
+    def in_degrees(self) -> torch.Tensor:
+        """In-degree of every node: int64, shape [N]."""
+        return self.indptr[1:] - self.indptr[:-1]
+
+    def csc_edge_ids(self) -> torch.Tensor:
+        """Edge id at every CSC position, int64 [E] (materialises the identity when ``edge_ids`` is None)."""
+        if self.edge_ids is not None:
+            return self.edge_ids
+        return torch.arange(self.num_edges, dtype=torch.int64)
+
+    def __repr__(self) -> str:
+        extra = ", weighted" if self.weights is not None else ""
+        return f"CSCGraph(num_nodes={self.num_nodes}, num_edges={self.num_edges}{extra})"
+
+    # ------------------------------------------------------------- validation
+    def validate(self) -> CSCGraph:
+        """Check the CSC invariants once; return ``self``.
+
+        Raises
+        ------
+        ValueError
+            ``indptr`` does not start at 0, is not monotone, or does not end at E; an index is outside
+            [0, N); ``edge_ids``/``weights``/``node_type`` have the wrong length; a weight is negative,
+            NaN or infinite.
+        TypeError
+            ``indptr`` is not int64 or ``indices`` is not int32/int64.
+        """
+        if self.indptr.dtype != torch.int64 or self.indptr.dim() != 1 or self.indptr.numel() < 1:
+            raise TypeError(f"indptr must be a 1-D int64 tensor of length N + 1, got {self.indptr.dtype} "
+                            f"shape {tuple(self.indptr.shape)}")
+        if self.indices.dtype not in (torch.int32, torch.int64) or self.indices.dim() != 1:
+            raise TypeError(f"indices must be a 1-D int32 or int64 tensor, got {self.indices.dtype}")
+        indptr = self.indptr.numpy()
+        if indptr[0] != 0:
+            raise ValueError(f"indptr must start at 0, got indptr[0]={int(indptr[0])}")
+        steps = np.diff(indptr)
+        if (steps < 0).any():
+            v = int(np.argmax(steps < 0))
+            raise ValueError(f"indptr must be non-decreasing, but indptr[{v + 1}]={int(indptr[v + 1])} "
+                             f"< indptr[{v}]={int(indptr[v])}")
+        if indptr[-1] != self.num_edges:
+            raise ValueError(f"indptr[-1]={int(indptr[-1])} must equal len(indices)={self.num_edges}")
+        _check_ids("indices", self.indices.numpy(), self.num_nodes)
+        if self.edge_ids is not None and tuple(self.edge_ids.shape) != (self.num_edges,):
+            raise ValueError(f"edge_ids must have shape [{self.num_edges}], got {tuple(self.edge_ids.shape)}")
+        if self.weights is not None:
+            _check_weights("weights", self.weights.numpy(), self.num_edges)
+        if self.node_type is not None and tuple(self.node_type.shape) != (self.num_nodes,):
+            raise ValueError(f"node_type must have shape [{self.num_nodes}], got {tuple(self.node_type.shape)}")
+        return self
+
+    # --------------------------------------------------------------- builders
+    @classmethod
+    def from_edges(cls, src, dst, num_nodes: int, weights=None, node_type=None) -> CSCGraph:
+        """Build from an edge list; edge ``i`` is ``src[i] -> dst[i]`` and keeps id ``i`` (as in DGL).
+
+        Parameters
+        ----------
+        src, dst : torch.Tensor or array-like, integer, shape [E]
+            Source and destination node of each edge. Parallel edges and self-loops are kept.
+        num_nodes : int
+            N; every id must lie in [0, N).
+        weights : torch.Tensor or array-like or None, float, shape [E]
+            Optional non-negative finite edge weights, aligned with the input edges.
+        node_type : array-like or None, int, shape [N]
+            Optional node types (bipartite graphs: 0 = user, 1 = item).
+
+        Returns
+        -------
+        CSCGraph
+            In-edges grouped by destination; within a destination, edges keep their input order.
+
+        Raises
+        ------
+        ValueError
+            ``src``/``dst`` lengths differ, an id is outside [0, num_nodes), ``num_nodes`` is negative,
+            or a weight is negative, NaN or infinite.
+        TypeError
+            ``src``/``dst`` hold non-integers.
+        """
+        if int(num_nodes) != num_nodes or num_nodes < 0:
+            raise ValueError(f"num_nodes must be a non-negative integer, got {num_nodes!r}")
+        num_nodes = int(num_nodes)
+        src_a = _as_int64_array("src", src)
+        dst_a = _as_int64_array("dst", dst)
+        if src_a.shape != dst_a.shape:
+            raise ValueError(f"src and dst must have the same length, got {src_a.size} and {dst_a.size}")
+        _check_ids("src", src_a, num_nodes)
+        _check_ids("dst", dst_a, num_nodes)
+        num_edges = src_a.size
+        w = None
+        if weights is not None:
+            w_in = weights.detach().cpu().numpy() if isinstance(weights, torch.Tensor) else weights
+            w = _check_weights("weights", w_in, num_edges)
+
+        order = np.argsort(dst_a, kind="stable")
+        counts = np.bincount(dst_a, minlength=num_nodes)
+        indptr = np.zeros(num_nodes + 1, dtype=np.int64)
+        np.cumsum(counts, out=indptr[1:])
+        idx_dtype = np.int32 if num_nodes <= _INT32_LIMIT else np.int64
+        indices = src_a[order].astype(idx_dtype)
+        nt = None
+        if node_type is not None:
+            nt = torch.from_numpy(np.ascontiguousarray(np.asarray(node_type, dtype=np.int8)))
+        graph = cls(
+            indptr=torch.from_numpy(indptr),
+            indices=torch.from_numpy(np.ascontiguousarray(indices)),
+            edge_ids=torch.from_numpy(order.astype(np.int64)),
+            weights=None if w is None else torch.from_numpy(np.ascontiguousarray(w[order])),
+            node_type=nt,
+        )
+        if nt is not None and tuple(nt.shape) != (num_nodes,):
+            raise ValueError(f"node_type must have shape [{num_nodes}], got {tuple(nt.shape)}")
+        return graph
+
+    @classmethod
+    def from_scipy(cls, matrix, weighted: bool = False) -> CSCGraph:
+        """Build from a square scipy sparse adjacency matrix where ``matrix[u, v] != 0`` is an edge u -> v.
+
+        Edge ``i`` is the i-th stored entry of ``matrix.tocoo()`` (the same convention as
+        ``dgl.from_scipy``). With ``weighted=True`` the stored values become edge weights.
+
+        Raises
+        ------
+        ValueError
+            The matrix is not square, or (weighted) holds negative, NaN or infinite values.
+        TypeError
+            ``matrix`` is not a scipy sparse matrix or array.
+        """
+        import scipy.sparse as sp
+
+        if not sp.issparse(matrix):
+            raise TypeError(f"matrix must be a scipy sparse matrix, got {type(matrix).__name__}")
+        if matrix.shape[0] != matrix.shape[1]:
+            raise ValueError(f"matrix must be square (N x N), got shape {matrix.shape}")
+        coo = matrix.tocoo()
+        return cls.from_edges(coo.row, coo.col, matrix.shape[0], weights=coo.data if weighted else None)
+
+    @classmethod
+    def bipartite(cls, users, items, num_users: int, num_items: int, weights=None) -> CSCGraph:
+        """Build a user-item graph with both edge directions, users ``0..U-1`` and items ``U..U+I-1``.
+
+        Interaction ``i`` (``users[i]``, ``items[i]``) becomes edge ``i`` (user -> item) and edge
+        ``i + M`` (item -> user), where M is the number of interactions; so the reverse of edge ``e``
+        is ``(e + M) % (2 M)``. ``node_type`` is 0 for users and 1 for items.
+
+        Parameters
+        ----------
+        users : array-like, integer, shape [M]
+            User of each interaction, in [0, num_users).
+        items : array-like, integer, shape [M]
+            Item of each interaction, in [0, num_items) (item ids *before* the offset).
+        num_users, num_items : int
+            U and I.
+        weights : array-like or None, float, shape [M]
+            Optional interaction weights, used for both directions.
+
+        Raises
+        ------
+        ValueError
+            An id outside its range, or lengths that differ.
+        """
+        u = _as_int64_array("users", users)
+        i = _as_int64_array("items", items)
+        if u.shape != i.shape:
+            raise ValueError(f"users and items must have the same length, got {u.size} and {i.size}")
+        _check_ids("users", u, num_users)
+        _check_ids("items", i, num_items)
+        item_nodes = i + num_users
+        src = np.concatenate([u, item_nodes])
+        dst = np.concatenate([item_nodes, u])
+        w = None
+        if weights is not None:
+            w_in = weights.detach().cpu().numpy() if isinstance(weights, torch.Tensor) else np.asarray(weights)
+            w = np.concatenate([w_in, w_in])
+        node_type = np.concatenate([np.zeros(num_users, np.int8), np.ones(num_items, np.int8)])
+        return cls.from_edges(src, dst, num_users + num_items, weights=w, node_type=node_type)

@@ -1,0 +1,122 @@
+"""Plain-Python reference of the neighbour-sampling kernels: slow, obvious, and bit-identical to cpu.py.
+
+The tests compare the numba kernels against these functions on small graphs. Both follow the same
+specification, so their outputs must be *equal*, not merely alike:
+
+RNG. ``splitmix64`` (Steele, Lea and Flood, OOPSLA 2014) on unsigned 64-bit integers. A layer's key is
+``layer_key(seed, call, layer)``; the stream of row ``v`` starts at ``state = mix(key ^ (v * GOLDEN))``
+and each draw does ``state += GOLDEN; r = mix(state)``. A draw in [0, n) is ``r % n``.
+
+Choice of positions for a destination of in-degree d and fanout k (positions are 0..d-1 within the row):
+- ``k == -1`` or (``not replace`` and ``d <= k``): every position, in order.
+- ``d == 0``: nothing.
+- without replacement, ``d > k``: Robert Floyd's algorithm (Bentley and Floyd, CACM 1987): for
+  ``j`` in ``d-k .. d-1``: ``t = draw(j + 1)``; take ``t`` unless already taken, else take ``j``.
+  The k chosen positions are emitted in increasing order.
+- with replacement: k draws ``draw(d)``, emitted in draw order.
+
+Relabelling: ``src_nodes`` = the destination nodes as given (duplicates kept) followed by every
+sampled source not among them, in order of first occurrence in the flat sampled array; each sampled
+source's local id is the position of its first occurrence in ``src_nodes``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+MASK64 = (1 << 64) - 1
+GOLDEN = 0x9E3779B97F4A7C15
+
+
+def mix(z: int) -> int:
+    """splitmix64's finaliser on a Python int taken mod 2^64."""
+    z &= MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return z ^ (z >> 31)
+
+
+def layer_key(seed: int, call: int, layer: int) -> int:
+    """The 64-bit key of one layer of one ``sample`` call; shared with cpu.py."""
+    return mix(mix(mix(seed & MASK64) ^ (call & MASK64)) ^ (layer & MASK64))
+
+
+class _RowRNG:
+    def __init__(self, key: int, node: int) -> None:
+        self.state = mix(key ^ ((node * GOLDEN) & MASK64))
+
+    def draw(self, n: int) -> int:
+        self.state = (self.state + GOLDEN) & MASK64
+        return mix(self.state) % n
+
+
+def _choose(d: int, k: int, replace: bool, rng: _RowRNG) -> list[int]:
+    if d == 0:
+        return []
+    if k == -1 or (not replace and d <= k):
+        return list(range(d))
+    if replace:
+        return [rng.draw(d) for _ in range(k)]
+    chosen: set[int] = set()
+    for j in range(d - k, d):
+        t = rng.draw(j + 1)
+        chosen.add(j if t in chosen else t)
+    return sorted(chosen)
+
+
+def sample_layer(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray | None, dst: np.ndarray,
+                 fanout: int, replace: bool, key: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sample the in-edges of each destination.
+
+    Parameters
+    ----------
+    indptr : int64 [N + 1]; indices : int32/int64 [E]; edge_ids : int64 [E] or None (identity)
+        The graph in CSC form.
+    dst : int64 [D]
+        Destination nodes (trusted to be in range).
+    fanout : int
+        k >= 0, or -1 for every in-edge.
+    replace : bool
+        Draw with replacement.
+    key : int
+        ``layer_key(seed, call, layer)``.
+
+    Returns
+    -------
+    out_indptr : int64 [D + 1]; src : int64 [nnz] (global source ids); eids : int64 [nnz]
+    """
+    out_indptr = [0]
+    src: list[int] = []
+    eids: list[int] = []
+    for v in dst.tolist():
+        start, end = int(indptr[v]), int(indptr[v + 1])
+        for p in _choose(end - start, fanout, replace, _RowRNG(key, v)):
+            pos = start + p
+            src.append(int(indices[pos]))
+            eids.append(int(edge_ids[pos]) if edge_ids is not None else pos)
+        out_indptr.append(len(src))
+    return (np.asarray(out_indptr, dtype=np.int64), np.asarray(src, dtype=np.int64),
+            np.asarray(eids, dtype=np.int64))
+
+
+def relabel(dst: np.ndarray, src: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Map sampled global sources to local ids.
+
+    Returns
+    -------
+    src_nodes : int64 [S]
+        ``dst`` followed by the new sources in first-occurrence order.
+    local : int64 [nnz]
+        Local id of each entry of ``src``.
+    """
+    first: dict[int, int] = {}
+    nodes = dst.tolist()
+    for i, v in enumerate(nodes):
+        first.setdefault(v, i)
+    local = []
+    for v in src.tolist():
+        if v not in first:
+            first[v] = len(nodes)
+            nodes.append(v)
+        local.append(first[v])
+    return np.asarray(nodes, dtype=np.int64), np.asarray(local, dtype=np.int64)
