@@ -1,0 +1,144 @@
+"""Plain records that the dataset loaders return."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from graphrl.graph import CSCGraph
+
+__all__ = ["InteractionDataset", "NodeDataset", "data_root"]
+
+DATA_ENV = "GRAPHRL_DATA"
+
+
+def data_root(root: str | os.PathLike | None = None) -> Path:
+    """Resolve a data folder: ``root`` if given, else ``$GRAPHRL_DATA``.
+
+    Raises
+    ------
+    FileNotFoundError
+        Neither is set, or the folder does not exist; the message says what to set.
+    """
+    if root is None:
+        env = os.environ.get(DATA_ENV)
+        if not env:
+            raise FileNotFoundError(
+                f"no data folder: pass root=... or set {DATA_ENV} to the shared data folder "
+                "(e.g. export GRAPHRL_DATA=../shared/data)")
+        root = env
+    path = Path(root).expanduser()
+    if not path.is_dir():
+        raise FileNotFoundError(f"data folder {path} does not exist: pass root=... or set {DATA_ENV} "
+                                "to the folder holding gowalla/, cora_citeseer/ and lastfm/")
+    return path
+
+
+@dataclass(eq=False)
+class InteractionDataset:
+    """A user-item implicit-feedback data set with a train/test split (Gowalla, LastFM, synthetic).
+
+    Node ids of ``graph``: users ``0..U-1``, items ``U..U+I-1``. Item ids in ``train_items`` /
+    ``test_items`` are *item* ids in ``0..I-1`` (add ``num_users`` for node ids).
+
+    Attributes
+    ----------
+    name : str
+    num_users, num_items : int
+        U and I.
+    train_users, train_items : torch.Tensor, int64, shape [M_train]
+        Training interactions (user, item), in file order.
+    test_users, test_items : torch.Tensor, int64, shape [M_test]
+        Test interactions.
+    graph : CSCGraph
+        Bipartite training graph with both directions (`CSCGraph.bipartite`): interaction ``i`` is
+        edge ``i`` (user -> item) and edge ``i + M_train`` (item -> user).
+    train_weights : torch.Tensor or None, float32, shape [M_train]
+        Interaction weights where the source has them (LastFM listening counts).
+    extra : dict
+        Further graphs or arrays specific to a data set (LastFM: ``"friends"``, a user-user CSCGraph).
+    """
+
+    name: str
+    num_users: int
+    num_items: int
+    train_users: torch.Tensor
+    train_items: torch.Tensor
+    test_users: torch.Tensor
+    test_items: torch.Tensor
+    graph: CSCGraph
+    train_weights: torch.Tensor | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def num_nodes(self) -> int:
+        """U + I."""
+        return self.num_users + self.num_items
+
+    @property
+    def num_train(self) -> int:
+        """Number of training interactions."""
+        return int(self.train_users.shape[0])
+
+    @property
+    def num_test(self) -> int:
+        """Number of test interactions."""
+        return int(self.test_users.shape[0])
+
+    def user_item_csr(self, split: str = "train") -> tuple[np.ndarray, np.ndarray]:
+        """Items of each user as CSR: ``(indptr int64 [U + 1], items int64 [M])``, items sorted per user.
+
+        Raises
+        ------
+        ValueError
+            ``split`` is not "train" or "test".
+        """
+        if split == "train":
+            users, items = self.train_users.numpy(), self.train_items.numpy()
+        elif split == "test":
+            users, items = self.test_users.numpy(), self.test_items.numpy()
+        else:
+            raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+        order = np.lexsort((items, users))
+        indptr = np.zeros(self.num_users + 1, dtype=np.int64)
+        np.cumsum(np.bincount(users, minlength=self.num_users), out=indptr[1:])
+        return indptr, items[order].astype(np.int64)
+
+
+@dataclass(eq=False)
+class NodeDataset:
+    """A node-classification data set with the standard split (Cora, CiteSeer).
+
+    Attributes
+    ----------
+    name : str
+    graph : CSCGraph
+        Undirected graph stored with both directions.
+    features : torch.Tensor, float32, shape [N, F]
+    labels : torch.Tensor, int64, shape [N]
+    train_mask, val_mask, test_mask : torch.Tensor, bool, shape [N]
+    num_classes : int
+    """
+
+    name: str
+    graph: CSCGraph
+    features: torch.Tensor
+    labels: torch.Tensor
+    train_mask: torch.Tensor
+    val_mask: torch.Tensor
+    test_mask: torch.Tensor
+    num_classes: int
+
+    @property
+    def num_nodes(self) -> int:
+        """N."""
+        return self.graph.num_nodes
+
+    @property
+    def num_features(self) -> int:
+        """F."""
+        return int(self.features.shape[1])
