@@ -15,8 +15,23 @@ from samplers.kernels import cpu
 __all__ = ["NeighborSampler", "check_seeds"]
 
 
-def check_seeds(seeds, num_nodes: int, name: str = "seeds") -> np.ndarray:
+def check_seeds(seeds, num_nodes: int, name: str = "seeds", bound: str = "num_nodes") -> np.ndarray:
     """Validate a seed tensor at the public boundary and return it as an int64 numpy array.
+
+    Parameters
+    ----------
+    seeds : torch.Tensor or array-like, integer, shape [B]
+        The ids to check.
+    num_nodes : int
+        Exclusive upper bound of the ids.
+    name : str
+        Argument name used in error messages.
+    bound : str
+        Name of the upper bound used in error messages (``"num_edges"`` for edge ids).
+
+    Returns
+    -------
+    numpy.ndarray, int64, shape [B], contiguous
 
     Raises
     ------
@@ -42,7 +57,7 @@ def check_seeds(seeds, num_nodes: int, name: str = "seeds") -> np.ndarray:
         bad = (arr < 0) | (arr >= num_nodes)
         if bad.any():
             first = int(arr[np.argmax(bad)])
-            raise ValueError(f"{name}: {int(bad.sum())} of {arr.size} ids outside [0, num_nodes={num_nodes}), "
+            raise ValueError(f"{name}: {int(bad.sum())} of {arr.size} ids outside [0, {bound}={num_nodes}), "
                              f"first {first}")
     return arr
 
@@ -108,6 +123,7 @@ class NeighborSampler:
         self._indices = graph.indices.numpy()
         self._edge_ids = None if graph.edge_ids is None else graph.edge_ids.numpy()
         self._node_map = cpu.NodeMap(graph.num_nodes)
+        self._eid_to_pos: np.ndarray | None = None
         self.sampled_edges = 0
         """Total number of edges sampled by this sampler so far (for throughput reports)."""
 
@@ -116,13 +132,37 @@ class NeighborSampler:
         """Number of layers (blocks per sample)."""
         return len(self.fanouts)
 
-    def sample(self, seeds) -> list[Block]:
-        """Sample blocks for ``seeds``, outermost layer first.
+    def _excluded_positions(self, exclude_eids) -> np.ndarray | None:
+        """Validate graph edge ids and return their CSC positions, sorted and distinct (None if none)."""
+        if exclude_eids is None:
+            return None
+        eids = check_seeds(exclude_eids, self.graph.num_edges, name="exclude_eids", bound="num_edges")
+        if eids.size == 0:
+            return None
+        if self._edge_ids is None:
+            pos = eids
+        else:
+            if self._eid_to_pos is None:  # inverse permutation of edge_ids, built once on first use
+                num_edges = self.graph.num_edges
+                inv = np.empty(num_edges, dtype=np.int32 if num_edges <= np.iinfo(np.int32).max else np.int64)
+                inv[self._edge_ids] = np.arange(num_edges, dtype=inv.dtype)
+                self._eid_to_pos = inv
+            pos = self._eid_to_pos[eids]
+        return np.unique(pos).astype(np.int64, copy=False)
+
+    def sample(self, seeds, exclude_eids=None) -> list[Block]:
+        """Sample blocks for ``seeds``, outermost layer first, never drawing the ``exclude_eids`` edges.
 
         Parameters
         ----------
         seeds : torch.Tensor, int64 (any integer dtype), shape [B]
             Seed nodes, in [0, num_nodes). May be empty; duplicates are kept (see Notes of the class).
+        exclude_eids : torch.Tensor or None, int64 (any integer dtype), shape [X]
+            Graph edge ids that no layer may draw (for link prediction: the batch's target edges and
+            their reverses). They are removed from the candidates *before* drawing, as in DGL's
+            ``sample_neighbors(exclude_edges=...)``: a node with d in-edges of which x are excluded
+            contributes min(d - x, k) edges without replacement, and k with replacement when d - x > 0.
+            Duplicates are allowed.
 
         Returns
         -------
@@ -135,16 +175,20 @@ class NeighborSampler:
         TypeError
             ``seeds`` is not an integer tensor.
         ValueError
-            ``seeds`` is not 1-D or holds ids outside [0, num_nodes).
+            ``seeds`` is not 1-D or holds ids outside [0, num_nodes); ``exclude_eids`` is not 1-D or holds
+            ids outside [0, num_edges).
+        TypeError
+            ``exclude_eids`` is not an integer tensor.
         """
         dst = check_seeds(seeds, self.graph.num_nodes)
+        excluded = self._excluded_positions(exclude_eids)
         call = self._calls
         self._calls += 1
         blocks: list[Block] = []
         for layer in range(self.num_layers - 1, -1, -1):
             key = cpu.layer_key(self.seed, call, layer)
             out_indptr, src, eids = cpu.sample_layer(self._indptr, self._indices, self._edge_ids, dst,
-                                                     self.fanouts[layer], self.replace, key)
+                                                     self.fanouts[layer], self.replace, key, excluded)
             src_nodes, local = cpu.relabel(dst, src, self._node_map)
             self.sampled_edges += int(local.shape[0])
             src_t = torch.from_numpy(src_nodes)

@@ -21,6 +21,7 @@ __all__ = ["layer_key", "sample_layer", "relabel", "NodeMap"]
 _GOLDEN = np.uint64(_GOLDEN_INT)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
+_NO_EXCL = np.empty(0, dtype=np.int64)
 
 
 @nb.njit(inline="always", cache=True)
@@ -30,12 +31,21 @@ def _mix(z):
     return z ^ (z >> np.uint64(31))
 
 
+@nb.njit(inline="always", cache=True)
+def _excluded_range(excl, start, end):
+    """[lo, hi) of the sorted excluded positions that fall in the row [start, end)."""
+    if excl.shape[0] == 0:
+        return 0, 0
+    return np.searchsorted(excl, start), np.searchsorted(excl, end)
+
+
 @nb.njit(parallel=True, nogil=True, cache=True)
-def _row_counts(indptr, dst, fanout, replace, out_indptr):
+def _row_counts(indptr, dst, fanout, replace, excl, out_indptr):
     d_count = dst.shape[0]
     for i in nb.prange(d_count):
         v = dst[i]
-        deg = indptr[v + 1] - indptr[v]
+        lo, hi = _excluded_range(excl, indptr[v], indptr[v + 1])
+        deg = indptr[v + 1] - indptr[v] - (hi - lo)
         if fanout < 0 or (not replace and deg <= fanout):
             c = deg
         elif deg == 0:
@@ -49,12 +59,13 @@ def _row_counts(indptr, dst, fanout, replace, out_indptr):
 
 
 @nb.njit(parallel=True, nogil=True, cache=True)
-def _fill(indptr, indices, edge_ids, has_eids, dst, fanout, replace, key, out_indptr, out_src, out_eid):
+def _fill(indptr, indices, edge_ids, has_eids, dst, fanout, replace, key, excl, out_indptr, out_src, out_eid):
     d_count = dst.shape[0]
     for i in nb.prange(d_count):
         v = dst[i]
         start = indptr[v]
-        deg = indptr[v + 1] - start
+        lo, hi = _excluded_range(excl, start, indptr[v + 1])
+        deg = indptr[v + 1] - start - (hi - lo)
         o = out_indptr[i]
         c = out_indptr[i + 1] - o
         if c == 0:
@@ -98,6 +109,18 @@ def _fill(indptr, indices, edge_ids, has_eids, dst, fanout, replace, key, out_in
                 out_src[o:o + c].sort()
                 for j in range(c):
                     out_src[o + j] += start
+        if hi > lo:
+            # Virtual position i (over the d' non-excluded positions) -> real position:
+            # i + #{j : x_j - j <= i} with x_j the row's excluded relative positions (non-decreasing).
+            for j in range(c):
+                p = out_src[o + j] - start
+                r = p
+                for q in range(lo, hi):
+                    if excl[q] - start - (q - lo) <= p:
+                        r += 1
+                    else:
+                        break
+                out_src[o + j] = start + r
         # out_src holds CSC positions here; resolve them to sources and edge ids.
         for j in range(c):
             pos = out_src[o + j]
@@ -106,7 +129,8 @@ def _fill(indptr, indices, edge_ids, has_eids, dst, fanout, replace, key, out_in
 
 
 def sample_layer(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray | None, dst: np.ndarray,
-                 fanout: int, replace: bool, key: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                 fanout: int, replace: bool, key: int, excluded: np.ndarray | None = None,
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Sample the in-edges of each destination (see `samplers.kernels.reference.sample_layer`).
 
     Parameters
@@ -116,6 +140,7 @@ def sample_layer(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray |
     fanout : int, k >= 0 or -1
     replace : bool
     key : int, ``layer_key(seed, call, layer)``
+    excluded : int64 [X] or None, sorted distinct CSC positions never drawn
 
     Returns
     -------
@@ -123,13 +148,14 @@ def sample_layer(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray |
     """
     d_count = dst.shape[0]
     out_indptr = np.empty(d_count + 1, dtype=np.int64)
-    _row_counts(indptr, dst, np.int64(fanout), bool(replace), out_indptr)
+    excl = _NO_EXCL if excluded is None else excluded
+    _row_counts(indptr, dst, np.int64(fanout), bool(replace), excl, out_indptr)
     nnz = int(out_indptr[-1])
     out_src = np.empty(nnz, dtype=np.int64)
     out_eid = np.empty(nnz, dtype=np.int64)
     has_eids = edge_ids is not None
     eids_arg = edge_ids if has_eids else np.empty(0, dtype=np.int64)
-    _fill(indptr, indices, eids_arg, has_eids, dst, np.int64(fanout), bool(replace), np.uint64(key),
+    _fill(indptr, indices, eids_arg, has_eids, dst, np.int64(fanout), bool(replace), np.uint64(key), excl,
           out_indptr, out_src, out_eid)
     return out_indptr, out_src, out_eid
 

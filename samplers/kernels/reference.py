@@ -15,6 +15,15 @@ Choice of positions for a destination of in-degree d and fanout k (positions are
   The k chosen positions are emitted in increasing order.
 - with replacement: k draws ``draw(d)``, emitted in draw order.
 
+Excluded edges. ``excluded`` is a sorted array of distinct CSC positions that must never be drawn (the
+target edges of a link-prediction batch, as DGL's ``sample_neighbors(exclude_edges=...)``). They are
+removed from the candidates *before* drawing: if x of a row's d positions are excluded, the row has
+d' = d - x *virtual* positions 0..d'-1, the choice above runs with d' in place of d (same RNG stream),
+and virtual position i maps to the i-th (0-based) non-excluded position of the row, in increasing order.
+Equivalently, with the row's excluded relative positions x_0 < x_1 < ... < x_{m-1},
+``real(i) = i + #{j : x_j - j <= i}``. A row without excluded positions is sampled exactly as if
+``excluded`` were empty.
+
 Relabelling: ``src_nodes`` = the destination nodes as given (duplicates kept) followed by every
 sampled source not among them, in order of first occurrence in the flat sampled array; each sampled
 source's local id is the position of its first occurrence in ``src_nodes``.
@@ -65,8 +74,9 @@ def _choose(d: int, k: int, replace: bool, rng: _RowRNG) -> list[int]:
 
 
 def sample_layer(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray | None, dst: np.ndarray,
-                 fanout: int, replace: bool, key: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Sample the in-edges of each destination.
+                 fanout: int, replace: bool, key: int, excluded: np.ndarray | None = None,
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sample the in-edges of each destination, skipping the ``excluded`` CSC positions.
 
     Parameters
     ----------
@@ -80,6 +90,8 @@ def sample_layer(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray |
         Draw with replacement.
     key : int
         ``layer_key(seed, call, layer)``.
+    excluded : int64 [X] or None
+        Sorted, distinct CSC positions that are never drawn (see the module docstring).
 
     Returns
     -------
@@ -88,10 +100,12 @@ def sample_layer(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray |
     out_indptr = [0]
     src: list[int] = []
     eids: list[int] = []
+    gone = set() if excluded is None else {int(p) for p in excluded.tolist()}
     for v in dst.tolist():
         start, end = int(indptr[v]), int(indptr[v + 1])
-        for p in _choose(end - start, fanout, replace, _RowRNG(key, v)):
-            pos = start + p
+        allowed = [p for p in range(start, end) if p not in gone]
+        for i in _choose(len(allowed), fanout, replace, _RowRNG(key, v)):
+            pos = allowed[i]
             src.append(int(indices[pos]))
             eids.append(int(edge_ids[pos]) if edge_ids is not None else pos)
         out_indptr.append(len(src))
