@@ -11,7 +11,7 @@ import torch
 
 from graphrl.graph import CSCGraph
 
-__all__ = ["InteractionDataset", "NodeDataset", "data_root"]
+__all__ = ["InteractionDataset", "NodeDataset", "data_root", "require_file"]
 
 DATA_ENV = "GRAPHRL_DATA"
 
@@ -35,6 +35,19 @@ def data_root(root: str | os.PathLike | None = None) -> Path:
     if not path.is_dir():
         raise FileNotFoundError(f"data folder {path} does not exist: pass root=... or set {DATA_ENV} "
                                 "to the folder holding gowalla/, cora_citeseer/ and lastfm/")
+    return path
+
+
+def require_file(path: Path, remedy: str) -> Path:
+    """Return ``path`` if it is a file, else raise FileNotFoundError naming it and ``remedy``.
+
+    Raises
+    ------
+    FileNotFoundError
+        ``path`` does not exist; the message is ``"<path> not found: <remedy>"``.
+    """
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: {remedy}")
     return path
 
 
@@ -122,6 +135,9 @@ class NodeDataset:
     labels : torch.Tensor, int64, shape [N]
     train_mask, val_mask, test_mask : torch.Tensor, bool, shape [N]
     num_classes : int
+    extra : dict
+        Facts specific to a data set (Planetoid: ``"self_loop_entries"``, ``"self_loop_nodes"``,
+        ``"padded_nodes"``; see `graphrl.datasets.load_planetoid`).
     """
 
     name: str
@@ -132,6 +148,7 @@ class NodeDataset:
     val_mask: torch.Tensor
     test_mask: torch.Tensor
     num_classes: int
+    extra: dict = field(default_factory=dict)
 
     @property
     def num_nodes(self) -> int:
