@@ -1,0 +1,22 @@
+"""Trainers: link prediction with BPR on sampled blocks, and full-ranking recommendation metrics."""
+
+from graphrl.train.link_prediction import (
+    TrainStats,
+    bpr_loss,
+    evaluate_model,
+    evaluate_popularity,
+    l2_penalty,
+    train_bpr,
+)
+from graphrl.train.metrics import (
+    RankingResult,
+    csr_from_pairs,
+    evaluate_ranking,
+    ndcg_recall_from_topk,
+    popularity_scores,
+    topk_items,
+)
+
+__all__ = ["RankingResult", "TrainStats", "bpr_loss", "csr_from_pairs", "evaluate_model",
+           "evaluate_popularity", "evaluate_ranking", "l2_penalty", "ndcg_recall_from_topk",
+           "popularity_scores", "topk_items", "train_bpr"]

@@ -1,0 +1,462 @@
+"""Link-prediction minibatches for BPR: positive edges, uniform negatives and their sampled blocks.
+
+The sampler knows only graphs (as PyG's link samplers do): the positive pairs come in as node-id
+arrays, negatives are drawn from a node-id range, and the blocks come from a `NeighborSampler` run on
+the batch's unique seed nodes. Data sets and models live above it.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from graphrl.graph import CSCGraph
+from samplers.block import Block
+from samplers.neighbor import NeighborSampler
+
+__all__ = ["LinkBatch", "LinkSampler", "bipartite_reverse_eids"]
+
+_EXCLUDE_MODES = (None, "self", "reverse")
+_MAX_REJECTION_ROUNDS = 64
+
+
+def bipartite_reverse_eids(num_interactions: int) -> torch.Tensor:
+    """Reverse edge id of every edge of a `CSCGraph.bipartite` graph.
+
+    Interaction ``i`` is edge ``i`` (user -> item) and edge ``i + M`` (item -> user), so the reverse of
+    edge ``e`` is ``(e + M) % (2 M)``.
+
+    Parameters
+    ----------
+    num_interactions : int
+        M, the number of interactions the graph was built from.
+
+    Returns
+    -------
+    torch.Tensor, int64, shape [2 M]
+        ``reverse[e]`` is the id of the reverse of edge ``e``.
+
+    Raises
+    ------
+    ValueError
+        ``num_interactions`` is negative.
+    """
+    if isinstance(num_interactions, bool) or not isinstance(num_interactions, (int, np.integer)) \
+            or num_interactions < 0:
+        raise ValueError(f"num_interactions must be a non-negative int, got {num_interactions!r}")
+    m = int(num_interactions)
+    return (torch.arange(2 * m, dtype=torch.int64) + m) % max(2 * m, 1)
+
+
+@dataclass(frozen=True, eq=False)
+class LinkBatch:
+    """One BPR minibatch: B positive (user, item) pairs, k negatives each, and the blocks of their nodes.
+
+    Attributes
+    ----------
+    users : torch.Tensor, int64, shape [B]
+        User node ids.
+    pos_items : torch.Tensor, int64, shape [B]
+        Positive item node ids (``users[b] -> pos_items[b]`` is a training edge).
+    neg_items : torch.Tensor, int64, shape [B, k]
+        Negative item node ids; none is a training positive of ``users[b]``.
+    blocks : list[Block]
+        Blocks of the unique seed nodes (outermost first); ``blocks[-1].dst_nodes`` are the seeds.
+    user_index, pos_index : torch.Tensor, int64, shape [B]
+        Positions of ``users`` / ``pos_items`` in ``blocks[-1].dst_nodes``.
+    neg_index : torch.Tensor, int64, shape [B, k]
+        Positions of ``neg_items`` in ``blocks[-1].dst_nodes``.
+    pair_ids : torch.Tensor, int64, shape [B]
+        Index of each positive pair in the sampler's input arrays.
+    excluded_eids : torch.Tensor or None, int64, shape [X]
+        Edge ids removed from the blocks' candidates (the targets and, with ``exclude="reverse"``,
+        their reverses); ``None`` when nothing was excluded.
+    """
+
+    users: torch.Tensor
+    pos_items: torch.Tensor
+    neg_items: torch.Tensor
+    blocks: list[Block]
+    user_index: torch.Tensor
+    pos_index: torch.Tensor
+    neg_index: torch.Tensor
+    pair_ids: torch.Tensor
+    excluded_eids: torch.Tensor | None = None
+
+    @property
+    def seeds(self) -> torch.Tensor:
+        """The unique seed nodes, ``blocks[-1].dst_nodes``: int64, shape [S]."""
+        return self.blocks[-1].dst_nodes
+
+    @property
+    def batch_size(self) -> int:
+        """B, the number of positive pairs."""
+        return int(self.users.shape[0])
+
+    @property
+    def num_negatives(self) -> int:
+        """k, negatives per positive."""
+        return int(self.neg_items.shape[1])
+
+    @property
+    def num_sampled_edges(self) -> int:
+        """Edges in all blocks together."""
+        return sum(b.num_edges for b in self.blocks)
+
+
+def _as_ids(name: str, value) -> np.ndarray:
+    """A 1-D integer tensor/array as a contiguous int64 numpy array; TypeError/ValueError naming it."""
+    if isinstance(value, torch.Tensor):
+        if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
+            raise TypeError(f"{name} must be an integer tensor, got dtype {value.dtype}")
+        arr = value.detach().cpu().numpy()
+    else:
+        arr = np.asarray(value)
+        if arr.size and not np.issubdtype(arr.dtype, np.integer):
+            raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {tuple(arr.shape)}")
+    return np.ascontiguousarray(arr, dtype=np.int64)
+
+
+def _check_range(name: str, arr: np.ndarray, lo: int, hi: int, what: str) -> None:
+    if arr.size == 0:
+        return
+    bad = (arr < lo) | (arr >= hi)
+    if bad.any():
+        first = int(arr[np.argmax(bad)])
+        raise ValueError(f"{name}: {int(bad.sum())} of {arr.size} ids outside [{lo}, {hi}) ({what}), "
+                         f"first {first}")
+
+
+def _check_int(name: str, value, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def _item_range_from_graph(graph: CSCGraph) -> tuple[int, int]:
+    if graph.node_type is None:
+        raise ValueError("item_range is required: the graph has no node_type to find the item nodes "
+                         "(pass item_range=(first_item_node, last_item_node + 1))")
+    items = np.flatnonzero(graph.node_type.numpy() == 1)
+    if items.size == 0 or items[-1] - items[0] + 1 != items.size:
+        raise ValueError("item_range is required: the graph's item nodes (node_type == 1) are absent or not "
+                         "one contiguous range")
+    return int(items[0]), int(items[-1]) + 1
+
+
+class LinkSampler:
+    """Minibatches of positive edges with k uniform negatives each, plus blocks for all their nodes.
+
+    Each epoch visits every positive pair exactly once, in a seeded random order (or in input order with
+    ``shuffle=False``). For every pair ``(u, i)`` it draws ``num_negatives`` items uniformly from
+    ``item_range`` that are not positives of ``u`` (rejection against a sorted key array of all pairs,
+    vectorised; a user's allowed items are enumerated exactly if rejection keeps failing). It then
+    samples blocks for the unique nodes of the batch (``torch.unique``) with the given
+    `NeighborSampler`, optionally removing the batch's target edges (and their reverses) from the
+    candidates, so that a model cannot read the answer off the graph.
+
+    Parameters
+    ----------
+    sampler : NeighborSampler
+        Samples the blocks; its graph is the graph the pairs live in.
+    users : torch.Tensor or array-like, integer, shape [M]
+        Source node of each positive pair (the user), in [0, N).
+    items : torch.Tensor or array-like, integer, shape [M]
+        Destination node of each positive pair (the item's *node* id), in ``item_range``.
+    batch_size : int
+        Pairs per batch, >= 1.
+    num_negatives : int
+        k, negatives per pair, >= 1.
+    item_range : tuple[int, int] or None
+        Negatives are node ids in ``[lo, hi)``. ``None``: the contiguous range of nodes with
+        ``graph.node_type == 1`` (as `CSCGraph.bipartite` makes).
+    exclude : {None, "self", "reverse"}
+        Remove from the blocks' candidates nothing, the batch's target edges, or the target edges and
+        their reverses (as DGL's ``exclude="reverse_id"``).
+    target_eids : torch.Tensor or array-like or None, integer, shape [M]
+        Edge id of each pair's edge (for `CSCGraph.bipartite`, pair i is edge i). Required when
+        ``exclude`` is set.
+    reverse_eids : torch.Tensor or array-like or None, integer, shape [E]
+        Reverse edge id of every edge (see `bipartite_reverse_eids`). Required for ``exclude="reverse"``.
+    shuffle : bool
+        Visit pairs in a fresh random order each epoch.
+    drop_last : bool
+        Drop the last batch of an epoch when it has fewer than ``batch_size`` pairs.
+    seed : int or None
+        Seed of the sampler's own stream (order and negatives); ``None`` draws one from the OS. The
+        blocks also depend on the `NeighborSampler`'s seed.
+
+    Attributes
+    ----------
+    sampled_edges : int
+        Edges in all blocks sampled so far.
+    sample_seconds : float
+        Wall time spent in `sample` so far (negatives, unique, neighbour sampling).
+
+    Raises
+    ------
+    TypeError
+        ``sampler`` is not a `NeighborSampler`; an id array holds non-integers; an int argument is not
+        an int.
+    ValueError
+        Mismatched lengths; ids out of range (users in [0, N), items in ``item_range``, edge ids in
+        [0, E)); ``batch_size`` or ``num_negatives`` < 1; an unknown ``exclude``; ``exclude`` without
+        ``target_eids`` (or without ``reverse_eids`` for "reverse"); a user whose positives cover the
+        whole item range (no negative exists); a ``target_eids`` entry whose edge is not the pair's.
+
+    References
+    ----------
+    Rendle, Freudenthaler, Gantner and Schmidt-Thieme, "BPR: Bayesian Personalized Ranking from
+    Implicit Feedback" (UAI 2009) for (user, positive, negative) triples with uniform negatives;
+    Ying et al., "Graph Convolutional Neural Networks for Web-Scale Recommender Systems" (PinSage,
+    KDD 2018) for training a recommender on sampled neighbourhoods; DGL's
+    ``as_edge_prediction_sampler(exclude="reverse_id")`` for target-edge exclusion.
+
+    Examples
+    --------
+    >>> graph = CSCGraph.bipartite(users, items, num_users, num_items)
+    >>> link = LinkSampler(NeighborSampler(graph, [10, 10], seed=0), users, items + num_users,
+    ...                    batch_size=2048, exclude="reverse", target_eids=torch.arange(len(users)),
+    ...                    reverse_eids=bipartite_reverse_eids(len(users)), seed=0)
+    >>> for batch in link:              # one epoch
+    ...     emb = model(batch.blocks)   # [S, d] for batch.seeds
+    ...     u, p, n = emb[batch.user_index], emb[batch.pos_index], emb[batch.neg_index]
+    """
+
+    def __init__(self, sampler: NeighborSampler, users, items, *, batch_size: int = 2048,
+                 num_negatives: int = 1, item_range: tuple[int, int] | None = None,
+                 exclude: str | None = None, target_eids=None, reverse_eids=None, shuffle: bool = True,
+                 drop_last: bool = False, seed: int | None = None) -> None:
+        if not isinstance(sampler, NeighborSampler):
+            raise TypeError(f"sampler must be a NeighborSampler, got {type(sampler).__name__}")
+        graph = sampler.graph
+        n = graph.num_nodes
+        self.sampler = sampler
+        self.batch_size = _check_int("batch_size", batch_size, 1)
+        self.num_negatives = _check_int("num_negatives", num_negatives, 1)
+        if seed is not None:
+            _check_int("seed", seed, 0)
+        if exclude not in _EXCLUDE_MODES:
+            raise ValueError(f"exclude must be one of {_EXCLUDE_MODES}, got {exclude!r}")
+
+        u = _as_ids("users", users)
+        i = _as_ids("items", items)
+        if u.shape != i.shape:
+            raise ValueError(f"users and items must have the same length, got {u.size} and {i.size}")
+        if item_range is None:
+            lo, hi = _item_range_from_graph(graph)
+        else:
+            try:
+                lo, hi = (int(x) for x in item_range)
+            except (TypeError, ValueError):
+                raise TypeError(f"item_range must be a pair of ints (lo, hi), got {item_range!r}") from None
+            if not 0 <= lo < hi <= n:
+                raise ValueError(f"item_range=({lo}, {hi}) must satisfy 0 <= lo < hi <= num_nodes={n}")
+        _check_range("users", u, 0, n, f"num_nodes={n}")
+        _check_range("items", i, lo, hi, "item_range")
+        self.item_range = (lo, hi)
+
+        self._target = None
+        self._reverse = None
+        if target_eids is not None:
+            t = _as_ids("target_eids", target_eids)
+            if t.shape != u.shape:
+                raise ValueError(f"target_eids must have one edge id per pair ([{u.size}]), got [{t.size}]")
+            _check_range("target_eids", t, 0, graph.num_edges, f"num_edges={graph.num_edges}")
+            self._target = t
+        if reverse_eids is not None:
+            r = _as_ids("reverse_eids", reverse_eids)
+            if r.shape != (graph.num_edges,):
+                raise ValueError(f"reverse_eids must have one entry per edge ([{graph.num_edges}]), "
+                                 f"got [{r.size}]")
+            _check_range("reverse_eids", r, 0, graph.num_edges, f"num_edges={graph.num_edges}")
+            self._reverse = r
+        if exclude is not None and self._target is None:
+            raise ValueError(f"exclude={exclude!r} needs target_eids (the edge id of each pair)")
+        if exclude == "reverse" and self._reverse is None:
+            raise ValueError("exclude='reverse' needs reverse_eids (e.g. bipartite_reverse_eids(M))")
+        if self._target is not None:
+            self._check_target_edges(graph, u, i, self._target)
+        self.exclude = exclude
+
+        self.users = u
+        self.items = i
+        span = hi - lo
+        keys = np.unique(u * span + (i - lo))
+        self._keys = keys
+        self._span = span
+        counts = np.bincount(keys // span, minlength=n)
+        if (counts >= span).any():
+            bad = int(np.argmax(counts >= span))
+            raise ValueError(f"users: user node {bad} has all {span} items of item_range as positives, "
+                             "so no negative can be drawn for it")
+        self.shuffle = bool(shuffle)
+        self.drop_last = bool(drop_last)
+        self.seed = int(seed) if seed is not None else secrets.randbits(63)
+        self._rng = np.random.Generator(np.random.PCG64(self.seed))
+        self.sampled_edges = 0
+        self.sample_seconds = 0.0
+
+    @staticmethod
+    def _check_target_edges(graph: CSCGraph, u: np.ndarray, i: np.ndarray, t: np.ndarray) -> None:
+        """Check that edge ``t[j]`` really is ``u[j] -> i[j]`` (one vectorised pass over the graph)."""
+        if t.size == 0:
+            return
+        indptr = graph.indptr.numpy()
+        eids = graph.csc_edge_ids().numpy()
+        pos_of_eid = np.empty(graph.num_edges, dtype=np.int64)
+        pos_of_eid[eids] = np.arange(graph.num_edges, dtype=np.int64)
+        pos = pos_of_eid[t]
+        src = graph.indices.numpy()[pos].astype(np.int64)
+        dst = np.searchsorted(indptr, pos, side="right") - 1
+        bad = (src != u) | (dst != i)
+        if bad.any():
+            j = int(np.argmax(bad))
+            raise ValueError(f"target_eids: {int(bad.sum())} of {t.size} edge ids are not their pair's edge, "
+                             f"first pair {j}: edge {int(t[j])} is {int(src[j])}->{int(dst[j])}, "
+                             f"pair is {int(u[j])}->{int(i[j])}")
+
+    # ------------------------------------------------------------------ sizes
+    @property
+    def num_pairs(self) -> int:
+        """M, positive pairs per epoch."""
+        return int(self.users.shape[0])
+
+    def __len__(self) -> int:
+        """Batches per epoch."""
+        m, b = self.num_pairs, self.batch_size
+        return m // b if self.drop_last else -(-m // b)
+
+    # --------------------------------------------------------------- sampling
+    def is_positive(self, users, items) -> torch.Tensor:
+        """Whether each (user, item) node pair is one of the sampler's positive pairs.
+
+        Parameters
+        ----------
+        users, items : torch.Tensor, int64, same shape
+            Node ids; items outside ``item_range`` are never positive.
+
+        Returns
+        -------
+        torch.Tensor, bool, same shape as ``users``
+        """
+        u = torch.as_tensor(users).numpy().astype(np.int64)
+        it = torch.as_tensor(items).numpy().astype(np.int64)
+        return torch.from_numpy(self._is_pos(u, it))
+
+    def _is_pos(self, u: np.ndarray, it: np.ndarray) -> np.ndarray:
+        lo, hi = self.item_range
+        inside = (it >= lo) & (it < hi)
+        q = u * self._span + (np.clip(it, lo, hi - 1) - lo)
+        pos = np.searchsorted(self._keys, q)
+        if self._keys.size == 0:
+            return np.zeros_like(inside)
+        return (self._keys[np.minimum(pos, self._keys.size - 1)] == q) & inside
+
+    def negatives(self, users) -> torch.Tensor:
+        """Draw ``num_negatives`` uniform non-positive items for each user (advances the sampler's stream).
+
+        Parameters
+        ----------
+        users : torch.Tensor, int64, shape [B]
+            User node ids.
+
+        Returns
+        -------
+        torch.Tensor, int64, shape [B, k]
+            Item node ids in ``item_range``; ``out[b, j]`` is not a positive of ``users[b]``.
+        """
+        u = _as_ids("users", users)
+        return torch.from_numpy(self._negatives(u))
+
+    def _negatives(self, u: np.ndarray) -> np.ndarray:
+        lo, hi = self.item_range
+        k = self.num_negatives
+        out = self._rng.integers(lo, hi, size=(u.size, k), dtype=np.int64)
+        uu = np.repeat(u, k).reshape(u.size, k)
+        bad = np.flatnonzero(self._is_pos(uu.ravel(), out.ravel()))
+        flat = out.reshape(-1)
+        rounds = 0
+        while bad.size:
+            rounds += 1
+            if rounds > _MAX_REJECTION_ROUNDS:
+                # Users with almost every item positive: draw from their allowed items explicitly.
+                for j in bad:
+                    user = int(uu.flat[j])
+                    a = np.searchsorted(self._keys, user * self._span)
+                    b = np.searchsorted(self._keys, (user + 1) * self._span)
+                    allowed = np.setdiff1d(np.arange(self._span), self._keys[a:b] - user * self._span)
+                    flat[j] = lo + int(allowed[self._rng.integers(allowed.size)])
+                break
+            flat[bad] = self._rng.integers(lo, hi, size=bad.size, dtype=np.int64)
+            still = self._is_pos(uu.ravel()[bad], flat[bad])
+            bad = bad[still]
+        return out
+
+    def sample(self, pair_ids) -> LinkBatch:
+        """Build the batch of the given positive pairs: negatives, unique seeds, blocks, index tensors.
+
+        Parameters
+        ----------
+        pair_ids : torch.Tensor or array-like, integer, shape [B]
+            Indices into the sampler's ``users`` / ``items`` arrays.
+
+        Returns
+        -------
+        LinkBatch
+
+        Raises
+        ------
+        TypeError, ValueError
+            ``pair_ids`` is not a 1-D integer array in [0, M).
+        """
+        ids = _as_ids("pair_ids", pair_ids)
+        _check_range("pair_ids", ids, 0, self.num_pairs, f"num_pairs={self.num_pairs}")
+        return self._sample(ids)
+
+    def _sample(self, ids: np.ndarray) -> LinkBatch:
+        t0 = time.perf_counter()
+        u = self.users[ids]
+        p = self.items[ids]
+        neg = self._negatives(u)
+        b, k = neg.shape
+        users_t, pos_t, neg_t = torch.from_numpy(u), torch.from_numpy(p), torch.from_numpy(neg)
+        seeds, inverse = torch.unique(torch.cat([users_t, pos_t, neg_t.reshape(-1)]), return_inverse=True)
+        excluded = None
+        if self.exclude is not None:
+            t = self._target[ids]
+            if self.exclude == "reverse":
+                t = np.concatenate([t, self._reverse[t]])
+            excluded = torch.from_numpy(t)
+            blocks = self.sampler.sample(seeds, exclude_eids=excluded)
+        else:
+            blocks = self.sampler.sample(seeds)
+        batch = LinkBatch(users=users_t, pos_items=pos_t, neg_items=neg_t, blocks=blocks,
+                          user_index=inverse[:b], pos_index=inverse[b:2 * b],
+                          neg_index=inverse[2 * b:].reshape(b, k), pair_ids=torch.from_numpy(ids),
+                          excluded_eids=excluded)
+        self.sampled_edges += batch.num_sampled_edges
+        self.sample_seconds += time.perf_counter() - t0
+        return batch
+
+    def __iter__(self) -> Iterator[LinkBatch]:
+        """One epoch of batches: every pair exactly once (the last batch may be short unless drop_last)."""
+        m = self.num_pairs
+        order = self._rng.permutation(m) if self.shuffle else np.arange(m, dtype=np.int64)
+        stop = (m // self.batch_size) * self.batch_size if self.drop_last else m
+        for start in range(0, stop, self.batch_size):
+            yield self._sample(order[start:start + self.batch_size])
+
+    @property
+    def sampled_edges_per_second(self) -> float:
+        """``sampled_edges / sample_seconds`` (0.0 before the first batch)."""
+        return self.sampled_edges / self.sample_seconds if self.sample_seconds > 0 else 0.0
