@@ -19,6 +19,17 @@ DATA_ENV = "GRAPHRL_DATA"
 def data_root(root: str | os.PathLike | None = None) -> Path:
     """Resolve a data folder: ``root`` if given, else ``$GRAPHRL_DATA``.
 
+    Parameters
+    ----------
+    root : str or os.PathLike or None
+        The folder holding ``gowalla/``, ``cora_citeseer/`` and ``lastfm/``; None reads the
+        ``GRAPHRL_DATA`` environment variable (the tests and CI set it to ``../shared/data``).
+
+    Returns
+    -------
+    pathlib.Path
+        The folder, ``~`` expanded.
+
     Raises
     ------
     FileNotFoundError
@@ -73,7 +84,8 @@ class InteractionDataset:
     train_weights : torch.Tensor or None, float32, shape [M_train]
         Interaction weights where the source has them (LastFM listening counts).
     extra : dict
-        Further graphs or arrays specific to a data set (LastFM: ``"friends"``, a user-user CSCGraph).
+        Further graphs or arrays specific to a data set (LastFM: ``"friends"``, a user-user CSCGraph,
+        and ``"test_weights"``; synthetic: the generator's arguments).
     """
 
     name: str
