@@ -485,7 +485,8 @@ class _ZarrBacking:
         self.np_dtype = dtype
 
     def numpy(self) -> np.ndarray:
-        return np.ascontiguousarray(np.asarray(self.array[...], dtype=self.np_dtype))
+        out = np.asarray(self.array[...], dtype=self.np_dtype, order="C")  # keeps 0-d arrays 0-d
+        return out if out.flags.writeable else out.copy()
 
     def tensor(self) -> torch.Tensor:
         return torch.from_numpy(self.numpy())
