@@ -535,15 +535,25 @@ class HostResource:
 
 
 class PinnedResource(HostResource):
-    """Page-locked host memory (``torch.empty(..., pin_memory=True)``) with CUDA; plain host memory without.
+    """Page-locked host memory with CUDA; plain host memory (``is_pinned == False``) without.
+
+    With CUDA a region is an anonymous, page-aligned mapping of exactly its size, page-locked with
+    ``cudaHostRegister`` (mapped into the GPU's address space under UVA) and unregistered when
+    freed; the pages go back to the OS at once. We avoid ``torch.empty(..., pin_memory=True)``:
+    torch's caching host allocator rounds every request up to a power of two and keeps freed
+    blocks pinned, so a 5 GiB region would pin 8 GiB and freeing it would pin them still, and the
+    budget would no longer describe the machine. Freeing a pinned region synchronises the GPUs
+    first, so that no asynchronous copy still reads it.
 
     References
     ----------
     PyTorch-Direct (Min et al., PVLDB 2021): GPU kernels read pinned host memory in place through UVA.
+    DGL's ``pin_memory_inplace`` and torch's ``pinned_use_cuda_host_register`` option likewise
+    register ordinary host memory.
     """
 
-    def __init__(self) -> None:
-        self._cuda: bool | None = None
+    def __init__(self, cuda: bool | None = None) -> None:
+        self._cuda = cuda  # None: ask torch.cuda.is_available() on first use; tests may force the CUDA path
         self._told = False
 
     @property
@@ -554,7 +564,13 @@ class PinnedResource(HostResource):
 
     def allocate(self, shape: tuple[int, ...], dtype: torch.dtype, nbytes: int, name: str) -> Backing:
         if self.cuda:
-            return _TensorBacking(torch.empty(shape, dtype=dtype, pin_memory=True), is_pinned=True)
+            buf = mmap.mmap(-1, max(nbytes, 1))  # page-aligned: no page shared with another registration
+            raw = torch.from_numpy(np.frombuffer(buf, dtype=np.uint8, count=nbytes))
+            data = raw.view(dtype).view(shape)
+            ptr = data.data_ptr() if nbytes else None
+            if ptr is not None:
+                _cuda_host_register(ptr, nbytes)
+            return _TensorBacking(data, is_pinned=True, registered_ptr=ptr)
         if not self._told:
             self._told = True
             logger.info("no CUDA: the pinned tier is plain host memory (region.is_pinned == False)")
@@ -703,14 +719,26 @@ def _cudart() -> Any:
     return torch.cuda.cudart()
 
 
+_CUDA_HOST_REGISTER_PORTABLE_MAPPED = 0x01 | 0x02  # cudaHostRegisterPortable | cudaHostRegisterMapped
+_CUDA_ERROR_MEMORY_ALLOCATION = 2
+
+
 def _cuda_host_register(ptr: int, nbytes: int) -> None:
-    """Page-lock ``nbytes`` at host address ``ptr`` with ``cudaHostRegister`` (portable, mapped under UVA)."""
-    err = _cudart().cudaHostRegister(ptr, nbytes, 0)
-    if int(err) != 0:
-        raise RuntimeError(f"cudaHostRegister of {_fmt(nbytes)} at {ptr:#x} failed: CUDA error {int(err)}")
+    """Page-lock ``nbytes`` at host address ``ptr`` for every GPU, mapped into their address space (UVA).
+
+    Raises ``MemoryError`` when no more memory can be page-locked, ``RuntimeError`` on other errors.
+    """
+    err = int(_cudart().cudaHostRegister(ptr, nbytes, _CUDA_HOST_REGISTER_PORTABLE_MAPPED))
+    if err == _CUDA_ERROR_MEMORY_ALLOCATION:
+        raise MemoryError(f"cudaHostRegister could not page-lock {_fmt(nbytes)}")
+    if err != 0:
+        raise RuntimeError(f"cudaHostRegister of {_fmt(nbytes)} at {ptr:#x} failed: CUDA error {err}")
 
 
 def _cuda_host_unregister(ptr: int) -> None:
+    """Synchronise every GPU (no copy may still read the buffer), then ``cudaHostUnregister`` it."""
+    for index in range(torch.cuda.device_count()):
+        torch.cuda.synchronize(index)
     err = _cudart().cudaHostUnregister(ptr)
     if int(err) != 0:
         logger.warning("cudaHostUnregister at %#x failed with CUDA error %d", ptr, int(err))
@@ -844,7 +872,10 @@ class Region:
 
         Examples
         --------
-        >>> region = Region.attach(handle)          # doctest: +SKIP (handle sent by the owning process)
+        In an actor process, with the handle the owner sent (``owner_region.handle()``):
+
+        >>> region = Region.attach(handle)  # doctest: +SKIP
+        >>> region.tensor()[step] = obs  # doctest: +SKIP
         """
         if isinstance(handle, str):
             if shape is None or dtype is None:
@@ -1349,6 +1380,8 @@ class MemoryManager:
             ``array`` is neither a numpy array nor a tensor, or has an unsupported dtype.
         MemoryBudgetError
             ``tier`` has no room for it.
+        MemoryError
+            CUDA could not page-lock the buffer.
 
         References
         ----------

@@ -234,10 +234,12 @@ class StagingPool:
 
     Examples
     --------
+    >>> mm = MemoryManager()
     >>> pool = StagingPool(mm, (1024, 128), torch.float32, slots=3, owner="features.staging")
-    >>> with pool.acquire() as buf:                       # doctest: +SKIP
+    >>> with pool.acquire() as buf:  # doctest: +SKIP
     ...     torch.index_select(table, 0, ids, out=buf.tensor)
     ...     loss = model(to_device(buf.tensor, "cuda"))
+    >>> pool.close(); mm.close()
     """
 
     def __init__(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import mmap
 import multiprocessing as mp
 import os
 import pickle
@@ -19,10 +20,12 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from graphrl import memory
 from graphrl.memory import (
     HostResource,
     MemoryBudgetError,
     MemoryManager,
+    PinnedResource,
     Region,
     RegionHandle,
     Tier,
@@ -348,6 +351,37 @@ def test_with_cuda_device_and_pinned_are_real(mm):
     reg = mm.register(arr, "pinned", owner="o")
     assert reg.is_pinned
     reg.free()
+
+
+def test_pinned_cuda_path_registers_exact_page_aligned_memory(monkeypatch):
+    """The CUDA wiring of the pinned tier, with cudaHostRegister replaced by a recorder."""
+    calls = []
+    monkeypatch.setattr(memory, "_cuda_host_register", lambda ptr, n: calls.append(("register", ptr, n)))
+    monkeypatch.setattr(memory, "_cuda_host_unregister", lambda ptr: calls.append(("unregister", ptr)))
+    manager = managed({"pinned": 1000}, resources={"pinned": PinnedResource(cuda=True)})
+    r = manager.allocate((3, 5), "float32", "pinned", owner="o")
+    ptr = r.data_ptr()
+    assert r.is_pinned and ptr % mmap.PAGESIZE == 0 and calls == [("register", ptr, 60)]
+    r.tensor().fill_(2.0)
+    assert float(r.numpy().sum()) == 30.0
+    r.free()
+    assert calls[-1] == ("unregister", ptr)
+    with manager.allocate(0, "float32", "pinned", owner="o") as empty:
+        assert empty.is_pinned
+    assert len(calls) == 2  # nothing to register for zero bytes
+    arr = np.zeros(8, dtype=np.int64)
+    reg = manager.register(arr, "pinned", owner="o")
+    assert reg.is_pinned and calls[-1] == ("register", arr.ctypes.data, 64)
+    reg.free()
+    assert calls[-1] == ("unregister", arr.ctypes.data)
+
+    def exhausted(ptr, n):
+        raise MemoryError("cudaHostRegister could not page-lock")
+
+    monkeypatch.setattr(memory, "_cuda_host_register", exhausted)
+    r2 = manager.allocate(8, "uint8", "pinned", owner="o", fallback=("host",))
+    assert r2.tier is Tier.HOST and manager.usage()["pinned"]["used"] == 0
+    manager.close()
 
 
 def test_register_views_an_existing_buffer(mm):
