@@ -85,6 +85,8 @@ class LightGCN(nn.Module):
         d, the embedding size (64 in the paper).
     init_std : float
         Standard deviation of the normal initialisation (0.1, as the authors' code).
+    seed : int or None
+        Seed of the initialisation's own generator; ``None`` uses torch's default generator.
 
     Raises
     ------
@@ -107,7 +109,7 @@ class LightGCN(nn.Module):
     """
 
     def __init__(self, num_nodes: int, num_layers: int, deg_in: torch.Tensor, deg_out: torch.Tensor,
-                 embedding_dim: int = 64, init_std: float = 0.1) -> None:
+                 embedding_dim: int = 64, init_std: float = 0.1, seed: int | None = None) -> None:
         super().__init__()
         for name, value in (("num_nodes", num_nodes), ("num_layers", num_layers),
                             ("embedding_dim", embedding_dim)):
@@ -119,21 +121,24 @@ class LightGCN(nn.Module):
         self.num_nodes = int(num_nodes)
         self.num_layers = int(num_layers)
         self.embedding_dim = int(embedding_dim)
-        self.embedding = nn.Embedding(self.num_nodes, self.embedding_dim)
-        nn.init.normal_(self.embedding.weight, std=init_std)
+        # _weight skips nn.Embedding's own initialisation, which would draw from torch's global generator.
+        self.embedding = nn.Embedding(self.num_nodes, self.embedding_dim,
+                                      _weight=torch.empty(self.num_nodes, self.embedding_dim))
+        gen = torch.Generator().manual_seed(seed) if seed is not None else None
+        nn.init.normal_(self.embedding.weight, std=init_std, generator=gen)
         self.register_buffer("deg_in", deg_in.to(torch.float32), persistent=False)
         self.register_buffer("deg_out", deg_out.to(torch.float32), persistent=False)
 
     @classmethod
     def from_graph(cls, graph: CSCGraph, num_layers: int, embedding_dim: int = 64,
-                   init_std: float = 0.1) -> LightGCN:
+                   init_std: float = 0.1, seed: int | None = None) -> LightGCN:
         """Build a model for ``graph``, taking its in- and out-degrees.
 
         Parameters
         ----------
         graph : CSCGraph
             The training graph (for a user-item graph: both directions, `CSCGraph.bipartite`).
-        num_layers, embedding_dim, init_std
+        num_layers, embedding_dim, init_std, seed
             As in the class.
 
         Returns
@@ -142,7 +147,7 @@ class LightGCN(nn.Module):
         """
         deg_in = graph.in_degrees()
         deg_out = torch.bincount(graph.indices.to(torch.int64), minlength=graph.num_nodes)
-        return cls(graph.num_nodes, num_layers, deg_in, deg_out, embedding_dim, init_std)
+        return cls(graph.num_nodes, num_layers, deg_in, deg_out, embedding_dim, init_std, seed)
 
     def forward(self, blocks: list[Block], return_embeddings: bool = False):
         """Final representations of ``blocks[-1].dst_nodes`` from sampled blocks.

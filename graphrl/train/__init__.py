@@ -1,11 +1,14 @@
 """Trainers: link prediction with BPR on sampled blocks, and full-ranking recommendation metrics."""
 
 from graphrl.train.link_prediction import (
+    LinkPredictionConfig,
+    LinkPredictionReport,
     TrainStats,
     bpr_loss,
     evaluate_model,
     evaluate_popularity,
     l2_penalty,
+    run_link_prediction,
     train_bpr,
 )
 from graphrl.train.metrics import (
@@ -17,6 +20,20 @@ from graphrl.train.metrics import (
     topk_items,
 )
 
-__all__ = ["RankingResult", "TrainStats", "bpr_loss", "csr_from_pairs", "evaluate_model",
-           "evaluate_popularity", "evaluate_ranking", "l2_penalty", "ndcg_recall_from_topk",
-           "popularity_scores", "topk_items", "train_bpr"]
+__all__ = [
+    "LinkPredictionConfig",
+    "LinkPredictionReport",
+    "RankingResult",
+    "TrainStats",
+    "bpr_loss",
+    "csr_from_pairs",
+    "evaluate_model",
+    "evaluate_popularity",
+    "evaluate_ranking",
+    "l2_penalty",
+    "ndcg_recall_from_topk",
+    "popularity_scores",
+    "run_link_prediction",
+    "topk_items",
+    "train_bpr",
+]
