@@ -68,6 +68,7 @@ from __future__ import annotations
 import _posixshmem
 import enum
 import errno
+import functools
 import itertools
 import logging
 import math
@@ -251,6 +252,17 @@ class _DType:
 
 def _parse_dtype(dtype: Any) -> _DType:
     """Normalise a torch dtype, numpy dtype or name (``"float32"``, ``"torch.int64"``) to `_DType`."""
+    if dtype is None or isinstance(dtype, (str, torch.dtype, np.dtype, type)):
+        return _parse_dtype_cached(dtype)
+    return _parse_dtype_uncached(dtype)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_dtype_cached(dtype: Any) -> _DType:
+    return _parse_dtype_uncached(dtype)
+
+
+def _parse_dtype_uncached(dtype: Any) -> _DType:
     supported = "bool, (u)int8/16/32/64, float16/32/64, bfloat16, complex64/128"
     if isinstance(dtype, torch.dtype):
         if dtype in _TORCH_TO_NUMPY:
