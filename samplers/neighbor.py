@@ -5,6 +5,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 
+import numba
 import numpy as np
 import torch
 
@@ -122,7 +123,7 @@ class NeighborSampler:
         self._indptr = graph.indptr.numpy()
         self._indices = graph.indices.numpy()
         self._edge_ids = None if graph.edge_ids is None else graph.edge_ids.numpy()
-        self._node_map = cpu.NodeMap(graph.num_nodes)
+        self._workspace = cpu.Workspace(graph.num_nodes, self._indices.dtype)
         self._eid_to_pos: np.ndarray | None = None
         self.sampled_edges = 0
         """Total number of edges sampled by this sampler so far (for throughput reports)."""
@@ -185,11 +186,12 @@ class NeighborSampler:
         call = self._calls
         self._calls += 1
         blocks: list[Block] = []
+        threads = numba.get_num_threads()
         for layer in range(self.num_layers - 1, -1, -1):
             key = cpu.layer_key(self.seed, call, layer)
-            out_indptr, src, eids = cpu.sample_layer(self._indptr, self._indices, self._edge_ids, dst,
-                                                     self.fanouts[layer], self.replace, key, excluded)
-            src_nodes, local = cpu.relabel(dst, src, self._node_map)
+            out_indptr, src_nodes, local, eids = cpu.sample_block(
+                self._indptr, self._indices, self._edge_ids, dst, self.fanouts[layer], self.replace, key,
+                excluded, self._workspace, threads)
             self.sampled_edges += int(local.shape[0])
             src_t = torch.from_numpy(src_nodes)
             blocks.append(Block(src_nodes=src_t, dst_nodes=src_t[: dst.shape[0]],

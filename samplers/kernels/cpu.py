@@ -1,14 +1,40 @@
-"""Numba CPU kernels for neighbour sampling: arrays in, arrays out.
+"""Numba CPU kernels for neighbour sampling: arrays in, arrays out, plus the threads that run them.
 
 They follow the specification in `samplers.kernels.reference` exactly (same RNG stream, same choice of
 positions, same output order), so the tests can demand equality with the reference.
 
-Layout of one layer (DESIGN §3): a flat pass reads every destination's start and degree and sizes its
-output; a parallel pass chooses positions by arithmetic alone and reads the chosen edges; relabelling
-uses a dense int32 map of size N that is reset after each use.
+Layout of one layer, in flat passes (DESIGN §3; each pass is a tight loop whose iterations are
+independent, so the core keeps many cache misses in flight):
+
+1. ``_plan_rows``: read each destination's start and degree (minus excluded edges) and size its
+   output; a prefix sum gives the output offsets.
+2. ``_choose_rows``: choose positions by arithmetic alone, touching no graph memory: take-all when
+   degree <= fanout, Floyd's algorithm with a 64-bit mask when degree <= 64, Floyd with a scan of the
+   chosen slots (or a small hash set for large fanouts) above; when the fanout exceeds half the
+   degree, Floyd draws the positions left out instead. Positions go into the edge-id output array.
+3. ``_gather_edges``: read the chosen edges' sources and edge ids.
+4. ``_relabel_dst`` / ``_relabel_src``: global -> local ids through a dense int32 map of size N and a
+   branch-free first-occurrence loop. The map is never cleared after a layer: entries below the
+   workspace's ``base`` are stale, and ``base`` advances past the ids of each layer (the map is
+   cleared once when ``base`` would overflow int32, every ~2^31 local ids). So no reset pass.
+
+Threads. Passes 2 and 3 run per chunk of rows (about `CHUNK_EDGES` sampled edges each); relabelling
+is sequential (a parallel first-occurrence pass makes two threads write the same cache lines, which
+costs more than it saves on two cores, DESIGN §3) and is pipelined with them: the calling thread
+relabels chunk r as soon as chunk r is sampled and samples chunks itself when it would otherwise
+wait. Helper threads (`_Team`) claim chunks dynamically and the caller never waits for a chunk that
+no helper has claimed. We do not use ``numba.prange``: on this shared 2-core machine, when other
+processes keep the cores busy, every OpenMP fork-join waits for a descheduled worker and a batch
+took 5x *longer* with 2 threads than with 1 (measured: 110 ms vs 22 ms); with dynamic claiming a
+busy machine costs at most the speed-up, never more.
 """
 
 from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from contextlib import contextmanager
 
 import numba as nb
 import numpy as np
@@ -16,12 +42,35 @@ import numpy as np
 from samplers.kernels.reference import GOLDEN as _GOLDEN_INT
 from samplers.kernels.reference import layer_key
 
-__all__ = ["layer_key", "sample_layer", "relabel", "NodeMap"]
+__all__ = ["layer_key", "sample_layer", "relabel", "sample_block", "Workspace", "CHUNK_EDGES"]
 
 _GOLDEN = np.uint64(_GOLDEN_INT)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
+_LO32 = np.uint64(0xFFFFFFFF)
 _NO_EXCL = np.empty(0, dtype=np.int64)
+_SCAN_MAX = 64  # Floyd over degree > 64 scans the chosen slots up to this fanout, hashes above
+_INT32_MAX = np.iinfo(np.int32).max
+CHUNK_EDGES = 1 << 16  # sampled edges per chunk of work (a few hundred microseconds)
+_PLAN_CHUNK_ROWS = 1 << 15  # destinations per chunk of the planning pass
+
+
+def _debruijn_table() -> np.ndarray:
+    table = np.zeros(64, dtype=np.int64)
+    for i in range(64):
+        table[((_DEBRUIJN64_INT << i) & ((1 << 64) - 1)) >> 58] = i
+    return table
+
+
+_DEBRUIJN64_INT = 0x03F79D71B4CB0A89
+_DEBRUIJN64 = np.uint64(_DEBRUIJN64_INT)
+_DEBRUIJN_TABLE = _debruijn_table()
+
+
+@nb.njit(inline="always", cache=True)
+def _lowest_bit_index(x):
+    """Index of the lowest set bit of a non-zero uint64 (de Bruijn multiplication, no branch)."""
+    return _DEBRUIJN_TABLE[((x & (~x + np.uint64(1))) * _DEBRUIJN64) >> np.uint64(58)]
 
 
 @nb.njit(inline="always", cache=True)
@@ -32,20 +81,34 @@ def _mix(z):
 
 
 @nb.njit(inline="always", cache=True)
-def _excluded_range(excl, start, end):
-    """[lo, hi) of the sorted excluded positions that fall in the row [start, end)."""
-    if excl.shape[0] == 0:
-        return 0, 0
-    return np.searchsorted(excl, start), np.searchsorted(excl, end)
+def _bounded(r, n):
+    """floor(r * n / 2^64) for uint64 r, n: the high word of the 128-bit product."""
+    a = r >> np.uint64(32)
+    b = r & _LO32
+    if n <= _LO32:  # exact in 64-bit arithmetic when n < 2^32 (every realistic degree)
+        return np.int64((a * n + ((b * n) >> np.uint64(32))) >> np.uint64(32))
+    c = n >> np.uint64(32)
+    d = n & _LO32
+    bd = b * d
+    ad = a * d
+    bc = b * c
+    mid = (bd >> np.uint64(32)) + (ad & _LO32) + (bc & _LO32)
+    return np.int64(a * c + (ad >> np.uint64(32)) + (bc >> np.uint64(32)) + (mid >> np.uint64(32)))
 
 
-@nb.njit(parallel=True, nogil=True, cache=True)
-def _row_counts(indptr, dst, fanout, replace, excl, out_indptr):
-    d_count = dst.shape[0]
-    for i in nb.prange(d_count):
+@nb.njit(nogil=True, cache=True)
+def _plan_rows(indptr, dst, fanout, replace, excl, row_start, row_deg, out_indptr, lo, hi):
+    """Pass 1 over rows [lo, hi): start, effective degree and output count of every destination."""
+    has_excl = excl.shape[0] > 0
+    for i in range(lo, hi):
         v = dst[i]
-        lo, hi = _excluded_range(excl, indptr[v], indptr[v + 1])
-        deg = indptr[v + 1] - indptr[v] - (hi - lo)
+        s = indptr[v]
+        e = indptr[v + 1]
+        deg = e - s
+        if has_excl:
+            deg -= np.searchsorted(excl, e) - np.searchsorted(excl, s)
+        row_start[i] = s
+        row_deg[i] = deg
         if fanout < 0 or (not replace and deg <= fanout):
             c = deg
         elif deg == 0:
@@ -53,85 +116,446 @@ def _row_counts(indptr, dst, fanout, replace, excl, out_indptr):
         else:
             c = fanout
         out_indptr[i + 1] = c
+
+
+@nb.njit(nogil=True, cache=True)
+def _prefix_sum(out_indptr):
+    """Turn per-row counts in out_indptr[1:] into offsets; return the total."""
     out_indptr[0] = 0
-    for i in range(d_count):
-        out_indptr[i + 1] += out_indptr[i]
+    total = 0
+    for i in range(1, out_indptr.shape[0]):
+        total += out_indptr[i]
+        out_indptr[i] = total
+    return total
 
 
-@nb.njit(parallel=True, nogil=True, cache=True)
-def _fill(indptr, indices, edge_ids, has_eids, dst, fanout, replace, key, excl, out_indptr, out_src, out_eid):
-    d_count = dst.shape[0]
-    for i in nb.prange(d_count):
-        v = dst[i]
-        start = indptr[v]
-        lo, hi = _excluded_range(excl, start, indptr[v + 1])
-        deg = indptr[v + 1] - start - (hi - lo)
+@nb.njit(inline="always", cache=True)
+def _floyd_mask(state, deg, m):
+    """Floyd's m-subset of 0..deg-1 (deg <= 64) as a bit mask; branch-free."""
+    mask = np.uint64(0)
+    for j in range(deg - m, deg):
+        state += _GOLDEN
+        t = np.uint64(_bounded(_mix(state), np.uint64(j + 1)))
+        hit = (mask >> t) & np.uint64(1)
+        mask |= np.uint64(1) << (t + (np.uint64(j) - t) * hit)  # t if not yet taken, else j
+    return mask
+
+
+@nb.njit(nogil=True, cache=True)
+def _floyd_sorted(state, deg, m, out, o):
+    """Floyd's m-subset of 0..deg-1 written sorted into out[o:o + m]: a scan of the chosen slots with
+    insertion for small m, a hash set for large m."""
+    if m <= _SCAN_MAX:
+        for n in range(m):
+            j = deg - m + n
+            state += _GOLDEN
+            t = _bounded(_mix(state), np.uint64(j + 1))
+            taken = False
+            for q in range(o, o + n):
+                taken |= out[q] == t
+            x = j if taken else t
+            q = o + n
+            while q > o and out[q - 1] > x:  # insertion into the sorted prefix out[o:o + n]
+                out[q] = out[q - 1]
+                q -= 1
+            out[q] = x
+        return
+    cap = 16
+    while cap < 2 * m:
+        cap *= 2
+    table = np.full(cap, -1, dtype=np.int64)
+    slot_mask = cap - 1
+    for n in range(m):
+        j = deg - m + n
+        state += _GOLDEN
+        t = _bounded(_mix(state), np.uint64(j + 1))
+        h = (t * 0x9E3779B1) & slot_mask
+        found = False
+        while table[h] >= 0:
+            if table[h] == t:
+                found = True
+                break
+            h = (h + 1) & slot_mask
+        x = j if found else t
+        if found:  # j itself is new (every earlier choice is < j): find its free slot
+            h = (x * 0x9E3779B1) & slot_mask
+            while table[h] >= 0:
+                h = (h + 1) & slot_mask
+        table[h] = x
+        out[o + n] = x
+    out[o:o + m].sort()
+
+
+@nb.njit(nogil=True, cache=True)
+def _choose_rows(indptr, dst, row_start, row_deg, out_indptr, fanout, replace, key, excl, pos, lo, hi):
+    """Pass 2 over rows [lo, hi): choose CSC positions by arithmetic alone (reads no graph memory
+    except, for rows with excluded edges, their bounds)."""
+    has_excl = excl.shape[0] > 0
+    draws = replace and fanout >= 0
+    for i in range(lo, hi):
         o = out_indptr[i]
         c = out_indptr[i + 1] - o
         if c == 0:
             continue
-        if c == deg and (fanout < 0 or not replace):
+        deg = row_deg[i]
+        s = row_start[i]
+        v = dst[i]
+        if c == deg and not draws:
             for j in range(c):
-                out_src[o + j] = start + j
+                pos[o + j] = j
         else:
             state = _mix(key ^ (np.uint64(v) * _GOLDEN))
-            if replace:
+            if draws:
+                n = np.uint64(deg)
                 for j in range(c):
                     state += _GOLDEN
-                    out_src[o + j] = start + np.int64(_mix(state) % np.uint64(deg))
-            elif deg <= 64:
-                mask = np.uint64(0)
-                for j in range(deg - c, deg):
-                    state += _GOLDEN
-                    t = np.int64(_mix(state) % np.uint64(j + 1))
-                    bit = np.uint64(1) << np.uint64(t)
-                    if mask & bit:
-                        mask |= np.uint64(1) << np.uint64(j)
-                    else:
-                        mask |= bit
-                w = 0
-                for p in range(deg):
-                    if mask & (np.uint64(1) << np.uint64(p)):
-                        out_src[o + w] = start + p
-                        w += 1
+                    pos[o + j] = _bounded(_mix(state), n)
             else:
-                n = 0
-                for j in range(deg - c, deg):
-                    state += _GOLDEN
-                    t = np.int64(_mix(state) % np.uint64(j + 1))
-                    taken = False
-                    for q in range(n):
-                        if out_src[o + q] == t:
-                            taken = True
-                            break
-                    out_src[o + n] = j if taken else t
-                    n += 1
-                out_src[o:o + c].sort()
-                for j in range(c):
-                    out_src[o + j] += start
-        if hi > lo:
-            # Virtual position i (over the d' non-excluded positions) -> real position:
-            # i + #{j : x_j - j <= i} with x_j the row's excluded relative positions (non-decreasing).
-            for j in range(c):
-                p = out_src[o + j] - start
-                r = p
-                for q in range(lo, hi):
-                    if excl[q] - start - (q - lo) <= p:
-                        r += 1
-                    else:
+                m = c if 2 * c <= deg else deg - c  # Floyd draws what is taken, or what is left out
+                if deg <= 64:
+                    mask = _floyd_mask(state, deg, m)
+                    if m != c:
+                        full = ~np.uint64(0) if deg == 64 else (np.uint64(1) << np.uint64(deg)) - np.uint64(1)
+                        mask = ~mask & full
+                    w = o
+                    while mask:
+                        pos[w] = _lowest_bit_index(mask)
+                        w += 1
+                        mask &= mask - np.uint64(1)
+                elif m == c:
+                    _floyd_sorted(state, deg, m, pos, o)
+                else:
+                    left_out = np.empty(m + 1, dtype=np.int64)
+                    _floyd_sorted(state, deg, m, left_out, 0)
+                    left_out[m] = deg  # sentinel
+                    q = 0
+                    w = o
+                    for p in range(deg):
+                        if left_out[q] == p:
+                            q += 1
+                        else:
+                            pos[w] = p
+                            w += 1
+        if has_excl:
+            # Virtual position p over the row's non-excluded positions -> real position:
+            # p + #{j : x_j - j <= p}, x_j the row's excluded relative positions (non-decreasing in j).
+            lo = np.searchsorted(excl, s)
+            hi = np.searchsorted(excl, indptr[v + 1])
+            if hi > lo:
+                q = lo
+                for j in range(o, o + c):
+                    p = pos[j]
+                    if draws:
+                        q = lo
+                    while q < hi and excl[q] - s - (q - lo) <= p:
+                        q += 1
+                    pos[j] = s + p + (q - lo)
+                continue
+        for j in range(o, o + c):
+            pos[j] += s
+
+
+@nb.njit(nogil=True, cache=True)
+def _gather_edges(indices, edge_ids, has_eids, pos_eid, src, lo, hi):
+    """Pass 3 over edges [lo, hi): sources and edge ids (in place of the positions) of chosen edges."""
+    if has_eids:
+        for j in range(lo, hi):
+            p = pos_eid[j]
+            src[j] = indices[p]
+            pos_eid[j] = edge_ids[p]
+    else:
+        for j in range(lo, hi):
+            src[j] = indices[pos_eid[j]]
+
+
+@nb.njit(nogil=True, cache=True)
+def _sample_rows(indptr, indices, edge_ids, has_eids, dst, row_start, row_deg, out_indptr, fanout, replace,
+                 key, excl, eids, src, lo, hi):
+    """Passes 2 and 3 for the rows [lo, hi) (one chunk of work)."""
+    _choose_rows(indptr, dst, row_start, row_deg, out_indptr, fanout, replace, key, excl, eids, lo, hi)
+    _gather_edges(indices, edge_ids, has_eids, eids, src, out_indptr[lo], out_indptr[hi])
+
+
+@nb.njit(nogil=True, cache=True)
+def _relabel_dst(dst, node_map, base, src_nodes):
+    """Local ids of the destinations: their positions (the first one for duplicates)."""
+    for i in range(dst.shape[0]):
+        v = dst[i]
+        m = node_map[v]
+        node_map[v] = base + i if m < base else m
+        src_nodes[i] = v
+    return dst.shape[0]
+
+
+@nb.njit(nogil=True, cache=True)
+def _relabel_src(src, node_map, base, n, src_nodes, local, lo, hi):
+    """Local ids of the sampled sources src[lo:hi]; new nodes are appended at src_nodes[n:]; return n."""
+    for j in range(lo, hi):
+        v = src[j]
+        m = node_map[v]
+        new = m < base
+        m = base + n if new else m
+        node_map[v] = m
+        src_nodes[n] = v  # unconditional: overwritten next time unless v is new
+        n += new
+        local[j] = m - base
+    return n
+
+
+class _Task:
+    """Chunks 0..num_chunks-1 of one pass, claimed in order by whichever thread asks first."""
+
+    def __init__(self, fn: Callable[[int], None], num_chunks: int) -> None:
+        self.fn = fn
+        self.num_chunks = num_chunks
+        self.next = 0
+        self.done = bytearray(num_chunks)
+        self.cond = threading.Condition(threading.Lock())
+        self.error: BaseException | None = None
+
+    def claim(self) -> int:
+        """The next unclaimed chunk, or -1 when all are claimed."""
+        with self.cond:
+            i = self.next
+            if i >= self.num_chunks:
+                return -1
+            self.next = i + 1
+        return i
+
+    def run(self, i: int) -> None:
+        try:
+            self.fn(i)
+        except BaseException as err:  # re-raised by finish() in the calling thread
+            if self.error is None:
+                self.error = err
+        finally:
+            with self.cond:
+                self.done[i] = 1
+                self.cond.notify_all()
+
+    def help(self) -> None:
+        while (i := self.claim()) >= 0:
+            self.run(i)
+
+    def wait(self, i: int) -> None:
+        """Block until chunk i (already claimed) is done."""
+        if self.done[i]:
+            return
+        with self.cond:
+            while not self.done[i]:
+                self.cond.wait()
+
+    def finish(self) -> None:
+        """Run the unclaimed chunks here, wait for the claimed ones, re-raise a helper's error."""
+        self.help()
+        for i in range(self.num_chunks):
+            self.wait(i)
+        if self.error is not None:
+            raise self.error
+
+
+class _Team:
+    """Daemon helper threads shared by all samplers of a process; one task at a time.
+
+    A caller that finds the team busy (another thread is sampling) runs its task alone.
+    """
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._task: _Task | None = None
+        self._generation = 0
+        self._threads: list[threading.Thread] = []
+        self._busy = threading.Lock()
+
+    def _loop(self) -> None:
+        seen = 0
+        while True:
+            with self._cv:
+                while self._generation == seen:
+                    self._cv.wait()
+                seen = self._generation
+                task = self._task
+            if task is not None:
+                task.help()
+            task = None
+
+    @contextmanager
+    def engaged(self, task: _Task, helpers: int):
+        """Let up to ``helpers`` threads claim chunks of ``task`` inside the ``with`` block."""
+        if helpers <= 0 or task.num_chunks <= 1 or not self._busy.acquire(blocking=False):
+            yield
+            return
+        try:
+            while len(self._threads) < helpers:
+                thread = threading.Thread(target=self._loop, name="graphrl-sampler-helper", daemon=True)
+                thread.start()
+                self._threads.append(thread)
+            with self._cv:
+                self._task = task
+                self._generation += 1
+                self._cv.notify(helpers)
+            yield
+        finally:
+            with self._cv:
+                self._task = None
+            self._busy.release()
+
+
+_TEAM = _Team()
+
+
+def _reset_team_after_fork() -> None:  # helper threads do not survive fork()
+    global _TEAM
+    _TEAM = _Team()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_team_after_fork)
+
+
+def _parallel_for(fn: Callable[[int], None], num_chunks: int, helpers: int) -> None:
+    task = _Task(fn, num_chunks)
+    with _TEAM.engaged(task, helpers):
+        task.finish()
+
+
+class Workspace:
+    """Reusable memory of one sampler (one `sample` at a time; not shared between threads).
+
+    Attributes
+    ----------
+    node_map : numpy.ndarray, int32, shape [N]
+        Dense global -> local id map. An entry ``m`` is valid for the current layer iff
+        ``m >= base``; the local id is then ``m - base``.
+    base : int
+        Smallest valid map entry; advanced past every layer's ids, so nothing needs resetting.
+
+    Per-destination and per-edge intermediates grow geometrically and are reused across calls, so a
+    steady-state `sample` call allocates only its outputs.
+    """
+
+    def __init__(self, num_nodes: int, index_dtype=np.int64) -> None:
+        self.node_map = np.full(num_nodes, -1, dtype=np.int32)
+        self.base = 0
+        self._index_dtype = np.dtype(index_dtype)
+        self._rows = np.empty((2, 0), dtype=np.int64)
+        self._src = np.empty(0, dtype=self._index_dtype)
+
+    def rows(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Two int64 scratch arrays of length n (row starts and effective degrees)."""
+        if self._rows.shape[1] < n:
+            self._rows = np.empty((2, max(n, 2 * self._rows.shape[1])), dtype=np.int64)
+        return self._rows[0, :n], self._rows[1, :n]
+
+    def src(self, n: int) -> np.ndarray:
+        """A scratch array of length n for sampled sources, in the graph's index dtype."""
+        if self._src.shape[0] < n:
+            self._src = np.empty(max(n, 2 * self._src.shape[0]), dtype=self._index_dtype)
+        return self._src[:n]
+
+    def reserve(self, ids: int) -> int:
+        """Return the base for a layer that may create up to ``ids`` local ids (clears on overflow)."""
+        if ids > _INT32_MAX:
+            raise ValueError(f"a layer with {ids:,} destinations + sampled edges exceeds the int32 local "
+                             f"id range; sample fewer seeds per batch")
+        if self.base + ids > _INT32_MAX:
+            self.node_map.fill(-1)
+            self.base = 0
+        return self.base
+
+
+def _plan(indptr, dst, fanout, replace, excl, workspace: Workspace, helpers: int):
+    d_count = dst.shape[0]
+    row_start, row_deg = workspace.rows(d_count)
+    out_indptr = np.empty(d_count + 1, dtype=np.int64)
+    args = (indptr, dst, np.int64(fanout), bool(replace), excl, row_start, row_deg, out_indptr)
+    if d_count > _PLAN_CHUNK_ROWS and helpers > 0:
+        bounds = np.arange(0, d_count + _PLAN_CHUNK_ROWS, _PLAN_CHUNK_ROWS).clip(max=d_count)
+        _parallel_for(lambda i: _plan_rows(*args, bounds[i], bounds[i + 1]), bounds.shape[0] - 1, helpers)
+    else:
+        _plan_rows(*args, 0, d_count)
+    nnz = _prefix_sum(out_indptr)
+    return out_indptr, row_start, row_deg, nnz
+
+
+def _chunk_bounds(out_indptr: np.ndarray, nnz: int) -> np.ndarray:
+    """Row boundaries of chunks of about CHUNK_EDGES sampled edges (first 0, last D)."""
+    d_count = out_indptr.shape[0] - 1
+    if nnz <= CHUNK_EDGES:
+        return np.array([0, d_count], dtype=np.int64)
+    cuts = np.searchsorted(out_indptr, np.arange(CHUNK_EDGES, nnz, CHUNK_EDGES), side="left")
+    return np.unique(np.concatenate(([0], cuts, [d_count]))).astype(np.int64)
+
+
+def sample_block(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray | None, dst: np.ndarray,
+                 fanout: int, replace: bool, key: int, excluded: np.ndarray | None, workspace: Workspace,
+                 threads: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Sample one layer and relabel it: the arrays of one block.
+
+    Equal to `samplers.kernels.reference.sample_layer` followed by `~samplers.kernels.reference.relabel`.
+
+    Parameters
+    ----------
+    indptr : int64 [N + 1]; indices : int32/int64 [E]; edge_ids : int64 [E] or None (identity)
+        The graph in CSC form.
+    dst : int64 [D]
+        Destination nodes, trusted to be in range.
+    fanout : int
+        k >= 0, or -1 for every in-edge.
+    replace : bool
+    key : int
+        ``layer_key(seed, call, layer)``.
+    excluded : int64 [X] or None
+        Sorted distinct CSC positions never drawn.
+    workspace : Workspace
+        The sampler's scratch (node map, intermediates).
+    threads : int
+        Threads that may work on this layer, the caller included (1: the caller alone).
+
+    Returns
+    -------
+    out_indptr : int64 [D + 1]; src_nodes : int64 [S]; local : int64 [nnz]; eids : int64 [nnz]
+        Fresh arrays (``src_nodes`` is a view of a fresh array of D + nnz entries).
+    """
+    helpers = max(int(threads) - 1, 0)
+    excl = _NO_EXCL if excluded is None else excluded
+    out_indptr, row_start, row_deg, nnz = _plan(indptr, dst, fanout, replace, excl, workspace, helpers)
+    d_count = dst.shape[0]
+    base = workspace.reserve(d_count + nnz)
+    node_map = workspace.node_map
+    eids = np.empty(nnz, dtype=np.int64)
+    src = workspace.src(nnz)
+    src_nodes = np.empty(d_count + nnz, dtype=np.int64)
+    local = np.empty(nnz, dtype=np.int64)
+    n = _relabel_dst(dst, node_map, base, src_nodes)
+    if nnz:
+        bounds = _chunk_bounds(out_indptr, nnz)
+        has_eids = edge_ids is not None
+        args = (indptr, indices, edge_ids if has_eids else _NO_EXCL, has_eids, dst, row_start, row_deg,
+                out_indptr, np.int64(fanout), bool(replace), np.uint64(key), excl, eids, src)
+        task = _Task(lambda i: _sample_rows(*args, bounds[i], bounds[i + 1]), bounds.shape[0] - 1)
+        with _TEAM.engaged(task, helpers):
+            # Relabel chunk r as soon as it is sampled; sample chunks here rather than wait.
+            for r in range(task.num_chunks):
+                while not task.done[r]:
+                    i = task.claim()
+                    if i < 0:
+                        task.wait(r)
                         break
-                out_src[o + j] = start + r
-        # out_src holds CSC positions here; resolve them to sources and edge ids.
-        for j in range(c):
-            pos = out_src[o + j]
-            out_eid[o + j] = edge_ids[pos] if has_eids else pos
-            out_src[o + j] = indices[pos]
+                    task.run(i)
+                if task.error is not None:
+                    break
+                n = _relabel_src(src, node_map, base, n, src_nodes, local, out_indptr[bounds[r]],
+                                 out_indptr[bounds[r + 1]])
+            task.finish()
+    workspace.base = base + n
+    return out_indptr, src_nodes[:n], local, eids
 
 
 def sample_layer(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray | None, dst: np.ndarray,
                  fanout: int, replace: bool, key: int, excluded: np.ndarray | None = None,
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Sample the in-edges of each destination (see `samplers.kernels.reference.sample_layer`).
+                 threads: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sample the in-edges of each destination, without relabelling (as `reference.sample_layer`).
 
     Parameters
     ----------
@@ -141,60 +565,33 @@ def sample_layer(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray |
     replace : bool
     key : int, ``layer_key(seed, call, layer)``
     excluded : int64 [X] or None, sorted distinct CSC positions never drawn
+    threads : int, threads that may work on it (the caller included)
 
     Returns
     -------
     out_indptr : int64 [D + 1]; src : int64 [nnz] global sources; eids : int64 [nnz] edge ids
     """
-    d_count = dst.shape[0]
-    out_indptr = np.empty(d_count + 1, dtype=np.int64)
+    helpers = max(int(threads) - 1, 0)
     excl = _NO_EXCL if excluded is None else excluded
-    _row_counts(indptr, dst, np.int64(fanout), bool(replace), excl, out_indptr)
-    nnz = int(out_indptr[-1])
-    out_src = np.empty(nnz, dtype=np.int64)
-    out_eid = np.empty(nnz, dtype=np.int64)
-    has_eids = edge_ids is not None
-    eids_arg = edge_ids if has_eids else np.empty(0, dtype=np.int64)
-    _fill(indptr, indices, eids_arg, has_eids, dst, np.int64(fanout), bool(replace), np.uint64(key), excl,
-          out_indptr, out_src, out_eid)
-    return out_indptr, out_src, out_eid
+    workspace = Workspace(0, indices.dtype)
+    out_indptr, row_start, row_deg, nnz = _plan(indptr, dst, fanout, replace, excl, workspace, helpers)
+    eids = np.empty(nnz, dtype=np.int64)
+    src = np.empty(nnz, dtype=indices.dtype)
+    if nnz:
+        bounds = _chunk_bounds(out_indptr, nnz)
+        has_eids = edge_ids is not None
+        args = (indptr, indices, edge_ids if has_eids else _NO_EXCL, has_eids, dst, row_start, row_deg,
+                out_indptr, np.int64(fanout), bool(replace), np.uint64(key), excl, eids, src)
+        _parallel_for(lambda i: _sample_rows(*args, bounds[i], bounds[i + 1]), bounds.shape[0] - 1, helpers)
+    return out_indptr, src.astype(np.int64), eids
 
 
-@nb.njit(nogil=True, cache=True)
-def _relabel(dst, src, node_map, src_nodes, local):
-    n = 0
-    for i in range(dst.shape[0]):
-        v = dst[i]
-        if node_map[v] < 0:
-            node_map[v] = i
-        src_nodes[n] = v
-        n += 1
-    for j in range(src.shape[0]):
-        v = src[j]
-        m = node_map[v]
-        if m < 0:
-            m = n
-            node_map[v] = n
-            src_nodes[n] = v
-            n += 1
-        local[j] = m
-    for i in range(n):
-        node_map[src_nodes[i]] = -1
-    return n
+def relabel(dst: np.ndarray, src: np.ndarray, node_map: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Map sampled global sources to local ids (as `reference.relabel`).
 
-
-class NodeMap:
-    """A reusable dense global -> local id map (int32, size N), all -1 between uses.
-
-    One per sampler; not shared between threads.
-    """
-
-    def __init__(self, num_nodes: int) -> None:
-        self.map = np.full(num_nodes, -1, dtype=np.int32)
-
-
-def relabel(dst: np.ndarray, src: np.ndarray, node_map: NodeMap) -> tuple[np.ndarray, np.ndarray]:
-    """Map sampled global sources to local ids (see `samplers.kernels.reference.relabel`).
+    Parameters
+    ----------
+    dst : int64 [D]; src : int32/int64 [nnz]; node_map : int32 [N], all -1 (left all -1 on return)
 
     Returns
     -------
@@ -202,5 +599,8 @@ def relabel(dst: np.ndarray, src: np.ndarray, node_map: NodeMap) -> tuple[np.nda
     """
     src_nodes = np.empty(dst.shape[0] + src.shape[0], dtype=np.int64)
     local = np.empty(src.shape[0], dtype=np.int64)
-    n = _relabel(dst, src, node_map.map, src_nodes, local)
-    return src_nodes[:n], local
+    n = _relabel_dst(dst, node_map, 0, src_nodes)
+    n = _relabel_src(src, node_map, 0, n, src_nodes, local, 0, src.shape[0])
+    src_nodes = src_nodes[:n]
+    node_map[src_nodes] = -1
+    return src_nodes, local

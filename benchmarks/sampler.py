@@ -1,0 +1,169 @@
+"""Neighbour-sampling throughput: our `NeighborSampler` against DGL's CPU sampler, in one process.
+
+Graphs (issue 2): a uniform random graph and a power-law in-degree graph of 1M nodes / 20M edges
+(`graphrl.datasets.synthetic.synthetic_graph`; the power-law one has hubs of ~2 x 10^5 in-edges), and
+the Gowalla training graph (both directions, 70,839 nodes, 1,620,256 edges). Both samplers get the
+same graph (same edge ids) and the same batches of random seeds; fanouts [15, 10, 5] and batches of
+1024 by default. The metric is sampled edges per second: the edges of all blocks of all batches over
+the wall time of sampling them. Each repeat times ours and DGL's back to back on the same batches
+and the best repeat of each is reported (the machine may be shared: the best run is the one least
+disturbed by other processes).
+
+Run ``python benchmarks/sampler.py --help``; results go to ``benchmarks/results/sampler.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import click
+import numba
+import numpy as np
+import torch
+
+from graphrl.datasets import load_gowalla
+from graphrl.datasets.synthetic import synthetic_graph
+from graphrl.dglshim import import_dgl
+from graphrl.graph import CSCGraph
+from samplers.neighbor import NeighborSampler
+
+RESULTS = Path(__file__).resolve().parent / "results" / "sampler.json"
+
+
+def coo_by_edge_id(graph: CSCGraph) -> tuple[torch.Tensor, torch.Tensor]:
+    """Source and destination of every edge, indexed by edge id (DGL's ``graph((src, dst))`` order)."""
+    num_edges = graph.num_edges
+    dst_at_pos = torch.repeat_interleave(torch.arange(graph.num_nodes, dtype=torch.int64), graph.in_degrees())
+    src = torch.empty(num_edges, dtype=torch.int64)
+    dst = torch.empty(num_edges, dtype=torch.int64)
+    eids = graph.csc_edge_ids()
+    src[eids] = graph.indices.to(torch.int64)
+    dst[eids] = dst_at_pos
+    return src, dst
+
+
+def to_dgl(dgl, graph: CSCGraph):
+    """The same graph as a DGL graph with the same edge ids, all sparse formats built up front."""
+    src, dst = coo_by_edge_id(graph)
+    g = dgl.graph((src, dst), num_nodes=graph.num_nodes)
+    g.create_formats_()
+    return g
+
+
+def time_ours(sampler: NeighborSampler, batches: list[torch.Tensor]) -> tuple[int, float]:
+    edges = 0
+    start = time.perf_counter()
+    for seeds in batches:
+        edges += sum(b.num_edges for b in sampler.sample(seeds))
+    return edges, time.perf_counter() - start
+
+
+def time_dgl(dgl_sampler, dgl_graph, batches: list[torch.Tensor]) -> tuple[int, float]:
+    edges = 0
+    start = time.perf_counter()
+    for seeds in batches:
+        _, _, blocks = dgl_sampler.sample_blocks(dgl_graph, seeds)
+        edges += sum(int(b.num_edges()) for b in blocks)
+    return edges, time.perf_counter() - start
+
+
+def bench_graph(dgl, name: str, graph: CSCGraph, fanouts: list[int], batch_size: int, num_batches: int,
+                warmup: int, repeats: int, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    batches = [torch.from_numpy(rng.integers(0, graph.num_nodes, batch_size)) for _ in range(num_batches)]
+    ours = NeighborSampler(graph, fanouts, seed=seed)
+    dgl_graph = to_dgl(dgl, graph)
+    dgl_sampler = dgl.dataloading.NeighborSampler(fanouts)
+    warm = batches[:warmup]
+    time_ours(ours, warm)
+    time_dgl(dgl_sampler, dgl_graph, warm)
+    best_ours = best_dgl = 0.0
+    edges_ours = edges_dgl = 0
+    for _ in range(repeats):
+        edges_ours, dt = time_ours(ours, batches)
+        best_ours = max(best_ours, edges_ours / dt)
+        edges_dgl, dt = time_dgl(dgl_sampler, dgl_graph, batches)
+        best_dgl = max(best_dgl, edges_dgl / dt)
+    fan = ",".join(str(k) for k in fanouts)
+    return {
+        "case": f"{name} [{fan}] b{batch_size}",
+        "metric": "sampled_edges_per_s",
+        "ours": best_ours,
+        "baseline": f"dgl {dgl.__version__}",
+        "baseline_value": best_dgl,
+        "ratio": best_ours / best_dgl,
+        "edges_per_batch_ours": edges_ours / num_batches,
+        "edges_per_batch_baseline": edges_dgl / num_batches,
+    }
+
+
+def _millions(n: int) -> str:
+    return f"{n / 1e6:g}M" if n >= 1_000_000 else f"{n:,}"
+
+
+@click.command()
+@click.option("--graphs", default="uniform,powerlaw,gowalla", show_default=True,
+              help="Comma-separated subset of uniform, powerlaw, gowalla.")
+@click.option("--num-nodes", default=1_000_000, show_default=True, help="Nodes of the synthetic graphs.")
+@click.option("--num-edges", default=20_000_000, show_default=True, help="Edges of the synthetic graphs.")
+@click.option("--fanouts", default="15,10,5", show_default=True, help="Fanouts, outermost layer first.")
+@click.option("--batch-size", default=1024, show_default=True)
+@click.option("--batches", "num_batches", default=20, show_default=True, help="Timed batches per repeat.")
+@click.option("--warmup", default=3, show_default=True, help="Untimed batches first (JIT, caches).")
+@click.option("--repeats", default=3, show_default=True, help="Timed repeats; the best one is reported.")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--data", "data_dir", default=None, help="Data folder with gowalla/ (default $GRAPHRL_DATA).")
+@click.option("--output", default=str(RESULTS), show_default=True, type=click.Path(dir_okay=False))
+def main(graphs: str, num_nodes: int, num_edges: int, fanouts: str, batch_size: int, num_batches: int,
+         warmup: int, repeats: int, seed: int, data_dir: str | None, output: str) -> None:
+    """Sampled edges/s of our NeighborSampler and DGL's CPU NeighborSampler on the same graphs."""
+    dgl = import_dgl()
+    fans = [int(k) for k in fanouts.split(",")]
+    names = [g.strip() for g in graphs.split(",") if g.strip()]
+    unknown = set(names) - {"uniform", "powerlaw", "gowalla"}
+    if unknown:
+        raise click.BadParameter(f"unknown graphs {sorted(unknown)}", param_hint="--graphs")
+    rows = []
+    for name in names:
+        if name == "gowalla":
+            try:
+                graph = load_gowalla(data_dir).graph
+            except FileNotFoundError as err:
+                click.echo(f"skipping gowalla: {err}")
+                continue
+            label = f"gowalla train {graph.num_nodes:,}/{graph.num_edges:,}"
+        else:
+            graph = synthetic_graph(num_nodes, num_edges, name, seed=seed)
+            label = f"{name} {_millions(num_nodes)}/{_millions(num_edges)}"
+        click.echo(f"{label}: max in-degree {int(graph.in_degrees().max()):,}", err=True)
+        rows.append(bench_graph(dgl, label, graph, fans, batch_size, num_batches, warmup, repeats, seed))
+        del graph
+    click.echo(f"\n{'case':<44} {'ours (M edges/s)':>17} {'dgl (M edges/s)':>16} {'ratio':>6}")
+    for row in rows:
+        click.echo(f"{row['case']:<44} {row['ours'] / 1e6:>17.1f} {row['baseline_value'] / 1e6:>16.1f} "
+                   f"{row['ratio']:>6.2f}")
+    result = {
+        "benchmark": "sampler",
+        "machine": {
+            "cpus": os.cpu_count(),
+            "torch": torch.__version__.split("+")[0],
+            "cuda": torch.version.cuda if torch.cuda.is_available() else None,
+            "numba": numba.__version__,
+            "numba_threads": numba.get_num_threads(),
+            "numba_threading_layer": numba.threading_layer(),
+            "python": platform.python_version(),
+        },
+        "rows": rows,
+    }
+    out = Path(output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    click.echo(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
