@@ -30,6 +30,10 @@ Lifetime
     the free keep their memory alive (reference counting), so they never dangle: reading them never
     crashes, but their bytes no longer count against the budget, so free a region only when its
     views are done.
+Pinned
+    With CUDA, pinned regions are exact-size page-aligned mappings page-locked with
+    ``cudaHostRegister`` (see `PinnedResource` for why not torch's caching pinned allocator), and
+    `MemoryManager.register` pins an existing buffer in place. Freeing one synchronises the GPUs.
 No GPU
     ``device`` regions are plain host memory (``region.device == "cpu"``; the manager logs one
     warning), ``pinned`` regions are plain host memory with ``region.is_pinned == False``; the API is
@@ -90,6 +94,7 @@ import numpy as np
 import torch
 
 __all__ = [
+    "Backing",
     "DeviceResource",
     "DiskResource",
     "HostResource",
