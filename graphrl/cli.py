@@ -97,7 +97,7 @@ def demo(dataset: str, minutes: float, epochs: float | None, batch_size: int, fa
                                   exclude=None if exclude == "none" else exclude)
     click.echo(f"model: LightGCN, {len(fan)} layers, dim {embedding_dim}; fanouts {fan}, batch {batch_size}, "
                f"lr {lr:g}, target-edge exclusion: {exclude}; budget {minutes:g} min"
-               + (f" or {epochs:g} epochs" if epochs else ""))
+               + (f" or {epochs:g} epoch(s)" if epochs else ""))
     try:
         report = run_link_prediction(ds, config, progress=True)
     except ValueError as err:
@@ -133,7 +133,11 @@ def info() -> None:
     click.echo(f"numba {numba.__version__}")
     click.echo(f"numpy {numpy.__version__}")
     click.echo(f"torch threads: {torch.get_num_threads()} (inter-op {torch.get_num_interop_threads()})")
-    click.echo(f"numba threads: {numba.get_num_threads()} (threading layer: {numba.config.THREADING_LAYER})")
+    try:
+        layer = numba.threading_layer()
+    except ValueError:  # no parallel numba function has run yet in this process
+        layer = f"not yet chosen, config {numba.config.THREADING_LAYER!r}"
+    click.echo(f"numba threads: {numba.get_num_threads()} (threading layer: {layer})")
     cuda = torch.cuda.is_available()
     detail = f" ({torch.cuda.device_count()} devices: {torch.cuda.get_device_name(0)})" if cuda else ""
     click.echo(f"CUDA available: {'yes' if cuda else 'no'}{detail}")

@@ -174,7 +174,7 @@ class LightGCN(nn.Module):
             raise ValueError(f"blocks: the model has {self.num_layers} layers, got {len(blocks)} blocks")
         s = blocks[-1].num_dst_nodes
         weight = self.embedding.weight
-        emb0 = weight[blocks[-1].dst_nodes]
+        emb0 = torch.index_select(weight, 0, blocks[-1].dst_nodes)  # deterministic backward
         # The first layer reads the embedding table in place (global source ids), without a gather.
         first = blocks[0]
         w = block_weights(first, self.deg_in.to(weight.dtype), self.deg_out.to(weight.dtype))

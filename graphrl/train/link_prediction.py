@@ -106,12 +106,16 @@ class TrainStats:
 
 def _batch_loss(model: LightGCN, batch: LinkBatch, reg: float) -> tuple[torch.Tensor, torch.Tensor]:
     out, emb0 = model(batch.blocks, return_embeddings=True)
-    u, p, n = out[batch.user_index], out[batch.pos_index], out[batch.neg_index]
+    b, k = batch.neg_index.shape
+    # index_select, not out[idx]: the backward of advanced indexing (index_put_ with accumulate) sums
+    # repeated rows in a thread-dependent order on CPU, which made runs differ in the last bits.
+    idx = torch.cat([batch.user_index, batch.pos_index, batch.neg_index.reshape(-1)])
+    rows = torch.index_select(out, 0, idx)
+    u, p, n = rows[:b], rows[b:2 * b], rows[2 * b:].reshape(b, k, -1)
     pos = (u * p).sum(-1)
     neg = (u.unsqueeze(1) * n).sum(-1)
     loss = bpr_loss(pos, neg)
-    penalty = l2_penalty(emb0[batch.user_index], emb0[batch.pos_index], emb0[batch.neg_index],
-                         batch_size=batch.batch_size)
+    penalty = l2_penalty(torch.index_select(emb0, 0, idx), batch_size=b)
     return loss, loss + reg * penalty
 
 
