@@ -88,6 +88,18 @@ class NeighborSampler:
     ``seeds[i]``); duplicates get identical neighbours, since a row's random stream depends only on
     (seed, call, layer, node id). Sampled sources are deduplicated.
 
+    Threads: each call uses up to ``numba.get_num_threads()`` threads (the caller and helper threads
+    that claim chunks of work dynamically; see `samplers.kernels.cpu`); the result does not depend on
+    it. A sampler holds scratch memory and serves one `sample` call at a time: use one sampler per
+    thread. The first call on a new graph pays numba's compilation (cached on disk afterwards).
+
+    Raises
+    ------
+    TypeError
+        ``graph`` is not a `CSCGraph`; a fanout or ``seed`` is not an int.
+    ValueError
+        ``fanouts`` is empty or holds a value below -1.
+
     References
     ----------
     Hamilton, Ying and Leskovec, "Inductive Representation Learning on Large Graphs" (GraphSAGE,
@@ -160,9 +172,11 @@ class NeighborSampler:
             Seed nodes, in [0, num_nodes). May be empty; duplicates are kept (see Notes of the class).
         exclude_eids : torch.Tensor or None, int64 (any integer dtype), shape [X]
             Graph edge ids that no layer may draw (for link prediction: the batch's target edges and
-            their reverses). They are removed from the candidates *before* drawing, as in DGL's
-            ``sample_neighbors(exclude_edges=...)``: a node with d in-edges of which x are excluded
-            contributes min(d - x, k) edges without replacement, and k with replacement when d - x > 0.
+            their reverses). They are removed from the candidates *before* drawing: a node with d
+            in-edges of which x are excluded contributes min(d - x, k) edges without replacement, and k
+            with replacement when d - x > 0. (DGL 2.1's ``sample_neighbors(exclude_edges=...)`` and its
+            ``exclude=`` option draw first and drop excluded edges afterwards, so a node can get fewer;
+            with fanout -1 both give the same edges.)
             Duplicates are allowed.
 
         Returns
@@ -174,12 +188,10 @@ class NeighborSampler:
         Raises
         ------
         TypeError
-            ``seeds`` is not an integer tensor.
+            ``seeds`` or ``exclude_eids`` is not an integer tensor (a float or bool tensor, say).
         ValueError
             ``seeds`` is not 1-D or holds ids outside [0, num_nodes); ``exclude_eids`` is not 1-D or holds
             ids outside [0, num_edges).
-        TypeError
-            ``exclude_eids`` is not an integer tensor.
         """
         dst = check_seeds(seeds, self.graph.num_nodes)
         excluded = self._excluded_positions(exclude_eids)

@@ -22,10 +22,11 @@ Choice of positions for a destination of in-degree d and fanout k (positions are
 - with replacement: k draws ``draw(d)``, emitted in draw order.
 
 Excluded edges. ``excluded`` is a sorted array of distinct CSC positions that must never be drawn (the
-target edges of a link-prediction batch, as DGL's ``sample_neighbors(exclude_edges=...)``). They are
-removed from the candidates *before* drawing: if x of a row's d positions are excluded, the row has
-d' = d - x *virtual* positions 0..d'-1, the choice above runs with d' in place of d (same RNG stream),
-and virtual position i maps to the i-th (0-based) non-excluded position of the row, in increasing order.
+target edges of a link-prediction batch). They are removed from the candidates *before* drawing (unlike
+DGL 2.1's ``sample_neighbors(exclude_edges=...)``, which draws first and drops them after): if x of a
+row's d positions are excluded, the row has d' = d - x *virtual* positions 0..d'-1, the choice above
+runs with d' in place of d (same RNG stream), and virtual position i maps to the i-th (0-based)
+non-excluded position of the row, in increasing order.
 Equivalently, with the row's excluded relative positions x_0 < x_1 < ... < x_{m-1},
 ``real(i) = i + #{j : x_j - j <= i}``. A row without excluded positions is sampled exactly as if
 ``excluded`` were empty.
