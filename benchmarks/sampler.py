@@ -31,7 +31,8 @@ from graphrl.dglshim import import_dgl
 from graphrl.graph import CSCGraph
 from samplers.neighbor import NeighborSampler
 
-RESULTS = Path(__file__).resolve().parent / "results" / "sampler.json"
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results" / "sampler.json"
 
 
 def coo_by_edge_id(graph: CSCGraph) -> tuple[torch.Tensor, torch.Tensor]:
@@ -116,11 +117,13 @@ def _millions(n: int) -> str:
 @click.option("--warmup", default=3, show_default=True, help="Untimed batches first (JIT, caches).")
 @click.option("--repeats", default=3, show_default=True, help="Timed repeats; the best one is reported.")
 @click.option("--seed", default=0, show_default=True)
-@click.option("--data", "data_dir", default=None, help="Data folder with gowalla/ (default $GRAPHRL_DATA).")
+@click.option("--data", "data_dir", default=None,
+              help="Data folder with gowalla/ (default $GRAPHRL_DATA, else ../shared/data).")
 @click.option("--output", default=str(RESULTS), show_default=True, type=click.Path(dir_okay=False))
 def main(graphs: str, num_nodes: int, num_edges: int, fanouts: str, batch_size: int, num_batches: int,
          warmup: int, repeats: int, seed: int, data_dir: str | None, output: str) -> None:
     """Sampled edges/s of our NeighborSampler and DGL's CPU NeighborSampler on the same graphs."""
+    os.environ.setdefault("GRAPHRL_DATA", str(REPO.parent / "shared" / "data"))
     dgl = import_dgl()
     fans = [int(k) for k in fanouts.split(",")]
     names = [g.strip() for g in graphs.split(",") if g.strip()]

