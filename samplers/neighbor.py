@@ -145,7 +145,7 @@ class NeighborSampler:
         """Number of layers (blocks per sample)."""
         return len(self.fanouts)
 
-    def _excluded_positions(self, exclude_eids) -> np.ndarray | None:
+    def _excluded_positions(self, exclude_eids) -> cpu.Exclusion | None:
         """Validate graph edge ids and return their CSC positions, sorted and distinct (None if none)."""
         if exclude_eids is None:
             return None
@@ -161,7 +161,7 @@ class NeighborSampler:
                 inv[self._edge_ids] = np.arange(num_edges, dtype=inv.dtype)
                 self._eid_to_pos = inv
             pos = self._eid_to_pos[eids]
-        return np.unique(pos).astype(np.int64, copy=False)
+        return cpu.Exclusion(self._indptr, np.unique(pos).astype(np.int64, copy=False))
 
     def sample(self, seeds, exclude_eids=None) -> list[Block]:
         """Sample blocks for ``seeds``, outermost layer first, never drawing the ``exclude_eids`` edges.

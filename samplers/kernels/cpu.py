@@ -46,7 +46,7 @@ from numba.extending import intrinsic
 from samplers.kernels.reference import GOLDEN as _GOLDEN_INT
 from samplers.kernels.reference import layer_key
 
-__all__ = ["layer_key", "sample_layer", "relabel", "sample_block", "Workspace", "CHUNK_EDGES"]
+__all__ = ["layer_key", "sample_layer", "relabel", "sample_block", "Workspace", "Exclusion", "CHUNK_EDGES"]
 
 _GOLDEN = np.uint64(_GOLDEN_INT)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -127,16 +127,26 @@ def _bounded(r, n):
 
 
 @nb.njit(nogil=True, cache=True)
-def _plan_rows(indptr, dst, fanout, replace, excl, row_start, row_deg, out_indptr, lo, hi):
-    """Pass 1 over rows [lo, hi): start, effective degree and output count of every destination."""
+def _plan_rows(indptr, dst, fanout, replace, excl, excl_rows, row_start, row_deg, row_exlo, row_exhi,
+               out_indptr, lo, hi):
+    """Pass 1 over rows [lo, hi): start, effective degree and output count of every destination.
+
+    ``excl_rows`` is a bitmap of the nodes whose rows hold excluded positions: only those rows pay
+    for the binary searches that find their range ``excl[row_exlo[i]:row_exhi[i]]``."""
     has_excl = excl.shape[0] > 0
     for i in range(lo, hi):
         v = dst[i]
         s = indptr[v]
         e = indptr[v + 1]
         deg = e - s
-        if has_excl:
-            deg -= np.searchsorted(excl, e) - np.searchsorted(excl, s)
+        a = 0
+        b = 0
+        if has_excl and (excl_rows[v >> 6] >> np.uint64(v & 63)) & np.uint64(1):
+            a = np.searchsorted(excl, s)
+            b = np.searchsorted(excl, e)
+            deg -= b - a
+        row_exlo[i] = a
+        row_exhi[i] = b
         row_start[i] = s
         row_deg[i] = deg
         if fanout < 0 or (not replace and deg <= fanout):
@@ -217,9 +227,9 @@ def _floyd_sorted(state, deg, m, out, o):
 
 
 @nb.njit(nogil=True, cache=True)
-def _choose_rows(indptr, dst, row_start, row_deg, out_indptr, fanout, replace, key, excl, pos, lo, hi):
-    """Pass 2 over rows [lo, hi): choose CSC positions by arithmetic alone (reads no graph memory
-    except, for rows with excluded edges, their bounds)."""
+def _choose_rows(dst, row_start, row_deg, row_exlo, row_exhi, out_indptr, fanout, replace, key, excl, pos,
+                 lo, hi):
+    """Pass 2 over rows [lo, hi): choose CSC positions by arithmetic alone (reads no graph memory)."""
     has_excl = excl.shape[0] > 0
     draws = replace and fanout >= 0
     for i in range(lo, hi):
@@ -269,17 +279,17 @@ def _choose_rows(indptr, dst, row_start, row_deg, out_indptr, fanout, replace, k
         if has_excl:
             # Virtual position p over the row's non-excluded positions -> real position:
             # p + #{j : x_j - j <= p}, x_j the row's excluded relative positions (non-decreasing in j).
-            lo = np.searchsorted(excl, s)
-            hi = np.searchsorted(excl, indptr[v + 1])
-            if hi > lo:
-                q = lo
+            x_lo = row_exlo[i]
+            x_hi = row_exhi[i]
+            if x_hi > x_lo:
+                q = x_lo
                 for j in range(o, o + c):
                     p = pos[j]
                     if draws:
-                        q = lo
-                    while q < hi and excl[q] - s - (q - lo) <= p:
+                        q = x_lo
+                    while q < x_hi and excl[q] - s - (q - x_lo) <= p:
                         q += 1
-                    pos[j] = s + p + (q - lo)
+                    pos[j] = s + p + (q - x_lo)
                 continue
         for j in range(o, o + c):
             pos[j] += s
@@ -299,10 +309,11 @@ def _gather_edges(indices, edge_ids, has_eids, pos_eid, src, lo, hi):
 
 
 @nb.njit(nogil=True, cache=True)
-def _sample_rows(indptr, indices, edge_ids, has_eids, dst, row_start, row_deg, out_indptr, fanout, replace,
-                 key, excl, eids, src, lo, hi):
+def _sample_rows(indices, edge_ids, has_eids, dst, row_start, row_deg, row_exlo, row_exhi, out_indptr, fanout,
+                 replace, key, excl, eids, src, lo, hi):
     """Passes 2 and 3 for the rows [lo, hi) (one chunk of work)."""
-    _choose_rows(indptr, dst, row_start, row_deg, out_indptr, fanout, replace, key, excl, eids, lo, hi)
+    _choose_rows(dst, row_start, row_deg, row_exlo, row_exhi, out_indptr, fanout, replace, key, excl, eids,
+                 lo, hi)
     _gather_edges(indices, edge_ids, has_eids, eids, src, out_indptr[lo], out_indptr[hi])
 
 
@@ -476,14 +487,14 @@ class Workspace:
         self.node_map = np.full(num_nodes, -1, dtype=np.int32)
         self.base = 0
         self._index_dtype = np.dtype(index_dtype)
-        self._rows = np.empty((2, 0), dtype=np.int64)
+        self._rows = np.empty((4, 0), dtype=np.int64)
         self._src = np.empty(0, dtype=self._index_dtype)
 
-    def rows(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """Two int64 scratch arrays of length n (row starts and effective degrees)."""
+    def rows(self, n: int) -> np.ndarray:
+        """Int64 scratch [4, n]: row starts, effective degrees, excluded-position ranges [lo, hi)."""
         if self._rows.shape[1] < n:
-            self._rows = np.empty((2, max(n, 2 * self._rows.shape[1])), dtype=np.int64)
-        return self._rows[0, :n], self._rows[1, :n]
+            self._rows = np.empty((4, max(n, 2 * self._rows.shape[1])), dtype=np.int64)
+        return self._rows[:, :n]
 
     def src(self, n: int) -> np.ndarray:
         """A scratch array of length n for sampled sources, in the graph's index dtype."""
@@ -502,18 +513,58 @@ class Workspace:
         return self.base
 
 
-def _plan(indptr, dst, fanout, replace, excl, workspace: Workspace, helpers: int):
+class Exclusion:
+    """Excluded CSC positions prepared once per `sample` call for the kernels of every layer.
+
+    Parameters
+    ----------
+    indptr : numpy.ndarray, int64, shape [N + 1]
+        The graph's row pointer.
+    positions : numpy.ndarray, int64, shape [X]
+        Sorted, distinct CSC positions that are never drawn.
+
+    Attributes
+    ----------
+    positions : numpy.ndarray, int64, shape [X]
+    row_bitmap : numpy.ndarray, uint64, shape [ceil(N / 64)]
+        Bit v is set iff row v holds an excluded position; rows without one skip all exclusion work.
+    """
+
+    def __init__(self, indptr: np.ndarray, positions: np.ndarray) -> None:
+        self.positions = np.ascontiguousarray(positions, dtype=np.int64)
+        num_nodes = indptr.shape[0] - 1
+        self.row_bitmap = np.zeros((num_nodes + 63) // 64, dtype=np.uint64)
+        rows = np.searchsorted(indptr, self.positions, side="right") - 1
+        bits = np.left_shift(np.uint64(1), (rows & 63).astype(np.uint64))
+        np.bitwise_or.at(self.row_bitmap, rows >> 6, bits)
+
+
+_NO_EXCLUSION_BITMAP = np.zeros(0, dtype=np.uint64)
+
+
+def _exclusion_arrays(indptr, excluded) -> tuple[np.ndarray, np.ndarray]:
+    if excluded is None:
+        return _NO_EXCL, _NO_EXCLUSION_BITMAP
+    if not isinstance(excluded, Exclusion):
+        excluded = Exclusion(indptr, excluded)
+    return excluded.positions, excluded.row_bitmap
+
+
+def _plan(indptr, dst, fanout, replace, excluded, workspace: Workspace, helpers: int):
     d_count = dst.shape[0]
-    row_start, row_deg = workspace.rows(d_count)
+    rows = workspace.rows(d_count)
+    row_start, row_deg, row_exlo, row_exhi = rows
     out_indptr = np.empty(d_count + 1, dtype=np.int64)
-    args = (indptr, dst, np.int64(fanout), bool(replace), excl, row_start, row_deg, out_indptr)
+    excl, excl_rows = _exclusion_arrays(indptr, excluded)
+    args = (indptr, dst, np.int64(fanout), bool(replace), excl, excl_rows, row_start, row_deg, row_exlo,
+            row_exhi, out_indptr)
     if d_count > _PLAN_CHUNK_ROWS and helpers > 0:
         bounds = np.arange(0, d_count + _PLAN_CHUNK_ROWS, _PLAN_CHUNK_ROWS).clip(max=d_count)
         _parallel_for(lambda i: _plan_rows(*args, bounds[i], bounds[i + 1]), bounds.shape[0] - 1, helpers)
     else:
         _plan_rows(*args, 0, d_count)
     nnz = _prefix_sum(out_indptr)
-    return out_indptr, row_start, row_deg, nnz
+    return out_indptr, rows, excl, nnz
 
 
 def _chunk_bounds(out_indptr: np.ndarray, nnz: int) -> np.ndarray:
@@ -526,7 +577,8 @@ def _chunk_bounds(out_indptr: np.ndarray, nnz: int) -> np.ndarray:
 
 
 def sample_block(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray | None, dst: np.ndarray,
-                 fanout: int, replace: bool, key: int, excluded: np.ndarray | None, workspace: Workspace,
+                 fanout: int, replace: bool, key: int, excluded: Exclusion | np.ndarray | None,
+                 workspace: Workspace,
                  threads: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Sample one layer and relabel it: the arrays of one block.
 
@@ -543,8 +595,8 @@ def sample_block(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray |
     replace : bool
     key : int
         ``layer_key(seed, call, layer)``.
-    excluded : int64 [X] or None
-        Sorted distinct CSC positions never drawn.
+    excluded : Exclusion, or int64 [X], or None
+        Sorted distinct CSC positions never drawn (an `Exclusion` saves preparing them per layer).
     workspace : Workspace
         The sampler's scratch (node map, intermediates).
     threads : int
@@ -556,8 +608,7 @@ def sample_block(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray |
         Fresh arrays (``src_nodes`` is a view of a fresh array of D + nnz entries).
     """
     helpers = max(int(threads) - 1, 0)
-    excl = _NO_EXCL if excluded is None else excluded
-    out_indptr, row_start, row_deg, nnz = _plan(indptr, dst, fanout, replace, excl, workspace, helpers)
+    out_indptr, rows, excl, nnz = _plan(indptr, dst, fanout, replace, excluded, workspace, helpers)
     d_count = dst.shape[0]
     base = workspace.reserve(d_count + nnz)
     node_map = workspace.node_map
@@ -569,8 +620,8 @@ def sample_block(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray |
     if nnz:
         bounds = _chunk_bounds(out_indptr, nnz)
         has_eids = edge_ids is not None
-        args = (indptr, indices, edge_ids if has_eids else _NO_EXCL, has_eids, dst, row_start, row_deg,
-                out_indptr, np.int64(fanout), bool(replace), np.uint64(key), excl, eids, src)
+        args = (indices, edge_ids if has_eids else _NO_EXCL, has_eids, dst, *rows, out_indptr,
+                np.int64(fanout), bool(replace), np.uint64(key), excl, eids, src)
         task = _Task(lambda i: _sample_rows(*args, bounds[i], bounds[i + 1]), bounds.shape[0] - 1)
         with _TEAM.engaged(task, helpers):
             # Relabel chunk r as soon as it is sampled; sample chunks here rather than wait.
@@ -610,16 +661,15 @@ def sample_layer(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray |
     out_indptr : int64 [D + 1]; src : int64 [nnz] global sources; eids : int64 [nnz] edge ids
     """
     helpers = max(int(threads) - 1, 0)
-    excl = _NO_EXCL if excluded is None else excluded
     workspace = Workspace(0, indices.dtype)
-    out_indptr, row_start, row_deg, nnz = _plan(indptr, dst, fanout, replace, excl, workspace, helpers)
+    out_indptr, rows, excl, nnz = _plan(indptr, dst, fanout, replace, excluded, workspace, helpers)
     eids = np.empty(nnz, dtype=np.int64)
     src = np.empty(nnz, dtype=indices.dtype)
     if nnz:
         bounds = _chunk_bounds(out_indptr, nnz)
         has_eids = edge_ids is not None
-        args = (indptr, indices, edge_ids if has_eids else _NO_EXCL, has_eids, dst, row_start, row_deg,
-                out_indptr, np.int64(fanout), bool(replace), np.uint64(key), excl, eids, src)
+        args = (indices, edge_ids if has_eids else _NO_EXCL, has_eids, dst, *rows, out_indptr,
+                np.int64(fanout), bool(replace), np.uint64(key), excl, eids, src)
         _parallel_for(lambda i: _sample_rows(*args, bounds[i], bounds[i + 1]), bounds.shape[0] - 1, helpers)
     return out_indptr, src.astype(np.int64), eids
 

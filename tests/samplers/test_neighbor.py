@@ -317,6 +317,22 @@ def test_exclusion_count_rule_min_d_minus_x_k(random_graph):
                                                      excluded.numpy()))
 
 
+def test_exclusion_on_rows_at_bitmap_word_edges():
+    # rows 0, 63, 64, 127, 128, 199 have 30 in-edges each; exclude some edges of each of them
+    n = 200
+    rows = np.array([0, 63, 64, 127, 128, 199])
+    dst = np.repeat(rows, 30)
+    src = np.arange(dst.size) % n
+    graph = CSCGraph.from_edges(src, dst, n)
+    excluded = np.concatenate([np.arange(30 * i, 30 * i + 3 + 4 * i) for i in range(rows.size)])
+    seeds = torch.from_numpy(np.concatenate([rows, rows + 1]).clip(max=n - 1))
+    for replace, fanout in ((False, 10), (False, 25), (True, 7), (False, -1)):
+        sampler = NeighborSampler(graph, [fanout], replace=replace, seed=4)
+        blocks = sampler.sample(seeds, exclude_eids=torch.from_numpy(excluded))
+        check_blocks(graph, blocks, seeds, [fanout], replace=replace, excluded=excluded.tolist())
+        assert blocks_equal(blocks, reference_blocks(graph, seeds.numpy(), [fanout], replace, 4, 0, excluded))
+
+
 def test_rows_without_excluded_edges_sample_as_without_exclusion(random_graph):
     seeds = torch.arange(0, 300, 3)
     in_edges_of = edge_endpoints(random_graph)[1]
