@@ -541,6 +541,26 @@ def dgl():
     return import_dgl()
 
 
+def test_dglshim_stubs_graphbolt_and_selects_pytorch(dgl):
+    import os
+    import sys
+
+    assert os.environ["DGLBACKEND"] == "pytorch"
+    assert "graphrl.dglshim" in (sys.modules["dgl.graphbolt"].__doc__ or "")
+    assert hasattr(dgl.dataloading, "NeighborSampler")
+
+
+def test_dglshim_names_the_extra_when_dgl_is_missing(monkeypatch):
+    import sys
+
+    from graphrl import dglshim
+
+    monkeypatch.setitem(sys.modules, "dgl", None)  # makes `import dgl` fail as if not installed
+    with pytest.raises(ImportError, match="'dgl' extra"):
+        dglshim.import_dgl()
+    assert not dglshim.dgl_available()
+
+
 def to_dgl_graph(dgl, graph: CSCGraph):
     src, dst = edge_endpoints(graph)
     return dgl.graph((torch.from_numpy(src), torch.from_numpy(dst)), num_nodes=graph.num_nodes)
