@@ -1,0 +1,202 @@
+"""Process-shared mutexes and condition variables that live inside shared memory (private module).
+
+Writers of a replay store run in other processes (actors) and must block on the store's rate limiter
+and serialise their commits to a shard. ``multiprocessing`` locks cannot do this here: they pickle only
+while a process is being spawned, so they cannot travel inside a small picklable handle that is sent
+any other way. Instead we place POSIX ``pthread_mutex_t`` / ``pthread_cond_t`` objects, initialised
+``PTHREAD_PROCESS_SHARED``, inside a shared-memory region: any process that maps the region (by name,
+through `graphrl.memory.Region.attach`) can lock and wait on them, and the handle stays a few names.
+
+- The mutex is *robust*: if a process dies while holding it, the next locker gets ``EOWNERDEAD``; we
+  mark the mutex consistent and report it (``SharedMutex.acquire`` returns ``True``) so the caller can
+  repair the state it protects. No lock is ever lost to a killed actor.
+- Condition variables use ``CLOCK_MONOTONIC``; every wait has a deadline, so a wait never hangs longer
+  than its timeout.
+- ctypes releases the GIL around each call, so a thread blocked here never blocks other Python threads.
+
+`SharedCondition` has the methods of ``threading.Condition`` that the rate limiter and the store use
+(``with cond:``, ``wait``, ``wait_for``, ``notify_all``), so in-process code can take either.
+
+Linux with glibc only (as is `graphrl.memory`'s shared tier). Each object takes `SLOT_BYTES` bytes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import logging
+import math
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+SLOT_BYTES = 128  # room for a pthread_mutex_t (40 B) or pthread_cond_t (48 B) on glibc, cache-line aligned
+_PTHREAD_PROCESS_SHARED = 1
+_PTHREAD_MUTEX_ROBUST = 1
+_CLOCK_MONOTONIC = 1
+_MAX_WAIT_S = 3600.0  # waits without a timeout re-arm every hour (so no timespec overflows)
+
+_libc = ctypes.CDLL(None, use_errno=True)
+for _name in (
+    "pthread_mutex_lock",
+    "pthread_mutex_unlock",
+    "pthread_mutex_consistent",
+    "pthread_cond_broadcast",
+    "pthread_cond_signal",
+    "pthread_cond_timedwait",
+):
+    getattr(_libc, _name).restype = ctypes.c_int
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+def _address(buf: np.ndarray) -> int:
+    if buf.dtype != np.uint8 or buf.ndim != 1 or buf.nbytes < SLOT_BYTES or not buf.flags.c_contiguous:
+        raise ValueError(f"a shared lock needs a contiguous uint8 buffer of >= {SLOT_BYTES} bytes")
+    addr = buf.ctypes.data
+    if addr % 64:
+        raise ValueError(f"a shared lock needs a 64-byte aligned buffer, got address {addr:#x}")
+    return addr
+
+
+class SharedMutex:
+    """A robust, process-shared ``pthread_mutex_t`` stored in ``buf`` (not recursive).
+
+    Parameters
+    ----------
+    buf : numpy.ndarray, uint8, shape [>= SLOT_BYTES]
+        Memory in a shared region, 64-byte aligned. The array (and so the mapping) is kept alive.
+    create : bool
+        Initialise the mutex (the region's owner, once); other processes pass False to use it.
+    """
+
+    def __init__(self, buf: np.ndarray, create: bool) -> None:
+        self._buf = buf
+        self._ptr = ctypes.c_void_p(_address(buf))
+        if create:
+            attr = ctypes.create_string_buffer(64)
+            _check(_libc.pthread_mutexattr_init(attr), "pthread_mutexattr_init")
+            _check(_libc.pthread_mutexattr_setpshared(attr, _PTHREAD_PROCESS_SHARED), "setpshared")
+            _check(_libc.pthread_mutexattr_setrobust(attr, _PTHREAD_MUTEX_ROBUST), "setrobust")
+            _check(_libc.pthread_mutex_init(self._ptr, attr), "pthread_mutex_init")
+            _libc.pthread_mutexattr_destroy(attr)
+        self.owner_died = 0  # how many times this process recovered the mutex from a dead holder
+
+    def acquire(self) -> bool:
+        """Lock; return True when the previous holder died while holding it (the state may need repair)."""
+        rc = _libc.pthread_mutex_lock(self._ptr)
+        if rc == errno.EOWNERDEAD:
+            _check(_libc.pthread_mutex_consistent(self._ptr), "pthread_mutex_consistent")
+            self.owner_died += 1
+            logger.warning("a process died while holding a replay-store lock; recovering it")
+            return True
+        _check(rc, "pthread_mutex_lock")
+        return False
+
+    def release(self) -> None:
+        _check(_libc.pthread_mutex_unlock(self._ptr), "pthread_mutex_unlock")
+
+    def __enter__(self) -> SharedMutex:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class SharedCondition:
+    """A process-shared condition variable over a `SharedMutex`, with ``threading.Condition``'s API.
+
+    Parameters
+    ----------
+    buf : numpy.ndarray, uint8, shape [>= SLOT_BYTES]
+        Memory in a shared region for the ``pthread_cond_t``, 64-byte aligned.
+    mutex : SharedMutex
+        The mutex the condition is used with (several conditions may share one).
+    create : bool
+        Initialise it (the owner, once).
+    on_owner_died : callable, optional
+        Called (with the mutex held) when locking finds that a holder died: repairs protected state.
+    """
+
+    def __init__(
+        self,
+        buf: np.ndarray,
+        mutex: SharedMutex,
+        create: bool,
+        on_owner_died: Callable[[], None] | None = None,
+    ) -> None:
+        self._buf = buf
+        self._ptr = ctypes.c_void_p(_address(buf))
+        self.mutex = mutex
+        self._on_owner_died = on_owner_died
+        if create:
+            attr = ctypes.create_string_buffer(64)
+            _check(_libc.pthread_condattr_init(attr), "pthread_condattr_init")
+            _check(_libc.pthread_condattr_setpshared(attr, _PTHREAD_PROCESS_SHARED), "setpshared")
+            _check(_libc.pthread_condattr_setclock(attr, _CLOCK_MONOTONIC), "setclock")
+            _check(_libc.pthread_cond_init(self._ptr, attr), "pthread_cond_init")
+            _libc.pthread_condattr_destroy(attr)
+
+    def acquire(self) -> bool:
+        died = self.mutex.acquire()
+        if died and self._on_owner_died is not None:
+            self._on_owner_died()
+        return died
+
+    def release(self) -> None:
+        self.mutex.release()
+
+    def __enter__(self) -> SharedCondition:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for a notification (mutex held); False on timeout. Spurious wake-ups may return True."""
+        wait_s = _MAX_WAIT_S if timeout is None else max(0.0, min(float(timeout), _MAX_WAIT_S))
+        deadline = time.monotonic() + wait_s
+        ts = _Timespec(int(deadline), int((deadline - math.floor(deadline)) * 1e9))
+        rc = _libc.pthread_cond_timedwait(self._ptr, self.mutex._ptr, ctypes.byref(ts))
+        if rc == errno.EOWNERDEAD:
+            _check(_libc.pthread_mutex_consistent(self.mutex._ptr), "pthread_mutex_consistent")
+            if self._on_owner_died is not None:
+                self._on_owner_died()
+            return True
+        if rc == errno.ETIMEDOUT:
+            return timeout is None  # an hour passed without a timeout: report a (spurious) wake-up
+        _check(rc, "pthread_cond_timedwait")
+        return True
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float | None = None) -> bool:
+        """Wait until ``predicate()`` is true (mutex held), at most ``timeout`` seconds; return its value."""
+        end = None if timeout is None else time.monotonic() + timeout
+        result = predicate()
+        while not result:
+            if end is None:
+                self.wait(None)
+            else:
+                left = end - time.monotonic()
+                if left <= 0:
+                    break
+                self.wait(left)
+            result = predicate()
+        return result
+
+    def notify_all(self) -> None:
+        _check(_libc.pthread_cond_broadcast(self._ptr), "pthread_cond_broadcast")
+
+    def notify(self, n: int = 1) -> None:
+        _check(_libc.pthread_cond_signal(self._ptr), "pthread_cond_signal")
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        raise OSError(rc, f"{what} failed: {errno.errorcode.get(rc, rc)}")

@@ -1,0 +1,428 @@
+"""Rate limiters: when inserts and samples may proceed (DESIGN §4), as in Reverb, counted in steps.
+
+Units: an *insert* is one step committed to the store; a *sample* counts the real (unpadded) steps of
+the windows drawn, so ``samples_per_insert`` is the replay ratio per step. The *size* is the number of
+items that can be drawn: ``inserts - deletes``, where a delete is an item overwritten by the ring or
+removed by ``max_times_sampled``.
+
+With ``diff = inserts * samples_per_insert - samples``:
+
+- a sample may proceed when ``size >= min_size`` and ``diff - 1 >= min_diff``;
+- an insert may proceed while ``size + 1 <= min_size`` (filling up), or when
+  ``(inserts + 1) * samples_per_insert - samples <= max_diff``.
+
+A call is admitted when the limiter would admit one step, then charged all its steps (a batch of
+windows, or a writer's chunk), exactly as Reverb admits one item at a time. So no batch or chunk size
+can deadlock the limiter; the ratio holds to within the error buffer plus one call's steps (plus one
+call per concurrent caller).
+
+Blocking calls wait on a condition variable (``threading.Condition`` here; the store passes a
+process-shared one so that actor processes block too) with a deadline, and raise ``TimeoutError``
+saying which side is ahead; they never sleep-poll and never hang past their timeout.
+
+Rejected configurations (``ValueError``), after Reverb's ``rate_limiters.py``: ``min_size < 1``;
+``samples_per_insert`` not finite and > 0; an error buffer narrower than ``2 * max(1,
+samples_per_insert)`` (it could block both sides for good); a ``min_diff`` above ``samples_per_insert *
+min_size`` (deadlock as soon as ``min_size`` steps are in); ``Queue(size < 1)``. The store also rejects
+``min_size`` above its capacity (never reachable). As in Reverb, ``max_diff`` below
+``samples_per_insert * min_size`` only logs a warning (it deadlocks only if nothing samples
+concurrently).
+
+References
+----------
+DeepMind Reverb: ``reverb/rate_limiters.py`` (MinSize, SampleToInsertRatio, Queue) and
+``reverb/cc/rate_limiter.cc`` (CanInsert, CanSample, checkpointed counters).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "MinSize",
+    "Queue",
+    "RateLimiter",
+    "RateLimiterState",
+    "SampleToInsertRatio",
+    "rate_limiter_from_config",
+]
+
+logger = logging.getLogger(__name__)
+
+INSERTS, SAMPLES, DELETES, CANCELLED = 0, 1, 2, 3
+_BIG = sys.float_info.max
+
+
+class RateLimiter:
+    """A rate-limiter configuration: ``samples_per_insert``, ``min_size``, ``min_diff``, ``max_diff``.
+
+    Use `MinSize`, `SampleToInsertRatio` or `Queue`; see the module docstring for the rules.
+    """
+
+    kind = "base"
+
+    def __init__(self, samples_per_insert: float, min_size: int, min_diff: float, max_diff: float) -> None:
+        if isinstance(min_size, bool) or not isinstance(min_size, (int, np.integer)) or min_size < 1:
+            raise ValueError(f"min_size ({min_size!r}) must be a positive integer (steps)")
+        if (
+            not isinstance(samples_per_insert, (int, float))
+            or not math.isfinite(samples_per_insert)
+            or samples_per_insert <= 0
+        ):
+            raise ValueError(f"samples_per_insert must be finite and > 0, got {samples_per_insert!r}")
+        self.samples_per_insert = float(samples_per_insert)
+        self.min_size = int(min_size)
+        self.min_diff = float(min_diff)
+        self.max_diff = float(max_diff)
+
+    def can_insert(self, counts: Sequence[int], n: int = 1) -> bool:
+        """Whether ``n`` more steps may be inserted given ``counts = (inserts, samples, deletes)``."""
+        inserts, samples, deletes = int(counts[0]), int(counts[1]), int(counts[2])
+        if inserts + n - deletes <= self.min_size:
+            return True
+        return (inserts + n) * self.samples_per_insert - samples <= self.max_diff
+
+    def can_sample(self, counts: Sequence[int], n: int = 1) -> bool:
+        """Whether ``n`` more steps may be sampled given ``counts = (inserts, samples, deletes)``."""
+        inserts, samples, deletes = int(counts[0]), int(counts[1]), int(counts[2])
+        if inserts - deletes < self.min_size:
+            return False
+        return inserts * self.samples_per_insert - samples - n >= self.min_diff
+
+    def check_capacity(self, capacity_steps: int) -> None:
+        """Reject a ``min_size`` the store can never hold.
+
+        Raises
+        ------
+        ValueError
+            ``min_size > capacity_steps``.
+        """
+        if self.min_size > capacity_steps:
+            raise ValueError(
+                f"min_size={self.min_size} exceeds capacity_steps={capacity_steps}: sampling could never "
+                "start; lower min_size or raise capacity_steps"
+            )
+
+    def to_config(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "samples_per_insert": self.samples_per_insert,
+            "min_size": self.min_size,
+            "min_diff": self.min_diff,
+            "max_diff": self.max_diff,
+        }
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.to_config() == self.to_config()  # type: ignore[union-attr]
+
+    def __hash__(self) -> int:
+        return hash(tuple(self.to_config().items()))
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(samples_per_insert={self.samples_per_insert}, min_size={self.min_size}, "
+            f"min_diff={self.min_diff}, max_diff={self.max_diff})"
+        )
+
+    # -- messages
+    def explain_sample_block(self, counts: Sequence[int]) -> str:
+        inserts, samples, deletes = (int(c) for c in counts[:3])
+        size = inserts - deletes
+        if size < self.min_size:
+            return (
+                f"the store holds {size} sampleable steps, fewer than min_size={self.min_size}: insert more "
+                "steps (are the writers running?) or lower min_size"
+            )
+        return (
+            f"sampling is ahead of inserting: {samples} steps sampled for {inserts} inserted at "
+            f"samples_per_insert={self.samples_per_insert} (min_diff={self.min_diff}); insert more steps or "
+            "widen error_buffer"
+        )
+
+    def explain_insert_block(self, counts: Sequence[int]) -> str:
+        inserts, samples = int(counts[0]), int(counts[1])
+        return (
+            f"inserting is ahead of sampling: {inserts} steps inserted for {samples} sampled at "
+            f"samples_per_insert={self.samples_per_insert} (max_diff={self.max_diff}); sample more or widen "
+            "error_buffer / the queue size"
+        )
+
+
+class MinSize(RateLimiter):
+    """Block sampling until the store holds ``min_size`` steps; never block inserts.
+
+    Parameters
+    ----------
+    min_size : int
+        Steps, >= 1.
+
+    Raises
+    ------
+    ValueError
+        ``min_size < 1``.
+    """
+
+    kind = "min_size"
+
+    def __init__(self, min_size: int = 1) -> None:
+        super().__init__(1.0, min_size, -_BIG, _BIG)
+
+    def to_config(self) -> dict[str, Any]:
+        return {"kind": self.kind, "min_size": self.min_size}
+
+
+class SampleToInsertRatio(RateLimiter):
+    """Keep ``samples / inserts`` near ``samples_per_insert`` once ``min_size`` steps are in.
+
+    Parameters
+    ----------
+    samples_per_insert : float
+        Sampled steps per inserted step (the replay ratio), finite and > 0.
+    min_size : int
+        Steps before sampling starts, >= 1.
+    error_buffer : float or (float, float)
+        A number: ``diff`` may stray ``error_buffer`` either side of ``samples_per_insert * min_size``;
+        a pair: ``(min_diff, max_diff)`` used as is.
+
+    Raises
+    ------
+    ValueError
+        ``min_size < 1``, a bad ``samples_per_insert``, a range narrower than ``2 * max(1,
+        samples_per_insert)``, or ``min_diff > samples_per_insert * min_size`` (deadlock).
+
+    References
+    ----------
+    Reverb's ``SampleToInsertRatio`` and its validation.
+    """
+
+    kind = "sample_to_insert_ratio"
+
+    def __init__(
+        self, samples_per_insert: float, min_size: int, error_buffer: float | tuple[float, float]
+    ) -> None:
+        if isinstance(error_buffer, (int, float)) and not isinstance(error_buffer, bool):
+            if not math.isfinite(error_buffer) or error_buffer < 0:
+                raise ValueError(f"error_buffer must be finite and >= 0, got {error_buffer!r}")
+            offset = (
+                float(samples_per_insert) * min_size if isinstance(samples_per_insert, (int, float)) else 0.0
+            )
+            min_diff, max_diff = offset - error_buffer, offset + error_buffer
+        elif isinstance(error_buffer, (tuple, list)) and len(error_buffer) == 2:
+            min_diff, max_diff = (float(x) for x in error_buffer)
+        else:
+            raise TypeError(
+                f"error_buffer must be a number or a (min_diff, max_diff) pair, got {error_buffer!r}"
+            )
+        super().__init__(samples_per_insert, min_size, min_diff, max_diff)
+        spi = self.samples_per_insert
+        if max_diff - min_diff < 2 * max(1.0, spi):
+            raise ValueError(
+                f"error_buffer gives the range [{min_diff}, {max_diff}], narrower than 2 * max(1, "
+                f"samples_per_insert) = {2 * max(1.0, spi)}: it could block both inserts and samples for good"
+            )
+        if min_diff > spi * self.min_size:
+            raise ValueError(
+                f"min_diff={min_diff} is above samples_per_insert * min_size = {spi * self.min_size}: "
+                "sampling would deadlock as soon as min_size steps are in"
+            )
+        if max_diff < spi * self.min_size:
+            logger.warning(
+                "max_diff=%s is below samples_per_insert * min_size = %s: unless samples run "
+                "concurrently with inserts this deadlocks once min_size steps are in",
+                max_diff,
+                spi * self.min_size,
+            )
+
+    def to_config(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "samples_per_insert": self.samples_per_insert,
+            "min_size": self.min_size,
+            "error_buffer": [self.min_diff, self.max_diff],
+        }
+
+
+class Queue(RateLimiter):
+    """A queue of ``size`` steps: inserts block when ``size`` unsampled steps wait, samples when none do.
+
+    Use with `replay.selectors.Fifo` and ``max_times_sampled=1`` (and windows of one step) for exact
+    queue semantics.
+
+    Parameters
+    ----------
+    size : int
+        Steps, >= 1.
+
+    Raises
+    ------
+    ValueError
+        ``size < 1``.
+    """
+
+    kind = "queue"
+
+    def __init__(self, size: int) -> None:
+        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+            raise ValueError(f"Queue size must be an int >= 1, got {size!r}")
+        super().__init__(1.0, 1, 0.0, float(size))
+        self.size = int(size)
+
+    def check_capacity(self, capacity_steps: int) -> None:
+        super().check_capacity(capacity_steps)
+        if self.size > capacity_steps:
+            raise ValueError(
+                f"Queue(size={self.size}) exceeds capacity_steps={capacity_steps}: unsampled steps "
+                "would be overwritten"
+            )
+
+    def to_config(self) -> dict[str, Any]:
+        return {"kind": self.kind, "size": self.size}
+
+
+def rate_limiter_from_config(config: dict[str, Any]) -> RateLimiter:
+    """The rate limiter described by ``config`` (from `RateLimiter.to_config`).
+
+    Raises
+    ------
+    ValueError
+        An unknown kind or invalid settings.
+    """
+    config = dict(config)
+    kind = config.pop("kind", None)
+    if kind == "min_size":
+        return MinSize(**config)
+    if kind == "sample_to_insert_ratio":
+        eb = config.pop("error_buffer")
+        return SampleToInsertRatio(error_buffer=tuple(eb) if isinstance(eb, list) else eb, **config)
+    if kind == "queue":
+        return Queue(**config)
+    if kind == "base":
+        return RateLimiter(**config)
+    raise ValueError(f"unknown rate limiter kind {kind!r}")
+
+
+class RateLimiterState:
+    """A rate limiter bound to counters and a condition variable: blocking admission with timeouts.
+
+    Parameters
+    ----------
+    limiter : RateLimiter
+    counters : numpy.ndarray, int64 [4], optional
+        ``[inserts, samples, deletes, cancelled]``; the store passes an array in shared memory. Default
+        a fresh zeroed array.
+    condition : threading.Condition-like, optional
+        Guards ``counters``; the store passes a process-shared one. Default a new
+        ``threading.Condition``.
+
+    Examples
+    --------
+    >>> rl = RateLimiterState(SampleToInsertRatio(2.0, min_size=10, error_buffer=50))
+    >>> rl.await_insert(timeout=1.0); rl.insert(10)
+    >>> rl.await_sample(timeout=1.0); rl.sample(8)
+    """
+
+    def __init__(
+        self, limiter: RateLimiter, counters: np.ndarray | None = None, condition: Any = None
+    ) -> None:
+        self.limiter = limiter
+        self.counters = np.zeros(4, dtype=np.int64) if counters is None else counters
+        self.cond = condition if condition is not None else threading.Condition()
+
+    # -- waiting
+    def _wait(self, predicate: Any, timeout: float | None, explain: Any, what: str) -> None:
+        start = time.monotonic()
+        with self.cond:
+            ok = self.cond.wait_for(lambda: predicate() or self.counters[CANCELLED] != 0, timeout)
+            if self.counters[CANCELLED]:
+                raise ValueError(f"{what}: the store was closed")
+            if not ok:
+                waited = time.monotonic() - start
+                raise TimeoutError(
+                    f"{what} waited {waited:.3g} s (timeout={timeout}): {explain(self.counters)}"
+                )
+
+    def await_insert(self, timeout: float | None) -> None:
+        """Block until one step may be inserted.
+
+        Raises
+        ------
+        TimeoutError
+            Not admitted within ``timeout`` seconds (the message says why).
+        ValueError
+            The limiter was cancelled (the store closed).
+        """
+        self._wait(
+            lambda: self.limiter.can_insert(self.counters),
+            timeout,
+            self.limiter.explain_insert_block,
+            "insert",
+        )
+
+    def await_sample(self, timeout: float | None) -> None:
+        """Block until one step may be sampled.
+
+        Raises
+        ------
+        TimeoutError
+            Not admitted within ``timeout`` seconds: below ``min_size``, or samples ahead of inserts.
+        ValueError
+            The limiter was cancelled (the store closed).
+        """
+        self._wait(
+            lambda: self.limiter.can_sample(self.counters),
+            timeout,
+            self.limiter.explain_sample_block,
+            "sample",
+        )
+
+    # -- counting
+    def _add(self, index: int, n: int) -> None:
+        with self.cond:
+            self.counters[index] += int(n)
+            self.cond.notify_all()
+
+    def insert(self, n: int) -> None:
+        """Count ``n`` inserted steps and wake waiters."""
+        self._add(INSERTS, n)
+
+    def sample(self, n: int) -> None:
+        """Count ``n`` sampled (real) steps and wake waiters."""
+        self._add(SAMPLES, n)
+
+    def delete(self, n: int) -> None:
+        """Count ``n`` deleted items (overwritten or exhausted; negative corrects an over-count)."""
+        self._add(DELETES, n)
+
+    def cancel(self) -> None:
+        """Wake every waiter with ``ValueError`` (the store is closing)."""
+        self._add(CANCELLED, 1)
+
+    @property
+    def size(self) -> int:
+        """Items that can be drawn: inserts - deletes."""
+        return int(self.counters[INSERTS] - self.counters[DELETES])
+
+    def state(self) -> dict[str, int]:
+        """Counters for checkpoints: inserts, samples, deletes."""
+        with self.cond:
+            return {
+                "inserts": int(self.counters[INSERTS]),
+                "samples": int(self.counters[SAMPLES]),
+                "deletes": int(self.counters[DELETES]),
+            }
+
+    def load_state(self, state: dict[str, int]) -> None:
+        """Set the counters from `state` and wake waiters."""
+        with self.cond:
+            self.counters[INSERTS] = int(state["inserts"])
+            self.counters[SAMPLES] = int(state["samples"])
+            self.counters[DELETES] = int(state["deletes"])
+            self.cond.notify_all()

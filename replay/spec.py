@@ -1,0 +1,296 @@
+"""TrajectorySpec: the named fields of one step, with per-step shapes and dtypes (DESIGN §4).
+
+A step is a mapping ``{field name: value}`` with exactly the spec's fields. Validation is strict and
+happens before anything is stored, so a bad step leaves no partial trace:
+
+- a missing or unknown field name raises ``ValueError`` naming it;
+- a value whose shape differs from the field's shape raises ``ValueError`` naming the field (no
+  broadcasting);
+- a numpy array, numpy scalar or torch tensor whose dtype differs from the field's raises
+  ``TypeError`` naming the field and both dtypes (no silent casts). Plain Python scalars are accepted
+  when lossless for the field's kind: ``bool`` for bool fields, ``int`` for integer fields (range
+  checked) and float fields, ``float`` for float fields (rounded to the field's precision, as gym
+  rewards are).
+
+References
+----------
+DeepMind Reverb's signatures (``tf.TensorSpec`` per column); TorchRL's ``TensorSpec`` / ``Composite``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["FieldSpec", "TrajectorySpec"]
+
+_TORCH_TO_NUMPY = {
+    torch.bool: np.dtype(np.bool_),
+    torch.uint8: np.dtype(np.uint8),
+    torch.int8: np.dtype(np.int8),
+    torch.int16: np.dtype(np.int16),
+    torch.int32: np.dtype(np.int32),
+    torch.int64: np.dtype(np.int64),
+    torch.uint16: np.dtype(np.uint16),
+    torch.uint32: np.dtype(np.uint32),
+    torch.uint64: np.dtype(np.uint64),
+    torch.float16: np.dtype(np.float16),
+    torch.float32: np.dtype(np.float32),
+    torch.float64: np.dtype(np.float64),
+    torch.complex64: np.dtype(np.complex64),
+    torch.complex128: np.dtype(np.complex128),
+}
+_NUMPY_TO_TORCH = {v: k for k, v in _TORCH_TO_NUMPY.items()}
+_RESERVED = frozenset({"mask", "keys", "probabilities", "weights", "lengths"})
+
+
+def _parse_dtype(dtype: Any, name: str) -> np.dtype:
+    if isinstance(dtype, torch.dtype):
+        if dtype not in _TORCH_TO_NUMPY:
+            raise TypeError(f"field {name!r}: dtype {dtype} is not supported (it has no numpy equivalent)")
+        return _TORCH_TO_NUMPY[dtype]
+    if isinstance(dtype, str):
+        dtype = dtype.strip().removeprefix("torch.")
+    try:
+        npd = np.dtype(dtype)
+    except TypeError as exc:
+        raise TypeError(f"field {name!r}: unknown dtype {dtype!r}") from exc
+    if npd not in _NUMPY_TO_TORCH:
+        raise TypeError(
+            f"field {name!r}: dtype {npd} is not supported: use bool, (u)int8-64, float16-64 "
+            "or complex64/128 in native byte order"
+        )
+    return npd
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One field of a step.
+
+    Attributes
+    ----------
+    name : str
+    shape : tuple of int
+        Per-step shape (``()`` for scalars).
+    dtype : numpy.dtype
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return _NUMPY_TO_TORCH[self.dtype]
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one step of this field."""
+        return math.prod(self.shape) * self.dtype.itemsize
+
+    def check(self, value: Any, leading: tuple[int, ...] = ()) -> np.ndarray:
+        """Return ``value`` as a numpy array of shape ``leading + shape`` and this dtype, or raise.
+
+        Raises
+        ------
+        TypeError
+            A dtype other than this field's (arrays, tensors, numpy scalars), or a Python scalar of
+            the wrong kind, or an object that is not array-like.
+        ValueError
+            A shape other than ``leading + shape``, or a Python int out of the field's range.
+        """
+        want = leading + self.shape
+        if isinstance(value, torch.Tensor):
+            npd = _TORCH_TO_NUMPY.get(value.dtype)
+            if npd != self.dtype:
+                raise TypeError(
+                    f"field {self.name!r}: expected dtype {self.dtype}, got tensor of {value.dtype}"
+                )
+            arr = value.detach().cpu().numpy()
+        elif isinstance(value, (np.ndarray, np.generic)):
+            if value.dtype != self.dtype:
+                raise TypeError(f"field {self.name!r}: expected dtype {self.dtype}, got {value.dtype}")
+            arr = np.asarray(value)
+        elif isinstance(value, (bool, int, float)) and not leading:
+            arr = self._scalar(value)
+        else:
+            raise TypeError(
+                f"field {self.name!r}: expected a numpy array or torch tensor of {self.dtype} with shape "
+                f"{want}, got {type(value).__name__}"
+            )
+        if arr.shape != want:
+            raise ValueError(f"field {self.name!r}: expected shape {want}, got {arr.shape}")
+        return arr
+
+    def _scalar(self, value: bool | int | float) -> np.ndarray:
+        kind = self.dtype.kind
+        if isinstance(value, bool):
+            ok = kind == "b"
+        elif isinstance(value, int):
+            ok = kind in "iuf"
+            if ok and kind in "iu":
+                info = np.iinfo(self.dtype)
+                if not info.min <= value <= info.max:
+                    raise ValueError(f"field {self.name!r}: {value} is out of range for {self.dtype}")
+        else:
+            ok = kind == "f"
+        if not ok:
+            raise TypeError(
+                f"field {self.name!r}: expected {self.dtype}, got Python {type(value).__name__} {value!r}"
+            )
+        return np.asarray(value, dtype=self.dtype)
+
+
+class TrajectorySpec(Mapping[str, FieldSpec]):
+    """The named fields of a step: name -> (per-step shape, dtype), in a fixed order.
+
+    Parameters
+    ----------
+    fields : mapping of str to (shape, dtype)
+        ``shape`` an int or tuple of ints (``()`` for scalars), ``dtype`` a numpy or torch dtype or its
+        name. Names are non-empty strings other than the batch's own attributes (``mask``, ``keys``,
+        ``probabilities``, ``weights``, ``lengths``).
+
+    Raises
+    ------
+    ValueError
+        No fields, a bad or reserved name, or a negative size.
+    TypeError
+        A malformed entry or an unsupported dtype (bfloat16 has no numpy view).
+
+    Examples
+    --------
+    >>> spec = TrajectorySpec({"obs": ((4,), "float32"), "action": ((), "int64")})
+    >>> spec["obs"].shape, spec.step_bytes
+    ((4,), 24)
+    """
+
+    def __init__(self, fields: Mapping[str, tuple[Any, Any]]) -> None:
+        if not isinstance(fields, Mapping):
+            raise TypeError(
+                f"fields must be a mapping of name -> (shape, dtype), got {type(fields).__name__}"
+            )
+        if not fields:
+            raise ValueError("a TrajectorySpec needs at least one field")
+        parsed: dict[str, FieldSpec] = {}
+        for name, entry in fields.items():
+            if not isinstance(name, str) or not name or not name.isidentifier():
+                raise ValueError(f"field names must be identifiers, got {name!r}")
+            if name in _RESERVED:
+                raise ValueError(f"field name {name!r} is reserved for the batch ({sorted(_RESERVED)})")
+            if not isinstance(entry, (tuple, list)) or len(entry) != 2:
+                raise TypeError(f"field {name!r}: expected (shape, dtype), got {entry!r}")
+            shape, dtype = entry
+            if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+                shape = (int(shape),)
+            if not isinstance(shape, (tuple, list, torch.Size)) or not all(
+                isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in shape
+            ):
+                raise TypeError(f"field {name!r}: shape must be a tuple of ints, got {shape!r}")
+            if any(d < 0 for d in shape):
+                raise ValueError(f"field {name!r}: shape {tuple(shape)} has a negative size")
+            parsed[name] = FieldSpec(name, tuple(int(d) for d in shape), _parse_dtype(dtype, name))
+        self._fields = parsed
+
+    # -- Mapping
+    def __getitem__(self, name: str) -> FieldSpec:
+        return self._fields[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._fields)
+
+    def __len__(self) -> int:
+        return len(self._fields)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TrajectorySpec) and list(self._fields.values()) == list(
+            other._fields.values()
+        )
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._fields.values()))
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{n!r}: ({f.shape}, {f.dtype.name!r})" for n, f in self._fields.items())
+        return f"TrajectorySpec({{{inner}}})"
+
+    @property
+    def step_bytes(self) -> int:
+        """Bytes of one step over all fields."""
+        return sum(f.row_bytes for f in self._fields.values())
+
+    def to_config(self) -> dict[str, list]:
+        """Plain data (JSON-able) that `from_config` turns back into an equal spec."""
+        return {n: [list(f.shape), f.dtype.name] for n, f in self._fields.items()}
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> TrajectorySpec:
+        return cls({n: (tuple(v[0]), v[1]) for n, v in config.items()})
+
+    # -- validation
+    def _names(self, step: Any, what: str) -> None:
+        if not isinstance(step, Mapping):
+            raise TypeError(f"{what} must be a mapping of field name -> value, got {type(step).__name__}")
+        missing = [n for n in self._fields if n not in step]
+        unknown = [n for n in step if n not in self._fields]
+        if missing or unknown:
+            parts = []
+            if missing:
+                parts.append(f"missing field(s) {missing}")
+            if unknown:
+                parts.append(f"unknown field(s) {unknown}")
+            raise ValueError(f"{what}: {' and '.join(parts)}; the spec's fields are {list(self._fields)}")
+
+    def validate_step(self, step: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """Check one step; return its fields as numpy arrays of the spec's shapes and dtypes.
+
+        Parameters
+        ----------
+        step : mapping of str to array-like
+            Every field of the spec, no other; each value of the field's shape and dtype.
+
+        Returns
+        -------
+        dict of str to numpy.ndarray
+            In the spec's field order.
+
+        Raises
+        ------
+        ValueError
+            A missing or unknown field, a wrong shape (the message names the field).
+        TypeError
+            A wrong dtype, a wrong kind of Python scalar, or ``step`` not a mapping.
+        """
+        self._names(step, "step")
+        return {n: f.check(step[n]) for n, f in self._fields.items()}
+
+    def validate_steps(self, steps: Mapping[str, Any]) -> tuple[int, dict[str, np.ndarray]]:
+        """Check columns with a leading time axis ``[T, *shape]``; return ``T`` and the arrays.
+
+        Raises
+        ------
+        ValueError
+            A missing or unknown field, columns of different lengths, a wrong per-step shape.
+        TypeError
+            A wrong dtype or a value that is not an array or tensor.
+        """
+        self._names(steps, "steps")
+        lengths = {}
+        for n in self._fields:
+            v = steps[n]
+            shape = tuple(v.shape) if isinstance(v, (np.ndarray, torch.Tensor)) else None
+            if shape is None or len(shape) < 1:
+                raise TypeError(
+                    f"field {n!r}: extend() takes arrays with a leading time axis [T, ...], "
+                    f"got {type(v).__name__}" + (f" of shape {shape}" if shape is not None else "")
+                )
+            lengths[n] = shape[0]
+        if len(set(lengths.values())) != 1:
+            raise ValueError(f"steps: all fields need the same number of steps T, got {lengths}")
+        t = next(iter(lengths.values()))
+        return t, {n: f.check(steps[n], (t,)) for n, f in self._fields.items()}

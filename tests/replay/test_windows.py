@@ -1,0 +1,131 @@
+"""Windows: exact bounds and contents on hand-made rings (wrap-around, cursor inside an episode)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from replay.windows import gather_windows, reference_gather, window_bounds, window_mask
+
+C = 10  # ring capacity
+
+
+def ring_after(positions_written: int) -> np.ndarray:
+    """A ring of C slots after writing positions 0..positions_written-1; each step's value is its position."""
+    ring = np.full(C, -1, dtype=np.int64)
+    for p in range(positions_written):
+        ring[p % C] = p
+    return ring
+
+
+def windows(anchor, ep_start, ep_end, floor, length, pad, ring):
+    anchor = np.array(anchor)
+    first, n, dst = window_bounds(anchor, np.array(ep_start), np.array(ep_end), floor, length, pad)
+    out = np.empty((len(anchor), length), dtype=ring.dtype)
+    gather_windows(ring, first % C, n, dst, out)
+    return out, window_mask(n, dst, length)
+
+
+def test_tail_windows_stop_at_the_episode_end():
+    ring = ring_after(10)  # episodes [0, 4) and [4, 10)
+    out, mask = windows([1, 4, 8], [0, 4, 4], [4, 10, 10], 0, 4, "tail", ring)
+    assert out.tolist() == [[1, 2, 3, 0], [4, 5, 6, 7], [8, 9, 0, 0]]
+    assert mask.tolist() == [[1, 1, 1, 0], [1, 1, 1, 1], [1, 1, 0, 0]]
+
+
+def test_head_windows_end_at_the_anchor_and_stop_at_the_episode_start():
+    ring = ring_after(10)
+    out, mask = windows([1, 4, 9], [0, 4, 4], [4, 10, 10], 0, 4, "head", ring)
+    assert out.tolist() == [[0, 0, 0, 1], [0, 0, 0, 4], [6, 7, 8, 9]]
+    assert mask.tolist() == [[0, 0, 1, 1], [0, 0, 0, 1], [1, 1, 1, 1]]
+    # the first row: real steps 0 and 1 at the end, padding (zeros) first
+    first, n, dst = window_bounds(np.array([1]), np.array([0]), np.array([4]), 0, 4, "head")
+    assert (first[0], n[0], dst[0]) == (0, 2, 2)
+
+
+def test_windows_across_the_ring_end_after_wrap_around():
+    ring = ring_after(14)  # slots hold positions 10..13 in 0..3 and 4..9 in 4..9; floor = 4
+    # episode [7, 13): slots 7, 8, 9, 0, 1, 2
+    out, mask = windows([7, 8, 12], [7, 7, 7], [13, 13, 13], 4, 5, "tail", ring)
+    assert out.tolist() == [[7, 8, 9, 10, 11], [8, 9, 10, 11, 12], [12, 0, 0, 0, 0]]
+    assert mask.sum(1).tolist() == [5, 5, 1]
+    out, _ = windows([11], [7], [13], 4, 5, "head", ring)
+    assert out.tolist() == [[7, 8, 9, 10, 11]]
+
+
+def test_head_windows_stop_at_the_oldest_stored_step_of_an_overwritten_episode():
+    ring = ring_after(16)  # floor = 6: an episode that began at 2 lost positions 2..5
+    out, mask = windows([8], [2], [12], 6, 5, "head", ring)
+    assert out.tolist() == [[0, 0, 6, 7, 8]] and mask.tolist() == [[0, 0, 1, 1, 1]]
+
+
+def test_windows_stop_at_the_write_cursor_inside_an_open_episode():
+    ring = ring_after(13)
+    # after 13 writes slots 0..2 hold positions 10..12 and slots 3..9 hold 3..9. An open episode began
+    # at 8 and its committed end is the cursor, 13: a tail window from 11 must stop at 12 and never read
+    # slot 3 (position 3, the oldest step of the ring, from another episode).
+    out, mask = windows([11, 12], [8, 8], [13, 13], 3, 4, "tail", ring)
+    assert out.tolist() == [[11, 12, 0, 0], [12, 0, 0, 0]]
+    assert mask.sum(1).tolist() == [2, 1]
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="length"):
+        window_bounds(np.array([0]), np.array([0]), np.array([1]), 0, 0, "tail")
+    with pytest.raises(ValueError, match="pad"):
+        window_bounds(np.array([0]), np.array([0]), np.array([1]), 0, 2, "middle")
+    with pytest.raises(ValueError, match="do not match"):
+        gather_windows(
+            np.zeros((4, 2), np.float32),
+            np.zeros(1, np.int64),
+            np.ones(1, np.int64),
+            np.zeros(1, np.int64),
+            np.zeros((1, 2, 3), np.float32),
+        )
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    capacity=st.integers(1, 30),
+    data=st.data(),
+    shape=st.sampled_from([(), (3,), (2, 3)]),
+    dtype=st.sampled_from([np.uint8, np.float32, np.int64, np.bool_]),
+    length=st.integers(1, 12),
+)
+def test_gather_equals_the_step_by_step_reference(capacity, data, shape, dtype, length):
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    src = (rng.integers(0, 100, size=(capacity, *shape)) % (2 if dtype is np.bool_ else 100)).astype(dtype)
+    b = data.draw(st.integers(1, 8))
+    first = rng.integers(0, capacity, b)
+    n = rng.integers(1, min(length, capacity) + 1, b)
+    dst = np.array([rng.integers(0, length - k + 1) for k in n])
+    out = np.full((b, length, *shape), 7, dtype=dtype)  # garbage: padding must be zeroed
+    gather_windows(src, first, n, dst, out)
+    assert np.array_equal(out, reference_gather(src, first, n, dst, length))
+
+
+@settings(max_examples=80, deadline=None)
+@given(data=st.data())
+def test_bounds_never_cross_the_episode_and_hold_the_anchor(data):
+    length = data.draw(st.integers(1, 20))
+    ep_start = data.draw(st.integers(0, 50))
+    ep_end = ep_start + data.draw(st.integers(1, 40))
+    anchor = data.draw(st.integers(ep_start, ep_end - 1))
+    floor = data.draw(st.integers(0, anchor))
+    for pad in ("tail", "head"):
+        first, n, dst = (
+            x[0]
+            for x in window_bounds(
+                np.array([anchor]), np.array([ep_start]), np.array([ep_end]), floor, length, pad
+            )
+        )
+        assert 1 <= n <= length and 0 <= dst <= length - n
+        assert max(ep_start, floor if pad == "head" else ep_start) <= first and first + n <= ep_end
+        assert first <= anchor < first + n
+        if pad == "tail":
+            assert first == anchor and dst == 0 and n == min(length, ep_end - anchor)
+        else:
+            assert first + n - 1 == anchor and dst + n == length
+            assert n == min(length, anchor - max(ep_start, floor) + 1)
