@@ -119,12 +119,18 @@ def _millions(n: int) -> str:
 @click.option("--seed", default=0, show_default=True)
 @click.option("--data", "data_dir", default=None,
               help="Data folder with gowalla/ (default $GRAPHRL_DATA, else ../shared/data).")
+@click.option("--threads", default=None, type=click.IntRange(min=1),
+              help="Threads for both samplers (numba and DGL's OpenMP); default: every core.")
 @click.option("--output", default=str(RESULTS), show_default=True, type=click.Path(dir_okay=False))
 def main(graphs: str, num_nodes: int, num_edges: int, fanouts: str, batch_size: int, num_batches: int,
-         warmup: int, repeats: int, seed: int, data_dir: str | None, output: str) -> None:
+         warmup: int, repeats: int, seed: int, data_dir: str | None, threads: int | None,
+         output: str) -> None:
     """Sampled edges/s of our NeighborSampler and DGL's CPU NeighborSampler on the same graphs."""
     os.environ.setdefault("GRAPHRL_DATA", str(REPO.parent / "shared" / "data"))
     dgl = import_dgl()
+    threads = threads or os.cpu_count() or 1
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    dgl.utils.set_num_threads(threads)
     fans = [int(k) for k in fanouts.split(",")]
     names = [g.strip() for g in graphs.split(",") if g.strip()]
     unknown = set(names) - {"uniform", "powerlaw", "gowalla"}
@@ -145,7 +151,8 @@ def main(graphs: str, num_nodes: int, num_edges: int, fanouts: str, batch_size: 
         click.echo(f"{label}: max in-degree {int(graph.in_degrees().max()):,}", err=True)
         rows.append(bench_graph(dgl, label, graph, fans, batch_size, num_batches, warmup, repeats, seed))
         del graph
-    click.echo(f"\n{'case':<44} {'ours (M edges/s)':>17} {'dgl (M edges/s)':>16} {'ratio':>6}")
+    click.echo(f"\nthreads: ours {numba.get_num_threads()}, dgl {dgl.utils.get_num_threads()} (OpenMP)")
+    click.echo(f"{'case':<44} {'ours (M edges/s)':>17} {'dgl (M edges/s)':>16} {'ratio':>6}")
     for row in rows:
         click.echo(f"{row['case']:<44} {row['ours'] / 1e6:>17.1f} {row['baseline_value'] / 1e6:>16.1f} "
                    f"{row['ratio']:>6.2f}")
@@ -156,6 +163,7 @@ def main(graphs: str, num_nodes: int, num_edges: int, fanouts: str, batch_size: 
             "torch": torch.__version__.split("+")[0],
             "cuda": torch.version.cuda if torch.cuda.is_available() else None,
             "numba": numba.__version__,
+            "threads": threads,
             "numba_threads": numba.get_num_threads(),
             "numba_threading_layer": numba.threading_layer(),
             "python": platform.python_version(),

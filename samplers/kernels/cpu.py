@@ -9,7 +9,8 @@ independent, so the core keeps many cache misses in flight):
 1. ``_plan_rows``: read each destination's start and degree (minus excluded edges) and size its
    output; a prefix sum gives the output offsets.
 2. ``_choose_rows``: choose positions by arithmetic alone, touching no graph memory: take-all when
-   degree <= fanout, Floyd's algorithm with a 64-bit mask when degree <= 64, Floyd with a scan of the
+   degree <= fanout, Floyd's algorithm with a 64-bit mask when degree <= 64, with a bitmap of the
+   chosen slots up to degree 4096 (emitting set bits word by word sorts them), with a scan of the
    chosen slots (or a small hash set for large fanouts) above; when the fanout exceeds half the
    degree, Floyd draws the positions left out instead. Positions go into the edge-id output array.
 3. ``_gather_edges``: read the chosen edges' sources and edge ids.
@@ -53,7 +54,8 @@ _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _LO32 = np.uint64(0xFFFFFFFF)
 _NO_EXCL = np.empty(0, dtype=np.int64)
-_SCAN_MAX = 64  # Floyd over degree > 64 scans the chosen slots up to this fanout, hashes above
+_BITMAP_MAX = 4096  # Floyd on rows of degree 65..4096 keeps the chosen slots in a bitmap
+_SCAN_MAX = 64  # above 4096, Floyd scans the chosen slots up to this fanout, hashes above
 _INT32_MAX = np.iinfo(np.int32).max
 CHUNK_EDGES = 1 << 16  # sampled edges per chunk of work (a few hundred microseconds)
 _PLAN_CHUNK_ROWS = 1 << 15  # destinations per chunk of the planning pass
@@ -232,6 +234,8 @@ def _choose_rows(dst, row_start, row_deg, row_exlo, row_exhi, out_indptr, fanout
     """Pass 2 over rows [lo, hi): choose CSC positions by arithmetic alone (reads no graph memory)."""
     has_excl = excl.shape[0] > 0
     draws = replace and fanout >= 0
+    bitmap = np.zeros(_BITMAP_MAX // 64, dtype=np.uint64)  # chosen slots of a row; all 0 between rows
+    one = np.uint64(1)
     for i in range(lo, hi):
         o = out_indptr[i]
         c = out_indptr[i + 1] - o
@@ -239,31 +243,55 @@ def _choose_rows(dst, row_start, row_deg, row_exlo, row_exhi, out_indptr, fanout
             continue
         deg = row_deg[i]
         s = row_start[i]
-        v = dst[i]
+        excl_row = has_excl and row_exhi[i] > row_exlo[i]
+        shift = 0 if excl_row else s  # rows with excluded edges choose virtual positions, mapped below
         if c == deg and not draws:
             for j in range(c):
-                pos[o + j] = j
+                pos[o + j] = shift + j
         else:
-            state = _mix(key ^ (np.uint64(v) * _GOLDEN))
+            state = _mix(key ^ (np.uint64(dst[i]) * _GOLDEN))
             if draws:
                 n = np.uint64(deg)
                 for j in range(c):
                     state += _GOLDEN
-                    pos[o + j] = _bounded(_mix(state), n)
+                    pos[o + j] = shift + _bounded(_mix(state), n)
             else:
                 m = c if 2 * c <= deg else deg - c  # Floyd draws what is taken, or what is left out
                 if deg <= 64:
                     mask = _floyd_mask(state, deg, m)
                     if m != c:
-                        full = ~np.uint64(0) if deg == 64 else (np.uint64(1) << np.uint64(deg)) - np.uint64(1)
+                        full = ~np.uint64(0) if deg == 64 else (one << np.uint64(deg)) - one
                         mask = ~mask & full
                     w = o
                     while mask:
-                        pos[w] = _lowest_bit_index(mask)
+                        pos[w] = shift + _lowest_bit_index(mask)
                         w += 1
-                        mask &= mask - np.uint64(1)
+                        mask &= mask - one
+                elif deg <= _BITMAP_MAX:
+                    # Floyd with a bitmap of chosen slots; emitting the set bits word by word sorts them.
+                    for j in range(deg - m, deg):
+                        state += _GOLDEN
+                        t = _bounded(_mix(state), np.uint64(j + 1))
+                        hit = (bitmap[t >> 6] >> np.uint64(t & 63)) & one
+                        t += (j - t) * np.int64(hit)  # t if not yet taken, else j
+                        bitmap[t >> 6] |= one << np.uint64(t & 63)
+                    words = (deg + 63) >> 6
+                    w = o
+                    for q in range(words):
+                        x = bitmap[q]
+                        bitmap[q] = 0
+                        if m != c:
+                            x = ~x
+                            if q == words - 1 and deg & 63:
+                                x &= (one << np.uint64(deg & 63)) - one
+                        while x:
+                            pos[w] = shift + (q << 6) + _lowest_bit_index(x)
+                            w += 1
+                            x &= x - one
                 elif m == c:
                     _floyd_sorted(state, deg, m, pos, o)
+                    for j in range(o, o + c):
+                        pos[j] += shift
                 else:
                     left_out = np.empty(m + 1, dtype=np.int64)
                     _floyd_sorted(state, deg, m, left_out, 0)
@@ -274,25 +302,21 @@ def _choose_rows(dst, row_start, row_deg, row_exlo, row_exhi, out_indptr, fanout
                         if left_out[q] == p:
                             q += 1
                         else:
-                            pos[w] = p
+                            pos[w] = shift + p
                             w += 1
-        if has_excl:
+        if excl_row:
             # Virtual position p over the row's non-excluded positions -> real position:
             # p + #{j : x_j - j <= p}, x_j the row's excluded relative positions (non-decreasing in j).
             x_lo = row_exlo[i]
             x_hi = row_exhi[i]
-            if x_hi > x_lo:
-                q = x_lo
-                for j in range(o, o + c):
-                    p = pos[j]
-                    if draws:
-                        q = x_lo
-                    while q < x_hi and excl[q] - s - (q - x_lo) <= p:
-                        q += 1
-                    pos[j] = s + p + (q - x_lo)
-                continue
-        for j in range(o, o + c):
-            pos[j] += s
+            q = x_lo
+            for j in range(o, o + c):
+                p = pos[j]
+                if draws:
+                    q = x_lo
+                while q < x_hi and excl[q] - s - (q - x_lo) <= p:
+                    q += 1
+                pos[j] = s + p + (q - x_lo)
 
 
 @nb.njit(nogil=True, cache=True)

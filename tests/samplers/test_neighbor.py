@@ -430,9 +430,9 @@ def _star_rows(num_rows: int, degree: int) -> CSCGraph:
     (40, 5, False),     # Floyd with a 64-bit mask
     (20, 15, False),    # mask, complement (Floyd draws the 5 left out)
     (64, 40, False),    # mask at the 64-bit boundary, complement
-    (200, 10, False),   # Floyd with a scan of the chosen slots
-    (150, 100, False),  # d > 64, complement of 50
-    (400, 150, False),  # d > 64, hash set of chosen slots
+    (200, 10, False),   # Floyd with a bitmap of chosen slots
+    (150, 100, False),  # bitmap, complement of 50
+    (400, 150, False),  # bitmap, 150 draws
     (90, 7, True),      # with replacement
 ])
 def test_each_neighbour_is_drawn_equally_often(degree, fanout, replace):
@@ -445,6 +445,23 @@ def test_each_neighbour_is_drawn_equally_often(degree, fanout, replace):
         assert b.num_edges == rows * fanout
         counts += np.bincount(b.edge_ids.numpy() % degree, minlength=degree)
     assert counts.sum() == 3 * rows * fanout
+    assert chisquare(counts).pvalue > 1e-4
+
+
+@pytest.mark.parametrize(("fanout", "path"), [(10, "scan"), (100, "hash"), (3000, "complement")])
+def test_rows_above_4096_in_edges_are_uniform_and_equal_the_reference(fanout, path):
+    degree, rows = 5000, 60
+    graph = _star_rows(rows, degree)
+    sampler = NeighborSampler(graph, [fanout], seed=99)
+    counts = np.zeros(50, dtype=np.int64)  # positions binned by 100
+    for call in range(8):
+        b = sampler.sample(torch.arange(rows))[0]
+        rel = b.edge_ids.numpy() % degree
+        assert np.array_equal(np.sort(rel.reshape(rows, fanout), axis=1), rel.reshape(rows, fanout))
+        assert all(len(set(r)) == fanout for r in rel.reshape(rows, fanout).tolist())
+        counts += np.bincount(rel // 100, minlength=50)
+        if call == 0:
+            assert blocks_equal([b], reference_blocks(graph, np.arange(rows), [fanout], False, 99, 0))
     assert chisquare(counts).pvalue > 1e-4
 
 
