@@ -97,13 +97,13 @@ def window_mask(n: np.ndarray, dst: np.ndarray, length: int, out: np.ndarray | N
 
 
 @nb.njit(cache=True, nogil=True)
-def _gather(src, row_bytes, capacity, first_slot, n, dst, length, out):  # pragma: no cover - numba
+def _gather(src, row_bytes, capacity, first_slot, n, dst, rows, length, out):  # pragma: no cover - numba
     for b in range(first_slot.shape[0]):
         f = first_slot[b]
         k = n[b]
         d = dst[b]
         n1 = min(k, capacity - f)
-        base = b * length * row_bytes
+        base = rows[b] * length * row_bytes
         o = base + d * row_bytes
         out[o : o + n1 * row_bytes] = src[f * row_bytes : (f + n1) * row_bytes]
         if k > n1:
@@ -116,7 +116,12 @@ def _gather(src, row_bytes, capacity, first_slot, n, dst, length, out):  # pragm
 
 
 def gather_windows(
-    src: np.ndarray, first_slot: np.ndarray, n: np.ndarray, dst: np.ndarray, out: np.ndarray
+    src: np.ndarray,
+    first_slot: np.ndarray,
+    n: np.ndarray,
+    dst: np.ndarray,
+    out: np.ndarray,
+    rows: np.ndarray | None = None,
 ) -> np.ndarray:
     """Copy windows out of a ring column into ``out``, zeroing the padding.
 
@@ -128,8 +133,10 @@ def gather_windows(
         Slot of each window's first real step, ``first % C``.
     n, dst : numpy.ndarray, int64 [B]
         From `window_bounds`; ``n <= C``.
-    out : numpy.ndarray, shape [B, L, *field_shape], same dtype, C-contiguous
+    out : numpy.ndarray, shape [R, L, *field_shape], same dtype, C-contiguous
         Filled in place.
+    rows : numpy.ndarray, int64 [B], optional
+        Row of ``out`` for each window (default ``0..B-1``); each ``0 <= row < R``.
 
     Returns
     -------
@@ -145,6 +152,10 @@ def gather_windows(
         raise ValueError(f"gather: src {src.dtype}{src.shape} and out {out.dtype}{out.shape} do not match")
     if not (src.flags.c_contiguous and out.flags.c_contiguous):
         raise ValueError("gather: src and out must be C-contiguous")
+    if rows is None:
+        rows = np.arange(len(first_slot), dtype=np.int64)
+    elif len(rows) and (np.min(rows) < 0 or np.max(rows) >= out.shape[0]):
+        raise ValueError(f"gather: rows must lie in [0, {out.shape[0]})")
     capacity = src.shape[0]
     row_bytes = src.itemsize * (src.size // capacity if capacity else 0)
     flat_src = src.reshape(-1).view(np.uint8)
@@ -156,6 +167,7 @@ def gather_windows(
         np.ascontiguousarray(first_slot, dtype=np.int64),
         np.ascontiguousarray(n, dtype=np.int64),
         np.ascontiguousarray(dst, dtype=np.int64),
+        np.ascontiguousarray(rows, dtype=np.int64),
         out.shape[1],
         flat_out,
     )

@@ -1,0 +1,1014 @@
+"""ReplayStore: shards + selector + rate limiter + writers, the user's entry point (DESIGN §4).
+
+>>> from graphrl.memory import MemoryManager
+>>> from replay import ReplayStore, TrajectorySpec, Prioritized, SampleToInsertRatio
+>>> mm = MemoryManager()
+>>> spec = TrajectorySpec({"obs": ((4,), "float32"), "action": ((), "int64"), "reward": ((), "float32")})
+>>> store = ReplayStore(spec, capacity_steps=100_000, num_shards=4, selector=Prioritized(0.6),
+...                     rate_limiter=SampleToInsertRatio(4.0, min_size=1000, error_buffer=10_000), memory=mm)
+>>> handle = store.handle()   # small and picklable: region names, spec, settings; no step data
+>>> # in an actor process:  with ReplayStore.attach(handle).writer() as w: w.append(step); w.end_episode()
+>>> # in the learner:       batch = store.sample(256, window=64); store.update_priorities(batch.keys, td)
+
+Processes and threads
+---------------------
+The store's owner (the learner process) creates every region; ``handle()`` names them, and
+``ReplayStore.attach(handle)`` in another process (spawn or fork) maps them and can write through
+`writer` with no pickling of step data. Only the owner samples, updates priorities and checkpoints
+(the selector's state lives there); any number of its threads may call `sample` and
+`update_priorities` (they are serialised on the selector, while gathers run outside every lock).
+See `replay.storage` for the commit and sampling protocol and why it needs no sleeps.
+
+Keys
+----
+``batch.keys`` (int64) pack a window's shard (8 bits), its anchor position (39 bits) and the distance
+from its anchor back to its first real step (16 bits). `update_priorities` applies a priority only if
+every step the window touched is still stored; keys of overwritten windows are ignored, never applied
+to the new occupant of the slot (a generation check on absolute positions).
+
+References
+----------
+GEAR (Wang et al., ICML 2023): sharded trajectory tables in shared memory, windows gathered into
+pinned batches. DeepMind Reverb: tables (selectors, rate limiters, max_times_sampled), writers,
+checkpoints. TorchRL: ``ReplayBuffer`` with ``SliceSampler`` (windows within trajectories).
+Schaul et al., "Prioritized Experience Replay", ICLR 2016: importance weights
+``(N * P(i)) ** -beta / max_j w_j``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+import time
+import weakref
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from graphrl.memory import MemoryManager, Region, RegionHandle
+from graphrl.tensors import StagingBuffer, StagingPool
+from replay.rate_limiter import (
+    CANCELLED,
+    DELETES,
+    INSERTS,
+    MinSize,
+    RateLimiter,
+    RateLimiterState,
+    rate_limiter_from_config,
+)
+from replay.selectors import LIVE, Selector, SelectorState, Uniform, check_priorities
+from replay.spec import TrajectorySpec
+from replay.storage import GSEQ, WRITERS, Control, ShardHandle, ShardStorage
+from replay.windows import PADS, gather_windows, window_bounds, window_mask
+from replay.writer import TrajectoryWriter
+
+__all__ = ["Batch", "Episode", "ReplayStore", "StoreHandle", "decode_keys", "encode_keys"]
+
+logger = logging.getLogger(__name__)
+
+SHARD_BITS, BACK_BITS, POS_BITS = 8, 16, 39
+MAX_SHARDS = 1 << SHARD_BITS
+MAX_WINDOW = 1 << BACK_BITS
+_DEFAULT: Any = object()
+_CHUNK_BYTES = 16 * 2**20
+
+
+def encode_keys(shards: np.ndarray, anchors: np.ndarray, back: np.ndarray) -> np.ndarray:
+    """Keys (int64 [B]) of windows: ``anchor << 24 | back << 8 | shard``."""
+    return (
+        (np.asarray(anchors, np.int64) << (SHARD_BITS + BACK_BITS))
+        | (np.asarray(back, np.int64) << SHARD_BITS)
+        | np.asarray(shards, np.int64)
+    )
+
+
+def decode_keys(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(shard, anchor position, back)`` of each key (see `encode_keys`)."""
+    keys = np.asarray(keys, dtype=np.int64)
+    return keys & (MAX_SHARDS - 1), keys >> (SHARD_BITS + BACK_BITS), (keys >> SHARD_BITS) & (MAX_WINDOW - 1)
+
+
+@dataclass(frozen=True)
+class StoreHandle:
+    """What another process needs to attach a store: region names and settings, no step data.
+
+    Picklable (a few hundred bytes); send it to actor processes as an argument or through a queue.
+    """
+
+    spec: tuple[tuple[str, tuple[int, ...], str], ...]
+    capacity: int
+    num_shards: int
+    control: RegionHandle
+    shards: tuple[ShardHandle, ...]
+    rate_limiter: tuple[tuple[str, Any], ...]
+    chunk_steps: int
+    timeout: float | None
+
+    def spec_object(self) -> TrajectorySpec:
+        return TrajectorySpec({n: (shape, dtype) for n, shape, dtype in self.spec})
+
+
+@dataclass
+class Episode:
+    """A live episode (or segment) of one shard, for inspection: `ReplayStore.episodes`.
+
+    Attributes
+    ----------
+    shard : int
+    start : int
+        Absolute position of its oldest stored step.
+    length : int
+        Stored steps.
+    open : bool
+        Its writer has not ended it (more steps may follow).
+    continuation : bool
+        It continues an episode whose earlier part is a separate record (a cut windows do not cross).
+    data : dict of str to numpy.ndarray
+        Copies of its steps ``[length, *field_shape]``.
+    """
+
+    shard: int
+    start: int
+    length: int
+    open: bool
+    continuation: bool
+    data: dict[str, np.ndarray]
+
+
+# ------------------------------------------------------------------------------------------ core
+
+
+class _Core:
+    """State shared by a store's owner and its attached copies: spec, shards, control, commits."""
+
+    def __init__(
+        self,
+        spec: TrajectorySpec,
+        capacity: int,
+        control: Control,
+        shards: list[ShardStorage],
+        limiter: RateLimiter,
+        memory: MemoryManager,
+        owns_memory: bool,
+        chunk_steps: int,
+        timeout: float | None,
+    ) -> None:
+        self.spec = spec
+        self.capacity = capacity
+        self.control = control
+        self.shards = shards
+        self.limiter = limiter
+        self.memory = memory
+        self.owns_memory = owns_memory
+        self.chunk_steps = chunk_steps
+        self.timeout = timeout
+
+    @property
+    def num_shards(self) -> int:
+        return len(self.shards)
+
+    def new_writer_id(self) -> int:
+        with self.control.cond:
+            self.control.ctl[WRITERS] += 1
+            return int(self.control.ctl[WRITERS])
+
+    def commit(
+        self,
+        buffers: Mapping[str, np.ndarray],
+        count: int,
+        episode: tuple[int, int] | None,
+        end: bool,
+        timeout: float | None,
+        writer_id: int,
+    ) -> tuple[int, int]:
+        """Commit ``count`` staged steps (see `replay.storage`); return (shard, record)."""
+        ctl = self.control
+        if count == 0:
+            if episode is None:
+                return -1, -1
+            shard, record = episode
+            with self.shards[shard] as sh:
+                sh.commit(buffers, 0, 0, record, end=True)
+            with ctl.cond:
+                ctl.open[shard] -= 1
+                ctl.cond.notify_all()
+            return shard, record
+        start = time.monotonic()
+        with ctl.cond:
+            ok = ctl.cond.wait_for(lambda: ctl.closed or self.limiter.can_insert(ctl.counters), timeout)
+            if ctl.closed:
+                raise ValueError("the replay store was closed; nothing more can be written")
+            if not ok:
+                raise TimeoutError(
+                    f"insert waited {time.monotonic() - start:.3g} s (timeout={timeout}): "
+                    f"{self.limiter.explain_insert_block(ctl.counters)}; {count} steps stay staged"
+                )
+            if episode is None:
+                shard = ctl.choose_shard(writer_id)
+                if not end:
+                    ctl.open[shard] += 1
+            else:
+                shard = episode[0]
+            ctl.assigned[shard] += count
+            seq_base = int(ctl.ctl[GSEQ])
+            ctl.ctl[GSEQ] += count
+        with self.shards[shard] as sh:
+            record, overwritten = sh.commit(
+                buffers, count, seq_base, None if episode is None else episode[1], end
+            )
+        with ctl.cond:
+            ctl.counters[INSERTS] += count
+            ctl.counters[DELETES] += overwritten
+            if end and episode is not None:
+                ctl.open[shard] -= 1
+            ctl.cond.notify_all()
+        return shard, record
+
+    def live_steps(self) -> int:
+        total = 0
+        for sh in self.shards:
+            with sh:
+                total += sh.live_steps()
+        return total
+
+
+# ------------------------------------------------------------------------------------------ batch
+
+
+def _release_buffer(buffer: StagingBuffer, events: list) -> None:
+    for ev in events:
+        ev.synchronize()
+    if not buffer.released:
+        buffer.release()
+
+
+class Batch(Mapping[str, torch.Tensor]):
+    """Windows drawn by `ReplayStore.sample`: a mapping of field name to tensor ``[B, L, *field_shape]``.
+
+    The tensors view a reusable staging buffer (pinned with CUDA). The buffer returns to its pool on
+    `release`, at the end of a ``with`` block, or when the batch is garbage-collected; keep the batch
+    alive while you use its tensors (or copy them: `to`, ``tensor.clone()``).
+
+    Attributes
+    ----------
+    mask : torch.Tensor, bool [B, L]
+        True for real steps, False for padding (padded values are zero).
+    keys : torch.Tensor, int64 [B]
+        Window keys for `ReplayStore.update_priorities`.
+    probabilities : torch.Tensor, float64 [B]
+        Probability with which each window's anchor was drawn (1.0 for Fifo, Lifo and the heaps).
+    weights : torch.Tensor, float32 [B]
+        Importance weights ``(N * P) ** -beta`` divided by their batch maximum (1 for uniform draws).
+    lengths : torch.Tensor, int64 [B]
+        Real steps of each window.
+    table_size : int
+        N: the number of drawable items when the batch was drawn.
+    """
+
+    def __init__(
+        self,
+        fields: dict[str, torch.Tensor],
+        mask: torch.Tensor,
+        keys: torch.Tensor,
+        probabilities: torch.Tensor,
+        weights: torch.Tensor,
+        lengths: torch.Tensor,
+        table_size: int,
+        buffer: StagingBuffer | None = None,
+    ) -> None:
+        self._fields = fields
+        self.mask = mask
+        self.keys = keys
+        self.probabilities = probabilities
+        self.weights = weights
+        self.lengths = lengths
+        self.table_size = table_size
+        self._buffer = buffer
+        self._events: list = []
+        self._finalizer = weakref.finalize(self, _release_buffer, buffer, self._events) if buffer else None
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self._fields[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._fields)
+
+    def __len__(self) -> int:
+        return len(self._fields)
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.mask.shape[0])
+
+    @property
+    def window(self) -> int:
+        return int(self.mask.shape[1])
+
+    def importance_weights(self, beta: float) -> torch.Tensor:
+        """``(N * P) ** -beta`` normalised by the batch maximum: float32 [B] (Schaul et al., 2016)."""
+        return _weights(self.probabilities.numpy(), self.table_size, beta)
+
+    def release(self) -> None:
+        """Return the staging buffer to its pool (its tensors may then be overwritten); idempotent."""
+        if self._finalizer is not None:
+            self._finalizer()
+
+    @property
+    def released(self) -> bool:
+        return self._finalizer is not None and not self._finalizer.alive
+
+    def __enter__(self) -> Batch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def to(self, device: str | torch.device, non_blocking: bool = True) -> Batch:
+        """A copy of the batch on ``device`` (asynchronous from pinned memory to a GPU).
+
+        The staging buffer is not released before the copy has completed: releasing waits for it.
+        """
+        device = torch.device(device)
+        moved = {n: t.to(device, non_blocking=non_blocking) for n, t in self._fields.items()}
+        out = Batch(
+            moved,
+            self.mask.to(device, non_blocking=non_blocking),
+            self.keys,
+            self.probabilities,
+            self.weights.to(device, non_blocking=non_blocking),
+            self.lengths,
+            self.table_size,
+        )
+        if device.type == "cuda" and non_blocking:
+            ev = torch.cuda.Event()
+            ev.record()
+            self._events.append(ev)
+        return out
+
+    def to_tensordict(self) -> Any:
+        """The batch as a ``tensordict.TensorDict`` of batch size [B] (fields, mask, keys, ...), for TorchRL.
+
+        Raises
+        ------
+        ImportError
+            The ``tensordict`` package is not installed (``pip install tensordict``).
+        """
+        try:
+            from tensordict import TensorDict
+        except ImportError as exc:
+            raise ImportError(
+                "Batch.to_tensordict() needs the 'tensordict' package: pip install tensordict"
+            ) from exc
+        data = dict(self._fields)
+        data.update(
+            mask=self.mask,
+            keys=self.keys,
+            probabilities=self.probabilities,
+            weights=self.weights,
+            lengths=self.lengths,
+        )
+        return TensorDict(data, batch_size=[self.batch_size])
+
+    def __repr__(self) -> str:
+        shapes = ", ".join(f"{n}: {tuple(t.shape)} {t.dtype}" for n, t in self._fields.items())
+        return f"Batch({shapes}; B={self.batch_size}, L={self.window})"
+
+
+def _weights(prob: np.ndarray, n: int, beta: float) -> torch.Tensor:
+    if not math.isfinite(beta) or beta < 0:
+        raise ValueError(f"beta must be finite and >= 0, got {beta}")
+    if prob.size == 0:
+        return torch.zeros(0, dtype=torch.float32)
+    w = (max(n, 1) * prob) ** (-beta)
+    return torch.from_numpy((w / w.max()).astype(np.float32))
+
+
+class _Layout:
+    """Where each field and the mask of a [B, L] batch sit in one staging slot (64-byte aligned)."""
+
+    def __init__(self, spec: TrajectorySpec, batch: int, window: int) -> None:
+        self.batch, self.window = batch, window
+        self.offsets: dict[str, tuple[int, int]] = {}
+        off = 0
+        for name, f in spec.items():
+            nbytes = batch * window * f.row_bytes
+            self.offsets[name] = (off, nbytes)
+            off += -(-nbytes // 64) * 64
+        self.mask_off = off
+        self.nbytes = -(-max(1, off + batch * window) // 64) * 64  # slots stay 64-byte aligned
+
+    def views(self, spec: TrajectorySpec, raw: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        fields = {}
+        for name, f in spec.items():
+            off, nbytes = self.offsets[name]
+            fields[name] = raw[off : off + nbytes].view(f.torch_dtype).view(self.batch, self.window, *f.shape)
+        mask = raw[self.mask_off : self.mask_off + self.batch * self.window].view(torch.bool)
+        return fields, mask.view(self.batch, self.window)
+
+
+# ------------------------------------------------------------------------------------------ store
+
+
+class ReplayStore:
+    """A sharded trajectory replay store in memory-manager regions.
+
+    Parameters
+    ----------
+    spec : TrajectorySpec or mapping
+        The fields of a step (a mapping is passed to `TrajectorySpec`).
+    capacity_steps : int
+        Steps the store holds in all; each of the ``num_shards`` shards holds
+        ``capacity_steps // num_shards`` as a ring (the oldest steps are overwritten).
+    num_shards : int
+        Shards, 1 <= num_shards <= 256. Episodes go whole to one shard; writers spread over shards.
+    selector : Selector
+        `replay.selectors.Uniform` (default), ``Prioritized``, ``Fifo``, ``Lifo``, ``MinHeap``, ``MaxHeap``.
+    rate_limiter : RateLimiter
+        ``MinSize(1)`` by default; ``SampleToInsertRatio`` or ``Queue`` (units: steps).
+    memory : MemoryManager, optional
+        Where every buffer comes from; default a private manager closed with the store.
+    max_times_sampled : int
+        Remove an item (window anchor) after this many draws; 0 (default) never.
+    seed : int, optional
+        Seed of the selector's draws.
+    chunk_steps : int, optional
+        Rows of a writer's private staging buffers (commit granularity of long episodes); default
+        about 16 MiB of steps, at most a shard's capacity.
+    tier : str
+        Tier of the shard regions: ``"shared"`` (default; needed for `handle` / `attach`), ``"host"``
+        or ``"pinned"``.
+    timeout : float or None
+        Default seconds that `sample` and writer commits wait (rate limiter, staging); None forever.
+    staging_slots : int
+        Batches that may be held at once per batch shape (`graphrl.tensors.StagingPool` slots).
+
+    Raises
+    ------
+    ValueError
+        Bad sizes (capacity below the shard count, more than 256 shards), a rate limiter that could
+        never admit a sample at this capacity, or a bad tier.
+    TypeError
+        A spec, selector or rate limiter of the wrong type.
+    MemoryBudgetError
+        The regions do not fit the memory manager's budget.
+    """
+
+    def __init__(
+        self,
+        spec: TrajectorySpec | Mapping[str, Any],
+        capacity_steps: int,
+        num_shards: int = 1,
+        selector: Selector | None = None,
+        rate_limiter: RateLimiter | None = None,
+        memory: MemoryManager | None = None,
+        *,
+        max_times_sampled: int = 0,
+        seed: int | None = None,
+        chunk_steps: int | None = None,
+        tier: str = "shared",
+        timeout: float | None = 60.0,
+        staging_slots: int = 4,
+    ) -> None:
+        spec = spec if isinstance(spec, TrajectorySpec) else TrajectorySpec(spec)
+        for name, value in (("capacity_steps", capacity_steps), ("num_shards", num_shards)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+        if not 1 <= num_shards <= MAX_SHARDS:
+            raise ValueError(f"num_shards must be in [1, {MAX_SHARDS}], got {num_shards}")
+        if capacity_steps < num_shards:
+            raise ValueError(
+                f"capacity_steps={capacity_steps} must be >= num_shards={num_shards} (>= 1 step a shard)"
+            )
+        selector = Uniform() if selector is None else selector
+        if not isinstance(selector, Selector):
+            raise TypeError(f"selector must be a replay.selectors.Selector, got {type(selector).__name__}")
+        rate_limiter = MinSize(1) if rate_limiter is None else rate_limiter
+        if not isinstance(rate_limiter, RateLimiter):
+            raise TypeError(
+                f"rate_limiter must be a replay.rate_limiter.RateLimiter, got {type(rate_limiter).__name__}"
+            )
+        capacity = int(capacity_steps) // int(num_shards)
+        rate_limiter.check_capacity(capacity * int(num_shards))
+        if timeout is not None and timeout < 0:
+            raise ValueError(f"timeout must be >= 0 seconds or None, got {timeout}")
+        chunk = self._chunk(spec, capacity, chunk_steps)
+        self._owns_memory = memory is None
+        memory = MemoryManager() if memory is None else memory
+        fallback = ("host",) if tier == "pinned" else ()
+        shards: list[ShardStorage] = []
+        control = None
+        self._selector_regions: list[Region] = []
+        try:
+            control = Control.create(memory, int(num_shards), tier, fallback)
+            for i in range(int(num_shards)):
+                shards.append(ShardStorage.create(memory, i, spec, capacity, tier, fallback))
+            self._core = _Core(
+                spec, capacity, control, shards, rate_limiter, memory, self._owns_memory, chunk, timeout
+            )
+            self._selector = SelectorState(
+                selector, int(num_shards), capacity, max_times_sampled, seed, alloc=self._alloc
+            )
+        except BaseException:
+            for sh in shards:
+                sh.free()
+            if control is not None:
+                control.free()
+            for r in self._selector_regions:
+                r.free()
+            if self._owns_memory:
+                memory.close()
+            raise
+        self._owner = True
+        self._owner_pid = os.getpid()
+        self.selector = selector
+        self.rate_limiter = rate_limiter
+        self.max_times_sampled = int(max_times_sampled)
+        self._limiter = RateLimiterState(rate_limiter, control.counters, control.cond)
+        self._ingested = np.zeros(int(num_shards), dtype=np.int64)
+        self._sel_lock = threading.Lock()
+        self._pools: dict[tuple[int, int], tuple[StagingPool, _Layout]] = {}
+        self._staging_slots = int(staging_slots)
+        self._closed = False
+
+    def _alloc(self, shape: tuple[int, ...], dtype: Any, name: str) -> np.ndarray:
+        region = self._core.memory.allocate(shape, dtype, "host", owner="replay.selector")
+        self._selector_regions.append(region)
+        arr = region.numpy()
+        arr[...] = 0
+        return arr
+
+    @staticmethod
+    def _chunk(spec: TrajectorySpec, capacity: int, chunk_steps: int | None) -> int:
+        if chunk_steps is None:
+            return max(1, min(capacity, _CHUNK_BYTES // max(1, spec.step_bytes)))
+        if isinstance(chunk_steps, bool) or not isinstance(chunk_steps, (int, np.integer)) or chunk_steps < 1:
+            raise ValueError(f"chunk_steps must be an int >= 1, got {chunk_steps!r}")
+        return min(int(chunk_steps), capacity)
+
+    # -- properties
+    @property
+    def spec(self) -> TrajectorySpec:
+        return self._core.spec
+
+    @property
+    def num_shards(self) -> int:
+        return self._core.num_shards
+
+    @property
+    def shard_capacity(self) -> int:
+        """Steps per shard ring."""
+        return self._core.capacity
+
+    @property
+    def capacity_steps(self) -> int:
+        return self._core.capacity * self._core.num_shards
+
+    @property
+    def memory(self) -> MemoryManager:
+        return self._core.memory
+
+    def __len__(self) -> int:
+        """Live steps stored, over all shards (at most ``capacity_steps``)."""
+        self._check_open()
+        return self._core.live_steps()
+
+    def counters(self) -> dict[str, int]:
+        """Rate-limiter counters: ``inserts``, ``samples`` (steps) and ``deletes`` (items)."""
+        return self._limiter.state()
+
+    def __repr__(self) -> str:
+        role = "owner" if self._owner else "attached"
+        return (
+            f"ReplayStore({role}, shards={self.num_shards}, shard_capacity={self.shard_capacity}, "
+            f"fields={list(self.spec)})"
+        )
+
+    # -- processes
+    def handle(self) -> StoreHandle:
+        """The picklable handle `attach` takes in another process (region names and settings only).
+
+        Raises
+        ------
+        ValueError
+            The store's regions are not on the shared tier.
+        """
+        self._check_open()
+        try:
+            shards = tuple(sh.handle() for sh in self._core.shards)
+            control = self._core.control.region.handle()
+        except ValueError as exc:
+            raise ValueError(
+                f"handle() needs a store on the shared tier (ReplayStore(..., tier='shared')): {exc}"
+            ) from exc
+        spec = tuple((n, f.shape, f.dtype.name) for n, f in self.spec.items())
+        return StoreHandle(
+            spec,
+            self._core.capacity,
+            self.num_shards,
+            control,
+            shards,
+            tuple(self.rate_limiter.to_config().items()),
+            self._core.chunk_steps,
+            self._core.timeout,
+        )
+
+    @classmethod
+    def attach(cls, handle: StoreHandle, memory: MemoryManager | None = None) -> ReplayStore:
+        """Map a store made by another process; the result can write (`writer`) and count (``len``).
+
+        Parameters
+        ----------
+        handle : StoreHandle
+            From the owner's `handle`.
+        memory : MemoryManager, optional
+            For the writers' staging buffers and the mappings; default a private one.
+
+        Raises
+        ------
+        FileNotFoundError
+            The owner has closed the store (its regions are gone).
+        """
+        owns = memory is None
+        memory = MemoryManager() if memory is None else memory
+        try:
+            spec = handle.spec_object()
+            control = Control(memory.attach(handle.control), handle.num_shards, create=False)
+            shards = [
+                ShardStorage.attach(memory, i, spec, handle.capacity, h) for i, h in enumerate(handle.shards)
+            ]
+        except BaseException:
+            if owns:
+                memory.close()
+            raise
+        limiter = rate_limiter_from_config(dict(handle.rate_limiter))
+        self = cls.__new__(cls)
+        self._core = _Core(
+            spec, handle.capacity, control, shards, limiter, memory, owns, handle.chunk_steps, handle.timeout
+        )
+        self._owns_memory = owns
+        self._owner = False
+        self._owner_pid = None
+        self.selector = None
+        self.rate_limiter = limiter
+        self.max_times_sampled = 0
+        self._limiter = RateLimiterState(limiter, control.counters, control.cond)
+        self._pools = {}
+        self._selector_regions = []
+        self._closed = False
+        return self
+
+    def writer(self, chunk_steps: int | None = None, timeout: float | None = _DEFAULT) -> TrajectoryWriter:
+        """A new `TrajectoryWriter` (use one per thread or process).
+
+        Parameters
+        ----------
+        chunk_steps : int, optional
+            Staging rows (default the store's ``chunk_steps``), capped at the shard capacity.
+        timeout : float or None, optional
+            Seconds a commit waits for the rate limiter; default the store's ``timeout``.
+        """
+        self._check_open()
+        chunk = (
+            self._core.chunk_steps
+            if chunk_steps is None
+            else self._chunk(self.spec, self._core.capacity, chunk_steps)
+        )
+        return TrajectoryWriter(self._core, chunk, self._core.timeout if timeout is _DEFAULT else timeout)
+
+    # -- sampling
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("this ReplayStore is closed")
+
+    def _check_owner(self, what: str) -> None:
+        self._check_open()
+        if not self._owner or os.getpid() != self._owner_pid:
+            raise ValueError(
+                f"{what}() runs in the store's owning process; this store was attached by handle and "
+                "can only write (store.writer()) and count (len(store))"
+            )
+
+    def _ingest(self, s: int) -> int:
+        """Add shard s's new steps to the selector (shard lock held); return replaced exhausted items."""
+        sh = self._core.shards[s]
+        wp = sh.write_pos
+        ing = int(self._ingested[s])
+        if wp == ing:
+            return 0
+        lo = max(ing, wp - sh.capacity)
+        slots = np.arange(lo, wp, dtype=np.int64) % sh.capacity
+        valid = sh.steps[slots, 0] >= 0
+        replaced = self._selector.insert(s, slots, sh.steps[slots, 1], valid)
+        self._ingested[s] = wp
+        return replaced
+
+    def _pool(self, batch: int, window: int) -> tuple[StagingPool, _Layout]:
+        key = (batch, window)
+        entry = self._pools.get(key)
+        if entry is None:
+            layout = _Layout(self.spec, batch, window)
+            pool = StagingPool(
+                self._core.memory,
+                (layout.nbytes,),
+                torch.uint8,
+                slots=self._staging_slots,
+                tier="pinned",
+                fallback=("host",),
+                owner="replay.staging",
+                timeout=self._core.timeout,
+            )
+            if len(self._pools) >= 4:  # keep a few shapes; older pools close (held buffers stay valid)
+                old = next(iter(self._pools))
+                self._pools.pop(old)[0].close()
+            entry = self._pools[key] = (pool, layout)
+        return entry
+
+    def sample(
+        self,
+        batch_size: int,
+        window: int = 1,
+        pad: str = "tail",
+        timeout: float | None = _DEFAULT,
+        beta: float = 1.0,
+    ) -> Batch:
+        """Draw ``batch_size`` windows of ``window`` steps, as from one table over all shards.
+
+        Parameters
+        ----------
+        batch_size : int
+            B >= 1.
+        window : int
+            L, 1 <= L <= 65536. Windows anchor at the drawn step (see `replay.windows`); they never
+            cross an episode boundary, and shorter ones are padded (zeros) and masked.
+        pad : "tail" or "head"
+            Tail: the window starts at the anchor. Head: it ends at the anchor.
+        timeout : float or None, optional
+            Seconds to wait for the rate limiter and a staging buffer; default the store's ``timeout``.
+        beta : float
+            Importance-weight exponent (PER's beta, >= 0).
+
+        Returns
+        -------
+        Batch
+            ``batch[field]``: ``[B, L, *field_shape]``; ``mask`` bool [B, L]; ``keys`` int64 [B];
+            ``probabilities`` float64 [B]; ``weights`` float32 [B].
+
+        Raises
+        ------
+        TimeoutError
+            The store held fewer than ``min_size`` steps, or sampling was ahead of inserting, for
+            ``timeout`` seconds (the message says which); or every staging slot stayed held.
+        ValueError
+            Bad arguments; a closed store; a store attached by handle (only the owner samples).
+        """
+        self._check_owner("sample")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        if (
+            isinstance(window, bool)
+            or not isinstance(window, (int, np.integer))
+            or not 1 <= window <= MAX_WINDOW
+        ):
+            raise ValueError(f"window must be an int in [1, {MAX_WINDOW}], got {window!r}")
+        if pad not in PADS:
+            raise ValueError(f"pad must be 'tail' or 'head', got {pad!r}")
+        if not math.isfinite(beta) or beta < 0:
+            raise ValueError(f"beta must be finite and >= 0, got {beta}")
+        timeout = self._core.timeout if timeout is _DEFAULT else timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
+
+        def left() -> float | None:
+            return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+        b, length = int(batch_size), int(window)
+        pool, layout = self._pool(b, length)
+        buf = pool.acquire(timeout=left())
+        try:
+            fields, mask = layout.views(self.spec, buf.tensor)
+            outs = {n: t.numpy() for n, t in fields.items()}
+            meta = {k: np.zeros(b, dtype=np.int64) for k in ("shard", "anchor", "first", "n", "dst")}
+            prob = np.zeros(b)
+            done = 0
+            table_size = 0
+            while done < b:
+                self._limiter.await_sample(left())
+                got, table_size = self._draw(b - done, length, pad, done, meta, prob)
+                if got == 0:
+                    continue
+                rows = np.arange(done, done + got)
+                stale = self._gather(rows, meta, outs)
+                kept = got - int(stale.sum())
+                if kept < got:  # windows overwritten during the copy: compact the good rows, redraw the rest
+                    good = rows[~stale]
+                    for arr in outs.values():
+                        arr[done : done + kept] = arr[good]
+                    for v in meta.values():
+                        v[done : done + kept] = v[good]
+                    prob[done : done + kept] = prob[good]
+                done += kept
+            window_mask(meta["n"], meta["dst"], length, out=mask.numpy())
+            keys = encode_keys(meta["shard"], meta["anchor"], meta["anchor"] - meta["first"])
+            self._limiter.sample(int(meta["n"].sum()))
+            weights = (
+                _weights(prob, table_size, beta)
+                if self.selector.prioritized
+                else torch.ones(b, dtype=torch.float32)
+            )
+            return Batch(
+                fields,
+                mask,
+                torch.from_numpy(keys),
+                torch.from_numpy(prob),
+                weights,
+                torch.from_numpy(meta["n"].copy()),
+                table_size,
+                buf,
+            )
+        except BaseException:
+            buf.release()
+            raise
+
+    def _draw(
+        self, k: int, length: int, pad: str, row0: int, meta: dict[str, np.ndarray], prob: np.ndarray
+    ) -> tuple[int, int]:
+        """Draw up to k anchors under every shard lock and compute their windows into rows row0..."""
+        shards = self._core.shards
+        with self._sel_lock:
+            corrections = 0
+            for s, sh in enumerate(shards):  # most of the new steps, one shard locked at a time
+                with sh:
+                    corrections += self._ingest(s)
+            for sh in shards:
+                sh.acquire()
+            try:
+                for s in range(len(shards)):
+                    corrections += self._ingest(s)
+                sh_idx, slots, p, removed = self._selector.sample(k)
+                got = len(sh_idx)
+                table_size = self._selector.live_count() + removed
+                rows = slice(row0, row0 + got)
+                meta["shard"][rows] = sh_idx
+                prob[rows] = p
+                for s in np.unique(sh_idx):
+                    sel = np.flatnonzero(sh_idx == s) + row0
+                    sh = shards[int(s)]
+                    anchors = sh.position_of(slots[sel - row0])
+                    ep_start, ep_end = sh.episode_bounds(anchors)
+                    first, n, dst = window_bounds(anchors, ep_start, ep_end, sh.floor, length, pad)
+                    meta["anchor"][sel], meta["first"][sel], meta["n"][sel], meta["dst"][sel] = (
+                        anchors,
+                        first,
+                        n,
+                        dst,
+                    )
+            finally:
+                for sh in reversed(shards):
+                    sh.release()
+        if removed or corrections:
+            self._limiter.delete(removed - corrections)
+        return got, table_size
+
+    def _gather(
+        self, rows: np.ndarray, meta: dict[str, np.ndarray], outs: dict[str, np.ndarray]
+    ) -> np.ndarray:
+        """Copy the windows of ``rows`` (no lock held); return which were overwritten meanwhile (bool)."""
+        shard = meta["shard"][rows]
+        cap = self._core.capacity
+        for s in np.unique(shard):
+            sel = rows[shard == s]
+            sh = self._core.shards[int(s)]
+            for name, ring in sh.columns.items():
+                gather_windows(
+                    ring, meta["first"][sel] % cap, meta["n"][sel], meta["dst"][sel], outs[name], rows=sel
+                )
+        stale = np.zeros(len(rows), dtype=bool)
+        for s in np.unique(shard):
+            sh = self._core.shards[int(s)]
+            with sh:
+                floor = sh.floor
+            stale |= (shard == s) & (meta["first"][rows] < floor)
+        return stale
+
+    # -- priorities
+    def update_priorities(self, keys: Any, priorities: Any) -> int:
+        """Set the priorities of the windows' anchors named by ``keys``; stale keys are ignored.
+
+        Parameters
+        ----------
+        keys : torch.Tensor or array, int64 [K]
+            From ``batch.keys``.
+        priorities : torch.Tensor or array, float [K]
+            Finite and >= 0. For repeated keys the last value wins.
+
+        Returns
+        -------
+        int
+            How many updates were applied (the others named windows overwritten, or items removed by
+            ``max_times_sampled``, since they were sampled).
+
+        Raises
+        ------
+        ValueError
+            NaN, infinite or negative priorities, a length mismatch, or a key naming a shard the
+            store does not have ("shard 7"); nothing is changed. Also a store attached by handle.
+        """
+        self._check_owner("update_priorities")
+        k = np.asarray(keys.detach().cpu().numpy() if isinstance(keys, torch.Tensor) else keys).reshape(-1)
+        if k.size and k.dtype.kind not in "iu":
+            raise TypeError(f"keys must be integers (batch.keys), got {k.dtype}")
+        k = k.astype(np.int64)
+        p = check_priorities(priorities, k.size)
+        shard, anchor, back = decode_keys(k)
+        bad = (shard >= self.num_shards) | (k < 0)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ValueError(
+                f"key {int(k[i])} names shard {int(shard[i])}, but the store has shards "
+                f"0..{self.num_shards - 1}; nothing was changed"
+            )
+        applied = corrections = 0
+        cap = self._core.capacity
+        with self._sel_lock:
+            for s in np.unique(shard):
+                s = int(s)
+                sel = np.flatnonzero(shard == s)
+                sh = self._core.shards[s]
+                with sh:
+                    corrections += self._ingest(s)
+                    floor = sh.floor
+                slots = anchor[sel] % cap
+                ok = (anchor[sel] - back[sel] >= floor) & (anchor[sel] < self._ingested[s])
+                ok &= self._selector.state[s, slots] == LIVE
+                self._selector.update(s, slots[ok], p[sel][ok])
+                applied += int(ok.sum())
+        if corrections:
+            self._limiter.delete(-corrections)
+        return applied
+
+    # -- inspection
+    def episodes(self, shard: int | None = None) -> list[Episode]:
+        """Copies of the live episodes (segments) of one shard or all, oldest first per shard."""
+        self._check_open()
+        out = []
+        shards = range(self.num_shards) if shard is None else [shard]
+        for s in shards:
+            sh = self._core.shards[s]
+            with sh:
+                for rec in sh.live_records():
+                    start, n, flags = int(rec[1]), int(rec[2]), int(rec[3])
+                    slots = np.arange(start, start + n) % sh.capacity
+                    data = {name: ring[slots].copy() for name, ring in sh.columns.items()}
+                    out.append(Episode(s, start, n, bool(flags & 1), bool(flags & 2), data))
+        return out
+
+    # -- checkpoints
+    def checkpoint(self, path: str | os.PathLike[str]) -> str:
+        """Write a checkpoint under ``path`` atomically (see `replay.checkpoint`); return its folder."""
+        from replay.checkpoint import save
+
+        self._check_owner("checkpoint")
+        return save(self, path)
+
+    @classmethod
+    def restore(
+        cls, path: str | os.PathLike[str], memory: MemoryManager | None = None, **kwargs: Any
+    ) -> ReplayStore:
+        """A new store holding the latest complete checkpoint under ``path`` (see `replay.checkpoint`)."""
+        from replay.checkpoint import load
+
+        return load(path, memory=memory, **kwargs)
+
+    # -- lifetime
+    def close(self) -> None:
+        """Wake every waiter (they raise ``ValueError``); free (owner) or unmap (attached) the regions."""
+        if self._closed:
+            return
+        self._closed = True
+        core = self._core
+        if self._owner:
+            with core.control.cond:
+                core.control.counters[CANCELLED] = 1
+                core.control.cond.notify_all()
+            for pool, _ in self._pools.values():
+                pool.close()
+            self._pools.clear()
+            for r in self._selector_regions:
+                if not r.freed:
+                    r.free()
+        if core.owns_memory:
+            core.memory.close()
+        else:
+            for sh in core.shards:
+                sh.free()
+            core.control.free()
+
+    def __enter__(self) -> ReplayStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,206 @@
+"""TrajectoryWriter: append steps (or whole trajectories) of episodes to a replay store, from any process.
+
+A writer validates each step against the store's `replay.spec.TrajectorySpec` (a bad step raises
+and stores nothing), stages steps in private buffers of ``chunk_steps`` rows, and commits them to a
+shard when the episode ends or the buffers fill (see `replay.storage` for the commit protocol). So:
+
+- ``extend(steps)`` with columns ``[T, ...]`` gives exactly the same store contents as T ``append``
+  calls (same commits, same chunk boundaries);
+- steps become visible to samplers when committed: at ``end_episode()``, or ``chunk_steps`` at a time
+  for long episodes (each chunk extends the episode when nothing else was committed to its shard in
+  between; otherwise the episode continues in a new segment and windows do not cross the cut);
+- a writer that never calls ``end_episode`` uses bounded memory: its buffers hold at most
+  ``chunk_steps`` steps, and the shard's ring overwrites the oldest steps of the endless episode.
+
+Commits wait for the rate limiter (``timeout`` seconds, then ``TimeoutError`` with the steps still
+staged, so calling ``end_episode`` again retries). As a context manager the writer ends the open
+episode when the block exits normally; after an exception, staged steps are dropped.
+
+References
+----------
+DeepMind Reverb's ``TrajectoryWriter`` (append, end_episode, chunking, flush on exit); TorchRL's
+``Writer`` / ``extend``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from replay.store import _Core
+
+__all__ = ["TrajectoryWriter"]
+
+logger = logging.getLogger(__name__)
+
+
+class TrajectoryWriter:
+    """Writes episodes to a store; get one with `replay.store.ReplayStore.writer`.
+
+    Parameters
+    ----------
+    core : replay.store._Core
+        The store's shared state (made by the store).
+    chunk_steps : int
+        Rows of the private staging buffers, 1 <= chunk_steps <= the shard capacity.
+    timeout : float or None
+        Seconds a commit waits for the rate limiter; None waits forever.
+
+    Attributes
+    ----------
+    pending : int
+        Steps staged, not yet committed.
+    steps_written : int
+        Steps committed by this writer.
+    episodes_written : int
+        Episodes ended by this writer.
+    """
+
+    def __init__(self, core: _Core, chunk_steps: int, timeout: float | None) -> None:
+        self._core = core
+        self.spec = core.spec
+        self.chunk_steps = int(chunk_steps)
+        self.timeout = timeout
+        self._regions = []
+        self._buffers: dict[str, np.ndarray] = {}
+        try:
+            for name, f in self.spec.items():
+                region = core.memory.allocate(
+                    (self.chunk_steps, *f.shape), f.dtype, "host", owner="replay.writer"
+                )
+                self._regions.append(region)
+                self._buffers[name] = region.numpy()
+        except BaseException:
+            self._free()
+            raise
+        self.pending = 0
+        self._episode: tuple[int, int] | None = None  # (shard, record) of the episode open in the store
+        self.steps_written = 0
+        self.episodes_written = 0
+        self.writer_id = core.new_writer_id()
+        self._closed = False
+
+    # -- writing
+    def append(self, step: Mapping[str, Any]) -> None:
+        """Add one step to the current episode.
+
+        Parameters
+        ----------
+        step : mapping of field name to value
+            Every field of the spec, each of the field's per-step shape and dtype.
+
+        Raises
+        ------
+        ValueError
+            A missing or unknown field or a wrong shape (naming the field); the step is not stored.
+            Also a closed writer or store.
+        TypeError
+            A wrong dtype (naming the field); the step is not stored.
+        TimeoutError
+            The buffers were full and the commit waited ``timeout`` seconds for the rate limiter.
+        """
+        self._check_open()
+        values = self.spec.validate_step(step)
+        if self.pending == self.chunk_steps:
+            self._commit(end=False)
+        row = self.pending
+        for name, v in values.items():
+            self._buffers[name][row] = v
+        self.pending += 1
+
+    def extend(self, steps: Mapping[str, Any]) -> None:
+        """Add T steps given as columns with a leading time axis ``[T, *field_shape]``: same as T appends.
+
+        Raises
+        ------
+        ValueError, TypeError
+            As `append`, for any column (nothing of the call is stored).
+        TimeoutError
+            A commit waited ``timeout`` seconds for the rate limiter (the steps up to it are staged or
+            committed; the rest are not).
+        """
+        self._check_open()
+        t, cols = self.spec.validate_steps(steps)
+        done = 0
+        while done < t:
+            if self.pending == self.chunk_steps:
+                self._commit(end=False)
+            k = min(self.chunk_steps - self.pending, t - done)
+            for name, col in cols.items():
+                self._buffers[name][self.pending : self.pending + k] = col[done : done + k]
+            self.pending += k
+            done += k
+
+    def end_episode(self) -> None:
+        """Commit the staged steps and close the episode; the next step starts a new one.
+
+        Raises
+        ------
+        TimeoutError
+            The rate limiter did not admit the commit within ``timeout`` (steps stay staged; retry).
+        ValueError
+            The writer or the store is closed.
+        """
+        self._check_open()
+        if self.pending or self._episode is not None:
+            self._commit(end=True)
+            self.episodes_written += 1
+
+    def flush(self) -> None:
+        """Commit the staged steps now, keeping the episode open (they become sampleable)."""
+        self._check_open()
+        if self.pending:
+            self._commit(end=False)
+
+    def _commit(self, end: bool) -> None:
+        count = self.pending
+        shard, record = self._core.commit(
+            self._buffers, count, self._episode, end, self.timeout, self.writer_id
+        )
+        self.steps_written += count
+        self.pending = 0
+        self._episode = None if end else (shard, record)
+
+    # -- lifetime
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("this TrajectoryWriter is closed")
+
+    def close(self) -> None:
+        """Drop staged steps, close the open episode in the store (best effort) and free the buffers."""
+        if self._closed:
+            return
+        self.pending = 0
+        if self._episode is not None:
+            try:
+                self._core.commit(self._buffers, 0, self._episode, True, 0.0, self.writer_id)
+            except (TimeoutError, ValueError) as exc:
+                logger.debug("could not close the open episode: %s", exc)
+            self._episode = None
+        self._closed = True
+        self._free()
+
+    def _free(self) -> None:
+        for r in self._regions:
+            if not r.freed:
+                r.free()
+        self._regions = []
+        self._buffers = {}
+
+    def __enter__(self) -> TrajectoryWriter:
+        return self
+
+    def __exit__(self, exc_type: Any, *exc: object) -> None:
+        try:
+            if exc_type is None and not self._closed:
+                self.end_episode()
+        finally:
+            self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"pending={self.pending}"
+        return f"TrajectoryWriter(id={self.writer_id}, {state}, steps_written={self.steps_written})"
