@@ -167,6 +167,8 @@ def main(graphs: str, num_nodes: int, num_edges: int, fanouts: str, batch_size: 
             "numba_threads": numba.get_num_threads(),
             "numba_threading_layer": numba.threading_layer(),
             "python": platform.python_version(),
+            # other processes share the cores: the 1-minute load average at the end of the run
+            "load_average_1min": os.getloadavg()[0],
         },
         "rows": rows,
     }
