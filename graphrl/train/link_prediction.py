@@ -233,7 +233,8 @@ def evaluate_model(model: LightGCN, graph: CSCGraph, num_users: int, train: tupl
     emb = model.inference(graph)
     users, items = emb[:num_users], emb[num_users:]
     items_t = items.t().contiguous()
-    return evaluate_ranking(lambda u: users[u] @ items_t, train, test, k=k, batch_size=batch_size)
+    return evaluate_ranking(lambda u: users[u] @ items_t, train, test, k=k, batch_size=batch_size,
+                            copy_scores=False)
 
 
 def evaluate_popularity(train: tuple[np.ndarray, np.ndarray], test: tuple[np.ndarray, np.ndarray],

@@ -161,7 +161,7 @@ def ndcg_recall_from_topk(topk: torch.Tensor, test_indptr: np.ndarray, test_item
 
 def evaluate_ranking(score_fn: Callable[[torch.Tensor], torch.Tensor], train: tuple[np.ndarray, np.ndarray],
                      test: tuple[np.ndarray, np.ndarray], k: int = 20, batch_size: int = 1024,
-                     ) -> RankingResult:
+                     copy_scores: bool = True) -> RankingResult:
     """Full-ranking recall@K and NDCG@K, masking each user's training items (the LightGCN protocol).
 
     Parameters
@@ -175,6 +175,10 @@ def evaluate_ranking(score_fn: Callable[[torch.Tensor], torch.Tensor], train: tu
         K (20 in the paper).
     batch_size : int
         Users scored per step.
+    copy_scores : bool
+        Copy what ``score_fn`` returns before masking it in place. ``False`` saves a copy when
+        ``score_fn`` returns a fresh tensor (a matmul result); never when it returns a view of data
+        that must stay intact.
 
     Returns
     -------
@@ -202,7 +206,9 @@ def evaluate_ranking(score_fn: Callable[[torch.Tensor], torch.Tensor], train: tu
     recall_sum = ndcg_sum = 0.0
     for start in range(0, users.size, batch_size):
         ub = users[start:start + batch_size]
-        scores = score_fn(torch.from_numpy(ub)).clone()
+        scores = score_fn(torch.from_numpy(ub))
+        if copy_scores:
+            scores = scores.clone()
         s, e = train_indptr[ub], train_indptr[ub + 1]
         rows = np.repeat(np.arange(ub.size), e - s)
         cols = train_items[_ranges(s, e)]
