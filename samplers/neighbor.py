@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+import threading
 from collections.abc import Sequence
 
 import numba
@@ -90,8 +91,9 @@ class NeighborSampler:
 
     Threads: each call uses up to ``numba.get_num_threads()`` threads (the caller and helper threads
     that claim chunks of work dynamically; see `samplers.kernels.cpu`); the result does not depend on
-    it. A sampler holds scratch memory and serves one `sample` call at a time: use one sampler per
-    thread. The first call on a new graph pays numba's compilation (cached on disk afterwards).
+    it. A sampler holds scratch memory and serves one `sample` call at a time (concurrent calls from
+    several threads are serialised by a lock); to sample in parallel, use one sampler per thread. The
+    first call in a process pays numba's compilation (cached on disk afterwards).
 
     Raises
     ------
@@ -137,6 +139,7 @@ class NeighborSampler:
         self._edge_ids = None if graph.edge_ids is None else graph.edge_ids.numpy()
         self._workspace = cpu.Workspace(graph.num_nodes, self._indices.dtype)
         self._eid_to_pos: np.ndarray | None = None
+        self._lock = threading.Lock()  # the workspace serves one call at a time
         self.sampled_edges = 0
         """Total number of edges sampled by this sampler so far (for throughput reports)."""
 
@@ -194,11 +197,16 @@ class NeighborSampler:
             ids outside [0, num_edges).
         """
         dst = check_seeds(seeds, self.graph.num_nodes)
-        excluded = self._excluded_positions(exclude_eids)
-        call = self._calls
-        self._calls += 1
-        blocks: list[Block] = []
         threads = numba.get_num_threads()
+        with self._lock:
+            excluded = self._excluded_positions(exclude_eids)
+            call = self._calls
+            self._calls += 1
+            return self._sample(dst, excluded, call, threads)
+
+    def _sample(self, dst: np.ndarray, excluded: cpu.Exclusion | None, call: int,
+                threads: int) -> list[Block]:
+        blocks: list[Block] = []
         for layer in range(self.num_layers - 1, -1, -1):
             key = cpu.layer_key(self.seed, call, layer)
             out_indptr, src_nodes, local, eids = cpu.sample_block(

@@ -395,6 +395,29 @@ def test_concurrent_samplers_in_threads_match_sequential(random_graph):
         assert blocks_equal(got[i], want[i])
 
 
+def test_one_sampler_called_from_threads_serialises_calls(random_graph):
+    seeds = torch.arange(0, 300, 2)
+    reference = NeighborSampler(random_graph, [9, 9], seed=8)
+    want = [reference.sample(seeds) for _ in range(6)]
+    shared = NeighborSampler(random_graph, [9, 9], seed=8)
+    got: list[list[Block]] = []
+    lock = threading.Lock()
+
+    def work():
+        blocks = shared.sample(seeds)
+        with lock:
+            got.append(blocks)
+
+    threads = [threading.Thread(target=work) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # each call is some call n of the sequential stream, every n exactly once
+    matched = sorted(next(n for n in range(6) if blocks_equal(g, want[n])) for g in got)
+    assert matched == list(range(6))
+
+
 def test_sampled_edges_is_a_running_count(random_graph):
     sampler = NeighborSampler(random_graph, [5, 3], seed=0)
     total = 0
