@@ -180,7 +180,8 @@ class NeighborSampler:
             with replacement when d - x > 0. (DGL 2.1's ``sample_neighbors(exclude_edges=...)`` and its
             ``exclude=`` option draw first and drop excluded edges afterwards, so a node can get fewer;
             with fanout -1 both give the same edges.)
-            Duplicates are allowed.
+            Duplicates are allowed. The first call with exclusions builds the inverse of the graph's
+            edge-id permutation (4 bytes per edge below 2^31 edges), kept for later calls.
 
         Returns
         -------
