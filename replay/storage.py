@@ -8,7 +8,8 @@ tier by default, so that actor processes attach them by name):
 - per shard and field, a ring ``[capacity, *field_shape]``;
 - per shard, an *index* region: the shard's robust process-shared mutex, its counters (``write_pos``:
   steps ever committed, ``reserve_pos``: steps being committed, ``n_records``: episode records ever
-  made), per slot the step's episode record id and commit sequence number (int64 ``[capacity, 2]``),
+  made), per slot the step's episode record id, commit sequence number and flags (int64
+  ``[capacity, 3]``; flag EXHAUSTED: removed by ``max_times_sampled``),
   and a ring of episode records (int64 ``[capacity, 4]``: id, first position, committed length,
   flags);
 - one *control* region for the whole store: the store mutex and condition variable, the rate
@@ -82,6 +83,8 @@ _STEPS_OFF = _META_OFF + 8 * _META_LEN
 # record fields (int64) and flags
 REC_ID, REC_START, REC_LENGTH, REC_FLAGS = 0, 1, 2, 3
 OPEN, CONTINUATION = 1, 2
+# step flags
+EXHAUSTED = 1
 
 # control fields (int64) after the rate limiter's four counters
 GSEQ, WRITERS = 4, 5
@@ -92,7 +95,7 @@ MAX_POSITION = 1 << 39  # key layout: 39 bits of position
 
 
 def _index_bytes(capacity: int) -> int:
-    return _STEPS_OFF + 16 * capacity + 32 * capacity
+    return _STEPS_OFF + 24 * capacity + 32 * capacity
 
 
 @dataclass(frozen=True)
@@ -118,8 +121,9 @@ class ShardStorage:
         Ring views ``[capacity, *field_shape]`` (zero-copy over the regions).
     meta : numpy.ndarray, int64 [16]
         ``write_pos``, ``reserve_pos``, ``n_records``, ``holes``, ``commits``.
-    steps : numpy.ndarray, int64 [capacity, 2]
-        Per slot: episode record id (-1 for a hole) and global commit sequence number.
+    steps : numpy.ndarray, int64 [capacity, 3]
+        Per slot: episode record id (-1 for a hole), global commit sequence number, flags
+        (``EXHAUSTED``: the sampler removed the item, set under this shard's lock).
     records : numpy.ndarray, int64 [capacity, 4]
         Record ring: id, first position, committed length, flags (OPEN, CONTINUATION).
     """
@@ -141,9 +145,9 @@ class ShardStorage:
         raw = index.numpy()
         self.lock = SharedMutex(raw[:SLOT_BYTES], create=create)
         self.meta = raw[_META_OFF:_STEPS_OFF].view(np.int64)
-        self.steps = raw[_STEPS_OFF : _STEPS_OFF + 16 * capacity].view(np.int64).reshape(capacity, 2)
+        self.steps = raw[_STEPS_OFF : _STEPS_OFF + 24 * capacity].view(np.int64).reshape(capacity, 3)
         self.records = (
-            raw[_STEPS_OFF + 16 * capacity : _index_bytes(capacity)].view(np.int64).reshape(capacity, 4)
+            raw[_STEPS_OFF + 24 * capacity : _index_bytes(capacity)].view(np.int64).reshape(capacity, 4)
         )
         self.columns = {name: columns[name].numpy() for name in spec}
         if create:
@@ -305,7 +309,8 @@ class ShardStorage:
         record : int
             The record now holding the steps.
         overwritten : int
-            Live positions this commit overwrote (they leave the table).
+            Items this commit overwrote (live positions that were neither holes nor already removed
+            by ``max_times_sampled``): they leave the table.
 
         Raises
         ------
@@ -335,6 +340,11 @@ class ShardStorage:
             self.meta[N_RECORDS] = new + 1
             recs[new % cap] = (new, wp, 0, OPEN | (CONTINUATION if record is not None else 0))
             record = new
+        lo, hi = max(0, wp - cap), max(0, wp + count - cap)  # live positions this commit overwrites
+        overwritten = 0
+        if hi > lo:
+            old = self.steps[np.arange(lo, hi) % cap]
+            overwritten = int(np.count_nonzero((old[:, 0] >= 0) & ((old[:, 2] & EXHAUSTED) == 0)))
         self.meta[RESERVE_POS] = wp + count
         first = wp % cap
         n1 = min(count, cap - first)
@@ -346,11 +356,11 @@ class ShardStorage:
         slots = (np.arange(wp, wp + count)) % cap
         self.steps[slots, 0] = record
         self.steps[slots, 1] = np.arange(seq_base, seq_base + count)
+        self.steps[slots, 2] = 0
         r = recs[record % cap]
         r[REC_LENGTH] += count
         if end:
             r[REC_FLAGS] &= ~OPEN
-        overwritten = max(0, wp + count - cap) - max(0, wp - cap)
         self.meta[WRITE_POS] = wp + count
         self.meta[COMMITS] += 1
         return int(record), int(overwritten)

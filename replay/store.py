@@ -61,8 +61,9 @@ from replay.rate_limiter import (
     RateLimiterState,
     rate_limiter_from_config,
 )
-from replay.selectors import LIVE, Selector, SelectorState, Uniform, check_priorities
+from replay.selectors import EXHAUSTED, LIVE, Selector, SelectorState, Uniform, check_priorities
 from replay.spec import TrajectorySpec
+from replay.storage import EXHAUSTED as STEP_EXHAUSTED
 from replay.storage import GSEQ, WRITERS, Control, ShardHandle, ShardStorage
 from replay.windows import PADS, gather_windows, window_bounds, window_mask
 from replay.writer import TrajectoryWriter
@@ -693,19 +694,18 @@ class ReplayStore:
                 "can only write (store.writer()) and count (len(store))"
             )
 
-    def _ingest(self, s: int) -> int:
-        """Add shard s's new steps to the selector (shard lock held); return replaced exhausted items."""
+    def _ingest(self, s: int) -> None:
+        """Add shard s's newly committed steps to the selector (shard lock held)."""
         sh = self._core.shards[s]
         wp = sh.write_pos
         ing = int(self._ingested[s])
         if wp == ing:
-            return 0
+            return
         lo = max(ing, wp - sh.capacity)
         slots = np.arange(lo, wp, dtype=np.int64) % sh.capacity
         valid = sh.steps[slots, 0] >= 0
-        replaced = self._selector.insert(s, slots, sh.steps[slots, 1], valid)
+        self._selector.insert(s, slots, sh.steps[slots, 1], valid)
         self._ingested[s] = wp
-        return replaced
 
     def _pool(self, batch: int, window: int) -> tuple[StagingPool, _Layout]:
         key = (batch, window)
@@ -839,16 +839,19 @@ class ReplayStore:
         """Draw up to k anchors under every shard lock and compute their windows into rows row0..."""
         shards = self._core.shards
         with self._sel_lock:
-            corrections = 0
             for s, sh in enumerate(shards):  # most of the new steps, one shard locked at a time
                 with sh:
-                    corrections += self._ingest(s)
+                    self._ingest(s)
             for sh in shards:
                 sh.acquire()
             try:
                 for s in range(len(shards)):
-                    corrections += self._ingest(s)
+                    self._ingest(s)
                 sh_idx, slots, p, removed = self._selector.sample(k)
+                if removed:  # tell writers (under the shard locks) which items already left the table
+                    gone = self._selector.state[sh_idx, slots] == EXHAUSTED
+                    for s, c in zip(sh_idx[gone].tolist(), slots[gone].tolist(), strict=True):
+                        shards[s].steps[c, 2] |= STEP_EXHAUSTED
                 got = len(sh_idx)
                 table_size = self._selector.live_count() + removed
                 rows = slice(row0, row0 + got)
@@ -869,8 +872,8 @@ class ReplayStore:
             finally:
                 for sh in reversed(shards):
                     sh.release()
-        if removed or corrections:
-            self._limiter.delete(removed - corrections)
+        if removed:
+            self._limiter.delete(removed)
         return got, table_size
 
     def _gather(
@@ -931,7 +934,7 @@ class ReplayStore:
                 f"key {int(k[i])} names shard {int(shard[i])}, but the store has shards "
                 f"0..{self.num_shards - 1}; nothing was changed"
             )
-        applied = corrections = 0
+        applied = 0
         cap = self._core.capacity
         with self._sel_lock:
             for s in np.unique(shard):
@@ -939,15 +942,13 @@ class ReplayStore:
                 sel = np.flatnonzero(shard == s)
                 sh = self._core.shards[s]
                 with sh:
-                    corrections += self._ingest(s)
+                    self._ingest(s)
                     floor = sh.floor
                 slots = anchor[sel] % cap
                 ok = (anchor[sel] - back[sel] >= floor) & (anchor[sel] < self._ingested[s])
                 ok &= self._selector.state[s, slots] == LIVE
                 self._selector.update(s, slots[ok], p[sel][ok])
                 applied += int(ok.sum())
-        if corrections:
-            self._limiter.delete(-corrections)
         return applied
 
     # -- inspection
