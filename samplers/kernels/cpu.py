@@ -7,7 +7,8 @@ Layout of one layer, in flat passes (DESIGN §3; each pass is a tight loop whose
 independent, so the core keeps many cache misses in flight):
 
 1. ``_plan_rows``: read each destination's start and degree (minus excluded edges) and size its
-   output; a prefix sum gives the output offsets.
+   output (prefetching the row pointer 16 rows ahead: 25-50 % faster); a prefix sum gives the
+   output offsets.
 2. ``_choose_rows``: choose positions by arithmetic alone, touching no graph memory: take-all when
    degree <= fanout, Floyd's algorithm with a 64-bit mask when degree <= 64, with a bitmap of the
    chosen slots up to degree 4096 (emitting set bits word by word sorts them), with a scan of the
@@ -61,7 +62,8 @@ _SCAN_MAX = 64  # above 4096, Floyd scans the chosen slots up to this fanout, ha
 _INT32_MAX = np.iinfo(np.int32).max
 CHUNK_EDGES = 1 << 16  # sampled edges per chunk of work (a few hundred microseconds)
 _PLAN_CHUNK_ROWS = 1 << 15  # destinations per chunk of the planning pass
-_RELABEL_AHEAD = 16  # prefetch distance of the relabelling loop
+_PREFETCH_AHEAD = 16  # prefetch distance of the planning and relabelling loops
+_GATHER_AHEAD = 48  # prefetch distance of the gathering loop
 
 
 # llvm.prefetch is overloaded on the pointer type: "p0" with opaque pointers (LLVM >= 15), "p0i8" before.
@@ -138,7 +140,11 @@ def _plan_rows(indptr, dst, fanout, replace, excl, excl_rows, row_start, row_deg
     ``excl_rows`` is a bitmap of the nodes whose rows hold excluded positions: only those rows pay
     for the binary searches that find their range ``excl[row_exlo[i]:row_exhi[i]]``."""
     has_excl = excl.shape[0] > 0
+    for i in range(lo, min(lo + _PREFETCH_AHEAD, hi)):
+        _prefetch(indptr, dst[i])
     for i in range(lo, hi):
+        if i + _PREFETCH_AHEAD < hi:  # the five stores per row keep the core from running ahead
+            _prefetch(indptr, dst[i + _PREFETCH_AHEAD])
         v = dst[i]
         s = indptr[v]
         e = indptr[v + 1]
@@ -323,14 +329,22 @@ def _choose_rows(dst, row_start, row_deg, row_exlo, row_exhi, out_indptr, fanout
 
 @nb.njit(nogil=True, cache=True)
 def _gather_edges(indices, edge_ids, has_eids, pos_eid, src, lo, hi):
-    """Pass 3 over edges [lo, hi): sources and edge ids (in place of the positions) of chosen edges."""
+    """Pass 3 over edges [lo, hi): sources and edge ids (in place of the positions) of chosen edges.
+
+    Prefetching 48 edges ahead measured 0-19 % faster (most on long rows), never slower."""
     if has_eids:
         for j in range(lo, hi):
+            if j + _GATHER_AHEAD < hi:
+                q = pos_eid[j + _GATHER_AHEAD]
+                _prefetch(indices, q)
+                _prefetch(edge_ids, q)
             p = pos_eid[j]
             src[j] = indices[p]
             pos_eid[j] = edge_ids[p]
     else:
         for j in range(lo, hi):
+            if j + _GATHER_AHEAD < hi:
+                _prefetch(indices, pos_eid[j + _GATHER_AHEAD])
             src[j] = indices[pos_eid[j]]
 
 
@@ -347,11 +361,11 @@ def _sample_rows(indices, edge_ids, has_eids, dst, row_start, row_deg, row_exlo,
 def _relabel_dst(dst, node_map, base, src_nodes):
     """Local ids of the destinations: their positions (the first one for duplicates)."""
     d_count = dst.shape[0]
-    for i in range(min(_RELABEL_AHEAD, d_count)):
+    for i in range(min(_PREFETCH_AHEAD, d_count)):
         _prefetch(node_map, dst[i])
     for i in range(d_count):
-        if i + _RELABEL_AHEAD < d_count:
-            _prefetch(node_map, dst[i + _RELABEL_AHEAD])
+        if i + _PREFETCH_AHEAD < d_count:
+            _prefetch(node_map, dst[i + _PREFETCH_AHEAD])
         v = dst[i]
         m = node_map[v]
         node_map[v] = base + i if m < base else m
@@ -365,12 +379,12 @@ def _relabel_src(src, node_map, base, n, src_nodes, local, lo, hi):
 
     The map entry of the source 16 places ahead is prefetched: the store to the map in every iteration
     keeps the core from overlapping enough of these random reads (30 % faster measured)."""
-    ahead = min(lo + _RELABEL_AHEAD, hi)
+    ahead = min(lo + _PREFETCH_AHEAD, hi)
     for j in range(lo, ahead):
         _prefetch(node_map, src[j])
     for j in range(lo, hi):
-        if j + _RELABEL_AHEAD < hi:
-            _prefetch(node_map, src[j + _RELABEL_AHEAD])
+        if j + _PREFETCH_AHEAD < hi:
+            _prefetch(node_map, src[j + _PREFETCH_AHEAD])
         v = src[j]
         m = node_map[v]
         new = m < base
