@@ -542,3 +542,29 @@ def test_constructor_validation(mm):
 def test_uniform_selector_is_the_default(mm):
     store = make(mm)
     assert isinstance(store.selector, Uniform)
+
+
+def test_windows_overwritten_during_the_copy_are_drawn_again(mm, monkeypatch):
+    import replay.store as store_module
+
+    store = make(mm, capacity=10, seed=0)
+    w = store.writer()
+    w.extend(cols(0, 0, 10))
+    w.end_episode()
+    real = store_module.gather_windows
+    calls = []
+
+    def overwrite_then_gather(*args, **kwargs):
+        if not calls:  # a writer commits in the middle of the learner's (lock-free) copy
+            w.extend(cols(1, 100, 10))
+            w.end_episode()
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(store_module, "gather_windows", overwrite_then_gather)
+    b = store.sample(4, window=3)
+    assert len(calls) > len(SPEC)  # the first gather was redone
+    assert (b["ep"][b.mask] == 1).all()
+    for i in range(4):
+        real_pos = b["pos"][i][b.mask[i]].tolist()
+        assert real_pos == list(range(real_pos[0], real_pos[0] + len(real_pos))) and real_pos[0] >= 100
