@@ -29,6 +29,9 @@ from __future__ import annotations
 
 import numba as nb
 import numpy as np
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 __all__ = ["PADS", "gather_windows", "reference_gather", "window_bounds", "window_mask"]
 
@@ -96,6 +99,40 @@ def window_mask(n: np.ndarray, dst: np.ndarray, length: int, out: np.ndarray | N
     return out
 
 
+@intrinsic
+def _copy_bytes(typingctx, dst, dst_off, src, src_off, nbytes):  # pragma: no cover - compiled
+    """``dst[dst_off:dst_off+nbytes] = src[src_off:src_off+nbytes]`` as one ``llvm.memcpy`` (libc memcpy).
+
+    Numba lowers a slice assignment to an element loop that runs at about a third of memcpy's
+    bandwidth here (1.6 vs 5.3 GB/s for 12 KiB rows); the intrinsic keeps the function cacheable,
+    unlike a ctypes call to memcpy.
+    """
+    sig = types.void(dst, dst_off, src, src_off, nbytes)
+
+    def codegen(context, builder, signature, args):
+        d, doff, s, soff, n = args
+        dptr = context.make_array(signature.args[0])(context, builder, d).data
+        sptr = context.make_array(signature.args[2])(context, builder, s).data
+        cgutils.raw_memcpy(builder, builder.gep(dptr, [doff]), builder.gep(sptr, [soff]), n, 1)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def _zero_bytes(typingctx, dst, dst_off, nbytes):  # pragma: no cover - compiled
+    """``dst[dst_off:dst_off+nbytes] = 0`` as one ``llvm.memset``."""
+    sig = types.void(dst, dst_off, nbytes)
+
+    def codegen(context, builder, signature, args):
+        d, doff, n = args
+        dptr = context.make_array(signature.args[0])(context, builder, d).data
+        cgutils.memset(builder, builder.gep(dptr, [doff]), n, 0)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 @nb.njit(cache=True, nogil=True)
 def _gather(src, row_bytes, capacity, first_slot, n, dst, rows, length, out):  # pragma: no cover - numba
     for b in range(first_slot.shape[0]):
@@ -105,14 +142,13 @@ def _gather(src, row_bytes, capacity, first_slot, n, dst, rows, length, out):  #
         n1 = min(k, capacity - f)
         base = rows[b] * length * row_bytes
         o = base + d * row_bytes
-        out[o : o + n1 * row_bytes] = src[f * row_bytes : (f + n1) * row_bytes]
+        _copy_bytes(out, o, src, f * row_bytes, n1 * row_bytes)
         if k > n1:
-            o2 = o + n1 * row_bytes
-            out[o2 : o2 + (k - n1) * row_bytes] = src[0 : (k - n1) * row_bytes]
+            _copy_bytes(out, o + n1 * row_bytes, src, 0, (k - n1) * row_bytes)
         if d > 0:
-            out[base : base + d * row_bytes] = 0
+            _zero_bytes(out, base, d * row_bytes)
         if d + k < length:
-            out[base + (d + k) * row_bytes : base + length * row_bytes] = 0
+            _zero_bytes(out, base + (d + k) * row_bytes, (length - d - k) * row_bytes)
 
 
 def gather_windows(
