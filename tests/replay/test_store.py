@@ -568,3 +568,81 @@ def test_windows_overwritten_during_the_copy_are_drawn_again(mm, monkeypatch):
     for i in range(4):
         real_pos = b["pos"][i][b.mask[i]].tolist()
         assert real_pos == list(range(real_pos[0], real_pos[0] + len(real_pos))) and real_pos[0] >= 100
+
+
+# ------------------------------------------------------------------------- ring and generation invariants
+
+TAGGED = TrajectorySpec({"wid": ((), "int64"), "ep": ((), "int64"), "t": ((), "int64")})
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    capacity=st.integers(2, 16),
+    chunk=st.integers(1, 6),
+    ops=st.lists(
+        st.tuples(st.integers(0, 1), st.sampled_from(["step", "step", "step", "end", "flush"])),
+        min_size=1,
+        max_size=80,
+    ),
+)
+def test_ring_and_generation_invariants_with_two_interleaved_writers(capacity, chunk, ops):
+    with MemoryManager() as mm:
+        store = ReplayStore(
+            TAGGED, capacity, 1, memory=mm, chunk_steps=chunk, tier="host", timeout=1.0, seed=0
+        )
+        writers = [store.writer(), store.writer()]
+        ep, t = [0, 0], [0, 0]
+        for wid, op in ops:
+            w = writers[wid]
+            if op == "step":
+                w.append({"wid": wid, "ep": ep[wid], "t": t[wid]})
+                t[wid] += 1
+            elif op == "end":
+                w.end_episode()
+                if t[wid]:
+                    ep[wid] += 1
+                t[wid] = 0
+            else:
+                w.flush()
+        sh = store._core.shards[0]
+        wp = sh.write_pos
+        assert wp == sum(w.steps_written for w in writers)  # every committed step has one position
+        floor = max(0, wp - capacity)
+        assert len(store) == wp - floor
+        ring = sh.columns
+        # live records tile [floor, wp) in order; each holds consecutive steps of one writer's episode
+        recs = sh.live_records()
+        covered = floor
+        pieces: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        for rec in recs:
+            start, n, flags = int(rec[1]), int(rec[2]), int(rec[3])
+            assert start == covered and n >= 1
+            covered += n
+            slots = np.arange(start, start + n) % capacity
+            wid, e, tt = ring["wid"][slots], ring["ep"][slots], ring["t"][slots]
+            assert (wid == wid[0]).all() and (e == e[0]).all()
+            assert np.array_equal(tt, np.arange(tt[0], tt[0] + n))
+            raw = sh.records[int(rec[0]) % capacity]
+            if not flags & 2 and raw[1] >= floor:  # an episode's first record starts at its first step
+                assert tt[0] == 0
+            pieces.setdefault((int(wid[0]), int(e[0])), []).append((int(tt[0]), n))
+            assert (sh.steps[slots, 0] == rec[0]).all()
+        assert covered == wp
+        for parts in pieces.values():  # an episode's segments come in order, without gaps
+            for (t0, n0), (t1, _) in zip(parts, parts[1:], strict=False):
+                assert t1 == t0 + n0
+        # generations: keys of overwritten positions are ignored, live ones applied
+        lo = max(0, wp - 2 * capacity)
+        keys = encode_keys(np.zeros(wp - lo, np.int64), np.arange(lo, wp), np.zeros(wp - lo, np.int64))
+        values = np.arange(lo, wp, dtype=np.float64) + 0.5
+        assert store.update_priorities(keys, values) == wp - floor
+        for p in range(floor, wp):
+            assert store._selector.priority[0, p % capacity] == p + 0.5
+        if wp:
+            b = store.sample(32, window=capacity, pad="tail")
+            for i in range(32):
+                m = b.mask[i]
+                wid, e, tt = b["wid"][i][m], b["ep"][i][m], b["t"][i][m]
+                assert (wid == wid[0]).all() and (e == e[0]).all()
+                assert torch.equal(tt, torch.arange(int(tt[0]), int(tt[0]) + len(tt)))
+        store.close()
