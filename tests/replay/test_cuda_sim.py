@@ -15,7 +15,8 @@ SCRIPT = textwrap.dedent(
     """
     import numpy as np
     from numba import cuda
-    assert cuda.simulator_enabled  # the simulator, not a GPU
+    from numba import config
+    assert config.ENABLE_CUDASIM  # the simulator, not a GPU
     from replay.cuda import gather_windows_cuda, _word
     from replay.windows import reference_gather, window_bounds
 
