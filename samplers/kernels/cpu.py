@@ -60,7 +60,7 @@ _NO_EXCL = np.empty(0, dtype=np.int64)
 _BITMAP_MAX = 4096  # Floyd on rows of degree 65..4096 keeps the chosen slots in a bitmap
 _SCAN_MAX = 64  # above 4096, Floyd scans the chosen slots up to this fanout, hashes above
 _INT32_MAX = np.iinfo(np.int32).max
-CHUNK_EDGES = 1 << 16  # sampled edges per chunk of work (a few hundred microseconds)
+CHUNK_EDGES = 1 << 15  # sampled edges per chunk of work (one to a few hundred microseconds)
 _PLAN_CHUNK_ROWS = 1 << 15  # destinations per chunk of the planning pass
 _PREFETCH_AHEAD = 16  # prefetch distance of the planning and relabelling loops
 _GATHER_AHEAD = 48  # prefetch distance of the gathering loop
