@@ -276,6 +276,48 @@ def _sum_find(tree, size, u, out):  # pragma: no cover - numba
         out[i] = j - size
 
 
+@nb.njit(cache=True, nogil=True)
+def _draw_rows(tree, size, u, out_shard, out_slot, out_prob, times, count):  # pragma: no cover - numba
+    """Draw one item per ``u[i]`` in [0, total) from S sum trees ``tree [S, 2 size]`` as one table.
+
+    The row's shard is the one whose mass interval holds ``u[i]`` (shards in order), its item the
+    leaf of that shard's tree holding the rest; ``out_prob`` is the item's weight over the total. With
+    ``count``, the draws are added to ``times``. Rounding never picks a shard or leaf of zero mass.
+    """
+    num_shards = tree.shape[0]
+    total = 0.0
+    last = 0
+    for s in range(num_shards):
+        total += tree[s, 1]
+        if tree[s, 1] > 0.0:
+            last = s
+    for i in range(u.shape[0]):
+        x = u[i]
+        s = 0
+        while s < last and (tree[s, 1] <= 0.0 or x >= tree[s, 1]):
+            x -= tree[s, 1]
+            s += 1
+        if x >= tree[s, 1]:
+            x = tree[s, 1] * 0.999999999999
+        if x < 0.0:
+            x = 0.0
+        j = 1
+        while j < size:
+            left = tree[s, 2 * j]
+            right = tree[s, 2 * j + 1]
+            if right <= 0.0 or x < left:
+                j = 2 * j
+            else:
+                x -= left
+                j = 2 * j + 1
+        c = j - size
+        out_shard[i] = s
+        out_slot[i] = c
+        out_prob[i] = tree[s, j] / total
+        if count:
+            times[s, c] += 1
+
+
 @nb.njit(cache=True, nogil=True, inline="always")
 def _better(a, b, key, seq):  # pragma: no cover - numba
     if a < 0:
@@ -450,6 +492,7 @@ class SelectorState:
         self.max_times_sampled = int(max_times_sampled)
         self.size = _tree_size(self.capacity)
         self.deterministic = isinstance(selector, (Fifo, Lifo, MinHeap))
+        self._prioritized = bool(selector.prioritized)
         s, c, p = self.num_shards, self.capacity, self.size
         self.priority = alloc((s, c), np.float64, "priority")
         self.times = alloc((s, c), np.int64, "times_sampled")
@@ -631,29 +674,22 @@ class SelectorState:
         return out_s[:got], out_c[:got], np.ones(got), int(removed)
 
     def _sample_sum(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        limit = self.max_times_sampled
         shards_out, slots_out, prob_out = [], [], []
         removed = 0
         need = n
         while need > 0:
-            counts = self.ctree[:, 1]
-            if counts.sum() < 0.5:
+            if self.ctree[:, 1].sum() < 0.5:
                 break
-            use_w = self.selector.prioritized and self.wtree[:, 1].sum() > 0
-            mass = self.wtree[:, 1] if use_w else counts
-            total = float(mass.sum())
-            k = self.rng.multinomial(need, mass / total)
-            shard = np.repeat(np.arange(self.num_shards, dtype=np.int64), k)
-            slot = np.empty(need, dtype=np.int64)
-            pos = 0
+            use_w = self._prioritized and self.wtree[:, 1].sum() > 0
             tree = self.wtree if use_w else self.ctree
-            for s in range(self.num_shards):
-                if k[s]:
-                    u = self.rng.random(k[s]) * tree[s, 1]
-                    _sum_find(tree[s], self.size, u, slot[pos : pos + k[s]])
-                    pos += k[s]
-            order = self.rng.permutation(need)
-            shard, slot = shard[order], slot[order]
+            u = self.rng.random(need) * float(tree[:, 1].sum())
+            shard = np.empty(need, dtype=np.int64)
+            slot = np.empty(need, dtype=np.int64)
             prob = np.empty(need)
+            _draw_rows(tree, self.size, u, shard, slot, prob, self.times, limit == 0)
+            if limit == 0:  # nothing is removed: every row stands as drawn
+                return shard, slot, prob, 0
             accepted = np.empty(need, dtype=np.bool_)
             removed += _accept_sum(
                 shard,
@@ -664,7 +700,7 @@ class SelectorState:
                 self.wtree,
                 self.weights,
                 self.size,
-                self.max_times_sampled,
+                limit,
                 use_w,
                 prob,
                 accepted,
@@ -674,7 +710,7 @@ class SelectorState:
             prob_out.append(prob[accepted])
             need -= int(accepted.sum())
         if not shards_out:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), 0
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), removed
         return np.concatenate(shards_out), np.concatenate(slots_out), np.concatenate(prob_out), removed
 
     # -- checkpoints

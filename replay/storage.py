@@ -261,9 +261,7 @@ class ShardStorage:
         """First position and committed end of the episode of each (live, non-hole) position."""
         slots = positions % self.capacity
         rec = self.steps[slots, 0]
-        r = self.records[rec % self.capacity]
-        if not np.array_equal(r[:, REC_ID], rec):  # cannot happen for live positions
-            raise RuntimeError(f"shard {self.shard_id}: episode index inconsistent")
+        r = self.records[rec % self.capacity]  # live positions always find their own record (see module doc)
         return r[:, REC_START].copy(), r[:, REC_START] + r[:, REC_LENGTH]
 
     def live_records(self) -> np.ndarray:

@@ -65,7 +65,7 @@ from replay.selectors import EXHAUSTED, LIVE, Selector, SelectorState, Uniform, 
 from replay.spec import TrajectorySpec
 from replay.storage import EXHAUSTED as STEP_EXHAUSTED
 from replay.storage import GSEQ, WRITERS, Control, ShardHandle, ShardStorage
-from replay.windows import PADS, gather_windows, window_bounds, window_mask
+from replay.windows import PADS, gather_fields, window_bounds, window_mask
 from replay.writer import TrajectoryWriter
 
 __all__ = ["Batch", "Episode", "ReplayStore", "StoreHandle", "decode_keys", "encode_keys"]
@@ -532,6 +532,11 @@ class ReplayStore:
         self._limiter = RateLimiterState(rate_limiter, control.counters, control.cond)
         self._ingested = np.zeros(int(num_shards), dtype=np.int64)
         self._sel_lock = threading.Lock()
+        self._prioritized = bool(selector.prioritized)
+        self._rings = [tuple(sh.columns[n].reshape(-1).view(np.uint8) for n in spec) for sh in shards]
+        self._row_bytes = np.array([f.row_bytes for f in spec.values()], dtype=np.int64)
+        self._slot_views: dict[tuple[int, int], tuple] = {}
+        self._pool_lock = threading.Lock()
         self._pools: dict[tuple[int, int], tuple[StagingPool, _Layout]] = {}
         self._staging_slots = int(staging_slots)
         self._closed = False
@@ -708,6 +713,10 @@ class ReplayStore:
         self._ingested[s] = wp
 
     def _pool(self, batch: int, window: int) -> tuple[StagingPool, _Layout]:
+        with self._pool_lock:
+            return self._pool_locked(batch, window)
+
+    def _pool_locked(self, batch: int, window: int) -> tuple[StagingPool, _Layout]:
         key = (batch, window)
         entry = self._pools.get(key)
         if entry is None:
@@ -722,9 +731,11 @@ class ReplayStore:
                 owner="replay.staging",
                 timeout=self._core.timeout,
             )
+            pool.region.tensor().zero_()  # touch every page now, not inside the first gathers
             if len(self._pools) >= 4:  # keep a few shapes; older pools close (held buffers stay valid)
-                old = next(iter(self._pools))
-                self._pools.pop(old)[0].close()
+                old_pool = self._pools.pop(next(iter(self._pools)))[0]
+                self._slot_views = {k: v for k, v in self._slot_views.items() if k[0] != id(old_pool)}
+                old_pool.close()
             entry = self._pools[key] = (pool, layout)
         return entry
 
@@ -789,8 +800,7 @@ class ReplayStore:
         pool, layout = self._pool(b, length)
         buf = pool.acquire(timeout=left())
         try:
-            fields, mask = layout.views(self.spec, buf.tensor)
-            outs = {n: t.numpy() for n, t in fields.items()}
+            fields, mask, outs, flat = self._views(pool, layout, buf)
             meta = {k: np.zeros(b, dtype=np.int64) for k in ("shard", "anchor", "first", "n", "dst")}
             prob = np.zeros(b)
             done = 0
@@ -801,7 +811,7 @@ class ReplayStore:
                 if got == 0:
                     continue
                 rows = np.arange(done, done + got)
-                stale = self._gather(rows, meta, outs)
+                stale = self._gather(rows, meta, flat, length)
                 kept = got - int(stale.sum())
                 if kept < got:  # windows overwritten during the copy: compact the good rows, redraw the rest
                     good = rows[~stale]
@@ -815,9 +825,7 @@ class ReplayStore:
             keys = encode_keys(meta["shard"], meta["anchor"], meta["anchor"] - meta["first"])
             self._limiter.sample(int(meta["n"].sum()))
             weights = (
-                _weights(prob, table_size, beta)
-                if self.selector.prioritized
-                else torch.ones(b, dtype=torch.float32)
+                _weights(prob, table_size, beta) if self._prioritized else torch.ones(b, dtype=torch.float32)
             )
             return Batch(
                 fields,
@@ -876,25 +884,42 @@ class ReplayStore:
             self._limiter.delete(removed)
         return got, table_size
 
-    def _gather(
-        self, rows: np.ndarray, meta: dict[str, np.ndarray], outs: dict[str, np.ndarray]
-    ) -> np.ndarray:
+    def _views(self, pool: StagingPool, layout: _Layout, buf: StagingBuffer) -> tuple:
+        """Tensor, numpy and flat-byte views of a staging slot (made once per slot, then reused)."""
+        key = (id(pool), buf.slot)
+        views = self._slot_views.get(key)
+        if views is None:
+            fields, mask = layout.views(self.spec, buf.tensor)
+            outs = {n: t.numpy() for n, t in fields.items()}
+            flat = tuple(outs[n].reshape(-1).view(np.uint8) for n in self.spec)
+            views = self._slot_views[key] = (fields, mask, outs, flat)
+        return views
+
+    def _gather(self, rows: np.ndarray, meta: dict[str, np.ndarray], flat: tuple, length: int) -> np.ndarray:
         """Copy the windows of ``rows`` (no lock held); return which were overwritten meanwhile (bool)."""
         shard = meta["shard"][rows]
         cap = self._core.capacity
-        for s in np.unique(shard):
-            sel = rows[shard == s]
-            sh = self._core.shards[int(s)]
-            for name, ring in sh.columns.items():
-                gather_windows(
-                    ring, meta["first"][sel] % cap, meta["n"][sel], meta["dst"][sel], outs[name], rows=sel
-                )
+        groups = (
+            [(0, rows)] if self.num_shards == 1 else [(int(s), rows[shard == s]) for s in np.unique(shard)]
+        )
+        for s, sel in groups:
+            gather_fields(
+                self._rings[s],
+                flat,
+                self._row_bytes,
+                cap,
+                meta["first"][sel] % cap,
+                meta["n"][sel],
+                meta["dst"][sel],
+                sel,
+                length,
+            )
         stale = np.zeros(len(rows), dtype=bool)
-        for s in np.unique(shard):
-            sh = self._core.shards[int(s)]
+        for s, sel in groups:
+            sh = self._core.shards[s]
             with sh:
                 floor = sh.floor
-            stale |= (shard == s) & (meta["first"][rows] < floor)
+            stale[sel - rows[0]] = meta["first"][sel] < floor
         return stale
 
     # -- priorities

@@ -1,0 +1,379 @@
+"""Replay store throughput against TorchRL, cpprb and a plain copy of the same bytes, in one process.
+
+Two step layouts (DESIGN §5, issue 4): ``small`` (obs of 4 float32, action int64, reward float32, done
+bool: 29 bytes a step) and ``image`` (obs 3x64x64 uint8 plus the same scalars: 12301 bytes a step).
+The same episodes (random lengths in [64, 512]) go into every system.
+
+Cases (higher is better; ``ratio`` = ours / baseline):
+
+- insert: steps/s and GB/s of a second fill, episode by episode (warm memory: the steady state,
+  overwriting the oldest steps). Ours: ``writer.extend`` +
+  ``end_episode``; TorchRL: ``ReplayBuffer(LazyTensorStorage).extend``; cpprb: ``ReplayBuffer.add`` +
+  ``on_episode_end``; copy: ``numpy.copyto`` of each episode's bytes into a ring (the ceiling).
+- sample windows (B=256, L=64): windows/s and GB/s of gathered steps. Ours: ``store.sample(256, 64)``
+  (uniform anchors, tail padding, gathered into a reused staging buffer); TorchRL: ``SliceSampler
+  (slice_len=64, traj_key="episode", cache_values=True)`` with ``batch_size=256*64`` (the stronger
+  setting: trajectory bounds cached); copy: one ``numpy.copyto`` of B*L steps' bytes (the ceiling).
+- sample + update priorities (B=256 transitions, prioritized, alpha 0.6, beta 0.4): ours
+  ``Prioritized`` with window 1 vs cpprb ``PrioritizedReplayBuffer``; and uniform transitions vs cpprb
+  ``ReplayBuffer``.
+
+Baselines that are not installed are skipped (``pip install torchrl==0.14.1 cpprb``; torchrl 0.14.1's
+compiled extension does not load with torch 2.13, so its prioritized samplers cannot run; SliceSampler
+is pure Python). Every time is the best of ``--repeats`` runs.
+
+Run ``python benchmarks/replay.py --help``; results go to ``benchmarks/results/replay.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+# run as a script, this file's folder comes first on sys.path and this file would shadow the package
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+import click  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from graphrl.memory import MemoryManager  # noqa: E402
+from replay import Prioritized, ReplayStore, TrajectorySpec, Uniform  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results" / "replay.json"
+LAYOUTS = {"small": (4,), "image": (3, 64, 64)}
+
+
+def spec_for(layout: str) -> TrajectorySpec:
+    obs_dtype = "float32" if layout == "small" else "uint8"
+    return TrajectorySpec(
+        {
+            "obs": (LAYOUTS[layout], obs_dtype),
+            "action": ((), "int64"),
+            "reward": ((), "float32"),
+            "done": ((), "bool"),
+        }
+    )
+
+
+def make_episodes(spec: TrajectorySpec, steps: int, seed: int = 0) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    out, total = [], 0
+    while total < steps:
+        n = int(min(rng.integers(64, 513), steps - total)) if steps - total >= 64 else steps - total
+        ep: dict[str, np.ndarray] = {}
+        for name, f in spec.items():
+            if f.dtype == np.uint8:
+                ep[name] = rng.integers(0, 256, (n, *f.shape), dtype=np.uint8)
+            elif f.dtype == np.bool_:
+                ep[name] = np.zeros(n, dtype=bool)
+                ep[name][-1] = True
+            else:
+                ep[name] = rng.standard_normal((n, *f.shape)).astype(f.dtype)
+        out.append(ep)
+        total += n
+    return out
+
+
+def best(fn: Callable[[], object], iters: int, repeats: int) -> float:
+    """Best over ``repeats`` of the mean seconds per call over ``iters`` calls (after one warm-up)."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        times.append((time.perf_counter() - start) / iters)
+    return min(times)
+
+
+def row(case: str, metric: str, ours: float, baseline: str, value: float | None, **extra: object) -> dict:
+    ratio = ours / value if value else None
+    return {
+        "case": case,
+        "metric": metric,
+        "ours": ours,
+        "baseline": baseline,
+        "baseline_value": value,
+        "ratio": ratio,
+        **extra,
+    }
+
+
+# ---------------------------------------------------------------------------------------------- systems
+
+
+def ours_insert(spec, episodes, capacity, mm, selector) -> tuple[float, ReplayStore]:
+    """Fill a store twice; time the second fill (a warm ring, overwriting: the steady state)."""
+    store = ReplayStore(spec, capacity, 1, selector=selector, memory=mm, seed=0, timeout=60)
+    w = store.writer()
+    for ep in episodes:
+        w.extend(ep)
+        w.end_episode()
+    start = time.perf_counter()
+    for ep in episodes:
+        w.extend(ep)
+        w.end_episode()
+    return time.perf_counter() - start, store
+
+
+def copy_insert(spec, episodes, capacity) -> float:
+    ring = {n: np.ones((capacity, *f.shape), f.dtype) for n, f in spec.items()}  # touched: warm
+    pos = 0
+    start = time.perf_counter()
+    for ep in episodes:
+        n = len(ep["obs"])
+        for name, arr in ep.items():
+            np.copyto(ring[name][pos : pos + n], arr)
+        pos += n
+    return time.perf_counter() - start
+
+
+def torchrl_buffer(spec, episodes, capacity, slice_len, batch):
+    from tensordict import TensorDict
+    from torchrl.data import LazyTensorStorage, ReplayBuffer, SliceSampler
+
+    rb = ReplayBuffer(
+        storage=LazyTensorStorage(capacity),
+        sampler=SliceSampler(slice_len=slice_len, traj_key="episode", cache_values=True, strict_length=False),
+        batch_size=batch * slice_len,
+    )
+    tds = []
+    for i, ep in enumerate(episodes):
+        n = len(ep["obs"])
+        data = {k: torch.from_numpy(v) for k, v in ep.items()}
+        data["episode"] = torch.full((n,), i, dtype=torch.int64)
+        tds.append(TensorDict(data, batch_size=[n]))
+    for td in tds:  # first fill allocates the storage; time the second
+        rb.extend(td)
+    start = time.perf_counter()
+    for td in tds:
+        rb.extend(td)
+    return time.perf_counter() - start, rb
+
+
+def cpprb_buffer(spec, episodes, capacity, prioritized: bool):
+    import cpprb
+
+    env_dict = {n: {"shape": f.shape if f.shape else 1, "dtype": f.dtype} for n, f in spec.items()}
+    cls = cpprb.PrioritizedReplayBuffer if prioritized else cpprb.ReplayBuffer
+    kwargs = {"alpha": 0.6} if prioritized else {}
+    rb = cls(capacity, env_dict, **kwargs)
+    for ep in episodes:
+        rb.add(**ep)
+        rb.on_episode_end()
+    start = time.perf_counter()
+    for ep in episodes:
+        rb.add(**ep)
+        rb.on_episode_end()
+    return time.perf_counter() - start, rb
+
+
+def bench_layout(
+    layout: str, steps: int, batch: int, window: int, iters: int, repeats: int, versions: dict
+) -> list[dict]:
+    """Every case for one step layout."""
+    rows: list[dict] = []
+    spec = spec_for(layout)
+    episodes = make_episodes(spec, steps)
+    step_bytes = spec.step_bytes
+    total_bytes = steps * step_bytes
+    tag = f"{layout} ({step_bytes} B/step)"
+    click.echo(f"-- {tag}: {steps} steps in {len(episodes)} episodes")
+    with MemoryManager() as mm:
+        # insert
+        t_ours, store = ours_insert(spec, episodes, steps, mm, Uniform())
+        t_copy = copy_insert(spec, episodes, steps)
+        rows.append(
+            row(
+                f"{tag} insert vs copy",
+                "steps_per_s",
+                steps / t_ours,
+                "numpy copyto",
+                steps / t_copy,
+                ours_gb_per_s=total_bytes / t_ours / 1e9,
+                baseline_gb_per_s=total_bytes / t_copy / 1e9,
+            )
+        )
+        rb_torchrl = None
+        try:
+            t_trl, rb_torchrl = torchrl_buffer(spec, episodes, steps, window, batch)
+            import torchrl
+
+            versions["torchrl"] = torchrl.__version__
+            rows.append(
+                row(
+                    f"{tag} insert vs TorchRL",
+                    "steps_per_s",
+                    steps / t_ours,
+                    f"torchrl {torchrl.__version__} LazyTensorStorage.extend",
+                    steps / t_trl,
+                    ours_gb_per_s=total_bytes / t_ours / 1e9,
+                    baseline_gb_per_s=total_bytes / t_trl / 1e9,
+                )
+            )
+        except ImportError:
+            click.echo("torchrl not installed: skipped")
+        rb_cpprb = None
+        try:
+            t_cp, rb_cpprb = cpprb_buffer(spec, episodes, steps, prioritized=False)
+            import cpprb
+
+            versions["cpprb"] = getattr(cpprb, "__version__", "installed")
+            rows.append(
+                row(
+                    f"{tag} insert vs cpprb",
+                    "steps_per_s",
+                    steps / t_ours,
+                    "cpprb ReplayBuffer.add",
+                    steps / t_cp,
+                    ours_gb_per_s=total_bytes / t_ours / 1e9,
+                    baseline_gb_per_s=total_bytes / t_cp / 1e9,
+                )
+            )
+        except ImportError:
+            click.echo("cpprb not installed: skipped")
+
+        # sample windows
+        def ours_windows() -> None:
+            store.sample(batch, window).release()
+
+        nbytes = batch * window * step_bytes
+        t_s = best(ours_windows, iters, repeats)
+        src = np.random.default_rng(1).integers(0, 256, nbytes, dtype=np.uint8)
+        dst = np.empty_like(src)
+        t_c = best(lambda: np.copyto(dst, src), iters, repeats)
+        rows.append(
+            row(
+                f"{tag} sample B={batch} L={window} vs copy",
+                "windows_per_s",
+                batch / t_s,
+                "numpy copyto (ceiling)",
+                batch / t_c,
+                ours_gb_per_s=nbytes / t_s / 1e9,
+                baseline_gb_per_s=nbytes / t_c / 1e9,
+            )
+        )
+        if rb_torchrl is not None:
+            t_t = best(rb_torchrl.sample, iters, repeats)
+            rows.append(
+                row(
+                    f"{tag} sample B={batch} L={window} vs TorchRL",
+                    "windows_per_s",
+                    batch / t_s,
+                    "torchrl SliceSampler (cache_values)",
+                    batch / t_t,
+                    ours_gb_per_s=nbytes / t_s / 1e9,
+                    baseline_gb_per_s=nbytes / t_t / 1e9,
+                )
+            )
+            del rb_torchrl
+        store.close()
+
+        # transitions: uniform vs cpprb ReplayBuffer, prioritized vs cpprb PrioritizedReplayBuffer
+        if rb_cpprb is not None:
+            _, store_u = ours_insert(spec, episodes, steps, mm, Uniform())
+            t_u = best(lambda: store_u.sample(batch, 1).release(), iters * 10, repeats)
+            t_cu = best(lambda: rb_cpprb.sample(batch), iters * 10, repeats)
+            rows.append(
+                row(
+                    f"{tag} sample B={batch} transitions vs cpprb",
+                    "samples_per_s",
+                    batch / t_u,
+                    "cpprb ReplayBuffer.sample",
+                    batch / t_cu,
+                )
+            )
+            store_u.close()
+            del rb_cpprb
+            _, store_p = ours_insert(spec, episodes, steps, mm, Prioritized(0.6))
+            _, rb_p = cpprb_buffer(spec, episodes, steps, prioritized=True)
+            prios = np.random.default_rng(2).uniform(0.1, 2.0, batch)
+
+            def ours_prio() -> None:
+                b = store_p.sample(batch, 1, beta=0.4)
+                store_p.update_priorities(b.keys, prios)
+                b.release()
+
+            def cpprb_prio() -> None:
+                s = rb_p.sample(batch, beta=0.4)
+                rb_p.update_priorities(s["indexes"], prios)
+
+            t_op = best(ours_prio, iters * 10, repeats)
+            t_cp = best(cpprb_prio, iters * 10, repeats)
+            rows.append(
+                row(
+                    f"{tag} prioritized sample+update B={batch} vs cpprb",
+                    "samples_per_s",
+                    batch / t_op,
+                    "cpprb PrioritizedReplayBuffer",
+                    batch / t_cp,
+                )
+            )
+            store_p.close()
+    return rows
+
+
+@click.command()
+@click.option("--layouts", default="small,image", show_default=True, help="Comma-separated: small, image.")
+@click.option("--small-steps", default=500_000, show_default=True, help="Capacity (steps) for small obs.")
+@click.option("--image-steps", default=20_000, show_default=True, help="Capacity (steps) for 3x64x64 obs.")
+@click.option("--batch", default=256, show_default=True)
+@click.option("--window", default=64, show_default=True)
+@click.option("--iters", default=10, show_default=True)
+@click.option("--repeats", default=3, show_default=True)
+@click.option("--output", default=str(RESULTS), show_default=True)
+def main(
+    layouts: str,
+    small_steps: int,
+    image_steps: int,
+    batch: int,
+    window: int,
+    iters: int,
+    repeats: int,
+    output: str,
+) -> None:
+    """Insert and sample throughput of the replay store vs TorchRL, cpprb and a plain copy."""
+    logging.getLogger("torchrl").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore")
+    rows = []
+    versions = {}
+    for layout in [x.strip() for x in layouts.split(",") if x.strip()]:
+        steps = small_steps if layout == "small" else image_steps
+        rows += bench_layout(layout, steps, batch, window, iters, repeats, versions)
+
+    click.echo(f"\n{'case':<62} {'metric':<14} {'ours':>10} {'baseline':>10} {'ratio':>7}  GB/s ours/base")
+    for r in rows:
+        gb = ""
+        if "ours_gb_per_s" in r:
+            gb = f"{r['ours_gb_per_s']:.2f}/{r['baseline_gb_per_s']:.2f}"
+        click.echo(
+            f"{r['case']:<62} {r['metric']:<14} {r['ours']:>10.3g} {r['baseline_value']:>10.3g} "
+            f"{r['ratio']:>7.2f}  {gb}"
+        )
+    result = {
+        "benchmark": "replay",
+        "machine": {
+            "cpus": os.cpu_count(),
+            "torch": torch.__version__.split("+")[0],
+            "cuda": torch.version.cuda if torch.cuda.is_available() else None,
+            "python": platform.python_version(),
+            **versions,
+        },
+        "rows": rows,
+    }
+    out = Path(output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    click.echo(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
