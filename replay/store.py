@@ -330,9 +330,10 @@ class Batch(Mapping[str, torch.Tensor]):
         self.release()
 
     def to(self, device: str | torch.device, non_blocking: bool = True) -> Batch:
-        """A copy of the batch on ``device`` (asynchronous from pinned memory to a GPU).
+        """A copy of the fields, mask and weights on ``device`` (asynchronous from pinned memory to a GPU).
 
-        The staging buffer is not released before the copy has completed: releasing waits for it.
+        ``keys``, ``probabilities`` and ``lengths`` stay on the CPU (they go back to the store). The
+        staging buffer is not released before the copy has completed: releasing waits for it.
         """
         device = torch.device(device)
         moved = {n: t.to(device, non_blocking=non_blocking) for n, t in self._fields.items()}
@@ -978,7 +979,10 @@ class ReplayStore:
 
     # -- inspection
     def episodes(self, shard: int | None = None) -> list[Episode]:
-        """Copies of the live episodes (segments) of one shard or all, oldest first per shard."""
+        """Copies of the live episodes (segments) of one shard or all, oldest first per shard.
+
+        For inspection and tests (it copies every live step). Raises ``ValueError`` on a closed store.
+        """
         self._check_open()
         out = []
         shards = range(self.num_shards) if shard is None else [shard]
@@ -994,7 +998,19 @@ class ReplayStore:
 
     # -- checkpoints
     def checkpoint(self, path: str | os.PathLike[str]) -> str:
-        """Write a checkpoint under ``path`` atomically (see `replay.checkpoint`); return its folder."""
+        """Write a checkpoint under ``path`` atomically (see `replay.checkpoint`); return its folder.
+
+        Data, episode index, selector state (priorities, use counts, RNG), rate-limiter counters and
+        generations are saved; steps still staged in writers are not. Writers and samplers wait while
+        it is written.
+
+        Raises
+        ------
+        ValueError
+            A closed store, or one attached by handle (only the owner checkpoints).
+        OSError
+            The files could not be written (the previous checkpoint stays the latest).
+        """
         from replay.checkpoint import save
 
         self._check_owner("checkpoint")
@@ -1004,7 +1020,24 @@ class ReplayStore:
     def restore(
         cls, path: str | os.PathLike[str], memory: MemoryManager | None = None, **kwargs: Any
     ) -> ReplayStore:
-        """A new store holding the latest complete checkpoint under ``path`` (see `replay.checkpoint`)."""
+        """A new store holding the latest complete checkpoint under ``path`` (see `replay.checkpoint`).
+
+        Parameters
+        ----------
+        path : str or path
+            The folder given to `checkpoint`.
+        memory : MemoryManager, optional
+            For the new store's regions (default a private manager).
+        **kwargs
+            ``ReplayStore`` keywords to change: ``tier``, ``timeout``, ``seed``, ``staging_slots``.
+
+        Raises
+        ------
+        FileNotFoundError
+            No complete checkpoint under ``path``.
+        ValueError
+            A checkpoint of another format version.
+        """
         from replay.checkpoint import load
 
         return load(path, memory=memory, **kwargs)

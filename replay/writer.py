@@ -151,7 +151,15 @@ class TrajectoryWriter:
             self.episodes_written += 1
 
     def flush(self) -> None:
-        """Commit the staged steps now, keeping the episode open (they become sampleable)."""
+        """Commit the staged steps now, keeping the episode open (they become sampleable).
+
+        Raises
+        ------
+        TimeoutError
+            The rate limiter did not admit the commit within ``timeout`` (steps stay staged).
+        ValueError
+            The writer or the store is closed.
+        """
         self._check_open()
         if self.pending:
             self._commit(end=False)
