@@ -38,6 +38,7 @@ _PTHREAD_PROCESS_SHARED = 1
 _PTHREAD_MUTEX_ROBUST = 1
 _CLOCK_MONOTONIC = 1
 _MAX_WAIT_S = 3600.0  # waits without a timeout re-arm every hour (so no timespec overflows)
+_SLICE_S = 1.0  # wait_for re-checks at least this often (a blocked C call delays Python signal handlers)
 
 _libc = ctypes.CDLL(None, use_errno=True)
 for _name in (
@@ -180,13 +181,15 @@ class SharedCondition:
         end = None if timeout is None else time.monotonic() + timeout
         result = predicate()
         while not result:
+            # waits are sliced to _SLICE_S so that signals (Ctrl-C) are handled while blocked in C;
+            # the predicate decides, so slices change no outcome
             if end is None:
-                self.wait(None)
+                self.wait(_SLICE_S)
             else:
                 left = end - time.monotonic()
                 if left <= 0:
                     break
-                self.wait(left)
+                self.wait(min(left, _SLICE_S))
             result = predicate()
         return result
 
