@@ -51,11 +51,11 @@ def main() -> None:
               help="Training wall-clock budget; loading, JIT and evaluation add about a minute.")
 @click.option("--epochs", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Also stop after this many epochs.")
-@click.option("--batch-size", type=click.IntRange(min=1), default=2048, show_default=True,
+@click.option("--batch-size", type=click.IntRange(min=1), default=8192, show_default=True,
               help="Positive (user, item) pairs per step.")
 @click.option("--fanouts", default="10,10", show_default=True,
               help="Neighbours per layer, outermost first (one model layer each; -1 = all).")
-@click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=5e-3, show_default=True,
+@click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=0.02, show_default=True,
               help="Adam learning rate.")
 @click.option("--dim", "embedding_dim", type=click.IntRange(min=1), default=64, show_default=True,
               help="Embedding size.")

@@ -16,8 +16,7 @@ import torch
 __all__ = ["csr_spmm"]
 
 
-@nb.njit(parallel=True, nogil=True, cache=True)
-def _spmm(indptr, indices, weights, h, out):
+def _spmm_body(indptr, indices, weights, h, out):
     d = h.shape[1]
     for v in nb.prange(indptr.shape[0] - 1):
         for j in range(d):
@@ -29,8 +28,15 @@ def _spmm(indptr, indices, weights, h, out):
                 out[v, j] += w * h[u, j]
 
 
-@nb.njit(parallel=True, nogil=True, cache=True)
-def _spmm_t(indptr, indices, weights, g, out, parts):
+_spmm = nb.njit(parallel=True, nogil=True, cache=True)(_spmm_body)
+_spmm_serial = nb.njit(nogil=True, cache=True)(_spmm_body)
+
+# Below this many multiply-adds a kernel runs on the calling thread: an OpenMP fork-join costs more
+# than the work, and far more when other processes keep the cores busy (a descheduled worker stalls it).
+_SERIAL_WORK = 1 << 16
+
+
+def _spmm_t_body(indptr, indices, weights, g, out, parts):
     d = g.shape[1]
     n_src = out.shape[0]
     n_dst = indptr.shape[0] - 1
@@ -49,6 +55,10 @@ def _spmm_t(indptr, indices, weights, g, out, parts):
                         out[u, j] += w * g[v, j]
 
 
+_spmm_t = nb.njit(parallel=True, nogil=True, cache=True)(_spmm_t_body)
+_spmm_t_serial = nb.njit(nogil=True, cache=True)(_spmm_t_body)
+
+
 def _np(t: torch.Tensor) -> np.ndarray:
     return t.detach().contiguous().numpy()
 
@@ -57,7 +67,8 @@ class _CSRSpMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, indptr, indices, weights, h):
         out = np.empty((indptr.shape[0] - 1, h.shape[1]), dtype=_np(h).dtype)
-        _spmm(_np(indptr), _np(indices), _np(weights).astype(out.dtype, copy=False), _np(h), out)
+        kernel = _spmm_serial if indices.shape[0] * h.shape[1] < _SERIAL_WORK else _spmm
+        kernel(_np(indptr), _np(indices), _np(weights).astype(out.dtype, copy=False), _np(h), out)
         ctx.save_for_backward(indptr, indices, weights)
         ctx.num_src = h.shape[0]
         return torch.from_numpy(out)
@@ -67,8 +78,11 @@ class _CSRSpMM(torch.autograd.Function):
         indptr, indices, weights = ctx.saved_tensors
         g = _np(grad_out)
         grad_h = np.empty((ctx.num_src, g.shape[1]), dtype=g.dtype)
-        parts = max(1, min(nb.get_num_threads(), ctx.num_src))
-        _spmm_t(_np(indptr), _np(indices), _np(weights).astype(g.dtype, copy=False), g, grad_h, parts)
+        if indices.shape[0] * g.shape[1] < _SERIAL_WORK:
+            kernel, parts = _spmm_t_serial, 1
+        else:
+            kernel, parts = _spmm_t, max(1, min(nb.get_num_threads(), ctx.num_src))
+        kernel(_np(indptr), _np(indices), _np(weights).astype(g.dtype, copy=False), g, grad_h, parts)
         return None, None, None, torch.from_numpy(grad_h)
 
 

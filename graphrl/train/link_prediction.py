@@ -287,10 +287,10 @@ class LinkPredictionConfig:
     """
 
     fanouts: tuple[int, ...] = (10, 10)
-    batch_size: int = 2048
+    batch_size: int = 8192
     num_negatives: int = 1
     embedding_dim: int = 64
-    lr: float = 5e-3
+    lr: float = 0.02
     reg: float = 1e-4
     minutes: float | None = 3.0
     epochs: float | None = None
