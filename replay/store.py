@@ -315,9 +315,16 @@ class Batch(Mapping[str, torch.Tensor]):
         return _weights(self.probabilities.numpy(), self.table_size, beta)
 
     def release(self) -> None:
-        """Return the staging buffer to its pool (its tensors may then be overwritten); idempotent."""
+        """Return the staging buffer to its pool (its tensors may then be overwritten); idempotent.
+
+        For a batch made by `to`, release the staging buffer of the batch it was copied from
+        (after the copy has completed).
+        """
         if self._finalizer is not None:
             self._finalizer()
+        source = getattr(self, "_source", None)
+        if source is not None:
+            source.release()
 
     @property
     def released(self) -> bool:
@@ -336,13 +343,13 @@ class Batch(Mapping[str, torch.Tensor]):
         staging buffer is not released before the copy has completed: releasing waits for it.
         """
         device = torch.device(device)
-        moved = {n: t.to(device, non_blocking=non_blocking) for n, t in self._fields.items()}
+        moved = {n: t.to(device, non_blocking=non_blocking, copy=True) for n, t in self._fields.items()}
         out = Batch(
             moved,
-            self.mask.to(device, non_blocking=non_blocking),
+            self.mask.to(device, non_blocking=non_blocking, copy=True),
             self.keys,
             self.probabilities,
-            self.weights.to(device, non_blocking=non_blocking),
+            self.weights.to(device, non_blocking=non_blocking, copy=True),
             self.lengths,
             self.table_size,
         )
@@ -350,6 +357,7 @@ class Batch(Mapping[str, torch.Tensor]):
             ev = torch.cuda.Event()
             ev.record()
             self._events.append(ev)
+        out._source = self  # the copy keeps the staging slot held until it is released or collected
         return out
 
     def to_tensordict(self) -> Any:
@@ -493,6 +501,11 @@ class ReplayStore:
         if not isinstance(rate_limiter, RateLimiter):
             raise TypeError(
                 f"rate_limiter must be a replay.rate_limiter.RateLimiter, got {type(rate_limiter).__name__}"
+            )
+        if tier not in ("shared", "host", "pinned"):
+            raise ValueError(
+                f"tier must be 'shared' (actors in other processes), 'host' or 'pinned', got {tier!r}: "
+                "the rings must be host memory the writers can view"
             )
         capacity = int(capacity_steps) // int(num_shards)
         rate_limiter.check_capacity(capacity * int(num_shards))
@@ -747,6 +760,7 @@ class ReplayStore:
         pad: str = "tail",
         timeout: float | None = _DEFAULT,
         beta: float = 1.0,
+        device: str | torch.device | None = None,
     ) -> Batch:
         """Draw ``batch_size`` windows of ``window`` steps, as from one table over all shards.
 
@@ -763,6 +777,9 @@ class ReplayStore:
             Seconds to wait for the rate limiter and a staging buffer; default the store's ``timeout``.
         beta : float
             Importance-weight exponent (PER's beta, >= 0).
+        device : str or torch.device, optional
+            Move the batch there (`Batch.to`: a non-blocking copy from the pinned staging buffer to a
+            GPU); the staging slot stays held until the returned batch is released or collected.
 
         Returns
         -------
@@ -828,7 +845,7 @@ class ReplayStore:
             weights = (
                 _weights(prob, table_size, beta) if self._prioritized else torch.ones(b, dtype=torch.float32)
             )
-            return Batch(
+            batch = Batch(
                 fields,
                 mask,
                 torch.from_numpy(keys),
@@ -841,6 +858,9 @@ class ReplayStore:
         except BaseException:
             buf.release()
             raise
+        if device is not None and torch.device(device).type != "cpu":
+            return batch.to(device)
+        return batch
 
     def _draw(
         self, k: int, length: int, pad: str, row0: int, meta: dict[str, np.ndarray], prob: np.ndarray

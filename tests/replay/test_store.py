@@ -502,6 +502,22 @@ def test_staging_is_reused_and_released_on_gc(mm):
     )
 
 
+def test_copies_keep_the_staging_slot_until_released(mm):
+    store = make(mm, staging_slots=1)
+    fill_shards(store, [6])
+    host = store.sample(3, window=2)
+    copy = host.to("cpu")
+    assert torch.equal(copy["pos"], host["pos"]) and copy["pos"].data_ptr() != host["pos"].data_ptr()
+    del host
+    gc.collect()
+    with pytest.raises(TimeoutError):  # the copy still holds the only slot
+        store.sample(3, window=2, timeout=0.01)
+    copy.release()
+    assert store.sample(3, window=2, device="cpu").batch_size == 3
+    with pytest.raises(ValueError, match="tier"):
+        ReplayStore(SPEC, 10, 1, memory=mm, tier="device")
+
+
 def test_to_tensordict_is_lazy(mm):
     store = make(mm)
     fill_shards(store, [3])
