@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from graphrl.memory import MemoryManager
-from replay import Fifo, Queue, ReplayStore, TrajectorySpec, Uniform
+from replay import Fifo, Prioritized, Queue, ReplayStore, TrajectorySpec, Uniform
 
 SPEC = TrajectorySpec(
     {"wid": ((), "int32"), "ep": ((), "int32"), "t": ((), "int32"), "obs": ((4,), "float32")}
@@ -230,4 +230,61 @@ def test_spawned_attach_sees_the_same_bytes():
         p.join(60)
         assert p.exitcode == 0 and total == int(lengths(3, 5).sum()) == len(store)
         assert sum(checksum(e.data["obs"]) for e in store.episodes()) == check
+        store.close()
+
+
+def test_writer_and_learner_threads_with_priority_updates_stay_consistent():
+    import threading
+
+    with MemoryManager() as mm:
+        store = ReplayStore(
+            SPEC,
+            capacity_steps=600,
+            num_shards=3,
+            selector=Prioritized(0.6),
+            memory=mm,
+            seed=2,
+            chunk_steps=8,
+        )
+        errors: list[BaseException] = []
+        done = threading.Event()
+
+        def write(wid: int) -> None:
+            try:
+                with store.writer() as w:
+                    for ep, length in enumerate(lengths(wid, 150)):
+                        w.extend(episode(wid, ep, int(length)))
+                        w.end_episode()
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        def learn() -> None:
+            rng = np.random.default_rng(0)
+            it = 0
+            try:
+                while not done.is_set() or it < 20:
+                    it += 1
+                    batch = store.sample(16, window=12, pad="head", timeout=30)
+                    for b in range(16):
+                        check_window(batch, b)
+                    store.update_priorities(batch.keys, rng.uniform(0, 2, 16))
+                    batch.release()
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        writers = [threading.Thread(target=write, args=(w,)) for w in range(4)]
+        learners = [threading.Thread(target=learn) for _ in range(2)]
+        for t in writers + learners:
+            t.start()
+        for t in writers:
+            t.join(120)
+        done.set()
+        for t in learners:
+            t.join(120)
+        assert not errors, errors
+        total = sum(int(lengths(w, 150).sum()) for w in range(4))
+        counters = store.counters()
+        assert (
+            counters["inserts"] == total and counters["deletes"] == total - len(store) and len(store) == 600
+        )
         store.close()
