@@ -351,10 +351,12 @@ class ShardStorage:
             _copy_rows(ring, first, src, 0, n1)
             if count > n1:
                 _copy_rows(ring, 0, src, n1, count - n1)
-        slots = (np.arange(wp, wp + count)) % cap
-        self.steps[slots, 0] = record
-        self.steps[slots, 1] = np.arange(seq_base, seq_base + count)
-        self.steps[slots, 2] = 0
+        seq = np.arange(seq_base, seq_base + count)
+        for a, b, off in ((first, first + n1, 0), (0, count - n1, n1)):  # the run, and its wrapped rest
+            if b > a:
+                self.steps[a:b, 0] = record
+                self.steps[a:b, 1] = seq[off : off + b - a]
+                self.steps[a:b, 2] = 0
         r = recs[record % cap]
         r[REC_LENGTH] += count
         if end:
