@@ -18,6 +18,10 @@ Cases (higher is better; ``ratio`` = ours / baseline):
   ``Prioritized`` with window 1 vs cpprb ``PrioritizedReplayBuffer``; and uniform transitions vs cpprb
   ``ReplayBuffer``.
 
+Large windows copy at full bandwidth only when glibc's memcpy uses non-temporal stores for them: run
+with ``GLIBC_TUNABLES=glibc.cpu.x86_non_temporal_threshold=0x40000`` to see it (the results record
+the variable); see `replay.windows`.
+
 Baselines that are not installed are skipped (``pip install torchrl==0.14.1 cpprb``; torchrl 0.14.1's
 compiled extension does not load with torch 2.13, so its prioritized samplers cannot run; SliceSampler
 is pure Python). Every time is the best of ``--repeats`` runs.
@@ -365,6 +369,7 @@ def main(
             "torch": torch.__version__.split("+")[0],
             "cuda": torch.version.cuda if torch.cuda.is_available() else None,
             "python": platform.python_version(),
+            "glibc_tunables": os.environ.get("GLIBC_TUNABLES"),
             **versions,
         },
         "rows": rows,
