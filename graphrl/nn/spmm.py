@@ -4,7 +4,7 @@
 step (0.6 s vs 0.03 s for these kernels on a 310k-edge block with 64 features, 2 cores). The forward
 kernel is parallel over destination rows; the backward kernel (the transposed product) gives each
 thread a range of source rows, so there are no write conflicts, and every output row is summed in edge
-order: results do not depend on the number of threads.
+order: results do not depend on the number of threads. The kernels are `samplers.kernels.spmm`'s.
 """
 
 from __future__ import annotations
@@ -13,50 +13,14 @@ import numba as nb
 import numpy as np
 import torch
 
+# The kernels live with the other numba kernels (samplers/, under the layering rule of DESIGN §1).
+from samplers.kernels.spmm import SERIAL_WORK as _SERIAL_WORK
+from samplers.kernels.spmm import csr_spmm_parallel as _spmm
+from samplers.kernels.spmm import csr_spmm_serial as _spmm_serial
+from samplers.kernels.spmm import csr_spmm_t_parallel as _spmm_t
+from samplers.kernels.spmm import csr_spmm_t_serial as _spmm_t_serial
+
 __all__ = ["csr_spmm"]
-
-
-def _spmm_body(indptr, indices, weights, h, out):
-    d = h.shape[1]
-    for v in nb.prange(indptr.shape[0] - 1):
-        for j in range(d):
-            out[v, j] = 0.0
-        for e in range(indptr[v], indptr[v + 1]):
-            u = indices[e]
-            w = weights[e]
-            for j in range(d):
-                out[v, j] += w * h[u, j]
-
-
-_spmm = nb.njit(parallel=True, nogil=True, cache=True)(_spmm_body)
-_spmm_serial = nb.njit(nogil=True, cache=True)(_spmm_body)
-
-# Below this many multiply-adds a kernel runs on the calling thread: an OpenMP fork-join costs more
-# than the work, and far more when other processes keep the cores busy (a descheduled worker stalls it).
-_SERIAL_WORK = 1 << 16
-
-
-def _spmm_t_body(indptr, indices, weights, g, out, parts):
-    d = g.shape[1]
-    n_src = out.shape[0]
-    n_dst = indptr.shape[0] - 1
-    for t in nb.prange(parts):
-        lo = n_src * t // parts
-        hi = n_src * (t + 1) // parts
-        for u in range(lo, hi):
-            for j in range(d):
-                out[u, j] = 0.0
-        for v in range(n_dst):
-            for e in range(indptr[v], indptr[v + 1]):
-                u = indices[e]
-                if lo <= u < hi:
-                    w = weights[e]
-                    for j in range(d):
-                        out[u, j] += w * g[v, j]
-
-
-_spmm_t = nb.njit(parallel=True, nogil=True, cache=True)(_spmm_t_body)
-_spmm_t_serial = nb.njit(nogil=True, cache=True)(_spmm_t_body)
 
 
 def _np(t: torch.Tensor) -> np.ndarray:

@@ -1,0 +1,282 @@
+"""Sparse (CSR) times dense products as numba kernels: arrays in, arrays out.
+
+Two families share one row body (`_spmm_row`: ``out[o] = sum_e weights[e] * h[indices[e]]`` over the
+entries of row ``v`` in storage order, so a row's result never depends on threads):
+
+- ``csr_spmm_parallel`` / ``csr_spmm_serial`` and the transposed ``csr_spmm_t_parallel`` /
+  ``csr_spmm_t_serial``: the whole product at once (``prange`` over rows; the transposed kernel gives
+  each thread a range of output rows and scans every entry, so it needs no transposed copy of the
+  matrix). Used by `graphrl.nn.csr_spmm` on sampled blocks.
+- `spmm_partition`: one destination partition of a full-graph propagation (`samplers.full_graph`),
+  staged the way a GPU would run it: the partition's rows of the matrix are copied into a workspace
+  (on the memory manager's device tier), the output rows are computed there from the host-resident
+  vertex data read in place, and copied back to the host output. Rows are cut into chunks of about
+  `CHUNK_WORK` multiply-adds that helper threads claim dynamically (`samplers.kernels.cpu`'s team,
+  as the neighbour sampler does: no OpenMP fork-join, which stalls when other processes keep the
+  cores busy), so the result is bitwise the same for any number of threads.
+
+Also `csr_transpose` (a stable counting sort: the transposed rows list their entries by original row)
+and `normalized_adjacency` (the entries of ``D_in^a (A + I) D_out^b`` in CSR form).
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from samplers.kernels.cpu import _parallel_for
+
+__all__ = [
+    "CHUNK_WORK",
+    "SERIAL_WORK",
+    "chunk_bounds",
+    "csr_spmm_parallel",
+    "csr_spmm_serial",
+    "csr_spmm_t_parallel",
+    "csr_spmm_t_serial",
+    "csr_transpose",
+    "normalized_adjacency",
+    "spmm_partition",
+]
+
+# Below this many multiply-adds a kernel runs on the calling thread: an OpenMP fork-join costs more
+# than the work, and far more when other processes keep the cores busy (a descheduled worker stalls it).
+SERIAL_WORK = 1 << 16
+# Multiply-adds per chunk of a partitioned product (a few milliseconds at 128 features).
+CHUNK_WORK = 1 << 22
+
+
+@nb.njit(nogil=True, cache=True, inline="always")
+def _spmm_row(indptr, indices, weights, h, out, v, o):
+    """``out[o, :] = sum_{e in row v} weights[e] * h[indices[e], :]``, entries in storage order."""
+    d = h.shape[1]
+    for j in range(d):
+        out[o, j] = 0.0
+    for e in range(indptr[v], indptr[v + 1]):
+        u = indices[e]
+        w = weights[e]
+        for j in range(d):
+            out[o, j] += w * h[u, j]
+
+
+def _spmm_body(indptr, indices, weights, h, out):
+    """``out[v] = sum_{e in row v} weights[e] * h[indices[e]]`` for every row.
+
+    ``indptr`` int64 [D + 1], ``indices`` int [nnz] in [0, S), ``weights`` [nnz], ``h`` [S, d],
+    ``out`` [D, d] (written). The parallel (prange) and serial builds agree bitwise.
+    """
+    for v in nb.prange(indptr.shape[0] - 1):
+        _spmm_row(indptr, indices, weights, h, out, v, v)
+
+
+csr_spmm_parallel = nb.njit(parallel=True, nogil=True, cache=True)(_spmm_body)
+csr_spmm_serial = nb.njit(nogil=True, cache=True)(_spmm_body)
+
+
+def _spmm_t_body(indptr, indices, weights, g, out, parts):
+    """``out = M^T @ g`` for the CSR matrix M, without a transposed copy of M.
+
+    ``parts`` ranges of output rows run in parallel; each scans every entry and keeps those in its
+    range, so each output row is summed in entry order whatever ``parts`` is (the parallel and serial
+    builds agree bitwise).
+    """
+    d = g.shape[1]
+    n_src = out.shape[0]
+    n_dst = indptr.shape[0] - 1
+    for t in nb.prange(parts):
+        lo = n_src * t // parts
+        hi = n_src * (t + 1) // parts
+        for u in range(lo, hi):
+            for j in range(d):
+                out[u, j] = 0.0
+        for v in range(n_dst):
+            for e in range(indptr[v], indptr[v + 1]):
+                u = indices[e]
+                if lo <= u < hi:
+                    w = weights[e]
+                    for j in range(d):
+                        out[u, j] += w * g[v, j]
+
+
+csr_spmm_t_parallel = nb.njit(parallel=True, nogil=True, cache=True)(_spmm_t_body)
+csr_spmm_t_serial = nb.njit(nogil=True, cache=True)(_spmm_t_body)
+
+
+@nb.njit(nogil=True, cache=True)
+def _stage_rows(indptr, indices, weights, h, ws_indptr, ws_indices, ws_weights, ws_out, out, r0, a, b):
+    """Rows [a, b) of the partition that starts at row r0: stage the matrix rows, compute, copy back."""
+    e0 = indptr[r0]
+    if a == r0:
+        ws_indptr[0] = 0
+    for v in range(a, b):
+        ws_indptr[v - r0 + 1] = indptr[v + 1] - e0
+    for e in range(indptr[a], indptr[b]):
+        ws_indices[e - e0] = indices[e]
+        ws_weights[e - e0] = weights[e]
+    d = h.shape[1]
+    for v in range(a - r0, b - r0):
+        _spmm_row(ws_indptr, ws_indices, ws_weights, h, ws_out, v, v)
+        for j in range(d):
+            out[v + r0, j] = ws_out[v, j]
+
+
+def chunk_bounds(indptr: np.ndarray, lo: int, hi: int, width: int,
+                 chunk_work: int = CHUNK_WORK) -> np.ndarray:
+    """Row boundaries that cut rows [lo, hi) into chunks of about ``chunk_work`` multiply-adds.
+
+    Parameters
+    ----------
+    indptr : numpy.ndarray, int64, shape [R + 1]
+        Row pointer of the matrix.
+    lo, hi : int
+        Row range, ``0 <= lo <= hi <= R``.
+    width : int
+        Feature width d (a row of e entries costs e * d multiply-adds, plus d to write it).
+
+    Returns
+    -------
+    numpy.ndarray, int64, shape [C + 1]
+        Increasing boundaries, first ``lo`` and last ``hi``; a row is never split.
+    """
+    width = max(int(width), 1)
+    rows = hi - lo
+    # cost before row r (relative to lo): entries * width + rows * width
+    base = int(indptr[lo]) * width
+    total = (int(indptr[hi]) - int(indptr[lo])) * width + rows * width
+    if total <= chunk_work or rows <= 1:
+        return np.array([lo, hi], dtype=np.int64)
+    cost = indptr[lo:hi + 1] * width - base + np.arange(rows + 1, dtype=np.int64) * width
+    cuts = np.searchsorted(cost, np.arange(chunk_work, total, chunk_work, dtype=np.int64), side="left")
+    return np.unique(np.concatenate(([0], cuts, [rows]))).astype(np.int64) + lo
+
+
+def spmm_partition(indptr: np.ndarray, indices: np.ndarray, weights: np.ndarray, h: np.ndarray,
+                   out: np.ndarray, r0: int, r1: int, ws_indptr: np.ndarray, ws_indices: np.ndarray,
+                   ws_weights: np.ndarray, ws_out: np.ndarray, threads: int = 1) -> None:
+    """``out[r0:r1] = M[r0:r1] @ h`` through a workspace: one partition of a partitioned product.
+
+    The partition's rows of M are copied into ``ws_indptr`` (rebased to 0), ``ws_indices`` and
+    ``ws_weights``; output rows are computed into ``ws_out`` reading ``h`` in place, then copied to
+    ``out``. Each row is summed in entry order by one thread: bitwise the same for any ``threads``.
+
+    Parameters
+    ----------
+    indptr : numpy.ndarray, int64, shape [R + 1]
+    indices : numpy.ndarray, int32 or int64, shape [nnz], trusted in [0, S)
+    weights : numpy.ndarray, float32, shape [nnz]
+    h : numpy.ndarray, float32 or float64, shape [S, d], C-contiguous
+    out : numpy.ndarray, dtype of ``h``, shape [R, d]; rows [r0, r1) are written
+    r0, r1 : int
+        The partition's rows.
+    ws_indptr : int64 [>= r1 - r0 + 1]; ws_indices : dtype of ``indices`` [>= partition entries];
+    ws_weights : float32 [>= partition entries]; ws_out : dtype of ``h`` [>= r1 - r0, d]
+        The workspace (the memory manager's device tier).
+    threads : int
+        Threads that may work on it, the caller included.
+    """
+    if r1 <= r0:
+        return
+    bounds = chunk_bounds(indptr, r0, r1, h.shape[1])
+    args = (indptr, indices, weights, h, ws_indptr, ws_indices, ws_weights, ws_out, out, np.int64(r0))
+    n = bounds.shape[0] - 1
+    if n == 1 or threads <= 1:
+        for i in range(n):
+            _stage_rows(*args, bounds[i], bounds[i + 1])
+        return
+    _parallel_for(lambda i: _stage_rows(*args, bounds[i], bounds[i + 1]), n, threads - 1)
+
+
+@nb.njit(nogil=True, cache=True)
+def _transpose(indptr, indices, weights, num_cols, t_indptr, t_indices, t_weights):
+    for c in range(num_cols + 1):
+        t_indptr[c] = 0
+    for e in range(indices.shape[0]):
+        t_indptr[indices[e] + 1] += 1
+    for c in range(num_cols):
+        t_indptr[c + 1] += t_indptr[c]
+    pos = t_indptr[:-1].copy()
+    for r in range(indptr.shape[0] - 1):
+        for e in range(indptr[r], indptr[r + 1]):
+            c = indices[e]
+            p = pos[c]
+            pos[c] = p + 1
+            t_indices[p] = r
+            t_weights[p] = weights[e]
+
+
+def csr_transpose(indptr: np.ndarray, indices: np.ndarray, weights: np.ndarray, num_cols: int,
+                  out: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The transpose of a CSR matrix, by a stable counting sort (O(nnz + rows + cols), serial).
+
+    Row ``c`` of the result lists the entries of column ``c``, by increasing original row.
+
+    Parameters
+    ----------
+    indptr : int64 [R + 1]; indices : int32/int64 [nnz] in [0, num_cols); weights : float32 [nnz]
+    num_cols : int
+    out : (int64 [num_cols + 1], indices dtype [nnz], float32 [nnz]) or None
+        Arrays to fill (e.g. memory-manager regions); fresh ones if None.
+
+    Returns
+    -------
+    t_indptr : int64 [num_cols + 1]; t_indices : [nnz], dtype of ``indices``; t_weights : float32 [nnz]
+    """
+    if out is None:
+        out = (np.empty(num_cols + 1, np.int64), np.empty_like(indices), np.empty_like(weights))
+    _transpose(indptr, indices, weights, np.int64(num_cols), *out)
+    return out
+
+
+@nb.njit(nogil=True, cache=True)
+def _normalized(indptr, indices, values, has_values, self_loops, scale_dst, scale_src, out_indptr,
+                out_indices, out_weights):
+    n = indptr.shape[0] - 1
+    p = 0
+    out_indptr[0] = 0
+    for v in range(n):
+        sv = scale_dst[v]
+        for e in range(indptr[v], indptr[v + 1]):
+            u = indices[e]
+            a = values[e] if has_values else 1.0
+            out_indices[p] = u
+            out_weights[p] = sv * a * scale_src[u]
+            p += 1
+        if self_loops:
+            out_indices[p] = v
+            out_weights[p] = sv * scale_src[v]
+            p += 1
+        out_indptr[v + 1] = p
+
+
+def normalized_adjacency(indptr: np.ndarray, indices: np.ndarray, values: np.ndarray | None,
+                         add_self_loops: bool, scale_dst: np.ndarray, scale_src: np.ndarray,
+                         out: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """CSR entries of ``diag(scale_dst) (A + I) diag(scale_src)`` from the CSC of a graph.
+
+    Row v of the result holds v's in-edges (``A[v, u] = values[e]`` or 1 for edge e = u -> v; parallel
+    edges stay separate entries) in storage order, then the self-loop ``(v, v)`` with value 1 when
+    ``add_self_loops``. ``weight = scale_dst[v] * A[v, u] * scale_src[u]``, computed in float64 and
+    stored as float32.
+
+    Parameters
+    ----------
+    indptr : int64 [N + 1]; indices : int32/int64 [E]; values : float32 [E] or None (all ones)
+    add_self_loops : bool
+    scale_dst, scale_src : float64 [N]
+    out : (int64 [N + 1], indices dtype [E (+ N)], float32 [E (+ N)]) or None
+        Arrays to fill; fresh ones if None.
+
+    Returns
+    -------
+    indptr : int64 [N + 1]; indices : [E + N or E], dtype of ``indices``; weights : float32, same length
+    """
+    n = indptr.shape[0] - 1
+    nnz = indices.shape[0] + (n if add_self_loops else 0)
+    if out is None:
+        out = (np.empty(n + 1, np.int64), np.empty(nnz, indices.dtype), np.empty(nnz, np.float32))
+    has_values = values is not None
+    vals = values if has_values else np.empty(0, np.float32)
+    _normalized(indptr, indices, vals, has_values, bool(add_self_loops), scale_dst, scale_src, *out)
+    return out
