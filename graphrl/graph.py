@@ -4,16 +4,26 @@ A `CSCGraph` stores the *incoming* edges of every node, as DGL and GraphBolt do:
 destination ``v`` are ``indices[indptr[v]:indptr[v + 1]]``. Edge ids follow DGL: edge ``i`` is the
 i-th edge of the input the graph was built from, and ``edge_ids[p]`` gives the id of the edge stored
 at CSC position ``p``.
+
+Memory (DESIGN §2): a builder given ``memory=`` (a `graphrl.memory.MemoryManager`) places every array
+of the graph in a region of that manager, owned ``"graph.indptr"``, ``"graph.indices"``,
+``"graph.edge_ids"``, ``"graph.weights"`` and ``"graph.node_type"``, on the first tier of
+``(tier, *fallback)`` with room (by default the device tier, else pinned, else plain host memory).
+The graph's tensors are then zero-copy views of those regions, and the regions live as long as the
+graph is not freed (`CSCGraph.free`). Without ``memory`` the arrays are ordinary tensors.
 """
 
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 import numba as nb
 import numpy as np
 import torch
+
+from graphrl.memory import MemoryManager, Region, Tier
 
 __all__ = ["CSCGraph"]
 
@@ -21,6 +31,10 @@ _INT32_LIMIT = 2**31 - 1
 # from_edges groups edges with a numba counting sort from this many edges up, below it with a stable
 # numpy argsort (identical output; the argsort is O(E log E) but needs no JIT start-up).
 _SCATTER_MIN_EDGES = 1 << 18
+# Default placement of a graph given a MemoryManager: the fastest tier with room.
+_TIER = Tier.DEVICE
+_FALLBACK = (Tier.PINNED, Tier.HOST)
+_FIELDS = ("indptr", "indices", "edge_ids", "weights", "node_type")
 
 
 def _as_int64_array(name: str, value) -> np.ndarray:
@@ -91,6 +105,58 @@ def _csc_scatter(src, dst, indptr, indices, edge_ids):  # pragma: no cover - com
         edge_ids[p] = i
 
 
+class _Placer:
+    """Allocate a graph's arrays in memory-manager regions (or plain numpy arrays without a manager).
+
+    ``array(name, n, dtype)`` returns a writable host numpy array to fill: the region's own memory when
+    the region is host-addressable, else a temporary that `finish` copies into the region. On any
+    error the caller runs `abort`, which frees the regions allocated so far.
+    """
+
+    def __init__(self, memory: MemoryManager | None, tier, fallback) -> None:
+        if memory is not None and not isinstance(memory, MemoryManager):
+            raise TypeError(f"memory must be a MemoryManager or None, got {type(memory).__name__}")
+        self.memory = memory
+        self.tier = tier
+        self.fallback = tuple(fallback) if not isinstance(fallback, (str, Tier)) else (fallback,)
+        self.regions: dict[str, Region] = {}
+        self.hosts: dict[str, np.ndarray] = {}
+
+    def array(self, name: str, n: int, dtype) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        if self.memory is None:
+            arr = np.empty(n, dtype=dtype)
+        else:
+            region = self.memory.allocate((n,), dtype, self.tier, owner=f"graph.{name}",
+                                          fallback=self.fallback)
+            self.regions[name] = region
+            arr = region.numpy() if region.device == "cpu" else np.empty(n, dtype=dtype)
+        self.hosts[name] = arr
+        return arr
+
+    def put(self, name: str, values: np.ndarray) -> None:
+        """Copy ``values`` into a new array ``name`` of the same length and dtype."""
+        self.array(name, values.shape[0], values.dtype)[...] = values
+
+    def finish(self) -> dict[str, torch.Tensor]:
+        out = {}
+        for name, arr in self.hosts.items():
+            region = self.regions.get(name)
+            if region is None:
+                out[name] = torch.from_numpy(arr)
+                continue
+            if region.device != "cpu":  # GPU memory: copy the host temporary in
+                region.write(torch.from_numpy(arr))
+            out[name] = region.tensor()
+        return out
+
+    def abort(self) -> None:
+        for region in self.regions.values():
+            if not region.freed:
+                region.free()
+        self.regions.clear()
+
+
 @dataclass(frozen=True, eq=False)
 class CSCGraph:
     """A directed graph in compressed sparse column form: incoming edges grouped by destination.
@@ -108,6 +174,9 @@ class CSCGraph:
         Non-negative finite weight of the edge at each CSC position.
     node_type : torch.Tensor or None, int8, shape [N]
         Node type of each node for bipartite graphs (0 = user, 1 = item).
+    regions : tuple of Region
+        The memory-manager regions the tensors view, when a builder was given ``memory`` (empty
+        otherwise). They stay allocated until `free`.
 
     Use the builders (`from_edges`, `from_scipy`, `bipartite`) rather than the constructor: they
     validate once. The tensors are views shared with numpy (``graph.indptr.numpy()`` copies nothing).
@@ -124,6 +193,7 @@ class CSCGraph:
     edge_ids: torch.Tensor | None = None
     weights: torch.Tensor | None = None
     node_type: torch.Tensor | None = None
+    regions: tuple[Region, ...] = field(default=(), repr=False)
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -148,7 +218,76 @@ class CSCGraph:
 
     def __repr__(self) -> str:
         extra = ", weighted" if self.weights is not None else ""
+        if self.regions:
+            extra += ", tiers=" + "/".join(sorted({r.tier.value for r in self.regions}))
         return f"CSCGraph(num_nodes={self.num_nodes}, num_edges={self.num_edges}{extra})"
+
+    # ----------------------------------------------------------------- memory
+    def placement(self) -> dict[str, str]:
+        """Tier of each array held in a memory-manager region, e.g. ``{"indptr": "device", ...}``.
+
+        Returns
+        -------
+        dict[str, str]
+            One entry per region (field name without the ``graph.`` prefix); empty for a graph built
+            without ``memory``.
+        """
+        return {r.owner.removeprefix("graph."): r.tier.value for r in self.regions}
+
+    def free(self) -> None:
+        """Return the graph's regions to their memory manager's budgets; idempotent.
+
+        Tensors taken from the graph stay readable (they keep their memory alive) but no longer count
+        against any budget, so free a graph only when nothing samples from it any more. A graph built
+        without ``memory`` has no regions: this does nothing.
+        """
+        for region in self.regions:
+            if not region.freed:
+                try:
+                    region.free()
+                except ValueError:  # freed concurrently, or by the manager's close()
+                    pass
+
+    def to_memory(self, memory: MemoryManager, tier: Tier | str = _TIER,
+                  fallback: Iterable[Tier | str] = _FALLBACK) -> CSCGraph:
+        """Return a copy of this graph whose arrays live in regions of ``memory`` (one copy each).
+
+        For graphs that a loader built without a manager (data sets, say). The layout, edge ids and
+        dtypes are unchanged; ``self`` is left as it was.
+
+        Parameters
+        ----------
+        memory : MemoryManager
+            Where the regions come from (owners ``"graph.indptr"``, ``"graph.indices"``, ...).
+        tier : Tier or str
+            Preferred tier; default ``"device"``.
+        fallback : sequence of Tier or str
+            Tiers tried in order when ``tier`` has no room; default ``("pinned", "host")``.
+
+        Returns
+        -------
+        CSCGraph
+
+        Raises
+        ------
+        MemoryBudgetError
+            An array fits on none of the tiers (regions allocated before it are freed again).
+        TypeError
+            ``memory`` is not a `MemoryManager`.
+        """
+        if not isinstance(memory, MemoryManager):
+            raise TypeError(f"memory must be a MemoryManager, got {type(memory).__name__}")
+        placer = _Placer(memory, tier, fallback)
+        try:
+            for name in _FIELDS:
+                value = getattr(self, name)
+                if value is not None:
+                    placer.put(name, value.detach().cpu().numpy())
+            tensors = placer.finish()
+        except BaseException:
+            placer.abort()
+            raise
+        return type(self)(**tensors, regions=tuple(placer.regions.values()))
 
     # ------------------------------------------------------------- validation
     def validate(self) -> CSCGraph:
@@ -190,7 +329,9 @@ class CSCGraph:
 
     # --------------------------------------------------------------- builders
     @classmethod
-    def from_edges(cls, src, dst, num_nodes: int, weights=None, node_type=None) -> CSCGraph:
+    def from_edges(cls, src, dst, num_nodes: int, weights=None, node_type=None, *,
+                   memory: MemoryManager | None = None, tier: Tier | str = _TIER,
+                   fallback: Iterable[Tier | str] = _FALLBACK) -> CSCGraph:
         """Build from an edge list; edge ``i`` is ``src[i] -> dst[i]`` and keeps id ``i`` (as in DGL).
 
         Parameters
@@ -203,6 +344,16 @@ class CSCGraph:
             Optional non-negative finite edge weights, aligned with the input edges.
         node_type : array-like or None, int, shape [N]
             Optional node types (bipartite graphs: 0 = user, 1 = item).
+        memory : MemoryManager or None
+            Place the arrays in regions of this manager (see the module docstring); ``None`` keeps them
+            in ordinary tensors.
+        tier : Tier or str
+            With ``memory``: the preferred tier, default ``"device"``. Note that the CPU
+            `samplers.NeighborSampler` reads the graph through numpy, so on a machine with CUDA place
+            a graph it samples on ``"pinned"`` (readable by the CPU, and by GPU kernels through UVA).
+        fallback : sequence of Tier or str
+            With ``memory``: tiers tried in order when ``tier`` has no room, default
+            ``("pinned", "host")``.
 
         Returns
         -------
@@ -215,7 +366,11 @@ class CSCGraph:
             ``src``/``dst`` lengths differ, an id is outside [0, num_nodes), ``num_nodes`` is negative,
             or a weight is negative, NaN or infinite.
         TypeError
-            ``src``/``dst`` hold non-integers, or ``num_nodes`` is not an integer.
+            ``src``/``dst`` hold non-integers, ``num_nodes`` is not an integer, or ``memory`` is not a
+            `MemoryManager`.
+        MemoryBudgetError
+            With ``memory``: an array fits on none of the tiers tried (regions allocated for the graph
+            before it are freed again).
 
         Notes
         -----
@@ -236,37 +391,44 @@ class CSCGraph:
             w_in = weights.detach().cpu().numpy() if isinstance(weights, torch.Tensor) else weights
             w = _check_weights("weights", w_in, num_edges)
 
-        counts = np.bincount(dst_a, minlength=num_nodes)
-        indptr = np.zeros(num_nodes + 1, dtype=np.int64)
-        np.cumsum(counts, out=indptr[1:])
-        idx_dtype = np.int32 if num_nodes <= _INT32_LIMIT else np.int64
-        if num_edges >= _SCATTER_MIN_EDGES:
-            indices = np.empty(num_edges, dtype=idx_dtype)
-            order = np.empty(num_edges, dtype=np.int64)
-            _csc_scatter(src_a, dst_a, indptr, indices, order)
-        else:  # small input: skip numba's one-off start-up (~1 s per process); same result
-            order = np.argsort(dst_a, kind="stable")
-            indices = src_a[order].astype(idx_dtype)
         nt = None
         if node_type is not None:
-            nt = torch.from_numpy(np.ascontiguousarray(np.asarray(node_type, dtype=np.int8)))
-        graph = cls(
-            indptr=torch.from_numpy(indptr),
-            indices=torch.from_numpy(indices),
-            edge_ids=torch.from_numpy(order),
-            weights=None if w is None else torch.from_numpy(np.ascontiguousarray(w[order])),
-            node_type=nt,
-        )
-        if nt is not None and tuple(nt.shape) != (num_nodes,):
-            raise ValueError(f"node_type must have shape [{num_nodes}], got {tuple(nt.shape)}")
-        return graph
+            nt = np.ascontiguousarray(np.asarray(node_type, dtype=np.int8))
+            if nt.shape != (num_nodes,):
+                raise ValueError(f"node_type must have shape [{num_nodes}], got {tuple(nt.shape)}")
+
+        placer = _Placer(memory, tier, fallback)
+        try:
+            counts = np.bincount(dst_a, minlength=num_nodes)
+            indptr = placer.array("indptr", num_nodes + 1, np.int64)
+            indptr[0] = 0
+            np.cumsum(counts, out=indptr[1:])
+            idx_dtype = np.int32 if num_nodes <= _INT32_LIMIT else np.int64
+            indices = placer.array("indices", num_edges, idx_dtype)
+            order = placer.array("edge_ids", num_edges, np.int64)
+            if num_edges >= _SCATTER_MIN_EDGES:
+                _csc_scatter(src_a, dst_a, indptr, indices, order)
+            else:  # small input: skip numba's one-off start-up (~1 s per process); same result
+                order[...] = np.argsort(dst_a, kind="stable")
+                indices[...] = src_a[order]
+            if w is not None:
+                np.take(w, order, out=placer.array("weights", num_edges, np.float32))
+            if nt is not None:
+                placer.put("node_type", nt)
+            tensors = placer.finish()
+        except BaseException:
+            placer.abort()
+            raise
+        return cls(**tensors, regions=tuple(placer.regions.values()))
 
     @classmethod
-    def from_scipy(cls, matrix, weighted: bool = False) -> CSCGraph:
+    def from_scipy(cls, matrix, weighted: bool = False, *, memory: MemoryManager | None = None,
+                   tier: Tier | str = _TIER, fallback: Iterable[Tier | str] = _FALLBACK) -> CSCGraph:
         """Build from a square scipy sparse adjacency matrix where ``matrix[u, v] != 0`` is an edge u -> v.
 
         Edge ``i`` is the i-th stored entry of ``matrix.tocoo()`` (the same convention as
         ``dgl.from_scipy``). With ``weighted=True`` the stored values become edge weights.
+        ``memory``, ``tier`` and ``fallback`` place the arrays as in `from_edges`.
 
         Raises
         ------
@@ -274,6 +436,8 @@ class CSCGraph:
             The matrix is not square, or (weighted) holds negative, NaN or infinite values.
         TypeError
             ``matrix`` is not a scipy sparse matrix or array.
+        MemoryBudgetError
+            With ``memory``: as in `from_edges`.
         """
         import scipy.sparse as sp
 
@@ -282,10 +446,13 @@ class CSCGraph:
         if matrix.shape[0] != matrix.shape[1]:
             raise ValueError(f"matrix must be square (N x N), got shape {matrix.shape}")
         coo = matrix.tocoo()
-        return cls.from_edges(coo.row, coo.col, matrix.shape[0], weights=coo.data if weighted else None)
+        return cls.from_edges(coo.row, coo.col, matrix.shape[0], weights=coo.data if weighted else None,
+                              memory=memory, tier=tier, fallback=fallback)
 
     @classmethod
-    def bipartite(cls, users, items, num_users: int, num_items: int, weights=None) -> CSCGraph:
+    def bipartite(cls, users, items, num_users: int, num_items: int, weights=None, *,
+                  memory: MemoryManager | None = None, tier: Tier | str = _TIER,
+                  fallback: Iterable[Tier | str] = _FALLBACK) -> CSCGraph:
         """Build a user-item graph with both edge directions, users ``0..U-1`` and items ``U..U+I-1``.
 
         Interaction ``i`` (``users[i]``, ``items[i]``) becomes edge ``i`` (user -> item) and edge
@@ -302,6 +469,8 @@ class CSCGraph:
             U and I.
         weights : array-like or None, float, shape [M]
             Optional interaction weights, used for both directions.
+        memory, tier, fallback
+            Place the arrays in memory-manager regions, as in `from_edges`.
 
         Raises
         ------
@@ -309,6 +478,8 @@ class CSCGraph:
             An id outside its range, lengths that differ, or a negative count.
         TypeError
             Non-integer ids, or ``num_users``/``num_items`` not integers.
+        MemoryBudgetError
+            With ``memory``: as in `from_edges`.
         """
         num_users = _as_count("num_users", num_users)
         num_items = _as_count("num_items", num_items)
@@ -327,4 +498,5 @@ class CSCGraph:
             w_in = np.asarray(w_in)
             w = np.concatenate([w_in, w_in])
         node_type = np.concatenate([np.zeros(num_users, np.int8), np.ones(num_items, np.int8)])
-        return cls.from_edges(src, dst, num_users + num_items, weights=w, node_type=node_type)
+        return cls.from_edges(src, dst, num_users + num_items, weights=w, node_type=node_type, memory=memory,
+                              tier=tier, fallback=fallback)

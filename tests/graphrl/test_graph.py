@@ -303,3 +303,88 @@ def test_property_csc_positions_reproduce_input_edges(data):
             assert np.all(dst[row] == v)
     for f in ("indptr", "indices", "edge_ids"):
         assert torch.equal(getattr(graphs[0], f), getattr(graphs[1], f)), f
+
+
+# ------------------------------------------------------------------------------- memory-manager regions
+from graphrl.memory import MemoryBudgetError, MemoryManager  # noqa: E402
+
+_ARRAYS = ("indptr", "indices", "edge_ids", "weights")
+
+
+def _same_graph(a: CSCGraph, b: CSCGraph) -> None:
+    for name in (*_ARRAYS, "node_type"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert (x is None) == (y is None), name
+        if x is not None:
+            assert x.dtype == y.dtype and torch.equal(x, y), name
+
+
+def test_from_edges_in_memory_regions_views_them_and_matches_the_plain_build(path):
+    rng = np.random.default_rng(1)
+    src, dst, w = rng.integers(0, 50, 400), rng.integers(0, 50, 400), rng.random(400)
+    with MemoryManager() as mm:
+        g = CSCGraph.from_edges(src, dst, 50, weights=w, memory=mm)
+        _same_graph(g, CSCGraph.from_edges(src, dst, 50, weights=w))
+        assert g.placement() == {name: "device" for name in _ARRAYS}  # device tier: host memory without CUDA
+        by_owner = {r.owner: r for r in g.regions}
+        for name in _ARRAYS:
+            region = by_owner[f"graph.{name}"]
+            assert getattr(g, name).data_ptr() == region.data_ptr()  # a view, not a copy
+            assert region.nbytes == getattr(g, name).numel() * getattr(g, name).element_size()
+        stats = mm.stats()["device"]
+        assert stats["graph.indices"] == {"bytes": 400 * 4, "peak": 400 * 4, "regions": 1}
+        assert "tiers=device" in repr(g)
+        g.validate()
+        g.free()
+        g.free()  # idempotent
+        assert all(r.freed for r in g.regions)
+        assert mm.stats()["device"]["graph.indptr"]["bytes"] == 0 and mm.regions() == []
+
+
+def test_graph_falls_back_to_the_next_tier_when_the_device_budget_is_too_small():
+    # indptr (51 x 8 = 408 bytes) fits the device budget; indices, edge ids and weights do not
+    with MemoryManager(budgets={"device": 500}) as mm:
+        g = CSCGraph.from_edges(np.arange(200) % 50, np.arange(200)[::-1] % 50, 50, weights=np.ones(200),
+                                memory=mm)
+        assert g.placement() == {"indptr": "device", "indices": "pinned", "edge_ids": "pinned",
+                                 "weights": "pinned"}
+        assert mm.usage()["device"]["used"] == 408
+
+
+def test_graph_too_large_for_every_tier_raises_and_frees_what_it_allocated():
+    budgets = {"device": 1500, "pinned": 1500, "host": 1500}
+    with MemoryManager(budgets=budgets) as mm:
+        with pytest.raises(MemoryBudgetError) as info:
+            CSCGraph.from_edges(np.zeros(300, np.int64), np.zeros(300, np.int64), 10, memory=mm)
+        assert info.value.owner == "graph.edge_ids"  # 2400 bytes, after indptr and indices (88 + 1200)
+        assert mm.regions() == []
+        assert all(u["used"] == 0 for u in mm.usage().values())
+        # without fallback tiers the device budget is the only one
+        with pytest.raises(MemoryBudgetError, match="tier 'device'"):
+            CSCGraph.from_edges(np.zeros(300, np.int64), np.zeros(300, np.int64), 10, memory=mm, fallback=())
+
+
+def test_bipartite_scipy_and_to_memory_place_every_array():
+    users, items = np.array([0, 0, 1, 2]), np.array([1, 0, 1, 1])
+    with MemoryManager() as mm:
+        g = CSCGraph.bipartite(users, items, 3, 2, weights=np.ones(4), memory=mm, tier="pinned")
+        _same_graph(g, CSCGraph.bipartite(users, items, 3, 2, weights=np.ones(4)))
+        assert g.placement() == {**{n: "pinned" for n in _ARRAYS}, "node_type": "pinned"}
+        m = sp.coo_matrix((np.ones(3), ([0, 1, 2], [1, 2, 0])), shape=(3, 3))
+        gs = CSCGraph.from_scipy(m, weighted=True, memory=mm, tier="host")
+        _same_graph(gs, CSCGraph.from_scipy(m, weighted=True))
+        assert set(gs.placement().values()) == {"host"}
+        plain = CSCGraph.bipartite(users, items, 3, 2)
+        moved = plain.to_memory(mm)
+        _same_graph(moved, plain)
+        assert moved.indices.data_ptr() != plain.indices.data_ptr() and plain.regions == ()
+        assert set(moved.placement()) == {"indptr", "indices", "edge_ids", "node_type"}
+
+
+def test_memory_argument_type_errors():
+    with pytest.raises(TypeError, match="memory must be a MemoryManager"):
+        CSCGraph.from_edges([0], [1], 2, memory="host")
+    with pytest.raises(TypeError, match="memory must be a MemoryManager"):
+        CSCGraph.from_edges([0], [1], 2).to_memory(None)
+    with MemoryManager() as mm, pytest.raises(ValueError, match="unknown tier"):
+        CSCGraph.from_edges([0], [1], 2, memory=mm, tier="gpu")
