@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Block"]
+__all__ = ["Block", "Blocks"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -30,6 +30,10 @@ class Block:
         Local source position (into ``src_nodes``) of each sampled edge.
     edge_ids : torch.Tensor, int64, shape [nnz]
         Graph edge id of each sampled edge, aligned with ``indices``.
+    src_times : torch.Tensor or None, int64 or float64, shape [S]
+        Temporal sampling only: the time each source node carries (a destination's time is the time of
+        the seed it serves; a sampled source takes the time of the row that drew it). The same node can
+        appear more than once among the sources with different times. ``None`` otherwise.
     """
 
     src_nodes: torch.Tensor
@@ -37,6 +41,12 @@ class Block:
     indptr: torch.Tensor
     indices: torch.Tensor
     edge_ids: torch.Tensor
+    src_times: torch.Tensor | None = None
+
+    @property
+    def dst_times(self) -> torch.Tensor | None:
+        """Time of each destination row (temporal sampling), the prefix of ``src_times``; else None."""
+        return None if self.src_times is None else self.src_times[: self.num_dst_nodes]
 
     @property
     def num_src_nodes(self) -> int:
@@ -64,3 +74,17 @@ class Block:
     def __repr__(self) -> str:
         return (f"Block(num_src_nodes={self.num_src_nodes}, num_dst_nodes={self.num_dst_nodes}, "
                 f"num_edges={self.num_edges})")
+
+
+class Blocks(list):
+    """The blocks of one `NeighborSampler.sample` call (a plain ``list`` of `Block`, outermost first)
+    that can also convert themselves to PyG's form with `to_pyg`."""
+
+    def to_pyg(self):
+        """PyG's view of these blocks: ``edge_index``, ``n_id``, ``e_id`` and per-hop counts.
+
+        See `samplers.interop.blocks_to_pyg`.
+        """
+        from samplers.interop import blocks_to_pyg
+
+        return blocks_to_pyg(self)

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from graphrl.graph import CSCGraph
-from samplers.block import Block
+from samplers.block import Block, Blocks
 from samplers.kernels import cpu
 
 __all__ = ["NeighborSampler", "check_seeds"]
@@ -79,9 +79,23 @@ class NeighborSampler:
         Draw with replacement: a node of in-degree d > 0 contributes exactly k edges (0 when d = 0).
         Without replacement it contributes min(d, k) distinct edges (distinct edge ids: parallel edges
         can both be drawn, no edge twice).
+    weights : None, True, or torch.Tensor (float, shape [E])
+        ``None``: uniform draws. ``True``: the graph's own edge weights. A tensor: one weight per edge,
+        indexed by *edge id* (as DGL's ``prob`` edge feature). Without replacement, draws follow
+        exponential keys (A-ES): an edge of weight w is taken with the probability of weighted sampling
+        without replacement; with replacement, each draw picks an edge with probability w / (row sum).
+        An edge of weight 0 is never drawn, so a node's d counts only its positive-weight edges: a node
+        with fewer than k of them gives exactly those, a node whose weights are all 0 draws nothing.
+        Weights are stored as float32 in CSC order (a copy, 4 bytes per edge).
+    edge_times : torch.Tensor or None, integer or float, shape [E]
+        Temporal sampling: the time of each edge, indexed by edge id. `sample` then needs
+        ``seed_times`` and a row of time t draws only edges of time <= t (see `sample`). Integer
+        times are kept as int64, float times as float64 (a copy in CSC order).
     seed : int or None
         Seed of the sampler's random stream. ``None`` draws one from the OS. The n-th call of
         `sample` with a given seed returns the same blocks on every run and for any thread count.
+    device : str or torch.device
+        ``"cpu"`` (numba CPU kernels).
 
     Notes
     -----
@@ -98,15 +112,20 @@ class NeighborSampler:
     Raises
     ------
     TypeError
-        ``graph`` is not a `CSCGraph`; a fanout or ``seed`` is not an int.
+        ``graph`` is not a `CSCGraph`; a fanout or ``seed`` is not an int; ``weights`` or
+        ``edge_times`` is not numeric.
     ValueError
-        ``fanouts`` is empty or holds a value below -1.
+        ``fanouts`` is empty or holds a value below -1; ``weights`` has the wrong length or holds a
+        negative, NaN or infinite value, or is ``True`` on a graph without weights; ``edge_times`` has
+        the wrong length or holds NaN; an unknown ``device``.
 
     References
     ----------
     Hamilton, Ying and Leskovec, "Inductive Representation Learning on Large Graphs" (GraphSAGE,
     NeurIPS 2017) for layer-wise neighbour sampling; DGL's message-flow-graph (block) contract for
-    the output; Floyd's sampling without replacement, as in pyg-lib's neighbour kernel.
+    the output; Floyd's sampling without replacement, as in pyg-lib's neighbour kernel; Efraimidis and
+    Spirakis, "Weighted random sampling with a reservoir" (IPL 2006, A-ES exponential keys), as in
+    GraphBolt, for weighted draws; TGL (Zhou et al., VLDB 2022) for temporal neighbour sampling.
 
     Examples
     --------
@@ -115,8 +134,8 @@ class NeighborSampler:
     >>> blocks[-1].dst_nodes            # tensor([ 0,  7, 42])
     """
 
-    def __init__(self, graph: CSCGraph, fanouts: Sequence[int], replace: bool = False,
-                 seed: int | None = None) -> None:
+    def __init__(self, graph: CSCGraph, fanouts: Sequence[int], replace: bool = False, weights=None,
+                 seed: int | None = None, *, edge_times=None, device="cpu") -> None:
         if not isinstance(graph, CSCGraph):
             raise TypeError(f"graph must be a CSCGraph, got {type(graph).__name__}")
         fanouts = list(fanouts)
@@ -137,11 +156,95 @@ class NeighborSampler:
         self._indptr = graph.indptr.numpy()
         self._indices = graph.indices.numpy()
         self._edge_ids = None if graph.edge_ids is None else graph.edge_ids.numpy()
+        self._weights = self._csc_weights(graph, weights)
+        self._times = self._csc_times(graph, edge_times)
+        self.weighted = self._weights is not None
+        """Whether draws follow edge weights."""
+        self.temporal = self._times is not None
+        """Whether `sample` needs ``seed_times`` (the sampler has edge times)."""
+        self._masks = cpu.Masks(self._weights, self._times) if self.weighted or self.temporal else None
+        self.device = self._check_device(device)
         self._workspace = cpu.Workspace(graph.num_nodes, self._indices.dtype)
         self._eid_to_pos: np.ndarray | None = None
         self._lock = threading.Lock()  # the workspace serves one call at a time
         self.sampled_edges = 0
         """Total number of edges sampled by this sampler so far (for throughput reports)."""
+
+    @staticmethod
+    def _check_device(device) -> torch.device:
+        try:
+            dev = torch.device(device)
+        except (RuntimeError, TypeError):
+            raise ValueError(f"device must be 'cpu', got {device!r}") from None
+        if dev.type != "cpu":
+            raise ValueError(f"device must be 'cpu', got {device!r}")
+        return dev
+
+    def _edge_array(self, name: str, value) -> np.ndarray:
+        """A per-edge tensor indexed by edge id, as a numpy array of shape [E] (checked)."""
+        arr = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+        num_edges = self.graph.num_edges
+        if arr.shape != (num_edges,):
+            raise ValueError(f"{name} must have shape [{num_edges}] (one per edge, indexed by edge id), "
+                             f"got {tuple(arr.shape)}")
+        if arr.size and not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
+            raise TypeError(f"{name} must be a numeric tensor, got dtype {arr.dtype}")
+        return arr
+
+    def _csc_weights(self, graph: CSCGraph, weights) -> np.ndarray | None:
+        """The sampling weights in CSC order (float32), or None for uniform draws."""
+        if weights is None or weights is False:
+            return None
+        if weights is True:
+            if graph.weights is None:
+                raise ValueError("weights=True needs a graph with edge weights (build it with weights=...), "
+                                 "or pass weights as a tensor of shape [E]")
+            return graph.weights.numpy()
+        arr = self._edge_array("weights", weights).astype(np.float64, copy=False)
+        bad = ~np.isfinite(arr) | (arr < 0)
+        if bad.any():
+            first = float(arr[np.argmax(bad)])
+            raise ValueError(f"weights: {int(bad.sum())} of {arr.size} weights are negative, NaN or "
+                             f"infinite, first {first}; weights must be finite and >= 0")
+        eids = graph.csc_edge_ids().numpy()
+        return np.ascontiguousarray(arr[eids], dtype=np.float32)
+
+    def _csc_times(self, graph: CSCGraph, edge_times) -> np.ndarray | None:
+        """Edge times in CSC order (int64 or float64), or None."""
+        if edge_times is None:
+            return None
+        arr = self._edge_array("edge_times", edge_times)
+        if np.issubdtype(arr.dtype, np.floating) or arr.size == 0 and arr.dtype == np.float64:
+            arr = arr.astype(np.float64, copy=False)
+            if np.isnan(arr).any():
+                raise ValueError(f"edge_times: {int(np.isnan(arr).sum())} of {arr.size} times are NaN")
+        else:
+            arr = arr.astype(np.int64, copy=False)
+        return np.ascontiguousarray(arr[graph.csc_edge_ids().numpy()])
+
+    def _check_seed_times(self, seed_times, num_seeds: int) -> np.ndarray | None:
+        if not self.temporal:
+            if seed_times is not None:
+                raise ValueError("seed_times given, but the sampler has no edge_times (pass edge_times=... "
+                                 "to NeighborSampler for temporal sampling)")
+            return None
+        if seed_times is None:
+            raise ValueError("seed_times is required: the sampler has edge_times (temporal sampling)")
+        if isinstance(seed_times, torch.Tensor):
+            arr = seed_times.detach().cpu().numpy()
+        else:
+            arr = np.asarray(seed_times)
+        if arr.shape != (num_seeds,):
+            raise ValueError(f"seed_times must have one time per seed ([{num_seeds}]), "
+                             f"got {tuple(arr.shape)}")
+        if arr.size and not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
+            raise TypeError(f"seed_times must be a numeric tensor, got dtype {arr.dtype}")
+        if np.issubdtype(arr.dtype, np.floating):
+            if np.isnan(arr).any():
+                raise ValueError(f"seed_times: {int(np.isnan(arr).sum())} of {arr.size} times are NaN")
+            if self._times.dtype == np.int64:  # t_edge <= t  <=>  t_edge <= floor(t) for integer times
+                return np.clip(np.floor(arr), -9.2e18, 9.2e18).astype(np.int64)
+        return np.ascontiguousarray(arr, dtype=self._times.dtype)
 
     @property
     def num_layers(self) -> int:
@@ -166,7 +269,7 @@ class NeighborSampler:
             pos = self._eid_to_pos[eids]
         return cpu.Exclusion(self._indptr, np.unique(pos).astype(np.int64, copy=False))
 
-    def sample(self, seeds, exclude_eids=None) -> list[Block]:
+    def sample(self, seeds, exclude_eids=None, seed_times=None) -> Blocks:
         """Sample blocks for ``seeds``, outermost layer first, never drawing the ``exclude_eids`` edges.
 
         Parameters
@@ -182,12 +285,21 @@ class NeighborSampler:
             with fanout -1 both give the same edges.)
             Duplicates are allowed. The first call with exclusions builds the inverse of the graph's
             edge-id permutation (4 bytes per edge below 2^31 edges), kept for later calls.
+        seed_times : torch.Tensor or None, integer or float, shape [B]
+            Temporal sampling (required iff the sampler has ``edge_times``): the time of each seed. A
+            seed's row draws only edges of time <= its time, and every row of an inner layer inherits
+            the time of the seed it serves: a sampled source takes the time of the row that drew it.
+            Sources are deduplicated by (node, time), not by node, so a node reached from seeds with
+            different times is several source nodes (and several rows of the next layer), each seeing
+            only its own past; ``Block.src_times`` holds the times. Float times against integer edge
+            times are floored.
 
         Returns
         -------
-        list[Block]
-            ``len(fanouts)`` blocks. ``blocks[-1].dst_nodes`` equals ``seeds``;
-            ``blocks[i].dst_nodes`` equals ``blocks[i + 1].src_nodes``.
+        Blocks
+            A list of ``len(fanouts)`` blocks. ``blocks[-1].dst_nodes`` equals ``seeds``;
+            ``blocks[i].dst_nodes`` equals ``blocks[i + 1].src_nodes``. ``blocks.to_pyg()`` converts
+            them to PyG's ``edge_index`` form.
 
         Raises
         ------
@@ -195,29 +307,33 @@ class NeighborSampler:
             ``seeds`` or ``exclude_eids`` is not an integer tensor (a float or bool tensor, say).
         ValueError
             ``seeds`` is not 1-D or holds ids outside [0, num_nodes); ``exclude_eids`` is not 1-D or holds
-            ids outside [0, num_edges).
+            ids outside [0, num_edges); ``seed_times`` is missing on a temporal sampler, given on another,
+            of the wrong length, or holds NaN.
         """
         dst = check_seeds(seeds, self.graph.num_nodes)
+        times = self._check_seed_times(seed_times, dst.shape[0])
         threads = numba.get_num_threads()
         with self._lock:
             excluded = self._excluded_positions(exclude_eids)
             call = self._calls
             self._calls += 1
-            return self._sample(dst, excluded, call, threads)
+            return self._sample(dst, excluded, call, threads, times)
 
     def _sample(self, dst: np.ndarray, excluded: cpu.Exclusion | None, call: int,
-                threads: int) -> list[Block]:
-        blocks: list[Block] = []
+                threads: int, times: np.ndarray | None = None) -> Blocks:
+        blocks = Blocks()
         for layer in range(self.num_layers - 1, -1, -1):
             key = cpu.layer_key(self.seed, call, layer)
-            out_indptr, src_nodes, local, eids = cpu.sample_block(
+            out_indptr, src_nodes, local, eids, src_times = cpu.sample_block(
                 self._indptr, self._indices, self._edge_ids, dst, self.fanouts[layer], self.replace, key,
-                excluded, self._workspace, threads)
+                excluded, self._workspace, threads, self._masks, times)
             self.sampled_edges += int(local.shape[0])
             src_t = torch.from_numpy(src_nodes)
             blocks.append(Block(src_nodes=src_t, dst_nodes=src_t[: dst.shape[0]],
                                 indptr=torch.from_numpy(out_indptr), indices=torch.from_numpy(local),
-                                edge_ids=torch.from_numpy(eids)))
+                                edge_ids=torch.from_numpy(eids),
+                                src_times=None if src_times is None else torch.from_numpy(src_times)))
             dst = src_nodes
+            times = src_times
         blocks.reverse()
         return blocks

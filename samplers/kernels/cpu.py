@@ -35,6 +35,7 @@ busy machine costs at most the speed-up, never more.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from collections.abc import Callable
@@ -50,13 +51,17 @@ from numba.extending import intrinsic
 from samplers.kernels.reference import GOLDEN as _GOLDEN_INT
 from samplers.kernels.reference import layer_key
 
-__all__ = ["layer_key", "sample_layer", "relabel", "sample_block", "Workspace", "Exclusion", "CHUNK_EDGES"]
+__all__ = ["layer_key", "sample_layer", "relabel", "sample_block", "Workspace", "Exclusion", "Masks",
+           "time_keys", "CHUNK_EDGES"]
 
 _GOLDEN = np.uint64(_GOLDEN_INT)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _LO32 = np.uint64(0xFFFFFFFF)
 _NO_EXCL = np.empty(0, dtype=np.int64)
+_NO_WEIGHTS = np.empty(0, dtype=np.float32)
+_NO_TIMES = np.empty(0, dtype=np.int64)
+_TWO_M53 = 2.0 ** -53
 _BITMAP_MAX = 4096  # Floyd on rows of degree 65..4096 keeps the chosen slots in a bitmap
 _SCAN_MAX = 64  # above 4096, Floyd scans the chosen slots up to this fanout, hashes above
 _INT32_MAX = np.iinfo(np.int32).max
@@ -357,6 +362,245 @@ def _sample_rows(indices, edge_ids, has_eids, dst, row_start, row_deg, row_exlo,
     _gather_edges(indices, edge_ids, has_eids, eids, src, out_indptr[lo], out_indptr[hi])
 
 
+# ------------------------------------------------------------------------------------ masked rows
+# Rows sampled under weights and/or edge times (the "masked" rules of `samplers.kernels.reference`).
+# A position is eligible iff its weight is > 0, it is not excluded and its time is <= the row's time.
+# Planning counts the eligible positions of each row (one read of its weights/times); choosing draws
+# exponential keys (without replacement) or inverts the prefix sums (with replacement).
+
+
+@nb.njit(inline="always", cache=True)
+def _eligible(weights, has_w, times, has_t, t_row, p):
+    ok = True
+    if has_w:
+        ok = weights[p] > 0
+    if has_t:
+        ok = ok and times[p] <= t_row
+    return ok
+
+
+@nb.njit(nogil=True, cache=True)
+def _plan_rows_masked(indptr, dst, fanout, replace, excl, excl_rows, weights, has_w, times, row_time, has_t,
+                      row_start, row_deg, row_exlo, row_exhi, row_end, out_indptr, lo, hi):
+    """Pass 1 of masked rows [lo, hi): start, end, eligible count and output count of every row."""
+    has_excl = excl.shape[0] > 0
+    for i in range(lo, hi):
+        v = dst[i]
+        s = indptr[v]
+        e = indptr[v + 1]
+        a = 0
+        b = 0
+        if has_excl and (excl_rows[v >> 6] >> np.uint64(v & 63)) & np.uint64(1):
+            a = np.searchsorted(excl, s)
+            b = np.searchsorted(excl, e)
+        row_exlo[i] = a
+        row_exhi[i] = b
+        row_start[i] = s
+        row_end[i] = e
+        t_row = row_time[i] if has_t else 0
+        count = 0
+        q = a
+        for p in range(s, e):
+            ok = _eligible(weights, has_w, times, has_t, t_row, p)
+            if q < b and excl[q] == p:
+                ok = False
+                q += 1
+            count += ok
+        row_deg[i] = count
+        if fanout < 0 or (not replace and count <= fanout):
+            c = count
+        elif count == 0:
+            c = 0
+        else:
+            c = fanout
+        out_indptr[i + 1] = c
+
+
+@nb.njit(inline="always", cache=True)
+def _heap_less(ka, pa, kb, pb):
+    return ka < kb or (ka == kb and pa < pb)
+
+
+@nb.njit(inline="always", cache=True)
+def _heap_sift_down(hkey, hpos, n):
+    """Restore the max-heap (largest (key, pos) at 0) after replacing its root."""
+    i = 0
+    while True:
+        a = 2 * i + 1
+        if a >= n:
+            return
+        b = a + 1
+        big = a
+        if b < n and _heap_less(hkey[a], hpos[a], hkey[b], hpos[b]):
+            big = b
+        if _heap_less(hkey[i], hpos[i], hkey[big], hpos[big]):
+            hkey[i], hkey[big] = hkey[big], hkey[i]
+            hpos[i], hpos[big] = hpos[big], hpos[i]
+            i = big
+        else:
+            return
+
+
+@nb.njit(nogil=True, cache=True)
+def _choose_rows_masked(dst, row_start, row_deg, row_exlo, row_exhi, row_end, out_indptr, fanout, replace,
+                        key, excl, weights, has_w, times, row_time, has_t, pos, lo, hi):
+    """Pass 2 of masked rows [lo, hi): choose CSC positions (A-ES keys, or prefix-sum inversion)."""
+    draws = replace and fanout >= 0
+    hkey = np.empty(16, dtype=np.float64)
+    hpos = np.empty(16, dtype=np.int64)
+    prefix = np.empty(64, dtype=np.float64)
+    for i in range(lo, hi):
+        o = out_indptr[i]
+        c = out_indptr[i + 1] - o
+        if c == 0:
+            continue
+        s = row_start[i]
+        e = row_end[i]
+        b = row_exhi[i]
+        q = row_exlo[i]
+        t_row = row_time[i] if has_t else 0
+        if not draws and c == row_deg[i]:  # every eligible position, in order
+            w = o
+            for p in range(s, e):
+                ok = _eligible(weights, has_w, times, has_t, t_row, p)
+                if q < b and excl[q] == p:
+                    ok = False
+                    q += 1
+                if ok:
+                    pos[w] = p
+                    w += 1
+            continue
+        state0 = _mix(key ^ (np.uint64(dst[i]) * _GOLDEN))
+        if not draws:
+            # Exponential keys: keep the c smallest (key, position) pairs in a max-heap.
+            if hkey.shape[0] < c:
+                hkey = np.empty(2 * c, dtype=np.float64)
+                hpos = np.empty(2 * c, dtype=np.int64)
+            n = 0
+            for p in range(s, e):
+                ok = _eligible(weights, has_w, times, has_t, t_row, p)
+                if q < b and excl[q] == p:
+                    ok = False
+                    q += 1
+                if not ok:
+                    continue
+                r = _mix(state0 + np.uint64(p - s + 1) * _GOLDEN)
+                u = (np.float64(r >> np.uint64(11)) + 1.0) * _TWO_M53
+                wp = np.float64(weights[p]) if has_w else 1.0
+                k = -math.log(u) / wp
+                if n < c:  # sift up
+                    j = n
+                    hkey[j] = k
+                    hpos[j] = p
+                    while j > 0:
+                        par = (j - 1) >> 1
+                        if _heap_less(hkey[par], hpos[par], hkey[j], hpos[j]):
+                            hkey[j], hkey[par] = hkey[par], hkey[j]
+                            hpos[j], hpos[par] = hpos[par], hpos[j]
+                            j = par
+                        else:
+                            break
+                    n += 1
+                elif _heap_less(k, p, hkey[0], hpos[0]):
+                    hkey[0] = k
+                    hpos[0] = p
+                    _heap_sift_down(hkey, hpos, c)
+            for j in range(c):
+                pos[o + j] = hpos[j]
+            pos[o:o + c].sort()
+        else:
+            # Inverse CDF over float64 prefix sums of the eligible weights.
+            d = e - s
+            if prefix.shape[0] < d:
+                prefix = np.empty(2 * d, dtype=np.float64)
+            total = 0.0
+            last = s
+            for p in range(s, e):
+                ok = _eligible(weights, has_w, times, has_t, t_row, p)
+                if q < b and excl[q] == p:
+                    ok = False
+                    q += 1
+                if ok:
+                    total += np.float64(weights[p]) if has_w else 1.0
+                    last = p
+                prefix[p - s] = total
+            state = state0
+            for j in range(c):
+                state += _GOLDEN
+                x = (np.float64(_mix(state) >> np.uint64(11)) * _TWO_M53) * total
+                a = 0
+                z = d
+                while a < z:
+                    mid = (a + z) >> 1
+                    if prefix[mid] > x:
+                        z = mid
+                    else:
+                        a = mid + 1
+                pos[o + j] = s + a if a < d else last
+
+
+@nb.njit(nogil=True, cache=True)
+def _sample_rows_masked(indices, edge_ids, has_eids, dst, row_start, row_deg, row_exlo, row_exhi, row_end,
+                        out_indptr, fanout, replace, key, excl, weights, has_w, times, row_time, has_t, eids,
+                        src, lo, hi):
+    """Passes 2 and 3 of masked rows [lo, hi) (one chunk of work)."""
+    _choose_rows_masked(dst, row_start, row_deg, row_exlo, row_exhi, row_end, out_indptr, fanout, replace,
+                        key, excl, weights, has_w, times, row_time, has_t, eids, lo, hi)
+    _gather_edges(indices, edge_ids, has_eids, eids, src, out_indptr[lo], out_indptr[hi])
+
+
+@nb.njit(inline="always", cache=True)
+def _pair_slot(tab_node, tab_time, mask, v, t):
+    """Slot of (v, t) in the open-addressing table: its own, or the empty one where it belongs."""
+    h = np.int64(_mix((np.uint64(v) * _GOLDEN) ^ np.uint64(t))) & mask
+    while tab_node[h] >= 0 and not (tab_node[h] == v and tab_time[h] == t):
+        h = (h + 1) & mask
+    return h
+
+
+@nb.njit(nogil=True, cache=True)
+def _relabel_temporal(dst, dst_tkey, out_indptr, src, src_nodes, src_tkey, local):
+    """Local ids keyed on (node, time key) through an open-addressing table; return the source count.
+
+    ``dst_tkey`` holds the rows' times as int64 keys (float64 times by their bit pattern). Destinations
+    keep their positions (a repeated pair maps to its first one); a sampled source takes the time of
+    the row it was sampled for; new pairs are appended in first-occurrence order."""
+    d_count = dst.shape[0]
+    nnz = src.shape[0]
+    cap = 16
+    while cap < 2 * (d_count + nnz):
+        cap *= 2
+    mask = cap - 1
+    tab_node = np.full(cap, -1, dtype=np.int64)
+    tab_time = np.empty(cap, dtype=np.int64)
+    tab_id = np.empty(cap, dtype=np.int64)
+    for i in range(d_count):
+        v = np.int64(dst[i])
+        t = dst_tkey[i]
+        src_nodes[i] = v
+        src_tkey[i] = t
+        h = _pair_slot(tab_node, tab_time, mask, v, t)
+        if tab_node[h] < 0:
+            tab_node[h] = v
+            tab_time[h] = t
+            tab_id[h] = i
+    n = d_count
+    for i in range(d_count):
+        t = dst_tkey[i]
+        for j in range(out_indptr[i], out_indptr[i + 1]):
+            v = np.int64(src[j])
+            h = _pair_slot(tab_node, tab_time, mask, v, t)
+            if tab_node[h] < 0:
+                tab_node[h] = v
+                tab_time[h] = t
+                tab_id[h] = n
+                src_nodes[n] = v
+                src_tkey[n] = t
+                n += 1
+            local[j] = tab_id[h]
+    return n
+
+
 @nb.njit(nogil=True, cache=True)
 def _relabel_dst(dst, node_map, base, src_nodes):
     """Local ids of the destinations: their positions (the first one for duplicates)."""
@@ -532,13 +776,14 @@ class Workspace:
         self.node_map = np.full(num_nodes, -1, dtype=np.int32)
         self.base = 0
         self._index_dtype = np.dtype(index_dtype)
-        self._rows = np.empty((4, 0), dtype=np.int64)
+        self._rows = np.empty((5, 0), dtype=np.int64)
         self._src = np.empty(0, dtype=self._index_dtype)
 
     def rows(self, n: int) -> np.ndarray:
-        """Int64 scratch [4, n]: row starts, effective degrees, excluded-position ranges [lo, hi)."""
+        """Int64 scratch [5, n]: row starts, effective degrees, excluded-position ranges [lo, hi), row
+        ends (the last used by masked rows only)."""
         if self._rows.shape[1] < n:
-            self._rows = np.empty((4, max(n, 2 * self._rows.shape[1])), dtype=np.int64)
+            self._rows = np.empty((5, max(n, 2 * self._rows.shape[1])), dtype=np.int64)
         return self._rows[:, :n]
 
     def src(self, n: int) -> np.ndarray:
@@ -595,19 +840,66 @@ def _exclusion_arrays(indptr, excluded) -> tuple[np.ndarray, np.ndarray]:
     return excluded.positions, excluded.row_bitmap
 
 
-def _plan(indptr, dst, fanout, replace, excluded, workspace: Workspace, helpers: int):
+class Masks:
+    """Edge weights and/or edge times in CSC order: rows are then sampled by the masked rules.
+
+    Parameters
+    ----------
+    weights : numpy.ndarray or None, float32, shape [E]
+        Finite, non-negative weight of the edge at each CSC position (trusted).
+    times : numpy.ndarray or None, int64 or float64, shape [E]
+        Time of the edge at each CSC position; a row of time t draws only edges of time <= t.
+    """
+
+    def __init__(self, weights: np.ndarray | None = None, times: np.ndarray | None = None) -> None:
+        self.weights = _NO_WEIGHTS if weights is None else np.ascontiguousarray(weights, dtype=np.float32)
+        self.has_weights = weights is not None
+        self.times = _NO_TIMES if times is None else np.ascontiguousarray(times)
+        self.has_times = times is not None
+
+    def row_times(self, dst_times: np.ndarray | None) -> np.ndarray:
+        """The destination rows' times in the edge times' dtype (an empty array without times)."""
+        if not self.has_times:
+            return self.times[:0]
+        if dst_times is None:
+            raise ValueError("masks with edge times need the destination rows' times")
+        return np.ascontiguousarray(dst_times, dtype=self.times.dtype)
+
+
+def time_keys(times: np.ndarray) -> np.ndarray:
+    """int64 keys of times for (node, time) relabelling: integers as they are, float64 by bit pattern
+    (with -0.0 folded into 0.0, so equal times get equal keys)."""
+    if times.dtype == np.float64:
+        return (times + 0.0).view(np.int64)
+    return times.astype(np.int64, copy=False)
+
+
+def _from_time_keys(keys: np.ndarray, dtype) -> np.ndarray:
+    return keys.view(np.float64) if np.dtype(dtype) == np.float64 else keys.astype(dtype, copy=False)
+
+
+def _plan(indptr, dst, fanout, replace, excluded, workspace: Workspace, helpers: int,
+          masks: Masks | None = None, row_time: np.ndarray | None = None):
     d_count = dst.shape[0]
     rows = workspace.rows(d_count)
-    row_start, row_deg, row_exlo, row_exhi = rows
+    row_start, row_deg, row_exlo, row_exhi, row_end = rows
     out_indptr = np.empty(d_count + 1, dtype=np.int64)
     excl, excl_rows = _exclusion_arrays(indptr, excluded)
-    args = (indptr, dst, np.int64(fanout), bool(replace), excl, excl_rows, row_start, row_deg, row_exlo,
-            row_exhi, out_indptr)
+    if masks is None:
+        rows = rows[:4]
+        fn = _plan_rows
+        args = (indptr, dst, np.int64(fanout), bool(replace), excl, excl_rows, row_start, row_deg, row_exlo,
+                row_exhi, out_indptr)
+    else:
+        fn = _plan_rows_masked
+        args = (indptr, dst, np.int64(fanout), bool(replace), excl, excl_rows, masks.weights,
+                masks.has_weights, masks.times, row_time, masks.has_times, row_start, row_deg, row_exlo,
+                row_exhi, row_end, out_indptr)
     if d_count > _PLAN_CHUNK_ROWS and helpers > 0:
         bounds = np.arange(0, d_count + _PLAN_CHUNK_ROWS, _PLAN_CHUNK_ROWS).clip(max=d_count)
-        _parallel_for(lambda i: _plan_rows(*args, bounds[i], bounds[i + 1]), bounds.shape[0] - 1, helpers)
+        _parallel_for(lambda i: fn(*args, bounds[i], bounds[i + 1]), bounds.shape[0] - 1, helpers)
     else:
-        _plan_rows(*args, 0, d_count)
+        fn(*args, 0, d_count)
     nnz = _prefix_sum(out_indptr)
     return out_indptr, rows, excl, nnz
 
@@ -621,13 +913,28 @@ def _chunk_bounds(out_indptr: np.ndarray, nnz: int) -> np.ndarray:
     return np.unique(np.concatenate(([0], cuts, [d_count]))).astype(np.int64)
 
 
+def _chunk_fn(indices, edge_ids, dst, rows, out_indptr, fanout, replace, key, excl, eids, src,
+              masks: Masks | None, row_time) -> Callable[[int, int], None]:
+    """The kernel call that samples (chooses and gathers) the rows [lo, hi)."""
+    has_eids = edge_ids is not None
+    head = (indices, edge_ids if has_eids else _NO_EXCL, has_eids, dst, *rows, out_indptr, np.int64(fanout),
+            bool(replace), np.uint64(key), excl)
+    if masks is None:
+        args = (*head, eids, src)
+        return lambda lo, hi: _sample_rows(*args, lo, hi)
+    args = (*head, masks.weights, masks.has_weights, masks.times, row_time, masks.has_times, eids, src)
+    return lambda lo, hi: _sample_rows_masked(*args, lo, hi)
+
+
 def sample_block(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray | None, dst: np.ndarray,
                  fanout: int, replace: bool, key: int, excluded: Exclusion | np.ndarray | None,
-                 workspace: Workspace,
-                 threads: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                 workspace: Workspace, threads: int = 1, masks: Masks | None = None,
+                 dst_times: np.ndarray | None = None,
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
     """Sample one layer and relabel it: the arrays of one block.
 
-    Equal to `samplers.kernels.reference.sample_layer` followed by `~samplers.kernels.reference.relabel`.
+    Equal to `samplers.kernels.reference.sample_layer` followed by `~samplers.kernels.reference.relabel`
+    (`~samplers.kernels.reference.relabel_temporal` with edge times).
 
     Parameters
     ----------
@@ -646,28 +953,41 @@ def sample_block(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray |
         The sampler's scratch (node map, intermediates).
     threads : int
         Threads that may work on this layer, the caller included (1: the caller alone).
+    masks : Masks or None
+        Edge weights and/or times: rows follow the masked rules.
+    dst_times : [D] or None
+        The rows' times (required when ``masks`` has times).
 
     Returns
     -------
-    out_indptr : int64 [D + 1]; src_nodes : int64 [S]; local : int64 [nnz]; eids : int64 [nnz]
+    out_indptr : int64 [D + 1]; src_nodes : int64 [S]; local : int64 [nnz]; eids : int64 [nnz];
+    src_times : [S] in the edge times' dtype, or None without times
         Fresh arrays (``src_nodes`` is a view of a fresh array of D + nnz entries).
     """
     helpers = max(int(threads) - 1, 0)
-    out_indptr, rows, excl, nnz = _plan(indptr, dst, fanout, replace, excluded, workspace, helpers)
+    row_time = None if masks is None else masks.row_times(dst_times)
+    out_indptr, rows, excl, nnz = _plan(indptr, dst, fanout, replace, excluded, workspace, helpers, masks,
+                                        row_time)
     d_count = dst.shape[0]
-    base = workspace.reserve(d_count + nnz)
-    node_map = workspace.node_map
     eids = np.empty(nnz, dtype=np.int64)
     src = workspace.src(nnz)
     src_nodes = np.empty(d_count + nnz, dtype=np.int64)
     local = np.empty(nnz, dtype=np.int64)
-    n = _relabel_dst(dst, node_map, base, src_nodes)
     if nnz:
         bounds = _chunk_bounds(out_indptr, nnz)
-        has_eids = edge_ids is not None
-        args = (indices, edge_ids if has_eids else _NO_EXCL, has_eids, dst, *rows, out_indptr,
-                np.int64(fanout), bool(replace), np.uint64(key), excl, eids, src)
-        task = _Task(lambda i: _sample_rows(*args, bounds[i], bounds[i + 1]), bounds.shape[0] - 1)
+        fn = _chunk_fn(indices, edge_ids, dst, rows, out_indptr, fanout, replace, key, excl, eids, src, masks,
+                       row_time)
+    if masks is not None and masks.has_times:
+        if nnz:
+            _parallel_for(lambda i: fn(bounds[i], bounds[i + 1]), bounds.shape[0] - 1, helpers)
+        tkeys = np.empty(d_count + nnz, dtype=np.int64)
+        n = _relabel_temporal(dst, time_keys(row_time), out_indptr, src, src_nodes, tkeys, local)
+        return out_indptr, src_nodes[:n], local, eids, _from_time_keys(tkeys[:n], row_time.dtype)
+    base = workspace.reserve(d_count + nnz)
+    node_map = workspace.node_map
+    n = _relabel_dst(dst, node_map, base, src_nodes)
+    if nnz:
+        task = _Task(lambda i: fn(bounds[i], bounds[i + 1]), bounds.shape[0] - 1)
         with _TEAM.engaged(task, helpers):
             # Relabel chunk r as soon as it is sampled; sample chunks here rather than wait.
             for r in range(task.num_chunks):
@@ -683,12 +1003,13 @@ def sample_block(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray |
                                  out_indptr[bounds[r + 1]])
             task.finish()
     workspace.base = base + n
-    return out_indptr, src_nodes[:n], local, eids
+    return out_indptr, src_nodes[:n], local, eids, None
 
 
 def sample_layer(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray | None, dst: np.ndarray,
                  fanout: int, replace: bool, key: int, excluded: np.ndarray | None = None,
-                 threads: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                 threads: int = 1, weights: np.ndarray | None = None, edge_times: np.ndarray | None = None,
+                 dst_times: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Sample the in-edges of each destination, without relabelling (as `reference.sample_layer`).
 
     Parameters
@@ -700,22 +1021,26 @@ def sample_layer(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray |
     key : int, ``layer_key(seed, call, layer)``
     excluded : int64 [X] or None, sorted distinct CSC positions never drawn
     threads : int, threads that may work on it (the caller included)
+    weights : float32 [E] or None; edge_times : int64/float64 [E] or None; dst_times : [D] or None
+        As in `reference.sample_layer` (CSC order).
 
     Returns
     -------
     out_indptr : int64 [D + 1]; src : int64 [nnz] global sources; eids : int64 [nnz] edge ids
     """
     helpers = max(int(threads) - 1, 0)
+    masks = None if weights is None and edge_times is None else Masks(weights, edge_times)
+    row_time = None if masks is None else masks.row_times(dst_times)
     workspace = Workspace(0, indices.dtype)
-    out_indptr, rows, excl, nnz = _plan(indptr, dst, fanout, replace, excluded, workspace, helpers)
+    out_indptr, rows, excl, nnz = _plan(indptr, dst, fanout, replace, excluded, workspace, helpers, masks,
+                                        row_time)
     eids = np.empty(nnz, dtype=np.int64)
     src = np.empty(nnz, dtype=indices.dtype)
     if nnz:
         bounds = _chunk_bounds(out_indptr, nnz)
-        has_eids = edge_ids is not None
-        args = (indices, edge_ids if has_eids else _NO_EXCL, has_eids, dst, *rows, out_indptr,
-                np.int64(fanout), bool(replace), np.uint64(key), excl, eids, src)
-        _parallel_for(lambda i: _sample_rows(*args, bounds[i], bounds[i + 1]), bounds.shape[0] - 1, helpers)
+        fn = _chunk_fn(indices, edge_ids, dst, rows, out_indptr, fanout, replace, key, excl, eids, src, masks,
+                       row_time)
+        _parallel_for(lambda i: fn(bounds[i], bounds[i + 1]), bounds.shape[0] - 1, helpers)
     return out_indptr, src.astype(np.int64), eids
 
 

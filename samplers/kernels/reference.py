@@ -34,9 +34,35 @@ Equivalently, with the row's excluded relative positions x_0 < x_1 < ... < x_{m-
 Relabelling: ``src_nodes`` = the destination nodes as given (duplicates kept) followed by every
 sampled source not among them, in order of first occurrence in the flat sampled array; each sampled
 source's local id is the position of its first occurrence in ``src_nodes``.
+
+Masked rows: weights, edge times, or both. When the sampler has edge weights or edge times, every row
+is sampled by the *masked* rules below instead (exclusion included). Relative position p (0..d-1, d
+the raw in-degree) is *eligible* iff its weight is > 0 (weight 1 for every edge without weights), it
+is not excluded, and (with times) its edge time is <= the row's time. Let d_e be the number of
+eligible positions.
+- ``k == -1``, or (``not replace`` and ``d_e <= k``): every eligible position, in order; no draws.
+- ``d_e == 0``: nothing.
+- without replacement, ``d_e > k``: exponential keys (Efraimidis and Spirakis, "Weighted random
+  sampling with a reservoir", IPL 2006, algorithm A-ES as GraphBolt uses it). Position p takes the
+  (p+1)-th draw ``r`` of the row's stream whether or not it is eligible (so the draw of a position is
+  ``mix(state0 + (p + 1) * GOLDEN)``, computable independently by a GPU thread); an eligible one gets
+  ``u = ((r >> 11) + 1) * 2^-53`` in (0, 1] and ``key = -log(u) / w`` in float64 (``math.log``, w
+  the float32 weight widened to float64). The k eligible positions with the smallest ``(key, p)``
+  are taken and emitted in increasing order. With equal weights this is a uniform k-subset.
+- with replacement: float64 prefix sums ``c_p`` of the eligible weights (ineligible positions add 0)
+  summed in position order; draw j (the j-th of the row's stream, j = 1..k) gives
+  ``x = ((r >> 11) * 2^-53) * c_{d-1}``; it picks the smallest p with ``c_p > x`` (the last eligible
+  position if rounding leaves none). Emitted in draw order. A position of weight 0 is never drawn.
+
+Temporal relabelling: with times, every destination row carries a time (the seeds' times for the last
+layer; inner layers inherit the time of the row that reached them), a sampled source takes the time
+of the row it was sampled for, and relabelling keys on the (node, time) pair instead of the node: the
+same node reached at two different times is two source nodes (two rows of the next layer).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -66,6 +92,59 @@ class _RowRNG:
         return (mix(self.state) * n) >> 64
 
 
+_TWO_M53 = 2.0 ** -53
+
+
+def _unit_open(r: int) -> float:
+    """(0, 1] from a 64-bit draw: the top 53 bits, plus one, times 2^-53."""
+    return ((r >> 11) + 1) * _TWO_M53
+
+
+def _unit_closed_open(r: int) -> float:
+    """[0, 1) from a 64-bit draw: the top 53 bits times 2^-53."""
+    return (r >> 11) * _TWO_M53
+
+
+def _choose_masked(eligible: list[bool], w: list[float], k: int, replace: bool, key: int,
+                   node: int) -> list[int]:
+    """Relative positions chosen in a masked row (see the module docstring)."""
+    d = len(eligible)
+    cand = [p for p in range(d) if eligible[p]]
+    if not cand:
+        return []
+    if k == -1 or (not replace and len(cand) <= k):
+        return cand
+    state0 = mix(key ^ ((node * GOLDEN) & MASK64))
+    if not replace:
+        keys = []
+        for p in cand:
+            r = mix((state0 + (p + 1) * GOLDEN) & MASK64)
+            keys.append((-math.log(_unit_open(r)) / w[p], p))
+        keys.sort()
+        return sorted(p for _, p in keys[:k])
+    prefix = []
+    total = 0.0
+    for p in range(d):
+        if eligible[p]:
+            total += w[p]
+        prefix.append(total)
+    last = cand[-1]
+    out = []
+    state = state0
+    for _ in range(k):
+        state = (state + GOLDEN) & MASK64
+        x = _unit_closed_open(mix(state)) * total
+        lo, hi = 0, d  # first p with prefix[p] > x
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if prefix[mid] > x:
+                hi = mid
+            else:
+                lo = mid + 1
+        out.append(lo if lo < d else last)
+    return out
+
+
 def _choose(d: int, k: int, replace: bool, rng: _RowRNG) -> list[int]:
     if d == 0:
         return []
@@ -85,7 +164,8 @@ def _choose(d: int, k: int, replace: bool, rng: _RowRNG) -> list[int]:
 
 def sample_layer(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray | None, dst: np.ndarray,
                  fanout: int, replace: bool, key: int, excluded: np.ndarray | None = None,
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                 weights: np.ndarray | None = None, edge_times: np.ndarray | None = None,
+                 dst_times: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Sample the in-edges of each destination, skipping the ``excluded`` CSC positions.
 
     Parameters
@@ -102,6 +182,12 @@ def sample_layer(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray |
         ``layer_key(seed, call, layer)``.
     excluded : int64 [X] or None
         Sorted, distinct CSC positions that are never drawn (see the module docstring).
+    weights : float32 [E] or None
+        Edge weights in CSC order (masked rules when given).
+    edge_times : int64 or float64 [E] or None
+        Edge times in CSC order (masked rules when given; needs ``dst_times``).
+    dst_times : [D] or None
+        Time of each destination row, same dtype as ``edge_times``.
 
     Returns
     -------
@@ -111,10 +197,19 @@ def sample_layer(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray |
     src: list[int] = []
     eids: list[int] = []
     gone = set() if excluded is None else {int(p) for p in excluded.tolist()}
-    for v in dst.tolist():
+    masked = weights is not None or edge_times is not None
+    for row, v in enumerate(dst.tolist()):
         start, end = int(indptr[v]), int(indptr[v + 1])
-        allowed = [p for p in range(start, end) if p not in gone]
-        for i in _choose(len(allowed), fanout, replace, _RowRNG(key, v)):
+        if masked:
+            w = [1.0 if weights is None else float(weights[p]) for p in range(start, end)]
+            ok = [w[p - start] > 0 and p not in gone
+                  and (edge_times is None or edge_times[p] <= dst_times[row]) for p in range(start, end)]
+            allowed = list(range(start, end))
+            chosen = _choose_masked(ok, w, fanout, replace, key, v)
+        else:
+            allowed = [p for p in range(start, end) if p not in gone]
+            chosen = _choose(len(allowed), fanout, replace, _RowRNG(key, v))
+        for i in chosen:
             pos = allowed[i]
             src.append(int(indices[pos]))
             eids.append(int(edge_ids[pos]) if edge_ids is not None else pos)
@@ -144,3 +239,29 @@ def relabel(dst: np.ndarray, src: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             nodes.append(v)
         local.append(first[v])
     return np.asarray(nodes, dtype=np.int64), np.asarray(local, dtype=np.int64)
+
+
+def relabel_temporal(dst: np.ndarray, dst_times: np.ndarray, out_indptr: np.ndarray, src: np.ndarray,
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Map sampled sources to local ids keyed on (node, time); a source takes its row's time.
+
+    Returns
+    -------
+    src_nodes : int64 [S]; src_times : [S] (dtype of ``dst_times``); local : int64 [nnz]
+    """
+    first: dict[tuple, int] = {}
+    nodes = dst.tolist()
+    times = dst_times.tolist()
+    for i, key in enumerate(zip(nodes, times, strict=True)):
+        first.setdefault(key, i)
+    row_of = np.repeat(np.arange(dst.shape[0]), np.diff(out_indptr))
+    local = []
+    for v, row in zip(src.tolist(), row_of.tolist(), strict=True):
+        key = (v, times[row])
+        if key not in first:
+            first[key] = len(nodes)
+            nodes.append(v)
+            times.append(times[row])
+        local.append(first[key])
+    return (np.asarray(nodes, dtype=np.int64), np.asarray(times, dtype=dst_times.dtype),
+            np.asarray(local, dtype=np.int64))

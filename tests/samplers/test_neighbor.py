@@ -85,29 +85,43 @@ def blocks_equal(a: list[Block], b: list[Block]) -> bool:
     return all(
         torch.equal(x.src_nodes, y.src_nodes) and torch.equal(x.indptr, y.indptr)
         and torch.equal(x.indices, y.indices) and torch.equal(x.edge_ids, y.edge_ids)
+        and (x.src_times is None) == (y.src_times is None)
+        and (x.src_times is None or torch.equal(x.src_times, y.src_times))
         for x, y in zip(a, b, strict=True)
     )
 
 
-def reference_blocks(graph: CSCGraph, seeds, fanouts, replace, seed, call=0, exclude_eids=None):
-    """The blocks the spec in `samplers.kernels.reference` prescribes."""
+def reference_blocks(graph: CSCGraph, seeds, fanouts, replace, seed, call=0, exclude_eids=None, weights=None,
+                     edge_times=None, seed_times=None):
+    """The blocks the spec in `samplers.kernels.reference` prescribes (``weights`` and ``edge_times``
+    indexed by edge id, as `NeighborSampler` takes them)."""
     indptr, indices = graph.indptr.numpy(), graph.indices.numpy()
     edge_ids = None if graph.edge_ids is None else graph.edge_ids.numpy()
+    csc_eids = graph.csc_edge_ids().numpy()
     excluded = None
     if exclude_eids is not None and len(exclude_eids):
         pos_of = np.empty(graph.num_edges, dtype=np.int64)
-        pos_of[graph.csc_edge_ids().numpy()] = np.arange(graph.num_edges)
+        pos_of[csc_eids] = np.arange(graph.num_edges)
         excluded = np.unique(pos_of[np.asarray(exclude_eids, dtype=np.int64)])
+    w = None if weights is None else np.asarray(weights, dtype=np.float64)[csc_eids].astype(np.float32)
+    t = None if edge_times is None else np.asarray(edge_times)[csc_eids]
+    times = None if seed_times is None else np.asarray(seed_times)
     dst = np.asarray(seeds, dtype=np.int64)
     out = []
     for layer in range(len(fanouts) - 1, -1, -1):
         key = ref.layer_key(seed, call, layer)
         out_indptr, src, eids = ref.sample_layer(indptr, indices, edge_ids, dst, fanouts[layer], replace, key,
-                                                 excluded)
-        src_nodes, local = ref.relabel(dst, src)
+                                                 excluded, w, t, times)
+        src_times = None
+        if t is None:
+            src_nodes, local = ref.relabel(dst, src)
+        else:
+            src_nodes, src_times, local = ref.relabel_temporal(dst, times, out_indptr, src)
         out.append(Block(torch.from_numpy(src_nodes), torch.from_numpy(src_nodes[:dst.size]),
-                         torch.from_numpy(out_indptr), torch.from_numpy(local), torch.from_numpy(eids)))
+                         torch.from_numpy(out_indptr), torch.from_numpy(local), torch.from_numpy(eids),
+                         None if src_times is None else torch.from_numpy(src_times)))
         dst = src_nodes
+        times = src_times
     return out[::-1]
 
 

@@ -1,0 +1,222 @@
+"""Weighted neighbour sampling: argument checks, the counting rules, equality of the numba kernels with the
+reference (bit for bit, float keys included), and chi-square tests that draws follow the weights."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.stats import chisquare
+from test_neighbor import blocks_equal, edge_endpoints, reference_blocks
+
+from graphrl.graph import CSCGraph
+from samplers.neighbor import NeighborSampler
+
+
+def check_weighted_blocks(graph, blocks, seeds, fanouts, weights, replace=False, excluded=()):
+    """Block contract plus the weighted counting rules (weights indexed by edge id)."""
+    src_of, dst_of = edge_endpoints(graph)
+    weights = np.asarray(weights, dtype=np.float32)
+    excluded = set(int(e) for e in excluded)
+    ok = weights > 0
+    ok[list(excluded)] = False
+    avail_per_node = np.bincount(dst_of[ok], minlength=graph.num_nodes)
+    assert torch.equal(blocks[-1].dst_nodes, torch.as_tensor(seeds, dtype=torch.int64))
+    for i, (b, k) in enumerate(zip(blocks, fanouts, strict=True)):
+        d = b.num_dst_nodes
+        assert torch.equal(b.src_nodes[:d], b.dst_nodes)
+        if i + 1 < len(blocks):
+            assert torch.equal(b.dst_nodes, blocks[i + 1].src_nodes)
+        eids = b.edge_ids.numpy()
+        assert ok[eids].all(), "an edge of weight 0 (or an excluded edge) was drawn"
+        assert np.array_equal(b.src_nodes.numpy()[b.indices.numpy()], src_of[eids])
+        assert np.array_equal(b.dst_nodes.numpy()[b.edge_dst().numpy()], dst_of[eids])
+        avail = avail_per_node[b.dst_nodes.numpy()]
+        if k == -1:
+            want = avail
+        elif replace:
+            want = np.where(avail > 0, k, 0)
+        else:
+            want = np.minimum(avail, k)
+        assert np.array_equal(b.in_degrees().numpy(), want)
+        if not replace:
+            for v in range(d):
+                row = eids[int(b.indptr[v]):int(b.indptr[v + 1])]
+                assert len(set(row.tolist())) == row.size
+
+
+@pytest.fixture
+def small_graph() -> CSCGraph:
+    """Node 0 has in-edges from 1, 2, 3, 4 (eids 0..3); node 1 from 0, 2 (eids 4, 5); node 2 from 3
+    (eid 6)."""
+    return CSCGraph.from_edges([1, 2, 3, 4, 0, 2, 3], [0, 0, 0, 0, 1, 1, 2], 5)
+
+
+# --------------------------------------------------------------------------------------- arguments
+def test_bad_weights_raise_value_error_naming_weights(small_graph):
+    for bad in (float("nan"), float("inf"), -float("inf"), -0.5):
+        w = torch.ones(7)
+        w[3] = bad
+        with pytest.raises(ValueError, match=r"weights: 1 of 7 weights are negative, NaN or infinite"):
+            NeighborSampler(small_graph, [2], weights=w)
+    with pytest.raises(ValueError, match=r"weights must have shape \[7\]"):
+        NeighborSampler(small_graph, [2], weights=torch.ones(6))
+    with pytest.raises(ValueError, match=r"weights must have shape \[7\]"):
+        NeighborSampler(small_graph, [2], weights=torch.ones(7, 1))
+    with pytest.raises(ValueError, match="weights=True needs a graph with edge weights"):
+        NeighborSampler(small_graph, [2], weights=True)
+    with pytest.raises(TypeError, match="weights must be a numeric"):
+        NeighborSampler(small_graph, [2], weights=np.array(["a"] * 7))
+
+
+def test_weights_true_uses_the_graph_weights_and_tensors_are_indexed_by_edge_id():
+    # edges given out of destination order, so edge ids differ from CSC positions
+    src, dst = [1, 2, 3, 0, 4], [0, 1, 0, 1, 0]
+    w = [0.0, 1.0, 2.0, 0.0, 0.0]  # node 0: only edge 2 (from 3) has weight; node 1: only edge 1 (from 2)
+    graph = CSCGraph.from_edges(src, dst, 5, weights=w)
+    assert graph.edge_ids.tolist() != list(range(5))
+    for weights in (True, torch.tensor(w), np.array(w, dtype=np.float64)):
+        for replace, k in ((False, 2), (False, -1), (True, 3)):
+            sampler = NeighborSampler(graph, [k], replace=replace, weights=weights, seed=0)
+            b = sampler.sample(torch.tensor([0, 1]))[0]
+            per_row = 3 if replace else 1
+            assert b.edge_ids.tolist() == [2] * per_row + [1] * per_row
+            assert b.src_nodes.tolist() == [0, 1, 3, 2]
+
+
+def test_counting_rules_and_zero_weight_rows(small_graph):
+    w = torch.tensor([0.0, 3.0, 0.0, 1.0, 0.0, 0.0, 2.0])  # node 0: edges 1, 3 positive; node 1: none
+    for fanout in (0, 1, 2, 3, -1):
+        b = NeighborSampler(small_graph, [fanout], weights=w, seed=1).sample(torch.tensor([0, 1, 2, 4]))[0]
+        want0 = {0: 0, 1: 1, 2: 2, 3: 2, -1: 2}[fanout]
+        assert b.in_degrees().tolist() == [want0, 0, min(1, fanout) if fanout >= 0 else 1, 0]
+        assert set(b.edge_ids.tolist()) <= {1, 3, 6}
+        if fanout in (2, 3, -1):
+            assert b.edge_ids[:2].tolist() == [1, 3]  # fewer positive edges than k: exactly those, in order
+    b = NeighborSampler(small_graph, [5], replace=True, weights=w, seed=1).sample(torch.tensor([0, 1, 2]))[0]
+    assert b.in_degrees().tolist() == [5, 0, 5]
+    assert set(b.edge_ids[:5].tolist()) <= {1, 3} and b.edge_ids[5:].tolist() == [6] * 5
+    zero = NeighborSampler(small_graph, [3, 3], weights=torch.zeros(7), seed=0).sample(torch.tensor([0, 1]))
+    assert all(blk.num_edges == 0 for blk in zero)
+
+
+def test_weighted_exclusion_removes_edges_before_drawing(small_graph):
+    w = torch.tensor([1.0, 1.0, 1.0, 5.0, 1.0, 1.0, 1.0])
+    for replace in (False, True):
+        sampler = NeighborSampler(small_graph, [2], replace=replace, weights=w, seed=3)
+        b = sampler.sample(torch.tensor([0]), exclude_eids=torch.tensor([3, 0]))[0]
+        assert b.num_edges == 2 and set(b.edge_ids.tolist()) <= {1, 2}
+
+
+# ------------------------------------------------------------------------ kernels against the reference
+@st.composite
+def weighted_cases(draw):
+    n = draw(st.integers(1, 40))
+    e = draw(st.integers(0, 300))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    dst = np.minimum(rng.geometric(draw(st.sampled_from([0.05, 0.3, 0.9])), e) - 1, n - 1)
+    graph = CSCGraph.from_edges(rng.integers(0, n, e), dst, n)
+    kind = draw(st.sampled_from(["uniform", "skewed", "ints", "tiny"]))
+    w = {"uniform": lambda: rng.random(e), "skewed": lambda: rng.pareto(0.7, e),
+         "ints": lambda: rng.integers(0, 3, e).astype(np.float64),
+         "tiny": lambda: rng.random(e) * 1e-30}[kind]()
+    w[rng.random(e) < draw(st.sampled_from([0.0, 0.3, 0.9]))] = 0.0
+    seeds = rng.integers(0, n, draw(st.integers(0, 12)))
+    fanouts = draw(st.lists(st.sampled_from([-1, 0, 1, 2, 5, 20, 70]), min_size=1, max_size=3))
+    replace = draw(st.booleans())
+    excluded = rng.integers(0, e, draw(st.integers(0, e))) if e and draw(st.booleans()) else None
+    return graph, w, seeds, fanouts, replace, excluded, seed % 1000
+
+
+@settings(max_examples=100, deadline=None)
+@given(weighted_cases())
+def test_weighted_cpu_kernels_equal_the_reference(case):
+    graph, w, seeds, fanouts, replace, excluded, seed = case
+    sampler = NeighborSampler(graph, fanouts, replace=replace, weights=torch.from_numpy(w), seed=seed)
+    for call in range(2):
+        ex = None if excluded is None else torch.from_numpy(excluded)
+        blocks = sampler.sample(torch.from_numpy(seeds), exclude_eids=ex)
+        want = reference_blocks(graph, seeds, fanouts, replace, seed, call, excluded, weights=w)
+        assert blocks_equal(blocks, want)
+        check_weighted_blocks(graph, blocks, seeds, fanouts, w, replace,
+                              () if excluded is None else excluded.tolist())
+
+
+def test_weighted_kernels_equal_the_reference_on_long_rows():
+    # rows of 3000 in-edges (heap of 100 keys, prefix sums over 3000) with zero and huge weights
+    rows, degree = 6, 3000
+    dst = np.repeat(np.arange(rows), degree)
+    src = rows + np.tile(np.arange(degree), rows)
+    graph = CSCGraph.from_edges(src, dst, rows + degree)
+    rng = np.random.default_rng(5)
+    w = rng.pareto(1.0, dst.size) * (rng.random(dst.size) < 0.7)
+    w[::97] = 1e30
+    for replace, k in ((False, 100), (False, 2999), (True, 100)):
+        blocks = NeighborSampler(graph, [k], replace=replace, weights=torch.from_numpy(w), seed=8).sample(
+            torch.arange(rows))
+        assert blocks_equal(blocks, reference_blocks(graph, np.arange(rows), [k], replace, 8, 0, weights=w))
+        check_weighted_blocks(graph, blocks, np.arange(rows), [k], w, replace)
+
+
+# ------------------------------------------------------------------------------ draws follow weights
+def _star(rows: int, weights: np.ndarray) -> tuple[CSCGraph, torch.Tensor]:
+    """``rows`` destinations 0..rows-1, each with len(weights) in-edges weighted ``weights``."""
+    degree = weights.size
+    dst = np.repeat(np.arange(rows), degree)
+    src = rows + np.tile(np.arange(degree), rows)
+    return CSCGraph.from_edges(src, dst, rows + degree), torch.from_numpy(np.tile(weights, rows))
+
+
+WEIGHTS = np.array([1.0, 2.0, 0.0, 4.0, 0.5, 8.0, 3.0, 0.0, 1.5])
+
+
+def test_with_replacement_frequencies_are_proportional_to_weights():
+    rows, k = 2000, 10
+    graph, w = _star(rows, WEIGHTS)
+    b = NeighborSampler(graph, [k], replace=True, weights=w, seed=11).sample(torch.arange(rows))[0]
+    counts = np.bincount(b.edge_ids.numpy() % WEIGHTS.size, minlength=WEIGHTS.size)
+    assert counts[WEIGHTS == 0].sum() == 0
+    pos = WEIGHTS > 0
+    expected = WEIGHTS[pos] / WEIGHTS.sum() * rows * k
+    assert chisquare(counts[pos], expected).pvalue > 1e-4
+
+
+def test_without_replacement_single_draw_is_proportional_to_weights():
+    rows = 20_000
+    graph, w = _star(rows, WEIGHTS)
+    b = NeighborSampler(graph, [1], weights=w, seed=12).sample(torch.arange(rows))[0]
+    counts = np.bincount(b.edge_ids.numpy() % WEIGHTS.size, minlength=WEIGHTS.size)
+    pos = WEIGHTS > 0
+    assert counts[~pos].sum() == 0
+    assert chisquare(counts[pos], WEIGHTS[pos] / WEIGHTS.sum() * rows).pvalue > 1e-4
+
+
+def test_without_replacement_pairs_follow_successive_weighted_draws():
+    # A-ES draws a k-subset with the law of k successive weighted draws without replacement:
+    # P({i, j}) = w_i / W * w_j / (W - w_i) + w_j / W * w_i / (W - w_j)
+    wts = np.array([1.0, 2.0, 3.0, 6.0])
+    rows = 20_000
+    graph, w = _star(rows, wts)
+    b = NeighborSampler(graph, [2], weights=w, seed=13).sample(torch.arange(rows))[0]
+    pairs = b.edge_ids.numpy().reshape(rows, 2) % wts.size
+    observed = {p: 0 for p in itertools.combinations(range(4), 2)}
+    for p in map(tuple, pairs.tolist()):
+        observed[p] += 1
+    total = wts.sum()
+    expected = [rows * wts[i] * wts[j] / total * (1 / (total - wts[i]) + 1 / (total - wts[j]))
+                for i, j in observed]
+    assert chisquare(list(observed.values()), expected).pvalue > 1e-4
+
+
+def test_equal_weights_give_uniform_subsets():
+    rows = 20_000
+    graph, w = _star(rows, np.full(5, 0.25))
+    b = NeighborSampler(graph, [2], weights=w, seed=14).sample(torch.arange(rows))[0]
+    pairs = b.edge_ids.numpy().reshape(rows, 2) % 5
+    counts = np.unique(pairs[:, 0] * 5 + pairs[:, 1], return_counts=True)[1]
+    assert counts.size == 10 and chisquare(counts).pvalue > 1e-4
