@@ -60,6 +60,19 @@ def _as_count(name: str, value) -> int:
     return count
 
 
+def _index_dtype(index_dtype, num_nodes: int) -> type:
+    """numpy dtype of ``indices``: int32 below 2^31 nodes unless int64 is asked for."""
+    if index_dtype is None:
+        return np.int32 if num_nodes <= _INT32_LIMIT else np.int64
+    if index_dtype in (torch.int64, np.int64):
+        return np.int64
+    if index_dtype in (torch.int32, np.int32):
+        if num_nodes > _INT32_LIMIT:
+            raise ValueError(f"index_dtype=int32 cannot hold node ids of num_nodes={num_nodes}; use int64")
+        return np.int32
+    raise ValueError(f"index_dtype must be torch.int32, torch.int64 or None, got {index_dtype!r}")
+
+
 def _check_ids(name: str, ids: np.ndarray, num_nodes: int) -> None:
     if ids.size == 0:
         return
@@ -331,7 +344,8 @@ class CSCGraph:
     @classmethod
     def from_edges(cls, src, dst, num_nodes: int, weights=None, node_type=None, *,
                    memory: MemoryManager | None = None, tier: Tier | str = _TIER,
-                   fallback: Iterable[Tier | str] = _FALLBACK) -> CSCGraph:
+                   fallback: Iterable[Tier | str] = _FALLBACK,
+                   index_dtype: torch.dtype | None = None) -> CSCGraph:
         """Build from an edge list; edge ``i`` is ``src[i] -> dst[i]`` and keeps id ``i`` (as in DGL).
 
         Parameters
@@ -354,6 +368,9 @@ class CSCGraph:
         fallback : sequence of Tier or str
             With ``memory``: tiers tried in order when ``tier`` has no room, default
             ``("pinned", "host")``.
+        index_dtype : torch.int32, torch.int64 or None
+            dtype of ``indices``; ``None``: int32 when N < 2^31, else int64. Forcing int64 on a small
+            graph gives the same samples (the kernels keep every offset in int64).
 
         Returns
         -------
@@ -364,7 +381,8 @@ class CSCGraph:
         ------
         ValueError
             ``src``/``dst`` lengths differ, an id is outside [0, num_nodes), ``num_nodes`` is negative,
-            or a weight is negative, NaN or infinite.
+            a weight is negative, NaN or infinite, or ``index_dtype`` is not int32/int64 (or int32 with
+            N >= 2^31).
         TypeError
             ``src``/``dst`` hold non-integers, ``num_nodes`` is not an integer, or ``memory`` is not a
             `MemoryManager`.
@@ -403,8 +421,7 @@ class CSCGraph:
             indptr = placer.array("indptr", num_nodes + 1, np.int64)
             indptr[0] = 0
             np.cumsum(counts, out=indptr[1:])
-            idx_dtype = np.int32 if num_nodes <= _INT32_LIMIT else np.int64
-            indices = placer.array("indices", num_edges, idx_dtype)
+            indices = placer.array("indices", num_edges, _index_dtype(index_dtype, num_nodes))
             order = placer.array("edge_ids", num_edges, np.int64)
             if num_edges >= _SCATTER_MIN_EDGES:
                 _csc_scatter(src_a, dst_a, indptr, indices, order)
@@ -423,12 +440,13 @@ class CSCGraph:
 
     @classmethod
     def from_scipy(cls, matrix, weighted: bool = False, *, memory: MemoryManager | None = None,
-                   tier: Tier | str = _TIER, fallback: Iterable[Tier | str] = _FALLBACK) -> CSCGraph:
+                   tier: Tier | str = _TIER, fallback: Iterable[Tier | str] = _FALLBACK,
+                   index_dtype: torch.dtype | None = None) -> CSCGraph:
         """Build from a square scipy sparse adjacency matrix where ``matrix[u, v] != 0`` is an edge u -> v.
 
         Edge ``i`` is the i-th stored entry of ``matrix.tocoo()`` (the same convention as
         ``dgl.from_scipy``). With ``weighted=True`` the stored values become edge weights.
-        ``memory``, ``tier`` and ``fallback`` place the arrays as in `from_edges`.
+        ``memory``, ``tier``, ``fallback`` and ``index_dtype`` act as in `from_edges`.
 
         Raises
         ------
@@ -447,12 +465,13 @@ class CSCGraph:
             raise ValueError(f"matrix must be square (N x N), got shape {matrix.shape}")
         coo = matrix.tocoo()
         return cls.from_edges(coo.row, coo.col, matrix.shape[0], weights=coo.data if weighted else None,
-                              memory=memory, tier=tier, fallback=fallback)
+                              memory=memory, tier=tier, fallback=fallback, index_dtype=index_dtype)
 
     @classmethod
     def bipartite(cls, users, items, num_users: int, num_items: int, weights=None, *,
                   memory: MemoryManager | None = None, tier: Tier | str = _TIER,
-                  fallback: Iterable[Tier | str] = _FALLBACK) -> CSCGraph:
+                  fallback: Iterable[Tier | str] = _FALLBACK,
+                  index_dtype: torch.dtype | None = None) -> CSCGraph:
         """Build a user-item graph with both edge directions, users ``0..U-1`` and items ``U..U+I-1``.
 
         Interaction ``i`` (``users[i]``, ``items[i]``) becomes edge ``i`` (user -> item) and edge
@@ -469,8 +488,8 @@ class CSCGraph:
             U and I.
         weights : array-like or None, float, shape [M]
             Optional interaction weights, used for both directions.
-        memory, tier, fallback
-            Place the arrays in memory-manager regions, as in `from_edges`.
+        memory, tier, fallback, index_dtype
+            Place the arrays in memory-manager regions, and choose the index dtype, as in `from_edges`.
 
         Raises
         ------
@@ -499,4 +518,4 @@ class CSCGraph:
             w = np.concatenate([w_in, w_in])
         node_type = np.concatenate([np.zeros(num_users, np.int8), np.ones(num_items, np.int8)])
         return cls.from_edges(src, dst, num_users + num_items, weights=w, node_type=node_type, memory=memory,
-                              tier=tier, fallback=fallback)
+                              tier=tier, fallback=fallback, index_dtype=index_dtype)

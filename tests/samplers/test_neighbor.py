@@ -688,3 +688,25 @@ def test_gowalla_blocks_and_target_exclusion(gowalla):
     assert int(graph.in_degrees()[top]) == 811
     b = NeighborSampler(graph, [15], seed=2).sample(torch.tensor([top]))[0]
     assert b.num_edges == 15 and len(set(b.edge_ids.tolist())) == 15
+
+
+# ---------------------------------------------------------------------------------- int64 indices
+def test_int64_indices_give_the_same_blocks_as_int32():
+    rng = np.random.default_rng(21)
+    n, e = 200, 5000
+    src, dst = rng.integers(0, n, e), np.minimum(rng.geometric(0.02, e) - 1, n - 1)
+    g32 = CSCGraph.from_edges(src, dst, n)
+    g64 = CSCGraph.from_edges(src, dst, n, index_dtype=torch.int64)
+    assert g32.indices.dtype == torch.int32 and g64.indices.dtype == torch.int64
+    seeds = torch.from_numpy(rng.integers(0, n, 64))
+    excluded = torch.from_numpy(rng.integers(0, e, 300))
+    weights = torch.from_numpy(rng.random(e) * (rng.random(e) < 0.8))
+    for replace, fanouts, w in ((False, [-1, 5], None), (False, [20, 3], None), (True, [4, 4], None),
+                                (False, [10, 2], weights), (True, [3, 3], weights)):
+        for ex in (None, excluded):
+            a, b = (NeighborSampler(g, fanouts, replace=replace, weights=w, seed=5)
+                    .sample(seeds, exclude_eids=ex) for g in (g32, g64))
+            assert blocks_equal(a, b)
+    with pytest.raises(ValueError, match="index_dtype"):
+        CSCGraph.from_edges(src, dst, n, index_dtype=torch.int16)
+    assert CSCGraph.bipartite([0, 1], [1, 0], 2, 2, index_dtype=torch.int64).indices.dtype == torch.int64
