@@ -1,0 +1,485 @@
+"""Full-graph propagation with the normalised adjacency, partitioned under a memory budget (DESIGN §3).
+
+After HongTu (SIGMOD 2024): vertex data (features, activations, gradients) lives in host memory; the
+normalised adjacency is split into destination partitions, and one propagation streams the partitions
+through the device one at a time, so the device memory a propagation needs is bounded by one partition
+(``partition_bytes``, and the memory manager's device budget), not by the graph. Gradients are exact:
+the backward pass is the transposed propagation, partitioned the same way.
+
+What a partition holds on the device tier (its *working set*, one memory-manager region reused by all
+partitions): the partition's rows of the matrix (row pointer, column indices, float32 weights) and its
+output rows. Source rows are read in place from the host vertex data (zero-copy, as a GPU kernel reads
+pinned memory through UVA; DESIGN §2), so a partition's size does not depend on how many distinct
+sources it touches. The number of partitions therefore follows from ``partition_bytes`` and the feature
+width d: a partition of r rows and e entries needs ``8 (r + 1) + (s + 4) e + r d b`` bytes (s: index
+size, b: feature itemsize) plus 192 bytes of alignment.
+
+Without CUDA the device tier is host memory and the kernels are numba CPU kernels
+(`samplers.kernels.spmm.spmm_partition`: parallel over chunks of destination rows, each row summed in
+a fixed order, so results are bitwise the same for any number of threads). The CUDA path is not built
+yet: a CUDA device raises `NotImplementedError`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+
+import numba as nb
+import numpy as np
+import torch
+
+from graphrl.graph import CSCGraph
+from graphrl.memory import MemoryBudgetError, MemoryManager, Region, Tier, parse_size
+from samplers.kernels.spmm import csr_transpose, normalized_adjacency, spmm_partition
+
+__all__ = ["FullGraph", "NORMALIZATIONS"]
+
+logger = logging.getLogger(__name__)
+
+NORMALIZATIONS = ("sym", "left", "right", "none")
+OWNER = "samplers.full_graph"  # device-tier working set
+OWNER_ADJ = "samplers.full_graph.adjacency"  # host-tier normalised adjacency (and its transpose)
+OWNER_VERTEX = "samplers.full_graph.vertex"  # host-tier outputs of propagate (and gradients)
+_ALIGN = 64
+_SLACK = 3 * _ALIGN  # alignment padding of the four arrays of a partition's working set
+
+
+def _align(n: int) -> int:
+    return -(-n // _ALIGN) * _ALIGN
+
+
+@nb.njit(nogil=True, cache=True)
+def _greedy_bounds(indptr, edge_bytes, row_bytes, cap):  # pragma: no cover - compiled
+    """Cut rows into maximal consecutive partitions of cost <= cap; (bounds, -1) or (empty, bad row)."""
+    n = indptr.shape[0] - 1
+    bounds = np.empty(n + 1, np.int64)
+    bounds[0] = 0
+    k = 0
+    r0 = 0
+    while r0 < n:
+        cost = 8 + _SLACK  # the row pointer's extra entry and the alignment
+        r = r0
+        while r < n:
+            c = row_bytes + edge_bytes * (indptr[r + 1] - indptr[r])
+            if cost + c > cap:
+                break
+            cost += c
+            r += 1
+        if r == r0:
+            return bounds[:0], r0
+        k += 1
+        bounds[k] = r
+        r0 = r
+    return bounds[: k + 1], -1
+
+
+class _Operator:
+    """One CSR matrix (the normalised adjacency or its transpose) in host-tier regions."""
+
+    def __init__(self, regions: tuple[Region, Region, Region]) -> None:
+        self.regions = regions
+        self.indptr, self.indices, self.weights = (r.numpy() for r in regions)
+
+    @property
+    def nnz(self) -> int:
+        return int(self.indices.shape[0])
+
+    def free(self) -> None:
+        for r in self.regions:
+            if not r.freed:
+                r.free()
+
+
+def _free_quietly(region: Region) -> None:
+    if not region.freed:
+        try:
+            region.free()
+        except ValueError:  # freed concurrently (manager closed)
+            pass
+
+
+class _Propagate(torch.autograd.Function):
+    """``P @ h`` (or ``P^T @ h``), partitioned; the backward pass is the other one, also partitioned."""
+
+    @staticmethod
+    def forward(ctx, h, fg, transpose):
+        ctx.fg = fg
+        ctx.transpose = transpose
+        return fg._run(h, transpose)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        return _Propagate.apply(grad_out.contiguous(), ctx.fg, not ctx.transpose), None, None
+
+
+class FullGraph:
+    """The normalised adjacency of a graph, propagated partition by partition under a memory budget.
+
+    ``propagate(h)`` computes ``P @ h`` with, for ``normalization="sym"`` and ``add_self_loops=True``,
+    ``P = D_in^-1/2 (A + I) D_out^-1/2``, where ``A[v, u]`` is the number (or total weight) of edges
+    ``u -> v`` and the degrees count the self-loops: ``D_in = diag((A + I) 1)``,
+    ``D_out = diag(1^T (A + I))``. For an undirected graph (both directions stored) ``D_in = D_out = D``
+    and ``P = D^-1/2 (A + I) D^-1/2``, Kipf and Welling's renormalised adjacency; for a directed graph
+    this is DGL's ``GraphConv(norm="both")`` (PyG's ``gcn_norm`` uses in-degrees on both sides).
+    Self-loops are added to every node, also where the graph has one already (``A + I``, as
+    ``dgl.add_self_loop``; PyG's ``add_remaining_self_loops`` would replace them instead).
+
+    Parameters
+    ----------
+    graph : CSCGraph
+        N nodes; its ``weights`` (if any) are the values of A.
+    normalization : {"sym", "left", "right", "none"}
+        ``"sym"``: ``D_in^-1/2 Â D_out^-1/2``; ``"left"``: ``D_in^-1 Â`` (rows sum to 1: the mean of the
+        in-neighbours, DGL's ``norm="right"``); ``"right"``: ``Â D_out^-1`` (DGL's ``norm="left"``);
+        ``"none"``: ``Â``. Here ``Â = A + I`` or ``A``. A zero degree gives a zero scale.
+    add_self_loops : bool
+        Use ``A + I`` (default) or ``A``.
+    memory : MemoryManager or None
+        Where every buffer comes from: the partitions' working set from the ``device`` tier, the
+        normalised adjacency and the outputs of `propagate` from the ``pinned`` tier with CUDA, else
+        ``host``. None creates a private manager (closed by `close`).
+    partition_bytes : int, str or None
+        Most bytes of one partition's working set (``"256MiB"``; see `graphrl.memory.parse_size`).
+        The working set of every call is also kept within the device tier's free bytes. None: limited
+        by the device tier only.
+    device : str, torch.device or None
+        Where partitions are computed: None or ``"cpu"``. CUDA raises `NotImplementedError` for now.
+
+    Attributes
+    ----------
+    num_nodes, num_entries : int
+        N and the non-zeros of P (edges plus N self-loops).
+    symmetric : bool
+        P equals its transpose (entries and order), so the backward pass reuses P's storage.
+    last_partitions : int
+        Partitions of the last propagation (forward or backward).
+
+    Raises
+    ------
+    TypeError
+        ``graph`` is not a `CSCGraph`, or ``memory`` is not a `MemoryManager`.
+    ValueError
+        An unknown ``normalization``, or a bad ``partition_bytes``.
+    NotImplementedError
+        A CUDA ``device``, or a ``memory`` whose device tier is a GPU.
+    MemoryBudgetError
+        The host tier has no room for the normalised adjacency.
+
+    References
+    ----------
+    Wang et al., "HongTu: Scalable Full-Graph GNN Training on Multiple GPUs", SIGMOD 2024 (host-resident
+    vertex data, partitions streamed through the device); Kipf and Welling, "Semi-Supervised
+    Classification with Graph Convolutional Networks", ICLR 2017 (renormalisation trick).
+
+    Examples
+    --------
+    >>> mm = MemoryManager(budgets={"device": "64MiB"}, device="cpu")        # doctest: +SKIP
+    >>> fg = FullGraph(graph, memory=mm, partition_bytes="16MiB")           # doctest: +SKIP
+    >>> out = fg.propagate(h)            # P @ h, differentiable in h        # doctest: +SKIP
+    >>> mm.stats()["device"]["samplers.full_graph"]["peak"] <= 16 * 2**20  # doctest: +SKIP
+    True
+    """
+
+    def __init__(self, graph: CSCGraph, normalization: str = "sym", add_self_loops: bool = True,
+                 memory: MemoryManager | None = None, partition_bytes: int | str | None = "256MiB",
+                 device: str | torch.device | None = None) -> None:
+        if not isinstance(graph, CSCGraph):
+            raise TypeError(f"graph must be a CSCGraph, got {type(graph).__name__}")
+        if normalization not in NORMALIZATIONS:
+            raise ValueError(f"normalization must be one of {', '.join(map(repr, NORMALIZATIONS))}, "
+                             f"got {normalization!r}")
+        if memory is not None and not isinstance(memory, MemoryManager):
+            raise TypeError(f"memory must be a MemoryManager or None, got {type(memory).__name__}")
+        if device is not None and torch.device(device).type != "cpu":
+            raise NotImplementedError(
+                f"device={str(device)!r}: the CUDA path of FullGraph (partitions on the GPU reading pinned "
+                "vertex data through UVA) is not built yet; use device=None or 'cpu'")
+        self.partition_bytes = None if partition_bytes is None else parse_size(partition_bytes)
+        if self.partition_bytes is not None and self.partition_bytes <= 0:
+            raise ValueError(f"partition_bytes must be > 0, got {partition_bytes!r}")
+        self._own_memory = memory is None
+        self.memory = MemoryManager(device="cpu") if memory is None else memory
+        probe = self.memory.allocate(0, torch.uint8, Tier.DEVICE, owner=OWNER)
+        on = probe.device
+        probe.free()
+        if not str(on).startswith("cpu"):
+            raise NotImplementedError(
+                f"the memory manager's device tier is {on}: the CUDA path of FullGraph is not built yet; "
+                "pass MemoryManager(device='cpu')")
+        self.normalization = normalization
+        self.add_self_loops = bool(add_self_loops)
+        self.num_nodes = graph.num_nodes
+        self._host_tier = Tier.PINNED if torch.cuda.is_available() else Tier.HOST
+        self._lock = threading.Lock()
+        self._workspace: Region | None = None
+        self._ws_box: list[Region] = []  # the workspace, for the finalizer (which must not hold self)
+        self.last_partitions = 0
+        self._closed = False
+        self._forward, self._backward = self._build(graph)
+        self.symmetric = self._backward is self._forward
+        self.num_entries = self._forward.nnz
+        self._finalizer = weakref.finalize(self, FullGraph._cleanup, self._forward, self._backward,
+                                           self._ws_box, self.memory if self._own_memory else None)
+
+    # ------------------------------------------------------------------ construction
+    def _alloc(self, shape, dtype, owner: str) -> Region:
+        return self.memory.allocate(shape, dtype, self._host_tier, owner=owner,
+                                    fallback=(Tier.HOST,) if self._host_tier is Tier.PINNED else ())
+
+    def _build(self, graph: CSCGraph) -> tuple[_Operator, _Operator]:
+        n = graph.num_nodes
+        indptr = graph.indptr.numpy()
+        indices = graph.indices.numpy()
+        values = graph.weights.numpy() if graph.weights is not None else None
+        loop = 1.0 if self.add_self_loops else 0.0
+        if values is None:
+            deg_in = np.diff(indptr).astype(np.float64)
+            deg_out = np.bincount(indices, minlength=n).astype(np.float64)
+        else:
+            csum = np.concatenate(([0.0], np.cumsum(values, dtype=np.float64)))
+            deg_in = csum[indptr[1:]] - csum[indptr[:-1]]
+            deg_out = np.bincount(indices, weights=values.astype(np.float64), minlength=n)
+        deg_in += loop
+        deg_out += loop
+        power = {"sym": (-0.5, -0.5), "left": (-1.0, 0.0), "right": (0.0, -1.0), "none": (0.0, 0.0)}
+        p_dst, p_src = power[self.normalization]
+        scale_dst, scale_src = _scale(deg_in, p_dst), _scale(deg_out, p_src)
+        nnz = graph.num_edges + (n if self.add_self_loops else 0)
+
+        def regions() -> tuple[Region, Region, Region]:
+            return (self._alloc(n + 1, torch.int64, OWNER_ADJ),
+                    self._alloc(nnz, indices.dtype, OWNER_ADJ),
+                    self._alloc(nnz, torch.float32, OWNER_ADJ))
+
+        fwd = _Operator(regions())
+        try:
+            normalized_adjacency(indptr, indices, values, self.add_self_loops, scale_dst, scale_src,
+                                 out=(fwd.indptr, fwd.indices, fwd.weights))
+            bwd = _Operator(regions())
+        except BaseException:
+            fwd.free()
+            raise
+        # bwd = P^T; then P = (P^T)^T: rows of both list their entries by increasing column, so P is
+        # symmetric exactly when the two are equal, and then one copy serves both directions.
+        csr_transpose(fwd.indptr, fwd.indices, fwd.weights, n, out=(bwd.indptr, bwd.indices, bwd.weights))
+        csr_transpose(bwd.indptr, bwd.indices, bwd.weights, n, out=(fwd.indptr, fwd.indices, fwd.weights))
+        if (np.array_equal(fwd.indptr, bwd.indptr) and np.array_equal(fwd.indices, bwd.indices)
+                and np.array_equal(fwd.weights, bwd.weights)):
+            bwd.free()
+            bwd = fwd
+        return fwd, bwd
+
+    # ------------------------------------------------------------------ planning
+    def _cap(self) -> int:
+        """Bytes a working set may take now: partition_bytes and the device tier's room (ours included)."""
+        free = self.memory.free_bytes(Tier.DEVICE)
+        ws = self._workspace
+        if ws is not None and not ws.freed:
+            free += ws.nbytes
+        return free if self.partition_bytes is None else min(self.partition_bytes, free)
+
+    def _bounds(self, op: _Operator, width: int, itemsize: int, cap: int) -> np.ndarray:
+        edge_bytes = op.indices.dtype.itemsize + 4
+        row_bytes = 8 + width * itemsize
+        bounds, bad = _greedy_bounds(op.indptr, np.int64(edge_bytes), np.int64(row_bytes), np.int64(cap))
+        if bad >= 0:
+            degrees = np.diff(op.indptr)
+            need = 16 + _SLACK + row_bytes + edge_bytes * int(degrees.max())
+            which = "destination" if op is self._forward else "source"
+            raise MemoryBudgetError(
+                Tier.DEVICE, OWNER, need, cap, self.memory.budget(Tier.DEVICE),
+                note=f"one partition cannot fit: {which} row {int(bad)} ({int(degrees[bad])} entries) at "
+                     f"feature width {width} x {itemsize} B needs more than the {cap} bytes allowed "
+                     f"(partition_bytes={self.partition_bytes}, device tier free bytes included); "
+                     f"partition_bytes and free device memory of at least {need} bytes fit every row "
+                     "at this width")
+        return bounds
+
+    def partitions(self, width: int, dtype: torch.dtype = torch.float32,
+                   transpose: bool = False) -> np.ndarray:
+        """Row boundaries of the partitions a propagation of ``width`` features would use now.
+
+        Parameters
+        ----------
+        width : int
+            Feature width d (columns of ``h``).
+        dtype : torch.dtype
+            float32 or float64 (the itemsize counts).
+        transpose : bool
+            The backward (transposed) propagation's partitions, over source rows.
+
+        Returns
+        -------
+        numpy.ndarray, int64, shape [P + 1]
+            ``0 = b[0] < b[1] < ... < b[P] = N``; partition i covers rows ``b[i] .. b[i+1]-1``.
+
+        Raises
+        ------
+        MemoryBudgetError
+            One row alone needs more than the partition budget (the message says how much would do).
+        """
+        op = self._backward if transpose else self._forward
+        return self._bounds(op, int(width), torch.empty(0, dtype=dtype).element_size(), self._cap())
+
+    def num_partitions(self, width: int, dtype: torch.dtype = torch.float32, transpose: bool = False) -> int:
+        """Number of partitions of a propagation of ``width`` features (see `partitions`)."""
+        return int(self.partitions(width, dtype, transpose).shape[0] - 1)
+
+    # ------------------------------------------------------------------ propagation
+    def propagate(self, h: torch.Tensor) -> torch.Tensor:
+        """``P @ h``, partition by partition; differentiable in ``h`` (the backward is ``P^T @ grad``).
+
+        Parameters
+        ----------
+        h : torch.Tensor, float32 or float64, shape [N, d], on the CPU (host vertex data)
+
+        Returns
+        -------
+        torch.Tensor, dtype of ``h``, shape [N, d]
+            A view of a memory-manager region (owner ``samplers.full_graph.vertex``), freed when the
+            tensor is garbage collected.
+
+        Raises
+        ------
+        TypeError
+            ``h`` is not a float32/float64 tensor.
+        ValueError
+            ``h`` is not [N, d] on the CPU, or this FullGraph is closed.
+        MemoryBudgetError
+            One partition cannot fit the partition budget, or the host tier has no room for the output.
+        """
+        self._check_input(h)
+        return _Propagate.apply(h, self, False)
+
+    def propagate_transposed(self, h: torch.Tensor) -> torch.Tensor:
+        """``P^T @ h`` (equal to `propagate` when `symmetric`); arguments and errors as `propagate`."""
+        self._check_input(h)
+        return _Propagate.apply(h, self, True)
+
+    __call__ = propagate
+
+    def _check_input(self, h: torch.Tensor) -> None:
+        if self._closed:
+            raise ValueError("this FullGraph is closed")
+        if not isinstance(h, torch.Tensor) or h.dtype not in (torch.float32, torch.float64):
+            what = h.dtype if isinstance(h, torch.Tensor) else type(h).__name__
+            raise TypeError(f"h must be a float32 or float64 tensor, got {what}")
+        if h.dim() != 2 or h.shape[0] != self.num_nodes:
+            raise ValueError(f"h must have shape [num_nodes={self.num_nodes}, d], got {tuple(h.shape)}")
+        if h.device.type != "cpu":
+            raise ValueError(f"h must be host (CPU) vertex data, got a tensor on {h.device}")
+
+    def _workspace_for(self, nbytes: int, cap: int) -> np.ndarray:
+        ws = self._workspace
+        if ws is not None and (ws.nbytes < nbytes or ws.nbytes > cap):
+            ws.free()
+            self._workspace = ws = None
+            self._ws_box.clear()
+        if ws is None:
+            try:
+                ws = self.memory.allocate(nbytes, torch.uint8, Tier.DEVICE, owner=OWNER)
+            except MemoryBudgetError as err:
+                raise MemoryBudgetError(
+                    err.tier, err.owner, err.asked, err.free, err.budget, err.attempts,
+                    note=f"the largest partition needs {nbytes} bytes of the device tier; free device "
+                         "memory or raise its budget by the shortfall, or lower partition_bytes") from err
+            self._workspace = ws
+            self._ws_box.append(ws)
+        return ws.numpy()
+
+    def _run(self, h: torch.Tensor, transpose: bool) -> torch.Tensor:
+        op = self._backward if transpose else self._forward
+        h = h.detach()
+        if not h.is_contiguous():
+            h = h.contiguous()
+        n, d = h.shape
+        itemsize = h.element_size()
+        np_dtype = h.numpy().dtype
+        region = self._alloc((n, d), h.dtype, OWNER_VERTEX)
+        out = region.tensor()
+        weakref.finalize(out, _free_quietly, region)
+        if n == 0:
+            return out
+        with self._lock:
+            if self._closed:
+                raise ValueError("this FullGraph is closed")
+            cap = self._cap()
+            bounds = self._bounds(op, d, itemsize, cap)
+            sizes = [self._layout(op, int(bounds[i]), int(bounds[i + 1]), d, itemsize)[-1]
+                     for i in range(bounds.shape[0] - 1)]
+            buf = self._workspace_for(max(sizes), cap)
+            h_np, out_np = h.numpy(), out.numpy()
+            threads = nb.get_num_threads()
+            for i in range(bounds.shape[0] - 1):
+                r0, r1 = int(bounds[i]), int(bounds[i + 1])
+                o_ind, o_w, o_out, _ = self._layout(op, r0, r1, d, itemsize)
+                rows, e = r1 - r0, int(op.indptr[r1] - op.indptr[r0])
+                ws_indptr = buf[:8 * (rows + 1)].view(np.int64)
+                ws_indices = buf[o_ind:o_ind + e * op.indices.dtype.itemsize].view(op.indices.dtype)
+                ws_weights = buf[o_w:o_w + 4 * e].view(np.float32)
+                ws_out = buf[o_out:o_out + rows * d * itemsize].view(np_dtype).reshape(rows, d)
+                spmm_partition(op.indptr, op.indices, op.weights, h_np, out_np, r0, r1, ws_indptr,
+                               ws_indices, ws_weights, ws_out, threads)
+            self.last_partitions = bounds.shape[0] - 1
+        return out
+
+    @staticmethod
+    def _layout(op: _Operator, r0: int, r1: int, d: int, itemsize: int) -> tuple[int, int, int, int]:
+        """Byte offsets of indices, weights and output rows in the working set, and its total size."""
+        rows, e = r1 - r0, int(op.indptr[r1] - op.indptr[r0])
+        o_ind = _align(8 * (rows + 1))
+        o_w = _align(o_ind + e * op.indices.dtype.itemsize)
+        o_out = _align(o_w + 4 * e)
+        return o_ind, o_w, o_out, max(o_out + rows * d * itemsize, 1)
+
+    # ------------------------------------------------------------------ lifetime
+    def release(self) -> None:
+        """Free the device-tier working set now (the next propagation allocates it again)."""
+        with self._lock:
+            if self._workspace is not None:
+                _free_quietly(self._workspace)
+                self._workspace = None
+                self._ws_box.clear()
+
+    @staticmethod
+    def _cleanup(fwd: _Operator, bwd: _Operator, ws_box: list, own: MemoryManager | None) -> None:
+        for ws in ws_box:
+            _free_quietly(ws)
+        ws_box.clear()
+        for op in (fwd, bwd):
+            for r in op.regions:
+                _free_quietly(r)
+        if own is not None:
+            own.close()
+
+    def close(self) -> None:
+        """Free the working set and the normalised adjacency (and a private manager); idempotent.
+
+        Tensors returned by `propagate` stay valid.
+        """
+        with self._lock:
+            self._closed = True
+            self._workspace = None
+        self._finalizer()
+
+    def __enter__(self) -> FullGraph:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"FullGraph(num_nodes={self.num_nodes}, num_entries={self.num_entries}, "
+                f"normalization={self.normalization!r}, add_self_loops={self.add_self_loops}, "
+                f"partition_bytes={self.partition_bytes}, symmetric={self.symmetric})")
+
+
+def _scale(degrees: np.ndarray, power: float) -> np.ndarray:
+    if power == 0.0:
+        return np.ones_like(degrees)
+    with np.errstate(divide="ignore"):
+        out = np.power(degrees, power)
+    out[degrees <= 0] = 0.0
+    return out
