@@ -1,0 +1,585 @@
+"""Minibatch loaders: iteration, batching and prefetch around the samplers (PyG's loader style).
+
+A loader knows how to cut seeds into batches and how to keep the next batches ready; the sampling is
+the samplers' (`NeighborSampler`, `LinkSampler`) and the feature gather the `FeatureStore`'s.
+
+Prefetch
+--------
+With ``prefetch=p >= 1`` a background thread samples batch i+1 (and gathers its input features)
+while the caller trains on batch i: up to ``p`` finished batches wait in a queue and the thread may
+be working on one more. The samplers' and the gather's numba kernels release the GIL, so the thread
+runs beside torch's work in the caller. Batches come out in order and are the same as with
+``prefetch=0`` (everything in the caller's thread) for the same seeds: each sampler is called only
+by the one thread, in batch order. An exception in the thread is raised in the caller at the batch
+where it happened (the batches before it are delivered first). Leaving a loop early (``break``, an
+exception), calling ``close()`` on the iterator, or dropping it stops the thread and frees its
+batches; starting a new epoch (``iter(loader)``) closes the loader's previous iterator. A stopped
+epoch may have sampled up to ``p + 1`` batches it never delivered, which advances the samplers'
+random streams.
+
+The staging reuse rule
+----------------------
+``batch.input_features`` is a view of one of ``prefetch + 2`` reusable staging buffers (pinned host
+memory with CUDA, plain host memory without, device memory for a GPU gather): no fresh tensor per
+batch. **A batch's ``input_features`` stay valid until the next batch is fetched from the same
+iterator (or the iterator is closed or dropped).** Then its buffer may be overwritten by a batch
+that is being prepared. Copy what you need longer (``x.clone()``, or `graphrl.tensors.to_device`,
+which copies to the GPU). Never hold a batch's features across ``next()``; ``batch.release()`` gives
+the buffer back earlier. The other tensors of a batch (seeds, blocks, labels) are fresh and stay
+valid.
+
+Threads: numba's threading layer must be thread-safe for kernels to run in two threads at once
+(numba's ``omp`` and ``tbb`` layers are; ``workqueue`` is not). Our kernels do not use numba's
+parallel layer (they claim chunks with their own helper threads), so this matters only to other
+parallel numba code running in the caller at the same time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import secrets
+import threading
+import weakref
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from graphrl.graph import CSCGraph
+from samplers.block import Block
+from samplers.features import FeatureStore, RowStaging, StagingLease
+from samplers.link import LinkBatch, LinkSampler
+from samplers.neighbor import NeighborSampler, check_seeds
+
+__all__ = ["LinkLoader", "LoadedLinkBatch", "NeighborLoader", "NodeBatch"]
+
+logger = logging.getLogger(__name__)
+
+_JOIN_SECONDS = 60.0
+
+
+class _Lease:
+    """The staging lease of one batch, released once (by the loader or by ``batch.release()``)."""
+
+    __slots__ = ("lease",)
+
+    def __init__(self, lease: StagingLease | None) -> None:
+        self.lease = lease
+
+    def release(self) -> None:
+        lease, self.lease = self.lease, None
+        if lease is not None:
+            lease.release()
+
+
+@dataclass(eq=False)
+class NodeBatch:
+    """One node-classification minibatch.
+
+    Attributes
+    ----------
+    index : int
+        Position of the batch in its epoch (0, 1, ...).
+    seeds : torch.Tensor, int64, shape [B]
+        Seed nodes, ``blocks[-1].dst_nodes``.
+    blocks : list[Block]
+        As `NeighborSampler.sample` returns them, outermost first.
+    input_features : torch.Tensor or None, shape [S, *row]
+        Features of ``input_nodes``, a view of a reusable staging buffer: valid until the next batch
+        is fetched (see the module docstring). None without a feature store.
+    labels : torch.Tensor or None, shape [B, ...]
+        ``labels[seeds]`` (a fresh tensor). None without labels.
+    """
+
+    index: int
+    seeds: torch.Tensor
+    blocks: list[Block]
+    input_features: torch.Tensor | None = None
+    labels: torch.Tensor | None = None
+    _lease: _Lease = dataclasses.field(default_factory=lambda: _Lease(None), repr=False)
+
+    @property
+    def input_nodes(self) -> torch.Tensor:
+        """Nodes whose features the first layer reads, ``blocks[0].src_nodes``: int64, shape [S]."""
+        return self.blocks[0].src_nodes
+
+    @property
+    def batch_size(self) -> int:
+        """B."""
+        return int(self.seeds.shape[0])
+
+    def release(self) -> None:
+        """Give the staging buffer back now (``input_features`` may then be overwritten); idempotent."""
+        self._lease.release()
+
+
+@dataclass(frozen=True, eq=False)
+class LoadedLinkBatch(LinkBatch):
+    """A `LinkBatch` from a `LinkLoader`: the same fields, plus features of its input nodes.
+
+    Attributes
+    ----------
+    index : int
+        Position of the batch in its epoch.
+    input_features : torch.Tensor or None, shape [S, *row]
+        Features of ``blocks[0].src_nodes``, a view of a reusable staging buffer: valid until the next
+        batch is fetched (see the module docstring). None without a feature store.
+    """
+
+    index: int = 0
+    input_features: torch.Tensor | None = None
+    _lease: _Lease = dataclasses.field(default_factory=lambda: _Lease(None), repr=False)
+
+    @property
+    def input_nodes(self) -> torch.Tensor:
+        """``blocks[0].src_nodes``: int64, shape [S]."""
+        return self.blocks[0].src_nodes
+
+    def release(self) -> None:
+        """Give the staging buffer back now; idempotent."""
+        self._lease.release()
+
+
+# --------------------------------------------------------------------------------------------------
+# The background thread and the iterator
+
+
+class _Failure:
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+_END = object()
+
+
+class _Channel:
+    """A bounded queue between the producer thread and the iterator; closing it wakes both sides."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.items: deque[Any] = deque()
+        self.cv = threading.Condition()
+        self.closed = False
+
+    def put(self, item: Any) -> bool:
+        """Queue ``item``, waiting for room; False (item not queued) once the channel is closed."""
+        with self.cv:
+            self.cv.wait_for(lambda: self.closed or len(self.items) < self.capacity)
+            if self.closed:
+                return False
+            self.items.append(item)
+            self.cv.notify_all()
+            return True
+
+    def get(self) -> Any:
+        with self.cv:
+            self.cv.wait_for(lambda: self.items or self.closed)
+            if not self.items:
+                return _END
+            item = self.items.popleft()
+            self.cv.notify_all()
+            return item
+
+    def close(self) -> list[Any]:
+        """Close and return what was still queued."""
+        with self.cv:
+            self.closed = True
+            left = list(self.items)
+            self.items.clear()
+            self.cv.notify_all()
+            return left
+
+
+def _release(item: Any) -> None:
+    release = getattr(item, "release", None)
+    if release is not None:
+        release()
+
+
+def _produce(produce: Callable[[int], Any], count: int, channel: _Channel) -> None:
+    """The background thread: make batches 0..count-1 in order and queue them."""
+    try:
+        for i in range(count):
+            if channel.closed:
+                return
+            item = produce(i)
+            if not channel.put(item):
+                _release(item)
+                return
+        channel.put(_END)
+    except BaseException as err:  # delivered to the consumer in order
+        channel.put(_Failure(err))
+
+
+class _State:
+    """What the iterator's finaliser needs (never the iterator itself)."""
+
+    def __init__(self) -> None:
+        self.channel: _Channel | None = None
+        self.thread: threading.Thread | None = None
+        self.current: Any = None
+        self.closed = False
+
+    def shutdown(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        current, self.current = self.current, None
+        if current is not None:
+            _release(current)
+        if self.channel is not None:
+            for item in self.channel.close():
+                _release(item)
+        thread = self.thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(_JOIN_SECONDS)
+            if thread.is_alive():  # pragma: no cover - a batch took over a minute
+                logger.warning("loader thread %s still running after %.0f s", thread.name, _JOIN_SECONDS)
+            if self.channel is not None:  # a batch finished while we waited
+                for item in self.channel.close():
+                    _release(item)
+
+
+class _LoaderIterator(Iterator):
+    """One epoch of a loader: batches 0..count-1, from a background thread when prefetching."""
+
+    def __init__(self, produce: Callable[[int], Any], count: int, prefetch: int, name: str) -> None:
+        self._produce = produce
+        self._count = count
+        self._next = 0
+        self._state = _State()
+        self._finalizer = weakref.finalize(self, _State.shutdown, self._state)
+        if prefetch > 0 and count > 0:
+            channel = _Channel(prefetch)
+            thread = threading.Thread(target=_produce, args=(produce, count, channel), name=name, daemon=True)
+            self._state.channel, self._state.thread = channel, thread
+            thread.start()
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        """The background thread (None without prefetch)."""
+        return self._state.thread
+
+    def __len__(self) -> int:
+        return self._count - self._next
+
+    def __next__(self) -> Any:
+        state = self._state
+        current, state.current = state.current, None
+        if current is not None:  # the staging reuse rule: the previous batch is done
+            _release(current)
+        if state.closed or self._next >= self._count:
+            self.close()
+            raise StopIteration
+        if state.channel is None:
+            try:
+                item = self._produce(self._next)
+            except BaseException:
+                self.close()
+                raise
+        else:
+            item = state.channel.get()
+            if item is _END:
+                self.close()
+                raise StopIteration
+            if isinstance(item, _Failure):
+                self.close()
+                raise item.error
+        self._next += 1
+        state.current = item
+        return item
+
+    def close(self) -> None:
+        """Stop the background thread and release every batch this iterator holds; idempotent."""
+        self._finalizer()
+
+    def __enter__(self) -> _LoaderIterator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Loader:
+    """What both loaders share: the prefetch setting, the staging buffers, one live iterator."""
+
+    _name = "graphrl-loader"
+
+    def __init__(self, features: FeatureStore | torch.Tensor | None, prefetch: int) -> None:
+        if isinstance(prefetch, bool) or not isinstance(prefetch, (int, np.integer)) or prefetch < 0:
+            raise ValueError(f"prefetch must be an int >= 0, got {prefetch!r}")
+        self.prefetch = int(prefetch)
+        if isinstance(features, (torch.Tensor, np.ndarray)):
+            features = FeatureStore(features)
+        if features is not None and not isinstance(features, FeatureStore):
+            raise TypeError(f"features must be a FeatureStore, a tensor or None, "
+                            f"got {type(features).__name__}")
+        self.features = features
+        self._staging: RowStaging | None = None
+        self._iterator: weakref.ref[_LoaderIterator] | None = None
+        self._lock = threading.Lock()
+
+    def _gather(self, input_nodes: torch.Tensor) -> tuple[torch.Tensor | None, _Lease]:
+        if self.features is None:
+            return None, _Lease(None)
+        if self._staging is None:
+            self._staging = self.features.staging(slots=self.prefetch + 2)
+        lease = self._staging.acquire(int(input_nodes.shape[0]))
+        try:
+            feats = self.features.gather_into(input_nodes.numpy(), lease.tensor)
+        except BaseException:
+            lease.release()
+            raise
+        return feats, _Lease(lease)
+
+    def _start(self, produce: Callable[[int], Any], count: int) -> _LoaderIterator:
+        with self._lock:
+            previous = self._iterator() if self._iterator is not None else None
+            if previous is not None:
+                previous.close()
+            it = _LoaderIterator(produce, count, self.prefetch, self._name)
+            self._iterator = weakref.ref(it)
+            return it
+
+    def close(self) -> None:
+        """Close the live iterator (if any) and free the staging buffers; idempotent."""
+        with self._lock:
+            previous = self._iterator() if self._iterator is not None else None
+            self._iterator = None
+        if previous is not None:
+            previous.close()
+        if self._staging is not None:
+            self._staging.close()
+            self._staging = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _check_int(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+# --------------------------------------------------------------------------------------------------
+# Node classification
+
+
+class NeighborLoader(_Loader):
+    """Minibatches of seed nodes with their sampled blocks, input features and labels.
+
+    Each epoch (each ``iter(loader)``) visits every seed once, in a fresh seeded random order (input
+    order with ``shuffle=False``), cut into batches of ``batch_size``. Batch i holds the blocks that
+    a `NeighborSampler` (``fanouts``, ``replace``) draws for its seeds, the features of the first
+    block's source nodes gathered by ``features`` into a reusable staging buffer, and the seeds'
+    labels. See the module docstring for prefetching and for how long ``input_features`` stay valid.
+
+    Parameters
+    ----------
+    graph : CSCGraph
+        The graph to sample from.
+    seeds : torch.Tensor or array-like, int64 [M] node ids, or bool [N] mask
+        The training nodes.
+    fanouts : sequence of int
+        As for `NeighborSampler`, outermost layer first.
+    batch_size : int
+        Seeds per batch, >= 1.
+    features : FeatureStore, torch.Tensor or None
+        Node features, [N, *row] (a tensor is wrapped in a `FeatureStore` without a cache).
+    labels : torch.Tensor or None, shape [N, ...]
+        Per-node labels; a batch gets ``labels[seeds]``.
+    shuffle : bool
+        Shuffle the seeds every epoch.
+    drop_last : bool
+        Drop the last, shorter batch.
+    seed : int or None
+        Seeds the order and the `NeighborSampler`; ``None`` draws one from the OS. Same seed, same
+        batches (whatever ``prefetch`` is).
+    prefetch : int
+        Batches the background thread keeps ready (0: no thread, everything in the caller).
+    replace : bool
+        Sample with replacement.
+
+    Attributes
+    ----------
+    sampler : NeighborSampler
+        The sampler behind the batches.
+
+    Raises
+    ------
+    TypeError
+        ``graph`` is not a `CSCGraph`; ``seeds`` is not integer or bool; ``features`` or ``labels``
+        of the wrong type; a non-int ``batch_size``, ``prefetch`` or ``seed``.
+    ValueError
+        Seeds outside [0, N) or a mask of another length; ``batch_size < 1``; ``prefetch < 0``;
+        features or labels with another number of rows than N; bad fanouts (from `NeighborSampler`).
+
+    References
+    ----------
+    PyG's ``NeighborLoader`` and DGL's ``DataLoader`` with a ``NeighborSampler`` (the same batches:
+    seeds, blocks, input features, labels).
+
+    Examples
+    --------
+    >>> loader = NeighborLoader(graph, train_nodes, [15, 10], batch_size=1024, features=feats,
+    ...                         labels=y, seed=0)
+    >>> for batch in loader:
+    ...     logits = model(batch.blocks, batch.input_features)   # input_features: valid until next()
+    ...     loss = F.cross_entropy(logits, batch.labels)
+    """
+
+    _name = "graphrl-neighbor-loader"
+
+    def __init__(self, graph: CSCGraph, seeds: Any, fanouts: Sequence[int], batch_size: int,
+                 features: FeatureStore | torch.Tensor | None = None, labels: torch.Tensor | None = None,
+                 shuffle: bool = True, drop_last: bool = False, seed: int | None = None, prefetch: int = 1,
+                 *, replace: bool = False) -> None:
+        if not isinstance(graph, CSCGraph):
+            raise TypeError(f"graph must be a CSCGraph, got {type(graph).__name__}")
+        n = graph.num_nodes
+        self.batch_size = _check_int("batch_size", batch_size, 1)
+        if seed is not None:
+            _check_int("seed", seed, 0)
+        if isinstance(seeds, torch.Tensor) and seeds.dtype == torch.bool or \
+                isinstance(seeds, np.ndarray) and seeds.dtype == np.bool_:
+            mask = torch.as_tensor(seeds)
+            if tuple(mask.shape) != (n,):
+                raise ValueError(f"seeds as a mask must have shape [num_nodes={n}], got {tuple(mask.shape)}")
+            seeds = torch.nonzero(mask).reshape(-1)
+        self.seeds = check_seeds(seeds, n, name="seeds")
+        super().__init__(features, prefetch)
+        if self.features is not None and self.features.num_rows != n:
+            raise ValueError(f"features has {self.features.num_rows} rows but the graph has {n} nodes")
+        if labels is not None:
+            if not isinstance(labels, torch.Tensor):
+                raise TypeError(f"labels must be a torch.Tensor or None, got {type(labels).__name__}")
+            if labels.dim() < 1 or labels.shape[0] != n:
+                raise ValueError(f"labels must have shape [num_nodes={n}, ...], got {tuple(labels.shape)}")
+        self.graph = graph
+        self.labels = labels
+        self.shuffle = bool(shuffle)
+        self.drop_last = bool(drop_last)
+        self.seed = int(seed) if seed is not None else secrets.randbits(63)
+        self._rng = np.random.Generator(np.random.PCG64(self.seed))
+        self.sampler = NeighborSampler(graph, fanouts, replace=replace, seed=self.seed)
+
+    @property
+    def num_seeds(self) -> int:
+        """M, seeds per epoch."""
+        return int(self.seeds.shape[0])
+
+    def __len__(self) -> int:
+        """Batches per epoch."""
+        m, b = self.num_seeds, self.batch_size
+        return m // b if self.drop_last else -(-m // b)
+
+    def __iter__(self) -> _LoaderIterator:
+        """One epoch of `NodeBatch` es (closes this loader's previous iterator)."""
+        order = self.seeds[self._rng.permutation(self.num_seeds)] if self.shuffle else self.seeds
+        b = self.batch_size
+
+        def produce(i: int) -> NodeBatch:
+            seeds = torch.from_numpy(order[i * b:(i + 1) * b])
+            blocks = self.sampler.sample(seeds)
+            feats, lease = self._gather(blocks[0].src_nodes)
+            labels = None
+            if self.labels is not None:
+                labels = torch.index_select(self.labels, 0, seeds.to(self.labels.device))
+            return NodeBatch(index=i, seeds=blocks[-1].dst_nodes, blocks=blocks, input_features=feats,
+                             labels=labels, _lease=lease)
+
+        return self._start(produce, len(self))
+
+
+# --------------------------------------------------------------------------------------------------
+# Link prediction
+
+
+class LinkLoader(_Loader):
+    """BPR minibatches of a `LinkSampler`, prepared ahead in a background thread, with optional features.
+
+    An epoch is one pass of ``link_sampler`` (its batching, order and negatives: the same batches as
+    iterating the sampler itself), each batch a `LoadedLinkBatch` (a `LinkBatch` plus
+    ``input_features`` of ``blocks[0].src_nodes``). See the module docstring for prefetching and for
+    how long ``input_features`` stay valid.
+
+    Parameters
+    ----------
+    link_sampler : LinkSampler
+        Batches, negatives and blocks.
+    features : FeatureStore, torch.Tensor or None
+        Node features, [N, *row]; None for models that embed node ids (LightGCN).
+    prefetch : int
+        Batches the background thread keeps ready (0: no thread).
+
+    Attributes
+    ----------
+    sampled_edges, sample_seconds : int, float
+        The link sampler's counters (edges in all blocks so far; wall time spent sampling, which
+        overlaps training when prefetching).
+
+    Raises
+    ------
+    TypeError
+        ``link_sampler`` is not a `LinkSampler`; ``features`` of the wrong type.
+    ValueError
+        ``prefetch < 0``; features with another number of rows than the graph has nodes.
+
+    Examples
+    --------
+    >>> loader = LinkLoader(LinkSampler(NeighborSampler(graph, [10, 10], seed=0), users, items,
+    ...                                 batch_size=8192, seed=1), prefetch=1)
+    >>> for batch in loader:
+    ...     loss = bpr(model(batch.blocks), batch.user_index, batch.pos_index, batch.neg_index)
+    """
+
+    _name = "graphrl-link-loader"
+
+    def __init__(self, link_sampler: LinkSampler, features: FeatureStore | torch.Tensor | None = None,
+                 prefetch: int = 1) -> None:
+        if not isinstance(link_sampler, LinkSampler):
+            raise TypeError(f"link_sampler must be a LinkSampler, got {type(link_sampler).__name__}")
+        super().__init__(features, prefetch)
+        n = link_sampler.sampler.graph.num_nodes
+        if self.features is not None and self.features.num_rows != n:
+            raise ValueError(f"features has {self.features.num_rows} rows but the graph has {n} nodes")
+        self.link_sampler = link_sampler
+
+    @property
+    def sampled_edges(self) -> int:
+        """Edges in all blocks the link sampler drew so far."""
+        return self.link_sampler.sampled_edges
+
+    @property
+    def sample_seconds(self) -> float:
+        """Wall time the link sampler spent sampling so far, seconds."""
+        return self.link_sampler.sample_seconds
+
+    def __len__(self) -> int:
+        """Batches per epoch."""
+        return len(self.link_sampler)
+
+    def __iter__(self) -> _LoaderIterator:
+        """One epoch of `LoadedLinkBatch` es (closes this loader's previous iterator)."""
+        epoch = iter(self.link_sampler)
+        names = [f.name for f in dataclasses.fields(LinkBatch)]
+
+        def produce(i: int) -> LoadedLinkBatch:
+            batch = next(epoch)
+            feats, lease = self._gather(batch.blocks[0].src_nodes)
+            return LoadedLinkBatch(**{k: getattr(batch, k) for k in names}, index=i, input_features=feats,
+                                   _lease=lease)
+
+        return self._start(produce, len(self))
