@@ -1,8 +1,10 @@
 """Minibatch and full-graph data for GNN trainers: neighbour sampling into blocks, link sampling."""
 
-from samplers.block import Block
+from samplers.block import Block, Blocks
 from samplers.full_graph import FullGraph
+from samplers.interop import PygSubgraph
 from samplers.link import LinkBatch, LinkSampler, bipartite_reverse_eids
 from samplers.neighbor import NeighborSampler
 
-__all__ = ["Block", "FullGraph", "LinkBatch", "LinkSampler", "NeighborSampler", "bipartite_reverse_eids"]
+__all__ = ["Block", "Blocks", "FullGraph", "LinkBatch", "LinkSampler", "NeighborSampler", "PygSubgraph",
+           "bipartite_reverse_eids"]

@@ -71,6 +71,19 @@ class Block:
         """Local destination position of every sampled edge (the COO row): int64, shape [nnz]."""
         return torch.repeat_interleave(torch.arange(self.num_dst_nodes, dtype=torch.int64), self.in_degrees())
 
+    def to_dgl(self):
+        """This block as a DGL block (``dgl.create_block``); see `samplers.interop.block_to_dgl`."""
+        from samplers.interop import block_to_dgl
+
+        return block_to_dgl(self)
+
+    @classmethod
+    def from_dgl(cls, dgl_block) -> Block:
+        """A `Block` from a DGL block; see `samplers.interop.block_from_dgl`."""
+        from samplers.interop import block_from_dgl
+
+        return block_from_dgl(dgl_block)
+
     def __repr__(self) -> str:
         return (f"Block(num_src_nodes={self.num_src_nodes}, num_dst_nodes={self.num_dst_nodes}, "
                 f"num_edges={self.num_edges})")
@@ -81,9 +94,11 @@ class Blocks(list):
     that can also convert themselves to PyG's form with `to_pyg`."""
 
     def to_pyg(self):
-        """PyG's view of these blocks: ``edge_index``, ``n_id``, ``e_id`` and per-hop counts.
+        """PyG's ``NeighborLoader`` view of these blocks: a `samplers.interop.PygSubgraph` with
+        ``edge_index``, ``n_id``, ``e_id``, ``num_sampled_nodes`` and ``num_sampled_edges``.
 
-        See `samplers.interop.blocks_to_pyg`.
+        See `samplers.interop.blocks_to_pyg` (PyG expands each node once: rows it would not expand are
+        left out).
         """
         from samplers.interop import blocks_to_pyg
 
