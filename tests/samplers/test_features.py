@@ -1,0 +1,282 @@
+"""FeatureStore: exact gathers, staging reuse, the hot-row cache and its hit rate, budgets, bad input,
+and the numba.cuda gather under the CUDA simulator."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from graphrl.graph import CSCGraph
+from graphrl.memory import MemoryBudgetError, MemoryManager
+from samplers.features import FeatureStore, RowStaging, gather_rows
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def mm():
+    with MemoryManager() as manager:
+        yield manager
+
+
+def hand_graph() -> CSCGraph:
+    """6 nodes; in-degrees [0, 3, 1, 2, 0, 1]; out-degrees [2, 0, 2, 1, 1, 1]."""
+    src = [0, 2, 4, 0, 2, 3, 5]
+    dst = [1, 1, 1, 2, 3, 3, 5]
+    return CSCGraph.from_edges(src, dst, 6)
+
+
+# ------------------------------------------------------------------------------------------- exact
+@pytest.mark.parametrize("shape,dtype", [((300, 7), torch.float32), ((300,), torch.int64),
+                                         ((300, 3, 2), torch.float16), ((300, 5), torch.bfloat16),
+                                         ((300, 3), torch.uint8)])
+def test_gather_equals_index_select(shape, dtype):
+    x = (torch.randn(shape) * 50).to(dtype)
+    store = FeatureStore(x)
+    ids = torch.from_numpy(np.random.default_rng(0).integers(0, 300, 1000))
+    got = store.gather(ids)
+    assert got.dtype == dtype and got.shape == (1000, *shape[1:])
+    assert torch.equal(got, torch.index_select(x, 0, ids))
+    assert store.gather(torch.empty(0, dtype=torch.int64)).shape == (0, *shape[1:])
+    assert store.table.data_ptr() == x.data_ptr()  # memory=None: the table is x itself
+
+
+def test_gather_across_threads_and_chunks_and_into_out(mm):
+    x = torch.randn(5000, 64)  # 256-byte rows: 8192 rows a chunk, so 30000 ids make 4 chunks
+    ids = torch.from_numpy(np.random.default_rng(1).integers(0, 5000, 30_000)).to(torch.int32)
+    for threads in (1, 2, 3):
+        store = FeatureStore(x, memory=mm, threads=threads)
+        assert torch.equal(store.gather(ids), torch.index_select(x, 0, ids))
+        out = torch.full((30_005, 64), 7.0)
+        got = store.gather(ids, out=out)
+        assert got.data_ptr() == out.data_ptr() and got.shape == (30_000, 64)
+        assert torch.equal(got, x[ids.long()]) and (out[30_000:] == 7).all()
+        store.close()
+
+
+def test_gather_rows_kernel_with_a_cache_counts_hits():
+    x = torch.arange(40, dtype=torch.float64).reshape(10, 4)
+    cache = -x[[2, 7]]
+    slots = np.full(10, -1, np.int32)
+    slots[[2, 7]] = [0, 1]
+    ids = np.array([7, 1, 2, 2, 9], dtype=np.int64)
+    out = torch.empty(5, 4, dtype=torch.float64)
+    assert gather_rows(x, ids, out, 1, cache, slots) == 3
+    assert torch.equal(out, torch.stack([-x[7], x[1], -x[2], -x[2], x[9]]))
+
+
+def test_table_is_copied_into_a_region_on_the_fastest_tier(mm):
+    x = torch.randn(100, 8)
+    store = FeatureStore(x, memory=mm)
+    assert store.table_tier == "device"  # without CUDA the device tier is host memory
+    assert store.table.data_ptr() != x.data_ptr() and torch.equal(store.table, x)
+    assert mm.stats()["device"]["features.table"]["bytes"] == 100 * 8 * 4
+    store.gather([1, 2, 3])
+    assert mm.stats()["pinned"]["features.staging"]["regions"] == 1
+    store.close()
+    assert all(u["bytes"] == 0 for tier in mm.stats().values() for u in tier.values())
+
+
+# ------------------------------------------------------------------------------------------- staging
+def test_gather_without_out_reuses_staging_round_robin(mm):
+    x = torch.randn(50, 4)
+    store = FeatureStore(x, memory=mm, staging_slots=2)
+    a, b, c = torch.tensor([1, 2, 3]), torch.tensor([4, 5]), torch.tensor([6, 7, 8])
+    ra = store.gather(a)
+    rb = store.gather(b)
+    assert torch.equal(ra, x[a]) and torch.equal(rb, x[b])  # both still valid: 2 slots
+    rc = store.gather(c)
+    assert rc.data_ptr() == ra.data_ptr()  # the third gather reuses the first's buffer: no fresh tensor
+    assert torch.equal(rb, x[b]) and torch.equal(rc, x[c])
+    assert mm.stats()["pinned"]["features.staging"]["regions"] == 1
+
+
+def test_row_staging_grows_and_frees_old_pools_when_released(mm):
+    staging = RowStaging(mm, (4,), torch.float32, slots=2, owner="t.staging")
+    first = staging.acquire(10)
+    assert staging.capacity == 10 and first.tensor.shape == (10, 4)
+    bigger = staging.acquire(11)  # needs a larger pool: 1.25 x 10 rounded up = 13 rows
+    assert staging.capacity == 13 and bigger.tensor.shape == (11, 4)
+    assert mm.stats()["pinned"]["t.staging"]["regions"] == 2  # the old pool lives while leased
+    first.release()
+    first.release()  # idempotent
+    assert mm.stats()["pinned"]["t.staging"]["regions"] == 1
+    bigger.release()
+    staging.close()
+    assert mm.stats()["pinned"]["t.staging"]["bytes"] == 0
+
+
+# ------------------------------------------------------------------------------------------- cache
+def test_degree_cache_hit_rate_by_hand():
+    x = torch.arange(24, dtype=torch.float32).reshape(6, 4)
+    # table 96 bytes does not fit the 64-byte device budget and goes to pinned; the cache (2 rows,
+    # 32 bytes) and its slot map (6 x int32, 24 bytes) fit it
+    with MemoryManager(budgets={"device": 64}) as mm:
+        store = FeatureStore(x, memory=mm, cache_rows=2, graph=hand_graph())
+        assert store.table_tier == "pinned" and store.stats()["cache_tier"] == "device"
+        assert store.cache_nodes.tolist() == [1, 3]  # in-degrees 3 and 2
+        ids = torch.tensor([1, 1, 3, 0, 5, 2, 1, 4])
+        assert torch.equal(store.gather(ids), x[ids])
+        s = store.stats()
+        assert (s["cache_hits"], s["gathered_rows"], s["hit_rate"]) == (4, 8, 0.5)
+        assert torch.equal(store.gather(torch.tensor([0, 2])), x[[0, 2]])
+        assert store.stats()["hit_rate"] == 4 / 10
+        assert mm.stats()["device"]["features.cache"]["bytes"] == 32
+        store.reset_stats()
+        assert store.stats()["gathered_rows"] == 0 and store.stats()["hit_rate"] == 0.0
+
+
+def test_out_degree_and_presample_policies_by_hand():
+    x = torch.randn(6, 4)  # table 96 bytes > 80: pinned; cache 3 x 16 bytes + slot map 24 bytes <= 80
+    g = hand_graph()
+    with MemoryManager(budgets={"device": 80}) as mm:
+        store = FeatureStore(x, memory=mm, cache_rows=3, cache_policy="out_degree", graph=g)
+        assert store.cache_nodes.tolist() == [0, 2, 3]  # out-degrees 2, 2, then 1 (smallest id of 3, 4, 5)
+        store.close()
+        # fanout -1 takes every in-neighbour: seeds {1, 5} read inputs {1, 5, 0, 2, 4}; counted twice
+        counts = FeatureStore.presample_counts(g, [-1], seeds=[1, 5], batches=2, batch_size=2)
+        assert counts.tolist() == [2, 2, 2, 0, 2, 2]
+        store = FeatureStore(x, memory=mm, cache_rows=3, cache_policy="presample", graph=g,
+                             presample_fanouts=[-1], presample_seeds=torch.tensor([1, 5]),
+                             presample_batches=2, presample_batch_size=2)
+        # count 2 each for 0, 1, 2, 4, 5; ties by in-degree (node 1: 3, nodes 2 and 5: 1), then id
+        assert store.cache_nodes.tolist() == [1, 2, 5]
+        ids = torch.tensor([0, 1, 2, 3, 4, 5])
+        assert torch.equal(store.gather(ids), x) and store.stats()["hit_rate"] == 0.5
+
+
+def test_no_cache_when_the_table_is_on_the_device_tier(mm):
+    store = FeatureStore(torch.randn(6, 2), memory=mm, cache_rows=3, graph=hand_graph())
+    assert store.table_tier == "device" and store.cache_rows == 0
+    assert store.stats()["cache_tier"] is None
+
+
+def test_cache_rows_beyond_the_table_are_clipped():
+    with MemoryManager() as mm:
+        store = FeatureStore(torch.randn(6, 2), memory=mm, cache_rows=50, graph=hand_graph(), tier="pinned")
+        assert store.cache_rows == 6
+        ids = torch.tensor([5, 4, 0])
+        store.gather(ids)
+        assert store.stats()["hit_rate"] == 1.0
+
+
+# ------------------------------------------------------------------------------------------- budgets
+def test_budgets_fall_back_or_raise_and_leak_nothing():
+    x = torch.randn(100, 8)  # 3200 bytes
+    with MemoryManager(budgets={"device": 1000, "pinned": 5000}) as mm:
+        store = FeatureStore(x, memory=mm)
+        assert store.table_tier == "pinned"
+        store.close()
+    with MemoryManager(budgets={"device": 1000, "pinned": 1000, "host": 1000}) as mm:
+        with pytest.raises(MemoryBudgetError) as info:
+            FeatureStore(x, memory=mm)
+        assert info.value.owner == "features.table"
+        assert mm.regions() == []
+    # the cache must fit the device tier: no silent fallback
+    with MemoryManager(budgets={"device": 200}) as mm:
+        with pytest.raises(MemoryBudgetError, match="features.cache"):
+            FeatureStore(x, memory=mm, cache_rows=10, graph=CSCGraph.from_edges([0], [1], 100))
+        assert mm.regions() == []
+    # staging beyond its budget raises at the gather
+    with MemoryManager(budgets={"pinned": 100, "host": 100}) as mm:
+        store = FeatureStore(x, memory=mm)
+        with pytest.raises(MemoryBudgetError, match="features.staging"):
+            store.gather(torch.arange(50))
+
+
+# ------------------------------------------------------------------------------------------- bad input
+def test_out_of_range_ids_raise_value_error_naming_ids():
+    store = FeatureStore(torch.randn(10, 3))
+    with pytest.raises(ValueError, match=r"ids: 2 of 5 ids outside \[0, num_rows=10\), first 10"):
+        store.gather(torch.tensor([1, 10, 2, 11, 3]))
+    with pytest.raises(ValueError, match="ids: 1 of 2"):
+        store.gather([-1, 0])
+    with pytest.raises(TypeError, match="ids must be an integer tensor"):
+        store.gather(torch.tensor([1.0]))
+    with pytest.raises(ValueError, match="ids must be 1-D"):
+        store.gather(torch.zeros(2, 2, dtype=torch.int64))
+    assert store.stats()["gathers"] == 0
+
+
+def test_bad_out_and_bad_arguments():
+    x = torch.randn(10, 3)
+    store = FeatureStore(x)
+    ids = torch.tensor([1, 2])
+    with pytest.raises(TypeError, match="dtype"):
+        store.gather(ids, out=torch.empty(2, 3, dtype=torch.float64))
+    with pytest.raises(ValueError, match="shape"):
+        store.gather(ids, out=torch.empty(1, 3))
+    with pytest.raises(ValueError, match="shape"):
+        store.gather(ids, out=torch.empty(2, 4))
+    with pytest.raises(ValueError, match="contiguous"):
+        store.gather(ids, out=torch.empty(3, 2).t())
+    with pytest.raises(TypeError, match="out must be a torch.Tensor"):
+        store.gather(ids, out=np.empty((2, 3), np.float32))
+    with pytest.raises(TypeError, match="x must be"):
+        FeatureStore([[1.0]])
+    with pytest.raises(TypeError, match="real numeric"):
+        FeatureStore(torch.zeros(3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="row dimension"):
+        FeatureStore(torch.tensor(1.0))
+    with pytest.raises(ValueError, match="cache_rows must be >= 0"):
+        FeatureStore(x, cache_rows=-1)
+    with pytest.raises(ValueError, match="cache_policy"):
+        FeatureStore(x, cache_rows=1, cache_policy="lru", graph=CSCGraph.from_edges([0], [1], 10))
+    with pytest.raises(ValueError, match="needs graph="):
+        FeatureStore(x, cache_rows=1)
+    with pytest.raises(ValueError, match="graph has 6 nodes but x has 10 rows"):
+        FeatureStore(x, graph=hand_graph())
+    with pytest.raises(TypeError, match="memory must be a MemoryManager"):
+        FeatureStore(x, memory="pinned")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            FeatureStore(x, device="cuda")
+
+
+# ------------------------------------------------------------------------------------------- CUDA simulator
+SCRIPT = textwrap.dedent(
+    """
+    import numpy as np
+    from numba import config, cuda
+    assert config.ENABLE_CUDASIM  # the simulator, not a GPU
+    from samplers.features import gather_rows_cuda
+
+    rng = np.random.default_rng(0)
+    n, width = 40, 5
+    table = rng.integers(-1000, 1000, (n, width)).astype(np.int32)
+    ids = np.concatenate([rng.integers(0, n, 20), [3, 17, 3]]).astype(np.int64)
+    # more rows than warps (3 blocks of 1 warp): warps loop over rows; rows past len(ids) untouched
+    out = cuda.to_device(np.full((30, width), 7, np.int32))
+    gather_rows_cuda(cuda.to_device(table), cuda.to_device(ids), out, warps_per_block=1, max_blocks=3)
+    got = out.copy_to_host()
+    assert np.array_equal(got[:23], table[ids]) and (got[23:] == 7).all()
+
+    hot = np.array([3, 17, 0])
+    slots = np.full(n, -1, np.int32)
+    slots[hot] = np.arange(3, dtype=np.int32)
+    cache = table[hot] + 10000  # marked, to see which rows came from the cache
+    hits = cuda.to_device(np.zeros(1, np.int64))
+    out2 = cuda.to_device(np.zeros((23, width), np.int32))
+    gather_rows_cuda(cuda.to_device(table), cuda.to_device(ids), out2, cache=cuda.to_device(cache),
+                     slots=cuda.to_device(slots), hits=hits, warps_per_block=2, max_blocks=2)
+    cached = np.isin(ids, hot)
+    assert np.array_equal(out2.copy_to_host(), np.where(cached[:, None], table[ids] + 10000, table[ids]))
+    assert hits.copy_to_host()[0] == cached.sum() >= 3
+    print("OK")
+    """
+)
+
+
+def test_cuda_gather_kernel_under_the_simulator():
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True,
+                          timeout=600, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().endswith("OK")
