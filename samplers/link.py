@@ -1,4 +1,4 @@
-"""Link-prediction minibatches for BPR: positive edges, uniform negatives and their sampled blocks.
+"""Link-prediction minibatches for BPR: positive edges, uniform or degree-biased negatives, sampled blocks.
 
 The sampler knows only graphs (as PyG's link samplers do): the positive pairs come in as node-id
 arrays, negatives are drawn from a node-id range, and the blocks come from a `NeighborSampler` run on
@@ -22,6 +22,9 @@ from samplers.neighbor import NeighborSampler
 __all__ = ["LinkBatch", "LinkSampler", "bipartite_reverse_eids"]
 
 _EXCLUDE_MODES = (None, "self", "reverse")
+_NEGATIVE_MODES = ("uniform", "degree")
+DEGREE_EXPONENT = 0.75
+"""Degree-biased negatives draw item i with probability proportional to degree(i) ** 0.75."""
 _MAX_REJECTION_ROUNDS = 64
 
 
@@ -154,12 +157,15 @@ def _item_range_from_graph(graph: CSCGraph) -> tuple[int, int]:
 
 
 class LinkSampler:
-    """Minibatches of positive edges with k uniform negatives each, plus blocks for all their nodes.
+    """Minibatches of positive edges with k negatives each (uniform or degree-biased), plus blocks for all
+    their nodes.
 
     Each epoch visits every positive pair exactly once, in a seeded random order (or in input order with
-    ``shuffle=False``). For every pair ``(u, i)`` it draws ``num_negatives`` items uniformly from
-    ``item_range`` that are not positives of ``u`` (rejection against a sorted key array of all pairs,
-    vectorised; a user's allowed items are enumerated exactly if rejection keeps failing). It then
+    ``shuffle=False``). For every pair ``(u, i)`` it draws ``num_negatives`` items from ``item_range``
+    that are not positives of ``u``: uniformly, or with probability proportional to the item's
+    in-degree in the graph to the power 0.75 (``negative="degree"``), conditioned on not being a
+    positive of ``u`` (rejection against a sorted key array of all pairs, vectorised; a user's allowed
+    items are enumerated exactly, with the same weights, if rejection keeps failing). It then
     samples blocks for the unique nodes of the batch (``torch.unique``) with the given
     `NeighborSampler`, optionally removing the batch's target edges (and their reverses) from the
     candidates, so that a model cannot read the answer off the graph.
@@ -179,6 +185,10 @@ class LinkSampler:
     item_range : tuple[int, int] or None
         Negatives are node ids in ``[lo, hi)``. ``None``: the contiguous range of nodes with
         ``graph.node_type == 1`` (as `CSCGraph.bipartite` makes).
+    negative : {"uniform", "degree"}
+        How negatives are drawn: uniformly over ``item_range``, or with probability proportional to
+        ``in_degree ** 0.75`` (word2vec's unigram^0.75 noise distribution, as PinSage's popular
+        negatives); items of in-degree 0 are then never drawn.
     exclude : {None, "self", "reverse"}
         Remove from the blocks' candidates nothing, the batch's target edges, or the target edges and
         their reverses (as DGL's ``exclude="reverse_id"``).
@@ -209,16 +219,19 @@ class LinkSampler:
         an int.
     ValueError
         Mismatched lengths; ids out of range (users in [0, N), items in ``item_range``, edge ids in
-        [0, E)); ``batch_size`` or ``num_negatives`` < 1; an unknown ``exclude``; ``exclude`` without
-        ``target_eids`` (or without ``reverse_eids`` for "reverse"); a user whose positives cover the
-        whole item range (no negative exists); a ``target_eids`` entry whose edge is not the pair's.
+        [0, E)); ``batch_size`` or ``num_negatives`` < 1; an unknown ``exclude`` or ``negative``;
+        ``exclude`` without ``target_eids`` (or without ``reverse_eids`` for "reverse"); a user whose
+        positives cover the whole item range (with ``negative="degree"``: every item of in-degree > 0),
+        so that no negative exists; a ``target_eids`` entry whose edge is not the pair's.
 
     References
     ----------
     Rendle, Freudenthaler, Gantner and Schmidt-Thieme, "BPR: Bayesian Personalized Ranking from
     Implicit Feedback" (UAI 2009) for (user, positive, negative) triples with uniform negatives;
     Ying et al., "Graph Convolutional Neural Networks for Web-Scale Recommender Systems" (PinSage,
-    KDD 2018) for training a recommender on sampled neighbourhoods; DGL's
+    KDD 2018) for training a recommender on sampled neighbourhoods and degree-biased negatives;
+    Mikolov et al., "Distributed Representations of Words and Phrases" (NeurIPS 2013) for the 0.75
+    exponent of the noise distribution; DGL's
     ``as_edge_prediction_sampler(exclude="reverse_id")`` for target-edge exclusion.
 
     Examples
@@ -234,8 +247,8 @@ class LinkSampler:
 
     def __init__(self, sampler: NeighborSampler, users, items, *, batch_size: int = 2048,
                  num_negatives: int = 1, item_range: tuple[int, int] | None = None,
-                 exclude: str | None = None, target_eids=None, reverse_eids=None, shuffle: bool = True,
-                 drop_last: bool = False, seed: int | None = None) -> None:
+                 negative: str = "uniform", exclude: str | None = None, target_eids=None, reverse_eids=None,
+                 shuffle: bool = True, drop_last: bool = False, seed: int | None = None) -> None:
         if not isinstance(sampler, NeighborSampler):
             raise TypeError(f"sampler must be a NeighborSampler, got {type(sampler).__name__}")
         graph = sampler.graph
@@ -247,6 +260,9 @@ class LinkSampler:
             _check_int("seed", seed, 0)
         if exclude not in _EXCLUDE_MODES:
             raise ValueError(f"exclude must be one of {_EXCLUDE_MODES}, got {exclude!r}")
+        if negative not in _NEGATIVE_MODES:
+            raise ValueError(f"negative must be one of {_NEGATIVE_MODES}, got {negative!r}")
+        self.negative = negative
 
         u = _as_ids("users", users)
         i = _as_ids("items", items)
@@ -299,6 +315,21 @@ class LinkSampler:
             bad = int(np.argmax(counts >= span))
             raise ValueError(f"users: user node {bad} has all {span} items of item_range as positives, "
                              "so no negative can be drawn for it")
+        self._item_cdf = None
+        if negative == "degree":
+            deg = graph.in_degrees().numpy()[lo:hi].astype(np.float64)
+            weight = deg ** DEGREE_EXPONENT
+            if not (weight > 0).any():
+                raise ValueError(f"negative='degree': every item of item_range=({lo}, {hi}) has in-degree 0, "
+                                 "so no negative can be drawn")
+            self._item_weight = weight
+            self._item_cdf = np.cumsum(weight)
+            # a user whose positives hold every item of positive degree has no negative either
+            mass = np.bincount(keys // span, weights=weight[keys % span] > 0, minlength=n)
+            if (mass >= np.count_nonzero(weight)).any():
+                bad = int(np.argmax(mass >= np.count_nonzero(weight)))
+                raise ValueError(f"users: user node {bad} has every item of positive in-degree as a "
+                                 "positive, so no degree-biased negative can be drawn for it")
         self.shuffle = bool(shuffle)
         self.drop_last = bool(drop_last)
         self.seed = int(seed) if seed is not None else secrets.randbits(63)
@@ -363,7 +394,8 @@ class LinkSampler:
         return (self._keys[np.minimum(pos, self._keys.size - 1)] == q) & inside
 
     def negatives(self, users) -> torch.Tensor:
-        """Draw ``num_negatives`` uniform non-positive items for each user (advances the sampler's stream).
+        """Draw ``num_negatives`` non-positive items for each user, uniform or degree-biased as the sampler
+        is set up (advances the sampler's stream).
 
         Parameters
         ----------
@@ -378,10 +410,19 @@ class LinkSampler:
         u = _as_ids("users", users)
         return torch.from_numpy(self._negatives(u))
 
+    def _draw_items(self, size) -> np.ndarray:
+        """Items (node ids) from the negative distribution, ignoring positives."""
+        lo, hi = self.item_range
+        if self._item_cdf is None:
+            return self._rng.integers(lo, hi, size=size, dtype=np.int64)
+        x = self._rng.random(size) * self._item_cdf[-1]
+        idx = np.searchsorted(self._item_cdf, x, side="right")  # first item whose cdf exceeds x
+        return lo + np.minimum(idx, self._item_cdf.size - 1)
+
     def _negatives(self, u: np.ndarray) -> np.ndarray:
         lo, hi = self.item_range
         k = self.num_negatives
-        out = self._rng.integers(lo, hi, size=(u.size, k), dtype=np.int64)
+        out = self._draw_items((u.size, k))
         uu = np.repeat(u, k).reshape(u.size, k)
         bad = np.flatnonzero(self._is_pos(uu.ravel(), out.ravel()))
         flat = out.reshape(-1)
@@ -395,9 +436,14 @@ class LinkSampler:
                     a = np.searchsorted(self._keys, user * self._span)
                     b = np.searchsorted(self._keys, (user + 1) * self._span)
                     allowed = np.setdiff1d(np.arange(self._span), self._keys[a:b] - user * self._span)
-                    flat[j] = lo + int(allowed[self._rng.integers(allowed.size)])
+                    if self._item_cdf is None:
+                        flat[j] = lo + int(allowed[self._rng.integers(allowed.size)])
+                    else:
+                        cdf = np.cumsum(self._item_weight[allowed])
+                        pick = np.searchsorted(cdf, self._rng.random() * cdf[-1], side="right")
+                        flat[j] = lo + int(allowed[min(pick, allowed.size - 1)])
                 break
-            flat[bad] = self._rng.integers(lo, hi, size=bad.size, dtype=np.int64)
+            flat[bad] = self._draw_items(bad.size)
             still = self._is_pos(uu.ravel()[bad], flat[bad])
             bad = bad[still]
         return out

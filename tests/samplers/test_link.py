@@ -101,6 +101,80 @@ def test_negatives_are_uniform_over_non_positives():
     assert chi2 < 30  # df <= 9: p < 1e-3 would need chi2 > 27.9
 
 
+def _skewed_interactions(num_users: int, num_items: int, seed: int, draws: int = 6000):
+    """Distinct pairs with skewed item degrees (item j chosen with probability ~ 1 / (j + 1))."""
+    rng = np.random.default_rng(seed)
+    p = 1.0 / np.arange(1, num_items + 1)
+    pairs = {(int(u), int(i)) for u, i in zip(rng.integers(0, num_users, draws),
+                                              rng.choice(num_items, draws, p=p / p.sum()), strict=True)}
+    users, items = (np.array(x, dtype=np.int64) for x in zip(*sorted(pairs), strict=True))
+    return users, items
+
+
+def test_degree_negatives_follow_degree_to_the_075_and_skip_positives():
+    from scipy.stats import chisquare
+
+    num_users, num_items = 300, 40
+    users, items = _skewed_interactions(num_users, num_items, 0)
+    items[items == num_items - 1] = num_items - 2  # the last item gets in-degree 0: never drawn
+    keep = np.unique(users * num_items + items, return_index=True)[1]
+    users, items = users[keep], items[keep]
+    graph = CSCGraph.bipartite(users, items, num_users, num_items)
+    link = LinkSampler(NeighborSampler(graph, [2], seed=0), users, items + num_users, negative="degree",
+                       num_negatives=4, seed=1)
+    deg = graph.in_degrees().numpy()[num_users:].astype(np.float64)
+    assert deg[-1] == 0 and deg.max() > 5 * deg[deg > 0].min()
+    u = int(np.bincount(users).argmin())  # a user with few positives
+    pos = set((items[users == u]).tolist())
+    draws = link.negatives(torch.full((10000,), u, dtype=torch.int64)).numpy().ravel() - num_users
+    counts = np.bincount(draws, minlength=num_items)
+    allowed = np.array([i for i in range(num_items) if i not in pos and deg[i] > 0])
+    assert counts.sum() == counts[allowed].sum()  # no positive, no item of degree 0
+    expected = deg[allowed] ** 0.75 / (deg[allowed] ** 0.75).sum() * draws.size
+    assert chisquare(counts[allowed], expected).pvalue > 1e-4
+    # uniform negatives on the same graph are not degree-biased
+    uniform = LinkSampler(NeighborSampler(graph, [2], seed=0), users, items + num_users, num_negatives=4,
+                          seed=1)
+    udraws = uniform.negatives(torch.full((10000,), u, dtype=torch.int64)).numpy().ravel() - num_users
+    ucounts = np.bincount(udraws, minlength=num_items)[allowed]
+    assert chisquare(ucounts, expected / expected.sum() * ucounts.sum()).pvalue < 1e-6
+
+
+def test_degree_negatives_in_batches_with_exclusion():
+    num_users, num_items = 60, 25
+    users, items = _skewed_interactions(num_users, num_items, 3, draws=500)
+    graph = CSCGraph.bipartite(users, items, num_users, num_items)
+    m = users.size
+    link = LinkSampler(NeighborSampler(graph, [3, 3], seed=0), users, items + num_users, negative="degree",
+                       num_negatives=3, batch_size=50, exclude="reverse", target_eids=torch.arange(m),
+                       reverse_eids=bipartite_reverse_eids(m), seed=2)
+    positives = positives_of(users, items + num_users)
+    for batch in link:
+        check_batch_contract(batch)
+        for u, negs in zip(batch.users.tolist(), batch.neg_items.tolist(), strict=True):
+            assert not any((u, n) in positives for n in negs)
+        targets = batch.pair_ids.numpy()
+        assert not (set(targets.tolist()) | set((targets + m).tolist())) & all_block_eids(batch)
+
+
+def test_degree_negatives_fallback_and_errors():
+    # user 0 has every item but item 3 (degree 1 through user 1): its negatives are all item 3
+    num_items = 100
+    users = np.concatenate([np.zeros(num_items - 1, np.int64), [1]])
+    items = np.concatenate([np.setdiff1d(np.arange(num_items), [3]), [3]])
+    graph = CSCGraph.bipartite(users, items, 2, num_items)
+    link = LinkSampler(NeighborSampler(graph, [2], seed=0), users, items + 2, negative="degree", seed=0)
+    assert (link.negatives(torch.zeros(40, dtype=torch.int64)) == 3 + 2).all()
+    with pytest.raises(ValueError, match="negative must be one of"):
+        LinkSampler(NeighborSampler(graph, [2], seed=0), users, items + 2, negative="popular")
+    # user 0 holds every item of positive degree (item 3 now has degree 0): no degree-biased negative
+    users, items = users[:-1], items[:-1]
+    graph = CSCGraph.bipartite(users, items, 2, num_items)
+    with pytest.raises(ValueError, match="every item of positive in-degree"):
+        LinkSampler(NeighborSampler(graph, [2], seed=0), users, items + 2, negative="degree")
+    LinkSampler(NeighborSampler(graph, [2], seed=0), users, items + 2)  # uniform: item 3 is a negative
+
+
 def test_every_interaction_once_per_epoch():
     _, users, items, link = make(25, 15, 0.4, 2, batch_size=13)
     m = users.size
