@@ -116,8 +116,29 @@ def demo(dataset: str, minutes: float, epochs: float | None, batch_size: int, fa
     click.echo(f"sampler throughput: {st.sampled_edges_per_s:,.0f} sampled edges/s "
                f"({st.sampled_edges:,} edges in {st.sample_seconds:.1f} s of sampling); "
                f"end to end {st.end_to_end_edges_per_s:,.0f} edges/s")
+    click.echo(f"memory: {_memory_summary(report.memory)}")
     total = time.perf_counter() - t_start
     click.echo(f"evaluation {report.eval_seconds:.1f} s; total wall time {total:.1f} s")
+
+
+def _memory_summary(stats: dict) -> str:
+    """One line of `MemoryManager.stats()`: per tier, the bytes in use of each owner and in all."""
+
+    def size(n: int) -> str:
+        for unit in ("B", "KiB", "MiB", "GiB"):
+            if n < 1024 or unit == "GiB":
+                return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"
+            n /= 1024
+        return ""  # unreachable
+
+    parts = []
+    for tier, owners in stats.items():
+        live = {o: u for o, u in owners.items() if u["peak"]}
+        if live:
+            used = ", ".join(f"{o} {size(u['bytes'])}" for o, u in live.items())
+            parts.append(f"{tier}: {used} (in all {size(sum(u['bytes'] for u in live.values()))} in "
+                         f"{sum(u['regions'] for u in live.values())} regions)")
+    return "; ".join(parts) or "no regions"
 
 
 @main.command()

@@ -13,9 +13,11 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from graphrl.graph import CSCGraph
+from graphrl.memory import MemoryManager
 from graphrl.nn.lightgcn import LightGCN
 from graphrl.train.metrics import RankingResult, evaluate_ranking, popularity_scores
 from samplers.link import LinkBatch, LinkSampler, bipartite_reverse_eids
+from samplers.loader import LinkLoader
 from samplers.neighbor import NeighborSampler
 
 __all__ = ["LinkPredictionConfig", "LinkPredictionReport", "TrainStats", "bpr_loss", "evaluate_model",
@@ -119,7 +121,7 @@ def _batch_loss(model: LightGCN, batch: LinkBatch, reg: float) -> tuple[torch.Te
     return loss, loss + reg * penalty
 
 
-def train_bpr(model: LightGCN, link_sampler: LinkSampler, *, epochs: float | None = None,
+def train_bpr(model: LightGCN, link_sampler: LinkSampler | LinkLoader, *, epochs: float | None = None,
               minutes: float | None = None, lr: float = 1e-3, reg: float = 1e-4,
               optimizer: torch.optim.Optimizer | None = None, progress: bool = False) -> TrainStats:
     """Train ``model`` with BPR on ``link_sampler``'s batches until an epoch count or a wall-clock budget.
@@ -132,8 +134,9 @@ def train_bpr(model: LightGCN, link_sampler: LinkSampler, *, epochs: float | Non
     ----------
     model : LightGCN
         Or any module with ``model(blocks, return_embeddings=True) -> (out [S, d], layer0 [S, d])``.
-    link_sampler : LinkSampler
-        Yields the batches; one pass over it is an epoch.
+    link_sampler : LinkSampler or LinkLoader
+        Yields the batches; one pass over it is an epoch. A `LinkLoader` samples the next batches in a
+        background thread while this loop trains (leaving an epoch early stops its thread).
     epochs : float or None
         Stop after this many epochs (a fraction stops mid-epoch).
     minutes : float or None
@@ -284,6 +287,8 @@ class LinkPredictionConfig:
         Seeds the model's initialisation and both samplers.
     k : int
         K of recall@K / NDCG@K.
+    prefetch : int
+        Batches the `LinkLoader`'s background thread keeps ready (0: sample in the training loop).
     """
 
     fanouts: tuple[int, ...] = (10, 10)
@@ -297,6 +302,7 @@ class LinkPredictionConfig:
     exclude: str | None = None
     seed: int = 0
     k: int = 20
+    prefetch: int = 1
 
 
 @dataclass
@@ -314,6 +320,8 @@ class LinkPredictionReport:
         Wall time of both evaluations.
     model : LightGCN
         The trained model.
+    memory : dict
+        ``MemoryManager.stats()`` after evaluation (per tier and owner: bytes, peak, regions).
     """
 
     train: TrainStats
@@ -321,16 +329,20 @@ class LinkPredictionReport:
     popularity: RankingResult
     eval_seconds: float
     model: LightGCN
+    memory: dict = field(default_factory=dict)
 
 
 def run_link_prediction(dataset, config: LinkPredictionConfig = LinkPredictionConfig(),
-                        progress: bool = False) -> LinkPredictionReport:
+                        progress: bool = False, memory: MemoryManager | None = None) -> LinkPredictionReport:
     """Train a LightGCN with BPR on sampled blocks of a user-item data set, then evaluate it and popularity.
 
-    Builds a `NeighborSampler` (``config.fanouts``) on ``dataset.graph`` and a `LinkSampler` over the
-    training interactions (items as node ids ``num_users + item``; pair i is edge i, its reverse edge
-    i + M, as `CSCGraph.bipartite` numbers them), trains with `train_bpr`, and evaluates recall@K /
-    NDCG@K with exact layer-wise inference (`evaluate_model`) and the popularity baseline.
+    Places ``dataset.graph`` in regions of a `MemoryManager` (tier "pinned", else "host": the CPU
+    sampler reads it there, and GPU kernels could read it in place), builds a `NeighborSampler`
+    (``config.fanouts``) on it and a `LinkSampler` over the training interactions (items as node ids
+    ``num_users + item``; pair i is edge i, its reverse edge i + M, as `CSCGraph.bipartite` numbers
+    them), trains with `train_bpr` on a `LinkLoader` (the next batches are sampled in a background
+    thread while the model trains), and evaluates recall@K / NDCG@K with exact layer-wise inference
+    (`evaluate_model`) and the popularity baseline.
 
     Parameters
     ----------
@@ -339,17 +351,33 @@ def run_link_prediction(dataset, config: LinkPredictionConfig = LinkPredictionCo
     config : LinkPredictionConfig
     progress : bool
         Show tqdm bars.
+    memory : MemoryManager or None
+        Where the graph lives; ``None``: a manager of this call, closed at its end.
 
     Returns
     -------
     LinkPredictionReport
+        ``report.memory`` holds the manager's statistics after evaluation.
 
     Raises
     ------
     ValueError
         A bad setting (from the samplers, the model or `train_bpr`).
+    MemoryBudgetError
+        The graph does not fit ``memory``'s pinned or host budget.
     """
-    graph = dataset.graph
+    own = memory is None
+    mm = MemoryManager() if own else memory
+    try:
+        return _run_link_prediction(dataset, config, progress, mm)
+    finally:
+        if own:
+            mm.close()
+
+
+def _run_link_prediction(dataset, config: LinkPredictionConfig, progress: bool,
+                         mm: MemoryManager) -> LinkPredictionReport:
+    graph = dataset.graph.to_memory(mm, tier="pinned", fallback=("host",))
     u = dataset.train_users
     m = int(u.shape[0])
     neighbor = NeighborSampler(graph, list(config.fanouts), seed=config.seed)
@@ -360,12 +388,16 @@ def run_link_prediction(dataset, config: LinkPredictionConfig = LinkPredictionCo
                        reverse_eids=bipartite_reverse_eids(m), seed=config.seed + 1)
     model = LightGCN.from_graph(graph, num_layers=len(config.fanouts), embedding_dim=config.embedding_dim,
                                 seed=config.seed)
-    stats = train_bpr(model, link, epochs=config.epochs, minutes=config.minutes, lr=config.lr, reg=config.reg,
-                      progress=progress)
+    loader = LinkLoader(link, prefetch=config.prefetch)
+    try:
+        stats = train_bpr(model, loader, epochs=config.epochs, minutes=config.minutes, lr=config.lr,
+                          reg=config.reg, progress=progress)
+    finally:
+        loader.close()
     t0 = time.perf_counter()
     train_csr = dataset.user_item_csr("train")
     test_csr = dataset.user_item_csr("test")
     test = evaluate_model(model, graph, dataset.num_users, train_csr, test_csr, k=config.k)
     pop = evaluate_popularity(train_csr, test_csr, dataset.num_items, k=config.k)
     return LinkPredictionReport(train=stats, test=test, popularity=pop,
-                                eval_seconds=time.perf_counter() - t0, model=model)
+                                eval_seconds=time.perf_counter() - t0, model=model, memory=mm.stats())
