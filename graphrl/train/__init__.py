@@ -19,12 +19,20 @@ from graphrl.train.metrics import (
     popularity_scores,
     topk_items,
 )
+from graphrl.train.node_classification import (
+    NodeClassificationResult,
+    accuracy,
+    row_normalize,
+    train_full_graph,
+)
 
 __all__ = [
     "LinkPredictionConfig",
     "LinkPredictionReport",
+    "NodeClassificationResult",
     "RankingResult",
     "TrainStats",
+    "accuracy",
     "bpr_loss",
     "csr_from_pairs",
     "evaluate_model",
@@ -33,7 +41,9 @@ __all__ = [
     "l2_penalty",
     "ndcg_recall_from_topk",
     "popularity_scores",
+    "row_normalize",
     "run_link_prediction",
     "topk_items",
     "train_bpr",
+    "train_full_graph",
 ]

@@ -1,0 +1,188 @@
+"""Kipf and Welling's graph convolutional network over the full graph, propagating through `FullGraph`."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from graphrl.nn.spmm import csr_spmm
+from samplers.full_graph import FullGraph
+
+__all__ = ["GCN", "GraphConv", "glorot_"]
+
+
+def glorot_(weight: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Fill ``weight`` [fan_in, fan_out] in place from U(-a, a), ``a = sqrt(6 / (fan_in + fan_out))``.
+
+    Glorot and Bengio's uniform initialisation, as in Kipf and Welling's ``glorot`` (and PyG's).
+
+    Returns
+    -------
+    torch.Tensor
+        ``weight``.
+    """
+    fan_in, fan_out = weight.shape[0], weight.shape[-1]
+    bound = math.sqrt(6.0 / (fan_in + fan_out))
+    with torch.no_grad():
+        weight.uniform_(-bound, bound, generator=generator)
+    return weight
+
+
+def _dropout(x: torch.Tensor, p: float, generator: torch.Generator | None) -> torch.Tensor:
+    """Inverted dropout; on a sparse COO ``x`` only the stored values are dropped (Kipf's sparse_dropout)."""
+    if p <= 0.0:
+        return x
+    if x.is_sparse:
+        x = x.coalesce()
+        values = x.values()
+        keep = torch.rand(values.shape, generator=generator, dtype=values.dtype) >= p
+        return torch.sparse_coo_tensor(x.indices(), values * keep / (1.0 - p), x.shape, is_coalesced=True,
+                                       check_invariants=False)
+    keep = torch.rand(x.shape, generator=generator, dtype=x.dtype) >= p
+    return x * keep / (1.0 - p)
+
+
+def _matmul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``x @ weight``; a sparse COO ``x`` goes through the numba CSR kernel (faster than torch's)."""
+    if not x.is_sparse:
+        return x @ weight
+    x = x.coalesce()
+    rows, cols = x.indices()
+    indptr = torch.zeros(x.shape[0] + 1, dtype=torch.int64)
+    torch.cumsum(torch.bincount(rows, minlength=x.shape[0]), 0, out=indptr[1:])
+    return csr_spmm(indptr, cols, x.values(), weight)
+
+
+class GraphConv(nn.Module):
+    """One GCN layer: ``P @ (x W) + b`` with P the normalised adjacency of a `FullGraph`.
+
+    Multiplies by W before propagating when that narrows the features (``in_dim > out_dim``), else
+    after (as DGL's ``GraphConv``): the propagation is the costly part and runs at the smaller width.
+
+    Parameters
+    ----------
+    in_dim, out_dim : int
+        Feature widths, >= 1.
+    bias : bool
+        Add a learnt bias (zeros at first).
+    generator : torch.Generator or None
+        Source of the Glorot initialisation (None: torch's global generator).
+
+    Raises
+    ------
+    ValueError
+        A width < 1.
+    """
+
+    def __init__(self, in_dim: int, out_dim: int, bias: bool = True,
+                 generator: torch.Generator | None = None) -> None:
+        super().__init__()
+        if in_dim < 1 or out_dim < 1:
+            raise ValueError(f"in_dim and out_dim must be >= 1, got {in_dim} and {out_dim}")
+        self.in_dim, self.out_dim = int(in_dim), int(out_dim)
+        self.weight = nn.Parameter(glorot_(torch.empty(self.in_dim, self.out_dim), generator))
+        self.bias = nn.Parameter(torch.zeros(self.out_dim)) if bias else None
+
+    def forward(self, fg: FullGraph, x: torch.Tensor) -> torch.Tensor:
+        """``P @ x @ W + b``.
+
+        Parameters
+        ----------
+        fg : FullGraph
+            N nodes.
+        x : torch.Tensor, float, shape [N, in_dim], dense or sparse COO
+
+        Returns
+        -------
+        torch.Tensor, shape [N, out_dim]
+        """
+        if self.in_dim > self.out_dim:
+            out = fg.propagate(_matmul(x, self.weight))
+        else:
+            out = fg.propagate(x.to_dense() if x.is_sparse else x) @ self.weight
+        return out + self.bias if self.bias is not None else out
+
+    def extra_repr(self) -> str:
+        return f"{self.in_dim}, {self.out_dim}, bias={self.bias is not None}"
+
+
+class GCN(nn.Module):
+    """A multi-layer GCN: ``layers`` `GraphConv` layers, ReLU between them, dropout before each.
+
+    ``forward(fg, x)`` returns the logits ``P relu(... relu(P x W1 + b1) ...) W_L + b_L``; in training
+    mode, dropout with probability ``dropout`` is applied to the input features and to every hidden
+    representation (Kipf and Welling's model; the paper's Cora/CiteSeer setting is 2 layers, 16
+    hidden units, dropout 0.5).
+
+    Parameters
+    ----------
+    in_dim : int
+        Input feature width F.
+    hidden : int
+        Hidden width (every hidden layer).
+    out_dim : int
+        Output width (the number of classes), keyword-only.
+    layers : int
+        Number of graph convolutions, >= 1.
+    dropout : float
+        Dropout probability in [0, 1).
+    bias : bool
+        Learnt biases (PyG's ``GCNConv`` default; Kipf and Welling's code has none).
+    seed : int or None
+        Seeds the Glorot initialisation and the dropout masks (a private `torch.Generator`); None
+        draws from torch's global generator.
+
+    Raises
+    ------
+    ValueError
+        ``layers < 1``, a width < 1, or ``dropout`` outside [0, 1).
+
+    References
+    ----------
+    Kipf and Welling, "Semi-Supervised Classification with Graph Convolutional Networks", ICLR 2017;
+    PyG's ``examples/gcn.py``.
+
+    Examples
+    --------
+    >>> model = GCN(1433, hidden=16, out_dim=7, layers=2, dropout=0.5, seed=0)   # doctest: +SKIP
+    >>> logits = model(fg, features)                                            # doctest: +SKIP
+    """
+
+    def __init__(self, in_dim: int, hidden: int = 16, *, out_dim: int, layers: int = 2, dropout: float = 0.5,
+                 bias: bool = True, seed: int | None = None) -> None:
+        super().__init__()
+        if layers < 1:
+            raise ValueError(f"layers must be >= 1, got {layers}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.generator = torch.Generator().manual_seed(seed) if seed is not None else None
+        dims = [in_dim] + [hidden] * (layers - 1) + [out_dim]
+        self.convs = nn.ModuleList(GraphConv(a, b, bias=bias, generator=self.generator)
+                                   for a, b in zip(dims[:-1], dims[1:], strict=True))
+        self.dropout = float(dropout)
+
+    def forward(self, fg: FullGraph, x: torch.Tensor) -> torch.Tensor:
+        """Logits of every node.
+
+        Parameters
+        ----------
+        fg : FullGraph
+            N nodes.
+        x : torch.Tensor, float32, shape [N, in_dim]
+            Dense, or sparse COO (bag-of-words features: dropout then touches only the stored values,
+            as Kipf and Welling's ``sparse_dropout``, and the first product is sparse).
+
+        Returns
+        -------
+        torch.Tensor, float32, shape [N, out_dim]
+        """
+        h = x
+        for i, conv in enumerate(self.convs):
+            if self.training:
+                h = _dropout(h, self.dropout, self.generator)
+            h = conv(fg, h)
+            if i + 1 < len(self.convs):
+                h = torch.relu(h)
+        return h
