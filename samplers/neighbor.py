@@ -64,6 +64,19 @@ def check_seeds(seeds, num_nodes: int, name: str = "seeds", bound: str = "num_no
     return arr
 
 
+def blocks_dst_count(dst) -> int:
+    """Length of a 1-D id array (numpy, torch or numba device array)."""
+    return int(dst.shape[0])
+
+
+def _cuda_to_torch(arr) -> torch.Tensor:
+    """A numba device array as a torch tensor: a zero-copy CUDA tensor when torch has CUDA, else a host
+    copy (the CUDA simulator, or a CPU-only torch build)."""
+    if torch.cuda.is_available():
+        return torch.as_tensor(arr, device="cuda")
+    return torch.from_numpy(np.ascontiguousarray(arr.copy_to_host()))
+
+
 class NeighborSampler:
     """Sample a fixed number of in-neighbours per node per layer and return DGL-style blocks.
 
@@ -95,7 +108,17 @@ class NeighborSampler:
         Seed of the sampler's random stream. ``None`` draws one from the OS. The n-th call of
         `sample` with a given seed returns the same blocks on every run and for any thread count.
     device : str or torch.device
-        ``"cpu"`` (numba CPU kernels).
+        ``"cpu"`` (numba CPU kernels) or ``"cuda"`` (numba.cuda kernels, `samplers.kernels.cuda`: a warp
+        per destination row, relabelling through a GPU hash table). Same semantics on both; the same
+        seed gives the same blocks on both wherever the draw leaves no freedom to floating point
+        (uniform draws with or without replacement, fanout -1; weighted draws can differ where GPU
+        ``log`` rounds differently). With CUDA, blocks are CUDA tensors when torch has CUDA, else
+        host tensors. Excluded edges and temporal sampling run on the CPU only for now.
+    uva : bool or None
+        ``device="cuda"`` only: read the graph in place from page-locked host memory (UVA) instead of
+        a device copy, for graphs larger than the device budget. ``None``: UVA when the graph's
+        ``indptr`` is a pinned tensor (a `graphrl.memory` region on the ``pinned`` tier), else a
+        device copy. ``True`` with unpinned arrays copies them once into mapped host memory.
 
     Notes
     -----
@@ -117,7 +140,9 @@ class NeighborSampler:
     ValueError
         ``fanouts`` is empty or holds a value below -1; ``weights`` has the wrong length or holds a
         negative, NaN or infinite value, or is ``True`` on a graph without weights; ``edge_times`` has
-        the wrong length or holds NaN; an unknown ``device``.
+        the wrong length or holds NaN; an unknown ``device``; ``edge_times`` with ``device="cuda"``.
+    RuntimeError
+        ``device="cuda"`` where numba.cuda finds no usable GPU (no silent fallback to the CPU).
 
     References
     ----------
@@ -135,7 +160,7 @@ class NeighborSampler:
     """
 
     def __init__(self, graph: CSCGraph, fanouts: Sequence[int], replace: bool = False, weights=None,
-                 seed: int | None = None, *, edge_times=None, device="cpu") -> None:
+                 seed: int | None = None, *, edge_times=None, device="cpu", uva: bool | None = None) -> None:
         if not isinstance(graph, CSCGraph):
             raise TypeError(f"graph must be a CSCGraph, got {type(graph).__name__}")
         fanouts = list(fanouts)
@@ -164,6 +189,19 @@ class NeighborSampler:
         """Whether `sample` needs ``seed_times`` (the sampler has edge times)."""
         self._masks = cpu.Masks(self._weights, self._times) if self.weighted or self.temporal else None
         self.device = self._check_device(device)
+        self._cuda_graph = None
+        if self.device.type == "cuda":
+            if self.temporal:
+                raise ValueError("edge_times: temporal sampling runs on device='cpu' only (not yet on CUDA)")
+            from samplers.kernels import cuda as cuda_kernels  # imports numba.cuda: only when asked for
+
+            cuda_kernels.require_cuda()
+            if uva is None:
+                uva = bool(graph.indptr.is_pinned()) if graph.indptr.device.type == "cpu" else False
+            eids = graph.edge_ids
+            weights_arr = self._weights
+            self._cuda_graph = cuda_kernels.CudaGraph.build(graph.indptr, graph.indices, eids, weights_arr,
+                                                            uva=bool(uva))
         self._workspace = cpu.Workspace(graph.num_nodes, self._indices.dtype)
         self._eid_to_pos: np.ndarray | None = None
         self._lock = threading.Lock()  # the workspace serves one call at a time
@@ -175,9 +213,9 @@ class NeighborSampler:
         try:
             dev = torch.device(device)
         except (RuntimeError, TypeError):
-            raise ValueError(f"device must be 'cpu', got {device!r}") from None
-        if dev.type != "cpu":
-            raise ValueError(f"device must be 'cpu', got {device!r}")
+            raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}") from None
+        if dev.type not in ("cpu", "cuda"):
+            raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
         return dev
 
     def _edge_array(self, name: str, value) -> np.ndarray:
@@ -310,6 +348,8 @@ class NeighborSampler:
             ids outside [0, num_edges); ``seed_times`` is missing on a temporal sampler, given on another,
             of the wrong length, or holds NaN.
         """
+        if self._cuda_graph is not None:
+            return self._sample_cuda(seeds, exclude_eids, seed_times)
         dst = check_seeds(seeds, self.graph.num_nodes)
         times = self._check_seed_times(seed_times, dst.shape[0])
         threads = numba.get_num_threads()
@@ -318,6 +358,40 @@ class NeighborSampler:
             call = self._calls
             self._calls += 1
             return self._sample(dst, excluded, call, threads, times)
+
+    def _sample_cuda(self, seeds, exclude_eids, seed_times) -> Blocks:
+        from samplers.kernels import cuda as cuda_kernels
+
+        if exclude_eids is not None:
+            raise ValueError("exclude_eids: excluded edges are supported on device='cpu' only "
+                             "(not yet on CUDA)")
+        self._check_seed_times(seed_times, 0)  # raises: a CUDA sampler is never temporal
+        if isinstance(seeds, torch.Tensor) and seeds.device.type == "cuda":
+            if seeds.dtype.is_floating_point or seeds.dtype.is_complex or seeds.dtype == torch.bool:
+                raise TypeError(f"seeds must be an integer tensor, got dtype {seeds.dtype}")
+            if seeds.dim() != 1:
+                raise ValueError(f"seeds must be 1-D, got shape {tuple(seeds.shape)}")
+            dst = seeds.to(torch.int64).contiguous()
+            if dst.numel() and (int(dst.min()) < 0 or int(dst.max()) >= self.graph.num_nodes):
+                check_seeds(dst.cpu(), self.graph.num_nodes)  # raises with the usual message
+        else:
+            dst = check_seeds(seeds, self.graph.num_nodes)
+        with self._lock:
+            call = self._calls
+            self._calls += 1
+            blocks = Blocks()
+            for layer in range(self.num_layers - 1, -1, -1):
+                key = cpu.layer_key(self.seed, call, layer)
+                out_indptr, src_nodes, local, eids = cuda_kernels.sample_block_cuda(
+                    self._cuda_graph, dst, self.fanouts[layer], self.replace, key, self.weighted)
+                self.sampled_edges += int(local.shape[0])
+                src_t = _cuda_to_torch(src_nodes)
+                blocks.append(Block(src_nodes=src_t, dst_nodes=src_t[: blocks_dst_count(dst)],
+                                    indptr=_cuda_to_torch(out_indptr), indices=_cuda_to_torch(local),
+                                    edge_ids=_cuda_to_torch(eids)))
+                dst = src_nodes
+            blocks.reverse()
+            return blocks
 
     def _sample(self, dst: np.ndarray, excluded: cpu.Exclusion | None, call: int,
                 threads: int, times: np.ndarray | None = None) -> Blocks:

@@ -1,0 +1,684 @@
+"""Neighbour-sampling kernels for NVIDIA GPUs (numba.cuda): arrays in, arrays out.
+
+They follow the specification in `samplers.kernels.reference` (same RNG stream, same choice of
+positions, same output order), so where the algorithm leaves no freedom their blocks equal the CPU
+kernels' bit for bit: uniform draws without replacement (Floyd's algorithm, run by one lane on the
+row's draws in order), with replacement (each lane computes its draws from the row's counter), and
+fanout -1. Weighted draws use the same float64 exponential keys and prefix sums; GPU ``log`` may
+differ from the C library's in the last bit, so a key that ties to the last bit can rarely order
+differently on a real GPU (under the CUDA simulator they are identical).
+
+Layout of one layer (DESIGN §3): one 32-thread block (a warp) per destination row, grid-stride over
+rows, for the passes that work per row; one thread per edge for the gather and relabelling passes.
+
+1. plan: each row's start, degree (weighted: the count of positive-weight edges, a warp reduction)
+   and output count; a device scan gives the output offsets (one copy of the total to the host to
+   size the outputs).
+2. choose: take-all rows are copied by all lanes; with replacement each lane draws positions
+   ``mix(state0 + (j + 1) * GOLDEN)``; without replacement lane 0 runs Floyd's algorithm keeping the
+   chosen slots sorted in the output (the subset is the same as the CPU's mask/bitmap/hash variants
+   choose, which only store it differently); weighted without replacement takes the k smallest
+   exponential keys in k rounds of a warp-wide arg-min above the previous pick (keys are recomputed,
+   so no per-edge scratch); weighted with replacement inverts float64 prefix sums that lane 0 writes
+   to scratch in position order, each lane binary-searching its own draws.
+3. gather: each thread reads one chosen edge's source and edge id (from device memory, or in place from
+   page-locked host memory through UVA).
+4. relabel: a GPU open-addressing hash table keyed by node id holds, per node, the smallest index at
+   which it occurs in (destinations, sampled sources) (``atomic.cas`` to claim a slot,
+   ``atomic.min`` for the index); an edge is a node's first occurrence iff the table holds its own
+   index; a scan of those flags numbers the new nodes in first-occurrence order. So the local ids do
+   not depend on thread timing and equal the CPU's.
+
+Not on the GPU (yet): excluded edges and temporal sampling (`NeighborSampler` raises for them with
+``device="cuda"``).
+
+Importing this module imports ``numba.cuda``; choose the simulator with ``NUMBA_ENABLE_CUDASIM=1``
+before that. `require_cuda` raises a clear error where no GPU is usable.
+
+References
+----------
+Bentley and Floyd, "Programming pearls: a sample of brilliance" (CACM 1987), Floyd's algorithm;
+Efraimidis and Spirakis (IPL 2006), A-ES exponential keys, as in GraphBolt's GPU sampler; Pandey et
+al., C-SAW (SC 2020) and gSampler (SOSP 2023) for warp-per-row GPU sampling; Min et al., PyTorch-Direct
+(PVLDB 2021) for reading pinned host memory from kernels (UVA).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numba
+import numpy as np
+from numba import cuda
+
+from samplers.kernels.reference import GOLDEN as _GOLDEN_INT
+from samplers.kernels.reference import layer_key
+
+__all__ = ["CudaGraph", "require_cuda", "sample_layer_cuda", "relabel_cuda", "sample_block_cuda", "layer_key",
+           "exclusive_scan", "KERNELS"]
+
+WARP = 32
+_SIM = bool(numba.config.ENABLE_CUDASIM)  # the simulator runs a thread per Python thread: small blocks
+SCAN_THREADS = 32 if _SIM else 256
+_EDGE_THREADS = 32 if _SIM else 256
+_MAX_ROW_BLOCKS = 65_535 * 4
+
+_GOLDEN = np.uint64(_GOLDEN_INT)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_LO32 = np.uint64(0xFFFFFFFF)
+_TWO_M53 = 2.0 ** -53
+_EMPTY = np.int64(-1)
+_NO_INDEX = np.int64(np.iinfo(np.int64).max)
+
+
+def require_cuda() -> None:
+    """Raise unless numba.cuda can run kernels here (a GPU and driver, or the simulator).
+
+    Raises
+    ------
+    RuntimeError
+        No usable CUDA device: the message says so and names the remedy (``device="cpu"``).
+    """
+    if not cuda.is_available():
+        raise RuntimeError("device='cuda' needs a CUDA GPU with a working driver, and numba.cuda finds none "
+                           "here (numba.cuda.is_available() is False); use device='cpu' (same semantics)")
+
+
+# --------------------------------------------------------------------------------- device helpers
+@cuda.jit(device=True)
+def _mix(z):  # pragma: no cover - device
+    z = (z ^ (z >> np.uint64(30))) * _M1
+    z = (z ^ (z >> np.uint64(27))) * _M2
+    return z ^ (z >> np.uint64(31))
+
+
+@cuda.jit(device=True)
+def _bounded(r, n):  # pragma: no cover - device
+    """floor(r * n / 2^64) for uint64 r, n (the high word of the 128-bit product)."""
+    a = r >> np.uint64(32)
+    b = r & _LO32
+    if n <= _LO32:
+        return np.int64((a * n + ((b * n) >> np.uint64(32))) >> np.uint64(32))
+    c = n >> np.uint64(32)
+    d = n & _LO32
+    bd = b * d
+    ad = a * d
+    bc = b * c
+    mid = (bd >> np.uint64(32)) + (ad & _LO32) + (bc & _LO32)
+    return np.int64(a * c + (ad >> np.uint64(32)) + (bc >> np.uint64(32)) + (mid >> np.uint64(32)))
+
+
+@cuda.jit(device=True)
+def _row_state(key, node):  # pragma: no cover - device
+    return _mix(key ^ (np.uint64(node) * _GOLDEN))
+
+
+@cuda.jit(device=True)
+def _draw(state0, j):  # pragma: no cover - device
+    """The (j + 1)-th draw of a row's stream: mix(state0 + (j + 1) * GOLDEN)."""
+    return _mix(state0 + np.uint64(j + 1) * _GOLDEN)
+
+
+@cuda.jit(device=True)
+def _count(deg, fanout, replace):  # pragma: no cover - device
+    if fanout < 0 or (not replace and deg <= fanout):
+        return deg
+    if deg == 0:
+        return np.int64(0)
+    return fanout
+
+
+@cuda.jit(device=True)
+def _key_less(ka, pa, kb, pb):  # pragma: no cover - device
+    return ka < kb or (ka == kb and pa < pb)
+
+
+@cuda.jit(device=True)
+def _sort_range(arr, lo, hi):  # pragma: no cover - device
+    """Insertion sort of arr[lo:hi] (short rows: one lane)."""
+    for i in range(lo + 1, hi):
+        x = arr[i]
+        q = i
+        while q > lo and arr[q - 1] > x:
+            arr[q] = arr[q - 1]
+            q -= 1
+        arr[q] = x
+
+
+# ----------------------------------------------------------------------------------------- scans
+@cuda.jit
+def _scan_blocks(inp, out, sums, n):  # pragma: no cover - device
+    """Inclusive scan of each SCAN_THREADS-long chunk of inp into out[1:]; chunk totals into sums."""
+    tmp = cuda.shared.array(SCAN_THREADS, numba.int64)
+    t = cuda.threadIdx.x
+    i = cuda.blockIdx.x * SCAN_THREADS + t
+    tmp[t] = inp[i] if i < n else 0
+    cuda.syncthreads()
+    offset = 1
+    while offset < SCAN_THREADS:
+        v = tmp[t - offset] if t >= offset else 0
+        cuda.syncthreads()
+        tmp[t] += v
+        cuda.syncthreads()
+        offset *= 2
+    if i < n:
+        out[i + 1] = tmp[t]
+    if i == 0:
+        out[0] = 0
+    if t == SCAN_THREADS - 1:
+        sums[cuda.blockIdx.x] = tmp[t]
+
+
+@cuda.jit
+def _scan_add(out, offsets, n):  # pragma: no cover - device
+    i = cuda.grid(1)
+    if i < n:
+        out[i + 1] += offsets[i // SCAN_THREADS]
+
+
+def exclusive_scan(counts: Any) -> tuple[Any, int]:
+    """Offsets of ``counts`` (a device int64 array [n]): a device int64 array [n + 1] and its total.
+
+    Chunk totals are scanned on the host (n / 256 numbers), so the call synchronises once.
+    """
+    n = counts.shape[0]
+    out = cuda.device_array(n + 1, dtype=np.int64)
+    if n == 0:
+        out.copy_to_device(np.zeros(1, dtype=np.int64))
+        return out, 0
+    chunks = (n + SCAN_THREADS - 1) // SCAN_THREADS
+    sums = cuda.device_array(chunks, dtype=np.int64)
+    _scan_blocks[chunks, SCAN_THREADS](counts, out, sums, n)
+    host = sums.copy_to_host()
+    if chunks > 1:
+        offsets = np.zeros(chunks, dtype=np.int64)
+        np.cumsum(host[:-1], out=offsets[1:])
+        _scan_add[chunks, SCAN_THREADS](out, cuda.to_device(offsets), n)
+    return out, int(host.sum())
+
+
+# ------------------------------------------------------------------------------------------ plan
+@cuda.jit
+def _plan_uniform(indptr, dst, fanout, replace, row_start, row_deg, counts):  # pragma: no cover - device
+    i = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    while i < dst.shape[0]:
+        v = dst[i]
+        s = indptr[v]
+        d = indptr[v + 1] - s
+        row_start[i] = s
+        row_deg[i] = d
+        counts[i] = _count(d, fanout, replace)
+        i += stride
+
+
+@cuda.jit
+def _plan_weighted(indptr, dst, fanout, replace, weights, row_start, row_raw, row_deg,
+                   counts):  # pragma: no cover - device
+    part = cuda.shared.array(WARP, numba.int64)
+    lane = cuda.threadIdx.x
+    row = cuda.blockIdx.x
+    while row < dst.shape[0]:
+        v = dst[row]
+        s = indptr[v]
+        e = indptr[v + 1]
+        c = 0
+        p = s + lane
+        while p < e:
+            if weights[p] > 0:
+                c += 1
+            p += WARP
+        part[lane] = c
+        cuda.syncthreads()
+        if lane == 0:
+            total = 0
+            for q in range(WARP):
+                total += part[q]
+            row_start[row] = s
+            row_raw[row] = e - s
+            row_deg[row] = total
+            counts[row] = _count(total, fanout, replace)
+        cuda.syncthreads()
+        row += cuda.gridDim.x
+
+
+# ---------------------------------------------------------------------------------------- choose
+@cuda.jit
+def _choose_uniform(dst, row_start, row_deg, out_indptr, fanout, replace, key, pos,
+                    aux):  # pragma: no cover - device
+    lane = cuda.threadIdx.x
+    row = cuda.blockIdx.x
+    draws = replace and fanout >= 0
+    while row < dst.shape[0]:
+        o = out_indptr[row]
+        c = out_indptr[row + 1] - o
+        deg = row_deg[row]
+        s = row_start[row]
+        if c > 0:
+            if c == deg and not draws:
+                j = lane
+                while j < c:
+                    pos[o + j] = s + j
+                    j += WARP
+            elif draws:
+                state0 = _row_state(key, dst[row])
+                j = lane
+                while j < c:
+                    pos[o + j] = s + _bounded(_draw(state0, j), np.uint64(deg))
+                    j += WARP
+            elif lane == 0:
+                # Floyd's m-subset, kept sorted in out[o:o + m]; m = k, or the d - k left out
+                state = _row_state(key, dst[row])
+                m = c if 2 * c <= deg else deg - c
+                take = m == c
+                for n in range(m):
+                    j = deg - m + n
+                    state += _GOLDEN
+                    t = _bounded(_mix(state), np.uint64(j + 1))
+                    taken = False
+                    for q in range(o, o + n):
+                        if (pos[q] if take else aux[q]) == t:
+                            taken = True
+                    x = j if taken else t
+                    q = o + n
+                    if take:
+                        while q > o and pos[q - 1] > x:
+                            pos[q] = pos[q - 1]
+                            q -= 1
+                        pos[q] = x
+                    else:
+                        while q > o and aux[q - 1] > x:
+                            aux[q] = aux[q - 1]
+                            q -= 1
+                        aux[q] = x
+                if take:
+                    for q in range(o, o + c):
+                        pos[q] += s
+                else:
+                    q = o
+                    w = o
+                    for p in range(deg):
+                        if q < o + m and aux[q] == p:
+                            q += 1
+                        else:
+                            pos[w] = s + p
+                            w += 1
+        row += cuda.gridDim.x
+
+
+@cuda.jit
+def _choose_weighted(dst, row_start, row_raw, row_deg, out_indptr, fanout, replace, key, weights, pos,
+                     scratch, scratch_off):  # pragma: no cover - device
+    bkey = cuda.shared.array(WARP, numba.float64)
+    bpos = cuda.shared.array(WARP, numba.int64)
+    lane = cuda.threadIdx.x
+    row = cuda.blockIdx.x
+    draws = replace and fanout >= 0
+    while row < dst.shape[0]:
+        o = out_indptr[row]
+        c = out_indptr[row + 1] - o
+        s = row_start[row]
+        d = row_raw[row]
+        e = s + d
+        if c > 0:
+            if not draws and c == row_deg[row]:
+                if lane == 0:  # every positive-weight edge, in order
+                    w = o
+                    for p in range(s, e):
+                        if weights[p] > 0:
+                            pos[w] = p
+                            w += 1
+            elif not draws:
+                # A-ES: the c smallest (key, position) pairs, one warp-wide arg-min per pick
+                state0 = _row_state(key, dst[row])
+                prev_k = -1.0
+                prev_p = np.int64(-1)
+                for r in range(c):
+                    best_k = math.inf
+                    best_p = _NO_INDEX
+                    p = s + lane
+                    while p < e:
+                        wp = weights[p]
+                        if wp > 0:
+                            u = (np.float64(_draw(state0, p - s) >> np.uint64(11)) + 1.0) * _TWO_M53
+                            k = -math.log(u) / np.float64(wp)
+                            if _key_less(prev_k, prev_p, k, p) and _key_less(k, p, best_k, best_p):
+                                best_k = k
+                                best_p = p
+                        p += WARP
+                    bkey[lane] = best_k
+                    bpos[lane] = best_p
+                    cuda.syncthreads()
+                    if lane == 0:
+                        for q in range(1, WARP):
+                            if _key_less(bkey[q], bpos[q], bkey[0], bpos[0]):
+                                bkey[0] = bkey[q]
+                                bpos[0] = bpos[q]
+                        pos[o + r] = bpos[0]
+                    cuda.syncthreads()
+                    prev_k = bkey[0]
+                    prev_p = bpos[0]
+                    cuda.syncthreads()
+                if lane == 0:
+                    _sort_range(pos, o, o + c)
+            else:
+                # inverse CDF over float64 prefix sums written by lane 0 in position order
+                so = scratch_off[row]
+                if lane == 0:
+                    total = 0.0
+                    last = s
+                    for p in range(s, e):
+                        if weights[p] > 0:
+                            total += np.float64(weights[p])
+                            last = p
+                        scratch[so + p - s] = total
+                    bpos[0] = last
+                cuda.syncthreads()
+                total = scratch[so + d - 1]
+                last = bpos[0]
+                state0 = _row_state(key, dst[row])
+                j = lane
+                while j < c:
+                    x = (np.float64(_draw(state0, j) >> np.uint64(11)) * _TWO_M53) * total
+                    a = np.int64(0)
+                    z = d
+                    while a < z:
+                        mid = (a + z) >> 1
+                        if scratch[so + mid] > x:
+                            z = mid
+                        else:
+                            a = mid + 1
+                    pos[o + j] = s + a if a < d else last
+                    j += WARP
+                cuda.syncthreads()
+        row += cuda.gridDim.x
+
+
+# ---------------------------------------------------------------------------------------- gather
+@cuda.jit
+def _gather(indices, edge_ids, has_eids, pos, src, eids):  # pragma: no cover - device
+    j = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    while j < pos.shape[0]:
+        p = pos[j]
+        src[j] = indices[p]
+        eids[j] = edge_ids[p] if has_eids else p
+        j += stride
+
+
+# --------------------------------------------------------------------------------------- relabel
+@cuda.jit(device=True)
+def _slot(v, mask):  # pragma: no cover - device
+    return np.int64(_mix(np.uint64(v)) & np.uint64(mask))
+
+
+@cuda.jit
+def _hash_insert(dst, src, keys, vals, mask):  # pragma: no cover - device
+    """Claim a slot per distinct node; keep the smallest index of its occurrences."""
+    i = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    d_count = dst.shape[0]
+    total = d_count + src.shape[0]
+    while i < total:
+        v = np.int64(dst[i]) if i < d_count else np.int64(src[i - d_count])
+        h = _slot(v, mask)
+        while True:
+            prev = cuda.atomic.cas(keys, h, _EMPTY, v)
+            if prev == _EMPTY or prev == v:
+                cuda.atomic.min(vals, h, np.int64(i))
+                break
+            h = (h + 1) & mask
+        i += stride
+
+
+@cuda.jit
+def _hash_first(src, d_count, keys, vals, mask, first, flags):  # pragma: no cover - device
+    """first[j]: smallest index of src[j]'s node; flags[j] = 1 iff edge j is that first occurrence."""
+    j = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    while j < src.shape[0]:
+        v = np.int64(src[j])
+        h = _slot(v, mask)
+        while keys[h] != v:
+            h = (h + 1) & mask
+        f = vals[h]
+        first[j] = f
+        flags[j] = 1 if f == d_count + j else 0
+        j += stride
+
+
+@cuda.jit
+def _relabel_out(dst, src, first, flags, newid, src_nodes, local):  # pragma: no cover - device
+    i = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    d_count = dst.shape[0]
+    total = d_count + src.shape[0]
+    while i < total:
+        if i < d_count:
+            src_nodes[i] = dst[i]
+        else:
+            j = i - d_count
+            f = first[j]
+            local[j] = f if f < d_count else d_count + newid[f - d_count]
+            if flags[j]:
+                src_nodes[d_count + newid[j]] = src[j]
+        i += stride
+
+
+KERNELS = {
+    "scan_blocks": _scan_blocks, "scan_add": _scan_add, "plan_uniform": _plan_uniform,
+    "plan_weighted": _plan_weighted, "choose_uniform": _choose_uniform, "choose_weighted": _choose_weighted,
+    "gather": _gather, "hash_insert": _hash_insert, "hash_first": _hash_first, "relabel_out": _relabel_out,
+}
+"""Every kernel of this module by name (the tests compile each to PTX where libNVVM is present)."""
+
+
+# ------------------------------------------------------------------------------------------ host
+def _grid(n: int, threads: int) -> int:
+    return max(1, min((n + threads - 1) // threads, _MAX_ROW_BLOCKS))
+
+
+def _pinned_view(tensor: Any) -> Any:
+    """A numba device array over a page-locked host tensor, read by kernels in place through UVA (the
+    host pointer of page-locked memory is a valid device pointer under unified addressing)."""
+
+    class _Host:
+        def __init__(self) -> None:
+            self.__cuda_array_interface__ = {
+                "shape": tuple(tensor.shape), "typestr": tensor.numpy().dtype.str,
+                "data": (tensor.data_ptr(), True), "version": 3, "strides": None,
+            }
+            self.owner = tensor
+
+    return cuda.as_cuda_array(_Host())
+
+
+def _device_view(arr: Any, uva: bool) -> Any:
+    """A kernel-readable view of a host array (numpy or torch): a device copy, or a UVA mapping.
+
+    With ``uva``, a page-locked torch tensor is read in place; any other array is copied once into
+    mapped (page-locked, device-addressable) host memory."""
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a dependency
+        torch = None
+    if torch is not None and isinstance(arr, torch.Tensor):
+        if arr.device.type == "cuda":
+            return cuda.as_cuda_array(arr)
+        if uva and arr.is_pinned() and arr.is_contiguous():  # in place, no copy
+            return _pinned_view(arr)
+        arr = arr.numpy()
+    arr = np.ascontiguousarray(arr)
+    if uva:
+        mapped = cuda.mapped_array(arr.shape, dtype=arr.dtype)
+        mapped[...] = arr
+        return mapped
+    return cuda.to_device(arr)
+
+
+@dataclass
+class CudaGraph:
+    """A CSC graph readable by the kernels: device memory, or page-locked host memory through UVA.
+
+    Attributes
+    ----------
+    indptr : device array, int64 [N + 1]; indices : int32/int64 [E]
+    edge_ids : int64 [E] or a 1-element dummy (``has_eids`` False: identity)
+    weights : float32 [E] or a 1-element dummy (``weighted`` False)
+    uva : bool
+        Whether the arrays live in host memory that the GPU reads in place.
+    """
+
+    indptr: Any
+    indices: Any
+    edge_ids: Any
+    has_eids: bool
+    weights: Any
+    weighted: bool
+    uva: bool
+
+    @classmethod
+    def build(cls, indptr, indices, edge_ids=None, weights=None, uva: bool = False) -> CudaGraph:
+        """Place the arrays (numpy arrays or torch tensors, CSC order) for the kernels.
+
+        Parameters
+        ----------
+        indptr : int64 [N + 1]; indices : int32/int64 [E]; edge_ids : int64 [E] or None (identity);
+        weights : float32 [E] or None
+        uva : bool
+            Read the arrays from page-locked host memory in place (pinned torch tensors are used as
+            they are; others are copied once into mapped host memory) instead of device memory.
+        """
+        require_cuda()
+        dummy_i = cuda.to_device(np.zeros(1, dtype=np.int64))
+        dummy_w = cuda.to_device(np.zeros(1, dtype=np.float32))
+        return cls(indptr=_device_view(indptr, uva), indices=_device_view(indices, uva),
+                   edge_ids=dummy_i if edge_ids is None else _device_view(edge_ids, uva),
+                   has_eids=edge_ids is not None,
+                   weights=dummy_w if weights is None else _device_view(weights, uva),
+                   weighted=weights is not None, uva=bool(uva))
+
+
+def _as_device_ids(ids: Any) -> Any:
+    """Device int64 ids: device arrays pass through, CUDA tensors are viewed, host arrays are copied."""
+    if isinstance(ids, (np.ndarray, list, tuple)):
+        return cuda.to_device(np.ascontiguousarray(ids, dtype=np.int64))
+    if hasattr(ids, "__cuda_array_interface__") and not hasattr(ids, "copy_to_host"):
+        return cuda.as_cuda_array(ids)  # a torch CUDA tensor (int64, contiguous: the caller's job)
+    return ids
+
+
+def sample_layer_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, key: int,
+                      weighted: bool = False) -> tuple[Any, Any, Any]:
+    """Sample one layer on the GPU (as `samplers.kernels.reference.sample_layer`, no exclusion/times).
+
+    Parameters
+    ----------
+    graph : CudaGraph
+    dst : device or host int64 array [D]
+        Destination nodes, trusted to be in range.
+    fanout : int
+        k >= 0, or -1 for every in-edge.
+    replace : bool
+    key : int
+        ``layer_key(seed, call, layer)``.
+    weighted : bool
+        Draw by the graph's weights (the masked rules of the reference).
+
+    Returns
+    -------
+    out_indptr : device int64 [D + 1]; src : device array [nnz] (the graph's index dtype);
+    eids : device int64 [nnz]
+    """
+    dst = _as_device_ids(dst)
+    d_count = dst.shape[0]
+    if weighted and not graph.weighted:
+        raise ValueError("weighted=True needs a CudaGraph built with weights")
+    fanout = np.int64(fanout)
+    replace = bool(replace)
+    key = np.uint64(key)
+    rows = cuda.device_array((3, max(d_count, 1)), dtype=np.int64)
+    counts = cuda.device_array(max(d_count, 1), dtype=np.int64)
+    row_start, row_raw, row_deg = rows[0], rows[1], rows[2]
+    row_blocks = _grid(d_count, 1)
+    if d_count:
+        if weighted:
+            _plan_weighted[row_blocks, WARP](graph.indptr, dst, fanout, replace, graph.weights, row_start,
+                                            row_raw, row_deg, counts)
+        else:
+            _plan_uniform[_grid(d_count, _EDGE_THREADS), _EDGE_THREADS](graph.indptr, dst, fanout, replace,
+                                                                         row_start, row_deg, counts)
+    out_indptr, nnz = exclusive_scan(counts[:d_count])
+    pos = cuda.device_array(max(nnz, 1), dtype=np.int64)
+    if nnz:
+        if weighted:
+            scratch_off, scratch_len = exclusive_scan(row_raw[:d_count]) if replace and fanout >= 0 \
+                else (counts, 0)
+            scratch = cuda.device_array(max(scratch_len, 1), dtype=np.float64)
+            _choose_weighted[row_blocks, WARP](dst, row_start, row_raw, row_deg, out_indptr, fanout, replace,
+                                               key, graph.weights, pos, scratch, scratch_off)
+        else:
+            aux = cuda.device_array(nnz, dtype=np.int64)
+            _choose_uniform[row_blocks, WARP](dst, row_start, row_deg, out_indptr, fanout, replace, key, pos,
+                                              aux)
+    src = cuda.device_array(nnz, dtype=graph.indices.dtype)
+    eids = cuda.device_array(nnz, dtype=np.int64)
+    if nnz:
+        _gather[_grid(nnz, _EDGE_THREADS), _EDGE_THREADS](graph.indices, graph.edge_ids, graph.has_eids, pos,
+                                                            src, eids)
+    return out_indptr, src, eids
+
+
+def relabel_cuda(dst: Any, src: Any) -> tuple[Any, Any]:
+    """Local ids through a GPU hash table (as `samplers.kernels.reference.relabel`).
+
+    Parameters
+    ----------
+    dst : device int64 [D]; src : device int32/int64 [nnz]
+
+    Returns
+    -------
+    src_nodes : device int64 [S]; local : device int64 [nnz]
+    """
+    dst = _as_device_ids(dst)
+    d_count, nnz = dst.shape[0], src.shape[0]
+    total = d_count + nnz
+    local = cuda.device_array(nnz, dtype=np.int64)
+    if nnz == 0:
+        src_nodes = cuda.device_array(d_count, dtype=np.int64)
+        if d_count:
+            src_nodes.copy_to_device(dst)
+        return src_nodes, local
+    cap = 16
+    while cap < 2 * total:
+        cap *= 2
+    keys = cuda.to_device(np.full(cap, -1, dtype=np.int64))
+    vals = cuda.to_device(np.full(cap, _NO_INDEX, dtype=np.int64))
+    mask = np.int64(cap - 1)
+    threads = _EDGE_THREADS
+    _hash_insert[_grid(total, threads), threads](dst, src, keys, vals, mask)
+    first = cuda.device_array(nnz, dtype=np.int64)
+    flags = cuda.device_array(nnz, dtype=np.int64)
+    _hash_first[_grid(nnz, threads), threads](src, np.int64(d_count), keys, vals, mask, first, flags)
+    newid, new_count = exclusive_scan(flags)
+    src_nodes = cuda.device_array(d_count + new_count, dtype=np.int64)
+    _relabel_out[_grid(total, threads), threads](dst, src, first, flags, newid, src_nodes, local)
+    return src_nodes, local
+
+
+def sample_block_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, key: int,
+                      weighted: bool = False) -> tuple[Any, Any, Any, Any]:
+    """Sample one layer and relabel it on the GPU: the device arrays of one block.
+
+    Returns
+    -------
+    out_indptr : int64 [D + 1]; src_nodes : int64 [S]; local : int64 [nnz]; eids : int64 [nnz]
+        Device arrays (``src_nodes`` starts with ``dst``).
+    """
+    dst = _as_device_ids(dst)
+    out_indptr, src, eids = sample_layer_cuda(graph, dst, fanout, replace, key, weighted)
+    src_nodes, local = relabel_cuda(dst, src)
+    return out_indptr, src_nodes, local, eids
