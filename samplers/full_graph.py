@@ -196,9 +196,7 @@ class FullGraph:
             raise NotImplementedError(
                 f"device={str(device)!r}: the CUDA path of FullGraph (partitions on the GPU reading pinned "
                 "vertex data through UVA) is not built yet; use device=None or 'cpu'")
-        self.partition_bytes = None if partition_bytes is None else parse_size(partition_bytes)
-        if self.partition_bytes is not None and self.partition_bytes <= 0:
-            raise ValueError(f"partition_bytes must be > 0, got {partition_bytes!r}")
+        self.partition_bytes = partition_bytes
         self._own_memory = memory is None
         self.memory = MemoryManager(device="cpu") if memory is None else memory
         probe = self.memory.allocate(0, torch.uint8, Tier.DEVICE, owner=OWNER)
@@ -272,6 +270,18 @@ class FullGraph:
         return fwd, bwd
 
     # ------------------------------------------------------------------ planning
+    @property
+    def partition_bytes(self) -> int | None:
+        """Most bytes of one partition's working set (None: the device tier's free bytes); settable."""
+        return self._partition_bytes
+
+    @partition_bytes.setter
+    def partition_bytes(self, value: int | str | None) -> None:
+        size = None if value is None else parse_size(value)
+        if size is not None and size <= 0:
+            raise ValueError(f"partition_bytes must be > 0, got {value!r}")
+        self._partition_bytes = size
+
     def _cap(self) -> int:
         """Bytes a working set may take now: partition_bytes and the device tier's room (ours included)."""
         free = self.memory.free_bytes(Tier.DEVICE)
