@@ -20,15 +20,18 @@ from graphrl.train.metrics import (
     topk_items,
 )
 from graphrl.train.node_classification import (
+    NodeClassificationReport,
     NodeClassificationResult,
     accuracy,
     row_normalize,
+    run_node_classification,
     train_full_graph,
 )
 
 __all__ = [
     "LinkPredictionConfig",
     "LinkPredictionReport",
+    "NodeClassificationReport",
     "NodeClassificationResult",
     "RankingResult",
     "TrainStats",
@@ -43,6 +46,7 @@ __all__ = [
     "popularity_scores",
     "row_normalize",
     "run_link_prediction",
+    "run_node_classification",
     "topk_items",
     "train_bpr",
     "train_full_graph",

@@ -124,10 +124,10 @@ csr_spmm_t_serial = nb.njit(nogil=True, cache=True)(_spmm_t_body)
 def _stage_rows(indptr, indices, weights, h, ws_indptr, ws_indices, ws_weights, ws_out, out, r0, a, b):
     """Rows [a, b) of the partition that starts at row r0: stage the matrix rows, compute, copy back."""
     e0 = indptr[r0]
-    if a == r0:
-        ws_indptr[0] = 0
-    for v in range(a, b):
-        ws_indptr[v - r0 + 1] = indptr[v + 1] - e0
+    # Entries a - r0 .. b - r0: the first is also the previous chunk's last (the same value), so no
+    # chunk reads an entry another thread may not have written yet.
+    for v in range(a, b + 1):
+        ws_indptr[v - r0] = indptr[v] - e0
     for e in range(indptr[a], indptr[b]):
         ws_indices[e - e0] = indices[e]
         ws_weights[e - e0] = weights[e]
@@ -143,7 +143,7 @@ def _stage_rows(indptr, indices, weights, h, ws_indptr, ws_indices, ws_weights, 
 
 
 def chunk_bounds(indptr: np.ndarray, lo: int, hi: int, width: int,
-                 chunk_work: int = CHUNK_WORK) -> np.ndarray:
+                 chunk_work: int | None = None) -> np.ndarray:
     """Row boundaries that cut rows [lo, hi) into chunks of about ``chunk_work`` multiply-adds.
 
     Parameters
@@ -154,6 +154,8 @@ def chunk_bounds(indptr: np.ndarray, lo: int, hi: int, width: int,
         Row range, ``0 <= lo <= hi <= R``.
     width : int
         Feature width d (a row of e entries costs e * d multiply-adds, plus d to write it).
+    chunk_work : int or None
+        Multiply-adds per chunk (default `CHUNK_WORK`, read at call time).
 
     Returns
     -------
@@ -161,6 +163,7 @@ def chunk_bounds(indptr: np.ndarray, lo: int, hi: int, width: int,
         Increasing boundaries, first ``lo`` and last ``hi``; a row is never split.
     """
     width = max(int(width), 1)
+    chunk_work = CHUNK_WORK if chunk_work is None else int(chunk_work)
     rows = hi - lo
     # cost before row r (relative to lo): entries * width + rows * width
     base = int(indptr[lo]) * width

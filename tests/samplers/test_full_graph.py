@@ -257,3 +257,27 @@ def test_empty_and_zero_width(mm):
     fg2 = FullGraph(graph, add_self_loops=False, memory=mm)  # node 2 has no edge at all: zero row
     out = fg2.propagate(torch.ones(3, 2))
     assert torch.equal(out[2], torch.zeros(2)) and torch.equal(out[0], torch.zeros(2))
+
+
+def test_many_chunks_on_two_threads_equal_scipy(random_graph, monkeypatch):
+    """Chunks of a partition run on several threads; each must stage its own rows before reading them."""
+    import samplers.kernels.spmm as kernels
+
+    monkeypatch.setattr(kernels, "CHUNK_WORK", 2048)  # hundreds of chunks per partition
+    assert kernels.chunk_bounds(np.arange(0, 3 * 10**4, 10, dtype=np.int64), 0, 2999, 16).shape[0] > 100
+    ref = reference(random_graph)
+    before = numba.get_num_threads()
+    numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+    try:
+        for parts in (1, 3):
+            with MemoryManager(device="cpu") as mm:  # a fresh workspace: no stale entries to hide a race
+                fg = FullGraph(random_graph, memory=mm)
+                partition_bytes_for(fg, parts, 16)
+                h = torch.randn(random_graph.num_nodes, 16, requires_grad=True)
+                out = fg.propagate(h)
+                np.testing.assert_allclose(out.detach().numpy(), ref @ h.detach().double().numpy(),
+                                           rtol=1e-5, atol=1e-6)
+                out.backward(torch.ones_like(out))
+                np.testing.assert_allclose(h.grad.numpy(), ref.T @ np.ones(h.shape), rtol=1e-5, atol=1e-6)
+    finally:
+        numba.set_num_threads(before)
