@@ -1,10 +1,13 @@
 """Minibatch and full-graph data for GNN trainers: neighbour sampling into blocks, link sampling."""
 
 from samplers.block import Block, Blocks
+from samplers.features import FeatureStore
 from samplers.full_graph import FullGraph
 from samplers.interop import PygSubgraph
 from samplers.link import LinkBatch, LinkSampler, bipartite_reverse_eids
+from samplers.loader import LinkLoader, LoadedLinkBatch, NeighborLoader, NodeBatch
 from samplers.neighbor import NeighborSampler
 
-__all__ = ["Block", "Blocks", "FullGraph", "LinkBatch", "LinkSampler", "NeighborSampler", "PygSubgraph",
+__all__ = ["Block", "Blocks", "FeatureStore", "FullGraph", "LinkBatch", "LinkLoader", "LinkSampler",
+           "LoadedLinkBatch", "NeighborLoader", "NeighborSampler", "NodeBatch", "PygSubgraph",
            "bipartite_reverse_eids"]
