@@ -72,6 +72,19 @@ def test_gather_rows_kernel_with_a_cache_counts_hits():
     assert torch.equal(out, torch.stack([-x[7], x[1], -x[2], -x[2], x[9]]))
 
 
+def test_cached_gather_across_threads_counts_every_hit(mm):
+    rng = np.random.default_rng(2)
+    x = torch.randn(5000, 64)
+    g = CSCGraph.from_edges(rng.integers(0, 5000, 40_000), rng.integers(0, 5000, 40_000), 5000)
+    store = FeatureStore(x, memory=mm, cache_rows=500, graph=g, tier="pinned", threads=2)
+    ids = torch.from_numpy(rng.integers(0, 5000, 30_000))  # 4 chunks of 8192 rows
+    assert torch.equal(store.gather(ids), x[ids])
+    want = int(np.isin(ids.numpy(), store.cache_nodes.numpy()).sum())
+    assert store.stats()["cache_hits"] == want > 0
+    deg = g.in_degrees()
+    assert deg[store.cache_nodes].min() >= deg.sort(descending=True).values[499]
+
+
 def test_table_is_copied_into_a_region_on_the_fastest_tier(mm):
     x = torch.randn(100, 8)
     store = FeatureStore(x, memory=mm)
