@@ -9,6 +9,12 @@ the wall time of sampling them. Each repeat times ours and DGL's back to back on
 and the best repeat of each is reported (the machine may be shared: the best run is the one least
 disturbed by other processes).
 
+Modes: ``uniform`` (DGL's ``NeighborSampler(fanouts)``) and ``weighted``: the same random float32 edge
+weights (uniform in [0, 1), one edge in ten set to 0) for both, ours through
+``NeighborSampler(weights=...)`` (exponential keys), DGL's through ``NeighborSampler(fanouts,
+prob="w")``, which calls ``sample_neighbors(prob="w")``. PyG's ``NeighborLoader`` needs torch-sparse
+or pyg-lib, which are not installed here, so it is not a baseline yet.
+
 Run ``python benchmarks/sampler.py --help``; results go to ``benchmarks/results/sampler.json``.
 """
 
@@ -72,13 +78,27 @@ def time_dgl(dgl_sampler, dgl_graph, batches: list[torch.Tensor]) -> tuple[int, 
     return edges, time.perf_counter() - start
 
 
+def edge_weights(num_edges: int, seed: int) -> torch.Tensor:
+    """Benchmark weights by edge id: uniform in [0, 1), one edge in ten 0 (never drawn)."""
+    rng = np.random.default_rng(seed + 1)
+    w = rng.random(num_edges, dtype=np.float32)
+    w[rng.random(num_edges) < 0.1] = 0.0
+    return torch.from_numpy(w)
+
+
 def bench_graph(dgl, name: str, graph: CSCGraph, fanouts: list[int], batch_size: int, num_batches: int,
-                warmup: int, repeats: int, seed: int) -> dict:
+                warmup: int, repeats: int, seed: int, mode: str = "uniform", dgl_graph=None) -> dict:
     rng = np.random.default_rng(seed)
     batches = [torch.from_numpy(rng.integers(0, graph.num_nodes, batch_size)) for _ in range(num_batches)]
-    ours = NeighborSampler(graph, fanouts, seed=seed)
-    dgl_graph = to_dgl(dgl, graph)
-    dgl_sampler = dgl.dataloading.NeighborSampler(fanouts)
+    dgl_graph = to_dgl(dgl, graph) if dgl_graph is None else dgl_graph
+    if mode == "weighted":
+        weights = edge_weights(graph.num_edges, seed)
+        dgl_graph.edata["w"] = weights
+        ours = NeighborSampler(graph, fanouts, weights=weights, seed=seed)
+        dgl_sampler = dgl.dataloading.NeighborSampler(fanouts, prob="w")
+    else:
+        ours = NeighborSampler(graph, fanouts, seed=seed)
+        dgl_sampler = dgl.dataloading.NeighborSampler(fanouts)
     warm = batches[:warmup]
     time_ours(ours, warm)
     time_dgl(dgl_sampler, dgl_graph, warm)
@@ -91,7 +111,7 @@ def bench_graph(dgl, name: str, graph: CSCGraph, fanouts: list[int], batch_size:
         best_dgl = max(best_dgl, edges_dgl / dt)
     fan = ",".join(str(k) for k in fanouts)
     return {
-        "case": f"{name} [{fan}] b{batch_size}",
+        "case": f"{name} [{fan}] b{batch_size}{' weighted' if mode == 'weighted' else ''}",
         "metric": "sampled_edges_per_s",
         "ours": best_ours,
         "baseline": f"dgl {dgl.__version__}",
@@ -116,6 +136,8 @@ def _millions(n: int) -> str:
 @click.option("--batches", "num_batches", default=20, show_default=True, help="Timed batches per repeat.")
 @click.option("--warmup", default=3, show_default=True, help="Untimed batches first (JIT, caches).")
 @click.option("--repeats", default=3, show_default=True, help="Timed repeats; the best one is reported.")
+@click.option("--modes", default="uniform,weighted", show_default=True,
+              help="Comma-separated subset of uniform, weighted (edge weights; DGL with prob=).")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--data", "data_dir", default=None,
               help="Data folder with gowalla/ (default $GRAPHRL_DATA, else ../shared/data).")
@@ -123,7 +145,7 @@ def _millions(n: int) -> str:
               help="Threads for both samplers (numba and DGL's OpenMP); default: every core.")
 @click.option("--output", default=str(RESULTS), show_default=True, type=click.Path(dir_okay=False))
 def main(graphs: str, num_nodes: int, num_edges: int, fanouts: str, batch_size: int, num_batches: int,
-         warmup: int, repeats: int, seed: int, data_dir: str | None, threads: int | None,
+         warmup: int, repeats: int, modes: str, seed: int, data_dir: str | None, threads: int | None,
          output: str) -> None:
     """Sampled edges/s of our NeighborSampler and DGL's CPU NeighborSampler on the same graphs."""
     os.environ.setdefault("GRAPHRL_DATA", str(REPO.parent / "shared" / "data"))
@@ -136,6 +158,10 @@ def main(graphs: str, num_nodes: int, num_edges: int, fanouts: str, batch_size: 
     unknown = set(names) - {"uniform", "powerlaw", "gowalla"}
     if unknown:
         raise click.BadParameter(f"unknown graphs {sorted(unknown)}", param_hint="--graphs")
+    mode_list = [m.strip() for m in modes.split(",") if m.strip()]
+    if set(mode_list) - {"uniform", "weighted"}:
+        raise click.BadParameter(f"unknown modes {sorted(set(mode_list) - {'uniform', 'weighted'})}",
+                                 param_hint="--modes")
     rows = []
     for name in names:
         if name == "gowalla":
@@ -149,12 +175,15 @@ def main(graphs: str, num_nodes: int, num_edges: int, fanouts: str, batch_size: 
             graph = synthetic_graph(num_nodes, num_edges, name, seed=seed)
             label = f"{name} {_millions(num_nodes)}/{_millions(num_edges)}"
         click.echo(f"{label}: max in-degree {int(graph.in_degrees().max()):,}", err=True)
-        rows.append(bench_graph(dgl, label, graph, fans, batch_size, num_batches, warmup, repeats, seed))
-        del graph
+        dgl_graph = to_dgl(dgl, graph)
+        for mode in mode_list:
+            rows.append(bench_graph(dgl, label, graph, fans, batch_size, num_batches, warmup, repeats, seed,
+                                    mode, dgl_graph))
+        del graph, dgl_graph
     click.echo(f"\nthreads: ours {numba.get_num_threads()}, dgl {dgl.utils.get_num_threads()} (OpenMP)")
-    click.echo(f"{'case':<44} {'ours (M edges/s)':>17} {'dgl (M edges/s)':>16} {'ratio':>6}")
+    click.echo(f"{'case':<53} {'ours (M edges/s)':>17} {'dgl (M edges/s)':>16} {'ratio':>6}")
     for row in rows:
-        click.echo(f"{row['case']:<44} {row['ours'] / 1e6:>17.1f} {row['baseline_value'] / 1e6:>16.1f} "
+        click.echo(f"{row['case']:<53} {row['ours'] / 1e6:>17.1f} {row['baseline_value'] / 1e6:>16.1f} "
                    f"{row['ratio']:>6.2f}")
     result = {
         "benchmark": "sampler",

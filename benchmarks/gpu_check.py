@@ -1,0 +1,281 @@
+"""One script for a lent GPU machine: the numba.cuda sampling kernels for real (not the simulator).
+
+1. Correctness against the CPU kernels on a 1M-node graph (power-law in-degrees, 10M edges by default),
+   fanouts [15, 10, 5], batches of 1024: uniform without and with replacement and fanout -1 must give
+   identical blocks; weighted draws report the share of identical rows (GPU ``log`` may round
+   differently in the last bit) and must keep the counting rules.
+2. Sampled edges/s on a 10M-node / 200M-edge graph (every node 20 random in-edges, int32 indices),
+   fanouts [15, 10, 5], batch 1024, with the graph in device memory and read in place from mapped
+   (page-locked) host memory through UVA; kernels only (blocks stay on the device; one synchronise
+   per batch), uniform and weighted; our CPU sampler on the same graph for scale.
+3. Feature gather GB/s: rows of a float32 table gathered by random ids into device memory, from a
+   device-resident table and from a mapped host table (UVA); a device-to-device copy of the same bytes
+   as the ceiling.
+
+Writes ``benchmarks/results/gpu_check.json`` and prints a table; sized to finish in about 3 minutes on
+one H200 (each part checks the clock and shrinks its repeats if it runs late). Without a usable CUDA
+device it prints why and exits with status 2. ``NUMBA_ENABLE_CUDASIM=1`` with tiny sizes
+(``--nodes 2000 --edges-per-node 5 --check-nodes 300 --check-edges 3000 --batches 1 --feature-rows 500
+--batch-size 16``) runs the same code in numba's simulator, for testing the script itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import click
+import numba
+import numpy as np
+import torch
+from numba import cuda  # numba.cuda imports without a GPU; kernels need one (or the simulator)
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results" / "gpu_check.json"
+
+
+def _no_gpu_exit() -> None:
+    click.echo("gpu_check: no CUDA GPU here (numba.cuda.is_available() is False: no device or no driver). "
+               "This script measures the numba.cuda kernels on a real GPU; run it on a machine with one "
+               "(or set NUMBA_ENABLE_CUDASIM=1 with tiny sizes to test the script).", err=True)
+    sys.exit(2)
+
+
+def _blocks_equal(a, b) -> bool:
+    return all(torch.equal(getattr(x, f).cpu(), getattr(y, f).cpu()) for x, y in zip(a, b, strict=True)
+               for f in ("src_nodes", "indptr", "indices", "edge_ids"))
+
+
+def _row_agreement(a, b) -> float:
+    """Share of destination rows (all layers) whose sampled edge ids are identical."""
+    same = total = 0
+    for x, y in zip(a, b, strict=True):
+        if x.num_dst_nodes != y.num_dst_nodes or not torch.equal(x.dst_nodes.cpu(), y.dst_nodes.cpu()):
+            return float("nan")  # rows no longer correspond once an earlier layer differs
+        xi, yi = x.indptr.cpu().numpy(), y.indptr.cpu().numpy()
+        xe, ye = x.edge_ids.cpu().numpy(), y.edge_ids.cpu().numpy()
+        for v in range(x.num_dst_nodes):
+            same += np.array_equal(xe[xi[v]:xi[v + 1]], ye[yi[v]:yi[v + 1]])
+            total += 1
+    return same / max(total, 1)
+
+
+def check_correctness(n: int, e: int, fanouts: list[int], batch: int, batches: int, seed: int) -> dict:
+    from graphrl.datasets.synthetic import synthetic_graph
+    from samplers.neighbor import NeighborSampler
+
+    graph = synthetic_graph(n, e, "powerlaw", seed=seed)
+    rng = np.random.default_rng(seed)
+    keep = rng.random(graph.num_edges) < 0.8
+    weights = torch.from_numpy(rng.random(graph.num_edges).astype(np.float32) * keep)
+    out = {"graph": f"power-law {n:,}/{e:,}", "max_in_degree": int(graph.in_degrees().max())}
+    cases = {"uniform": dict(), "replace": dict(replace=True), "fanout_-1": dict(fanouts=[-1]),
+             "weighted": dict(weights=weights), "weighted_replace": dict(weights=weights, replace=True)}
+    for name, kw in cases.items():
+        fans = kw.pop("fanouts", fanouts)
+        seeds_per = batch if fans != [-1] else min(batch, 64)
+        cpu_s = NeighborSampler(graph, fans, seed=seed, **kw)
+        gpu_s = NeighborSampler(graph, fans, seed=seed, device="cuda", **kw)
+        equal = 0
+        agreement = []
+        for _ in range(batches):
+            seeds = torch.from_numpy(rng.integers(0, n, seeds_per))
+            a, b = cpu_s.sample(seeds), gpu_s.sample(seeds)
+            if _blocks_equal(a, b):
+                equal += 1
+            agreement.append(_row_agreement(a, b))
+            for blk in b:  # counting rules on the GPU blocks whatever the rounding
+                deg = blk.in_degrees().cpu()
+                if "replace" in kw:
+                    assert bool((deg <= max(fans)).all())
+                assert int(blk.indptr[-1]) == blk.num_edges
+        out[name] = {"identical_batches": equal, "batches": batches,
+                     "identical_rows": float(np.nanmean(agreement)) if agreement else None}
+        click.echo(f"  correctness {name:<17} identical batches {equal}/{batches}, rows "
+                   f"{out[name]['identical_rows']:.6f}", err=True)
+    out["deterministic_ok"] = all(out[k]["identical_batches"] == batches
+                                  for k in ("uniform", "replace", "fanout_-1"))
+    return out
+
+
+def _big_graph(n: int, per_node: int, seed: int):
+    """Every node ``per_node`` uniformly random in-edges: indptr int64, indices int32, weights float32."""
+    rng = np.random.default_rng(seed)
+    indptr = np.arange(n + 1, dtype=np.int64) * per_node
+    indices = rng.integers(0, n, n * per_node, dtype=np.int32)
+    weights = rng.random(n * per_node, dtype=np.float32)
+    return indptr, indices, weights
+
+
+def time_gpu(cuda_graph, n: int, fanouts: list[int], batch: int, batches: int, weighted: bool,
+             seed: int, deadline: float) -> dict:
+    from samplers.kernels import cuda as ck
+    from samplers.kernels.reference import layer_key
+
+    rng = np.random.default_rng(seed)
+    seeds = [cuda.to_device(rng.integers(0, n, batch)) for _ in range(batches + 2)]
+    edges = 0
+    for call, s in enumerate(seeds[:2]):  # warm-up: JIT of every kernel
+        dst = s
+        for layer in range(len(fanouts) - 1, -1, -1):
+            _, dst, local, _ = ck.sample_block_cuda(cuda_graph, dst, fanouts[layer], False,
+                                                    layer_key(seed, call, layer), weighted)
+    cuda.synchronize()
+    start = time.perf_counter()
+    done = 0
+    for call, s in enumerate(seeds[2:]):
+        dst = s
+        for layer in range(len(fanouts) - 1, -1, -1):
+            _, dst, local, _ = ck.sample_block_cuda(cuda_graph, dst, fanouts[layer], False,
+                                                    layer_key(seed, call + 2, layer), weighted)
+            edges += local.shape[0]
+        cuda.synchronize()
+        done += 1
+        if time.perf_counter() > deadline:
+            break
+    dt = time.perf_counter() - start
+    return {"sampled_edges_per_s": edges / dt, "batches": done, "edges_per_batch": edges / max(done, 1),
+            "seconds": dt}
+
+
+def time_cpu(indptr, indices, n: int, fanouts: list[int], batch: int, batches: int, seed: int) -> dict:
+    from graphrl.graph import CSCGraph
+    from samplers.neighbor import NeighborSampler
+
+    graph = CSCGraph(indptr=torch.from_numpy(indptr), indices=torch.from_numpy(indices))
+    sampler = NeighborSampler(graph, fanouts, seed=seed)
+    rng = np.random.default_rng(seed)
+    sampler.sample(torch.from_numpy(rng.integers(0, n, batch)))
+    edges = 0
+    start = time.perf_counter()
+    for _ in range(batches):
+        edges += sum(b.num_edges for b in sampler.sample(torch.from_numpy(rng.integers(0, n, batch))))
+    dt = time.perf_counter() - start
+    return {"sampled_edges_per_s": edges / dt, "threads": numba.get_num_threads()}
+
+
+@cuda.jit
+def _gather(table, ids, out):  # pragma: no cover - device; a warp per row, 8-byte words
+    lane = cuda.threadIdx.x % 32
+    warp = (cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x) // 32
+    warps = (cuda.gridDim.x * cuda.blockDim.x) // 32
+    width = table.shape[1]
+    while warp < ids.shape[0]:
+        r = ids[warp]
+        j = lane
+        while j < width:
+            out[warp, j] = table[r, j]
+            j += 32
+        warp += warps
+
+
+def time_gather(rows: int, dim: int, count: int, repeats: int, seed: int) -> dict:
+    gather = _gather
+    rng = np.random.default_rng(seed)
+    host = rng.random((rows, dim), dtype=np.float32).view(np.uint64)  # dim/2 words per row
+    dev_table = cuda.to_device(host)
+    mapped = cuda.mapped_array(host.shape, dtype=host.dtype)
+    mapped[...] = host
+    ids = cuda.to_device(rng.integers(0, rows, count))
+    out = cuda.device_array((count, host.shape[1]), dtype=host.dtype)
+    nbytes = out.size * out.dtype.itemsize
+    threads = 256
+    blocks = min((count * 32 + threads - 1) // threads, 65_535 * 8)
+    result = {"rows": rows, "row_bytes": dim * 4, "gathered_rows": count}
+    for name, table in (("device", dev_table), ("pinned_uva", mapped)):
+        gather[blocks, threads](table, ids, out)
+        cuda.synchronize()
+        want = host[ids.copy_to_host()]
+        assert np.array_equal(out.copy_to_host(), want), name
+        start = time.perf_counter()
+        for _ in range(repeats):
+            gather[blocks, threads](table, ids, out)
+        cuda.synchronize()
+        result[f"{name}_GBps"] = nbytes * repeats / (time.perf_counter() - start) / 1e9
+    copy_src = cuda.device_array_like(out)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        out.copy_to_device(copy_src)
+    cuda.synchronize()
+    result["device_copy_GBps"] = nbytes * repeats / (time.perf_counter() - start) / 1e9
+    return result
+
+
+@click.command()
+@click.option("--check-nodes", default=1_000_000, show_default=True, help="Nodes, correctness graph.")
+@click.option("--check-edges", default=10_000_000, show_default=True, help="Edges, correctness graph.")
+@click.option("--check-batches", default=3, show_default=True)
+@click.option("--nodes", default=10_000_000, show_default=True, help="Nodes of the throughput graph.")
+@click.option("--edges-per-node", default=20, show_default=True, help="In-edges per node (20: 200M edges).")
+@click.option("--fanouts", default="15,10,5", show_default=True)
+@click.option("--batch-size", default=1024, show_default=True)
+@click.option("--batches", default=30, show_default=True, help="Timed batches per throughput case.")
+@click.option("--feature-rows", default=4_000_000, show_default=True)
+@click.option("--feature-dim", default=128, show_default=True, help="float32 features per row (even).")
+@click.option("--budget", default=240.0, show_default=True, help="Seconds the whole check aims to fit in.")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--output", default=str(RESULTS), show_default=True, type=click.Path(dir_okay=False))
+def main(check_nodes, check_edges, check_batches, nodes, edges_per_node, fanouts, batch_size, batches,
+         feature_rows, feature_dim, budget, seed, output) -> None:
+    """Correctness and speed of the numba.cuda sampling kernels on a real GPU (see the module docstring)."""
+    if not cuda.is_available():
+        _no_gpu_exit()
+    t0 = time.perf_counter()
+    fans = [int(k) for k in fanouts.split(",")]
+    simulator = bool(numba.config.ENABLE_CUDASIM)
+    device = "simulator" if simulator else cuda.get_current_device().name
+    device = device.decode() if isinstance(device, bytes) else str(device)
+    click.echo(f"gpu_check on {device}", err=True)
+    result = {"benchmark": "gpu_check", "machine": {
+        "cpus": os.cpu_count(), "torch": torch.__version__.split("+")[0], "numba": numba.__version__,
+        "cuda_device": device, "simulator": simulator, "python": platform.python_version()}, "rows": []}
+
+    result["correctness"] = check_correctness(check_nodes, check_edges, fans, batch_size, check_batches, seed)
+    click.echo(f"  correctness done at {time.perf_counter() - t0:.0f} s", err=True)
+
+    from samplers.kernels import cuda as ck
+
+    indptr, indices, weights = _big_graph(nodes, edges_per_node, seed)
+    label = f"uniform-degree {nodes / 1e6:g}M/{nodes * edges_per_node / 1e6:g}M [{fanouts}] b{batch_size}"
+    remaining = budget - (time.perf_counter() - t0)
+    per_case = max(remaining * 0.7 / 4, 1.0)
+    for placement in ("device", "uva"):
+        graph = ck.CudaGraph.build(indptr, indices, None, weights, uva=placement == "uva")
+        for weighted in (False, True):
+            deadline = time.perf_counter() + per_case
+            row = time_gpu(graph, nodes, fans, batch_size, batches, weighted, seed, deadline)
+            case = f"{label} {placement}{' weighted' if weighted else ''}"
+            result["rows"].append({"case": case, "metric": "sampled_edges_per_s",
+                                   "ours": row["sampled_edges_per_s"], **row})
+            click.echo(f"  {case}: {row['sampled_edges_per_s'] / 1e6:.1f} M edges/s", err=True)
+        del graph
+    cpu = time_cpu(indptr, indices, nodes, fans, batch_size, min(batches, 10), seed)
+    result["rows"].append({"case": f"{label} cpu (ours, {cpu['threads']} threads)",
+                           "metric": "sampled_edges_per_s", "ours": cpu["sampled_edges_per_s"]})
+    del indptr, indices, weights
+    gather = time_gather(feature_rows, feature_dim, min(feature_rows, 1_000_000), 10, seed)
+    result["feature_gather"] = gather
+    result["seconds"] = time.perf_counter() - t0
+
+    click.echo(f"\n{'case':<72} {'M edges/s':>10}")
+    for row in result["rows"]:
+        click.echo(f"{row['case']:<72} {row['ours'] / 1e6:>10.1f}")
+    click.echo(f"feature gather ({gather['row_bytes']} B rows): device {gather['device_GBps']:.1f} GB/s, "
+               f"pinned host via UVA {gather['pinned_uva_GBps']:.1f} GB/s, "
+               f"device copy {gather['device_copy_GBps']:.1f} GB/s")
+    click.echo(f"correctness: deterministic cases identical: {result['correctness']['deterministic_ok']}; "
+               f"total {result['seconds']:.0f} s")
+    out = Path(output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    click.echo(f"wrote {out}")
+    if not result["correctness"]["deterministic_ok"]:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
