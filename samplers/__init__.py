@@ -3,11 +3,12 @@
 from samplers.block import Block, Blocks
 from samplers.features import FeatureStore
 from samplers.full_graph import FullGraph
+from samplers.hetero import HeteroBlock, HeteroGraph, HeteroNeighborSampler
 from samplers.interop import PygSubgraph
 from samplers.link import LinkBatch, LinkSampler, bipartite_reverse_eids
 from samplers.loader import LinkLoader, LoadedLinkBatch, NeighborLoader, NodeBatch
 from samplers.neighbor import NeighborSampler
 
-__all__ = ["Block", "Blocks", "FeatureStore", "FullGraph", "LinkBatch", "LinkLoader", "LinkSampler",
-           "LoadedLinkBatch", "NeighborLoader", "NeighborSampler", "NodeBatch", "PygSubgraph",
-           "bipartite_reverse_eids"]
+__all__ = ["Block", "Blocks", "FeatureStore", "FullGraph", "HeteroBlock", "HeteroGraph",
+           "HeteroNeighborSampler", "LinkBatch", "LinkLoader", "LinkSampler", "LoadedLinkBatch",
+           "NeighborLoader", "NeighborSampler", "NodeBatch", "PygSubgraph", "bipartite_reverse_eids"]

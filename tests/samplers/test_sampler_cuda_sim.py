@@ -186,3 +186,16 @@ def test_device_cuda_without_a_gpu_raises_a_clear_error():
     with pytest.raises(ValueError, match="device must be 'cpu' or 'cuda'"):
         NeighborSampler(graph, [2], device="tpu")
     assert NeighborSampler(graph, [2], device=torch.device("cpu")).sample(torch.tensor([0]))[0].num_edges == 2
+
+
+def test_gpu_check_says_why_without_a_gpu():
+    from numba import cuda
+
+    if cuda.is_available():
+        pytest.skip("a CUDA device (or the simulator) is present")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_check.py")], env=env,
+                          capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "no CUDA GPU here" in proc.stderr
