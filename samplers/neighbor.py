@@ -113,7 +113,7 @@ class NeighborSampler:
         seed gives the same blocks on both wherever the draw leaves no freedom to floating point
         (uniform draws with or without replacement, fanout -1; weighted draws can differ where GPU
         ``log`` rounds differently). With CUDA, blocks are CUDA tensors when torch has CUDA, else
-        host tensors. Excluded edges and temporal sampling run on the CPU only for now.
+        host tensors. Temporal sampling runs on the CPU only for now.
     uva : bool or None
         ``device="cuda"`` only: read the graph in place from page-locked host memory (UVA) instead of
         a device copy, for graphs larger than the device budget. ``None``: UVA when the graph's
@@ -362,9 +362,6 @@ class NeighborSampler:
     def _sample_cuda(self, seeds, exclude_eids, seed_times) -> Blocks:
         from samplers.kernels import cuda as cuda_kernels
 
-        if exclude_eids is not None:
-            raise ValueError("exclude_eids: excluded edges are supported on device='cpu' only "
-                             "(not yet on CUDA)")
         self._check_seed_times(seed_times, 0)  # raises: a CUDA sampler is never temporal
         if isinstance(seeds, torch.Tensor) and seeds.device.type == "cuda":
             if seeds.dtype.is_floating_point or seeds.dtype.is_complex or seeds.dtype == torch.bool:
@@ -377,13 +374,19 @@ class NeighborSampler:
         else:
             dst = check_seeds(seeds, self.graph.num_nodes)
         with self._lock:
+            excluded = self._excluded_positions(exclude_eids)
+            excl = None if excluded is None else excluded.positions  # sorted CSC positions
+            if excl is not None:
+                from numba import cuda
+
+                excl = cuda.to_device(excl)
             call = self._calls
             self._calls += 1
             blocks = Blocks()
             for layer in range(self.num_layers - 1, -1, -1):
                 key = cpu.layer_key(self.seed, call, layer)
                 out_indptr, src_nodes, local, eids = cuda_kernels.sample_block_cuda(
-                    self._cuda_graph, dst, self.fanouts[layer], self.replace, key, self.weighted)
+                    self._cuda_graph, dst, self.fanouts[layer], self.replace, key, self.weighted, excl)
                 self.sampled_edges += int(local.shape[0])
                 src_t = _cuda_to_torch(src_nodes)
                 blocks.append(Block(src_nodes=src_t, dst_nodes=src_t[: blocks_dst_count(dst)],

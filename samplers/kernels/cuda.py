@@ -29,8 +29,10 @@ rows, for the passes that work per row; one thread per edge for the gather and r
    index; a scan of those flags numbers the new nodes in first-occurrence order. So the local ids do
    not depend on thread timing and equal the CPU's.
 
-Not on the GPU (yet): excluded edges and temporal sampling (`NeighborSampler` raises for them with
-``device="cuda"``).
+Excluded edges (link prediction) follow the reference: each row finds its range of the sorted excluded
+positions by binary search; uniform rows choose virtual positions over the non-excluded ones and map
+them back (a binary search per output), weighted rows skip excluded positions. Not on the GPU (yet):
+temporal sampling (`NeighborSampler` raises for it with ``device="cuda"``).
 
 Importing this module imports ``numba.cuda``; choose the simulator with ``NUMBA_ENABLE_CUDASIM=1``
 before that. `require_cuda` raises a clear error where no GPU is usable.
@@ -201,34 +203,80 @@ def exclusive_scan(counts: Any) -> tuple[Any, int]:
 
 
 # ------------------------------------------------------------------------------------------ plan
+@cuda.jit(device=True)
+def _lower_bound(arr, lo, hi, x):  # pragma: no cover - device
+    """First index in [lo, hi) of the sorted arr whose value is >= x (hi if none)."""
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if arr[mid] < x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@cuda.jit(device=True)
+def _excluded(excl, a, b, p):  # pragma: no cover - device
+    """Whether CSC position p is among the row's excluded positions excl[a:b]."""
+    if a == b:
+        return False
+    q = _lower_bound(excl, a, b, p)
+    return q < b and excl[q] == p
+
+
+@cuda.jit(device=True)
+def _virtual_to_real(excl, a, b, s, p):  # pragma: no cover - device
+    """Virtual position p (over the row's non-excluded positions) -> CSC position:
+    s + p + #{q in [a, b) : excl[q] - s - (q - a) <= p} (that sequence is non-decreasing in q)."""
+    lo = a
+    hi = b
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if excl[mid] - s - (mid - a) <= p:
+            lo = mid + 1
+        else:
+            hi = mid
+    return s + p + (lo - a)
+
+
 @cuda.jit
-def _plan_uniform(indptr, dst, fanout, replace, row_start, row_deg, counts):  # pragma: no cover - device
+def _plan_uniform(indptr, dst, fanout, replace, excl, row_start, row_deg, row_exlo, row_exhi,
+                  counts):  # pragma: no cover - device
     i = cuda.grid(1)
     stride = cuda.gridsize(1)
+    n_excl = excl.shape[0]
     while i < dst.shape[0]:
         v = dst[i]
         s = indptr[v]
-        d = indptr[v + 1] - s
+        e = indptr[v + 1]
+        a = _lower_bound(excl, 0, n_excl, s)
+        b = _lower_bound(excl, a, n_excl, e)
+        d = e - s - (b - a)
         row_start[i] = s
         row_deg[i] = d
+        row_exlo[i] = a
+        row_exhi[i] = b
         counts[i] = _count(d, fanout, replace)
         i += stride
 
 
 @cuda.jit
-def _plan_weighted(indptr, dst, fanout, replace, weights, row_start, row_raw, row_deg,
-                   counts):  # pragma: no cover - device
+def _plan_weighted(indptr, dst, fanout, replace, weights, excl, row_start, row_raw, row_deg, row_exlo,
+                   row_exhi, counts):  # pragma: no cover - device
     part = cuda.shared.array(WARP, numba.int64)
     lane = cuda.threadIdx.x
     row = cuda.blockIdx.x
+    n_excl = excl.shape[0]
     while row < dst.shape[0]:
         v = dst[row]
         s = indptr[v]
         e = indptr[v + 1]
+        a = _lower_bound(excl, 0, n_excl, s)
+        b = _lower_bound(excl, a, n_excl, e)
         c = 0
         p = s + lane
         while p < e:
-            if weights[p] > 0:
+            if weights[p] > 0 and not _excluded(excl, a, b, p):
                 c += 1
             p += WARP
         part[lane] = c
@@ -240,6 +288,8 @@ def _plan_weighted(indptr, dst, fanout, replace, weights, row_start, row_raw, ro
             row_start[row] = s
             row_raw[row] = e - s
             row_deg[row] = total
+            row_exlo[row] = a
+            row_exhi[row] = b
             counts[row] = _count(total, fanout, replace)
         cuda.syncthreads()
         row += cuda.gridDim.x
@@ -247,7 +297,7 @@ def _plan_weighted(indptr, dst, fanout, replace, weights, row_start, row_raw, ro
 
 # ---------------------------------------------------------------------------------------- choose
 @cuda.jit
-def _choose_uniform(dst, row_start, row_deg, out_indptr, fanout, replace, key, pos,
+def _choose_uniform(dst, row_start, row_deg, row_exlo, row_exhi, out_indptr, fanout, replace, key, excl, pos,
                     aux):  # pragma: no cover - device
     lane = cuda.threadIdx.x
     row = cuda.blockIdx.x
@@ -257,17 +307,20 @@ def _choose_uniform(dst, row_start, row_deg, out_indptr, fanout, replace, key, p
         c = out_indptr[row + 1] - o
         deg = row_deg[row]
         s = row_start[row]
+        a = row_exlo[row]
+        b = row_exhi[row]
+        shift = s if a == b else 0  # rows with excluded edges choose virtual positions, mapped below
         if c > 0:
             if c == deg and not draws:
                 j = lane
                 while j < c:
-                    pos[o + j] = s + j
+                    pos[o + j] = shift + j
                     j += WARP
             elif draws:
                 state0 = _row_state(key, dst[row])
                 j = lane
                 while j < c:
-                    pos[o + j] = s + _bounded(_draw(state0, j), np.uint64(deg))
+                    pos[o + j] = shift + _bounded(_draw(state0, j), np.uint64(deg))
                     j += WARP
             elif lane == 0:
                 # Floyd's m-subset, kept sorted in out[o:o + m]; m = k, or the d - k left out
@@ -296,7 +349,7 @@ def _choose_uniform(dst, row_start, row_deg, out_indptr, fanout, replace, key, p
                         aux[q] = x
                 if take:
                     for q in range(o, o + c):
-                        pos[q] += s
+                        pos[q] += shift
                 else:
                     q = o
                     w = o
@@ -304,14 +357,21 @@ def _choose_uniform(dst, row_start, row_deg, out_indptr, fanout, replace, key, p
                         if q < o + m and aux[q] == p:
                             q += 1
                         else:
-                            pos[w] = s + p
+                            pos[w] = shift + p
                             w += 1
+            if a < b:  # map virtual positions to CSC positions, each lane its own outputs
+                cuda.syncthreads()
+                j = lane
+                while j < c:
+                    pos[o + j] = _virtual_to_real(excl, a, b, s, pos[o + j])
+                    j += WARP
+        cuda.syncthreads()
         row += cuda.gridDim.x
 
 
 @cuda.jit
-def _choose_weighted(dst, row_start, row_raw, row_deg, out_indptr, fanout, replace, key, weights, pos,
-                     scratch, scratch_off):  # pragma: no cover - device
+def _choose_weighted(dst, row_start, row_raw, row_deg, row_exlo, row_exhi, out_indptr, fanout, replace, key,
+                     weights, excl, pos, scratch, scratch_off):  # pragma: no cover - device
     bkey = cuda.shared.array(WARP, numba.float64)
     bpos = cuda.shared.array(WARP, numba.int64)
     lane = cuda.threadIdx.x
@@ -323,12 +383,14 @@ def _choose_weighted(dst, row_start, row_raw, row_deg, out_indptr, fanout, repla
         s = row_start[row]
         d = row_raw[row]
         e = s + d
+        a = row_exlo[row]
+        b = row_exhi[row]
         if c > 0:
             if not draws and c == row_deg[row]:
-                if lane == 0:  # every positive-weight edge, in order
+                if lane == 0:  # every eligible edge, in order
                     w = o
                     for p in range(s, e):
-                        if weights[p] > 0:
+                        if weights[p] > 0 and not _excluded(excl, a, b, p):
                             pos[w] = p
                             w += 1
             elif not draws:
@@ -342,7 +404,7 @@ def _choose_weighted(dst, row_start, row_raw, row_deg, out_indptr, fanout, repla
                     p = s + lane
                     while p < e:
                         wp = weights[p]
-                        if wp > 0:
+                        if wp > 0 and not _excluded(excl, a, b, p):
                             u = (np.float64(_draw(state0, p - s) >> np.uint64(11)) + 1.0) * _TWO_M53
                             k = -math.log(u) / np.float64(wp)
                             if _key_less(prev_k, prev_p, k, p) and _key_less(k, p, best_k, best_p):
@@ -371,7 +433,7 @@ def _choose_weighted(dst, row_start, row_raw, row_deg, out_indptr, fanout, repla
                     total = 0.0
                     last = s
                     for p in range(s, e):
-                        if weights[p] > 0:
+                        if weights[p] > 0 and not _excluded(excl, a, b, p):
                             total += np.float64(weights[p])
                             last = p
                         scratch[so + p - s] = total
@@ -383,15 +445,15 @@ def _choose_weighted(dst, row_start, row_raw, row_deg, out_indptr, fanout, repla
                 j = lane
                 while j < c:
                     x = (np.float64(_draw(state0, j) >> np.uint64(11)) * _TWO_M53) * total
-                    a = np.int64(0)
+                    lo = np.int64(0)
                     z = d
-                    while a < z:
-                        mid = (a + z) >> 1
+                    while lo < z:
+                        mid = (lo + z) >> 1
                         if scratch[so + mid] > x:
                             z = mid
                         else:
-                            a = mid + 1
-                    pos[o + j] = s + a if a < d else last
+                            lo = mid + 1
+                    pos[o + j] = s + lo if lo < d else last
                     j += WARP
                 cuda.syncthreads()
         row += cuda.gridDim.x
@@ -572,8 +634,8 @@ def _as_device_ids(ids: Any) -> Any:
 
 
 def sample_layer_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, key: int,
-                      weighted: bool = False) -> tuple[Any, Any, Any]:
-    """Sample one layer on the GPU (as `samplers.kernels.reference.sample_layer`, no exclusion/times).
+                      weighted: bool = False, excluded: Any = None) -> tuple[Any, Any, Any]:
+    """Sample one layer on the GPU (as `samplers.kernels.reference.sample_layer`, without edge times).
 
     Parameters
     ----------
@@ -587,6 +649,8 @@ def sample_layer_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, ke
         ``layer_key(seed, call, layer)``.
     weighted : bool
         Draw by the graph's weights (the masked rules of the reference).
+    excluded : device or host int64 array [X], or None
+        Sorted, distinct CSC positions that are never drawn.
 
     Returns
     -------
@@ -597,20 +661,21 @@ def sample_layer_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, ke
     d_count = dst.shape[0]
     if weighted and not graph.weighted:
         raise ValueError("weighted=True needs a CudaGraph built with weights")
+    excl = _NO_EXCLUDED() if excluded is None else _as_device_ids(excluded)
     fanout = np.int64(fanout)
     replace = bool(replace)
     key = np.uint64(key)
-    rows = cuda.device_array((3, max(d_count, 1)), dtype=np.int64)
+    rows = cuda.device_array((5, max(d_count, 1)), dtype=np.int64)
     counts = cuda.device_array(max(d_count, 1), dtype=np.int64)
-    row_start, row_raw, row_deg = rows[0], rows[1], rows[2]
+    row_start, row_raw, row_deg, row_exlo, row_exhi = rows[0], rows[1], rows[2], rows[3], rows[4]
     row_blocks = _grid(d_count, 1)
     if d_count:
         if weighted:
-            _plan_weighted[row_blocks, WARP](graph.indptr, dst, fanout, replace, graph.weights, row_start,
-                                            row_raw, row_deg, counts)
+            _plan_weighted[row_blocks, WARP](graph.indptr, dst, fanout, replace, graph.weights, excl,
+                                            row_start, row_raw, row_deg, row_exlo, row_exhi, counts)
         else:
-            _plan_uniform[_grid(d_count, _EDGE_THREADS), _EDGE_THREADS](graph.indptr, dst, fanout, replace,
-                                                                         row_start, row_deg, counts)
+            _plan_uniform[_grid(d_count, _EDGE_THREADS), _EDGE_THREADS](
+                graph.indptr, dst, fanout, replace, excl, row_start, row_deg, row_exlo, row_exhi, counts)
     out_indptr, nnz = exclusive_scan(counts[:d_count])
     pos = cuda.device_array(max(nnz, 1), dtype=np.int64)
     if nnz:
@@ -618,18 +683,29 @@ def sample_layer_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, ke
             scratch_off, scratch_len = exclusive_scan(row_raw[:d_count]) if replace and fanout >= 0 \
                 else (counts, 0)
             scratch = cuda.device_array(max(scratch_len, 1), dtype=np.float64)
-            _choose_weighted[row_blocks, WARP](dst, row_start, row_raw, row_deg, out_indptr, fanout, replace,
-                                               key, graph.weights, pos, scratch, scratch_off)
+            _choose_weighted[row_blocks, WARP](dst, row_start, row_raw, row_deg, row_exlo, row_exhi,
+                                               out_indptr, fanout, replace, key, graph.weights, excl, pos,
+                                               scratch, scratch_off)
         else:
             aux = cuda.device_array(nnz, dtype=np.int64)
-            _choose_uniform[row_blocks, WARP](dst, row_start, row_deg, out_indptr, fanout, replace, key, pos,
-                                              aux)
+            _choose_uniform[row_blocks, WARP](dst, row_start, row_deg, row_exlo, row_exhi, out_indptr, fanout,
+                                              replace, key, excl, pos, aux)
     src = cuda.device_array(nnz, dtype=graph.indices.dtype)
     eids = cuda.device_array(nnz, dtype=np.int64)
     if nnz:
         _gather[_grid(nnz, _EDGE_THREADS), _EDGE_THREADS](graph.indices, graph.edge_ids, graph.has_eids, pos,
                                                             src, eids)
     return out_indptr, src, eids
+
+
+def _NO_EXCLUDED() -> Any:  # noqa: N802 - a constant, made on first use (needs a CUDA context)
+    global _NO_EXCLUDED_ARRAY
+    if _NO_EXCLUDED_ARRAY is None:
+        _NO_EXCLUDED_ARRAY = cuda.to_device(np.zeros(0, dtype=np.int64))
+    return _NO_EXCLUDED_ARRAY
+
+
+_NO_EXCLUDED_ARRAY = None
 
 
 def relabel_cuda(dst: Any, src: Any) -> tuple[Any, Any]:
@@ -670,7 +746,7 @@ def relabel_cuda(dst: Any, src: Any) -> tuple[Any, Any]:
 
 
 def sample_block_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, key: int,
-                      weighted: bool = False) -> tuple[Any, Any, Any, Any]:
+                      weighted: bool = False, excluded: Any = None) -> tuple[Any, Any, Any, Any]:
     """Sample one layer and relabel it on the GPU: the device arrays of one block.
 
     Returns
@@ -679,6 +755,6 @@ def sample_block_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, ke
         Device arrays (``src_nodes`` starts with ``dst``).
     """
     dst = _as_device_ids(dst)
-    out_indptr, src, eids = sample_layer_cuda(graph, dst, fanout, replace, key, weighted)
+    out_indptr, src, eids = sample_layer_cuda(graph, dst, fanout, replace, key, weighted, excluded)
     src_nodes, local = relabel_cuda(dst, src)
     return out_indptr, src_nodes, local, eids

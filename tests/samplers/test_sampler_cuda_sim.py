@@ -51,11 +51,13 @@ SIM_SCRIPT = textwrap.dedent(
     weights = torch.from_numpy(rng.random(e) * (rng.random(e) < 0.7))
     cases = [(False, [-1, -1], None), (False, [3, 2], None), (False, [40, 5], None), (True, [2, 4], None),
              (False, [-1, 3], weights), (False, [2, 30], weights), (True, [3, 2], weights)]
+    excluded = torch.from_numpy(rng.integers(0, e, 150))
     for replace, fanouts, w in cases:
         cpu_s = NeighborSampler(graph, fanouts, replace=replace, weights=w, seed=9)
         gpu_s = NeighborSampler(graph, fanouts, replace=replace, weights=w, seed=9, device="cuda")
-        for call in range(2):
-            same(cpu_s.sample(seeds), gpu_s.sample(seeds), (replace, fanouts, w is not None, call))
+        for call, ex in enumerate((None, excluded)):  # the second call excludes edges (link prediction)
+            same(cpu_s.sample(seeds, exclude_eids=ex), gpu_s.sample(seeds, exclude_eids=ex),
+                 (replace, fanouts, w is not None, call))
         assert cpu_s.sampled_edges == gpu_s.sampled_edges
     # UVA: the graph read from mapped host memory gives the same blocks
     uva = NeighborSampler(graph, [4, 4], seed=3, device="cuda", uva=True)
@@ -92,8 +94,7 @@ SIM_SCRIPT = textwrap.dedent(
     assert np.array_equal(offs.copy_to_host(), np.concatenate([[0], np.cumsum(counts)]))
     # what the GPU path does not do yet says so
     s = NeighborSampler(graph, [2], seed=0, device="cuda")
-    for kwargs, word in ((dict(exclude_eids=torch.tensor([1])), "exclude_eids"),
-                         (dict(seed_times=torch.tensor([1] * 7)), "edge_times")):
+    for kwargs, word in ((dict(seed_times=torch.tensor([1] * 7)), "edge_times"),):
         try:
             s.sample(seeds, **kwargs)
         except ValueError as err:
@@ -123,10 +124,11 @@ PTX_SCRIPT = textwrap.dedent(
     sigs = {
         "scan_blocks": (any64, i64, i64, t.int64),
         "scan_add": (i64, i64, t.int64),
-        "plan_uniform": (i64, i64, t.int64, t.boolean, any64, any64, i64),
-        "plan_weighted": (i64, i64, t.int64, t.boolean, f32, any64, any64, any64, i64),
-        "choose_uniform": (i64, any64, any64, i64, t.int64, t.boolean, t.uint64, i64, i64),
-        "choose_weighted": (i64, any64, any64, any64, i64, t.int64, t.boolean, t.uint64, f32, i64, f64, i64),
+        "plan_uniform": (i64, i64, t.int64, t.boolean, i64, any64, any64, any64, any64, i64),
+        "plan_weighted": (i64, i64, t.int64, t.boolean, f32, i64, any64, any64, any64, any64, any64, i64),
+        "choose_uniform": (i64, any64, any64, any64, any64, i64, t.int64, t.boolean, t.uint64, i64, i64, i64),
+        "choose_weighted": (i64, any64, any64, any64, any64, any64, i64, t.int64, t.boolean, t.uint64, f32,
+                            i64, i64, f64, i64),
         "gather": (i32, i64, t.boolean, i64, i32, i64),
         "hash_insert": (i64, i32, i64, i64, t.int64),
         "hash_first": (i32, t.int64, i64, i64, t.int64, i64, i64),
