@@ -274,10 +274,10 @@ def run_node_classification(dataset: str = "cora", seeds: int = 1, epochs: int =
                             layers: int = 2, dropout: float = 0.5, lr: float = 0.01,
                             weight_decay: float = 5e-4, early_stopping: int | None = None,
                             device_budget: int | str | None = None, partition_bytes: int | str = "256MiB",
-                            root: str | os.PathLike | None = None,
+                            root: str | os.PathLike | None = None, first_seed: int = 0,
                             on_seed: Callable[[int, NodeClassificationResult], None] | None = None
                             ) -> NodeClassificationReport:
-    """Train Kipf and Welling's GCN on Cora or CiteSeer with seeds ``0 .. seeds-1``: the paper's protocol.
+    """Train Kipf and Welling's GCN on Cora or CiteSeer once per seed: the paper's protocol.
 
     Loads the Planetoid split, row-normalises the features (kept sparse), builds a `FullGraph` under a
     `MemoryManager` whose device budget is ``device_budget``, and runs `train_full_graph` per seed.
@@ -286,7 +286,8 @@ def run_node_classification(dataset: str = "cora", seeds: int = 1, epochs: int =
     ----------
     dataset : {"cora", "citeseer"}
     seeds : int
-        Number of runs (>= 1); run ``i`` seeds the model's initialisation and dropout with ``i``.
+        Number of runs (>= 1); run ``i`` seeds the model's initialisation and dropout with
+        ``first_seed + i``.
     epochs, hidden, layers, dropout, lr, weight_decay, early_stopping
         As in `GCN` and `train_full_graph` (defaults: the paper's).
     device_budget : int, str or None
@@ -295,6 +296,8 @@ def run_node_classification(dataset: str = "cora", seeds: int = 1, epochs: int =
         FullGraph's per-partition cap.
     root : path or None
         Data folder holding ``cora_citeseer/`` (default ``$GRAPHRL_DATA``).
+    first_seed : int
+        Seed of the first run.
     on_seed : callable or None
         Called as ``on_seed(seed, result)`` after each seed (progress output).
 
@@ -325,7 +328,7 @@ def run_node_classification(dataset: str = "cora", seeds: int = 1, epochs: int =
     with MemoryManager(budgets=budgets, device="cpu") as mm, \
             FullGraph(ds.graph, memory=mm, partition_bytes=partition_bytes) as fg:
         partitions = fg.num_partitions(hidden)
-        for seed in range(seeds):
+        for seed in range(first_seed, first_seed + seeds):
             model = GCN(ds.num_features, hidden, out_dim=ds.num_classes, layers=layers, dropout=dropout,
                         seed=seed)
             result = train_full_graph(model, fg, features, ds.labels, ds.train_mask, epochs=epochs, lr=lr,

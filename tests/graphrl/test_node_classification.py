@@ -139,3 +139,23 @@ def test_run_node_classification_reports_every_seed(data_root, one_thread):
     assert seen == [0, 1] and len(report.test_accs) == 2
     assert report.num_classes == 6 and report.partitions == 1 and report.device_peak_bytes > 0
     assert 0.4 < report.mean < 0.8 and report.std >= 0
+
+
+def test_cli_demo_node_classification(data_root):
+    from click.testing import CliRunner
+
+    from graphrl.cli import main
+
+    args = ["demo", "--task", "node-classification", "--dataset", "cora", "--seeds", "2", "--epochs", "40",
+            "--device-budget", "128KiB", "--data-root", str(data_root)]
+    result = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "seed 0: test accuracy" in out and "seed 1: test accuracy" in out
+    assert "cora test accuracy over 2 seed(s): " in out and "(paper 81.5 %)" in out
+    peak = int(out.split("device-tier peak ")[1].split(" bytes")[0].replace(",", ""))
+    assert 0 < peak <= 128 * 1024
+    bad = CliRunner().invoke(main, ["demo", "--task", "node-classification", "--dataset", "gowalla"])
+    assert bad.exit_code == 2 and "cora or citeseer" in bad.output
+    bad = CliRunner().invoke(main, ["demo", "--dataset", "citeseer"])
+    assert bad.exit_code == 2 and "gowalla or synthetic" in bad.output
