@@ -22,6 +22,12 @@ independent, so the core keeps many cache misses in flight):
    map entry 16 ids ahead is prefetched: the loop's store to the map otherwise keeps the core from
    overlapping enough of its random reads (30 % faster measured).
 
+Masked rows (edge weights and/or edge times, the "masked" rules of the reference) have their own
+planning pass (it counts each row's eligible edges) and choosing pass: rows of at most 64 eligible edges
+compute every exponential key and take the k smallest by a branch-free rank count; longer rows keep the
+k smallest in a heap and skip the logarithm of any position whose key provably cannot enter it; draws
+with replacement invert float64 prefix sums. The uniform path above is untouched by them.
+
 Threads. Passes 2 and 3 run per chunk of rows (about `CHUNK_EDGES` sampled edges each); relabelling
 is sequential (a parallel first-occurrence pass makes two threads write the same cache lines, which
 costs more than it saves on two cores, DESIGN §3) and is pipelined with them: the calling thread
