@@ -111,7 +111,6 @@ def test_weight_decay_reaches_the_first_layer_only():
     torch.testing.assert_close(model.convs[1].weight, model_no_decay.convs[1].weight, rtol=0, atol=0)
 
 
-@pytest.mark.slow
 def test_cora_accuracy_in_the_papers_band(data_root, one_thread):
     """Kipf and Welling report 81.5 % on Cora; 2 seeds of 200 epochs must average above 79.5 %."""
     ds = load_planetoid("cora", data_root)
