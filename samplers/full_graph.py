@@ -407,16 +407,16 @@ class FullGraph:
         n, d = h.shape
         itemsize = h.element_size()
         np_dtype = h.numpy().dtype
-        region = self._alloc((n, d), h.dtype, OWNER_VERTEX)
-        out = region.tensor()
-        weakref.finalize(out, _free_quietly, region)
-        if n == 0:
-            return out
         with self._lock:
             if self._closed:
                 raise ValueError("this FullGraph is closed")
             cap = self._cap()
-            bounds = self._bounds(op, d, itemsize, cap)
+            bounds = self._bounds(op, d, itemsize, cap) if n else np.zeros(1, np.int64)
+            region = self._alloc((n, d), h.dtype, OWNER_VERTEX)
+            out = region.tensor()
+            weakref.finalize(out, _free_quietly, region)
+            if n == 0:
+                return out
             sizes = [self._layout(op, int(bounds[i]), int(bounds[i + 1]), d, itemsize)[-1]
                      for i in range(bounds.shape[0] - 1)]
             buf = self._workspace_for(max(sizes), cap)
