@@ -9,7 +9,7 @@ forward pass over all nodes, the cross-entropy of all nodes, and the backward pa
 step). Both layers put the weight product where DGL does (before propagating when that narrows the
 features), so both propagate at the same widths.
 
-Cases, each in a fresh process (so that memory measurements do not see each other):
+Cases, each also in a fresh process of its own (so that memory measurements do not see each other):
 
 - ``ours``: no budget (one partition per propagation);
 - ``ours-budget``: the memory manager's device budget set to one quarter of the device-tier peak the
@@ -29,8 +29,11 @@ Peak memory, two ways:
   tracemalloc does not see torch's or DGL's allocations, and torch's profiler sees torch tensors
   only, hence RSS.
 
-Epoch times are the best of ``--epochs`` timed epochs after ``--warmup`` (the machine may be shared:
-the best epoch is the least disturbed one); the median is reported too. Run
+Epoch times come from a separate run that holds all cases in one process and times one epoch of
+each in turn for ``--epochs`` rounds (after ``--warmup``), so that load from other processes falls on
+all cases alike (on this shared machine, runs of the cases minutes apart differed by up to 1.6x); the
+best round of each case is reported (the least disturbed), and the median too. ``ours-budget`` there
+uses ``partition_bytes`` = the budget, which gives the same partitions as the budgeted manager. Run
 ``python benchmarks/full_graph.py --help``; results go to ``benchmarks/results/full_graph.json``.
 """
 
@@ -179,6 +182,61 @@ def worker(case: str, cfg: dict) -> dict:
     return out
 
 
+def interleaved(cfg: dict, cases: list[str]) -> dict[str, list[float]]:
+    """Epoch times of every case in one process, one epoch of each in turn, ``cfg["epochs"]`` rounds.
+
+    Load from other processes then falls on all cases alike. ``ours-budget`` uses its own `FullGraph`
+    with ``partition_bytes`` = the budget, which gives the partitions the budgeted manager gives.
+    """
+    from graphrl.dglshim import import_dgl
+    from graphrl.nn import GCN
+    from samplers import FullGraph
+
+    threads = cfg["threads"]
+    torch.set_num_threads(threads)
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    graph, x, y = _make_data(cfg["num_nodes"], cfg["num_edges"], cfg["in_degree"], cfg["features"],
+                             cfg["classes"], cfg["seed"])
+    dims = [cfg["features"]] + [cfg["hidden"]] * (cfg["layers"] - 1) + [cfg["classes"]]
+    steps = {}
+    model = GCN(dims[0], cfg["hidden"], out_dim=dims[-1], layers=cfg["layers"], dropout=0.0, seed=cfg["seed"])
+
+    def ours_step(fg):
+        def step():
+            model.zero_grad(set_to_none=True)
+            F.cross_entropy(model(fg, x), y).backward()
+        return step
+
+    if "ours" in cases:
+        steps["ours"] = ours_step(FullGraph(graph, partition_bytes=None))
+    if "ours-budget" in cases:
+        steps["ours-budget"] = ours_step(FullGraph(graph, partition_bytes=cfg["device_budget"]))
+    if "dgl" in cases:
+        dgl = import_dgl()
+        dgl.utils.set_num_threads(threads)
+        import dgl.nn.pytorch as dgl_nn
+
+        g = _dgl_graph(dgl, graph)
+        torch.manual_seed(cfg["seed"])
+        dgl_model = _DGLGCN(dgl_nn, dims)
+
+        def dgl_step():
+            dgl_model.zero_grad(set_to_none=True)
+            F.cross_entropy(dgl_model(g, x), y).backward()
+
+        steps["dgl"] = dgl_step
+    for _ in range(cfg["warmup"]):
+        for step in steps.values():
+            step()
+    times: dict[str, list[float]] = {case: [] for case in steps}
+    for _ in range(cfg["epochs"]):
+        for case, step in steps.items():
+            t0 = time.perf_counter()
+            step()
+            times[case].append(time.perf_counter() - t0)
+    return times
+
+
 def _run_case(case: str, cfg: dict) -> dict:
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072", PYTHONPATH=str(REPO))
     cmd = [sys.executable, __file__, "--worker", case, "--config", json.dumps(cfg)]
@@ -223,7 +281,10 @@ def _fmt_mb(n: float | None) -> str:
 @click.option("--hidden", default=128, show_default=True)
 @click.option("--classes", default=16, show_default=True)
 @click.option("--layers", default=2, show_default=True)
-@click.option("--epochs", default=5, show_default=True, help="Timed epochs per case.")
+@click.option("--epochs", default=5, show_default=True,
+              help="Timed rounds of the interleaved run (one epoch of each case per round).")
+@click.option("--memory-epochs", default=2, show_default=True,
+              help="Timed epochs of each case's own process (memory measurements).")
 @click.option("--warmup", default=1, show_default=True, help="Untimed epochs first (JIT, allocations).")
 @click.option("--cases", default=",".join(CASES), show_default=True, help="Comma-separated subset.")
 @click.option("--budget-fraction", default=0.25, show_default=True,
@@ -235,11 +296,15 @@ def _fmt_mb(n: float | None) -> str:
 @click.option("--worker", "worker_case", default=None, hidden=True)
 @click.option("--config", default=None, hidden=True)
 def main(scale: float, in_degree: str, features: int, hidden: int, classes: int, layers: int, epochs: int,
-         warmup: int, cases: str, budget_fraction: float, threads: int | None, seed: int, output: str,
-         worker_case: str | None, config: str | None) -> None:
+         memory_epochs: int, warmup: int, cases: str, budget_fraction: float, threads: int | None, seed: int,
+         output: str, worker_case: str | None, config: str | None) -> None:
     """Epoch time and peak memory of our full-graph GCN vs DGL's GraphConv, unbudgeted and budgeted."""
     if worker_case is not None:  # child process: one case, result as the last line of stdout
-        click.echo(json.dumps(worker(worker_case, json.loads(config))))
+        cfg = json.loads(config)
+        if worker_case.startswith("interleaved:"):
+            click.echo(json.dumps(interleaved(cfg, worker_case.split(":", 1)[1].split(","))))
+        else:
+            click.echo(json.dumps(worker(worker_case, cfg)))
         return
     names = [c.strip() for c in cases.split(",") if c.strip()]
     unknown = set(names) - set(CASES)
@@ -248,61 +313,69 @@ def main(scale: float, in_degree: str, features: int, hidden: int, classes: int,
     threads = threads or os.cpu_count() or 1
     cfg = {"num_nodes": int(1_000_000 * scale), "num_edges": int(20_000_000 * scale),
            "in_degree": in_degree, "features": features, "hidden": hidden, "classes": classes,
-           "layers": layers, "epochs": epochs, "warmup": warmup, "threads": threads, "seed": seed}
+           "layers": layers, "epochs": memory_epochs, "warmup": warmup, "threads": threads, "seed": seed}
     label = f"{in_degree} {cfg['num_nodes']:,}/{cfg['num_edges']:,} d{features}"
     load_start = os.getloadavg()[0]
     diff = None
     if "dgl" in names:
         diff = check_against_dgl(seed)
         click.echo(f"check: one GraphConv forward, ours vs DGL, max abs difference {diff:.2e}", err=True)
+    # 1. each case in its own process: memory (device-tier peak, RSS)
     results: dict[str, dict] = {}
+    budget = None
     for case in names:
         case_cfg = dict(cfg)
         if case == "ours-budget":
             if "ours" not in results:
                 results["ours"] = _run_case("ours", cfg)
-            peak = results["ours"]["device_peak_bytes"]
-            case_cfg["device_budget"] = max(int(peak * budget_fraction), 1)
+            budget = max(int(results["ours"]["device_peak_bytes"] * budget_fraction), 1)
+            case_cfg["device_budget"] = budget
         if case not in results:
-            click.echo(f"running {case} on {label} ...", err=True)
+            click.echo(f"memory run: {case} on {label} ...", err=True)
             results[case] = _run_case(case, case_cfg)
-    dgl_res = results.get("dgl")
-    base = results.get("ours")
+    # 2. one process, the cases' epochs in turn: times under the same load
+    click.echo(f"timing run: {', '.join(names)} interleaved, {epochs} rounds ...", err=True)
+    timing = _run_case("interleaved:" + ",".join(names), dict(cfg, epochs=epochs, device_budget=budget))
+    best = {case: min(t) for case, t in timing.items()}
+    median = {case: statistics.median(t) for case, t in timing.items()}
+    for case in names:
+        results[case]["interleaved_epoch_seconds"] = timing[case]
+
     rows = []
-    click.echo(f"\n{label}, GCN {features}->{hidden}->{classes}, {threads} threads, best of {epochs} epochs "
-               "(forward + backward)")
+    click.echo(f"\n{label}, GCN {features}->{hidden}->{classes}, {threads} threads; epoch = forward + "
+               f"backward; times: best of {epochs} interleaved rounds (median)")
     click.echo(f"{'case':<13} {'epoch s':>8} {'median s':>9} {'vs dgl':>7} {'vs ours':>8} "
                f"{'device peak MiB':>16} {'budget MiB':>11} {'partitions':>11} {'RSS rise MiB':>13} "
                f"{'peak RSS MiB':>13}")
+    dgl_res = results.get("dgl")
     for case in names:
         r = results[case]
-        vs_dgl = r["epoch_seconds_best"] / dgl_res["epoch_seconds_best"] if dgl_res else None
-        vs_ours = r["epoch_seconds_best"] / base["epoch_seconds_best"] if base and case != "dgl" else None
+        vs_dgl = best[case] / best["dgl"] if "dgl" in best else None
+        vs_ours = best[case] / best["ours"] if "ours" in best and case != "dgl" else None
         parts = ",".join(f"{w}:{p}" for w, p in r.get("partitions", {}).items()) or "-"
         t_dgl = "-" if vs_dgl is None else f"{vs_dgl:.2f}"
         t_ours = "-" if vs_ours is None else f"{vs_ours:.2f}"
-        click.echo(f"{case:<13} {r['epoch_seconds_best']:>8.3f} {r['epoch_seconds_median']:>9.3f} "
-                   f"{t_dgl:>7} {t_ours:>8} "
+        click.echo(f"{case:<13} {best[case]:>8.3f} {median[case]:>9.3f} {t_dgl:>7} {t_ours:>8} "
                    f"{_fmt_mb(r.get('device_peak_bytes')):>16} {_fmt_mb(r.get('device_budget_bytes')):>11} "
                    f"{parts:>11} {_fmt_mb(r.get('epoch_rss_rise_bytes')):>13} "
                    f"{_fmt_mb(r['peak_rss_kib'] * 1024):>13}")
         if case == "dgl":
             continue
-        row = {"case": f"{label} {case}", "metric": "epoch_seconds", "ours": r["epoch_seconds_best"],
-               "baseline": dgl_res["system"] if dgl_res else None,
-               "baseline_value": dgl_res["epoch_seconds_best"] if dgl_res else None,
-               "ratio": (dgl_res["epoch_seconds_best"] / r["epoch_seconds_best"]) if dgl_res else None,
-               "ours_median": r["epoch_seconds_median"],
-               "baseline_median": dgl_res["epoch_seconds_median"] if dgl_res else None,
-               "time_vs_unbudgeted": vs_ours,
-               "device_peak_bytes": r["device_peak_bytes"], "device_budget_bytes": r["device_budget_bytes"],
-               "partitions": r["partitions"],
-               "epoch_rss_rise_bytes": r["epoch_rss_rise_bytes"], "peak_rss_bytes": r["peak_rss_kib"] * 1024,
-               "baseline_epoch_rss_rise_bytes": dgl_res["epoch_rss_rise_bytes"] if dgl_res else None,
-               "baseline_peak_rss_bytes": dgl_res["peak_rss_kib"] * 1024 if dgl_res else None}
-        rows.append(row)
-    click.echo("ratio in the JSON = DGL time / ours (> 1: ours faster); RSS rise = peak RSS during the timed "
-               "epochs minus RSS before them")
+        rows.append({
+            "case": f"{label} {case}", "metric": "epoch_seconds", "ours": best[case],
+            "baseline": dgl_res["system"] if dgl_res else None,
+            "baseline_value": best.get("dgl"),
+            "ratio": best["dgl"] / best[case] if "dgl" in best else None,
+            "ours_median": median[case], "baseline_median": median.get("dgl"),
+            "time_vs_unbudgeted": vs_ours,
+            "device_peak_bytes": r["device_peak_bytes"], "device_budget_bytes": r["device_budget_bytes"],
+            "partitions": r["partitions"],
+            "epoch_rss_rise_bytes": r["epoch_rss_rise_bytes"], "peak_rss_bytes": r["peak_rss_kib"] * 1024,
+            "baseline_epoch_rss_rise_bytes": dgl_res["epoch_rss_rise_bytes"] if dgl_res else None,
+            "baseline_peak_rss_bytes": dgl_res["peak_rss_kib"] * 1024 if dgl_res else None})
+    click.echo("JSON ratio = DGL time / ours (> 1: ours faster). RSS rise = peak RSS during a case's own "
+               "timed epochs minus its RSS before them; device peak = the manager's device tier (host memory "
+               "here)")
     result = {
         "benchmark": "full_graph",
         "machine": {
@@ -317,7 +390,7 @@ def main(scale: float, in_degree: str, features: int, hidden: int, classes: int,
             "load_average_1min_start": load_start,
             "load_average_1min": os.getloadavg()[0],
         },
-        "config": cfg,
+        "config": dict(cfg, timed_rounds=epochs, memory_epochs=memory_epochs),
         "check_max_abs_diff_vs_dgl": diff,
         "rows": rows,
         "cases": results,
