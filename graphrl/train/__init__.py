@@ -1,4 +1,5 @@
-"""Trainers: link prediction with BPR on sampled blocks, and full-ranking recommendation metrics."""
+"""Trainers: link prediction with BPR on sampled blocks, full-ranking recommendation metrics, and a
+distributed DQN learner on replayed windows (`graphrl.train.rl`)."""
 
 from graphrl.train.link_prediction import (
     LinkPredictionConfig,
@@ -27,27 +28,45 @@ from graphrl.train.node_classification import (
     run_node_classification,
     train_full_graph,
 )
+from graphrl.train.rl import (
+    DQNLearner,
+    RLConfig,
+    RLReport,
+    SharedWeights,
+    dqn_loss,
+    n_step_targets,
+    run_rl,
+    window_priorities,
+)
 
 __all__ = [
+    "DQNLearner",
     "LinkPredictionConfig",
     "LinkPredictionReport",
     "NodeClassificationReport",
     "NodeClassificationResult",
+    "RLConfig",
+    "RLReport",
     "RankingResult",
+    "SharedWeights",
     "TrainStats",
     "accuracy",
     "bpr_loss",
     "csr_from_pairs",
+    "dqn_loss",
     "evaluate_model",
     "evaluate_popularity",
     "evaluate_ranking",
     "l2_penalty",
+    "n_step_targets",
     "ndcg_recall_from_topk",
     "popularity_scores",
     "row_normalize",
     "run_link_prediction",
     "run_node_classification",
+    "run_rl",
     "topk_items",
     "train_bpr",
     "train_full_graph",
+    "window_priorities",
 ]
