@@ -304,7 +304,10 @@ class CSCGraph:
 
     # ------------------------------------------------------------- validation
     def validate(self) -> CSCGraph:
-        """Check the CSC invariants once; return ``self``.
+        """Check the CSC invariants; return ``self``. A graph that passed is not checked again.
+
+        Samplers call this on the graph they are given, so a hand-built ``CSCGraph(...)`` with bad arrays
+        is refused before any kernel reads it.
 
         Raises
         ------
@@ -315,6 +318,8 @@ class CSCGraph:
         TypeError
             ``indptr`` is not int64 or ``indices`` is not int32/int64.
         """
+        if self.__dict__.get("_validated", False):
+            return self
         if self.indptr.dtype != torch.int64 or self.indptr.dim() != 1 or self.indptr.numel() < 1:
             raise TypeError(f"indptr must be a 1-D int64 tensor of length N + 1, got {self.indptr.dtype} "
                             f"shape {tuple(self.indptr.shape)}")
@@ -331,13 +336,21 @@ class CSCGraph:
         if indptr[-1] != self.num_edges:
             raise ValueError(f"indptr[-1]={int(indptr[-1])} must equal len(indices)={self.num_edges}")
         _check_ids("indices", self.indices.numpy(), self.num_nodes)
-        if self.edge_ids is not None and tuple(self.edge_ids.shape) != (self.num_edges,):
-            raise ValueError(f"edge_ids must have shape [{self.num_edges}], got {tuple(self.edge_ids.shape)}")
+        if self.edge_ids is not None:
+            if tuple(self.edge_ids.shape) != (self.num_edges,):
+                raise ValueError(f"edge_ids must have shape [{self.num_edges}], "
+                                 f"got {tuple(self.edge_ids.shape)}")
+            eids = self.edge_ids.detach().cpu().numpy()
+            if eids.size and (eids.min() < 0 or eids.max() >= self.num_edges
+                              or (np.bincount(eids, minlength=self.num_edges) != 1).any()):
+                raise ValueError(f"edge_ids must be a permutation of [0, num_edges={self.num_edges}): every "
+                                 "edge id exactly once")
         if self.weights is not None:
             _check_weights("weights", self.weights.numpy(), self.num_edges)
         if self.node_type is not None and tuple(self.node_type.shape) != (self.num_nodes,):
             raise ValueError(f"node_type must have shape [{self.num_nodes}], "
                              f"got {tuple(self.node_type.shape)}")
+        object.__setattr__(self, "_validated", True)  # frozen dataclass: a cache flag, not a field
         return self
 
     # --------------------------------------------------------------- builders

@@ -163,16 +163,23 @@ class NeighborSampler:
                  seed: int | None = None, *, edge_times=None, device="cpu", uva: bool | None = None) -> None:
         if not isinstance(graph, CSCGraph):
             raise TypeError(f"graph must be a CSCGraph, got {type(graph).__name__}")
+        graph.validate()  # once per graph: kernels trust indptr/indices/edge_ids from here on
+        if isinstance(fanouts, (str, bytes)) or not isinstance(fanouts, Sequence):
+            raise TypeError(f"fanouts must be a sequence of ints such as [15, 10, 5], got {fanouts!r}")
         fanouts = list(fanouts)
         if not fanouts:
             raise ValueError("fanouts must have at least one layer, got []")
         for i, k in enumerate(fanouts):
-            if isinstance(k, bool) or int(k) != k:
+            if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
                 raise TypeError(f"fanouts[{i}] must be an int, got {k!r}")
             if k < -1:
                 raise ValueError(f"fanouts[{i}]={k}: a fanout must be >= 0, or -1 for every neighbour")
-        if seed is not None and (isinstance(seed, bool) or int(seed) != seed):
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
             raise TypeError(f"seed must be an int or None, got {seed!r}")
+        if seed is not None and not 0 <= seed < 2**64:
+            raise ValueError(f"seed must be in [0, 2**64), got {seed}")
+        if not isinstance(replace, (bool, np.bool_)):
+            raise TypeError(f"replace must be a bool, got {replace!r}")
         self.graph = graph
         self.fanouts = [int(k) for k in fanouts]
         self.replace = bool(replace)

@@ -1111,6 +1111,10 @@ def sample_block(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray |
         return out_indptr, src_nodes[:n], local, eids, _from_time_keys(tkeys[:n], row_time.dtype)
     base = workspace.reserve(d_count + nnz)
     node_map = workspace.node_map
+    # Entries this layer writes lie in [base, base + d_count + nnz). If anything raises part way (a
+    # helper's error, KeyboardInterrupt between chunks), advance past that whole range so the next call
+    # cannot read half-written entries as valid.
+    workspace.base = base + d_count + nnz
     n = _relabel_dst(dst, node_map, base, src_nodes)
     if nnz:
         task = _Task(lambda i: fn(bounds[i], bounds[i + 1]), bounds.shape[0] - 1)
