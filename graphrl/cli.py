@@ -1,4 +1,4 @@
-"""The ``graphrl`` command: ``demo`` trains a recommender on Gowalla; ``info`` describes the setup.
+"""The ``graphrl`` command: ``demo`` runs the demo tasks (recommender, node classification, RL); ``info``.
 
 This module prints (through click); library code only logs.
 """
@@ -44,16 +44,22 @@ def main() -> None:
     """graphrl: GNN training fed by our own neighbour sampler, and trajectory replay for RL."""
 
 
+# demo tasks and their default --minutes (None: not timed); --task all runs them in this order
+DEMO_TASKS = {"recommend": 1.5, "node-classification": None, "rl": 1.75}
+
+
 @main.command()
-@click.option("--task", type=click.Choice(["recommend", "node-classification"]), default="recommend",
-              show_default=True,
+@click.option("--task", type=click.Choice([*DEMO_TASKS, "all"]), default="all", show_default=True,
               help="recommend: LightGCN on Gowalla with our samplers; node-classification: full-graph GCN "
-                   "on Cora/CiteSeer under a device budget (Kipf and Welling's setting).")
+                   "on Cora/CiteSeer under a device budget (Kipf and Welling's setting); rl: actor processes "
+                   "on CartPole-v1, our replay store, a transformer DQN learner; all: each in turn (with "
+                   "defaults, under 5 minutes on 2 cores).")
 @click.option("--dataset", type=click.Choice(["gowalla", "synthetic", "cora", "citeseer"]), default=None,
               help="recommend: gowalla (default; falls back to synthetic if its files are missing) or a "
                    "synthetic power-law set; node-classification: cora (default) or citeseer.")
-@click.option("--minutes", type=click.FloatRange(min=0, min_open=True), default=3.0, show_default=True,
-              help="Training wall-clock budget; loading, JIT and evaluation add about a minute.")
+@click.option("--minutes", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Wall-clock budget of each timed task: recommend's training (default 1.5; loading, JIT "
+                   "and evaluation add about half a minute), rl's whole run (default 1.75).")
 @click.option("--epochs", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Also stop after this many epochs.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=8192, show_default=True,
@@ -76,19 +82,44 @@ def main() -> None:
 @click.option("--device-budget", default=None,
               help="node-classification: the memory manager's device-tier budget, e.g. '256KiB'.")
 @click.pass_context
-def demo(ctx: click.Context, task: str, dataset: str | None, minutes: float, epochs: float | None,
+def demo(ctx: click.Context, task: str, dataset: str | None, minutes: float | None, epochs: float | None,
          batch_size: int, fanouts: str, lr: float, embedding_dim: int, exclude: str, seed: int,
          data_root: str | None, synthetic_size: str, seeds: int, device_budget: str | None) -> None:
-    """Train LightGCN with BPR on Gowalla through our samplers; print recall@20, NDCG@20 and throughput.
+    """Run the demo tasks: by default all of them in turn, within 5 minutes on 2 cores.
 
-    With ``--task node-classification``: train a full-graph GCN on Cora or CiteSeer and print the test
-    accuracy over ``--seeds`` runs against the paper's.
+    recommend: LightGCN with BPR on Gowalla through our samplers; prints recall@20, NDCG@20 and
+    throughput. node-classification: a full-graph GCN on Cora or CiteSeer; prints the test accuracy over
+    ``--seeds`` runs against the paper's. rl: actor processes play CartPole-v1 into our replay store and a
+    transformer DQN learns from it; prints the moving-average return and the replay throughput. With
+    ``--task all``, ``--dataset``, ``--epochs`` and ``--lr`` apply to recommend, and node-classification
+    runs with its defaults.
     """
-    if task == "node-classification":
-        default_lr = ctx.get_parameter_source("lr") is click.core.ParameterSource.DEFAULT
-        _demo_node_classification(dataset or "cora", 200 if epochs is None else max(1, round(epochs)),
-                                  0.01 if default_lr else lr, seed, seeds, device_budget, data_root)
-        return
+    tasks = list(DEMO_TASKS) if task == "all" else [task]
+    t_demo = time.perf_counter()
+    for name in tasks:
+        if len(tasks) > 1:
+            click.echo(f"== {name} ==")
+        budget = minutes if minutes is not None else DEMO_TASKS[name]
+        if name == "node-classification":
+            if task == "all":
+                _demo_node_classification("cora", 200, 0.01, seed, seeds, device_budget, data_root)
+                continue
+            default_lr = ctx.get_parameter_source("lr") is click.core.ParameterSource.DEFAULT
+            _demo_node_classification(dataset or "cora", 200 if epochs is None else max(1, round(epochs)),
+                                      0.01 if default_lr else lr, seed, seeds, device_budget, data_root)
+        elif name == "rl":
+            _demo_rl(budget, seed)
+        else:
+            _demo_recommend(dataset, budget, epochs, batch_size, fanouts, lr, embedding_dim, exclude, seed,
+                            data_root, synthetic_size)
+    if len(tasks) > 1:
+        click.echo(f"demo total wall time {time.perf_counter() - t_demo:.1f} s")
+
+
+def _demo_recommend(dataset: str | None, minutes: float, epochs: float | None, batch_size: int, fanouts: str,
+                    lr: float, embedding_dim: int, exclude: str, seed: int, data_root: str | None,
+                    synthetic_size: str) -> None:
+    """``demo --task recommend``: LightGCN with BPR on Gowalla (or synthetic data) through our samplers."""
     dataset = dataset or "gowalla"
     if dataset not in ("gowalla", "synthetic"):
         raise click.BadParameter(f"{dataset!r} is a node-classification data set; the recommend task takes "
@@ -186,6 +217,35 @@ def _demo_node_classification(dataset: str, epochs: int, lr: float, seed: int, s
     click.echo(f"{report.dataset} test accuracy over {seeds} seed(s): {100 * report.mean:.1f} +- "
                f"{100 * report.std:.1f} % (paper {paper} %); {report.seconds:.1f} s; device-tier peak "
                f"{report.device_peak_bytes:,} bytes")
+
+
+def _demo_rl(minutes: float, seed: int) -> None:
+    """``demo --task rl``: distributed DQN with a causal transformer Q-network on CartPole-v1."""
+    from graphrl.train.rl import RLConfig, moving_average, run_rl
+
+    config = RLConfig(minutes=minutes, seed=seed)
+    click.echo(f"task: RL on {config.env_id}: {config.num_actors} actor processes x {config.envs_per_actor} "
+               f"envs, epsilon-greedy {config.eps_start:g} -> {config.eps_end:g}; replay store "
+               f"{config.capacity_steps:,} steps in {config.num_shards} shared-memory shards, Prioritized"
+               f"({config.priority_exponent:g}), SampleToInsertRatio({config.samples_per_insert:g}); "
+               f"learner: double DQN, {config.n_step}-step targets in windows of {config.window}, batch "
+               f"{config.batch_size}, causal transformer Q-network (d_model {config.d_model}, "
+               f"{config.num_layers} layer(s)); budget {minutes:g} min")
+    try:
+        report = run_rl(config, progress=True)
+    except ValueError as err:
+        raise click.UsageError(str(err)) from None
+    except RuntimeError as err:
+        raise click.ClickException(str(err)) from None
+    n = config.avg_episodes
+    click.echo(f"rl ran {report.seconds:.1f} s: {report.episodes:,} episodes, {report.env_steps:,} env "
+               f"steps, {report.updates:,} updates; stopped by {report.stopped_by}")
+    click.echo(f"rl return (moving average of {n} episodes): {report.moving_average:.1f} at the end, "
+               f"best {report.best_moving_average:.1f}; first {min(n, report.episodes)} episodes "
+               f"{moving_average(report.returns[:n], n):.1f} (a random policy averages ~22)")
+    click.echo(f"rl throughput: {report.inserted_steps_per_s:,.0f} steps/s inserted, "
+               f"{report.windows_per_s:,.0f} windows/s sampled "
+               f"({report.windows_per_s * config.window:,.0f} window steps/s)")
 
 
 def _memory_summary(stats: dict) -> str:

@@ -918,7 +918,7 @@ def run_rl(config: RLConfig | None = None, progress: bool = True) -> RLReport:
             procs.append(p)
         budget = 60.0 * config.minutes
         bar = tqdm(total=round(budget), unit="s", desc="rl", disable=not progress, leave=True,
-                   bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s {postfix}")
+                   bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s{postfix}")
 
         def drain() -> None:
             nonlocal best

@@ -11,7 +11,7 @@ from graphrl import __version__
 from graphrl.cli import main
 
 TINY = ["--synthetic-size", "300,400,6000", "--epochs", "1", "--batch-size", "512", "--fanouts", "4,4",
-        "--dim", "16"]
+        "--dim", "16", "--task", "recommend"]
 
 
 def run(args, env=None):
@@ -68,6 +68,6 @@ def test_demo_reads_graphrl_data_when_no_root_is_given(tmp_path):
     (["--dataset", "cora"], "--dataset"),
 ])
 def test_demo_rejects_bad_options(args, name):
-    result = run(["demo", "--dataset", "synthetic", "--epochs", "1", *args])
+    result = run(["demo", "--task", "recommend", "--dataset", "synthetic", "--epochs", "1", *args])
     assert result.exit_code == 2
     assert name in result.output
