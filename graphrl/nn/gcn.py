@@ -99,10 +99,10 @@ class GraphConv(nn.Module):
         torch.Tensor, shape [N, out_dim]
         """
         if self.in_dim > self.out_dim:
-            out = fg.propagate(_matmul(x, self.weight))
-        else:
-            out = fg.propagate(x.to_dense() if x.is_sparse else x) @ self.weight
-        return out + self.bias if self.bias is not None else out
+            out = fg.propagate(_matmul(x, self.weight))  # a fresh tensor that nothing saved: add in place
+            return out.add_(self.bias) if self.bias is not None else out
+        h = fg.propagate(x.to_dense() if x.is_sparse else x)
+        return torch.addmm(self.bias, h, self.weight) if self.bias is not None else h @ self.weight
 
     def extra_repr(self) -> str:
         return f"{self.in_dim}, {self.out_dim}, bias={self.bias is not None}"
@@ -184,5 +184,5 @@ class GCN(nn.Module):
                 h = _dropout(h, self.dropout, self.generator)
             h = conv(fg, h)
             if i + 1 < len(self.convs):
-                h = torch.relu(h)
+                h = torch.relu_(h)  # in place: the layer's output is fresh and unsaved (one pass less)
         return h

@@ -57,6 +57,23 @@ def test_graph_conv_equals_dense_formula(dims):
         torch.testing.assert_close(conv(fg, x_sparse.to_sparse()), conv(fg, x_sparse))
 
 
+@pytest.mark.parametrize("dims", [(6, 3), (3, 6)])
+def test_gcn_gradients(dims):
+    graph = tiny()
+    model = GCN(dims[0], dims[1], out_dim=2, layers=2, dropout=0.0, seed=0).double()
+    with FullGraph(graph) as fg:
+        x = torch.randn(5, dims[0], dtype=torch.float64, requires_grad=True)
+        params = tuple(model.parameters())
+        assert torch.autograd.gradcheck(lambda x: model(fg, x), (x,))
+        out = model(fg, x).square().sum()
+        grads = torch.autograd.grad(out, params)
+        p_dense = dense_p(graph)
+        w1, b1, w2, b2 = (p.detach().clone().requires_grad_() for p in params)
+        ref = (p_dense @ torch.relu(p_dense @ x @ w1 + b1) @ w2 + b2).square().sum()
+        for g, r in zip(grads, torch.autograd.grad(ref, (w1, b1, w2, b2)), strict=True):
+            torch.testing.assert_close(g, r)
+
+
 def test_glorot_init_and_seeded_dropout_are_reproducible():
     a, b = GCN(100, 16, out_dim=7, seed=3), GCN(100, 16, out_dim=7, seed=3)
     bound = (6 / (100 + 16)) ** 0.5
