@@ -173,5 +173,5 @@ def test_cli_demo_node_classification(data_root):
     assert 0 < peak <= 128 * 1024
     bad = CliRunner().invoke(main, ["demo", "--task", "node-classification", "--dataset", "gowalla"])
     assert bad.exit_code == 2 and "cora or citeseer" in bad.output
-    bad = CliRunner().invoke(main, ["demo", "--dataset", "citeseer"])
+    bad = CliRunner().invoke(main, ["demo", "--task", "recommend", "--dataset", "citeseer"])
     assert bad.exit_code == 2 and "gowalla or synthetic" in bad.output
