@@ -19,7 +19,8 @@ What happens, top to bottom:
    its weights every few updates.
 
 A random policy averages about 22 steps per episode; the 100-episode moving average rises well above
-150 within the default budget (the score can wobble later, as DQN's does on CartPole).
+150 within the default budget, and the run stops once it reaches 195 (CartPole-v0's "solved"; pass
+``--target-return 0`` to use the whole budget: the score can wobble later, as DQN's does on CartPole).
 
 References: DQN (Mnih et al., Nature 2015); Double DQN (van Hasselt et al., AAAI 2016); PER (Schaul
 et al., ICLR 2016); Ape-X (Horgan et al., ICLR 2018); R2D2 (Kapturowski et al., ICLR 2019) for
@@ -56,13 +57,16 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--layers", type=int, default=1)
     p.add_argument("--lr", type=float, default=1e-3, help="Adam, annealed linearly to --lr-end")
     p.add_argument("--lr-end", type=float, default=1e-4)
-    p.add_argument("--gamma", type=float, default=0.99)
+    p.add_argument("--gamma", type=float, default=0.98)
     p.add_argument("--n-step", type=int, default=3)
     p.add_argument("--target-update", type=int, default=100, help="updates between target-network copies")
     p.add_argument("--samples-per-insert", type=float, default=16.0, help="replay ratio (steps)")
     p.add_argument("--min-size", type=int, default=1000, help="steps stored before learning starts")
     p.add_argument("--capacity", type=int, default=1_000_000, help="replay capacity (steps)")
     p.add_argument("--eps-steps", type=int, default=10_000, help="env steps to anneal epsilon 1 -> 0.02")
+    p.add_argument("--target-return", type=float, default=195.0,
+                   help="stop once the 100-episode average return reaches it (CartPole-v0's 'solved'); "
+                        "0: never")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args()
 
@@ -162,7 +166,8 @@ def main() -> None:
     best = 0.0
     bar = tqdm(total=round(budget), unit="s", bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s{postfix}")
     t_learn = None
-    while (now := time.perf_counter()) - t_start < budget:
+    solved = False
+    while (now := time.perf_counter()) - t_start < budget and not solved:
         frac = (now - t_start) / budget
         try:  # windows of `window` steps starting at prioritised anchors, padded at the tail
             batch = store.sample(args.batch_size, window=args.window, pad="tail", timeout=1.0,
@@ -183,6 +188,7 @@ def main() -> None:
                 break
         if len(returns) >= 100:
             best = max(best, moving_average(returns, 100))
+            solved = 0 < args.target_return <= moving_average(returns, 100)
         if learner.updates % 50 == 0:
             bar.n = min(bar.total, time.perf_counter() - t_start)
             bar.set_postfix_str(f"return(avg100)={moving_average(returns, 100):.1f} episodes={len(returns)} "
@@ -201,8 +207,9 @@ def main() -> None:
 
     seconds = time.perf_counter() - t_start
     learn_seconds = time.perf_counter() - (t_learn or t_start)
+    stopped = f" (stopped at a 100-episode average of {args.target_return:g})" if solved else ""
     print(f"{len(returns):,} episodes, {inserted:,} env steps, {learner.updates:,} updates in "
-          f"{seconds:.1f} s")
+          f"{seconds:.1f} s{stopped}")
     print(f"return, moving average of 100 episodes: {moving_average(returns, 100):.1f} at the end, best "
           f"{best:.1f}; first 100 episodes {moving_average(returns[:100], 100):.1f} (random ~22)")
     print(f"throughput: {inserted / seconds:,.0f} steps/s inserted, "

@@ -223,14 +223,15 @@ def _demo_rl(minutes: float, seed: int) -> None:
     """``demo --task rl``: distributed DQN with a causal transformer Q-network on CartPole-v1."""
     from graphrl.train.rl import RLConfig, moving_average, run_rl
 
-    config = RLConfig(minutes=minutes, seed=seed)
+    config = RLConfig(minutes=minutes, seed=seed, target_return=195.0)  # CartPole-v0's "solved"
     click.echo(f"task: RL on {config.env_id}: {config.num_actors} actor processes x {config.envs_per_actor} "
                f"envs, epsilon-greedy {config.eps_start:g} -> {config.eps_end:g}; replay store "
                f"{config.capacity_steps:,} steps in {config.num_shards} shared-memory shards, Prioritized"
                f"({config.priority_exponent:g}), SampleToInsertRatio({config.samples_per_insert:g}); "
                f"learner: double DQN, {config.n_step}-step targets in windows of {config.window}, batch "
                f"{config.batch_size}, causal transformer Q-network (d_model {config.d_model}, "
-               f"{config.num_layers} layer(s)); budget {minutes:g} min")
+               f"{config.num_layers} layer(s)); budget {minutes:g} min or a {config.avg_episodes}-episode "
+               f"average return of {config.target_return:g}")
     try:
         report = run_rl(config, progress=True)
     except ValueError as err:

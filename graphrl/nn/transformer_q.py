@@ -161,7 +161,10 @@ class TransformerQNetwork(nn.Module):
     @torch.no_grad()
     def _init(self, seed: int | None) -> None:
         gen = torch.Generator()
-        gen.manual_seed(seed if seed is not None else torch.seed())
+        if seed is None:
+            gen.seed()  # a fresh nondeterministic seed for this generator only (global state untouched)
+        else:
+            gen.manual_seed(seed)
         for name, p in self.named_parameters():
             if name.endswith("bias"):
                 p.zero_()

@@ -274,8 +274,8 @@ def test_cli_demo_rl_prints_its_lines():
     out = result.output
     assert re.search(r"^task: RL on CartPole-v1: 2 actor processes x 4 envs", out, re.M)
     # (the progress bar on stderr may end without a newline in CliRunner's merged output: no ^ here)
-    assert re.search(r"rl ran [\d.]+ s: [\d,]+ episodes, [\d,]+ env steps, [\d,]+ updates; stopped by time$",
-                     out, re.M), out
+    assert re.search(r"rl ran [\d.]+ s: [\d,]+ episodes, [\d,]+ env steps, [\d,]+ updates; "
+                     r"stopped by (time|target_return)$", out, re.M), out
     m = re.search(r"^rl return \(moving average of 100 episodes\): ([\d.]+) at the end, best ([\d.]+|nan); "
                   r"first \d+ episodes ([\d.]+) \(a random policy averages ~22\)$", out, re.M)
     assert m, out
