@@ -224,7 +224,8 @@ def _fmt(nbytes: int) -> str:
     return human if unit == "B" else f"{human} ({nbytes} bytes)"
 
 
-_TORCH_TO_NUMPY: dict[torch.dtype, np.dtype] = {
+# The dtypes that have both a torch and a numpy form (one table for the core and both engines).
+TORCH_TO_NUMPY: dict[torch.dtype, np.dtype] = {
     torch.bool: np.dtype(np.bool_),
     torch.uint8: np.dtype(np.uint8),
     torch.int8: np.dtype(np.int8),
@@ -240,7 +241,7 @@ _TORCH_TO_NUMPY: dict[torch.dtype, np.dtype] = {
     torch.complex64: np.dtype(np.complex64),
     torch.complex128: np.dtype(np.complex128),
 }
-_NUMPY_TO_TORCH = {v: k for k, v in _TORCH_TO_NUMPY.items()}
+NUMPY_TO_TORCH = {v: k for k, v in TORCH_TO_NUMPY.items()}
 _TORCH_ONLY = {"bfloat16": torch.bfloat16}
 
 
@@ -270,8 +271,8 @@ def _parse_dtype_cached(dtype: Any) -> _DType:
 def _parse_dtype_uncached(dtype: Any) -> _DType:
     supported = "bool, (u)int8/16/32/64, float16/32/64, bfloat16, complex64/128"
     if isinstance(dtype, torch.dtype):
-        if dtype in _TORCH_TO_NUMPY:
-            npd = _TORCH_TO_NUMPY[dtype]
+        if dtype in TORCH_TO_NUMPY:
+            npd = TORCH_TO_NUMPY[dtype]
             return _DType(dtype, npd, npd.name)
         if dtype in _TORCH_ONLY.values():
             return _DType(dtype, None, str(dtype).removeprefix("torch."))
@@ -287,9 +288,9 @@ def _parse_dtype_uncached(dtype: Any) -> _DType:
         npd = np.dtype(dtype)
     except TypeError as exc:
         raise TypeError(f"unknown dtype {dtype!r}: use one of {supported}") from exc
-    if npd not in _NUMPY_TO_TORCH:
+    if npd not in NUMPY_TO_TORCH:
         raise TypeError(f"dtype {dtype!r} ({npd.str}) is not supported: use one of {supported}, native order")
-    return _DType(_NUMPY_TO_TORCH[npd], npd, npd.name)
+    return _DType(NUMPY_TO_TORCH[npd], npd, npd.name)
 
 
 def _parse_shape(shape: Any) -> tuple[int, ...]:
@@ -700,7 +701,7 @@ class DiskResource:
 
         if self.spill_dir is None:
             raise ValueError("the disk tier needs spill_dir: MemoryManager(spill_dir='spill/')")
-        npd = _TORCH_TO_NUMPY[dtype]
+        npd = TORCH_TO_NUMPY[dtype]
         path = self.spill_dir / f"{name}.zarr"
         row_bytes = npd.itemsize * math.prod(shape[1:]) if shape else npd.itemsize
         rows = max(1, _CHUNK_BYTES // max(row_bytes, 1))

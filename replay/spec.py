@@ -27,40 +27,25 @@ from typing import Any
 import numpy as np
 import torch
 
+from graphrl.memory import NUMPY_TO_TORCH, TORCH_TO_NUMPY
+
 __all__ = ["FieldSpec", "TrajectorySpec"]
 
-_TORCH_TO_NUMPY = {
-    torch.bool: np.dtype(np.bool_),
-    torch.uint8: np.dtype(np.uint8),
-    torch.int8: np.dtype(np.int8),
-    torch.int16: np.dtype(np.int16),
-    torch.int32: np.dtype(np.int32),
-    torch.int64: np.dtype(np.int64),
-    torch.uint16: np.dtype(np.uint16),
-    torch.uint32: np.dtype(np.uint32),
-    torch.uint64: np.dtype(np.uint64),
-    torch.float16: np.dtype(np.float16),
-    torch.float32: np.dtype(np.float32),
-    torch.float64: np.dtype(np.float64),
-    torch.complex64: np.dtype(np.complex64),
-    torch.complex128: np.dtype(np.complex128),
-}
-_NUMPY_TO_TORCH = {v: k for k, v in _TORCH_TO_NUMPY.items()}
 _RESERVED = frozenset({"mask", "keys", "probabilities", "weights", "lengths"})
 
 
 def _parse_dtype(dtype: Any, name: str) -> np.dtype:
     if isinstance(dtype, torch.dtype):
-        if dtype not in _TORCH_TO_NUMPY:
+        if dtype not in TORCH_TO_NUMPY:
             raise TypeError(f"field {name!r}: dtype {dtype} is not supported (it has no numpy equivalent)")
-        return _TORCH_TO_NUMPY[dtype]
+        return TORCH_TO_NUMPY[dtype]
     if isinstance(dtype, str):
         dtype = dtype.strip().removeprefix("torch.")
     try:
         npd = np.dtype(dtype)
     except TypeError as exc:
         raise TypeError(f"field {name!r}: unknown dtype {dtype!r}") from exc
-    if npd not in _NUMPY_TO_TORCH:
+    if npd not in NUMPY_TO_TORCH:
         raise TypeError(
             f"field {name!r}: dtype {npd} is not supported: use bool, (u)int8-64, float16-64 "
             "or complex64/128 in native byte order"
@@ -86,7 +71,7 @@ class FieldSpec:
 
     @property
     def torch_dtype(self) -> torch.dtype:
-        return _NUMPY_TO_TORCH[self.dtype]
+        return NUMPY_TO_TORCH[self.dtype]
 
     @property
     def row_bytes(self) -> int:
@@ -106,7 +91,7 @@ class FieldSpec:
         """
         want = leading + self.shape
         if isinstance(value, torch.Tensor):
-            npd = _TORCH_TO_NUMPY.get(value.dtype)
+            npd = TORCH_TO_NUMPY.get(value.dtype)
             if npd != self.dtype:
                 raise TypeError(
                     f"field {self.name!r}: expected dtype {self.dtype}, got tensor of {value.dtype}"
