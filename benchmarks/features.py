@@ -21,17 +21,15 @@ Run ``python benchmarks/features.py --help``; results go to ``benchmarks/results
 
 from __future__ import annotations
 
-import json
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
 
 import click
-import numba
 import numpy as np
 import torch
+from _report import machine, write_result
 
 from samplers.features import FeatureStore
 
@@ -123,24 +121,7 @@ def main(rows: int, cols: str, batch: int, repeats: int, threads: int | None, se
         click.echo(f"{r['case']:<30} {r['ours']:>9.2f} {r['baseline_value']:>12.2f} {r['ratio']:>6.2f} "
                    f"{r['index_select_out_GB_per_s']:>9.2f} {r['copy_ceiling_GB_per_s']:>6.2f} "
                    f"{r['fraction_of_ceiling']:>7.0%}")
-    result = {
-        "benchmark": "features",
-        "machine": {
-            "cpus": os.cpu_count(),
-            "torch": torch.__version__.split("+")[0],
-            "cuda": torch.version.cuda if torch.cuda.is_available() else None,
-            "numba": numba.__version__,
-            "threads": threads,
-            "python": platform.python_version(),
-            # other processes share the cores: the 1-minute load average at the end of the run
-            "load_average_1min": load,
-        },
-        "rows": results,
-    }
-    out = Path(output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    click.echo(f"wrote {out}")
+    write_result("features", results, machine(threads=threads, load_average_1min=load), output)
 
 
 if __name__ == "__main__":

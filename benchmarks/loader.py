@@ -16,9 +16,7 @@ Run ``python benchmarks/loader.py --help``; results go to ``benchmarks/results/l
 
 from __future__ import annotations
 
-import json
 import os
-import platform
 import time
 from pathlib import Path
 
@@ -26,6 +24,7 @@ import click
 import numba
 import numpy as np
 import torch
+from _report import machine, write_result
 
 from graphrl.datasets.synthetic import synthetic_graph
 from graphrl.dglshim import import_dgl
@@ -134,24 +133,7 @@ def main(kind: str, num_nodes: int, num_edges: int, train_fraction: float, fanou
     click.echo(f"{'case':<52} {'ours batches/s':>14} {'dgl batches/s':>13} {'ratio':>6}")
     for r in result_rows:
         click.echo(f"{r['case']:<52} {r['ours']:>14.1f} {r['baseline_value']:>13.1f} {r['ratio']:>6.2f}")
-    result = {
-        "benchmark": "loader",
-        "machine": {
-            "cpus": os.cpu_count(),
-            "torch": torch.__version__.split("+")[0],
-            "cuda": torch.version.cuda if torch.cuda.is_available() else None,
-            "numba": numba.__version__,
-            "threads": threads,
-            "python": platform.python_version(),
-            # other processes share the cores: the 1-minute load average at the end of the run
-            "load_average_1min": load,
-        },
-        "rows": result_rows,
-    }
-    out = Path(output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    click.echo(f"wrote {out}")
+    write_result("loader", result_rows, machine(threads=threads, load_average_1min=load), output)
 
 
 if __name__ == "__main__":

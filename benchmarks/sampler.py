@@ -20,9 +20,7 @@ Run ``python benchmarks/sampler.py --help``; results go to ``benchmarks/results/
 
 from __future__ import annotations
 
-import json
 import os
-import platform
 import time
 from pathlib import Path
 
@@ -30,6 +28,7 @@ import click
 import numba
 import numpy as np
 import torch
+from _report import machine, write_result
 
 from graphrl.datasets import load_gowalla
 from graphrl.datasets.synthetic import synthetic_graph
@@ -185,26 +184,8 @@ def main(graphs: str, num_nodes: int, num_edges: int, fanouts: str, batch_size: 
     for row in rows:
         click.echo(f"{row['case']:<53} {row['ours'] / 1e6:>17.1f} {row['baseline_value'] / 1e6:>16.1f} "
                    f"{row['ratio']:>6.2f}")
-    result = {
-        "benchmark": "sampler",
-        "machine": {
-            "cpus": os.cpu_count(),
-            "torch": torch.__version__.split("+")[0],
-            "cuda": torch.version.cuda if torch.cuda.is_available() else None,
-            "numba": numba.__version__,
-            "threads": threads,
-            "numba_threads": numba.get_num_threads(),
-            "numba_threading_layer": numba.threading_layer(),
-            "python": platform.python_version(),
-            # other processes share the cores: the 1-minute load average at the end of the run
-            "load_average_1min": os.getloadavg()[0],
-        },
-        "rows": rows,
-    }
-    out = Path(output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    click.echo(f"wrote {out}")
+    write_result("sampler", rows, machine(threads=threads, numba_threads=numba.get_num_threads(),
+                                     numba_threading_layer=numba.threading_layer()), output)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,39 @@
+"""What every benchmark writes: the machine record and benchmarks/results/NAME.json (CONVENTIONS.md format).
+
+Benchmarks run as scripts (``python benchmarks/NAME.py``), so this module is imported as ``_report``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from pathlib import Path
+
+import click
+import numba
+import torch
+
+
+def machine(**extra) -> dict:
+    """The machine fields of a result: CPUs, versions, CUDA, and the 1-minute load average at call time
+    (other processes share the cores, so every figure is read against it); ``extra`` adds fields."""
+    return {
+        "cpus": os.cpu_count(),
+        "torch": torch.__version__.split("+")[0],
+        "cuda": torch.version.cuda if torch.cuda.is_available() else None,
+        "numba": numba.__version__,
+        "python": platform.python_version(),
+        "load_average_1min": os.getloadavg()[0],
+        **extra,
+    }
+
+
+def write_result(benchmark: str, rows: list[dict], machine_info: dict, output: str | os.PathLike) -> Path:
+    """Write ``{"benchmark", "machine", "rows"}`` as JSON to ``output`` (folders created); return its path."""
+    out = Path(output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    result = {"benchmark": benchmark, "machine": machine_info, "rows": rows}
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    click.echo(f"wrote {out}")
+    return out
