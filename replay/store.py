@@ -456,6 +456,10 @@ class ReplayStore:
         Default seconds that `sample` and writer commits wait (rate limiter, staging); None forever.
     staging_slots : int
         Batches that may be held at once per batch shape (`graphrl.tensors.StagingPool` slots).
+    backend : str
+        ``"local"`` (default): shards in this machine's memory, as described here. ``"ray"``: each
+        shard a Ray actor (`replay.distributed.RayReplayStore`, same arguments, same `Batch`); needs
+        ``ray`` installed and ``ray.init()`` called.
 
     Raises
     ------
@@ -467,6 +471,15 @@ class ReplayStore:
     MemoryBudgetError
         The regions do not fit the memory manager's budget.
     """
+
+    def __new__(cls, *args: Any, backend: str = "local", **kwargs: Any) -> Any:
+        if backend == "ray":
+            from replay.distributed import RayReplayStore  # imports ray only when asked for
+
+            return RayReplayStore(*args, **kwargs)
+        if backend != "local":
+            raise ValueError(f"backend must be 'local' or 'ray', got {backend!r}")
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -483,6 +496,7 @@ class ReplayStore:
         tier: str = "shared",
         timeout: float | None = 60.0,
         staging_slots: int = 4,
+        backend: str = "local",
     ) -> None:
         spec = spec if isinstance(spec, TrajectorySpec) else TrajectorySpec(spec)
         for name, value in (("capacity_steps", capacity_steps), ("num_shards", num_shards)):
