@@ -29,11 +29,13 @@ def machine(**extra) -> dict:
     }
 
 
-def write_result(benchmark: str, rows: list[dict], machine_info: dict, output: str | os.PathLike) -> Path:
-    """Write ``{"benchmark", "machine", "rows"}`` as JSON to ``output`` (folders created); return its path."""
+def write_result(benchmark: str, rows: list[dict], machine_info: dict, output: str | os.PathLike,
+                 **extra) -> Path:
+    """Write ``{"benchmark", "machine", "rows", **extra}`` as JSON to ``output`` (folders created); return
+    its path. ``extra`` holds a benchmark's own keys (its configuration, a correctness check, raw cases)."""
     out = Path(output)
     out.parent.mkdir(parents=True, exist_ok=True)
-    result = {"benchmark": benchmark, "machine": machine_info, "rows": rows}
+    result = {"benchmark": benchmark, "machine": machine_info, "rows": rows, **extra}
     out.write_text(json.dumps(result, indent=2) + "\n")
     click.echo(f"wrote {out}")
     return out

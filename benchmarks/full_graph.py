@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -53,6 +52,7 @@ import numba
 import numpy as np
 import torch
 import torch.nn.functional as F
+from _report import machine, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "full_graph.json"
@@ -376,29 +376,11 @@ def main(scale: float, in_degree: str, features: int, hidden: int, classes: int,
     click.echo("JSON ratio = DGL time / ours (> 1: ours faster). RSS rise = peak RSS during a case's own "
                "timed epochs minus its RSS before them; device peak = the manager's device tier (host memory "
                "here)")
-    result = {
-        "benchmark": "full_graph",
-        "machine": {
-            "cpus": os.cpu_count(),
-            "torch": torch.__version__.split("+")[0],
-            "cuda": torch.version.cuda if torch.cuda.is_available() else None,
-            "numba": numba.__version__,
-            "numpy": np.__version__,
-            "threads": threads,
-            "python": platform.python_version(),
-            # other processes share the cores: the 1-minute load average at the start and end of the run
-            "load_average_1min_start": load_start,
-            "load_average_1min": os.getloadavg()[0],
-        },
-        "config": dict(cfg, timed_rounds=epochs, memory_epochs=memory_epochs),
-        "check_max_abs_diff_vs_dgl": diff,
-        "rows": rows,
-        "cases": results,
-    }
-    out = Path(output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    click.echo(f"wrote {out}")
+    # other processes share the cores: the 1-minute load average at the start and (machine()) the end
+    info = machine(numpy=np.__version__, threads=threads, load_average_1min_start=load_start)
+    config = dict(cfg, timed_rounds=epochs, memory_epochs=memory_epochs)
+    write_result("full_graph", rows, info, output, config=config, check_max_abs_diff_vs_dgl=diff,
+                 cases=results)
 
 
 if __name__ == "__main__":

@@ -18,9 +18,6 @@ Run ``python benchmarks/memory.py --help``; results go to ``benchmarks/results/m
 
 from __future__ import annotations
 
-import json
-import os
-import platform
 import shutil
 import tempfile
 import time
@@ -31,6 +28,7 @@ from pathlib import Path
 import click
 import torch
 import zarr
+from _report import machine, write_result
 from zarr.storage import LocalStore
 
 from graphrl.memory import MemoryManager
@@ -128,22 +126,7 @@ def main(batch_mib: int, staging_mib: int, alloc_kib: int, iters: int, repeats: 
     for r in rows:
         click.echo(f"{r['case']:<52} {r['ours'] * 1e6:>12.1f} {r['baseline_value'] * 1e6:>14.1f} "
                    f"{r['ratio']:>8.2f}  {r['baseline']}")
-    result = {
-        "benchmark": "memory",
-        "machine": {
-            "cpus": os.cpu_count(),
-            "torch": torch.__version__.split("+")[0],
-            "cuda": torch.version.cuda if torch.cuda.is_available() else None,
-            "zarr": zarr.__version__,
-            "python": platform.python_version(),
-        },
-        "rows": rows,
-    }
-    out = Path(output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    click.echo(f"wrote {out}")
-
+    write_result("memory", rows, machine(zarr=zarr.__version__), output)
 
 if __name__ == "__main__":
     main()
