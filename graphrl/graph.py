@@ -44,6 +44,8 @@ def _as_int64_array(name: str, value) -> np.ndarray:
         raise ValueError(f"{name} must be 1-D, got shape {tuple(arr.shape)}")
     if arr.size and not np.issubdtype(arr.dtype, np.integer):
         raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
+    if arr.dtype == np.uint64 and arr.size and arr.max() > np.iinfo(np.int64).max:
+        raise ValueError(f"{name}: id {int(arr.max())} does not fit int64 (largest node id 2^63 - 1)")
     return arr.astype(np.int64, copy=False)
 
 
@@ -85,10 +87,10 @@ def _check_ids(name: str, ids: np.ndarray, num_nodes: int) -> None:
         )
 
 
-def _check_weights(name: str, weights: np.ndarray, num_edges: int) -> np.ndarray:
+def _check_weights(name: str, weights: np.ndarray, num_edges: int, per: str = "edge") -> np.ndarray:
     weights = np.asarray(weights)
     if weights.shape != (num_edges,):
-        raise ValueError(f"{name} must have shape [{num_edges}] (one per edge), got {tuple(weights.shape)}")
+        raise ValueError(f"{name} must have shape [{num_edges}] (one per {per}), got {tuple(weights.shape)}")
     if weights.size and not np.issubdtype(weights.dtype, np.number):
         raise TypeError(f"{name} must be numeric, got dtype {weights.dtype}")
     weights = weights.astype(np.float32, copy=False)
@@ -424,9 +426,14 @@ class CSCGraph:
 
         nt = None
         if node_type is not None:
-            nt = np.ascontiguousarray(np.asarray(node_type, dtype=np.int8))
+            nt = _as_int64_array("node_type", node_type) if np.ndim(node_type) == 1 else np.asarray(node_type)
             if nt.shape != (num_nodes,):
                 raise ValueError(f"node_type must have shape [{num_nodes}], got {tuple(nt.shape)}")
+            bad = (nt < 0) | (nt > np.iinfo(np.int8).max)
+            if bad.any():
+                raise ValueError(f"node_type: {int(bad.sum())} of {nt.size} types outside [0, 127], "
+                                 f"first {int(nt[np.argmax(bad)])}")
+            nt = np.ascontiguousarray(nt, dtype=np.int8)
 
         placer = _Placer(memory, tier, fallback)
         try:
@@ -527,7 +534,7 @@ class CSCGraph:
         w = None
         if weights is not None:
             w_in = weights.detach().cpu().numpy() if isinstance(weights, torch.Tensor) else weights
-            w_in = np.asarray(w_in)
+            w_in = _check_weights("weights", w_in, u.size, per="interaction")
             w = np.concatenate([w_in, w_in])
         node_type = np.concatenate([np.zeros(num_users, np.int8), np.ones(num_items, np.int8)])
         return cls.from_edges(src, dst, num_users + num_items, weights=w, node_type=node_type, memory=memory,

@@ -388,3 +388,28 @@ def test_memory_argument_type_errors():
         CSCGraph.from_edges([0], [1], 2).to_memory(None)
     with MemoryManager() as mm, pytest.raises(ValueError, match="unknown tier"):
         CSCGraph.from_edges([0], [1], 2, memory=mm, tier="gpu")
+
+
+def test_uint64_ids_beyond_int64_are_rejected_with_their_value():
+    big = np.array([2**63 + 5], dtype=np.uint64)
+    with pytest.raises(ValueError, match="src: id 9223372036854775813 does not fit int64"):
+        CSCGraph.from_edges(big, np.array([0], dtype=np.uint64), 10)
+
+
+def test_bipartite_weights_are_checked_per_interaction():
+    users, items = np.array([0, 1, 2]), np.array([0, 1, 2])
+    with pytest.raises(ValueError, match=r"shape \[3\] \(one per interaction\), got \(2,\)"):
+        CSCGraph.bipartite(users, items, 3, 3, weights=np.array([1.0, 2.0]))
+    with pytest.raises(ValueError, match="1 of 3 weights are negative, NaN or infinite"):
+        CSCGraph.bipartite(users, items, 3, 3, weights=np.array([1.0, -2.0, 3.0]))
+    g = CSCGraph.bipartite(users, items, 3, 3, weights=np.array([1.0, 2.0, 3.0]))
+    expected = np.array([1.0, 2.0, 3.0, 1.0, 2.0, 3.0])  # edge e and its reverse e + 3 share a weight
+    assert g.weights.numpy().tolist() == expected[g.edge_ids.numpy()].tolist()
+
+
+@pytest.mark.parametrize("types, first", [([0, 1, 300], 300), ([0, -1, 3], -1)])
+def test_node_type_outside_int8_range_is_rejected_not_wrapped(types, first):
+    with pytest.raises(ValueError, match=rf"node_type: 1 of 3 types outside \[0, 127\], first {first}"):
+        CSCGraph.from_edges([0, 1], [1, 2], 3, node_type=types)
+    with pytest.raises(TypeError, match="node_type must hold integers"):
+        CSCGraph.from_edges([0, 1], [1, 2], 3, node_type=[0, 1.5, 3])
