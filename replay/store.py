@@ -26,6 +26,36 @@ from its anchor back to its first real step (16 bits). `update_priorities` appli
 every step the window touched is still stored; keys of overwritten windows are ignored, never applied
 to the new occupant of the slot (a generation check on absolute positions).
 
+Sampling to a GPU (GEAR's zero-copy collect)
+--------------------------------------------
+``sample(..., device="cuda")`` draws keys on the CPU as always, then a ``numba.cuda`` kernel
+(`replay.cuda`) reads each window's bytes in place from the shard rings, which are page-locked and
+mapped into the GPU's address space (UVA), straight into a device-resident batch: no CPU-side gather,
+no host staging copy. In detail:
+
+- Rings: the first GPU sample registers every shard's rings with CUDA (`MemoryManager.register`,
+  ``cudaHostRegister``; counted against the pinned budget under owner ``replay.uva``); rings already on
+  the pinned tier are used as they are. `close` unregisters them before the rings are freed.
+- Output: device staging pools, one per batch shape and device (owner ``replay.device_staging``, the
+  manager's ``device`` tier), with the host pool's hold/release rule: a slot is handed out again only
+  after the batch that holds it is released (`Batch.release`, a ``with`` block, or garbage collection).
+  The kernels and the mask run on torch's current stream of the device, so work queued on that stream
+  that reads a released batch comes before the next gather into its slot; a consumer on another stream
+  must synchronise before releasing.
+- Staleness: `sample` waits for the kernels to finish, then checks the generations exactly as the CPU
+  path does: windows a writer overwrote during the copy are compacted out and drawn again.
+- The batch: fields, ``mask`` and ``weights`` on the device; ``keys``, ``probabilities`` and
+  ``lengths`` on the CPU (they go back to the store, as with `Batch.to`).
+- Without CUDA, ``device="cuda"`` raises ``ValueError``. Under numba's CUDA simulator
+  (``NUMBA_ENABLE_CUDASIM=1`` before numba is imported) it runs this same code with CPU tensors standing
+  in for device memory (nothing is page-locked and the output pool is on the host tier); tests compare
+  those batches byte for byte with the CPU path's.
+- Run on a real GPU: nothing yet (no device machine was lent while this was written). Under the
+  simulator: equality with the CPU path (1 and 3 shards, wrapped rings, open episodes, head and tail
+  padding, reused slots, uniform and prioritized selectors), the redraw of stale windows, the slot
+  hold/release rule and the unregistration on close. ``benchmarks/gpu_check.py`` measures and checks the
+  path on a GPU.
+
 References
 ----------
 GEAR (Wang et al., ICML 2023): sharded trajectory tables in shared memory, windows gathered into
@@ -44,6 +74,7 @@ import threading
 import time
 import weakref
 from collections.abc import Iterator, Mapping
+from contextlib import nullcontext as _nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -251,7 +282,9 @@ def _release_buffer(buffer: StagingBuffer, events: list) -> None:
 class Batch(Mapping[str, torch.Tensor]):
     """Windows drawn by `ReplayStore.sample`: a mapping of field name to tensor ``[B, L, *field_shape]``.
 
-    The tensors view a reusable staging buffer (pinned with CUDA). The buffer returns to its pool on
+    The tensors view a reusable staging buffer (pinned with CUDA; on the device for
+    ``sample(device="cuda")``, whose ``keys``, ``probabilities`` and ``lengths`` stay on the CPU and whose
+    ``mask`` and ``weights`` are on the device). The buffer returns to its pool on
     `release`, at the end of a ``with`` block, or when the batch is garbage-collected; keep the batch
     alive while you use its tensors (or copy them: `to`, ``tensor.clone()``).
 
@@ -565,8 +598,10 @@ class ReplayStore:
         self._row_bytes = np.array([f.row_bytes for f in spec.values()], dtype=np.int64)
         self._slot_views: dict[tuple[int, int], tuple] = {}
         self._pool_lock = threading.Lock()
-        self._pools: dict[tuple[int, int], tuple[StagingPool, _Layout]] = {}
+        self._pools: dict[tuple[int, int, str | None], tuple[StagingPool, _Layout]] = {}
         self._staging_slots = int(staging_slots)
+        self._uva: list[tuple[Any, ...]] | None = None  # per shard, numba views of its rings (GPU path)
+        self._uva_regions: list[Region] = []  # rings registered (page-locked) for the GPU path
         self._closed = False
 
     def _alloc(self, shape: tuple[int, ...], dtype: Any, name: str) -> np.ndarray:
@@ -740,25 +775,45 @@ class ReplayStore:
         self._selector.insert(s, slots, sh.steps[slots, 1], valid)
         self._ingested[s] = wp
 
-    def _pool(self, batch: int, window: int) -> tuple[StagingPool, _Layout]:
+    def _pool(
+        self, batch: int, window: int, target: torch.device | None = None
+    ) -> tuple[StagingPool, _Layout]:
         with self._pool_lock:
-            return self._pool_locked(batch, window)
+            return self._pool_locked(batch, window, target)
 
-    def _pool_locked(self, batch: int, window: int) -> tuple[StagingPool, _Layout]:
-        key = (batch, window)
+    def _pool_locked(
+        self, batch: int, window: int, target: torch.device | None
+    ) -> tuple[StagingPool, _Layout]:
+        key = (batch, window, None if target is None else str(target))
         entry = self._pools.get(key)
         if entry is None:
             layout = _Layout(self.spec, batch, window)
-            pool = StagingPool(
-                self._core.memory,
-                (layout.nbytes,),
-                torch.uint8,
-                slots=self._staging_slots,
-                tier="pinned",
-                fallback=("host",),
-                owner="replay.staging",
-                timeout=self._core.timeout,
-            )
+            if target is None:  # host staging: pinned with CUDA, else host
+                tier, fallback, owner = "pinned", ("host",), "replay.staging"
+            elif target.type == "cuda":  # the GPU gather's output batches
+                tier, fallback, owner = "device", (), "replay.device_staging"
+            else:  # the simulator: CPU tensors stand in for device memory
+                tier, fallback, owner = "host", (), "replay.device_staging"
+            with (
+                torch.cuda.device(target) if target is not None and target.type == "cuda" else _nullcontext()
+            ):
+                pool = StagingPool(
+                    self._core.memory,
+                    (layout.nbytes,),
+                    torch.uint8,
+                    slots=self._staging_slots,
+                    tier=tier,
+                    fallback=fallback,
+                    owner=owner,
+                    timeout=self._core.timeout,
+                )
+            placed = pool.region.tensor().device
+            if target is not None and placed != target:
+                pool.close()
+                raise ValueError(
+                    f"device={str(target)!r}: the memory manager's device tier places memory on {placed}; "
+                    f"sample to {placed} or give the MemoryManager device={str(target)!r}"
+                )
             pool.region.tensor().zero_()  # touch every page now, not inside the first gathers
             if len(self._pools) >= 4:  # keep a few shapes; older pools close (held buffers stay valid)
                 old_pool = self._pools.pop(next(iter(self._pools)))[0]
@@ -792,8 +847,12 @@ class ReplayStore:
         beta : float
             Importance-weight exponent (PER's beta, >= 0).
         device : str or torch.device, optional
-            Move the batch there (`Batch.to`: a non-blocking copy from the pinned staging buffer to a
-            GPU); the staging slot stays held until the returned batch is released or collected.
+            None or ``"cpu"``: the batch views a host staging slot (pinned with CUDA). A CUDA device
+            (``"cuda"``, ``"cuda:1"``): the windows are gathered on that GPU in place from the rings
+            into a device staging slot (see "Sampling to a GPU" in the module docstring); the fields,
+            ``mask`` and ``weights`` are on the device, ``keys``, ``probabilities`` and ``lengths`` on
+            the CPU. Another device type: the host batch is copied there (`Batch.to`), its staging slot
+            held until the copy is released or collected.
 
         Returns
         -------
@@ -807,7 +866,13 @@ class ReplayStore:
             The store held fewer than ``min_size`` steps, or sampling was ahead of inserting, for
             ``timeout`` seconds (the message says which); or every staging slot stayed held.
         ValueError
-            Bad arguments; a closed store; a store attached by handle (only the owner samples).
+            Bad arguments; a closed store; a store attached by handle (only the owner samples);
+            ``device`` a CUDA device while CUDA is not available (``torch.cuda.is_available()`` is
+            False, and numba's simulator is not chosen), or one the memory manager's device tier does
+            not place memory on.
+        MemoryBudgetError
+            The first GPU sample could not register the rings within the pinned budget, or a new
+            staging pool does not fit its tier.
         """
         self._check_owner("sample")
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
@@ -829,10 +894,31 @@ class ReplayStore:
             return None if deadline is None else max(0.0, deadline - time.monotonic())
 
         b, length = int(batch_size), int(window)
-        pool, layout = self._pool(b, length)
+        target = self._gather_target(device)
+        pool, layout = self._pool(b, length, target)
         buf = pool.acquire(timeout=left())
         try:
-            fields, mask, outs, flat = self._views(pool, layout, buf)
+            if target is None:
+                fields, mask, outs, flat = self._views(pool, layout, buf)
+
+                def gather(rows: np.ndarray, meta: dict[str, np.ndarray]) -> np.ndarray:
+                    return self._gather(rows, meta, flat, length)
+
+                def compact(dst: slice, good: np.ndarray) -> None:
+                    for arr in outs.values():
+                        arr[dst] = arr[good]
+
+            else:
+                fields, mask, flat = self._device_views(pool, layout, buf)
+
+                def gather(rows: np.ndarray, meta: dict[str, np.ndarray]) -> np.ndarray:
+                    return self._gather_cuda(rows, meta, flat, length, target)
+
+                def compact(dst: slice, good: np.ndarray) -> None:
+                    idx = torch.from_numpy(good).to(target)
+                    for t in fields.values():
+                        t[dst] = t.index_select(0, idx)
+
             meta = {k: np.zeros(b, dtype=np.int64) for k in ("shard", "anchor", "first", "n", "dst")}
             prob = np.zeros(b)
             done = 0
@@ -843,17 +929,21 @@ class ReplayStore:
                 if got == 0:
                     continue
                 rows = np.arange(done, done + got)
-                stale = self._gather(rows, meta, flat, length)
+                stale = gather(rows, meta)
                 kept = got - int(stale.sum())
                 if kept < got:  # windows overwritten during the copy: compact the good rows, redraw the rest
                     good = rows[~stale]
-                    for arr in outs.values():
-                        arr[done : done + kept] = arr[good]
+                    compact(slice(done, done + kept), good)
                     for v in meta.values():
                         v[done : done + kept] = v[good]
                     prob[done : done + kept] = prob[good]
                 done += kept
-            window_mask(meta["n"], meta["dst"], length, out=mask.numpy())
+            if target is None:
+                window_mask(meta["n"], meta["dst"], length, out=mask.numpy())
+            else:  # on the device, from the (small) window table
+                n_t, dst_t = (torch.from_numpy(meta[k]).to(target) for k in ("n", "dst"))
+                j = torch.arange(length, device=target)
+                torch.logical_and(j >= dst_t[:, None], j < (dst_t + n_t)[:, None], out=mask)
             keys = encode_keys(meta["shard"], meta["anchor"], meta["anchor"] - meta["first"])
             self._limiter.sample(int(meta["n"].sum()))
             weights = (
@@ -864,7 +954,7 @@ class ReplayStore:
                 mask,
                 torch.from_numpy(keys),
                 torch.from_numpy(prob),
-                weights,
+                weights if target is None else weights.to(target),
                 torch.from_numpy(meta["n"].copy()),
                 table_size,
                 buf,
@@ -872,9 +962,120 @@ class ReplayStore:
         except BaseException:
             buf.release()
             raise
-        if device is not None and torch.device(device).type != "cpu":
+        if target is None and device is not None and torch.device(device).type != "cpu":
             return batch.to(device)
         return batch
+
+    # -- the GPU gather (GEAR's zero-copy collect)
+    def _gather_target(self, device: str | torch.device | None) -> torch.device | None:
+        """Where the GPU gather writes for ``device``: None for the host path (CPU, or `Batch.to`)."""
+        if device is None:
+            return None
+        try:
+            dev = torch.device(device)
+        except (RuntimeError, TypeError) as exc:
+            raise ValueError(
+                f"device must be None, 'cpu' or a CUDA device such as 'cuda:0', got {device!r}"
+            ) from exc
+        if dev.type != "cuda":
+            return None  # 'cpu'; another device type gets the host batch copied there (Batch.to)
+        import numba
+
+        if numba.config.ENABLE_CUDASIM:  # numba's CUDA simulator: the same path, CPU tensors as device memory
+            return torch.device("cpu")
+        if not torch.cuda.is_available():
+            raise ValueError(
+                f"device={device!r} but CUDA is not available here (torch.cuda.is_available() is False): "
+                "sample with device=None or 'cpu' (or set NUMBA_ENABLE_CUDASIM=1 before numba is imported "
+                "to run the GPU path in numba's CUDA simulator)"
+            )
+        if dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
+        if dev.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"device={device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)"
+            )
+        return dev
+
+    def _uva_rings(self) -> list[tuple[Any, ...]]:
+        """Numba views of every shard's rings for GPU kernels, made (and page-locked) once, lazily.
+
+        Rings already page-locked (the pinned tier) are viewed as they are; others (shared or host
+        memory) are registered in place with `MemoryManager.register` (``cudaHostRegister``, mapped:
+        UVA), counted against the pinned budget under owner ``replay.uva``, and unregistered by `close`.
+        Under the simulator the registration is made the same way (and pins nothing: no CUDA).
+        """
+        if self._uva is not None:
+            return self._uva
+        from replay import cuda as rc
+
+        with self._pool_lock:
+            if self._uva is None:
+                views: list[tuple[Any, ...]] = []
+                try:
+                    for sh in self._core.shards:
+                        per_field = []
+                        for name in self.spec:
+                            region = sh.column_regions[name]
+                            tensor = region.tensor()
+                            if not region.is_pinned:
+                                reg = self._core.memory.register(tensor, "pinned", owner="replay.uva")
+                                self._uva_regions.append(reg)
+                                tensor = reg.tensor()
+                            per_field.append(rc.device_bytes(tensor))
+                        views.append(tuple(per_field))
+                except BaseException:
+                    self._unregister_rings()
+                    raise
+                self._uva = views
+        return self._uva
+
+    def _unregister_rings(self) -> None:
+        self._uva = None
+        for r in self._uva_regions:
+            if not r.freed:
+                r.free()  # cudaHostUnregister, after synchronising the GPUs
+        self._uva_regions.clear()
+
+    def _device_views(self, pool: StagingPool, layout: _Layout, buf: StagingBuffer) -> tuple:
+        """Tensor views and flat numba views (per field) of a device staging slot (made once per slot)."""
+        from replay import cuda as rc
+
+        key = (id(pool), buf.slot)
+        views = self._slot_views.get(key)
+        if views is None:
+            fields, mask = layout.views(self.spec, buf.tensor)
+            flat = tuple(
+                rc.device_bytes(buf.tensor[off : off + nbytes]) for off, nbytes in layout.offsets.values()
+            )
+            views = self._slot_views[key] = (fields, mask, flat)
+        return views
+
+    def _gather_cuda(
+        self, rows: np.ndarray, meta: dict[str, np.ndarray], flat: tuple, length: int, target: torch.device
+    ) -> np.ndarray:
+        """`_gather` on the GPU: launch the kernels, wait for them, then check staleness as `_gather` does."""
+        from replay import cuda as rc
+
+        rings = self._uva_rings()
+        groups = self._groups(rows, meta)
+        cap = self._core.capacity
+        with rc.device_context(target):
+            stream = rc.launch_stream(target)
+            for s, sel in groups:
+                rc.gather_fields_cuda(
+                    rings[s],
+                    flat,
+                    self._row_bytes,
+                    meta["first"][sel] % cap,
+                    meta["n"][sel],
+                    meta["dst"][sel],
+                    sel,
+                    length,
+                    stream=stream,
+                )
+            rc.synchronize(stream)  # the copies must be over before the staleness check
+        return self._stale(rows, meta, groups)
 
     def _draw(
         self, k: int, length: int, pad: str, row0: int, meta: dict[str, np.ndarray], prob: np.ndarray
@@ -930,13 +1131,25 @@ class ReplayStore:
             views = self._slot_views[key] = (fields, mask, outs, flat)
         return views
 
+    def _groups(self, rows: np.ndarray, meta: dict[str, np.ndarray]) -> list[tuple[int, np.ndarray]]:
+        """``rows`` grouped by shard: [(shard, rows of that shard)]."""
+        shard = meta["shard"][rows]
+        return [(0, rows)] if self.num_shards == 1 else [(int(s), rows[shard == s]) for s in np.unique(shard)]
+
+    def _stale(self, rows: np.ndarray, meta: dict[str, np.ndarray], groups: list) -> np.ndarray:
+        """Which windows of ``rows`` lost a step to the writers (below the floor) since they were drawn."""
+        stale = np.zeros(len(rows), dtype=bool)
+        for s, sel in groups:
+            sh = self._core.shards[s]
+            with sh:
+                floor = sh.floor
+            stale[sel - rows[0]] = meta["first"][sel] < floor
+        return stale
+
     def _gather(self, rows: np.ndarray, meta: dict[str, np.ndarray], flat: tuple, length: int) -> np.ndarray:
         """Copy the windows of ``rows`` (no lock held); return which were overwritten meanwhile (bool)."""
-        shard = meta["shard"][rows]
         cap = self._core.capacity
-        groups = (
-            [(0, rows)] if self.num_shards == 1 else [(int(s), rows[shard == s]) for s in np.unique(shard)]
-        )
+        groups = self._groups(rows, meta)
         for s, sel in groups:
             gather_fields(
                 self._rings[s],
@@ -949,13 +1162,7 @@ class ReplayStore:
                 sel,
                 length,
             )
-        stale = np.zeros(len(rows), dtype=bool)
-        for s, sel in groups:
-            sh = self._core.shards[s]
-            with sh:
-                floor = sh.floor
-            stale[sel - rows[0]] = meta["first"][sel] < floor
-        return stale
+        return self._stale(rows, meta, groups)
 
     # -- priorities
     def update_priorities(self, keys: Any, priorities: Any) -> int:
@@ -1078,7 +1285,10 @@ class ReplayStore:
 
     # -- lifetime
     def close(self) -> None:
-        """Wake every waiter (they raise ``ValueError``); free (owner) or unmap (attached) the regions."""
+        """Wake every waiter (they raise ``ValueError``); free (owner) or unmap (attached) the regions.
+
+        Rings registered for the GPU path are unregistered first (after synchronising the GPUs).
+        """
         if self._closed:
             return
         self._closed = True
@@ -1090,6 +1300,7 @@ class ReplayStore:
             for pool, _ in self._pools.values():
                 pool.close()
             self._pools.clear()
+            self._unregister_rings()  # before the rings themselves go
             for r in self._selector_regions:
                 if not r.freed:
                     r.free()
