@@ -1,11 +1,14 @@
-"""Trainers: link prediction with BPR on sampled blocks, full-ranking recommendation metrics, and a
-distributed DQN learner on replayed windows (`graphrl.train.rl`)."""
+"""Trainers: link prediction with BPR on sampled blocks, full-ranking recommendation metrics, a
+distributed DQN learner on replayed windows (`graphrl.train.rl`), and data-parallel BPR training with
+torch.distributed, one shared graph copy per machine (`graphrl.train.ddp`, imported on its own)."""
 
 from graphrl.train.link_prediction import (
     LinkPredictionConfig,
     LinkPredictionReport,
     TrainStats,
+    bpr_batch_loss,
     bpr_loss,
+    bpr_step,
     evaluate_model,
     evaluate_popularity,
     l2_penalty,
@@ -51,7 +54,9 @@ __all__ = [
     "SharedWeights",
     "TrainStats",
     "accuracy",
+    "bpr_batch_loss",
     "bpr_loss",
+    "bpr_step",
     "csr_from_pairs",
     "dqn_loss",
     "evaluate_model",

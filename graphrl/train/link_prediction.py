@@ -20,8 +20,9 @@ from samplers.link import LinkBatch, LinkSampler, bipartite_reverse_eids
 from samplers.loader import LinkLoader
 from samplers.neighbor import NeighborSampler
 
-__all__ = ["LinkPredictionConfig", "LinkPredictionReport", "TrainStats", "bpr_loss", "evaluate_model",
-           "evaluate_popularity", "l2_penalty", "run_link_prediction", "train_bpr"]
+__all__ = ["LinkPredictionConfig", "LinkPredictionReport", "TrainStats", "bpr_batch_loss", "bpr_loss",
+           "bpr_step", "evaluate_model", "evaluate_popularity", "l2_penalty", "run_link_prediction",
+           "train_bpr"]
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +107,29 @@ class TrainStats:
         return self.sampled_edges / self.seconds if self.seconds > 0 else 0.0
 
 
-def _batch_loss(model: LightGCN, batch: LinkBatch, reg: float) -> tuple[torch.Tensor, torch.Tensor]:
+def bpr_batch_loss(model: torch.nn.Module, batch: LinkBatch,
+                   reg: float = 1e-4) -> tuple[torch.Tensor, torch.Tensor]:
+    """The forward half of a BPR step: the batch's BPR loss and BPR + ``reg`` * `l2_penalty`.
+
+    Scores ``<user, item>`` by dot product of the model's outputs for the batch's seeds. Both terms are
+    means over the batch's B pairs, so under `torch.nn.parallel.DistributedDataParallel` (which
+    averages gradients over ranks) a step on equal-sized rank batches equals a step on their union.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        A `LightGCN`, or anything callable as ``model(blocks, return_embeddings=True) -> (out [S, d],
+        layer0 [S, d])``, e.g. a DDP wrapper of one.
+    batch : LinkBatch
+        B pairs, k negatives each, and the blocks of their unique nodes.
+    reg : float
+        Weight of the L2 penalty.
+
+    Returns
+    -------
+    tuple[torch.Tensor, torch.Tensor]
+        Differentiable scalars: the BPR loss (without the L2 term) and the total loss to minimise.
+    """
     out, emb0 = model(batch.blocks, return_embeddings=True)
     b, k = batch.neg_index.shape
     # index_select, not out[idx]: the backward of advanced indexing (index_put_ with accumulate) sums
@@ -119,6 +142,41 @@ def _batch_loss(model: LightGCN, batch: LinkBatch, reg: float) -> tuple[torch.Te
     loss = bpr_loss(pos, neg)
     penalty = l2_penalty(torch.index_select(emb0, 0, idx), batch_size=b)
     return loss, loss + reg * penalty
+
+
+def bpr_step(model: torch.nn.Module, batch: LinkBatch, optimizer: torch.optim.Optimizer,
+             reg: float = 1e-4) -> tuple[float, float]:
+    """One optimiser step of BPR + ``reg`` * `l2_penalty` on one batch (what `train_bpr` does per batch).
+
+    `bpr_batch_loss`, then backward and ``optimizer.step()``. A non-finite loss skips the update (the
+    gradients are cleared) and is returned for the caller to act on. Under DDP a rank that skips its
+    backward would leave the others waiting in the gradient all-reduce: there, let the ranks agree on
+    the loss first, as `graphrl.train.ddp.train_bpr_ddp` does.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        A `LightGCN`, or anything callable as ``model(blocks, return_embeddings=True) -> (out [S, d],
+        layer0 [S, d])``.
+    batch : LinkBatch
+        B pairs, k negatives each, and the blocks of their unique nodes.
+    optimizer : torch.optim.Optimizer
+        Over ``model``'s parameters.
+    reg : float
+        Weight of the L2 penalty.
+
+    Returns
+    -------
+    tuple[float, float]
+        The BPR loss (without the L2 term) and the total loss that was minimised.
+    """
+    loss, total = bpr_batch_loss(model, batch, reg)
+    optimizer.zero_grad(set_to_none=True)
+    total_value = float(total.detach())
+    if math.isfinite(total_value):
+        total.backward()
+        optimizer.step()
+    return float(loss.detach()), total_value
 
 
 def train_bpr(model: LightGCN, link_sampler: LinkSampler | LinkLoader, *, epochs: float | None = None,
@@ -177,14 +235,10 @@ def train_bpr(model: LightGCN, link_sampler: LinkSampler | LinkLoader, *, epochs
     done = False
     while not done:
         for batch in link_sampler:
-            loss, total = _batch_loss(model, batch, reg)
-            if not torch.isfinite(total):
-                raise ValueError(f"loss became {float(total)} at step {stats.steps}: lower lr (now {lr})")
-            opt.zero_grad(set_to_none=True)
-            total.backward()
-            opt.step()
+            loss_value, total = bpr_step(model, batch, opt, reg)
+            if not math.isfinite(total):
+                raise ValueError(f"loss became {total} at step {stats.steps}: lower lr (now {lr})")
             stats.steps += 1
-            loss_value = loss.item()
             stats.losses.append(loss_value)
             elapsed = time.perf_counter() - start
             if progress:
