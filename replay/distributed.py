@@ -1,0 +1,1398 @@
+"""Replay shards as Ray actors: a client that routes writes, samples globally and checkpoints (DESIGN §4).
+
+>>> import ray; ray.init(num_cpus=2)                       # or ray.init(address="auto") on a cluster
+>>> store = ReplayStore(spec, capacity_steps=1_000_000, num_shards=8, backend="ray",
+...                     selector=Prioritized(0.6), rate_limiter=SampleToInsertRatio(4.0, 10_000, 1_000))
+>>> @ray.remote
+... def actor(store):                                      # the store pickles as a write-only handle
+...     with store.writer() as w:
+...         w.extend(steps); w.end_episode()
+>>> batch = store.sample(256, window=64)                   # the same replay.store.Batch as the local store
+>>> store.update_priorities(batch.keys, td_errors); store.checkpoint("ckpt/")
+
+Shards
+------
+Each shard is a threaded Ray actor (`_ShardActor`) that owns a *local* `replay.store.ReplayStore`
+with one shard (its own rings, selector and episode index) and runs that store's own writer,
+sampling, priority and checkpoint code. The client `RayReplayStore` holds no step data; it routes:
+
+- writes: a `RayTrajectoryWriter` buffers an episode (``chunk_steps`` rows at most) and ships its
+  numpy columns to one shard; every chunk of an episode goes to the same shard. A writer balances its
+  own steps over the shards (it picks the shard it has sent the fewest steps to, ties starting at a
+  random offset), so writers that never talk to each other fill the shards evenly. At most
+  ``max_inflight`` shipments per writer are in flight (pipelined), a chunk of an open episode waits
+  for the previous one.
+- samples: one round trip asks every shard for its priority mass (Prioritized; its live count when
+  the whole table's mass is 0, and for Uniform); the client draws the per-shard counts from a
+  multinomial with those weights, asks each shard for its share in parallel, and copies the windows
+  (numpy arrays read zero-copy from Ray's object store on the same node) into its own staging buffer.
+  A window's probability is ``P(shard) * P(window | shard)``, so the batch is distributed as if drawn
+  from one table; importance weights use the global table size. Rows come grouped by shard.
+  Fifo, Lifo and the heaps have no per-shard split that equals one table: with them the Ray backend
+  needs ``num_shards=1``.
+- keys: a shard's local key (shard bits 0) with the shard's index in its low 8 bits, the layout of
+  `replay.store.encode_keys`; `update_priorities` routes each key to its shard.
+
+Rate limiting (at the client, enforced on inserts by the shards)
+----------------------------------------------------------------
+The user's rate limiter applies to the whole store with global counters: inserts and deletes are the
+sums of the shards' counts (fresh from the round trip of every `sample`), samples are counted by the
+client (the only sampler). A sample waits (no polling: blocking calls on the shards that return when
+a shard's insert count moves) until the limiter admits it. On the insert side the client turns the
+global counters into a headroom of steps (how many more inserts the limiter admits now), splits it
+evenly and pushes each shard an allowance with every call; a shard admits a shipment while its own
+inserts are below its allowance, then charges all its steps, so the global ratio holds to within
+the error buffer plus one shipment per shard. The shards' local stores run ``MinSize(1)``.
+
+Checkpoints
+-----------
+`checkpoint(path)` pauses inserts on every shard (waiting for shipments in progress), has every
+shard write its local checkpoint (`replay.checkpoint`) into ``path/ckpt-NNNNNN/shard-III/``, then
+names that folder in ``path/MANIFEST.json`` (written to a temporary file, fsync'd, ``os.replace``'d)
+with the client's state (spec, settings, sample counter), resumes inserts and deletes the older
+folders. A checkpoint interrupted part way leaves the previous one named and whole. On a cluster of
+several machines ``path`` must be a file system every node sees (NFS, a mounted bucket).
+`RayReplayStore.restore(path)` makes new actors from the latest manifest.
+
+Faults
+------
+A call to a shard whose actor died raises `ShardError` naming the shard ("shard 3 ..."). With
+``max_restarts=n`` (Ray's actor option), Ray restarts a dead shard's actor; the restarted actor
+holds inserts back (writers wait, within their timeout) until the client's next call finds it and
+has it reload the store's last checkpoint (the client keeps the folder), then the store keeps
+serving: the shard holds exactly what that checkpoint held plus what was written after the restart.
+Steps written to it after the checkpoint and before the death are lost; a call that met the dying or
+restarting actor is retried once the actor is back; a writer's shipment that met the death raises
+`ShardError` in the writer (its steps are lost).
+
+Security
+--------
+Everything the store sends through Ray is numpy arrays, numbers, strings and Ray actor handles,
+between processes of one Ray cluster; the store itself never unpickles anything (checkpoints are
+zarr arrays and JSON). Ray's own serialisation (pickle) trusts every process of the cluster, so the
+cluster's ports must not be reachable from outside it. The store keeps Ray's authentication settings
+as they are and changes none. In the installed Ray (2.60), token authentication
+(``RAY_AUTH_MODE=token``) is **on by default for a new local cluster started by ``ray.init()``**
+(it generates ``~/.ray/auth_token`` if missing); ``ray start --head`` turns it on only when a token
+already exists (``ray get-auth-token --generate`` makes one) or when ``RAY_AUTH_MODE=token`` is set;
+``ray.init(address="auto")`` picks up a local token, and nodes or drivers joining by an explicit
+address need ``RAY_AUTH_MODE=token`` and the token (``RAY_AUTH_TOKEN`` or ``~/.ray/auth_token``).
+Setting ``RAY_AUTH_MODE=disabled`` turns it off; nothing here does.
+
+References
+----------
+Ray actors, fault tolerance (``max_restarts``) and the object store (zero-copy numpy reads);
+TorchRL's ``RayReplayBuffer`` and RLlib's replay actors (a buffer as an actor); DeepMind Reverb's
+sharded servers, rate limiters and checkpoints; GEAR (Wang et al., ICML 2023) sharded trajectory
+tables.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shutil
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import ray
+import torch
+
+from graphrl.memory import MemoryManager
+from graphrl.tensors import StagingPool
+from replay.rate_limiter import _BIG, MinSize, RateLimiter, rate_limiter_from_config
+from replay.selectors import Fifo, Lifo, MinHeap, Selector, Uniform, check_priorities, selector_from_config
+from replay.spec import TrajectorySpec
+from replay.store import MAX_SHARDS, MAX_WINDOW, Batch, Episode, ReplayStore
+from replay.windows import PADS
+
+__all__ = ["RayReplayStore", "RayStoreHandle", "RayTrajectoryWriter", "ShardError"]
+
+logger = logging.getLogger(__name__)
+
+_DEFAULT: Any = object()
+_CHUNK_BYTES = 16 * 2**20
+_MANIFEST = "MANIFEST.json"
+_FORMAT = "graphrl.replay.ray"
+_VERSION = 1
+
+
+class ShardError(RuntimeError):
+    """A shard's Ray actor died (or could not be reached); the message names the shard ("shard 3")."""
+
+
+def _headroom(limiter: RateLimiter, inserts: int, samples: int, deletes: int) -> float:
+    """Steps the limiter admits now given global counters (may be <= 0, or inf for MinSize)."""
+    if limiter.max_diff >= _BIG / 2:
+        return math.inf
+    fill = limiter.min_size + deletes - inserts
+    ratio = (limiter.max_diff + samples) / limiter.samples_per_insert - inserts
+    return max(fill, ratio)
+
+
+def _shard_seed(seed: int | None, s: int) -> int | None:
+    if seed is None:
+        return None
+    return int(np.random.SeedSequence(seed).spawn(s + 1)[s].generate_state(1, np.uint32)[0])
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# ------------------------------------------------------------------------------------------ actors
+
+
+class _AwaitingRestore(RuntimeError):
+    """Raised by a restarted shard actor until the client has it reload its last checkpoint."""
+
+
+class _ShardActor:
+    """One shard: a local one-shard `ReplayStore` inside a threaded Ray actor.
+
+    Parameters
+    ----------
+    index : int
+        The shard's index in the store (for messages and keys).
+    config : dict
+        spec, capacity (steps of this shard), selector, rate limiter (the user's, for the insert
+        allowance), num_shards, max_times_sampled, seed, chunk_steps, tier, timeout, staging_slots.
+    restore_from : str, optional
+        A local checkpoint root to start from (`RayReplayStore.restore`).
+
+    When Ray restarts the actor (``max_restarts``), it starts empty and *awaiting restore*: inserts
+    wait and other calls raise `_AwaitingRestore` until the client calls `load`.
+    """
+
+    def __init__(self, index: int, config: dict, restore_from: str | None) -> None:
+        self.index = index
+        self.incarnation = uuid.uuid4().hex
+        self.limiter = rate_limiter_from_config(config["rate_limiter"])
+        self.num_shards = int(config["num_shards"])
+        self.chunk_steps = int(config["chunk_steps"])
+        folder = restore_from
+        self.awaiting = restore_from is None and ray.get_runtime_context().was_current_actor_reconstructed
+        self.restored_from = folder
+        kwargs = self.kwargs = {
+            "tier": config["tier"],
+            "timeout": config["timeout"],
+            "staging_slots": config["staging_slots"],
+            "seed": config["seed"],
+        }
+        if folder is not None:
+            self.store = ReplayStore.restore(folder, **kwargs)
+        else:
+            self.store = ReplayStore(
+                TrajectorySpec.from_config(config["spec"]),
+                int(config["capacity"]),
+                1,
+                selector=selector_from_config(config["selector"]),
+                rate_limiter=MinSize(1),
+                max_times_sampled=int(config["max_times_sampled"]),
+                chunk_steps=self.chunk_steps,
+                **kwargs,
+            )
+        self.spec = self.store.spec
+        self.cond = threading.Condition()
+        inserts = self.store.counters()["inserts"]
+        self.allow = inserts + _headroom(self.limiter, 0, 0, 0) / self.num_shards
+        self.paused = False
+        self.active = 0
+        self.woken: deque[str] = deque(maxlen=1024)
+        self.open: dict[int, Any] = {}
+        self.idle: list[Any] = []
+        self.held: Batch | None = None
+        if folder is not None:
+            logger.info("shard %d restored from %s", index, folder)
+
+    # -- state
+    def load(self, folder: str | None) -> None:
+        """After a restart: reload the shard from ``folder`` (its last checkpoint; None: stay empty)."""
+        with self.cond:
+            if not self.awaiting:
+                return
+            if folder is not None:
+                old = self.store
+                self.store = ReplayStore.restore(folder, **self.kwargs)
+                old.close()
+                inserts = self.store.counters()["inserts"]
+                self.allow = inserts + _headroom(self.limiter, 0, 0, 0) / self.num_shards
+            self.restored_from = folder
+            self.awaiting = False
+            self.cond.notify_all()
+        logger.warning("shard %d restarted; reloaded %s", self.index, folder or "nothing (no checkpoint yet)")
+
+    def _ready(self) -> None:
+        if self.awaiting:
+            raise _AwaitingRestore(f"shard {self.index} was restarted and awaits its checkpoint")
+
+    def _counts(self) -> tuple[int, int]:
+        c = self.store.counters()
+        return c["inserts"], c["deletes"]
+
+    def stats(self, allow: float | None = None) -> dict:
+        """Live count, priority mass (Prioritized), counters; sets the insert allowance if given."""
+        if allow is not None:
+            self.set_allow(allow)
+        store = self.store
+        with store._sel_lock:  # the local store has no public mass accessor: ingest, then read
+            sh = store._core.shards[0]
+            with sh:
+                store._ingest(0)
+            sel = store._selector
+            live = sel.live_count()
+            wmass = float(sel.wtree[:, 1].sum()) if sel.selector.prioritized else float(live)
+        inserts, deletes = self._counts()
+        return {
+            "live": live,
+            "wmass": wmass,
+            "inserts": inserts,
+            "deletes": deletes,
+            "steps": len(store),
+            "incarnation": self.incarnation,
+            "restored_from": self.restored_from,
+            "awaiting": self.awaiting,
+        }
+
+    def set_allow(self, allow: float) -> None:
+        with self.cond:
+            self.allow = allow
+            self.cond.notify_all()
+
+    def wait_inserts(self, known: int, token: str, timeout: float | None) -> int:
+        """Return the insert count once it differs from ``known``, on `wake`, or after ``timeout``."""
+        with self.cond:
+            self.cond.wait_for(
+                lambda: self.store.counters()["inserts"] != known or token in self.woken, timeout
+            )
+            return self.store.counters()["inserts"]
+
+    def wake(self, token: str) -> None:
+        with self.cond:
+            self.woken.append(token)
+            self.cond.notify_all()
+
+    # -- writing
+    def insert(self, key: int, columns: dict, end: bool, timeout: float | None) -> int:
+        """Append ``columns`` ([T, ...] numpy arrays) to the episode ``key``; end it if ``end``."""
+        start = time.monotonic()
+        with self.cond:
+            ok = self.cond.wait_for(
+                lambda: (
+                    not self.paused and not self.awaiting and self.store.counters()["inserts"] < self.allow
+                ),
+                timeout,
+            )
+            if not ok:
+                inserts = self.store.counters()["inserts"]
+                raise TimeoutError(
+                    f"shard {self.index}: insert waited {time.monotonic() - start:.3g} s "
+                    f"(timeout={timeout}): "
+                    + (
+                        "a checkpoint is being written"
+                        if self.paused
+                        else "the shard was restarted and waits for the store's client to reload it"
+                        if self.awaiting
+                        else f"inserting is ahead of sampling: this shard holds {inserts} inserted steps "
+                        f"and may take {self.allow:.6g} until the store samples more (the rate limiter "
+                        f"{self.limiter!r}, split over {self.num_shards} shards)"
+                    )
+                    + "; nothing of this shipment was stored"
+                )
+            self.active += 1
+            w = self.open.pop(key, None)
+            if w is None:
+                w = self.idle.pop() if self.idle else None
+        try:
+            if w is None:
+                w = self.store.writer(chunk_steps=self.chunk_steps)
+            w.extend(columns)
+            if end:
+                w.end_episode()
+            else:
+                w.flush()
+            n = len(next(iter(columns.values())))
+        except BaseException:
+            w.close()
+            raise
+        finally:
+            with self.cond:
+                self.active -= 1
+                self.cond.notify_all()
+        with self.cond:
+            if end:
+                self.idle.append(w)
+            else:
+                self.open[key] = w
+        return n
+
+    def pause(self, timeout: float | None) -> None:
+        with self.cond:
+            self.paused = True
+            if not self.cond.wait_for(lambda: self.active == 0, timeout):
+                self.paused = False
+                self.cond.notify_all()
+                raise TimeoutError(f"shard {self.index}: shipments still running after {timeout} s")
+
+    def resume(self) -> None:
+        with self.cond:
+            self.paused = False
+            self.cond.notify_all()
+
+    # -- sampling
+    def sample(self, k: int, window: int, pad: str, timeout: float | None, allow: float | None) -> tuple:
+        self._ready()
+        if allow is not None:
+            self.set_allow(allow)
+        if self.held is not None:  # the client got the previous reply (it samples one batch at a time)
+            self.held.release()
+            self.held = None
+        t0 = time.perf_counter()
+        b = self.store.sample(k, window, pad=pad, timeout=timeout)
+        self.held = b  # its staging slot stays held until Ray has serialised this reply
+        fields = {n: b[n].numpy() for n in self.spec}
+        seconds = time.perf_counter() - t0
+        return (
+            fields,
+            b.mask.numpy(),
+            b.keys.numpy(),
+            b.probabilities.numpy(),
+            b.lengths.numpy(),
+            self._counts(),
+            seconds,
+        )
+
+    def update_priorities(self, keys: np.ndarray, priorities: np.ndarray) -> int:
+        self._ready()
+        return self.store.update_priorities(keys, priorities)
+
+    def episodes(self) -> list[Episode]:
+        self._ready()
+        out = self.store.episodes()
+        for e in out:
+            e.shard = self.index
+        return out
+
+    def checkpoint(self, path: str) -> str:
+        self._ready()
+        return self.store.checkpoint(path)
+
+    def ping(self) -> str:
+        return self.incarnation
+
+    def close(self) -> None:
+        if self.held is not None:
+            self.held.release()
+            self.held = None
+        self.store.close()
+
+
+# ------------------------------------------------------------------------------------------ handle
+
+
+@dataclass(frozen=True)
+class RayStoreHandle:
+    """What a Ray task or actor needs to write to the store: actor handles and settings, no data.
+
+    Picklable by Ray (pass it, or the store itself, as an argument of a remote function).
+    """
+
+    spec: tuple[tuple[str, tuple[int, ...], str], ...]
+    shards: tuple[Any, ...]
+    shard_capacity: int
+    chunk_steps: int
+    timeout: float | None
+
+    def spec_object(self) -> TrajectorySpec:
+        return TrajectorySpec({n: (shape, dtype) for n, shape, dtype in self.spec})
+
+    def writer(self, **kwargs: Any) -> RayTrajectoryWriter:
+        """A `RayTrajectoryWriter` (same keywords as `RayReplayStore.writer`)."""
+        return RayReplayStore.attach(self).writer(**kwargs)
+
+
+def _actor_errors() -> tuple[type[BaseException], ...]:
+    errs: list[type[BaseException]] = [ray.exceptions.RayActorError]
+    unavailable = getattr(ray.exceptions, "ActorUnavailableError", None)
+    if unavailable is not None:
+        errs.append(unavailable)
+    return tuple(errs)
+
+
+def _shard_error(s: int, what: str, exc: BaseException, restarts: int) -> ShardError:
+    remedy = (
+        "it was not restarted (max_restarts=0): restore the store from a checkpoint "
+        "(RayReplayStore.restore(path)) or make it with max_restarts >= 1"
+        if restarts == 0
+        else f"Ray gave up restarting it (max_restarts={restarts})"
+    )
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return ShardError(f"shard {s}: its Ray actor died or is unreachable during {what} ({first}); {remedy}")
+
+
+# ------------------------------------------------------------------------------------------ writer
+
+
+class RayTrajectoryWriter:
+    """Writes episodes to a Ray-backed store from any process of the cluster; see `RayReplayStore.writer`.
+
+    Same methods as `replay.writer.TrajectoryWriter` (``append``, ``extend``, ``end_episode``,
+    ``flush``, ``close``, a context manager). Steps are validated against the spec here, staged in
+    numpy buffers of ``chunk_steps`` rows, and shipped (numpy columns only) to one shard per episode
+    when the episode ends or the buffers fill.
+
+    Attributes
+    ----------
+    pending : int
+        Steps staged here, not yet shipped.
+    steps_written : int
+        Steps the shards confirmed.
+    episodes_written : int
+        Episodes ended (and confirmed).
+    shard_steps : numpy.ndarray, int64 [S]
+        Steps this writer shipped to each shard.
+    """
+
+    def __init__(
+        self,
+        handle: RayStoreHandle,
+        chunk_steps: int,
+        timeout: float | None,
+        shard: int | None,
+        max_inflight: int,
+    ) -> None:
+        self._handle = handle
+        self.spec = handle.spec_object()
+        self.chunk_steps = int(chunk_steps)
+        self.timeout = timeout
+        self.max_inflight = int(max_inflight)
+        self._pin = shard
+        self._buffers = {n: np.empty((self.chunk_steps, *f.shape), f.dtype) for n, f in self.spec.items()}
+        self.pending = 0
+        self.steps_written = 0
+        self.episodes_written = 0
+        s = len(handle.shards)
+        self.shard_steps = np.zeros(s, dtype=np.int64)
+        self._offset = int.from_bytes(os.urandom(2), "little") % s
+        self._id = int.from_bytes(os.urandom(6), "little") << 16
+        self._episodes = 0
+        self._episode: tuple[int, int] | None = None  # (shard, key) of the open episode
+        self._inflight: deque[tuple[Any, int, int, bool]] = deque()
+        self._closed = False
+
+    # -- writing
+    def append(self, step: Mapping[str, Any]) -> None:
+        """Add one step (see `replay.writer.TrajectoryWriter.append`; raises the same errors)."""
+        self._check_open()
+        values = self.spec.validate_step(step)
+        if self.pending == self.chunk_steps:
+            self._ship(end=False)
+        for name, v in values.items():
+            self._buffers[name][self.pending] = v
+        self.pending += 1
+
+    def extend(self, steps: Mapping[str, Any]) -> None:
+        """Add T steps given as columns ``[T, *field_shape]`` (same as T appends)."""
+        self._check_open()
+        t, cols = self.spec.validate_steps(steps)
+        done = 0
+        while done < t:
+            if self.pending == self.chunk_steps:
+                self._ship(end=False)
+            k = min(self.chunk_steps - self.pending, t - done)
+            for name, col in cols.items():
+                self._buffers[name][self.pending : self.pending + k] = col[done : done + k]
+            self.pending += k
+            done += k
+
+    def end_episode(self) -> None:
+        """Ship the staged steps and close the episode.
+
+        Raises
+        ------
+        ShardError
+            The chosen shard's actor died (the steps of the shipment are lost).
+        TimeoutError
+            The shard's insert allowance (the rate limiter) did not admit the shipment in ``timeout``.
+        """
+        self._check_open()
+        if self.pending or self._episode is not None:
+            self._ship(end=True)
+
+    def flush(self) -> None:
+        """Ship the staged steps keeping the episode open, and wait for every shipment in flight."""
+        self._check_open()
+        if self.pending:
+            self._ship(end=False)
+        self.wait()
+
+    def wait(self) -> None:
+        """Wait until every shipment in flight is stored (raises its error if one failed)."""
+        while self._inflight:
+            self._resolve()
+
+    def _choose(self) -> int:
+        if self._pin is not None:
+            return self._pin
+        s = len(self.shard_steps)
+        order = (np.arange(s) + self._offset) % s
+        return int(order[np.argmin(self.shard_steps[order])])
+
+    def _ship(self, end: bool) -> None:
+        if self._episode is None:
+            shard = self._choose()
+            key = self._id | (self._episodes & 0xFFFF)
+            self._episodes += 1
+        else:
+            shard, key = self._episode
+            self.wait()  # chunks of one episode arrive in order
+        n = self.pending
+        cols = {name: buf[:n] for name, buf in self._buffers.items()}
+        actor = self._handle.shards[shard]
+        ref = actor.insert.remote(key, cols, end, self.timeout)  # Ray copies the arguments now
+        self._inflight.append((ref, shard, n, end))
+        self.shard_steps[shard] += n
+        self.pending = 0
+        self._episode = None if end else (shard, key)
+        while len(self._inflight) > self.max_inflight:
+            self._resolve()
+
+    def _resolve(self) -> None:
+        ref, shard, n, end = self._inflight.popleft()
+        try:
+            ray.get(ref)
+        except _actor_errors() as exc:
+            self._inflight.clear()
+            self._episode = None
+            raise _shard_error(shard, f"a writer's shipment of {n} steps", exc, 0) from exc
+        self.steps_written += n
+        if end:
+            self.episodes_written += 1
+
+    # -- lifetime
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("this RayTrajectoryWriter is closed")
+
+    def close(self) -> None:
+        """Drop staged steps, end the open episode (best effort), wait for shipments in flight."""
+        if self._closed:
+            return
+        self.pending = 0
+        try:
+            if self._episode is not None:
+                self._ship(end=True)
+            self.wait()
+        except (ShardError, TimeoutError, ValueError) as exc:
+            logger.debug("writer close: %s", exc)
+        finally:
+            self._closed = True
+            self._inflight.clear()
+
+    def __enter__(self) -> RayTrajectoryWriter:
+        return self
+
+    def __exit__(self, exc_type: Any, *exc: object) -> None:
+        if exc_type is None and not self._closed:
+            self.end_episode()
+            self.wait()
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"RayTrajectoryWriter(pending={self.pending}, steps_written={self.steps_written})"
+
+
+# ------------------------------------------------------------------------------------------ client
+
+
+class _Layout:
+    """Byte offsets of each field and the mask of a [B, L] batch in one staging slot (64-byte aligned)."""
+
+    def __init__(self, spec: TrajectorySpec, batch: int, window: int) -> None:
+        self.offsets: dict[str, tuple[int, int]] = {}
+        off = 0
+        for name, f in spec.items():
+            nbytes = batch * window * f.row_bytes
+            self.offsets[name] = (off, nbytes)
+            off += -(-nbytes // 64) * 64
+        self.mask_off = off
+        self.nbytes = -(-max(1, off + batch * window) // 64) * 64
+        self.batch, self.window = batch, window
+
+    def views(self, spec: TrajectorySpec, raw: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        fields = {}
+        for name, f in spec.items():
+            off, nbytes = self.offsets[name]
+            fields[name] = raw[off : off + nbytes].view(f.torch_dtype).view(self.batch, self.window, *f.shape)
+        mask = raw[self.mask_off : self.mask_off + self.batch * self.window].view(torch.bool)
+        return fields, mask.view(self.batch, self.window)
+
+
+def _check_int(name: str, value: Any, lo: int, hi: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < lo or (hi is not None and value > hi):
+        rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+        raise ValueError(f"{name} must be {rng}, got {value}")
+    return int(value)
+
+
+class RayReplayStore:
+    """A replay store whose shards are Ray actors; same arguments and `Batch` as the local store.
+
+    Made by ``ReplayStore(..., backend="ray")`` (or directly). Needs ``ray.init()`` first.
+
+    Parameters
+    ----------
+    spec, capacity_steps, num_shards, selector, rate_limiter, max_times_sampled, seed, chunk_steps, timeout,
+    staging_slots
+        As `replay.store.ReplayStore` (``capacity_steps // num_shards`` steps per shard actor). The
+        rate limiter applies to the whole store at the client (see the module docstring). Fifo, Lifo,
+        MinHeap and MaxHeap need ``num_shards=1``.
+    memory : MemoryManager, optional
+        The client's staging buffers come from it (default a private manager).
+    tier : str
+        Tier of the rings inside each shard actor: ``"host"`` (default), ``"shared"`` or ``"pinned"``.
+    max_restarts : int
+        Ray restarts a dead shard actor this many times (-1: without limit); a restarted shard
+        reloads its last checkpoint. 0 (default): a dead shard stays dead and calls raise `ShardError`.
+    actor_options : dict, optional
+        Extra ``ray.remote`` options for the shard actors (``num_cpus``, ``resources``,
+        ``scheduling_strategy``, ``max_concurrency``...); default ``{"max_concurrency": 32}``.
+
+    Raises
+    ------
+    ValueError
+        As the local store (bad sizes, a rate limiter that could never admit a sample, a bad tier),
+        a deterministic selector with ``num_shards > 1``, bad ``max_restarts`` or ``actor_options``,
+        or Ray not initialised (``ray.init()``).
+    TypeError
+        A spec, selector, rate limiter, memory manager or option of the wrong type.
+
+    Examples
+    --------
+    >>> store = ReplayStore(spec, 1_000_000, num_shards=4, backend="ray", max_restarts=1)
+    >>> ray.get([actor.remote(store) for _ in range(4)])   # remote writers: store.writer() inside
+    >>> batch = store.sample(256, window=64)
+    """
+
+    def __init__(
+        self,
+        spec: TrajectorySpec | Mapping[str, Any],
+        capacity_steps: int,
+        num_shards: int = 1,
+        selector: Selector | None = None,
+        rate_limiter: RateLimiter | None = None,
+        memory: MemoryManager | None = None,
+        *,
+        max_times_sampled: int = 0,
+        seed: int | None = None,
+        chunk_steps: int | None = None,
+        tier: str = "host",
+        timeout: float | None = 60.0,
+        staging_slots: int = 4,
+        max_restarts: int = 0,
+        actor_options: Mapping[str, Any] | None = None,
+        _restore: dict | None = None,
+    ) -> None:
+        if not isinstance(spec, (TrajectorySpec, Mapping)):
+            raise TypeError(f"spec must be a TrajectorySpec or a mapping, got {type(spec).__name__}")
+        spec = spec if isinstance(spec, TrajectorySpec) else TrajectorySpec(spec)
+        capacity_steps = _check_int("capacity_steps", capacity_steps, 1)
+        num_shards = _check_int("num_shards", num_shards, 1, MAX_SHARDS)
+        if capacity_steps < num_shards:
+            raise ValueError(
+                f"capacity_steps={capacity_steps} must be >= num_shards={num_shards} (>= 1 step a shard)"
+            )
+        selector = Uniform() if selector is None else selector
+        if not isinstance(selector, Selector):
+            raise TypeError(f"selector must be a replay.selectors.Selector, got {type(selector).__name__}")
+        if isinstance(selector, (Fifo, Lifo, MinHeap)) and num_shards > 1:
+            raise ValueError(
+                f"selector={selector!r} with num_shards={num_shards}: Fifo, Lifo and the heaps have no "
+                "per-shard split that equals one table; use num_shards=1 with backend='ray', or "
+                "Uniform / Prioritized"
+            )
+        rate_limiter = MinSize(1) if rate_limiter is None else rate_limiter
+        if not isinstance(rate_limiter, RateLimiter):
+            raise TypeError(
+                f"rate_limiter must be a replay.rate_limiter.RateLimiter, got {type(rate_limiter).__name__}"
+            )
+        if tier not in ("shared", "host", "pinned"):
+            raise ValueError(
+                f"tier must be 'host', 'shared' or 'pinned' (the shard actors' rings), got {tier!r}"
+            )
+        shard_cap = capacity_steps // num_shards
+        rate_limiter.check_capacity(shard_cap * num_shards)
+        if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool)):
+            raise TypeError(f"timeout must be a number of seconds or None, got {type(timeout).__name__}")
+        if timeout is not None and (timeout < 0 or not math.isfinite(timeout)):
+            raise ValueError(f"timeout must be >= 0 seconds or None, got {timeout}")
+        max_times_sampled = _check_int("max_times_sampled", max_times_sampled, 0)
+        if seed is not None:
+            seed = _check_int("seed", seed, 0)
+        if chunk_steps is None:
+            chunk = max(1, min(shard_cap, _CHUNK_BYTES // max(1, spec.step_bytes)))
+        else:
+            if (
+                isinstance(chunk_steps, bool)
+                or not isinstance(chunk_steps, (int, np.integer))
+                or chunk_steps < 1
+            ):
+                raise ValueError(f"chunk_steps must be an int >= 1, got {chunk_steps!r}")
+            chunk = min(int(chunk_steps), shard_cap)
+        staging_slots = _check_int("staging_slots", staging_slots, 1)
+        max_restarts = _check_int("max_restarts", max_restarts, -1)
+        if memory is not None and not isinstance(memory, MemoryManager):
+            raise TypeError(
+                f"memory must be a graphrl.memory.MemoryManager or None, got {type(memory).__name__}"
+            )
+        options = {"max_concurrency": 32}
+        if actor_options is not None:
+            if not isinstance(actor_options, Mapping):
+                raise TypeError(
+                    f"actor_options must be a dict of ray.remote options, got {type(actor_options).__name__}"
+                )
+            bad = [k for k in actor_options if k in ("max_restarts", "max_task_retries")]
+            if bad:
+                raise ValueError(f"actor_options: set {bad[0]!r} with the max_restarts argument, not here")
+            options.update(actor_options)
+        if not ray.is_initialized():
+            raise ValueError(
+                "backend='ray' needs a running Ray: call ray.init() (a local cluster) or "
+                "ray.init(address='auto') (join a cluster) before making the store"
+            )
+        self.spec = spec
+        self.num_shards = num_shards
+        self.shard_capacity = shard_cap
+        self.selector = selector
+        self.rate_limiter = rate_limiter
+        self.max_times_sampled = max_times_sampled
+        self.seed = seed
+        self.chunk_steps = chunk
+        self.timeout = timeout
+        self.tier = tier
+        self.max_restarts = max_restarts
+        self._options = options
+        self._owner = True
+        self._closed = False
+        self._lock = threading.RLock()
+        self._rng = np.random.Generator(np.random.PCG64(seed))
+        self._samples = 0
+        self._prioritized = bool(selector.prioritized)
+        self._config = {
+            "spec": spec.to_config(),
+            "capacity": shard_cap,
+            "num_shards": num_shards,
+            "selector": selector.to_config(),
+            "rate_limiter": rate_limiter.to_config(),
+            "max_times_sampled": max_times_sampled,
+            "chunk_steps": chunk,
+            "tier": tier,
+            "timeout": timeout,
+            "staging_slots": staging_slots,
+        }
+        self._owns_memory = memory is None
+        self._memory = MemoryManager() if memory is None else memory
+        self._staging_slots = staging_slots
+        self._pools: dict[tuple[int, int], tuple[StagingPool, _Layout]] = {}
+        self._stats: list[dict] = [{} for _ in range(num_shards)]
+        self.last_profile: dict[str, float] = {}
+        restore = _restore or {}
+        if restore:
+            self._samples = int(restore.get("samples", 0))
+            if restore.get("rng"):
+                self._rng.bit_generator.state = restore["rng"]
+        self._folders: dict[int, str] = dict(restore.get("folders", {}))
+        actor_cls = ray.remote(_ShardActor)
+        self._actors = []
+        try:
+            for s in range(num_shards):
+                cfg = dict(self._config, seed=_shard_seed(seed, s))
+                folder = restore.get("folders", {}).get(s) if restore else None
+                self._actors.append(
+                    actor_cls.options(max_restarts=max_restarts, max_task_retries=0, **options).remote(
+                        s, cfg, folder
+                    )
+                )
+            self._refresh(timeout=None if timeout is None else max(timeout, 120.0))
+        except BaseException:
+            self._kill()
+            raise
+
+    # -- remote calls
+    def _gather(self, calls: list[tuple[int, str, tuple]], what: str, timeout: float | None = None) -> list:
+        """Run ``actor[s].method(*args)`` for each call in parallel; return the results in order.
+
+        A shard found restarted is reloaded from the last checkpoint and its call retried once.
+        """
+        refs = [getattr(self._actors[s], m).remote(*a) for s, m, a in calls]
+        out = []
+        for (s, m, a), ref in zip(calls, refs, strict=True):
+            try:
+                res = ray.get(ref, timeout=timeout)
+            except (*_actor_errors(), _AwaitingRestore) as exc:
+                if self.max_restarts == 0:
+                    raise _shard_error(s, what, exc, 0) from exc
+                self._revive(s, timeout, what)
+                try:
+                    res = ray.get(getattr(self._actors[s], m).remote(*a), timeout=timeout)
+                except (*_actor_errors(), _AwaitingRestore) as exc2:
+                    raise _shard_error(s, what, exc2, self.max_restarts) from exc2
+            except ray.exceptions.GetTimeoutError as exc:
+                raise TimeoutError(f"shard {s} did not answer {what} within {timeout} s") from exc
+            if m == "stats" and res["awaiting"]:  # restarted between two calls
+                self._revive(s, timeout, what)
+                res = ray.get(self._actors[s].stats.remote(*a), timeout=timeout)
+            out.append(res)
+        return out
+
+    def _revive(self, s: int, timeout: float | None, what: str) -> None:
+        """Wait for Ray to restart shard s's actor, then have it reload the last checkpoint."""
+        actor = self._actors[s]
+        try:  # a ping that Ray retries until the actor is back (or gives up for good)
+            ray.get(actor.ping.options(max_task_retries=-1).remote(), timeout=timeout)
+            ray.get(actor.load.remote(self._folders.get(s)), timeout=timeout)
+        except _actor_errors() as exc:
+            raise _shard_error(s, what, exc, self.max_restarts) from exc
+        logger.warning(
+            "shard %d was restarted by Ray and reloaded %s; %s retried",
+            s,
+            self._folders.get(s) or "nothing (no checkpoint yet)",
+            what,
+        )
+
+    def _allowances(self) -> list[float]:
+        inserts = sum(st["inserts"] for st in self._stats)
+        deletes = sum(st["deletes"] for st in self._stats)
+        h = max(0.0, _headroom(self.rate_limiter, inserts, self._samples, deletes)) / self.num_shards
+        return [st["inserts"] + h for st in self._stats]
+
+    def _refresh(self, timeout: float | None = None) -> list[dict]:
+        """Fresh stats from every shard (pushing each its insert allowance)."""
+        allow = self._allowances() if self._stats[0] else [None] * self.num_shards
+        stats = self._gather([(s, "stats", (allow[s],)) for s in range(self.num_shards)], "stats", timeout)
+        for s, st in enumerate(stats):
+            old = self._stats[s].get("incarnation")
+            if old is not None and old != st["incarnation"]:
+                logger.warning(
+                    "shard %d was restarted from %s", s, st["restored_from"] or "nothing (no checkpoint)"
+                )
+        self._stats = stats
+        return stats
+
+    def _counts(self) -> tuple[int, int, int]:
+        return (
+            sum(st["inserts"] for st in self._stats),
+            self._samples,
+            sum(st["deletes"] for st in self._stats),
+        )
+
+    # -- properties and inspection
+    @property
+    def capacity_steps(self) -> int:
+        return self.shard_capacity * self.num_shards
+
+    @property
+    def actors(self) -> list[Any]:
+        """The shard actors' handles (index = shard), e.g. for ``ray.kill`` in fault drills."""
+        return list(self._actors)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("this RayReplayStore is closed")
+
+    def _check_owner(self, what: str) -> None:
+        self._check_open()
+        if not self._owner:
+            raise ValueError(
+                f"{what}() runs in the process that made the store; this copy was attached by handle and "
+                "can only write (store.writer()) and count (len(store))"
+            )
+
+    def __len__(self) -> int:
+        """Live steps stored over all shards."""
+        self._check_open()
+        stats = self._gather([(s, "stats", (None,)) for s in range(self.num_shards)], "len()")
+        if self._owner:
+            self._stats = stats
+        return int(sum(st["steps"] for st in stats))
+
+    def shard_sizes(self) -> list[int]:
+        """Live steps of each shard (index = shard)."""
+        self._check_owner("shard_sizes")
+        with self._lock:
+            return [int(st["steps"]) for st in self._refresh()]
+
+    def counters(self) -> dict[str, int]:
+        """Global rate-limiter counters: ``inserts``, ``samples`` (steps) and ``deletes``."""
+        self._check_owner("counters")
+        with self._lock:
+            self._refresh()
+            i, s, d = self._counts()
+        return {"inserts": i, "samples": s, "deletes": d}
+
+    def episodes(self, shard: int | None = None) -> list[Episode]:
+        """Copies of the live episodes of one shard or all (for inspection and tests)."""
+        self._check_open()
+        shards = (
+            range(self.num_shards) if shard is None else [_check_int("shard", shard, 0, self.num_shards - 1)]
+        )
+        parts = self._gather([(s, "episodes", ()) for s in shards], "episodes()")
+        return [e for part in parts for e in part]
+
+    def __repr__(self) -> str:
+        role = "owner" if self._owner else "attached"
+        return (
+            f"RayReplayStore({role}, shards={self.num_shards}, shard_capacity={self.shard_capacity}, "
+            f"fields={list(self.spec)})"
+        )
+
+    # -- handles and writers
+    def handle(self) -> RayStoreHandle:
+        """The picklable handle `attach` takes in a Ray task or actor (actor handles and settings)."""
+        self._check_open()
+        spec = tuple((n, f.shape, f.dtype.name) for n, f in self.spec.items())
+        return RayStoreHandle(spec, tuple(self._actors), self.shard_capacity, self.chunk_steps, self.timeout)
+
+    @classmethod
+    def attach(cls, handle: RayStoreHandle) -> RayReplayStore:
+        """A write-only view of a store from its handle (what a pickled store becomes in a Ray task)."""
+        if not isinstance(handle, RayStoreHandle):
+            raise TypeError(f"handle must be a RayStoreHandle (store.handle()), got {type(handle).__name__}")
+        self = cls.__new__(cls)
+        self.spec = handle.spec_object()
+        self.num_shards = len(handle.shards)
+        self.shard_capacity = handle.shard_capacity
+        self.chunk_steps = handle.chunk_steps
+        self.timeout = handle.timeout
+        self.max_restarts = 0
+        self._actors = list(handle.shards)
+        self._handle = handle
+        self._owner = False
+        self._closed = False
+        self._stats = [{} for _ in handle.shards]
+        return self
+
+    def __reduce__(self) -> tuple:
+        return (RayReplayStore.attach, (self.handle(),))
+
+    def writer(
+        self,
+        chunk_steps: int | None = None,
+        timeout: float | None = _DEFAULT,
+        *,
+        shard: int | None = None,
+        max_inflight: int = 2,
+    ) -> RayTrajectoryWriter:
+        """A new `RayTrajectoryWriter` (one per thread, task or actor).
+
+        Parameters
+        ----------
+        chunk_steps : int, optional
+            Staging rows (default the store's ``chunk_steps``), capped at the shard capacity; a longer
+            episode ships in chunks, all to the same shard.
+        timeout : float or None, optional
+            Seconds a shipment waits for its shard's insert allowance; default the store's ``timeout``.
+        shard : int, optional
+            Send every episode to this shard (default: balance this writer's steps over the shards).
+        max_inflight : int
+            Shipments in flight before the writer waits for the oldest (>= 0).
+
+        Raises
+        ------
+        ValueError
+            Bad ``chunk_steps``, ``shard`` or ``max_inflight``; a closed store.
+        """
+        self._check_open()
+        if chunk_steps is None:
+            chunk = self.chunk_steps
+        else:
+            chunk = min(_check_int("chunk_steps", chunk_steps, 1), self.shard_capacity)
+        if shard is not None:
+            shard = _check_int("shard", shard, 0, self.num_shards - 1)
+        max_inflight = _check_int("max_inflight", max_inflight, 0)
+        handle = self._handle if not self._owner else self.handle()
+        return RayTrajectoryWriter(
+            handle, chunk, self.timeout if timeout is _DEFAULT else timeout, shard, max_inflight
+        )
+
+    # -- sampling
+    def _pool(self, batch: int, window: int) -> tuple[StagingPool, _Layout]:
+        key = (batch, window)
+        entry = self._pools.get(key)
+        if entry is None:
+            layout = _Layout(self.spec, batch, window)
+            pool = StagingPool(
+                self._memory,
+                (layout.nbytes,),
+                torch.uint8,
+                slots=self._staging_slots,
+                tier="pinned",
+                fallback=("host",),
+                owner="replay.staging",
+                timeout=self.timeout,
+            )
+            pool.region.tensor().zero_()
+            if len(self._pools) >= 4:
+                self._pools.pop(next(iter(self._pools)))[0].close()
+            entry = self._pools[key] = (pool, layout)
+        return entry
+
+    def _await_sample(self, deadline: float | None) -> None:
+        """Refresh the counters until the rate limiter admits a sample (blocking calls, no polling)."""
+        while True:
+            counts = self._counts()
+            if self.rate_limiter.can_sample(counts):
+                return
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError(
+                    f"sample waited past its timeout ({self.timeout}): "
+                    f"{self.rate_limiter.explain_sample_block(counts)}"
+                )
+            token = uuid.uuid4().hex
+            allow = self._allowances()
+            for s in range(self.num_shards):  # let the writers in while we wait
+                self._actors[s].set_allow.remote(allow[s])
+            refs = [
+                a.wait_inserts.remote(st["inserts"], token, left)
+                for a, st in zip(self._actors, self._stats, strict=True)
+            ]
+            ray.wait(refs, num_returns=1, timeout=left)
+            for a in self._actors:
+                a.wake.remote(token)
+            try:
+                ray.get(refs)
+            except _actor_errors():
+                pass  # the refresh below names the shard (or retries a restarted one)
+            self._refresh()
+
+    def sample(
+        self,
+        batch_size: int,
+        window: int = 1,
+        pad: str = "tail",
+        timeout: float | None = _DEFAULT,
+        beta: float = 1.0,
+        device: str | torch.device | None = None,
+    ) -> Batch:
+        """Draw ``batch_size`` windows of ``window`` steps as from one table over all shards.
+
+        Same parameters, `Batch` and errors as `replay.store.ReplayStore.sample`; also `ShardError`
+        when a shard's actor died (naming it). ``batch.keys`` carry the shard in their low 8 bits.
+
+        Raises
+        ------
+        TimeoutError
+            The rate limiter did not admit the sample within ``timeout`` (the message says why), a
+            shard did not answer, or every staging slot stayed held.
+        ValueError
+            Bad arguments, a closed store, or a copy attached by handle.
+        ShardError
+            A shard's actor died (not restarted).
+        """
+        self._check_owner("sample")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        if (
+            isinstance(window, bool)
+            or not isinstance(window, (int, np.integer))
+            or not 1 <= window <= MAX_WINDOW
+        ):
+            raise ValueError(f"window must be an int in [1, {MAX_WINDOW}], got {window!r}")
+        if pad not in PADS:
+            raise ValueError(f"pad must be 'tail' or 'head', got {pad!r}")
+        if not isinstance(beta, (int, float)) or not math.isfinite(beta) or beta < 0:
+            raise ValueError(f"beta must be finite and >= 0, got {beta}")
+        timeout = self.timeout if timeout is _DEFAULT else timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
+        b, length = int(batch_size), int(window)
+        with self._lock:
+            t0 = time.perf_counter()
+            stats = self._refresh(timeout)
+            self._await_sample(deadline)
+            stats = self._stats
+            t1 = time.perf_counter()
+            live = np.array([st["live"] for st in stats], dtype=np.float64)
+            wmass = np.array([st["wmass"] for st in stats], dtype=np.float64)
+            mass = wmass if self._prioritized and wmass.sum() > 0 else live
+            if mass.sum() <= 0:
+                raise TimeoutError(
+                    f"no shard holds a sampleable window (live items per shard: {live.tolist()})"
+                )
+            share = mass / mass.sum()
+            counts = self._rng.multinomial(b, share) if self.num_shards > 1 else np.array([b])
+            pool, layout = self._pool(b, length)
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            buf = pool.acquire(timeout=left)
+            try:
+                fields, mask = layout.views(self.spec, buf.tensor)
+                outs = {n: t.numpy() for n, t in fields.items()}
+                mask_np = mask.numpy()
+                calls = [
+                    (s, "sample", (int(counts[s]), length, pad, left, None))
+                    for s in range(self.num_shards)
+                    if counts[s] > 0
+                ]
+                t2 = time.perf_counter()
+                replies = self._gather(calls, "sample()", None if left is None else left + 30.0)
+                t3 = time.perf_counter()
+                keys = np.empty(b, np.int64)
+                prob = np.empty(b, np.float64)
+                lengths = np.empty(b, np.int64)
+                row = 0
+                shard_s = 0.0
+                for (s, _, _), rep in zip(calls, replies, strict=True):
+                    f, m, k, p, n, (ins, dels), secs = rep
+                    c = len(k)
+                    for name in self.spec:
+                        np.copyto(outs[name][row : row + c], f[name])
+                    mask_np[row : row + c] = m
+                    keys[row : row + c] = k | s
+                    prob[row : row + c] = p * share[s]
+                    lengths[row : row + c] = n
+                    self._stats[s]["inserts"], self._stats[s]["deletes"] = ins, dels
+                    shard_s = max(shard_s, secs)
+                    row += c
+                table_size = int(live.sum())
+                self._samples += int(lengths.sum())
+                if self._prioritized:
+                    w = (max(table_size, 1) * prob) ** (-float(beta))
+                    weights = torch.from_numpy((w / w.max()).astype(np.float32))
+                else:
+                    weights = torch.ones(b, dtype=torch.float32)
+                batch = Batch(
+                    fields,
+                    mask,
+                    torch.from_numpy(keys),
+                    torch.from_numpy(prob),
+                    weights,
+                    torch.from_numpy(lengths),
+                    table_size,
+                    buf,
+                )
+            except BaseException:
+                buf.release()
+                raise
+            t4 = time.perf_counter()
+            self.last_profile = {
+                "stats_s": t1 - t0,
+                "remote_s": t3 - t2,
+                "shard_sample_s": shard_s,
+                "transfer_s": max(0.0, (t3 - t2) - shard_s),
+                "copy_s": t4 - t3,
+                "total_s": t4 - t0,
+            }
+        if device is not None and torch.device(device).type != "cpu":
+            return batch.to(device)
+        return batch
+
+    # -- priorities
+    def update_priorities(self, keys: Any, priorities: Any) -> int:
+        """Set the priorities of the windows named by ``keys`` (routed by the shard in each key).
+
+        Same parameters, return value and errors as `replay.store.ReplayStore.update_priorities`;
+        also `ShardError` when a shard's actor died.
+        """
+        self._check_owner("update_priorities")
+        k = np.asarray(keys.detach().cpu().numpy() if isinstance(keys, torch.Tensor) else keys).reshape(-1)
+        if k.size and k.dtype.kind not in "iu":
+            raise TypeError(f"keys must be integers (batch.keys), got {k.dtype}")
+        k = k.astype(np.int64)
+        p = check_priorities(priorities, k.size)
+        shard = k & (MAX_SHARDS - 1)
+        bad = (shard >= self.num_shards) | (k < 0)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ValueError(
+                f"key {int(k[i])} names shard {int(shard[i])}, but the store has shards "
+                f"0..{self.num_shards - 1}; nothing was changed"
+            )
+        local = k & ~np.int64(MAX_SHARDS - 1)
+        calls = []
+        for s in np.unique(shard):
+            sel = shard == s
+            calls.append((int(s), "update_priorities", (local[sel], p[sel])))
+        with self._lock:
+            return int(sum(self._gather(calls, "update_priorities()")))
+
+    # -- checkpoints
+    def checkpoint(self, path: str | os.PathLike[str]) -> str:
+        """Write every shard and the client's state under ``path`` as one checkpoint; return its folder.
+
+        Inserts pause on every shard while it is written (see the module docstring for the layout
+        and the atomicity). ``path`` must be visible to every node that runs a shard.
+
+        Raises
+        ------
+        ShardError
+            A shard's actor died (the previous checkpoint stays the latest).
+        OSError
+            The files could not be written (the previous checkpoint stays the latest).
+        """
+        self._check_owner("checkpoint")
+        root = Path(path).absolute()
+        root.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            try:
+                number = int(json.loads((root / _MANIFEST).read_text())["checkpoint"].split("-")[1]) + 1
+            except (FileNotFoundError, ValueError, KeyError, IndexError):
+                number = 0
+            name = f"ckpt-{number:06d}"
+            folder = root / name
+            if folder.exists():
+                shutil.rmtree(folder)
+            all_shards = range(self.num_shards)
+            try:
+                self._gather([(s, "pause", (self.timeout,)) for s in all_shards], "checkpoint() (pause)")
+                done = self._gather(
+                    [(s, "checkpoint", (str(folder / f"shard-{s:03d}"),)) for s in all_shards], "checkpoint()"
+                )
+                self._refresh()
+                inserts, samples, deletes = self._counts()
+                manifest = {
+                    "format": _FORMAT,
+                    "version": _VERSION,
+                    "checkpoint": name,
+                    "num_shards": self.num_shards,
+                    "shards": [f"shard-{s:03d}" for s in all_shards],
+                    "shard_checkpoints": [os.path.relpath(d, folder) for d in done],
+                    "spec": self.spec.to_config(),
+                    "capacity_steps": self.capacity_steps,
+                    "selector": self.selector.to_config(),
+                    "rate_limiter": self.rate_limiter.to_config(),
+                    "max_times_sampled": self.max_times_sampled,
+                    "chunk_steps": self.chunk_steps,
+                    "timeout": self.timeout,
+                    "tier": self.tier,
+                    "seed": self.seed,
+                    "counters": {"inserts": inserts, "samples": samples, "deletes": deletes},
+                    "rng": self._rng.bit_generator.state,
+                }
+            finally:
+                for a in self._actors:
+                    a.resume.remote()
+            for dirpath, _, _ in os.walk(folder):
+                _fsync_dir(Path(dirpath))
+            tmp = root / f".tmp-{_MANIFEST}-{uuid.uuid4().hex[:8]}"
+            with open(tmp, "w") as fh:
+                fh.write(json.dumps(manifest, indent=1) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, root / _MANIFEST)
+            _fsync_dir(root)
+            self._folders = {s: str(folder / f"shard-{s:03d}") for s in all_shards}
+            for old in root.glob("ckpt-*"):
+                if old != folder:
+                    shutil.rmtree(old, ignore_errors=True)
+            for stale in root.glob(f".tmp-{_MANIFEST}-*"):
+                stale.unlink(missing_ok=True)
+        return str(folder)
+
+    @classmethod
+    def restore(
+        cls, path: str | os.PathLike[str], memory: MemoryManager | None = None, **kwargs: Any
+    ) -> RayReplayStore:
+        """A new Ray-backed store (new shard actors) from the latest checkpoint under ``path``.
+
+        Parameters
+        ----------
+        path : str or path
+            The folder given to `checkpoint`.
+        memory : MemoryManager, optional
+            For the client's staging buffers.
+        **kwargs
+            Keywords to change: ``timeout``, ``seed``, ``staging_slots``, ``tier``, ``max_restarts``,
+            ``actor_options``.
+
+        Raises
+        ------
+        FileNotFoundError
+            No manifest under ``path``.
+        ValueError
+            A manifest of another format or version, or an unknown keyword.
+        """
+        root = Path(path).absolute()
+        try:
+            manifest = json.loads((root / _MANIFEST).read_text())
+        except FileNotFoundError:
+            raise FileNotFoundError(
+                f"no Ray replay checkpoint under {root} ({_MANIFEST} is missing)"
+            ) from None
+        if manifest.get("format") != _FORMAT or manifest.get("version") != _VERSION:
+            raise ValueError(
+                f"{root / _MANIFEST}: format {manifest.get('format')!r} version {manifest.get('version')}, "
+                f"expected {_FORMAT!r} version {_VERSION}"
+            )
+        allowed = {"timeout", "seed", "staging_slots", "tier", "max_restarts", "actor_options"}
+        unknown = sorted(set(kwargs) - allowed)
+        if unknown:
+            raise ValueError(f"restore() does not take {unknown[0]!r}; it may change {sorted(allowed)}")
+        folder = root / manifest["checkpoint"]
+        settings = {
+            "max_times_sampled": manifest["max_times_sampled"],
+            "chunk_steps": manifest["chunk_steps"],
+            "timeout": manifest["timeout"],
+            "tier": manifest["tier"],
+            "seed": manifest["seed"],
+        }
+        settings.update(kwargs)
+        state = {
+            "samples": manifest["counters"]["samples"],
+            "rng": manifest["rng"],
+            "folders": {s: str(folder / d) for s, d in enumerate(manifest["shards"])},
+        }
+        return cls(
+            TrajectorySpec.from_config(manifest["spec"]),
+            int(manifest["capacity_steps"]),
+            int(manifest["num_shards"]),
+            selector=selector_from_config(manifest["selector"]),
+            rate_limiter=rate_limiter_from_config(manifest["rate_limiter"]),
+            memory=memory,
+            _restore=state,
+            **settings,
+        )
+
+    # -- lifetime
+    def _kill(self) -> None:
+        for a in getattr(self, "_actors", []):
+            try:
+                ray.kill(a, no_restart=True)
+            except Exception as exc:  # noqa: BLE001 - best effort on the way out
+                logger.debug("could not kill a shard actor: %s", exc)
+        for pool, _ in getattr(self, "_pools", {}).values():
+            pool.close()
+        if getattr(self, "_owns_memory", False):
+            self._memory.close()
+
+    def close(self) -> None:
+        """Stop the shard actors (their data is gone: checkpoint first) and free the staging buffers.
+
+        A copy attached by handle only stops writing; idempotent.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        if self._owner:
+            self._kill()
+            self._pools = {}
+
+    def __enter__(self) -> RayReplayStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,332 @@
+"""ReplayStore(backend="ray"): shards as Ray actors on a local cluster of this machine.
+
+Routing (whole episodes, balanced), one-table distributions across shards (chi-square, uniform and
+prioritized), priorities through keys, checkpoint / restore, a shard killed with and without
+restarts, writers in Ray tasks, argument checks. Three stores (seven shard actors) in all: each
+actor is a process that imports torch, so the tests share them in file order.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+ray = pytest.importorskip("ray", reason="the Ray backend needs ray: pip install 'graphrl[ray]'")
+
+from replay import Fifo, Prioritized, ReplayStore, SampleToInsertRatio, TrajectorySpec, Uniform  # noqa: E402
+from replay.distributed import RayReplayStore, ShardError  # noqa: E402
+
+# the Ray task below travels by value: the workers cannot import this test file by name
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+SPEC = TrajectorySpec({"id": ((), "int64"), "obs": ((2,), "float32")})
+
+
+def episode(first: int, n: int) -> dict[str, np.ndarray]:
+    """n steps whose ids run first, first+1, ... (obs repeats the id, so the data can be checked)."""
+    ids = np.arange(first, first + n, dtype=np.int64)
+    return {"id": ids, "obs": np.repeat(ids[:, None], 2, axis=1).astype(np.float32)}
+
+
+def live_ids(store) -> dict[int, int]:
+    """id -> shard of every live step (asserting each episode lies whole and in order in one shard)."""
+    out = {}
+    for e in store.episodes():
+        ids = e.data["id"]
+        assert np.array_equal(ids, np.arange(ids[0], ids[0] + len(ids))), "an episode was split or reordered"
+        assert np.array_equal(e.data["obs"][:, 0], ids.astype(np.float32))
+        for i in ids.tolist():
+            assert i not in out, f"id {i} stored twice"
+            out[i] = e.shard
+    return out
+
+
+def draw_counts(
+    store, draws: int, batch: int = 256
+) -> tuple[dict[int, int], dict[int, float], dict[int, int]]:
+    """Counts of ids over ``draws`` one-step windows; the probability and key reported for each id."""
+    counts: dict[int, int] = {}
+    prob: dict[int, float] = {}
+    keys: dict[int, int] = {}
+    for _ in range(draws // batch):
+        with store.sample(batch, window=1, timeout=60) as b:
+            assert b.mask.all()
+            for i, p, k in zip(
+                b["id"][:, 0].tolist(), b.probabilities.tolist(), b.keys.tolist(), strict=True
+            ):
+                counts[i] = counts.get(i, 0) + 1
+                prob[i] = p
+                keys[i] = k
+    return counts, prob, keys
+
+
+def until_dead(actor):
+    """A call that returns only when the shard actor dies (it waits for an insert nobody makes)."""
+    inserts = ray.get(actor.stats.remote())["inserts"]
+    return actor.wait_inserts.remote(inserts, "never woken", 300)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield
+    if started:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def prio(cluster):
+    store = ReplayStore(SPEC, 4000, num_shards=2, backend="ray", selector=Prioritized(0.6), seed=7)
+    yield store
+    store.close()
+
+
+@pytest.fixture(scope="module")
+def uniform(cluster):
+    store = ReplayStore(SPEC, 4000, num_shards=2, backend="ray", selector=Uniform(), seed=3, max_restarts=1)
+    yield store
+    store.close()
+
+
+# ------------------------------------------------------------------------------------------ arguments
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "name"),
+    [
+        ({"num_shards": 0}, ValueError, "num_shards"),
+        ({"num_shards": 300}, ValueError, "num_shards"),
+        ({"num_shards": 2.0}, TypeError, "num_shards"),
+        ({"capacity_steps": 1, "num_shards": 2}, ValueError, "capacity_steps"),
+        ({"selector": "uniform"}, TypeError, "selector"),
+        ({"selector": Fifo(), "num_shards": 2}, ValueError, "num_shards"),
+        ({"rate_limiter": 3}, TypeError, "rate_limiter"),
+        ({"rate_limiter": SampleToInsertRatio(1.0, 5000, 10)}, ValueError, "min_size"),
+        ({"tier": "disk"}, ValueError, "tier"),
+        ({"timeout": -1}, ValueError, "timeout"),
+        ({"chunk_steps": 0}, ValueError, "chunk_steps"),
+        ({"max_times_sampled": -1}, ValueError, "max_times_sampled"),
+        ({"seed": "x"}, TypeError, "seed"),
+        ({"staging_slots": 0}, ValueError, "staging_slots"),
+        ({"max_restarts": -2}, ValueError, "max_restarts"),
+        ({"max_restarts": True}, TypeError, "max_restarts"),
+        ({"actor_options": {"max_restarts": 3}}, ValueError, "max_restarts"),
+        ({"actor_options": ["num_cpus"]}, TypeError, "actor_options"),
+        ({"memory": "mm"}, TypeError, "memory"),
+        ({"no_such_option": 1}, TypeError, "no_such_option"),
+    ],
+)
+def test_bad_arguments_raise_naming_the_argument(kwargs, exc, name):
+    args = {"capacity_steps": 1000, "num_shards": 2, **kwargs}
+    with pytest.raises(exc, match=name):
+        ReplayStore(SPEC, backend="ray", **args)  # checked before any actor starts (no cluster needed)
+
+
+def test_bad_backend_and_no_cluster():
+    with pytest.raises(ValueError, match="backend"):
+        ReplayStore(SPEC, 100, backend="rey")
+    if not ray.is_initialized():
+        with pytest.raises(ValueError, match=r"ray\.init"):
+            ReplayStore(SPEC, 100, backend="ray")
+
+
+# ------------------------------------------------------------------------------------------ routing
+
+
+def test_writes_go_whole_to_one_shard_balanced(prio):
+    assert isinstance(prio, RayReplayStore)
+    lengths = [5, 17, 9, 30, 12, 8, 21, 14, 11, 6]
+    with prio.writer(chunk_steps=8) as w:  # episodes longer than a chunk ship in pieces, to one shard
+        first = 0
+        for n in lengths:
+            w.extend(episode(first, n))
+            w.end_episode()
+            first += 1000
+    assert w.steps_written == sum(lengths) and w.episodes_written == len(lengths)
+    where = live_ids(prio)
+    assert len(where) == sum(lengths) == len(prio)
+    sizes = prio.shard_sizes()
+    assert sum(sizes) == sum(lengths)
+    assert abs(sizes[0] - sizes[1]) <= max(lengths)  # one writer balances its own steps
+    assert list(sizes) == w.shard_steps.tolist()
+
+
+def test_sample_returns_the_local_batch_type_with_shard_keys(prio):
+    from replay.store import Batch
+
+    b = prio.sample(32, window=8, pad="head")
+    assert isinstance(b, Batch)
+    assert b["id"].shape == (32, 8) and b["obs"].shape == (32, 8, 2) and b.mask.shape == (32, 8)
+    ids, mask = b["id"].numpy(), b.mask.numpy()
+    for row, m in zip(ids, mask, strict=True):  # head padding: real steps end the window, consecutive ids
+        real = row[m]
+        assert m[-1] and len(real) >= 1 and np.array_equal(real, np.arange(real[0], real[0] + len(real)))
+        assert (row[~m] == 0).all()
+    assert torch.equal(b.lengths, b.mask.sum(1))
+    shards = (b.keys & 255).numpy()
+    where = live_ids(prio)
+    assert all(where[int(i)] == s for i, s in zip(ids[:, -1], shards, strict=True))
+    td = pytest.importorskip("tensordict")
+    assert isinstance(b.to_tensordict(), td.TensorDict)
+    b.release()
+
+
+def test_chi_square_one_table_then_priorities_through_keys(prio):
+    # shard 0 gets extra steps, so the shards differ in size and mass
+    with prio.writer(shard=0) as w:
+        w.extend(episode(50_000, 40))
+    where = live_ids(prio)
+    ids = np.array(sorted(where))
+    counts, prob, keys = draw_counts(prio, 256 * 48)
+    obs = np.array([counts.get(int(i), 0) for i in ids])
+    assert stats.chisquare(obs).pvalue > 1e-3  # every step equally likely (all priorities equal)
+    assert np.allclose(list(prob.values()), 1 / len(ids))
+    # priorities through the keys of every step seen (all of them, at ~100 draws each)
+    assert set(keys) == set(ids.tolist())
+    pri = {int(i): 0.5 + (int(i) % 7) for i in ids}
+    k = np.array([keys[i] for i in ids])
+    assert prio.update_priorities(torch.from_numpy(k), np.array([pri[i] for i in ids])) == len(ids)
+    weight = np.array([pri[int(i)] ** 0.6 for i in ids])
+    counts, prob, _ = draw_counts(prio, 256 * 48)
+    obs = np.array([counts.get(int(i), 0) for i in ids])
+    assert stats.chisquare(obs, weight / weight.sum() * obs.sum()).pvalue > 1e-3
+    expect = {int(i): w / weight.sum() for i, w in zip(ids, weight, strict=True)}
+    assert all(abs(p - expect[i]) < 1e-9 for i, p in prob.items())
+    # per shard: drawn in proportion to priority mass
+    mass = np.zeros(2)
+    drawn = np.zeros(2)
+    for i, w in zip(ids, weight, strict=True):
+        mass[where[int(i)]] += w
+        drawn[where[int(i)]] += counts.get(int(i), 0)
+    assert stats.chisquare(drawn, mass / mass.sum() * drawn.sum()).pvalue > 1e-3
+
+
+def test_update_priorities_checks_keys_and_values(prio):
+    b = prio.sample(4, window=1)
+    with pytest.raises(ValueError, match="shard 7"):
+        prio.update_priorities(b.keys | 7, np.ones(4))
+    with pytest.raises(ValueError, match="NaN|finite"):
+        prio.update_priorities(b.keys, np.array([1.0, np.nan, 1.0, 1.0]))
+    with pytest.raises(TypeError, match="keys"):
+        prio.update_priorities(np.ones(4), np.ones(4))
+    for kwargs, name in (
+        ({"batch_size": 0}, "batch_size"),
+        ({"batch_size": 4, "window": 0}, "window"),
+        ({"batch_size": 4, "pad": "middle"}, "pad"),
+        ({"batch_size": 4, "beta": -1.0}, "beta"),
+    ):
+        with pytest.raises(ValueError, match=name):
+            prio.sample(**kwargs)
+    with pytest.raises(ValueError, match="chunk_steps"):
+        prio.writer(chunk_steps=0)
+    with pytest.raises(ValueError, match="shard"):
+        prio.writer(shard=2)
+    w = prio.writer()
+    with pytest.raises(ValueError, match="'obs'"):
+        w.append({"id": np.int64(1), "obs": np.zeros(3, np.float32)})
+    w.close()
+
+
+# ------------------------------------------------------------------------------------------ checkpoints
+
+
+def test_checkpoint_restore_round_trip_then_a_dead_shard_is_named(prio, tmp_path):
+    before = {e.start: e for e in prio.episodes()}
+    counters = prio.counters()
+    b = prio.sample(16, window=1)
+    keys = b.keys.clone()
+    b.release()
+    folder = prio.checkpoint(tmp_path / "ckpt")
+    assert (tmp_path / "ckpt" / "MANIFEST.json").is_file() and folder.endswith("ckpt-000000")
+    folder = prio.checkpoint(tmp_path / "ckpt")  # the second replaces the first
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["MANIFEST.json", "ckpt-000001"]
+    restored = RayReplayStore.restore(tmp_path / "ckpt", timeout=60)
+    try:
+        after = {e.start: e for e in restored.episodes()}
+        assert before.keys() == after.keys()
+        for s, e in before.items():
+            assert e.shard == after[s].shard and np.array_equal(e.data["id"], after[s].data["id"])
+        assert restored.counters() == prio.counters() == {**counters, "samples": counters["samples"] + 16}
+        assert restored.update_priorities(keys, np.full(16, 2.0)) == 16  # keys stay valid
+        with restored.sample(8, window=4) as rb:
+            assert rb.mask[:, 0].all()
+        # a shard killed without restarts: the next call names it
+        victim = restored.actors[1]
+        pending = until_dead(victim)
+        ray.kill(victim)
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(pending)
+        with pytest.raises(ShardError, match="shard 1"):
+            restored.sample(8, window=1)
+        with pytest.raises(ShardError, match="shard 1"):
+            len(restored)
+    finally:
+        restored.close()
+    with pytest.raises(FileNotFoundError):
+        RayReplayStore.restore(tmp_path / "nothing")
+
+
+# ------------------------------------------------------------------------------------------ Ray tasks
+
+
+@ray.remote
+def actor_task(store, first: int, episodes: int, n: int) -> tuple[int, int]:
+    """An RL actor on any node: the store arrives as a write-only copy; store.writer() as on one machine."""
+    with store.writer() as w:
+        for e in range(episodes):
+            w.extend(episode(first + 1000 * e, n + e))
+            w.end_episode()
+    return w.steps_written, w.episodes_written
+
+
+def test_writers_in_ray_tasks_lose_nothing(uniform):
+    got = ray.get([actor_task.remote(uniform, 100_000 * (t + 1), 6, 10 + t) for t in range(4)])
+    want = [(sum(10 + t + e for e in range(6)), 6) for t in range(4)]
+    assert got == want
+    where = live_ids(uniform)
+    assert len(where) == sum(s for s, _ in want) == len(uniform) == uniform.counters()["inserts"]
+    sizes = uniform.shard_sizes()
+    assert min(sizes) > 0.3 * sum(sizes)
+
+
+def test_uniform_chi_square_across_unequal_shards(uniform):
+    with uniform.writer(shard=1) as w:
+        w.extend(episode(900_000, 150))
+    ids = np.array(sorted(live_ids(uniform)))
+    counts, prob, _ = draw_counts(uniform, 256 * 40)
+    obs = np.array([counts.get(int(i), 0) for i in ids])
+    assert stats.chisquare(obs).pvalue > 1e-3
+    assert np.allclose(list(prob.values()), 1 / len(ids))
+
+
+# ------------------------------------------------------------------------------------------ faults
+
+
+def test_killed_shard_restarts_from_its_checkpoint_and_the_store_keeps_serving(uniform, tmp_path):
+    uniform.checkpoint(tmp_path / "ckpt")
+    at_checkpoint = uniform.shard_sizes()
+    with uniform.writer(shard=1) as w:  # lost with the actor: written after the checkpoint
+        w.extend(episode(2_000_000, 25))
+    with uniform.writer(shard=0) as w:  # shard 0 lives on: kept
+        w.extend(episode(3_000_000, 7))
+    assert uniform.shard_sizes() == [at_checkpoint[0] + 7, at_checkpoint[1] + 25]
+    victim = uniform.actors[1]
+    pending = until_dead(victim)
+    ray.kill(victim, no_restart=False)
+    with pytest.raises((ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)):
+        ray.get(pending)
+    assert uniform.shard_sizes() == [at_checkpoint[0] + 7, at_checkpoint[1]]  # waits for the restart
+    with uniform.writer(shard=1) as w:  # written after the restart: kept
+        w.extend(episode(4_000_000, 11))
+    assert uniform.shard_sizes() == [at_checkpoint[0] + 7, at_checkpoint[1] + 11]
+    where = live_ids(uniform)
+    assert 2_000_000 not in where and 4_000_010 in where and 3_000_006 in where
+    with uniform.sample(64, window=4) as b:
+        assert b.mask[:, 0].all()
+        assert uniform.update_priorities(b.keys, np.ones(64)) == 64
