@@ -105,7 +105,6 @@ _BACKENDS = ("gloo", "nccl")
 _NO_BUFFER_SYNC = ("forward_sync_buffers"
                    if "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters
                    else "broadcast_buffers")
-_GRAPH_FIELDS = ("indptr", "indices", "edge_ids", "weights", "node_type")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -145,11 +144,9 @@ class DistContext:
         return self.rank == 0
 
 
-def _env_int(name: str, default: int | None) -> int:
+def _env_int(name: str, default: int) -> int:
     value = os.environ.get(name)
     if value is None:
-        if default is None:
-            raise ValueError(f"environment variable {name} is not set: launch with torchrun")
         return default
     try:
         return int(value)
@@ -655,7 +652,9 @@ def train_bpr_ddp(model: torch.nn.Module, link_sampler: LinkSampler, batches: Di
     and takes a `ddp_bpr_step`. A background thread samples the next ``prefetch`` batches while this
     one trains. The ranks stop together: after a number of steps that is the same everywhere
     (``epochs``, ``max_steps``), or when any rank's wall clock reaches ``minutes``, which they agree on in
-    the step's all-reduce.
+    the step's all-reduce. Any other exception on one rank (a sampler error, say) leaves the others
+    waiting in their next collective until ``torchrun`` stops them, which it does when a rank fails,
+    or until the process group's timeout.
 
     Parameters
     ----------

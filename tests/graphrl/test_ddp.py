@@ -390,5 +390,43 @@ def test_nothing_left_in_dev_shm(ranks):
         assert not [n for n in after if n.startswith(res["prefix"])]
 
 
+_ONE_PROCESS = """
+import torch
+from graphrl.datasets import synthetic_bipartite
+from graphrl.memory import MemoryManager
+from graphrl.nn import LightGCN
+from graphrl.train import evaluate_model
+from graphrl.train.ddp import (DistributedBatchSampler, evaluate_ddp, init_distributed, share_graph,
+                               shutdown_distributed, train_bpr_ddp, wrap_model)
+from samplers import LinkSampler, NeighborSampler
+
+ctx = init_distributed()
+assert (ctx.rank, ctx.world_size, ctx.backend, str(ctx.device)) == (0, 1, "gloo", "cpu"), ctx
+with MemoryManager() as mm:
+    ds = synthetic_bipartite(50, 40, 300, seed=1)
+    shared = share_graph(lambda: ds.graph, mm, ctx)
+    assert shared.owner and shared.graph.placement()["indptr"] == "shared"
+    link = LinkSampler(NeighborSampler(shared.graph, [3, 3], seed=0), ds.train_users,
+                       ds.train_items + ds.num_users, item_range=(ds.num_users, ds.num_nodes), seed=1)
+    batches = DistributedBatchSampler(link.num_pairs, 32, rank=0, world_size=1)
+    model = LightGCN.from_graph(shared.graph, num_layers=2, embedding_dim=8, seed=0)
+    stats = train_bpr_ddp(wrap_model(model, ctx), link, batches, epochs=2, lr=0.05, prefetch=2)
+    assert stats.steps == 2 * len(batches) and stats.stopped_by == "epochs", stats
+    train, test = ds.user_item_csr("train"), ds.user_item_csr("test")
+    split = evaluate_ddp(lambda t: evaluate_model(model, shared.graph, ds.num_users, train, t, k=5), test)
+    one = evaluate_model(model, shared.graph, ds.num_users, train, test, k=5)
+    assert split.num_users == one.num_users and abs(split.recall - one.recall) < 1e-12, (split, one)
+shutdown_distributed()
+print("ok")
+"""
+
+
+def test_runs_as_one_process_without_torchrun():
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    proc = subprocess.run([sys.executable, "-c", _ONE_PROCESS], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-4000:]
+
+
 if __name__ == "__main__":  # torchrun runs this file in each rank
     _worker(Path(sys.argv[1]))
