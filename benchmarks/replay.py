@@ -18,9 +18,10 @@ Cases (higher is better; ``ratio`` = ours / baseline):
   ``Prioritized`` with window 1 vs cpprb ``PrioritizedReplayBuffer``; and uniform transitions vs cpprb
   ``ReplayBuffer``.
 
-Large windows copy at full bandwidth only when glibc's memcpy uses non-temporal stores for them: run
-with ``GLIBC_TUNABLES=glibc.cpu.x86_non_temporal_threshold=0x40000`` to see it (the results record
-the variable); see `replay.windows`.
+Large windows copy at full bandwidth only with non-temporal (streaming) stores: the gather uses
+them for large batches (`graphrl.kernels.stream_bytes`, see `replay.windows`), where glibc's memcpy
+would only above its ``x86_non_temporal_threshold`` (the results record ``GLIBC_TUNABLES``). The
+machine is shared: the table and the JSON record the 1-minute load average before and after.
 
 Baselines that are not installed are skipped (``pip install torchrl==0.14.1 cpprb``; torchrl 0.14.1's
 compiled extension does not load with torch 2.13, so its prioritized samplers cannot run; SliceSampler
@@ -349,9 +350,15 @@ def main(
     warnings.filterwarnings("ignore")
     rows = []
     versions = {}
+    load_before = os.getloadavg()[0]
     for layout in [x.strip() for x in layouts.split(",") if x.strip()]:
         steps = small_steps if layout == "small" else image_steps
         rows += bench_layout(layout, steps, batch, window, iters, repeats, versions)
+    load = (load_before, os.getloadavg()[0])
+    click.echo(
+        f"\n1-min load average {load[0]:.2f} before, {load[1]:.2f} after, on {os.cpu_count()} CPUs "
+        f"(best of {repeats}); GLIBC_TUNABLES={os.environ.get('GLIBC_TUNABLES')}"
+    )
 
     click.echo(f"\n{'case':<62} {'metric':<14} {'ours':>10} {'baseline':>10} {'ratio':>7}  GB/s ours/base")
     for r in rows:
@@ -370,6 +377,7 @@ def main(
             "cuda": torch.version.cuda if torch.cuda.is_available() else None,
             "python": platform.python_version(),
             "glibc_tunables": os.environ.get("GLIBC_TUNABLES"),
+            "load_average_1min": load,
             **versions,
         },
         "rows": rows,

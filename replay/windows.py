@@ -17,11 +17,13 @@ ring has overwritten an episode's head, head-padded windows stop at the oldest s
 
 The gather copies each run of each window as one flat byte slice per field (``row_bytes * n``
 contiguous bytes, one ``memcpy``), which runs at memory-copy bandwidth, where element-wise loops over
-3-D slices run at less than half of it (DESIGN §3). Measured here (3x64x64 uint8, B=256, L=64: 786 KiB
-a window): 6-8 GB/s against 10-11 GB/s for one large copy, because glibc's ``memcpy`` switches to
-non-temporal stores only above a threshold of a few MiB, so per-window copies pay read-for-ownership
-traffic on the batch. With ``GLIBC_TUNABLES=glibc.cpu.x86_non_temporal_threshold=0x40000`` in the
-learner's environment (set before it starts) the gather reaches 92-100% of the copy ceiling.
+3-D slices run at less than half of it (DESIGN §3). With glibc's ``memcpy`` alone, per-window copies
+(3x64x64 uint8, B=256, L=64: 786 KiB a window) reached 6-8 GB/s against 10-11 GB/s for one large
+copy: glibc switches to non-temporal stores only above ``x86_non_temporal_threshold`` (114 MiB here),
+so every window paid read-for-ownership traffic on the batch. So when a gather writes at least
+`graphrl.kernels.STREAM_THRESHOLD` bytes, runs of ``_STREAM_PIECE`` bytes and more are copied with
+streaming stores (`graphrl.kernels.stream_bytes`), which reaches the copy ceiling without
+``GLIBC_TUNABLES``; smaller batches keep ``memcpy`` and stay in cache for the learner.
 
 References
 ----------
@@ -33,13 +35,22 @@ from __future__ import annotations
 
 import numba as nb
 import numpy as np
-from numba import types
-from numba.core import cgutils
-from numba.extending import intrinsic
+
+from graphrl.kernels import (
+    STREAM_THRESHOLD,
+    copy_bytes,
+    parallel_for,
+    store_fence,
+    stream_bytes_nofence,
+    zero_bytes,
+)
 
 __all__ = ["PADS", "gather_fields", "gather_windows", "reference_gather", "window_bounds", "window_mask"]
 
 PADS = ("tail", "head")
+_STREAM_PIECE = 1024  # in a streamed batch, runs shorter than this still go through memcpy
+_NO_MASK = np.zeros(0, dtype=np.bool_)
+_CHUNK_BYTES = 1 << 22  # output bytes per chunk of a threaded gather
 
 
 def window_bounds(
@@ -103,42 +114,8 @@ def window_mask(n: np.ndarray, dst: np.ndarray, length: int, out: np.ndarray | N
     return out
 
 
-@intrinsic
-def _copy_bytes(typingctx, dst, dst_off, src, src_off, nbytes):  # pragma: no cover - compiled
-    """``dst[dst_off:dst_off+nbytes] = src[src_off:src_off+nbytes]`` as one ``llvm.memcpy`` (libc memcpy).
-
-    Numba lowers a slice assignment to an element loop that runs at about a third of memcpy's
-    bandwidth here (1.6 vs 5.3 GB/s for 12 KiB rows); the intrinsic keeps the function cacheable,
-    unlike a ctypes call to memcpy.
-    """
-    sig = types.void(dst, dst_off, src, src_off, nbytes)
-
-    def codegen(context, builder, signature, args):
-        d, doff, s, soff, n = args
-        dptr = context.make_array(signature.args[0])(context, builder, d).data
-        sptr = context.make_array(signature.args[2])(context, builder, s).data
-        cgutils.raw_memcpy(builder, builder.gep(dptr, [doff]), builder.gep(sptr, [soff]), n, 1)
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
-@intrinsic
-def _zero_bytes(typingctx, dst, dst_off, nbytes):  # pragma: no cover - compiled
-    """``dst[dst_off:dst_off+nbytes] = 0`` as one ``llvm.memset``."""
-    sig = types.void(dst, dst_off, nbytes)
-
-    def codegen(context, builder, signature, args):
-        d, doff, n = args
-        dptr = context.make_array(signature.args[0])(context, builder, d).data
-        cgutils.memset(builder, builder.gep(dptr, [doff]), n, 0)
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
 @nb.njit(cache=True, nogil=True)
-def _gather(src, row_bytes, capacity, first_slot, n, dst, rows, length, out):  # pragma: no cover - numba
+def _gather(src, row_bytes, capacity, first_slot, n, dst, rows, length, out, stream):  # pragma: no cover
     for b in range(first_slot.shape[0]):
         f = first_slot[b]
         k = n[b]
@@ -146,21 +123,31 @@ def _gather(src, row_bytes, capacity, first_slot, n, dst, rows, length, out):  #
         n1 = min(k, capacity - f)
         base = rows[b] * length * row_bytes
         o = base + d * row_bytes
-        _copy_bytes(out, o, src, f * row_bytes, n1 * row_bytes)
+        _copy(out, o, src, f * row_bytes, n1 * row_bytes, stream)
         if k > n1:
-            _copy_bytes(out, o + n1 * row_bytes, src, 0, (k - n1) * row_bytes)
+            _copy(out, o + n1 * row_bytes, src, 0, (k - n1) * row_bytes, stream)
         if d > 0:
-            _zero_bytes(out, base, d * row_bytes)
+            zero_bytes(out, base, d * row_bytes)
         if d + k < length:
-            _zero_bytes(out, base + (d + k) * row_bytes, (length - d - k) * row_bytes)
+            zero_bytes(out, base + (d + k) * row_bytes, (length - d - k) * row_bytes)
+    if stream:
+        store_fence()
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _copy(out, o, src, s, nbytes, stream):  # pragma: no cover - numba
+    if stream and nbytes >= _STREAM_PIECE:
+        stream_bytes_nofence(out, o, src, s, nbytes)
+    elif nbytes > 0:
+        copy_bytes(out, o, src, s, nbytes)
 
 
 @nb.njit(cache=True, nogil=True)
 def _gather_fields(
-    srcs, outs, row_bytes, capacity, first_slot, n, dst, rows, length, mask
+    srcs, outs, row_bytes, capacity, first_slot, n, dst, rows, length, mask, stream
 ):  # pragma: no cover
     for j in range(len(srcs)):
-        _gather(srcs[j], row_bytes[j], capacity, first_slot, n, dst, rows, length, outs[j])
+        _gather(srcs[j], row_bytes[j], capacity, first_slot, n, dst, rows, length, outs[j], stream)
     if mask.shape[0]:
         for b in range(first_slot.shape[0]):
             base = rows[b] * length
@@ -179,6 +166,8 @@ def gather_fields(
     rows: np.ndarray,
     length: int,
     mask: np.ndarray | None = None,
+    stream: bool | None = None,
+    threads: int = 1,
 ) -> None:
     """`gather_windows` for several fields of one ring at once, on flat byte views (the store's hot path).
 
@@ -195,19 +184,30 @@ def gather_fields(
     length : int
     mask : numpy.ndarray, bool [R * length], optional
         Filled with ``dst <= j < dst + n`` for each window's row.
+    stream : bool or None
+        Copy runs of ``_STREAM_PIECE`` bytes and more with streaming stores (see `graphrl.kernels`);
+        default: when the windows' output is at least `graphrl.kernels.STREAM_THRESHOLD` bytes.
+    threads : int
+        Threads that may copy, the caller included (windows are split into chunks of at least
+        ``_CHUNK_BYTES`` of output; see `graphrl.kernels.parallel_for`).
     """
-    _gather_fields(
-        srcs,
-        outs,
-        row_bytes,
-        capacity,
-        first_slot,
-        n,
-        dst,
-        rows,
-        length,
-        mask if mask is not None else np.zeros(0, dtype=np.bool_),
-    )
+    b = first_slot.shape[0]
+    total = b * length * int(row_bytes.sum()) if b else 0
+    if stream is None:
+        stream = total >= STREAM_THRESHOLD
+    mask = _NO_MASK if mask is None else mask
+    chunks = min(b, total // _CHUNK_BYTES) if threads > 1 else 1
+    if chunks <= 1:
+        _gather_fields(srcs, outs, row_bytes, capacity, first_slot, n, dst, rows, length, mask, stream)
+        return
+    bounds = np.linspace(0, b, chunks + 1).astype(np.int64)
+
+    def chunk(i: int) -> None:
+        part = slice(bounds[i], bounds[i + 1])
+        args = (first_slot[part], n[part], dst[part], rows[part])
+        _gather_fields(srcs, outs, row_bytes, capacity, *args, length, mask, stream)
+
+    parallel_for(chunk, chunks, threads)
 
 
 def gather_windows(
@@ -217,6 +217,7 @@ def gather_windows(
     dst: np.ndarray,
     out: np.ndarray,
     rows: np.ndarray | None = None,
+    stream: bool | None = None,
 ) -> np.ndarray:
     """Copy windows out of a ring column into ``out``, zeroing the padding.
 
@@ -232,6 +233,9 @@ def gather_windows(
         Filled in place.
     rows : numpy.ndarray, int64 [B], optional
         Row of ``out`` for each window (default ``0..B-1``); each ``0 <= row < R``.
+    stream : bool or None
+        Streaming stores for long runs, as in `gather_fields` (default: for outputs of at least
+        `graphrl.kernels.STREAM_THRESHOLD` bytes).
 
     Returns
     -------
@@ -255,6 +259,8 @@ def gather_windows(
     row_bytes = src.itemsize * (src.size // capacity if capacity else 0)
     flat_src = src.reshape(-1).view(np.uint8)
     flat_out = out.reshape(-1).view(np.uint8)
+    if stream is None:
+        stream = len(first_slot) * out.shape[1] * row_bytes >= STREAM_THRESHOLD
     _gather(
         flat_src,
         row_bytes,
@@ -265,6 +271,7 @@ def gather_windows(
         np.ascontiguousarray(rows, dtype=np.int64),
         out.shape[1],
         flat_out,
+        bool(stream),
     )
     return out
 

@@ -11,9 +11,11 @@ cannot read in place). Without CUDA the device tier is host memory, so the table
 Gather
 ------
 On the CPU, `FeatureStore.gather` copies each row with one ``memcpy`` (an LLVM intrinsic inside a
-``nogil`` numba kernel) into a staging buffer; chunks of rows are claimed dynamically by the calling
-thread and helper threads, so a busy machine costs at most the speed-up (an OpenMP fork-join waits
-for every descheduled worker; see `samplers.kernels.cpu`). The staging buffer is reused, so a gather
+``nogil`` numba kernel, `graphrl.kernels`) into a staging buffer, prefetching the rows a few rows
+ahead, and for batches of at least `graphrl.kernels.STREAM_THRESHOLD` bytes with streaming
+(non-temporal) stores; chunks of rows are claimed dynamically by the calling thread and helper
+threads (`graphrl.kernels.parallel_for`), so a busy machine costs at most the speed-up (an OpenMP
+fork-join waits for every descheduled worker). The staging buffer is reused, so a gather
 writes into memory that is already mapped: it avoids the page faults a fresh ``torch.index_select``
 output pays, which is most of its cost. With CUDA, a ``numba.cuda`` kernel (a warp per row) reads the
 rows straight from the table in place, from GPU memory or from pinned host memory through UVA, and
@@ -49,24 +51,27 @@ caching by degree.
 from __future__ import annotations
 
 import functools
-import itertools
 import logging
 import math
-import os
 import threading
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numba as nb
 import numpy as np
 import torch
-from numba import types
-from numba.core import cgutils
-from numba.extending import intrinsic
 
 from graphrl.graph import CSCGraph
+from graphrl.kernels import (
+    LINE,
+    STREAM_THRESHOLD,
+    copy_bytes,
+    parallel_for,
+    prefetch,
+    store_fence,
+    stream_bytes_nofence,
+)
 from graphrl.memory import MemoryManager, Region, Tier
 from graphrl.tensors import StagingBuffer, StagingPool
 from samplers.neighbor import NeighborSampler, check_seeds
@@ -77,6 +82,14 @@ logger = logging.getLogger(__name__)
 
 _POLICIES = ("degree", "out_degree", "presample")
 _CHUNK_BYTES = 1 << 21  # rows per dynamically claimed chunk: about 2 MiB of output
+_PREFETCH_BYTES = 4096  # default prefetch distance of the CPU gather, in bytes of rows ahead ...
+_PREFETCH_MIN, _PREFETCH_MAX = 4, 16  # ... but at least 4 and at most 16 rows
+_PREFETCH_LINES = 16  # cache lines prefetched per row (the hardware streams the rest of a long row)
+
+
+def _prefetch_rows(row_bytes: int) -> int:
+    """The default prefetch distance, in rows, for rows of ``row_bytes`` bytes."""
+    return max(_PREFETCH_MIN, min(_PREFETCH_MAX, _PREFETCH_BYTES // max(row_bytes, 1)))
 _DEFAULT = object()
 
 
@@ -84,99 +97,55 @@ _DEFAULT = object()
 # CPU kernels
 
 
-@intrinsic
-def _copy_bytes(typingctx, dst, dst_off, src, src_off, nbytes):  # pragma: no cover - compiled
-    """``dst[dst_off:dst_off+nbytes] = src[src_off:src_off+nbytes]`` as one ``llvm.memcpy``.
+@nb.njit(nogil=True, cache=True, inline="always")
+def _prefetch_row(table, start, lines):  # pragma: no cover - compiled
+    for k in range(lines):
+        prefetch(table, start + k * LINE)
 
-    Numba lowers a slice assignment to an element loop at about a third of memcpy's bandwidth (the
-    replay engineer's measurement, DESIGN §3); the intrinsic keeps the kernel cacheable.
-    """
-    sig = types.void(dst, dst_off, src, src_off, nbytes)
 
-    def codegen(context, builder, signature, args):
-        d, doff, s, soff, n = args
-        dptr = context.make_array(signature.args[0])(context, builder, d).data
-        sptr = context.make_array(signature.args[2])(context, builder, s).data
-        cgutils.raw_memcpy(builder, builder.gep(dptr, [doff]), builder.gep(sptr, [soff]), n, 1)
-        return context.get_dummy_value()
-
-    return sig, codegen
+@nb.njit(nogil=True, cache=True, inline="always")
+def _copy_row(out, o, src, s, row_bytes, stream):  # pragma: no cover - compiled
+    if stream:
+        stream_bytes_nofence(out, o, src, s, row_bytes)
+    else:
+        copy_bytes(out, o, src, s, row_bytes)
 
 
 @nb.njit(nogil=True, cache=True)
-def _gather_range(table, ids, out, row_bytes, lo, hi):  # pragma: no cover - compiled
+def _gather_range(table, ids, out, row_bytes, lo, hi, ahead, stream):  # pragma: no cover - compiled
+    lines = min((row_bytes + LINE - 1) // LINE, _PREFETCH_LINES)
+    for i in range(lo, min(hi, lo + ahead)):
+        _prefetch_row(table, ids[i] * row_bytes, lines)
     for i in range(lo, hi):
-        _copy_bytes(out, i * row_bytes, table, ids[i] * row_bytes, row_bytes)
+        if i + ahead < hi:
+            _prefetch_row(table, ids[i + ahead] * row_bytes, lines)
+        _copy_row(out, i * row_bytes, table, ids[i] * row_bytes, row_bytes, stream)
+    if stream:
+        store_fence()
 
 
 @nb.njit(nogil=True, cache=True)
-def _gather_range_cached(table, cache, slots, ids, out, row_bytes, lo, hi):  # pragma: no cover - compiled
+def _gather_range_cached(table, cache, slots, ids, out, row_bytes, lo, hi, ahead, stream):  # pragma: no cover
+    lines = min((row_bytes + LINE - 1) // LINE, _PREFETCH_LINES)
+    for i in range(lo, min(hi, lo + ahead)):
+        s = slots[ids[i]]
+        _prefetch_row(cache if s >= 0 else table, (s if s >= 0 else ids[i]) * row_bytes, lines)
     hits = 0
     for i in range(lo, hi):
+        if i + ahead < hi:
+            v = ids[i + ahead]
+            s = slots[v]
+            _prefetch_row(cache if s >= 0 else table, (s if s >= 0 else v) * row_bytes, lines)
         v = ids[i]
         s = slots[v]
         if s >= 0:
-            _copy_bytes(out, i * row_bytes, cache, s * row_bytes, row_bytes)
+            _copy_row(out, i * row_bytes, cache, s * row_bytes, row_bytes, stream)
             hits += 1
         else:
-            _copy_bytes(out, i * row_bytes, table, v * row_bytes, row_bytes)
+            _copy_row(out, i * row_bytes, table, v * row_bytes, row_bytes, stream)
+    if stream:
+        store_fence()
     return hits
-
-
-class _Chunks:
-    """Chunks 0..n-1 of one gather, claimed by whichever thread asks first.
-
-    The caller works too and waits only for chunks a helper already claimed, never for a helper that
-    has not started (on a busy machine it may not be scheduled for a while).
-    """
-
-    def __init__(self, fn, n: int) -> None:
-        self.fn = fn
-        self.n = n
-        self._next = itertools.count()  # next() on itertools.count is atomic under the GIL
-        self._left = n
-        self._cv = threading.Condition(threading.Lock())
-        self.error: BaseException | None = None
-
-    def work(self) -> None:
-        while (i := next(self._next)) < self.n:
-            try:
-                self.fn(i)
-            except BaseException as err:  # re-raised in the caller by finish()
-                self.error = self.error or err
-            finally:
-                with self._cv:
-                    self._left -= 1
-                    if self._left == 0:
-                        self._cv.notify_all()
-
-    def finish(self) -> None:
-        self.work()
-        with self._cv:
-            self._cv.wait_for(lambda: self._left == 0)
-        if self.error is not None:
-            raise self.error
-
-
-_HELPERS: ThreadPoolExecutor | None = None
-_HELPERS_LOCK = threading.Lock()
-
-
-def _helpers(count: int) -> ThreadPoolExecutor:
-    global _HELPERS
-    with _HELPERS_LOCK:
-        if _HELPERS is None or _HELPERS._max_workers < count:
-            _HELPERS = ThreadPoolExecutor(max_workers=count, thread_name_prefix="graphrl-gather")
-        return _HELPERS
-
-
-def _forget_helpers_after_fork() -> None:  # helper threads do not survive fork()
-    global _HELPERS
-    _HELPERS = None
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_helpers_after_fork)
 
 
 def _flat_bytes(t: torch.Tensor) -> np.ndarray:
@@ -185,7 +154,8 @@ def _flat_bytes(t: torch.Tensor) -> np.ndarray:
 
 
 def gather_rows(table: torch.Tensor, ids: np.ndarray, out: torch.Tensor, threads: int = 1,
-                cache: torch.Tensor | None = None, slots: np.ndarray | None = None) -> int:
+                cache: torch.Tensor | None = None, slots: np.ndarray | None = None,
+                ahead: int | None = None, stream: bool | None = None) -> int:
     """Copy rows ``table[ids]`` into ``out[:len(ids)]`` on the CPU (no checks: ids are trusted).
 
     Parameters
@@ -199,11 +169,29 @@ def gather_rows(table: torch.Tensor, ids: np.ndarray, out: torch.Tensor, threads
         Cached rows; row ``slots[v]`` of ``cache`` is read instead of ``table[v]`` when ``slots[v] >= 0``.
     slots : numpy.ndarray or None, int32, shape [N]
         Cache slot of every row, -1 when not cached.
+    ahead : int or None
+        Prefetch distance in rows: while copying row ``i`` the kernel hints the CPU to fetch (up to
+        the first ``_PREFETCH_LINES`` cache lines of) row ``i + ahead``; 0 turns prefetching off.
+        Default: about ``_PREFETCH_BYTES`` ahead.
+    stream : bool or None
+        Write ``out`` with streaming (non-temporal) stores (`graphrl.kernels.stream_bytes`), which
+        skip reading the output lines into the cache first. Default: when the batch is at least
+        `graphrl.kernels.STREAM_THRESHOLD` bytes, rows are whole cache lines and ``out`` is 64-byte
+        aligned.
 
     Returns
     -------
     int
         Rows read from the cache (0 without one).
+
+    References
+    ----------
+    Random rows from a table far larger than the caches are latency bound: the prefetch hints keep
+    more row misses in flight than the core finds by itself (Intel's optimization manual, "software
+    prefetch"; the same hint as the sampler's kernels). Streaming stores skip the read-for-ownership
+    of the output lines (Drepper, "What Every Programmer Should Know About Memory", §6.1), which glibc's
+    ``memcpy`` uses only for single copies above its non-temporal threshold. Measured on 2M x 512
+    float32 (100k rows, one thread, CPU time): 47 % of a plain copy before, 72 % with both.
     """
     b = int(ids.shape[0])
     row_bytes = table[0].numel() * table.element_size() if table.shape[0] else 0
@@ -212,26 +200,26 @@ def gather_rows(table: torch.Tensor, ids: np.ndarray, out: torch.Tensor, threads
     src, dst = _flat_bytes(table), _flat_bytes(out)
     cached = cache is not None
     csrc = _flat_bytes(cache) if cached else src
+    if ahead is None:
+        ahead = _prefetch_rows(row_bytes)
+    if stream is None:
+        stream = b * row_bytes >= STREAM_THRESHOLD and row_bytes % LINE == 0 and dst.ctypes.data % LINE == 0
     step = max(64, _CHUNK_BYTES // row_bytes)
     chunks = -(-b // step)
     if threads <= 1 or chunks <= 1:
         if cached:
-            return int(_gather_range_cached(src, csrc, slots, ids, dst, row_bytes, 0, b))
-        _gather_range(src, ids, dst, row_bytes, 0, b)
+            return int(_gather_range_cached(src, csrc, slots, ids, dst, row_bytes, 0, b, ahead, stream))
+        _gather_range(src, ids, dst, row_bytes, 0, b, ahead, stream)
         return 0
     hits = np.zeros(chunks, dtype=np.int64)
     if cached:
         def fn(i: int) -> None:
             lo, hi = i * step, min(b, (i + 1) * step)
-            hits[i] = _gather_range_cached(src, csrc, slots, ids, dst, row_bytes, lo, hi)
+            hits[i] = _gather_range_cached(src, csrc, slots, ids, dst, row_bytes, lo, hi, ahead, stream)
     else:
         def fn(i: int) -> None:
-            _gather_range(src, ids, dst, row_bytes, i * step, min(b, (i + 1) * step))
-    task = _Chunks(fn, chunks)
-    pool = _helpers(threads - 1)
-    for _ in range(min(threads - 1, chunks - 1)):
-        pool.submit(task.work)
-    task.finish()
+            _gather_range(src, ids, dst, row_bytes, i * step, min(b, (i + 1) * step), ahead, stream)
+    parallel_for(fn, chunks, threads)
     return int(hits.sum())
 
 

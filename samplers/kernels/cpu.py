@@ -32,33 +32,30 @@ Threads. Passes 2 and 3 run per chunk of rows (about `CHUNK_EDGES` sampled edges
 is sequential (a parallel first-occurrence pass makes two threads write the same cache lines, which
 costs more than it saves on two cores, DESIGN §3) and is pipelined with them: the calling thread
 relabels chunk r as soon as chunk r is sampled and samples chunks itself when it would otherwise
-wait. Helper threads (`_Team`) claim chunks dynamically and the caller never waits for a chunk that
-no helper has claimed. We do not use ``numba.prange``: on this shared 2-core machine, when other
-processes keep the cores busy, every OpenMP fork-join waits for a descheduled worker and a batch
-took 5x *longer* with 2 threads than with 1 (measured: 110 ms vs 22 ms); with dynamic claiming a
-busy machine costs at most the speed-up, never more.
+wait. Helper threads (`graphrl.kernels.parallel_for`'s team) claim chunks dynamically and the caller
+never waits for a chunk that no helper has claimed. We do not use ``numba.prange``: on this shared
+2-core machine, when other processes keep the cores busy, every OpenMP fork-join waits for a
+descheduled worker and a batch took 5x *longer* with 2 threads than with 1 (measured: 110 ms vs
+22 ms); with dynamic claiming a busy machine costs at most the speed-up, never more.
 """
 
 from __future__ import annotations
 
 import math
-import os
-import threading
 from collections.abc import Callable
-from contextlib import contextmanager
 
-import llvmlite.binding as llvm_binding
 import numba as nb
 import numpy as np
-from llvmlite import ir
-from numba.core import cgutils, types
-from numba.extending import intrinsic
 
+from graphrl.kernels import Chunks as _Task
+from graphrl.kernels import engaged as _engaged
+from graphrl.kernels import parallel_for
+from graphrl.kernels import prefetch as _prefetch
 from samplers.kernels.reference import GOLDEN as _GOLDEN_INT
 from samplers.kernels.reference import layer_key
 
-__all__ = ["layer_key", "sample_layer", "relabel", "sample_block", "Workspace", "Exclusion", "Masks",
-           "time_keys", "CHUNK_EDGES"]
+__all__ = ["layer_key", "sample_layer", "relabel", "relabel_pairs", "sample_block", "Workspace", "Exclusion",
+           "Masks", "time_keys", "from_time_keys", "CHUNK_EDGES"]
 
 _GOLDEN = np.uint64(_GOLDEN_INT)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -75,31 +72,6 @@ CHUNK_EDGES = 1 << 15  # sampled edges per chunk of work (one to a few hundred m
 _PLAN_CHUNK_ROWS = 1 << 15  # destinations per chunk of the planning pass
 _PREFETCH_AHEAD = 16  # prefetch distance of the planning and relabelling loops
 _GATHER_AHEAD = 48  # prefetch distance of the gathering loop
-
-
-# llvm.prefetch is overloaded on the pointer type: "p0" with opaque pointers (LLVM >= 15), "p0i8" before.
-_PREFETCH_NAME = "llvm.prefetch.p0" if llvm_binding.llvm_version_info >= (15,) else "llvm.prefetch.p0i8"
-
-
-@intrinsic
-def _prefetch(typingctx, arr, idx):
-    """Hint the CPU to fetch ``arr[idx]`` into cache (read, high locality); no bounds check, no effect
-    on results. Used where a loop's stores keep the core from running far enough ahead by itself."""
-    sig = types.void(arr, idx)
-
-    def codegen(context, builder, signature, args):
-        aryty = signature.args[0]
-        ary = context.make_array(aryty)(context, builder, args[0])
-        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1]], wraparound=False)
-        i8p = ir.IntType(8).as_pointer()
-        i32 = ir.IntType(32)
-        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, _PREFETCH_NAME)
-        builder.call(fn, [builder.bitcast(ptr, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3),
-                          ir.Constant(i32, 1)])
-        return context.get_dummy_value()
-
-    return sig, codegen
 
 
 def _debruijn_table() -> np.ndarray:
@@ -685,12 +657,13 @@ def _pair_slot(tab_node, tab_time, mask, v, t):
 
 
 @nb.njit(nogil=True, cache=True)
-def _relabel_temporal(dst, dst_tkey, out_indptr, src, src_nodes, src_tkey, local):
+def _relabel_pairs(dst, dst_tkey, src, edge_tkey, src_nodes, src_tkey, local):
     """Local ids keyed on (node, time key) through an open-addressing table; return the source count.
 
-    ``dst_tkey`` holds the rows' times as int64 keys (float64 times by their bit pattern). Destinations
-    keep their positions (a repeated pair maps to its first one); a sampled source takes the time of
-    the row it was sampled for; new pairs are appended in first-occurrence order."""
+    Time keys are int64 (float64 times by their bit pattern, see `time_keys`). Destinations keep their
+    positions (a repeated pair maps to its first one); sampled source j is the pair (src[j],
+    edge_tkey[j]) (the time of the row it was sampled for); new pairs are appended in first-occurrence
+    order."""
     d_count = dst.shape[0]
     nnz = src.shape[0]
     cap = 16
@@ -711,20 +684,43 @@ def _relabel_temporal(dst, dst_tkey, out_indptr, src, src_nodes, src_tkey, local
             tab_time[h] = t
             tab_id[h] = i
     n = d_count
-    for i in range(d_count):
-        t = dst_tkey[i]
-        for j in range(out_indptr[i], out_indptr[i + 1]):
-            v = np.int64(src[j])
-            h = _pair_slot(tab_node, tab_time, mask, v, t)
-            if tab_node[h] < 0:
-                tab_node[h] = v
-                tab_time[h] = t
-                tab_id[h] = n
-                src_nodes[n] = v
-                src_tkey[n] = t
-                n += 1
-            local[j] = tab_id[h]
+    for j in range(nnz):
+        v = np.int64(src[j])
+        t = edge_tkey[j]
+        h = _pair_slot(tab_node, tab_time, mask, v, t)
+        if tab_node[h] < 0:
+            tab_node[h] = v
+            tab_time[h] = t
+            tab_id[h] = n
+            src_nodes[n] = v
+            src_tkey[n] = t
+            n += 1
+        local[j] = tab_id[h]
     return n
+
+
+def relabel_pairs(dst: np.ndarray, dst_tkey: np.ndarray, src: np.ndarray,
+                  edge_tkey: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Map sampled sources to local ids keyed on (node, time key) (as `reference.relabel_temporal`, with
+    each source's time key given instead of its row).
+
+    Parameters
+    ----------
+    dst : int64 [D]; dst_tkey : int64 [D] (`time_keys` of the rows' times); src : int32/int64 [nnz];
+    edge_tkey : int64 [nnz], the time key of each sampled source
+
+    Returns
+    -------
+    src_nodes : int64 [S]; src_tkey : int64 [S]; local : int64 [nnz]
+    """
+    d_count, nnz = dst.shape[0], src.shape[0]
+    src_nodes = np.empty(d_count + nnz, dtype=np.int64)
+    src_tkey = np.empty(d_count + nnz, dtype=np.int64)
+    local = np.empty(nnz, dtype=np.int64)
+    as64 = np.ascontiguousarray
+    n = _relabel_pairs(as64(dst, dtype=np.int64), as64(dst_tkey, dtype=np.int64), src,
+                       as64(edge_tkey, dtype=np.int64), src_nodes, src_tkey, local)
+    return src_nodes[:n], src_tkey[:n], local
 
 
 @nb.njit(nogil=True, cache=True)
@@ -766,121 +762,9 @@ def _relabel_src(src, node_map, base, n, src_nodes, local, lo, hi):
     return n
 
 
-class _Task:
-    """Chunks 0..num_chunks-1 of one pass, claimed in order by whichever thread asks first."""
-
-    def __init__(self, fn: Callable[[int], None], num_chunks: int) -> None:
-        self.fn = fn
-        self.num_chunks = num_chunks
-        self.next = 0
-        self.done = bytearray(num_chunks)
-        self.cond = threading.Condition(threading.Lock())
-        self.error: BaseException | None = None
-
-    def claim(self) -> int:
-        """The next unclaimed chunk, or -1 when all are claimed."""
-        with self.cond:
-            i = self.next
-            if i >= self.num_chunks:
-                return -1
-            self.next = i + 1
-        return i
-
-    def run(self, i: int) -> None:
-        try:
-            self.fn(i)
-        except BaseException as err:  # re-raised by finish() in the calling thread
-            if self.error is None:
-                self.error = err
-        finally:
-            with self.cond:
-                self.done[i] = 1
-                self.cond.notify_all()
-
-    def help(self) -> None:
-        while (i := self.claim()) >= 0:
-            self.run(i)
-
-    def wait(self, i: int) -> None:
-        """Block until chunk i (already claimed) is done."""
-        if self.done[i]:
-            return
-        with self.cond:
-            while not self.done[i]:
-                self.cond.wait()
-
-    def finish(self) -> None:
-        """Run the unclaimed chunks here, wait for the claimed ones, re-raise a helper's error."""
-        self.help()
-        for i in range(self.num_chunks):
-            self.wait(i)
-        if self.error is not None:
-            raise self.error
-
-
-class _Team:
-    """Daemon helper threads shared by all samplers of a process; one task at a time.
-
-    A caller that finds the team busy (another thread is sampling) runs its task alone.
-    """
-
-    def __init__(self) -> None:
-        self._cv = threading.Condition()
-        self._task: _Task | None = None
-        self._generation = 0
-        self._threads: list[threading.Thread] = []
-        self._busy = threading.Lock()
-
-    def _loop(self) -> None:
-        seen = 0
-        while True:
-            with self._cv:
-                while self._generation == seen:
-                    self._cv.wait()
-                seen = self._generation
-                task = self._task
-            if task is not None:
-                task.help()
-            task = None
-
-    @contextmanager
-    def engaged(self, task: _Task, helpers: int):
-        """Let up to ``helpers`` threads claim chunks of ``task`` inside the ``with`` block."""
-        if helpers <= 0 or task.num_chunks <= 1 or not self._busy.acquire(blocking=False):
-            yield
-            return
-        try:
-            while len(self._threads) < helpers:
-                thread = threading.Thread(target=self._loop, name="graphrl-sampler-helper", daemon=True)
-                thread.start()
-                self._threads.append(thread)
-            with self._cv:
-                self._task = task
-                self._generation += 1
-                self._cv.notify(helpers)
-            yield
-        finally:
-            with self._cv:
-                self._task = None
-            self._busy.release()
-
-
-_TEAM = _Team()
-
-
-def _reset_team_after_fork() -> None:  # helper threads do not survive fork()
-    global _TEAM
-    _TEAM = _Team()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reset_team_after_fork)
-
-
 def _parallel_for(fn: Callable[[int], None], num_chunks: int, helpers: int) -> None:
-    task = _Task(fn, num_chunks)
-    with _TEAM.engaged(task, helpers):
-        task.finish()
+    """`graphrl.kernels.parallel_for` with ``helpers`` threads besides the caller."""
+    parallel_for(fn, num_chunks, helpers + 1)
 
 
 class Workspace:
@@ -1000,7 +884,8 @@ def time_keys(times: np.ndarray) -> np.ndarray:
     return times.astype(np.int64, copy=False)
 
 
-def _from_time_keys(keys: np.ndarray, dtype) -> np.ndarray:
+def from_time_keys(keys: np.ndarray, dtype) -> np.ndarray:
+    """The times (int64 or float64 ``dtype``) of int64 keys made by `time_keys`."""
     return keys.view(np.float64) if np.dtype(dtype) == np.float64 else keys.astype(dtype, copy=False)
 
 
@@ -1107,8 +992,10 @@ def sample_block(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray |
         if nnz:
             _parallel_for(lambda i: fn(bounds[i], bounds[i + 1]), bounds.shape[0] - 1, helpers)
         tkeys = np.empty(d_count + nnz, dtype=np.int64)
-        n = _relabel_temporal(dst, time_keys(row_time), out_indptr, src, src_nodes, tkeys, local)
-        return out_indptr, src_nodes[:n], local, eids, _from_time_keys(tkeys[:n], row_time.dtype)
+        dst_tkey = time_keys(row_time)
+        edge_tkey = np.repeat(dst_tkey, np.diff(out_indptr))  # a source takes the time of its row
+        n = _relabel_pairs(dst, dst_tkey, src, edge_tkey, src_nodes, tkeys, local)
+        return out_indptr, src_nodes[:n], local, eids, from_time_keys(tkeys[:n], row_time.dtype)
     base = workspace.reserve(d_count + nnz)
     node_map = workspace.node_map
     # Entries this layer writes lie in [base, base + d_count + nnz). If anything raises part way (a
@@ -1118,7 +1005,7 @@ def sample_block(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray |
     n = _relabel_dst(dst, node_map, base, src_nodes)
     if nnz:
         task = _Task(lambda i: fn(bounds[i], bounds[i + 1]), bounds.shape[0] - 1)
-        with _TEAM.engaged(task, helpers):
+        with _engaged(task, helpers):
             # Relabel chunk r as soon as it is sampled; sample chunks here rather than wait.
             for r in range(task.num_chunks):
                 while not task.done[r]:

@@ -11,7 +11,7 @@ entries of row ``v`` in storage order, so a row's result never depends on thread
   staged the way a GPU would run it: the partition's rows of the matrix are copied into a workspace
   (on the memory manager's device tier), the output rows are computed there from the host-resident
   vertex data read in place, and copied back to the host output. Rows are cut into chunks of about
-  `CHUNK_WORK` multiply-adds that helper threads claim dynamically (`samplers.kernels.cpu`'s team,
+  `CHUNK_WORK` multiply-adds that helper threads claim dynamically (`graphrl.kernels.parallel_for`,
   as the neighbour sampler does: no OpenMP fork-join, which stalls when other processes keep the
   cores busy), so the result is bitwise the same for any number of threads.
 
@@ -24,7 +24,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from samplers.kernels.cpu import _parallel_for, _prefetch
+from graphrl.kernels import parallel_for
+from graphrl.kernels import prefetch as _prefetch
 
 __all__ = [
     "CHUNK_WORK",
@@ -208,7 +209,7 @@ def spmm_partition(indptr: np.ndarray, indices: np.ndarray, weights: np.ndarray,
         for i in range(n):
             _stage_rows(*args, bounds[i], bounds[i + 1])
         return
-    _parallel_for(lambda i: _stage_rows(*args, bounds[i], bounds[i + 1]), n, threads - 1)
+    parallel_for(lambda i: _stage_rows(*args, bounds[i], bounds[i + 1]), n, threads)
 
 
 @nb.njit(nogil=True, cache=True)

@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replay.windows import gather_windows, reference_gather, window_bounds, window_mask
+import replay.windows as windows_module
+from replay.windows import gather_fields, gather_windows, reference_gather, window_bounds, window_mask
 
 C = 10  # ring capacity
 
@@ -129,3 +130,32 @@ def test_bounds_never_cross_the_episode_and_hold_the_anchor(data):
         else:
             assert first + n - 1 == anchor and dst + n == length
             assert n == min(length, anchor - max(ep_start, floor) + 1)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("row", [(1,), (100,), (3, 64, 64)])
+def test_streamed_and_threaded_gathers_equal_the_reference(stream, row, monkeypatch):
+    monkeypatch.setattr(windows_module, "_CHUNK_BYTES", 256)  # several chunks of windows even for small rows
+    rng = np.random.default_rng(sum(row))
+    capacity, length, b = 50, 16, 24
+    src = rng.integers(0, 256, (capacity, *row), dtype=np.uint8)
+    first = rng.integers(0, capacity, b)  # some windows wrap around the ring's end
+    n = rng.integers(1, length + 1, b)
+    dst = np.array([rng.integers(0, length - k + 1) for k in n])
+    want = reference_gather(src, first, n, dst, length)
+    out = np.full((b, length, *row), 7, dtype=np.uint8)
+    gather_windows(src, first, n, dst, out, stream=stream)
+    assert np.array_equal(out, want)
+    # several fields, the rows out of order, several threads (chunks of windows)
+    src2 = rng.standard_normal((capacity, 5)).astype(np.float32)
+    srcs = (src.reshape(-1).view(np.uint8), src2.reshape(-1).view(np.uint8))
+    outs = (np.full((b, length, *row), 7, dtype=np.uint8), np.full((b, length, 5), 7, dtype=np.float32))
+    rows = rng.permutation(b)
+    mask = np.zeros(b * length, dtype=bool)
+    row_bytes = np.array([src[0].nbytes, src2[0].nbytes], dtype=np.int64)
+    flat = tuple(o.reshape(-1).view(np.uint8) for o in outs)
+    args = (first, n, dst, rows, length, mask)
+    gather_fields(srcs, flat, row_bytes, capacity, *args, stream=stream, threads=2)
+    assert np.array_equal(outs[0][rows], want)
+    assert np.array_equal(outs[1][rows], reference_gather(src2, first, n, dst, length))
+    assert np.array_equal(mask.reshape(b, length)[rows], window_mask(n, dst, length))

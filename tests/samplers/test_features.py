@@ -72,6 +72,28 @@ def test_gather_rows_kernel_with_a_cache_counts_hits():
     assert torch.equal(out, torch.stack([-x[7], x[1], -x[2], -x[2], x[9]]))
 
 
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("ahead", [0, 1, 5, 1000])
+@pytest.mark.parametrize("cols", [1, 16, 33, 128])
+def test_gather_rows_with_prefetch_and_streaming_stores_is_exact(stream, ahead, cols):
+    rng = np.random.default_rng(cols)
+    x = torch.from_numpy(rng.standard_normal((500, cols)).astype(np.float32))
+    ids = rng.integers(0, 500, 3000)
+    for threads in (1, 2):
+        out = torch.full((3001, cols), 7.0)
+        assert gather_rows(x, ids, out, threads, ahead=ahead, stream=stream) == 0
+        assert torch.equal(out[:3000], x[torch.from_numpy(ids)]) and (out[3000] == 7).all()
+    cache = -x[:100]
+    slots = np.full(500, -1, np.int32)
+    slots[:100] = np.arange(100)
+    out = torch.full((3000, cols), 7.0)
+    hits = gather_rows(x, ids, out, 2, cache, slots, ahead=ahead, stream=stream)
+    assert hits == int((ids < 100).sum())
+    want = x[torch.from_numpy(ids)]
+    want[torch.from_numpy(ids < 100)] *= -1
+    assert torch.equal(out, want)
+
+
 def test_cached_gather_across_threads_counts_every_hit(mm):
     rng = np.random.default_rng(2)
     x = torch.randn(5000, 64)
