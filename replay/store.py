@@ -505,6 +505,8 @@ class ReplayStore:
         The regions do not fit the memory manager's budget.
     """
 
+    _sim_warned = False  # warned once that the simulator stands in for an available GPU
+
     def __new__(cls, *args: Any, backend: str = "local", **kwargs: Any) -> Any:
         if backend == "ray":
             from replay.distributed import RayReplayStore  # imports ray only when asked for
@@ -982,6 +984,13 @@ class ReplayStore:
         import numba
 
         if numba.config.ENABLE_CUDASIM:  # numba's CUDA simulator: the same path, CPU tensors as device memory
+            if torch.cuda.is_available() and not ReplayStore._sim_warned:
+                ReplayStore._sim_warned = True
+                logger.warning(
+                    "NUMBA_ENABLE_CUDASIM=1: sample(device=%r) runs the GPU gather in numba's simulator and "
+                    "returns CPU tensors, although CUDA is available",
+                    device,
+                )
             return torch.device("cpu")
         if not torch.cuda.is_available():
             raise ValueError(

@@ -169,10 +169,12 @@ def _run(script: str) -> str:
     return proc.stdout.strip()
 
 
+@pytest.mark.slow
 def test_simulated_gpu_batches_equal_the_cpu_batches_byte_for_byte():
     assert _run(EQUAL).startswith("OK 40")
 
 
+@pytest.mark.slow
 def test_simulated_gpu_gather_redraws_windows_overwritten_during_the_copy():
     assert _run(STALE).startswith("OK")
 
