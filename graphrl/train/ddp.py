@@ -33,7 +33,7 @@ The drop/pad rule
 As ``DistributedSampler``: with ``drop_last=False`` (default) the shuffled index list is padded by
 repeating its first ``ceil(M / W) * W - M`` entries, so each of the W ranks gets ``ceil(M / W)`` indices
 and the last batch of an epoch may be short (equally short on every rank); an epoch then visits every
-index at least once and fewer than W of them twice. With ``drop_last=True`` the last
+index at least once and (when M >= W) fewer than W of them twice. With ``drop_last=True`` the last
 ``M mod W`` indices of the permutation (different ones each epoch) are dropped, each rank gets
 ``floor(M / W)`` and a short final batch is dropped too: every batch has ``batch_size`` indices and
 no index is visited twice. When W divides M the shares are an exact partition either way.
