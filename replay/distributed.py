@@ -124,6 +124,7 @@ _CHUNK_BYTES = 16 * 2**20
 _MANIFEST = "MANIFEST.json"
 _FORMAT = "graphrl.replay.ray"
 _VERSION = 1
+_SHARD_SLOTS = 3  # staging slots of a shard's local store per batch shape: 2 pieces + 1 being released
 
 
 class ShardError(RuntimeError):
@@ -189,7 +190,7 @@ class _ShardActor:
         kwargs = self.kwargs = {
             "tier": config["tier"],
             "timeout": config["timeout"],
-            "staging_slots": config["staging_slots"],
+            "staging_slots": _SHARD_SLOTS,
             "seed": config["seed"],
         }
         if folder is not None:
@@ -214,7 +215,7 @@ class _ShardActor:
         self.woken: deque[str] = deque(maxlen=1024)
         self.open: dict[int, Any] = {}
         self.idle: list[Any] = []
-        self.held: Batch | None = None
+        self.held: list[tuple[int, Batch]] = []  # batches whose replies Ray may still be serialising
         if folder is not None:
             logger.info("shard %d restored from %s", index, folder)
 
@@ -353,24 +354,38 @@ class _ShardActor:
             self.cond.notify_all()
 
     # -- sampling
-    def sample(self, k: int, window: int, pad: str, timeout: float | None, allow: float | None) -> tuple:
+    def sample(
+        self,
+        k: int,
+        draw: int,
+        window: int,
+        pad: str,
+        timeout: float | None,
+        allow: float | None,
+        batch_no: int,
+    ) -> tuple:
+        """``k`` windows (the first of ``draw`` >= k drawn: a few fixed shapes keep the local store's
+        staging pools warm) as numpy arrays, this shard's counters and the seconds it took."""
         self._ready()
         if allow is not None:
             self.set_allow(allow)
-        if self.held is not None:  # the client got the previous reply (it samples one batch at a time)
-            self.held.release()
-            self.held = None
+        with self.cond:  # the client got every reply of its earlier batches (one batch at a time)
+            old = [b for n, b in self.held if n < batch_no]
+            self.held = [(n, b) for n, b in self.held if n >= batch_no]
+        for b in old:
+            b.release()
         t0 = time.perf_counter()
-        b = self.store.sample(k, window, pad=pad, timeout=timeout)
-        self.held = b  # its staging slot stays held until Ray has serialised this reply
-        fields = {n: b[n].numpy() for n in self.spec}
+        b = self.store.sample(draw, window, pad=pad, timeout=timeout)
+        with self.cond:
+            self.held.append((batch_no, b))  # its staging slot stays held until Ray has serialised the reply
+        fields = {n: b[n].numpy()[:k] for n in self.spec}
         seconds = time.perf_counter() - t0
         return (
             fields,
-            b.mask.numpy(),
-            b.keys.numpy(),
-            b.probabilities.numpy(),
-            b.lengths.numpy(),
+            b.mask.numpy()[:k],
+            b.keys.numpy()[:k],
+            b.probabilities.numpy()[:k],
+            b.lengths.numpy()[:k],
             self._counts(),
             seconds,
         )
@@ -394,9 +409,9 @@ class _ShardActor:
         return self.incarnation
 
     def close(self) -> None:
-        if self.held is not None:
-            self.held.release()
-            self.held = None
+        for _, b in self.held:
+            b.release()
+        self.held = []
         self.store.close()
 
 
@@ -792,6 +807,7 @@ class RayReplayStore:
         self._lock = threading.RLock()
         self._rng = np.random.Generator(np.random.PCG64(seed))
         self._samples = 0
+        self._batch_no = 0
         self._prioritized = bool(selector.prioritized)
         self._config = {
             "spec": spec.to_config(),
@@ -1052,6 +1068,25 @@ class RayReplayStore:
             entry = self._pools[key] = (pool, layout)
         return entry
 
+    def _pieces(self, k: int) -> list[int]:
+        """A shard's share of a batch in parallel calls: two halves with one shard (its actor's threads
+        gather and serialise them at once), else one call per shard (the shards run in parallel)."""
+        if k == 0:
+            return []
+        if self.num_shards == 1 and k >= 16:
+            return [k - k // 2, k // 2]
+        return [k]
+
+    def _draw_size(self, k: int, batch: int) -> int:
+        """Windows a shard draws for a share of k: k rounded up to a granule of about batch / (4 S),
+        so a shard sees a few fixed batch shapes (its staging pools stay warm) rather than every k.
+        The first k of i.i.d. draws are a sample like any other; with ``max_times_sampled`` (every
+        draw counts) exactly k."""
+        if self.max_times_sampled:
+            return k
+        g = max(8, -(-batch // (32 * self.num_shards)) * 8)
+        return min(-(-k // g) * g, max(k, batch))
+
     def _await_sample(self, deadline: float | None) -> None:
         """Refresh the counters until the rate limiter admits a sample (blocking calls, no polling)."""
         while True:
@@ -1143,10 +1178,11 @@ class RayReplayStore:
                 fields, mask = layout.views(self.spec, buf.tensor)
                 outs = {n: t.numpy() for n, t in fields.items()}
                 mask_np = mask.numpy()
+                self._batch_no += 1
                 calls = [
-                    (s, "sample", (int(counts[s]), length, pad, left, None))
+                    (s, "sample", (k, self._draw_size(k, b), length, pad, left, None, self._batch_no))
                     for s in range(self.num_shards)
-                    if counts[s] > 0
+                    for k in self._pieces(int(counts[s]))
                 ]
                 t2 = time.perf_counter()
                 replies = self._gather(calls, "sample()", None if left is None else left + 30.0)
@@ -1170,6 +1206,9 @@ class RayReplayStore:
                     row += c
                 table_size = int(live.sum())
                 self._samples += int(lengths.sum())
+                if not math.isinf(_headroom(self.rate_limiter, 0, 0, 0)):  # let writers in that waited
+                    for s, allow in enumerate(self._allowances()):
+                        self._actors[s].set_allow.remote(allow)
                 if self._prioritized:
                     w = (max(table_size, 1) * prob) ** (-float(beta))
                     weights = torch.from_numpy((w / w.max()).astype(np.float32))

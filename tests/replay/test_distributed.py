@@ -236,6 +236,7 @@ def test_update_priorities_checks_keys_and_values(prio):
 # ------------------------------------------------------------------------------------------ checkpoints
 
 
+@pytest.mark.slow
 def test_checkpoint_restore_round_trip_then_a_dead_shard_is_named(prio, tmp_path):
     before = {e.start: e for e in prio.episodes()}
     counters = prio.counters()
@@ -285,6 +286,7 @@ def actor_task(store, first: int, episodes: int, n: int) -> tuple[int, int]:
     return w.steps_written, w.episodes_written
 
 
+@pytest.mark.slow
 def test_writers_in_ray_tasks_lose_nothing(uniform):
     got = ray.get([actor_task.remote(uniform, 100_000 * (t + 1), 6, 10 + t) for t in range(4)])
     want = [(sum(10 + t + e for e in range(6)), 6) for t in range(4)]
@@ -330,3 +332,39 @@ def test_killed_shard_restarts_from_its_checkpoint_and_the_store_keeps_serving(u
     with uniform.sample(64, window=4) as b:
         assert b.mask[:, 0].all()
         assert uniform.update_priorities(b.keys, np.ones(64)) == 64
+
+
+# ------------------------------------------------------------------------------------------ rate limiter
+
+
+@pytest.mark.slow
+def test_rate_limiter_applies_to_the_whole_store(cluster):
+    # diff = inserts - samples must stay in [-20, 60]; sampling starts at 20 steps
+    limiter = SampleToInsertRatio(1.0, min_size=20, error_buffer=40)
+    with ReplayStore(SPEC, 1000, num_shards=2, backend="ray", rate_limiter=limiter, seed=1) as store:
+        with pytest.raises(TimeoutError, match="min_size=20"):
+            store.sample(4, window=1, timeout=0.2)
+        w = store.writer(shard=0, timeout=0.2)
+        w.extend(episode(0, 20))
+        w.end_episode()
+        w.extend(episode(100, 40))  # admitted below this shard's allowance (30 of the 60), then charged
+        w.end_episode()
+        w.wait()
+        w.extend(episode(200, 5))
+        with pytest.raises(TimeoutError, match="inserting is ahead of sampling"):
+            w.end_episode()
+            w.wait()
+        w.close()
+        with store.sample(8, window=1) as b:  # 8 sampled steps admit 8 more inserts
+            assert b.lengths.sum() == 8
+        w = store.writer(shard=1, timeout=30)
+        w.extend(episode(300, 5))
+        w.end_episode()
+        w.wait()
+        assert store.counters() == {"inserts": 65, "samples": 8, "deletes": 0}
+        # samples may run ahead of inserts by 20: 65 + 20 = 85 sampled steps at most
+        for _ in range(7):
+            store.sample(11, window=1).release()
+        assert store.counters()["samples"] == 85
+        with pytest.raises(TimeoutError, match="sampling is ahead of inserting"):
+            store.sample(1, window=1, timeout=0.2)
