@@ -5,6 +5,10 @@ step (0.6 s vs 0.03 s for these kernels on a 310k-edge block with 64 features, 2
 kernel is parallel over destination rows; the backward kernel (the transposed product) gives each
 thread a range of source rows, so there are no write conflicts, and every output row is summed in edge
 order: results do not depend on the number of threads. The kernels are `samplers.kernels.spmm`'s.
+
+Tensors on another device (a GPU) take `csr_spmm_torch` instead: a gather, a scale and
+``index_add_`` in torch, differentiable by torch's autograd (atomic adds on a GPU, so the summation
+order, and the last bits of the result, may vary from run to run there).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from samplers.kernels.spmm import csr_spmm_serial as _spmm_serial
 from samplers.kernels.spmm import csr_spmm_t_parallel as _spmm_t
 from samplers.kernels.spmm import csr_spmm_t_serial as _spmm_t_serial
 
-__all__ = ["csr_spmm"]
+__all__ = ["csr_spmm", "csr_spmm_torch"]
 
 
 def _np(t: torch.Tensor) -> np.ndarray:
@@ -63,10 +67,27 @@ def csr_spmm(indptr: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor,
     weights : torch.Tensor, float, shape [nnz]
         Value of each entry (cast to ``h``'s dtype).
     h : torch.Tensor, float32 or float64, shape [S, d]
-        Dense input (CPU).
+        Dense input. On the CPU the numba kernels run; on any other device, `csr_spmm_torch`.
 
     Returns
     -------
-    torch.Tensor, dtype of ``h``, shape [D, d]
+    torch.Tensor, dtype of ``h``, shape [D, d], on ``h``'s device
     """
+    if h.device.type != "cpu":
+        return csr_spmm_torch(indptr, indices, weights, h)
     return _CSRSpMM.apply(indptr, indices, weights, h)
+
+
+def csr_spmm_torch(indptr: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor,
+                   h: torch.Tensor) -> torch.Tensor:
+    """`csr_spmm` in torch operations, on ``h``'s device (the GPU path; differentiable in ``h``).
+
+    Same arguments and result as `csr_spmm`; ``indptr``, ``indices`` and ``weights`` are moved to
+    ``h``'s device if they are elsewhere.
+    """
+    dev = h.device
+    indptr, indices = indptr.to(dev, torch.int64), indices.to(dev, torch.int64)
+    rows = indptr.shape[0] - 1
+    row_of_entry = torch.repeat_interleave(torch.arange(rows, device=dev), indptr.diff())
+    messages = h.index_select(0, indices) * weights.to(dev, h.dtype).unsqueeze(1)
+    return torch.zeros((rows, h.shape[1]), dtype=h.dtype, device=dev).index_add_(0, row_of_entry, messages)

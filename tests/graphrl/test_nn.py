@@ -8,6 +8,7 @@ import torch
 
 from graphrl.graph import CSCGraph
 from graphrl.nn import LightGCN, block_propagate, csr_spmm
+from graphrl.nn.spmm import csr_spmm_torch
 from samplers import NeighborSampler
 
 # 3 users (nodes 0-2), 4 items (nodes 3-6); user 2 has a single item, item 6 a single user.
@@ -113,7 +114,8 @@ def test_sampled_propagation_is_unbiased():
     assert (draws.std(0) > 0).all()  # really sampled
 
 
-def test_csr_spmm_forward_and_gradient():
+@pytest.mark.parametrize("spmm", [csr_spmm, csr_spmm_torch], ids=["numba", "torch"])
+def test_csr_spmm_forward_and_gradient(spmm):
     gen = torch.Generator().manual_seed(0)
     indptr = torch.tensor([0, 2, 2, 5, 6])
     indices = torch.tensor([1, 4, 0, 0, 3, 4])  # a repeated column in row 2
@@ -122,9 +124,9 @@ def test_csr_spmm_forward_and_gradient():
     dense = torch.zeros(4, 5, dtype=torch.float64)
     rows = torch.repeat_interleave(torch.arange(4), indptr.diff())
     dense.index_put_((rows, indices), weights, accumulate=True)
-    torch.testing.assert_close(csr_spmm(indptr, indices, weights, h), dense @ h)
-    assert torch.autograd.gradcheck(lambda x: csr_spmm(indptr, indices, weights, x), (h,))
-    out = csr_spmm(indptr, indices, weights.float(), h.detach().float())
+    torch.testing.assert_close(spmm(indptr, indices, weights, h), dense @ h)
+    assert torch.autograd.gradcheck(lambda x: spmm(indptr, indices, weights, x), (h,))
+    out = spmm(indptr, indices, weights.float(), h.detach().float())
     assert out.dtype == torch.float32 and out[1].abs().sum() == 0  # empty row
 
 
