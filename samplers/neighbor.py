@@ -14,7 +14,8 @@ from graphrl.graph import CSCGraph
 from samplers.block import Block, Blocks
 from samplers.kernels import cpu
 
-__all__ = ["NeighborSampler", "check_seeds"]
+__all__ = ["NeighborSampler", "check_seeds", "check_seed_times", "csc_times", "csc_weights", "edge_array",
+           "excluded_positions", "inverse_permutation"]
 
 
 def check_seeds(seeds, num_nodes: int, name: str = "seeds", bound: str = "num_nodes") -> np.ndarray:
@@ -62,6 +63,136 @@ def check_seeds(seeds, num_nodes: int, name: str = "seeds", bound: str = "num_no
             raise ValueError(f"{name}: {int(bad.sum())} of {arr.size} ids outside [0, {bound}={num_nodes}), "
                              f"first {first}")
     return arr
+
+
+def edge_array(name: str, value, num_edges: int) -> np.ndarray:
+    """A per-edge tensor indexed by edge id, as a numpy array of shape [E] (checked).
+
+    Raises
+    ------
+    ValueError
+        Not of shape [num_edges]; the message names ``name``.
+    TypeError
+        Not numeric.
+    """
+    arr = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+    if arr.shape != (num_edges,):
+        raise ValueError(f"{name} must have shape [{num_edges}] (one per edge, indexed by edge id), "
+                         f"got {tuple(arr.shape)}")
+    if arr.size and not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
+        raise TypeError(f"{name} must be a numeric tensor, got dtype {arr.dtype}")
+    return arr
+
+
+def csc_weights(name: str, weights, num_edges: int, csc_eids: np.ndarray) -> np.ndarray:
+    """Sampling weights given by edge id, checked and put in CSC order: float32 [E].
+
+    Parameters
+    ----------
+    name : str
+        Argument name for messages (``"weights"``, or ``"weights[('user', 'clicks', 'item')]"``).
+    weights : torch.Tensor or array-like, float, shape [E]
+        One weight per edge, indexed by edge id.
+    num_edges : int
+    csc_eids : numpy.ndarray, int64, shape [E]
+        The edge id at each CSC position.
+
+    Raises
+    ------
+    ValueError
+        Wrong shape; a negative, NaN or infinite weight.
+    TypeError
+        Not numeric.
+    """
+    arr = edge_array(name, weights, num_edges).astype(np.float64, copy=False)
+    bad = ~np.isfinite(arr) | (arr < 0)
+    if bad.any():
+        first = float(arr[np.argmax(bad)])
+        raise ValueError(f"{name}: {int(bad.sum())} of {arr.size} weights are negative, NaN or "
+                         f"infinite, first {first}; weights must be finite and >= 0")
+    return np.ascontiguousarray(arr[csc_eids], dtype=np.float32)
+
+
+def csc_times(name: str, edge_times, num_edges: int, csc_eids: np.ndarray, dtype=None) -> np.ndarray:
+    """Edge times given by edge id, checked and put in CSC order: int64 for integer times, float64 for
+    float times (or ``dtype`` when given).
+
+    Raises
+    ------
+    ValueError
+        Wrong shape; a NaN time.
+    TypeError
+        Not numeric.
+    """
+    arr = edge_array(name, edge_times, num_edges)
+    if np.issubdtype(arr.dtype, np.floating) or arr.size == 0 and arr.dtype == np.float64:
+        arr = arr.astype(np.float64, copy=False)
+        if np.isnan(arr).any():
+            raise ValueError(f"{name}: {int(np.isnan(arr).sum())} of {arr.size} times are NaN")
+    else:
+        arr = arr.astype(np.int64, copy=False)
+    if dtype is not None:
+        arr = arr.astype(dtype, copy=False)
+    return np.ascontiguousarray(arr[csc_eids])
+
+
+def check_seed_times(name: str, seed_times, num_seeds: int, dtype) -> np.ndarray:
+    """Seed times as an array of the edge times' ``dtype`` (int64 or float64); float times against
+    integer edge times are floored (``t_edge <= t`` iff ``t_edge <= floor(t)``).
+
+    Raises
+    ------
+    ValueError
+        Not of shape [num_seeds]; a NaN time.
+    TypeError
+        Not numeric.
+    """
+    if isinstance(seed_times, torch.Tensor):
+        arr = seed_times.detach().cpu().numpy()
+    else:
+        arr = np.asarray(seed_times)
+    if arr.shape != (num_seeds,):
+        raise ValueError(f"{name} must have one time per seed ([{num_seeds}]), got {tuple(arr.shape)}")
+    if arr.size and not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
+        raise TypeError(f"{name} must be a numeric tensor, got dtype {arr.dtype}")
+    if np.issubdtype(arr.dtype, np.floating):
+        if np.isnan(arr).any():
+            raise ValueError(f"{name}: {int(np.isnan(arr).sum())} of {arr.size} times are NaN")
+        if np.dtype(dtype) == np.int64:
+            return np.clip(np.floor(arr), -9.2e18, 9.2e18).astype(np.int64)
+    return np.ascontiguousarray(arr, dtype=dtype)
+
+
+def excluded_positions(name: str, exclude_eids, num_edges: int, eid_to_pos) -> np.ndarray | None:
+    """Edge ids to exclude, checked, as sorted distinct CSC positions (None when there are none).
+
+    Parameters
+    ----------
+    eid_to_pos : callable () -> numpy.ndarray or None
+        Returns the inverse of the edge-id permutation (None: edge ids are CSC positions); called only
+        when there are edges to exclude.
+
+    Raises
+    ------
+    ValueError, TypeError
+        As `check_seeds`, for ids outside [0, num_edges).
+    """
+    if exclude_eids is None:
+        return None
+    eids = check_seeds(exclude_eids, num_edges, name=name, bound="num_edges")
+    if eids.size == 0:
+        return None
+    inv = eid_to_pos()
+    pos = eids if inv is None else inv[eids]
+    return np.unique(pos).astype(np.int64, copy=False)
+
+
+def inverse_permutation(perm: np.ndarray) -> np.ndarray:
+    """The inverse of a permutation of 0..E-1 (int32 below 2^31 entries, else int64)."""
+    num = perm.shape[0]
+    inv = np.empty(num, dtype=np.int32 if num <= np.iinfo(np.int32).max else np.int64)
+    inv[perm] = np.arange(num, dtype=inv.dtype)
+    return inv
 
 
 def blocks_dst_count(dst) -> int:
@@ -113,7 +244,8 @@ class NeighborSampler:
         seed gives the same blocks on both wherever the draw leaves no freedom to floating point
         (uniform draws with or without replacement, fanout -1; weighted draws can differ where GPU
         ``log`` rounds differently). With CUDA, blocks are CUDA tensors when torch has CUDA, else
-        host tensors. Temporal sampling runs on the CPU only for now.
+        host tensors. Temporal sampling runs on both (same rules; relabelling by (node, time) through
+        a GPU hash table on CUDA).
     uva : bool or None
         ``device="cuda"`` only: read the graph in place from page-locked host memory (UVA) instead of
         a device copy, for graphs larger than the device budget. ``None``: UVA when the graph's
@@ -140,7 +272,7 @@ class NeighborSampler:
     ValueError
         ``fanouts`` is empty or holds a value below -1; ``weights`` has the wrong length or holds a
         negative, NaN or infinite value, or is ``True`` on a graph without weights; ``edge_times`` has
-        the wrong length or holds NaN; an unknown ``device``; ``edge_times`` with ``device="cuda"``.
+        the wrong length or holds NaN; an unknown ``device``.
     RuntimeError
         ``device="cuda"`` where numba.cuda finds no usable GPU (no silent fallback to the CPU).
 
@@ -198,8 +330,6 @@ class NeighborSampler:
         self.device = self._check_device(device)
         self._cuda_graph = None
         if self.device.type == "cuda":
-            if self.temporal:
-                raise ValueError("edge_times: temporal sampling runs on device='cpu' only (not yet on CUDA)")
             from samplers.kernels import cuda as cuda_kernels  # imports numba.cuda: only when asked for
 
             cuda_kernels.require_cuda()
@@ -208,7 +338,7 @@ class NeighborSampler:
             eids = graph.edge_ids
             weights_arr = self._weights
             self._cuda_graph = cuda_kernels.CudaGraph.build(graph.indptr, graph.indices, eids, weights_arr,
-                                                            uva=bool(uva))
+                                                            uva=bool(uva), times=self._times)
         self._workspace = cpu.Workspace(graph.num_nodes, self._indices.dtype)
         self._eid_to_pos: np.ndarray | None = None
         self._lock = threading.Lock()  # the workspace serves one call at a time
@@ -225,17 +355,6 @@ class NeighborSampler:
             raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
         return dev
 
-    def _edge_array(self, name: str, value) -> np.ndarray:
-        """A per-edge tensor indexed by edge id, as a numpy array of shape [E] (checked)."""
-        arr = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
-        num_edges = self.graph.num_edges
-        if arr.shape != (num_edges,):
-            raise ValueError(f"{name} must have shape [{num_edges}] (one per edge, indexed by edge id), "
-                             f"got {tuple(arr.shape)}")
-        if arr.size and not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
-            raise TypeError(f"{name} must be a numeric tensor, got dtype {arr.dtype}")
-        return arr
-
     def _csc_weights(self, graph: CSCGraph, weights) -> np.ndarray | None:
         """The sampling weights in CSC order (float32), or None for uniform draws."""
         if weights is None or weights is False:
@@ -245,27 +364,13 @@ class NeighborSampler:
                 raise ValueError("weights=True needs a graph with edge weights (build it with weights=...), "
                                  "or pass weights as a tensor of shape [E]")
             return graph.weights.numpy()
-        arr = self._edge_array("weights", weights).astype(np.float64, copy=False)
-        bad = ~np.isfinite(arr) | (arr < 0)
-        if bad.any():
-            first = float(arr[np.argmax(bad)])
-            raise ValueError(f"weights: {int(bad.sum())} of {arr.size} weights are negative, NaN or "
-                             f"infinite, first {first}; weights must be finite and >= 0")
-        eids = graph.csc_edge_ids().numpy()
-        return np.ascontiguousarray(arr[eids], dtype=np.float32)
+        return csc_weights("weights", weights, graph.num_edges, graph.csc_edge_ids().numpy())
 
     def _csc_times(self, graph: CSCGraph, edge_times) -> np.ndarray | None:
         """Edge times in CSC order (int64 or float64), or None."""
         if edge_times is None:
             return None
-        arr = self._edge_array("edge_times", edge_times)
-        if np.issubdtype(arr.dtype, np.floating) or arr.size == 0 and arr.dtype == np.float64:
-            arr = arr.astype(np.float64, copy=False)
-            if np.isnan(arr).any():
-                raise ValueError(f"edge_times: {int(np.isnan(arr).sum())} of {arr.size} times are NaN")
-        else:
-            arr = arr.astype(np.int64, copy=False)
-        return np.ascontiguousarray(arr[graph.csc_edge_ids().numpy()])
+        return csc_times("edge_times", edge_times, graph.num_edges, graph.csc_edge_ids().numpy())
 
     def _check_seed_times(self, seed_times, num_seeds: int) -> np.ndarray | None:
         if not self.temporal:
@@ -275,44 +380,25 @@ class NeighborSampler:
             return None
         if seed_times is None:
             raise ValueError("seed_times is required: the sampler has edge_times (temporal sampling)")
-        if isinstance(seed_times, torch.Tensor):
-            arr = seed_times.detach().cpu().numpy()
-        else:
-            arr = np.asarray(seed_times)
-        if arr.shape != (num_seeds,):
-            raise ValueError(f"seed_times must have one time per seed ([{num_seeds}]), "
-                             f"got {tuple(arr.shape)}")
-        if arr.size and not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
-            raise TypeError(f"seed_times must be a numeric tensor, got dtype {arr.dtype}")
-        if np.issubdtype(arr.dtype, np.floating):
-            if np.isnan(arr).any():
-                raise ValueError(f"seed_times: {int(np.isnan(arr).sum())} of {arr.size} times are NaN")
-            if self._times.dtype == np.int64:  # t_edge <= t  <=>  t_edge <= floor(t) for integer times
-                return np.clip(np.floor(arr), -9.2e18, 9.2e18).astype(np.int64)
-        return np.ascontiguousarray(arr, dtype=self._times.dtype)
+        return check_seed_times("seed_times", seed_times, num_seeds, self._times.dtype)
 
     @property
     def num_layers(self) -> int:
         """Number of layers (blocks per sample)."""
         return len(self.fanouts)
 
+    def _inverse_edge_ids(self) -> np.ndarray | None:
+        """CSC position of every edge id (built once, on first use), or None when ids are positions."""
+        if self._edge_ids is None:
+            return None
+        if self._eid_to_pos is None:
+            self._eid_to_pos = inverse_permutation(self._edge_ids)
+        return self._eid_to_pos
+
     def _excluded_positions(self, exclude_eids) -> cpu.Exclusion | None:
         """Validate graph edge ids and return their CSC positions, sorted and distinct (None if none)."""
-        if exclude_eids is None:
-            return None
-        eids = check_seeds(exclude_eids, self.graph.num_edges, name="exclude_eids", bound="num_edges")
-        if eids.size == 0:
-            return None
-        if self._edge_ids is None:
-            pos = eids
-        else:
-            if self._eid_to_pos is None:  # inverse permutation of edge_ids, built once on first use
-                num_edges = self.graph.num_edges
-                inv = np.empty(num_edges, dtype=np.int32 if num_edges <= np.iinfo(np.int32).max else np.int64)
-                inv[self._edge_ids] = np.arange(num_edges, dtype=inv.dtype)
-                self._eid_to_pos = inv
-            pos = self._eid_to_pos[eids]
-        return cpu.Exclusion(self._indptr, np.unique(pos).astype(np.int64, copy=False))
+        pos = excluded_positions("exclude_eids", exclude_eids, self.graph.num_edges, self._inverse_edge_ids)
+        return None if pos is None else cpu.Exclusion(self._indptr, pos)
 
     def sample(self, seeds, exclude_eids=None, seed_times=None) -> Blocks:
         """Sample blocks for ``seeds``, outermost layer first, never drawing the ``exclude_eids`` edges.
@@ -369,7 +455,6 @@ class NeighborSampler:
     def _sample_cuda(self, seeds, exclude_eids, seed_times) -> Blocks:
         from samplers.kernels import cuda as cuda_kernels
 
-        self._check_seed_times(seed_times, 0)  # raises: a CUDA sampler is never temporal
         if isinstance(seeds, torch.Tensor) and seeds.device.type == "cuda":
             if seeds.dtype.is_floating_point or seeds.dtype.is_complex or seeds.dtype == torch.bool:
                 raise TypeError(f"seeds must be an integer tensor, got dtype {seeds.dtype}")
@@ -380,6 +465,12 @@ class NeighborSampler:
                 check_seeds(dst.cpu(), self.graph.num_nodes)  # raises with the usual message
         else:
             dst = check_seeds(seeds, self.graph.num_nodes)
+        times = self._check_seed_times(seed_times, blocks_dst_count(dst))
+        if times is not None:
+            from numba import cuda
+
+            # -0.0 -> 0.0 once (inner layers inherit these): equal times, equal relabelling keys
+            times = cuda.to_device(times + times.dtype.type(0))
         with self._lock:
             excluded = self._excluded_positions(exclude_eids)
             excl = None if excluded is None else excluded.positions  # sorted CSC positions
@@ -392,13 +483,20 @@ class NeighborSampler:
             blocks = Blocks()
             for layer in range(self.num_layers - 1, -1, -1):
                 key = cpu.layer_key(self.seed, call, layer)
-                out_indptr, src_nodes, local, eids = cuda_kernels.sample_block_cuda(
-                    self._cuda_graph, dst, self.fanouts[layer], self.replace, key, self.weighted, excl)
+                if times is None:
+                    out_indptr, src_nodes, local, eids = cuda_kernels.sample_block_cuda(
+                        self._cuda_graph, dst, self.fanouts[layer], self.replace, key, self.weighted, excl)
+                    src_times = None
+                else:
+                    out_indptr, src_nodes, local, eids, times = cuda_kernels.sample_block_temporal_cuda(
+                        self._cuda_graph, dst, times, self.fanouts[layer], self.replace, key, self.weighted,
+                        excl)
+                    src_times = _cuda_to_torch(times)
                 self.sampled_edges += int(local.shape[0])
                 src_t = _cuda_to_torch(src_nodes)
                 blocks.append(Block(src_nodes=src_t, dst_nodes=src_t[: blocks_dst_count(dst)],
                                     indptr=_cuda_to_torch(out_indptr), indices=_cuda_to_torch(local),
-                                    edge_ids=_cuda_to_torch(eids)))
+                                    edge_ids=_cuda_to_torch(eids), src_times=src_times))
                 dst = src_nodes
             blocks.reverse()
             return blocks

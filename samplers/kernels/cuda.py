@@ -11,7 +11,7 @@ differently on a real GPU (under the CUDA simulator they are identical).
 Layout of one layer (DESIGN §3): one 32-thread block (a warp) per destination row, grid-stride over
 rows, for the passes that work per row; one thread per edge for the gather and relabelling passes.
 
-1. plan: each row's start, degree (weighted: the count of positive-weight edges, a warp reduction)
+1. plan: each row's start, degree (masked: the count of eligible edges, a warp reduction)
    and output count; a device scan gives the output offsets (one copy of the total to the host to
    size the outputs).
 2. choose: take-all rows are copied by all lanes; with replacement each lane draws positions
@@ -31,8 +31,16 @@ rows, for the passes that work per row; one thread per edge for the gather and r
 
 Excluded edges (link prediction) follow the reference: each row finds its range of the sorted excluded
 positions by binary search; uniform rows choose virtual positions over the non-excluded ones and map
-them back (a binary search per output), weighted rows skip excluded positions. Not on the GPU (yet):
-temporal sampling (`NeighborSampler` raises for it with ``device="cuda"``).
+them back (a binary search per output), masked rows skip excluded positions.
+
+Temporal sampling follows the reference's masked rules, as on the CPU: with edge times every row (with
+or without weights) goes through the masked plan and choose kernels, where a position is eligible only if
+its edge time is <= the row's time (weight 1 without weights); rows draw A-ES keys without replacement
+and invert prefix sums with replacement, exactly as weighted rows do. Relabelling keys on (node, time):
+each sampled edge takes its row's time key (int64 times as they are, float64 times by their bit pattern,
+-0.0 folded into 0.0 once for the seeds), and the hash table's slots hold the index of the entry that
+claimed them (a (node, time) pair is two words, too wide for one compare-and-swap), compared through the
+input arrays; the smallest index per pair again fixes first-occurrence order.
 
 Importing this module imports ``numba.cuda``; choose the simulator with ``NUMBA_ENABLE_CUDASIM=1``
 before that. `require_cuda` raises a clear error where no GPU is usable.
@@ -58,14 +66,15 @@ from numba import cuda
 from samplers.kernels.reference import GOLDEN as _GOLDEN_INT
 from samplers.kernels.reference import layer_key
 
-__all__ = ["CudaGraph", "require_cuda", "sample_layer_cuda", "relabel_cuda", "sample_block_cuda", "layer_key",
-           "exclusive_scan", "KERNELS"]
+__all__ = ["CudaGraph", "require_cuda", "sample_layer_cuda", "relabel_cuda", "sample_block_cuda",
+           "relabel_temporal_cuda", "sample_block_temporal_cuda", "layer_key", "exclusive_scan", "KERNELS"]
 
 WARP = 32
 _SIM = bool(numba.config.ENABLE_CUDASIM)  # the simulator runs a thread per Python thread: small blocks
 SCAN_THREADS = 32 if _SIM else 256
 _EDGE_THREADS = 32 if _SIM else 256
-_MAX_ROW_BLOCKS = 65_535 * 4
+# the simulator starts a Python thread per GPU thread: few blocks (the kernels stride over rows and edges)
+_MAX_ROW_BLOCKS = 2 if _SIM else 65_535 * 4
 
 _GOLDEN = np.uint64(_GOLDEN_INT)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -225,6 +234,17 @@ def _excluded(excl, a, b, p):  # pragma: no cover - device
 
 
 @cuda.jit(device=True)
+def _eligible(weights, has_w, times, has_t, t_row, excl, a, b, p):  # pragma: no cover - device
+    """Whether CSC position p may be drawn in a masked row: positive weight (with weights), time <= the
+    row's time (with times), and not among the row's excluded positions excl[a:b]."""
+    if has_w and not weights[p] > 0:
+        return False
+    if has_t and not times[p] <= t_row:
+        return False
+    return not _excluded(excl, a, b, p)
+
+
+@cuda.jit(device=True)
 def _virtual_to_real(excl, a, b, s, p):  # pragma: no cover - device
     """Virtual position p (over the row's non-excluded positions) -> CSC position:
     s + p + #{q in [a, b) : excl[q] - s - (q - a) <= p} (that sequence is non-decreasing in q)."""
@@ -261,8 +281,9 @@ def _plan_uniform(indptr, dst, fanout, replace, excl, row_start, row_deg, row_ex
 
 
 @cuda.jit
-def _plan_weighted(indptr, dst, fanout, replace, weights, excl, row_start, row_raw, row_deg, row_exlo,
-                   row_exhi, counts):  # pragma: no cover - device
+def _plan_masked(indptr, dst, fanout, replace, weights, has_w, times, row_time, has_t, excl, row_start,
+                 row_raw, row_deg, row_exlo, row_exhi, counts):  # pragma: no cover - device
+    """Masked rows (weights and/or times): each row's eligible count by a warp reduction."""
     part = cuda.shared.array(WARP, numba.int64)
     lane = cuda.threadIdx.x
     row = cuda.blockIdx.x
@@ -273,10 +294,11 @@ def _plan_weighted(indptr, dst, fanout, replace, weights, excl, row_start, row_r
         e = indptr[v + 1]
         a = _lower_bound(excl, 0, n_excl, s)
         b = _lower_bound(excl, a, n_excl, e)
+        t_row = row_time[row] if has_t else row_time[0]
         c = 0
         p = s + lane
         while p < e:
-            if weights[p] > 0 and not _excluded(excl, a, b, p):
+            if _eligible(weights, has_w, times, has_t, t_row, excl, a, b, p):
                 c += 1
             p += WARP
         part[lane] = c
@@ -370,8 +392,10 @@ def _choose_uniform(dst, row_start, row_deg, row_exlo, row_exhi, out_indptr, fan
 
 
 @cuda.jit
-def _choose_weighted(dst, row_start, row_raw, row_deg, row_exlo, row_exhi, out_indptr, fanout, replace, key,
-                     weights, excl, pos, scratch, scratch_off):  # pragma: no cover - device
+def _choose_masked(dst, row_start, row_raw, row_deg, row_exlo, row_exhi, out_indptr, fanout, replace, key,
+                   weights, has_w, times, row_time, has_t, excl, pos, scratch,
+                   scratch_off):  # pragma: no cover - device
+    """Masked rows: every eligible position, A-ES keys (k warp-wide arg-mins), or prefix-sum inversion."""
     bkey = cuda.shared.array(WARP, numba.float64)
     bpos = cuda.shared.array(WARP, numba.int64)
     lane = cuda.threadIdx.x
@@ -385,12 +409,13 @@ def _choose_weighted(dst, row_start, row_raw, row_deg, row_exlo, row_exhi, out_i
         e = s + d
         a = row_exlo[row]
         b = row_exhi[row]
+        t_row = row_time[row] if has_t else row_time[0]
         if c > 0:
             if not draws and c == row_deg[row]:
                 if lane == 0:  # every eligible edge, in order
                     w = o
                     for p in range(s, e):
-                        if weights[p] > 0 and not _excluded(excl, a, b, p):
+                        if _eligible(weights, has_w, times, has_t, t_row, excl, a, b, p):
                             pos[w] = p
                             w += 1
             elif not draws:
@@ -403,10 +428,10 @@ def _choose_weighted(dst, row_start, row_raw, row_deg, row_exlo, row_exhi, out_i
                     best_p = _NO_INDEX
                     p = s + lane
                     while p < e:
-                        wp = weights[p]
-                        if wp > 0 and not _excluded(excl, a, b, p):
+                        if _eligible(weights, has_w, times, has_t, t_row, excl, a, b, p):
+                            wp = np.float64(weights[p]) if has_w else 1.0
                             u = (np.float64(_draw(state0, p - s) >> np.uint64(11)) + 1.0) * _TWO_M53
-                            k = -math.log(u) / np.float64(wp)
+                            k = -math.log(u) / wp
                             if _key_less(prev_k, prev_p, k, p) and _key_less(k, p, best_k, best_p):
                                 best_k = k
                                 best_p = p
@@ -433,8 +458,8 @@ def _choose_weighted(dst, row_start, row_raw, row_deg, row_exlo, row_exhi, out_i
                     total = 0.0
                     last = s
                     for p in range(s, e):
-                        if weights[p] > 0 and not _excluded(excl, a, b, p):
-                            total += np.float64(weights[p])
+                        if _eligible(weights, has_w, times, has_t, t_row, excl, a, b, p):
+                            total += np.float64(weights[p]) if has_w else 1.0
                             last = p
                         scratch[so + p - s] = total
                     bpos[0] = last
@@ -530,10 +555,110 @@ def _relabel_out(dst, src, first, flags, newid, src_nodes, local):  # pragma: no
         i += stride
 
 
+# ------------------------------------------------------------------------- relabel by (node, time)
+@cuda.jit
+def _edge_tkeys(out_indptr, dst_tkey, edge_tkey):  # pragma: no cover - device
+    """Each sampled edge takes the time key of the row that drew it (a warp per row)."""
+    lane = cuda.threadIdx.x
+    row = cuda.blockIdx.x
+    while row < dst_tkey.shape[0]:
+        t = dst_tkey[row]
+        j = out_indptr[row] + lane
+        end = out_indptr[row + 1]
+        while j < end:
+            edge_tkey[j] = t
+            j += WARP
+        row += cuda.gridDim.x
+
+
+@cuda.jit(device=True)
+def _pair_slot0(v, t, mask):  # pragma: no cover - device
+    """Home slot of (node v, time key t): the hash of the CPU kernels' table."""
+    return np.int64(_mix((np.uint64(v) * _GOLDEN) ^ np.uint64(t)) & np.uint64(mask))
+
+
+@cuda.jit(device=True)
+def _pair_at(dst, dst_tkey, src, edge_tkey, i):  # pragma: no cover - device
+    """(node, time key) of entry i of (destinations, sampled sources)."""
+    d_count = dst.shape[0]
+    if i < d_count:
+        return np.int64(dst[i]), dst_tkey[i]
+    return np.int64(src[i - d_count]), edge_tkey[i - d_count]
+
+
+@cuda.jit
+def _hash_insert_pairs(dst, dst_tkey, src, edge_tkey, keys, vals, mask):  # pragma: no cover - device
+    """Claim a slot per distinct (node, time key) pair; keep the smallest index of its occurrences.
+
+    A slot's key is the index of the entry that claimed it (the pair itself is two words, too wide for
+    one compare-and-swap); pairs are compared through the (immutable) input arrays."""
+    i = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    total = dst.shape[0] + src.shape[0]
+    while i < total:
+        v, t = _pair_at(dst, dst_tkey, src, edge_tkey, i)
+        h = _pair_slot0(v, t, mask)
+        while True:
+            prev = cuda.atomic.cas(keys, h, _EMPTY, np.int64(i))
+            if prev == _EMPTY:
+                cuda.atomic.min(vals, h, np.int64(i))
+                break
+            pv, pt = _pair_at(dst, dst_tkey, src, edge_tkey, prev)
+            if pv == v and pt == t:
+                cuda.atomic.min(vals, h, np.int64(i))
+                break
+            h = (h + 1) & mask
+        i += stride
+
+
+@cuda.jit
+def _hash_first_pairs(dst, dst_tkey, src, edge_tkey, keys, vals, mask, first, flags):  # pragma: no cover
+    """first[j]: smallest index of edge j's (node, time) pair; flags[j] = 1 iff j is that first one."""
+    j = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    d_count = dst.shape[0]
+    while j < src.shape[0]:
+        v = np.int64(src[j])
+        t = edge_tkey[j]
+        h = _pair_slot0(v, t, mask)
+        while True:
+            pv, pt = _pair_at(dst, dst_tkey, src, edge_tkey, keys[h])
+            if pv == v and pt == t:
+                break
+            h = (h + 1) & mask
+        f = vals[h]
+        first[j] = f
+        flags[j] = 1 if f == d_count + j else 0
+        j += stride
+
+
+@cuda.jit
+def _relabel_out_pairs(dst, dst_tkey, src, edge_tkey, first, flags, newid, src_nodes, src_tkey,
+                       local):  # pragma: no cover - device
+    i = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    d_count = dst.shape[0]
+    total = d_count + src.shape[0]
+    while i < total:
+        if i < d_count:
+            src_nodes[i] = dst[i]
+            src_tkey[i] = dst_tkey[i]
+        else:
+            j = i - d_count
+            f = first[j]
+            local[j] = f if f < d_count else d_count + newid[f - d_count]
+            if flags[j]:
+                src_nodes[d_count + newid[j]] = src[j]
+                src_tkey[d_count + newid[j]] = edge_tkey[j]
+        i += stride
+
+
 KERNELS = {
     "scan_blocks": _scan_blocks, "scan_add": _scan_add, "plan_uniform": _plan_uniform,
-    "plan_weighted": _plan_weighted, "choose_uniform": _choose_uniform, "choose_weighted": _choose_weighted,
+    "plan_masked": _plan_masked, "choose_uniform": _choose_uniform, "choose_masked": _choose_masked,
     "gather": _gather, "hash_insert": _hash_insert, "hash_first": _hash_first, "relabel_out": _relabel_out,
+    "edge_tkeys": _edge_tkeys, "hash_insert_pairs": _hash_insert_pairs, "hash_first_pairs": _hash_first_pairs,
+    "relabel_out_pairs": _relabel_out_pairs,
 }
 """Every kernel of this module by name (the tests compile each to PTX where libNVVM is present)."""
 
@@ -590,6 +715,8 @@ class CudaGraph:
     indptr : device array, int64 [N + 1]; indices : int32/int64 [E]
     edge_ids : int64 [E] or a 1-element dummy (``has_eids`` False: identity)
     weights : float32 [E] or a 1-element dummy (``weighted`` False)
+    times : int64/float64 [E] or a 1-element int64 dummy (``timed`` False)
+        Edge times in CSC order, for temporal sampling.
     uva : bool
         Whether the arrays live in host memory that the GPU reads in place.
     """
@@ -601,15 +728,17 @@ class CudaGraph:
     weights: Any
     weighted: bool
     uva: bool
+    times: Any = None
+    timed: bool = False
 
     @classmethod
-    def build(cls, indptr, indices, edge_ids=None, weights=None, uva: bool = False) -> CudaGraph:
+    def build(cls, indptr, indices, edge_ids=None, weights=None, uva: bool = False, times=None) -> CudaGraph:
         """Place the arrays (numpy arrays or torch tensors, CSC order) for the kernels.
 
         Parameters
         ----------
         indptr : int64 [N + 1]; indices : int32/int64 [E]; edge_ids : int64 [E] or None (identity);
-        weights : float32 [E] or None
+        weights : float32 [E] or None; times : int64 or float64 [E] or None (edge times)
         uva : bool
             Read the arrays from page-locked host memory in place (pinned torch tensors are used as
             they are; others are copied once into mapped host memory) instead of device memory.
@@ -621,7 +750,8 @@ class CudaGraph:
                    edge_ids=dummy_i if edge_ids is None else _device_view(edge_ids, uva),
                    has_eids=edge_ids is not None,
                    weights=dummy_w if weights is None else _device_view(weights, uva),
-                   weighted=weights is not None, uva=bool(uva))
+                   weighted=weights is not None, uva=bool(uva),
+                   times=dummy_i if times is None else _device_view(times, uva), timed=times is not None)
 
 
 def _as_device_ids(ids: Any) -> Any:
@@ -634,8 +764,9 @@ def _as_device_ids(ids: Any) -> Any:
 
 
 def sample_layer_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, key: int,
-                      weighted: bool = False, excluded: Any = None) -> tuple[Any, Any, Any]:
-    """Sample one layer on the GPU (as `samplers.kernels.reference.sample_layer`, without edge times).
+                      weighted: bool = False, excluded: Any = None,
+                      dst_times: Any = None) -> tuple[Any, Any, Any]:
+    """Sample one layer on the GPU (as `samplers.kernels.reference.sample_layer`).
 
     Parameters
     ----------
@@ -651,6 +782,9 @@ def sample_layer_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, ke
         Draw by the graph's weights (the masked rules of the reference).
     excluded : device or host int64 array [X], or None
         Sorted, distinct CSC positions that are never drawn.
+    dst_times : device or host array [D] in the dtype of ``graph.times``, or None
+        Temporal sampling (needs a graph built with ``times``): the time of each row; a row draws only
+        edges of time <= its time (the masked rules of the reference, with or without weights).
 
     Returns
     -------
@@ -661,6 +795,16 @@ def sample_layer_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, ke
     d_count = dst.shape[0]
     if weighted and not graph.weighted:
         raise ValueError("weighted=True needs a CudaGraph built with weights")
+    timed = dst_times is not None
+    if timed:
+        if not graph.timed:
+            raise ValueError("dst_times needs a CudaGraph built with times")
+        if isinstance(dst_times, np.ndarray):
+            dst_times = cuda.to_device(np.ascontiguousarray(dst_times, dtype=graph.times.dtype))
+        row_time = dst_times if d_count else graph.times[:1]
+    else:
+        row_time = graph.times[:1]
+    masked = weighted or timed
     excl = _NO_EXCLUDED() if excluded is None else _as_device_ids(excluded)
     fanout = np.int64(fanout)
     replace = bool(replace)
@@ -670,22 +814,23 @@ def sample_layer_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, ke
     row_start, row_raw, row_deg, row_exlo, row_exhi = rows[0], rows[1], rows[2], rows[3], rows[4]
     row_blocks = _grid(d_count, 1)
     if d_count:
-        if weighted:
-            _plan_weighted[row_blocks, WARP](graph.indptr, dst, fanout, replace, graph.weights, excl,
-                                            row_start, row_raw, row_deg, row_exlo, row_exhi, counts)
+        if masked:
+            _plan_masked[row_blocks, WARP](graph.indptr, dst, fanout, replace, graph.weights, bool(weighted),
+                                           graph.times, row_time, timed, excl, row_start, row_raw, row_deg,
+                                           row_exlo, row_exhi, counts)
         else:
             _plan_uniform[_grid(d_count, _EDGE_THREADS), _EDGE_THREADS](
                 graph.indptr, dst, fanout, replace, excl, row_start, row_deg, row_exlo, row_exhi, counts)
     out_indptr, nnz = exclusive_scan(counts[:d_count])
     pos = cuda.device_array(max(nnz, 1), dtype=np.int64)
     if nnz:
-        if weighted:
+        if masked:
             scratch_off, scratch_len = exclusive_scan(row_raw[:d_count]) if replace and fanout >= 0 \
                 else (counts, 0)
             scratch = cuda.device_array(max(scratch_len, 1), dtype=np.float64)
-            _choose_weighted[row_blocks, WARP](dst, row_start, row_raw, row_deg, row_exlo, row_exhi,
-                                               out_indptr, fanout, replace, key, graph.weights, excl, pos,
-                                               scratch, scratch_off)
+            _choose_masked[row_blocks, WARP](dst, row_start, row_raw, row_deg, row_exlo, row_exhi, out_indptr,
+                                             fanout, replace, key, graph.weights, bool(weighted), graph.times,
+                                             row_time, timed, excl, pos, scratch, scratch_off)
         else:
             aux = cuda.device_array(nnz, dtype=np.int64)
             _choose_uniform[row_blocks, WARP](dst, row_start, row_deg, row_exlo, row_exhi, out_indptr, fanout,
@@ -743,6 +888,82 @@ def relabel_cuda(dst: Any, src: Any) -> tuple[Any, Any]:
     src_nodes = cuda.device_array(d_count + new_count, dtype=np.int64)
     _relabel_out[_grid(total, threads), threads](dst, src, first, flags, newid, src_nodes, local)
     return src_nodes, local
+
+
+def _time_keys(times: Any) -> Any:
+    """int64 keys of device times (the CPU kernels' `time_keys`): int64 as it is, float64 by its bits.
+    The caller folds -0.0 into 0.0 once, on the seeds' times; inner layers inherit folded times."""
+    return times.view(np.int64) if times.dtype == np.float64 else times
+
+
+def relabel_temporal_cuda(dst: Any, dst_times: Any, out_indptr: Any, src: Any) -> tuple[Any, Any, Any]:
+    """Local ids keyed on (node, time) through a GPU hash table (as
+    `samplers.kernels.reference.relabel_temporal`): a sampled source takes the time of its row.
+
+    Parameters
+    ----------
+    dst : device int64 [D]; dst_times : device int64/float64 [D] (no -0.0); out_indptr : device int64
+    [D + 1]; src : device int32/int64 [nnz]
+
+    Returns
+    -------
+    src_nodes : device int64 [S]; src_times : device [S] (dtype of ``dst_times``); local : device int64 [nnz]
+    """
+    dst = _as_device_ids(dst)
+    d_count, nnz = dst.shape[0], src.shape[0]
+    total = d_count + nnz
+    dst_tkey = _time_keys(dst_times)
+    edge_tkey = cuda.device_array(max(nnz, 1), dtype=np.int64)
+    local = cuda.device_array(nnz, dtype=np.int64)
+    if nnz:
+        _edge_tkeys[_grid(d_count, 1), WARP](out_indptr, dst_tkey, edge_tkey)
+    cap = 16
+    while cap < 2 * total:
+        cap *= 2
+    keys = cuda.to_device(np.full(cap, -1, dtype=np.int64))
+    vals = cuda.to_device(np.full(cap, _NO_INDEX, dtype=np.int64))
+    mask = np.int64(cap - 1)
+    threads = _EDGE_THREADS
+    if total:
+        _hash_insert_pairs[_grid(total, threads), threads](dst, dst_tkey, src, edge_tkey, keys, vals, mask)
+    first = cuda.device_array(max(nnz, 1), dtype=np.int64)
+    flags = cuda.device_array(nnz, dtype=np.int64)
+    if nnz:
+        _hash_first_pairs[_grid(nnz, threads), threads](dst, dst_tkey, src, edge_tkey, keys, vals, mask,
+                                                        first, flags)
+    newid, new_count = exclusive_scan(flags)
+    src_nodes = cuda.device_array(d_count + new_count, dtype=np.int64)
+    src_tkey = cuda.device_array(d_count + new_count, dtype=np.int64)
+    if total:
+        _relabel_out_pairs[_grid(total, threads), threads](dst, dst_tkey, src, edge_tkey, first, flags, newid,
+                                                           src_nodes, src_tkey, local)
+    src_times = src_tkey.view(np.float64) if dst_times.dtype == np.float64 else src_tkey
+    return src_nodes, src_times, local
+
+
+def sample_block_temporal_cuda(graph: CudaGraph, dst: Any, dst_times: Any, fanout: int, replace: bool,
+                               key: int, weighted: bool = False,
+                               excluded: Any = None) -> tuple[Any, Any, Any, Any, Any]:
+    """Sample one temporal layer and relabel it by (node, time) on the GPU (as the CPU kernels'
+    `samplers.kernels.cpu.sample_block` with edge times).
+
+    Parameters
+    ----------
+    graph : CudaGraph (built with ``times``); dst : device int64 [D]; dst_times : device [D] in the
+    edge times' dtype (-0.0 folded into 0.0); the rest as `sample_layer_cuda`.
+
+    Returns
+    -------
+    out_indptr : int64 [D + 1]; src_nodes : int64 [S]; local : int64 [nnz]; eids : int64 [nnz];
+    src_times : [S] in the edge times' dtype
+        Device arrays (``src_nodes`` starts with ``dst``, ``src_times`` with ``dst_times``).
+    """
+    dst = _as_device_ids(dst)
+    if isinstance(dst_times, np.ndarray):
+        dst_times = cuda.to_device(np.ascontiguousarray(dst_times, dtype=graph.times.dtype))
+    out_indptr, src, eids = sample_layer_cuda(graph, dst, fanout, replace, key, weighted, excluded, dst_times)
+    src_nodes, src_times, local = relabel_temporal_cuda(dst, dst_times, out_indptr, src)
+    return out_indptr, src_nodes, local, eids, src_times
 
 
 def sample_block_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, key: int,

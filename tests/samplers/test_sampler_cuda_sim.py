@@ -1,6 +1,6 @@
 """The numba.cuda sampling kernels under numba's CUDA simulator (in a subprocess: the simulator must be
-chosen before numba.cuda is first imported), against the CPU kernels; their PTX for sm_90 where libNVVM
-is present; and the clear error of device="cuda" without a GPU.
+chosen before numba.cuda is first imported), against the CPU kernels, temporal sampling included; their
+PTX for sm_90 where libNVVM is present; and the clear error of device="cuda" without a GPU.
 
 (Named test_sampler_cuda_sim.py, not test_cuda_sim.py: tests/replay has a module of that name and the
 test folders are not packages.)"""
@@ -92,21 +92,115 @@ SIM_SCRIPT = textwrap.dedent(
     offs, total = ck.exclusive_scan(cuda.to_device(counts))
     assert total == counts.sum()
     assert np.array_equal(offs.copy_to_host(), np.concatenate([[0], np.cumsum(counts)]))
-    # what the GPU path does not do yet says so
+    # seed_times on a sampler without edge_times: the CPU's error
     s = NeighborSampler(graph, [2], seed=0, device="cuda")
-    for kwargs, word in ((dict(seed_times=torch.tensor([1] * 7)), "edge_times"),):
-        try:
-            s.sample(seeds, **kwargs)
-        except ValueError as err:
-            assert word in str(err), err
-        else:
-            raise AssertionError(word)
     try:
-        NeighborSampler(graph, [2], edge_times=torch.zeros(e), device="cuda")
+        s.sample(seeds, seed_times=torch.tensor([1] * 7))
     except ValueError as err:
-        assert "edge_times" in str(err)
+        assert "edge_times" in str(err), err
     else:
-        raise AssertionError("temporal on cuda")
+        raise AssertionError("seed_times without edge_times")
+    print("OK")
+    """
+)
+
+TEMPORAL_SIM_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    import warnings
+    warnings.simplefilter("ignore", RuntimeWarning)  # numpy scalar uint64 wrap-around in simulated kernels
+    import numpy as np
+    import torch
+    from numba import config
+    from scipy.stats import chisquare
+    assert config.ENABLE_CUDASIM  # the simulator, not a GPU
+    sys.path.insert(0, "tests/samplers")
+    from test_neighbor import edge_endpoints
+    from test_temporal import check_no_future_edges
+    from graphrl.graph import CSCGraph
+    from samplers.neighbor import NeighborSampler
+
+    def same(a, b, what):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            for f in ("src_nodes", "dst_nodes", "indptr", "indices", "edge_ids", "src_times"):
+                assert torch.equal(getattr(x, f), getattr(y, f)), (what, f, getattr(x, f), getattr(y, f))
+
+    def check_counts(graph, blocks, fanouts, replace, times, w=None, excluded=()):
+        # rows draw min(k, eligible) edges without replacement, k (0 if none eligible) with
+        src_of, dst_of = edge_endpoints(graph)
+        ok = np.ones(graph.num_edges, bool) if w is None else np.asarray(w) > 0
+        ok[np.asarray(list(excluded), dtype=np.int64)] = False
+        for b, k in zip(blocks, fanouts):
+            for i, (v, t) in enumerate(zip(b.dst_nodes.tolist(), b.dst_times.tolist())):
+                elig = int((ok & (dst_of == v) & (times <= t)).sum())
+                want = elig if k == -1 else (k if elig else 0) if replace else min(k, elig)
+                assert int(b.indptr[i + 1] - b.indptr[i]) == want, (v, t, k, elig)
+
+    # 1. the future-edge leak test of test_temporal.py, on the simulated GPU
+    src, dst = [1, 2, 3, 4, 5, 6, 7], [0, 0, 1, 1, 1, 2, 3]
+    t = torch.tensor([5, 20, 8, 9, 15, 1, 12])
+    chain = CSCGraph.from_edges(src, dst, 8)
+    for replace, fanouts in ((False, [-1, -1, -1]), (False, [5, 5, 5]), (True, [3, 3, 3])):
+        sampler = NeighborSampler(chain, fanouts, replace=replace, edge_times=t, seed=0, device="cuda")
+        blocks = sampler.sample(torch.tensor([0]), seed_times=torch.tensor([10]))
+        check_no_future_edges(chain, blocks, t.numpy())
+        eids = set(torch.cat([b.edge_ids for b in blocks]).tolist())
+        assert 1 not in eids and 4 not in eids and 6 not in eids, eids
+        if not replace:
+            assert eids == {0, 2, 3}
+        same(blocks, NeighborSampler(chain, fanouts, replace=replace, edge_times=t, seed=0).sample(
+            torch.tensor([0]), seed_times=torch.tensor([10])), ("chain", replace))
+    # a node reached at two times is two rows; float times, -0.0 folded, float seed times floored
+    blocks = NeighborSampler(chain, [-1, -1], edge_times=t, seed=0, device="cuda").sample(
+        torch.tensor([0, 1]), seed_times=torch.tensor([10, 16]))
+    assert blocks[-1].src_nodes.tolist() == [0, 1, 1, 3, 4, 5]
+    assert blocks[-1].src_times.tolist() == [10, 16, 10, 16, 16, 16]
+    for tt, st in ((t.double() - 5.5, torch.tensor([-0.0, 0.0, 9.5])), (t, torch.tensor([9.9, -0.5, 16.0]))):
+        three = torch.tensor([1, 1, 0])
+        a = NeighborSampler(chain, [2, -1], edge_times=tt, seed=1).sample(three, seed_times=st)
+        b = NeighborSampler(chain, [2, -1], edge_times=tt, seed=1, device="cuda").sample(three, seed_times=st)
+        same(a, b, ("float", tt.dtype))
+        assert b[-1].src_times.dtype == tt.dtype
+
+    # 2. a skewed graph: weights, exclusions, both time dtypes; CPU and GPU blocks equal, invariants hold
+    rng = np.random.default_rng(0)
+    n, e = 40, 500
+    dst = np.minimum(rng.geometric(0.04, e) - 1, n - 1)
+    graph = CSCGraph.from_edges(rng.integers(0, n, e), dst, n)
+    times = rng.integers(0, 20, e)
+    ftimes = times + rng.random(e)
+    weights = rng.random(e) * (rng.random(e) < 0.7)
+    seeds = torch.tensor([0, 1, 5, 5, 39, 2, 17])
+    seed_times = torch.tensor([12, 3, 19, 7, 25, 0, 15])
+    excluded = torch.from_numpy(rng.integers(0, e, 150))
+    cases = [(False, [3, 2], ftimes, None), (True, [2, 4], times, None), (False, [2, 8], ftimes, weights),
+             (True, [3, 2], times, weights)]
+    for replace, fanouts, tm, w in cases:
+        kw = dict(replace=replace, edge_times=torch.from_numpy(tm), seed=9,
+                  weights=None if w is None else torch.from_numpy(w))
+        cpu_s = NeighborSampler(graph, fanouts, **kw)
+        gpu_s = NeighborSampler(graph, fanouts, device="cuda", **kw)
+        st = seed_times.to(torch.from_numpy(tm).dtype)
+        for ex in (None, excluded):
+            b = gpu_s.sample(seeds, exclude_eids=ex, seed_times=st)
+            same(cpu_s.sample(seeds, exclude_eids=ex, seed_times=st), b, (replace, fanouts, w is not None))
+            check_no_future_edges(graph, b, tm)
+            check_counts(graph, b, fanouts, replace, tm, w, () if ex is None else ex.tolist())
+            if w is not None:
+                assert (w[torch.cat([x.edge_ids for x in b]).numpy()] > 0).all()
+
+    # 3. uniformity over eligible edges: 120 rows of 10 in-edges at times 0..9, seen at time 5 (6 eligible)
+    rows, deg = 120, 10
+    star = CSCGraph.from_edges(np.arange(rows * deg) % 7 + rows, np.repeat(np.arange(rows), deg), rows + 7)
+    st_times = torch.from_numpy(np.tile(np.arange(deg), rows))
+    for replace, k in ((False, 2), (True, 3)):
+        b = NeighborSampler(star, [k], replace=replace, edge_times=st_times, seed=5, device="cuda").sample(
+            torch.arange(rows), seed_times=torch.full((rows,), 5))[0]
+        rel = b.edge_ids.numpy() % deg  # position within the row = its time
+        assert rel.max() <= 5 and b.num_edges == rows * k
+        counts = np.bincount(rel, minlength=6)
+        assert chisquare(counts).pvalue > 1e-3, counts
     print("OK")
     """
 )
@@ -125,14 +219,19 @@ PTX_SCRIPT = textwrap.dedent(
         "scan_blocks": (any64, i64, i64, t.int64),
         "scan_add": (i64, i64, t.int64),
         "plan_uniform": (i64, i64, t.int64, t.boolean, i64, any64, any64, any64, any64, i64),
-        "plan_weighted": (i64, i64, t.int64, t.boolean, f32, i64, any64, any64, any64, any64, any64, i64),
+        "plan_masked": (i64, i64, t.int64, t.boolean, f32, t.boolean, i64, i64, t.boolean, i64, any64, any64,
+                        any64, any64, any64, i64),
         "choose_uniform": (i64, any64, any64, any64, any64, i64, t.int64, t.boolean, t.uint64, i64, i64, i64),
-        "choose_weighted": (i64, any64, any64, any64, any64, any64, i64, t.int64, t.boolean, t.uint64, f32,
-                            i64, i64, f64, i64),
+        "choose_masked": (i64, any64, any64, any64, any64, any64, i64, t.int64, t.boolean, t.uint64, f32,
+                          t.boolean, f64, f64, t.boolean, i64, i64, f64, i64),
         "gather": (i32, i64, t.boolean, i64, i32, i64),
         "hash_insert": (i64, i32, i64, i64, t.int64),
         "hash_first": (i32, t.int64, i64, i64, t.int64, i64, i64),
         "relabel_out": (i64, i32, i64, i64, i64, i64, i64),
+        "edge_tkeys": (i64, i64, i64),
+        "hash_insert_pairs": (i64, i64, i32, i64, i64, i64, t.int64),
+        "hash_first_pairs": (i64, i64, i32, i64, i64, i64, t.int64, i64, i64),
+        "relabel_out_pairs": (i64, i64, i32, i64, i64, i64, i64, i64, i64, i64),
     }
     assert set(sigs) == set(ck.KERNELS)
     for name, kernel in ck.KERNELS.items():
@@ -155,6 +254,16 @@ def _run(script: str, simulator: bool) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 def test_cuda_kernels_equal_the_cpu_kernels_under_the_simulator():
     proc = _run(SIM_SCRIPT, simulator=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().endswith("OK")
+
+
+@pytest.mark.slow
+def test_temporal_cuda_kernels_under_the_simulator():
+    """Temporal sampling on the (simulated) GPU: test_temporal.py's future-edge leak test, blocks equal to
+    the CPU's (weights, exclusions, int and float times), counts of eligible edges, and uniform draws over
+    the eligible edges (chi-square)."""
+    proc = _run(TEMPORAL_SIM_SCRIPT, simulator=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().endswith("OK")
 
