@@ -25,7 +25,8 @@ machine is shared: the table and the JSON record the 1-minute load average befor
 
 Baselines that are not installed are skipped (``pip install torchrl==0.14.1 cpprb``; torchrl 0.14.1's
 compiled extension does not load with torch 2.13, so its prioritized samplers cannot run; SliceSampler
-is pure Python). Every time is the best of ``--repeats`` runs.
+is pure Python). Every time is the best of ``--repeats`` runs (for the sample-vs-copy case, ours and
+the copy alternate run by run).
 
 Run ``python benchmarks/replay.py --help``; results go to ``benchmarks/results/replay.json``.
 """
@@ -97,6 +98,20 @@ def best(fn: Callable[[], object], iters: int, repeats: int) -> float:
             fn()
         times.append((time.perf_counter() - start) / iters)
     return min(times)
+
+
+def best_interleaved(fns: list[Callable[[], object]], iters: int, repeats: int) -> list[float]:
+    """`best` for several functions, their repeats interleaved, so that each sees the same load."""
+    for fn in fns:
+        fn()
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeats):
+        for fn, ts in zip(fns, times, strict=True):
+            start = time.perf_counter()
+            for _ in range(iters):
+                fn()
+            ts.append((time.perf_counter() - start) / iters)
+    return [min(ts) for ts in times]
 
 
 def row(case: str, metric: str, ours: float, baseline: str, value: float | None, **extra: object) -> dict:
@@ -251,10 +266,10 @@ def bench_layout(
             store.sample(batch, window).release()
 
         nbytes = batch * window * step_bytes
-        t_s = best(ours_windows, iters, repeats)
         src = np.random.default_rng(1).integers(0, 256, nbytes, dtype=np.uint8)
         dst = np.empty_like(src)
-        t_c = best(lambda: np.copyto(dst, src), iters, repeats)
+        # ours and the copy alternate (the machine may be shared: both see the same load)
+        t_s, t_c = best_interleaved([ours_windows, lambda: np.copyto(dst, src)], iters, repeats)
         rows.append(
             row(
                 f"{tag} sample B={batch} L={window} vs copy",
