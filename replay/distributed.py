@@ -27,7 +27,11 @@ sampling, priority and checkpoint code. The client `RayReplayStore` holds no ste
   multinomial with those weights, asks each shard for its share in parallel, and copies the windows
   (numpy arrays read zero-copy from Ray's object store on the same node) into its own staging buffer.
   A window's probability is ``P(shard) * P(window | shard)``, so the batch is distributed as if drawn
-  from one table; importance weights use the global table size. Rows come grouped by shard.
+  from one table; importance weights use the global table size. Rows come grouped by shard. A
+  shard draws its share rounded up to a few fixed sizes (its local staging pools stay warm) and
+  returns the first ones; a single shard serves a batch as two halves in parallel threads; the
+  client copies the pieces into its staging slot in two threads. ``prefetch=1`` sends the next
+  draw as a batch is returned (see `RayReplayStore`).
   Fifo, Lifo and the heaps have no per-shard split that equals one table: with them the Ray backend
   needs ``num_shards=1``.
 - keys: a shard's local key (shard bits 0) with the shard's index in its low 8 bits, the layout of
@@ -99,6 +103,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -687,6 +692,12 @@ class RayReplayStore:
     actor_options : dict, optional
         Extra ``ray.remote`` options for the shard actors (``num_cpus``, ``resources``,
         ``scheduling_strategy``, ``max_concurrency``...); default ``{"max_concurrency": 32}``.
+    prefetch : int
+        1: as `sample` returns a batch it already sends the shards the draw of the next one (same
+        arguments), so their gather and Ray's transfer overlap the caller's use of the batch, as
+        Reverb's samplers keep samples in flight. The prefetched windows are drawn before the
+        caller's `update_priorities` for the current batch (priorities one batch stale) and are
+        discarded if the next call asks for another shape. 0 (default): every draw sees every update.
 
     Raises
     ------
@@ -721,6 +732,7 @@ class RayReplayStore:
         staging_slots: int = 4,
         max_restarts: int = 0,
         actor_options: Mapping[str, Any] | None = None,
+        prefetch: int = 0,
         _restore: dict | None = None,
     ) -> None:
         if not isinstance(spec, (TrajectorySpec, Mapping)):
@@ -771,6 +783,7 @@ class RayReplayStore:
             chunk = min(int(chunk_steps), shard_cap)
         staging_slots = _check_int("staging_slots", staging_slots, 1)
         max_restarts = _check_int("max_restarts", max_restarts, -1)
+        prefetch = _check_int("prefetch", prefetch, 0, 1)
         if memory is not None and not isinstance(memory, MemoryManager):
             raise TypeError(
                 f"memory must be a graphrl.memory.MemoryManager or None, got {type(memory).__name__}"
@@ -808,6 +821,9 @@ class RayReplayStore:
         self._rng = np.random.Generator(np.random.PCG64(seed))
         self._samples = 0
         self._batch_no = 0
+        self._pending: dict | None = None
+        self._copy_pool: ThreadPoolExecutor | None = None
+        self.prefetch = prefetch
         self._prioritized = bool(selector.prioritized)
         self._config = {
             "spec": spec.to_config(),
@@ -850,12 +866,20 @@ class RayReplayStore:
             raise
 
     # -- remote calls
+    def _submit(self, calls: list[tuple[int, str, tuple]]) -> list:
+        return [getattr(self._actors[s], m).remote(*a) for s, m, a in calls]
+
     def _gather(self, calls: list[tuple[int, str, tuple]], what: str, timeout: float | None = None) -> list:
-        """Run ``actor[s].method(*args)`` for each call in parallel; return the results in order.
+        """Run ``actor[s].method(*args)`` for each call in parallel; return the results in order."""
+        return self._collect(calls, self._submit(calls), what, timeout)
+
+    def _collect(
+        self, calls: list[tuple[int, str, tuple]], refs: list, what: str, timeout: float | None
+    ) -> list:
+        """The results of submitted calls, in order.
 
         A shard found restarted is reloaded from the last checkpoint and its call retried once.
         """
-        refs = [getattr(self._actors[s], m).remote(*a) for s, m, a in calls]
         out = []
         for (s, m, a), ref in zip(calls, refs, strict=True):
             try:
@@ -1158,87 +1182,157 @@ class RayReplayStore:
         b, length = int(batch_size), int(window)
         with self._lock:
             t0 = time.perf_counter()
-            stats = self._refresh(timeout)
-            self._await_sample(deadline)
-            stats = self._stats
+            pending, self._pending = self._pending, None
+            if pending is not None and pending["key"] != (b, length, pad):
+                self._drop(pending)  # prefetched for other arguments: its draws are discarded
+                pending = None
+            if pending is None:
+                pending = self._issue(b, length, pad, deadline, block=True)
             t1 = time.perf_counter()
-            live = np.array([st["live"] for st in stats], dtype=np.float64)
-            wmass = np.array([st["wmass"] for st in stats], dtype=np.float64)
-            mass = wmass if self._prioritized and wmass.sum() > 0 else live
-            if mass.sum() <= 0:
-                raise TimeoutError(
-                    f"no shard holds a sampleable window (live items per shard: {live.tolist()})"
-                )
-            share = mass / mass.sum()
-            counts = self._rng.multinomial(b, share) if self.num_shards > 1 else np.array([b])
-            pool, layout = self._pool(b, length)
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            buf = pool.acquire(timeout=left)
-            try:
-                fields, mask = layout.views(self.spec, buf.tensor)
-                outs = {n: t.numpy() for n, t in fields.items()}
-                mask_np = mask.numpy()
-                self._batch_no += 1
-                calls = [
-                    (s, "sample", (k, self._draw_size(k, b), length, pad, left, None, self._batch_no))
-                    for s in range(self.num_shards)
-                    for k in self._pieces(int(counts[s]))
-                ]
-                t2 = time.perf_counter()
-                replies = self._gather(calls, "sample()", None if left is None else left + 30.0)
-                t3 = time.perf_counter()
-                keys = np.empty(b, np.int64)
-                prob = np.empty(b, np.float64)
-                lengths = np.empty(b, np.int64)
-                row = 0
-                shard_s = 0.0
-                for (s, _, _), rep in zip(calls, replies, strict=True):
-                    f, m, k, p, n, (ins, dels), secs = rep
-                    c = len(k)
-                    for name in self.spec:
-                        np.copyto(outs[name][row : row + c], f[name])
-                    mask_np[row : row + c] = m
-                    keys[row : row + c] = k | s
-                    prob[row : row + c] = p * share[s]
-                    lengths[row : row + c] = n
-                    self._stats[s]["inserts"], self._stats[s]["deletes"] = ins, dels
-                    shard_s = max(shard_s, secs)
-                    row += c
-                table_size = int(live.sum())
-                self._samples += int(lengths.sum())
-                if not math.isinf(_headroom(self.rate_limiter, 0, 0, 0)):  # let writers in that waited
-                    for s, allow in enumerate(self._allowances()):
-                        self._actors[s].set_allow.remote(allow)
-                if self._prioritized:
-                    w = (max(table_size, 1) * prob) ** (-float(beta))
-                    weights = torch.from_numpy((w / w.max()).astype(np.float32))
-                else:
-                    weights = torch.ones(b, dtype=torch.float32)
-                batch = Batch(
-                    fields,
-                    mask,
-                    torch.from_numpy(keys),
-                    torch.from_numpy(prob),
-                    weights,
-                    torch.from_numpy(lengths),
-                    table_size,
-                    buf,
-                )
-            except BaseException:
-                buf.release()
-                raise
-            t4 = time.perf_counter()
+            replies = self._collect(pending["calls"], pending["refs"], "sample()", left)
+            t2 = time.perf_counter()
+            self._samples += int(sum(int(rep[4].sum()) for rep in replies))
+            for (s, _, _), rep in zip(pending["calls"], replies, strict=True):
+                self._stats[s]["inserts"], self._stats[s]["deletes"] = rep[5]
+            if self.prefetch:  # the next batch is drawn and shipped while this one is copied and used
+                try:
+                    self._pending = self._issue(b, length, pad, None, block=False)
+                except (ShardError, TimeoutError) as exc:  # surfaces at the next call
+                    logger.debug("no prefetch: %s", exc)
+            elif not math.isinf(_headroom(self.rate_limiter, 0, 0, 0)):  # let waiting writers in
+                for s, allow in enumerate(self._allowances()):
+                    self._actors[s].set_allow.remote(allow)
+            batch = self._assemble(pending, replies, beta, left)
+            t3 = time.perf_counter()
+            shard_s = max(rep[6] for rep in replies)
             self.last_profile = {
-                "stats_s": t1 - t0,
-                "remote_s": t3 - t2,
+                "stats_s": t1 - t0 if "stats_s" not in pending else pending["stats_s"],
+                "remote_s": t2 - t1,
                 "shard_sample_s": shard_s,
-                "transfer_s": max(0.0, (t3 - t2) - shard_s),
-                "copy_s": t4 - t3,
-                "total_s": t4 - t0,
+                "transfer_s": max(0.0, (t2 - t1) - shard_s),
+                "copy_s": t3 - t2,
+                "total_s": t3 - t0,
             }
         if device is not None and torch.device(device).type != "cpu":
             return batch.to(device)
         return batch
+
+    def _issue(self, b: int, length: int, pad: str, deadline: float | None, block: bool) -> dict | None:
+        """Refresh the shards' masses, admit the draw (rate limiter) and send every shard its share.
+
+        Returns the pending draw (calls, refs, shares), or None when ``block`` is False and the rate
+        limiter does not admit it now.
+        """
+        t0 = time.perf_counter()
+        self._refresh(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        if block:
+            self._await_sample(deadline)
+        elif not self.rate_limiter.can_sample(self._counts()):
+            return None
+        stats = self._stats
+        live = np.array([st["live"] for st in stats], dtype=np.float64)
+        wmass = np.array([st["wmass"] for st in stats], dtype=np.float64)
+        mass = wmass if self._prioritized and wmass.sum() > 0 else live
+        if mass.sum() <= 0:
+            if not block:
+                return None
+            raise TimeoutError(f"no shard holds a sampleable window (live items per shard: {live.tolist()})")
+        share = mass / mass.sum()
+        counts = self._rng.multinomial(b, share) if self.num_shards > 1 else np.array([b])
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        self._batch_no += 1
+        allow = self._allowances() if not math.isinf(_headroom(self.rate_limiter, 0, 0, 0)) else None
+        calls = [
+            (
+                s,
+                "sample",
+                (
+                    k,
+                    self._draw_size(k, b),
+                    length,
+                    pad,
+                    left,
+                    None if allow is None else allow[s],
+                    self._batch_no,
+                ),
+            )
+            for s in range(self.num_shards)
+            for k in self._pieces(int(counts[s]))
+        ]
+        return {
+            "key": (b, length, pad),
+            "calls": calls,
+            "refs": self._submit(calls),
+            "share": share,
+            "table_size": int(live.sum()),
+            "stats_s": time.perf_counter() - t0,
+        }
+
+    def _drop(self, pending: dict) -> None:
+        """Wait for a prefetched draw that will not be used (so its shards' staging can be reused)."""
+        try:
+            self._collect(pending["calls"], pending["refs"], "a dropped prefetch", None)
+        except (ShardError, TimeoutError) as exc:
+            logger.debug("dropped prefetch: %s", exc)
+
+    def _assemble(self, pending: dict, replies: list, beta: float, left: float | None) -> Batch:
+        """Copy the shards' windows into a staging slot (pieces in parallel threads); make the Batch."""
+        b, length, _ = pending["key"]
+        pool, layout = self._pool(b, length)
+        buf = pool.acquire(timeout=left)
+        try:
+            fields, mask = layout.views(self.spec, buf.tensor)
+            outs = {n: t.numpy() for n, t in fields.items()}
+            outs["__mask__"] = mask.numpy()
+            keys = np.empty(b, np.int64)
+            prob = np.empty(b, np.float64)
+            lengths = np.empty(b, np.int64)
+            jobs = []
+            row = 0
+            for (s, _, _), rep in zip(pending["calls"], replies, strict=True):
+                f, m, k, p, n = rep[:5]
+                c = len(k)
+                rows = slice(row, row + c)
+                keys[rows] = k | s
+                prob[rows] = p * pending["share"][s]
+                lengths[rows] = n
+                jobs.append((rows, {**f, "__mask__": m}))
+                row += c
+
+            def copy(job: tuple[slice, dict]) -> None:
+                rows, parts = job
+                for name, arr in parts.items():
+                    np.copyto(outs[name][rows], arr)
+
+            if len(jobs) > 1:  # numpy copies release the GIL: two threads copy two pieces at once
+                list(self._copier().map(copy, jobs))
+            else:
+                copy(jobs[0])
+            table_size = pending["table_size"]
+            if self._prioritized:
+                w = (max(table_size, 1) * prob) ** (-float(beta))
+                weights = torch.from_numpy((w / w.max()).astype(np.float32))
+            else:
+                weights = torch.ones(b, dtype=torch.float32)
+            return Batch(
+                fields,
+                mask,
+                torch.from_numpy(keys),
+                torch.from_numpy(prob),
+                weights,
+                torch.from_numpy(lengths),
+                table_size,
+                buf,
+            )
+        except BaseException:
+            buf.release()
+            raise
+
+    def _copier(self) -> ThreadPoolExecutor:
+        if self._copy_pool is None:
+            self._copy_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="replay-copy")
+        return self._copy_pool
 
     # -- priorities
     def update_priorities(self, keys: Any, priorities: Any) -> int:
@@ -1296,6 +1390,9 @@ class RayReplayStore:
             if folder.exists():
                 shutil.rmtree(folder)
             all_shards = range(self.num_shards)
+            if self._pending is not None:
+                self._drop(self._pending)
+                self._pending = None
             try:
                 self._gather([(s, "pause", (self.timeout,)) for s in all_shards], "checkpoint() (pause)")
                 done = self._gather(
@@ -1377,7 +1474,7 @@ class RayReplayStore:
                 f"{root / _MANIFEST}: format {manifest.get('format')!r} version {manifest.get('version')}, "
                 f"expected {_FORMAT!r} version {_VERSION}"
             )
-        allowed = {"timeout", "seed", "staging_slots", "tier", "max_restarts", "actor_options"}
+        allowed = {"timeout", "seed", "staging_slots", "tier", "max_restarts", "actor_options", "prefetch"}
         unknown = sorted(set(kwargs) - allowed)
         if unknown:
             raise ValueError(f"restore() does not take {unknown[0]!r}; it may change {sorted(allowed)}")
@@ -1427,6 +1524,9 @@ class RayReplayStore:
             return
         self._closed = True
         if self._owner:
+            self._pending = None
+            if self._copy_pool is not None:
+                self._copy_pool.shutdown(wait=True)
             self._kill()
             self._pools = {}
 

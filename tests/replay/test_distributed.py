@@ -119,6 +119,7 @@ def uniform(cluster):
         ({"actor_options": {"max_restarts": 3}}, ValueError, "max_restarts"),
         ({"actor_options": ["num_cpus"]}, TypeError, "actor_options"),
         ({"memory": "mm"}, TypeError, "memory"),
+        ({"prefetch": 2}, ValueError, "prefetch"),
         ({"no_such_option": 1}, TypeError, "no_such_option"),
     ],
 )
@@ -247,7 +248,7 @@ def test_checkpoint_restore_round_trip_then_a_dead_shard_is_named(prio, tmp_path
     assert (tmp_path / "ckpt" / "MANIFEST.json").is_file() and folder.endswith("ckpt-000000")
     folder = prio.checkpoint(tmp_path / "ckpt")  # the second replaces the first
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["MANIFEST.json", "ckpt-000001"]
-    restored = RayReplayStore.restore(tmp_path / "ckpt", timeout=60)
+    restored = RayReplayStore.restore(tmp_path / "ckpt", timeout=60, prefetch=1)
     try:
         after = {e.start: e for e in restored.episodes()}
         assert before.keys() == after.keys()
@@ -255,8 +256,10 @@ def test_checkpoint_restore_round_trip_then_a_dead_shard_is_named(prio, tmp_path
             assert e.shard == after[s].shard and np.array_equal(e.data["id"], after[s].data["id"])
         assert restored.counters() == prio.counters() == {**counters, "samples": counters["samples"] + 16}
         assert restored.update_priorities(keys, np.full(16, 2.0)) == 16  # keys stay valid
-        with restored.sample(8, window=4) as rb:
-            assert rb.mask[:, 0].all()
+        for window in (4, 4, 2, 4):  # prefetched draws: used when the shape repeats, dropped when not
+            with restored.sample(8, window=window) as rb:
+                assert rb["id"].shape == (8, window) and rb.mask[:, 0].all()
+                assert restored.update_priorities(rb.keys, np.ones(8)) == 8
         # a shard killed without restarts: the next call names it
         victim = restored.actors[1]
         pending = until_dead(victim)
