@@ -71,17 +71,19 @@ restarting actor is retried once the actor is back; a writer's shipment that met
 
 Security
 --------
-Everything the store sends through Ray is numpy arrays, numbers, strings and Ray actor handles,
-between processes of one Ray cluster; the store itself never unpickles anything (checkpoints are
-zarr arrays and JSON). Ray's own serialisation (pickle) trusts every process of the cluster, so the
-cluster's ports must not be reachable from outside it. The store keeps Ray's authentication settings
-as they are and changes none. In the installed Ray (2.60), token authentication
-(``RAY_AUTH_MODE=token``) is **on by default for a new local cluster started by ``ray.init()``**
-(it generates ``~/.ray/auth_token`` if missing); ``ray start --head`` turns it on only when a token
-already exists (``ray get-auth-token --generate`` makes one) or when ``RAY_AUTH_MODE=token`` is set;
-``ray.init(address="auto")`` picks up a local token, and nodes or drivers joining by an explicit
-address need ``RAY_AUTH_MODE=token`` and the token (``RAY_AUTH_TOKEN`` or ``~/.ray/auth_token``).
-Setting ``RAY_AUTH_MODE=disabled`` turns it off; nothing here does.
+Step data travels through Ray only as numpy arrays (writers ship columns, shards return windows);
+the rest is plain dicts, tuples, numbers, strings, actor handles and, for `episodes` (inspection),
+`replay.store.Episode` records, all between processes of one Ray cluster. The store itself never
+unpickles anything (checkpoints are zarr arrays and JSON). Ray's own serialisation (pickle)
+trusts every process of the cluster, so the cluster's ports must not be reachable from outside it.
+The store keeps Ray's authentication settings as they are and changes none. In the installed Ray
+(2.60), token authentication (``RAY_AUTH_MODE=token``) is **on by default for a new local cluster
+started by ``ray.init()``** (it generates ``~/.ray/auth_token`` if missing); ``ray start --head``
+turns it on only when a token already exists (``ray get-auth-token --generate`` makes one) or
+when ``RAY_AUTH_MODE=token`` is set; ``ray.init(address="auto")`` picks up a local token, and nodes
+or drivers joining by an explicit address need ``RAY_AUTH_MODE=token`` and the token
+(``RAY_AUTH_TOKEN`` or ``~/.ray/auth_token``). Setting ``RAY_AUTH_MODE=disabled`` turns it off;
+nothing here does.
 
 References
 ----------

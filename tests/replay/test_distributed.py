@@ -149,6 +149,10 @@ def test_writes_go_whole_to_one_shard_balanced(prio):
             w.extend(episode(first, n))
             w.end_episode()
             first += 1000
+        for step in range(3):  # and step by step
+            w.append({"id": np.int64(first + step), "obs": np.full(2, first + step, np.float32)})
+        w.end_episode()
+        lengths.append(3)
     assert w.steps_written == sum(lengths) and w.episodes_written == len(lengths)
     where = live_ids(prio)
     assert len(where) == sum(lengths) == len(prio)
