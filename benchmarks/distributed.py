@@ -86,9 +86,15 @@ def fill(store, episodes) -> float:
     return seconds
 
 
-def sample_rate(store, batch: int, window: int, iters: int, repeats: int) -> tuple[float, dict]:
-    """Best windows/s over ``repeats`` runs of ``iters`` samples, and the mean profile of the best run."""
-    store.sample(batch, window).release()  # warm-up: staging, numba, object store pages
+def sample_rate(store, batch: int, window: int, iters: int, repeats: int, warmup: int) -> tuple[float, dict]:
+    """Best windows/s over ``repeats`` runs of ``iters`` samples, and the mean profile of the best run.
+
+    ``warmup`` batches first: staging, numba, and Ray's object store, whose allocator hands out fresh
+    shared-memory pages (one minor fault per 4 KiB page, in the shard and in the client) for the first
+    few batches before it reuses freed ones: ~50k faults per 200 MB batch, 3-4x slower batches.
+    """
+    for _ in range(warmup):
+        store.sample(batch, window).release()
     best, best_profile = 0.0, {}
     for _ in range(repeats):
         prof: dict[str, float] = {}
@@ -145,6 +151,7 @@ def task_writers(store, tasks: int, steps: int) -> tuple[float, int]:
 @click.option("--window", default=64, show_default=True)
 @click.option("--iters", default=5, show_default=True)
 @click.option("--repeats", default=3, show_default=True)
+@click.option("--warmup", default=10, show_default=True, help="Batches before timing (object store pages).")
 @click.option("--tasks", default=4, show_default=True, help="Writer tasks (processes) in the task case.")
 @click.option("--num-cpus", default=2, show_default=True, help="ray.init(num_cpus=...).")
 @click.option("--output", default=str(RESULTS), show_default=True)
@@ -155,6 +162,7 @@ def main(
     window: int,
     iters: int,
     repeats: int,
+    warmup: int,
     tasks: int,
     num_cpus: int,
     output: str,
@@ -175,7 +183,7 @@ def main(
     local = ReplayStore(SPEC, steps, 1, selector=Uniform(), seed=0, timeout=120, tier="host")
     fill(local, episodes)  # first fill: page faults; the second is the steady state
     local_insert = sum(len(e["obs"]) for e in episodes) / fill(local, episodes)
-    local_sample, _ = sample_rate(local, batch, window, iters, repeats)
+    local_sample, _ = sample_rate(local, batch, window, iters, repeats, warmup)
     local.close()
     base = "in-process ReplayStore"
     click.echo(f"in-process: insert {local_insert:.3g} steps/s, sample {local_sample:.3g} windows/s")
@@ -219,7 +227,7 @@ def main(
         rows.append(
             row(f"insert, 1 writer in the driver, ray {s} shard(s)", "steps_per_s", ins, base, local_insert)
         )
-        rate, prof = sample_rate(store, batch, window, iters, repeats)
+        rate, prof = sample_rate(store, batch, window, iters, repeats, warmup)
         rows.append(
             row(
                 f"sample {batch}x{window} uniform, ray {s} shard(s)",
@@ -234,7 +242,7 @@ def main(
         click.echo(f"ray {s} shard(s): insert {ins:.3g} steps/s, sample {rate:.3g} windows/s, profile {prof}")
         if s == 1:
             store.prefetch = 1  # the next draw in flight while a batch is used
-            rate_p, prof_p = sample_rate(store, batch, window, iters, repeats)
+            rate_p, prof_p = sample_rate(store, batch, window, iters, repeats, warmup)
             store.prefetch = 0
             rows.append(
                 row(
@@ -286,7 +294,14 @@ def main(
         rows,
         machine(ray=ray.__version__),
         output,
-        config={"steps": steps, "batch": batch, "window": window, "iters": iters, "repeats": repeats},
+        config={
+            "steps": steps,
+            "batch": batch,
+            "window": window,
+            "iters": iters,
+            "repeats": repeats,
+            "warmup": warmup,
+        },
         references=references,
     )
     ray.shutdown()
