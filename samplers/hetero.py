@@ -15,14 +15,22 @@ from __future__ import annotations
 import secrets
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from samplers.kernels import cpu
 from samplers.kernels.reference import mix
-from samplers.neighbor import check_seeds
+from samplers.neighbor import (
+    check_seed_times,
+    check_seeds,
+    csc_times,
+    csc_weights,
+    edge_array,
+    excluded_positions,
+    inverse_permutation,
+)
 
 __all__ = ["HeteroGraph", "HeteroBlock", "HeteroNeighborSampler", "Relation"]
 
@@ -37,6 +45,19 @@ def _ids(name: str, value) -> np.ndarray:
     if arr.size and not np.issubdtype(arr.dtype, np.integer):
         raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
     return arr.astype(np.int64, copy=False)
+
+
+def _relation_dict(name: str, value, relations) -> dict:
+    """A mapping keyed by relations of the graph (checked), as a dict; None gives {}."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{name} must be a dict keyed by relation (src_type, name, dst_type), got "
+                        f"{type(value).__name__}")
+    unknown = [rel for rel in value if rel not in relations]
+    if unknown:
+        raise ValueError(f"{name}: unknown relation {unknown[0]!r} (the graph has {list(relations)})")
+    return dict(value)
 
 
 @dataclass(frozen=True, eq=False)
@@ -63,9 +84,13 @@ class HeteroGraph:
     indptr: dict[Relation, torch.Tensor]
     indices: dict[Relation, torch.Tensor]
     edge_ids: dict[Relation, torch.Tensor]
+    weights: dict[Relation, torch.Tensor] = field(default_factory=dict)
+    """float32 [E_r] in CSC order, for the relations built with weights (``weights=True`` samples by
+    them)."""
 
     @classmethod
-    def from_edges(cls, num_nodes: Mapping[str, int], edges: Mapping[Relation, tuple]) -> HeteroGraph:
+    def from_edges(cls, num_nodes: Mapping[str, int], edges: Mapping[Relation, tuple],
+                   weights: Mapping[Relation, object] | None = None) -> HeteroGraph:
         """Build from per-relation edge lists; edge i of relation r is ``src[i] -> dst[i]``, with id i.
 
         Parameters
@@ -75,6 +100,9 @@ class HeteroGraph:
         edges : mapping Relation -> (src, dst)
             Per relation, source ids (of ``src_type``) and destination ids (of ``dst_type``), integer
             arrays or tensors of one length.
+        weights : mapping Relation -> torch.Tensor (float, shape [E_r]), or None
+            Edge weights of some relations, indexed by relation edge id (finite, >= 0); kept in CSC
+            order as float32.
 
         Returns
         -------
@@ -85,7 +113,8 @@ class HeteroGraph:
         ------
         ValueError
             A relation names an unknown node type, is not a triple, its lengths differ, or an id is out
-            of its type's range; a negative node count.
+            of its type's range; a negative node count; ``weights`` names an unknown relation, or has
+            the wrong length or a negative, NaN or infinite weight (the message names the relation).
         TypeError
             Non-integer ids.
 
@@ -125,7 +154,12 @@ class HeteroGraph:
             indptr[rel] = torch.from_numpy(ptr)
             indices[rel] = torch.from_numpy(src[order].astype(idx_dtype))
             edge_ids[rel] = torch.from_numpy(order.astype(np.int64))
-        return cls(num_nodes=counts, relations=rels, indptr=indptr, indices=indices, edge_ids=edge_ids)
+        w_csc = {}
+        for rel, w in _relation_dict("weights", weights, rels).items():
+            w_csc[rel] = torch.from_numpy(csc_weights(f"weights[{rel!r}]", w, int(indices[rel].shape[0]),
+                                                      edge_ids[rel].numpy()))
+        return cls(num_nodes=counts, relations=rels, indptr=indptr, indices=indices, edge_ids=edge_ids,
+                   weights=w_csc)
 
     @property
     def node_types(self) -> list[str]:
@@ -153,6 +187,9 @@ class HeteroBlock:
         Local source position, into ``src_nodes[src_type]``, of each sampled edge of the relation.
     edge_ids : dict[Relation, torch.Tensor], int64
         Relation edge id of each sampled edge.
+    src_times : dict[str, torch.Tensor] or None, int64 or float64
+        Temporal sampling: the time of each source node of each type (a node reached at two times is
+        two source nodes); else None.
     """
 
     src_nodes: dict[str, torch.Tensor]
@@ -160,6 +197,14 @@ class HeteroBlock:
     indptr: dict[Relation, torch.Tensor]
     indices: dict[Relation, torch.Tensor]
     edge_ids: dict[Relation, torch.Tensor]
+    src_times: dict[str, torch.Tensor] | None = None
+
+    @property
+    def dst_times(self) -> dict[str, torch.Tensor] | None:
+        """Time of each destination row per type (the prefixes of ``src_times``), or None."""
+        if self.src_times is None:
+            return None
+        return {t: v[: self.dst_nodes[t].shape[0]] for t, v in self.src_times.items()}
 
     def num_edges(self, relation: Relation | None = None) -> int:
         """Sampled edges of one relation, or of all."""
@@ -201,6 +246,11 @@ class HeteroBlock:
 class HeteroNeighborSampler:
     """Layer-wise neighbour sampling on a `HeteroGraph`, with a fanout per relation and layer.
 
+    Each relation is sampled by the homogeneous kernels (`samplers.kernels.cpu.sample_layer`) with the
+    options of `samplers.NeighborSampler`, checked by the same functions: edge weights, excluded edge
+    ids and edge times per relation follow the same rules (the reference's masked rules where a
+    relation has weights or times).
+
     Parameters
     ----------
     graph : HeteroGraph
@@ -211,18 +261,35 @@ class HeteroNeighborSampler:
         Draw with replacement.
     seed : int or None
         Seed of the random stream; each (call, layer, relation) has its own key.
+    weights : None, True, or mapping Relation -> (None, True, or torch.Tensor float [E_r])
+        ``None``: uniform draws. ``True``: every sampled relation that has weights in the graph
+        (``HeteroGraph.from_edges(weights=...)``) by them, the others uniformly. A dict: per relation
+        ``None`` (uniform, as for a relation left out), ``True`` (the graph's weights) or a tensor of
+        weights indexed by relation edge id. An edge of weight 0 is never drawn (as `NeighborSampler`).
+    edge_times : None, or mapping Relation -> torch.Tensor (integer or float, [E_r])
+        Temporal sampling: edge times per relation, indexed by relation edge id; `sample` then needs
+        ``seed_times``. A row of time t draws only edges of time <= t; sources inherit the time of the
+        row that drew them, and are deduplicated per type by (node, time). A relation left out of the
+        dict is static: its edges are eligible at any time. Times are int64 unless some relation has
+        float times, then float64 for all (integer times converted).
 
     Raises
     ------
     TypeError
-        ``graph`` is not a `HeteroGraph`; a fanout is not an int.
+        ``graph`` is not a `HeteroGraph`; a fanout is not an int; ``weights`` or ``edge_times`` is not
+        a dict (nor None/True for weights), or holds a non-numeric tensor.
     ValueError
-        Fanout lists of different lengths, empty, or with values below -1; an unknown relation.
+        Fanout lists of different lengths, empty, or with values below -1; an unknown relation (in
+        ``fanouts``, ``weights`` or ``edge_times``); per relation, weights or times of the wrong
+        length, a negative, NaN or infinite weight, a NaN time, ``True`` for a relation without
+        weights, ``weights=True`` where no sampled relation has weights (each message names the
+        argument and the relation).
 
     References
     ----------
     DGL's heterogeneous MFGs (``dgl.create_block`` with several edge types) and its per-edge-type
-    fanouts in ``dgl.dataloading.NeighborSampler``; Schlichtkrull et al., R-GCN (ESWC 2018).
+    fanouts in ``dgl.dataloading.NeighborSampler``; Schlichtkrull et al., R-GCN (ESWC 2018); TGL (Zhou
+    et al., VLDB 2022) for temporal neighbour sampling.
 
     Examples
     --------
@@ -233,7 +300,8 @@ class HeteroNeighborSampler:
     >>> blocks[-1].dst_nodes["user"]   # tensor([0, 7])
     """
 
-    def __init__(self, graph: HeteroGraph, fanouts, replace: bool = False, seed: int | None = None) -> None:
+    def __init__(self, graph: HeteroGraph, fanouts, replace: bool = False, seed: int | None = None, *,
+                 weights=None, edge_times=None) -> None:
         if not isinstance(graph, HeteroGraph):
             raise TypeError(f"graph must be a HeteroGraph, got {type(graph).__name__}")
         if isinstance(fanouts, Mapping):
@@ -262,17 +330,109 @@ class HeteroNeighborSampler:
         self._lock = threading.Lock()
         self._arrays = {rel: (graph.indptr[rel].numpy(), graph.indices[rel].numpy(),
                               graph.edge_ids[rel].numpy()) for rel in self.fanouts}
+        self._weights = self._relation_weights(weights)
+        self._times, self.time_dtype = self._relation_times(edge_times)
+        self.temporal = edge_times is not None
+        """Whether `sample` needs ``seed_times`` (the sampler has edge times)."""
         self._maps = {t: np.full(n, -1, dtype=np.int32) for t, n in graph.num_nodes.items()}
+        self._eid_to_pos: dict[Relation, np.ndarray] = {}
         self.sampled_edges = 0
         """Total edges sampled so far."""
 
-    def sample(self, seeds: Mapping[str, torch.Tensor]) -> list[HeteroBlock]:
+    def _relation_weights(self, weights) -> dict[Relation, np.ndarray]:
+        """Per sampled relation with weights: float32 [E_r] in CSC order."""
+        if weights is None or weights is False:
+            return {}
+        if weights is True:
+            spec = {rel: True for rel in self.fanouts if rel in self.graph.weights}
+            if not spec:
+                raise ValueError("weights=True needs a graph with edge weights on a sampled relation (build "
+                                 "it with HeteroGraph.from_edges(..., weights={relation: w})), or pass "
+                                 "weights as a dict of tensors per relation")
+        else:
+            spec = _relation_dict("weights", weights, self.graph.relations)
+        out = {}
+        for rel, w in spec.items():
+            if rel not in self.fanouts or w is None or w is False:
+                continue
+            if w is True:
+                if rel not in self.graph.weights:
+                    raise ValueError(f"weights[{rel!r}]=True: the relation has no edge weights (build the "
+                                     f"graph with HeteroGraph.from_edges(..., weights={{relation: w}}), or "
+                                     f"pass a tensor of shape [{self.graph.num_edges(rel)}])")
+                out[rel] = self.graph.weights[rel].numpy()
+            else:
+                out[rel] = csc_weights(f"weights[{rel!r}]", w, self.graph.num_edges(rel),
+                                       self._arrays[rel][2])
+        return out
+
+    def _relation_times(self, edge_times) -> tuple[dict[Relation, np.ndarray], np.dtype]:
+        """Per sampled relation with times: int64/float64 [E_r] in CSC order, and the common dtype."""
+        spec = _relation_dict("edge_times", edge_times, self.graph.relations)
+        spec = {rel: t for rel, t in spec.items() if rel in self.fanouts and t is not None}
+        raw = {rel: edge_array(f"edge_times[{rel!r}]", t, self.graph.num_edges(rel))
+               for rel, t in spec.items()}
+        floating = any(np.issubdtype(a.dtype, np.floating) for a in raw.values())
+        dtype = np.dtype(np.float64 if floating else np.int64)
+        out = {rel: csc_times(f"edge_times[{rel!r}]", a, a.shape[0], self._arrays[rel][2], dtype=dtype)
+               for rel, a in raw.items()}
+        return out, dtype
+
+    def _excluded(self, exclude_eids) -> dict[Relation, np.ndarray]:
+        """Per relation: sorted distinct CSC positions never drawn."""
+        out = {}
+        for rel, ids in _relation_dict("exclude_eids", exclude_eids, self.graph.relations).items():
+            if rel not in self.fanouts:
+                continue
+
+            def inverse(rel=rel):
+                if rel not in self._eid_to_pos:
+                    self._eid_to_pos[rel] = inverse_permutation(self._arrays[rel][2])
+                return self._eid_to_pos[rel]
+
+            pos = excluded_positions(f"exclude_eids[{rel!r}]", ids, self.graph.num_edges(rel), inverse)
+            if pos is not None:
+                out[rel] = pos
+        return out
+
+    def _seed_times(self, seed_times, dst: dict[str, np.ndarray], seeded) -> dict[str, np.ndarray] | None:
+        if not self.temporal:
+            if seed_times is not None:
+                raise ValueError("seed_times given, but the sampler has no edge_times (pass edge_times=... "
+                                 "to HeteroNeighborSampler for temporal sampling)")
+            return None
+        if seed_times is None:
+            raise ValueError("seed_times is required: the sampler has edge_times (temporal sampling)")
+        if not isinstance(seed_times, Mapping):
+            raise TypeError(f"seed_times must be a dict keyed by node type, got {type(seed_times).__name__}")
+        for t in seed_times:
+            if t not in seeded:
+                raise ValueError(f"seed_times: node type {t!r} has no seeds (seeds has {sorted(seeded)})")
+        times = {}
+        for t, ids in dst.items():
+            if t in seeded:
+                if t not in seed_times:
+                    raise ValueError(f"seed_times[{t!r}] is required: seeds has node type {t!r}")
+                times[t] = check_seed_times(f"seed_times[{t!r}]", seed_times[t], ids.shape[0],
+                                            self.time_dtype)
+            else:
+                times[t] = np.empty(0, dtype=self.time_dtype)
+        return times
+
+    def sample(self, seeds: Mapping[str, torch.Tensor], exclude_eids=None,
+               seed_times=None) -> list[HeteroBlock]:
         """Sample ``num_layers`` heterogeneous blocks for the seeds, outermost first.
 
         Parameters
         ----------
         seeds : mapping str -> torch.Tensor (int64, shape [B_t])
             Seed nodes per node type (ids within the type); types left out have no seeds.
+        exclude_eids : mapping Relation -> torch.Tensor (int64, [X_r]), or None
+            Relation edge ids that no layer may draw (removed from the candidates before drawing, as
+            `NeighborSampler.sample`).
+        seed_times : mapping str -> torch.Tensor (integer or float, [B_t]), or None
+            Temporal sampling (required iff the sampler has ``edge_times``): the time of each seed, for
+            every seeded node type. Float times against integer edge times are floored.
 
         Returns
         -------
@@ -283,40 +443,59 @@ class HeteroNeighborSampler:
         Raises
         ------
         ValueError, TypeError
-            An unknown node type; seeds not 1-D integer ids within their type's range.
+            An unknown node type; seeds not 1-D integer ids within their type's range; an unknown
+            relation in ``exclude_eids`` or ids outside [0, E_r); ``seed_times`` missing on a temporal
+            sampler, given on another, missing a seeded type, naming a type without seeds, of the wrong
+            length, or holding NaN (messages name the argument and the relation or type).
         """
         dst: dict[str, np.ndarray] = {}
         for t in self.graph.num_nodes:
             dst[t] = np.empty(0, dtype=np.int64)
+        if not isinstance(seeds, Mapping):
+            raise TypeError(f"seeds must be a dict keyed by node type, got {type(seeds).__name__}")
         for t, s in seeds.items():
             if t not in self.graph.num_nodes:
                 raise ValueError(f"seeds: unknown node type {t!r} (the graph has {self.graph.node_types})")
             dst[t] = check_seeds(s, self.graph.num_nodes[t], name=f"seeds[{t!r}]", bound=f"num_nodes[{t!r}]")
+        times = self._seed_times(seed_times, dst, set(seeds))
         with self._lock:
+            excluded = self._excluded(exclude_eids)
             call = self._calls
             self._calls += 1
             blocks = []
             for layer in range(self.num_layers - 1, -1, -1):
-                block = self._layer(dst, call, layer)
+                block = self._layer(dst, times, excluded, call, layer)
                 blocks.append(block)
                 dst = {t: v.numpy() for t, v in block.src_nodes.items()}
+                if times is not None:
+                    times = {t: v.numpy() for t, v in block.src_times.items()}
             blocks.reverse()
             return blocks
 
-    def _layer(self, dst: dict[str, np.ndarray], call: int, layer: int) -> HeteroBlock:
+    def _layer(self, dst: dict[str, np.ndarray], times: dict[str, np.ndarray] | None,
+               excluded: dict[Relation, np.ndarray], call: int, layer: int) -> HeteroBlock:
         sampled = {}
         for r, rel in enumerate(self.graph.relations):
             if rel not in self.fanouts:
                 continue
             indptr, indices, eids = self._arrays[rel]
             key = mix(cpu.layer_key(self.seed, call, layer) ^ (r + 1))
+            rel_times = self._times.get(rel)
             sampled[rel] = cpu.sample_layer(indptr, indices, eids, dst[rel[2]], self.fanouts[rel][layer],
-                                            self.replace, key)
-        src_nodes, local = {}, {}
+                                            self.replace, key, excluded.get(rel), 1, self._weights.get(rel),
+                                            rel_times, None if rel_times is None else times[rel[2]])
+        src_nodes, local, src_times = {}, {}, {}
         for t in self.graph.num_nodes:  # relabel per source type over the relations into it, in order
             rels = [rel for rel in sampled if rel[0] == t]
             flat = np.concatenate([sampled[rel][1] for rel in rels]) if rels else np.empty(0, np.int64)
-            nodes, loc = cpu.relabel(dst[t], flat, self._maps[t])
+            if times is None:
+                nodes, loc = cpu.relabel(dst[t], flat, self._maps[t])
+            else:  # a source takes the time of the row (of the relation's destination type) that drew it
+                edge_tkeys = [np.repeat(cpu.time_keys(times[rel[2]]), np.diff(sampled[rel][0]))
+                              for rel in rels]
+                flat_tkeys = np.concatenate(edge_tkeys) if rels else np.empty(0, np.int64)
+                nodes, tkeys, loc = cpu.relabel_pairs(dst[t], cpu.time_keys(times[t]), flat, flat_tkeys)
+                src_times[t] = torch.from_numpy(cpu.from_time_keys(tkeys, self.time_dtype))
             src_nodes[t] = torch.from_numpy(nodes)
             cuts = np.cumsum([0] + [sampled[rel][1].shape[0] for rel in rels])
             for i, rel in enumerate(rels):
@@ -326,7 +505,8 @@ class HeteroNeighborSampler:
                            dst_nodes={t: src_nodes[t][: dst[t].shape[0]] for t in src_nodes},
                            indptr={rel: torch.from_numpy(v[0]) for rel, v in sampled.items()},
                            indices=local,
-                           edge_ids={rel: torch.from_numpy(v[2]) for rel, v in sampled.items()})
+                           edge_ids={rel: torch.from_numpy(v[2]) for rel, v in sampled.items()},
+                           src_times=None if times is None else src_times)
 
 
 def lastfm_hetero_graph(dataset) -> HeteroGraph:

@@ -130,3 +130,174 @@ def test_lastfm_hetero_sampling(data_root):
     blocks = HeteroNeighborSampler(graph, fanouts, seed=1).sample(seeds)
     check_hetero_blocks(graph, edges, blocks, seeds, fanouts)
     assert blocks[0].num_edges(FRIENDS) > 0 and blocks[0].num_edges(LISTENS) > 0
+
+
+# ------------------------------------------------------------- weights, exclusion, times per relation
+CLICKS = ("user", "clicks", "item")
+CLICKED = ("item", "clicked_by", "user")
+FOLLOWS = ("user", "follows", "user")
+
+
+@pytest.fixture
+def shop() -> HeteroGraph:
+    """Users 0..2, items 0..3. clicks (user -> item): e0 u0->i0, e1 u1->i0, e2 u2->i0, e3 u0->i1,
+    e4 u1->i2; clicked_by is its reverse (same ids); follows (user -> user): e0 u1->u0, e1 u2->u0,
+    e2 u0->u1."""
+    u, i = [0, 1, 2, 0, 1], [0, 0, 0, 1, 2]
+    return HeteroGraph.from_edges({"user": 3, "item": 4},
+                                  {CLICKS: (u, i), CLICKED: (i, u), FOLLOWS: ([1, 2, 0], [0, 0, 1])},
+                                  weights={CLICKS: torch.tensor([0.0, 1.0, 2.0, 0.0, 5.0])})
+
+
+def rows(block: HeteroBlock, rel) -> list[list[int]]:
+    ptr = block.indptr[rel].tolist()
+    return [block.edge_ids[rel][ptr[v]:ptr[v + 1]].tolist() for v in range(len(ptr) - 1)]
+
+
+def test_hetero_weights_per_relation_exact(shop):
+    seeds = {"item": torch.tensor([0, 1, 2]), "user": torch.tensor([0])}
+    # the graph's weights (True): zero-weight edges are never drawn, -1 takes every positive one
+    b = HeteroNeighborSampler(shop, [-1], seed=0, weights=True).sample(seeds)[0]
+    assert rows(b, CLICKS) == [[1, 2], [], [4]]
+    assert rows(b, CLICKED) == [[0, 3]] and rows(b, FOLLOWS) == [[0, 1]]  # unweighted relations
+    assert b.src_nodes["user"].tolist() == [0, 1, 2]  # the seed user, then u1, u2 (clicks), u1/u2 again
+    assert b.indices[CLICKS].tolist() == [1, 2, 1] and b.indices[FOLLOWS].tolist() == [1, 2]
+    # a dict: a tensor for follows (by edge id), the graph's weights for clicks, uniform elsewhere
+    w = {CLICKS: True, FOLLOWS: torch.tensor([0.0, 3.0, 1.0]), CLICKED: None}
+    b = HeteroNeighborSampler(shop, [5], seed=0, weights=w).sample(seeds)[0]
+    assert rows(b, CLICKS) == [[1, 2], [], [4]] and rows(b, FOLLOWS) == [[1]] and rows(b, CLICKED) == [[0, 3]]
+    # fanout 1: a row with two eligible edges draws one of them, never a zero-weight one
+    sampler = HeteroNeighborSampler(shop, [1], seed=3, weights=True)
+    drawn = {tuple(rows(sampler.sample(seeds)[0], CLICKS)[0]) for _ in range(40)}
+    assert drawn == {(1,), (2,)}
+    # with replacement: exactly k draws from positive-weight edges, none from a row of all zeros
+    b = HeteroNeighborSampler(shop, [4], replace=True, seed=1, weights=True).sample(seeds)[0]
+    r = rows(b, CLICKS)
+    assert len(r[0]) == 4 and set(r[0]) <= {1, 2} and r[1] == [] and r[2] == [4] * 4
+
+
+def test_hetero_excluded_edges_per_relation_exact(shop):
+    seeds = {"item": torch.tensor([0]), "user": torch.tensor([0, 1])}
+    sampler = HeteroNeighborSampler(shop, [-1, -1], seed=0)
+    blocks = sampler.sample(seeds, exclude_eids={CLICKS: torch.tensor([1, 1]), FOLLOWS: [0]})
+    b = blocks[-1]
+    assert rows(b, CLICKS) == [[0, 2]] and rows(b, FOLLOWS) == [[1], [2]]
+    assert rows(b, CLICKED) == [[0, 3], [1, 4]]
+    for blk in blocks:  # no layer draws them
+        assert 1 not in blk.edge_ids[CLICKS].tolist() and 0 not in blk.edge_ids[FOLLOWS].tolist()
+    # without exclusions the same call draws them; a dict of fewer relations leaves the others alone
+    b = sampler.sample(seeds, exclude_eids={CLICKED: torch.tensor([3])})[-1]
+    assert rows(b, CLICKS) == [[0, 1, 2]] and rows(b, CLICKED) == [[0], [1, 4]]
+    # fanout 2 on item 0's three clicks, one excluded: the other two, whatever the draw
+    b = HeteroNeighborSampler(shop, [2], seed=5).sample({"item": torch.tensor([0])},
+                                                       exclude_eids={CLICKS: torch.tensor([0])})[0]
+    assert rows(b, CLICKS) == [[1, 2]]
+
+
+def test_hetero_temporal_exact(shop):
+    # clicks at times 1, 5, 9, 2, 3; follows at 4, 8, 0; clicked_by static (left out of edge_times)
+    times = {CLICKS: torch.tensor([1, 5, 9, 2, 3]), FOLLOWS: torch.tensor([4, 8, 0])}
+    sampler = HeteroNeighborSampler(shop, [-1], seed=0, edge_times=times)
+    b = sampler.sample({"item": torch.tensor([0]), "user": torch.tensor([0])},
+                       seed_times={"item": torch.tensor([5]), "user": torch.tensor([6])})[0]
+    assert rows(b, CLICKS) == [[0, 1]]  # item 0 at 5: not e2 (at 9)
+    assert rows(b, FOLLOWS) == [[0]]  # user 0 at 6: not e1 (at 8)
+    assert rows(b, CLICKED) == [[0, 3]]  # static: every edge
+    # sources take the time of the row that drew them; (node, time) pairs are deduplicated per type
+    assert b.src_nodes["user"].tolist() == [0, 0, 1, 1] and b.src_times["user"].tolist() == [6, 5, 5, 6]
+    assert b.indices[CLICKS].tolist() == [1, 2] and b.indices[FOLLOWS].tolist() == [3]
+    assert b.src_nodes["item"].tolist() == [0, 0, 1] and b.src_times["item"].tolist() == [5, 6, 6]
+    assert b.indices[CLICKED].tolist() == [1, 2]
+    assert b.dst_times == {"user": torch.tensor([6]), "item": torch.tensor([5])}
+    # two layers: the inner rows inherit their seed's time, no future edge anywhere
+    blocks = HeteroNeighborSampler(shop, [-1, -1], seed=0, edge_times=times).sample(
+        {"item": torch.tensor([0])}, seed_times={"item": torch.tensor([2.5])})  # floored to 2
+    outer = blocks[0]
+    assert outer.dst_times["user"].tolist() == [2] and outer.dst_nodes["user"].tolist() == [0]
+    assert rows(outer, CLICKS) == [[0]] and rows(outer, FOLLOWS) == [[]]  # item 0 at 2; u0 follows at 4, 8
+    t_clicks = times[CLICKS].numpy()
+    for blk in blocks:
+        row_t = blk.dst_times["item"][blk.edge_dst(CLICKS)].numpy()
+        assert (t_clicks[blk.edge_ids[CLICKS].numpy()] <= row_t).all()
+    # float times on one relation make every time float64
+    ft = {CLICKS: torch.tensor([1.0, 5.0, 9.0, 2.0, 3.0]), FOLLOWS: torch.tensor([4, 8, 0])}
+    s = HeteroNeighborSampler(shop, [-1], seed=0, edge_times=ft)
+    b = s.sample({"user": torch.tensor([0])}, seed_times={"user": torch.tensor([8])})[0]
+    assert b.src_times["user"].dtype == torch.float64 and rows(b, FOLLOWS) == [[0, 1]]
+
+
+def test_hetero_options_reject_bad_input_naming_argument_and_relation(shop):
+    rel = r"\('user', 'clicks', 'item'\)"
+    with pytest.raises(ValueError, match=r"weights: unknown relation \('user', 'x', 'item'\)"):
+        HeteroNeighborSampler(shop, [2], weights={("user", "x", "item"): torch.ones(5)})
+    with pytest.raises(ValueError, match=rf"weights\[{rel}\] must have shape \[5\]"):
+        HeteroNeighborSampler(shop, [2], weights={CLICKS: torch.ones(4)})
+    for bad in (float("nan"), -1.0, float("inf")):
+        w = torch.ones(5)
+        w[2] = bad
+        with pytest.raises(ValueError, match=rf"weights\[{rel}\]: 1 of 5 weights are negative, NaN"):
+            HeteroNeighborSampler(shop, [2], weights={CLICKS: w})
+        with pytest.raises(ValueError, match=rf"weights\[{rel}\]: 1 of 5 weights"):
+            HeteroGraph.from_edges(shop.num_nodes, {CLICKS: ([0] * 5, [0] * 5)}, weights={CLICKS: w})
+    with pytest.raises(ValueError, match=r"weights\[\('user', 'follows', 'user'\)\]=True: the relation has"):
+        HeteroNeighborSampler(shop, [2], weights={FOLLOWS: True})
+    with pytest.raises(ValueError, match="weights=True needs a graph with edge weights on a sampled"):
+        HeteroNeighborSampler(shop, {FOLLOWS: [2], CLICKED: [2]}, weights=True)  # neither has weights
+    with pytest.raises(TypeError, match="weights must be a dict"):
+        HeteroNeighborSampler(shop, [2], weights=torch.ones(5))
+    with pytest.raises(ValueError, match=r"edge_times: unknown relation"):
+        HeteroNeighborSampler(shop, [2], edge_times={("item", "x", "user"): torch.zeros(5)})
+    with pytest.raises(ValueError, match=rf"edge_times\[{rel}\] must have shape \[5\]"):
+        HeteroNeighborSampler(shop, [2], edge_times={CLICKS: torch.zeros(3)})
+    with pytest.raises(ValueError, match=rf"edge_times\[{rel}\]: 1 of 5 times are NaN"):
+        HeteroNeighborSampler(shop, [2], edge_times={CLICKS: torch.tensor([0.0, 1, float("nan"), 2, 3])})
+    plain = HeteroNeighborSampler(shop, [2], seed=0)
+    seeds = {"item": torch.tensor([0])}
+    with pytest.raises(ValueError, match=r"exclude_eids: unknown relation"):
+        plain.sample(seeds, exclude_eids={("a", "b", "c"): torch.tensor([0])})
+    with pytest.raises(ValueError, match=rf"exclude_eids\[{rel}\]: 1 of 2 ids outside \[0, num_edges=5\)"):
+        plain.sample(seeds, exclude_eids={CLICKS: torch.tensor([0, 5])})
+    with pytest.raises(ValueError, match="no edge_times"):
+        plain.sample(seeds, seed_times={"item": torch.tensor([1])})
+    timed = HeteroNeighborSampler(shop, [2], seed=0, edge_times={CLICKS: torch.arange(5)})
+    with pytest.raises(ValueError, match="seed_times is required"):
+        timed.sample(seeds)
+    with pytest.raises(ValueError, match=r"seed_times\['item'\] must have one time per seed \(\[1\]\)"):
+        timed.sample(seeds, seed_times={"item": torch.tensor([1, 2])})
+    with pytest.raises(ValueError, match=r"seed_times\['user'\] is required"):
+        timed.sample({"item": torch.tensor([0]), "user": torch.tensor([1])}, seed_times={"item": [1]})
+    with pytest.raises(ValueError, match=r"seed_times: node type 'user' has no seeds"):
+        timed.sample(seeds, seed_times={"item": [1], "user": [1]})
+    with pytest.raises(ValueError, match=r"seed_times\['item'\]: 1 of 1 times are NaN"):
+        timed.sample(seeds, seed_times={"item": torch.tensor([float("nan")])})
+
+
+def test_lastfm_hetero_weights_and_exclusion(data_root):
+    from graphrl.datasets import load_lastfm
+
+    ds = load_lastfm(data_root)
+    graph = lastfm_hetero_graph(ds)
+    rng = np.random.default_rng(0)
+    n_listen, n_friend = graph.num_edges(LISTENS), graph.num_edges(FRIENDS)
+    w = ds.train_weights.numpy().astype(np.float64) * (rng.random(n_listen) < 0.6)  # counts, 40 % zeroed
+    excl = {HEARD: torch.from_numpy(rng.choice(n_listen, 8000, replace=False)),
+            FRIENDS: torch.from_numpy(rng.choice(n_friend, 5000, replace=False))}
+    fanouts = {LISTENS: [10, 10], HEARD: [10, 10], FRIENDS: [5, 5]}
+    sampler = HeteroNeighborSampler(graph, fanouts, seed=2, weights={LISTENS: torch.from_numpy(w)})
+    seeds = {"user": torch.from_numpy(rng.choice(1892, 256, replace=False)),
+             "artist": torch.from_numpy(rng.choice(4489, 128, replace=False))}
+    blocks = sampler.sample(seeds, exclude_eids=excl)
+    dst_of = {LISTENS: ds.train_items.numpy(), HEARD: ds.train_users.numpy(),
+              FRIENDS: np.repeat(np.arange(1892), ds.extra["friends"].in_degrees().numpy())[
+                  np.argsort(ds.extra["friends"].csc_edge_ids().numpy())]}
+    ok = {LISTENS: w > 0, HEARD: np.ones(n_listen, bool), FRIENDS: np.ones(n_friend, bool)}
+    for rel, ids in excl.items():
+        ok[rel][ids.numpy()] = False
+    for b in blocks:
+        for rel, k in ((LISTENS, 10), (HEARD, 10), (FRIENDS, 5)):
+            eids = b.edge_ids[rel].numpy()
+            assert ok[rel][eids].all(), f"{rel}: a zero-weight or excluded edge was drawn"
+            eligible = np.bincount(dst_of[rel][ok[rel]], minlength=graph.num_nodes[rel[2]])
+            counts = (b.indptr[rel][1:] - b.indptr[rel][:-1]).numpy()
+            assert np.array_equal(counts, np.minimum(eligible[b.dst_nodes[rel[2]].numpy()], k))
+    assert blocks[0].num_edges(LISTENS) > 1000 and blocks[0].num_edges(FRIENDS) > 100
