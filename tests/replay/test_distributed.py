@@ -354,6 +354,7 @@ def test_rate_limiter_applies_to_the_whole_store(cluster):
         w = store.writer(shard=0, timeout=0.2)
         w.extend(episode(0, 20))
         w.end_episode()
+        w.wait()  # in this order (a threaded actor may run two calls in any order)
         w.extend(episode(100, 40))  # admitted below this shard's allowance (30 of the 60), then charged
         w.end_episode()
         w.wait()
