@@ -7,14 +7,15 @@ Numba building blocks (usable inside ``@numba.njit(cache=True)`` code, on flat `
   12 KiB rows, DESIGN §3); an intrinsic keeps the calling function cacheable, unlike a ctypes call.
 - `stream_bytes`: a copy whose stores bypass the caches (non-temporal stores, ``movntdq`` on x86),
   for large copies into a batch that the CPU will not read again soon. A normal store first reads
-  the destination line into the cache (read-for-ownership) and later writes it back, so a copy moves
-  three bytes over the memory bus for every byte copied; a streaming store writes the line whole. glibc's
-  ``memcpy`` switches to such stores only above ``x86_non_temporal_threshold`` (a few MiB: 3/4 of
-  the shared cache divided by the threads), so copies of a few hundred KiB, one per window of a
-  replay batch, ran at 63 % of a plain large copy here and at 92-100 % with streaming stores.
-  `copy_auto` picks `stream_bytes` from `STREAM_THRESHOLD` bytes up and `copy_bytes` below.
-- `stream_line_nofence` / `store_fence`: the 64-byte step of `stream_bytes` and the fence that must
-  follow a run of them, for kernels that stream many small pieces (rows) and fence once.
+  the destination line into the cache (read-for-ownership) and later writes it back, so a cached
+  copy moves three bytes over the memory bus for every two a streaming copy moves. glibc's ``memcpy``
+  switches to such stores only above ``x86_non_temporal_threshold`` (3/4 of the shared cache divided
+  by the threads: 114 MiB on this project's machine), so copies of a few hundred KiB, one per window
+  of a replay batch, ran at 63 % of a plain large copy and reach the copy ceiling with streaming
+  stores (`replay.windows`). `copy_auto` picks `stream_bytes` from `STREAM_THRESHOLD` bytes up and
+  `copy_bytes` below.
+- `stream_bytes_nofence`, `stream_line_nofence` / `store_fence`: `stream_bytes` without its final
+  fence and its 64-byte step, for kernels that stream many pieces (rows, windows) and fence once.
 - `prefetch`: a software prefetch hint (``llvm.prefetch``) for loops of random reads whose stores
   keep the core from running far enough ahead by itself.
 - `address`: the address of an array element, for alignment arithmetic.
@@ -70,6 +71,7 @@ __all__ = [
     "prefetch",
     "store_fence",
     "stream_bytes",
+    "stream_bytes_nofence",
     "stream_line_nofence",
     "zero_bytes",
 ]
@@ -207,8 +209,12 @@ def store_fence(typingctx):  # pragma: no cover - compiled
 
 @nb.njit(nogil=True, cache=True, inline="always")
 def stream_bytes_nofence(dst, dst_off, src, src_off, nbytes):  # pragma: no cover - compiled
-    """`stream_bytes` without the fence: memcpy up to dst's next 64-byte boundary, stream whole
-    lines, memcpy the tail."""
+    """`stream_bytes` without the final fence: ``memcpy`` up to ``dst``'s next 64-byte boundary,
+    streaming stores for the whole lines (four per iteration), ``memcpy`` for the tail.
+
+    Numba code only. A run of calls must end with `store_fence` (streaming stores are weakly
+    ordered: x86 orders them only against fences, locked and serializing instructions).
+    """
     head = np.int64((np.uint64(0) - address(dst, dst_off)) & np.uint64(LINE - 1))
     if head > nbytes:
         head = nbytes

@@ -166,13 +166,13 @@ def _copy(out, o, src, s, nbytes, stream):  # pragma: no cover - numba
 
 @nb.njit(cache=True, nogil=True)
 def _gather_fields(
-    srcs, outs, row_bytes, capacity, first_slot, n, dst, rows, length, mask, stream
+    srcs, outs, row_bytes, capacity, first_slot, n, dst, rows, length, mask, stream, threshold
 ):  # pragma: no cover
     if stream < 0:  # auto: stream when the windows' output is large (see gather_fields)
         total = 0
         for j in range(row_bytes.shape[0]):
             total += row_bytes[j]
-        stream = 1 if first_slot.shape[0] * length * total >= STREAM_THRESHOLD else 0
+        stream = 1 if first_slot.shape[0] * length * total >= threshold else 0
     for j in range(len(srcs)):
         _gather(srcs[j], row_bytes[j], capacity, first_slot, n, dst, rows, length, outs[j], stream)
     if mask.shape[0]:
@@ -220,22 +220,27 @@ def gather_fields(
     """
     b = first_slot.shape[0]
     mask = _NO_MASK if mask is None else mask
+    threshold = STREAM_THRESHOLD  # an argument, not a global, so that cached kernels follow a change of it
     if threads <= 1:  # the common case: no Python arithmetic (the kernel decides on streaming)
         code = -1 if stream is None else int(bool(stream))
-        _gather_fields(srcs, outs, row_bytes, capacity, first_slot, n, dst, rows, length, mask, code)
+        _gather_fields(
+            srcs, outs, row_bytes, capacity, first_slot, n, dst, rows, length, mask, code, threshold
+        )
         return
     total = b * length * int(row_bytes.sum())
     stream = total >= STREAM_THRESHOLD if stream is None else bool(stream)
     chunks = min(b, total // _CHUNK_BYTES)
     if chunks <= 1:
-        _gather_fields(srcs, outs, row_bytes, capacity, first_slot, n, dst, rows, length, mask, int(stream))
+        _gather_fields(
+            srcs, outs, row_bytes, capacity, first_slot, n, dst, rows, length, mask, int(stream), threshold
+        )
         return
     bounds = np.linspace(0, b, chunks + 1).astype(np.int64)
 
     def chunk(i: int) -> None:
         part = slice(bounds[i], bounds[i + 1])
         args = (first_slot[part], n[part], dst[part], rows[part])
-        _gather_fields(srcs, outs, row_bytes, capacity, *args, length, mask, int(stream))
+        _gather_fields(srcs, outs, row_bytes, capacity, *args, length, mask, int(stream), threshold)
 
     parallel_for(chunk, chunks, threads)
 
