@@ -326,7 +326,8 @@ class NeighborSampler:
         """Whether draws follow edge weights."""
         self.temporal = self._times is not None
         """Whether `sample` needs ``seed_times`` (the sampler has edge times)."""
-        self._masks = cpu.Masks(self._weights, self._times) if self.weighted or self.temporal else None
+        self._masks = cpu.Masks(self._weights, self._times, self._indptr) if self.weighted or self.temporal \
+            else None
         self.device = self._check_device(device)
         self._cuda_graph = None
         if self.device.type == "cuda":
