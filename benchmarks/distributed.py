@@ -14,14 +14,19 @@ Cases (higher is better; ``ratio`` = Ray / in-process, so 1.0 is no overhead and
 - sample windows (B=256, L=64, uniform, tail padding): windows/s of ``store.sample(256, 64)`` for
   1, 2 and 4 shards vs the in-process store, and 1 shard with ``prefetch=1`` (the next draw in
   flight while a batch is copied and used). The target of issue 7: 1 shard within 3x (ratio >= 0.33).
+  Other processes share the cores and the load moves within a run, so each sample row's in-process
+  figure is measured again right after it (``baseline_value``; the first one is ``baseline_at_start``).
 
 Where the sample overhead goes (``profile`` of each Ray row, mean seconds per batch, from
-``RayReplayStore.last_profile``): ``stats_s`` the round trip that reads every shard's mass and
-counters; ``shard_sample_s`` the shard's own local ``sample`` (the same gather the in-process store
-does); ``transfer_s`` the rest of the remote call (serialising the reply into Ray's object store,
-the RPC, mapping it in the client); ``copy_s`` the client's copy into its staging buffer. Two
-reference rows time ``ray.put`` and ``ray.get`` of one batch's bytes (the object store alone) and a
-plain numpy copy of them (the machine's copy bandwidth).
+``RayReplayStore.last_profile``; with several calls in flight, the shard figures are the slowest
+call's): ``stats_s`` the round trip that reads every shard's mass and counters; ``shard_draw_s`` the
+shard's draw (its local selector, `replay.store.ReplayStore.draw_windows`); ``shard_put_s`` its
+``ray.put`` of the windows' ring runs (the one copy on the shard side: ring -> object store);
+``shard_sample_s`` the whole shard call (draw, put, staleness check); ``transfer_s`` the rest of the
+remote call (the RPC and its small reply); ``get_s`` the client's zero-copy ``ray.get`` of the runs;
+``copy_s`` the client's copy of the windows into its staging buffer (padding and mask included).
+Two reference rows time ``ray.put`` and ``ray.get`` of one batch's bytes as one array (the object
+store alone) and a plain numpy copy of them (the machine's copy bandwidth).
 
 Run ``python benchmarks/distributed.py --help``; results go to ``benchmarks/results/distributed.json``.
 """
@@ -29,6 +34,7 @@ Run ``python benchmarks/distributed.py --help``; results go to ``benchmarks/resu
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -184,7 +190,6 @@ def main(
     fill(local, episodes)  # first fill: page faults; the second is the steady state
     local_insert = sum(len(e["obs"]) for e in episodes) / fill(local, episodes)
     local_sample, _ = sample_rate(local, batch, window, iters, repeats, warmup)
-    local.close()
     base = "in-process ReplayStore"
     click.echo(f"in-process: insert {local_insert:.3g} steps/s, sample {local_sample:.3g} windows/s")
 
@@ -228,15 +233,17 @@ def main(
             row(f"insert, 1 writer in the driver, ray {s} shard(s)", "steps_per_s", ins, base, local_insert)
         )
         rate, prof = sample_rate(store, batch, window, iters, repeats, warmup)
+        beside = sample_rate(local, batch, window, iters, repeats, 2)[0]  # the in-process store, now
         rows.append(
             row(
                 f"sample {batch}x{window} uniform, ray {s} shard(s)",
                 "windows_per_s",
                 rate,
                 base,
-                local_sample,
+                beside,
                 profile_s=prof,
                 gb_per_s=rate / batch * batch_bytes / 1e9,
+                baseline_at_start=local_sample,
             )
         )
         click.echo(f"ray {s} shard(s): insert {ins:.3g} steps/s, sample {rate:.3g} windows/s, profile {prof}")
@@ -244,15 +251,17 @@ def main(
             store.prefetch = 1  # the next draw in flight while a batch is used
             rate_p, prof_p = sample_rate(store, batch, window, iters, repeats, warmup)
             store.prefetch = 0
+            beside = sample_rate(local, batch, window, iters, repeats, 2)[0]
             rows.append(
                 row(
                     f"sample {batch}x{window} uniform, ray 1 shard, prefetch=1",
                     "windows_per_s",
                     rate_p,
                     base,
-                    local_sample,
+                    beside,
                     profile_s=prof_p,
                     gb_per_s=rate_p / batch * batch_bytes / 1e9,
+                    baseline_at_start=local_sample,
                 )
             )
             click.echo(f"ray 1 shard, prefetch=1: sample {rate_p:.3g} windows/s, profile {prof_p}")
@@ -269,15 +278,17 @@ def main(
             )
             click.echo(f"{tasks} task writers: {rate_t:.3g} steps/s ({n} steps)")
         store.close()
+    local.close()
 
+    click.echo(f"\nload average {os.getloadavg()[0]:.1f} (1 min); other processes share the cores")
     click.echo(f"\n{'case':<52} {'metric':<14} {'ray':>10} {'in-proc':>10} {'ratio':>6}  where (ms/batch)")
     for r in rows:
         where = ""
         p = r.get("profile_s")
         if p:
             where = " ".join(
-                f"{k[:-2]} {p[k] * 1e3:.1f}"
-                for k in ("stats_s", "shard_sample_s", "transfer_s", "copy_s")
+                f"{k[:-2].removeprefix('shard_')} {p[k] * 1e3:.1f}"
+                for k in ("stats_s", "shard_draw_s", "shard_put_s", "transfer_s", "get_s", "copy_s")
                 if k in p
             )
         click.echo(

@@ -24,14 +24,23 @@ sampling, priority and checkpoint code. The client `RayReplayStore` holds no ste
   for the previous one.
 - samples: one round trip asks every shard for its priority mass (Prioritized; its live count when
   the whole table's mass is 0, and for Uniform); the client draws the per-shard counts from a
-  multinomial with those weights, asks each shard for its share in parallel, and copies the windows
-  (numpy arrays read zero-copy from Ray's object store on the same node) into its own staging buffer.
+  multinomial with those weights and asks each shard for its share in parallel.
   A window's probability is ``P(shard) * P(window | shard)``, so the batch is distributed as if drawn
-  from one table; importance weights use the global table size. Rows come grouped by shard. A
-  shard draws its share rounded up to a few fixed sizes (its local staging pools stay warm) and
-  returns the first ones; a single shard serves a batch as two halves in parallel threads; the
-  client copies the pieces into its staging slot in two threads. ``prefetch=1`` sends the next
-  draw as a batch is returned (see `RayReplayStore`).
+  from one table; importance weights use the global table size. Rows come grouped by shard; a single
+  shard serves a batch as two halves in parallel threads. ``prefetch=1`` sends the next draw as a
+  batch is returned (see `RayReplayStore`).
+- window bytes, two copies: a shard *draws* its windows with its local store's selector
+  (`replay.store.ReplayStore.draw_windows`: keys, ring positions, lengths) without gathering them,
+  and puts the runs of ring slots that hold them straight into Ray's object store with one
+  ``ray.put`` inside the call (flat byte views of the rings; windows that overlap or touch in the
+  ring share one run, so a ring byte travels once however many windows read it): that put is the
+  shard's only copy. Windows a writer overwrote meanwhile (`replay.store.ReplayStore.stale`, checked
+  after the put) are dropped and drawn again, as the local `sample` does; the shard returns the
+  window table and the object's ref. The client maps the runs zero-copy (``ray.get`` on the same
+  node), copies each window's one or two pieces into its staging slot at its row and offset
+  (streaming stores for large batches, `graphrl.kernels`; replies in two threads), zeroes the
+  padding and builds the mask: the batch holds the bytes a local gather of the same windows gives.
+  (Before, the shard gathered into its own staging buffer and Ray copied the reply: three copies.)
   Fifo, Lifo and the heaps have no per-shard split that equals one table: with them the Ray backend
   needs ``num_shards=1``.
 - keys: a shard's local key (shard bits 0) with the shard's index in its low 8 bits, the layout of
@@ -110,17 +119,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numba as nb
 import numpy as np
 import ray
 import torch
 
+from graphrl import kernels
+from graphrl.kernels import copy_bytes, store_fence, stream_bytes_nofence, zero_bytes
 from graphrl.memory import MemoryManager
 from graphrl.tensors import StagingPool
 from replay.rate_limiter import _BIG, MinSize, RateLimiter, rate_limiter_from_config
 from replay.selectors import Fifo, Lifo, MinHeap, Selector, Uniform, check_priorities, selector_from_config
 from replay.spec import TrajectorySpec
 from replay.store import MAX_SHARDS, MAX_WINDOW, Batch, Episode, ReplayStore
-from replay.windows import PADS
+from replay.windows import PADS, window_mask
 
 __all__ = ["RayReplayStore", "RayStoreHandle", "RayTrajectoryWriter", "ShardError"]
 
@@ -131,7 +143,8 @@ _CHUNK_BYTES = 16 * 2**20
 _MANIFEST = "MANIFEST.json"
 _FORMAT = "graphrl.replay.ray"
 _VERSION = 1
-_SHARD_SLOTS = 3  # staging slots of a shard's local store per batch shape: 2 pieces + 1 being released
+_SHARD_SLOTS = 1  # staging slots of a shard's local store (it never gathers: see _ShardActor.sample)
+_STREAM_PIECE = 1024  # in a streamed batch, runs shorter than this still go through memcpy (replay.windows)
 
 
 class ShardError(RuntimeError):
@@ -159,6 +172,138 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _reconstructed() -> bool:
+    """Whether this process is a Ray actor that Ray restarted (False outside an actor, e.g. in tests)."""
+    ctx = ray.get_runtime_context()
+    return ctx.get_actor_id() is not None and bool(ctx.was_current_actor_reconstructed)
+
+
+def _ring_runs(
+    slots: np.ndarray, n: np.ndarray, dst: np.ndarray, capacity: int
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The runs of ring slots that hold a set of windows, and where each window's pieces lie in them.
+
+    A window is one segment of slots, or two when it wraps past the ring's end; segments that overlap
+    or touch merge into one run, so every ring byte is sent once however many windows read it.
+
+    Parameters
+    ----------
+    slots, n, dst : numpy.ndarray, int64 [B]
+        Each window's first slot, real steps and offset in the window (`replay.store.WindowTable`).
+    capacity : int
+        Ring slots.
+
+    Returns
+    -------
+    runs : numpy.ndarray, int64 [R, 2]
+        ``[start, end)`` slots of each run, in slot order.
+    segments : dict of str to numpy.ndarray, int64 [G], sorted by run
+        ``window`` (index in the B windows), ``run``, ``off`` (first step in the run), ``wdst`` (first
+        step in the window), ``len`` (steps).
+    """
+    n1 = np.minimum(n, capacity - slots)
+    wrap = np.flatnonzero(n > n1)
+    start = np.concatenate([slots, np.zeros(len(wrap), np.int64)])
+    length = np.concatenate([n1, n[wrap] - n1[wrap]])
+    window = np.concatenate([np.arange(len(slots), dtype=np.int64), wrap])
+    wdst = np.concatenate([dst, dst[wrap] + n1[wrap]])
+    order = np.argsort(start, kind="stable")
+    start, length, window, wdst = start[order], length[order], window[order], wdst[order]
+    end = start + length
+    new = np.ones(len(start), dtype=bool)
+    new[1:] = start[1:] > np.maximum.accumulate(end)[:-1]
+    heads = np.flatnonzero(new)
+    runs = (
+        np.stack([start[heads], np.maximum.reduceat(end, heads)], axis=1)
+        if len(heads)
+        else np.zeros((0, 2), np.int64)
+    )
+    run = np.cumsum(new) - 1
+    return runs, {"window": window, "run": run, "off": start - runs[run, 0], "wdst": wdst, "len": length}
+
+
+def _concat_tables(tables: list) -> Any:
+    from replay.store import WindowTable
+
+    return WindowTable(
+        *(
+            np.concatenate([getattr(t, f) for t in tables])
+            for f in ("shard", "anchor", "first", "n", "dst", "probabilities")
+        ),
+        tables[-1].table_size,
+        tables[-1].capacity,
+    )
+
+
+@nb.njit(cache=True, nogil=True)
+def _copy_run(pieces, outs, row_bytes, off, dst, n, stream):  # pragma: no cover - numba
+    """Copy segments of one run (``pieces[j]``: field j's bytes) to steps ``dst`` of the batch ``outs``."""
+    for j in range(len(outs)):
+        rb = row_bytes[j]
+        src = pieces[j]
+        out = outs[j]
+        for i in range(off.shape[0]):
+            nbytes = n[i] * rb
+            if stream and nbytes >= _STREAM_PIECE:
+                stream_bytes_nofence(out, dst[i] * rb, src, off[i] * rb, nbytes)
+            elif nbytes > 0:
+                copy_bytes(out, dst[i] * rb, src, off[i] * rb, nbytes)
+    if stream:
+        store_fence()
+
+
+@nb.njit(cache=True, nogil=True)
+def _zero_pads(outs, row_bytes, row0, n, dst, length):  # pragma: no cover - numba
+    """Zero the padding of windows ``row0 ..`` (steps outside ``[dst, dst + n)``) in every field."""
+    for j in range(len(outs)):
+        rb = row_bytes[j]
+        out = outs[j]
+        for b in range(n.shape[0]):
+            base = (row0 + b) * length * rb
+            if dst[b] > 0:
+                zero_bytes(out, base, dst[b] * rb)
+            tail = dst[b] + n[b]
+            if tail < length:
+                zero_bytes(out, base + tail * rb, (length - tail) * rb)
+
+
+def _place(
+    reply: dict,
+    pieces: list[list[np.ndarray]],
+    outs: tuple[np.ndarray, ...],
+    mask: np.ndarray,
+    row_bytes: np.ndarray,
+    row0: int,
+    length: int,
+    stream: bool,
+) -> None:
+    """Copy one shard reply's windows into rows ``row0 ..`` of a batch: fields, padding and mask.
+
+    ``pieces[i]`` is ``ray.get`` of ``reply["parts"][i][0]`` (flat byte views of the runs, run-major);
+    ``outs`` the batch's fields as flat bytes ([B * L * row_bytes[j]]), ``mask`` bool [B, L]. Gives
+    the bytes a gather of the same windows from the rings gives (`replay.windows.gather_fields`).
+    """
+    f = len(outs)
+    for (_, num_runs, seg), got in zip(reply["parts"], pieces, strict=True):
+        bounds = np.searchsorted(seg["run"], np.arange(num_runs + 1))
+        dst = (row0 + seg["window"]) * length + seg["wdst"]
+        for r in range(num_runs):
+            lo, hi = bounds[r], bounds[r + 1]
+            if hi > lo:
+                _copy_run(
+                    tuple(got[r * f : (r + 1) * f]),
+                    outs,
+                    row_bytes,
+                    seg["off"][lo:hi],
+                    dst[lo:hi],
+                    seg["len"][lo:hi],
+                    stream,
+                )
+    n, d = reply["n"], reply["dst"]
+    _zero_pads(outs, row_bytes, row0, n, d, length)
+    window_mask(n, d, length, out=mask[row0 : row0 + len(n)])
 
 
 # ------------------------------------------------------------------------------------------ actors
@@ -192,7 +337,7 @@ class _ShardActor:
         self.num_shards = int(config["num_shards"])
         self.chunk_steps = int(config["chunk_steps"])
         folder = restore_from
-        self.awaiting = restore_from is None and ray.get_runtime_context().was_current_actor_reconstructed
+        self.awaiting = restore_from is None and _reconstructed()
         self.restored_from = folder
         kwargs = self.kwargs = {
             "tier": config["tier"],
@@ -222,7 +367,7 @@ class _ShardActor:
         self.woken: deque[str] = deque(maxlen=1024)
         self.open: dict[int, Any] = {}
         self.idle: list[Any] = []
-        self.held: list[tuple[int, Batch]] = []  # batches whose replies Ray may still be serialising
+        self.before_put: Any = None  # tests: called with the drawn WindowTable before its bytes are put
         if folder is not None:
             logger.info("shard %d restored from %s", index, folder)
 
@@ -361,41 +506,75 @@ class _ShardActor:
             self.cond.notify_all()
 
     # -- sampling
-    def sample(
-        self,
-        k: int,
-        draw: int,
-        window: int,
-        pad: str,
-        timeout: float | None,
-        allow: float | None,
-        batch_no: int,
-    ) -> tuple:
-        """``k`` windows (the first of ``draw`` >= k drawn: a few fixed shapes keep the local store's
-        staging pools warm) as numpy arrays, this shard's counters and the seconds it took."""
+    def sample(self, k: int, window: int, pad: str, timeout: float | None, allow: float | None) -> dict:
+        """Draw ``k`` windows and put their ring bytes into Ray's object store; return the window table.
+
+        The local store draws the windows (`replay.store.ReplayStore.draw_windows`: its selector,
+        probabilities and keys); their runs of ring slots, merged where windows overlap or touch, go
+        into the object store with one ``ray.put`` (a list of flat byte views of the rings, run-major:
+        Ray copies ring -> object store here, while this method runs); then windows overwritten during
+        that copy (`replay.store.ReplayStore.stale`) are dropped and drawn again, as the local `sample`
+        does. The client copies each window out of the runs (`_place`).
+
+        Returns
+        -------
+        dict
+            ``keys`` (local, shard bits 0), ``prob``, ``n``, ``dst`` [k] of the kept windows in order;
+            ``parts``: one per put, ``(ref, runs, segments)`` (see `_ring_runs`); ``counts``
+            (inserts, deletes); ``seconds`` (draw, put, total); ``redrawn`` windows.
+        """
         self._ready()
         if allow is not None:
             self.set_allow(allow)
-        with self.cond:  # the client got every reply of its earlier batches (one batch at a time)
-            old = [b for n, b in self.held if n < batch_no]
-            self.held = [(n, b) for n, b in self.held if n >= batch_no]
-        for b in old:
-            b.release()
         t0 = time.perf_counter()
-        b = self.store.sample(draw, window, pad=pad, timeout=timeout)
-        with self.cond:
-            self.held.append((batch_no, b))  # its staging slot stays held until Ray has serialised the reply
-        fields = {n: b[n].numpy()[:k] for n in self.spec}
-        seconds = time.perf_counter() - t0
-        return (
-            fields,
-            b.mask.numpy()[:k],
-            b.keys.numpy()[:k],
-            b.probabilities.numpy()[:k],
-            b.lengths.numpy()[:k],
-            self._counts(),
-            seconds,
-        )
+        store = self.store
+        cap = store.shard_capacity
+        rings = [r.reshape(-1).view(np.uint8) for r in store.rings(0).values()]
+        row_bytes = [f.row_bytes for f in self.spec.values()]
+        kept: list = []
+        parts = []
+        draw_s = put_s = 0.0
+        need, row, redrawn = k, 0, 0
+        while need:
+            t = time.perf_counter()
+            table = store.draw_windows(need, window, pad=pad, timeout=timeout)
+            if self.before_put is not None:
+                self.before_put(table)
+            runs, seg = _ring_runs(table.slots, table.n, table.dst, cap)
+            pieces = [
+                ring[a * rb : b * rb]
+                for a, b in runs.tolist()
+                for ring, rb in zip(rings, row_bytes, strict=True)
+            ]
+            t1 = time.perf_counter()
+            ref = ray.put(pieces)  # ring -> object store, no lock held
+            del pieces
+            t2 = time.perf_counter()
+            good = ~store.stale(table)
+            draw_s += t1 - t
+            put_s += t2 - t1
+            got = int(good.sum())
+            if got:
+                order = np.cumsum(good) - 1 + row  # the row of each kept window (the stale ones: unused)
+                keep = good[seg["window"]]
+                seg = {name: a[keep] for name, a in seg.items()}
+                seg["window"] = order[seg["window"]]
+                parts.append((ref, len(runs), seg))
+                kept.append(table.take(good))
+            redrawn += len(table) - got
+            need -= got
+            row += got
+        out = kept[0] if len(kept) == 1 else _concat_tables(kept)
+        return {
+            "keys": out.keys,
+            "prob": out.probabilities,
+            "n": out.n,
+            "dst": out.dst,
+            "parts": parts,
+            "counts": self._counts(),
+            "seconds": (draw_s, put_s, time.perf_counter() - t0),
+            "redrawn": redrawn,
+        }
 
     def update_priorities(self, keys: np.ndarray, priorities: np.ndarray) -> int:
         self._ready()
@@ -416,9 +595,6 @@ class _ShardActor:
         return self.incarnation
 
     def close(self) -> None:
-        for _, b in self.held:
-            b.release()
-        self.held = []
         self.store.close()
 
 
@@ -696,7 +872,7 @@ class RayReplayStore:
         ``scheduling_strategy``, ``max_concurrency``...); default ``{"max_concurrency": 32}``.
     prefetch : int
         1: as `sample` returns a batch it already sends the shards the draw of the next one (same
-        arguments), so their gather and Ray's transfer overlap the caller's use of the batch, as
+        arguments), so their draw and put overlap the client's copy and the caller's use of the batch, as
         Reverb's samplers keep samples in flight. The prefetched windows are drawn before the
         caller's `update_priorities` for the current batch (priorities one batch stale) and are
         discarded if the next call asks for another shape. 0 (default): every draw sees every update.
@@ -822,11 +998,11 @@ class RayReplayStore:
         self._lock = threading.RLock()
         self._rng = np.random.Generator(np.random.PCG64(seed))
         self._samples = 0
-        self._batch_no = 0
         self._pending: dict | None = None
         self._copy_pool: ThreadPoolExecutor | None = None
         self.prefetch = prefetch
         self._prioritized = bool(selector.prioritized)
+        self._row_bytes = np.array([f.row_bytes for f in spec.values()], dtype=np.int64)
         self._config = {
             "spec": spec.to_config(),
             "capacity": shard_cap,
@@ -1103,16 +1279,6 @@ class RayReplayStore:
             return [k - k // 2, k // 2]
         return [k]
 
-    def _draw_size(self, k: int, batch: int) -> int:
-        """Windows a shard draws for a share of k: k rounded up to a granule of about batch / (4 S),
-        so a shard sees a few fixed batch shapes (its staging pools stay warm) rather than every k.
-        The first k of i.i.d. draws are a sample like any other; with ``max_times_sampled`` (every
-        draw counts) exactly k."""
-        if self.max_times_sampled:
-            return k
-        g = max(8, -(-batch // (32 * self.num_shards)) * 8)
-        return min(-(-k // g) * g, max(k, batch))
-
     def _await_sample(self, deadline: float | None) -> None:
         """Refresh the counters until the rate limiter admits a sample (blocking calls, no polling)."""
         while True:
@@ -1194,9 +1360,9 @@ class RayReplayStore:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             replies = self._collect(pending["calls"], pending["refs"], "sample()", left)
             t2 = time.perf_counter()
-            self._samples += int(sum(int(rep[4].sum()) for rep in replies))
+            self._samples += int(sum(int(rep["n"].sum()) for rep in replies))
             for (s, _, _), rep in zip(pending["calls"], replies, strict=True):
-                self._stats[s]["inserts"], self._stats[s]["deletes"] = rep[5]
+                self._stats[s]["inserts"], self._stats[s]["deletes"] = rep["counts"]
             if self.prefetch:  # the next batch is drawn and shipped while this one is copied and used
                 try:
                     self._pending = self._issue(b, length, pad, None, block=False)
@@ -1205,16 +1371,20 @@ class RayReplayStore:
             elif not math.isinf(_headroom(self.rate_limiter, 0, 0, 0)):  # let waiting writers in
                 for s, allow in enumerate(self._allowances()):
                     self._actors[s].set_allow.remote(allow)
-            batch = self._assemble(pending, replies, beta, left)
+            batch, get_s = self._assemble(pending, replies, beta, left)
             t3 = time.perf_counter()
-            shard_s = max(rep[6] for rep in replies)
+            slowest = max(replies, key=lambda rep: rep["seconds"][2])["seconds"]
             self.last_profile = {
                 "stats_s": t1 - t0 if "stats_s" not in pending else pending["stats_s"],
                 "remote_s": t2 - t1,
-                "shard_sample_s": shard_s,
-                "transfer_s": max(0.0, (t2 - t1) - shard_s),
-                "copy_s": t3 - t2,
+                "shard_sample_s": slowest[2],
+                "shard_draw_s": slowest[0],
+                "shard_put_s": slowest[1],
+                "transfer_s": max(0.0, (t2 - t1) - slowest[2]),
+                "get_s": get_s,
+                "copy_s": t3 - t2 - get_s,
                 "total_s": t3 - t0,
+                "redrawn": float(sum(rep["redrawn"] for rep in replies)),
             }
         if device is not None and torch.device(device).type != "cpu":
             return batch.to(device)
@@ -1243,22 +1413,9 @@ class RayReplayStore:
         share = mass / mass.sum()
         counts = self._rng.multinomial(b, share) if self.num_shards > 1 else np.array([b])
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        self._batch_no += 1
         allow = self._allowances() if not math.isinf(_headroom(self.rate_limiter, 0, 0, 0)) else None
         calls = [
-            (
-                s,
-                "sample",
-                (
-                    k,
-                    self._draw_size(k, b),
-                    length,
-                    pad,
-                    left,
-                    None if allow is None else allow[s],
-                    self._batch_no,
-                ),
-            )
+            (s, "sample", (k, length, pad, left, None if allow is None else allow[s]))
             for s in range(self.num_shards)
             for k in self._pieces(int(counts[s]))
         ]
@@ -1278,39 +1435,49 @@ class RayReplayStore:
         except (ShardError, TimeoutError) as exc:
             logger.debug("dropped prefetch: %s", exc)
 
-    def _assemble(self, pending: dict, replies: list, beta: float, left: float | None) -> Batch:
-        """Copy the shards' windows into a staging slot (pieces in parallel threads); make the Batch."""
+    def _assemble(self, pending: dict, replies: list, beta: float, left: float | None) -> tuple[Batch, float]:
+        """Map the shards' runs (zero-copy ``ray.get``) and copy the windows into a staging slot (replies
+        in parallel threads); return the Batch and the seconds ``ray.get`` took."""
         b, length, _ = pending["key"]
         pool, layout = self._pool(b, length)
         buf = pool.acquire(timeout=left)
         try:
             fields, mask = layout.views(self.spec, buf.tensor)
-            outs = {n: t.numpy() for n, t in fields.items()}
-            outs["__mask__"] = mask.numpy()
+            outs = tuple(t.numpy().reshape(-1).view(np.uint8) for t in fields.values())
+            mask_np = mask.numpy()
             keys = np.empty(b, np.int64)
             prob = np.empty(b, np.float64)
             lengths = np.empty(b, np.int64)
+            get_s = 0.0
             jobs = []
             row = 0
             for (s, _, _), rep in zip(pending["calls"], replies, strict=True):
-                f, m, k, p, n = rep[:5]
-                c = len(k)
+                c = len(rep["keys"])
                 rows = slice(row, row + c)
-                keys[rows] = k | s
-                prob[rows] = p * pending["share"][s]
-                lengths[rows] = n
-                jobs.append((rows, {**f, "__mask__": m}))
+                keys[rows] = rep["keys"] | s
+                prob[rows] = rep["prob"] * pending["share"][s]
+                lengths[rows] = rep["n"]
+                t0 = time.perf_counter()
+                try:  # views of the object store (same node), no copy
+                    pieces = ray.get([part[0] for part in rep["parts"]], timeout=left)
+                except (*_actor_errors(), ray.exceptions.ObjectLostError) as exc:
+                    raise _shard_error(s, "sample() (reading its windows)", exc, self.max_restarts) from exc
+                except ray.exceptions.GetTimeoutError as exc:
+                    raise TimeoutError(f"shard {s}'s windows were not readable within {left} s") from exc
+                get_s += time.perf_counter() - t0
+                jobs.append((rep, pieces, row))
                 row += c
+            stream = b * length * int(self._row_bytes.sum()) >= kernels.STREAM_THRESHOLD
 
-            def copy(job: tuple[slice, dict]) -> None:
-                rows, parts = job
-                for name, arr in parts.items():
-                    np.copyto(outs[name][rows], arr)
+            def copy(job: tuple[dict, list, int]) -> None:
+                rep, pieces, row0 = job
+                _place(rep, pieces, outs, mask_np, self._row_bytes, row0, length, stream)
 
-            if len(jobs) > 1:  # numpy copies release the GIL: two threads copy two pieces at once
+            if len(jobs) > 1:  # the kernels release the GIL: two threads copy two replies at once
                 list(self._copier().map(copy, jobs))
             else:
                 copy(jobs[0])
+            del jobs
             table_size = pending["table_size"]
             if self._prioritized:
                 w = (max(table_size, 1) * prob) ** (-float(beta))
@@ -1326,7 +1493,7 @@ class RayReplayStore:
                 torch.from_numpy(lengths),
                 table_size,
                 buf,
-            )
+            ), get_s
         except BaseException:
             buf.release()
             raise

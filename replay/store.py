@@ -99,7 +99,7 @@ from replay.storage import GSEQ, WRITERS, Control, ShardHandle, ShardStorage
 from replay.windows import PADS, gather_fields, window_bounds, window_mask
 from replay.writer import TrajectoryWriter
 
-__all__ = ["Batch", "Episode", "ReplayStore", "StoreHandle", "decode_keys", "encode_keys"]
+__all__ = ["Batch", "Episode", "ReplayStore", "StoreHandle", "WindowTable", "decode_keys", "encode_keys"]
 
 logger = logging.getLogger(__name__)
 
@@ -143,6 +143,63 @@ class StoreHandle:
 
     def spec_object(self) -> TrajectorySpec:
         return TrajectorySpec({n: (shape, dtype) for n, shape, dtype in self.spec})
+
+
+@dataclass(frozen=True)
+class WindowTable:
+    """Windows drawn by `ReplayStore.draw_windows` and not gathered: where each one's steps lie in its shard.
+
+    Window b's real steps are the positions ``first[b] .. first[b] + n[b] - 1`` of shard ``shard[b]``,
+    in ring slots ``(first[b] + j) % capacity`` (one run of slots, or two when it wraps past the ring's
+    end); they go to steps ``dst[b] .. dst[b] + n[b] - 1`` of the window, the rest is padding (zeros in a
+    `Batch`, see `replay.windows`).
+
+    Attributes
+    ----------
+    shard, anchor, first, n, dst : numpy.ndarray, int64 [B]
+        The shard, the drawn anchor position, and `replay.windows.window_bounds` of each window.
+    probabilities : numpy.ndarray, float64 [B]
+        Probability with which each anchor was drawn (as ``Batch.probabilities``).
+    table_size : int
+        N: drawable items when the windows were drawn (as ``Batch.table_size``).
+    capacity : int
+        Steps per shard ring.
+    """
+
+    shard: np.ndarray
+    anchor: np.ndarray
+    first: np.ndarray
+    n: np.ndarray
+    dst: np.ndarray
+    probabilities: np.ndarray
+    table_size: int
+    capacity: int
+
+    def __len__(self) -> int:
+        return len(self.anchor)
+
+    @property
+    def keys(self) -> np.ndarray:
+        """int64 [B]: the windows' keys (as ``Batch.keys``, for `ReplayStore.update_priorities`)."""
+        return encode_keys(self.shard, self.anchor, self.anchor - self.first)
+
+    @property
+    def slots(self) -> np.ndarray:
+        """int64 [B]: the ring slot of each window's first real step."""
+        return self.first % self.capacity
+
+    def take(self, rows: np.ndarray) -> WindowTable:
+        """The windows ``rows`` (an index or a bool mask over B), in that order."""
+        return WindowTable(
+            self.shard[rows],
+            self.anchor[rows],
+            self.first[rows],
+            self.n[rows],
+            self.dst[rows],
+            self.probabilities[rows],
+            self.table_size,
+            self.capacity,
+        )
 
 
 @dataclass
@@ -429,6 +486,16 @@ def _weights(prob: np.ndarray, n: int, beta: float) -> torch.Tensor:
         return torch.zeros(0, dtype=torch.float32)
     w = (max(n, 1) * prob) ** (-beta)
     return torch.from_numpy((w / w.max()).astype(np.float32))
+
+
+def _check_draw(batch_size: Any, window: Any, pad: Any) -> None:
+    """Checks shared by `ReplayStore.sample` and `ReplayStore.draw_windows` (ValueError naming it)."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or not 1 <= window <= MAX_WINDOW:
+        raise ValueError(f"window must be an int in [1, {MAX_WINDOW}], got {window!r}")
+    if pad not in PADS:
+        raise ValueError(f"pad must be 'tail' or 'head', got {pad!r}")
 
 
 class _Layout:
@@ -877,16 +944,7 @@ class ReplayStore:
             staging pool does not fit its tier.
         """
         self._check_owner("sample")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-        if (
-            isinstance(window, bool)
-            or not isinstance(window, (int, np.integer))
-            or not 1 <= window <= MAX_WINDOW
-        ):
-            raise ValueError(f"window must be an int in [1, {MAX_WINDOW}], got {window!r}")
-        if pad not in PADS:
-            raise ValueError(f"pad must be 'tail' or 'head', got {pad!r}")
+        _check_draw(batch_size, window, pad)
         if not math.isfinite(beta) or beta < 0:
             raise ValueError(f"beta must be finite and >= 0, got {beta}")
         timeout = self._core.timeout if timeout is _DEFAULT else timeout
@@ -1085,6 +1143,87 @@ class ReplayStore:
                 )
             rc.synchronize(stream)  # the copies must be over before the staleness check
         return self._stale(rows, meta, groups)
+
+    # -- drawing without gathering (replay.distributed's shards copy the ring views themselves)
+    def draw_windows(
+        self, batch_size: int, window: int = 1, pad: str = "tail", timeout: float | None = _DEFAULT
+    ) -> WindowTable:
+        """Draw windows as `sample` does (same selector, probabilities and keys) without copying any step.
+
+        The caller reads the windows' steps from `rings` (no lock held), then calls `stale` and drops
+        (or draws again) the windows it reports: their bytes may be torn. This is `sample`'s own loop
+        with the copy left to the caller; `replay.distributed`'s shard actors use it to put the ring
+        bytes straight into Ray's object store. No samples are counted in the rate limiter (it waits,
+        as `sample` does, until the limiter admits a sample); ``max_times_sampled`` counts every draw.
+
+        Parameters
+        ----------
+        batch_size, window, pad, timeout
+            As `sample`.
+
+        Returns
+        -------
+        WindowTable
+            ``batch_size`` windows, in the order they were drawn.
+
+        Raises
+        ------
+        TimeoutError, ValueError
+            As `sample`.
+        """
+        self._check_owner("draw_windows")
+        _check_draw(batch_size, window, pad)
+        timeout = self._core.timeout if timeout is _DEFAULT else timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
+        b, length = int(batch_size), int(window)
+        meta = {k: np.zeros(b, dtype=np.int64) for k in ("shard", "anchor", "first", "n", "dst")}
+        prob = np.zeros(b)
+        done = table_size = 0
+        while done < b:
+            self._limiter.await_sample(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            got, table_size = self._draw(b - done, length, pad, done, meta, prob)
+            done += got
+        return WindowTable(
+            meta["shard"],
+            meta["anchor"],
+            meta["first"],
+            meta["n"],
+            meta["dst"],
+            prob,
+            table_size,
+            self._core.capacity,
+        )
+
+    def stale(self, table: WindowTable) -> np.ndarray:
+        """Which windows of ``table`` lost a step to the writers since they were drawn: bool [B].
+
+        Call it *after* copying the windows' steps: a window reported False was intact during the whole
+        copy (the writers publish a ring overwrite under the shard lock this reads under, see
+        `replay.storage`); one reported True may hold torn bytes and must be dropped.
+        """
+        self._check_owner("stale")
+        stale = np.zeros(len(table), dtype=bool)
+        for s in np.unique(table.shard):
+            sh = self._core.shards[int(s)]
+            with sh:
+                floor = sh.floor
+            sel = table.shard == s
+            stale[sel] = table.first[sel] < floor
+        return stale
+
+    def rings(self, shard: int = 0) -> dict[str, np.ndarray]:
+        """Read-only views of one shard's rings, ``{field: [shard_capacity, *field_shape]}``.
+
+        Position p of the shard lives in slot ``p % shard_capacity``; writers overwrite slots while you
+        read, so check what you copied with `stale`.
+        """
+        self._check_open()
+        out = {}
+        for name, ring in self._core.shards[shard].columns.items():
+            view = ring.view()
+            view.flags.writeable = False
+            out[name] = view
+        return out
 
     def _draw(
         self, k: int, length: int, pad: str, row0: int, meta: dict[str, np.ndarray], prob: np.ndarray

@@ -1,9 +1,11 @@
 """ReplayStore(backend="ray"): shards as Ray actors on a local cluster of this machine.
 
 Routing (whole episodes, balanced), one-table distributions across shards (chi-square, uniform and
-prioritized), priorities through keys, checkpoint / restore, a shard killed with and without
-restarts, writers in Ray tasks, argument checks. Three stores (seven shard actors) in all: each
-actor is a process that imports torch, so the tests share them in file order.
+prioritized), priorities through keys, batches equal to a reference gather byte for byte (wrapped
+rings, head and tail padding) and the redraw of windows overwritten between the draw and the put,
+checkpoint / restore, a shard killed with and without restarts, writers in Ray tasks, argument
+checks. Four stores (eight shard actors) in all: each actor is a process that imports torch, so the
+tests share them in file order.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from scipy import stats
 
 ray = pytest.importorskip("ray", reason="the Ray backend needs ray: pip install 'graphrl[ray]'")
 
-from replay import Fifo, Prioritized, ReplayStore, SampleToInsertRatio, TrajectorySpec, Uniform  # noqa: E402
-from replay.distributed import RayReplayStore, ShardError  # noqa: E402
+from replay import Fifo, MinSize, Prioritized, ReplayStore, SampleToInsertRatio, TrajectorySpec, Uniform  # noqa: E402
+from replay.distributed import RayReplayStore, ShardError, _place, _ShardActor  # noqa: E402
+from replay.store import decode_keys  # noqa: E402
 
 # the Ray task below travels by value: the workers cannot import this test file by name
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -236,6 +239,118 @@ def test_update_priorities_checks_keys_and_values(prio):
     with pytest.raises(ValueError, match="'obs'"):
         w.append({"id": np.int64(1), "obs": np.zeros(3, np.float32)})
     w.close()
+
+
+# ------------------------------------------------------------------------------------------ bytes
+
+# several fields of different sizes; an image of 768 bytes a step, so runs of 2 steps or more stream
+BYTES = TrajectorySpec(
+    {"id": ((), "int64"), "img": ((3, 16, 16), "uint8"), "r": ((), "float32"), "done": ((), "bool")}
+)
+
+
+def byte_steps(first: int, n: int) -> dict[str, np.ndarray]:
+    """n steps whose every field is a function of the step's id (first, first+1, ...)."""
+    ids = np.arange(first, first + n, dtype=np.int64)
+    img = (ids[:, None, None, None] * 7 + np.arange(768).reshape(3, 16, 16)) % 251
+    return {"id": ids, "img": img.astype(np.uint8), "r": (ids * 0.5).astype(np.float32), "done": ids % 3 == 0}
+
+
+def reference_batch(episodes, keys, lengths, window: int, pad: str) -> dict[str, np.ndarray]:
+    """What a gather of these windows gives: real steps from the live episodes, zero padding, the mask."""
+    data = {}
+    for e in episodes:
+        for j in range(e.length):
+            data[(e.shard, e.start + j)] = {name: col[j] for name, col in e.data.items()}
+    shard, anchor, back = decode_keys(np.asarray(keys))
+    out = {name: np.zeros((len(keys), window, *f.shape), f.dtype) for name, f in BYTES.items()}
+    out["mask"] = np.zeros((len(keys), window), bool)
+    for b, (s, a, k, n) in enumerate(
+        zip(shard.tolist(), anchor.tolist(), back.tolist(), lengths, strict=True)
+    ):
+        first, dst = a - k, (0 if pad == "tail" else window - int(n))
+        for j in range(int(n)):
+            for name, v in data[(s, first + j)].items():
+                out[name][b, dst + j] = v
+            out["mask"][b, dst + j] = True
+    return out
+
+
+def test_batches_equal_a_reference_gather_byte_for_byte(cluster):
+    # one shard of 100 steps, 163 written: the ring has wrapped, an episode straddles its end (positions
+    # 85..115 sit in slots 85..99 and 0..15) and the oldest live episode lost its head (floor 63)
+    with ReplayStore(BYTES, 100, num_shards=1, backend="ray", seed=11) as store:
+        with store.writer(chunk_steps=16) as w:
+            first = 0
+            for n in (13, 40, 7, 25, 31, 18, 29):
+                w.extend(byte_steps(first, n))
+                w.end_episode()
+                first += n
+        episodes = store.episodes()
+        assert sum(e.length for e in episodes) == 100
+        wrapped = padded = 0
+        for pad in ("tail", "head", "tail", "head"):  # the staging slot is reused: stale bytes must not show
+            with store.sample(64, window=16, pad=pad) as b:  # 64 >= 16: two halves drawn in parallel
+                want = reference_batch(episodes, b.keys.numpy(), b.lengths.numpy(), 16, pad)
+                for name in BYTES:
+                    assert b[name].numpy().tobytes() == want[name].tobytes(), (name, pad)
+                assert np.array_equal(b.mask.numpy(), want["mask"])
+                _, anchor, back = decode_keys(b.keys.numpy())
+                wrapped += int(((anchor - back) % 100 + b.lengths.numpy() > 100).sum())
+                padded += int((b.lengths < 16).sum())
+                assert np.allclose(b.probabilities.numpy(), 1 / 100)
+        assert wrapped > 0 and padded > 0
+
+
+def test_a_window_overwritten_between_the_draw_and_the_put_is_redrawn(cluster):
+    # the shard's code in this process; a writer overwrites the ring's oldest 30 slots right after the
+    # draw (the before_put hook), before the bytes are put: the windows starting there are redrawn
+    config = {
+        "spec": BYTES.to_config(),
+        "capacity": 100,
+        "num_shards": 1,
+        "selector": Uniform().to_config(),
+        "rate_limiter": MinSize(1).to_config(),
+        "max_times_sampled": 0,
+        "chunk_steps": 100,
+        "tier": "host",
+        "timeout": 10.0,
+        "staging_slots": 1,
+        "seed": 5,
+    }
+    shard = _ShardActor(0, config, None)
+    try:
+        shard.insert(1, byte_steps(0, 100), True, 10.0)  # positions 0..99
+        drawn = []
+
+        def overwrite(table):
+            if not drawn:
+                drawn.append(table)
+                shard.insert(2, byte_steps(1000, 30), True, 10.0)  # positions 100..129: floor 30
+
+        shard.before_put = overwrite
+        rep = shard.sample(32, 8, "tail", 10.0, None)
+        stale = int((drawn[0].first < 30).sum())
+        assert 0 < stale < 32 and rep["redrawn"] == stale and len(rep["parts"]) == 2
+        assert len(rep["keys"]) == 32
+        _, anchor, back = decode_keys(rep["keys"])
+        assert ((anchor - back) >= 30).all()  # no kept window starts below the floor
+        # the kept windows of the first draw come first, in order, then the redrawn ones
+        kept = drawn[0].keys[drawn[0].first >= 30]
+        assert np.array_equal(rep["keys"][: len(kept)], kept)
+        want = reference_batch(shard.store.episodes(), rep["keys"], rep["n"], 8, "tail")
+        for stream in (False, True):
+            out = {name: np.full((32, 8, *f.shape), 0xAB, f.dtype) for name, f in BYTES.items()}
+            mask = np.zeros((32, 8), bool)
+            flat = tuple(out[name].reshape(-1).view(np.uint8) for name in BYTES)
+            pieces = [ray.get(part[0]) for part in rep["parts"]]
+            row_bytes = np.array([f.row_bytes for f in BYTES.values()], np.int64)
+            _place(rep, pieces, flat, mask, row_bytes, 0, 8, stream)
+            for name in BYTES:
+                assert out[name].tobytes() == want[name].tobytes(), (name, stream)
+            assert np.array_equal(mask, want["mask"])
+    finally:
+        shard.close()
 
 
 # ------------------------------------------------------------------------------------------ checkpoints
