@@ -12,15 +12,15 @@ Gather
 ------
 On the CPU, `FeatureStore.gather` copies each row with one ``memcpy`` (an LLVM intrinsic inside a
 ``nogil`` numba kernel, `graphrl.kernels`) into a staging buffer, prefetching the rows a few rows
-ahead, and for batches of at least `graphrl.kernels.STREAM_THRESHOLD` bytes with streaming
-(non-temporal) stores; chunks of rows are claimed dynamically by the calling thread and helper
-threads (`graphrl.kernels.parallel_for`), so a busy machine costs at most the speed-up (an OpenMP
-fork-join waits for every descheduled worker). The staging buffer is reused, so a gather
-writes into memory that is already mapped: it avoids the page faults a fresh ``torch.index_select``
-output pays, which is most of its cost. With CUDA, a ``numba.cuda`` kernel (a warp per row) reads the
-rows straight from the table in place, from GPU memory or from pinned host memory through UVA, and
-writes the batch into a device staging buffer: the CPU never touches the rows (PyTorch-Direct's
-zero-copy gather). The kernel runs under numba's CUDA simulator in the tests.
+ahead, and for batches of at least 64 MiB with streaming (non-temporal) stores; chunks of rows are
+claimed dynamically by the calling thread and helper threads (`graphrl.kernels.parallel_for`), so a
+busy machine costs at most the speed-up (an OpenMP fork-join waits for every descheduled worker).
+The staging buffer is reused, so a gather writes into memory that is already mapped: it avoids the
+page faults a fresh ``torch.index_select`` output pays, which is most of its cost. With CUDA, a
+``numba.cuda`` kernel (a warp per row) reads the rows straight from the table in place, from GPU
+memory or from pinned host memory through UVA, and writes the batch into a device staging buffer:
+the CPU never touches the rows (PyTorch-Direct's zero-copy gather). The kernel runs under numba's
+CUDA simulator in the tests.
 
 Cache
 -----
@@ -65,7 +65,6 @@ import torch
 from graphrl.graph import CSCGraph
 from graphrl.kernels import (
     LINE,
-    STREAM_THRESHOLD,
     copy_bytes,
     parallel_for,
     prefetch,
@@ -85,6 +84,12 @@ _CHUNK_BYTES = 1 << 21  # rows per dynamically claimed chunk: about 2 MiB of out
 _PREFETCH_BYTES = 4096  # default prefetch distance of the CPU gather, in bytes of rows ahead ...
 _PREFETCH_MIN, _PREFETCH_MAX = 4, 16  # ... but at least 4 and at most 16 rows
 _PREFETCH_LINES = 16  # cache lines prefetched per row (the hardware streams the rest of a long row)
+# Batches of at least this many bytes are written with streaming stores. Higher than the windows'
+# `graphrl.kernels.STREAM_THRESHOLD`: random rows gathered by two threads into a 51 MB staging buffer
+# (2M x 128 float32, 100k rows) ran no faster with streaming stores than with cached ones (median
+# 0.87x vs 1.0x of ``index_select(out=)`` over 9 runs each on the busy 2-core machine: the reused
+# buffer stays in the 300 MiB L3); at 205 MB (512 columns) they gain 20-40 %.
+_STREAM_BYTES = 64 << 20
 
 
 def _prefetch_rows(row_bytes: int) -> int:
@@ -176,8 +181,7 @@ def gather_rows(table: torch.Tensor, ids: np.ndarray, out: torch.Tensor, threads
     stream : bool or None
         Write ``out`` with streaming (non-temporal) stores (`graphrl.kernels.stream_bytes`), which
         skip reading the output lines into the cache first. Default: when the batch is at least
-        `graphrl.kernels.STREAM_THRESHOLD` bytes, rows are whole cache lines and ``out`` is 64-byte
-        aligned.
+        ``_STREAM_BYTES`` (64 MiB), rows are whole cache lines and ``out`` is 64-byte aligned.
 
     Returns
     -------
@@ -203,7 +207,7 @@ def gather_rows(table: torch.Tensor, ids: np.ndarray, out: torch.Tensor, threads
     if ahead is None:
         ahead = _prefetch_rows(row_bytes)
     if stream is None:
-        stream = b * row_bytes >= STREAM_THRESHOLD and row_bytes % LINE == 0 and dst.ctypes.data % LINE == 0
+        stream = b * row_bytes >= _STREAM_BYTES and row_bytes % LINE == 0 and dst.ctypes.data % LINE == 0
     step = max(64, _CHUNK_BYTES // row_bytes)
     chunks = -(-b // step)
     if threads <= 1 or chunks <= 1:
