@@ -12,8 +12,9 @@ disturbed by other processes).
 Modes: ``uniform`` (DGL's ``NeighborSampler(fanouts)``) and ``weighted``: the same random float32 edge
 weights (uniform in [0, 1), one edge in ten set to 0) for both, ours through
 ``NeighborSampler(weights=...)`` (exponential keys), DGL's through ``NeighborSampler(fanouts,
-prob="w")``, which calls ``sample_neighbors(prob="w")``. PyG's ``NeighborLoader`` needs torch-sparse
-or pyg-lib, which are not installed here, so it is not a baseline yet.
+prob="w")``, which calls ``sample_neighbors(prob="w")``. PyG's sampler (the one ``NeighborLoader``
+calls) is a third baseline where torch_geometric and torch-sparse or pyg-lib import (``benchmarks/_pyg.py``;
+``benchmarks/setup_pyg.sh`` builds them); otherwise one line says PyG is skipped.
 
 Run ``python benchmarks/sampler.py --help``; results go to ``benchmarks/results/sampler.json``.
 """
@@ -28,6 +29,7 @@ import click
 import numba
 import numpy as np
 import torch
+from _pyg import bench_pyg, print_pyg, pyg_status
 from _report import machine, write_result
 
 from graphrl.datasets import load_gowalla
@@ -175,15 +177,21 @@ def main(graphs: str, num_nodes: int, num_edges: int, fanouts: str, batch_size: 
             label = f"{name} {_millions(num_nodes)}/{_millions(num_edges)}"
         click.echo(f"{label}: max in-degree {int(graph.in_degrees().max()):,}", err=True)
         dgl_graph = to_dgl(dgl, graph)
+        coo = coo_by_edge_id(graph) if pyg_status()[0] else None  # PyG baseline (benchmarks/_pyg.py)
         for mode in mode_list:
             rows.append(bench_graph(dgl, label, graph, fans, batch_size, num_batches, warmup, repeats, seed,
                                     mode, dgl_graph))
-        del graph, dgl_graph
+            if coo is not None:
+                weights = edge_weights(graph.num_edges, seed) if mode == "weighted" else None
+                bench_pyg(rows[-1], coo, graph.num_nodes, fans, batch_size, num_batches, warmup, repeats,
+                          seed, mode, weights)
+        del graph, dgl_graph, coo
     click.echo(f"\nthreads: ours {numba.get_num_threads()}, dgl {dgl.utils.get_num_threads()} (OpenMP)")
     click.echo(f"{'case':<53} {'ours (M edges/s)':>17} {'dgl (M edges/s)':>16} {'ratio':>6}")
     for row in rows:
         click.echo(f"{row['case']:<53} {row['ours'] / 1e6:>17.1f} {row['baseline_value'] / 1e6:>16.1f} "
                    f"{row['ratio']:>6.2f}")
+    print_pyg(rows)
     write_result("sampler", rows, machine(threads=threads, numba_threads=numba.get_num_threads(),
                                      numba_threading_layer=numba.threading_layer()), output)
 
