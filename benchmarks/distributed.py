@@ -24,7 +24,9 @@ shard's draw (its local selector, `replay.store.ReplayStore.draw_windows`); ``sh
 ``ray.put`` of the windows' ring runs (the one copy on the shard side: ring -> object store);
 ``shard_sample_s`` the whole shard call (draw, put, staleness check); ``transfer_s`` the rest of the
 remote call (the RPC and its small reply); ``get_s`` the client's zero-copy ``ray.get`` of the runs;
-``copy_s`` the client's copy of the windows into its staging buffer (padding and mask included).
+``copy_s`` the client's copy of the windows into its staging buffer (padding and mask included);
+``shard_put_faults`` the minor page faults of the shard processes during their puts (object-store
+pages the process had not touched yet: about 4 KiB each).
 Two reference rows time ``ray.put`` and ``ray.get`` of one batch's bytes as one array (the object
 store alone) and a plain numpy copy of them (the machine's copy bandwidth).
 
@@ -177,7 +179,13 @@ def main(
     import ray
 
     logging.basicConfig(level=logging.WARNING)
-    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    ray.init(  # a cluster of its own, even where another is running on this machine
+        address="local",
+        num_cpus=num_cpus,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+    )
     episodes = make_episodes(steps)
     batch_bytes = batch * window * SPEC.step_bytes
     click.echo(

@@ -108,6 +108,7 @@ import json
 import logging
 import math
 import os
+import resource
 import shutil
 import threading
 import time
@@ -529,11 +530,13 @@ class _ShardActor:
         t0 = time.perf_counter()
         store = self.store
         cap = store.shard_capacity
-        rings = [r.reshape(-1).view(np.uint8) for r in store.rings(0).values()]
+        views = store.rings(0)
+        rings = [views[name].reshape(-1).view(np.uint8) for name in self.spec]
         row_bytes = [f.row_bytes for f in self.spec.values()]
         kept: list = []
         parts = []
         draw_s = put_s = 0.0
+        faults = 0  # minor page faults of this process during the puts (fresh object-store pages)
         need, row, redrawn = k, 0, 0
         while need:
             t = time.perf_counter()
@@ -547,9 +550,11 @@ class _ShardActor:
                 for ring, rb in zip(rings, row_bytes, strict=True)
             ]
             t1 = time.perf_counter()
+            f1 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             ref = ray.put(pieces)  # ring -> object store, no lock held
             del pieces
             t2 = time.perf_counter()
+            faults += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f1
             good = ~store.stale(table)
             draw_s += t1 - t
             put_s += t2 - t1
@@ -574,6 +579,7 @@ class _ShardActor:
             "counts": self._counts(),
             "seconds": (draw_s, put_s, time.perf_counter() - t0),
             "redrawn": redrawn,
+            "faults": faults,
         }
 
     def update_priorities(self, keys: np.ndarray, priorities: np.ndarray) -> int:
@@ -1385,6 +1391,7 @@ class RayReplayStore:
                 "copy_s": t3 - t2 - get_s,
                 "total_s": t3 - t0,
                 "redrawn": float(sum(rep["redrawn"] for rep in replies)),
+                "shard_put_faults": float(sum(rep["faults"] for rep in replies)),
             }
         if device is not None and torch.device(device).type != "cpu":
             return batch.to(device)

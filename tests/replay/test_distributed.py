@@ -77,7 +77,10 @@ def until_dead(actor):
 def cluster():
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        # address="local": a cluster of its own, even where someone runs `ray start --head` on this machine
+        ray.init(
+            address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False
+        )
     yield
     if started:
         ray.shutdown()
