@@ -45,11 +45,12 @@ Shared memory
     unlinks them when the region is freed, when the manager closes or is garbage collected, and at
     interpreter exit, also after an exception and in ``multiprocessing`` children (which leave through
     ``os._exit`` when forked). A process killed by a signal cannot clean up: its segments stay in
-    ``/dev/shm``. Other processes attach with `Region.attach` (or by unpickling a shared region); an
-    attached region never unlinks. We call ``_posixshmem`` directly rather than
-    ``multiprocessing.shared_memory.SharedMemory``: on Python 3.11 the latter registers every attach
-    with the resource tracker, which then unlinks the segment when the attaching process exits and
-    warns about "leaked" segments.
+    ``/dev/shm``, unless the owner called `Region.unlink` once every process had attached (the
+    mappings stay valid, the name is gone). Other processes attach with `Region.attach` (or by
+    unpickling a shared region); an attached region never unlinks. We call ``_posixshmem`` directly
+    rather than ``multiprocessing.shared_memory.SharedMemory``: on Python 3.11 the latter registers
+    every attach with the resource tracker, which then unlinks the segment when the attaching process
+    exits and warns about "leaked" segments.
 Disk
     Zarr v3 arrays, uncompressed, chunked by rows (about 16 MiB a chunk), one per region under
     ``spill_dir``, deleted when the region is freed or the manager closes. ``tensor()`` and
@@ -457,7 +458,8 @@ class _ShmSegment:
             fd = _posixshmem.shm_open("/" + name, os.O_RDWR, mode=0o600)
         except FileNotFoundError as exc:
             raise FileNotFoundError(
-                f"no shared region named {name!r} (its owner freed it, closed, or never created it)"
+                f"no shared region named {name!r} (its owner freed it, closed, unlinked its name "
+                "with Region.unlink, or never created it)"
             ) from exc
         try:
             size = os.fstat(fd).st_size
@@ -1009,6 +1011,37 @@ class Region:
         return self.tensor().__dlpack_device__()
 
     # -- lifetime
+
+    def unlink(self) -> None:
+        """Remove this shared region's name from /dev/shm now, keeping the region and its mapping.
+
+        POSIX shared memory outlives a name: after ``unlink`` the segment stays mapped (and readable
+        and writable) in this process and in every process that has already attached it, and the
+        kernel frees it when the last mapping goes, even if a process is killed by a signal. Use it
+        once every process that needs the region has attached: nothing is then left in /dev/shm
+        whatever happens to the processes. Afterwards attaching by name or handle (or unpickling the
+        region) raises FileNotFoundError; `free` and the manager's ``close`` still unmap the region
+        and return its bytes to the budget, and do not fail on the missing name. The budget and
+        statistics do not change: the bytes stay in use until `free`. Idempotent.
+
+        Raises
+        ------
+        ValueError
+            The region is not on the shared tier, was attached from another process (only the
+            creating manager's region may unlink; ``owns == False``), or was freed.
+
+        Examples
+        --------
+        >>> region = mm.allocate(n, "int64", "shared", owner="graph")  # doctest: +SKIP
+        >>> send(region.handle()); wait_until_everyone_attached()        # doctest: +SKIP
+        >>> region.unlink()  # /dev/shm is clean; the region keeps working  # doctest: +SKIP
+        """
+        backing = self._use()
+        if self.tier is not Tier.SHARED or not isinstance(backing, _ShmBacking):
+            raise ValueError(f"only shared regions have a name to unlink; {self._label()} is not shared")
+        if not self.owns:
+            raise ValueError(f"{self._label()} was attached, not created here: only its owner may unlink it")
+        backing.segment.unlink()
 
     @property
     def freed(self) -> bool:

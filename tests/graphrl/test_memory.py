@@ -465,6 +465,49 @@ def test_shared_attach_by_handle_name_and_pickle(mm):
     assert d.freed  # closing the manager unmaps what it attached
 
 
+def test_unlink_removes_the_name_and_keeps_the_region(mm):
+    r = mm.allocate((2, 5), "int32", "shared", owner="graph")
+    r.tensor().copy_(torch.arange(10, dtype=torch.int32).view(2, 5))
+    a = mm.attach(r.handle())  # attached before the unlink: stays mapped
+    stats, usage = mm.stats(), mm.usage()
+    r.unlink()
+    assert not (SHM / r.name).exists() and shm_names(mm.shm_prefix) == []
+    assert mm.stats() == stats and mm.usage() == usage  # the bytes stay in use until free
+    r.unlink()  # idempotent
+    with pytest.raises(FileNotFoundError, match="unlink"):
+        Region.attach(r.handle())
+    with pytest.raises(FileNotFoundError, match=r.name):
+        pickle.loads(pickle.dumps(r))
+    a.tensor()[1, 4] = -1  # both mappings still work and still share their bytes
+    r.tensor()[0, 0] = 42
+    assert r.numpy()[1, 4] == -1 and a.numpy()[0, 0] == 42
+    with pytest.raises(ValueError, match="only its owner"):
+        a.unlink()
+    r.free()  # no error on the missing name; the bytes go back
+    assert mm.usage()["shared"]["used"] == 0
+    assert a.numpy()[1, 4] == -1
+    with pytest.raises(ValueError, match="freed"):
+        r.unlink()
+    with pytest.raises(ValueError, match="only shared"):
+        mm.allocate(4, "uint8", "host", owner="o").unlink()
+    kept = mm.allocate(4, "uint8", "shared", owner="o")
+    kept.unlink()
+    mm.close()  # close frees an unlinked region without complaint
+    assert kept.freed and a.freed
+
+
+def test_unlinked_region_leaves_nothing_when_the_owner_is_killed(tmp_path):
+    code = (
+        "import os, signal; from graphrl.memory import MemoryManager\n"
+        "mm = MemoryManager()\n"
+        "r = mm.allocate(64, 'uint8', 'shared', owner='x'); r.unlink(); r.tensor()[:] = 1\n"
+        "print(mm.shm_prefix, flush=True); os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == -9, out.stderr
+    assert shm_names(out.stdout.strip()) == []
+
+
 def _child_attaches(handle, spill_dir, queue):  # runs in a spawned process
     from graphrl.memory import MemoryManager, Region
 
