@@ -197,6 +197,7 @@ def save(store: ReplayStore, path: str | os.PathLike[str]) -> str:
                     "shards": meta,
                     "max_priority": sel.max_priority,
                     "rng": json.dumps(sel.rng.bit_generator.state),
+                    "incarnation": store._incarnation,
                 }
             finally:
                 core.control.cond.release()
@@ -245,7 +246,7 @@ def load(path: str | os.PathLike[str], memory: Any = None, **overrides: Any) -> 
     import zarr
     from zarr.storage import LocalStore
 
-    from replay.store import ReplayStore
+    from replay.store import INC_BITS, ReplayStore
 
     folder = _latest(Path(path))
     group = zarr.open_group(LocalStore(folder, read_only=True), mode="r")
@@ -314,6 +315,9 @@ def load(path: str | os.PathLike[str], memory: Any = None, **overrides: Any) -> 
             ctl.assigned[:] = cfg["assigned"]
             ctl.open[:] = 0  # the writers of the checkpointed store are gone
             ctl.cond.notify_all()
+        # positions written after the checkpoint will be reused: keys drawn before now must not apply
+        store._incarnation = (int(cfg.get("incarnation", 0)) + 1) % (1 << INC_BITS)
+        store._restored_at = np.array([int(m["write_pos"]) for m in cfg["shards"]], dtype=np.int64)
     except BaseException:
         store.close()
         raise

@@ -21,10 +21,15 @@ See `replay.storage` for the commit and sampling protocol and why it needs no sl
 
 Keys
 ----
-``batch.keys`` (int64) pack a window's shard (8 bits), its anchor position (39 bits) and the distance
-from its anchor back to its first real step (16 bits). `update_priorities` applies a priority only if
-every step the window touched is still stored; keys of overwritten windows are ignored, never applied
-to the new occupant of the slot (a generation check on absolute positions).
+``batch.keys`` (int64) pack a window's shard (8 bits), the distance from its anchor back to its first
+real step (16 bits), the store's incarnation (4 bits) and its anchor position (35 bits: 3.4e10 steps a
+shard). `update_priorities` applies a priority only if every step the window touched is still stored;
+keys of overwritten windows are ignored, never applied to the new occupant of the slot (a generation
+check on absolute positions). A restored store (`restore`, or a Ray shard restarted from its checkpoint)
+reuses the positions written after the checkpoint, so it counts its incarnation up by one (mod 16):
+keys of the previous incarnation apply only to windows that lie wholly below the restored write
+position (data the checkpoint held), keys of older ones never; so keys drawn before a restore never
+reach data written after it.
 
 Sampling to a GPU (GEAR's zero-copy collect)
 --------------------------------------------
@@ -103,26 +108,38 @@ __all__ = ["Batch", "Episode", "ReplayStore", "StoreHandle", "WindowTable", "dec
 
 logger = logging.getLogger(__name__)
 
-SHARD_BITS, BACK_BITS, POS_BITS = 8, 16, 39
+SHARD_BITS, BACK_BITS, INC_BITS, POS_BITS = 8, 16, 4, 35
 MAX_SHARDS = 1 << SHARD_BITS
 MAX_WINDOW = 1 << BACK_BITS
 _DEFAULT: Any = object()
 _CHUNK_BYTES = 16 * 2**20
 
 
-def encode_keys(shards: np.ndarray, anchors: np.ndarray, back: np.ndarray) -> np.ndarray:
-    """Keys (int64 [B]) of windows: ``anchor << 24 | back << 8 | shard``."""
+def encode_keys(
+    shards: np.ndarray, anchors: np.ndarray, back: np.ndarray, incarnation: int = 0
+) -> np.ndarray:
+    """Keys (int64 [B]) of windows: ``anchor << 28 | incarnation << 24 | back << 8 | shard``."""
     return (
-        (np.asarray(anchors, np.int64) << (SHARD_BITS + BACK_BITS))
+        (np.asarray(anchors, np.int64) << (SHARD_BITS + BACK_BITS + INC_BITS))
+        | np.int64((int(incarnation) % (1 << INC_BITS)) << (SHARD_BITS + BACK_BITS))
         | (np.asarray(back, np.int64) << SHARD_BITS)
         | np.asarray(shards, np.int64)
     )
 
 
 def decode_keys(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(shard, anchor position, back)`` of each key (see `encode_keys`)."""
+    """``(shard, anchor position, back)`` of each key (see `encode_keys`; `key_incarnations` for the rest)."""
     keys = np.asarray(keys, dtype=np.int64)
-    return keys & (MAX_SHARDS - 1), keys >> (SHARD_BITS + BACK_BITS), (keys >> SHARD_BITS) & (MAX_WINDOW - 1)
+    return (
+        keys & (MAX_SHARDS - 1),
+        keys >> (SHARD_BITS + BACK_BITS + INC_BITS),
+        (keys >> SHARD_BITS) & (MAX_WINDOW - 1),
+    )
+
+
+def key_incarnations(keys: np.ndarray) -> np.ndarray:
+    """The store incarnation (0..15) each key was drawn in (see `encode_keys`)."""
+    return (np.asarray(keys, dtype=np.int64) >> (SHARD_BITS + BACK_BITS)) & ((1 << INC_BITS) - 1)
 
 
 @dataclass(frozen=True)
@@ -174,6 +191,7 @@ class WindowTable:
     probabilities: np.ndarray
     table_size: int
     capacity: int
+    incarnation: int = 0
 
     def __len__(self) -> int:
         return len(self.anchor)
@@ -181,7 +199,7 @@ class WindowTable:
     @property
     def keys(self) -> np.ndarray:
         """int64 [B]: the windows' keys (as ``Batch.keys``, for `ReplayStore.update_priorities`)."""
-        return encode_keys(self.shard, self.anchor, self.anchor - self.first)
+        return encode_keys(self.shard, self.anchor, self.anchor - self.first, self.incarnation)
 
     @property
     def slots(self) -> np.ndarray:
@@ -199,6 +217,7 @@ class WindowTable:
             self.probabilities[rows],
             self.table_size,
             self.capacity,
+            self.incarnation,
         )
 
 
@@ -671,6 +690,8 @@ class ReplayStore:
         self._staging_slots = int(staging_slots)
         self._uva: list[tuple[Any, ...]] | None = None  # per shard, numba views of its rings (GPU path)
         self._uva_regions: list[Region] = []  # rings registered (page-locked) for the GPU path
+        self._incarnation = 0  # counted up by restore (see Keys in the module docstring)
+        self._restored_at: np.ndarray | None = None  # per shard, the write position restored (int64)
         self._closed = False
 
     def _alloc(self, shape: tuple[int, ...], dtype: Any, name: str) -> np.ndarray:
@@ -797,6 +818,8 @@ class ReplayStore:
         self._limiter = RateLimiterState(limiter, control.counters, control.cond)
         self._pools = {}
         self._selector_regions = []
+        self._incarnation = 0
+        self._restored_at = None
         self._closed = False
         return self
 
@@ -1004,7 +1027,8 @@ class ReplayStore:
                 n_t, dst_t = (torch.from_numpy(meta[k]).to(target) for k in ("n", "dst"))
                 j = torch.arange(length, device=target)
                 torch.logical_and(j >= dst_t[:, None], j < (dst_t + n_t)[:, None], out=mask)
-            keys = encode_keys(meta["shard"], meta["anchor"], meta["anchor"] - meta["first"])
+            back = meta["anchor"] - meta["first"]
+            keys = encode_keys(meta["shard"], meta["anchor"], back, self._incarnation)
             self._limiter.sample(int(meta["n"].sum()))
             weights = (
                 _weights(prob, table_size, beta) if self._prioritized else torch.ones(b, dtype=torch.float32)
@@ -1192,6 +1216,7 @@ class ReplayStore:
             prob,
             table_size,
             self._core.capacity,
+            self._incarnation,
         )
 
     def stale(self, table: WindowTable) -> np.ndarray:
@@ -1342,6 +1367,7 @@ class ReplayStore:
         k = k.astype(np.int64)
         p = check_priorities(priorities, k.size)
         shard, anchor, back = decode_keys(k)
+        incarnation = key_incarnations(k)
         bad = (shard >= self.num_shards) | (k < 0)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
@@ -1361,6 +1387,12 @@ class ReplayStore:
                     floor = sh.floor
                 slots = anchor[sel] % cap
                 ok = (anchor[sel] - back[sel] >= floor) & (anchor[sel] < self._ingested[s])
+                inc = incarnation[sel]
+                current = inc == self._incarnation
+                if self._restored_at is not None:  # the previous incarnation's keys below the restore point
+                    prev = (self._incarnation - 1) % (1 << INC_BITS)
+                    current |= (inc == prev) & (anchor[sel] < self._restored_at[s])
+                ok &= current
                 ok &= self._selector.state[s, slots] == LIVE
                 self._selector.update(s, slots[ok], p[sel][ok])
                 applied += int(ok.sum())

@@ -13,7 +13,7 @@ import pytest
 
 from graphrl.memory import MemoryManager
 from replay import Prioritized, ReplayStore, SampleToInsertRatio, TrajectorySpec
-from replay.store import decode_keys
+from replay.store import decode_keys, encode_keys, key_incarnations
 
 SPEC = TrajectorySpec({"pos": ((), "int64"), "img": ((3, 4, 4), "uint8"), "r": ((), "float32")})
 
@@ -97,7 +97,10 @@ def test_round_trip_of_data_index_priorities_counters_generations_and_rng(tmp_pa
         same(before, snapshot(restored))
         # same draws afterwards (selector RNG round-trips), same windows
         a, b = store.sample(64, window=5), restored.sample(64, window=5)
-        assert np.array_equal(a.keys.numpy(), b.keys.numpy())
+        # same windows; the keys differ only in the incarnation the restored store counted up
+        pairs = zip(decode_keys(a.keys), decode_keys(b.keys), strict=True)
+        assert all(np.array_equal(x, y) for x, y in pairs)
+        assert (key_incarnations(a.keys) == 0).all() and (key_incarnations(b.keys) == 1).all()
         assert all(np.array_equal(a[k].numpy(), b[k].numpy()) for k in SPEC)
         assert np.array_equal(a.mask.numpy(), b.mask.numpy()) and np.allclose(a.weights, b.weights)
         # generations: overwrite the same positions in both; old keys are stale in both alike
@@ -179,3 +182,38 @@ def test_a_checkpoint_killed_part_way_leaves_the_previous_one_loadable(tmp_path,
         left = sorted(os.listdir(root))
         assert left == ["LATEST", "ckpt-000001"]
         restored.close()
+
+
+def test_keys_drawn_after_a_checkpoint_never_reach_data_written_after_the_restore(tmp_path):
+    # The checkpoint holds episode A; B is written and sampled, then lost (restore from the checkpoint);
+    # C is written after the restore into the very positions B had. B's keys must be ignored, A's kept.
+    spec = {"x": ((), "int64")}
+    with MemoryManager() as mm:
+        store = ReplayStore(spec, capacity_steps=1000, selector=Prioritized(1.0), seed=0, memory=mm)
+
+        def episode(s, value, n=10):
+            with s.writer() as w:
+                w.extend({"x": np.full(n, value)})
+                w.end_episode()
+
+        episode(store, 1)  # A: positions 0..9
+        store.checkpoint(tmp_path)
+        episode(store, 2)  # B: positions 10..19
+        b_keys = store.sample(64, window=1).keys
+        a_keys = encode_keys([0] * 10, np.arange(10), [0] * 10)  # drawn before the restore, data in it
+        b_keys = b_keys[decode_keys(b_keys)[1] >= 10][:8]
+        assert len(b_keys) > 0
+        restored = ReplayStore.restore(tmp_path, memory=mm)
+        episode(restored, 3)  # C: positions 10..19 again
+        assert restored.update_priorities(b_keys, np.full(len(b_keys), 1000.0)) == 0
+        assert restored.update_priorities(a_keys, np.full(10, 2.0)) == 10
+        # the priority mass is A's 10 x 2 plus C's 10 at the max priority seen (1), not B's 1000s
+        xs = restored.sample(4000, window=1)["x"].numpy().ravel()
+        assert 0.55 < (xs == 1).mean() < 0.78  # A: 20 / 30 of the mass
+        assert set(np.unique(xs)) == {1, 3}
+        # a second restore: keys two incarnations old apply nowhere
+        restored.checkpoint(tmp_path / "again")
+        again = ReplayStore.restore(tmp_path / "again", memory=mm)
+        assert again.update_priorities(a_keys, np.full(10, 2.0)) == 0
+        for s in (again, restored, store):
+            s.close()
