@@ -46,6 +46,21 @@ sampling, priority and checkpoint code. The client `RayReplayStore` holds no ste
 - keys: a shard's local key (shard bits 0) with the shard's index in its low 8 bits, the layout of
   `replay.store.encode_keys`; `update_priorities` routes each key to its shard.
 
+Sampling speed
+--------------
+``benchmarks/distributed.py``: B=256 windows of L=64 steps of a 3x64x64 uint8 image and three scalars
+(202 MB a batch), a 12 000-step ring, a local cluster on a 2-core machine shared with other work
+(load average 9-14; the in-process figure is measured beside each row, 0.8-1.2e4 windows/s). One
+shard: 2.7-4.0e3 windows/s, ratio 0.26-0.35 (0.28-0.30 at load 3-7; with a 60 000-step ring 0.28);
+``prefetch=1``: 3.2-4.1e3, ratio 0.30-0.35; 2 shards 2.6-3.4e3; 4 shards 2.4-3.2e3. With the
+shard-side gather these were 2.0-2.6e3 (ratio 0.20-0.29), 1.8-3.0e3, 1.8-2.8e3 and 1.8-2.1e3. Issue
+7's target for one shard, ratio >= 0.33, is met in about half the runs, not robustly. Per batch (one
+shard): draw 1-2 ms; ``ray.put`` 30-55 ms: Ray copies the runs (70-120 MB: overlapping windows share
+them) at 3-4 GB/s, glibc's cached ``memcpy`` below 1 MiB a buffer and a parallel copy above, where
+the in-process gather streams at 8 GB/s; a shard process's first puts also fault in fresh
+object-store pages (about 25 000 per 100 MB, a few hundred a batch once warm); then the client's
+``ray.get`` 2-4 ms, its copy 20-35 ms (202 MB), the stats round trip 3-6 ms.
+
 Rate limiting (at the client, enforced on inserts by the shards)
 ----------------------------------------------------------------
 The user's rate limiter applies to the whole store with global counters: inserts and deletes are the
