@@ -250,6 +250,7 @@ def _concat_tables(tables: list) -> Any:
         ),
         tables[-1].table_size,
         tables[-1].capacity,
+        tables[-1].incarnation,
     )
 
 

@@ -21,7 +21,7 @@ ray = pytest.importorskip("ray", reason="the Ray backend needs ray: pip install 
 
 from replay import Fifo, MinSize, Prioritized, ReplayStore, SampleToInsertRatio, TrajectorySpec, Uniform  # noqa: E402
 from replay.distributed import RayReplayStore, ShardError, _place, _ShardActor  # noqa: E402
-from replay.store import decode_keys  # noqa: E402
+from replay.store import decode_keys, key_incarnations  # noqa: E402
 
 # the Ray task below travels by value: the workers cannot import this test file by name
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -332,7 +332,9 @@ def test_a_window_overwritten_between_the_draw_and_the_put_is_redrawn(cluster):
                 shard.insert(2, byte_steps(1000, 30), True, 10.0)  # positions 100..129: floor 30
 
         shard.before_put = overwrite
+        shard.store._incarnation = 3  # as after two restores: every key, redrawn ones too, carries it
         rep = shard.sample(32, 8, "tail", 10.0, None)
+        assert (key_incarnations(rep["keys"]) == 3).all()
         stale = int((drawn[0].first < 30).sum())
         assert 0 < stale < 32 and rep["redrawn"] == stale and len(rep["parts"]) == 2
         assert len(rep["keys"]) == 32
