@@ -12,9 +12,10 @@ users do; nothing here opens sockets or manages a cluster. The pieces:
     Local rank 0 of each machine builds the CSC graph (and any other arrays, e.g. the training pairs)
     in `graphrl.memory.MemoryManager` regions on the ``shared`` tier; the other local ranks attach them
     by name (`MemoryManager.attach`), so a machine holds one copy however many ranks it runs. Region
-    handles travel through ``all_gather_object``; a barrier makes sure every rank has attached before
-    the call returns, so from then on the owner may free its regions whenever it likes (an unlinked
-    segment stays mapped wherever it is attached).
+    handles travel through ``all_gather_object``; a barrier makes sure every rank has attached, and
+    then the owner unlinks the segments' names (`Region.unlink`): the mappings stay valid on every
+    local rank, and nothing is left in ``/dev/shm`` however the job ends (``kill -9``, ``torchrun``
+    tearing the job down with SIGTERM, Ctrl-C). Arrays must be dense: sparse tensors are rejected.
 `DistributedBatchSampler`
     This rank's batches of an index range: ``torch.utils.data.DistributedSampler``'s split (the same
     seeded permutation on every rank, rank r takes positions r, r + W, ...) cut into batches. Every rank
@@ -47,8 +48,10 @@ deterministic blocks such as fanout -1). The tests check it to float64 round-off
 
 Devices
 -------
-LightGCN's sampled-block kernels (`graphrl.nn.csr_spmm`) run on the CPU, so the recommender trains
-with gloo on CPU ranks; NCCL is chosen only for a CUDA training device.
+The samplers run on the CPU over the shared graph; `ddp_bpr_step` moves each batch (its blocks and
+index tensors) to the model's device, where `graphrl.nn.csr_spmm` takes its torch path for non-CPU
+tensors. So a CUDA rank (NCCL) trains with the same code as a CPU rank (gloo). Exact evaluation
+(`LightGCN.inference` and the metrics) runs on the CPU: evaluate a CPU model.
 
 References
 ----------
@@ -59,6 +62,7 @@ which share one graph per machine between the trainer processes.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import inspect
 import logging
@@ -266,8 +270,8 @@ class SharedGraph:
     meta : dict[str, Any]
         The other (non-array) values ``build`` returned, unpickled on each rank.
     owner : bool
-        True on the local rank that built and owns the regions (its memory manager unlinks them when
-        it frees them or closes); False where they were attached.
+        True on the local rank that built and owns the regions (its memory manager frees them when it
+        closes; the budget counts them there); False where they were attached.
     regions : tuple[Region, ...]
         Every region behind ``graph`` and ``tensors`` in this process (created or attached).
     """
@@ -280,12 +284,24 @@ class SharedGraph:
 
     @property
     def names(self) -> tuple[str, ...]:
-        """The ``/dev/shm`` names of the regions (the same on every local rank)."""
+        """The shared-memory names of the regions (the same on every local rank).
+
+        `share_graph` unlinks them once every local rank has attached (unless ``unlink=False``), so
+        after it returns they are no longer in ``/dev/shm`` and cannot be attached again.
+        """
         return tuple(r.name for r in self.regions if r.name is not None)
 
 
-def _to_tensor(value: Any) -> torch.Tensor | None:
+def _to_tensor(name: str, value: Any) -> torch.Tensor | None:
     if isinstance(value, torch.Tensor):
+        if value.layout is not torch.strided:
+            raise TypeError(
+                f"build's array {name!r} is a sparse tensor (layout {value.layout}, shape "
+                f"{tuple(value.shape)}): share_graph shares dense arrays only. Pass its dense parts under "
+                f"their own names instead, e.g. {name}_indices=t.coalesce().indices() and "
+                f"{name}_values=t.coalesce().values() (COO; CSR: t.crow_indices(), t.col_indices(), "
+                "t.values()) with the shape as a value, and rebuild it on each rank with "
+                "torch.sparse_coo_tensor / torch.sparse_csr_tensor; or pass t.to_dense()")
         return value.detach().cpu().contiguous()
     if isinstance(value, np.ndarray):
         return torch.from_numpy(np.ascontiguousarray(value))
@@ -301,6 +317,7 @@ def _own(build: Callable[[], Any], memory: MemoryManager) -> tuple[SharedGraph, 
     if not isinstance(extra, Mapping):
         raise TypeError(f"build's second value must be a mapping of names to arrays or values, "
                         f"got {type(extra).__name__}")
+    converted = {name: _to_tensor(name, value) for name, value in extra.items()}  # rejects sparse up front
     mine = {id(r) for r in memory.regions()}
     if graph.regions and all(r.tier is Tier.SHARED and id(r) in mine for r in graph.regions):
         shared = graph  # built straight into this manager's shared tier: no copy
@@ -310,7 +327,7 @@ def _own(build: Callable[[], Any], memory: MemoryManager) -> tuple[SharedGraph, 
     tensors, meta, handles = {}, {}, {}
     try:
         for name, value in extra.items():
-            tensor = _to_tensor(value)
+            tensor = converted[name]
             if tensor is None:
                 meta[name] = value
                 continue
@@ -352,20 +369,28 @@ def _attach(payload: dict[str, Any], memory: MemoryManager) -> SharedGraph:
 
 
 def share_graph(build: Callable[[], CSCGraph | tuple[CSCGraph, Mapping[str, Any]]], memory: MemoryManager,
-                ctx: DistContext | None = None, *, group: dist.ProcessGroup | None = None) -> SharedGraph:
+                ctx: DistContext | None = None, *, group: dist.ProcessGroup | None = None,
+                unlink: bool = True) -> SharedGraph:
     """One copy of a graph per machine: local rank 0 builds it on the shared tier, the others attach.
 
     On local rank 0 of each machine ``build()`` runs and its graph is copied into regions of ``memory``
     on the ``shared`` tier (no copy when it already lives there, built with ``memory=memory,
-    tier="shared"``); array values of the mapping it may return go to shared regions too (owner
-    ``"ddp.<name>"``), other values travel by pickle. The other local ranks never call ``build``: they
-    attach the regions by name (`MemoryManager.attach`: no bytes against their budgets, no copy). The
-    handles are exchanged with one ``all_gather_object`` over ``group``; a barrier then makes sure every
-    rank has attached. Every rank of ``group`` must call this function (it is a collective).
+    tier="shared"``); dense array values (tensors, numpy arrays) of the mapping it may return go to
+    shared regions too (owner ``"ddp.<name>"``), other values travel by pickle. Sparse tensors (COO,
+    CSR, CSC, BSR, BSC) are not supported: pass their index and value arrays as separate entries (see
+    Raises). The other local ranks never call ``build``: they attach the regions by name
+    (`MemoryManager.attach`: no bytes against their budgets, no copy). The handles are exchanged with
+    one ``all_gather_object`` over ``group``; a barrier then makes sure every rank has attached. Every
+    rank of ``group`` must call this function (it is a collective).
 
-    The owner's ``memory`` unlinks the segments when it frees them or closes (at the latest at exit);
-    ranks that attached keep their mappings valid after that, so ranks may close in any order. A
-    process killed by a signal cannot unlink: its segments stay in ``/dev/shm``.
+    Once every rank has attached (after the barrier), the owner unlinks the segments' names
+    (`graphrl.memory.Region.unlink`): every local rank keeps its mapping, the kernel frees the memory
+    when the last rank unmaps it, and nothing is left in ``/dev/shm`` even when ranks are killed by a
+    signal (``kill -9``, ``torchrun`` stopping the job with SIGTERM, Ctrl-C). The flip side: no other
+    process can attach the regions by name afterwards (e.g. a DataLoader worker started later, which
+    gets the regions by pickling); pass ``unlink=False`` for that, and the owner's ``memory`` then
+    unlinks them when it frees them or closes (at the latest at a normal exit). The bytes count
+    against the owner's shared-tier budget until it frees them or closes, either way.
 
     Parameters
     ----------
@@ -378,6 +403,9 @@ def share_graph(build: Callable[[], CSCGraph | tuple[CSCGraph, Mapping[str, Any]
         From `init_distributed`; None reads the default group (one process when none exists).
     group : torch.distributed.ProcessGroup or None
         The ranks taking part (default: the world).
+    unlink : bool
+        Unlink the segments' names once every local rank has attached (default). False keeps them
+        attachable by name until the owner frees them.
 
     Returns
     -------
@@ -387,7 +415,10 @@ def share_graph(build: Callable[[], CSCGraph | tuple[CSCGraph, Mapping[str, Any]
     Raises
     ------
     TypeError
-        ``build`` returned something other than a CSCGraph (with an optional mapping).
+        ``build`` returned something other than a CSCGraph (with an optional mapping), or a sparse
+        tensor among its arrays (the message names it; pass ``t.indices()`` / ``t.values()`` or
+        ``t.crow_indices()`` / ``t.col_indices()`` / ``t.values()`` as separate entries, or
+        ``t.to_dense()``). Raised on the owner; the other ranks raise RuntimeError quoting it.
     MemoryBudgetError
         The owner's shared tier has no room (raised on the owner).
     RuntimeError
@@ -418,6 +449,8 @@ def share_graph(build: Callable[[], CSCGraph | tuple[CSCGraph, Mapping[str, Any]
         if error is not None:
             raise error
         assert mine is not None
+        if unlink:
+            _unlink(mine)
         return mine
     gathered: list[Any] = [None] * world
     dist.all_gather_object(gathered, (ctx.node, ctx.local_rank, ctx.rank, payload), group=group)
@@ -434,8 +467,16 @@ def share_graph(build: Callable[[], CSCGraph | tuple[CSCGraph, Mapping[str, Any]
             raise RuntimeError(f"share_graph: local rank 0 (rank {owner_rank}) of {ctx.node!r} could not "
                                f"build the shared graph: {body}")
         mine = _attach(body, memory)
-    dist.barrier(group=group)
+    dist.barrier(group=group)  # every local rank has attached: the names are no longer needed
+    if unlink and mine.owner:
+        _unlink(mine)
     return mine
+
+
+def _unlink(shared: SharedGraph) -> None:
+    for region in shared.regions:
+        region.unlink()
+    log.debug("unlinked %d shared segments (still mapped on every local rank)", len(shared.regions))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -576,12 +617,27 @@ def _model_device(model: torch.nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
+def _batch_to(batch: LinkBatch, device: torch.device) -> LinkBatch:
+    """``batch`` with its tensors and blocks on ``device`` (the same object when they are there already)."""
+    if batch.users.device == device:
+        return batch
+
+    def move(value: Any) -> Any:
+        return value.to(device, non_blocking=True) if isinstance(value, torch.Tensor) else value
+
+    blocks = [dataclasses.replace(b, **{f.name: move(getattr(b, f.name)) for f in dataclasses.fields(b)})
+              for b in batch.blocks]
+    fields = {f.name: move(getattr(batch, f.name)) for f in dataclasses.fields(batch) if f.name != "blocks"}
+    return dataclasses.replace(batch, blocks=type(batch.blocks)(blocks), **fields)
+
+
 def ddp_bpr_step(model: torch.nn.Module, batch: LinkBatch, optimizer: torch.optim.Optimizer,
                  reg: float = 1e-4, *, stop: bool = False,
                  group: dist.ProcessGroup | None = None) -> tuple[float, bool]:
     """One data-parallel BPR step: `bpr_batch_loss` on this rank's batch, agreement, backward, update.
 
-    Before the backward pass the ranks all-reduce three numbers: whether their loss is finite, whether
+    The batch is moved to the model's device first (a no-op on the CPU). Before the backward pass
+    the ranks all-reduce three numbers: whether their loss is finite, whether
     they want to stop (``stop``), and their loss. If any rank's loss is non-finite, every rank raises
     (none updates), instead of one rank leaving the others waiting in DDP's gradient all-reduce. The
     gradient is then averaged over ranks by DDP, so with equal-sized rank batches the step equals a
@@ -612,6 +668,7 @@ def ddp_bpr_step(model: torch.nn.Module, batch: LinkBatch, optimizer: torch.opti
     ValueError
         Some rank's loss is NaN or infinite (raised on every rank, before any update).
     """
+    batch = _batch_to(batch, _model_device(model))
     loss, total = bpr_batch_loss(model, batch, reg)
     total_value = float(total.detach())
     finite = math.isfinite(total_value)
@@ -643,7 +700,7 @@ def _batch_stream(batches: DistributedBatchSampler, start_epoch: int) -> Iterato
 def train_bpr_ddp(model: torch.nn.Module, link_sampler: LinkSampler, batches: DistributedBatchSampler, *,
                   epochs: float | None = None, minutes: float | None = None, max_steps: int | None = None,
                   lr: float = 1e-3, reg: float = 1e-4, optimizer: torch.optim.Optimizer | None = None,
-                  prefetch: int = 1, start_epoch: int = 0, progress: bool = False,
+                  prefetch: int = 1, start_epoch: int = 0, progress: bool = False, warmup_steps: int = 1,
                   group: dist.ProcessGroup | None = None) -> TrainStats:
     """Data-parallel `graphrl.train.train_bpr`: every rank trains on its share of the positive pairs.
 
@@ -652,9 +709,12 @@ def train_bpr_ddp(model: torch.nn.Module, link_sampler: LinkSampler, batches: Di
     and takes a `ddp_bpr_step`. A background thread samples the next ``prefetch`` batches while this
     one trains. The ranks stop together: after a number of steps that is the same everywhere
     (``epochs``, ``max_steps``), or when any rank's wall clock reaches ``minutes``, which they agree on in
-    the step's all-reduce. Any other exception on one rank (a sampler error, say) leaves the others
-    waiting in their next collective until ``torchrun`` stops them, which it does when a rank fails,
-    or until the process group's timeout.
+    the step's all-reduce. The clock for ``minutes`` starts after ``warmup_steps`` steps: the first
+    step compiles the numba kernels of the sampler and of `graphrl.nn.csr_spmm` (tens of seconds on a
+    cold cache, more on a loaded machine), which would otherwise eat a short budget. Any other
+    exception on one rank (a sampler error, say) leaves the others waiting in their next collective
+    until ``torchrun`` stops them, which it does when a rank fails, or until the process group's
+    timeout.
 
     Parameters
     ----------
@@ -668,7 +728,8 @@ def train_bpr_ddp(model: torch.nn.Module, link_sampler: LinkSampler, batches: Di
     epochs : float or None
         Stop after ``ceil(epochs * len(batches))`` steps.
     minutes : float or None
-        Stop after the first step at which some rank's loop has run this many minutes.
+        Stop after the first step at which some rank's clock, started after the warm-up steps, has run
+        this many minutes (so at least ``warmup_steps + 1`` steps run).
     max_steps : int or None
         Stop after this many steps.
     lr : float
@@ -683,6 +744,8 @@ def train_bpr_ddp(model: torch.nn.Module, link_sampler: LinkSampler, batches: Di
         Epoch number of the first batch (the permutation's ``set_epoch``).
     progress : bool
         A tqdm bar (show it on one rank only).
+    warmup_steps : int
+        Steps (trained as usual) before the clock for ``minutes`` starts; 0 starts it at once.
     group : torch.distributed.ProcessGroup or None
         Default: the world.
 
@@ -690,13 +753,15 @@ def train_bpr_ddp(model: torch.nn.Module, link_sampler: LinkSampler, batches: Di
     -------
     TrainStats
         ``losses`` are averaged over the ranks; ``sampled_edges`` and ``sample_seconds`` are this
-        rank's; ``stopped_by`` is "epochs", "steps" (``max_steps``) or "minutes".
+        rank's; ``stopped_by`` is "epochs", "steps" (``max_steps``) or "minutes"; ``seconds`` is the
+        whole loop, warm-up included.
 
     Raises
     ------
     ValueError
         No stopping rule, or one that is not positive; ``batches`` covers another range than the
-        sampler's pairs or has no batch per epoch; ``prefetch`` < 0; a non-finite loss on any rank.
+        sampler's pairs or has no batch per epoch; ``prefetch`` or ``warmup_steps`` < 0; a non-finite
+        loss on any rank.
     """
     if epochs is None and minutes is None and max_steps is None:
         raise ValueError("give epochs, minutes or max_steps: training needs a stopping rule")
@@ -712,6 +777,8 @@ def train_bpr_ddp(model: torch.nn.Module, link_sampler: LinkSampler, batches: Di
                          f"batch_size={batches.batch_size}, drop_last=True): lower batch_size")
     if prefetch < 0:
         raise ValueError(f"prefetch must be >= 0, got {prefetch}")
+    if warmup_steps < 0:
+        raise ValueError(f"warmup_steps must be >= 0, got {warmup_steps}")
     limits = [s for s in (math.ceil(epochs * per_epoch) if epochs is not None else None, max_steps) if s]
     steps_cap = min(limits) if limits else None
     budget = minutes * 60.0 if minutes is not None else math.inf
@@ -724,6 +791,7 @@ def train_bpr_ddp(model: torch.nn.Module, link_sampler: LinkSampler, batches: Di
     bar = tqdm(total=steps_cap, disable=not progress, unit="batch", dynamic_ncols=True, desc="train")
     model.train()
     start = time.perf_counter()
+    clock = start if warmup_steps == 0 else None  # the budget's clock starts after the warm-up steps
     try:
         if pool is not None:
             for _ in range(prefetch):
@@ -734,9 +802,11 @@ def train_bpr_ddp(model: torch.nn.Module, link_sampler: LinkSampler, batches: Di
                 pending.append(pool.submit(link_sampler.sample, next(ids)))
             else:
                 batch = link_sampler.sample(next(ids))
-            out_of_time = time.perf_counter() - start >= budget
+            out_of_time = clock is not None and time.perf_counter() - clock >= budget
             loss, stop = ddp_bpr_step(model, batch, opt, reg, stop=out_of_time, group=group)
             stats.steps += 1
+            if clock is None and stats.steps >= warmup_steps:
+                clock = time.perf_counter()
             stats.losses.append(loss)
             if progress:
                 bar.update(1)

@@ -10,14 +10,21 @@ free port itself) does the work in the ranks and saves what they saw; the tests 
 (c) the seed split is disjoint and covers every pair, in the ranks and by the pure rule;
 (d) the Gowalla graph is one copy on the shared tier: the same bytes on both ranks, the second rank's
     memory manager holds no shared bytes and no /dev/shm file of its own, its mappings are the
-    first rank's segments (a write by the owner is seen by the other rank); nothing is left in
-    /dev/shm afterwards.
+    first rank's segments (a write by the owner is seen by the other rank); once share_graph has
+    returned, /dev/shm holds none of the job's segments (the owner unlinked them; the mappings keep
+    working), and nothing is left afterwards;
+(e) a job torn down by signals (one rank SIGKILLs itself after share_graph, torchrun SIGTERMs the
+    other) leaves nothing in /dev/shm (separate torchrun runs, on a small graph).
+
+The example's command line (fanouts, --device, --help) is tested with click's CliRunner.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +36,7 @@ from graphrl.train.ddp import DistributedBatchSampler
 
 SHM = Path("/dev/shm")
 WORLD = 2
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "ddp_recommender.py"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -116,10 +124,13 @@ def _worker(out: Path) -> None:
     res["own_shm_files"] = sorted(p.name for p in SHM.iterdir() if p.name.startswith(mm.shm_prefix))
     maps = Path("/proc/self/maps").read_text()
     res["mapped"] = sorted(name for name in shared.names if f"/dev/shm/{name}" in maps)
-    if shared.owner:
+    if shared.owner:  # after the unlink: the mappings are still shared
         shared.tensors["probe"].copy_(torch.tensor([7, 11, 13, 17]))
     dist.barrier()
     res["probe"] = shared.tensors["probe"].clone()
+    # every rank has returned from share_graph (and the owner has unlinked): no segment in /dev/shm
+    res["names_in_shm"] = sorted(name for name in shared.names if (SHM / name).exists())
+    res["job_shm_files"] = sorted(p.name for p in SHM.iterdir() if p.name.startswith(mm.shm_prefix))
 
     # (a) + (c): a few DDP steps on Gowalla, ranks initialised differently
     meta = shared.meta
@@ -175,7 +186,8 @@ def _worker(out: Path) -> None:
     res["small_eval"] = evaluate_ddp(
         lambda t: evaluate_model(smodel, small.graph, sds["num_users"], train_csr, t, k=5), test_csr)
 
-    # the ranks stop together when one rank's clock runs out (rank 0: at once; rank 1: 10 minutes)
+    # the ranks stop together when one rank's clock runs out (rank 0: at once; rank 1: 10 minutes);
+    # the clock starts after one warm-up step
     stats = train_bpr_ddp(sddp, slink, sbatches, minutes=1e-9 if rank == 0 else 10.0, max_steps=50, lr=0.01)
     res["minutes_stop"] = (stats.steps, stats.stopped_by)
 
@@ -198,6 +210,32 @@ def _worker(out: Path) -> None:
     res["left_after_close"] = sorted(p.name for p in SHM.iterdir() if p.name.startswith(mm.shm_prefix))
     torch.save(res, out / f"rank{rank}.pt")
     shutdown_distributed()
+
+
+def _killed_worker(out: Path, victim: int) -> None:
+    """Share a small graph, then rank ``victim`` SIGKILLs itself; the other waits for torchrun's SIGTERM."""
+    import numba
+    import torch.distributed as dist
+
+    from graphrl.memory import MemoryManager
+    from graphrl.train.ddp import init_distributed, share_graph
+
+    torch.set_num_threads(1)
+    numba.set_num_threads(1)
+    ctx = init_distributed(backend="gloo", timeout_s=120)
+    mm = MemoryManager()
+    (out / f"prefix{ctx.rank}").write_text(mm.shm_prefix)
+
+    def build():
+        ds = _small_dataset()
+        return ds.graph, {"users": ds.train_users, "items": ds.train_items}
+
+    shared = share_graph(build, mm, ctx)
+    (out / f"names{ctx.rank}").write_text("\n".join(shared.names))
+    dist.barrier()  # both ranks are past share_graph and wrote their files
+    if ctx.rank == victim:
+        os.kill(os.getpid(), signal.SIGKILL)
+    signal.pause()  # no collective to fail out of: only torchrun's signal ends this rank
 
 
 # --------------------------------------------------------------------------------------------------
@@ -309,7 +347,8 @@ def test_evaluation_split_over_ranks_equals_one_process(ranks):
 @pytest.mark.slow
 def test_ranks_agree_on_stopping_and_on_a_non_finite_loss(ranks):
     results, _, _ = ranks
-    assert [r["minutes_stop"] for r in results] == [(1, "minutes")] * WORLD  # rank 1 had 10 minutes left
+    # one warm-up step, then rank 0's clock runs out at once (rank 1 had 10 minutes left)
+    assert [r["minutes_stop"] for r in results] == [(2, "minutes")] * WORLD
     for res in results:
         assert res["nonfinite"] is not None and "non-finite on 1 of 2 ranks" in res["nonfinite"]
         assert res["nonfinite_unchanged"]
@@ -375,7 +414,6 @@ def test_graph_is_one_shared_copy_per_machine(ranks):
     assert r0["graph_sha"] == r1["graph_sha"] and r0["pairs_sha"] == r1["pairs_sha"]
     # the owner's manager holds the bytes; the attaching rank's holds none and made no segment
     assert sum(o["bytes"] for o in r0["shared_stats"].values()) > 20 * 2**20
-    assert set(r0["own_shm_files"]) == set(r0["names"])
     assert r1["shared_stats"] == {} and r1["own_shm_files"] == []
     # rank 1 maps rank 0's segments, and sees the owner's write
     assert r1["mapped"] == sorted(r0["names"])
@@ -388,6 +426,144 @@ def test_nothing_left_in_dev_shm(ranks):
     for res in results:
         assert res["left_after_close"] == []
         assert not [n for n in after if n.startswith(res["prefix"])]
+
+
+@pytest.mark.slow
+def test_segments_unlinked_once_every_rank_attached(ranks):
+    results, _, _ = ranks
+    r0, r1 = results
+    assert len(r0["names"]) == 7 and all(n.startswith(r0["prefix"]) for n in r0["names"])
+    for res in results:  # checked inside the ranks, while they still use the graph
+        assert res["names_in_shm"] == [] and res["job_shm_files"] == []
+    assert r0["own_shm_files"] == []  # already gone when the owner looked, right after share_graph
+    assert r1["mapped"] == sorted(r0["names"]) and r1["probe"].tolist() == [7, 11, 13, 17]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("victim", [0, 1], ids=["owner-sigkill", "attacher-sigkill-owner-sigterm"])
+def test_job_killed_by_signals_leaves_nothing_in_dev_shm(tmp_path, victim):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={WORLD}",
+           __file__, str(tmp_path), "--kill", str(victim)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode != 0  # a rank died: torchrun stopped the other and failed
+    assert "SIGKILL" in proc.stdout + proc.stderr or "-9" in proc.stdout + proc.stderr, proc.stderr[-3000:]
+    names = (tmp_path / "names0").read_text().split()
+    assert names == (tmp_path / "names1").read_text().split() and len(names) == 4 + 2
+    prefixes = [(tmp_path / f"prefix{r}").read_text() for r in range(WORLD)]
+    assert all(n.startswith(prefixes[0]) for n in names)
+    left = sorted(p.name for p in SHM.iterdir() if p.name.startswith(tuple(prefixes)))
+    for name in left:  # clean up what a failing run leaked (the ranks are dead)
+        (SHM / name).unlink(missing_ok=True)
+    assert left == [], f"left in /dev/shm after the job was killed: {left}"
+
+
+def test_share_graph_one_process_unlinks_or_keeps_names():
+    from graphrl.memory import MemoryManager, Region
+    from graphrl.train.ddp import share_graph
+
+    ds = _small_dataset()
+    with MemoryManager() as mm:
+        shared = share_graph(lambda: (ds.graph, {"users": ds.train_users}), mm)
+        assert shared.owner and len(shared.names) == 5
+        assert [n for n in shared.names if (SHM / n).exists()] == []
+        assert torch.equal(shared.graph.indptr, ds.graph.indptr)  # still readable after the unlink
+        with pytest.raises(FileNotFoundError):
+            Region.attach(shared.regions[0].handle())
+        kept = share_graph(lambda: ds.graph, mm, unlink=False)
+        assert all((SHM / n).exists() for n in kept.names)
+    assert [n for n in kept.names if (SHM / n).exists()] == []
+
+
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
+@pytest.mark.parametrize("layout", ["coo", "csr"])
+def test_share_graph_rejects_sparse_tensors_naming_them(layout):
+    from graphrl.memory import MemoryManager
+    from graphrl.train.ddp import share_graph
+
+    ds = _small_dataset()
+    dense = torch.eye(ds.num_nodes)[:, :8] / 2
+    sparse = dense.to_sparse() if layout == "coo" else dense.to_sparse_csr()
+    with MemoryManager() as mm:
+        with pytest.raises(TypeError, match=r"'features' is a sparse tensor.*features_indices="):
+            share_graph(lambda: (ds.graph, {"users": ds.train_users, "features": sparse}), mm)
+        assert mm.regions() == [] and [p for p in SHM.iterdir() if p.name.startswith(mm.shm_prefix)] == []
+
+
+def test_training_clock_starts_after_warm_up_steps():
+    from graphrl.nn import LightGCN
+    from graphrl.train.ddp import train_bpr_ddp
+
+    ds = _small_dataset()
+    sds = {"users": ds.train_users, "items": ds.train_items + ds.num_users, "num_users": ds.num_users,
+           "num_items": ds.num_items}
+    link = _small_link_sampler(ds.graph, sds, seed=0)
+    for warmup, steps in ((0, 1), (1, 2), (3, 4)):  # a budget that has run out at once
+        model = LightGCN.from_graph(ds.graph, num_layers=2, embedding_dim=8, seed=0)
+        batches = DistributedBatchSampler(link.num_pairs, 8, rank=0, world_size=1)
+        stats = train_bpr_ddp(model, link, batches, minutes=1e-9, max_steps=50, warmup_steps=warmup)
+        assert (stats.steps, stats.stopped_by) == (steps, "minutes")
+    with pytest.raises(ValueError, match="warmup_steps"):
+        train_bpr_ddp(model, link, batches, minutes=1.0, warmup_steps=-1)
+
+
+def test_batches_move_to_the_model_device():
+    from graphrl.train.ddp import _batch_to
+
+    ds = _small_dataset()
+    sds = {"users": ds.train_users, "items": ds.train_items + ds.num_users, "num_users": ds.num_users,
+           "num_items": ds.num_items}
+    batch = _small_link_sampler(ds.graph, sds, seed=0).sample(torch.arange(6))
+    assert _batch_to(batch, torch.device("cpu")) is batch
+    meta = _batch_to(batch, torch.device("meta"))  # a device without data: shows every tensor moved
+    assert type(meta.blocks) is type(batch.blocks) and len(meta.blocks) == len(batch.blocks)
+    moved = [meta.users, meta.pos_items, meta.neg_items, meta.user_index, meta.pos_index, meta.neg_index,
+             meta.pair_ids] + [getattr(b, f) for b in meta.blocks
+                               for f in ("src_nodes", "dst_nodes", "indptr", "indices", "edge_ids")]
+    assert all(t.device.type == "meta" for t in moved)
+    assert meta.users.shape == batch.users.shape and batch.users.device.type == "cpu"
+
+
+# --------------------------------------------------------------------------------------------------
+# The example's command line
+
+
+@pytest.fixture(scope="module")
+def example_main():
+    spec = importlib.util.spec_from_file_location("ddp_recommender_example", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
+
+
+@pytest.mark.parametrize("fanouts,why", [("10,x", "'x' is not an integer"), ("", "an empty entry"),
+                                         ("10,,5", "an empty entry"), ("10,-2", "must be >= 0, or -1")])
+def test_example_bad_fanouts_are_usage_errors(example_main, fanouts, why):
+    from click.testing import CliRunner
+
+    result = CliRunner().invoke(example_main, ["--fanouts", fanouts])
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--fanouts'" in result.output and why in result.output
+    assert "Traceback" not in result.output and not isinstance(result.exception, ValueError)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
+def test_example_device_cuda_without_cuda_is_a_usage_error(example_main):
+    from click.testing import CliRunner
+
+    result = CliRunner().invoke(example_main, ["--device", "cuda"])
+    assert result.exit_code == 2 and "CUDA is not available" in result.output, result.output
+    bad = CliRunner().invoke(example_main, ["--device", "tpu"])
+    assert bad.exit_code == 2 and "'--device'" in bad.output
+
+
+def test_example_help_names_device_and_warm_up(example_main):
+    from click.testing import CliRunner
+
+    result = CliRunner().invoke(example_main, ["--help"], terminal_width=200)
+    assert result.exit_code == 0
+    text = " ".join(result.output.split())
+    assert "--device [auto|cpu|cuda]" in text and "warm-up step" in text
 
 
 _ONE_PROCESS = """
@@ -429,4 +605,7 @@ def test_runs_as_one_process_without_torchrun():
 
 
 if __name__ == "__main__":  # torchrun runs this file in each rank
-    _worker(Path(sys.argv[1]))
+    if sys.argv[2:3] == ["--kill"]:
+        _killed_worker(Path(sys.argv[1]), int(sys.argv[3]))
+    else:
+        _worker(Path(sys.argv[1]))
