@@ -93,6 +93,11 @@ def _fsync_dir(path: Path) -> None:
 
 def _latest(path: Path) -> Path:
     marker = path / "LATEST"
+    if not marker.is_file() and (path / "MANIFEST.json").is_file():  # replay.distributed's layout
+        raise ValueError(
+            f"{path} holds a Ray-backed store's checkpoint (MANIFEST.json, no LATEST): "
+            "use replay.distributed.RayReplayStore.restore(path)"
+        )
     if not marker.is_file():
         raise FileNotFoundError(f"no complete replay checkpoint under {path} (no LATEST file)")
     name = marker.read_text().strip()

@@ -18,10 +18,14 @@ sampling, priority and checkpoint code. The client `RayReplayStore` holds no ste
 
 - writes: a `RayTrajectoryWriter` buffers an episode (``chunk_steps`` rows at most) and ships its
   numpy columns to one shard; every chunk of an episode goes to the same shard. A writer balances its
-  own steps over the shards (it picks the shard it has sent the fewest steps to, ties starting at a
-  random offset), so writers that never talk to each other fill the shards evenly. At most
-  ``max_inflight`` shipments per writer are in flight (pipelined), a chunk of an open episode waits
-  for the previous one.
+  own steps over the shards (it picks the shard it has sent the fewest steps to, ties starting at an
+  offset), and each new writer's offset is the next shard in a round robin over all the store's
+  writers (a counter on shard 0's actor, one round trip when the writer is made; random if shard 0
+  does not answer): 32 writers of one equal episode each over 8 shards put 4 episodes on every
+  shard. Writers of unequal episodes balance only their own steps. At most ``max_inflight``
+  shipments per writer are in flight (pipelined), a chunk of an open episode waits for the previous
+  one. Shipping is asynchronous: ``end_episode`` queues the last shipment, and its error surfaces at
+  the writer's next call that waits for it, at ``flush()``, or at ``close()`` (which raises it).
 - samples: one round trip asks every shard for its priority mass (Prioritized; its live count when
   the whole table's mass is 0, and for Uniform); the client draws the per-shard counts from a
   multinomial with those weights and asks each shard for its share in parallel.
@@ -91,7 +95,12 @@ has it reload the store's last checkpoint (the client keeps the folder), then th
 serving: the shard holds exactly what that checkpoint held plus what was written after the restart.
 Steps written to it after the checkpoint and before the death are lost; a call that met the dying or
 restarting actor is retried once the actor is back; a writer's shipment that met the death raises
-`ShardError` in the writer (its steps are lost).
+`ShardError` in the writer (its steps are lost). An episode open in a writer when its shard restarts
+has lost its earlier part: the writer's next shipment of it raises `ShardError` naming the shard,
+and its steps are stored as a separate record marked ``continuation=True`` (the local store's flag
+for a segment whose earlier part is not in the same record: windows do not reach back past its
+start), never as a whole episode. Remote writers that meet a store their owner closed
+(`RayReplayStore.close`, which kills the actors) get `ShardError` saying so.
 
 Security
 --------
@@ -161,6 +170,15 @@ _FORMAT = "graphrl.replay.ray"
 _VERSION = 1
 _SHARD_SLOTS = 1  # staging slots of a shard's local store (it never gathers: see _ShardActor.sample)
 _STREAM_PIECE = 1024  # in a streamed batch, runs shorter than this still go through memcpy (replay.windows)
+_LOST_RECORD = 1 << 62  # no shard record has this id (ids count up from 0): see _ShardActor.insert
+_DRAW_CHUNK = 65536  # a shard draws (and puts) at most this many windows at a time, checking the deadline
+_STATS_GRACE = 5.0  # seconds a sample's stats round trip may take past a shorter timeout (see _stats_timeout)
+_CLOSED_KEY = b"graphrl.replay.closed."  # + the store's id, in Ray's internal KV once its owner closed it
+
+
+def _secs(x: float | None) -> str:
+    """Seconds for messages, rounded to ms ("2 s", "0.25 s", "no limit")."""
+    return "no limit" if x is None else f"{round(float(x), 3):g} s"
 
 
 class ShardError(RuntimeError):
@@ -385,6 +403,7 @@ class _ShardActor:
         self.open: dict[int, Any] = {}
         self.idle: list[Any] = []
         self.before_put: Any = None  # tests: called with the drawn WindowTable before its bytes are put
+        self.writers = 0  # writers made so far (shard 0's count spreads new writers' first episodes)
         if folder is not None:
             logger.info("shard %d restored from %s", index, folder)
 
@@ -456,8 +475,19 @@ class _ShardActor:
             self.cond.notify_all()
 
     # -- writing
-    def insert(self, key: int, columns: dict, end: bool, timeout: float | None) -> int:
-        """Append ``columns`` ([T, ...] numpy arrays) to the episode ``key``; end it if ``end``."""
+    def insert(self, key: int, columns: dict, end: bool, timeout: float | None, first: bool = True) -> tuple:
+        """Append ``columns`` ([T, ...] numpy arrays) to the episode ``key``; end it if ``end``.
+
+        ``first``: this is the episode's first shipment. A later shipment of an episode this actor does
+        not hold open (Ray restarted it since the earlier ones: they are lost) is stored as a separate
+        record flagged ``continuation`` (as the local store flags a segment whose earlier part is a
+        separate record: windows never reach back past its start), never as a whole episode.
+
+        Returns
+        -------
+        tuple
+            (steps stored, whether the episode's earlier part was lost).
+        """
         start = time.monotonic()
         with self.cond:
             ok = self.cond.wait_for(
@@ -484,11 +514,16 @@ class _ShardActor:
                 )
             self.active += 1
             w = self.open.pop(key, None)
+            lost = w is None and not first
             if w is None:
                 w = self.idle.pop() if self.idle else None
         try:
             if w is None:
                 w = self.store.writer(chunk_steps=self.chunk_steps)
+            if lost:  # a record id no record has: the local store starts a continuation record
+                with self.store._core.control.cond:  # and balances the open count its end takes back
+                    self.store._core.control.open[0] += 1
+                w._episode = (0, _LOST_RECORD)
             w.extend(columns)
             if end:
                 w.end_episode()
@@ -507,7 +542,7 @@ class _ShardActor:
                 self.idle.append(w)
             else:
                 self.open[key] = w
-        return n
+        return n, lost
 
     def pause(self, timeout: float | None) -> None:
         with self.cond:
@@ -531,7 +566,14 @@ class _ShardActor:
         into the object store with one ``ray.put`` (a list of flat byte views of the rings, run-major:
         Ray copies ring -> object store here, while this method runs); then windows overwritten during
         that copy (`replay.store.ReplayStore.stale`) are dropped and drawn again, as the local `sample`
-        does. The client copies each window out of the runs (`_place`).
+        does. The client copies each window out of the runs (`_place`). A large ``k`` is drawn and put
+        ``_DRAW_CHUNK`` windows at a time; past ``timeout`` (the client's deadline: it has given up)
+        the next chunk is not drawn, so an oversized batch does not keep the shard busy.
+
+        Raises
+        ------
+        TimeoutError
+            ``timeout`` passed after the first chunk.
 
         Returns
         -------
@@ -544,6 +586,7 @@ class _ShardActor:
         if allow is not None:
             self.set_allow(allow)
         t0 = time.perf_counter()
+        deadline = None if timeout is None else time.monotonic() + timeout
         store = self.store
         cap = store.shard_capacity
         views = store.rings(0)
@@ -555,8 +598,15 @@ class _ShardActor:
         faults = 0  # minor page faults of this process during the puts (fresh object-store pages)
         need, row, redrawn = k, 0, 0
         while need:
+            if (row or redrawn) and deadline is not None and time.monotonic() > deadline:
+                # the client gave up on this call: stop (the selector's lock is free between draws)
+                raise TimeoutError(
+                    f"shard {self.index}: sample of {k} windows passed the caller's deadline "
+                    f"({_secs(timeout)}) after {row} windows; nothing was returned"
+                )
             t = time.perf_counter()
-            table = store.draw_windows(need, window, pad=pad, timeout=timeout)
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            table = store.draw_windows(min(need, _DRAW_CHUNK), window, pad=pad, timeout=left)
             if self.before_put is not None:
                 self.before_put(table)
             runs, seg = _ring_runs(table.slots, table.n, table.dst, cap)
@@ -616,6 +666,12 @@ class _ShardActor:
     def ping(self) -> str:
         return self.incarnation
 
+    def next_writer(self) -> int:
+        """A number for a new writer (0, 1, 2, ...): its first episode goes to shard ``number % S``."""
+        with self.cond:
+            self.writers += 1
+            return self.writers - 1
+
     def close(self) -> None:
         self.store.close()
 
@@ -635,6 +691,8 @@ class RayStoreHandle:
     shard_capacity: int
     chunk_steps: int
     timeout: float | None
+    max_restarts: int = 0
+    store_id: str = ""
 
     def spec_object(self) -> TrajectorySpec:
         return TrajectorySpec({n: (shape, dtype) for n, shape, dtype in self.spec})
@@ -652,7 +710,25 @@ def _actor_errors() -> tuple[type[BaseException], ...]:
     return tuple(errs)
 
 
-def _shard_error(s: int, what: str, exc: BaseException, restarts: int) -> ShardError:
+def _closed_by_owner(store_id: str) -> bool:
+    """Whether the store's owner closed it (a flag in Ray's internal KV, set by `RayReplayStore.close`)."""
+    if not store_id:
+        return False
+    try:
+        from ray.experimental import internal_kv
+
+        return bool(internal_kv._internal_kv_exists(_CLOSED_KEY + store_id.encode()))
+    except Exception as exc:  # noqa: BLE001 - a message detail: never hide the real error behind this
+        logger.debug("could not read the closed flag: %s", exc)
+        return False
+
+
+def _shard_error(s: int, what: str, exc: BaseException, restarts: int, store_id: str = "") -> ShardError:
+    if _closed_by_owner(store_id):
+        return ShardError(
+            f"shard {s}: the store was closed by its owner (RayReplayStore.close()), so {what} was not "
+            "stored; write to a store that is open"
+        )
     remedy = (
         "it was not restarted (max_restarts=0): restore the store from a checkpoint "
         "(RayReplayStore.restore(path)) or make it with max_restarts >= 1"
@@ -661,6 +737,20 @@ def _shard_error(s: int, what: str, exc: BaseException, restarts: int) -> ShardE
     )
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return ShardError(f"shard {s}: its Ray actor died or is unreachable during {what} ({first}); {remedy}")
+
+
+def _stats_timeout(deadline: float | None) -> float | None:
+    """Seconds a stats round trip of `sample` may take: what is left of its deadline, but at least
+    ``_STATS_GRACE`` (a live shard answers in ms; even ``timeout=0`` must learn the counters to say
+    why the rate limiter blocks, as the local store does)."""
+    return None if deadline is None else max(_STATS_GRACE, deadline - time.monotonic())
+
+
+def _shares(mass: np.ndarray) -> np.ndarray:
+    """Each shard's share of a draw from its mass (> 0 in total), robust to masses that overflow."""
+    inf = np.isinf(mass)
+    m = inf.astype(np.float64) if inf.any() else mass / mass.max()  # scaled: no overflow in the sum
+    return m / m.sum()
 
 
 # ------------------------------------------------------------------------------------------ writer
@@ -673,6 +763,12 @@ class RayTrajectoryWriter:
     ``flush``, ``close``, a context manager). Steps are validated against the spec here, staged in
     numpy buffers of ``chunk_steps`` rows, and shipped (numpy columns only) to one shard per episode
     when the episode ends or the buffers fill.
+
+    Shipping is asynchronous: ``end_episode`` (and a full buffer) only *queues* a shipment, up to
+    ``max_inflight`` at once. A shipment's error (`ShardError`, `TimeoutError`) is raised by the next
+    call that waits for it: a later ``append``/``extend``/``end_episode`` once more than
+    ``max_inflight`` are queued, `flush`, `wait`, `close`, or leaving the ``with`` block. `close`
+    raises it too (after cleaning up), so an episode reported ended is never dropped silently.
 
     Attributes
     ----------
@@ -693,6 +789,7 @@ class RayTrajectoryWriter:
         timeout: float | None,
         shard: int | None,
         max_inflight: int,
+        first_shard: int | None = None,
     ) -> None:
         self._handle = handle
         self.spec = handle.spec_object()
@@ -706,11 +803,15 @@ class RayTrajectoryWriter:
         self.episodes_written = 0
         s = len(handle.shards)
         self.shard_steps = np.zeros(s, dtype=np.int64)
-        self._offset = int.from_bytes(os.urandom(2), "little") % s
+        self._offset = (
+            int(first_shard) % s if first_shard is not None else int.from_bytes(os.urandom(2), "little") % s
+        )
         self._id = int.from_bytes(os.urandom(6), "little") << 16
         self._episodes = 0
         self._episode: tuple[int, int] | None = None  # (shard, key) of the open episode
-        self._inflight: deque[tuple[Any, int, int, bool]] = deque()
+        self._shipped = 0  # steps of the open episode shipped so far
+        # (ref, shard, steps, end, first shipment of its episode, steps of the episode shipped before it)
+        self._inflight: deque[tuple[Any, int, int, bool, bool, int]] = deque()
         self._closed = False
 
     # -- writing
@@ -739,30 +840,46 @@ class RayTrajectoryWriter:
             done += k
 
     def end_episode(self) -> None:
-        """Ship the staged steps and close the episode.
+        """Queue the staged steps for shipping and close the episode (asynchronous: see the class).
 
         Raises
         ------
         ShardError
-            The chosen shard's actor died (the steps of the shipment are lost).
+            An earlier shipment this call waited for met a dead shard (its steps are lost), or the
+            shard was restarted while this writer's episode was open (its earlier part is lost; the
+            rest is stored as a continuation record).
         TimeoutError
-            The shard's insert allowance (the rate limiter) did not admit the shipment in ``timeout``.
+            An earlier shipment this call waited for was not admitted by its shard's insert allowance
+            (the rate limiter) within ``timeout``.
         """
         self._check_open()
         if self.pending or self._episode is not None:
             self._ship(end=True)
 
-    def flush(self) -> None:
-        """Ship the staged steps keeping the episode open, and wait for every shipment in flight."""
+    def flush(self, timeout: float | None = None) -> None:
+        """Ship the staged steps keeping the episode open, and wait for every queued shipment.
+
+        Parameters
+        ----------
+        timeout : float or None
+            Seconds to wait for the shipments in flight (None: until they are stored or fail).
+
+        Raises
+        ------
+        ShardError, TimeoutError
+            The first error of a queued shipment (as `end_episode`); TimeoutError also when the
+            shipments were not all stored within ``timeout``.
+        """
         self._check_open()
         if self.pending:
             self._ship(end=False)
-        self.wait()
+        self.wait(timeout)
 
-    def wait(self) -> None:
-        """Wait until every shipment in flight is stored (raises its error if one failed)."""
+    def wait(self, timeout: float | None = None) -> None:
+        """Wait until every shipment in flight is stored (raises the first one's error, as `flush`)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         while self._inflight:
-            self._resolve()
+            self._resolve(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
     def _choose(self) -> int:
         if self._pin is not None:
@@ -772,35 +889,61 @@ class RayTrajectoryWriter:
         return int(order[np.argmin(self.shard_steps[order])])
 
     def _ship(self, end: bool) -> None:
-        if self._episode is None:
+        first = self._episode is None
+        if first:
             shard = self._choose()
             key = self._id | (self._episodes & 0xFFFF)
             self._episodes += 1
+            self._shipped = 0
         else:
             shard, key = self._episode
             self.wait()  # chunks of one episode arrive in order
         n = self.pending
         cols = {name: buf[:n] for name, buf in self._buffers.items()}
         actor = self._handle.shards[shard]
-        ref = actor.insert.remote(key, cols, end, self.timeout)  # Ray copies the arguments now
-        self._inflight.append((ref, shard, n, end))
+        ref = actor.insert.remote(key, cols, end, self.timeout, first)  # Ray copies the arguments now
+        self._inflight.append((ref, shard, n, end, first, self._shipped))
         self.shard_steps[shard] += n
+        self._shipped += n
         self.pending = 0
         self._episode = None if end else (shard, key)
         while len(self._inflight) > self.max_inflight:
             self._resolve()
 
-    def _resolve(self) -> None:
-        ref, shard, n, end = self._inflight.popleft()
+    def _resolve(self, timeout: float | None = None) -> None:
+        ref, shard, n, end, _, before = self._inflight[0]
         try:
-            ray.get(ref)
+            stored, lost = ray.get(ref, timeout=timeout)
+        except ray.exceptions.GetTimeoutError as exc:
+            raise TimeoutError(
+                f"shard {shard}: a shipment of {n} steps was not stored within {_secs(timeout)} "
+                "(it stays queued: wait, flush or close again)"
+            ) from exc
         except _actor_errors() as exc:
             self._inflight.clear()
             self._episode = None
-            raise _shard_error(shard, f"a writer's shipment of {n} steps", exc, 0) from exc
-        self.steps_written += n
+            raise _shard_error(
+                shard,
+                f"a writer's shipment of {n} steps",
+                exc,
+                self._handle.max_restarts,
+                self._handle.store_id,
+            ) from exc
+        except TimeoutError:
+            self._inflight.popleft()
+            raise
+        self._inflight.popleft()
+        self.steps_written += stored
         if end:
             self.episodes_written += 1
+        if lost:
+            raise ShardError(
+                f"shard {shard} was restarted by Ray while this writer's episode was open: the episode's "
+                f"earlier part ({before} steps shipped before this shipment) is lost, as is everything "
+                f"written to the shard after its last checkpoint; the {stored} steps of this shipment "
+                "were stored as a separate record marked continuation=True (windows do not reach back "
+                "past its start), not as a whole episode"
+            )
 
     # -- lifetime
     def _check_open(self) -> None:
@@ -808,27 +951,57 @@ class RayTrajectoryWriter:
             raise ValueError("this RayTrajectoryWriter is closed")
 
     def close(self) -> None:
-        """Drop staged steps, end the open episode (best effort), wait for shipments in flight."""
+        """Drop staged steps, end the open episode, wait for every shipment in flight.
+
+        Raises
+        ------
+        ShardError, TimeoutError
+            The first error of a shipment that carried steps (an episode already reported ended
+            included), raised after the writer is closed. The zero-step shipment that ends an open
+            episode here is best effort (its error is only logged), as in the local writer.
+        """
         if self._closed:
             return
         self.pending = 0
+        first: BaseException | None = None
         try:
+            while self._inflight:  # earlier shipments first: their errors are the ones to report
+                try:
+                    self._resolve()
+                except (ShardError, TimeoutError) as exc:
+                    first = first or exc
             if self._episode is not None:
-                self._ship(end=True)
-            self.wait()
-        except (ShardError, TimeoutError, ValueError) as exc:
-            logger.debug("writer close: %s", exc)
+                try:
+                    self._ship(end=True)  # zero steps: only ends the episode (best effort)
+                    self.wait()
+                except (ShardError, TimeoutError) as exc:
+                    logger.debug("writer close: could not end the open episode: %s", exc)
         finally:
             self._closed = True
             self._inflight.clear()
+            self._episode = None
+        if first is not None:
+            raise first
 
     def __enter__(self) -> RayTrajectoryWriter:
         return self
 
     def __exit__(self, exc_type: Any, *exc: object) -> None:
-        if exc_type is None and not self._closed:
-            self.end_episode()
-            self.wait()
+        if exc_type is not None:
+            try:
+                self.close()
+            except (ShardError, TimeoutError) as err:  # the exception in flight is the one to see
+                logger.debug("writer close after an exception: %s", err)
+            return
+        try:
+            if not self._closed:
+                self.end_episode()
+        except BaseException:
+            try:
+                self.close()
+            except (ShardError, TimeoutError) as err:
+                logger.debug("writer close: %s", err)
+            raise
         self.close()
 
     def __repr__(self) -> str:
@@ -1017,6 +1190,7 @@ class RayReplayStore:
         self._options = options
         self._owner = True
         self._closed = False
+        self._store_id = uuid.uuid4().hex
         self._lock = threading.RLock()
         self._rng = np.random.Generator(np.random.PCG64(seed))
         self._samples = 0
@@ -1060,7 +1234,7 @@ class RayReplayStore:
                         s, cfg, folder
                     )
                 )
-            self._refresh(timeout=None if timeout is None else max(timeout, 120.0))
+            self._refresh(timeout=None if timeout is None else max(timeout, 120.0), what="RayReplayStore()")
         except BaseException:
             self._kill()
             raise
@@ -1093,7 +1267,7 @@ class RayReplayStore:
                 except (*_actor_errors(), _AwaitingRestore) as exc2:
                     raise _shard_error(s, what, exc2, self.max_restarts) from exc2
             except ray.exceptions.GetTimeoutError as exc:
-                raise TimeoutError(f"shard {s} did not answer {what} within {timeout} s") from exc
+                raise TimeoutError(f"shard {s} did not answer {what} within {_secs(timeout)}") from exc
             if m == "stats" and res["awaiting"]:  # restarted between two calls
                 self._revive(s, timeout, what)
                 res = ray.get(self._actors[s].stats.remote(*a), timeout=timeout)
@@ -1121,10 +1295,10 @@ class RayReplayStore:
         h = max(0.0, _headroom(self.rate_limiter, inserts, self._samples, deletes)) / self.num_shards
         return [st["inserts"] + h for st in self._stats]
 
-    def _refresh(self, timeout: float | None = None) -> list[dict]:
+    def _refresh(self, timeout: float | None = None, what: str = "a store call") -> list[dict]:
         """Fresh stats from every shard (pushing each its insert allowance)."""
         allow = self._allowances() if self._stats[0] else [None] * self.num_shards
-        stats = self._gather([(s, "stats", (allow[s],)) for s in range(self.num_shards)], "stats", timeout)
+        stats = self._gather([(s, "stats", (allow[s],)) for s in range(self.num_shards)], what, timeout)
         for s, st in enumerate(stats):
             old = self._stats[s].get("incarnation")
             if old is not None and old != st["incarnation"]:
@@ -1175,13 +1349,13 @@ class RayReplayStore:
         """Live steps of each shard (index = shard)."""
         self._check_owner("shard_sizes")
         with self._lock:
-            return [int(st["steps"]) for st in self._refresh()]
+            return [int(st["steps"]) for st in self._refresh(what="shard_sizes()")]
 
     def counters(self) -> dict[str, int]:
         """Global rate-limiter counters: ``inserts``, ``samples`` (steps) and ``deletes``."""
         self._check_owner("counters")
         with self._lock:
-            self._refresh()
+            self._refresh(what="counters()")
             i, s, d = self._counts()
         return {"inserts": i, "samples": s, "deletes": d}
 
@@ -1206,7 +1380,15 @@ class RayReplayStore:
         """The picklable handle `attach` takes in a Ray task or actor (actor handles and settings)."""
         self._check_open()
         spec = tuple((n, f.shape, f.dtype.name) for n, f in self.spec.items())
-        return RayStoreHandle(spec, tuple(self._actors), self.shard_capacity, self.chunk_steps, self.timeout)
+        return RayStoreHandle(
+            spec,
+            tuple(self._actors),
+            self.shard_capacity,
+            self.chunk_steps,
+            self.timeout,
+            self.max_restarts,
+            self._store_id,
+        )
 
     @classmethod
     def attach(cls, handle: RayStoreHandle) -> RayReplayStore:
@@ -1219,7 +1401,8 @@ class RayReplayStore:
         self.shard_capacity = handle.shard_capacity
         self.chunk_steps = handle.chunk_steps
         self.timeout = handle.timeout
-        self.max_restarts = 0
+        self.max_restarts = handle.max_restarts
+        self._store_id = handle.store_id
         self._actors = list(handle.shards)
         self._handle = handle
         self._owner = False
@@ -1248,7 +1431,8 @@ class RayReplayStore:
         timeout : float or None, optional
             Seconds a shipment waits for its shard's insert allowance; default the store's ``timeout``.
         shard : int, optional
-            Send every episode to this shard (default: balance this writer's steps over the shards).
+            Send every episode to this shard (default: balance this writer's steps over the shards,
+            its first episode going to the next shard in a round robin over the store's writers).
         max_inflight : int
             Shipments in flight before the writer waits for the oldest (>= 0).
 
@@ -1266,8 +1450,14 @@ class RayReplayStore:
             shard = _check_int("shard", shard, 0, self.num_shards - 1)
         max_inflight = _check_int("max_inflight", max_inflight, 0)
         handle = self._handle if not self._owner else self.handle()
+        first = None
+        if shard is None and self.num_shards > 1:  # one round trip: new writers start round robin
+            try:
+                first = ray.get(self._actors[0].next_writer.remote(), timeout=self.timeout)
+            except (*_actor_errors(), ray.exceptions.GetTimeoutError) as exc:
+                logger.debug("no writer number from shard 0 (%s): a random first shard", exc)
         return RayTrajectoryWriter(
-            handle, chunk, self.timeout if timeout is _DEFAULT else timeout, shard, max_inflight
+            handle, chunk, self.timeout if timeout is _DEFAULT else timeout, shard, max_inflight, first
         )
 
     # -- sampling
@@ -1301,8 +1491,9 @@ class RayReplayStore:
             return [k - k // 2, k // 2]
         return [k]
 
-    def _await_sample(self, deadline: float | None) -> None:
+    def _await_sample(self, deadline: float | None, timeout: float | None) -> None:
         """Refresh the counters until the rate limiter admits a sample (blocking calls, no polling)."""
+        start = time.monotonic()
         while True:
             counts = self._counts()
             if self.rate_limiter.can_sample(counts):
@@ -1310,7 +1501,7 @@ class RayReplayStore:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 raise TimeoutError(
-                    f"sample waited past its timeout ({self.timeout}): "
+                    f"sample waited {_secs(time.monotonic() - start)} (timeout={_secs(timeout)}): "
                     f"{self.rate_limiter.explain_sample_block(counts)}"
                 )
             token = uuid.uuid4().hex
@@ -1328,7 +1519,7 @@ class RayReplayStore:
                 ray.get(refs)
             except _actor_errors():
                 pass  # the refresh below names the shard (or retries a restarted one)
-            self._refresh()
+            self._refresh(_stats_timeout(deadline), "sample()")
 
     def sample(
         self,
@@ -1367,6 +1558,8 @@ class RayReplayStore:
             raise ValueError(f"pad must be 'tail' or 'head', got {pad!r}")
         if not isinstance(beta, (int, float)) or not math.isfinite(beta) or beta < 0:
             raise ValueError(f"beta must be finite and >= 0, got {beta}")
+        if device is not None:  # before drawing (a draw counts in the rate limiter), as the local store
+            ReplayStore._gather_target(self, device)  # type: ignore[arg-type]  # reads only its argument
         timeout = self.timeout if timeout is _DEFAULT else timeout
         deadline = None if timeout is None else time.monotonic() + timeout
         b, length = int(batch_size), int(window)
@@ -1377,7 +1570,7 @@ class RayReplayStore:
                 self._drop(pending)  # prefetched for other arguments: its draws are discarded
                 pending = None
             if pending is None:
-                pending = self._issue(b, length, pad, deadline, block=True)
+                pending = self._issue(b, length, pad, deadline, block=True, timeout=timeout)
             t1 = time.perf_counter()
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             replies = self._collect(pending["calls"], pending["refs"], "sample()", left)
@@ -1413,16 +1606,18 @@ class RayReplayStore:
             return batch.to(device)
         return batch
 
-    def _issue(self, b: int, length: int, pad: str, deadline: float | None, block: bool) -> dict | None:
+    def _issue(
+        self, b: int, length: int, pad: str, deadline: float | None, block: bool, timeout: float | None = None
+    ) -> dict | None:
         """Refresh the shards' masses, admit the draw (rate limiter) and send every shard its share.
 
         Returns the pending draw (calls, refs, shares), or None when ``block`` is False and the rate
         limiter does not admit it now.
         """
         t0 = time.perf_counter()
-        self._refresh(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        self._refresh(_stats_timeout(deadline), "sample()")
         if block:
-            self._await_sample(deadline)
+            self._await_sample(deadline, timeout)
         elif not self.rate_limiter.can_sample(self._counts()):
             return None
         stats = self._stats
@@ -1433,7 +1628,7 @@ class RayReplayStore:
             if not block:
                 return None
             raise TimeoutError(f"no shard holds a sampleable window (live items per shard: {live.tolist()})")
-        share = mass / mass.sum()
+        share = _shares(mass)
         counts = self._rng.multinomial(b, share) if self.num_shards > 1 else np.array([b])
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
         allow = self._allowances() if not math.isinf(_headroom(self.rate_limiter, 0, 0, 0)) else None
@@ -1486,7 +1681,9 @@ class RayReplayStore:
                 except (*_actor_errors(), ray.exceptions.ObjectLostError) as exc:
                     raise _shard_error(s, "sample() (reading its windows)", exc, self.max_restarts) from exc
                 except ray.exceptions.GetTimeoutError as exc:
-                    raise TimeoutError(f"shard {s}'s windows were not readable within {left} s") from exc
+                    raise TimeoutError(
+                        f"sample(): shard {s}'s windows were not readable within {_secs(left)}"
+                    ) from exc
                 get_s += time.perf_counter() - t0
                 jobs.append((rep, pieces, row))
                 row += c
@@ -1590,7 +1787,7 @@ class RayReplayStore:
                 done = self._gather(
                     [(s, "checkpoint", (str(folder / f"shard-{s:03d}"),)) for s in all_shards], "checkpoint()"
                 )
-                self._refresh()
+                self._refresh(what="checkpoint()")
                 inserts, samples, deletes = self._counts()
                 manifest = {
                     "format": _FORMAT,
@@ -1717,6 +1914,12 @@ class RayReplayStore:
         self._closed = True
         if self._owner:
             self._pending = None
+            try:  # remote writers that meet the dead actors say "closed by its owner", not "died"
+                from ray.experimental import internal_kv
+
+                internal_kv._internal_kv_put(_CLOSED_KEY + self._store_id.encode(), b"1")
+            except Exception as exc:  # noqa: BLE001 - only a message detail
+                logger.debug("could not set the closed flag: %s", exc)
             if self._copy_pool is not None:
                 self._copy_pool.shutdown(wait=True)
             self._kill()

@@ -19,6 +19,7 @@ from scipy import stats
 
 ray = pytest.importorskip("ray", reason="the Ray backend needs ray: pip install 'graphrl[ray]'")
 
+import replay.distributed as rd  # noqa: E402
 from replay import Fifo, MinSize, Prioritized, ReplayStore, SampleToInsertRatio, TrajectorySpec, Uniform  # noqa: E402
 from replay.distributed import RayReplayStore, ShardError, _place, _ShardActor  # noqa: E402
 from replay.store import decode_keys, key_incarnations  # noqa: E402
@@ -168,6 +169,18 @@ def test_writes_go_whole_to_one_shard_balanced(prio):
     assert list(sizes) == w.shard_steps.tolist()
 
 
+def test_independent_writers_of_one_episode_each_fill_the_shards_evenly(prio):
+    # each writer comes from its own attached copy (what a pickled store becomes in a Ray task): they
+    # share nothing but the shard actors; their first episodes go round robin over the shards
+    before = prio.shard_sizes()
+    for t in range(10):
+        with RayReplayStore.attach(prio.handle()).writer() as w:
+            w.extend(episode(70_000 + 100 * t, 20))
+    after = prio.shard_sizes()
+    assert [a - b for a, b in zip(after, before, strict=True)] == [100, 100]
+    live_ids(prio)
+
+
 def test_sample_returns_the_local_batch_type_with_shard_keys(prio):
     from replay.store import Batch
 
@@ -216,6 +229,14 @@ def test_chi_square_one_table_then_priorities_through_keys(prio):
         mass[where[int(i)]] += w
         drawn[where[int(i)]] += counts.get(int(i), 0)
     assert stats.chisquare(drawn, mass / mass.sum() * drawn.sum()).pvalue > 1e-3
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error raised without CUDA")
+def test_sample_to_cuda_without_cuda_raises_before_drawing(prio):
+    samples = prio.counters()["samples"]
+    with pytest.raises(ValueError, match=r"device='cuda'.*CUDA is not available"):
+        prio.sample(4, window=2, device="cuda")
+    assert prio.counters()["samples"] == samples  # nothing was drawn (or counted)
 
 
 def test_update_priorities_checks_keys_and_values(prio):
@@ -303,6 +324,14 @@ def test_batches_equal_a_reference_gather_byte_for_byte(cluster):
                 padded += int((b.lengths < 16).sum())
                 assert np.allclose(b.probabilities.numpy(), 1 / 100)
         assert wrapped > 0 and padded > 0
+        handle = store.handle()
+    # a remote writer (a copy attached by handle) of a store its owner closed is told so
+    w = RayReplayStore.attach(handle).writer()
+    w.extend(byte_steps(0, 3))
+    w.end_episode()
+    with pytest.raises(ShardError, match="shard 0: the store was closed by its owner") as err:
+        w.close()
+    assert "died" not in str(err.value) and "restore" not in str(err.value)
 
 
 def test_a_window_overwritten_between_the_draw_and_the_put_is_redrawn(cluster):
@@ -358,6 +387,38 @@ def test_a_window_overwritten_between_the_draw_and_the_put_is_redrawn(cluster):
         shard.close()
 
 
+def test_a_shard_stops_drawing_a_large_batch_past_the_callers_deadline(cluster, monkeypatch):
+    # the shard's code in this process; draws go _DRAW_CHUNK windows at a time and the deadline is
+    # checked between them: timeout=0 stops after the first chunk, with no limit all chunks come back
+    config = {
+        "spec": SPEC.to_config(),
+        "capacity": 100,
+        "num_shards": 1,
+        "selector": Uniform().to_config(),
+        "rate_limiter": MinSize(1).to_config(),
+        "max_times_sampled": 0,
+        "chunk_steps": 100,
+        "tier": "host",
+        "timeout": 10.0,
+        "staging_slots": 1,
+        "seed": 5,
+    }
+    monkeypatch.setattr(rd, "_DRAW_CHUNK", 16)
+    shard = _ShardActor(0, config, None)
+    try:
+        shard.insert(1, episode(0, 100), True, 10.0)
+        drawn = []
+        shard.before_put = drawn.append
+        with pytest.raises(TimeoutError, match=r"shard 0: sample of 48 windows passed the caller's deadline"):
+            shard.sample(48, 4, "tail", 0.0, None)
+        assert [len(t) for t in drawn] == [16]
+        drawn.clear()
+        rep = shard.sample(40, 4, "tail", None, None)
+        assert [len(t) for t in drawn] == [16, 16, 8] and len(rep["keys"]) == 40 and len(rep["parts"]) == 3
+    finally:
+        shard.close()
+
+
 # ------------------------------------------------------------------------------------------ checkpoints
 
 
@@ -372,6 +433,8 @@ def test_checkpoint_restore_round_trip_then_a_dead_shard_is_named(prio, tmp_path
     assert (tmp_path / "ckpt" / "MANIFEST.json").is_file() and folder.endswith("ckpt-000000")
     folder = prio.checkpoint(tmp_path / "ckpt")  # the second replaces the first
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["MANIFEST.json", "ckpt-000001"]
+    with pytest.raises(ValueError, match=r"Ray-backed store's checkpoint.*RayReplayStore\.restore\(path\)"):
+        ReplayStore.restore(tmp_path / "ckpt")
     restored = RayReplayStore.restore(tmp_path / "ckpt", timeout=60, prefetch=1)
     try:
         after = {e.start: e for e in restored.episodes()}
@@ -461,6 +524,57 @@ def test_killed_shard_restarts_from_its_checkpoint_and_the_store_keeps_serving(u
         assert uniform.update_priorities(b.keys, np.ones(64)) == 64
 
 
+def test_an_episode_open_across_a_shard_restart_is_not_stored_as_a_whole_episode(uniform, tmp_path):
+    uniform.checkpoint(tmp_path / "ckpt")
+    w = uniform.writer(shard=0, chunk_steps=5)
+    w.extend(episode(5_000_000, 10))
+    w.flush()  # two chunks of the open episode stored, then lost with the actor
+    assert w.steps_written == 10
+    victim = uniform.actors[0]
+    pending = until_dead(victim)
+    ray.kill(victim, no_restart=False)
+    with pytest.raises((ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)):
+        ray.get(pending)
+    uniform.shard_sizes()  # the client finds the restarted shard and has it reload the checkpoint
+    w.extend(episode(5_000_010, 5))
+    with pytest.raises(ShardError, match=r"shard 0 was restarted.*earlier part \(10 steps") as err:
+        w.end_episode()
+        w.flush()
+    assert "continuation=True" in str(err.value)
+    w.close()  # the error was raised already: nothing more to report
+    fragment = [e for e in uniform.episodes() if 5_000_000 <= e.data["id"][0] < 5_000_100]
+    assert len(fragment) == 1 and fragment[0].length == 5 and fragment[0].continuation
+    assert fragment[0].data["id"][0] == 5_000_010 and not fragment[0].open
+
+
+def test_writer_errors_surface_at_flush_close_and_exit(uniform):
+    # shard 0 was restarted once (max_restarts=1): killed again, it stays dead
+    victim = uniform.actors[0]
+    pending = until_dead(victim)
+    ray.kill(victim, no_restart=False)
+    with pytest.raises((ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)):
+        ray.get(pending)
+    w = uniform.writer(shard=0)
+    w.extend(episode(6_000_000, 4))
+    w.end_episode()  # only queued: no error yet
+    with pytest.raises(ShardError, match=r"shard 0: .*max_restarts=1") as err:
+        w.close()
+    assert "max_restarts=0" not in str(err.value) and w.steps_written == 0
+    w = uniform.writer(shard=0)
+    w.extend(episode(6_000_100, 4))
+    with pytest.raises(ShardError, match="shard 0"):
+        w.flush(timeout=60)
+    w.close()
+    with pytest.raises(ShardError, match="shard 0"):
+        with uniform.writer(shard=0) as w:
+            w.extend(episode(6_000_200, 4))
+    with pytest.raises(KeyError):  # an exception in flight is the one raised
+        with uniform.writer(shard=0) as w:
+            w.extend(episode(6_000_300, 4))
+            w.end_episode()
+            raise KeyError("mine")
+
+
 # ------------------------------------------------------------------------------------------ rate limiter
 
 
@@ -468,9 +582,15 @@ def test_killed_shard_restarts_from_its_checkpoint_and_the_store_keeps_serving(u
 def test_rate_limiter_applies_to_the_whole_store(cluster):
     # diff = inserts - samples must stay in [-20, 60]; sampling starts at 20 steps
     limiter = SampleToInsertRatio(1.0, min_size=20, error_buffer=40)
-    with ReplayStore(SPEC, 1000, num_shards=2, backend="ray", rate_limiter=limiter, seed=1) as store:
-        with pytest.raises(TimeoutError, match="min_size=20"):
+    selector = Prioritized(1.0)  # so that priorities of 1e308 overflow a shard's mass (below)
+    with ReplayStore(
+        SPEC, 1000, num_shards=2, backend="ray", rate_limiter=limiter, seed=1, selector=selector
+    ) as store:
+        with pytest.raises(TimeoutError, match=r"sample waited .* \(timeout=0\.2 s\): .*min_size=20") as err:
             store.sample(4, window=1, timeout=0.2)
+        assert "stats" not in str(err.value)
+        with pytest.raises(TimeoutError, match=r"\(timeout=0 s\): .*min_size=20"):
+            store.sample(4, window=1, timeout=0)
         w = store.writer(shard=0, timeout=0.2)
         w.extend(episode(0, 20))
         w.end_episode()
@@ -483,8 +603,16 @@ def test_rate_limiter_applies_to_the_whole_store(cluster):
             w.end_episode()
             w.wait()
         w.close()
+        w = store.writer(shard=0, timeout=0.2)
+        w.extend(episode(250, 5))
+        w.end_episode()  # queued; the shard's allowance refuses it, and close says so
+        with pytest.raises(TimeoutError, match="inserting is ahead of sampling"):
+            w.close()
+        assert w.steps_written == 0
         with store.sample(8, window=1) as b:  # 8 sampled steps admit 8 more inserts
             assert b.lengths.sum() == 8
+            # priorities whose sum overflows (as the local store, accepted; new items get the max)
+            assert store.update_priorities(b.keys, np.full(8, 1e308)) == 8
         w = store.writer(shard=1, timeout=30)
         w.extend(episode(300, 5))
         w.end_episode()
