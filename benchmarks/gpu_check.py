@@ -29,6 +29,15 @@ device it prints why and exits with status 2. ``NUMBA_ENABLE_CUDASIM=1`` with ti
 --batch-size 16``; for part 4 ``--only-replay --replay-check-steps 300 --replay-check-batches 2
 --replay-steps 2000 --replay-batch 8 --replay-window 4 --replay-repeats 2``) runs the same code in
 numba's simulator, for testing the script itself.
+
+Run on a lent H200 on 2026-11-29 (numba 0.68.0 with numba-cuda, torch 2.11.0+cu130): 40 s in all.
+Correctness: every deterministic case identical, weighted rows 1.000 identical; replay 12/12 batches
+byte-equal. Sampled edges/s on 10M/200M: device 46.6M (weighted 40.6M), UVA 38.2M (41.3M), our CPU
+sampler on its 16 cores 48.2M: the GPU path is launch- and sync-bound (grids of a few dozen blocks per
+layer), not yet competitive. Feature gather: device 1119 GB/s (device copy 1847), UVA from pinned host
+30.5 GB/s. Replay 3x64x64 uint8, B=256, L=64: GPU gather 41.5 GB/s (75 % of the pinned->device copy,
+5.1x the CPU gather then copy). That image's numpy 2.5 breaks numba-cuda's import (``np.row_stack``
+is gone): carry a numpy 2.4 wheel (see the device tool's notes) and put it first on ``PYTHONPATH``.
 """
 
 from __future__ import annotations
