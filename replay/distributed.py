@@ -499,8 +499,8 @@ class _ShardActor:
             if not ok:
                 inserts = self.store.counters()["inserts"]
                 raise TimeoutError(
-                    f"shard {self.index}: insert waited {time.monotonic() - start:.3g} s "
-                    f"(timeout={timeout}): "
+                    f"shard {self.index}: insert waited {_secs(time.monotonic() - start)} "
+                    f"(timeout={_secs(timeout)}): "
                     + (
                         "a checkpoint is being written"
                         if self.paused
@@ -550,7 +550,7 @@ class _ShardActor:
             if not self.cond.wait_for(lambda: self.active == 0, timeout):
                 self.paused = False
                 self.cond.notify_all()
-                raise TimeoutError(f"shard {self.index}: shipments still running after {timeout} s")
+                raise TimeoutError(f"shard {self.index}: shipments still running after {_secs(timeout)}")
 
     def resume(self) -> None:
         with self.cond:
@@ -920,8 +920,9 @@ class RayTrajectoryWriter:
                 "(it stays queued: wait, flush or close again)"
             ) from exc
         except _actor_errors() as exc:
+            # the open episode (if any) stays open: its next shipment goes to the same shard, which
+            # then stores it as a continuation (restarted) or fails again (dead); end_episode ends it
             self._inflight.clear()
-            self._episode = None
             raise _shard_error(
                 shard,
                 f"a writer's shipment of {n} steps",
@@ -1534,6 +1535,10 @@ class RayReplayStore:
 
         Same parameters, `Batch` and errors as `replay.store.ReplayStore.sample`; also `ShardError`
         when a shard's actor died (naming it). ``batch.keys`` carry the shard in their low 8 bits.
+        ``device`` is checked before anything is drawn (as the local store). ``timeout`` bounds the
+        wait for the rate limiter and the shards' draws (a shard stops drawing past it); the round
+        trip that reads the shards' counters may take up to 5 s beyond a shorter ``timeout`` (so that
+        ``timeout=0`` still says why the rate limiter blocks).
 
         Raises
         ------
