@@ -18,8 +18,8 @@
 # a time). Measured on this 2-core machine (gcc 12, torch 2.13.0+cpu) while other engineers' tests and
 # builds kept the load average at 5-23, the two builds running side by side: torch-sparse 89 min wall
 # (26 CPU-min), torch-scatter 74 min wall (10 CPU-min); so about 36 CPU-min in all, some 20 min on an idle
-# 2-core machine, not the 6 min often quoted. The --op-only build took 558 s wall (load average 9-12;
-# 2 files, a few minutes on an idle machine). Both compiled cleanly against torch 2.13.0, with no patch.
+# 2-core machine, not the 6 min often quoted. The --op-only build took 558 s wall at load average 9-12,
+# 96 s at 2.7. Both compiled cleanly against torch 2.13.0, with no patch.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
