@@ -930,7 +930,7 @@ class RayTrajectoryWriter:
                 self._handle.max_restarts,
                 self._handle.store_id,
             ) from exc
-        except TimeoutError:
+        except Exception:  # the shard's TimeoutError (rate limiter) or another error: this shipment is done
             self._inflight.popleft()
             raise
         self._inflight.popleft()
@@ -940,8 +940,8 @@ class RayTrajectoryWriter:
         if lost:
             raise ShardError(
                 f"shard {shard} was restarted by Ray while this writer's episode was open: the episode's "
-                f"earlier part ({before} steps shipped before this shipment) is lost, as is everything "
-                f"written to the shard after its last checkpoint; the {stored} steps of this shipment "
+                f"earlier part ({before} steps shipped before this shipment) is lost but for what the "
+                f"shard's last checkpoint held (it reloaded that); the {stored} steps of this shipment "
                 "were stored as a separate record marked continuation=True (windows do not reach back "
                 "past its start), not as a whole episode"
             )
@@ -1565,6 +1565,11 @@ class RayReplayStore:
             raise ValueError(f"beta must be finite and >= 0, got {beta}")
         if device is not None:  # before drawing (a draw counts in the rate limiter), as the local store
             ReplayStore._gather_target(self, device)  # type: ignore[arg-type]  # reads only its argument
+            if torch.device(device).type == "cuda" and not torch.cuda.is_available():  # numba's simulator
+                raise ValueError(
+                    f"device={device!r} but CUDA is not available here (torch.cuda.is_available() is False): "
+                    "the Ray store copies batches to a GPU with Batch.to; sample with device=None or 'cpu'"
+                )
         timeout = self.timeout if timeout is _DEFAULT else timeout
         deadline = None if timeout is None else time.monotonic() + timeout
         b, length = int(batch_size), int(window)
