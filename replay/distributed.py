@@ -153,6 +153,7 @@ from graphrl import kernels
 from graphrl.kernels import copy_bytes, store_fence, stream_bytes_nofence, zero_bytes
 from graphrl.memory import MemoryManager
 from graphrl.tensors import StagingPool
+from replay.checkpoint import _fsync_dir  # the local checkpoint's durable-rename helper
 from replay.rate_limiter import _BIG, MinSize, RateLimiter, rate_limiter_from_config
 from replay.selectors import Fifo, Lifo, MinHeap, Selector, Uniform, check_priorities, selector_from_config
 from replay.spec import TrajectorySpec
@@ -198,14 +199,6 @@ def _shard_seed(seed: int | None, s: int) -> int | None:
     if seed is None:
         return None
     return int(np.random.SeedSequence(seed).spawn(s + 1)[s].generate_state(1, np.uint32)[0])
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _reconstructed() -> bool:
