@@ -36,6 +36,23 @@ def episode(first: int, n: int) -> dict[str, np.ndarray]:
     return {"id": ids, "obs": np.repeat(ids[:, None], 2, axis=1).astype(np.float32)}
 
 
+def shard_config(spec: TrajectorySpec) -> dict:
+    """The configuration of a one-shard, 100-step `_ShardActor` run in this process (uniform, seed 5)."""
+    return {
+        "spec": spec.to_config(),
+        "capacity": 100,
+        "num_shards": 1,
+        "selector": Uniform().to_config(),
+        "rate_limiter": MinSize(1).to_config(),
+        "max_times_sampled": 0,
+        "chunk_steps": 100,
+        "tier": "host",
+        "timeout": 10.0,
+        "staging_slots": 1,
+        "seed": 5,
+    }
+
+
 def live_ids(store) -> dict[int, int]:
     """id -> shard of every live step (asserting each episode lies whole and in order in one shard)."""
     out = {}
@@ -337,19 +354,7 @@ def test_batches_equal_a_reference_gather_byte_for_byte(cluster):
 def test_a_window_overwritten_between_the_draw_and_the_put_is_redrawn(cluster):
     # the shard's code in this process; a writer overwrites the ring's oldest 30 slots right after the
     # draw (the before_put hook), before the bytes are put: the windows starting there are redrawn
-    config = {
-        "spec": BYTES.to_config(),
-        "capacity": 100,
-        "num_shards": 1,
-        "selector": Uniform().to_config(),
-        "rate_limiter": MinSize(1).to_config(),
-        "max_times_sampled": 0,
-        "chunk_steps": 100,
-        "tier": "host",
-        "timeout": 10.0,
-        "staging_slots": 1,
-        "seed": 5,
-    }
+    config = shard_config(BYTES)
     shard = _ShardActor(0, config, None)
     try:
         shard.insert(1, byte_steps(0, 100), True, 10.0)  # positions 0..99
@@ -390,19 +395,7 @@ def test_a_window_overwritten_between_the_draw_and_the_put_is_redrawn(cluster):
 def test_a_shard_stops_drawing_a_large_batch_past_the_callers_deadline(cluster, monkeypatch):
     # the shard's code in this process; draws go _DRAW_CHUNK windows at a time and the deadline is
     # checked between them: timeout=0 stops after the first chunk, with no limit all chunks come back
-    config = {
-        "spec": SPEC.to_config(),
-        "capacity": 100,
-        "num_shards": 1,
-        "selector": Uniform().to_config(),
-        "rate_limiter": MinSize(1).to_config(),
-        "max_times_sampled": 0,
-        "chunk_steps": 100,
-        "tier": "host",
-        "timeout": 10.0,
-        "staging_slots": 1,
-        "seed": 5,
-    }
+    config = shard_config(SPEC)
     monkeypatch.setattr(rd, "_DRAW_CHUNK", 16)
     shard = _ShardActor(0, config, None)
     try:
@@ -424,6 +417,10 @@ def test_a_shard_stops_drawing_a_large_batch_past_the_callers_deadline(cluster, 
 
 @pytest.mark.slow
 def test_checkpoint_restore_round_trip_then_a_dead_shard_is_named(prio, tmp_path):
+    with prio.writer() as w:  # data of its own, so the test also passes run alone
+        for first in (900_000, 900_100):
+            w.extend(episode(first, 40))
+            w.end_episode()
     before = {e.start: e for e in prio.episodes()}
     counters = prio.counters()
     b = prio.sample(16, window=1)
