@@ -979,3 +979,68 @@ def sample_block_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, ke
     out_indptr, src, eids = sample_layer_cuda(graph, dst, fanout, replace, key, weighted, excluded)
     src_nodes, local = relabel_cuda(dst, src)
     return out_indptr, src_nodes, local, eids
+
+
+# ------------------------------------------------------- relabel by (node, time) across several row sets
+def edge_time_keys_cuda(out_indptr: Any, dst_times: Any, out: Any) -> Any:
+    """Write each sampled edge's time key, the key of the row that drew it, into ``out`` (for
+    `relabel_pairs_cuda`, where the sources of one node type come from the rows of several relations).
+
+    Parameters
+    ----------
+    out_indptr : device int64 [D + 1]; dst_times : device int64/float64 [D] (no -0.0), the rows' times;
+    out : device int64 [nnz] (nnz = ``out_indptr[D]``), written in place (a slice of a longer array will do)
+
+    Returns
+    -------
+    out
+    """
+    d_count = dst_times.shape[0]
+    if d_count and out.shape[0]:
+        _edge_tkeys[_grid(d_count, 1), WARP](out_indptr, _time_keys(dst_times), out)
+    return out
+
+
+def relabel_pairs_cuda(dst: Any, dst_times: Any, src: Any, edge_tkey: Any) -> tuple[Any, Any, Any]:
+    """Local ids keyed on (node, time key) through a GPU hash table, each source's time key given (as
+    `samplers.kernels.cpu.relabel_pairs`; `relabel_temporal_cuda` derives the keys from one set of rows).
+
+    Parameters
+    ----------
+    dst : device int64 [D]; dst_times : device int64/float64 [D] (no -0.0); src : device int32/int64 [nnz];
+    edge_tkey : device int64 [nnz], the time key of each source (`edge_time_keys_cuda`)
+
+    Returns
+    -------
+    src_nodes : device int64 [S]; src_times : device [S] (dtype of ``dst_times``); local : device int64 [nnz]
+        First-occurrence order over (destinations, sources), as `relabel_temporal_cuda`.
+    """
+    dst = _as_device_ids(dst)
+    d_count, nnz = dst.shape[0], src.shape[0]
+    total = d_count + nnz
+    dst_tkey = _time_keys(dst_times)
+    if nnz == 0:
+        edge_tkey = cuda.device_array(1, dtype=np.int64)
+    local = cuda.device_array(nnz, dtype=np.int64)
+    cap = 16
+    while cap < 2 * total:
+        cap *= 2
+    keys = cuda.to_device(np.full(cap, -1, dtype=np.int64))
+    vals = cuda.to_device(np.full(cap, _NO_INDEX, dtype=np.int64))
+    mask = np.int64(cap - 1)
+    threads = _EDGE_THREADS
+    if total:
+        _hash_insert_pairs[_grid(total, threads), threads](dst, dst_tkey, src, edge_tkey, keys, vals, mask)
+    first = cuda.device_array(max(nnz, 1), dtype=np.int64)
+    flags = cuda.device_array(nnz, dtype=np.int64)
+    if nnz:
+        _hash_first_pairs[_grid(nnz, threads), threads](dst, dst_tkey, src, edge_tkey, keys, vals, mask,
+                                                        first, flags)
+    newid, new_count = exclusive_scan(flags)
+    src_nodes = cuda.device_array(d_count + new_count, dtype=np.int64)
+    src_tkey = cuda.device_array(d_count + new_count, dtype=np.int64)
+    if total:
+        _relabel_out_pairs[_grid(total, threads), threads](dst, dst_tkey, src, edge_tkey, first, flags, newid,
+                                                           src_nodes, src_tkey, local)
+    src_times = src_tkey.view(np.float64) if dst_times.dtype == np.float64 else src_tkey
+    return src_nodes, src_times, local
