@@ -8,6 +8,11 @@ kernels and rules as `samplers.NeighborSampler`, each relation with its own rand
 relabels per node type: the sources of type S are the layer's destinations of type S followed by the
 new nodes of type S sampled through any relation, in first-occurrence order (relations taken in the
 graph's order). The sources of each type are the next layer's destinations of that type.
+
+``device="cuda"`` runs the same steps with the numba.cuda kernels of `samplers.kernels.cuda` (one
+`CudaGraph` per relation, each relation drawn by `sample_layer_cuda` with the CPU path's key; the sources
+of a type concatenated on the device and relabelled by one GPU hash table), so CPU and GPU give the same
+blocks wherever the homogeneous kernels do (uniform draws, fanout -1; see `NeighborSampler`).
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ import torch
 from samplers.kernels import cpu
 from samplers.kernels.reference import mix
 from samplers.neighbor import (
+    NeighborSampler,
+    _cuda_to_torch,
     check_seed_times,
     check_seeds,
     csc_times,
@@ -185,6 +192,9 @@ class HeteroBlock:
     indptr : dict[Relation, torch.Tensor], int64, shape [len(dst_nodes[dst_type]) + 1]
     indices : dict[Relation, torch.Tensor], int64
         Local source position, into ``src_nodes[src_type]``, of each sampled edge of the relation.
+
+    All tensors are on the device that sampled them (CUDA tensors from a ``device="cuda"`` sampler when
+    torch has CUDA).
     edge_ids : dict[Relation, torch.Tensor], int64
         Relation edge id of each sampled edge.
     src_times : dict[str, torch.Tensor] or None, int64 or float64
@@ -215,7 +225,8 @@ class HeteroBlock:
     def edge_dst(self, relation: Relation) -> torch.Tensor:
         """Local destination position of every sampled edge of a relation: int64 [nnz]."""
         ptr = self.indptr[relation]
-        return torch.repeat_interleave(torch.arange(ptr.shape[0] - 1, dtype=torch.int64), ptr[1:] - ptr[:-1])
+        rows = torch.arange(ptr.shape[0] - 1, dtype=torch.int64, device=ptr.device)
+        return torch.repeat_interleave(rows, ptr[1:] - ptr[:-1])
 
     def to_dgl(self):
         """This block as a DGL heterogeneous block (``dgl.create_block`` with one edge type per relation).
@@ -246,10 +257,10 @@ class HeteroBlock:
 class HeteroNeighborSampler:
     """Layer-wise neighbour sampling on a `HeteroGraph`, with a fanout per relation and layer.
 
-    Each relation is sampled by the homogeneous kernels (`samplers.kernels.cpu.sample_layer`) with the
-    options of `samplers.NeighborSampler`, checked by the same functions: edge weights, excluded edge
-    ids and edge times per relation follow the same rules (the reference's masked rules where a
-    relation has weights or times).
+    Each relation is sampled by the homogeneous kernels (`samplers.kernels.cpu.sample_layer`, or
+    `samplers.kernels.cuda.sample_layer_cuda` on the GPU) with the options of `samplers.NeighborSampler`,
+    checked by the same functions: edge weights, excluded edge ids and edge times per relation follow the
+    same rules (the reference's masked rules where a relation has weights or times).
 
     Parameters
     ----------
@@ -272,6 +283,19 @@ class HeteroNeighborSampler:
         row that drew them, and are deduplicated per type by (node, time). A relation left out of the
         dict is static: its edges are eligible at any time. Times are int64 unless some relation has
         float times, then float64 for all (integer times converted).
+    device : str or torch.device
+        ``"cpu"`` (numba CPU kernels) or ``"cuda"`` (numba.cuda kernels: one `CudaGraph` per sampled
+        relation, with its weights and times, each relation drawn by `sample_layer_cuda` with the CPU
+        path's key, and the sources of each node type concatenated on the device and relabelled by one
+        GPU hash table, by (node, time) when temporal). Same semantics and, as for `NeighborSampler`,
+        the same blocks on both wherever the draw leaves no freedom to floating point (uniform draws with
+        or without replacement, fanout -1; weighted draws can differ where GPU ``log`` rounds
+        differently). With CUDA, blocks are CUDA tensors when torch has CUDA, else host tensors (numba's
+        simulator).
+    uva : bool or None
+        ``device="cuda"`` only: read the relations' CSCs in place from page-locked host memory (UVA)
+        instead of device copies. ``None``: UVA for each relation whose ``indptr`` is a pinned tensor,
+        a device copy for the others. ``True`` copies unpinned arrays once into mapped host memory.
 
     Raises
     ------
@@ -283,7 +307,9 @@ class HeteroNeighborSampler:
         ``fanouts``, ``weights`` or ``edge_times``); per relation, weights or times of the wrong
         length, a negative, NaN or infinite weight, a NaN time, ``True`` for a relation without
         weights, ``weights=True`` where no sampled relation has weights (each message names the
-        argument and the relation).
+        argument and the relation); an unknown ``device``.
+    RuntimeError
+        ``device="cuda"`` where numba.cuda finds no usable GPU (no silent fallback to the CPU).
 
     References
     ----------
@@ -301,7 +327,7 @@ class HeteroNeighborSampler:
     """
 
     def __init__(self, graph: HeteroGraph, fanouts, replace: bool = False, seed: int | None = None, *,
-                 weights=None, edge_times=None) -> None:
+                 weights=None, edge_times=None, device="cpu", uva: bool | None = None) -> None:
         if not isinstance(graph, HeteroGraph):
             raise TypeError(f"graph must be a HeteroGraph, got {type(graph).__name__}")
         if isinstance(fanouts, Mapping):
@@ -334,10 +360,36 @@ class HeteroNeighborSampler:
         self._times, self.time_dtype = self._relation_times(edge_times)
         self.temporal = edge_times is not None
         """Whether `sample` needs ``seed_times`` (the sampler has edge times)."""
-        self._maps = {t: np.full(n, -1, dtype=np.int32) for t, n in graph.num_nodes.items()}
         self._eid_to_pos: dict[Relation, np.ndarray] = {}
         self.sampled_edges = 0
         """Total edges sampled so far."""
+        self.device = NeighborSampler._check_device(device)
+        self._cuda_graphs: dict[Relation, object] = {}
+        if self.device.type == "cuda":
+            self._maps: dict[str, np.ndarray] = {}
+            self._cuda_graphs = self._build_cuda(uva)
+        else:
+            self._maps = {t: np.full(n, -1, dtype=np.int32) for t, n in graph.num_nodes.items()}
+
+    def _build_cuda(self, uva: bool | None) -> dict:
+        """One `CudaGraph` per sampled relation (its weights and times included); the relations from one
+        source type share an index dtype (int64 where theirs differ), so their sources concatenate."""
+        from samplers.kernels import cuda as cuda_kernels  # imports numba.cuda: only when asked for
+
+        cuda_kernels.require_cuda()
+        g = self.graph
+        dtypes: dict[str, set] = {}
+        for rel in self.fanouts:
+            dtypes.setdefault(rel[0], set()).add(g.indices[rel].dtype)
+        out = {}
+        for rel in self.fanouts:
+            indptr, indices = g.indptr[rel], g.indices[rel]
+            if len(dtypes[rel[0]]) > 1:
+                indices = indices.to(torch.int64)
+            rel_uva = bool(indptr.is_pinned()) if uva is None else bool(uva)
+            out[rel] = cuda_kernels.CudaGraph.build(indptr, indices, g.edge_ids[rel], self._weights.get(rel),
+                                                    uva=rel_uva, times=self._times.get(rel))
+        return out
 
     def _relation_weights(self, weights) -> dict[Relation, np.ndarray]:
         """Per sampled relation with weights: float32 [E_r] in CSC order."""
@@ -462,6 +514,8 @@ class HeteroNeighborSampler:
             excluded = self._excluded(exclude_eids)
             call = self._calls
             self._calls += 1
+            if self._cuda_graphs:
+                return self._sample_cuda(dst, times, excluded, call)
             blocks = []
             for layer in range(self.num_layers - 1, -1, -1):
                 block = self._layer(dst, times, excluded, call, layer)
@@ -507,6 +561,87 @@ class HeteroNeighborSampler:
                            indices=local,
                            edge_ids={rel: torch.from_numpy(v[2]) for rel, v in sampled.items()},
                            src_times=None if times is None else src_times)
+
+
+    def _sample_cuda(self, dst: dict[str, np.ndarray], times: dict[str, np.ndarray] | None,
+                     excluded: dict[Relation, np.ndarray], call: int) -> list[HeteroBlock]:
+        from numba import cuda
+
+        dev_dst = {t: cuda.to_device(v) for t, v in dst.items()}
+        # -0.0 -> 0.0 once (inner layers inherit these): equal times, equal relabelling keys
+        dev_times = None if times is None else {t: cuda.to_device(v + v.dtype.type(0))
+                                                for t, v in times.items()}
+        excl = {rel: cuda.to_device(pos) for rel, pos in excluded.items()}
+        blocks = []
+        for layer in range(self.num_layers - 1, -1, -1):
+            block, dev_dst, dev_times = self._layer_cuda(dev_dst, dev_times, excl, call, layer)
+            blocks.append(block)
+        blocks.reverse()
+        return blocks
+
+    def _layer_cuda(self, dst: dict, times: dict | None, excl: dict, call: int, layer: int) -> tuple:
+        """One layer on the GPU: (block, next destinations per type, their times or None), device arrays
+        for the next layer."""
+        from numba import cuda
+
+        from samplers.kernels import cuda as ck
+
+        sampled = {}
+        for r, rel in enumerate(self.graph.relations):
+            if rel not in self.fanouts:
+                continue
+            key = mix(cpu.layer_key(self.seed, call, layer) ^ (r + 1))
+            row_times = times[rel[2]] if rel in self._times else None
+            sampled[rel] = ck.sample_layer_cuda(self._cuda_graphs[rel], dst[rel[2]], self.fanouts[rel][layer],
+                                                self.replace, key, rel in self._weights, excl.get(rel),
+                                                row_times)
+        src_nodes, src_times, local, next_dst, next_times = {}, {}, {}, {}, {}
+        for t in self.graph.num_nodes:  # relabel per source type over the relations into it, in order
+            rels = [rel for rel in sampled if rel[0] == t]
+            parts = [sampled[rel][1] for rel in rels]
+            sizes = [int(p.shape[0]) for p in parts]
+            flat = _concat_cuda(parts, sizes, parts[0].dtype if parts else np.int64)
+            if times is None:
+                nodes, loc = ck.relabel_cuda(dst[t], flat)
+            else:  # a source takes the time of the row (of the relation's destination type) that drew it
+                tkeys = cuda.device_array(sum(sizes), dtype=np.int64)
+                at = 0
+                for rel, n in zip(rels, sizes, strict=True):
+                    ck.edge_time_keys_cuda(sampled[rel][0], times[rel[2]], tkeys[at:at + n])
+                    at += n
+                nodes, node_times, loc = ck.relabel_pairs_cuda(dst[t], times[t], flat, tkeys)
+                next_times[t] = node_times
+                src_times[t] = _cuda_to_torch(node_times)
+            next_dst[t] = nodes
+            src_nodes[t] = _cuda_to_torch(nodes)
+            loc_t = _cuda_to_torch(loc)
+            at = 0
+            for rel, n in zip(rels, sizes, strict=True):
+                local[rel] = loc_t[at:at + n]
+                at += n
+        self.sampled_edges += sum(int(v[1].shape[0]) for v in sampled.values())
+        block = HeteroBlock(src_nodes=src_nodes,
+                            dst_nodes={t: src_nodes[t][: int(dst[t].shape[0])] for t in src_nodes},
+                            indptr={rel: _cuda_to_torch(v[0]) for rel, v in sampled.items()},
+                            indices=local,
+                            edge_ids={rel: _cuda_to_torch(v[2]) for rel, v in sampled.items()},
+                            src_times=None if times is None else src_times)
+        return block, next_dst, None if times is None else next_times
+
+
+def _concat_cuda(parts: list, sizes: list[int], dtype) -> object:
+    """Device arrays of one dtype, concatenated into a new device array (a single part as it is)."""
+    from numba import cuda
+
+    if len(parts) == 1:
+        return parts[0]
+    out = cuda.device_array(sum(sizes), dtype=dtype)
+    at = 0
+    for part, n in zip(parts, sizes, strict=True):
+        if n:
+            out[at:at + n].copy_to_device(part)
+        at += n
+    return out
 
 
 def lastfm_hetero_graph(dataset) -> HeteroGraph:
