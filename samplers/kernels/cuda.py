@@ -72,9 +72,13 @@ __all__ = ["CudaGraph", "require_cuda", "sample_layer_cuda", "relabel_cuda", "sa
 WARP = 32
 _SIM = bool(numba.config.ENABLE_CUDASIM)  # the simulator runs a thread per Python thread: small blocks
 SCAN_THREADS = 32 if _SIM else 256
+SCAN_ITEMS = 2 if _SIM else 8  # items per scan thread
+SCAN_CHUNK = SCAN_THREADS * SCAN_ITEMS
 _EDGE_THREADS = 32 if _SIM else 256
+_ROW_THREADS = 32 if _SIM else 128  # thread-per-row kernels: long loops per thread, smaller blocks
 # the simulator starts a Python thread per GPU thread: few blocks (the kernels stride over rows and edges)
 _MAX_ROW_BLOCKS = 2 if _SIM else 65_535 * 4
+THREAD_FANOUT_MAX = 64  # uniform layers with 0 <= fanout <= this run one thread per row (`_sample_rows`)
 
 _GOLDEN = np.uint64(_GOLDEN_INT)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -162,11 +166,17 @@ def _sort_range(arr, lo, hi):  # pragma: no cover - device
 # ----------------------------------------------------------------------------------------- scans
 @cuda.jit
 def _scan_blocks(inp, out, sums, n):  # pragma: no cover - device
-    """Inclusive scan of each SCAN_THREADS-long chunk of inp into out[1:]; chunk totals into sums."""
+    """Inclusive scan of each SCAN_CHUNK-long chunk of inp into out[1:] (out[0] = 0); chunk totals into
+    sums. Each thread sums SCAN_ITEMS consecutive items, the block scans those sums in shared memory,
+    then each thread writes its items' running totals."""
     tmp = cuda.shared.array(SCAN_THREADS, numba.int64)
     t = cuda.threadIdx.x
-    i = cuda.blockIdx.x * SCAN_THREADS + t
-    tmp[t] = inp[i] if i < n else 0
+    base = cuda.blockIdx.x * SCAN_CHUNK + t * SCAN_ITEMS
+    own = np.int64(0)
+    for q in range(SCAN_ITEMS):
+        if base + q < n:
+            own += inp[base + q]
+    tmp[t] = own
     cuda.syncthreads()
     offset = 1
     while offset < SCAN_THREADS:
@@ -175,9 +185,12 @@ def _scan_blocks(inp, out, sums, n):  # pragma: no cover - device
         tmp[t] += v
         cuda.syncthreads()
         offset *= 2
-    if i < n:
-        out[i + 1] = tmp[t]
-    if i == 0:
+    run = tmp[t] - own
+    for q in range(SCAN_ITEMS):
+        if base + q < n:
+            run += inp[base + q]
+            out[base + q + 1] = run
+    if base == 0:
         out[0] = 0
     if t == SCAN_THREADS - 1:
         sums[cuda.blockIdx.x] = tmp[t]
@@ -185,30 +198,76 @@ def _scan_blocks(inp, out, sums, n):  # pragma: no cover - device
 
 @cuda.jit
 def _scan_add(out, offsets, n):  # pragma: no cover - device
+    """out[i + 1] += offsets[chunk of i]: the exclusive scan of the chunk totals."""
     i = cuda.grid(1)
-    if i < n:
-        out[i + 1] += offsets[i // SCAN_THREADS]
+    stride = cuda.gridsize(1)
+    while i < n:
+        out[i + 1] += offsets[i // SCAN_CHUNK]
+        i += stride
+
+
+@cuda.jit
+def _fill(arr, value):  # pragma: no cover - device
+    i = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    while i < arr.shape[0]:
+        arr[i] = value
+        i += stride
+
+
+def _scan_into(counts: Any, out: Any, n: int) -> None:
+    """out[0] = 0, out[i + 1] = counts[0] + ... + counts[i], on the device (no host round trip: the
+    chunk totals are scanned by the same kernels, recursively)."""
+    chunks = (n + SCAN_CHUNK - 1) // SCAN_CHUNK
+    sums = empty(chunks, np.int64)
+    _scan_blocks[chunks, SCAN_THREADS](counts, out, sums, n)
+    if chunks > 1:
+        offsets = empty(chunks + 1, np.int64)
+        _scan_into(sums, offsets, chunks)
+        _scan_add[_grid(n, _EDGE_THREADS), _EDGE_THREADS](out, offsets, n)
 
 
 def exclusive_scan(counts: Any) -> tuple[Any, int]:
     """Offsets of ``counts`` (a device int64 array [n]): a device int64 array [n + 1] and its total.
 
-    Chunk totals are scanned on the host (n / 256 numbers), so the call synchronises once.
+    The scan stays on the device; reading the total back (to size the next outputs) is the call's one
+    synchronisation.
     """
     n = counts.shape[0]
-    out = cuda.device_array(n + 1, dtype=np.int64)
+    out = empty(n + 1, np.int64)
     if n == 0:
-        out.copy_to_device(np.zeros(1, dtype=np.int64))
+        _fill[1, 1](out, np.int64(0))
         return out, 0
-    chunks = (n + SCAN_THREADS - 1) // SCAN_THREADS
-    sums = cuda.device_array(chunks, dtype=np.int64)
-    _scan_blocks[chunks, SCAN_THREADS](counts, out, sums, n)
-    host = sums.copy_to_host()
-    if chunks > 1:
-        offsets = np.zeros(chunks, dtype=np.int64)
-        np.cumsum(host[:-1], out=offsets[1:])
-        _scan_add[chunks, SCAN_THREADS](out, cuda.to_device(offsets), n)
-    return out, int(host.sum())
+    _scan_into(counts, out, n)
+    return out, int(out[n:].copy_to_host()[0])
+
+
+def empty(n: int, dtype: Any) -> Any:
+    """An uninitialised device array [n] of a numpy dtype. From torch's caching allocator when torch
+    has CUDA (a batch allocates a dozen arrays per layer: ``cudaMalloc`` and the synchronising
+    ``cudaFree`` behind ``cuda.device_array`` would cost more than the kernels), else numba's own."""
+    dtypes = _torch_dtypes()
+    if dtypes:
+        import torch
+
+        return cuda.as_cuda_array(torch.empty(max(n, 0), dtype=dtypes[np.dtype(dtype)], device="cuda"))
+    return cuda.device_array(n, dtype=dtype)
+
+
+def _torch_dtypes() -> dict:
+    """numpy -> torch dtypes where torch has CUDA (not under the simulator), else {}; decided once."""
+    if not _TORCH_DTYPES:
+        import torch
+
+        usable = torch.cuda.is_available() and not _SIM
+        _TORCH_DTYPES["usable"] = usable
+        if usable:
+            _TORCH_DTYPES.update({np.dtype(np.int64): torch.int64, np.dtype(np.int32): torch.int32,
+                                  np.dtype(np.float64): torch.float64, np.dtype(np.float32): torch.float32})
+    return _TORCH_DTYPES if _TORCH_DTYPES["usable"] else {}
+
+
+_TORCH_DTYPES: dict = {}
 
 
 # ------------------------------------------------------------------------------------------ plan
@@ -484,6 +543,97 @@ def _choose_masked(dst, row_start, row_raw, row_deg, row_exlo, row_exhi, out_ind
         row += cuda.gridDim.x
 
 
+# ------------------------------------------------------------- uniform rows, one thread per row
+@cuda.jit
+def _plan_rows(indptr, dst, fanout, replace, excl, counts):  # pragma: no cover - device
+    """Output count of each row (uniform rules, excluded positions removed): one thread per row."""
+    i = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    n_excl = excl.shape[0]
+    while i < dst.shape[0]:
+        v = dst[i]
+        s = indptr[v]
+        e = indptr[v + 1]
+        d = e - s
+        if n_excl:
+            a = _lower_bound(excl, 0, n_excl, s)
+            d -= _lower_bound(excl, a, n_excl, e) - a
+        counts[i] = _count(d, fanout, replace)
+        i += stride
+
+
+@cuda.jit(device=True)
+def _emit(indices, edge_ids, has_eids, excl, a, b, s, p, src, eids, j):  # pragma: no cover - device
+    """Write output j for virtual position p of a row starting at CSC position s."""
+    q = s + p if a == b else _virtual_to_real(excl, a, b, s, p)
+    src[j] = indices[q]
+    eids[j] = edge_ids[q] if has_eids else q
+
+
+@cuda.jit
+def _sample_rows(indptr, indices, edge_ids, has_eids, dst, out_indptr, fanout, replace, key, excl, src,
+                 eids):  # pragma: no cover - device
+    """Uniform rows with 0 <= fanout <= THREAD_FANOUT_MAX, one thread per row, positions chosen and
+    their sources and edge ids gathered in one pass (no position array). Floyd's subset lives in a
+    per-thread array, insertion-sorted; the choices are the reference's, so the blocks equal the CPU's."""
+    sub = cuda.local.array(THREAD_FANOUT_MAX, numba.int64)
+    i = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    n_excl = excl.shape[0]
+    while i < dst.shape[0]:
+        o = out_indptr[i]
+        c = out_indptr[i + 1] - o
+        if c > 0:
+            v = dst[i]
+            s = indptr[v]
+            e = indptr[v + 1]
+            a = np.int64(0)
+            b = np.int64(0)
+            if n_excl:
+                a = _lower_bound(excl, 0, n_excl, s)
+                b = _lower_bound(excl, a, n_excl, e)
+            deg = e - s - (b - a)
+            if replace:
+                state0 = _row_state(key, v)
+                for j in range(c):
+                    p = _bounded(_draw(state0, j), np.uint64(deg))
+                    _emit(indices, edge_ids, has_eids, excl, a, b, s, p, src, eids, o + j)
+            elif c == deg:
+                for j in range(c):
+                    _emit(indices, edge_ids, has_eids, excl, a, b, s, j, src, eids, o + j)
+            else:
+                # Floyd's m-subset, sorted; m = c, or the deg - c positions left out
+                state = _row_state(key, v)
+                m = c if 2 * c <= deg else deg - c
+                for n in range(m):
+                    j = deg - m + n
+                    state += _GOLDEN
+                    t = _bounded(_mix(state), np.uint64(j + 1))
+                    x = t
+                    for q in range(n):
+                        if sub[q] == t:
+                            x = j
+                            break
+                    q = n
+                    while q > 0 and sub[q - 1] > x:
+                        sub[q] = sub[q - 1]
+                        q -= 1
+                    sub[q] = x
+                if m == c:
+                    for j in range(c):
+                        _emit(indices, edge_ids, has_eids, excl, a, b, s, sub[j], src, eids, o + j)
+                else:
+                    q = 0
+                    w = o
+                    for p in range(deg):
+                        if q < m and sub[q] == p:
+                            q += 1
+                        else:
+                            _emit(indices, edge_ids, has_eids, excl, a, b, s, p, src, eids, w)
+                            w += 1
+        i += stride
+
+
 # ---------------------------------------------------------------------------------------- gather
 @cuda.jit
 def _gather(indices, edge_ids, has_eids, pos, src, eids):  # pragma: no cover - device
@@ -654,7 +804,8 @@ def _relabel_out_pairs(dst, dst_tkey, src, edge_tkey, first, flags, newid, src_n
 
 
 KERNELS = {
-    "scan_blocks": _scan_blocks, "scan_add": _scan_add, "plan_uniform": _plan_uniform,
+    "scan_blocks": _scan_blocks, "scan_add": _scan_add, "fill": _fill, "plan_rows": _plan_rows,
+    "sample_rows": _sample_rows, "plan_uniform": _plan_uniform,
     "plan_masked": _plan_masked, "choose_uniform": _choose_uniform, "choose_masked": _choose_masked,
     "gather": _gather, "hash_insert": _hash_insert, "hash_first": _hash_first, "relabel_out": _relabel_out,
     "edge_tkeys": _edge_tkeys, "hash_insert_pairs": _hash_insert_pairs, "hash_first_pairs": _hash_first_pairs,
@@ -809,9 +960,23 @@ def sample_layer_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, ke
     fanout = np.int64(fanout)
     replace = bool(replace)
     key = np.uint64(key)
-    rows = cuda.device_array((5, max(d_count, 1)), dtype=np.int64)
-    counts = cuda.device_array(max(d_count, 1), dtype=np.int64)
-    row_start, row_raw, row_deg, row_exlo, row_exhi = rows[0], rows[1], rows[2], rows[3], rows[4]
+    counts = empty(max(d_count, 1), np.int64)
+    if not masked and 0 <= fanout <= THREAD_FANOUT_MAX:
+        # plan, scan, then choose and gather in one pass: a thread per row
+        if d_count:
+            _plan_rows[_grid(d_count, _EDGE_THREADS), _EDGE_THREADS](graph.indptr, dst, fanout, replace, excl,
+                                                                     counts)
+        out_indptr, nnz = exclusive_scan(counts[:d_count])
+        src = empty(nnz, graph.indices.dtype)
+        eids = empty(nnz, np.int64)
+        if nnz:
+            _sample_rows[_grid(d_count, _ROW_THREADS), _ROW_THREADS](
+                graph.indptr, graph.indices, graph.edge_ids, graph.has_eids, dst, out_indptr, fanout, replace,
+                key, excl, src, eids)
+        return out_indptr, src, eids
+    rows = empty(5 * max(d_count, 1), np.int64)
+    m = max(d_count, 1)
+    row_start, row_raw, row_deg, row_exlo, row_exhi = (rows[q * m:(q + 1) * m] for q in range(5))
     row_blocks = _grid(d_count, 1)
     if d_count:
         if masked:
@@ -822,21 +987,21 @@ def sample_layer_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, ke
             _plan_uniform[_grid(d_count, _EDGE_THREADS), _EDGE_THREADS](
                 graph.indptr, dst, fanout, replace, excl, row_start, row_deg, row_exlo, row_exhi, counts)
     out_indptr, nnz = exclusive_scan(counts[:d_count])
-    pos = cuda.device_array(max(nnz, 1), dtype=np.int64)
+    pos = empty(max(nnz, 1), np.int64)
     if nnz:
         if masked:
             scratch_off, scratch_len = exclusive_scan(row_raw[:d_count]) if replace and fanout >= 0 \
                 else (counts, 0)
-            scratch = cuda.device_array(max(scratch_len, 1), dtype=np.float64)
+            scratch = empty(max(scratch_len, 1), np.float64)
             _choose_masked[row_blocks, WARP](dst, row_start, row_raw, row_deg, row_exlo, row_exhi, out_indptr,
                                              fanout, replace, key, graph.weights, bool(weighted), graph.times,
                                              row_time, timed, excl, pos, scratch, scratch_off)
         else:
-            aux = cuda.device_array(nnz, dtype=np.int64)
+            aux = empty(nnz, np.int64)
             _choose_uniform[row_blocks, WARP](dst, row_start, row_deg, row_exlo, row_exhi, out_indptr, fanout,
                                               replace, key, excl, pos, aux)
-    src = cuda.device_array(nnz, dtype=graph.indices.dtype)
-    eids = cuda.device_array(nnz, dtype=np.int64)
+    src = empty(nnz, graph.indices.dtype)
+    eids = empty(nnz, np.int64)
     if nnz:
         _gather[_grid(nnz, _EDGE_THREADS), _EDGE_THREADS](graph.indices, graph.edge_ids, graph.has_eids, pos,
                                                             src, eids)
@@ -853,6 +1018,16 @@ def _NO_EXCLUDED() -> Any:  # noqa: N802 - a constant, made on first use (needs 
 _NO_EXCLUDED_ARRAY = None
 
 
+def _hash_table(cap: int) -> tuple[Any, Any]:
+    """Empty open-addressing table of ``cap`` slots (a power of two): keys -1, values int64 max, filled
+    on the device."""
+    keys = empty(cap, np.int64)
+    vals = empty(cap, np.int64)
+    _fill[_grid(cap, _EDGE_THREADS), _EDGE_THREADS](keys, _EMPTY)
+    _fill[_grid(cap, _EDGE_THREADS), _EDGE_THREADS](vals, _NO_INDEX)
+    return keys, vals
+
+
 def relabel_cuda(dst: Any, src: Any) -> tuple[Any, Any]:
     """Local ids through a GPU hash table (as `samplers.kernels.reference.relabel`).
 
@@ -867,25 +1042,24 @@ def relabel_cuda(dst: Any, src: Any) -> tuple[Any, Any]:
     dst = _as_device_ids(dst)
     d_count, nnz = dst.shape[0], src.shape[0]
     total = d_count + nnz
-    local = cuda.device_array(nnz, dtype=np.int64)
+    local = empty(nnz, np.int64)
     if nnz == 0:
-        src_nodes = cuda.device_array(d_count, dtype=np.int64)
+        src_nodes = empty(d_count, np.int64)
         if d_count:
             src_nodes.copy_to_device(dst)
         return src_nodes, local
     cap = 16
     while cap < 2 * total:
         cap *= 2
-    keys = cuda.to_device(np.full(cap, -1, dtype=np.int64))
-    vals = cuda.to_device(np.full(cap, _NO_INDEX, dtype=np.int64))
+    keys, vals = _hash_table(cap)
     mask = np.int64(cap - 1)
     threads = _EDGE_THREADS
     _hash_insert[_grid(total, threads), threads](dst, src, keys, vals, mask)
-    first = cuda.device_array(nnz, dtype=np.int64)
-    flags = cuda.device_array(nnz, dtype=np.int64)
+    first = empty(nnz, np.int64)
+    flags = empty(nnz, np.int64)
     _hash_first[_grid(nnz, threads), threads](src, np.int64(d_count), keys, vals, mask, first, flags)
     newid, new_count = exclusive_scan(flags)
-    src_nodes = cuda.device_array(d_count + new_count, dtype=np.int64)
+    src_nodes = empty(d_count + new_count, np.int64)
     _relabel_out[_grid(total, threads), threads](dst, src, first, flags, newid, src_nodes, local)
     return src_nodes, local
 
@@ -910,35 +1084,11 @@ def relabel_temporal_cuda(dst: Any, dst_times: Any, out_indptr: Any, src: Any) -
     src_nodes : device int64 [S]; src_times : device [S] (dtype of ``dst_times``); local : device int64 [nnz]
     """
     dst = _as_device_ids(dst)
-    d_count, nnz = dst.shape[0], src.shape[0]
-    total = d_count + nnz
-    dst_tkey = _time_keys(dst_times)
-    edge_tkey = cuda.device_array(max(nnz, 1), dtype=np.int64)
-    local = cuda.device_array(nnz, dtype=np.int64)
+    nnz = src.shape[0]
+    edge_tkey = empty(max(nnz, 1), np.int64)
     if nnz:
-        _edge_tkeys[_grid(d_count, 1), WARP](out_indptr, dst_tkey, edge_tkey)
-    cap = 16
-    while cap < 2 * total:
-        cap *= 2
-    keys = cuda.to_device(np.full(cap, -1, dtype=np.int64))
-    vals = cuda.to_device(np.full(cap, _NO_INDEX, dtype=np.int64))
-    mask = np.int64(cap - 1)
-    threads = _EDGE_THREADS
-    if total:
-        _hash_insert_pairs[_grid(total, threads), threads](dst, dst_tkey, src, edge_tkey, keys, vals, mask)
-    first = cuda.device_array(max(nnz, 1), dtype=np.int64)
-    flags = cuda.device_array(nnz, dtype=np.int64)
-    if nnz:
-        _hash_first_pairs[_grid(nnz, threads), threads](dst, dst_tkey, src, edge_tkey, keys, vals, mask,
-                                                        first, flags)
-    newid, new_count = exclusive_scan(flags)
-    src_nodes = cuda.device_array(d_count + new_count, dtype=np.int64)
-    src_tkey = cuda.device_array(d_count + new_count, dtype=np.int64)
-    if total:
-        _relabel_out_pairs[_grid(total, threads), threads](dst, dst_tkey, src, edge_tkey, first, flags, newid,
-                                                           src_nodes, src_tkey, local)
-    src_times = src_tkey.view(np.float64) if dst_times.dtype == np.float64 else src_tkey
-    return src_nodes, src_times, local
+        edge_time_keys_cuda(out_indptr, dst_times, edge_tkey)
+    return relabel_pairs_cuda(dst, dst_times, src, edge_tkey[:nnz] if nnz else edge_tkey)
 
 
 def sample_block_temporal_cuda(graph: CudaGraph, dst: Any, dst_times: Any, fanout: int, replace: bool,
@@ -1020,25 +1170,24 @@ def relabel_pairs_cuda(dst: Any, dst_times: Any, src: Any, edge_tkey: Any) -> tu
     total = d_count + nnz
     dst_tkey = _time_keys(dst_times)
     if nnz == 0:
-        edge_tkey = cuda.device_array(1, dtype=np.int64)
-    local = cuda.device_array(nnz, dtype=np.int64)
+        edge_tkey = empty(1, np.int64)
+    local = empty(nnz, np.int64)
     cap = 16
     while cap < 2 * total:
         cap *= 2
-    keys = cuda.to_device(np.full(cap, -1, dtype=np.int64))
-    vals = cuda.to_device(np.full(cap, _NO_INDEX, dtype=np.int64))
+    keys, vals = _hash_table(cap)
     mask = np.int64(cap - 1)
     threads = _EDGE_THREADS
     if total:
         _hash_insert_pairs[_grid(total, threads), threads](dst, dst_tkey, src, edge_tkey, keys, vals, mask)
-    first = cuda.device_array(max(nnz, 1), dtype=np.int64)
-    flags = cuda.device_array(nnz, dtype=np.int64)
+    first = empty(max(nnz, 1), np.int64)
+    flags = empty(nnz, np.int64)
     if nnz:
         _hash_first_pairs[_grid(nnz, threads), threads](dst, dst_tkey, src, edge_tkey, keys, vals, mask,
                                                         first, flags)
     newid, new_count = exclusive_scan(flags)
-    src_nodes = cuda.device_array(d_count + new_count, dtype=np.int64)
-    src_tkey = cuda.device_array(d_count + new_count, dtype=np.int64)
+    src_nodes = empty(d_count + new_count, np.int64)
+    src_tkey = empty(d_count + new_count, np.int64)
     if total:
         _relabel_out_pairs[_grid(total, threads), threads](dst, dst_tkey, src, edge_tkey, first, flags, newid,
                                                            src_nodes, src_tkey, local)

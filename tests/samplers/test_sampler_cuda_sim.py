@@ -88,8 +88,8 @@ SIM_SCRIPT = textwrap.dedent(
         want_nodes, want_local = ref.relabel(dd, ss)
         assert np.array_equal(nodes.copy_to_host(), want_nodes)
         assert np.array_equal(local.copy_to_host(), want_local)
-    # the scan across several chunks
-    counts = rng.integers(0, 5, 3 * ck.SCAN_THREADS + 7)
+    # the scan across several chunks, and chunks of chunks (the chunk totals scanned on the device too)
+    counts = rng.integers(0, 5, ck.SCAN_CHUNK * ck.SCAN_CHUNK + 3 * ck.SCAN_CHUNK + 7)
     offs, total = ck.exclusive_scan(cuda.to_device(counts))
     assert total == counts.sum()
     assert np.array_equal(offs.copy_to_host(), np.concatenate([[0], np.cumsum(counts)]))
@@ -221,6 +221,9 @@ PTX_SCRIPT = textwrap.dedent(
     sigs = {
         "scan_blocks": (any64, i64, i64, t.int64),
         "scan_add": (i64, i64, t.int64),
+        "fill": (i64, t.int64),
+        "plan_rows": (i64, i64, t.int64, t.boolean, i64, i64),
+        "sample_rows": (i64, i32, i64, t.boolean, i64, i64, t.int64, t.boolean, t.uint64, i64, i32, i64),
         "plan_uniform": (i64, i64, t.int64, t.boolean, i64, any64, any64, any64, any64, i64),
         "plan_masked": (i64, i64, t.int64, t.boolean, f32, t.boolean, i64, i64, t.boolean, i64, any64, any64,
                         any64, any64, any64, i64),
