@@ -278,6 +278,106 @@ def time_cpu(indptr, indices, n: int, fanouts: list[int], batch: int, batches: i
     return {"sampled_edges_per_s": edges / dt, "threads": numba.get_num_threads()}
 
 
+def profile_layers(cuda_graph, n: int, fanouts: list[int], batch: int, repeats: int, seed: int) -> list[dict]:
+    """Median milliseconds per layer of the two halves of a block (choose + gather, then relabel), each
+    followed by a synchronise, over ``repeats`` batches: where a batch's time goes."""
+    from samplers.kernels import cuda as ck
+    from samplers.kernels.reference import layer_key
+
+    rng = np.random.default_rng(seed + 1)
+    times: dict[int, dict[str, list[float]]] = {}
+    for call in range(repeats + 1):
+        dst = cuda.to_device(rng.integers(0, n, batch))
+        for layer in range(len(fanouts) - 1, -1, -1):
+            t0 = time.perf_counter()
+            out_indptr, src, _ = ck.sample_layer_cuda(cuda_graph, dst, fanouts[layer], False,
+                                                      layer_key(seed, call, layer))
+            cuda.synchronize()
+            t1 = time.perf_counter()
+            nodes, _ = ck.relabel_cuda(dst, src)
+            cuda.synchronize()
+            t2 = time.perf_counter()
+            if call:  # the first batch compiles
+                row = times.setdefault(layer, {"sample_ms": [], "relabel_ms": [], "dst": [], "edges": []})
+                row["sample_ms"].append((t1 - t0) * 1e3)
+                row["relabel_ms"].append((t2 - t1) * 1e3)
+                row["dst"].append(dst.shape[0])
+                row["edges"].append(src.shape[0])
+            dst = nodes
+    return [{"layer": layer, **{k: float(np.median(v)) for k, v in row.items()}}
+            for layer, row in sorted(times.items(), reverse=True)]
+
+
+def time_sampler_api(indptr, indices, weights, n: int, fanouts: list[int], batch: int, batches: int,
+                     uva: bool, weighted: bool, seed: int, deadline: float) -> dict:
+    """``NeighborSampler(..., device="cuda").sample(seeds)`` end to end: seeds a CUDA tensor, blocks of
+    CUDA tensors (what a trainer sees), each batch completed before the next."""
+    from graphrl.graph import CSCGraph
+    from samplers.neighbor import NeighborSampler
+
+    graph = CSCGraph(indptr=torch.from_numpy(indptr), indices=torch.from_numpy(indices))
+    w = torch.from_numpy(weights) if weighted else None
+    sampler = NeighborSampler(graph, fanouts, weights=w, seed=seed, device="cuda", uva=uva)
+    rng = np.random.default_rng(seed + 2)
+    where = "cuda" if torch.cuda.is_available() else "cpu"  # the simulator: host tensors
+    seeds = [torch.from_numpy(rng.integers(0, n, batch)).to(where) for _ in range(batches + 2)]
+    for s in seeds[:2]:
+        sampler.sample(s)
+    cuda.synchronize()
+    edges = done = 0
+    start = time.perf_counter()
+    for s in seeds[2:]:
+        blocks = sampler.sample(s)
+        edges += sum(b.num_edges for b in blocks)
+        cuda.synchronize()
+        done += 1
+        if time.perf_counter() > deadline:
+            break
+    dt = time.perf_counter() - start
+    return {"sampled_edges_per_s": edges / dt, "batches": done, "ms_per_batch": dt / max(done, 1) * 1e3}
+
+
+def sampler_part(result: dict, nodes: int, edges_per_node: int, fans: list[int], batch_size: int,
+                 batches: int, seed: int, seconds: float) -> None:
+    """Part 2: throughput of the kernels and of the sampler API, device and UVA, uniform and weighted; a
+    per-layer profile; our CPU sampler on the same graph for scale."""
+    from samplers.kernels import cuda as ck
+
+    indptr, indices, weights = _big_graph(nodes, edges_per_node, seed)
+    fanouts = ",".join(map(str, fans))
+    label = f"uniform-degree {nodes / 1e6:g}M/{nodes * edges_per_node / 1e6:g}M [{fanouts}]"
+    per_case = max(seconds * 0.8 / 12, 1.0)
+    sim = bool(numba.config.ENABLE_CUDASIM)  # testing the script: one batch size, one profiled batch
+    for placement in ("device", "uva"):
+        graph = ck.CudaGraph.build(indptr, indices, None, weights, uva=placement == "uva")
+        for weighted in (False, True):
+            for batch in (batch_size,) if sim else (batch_size, 8 * batch_size):
+                deadline = time.perf_counter() + per_case
+                row = time_gpu(graph, nodes, fans, batch, batches, weighted, seed, deadline)
+                case = f"{label} b{batch} kernels {placement}{' weighted' if weighted else ''}"
+                result["rows"].append({"case": case, "metric": "sampled_edges_per_s",
+                                       "ours": row["sampled_edges_per_s"], **row})
+                click.echo(f"  {case}: {row['sampled_edges_per_s'] / 1e6:.1f} M edges/s", err=True)
+        profile = profile_layers(graph, nodes, fans, batch_size, 1 if sim else 5, seed)
+        result[f"profile_{placement}_b{batch_size}"] = profile
+        for p in profile:
+            click.echo(f"  profile {placement} layer {p['layer']}: dst {p['dst']:.0f} edges {p['edges']:.0f} "
+                       f"sample {p['sample_ms']:.3f} ms relabel {p['relabel_ms']:.3f} ms", err=True)
+        del graph
+        for weighted in (False, True):
+            deadline = time.perf_counter() + per_case
+            row = time_sampler_api(indptr, indices, weights, nodes, fans, batch_size, batches,
+                                   placement == "uva", weighted, seed, deadline)
+            case = f"{label} b{batch_size} sample() {placement}{' weighted' if weighted else ''}"
+            result["rows"].append({"case": case, "metric": "sampled_edges_per_s",
+                                   "ours": row["sampled_edges_per_s"], **row})
+            click.echo(f"  {case}: {row['sampled_edges_per_s'] / 1e6:.1f} M edges/s, "
+                       f"{row['ms_per_batch']:.2f} ms/batch", err=True)
+    cpu = time_cpu(indptr, indices, nodes, fans, batch_size, min(batches, 10), seed)
+    result["rows"].append({"case": f"{label} b{batch_size} cpu (ours, {cpu['threads']} threads)",
+                           "metric": "sampled_edges_per_s", "ours": cpu["sampled_edges_per_s"]})
+
+
 @cuda.jit
 def _gather(table, ids, out):  # pragma: no cover - device; a warp per row, 8-byte words
     lane = cuda.threadIdx.x % 32
@@ -517,12 +617,13 @@ def _print_replay(result: dict) -> None:
 @click.option("--replay-window", default=64, show_default=True)
 @click.option("--replay-repeats", default=50, show_default=True, help="Timed batches per replay case.")
 @click.option("--only-replay", is_flag=True, help="Run only part 4 (replay).")
+@click.option("--only-sampler", is_flag=True, help="Run only parts 1 and 2 (sampling kernels).")
 @click.option("--budget", default=240.0, show_default=True, help="Seconds the whole check aims to fit in.")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--output", default=str(RESULTS), show_default=True, type=click.Path(dir_okay=False))
 def main(check_nodes, check_edges, check_batches, nodes, edges_per_node, fanouts, batch_size, batches,
          feature_rows, feature_dim, replay_check_steps, replay_check_batches, replay_steps, replay_batch,
-         replay_window, replay_repeats, only_replay, budget, seed, output) -> None:
+         replay_window, replay_repeats, only_replay, only_sampler, budget, seed, output) -> None:
     """Correctness and speed of the numba.cuda sampling kernels on a real GPU (see the module docstring)."""
     if not cuda.is_available():
         _no_gpu_exit()
@@ -539,60 +640,47 @@ def main(check_nodes, check_edges, check_batches, nodes, edges_per_node, fanouts
                    replay_repeats, seed)
     if only_replay:
         replay_ok = replay_part(result, *replay_args, seconds=budget)
-        result["seconds"] = time.perf_counter() - t0
         _print_replay(result)
-        out = Path(output)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=2) + "\n")
-        click.echo(f"wrote {out}")
+        _write(result, t0, output)
         sys.exit(0 if replay_ok else 1)
 
     result["correctness"] = check_correctness(check_nodes, check_edges, fans, batch_size, check_batches, seed)
     click.echo(f"  correctness done at {time.perf_counter() - t0:.0f} s", err=True)
     hetero_part(result, max(check_nodes // 10, 50), batch_size, check_batches, seed)
 
-    from samplers.kernels import cuda as ck
-
-    indptr, indices, weights = _big_graph(nodes, edges_per_node, seed)
-    label = f"uniform-degree {nodes / 1e6:g}M/{nodes * edges_per_node / 1e6:g}M [{fanouts}] b{batch_size}"
-    remaining = budget - (time.perf_counter() - t0)
-    per_case = max(remaining * 0.7 / 4, 1.0)
-    for placement in ("device", "uva"):
-        graph = ck.CudaGraph.build(indptr, indices, None, weights, uva=placement == "uva")
-        for weighted in (False, True):
-            deadline = time.perf_counter() + per_case
-            row = time_gpu(graph, nodes, fans, batch_size, batches, weighted, seed, deadline)
-            case = f"{label} {placement}{' weighted' if weighted else ''}"
-            result["rows"].append({"case": case, "metric": "sampled_edges_per_s",
-                                   "ours": row["sampled_edges_per_s"], **row})
-            click.echo(f"  {case}: {row['sampled_edges_per_s'] / 1e6:.1f} M edges/s", err=True)
-        del graph
-    cpu = time_cpu(indptr, indices, nodes, fans, batch_size, min(batches, 10), seed)
-    result["rows"].append({"case": f"{label} cpu (ours, {cpu['threads']} threads)",
-                           "metric": "sampled_edges_per_s", "ours": cpu["sampled_edges_per_s"]})
-    del indptr, indices, weights
+    sampler_part(result, nodes, edges_per_node, fans, batch_size, batches, seed,
+                 seconds=max(budget * 0.6 - (time.perf_counter() - t0), 20.0))
+    if only_sampler:
+        _print_sampler(result)
+        _write(result, t0, output)
+        sys.exit(0 if result["correctness"]["deterministic_ok"] else 1)
     gather = time_gather(feature_rows, feature_dim, min(feature_rows, 1_000_000), 10, seed)
     result["feature_gather"] = gather
     replay_ok = replay_part(result, *replay_args, seconds=max(budget - (time.perf_counter() - t0), 30.0))
-    result["seconds"] = time.perf_counter() - t0
-
-    click.echo(f"\n{'case':<72} {'M edges/s':>10}")
-    for row in result["rows"]:
-        if row["metric"] == "sampled_edges_per_s":
-            click.echo(f"{row['case']:<72} {row['ours'] / 1e6:>10.1f}")
+    _print_sampler(result)
     click.echo(f"feature gather ({gather['row_bytes']} B rows): device {gather['device_GBps']:.1f} GB/s, "
                f"pinned host via UVA {gather['pinned_uva_GBps']:.1f} GB/s, "
                f"device copy {gather['device_copy_GBps']:.1f} GB/s")
     _print_replay(result)
-    click.echo(f"correctness: deterministic cases identical: {result['correctness']['deterministic_ok']}; "
-               f"total {result['seconds']:.0f} s")
-    out = Path(output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    click.echo(f"wrote {out}")
+    _write(result, t0, output)
     if not result["correctness"]["deterministic_ok"] or not replay_ok:
         sys.exit(1)
 
+
+def _print_sampler(result: dict) -> None:
+    click.echo(f"\n{'case':<80} {'M edges/s':>10}")
+    for row in result["rows"]:
+        if row["metric"] == "sampled_edges_per_s":
+            click.echo(f"{row['case']:<80} {row['ours'] / 1e6:>10.1f}")
+    click.echo(f"correctness: deterministic cases identical: {result['correctness']['deterministic_ok']}")
+
+
+def _write(result: dict, t0: float, output: str) -> None:
+    result["seconds"] = time.perf_counter() - t0
+    out = Path(output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    click.echo(f"total {result['seconds']:.0f} s; wrote {out}")
 
 if __name__ == "__main__":
     main()
