@@ -308,6 +308,44 @@ def profile_layers(cuda_graph, n: int, fanouts: list[int], batch: int, repeats: 
             for layer, row in sorted(times.items(), reverse=True)]
 
 
+def overheads(cuda_graph, n: int, repeats: int, seed: int) -> dict:
+    """Microseconds of the host-side steps a layer repeats: a device array from the pool, a launch of the
+    plan and choose kernels (1024 rows, no synchronise between launches), a scan with its read-back, an
+    empty synchronise."""
+    from samplers.kernels import cuda as ck
+    from samplers.kernels.reference import layer_key
+
+    rng = np.random.default_rng(seed + 3)
+    dst = cuda.to_device(rng.integers(0, n, 1024))
+    counts = ck.empty(1024, np.int64)
+    excl = ck.empty(0, np.int64)
+    grid = ck._grid(1024, 128)
+    fanout, key = np.int64(10), np.uint64(layer_key(seed, 0, 0))
+    ck._plan_rows[grid, 128](cuda_graph.indptr, dst, fanout, False, excl, counts)
+    offsets, nnz = ck.exclusive_scan(counts)
+    src, eids = ck.empty(nnz, cuda_graph.indices.dtype), ck.empty(nnz, np.int64)
+    steps = {
+        "empty": lambda: ck.empty(4096, np.int64),
+        "launch_plan_rows": lambda: ck._plan_rows[grid, 128](cuda_graph.indptr, dst, fanout, False, excl,
+                                                             counts),
+        "launch_sample_rows": lambda: ck._sample_rows[grid, 128](
+            cuda_graph.indptr, cuda_graph.indices, cuda_graph.edge_ids, cuda_graph.has_eids, dst, offsets,
+            fanout, False, key, excl, src, eids),
+        "exclusive_scan": lambda: ck.exclusive_scan(counts),
+        "synchronize": cuda.synchronize,
+    }
+    out = {}
+    for name, step in steps.items():
+        step()
+        cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(repeats):
+            step()
+        cuda.synchronize()
+        out[name] = (time.perf_counter() - start) / repeats * 1e6
+    return out
+
+
 def time_sampler_api(indptr, indices, weights, n: int, fanouts: list[int], batch: int, batches: int,
                      uva: bool, weighted: bool, seed: int, deadline: float) -> dict:
     """``NeighborSampler(..., device="cuda").sample(seeds)`` end to end: seeds a CUDA tensor, blocks of
@@ -363,6 +401,10 @@ def sampler_part(result: dict, nodes: int, edges_per_node: int, fans: list[int],
         for p in profile:
             click.echo(f"  profile {placement} layer {p['layer']}: dst {p['dst']:.0f} edges {p['edges']:.0f} "
                        f"sample {p['sample_ms']:.3f} ms relabel {p['relabel_ms']:.3f} ms", err=True)
+        if placement == "device":
+            result["overheads_us"] = overheads(graph, nodes, 20 if sim else 500, seed)
+            steps = ", ".join(f"{k} {v:.1f}" for k, v in result["overheads_us"].items())
+            click.echo(f"  host-side steps (us): {steps}", err=True)
         del graph
         for weighted in (False, True):
             deadline = time.perf_counter() + per_case

@@ -515,7 +515,10 @@ class HeteroNeighborSampler:
             call = self._calls
             self._calls += 1
             if self._cuda_graphs:
-                return self._sample_cuda(dst, times, excluded, call)
+                from samplers.kernels import cuda as ck
+
+                with ck.default_stream():  # torch's work ordered with numba's launches
+                    return self._sample_cuda(dst, times, excluded, call)
             blocks = []
             for layer in range(self.num_layers - 1, -1, -1):
                 block = self._layer(dst, times, excluded, call, layer)
@@ -582,7 +585,6 @@ class HeteroNeighborSampler:
     def _layer_cuda(self, dst: dict, times: dict | None, excl: dict, call: int, layer: int) -> tuple:
         """One layer on the GPU: (block, next destinations per type, their times or None), device arrays
         for the next layer."""
-        from numba import cuda
 
         from samplers.kernels import cuda as ck
 
@@ -604,7 +606,7 @@ class HeteroNeighborSampler:
             if times is None:
                 nodes, loc = ck.relabel_cuda(dst[t], flat)
             else:  # a source takes the time of the row (of the relation's destination type) that drew it
-                tkeys = cuda.device_array(sum(sizes), dtype=np.int64)
+                tkeys = ck.empty(sum(sizes), np.int64)
                 at = 0
                 for rel, n in zip(rels, sizes, strict=True):
                     ck.edge_time_keys_cuda(sampled[rel][0], times[rel[2]], tkeys[at:at + n])
@@ -631,11 +633,11 @@ class HeteroNeighborSampler:
 
 def _concat_cuda(parts: list, sizes: list[int], dtype) -> object:
     """Device arrays of one dtype, concatenated into a new device array (a single part as it is)."""
-    from numba import cuda
+    from samplers.kernels import cuda as ck
 
     if len(parts) == 1:
         return parts[0]
-    out = cuda.device_array(sum(sizes), dtype=dtype)
+    out = ck.empty(sum(sizes), dtype)
     at = 0
     for part, n in zip(parts, sizes, strict=True):
         if n:

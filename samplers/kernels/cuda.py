@@ -8,8 +8,15 @@ fanout -1. Weighted draws use the same float64 exponential keys and prefix sums;
 differ from the C library's in the last bit, so a key that ties to the last bit can rarely order
 differently on a real GPU (under the CUDA simulator they are identical).
 
-Layout of one layer (DESIGN §3): one 32-thread block (a warp) per destination row, grid-stride over
-rows, for the passes that work per row; one thread per edge for the gather and relabelling passes.
+Layout of one layer (DESIGN §3). Uniform layers with 0 <= fanout <= ``THREAD_FANOUT_MAX`` (the usual
+minibatch fanouts) run one thread per destination row in two kernels: ``_plan_rows`` counts each row's
+outputs, a device scan gives the output offsets (reading the total back, to size the outputs, is the
+layer's one synchronisation before relabelling), and ``_sample_rows`` chooses the row's positions (the
+same draws as below, Floyd's subset kept in a per-thread array) and writes their sources and edge ids
+in the same pass. Every array comes from torch's caching allocator when torch has CUDA (no
+``cudaMalloc``/``cudaFree`` per batch). Other layers (fanout -1 or above the limit, weights, edge
+times) run one 32-thread block (a warp) per destination row, grid-stride over rows, for the passes that
+work per row, and one thread per edge for the gather and relabelling passes:
 
 1. plan: each row's start, degree (masked: the count of eligible edges, a warp reduction)
    and output count; a device scan gives the output offsets (one copy of the total to the host to
@@ -55,6 +62,7 @@ al., C-SAW (SC 2020) and gSampler (SOSP 2023) for warp-per-row GPU sampling; Min
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -230,10 +238,18 @@ def _scan_into(counts: Any, out: Any, n: int) -> None:
 def exclusive_scan(counts: Any) -> tuple[Any, int]:
     """Offsets of ``counts`` (a device int64 array [n]): a device int64 array [n + 1] and its total.
 
-    The scan stays on the device; reading the total back (to size the next outputs) is the call's one
-    synchronisation.
+    The scan stays on the device (``torch.cumsum`` where torch has CUDA: one launch; else these
+    kernels); reading the total back (to size the next outputs) is the call's one synchronisation.
     """
     n = counts.shape[0]
+    if _torch_dtypes():
+        import torch
+
+        out = torch.empty(n + 1, dtype=torch.int64, device="cuda")
+        out[:1].zero_()
+        if n:
+            torch.cumsum(torch.as_tensor(counts, device="cuda"), 0, out=out[1:])
+        return cuda.as_cuda_array(out, sync=False), int(out[n]) if n else 0
     out = empty(n + 1, np.int64)
     if n == 0:
         _fill[1, 1](out, np.int64(0))
@@ -245,13 +261,50 @@ def exclusive_scan(counts: Any) -> tuple[Any, int]:
 def empty(n: int, dtype: Any) -> Any:
     """An uninitialised device array [n] of a numpy dtype. From torch's caching allocator when torch
     has CUDA (a batch allocates a dozen arrays per layer: ``cudaMalloc`` and the synchronising
-    ``cudaFree`` behind ``cuda.device_array`` would cost more than the kernels), else numba's own."""
+    ``cudaFree`` behind ``cuda.device_array`` would cost more than the kernels), else numba's own.
+    Not synchronised: the memory is fresh, and torch works on its current stream, which must be the
+    legacy default stream numba launches on (`default_stream` gives the samplers that context)."""
     dtypes = _torch_dtypes()
     if dtypes:
         import torch
 
-        return cuda.as_cuda_array(torch.empty(max(n, 0), dtype=dtypes[np.dtype(dtype)], device="cuda"))
+        return cuda.as_cuda_array(torch.empty(max(n, 0), dtype=dtypes[np.dtype(dtype)], device="cuda"),
+                                  sync=False)
     return cuda.device_array(n, dtype=dtype)
+
+
+@contextlib.contextmanager
+def default_stream() -> Any:
+    """A context in which torch's work (allocations, scans, fills of this module) is ordered with
+    numba's launches: torch's default stream, the legacy default stream numba launches on. Where the
+    caller works on another stream, the default stream first waits for it (the seeds it made), and on
+    exit the caller's stream waits for the default stream (the blocks). A no-op without torch CUDA;
+    the samplers run a whole ``sample`` in it."""
+    if not _torch_dtypes():
+        yield
+        return
+    import torch
+
+    caller, default = torch.cuda.current_stream(), torch.cuda.default_stream()
+    if caller == default:
+        yield
+        return
+    default.wait_stream(caller)
+    with torch.cuda.stream(default):
+        yield
+    caller.wait_stream(default)
+
+
+def full(n: int, value: int) -> Any:
+    """A device int64 array [n] filled with ``value`` (``torch.full`` where torch has CUDA)."""
+    if _torch_dtypes():
+        import torch
+
+        return cuda.as_cuda_array(torch.full((n,), int(value), dtype=torch.int64, device="cuda"), sync=False)
+    arr = cuda.device_array(n, dtype=np.int64)
+    if n:
+        _fill[_grid(n, _EDGE_THREADS), _EDGE_THREADS](arr, np.int64(value))
+    return arr
 
 
 def _torch_dtypes() -> dict:
@@ -1021,11 +1074,7 @@ _NO_EXCLUDED_ARRAY = None
 def _hash_table(cap: int) -> tuple[Any, Any]:
     """Empty open-addressing table of ``cap`` slots (a power of two): keys -1, values int64 max, filled
     on the device."""
-    keys = empty(cap, np.int64)
-    vals = empty(cap, np.int64)
-    _fill[_grid(cap, _EDGE_THREADS), _EDGE_THREADS](keys, _EMPTY)
-    _fill[_grid(cap, _EDGE_THREADS), _EDGE_THREADS](vals, _NO_INDEX)
-    return keys, vals
+    return full(cap, _EMPTY), full(cap, _NO_INDEX)
 
 
 def relabel_cuda(dst: Any, src: Any) -> tuple[Any, Any]:
