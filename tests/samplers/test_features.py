@@ -14,7 +14,9 @@ import pytest
 import torch
 
 from graphrl.graph import CSCGraph
+from graphrl.kernels import huge_page_bytes
 from graphrl.memory import MemoryBudgetError, MemoryManager
+from samplers import features as features_module
 from samplers.features import FeatureStore, RowStaging, gather_rows
 
 REPO = Path(__file__).resolve().parents[2]
@@ -92,6 +94,84 @@ def test_gather_rows_with_prefetch_and_streaming_stores_is_exact(stream, ahead, 
     want = x[torch.from_numpy(ids)]
     want[torch.from_numpy(ids < 100)] *= -1
     assert torch.equal(out, want)
+
+
+@pytest.mark.parametrize("dtype,cols", [(torch.float64, 5), (torch.int64, 9), (torch.uint8, 1),
+                                        (torch.uint8, 3), (torch.uint8, 77), (torch.float32, 128),
+                                        (torch.int64, 64)])
+@pytest.mark.parametrize("stream", [None, False, True])
+def test_gather_rows_is_byte_identical_to_index_select_for_any_row_size(dtype, cols, stream):
+    """Row sizes of 1 to 512 bytes, whole lines or not; duplicate and unsorted ids, 1 row, empty."""
+    rng = np.random.default_rng(cols)
+    x = torch.from_numpy(rng.integers(0, 256, (700, cols * torch.empty(0, dtype=dtype).element_size()),
+                                      dtype=np.uint8)).view(dtype)  # every bit pattern, NaNs included
+    base = rng.integers(0, 700, 2000)
+    cases = {"random": base, "duplicates": np.repeat(base[:50], 40), "descending": np.sort(base)[::-1].copy(),
+             "one": base[:1], "empty": base[:0]}
+    for name, ids in cases.items():
+        want = torch.index_select(x, 0, torch.from_numpy(ids))
+        for threads in (1, 2):
+            out = torch.full((len(ids) + 1, cols), 7, dtype=dtype)
+            assert gather_rows(x, ids, out, threads, stream=stream) == 0
+            got = out[:len(ids)]
+            assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), (name, threads)
+            assert (out[len(ids)] == 7).all(), (name, threads)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_large_batch_streams_by_default_and_stays_exact(threads):
+    """A batch above the streaming threshold (8 MiB), over several chunks, into a staging view and `out`."""
+    rng = np.random.default_rng(3)
+    x = torch.from_numpy(rng.standard_normal((3000, 128), dtype=np.float32))
+    ids = torch.from_numpy(rng.integers(0, 3000, 20_000))  # 10 MB of rows, 5 chunks
+    assert 20_000 * 512 >= features_module._STREAM_BYTES
+    store = FeatureStore(x, threads=threads)
+    assert torch.equal(store.gather(ids), torch.index_select(x, 0, ids))
+    out = torch.full((20_001, 128), 7.0)
+    assert torch.equal(store.gather(ids, out=out), torch.index_select(x, 0, ids)) and (out[-1] == 7).all()
+    store.close()
+
+
+def _thp_mode() -> str:
+    try:
+        text = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        return "absent"
+    return text.split("[", 1)[1].split("]", 1)[0]
+
+
+def _table_huge_bytes(store: FeatureStore) -> int:
+    t = store.table
+    return huge_page_bytes(t.data_ptr(), t.numel() * t.element_size())
+
+
+@pytest.mark.skipif(_thp_mode() not in ("always", "madvise"), reason="transparent huge pages are off")
+@pytest.mark.parametrize("in_place", [True, False])
+def test_a_large_table_goes_on_huge_pages_with_the_same_rows(in_place):
+    rng = np.random.default_rng(4)
+    x = torch.from_numpy(rng.standard_normal((90_000, 128), dtype=np.float32))  # 44 MiB
+    assert x.numel() * 4 >= features_module._HUGE_TABLE_BYTES
+    before = x.clone()
+    ids = torch.from_numpy(rng.integers(0, 90_000, 5000))
+    with MemoryManager() as manager:
+        for huge in (True, False):
+            store = FeatureStore(x, memory=None if in_place else manager, huge_pages=huge, device="cpu")
+            assert (store.table.data_ptr() == x.data_ptr()) == in_place
+            if huge:
+                assert _table_huge_bytes(store) > 0
+            elif _thp_mode() == "madvise" and not in_place:  # in place: x may be huge from the first store
+                assert _table_huge_bytes(store) == 0
+            assert torch.equal(store.gather(ids), torch.index_select(before, 0, ids))
+            assert torch.equal(store.table, before)
+            store.close()
+    assert torch.equal(x, before)
+
+
+def test_small_tables_and_huge_pages_false_are_left_alone():
+    x = torch.randn(1000, 16)  # 64 KiB: below the huge-page threshold
+    store = FeatureStore(x)
+    assert _table_huge_bytes(store) == 0 and store.huge_pages
+    assert not FeatureStore(x, huge_pages=False).huge_pages
 
 
 def test_cached_gather_across_threads_counts_every_hit(mm):
