@@ -1,12 +1,14 @@
 """Neighbour-sampling kernels for NVIDIA GPUs (numba.cuda): arrays in, arrays out.
 
 They follow the specification in `samplers.kernels.reference` (same RNG stream, same choice of
-positions, same output order), so where the algorithm leaves no freedom their blocks equal the CPU
-kernels' bit for bit: uniform draws without replacement (Floyd's algorithm, run by one lane on the
-row's draws in order), with replacement (each lane computes its draws from the row's counter), and
-fanout -1. Weighted draws use the same float64 exponential keys and prefix sums; GPU ``log`` may
-differ from the C library's in the last bit, so a key that ties to the last bit can rarely order
-differently on a real GPU (under the CUDA simulator they are identical).
+positions, same output order), so their blocks equal the CPU kernels' bit for bit: uniform draws
+without replacement (Floyd's algorithm, run by one thread on the row's draws in order), with
+replacement (each draw computed from the row's counter), fanout -1, and weighted rows without edge
+times (successive sampling by rejection over the per-row float64 prefix sums ``CudaGraph.prefix``, one
+thread per row: only multiplications, additions and comparisons, so the same numbers as the CPU's).
+Temporal rows draw the reference's float64 exponential keys; GPU ``log`` may differ from the C
+library's in the last bit, so a key that ties to the last bit can rarely order differently on a real
+GPU (under the CUDA simulator they are identical).
 
 Layout of one layer (DESIGN §3). Uniform layers with 0 <= fanout <= ``THREAD_FANOUT_MAX`` (the usual
 minibatch fanouts) run one thread per destination row in two kernels: ``_plan_rows`` counts each row's
@@ -24,10 +26,11 @@ work per row, and one thread per edge for the gather and relabelling passes:
 2. choose: take-all rows are copied by all lanes; with replacement each lane draws positions
    ``mix(state0 + (j + 1) * GOLDEN)``; without replacement lane 0 runs Floyd's algorithm keeping the
    chosen slots sorted in the output (the subset is the same as the CPU's mask/bitmap/hash variants
-   choose, which only store it differently); weighted without replacement takes the k smallest
+   choose, which only store it differently); temporal rows without replacement take the k smallest
    exponential keys in k rounds of a warp-wide arg-min above the previous pick (keys are recomputed,
-   so no per-edge scratch); weighted with replacement inverts float64 prefix sums that lane 0 writes
-   to scratch in position order, each lane binary-searching its own draws.
+   so no per-edge scratch); with replacement they invert float64 prefix sums that lane 0 writes
+   to scratch in position order, each lane binary-searching its own draws. (Weighted rows without
+   times and fanout >= 0 run ``_sample_rows_weighted``, a thread per row, instead.)
 3. gather: each thread reads one chosen edge's source and edge id (from device memory, or in place from
    page-locked host memory through UVA).
 4. relabel: a GPU open-addressing hash table keyed by node id holds, per node, the smallest index at
@@ -72,6 +75,7 @@ import numpy as np
 from numba import cuda
 
 from samplers.kernels.reference import GOLDEN as _GOLDEN_INT
+from samplers.kernels.reference import REJECT_LIMIT as _REJECT_LIMIT
 from samplers.kernels.reference import layer_key
 
 __all__ = ["CudaGraph", "require_cuda", "sample_layer_cuda", "relabel_cuda", "sample_block_cuda",
@@ -86,6 +90,7 @@ _EDGE_THREADS = 32 if _SIM else 256
 _ROW_THREADS = 32 if _SIM else 128  # thread-per-row kernels: long loops per thread, smaller blocks
 # the simulator starts a Python thread per GPU thread: few blocks (the kernels stride over rows and edges)
 _MAX_ROW_BLOCKS = 2 if _SIM else 65_535 * 4
+REJECT_LIMIT = _REJECT_LIMIT
 THREAD_FANOUT_MAX = 64  # uniform layers with 0 <= fanout <= this run one thread per row (`_sample_rows`)
 
 _GOLDEN = np.uint64(_GOLDEN_INT)
@@ -687,6 +692,147 @@ def _sample_rows(indptr, indices, edge_ids, has_eids, dst, out_indptr, fanout, r
         i += stride
 
 
+# ------------------------------------------------ weighted rows (no edge times), one thread per row
+@cuda.jit
+def _plan_rows_weighted(positive, weights, indptr, dst, fanout, replace, excl, counts):  # pragma: no cover
+    """Output count of each weighted row: d_e = the row's positive weights (``positive``) minus its
+    excluded positions of positive weight; no other weight is read."""
+    i = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    n_excl = excl.shape[0]
+    while i < dst.shape[0]:
+        v = dst[i]
+        d = positive[v]
+        if n_excl:
+            s = indptr[v]
+            e = indptr[v + 1]
+            a = _lower_bound(excl, 0, n_excl, s)
+            b = _lower_bound(excl, a, n_excl, e)
+            for q in range(a, b):
+                if weights[excl[q]] > 0:
+                    d -= 1
+        counts[i] = _count(d, fanout, replace)
+        i += stride
+
+
+@cuda.jit(device=True)
+def _unit_draw(state0, t):  # pragma: no cover - device
+    """[0, 1) from draw t of a row's stream: the top 53 bits times 2^-53."""
+    return np.float64(_mix(state0 + np.uint64(t) * _GOLDEN) >> np.uint64(11)) * _TWO_M53
+
+
+@cuda.jit(device=True)
+def _taken(chosen, o, j, p):  # pragma: no cover - device
+    for q in range(o, o + j):
+        if chosen[q] == p:
+            return True
+    return False
+
+
+@cuda.jit
+def _sample_rows_weighted(indptr, indices, edge_ids, has_eids, weights, prefix, dst, out_indptr, fanout,
+                          replace, key, excl, src, eids):  # pragma: no cover - device
+    """Weighted rows without edge times, 0 <= fanout, one thread per row (the reference's "weighted
+    rows"): successive sampling by rejection over the row's prefix sums ``prefix``, at most REJECT_LIMIT
+    rejected attempts per output, then an exact draw from what remains. The chosen CSC positions are
+    kept in ``eids[o:o + c]`` until the row is done, then replaced by sources and edge ids."""
+    i = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    n_excl = excl.shape[0]
+    while i < dst.shape[0]:
+        o = out_indptr[i]
+        c = out_indptr[i + 1] - o
+        if c > 0:
+            v = dst[i]
+            s = indptr[v]
+            e = indptr[v + 1]
+            a = np.int64(0)
+            b = np.int64(0)
+            if n_excl:
+                a = _lower_bound(excl, 0, n_excl, s)
+                b = _lower_bound(excl, a, n_excl, e)
+            d_e = np.int64(0)
+            if not replace:
+                for p in range(s, e):
+                    if weights[p] > 0 and not _excluded(excl, a, b, p):
+                        d_e += 1
+                        if d_e > c:
+                            break
+            if not replace and d_e == c:  # every eligible position, in order
+                j = o
+                for p in range(s, e):
+                    if weights[p] > 0 and not _excluded(excl, a, b, p):
+                        eids[j] = p
+                        j += 1
+            else:
+                state0 = _row_state(key, v)
+                total = prefix[e - 1]
+                last = e - 1
+                while last > s and not weights[last] > 0:
+                    last -= 1
+                t = np.int64(0)
+                for j in range(c):
+                    p = np.int64(-1)
+                    for _attempt in range(REJECT_LIMIT):
+                        t += 1
+                        x = _unit_draw(state0, t) * total
+                        lo = s
+                        hi = e
+                        while lo < hi:  # the smallest position with prefix > x
+                            mid = (lo + hi) >> 1
+                            if prefix[mid] > x:
+                                hi = mid
+                            else:
+                                lo = mid + 1
+                        q = lo if lo < e else last
+                        if not _excluded(excl, a, b, q) and (replace or not _taken(eids, o, j, q)):
+                            p = q
+                            break
+                    if p < 0:  # exact draw from the eligible positions not chosen yet
+                        t += 1
+                        rest = 0.0
+                        for q in range(s, e):
+                            if weights[q] > 0 and not _excluded(excl, a, b, q) \
+                                    and (replace or not _taken(eids, o, j, q)):
+                                rest += np.float64(weights[q])
+                        x = _unit_draw(state0, t) * rest
+                        acc = 0.0
+                        for q in range(s, e):
+                            if weights[q] > 0 and not _excluded(excl, a, b, q) \
+                                    and (replace or not _taken(eids, o, j, q)):
+                                acc += np.float64(weights[q])
+                                p = q
+                                if acc > x:
+                                    break
+                    eids[o + j] = p
+                if not replace:
+                    _sort_range(eids, o, o + c)
+            for j in range(o, o + c):
+                p = eids[j]
+                src[j] = indices[p]
+                eids[j] = edge_ids[p] if has_eids else p
+        i += stride
+
+
+@cuda.jit
+def _row_prefix(indptr, weights, prefix, positive):  # pragma: no cover - device
+    """Per-row inclusive float64 prefix sums of the weights and positive counts, one thread per row,
+    summed in position order (as `samplers.kernels.reference.weight_prefix`: the same numbers)."""
+    v = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    while v < indptr.shape[0] - 1:
+        total = 0.0
+        count = np.int64(0)
+        for p in range(indptr[v], indptr[v + 1]):
+            w = weights[p]
+            total += np.float64(w)
+            prefix[p] = total
+            if w > 0:
+                count += 1
+        positive[v] = count
+        v += stride
+
+
 # ---------------------------------------------------------------------------------------- gather
 @cuda.jit
 def _gather(indices, edge_ids, has_eids, pos, src, eids):  # pragma: no cover - device
@@ -858,7 +1004,8 @@ def _relabel_out_pairs(dst, dst_tkey, src, edge_tkey, first, flags, newid, src_n
 
 KERNELS = {
     "scan_blocks": _scan_blocks, "scan_add": _scan_add, "fill": _fill, "plan_rows": _plan_rows,
-    "sample_rows": _sample_rows, "plan_uniform": _plan_uniform,
+    "sample_rows": _sample_rows, "row_prefix": _row_prefix, "plan_rows_weighted": _plan_rows_weighted,
+    "sample_rows_weighted": _sample_rows_weighted, "plan_uniform": _plan_uniform,
     "plan_masked": _plan_masked, "choose_uniform": _choose_uniform, "choose_masked": _choose_masked,
     "gather": _gather, "hash_insert": _hash_insert, "hash_first": _hash_first, "relabel_out": _relabel_out,
     "edge_tkeys": _edge_tkeys, "hash_insert_pairs": _hash_insert_pairs, "hash_first_pairs": _hash_first_pairs,
@@ -923,6 +1070,10 @@ class CudaGraph:
         Edge times in CSC order, for temporal sampling.
     uva : bool
         Whether the arrays live in host memory that the GPU reads in place.
+    prefix : float64 [E] or None; positive : int64 [N] or None
+        With weights and without times: the reference's per-row prefix sums ``P`` and positive counts
+        ``nz`` (`samplers.kernels.reference.weight_prefix`) that weighted rows sample from, computed on
+        the device by ``build`` (8 bytes per edge and per node, placed like the other arrays).
     """
 
     indptr: Any
@@ -934,6 +1085,8 @@ class CudaGraph:
     uva: bool
     times: Any = None
     timed: bool = False
+    prefix: Any = None
+    positive: Any = None
 
     @classmethod
     def build(cls, indptr, indices, edge_ids=None, weights=None, uva: bool = False, times=None) -> CudaGraph:
@@ -950,12 +1103,25 @@ class CudaGraph:
         require_cuda()
         dummy_i = cuda.to_device(np.zeros(1, dtype=np.int64))
         dummy_w = cuda.to_device(np.zeros(1, dtype=np.float32))
-        return cls(indptr=_device_view(indptr, uva), indices=_device_view(indices, uva),
-                   edge_ids=dummy_i if edge_ids is None else _device_view(edge_ids, uva),
-                   has_eids=edge_ids is not None,
-                   weights=dummy_w if weights is None else _device_view(weights, uva),
-                   weighted=weights is not None, uva=bool(uva),
-                   times=dummy_i if times is None else _device_view(times, uva), timed=times is not None)
+        graph = cls(indptr=_device_view(indptr, uva), indices=_device_view(indices, uva),
+                    edge_ids=dummy_i if edge_ids is None else _device_view(edge_ids, uva),
+                    has_eids=edge_ids is not None,
+                    weights=dummy_w if weights is None else _device_view(weights, uva),
+                    weighted=weights is not None, uva=bool(uva),
+                    times=dummy_i if times is None else _device_view(times, uva), timed=times is not None)
+        if weights is not None and times is None:
+            num, edges = graph.indptr.shape[0] - 1, graph.weights.shape[0]
+            if uva:  # page-locked host memory, written by the kernel in place
+                graph.prefix = cuda.mapped_array(max(edges, 1), dtype=np.float64)
+                graph.positive = cuda.mapped_array(max(num, 1), dtype=np.int64)
+            else:
+                graph.prefix = cuda.device_array(max(edges, 1), dtype=np.float64)
+                graph.positive = cuda.device_array(max(num, 1), dtype=np.int64)
+            if num:
+                _row_prefix[_grid(num, _ROW_THREADS), _ROW_THREADS](graph.indptr, graph.weights, graph.prefix,
+                                                                  graph.positive)
+                cuda.synchronize()
+        return graph
 
 
 def _as_device_ids(ids: Any) -> Any:
@@ -1014,6 +1180,23 @@ def sample_layer_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, ke
     replace = bool(replace)
     key = np.uint64(key)
     counts = empty(max(d_count, 1), np.int64)
+    if weighted and not timed and fanout >= 0:
+        # the reference's "weighted rows": plan from the positive counts, then rejection over the prefix
+        # sums, a thread per row
+        if graph.prefix is None:
+            raise ValueError("weighted=True without dst_times needs a CudaGraph built with weights and "
+                             "without times (its per-row prefix sums)")
+        if d_count:
+            _plan_rows_weighted[_grid(d_count, _EDGE_THREADS), _EDGE_THREADS](
+                graph.positive, graph.weights, graph.indptr, dst, fanout, replace, excl, counts)
+        out_indptr, nnz = exclusive_scan(counts[:d_count])
+        src = empty(nnz, graph.indices.dtype)
+        eids = empty(nnz, np.int64)
+        if nnz:
+            _sample_rows_weighted[_grid(d_count, _ROW_THREADS), _ROW_THREADS](
+                graph.indptr, graph.indices, graph.edge_ids, graph.has_eids, graph.weights, graph.prefix, dst,
+                out_indptr, fanout, replace, key, excl, src, eids)
+        return out_indptr, src, eids
     if not masked and 0 <= fanout <= THREAD_FANOUT_MAX:
         # plan, scan, then choose and gather in one pass: a thread per row
         if d_count:
