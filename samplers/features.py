@@ -33,8 +33,8 @@ allocates is advised before the table is written into it (no extra cost), and a 
 (``memory=None``) is collapsed into huge pages once, at construction (the kernel copies it: about
 0.5-1 s per GiB). Linux in THP ``madvise`` mode (this project's machines) gives huge pages only to
 memory that asks; where it cannot (THP off, shared or page-locked memory), the table stays as it is.
-Measured on 2M x 128 float32 (100k rows, one thread, load 2): 3.6 GB/s on 4 KiB pages, 6.1-7.1 GB/s
-on huge pages with the prefetch and streaming stores above, against 8-9 GB/s for a streaming copy.
+Measured on 2M x 128 float32 (100k rows, one thread, load 2.5, interleaved medians), with the prefetch
+hints into L2 and the streaming stores above: 4.6 GB/s on 4 KiB pages, 6.6 GB/s on huge pages.
 
 Cache
 -----
@@ -86,6 +86,7 @@ from graphrl.kernels import (
     prefetch_l2,
     store_fence,
     stream_bytes_nofence,
+    stream_line_nofence,
 )
 from graphrl.memory import MemoryManager, Region, Tier
 from graphrl.tensors import StagingBuffer, StagingPool
@@ -99,7 +100,7 @@ _POLICIES = ("degree", "out_degree", "presample")
 _CHUNK_BYTES = 1 << 21  # rows per dynamically claimed chunk: about 2 MiB of output
 _PREFETCH_BYTES = 32 << 10  # default prefetch distance of the CPU gather, in bytes of rows ahead ...
 _PREFETCH_MIN, _PREFETCH_MAX = 4, 64  # ... but at least 4 and at most 64 rows
-_PREFETCH_LINES = 32  # cache lines prefetched per row (the hardware streams the rest of a long row)
+_PREFETCH_LINES = 16  # cache lines prefetched per row (the hardware streams the rest of a long row)
 # Batches of at least this many bytes are written with streaming stores (`graphrl.kernels.STREAM_THRESHOLD`).
 # With rows prefetched far ahead into L2 the stores decide the speed: 100k random rows of 2M x 128 float32
 # (51 MB, 2 MiB pages, one thread) ran at 6.1 GB/s with streaming stores and 4.0 GB/s with cached ones.
@@ -127,29 +128,37 @@ def _prefetch_row(table, start, lines):  # pragma: no cover - compiled
         prefetch_l2(table, start + k * LINE)
 
 
+# how `_copy_row` writes a row: memcpy, streaming stores (any size and alignment), or streaming stores of
+# whole 64-byte lines (rows of whole lines into a 64-byte aligned buffer: no head or tail to handle)
+_CACHED, _STREAM, _STREAM_LINES = 0, 1, 2
+
+
 @nb.njit(nogil=True, cache=True, inline="always")
-def _copy_row(out, o, src, s, row_bytes, stream):  # pragma: no cover - compiled
-    if stream:
+def _copy_row(out, o, src, s, row_bytes, mode):  # pragma: no cover - compiled
+    if mode == _STREAM_LINES:
+        for k in range(0, row_bytes, LINE):
+            stream_line_nofence(out, o + k, src, s + k)
+    elif mode == _STREAM:
         stream_bytes_nofence(out, o, src, s, row_bytes)
     else:
         copy_bytes(out, o, src, s, row_bytes)
 
 
 @nb.njit(nogil=True, cache=True)
-def _gather_range(table, ids, out, row_bytes, lo, hi, ahead, stream):  # pragma: no cover - compiled
+def _gather_range(table, ids, out, row_bytes, lo, hi, ahead, mode):  # pragma: no cover - compiled
     lines = min((row_bytes + LINE - 1) // LINE, _PREFETCH_LINES)
     for i in range(lo, min(hi, lo + ahead)):
         _prefetch_row(table, ids[i] * row_bytes, lines)
     for i in range(lo, hi):
         if i + ahead < hi:
             _prefetch_row(table, ids[i + ahead] * row_bytes, lines)
-        _copy_row(out, i * row_bytes, table, ids[i] * row_bytes, row_bytes, stream)
-    if stream:
+        _copy_row(out, i * row_bytes, table, ids[i] * row_bytes, row_bytes, mode)
+    if mode != _CACHED:
         store_fence()
 
 
 @nb.njit(nogil=True, cache=True)
-def _gather_range_cached(table, cache, slots, ids, out, row_bytes, lo, hi, ahead, stream):  # pragma: no cover
+def _gather_range_cached(table, cache, slots, ids, out, row_bytes, lo, hi, ahead, mode):  # pragma: no cover
     lines = min((row_bytes + LINE - 1) // LINE, _PREFETCH_LINES)
     for i in range(lo, min(hi, lo + ahead)):
         s = slots[ids[i]]
@@ -163,11 +172,11 @@ def _gather_range_cached(table, cache, slots, ids, out, row_bytes, lo, hi, ahead
         v = ids[i]
         s = slots[v]
         if s >= 0:
-            _copy_row(out, i * row_bytes, cache, s * row_bytes, row_bytes, stream)
+            _copy_row(out, i * row_bytes, cache, s * row_bytes, row_bytes, mode)
             hits += 1
         else:
-            _copy_row(out, i * row_bytes, table, v * row_bytes, row_bytes, stream)
-    if stream:
+            _copy_row(out, i * row_bytes, table, v * row_bytes, row_bytes, mode)
+    if mode != _CACHED:
         store_fence()
     return hits
 
@@ -200,7 +209,8 @@ def gather_rows(table: torch.Tensor, ids: np.ndarray, out: torch.Tensor, threads
     stream : bool or None
         Write ``out`` with streaming (non-temporal) stores (`graphrl.kernels.stream_bytes`), which
         skip reading the output lines into the cache first. Default: when the batch is at least
-        ``_STREAM_BYTES`` (8 MiB), rows are whole cache lines and ``out`` is 64-byte aligned.
+        ``_STREAM_BYTES`` (8 MiB), rows are whole cache lines and ``out`` is 64-byte aligned. Rows of
+        any size may be streamed when asked for (head and tail bytes of a row then go by ``memcpy``).
 
     Returns
     -------
@@ -215,9 +225,12 @@ def gather_rows(table: torch.Tensor, ids: np.ndarray, out: torch.Tensor, threads
     L1 near ahead, which hold the few L1 miss buffers (`graphrl.kernels.prefetch_l2`). Streaming
     stores skip the read-for-ownership of the output lines (Drepper, "What Every Programmer Should
     Know About Memory", §6.1), which glibc's ``memcpy`` uses only for single copies above its
-    non-temporal threshold. Measured on 2M x 128 float32 on huge pages (100k rows, one thread, load
-    2, interleaved): L1 hints 8 rows ahead with cached stores 3.9 GB/s, with streaming stores 4.9,
-    L2 hints 64 rows ahead with cached stores 4.0, with streaming stores 6.1 (a streaming copy: 7.6).
+    non-temporal threshold; rows of whole lines into an aligned buffer are streamed line by line
+    (`graphrl.kernels.stream_line_nofence`), without `graphrl.kernels.stream_bytes`'s head and tail
+    handling. Measured on 2M x 128 float32 on huge pages (100k rows, one thread, load 2-2.5,
+    interleaved medians): L1 hints 8 rows ahead with cached stores 3.9 GB/s, with streaming stores
+    4.9; L2 hints 64 rows ahead with cached stores 4.0, with `stream_bytes` 6.1-6.9, streamed line by
+    line 8.0 (a streaming copy of the same bytes: 7.6-8.5).
     """
     b = int(ids.shape[0])
     row_bytes = table[0].numel() * table.element_size() if table.shape[0] else 0
@@ -228,23 +241,25 @@ def gather_rows(table: torch.Tensor, ids: np.ndarray, out: torch.Tensor, threads
     csrc = _flat_bytes(cache) if cached else src
     if ahead is None:
         ahead = _prefetch_rows(row_bytes)
+    lines = row_bytes % LINE == 0 and dst.ctypes.data % LINE == 0
     if stream is None:
-        stream = b * row_bytes >= _STREAM_BYTES and row_bytes % LINE == 0 and dst.ctypes.data % LINE == 0
+        stream = b * row_bytes >= _STREAM_BYTES and lines
+    mode = (_STREAM_LINES if lines else _STREAM) if stream else _CACHED
     step = max(64, _CHUNK_BYTES // row_bytes)
     chunks = -(-b // step)
     if threads <= 1 or chunks <= 1:
         if cached:
-            return int(_gather_range_cached(src, csrc, slots, ids, dst, row_bytes, 0, b, ahead, stream))
-        _gather_range(src, ids, dst, row_bytes, 0, b, ahead, stream)
+            return int(_gather_range_cached(src, csrc, slots, ids, dst, row_bytes, 0, b, ahead, mode))
+        _gather_range(src, ids, dst, row_bytes, 0, b, ahead, mode)
         return 0
     hits = np.zeros(chunks, dtype=np.int64)
     if cached:
         def fn(i: int) -> None:
             lo, hi = i * step, min(b, (i + 1) * step)
-            hits[i] = _gather_range_cached(src, csrc, slots, ids, dst, row_bytes, lo, hi, ahead, stream)
+            hits[i] = _gather_range_cached(src, csrc, slots, ids, dst, row_bytes, lo, hi, ahead, mode)
     else:
         def fn(i: int) -> None:
-            _gather_range(src, ids, dst, row_bytes, i * step, min(b, (i + 1) * step), ahead, stream)
+            _gather_range(src, ids, dst, row_bytes, i * step, min(b, (i + 1) * step), ahead, mode)
     parallel_for(fn, chunks, threads)
     return int(hits.sum())
 
