@@ -11,9 +11,9 @@ cannot read in place). Without CUDA the device tier is host memory, so the table
 Gather
 ------
 On the CPU, `FeatureStore.gather` copies each row with one ``memcpy`` (an LLVM intrinsic inside a
-``nogil`` numba kernel, `graphrl.kernels`) into a staging buffer, prefetching every line of the row
-about 32 KiB of rows ahead into L2 (`graphrl.kernels.prefetch_l2`), and for batches of at least
-8 MiB with streaming (non-temporal) stores; chunks of rows are claimed dynamically by the calling
+``nogil`` numba kernel, `graphrl.kernels`) into a staging buffer, prefetching (the first 16 lines of)
+the row about 32 KiB of rows ahead into L2 (`graphrl.kernels.prefetch_l2`), and for batches of at
+least 8 MiB with streaming (non-temporal) stores; chunks of rows are claimed dynamically by the calling
 thread and helper threads (`graphrl.kernels.parallel_for`), so a busy machine costs at most the
 speed-up (an OpenMP fork-join waits for every descheduled worker).
 The staging buffer is reused, so a gather writes into memory that is already mapped: it avoids the
@@ -838,6 +838,8 @@ class FeatureStore:
                                       owner=f"{self.owner}.cache")
         self._regions.append(region)
         cache = region.tensor()
+        if self._wants_huge_pages(cache):  # a CPU gather's cache is host memory too (no CUDA)
+            advise_huge_pages(cache.data_ptr(), region.nbytes)
         table = self.table
         rows = torch.from_numpy(hot)
         cache.copy_(table[rows.to(table.device)] if table.device.type == "cuda" else table[rows])

@@ -167,6 +167,24 @@ def test_a_large_table_goes_on_huge_pages_with_the_same_rows(in_place):
     assert torch.equal(x, before)
 
 
+@pytest.mark.skipif(_thp_mode() not in ("always", "madvise"), reason="transparent huge pages are off")
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CPU store's cache needs a machine without CUDA")
+def test_a_large_cache_goes_on_huge_pages_too():
+    rng = np.random.default_rng(5)
+    n = 90_000
+    g = CSCGraph.from_edges(rng.integers(0, n, 200_000), rng.integers(0, n, 200_000), n)
+    x = torch.from_numpy(rng.standard_normal((n, 128), dtype=np.float32))
+    with MemoryManager() as manager:
+        store = FeatureStore(x, memory=manager, cache_rows=80_000, graph=g, tier="host", device="cpu")
+        cache = store._cache
+        assert cache is not None and cache.numel() * 4 >= features_module._HUGE_TABLE_BYTES
+        assert huge_page_bytes(cache.data_ptr(), cache.numel() * 4) > 0
+        ids = torch.from_numpy(rng.integers(0, n, 5000))
+        assert torch.equal(store.gather(ids), torch.index_select(x, 0, ids))
+        assert store.stats()["cache_hits"] > 0
+        store.close()
+
+
 def test_small_tables_and_huge_pages_false_are_left_alone():
     x = torch.randn(1000, 16)  # 64 KiB: below the huge-page threshold
     store = FeatureStore(x)
