@@ -321,16 +321,19 @@ def overheads(cuda_graph, n: int, repeats: int, seed: int) -> dict:
     excl = ck.empty(0, np.int64)
     grid = ck._grid(1024, 128)
     fanout, key = np.int64(10), np.uint64(layer_key(seed, 0, 0))
-    ck._plan_rows[grid, 128](cuda_graph.indptr, dst, fanout, False, excl, counts)
+    ck._launch(ck._plan_rows, (grid, 128), cuda_graph.indptr, dst, fanout, False, excl, counts)
     offsets, nnz = ck.exclusive_scan(counts)
     src, eids = ck.empty(nnz, cuda_graph.indices.dtype), ck.empty(nnz, np.int64)
+    wrapped = [ck._wrap(a) for a in (cuda_graph.indptr, dst, excl, counts)]
     steps = {
         "empty": lambda: ck.empty(4096, np.int64),
-        "launch_plan_rows": lambda: ck._plan_rows[grid, 128](cuda_graph.indptr, dst, fanout, False, excl,
-                                                             counts),
-        "launch_sample_rows": lambda: ck._sample_rows[grid, 128](
-            cuda_graph.indptr, cuda_graph.indices, cuda_graph.edge_ids, cuda_graph.has_eids, dst, offsets,
-            fanout, False, key, excl, src, eids),
+        "launch_plan_rows": lambda: ck._launch(ck._plan_rows, (grid, 128), cuda_graph.indptr, dst, fanout,
+                                               False, excl, counts),
+        "launch_plan_rows_numba_dispatcher": lambda: ck._plan_rows[grid, 128](
+            wrapped[0], wrapped[1], fanout, False, wrapped[2], wrapped[3]),
+        "launch_sample_rows": lambda: ck._launch(
+            ck._sample_rows, (grid, 128), cuda_graph.indptr, cuda_graph.indices, cuda_graph.edge_ids,
+            cuda_graph.has_eids, dst, offsets, fanout, False, key, excl, src, eids),
         "exclusive_scan": lambda: ck.exclusive_scan(counts),
         "synchronize": cuda.synchronize,
     }

@@ -602,7 +602,7 @@ class HeteroNeighborSampler:
             rels = [rel for rel in sampled if rel[0] == t]
             parts = [sampled[rel][1] for rel in rels]
             sizes = [int(p.shape[0]) for p in parts]
-            flat = _concat_cuda(parts, sizes, parts[0].dtype if parts else np.int64)
+            flat = ck.concat(parts, parts[0].dtype if parts else np.int64)
             if times is None:
                 nodes, loc = ck.relabel_cuda(dst[t], flat)
             else:  # a source takes the time of the row (of the relation's destination type) that drew it
@@ -629,21 +629,6 @@ class HeteroNeighborSampler:
                             edge_ids={rel: _cuda_to_torch(v[2]) for rel, v in sampled.items()},
                             src_times=None if times is None else src_times)
         return block, next_dst, None if times is None else next_times
-
-
-def _concat_cuda(parts: list, sizes: list[int], dtype) -> object:
-    """Device arrays of one dtype, concatenated into a new device array (a single part as it is)."""
-    from samplers.kernels import cuda as ck
-
-    if len(parts) == 1:
-        return parts[0]
-    out = ck.empty(sum(sizes), dtype)
-    at = 0
-    for part, n in zip(parts, sizes, strict=True):
-        if n:
-            out[at:at + n].copy_to_device(part)
-        at += n
-    return out
 
 
 def lastfm_hetero_graph(dataset) -> HeteroGraph:

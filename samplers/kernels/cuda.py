@@ -66,12 +66,16 @@ al., C-SAW (SC 2020) and gSampler (SOSP 2023) for warp-per-row GPU sampling; Min
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import math
+import os
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import numba
 import numpy as np
+import torch
 from numba import cuda
 
 from samplers.kernels.reference import GOLDEN as _GOLDEN_INT
@@ -233,11 +237,11 @@ def _scan_into(counts: Any, out: Any, n: int) -> None:
     chunk totals are scanned by the same kernels, recursively)."""
     chunks = (n + SCAN_CHUNK - 1) // SCAN_CHUNK
     sums = empty(chunks, np.int64)
-    _scan_blocks[chunks, SCAN_THREADS](counts, out, sums, n)
+    _launch(_scan_blocks, (chunks, SCAN_THREADS), counts, out, sums, n)
     if chunks > 1:
         offsets = empty(chunks + 1, np.int64)
         _scan_into(sums, offsets, chunks)
-        _scan_add[_grid(n, _EDGE_THREADS), _EDGE_THREADS](out, offsets, n)
+        _launch(_scan_add, (_grid(n, _EDGE_THREADS), _EDGE_THREADS), out, offsets, n)
 
 
 def exclusive_scan(counts: Any) -> tuple[Any, int]:
@@ -254,28 +258,174 @@ def exclusive_scan(counts: Any) -> tuple[Any, int]:
         out[:1].zero_()
         if n:
             torch.cumsum(torch.as_tensor(counts, device="cuda"), 0, out=out[1:])
-        return cuda.as_cuda_array(out, sync=False), int(out[n]) if n else 0
+        return out, int(out[n]) if n else 0
     out = empty(n + 1, np.int64)
     if n == 0:
-        _fill[1, 1](out, np.int64(0))
+        _launch(_fill, (1, 1), out, np.int64(0))
         return out, 0
     _scan_into(counts, out, n)
     return out, int(out[n:].copy_to_host()[0])
 
 
 def empty(n: int, dtype: Any) -> Any:
-    """An uninitialised device array [n] of a numpy dtype. From torch's caching allocator when torch
-    has CUDA (a batch allocates a dozen arrays per layer: ``cudaMalloc`` and the synchronising
-    ``cudaFree`` behind ``cuda.device_array`` would cost more than the kernels), else numba's own.
-    Not synchronised: the memory is fresh, and torch works on its current stream, which must be the
-    legacy default stream numba launches on (`default_stream` gives the samplers that context)."""
+    """An uninitialised device array [n] of a numpy (or torch) dtype: a CUDA tensor from torch's caching
+    allocator where torch has CUDA (a batch allocates a dozen arrays per layer: ``cudaMalloc`` and the
+    synchronising ``cudaFree`` behind ``cuda.device_array`` would cost more than the kernels), else a
+    numba device array (the simulator). Every function of this module takes either kind.
+    torch works on its current stream, which must be the legacy default stream numba launches on
+    (`default_stream` gives the samplers that context)."""
     dtypes = _torch_dtypes()
     if dtypes:
-        import torch
+        return torch.empty(max(n, 0), dtype=dtypes[_np_dtype(dtype)], device="cuda")
+    return cuda.device_array(n, dtype=_np_dtype(dtype))
 
-        return cuda.as_cuda_array(torch.empty(max(n, 0), dtype=dtypes[np.dtype(dtype)], device="cuda"),
-                                  sync=False)
-    return cuda.device_array(n, dtype=dtype)
+
+def _np_dtype(dtype: Any) -> np.dtype:
+    if isinstance(dtype, torch.dtype):
+        return np.dtype(torch.empty(0, dtype=dtype).numpy().dtype)
+    return np.dtype(dtype)
+
+
+def _is_float64(arr: Any) -> bool:
+    return arr.dtype == (torch.float64 if isinstance(arr, torch.Tensor) else np.float64)
+
+
+def _view_as(arr: Any, dtype: Any) -> Any:
+    """The same 8-byte words as int64 or float64 (numpy dtype), for either kind of array."""
+    if isinstance(arr, torch.Tensor):
+        return arr.view(_torch_dtypes()[np.dtype(dtype)])
+    return arr.view(dtype)
+
+
+def _copy_into(out: Any, src: Any) -> None:
+    """Device-to-device copy of ``src`` into ``out`` (same length), for either kind of array."""
+    if isinstance(out, torch.Tensor):
+        out.copy_(torch.as_tensor(src, device="cuda"))
+    else:
+        out.copy_to_device(src)
+
+
+def concat(parts: list, dtype: Any) -> Any:
+    """Device arrays of one dtype, concatenated into a new device array (a single part as it is)."""
+    if len(parts) == 1:
+        return parts[0]
+    out = empty(sum(int(p.shape[0]) for p in parts), dtype)
+    at = 0
+    for part in parts:
+        n = int(part.shape[0])
+        if n:
+            _copy_into(out[at:at + n], part)
+        at += n
+    return out
+
+
+def _wrap(arr: Any) -> Any:
+    """A numba view of a torch CUDA tensor (for numba's own launches); anything else as it is."""
+    return cuda.as_cuda_array(arr, sync=False) if isinstance(arr, torch.Tensor) else arr
+
+
+def _launch(kernel: Any, config: tuple[int, int], *args: Any) -> None:
+    """Launch ``kernel`` with (grid, block) ``config``: through `_FastLauncher` where torch has CUDA and
+    numba-cuda's launch internals are the ones it knows, else through numba's dispatcher."""
+    launcher = _fast_launcher()
+    if launcher is not None:
+        launcher(kernel, config, args)
+    else:
+        kernel[config](*[_wrap(a) for a in args])
+
+
+class _FastLauncher:
+    """Launches compiled kernels with their argument words built straight from torch tensors and numba
+    arrays (1-D, contiguous), skipping numba's per-launch typing and argument wrapping: on the H200
+    machine those cost 50-100 us per launch and 20 us per wrapped tensor, more than the kernels of a
+    minibatch layer. The first launch of each (kernel, argument kinds) goes through numba's dispatcher
+    (which compiles it); later ones call ``cuda.core.launch`` on the compiled kernel with the words
+    numba's own ``_Kernel._prepare_args`` would build (meminfo 0, parent 0, size, itemsize, data,
+    shape, strides per array; ctypes scalars). Needs numba-cuda with the cuda.core launch path
+    (0.30.4 on the H200 image)."""
+
+    def __init__(self) -> None:
+        from cuda.core import LaunchConfig, launch
+        from numba.cuda.cudadrv import driver
+
+        self._launch = launch
+        self._config = LaunchConfig
+        self._stream = driver._to_core_stream(0)
+        self._compiled: dict = {}
+        self._configs: dict = {}
+
+    def __call__(self, kernel: Any, config: tuple[int, int], args: tuple) -> None:
+        key = (kernel, tuple(_arg_kind(a) for a in args))
+        entry = self._compiled.get(key)
+        if entry is None:
+            wrapped = [_wrap(a) for a in args]
+            kernel[config](*wrapped)  # compiles this signature if needed; launches the normal way
+            argtypes = tuple(kernel.typeof_pyval(a) for a in wrapped)
+            compiled = kernel.overloads[argtypes]
+            self._compiled[key] = (compiled._codelibrary.get_cufunc().kernel, [_packer(t) for t in argtypes])
+            return
+        function, packers = entry
+        words: list = []
+        for pack, arg in zip(packers, args, strict=True):
+            pack(arg, words)
+        cfg = self._configs.get(config)
+        if cfg is None:
+            if len(self._configs) > 4096:
+                self._configs.clear()
+            cfg = self._configs[config] = self._config(grid=int(config[0]), block=int(config[1]))
+        self._launch(self._stream, cfg, function, *words)
+
+
+def _arg_kind(arg: Any) -> Any:
+    if isinstance(arg, torch.Tensor):
+        return arg.dtype
+    dtype = getattr(arg, "dtype", None)
+    return (type(arg), None if dtype is None else dtype.str)
+
+
+def _pack_array(arr: Any, words: list) -> None:
+    if isinstance(arr, torch.Tensor):
+        if arr.dim() != 1 or not arr.is_contiguous():
+            raise ValueError(f"kernel arrays must be 1-D and contiguous, got shape {tuple(arr.shape)}")
+        n, size = arr.shape[0], arr.element_size()
+        words.extend((0, 0, n, size, arr.data_ptr(), n, size))
+    else:
+        n, size = arr.shape[0], arr.dtype.itemsize
+        words.extend((0, 0, n, size, arr.__cuda_array_interface__["data"][0] or 0, n, arr.strides[0]))
+
+
+def _packer(ty: Any) -> Any:
+    """The word builder of one argument type (numba-cuda's ``_prepare_args`` rules)."""
+    if hasattr(ty, "layout"):
+        if ty.ndim != 1:
+            raise TypeError(f"the fast launcher takes 1-D arrays, got {ty}")
+        return _pack_array
+    name = str(ty)
+    if name == "bool":
+        return lambda arg, words: words.append(bool(arg))
+    if name == "float64":
+        return lambda arg, words: words.append(ctypes.c_double(arg))
+    ctype = getattr(ctypes, f"c_{name}")
+    return lambda arg, words: words.append(ctype(int(arg)))
+
+
+def _fast_launcher() -> _FastLauncher | None:
+    """The fast launcher where torch has CUDA and numba-cuda's internals match (decided once; without
+    them, one warning and numba's dispatcher; ``GRAPHRL_CUDA_LAUNCH=dispatcher`` forces the latter)."""
+    if "launcher" not in _LAUNCHER:
+        launcher = None
+        if _torch_dtypes() and os.environ.get("GRAPHRL_CUDA_LAUNCH", "fast") != "dispatcher":
+            try:
+                launcher = _FastLauncher()
+            except (ImportError, AttributeError) as err:
+                warnings.warn(f"samplers.kernels.cuda: numba-cuda's cuda.core launch path is missing "
+                              f"({err}); kernels launch through numba's dispatcher (50-100 us more each)",
+                              RuntimeWarning, stacklevel=2)
+        _LAUNCHER["launcher"] = launcher
+    return _LAUNCHER["launcher"]
+
+
+_LAUNCHER: dict = {}
 
 
 @contextlib.contextmanager
@@ -288,8 +438,6 @@ def default_stream() -> Any:
     if not _torch_dtypes():
         yield
         return
-    import torch
-
     caller, default = torch.cuda.current_stream(), torch.cuda.default_stream()
     if caller == default:
         yield
@@ -303,20 +451,16 @@ def default_stream() -> Any:
 def full(n: int, value: int) -> Any:
     """A device int64 array [n] filled with ``value`` (``torch.full`` where torch has CUDA)."""
     if _torch_dtypes():
-        import torch
-
-        return cuda.as_cuda_array(torch.full((n,), int(value), dtype=torch.int64, device="cuda"), sync=False)
+        return torch.full((n,), int(value), dtype=torch.int64, device="cuda")
     arr = cuda.device_array(n, dtype=np.int64)
     if n:
-        _fill[_grid(n, _EDGE_THREADS), _EDGE_THREADS](arr, np.int64(value))
+        _launch(_fill, (_grid(n, _EDGE_THREADS), _EDGE_THREADS), arr, np.int64(value))
     return arr
 
 
 def _torch_dtypes() -> dict:
     """numpy -> torch dtypes where torch has CUDA (not under the simulator), else {}; decided once."""
     if not _TORCH_DTYPES:
-        import torch
-
         usable = torch.cuda.is_available() and not _SIM
         _TORCH_DTYPES["usable"] = usable
         if usable:
@@ -730,8 +874,8 @@ def _taken(chosen, o, j, p):  # pragma: no cover - device
 
 
 @cuda.jit
-def _sample_rows_weighted(indptr, indices, edge_ids, has_eids, weights, prefix, dst, out_indptr, fanout,
-                          replace, key, excl, src, eids):  # pragma: no cover - device
+def _sample_rows_weighted(indptr, indices, edge_ids, has_eids, weights, prefix, positive, dst, out_indptr,
+                          fanout, replace, key, excl, src, eids):  # pragma: no cover - device
     """Weighted rows without edge times, 0 <= fanout, one thread per row (the reference's "weighted
     rows"): successive sampling by rejection over the row's prefix sums ``prefix``, at most REJECT_LIMIT
     rejected attempts per output, then an exact draw from what remains. The chosen CSC positions are
@@ -751,13 +895,10 @@ def _sample_rows_weighted(indptr, indices, edge_ids, has_eids, weights, prefix, 
             if n_excl:
                 a = _lower_bound(excl, 0, n_excl, s)
                 b = _lower_bound(excl, a, n_excl, e)
-            d_e = np.int64(0)
-            if not replace:
-                for p in range(s, e):
-                    if weights[p] > 0 and not _excluded(excl, a, b, p):
-                        d_e += 1
-                        if d_e > c:
-                            break
+            d_e = positive[v]  # eligible positions, as the plan counted them (no pass over the row)
+            for q in range(a, b):
+                if weights[excl[q]] > 0:
+                    d_e -= 1
             if not replace and d_e == c:  # every eligible position, in order
                 j = o
                 for p in range(s, e):
@@ -767,9 +908,6 @@ def _sample_rows_weighted(indptr, indices, edge_ids, has_eids, weights, prefix, 
             else:
                 state0 = _row_state(key, v)
                 total = prefix[e - 1]
-                last = e - 1
-                while last > s and not weights[last] > 0:
-                    last -= 1
                 t = np.int64(0)
                 for j in range(c):
                     p = np.int64(-1)
@@ -784,7 +922,11 @@ def _sample_rows_weighted(indptr, indices, edge_ids, has_eids, weights, prefix, 
                                 hi = mid
                             else:
                                 lo = mid + 1
-                        q = lo if lo < e else last
+                        q = lo
+                        if q == e:  # rounding left no prefix above x: the row's last positive weight
+                            q = e - 1
+                            while q > s and not weights[q] > 0:
+                                q -= 1
                         if not _excluded(excl, a, b, q) and (replace or not _taken(eids, o, j, q)):
                             p = q
                             break
@@ -1118,8 +1260,8 @@ class CudaGraph:
                 graph.prefix = cuda.device_array(max(edges, 1), dtype=np.float64)
                 graph.positive = cuda.device_array(max(num, 1), dtype=np.int64)
             if num:
-                _row_prefix[_grid(num, _ROW_THREADS), _ROW_THREADS](graph.indptr, graph.weights, graph.prefix,
-                                                                  graph.positive)
+                _launch(_row_prefix, (_grid(num, _ROW_THREADS), _ROW_THREADS), graph.indptr, graph.weights,
+                        graph.prefix, graph.positive)
                 cuda.synchronize()
         return graph
 
@@ -1128,8 +1270,8 @@ def _as_device_ids(ids: Any) -> Any:
     """Device int64 ids: device arrays pass through, CUDA tensors are viewed, host arrays are copied."""
     if isinstance(ids, (np.ndarray, list, tuple)):
         return cuda.to_device(np.ascontiguousarray(ids, dtype=np.int64))
-    if hasattr(ids, "__cuda_array_interface__") and not hasattr(ids, "copy_to_host"):
-        return cuda.as_cuda_array(ids)  # a torch CUDA tensor (int64, contiguous: the caller's job)
+    if isinstance(ids, torch.Tensor):  # a CUDA tensor (int64, contiguous: the caller's job)
+        return ids if _torch_dtypes() else cuda.as_cuda_array(ids)
     return ids
 
 
@@ -1187,28 +1329,27 @@ def sample_layer_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, ke
             raise ValueError("weighted=True without dst_times needs a CudaGraph built with weights and "
                              "without times (its per-row prefix sums)")
         if d_count:
-            _plan_rows_weighted[_grid(d_count, _EDGE_THREADS), _EDGE_THREADS](
-                graph.positive, graph.weights, graph.indptr, dst, fanout, replace, excl, counts)
+            _launch(_plan_rows_weighted, (_grid(d_count, _EDGE_THREADS), _EDGE_THREADS), graph.positive,
+                    graph.weights, graph.indptr, dst, fanout, replace, excl, counts)
         out_indptr, nnz = exclusive_scan(counts[:d_count])
         src = empty(nnz, graph.indices.dtype)
         eids = empty(nnz, np.int64)
         if nnz:
-            _sample_rows_weighted[_grid(d_count, _ROW_THREADS), _ROW_THREADS](
-                graph.indptr, graph.indices, graph.edge_ids, graph.has_eids, graph.weights, graph.prefix, dst,
-                out_indptr, fanout, replace, key, excl, src, eids)
+            _launch(_sample_rows_weighted, (_grid(d_count, _ROW_THREADS), _ROW_THREADS), graph.indptr,
+                    graph.indices, graph.edge_ids, graph.has_eids, graph.weights, graph.prefix,
+                    graph.positive, dst, out_indptr, fanout, replace, key, excl, src, eids)
         return out_indptr, src, eids
     if not masked and 0 <= fanout <= THREAD_FANOUT_MAX:
         # plan, scan, then choose and gather in one pass: a thread per row
         if d_count:
-            _plan_rows[_grid(d_count, _EDGE_THREADS), _EDGE_THREADS](graph.indptr, dst, fanout, replace, excl,
-                                                                     counts)
+            _launch(_plan_rows, (_grid(d_count, _EDGE_THREADS), _EDGE_THREADS), graph.indptr, dst, fanout,
+                    replace, excl, counts)
         out_indptr, nnz = exclusive_scan(counts[:d_count])
         src = empty(nnz, graph.indices.dtype)
         eids = empty(nnz, np.int64)
         if nnz:
-            _sample_rows[_grid(d_count, _ROW_THREADS), _ROW_THREADS](
-                graph.indptr, graph.indices, graph.edge_ids, graph.has_eids, dst, out_indptr, fanout, replace,
-                key, excl, src, eids)
+            _launch(_sample_rows, (_grid(d_count, _ROW_THREADS), _ROW_THREADS), graph.indptr, graph.indices,
+                    graph.edge_ids, graph.has_eids, dst, out_indptr, fanout, replace, key, excl, src, eids)
         return out_indptr, src, eids
     rows = empty(5 * max(d_count, 1), np.int64)
     m = max(d_count, 1)
@@ -1216,12 +1357,12 @@ def sample_layer_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, ke
     row_blocks = _grid(d_count, 1)
     if d_count:
         if masked:
-            _plan_masked[row_blocks, WARP](graph.indptr, dst, fanout, replace, graph.weights, bool(weighted),
-                                           graph.times, row_time, timed, excl, row_start, row_raw, row_deg,
-                                           row_exlo, row_exhi, counts)
+            _launch(_plan_masked, (row_blocks, WARP), graph.indptr, dst, fanout, replace, graph.weights,
+                    bool(weighted), graph.times, row_time, timed, excl, row_start, row_raw, row_deg, row_exlo,
+                    row_exhi, counts)
         else:
-            _plan_uniform[_grid(d_count, _EDGE_THREADS), _EDGE_THREADS](
-                graph.indptr, dst, fanout, replace, excl, row_start, row_deg, row_exlo, row_exhi, counts)
+            _launch(_plan_uniform, (_grid(d_count, _EDGE_THREADS), _EDGE_THREADS), graph.indptr, dst, fanout,
+                    replace, excl, row_start, row_deg, row_exlo, row_exhi, counts)
     out_indptr, nnz = exclusive_scan(counts[:d_count])
     pos = empty(max(nnz, 1), np.int64)
     if nnz:
@@ -1229,18 +1370,18 @@ def sample_layer_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, ke
             scratch_off, scratch_len = exclusive_scan(row_raw[:d_count]) if replace and fanout >= 0 \
                 else (counts, 0)
             scratch = empty(max(scratch_len, 1), np.float64)
-            _choose_masked[row_blocks, WARP](dst, row_start, row_raw, row_deg, row_exlo, row_exhi, out_indptr,
-                                             fanout, replace, key, graph.weights, bool(weighted), graph.times,
-                                             row_time, timed, excl, pos, scratch, scratch_off)
+            _launch(_choose_masked, (row_blocks, WARP), dst, row_start, row_raw, row_deg, row_exlo, row_exhi,
+                    out_indptr, fanout, replace, key, graph.weights, bool(weighted), graph.times, row_time,
+                    timed, excl, pos, scratch, scratch_off)
         else:
             aux = empty(nnz, np.int64)
-            _choose_uniform[row_blocks, WARP](dst, row_start, row_deg, row_exlo, row_exhi, out_indptr, fanout,
-                                              replace, key, excl, pos, aux)
+            _launch(_choose_uniform, (row_blocks, WARP), dst, row_start, row_deg, row_exlo, row_exhi,
+                    out_indptr, fanout, replace, key, excl, pos, aux)
     src = empty(nnz, graph.indices.dtype)
     eids = empty(nnz, np.int64)
     if nnz:
-        _gather[_grid(nnz, _EDGE_THREADS), _EDGE_THREADS](graph.indices, graph.edge_ids, graph.has_eids, pos,
-                                                            src, eids)
+        _launch(_gather, (_grid(nnz, _EDGE_THREADS), _EDGE_THREADS), graph.indices, graph.edge_ids,
+                graph.has_eids, pos, src, eids)
     return out_indptr, src, eids
 
 
@@ -1278,7 +1419,7 @@ def relabel_cuda(dst: Any, src: Any) -> tuple[Any, Any]:
     if nnz == 0:
         src_nodes = empty(d_count, np.int64)
         if d_count:
-            src_nodes.copy_to_device(dst)
+            _copy_into(src_nodes, dst)
         return src_nodes, local
     cap = 16
     while cap < 2 * total:
@@ -1286,20 +1427,21 @@ def relabel_cuda(dst: Any, src: Any) -> tuple[Any, Any]:
     keys, vals = _hash_table(cap)
     mask = np.int64(cap - 1)
     threads = _EDGE_THREADS
-    _hash_insert[_grid(total, threads), threads](dst, src, keys, vals, mask)
+    _launch(_hash_insert, (_grid(total, threads), threads), dst, src, keys, vals, mask)
     first = empty(nnz, np.int64)
     flags = empty(nnz, np.int64)
-    _hash_first[_grid(nnz, threads), threads](src, np.int64(d_count), keys, vals, mask, first, flags)
+    _launch(_hash_first, (_grid(nnz, threads), threads), src, np.int64(d_count), keys, vals, mask, first,
+            flags)
     newid, new_count = exclusive_scan(flags)
     src_nodes = empty(d_count + new_count, np.int64)
-    _relabel_out[_grid(total, threads), threads](dst, src, first, flags, newid, src_nodes, local)
+    _launch(_relabel_out, (_grid(total, threads), threads), dst, src, first, flags, newid, src_nodes, local)
     return src_nodes, local
 
 
 def _time_keys(times: Any) -> Any:
     """int64 keys of device times (the CPU kernels' `time_keys`): int64 as it is, float64 by its bits.
     The caller folds -0.0 into 0.0 once, on the seeds' times; inner layers inherit folded times."""
-    return times.view(np.int64) if times.dtype == np.float64 else times
+    return _view_as(times, np.int64) if _is_float64(times) else times
 
 
 def relabel_temporal_cuda(dst: Any, dst_times: Any, out_indptr: Any, src: Any) -> tuple[Any, Any, Any]:
@@ -1379,7 +1521,7 @@ def edge_time_keys_cuda(out_indptr: Any, dst_times: Any, out: Any) -> Any:
     """
     d_count = dst_times.shape[0]
     if d_count and out.shape[0]:
-        _edge_tkeys[_grid(d_count, 1), WARP](out_indptr, _time_keys(dst_times), out)
+        _launch(_edge_tkeys, (_grid(d_count, 1), WARP), out_indptr, _time_keys(dst_times), out)
     return out
 
 
@@ -1411,17 +1553,18 @@ def relabel_pairs_cuda(dst: Any, dst_times: Any, src: Any, edge_tkey: Any) -> tu
     mask = np.int64(cap - 1)
     threads = _EDGE_THREADS
     if total:
-        _hash_insert_pairs[_grid(total, threads), threads](dst, dst_tkey, src, edge_tkey, keys, vals, mask)
+        _launch(_hash_insert_pairs, (_grid(total, threads), threads), dst, dst_tkey, src, edge_tkey, keys,
+                vals, mask)
     first = empty(max(nnz, 1), np.int64)
     flags = empty(nnz, np.int64)
     if nnz:
-        _hash_first_pairs[_grid(nnz, threads), threads](dst, dst_tkey, src, edge_tkey, keys, vals, mask,
-                                                        first, flags)
+        _launch(_hash_first_pairs, (_grid(nnz, threads), threads), dst, dst_tkey, src, edge_tkey, keys, vals,
+                mask, first, flags)
     newid, new_count = exclusive_scan(flags)
     src_nodes = empty(d_count + new_count, np.int64)
     src_tkey = empty(d_count + new_count, np.int64)
     if total:
-        _relabel_out_pairs[_grid(total, threads), threads](dst, dst_tkey, src, edge_tkey, first, flags, newid,
-                                                           src_nodes, src_tkey, local)
-    src_times = src_tkey.view(np.float64) if dst_times.dtype == np.float64 else src_tkey
+        _launch(_relabel_out_pairs, (_grid(total, threads), threads), dst, dst_tkey, src, edge_tkey, first,
+                flags, newid, src_nodes, src_tkey, local)
+    src_times = _view_as(src_tkey, np.float64) if _is_float64(dst_times) else src_tkey
     return src_nodes, src_times, local

@@ -226,8 +226,8 @@ PTX_SCRIPT = textwrap.dedent(
         "sample_rows": (i64, i32, i64, t.boolean, i64, i64, t.int64, t.boolean, t.uint64, i64, i32, i64),
         "row_prefix": (i64, f32, f64, i64),
         "plan_rows_weighted": (i64, f32, i64, i64, t.int64, t.boolean, i64, i64),
-        "sample_rows_weighted": (i64, i32, i64, t.boolean, f32, f64, i64, i64, t.int64, t.boolean, t.uint64,
-                                 i64, i32, i64),
+        "sample_rows_weighted": (i64, i32, i64, t.boolean, f32, f64, i64, i64, i64, t.int64, t.boolean,
+                                 t.uint64, i64, i32, i64),
         "plan_uniform": (i64, i64, t.int64, t.boolean, i64, any64, any64, any64, any64, i64),
         "plan_masked": (i64, i64, t.int64, t.boolean, f32, t.boolean, i64, i64, t.boolean, i64, any64, any64,
                         any64, any64, any64, i64),
@@ -320,3 +320,34 @@ def test_gpu_check_says_why_without_a_gpu():
                           capture_output=True, text=True, timeout=300, cwd=REPO)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "no CUDA GPU here" in proc.stderr
+
+
+def test_fast_launcher_builds_the_words_numba_builds():
+    """The fast launcher (real GPUs only) passes each 1-D array as numba-cuda's ``_prepare_args`` does:
+    meminfo 0, parent 0, size, itemsize, data pointer, shape, strides; scalars as ctypes of their type.
+    Checked here on host tensors and numba's own types; the launches themselves run in gpu_check."""
+    import ctypes
+
+    from numba import types
+
+    from samplers.kernels import cuda as ck
+
+    t = torch.arange(5, dtype=torch.int32)
+    words: list = []
+    ck._packer(types.Array(types.int32, 1, "C"))(t, words)
+    assert words == [0, 0, 5, 4, t.data_ptr(), 5, 4]
+    with pytest.raises(ValueError, match="1-D and contiguous"):
+        ck._pack_array(torch.arange(10)[::2], [])
+    with pytest.raises(TypeError, match="1-D arrays"):
+        ck._packer(types.Array(types.int64, 2, "C"))
+    scalars: list = []
+    ck._packer(types.int64)(np.int64(-3), scalars)
+    ck._packer(types.uint64)(np.uint64(2**63 + 1), scalars)
+    ck._packer(types.boolean)(np.bool_(True), scalars)
+    ck._packer(types.float64)(0.5, scalars)
+    assert [type(w) for w in scalars] == [ctypes.c_int64, ctypes.c_uint64, bool, ctypes.c_double]
+    assert [scalars[0].value, scalars[1].value, scalars[2], scalars[3].value] == [-3, 2**63 + 1, True, 0.5]
+    # argument kinds: one compiled kernel per (kernel, kinds)
+    assert ck._arg_kind(t) == torch.int32
+    assert ck._arg_kind(np.int64(1)) == (np.int64, "<i8")
+    assert ck._arg_kind(True) == (bool, None)
