@@ -225,12 +225,16 @@ class NeighborSampler:
         can both be drawn, no edge twice).
     weights : None, True, or torch.Tensor (float, shape [E])
         ``None``: uniform draws. ``True``: the graph's own edge weights. A tensor: one weight per edge,
-        indexed by *edge id* (as DGL's ``prob`` edge feature). Without replacement, draws follow
-        exponential keys (A-ES): an edge of weight w is taken with the probability of weighted sampling
-        without replacement; with replacement, each draw picks an edge with probability w / (row sum).
-        An edge of weight 0 is never drawn, so a node's d counts only its positive-weight edges: a node
-        with fewer than k of them gives exactly those, a node whose weights are all 0 draws nothing.
-        Weights are stored as float32 in CSC order (a copy, 4 bytes per edge).
+        indexed by *edge id* (as DGL's ``prob`` edge feature). Without replacement, a node's k edges
+        are k successive weighted draws without replacement (each proportional to the weights of the
+        edges not drawn yet: the law of A-ES exponential keys); with replacement, each draw picks an edge
+        with probability w / (row sum). Without edge times, draws are made by rejection over per-row
+        prefix sums of the weights computed once here (float64, 8 bytes per edge, plus 8 bytes per node
+        for each node's count of positive weights), so a row costs O(k log d) rather than O(d): see
+        "Weighted rows" in `samplers.kernels.reference`. An edge of weight 0 is never drawn, so a node's
+        d counts only its positive-weight edges: a node with fewer than k of them gives exactly those, a
+        node whose weights are all 0 draws nothing. Weights are stored as float32 in CSC order (a copy, 4
+        bytes per edge).
     edge_times : torch.Tensor or None, integer or float, shape [E]
         Temporal sampling: the time of each edge, indexed by edge id. `sample` then needs
         ``seed_times`` and a row of time t draws only edges of time <= t (see `sample`). Integer
@@ -282,7 +286,9 @@ class NeighborSampler:
     NeurIPS 2017) for layer-wise neighbour sampling; DGL's message-flow-graph (block) contract for
     the output; Floyd's sampling without replacement, as in pyg-lib's neighbour kernel; Efraimidis and
     Spirakis, "Weighted random sampling with a reservoir" (IPL 2006, A-ES exponential keys), as in
-    GraphBolt, for weighted draws; TGL (Zhou et al., VLDB 2022) for temporal neighbour sampling.
+    GraphBolt, for weighted draws with edge times, and for the law that weighted draws without times
+    follow (successive weighted sampling, drawn by rejection over prefix sums with an exact fallback);
+    TGL (Zhou et al., VLDB 2022) for temporal neighbour sampling.
 
     Examples
     --------
@@ -326,9 +332,12 @@ class NeighborSampler:
         """Whether draws follow edge weights."""
         self.temporal = self._times is not None
         """Whether `sample` needs ``seed_times`` (the sampler has edge times)."""
-        self._masks = cpu.Masks(self._weights, self._times, self._indptr) if self.weighted or self.temporal \
-            else None
         self.device = self._check_device(device)
+        self._masks = None
+        if (self.weighted or self.temporal) and self.device.type == "cpu":
+            # weights without times: the per-row prefix sums P (float64, 8 bytes per edge) and positive
+            # counts nz (8 bytes per node) that weighted rows sample from, computed once here
+            self._masks = cpu.Masks(self._weights, self._times, self._indptr, threads=numba.get_num_threads())
         self._cuda_graph = None
         if self.device.type == "cuda":
             from samplers.kernels import cuda as cuda_kernels  # imports numba.cuda: only when asked for

@@ -42,13 +42,48 @@ is not excluded, and (with times) its edge time is <= the row's time. Let d_e be
 eligible positions.
 - ``k == -1``, or (``not replace`` and ``d_e <= k``): every eligible position, in order; no draws.
 - ``d_e == 0``: nothing.
-- without replacement, ``d_e > k``: exponential keys (Efraimidis and Spirakis, "Weighted random
-  sampling with a reservoir", IPL 2006, algorithm A-ES as GraphBolt uses it). Position p takes the
-  (p+1)-th draw ``r`` of the row's stream whether or not it is eligible (so the draw of a position is
-  ``mix(state0 + (p + 1) * GOLDEN)``, computable independently by a GPU thread); an eligible one gets
-  ``u = ((r >> 11) + 1) * 2^-53`` in (0, 1] and ``key = -log(u) / w`` in float64 (``math.log``, w
-  the float32 weight widened to float64). The k eligible positions with the smallest ``(key, p)``
-  are taken and emitted in increasing order. With equal weights this is a uniform k-subset.
+- otherwise, weighted rows *without* edge times follow "Weighted rows" below; rows with edge times
+  (weighted or not) follow "Temporal rows".
+
+Weighted rows (weights, no edge times): successive sampling by rejection over per-row prefix sums.
+``P`` (float64 [E]) holds the inclusive prefix sums of the CSC-ordered weights, restarting at every
+row: ``P[s] = w[s]``, ``P[p] = P[p - 1] + w[p]`` for s < p < e (float64 additions in position order, w
+the float32 weight widened to float64; excluded and weight-0 positions are summed like any other);
+``nz`` (int64 [N]) counts each row's positive weights, so d_e = nz[v] minus the row's excluded
+positions of positive weight (the sampler computes both once; they do not depend on the batch). With
+``T = P[e - 1]`` the row's total, outputs are drawn one after another, k of them; draw t = 1, 2, ... of
+the row's stream is ``r = mix(state0 + t * GOLDEN)``, ``state0 = mix(key ^ (v * GOLDEN))`` as above
+(one counter t for the whole row, never reset between outputs). For one output:
+- up to ``REJECT_LIMIT`` = 8 *attempts*: the next draw gives ``x = ((r >> 11) * 2^-53) * T`` and the
+  position p = the smallest one of the row with ``P[p] > x`` (the row's last position of positive
+  weight if rounding leaves none); it is accepted iff it is eligible and (``replace`` or not chosen
+  already for this row), else rejected. A weight-0 position is never found (its P equals the
+  previous one), so only excluded and already-chosen positions are rejected.
+- after REJECT_LIMIT rejected attempts, the output is drawn *exactly from what remains*: ``R`` = the
+  float64 sum, in position order, of the weights of the eligible positions not yet chosen (every
+  eligible position with ``replace``); the next draw gives ``x = ((r >> 11) * 2^-53) * R``; walking
+  those positions in order and accumulating their weights, the output is the first with ``acc > x``
+  (the last of them if rounding leaves none).
+Without replacement the k chosen positions are emitted in increasing order; with replacement in draw
+order. Why this is exact: an attempt picks p with probability w_p / T (up to the 2^-53 grid of x), so
+an accepted attempt, conditioned on acceptance, picks p with probability w_p / (sum of the remaining
+eligible weights); so does the fallback; so each output is drawn proportional to the weights of the
+eligible positions not yet chosen: successive weighted sampling without replacement, which is the
+distribution of the k smallest exponential keys ``-log(u) / w`` (Efraimidis and Spirakis, "Weighted
+random sampling with a reservoir", IPL 2006, algorithm A-ES; the temporal rows' method). With
+replacement and no excluded position every attempt is accepted: each draw is the inversion of the
+row's prefix sums, as for temporal rows. The cost of a row is O(k log d) in the common case, not
+O(d): high-degree rows of power-law graphs no longer read all their weights (a rejection is likely
+only when the chosen or excluded positions hold most of the row's weight, and the fallback bounds the
+attempts per output).
+
+Temporal rows (edge times, with or without weights), for ``d_e > k`` or with replacement:
+- without replacement: exponential keys (Efraimidis and Spirakis 2006, algorithm A-ES as GraphBolt
+  uses it). Position p takes the (p+1)-th draw ``r`` of the row's stream whether or not it is eligible
+  (so the draw of a position is ``mix(state0 + (p + 1) * GOLDEN)``, computable independently by a GPU
+  thread); an eligible one gets ``u = ((r >> 11) + 1) * 2^-53`` in (0, 1] and ``key = -log(u) / w`` in
+  float64 (``math.log``). The k eligible positions with the smallest ``(key, p)`` are taken and
+  emitted in increasing order. With equal weights this is a uniform k-subset.
 - with replacement: float64 prefix sums ``c_p`` of the eligible weights (ineligible positions add 0)
   summed in position order; draw j (the j-th of the row's stream, j = 1..k) gives
   ``x = ((r >> 11) * 2^-53) * c_{d-1}``; it picks the smallest p with ``c_p > x`` (the last eligible
@@ -62,12 +97,14 @@ same node reached at two different times is two source nodes (two rows of the ne
 
 from __future__ import annotations
 
+import bisect
 import math
 
 import numpy as np
 
 MASK64 = (1 << 64) - 1
 GOLDEN = 0x9E3779B97F4A7C15
+REJECT_LIMIT = 8  # rejected attempts per output of a weighted row before its exact fallback draw
 
 
 def mix(z: int) -> int:
@@ -107,7 +144,7 @@ def _unit_closed_open(r: int) -> float:
 
 def _choose_masked(eligible: list[bool], w: list[float], k: int, replace: bool, key: int,
                    node: int) -> list[int]:
-    """Relative positions chosen in a masked row (see the module docstring)."""
+    """Relative positions chosen in a temporal row ("Temporal rows" in the module docstring)."""
     d = len(eligible)
     cand = [p for p in range(d) if eligible[p]]
     if not cand:
@@ -143,6 +180,72 @@ def _choose_masked(eligible: list[bool], w: list[float], k: int, replace: bool, 
                 lo = mid + 1
         out.append(lo if lo < d else last)
     return out
+
+
+def weight_prefix(indptr: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The per-row prefix sums ``P`` and positive counts ``nz`` of weighted rows (module docstring).
+
+    Returns
+    -------
+    prefix : float64 [E]
+        Inclusive prefix sums of the float32 weights widened to float64, restarting at every row.
+    positive : int64 [N]
+        Number of positive weights of each row.
+    """
+    num = indptr.shape[0] - 1
+    prefix = np.zeros(weights.shape[0], dtype=np.float64)
+    positive = np.zeros(num, dtype=np.int64)
+    for v in range(num):
+        total = 0.0
+        for p in range(int(indptr[v]), int(indptr[v + 1])):
+            total += float(weights[p])
+            prefix[p] = total
+            positive[v] += float(weights[p]) > 0
+    return prefix, positive
+
+
+def _choose_weighted(eligible: list[bool], w: list[float], prefix: list[float], k: int, replace: bool,
+                     key: int, node: int) -> list[int]:
+    """Relative positions chosen in a weighted row without edge times: successive sampling by rejection
+    over the row's prefix sums ``prefix`` (the row's slice of ``P``), see the module docstring."""
+    d = len(eligible)
+    cand = [p for p in range(d) if eligible[p]]
+    if not cand:
+        return []
+    if k == -1 or (not replace and len(cand) <= k):
+        return cand
+    state0 = mix(key ^ ((node * GOLDEN) & MASK64))
+    total = prefix[-1]
+    last_positive = max(p for p in range(d) if w[p] > 0)
+    t = 0
+    out: list[int] = []
+    taken: set[int] = set()
+    for _ in range(k):
+        for _attempt in range(REJECT_LIMIT):
+            t += 1
+            x = _unit_closed_open(mix((state0 + t * GOLDEN) & MASK64)) * total
+            p = bisect.bisect_right(prefix, x)  # the smallest p with prefix[p] > x
+            if p == d:
+                p = last_positive
+            if eligible[p] and (replace or p not in taken):
+                break
+        else:  # REJECT_LIMIT rejections: draw exactly from the remaining eligible positions
+            t += 1
+            rest = [q for q in cand if replace or q not in taken]
+            remaining = 0.0
+            for q in rest:
+                remaining += w[q]
+            x = _unit_closed_open(mix((state0 + t * GOLDEN) & MASK64)) * remaining
+            acc = 0.0
+            p = rest[-1]
+            for q in rest:
+                acc += w[q]
+                if acc > x:
+                    p = q
+                    break
+        out.append(p)
+        taken.add(p)
+    return out if replace else sorted(out)
 
 
 def _choose(d: int, k: int, replace: bool, rng: _RowRNG) -> list[int]:
@@ -183,7 +286,8 @@ def sample_layer(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray |
     excluded : int64 [X] or None
         Sorted, distinct CSC positions that are never drawn (see the module docstring).
     weights : float32 [E] or None
-        Edge weights in CSC order (masked rules when given).
+        Edge weights in CSC order (masked rules when given; without ``edge_times``, the "weighted rows"
+        rule, with each row's prefix sums computed as `weight_prefix` does).
     edge_times : int64 or float64 [E] or None
         Edge times in CSC order (masked rules when given; needs ``dst_times``).
     dst_times : [D] or None
@@ -205,7 +309,15 @@ def sample_layer(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray |
             ok = [w[p - start] > 0 and p not in gone
                   and (edge_times is None or edge_times[p] <= dst_times[row]) for p in range(start, end)]
             allowed = list(range(start, end))
-            chosen = _choose_masked(ok, w, fanout, replace, key, v)
+            if edge_times is None:  # weighted rows: rejection over the row's prefix sums
+                prefix = []
+                total = 0.0
+                for x in w:
+                    total += x
+                    prefix.append(total)
+                chosen = _choose_weighted(ok, w, prefix, fanout, replace, key, v)
+            else:
+                chosen = _choose_masked(ok, w, fanout, replace, key, v)
         else:
             allowed = [p for p in range(start, end) if p not in gone]
             chosen = _choose(len(allowed), fanout, replace, _RowRNG(key, v))
