@@ -1,5 +1,6 @@
 """Weighted neighbour sampling: argument checks, the counting rules, equality of the numba kernels with the
-reference (bit for bit, float keys included), and chi-square tests that draws follow the weights."""
+reference (bit for bit, prefix sums included), and chi-square tests that draws follow the weights, also
+where rejection over the prefix sums falls back to its exact draw (heavy chosen or excluded edges)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from scipy.stats import chisquare
 from test_neighbor import blocks_equal, edge_endpoints, reference_blocks
 
 from graphrl.graph import CSCGraph
+from samplers.kernels import cpu
+from samplers.kernels import reference as ref
 from samplers.neighbor import NeighborSampler
 
 
@@ -220,3 +223,157 @@ def test_equal_weights_give_uniform_subsets():
     pairs = b.edge_ids.numpy().reshape(rows, 2) % 5
     counts = np.unique(pairs[:, 0] * 5 + pairs[:, 1], return_counts=True)[1]
     assert counts.size == 10 and chisquare(counts).pvalue > 1e-4
+
+
+# ------------------------------------------------------- weighted rows: rejection over prefix sums
+def _successive_subset_probs(wts: np.ndarray, k: int) -> dict[tuple[int, ...], float]:
+    """Exact probability of every k-subset under k successive weighted draws without replacement."""
+    probs: dict[tuple[int, ...], float] = {}
+    for seq in itertools.permutations(range(wts.size), k):
+        p, left = 1.0, float(wts.sum())
+        for i in seq:
+            p *= wts[i] / left
+            left -= wts[i]
+        key = tuple(sorted(seq))
+        probs[key] = probs.get(key, 0.0) + p
+    return probs
+
+
+def test_weight_prefix_equals_the_reference():
+    rng = np.random.default_rng(3)
+    n, e = 300, 5000
+    dst = np.sort(np.minimum(rng.geometric(0.01, e) - 1, n - 1))
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(dst, minlength=n), out=indptr[1:])
+    w = (rng.pareto(0.8, e) * (rng.random(e) < 0.8)).astype(np.float32)
+    w[::7] = 1e-30
+    want_p, want_nz = ref.weight_prefix(indptr, w)
+    for threads in (1, 2):
+        got_p, got_nz = cpu.weight_prefix(indptr, w, threads)
+        assert np.array_equal(got_p.view(np.int64), want_p.view(np.int64))  # bit for bit
+        assert np.array_equal(got_nz, want_nz)
+
+
+def test_rejection_limit_fallback_follows_successive_sampling():
+    # One weight of 1e6 among small ones, k = d_e - 1: the heavy edge is drawn first, then nearly every
+    # attempt hits it again, so each later output comes from the exact fallback after REJECT_LIMIT
+    # rejections. The left-out edge must follow successive-sampling probabilities.
+    wts = np.array([1.0, 1e6, 2.0, 0.0, 3.0, 4.0])
+    pos = np.flatnonzero(wts > 0)
+    k = pos.size - 1
+    rows = 20_000
+    graph, w = _star(rows, wts)
+    b = NeighborSampler(graph, [k], weights=w, seed=21).sample(torch.arange(rows))[0]
+    chosen = b.edge_ids.numpy().reshape(rows, k) % wts.size
+    left_out = [int(next(iter(set(pos.tolist()) - set(r)))) for r in chosen.tolist()]
+    observed = np.bincount(left_out, minlength=wts.size)
+    probs = _successive_subset_probs(wts[pos], k)  # subsets of indices into pos
+    expected = np.zeros(wts.size)
+    for subset, p in probs.items():
+        expected[pos[sorted(set(range(pos.size)) - set(subset))[0]]] += p * rows
+    assert observed[1] <= 2 and observed[3] == 0  # the heavy edge is (almost) never left out
+    light = [0, 2, 4, 5]
+    exp_light = expected[light] / expected[light].sum() * observed[light].sum()
+    assert chisquare(observed[light], exp_light).pvalue > 1e-4, (observed, expected)
+    # the kernel equals the reference on such rows (the fallback included)
+    small = NeighborSampler(graph, [k], weights=w, seed=21).sample(torch.arange(200))
+    assert blocks_equal(small, reference_blocks(graph, np.arange(200), [k], False, 21, weights=w.numpy()))
+
+
+def test_excluded_heavy_edges_fall_back_exactly():
+    # The excluded edge holds nearly all of each row's weight: attempts keep landing on it, so outputs come
+    # from the fallback over the eligible edges; with replacement each draw is proportional to the weights,
+    # without replacement pairs follow successive draws over the eligible edges.
+    wts = np.array([1.0, 1e6, 2.0, 3.0, 4.0])
+    rows = 8000
+    graph, w = _star(rows, wts)
+    heavy = torch.arange(rows) * wts.size + 1  # edge ids of the heavy edges (the star's ids follow rows)
+    assert torch.equal(graph.csc_edge_ids()[heavy], heavy)
+    b = NeighborSampler(graph, [6], replace=True, weights=w, seed=22).sample(torch.arange(rows),
+                                                                           exclude_eids=heavy)[0]
+    counts = np.bincount(b.edge_ids.numpy() % wts.size, minlength=wts.size)
+    light = [0, 2, 3, 4]
+    assert counts[1] == 0
+    assert chisquare(counts[light], wts[light] / wts[light].sum() * rows * 6).pvalue > 1e-4
+    b = NeighborSampler(graph, [2], weights=w, seed=23).sample(torch.arange(rows), exclude_eids=heavy)[0]
+    pairs = b.edge_ids.numpy().reshape(rows, 2) % wts.size
+    assert not (pairs == 1).any()
+    probs = _successive_subset_probs(wts[light], 2)
+    observed = {s: 0 for s in probs}
+    for i, j in pairs.tolist():
+        observed[(light.index(i), light.index(j))] += 1
+    assert chisquare(list(observed.values()), [rows * probs[s] for s in observed]).pvalue > 1e-4
+
+
+@pytest.mark.parametrize("degree", [40, 300, 5000])  # the kernel's paths: a register mask, a bitmap, a scan
+def test_weighted_rows_with_exclusions_and_fallbacks_equal_the_reference(degree):
+    rows = 4
+    dst = np.repeat(np.arange(rows), degree)
+    src = rows + np.tile(np.arange(degree), rows)
+    graph = CSCGraph.from_edges(src, dst, rows + degree)
+    rng = np.random.default_rng(degree)
+    w = rng.random(dst.size) * (rng.random(dst.size) < 0.8)
+    w[::degree // 4] = 1e6  # a few heavy edges per row: chosen first, then attempts land on them again
+    heavy = np.flatnonzero(w == 1e6)
+    excluded = np.concatenate([heavy[::2], rng.integers(0, dst.size, degree // 10)])
+    for replace, k in ((False, 5), (False, 30), (False, 100), (True, 40)):
+        if k >= degree:
+            continue
+        sampler = NeighborSampler(graph, [k], replace=replace, weights=torch.from_numpy(w), seed=degree)
+        for ex in (None, excluded):
+            ex_t = None if ex is None else torch.from_numpy(ex)
+            blocks = sampler.sample(torch.arange(rows), exclude_eids=ex_t)
+            want = reference_blocks(graph, np.arange(rows), [k], replace, degree, sampler._calls - 1, ex,
+                                    weights=w)
+            assert blocks_equal(blocks, want), (replace, k, ex is not None)
+            check_weighted_blocks(graph, blocks, np.arange(rows), [k], w, replace,
+                                  () if ex is None else ex.tolist())
+
+
+def test_sample_layer_computes_prefix_sums_for_its_rows():
+    # cpu.sample_layer (HeteroNeighborSampler's call) without precomputed P / nz computes them for its rows
+    # (duplicates included); with them given, the same result
+    rng = np.random.default_rng(9)
+    n, e = 30, 600
+    graph = CSCGraph.from_edges(rng.integers(0, n, e), np.minimum(rng.geometric(0.08, e) - 1, n - 1), n)
+    indptr, indices = graph.indptr.numpy(), graph.indices.numpy()
+    w = (rng.random(e) * (rng.random(e) < 0.7)).astype(np.float32)
+    dst = np.array([0, 3, 3, 1, 29, 0, 7], dtype=np.int64)
+    excluded = np.unique(rng.integers(0, e, 60))
+    key = ref.layer_key(5, 0, 0)
+    prefix, positive = cpu.weight_prefix(indptr, w)
+    for replace, k in ((False, 3), (False, 12), (True, 4), (False, -1)):
+        want = ref.sample_layer(indptr, indices, None, dst, k, replace, key, excluded, w)
+        for kw in ({}, {"prefix": prefix, "positive": positive}):
+            got = cpu.sample_layer(indptr, indices, None, dst, k, replace, key, excluded, 1, w, **kw)
+            assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True)), (replace, k, kw.keys())
+
+
+@st.composite
+def skewed_rows(draw):
+    """Star rows with a few huge weights, fanouts near the eligible count and excluded heavy edges: the
+    cases where rejection hits its limit."""
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    degree = draw(st.sampled_from([3, 9, 17, 64, 65, 130]))
+    rows = draw(st.integers(1, 4))
+    w = rng.random(rows * degree) * (rng.random(rows * degree) < draw(st.sampled_from([0.5, 0.9, 1.0])))
+    w[rng.random(w.size) < 0.1] = draw(st.sampled_from([1e6, 1e30]))
+    k = max(0, degree - draw(st.integers(0, 3)))
+    excluded = np.flatnonzero(w >= 1e6)[:: draw(st.integers(1, 3))] if draw(st.booleans()) else None
+    return degree, rows, w, k, draw(st.booleans()), excluded, seed % 1000
+
+
+@settings(max_examples=40, deadline=None)
+@given(skewed_rows())
+def test_skewed_rows_equal_the_reference(case):
+    degree, rows, w, k, replace, excluded, seed = case
+    dst = np.repeat(np.arange(rows), degree)
+    graph = CSCGraph.from_edges(rows + np.tile(np.arange(degree), rows), dst, rows + degree)
+    sampler = NeighborSampler(graph, [k], replace=replace, weights=torch.from_numpy(w), seed=seed)
+    ex = None if excluded is None else torch.from_numpy(excluded)
+    blocks = sampler.sample(torch.arange(rows), exclude_eids=ex)
+    assert blocks_equal(blocks, reference_blocks(graph, np.arange(rows), [k], replace, seed, 0, excluded,
+                                                 weights=w))
+    check_weighted_blocks(graph, blocks, np.arange(rows), [k], w, replace,
+                          () if excluded is None else excluded.tolist())
