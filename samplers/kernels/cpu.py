@@ -996,7 +996,8 @@ def _prefetch_weighted_row(weights, prefix, dst, key, row_start, row_end, row_de
     s = row_start[i]
     e = row_end[i]
     if not draws and c == row_deg[i]:
-        _prefetch(weights, s)
+        if c < e - s:  # a row with weight-0 or excluded positions reads its weights
+            _prefetch(weights, s)
         return
     d = e - s
     if d <= 8 * _WEIGHTED_LINES:
@@ -1033,8 +1034,13 @@ def _choose_rows_masked(dst, row_start, row_deg, row_exlo, row_exhi, row_end, ou
             if c == 0:
                 continue
             if not draws and c == row_deg[i]:  # every eligible position, in order
-                _take_eligible(weights, True, times, False, 0, excl, row_exlo[i], row_exhi[i], row_start[i],
-                               row_end[i], pos, o)
+                s = row_start[i]
+                if c == row_end[i] - s:  # every position is eligible: no weight to read
+                    for j in range(c):
+                        pos[o + j] = s + j
+                else:
+                    _take_eligible(weights, True, times, False, 0, excl, row_exlo[i], row_exhi[i], s,
+                                   row_end[i], pos, o)
                 continue
             state0 = _mix(key ^ (np.uint64(dst[i]) * _GOLDEN))
             _reject_row(weights, prefix, excl, row_exlo[i], row_exhi[i], row_start[i], row_end[i], state0, c,

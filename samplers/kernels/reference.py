@@ -47,8 +47,9 @@ eligible positions.
 
 Weighted rows (weights, no edge times): successive sampling by rejection over per-row prefix sums.
 ``P`` (float64 [E]) holds the inclusive prefix sums of the CSC-ordered weights, restarting at every
-row: ``P[s] = w[s]``, ``P[p] = P[p - 1] + w[p]`` for s < p < e (float64 additions in position order, w
-the float32 weight widened to float64; excluded and weight-0 positions are summed like any other);
+row: ``P[s] = 0.0 + w[s]``, ``P[p] = P[p - 1] + w[p]`` for s < p < e (float64 additions in position
+order, w the float32 weight widened to float64; excluded and weight-0 positions are summed like any
+other);
 ``nz`` (int64 [N]) counts each row's positive weights, so d_e = nz[v] minus the row's excluded
 positions of positive weight (the sampler computes both once; they do not depend on the batch). With
 ``T = P[e - 1]`` the row's total, outputs are drawn one after another, k of them; draw t = 1, 2, ... of
@@ -73,9 +74,10 @@ distribution of the k smallest exponential keys ``-log(u) / w`` (Efraimidis and 
 random sampling with a reservoir", IPL 2006, algorithm A-ES; the temporal rows' method). With
 replacement and no excluded position every attempt is accepted: each draw is the inversion of the
 row's prefix sums, as for temporal rows. The cost of a row is O(k log d) in the common case, not
-O(d): high-degree rows of power-law graphs no longer read all their weights (a rejection is likely
-only when the chosen or excluded positions hold most of the row's weight, and the fallback bounds the
-attempts per output).
+O(d): high-degree rows of power-law graphs no longer read all their weights. A rejection is likely
+only when the chosen or excluded positions hold most of the row's weight (k close to d_e, or one edge
+of overwhelming weight); the fallback bounds the attempts per output, at O(d) per fallback (so O(k d)
+for a row whose heaviest edges are chosen first and hold nearly all its weight).
 
 Temporal rows (edge times, with or without weights), for ``d_e > k`` or with replacement:
 - without replacement: exponential keys (Efraimidis and Spirakis 2006, algorithm A-ES as GraphBolt
