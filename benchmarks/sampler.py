@@ -12,8 +12,8 @@ disturbed by other processes).
 Modes: ``uniform`` (DGL's ``NeighborSampler(fanouts)``) and ``weighted``: the same random float32 edge
 weights (uniform in [0, 1), one edge in ten set to 0) for both, ours through
 ``NeighborSampler(weights=...)`` (rejection over per-row prefix sums, `samplers.kernels.reference`),
-DGL's through ``NeighborSampler(fanouts,
-prob="w")``, which calls ``sample_neighbors(prob="w")``. PyG's sampler (the one ``NeighborLoader``
+DGL's through ``NeighborSampler(fanouts, prob="w")``, which calls ``sample_neighbors(prob="w")``. PyG's
+sampler (the one ``NeighborLoader``
 calls) is a third baseline where torch_geometric and torch-sparse or pyg-lib import (``benchmarks/_pyg.py``;
 ``benchmarks/setup_pyg.sh`` builds them); otherwise one line says PyG is skipped.
 
