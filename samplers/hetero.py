@@ -22,6 +22,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import numba
 import numpy as np
 import torch
 
@@ -370,6 +371,11 @@ class HeteroNeighborSampler:
             self._cuda_graphs = self._build_cuda(uva)
         else:
             self._maps = {t: np.full(n, -1, dtype=np.int32) for t, n in graph.num_nodes.items()}
+        # weighted relations without times: per-row prefix sums and positive counts, once (see
+        # `samplers.kernels.reference`, "Weighted rows"); the GPU path computes its own on the device
+        self._prefix = {rel: cpu.weight_prefix(self._arrays[rel][0], w, threads=numba.get_num_threads())
+                        for rel, w in self._weights.items()
+                        if rel not in self._times and self.device.type == "cpu"}
 
     def _build_cuda(self, uva: bool | None) -> dict:
         """One `CudaGraph` per sampled relation (its weights and times included); the relations from one
@@ -538,9 +544,11 @@ class HeteroNeighborSampler:
             indptr, indices, eids = self._arrays[rel]
             key = mix(cpu.layer_key(self.seed, call, layer) ^ (r + 1))
             rel_times = self._times.get(rel)
+            prefix, positive = self._prefix.get(rel, (None, None))
             sampled[rel] = cpu.sample_layer(indptr, indices, eids, dst[rel[2]], self.fanouts[rel][layer],
                                             self.replace, key, excluded.get(rel), 1, self._weights.get(rel),
-                                            rel_times, None if rel_times is None else times[rel[2]])
+                                            rel_times, None if rel_times is None else times[rel[2]],
+                                            prefix=prefix, positive=positive)
         src_nodes, local, src_times = {}, {}, {}
         for t in self.graph.num_nodes:  # relabel per source type over the relations into it, in order
             rels = [rel for rel in sampled if rel[0] == t]
