@@ -35,14 +35,21 @@ device it prints why and exits with status 2. ``NUMBA_ENABLE_CUDASIM=1`` with ti
 --replay-steps 2000 --replay-batch 8 --replay-window 4 --replay-repeats 2``) runs the same code in
 numba's simulator, for testing the script itself.
 
-Run on a lent H200 on 2026-11-29 (numba 0.68.0 with numba-cuda, torch 2.11.0+cu130): 40 s in all.
-Correctness: every deterministic case identical, weighted rows 1.000 identical; replay 12/12 batches
-byte-equal. Sampled edges/s on 10M/200M: device 46.6M (weighted 40.6M), UVA 38.2M (41.3M), our CPU
-sampler on its 16 cores 48.2M: the GPU path is launch- and sync-bound (grids of a few dozen blocks per
-layer), not yet competitive. Feature gather: device 1119 GB/s (device copy 1847), UVA from pinned host
-30.5 GB/s. Replay 3x64x64 uint8, B=256, L=64: GPU gather 41.5 GB/s (75 % of the pinned->device copy,
-5.1x the CPU gather then copy). That image's numpy 2.5 breaks numba-cuda's import (``np.row_stack``
-is gone): carry a numpy 2.4 wheel (see the device tool's notes) and put it first on ``PYTHONPATH``.
+Runs on a lent H200 (numba 0.68.0 with numba-cuda 0.30.4, torch 2.11.0+cu130). 2026-11-29, first session:
+sampled edges/s on 10M/200M, b1024: device 46.6M (weighted 40.6M), UVA 38.2M, our CPU sampler on its 16 cores
+48.2M (launch- and sync-bound). 2026-11-30, after the thread-per-row kernels, device-side scans, pooled torch
+arrays and the fast launcher (69 s in all): every deterministic case identical, weighted rows identical
+(3/3 batches, the prefix-sum rejection rule has no ``log``), hetero 4/4 cases identical; replay 12/12
+byte-equal. b1024 ``NeighborSampler.sample()`` on the device graph 674-747M edges/s (1.4-1.5 ms a batch;
+weighted 395-566M), through UVA 321-455M (weighted 118M: the prefix sums are binary-searched in host
+memory), kernels alone at b8192 2594M (weighted 1614M); our CPU sampler on the 16 cores 58M. Per layer
+about 0.24 ms choose + 0.18 ms relabel whatever its size: host-side steps (a launch 15-23 us, a scan with
+its read-back 39 us) still set the pace at b1024. Feature gather: device 1127 GB/s (device copy 1707),
+UVA from pinned host 29.5 GB/s. Replay 3x64x64 uint8, B=256, L=64: GPU gather 41.4 GB/s (75 % of the
+pinned->device copy, 5.2x the CPU gather then copy). That image's numpy 2.5 breaks numba-cuda's import
+(``np.row_stack`` is gone): carry a numpy 2.4 wheel (see the device tool's notes) and put it first on
+``PYTHONPATH``. DGL's GPU sampler is not installable there (no network; its CUDA wheels are not on PyPI
+and are larger than what a run may carry), so this script has no GPU baseline.
 """
 
 from __future__ import annotations
