@@ -69,7 +69,8 @@ class Block:
 
     def edge_dst(self) -> torch.Tensor:
         """Local destination position of every sampled edge (the COO row): int64, shape [nnz]."""
-        return torch.repeat_interleave(torch.arange(self.num_dst_nodes, dtype=torch.int64), self.in_degrees())
+        rows = torch.arange(self.num_dst_nodes, dtype=torch.int64, device=self.indptr.device)
+        return torch.repeat_interleave(rows, self.in_degrees())
 
     def to_dgl(self):
         """This block as a DGL block (``dgl.create_block``); see `samplers.interop.block_to_dgl`."""

@@ -31,6 +31,7 @@ from samplers.kernels.reference import mix
 from samplers.neighbor import (
     NeighborSampler,
     _cuda_to_torch,
+    check_seed_and_replace,
     check_seed_times,
     check_seeds,
     csc_times,
@@ -289,9 +290,9 @@ class HeteroNeighborSampler:
         relation, with its weights and times, each relation drawn by `sample_layer_cuda` with the CPU
         path's key, and the sources of each node type concatenated on the device and relabelled by one
         GPU hash table, by (node, time) when temporal). Same semantics and, as for `NeighborSampler`,
-        the same blocks on both wherever the draw leaves no freedom to floating point (uniform draws with
-        or without replacement, fanout -1; weighted draws can differ where GPU ``log`` rounds
-        differently). With CUDA, blocks are CUDA tensors when torch has CUDA, else host tensors (numba's
+        the same blocks on both (uniform, weighted, fanout -1; temporal rows without replacement can
+        differ where GPU ``log`` rounds differently in the last bit); ``cuda:N`` must name the current
+        CUDA device. With CUDA, blocks are CUDA tensors when torch has CUDA, else host tensors (numba's
         simulator).
     uva : bool or None
         ``device="cuda"`` only: read the relations' CSCs in place from page-locked host memory (UVA)
@@ -343,11 +344,12 @@ class HeteroNeighborSampler:
             raise ValueError(f"fanouts: every relation needs the same number (>= 1) of layers, got {per_rel}")
         for rel, ks in per_rel.items():
             for i, k in enumerate(ks):
-                if isinstance(k, bool) or int(k) != k:
+                if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
                     raise TypeError(f"fanouts[{rel}][{i}] must be an int, got {k!r}")
                 if k < -1:
                     raise ValueError(f"fanouts[{rel}][{i}]={k}: a fanout must be >= 0, or -1 for every "
                                      "neighbour")
+        check_seed_and_replace(seed, replace)
         self.graph = graph
         self.fanouts = {rel: [int(k) for k in ks] for rel, ks in per_rel.items()}
         self.num_layers = lengths.pop()
@@ -383,6 +385,7 @@ class HeteroNeighborSampler:
         from samplers.kernels import cuda as cuda_kernels  # imports numba.cuda: only when asked for
 
         cuda_kernels.require_cuda()
+        cuda_kernels.check_device_index(self.device)
         g = self.graph
         dtypes: dict[str, set] = {}
         for rel in self.fanouts:

@@ -84,6 +84,24 @@ def edge_array(name: str, value, num_edges: int) -> np.ndarray:
     return arr
 
 
+def check_seed_and_replace(seed, replace) -> None:
+    """The samplers' checks of ``seed`` (an int in [0, 2**64) or None) and ``replace`` (a bool).
+
+    Raises
+    ------
+    TypeError
+        ``seed`` not an int (bools, floats and strings included) or ``replace`` not a bool.
+    ValueError
+        ``seed`` outside [0, 2**64).
+    """
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+        raise TypeError(f"seed must be an int or None, got {seed!r}")
+    if seed is not None and not 0 <= seed < 2**64:
+        raise ValueError(f"seed must be in [0, 2**64), got {seed}")
+    if not isinstance(replace, (bool, np.bool_)):
+        raise TypeError(f"replace must be a bool, got {replace!r}")
+
+
 def csc_weights(name: str, weights, num_edges: int, csc_eids: np.ndarray) -> np.ndarray:
     """Sampling weights given by edge id, checked and put in CSC order: float32 [E].
 
@@ -91,7 +109,7 @@ def csc_weights(name: str, weights, num_edges: int, csc_eids: np.ndarray) -> np.
     ----------
     name : str
         Argument name for messages (``"weights"``, or ``"weights[('user', 'clicks', 'item')]"``).
-    weights : torch.Tensor or array-like, float, shape [E]
+    weights : torch.Tensor or array-like, float or integer, shape [E]
         One weight per edge, indexed by edge id.
     num_edges : int
     csc_eids : numpy.ndarray, int64, shape [E]
@@ -100,7 +118,8 @@ def csc_weights(name: str, weights, num_edges: int, csc_eids: np.ndarray) -> np.
     Raises
     ------
     ValueError
-        Wrong shape; a negative, NaN or infinite weight.
+        Wrong shape; a negative, NaN or infinite weight; a weight float32 cannot hold (above 3.4e38, or
+        positive below 1.4e-45: it would become inf or 0).
     TypeError
         Not numeric.
     """
@@ -110,7 +129,15 @@ def csc_weights(name: str, weights, num_edges: int, csc_eids: np.ndarray) -> np.
         first = float(arr[np.argmax(bad)])
         raise ValueError(f"{name}: {int(bad.sum())} of {arr.size} weights are negative, NaN or "
                          f"infinite, first {first}; weights must be finite and >= 0")
-    return np.ascontiguousarray(arr[csc_eids], dtype=np.float32)
+    with np.errstate(over="ignore", under="ignore"):
+        single = arr.astype(np.float32)
+    lost = ~np.isfinite(single) | ((single == 0) & (arr > 0))  # beyond float32, or below its smallest
+    if lost.any():
+        first = float(arr[np.argmax(lost)])
+        raise ValueError(f"{name}: {int(lost.sum())} of {arr.size} weights do not fit float32 (the kernels' "
+                         f"weight type), first {first}; rescale them into [1.4e-45, 3.4e38] (only ratios "
+                         "within a row matter)")
+    return np.ascontiguousarray(single[csc_eids])
 
 
 def csc_times(name: str, edge_times, num_edges: int, csc_eids: np.ndarray, dtype=None) -> np.ndarray:
@@ -223,7 +250,7 @@ class NeighborSampler:
         Draw with replacement: a node of in-degree d > 0 contributes exactly k edges (0 when d = 0).
         Without replacement it contributes min(d, k) distinct edges (distinct edge ids: parallel edges
         can both be drawn, no edge twice).
-    weights : None, True, or torch.Tensor (float, shape [E])
+    weights : None, True, or torch.Tensor (float or integer, shape [E]; held as float32)
         ``None``: uniform draws. ``True``: the graph's own edge weights. A tensor: one weight per edge,
         indexed by *edge id* (as DGL's ``prob`` edge feature). Without replacement, a node's k edges
         are k successive weighted draws without replacement (each proportional to the weights of the
@@ -243,11 +270,12 @@ class NeighborSampler:
         Seed of the sampler's random stream. ``None`` draws one from the OS. The n-th call of
         `sample` with a given seed returns the same blocks on every run and for any thread count.
     device : str or torch.device
-        ``"cpu"`` (numba CPU kernels) or ``"cuda"`` (numba.cuda kernels, `samplers.kernels.cuda`: a warp
-        per destination row, relabelling through a GPU hash table). Same semantics on both; the same
-        seed gives the same blocks on both wherever the draw leaves no freedom to floating point
-        (uniform draws with or without replacement, fanout -1; weighted draws can differ where GPU
-        ``log`` rounds differently). With CUDA, blocks are CUDA tensors when torch has CUDA, else
+        ``"cpu"`` (numba CPU kernels) or ``"cuda"`` (numba.cuda kernels, `samplers.kernels.cuda`: a
+        thread per destination row for the usual fanouts, relabelling through a GPU hash table); ``cuda:N``
+        must name the current CUDA device (else ValueError). Same semantics on both; the same seed gives
+        the same blocks on both (uniform draws with or without replacement, fanout -1, weighted rows),
+        except that temporal rows without replacement draw exponential keys, where GPU ``log`` can round
+        differently in the last bit. With CUDA, blocks are CUDA tensors when torch has CUDA, else
         host tensors. Temporal sampling runs on both (same rules; relabelling by (node, time) through
         a GPU hash table on CUDA).
     uva : bool or None
@@ -276,7 +304,8 @@ class NeighborSampler:
     ValueError
         ``fanouts`` is empty or holds a value below -1; ``weights`` has the wrong length or holds a
         negative, NaN or infinite value, or is ``True`` on a graph without weights; ``edge_times`` has
-        the wrong length or holds NaN; an unknown ``device``.
+        the wrong length or holds NaN; an unknown ``device``, or ``cuda:N`` other than the current CUDA
+        device.
     RuntimeError
         ``device="cuda"`` where numba.cuda finds no usable GPU (no silent fallback to the CPU).
 
@@ -312,12 +341,7 @@ class NeighborSampler:
                 raise TypeError(f"fanouts[{i}] must be an int, got {k!r}")
             if k < -1:
                 raise ValueError(f"fanouts[{i}]={k}: a fanout must be >= 0, or -1 for every neighbour")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
-            raise TypeError(f"seed must be an int or None, got {seed!r}")
-        if seed is not None and not 0 <= seed < 2**64:
-            raise ValueError(f"seed must be in [0, 2**64), got {seed}")
-        if not isinstance(replace, (bool, np.bool_)):
-            raise TypeError(f"replace must be a bool, got {replace!r}")
+        check_seed_and_replace(seed, replace)
         self.graph = graph
         self.fanouts = [int(k) for k in fanouts]
         self.replace = bool(replace)
@@ -343,6 +367,7 @@ class NeighborSampler:
             from samplers.kernels import cuda as cuda_kernels  # imports numba.cuda: only when asked for
 
             cuda_kernels.require_cuda()
+            cuda_kernels.check_device_index(self.device)
             if uva is None:
                 uva = bool(graph.indptr.is_pinned()) if graph.indptr.device.type == "cpu" else False
             eids = graph.edge_ids

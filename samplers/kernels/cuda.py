@@ -119,6 +119,30 @@ def require_cuda() -> None:
                            "here (numba.cuda.is_available() is False); use device='cpu' (same semantics)")
 
 
+def check_device_index(device: Any) -> None:
+    """Raise unless ``device`` (a CUDA ``torch.device``) is the current CUDA device, the one the kernels
+    and torch's allocations use: ``cuda`` without an index always is.
+
+    Raises
+    ------
+    ValueError
+        ``cuda:N`` for another GPU, or for one that does not exist (the message names the current one
+        and how to choose it), instead of sampling silently on the current device.
+    """
+    if device.index is None:
+        return
+    get = getattr(cuda, "get_current_device", None)  # the simulator has one device and no such function
+    current = get().id if get is not None else 0
+    if _torch_dtypes() and torch.cuda.current_device() != current:
+        raise ValueError(f"device={str(device)!r}: torch's current CUDA device (cuda:"
+                         f"{torch.cuda.current_device()}) and numba's (cuda:{current}) differ; make them "
+                         "the same (torch.cuda.set_device, numba.cuda.select_device) or CUDA_VISIBLE_DEVICES")
+    if device.index != current:
+        raise ValueError(f"device={str(device)!r}: the samplers run on the current CUDA device "
+                         f"(cuda:{current}); make cuda:{device.index} current first (torch.cuda.set_device, "
+                         "numba.cuda.select_device) or give each process its GPU with CUDA_VISIBLE_DEVICES")
+
+
 # --------------------------------------------------------------------------------- device helpers
 @cuda.jit(device=True)
 def _mix(z):  # pragma: no cover - device

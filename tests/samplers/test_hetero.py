@@ -251,6 +251,20 @@ def test_hetero_options_reject_bad_input_naming_argument_and_relation(shop):
         HeteroNeighborSampler(shop, [2], edge_times={CLICKS: torch.zeros(3)})
     with pytest.raises(ValueError, match=rf"edge_times\[{rel}\]: 1 of 5 times are NaN"):
         HeteroNeighborSampler(shop, [2], edge_times={CLICKS: torch.tensor([0.0, 1, float("nan"), 2, 3])})
+    # seed and replace checked as NeighborSampler checks them (before, replace="no" meant True)
+    for kw, err, msg in ((dict(replace="no"), TypeError, "replace must be a bool"),
+                         (dict(replace=None), TypeError, "replace must be a bool"),
+                         (dict(seed=1.5), TypeError, "seed must be an int"),
+                         (dict(seed="7"), TypeError, "seed"),
+                         (dict(seed=-1), ValueError, r"seed must be in \[0, 2\*\*64\)"),
+                         (dict(seed=2**70), ValueError, "seed must be in")):
+        with pytest.raises(err, match=msg):
+            HeteroNeighborSampler(shop, [2], **kw)
+    with pytest.raises(TypeError, match=r"fanouts\[.*\]\[0\] must be an int, got None"):
+        HeteroNeighborSampler(shop, [None])
+    with pytest.raises(ValueError, match=r"weights\[.*\]: 1 of 5 weights do not fit float32"):
+        big = torch.tensor([1, 1, 1e39, 1, 1], dtype=torch.float64)
+        HeteroNeighborSampler(shop, [2], weights={CLICKS: big})
     plain = HeteroNeighborSampler(shop, [2], seed=0)
     seeds = {"item": torch.tensor([0])}
     with pytest.raises(ValueError, match=r"exclude_eids: unknown relation"):

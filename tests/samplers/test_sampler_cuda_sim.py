@@ -93,6 +93,15 @@ SIM_SCRIPT = textwrap.dedent(
     offs, total = ck.exclusive_scan(cuda.to_device(counts))
     assert total == counts.sum()
     assert np.array_equal(offs.copy_to_host(), np.concatenate([[0], np.cumsum(counts)]))
+    # cuda:N names the device the kernels run on: the current one (cuda:0 here), never silently another
+    assert NeighborSampler(graph, [2], seed=0, device="cuda:0").device.index == 0
+    for bad in ("cuda:1", "cuda:5"):
+        try:
+            NeighborSampler(graph, [2], device=bad)
+        except ValueError as err:
+            assert bad in str(err) and "current CUDA device (cuda:0)" in str(err), err
+        else:
+            raise AssertionError(bad)
     # seed_times on a sampler without edge_times: the CPU's error
     s = NeighborSampler(graph, [2], seed=0, device="cuda")
     try:

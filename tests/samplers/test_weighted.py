@@ -5,6 +5,7 @@ where rejection over the prefix sums falls back to its exact draw (heavy chosen 
 from __future__ import annotations
 
 import itertools
+import re
 
 import numpy as np
 import pytest
@@ -74,6 +75,17 @@ def test_bad_weights_raise_value_error_naming_weights(small_graph):
         NeighborSampler(small_graph, [2], weights=True)
     with pytest.raises(TypeError, match="weights must be a numeric"):
         NeighborSampler(small_graph, [2], weights=np.array(["a"] * 7))
+    # finite float64 weights that float32 (the kernels' weight type) turns into inf or 0: before this
+    # check a 1e39 weight made every draw take the row's last edge, and 1e-50 rows drew nothing
+    for bad in (1e39, 1e-50):
+        w = torch.ones(7, dtype=torch.float64)
+        w[3] = bad
+        msg = "weights: 1 of 7 weights do not fit float32.*first " + re.escape(str(bad))
+        with pytest.raises(ValueError, match=msg):
+            NeighborSampler(small_graph, [2], weights=w)
+    w = torch.ones(7, dtype=torch.float64)
+    w[3] = 3e38  # fits
+    assert NeighborSampler(small_graph, [2], weights=w, seed=0).weighted
 
 
 def test_weights_true_uses_the_graph_weights_and_tensors_are_indexed_by_edge_id():
