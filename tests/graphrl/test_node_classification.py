@@ -62,7 +62,8 @@ def test_gcn_gradients(dims):
     graph = tiny()
     model = GCN(dims[0], dims[1], out_dim=2, layers=2, dropout=0.0, seed=0).double()
     with FullGraph(graph) as fg:
-        x = torch.randn(5, dims[0], dtype=torch.float64, requires_grad=True)
+        x = torch.randn(5, dims[0], dtype=torch.float64, generator=torch.Generator().manual_seed(1),
+                        requires_grad=True)
         params = tuple(model.parameters())
         assert torch.autograd.gradcheck(lambda x: model(fg, x), (x,))
         out = model(fg, x).square().sum()
@@ -71,7 +72,9 @@ def test_gcn_gradients(dims):
         w1, b1, w2, b2 = (p.detach().clone().requires_grad_() for p in params)
         ref = (p_dense @ torch.relu(p_dense @ x @ w1 + b1) @ w2 + b2).square().sum()
         for g, r in zip(grads, torch.autograd.grad(ref, (w1, b1, w2, b2)), strict=True):
-            torch.testing.assert_close(g, r)
+            # FullGraph holds its normalised entries in float32 (dense_p computes them in float64): the
+            # gradients agree to float32's precision, 1.2e-7 relative once in CI with the default 1e-7
+            torch.testing.assert_close(g, r, rtol=1e-6, atol=1e-6)
 
 
 def test_glorot_init_and_seeded_dropout_are_reproducible():
