@@ -33,8 +33,11 @@ allocates is advised before the table is written into it (no extra cost), and a 
 (``memory=None``) is collapsed into huge pages once, at construction (the kernel copies it: about
 0.5-1 s per GiB). Linux in THP ``madvise`` mode (this project's machines) gives huge pages only to
 memory that asks; where it cannot (THP off, shared or page-locked memory), the table stays as it is.
-Measured on 2M x 128 float32 (100k rows, one thread, load 2.5, interleaved medians), with the prefetch
-hints into L2 and the streaming stores above: 4.6 GB/s on 4 KiB pages, 6.6 GB/s on huge pages.
+Measured on 2M x 128 float32 (100k rows, two threads, load 0.9-1.0, medians of 9 interleaved rounds
+in one process, three sessions): the gather before this section's changes (L1 hints 8 rows ahead,
+cached stores) ran 4.1-5.6 GB/s on 4 KiB pages; with the L2 hints and streaming stores above,
+4.9-6.7 on 4 KiB pages and 7.0-7.2 on huge pages, where a streaming copy of the same bytes ran
+8.1-12 GB/s. On 2M x 512 float32 (2 KiB rows) huge pages gain 25-33 % (3.2-8.9 -> 4.3-11.9 GB/s).
 
 Cache
 -----
@@ -103,7 +106,7 @@ _PREFETCH_MIN, _PREFETCH_MAX = 4, 64  # ... but at least 4 and at most 64 rows
 _PREFETCH_LINES = 16  # cache lines prefetched per row (the hardware streams the rest of a long row)
 # Batches of at least this many bytes are written with streaming stores (`graphrl.kernels.STREAM_THRESHOLD`).
 # With rows prefetched far ahead into L2 the stores decide the speed: 100k random rows of 2M x 128 float32
-# (51 MB, 2 MiB pages, one thread) ran at 6.1 GB/s with streaming stores and 4.0 GB/s with cached ones.
+# (51 MB, 2 MiB pages, one thread, load 2) ran at 6.1 GB/s with streaming stores, 4.0 GB/s with cached ones.
 _STREAM_BYTES = STREAM_THRESHOLD
 # Tables of at least this many bytes go on transparent huge pages (`FeatureStore(huge_pages=True)`):
 # below it the 4 KiB pages' translations fit the second-level TLB (2048 entries, 8 MiB) or nearly.
