@@ -405,6 +405,25 @@ def _huge_range(ptr: int, nbytes: int) -> tuple[int, int]:
     return lo, max(lo, hi)
 
 
+def _private_anonymous(lo: int, hi: int) -> bool:
+    """Whether every mapping of ``[lo, hi)`` is private and anonymous (``/proc/self/maps``: perms ``..p``,
+    inode 0) and the range has no holes."""
+    try:
+        with open("/proc/self/maps") as f:
+            covered = lo
+            for line in f:
+                fields = line.split()
+                start, end = (int(x, 16) for x in fields[0].split("-"))
+                if end <= lo or start >= hi:
+                    continue
+                if fields[1][3] != "p" or int(fields[4]) != 0 or start > covered:
+                    return False
+                covered = max(covered, end)
+            return covered >= hi
+    except (OSError, ValueError, IndexError):
+        return False
+
+
 def advise_huge_pages(ptr: int, nbytes: int, collapse: bool = False) -> int:
     """Ask Linux to back the whole 2 MiB pages inside ``[ptr, ptr + nbytes)`` with transparent huge pages.
 
@@ -413,9 +432,12 @@ def advise_huge_pages(ptr: int, nbytes: int, collapse: bool = False) -> int:
     advise fresh memory *before* writing it. Memory already written keeps its 4 KiB pages until
     ``khugepaged`` collapses it (16 MiB every 10 s by default); ``collapse=True`` collapses it now
     (``MADV_COLLAPSE``, Linux 6.1 and later: the kernel copies every 2 MiB into a huge page; about
-    1 s per GiB on this project's machine). Neither changes the contents. Failure (another OS, THP
-    off, shared or page-locked memory, no free huge pages) is logged at debug level, not raised: the
-    memory stays as it was and works the same, only its reads miss the TLB more often.
+    1 s per GiB on this project's machine). Neither changes the contents. Only private anonymous
+    memory (``malloc``, ``torch.empty``, ``numpy.empty``) is advised: a range that touches a file
+    mapping (``numpy.memmap``: collapsing would read the whole file into memory) or shared memory
+    is left alone. Failure (another OS, THP off, page-locked memory, no free huge pages) is logged at
+    debug level, not raised: the memory stays as it was and works the same, only its reads miss the
+    TLB more often.
 
     Parameters
     ----------
@@ -437,6 +459,10 @@ def advise_huge_pages(ptr: int, nbytes: int, collapse: bool = False) -> int:
     """
     lo, hi = _huge_range(int(ptr), int(nbytes))
     if hi <= lo:
+        return 0
+    if not _private_anonymous(lo, hi):
+        logger.debug("not advising %d bytes at %#x onto huge pages: not private anonymous memory",
+                     hi - lo, lo)
         return 0
     err = _madvise(lo, hi - lo, _MADV_HUGEPAGE)
     if err:

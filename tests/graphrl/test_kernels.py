@@ -191,6 +191,23 @@ def test_collapse_turns_written_memory_into_huge_pages_in_place():
     buf.close()
 
 
+def test_file_and_shared_mappings_are_not_advised(tmp_path):
+    import mmap
+
+    path = tmp_path / "table.bin"
+    path.write_bytes(b"\x01" * (4 * K.HUGE_PAGE))
+    table = np.memmap(path, dtype=np.uint8, mode="r")  # collapsing would read the whole file in
+    assert K.advise_huge_pages(table.ctypes.data, table.nbytes, collapse=True) == 0
+    assert K.huge_page_bytes(table.ctypes.data, table.nbytes) == 0
+    del table
+    shared = mmap.mmap(-1, 4 * K.HUGE_PAGE)  # MAP_SHARED: shared memory
+    arr = np.frombuffer(shared, dtype=np.uint8)
+    assert K.advise_huge_pages(arr.ctypes.data, arr.nbytes) == 0
+    del arr
+    shared.close()
+    assert K.advise_huge_pages(K.HUGE_PAGE, K.HUGE_PAGE) == 0  # nothing mapped at 2 MiB
+
+
 def test_huge_page_bytes_of_plain_memory_is_zero():
     arr = np.ones(1 << 16, dtype=np.uint8)
     assert K.huge_page_bytes(arr.ctypes.data, arr.nbytes) == 0
