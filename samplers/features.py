@@ -742,7 +742,10 @@ class FeatureStore:
                 table = table.cpu()
             if self._wants_huge_pages(table):
                 # x is already written: collapse its pages into huge pages in place (same contents)
-                advise_huge_pages(table.data_ptr(), table.numel() * table.element_size(), collapse=True)
+                t0, nbytes = time.perf_counter(), table.numel() * table.element_size()
+                if advise_huge_pages(table.data_ptr(), nbytes, collapse=True):
+                    logger.info("feature table (%.2f GiB) collapsed onto huge pages in place in %.2f s "
+                                "(huge_pages=False skips this)", nbytes / 2**30, time.perf_counter() - t0)
             self.table = table
             self.table_tier = "device" if table.device.type == "cuda" else ("pinned" if table.is_pinned()
                                                                               else "host")
