@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 import os
 import threading
 
@@ -209,8 +210,12 @@ def test_file_and_shared_mappings_are_not_advised(tmp_path):
 
 
 def test_huge_page_bytes_of_plain_memory_is_zero():
-    arr = np.ones(1 << 16, dtype=np.uint8)
+    # a fresh 64 KiB anonymous mapping, not the heap (which an earlier test may have put on huge pages)
+    buf = mmap.mmap(-1, 1 << 16)
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    arr[:] = 1
     assert K.huge_page_bytes(arr.ctypes.data, arr.nbytes) == 0
+    del arr
     assert K.huge_page_bytes(0, 4096) == 0  # no mapping there
 
 
