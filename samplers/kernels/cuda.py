@@ -384,9 +384,20 @@ class _FastLauncher:
         if entry is None:
             wrapped = [_wrap(a) for a in args]
             kernel[config](*wrapped)  # compiles this signature if needed; launches the normal way
-            argtypes = tuple(kernel.typeof_pyval(a) for a in wrapped)
-            compiled = kernel.overloads[argtypes]
-            self._compiled[key] = (compiled._codelibrary.get_cufunc().kernel, [_packer(t) for t in argtypes])
+            try:
+                argtypes = tuple(kernel.typeof_pyval(a) for a in wrapped)
+                compiled = kernel.overloads[argtypes]
+                entry = (compiled._codelibrary.get_cufunc().kernel, [_packer(t) for t in argtypes])
+            except (KeyError, AttributeError, TypeError) as err:  # numba-cuda internals not as expected
+                name = getattr(getattr(kernel, "py_func", None), "__name__", "a kernel")
+                warnings.warn(f"samplers.kernels.cuda: the fast launcher cannot read {name}'s compiled code "
+                              f"({type(err).__name__}: {err}); it launches through numba's dispatcher",
+                              RuntimeWarning, stacklevel=3)
+                entry = False
+            self._compiled[key] = entry
+            return
+        if entry is False:
+            kernel[config](*[_wrap(a) for a in args])
             return
         function, packers = entry
         words: list = []

@@ -360,3 +360,28 @@ def test_fast_launcher_builds_the_words_numba_builds():
     assert ck._arg_kind(t) == torch.int32
     assert ck._arg_kind(np.int64(1)) == (np.int64, "<i8")
     assert ck._arg_kind(True) == (bool, None)
+
+
+def test_fast_launcher_falls_back_to_numba_where_internals_differ():
+    """Where a compiled kernel cannot be read (other numba-cuda internals), the launcher warns once per
+    signature and launches that kernel through numba's dispatcher from then on."""
+    from samplers.kernels import cuda as ck
+
+    launches = []
+
+    class Kernel:  # a dispatcher without the internals the fast path reads
+        overloads: dict = {}
+
+        def __getitem__(self, config):
+            return lambda *args: launches.append((config, args))
+
+        def typeof_pyval(self, value):
+            return "int64"
+
+    launcher = ck._FastLauncher.__new__(ck._FastLauncher)
+    launcher._compiled, launcher._configs = {}, {}
+    kernel = Kernel()
+    with pytest.warns(RuntimeWarning, match="launches through numba's dispatcher"):
+        launcher(kernel, (4, 128), (np.int64(1), True))
+    launcher(kernel, (4, 128), (np.int64(2), False))  # no second warning: the signature is remembered
+    assert launches == [((4, 128), (np.int64(1), True)), ((4, 128), (np.int64(2), False))]
