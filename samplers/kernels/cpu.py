@@ -112,6 +112,20 @@ def _lowest_bit_index(x):
     return _DEBRUIJN_TABLE[((x & (~x + np.uint64(1))) * _DEBRUIJN64) >> np.uint64(58)]
 
 
+@nb.njit(nogil=True, cache=True)
+def _emit_bitmap(bits, d, s, pos, w):
+    """Write the positions s + i of the set bits i < d of ``bits`` in increasing order into pos[w:], and
+    clear ``bits`` (a row's chosen set, kept as a bitmap)."""
+    one = np.uint64(1)
+    for word in range((d + 63) >> 6):
+        x = bits[word]
+        bits[word] = 0
+        while x:
+            pos[w] = s + (word << 6) + _lowest_bit_index(x)
+            w += 1
+            x &= x - one
+
+
 @nb.njit(inline="always", cache=True)
 def _mix(z):
     z = (z ^ (z >> np.uint64(30))) * _M1
@@ -873,14 +887,7 @@ def _reject_bitmap(weights, prefix, s, e, state0, c, bits, pos, o):
         bits[rel >> 6] = word | bit
         n += 1 - hit
         rejects = (rejects + 1) * hit
-    w = o
-    for k in range((d + 63) >> 6):
-        x = bits[k]
-        bits[k] = 0
-        while x:
-            pos[w] = s + (k << 6) + _lowest_bit_index(x)
-            w += 1
-            x &= x - one
+    _emit_bitmap(bits, d, s, pos, o)
 
 
 @nb.njit(nogil=True, cache=True)
@@ -938,13 +945,7 @@ def _reject_general(weights, prefix, excl, q, b, s, e, state0, c, replace, bitma
             w += 1
             mask &= mask - one
         return
-    for word in range((d + 63) >> 6):
-        x = bits[word]
-        bits[word] = 0
-        while x:
-            pos[w] = s + (word << 6) + _lowest_bit_index(x)
-            w += 1
-            x &= x - one
+    _emit_bitmap(bits, d, s, pos, w)
 
 
 @nb.njit(nogil=True, cache=True)

@@ -521,6 +521,19 @@ def _lower_bound(arr, lo, hi, x):  # pragma: no cover - device
 
 
 @cuda.jit(device=True)
+def _row_span(indptr, excl, n_excl, v):  # pragma: no cover - device
+    """Row v's CSC range [s, e) and the range [a, b) of its positions in the sorted excluded array."""
+    s = indptr[v]
+    e = indptr[v + 1]
+    a = np.int64(0)
+    b = np.int64(0)
+    if n_excl:
+        a = _lower_bound(excl, 0, n_excl, s)
+        b = _lower_bound(excl, a, n_excl, e)
+    return s, e, a, b
+
+
+@cuda.jit(device=True)
 def _excluded(excl, a, b, p):  # pragma: no cover - device
     """Whether CSC position p is among the row's excluded positions excl[a:b]."""
     if a == b:
@@ -822,13 +835,7 @@ def _sample_rows(indptr, indices, edge_ids, has_eids, dst, out_indptr, fanout, r
         c = out_indptr[i + 1] - o
         if c > 0:
             v = dst[i]
-            s = indptr[v]
-            e = indptr[v + 1]
-            a = np.int64(0)
-            b = np.int64(0)
-            if n_excl:
-                a = _lower_bound(excl, 0, n_excl, s)
-                b = _lower_bound(excl, a, n_excl, e)
+            s, e, a, b = _row_span(indptr, excl, n_excl, v)
             deg = e - s - (b - a)
             if replace:
                 state0 = _row_state(key, v)
@@ -923,13 +930,7 @@ def _sample_rows_weighted(indptr, indices, edge_ids, has_eids, weights, prefix, 
         c = out_indptr[i + 1] - o
         if c > 0:
             v = dst[i]
-            s = indptr[v]
-            e = indptr[v + 1]
-            a = np.int64(0)
-            b = np.int64(0)
-            if n_excl:
-                a = _lower_bound(excl, 0, n_excl, s)
-                b = _lower_bound(excl, a, n_excl, e)
+            s, e, a, b = _row_span(indptr, excl, n_excl, v)
             d_e = positive[v]  # eligible positions, as the plan counted them (no pass over the row)
             for q in range(a, b):
                 if weights[excl[q]] > 0:
