@@ -20,7 +20,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from graphrl import memory
+from graphrl.memory import cudart
 from graphrl.memory import (
     HostResource,
     MemoryBudgetError,
@@ -356,8 +356,8 @@ def test_with_cuda_device_and_pinned_are_real(mm):
 def test_pinned_cuda_path_registers_exact_page_aligned_memory(monkeypatch):
     """The CUDA wiring of the pinned tier, with cudaHostRegister replaced by a recorder."""
     calls = []
-    monkeypatch.setattr(memory, "_cuda_host_register", lambda ptr, n: calls.append(("register", ptr, n)))
-    monkeypatch.setattr(memory, "_cuda_host_unregister", lambda ptr: calls.append(("unregister", ptr)))
+    monkeypatch.setattr(cudart, "host_register", lambda ptr, n: calls.append(("register", ptr, n)))
+    monkeypatch.setattr(cudart, "host_unregister", lambda ptr: calls.append(("unregister", ptr)))
     manager = managed({"pinned": 1000}, resources={"pinned": PinnedResource(cuda=True)})
     r = manager.allocate((3, 5), "float32", "pinned", owner="o")
     ptr = r.data_ptr()
@@ -378,7 +378,7 @@ def test_pinned_cuda_path_registers_exact_page_aligned_memory(monkeypatch):
     def exhausted(ptr, n):
         raise MemoryError("cudaHostRegister could not page-lock")
 
-    monkeypatch.setattr(memory, "_cuda_host_register", exhausted)
+    monkeypatch.setattr(cudart, "host_register", exhausted)
     r2 = manager.allocate(8, "uint8", "pinned", owner="o", fallback=("host",))
     assert r2.tier is Tier.HOST and manager.usage()["pinned"]["used"] == 0
     manager.close()
