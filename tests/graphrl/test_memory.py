@@ -20,7 +20,6 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from graphrl.memory import cudart
 from graphrl.memory import (
     HostResource,
     MemoryBudgetError,
@@ -29,6 +28,7 @@ from graphrl.memory import (
     Region,
     RegionHandle,
     Tier,
+    cudart,
     parse_size,
 )
 
