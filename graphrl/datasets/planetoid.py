@@ -19,7 +19,6 @@ from graphrl.graph import CSCGraph
 __all__ = ["load_planetoid", "RestrictedUnpickler", "restricted_load"]
 
 _NAMES = ("cora", "citeseer")
-_NUM_CLASSES = {"cora": 7, "citeseer": 6}
 _PARTS = ("x", "y", "tx", "ty", "allx", "ally", "graph")
 _NUM_VAL = 500
 
