@@ -1,14 +1,15 @@
-"""Validated CSC graph storage (DESIGN §3).
+"""Validated CSC graph storage (docs/architecture.md#graph-storage).
 
 A `CSCGraph` stores the *incoming* edges of every node, as DGL and GraphBolt do: the in-neighbours of
 destination ``v`` are ``indices[indptr[v]:indptr[v + 1]]``. Edge ids follow DGL: edge ``i`` is the
 i-th edge of the input the graph was built from, and ``edge_ids[p]`` gives the id of the edge stored
 at CSC position ``p``.
 
-Memory (DESIGN §2): a builder given ``memory=`` (a `graphrl.memory.MemoryManager`) places every array
-of the graph in a region of that manager, owned ``"graph.indptr"``, ``"graph.indices"``,
-``"graph.edge_ids"``, ``"graph.weights"`` and ``"graph.node_type"``, on the first tier of
-``(tier, *fallback)`` with room (by default the device tier, else pinned, else plain host memory).
+Memory (docs/architecture.md#memory-tiers): a builder given ``memory=`` (a
+`graphrl.memory.MemoryManager`) places every array of the graph in a region of that manager, owned
+``"graph.indptr"``, ``"graph.indices"``, ``"graph.edge_ids"``, ``"graph.weights"`` and
+``"graph.node_type"``, on the first tier of ``(tier, *fallback)`` with room (by default the device
+tier, else pinned, else plain host memory).
 The graph's tensors are then zero-copy views of those regions, and the regions live as long as the
 graph is not freed (`CSCGraph.free`). Without ``memory`` the arrays are ordinary tensors.
 """

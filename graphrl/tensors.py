@@ -1,9 +1,9 @@
 """Zero-copy tensors over memory-manager regions: DLPack export, device transfer, staging pools.
 
-A sampler or a replay store hands its trainer views, not copies (DESIGN §2): a batch is written
-into a reusable staging buffer that the `MemoryManager` owns (pinned when CUDA is present), the
-trainer receives a view of that buffer, and `to_device` moves it with a non-blocking copy that
-overlaps compute because the source is page-locked.
+A sampler or a replay store hands its trainer views, not copies (docs/architecture.md#memory-tiers):
+a batch is written into a reusable staging buffer that the `MemoryManager` owns (pinned when CUDA is
+present), the trainer receives a view of that buffer, and `to_device` moves it with a non-blocking
+copy that overlaps compute because the source is page-locked.
 
 The staging reuse rule
 ----------------------
@@ -185,7 +185,7 @@ class StagingBuffer:
         if self._view is None:
             raise ValueError(f"staging buffer of slot {self.slot} (step {self.step}) was already released")
         self._view = None
-        self._pool._release(self.slot)
+        self._pool.release_slot(self.slot)
 
     def __enter__(self) -> StagingBuffer:
         return self
@@ -336,7 +336,8 @@ class StagingPool:
             self._steps += 1
         return StagingBuffer(self, slot, step, self._base[slot])
 
-    def _release(self, slot: int) -> None:
+    def release_slot(self, slot: int) -> None:
+        """Make ``slot`` free again; called once per hand-out by `StagingBuffer.release` (use that)."""
         with self._cond:
             if self._closed:
                 return

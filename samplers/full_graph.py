@@ -31,8 +31,8 @@ import numpy as np
 import torch
 
 from graphrl.graph import CSCGraph
+from graphrl.kernels.spmm import csr_transpose, normalized_adjacency, spmm_partition
 from graphrl.memory import MemoryBudgetError, MemoryManager, Region, Tier, parse_size
-from samplers.kernels.spmm import csr_transpose, normalized_adjacency, spmm_partition
 
 __all__ = ["FullGraph", "NORMALIZATIONS"]
 

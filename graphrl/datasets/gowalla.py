@@ -22,9 +22,9 @@ def _parse_ints(text: str, expected: int, path: Path) -> np.ndarray:
     """All whitespace-separated integers of ``text``; ValueError naming ``path`` if any token is not one."""
     if expected == 0:
         return np.empty(0, dtype=np.int64)
-    # np.fromstring(sep=" ") parses ~1M ints in ~30 ms (5x faster than converting split tokens); it
-    # treats any whitespace as a separator but only *warns* on a bad token, so warnings become errors
-    # and the count is checked against the per-line token counts.
+    # np.fromstring(sep=" ") is the fast parser (docs/performance.md); it treats any whitespace as a
+    # separator but only *warns* on a bad token, so warnings become errors and the count is checked
+    # against the per-line token counts.
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         try:

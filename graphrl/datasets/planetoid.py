@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import functools
 import io
 import os
 import pickle
@@ -18,13 +19,13 @@ from graphrl.graph import CSCGraph
 __all__ = ["load_planetoid", "RestrictedUnpickler", "restricted_load"]
 
 _NAMES = ("cora", "citeseer")
-_NUM_CLASSES = {"cora": 7, "citeseer": 6}
 _PARTS = ("x", "y", "tx", "ty", "allx", "ally", "graph")
 _NUM_VAL = 500
 
 
+@functools.cache
 def _allowed_globals() -> dict[tuple[str, str], object]:
-    """The only globals the Planetoid pickles may name, mapped to the objects they resolve to.
+    """The only globals the Planetoid pickles may name, mapped to the objects they resolve to (built once).
 
     Found by listing the GLOBAL opcodes of all 14 files (``pickletools.genops``): numpy arrays
     (``_reconstruct``, ``ndarray``, ``dtype``), scipy CSR matrices, and the adjacency dict
@@ -66,14 +67,9 @@ class RestrictedUnpickler(pickle.Unpickler):
     "Restricting Globals", Python documentation of the `pickle` module.
     """
 
-    _ALLOWED: dict[tuple[str, str], object] | None = None
-
     def find_class(self, module: str, name: str):  # noqa: D401 - pickle API
-        allowed = RestrictedUnpickler._ALLOWED
-        if allowed is None:
-            allowed = RestrictedUnpickler._ALLOWED = _allowed_globals()
         try:
-            return allowed[(module, name)]
+            return _allowed_globals()[(module, name)]
         except KeyError:
             raise pickle.UnpicklingError(
                 f"refusing to unpickle global {module}.{name}: only the numpy/scipy/collections classes "

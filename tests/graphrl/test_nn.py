@@ -155,11 +155,11 @@ def test_model_arguments_are_checked():
 
 
 def test_csr_spmm_parallel_and_serial_kernels_agree_bitwise():
-    from graphrl.nn import spmm
+    from graphrl.kernels import spmm
 
     gen = torch.Generator().manual_seed(1)
     rows, cols, nnz, d = 3000, 2000, 40000, 16  # nnz * d above the serial threshold
-    assert nnz * d >= spmm._SERIAL_WORK
+    assert nnz * d >= spmm.SERIAL_WORK
     counts = torch.bincount(torch.randint(0, rows, (nnz,), generator=gen), minlength=rows)
     indptr = torch.cat([torch.zeros(1, dtype=torch.int64), counts.cumsum(0)]).numpy()
     indices = torch.randint(0, cols, (nnz,), generator=gen).numpy()
@@ -167,12 +167,12 @@ def test_csr_spmm_parallel_and_serial_kernels_agree_bitwise():
     h = torch.randn(cols, d, generator=gen).numpy()
     g = torch.randn(rows, d, generator=gen).numpy()
     a, b = np.empty((rows, d), np.float32), np.empty((rows, d), np.float32)
-    spmm._spmm(indptr, indices, weights, h, a)
-    spmm._spmm_serial(indptr, indices, weights, h, b)
+    spmm.csr_spmm_parallel(indptr, indices, weights, h, a)
+    spmm.csr_spmm_serial(indptr, indices, weights, h, b)
     assert np.array_equal(a, b)
     ga, gb = np.empty((cols, d), np.float32), np.empty((cols, d), np.float32)
-    spmm._spmm_t(indptr, indices, weights, g, ga, 2)
-    spmm._spmm_t_serial(indptr, indices, weights, g, gb, 1)
+    spmm.csr_spmm_t_parallel(indptr, indices, weights, g, ga, 2)
+    spmm.csr_spmm_t_serial(indptr, indices, weights, g, gb, 1)
     assert np.array_equal(ga, gb)
     dense = torch.zeros(rows, cols, dtype=torch.float64)
     row_of = torch.repeat_interleave(torch.arange(rows), torch.from_numpy(np.diff(indptr)))

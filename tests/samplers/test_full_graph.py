@@ -262,7 +262,7 @@ def test_empty_and_zero_width(mm):
 
 def test_many_chunks_on_two_threads_equal_scipy(random_graph, monkeypatch):
     """Chunks of a partition run on several threads; each must stage its own rows before reading them."""
-    import samplers.kernels.spmm as kernels
+    import graphrl.kernels.spmm as kernels
 
     monkeypatch.setattr(kernels, "CHUNK_WORK", 2048)  # hundreds of chunks per partition
     assert kernels.chunk_bounds(np.arange(0, 3 * 10**4, 10, dtype=np.int64), 0, 2999, 16).shape[0] > 100

@@ -7,16 +7,17 @@ entries of row ``v`` in storage order, so a row's result never depends on thread
   ``csr_spmm_t_serial``: the whole product at once (``prange`` over rows; the transposed kernel gives
   each thread a range of output rows and scans every entry, so it needs no transposed copy of the
   matrix). Used by `graphrl.nn.csr_spmm` on sampled blocks.
-- `spmm_partition`: one destination partition of a full-graph propagation (`samplers.full_graph`),
+- `spmm_partition`: one destination partition of a full-graph propagation (as `samplers.full_graph`
+  runs it),
   staged the way a GPU would run it: the partition's rows of the matrix are copied into a workspace
   (on the memory manager's device tier), the output rows are computed there from the host-resident
   vertex data read in place, and copied back to the host output. Rows are cut into chunks of about
-  `CHUNK_WORK` multiply-adds that helper threads claim dynamically (`graphrl.kernels.parallel_for`,
-  as the neighbour sampler does: no OpenMP fork-join, which stalls when other processes keep the
-  cores busy), so the result is bitwise the same for any number of threads.
+  `CHUNK_WORK` multiply-adds that helper threads claim dynamically (`graphrl.kernels.parallel_for`:
+  no OpenMP fork-join), so the result is bitwise the same for any number of threads.
 
 Also `csr_transpose` (a stable counting sort: the transposed rows list their entries by original row)
-and `normalized_adjacency` (the entries of ``D_in^a (A + I) D_out^b`` in CSR form).
+and `normalized_adjacency` (the entries of ``D_in^a (A + I) D_out^b`` in CSR form). Tuning figures:
+docs/performance.md.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from graphrl.kernels import parallel_for
-from graphrl.kernels import prefetch as _prefetch
+from graphrl.kernels.prefetch import prefetch as _prefetch
+from graphrl.kernels.team import parallel_for
 
 __all__ = [
     "CHUNK_WORK",
@@ -41,9 +42,9 @@ __all__ = [
 ]
 
 # Below this many multiply-adds a kernel runs on the calling thread: an OpenMP fork-join costs more
-# than the work, and far more when other processes keep the cores busy (a descheduled worker stalls it).
+# than the work.
 SERIAL_WORK = 1 << 16
-# Multiply-adds per chunk of a partitioned product (a few milliseconds at 128 features).
+# Multiply-adds per chunk of a partitioned product.
 CHUNK_WORK = 1 << 22
 
 
@@ -61,8 +62,7 @@ def _spmm_row(indptr, indices, weights, h, hf, out, v, o, ahead, lines, step, e_
 
     With ``ahead > 0`` it first prefetches ``lines`` cache lines (``step`` items apart) of the source
     row ``ahead`` entries on (``hf`` is ``h`` flattened; entries at or past ``e_end`` are not looked
-    at): the rows are random reads, and the hint lets the core keep more of them in flight (25-40 %
-    faster at 128 features).
+    at): the rows are random reads, and the hint lets the core keep more of them in flight.
     """
     d = h.shape[1]
     for j in range(d):

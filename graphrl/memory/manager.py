@@ -1,0 +1,448 @@
+"""`MemoryManager`: budgets, places and tracks every large buffer of a process, per tier and per owner.
+
+It composes one `graphrl.memory.resources` resource per tier with an `graphrl.memory.accounts.Account`
+(limit and statistics), tries fallback tiers in order, and frees what is left on ``close``.
+See docs/architecture.md#memory-tiers.
+
+References
+----------
+RMM's memory resources and resource adaptors (limiting, statistics).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import multiprocessing.util
+import os
+import secrets
+import threading
+import weakref
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from graphrl.memory import cudart
+from graphrl.memory.accounts import Account
+from graphrl.memory.backing import Backing, TensorBacking
+from graphrl.memory.dtypes import parse_dtype
+from graphrl.memory.errors import MemoryBudgetError
+from graphrl.memory.region import Region, RegionHandle
+from graphrl.memory.resources import (
+    DeviceResource,
+    DiskResource,
+    HostResource,
+    MemoryResource,
+    PinnedResource,
+    SharedResource,
+)
+from graphrl.memory.shm import ExitCleanup
+from graphrl.memory.sizes import Tier, check_owner, format_size, parse_shape, parse_size
+
+__all__ = ["MemoryManager"]
+
+logger = logging.getLogger(__name__)
+
+
+class MemoryManager:
+    """Budgets, places and tracks every large buffer of a process, per tier and per owner.
+
+    Parameters
+    ----------
+    budgets : mapping of tier (Tier or name) to bytes (int or str such as "8GiB"), optional
+        Budget of each tier. A tier left out, or given ``None``, is limited by what the machine has
+        (docs/architecture.md#memory-tiers); ``0`` disables a tier.
+    spill_dir : str or path, optional
+        Folder of the disk tier's zarr arrays (created if missing). Without it the disk tier is
+        unavailable.
+    device : str or torch.device, optional
+        CUDA device of the device tier; default the current CUDA device (host memory without CUDA).
+    resources : mapping of tier to MemoryResource, optional
+        Replace a tier's allocator (for tests and custom allocators).
+
+    Raises
+    ------
+    ValueError
+        An unknown tier or an unparsable size in ``budgets``.
+    TypeError
+        A budget that is neither an int nor a string.
+
+    Examples
+    --------
+    >>> mm = MemoryManager(budgets={"pinned": "1GiB", "host": "4GiB"})
+    >>> with mm.allocate((1024, 128), "float32", "pinned", owner="features", fallback=("host",)) as r:
+    ...     r.tensor().zero_().shape
+    torch.Size([1024, 128])
+    >>> mm.stats()["pinned"]["features"]
+    {'bytes': 0, 'peak': 524288, 'regions': 0}
+    >>> mm.close()
+
+    References
+    ----------
+    RMM's memory resources and resource adaptors (limiting, statistics, logging).
+    """
+
+    def __init__(
+        self,
+        budgets: Mapping[Tier | str, int | str | None] | None = None,
+        spill_dir: str | os.PathLike[str] | None = None,
+        *,
+        device: str | torch.device | None = None,
+        resources: Mapping[Tier | str, MemoryResource] | None = None,
+    ) -> None:
+        self._budgets: dict[Tier, int | None] = {}
+        for key, value in (budgets or {}).items():
+            tier = Tier.parse(key)
+            try:
+                self._budgets[tier] = None if value is None else parse_size(value)
+            except (ValueError, TypeError) as exc:
+                raise type(exc)(f"budgets[{tier.value!r}]: {exc}") from exc
+        self.spill_dir = Path(spill_dir) if spill_dir is not None else None
+        if self.spill_dir is not None:
+            self.spill_dir.mkdir(parents=True, exist_ok=True)
+        self.shm_prefix = f"graphrl_{os.getpid()}_{secrets.token_hex(4)}_"
+        self._cleanup = ExitCleanup()
+        self._resources: dict[Tier, MemoryResource] = {
+            Tier.DEVICE: DeviceResource(device),
+            Tier.PINNED: PinnedResource(),
+            Tier.SHARED: SharedResource(self._cleanup),
+            Tier.HOST: HostResource(),
+            Tier.DISK: DiskResource(self.spill_dir, self._cleanup),
+        }
+        for key, resource in (resources or {}).items():
+            self._resources[Tier.parse(key)] = resource
+        self._accounts: dict[Tier, Account] = {}
+        self._live: dict[int, Region] = {}
+        self._attached: dict[int, Region] = {}
+        self._counter = itertools.count()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._finalizer = weakref.finalize(self, self._cleanup)
+        multiprocessing.util.Finalize(self, self._cleanup, exitpriority=10)
+
+    # -- budgets
+
+    def _account(self, tier: Tier) -> Account:
+        """The tier's account, created on first use (measuring the machine's capacity if needed)."""
+        account = self._accounts.get(tier)
+        if account is None:
+            budget = self._budgets.get(tier)
+            if budget is None:
+                budget = self._resources[tier].capacity()
+            account = self._accounts[tier] = Account(budget)
+        return account
+
+    def budget(self, tier: Tier | str) -> int:
+        """Budget of ``tier`` in bytes (the machine's capacity for a tier given no budget)."""
+        tier = Tier.parse(tier)
+        with self._lock:
+            return self._account(tier).budget
+
+    def free_bytes(self, tier: Tier | str) -> int:
+        """Bytes still available on ``tier``: its budget minus the bytes of its live regions."""
+        tier = Tier.parse(tier)
+        with self._lock:
+            return self._account(tier).free
+
+    def usage(self) -> dict[str, dict[str, int]]:
+        """Per tier: ``{"budget", "used", "free", "peak", "regions"}`` in bytes (regions: a count).
+
+        Measures the capacity of every tier given no budget (with CUDA this initialises it).
+        """
+        with self._lock:
+            out = {}
+            for tier in Tier:
+                a = self._account(tier)
+                out[tier.value] = {"budget": a.budget, "used": a.used, "free": a.free, "peak": a.peak,
+                                   "regions": a.regions}
+            return out
+
+    def stats(self) -> dict[str, dict[str, dict[str, int]]]:
+        """Bytes in use, peak bytes and live regions per tier and owner, as plain data.
+
+        Returns
+        -------
+        dict
+            ``{tier_name: {owner: {"bytes": int, "peak": int, "regions": int}}}`` with every tier
+            present (``{}`` if unused). An owner stays listed after its regions are freed, with
+            ``bytes == 0`` and its peak kept.
+        """
+        with self._lock:
+            return {
+                tier.value: {
+                    owner: {"bytes": u.bytes, "peak": u.peak, "regions": u.regions}
+                    for owner, u in (self._accounts[tier].owners.items() if tier in self._accounts else ())
+                }
+                for tier in Tier
+            }
+
+    def regions(self, owner: str | None = None) -> list[Region]:
+        """The live regions this manager owns (of ``owner`` only, if given), oldest first."""
+        with self._lock:
+            return [r for r in self._live.values() if owner is None or r.owner == owner]
+
+    # -- allocation
+
+    def _candidates(self, tier: Tier | str, fallback: Iterable[Tier | str]) -> list[Tier]:
+        if isinstance(fallback, (str, Tier)):
+            fallback = (fallback,)
+        tiers: list[Tier] = []
+        for t in (tier, *fallback):
+            parsed = Tier.parse(t)
+            if parsed not in tiers:
+                tiers.append(parsed)
+        return tiers
+
+    def allocate(
+        self,
+        shape: int | tuple[int, ...] | list[int] | torch.Size,
+        dtype: Any,
+        tier: Tier | str = Tier.HOST,
+        *,
+        owner: str,
+        fallback: Iterable[Tier | str] = (),
+    ) -> Region:
+        """Allocate a region of ``shape`` and ``dtype`` on ``tier``, or on the first fallback tier with room.
+
+        Parameters
+        ----------
+        shape : int or sequence of int
+            Shape of the region's views; every size >= 0.
+        dtype : torch.dtype, numpy dtype or str
+            ``torch.float32``, ``np.int64``, ``"bool"``, ``"bfloat16"`` ... (bfloat16 has no numpy
+            view and no disk tier).
+        tier : Tier or str
+            Preferred tier: ``"device"``, ``"pinned"``, ``"shared"``, ``"host"`` (default) or ``"disk"``.
+        owner : str
+            Who the bytes are for (``"samplers.graph"``, ``"replay.shard3"``); statistics group by it.
+        fallback : sequence of Tier or str
+            Tiers to try, in order, when ``tier`` has no room. Default none.
+
+        Returns
+        -------
+        Region
+            ``region.tier`` says where it landed.
+
+        Raises
+        ------
+        MemoryBudgetError
+            No tier tried has room (the message and attributes name tier, owner, asked and free bytes).
+        ValueError
+            A negative size, an unknown tier, a disk tier without ``spill_dir``, or a closed manager.
+        TypeError
+            An unknown dtype, a bad shape or owner, or bfloat16 on the disk tier.
+        """
+        shp = parse_shape(shape)
+        dt = parse_dtype(dtype)
+        owner = check_owner(owner)
+        tiers = self._candidates(tier, fallback)
+        if Tier.DISK in tiers:
+            if self.spill_dir is None:
+                raise ValueError(
+                    "the disk tier needs spill_dir, which this MemoryManager was created without: "
+                    "pass MemoryManager(spill_dir='spill/') or drop 'disk' from the tiers"
+                )
+            if dt.numpy is None:
+                raise TypeError(f"dtype {dt.name} cannot be stored on the disk tier (zarr has no {dt.name})")
+        nbytes = math.prod(shp) * dt.itemsize
+        attempts: list[tuple[Tier, int]] = []
+        failure: BaseException | None = None
+        first: Account | None = None
+        for t in tiers:
+            with self._lock:
+                self._check_open()
+                account = self._account(t)
+                if first is None:
+                    first = account
+                if not account.reserve(owner, nbytes):
+                    attempts.append((t, account.free))
+                    continue
+            index = next(self._counter)
+            name = f"{self.shm_prefix}{index}"
+            try:
+                backing = self._resources[t].allocate(shp, dt.torch, nbytes, name)
+            except (torch.OutOfMemoryError, MemoryError) as exc:
+                with self._lock:
+                    account.release(owner, nbytes)
+                    attempts.append((t, account.free))
+                logger.warning("tier '%s' could not allocate %s for %r: %s", t, format_size(nbytes), owner,
+                               exc)
+                failure = exc
+                continue
+            except BaseException:
+                with self._lock:
+                    account.release(owner, nbytes)
+                raise
+            region = Region(
+                shape=shp,
+                dtype=dt,
+                tier=t,
+                owner=owner,
+                backing=backing,
+                manager=self,
+                name=name if t is Tier.SHARED else None,
+                path=getattr(backing, "path", None),
+            )
+            with self._lock:
+                closed = self._closed
+                if not closed:
+                    self._live[id(region)] = region
+            if closed:  # close() ran while we were allocating
+                region.free()
+                raise ValueError("this MemoryManager was closed during the allocation")
+            if t is not tiers[0]:
+                logger.info("%s for %r placed on tier '%s' (tried %s)", format_size(nbytes), owner, t,
+                            ", ".join(str(a[0]) for a in attempts))
+            return region
+        assert first is not None
+        note = f"allocator failed: {failure}" if failure is not None else ""
+        free0 = attempts[0][1]
+        raise MemoryBudgetError(
+            tiers[0], owner, nbytes, free0, first.budget, tuple(attempts), note
+        ) from failure
+
+    def register(
+        self, array: np.ndarray | torch.Tensor, tier: Tier | str = Tier.PINNED, *, owner: str
+    ) -> Region:
+        """Make an existing host buffer a region: page-locked in place with CUDA (``cudaHostRegister``).
+
+        The region views ``array`` (no copy) and counts its bytes against ``tier``'s budget. With
+        CUDA and ``tier="pinned"`` the buffer is registered with ``cudaHostRegister`` so GPU kernels
+        read it in place through UVA, and unregistered on `Region.free`; without CUDA it stays
+        plain memory (``is_pinned == False``). Keep ``array`` unchanged in size while registered.
+
+        Parameters
+        ----------
+        array : numpy.ndarray or torch.Tensor
+            C-contiguous, writable, in host memory; any dtype `allocate` accepts.
+        tier : "pinned" or "host"
+        owner : str
+
+        Raises
+        ------
+        ValueError
+            Another tier, a non-contiguous, read-only or GPU buffer, or a closed manager.
+        TypeError
+            ``array`` is neither a numpy array nor a tensor, or has an unsupported dtype.
+        MemoryBudgetError
+            ``tier`` has no room for it.
+        MemoryError
+            CUDA could not page-lock the buffer.
+
+        References
+        ----------
+        PyTorch-Direct (Min et al., PVLDB 2021) and DGL's ``pin_memory_inplace``: UVA reads of
+        registered host memory.
+        """
+        tier = Tier.parse(tier)
+        owner = check_owner(owner)
+        if tier not in (Tier.PINNED, Tier.HOST):
+            raise ValueError(f"register() places buffers on tier 'pinned' or 'host', not '{tier}'")
+        if isinstance(array, np.ndarray):
+            if not array.flags.writeable:
+                raise ValueError("register() needs a writable array")
+            dt = parse_dtype(array.dtype)
+            if not array.flags.c_contiguous:
+                raise ValueError("register() needs a C-contiguous array (np.ascontiguousarray copies one)")
+            data = torch.from_numpy(array)
+        elif isinstance(array, torch.Tensor):
+            dt = parse_dtype(array.dtype)
+            if array.device.type != "cpu":
+                raise ValueError(f"register() needs host memory, got a tensor on {array.device}")
+            if not array.is_contiguous():
+                raise ValueError("register() needs a contiguous tensor (.contiguous() copies one)")
+            data = array.detach()
+        else:
+            raise TypeError(f"register() takes a numpy array or a torch tensor, got {type(array).__name__}")
+        shp = tuple(data.shape)
+        nbytes = math.prod(shp) * dt.itemsize
+        with self._lock:
+            self._check_open()
+            account = self._account(tier)
+            if not account.reserve(owner, nbytes):
+                raise MemoryBudgetError(tier, owner, nbytes, account.free, account.budget)
+        pinned = False
+        try:
+            resource = self._resources[tier]
+            if tier is Tier.PINNED and getattr(resource, "cuda", False) and nbytes > 0:
+                cudart.host_register(data.data_ptr(), nbytes)
+                pinned = True
+        except BaseException:
+            with self._lock:
+                account.release(owner, nbytes)
+            raise
+        backing = TensorBacking(data, is_pinned=pinned, registered_ptr=data.data_ptr() if pinned else None)
+        region = Region(shape=shp, dtype=dt, tier=tier, owner=owner, backing=backing, manager=self)
+        with self._lock:
+            self._live[id(region)] = region
+        return region
+
+    def attach(self, handle: RegionHandle | str, shape: Any = None, dtype: Any = None) -> Region:
+        """`Region.attach`, and unmap the region when this manager closes. Counts against no budget."""
+        with self._lock:
+            self._check_open()
+        region = Region.attach(handle, shape, dtype)
+        with self._lock:
+            self._attached[id(region)] = region
+        return region
+
+    def deallocate(self, region: Region, backing: Backing) -> None:
+        """Free ``region``'s memory, then return its bytes to the budget.
+
+        Called exactly once per region, by `Region.free` (which hands over the backing it claimed);
+        call `Region.free`, not this.
+        """
+        tier = region.tier
+        try:
+            ptr = getattr(backing, "registered_ptr", None)
+            if ptr is not None:
+                cudart.host_unregister(ptr)
+                backing.registered_ptr = None
+            self._resources[tier].deallocate(backing)
+        finally:
+            with self._lock:
+                self._accounts[tier].release(region.owner, region.nbytes)
+                self._live.pop(id(region), None)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("this MemoryManager is closed")
+
+    # -- lifetime
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Free every region this manager owns and unmap the ones it attached; idempotent.
+
+        Shared segments are unlinked and spill arrays deleted. Statistics stay readable.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            regions = list(self._live.values()) + list(self._attached.values())
+            self._attached.clear()
+        for region in regions:
+            if not region.freed:
+                try:
+                    region.free()
+                except ValueError:  # freed by another thread in between
+                    logger.debug("%r was freed concurrently with close()", region)
+        self._cleanup()
+
+    def __enter__(self) -> MemoryManager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{len(self._live)} live regions"
+        return f"MemoryManager({state}, spill_dir={str(self.spill_dir) if self.spill_dir else None!r})"

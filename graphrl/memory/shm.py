@@ -1,0 +1,125 @@
+"""POSIX shared-memory segments (``/dev/shm``) and the exit cleanup that unlinks what a process created.
+
+`ShmSegment.create` makes a segment with ``shm_open``, mode 0600 exactly (whatever the umask), and
+reserves it whole with ``posix_fallocate``, so a full ``/dev/shm`` is a ``MemoryError`` now, never a
+SIGBUS on first touch; `ShmSegment.open` attaches an existing one; only the creating process
+unlinks. `ExitCleanup` holds the segments and spill folders a manager created and removes them at
+garbage collection, interpreter exit and the exit of ``multiprocessing`` children.
+
+We call ``_posixshmem`` directly rather than ``multiprocessing.shared_memory.SharedMemory``: on
+Python 3.11 the latter registers every attach with the resource tracker, which then unlinks the
+segment when the attaching process exits and warns about "leaked" segments.
+"""
+
+from __future__ import annotations
+
+import _posixshmem
+import errno
+import logging
+import mmap
+import os
+import shutil
+import threading
+from pathlib import Path
+
+from graphrl.memory.sizes import format_size
+
+__all__ = ["SHM_DIR", "ExitCleanup", "ShmSegment"]
+
+logger = logging.getLogger(__name__)
+
+SHM_DIR = Path("/dev/shm")
+
+
+class ShmSegment:
+    """One POSIX shared-memory segment mapped into this process; unlinks only in its creating process."""
+
+    def __init__(self, name: str, buf: mmap.mmap, creator_pid: int | None) -> None:
+        self.name = name
+        self.buf: mmap.mmap | None = buf
+        self.creator_pid = creator_pid  # None: attached, never unlinks
+        self._unlinked = False
+        self._lock = threading.Lock()
+
+    @classmethod
+    def create(cls, name: str, nbytes: int) -> ShmSegment:
+        fd = _posixshmem.shm_open("/" + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
+        try:
+            os.fchmod(fd, 0o600)  # exactly owner-only, whatever the umask
+            size = max(nbytes, 1)  # mmap cannot map 0 bytes
+            try:
+                # reserve now: a full /dev/shm fails here, not as a SIGBUS on first touch
+                os.posix_fallocate(fd, 0, size)
+            except OSError as exc:
+                if exc.errno in (errno.ENOSPC, errno.ENOMEM):
+                    raise MemoryError(f"/dev/shm has no room for {format_size(nbytes)}: {exc}") from exc
+                raise
+            buf = mmap.mmap(fd, size)
+        except BaseException:
+            _posixshmem.shm_unlink("/" + name)
+            raise
+        finally:
+            os.close(fd)
+        return cls(name, buf, os.getpid())
+
+    @classmethod
+    def open(cls, name: str, nbytes: int) -> ShmSegment:
+        try:
+            fd = _posixshmem.shm_open("/" + name, os.O_RDWR, mode=0o600)
+        except FileNotFoundError as exc:
+            raise FileNotFoundError(
+                f"no shared region named {name!r} (its owner freed it, closed, unlinked its name "
+                "with Region.unlink, or never created it)"
+            ) from exc
+        try:
+            size = os.fstat(fd).st_size
+            if size < nbytes:
+                raise ValueError(f"shared region {name!r} holds {size} bytes, fewer than {nbytes} asked for")
+            buf = mmap.mmap(fd, max(nbytes, 1))
+        finally:
+            os.close(fd)
+        return cls(name, buf, None)
+
+    def unlink(self) -> None:
+        """Remove the name from /dev/shm (creator only, once); mappings stay valid until closed."""
+        with self._lock:
+            if self._unlinked or self.creator_pid != os.getpid():
+                return
+            self._unlinked = True
+        try:
+            _posixshmem.shm_unlink("/" + self.name)
+        except FileNotFoundError:
+            logger.debug("shared region %s was already unlinked", self.name)
+
+    def release(self) -> None:
+        """Drop this object's mapping; tensors viewing it keep it mapped until they are gone."""
+        self.buf = None
+
+
+class ExitCleanup:
+    """Shared segments and spill arrays to remove if their manager is never closed.
+
+    Run by ``weakref.finalize`` (garbage collection, interpreter exit) and by
+    ``multiprocessing.util.Finalize`` (multiprocessing children, which leave through ``os._exit``
+    when forked). Holds no reference to the manager; does nothing in a forked child that inherited it.
+    """
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.segments: dict[str, ShmSegment] = {}
+        self.paths: set[Path] = set()
+        self.lock = threading.Lock()
+
+    def __call__(self) -> None:
+        if os.getpid() != self.pid:
+            return
+        with self.lock:
+            segments, paths = list(self.segments.values()), list(self.paths)
+            self.segments.clear()
+            self.paths.clear()
+        for segment in segments:
+            segment.unlink()
+        for path in paths:
+            shutil.rmtree(path, ignore_errors=True)
+        if segments or paths:
+            logger.debug("removed %d shared segments and %d spill arrays at exit", len(segments), len(paths))
