@@ -19,9 +19,11 @@ from scipy import stats
 
 ray = pytest.importorskip("ray", reason="the Ray backend needs ray: pip install 'graphrl[ray]'")
 
-import replay.distributed as rd  # noqa: E402
+import replay.distributed.shard as shard_module  # noqa: E402
 from replay import Fifo, MinSize, Prioritized, ReplayStore, SampleToInsertRatio, TrajectorySpec, Uniform  # noqa: E402
-from replay.distributed import RayReplayStore, ShardError, _place, _ShardActor  # noqa: E402
+from replay.distributed import RayReplayStore, ShardError  # noqa: E402
+from replay.distributed.shard import ShardActor  # noqa: E402
+from replay.distributed.transport import place  # noqa: E402
 from replay.store import decode_keys, key_incarnations  # noqa: E402
 
 # the Ray task below travels by value: the workers cannot import this test file by name
@@ -37,7 +39,7 @@ def episode(first: int, n: int) -> dict[str, np.ndarray]:
 
 
 def shard_config(spec: TrajectorySpec) -> dict:
-    """The configuration of a one-shard, 100-step `_ShardActor` run in this process (uniform, seed 5)."""
+    """The configuration of a one-shard, 100-step `ShardActor` run in this process (uniform, seed 5)."""
     return {
         "spec": spec.to_config(),
         "capacity": 100,
@@ -355,7 +357,7 @@ def test_a_window_overwritten_between_the_draw_and_the_put_is_redrawn(cluster):
     # the shard's code in this process; a writer overwrites the ring's oldest 30 slots right after the
     # draw (the before_put hook), before the bytes are put: the windows starting there are redrawn
     config = shard_config(BYTES)
-    shard = _ShardActor(0, config, None)
+    shard = ShardActor(0, config, None)
     try:
         shard.insert(1, byte_steps(0, 100), True, 10.0)  # positions 0..99
         drawn = []
@@ -384,7 +386,7 @@ def test_a_window_overwritten_between_the_draw_and_the_put_is_redrawn(cluster):
             flat = tuple(out[name].reshape(-1).view(np.uint8) for name in BYTES)
             pieces = [ray.get(part[0]) for part in rep["parts"]]
             row_bytes = np.array([f.row_bytes for f in BYTES.values()], np.int64)
-            _place(rep, pieces, flat, mask, row_bytes, 0, 8, stream)
+            place(rep, pieces, flat, mask, row_bytes, 0, 8, stream)
             for name in BYTES:
                 assert out[name].tobytes() == want[name].tobytes(), (name, stream)
             assert np.array_equal(mask, want["mask"])
@@ -393,11 +395,11 @@ def test_a_window_overwritten_between_the_draw_and_the_put_is_redrawn(cluster):
 
 
 def test_a_shard_stops_drawing_a_large_batch_past_the_callers_deadline(cluster, monkeypatch):
-    # the shard's code in this process; draws go _DRAW_CHUNK windows at a time and the deadline is
+    # the shard's code in this process; draws go DRAW_CHUNK windows at a time and the deadline is
     # checked between them: timeout=0 stops after the first chunk, with no limit all chunks come back
     config = shard_config(SPEC)
-    monkeypatch.setattr(rd, "_DRAW_CHUNK", 16)
-    shard = _ShardActor(0, config, None)
+    monkeypatch.setattr(shard_module, "DRAW_CHUNK", 16)
+    shard = ShardActor(0, config, None)
     try:
         shard.insert(1, episode(0, 100), True, 10.0)
         drawn = []
