@@ -153,11 +153,14 @@ from graphrl import kernels
 from graphrl.kernels import copy_bytes, store_fence, stream_bytes_nofence, zero_bytes
 from graphrl.memory import MemoryManager
 from graphrl.tensors import StagingPool
-from replay.checkpoint import _fsync_dir  # the local checkpoint's durable-rename helper
-from replay.rate_limiter import _BIG, MinSize, RateLimiter, rate_limiter_from_config
+from replay._checks import check_int
+from replay._files import fsync_dir  # the local checkpoint's durable-rename helper
+from replay.keys import MAX_SHARDS, MAX_WINDOW
+from replay.layout import BatchLayout
+from replay.rate_limiter import UNLIMITED, MinSize, RateLimiter, rate_limiter_from_config
 from replay.selectors import Fifo, Lifo, MinHeap, Selector, Uniform, check_priorities, selector_from_config
 from replay.spec import TrajectorySpec
-from replay.store import MAX_SHARDS, MAX_WINDOW, Batch, Episode, ReplayStore
+from replay.store import Batch, Episode, ReplayStore
 from replay.windows import PADS, window_mask
 
 __all__ = ["RayReplayStore", "RayStoreHandle", "RayTrajectoryWriter", "ShardError"]
@@ -188,7 +191,7 @@ class ShardError(RuntimeError):
 
 def _headroom(limiter: RateLimiter, inserts: int, samples: int, deletes: int) -> float:
     """Steps the limiter admits now given global counters (may be <= 0, or inf for MinSize)."""
-    if limiter.max_diff >= _BIG / 2:
+    if limiter.max_diff >= UNLIMITED / 2:
         return math.inf
     fill = limiter.min_size + deletes - inserts
     ratio = (limiter.max_diff + samples) / limiter.samples_per_insert - inserts
@@ -430,13 +433,7 @@ class _ShardActor:
         if allow is not None:
             self.set_allow(allow)
         store = self.store
-        with store._sel_lock:  # the local store has no public mass accessor: ingest, then read
-            sh = store._core.shards[0]
-            with sh:
-                store._ingest(0)
-            sel = store._selector
-            live = sel.live_count()
-            wmass = float(sel.wtree[:, 1].sum()) if sel.selector.prioritized else float(live)
+        live, wmass = store.selector_mass()
         inserts, deletes = self._counts()
         return {
             "live": live,
@@ -513,10 +510,8 @@ class _ShardActor:
         try:
             if w is None:
                 w = self.store.writer(chunk_steps=self.chunk_steps)
-            if lost:  # a record id no record has: the local store starts a continuation record
-                with self.store._core.control.cond:  # and balances the open count its end takes back
-                    self.store._core.control.open[0] += 1
-                w._episode = (0, _LOST_RECORD)
+            if lost:  # the local store starts a continuation record (windows stop at its start)
+                w.begin_continuation()
             w.extend(columns)
             if end:
                 w.end_episode()
@@ -1005,38 +1000,6 @@ class RayTrajectoryWriter:
 # ------------------------------------------------------------------------------------------ client
 
 
-class _Layout:
-    """Byte offsets of each field and the mask of a [B, L] batch in one staging slot (64-byte aligned)."""
-
-    def __init__(self, spec: TrajectorySpec, batch: int, window: int) -> None:
-        self.offsets: dict[str, tuple[int, int]] = {}
-        off = 0
-        for name, f in spec.items():
-            nbytes = batch * window * f.row_bytes
-            self.offsets[name] = (off, nbytes)
-            off += -(-nbytes // 64) * 64
-        self.mask_off = off
-        self.nbytes = -(-max(1, off + batch * window) // 64) * 64
-        self.batch, self.window = batch, window
-
-    def views(self, spec: TrajectorySpec, raw: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        fields = {}
-        for name, f in spec.items():
-            off, nbytes = self.offsets[name]
-            fields[name] = raw[off : off + nbytes].view(f.torch_dtype).view(self.batch, self.window, *f.shape)
-        mask = raw[self.mask_off : self.mask_off + self.batch * self.window].view(torch.bool)
-        return fields, mask.view(self.batch, self.window)
-
-
-def _check_int(name: str, value: Any, lo: int, hi: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < lo or (hi is not None and value > hi):
-        rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
-        raise ValueError(f"{name} must be {rng}, got {value}")
-    return int(value)
-
-
 class RayReplayStore:
     """A replay store whose shards are Ray actors; same arguments and `Batch` as the local store.
 
@@ -1105,8 +1068,8 @@ class RayReplayStore:
         if not isinstance(spec, (TrajectorySpec, Mapping)):
             raise TypeError(f"spec must be a TrajectorySpec or a mapping, got {type(spec).__name__}")
         spec = spec if isinstance(spec, TrajectorySpec) else TrajectorySpec(spec)
-        capacity_steps = _check_int("capacity_steps", capacity_steps, 1)
-        num_shards = _check_int("num_shards", num_shards, 1, MAX_SHARDS)
+        capacity_steps = check_int("capacity_steps", capacity_steps, 1)
+        num_shards = check_int("num_shards", num_shards, 1, MAX_SHARDS)
         if capacity_steps < num_shards:
             raise ValueError(
                 f"capacity_steps={capacity_steps} must be >= num_shards={num_shards} (>= 1 step a shard)"
@@ -1135,9 +1098,9 @@ class RayReplayStore:
             raise TypeError(f"timeout must be a number of seconds or None, got {type(timeout).__name__}")
         if timeout is not None and (timeout < 0 or not math.isfinite(timeout)):
             raise ValueError(f"timeout must be >= 0 seconds or None, got {timeout}")
-        max_times_sampled = _check_int("max_times_sampled", max_times_sampled, 0)
+        max_times_sampled = check_int("max_times_sampled", max_times_sampled, 0)
         if seed is not None:
-            seed = _check_int("seed", seed, 0)
+            seed = check_int("seed", seed, 0)
         if chunk_steps is None:
             chunk = max(1, min(shard_cap, _CHUNK_BYTES // max(1, spec.step_bytes)))
         else:
@@ -1148,9 +1111,9 @@ class RayReplayStore:
             ):
                 raise ValueError(f"chunk_steps must be an int >= 1, got {chunk_steps!r}")
             chunk = min(int(chunk_steps), shard_cap)
-        staging_slots = _check_int("staging_slots", staging_slots, 1)
-        max_restarts = _check_int("max_restarts", max_restarts, -1)
-        prefetch = _check_int("prefetch", prefetch, 0, 1)
+        staging_slots = check_int("staging_slots", staging_slots, 1)
+        max_restarts = check_int("max_restarts", max_restarts, -1)
+        prefetch = check_int("prefetch", prefetch, 0, 1)
         if memory is not None and not isinstance(memory, MemoryManager):
             raise TypeError(
                 f"memory must be a graphrl.memory.MemoryManager or None, got {type(memory).__name__}"
@@ -1208,7 +1171,7 @@ class RayReplayStore:
         self._owns_memory = memory is None
         self._memory = MemoryManager() if memory is None else memory
         self._staging_slots = staging_slots
-        self._pools: dict[tuple[int, int], tuple[StagingPool, _Layout]] = {}
+        self._pools: dict[tuple[int, int], tuple[StagingPool, BatchLayout]] = {}
         self._stats: list[dict] = [{} for _ in range(num_shards)]
         self.last_profile: dict[str, float] = {}
         restore = _restore or {}
@@ -1357,7 +1320,7 @@ class RayReplayStore:
         """Copies of the live episodes of one shard or all (for inspection and tests)."""
         self._check_open()
         shards = (
-            range(self.num_shards) if shard is None else [_check_int("shard", shard, 0, self.num_shards - 1)]
+            range(self.num_shards) if shard is None else [check_int("shard", shard, 0, self.num_shards - 1)]
         )
         parts = self._gather([(s, "episodes", ()) for s in shards], "episodes()")
         return [e for part in parts for e in part]
@@ -1439,10 +1402,10 @@ class RayReplayStore:
         if chunk_steps is None:
             chunk = self.chunk_steps
         else:
-            chunk = min(_check_int("chunk_steps", chunk_steps, 1), self.shard_capacity)
+            chunk = min(check_int("chunk_steps", chunk_steps, 1), self.shard_capacity)
         if shard is not None:
-            shard = _check_int("shard", shard, 0, self.num_shards - 1)
-        max_inflight = _check_int("max_inflight", max_inflight, 0)
+            shard = check_int("shard", shard, 0, self.num_shards - 1)
+        max_inflight = check_int("max_inflight", max_inflight, 0)
         handle = self._handle if not self._owner else self.handle()
         first = None
         if shard is None and self.num_shards > 1:  # one round trip: new writers start round robin
@@ -1455,11 +1418,11 @@ class RayReplayStore:
         )
 
     # -- sampling
-    def _pool(self, batch: int, window: int) -> tuple[StagingPool, _Layout]:
+    def _pool(self, batch: int, window: int) -> tuple[StagingPool, BatchLayout]:
         key = (batch, window)
         entry = self._pools.get(key)
         if entry is None:
-            layout = _Layout(self.spec, batch, window)
+            layout = BatchLayout(self.spec, batch, window)
             pool = StagingPool(
                 self._memory,
                 (layout.nbytes,),
@@ -1815,14 +1778,14 @@ class RayReplayStore:
                 for a in self._actors:
                     a.resume.remote()
             for dirpath, _, _ in os.walk(folder):
-                _fsync_dir(Path(dirpath))
+                fsync_dir(Path(dirpath))
             tmp = root / f".tmp-{_MANIFEST}-{uuid.uuid4().hex[:8]}"
             with open(tmp, "w") as fh:
                 fh.write(json.dumps(manifest, indent=1) + "\n")
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, root / _MANIFEST)
-            _fsync_dir(root)
+            fsync_dir(root)
             self._folders = {s: str(folder / f"shard-{s:03d}") for s in all_shards}
             for old in root.glob("ckpt-*"):
                 if old != folder:
