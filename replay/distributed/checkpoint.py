@@ -23,7 +23,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from replay.checkpoint import _fsync_dir
+from replay._files import fsync_dir
 from replay.rate_limiter import rate_limiter_from_config
 from replay.selectors import selector_from_config
 from replay.spec import TrajectorySpec
@@ -73,7 +73,7 @@ def publish(root: Path, folder: Path, manifest: dict[str, Any]) -> None:
         The files could not be written (the previous checkpoint stays the latest).
     """
     for dirpath, _, _ in os.walk(folder):
-        _fsync_dir(Path(dirpath))
+        fsync_dir(Path(dirpath))
     manifest = {"format": FORMAT, "version": VERSION, "checkpoint": folder.name, **manifest}
     tmp = root / f".tmp-{MANIFEST}-{uuid.uuid4().hex[:8]}"
     with open(tmp, "w") as fh:
@@ -81,7 +81,7 @@ def publish(root: Path, folder: Path, manifest: dict[str, Any]) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, root / MANIFEST)
-    _fsync_dir(root)
+    fsync_dir(root)
     for old in root.glob("ckpt-*"):
         if old != folder:
             shutil.rmtree(old, ignore_errors=True)

@@ -1,18 +1,18 @@
 """RayReplayStore: a replay store whose shards are Ray actors; the client that routes, samples, checkpoints.
 
-The client holds no step data. It makes one `replay.distributed.shard.ShardActor` per shard
-(`replay.distributed.group.ShardGroup` calls them), hands writers a `RayStoreHandle`
-(`replay.distributed.writer`), applies the user's rate limiter with global counters (shards enforce
-it on inserts through allowances, `replay.distributed.routing`), draws a batch as from one table
-(`replay.distributed.routing.shares`) and builds it from the shards' ring runs
-(`replay.distributed.staging`), and writes checkpoints as one manifest over the shards'
-(`replay.distributed.checkpoint`). See docs/architecture.md#replay-composition.
+The client holds no step data. It checks its arguments with the local store's checks
+(`replay._checks`), makes one `replay.distributed.shard.ShardActor` per shard (called through
+`replay.distributed.group.ShardGroup`), hands writers a `RayStoreHandle` (`replay.distributed.writer`),
+applies the user's rate limiter with global counters (`replay.distributed.limiter`), samples as from one
+table (`replay.distributed.sampler`), routes priority updates by the shard in each key
+(`replay.distributed.routing`) and writes checkpoints as one manifest over the shards'
+(`replay.distributed.checkpoint`). It satisfies `replay.interface.ReplayStoreBase`, as the local store
+does. See docs/architecture.md#replay-composition.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import os
 import threading
 import time
@@ -26,47 +26,39 @@ import ray
 import torch
 
 from graphrl.memory import MemoryManager
+from replay._checks import check_device, check_int, check_sample_args, check_store_args
 from replay.distributed import checkpoint as manifests
-from replay.distributed.errors import ShardError, actor_errors, mark_closed, secs
+from replay.distributed.errors import mark_closed
 from replay.distributed.group import ShardGroup
 from replay.distributed.handle import RayStoreHandle
-from replay.distributed.options import DEFAULT, SHARD_TIERS, check_int, check_ray_args
-from replay.distributed.routing import allowances, headroom, shard_seed, shares, split_calls, split_keys
+from replay.distributed.limiter import GlobalLimiter
+from replay.distributed.options import DEFAULT, check_ray_args, check_shard_selector
+from replay.distributed.routing import shard_seed, split_keys
+from replay.distributed.sampler import ShardSampler
 from replay.distributed.shard import ShardActor
 from replay.distributed.staging import BatchAssembler
 from replay.distributed.writer import RayTrajectoryWriter, open_writer
-from replay.rate_limiter import MinSize, RateLimiter
-from replay.selectors import Fifo, Lifo, MinHeap, Selector, Uniform, check_priorities
+from replay.interface import ReplayStoreBase
+from replay.rate_limiter import RateLimiter
+from replay.selectors import Selector, check_priorities
 from replay.spec import TrajectorySpec
-from replay.store import MAX_SHARDS, MAX_WINDOW, Batch, Episode, ReplayStore
-from replay.windows import PADS
+from replay.store import Batch, Episode
 
 __all__ = ["RayReplayStore"]
 
 logger = logging.getLogger(__name__)
 
-CHUNK_BYTES = 16 * 2**20
-STATS_GRACE = 5.0  # seconds a sample's stats round trip may take past a shorter timeout (see stats_timeout)
-
-
-def stats_timeout(deadline: float | None) -> float | None:
-    """Seconds a stats round trip of `sample` may take: what is left of its deadline, but at least
-    ``STATS_GRACE`` (a live shard answers in ms; even ``timeout=0`` must learn the counters to say
-    why the rate limiter blocks, as the local store does)."""
-    return None if deadline is None else max(STATS_GRACE, deadline - time.monotonic())
-
-
-class RayReplayStore:
+class RayReplayStore(ReplayStoreBase):
     """A replay store whose shards are Ray actors; same arguments and `Batch` as the local store.
 
-    Made by ``ReplayStore(..., backend="ray")`` (or directly). Needs ``ray.init()`` first.
+    ``from replay.distributed import RayReplayStore``; needs ``ray.init()`` first.
 
     Parameters
     ----------
     spec, capacity_steps, num_shards, selector, rate_limiter, max_times_sampled, seed, chunk_steps, timeout,
     staging_slots
         As `replay.store.ReplayStore` (``capacity_steps // num_shards`` steps per shard actor). The
-        rate limiter applies to the whole store at the client (`replay.distributed.routing`). Fifo,
+        rate limiter applies to the whole store at the client (`replay.distributed.limiter`). Fifo,
         Lifo, MinHeap and MaxHeap need ``num_shards=1``.
     memory : MemoryManager, optional
         The client's staging buffers come from it (default a private manager).
@@ -96,7 +88,7 @@ class RayReplayStore:
 
     Examples
     --------
-    >>> store = ReplayStore(spec, 1_000_000, num_shards=4, backend="ray", max_restarts=1)
+    >>> store = RayReplayStore(spec, 1_000_000, num_shards=4, max_restarts=1)
     >>> ray.get([actor.remote(store) for _ in range(4)])   # remote writers: store.writer() inside
     >>> batch = store.sample(256, window=64)
     """
@@ -121,58 +113,25 @@ class RayReplayStore:
         prefetch: int = 0,
         _restore: dict | None = None,
     ) -> None:
-        if not isinstance(spec, (TrajectorySpec, Mapping)):
-            raise TypeError(f"spec must be a TrajectorySpec or a mapping, got {type(spec).__name__}")
-        spec = spec if isinstance(spec, TrajectorySpec) else TrajectorySpec(spec)
-        capacity_steps = check_int("capacity_steps", capacity_steps, 1)
-        num_shards = check_int("num_shards", num_shards, 1, MAX_SHARDS)
-        if capacity_steps < num_shards:
-            raise ValueError(
-                f"capacity_steps={capacity_steps} must be >= num_shards={num_shards} (>= 1 step a shard)"
-            )
-        selector = Uniform() if selector is None else selector
-        if not isinstance(selector, Selector):
-            raise TypeError(f"selector must be a replay.selectors.Selector, got {type(selector).__name__}")
-        if isinstance(selector, (Fifo, Lifo, MinHeap)) and num_shards > 1:
-            raise ValueError(
-                f"selector={selector!r} with num_shards={num_shards}: Fifo, Lifo and the heaps have no "
-                "per-shard split that equals one table; use num_shards=1 with backend='ray', or "
-                "Uniform / Prioritized"
-            )
-        rate_limiter = MinSize(1) if rate_limiter is None else rate_limiter
-        if not isinstance(rate_limiter, RateLimiter):
-            raise TypeError(
-                f"rate_limiter must be a replay.rate_limiter.RateLimiter, got {type(rate_limiter).__name__}"
-            )
-        if tier not in SHARD_TIERS:
-            raise ValueError(
-                f"tier must be 'host', 'shared' or 'pinned' (the shard actors' rings), got {tier!r}"
-            )
-        shard_cap = capacity_steps // num_shards
-        rate_limiter.check_capacity(shard_cap * num_shards)
-        if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool)):
-            raise TypeError(f"timeout must be a number of seconds or None, got {type(timeout).__name__}")
-        if timeout is not None and (timeout < 0 or not math.isfinite(timeout)):
-            raise ValueError(f"timeout must be >= 0 seconds or None, got {timeout}")
-        max_times_sampled = check_int("max_times_sampled", max_times_sampled, 0)
-        if seed is not None:
-            seed = check_int("seed", seed, 0)
-        if chunk_steps is None:
-            chunk = max(1, min(shard_cap, CHUNK_BYTES // max(1, spec.step_bytes)))
-        else:
-            if (
-                isinstance(chunk_steps, bool)
-                or not isinstance(chunk_steps, (int, np.integer))
-                or chunk_steps < 1
-            ):
-                raise ValueError(f"chunk_steps must be an int >= 1, got {chunk_steps!r}")
-            chunk = min(int(chunk_steps), shard_cap)
-        staging_slots = check_int("staging_slots", staging_slots, 1)
-        if memory is not None and not isinstance(memory, MemoryManager):
-            raise TypeError(
-                f"memory must be a graphrl.memory.MemoryManager or None, got {type(memory).__name__}"
-            )
+        args = check_store_args(
+            spec,
+            capacity_steps,
+            num_shards,
+            selector,
+            rate_limiter,
+            max_times_sampled=max_times_sampled,
+            seed=seed,
+            chunk_steps=chunk_steps,
+            tier=tier,
+            timeout=timeout,
+            staging_slots=staging_slots,
+            memory=memory,
+        )
+        check_shard_selector(args.selector, args.num_shards)
         max_restarts, options, prefetch = check_ray_args(max_restarts, actor_options, prefetch)
+        spec, num_shards, shard_cap, chunk = args.spec, args.num_shards, args.shard_capacity, args.chunk_steps
+        selector, rate_limiter, timeout, seed = args.selector, args.rate_limiter, args.timeout, args.seed
+        max_times_sampled, staging_slots = args.max_times_sampled, args.staging_slots
         self.spec = spec
         self.num_shards = num_shards
         self.shard_capacity = shard_cap
@@ -185,20 +144,14 @@ class RayReplayStore:
         self.tier = tier
         self.max_restarts = max_restarts
         self.prefetch = prefetch
-        self.last_profile: dict[str, float] = {}
         self._owner = True
         self._closed = False
         self._store_id = uuid.uuid4().hex
         self._lock = threading.RLock()
-        self._rng = np.random.Generator(np.random.PCG64(seed))
-        self._samples = 0
-        self._pending: dict | None = None
-        self._prioritized = bool(selector.prioritized)
         restore = _restore or {}
-        if restore:
-            self._samples = int(restore.get("samples", 0))
-            if restore.get("rng"):
-                self._rng.bit_generator.state = restore["rng"]
+        rng = np.random.Generator(np.random.PCG64(seed))
+        if restore.get("rng"):
+            rng.bit_generator.state = restore["rng"]
         folders: dict[int, str] = dict(restore.get("folders", {}))
         config = {
             "spec": spec.to_config(),
@@ -214,9 +167,9 @@ class RayReplayStore:
         }
         self._owns_memory = memory is None
         self._memory = MemoryManager() if memory is None else memory
-        self._staging = BatchAssembler(
-            spec, self._memory, staging_slots, timeout, self._prioritized, max_restarts
-        )
+        prioritized = bool(selector.prioritized)
+        staging = BatchAssembler(spec, self._memory, staging_slots, timeout, prioritized, max_restarts)
+        self._staging = staging
         actor_cls = ray.remote(ShardActor)
         actors: list[Any] = []
         try:
@@ -227,58 +180,22 @@ class RayReplayStore:
                         s, cfg, folders.get(s)
                     )
                 )
-            self._shards = ShardGroup(actors, max_restarts, folders)
+            self._shards = shards = ShardGroup(actors, max_restarts, folders)
+            self._limiter = limiter = GlobalLimiter(rate_limiter, shards, int(restore.get("samples", 0)))
+            self._sampler = ShardSampler(shards, limiter, staging, rng, prioritized, prefetch)
             self._refresh(timeout=None if timeout is None else max(timeout, 120.0), what="RayReplayStore()")
         except BaseException:
             self._shards = ShardGroup(actors, max_restarts, folders)
             self._kill()
             raise
 
-    # -- shard stats and the global rate limiter
-    def _allowances(self) -> list[float]:
-        return allowances(self.rate_limiter, self._shards.stats, self._samples)
+    @property
+    def last_profile(self) -> dict[str, float]:
+        """Seconds of each stage of the last `sample` (stats, remote draw and put, ray.get, copy)."""
+        return self._sampler.last_profile
 
     def _refresh(self, timeout: float | None = None, what: str = "a store call") -> list[dict]:
-        """Fresh stats from every shard (pushing each its insert allowance)."""
-        allow = self._allowances() if self._shards.stats[0] else [None] * self.num_shards
-        return self._shards.refresh(allow, timeout, what)
-
-    def _counts(self) -> tuple[int, int, int]:
-        inserts, deletes = self._shards.totals()
-        return inserts, self._samples, deletes
-
-    def _limited(self) -> bool:
-        """Whether the rate limiter ever holds inserts back (not for MinSize)."""
-        return not math.isinf(headroom(self.rate_limiter, 0, 0, 0))
-
-    def _await_sample(self, deadline: float | None, timeout: float | None) -> None:
-        """Refresh the counters until the rate limiter admits a sample (blocking calls, no polling)."""
-        start = time.monotonic()
-        while True:
-            counts = self._counts()
-            if self.rate_limiter.can_sample(counts):
-                return
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                raise TimeoutError(
-                    f"sample waited {secs(time.monotonic() - start)} (timeout={secs(timeout)}): "
-                    f"{self.rate_limiter.explain_sample_block(counts)}"
-                )
-            token = uuid.uuid4().hex
-            self._shards.push_allowances(self._allowances())  # let the writers in while we wait
-            actors = self._shards.actors
-            refs = [
-                a.wait_inserts.remote(st["inserts"], token, left)
-                for a, st in zip(actors, self._shards.stats, strict=True)
-            ]
-            ray.wait(refs, num_returns=1, timeout=left)
-            for a in actors:
-                a.wake.remote(token)
-            try:
-                ray.get(refs)
-            except actor_errors():
-                pass  # the refresh below names the shard (or retries a restarted one)
-            self._refresh(stats_timeout(deadline), "sample()")
+        return self._limiter.refresh(timeout, what)
 
     # -- properties and inspection
     @property
@@ -321,8 +238,26 @@ class RayReplayStore:
         self._check_owner("counters")
         with self._lock:
             self._refresh(what="counters()")
-            i, s, d = self._counts()
+            i, s, d = self._limiter.counts()
         return {"inserts": i, "samples": s, "deletes": d}
+
+    def stats(self) -> dict[str, Any]:
+        """A snapshot over all shards (one round trip): ``steps``, ``live`` and ``priority_mass`` (sums
+        of the shards'; the live count for Uniform), the global rate-limiter counters ``inserts``,
+        ``samples``, ``deletes``, and ``shard_steps`` (live steps of each shard)."""
+        self._check_owner("stats")
+        with self._lock:
+            stats = self._refresh(what="stats()")
+            inserts, samples, deletes = self._limiter.counts()
+        return {
+            "steps": int(sum(st["steps"] for st in stats)),
+            "live": int(sum(st["live"] for st in stats)),
+            "priority_mass": float(sum(st["wmass"] for st in stats)),
+            "inserts": inserts,
+            "samples": samples,
+            "deletes": deletes,
+            "shard_steps": [int(st["steps"]) for st in stats],
+        }
 
     def episodes(self, shard: int | None = None) -> list[Episode]:
         """Copies of the live episodes of one shard or all (for inspection and tests)."""
@@ -438,20 +373,9 @@ class RayReplayStore:
             A shard's actor died (not restarted).
         """
         self._check_owner("sample")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-        if (
-            isinstance(window, bool)
-            or not isinstance(window, (int, np.integer))
-            or not 1 <= window <= MAX_WINDOW
-        ):
-            raise ValueError(f"window must be an int in [1, {MAX_WINDOW}], got {window!r}")
-        if pad not in PADS:
-            raise ValueError(f"pad must be 'tail' or 'head', got {pad!r}")
-        if not isinstance(beta, (int, float)) or not math.isfinite(beta) or beta < 0:
-            raise ValueError(f"beta must be finite and >= 0, got {beta}")
+        b, length = check_sample_args(batch_size, window, pad, beta)
         if device is not None:  # before drawing (a draw counts in the rate limiter), as the local store
-            ReplayStore._gather_target(self, device)  # type: ignore[arg-type]  # reads only its argument
+            check_device(device)
             if torch.device(device).type == "cuda" and not torch.cuda.is_available():  # numba's simulator
                 raise ValueError(
                     f"device={device!r} but CUDA is not available here (torch.cuda.is_available() is False): "
@@ -459,95 +383,11 @@ class RayReplayStore:
                 )
         timeout = self.timeout if timeout is DEFAULT else timeout
         deadline = None if timeout is None else time.monotonic() + timeout
-        b, length = int(batch_size), int(window)
         with self._lock:
-            t0 = time.perf_counter()
-            pending, self._pending = self._pending, None
-            if pending is not None and pending["key"] != (b, length, pad):
-                self._drop(pending)  # prefetched for other arguments: its draws are discarded
-                pending = None
-            if pending is None:
-                pending = self._issue(b, length, pad, deadline, block=True, timeout=timeout)
-            t1 = time.perf_counter()
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            replies = self._shards.collect(pending["calls"], pending["refs"], "sample()", left)
-            t2 = time.perf_counter()
-            self._samples += int(sum(int(rep["n"].sum()) for rep in replies))
-            for (s, _, _), rep in zip(pending["calls"], replies, strict=True):
-                self._shards.stats[s]["inserts"], self._shards.stats[s]["deletes"] = rep["counts"]
-            if self.prefetch:  # the next batch is drawn and shipped while this one is copied and used
-                try:
-                    self._pending = self._issue(b, length, pad, None, block=False)
-                except (ShardError, TimeoutError) as exc:  # surfaces at the next call
-                    logger.debug("no prefetch: %s", exc)
-            elif self._limited():  # let waiting writers in
-                self._shards.push_allowances(self._allowances())
-            batch, get_s = self._staging.assemble(pending, replies, beta, left)
-            t3 = time.perf_counter()
-            slowest = max(replies, key=lambda rep: rep["seconds"][2])["seconds"]
-            self.last_profile = {
-                "stats_s": t1 - t0 if "stats_s" not in pending else pending["stats_s"],
-                "remote_s": t2 - t1,
-                "shard_sample_s": slowest[2],
-                "shard_draw_s": slowest[0],
-                "shard_put_s": slowest[1],
-                "transfer_s": max(0.0, (t2 - t1) - slowest[2]),
-                "get_s": get_s,
-                "copy_s": t3 - t2 - get_s,
-                "total_s": t3 - t0,
-                "redrawn": float(sum(rep["redrawn"] for rep in replies)),
-                "shard_put_faults": float(sum(rep["faults"] for rep in replies)),
-            }
+            batch = self._sampler.sample(b, length, pad, beta, deadline, timeout)
         if device is not None and torch.device(device).type != "cpu":
             return batch.to(device)
         return batch
-
-    def _issue(
-        self, b: int, length: int, pad: str, deadline: float | None, block: bool, timeout: float | None = None
-    ) -> dict | None:
-        """Refresh the shards' masses, admit the draw (rate limiter) and send every shard its share.
-
-        Returns the pending draw (calls, refs, shares), or None when ``block`` is False and the rate
-        limiter does not admit it now.
-        """
-        t0 = time.perf_counter()
-        self._refresh(stats_timeout(deadline), "sample()")
-        if block:
-            self._await_sample(deadline, timeout)
-        elif not self.rate_limiter.can_sample(self._counts()):
-            return None
-        stats = self._shards.stats
-        live = np.array([st["live"] for st in stats], dtype=np.float64)
-        wmass = np.array([st["wmass"] for st in stats], dtype=np.float64)
-        mass = wmass if self._prioritized and wmass.sum() > 0 else live
-        if mass.sum() <= 0:
-            if not block:
-                return None
-            raise TimeoutError(f"no shard holds a sampleable window (live items per shard: {live.tolist()})")
-        share = shares(mass)
-        counts = self._rng.multinomial(b, share) if self.num_shards > 1 else np.array([b])
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        allow = self._allowances() if self._limited() else None
-        calls = [
-            (s, "sample", (k, length, pad, left, None if allow is None else allow[s]))
-            for s in range(self.num_shards)
-            for k in split_calls(int(counts[s]), self.num_shards)
-        ]
-        return {
-            "key": (b, length, pad),
-            "calls": calls,
-            "refs": self._shards.submit(calls),
-            "share": share,
-            "table_size": int(live.sum()),
-            "stats_s": time.perf_counter() - t0,
-        }
-
-    def _drop(self, pending: dict) -> None:
-        """Wait for a prefetched draw that will not be used (so its shards' staging can be reused)."""
-        try:
-            self._shards.collect(pending["calls"], pending["refs"], "a dropped prefetch", None)
-        except (ShardError, TimeoutError) as exc:
-            logger.debug("dropped prefetch: %s", exc)
 
     # -- priorities
     def update_priorities(self, keys: Any, priorities: Any) -> int:
@@ -587,15 +427,13 @@ class RayReplayStore:
         with self._lock:
             folder = manifests.new_folder(root)
             all_shards = range(self.num_shards)
-            if self._pending is not None:
-                self._drop(self._pending)
-                self._pending = None
+            self._sampler.drop_pending()
             dirs = [str(folder / manifests.shard_dir(s)) for s in all_shards]
             try:
                 self._shards.call([(s, "pause", (self.timeout,)) for s in all_shards], "checkpoint() (pause)")
                 done = self._shards.call([(s, "checkpoint", (dirs[s],)) for s in all_shards], "checkpoint()")
                 self._refresh(what="checkpoint()")
-                inserts, samples, deletes = self._counts()
+                inserts, samples, deletes = self._limiter.counts()
                 manifest = {
                     "num_shards": self.num_shards,
                     "shards": [manifests.shard_dir(s) for s in all_shards],
@@ -610,7 +448,7 @@ class RayReplayStore:
                     "tier": self.tier,
                     "seed": self.seed,
                     "counters": {"inserts": inserts, "samples": samples, "deletes": deletes},
-                    "rng": self._rng.bit_generator.state,
+                    "rng": self._sampler.rng.bit_generator.state,
                 }
             finally:
                 for a in self._shards.actors:
@@ -662,12 +500,6 @@ class RayReplayStore:
             return
         self._closed = True
         if self._owner:
-            self._pending = None
+            self._sampler.pending = None
             mark_closed(self._store_id)  # remote writers that meet the dead actors say "closed", not "died"
             self._kill()
-
-    def __enter__(self) -> RayReplayStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -1,8 +1,9 @@
 """The Ray replay store's own arguments (what the local store does not take), checked before any actor starts.
 
-`check_ray_args` validates ``max_restarts``, ``actor_options`` and ``prefetch`` and that Ray runs; the
-arguments both stores take are checked by the local store's checks. `DEFAULT` marks an argument left
-to the store's setting (``timeout``).
+`check_ray_args` validates ``max_restarts``, ``actor_options`` and ``prefetch`` and that Ray runs;
+`check_shard_selector` rejects selectors that do not split over shards. The arguments both stores take
+are checked by `replay._checks.check_store_args`. `DEFAULT` marks an argument left to the store's
+setting (``timeout``).
 """
 
 from __future__ import annotations
@@ -10,22 +11,28 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 import ray
 
-__all__ = ["DEFAULT", "SHARD_TIERS", "check_int", "check_ray_args"]
+from replay._checks import check_int
+from replay.selectors import Fifo, Lifo, MinHeap, Selector
+
+__all__ = ["DEFAULT", "check_ray_args", "check_shard_selector"]
 
 DEFAULT: Any = object()
-SHARD_TIERS = ("shared", "host", "pinned")
 
 
-def check_int(name: str, value: Any, lo: int, hi: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < lo or (hi is not None and value > hi):
-        rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
-        raise ValueError(f"{name} must be {rng}, got {value}")
-    return int(value)
+def check_shard_selector(selector: Selector, num_shards: int) -> None:
+    """Raise ValueError for a selector whose draws no per-shard split makes equal to one table's.
+
+    Uniform and Prioritized split exactly (a window's probability is ``P(shard) * P(window | shard)``);
+    Fifo, Lifo and the heaps order items across the whole table, so they need ``num_shards=1``.
+    """
+    if isinstance(selector, (Fifo, Lifo, MinHeap)) and num_shards > 1:
+        raise ValueError(
+            f"selector={selector!r} with num_shards={num_shards}: Fifo, Lifo and the heaps have no "
+            "per-shard split that equals one table; use num_shards=1 with RayReplayStore, or "
+            "Uniform / Prioritized"
+        )
 
 
 def check_ray_args(
@@ -55,7 +62,7 @@ def check_ray_args(
         options.update(actor_options)
     if not ray.is_initialized():
         raise ValueError(
-            "backend='ray' needs a running Ray: call ray.init() (a local cluster) or "
+            "RayReplayStore needs a running Ray: call ray.init() (a local cluster) or "
             "ray.init(address='auto') (join a cluster) before making the store"
         )
     return max_restarts, options, prefetch

@@ -20,15 +20,15 @@ import math
 
 import numpy as np
 
-from replay.rate_limiter import _BIG, RateLimiter
-from replay.store import MAX_SHARDS
+from replay.keys import MAX_SHARDS
+from replay.rate_limiter import UNLIMITED, RateLimiter
 
 __all__ = ["allowances", "headroom", "least_loaded", "shard_seed", "shares", "split_calls", "split_keys"]
 
 
 def headroom(limiter: RateLimiter, inserts: int, samples: int, deletes: int) -> float:
     """Steps the limiter admits now given global counters (may be <= 0, or inf for MinSize)."""
-    if limiter.max_diff >= _BIG / 2:
+    if limiter.max_diff >= UNLIMITED / 2:
         return math.inf
     fill = limiter.min_size + deletes - inserts
     ratio = (limiter.max_diff + samples) / limiter.samples_per_insert - inserts

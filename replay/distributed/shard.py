@@ -36,7 +36,6 @@ __all__ = ["DRAW_CHUNK", "ShardActor"]
 logger = logging.getLogger(__name__)
 
 SHARD_SLOTS = 1  # staging slots of a shard's local store (it never gathers: see ShardActor.sample)
-LOST_RECORD = 1 << 62  # no shard record has this id (ids count up from 0): see ShardActor.insert
 DRAW_CHUNK = 65536  # a shard draws (and puts) at most this many windows at a time, checking the deadline
 
 
@@ -134,21 +133,14 @@ class ShardActor:
         """Live count, priority mass (Prioritized), counters; sets the insert allowance if given."""
         if allow is not None:
             self.set_allow(allow)
-        store = self.store
-        with store._sel_lock:  # the local store has no public mass accessor: ingest, then read
-            sh = store._core.shards[0]
-            with sh:
-                store._ingest(0)
-            sel = store._selector
-            live = sel.live_count()
-            wmass = float(sel.wtree[:, 1].sum()) if sel.selector.prioritized else float(live)
+        live, wmass = self.store.selector_mass()
         inserts, deletes = self._counts()
         return {
             "live": live,
             "wmass": wmass,
             "inserts": inserts,
             "deletes": deletes,
-            "steps": len(store),
+            "steps": len(self.store),
             "incarnation": self.incarnation,
             "restored_from": self.restored_from,
             "awaiting": self.awaiting,
@@ -218,10 +210,8 @@ class ShardActor:
         try:
             if w is None:
                 w = self.store.writer(chunk_steps=self.chunk_steps)
-            if lost:  # a record id no record has: the local store starts a continuation record
-                with self.store._core.control.cond:  # and balances the open count its end takes back
-                    self.store._core.control.open[0] += 1
-                w._episode = (0, LOST_RECORD)
+            if lost:  # the local store starts a continuation record (windows stop at its start)
+                w.begin_continuation()
             w.extend(columns)
             if end:
                 w.end_episode()

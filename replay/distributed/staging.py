@@ -22,35 +22,13 @@ from graphrl.memory import MemoryManager
 from graphrl.tensors import StagingPool
 from replay.distributed.errors import actor_errors, secs, shard_error
 from replay.distributed.transport import place
+from replay.layout import BatchLayout
 from replay.spec import TrajectorySpec
 from replay.store import Batch
 
 __all__ = ["BatchAssembler"]
 
 MAX_SHAPES = 4  # staging pools kept at once (one per batch shape); the oldest is closed past this
-
-
-class _Layout:
-    """Byte offsets of each field and the mask of a [B, L] batch in one staging slot (64-byte aligned)."""
-
-    def __init__(self, spec: TrajectorySpec, batch: int, window: int) -> None:
-        self.offsets: dict[str, tuple[int, int]] = {}
-        off = 0
-        for name, f in spec.items():
-            nbytes = batch * window * f.row_bytes
-            self.offsets[name] = (off, nbytes)
-            off += -(-nbytes // 64) * 64
-        self.mask_off = off
-        self.nbytes = -(-max(1, off + batch * window) // 64) * 64
-        self.batch, self.window = batch, window
-
-    def views(self, spec: TrajectorySpec, raw: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        fields = {}
-        for name, f in spec.items():
-            off, nbytes = self.offsets[name]
-            fields[name] = raw[off : off + nbytes].view(f.torch_dtype).view(self.batch, self.window, *f.shape)
-        mask = raw[self.mask_off : self.mask_off + self.batch * self.window].view(torch.bool)
-        return fields, mask.view(self.batch, self.window)
 
 
 class BatchAssembler:
@@ -88,14 +66,14 @@ class BatchAssembler:
         self.prioritized = prioritized
         self.max_restarts = max_restarts
         self.row_bytes = np.array([f.row_bytes for f in spec.values()], dtype=np.int64)
-        self._pools: dict[tuple[int, int], tuple[StagingPool, _Layout]] = {}
+        self._pools: dict[tuple[int, int], tuple[StagingPool, BatchLayout]] = {}
         self._copy_pool: ThreadPoolExecutor | None = None
 
-    def _pool(self, batch: int, window: int) -> tuple[StagingPool, _Layout]:
+    def _pool(self, batch: int, window: int) -> tuple[StagingPool, BatchLayout]:
         key = (batch, window)
         entry = self._pools.get(key)
         if entry is None:
-            layout = _Layout(self.spec, batch, window)
+            layout = BatchLayout(self.spec, batch, window)
             pool = StagingPool(
                 self.memory,
                 (layout.nbytes,),

@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import ray
 
+from replay._checks import check_int
 from replay.distributed.errors import ShardError, actor_errors, secs, shard_error
-from replay.distributed.options import DEFAULT, check_int
+from replay.distributed.options import DEFAULT
 from replay.distributed.routing import least_loaded
 
 if TYPE_CHECKING:

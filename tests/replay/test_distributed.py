@@ -1,4 +1,4 @@
-"""ReplayStore(backend="ray"): shards as Ray actors on a local cluster of this machine.
+"""RayReplayStore: shards as Ray actors on a local cluster of this machine.
 
 Routing (whole episodes, balanced), one-table distributions across shards (chi-square, uniform and
 prioritized), priorities through keys, batches equal to a reference gather byte for byte (wrapped
@@ -24,7 +24,7 @@ from replay import Fifo, MinSize, Prioritized, ReplayStore, SampleToInsertRatio,
 from replay.distributed import RayReplayStore, ShardError  # noqa: E402
 from replay.distributed.shard import ShardActor  # noqa: E402
 from replay.distributed.transport import place  # noqa: E402
-from replay.store import decode_keys, key_incarnations  # noqa: E402
+from replay.keys import decode_keys, key_incarnations  # noqa: E402
 
 # the Ray task below travels by value: the workers cannot import this test file by name
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -108,14 +108,14 @@ def cluster():
 
 @pytest.fixture(scope="module")
 def prio(cluster):
-    store = ReplayStore(SPEC, 4000, num_shards=2, backend="ray", selector=Prioritized(0.6), seed=7)
+    store = RayReplayStore(SPEC, 4000, num_shards=2, selector=Prioritized(0.6), seed=7)
     yield store
     store.close()
 
 
 @pytest.fixture(scope="module")
 def uniform(cluster):
-    store = ReplayStore(SPEC, 4000, num_shards=2, backend="ray", selector=Uniform(), seed=3, max_restarts=1)
+    store = RayReplayStore(SPEC, 4000, num_shards=2, selector=Uniform(), seed=3, max_restarts=1)
     yield store
     store.close()
 
@@ -152,15 +152,17 @@ def uniform(cluster):
 def test_bad_arguments_raise_naming_the_argument(kwargs, exc, name):
     args = {"capacity_steps": 1000, "num_shards": 2, **kwargs}
     with pytest.raises(exc, match=name):
-        ReplayStore(SPEC, backend="ray", **args)  # checked before any actor starts (no cluster needed)
+        RayReplayStore(SPEC, **args)  # checked before any actor starts (no cluster needed)
 
 
 def test_bad_backend_and_no_cluster():
     with pytest.raises(ValueError, match="backend"):
         ReplayStore(SPEC, 100, backend="rey")
+    with pytest.raises(ValueError, match=r"replay\.distributed\.RayReplayStore"):
+        ReplayStore(SPEC, 100, backend="ray")
     if not ray.is_initialized():
         with pytest.raises(ValueError, match=r"ray\.init"):
-            ReplayStore(SPEC, 100, backend="ray")
+            RayReplayStore(SPEC, 100)
 
 
 # ------------------------------------------------------------------------------------------ routing
@@ -322,7 +324,7 @@ def reference_batch(episodes, keys, lengths, window: int, pad: str) -> dict[str,
 def test_batches_equal_a_reference_gather_byte_for_byte(cluster):
     # one shard of 100 steps, 163 written: the ring has wrapped, an episode straddles its end (positions
     # 85..115 sit in slots 85..99 and 0..15) and the oldest live episode lost its head (floor 63)
-    with ReplayStore(BYTES, 100, num_shards=1, backend="ray", seed=11) as store:
+    with RayReplayStore(BYTES, 100, num_shards=1, seed=11) as store:
         with store.writer(chunk_steps=16) as w:
             first = 0
             for n in (13, 40, 7, 25, 31, 18, 29):
@@ -582,8 +584,8 @@ def test_rate_limiter_applies_to_the_whole_store(cluster):
     # diff = inserts - samples must stay in [-20, 60]; sampling starts at 20 steps
     limiter = SampleToInsertRatio(1.0, min_size=20, error_buffer=40)
     selector = Prioritized(1.0)  # so that priorities of 1e308 overflow a shard's mass (below)
-    with ReplayStore(
-        SPEC, 1000, num_shards=2, backend="ray", rate_limiter=limiter, seed=1, selector=selector
+    with RayReplayStore(
+        SPEC, 1000, num_shards=2, rate_limiter=limiter, seed=1, selector=selector
     ) as store:
         with pytest.raises(TimeoutError, match=r"sample waited .* \(timeout=0\.2 s\): .*min_size=20") as err:
             store.sample(4, window=1, timeout=0.2)
