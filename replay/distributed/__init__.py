@@ -12,15 +12,17 @@
 >>> store.update_priorities(batch.keys, td_errors); store.checkpoint("ckpt/")
 
 Each shard is a threaded Ray actor that owns a local one-shard `replay.store.ReplayStore` and runs its
-writer, sampling, priority and checkpoint code (`shard`); the client `RayReplayStore` (`client`) holds
-no step data. Modules, one job each: `client` (the store), `shard` (the actor), `writer`
-(`RayTrajectoryWriter`: buffers an episode and ships numpy columns to one shard), `handle`
-(`RayStoreHandle`, what a remote writer needs), `routing` (which shard gets what: writes, draws, keys,
-the insert budget), `group` (parallel calls to the actors, restart recovery), `transport` (windows as
-runs of ring slots through Ray's object store), `staging` (the batch built from the shards' replies),
-`checkpoint` (the manifest over the shards' checkpoints), `errors` (`ShardError`), `options`.
-The contracts (one-table sampling, keys, checkpoints, faults, security) are in
-docs/architecture.md#replay-composition; measurements in docs/performance.md.
+writer, sampling, priority and checkpoint code; the client holds no step data, checks its arguments
+with the local store's checks (`replay._checks`) and satisfies the same `replay.interface.ReplayStoreBase`.
+Modules, one job each: `client` (`RayReplayStore`), `shard` (`ShardActor`), `writer`
+(`RayTrajectoryWriter`: buffers an episode, ships numpy columns to one shard), `handle`
+(`RayStoreHandle`: what a remote writer needs), `routing` (which shard gets what: writes, draws, keys,
+the insert budget), `group` (`ShardGroup`: parallel calls to the actors, restart recovery), `limiter`
+(`GlobalLimiter`: the rate limiter over all shards), `sampler` (`ShardSampler`: a batch as from one
+table), `transport` (windows as runs of ring slots through Ray's object store), `staging`
+(`BatchAssembler`: the batch built from the replies), `checkpoint` (the manifest over the shards'
+checkpoints), `errors` (`ShardError`), `options` (the Ray-only arguments). Contracts (one-table
+sampling, keys, checkpoints, faults, security): docs/architecture.md#replay-composition.
 
 References
 ----------

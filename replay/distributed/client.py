@@ -143,7 +143,6 @@ class RayReplayStore(ReplayStoreBase):
         self.timeout = timeout
         self.tier = tier
         self.max_restarts = max_restarts
-        self.prefetch = prefetch
         self._owner = True
         self._closed = False
         self._store_id = uuid.uuid4().hex
@@ -188,6 +187,15 @@ class RayReplayStore(ReplayStoreBase):
             self._shards = ShardGroup(actors, max_restarts, folders)
             self._kill()
             raise
+
+    @property
+    def prefetch(self) -> int:
+        """1: the next draw is sent as a batch is returned (see the class); may be set between samples."""
+        return self._sampler.prefetch
+
+    @prefetch.setter
+    def prefetch(self, value: int) -> None:
+        self._sampler.prefetch = check_int("prefetch", value, 0, 1)
 
     @property
     def last_profile(self) -> dict[str, float]:
