@@ -24,6 +24,7 @@ from replay import Fifo, MinSize, Prioritized, ReplayStore, SampleToInsertRatio,
 from replay.distributed import RayReplayStore, ShardError  # noqa: E402
 from replay.distributed.shard import ShardActor  # noqa: E402
 from replay.distributed.transport import place  # noqa: E402
+from replay.interface import ReplayStoreBase  # noqa: E402
 from replay.keys import decode_keys, key_incarnations  # noqa: E402
 
 # the Ray task below travels by value: the workers cannot import this test file by name
@@ -188,6 +189,10 @@ def test_writes_go_whole_to_one_shard_balanced(prio):
     assert sum(sizes) == sum(lengths)
     assert abs(sizes[0] - sizes[1]) <= max(lengths)  # one writer balances its own steps
     assert list(sizes) == w.shard_steps.tolist()
+    assert isinstance(prio, ReplayStoreBase)  # the one interface both stores satisfy
+    st = prio.stats()
+    assert st["shard_steps"] == sizes and st["steps"] == sum(lengths) == st["inserts"]
+    assert st["samples"] == 0 and st["live"] > 0 and st["priority_mass"] > 0
 
 
 def test_independent_writers_of_one_episode_each_fill_the_shards_evenly(prio):
