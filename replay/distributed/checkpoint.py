@@ -6,7 +6,8 @@ Layout under the user's ``path``::
                               "shards": ["shard-000", ...], spec, settings, counters, the client's rng}
     ckpt-000003/shard-000/   each shard's local checkpoint (`replay.checkpoint`)
 
-`new_folder` picks the next ``ckpt-NNNNNN`` folder; the shards write into it; `publish` fsyncs it,
+`write` pauses inserts on every shard, has each write its local checkpoint into the next
+``ckpt-NNNNNN`` folder (`new_folder`) and resumes them; `publish` fsyncs it,
 writes the manifest to a temporary file (fsync'd, ``os.replace``'d, the folder fsync'd) and deletes the
 older folders, so a checkpoint interrupted part way leaves the previous one named and whole.
 `read_manifest` and `restore_arguments` are the way back (`RayReplayStore.restore`). On a cluster of
@@ -20,13 +21,17 @@ import json
 import os
 import shutil
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from replay._files import fsync_dir
 from replay.rate_limiter import rate_limiter_from_config
 from replay.selectors import selector_from_config
 from replay.spec import TrajectorySpec
+
+if TYPE_CHECKING:
+    from replay.distributed.group import ShardGroup
 
 __all__ = [
     "FORMAT",
@@ -38,6 +43,7 @@ __all__ = [
     "read_manifest",
     "restore_arguments",
     "shard_dir",
+    "write",
 ]
 
 MANIFEST = "MANIFEST.json"
@@ -61,6 +67,43 @@ def new_folder(root: Path) -> Path:
     folder = root / f"ckpt-{number:06d}"
     if folder.exists():
         shutil.rmtree(folder)
+    return folder
+
+
+def write(
+    shards: ShardGroup, root: Path, timeout: float | None, settings: Callable[[], dict[str, Any]]
+) -> Path:
+    """Write one checkpoint of every shard under ``root`` and name it in the manifest; return its folder.
+
+    Inserts pause on every shard (waiting up to ``timeout`` for shipments in progress) while each
+    writes its local checkpoint into ``ckpt-NNNNNN/shard-III/``; ``settings()`` (the client's state:
+    spec, settings, counters, rng) is read before inserts resume; then `publish`. The shards' folders
+    become what a restarted shard reloads (``shards.folders``).
+
+    Raises
+    ------
+    ShardError
+        A shard's actor died (the previous checkpoint stays the latest).
+    OSError
+        The files could not be written (the previous checkpoint stays the latest).
+    """
+    folder = new_folder(root)
+    every = range(len(shards))
+    dirs = [str(folder / shard_dir(s)) for s in every]
+    try:
+        shards.call([(s, "pause", (timeout,)) for s in every], "checkpoint() (pause)")
+        done = shards.call([(s, "checkpoint", (dirs[s],)) for s in every], "checkpoint()")
+        manifest = {
+            "num_shards": len(shards),
+            "shards": [shard_dir(s) for s in every],
+            "shard_checkpoints": [os.path.relpath(d, folder) for d in done],
+            **settings(),
+        }
+    finally:
+        for a in shards.actors:
+            a.resume.remote()
+    publish(root, folder, manifest)
+    shards.folders = dict(enumerate(dirs))
     return folder
 
 

@@ -433,37 +433,26 @@ class RayReplayStore(ReplayStoreBase):
         root = Path(path).absolute()
         root.mkdir(parents=True, exist_ok=True)
         with self._lock:
-            folder = manifests.new_folder(root)
-            all_shards = range(self.num_shards)
-            self._sampler.drop_pending()
-            dirs = [str(folder / manifests.shard_dir(s)) for s in all_shards]
-            try:
-                self._shards.call([(s, "pause", (self.timeout,)) for s in all_shards], "checkpoint() (pause)")
-                done = self._shards.call([(s, "checkpoint", (dirs[s],)) for s in all_shards], "checkpoint()")
-                self._refresh(what="checkpoint()")
-                inserts, samples, deletes = self._limiter.counts()
-                manifest = {
-                    "num_shards": self.num_shards,
-                    "shards": [manifests.shard_dir(s) for s in all_shards],
-                    "shard_checkpoints": [os.path.relpath(d, folder) for d in done],
-                    "spec": self.spec.to_config(),
-                    "capacity_steps": self.capacity_steps,
-                    "selector": self.selector.to_config(),
-                    "rate_limiter": self.rate_limiter.to_config(),
-                    "max_times_sampled": self.max_times_sampled,
-                    "chunk_steps": self.chunk_steps,
-                    "timeout": self.timeout,
-                    "tier": self.tier,
-                    "seed": self.seed,
-                    "counters": {"inserts": inserts, "samples": samples, "deletes": deletes},
-                    "rng": self._sampler.rng.bit_generator.state,
-                }
-            finally:
-                for a in self._shards.actors:
-                    a.resume.remote()
-            manifests.publish(root, folder, manifest)
-            self._shards.folders = dict(enumerate(dirs))
-        return str(folder)
+            self._sampler.drop_pending()  # its windows were drawn before the checkpoint
+            return str(manifests.write(self._shards, root, self.timeout, self._settings))
+
+    def _settings(self) -> dict[str, Any]:
+        """The client's part of a manifest (read once the shards' checkpoints are written)."""
+        self._refresh(what="checkpoint()")
+        inserts, samples, deletes = self._limiter.counts()
+        return {
+            "spec": self.spec.to_config(),
+            "capacity_steps": self.capacity_steps,
+            "selector": self.selector.to_config(),
+            "rate_limiter": self.rate_limiter.to_config(),
+            "max_times_sampled": self.max_times_sampled,
+            "chunk_steps": self.chunk_steps,
+            "timeout": self.timeout,
+            "tier": self.tier,
+            "seed": self.seed,
+            "counters": {"inserts": inserts, "samples": samples, "deletes": deletes},
+            "rng": self._sampler.rng.bit_generator.state,
+        }
 
     @classmethod
     def restore(
