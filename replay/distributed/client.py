@@ -141,7 +141,7 @@ class RayReplayStore(ReplayStoreBase):
         self.seed = seed
         self.chunk_steps = chunk
         self.timeout = timeout
-        self.tier = tier
+        self.tier = args.tier
         self.max_restarts = max_restarts
         self._owner = True
         self._closed = False
@@ -160,7 +160,7 @@ class RayReplayStore(ReplayStoreBase):
             "rate_limiter": rate_limiter.to_config(),
             "max_times_sampled": max_times_sampled,
             "chunk_steps": chunk,
-            "tier": tier,
+            "tier": args.tier,
             "timeout": timeout,
             "staging_slots": staging_slots,
         }
