@@ -178,6 +178,8 @@ def main(
     """Sampled windows/s and inserted steps/s of the Ray-backed store vs the in-process store."""
     import ray
 
+    from replay.distributed import RayReplayStore  # needs ray
+
     logging.basicConfig(level=logging.WARNING)
     ray.init(  # a cluster of its own, even where another is running on this machine
         address="local",
@@ -234,7 +236,7 @@ def main(
     )
 
     for s in [int(x) for x in shards.split(",") if x.strip()]:
-        store = ReplayStore(SPEC, steps, s, backend="ray", selector=Uniform(), seed=0, timeout=120)
+        store = RayReplayStore(SPEC, steps, s, selector=Uniform(), seed=0, timeout=120)
         fill(store, episodes)
         ins = sum(len(e["obs"]) for e in episodes) / fill(store, episodes)
         rows.append(

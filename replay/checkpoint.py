@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from replay._files import fsync_dir
 from replay.rate_limiter import rate_limiter_from_config
 from replay.selectors import selector_from_config
 from replay.spec import TrajectorySpec
@@ -49,7 +50,7 @@ from replay.storage import COMMITS, GSEQ, HOLES, N_RECORDS, REC_ID, RESERVE_POS,
 if TYPE_CHECKING:
     from replay.store import ReplayStore
 
-__all__ = ["load", "save"]
+__all__ = ["fsync_dir", "load", "save"]
 
 VERSION = 1
 _CHUNK_BYTES = 16 * 2**20
@@ -81,14 +82,6 @@ def _live_parts(ring: np.ndarray, lo: int, hi: int) -> list[np.ndarray]:
         return [ring[:0]]
     a, b = lo % cap, (hi - 1) % cap + 1
     return [ring[a:b]] if a < b else [ring[a:], ring[:b]]
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _latest(path: Path) -> Path:
@@ -210,19 +203,19 @@ def save(store: ReplayStore, path: str | os.PathLike[str]) -> str:
             for sh in reversed(shards):
                 sh.release()
     for dirpath, _, _ in os.walk(tmp):
-        _fsync_dir(Path(dirpath))
+        fsync_dir(Path(dirpath))
     final = root / f"ckpt-{number:06d}"
     if final.exists():  # a folder left by a checkpoint killed between rename and LATEST
         shutil.rmtree(final)
     os.rename(tmp, final)
-    _fsync_dir(root)
+    fsync_dir(root)
     marker_tmp = root / f".tmp-LATEST-{uuid.uuid4().hex[:8]}"
     with open(marker_tmp, "w") as fh:
         fh.write(final.name + "\n")
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(marker_tmp, root / "LATEST")
-    _fsync_dir(root)
+    fsync_dir(root)
     for old in root.glob("ckpt-*"):
         if old != final:
             shutil.rmtree(old, ignore_errors=True)
@@ -251,7 +244,8 @@ def load(path: str | os.PathLike[str], memory: Any = None, **overrides: Any) -> 
     import zarr
     from zarr.storage import LocalStore
 
-    from replay.store import INC_BITS, ReplayStore
+    from replay.keys import INC_BITS
+    from replay.store import ReplayStore
 
     folder = _latest(Path(path))
     group = zarr.open_group(LocalStore(folder, read_only=True), mode="r")

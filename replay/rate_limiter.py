@@ -52,13 +52,14 @@ __all__ = [
     "RateLimiter",
     "RateLimiterState",
     "SampleToInsertRatio",
+    "UNLIMITED",
     "rate_limiter_from_config",
 ]
 
 logger = logging.getLogger(__name__)
 
 INSERTS, SAMPLES, DELETES, CANCELLED = 0, 1, 2, 3
-_BIG = sys.float_info.max
+UNLIMITED = sys.float_info.max  # a bound that never binds (MinSize's min_diff / max_diff)
 
 
 class RateLimiter:
@@ -173,7 +174,7 @@ class MinSize(RateLimiter):
     kind = "min_size"
 
     def __init__(self, min_size: int = 1) -> None:
-        super().__init__(1.0, min_size, -_BIG, _BIG)
+        super().__init__(1.0, min_size, -UNLIMITED, UNLIMITED)
 
     def to_config(self) -> dict[str, Any]:
         return {"kind": self.kind, "min_size": self.min_size}

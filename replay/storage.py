@@ -83,6 +83,7 @@ _STEPS_OFF = _META_OFF + 8 * _META_LEN
 # record fields (int64) and flags
 REC_ID, REC_START, REC_LENGTH, REC_FLAGS = 0, 1, 2, 3
 OPEN, CONTINUATION = 1, 2
+LOST_RECORD = 1 << 62  # no record has this id (ids count up from 0): a commit to it starts a continuation
 # step flags
 EXHAUSTED = 1
 

@@ -88,58 +88,30 @@ import torch
 
 from graphrl.memory import MemoryManager, Region, RegionHandle
 from graphrl.tensors import StagingBuffer, StagingPool
+from replay._checks import check_chunk_steps, check_device, check_sample_args, check_store_args
+from replay.interface import ReplayStoreBase
+from replay.keys import INC_BITS, decode_keys, encode_keys, key_incarnations
+from replay.layout import BatchLayout
 from replay.rate_limiter import (
     CANCELLED,
     DELETES,
     INSERTS,
-    MinSize,
     RateLimiter,
     RateLimiterState,
     rate_limiter_from_config,
 )
-from replay.selectors import EXHAUSTED, LIVE, Selector, SelectorState, Uniform, check_priorities
+from replay.selectors import EXHAUSTED, LIVE, Selector, SelectorState, check_priorities
 from replay.spec import TrajectorySpec
 from replay.storage import EXHAUSTED as STEP_EXHAUSTED
 from replay.storage import GSEQ, WRITERS, Control, ShardHandle, ShardStorage
-from replay.windows import PADS, gather_fields, window_bounds, window_mask
+from replay.windows import gather_fields, window_bounds, window_mask
 from replay.writer import TrajectoryWriter
 
 __all__ = ["Batch", "Episode", "ReplayStore", "StoreHandle", "WindowTable", "decode_keys", "encode_keys"]
 
 logger = logging.getLogger(__name__)
 
-SHARD_BITS, BACK_BITS, INC_BITS, POS_BITS = 8, 16, 4, 35
-MAX_SHARDS = 1 << SHARD_BITS
-MAX_WINDOW = 1 << BACK_BITS
 _DEFAULT: Any = object()
-_CHUNK_BYTES = 16 * 2**20
-
-
-def encode_keys(
-    shards: np.ndarray, anchors: np.ndarray, back: np.ndarray, incarnation: int = 0
-) -> np.ndarray:
-    """Keys (int64 [B]) of windows: ``anchor << 28 | incarnation << 24 | back << 8 | shard``."""
-    return (
-        (np.asarray(anchors, np.int64) << (SHARD_BITS + BACK_BITS + INC_BITS))
-        | np.int64((int(incarnation) % (1 << INC_BITS)) << (SHARD_BITS + BACK_BITS))
-        | (np.asarray(back, np.int64) << SHARD_BITS)
-        | np.asarray(shards, np.int64)
-    )
-
-
-def decode_keys(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(shard, anchor position, back)`` of each key (see `encode_keys`; `key_incarnations` for the rest)."""
-    keys = np.asarray(keys, dtype=np.int64)
-    return (
-        keys & (MAX_SHARDS - 1),
-        keys >> (SHARD_BITS + BACK_BITS + INC_BITS),
-        (keys >> SHARD_BITS) & (MAX_WINDOW - 1),
-    )
-
-
-def key_incarnations(keys: np.ndarray) -> np.ndarray:
-    """The store incarnation (0..15) each key was drawn in (see `encode_keys`)."""
-    return (np.asarray(keys, dtype=np.int64) >> (SHARD_BITS + BACK_BITS)) & ((1 << INC_BITS) - 1)
 
 
 @dataclass(frozen=True)
@@ -337,6 +309,11 @@ class _Core:
             ctl.cond.notify_all()
         return shard, record
 
+    def open_episode(self, shard: int) -> None:
+        """Count one more episode open on ``shard`` (a writer's continuation record, see the writer)."""
+        with self.control.cond:
+            self.control.open[shard] += 1
+
     def live_steps(self) -> int:
         total = 0
         for sh in self.shards:
@@ -507,43 +484,10 @@ def _weights(prob: np.ndarray, n: int, beta: float) -> torch.Tensor:
     return torch.from_numpy((w / w.max()).astype(np.float32))
 
 
-def _check_draw(batch_size: Any, window: Any, pad: Any) -> None:
-    """Checks shared by `ReplayStore.sample` and `ReplayStore.draw_windows` (ValueError naming it)."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-    if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or not 1 <= window <= MAX_WINDOW:
-        raise ValueError(f"window must be an int in [1, {MAX_WINDOW}], got {window!r}")
-    if pad not in PADS:
-        raise ValueError(f"pad must be 'tail' or 'head', got {pad!r}")
-
-
-class _Layout:
-    """Where each field and the mask of a [B, L] batch sit in one staging slot (64-byte aligned)."""
-
-    def __init__(self, spec: TrajectorySpec, batch: int, window: int) -> None:
-        self.batch, self.window = batch, window
-        self.offsets: dict[str, tuple[int, int]] = {}
-        off = 0
-        for name, f in spec.items():
-            nbytes = batch * window * f.row_bytes
-            self.offsets[name] = (off, nbytes)
-            off += -(-nbytes // 64) * 64
-        self.mask_off = off
-        self.nbytes = -(-max(1, off + batch * window) // 64) * 64  # slots stay 64-byte aligned
-
-    def views(self, spec: TrajectorySpec, raw: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        fields = {}
-        for name, f in spec.items():
-            off, nbytes = self.offsets[name]
-            fields[name] = raw[off : off + nbytes].view(f.torch_dtype).view(self.batch, self.window, *f.shape)
-        mask = raw[self.mask_off : self.mask_off + self.batch * self.window].view(torch.bool)
-        return fields, mask.view(self.batch, self.window)
-
-
 # ------------------------------------------------------------------------------------------ store
 
 
-class ReplayStore:
+class ReplayStore(ReplayStoreBase):
     """A sharded trajectory replay store in memory-manager regions.
 
     Parameters
@@ -576,31 +520,21 @@ class ReplayStore:
     staging_slots : int
         Batches that may be held at once per batch shape (`graphrl.tensors.StagingPool` slots).
     backend : str
-        ``"local"`` (default): shards in this machine's memory, as described here. ``"ray"``: each
-        shard a Ray actor (`replay.distributed.RayReplayStore`, same arguments, same `Batch`); needs
-        ``ray`` installed and ``ray.init()`` called.
+        ``"local"`` (the only value). For shards as Ray actors make a
+        `replay.distributed.RayReplayStore` (same arguments, same `Batch`); ``"ray"`` raises
+        ``ValueError`` naming it.
 
     Raises
     ------
     ValueError
         Bad sizes (capacity below the shard count, more than 256 shards), a rate limiter that could
-        never admit a sample at this capacity, or a bad tier.
+        never admit a sample at this capacity, a bad tier or other argument (`replay._checks`), or
+        ``backend`` other than ``"local"``.
     TypeError
-        A spec, selector or rate limiter of the wrong type.
+        A spec, selector, rate limiter or memory manager of the wrong type.
     MemoryBudgetError
         The regions do not fit the memory manager's budget.
     """
-
-    _sim_warned = False  # warned once that the simulator stands in for an available GPU
-
-    def __new__(cls, *args: Any, backend: str = "local", **kwargs: Any) -> Any:
-        if backend == "ray":
-            from replay.distributed import RayReplayStore  # imports ray only when asked for
-
-            return RayReplayStore(*args, **kwargs)
-        if backend != "local":
-            raise ValueError(f"backend must be 'local' or 'ray', got {backend!r}")
-        return super().__new__(cls)
 
     def __init__(
         self,
@@ -619,34 +553,33 @@ class ReplayStore:
         staging_slots: int = 4,
         backend: str = "local",
     ) -> None:
-        spec = spec if isinstance(spec, TrajectorySpec) else TrajectorySpec(spec)
-        for name, value in (("capacity_steps", capacity_steps), ("num_shards", num_shards)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-                raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-        if not 1 <= num_shards <= MAX_SHARDS:
-            raise ValueError(f"num_shards must be in [1, {MAX_SHARDS}], got {num_shards}")
-        if capacity_steps < num_shards:
+        if backend == "ray":
             raise ValueError(
-                f"capacity_steps={capacity_steps} must be >= num_shards={num_shards} (>= 1 step a shard)"
+                "ReplayStore(..., backend='ray') is gone: use replay.distributed.RayReplayStore(...) "
+                "(same arguments)"
             )
-        selector = Uniform() if selector is None else selector
-        if not isinstance(selector, Selector):
-            raise TypeError(f"selector must be a replay.selectors.Selector, got {type(selector).__name__}")
-        rate_limiter = MinSize(1) if rate_limiter is None else rate_limiter
-        if not isinstance(rate_limiter, RateLimiter):
-            raise TypeError(
-                f"rate_limiter must be a replay.rate_limiter.RateLimiter, got {type(rate_limiter).__name__}"
-            )
-        if tier not in ("shared", "host", "pinned"):
+        if backend != "local":
             raise ValueError(
-                f"tier must be 'shared' (actors in other processes), 'host' or 'pinned', got {tier!r}: "
-                "the rings must be host memory the writers can view"
+                f"backend must be 'local' (for Ray: replay.distributed.RayReplayStore), got {backend!r}"
             )
-        capacity = int(capacity_steps) // int(num_shards)
-        rate_limiter.check_capacity(capacity * int(num_shards))
-        if timeout is not None and timeout < 0:
-            raise ValueError(f"timeout must be >= 0 seconds or None, got {timeout}")
-        chunk = self._chunk(spec, capacity, chunk_steps)
+        args = check_store_args(
+            spec,
+            capacity_steps,
+            num_shards,
+            selector,
+            rate_limiter,
+            max_times_sampled=max_times_sampled,
+            seed=seed,
+            chunk_steps=chunk_steps,
+            tier=tier,
+            timeout=timeout,
+            staging_slots=staging_slots,
+            memory=memory,
+        )
+        spec, num_shards, capacity = args.spec, args.num_shards, args.shard_capacity
+        selector, rate_limiter, chunk = args.selector, args.rate_limiter, args.chunk_steps
+        timeout = args.timeout
+        max_times_sampled, seed, staging_slots = args.max_times_sampled, args.seed, args.staging_slots
         self._owns_memory = memory is None
         memory = MemoryManager() if memory is None else memory
         fallback = ("host",) if tier == "pinned" else ()
@@ -686,7 +619,7 @@ class ReplayStore:
         self._row_bytes = np.array([f.row_bytes for f in spec.values()], dtype=np.int64)
         self._slot_views: dict[tuple[int, int], tuple] = {}
         self._pool_lock = threading.Lock()
-        self._pools: dict[tuple[int, int, str | None], tuple[StagingPool, _Layout]] = {}
+        self._pools: dict[tuple[int, int, str | None], tuple[StagingPool, BatchLayout]] = {}
         self._staging_slots = int(staging_slots)
         self._uva: list[tuple[Any, ...]] | None = None  # per shard, numba views of its rings (GPU path)
         self._uva_regions: list[Region] = []  # rings registered (page-locked) for the GPU path
@@ -700,14 +633,6 @@ class ReplayStore:
         arr = region.numpy()
         arr[...] = 0
         return arr
-
-    @staticmethod
-    def _chunk(spec: TrajectorySpec, capacity: int, chunk_steps: int | None) -> int:
-        if chunk_steps is None:
-            return max(1, min(capacity, _CHUNK_BYTES // max(1, spec.step_bytes)))
-        if isinstance(chunk_steps, bool) or not isinstance(chunk_steps, (int, np.integer)) or chunk_steps < 1:
-            raise ValueError(f"chunk_steps must be an int >= 1, got {chunk_steps!r}")
-        return min(int(chunk_steps), capacity)
 
     # -- properties
     @property
@@ -739,6 +664,38 @@ class ReplayStore:
     def counters(self) -> dict[str, int]:
         """Rate-limiter counters: ``inserts``, ``samples`` (steps) and ``deletes`` (items)."""
         return self._limiter.state()
+
+    def selector_mass(self) -> tuple[int, float]:
+        """``(live items, priority mass)`` of the selector after ingesting every pending commit.
+
+        The mass is the sum of the live items' priorities raised to alpha for `Prioritized`, the live
+        count otherwise. Taken under the selector lock and each shard's lock in turn.
+
+        Raises
+        ------
+        ValueError
+            A closed store, or one attached by handle.
+        """
+        self._check_owner("selector_mass")
+        with self._sel_lock:
+            for s, sh in enumerate(self._core.shards):
+                with sh:
+                    self._ingest(s)
+            live = self._selector.live_count()
+            mass = float(self._selector.mass().sum()) if self._prioritized else float(live)
+        return live, mass
+
+    def stats(self) -> dict[str, Any]:
+        """A snapshot: ``steps`` (live steps), ``live`` and ``priority_mass`` (`selector_mass`), the
+        rate-limiter counters ``inserts``, ``samples``, ``deletes``, and ``incarnation`` (see Keys)."""
+        live, mass = self.selector_mass()
+        return {
+            "steps": len(self),
+            "live": live,
+            "priority_mass": mass,
+            **self.counters(),
+            "incarnation": self._incarnation,
+        }
 
     def __repr__(self) -> str:
         role = "owner" if self._owner else "attached"
@@ -837,7 +794,7 @@ class ReplayStore:
         chunk = (
             self._core.chunk_steps
             if chunk_steps is None
-            else self._chunk(self.spec, self._core.capacity, chunk_steps)
+            else check_chunk_steps(self.spec, self._core.capacity, chunk_steps)
         )
         return TrajectoryWriter(self._core, chunk, self._core.timeout if timeout is _DEFAULT else timeout)
 
@@ -869,17 +826,17 @@ class ReplayStore:
 
     def _pool(
         self, batch: int, window: int, target: torch.device | None = None
-    ) -> tuple[StagingPool, _Layout]:
+    ) -> tuple[StagingPool, BatchLayout]:
         with self._pool_lock:
             return self._pool_locked(batch, window, target)
 
     def _pool_locked(
         self, batch: int, window: int, target: torch.device | None
-    ) -> tuple[StagingPool, _Layout]:
+    ) -> tuple[StagingPool, BatchLayout]:
         key = (batch, window, None if target is None else str(target))
         entry = self._pools.get(key)
         if entry is None:
-            layout = _Layout(self.spec, batch, window)
+            layout = BatchLayout(self.spec, batch, window)
             if target is None:  # host staging: pinned with CUDA, else host
                 tier, fallback, owner = "pinned", ("host",), "replay.staging"
             elif target.type == "cuda":  # the GPU gather's output batches
@@ -967,9 +924,7 @@ class ReplayStore:
             staging pool does not fit its tier.
         """
         self._check_owner("sample")
-        _check_draw(batch_size, window, pad)
-        if not math.isfinite(beta) or beta < 0:
-            raise ValueError(f"beta must be finite and >= 0, got {beta}")
+        check_sample_args(batch_size, window, pad, beta)
         timeout = self._core.timeout if timeout is _DEFAULT else timeout
         deadline = None if timeout is None else time.monotonic() + timeout
 
@@ -977,7 +932,7 @@ class ReplayStore:
             return None if deadline is None else max(0.0, deadline - time.monotonic())
 
         b, length = int(batch_size), int(window)
-        target = self._gather_target(device)
+        target = check_device(device)
         pool, layout = self._pool(b, length, target)
         buf = pool.acquire(timeout=left())
         try:
@@ -1051,43 +1006,6 @@ class ReplayStore:
         return batch
 
     # -- the GPU gather (GEAR's zero-copy collect)
-    def _gather_target(self, device: str | torch.device | None) -> torch.device | None:
-        """Where the GPU gather writes for ``device``: None for the host path (CPU, or `Batch.to`)."""
-        if device is None:
-            return None
-        try:
-            dev = torch.device(device)
-        except (RuntimeError, TypeError) as exc:
-            raise ValueError(
-                f"device must be None, 'cpu' or a CUDA device such as 'cuda:0', got {device!r}"
-            ) from exc
-        if dev.type != "cuda":
-            return None  # 'cpu'; another device type gets the host batch copied there (Batch.to)
-        import numba
-
-        if numba.config.ENABLE_CUDASIM:  # numba's CUDA simulator: the same path, CPU tensors as device memory
-            if torch.cuda.is_available() and not ReplayStore._sim_warned:
-                ReplayStore._sim_warned = True
-                logger.warning(
-                    "NUMBA_ENABLE_CUDASIM=1: sample(device=%r) runs the GPU gather in numba's simulator and "
-                    "returns CPU tensors, although CUDA is available",
-                    device,
-                )
-            return torch.device("cpu")
-        if not torch.cuda.is_available():
-            raise ValueError(
-                f"device={device!r} but CUDA is not available here (torch.cuda.is_available() is False): "
-                "sample with device=None or 'cpu' (or set NUMBA_ENABLE_CUDASIM=1 before numba is imported "
-                "to run the GPU path in numba's CUDA simulator)"
-            )
-        if dev.index is None:
-            dev = torch.device("cuda", torch.cuda.current_device())
-        if dev.index >= torch.cuda.device_count():
-            raise ValueError(
-                f"device={device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)"
-            )
-        return dev
-
     def _uva_rings(self) -> list[tuple[Any, ...]]:
         """Numba views of every shard's rings for GPU kernels, made (and page-locked) once, lazily.
 
@@ -1128,7 +1046,7 @@ class ReplayStore:
                 r.free()  # cudaHostUnregister, after synchronising the GPUs
         self._uva_regions.clear()
 
-    def _device_views(self, pool: StagingPool, layout: _Layout, buf: StagingBuffer) -> tuple:
+    def _device_views(self, pool: StagingPool, layout: BatchLayout, buf: StagingBuffer) -> tuple:
         """Tensor views and flat numba views (per field) of a device staging slot (made once per slot)."""
         from replay import cuda as rc
 
@@ -1196,7 +1114,7 @@ class ReplayStore:
             As `sample`.
         """
         self._check_owner("draw_windows")
-        _check_draw(batch_size, window, pad)
+        check_sample_args(batch_size, window, pad)
         timeout = self._core.timeout if timeout is _DEFAULT else timeout
         deadline = None if timeout is None else time.monotonic() + timeout
         b, length = int(batch_size), int(window)
@@ -1293,7 +1211,7 @@ class ReplayStore:
             self._limiter.delete(removed)
         return got, table_size
 
-    def _views(self, pool: StagingPool, layout: _Layout, buf: StagingBuffer) -> tuple:
+    def _views(self, pool: StagingPool, layout: BatchLayout, buf: StagingBuffer) -> tuple:
         """Tensor, numpy and flat-byte views of a staging slot (made once per slot, then reused)."""
         key = (id(pool), buf.slot)
         views = self._slot_views.get(key)

@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from replay.storage import LOST_RECORD
+
 if TYPE_CHECKING:
     from replay.store import _Core
 
@@ -163,6 +165,30 @@ class TrajectoryWriter:
         self._check_open()
         if self.pending:
             self._commit(end=False)
+
+    def begin_continuation(self, shard: int = 0) -> None:
+        """Make the next steps a *continuation* record of ``shard``: a segment whose earlier part is lost.
+
+        Windows never reach back past its start (as for a segment cut by another writer's commit, see
+        `replay.storage`). The store counts the record as an open episode until `end_episode` (or
+        `close`) ends it. For a writer re-playing an episode whose first steps went elsewhere (a
+        restarted Ray shard, `replay.distributed`).
+
+        Raises
+        ------
+        ValueError
+            The writer is closed, or holds staged steps or an open episode (end it first).
+        """
+        self._check_open()
+        if self.pending or self._episode is not None:
+            raise ValueError(
+                "begin_continuation() needs a writer with no staged steps and no open episode: "
+                "call end_episode() first"
+            )
+        if not 0 <= shard < self._core.num_shards:
+            raise ValueError(f"shard must be in [0, {self._core.num_shards - 1}], got {shard}")
+        self._core.open_episode(shard)
+        self._episode = (shard, LOST_RECORD)
 
     def _commit(self, end: bool) -> None:
         count = self.pending

@@ -13,7 +13,7 @@ import pytest
 
 from graphrl.memory import MemoryManager
 from replay import Prioritized, ReplayStore, SampleToInsertRatio, TrajectorySpec
-from replay.store import decode_keys, encode_keys, key_incarnations
+from replay.keys import decode_keys, encode_keys, key_incarnations
 
 SPEC = TrajectorySpec({"pos": ((), "int64"), "img": ((3, 4, 4), "uint8"), "r": ((), "float32")})
 

@@ -25,7 +25,7 @@ from replay import (
     TrajectorySpec,
     Uniform,
 )
-from replay.store import decode_keys, encode_keys
+from replay.keys import decode_keys, encode_keys
 
 SPEC = TrajectorySpec(
     {"pos": ((), "int64"), "ep": ((), "int32"), "obs": ((2, 3), "float32"), "done": ((), "bool")}

@@ -1,4 +1,4 @@
-"""ReplayStore(backend="ray"): shards as Ray actors on a local cluster of this machine.
+"""RayReplayStore: shards as Ray actors on a local cluster of this machine.
 
 Routing (whole episodes, balanced), one-table distributions across shards (chi-square, uniform and
 prioritized), priorities through keys, batches equal to a reference gather byte for byte (wrapped
@@ -19,10 +19,13 @@ from scipy import stats
 
 ray = pytest.importorskip("ray", reason="the Ray backend needs ray: pip install 'graphrl[ray]'")
 
-import replay.distributed as rd  # noqa: E402
+import replay.distributed.shard as shard_module  # noqa: E402
 from replay import Fifo, MinSize, Prioritized, ReplayStore, SampleToInsertRatio, TrajectorySpec, Uniform  # noqa: E402
-from replay.distributed import RayReplayStore, ShardError, _place, _ShardActor  # noqa: E402
-from replay.store import decode_keys, key_incarnations  # noqa: E402
+from replay.distributed import RayReplayStore, ShardError  # noqa: E402
+from replay.distributed.shard import ShardActor  # noqa: E402
+from replay.distributed.transport import place  # noqa: E402
+from replay.interface import ReplayStoreBase  # noqa: E402
+from replay.keys import decode_keys, key_incarnations  # noqa: E402
 
 # the Ray task below travels by value: the workers cannot import this test file by name
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -37,7 +40,7 @@ def episode(first: int, n: int) -> dict[str, np.ndarray]:
 
 
 def shard_config(spec: TrajectorySpec) -> dict:
-    """The configuration of a one-shard, 100-step `_ShardActor` run in this process (uniform, seed 5)."""
+    """The configuration of a one-shard, 100-step `ShardActor` run in this process (uniform, seed 5)."""
     return {
         "spec": spec.to_config(),
         "capacity": 100,
@@ -106,14 +109,14 @@ def cluster():
 
 @pytest.fixture(scope="module")
 def prio(cluster):
-    store = ReplayStore(SPEC, 4000, num_shards=2, backend="ray", selector=Prioritized(0.6), seed=7)
+    store = RayReplayStore(SPEC, 4000, num_shards=2, selector=Prioritized(0.6), seed=7)
     yield store
     store.close()
 
 
 @pytest.fixture(scope="module")
 def uniform(cluster):
-    store = ReplayStore(SPEC, 4000, num_shards=2, backend="ray", selector=Uniform(), seed=3, max_restarts=1)
+    store = RayReplayStore(SPEC, 4000, num_shards=2, selector=Uniform(), seed=3, max_restarts=1)
     yield store
     store.close()
 
@@ -150,15 +153,17 @@ def uniform(cluster):
 def test_bad_arguments_raise_naming_the_argument(kwargs, exc, name):
     args = {"capacity_steps": 1000, "num_shards": 2, **kwargs}
     with pytest.raises(exc, match=name):
-        ReplayStore(SPEC, backend="ray", **args)  # checked before any actor starts (no cluster needed)
+        RayReplayStore(SPEC, **args)  # checked before any actor starts (no cluster needed)
 
 
 def test_bad_backend_and_no_cluster():
     with pytest.raises(ValueError, match="backend"):
         ReplayStore(SPEC, 100, backend="rey")
+    with pytest.raises(ValueError, match=r"replay\.distributed\.RayReplayStore"):
+        ReplayStore(SPEC, 100, backend="ray")
     if not ray.is_initialized():
         with pytest.raises(ValueError, match=r"ray\.init"):
-            ReplayStore(SPEC, 100, backend="ray")
+            RayReplayStore(SPEC, 100)
 
 
 # ------------------------------------------------------------------------------------------ routing
@@ -184,6 +189,10 @@ def test_writes_go_whole_to_one_shard_balanced(prio):
     assert sum(sizes) == sum(lengths)
     assert abs(sizes[0] - sizes[1]) <= max(lengths)  # one writer balances its own steps
     assert list(sizes) == w.shard_steps.tolist()
+    assert isinstance(prio, ReplayStoreBase)  # the one interface both stores satisfy
+    st = prio.stats()
+    assert st["shard_steps"] == sizes and st["steps"] == sum(lengths) == st["inserts"]
+    assert st["samples"] == 0 and st["live"] > 0 and st["priority_mass"] > 0
 
 
 def test_independent_writers_of_one_episode_each_fill_the_shards_evenly(prio):
@@ -320,7 +329,7 @@ def reference_batch(episodes, keys, lengths, window: int, pad: str) -> dict[str,
 def test_batches_equal_a_reference_gather_byte_for_byte(cluster):
     # one shard of 100 steps, 163 written: the ring has wrapped, an episode straddles its end (positions
     # 85..115 sit in slots 85..99 and 0..15) and the oldest live episode lost its head (floor 63)
-    with ReplayStore(BYTES, 100, num_shards=1, backend="ray", seed=11) as store:
+    with RayReplayStore(BYTES, 100, num_shards=1, seed=11) as store:
         with store.writer(chunk_steps=16) as w:
             first = 0
             for n in (13, 40, 7, 25, 31, 18, 29):
@@ -355,7 +364,7 @@ def test_a_window_overwritten_between_the_draw_and_the_put_is_redrawn(cluster):
     # the shard's code in this process; a writer overwrites the ring's oldest 30 slots right after the
     # draw (the before_put hook), before the bytes are put: the windows starting there are redrawn
     config = shard_config(BYTES)
-    shard = _ShardActor(0, config, None)
+    shard = ShardActor(0, config, None)
     try:
         shard.insert(1, byte_steps(0, 100), True, 10.0)  # positions 0..99
         drawn = []
@@ -384,7 +393,7 @@ def test_a_window_overwritten_between_the_draw_and_the_put_is_redrawn(cluster):
             flat = tuple(out[name].reshape(-1).view(np.uint8) for name in BYTES)
             pieces = [ray.get(part[0]) for part in rep["parts"]]
             row_bytes = np.array([f.row_bytes for f in BYTES.values()], np.int64)
-            _place(rep, pieces, flat, mask, row_bytes, 0, 8, stream)
+            place(rep, pieces, flat, mask, row_bytes, 0, 8, stream)
             for name in BYTES:
                 assert out[name].tobytes() == want[name].tobytes(), (name, stream)
             assert np.array_equal(mask, want["mask"])
@@ -393,11 +402,11 @@ def test_a_window_overwritten_between_the_draw_and_the_put_is_redrawn(cluster):
 
 
 def test_a_shard_stops_drawing_a_large_batch_past_the_callers_deadline(cluster, monkeypatch):
-    # the shard's code in this process; draws go _DRAW_CHUNK windows at a time and the deadline is
+    # the shard's code in this process; draws go DRAW_CHUNK windows at a time and the deadline is
     # checked between them: timeout=0 stops after the first chunk, with no limit all chunks come back
     config = shard_config(SPEC)
-    monkeypatch.setattr(rd, "_DRAW_CHUNK", 16)
-    shard = _ShardActor(0, config, None)
+    monkeypatch.setattr(shard_module, "DRAW_CHUNK", 16)
+    shard = ShardActor(0, config, None)
     try:
         shard.insert(1, episode(0, 100), True, 10.0)
         drawn = []
@@ -580,8 +589,8 @@ def test_rate_limiter_applies_to_the_whole_store(cluster):
     # diff = inserts - samples must stay in [-20, 60]; sampling starts at 20 steps
     limiter = SampleToInsertRatio(1.0, min_size=20, error_buffer=40)
     selector = Prioritized(1.0)  # so that priorities of 1e308 overflow a shard's mass (below)
-    with ReplayStore(
-        SPEC, 1000, num_shards=2, backend="ray", rate_limiter=limiter, seed=1, selector=selector
+    with RayReplayStore(
+        SPEC, 1000, num_shards=2, rate_limiter=limiter, seed=1, selector=selector
     ) as store:
         with pytest.raises(TimeoutError, match=r"sample waited .* \(timeout=0\.2 s\): .*min_size=20") as err:
             store.sample(4, window=1, timeout=0.2)

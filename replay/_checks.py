@@ -1,0 +1,236 @@
+"""Argument checks both replay stores (local and Ray) share; each raises naming the argument.
+
+>>> args = check_store_args(spec, 100_000, 4, Prioritized(0.6), None, seed=0)
+>>> b, length = check_sample_args(256, 64, "tail", 0.4)
+>>> target = check_device("cuda:0")     # None: the host path
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from graphrl.memory import MemoryManager
+from replay.keys import MAX_SHARDS, MAX_WINDOW
+from replay.rate_limiter import MinSize, RateLimiter
+from replay.selectors import Selector, Uniform
+from replay.spec import TrajectorySpec
+from replay.windows import PADS
+
+__all__ = [
+    "CHUNK_BYTES",
+    "StoreArgs",
+    "TIERS",
+    "check_chunk_steps",
+    "check_device",
+    "check_int",
+    "check_sample_args",
+    "check_store_args",
+]
+
+logger = logging.getLogger(__name__)
+
+CHUNK_BYTES = 16 * 2**20  # default writer staging: about this many bytes of steps
+TIERS = ("shared", "host", "pinned")
+_warned: set[str] = set()  # "sim": warned once that the simulator stands in for an available GPU
+
+
+def check_int(name: str, value: Any, lo: int, hi: int | None = None) -> int:
+    """``value`` as an int in ``[lo, hi]`` (no upper bound if ``hi`` is None).
+
+    Raises
+    ------
+    TypeError
+        Not an int (bools are not ints here).
+    ValueError
+        Out of range.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < lo or (hi is not None and value > hi):
+        rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+        raise ValueError(f"{name} must be {rng}, got {value}")
+    return int(value)
+
+
+def check_chunk_steps(spec: TrajectorySpec, shard_capacity: int, chunk_steps: Any) -> int:
+    """Writer staging rows: ``chunk_steps`` capped at the shard capacity; None: about 16 MiB of steps."""
+    if chunk_steps is None:
+        return max(1, min(shard_capacity, CHUNK_BYTES // max(1, spec.step_bytes)))
+    if isinstance(chunk_steps, bool) or not isinstance(chunk_steps, (int, np.integer)) or chunk_steps < 1:
+        raise ValueError(f"chunk_steps must be an int >= 1, got {chunk_steps!r}")
+    return min(int(chunk_steps), shard_capacity)
+
+
+@dataclass(frozen=True)
+class StoreArgs:
+    """A store constructor's arguments, checked and normalised by `check_store_args`."""
+
+    spec: TrajectorySpec
+    num_shards: int
+    shard_capacity: int
+    selector: Selector
+    rate_limiter: RateLimiter
+    max_times_sampled: int
+    seed: int | None
+    chunk_steps: int
+    tier: str
+    timeout: float | None
+    staging_slots: int
+
+    @property
+    def capacity_steps(self) -> int:
+        return self.shard_capacity * self.num_shards
+
+
+def check_store_args(
+    spec: Any,
+    capacity_steps: Any,
+    num_shards: Any,
+    selector: Any,
+    rate_limiter: Any,
+    *,
+    max_times_sampled: Any = 0,
+    seed: Any = None,
+    chunk_steps: Any = None,
+    tier: Any = "shared",
+    timeout: Any = 60.0,
+    staging_slots: Any = 4,
+    memory: Any = None,
+) -> StoreArgs:
+    """The checks of a store constructor's arguments (both backends); return them normalised.
+
+    ``selector`` None is ``Uniform()``, ``rate_limiter`` None is ``MinSize(1)``; ``chunk_steps`` as
+    `check_chunk_steps`; each shard holds ``capacity_steps // num_shards`` steps.
+
+    Raises
+    ------
+    TypeError
+        A spec, selector, rate limiter, memory manager, timeout or int argument of the wrong type.
+    ValueError
+        Bad sizes (capacity below the shard count, more than 256 shards), a rate limiter that could
+        never admit a sample at this capacity, a bad tier, timeout, chunk_steps, seed, staging_slots
+        or max_times_sampled.
+    """
+    if not isinstance(spec, (TrajectorySpec, Mapping)):
+        raise TypeError(f"spec must be a TrajectorySpec or a mapping, got {type(spec).__name__}")
+    spec = spec if isinstance(spec, TrajectorySpec) else TrajectorySpec(spec)
+    capacity_steps = check_int("capacity_steps", capacity_steps, 1)
+    num_shards = check_int("num_shards", num_shards, 1, MAX_SHARDS)
+    if capacity_steps < num_shards:
+        raise ValueError(
+            f"capacity_steps={capacity_steps} must be >= num_shards={num_shards} (>= 1 step a shard)"
+        )
+    selector = Uniform() if selector is None else selector
+    if not isinstance(selector, Selector):
+        raise TypeError(f"selector must be a replay.selectors.Selector, got {type(selector).__name__}")
+    rate_limiter = MinSize(1) if rate_limiter is None else rate_limiter
+    if not isinstance(rate_limiter, RateLimiter):
+        raise TypeError(
+            f"rate_limiter must be a replay.rate_limiter.RateLimiter, got {type(rate_limiter).__name__}"
+        )
+    if tier not in TIERS:
+        raise ValueError(
+            f"tier must be 'shared' (writers in other processes), 'host' or 'pinned', got {tier!r}: "
+            "the rings must be host memory the writers can view"
+        )
+    shard_capacity = capacity_steps // num_shards
+    rate_limiter.check_capacity(shard_capacity * num_shards)
+    if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool)):
+        raise TypeError(f"timeout must be a number of seconds or None, got {type(timeout).__name__}")
+    if timeout is not None and (timeout < 0 or not math.isfinite(timeout)):
+        raise ValueError(f"timeout must be >= 0 seconds or None, got {timeout}")
+    max_times_sampled = check_int("max_times_sampled", max_times_sampled, 0)
+    if seed is not None:
+        seed = check_int("seed", seed, 0)
+    chunk = check_chunk_steps(spec, shard_capacity, chunk_steps)
+    staging_slots = check_int("staging_slots", staging_slots, 1)
+    if memory is not None and not isinstance(memory, MemoryManager):
+        raise TypeError(f"memory must be a graphrl.memory.MemoryManager or None, got {type(memory).__name__}")
+    return StoreArgs(
+        spec,
+        num_shards,
+        shard_capacity,
+        selector,
+        rate_limiter,
+        max_times_sampled,
+        seed,
+        chunk,
+        tier,
+        None if timeout is None else float(timeout),
+        staging_slots,
+    )
+
+
+def check_sample_args(batch_size: Any, window: Any, pad: Any, beta: Any = 1.0) -> tuple[int, int]:
+    """The checks of ``sample(batch_size, window, pad, beta=...)``: return ``(B, L)`` as ints.
+
+    Raises
+    ------
+    ValueError
+        ``batch_size`` not an int >= 1, ``window`` not an int in [1, 65536], ``pad`` neither
+        ``"tail"`` nor ``"head"``, or ``beta`` not finite and >= 0.
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or not 1 <= window <= MAX_WINDOW:
+        raise ValueError(f"window must be an int in [1, {MAX_WINDOW}], got {window!r}")
+    if pad not in PADS:
+        raise ValueError(f"pad must be 'tail' or 'head', got {pad!r}")
+    if not math.isfinite(beta) or beta < 0:
+        raise ValueError(f"beta must be finite and >= 0, got {beta}")
+    return int(batch_size), int(window)
+
+
+def check_device(device: Any) -> torch.device | None:
+    """Where a GPU gather writes for ``sample(device=...)``: None for the host path.
+
+    None, ``"cpu"`` or another non-CUDA device give None (the host batch; a non-CPU device gets it
+    copied there). A CUDA device gives that device (index filled in). Under numba's CUDA simulator
+    (``NUMBA_ENABLE_CUDASIM=1``) a CUDA device gives ``torch.device("cpu")``: the GPU path runs with
+    CPU tensors standing in for device memory (warned once if CUDA is in fact available).
+
+    Raises
+    ------
+    ValueError
+        Not a device; a CUDA device while CUDA is not available (and the simulator is not chosen);
+        a device index the machine does not have.
+    """
+    if device is None:
+        return None
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(
+            f"device must be None, 'cpu' or a CUDA device such as 'cuda:0', got {device!r}"
+        ) from exc
+    if dev.type != "cuda":
+        return None  # 'cpu'; another device type gets the host batch copied there (Batch.to)
+    import numba
+
+    if numba.config.ENABLE_CUDASIM:  # numba's CUDA simulator: the same path, CPU tensors as device memory
+        if torch.cuda.is_available() and "sim" not in _warned:
+            _warned.add("sim")
+            logger.warning(
+                "NUMBA_ENABLE_CUDASIM=1: sample(device=%r) runs the GPU gather in numba's simulator and "
+                "returns CPU tensors, although CUDA is available",
+                device,
+            )
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise ValueError(
+            f"device={device!r} but CUDA is not available here (torch.cuda.is_available() is False): "
+            "sample with device=None or 'cpu' (or set NUMBA_ENABLE_CUDASIM=1 before numba is imported "
+            "to run the GPU path in numba's CUDA simulator)"
+        )
+    if dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    if dev.index >= torch.cuda.device_count():
+        raise ValueError(f"device={device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return dev

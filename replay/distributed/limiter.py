@@ -1,0 +1,102 @@
+"""GlobalLimiter: the user's rate limiter applied to the whole Ray store, with global counters.
+
+Inserts and deletes are the sums of the shards' counts (fresh from the stats round trip of every
+`sample`), samples are counted by the client (the only sampler). A sample waits (no polling: blocking
+calls on the shards that return when a shard's insert count moves) until the limiter admits it. On the
+insert side the client turns the global counters into a headroom of steps
+(`replay.distributed.routing.headroom`), splits it evenly and pushes each shard an allowance with every
+call; a shard admits a shipment while its own inserts are below its allowance, then charges all its
+steps, so the global ratio holds to within the error buffer plus one shipment per shard. The shards'
+local stores run ``MinSize(1)``. Reverb's rate limiters (``reverb/cc/rate_limiter.cc``) are the model.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+
+import ray
+
+from replay.distributed.errors import actor_errors, secs
+from replay.distributed.group import ShardGroup
+from replay.distributed.routing import allowances, headroom
+from replay.rate_limiter import RateLimiter
+
+__all__ = ["GlobalLimiter", "stats_timeout"]
+
+STATS_GRACE = 5.0  # seconds a sample's stats round trip may take past a shorter timeout (see stats_timeout)
+
+
+def stats_timeout(deadline: float | None) -> float | None:
+    """Seconds a stats round trip of `sample` may take: what is left of its deadline, but at least
+    ``STATS_GRACE`` (a live shard answers in ms; even ``timeout=0`` must learn the counters to say
+    why the rate limiter blocks, as the local store does)."""
+    return None if deadline is None else max(STATS_GRACE, deadline - time.monotonic())
+
+
+class GlobalLimiter:
+    """``limiter`` over all the shards of ``shards``; ``samples`` steps sampled so far (a restore's)."""
+
+    def __init__(self, limiter: RateLimiter, shards: ShardGroup, samples: int = 0) -> None:
+        self.limiter = limiter
+        self.shards = shards
+        self.samples = int(samples)
+        self.limited = not math.isinf(headroom(limiter, 0, 0, 0))  # False for MinSize: inserts never wait
+
+    def counts(self) -> tuple[int, int, int]:
+        """Global ``(inserts, samples, deletes)`` (as of the shards' last stats)."""
+        inserts, deletes = self.shards.totals()
+        return inserts, self.samples, deletes
+
+    def allowances(self) -> list[float]:
+        """Each shard's insert allowance now."""
+        return allowances(self.limiter, self.shards.stats, self.samples)
+
+    def refresh(self, timeout: float | None = None, what: str = "a store call") -> list[dict]:
+        """Fresh stats from every shard, pushing each its insert allowance."""
+        allow = self.allowances() if self.shards.stats[0] else [None] * len(self.shards)
+        return self.shards.refresh(allow, timeout, what)
+
+    def let_writers_in(self) -> None:
+        """Push the shards their allowances (after samples moved them; nothing for MinSize)."""
+        if self.limited:
+            self.shards.push_allowances(self.allowances())
+
+    def can_sample(self) -> bool:
+        return self.limiter.can_sample(self.counts())
+
+    def await_sample(self, deadline: float | None, timeout: float | None) -> None:
+        """Refresh the counters until the rate limiter admits a sample (blocking calls, no polling).
+
+        Raises
+        ------
+        TimeoutError
+            Not admitted by ``deadline`` (the message says which side is ahead).
+        """
+        start = time.monotonic()
+        while True:
+            counts = self.counts()
+            if self.limiter.can_sample(counts):
+                return
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError(
+                    f"sample waited {secs(time.monotonic() - start)} (timeout={secs(timeout)}): "
+                    f"{self.limiter.explain_sample_block(counts)}"
+                )
+            token = uuid.uuid4().hex
+            self.shards.push_allowances(self.allowances())  # let the writers in while we wait
+            actors = self.shards.actors
+            refs = [
+                a.wait_inserts.remote(st["inserts"], token, left)
+                for a, st in zip(actors, self.shards.stats, strict=True)
+            ]
+            ray.wait(refs, num_returns=1, timeout=left)
+            for a in actors:
+                a.wake.remote(token)
+            try:
+                ray.get(refs)
+            except actor_errors():
+                pass  # the refresh below names the shard (or retries a restarted one)
+            self.refresh(stats_timeout(deadline), "sample()")

@@ -1,0 +1,150 @@
+"""How a shard's windows travel to the client: runs of ring slots, then placed into the batch.
+
+A shard gives its drawn windows (`replay.store.WindowTable`) to `ring_runs`, which merges the ring slots
+they read into runs (windows that overlap or touch share one run, so a ring byte travels once however
+many windows read it); the shard puts the runs' flat byte views into Ray's object store with one
+``ray.put``. The client maps them zero-copy (``ray.get`` on the same node) and `place` copies each
+window's one or two pieces into its rows of the staging slot (streaming stores for large batches,
+`graphrl.kernels`), zeroes the padding and writes the mask: the batch holds the bytes a local gather of
+the same windows gives (`replay.windows.gather_fields`). See docs/architecture.md#windows.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from graphrl.kernels import copy_bytes, store_fence, stream_bytes_nofence, zero_bytes
+from replay.store import WindowTable
+from replay.windows import window_mask
+
+__all__ = ["STREAM_PIECE", "concat_tables", "place", "ring_runs"]
+
+STREAM_PIECE = 1024  # in a streamed batch, runs shorter than this still go through memcpy (replay.windows)
+
+
+def ring_runs(
+    slots: np.ndarray, n: np.ndarray, dst: np.ndarray, capacity: int
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The runs of ring slots that hold a set of windows, and where each window's pieces lie in them.
+
+    A window is one segment of slots, or two when it wraps past the ring's end; segments that overlap
+    or touch merge into one run, so every ring byte is sent once however many windows read it.
+
+    Parameters
+    ----------
+    slots, n, dst : numpy.ndarray, int64 [B]
+        Each window's first slot, real steps and offset in the window (`replay.store.WindowTable`).
+    capacity : int
+        Ring slots.
+
+    Returns
+    -------
+    runs : numpy.ndarray, int64 [R, 2]
+        ``[start, end)`` slots of each run, in slot order.
+    segments : dict of str to numpy.ndarray, int64 [G], sorted by run
+        ``window`` (index in the B windows), ``run``, ``off`` (first step in the run), ``wdst`` (first
+        step in the window), ``len`` (steps).
+    """
+    n1 = np.minimum(n, capacity - slots)
+    wrap = np.flatnonzero(n > n1)
+    start = np.concatenate([slots, np.zeros(len(wrap), np.int64)])
+    length = np.concatenate([n1, n[wrap] - n1[wrap]])
+    window = np.concatenate([np.arange(len(slots), dtype=np.int64), wrap])
+    wdst = np.concatenate([dst, dst[wrap] + n1[wrap]])
+    order = np.argsort(start, kind="stable")
+    start, length, window, wdst = start[order], length[order], window[order], wdst[order]
+    end = start + length
+    new = np.ones(len(start), dtype=bool)
+    new[1:] = start[1:] > np.maximum.accumulate(end)[:-1]
+    heads = np.flatnonzero(new)
+    runs = (
+        np.stack([start[heads], np.maximum.reduceat(end, heads)], axis=1)
+        if len(heads)
+        else np.zeros((0, 2), np.int64)
+    )
+    run = np.cumsum(new) - 1
+    return runs, {"window": window, "run": run, "off": start - runs[run, 0], "wdst": wdst, "len": length}
+
+
+def concat_tables(tables: list[WindowTable]) -> WindowTable:
+    """One `WindowTable` of several draws' tables, in order (size, capacity, incarnation of the last)."""
+    return WindowTable(
+        *(
+            np.concatenate([getattr(t, f) for t in tables])
+            for f in ("shard", "anchor", "first", "n", "dst", "probabilities")
+        ),
+        tables[-1].table_size,
+        tables[-1].capacity,
+        tables[-1].incarnation,
+    )
+
+
+@nb.njit(cache=True, nogil=True)
+def copy_run(pieces, outs, row_bytes, off, dst, n, stream):  # pragma: no cover - numba
+    """Copy segments of one run (``pieces[j]``: field j's bytes) to steps ``dst`` of the batch ``outs``."""
+    for j in range(len(outs)):
+        rb = row_bytes[j]
+        src = pieces[j]
+        out = outs[j]
+        for i in range(off.shape[0]):
+            nbytes = n[i] * rb
+            if stream and nbytes >= STREAM_PIECE:
+                stream_bytes_nofence(out, dst[i] * rb, src, off[i] * rb, nbytes)
+            elif nbytes > 0:
+                copy_bytes(out, dst[i] * rb, src, off[i] * rb, nbytes)
+    if stream:
+        store_fence()
+
+
+@nb.njit(cache=True, nogil=True)
+def zero_pads(outs, row_bytes, row0, n, dst, length):  # pragma: no cover - numba
+    """Zero the padding of windows ``row0 ..`` (steps outside ``[dst, dst + n)``) in every field."""
+    for j in range(len(outs)):
+        rb = row_bytes[j]
+        out = outs[j]
+        for b in range(n.shape[0]):
+            base = (row0 + b) * length * rb
+            if dst[b] > 0:
+                zero_bytes(out, base, dst[b] * rb)
+            tail = dst[b] + n[b]
+            if tail < length:
+                zero_bytes(out, base + tail * rb, (length - tail) * rb)
+
+
+def place(
+    reply: dict,
+    pieces: list[list[np.ndarray]],
+    outs: tuple[np.ndarray, ...],
+    mask: np.ndarray,
+    row_bytes: np.ndarray,
+    row0: int,
+    length: int,
+    stream: bool,
+) -> None:
+    """Copy one shard reply's windows into rows ``row0 ..`` of a batch: fields, padding and mask.
+
+    ``pieces[i]`` is ``ray.get`` of ``reply["parts"][i][0]`` (flat byte views of the runs, run-major);
+    ``outs`` the batch's fields as flat bytes ([B * L * row_bytes[j]]), ``mask`` bool [B, L]. Gives
+    the bytes a gather of the same windows from the rings gives (`replay.windows.gather_fields`).
+    """
+    f = len(outs)
+    for (_, num_runs, seg), got in zip(reply["parts"], pieces, strict=True):
+        bounds = np.searchsorted(seg["run"], np.arange(num_runs + 1))
+        dst = (row0 + seg["window"]) * length + seg["wdst"]
+        for r in range(num_runs):
+            lo, hi = bounds[r], bounds[r + 1]
+            if hi > lo:
+                copy_run(
+                    tuple(got[r * f : (r + 1) * f]),
+                    outs,
+                    row_bytes,
+                    seg["off"][lo:hi],
+                    dst[lo:hi],
+                    seg["len"][lo:hi],
+                    stream,
+                )
+    n, d = reply["n"], reply["dst"]
+    zero_pads(outs, row_bytes, row0, n, d, length)
+    window_mask(n, d, length, out=mask[row0 : row0 + len(n)])
+
