@@ -12,7 +12,7 @@ device; one synchronise per batch) and ``NeighborSampler.sample()`` end to end, 
 a per-layer profile (`profile_layers`), the host-side steps a layer repeats (`overheads`), and our
 CPU sampler on the same graph for scale.
 
-Imported by ``gpu_check.py`` (run as a script); each function appends rows to the result dict.
+Imported by ``gpu_check.py`` (run as a script); `sampler_part` appends its rows to the result dict.
 """
 
 from __future__ import annotations
