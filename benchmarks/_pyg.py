@@ -7,10 +7,10 @@ runs ``torch.ops.pyg.neighbor_sample`` where pyg-lib is installed, else
 ``torch.ops.torch_sparse.neighbor_sample``. pyg-lib has no source distribution on PyPI and torch-sparse
 builds from source (``benchmarks/setup_pyg.sh``), so here the backend is torch-sparse; CI installs neither,
 and the benchmark then prints once that PyG is skipped. The full torch-sparse package needs torch-scatter
-and 32 C++ files (36 CPU-minutes here); ``setup_pyg.sh --op-only`` compiles only the two files of its
-``neighbor_sample`` op into ``.venv/pyg_ops/``. Without the package PyG's ``NeighborSampler`` refuses to
-sample, so then the op is called directly, as that sampler calls it (same CSC from PyG's ``to_csc``, same
-arguments).
+and 32 C++ files (build time: docs/performance.md); ``setup_pyg.sh --op-only`` compiles only the two
+files of its ``neighbor_sample`` op into ``.venv/pyg_ops/``. Without the package PyG's
+``NeighborSampler`` refuses to sample, so then the op is called directly, as that sampler calls it
+(same CSC from PyG's ``to_csc``, same arguments).
 
 What is counted: the sampled edges PyG returns (``out.row.numel()``), the same quantity as the edges of
 our blocks and DGL's. PyG's output is one subgraph in which each node's neighbours are drawn once (a

@@ -13,7 +13,7 @@ Cases (higher is better; ``ratio`` = Ray / in-process, so 1.0 is no overhead and
   in-process single-writer figure.
 - sample windows (B=256, L=64, uniform, tail padding): windows/s of ``store.sample(256, 64)`` for
   1, 2 and 4 shards vs the in-process store, and 1 shard with ``prefetch=1`` (the next draw in
-  flight while a batch is copied and used). The target of issue 7: 1 shard within 3x (ratio >= 0.33).
+  flight while a batch is copied and used). The target: 1 shard within 3x (ratio >= 0.33).
   Other processes share the cores and the load moves within a run, so each sample row's in-process
   figure is measured again right after it (``baseline_value``; the first one is ``baseline_at_start``).
 

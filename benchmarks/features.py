@@ -1,11 +1,11 @@
 """Feature-gather throughput: `FeatureStore.gather` against ``torch.index_select`` and a plain copy.
 
-A table of R rows of D float32 columns (R = 2M in issue 3; smaller by default), batches of B random
-row ids (100k). Timed, in rounds:
+A table of R rows of D float32 columns (R = 2M for the reference figures; smaller by default),
+batches of B random row ids (100k). Timed, in rounds:
 
 - ours: ``FeatureStore.gather(ids)`` into its reusable staging buffer (the store puts the table on
   huge pages unless ``--no-huge-pages``; every method reads that same table);
-- ``torch.index_select(table, 0, ids)`` into a fresh tensor (the baseline of the issue);
+- ``torch.index_select(table, 0, ids)`` into a fresh tensor (the baseline);
 - ``torch.index_select(..., out=buffer)`` into a preallocated buffer (to show where the baseline's
   time goes: a fresh tensor's pages are faulted in on first write);
 - the copy ceiling: a plain contiguous copy of the same number of bytes from a random offset of the
@@ -16,10 +16,10 @@ row ids (100k). Timed, in rounds:
 
 Every round runs every method once, each with fresh ids (and the copies with a fresh offset), in an
 order that rotates from round to round, so that no method reads rows another one just brought into
-the cache (this machine's L3 holds 300 MiB) and a disturbance of the shared machine falls on all
+the cache (a server's L3 may hold hundreds of MiB) and a disturbance of the shared machine falls on all
 methods alike. The figures are medians over the rounds (GB/s of gathered rows, 10^9 bytes), and the
 load average is printed before and after each table; the best round of each method and the median
-of the per-round ratios go to the JSON file too. Targets (issue 3): ours >= 60 % of the copy ceiling
+of the per-round ratios go to the JSON file too. Targets: ours >= 60 % of the copy ceiling
 and >= 1.5x ``index_select``.
 
 Run ``python benchmarks/features.py --help``; results go to ``benchmarks/results/features.json``.
@@ -145,7 +145,7 @@ def bench_cols(rows: int, cols: int, batch: int, repeats: int, threads: int, see
 
 
 @click.command()
-@click.option("--rows", default=500_000, show_default=True, help="Rows of the table (issue 3: 2000000).")
+@click.option("--rows", default=500_000, show_default=True, help="Rows of the table (reference: 2000000).")
 @click.option("--cols", default="128,512", show_default=True, help="Comma-separated float32 column counts.")
 @click.option("--batch", default=100_000, show_default=True, help="Row ids per gather.")
 @click.option("--repeats", default=9, show_default=True, help="Timed rounds; medians are reported.")

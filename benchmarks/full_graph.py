@@ -31,8 +31,8 @@ Peak memory, two ways:
 
 Epoch times come from a separate run that holds all cases in one process and times one epoch of
 each in turn for ``--epochs`` rounds (after ``--warmup``), so that load from other processes falls on
-all cases alike (on this shared machine, runs of the cases minutes apart differed by up to 1.6x); the
-best round of each case is reported (the least disturbed), and the median too. ``ours-budget`` there
+all cases alike (separate runs minutes apart differ on a shared machine); the best round of each
+case is reported (the least disturbed), and the median too. ``ours-budget`` there
 uses ``partition_bytes`` = the budget, which gives the same partitions as the budgeted manager. Run
 ``python benchmarks/full_graph.py --help``; results go to ``benchmarks/results/full_graph.json``.
 """
@@ -275,7 +275,7 @@ def _fmt_mb(n: float | None) -> str:
 
 @click.command()
 @click.option("--scale", type=click.FloatRange(min=0, min_open=True), default=0.05, show_default=True,
-              help="Fraction of 1M nodes / 20M edges (1 = the issue's graph).")
+              help="Fraction of 1M nodes / 20M edges (1: the full-size graph).")
 @click.option("--in-degree", type=click.Choice(["uniform", "powerlaw"]), default="uniform", show_default=True)
 @click.option("--features", default=128, show_default=True)
 @click.option("--hidden", default=128, show_default=True)

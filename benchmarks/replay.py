@@ -1,7 +1,8 @@
 """Replay store throughput against TorchRL, cpprb and a plain copy of the same bytes, in one process.
 
-Two step layouts (DESIGN §5, issue 4): ``small`` (obs of 4 float32, action int64, reward float32, done
-bool: 29 bytes a step) and ``image`` (obs 3x64x64 uint8 plus the same scalars: 12301 bytes a step).
+Two step layouts (docs/architecture.md#replay-composition): ``small`` (obs of 4 float32, action
+int64, reward float32, done bool: 29 bytes a step) and ``image`` (obs 3x64x64 uint8 plus the same
+scalars: 12301 bytes a step).
 The same episodes (random lengths in [64, 512]) go into every system.
 
 Cases (higher is better; ``ratio`` = ours / baseline):

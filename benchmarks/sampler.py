@@ -1,6 +1,6 @@
 """Neighbour-sampling throughput: our `NeighborSampler` against DGL's CPU sampler, in one process.
 
-Graphs (issue 2): a uniform random graph and a power-law in-degree graph of 1M nodes / 20M edges
+Graphs: a uniform random graph and a power-law in-degree graph of 1M nodes / 20M edges
 (`graphrl.datasets.synthetic.synthetic_graph`; the power-law one has hubs of ~2 x 10^5 in-edges), and
 the Gowalla training graph (both directions, 70,839 nodes, 1,620,256 edges). Both samplers get the
 same graph (same edge ids) and the same batches of random seeds; fanouts [15, 10, 5] and batches of

@@ -198,7 +198,7 @@ def _demo_node_classification(dataset: str, epochs: int, lr: float, seed: int, s
                    f"{1000 * r.step_seconds:.1f} ms/step)")
 
     # One thread: Cora's products take milliseconds, too little to gain from a fork-join, and on a busy
-    # machine every fork-join waits for a descheduled thread (measured 10 ms/step on 1, 200 ms on 2).
+    # machine every fork-join waits for a descheduled thread (figures: docs/performance.md).
     threads = torch.get_num_threads(), numba.get_num_threads()
     torch.set_num_threads(1)
     numba.set_num_threads(1)
