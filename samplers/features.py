@@ -4,24 +4,13 @@
 the kernels of `samplers.kernels.gather`, and reads the hottest rows from a `samplers.feature_cache`
 cache on the device tier when asked (docs/architecture.md#memory-tiers).
 
-Placement
----------
-The feature matrix is copied into a region of the store's `MemoryManager` on the fastest tier that
-fits: ``("device", "pinned", "host")`` in order, except that a CPU gather on a machine with CUDA skips
-``device`` (GPU memory the CPU cannot read) and a GPU gather skips ``host`` (memory the GPU cannot read
-in place). Without CUDA the device tier is host memory, so the table lands there. A GPU gather reads
-the rows in place, from GPU memory or from pinned host memory through UVA, and launches on torch's
-current stream (docs/architecture.md#the-stream-rule).
-
-Huge pages
-----------
-With ``huge_pages=True`` (the default) a CPU store puts a host table of 32 MiB or more on 2 MiB
-transparent huge pages (`graphrl.kernels.advise_huge_pages`), since random rows of a large table miss
-the TLB on almost every row with 4 KiB pages: a region it allocates is advised before the table is
-written into it, and a table used in place (``memory=None``) is collapsed into huge pages once, at
-construction (the kernel copies it). Linux in THP ``madvise`` mode gives huge pages only to memory
-that asks; a table in shared, page-locked or file-mapped memory (``numpy.memmap``) stays as it is, and
-so does any table where THP is off.
+Placement and huge pages
+------------------------
+The table goes on the fastest tier that fits (device, pinned, host; a CPU gather on a CUDA machine
+skips device, a GPU gather skips host) and, for a CPU gather, a host table of 32 MiB or more on
+transparent huge pages (`samplers.feature_table`). A GPU gather reads the rows in place, from GPU
+memory or from pinned host memory through UVA, and launches on torch's current stream
+(docs/architecture.md#the-stream-rule).
 
 Staging reuse
 -------------
@@ -50,22 +39,16 @@ import numpy as np
 import torch
 
 from graphrl.graph import CSCGraph
-from graphrl.kernels import advise_huge_pages
 from graphrl.memory import MemoryManager, Region, Tier
 from samplers._checks import check_seeds
 from samplers.feature_cache import POLICIES, RowCache, hot_nodes, presample_counts
+from samplers.feature_table import advise_huge_table, place_table, staging_tiers
 from samplers.kernels.gather import gather_rows, gather_rows_cuda, word_view
 from samplers.staging import RowStaging, StagingLease
 
-__all__ = ["HUGE_TABLE_BYTES", "FeatureStore", "RowStaging", "StagingLease", "gather_rows",
-           "gather_rows_cuda"]
+__all__ = ["FeatureStore", "RowStaging", "StagingLease", "gather_rows", "gather_rows_cuda"]
 
 logger = logging.getLogger(__name__)
-
-HUGE_TABLE_BYTES = 32 << 20
-"""Host tables of at least this many bytes go on transparent huge pages (``huge_pages=True``): below it
-the 4 KiB pages' translations fit the second-level TLB (2048 entries, 8 MiB) or nearly."""
-
 
 def _as_table(x: Any) -> torch.Tensor:
     if isinstance(x, np.ndarray):
@@ -116,7 +99,7 @@ class FeatureStore:
         Threads of a CPU gather (default ``numba.get_num_threads()``).
     huge_pages : bool
         For a CPU gather, put a host table of 32 MiB or more on transparent huge pages (2 MiB) where
-        Linux allows (see "Huge pages" in the module docstring); the contents never change.
+        Linux allows (see `samplers.feature_table`); the contents never change.
     presample_fanouts : sequence of int
         Fanouts of the pre-sampling pass (``cache_policy="presample"``), outermost first.
     presample_seeds : torch.Tensor or None, int64, shape [S]
@@ -207,7 +190,8 @@ class FeatureStore:
         self._seconds = 0.0
         self._dev_hits = None
         try:
-            self._place_table(x, memory, tier, fallback, cuda_present)
+            self.table, self.table_tier = place_table(x, memory, self.memory, owner, dev, tier, fallback,
+                                                      self.huge_pages, cuda_present, self._regions)
             self.cache_nodes = torch.empty(0, dtype=torch.int64)
             cache_rows = min(int(cache_rows), num_rows)
             if cache_rows and self.table_tier == Tier.DEVICE.value:
@@ -219,71 +203,16 @@ class FeatureStore:
                 assert graph is not None
                 hot = hot_nodes(graph, cache_rows, cache_policy, presample_fanouts, presample_seeds,
                                 presample_batches, presample_batch_size, seed)
-                self._cache = RowCache(self.memory, self.table, hot, owner, self._advise_huge_pages)
+                # a CPU gather's cache is host memory too (no CUDA): huge pages as for the table
+                self._cache = RowCache(self.memory, self.table, hot, owner,
+                                       lambda t: advise_huge_table(t, self.huge_pages, dev))
                 self.cache_nodes = self._cache.nodes
             self._staging = RowStaging(self.memory, self.row_shape, self.dtype, max(1, int(staging_slots)),
-                                       *self._staging_tiers(), owner=f"{owner}.staging")
+                                       *staging_tiers(dev), owner=f"{owner}.staging")
             self._held: deque[StagingLease] = deque()
         except BaseException:
             self.close()
             raise
-
-    # ------------------------------------------------------------------ placement
-    def _place_table(self, x: torch.Tensor, memory: MemoryManager | None, tier: Any, fallback: Any,
-                     cuda_present: bool) -> None:
-        gpu = self.device.type == "cuda"
-        if memory is None:
-            table = x.contiguous()
-            if gpu and table.device.type == "cpu" and not table.is_pinned():
-                # page-lock x in place (cudaHostRegister) so that the GPU kernel reads it through UVA
-                region = self.memory.register(table, Tier.PINNED, owner=f"{self.owner}.table")
-                self._regions.append(region)
-                table = region.tensor()
-            elif not gpu and table.device.type != "cpu":
-                table = table.cpu()
-            if self._wants_huge_pages(table):
-                # x is already written: collapse its pages into huge pages in place (same contents)
-                t0, nbytes = time.perf_counter(), table.numel() * table.element_size()
-                if advise_huge_pages(table.data_ptr(), nbytes, collapse=True):
-                    logger.info("feature table (%.2f GiB) collapsed onto huge pages in place in %.2f s "
-                                "(huge_pages=False skips this)", nbytes / 2**30, time.perf_counter() - t0)
-            self.table = table
-            self.table_tier = "device" if table.device.type == "cuda" else ("pinned" if table.is_pinned()
-                                                                              else "host")
-            return
-        if tier is None:
-            if gpu:
-                tier, default_fallback = Tier.DEVICE, (Tier.PINNED,)
-            elif cuda_present:
-                tier, default_fallback = Tier.PINNED, (Tier.HOST,)
-            else:
-                tier, default_fallback = Tier.DEVICE, (Tier.PINNED, Tier.HOST)
-            fallback = default_fallback if fallback is None else fallback
-        region = memory.allocate(tuple(x.shape), x.dtype, tier, owner=f"{self.owner}.table",
-                                 fallback=() if fallback is None else fallback)
-        self._regions.append(region)
-        if region.tier is Tier.DISK:
-            raise ValueError("the feature table cannot live on the disk tier (rows are read in place)")
-        huge = self._wants_huge_pages(region.tensor())
-        if huge:  # before the first write, so that the pages are faulted in as huge pages
-            advise_huge_pages(region.tensor().data_ptr(), region.nbytes)
-        region.write(x)
-        if huge:  # memory written before (a reused mapping) or shared memory: collapse what is left
-            advise_huge_pages(region.tensor().data_ptr(), region.nbytes, collapse=True)
-        self.table = region.tensor()
-        self.table_tier = region.tier.value
-        if self.table.device.type != self.device.type and not (gpu and self.table.is_pinned()):
-            raise ValueError(f"the feature table landed on tier '{region.tier}' ({self.table.device}), which "
-                             f"a {self.device.type} gather cannot read: choose tier/fallback accordingly")
-
-    def _wants_huge_pages(self, table: torch.Tensor) -> bool:
-        return (self.huge_pages and self.device.type == "cpu" and table.device.type == "cpu"
-                and not table.is_pinned() and table.numel() * table.element_size() >= HUGE_TABLE_BYTES)
-
-    def _staging_tiers(self) -> tuple[Tier, tuple[Tier, ...]]:
-        if self.device.type == "cuda":
-            return Tier.DEVICE, ()
-        return Tier.PINNED, (Tier.HOST,)
 
     @staticmethod
     def presample_counts(graph: CSCGraph, fanouts: Any = (10, 10), seeds: Any = None, batches: int = 8,
@@ -293,10 +222,6 @@ class FeatureStore:
         See `samplers.feature_cache.presample_counts` (parameters, References).
         """
         return presample_counts(graph, fanouts, seeds, batches, batch_size, seed)
-
-    def _advise_huge_pages(self, tensor: torch.Tensor) -> None:
-        if self._wants_huge_pages(tensor):  # a CPU gather's cache is host memory too (no CUDA)
-            advise_huge_pages(tensor.data_ptr(), tensor.numel() * tensor.element_size())
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -343,7 +268,7 @@ class FeatureStore:
         RowStaging
             Its owner name is ``f"{owner}.staging"``; close it when done.
         """
-        return RowStaging(self.memory, self.row_shape, self.dtype, slots, *self._staging_tiers(),
+        return RowStaging(self.memory, self.row_shape, self.dtype, slots, *staging_tiers(self.device),
                           owner=f"{self.owner}.staging", rows=rows)
 
     def check_ids(self, ids: Any) -> np.ndarray:

@@ -12,7 +12,7 @@ import torch
 from graphrl.graph import CSCGraph
 from graphrl.kernels import huge_page_bytes
 from graphrl.memory import MemoryBudgetError, MemoryManager
-from samplers import features as features_module
+from samplers import feature_table
 from samplers.features import FeatureStore
 from samplers.kernels import gather as gather_module
 
@@ -90,7 +90,7 @@ def _table_huge_bytes(store: FeatureStore) -> int:
 def test_a_large_table_goes_on_huge_pages_with_the_same_rows(in_place):
     rng = np.random.default_rng(4)
     x = torch.from_numpy(rng.standard_normal((90_000, 128), dtype=np.float32))  # 44 MiB
-    assert x.numel() * 4 >= features_module.HUGE_TABLE_BYTES
+    assert x.numel() * 4 >= feature_table.HUGE_TABLE_BYTES
     before = x.clone()
     ids = torch.from_numpy(rng.integers(0, 90_000, 5000))
     with MemoryManager() as manager:
@@ -117,7 +117,7 @@ def test_a_large_cache_goes_on_huge_pages_too():
     with MemoryManager() as manager:
         store = FeatureStore(x, memory=manager, cache_rows=80_000, graph=g, tier="host", device="cpu")
         cache = store._cache.rows
-        assert cache is not None and cache.numel() * 4 >= features_module.HUGE_TABLE_BYTES
+        assert cache is not None and cache.numel() * 4 >= feature_table.HUGE_TABLE_BYTES
         assert huge_page_bytes(cache.data_ptr(), cache.numel() * 4) > 0
         ids = torch.from_numpy(rng.integers(0, n, 5000))
         assert torch.equal(store.gather(ids), torch.index_select(x, 0, ids))
@@ -130,7 +130,7 @@ def test_small_tables_and_huge_pages_false_are_left_alone(monkeypatch):
     # the heap may already sit on huge pages (an earlier test collapsed a table in place and its memory was
     # reused), so check that the store asks for none rather than what smaps shows
     calls = []
-    monkeypatch.setattr(features_module, "advise_huge_pages", lambda *a, **k: calls.append(a) or 0)
+    monkeypatch.setattr(feature_table, "advise_huge_pages", lambda *a, **k: calls.append(a) or 0)
     before = huge_page_bytes(x.data_ptr(), x.numel() * 4)
     store = FeatureStore(x)
     assert store.huge_pages and not calls
