@@ -5,9 +5,8 @@ its ``dst_type`` (the kernels and rules of `samplers.NeighborSampler`, each rela
 random stream), then relabels per node type: the sources of type S are the layer's destinations of
 type S followed by the new nodes of type S drawn through any relation, in first-occurrence order
 (relations in the graph's order); they are the next layer's destinations of type S. ``device="cuda"``
-runs the same steps with `samplers.kernels.cuda` (one `CudaGraph` per relation, one GPU hash table
-per type) and gives the same blocks wherever the homogeneous kernels do. `HeteroGraph`, `HeteroBlock`
-and `lastfm_hetero_graph` are re-exported here.
+runs the same steps on the GPU (`samplers.kernels.cuda`), with the same blocks wherever the
+homogeneous kernels agree. `HeteroGraph`, `HeteroBlock` and `lastfm_hetero_graph` are re-exported.
 """
 
 from __future__ import annotations
