@@ -1,10 +1,16 @@
-"""The message-flow graph (MFG, DGL's "block") that samplers hand to GNN layers."""
+"""The message-flow graph (MFG, DGL's "block") that samplers hand to GNN layers.
+
+`Block` is one layer (docs/architecture.md#blocks-and-mfgs); `Blocks` is the list one
+`NeighborSampler.sample` call returns. Conversions to and from DGL and PyG live in `samplers.interop`.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
+
+from samplers.interop import PygSubgraph, block_to_dgl, blocks_to_pyg, dgl_block_fields
 
 __all__ = ["Block", "Blocks"]
 
@@ -74,16 +80,12 @@ class Block:
 
     def to_dgl(self):
         """This block as a DGL block (``dgl.create_block``); see `samplers.interop.block_to_dgl`."""
-        from samplers.interop import block_to_dgl
-
         return block_to_dgl(self)
 
     @classmethod
     def from_dgl(cls, dgl_block) -> Block:
-        """A `Block` from a DGL block; see `samplers.interop.block_from_dgl`."""
-        from samplers.interop import block_from_dgl
-
-        return block_from_dgl(dgl_block)
+        """A `Block` from a DGL block; see `samplers.interop.dgl_block_fields` (its Raises included)."""
+        return cls(**dgl_block_fields(dgl_block))
 
     def __repr__(self) -> str:
         return (f"Block(num_src_nodes={self.num_src_nodes}, num_dst_nodes={self.num_dst_nodes}, "
@@ -94,13 +96,11 @@ class Blocks(list):
     """The blocks of one `NeighborSampler.sample` call (a plain ``list`` of `Block`, outermost first)
     that can also convert themselves to PyG's form with `to_pyg`."""
 
-    def to_pyg(self):
+    def to_pyg(self) -> PygSubgraph:
         """PyG's ``NeighborLoader`` view of these blocks: a `samplers.interop.PygSubgraph` with
         ``edge_index``, ``n_id``, ``e_id``, ``num_sampled_nodes`` and ``num_sampled_edges``.
 
         See `samplers.interop.blocks_to_pyg` (PyG expands each node once: rows it would not expand are
         left out).
         """
-        from samplers.interop import blocks_to_pyg
-
         return blocks_to_pyg(self)

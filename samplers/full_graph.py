@@ -1,4 +1,4 @@
-"""Full-graph propagation with the normalised adjacency, partitioned under a memory budget (DESIGN §3).
+"""Full-graph propagation with the normalised adjacency, partitioned under a memory budget.
 
 After HongTu (SIGMOD 2024): vertex data (features, activations, gradients) lives in host memory; the
 normalised adjacency is split into destination partitions, and one propagation streams the partitions
@@ -9,15 +9,15 @@ the backward pass is the transposed propagation, partitioned the same way.
 What a partition holds on the device tier (its *working set*, one memory-manager region reused by all
 partitions): the partition's rows of the matrix (row pointer, column indices, float32 weights) and its
 output rows. Source rows are read in place from the host vertex data (zero-copy, as a GPU kernel reads
-pinned memory through UVA; DESIGN §2), so a partition's size does not depend on how many distinct
-sources it touches. The number of partitions therefore follows from ``partition_bytes`` and the feature
-width d: a partition of r rows and e entries needs ``8 (r + 1) + (s + 4) e + r d b`` bytes (s: index
-size, b: feature itemsize) plus 192 bytes of alignment.
+pinned memory through UVA; docs/architecture.md#memory-tiers), so a partition's size does not depend on
+how many distinct sources it touches. The number of partitions therefore follows from ``partition_bytes``
+and the feature width d: a partition of r rows and e entries needs ``8 (r + 1) + (s + 4) e + r d b``
+bytes (s: index size, b: feature itemsize) plus 192 bytes of alignment.
 
 Without CUDA the device tier is host memory and the kernels are numba CPU kernels
 (`samplers.kernels.spmm.spmm_partition`: parallel over chunks of destination rows, each row summed in
 a fixed order, so results are bitwise the same for any number of threads). The CUDA path is not built
-yet: a CUDA device raises `NotImplementedError`.
+yet: a CUDA device raises `NotImplementedError`. See docs/architecture.md#full-graph-propagation.
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ class _Propagate(torch.autograd.Function):
     def forward(ctx, h, fg, transpose):
         ctx.fg = fg
         ctx.transpose = transpose
-        return fg._run(h, transpose)
+        return fg.multiply(h, transpose)
 
     @staticmethod
     def backward(ctx, grad_out):
@@ -218,8 +218,8 @@ class FullGraph:
         self._forward, self._backward = self._build(graph)
         self.symmetric = self._backward is self._forward
         self.num_entries = self._forward.nnz
-        self._finalizer = weakref.finalize(self, FullGraph._cleanup, self._forward, self._backward,
-                                           self._ws_box, self.memory if self._own_memory else None)
+        self._finalizer = weakref.finalize(self, _free_all, self._forward, self._backward, self._ws_box,
+                                           self.memory if self._own_memory else None)
 
     # ------------------------------------------------------------------ construction
     def _alloc(self, shape, dtype, owner: str) -> Region:
@@ -363,11 +363,6 @@ class FullGraph:
         self._check_input(h)
         return _Propagate.apply(h, self, False)
 
-    def propagate_transposed(self, h: torch.Tensor) -> torch.Tensor:
-        """``P^T @ h`` (equal to `propagate` when `symmetric`); arguments and errors as `propagate`."""
-        self._check_input(h)
-        return _Propagate.apply(h, self, True)
-
     __call__ = propagate
 
     def _check_input(self, h: torch.Tensor) -> None:
@@ -399,7 +394,27 @@ class FullGraph:
             self._ws_box.append(ws)
         return ws.numpy()
 
-    def _run(self, h: torch.Tensor, transpose: bool) -> torch.Tensor:
+    def multiply(self, h: torch.Tensor, transpose: bool = False) -> torch.Tensor:
+        """``P @ h`` (or ``P^T @ h``), partition by partition, outside autograd (what `propagate` runs).
+
+        Parameters
+        ----------
+        h : torch.Tensor, float32 or float64, shape [N, d], on the CPU; trusted (`propagate` checks it)
+        transpose : bool
+            Multiply by ``P^T`` (the backward pass of `propagate`).
+
+        Returns
+        -------
+        torch.Tensor, dtype of ``h``, shape [N, d]
+            As `propagate`.
+
+        Raises
+        ------
+        ValueError
+            This FullGraph is closed.
+        MemoryBudgetError
+            As `propagate`.
+        """
         op = self._backward if transpose else self._forward
         h = h.detach()
         if not h.is_contiguous():
@@ -453,17 +468,6 @@ class FullGraph:
                 self._workspace = None
                 self._ws_box.clear()
 
-    @staticmethod
-    def _cleanup(fwd: _Operator, bwd: _Operator, ws_box: list, own: MemoryManager | None) -> None:
-        for ws in ws_box:
-            _free_quietly(ws)
-        ws_box.clear()
-        for op in (fwd, bwd):
-            for r in op.regions:
-                _free_quietly(r)
-        if own is not None:
-            own.close()
-
     def close(self) -> None:
         """Free the working set and the normalised adjacency (and a private manager); idempotent.
 
@@ -484,6 +488,18 @@ class FullGraph:
         return (f"FullGraph(num_nodes={self.num_nodes}, num_entries={self.num_entries}, "
                 f"normalization={self.normalization!r}, add_self_loops={self.add_self_loops}, "
                 f"partition_bytes={self.partition_bytes}, symmetric={self.symmetric})")
+
+
+def _free_all(fwd: _Operator, bwd: _Operator, ws_box: list, own: MemoryManager | None) -> None:
+    """The finalizer of a `FullGraph`: free its working set and adjacency (and close a private manager)."""
+    for ws in ws_box:
+        _free_quietly(ws)
+    ws_box.clear()
+    for op in (fwd, bwd):
+        for r in op.regions:
+            _free_quietly(r)
+    if own is not None:
+        own.close()
 
 
 def _scale(degrees: np.ndarray, power: float) -> np.ndarray:

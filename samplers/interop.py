@@ -1,8 +1,11 @@
-"""Blocks to and from DGL, and to PyG's ``edge_index`` form.
+"""Blocks to and from DGL, and to PyG's ``edge_index`` form (what `Block.to_dgl`, `Block.from_dgl` and
+`Blocks.to_pyg` call).
 
-DGL: `block_to_dgl` makes a real ``dgl.create_block`` object (DGL layers such as ``SAGEConv`` and
-``GraphConv`` run on it) and `block_from_dgl` reads one back. DGL is imported through
-`graphrl.dglshim.import_dgl` only, and only when a conversion is asked for.
+This module knows blocks only by their fields (docs/architecture.md#blocks-and-mfgs), so `samplers.block`
+imports it and never the reverse. DGL: `block_to_dgl` makes a real ``dgl.create_block`` object (DGL
+layers such as ``SAGEConv`` and ``GraphConv`` run on it) and `dgl_block_fields` reads one back into the
+fields of a `Block` (``Block.from_dgl``). DGL is imported through `graphrl.dglshim.import_dgl` only, and
+only when a conversion is asked for.
 
 PyG: `blocks_to_pyg` gives what PyG's ``NeighborLoader`` puts in its ``Data`` batch: ``edge_index``
 (row 0 = source, row 1 = target, local ids over ``n_id``), ``n_id``, ``e_id``, ``num_sampled_nodes``
@@ -17,13 +20,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from samplers.block import Block
+if TYPE_CHECKING:
+    from samplers.block import Block
 
-__all__ = ["PygSubgraph", "block_to_dgl", "block_from_dgl", "blocks_to_pyg"]
+__all__ = ["PygSubgraph", "block_to_dgl", "blocks_to_pyg", "dgl_block_fields"]
 
 
 def block_to_dgl(block: Block):
@@ -66,8 +71,8 @@ def block_to_dgl(block: Block):
     return out
 
 
-def block_from_dgl(dgl_block) -> Block:
-    """Read a DGL block (one of DGL's samplers' MFGs, or `block_to_dgl`'s output) into a `Block`.
+def dgl_block_fields(dgl_block) -> dict[str, torch.Tensor]:
+    """Read a DGL block (one of DGL's samplers' MFGs, or `block_to_dgl`'s output) as a `Block`'s fields.
 
     Parameters
     ----------
@@ -78,8 +83,9 @@ def block_from_dgl(dgl_block) -> Block:
 
     Returns
     -------
-    Block
-        Edges grouped by destination (a stable sort, so edges of one destination keep DGL's order).
+    dict
+        ``src_nodes``, ``dst_nodes``, ``indptr``, ``indices``, ``edge_ids`` (``Block(**fields)``); edges
+        grouped by destination (a stable sort, so edges of one destination keep DGL's order).
 
     Raises
     ------
@@ -109,8 +115,8 @@ def block_from_dgl(dgl_block) -> Block:
     counts = torch.bincount(dst64, minlength=num_dst)
     indptr = torch.zeros(num_dst + 1, dtype=torch.int64, device=counts.device)
     torch.cumsum(counts, 0, out=indptr[1:])
-    return Block(src_nodes=src_nodes, dst_nodes=src_nodes[:num_dst], indptr=indptr,
-                 indices=src.to(torch.int64)[order], edge_ids=edge_ids[order])
+    return {"src_nodes": src_nodes, "dst_nodes": src_nodes[:num_dst], "indptr": indptr,
+            "indices": src.to(torch.int64)[order], "edge_ids": edge_ids[order]}
 
 
 @dataclass(frozen=True, eq=False)

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from graphrl.graph import CSCGraph
+from samplers._checks import check_int
 from samplers.block import Block
 from samplers.neighbor import NeighborSampler
 
@@ -137,14 +138,6 @@ def _check_range(name: str, arr: np.ndarray, lo: int, hi: int, what: str) -> Non
                          f"first {first}")
 
 
-def _check_int(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
-
-
 def _item_range_from_graph(graph: CSCGraph) -> tuple[int, int]:
     if graph.node_type is None:
         raise ValueError("item_range is required: the graph has no node_type to find the item nodes "
@@ -254,10 +247,10 @@ class LinkSampler:
         graph = sampler.graph
         n = graph.num_nodes
         self.sampler = sampler
-        self.batch_size = _check_int("batch_size", batch_size, 1)
-        self.num_negatives = _check_int("num_negatives", num_negatives, 1)
+        self.batch_size = check_int("batch_size", batch_size, 1)
+        self.num_negatives = check_int("num_negatives", num_negatives, 1)
         if seed is not None:
-            _check_int("seed", seed, 0)
+            check_int("seed", seed, 0)
         if exclude not in _EXCLUDE_MODES:
             raise ValueError(f"exclude must be one of {_EXCLUDE_MODES}, got {exclude!r}")
         if negative not in _NEGATIVE_MODES:

@@ -50,10 +50,12 @@ import numpy as np
 import torch
 
 from graphrl.graph import CSCGraph
+from samplers._checks import check_int, check_seeds
 from samplers.block import Block
-from samplers.features import FeatureStore, RowStaging, StagingLease
+from samplers.features import FeatureStore
 from samplers.link import LinkBatch, LinkSampler
-from samplers.neighbor import NeighborSampler, check_seeds
+from samplers.neighbor import NeighborSampler
+from samplers.staging import RowStaging, StagingLease
 
 __all__ = ["LinkLoader", "LoadedLinkBatch", "NeighborLoader", "NodeBatch"]
 
@@ -365,14 +367,6 @@ class _Loader:
         self.close()
 
 
-def _check_int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
-
-
 # --------------------------------------------------------------------------------------------------
 # Node classification
 
@@ -449,9 +443,9 @@ class NeighborLoader(_Loader):
         if not isinstance(graph, CSCGraph):
             raise TypeError(f"graph must be a CSCGraph, got {type(graph).__name__}")
         n = graph.num_nodes
-        self.batch_size = _check_int("batch_size", batch_size, 1)
+        self.batch_size = check_int("batch_size", batch_size, 1)
         if seed is not None:
-            _check_int("seed", seed, 0)
+            check_int("seed", seed, 0)
         if isinstance(seeds, torch.Tensor) and seeds.dtype == torch.bool or \
                 isinstance(seeds, np.ndarray) and seeds.dtype == np.bool_:
             mask = torch.as_tensor(seeds)

@@ -11,228 +11,19 @@ import numpy as np
 import torch
 
 from graphrl.graph import CSCGraph
+from samplers._checks import check_device, check_seed_and_replace, check_seed_times, check_seeds
+from samplers._csc import (
+    blocks_dst_count,
+    csc_times,
+    csc_weights,
+    cuda_to_torch,
+    excluded_positions,
+    inverse_permutation,
+)
 from samplers.block import Block, Blocks
 from samplers.kernels import cpu
 
-__all__ = ["NeighborSampler", "check_seeds", "check_seed_times", "csc_times", "csc_weights", "edge_array",
-           "excluded_positions", "inverse_permutation"]
-
-
-def check_seeds(seeds, num_nodes: int, name: str = "seeds", bound: str = "num_nodes") -> np.ndarray:
-    """Validate a seed tensor at the public boundary and return it as an int64 numpy array.
-
-    Parameters
-    ----------
-    seeds : torch.Tensor or array-like, integer, shape [B]
-        The ids to check.
-    num_nodes : int
-        Exclusive upper bound of the ids.
-    name : str
-        Argument name used in error messages.
-    bound : str
-        Name of the upper bound used in error messages (``"num_edges"`` for edge ids).
-
-    Returns
-    -------
-    numpy.ndarray, int64, shape [B], contiguous
-
-    Raises
-    ------
-    TypeError
-        ``seeds`` is not an integer tensor or array (a float or bool tensor, for instance).
-    ValueError
-        ``seeds`` is not 1-D, or holds ids outside [0, num_nodes).
-    """
-    if isinstance(seeds, torch.Tensor):
-        if seeds.dtype.is_floating_point or seeds.dtype.is_complex or seeds.dtype == torch.bool:
-            raise TypeError(f"{name} must be an integer tensor, got dtype {seeds.dtype}")
-        arr = seeds.detach().cpu().numpy()
-    else:
-        arr = np.asarray(seeds)
-        if arr.size == 0 and arr.dtype == np.float64:  # np.asarray([]) is float64: treat as empty ids
-            arr = arr.astype(np.int64)
-        if not np.issubdtype(arr.dtype, np.integer):
-            raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
-    if arr.ndim != 1:
-        raise ValueError(f"{name} must be 1-D, got shape {tuple(arr.shape)}")
-    arr = np.ascontiguousarray(arr, dtype=np.int64)
-    if arr.size:
-        bad = (arr < 0) | (arr >= num_nodes)
-        if bad.any():
-            first = int(arr[np.argmax(bad)])
-            raise ValueError(f"{name}: {int(bad.sum())} of {arr.size} ids outside [0, {bound}={num_nodes}), "
-                             f"first {first}")
-    return arr
-
-
-def edge_array(name: str, value, num_edges: int) -> np.ndarray:
-    """A per-edge tensor indexed by edge id, as a numpy array of shape [E] (checked).
-
-    Raises
-    ------
-    ValueError
-        Not of shape [num_edges]; the message names ``name``.
-    TypeError
-        Not numeric.
-    """
-    arr = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
-    if arr.shape != (num_edges,):
-        raise ValueError(f"{name} must have shape [{num_edges}] (one per edge, indexed by edge id), "
-                         f"got {tuple(arr.shape)}")
-    if arr.size and not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
-        raise TypeError(f"{name} must be a numeric tensor, got dtype {arr.dtype}")
-    return arr
-
-
-def check_seed_and_replace(seed, replace) -> None:
-    """The samplers' checks of ``seed`` (an int in [0, 2**64) or None) and ``replace`` (a bool).
-
-    Raises
-    ------
-    TypeError
-        ``seed`` not an int (bools, floats and strings included) or ``replace`` not a bool.
-    ValueError
-        ``seed`` outside [0, 2**64).
-    """
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
-        raise TypeError(f"seed must be an int or None, got {seed!r}")
-    if seed is not None and not 0 <= seed < 2**64:
-        raise ValueError(f"seed must be in [0, 2**64), got {seed}")
-    if not isinstance(replace, (bool, np.bool_)):
-        raise TypeError(f"replace must be a bool, got {replace!r}")
-
-
-def csc_weights(name: str, weights, num_edges: int, csc_eids: np.ndarray) -> np.ndarray:
-    """Sampling weights given by edge id, checked and put in CSC order: float32 [E].
-
-    Parameters
-    ----------
-    name : str
-        Argument name for messages (``"weights"``, or ``"weights[('user', 'clicks', 'item')]"``).
-    weights : torch.Tensor or array-like, float or integer, shape [E]
-        One weight per edge, indexed by edge id.
-    num_edges : int
-    csc_eids : numpy.ndarray, int64, shape [E]
-        The edge id at each CSC position.
-
-    Raises
-    ------
-    ValueError
-        Wrong shape; a negative, NaN or infinite weight; a weight float32 cannot hold (above 3.4e38, or
-        positive below 1.4e-45: it would become inf or 0).
-    TypeError
-        Not numeric.
-    """
-    arr = edge_array(name, weights, num_edges).astype(np.float64, copy=False)
-    bad = ~np.isfinite(arr) | (arr < 0)
-    if bad.any():
-        first = float(arr[np.argmax(bad)])
-        raise ValueError(f"{name}: {int(bad.sum())} of {arr.size} weights are negative, NaN or "
-                         f"infinite, first {first}; weights must be finite and >= 0")
-    with np.errstate(over="ignore", under="ignore"):
-        single = arr.astype(np.float32)
-    lost = ~np.isfinite(single) | ((single == 0) & (arr > 0))  # beyond float32, or below its smallest
-    if lost.any():
-        first = float(arr[np.argmax(lost)])
-        raise ValueError(f"{name}: {int(lost.sum())} of {arr.size} weights do not fit float32 (the kernels' "
-                         f"weight type), first {first}; rescale them into [1.4e-45, 3.4e38] (only ratios "
-                         "within a row matter)")
-    return np.ascontiguousarray(single[csc_eids])
-
-
-def csc_times(name: str, edge_times, num_edges: int, csc_eids: np.ndarray, dtype=None) -> np.ndarray:
-    """Edge times given by edge id, checked and put in CSC order: int64 for integer times, float64 for
-    float times (or ``dtype`` when given).
-
-    Raises
-    ------
-    ValueError
-        Wrong shape; a NaN time.
-    TypeError
-        Not numeric.
-    """
-    arr = edge_array(name, edge_times, num_edges)
-    if np.issubdtype(arr.dtype, np.floating) or arr.size == 0 and arr.dtype == np.float64:
-        arr = arr.astype(np.float64, copy=False)
-        if np.isnan(arr).any():
-            raise ValueError(f"{name}: {int(np.isnan(arr).sum())} of {arr.size} times are NaN")
-    else:
-        arr = arr.astype(np.int64, copy=False)
-    if dtype is not None:
-        arr = arr.astype(dtype, copy=False)
-    return np.ascontiguousarray(arr[csc_eids])
-
-
-def check_seed_times(name: str, seed_times, num_seeds: int, dtype) -> np.ndarray:
-    """Seed times as an array of the edge times' ``dtype`` (int64 or float64); float times against
-    integer edge times are floored (``t_edge <= t`` iff ``t_edge <= floor(t)``).
-
-    Raises
-    ------
-    ValueError
-        Not of shape [num_seeds]; a NaN time.
-    TypeError
-        Not numeric.
-    """
-    if isinstance(seed_times, torch.Tensor):
-        arr = seed_times.detach().cpu().numpy()
-    else:
-        arr = np.asarray(seed_times)
-    if arr.shape != (num_seeds,):
-        raise ValueError(f"{name} must have one time per seed ([{num_seeds}]), got {tuple(arr.shape)}")
-    if arr.size and not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
-        raise TypeError(f"{name} must be a numeric tensor, got dtype {arr.dtype}")
-    if np.issubdtype(arr.dtype, np.floating):
-        if np.isnan(arr).any():
-            raise ValueError(f"{name}: {int(np.isnan(arr).sum())} of {arr.size} times are NaN")
-        if np.dtype(dtype) == np.int64:
-            return np.clip(np.floor(arr), -9.2e18, 9.2e18).astype(np.int64)
-    return np.ascontiguousarray(arr, dtype=dtype)
-
-
-def excluded_positions(name: str, exclude_eids, num_edges: int, eid_to_pos) -> np.ndarray | None:
-    """Edge ids to exclude, checked, as sorted distinct CSC positions (None when there are none).
-
-    Parameters
-    ----------
-    eid_to_pos : callable () -> numpy.ndarray or None
-        Returns the inverse of the edge-id permutation (None: edge ids are CSC positions); called only
-        when there are edges to exclude.
-
-    Raises
-    ------
-    ValueError, TypeError
-        As `check_seeds`, for ids outside [0, num_edges).
-    """
-    if exclude_eids is None:
-        return None
-    eids = check_seeds(exclude_eids, num_edges, name=name, bound="num_edges")
-    if eids.size == 0:
-        return None
-    inv = eid_to_pos()
-    pos = eids if inv is None else inv[eids]
-    return np.unique(pos).astype(np.int64, copy=False)
-
-
-def inverse_permutation(perm: np.ndarray) -> np.ndarray:
-    """The inverse of a permutation of 0..E-1 (int32 below 2^31 entries, else int64)."""
-    num = perm.shape[0]
-    inv = np.empty(num, dtype=np.int32 if num <= np.iinfo(np.int32).max else np.int64)
-    inv[perm] = np.arange(num, dtype=inv.dtype)
-    return inv
-
-
-def blocks_dst_count(dst) -> int:
-    """Length of a 1-D id array (numpy, torch or numba device array)."""
-    return int(dst.shape[0])
-
-
-def _cuda_to_torch(arr) -> torch.Tensor:
-    """A numba device array as a torch tensor: a zero-copy CUDA tensor when torch has CUDA, else a host
-    copy (the CUDA simulator, or a CPU-only torch build)."""
-    if torch.cuda.is_available():
-        return torch.as_tensor(arr, device="cuda")
-    return torch.from_numpy(np.ascontiguousarray(arr.copy_to_host()))
+__all__ = ["NeighborSampler"]
 
 
 class NeighborSampler:
@@ -356,7 +147,7 @@ class NeighborSampler:
         """Whether draws follow edge weights."""
         self.temporal = self._times is not None
         """Whether `sample` needs ``seed_times`` (the sampler has edge times)."""
-        self.device = self._check_device(device)
+        self.device = check_device(device)
         self._masks = None
         if (self.weighted or self.temporal) and self.device.type == "cpu":
             # weights without times: the per-row prefix sums P (float64, 8 bytes per edge) and positive
@@ -379,16 +170,6 @@ class NeighborSampler:
         self._lock = threading.Lock()  # the workspace serves one call at a time
         self.sampled_edges = 0
         """Total number of edges sampled by this sampler so far (for throughput reports)."""
-
-    @staticmethod
-    def _check_device(device) -> torch.device:
-        try:
-            dev = torch.device(device)
-        except (RuntimeError, TypeError):
-            raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}") from None
-        if dev.type not in ("cpu", "cuda"):
-            raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
-        return dev
 
     def _csc_weights(self, graph: CSCGraph, weights) -> np.ndarray | None:
         """The sampling weights in CSC order (float32), or None for uniform draws."""
@@ -526,12 +307,12 @@ class NeighborSampler:
                     out_indptr, src_nodes, local, eids, times = cuda_kernels.sample_block_temporal_cuda(
                         self._cuda_graph, dst, times, self.fanouts[layer], self.replace, key, self.weighted,
                         excl)
-                    src_times = _cuda_to_torch(times)
+                    src_times = cuda_to_torch(times)
                 self.sampled_edges += int(local.shape[0])
-                src_t = _cuda_to_torch(src_nodes)
+                src_t = cuda_to_torch(src_nodes)
                 blocks.append(Block(src_nodes=src_t, dst_nodes=src_t[: blocks_dst_count(dst)],
-                                    indptr=_cuda_to_torch(out_indptr), indices=_cuda_to_torch(local),
-                                    edge_ids=_cuda_to_torch(eids), src_times=src_times))
+                                    indptr=cuda_to_torch(out_indptr), indices=cuda_to_torch(local),
+                                    edge_ids=cuda_to_torch(eids), src_times=src_times))
                 dst = src_nodes
             blocks.reverse()
             return blocks

@@ -1,12 +1,8 @@
-"""FeatureStore: exact gathers, staging reuse, the hot-row cache and its hit rate, budgets, bad input,
-and the numba.cuda gather under the CUDA simulator."""
+"""FeatureStore: exact gathers, staging reuse, the hot-row cache and its hit rate, budgets, bad input
+(the gather kernels: tests/samplers/kernels/test_gather.py; staging: tests/samplers/test_staging.py)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -16,10 +12,9 @@ import torch
 from graphrl.graph import CSCGraph
 from graphrl.kernels import huge_page_bytes
 from graphrl.memory import MemoryBudgetError, MemoryManager
-from samplers import features as features_module
-from samplers.features import FeatureStore, RowStaging, gather_rows
-
-REPO = Path(__file__).resolve().parents[2]
+from samplers import feature_table
+from samplers.features import FeatureStore
+from samplers.kernels import gather as gather_module
 
 
 @pytest.fixture
@@ -63,68 +58,13 @@ def test_gather_across_threads_and_chunks_and_into_out(mm):
         store.close()
 
 
-def test_gather_rows_kernel_with_a_cache_counts_hits():
-    x = torch.arange(40, dtype=torch.float64).reshape(10, 4)
-    cache = -x[[2, 7]]
-    slots = np.full(10, -1, np.int32)
-    slots[[2, 7]] = [0, 1]
-    ids = np.array([7, 1, 2, 2, 9], dtype=np.int64)
-    out = torch.empty(5, 4, dtype=torch.float64)
-    assert gather_rows(x, ids, out, 1, cache, slots) == 3
-    assert torch.equal(out, torch.stack([-x[7], x[1], -x[2], -x[2], x[9]]))
-
-
-@pytest.mark.parametrize("stream", [False, True])
-@pytest.mark.parametrize("ahead", [0, 1, 5, 1000])
-@pytest.mark.parametrize("cols", [1, 16, 33, 128])
-def test_gather_rows_with_prefetch_and_streaming_stores_is_exact(stream, ahead, cols):
-    rng = np.random.default_rng(cols)
-    x = torch.from_numpy(rng.standard_normal((500, cols)).astype(np.float32))
-    ids = rng.integers(0, 500, 3000)
-    for threads in (1, 2):
-        out = torch.full((3001, cols), 7.0)
-        assert gather_rows(x, ids, out, threads, ahead=ahead, stream=stream) == 0
-        assert torch.equal(out[:3000], x[torch.from_numpy(ids)]) and (out[3000] == 7).all()
-    cache = -x[:100]
-    slots = np.full(500, -1, np.int32)
-    slots[:100] = np.arange(100)
-    out = torch.full((3000, cols), 7.0)
-    hits = gather_rows(x, ids, out, 2, cache, slots, ahead=ahead, stream=stream)
-    assert hits == int((ids < 100).sum())
-    want = x[torch.from_numpy(ids)]
-    want[torch.from_numpy(ids < 100)] *= -1
-    assert torch.equal(out, want)
-
-
-@pytest.mark.parametrize("dtype,cols", [(torch.float64, 5), (torch.int64, 9), (torch.uint8, 1),
-                                        (torch.uint8, 3), (torch.uint8, 77), (torch.float32, 128),
-                                        (torch.int64, 64)])
-@pytest.mark.parametrize("stream", [None, False, True])
-def test_gather_rows_is_byte_identical_to_index_select_for_any_row_size(dtype, cols, stream):
-    """Row sizes of 1 to 512 bytes, whole lines or not; duplicate and unsorted ids, 1 row, empty."""
-    rng = np.random.default_rng(cols)
-    x = torch.from_numpy(rng.integers(0, 256, (700, cols * torch.empty(0, dtype=dtype).element_size()),
-                                      dtype=np.uint8)).view(dtype)  # every bit pattern, NaNs included
-    base = rng.integers(0, 700, 2000)
-    cases = {"random": base, "duplicates": np.repeat(base[:50], 40), "descending": np.sort(base)[::-1].copy(),
-             "one": base[:1], "empty": base[:0]}
-    for name, ids in cases.items():
-        want = torch.index_select(x, 0, torch.from_numpy(ids))
-        for threads in (1, 2):
-            out = torch.full((len(ids) + 1, cols), 7, dtype=dtype)
-            assert gather_rows(x, ids, out, threads, stream=stream) == 0
-            got = out[:len(ids)]
-            assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), (name, threads)
-            assert (out[len(ids)] == 7).all(), (name, threads)
-
-
 @pytest.mark.parametrize("threads", [1, 2])
 def test_large_batch_streams_by_default_and_stays_exact(threads):
     """A batch above the streaming threshold (8 MiB), over several chunks, into a staging view and `out`."""
     rng = np.random.default_rng(3)
     x = torch.from_numpy(rng.standard_normal((3000, 128), dtype=np.float32))
     ids = torch.from_numpy(rng.integers(0, 3000, 20_000))  # 10 MB of rows, 5 chunks
-    assert 20_000 * 512 >= features_module._STREAM_BYTES
+    assert 20_000 * 512 >= gather_module.STREAM_BYTES
     store = FeatureStore(x, threads=threads)
     assert torch.equal(store.gather(ids), torch.index_select(x, 0, ids))
     out = torch.full((20_001, 128), 7.0)
@@ -150,7 +90,7 @@ def _table_huge_bytes(store: FeatureStore) -> int:
 def test_a_large_table_goes_on_huge_pages_with_the_same_rows(in_place):
     rng = np.random.default_rng(4)
     x = torch.from_numpy(rng.standard_normal((90_000, 128), dtype=np.float32))  # 44 MiB
-    assert x.numel() * 4 >= features_module._HUGE_TABLE_BYTES
+    assert x.numel() * 4 >= feature_table.HUGE_TABLE_BYTES
     before = x.clone()
     ids = torch.from_numpy(rng.integers(0, 90_000, 5000))
     with MemoryManager() as manager:
@@ -176,8 +116,8 @@ def test_a_large_cache_goes_on_huge_pages_too():
     x = torch.from_numpy(rng.standard_normal((n, 128), dtype=np.float32))
     with MemoryManager() as manager:
         store = FeatureStore(x, memory=manager, cache_rows=80_000, graph=g, tier="host", device="cpu")
-        cache = store._cache
-        assert cache is not None and cache.numel() * 4 >= features_module._HUGE_TABLE_BYTES
+        cache = store._cache.rows
+        assert cache is not None and cache.numel() * 4 >= feature_table.HUGE_TABLE_BYTES
         assert huge_page_bytes(cache.data_ptr(), cache.numel() * 4) > 0
         ids = torch.from_numpy(rng.integers(0, n, 5000))
         assert torch.equal(store.gather(ids), torch.index_select(x, 0, ids))
@@ -190,7 +130,7 @@ def test_small_tables_and_huge_pages_false_are_left_alone(monkeypatch):
     # the heap may already sit on huge pages (an earlier test collapsed a table in place and its memory was
     # reused), so check that the store asks for none rather than what smaps shows
     calls = []
-    monkeypatch.setattr(features_module, "advise_huge_pages", lambda *a, **k: calls.append(a) or 0)
+    monkeypatch.setattr(feature_table, "advise_huge_pages", lambda *a, **k: calls.append(a) or 0)
     before = huge_page_bytes(x.data_ptr(), x.numel() * 4)
     store = FeatureStore(x)
     assert store.huge_pages and not calls
@@ -235,21 +175,6 @@ def test_gather_without_out_reuses_staging_round_robin(mm):
     assert rc.data_ptr() == ra.data_ptr()  # the third gather reuses the first's buffer: no fresh tensor
     assert torch.equal(rb, x[b]) and torch.equal(rc, x[c])
     assert mm.stats()["pinned"]["features.staging"]["regions"] == 1
-
-
-def test_row_staging_grows_and_frees_old_pools_when_released(mm):
-    staging = RowStaging(mm, (4,), torch.float32, slots=2, owner="t.staging")
-    first = staging.acquire(10)
-    assert staging.capacity == 10 and first.tensor.shape == (10, 4)
-    bigger = staging.acquire(11)  # needs a larger pool: 1.25 x 10 rounded up = 13 rows
-    assert staging.capacity == 13 and bigger.tensor.shape == (11, 4)
-    assert mm.stats()["pinned"]["t.staging"]["regions"] == 2  # the old pool lives while leased
-    first.release()
-    first.release()  # idempotent
-    assert mm.stats()["pinned"]["t.staging"]["regions"] == 1
-    bigger.release()
-    staging.close()
-    assert mm.stats()["pinned"]["t.staging"]["bytes"] == 0
 
 
 # ------------------------------------------------------------------------------------------- cache
@@ -377,45 +302,3 @@ def test_bad_out_and_bad_arguments():
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA is not available"):
             FeatureStore(x, device="cuda")
-
-
-# ------------------------------------------------------------------------------------------- CUDA simulator
-SCRIPT = textwrap.dedent(
-    """
-    import numpy as np
-    from numba import config, cuda
-    assert config.ENABLE_CUDASIM  # the simulator, not a GPU
-    from samplers.features import gather_rows_cuda
-
-    rng = np.random.default_rng(0)
-    n, width = 40, 5
-    table = rng.integers(-1000, 1000, (n, width)).astype(np.int32)
-    ids = np.concatenate([rng.integers(0, n, 20), [3, 17, 3]]).astype(np.int64)
-    # more rows than warps (3 blocks of 1 warp): warps loop over rows; rows past len(ids) untouched
-    out = cuda.to_device(np.full((30, width), 7, np.int32))
-    gather_rows_cuda(cuda.to_device(table), cuda.to_device(ids), out, warps_per_block=1, max_blocks=3)
-    got = out.copy_to_host()
-    assert np.array_equal(got[:23], table[ids]) and (got[23:] == 7).all()
-
-    hot = np.array([3, 17, 0])
-    slots = np.full(n, -1, np.int32)
-    slots[hot] = np.arange(3, dtype=np.int32)
-    cache = table[hot] + 10000  # marked, to see which rows came from the cache
-    hits = cuda.to_device(np.zeros(1, np.int64))
-    out2 = cuda.to_device(np.zeros((23, width), np.int32))
-    gather_rows_cuda(cuda.to_device(table), cuda.to_device(ids), out2, cache=cuda.to_device(cache),
-                     slots=cuda.to_device(slots), hits=hits, warps_per_block=2, max_blocks=2)
-    cached = np.isin(ids, hot)
-    assert np.array_equal(out2.copy_to_host(), np.where(cached[:, None], table[ids] + 10000, table[ids]))
-    assert hits.copy_to_host()[0] == cached.sum() >= 3
-    print("OK")
-    """
-)
-
-
-def test_cuda_gather_kernel_under_the_simulator():
-    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True,
-                          timeout=600, cwd=REPO)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.strip().endswith("OK")

@@ -1,0 +1,125 @@
+"""Per-edge arrays in CSC order, and the arrays a sampling step hands over, for the samplers.
+
+`csc_weights` and `csc_times` check a tensor given by edge id and put it in CSC order (the order the
+kernels read); `excluded_positions` turns excluded edge ids into sorted CSC positions through
+`inverse_permutation` of the graph's edge ids; `blocks_dst_count` and `cuda_to_torch` turn a layer's
+output (numpy, torch or numba device arrays) into what a block holds. See
+docs/architecture.md#graph-storage for the CSC layout and docs/architecture.md#sampling-rules for
+what exclusion, weights and times mean.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from samplers._checks import check_seeds, edge_array
+
+__all__ = ["blocks_dst_count", "csc_times", "csc_weights", "cuda_to_torch", "excluded_positions",
+           "inverse_permutation"]
+
+
+def csc_weights(name: str, weights, num_edges: int, csc_eids: np.ndarray) -> np.ndarray:
+    """Sampling weights given by edge id, checked and put in CSC order: float32 [E].
+
+    Parameters
+    ----------
+    name : str
+        Argument name for messages (``"weights"``, or ``"weights[('user', 'clicks', 'item')]"``).
+    weights : torch.Tensor or array-like, float or integer, shape [E]
+        One weight per edge, indexed by edge id.
+    num_edges : int
+    csc_eids : numpy.ndarray, int64, shape [E]
+        The edge id at each CSC position.
+
+    Raises
+    ------
+    ValueError
+        Wrong shape; a negative, NaN or infinite weight; a weight float32 cannot hold (above 3.4e38, or
+        positive below 1.4e-45: it would become inf or 0).
+    TypeError
+        Not numeric.
+    """
+    arr = edge_array(name, weights, num_edges).astype(np.float64, copy=False)
+    bad = ~np.isfinite(arr) | (arr < 0)
+    if bad.any():
+        first = float(arr[np.argmax(bad)])
+        raise ValueError(f"{name}: {int(bad.sum())} of {arr.size} weights are negative, NaN or "
+                         f"infinite, first {first}; weights must be finite and >= 0")
+    with np.errstate(over="ignore", under="ignore"):
+        single = arr.astype(np.float32)
+    lost = ~np.isfinite(single) | ((single == 0) & (arr > 0))  # beyond float32, or below its smallest
+    if lost.any():
+        first = float(arr[np.argmax(lost)])
+        raise ValueError(f"{name}: {int(lost.sum())} of {arr.size} weights do not fit float32 (the kernels' "
+                         f"weight type), first {first}; rescale them into [1.4e-45, 3.4e38] (only ratios "
+                         "within a row matter)")
+    return np.ascontiguousarray(single[csc_eids])
+
+
+def csc_times(name: str, edge_times, num_edges: int, csc_eids: np.ndarray, dtype=None) -> np.ndarray:
+    """Edge times given by edge id, checked and put in CSC order: int64 for integer times, float64 for
+    float times (or ``dtype`` when given).
+
+    Raises
+    ------
+    ValueError
+        Wrong shape; a NaN time.
+    TypeError
+        Not numeric.
+    """
+    arr = edge_array(name, edge_times, num_edges)
+    if np.issubdtype(arr.dtype, np.floating) or arr.size == 0 and arr.dtype == np.float64:
+        arr = arr.astype(np.float64, copy=False)
+        if np.isnan(arr).any():
+            raise ValueError(f"{name}: {int(np.isnan(arr).sum())} of {arr.size} times are NaN")
+    else:
+        arr = arr.astype(np.int64, copy=False)
+    if dtype is not None:
+        arr = arr.astype(dtype, copy=False)
+    return np.ascontiguousarray(arr[csc_eids])
+
+
+def excluded_positions(name: str, exclude_eids, num_edges: int, eid_to_pos) -> np.ndarray | None:
+    """Edge ids to exclude, checked, as sorted distinct CSC positions (None when there are none).
+
+    Parameters
+    ----------
+    eid_to_pos : callable () -> numpy.ndarray or None
+        Returns the inverse of the edge-id permutation (None: edge ids are CSC positions); called only
+        when there are edges to exclude.
+
+    Raises
+    ------
+    ValueError, TypeError
+        As `check_seeds`, for ids outside [0, num_edges).
+    """
+    if exclude_eids is None:
+        return None
+    eids = check_seeds(exclude_eids, num_edges, name=name, bound="num_edges")
+    if eids.size == 0:
+        return None
+    inv = eid_to_pos()
+    pos = eids if inv is None else inv[eids]
+    return np.unique(pos).astype(np.int64, copy=False)
+
+
+def inverse_permutation(perm: np.ndarray) -> np.ndarray:
+    """The inverse of a permutation of 0..E-1 (int32 below 2^31 entries, else int64)."""
+    num = perm.shape[0]
+    inv = np.empty(num, dtype=np.int32 if num <= np.iinfo(np.int32).max else np.int64)
+    inv[perm] = np.arange(num, dtype=inv.dtype)
+    return inv
+
+
+def blocks_dst_count(dst) -> int:
+    """Length of a 1-D id array (numpy, torch or numba device array)."""
+    return int(dst.shape[0])
+
+
+def cuda_to_torch(arr) -> torch.Tensor:
+    """A numba device array as a torch tensor: a zero-copy CUDA tensor when torch has CUDA, else a host
+    copy (the CUDA simulator, or a CPU-only torch build)."""
+    if torch.cuda.is_available():
+        return torch.as_tensor(arr, device="cuda")
+    return torch.from_numpy(np.ascontiguousarray(arr.copy_to_host()))
