@@ -1,4 +1,8 @@
-"""Which CSC positions of a masked row may be drawn (weights > 0, not excluded, time <= the row's)."""
+"""Which CSC positions of a masked row may be drawn (weights > 0, not excluded, time <= the row's).
+
+Each per-row loop of masked rows lives in its own (not inlined) function: inlined into the row loop
+together with the binary searches of the exclusion range, LLVM compiles the position loop far slower.
+"""
 
 from __future__ import annotations
 

@@ -115,8 +115,8 @@ def _keys_segment(weights, has_w, times, has_t, t_row, ps, pe, s, state0, kk, pp
 @nb.njit(nogil=True, cache=True)
 def _aes_small(weights, has_w, times, has_t, t_row, excl, q, b, s, e, state0, c, kk, pp, pos, o):
     """A-ES for a row of at most _AES_SMALL eligible edges: every key, then each one's rank among them
-    by (key, position), counted branch-free; ranks below c are taken, in position order (no sort).
-    The heap's data-dependent branches cost ~40 ns per insertion in mispredictions (measured)."""
+    by (key, position), counted branch-free (no heap and its data-dependent branches); ranks below c
+    are taken, in position order (no sort)."""
     n = 0
     ps = s
     for x in range(q, b + 1):  # segments between excluded positions
@@ -141,9 +141,8 @@ def _aes_row(weights, has_w, times, has_t, t_row, excl, q, b, s, e, state0, c, h
 
     Keys are those of the reference (float64 ``-log(u) / w``); a max-heap keeps the c smallest (key,
     position) pairs. The row is offered segment by segment between its excluded positions ``excl[q:b]``
-    (exclusion tests inside the position loop made it 4x slower, measured). The chosen positions are
-    emitted in order through a bitmap of the row (rows up to 4096 edges; numba's sort of a 15-element
-    slice took ~0.9 us) or by insertion sort."""
+    (no exclusion test inside the position loop). The chosen positions are emitted in order through a
+    bitmap of the row (rows up to 4096 edges) or by insertion sort."""
     n = 0
     top = np.inf
     ps = s

@@ -175,9 +175,8 @@ def _choose_rows(dst, row_start, row_deg, row_exlo, row_exhi, out_indptr, fanout
 
 @nb.njit(nogil=True, cache=True)
 def gather_edges(indices, edge_ids, has_eids, pos_eid, src, lo, hi):
-    """Pass 3 over edges [lo, hi): sources and edge ids (in place of the positions) of chosen edges.
-
-    Prefetching 48 edges ahead measured 0-19 % faster (most on long rows), never slower."""
+    """Pass 3 over edges [lo, hi): sources and edge ids (in place of the positions) of chosen edges,
+    prefetching the edges 48 ahead."""
     if has_eids:
         for j in range(lo, hi):
             if j + _GATHER_AHEAD < hi:

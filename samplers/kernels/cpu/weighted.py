@@ -94,8 +94,8 @@ _MEMBER_MASK, _MEMBER_BITMAP, _MEMBER_SORTED = 0, 1, 2  # how a row without repl
 @nb.njit(inline="always", cache=True)
 def _count_le(prefix, lo, hi, x):
     """lo + the number of prefix[lo:hi] <= x: for non-decreasing prefix sums, the smallest p in [lo, hi)
-    with prefix[p] > x (hi if none). A branch-free loop that LLVM vectorises; its unsigned index matters:
-    with a signed one numba's negative-index wrap-around made LLVM emit gathers, 2.5-4x slower."""
+    with prefix[p] > x (hi if none). A branch-free loop that LLVM vectorises; its index is unsigned (with
+    a signed one numba's negative-index wrap-around makes LLVM emit gathers)."""
     c = 0
     for q in range(np.uint64(lo), np.uint64(hi)):
         c += prefix[q] <= x
@@ -106,8 +106,8 @@ def _count_le(prefix, lo, hi, x):
 def _search(prefix, s, e, x, unit):
     """The smallest p in [s, e) with prefix[p] > x (e if none), for x = unit * prefix[e - 1].
 
-    Rows up to _COUNT_MAX edges count the prefix sums <= x (9-20 ns for 16-128 edges, where a binary
-    search took 35-50 ns: every level a dependent load and a mispredicted branch). Longer rows count
+    Rows up to _COUNT_MAX edges count the prefix sums <= x (a binary search pays a dependent load and a
+    mispredicted branch per level). Longer rows count
     inside the window of _COUNT_WINDOW entries centred where x would fall if the weights were equal (s +
     unit * d), when the answer is inside it (for weights of similar size it nearly always is); else they
     bisect the row down to such a window and count in it. Any search gives the same position (the sums
@@ -220,7 +220,7 @@ def _draw_row(weights, prefix, s, e, state0, c, pos, o):
 def _reject_small(weights, prefix, s, e, state0, c, pos, o):
     """Without replacement, a row of at most 64 edges and no excluded position: chosen positions are the
     bits of one register, a draw's position is a vectorised count over the row's prefix sums. The common
-    case, kept free of the general path's branches (1.5x faster than `_reject_general` there)."""
+    case, kept free of the general path's branches."""
     d = e - s
     total = prefix[e - 1]
     one = np.uint64(1)
