@@ -31,9 +31,9 @@ sampling passes follow pyg-lib's and DGL's CPU neighbour samplers.
 
 from samplers.kernels.cpu.layer import CHUNK_EDGES, sample_block, sample_layer
 from samplers.kernels.cpu.masks import Masks
+from samplers.kernels.cpu.prefix import weight_prefix
 from samplers.kernels.cpu.relabel import from_time_keys, relabel, relabel_pairs, time_keys
 from samplers.kernels.cpu.threads import parallel_chunks
-from samplers.kernels.cpu.weighted import weight_prefix
 from samplers.kernels.cpu.workspace import Exclusion, Workspace
 from samplers.kernels.reference import layer_key
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from samplers.kernels.cpu.prefix import prefix_listed_rows, weight_prefix
 from samplers.kernels.cpu.temporal import choose_rows_temporal
 from samplers.kernels.cpu.uniform import gather_edges
-from samplers.kernels.cpu.weighted import choose_rows_weighted, prefix_listed_rows, weight_prefix
+from samplers.kernels.cpu.weighted import choose_rows_weighted
 
 __all__ = ["Masks", "choose_rows_masked", "sample_rows_masked"]
 
