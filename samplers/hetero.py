@@ -282,10 +282,7 @@ class HeteroNeighborSampler:
             call = self._calls
             self._calls += 1
             if self._cuda_graphs:
-                from samplers.kernels import cuda as ck
-
-                with ck.default_stream():  # torch's work ordered with numba's launches
-                    return self._sample_cuda(dst, times, excluded, call)
+                return self._sample_cuda(dst, times, excluded, call)  # on torch's current stream
             blocks = []
             for layer in range(self.num_layers - 1, -1, -1):
                 block = self._layer(dst, times, excluded, call, layer)

@@ -287,7 +287,7 @@ class NeighborSampler:
 
             # -0.0 -> 0.0 once (inner layers inherit these): equal times, equal relabelling keys
             times = cuda.to_device(times + times.dtype.type(0))
-        with self._lock, cuda_kernels.default_stream():  # torch's work ordered with numba's launches
+        with self._lock:  # kernels launch on torch's current stream (docs/architecture.md#the-stream-rule)
             excluded = self._excluded_positions(exclude_eids)
             excl = None if excluded is None else excluded.positions  # sorted CSC positions
             if excl is not None:

@@ -1,100 +1,31 @@
-"""Plain-Python reference of the neighbour-sampling kernels: slow, obvious, and bit-identical to cpu.py.
+"""Plain-Python reference of the neighbour-sampling kernels: slow, obvious, and the specification.
 
-The tests compare the numba kernels against these functions on small graphs. Both follow the same
-specification, so their outputs must be *equal*, not merely alike:
+The numba CPU kernels (`samplers.kernels.cpu`) and GPU kernels (`samplers.kernels.cuda`) follow the
+same rules, so the tests demand that their outputs *equal* these functions' on small graphs. The rules
+are stated in full in docs/architecture.md#sampling-rules; in brief:
 
-RNG. ``splitmix64`` (Steele, Lea and Flood, OOPSLA 2014) on unsigned 64-bit integers. A layer's key is
-``layer_key(seed, call, layer)``; the stream of row ``v`` starts at ``state = mix(key ^ (v * GOLDEN))``
-and each draw does ``state += GOLDEN; r = mix(state)``. A draw in [0, n) is ``(r * n) >> 64`` (the high
-word of the 128-bit product: Lemire's multiply-shift, "Fast Random Integer Generation in an Interval",
-ACM TOMACS 2019, without the rejection step; its bias is below n / 2^64). It costs two multiplies
-where ``r % n`` costs a 64-bit division, the single most expensive step of a draw.
+- RNG: splitmix64 on uint64; row ``v`` of a layer with key ``layer_key(seed, call, layer)`` starts at
+  ``state = mix(key ^ (v * GOLDEN))``, each draw does ``state += GOLDEN; r = mix(state)``, a draw in
+  [0, n) is ``(r * n) >> 64`` (the numba kernels compile `samplers.kernels.rng`).
+- Uniform rows: every position when ``k == -1`` or (without replacement) ``d <= k``; else Floyd's
+  algorithm draws an m-subset (the k taken, or the d - k left out when ``2k > d``), emitted in
+  increasing order; with replacement k draws in draw order.
+- Excluded positions (link prediction) are removed before drawing: the row is sampled over its
+  non-excluded positions with the same stream.
+- Weighted rows (weights, no edge times): successive sampling by rejection over the per-row float64
+  prefix sums ``P`` (`weight_prefix`), with an exact fallback draw after `REJECT_LIMIT` rejections.
+- Temporal rows (edge times): only edges of time <= the row's time are eligible; without replacement
+  the k smallest exponential keys ``-log(u) / w`` (A-ES), with replacement prefix-sum inversion.
+- Relabelling: the destinations as given, then each new source in first-occurrence order; with times
+  keyed on the (node, time) pair, a source taking the time of the row that drew it.
 
-Choice of positions for a destination of in-degree d and fanout k (positions are 0..d-1 within the row):
-- ``k == -1`` or (``not replace`` and ``d <= k``): every position, in order.
-- ``d == 0``: nothing.
-- without replacement, ``d > k``: Robert Floyd's algorithm (Bentley and Floyd, CACM 1987) draws a
-  uniform m-subset of 0..d-1: for ``j`` in ``d-m .. d-1``: ``t = draw(j + 1)``; add ``t`` unless
-  already in the subset, else add ``j``. When ``2k <= d`` the subset (m = k) is what is taken; when
-  ``2k > d`` the subset (m = d - k) is what is *left out* and the other k positions are taken (fewer
-  draws: 5 instead of 15 for k = 15, d = 20). Either way the k taken positions are emitted in
-  increasing order.
-- with replacement: k draws ``draw(d)``, emitted in draw order.
+>>> out_indptr, src, eids = sample_layer(indptr, indices, None, dst, 10, False, layer_key(0, 0, 0))
+>>> src_nodes, local = relabel(dst, src)
 
-Excluded edges. ``excluded`` is a sorted array of distinct CSC positions that must never be drawn (the
-target edges of a link-prediction batch). They are removed from the candidates *before* drawing (unlike
-DGL 2.1's ``sample_neighbors(exclude_edges=...)``, which draws first and drops them after): if x of a
-row's d positions are excluded, the row has d' = d - x *virtual* positions 0..d'-1, the choice above
-runs with d' in place of d (same RNG stream), and virtual position i maps to the i-th (0-based)
-non-excluded position of the row, in increasing order.
-Equivalently, with the row's excluded relative positions x_0 < x_1 < ... < x_{m-1},
-``real(i) = i + #{j : x_j - j <= i}``. A row without excluded positions is sampled exactly as if
-``excluded`` were empty.
-
-Relabelling: ``src_nodes`` = the destination nodes as given (duplicates kept) followed by every
-sampled source not among them, in order of first occurrence in the flat sampled array; each sampled
-source's local id is the position of its first occurrence in ``src_nodes``.
-
-Masked rows: weights, edge times, or both. When the sampler has edge weights or edge times, every row
-is sampled by the *masked* rules below instead (exclusion included). Relative position p (0..d-1, d
-the raw in-degree) is *eligible* iff its weight is > 0 (weight 1 for every edge without weights), it
-is not excluded, and (with times) its edge time is <= the row's time. Let d_e be the number of
-eligible positions.
-- ``k == -1``, or (``not replace`` and ``d_e <= k``): every eligible position, in order; no draws.
-- ``d_e == 0``: nothing.
-- otherwise, weighted rows *without* edge times follow "Weighted rows" below; rows with edge times
-  (weighted or not) follow "Temporal rows".
-
-Weighted rows (weights, no edge times): successive sampling by rejection over per-row prefix sums.
-``P`` (float64 [E]) holds the inclusive prefix sums of the CSC-ordered weights, restarting at every
-row: ``P[s] = 0.0 + w[s]``, ``P[p] = P[p - 1] + w[p]`` for s < p < e (float64 additions in position
-order, w the float32 weight widened to float64; excluded and weight-0 positions are summed like any
-other);
-``nz`` (int64 [N]) counts each row's positive weights, so d_e = nz[v] minus the row's excluded
-positions of positive weight (the sampler computes both once; they do not depend on the batch). With
-``T = P[e - 1]`` the row's total, outputs are drawn one after another, k of them; draw t = 1, 2, ... of
-the row's stream is ``r = mix(state0 + t * GOLDEN)``, ``state0 = mix(key ^ (v * GOLDEN))`` as above
-(one counter t for the whole row, never reset between outputs). For one output:
-- up to ``REJECT_LIMIT`` = 8 *attempts*: the next draw gives ``x = ((r >> 11) * 2^-53) * T`` and the
-  position p = the smallest one of the row with ``P[p] > x`` (the row's last position of positive
-  weight if rounding leaves none); it is accepted iff it is eligible and (``replace`` or not chosen
-  already for this row), else rejected. A weight-0 position is never found (its P equals the
-  previous one), so only excluded and already-chosen positions are rejected.
-- after REJECT_LIMIT rejected attempts, the output is drawn *exactly from what remains*: ``R`` = the
-  float64 sum, in position order, of the weights of the eligible positions not yet chosen (every
-  eligible position with ``replace``); the next draw gives ``x = ((r >> 11) * 2^-53) * R``; walking
-  those positions in order and accumulating their weights, the output is the first with ``acc > x``
-  (the last of them if rounding leaves none).
-Without replacement the k chosen positions are emitted in increasing order; with replacement in draw
-order. Why this is exact: an attempt picks p with probability w_p / T (up to the 2^-53 grid of x), so
-an accepted attempt, conditioned on acceptance, picks p with probability w_p / (sum of the remaining
-eligible weights); so does the fallback; so each output is drawn proportional to the weights of the
-eligible positions not yet chosen: successive weighted sampling without replacement, which is the
-distribution of the k smallest exponential keys ``-log(u) / w`` (Efraimidis and Spirakis, "Weighted
-random sampling with a reservoir", IPL 2006, algorithm A-ES; the temporal rows' method). With
-replacement and no excluded position every attempt is accepted: each draw is the inversion of the
-row's prefix sums, as for temporal rows. The cost of a row is O(k log d) in the common case, not
-O(d): high-degree rows of power-law graphs no longer read all their weights. A rejection is likely
-only when the chosen or excluded positions hold most of the row's weight (k close to d_e, or one edge
-of overwhelming weight); the fallback bounds the attempts per output, at O(d) per fallback (so O(k d)
-for a row whose heaviest edges are chosen first and hold nearly all its weight).
-
-Temporal rows (edge times, with or without weights), for ``d_e > k`` or with replacement:
-- without replacement: exponential keys (Efraimidis and Spirakis 2006, algorithm A-ES as GraphBolt
-  uses it). Position p takes the (p+1)-th draw ``r`` of the row's stream whether or not it is eligible
-  (so the draw of a position is ``mix(state0 + (p + 1) * GOLDEN)``, computable independently by a GPU
-  thread); an eligible one gets ``u = ((r >> 11) + 1) * 2^-53`` in (0, 1] and ``key = -log(u) / w`` in
-  float64 (``math.log``). The k eligible positions with the smallest ``(key, p)`` are taken and
-  emitted in increasing order. With equal weights this is a uniform k-subset.
-- with replacement: float64 prefix sums ``c_p`` of the eligible weights (ineligible positions add 0)
-  summed in position order; draw j (the j-th of the row's stream, j = 1..k) gives
-  ``x = ((r >> 11) * 2^-53) * c_{d-1}``; it picks the smallest p with ``c_p > x`` (the last eligible
-  position if rounding leaves none). Emitted in draw order. A position of weight 0 is never drawn.
-
-Temporal relabelling: with times, every destination row carries a time (the seeds' times for the last
-layer; inner layers inherit the time of the row that reached them), a sampled source takes the time
-of the row it was sampled for, and relabelling keys on the (node, time) pair instead of the node: the
-same node reached at two different times is two source nodes (two rows of the next layer).
+References
+----------
+Steele, Lea and Flood (OOPSLA 2014), splitmix64; Lemire (ACM TOMACS 2019), multiply-shift ranges;
+Bentley and Floyd (CACM 1987), Floyd's algorithm; Efraimidis and Spirakis (IPL 2006), A-ES.
 """
 
 from __future__ import annotations
@@ -118,7 +49,7 @@ def mix(z: int) -> int:
 
 
 def layer_key(seed: int, call: int, layer: int) -> int:
-    """The 64-bit key of one layer of one ``sample`` call; shared with cpu.py."""
+    """The 64-bit key of one layer of one ``sample`` call; shared with the numba kernels."""
     return mix(mix(mix(seed & MASK64) ^ (call & MASK64)) ^ (layer & MASK64))
 
 
@@ -146,7 +77,7 @@ def _unit_closed_open(r: int) -> float:
 
 def _choose_masked(eligible: list[bool], w: list[float], k: int, replace: bool, key: int,
                    node: int) -> list[int]:
-    """Relative positions chosen in a temporal row ("Temporal rows" in the module docstring)."""
+    """Relative positions chosen in a temporal row ("Temporal rows", docs/architecture.md#sampling-rules)."""
     d = len(eligible)
     cand = [p for p in range(d) if eligible[p]]
     if not cand:
@@ -185,7 +116,7 @@ def _choose_masked(eligible: list[bool], w: list[float], k: int, replace: bool, 
 
 
 def weight_prefix(indptr: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The per-row prefix sums ``P`` and positive counts ``nz`` of weighted rows (module docstring).
+    """The per-row prefix sums ``P`` and positive counts ``nz`` of weighted rows (the sampling rules).
 
     Returns
     -------
@@ -209,7 +140,7 @@ def weight_prefix(indptr: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, 
 def _choose_weighted(eligible: list[bool], w: list[float], prefix: list[float], k: int, replace: bool,
                      key: int, node: int) -> list[int]:
     """Relative positions chosen in a weighted row without edge times: successive sampling by rejection
-    over the row's prefix sums ``prefix`` (the row's slice of ``P``), see the module docstring."""
+    over the row's prefix sums ``prefix`` (the row's slice of ``P``), see the sampling rules."""
     d = len(eligible)
     cand = [p for p in range(d) if eligible[p]]
     if not cand:
@@ -286,7 +217,7 @@ def sample_layer(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray |
     key : int
         ``layer_key(seed, call, layer)``.
     excluded : int64 [X] or None
-        Sorted, distinct CSC positions that are never drawn (see the module docstring).
+        Sorted, distinct CSC positions that are never drawn (see the sampling rules).
     weights : float32 [E] or None
         Edge weights in CSC order (masked rules when given; without ``edge_times``, the "weighted rows"
         rule, with each row's prefix sums computed as `weight_prefix` does).

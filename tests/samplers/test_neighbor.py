@@ -578,8 +578,8 @@ def test_helper_errors_reach_the_caller():
             raise RuntimeError("chunk 3 failed")
 
     with pytest.raises(RuntimeError, match="chunk 3 failed"):
-        cpu._parallel_for(fail, 8, helpers=1)
-    cpu._parallel_for(lambda i: None, 8, helpers=1)  # the team is usable afterwards
+        cpu.parallel_chunks(fail, 8, helpers=1)
+    cpu.parallel_chunks(lambda i: None, 8, helpers=1)  # the team is usable afterwards
 
 
 # ---------------------------------------------------------------------------------------------- DGL

@@ -8,7 +8,7 @@ import torch
 
 from graphrl import CSCGraph
 from samplers import NeighborSampler
-from samplers.kernels import cpu
+from samplers.kernels.cpu import layer as cpu_layer
 
 
 def _edges(seed: int = 0, n: int = 20_000, e: int = 400_000):
@@ -36,7 +36,7 @@ def test_a_call_interrupted_between_chunks_leaves_the_next_call_correct(monkeypa
     sampler = NeighborSampler(graph, [15, 10, 5], seed=0)
     rng = np.random.default_rng(1)
     seeds = torch.from_numpy(rng.choice(n, 4096, replace=False))
-    original = cpu._relabel_src
+    original = cpu_layer.relabel_src
     calls = {"n": 0}
 
     def interrupted(*args):
@@ -46,11 +46,11 @@ def test_a_call_interrupted_between_chunks_leaves_the_next_call_correct(monkeypa
             raise KeyboardInterrupt("simulated Ctrl-C between chunks")
         return out
 
-    monkeypatch.setattr(cpu, "_relabel_src", interrupted)
+    monkeypatch.setattr(cpu_layer, "relabel_src", interrupted)
     with pytest.raises(KeyboardInterrupt):
         sampler.sample(seeds)
     assert calls["n"] == 2  # the interruption really happened inside the layer
-    monkeypatch.setattr(cpu, "_relabel_src", original)
+    monkeypatch.setattr(cpu_layer, "relabel_src", original)
     reference = NeighborSampler(graph, [15, 10, 5], seed=0)
     reference.sample(seeds)  # same call index as the interrupted one
     for _ in range(3):

@@ -339,33 +339,37 @@ def test_fast_launcher_builds_the_words_numba_builds():
 
     from numba import types
 
-    from samplers.kernels import cuda as ck
+    from samplers.kernels.cuda.launch import arg_kind, pack_array, packer
 
     t = torch.arange(5, dtype=torch.int32)
     words: list = []
-    ck._packer(types.Array(types.int32, 1, "C"))(t, words)
+    packer(types.Array(types.int32, 1, "C"))(t, words)
     assert words == [0, 0, 5, 4, t.data_ptr(), 5, 4]
     with pytest.raises(ValueError, match="1-D and contiguous"):
-        ck._pack_array(torch.arange(10)[::2], [])
+        pack_array(torch.arange(10)[::2], [])
     with pytest.raises(TypeError, match="1-D arrays"):
-        ck._packer(types.Array(types.int64, 2, "C"))
+        packer(types.Array(types.int64, 2, "C"))
     scalars: list = []
-    ck._packer(types.int64)(np.int64(-3), scalars)
-    ck._packer(types.uint64)(np.uint64(2**63 + 1), scalars)
-    ck._packer(types.boolean)(np.bool_(True), scalars)
-    ck._packer(types.float64)(0.5, scalars)
+    packer(types.int64)(np.int64(-3), scalars)
+    packer(types.uint64)(np.uint64(2**63 + 1), scalars)
+    packer(types.boolean)(np.bool_(True), scalars)
+    packer(types.float64)(0.5, scalars)
     assert [type(w) for w in scalars] == [ctypes.c_int64, ctypes.c_uint64, bool, ctypes.c_double]
     assert [scalars[0].value, scalars[1].value, scalars[2], scalars[3].value] == [-3, 2**63 + 1, True, 0.5]
     # argument kinds: one compiled kernel per (kernel, kinds)
-    assert ck._arg_kind(t) == torch.int32
-    assert ck._arg_kind(np.int64(1)) == (np.int64, "<i8")
-    assert ck._arg_kind(True) == (bool, None)
+    assert arg_kind(t) == torch.int32
+    assert arg_kind(np.int64(1)) == (np.int64, "<i8")
+    assert arg_kind(True) == (bool, None)
+
+
+def _unused(*args):  # pragma: no cover - a stand-in for cuda.core that must not be called
+    raise AssertionError(f"called with {args}")
 
 
 def test_fast_launcher_falls_back_to_numba_where_internals_differ():
     """Where a compiled kernel cannot be read (other numba-cuda internals), the launcher warns once per
-    signature and launches that kernel through numba's dispatcher from then on."""
-    from samplers.kernels import cuda as ck
+    signature and launches that kernel through numba's dispatcher from then on, on the given stream."""
+    from samplers.kernels.cuda.launch import FastLauncher
 
     launches = []
 
@@ -378,10 +382,110 @@ def test_fast_launcher_falls_back_to_numba_where_internals_differ():
         def typeof_pyval(self, value):
             return "int64"
 
-    launcher = ck._FastLauncher.__new__(ck._FastLauncher)
-    launcher._compiled, launcher._configs = {}, {}
+    launcher = FastLauncher(core_launch=_unused, launch_config=_unused, to_core_stream=_unused)
     kernel = Kernel()
     with pytest.warns(RuntimeWarning, match="launches through numba's dispatcher"):
-        launcher(kernel, (4, 128), (np.int64(1), True))
-    launcher(kernel, (4, 128), (np.int64(2), False))  # no second warning: the signature is remembered
-    assert launches == [((4, 128), (np.int64(1), True)), ((4, 128), (np.int64(2), False))]
+        launcher(kernel, (4, 128), 0, (np.int64(1), True))
+    launcher(kernel, (4, 128), 0, (np.int64(2), False))  # no second warning: the signature is remembered
+    assert launches == [((4, 128, 0), (np.int64(1), True)), ((4, 128, 0), (np.int64(2), False))]
+
+
+def test_fast_launcher_launches_on_the_callers_stream():
+    """The stream rule on the fast path: the first launch of a signature goes through numba's dispatcher on
+    the given numba stream, later ones through cuda.core on that stream's cuda.core stream, converted once
+    per stream handle (numba-cuda's own conversion, as its dispatcher does)."""
+    import types as pytypes
+
+    from numba import types
+
+    from samplers.kernels.cuda.launch import FastLauncher
+
+    dispatched, launched, converted = [], [], []
+    function = object()
+
+    class Kernel:  # a dispatcher whose compiled kernel the fast path can read
+        def __init__(self):
+            code = pytypes.SimpleNamespace(get_cufunc=lambda: pytypes.SimpleNamespace(kernel=function))
+            self.overloads = {(types.int64, types.boolean): pytypes.SimpleNamespace(_codelibrary=code)}
+
+        def __getitem__(self, config):
+            return lambda *args: dispatched.append((config, args))
+
+        def typeof_pyval(self, value):
+            return types.boolean if isinstance(value, bool) else types.int64
+
+    def to_core(stream):
+        converted.append(stream)
+        return ("core", stream.handle)
+
+    side, other = pytypes.SimpleNamespace(handle=7), pytypes.SimpleNamespace(handle=9)
+    launcher = FastLauncher(core_launch=lambda *a: launched.append(a),
+                            launch_config=lambda grid, block: (grid, block), to_core_stream=to_core)
+    kernel = Kernel()
+    launcher(kernel, (4, 128), side, (np.int64(1), True))  # compiles: numba's dispatcher, on `side`
+    assert dispatched == [((4, 128, side), (np.int64(1), True))] and not launched
+    launcher(kernel, (4, 128), side, (np.int64(2), False))
+    launcher(kernel, (2, 32), side, (np.int64(3), True))
+    launcher(kernel, (4, 128), other, (np.int64(4), True))
+    assert [(a[0], a[1], a[2]) for a in launched] == [(("core", 7), (4, 128), function),
+                                                      (("core", 7), (2, 32), function),
+                                                      (("core", 9), (4, 128), function)]
+    assert [a[3].value for a in launched] == [2, 3, 4] and [a[4] for a in launched] == [False, True, True]
+    assert converted == [side, other]  # once per stream handle
+    assert len(dispatched) == 1
+
+
+STREAM_SIM_SCRIPT = textwrap.dedent(
+    """
+    import warnings
+    warnings.simplefilter("ignore", RuntimeWarning)  # numpy scalar uint64 wrap-around in simulated kernels
+    import numpy as np
+    import torch
+    from numba import config, cuda
+    from numba.cuda.simulator.kernel import FakeCUDAKernel
+    assert config.ENABLE_CUDASIM
+    import graphrl.cuda as gcuda
+    from graphrl.graph import CSCGraph
+    from samplers.neighbor import NeighborSampler
+
+    side = cuda.stream()  # stands in for torch's current stream
+    asked, streams = [], []
+    gcuda.launch_stream = lambda device=None: asked.append(device) or side
+    original = FakeCUDAKernel.__getitem__
+
+    def configure(self, configuration):
+        streams.append(configuration[2] if len(configuration) > 2 else "no stream")
+        return original(self, configuration)
+
+    FakeCUDAKernel.__getitem__ = configure
+    rng = np.random.default_rng(0)
+    n, e = 30, 200
+    graph = CSCGraph.from_edges(rng.integers(0, n, e), np.minimum(rng.geometric(0.1, e) - 1, n - 1), n)
+    seeds = torch.tensor([0, 1, 2, 5])
+    cases = [dict(fanouts=[3, 2]), dict(fanouts=[-1]), dict(fanouts=[2], replace=True),
+             dict(fanouts=[2], weights=torch.from_numpy(rng.random(e))),
+             dict(fanouts=[2], edge_times=torch.from_numpy(rng.integers(0, 9, e)))]
+    for kw in cases:
+        fanouts = kw.pop("fanouts")
+        sampler = NeighborSampler(graph, fanouts, seed=1, device="cuda", **kw)
+        times = torch.full((4,), 5) if "edge_times" in kw else None
+        before = len(streams)
+        blocks = sampler.sample(seeds, exclude_eids=torch.tensor([0, 3]), seed_times=times)
+        want = NeighborSampler(graph, fanouts, seed=1, **kw).sample(seeds, exclude_eids=torch.tensor([0, 3]),
+                                                                    seed_times=times)
+        for a, b in zip(blocks, want):
+            assert torch.equal(a.indices, b.indices) and torch.equal(a.src_nodes, b.src_nodes), kw
+        assert len(streams) > before, kw  # the case launched kernels
+    assert asked and streams and all(s is side for s in streams), set(map(repr, streams))
+    print("OK", len(streams))
+    """
+)
+
+
+@pytest.mark.slow
+def test_kernels_launch_on_graphrl_cuda_launch_stream_under_the_simulator():
+    """The stream rule: every kernel of a sample (plan, scan, choose, gather, relabel; uniform, weighted,
+    temporal) launches on the stream `graphrl.cuda.launch_stream` gives (torch's current stream)."""
+    proc = _run(STREAM_SIM_SCRIPT, simulator=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().split()[0] == "OK"

@@ -1,0 +1,187 @@
+"""One layer on the CPU: plan, choose and gather in chunks on the helper threads, relabel pipelined.
+
+Passes 2 and 3 (choose, gather) run per chunk of rows (about `CHUNK_EDGES` sampled edges each) on the
+calling thread and `graphrl.kernels.parallel_for`'s helper team, which claim chunks dynamically;
+relabelling is sequential and pipelined with them: the calling thread relabels chunk r as soon as it
+is sampled and samples chunks itself when it would otherwise wait, and never waits for a chunk that no
+helper has claimed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from graphrl.kernels import Chunks, engaged
+from samplers.kernels.cpu.masks import Masks, sample_rows_masked
+from samplers.kernels.cpu.plan import plan
+from samplers.kernels.cpu.relabel import (
+    from_time_keys,
+    relabel_dst,
+    relabel_pairs_into,
+    relabel_src,
+    time_keys,
+)
+from samplers.kernels.cpu.threads import parallel_chunks
+from samplers.kernels.cpu.uniform import sample_rows
+from samplers.kernels.cpu.workspace import Exclusion, Workspace
+
+__all__ = ["CHUNK_EDGES", "sample_block", "sample_layer"]
+
+CHUNK_EDGES = 1 << 15  # sampled edges per chunk of work (one to a few hundred microseconds)
+_NO_EXCL = np.empty(0, dtype=np.int64)
+
+
+def _chunk_bounds(out_indptr: np.ndarray, nnz: int) -> np.ndarray:
+    """Row boundaries of chunks of about CHUNK_EDGES sampled edges (first 0, last D)."""
+    d_count = out_indptr.shape[0] - 1
+    if nnz <= CHUNK_EDGES:
+        return np.array([0, d_count], dtype=np.int64)
+    cuts = np.searchsorted(out_indptr, np.arange(CHUNK_EDGES, nnz, CHUNK_EDGES), side="left")
+    return np.unique(np.concatenate(([0], cuts, [d_count]))).astype(np.int64)
+
+
+def _chunk_fn(indices, edge_ids, dst, rows, out_indptr, fanout, replace, key, excl, eids, src,
+              masks: Masks | None, row_time) -> Callable[[int, int], None]:
+    """The kernel call that samples (chooses and gathers) the rows [lo, hi)."""
+    has_eids = edge_ids is not None
+    head = (indices, edge_ids if has_eids else _NO_EXCL, has_eids, dst, *rows, out_indptr, np.int64(fanout),
+            bool(replace), np.uint64(key), excl)
+    if masks is None:
+        args = (*head, eids, src)
+        return lambda lo, hi: sample_rows(*args, lo, hi)
+    args = (*head, masks.weights, masks.has_weights, masks.times, row_time, masks.has_times, masks.prefix,
+            masks.has_prefix, eids, src)
+    return lambda lo, hi: sample_rows_masked(*args, lo, hi)
+
+
+def sample_block(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray | None, dst: np.ndarray,
+                 fanout: int, replace: bool, key: int, excluded: Exclusion | np.ndarray | None,
+                 workspace: Workspace, threads: int = 1, masks: Masks | None = None,
+                 dst_times: np.ndarray | None = None,
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """Sample one layer and relabel it: the arrays of one block.
+
+    Equal to `samplers.kernels.reference.sample_layer` followed by `~samplers.kernels.reference.relabel`
+    (`~samplers.kernels.reference.relabel_temporal` with edge times).
+
+    Parameters
+    ----------
+    indptr : int64 [N + 1]; indices : int32/int64 [E]; edge_ids : int64 [E] or None (identity)
+        The graph in CSC form.
+    dst : int64 [D]
+        Destination nodes, trusted to be in range.
+    fanout : int
+        k >= 0, or -1 for every in-edge.
+    replace : bool
+    key : int
+        ``layer_key(seed, call, layer)``.
+    excluded : Exclusion, or int64 [X], or None
+        Sorted distinct CSC positions never drawn (an `Exclusion` saves preparing them per layer).
+    workspace : Workspace
+        The sampler's scratch (node map, intermediates).
+    threads : int
+        Threads that may work on this layer, the caller included (1: the caller alone).
+    masks : Masks or None
+        Edge weights and/or times: rows follow the masked rules.
+    dst_times : [D] or None
+        The rows' times (required when ``masks`` has times).
+
+    Returns
+    -------
+    out_indptr : int64 [D + 1]; src_nodes : int64 [S]; local : int64 [nnz]; eids : int64 [nnz];
+    src_times : [S] in the edge times' dtype, or None without times
+        Fresh arrays (``src_nodes`` is a view of a fresh array of D + nnz entries).
+    """
+    helpers = max(int(threads) - 1, 0)
+    row_time = None if masks is None else masks.row_times(dst_times)
+    out_indptr, rows, excl, nnz = plan(indptr, dst, fanout, replace, excluded, workspace, helpers, masks,
+                                       row_time)
+    d_count = dst.shape[0]
+    eids = np.empty(nnz, dtype=np.int64)
+    src = workspace.src(nnz)
+    src_nodes = np.empty(d_count + nnz, dtype=np.int64)
+    local = np.empty(nnz, dtype=np.int64)
+    if nnz:
+        bounds = _chunk_bounds(out_indptr, nnz)
+        fn = _chunk_fn(indices, edge_ids, dst, rows, out_indptr, fanout, replace, key, excl, eids, src, masks,
+                       row_time)
+    if masks is not None and masks.has_times:
+        if nnz:
+            parallel_chunks(lambda i: fn(bounds[i], bounds[i + 1]), bounds.shape[0] - 1, helpers)
+        tkeys = np.empty(d_count + nnz, dtype=np.int64)
+        dst_tkey = time_keys(row_time)
+        edge_tkey = np.repeat(dst_tkey, np.diff(out_indptr))  # a source takes the time of its row
+        n = relabel_pairs_into(dst, dst_tkey, src, edge_tkey, src_nodes, tkeys, local)
+        return out_indptr, src_nodes[:n], local, eids, from_time_keys(tkeys[:n], row_time.dtype)
+    base = workspace.reserve(d_count + nnz)
+    node_map = workspace.node_map
+    # Entries this layer writes lie in [base, base + d_count + nnz). If anything raises part way (a
+    # helper's error, KeyboardInterrupt between chunks), advance past that whole range so the next call
+    # cannot read half-written entries as valid.
+    workspace.base = base + d_count + nnz
+    n = relabel_dst(dst, node_map, base, src_nodes)
+    if nnz:
+        task = Chunks(lambda i: fn(bounds[i], bounds[i + 1]), bounds.shape[0] - 1)
+        with engaged(task, helpers):
+            # Relabel chunk r as soon as it is sampled; sample chunks here rather than wait.
+            for r in range(task.num_chunks):
+                while not task.done[r]:
+                    i = task.claim()
+                    if i < 0:
+                        task.wait(r)
+                        break
+                    task.run(i)
+                if task.error is not None:
+                    break
+                n = relabel_src(src, node_map, base, n, src_nodes, local, out_indptr[bounds[r]],
+                                out_indptr[bounds[r + 1]])
+            task.finish()
+    workspace.base = base + n
+    return out_indptr, src_nodes[:n], local, eids, None
+
+
+def sample_layer(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray | None, dst: np.ndarray,
+                 fanout: int, replace: bool, key: int, excluded: np.ndarray | None = None,
+                 threads: int = 1, weights: np.ndarray | None = None, edge_times: np.ndarray | None = None,
+                 dst_times: np.ndarray | None = None, *, prefix: np.ndarray | None = None,
+                 positive: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sample the in-edges of each destination, without relabelling (as `reference.sample_layer`).
+
+    Parameters
+    ----------
+    indptr : int64 [N + 1]; indices : int32/int64 [E]; edge_ids : int64 [E] or None (identity)
+    dst : int64 [D], trusted in range
+    fanout : int, k >= 0 or -1
+    replace : bool
+    key : int, ``layer_key(seed, call, layer)``
+    excluded : int64 [X] or None, sorted distinct CSC positions never drawn
+    threads : int, threads that may work on it (the caller included)
+    weights : float32 [E] or None; edge_times : int64/float64 [E] or None; dst_times : [D] or None
+        As in `reference.sample_layer` (CSC order).
+    prefix : float64 [E] or None; positive : int64 [N] or None
+        Weights without times: ``weight_prefix(indptr, weights)``, computed once by a caller that samples
+        the same weights many times. Without them, they are computed for the rows of ``dst`` alone (the
+        O(sum of their degrees) pass that the precomputed arrays save).
+
+    Returns
+    -------
+    out_indptr : int64 [D + 1]; src : int64 [nnz] global sources; eids : int64 [nnz] edge ids
+    """
+    helpers = max(int(threads) - 1, 0)
+    masks = None
+    if weights is not None or edge_times is not None:
+        masks = Masks(weights, edge_times, indptr, rows=dst, prefix=prefix, positive=positive)
+    row_time = None if masks is None else masks.row_times(dst_times)
+    workspace = Workspace(0, indices.dtype)
+    out_indptr, rows, excl, nnz = plan(indptr, dst, fanout, replace, excluded, workspace, helpers, masks,
+                                       row_time)
+    eids = np.empty(nnz, dtype=np.int64)
+    src = np.empty(nnz, dtype=indices.dtype)
+    if nnz:
+        bounds = _chunk_bounds(out_indptr, nnz)
+        fn = _chunk_fn(indices, edge_ids, dst, rows, out_indptr, fanout, replace, key, excl, eids, src, masks,
+                       row_time)
+        parallel_chunks(lambda i: fn(bounds[i], bounds[i + 1]), bounds.shape[0] - 1, helpers)
+    return out_indptr, src.astype(np.int64), eids

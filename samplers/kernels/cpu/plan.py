@@ -1,0 +1,139 @@
+"""Pass 1 of a layer: each destination row's start, degree (minus excluded or ineligible edges) and
+output count, and the prefix sum that turns counts into output offsets.
+
+`plan` runs it over a layer (in chunks of rows on the helper threads when the layer is large); the
+row loops prefetch the row pointer of the row 16 ahead.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numba as nb
+import numpy as np
+
+from graphrl.kernels import prefetch
+from samplers.kernels.cpu.eligible import count_eligible, excl_range
+from samplers.kernels.cpu.threads import parallel_chunks
+from samplers.kernels.cpu.workspace import Workspace, exclusion_arrays
+
+if TYPE_CHECKING:
+    from samplers.kernels.cpu.masks import Masks
+
+__all__ = ["plan", "plan_rows", "plan_rows_masked"]
+
+_PLAN_CHUNK_ROWS = 1 << 15  # destinations per chunk of the planning pass
+_PREFETCH_AHEAD = 16  # prefetch distance of the planning loops
+
+
+@nb.njit(nogil=True, cache=True)
+def plan_rows(indptr, dst, fanout, replace, excl, excl_rows, row_start, row_deg, row_exlo, row_exhi,
+              out_indptr, lo, hi):
+    """Pass 1 over rows [lo, hi): start, effective degree and output count of every destination.
+
+    ``excl_rows`` is a bitmap of the nodes whose rows hold excluded positions: only those rows pay
+    for the binary searches that find their range ``excl[row_exlo[i]:row_exhi[i]]``."""
+    has_excl = excl.shape[0] > 0
+    for i in range(lo, min(lo + _PREFETCH_AHEAD, hi)):
+        prefetch(indptr, dst[i])
+    for i in range(lo, hi):
+        if i + _PREFETCH_AHEAD < hi:  # the five stores per row keep the core from running ahead
+            prefetch(indptr, dst[i + _PREFETCH_AHEAD])
+        v = dst[i]
+        s = indptr[v]
+        e = indptr[v + 1]
+        deg = e - s
+        a = 0
+        b = 0
+        if has_excl and (excl_rows[v >> 6] >> np.uint64(v & 63)) & np.uint64(1):
+            a = np.searchsorted(excl, s)
+            b = np.searchsorted(excl, e)
+            deg -= b - a
+        row_exlo[i] = a
+        row_exhi[i] = b
+        row_start[i] = s
+        row_deg[i] = deg
+        if fanout < 0 or (not replace and deg <= fanout):
+            c = deg
+        elif deg == 0:
+            c = 0
+        else:
+            c = fanout
+        out_indptr[i + 1] = c
+
+
+@nb.njit(nogil=True, cache=True)
+def _prefix_sum(out_indptr):
+    """Turn per-row counts in out_indptr[1:] into offsets; return the total."""
+    out_indptr[0] = 0
+    total = 0
+    for i in range(1, out_indptr.shape[0]):
+        total += out_indptr[i]
+        out_indptr[i] = total
+    return total
+
+
+@nb.njit(nogil=True, cache=True)
+def plan_rows_masked(indptr, dst, fanout, replace, excl, excl_rows, weights, has_w, times, row_time, has_t,
+                     node_count, has_count, row_start, row_deg, row_exlo, row_exhi, row_end, out_indptr, lo,
+                     hi):
+    """Pass 1 of masked rows [lo, hi): start, end, eligible count and output count of every row.
+
+    With ``has_count`` (weights without times), a row's eligible count is the node's precomputed count
+    of positive weights minus its excluded positive-weight positions: this pass then reads no weights."""
+    for i in range(lo, min(lo + _PREFETCH_AHEAD, hi)):
+        prefetch(indptr, dst[i])
+    for i in range(lo, hi):
+        if i + _PREFETCH_AHEAD < hi:
+            prefetch(indptr, dst[i + _PREFETCH_AHEAD])
+            if has_count:
+                prefetch(node_count, dst[i + _PREFETCH_AHEAD])
+        v = dst[i]
+        s = indptr[v]
+        e = indptr[v + 1]
+        a, b = excl_range(excl, excl_rows, v, s, e)
+        row_exlo[i] = a
+        row_exhi[i] = b
+        row_start[i] = s
+        row_end[i] = e
+        t_row = row_time[i] if has_t else 0
+        if has_count:
+            count = node_count[v]
+            for x in range(a, b):
+                count -= weights[excl[x]] > 0
+        else:
+            count = count_eligible(weights, has_w, times, has_t, t_row, excl, a, b, s, e)
+        row_deg[i] = count
+        if fanout < 0 or (not replace and count <= fanout):
+            c = count
+        elif count == 0:
+            c = 0
+        else:
+            c = fanout
+        out_indptr[i + 1] = c
+
+
+def plan(indptr, dst, fanout, replace, excluded, workspace: Workspace, helpers: int,
+         masks: Masks | None = None, row_time: np.ndarray | None = None):
+    d_count = dst.shape[0]
+    rows = workspace.rows(d_count)
+    row_start, row_deg, row_exlo, row_exhi, row_end = rows
+    out_indptr = np.empty(d_count + 1, dtype=np.int64)
+    excl, excl_rows = exclusion_arrays(indptr, excluded)
+    if masks is None:
+        rows = rows[:4]
+        fn = plan_rows
+        args = (indptr, dst, np.int64(fanout), bool(replace), excl, excl_rows, row_start, row_deg, row_exlo,
+                row_exhi, out_indptr)
+    else:
+        fn = plan_rows_masked
+        args = (indptr, dst, np.int64(fanout), bool(replace), excl, excl_rows, masks.weights,
+                masks.has_weights, masks.times, row_time, masks.has_times, masks.node_count, masks.has_count,
+                row_start, row_deg, row_exlo, row_exhi, row_end, out_indptr)
+    if d_count > _PLAN_CHUNK_ROWS and helpers > 0:
+        bounds = np.arange(0, d_count + _PLAN_CHUNK_ROWS, _PLAN_CHUNK_ROWS).clip(max=d_count)
+        parallel_chunks(lambda i: fn(*args, bounds[i], bounds[i + 1]), bounds.shape[0] - 1, helpers)
+    else:
+        fn(*args, 0, d_count)
+    nnz = _prefix_sum(out_indptr)
+    return out_indptr, rows, excl, nnz

@@ -1,0 +1,382 @@
+"""Weighted rows without edge times (the reference's "weighted rows"): successive sampling by rejection
+over per-row float64 prefix sums ``P`` computed once per sampler (`cpu.prefix.weight_prefix`).
+
+An output is the first position whose prefix sum exceeds a uniform fraction of the row's total,
+accepted unless excluded or chosen already, with an exact fallback draw after REJECT_LIMIT rejections
+(docs/architecture.md#sampling-rules). A row costs about k draws and searches, not the O(d) logarithms
+of exponential keys. The search counts the prefix sums <= x in a vectorised loop for rows up to 128
+edges, and inside a 64-entry window around the equal-weights guess above; the common rows (no excluded
+edge, up to 4096 edges) accept or reject without a branch (chosen positions in a register mask or a
+bitmap). The choosing pass prefetches the prefix sums of the row 4 ahead.
+
+References
+----------
+Efraimidis and Spirakis, "Weighted random sampling with a reservoir" (IPL 2006): the distribution.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from graphrl.kernels import prefetch
+from samplers.kernels.cpu.bits import BITMAP_MAX, SCAN_MAX, emit_bitmap, lowest_bit_index
+from samplers.kernels.cpu.eligible import take_eligible
+from samplers.kernels.cpu.rng import draw, row_state, unit
+from samplers.kernels.reference import REJECT_LIMIT
+
+__all__ = ["REJECT_LIMIT", "choose_rows_weighted"]
+
+_NO_EXCL = np.empty(0, dtype=np.int64)
+_NO_BITS = np.empty(0, dtype=np.uint64)
+
+
+_COUNT_MAX = 128  # rows up to this degree find a draw's position by counting (vectorised), not searching
+_COUNT_WINDOW = 64  # longer rows count inside a window of this many prefix sums once it is found
+_MEMBER_MASK, _MEMBER_BITMAP, _MEMBER_SORTED = 0, 1, 2  # how a row without replacement tests "chosen"
+
+
+@nb.njit(inline="always", cache=True)
+def _count_le(prefix, lo, hi, x):
+    """lo + the number of prefix[lo:hi] <= x: for non-decreasing prefix sums, the smallest p in [lo, hi)
+    with prefix[p] > x (hi if none). A branch-free loop that LLVM vectorises; its index is unsigned (with
+    a signed one numba's negative-index wrap-around makes LLVM emit gathers)."""
+    c = 0
+    for q in range(np.uint64(lo), np.uint64(hi)):
+        c += prefix[q] <= x
+    return lo + c
+
+
+@nb.njit(inline="always", cache=True)
+def _search(prefix, s, e, x, unit):
+    """The smallest p in [s, e) with prefix[p] > x (e if none), for x = unit * prefix[e - 1].
+
+    Rows up to _COUNT_MAX edges count the prefix sums <= x (a binary search pays a dependent load and a
+    mispredicted branch per level). Longer rows count
+    inside the window of _COUNT_WINDOW entries centred where x would fall if the weights were equal (s +
+    unit * d), when the answer is inside it (for weights of similar size it nearly always is); else they
+    bisect the row down to such a window and count in it. Any search gives the same position (the sums
+    are non-decreasing), so this choice is free of the specification."""
+    d = e - s
+    if d <= _COUNT_MAX:
+        return _count_le(prefix, s, e, x)
+    lo = min(max(s + np.int64(unit * d) - (_COUNT_WINDOW >> 1), s), e - _COUNT_WINDOW)
+    hi = lo + _COUNT_WINDOW
+    if (lo == s or prefix[np.uint64(lo - 1)] <= x) and (hi == e or prefix[np.uint64(hi - 1)] > x):
+        return _count_le(prefix, lo, hi, x)
+    lo = s
+    n = d
+    while n > _COUNT_WINDOW:
+        half = n >> 1
+        if prefix[np.uint64(lo + half - 1)] <= x:
+            lo += half
+        n -= half
+    return _count_le(prefix, lo, lo + n, x)
+
+
+@nb.njit(inline="always", cache=True)
+def _in_sorted(arr, a, b, p):
+    """Whether p is in the sorted arr[a:b]."""
+    lo = a
+    hi = b
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if arr[mid] < p:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo < b and arr[lo] == p
+
+
+@nb.njit(inline="always", cache=True)
+def _is_chosen(kind, mask, bits, pos, o, n, s, p):
+    """Whether CSC position p of the row starting at s is chosen already (see `_reject_row`)."""
+    rel = p - s
+    if kind == _MEMBER_MASK:
+        return (mask >> np.uint64(rel)) & np.uint64(1) != 0
+    if kind == _MEMBER_BITMAP:
+        return (bits[rel >> 6] >> np.uint64(rel & 63)) & np.uint64(1) != 0
+    for j in range(o, o + n):
+        if pos[j] == p:
+            return True
+    return False
+
+
+@nb.njit(nogil=True, cache=True)
+def _fallback_draw(weights, excl, q, b, s, e, r, replace, kind, mask, bits, pos, o, n):
+    """The exact draw of one output from the remaining eligible positions of [s, e) (not excluded, weight
+    > 0, and not chosen unless ``replace``): their float64 weight sum R in position order, then the first
+    of them whose running sum exceeds ``unit(r) * R`` (the last of them if none). O(d): two passes over
+    the row (chosen positions kept unsorted in pos are sorted into a copy first)."""
+    sorted_kind = kind == _MEMBER_SORTED and not replace
+    chosen = np.sort(pos[o:o + n]) if sorted_kind else _NO_EXCL
+    remaining = 0.0
+    acc = 0.0
+    last = s
+    x = 0.0
+    for sweep in range(2):  # 0: the sum R; 1: the walk
+        xq = q
+        cq = 0
+        for p in range(s, e):
+            if xq < b and excl[xq] == p:
+                xq += 1
+                continue
+            if sorted_kind:
+                if cq < n and chosen[cq] == p:
+                    cq += 1
+                    continue
+            elif not replace and _is_chosen(kind, mask, bits, pos, o, n, s, p):
+                continue
+            wp = np.float64(weights[p])
+            if wp > 0:
+                if sweep == 0:
+                    remaining += wp
+                else:
+                    acc += wp
+                    last = p
+                    if acc > x:
+                        return p
+        x = unit(r) * remaining
+    return last
+
+
+@nb.njit(nogil=True, cache=True)
+def _last_positive(weights, s, e):
+    p = e - 1
+    while p > s and not weights[p] > 0:
+        p -= 1
+    return p
+
+
+@nb.njit(nogil=True, cache=True)
+def _draw_row(weights, prefix, s, e, state0, c, pos, o):
+    """With replacement, no excluded position in the row: every attempt is accepted, so output j is the
+    position of draw j + 1 (the inversion of the row's prefix sums)."""
+    total = prefix[e - 1]
+    t = np.uint64(0)
+    for j in range(c):
+        t += np.uint64(1)
+        frac = unit(draw(state0, t))
+        p = _search(prefix, s, e, frac * total, frac)
+        pos[o + j] = p if p < e else _last_positive(weights, s, e)
+
+
+@nb.njit(nogil=True, cache=True)
+def _reject_small(weights, prefix, s, e, state0, c, pos, o):
+    """Without replacement, a row of at most 64 edges and no excluded position: chosen positions are the
+    bits of one register, a draw's position is a vectorised count over the row's prefix sums. The common
+    case, kept free of the general path's branches."""
+    d = e - s
+    total = prefix[e - 1]
+    one = np.uint64(1)
+    mask = np.uint64(0)
+    t = np.uint64(0)
+    n = 0
+    rejects = 0
+    while n < c:
+        t += one
+        r = draw(state0, t)
+        if rejects == REJECT_LIMIT:  # this draw is the output's exact fallback draw (rare)
+            p = _fallback_draw(weights, _NO_EXCL, 0, 0, s, e, r, False, _MEMBER_MASK, mask, _NO_BITS, pos, o,
+                               n)
+            mask |= one << np.uint64(p - s)
+            rejects = 0
+            n += 1
+            continue
+        x = unit(r) * total
+        rel = 0
+        for q in range(np.uint64(s), np.uint64(e)):
+            rel += prefix[q] <= x
+        if rel == d:  # rounding left no position: the last positive weight (never happens in practice)
+            rel = _last_positive(weights, s, e) - s
+        # accept or reject without a branch (a mispredicted one per rejection cost more than the count):
+        # the next attempt's draw and count do not wait for this outcome
+        bit = one << np.uint64(rel)
+        hit = np.int64((mask & bit) != 0)
+        mask |= bit
+        n += 1 - hit
+        rejects = (rejects + 1) * hit
+    w = o
+    while mask:
+        pos[w] = s + lowest_bit_index(mask)
+        w += 1
+        mask &= mask - one
+
+
+@nb.njit(nogil=True, cache=True)
+def _reject_bitmap(weights, prefix, s, e, state0, c, bits, pos, o):
+    """`_reject_small` for rows of 65..4096 edges: chosen positions are the bits of ``bits`` (all 0 on
+    entry and on return), emitted word by word in order."""
+    d = e - s
+    total = prefix[e - 1]
+    one = np.uint64(1)
+    t = np.uint64(0)
+    n = 0
+    rejects = 0
+    while n < c:
+        t += one
+        r = draw(state0, t)
+        if rejects == REJECT_LIMIT:  # this draw is the output's exact fallback draw (rare)
+            rel = _fallback_draw(weights, _NO_EXCL, 0, 0, s, e, r, False, _MEMBER_BITMAP, np.uint64(0), bits,
+                                 pos, o, n) - s
+            bits[rel >> 6] |= one << np.uint64(rel & 63)
+            rejects = 0
+            n += 1
+            continue
+        frac = unit(r)
+        p = _search(prefix, s, e, frac * total, frac)
+        if p == e:
+            p = _last_positive(weights, s, e)
+        rel = p - s
+        bit = one << np.uint64(rel & 63)
+        word = bits[rel >> 6]
+        hit = np.int64((word & bit) != 0)
+        bits[rel >> 6] = word | bit
+        n += 1 - hit
+        rejects = (rejects + 1) * hit
+    emit_bitmap(bits, d, s, pos, o)
+
+
+@nb.njit(nogil=True, cache=True)
+def _reject_general(weights, prefix, excl, q, b, s, e, state0, c, replace, bitmap, pos, o):
+    """`_reject_row` for rows with excluded positions, or without replacement above 4096 edges."""
+    total = prefix[e - 1]
+    has_x = b > q
+    d = e - s
+    one = np.uint64(1)
+    kind = _MEMBER_MASK
+    bits = bitmap
+    if d > 64:
+        kind = _MEMBER_BITMAP
+        if d > BITMAP_MAX:
+            if c <= SCAN_MAX:
+                kind = _MEMBER_SORTED
+            else:
+                bits = np.zeros((d + 63) >> 6, dtype=np.uint64)
+    mask = np.uint64(0)
+    t = np.uint64(0)
+    n = 0
+    rejects = 0
+    while n < c:
+        t += one
+        r = draw(state0, t)
+        if rejects == REJECT_LIMIT:  # this draw is the output's exact fallback draw
+            p = _fallback_draw(weights, excl, q, b, s, e, r, replace, kind, mask, bits, pos, o, n)
+        else:
+            frac = unit(r)
+            p = _search(prefix, s, e, frac * total, frac)
+            if p == e:
+                p = _last_positive(weights, s, e)
+            if (has_x and _in_sorted(excl, q, b, p)) or (
+                    not replace and _is_chosen(kind, mask, bits, pos, o, n, s, p)):
+                rejects += 1
+                continue
+        rejects = 0
+        if replace or kind == _MEMBER_SORTED:
+            pos[o + n] = p
+        elif kind == _MEMBER_MASK:
+            mask |= one << np.uint64(p - s)
+        else:
+            rel = p - s
+            bits[rel >> 6] |= one << np.uint64(rel & 63)
+        n += 1
+    if replace:
+        return
+    if kind == _MEMBER_SORTED:
+        pos[o:o + c].sort()
+        return
+    w = o
+    if kind == _MEMBER_MASK:
+        while mask:
+            pos[w] = s + lowest_bit_index(mask)
+            w += 1
+            mask &= mask - one
+        return
+    emit_bitmap(bits, d, s, pos, w)
+
+
+@nb.njit(nogil=True, cache=True)
+def _reject_row(weights, prefix, excl, q, b, s, e, state0, c, replace, bitmap, pos, o):
+    """c outputs of a weighted row [s, e) by rejection over its prefix sums, into pos[o:o + c] (the
+    reference's "weighted rows"; c > 0, and c < the row's eligible count unless ``replace``).
+
+    With replacement, outputs go to pos in draw order. Without, "chosen already" is a bit of a register
+    mask (rows up to 64 edges) or of a bitmap of the row (the workspace's ``bitmap`` up to 4096 edges, a
+    fresh one above when c > 64), and the set bits are emitted in order at the end; rows above 4096
+    edges with c <= 64 scan the chosen positions in pos and sort them at the end. Excluded positions
+    (``excl[q:b]``) are found by binary search."""
+    if b == q:
+        if replace:
+            _draw_row(weights, prefix, s, e, state0, c, pos, o)
+            return
+        if e - s <= 64:
+            _reject_small(weights, prefix, s, e, state0, c, pos, o)
+            return
+        if e - s <= BITMAP_MAX:
+            _reject_bitmap(weights, prefix, s, e, state0, c, bitmap, pos, o)
+            return
+    _reject_general(weights, prefix, excl, q, b, s, e, state0, c, replace, bitmap, pos, o)
+
+
+_WEIGHTED_AHEAD = 4  # rows ahead whose prefix sums the choosing pass of weighted rows prefetches
+_WEIGHTED_LINES = 16  # rows of up to this many cache lines of prefix sums are prefetched whole
+
+
+@nb.njit(inline="always", cache=True)
+def _prefetch_weighted_row(weights, prefix, dst, key, row_start, row_end, row_deg, out_indptr, draws, i):
+    """Start fetching what choosing weighted row i reads: its weights when it takes every eligible edge;
+    else all of its prefix sums when they span at most _WEIGHTED_LINES cache lines, and otherwise the
+    entries where its first c draws would land if its weights were equal (where `_search` starts)."""
+    c = out_indptr[i + 1] - out_indptr[i]
+    if c == 0:
+        return
+    s = row_start[i]
+    e = row_end[i]
+    if not draws and c == row_deg[i]:
+        if c < e - s:  # a row with weight-0 or excluded positions reads its weights
+            prefetch(weights, s)
+        return
+    d = e - s
+    if d <= 8 * _WEIGHTED_LINES:
+        for p in range(s, e, 8):
+            prefetch(prefix, p)
+        prefetch(prefix, e - 1)
+        return
+    prefetch(prefix, e - 1)
+    state0 = row_state(key, dst[i])
+    t = np.uint64(0)
+    for _ in range(c):
+        t += np.uint64(1)
+        frac = unit(draw(state0, t))
+        prefetch(prefix, s + np.int64(frac * d))
+
+
+@nb.njit(nogil=True, cache=True)
+def choose_rows_weighted(dst, row_start, row_deg, row_exlo, row_exhi, row_end, out_indptr, draws, key, excl,
+                         weights, times, prefix, pos, lo, hi):
+    """Pass 2 of weighted rows without times [lo, hi): rejection over the prefix sums ``prefix`` (the
+    reference's "weighted rows"); ``draws``: with replacement and fanout >= 0."""
+    bitmap = np.zeros(BITMAP_MAX // 64, dtype=np.uint64)  # all 0 between rows
+    for i in range(lo, min(lo + _WEIGHTED_AHEAD, hi)):
+        _prefetch_weighted_row(weights, prefix, dst, key, row_start, row_end, row_deg, out_indptr, draws,
+                               i)
+    for i in range(lo, hi):
+        if i + _WEIGHTED_AHEAD < hi:
+            _prefetch_weighted_row(weights, prefix, dst, key, row_start, row_end, row_deg, out_indptr,
+                                   draws, i + _WEIGHTED_AHEAD)
+        o = out_indptr[i]
+        c = out_indptr[i + 1] - o
+        if c == 0:
+            continue
+        if not draws and c == row_deg[i]:  # every eligible position, in order
+            s = row_start[i]
+            if c == row_end[i] - s:  # every position is eligible: no weight to read
+                for j in range(c):
+                    pos[o + j] = s + j
+            else:
+                take_eligible(weights, True, times, False, 0, excl, row_exlo[i], row_exhi[i], s,
+                              row_end[i], pos, o)
+            continue
+        state0 = row_state(key, dst[i])
+        _reject_row(weights, prefix, excl, row_exlo[i], row_exhi[i], row_start[i], row_end[i], state0, c,
+                    draws, bitmap, pos, o)

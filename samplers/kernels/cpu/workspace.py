@@ -1,0 +1,93 @@
+"""The reusable memory of one sampler (`Workspace`) and the excluded positions of a call (`Exclusion`)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["Exclusion", "Workspace", "exclusion_arrays"]
+
+_INT32_MAX = np.iinfo(np.int32).max
+_NO_EXCL = np.empty(0, dtype=np.int64)
+
+
+class Workspace:
+    """Reusable memory of one sampler (one `sample` at a time; not shared between threads).
+
+    Attributes
+    ----------
+    node_map : numpy.ndarray, int32, shape [N]
+        Dense global -> local id map. An entry ``m`` is valid for the current layer iff
+        ``m >= base``; the local id is then ``m - base``.
+    base : int
+        Smallest valid map entry; advanced past every layer's ids, so nothing needs resetting.
+
+    Per-destination and per-edge intermediates grow geometrically and are reused across calls, so a
+    steady-state `sample` call allocates only its outputs.
+    """
+
+    def __init__(self, num_nodes: int, index_dtype=np.int64) -> None:
+        self.node_map = np.full(num_nodes, -1, dtype=np.int32)
+        self.base = 0
+        self._index_dtype = np.dtype(index_dtype)
+        self._rows = np.empty((5, 0), dtype=np.int64)
+        self._src = np.empty(0, dtype=self._index_dtype)
+
+    def rows(self, n: int) -> np.ndarray:
+        """Int64 scratch [5, n]: row starts, effective degrees, excluded-position ranges [lo, hi), row
+        ends (the last used by masked rows only)."""
+        if self._rows.shape[1] < n:
+            self._rows = np.empty((5, max(n, 2 * self._rows.shape[1])), dtype=np.int64)
+        return self._rows[:, :n]
+
+    def src(self, n: int) -> np.ndarray:
+        """A scratch array of length n for sampled sources, in the graph's index dtype."""
+        if self._src.shape[0] < n:
+            self._src = np.empty(max(n, 2 * self._src.shape[0]), dtype=self._index_dtype)
+        return self._src[:n]
+
+    def reserve(self, ids: int) -> int:
+        """Return the base for a layer that may create up to ``ids`` local ids (clears on overflow)."""
+        if ids > _INT32_MAX:
+            raise ValueError(f"a layer with {ids:,} destinations + sampled edges exceeds the int32 local "
+                             f"id range; sample fewer seeds per batch")
+        if self.base + ids > _INT32_MAX:
+            self.node_map.fill(-1)
+            self.base = 0
+        return self.base
+
+
+class Exclusion:
+    """Excluded CSC positions prepared once per `sample` call for the kernels of every layer.
+
+    Parameters
+    ----------
+    indptr : numpy.ndarray, int64, shape [N + 1]
+        The graph's row pointer.
+    positions : numpy.ndarray, int64, shape [X]
+        Sorted, distinct CSC positions that are never drawn.
+
+    Attributes
+    ----------
+    positions : numpy.ndarray, int64, shape [X]
+    row_bitmap : numpy.ndarray, uint64, shape [ceil(N / 64)]
+        Bit v is set iff row v holds an excluded position; rows without one skip all exclusion work.
+    """
+
+    def __init__(self, indptr: np.ndarray, positions: np.ndarray) -> None:
+        self.positions = np.ascontiguousarray(positions, dtype=np.int64)
+        num_nodes = indptr.shape[0] - 1
+        self.row_bitmap = np.zeros((num_nodes + 63) // 64, dtype=np.uint64)
+        rows = np.searchsorted(indptr, self.positions, side="right") - 1
+        bits = np.left_shift(np.uint64(1), (rows & 63).astype(np.uint64))
+        np.bitwise_or.at(self.row_bitmap, rows >> 6, bits)
+
+
+_NO_EXCLUSION_BITMAP = np.zeros(0, dtype=np.uint64)
+
+
+def exclusion_arrays(indptr, excluded) -> tuple[np.ndarray, np.ndarray]:
+    if excluded is None:
+        return _NO_EXCL, _NO_EXCLUSION_BITMAP
+    if not isinstance(excluded, Exclusion):
+        excluded = Exclusion(indptr, excluded)
+    return excluded.positions, excluded.row_bitmap

@@ -1,0 +1,179 @@
+"""One layer on the GPU: plan, scan, choose and gather (`sample_layer_cuda`), then relabel
+(`sample_block_cuda`, `sample_block_temporal_cuda`). Each picks the kernels of its rows' rule.
+
+Uniform layers with 0 <= fanout <= `THREAD_FANOUT_MAX` run a thread per row in two kernels (count,
+then choose and gather); weighted rows without times a thread per row likewise; other layers a warp per
+row for plan and choose, a thread per edge for the gather. Reading the scan's total back (to size the
+outputs) is a layer's one synchronisation before relabelling.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from samplers.kernels.cuda.arrays import as_device_ids, empty, no_excluded, to_device
+from samplers.kernels.cuda.graph import CudaGraph
+from samplers.kernels.cuda.launch import EDGE_THREADS, ROW_THREADS, WARP, grid, kernel_stream, launch
+from samplers.kernels.cuda.plan import plan_masked, plan_rows, plan_rows_weighted, plan_uniform
+from samplers.kernels.cuda.relabel import relabel_cuda, relabel_temporal_cuda
+from samplers.kernels.cuda.scan import exclusive_scan
+from samplers.kernels.cuda.temporal import choose_masked
+from samplers.kernels.cuda.uniform import THREAD_FANOUT_MAX, choose_uniform, gather, sample_rows
+from samplers.kernels.cuda.weighted import sample_rows_weighted
+
+__all__ = ["sample_block_cuda", "sample_block_temporal_cuda", "sample_layer_cuda"]
+
+
+def sample_layer_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, key: int,
+                      weighted: bool = False, excluded: Any = None,
+                      dst_times: Any = None) -> tuple[Any, Any, Any]:
+    """Sample one layer on the GPU (as `samplers.kernels.reference.sample_layer`).
+
+    Parameters
+    ----------
+    graph : CudaGraph
+    dst : device or host int64 array [D]
+        Destination nodes, trusted to be in range.
+    fanout : int
+        k >= 0, or -1 for every in-edge.
+    replace : bool
+    key : int
+        ``layer_key(seed, call, layer)``.
+    weighted : bool
+        Draw by the graph's weights (the masked rules of the reference).
+    excluded : device or host int64 array [X], or None
+        Sorted, distinct CSC positions that are never drawn.
+    dst_times : device or host array [D] in the dtype of ``graph.times``, or None
+        Temporal sampling (needs a graph built with ``times``): the time of each row; a row draws only
+        edges of time <= its time (the masked rules of the reference, with or without weights).
+
+    Returns
+    -------
+    out_indptr : device int64 [D + 1]; src : device array [nnz] (the graph's index dtype);
+    eids : device int64 [nnz]
+    """
+    stream = kernel_stream()
+    dst = as_device_ids(dst, stream)
+    d_count = dst.shape[0]
+    if weighted and not graph.weighted:
+        raise ValueError("weighted=True needs a CudaGraph built with weights")
+    timed = dst_times is not None
+    if timed:
+        if not graph.timed:
+            raise ValueError("dst_times needs a CudaGraph built with times")
+        if isinstance(dst_times, np.ndarray):
+            dst_times = to_device(np.asarray(dst_times, dtype=graph.times.dtype), stream)
+        row_time = dst_times if d_count else graph.times[:1]
+    else:
+        row_time = graph.times[:1]
+    masked = weighted or timed
+    excl = no_excluded() if excluded is None else as_device_ids(excluded, stream)
+    fanout = np.int64(fanout)
+    replace = bool(replace)
+    key = np.uint64(key)
+    counts = empty(max(d_count, 1), np.int64)
+    if weighted and not timed and fanout >= 0:
+        # the reference's "weighted rows": plan from the positive counts, then rejection over the prefix
+        # sums, a thread per row
+        if graph.prefix is None:
+            raise ValueError("weighted=True without dst_times needs a CudaGraph built with weights and "
+                             "without times (its per-row prefix sums)")
+        if d_count:
+            launch(plan_rows_weighted, (grid(d_count, EDGE_THREADS), EDGE_THREADS), graph.positive,
+                   graph.weights, graph.indptr, dst, fanout, replace, excl, counts, stream=stream)
+        out_indptr, nnz = exclusive_scan(counts[:d_count], stream)
+        src = empty(nnz, graph.indices.dtype)
+        eids = empty(nnz, np.int64)
+        if nnz:
+            launch(sample_rows_weighted, (grid(d_count, ROW_THREADS), ROW_THREADS), graph.indptr,
+                   graph.indices, graph.edge_ids, graph.has_eids, graph.weights, graph.prefix,
+                   graph.positive, dst, out_indptr, fanout, replace, key, excl, src, eids, stream=stream)
+        return out_indptr, src, eids
+    if not masked and 0 <= fanout <= THREAD_FANOUT_MAX:
+        # plan, scan, then choose and gather in one pass: a thread per row
+        if d_count:
+            launch(plan_rows, (grid(d_count, EDGE_THREADS), EDGE_THREADS), graph.indptr, dst, fanout,
+                   replace, excl, counts, stream=stream)
+        out_indptr, nnz = exclusive_scan(counts[:d_count], stream)
+        src = empty(nnz, graph.indices.dtype)
+        eids = empty(nnz, np.int64)
+        if nnz:
+            launch(sample_rows, (grid(d_count, ROW_THREADS), ROW_THREADS), graph.indptr, graph.indices,
+                   graph.edge_ids, graph.has_eids, dst, out_indptr, fanout, replace, key, excl, src, eids,
+                   stream=stream)
+        return out_indptr, src, eids
+    rows = empty(5 * max(d_count, 1), np.int64)
+    m = max(d_count, 1)
+    row_start, row_raw, row_deg, row_exlo, row_exhi = (rows[q * m:(q + 1) * m] for q in range(5))
+    row_blocks = grid(d_count, 1)
+    if d_count:
+        if masked:
+            launch(plan_masked, (row_blocks, WARP), graph.indptr, dst, fanout, replace, graph.weights,
+                   bool(weighted), graph.times, row_time, timed, excl, row_start, row_raw, row_deg, row_exlo,
+                   row_exhi, counts, stream=stream)
+        else:
+            launch(plan_uniform, (grid(d_count, EDGE_THREADS), EDGE_THREADS), graph.indptr, dst, fanout,
+                   replace, excl, row_start, row_deg, row_exlo, row_exhi, counts, stream=stream)
+    out_indptr, nnz = exclusive_scan(counts[:d_count], stream)
+    pos = empty(max(nnz, 1), np.int64)
+    if nnz:
+        if masked:
+            scratch_off, scratch_len = exclusive_scan(row_raw[:d_count], stream) if replace and fanout >= 0 \
+                else (counts, 0)
+            scratch = empty(max(scratch_len, 1), np.float64)
+            launch(choose_masked, (row_blocks, WARP), dst, row_start, row_raw, row_deg, row_exlo, row_exhi,
+                   out_indptr, fanout, replace, key, graph.weights, bool(weighted), graph.times, row_time,
+                   timed, excl, pos, scratch, scratch_off, stream=stream)
+        else:
+            aux = empty(nnz, np.int64)
+            launch(choose_uniform, (row_blocks, WARP), dst, row_start, row_deg, row_exlo, row_exhi,
+                   out_indptr, fanout, replace, key, excl, pos, aux, stream=stream)
+    src = empty(nnz, graph.indices.dtype)
+    eids = empty(nnz, np.int64)
+    if nnz:
+        launch(gather, (grid(nnz, EDGE_THREADS), EDGE_THREADS), graph.indices, graph.edge_ids,
+               graph.has_eids, pos, src, eids, stream=stream)
+    return out_indptr, src, eids
+
+
+def sample_block_temporal_cuda(graph: CudaGraph, dst: Any, dst_times: Any, fanout: int, replace: bool,
+                               key: int, weighted: bool = False,
+                               excluded: Any = None) -> tuple[Any, Any, Any, Any, Any]:
+    """Sample one temporal layer and relabel it by (node, time) on the GPU (as the CPU kernels'
+    `samplers.kernels.cpu.sample_block` with edge times).
+
+    Parameters
+    ----------
+    graph : CudaGraph (built with ``times``); dst : device int64 [D]; dst_times : device [D] in the
+    edge times' dtype (-0.0 folded into 0.0); the rest as `sample_layer_cuda`.
+
+    Returns
+    -------
+    out_indptr : int64 [D + 1]; src_nodes : int64 [S]; local : int64 [nnz]; eids : int64 [nnz];
+    src_times : [S] in the edge times' dtype
+        Device arrays (``src_nodes`` starts with ``dst``, ``src_times`` with ``dst_times``).
+    """
+    stream = kernel_stream()
+    dst = as_device_ids(dst, stream)
+    if isinstance(dst_times, np.ndarray):
+        dst_times = to_device(np.asarray(dst_times, dtype=graph.times.dtype), stream)
+    out_indptr, src, eids = sample_layer_cuda(graph, dst, fanout, replace, key, weighted, excluded, dst_times)
+    src_nodes, src_times, local = relabel_temporal_cuda(dst, dst_times, out_indptr, src)
+    return out_indptr, src_nodes, local, eids, src_times
+
+
+def sample_block_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, key: int,
+                      weighted: bool = False, excluded: Any = None) -> tuple[Any, Any, Any, Any]:
+    """Sample one layer and relabel it on the GPU: the device arrays of one block.
+
+    Returns
+    -------
+    out_indptr : int64 [D + 1]; src_nodes : int64 [S]; local : int64 [nnz]; eids : int64 [nnz]
+        Device arrays (``src_nodes`` starts with ``dst``).
+    """
+    dst = as_device_ids(dst, kernel_stream())
+    out_indptr, src, eids = sample_layer_cuda(graph, dst, fanout, replace, key, weighted, excluded)
+    src_nodes, local = relabel_cuda(dst, src)
+    return out_indptr, src_nodes, local, eids

@@ -1,0 +1,114 @@
+"""Pass 1 on the GPU: each destination row's start, degree and output count.
+
+``plan_rows`` (uniform) and ``plan_rows_weighted`` (weighted rows from the positive counts) run a thread
+per row and write counts only; ``plan_uniform`` and ``plan_masked`` (a warp per row, the eligible count
+by a warp reduction) also keep each row's start, degree and excluded range for the choosing kernels.
+"""
+
+from __future__ import annotations
+
+import numba
+from numba import cuda
+
+from samplers.kernels.cuda.launch import WARP
+from samplers.kernels.cuda.rows import is_eligible, lower_bound, output_count
+
+__all__ = ["plan_masked", "plan_rows", "plan_rows_weighted", "plan_uniform"]
+
+
+@cuda.jit
+def plan_uniform(indptr, dst, fanout, replace, excl, row_start, row_deg, row_exlo, row_exhi,
+                 counts):  # pragma: no cover - device
+    i = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    n_excl = excl.shape[0]
+    while i < dst.shape[0]:
+        v = dst[i]
+        s = indptr[v]
+        e = indptr[v + 1]
+        a = lower_bound(excl, 0, n_excl, s)
+        b = lower_bound(excl, a, n_excl, e)
+        d = e - s - (b - a)
+        row_start[i] = s
+        row_deg[i] = d
+        row_exlo[i] = a
+        row_exhi[i] = b
+        counts[i] = output_count(d, fanout, replace)
+        i += stride
+
+
+@cuda.jit
+def plan_masked(indptr, dst, fanout, replace, weights, has_w, times, row_time, has_t, excl, row_start,
+                row_raw, row_deg, row_exlo, row_exhi, counts):  # pragma: no cover - device
+    """Masked rows (weights and/or times): each row's eligible count by a warp reduction."""
+    part = cuda.shared.array(WARP, numba.int64)
+    lane = cuda.threadIdx.x
+    row = cuda.blockIdx.x
+    n_excl = excl.shape[0]
+    while row < dst.shape[0]:
+        v = dst[row]
+        s = indptr[v]
+        e = indptr[v + 1]
+        a = lower_bound(excl, 0, n_excl, s)
+        b = lower_bound(excl, a, n_excl, e)
+        t_row = row_time[row] if has_t else row_time[0]
+        c = 0
+        p = s + lane
+        while p < e:
+            if is_eligible(weights, has_w, times, has_t, t_row, excl, a, b, p):
+                c += 1
+            p += WARP
+        part[lane] = c
+        cuda.syncthreads()
+        if lane == 0:
+            total = 0
+            for q in range(WARP):
+                total += part[q]
+            row_start[row] = s
+            row_raw[row] = e - s
+            row_deg[row] = total
+            row_exlo[row] = a
+            row_exhi[row] = b
+            counts[row] = output_count(total, fanout, replace)
+        cuda.syncthreads()
+        row += cuda.gridDim.x
+
+
+@cuda.jit
+def plan_rows(indptr, dst, fanout, replace, excl, counts):  # pragma: no cover - device
+    """Output count of each row (uniform rules, excluded positions removed): one thread per row."""
+    i = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    n_excl = excl.shape[0]
+    while i < dst.shape[0]:
+        v = dst[i]
+        s = indptr[v]
+        e = indptr[v + 1]
+        d = e - s
+        if n_excl:
+            a = lower_bound(excl, 0, n_excl, s)
+            d -= lower_bound(excl, a, n_excl, e) - a
+        counts[i] = output_count(d, fanout, replace)
+        i += stride
+
+
+@cuda.jit
+def plan_rows_weighted(positive, weights, indptr, dst, fanout, replace, excl, counts):  # pragma: no cover
+    """Output count of each weighted row: d_e = the row's positive weights (``positive``) minus its
+    excluded positions of positive weight; no other weight is read."""
+    i = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    n_excl = excl.shape[0]
+    while i < dst.shape[0]:
+        v = dst[i]
+        d = positive[v]
+        if n_excl:
+            s = indptr[v]
+            e = indptr[v + 1]
+            a = lower_bound(excl, 0, n_excl, s)
+            b = lower_bound(excl, a, n_excl, e)
+            for q in range(a, b):
+                if weights[excl[q]] > 0:
+                    d -= 1
+        counts[i] = output_count(d, fanout, replace)
+        i += stride

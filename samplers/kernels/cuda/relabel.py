@@ -1,0 +1,321 @@
+"""Relabelling on the GPU: local ids in first-occurrence order, through an open-addressing hash table.
+
+The table holds, per node, the smallest index at which it occurs in (destinations, sampled sources)
+(``atomic.cas`` to claim a slot, ``atomic.min`` for the index); an edge is a node's first occurrence
+iff the table holds its own index; a scan of those flags numbers the new nodes in first-occurrence
+order. So the local ids do not depend on thread timing and equal the CPU's. With edge times the key is
+the (node, time key) pair: a slot holds the index of the entry that claimed it (a pair is two words,
+too wide for one compare-and-swap), compared through the input arrays.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numba import cuda
+
+from samplers.kernels.cuda.arrays import as_device_ids, copy_into, empty, full, is_float64, view_as
+from samplers.kernels.cuda.launch import EDGE_THREADS, WARP, grid, kernel_stream, launch
+from samplers.kernels.cuda.rng import GOLDEN, mix
+from samplers.kernels.cuda.rows import NO_INDEX
+from samplers.kernels.cuda.scan import exclusive_scan
+
+__all__ = ["edge_time_keys_cuda", "edge_tkeys", "hash_first", "hash_first_pairs", "hash_insert",
+           "hash_insert_pairs", "relabel_cuda", "relabel_out", "relabel_out_pairs", "relabel_pairs_cuda",
+           "relabel_temporal_cuda"]
+
+_EMPTY = np.int64(-1)
+
+
+@cuda.jit(device=True)
+def _slot(v, mask):  # pragma: no cover - device
+    return np.int64(mix(np.uint64(v)) & np.uint64(mask))
+
+
+@cuda.jit
+def hash_insert(dst, src, keys, vals, mask):  # pragma: no cover - device
+    """Claim a slot per distinct node; keep the smallest index of its occurrences."""
+    i = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    d_count = dst.shape[0]
+    total = d_count + src.shape[0]
+    while i < total:
+        v = np.int64(dst[i]) if i < d_count else np.int64(src[i - d_count])
+        h = _slot(v, mask)
+        while True:
+            prev = cuda.atomic.cas(keys, h, _EMPTY, v)
+            if prev == _EMPTY or prev == v:
+                cuda.atomic.min(vals, h, np.int64(i))
+                break
+            h = (h + 1) & mask
+        i += stride
+
+
+@cuda.jit
+def hash_first(src, d_count, keys, vals, mask, first, flags):  # pragma: no cover - device
+    """first[j]: smallest index of src[j]'s node; flags[j] = 1 iff edge j is that first occurrence."""
+    j = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    while j < src.shape[0]:
+        v = np.int64(src[j])
+        h = _slot(v, mask)
+        while keys[h] != v:
+            h = (h + 1) & mask
+        f = vals[h]
+        first[j] = f
+        flags[j] = 1 if f == d_count + j else 0
+        j += stride
+
+
+@cuda.jit
+def relabel_out(dst, src, first, flags, newid, src_nodes, local):  # pragma: no cover - device
+    i = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    d_count = dst.shape[0]
+    total = d_count + src.shape[0]
+    while i < total:
+        if i < d_count:
+            src_nodes[i] = dst[i]
+        else:
+            j = i - d_count
+            f = first[j]
+            local[j] = f if f < d_count else d_count + newid[f - d_count]
+            if flags[j]:
+                src_nodes[d_count + newid[j]] = src[j]
+        i += stride
+
+
+@cuda.jit
+def edge_tkeys(out_indptr, dst_tkey, edge_tkey):  # pragma: no cover - device
+    """Each sampled edge takes the time key of the row that drew it (a warp per row)."""
+    lane = cuda.threadIdx.x
+    row = cuda.blockIdx.x
+    while row < dst_tkey.shape[0]:
+        t = dst_tkey[row]
+        j = out_indptr[row] + lane
+        end = out_indptr[row + 1]
+        while j < end:
+            edge_tkey[j] = t
+            j += WARP
+        row += cuda.gridDim.x
+
+
+@cuda.jit(device=True)
+def _pair_slot0(v, t, mask):  # pragma: no cover - device
+    """Home slot of (node v, time key t): the hash of the CPU kernels' table."""
+    return np.int64(mix((np.uint64(v) * GOLDEN) ^ np.uint64(t)) & np.uint64(mask))
+
+
+@cuda.jit(device=True)
+def _pair_at(dst, dst_tkey, src, edge_tkey, i):  # pragma: no cover - device
+    """(node, time key) of entry i of (destinations, sampled sources)."""
+    d_count = dst.shape[0]
+    if i < d_count:
+        return np.int64(dst[i]), dst_tkey[i]
+    return np.int64(src[i - d_count]), edge_tkey[i - d_count]
+
+
+@cuda.jit
+def hash_insert_pairs(dst, dst_tkey, src, edge_tkey, keys, vals, mask):  # pragma: no cover - device
+    """Claim a slot per distinct (node, time key) pair; keep the smallest index of its occurrences.
+
+    A slot's key is the index of the entry that claimed it (the pair itself is two words, too wide for
+    one compare-and-swap); pairs are compared through the (immutable) input arrays."""
+    i = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    total = dst.shape[0] + src.shape[0]
+    while i < total:
+        v, t = _pair_at(dst, dst_tkey, src, edge_tkey, i)
+        h = _pair_slot0(v, t, mask)
+        while True:
+            prev = cuda.atomic.cas(keys, h, _EMPTY, np.int64(i))
+            if prev == _EMPTY:
+                cuda.atomic.min(vals, h, np.int64(i))
+                break
+            pv, pt = _pair_at(dst, dst_tkey, src, edge_tkey, prev)
+            if pv == v and pt == t:
+                cuda.atomic.min(vals, h, np.int64(i))
+                break
+            h = (h + 1) & mask
+        i += stride
+
+
+@cuda.jit
+def hash_first_pairs(dst, dst_tkey, src, edge_tkey, keys, vals, mask, first, flags):  # pragma: no cover
+    """first[j]: smallest index of edge j's (node, time) pair; flags[j] = 1 iff j is that first one."""
+    j = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    d_count = dst.shape[0]
+    while j < src.shape[0]:
+        v = np.int64(src[j])
+        t = edge_tkey[j]
+        h = _pair_slot0(v, t, mask)
+        while True:
+            pv, pt = _pair_at(dst, dst_tkey, src, edge_tkey, keys[h])
+            if pv == v and pt == t:
+                break
+            h = (h + 1) & mask
+        f = vals[h]
+        first[j] = f
+        flags[j] = 1 if f == d_count + j else 0
+        j += stride
+
+
+@cuda.jit
+def relabel_out_pairs(dst, dst_tkey, src, edge_tkey, first, flags, newid, src_nodes, src_tkey,
+                      local):  # pragma: no cover - device
+    i = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    d_count = dst.shape[0]
+    total = d_count + src.shape[0]
+    while i < total:
+        if i < d_count:
+            src_nodes[i] = dst[i]
+            src_tkey[i] = dst_tkey[i]
+        else:
+            j = i - d_count
+            f = first[j]
+            local[j] = f if f < d_count else d_count + newid[f - d_count]
+            if flags[j]:
+                src_nodes[d_count + newid[j]] = src[j]
+                src_tkey[d_count + newid[j]] = edge_tkey[j]
+        i += stride
+
+
+def _hash_table(cap: int, stream: Any) -> tuple[Any, Any]:
+    """Empty open-addressing table of ``cap`` slots (a power of two): keys -1, values int64 max, filled
+    on the device."""
+    return full(cap, _EMPTY, stream), full(cap, NO_INDEX, stream)
+
+
+def relabel_cuda(dst: Any, src: Any) -> tuple[Any, Any]:
+    """Local ids through a GPU hash table (as `samplers.kernels.reference.relabel`).
+
+    Parameters
+    ----------
+    dst : device int64 [D]; src : device int32/int64 [nnz]
+
+    Returns
+    -------
+    src_nodes : device int64 [S]; local : device int64 [nnz]
+    """
+    stream = kernel_stream()
+    dst = as_device_ids(dst, stream)
+    d_count, nnz = dst.shape[0], src.shape[0]
+    total = d_count + nnz
+    local = empty(nnz, np.int64)
+    if nnz == 0:
+        src_nodes = empty(d_count, np.int64)
+        if d_count:
+            copy_into(src_nodes, dst, stream)
+        return src_nodes, local
+    cap = 16
+    while cap < 2 * total:
+        cap *= 2
+    keys, vals = _hash_table(cap, stream)
+    mask = np.int64(cap - 1)
+    threads = EDGE_THREADS
+    launch(hash_insert, (grid(total, threads), threads), dst, src, keys, vals, mask, stream=stream)
+    first = empty(nnz, np.int64)
+    flags = empty(nnz, np.int64)
+    launch(hash_first, (grid(nnz, threads), threads), src, np.int64(d_count), keys, vals, mask, first,
+           flags, stream=stream)
+    newid, new_count = exclusive_scan(flags, stream)
+    src_nodes = empty(d_count + new_count, np.int64)
+    launch(relabel_out, (grid(total, threads), threads), dst, src, first, flags, newid, src_nodes, local,
+           stream=stream)
+    return src_nodes, local
+
+
+def _time_keys(times: Any) -> Any:
+    """int64 keys of device times (the CPU kernels' `time_keys`): int64 as it is, float64 by its bits.
+    The caller folds -0.0 into 0.0 once, on the seeds' times; inner layers inherit folded times."""
+    return view_as(times, np.int64) if is_float64(times) else times
+
+
+def relabel_temporal_cuda(dst: Any, dst_times: Any, out_indptr: Any, src: Any) -> tuple[Any, Any, Any]:
+    """Local ids keyed on (node, time) through a GPU hash table (as
+    `samplers.kernels.reference.relabel_temporal`): a sampled source takes the time of its row.
+
+    Parameters
+    ----------
+    dst : device int64 [D]; dst_times : device int64/float64 [D] (no -0.0); out_indptr : device int64
+    [D + 1]; src : device int32/int64 [nnz]
+
+    Returns
+    -------
+    src_nodes : device int64 [S]; src_times : device [S] (dtype of ``dst_times``); local : device int64 [nnz]
+    """
+    dst = as_device_ids(dst, kernel_stream())
+    nnz = src.shape[0]
+    edge_tkey = empty(max(nnz, 1), np.int64)
+    if nnz:
+        edge_time_keys_cuda(out_indptr, dst_times, edge_tkey)
+    return relabel_pairs_cuda(dst, dst_times, src, edge_tkey[:nnz] if nnz else edge_tkey)
+
+
+def edge_time_keys_cuda(out_indptr: Any, dst_times: Any, out: Any) -> Any:
+    """Write each sampled edge's time key, the key of the row that drew it, into ``out`` (for
+    `relabel_pairs_cuda`, where the sources of one node type come from the rows of several relations).
+
+    Parameters
+    ----------
+    out_indptr : device int64 [D + 1]; dst_times : device int64/float64 [D] (no -0.0), the rows' times;
+    out : device int64 [nnz] (nnz = ``out_indptr[D]``), written in place (a slice of a longer array will do)
+
+    Returns
+    -------
+    out
+    """
+    d_count = dst_times.shape[0]
+    if d_count and out.shape[0]:
+        stream = kernel_stream()
+        launch(edge_tkeys, (grid(d_count, 1), WARP), out_indptr, _time_keys(dst_times), out, stream=stream)
+    return out
+
+
+def relabel_pairs_cuda(dst: Any, dst_times: Any, src: Any, edge_tkey: Any) -> tuple[Any, Any, Any]:
+    """Local ids keyed on (node, time key) through a GPU hash table, each source's time key given (as
+    `samplers.kernels.cpu.relabel_pairs`; `relabel_temporal_cuda` derives the keys from one set of rows).
+
+    Parameters
+    ----------
+    dst : device int64 [D]; dst_times : device int64/float64 [D] (no -0.0); src : device int32/int64 [nnz];
+    edge_tkey : device int64 [nnz], the time key of each source (`edge_time_keys_cuda`)
+
+    Returns
+    -------
+    src_nodes : device int64 [S]; src_times : device [S] (dtype of ``dst_times``); local : device int64 [nnz]
+        First-occurrence order over (destinations, sources), as `relabel_temporal_cuda`.
+    """
+    stream = kernel_stream()
+    dst = as_device_ids(dst, stream)
+    d_count, nnz = dst.shape[0], src.shape[0]
+    total = d_count + nnz
+    dst_tkey = _time_keys(dst_times)
+    if nnz == 0:
+        edge_tkey = empty(1, np.int64)
+    local = empty(nnz, np.int64)
+    cap = 16
+    while cap < 2 * total:
+        cap *= 2
+    keys, vals = _hash_table(cap, stream)
+    mask = np.int64(cap - 1)
+    threads = EDGE_THREADS
+    if total:
+        launch(hash_insert_pairs, (grid(total, threads), threads), dst, dst_tkey, src, edge_tkey, keys,
+               vals, mask, stream=stream)
+    first = empty(max(nnz, 1), np.int64)
+    flags = empty(nnz, np.int64)
+    if nnz:
+        launch(hash_first_pairs, (grid(nnz, threads), threads), dst, dst_tkey, src, edge_tkey, keys, vals,
+               mask, first, flags, stream=stream)
+    newid, new_count = exclusive_scan(flags, stream)
+    src_nodes = empty(d_count + new_count, np.int64)
+    src_tkey = empty(d_count + new_count, np.int64)
+    if total:
+        launch(relabel_out_pairs, (grid(total, threads), threads), dst, dst_tkey, src, edge_tkey, first,
+               flags, newid, src_nodes, src_tkey, local, stream=stream)
+    src_times = view_as(src_tkey, np.float64) if is_float64(dst_times) else src_tkey
+    return src_nodes, src_times, local

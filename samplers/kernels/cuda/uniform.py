@@ -1,0 +1,176 @@
+"""Uniform rows on the GPU: Floyd's algorithm and draws with replacement, then the gather.
+
+``sample_rows`` (0 <= fanout <= `THREAD_FANOUT_MAX`, the usual minibatch fanouts) runs a thread per row,
+choosing and gathering in one pass (Floyd's subset in a per-thread array); ``choose_uniform`` (other
+fanouts) runs a warp per row: take-all rows copied by all lanes, draws with replacement one per lane,
+Floyd's algorithm run by lane 0 keeping the subset sorted; ``gather`` then reads a thread per edge.
+The subsets are the reference's, so the blocks equal the CPU's.
+
+References
+----------
+Bentley and Floyd (CACM 1987), Floyd's algorithm; Pandey et al., C-SAW (SC 2020), warp-per-row sampling.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba import cuda
+
+from samplers.kernels.cuda.launch import WARP
+from samplers.kernels.cuda.rng import GOLDEN, bounded, draw, mix, row_state
+from samplers.kernels.cuda.rows import row_span, virtual_to_real
+
+__all__ = ["THREAD_FANOUT_MAX", "choose_uniform", "gather", "sample_rows"]
+
+THREAD_FANOUT_MAX = 64  # uniform layers with 0 <= fanout <= this run one thread per row (`sample_rows`)
+
+
+@cuda.jit
+def choose_uniform(dst, row_start, row_deg, row_exlo, row_exhi, out_indptr, fanout, replace, key, excl, pos,
+                   aux):  # pragma: no cover - device
+    lane = cuda.threadIdx.x
+    row = cuda.blockIdx.x
+    draws = replace and fanout >= 0
+    while row < dst.shape[0]:
+        o = out_indptr[row]
+        c = out_indptr[row + 1] - o
+        deg = row_deg[row]
+        s = row_start[row]
+        a = row_exlo[row]
+        b = row_exhi[row]
+        shift = s if a == b else 0  # rows with excluded edges choose virtual positions, mapped below
+        if c > 0:
+            if c == deg and not draws:
+                j = lane
+                while j < c:
+                    pos[o + j] = shift + j
+                    j += WARP
+            elif draws:
+                state0 = row_state(key, dst[row])
+                j = lane
+                while j < c:
+                    pos[o + j] = shift + bounded(draw(state0, j + 1), np.uint64(deg))
+                    j += WARP
+            elif lane == 0:
+                # Floyd's m-subset, kept sorted in out[o:o + m]; m = k, or the d - k left out
+                state = row_state(key, dst[row])
+                m = c if 2 * c <= deg else deg - c
+                take = m == c
+                for n in range(m):
+                    j = deg - m + n
+                    state += GOLDEN
+                    t = bounded(mix(state), np.uint64(j + 1))
+                    taken = False
+                    for q in range(o, o + n):
+                        if (pos[q] if take else aux[q]) == t:
+                            taken = True
+                    x = j if taken else t
+                    q = o + n
+                    if take:
+                        while q > o and pos[q - 1] > x:
+                            pos[q] = pos[q - 1]
+                            q -= 1
+                        pos[q] = x
+                    else:
+                        while q > o and aux[q - 1] > x:
+                            aux[q] = aux[q - 1]
+                            q -= 1
+                        aux[q] = x
+                if take:
+                    for q in range(o, o + c):
+                        pos[q] += shift
+                else:
+                    q = o
+                    w = o
+                    for p in range(deg):
+                        if q < o + m and aux[q] == p:
+                            q += 1
+                        else:
+                            pos[w] = shift + p
+                            w += 1
+            if a < b:  # map virtual positions to CSC positions, each lane its own outputs
+                cuda.syncthreads()
+                j = lane
+                while j < c:
+                    pos[o + j] = virtual_to_real(excl, a, b, s, pos[o + j])
+                    j += WARP
+        cuda.syncthreads()
+        row += cuda.gridDim.x
+
+
+@cuda.jit(device=True)
+def _emit(indices, edge_ids, has_eids, excl, a, b, s, p, src, eids, j):  # pragma: no cover - device
+    """Write output j for virtual position p of a row starting at CSC position s."""
+    q = s + p if a == b else virtual_to_real(excl, a, b, s, p)
+    src[j] = indices[q]
+    eids[j] = edge_ids[q] if has_eids else q
+
+
+@cuda.jit
+def sample_rows(indptr, indices, edge_ids, has_eids, dst, out_indptr, fanout, replace, key, excl, src,
+                eids):  # pragma: no cover - device
+    """Uniform rows with 0 <= fanout <= THREAD_FANOUT_MAX, one thread per row, positions chosen and
+    their sources and edge ids gathered in one pass (no position array). Floyd's subset lives in a
+    per-thread array, insertion-sorted; the choices are the reference's, so the blocks equal the CPU's."""
+    sub = cuda.local.array(THREAD_FANOUT_MAX, numba.int64)
+    i = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    n_excl = excl.shape[0]
+    while i < dst.shape[0]:
+        o = out_indptr[i]
+        c = out_indptr[i + 1] - o
+        if c > 0:
+            v = dst[i]
+            s, e, a, b = row_span(indptr, excl, n_excl, v)
+            deg = e - s - (b - a)
+            if replace:
+                state0 = row_state(key, v)
+                for j in range(c):
+                    p = bounded(draw(state0, j + 1), np.uint64(deg))
+                    _emit(indices, edge_ids, has_eids, excl, a, b, s, p, src, eids, o + j)
+            elif c == deg:
+                for j in range(c):
+                    _emit(indices, edge_ids, has_eids, excl, a, b, s, j, src, eids, o + j)
+            else:
+                # Floyd's m-subset, sorted; m = c, or the deg - c positions left out
+                state = row_state(key, v)
+                m = c if 2 * c <= deg else deg - c
+                for n in range(m):
+                    j = deg - m + n
+                    state += GOLDEN
+                    t = bounded(mix(state), np.uint64(j + 1))
+                    x = t
+                    for q in range(n):
+                        if sub[q] == t:
+                            x = j
+                            break
+                    q = n
+                    while q > 0 and sub[q - 1] > x:
+                        sub[q] = sub[q - 1]
+                        q -= 1
+                    sub[q] = x
+                if m == c:
+                    for j in range(c):
+                        _emit(indices, edge_ids, has_eids, excl, a, b, s, sub[j], src, eids, o + j)
+                else:
+                    q = 0
+                    w = o
+                    for p in range(deg):
+                        if q < m and sub[q] == p:
+                            q += 1
+                        else:
+                            _emit(indices, edge_ids, has_eids, excl, a, b, s, p, src, eids, w)
+                            w += 1
+        i += stride
+
+
+@cuda.jit
+def gather(indices, edge_ids, has_eids, pos, src, eids):  # pragma: no cover - device
+    j = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    while j < pos.shape[0]:
+        p = pos[j]
+        src[j] = indices[p]
+        eids[j] = edge_ids[p] if has_eids else p
+        j += stride
