@@ -335,11 +335,14 @@ class HeteroNeighborSampler:
                      excluded: dict[Relation, np.ndarray], call: int) -> list[HeteroBlock]:
         from numba import cuda
 
-        dev_dst = {t: cuda.to_device(v) for t, v in dst.items()}
+        from graphrl.cuda import launch_stream
+
+        stream = launch_stream()  # host -> device copies on the launch stream (docs/architecture.md)
+        dev_dst = {t: cuda.to_device(v, stream=stream) for t, v in dst.items()}
         # -0.0 -> 0.0 once (inner layers inherit these): equal times, equal relabelling keys
-        dev_times = None if times is None else {t: cuda.to_device(v + v.dtype.type(0))
+        dev_times = None if times is None else {t: cuda.to_device(v + v.dtype.type(0), stream=stream)
                                                 for t, v in times.items()}
-        excl = {rel: cuda.to_device(pos) for rel, pos in excluded.items()}
+        excl = {rel: cuda.to_device(pos, stream=stream) for rel, pos in excluded.items()}
         blocks = []
         for layer in range(self.num_layers - 1, -1, -1):
             block, dev_dst, dev_times = self._layer_cuda(dev_dst, dev_times, excl, call, layer)

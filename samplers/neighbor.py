@@ -285,15 +285,19 @@ class NeighborSampler:
         if times is not None:
             from numba import cuda
 
+            from graphrl.cuda import launch_stream
+
             # -0.0 -> 0.0 once (inner layers inherit these): equal times, equal relabelling keys
-            times = cuda.to_device(times + times.dtype.type(0))
+            times = cuda.to_device(times + times.dtype.type(0), stream=launch_stream())
         with self._lock:  # kernels launch on torch's current stream (docs/architecture.md#the-stream-rule)
             excluded = self._excluded_positions(exclude_eids)
             excl = None if excluded is None else excluded.positions  # sorted CSC positions
             if excl is not None:
                 from numba import cuda
 
-                excl = cuda.to_device(excl)
+                from graphrl.cuda import launch_stream
+
+                excl = cuda.to_device(excl, stream=launch_stream())
             call = self._calls
             self._calls += 1
             blocks = Blocks()

@@ -76,7 +76,3 @@ KERNELS = {
     "relabel_out_pairs": relabel_out_pairs,
 }
 """Every kernel of this package by name (the tests compile each to PTX where libNVVM is present)."""
-
-# The names benchmarks/gpu_check.py reads (ck._launch, ...) from before the split into a package; the
-# public names above replace them once that script uses those.
-_grid, _launch, _wrap, _plan_rows, _sample_rows = grid, launch, wrap, plan_rows, sample_rows
