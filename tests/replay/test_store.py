@@ -241,7 +241,7 @@ def test_stale_priority_updates_are_ignored_after_overwrite(mm):
     expected = np.ones(10)  # by position; new items came in at the max priority seen then (1.0)
     expected[ta[ta >= 2]] = 9.0
     expected[ha[head_ok]] = 3.0
-    prio = store._selector.priority[0]
+    prio = store.table.state.priority[0]
     for q in range(2, 10):
         assert prio[q % 8] == expected[q], q
 
@@ -252,11 +252,11 @@ def test_nan_negative_inf_priorities_raise_and_change_nothing(mm):
     w.extend(cols(0, 0, 10))
     w.end_episode()
     b = store.sample(4, window=2)
-    before = store._selector.priority.copy()
+    before = store.table.state.priority.copy()
     for bad in (np.nan, -1.0, np.inf):
         with pytest.raises(ValueError, match="NaN, infinite or negative"):
             store.update_priorities(b.keys, [1.0, 2.0, bad, 3.0])
-    assert np.array_equal(before, store._selector.priority)
+    assert np.array_equal(before, store.table.state.priority)
 
 
 def test_keys_naming_a_missing_shard_are_rejected_naming_it(mm):
@@ -561,13 +561,13 @@ def test_uniform_selector_is_the_default(mm):
 
 
 def test_windows_overwritten_during_the_copy_are_drawn_again(mm, monkeypatch):
-    import replay.store as store_module
+    import replay.gather as gather_module
 
     store = make(mm, capacity=10, seed=0)
     w = store.writer()
     w.extend(cols(0, 0, 10))
     w.end_episode()
-    real = store_module.gather_fields
+    real = gather_module.gather_fields
     calls = []
 
     def overwrite_then_gather(*args, **kwargs):
@@ -577,7 +577,7 @@ def test_windows_overwritten_during_the_copy_are_drawn_again(mm, monkeypatch):
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(store_module, "gather_fields", overwrite_then_gather)
+    monkeypatch.setattr(gather_module, "gather_fields", overwrite_then_gather)
     b = store.sample(4, window=3)
     assert len(calls) == 2  # the first gather was redone
     assert (b["ep"][b.mask] == 1).all()
@@ -620,7 +620,7 @@ def test_ring_and_generation_invariants_with_two_interleaved_writers(capacity, c
                 t[wid] = 0
             else:
                 w.flush()
-        sh = store._core.shards[0]
+        sh = store.storage.shards[0]
         wp = sh.write_pos
         assert wp == sum(w.steps_written for w in writers)  # every committed step has one position
         floor = max(0, wp - capacity)
@@ -653,7 +653,7 @@ def test_ring_and_generation_invariants_with_two_interleaved_writers(capacity, c
         values = np.arange(lo, wp, dtype=np.float64) + 0.5
         assert store.update_priorities(keys, values) == wp - floor
         for p in range(floor, wp):
-            assert store._selector.priority[0, p % capacity] == p + 0.5
+            assert store.table.state.priority[0, p % capacity] == p + 0.5
         if wp:
             b = store.sample(32, window=capacity, pad="tail")
             for i in range(32):
