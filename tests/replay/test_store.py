@@ -1,9 +1,8 @@
 """ReplayStore in one process: exact windows against a model, keys and stale updates, sharded
-distributions (chi-square), rate limiting, bounded memory, batches and staging."""
+distributions (chi-square), rate limiting, bounded memory (batches and staging: test_batch.py)."""
 
 from __future__ import annotations
 
-import gc
 import pickle
 
 import numpy as np
@@ -476,60 +475,6 @@ def test_handle_is_small_and_picklable_and_attached_stores_only_write(mm):
     host = make(mm, tier="host")
     with pytest.raises(ValueError, match="shared tier"):
         host.handle()
-
-
-def test_staging_is_reused_and_released_on_gc(mm):
-    store = make(mm, staging_slots=2)
-    fill_shards(store, [10])
-    a = store.sample(4, window=3)
-    ptr = a["obs"].data_ptr()
-    a.release()
-    b = store.sample(4, window=3)
-    c = store.sample(4, window=3)
-    assert ptr in (b["obs"].data_ptr(), c["obs"].data_ptr())
-    with pytest.raises(TimeoutError, match="slots stayed held"):
-        store.sample(4, window=3, timeout=0.01)
-    del b
-    gc.collect()
-    d = store.sample(4, window=3, timeout=1)  # b's slot came back when it was collected
-    assert d.batch_size == 4
-    with d:
-        pass
-    assert d.released
-    assert (
-        store.memory.stats()["pinned"]["replay.staging"]["regions"] >= 1
-        or store.memory.stats()["host"]["replay.staging"]["regions"] >= 1
-    )
-
-
-def test_copies_keep_the_staging_slot_until_released(mm):
-    store = make(mm, staging_slots=1)
-    fill_shards(store, [6])
-    host = store.sample(3, window=2)
-    copy = host.to("cpu")
-    assert torch.equal(copy["pos"], host["pos"]) and copy["pos"].data_ptr() != host["pos"].data_ptr()
-    del host
-    gc.collect()
-    with pytest.raises(TimeoutError):  # the copy still holds the only slot
-        store.sample(3, window=2, timeout=0.01)
-    copy.release()
-    assert store.sample(3, window=2, device="cpu").batch_size == 3
-    with pytest.raises(ValueError, match="tier"):
-        ReplayStore(SPEC, 10, 1, memory=mm, tier="device")
-
-
-def test_to_tensordict_is_lazy(mm):
-    store = make(mm)
-    fill_shards(store, [3])
-    b = store.sample(2, window=2)
-    try:
-        import tensordict  # noqa: F401
-    except ImportError:
-        with pytest.raises(ImportError, match="tensordict"):
-            b.to_tensordict()
-    else:
-        td = b.to_tensordict()
-        assert td["obs"].shape == (2, 2, 2, 3) and td["mask"].shape == (2, 2)
 
 
 def test_constructor_validation(mm):
