@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -349,10 +349,10 @@ class ReplayStore(ReplayStoreBase):
         device : str or torch.device, optional
             None or ``"cpu"``: the batch views a host staging slot (pinned with CUDA). A CUDA device
             (``"cuda"``, ``"cuda:1"``): the windows are gathered on that GPU in place from the rings
-            into a device staging slot (`replay.gather`); the fields,
-            ``mask`` and ``weights`` are on the device, ``keys``, ``probabilities`` and ``lengths`` on
-            the CPU. Another device type: the host batch is copied there (`Batch.to`), its staging slot
-            held until the copy is released or collected.
+            into a device staging slot (`replay.gather`); the fields, ``mask`` and ``weights`` are on
+            the device, ``keys``, ``probabilities`` and ``lengths`` on the CPU. Another device type:
+            the host batch is copied there (`Batch.to`), its staging slot held until the copy is
+            released or collected.
 
         Returns
         -------
@@ -376,12 +376,7 @@ class ReplayStore(ReplayStoreBase):
         """
         self._check_owner("sample")
         b, length = check_sample_args(batch_size, window, pad, beta)
-        timeout = self.storage.timeout if timeout is _DEFAULT else timeout
-        deadline = None if timeout is None else time.monotonic() + timeout
-
-        def left() -> float | None:
-            return None if deadline is None else max(0.0, deadline - time.monotonic())
-
+        left = self._deadline(timeout)
         target = check_device(device)
         batch = self._sampler.sample(b, length, pad, beta, target, left)
         if target is None and device is not None and torch.device(device).type != "cpu":
@@ -417,11 +412,13 @@ class ReplayStore(ReplayStoreBase):
         """
         self._check_owner("draw_windows")
         b, length = check_sample_args(batch_size, window, pad)
+        return self._sampler.draw_windows(b, length, pad, self._deadline(timeout))
+
+    def _deadline(self, timeout: float | None) -> Callable[[], float | None]:
+        """Seconds left of ``timeout`` (default the store's) from now, as a function (None: forever)."""
         timeout = self.storage.timeout if timeout is _DEFAULT else timeout
         deadline = None if timeout is None else time.monotonic() + timeout
-        return self._sampler.draw_windows(
-            b, length, pad, lambda: None if deadline is None else max(0.0, deadline - time.monotonic())
-        )
+        return lambda: None if deadline is None else max(0.0, deadline - time.monotonic())
 
     def stale(self, table: WindowTable) -> np.ndarray:
         """Which windows of ``table`` lost a step to the writers since they were drawn: bool [B].
