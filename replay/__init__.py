@@ -1,18 +1,24 @@
-"""Trajectory replay for RL learners (DESIGN §4): a sharded, rate-limited store in shared memory.
+"""Trajectory replay for RL learners: a sharded, rate-limited store in shared memory.
 
 >>> from replay import ReplayStore, TrajectorySpec, Prioritized, SampleToInsertRatio
 
-See `replay.store` for the user's entry point, `replay.storage` for the layout and the concurrency
-design, `replay.windows` for window semantics and `replay.checkpoint` for checkpoints.
+See `replay.store` for the user's entry point and how its parts compose, `replay.storage` for the
+commit protocol, `replay.windows` for window semantics, `replay.keys` for the key layout and
+`replay.checkpoint` for checkpoints (docs/architecture.md#replay-composition).
 """
 
+from replay.attach import AttachedStore
+from replay.batch import Batch
+from replay.interface import ReplayStoreBase
 from replay.rate_limiter import MinSize, Queue, RateLimiter, SampleToInsertRatio
 from replay.selectors import Fifo, Lifo, MaxHeap, MinHeap, Prioritized, Selector, Uniform
 from replay.spec import FieldSpec, TrajectorySpec
-from replay.store import Batch, Episode, ReplayStore, StoreHandle
+from replay.storage import Episode, StoreHandle
+from replay.store import ReplayStore
 from replay.writer import TrajectoryWriter
 
 __all__ = [
+    "AttachedStore",
     "Batch",
     "Episode",
     "FieldSpec",
@@ -25,6 +31,7 @@ __all__ = [
     "Queue",
     "RateLimiter",
     "ReplayStore",
+    "ReplayStoreBase",
     "SampleToInsertRatio",
     "Selector",
     "StoreHandle",

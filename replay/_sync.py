@@ -102,6 +102,15 @@ class SharedMutex:
     def release(self) -> None:
         _check(_libc.pthread_mutex_unlock(self._ptr), "pthread_mutex_unlock")
 
+    @property
+    def pointer(self) -> ctypes.c_void_p:
+        """The ``pthread_mutex_t *`` (for `SharedCondition`'s ``pthread_cond_timedwait``)."""
+        return self._ptr
+
+    def mark_consistent(self) -> None:
+        """Make the mutex usable again after a wait on it returned ``EOWNERDEAD`` (its holder died)."""
+        _check(_libc.pthread_mutex_consistent(self._ptr), "pthread_mutex_consistent")
+
     def __enter__(self) -> SharedMutex:
         self.acquire()
         return self
@@ -165,9 +174,9 @@ class SharedCondition:
         wait_s = _MAX_WAIT_S if timeout is None else max(0.0, min(float(timeout), _MAX_WAIT_S))
         deadline = time.monotonic() + wait_s
         ts = _Timespec(int(deadline), int((deadline - math.floor(deadline)) * 1e9))
-        rc = _libc.pthread_cond_timedwait(self._ptr, self.mutex._ptr, ctypes.byref(ts))
+        rc = _libc.pthread_cond_timedwait(self._ptr, self.mutex.pointer, ctypes.byref(ts))
         if rc == errno.EOWNERDEAD:
-            _check(_libc.pthread_mutex_consistent(self.mutex._ptr), "pthread_mutex_consistent")
+            self.mutex.mark_consistent()
             if self._on_owner_died is not None:
                 self._on_owner_died()
             return True

@@ -1,4 +1,4 @@
-"""Checkpoint and restore a ReplayStore with zarr: data, episode index, selector state, counters (DESIGN §4).
+"""Checkpoint files of a ReplayStore with zarr: data, episode index, selector state, counters.
 
 Layout of a checkpoint folder ``path/``::
 
@@ -20,9 +20,12 @@ and only then named in ``LATEST`` (written to a temporary file, fsync'd and ``os
 process killed at any point leaves ``LATEST`` naming the previous complete checkpoint; leftovers are
 removed by the next checkpoint. Older checkpoints are deleted once the new one is named.
 
-While a checkpoint is written the store is quiescent: the selector, every shard and the control
-block are locked (writers in other processes and samplers wait), as Reverb's tables are. Steps still
-staged in writers (not committed) are not part of the checkpoint; episodes left open stay open.
+The state comes from each part's ``state_dict()`` (`replay.storage.Control`,
+`replay.shard.ShardStorage`, `replay.table.Table`); `save` takes it from a context manager that holds
+the store quiescent while the arrays are written (`replay.store.ReplayStore.checkpoint`: the selector,
+every shard and the control block locked, as Reverb's tables are). `load` returns the same state,
+arrays read lazily, for `replay.store.ReplayStore.restore` to hand to each part's
+``load_state_dict()``. See docs/architecture.md#checkpoints.
 
 References
 ----------
@@ -31,29 +34,23 @@ DeepMind Reverb's checkpointing (tables, items, rate-limiter counters); zarr v3.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
 import uuid
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from replay._files import fsync_dir
-from replay.rate_limiter import rate_limiter_from_config
-from replay.selectors import selector_from_config
-from replay.spec import TrajectorySpec
-from replay.storage import COMMITS, GSEQ, HOLES, N_RECORDS, REC_ID, RESERVE_POS, WRITE_POS, WRITERS
 
-if TYPE_CHECKING:
-    from replay.store import ReplayStore
-
-__all__ = ["fsync_dir", "load", "save"]
+__all__ = ["VERSION", "fsync_dir", "load", "save"]
 
 VERSION = 1
 _CHUNK_BYTES = 16 * 2**20
+_PER_ITEM = ("priority", "times_sampled", "state")
 
 
 def _write_array(group: Any, name: str, parts: list[np.ndarray], shape: tuple[int, ...], dtype: Any) -> None:
@@ -75,15 +72,6 @@ def _write_array(group: Any, name: str, parts: list[np.ndarray], shape: tuple[in
         start += len(p)
 
 
-def _live_parts(ring: np.ndarray, lo: int, hi: int) -> list[np.ndarray]:
-    """Rows of positions [lo, hi) of a ring, in position order: one or two slices (no copy)."""
-    cap = ring.shape[0]
-    if hi <= lo:
-        return [ring[:0]]
-    a, b = lo % cap, (hi - 1) % cap + 1
-    return [ring[a:b]] if a < b else [ring[a:], ring[:b]]
-
-
 def _latest(path: Path) -> Path:
     marker = path / "LATEST"
     if not marker.is_file() and (path / "MANIFEST.json").is_file():  # replay.distributed's layout
@@ -100,15 +88,44 @@ def _latest(path: Path) -> Path:
     return folder
 
 
-def save(store: ReplayStore, path: str | os.PathLike[str]) -> str:
-    """Write ``store`` to a new checkpoint under ``path`` atomically; return the checkpoint's folder.
+def _write_state(group: Any, state: dict[str, Any]) -> None:
+    """The zarr group of a checkpoint from a store's state (see the module docstring)."""
+    config = state["config"]
+    spec = config["spec"]  # {field: [shape, dtype]}
+    table = state["table"]
+    meta = []
+    for s, shard in enumerate(state["shards"]):
+        g = group.require_group(f"shard{s}")
+        n = sum(len(p) for p in shard["steps"])
+        for name, (shape, dtype) in spec.items():
+            _write_array(g, name, shard["columns"][name], (n, *shape), dtype)
+        _write_array(g, "steps", shard["steps"], (n, 3), np.int64)
+        _write_array(g, "records", [shard["records"]], shard["records"].shape, np.int64)
+        for name in _PER_ITEM:
+            parts = table["shards"][s][name]
+            _write_array(g, name, parts, (n,), parts[0].dtype)
+        meta.append({k: shard[k] for k in ("write_pos", "n_records", "holes", "commits")})
+    group.attrs["replay"] = {
+        "version": VERSION,
+        **config,
+        **state["control"],
+        "shards": meta,
+        "max_priority": table["max_priority"],
+        "rng": table["rng"],
+        "incarnation": table["incarnation"],
+    }
+
+
+def save(path: str | os.PathLike[str], snapshot: AbstractContextManager[dict[str, Any]]) -> str:
+    """Write a store's state to a new checkpoint under ``path`` atomically; return its folder.
 
     Parameters
     ----------
-    store : ReplayStore
-        The owning store.
     path : str or path
         Checkpoint root (created if missing); previous checkpoints in it are replaced.
+    snapshot : context manager
+        Entered, it yields the store's state ``{"config", "control", "shards", "table"}`` (each
+        part's ``state_dict()``, arrays as row blocks) and keeps it unchanged until exited.
 
     Returns
     -------
@@ -132,76 +149,8 @@ def save(store: ReplayStore, path: str | os.PathLike[str]) -> str:
     except (FileNotFoundError, ValueError, IndexError):
         number = 0
     tmp = root / f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    core = store._core
-    shards = core.shards
-    with store._sel_lock:
-        for sh in shards:
-            sh.acquire()
-        try:
-            core.control.cond.acquire()
-            try:
-                for s in range(len(shards)):
-                    store._ingest(s)
-                group = zarr.open_group(LocalStore(tmp), mode="w", zarr_format=3)
-                sel = store._selector
-                meta = []
-                for s, sh in enumerate(shards):
-                    wp, floor = sh.write_pos, sh.floor
-                    n = wp - floor
-                    g = group.require_group(f"shard{s}")
-                    for name, f in core.spec.items():
-                        _write_array(
-                            g, name, _live_parts(sh.columns[name], floor, wp), (n, *f.shape), f.dtype
-                        )
-                    _write_array(g, "steps", _live_parts(sh.steps, floor, wp), (n, 3), np.int64)
-                    live = sh.live_records()
-                    recs = (
-                        sh.records[live[:, REC_ID] % sh.capacity] if len(live) else np.zeros((0, 4), np.int64)
-                    )
-                    _write_array(g, "records", [recs], recs.shape, np.int64)
-                    for name, arr in (
-                        ("priority", sel.priority),
-                        ("times_sampled", sel.times),
-                        ("state", sel.state),
-                    ):
-                        _write_array(g, name, _live_parts(arr[s], floor, wp), (n,), arr.dtype)
-                    meta.append(
-                        {
-                            "write_pos": wp,
-                            "n_records": int(sh.meta[N_RECORDS]),
-                            "holes": int(sh.meta[HOLES]),
-                            "commits": int(sh.meta[COMMITS]),
-                        }
-                    )
-                ctl = core.control
-                group.attrs["replay"] = {
-                    "version": VERSION,
-                    "spec": core.spec.to_config(),
-                    "capacity": core.capacity,
-                    "num_shards": len(shards),
-                    "selector": store.selector.to_config(),
-                    "rate_limiter": store.rate_limiter.to_config(),
-                    "max_times_sampled": store.max_times_sampled,
-                    "chunk_steps": core.chunk_steps,
-                    "timeout": core.timeout,
-                    "counters": {
-                        "inserts": int(ctl.counters[0]),
-                        "samples": int(ctl.counters[1]),
-                        "deletes": int(ctl.counters[2]),
-                    },
-                    "global_seq": int(ctl.ctl[GSEQ]),
-                    "writers": int(ctl.ctl[WRITERS]),
-                    "assigned": [int(x) for x in ctl.assigned],
-                    "shards": meta,
-                    "max_priority": sel.max_priority,
-                    "rng": json.dumps(sel.rng.bit_generator.state),
-                    "incarnation": store._incarnation,
-                }
-            finally:
-                core.control.cond.release()
-        finally:
-            for sh in reversed(shards):
-                sh.release()
+    with snapshot as state:
+        _write_state(zarr.open_group(LocalStore(tmp), mode="w", zarr_format=3), state)
     for dirpath, _, _ in os.walk(tmp):
         fsync_dir(Path(dirpath))
     final = root / f"ckpt-{number:06d}"
@@ -222,102 +171,59 @@ def save(store: ReplayStore, path: str | os.PathLike[str]) -> str:
     return str(final)
 
 
-def load(path: str | os.PathLike[str], memory: Any = None, **overrides: Any) -> ReplayStore:
-    """A new store (the caller owns it) holding the latest complete checkpoint under ``path``.
+def load(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The state saved in the latest complete checkpoint under ``path``, as `save` was given it.
 
-    Parameters
-    ----------
-    path : str or path
-        The checkpoint root given to `save`.
-    memory : MemoryManager, optional
-        For the new store's regions.
-    **overrides
-        ``ReplayStore`` keywords to change (``tier``, ``timeout``, ``seed``, ``staging_slots``).
+    ``config`` and ``control`` are plain data; per shard, ``shards[s]`` (for
+    `replay.shard.ShardStorage.load_state_dict`) and ``table["shards"][s]`` hold zarr arrays, read
+    when indexed (``[...]``).
 
     Raises
     ------
     FileNotFoundError
         No complete checkpoint under ``path``.
     ValueError
-        A checkpoint of another format version.
+        A checkpoint of another format version, or a Ray-backed store's checkpoint.
     """
     import zarr
     from zarr.storage import LocalStore
 
-    from replay.keys import INC_BITS
-    from replay.store import ReplayStore
-
     folder = _latest(Path(path))
     group = zarr.open_group(LocalStore(folder, read_only=True), mode="r")
-    cfg = dict(group.attrs["replay"])
-    if cfg.get("version") != VERSION:
-        raise ValueError(f"{folder}: checkpoint format version {cfg.get('version')}, expected {VERSION}")
-    spec = TrajectorySpec.from_config(cfg["spec"])
-    cap, num_shards = int(cfg["capacity"]), int(cfg["num_shards"])
-    kwargs = {
-        "max_times_sampled": int(cfg["max_times_sampled"]),
-        "chunk_steps": int(cfg["chunk_steps"]),
-        "timeout": cfg["timeout"],
-    }
-    kwargs.update(overrides)
-    store = ReplayStore(
-        spec,
-        cap * num_shards,
-        num_shards,
-        selector=selector_from_config(cfg["selector"]),
-        rate_limiter=rate_limiter_from_config(cfg["rate_limiter"]),
-        memory=memory,
-        **kwargs,
+    attrs = dict(group.attrs["replay"])
+    if attrs.get("version") != VERSION:
+        raise ValueError(f"{folder}: checkpoint format version {attrs.get('version')}, expected {VERSION}")
+    config_keys = (
+        "spec",
+        "capacity",
+        "num_shards",
+        "selector",
+        "rate_limiter",
+        "max_times_sampled",
+        "chunk_steps",
+        "timeout",
     )
-    try:
-        core = store._core
-        sel = store._selector
-        state = {
-            "priority": np.zeros((num_shards, cap)),
-            "times_sampled": np.zeros((num_shards, cap), np.int64),
-            "state": np.zeros((num_shards, cap), np.uint8),
-            "seq": np.zeros((num_shards, cap), np.int64),
-            "max_priority": float(cfg["max_priority"]),
-            "rng": json.loads(cfg["rng"]),
-        }
-        for s, sh in enumerate(core.shards):
-            m = cfg["shards"][s]
-            wp = int(m["write_pos"])
-            floor = max(0, wp - cap)
-            slots = np.arange(floor, wp) % cap
-            g = group[f"shard{s}"]
-            with sh:
-                for name in spec:
-                    sh.columns[name][slots] = g[name][...]
-                sh.steps[slots] = g["steps"][...]
-                recs = g["records"][...]
-                sh.records[recs[:, REC_ID] % cap] = recs
-                sh.meta[WRITE_POS] = sh.meta[RESERVE_POS] = wp
-                sh.meta[N_RECORDS] = int(m["n_records"])
-                sh.meta[HOLES] = int(m["holes"])
-                sh.meta[COMMITS] = int(m["commits"])
-            for name in ("priority", "times_sampled", "state"):
-                state[name][s, slots] = g[name][...]
-            state["seq"][s, slots] = sh.steps[slots, 1]
-            store._ingested[s] = wp
-        sel.load_state_dict(state)
-        ctl = core.control
-        with ctl.cond:
-            c = cfg["counters"]
-            ctl.counters[0], ctl.counters[1], ctl.counters[2] = (
-                int(c["inserts"]),
-                int(c["samples"]),
-                int(c["deletes"]),
-            )
-            ctl.ctl[GSEQ] = int(cfg["global_seq"])
-            ctl.ctl[WRITERS] = int(cfg["writers"])
-            ctl.assigned[:] = cfg["assigned"]
-            ctl.open[:] = 0  # the writers of the checkpointed store are gone
-            ctl.cond.notify_all()
-        # positions written after the checkpoint will be reused: keys drawn before now must not apply
-        store._incarnation = (int(cfg.get("incarnation", 0)) + 1) % (1 << INC_BITS)
-        store._restored_at = np.array([int(m["write_pos"]) for m in cfg["shards"]], dtype=np.int64)
-    except BaseException:
-        store.close()
-        raise
-    return store
+    config = {k: attrs[k] for k in config_keys}
+    shards, per_item = [], []
+    for s, m in enumerate(attrs["shards"]):
+        g = group[f"shard{s}"]
+        shards.append(
+            {
+                "columns": {name: g[name] for name in config["spec"]},
+                "steps": g["steps"],
+                "records": g["records"],
+                **{k: int(m[k]) for k in ("write_pos", "n_records", "holes", "commits")},
+            }
+        )
+        per_item.append({name: g[name] for name in _PER_ITEM})
+    return {
+        "config": config,
+        "control": {k: attrs[k] for k in ("counters", "global_seq", "writers", "assigned")},
+        "shards": shards,
+        "table": {
+            "shards": per_item,
+            "max_priority": attrs["max_priority"],
+            "rng": attrs["rng"],
+            "incarnation": int(attrs.get("incarnation", 0)),
+        },
+    }

@@ -4,24 +4,19 @@ GEAR's zero-copy collect: the shard rings live in page-locked host memory that t
 (UVA), so a kernel copies each window's bytes straight from the ring into the learner's device batch,
 with no CPU-side gather and no staging copy. One CUDA block per window; its threads stride over the
 window's bytes (as 8-, 4-, 2- or 1-byte words, the widest that the row size and the buffers'
-alignment allow), copy the one or two runs of the ring the window covers, and zero the padding.
-The semantics are those of `replay.windows.gather_windows` (same arguments), which the tests check
-under numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``, set before numba.cuda is imported).
+alignment allow: `word_dtype`), copy the one or two runs of the ring the window covers, and zero the
+padding. The semantics are those of `replay.windows.gather_windows` (same arguments), which the
+tests check under numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``, set before numba is imported).
 
-`ReplayStore.sample(device="cuda")` uses `gather_fields_cuda` (one upload of the window table, one
-launch per field), `device_bytes` (numba views of the pinned rings and of the device batch, in place),
-`launch_stream` and `synchronize`. The store imports this module only on that path: the CPU path needs
-no CUDA. Importing it imports ``numba.cuda`` (choose the simulator with ``NUMBA_ENABLE_CUDASIM=1``
-before that).
+`replay.gather` uses `gather_fields_cuda` (one upload of the window table, one launch per field) on
+`flat_bytes` views (numba views of the pinned rings and of the device batch, in place, made by
+`graphrl.cuda.as_device_array`), launched on `graphrl.cuda.launch_stream` (torch's current stream:
+docs/architecture.md#the-stream-rule). Importing this module imports ``numba.cuda``; the CPU path
+never imports it. Under the simulator blocks have `THREADS` = 8 threads (the simulator runs each as
+a Python thread) instead of 256; the kernels are the same.
 
-Under the simulator the same functions run with CPU tensors standing in for device memory:
-`device_bytes` wraps any contiguous CPU tensor in place (numba's numpy-backed fake device array; no
-page-locking needed or possible), the stream is the default one, `synchronize` does nothing (the
-simulator runs kernels synchronously), and blocks have `THREADS` = 8 threads (the simulator runs each
-thread as a Python thread) instead of 256. The kernels are the same.
-
-Run on a real GPU: nothing yet (no device machine was lent while this was written); the kernels and
-the store's GPU path have run only under the simulator. ``benchmarks/gpu_check.py`` checks both on a GPU.
+>>> out = flat_bytes(batch_tensor)                 # CUDA tensor (simulator: a CPU tensor)
+>>> gather_fields_cuda(rings, (out,), row_bytes, first_slot, n, dst, rows, length, stream=stream)
 
 References
 ----------
@@ -31,27 +26,16 @@ Min et al., PyTorch-Direct (PVLDB 2021): GPU reads of pinned host memory through
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
-import numba
 import numpy as np
 import torch
 from numba import cuda
 
-__all__ = [
-    "SIMULATOR",
-    "THREADS",
-    "device_bytes",
-    "device_context",
-    "gather_fields_cuda",
-    "gather_windows_cuda",
-    "launch_stream",
-    "synchronize",
-    "uva_array",
-]
+from graphrl.cuda import SIMULATOR, as_device_array
 
-SIMULATOR = bool(numba.config.ENABLE_CUDASIM)  # numba.cuda is the simulator (chosen at numba's import)
+__all__ = ["THREADS", "flat_bytes", "gather_fields_cuda", "gather_windows_cuda", "word_dtype"]
+
 THREADS = 8 if SIMULATOR else 256  # threads a block: the simulator runs one Python thread per thread
 
 
@@ -86,43 +70,13 @@ def _address(arr: Any) -> int:
     return 0  # simulator arrays: numpy-backed, aligned by numpy
 
 
-def _word(row_bytes: int, *arrays: Any) -> type:
+def word_dtype(row_bytes: int, *arrays: Any) -> type:
+    """The widest word (uint64, uint32, uint16 or uint8) dividing ``row_bytes`` and every array's address."""
     for dtype in (np.uint64, np.uint32, np.uint16):
         size = np.dtype(dtype).itemsize
         if row_bytes % size == 0 and all(_address(a) % size == 0 for a in arrays):
             return dtype
     return np.uint8
-
-
-def uva_array(tensor: Any) -> Any:
-    """A numba device array (flat uint8) over a page-locked host tensor, addressed in place through UVA.
-
-    Parameters
-    ----------
-    tensor : torch.Tensor
-        Contiguous, on the CPU, page-locked (``tensor.is_pinned()``: a pinned region, or a shared
-        region registered with `graphrl.memory.MemoryManager.register`).
-
-    Raises
-    ------
-    ValueError
-        The tensor is not contiguous host memory that is page-locked.
-    """
-    if tensor.device.type != "cpu" or not tensor.is_contiguous() or not tensor.is_pinned():
-        raise ValueError("uva_array() needs a contiguous, page-locked host tensor (pin or register it first)")
-
-    class _Host:
-        def __init__(self) -> None:
-            self.__cuda_array_interface__ = {
-                "shape": (tensor.numel() * tensor.element_size(),),
-                "typestr": "|u1",
-                "data": (tensor.data_ptr(), False),
-                "version": 3,
-                "strides": None,
-            }
-            self.owner = tensor
-
-    return cuda.as_cuda_array(_Host())
 
 
 def gather_windows_cuda(
@@ -142,7 +96,7 @@ def gather_windows_cuda(
     Parameters
     ----------
     src : numba device array, uint8 [capacity * row_bytes]
-        One field's ring, flat (device memory, or pinned host memory through `uva_array`).
+        One field's ring, flat (device memory, or pinned host memory through UVA: `flat_bytes`).
     row_bytes : int
         Bytes of one step of the field (>= 1).
     first_slot, n, dst : numpy.ndarray, int64 [B]
@@ -189,7 +143,7 @@ def gather_windows_cuda(
 def _launch(
     src: Any, row_bytes: int, meta_dev: Any, b: int, out: Any, length: int, stream: Any, threads: int
 ) -> None:
-    word = _word(row_bytes, src, out)
+    word = word_dtype(row_bytes, src, out)
     size = np.dtype(word).itemsize
     capacity = src.shape[0] // row_bytes
     s = src.view(word) if word is not np.uint8 else src
@@ -215,13 +169,14 @@ def gather_fields_cuda(
 
     The GPU counterpart of `replay.windows.gather_fields` (same arguments but the capacity, which is
     each ring's size over its row size). Asynchronous: the copies are done once ``stream`` is
-    (`synchronize`). The caller (`ReplayStore.sample`) has validated every size; kernels trust them.
+    (`graphrl.cuda.synchronize`). The caller (`replay.gather`) has validated every size; kernels trust
+    them.
 
     Parameters
     ----------
     rings : tuple of numba device arrays, uint8 [capacity * row_bytes[f]]
         One shard's rings, flat, in field order (pinned host memory through UVA, or device memory:
-        `device_bytes`).
+        `flat_bytes`).
     outs : tuple of numba device arrays, uint8 [R * length * row_bytes[f]]
         The batch's fields, flat, in the same order.
     row_bytes : numpy.ndarray, int64 [F]
@@ -252,54 +207,18 @@ def gather_fields_cuda(
         _launch(src, int(rb), meta_dev, b, out, length, stream, threads)
 
 
-def device_bytes(tensor: torch.Tensor) -> Any:
-    """A numba device array (flat uint8) over a tensor's bytes, in place (no copy).
+def flat_bytes(tensor: torch.Tensor) -> Any:
+    """A numba device array (flat uint8) over a contiguous tensor's bytes, in place.
 
-    A CUDA tensor is viewed directly; a page-locked host tensor through UVA (`uva_array`). Under the
-    simulator any contiguous CPU tensor is wrapped as it is (it stands in for device memory).
-
-    Parameters
-    ----------
-    tensor : torch.Tensor
-        Contiguous; on a GPU, or page-locked host memory (simulator: any CPU tensor).
+    Built on `graphrl.cuda.as_device_array`: a CUDA tensor directly, page-locked host memory through
+    UVA, and under the simulator a CPU tensor as it is.
 
     Raises
     ------
     ValueError
-        A non-contiguous tensor, host memory that is not page-locked, or (simulator) a GPU tensor.
+        As `graphrl.cuda.as_device_array`: a non-contiguous tensor, host memory that is not
+        page-locked, or (simulator) a GPU tensor.
     """
     if not tensor.is_contiguous():
-        raise ValueError("device_bytes() needs a contiguous tensor")
-    if SIMULATOR:
-        if tensor.device.type != "cpu":
-            raise ValueError(
-                f"under numba's CUDA simulator, device memory is a CPU tensor; got {tensor.device}"
-            )
-        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
-
-        return FakeCUDAArray(tensor.detach().reshape(-1).view(torch.uint8).numpy())
-    if tensor.device.type == "cuda":
-        return cuda.as_cuda_array(tensor.detach().reshape(-1).view(torch.uint8))
-    return uva_array(tensor)
-
-
-def launch_stream(device: torch.device) -> Any:
-    """The numba stream of torch's current stream on ``device`` (0, the default, under the simulator)."""
-    if SIMULATOR or device.type != "cuda":
-        return 0
-    return cuda.external_stream(torch.cuda.current_stream(device).cuda_stream)
-
-
-def device_context(device: torch.device) -> Any:
-    """Make ``device`` numba's current device for the launches (a no-op under the simulator)."""
-    if SIMULATOR or device.type != "cuda":
-        return contextlib.nullcontext()
-    return cuda.gpus[device.index if device.index is not None else torch.cuda.current_device()]
-
-
-def synchronize(stream: Any) -> None:
-    """Wait until every launch on ``stream`` has finished (the simulator has already finished)."""
-    if not isinstance(stream, int):
-        stream.synchronize()
-    elif not SIMULATOR:
-        cuda.synchronize()
+        raise ValueError("flat_bytes() needs a contiguous tensor")
+    return as_device_array(tensor.detach().reshape(-1).view(torch.uint8))

@@ -1,4 +1,6 @@
-"""Rate limiters: when inserts and samples may proceed (DESIGN §4), as in Reverb, counted in steps.
+"""Rate limiters: when inserts and samples may proceed, as in Reverb, counted in steps.
+
+See docs/architecture.md#replay-composition.
 
 Units: an *insert* is one step committed to the store; a *sample* counts the real (unpadded) steps of
 the windows drawn, so ``samples_per_insert`` is the replay ratio per step. The *size* is the number of

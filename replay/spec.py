@@ -1,4 +1,6 @@
-"""TrajectorySpec: the named fields of one step, with per-step shapes and dtypes (DESIGN §4).
+"""TrajectorySpec: the named fields of one step, with per-step shapes and dtypes.
+
+See docs/architecture.md#replay-composition.
 
 A step is a mapping ``{field name: value}`` with exactly the spec's fields. Validation is strict and
 happens before anything is stored, so a bad step leaves no partial trace:
@@ -193,9 +195,7 @@ class TrajectorySpec(Mapping[str, FieldSpec]):
         return len(self._fields)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, TrajectorySpec) and list(self._fields.values()) == list(
-            other._fields.values()
-        )
+        return isinstance(other, TrajectorySpec) and list(self.values()) == list(other.values())
 
     def __hash__(self) -> int:
         return hash(tuple(self._fields.values()))

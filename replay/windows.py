@@ -1,4 +1,4 @@
-"""Fixed-length windows over a shard's ring: bounds, masks and the byte-slice gather (pure functions).
+"""Fixed-length windows over a shard's ring: bounds, masks, the byte-slice gather, the window table.
 
 Positions are *absolute*: the n-th step ever committed to a shard has position n and lives in slot
 ``n % capacity`` of the shard's ring. A window of length L is anchored at one step (the drawn item):
@@ -16,14 +16,10 @@ when the shard's write cursor sits inside an open episode, windows stop at the c
 ring has overwritten an episode's head, head-padded windows stop at the oldest step still stored.
 
 The gather copies each run of each window as one flat byte slice per field (``row_bytes * n``
-contiguous bytes, one ``memcpy``), which runs at memory-copy bandwidth, where element-wise loops over
-3-D slices run at less than half of it (DESIGN §3). With glibc's ``memcpy`` alone, per-window copies
-(3x64x64 uint8, B=256, L=64: 786 KiB a window) reached 6-8 GB/s against 10-11 GB/s for one large
-copy: glibc switches to non-temporal stores only above ``x86_non_temporal_threshold`` (114 MiB here),
-so every window paid read-for-ownership traffic on the batch. So when a gather writes at least
-`graphrl.kernels.STREAM_THRESHOLD` bytes, runs of ``_STREAM_PIECE`` bytes and more are copied with
-streaming stores (`graphrl.kernels.stream_bytes`), which reaches the copy ceiling without
-``GLIBC_TUNABLES``; smaller batches keep ``memcpy`` and stay in cache for the learner.
+contiguous bytes, one ``memcpy``); when a gather writes at least `graphrl.kernels.STREAM_THRESHOLD`
+bytes, runs of ``_STREAM_PIECE`` bytes and more are copied with streaming stores
+(`graphrl.kernels.stream_bytes`), smaller batches keep ``memcpy`` and stay in cache for the learner.
+`WindowTable` lists windows drawn and not yet gathered. See docs/architecture.md#windows.
 
 References
 ----------
@@ -32,6 +28,8 @@ TorchRL's ``SliceSampler`` (slices within trajectories, ``strict_length=False`` 
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numba as nb
 import numpy as np
@@ -44,8 +42,17 @@ from graphrl.kernels import (
     stream_bytes_nofence,
     zero_bytes,
 )
+from replay.keys import encode_keys
 
-__all__ = ["PADS", "gather_fields", "gather_windows", "reference_gather", "window_bounds", "window_mask"]
+__all__ = [
+    "PADS",
+    "WindowTable",
+    "gather_fields",
+    "gather_windows",
+    "reference_gather",
+    "window_bounds",
+    "window_mask",
+]
 
 PADS = ("tail", "head")
 _STREAM_PIECE = 1024  # in a streamed batch, runs shorter than this still go through memcpy
@@ -114,7 +121,7 @@ def window_mask(n: np.ndarray, dst: np.ndarray, length: int, out: np.ndarray | N
     length : int
         L.
     out : numpy.ndarray, bool [B, L], optional
-        Filled in place (one numba loop: about 1 us for B=32, L=8, where numpy's broadcasting took 6).
+        Filled in place (one numba loop).
 
     Returns
     -------
@@ -321,3 +328,62 @@ def reference_gather(
         for j in range(int(n[b])):
             out[b, int(dst[b]) + j] = src[(int(first_slot[b]) + j) % capacity]
     return out
+
+
+@dataclass(frozen=True)
+class WindowTable:
+    """Windows drawn by `ReplayStore.draw_windows` and not gathered: where each one's steps lie in its shard.
+
+    Window b's real steps are the positions ``first[b] .. first[b] + n[b] - 1`` of shard ``shard[b]``,
+    in ring slots ``(first[b] + j) % capacity`` (one run of slots, or two when it wraps past the ring's
+    end); they go to steps ``dst[b] .. dst[b] + n[b] - 1`` of the window, the rest is padding (zeros in a
+    `Batch`, see `replay.windows`).
+
+    Attributes
+    ----------
+    shard, anchor, first, n, dst : numpy.ndarray, int64 [B]
+        The shard, the drawn anchor position, and `replay.windows.window_bounds` of each window.
+    probabilities : numpy.ndarray, float64 [B]
+        Probability with which each anchor was drawn (as ``Batch.probabilities``).
+    table_size : int
+        N: drawable items when the windows were drawn (as ``Batch.table_size``).
+    capacity : int
+        Steps per shard ring.
+    """
+
+    shard: np.ndarray
+    anchor: np.ndarray
+    first: np.ndarray
+    n: np.ndarray
+    dst: np.ndarray
+    probabilities: np.ndarray
+    table_size: int
+    capacity: int
+    incarnation: int = 0
+
+    def __len__(self) -> int:
+        return len(self.anchor)
+
+    @property
+    def keys(self) -> np.ndarray:
+        """int64 [B]: the windows' keys (as ``Batch.keys``, for `ReplayStore.update_priorities`)."""
+        return encode_keys(self.shard, self.anchor, self.anchor - self.first, self.incarnation)
+
+    @property
+    def slots(self) -> np.ndarray:
+        """int64 [B]: the ring slot of each window's first real step."""
+        return self.first % self.capacity
+
+    def take(self, rows: np.ndarray) -> WindowTable:
+        """The windows ``rows`` (an index or a bool mask over B), in that order."""
+        return WindowTable(
+            self.shard[rows],
+            self.anchor[rows],
+            self.first[rows],
+            self.n[rows],
+            self.dst[rows],
+            self.probabilities[rows],
+            self.table_size,
+            self.capacity,
+            self.incarnation,
+        )

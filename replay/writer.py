@@ -2,7 +2,7 @@
 
 A writer validates each step against the store's `replay.spec.TrajectorySpec` (a bad step raises
 and stores nothing), stages steps in private buffers of ``chunk_steps`` rows, and commits them to a
-shard when the episode ends or the buffers fill (see `replay.storage` for the commit protocol). So:
+shard when the episode ends or the buffers fill (the commit protocol of `replay.storage`). So:
 
 - ``extend(steps)`` with columns ``[T, ...]`` gives exactly the same store contents as T ``append``
   calls (same commits, same chunk boundaries);
@@ -26,14 +26,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from replay.storage import LOST_RECORD
-
-if TYPE_CHECKING:
-    from replay.store import _Core
+from replay.shard import LOST_RECORD
+from replay.storage import TrajectoryStorage
 
 __all__ = ["TrajectoryWriter"]
 
@@ -45,8 +43,8 @@ class TrajectoryWriter:
 
     Parameters
     ----------
-    core : replay.store._Core
-        The store's shared state (made by the store).
+    storage : replay.storage.TrajectoryStorage
+        The store's shards and control block (the writer commits to them).
     chunk_steps : int
         Rows of the private staging buffers, 1 <= chunk_steps <= the shard capacity.
     timeout : float or None
@@ -62,16 +60,16 @@ class TrajectoryWriter:
         Episodes ended by this writer.
     """
 
-    def __init__(self, core: _Core, chunk_steps: int, timeout: float | None) -> None:
-        self._core = core
-        self.spec = core.spec
+    def __init__(self, storage: TrajectoryStorage, chunk_steps: int, timeout: float | None) -> None:
+        self._storage = storage
+        self.spec = storage.spec
         self.chunk_steps = int(chunk_steps)
         self.timeout = timeout
         self._regions = []
         self._buffers: dict[str, np.ndarray] = {}
         try:
             for name, f in self.spec.items():
-                region = core.memory.allocate(
+                region = storage.memory.allocate(
                     (self.chunk_steps, *f.shape), f.dtype, "host", owner="replay.writer"
                 )
                 self._regions.append(region)
@@ -83,7 +81,7 @@ class TrajectoryWriter:
         self._episode: tuple[int, int] | None = None  # (shard, record) of the episode open in the store
         self.steps_written = 0
         self.episodes_written = 0
-        self.writer_id = core.new_writer_id()
+        self.writer_id = storage.new_writer_id()
         self._closed = False
 
     # -- writing
@@ -185,14 +183,14 @@ class TrajectoryWriter:
                 "begin_continuation() needs a writer with no staged steps and no open episode: "
                 "call end_episode() first"
             )
-        if not 0 <= shard < self._core.num_shards:
-            raise ValueError(f"shard must be in [0, {self._core.num_shards - 1}], got {shard}")
-        self._core.open_episode(shard)
+        if not 0 <= shard < self._storage.num_shards:
+            raise ValueError(f"shard must be in [0, {self._storage.num_shards - 1}], got {shard}")
+        self._storage.open_episode(shard)
         self._episode = (shard, LOST_RECORD)
 
     def _commit(self, end: bool) -> None:
         count = self.pending
-        shard, record = self._core.commit(
+        shard, record = self._storage.commit(
             self._buffers, count, self._episode, end, self.timeout, self.writer_id
         )
         self.steps_written += count
@@ -211,7 +209,7 @@ class TrajectoryWriter:
         self.pending = 0
         if self._episode is not None:
             try:
-                self._core.commit(self._buffers, 0, self._episode, True, 0.0, self.writer_id)
+                self._storage.commit(self._buffers, 0, self._episode, True, 0.0, self.writer_id)
             except (TimeoutError, ValueError) as exc:
                 logger.debug("could not close the open episode: %s", exc)
             self._episode = None

@@ -52,10 +52,8 @@ def build(mm, rounds: int = 3) -> ReplayStore:
 
 
 def snapshot(store: ReplayStore) -> dict:
-    for s, sh in enumerate(store._core.shards):  # the selector learns of committed steps lazily
-        with sh:
-            store._ingest(s)
-    sel = store._selector
+    store.selector_mass()  # the selector learns of committed steps lazily: ingest them now
+    sel = store.table.state
     eps = [
         (e.shard, e.start, e.length, e.open, e.continuation, {k: v.copy() for k, v in e.data.items()})
         for e in store.episodes()
@@ -68,7 +66,7 @@ def snapshot(store: ReplayStore) -> dict:
         "times": sel.times[live].copy(),
         "state": sel.state.copy(),
         "seq": sel.seq[live].copy(),
-        "meta": [sh.meta.copy() for sh in store._core.shards],
+        "meta": [sh.meta.copy() for sh in store.storage.shards],
         "len": len(store),
         "max_priority": sel.max_priority,
     }
@@ -111,7 +109,7 @@ def test_round_trip_of_data_index_priorities_counters_generations_and_rng(tmp_pa
         new = np.random.default_rng(1).uniform(0, 5, 32)
         assert store.update_priorities(old_batch.keys, new) == restored.update_priorities(old_batch.keys, new)
         shard, anchor, back = decode_keys(old_batch.keys.numpy())
-        floors = np.array([sh.floor for sh in store._core.shards])
+        floors = np.array([sh.floor for sh in store.storage.shards])
         assert (anchor - back < floors[shard]).any()  # some of the old keys did go stale
         same(snapshot(store), snapshot(restored))
         restored.close()

@@ -17,7 +17,7 @@ SCRIPT = textwrap.dedent(
     from numba import cuda
     from numba import config
     assert config.ENABLE_CUDASIM  # the simulator, not a GPU
-    from replay.cuda import gather_windows_cuda, _word
+    from replay.cuda import gather_windows_cuda, word_dtype
     from replay.windows import reference_gather, window_bounds
 
     rng = np.random.default_rng(0)
@@ -41,7 +41,7 @@ SCRIPT = textwrap.dedent(
             got = out.copy_to_host().view(dtype).reshape(len(anchors), length, *shape)
             want = reference_gather(ring, first % capacity, n, dst, length)[np.argsort(rows)]
             assert np.array_equal(got, want), (shape, dtype, pad)
-        words.add(np.dtype(_word(row_bytes, src, out)).itemsize)
+        words.add(np.dtype(word_dtype(row_bytes, src, out)).itemsize)
     assert words == {1, 8}, words  # both the byte path and the wide-word path ran
     print("OK")
     """

@@ -178,9 +178,9 @@ def test_queue_blocks_a_writer_process_until_the_learner_samples():
 
 
 def dying_writer(handle) -> None:
-    import replay.storage as storage
+    import replay.shard as shard
 
-    real = storage._copy_rows
+    real = shard._copy_rows
     calls = [0]
 
     def copy_then_die(*args):
@@ -189,7 +189,7 @@ def dying_writer(handle) -> None:
         if calls[0] == 2:  # mid-commit, holding the shard lock, half the fields copied
             os.kill(os.getpid(), signal.SIGKILL)
 
-    storage._copy_rows = copy_then_die
+    shard._copy_rows = copy_then_die
     store = ReplayStore.attach(handle)
     w = store.writer()
     w.extend(episode(7, 7, 10))
@@ -208,7 +208,7 @@ def test_a_writer_killed_mid_commit_leaves_a_hole_not_a_deadlock():
         assert proc.exitcode == -signal.SIGKILL
         w.extend(episode(0, 1, 6))  # takes the dead writer's lock, repairs it and commits after the hole
         w.end_episode()
-        shard = store._core.shards[0]
+        shard = store.storage.shards[0]
         assert shard.meta[3] == 10  # holes
         eps = store.episodes()
         assert [(e.start, e.length) for e in eps] == [(0, 5), (15, 6)]

@@ -1,28 +1,19 @@
-"""Selectors: distributions (chi-square, across shards), sum/min-tree invariants, max_times_sampled."""
+"""Selectors: distributions (chi-square, across shards), deterministic orders, max_times_sampled, configs."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from scipy import stats
 
+from replay.selector_state import EXHAUSTED, SelectorState
 from replay.selectors import (
-    EXHAUSTED,
     Fifo,
     Lifo,
     MaxHeap,
     MinHeap,
     Prioritized,
-    SelectorState,
     Uniform,
-    _min_build_keys,
-    _min_set,
-    _sum_find,
-    _sum_set,
-    _tree_size,
-    check_priorities,
     selector_from_config,
 )
 
@@ -113,33 +104,6 @@ def test_zero_mass_shard_is_never_drawn_while_others_have_mass():
     assert 1 not in set(sh.tolist()) and {0, 3} <= set(sh.tolist())
 
 
-@pytest.mark.parametrize("bad", [np.nan, np.inf, -1.0, -np.inf])
-def test_bad_priorities_raise_and_change_nothing(bad):
-    state = filled(Prioritized())
-    state.update(1, np.arange(3), [1.0, 2.0, 3.0])
-    before = state.state_dict()
-    tree = state.wtree.copy()
-    with pytest.raises(ValueError, match="NaN, infinite or negative"):
-        state.update(1, np.arange(3), [4.0, bad, 5.0])
-    after = state.state_dict()
-    assert np.array_equal(before["priority"], after["priority"]) and np.array_equal(tree, state.wtree)
-    assert before["max_priority"] == after["max_priority"]
-    with pytest.raises(ValueError, match="expected 3 values"):
-        check_priorities([1.0, 2.0], 3)
-
-
-def test_new_items_get_the_max_priority_seen():
-    state = SelectorState(Prioritized(), 1, 10, seed=0)
-    state.insert(0, np.arange(2), np.arange(2))
-    assert state.priority[0, 1] == 1.0
-    state.update(0, [0], [7.5])
-    state.insert(0, np.array([2]), np.array([2]))
-    assert state.priority[0, 2] == 7.5
-    fixed = SelectorState(Prioritized(initial_priority=0.25), 1, 10)
-    fixed.insert(0, np.arange(3), np.arange(3))
-    assert np.all(fixed.priority[0, :3] == 0.25)
-
-
 def test_uniform_max_times_sampled_one_is_without_replacement():
     state = filled(Uniform(), max_times_sampled=1)
     n = sum(FILL)
@@ -157,15 +121,6 @@ def test_prioritized_max_times_sampled_caps_each_item():
     pairs, counts = np.unique(np.stack([sh, sl]), axis=1, return_counts=True)
     assert counts.max() == 3 and counts.sum() == 3 * sum(FILL) and removed == sum(FILL)
     assert (state.state[state.state > 0] == EXHAUSTED).all()
-
-
-def test_insert_reports_replaced_exhausted_items():
-    state = filled(Uniform(), max_times_sampled=1)
-    sh, sl, _, _ = state.sample(5)
-    slots_in_shard3 = sl[sh == 3]
-    replaced = state.insert(3, np.arange(50), np.arange(1000, 1050))
-    assert replaced == len(slots_in_shard3)
-    assert state.live_count(3) == 50
 
 
 def test_fifo_and_lifo_follow_commit_order_across_shards():
@@ -199,20 +154,6 @@ def test_heaps_order_by_priority_then_age():
         assert list(zip(sh.tolist(), sl.tolist(), strict=True)) == expect
 
 
-def test_same_seed_same_draws_and_state_round_trip():
-    a, b = filled(Prioritized(), seed=11), filled(Prioritized(), seed=11)
-    for s in (a, b):
-        s.update(1, np.arange(30), np.linspace(0, 3, 30))
-    assert all(np.array_equal(x, y) for x, y in zip(a.sample(64)[:3], b.sample(64)[:3], strict=True))
-    saved = a.state_dict()
-    first = a.sample(64)
-    c = SelectorState(Prioritized(), len(FILL), 50, seed=999)
-    c.load_state_dict(saved)
-    assert np.allclose(c.wtree, a.wtree)  # trees are rebuilt from the priorities
-    again = c.sample(64)
-    assert all(np.array_equal(x, y) for x, y in zip(first[:3], again[:3], strict=True))
-
-
 def test_config_round_trip_and_validation():
     for sel in (Uniform(), Prioritized(0.6, 2.0), Fifo(), Lifo(), MinHeap(), MaxHeap(initial_priority=0.5)):
         assert selector_from_config(sel.to_config()) == sel
@@ -227,52 +168,3 @@ def test_config_round_trip_and_validation():
 
 
 # ------------------------------------------------------------------------------ tree properties
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    capacity=st.integers(1, 70),
-    ops=st.lists(st.tuples(st.integers(0, 69), st.floats(0, 1e6, allow_nan=False)), min_size=1, max_size=80),
-    us=st.lists(st.floats(0, 1, exclude_max=True), min_size=1, max_size=20),
-)
-def test_sum_tree_invariants(capacity, ops, us):
-    size = _tree_size(capacity)
-    tree = np.zeros(2 * size)
-    leaves = np.zeros(capacity)
-    for idx, val in ops:
-        idx %= capacity
-        leaves[idx] = val
-        _sum_set(tree, size, np.array([idx]), np.array([val]))
-    assert np.array_equal(tree[size : size + capacity], leaves)
-    for j in range(1, size):  # every inner node is exactly the sum of its children
-        assert tree[j] == tree[2 * j] + tree[2 * j + 1]
-    assert tree[1] == pytest.approx(leaves.sum(), rel=1e-12, abs=1e-9)
-    if tree[1] > 0:
-        u = np.array(us) * tree[1]
-        out = np.empty(len(u), dtype=np.int64)
-        _sum_find(tree, size, u, out)
-        cum = np.concatenate([[0.0], np.cumsum(leaves)])
-        for x, leaf in zip(u, out, strict=True):
-            assert 0 <= leaf < capacity and leaves[leaf] > 0  # never a zero leaf
-            # x falls in the leaf's interval (up to rounding of the partial sums)
-            assert cum[leaf] - 1e-6 * tree[1] <= x <= cum[leaf + 1] + 1e-6 * tree[1]
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    capacity=st.integers(1, 40),
-    ops=st.lists(st.tuples(st.integers(0, 39), st.sampled_from([0.0, 1.0, 2.0, np.inf])), max_size=60),
-)
-def test_min_tree_root_is_the_argmin_by_key_then_seq(capacity, ops):
-    size = _tree_size(capacity)
-    key = np.full(capacity, np.inf)
-    seq = np.arange(capacity)[::-1].copy()
-    tree = np.zeros(2 * size, dtype=np.int64)
-    _min_build_keys(tree, size, capacity, key, seq)
-    for idx, val in ops:
-        idx %= capacity
-        key[idx] = val
-        _min_set(tree, size, np.array([idx]), key, seq)
-    root = tree[1]
-    best = min(range(capacity), key=lambda i: (key[i], seq[i]))
-    assert key[root] == key[best] and (np.isinf(key[best]) or root == best)

@@ -1,9 +1,8 @@
 """ReplayStore in one process: exact windows against a model, keys and stale updates, sharded
-distributions (chi-square), rate limiting, bounded memory, batches and staging."""
+distributions (chi-square), rate limiting, bounded memory (batches and staging: test_batch.py)."""
 
 from __future__ import annotations
 
-import gc
 import pickle
 
 import numpy as np
@@ -241,7 +240,7 @@ def test_stale_priority_updates_are_ignored_after_overwrite(mm):
     expected = np.ones(10)  # by position; new items came in at the max priority seen then (1.0)
     expected[ta[ta >= 2]] = 9.0
     expected[ha[head_ok]] = 3.0
-    prio = store._selector.priority[0]
+    prio = store.table.state.priority[0]
     for q in range(2, 10):
         assert prio[q % 8] == expected[q], q
 
@@ -252,11 +251,11 @@ def test_nan_negative_inf_priorities_raise_and_change_nothing(mm):
     w.extend(cols(0, 0, 10))
     w.end_episode()
     b = store.sample(4, window=2)
-    before = store._selector.priority.copy()
+    before = store.table.state.priority.copy()
     for bad in (np.nan, -1.0, np.inf):
         with pytest.raises(ValueError, match="NaN, infinite or negative"):
             store.update_priorities(b.keys, [1.0, 2.0, bad, 3.0])
-    assert np.array_equal(before, store._selector.priority)
+    assert np.array_equal(before, store.table.state.priority)
 
 
 def test_keys_naming_a_missing_shard_are_rejected_naming_it(mm):
@@ -478,60 +477,6 @@ def test_handle_is_small_and_picklable_and_attached_stores_only_write(mm):
         host.handle()
 
 
-def test_staging_is_reused_and_released_on_gc(mm):
-    store = make(mm, staging_slots=2)
-    fill_shards(store, [10])
-    a = store.sample(4, window=3)
-    ptr = a["obs"].data_ptr()
-    a.release()
-    b = store.sample(4, window=3)
-    c = store.sample(4, window=3)
-    assert ptr in (b["obs"].data_ptr(), c["obs"].data_ptr())
-    with pytest.raises(TimeoutError, match="slots stayed held"):
-        store.sample(4, window=3, timeout=0.01)
-    del b
-    gc.collect()
-    d = store.sample(4, window=3, timeout=1)  # b's slot came back when it was collected
-    assert d.batch_size == 4
-    with d:
-        pass
-    assert d.released
-    assert (
-        store.memory.stats()["pinned"]["replay.staging"]["regions"] >= 1
-        or store.memory.stats()["host"]["replay.staging"]["regions"] >= 1
-    )
-
-
-def test_copies_keep_the_staging_slot_until_released(mm):
-    store = make(mm, staging_slots=1)
-    fill_shards(store, [6])
-    host = store.sample(3, window=2)
-    copy = host.to("cpu")
-    assert torch.equal(copy["pos"], host["pos"]) and copy["pos"].data_ptr() != host["pos"].data_ptr()
-    del host
-    gc.collect()
-    with pytest.raises(TimeoutError):  # the copy still holds the only slot
-        store.sample(3, window=2, timeout=0.01)
-    copy.release()
-    assert store.sample(3, window=2, device="cpu").batch_size == 3
-    with pytest.raises(ValueError, match="tier"):
-        ReplayStore(SPEC, 10, 1, memory=mm, tier="device")
-
-
-def test_to_tensordict_is_lazy(mm):
-    store = make(mm)
-    fill_shards(store, [3])
-    b = store.sample(2, window=2)
-    try:
-        import tensordict  # noqa: F401
-    except ImportError:
-        with pytest.raises(ImportError, match="tensordict"):
-            b.to_tensordict()
-    else:
-        td = b.to_tensordict()
-        assert td["obs"].shape == (2, 2, 2, 3) and td["mask"].shape == (2, 2)
-
-
 def test_constructor_validation(mm):
     with pytest.raises(ValueError, match="num_shards"):
         ReplayStore(SPEC, 100, 300, memory=mm)
@@ -561,13 +506,13 @@ def test_uniform_selector_is_the_default(mm):
 
 
 def test_windows_overwritten_during_the_copy_are_drawn_again(mm, monkeypatch):
-    import replay.store as store_module
+    import replay.gather as gather_module
 
     store = make(mm, capacity=10, seed=0)
     w = store.writer()
     w.extend(cols(0, 0, 10))
     w.end_episode()
-    real = store_module.gather_fields
+    real = gather_module.gather_fields
     calls = []
 
     def overwrite_then_gather(*args, **kwargs):
@@ -577,7 +522,7 @@ def test_windows_overwritten_during_the_copy_are_drawn_again(mm, monkeypatch):
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(store_module, "gather_fields", overwrite_then_gather)
+    monkeypatch.setattr(gather_module, "gather_fields", overwrite_then_gather)
     b = store.sample(4, window=3)
     assert len(calls) == 2  # the first gather was redone
     assert (b["ep"][b.mask] == 1).all()
@@ -620,7 +565,7 @@ def test_ring_and_generation_invariants_with_two_interleaved_writers(capacity, c
                 t[wid] = 0
             else:
                 w.flush()
-        sh = store._core.shards[0]
+        sh = store.storage.shards[0]
         wp = sh.write_pos
         assert wp == sum(w.steps_written for w in writers)  # every committed step has one position
         floor = max(0, wp - capacity)
@@ -653,7 +598,7 @@ def test_ring_and_generation_invariants_with_two_interleaved_writers(capacity, c
         values = np.arange(lo, wp, dtype=np.float64) + 0.5
         assert store.update_priorities(keys, values) == wp - floor
         for p in range(floor, wp):
-            assert store._selector.priority[0, p % capacity] == p + 0.5
+            assert store.table.state.priority[0, p % capacity] == p + 0.5
         if wp:
             b = store.sample(32, window=capacity, pad="tail")
             for i in range(32):

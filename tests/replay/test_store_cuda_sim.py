@@ -78,7 +78,7 @@ EQUAL = COMMON + textwrap.dedent(
             mm_cpu, mm_gpu = MemoryManager(), MemoryManager()
             cpu, _ = filled(mm_cpu, selector, shards, capacity=20 * shards)
             gpu, _ = filled(mm_gpu, selector, shards, capacity=20 * shards)
-            assert cpu._core.shards[0].write_pos > cpu.shard_capacity  # the rings wrapped
+            assert cpu.storage.shards[0].write_pos > cpu.shard_capacity  # the rings wrapped
             # two slots a shape, reused with the other padding: stale bytes must not survive in padding
             plan = [(5, 4, p) for p in ("tail", "tail", "head", "head", "tail")]
             plan += [(3, 9, p) for p in ("head", "head", "tail", "tail", "head")]
@@ -135,13 +135,15 @@ STALE = COMMON + textwrap.dedent(
             calls.append(1)
             return real(*args, **kwargs)
 
+        real_stale = store.storage.stale
+
         def spy(*args):
-            out = type(store)._stale(store, *args)
+            out = real_stale(*args)
             stale.append(out.copy())
             return out
 
         rc.gather_fields_cuda = overwrite_then_gather
-        store._stale = spy
+        store.storage.stale = spy
         b = store.sample(4, window=3, device="cuda")
         rc.gather_fields_cuda = real
         assert stale[0].any() and len(calls) >= 2, (stale, calls)  # stale windows found and drawn again

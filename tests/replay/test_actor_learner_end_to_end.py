@@ -1,4 +1,4 @@
-"""The user-facing snippet of issue 4, run end to end as written (small sizes), with its values checked.
+"""The replay store's user-facing example (actors -> learner), run end to end at small sizes, values checked.
 
 Actors are spawned processes that attach by handle and write with ``append``, ``extend`` and
 ``end_episode``; the learner samples tail-padded windows, updates priorities, checkpoints into
@@ -30,7 +30,7 @@ def columns(actor: int, ep: int, length: int) -> dict[str, np.ndarray]:
             "reward": t.astype(np.float32), "done": t == length - 1}
 
 
-def actor_process(handle, actor: int) -> None:  # spawned: attaches by handle, as in the issue
+def actor_process(handle, actor: int) -> None:  # spawned: attaches by handle, as the example does
     with ReplayStore.attach(handle).writer() as w:
         for ep, length in enumerate(lengths(actor)):
             cols = columns(actor, ep, int(length))
@@ -46,7 +46,7 @@ def actor_process(handle, actor: int) -> None:  # spawned: attaches by handle, a
                 w.end_episode()  # the last episode is ended by leaving the with block
 
 
-def test_issue_snippet_end_to_end(tmp_path, monkeypatch):
+def test_actors_write_and_the_learner_samples_checkpoints_and_restores(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # "ckpt/" as written lands in the test's folder
     mm = MemoryManager()
     spec = TrajectorySpec({"obs": ((4,), "float32"), "action": ((), "int64"), "reward": ((), "float32"),

@@ -1,0 +1,155 @@
+"""AttachedStore: the write-only view of a replay store that actor processes get from its handle.
+
+The store's owner (the learner process) creates every region; `replay.store.ReplayStore.handle`
+names them in a small picklable `replay.storage.StoreHandle`, and ``ReplayStore.attach(handle)`` in
+another process (spawn or fork) maps them into an `AttachedStore`, which writes through `writer` with
+no pickling of step data and counts (``len``, `counters`). Sampling, priority updates and checkpoints
+stay with the owner (the selector's state lives there): on an attached store they raise ``ValueError``.
+
+>>> handle = store.handle()                               # in the learner
+>>> with ReplayStore.attach(handle).writer() as w:        # in an actor process
+...     w.append(step); w.end_episode()
+
+References
+----------
+GEAR (Wang et al., ICML 2023): actors write trajectories into shared memory in place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from graphrl.memory import MemoryManager
+from replay._checks import check_chunk_steps
+from replay.rate_limiter import RateLimiterState
+from replay.spec import TrajectorySpec
+from replay.storage import Episode, StoreHandle, TrajectoryStorage
+from replay.writer import TrajectoryWriter
+
+__all__ = ["AttachedStore", "StoreHandle"]
+
+_DEFAULT: Any = object()
+
+
+class AttachedStore:
+    """A store mapped from a `StoreHandle` in another process: it writes and counts, nothing more.
+
+    Parameters
+    ----------
+    handle : StoreHandle
+        From the owner's ``handle()``.
+    memory : MemoryManager, optional
+        For the writers' staging buffers and the mappings; default a private one.
+
+    Raises
+    ------
+    FileNotFoundError
+        The owner has closed the store (its regions are gone).
+    """
+
+    def __init__(self, handle: StoreHandle, memory: MemoryManager | None = None) -> None:
+        self.storage = TrajectoryStorage.attach(handle, memory)
+        self.rate_limiter = self.storage.limiter
+        control = self.storage.control
+        self._limiter = RateLimiterState(self.rate_limiter, control.counters, control.cond)
+        self.selector = None
+        self.max_times_sampled = 0
+        self._closed = False
+
+    # -- properties
+    @property
+    def spec(self) -> TrajectorySpec:
+        return self.storage.spec
+
+    @property
+    def num_shards(self) -> int:
+        return self.storage.num_shards
+
+    @property
+    def shard_capacity(self) -> int:
+        """Steps per shard ring."""
+        return self.storage.capacity
+
+    @property
+    def capacity_steps(self) -> int:
+        return self.storage.capacity * self.storage.num_shards
+
+    @property
+    def memory(self) -> MemoryManager:
+        return self.storage.memory
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("this ReplayStore is closed")
+
+    def __len__(self) -> int:
+        """Live steps stored, over all shards."""
+        self._check_open()
+        return self.storage.live_steps()
+
+    def counters(self) -> dict[str, int]:
+        """Rate-limiter counters: ``inserts``, ``samples`` (steps) and ``deletes`` (items)."""
+        return self._limiter.state()
+
+    def handle(self) -> StoreHandle:
+        """The handle this store was attached from (to pass on to further processes)."""
+        self._check_open()
+        return self.storage.handle()
+
+    def episodes(self, shard: int | None = None) -> list[Episode]:
+        """Copies of the live episodes of one shard or all (see `replay.store.ReplayStore.episodes`)."""
+        self._check_open()
+        return self.storage.episodes(shard)
+
+    def writer(self, chunk_steps: int | None = None, timeout: float | None = _DEFAULT) -> TrajectoryWriter:
+        """A new `TrajectoryWriter` (as `replay.store.ReplayStore.writer`)."""
+        self._check_open()
+        storage = self.storage
+        chunk = storage.chunk_steps if chunk_steps is None else check_chunk_steps(
+            storage.spec, storage.capacity, chunk_steps
+        )
+        return TrajectoryWriter(storage, chunk, storage.timeout if timeout is _DEFAULT else timeout)
+
+    # -- what only the owner does
+    def _owner_only(self, what: str) -> ValueError:
+        self._check_open()
+        return ValueError(
+            f"{what}() runs in the store's owning process; this store was attached by handle and "
+            "can only write (store.writer()) and count (len(store))"
+        )
+
+    def sample(self, *args: Any, **kwargs: Any) -> Any:
+        """Raises ``ValueError``: only the owner samples."""
+        raise self._owner_only("sample")
+
+    def update_priorities(self, *args: Any, **kwargs: Any) -> int:
+        """Raises ``ValueError``: only the owner updates priorities."""
+        raise self._owner_only("update_priorities")
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> str:
+        """Raises ``ValueError``: only the owner checkpoints."""
+        raise self._owner_only("checkpoint")
+
+    def draw_windows(self, *args: Any, **kwargs: Any) -> Any:
+        """Raises ``ValueError``: only the owner draws."""
+        raise self._owner_only("draw_windows")
+
+    # -- lifetime
+    def close(self) -> None:
+        """Unmap the regions (or close the private memory manager); idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self.storage.close()
+
+    def __enter__(self) -> AttachedStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"ReplayStore(attached, shards={self.num_shards}, shard_capacity={self.shard_capacity}, "
+            f"fields={list(self.spec)})"
+        )

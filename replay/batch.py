@@ -1,0 +1,343 @@
+"""Batch, the windows a store's `sample` returns, and BatchStaging, the reusable slots they view.
+
+A `Batch` maps each field name to a tensor ``[B, L, *field_shape]`` and carries the ``mask``, the
+``keys`` for `update_priorities`, the draw ``probabilities``, the importance ``weights`` and the
+``lengths``. Its tensors view one slot of a `graphrl.tensors.StagingPool` (laid out by
+`replay.layout.BatchLayout`): pinned host memory with CUDA, host memory without, or device memory for
+``sample(device="cuda")``. A slot returns to its pool on `Batch.release`, at the end of a ``with``
+block, or when the batch is garbage-collected; until then the pool never hands it out again.
+
+`BatchStaging` keeps a store's pools (one per batch shape and device, a few shapes at a time) and the
+views of each slot (made once per slot: tensors, numpy views, flat byte views for the gathers).
+`importance_weights` computes PER's weights.
+
+>>> with store.sample(256, window=64) as batch:
+...     loss = (batch.weights * td(batch["obs"], batch.mask)).mean()
+
+References
+----------
+Schaul et al., "Prioritized Experience Replay", ICLR 2016: importance weights
+``(N * P(i)) ** -beta / max_j w_j``. TorchRL's ``TensorDict`` batches (`Batch.to_tensordict`).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import weakref
+from collections.abc import Iterator, Mapping
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from graphrl.memory import MemoryManager
+from graphrl.tensors import StagingBuffer, StagingPool
+from replay.layout import BatchLayout
+from replay.spec import TrajectorySpec
+
+__all__ = ["Batch", "BatchStaging", "StagedSlot", "importance_weights"]
+
+_MAX_SHAPES = 4  # pools kept per store; older ones close (held buffers stay valid)
+
+
+def importance_weights(probabilities: np.ndarray, table_size: int, beta: float) -> torch.Tensor:
+    """``(N * P) ** -beta`` normalised by the batch maximum: float32 [B] (Schaul et al., 2016).
+
+    Raises
+    ------
+    ValueError
+        ``beta`` not finite and >= 0.
+    """
+    if not math.isfinite(beta) or beta < 0:
+        raise ValueError(f"beta must be finite and >= 0, got {beta}")
+    if probabilities.size == 0:
+        return torch.zeros(0, dtype=torch.float32)
+    w = (max(table_size, 1) * probabilities) ** (-beta)
+    return torch.from_numpy((w / w.max()).astype(np.float32))
+
+
+def _release_buffer(buffer: StagingBuffer, events: list) -> None:
+    for ev in events:
+        ev.synchronize()
+    if not buffer.released:
+        buffer.release()
+
+
+class Batch(Mapping[str, torch.Tensor]):
+    """Windows drawn by `ReplayStore.sample`: a mapping of field name to tensor ``[B, L, *field_shape]``.
+
+    The tensors view a reusable staging buffer (pinned with CUDA; on the device for
+    ``sample(device="cuda")``, whose ``keys``, ``probabilities`` and ``lengths`` stay on the CPU and whose
+    ``mask`` and ``weights`` are on the device). The buffer returns to its pool on
+    `release`, at the end of a ``with`` block, or when the batch is garbage-collected; keep the batch
+    alive while you use its tensors (or copy them: `to`, ``tensor.clone()``).
+
+    Attributes
+    ----------
+    mask : torch.Tensor, bool [B, L]
+        True for real steps, False for padding (padded values are zero).
+    keys : torch.Tensor, int64 [B]
+        Window keys for `ReplayStore.update_priorities`.
+    probabilities : torch.Tensor, float64 [B]
+        Probability with which each window's anchor was drawn (1.0 for Fifo, Lifo and the heaps).
+    weights : torch.Tensor, float32 [B]
+        Importance weights ``(N * P) ** -beta`` divided by their batch maximum (1 for uniform draws).
+    lengths : torch.Tensor, int64 [B]
+        Real steps of each window.
+    table_size : int
+        N: the number of drawable items when the batch was drawn.
+    """
+
+    def __init__(
+        self,
+        fields: dict[str, torch.Tensor],
+        mask: torch.Tensor,
+        keys: torch.Tensor,
+        probabilities: torch.Tensor,
+        weights: torch.Tensor,
+        lengths: torch.Tensor,
+        table_size: int,
+        buffer: StagingBuffer | None = None,
+        source: Batch | None = None,
+    ) -> None:
+        self._fields = fields
+        self.mask = mask
+        self.keys = keys
+        self.probabilities = probabilities
+        self.weights = weights
+        self.lengths = lengths
+        self.table_size = table_size
+        self._buffer = buffer
+        self._source = source  # a batch made by `to` keeps its source's staging slot held
+        self._events: list = []
+        self._finalizer = weakref.finalize(self, _release_buffer, buffer, self._events) if buffer else None
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self._fields[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._fields)
+
+    def __len__(self) -> int:
+        return len(self._fields)
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.mask.shape[0])
+
+    @property
+    def window(self) -> int:
+        return int(self.mask.shape[1])
+
+    def release(self) -> None:
+        """Return the staging buffer to its pool (its tensors may then be overwritten); idempotent.
+
+        For a batch made by `to`, release the staging buffer of the batch it was copied from
+        (after the copy has completed).
+        """
+        if self._finalizer is not None:
+            self._finalizer()
+        if self._source is not None:
+            self._source.release()
+
+    @property
+    def released(self) -> bool:
+        return self._finalizer is not None and not self._finalizer.alive
+
+    def __enter__(self) -> Batch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def to(self, device: str | torch.device, non_blocking: bool = True) -> Batch:
+        """A copy of the fields, mask and weights on ``device`` (asynchronous from pinned memory to a GPU).
+
+        ``keys``, ``probabilities`` and ``lengths`` stay on the CPU (they go back to the store). The
+        staging buffer is not released before the copy has completed: releasing waits for it.
+        """
+        device = torch.device(device)
+        moved = {n: t.to(device, non_blocking=non_blocking, copy=True) for n, t in self._fields.items()}
+        out = Batch(
+            moved,
+            self.mask.to(device, non_blocking=non_blocking, copy=True),
+            self.keys,
+            self.probabilities,
+            self.weights.to(device, non_blocking=non_blocking, copy=True),
+            self.lengths,
+            self.table_size,
+            source=self,  # the copy keeps the staging slot held until it is released or collected
+        )
+        if device.type == "cuda" and non_blocking:
+            ev = torch.cuda.Event()
+            ev.record()
+            self._events.append(ev)
+        return out
+
+    def to_tensordict(self) -> Any:
+        """The batch as a ``tensordict.TensorDict`` of batch size [B] (fields, mask, keys, ...), for TorchRL.
+
+        Raises
+        ------
+        ImportError
+            The ``tensordict`` package is not installed (``pip install tensordict``).
+        """
+        try:
+            from tensordict import TensorDict
+        except ImportError as exc:
+            raise ImportError(
+                "Batch.to_tensordict() needs the 'tensordict' package: pip install tensordict"
+            ) from exc
+        data = dict(self._fields)
+        data.update(
+            mask=self.mask,
+            keys=self.keys,
+            probabilities=self.probabilities,
+            weights=self.weights,
+            lengths=self.lengths,
+        )
+        return TensorDict(data, batch_size=[self.batch_size])
+
+    def __repr__(self) -> str:
+        shapes = ", ".join(f"{n}: {tuple(t.shape)} {t.dtype}" for n, t in self._fields.items())
+        return f"Batch({shapes}; B={self.batch_size}, L={self.window})"
+
+
+
+
+@dataclass(frozen=True)
+class StagedSlot:
+    """One acquired staging slot and its views.
+
+    Attributes
+    ----------
+    buffer : StagingBuffer
+        The slot (release it, or hand it to a `Batch`).
+    fields : dict of str to torch.Tensor
+        ``[B, L, *field_shape]`` views.
+    mask : torch.Tensor, bool [B, L]
+    outs : dict of str to numpy.ndarray, or None
+        Numpy views of ``fields`` (host slots only).
+    flat : tuple
+        Per field, the flat byte view the gathers write: numpy uint8 (host) or numba (device).
+    """
+
+    buffer: StagingBuffer
+    fields: dict[str, torch.Tensor]
+    mask: torch.Tensor
+    outs: dict[str, np.ndarray] | None
+    flat: tuple
+
+
+class BatchStaging:
+    """A store's staging pools: one per ``(B, L, device)``, at most a few shapes at a time.
+
+    Parameters
+    ----------
+    spec : TrajectorySpec
+    memory : MemoryManager
+        Host slots: tier ``pinned`` (falling back to ``host``), owner ``replay.staging``; device slots:
+        tier ``device``, owner ``replay.device_staging`` (host tier under the simulator).
+    slots : int
+        Batches that may be held at once per shape.
+    timeout : float or None
+        Default seconds `acquire` waits for a free slot.
+    """
+
+    def __init__(
+        self, spec: TrajectorySpec, memory: MemoryManager, slots: int, timeout: float | None
+    ) -> None:
+        self.spec = spec
+        self.memory = memory
+        self.slots = int(slots)
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        self._pools: dict[tuple[int, int, str | None], tuple[StagingPool, BatchLayout]] = {}
+        self._views: dict[tuple[int, int], tuple] = {}
+
+    def acquire(
+        self, batch: int, window: int, target: torch.device | None, timeout: float | None
+    ) -> StagedSlot:
+        """A free slot for a [B, L] batch on ``target`` (None: host), with its views.
+
+        Raises
+        ------
+        TimeoutError
+            Every slot of the shape stayed held for ``timeout`` seconds.
+        ValueError
+            The memory manager's device tier places memory on another device than ``target``.
+        MemoryBudgetError
+            A new pool does not fit its tier.
+        """
+        with self._lock:
+            pool, layout = self._pool(batch, window, target)
+        buf = pool.acquire(timeout=timeout)
+        try:
+            key = (id(pool), buf.slot)
+            views = self._views.get(key)
+            if views is None:
+                views = self._views[key] = self._make_views(layout, buf, target)
+        except BaseException:
+            buf.release()
+            raise
+        fields, mask, outs, flat = views
+        return StagedSlot(buf, fields, mask, outs, flat)
+
+    def _make_views(self, layout: BatchLayout, buf: StagingBuffer, target: torch.device | None) -> tuple:
+        fields, mask = layout.views(self.spec, buf.tensor)
+        if target is None:
+            outs = {n: t.numpy() for n, t in fields.items()}
+            return fields, mask, outs, tuple(outs[n].reshape(-1).view(np.uint8) for n in self.spec)
+        from replay.cuda import flat_bytes  # numba.cuda only on the GPU path
+
+        flat = tuple(flat_bytes(buf.tensor[off : off + nbytes]) for off, nbytes in layout.offsets.values())
+        return fields, mask, None, flat
+
+    def _pool(self, batch: int, window: int, target: torch.device | None) -> tuple[StagingPool, BatchLayout]:
+        key = (batch, window, None if target is None else str(target))
+        entry = self._pools.get(key)
+        if entry is not None:
+            return entry
+        layout = BatchLayout(self.spec, batch, window)
+        if target is None:  # host staging: pinned with CUDA, else host
+            tier, fallback, owner = "pinned", ("host",), "replay.staging"
+        elif target.type == "cuda":  # the GPU gather's output batches
+            tier, fallback, owner = "device", (), "replay.device_staging"
+        else:  # the simulator: CPU tensors stand in for device memory
+            tier, fallback, owner = "host", (), "replay.device_staging"
+        with torch.cuda.device(target) if target is not None and target.type == "cuda" else nullcontext():
+            pool = StagingPool(
+                self.memory,
+                (layout.nbytes,),
+                torch.uint8,
+                slots=self.slots,
+                tier=tier,
+                fallback=fallback,
+                owner=owner,
+                timeout=self.timeout,
+            )
+        placed = pool.region.tensor().device
+        if target is not None and placed != target:
+            pool.close()
+            raise ValueError(
+                f"device={str(target)!r}: the memory manager's device tier places memory on {placed}; "
+                f"sample to {placed} or give the MemoryManager device={str(target)!r}"
+            )
+        pool.region.tensor().zero_()  # touch every page now, not inside the first gathers
+        if len(self._pools) >= _MAX_SHAPES:  # keep a few shapes; older pools close (held buffers stay valid)
+            old_pool = self._pools.pop(next(iter(self._pools)))[0]
+            self._views = {k: v for k, v in self._views.items() if k[0] != id(old_pool)}
+            old_pool.close()
+        entry = self._pools[key] = (pool, layout)
+        return entry
+
+    def close(self) -> None:
+        """Close every pool (batches still held keep their memory until released)."""
+        with self._lock:
+            for pool, _ in self._pools.values():
+                pool.close()
+            self._pools.clear()
+            self._views.clear()

@@ -1,0 +1,154 @@
+"""WindowSampler: a store's sampling loop: draw windows, copy them, drop and redraw torn ones, batch.
+
+`WindowSampler.sample` waits for the rate limiter, draws windows from the `replay.table.Table`,
+copies them into a `replay.batch.BatchStaging` slot with `replay.gather.WindowGather` (no lock held),
+asks `replay.storage.TrajectoryStorage.stale` which windows a writer overwrote during the copy,
+compacts the intact ones to the front and draws again for the rest, then writes the mask
+(`replay.windows.window_mask`), the keys and the importance weights into a `replay.batch.Batch`.
+`WindowSampler.draw_windows` is the same loop without the copy (for callers that copy the ring views
+themselves, such as `replay.distributed`'s shard actors).
+
+>>> sampler = WindowSampler(storage, table, limiter, staging_slots=4)
+>>> batch = sampler.sample(256, 64, "tail", 0.4, None, lambda: 60.0)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from replay.batch import Batch, BatchStaging, StagedSlot, importance_weights
+from replay.gather import WindowGather
+from replay.rate_limiter import RateLimiterState
+from replay.storage import TrajectoryStorage
+from replay.table import META_FIELDS, Table
+from replay.windows import WindowTable, window_mask
+
+__all__ = ["WindowSampler"]
+
+Left = Callable[[], "float | None"]  # seconds left until the caller's deadline (None: no deadline)
+
+
+class WindowSampler:
+    """Draws and gathers batches of windows for a store's owner (see the module docstring).
+
+    Parameters
+    ----------
+    storage : TrajectoryStorage
+    table : Table
+    limiter : RateLimiterState
+        The store's rate limiter over the control block's counters.
+    staging_slots : int
+        Batches that may be held at once per batch shape.
+    """
+
+    def __init__(
+        self, storage: TrajectoryStorage, table: Table, limiter: RateLimiterState, staging_slots: int
+    ) -> None:
+        self.storage = storage
+        self.table = table
+        self.limiter = limiter
+        self.gather = WindowGather(storage)
+        self.staging = BatchStaging(storage.spec, storage.memory, staging_slots, storage.timeout)
+
+    def sample(
+        self, b: int, length: int, pad: str, beta: float, target: torch.device | None, left: Left
+    ) -> Batch:
+        """B windows of L steps (arguments checked by the caller); ``target`` None: a host batch, else
+        the GPU gather's device (`replay._checks.check_device`).
+
+        Raises
+        ------
+        TimeoutError
+            The rate limiter or the staging slots made it wait past the deadline.
+        """
+        slot = self.staging.acquire(b, length, target, left())
+        try:
+            meta, prob, table_size = self._draw_and_gather(b, length, pad, left, slot, target)
+            if target is None:
+                window_mask(meta["n"], meta["dst"], length, out=slot.mask.numpy())
+            else:  # on the device, from the (small) window table
+                n_t, dst_t = (torch.from_numpy(meta[k]).to(target) for k in ("n", "dst"))
+                j = torch.arange(length, device=target)
+                torch.logical_and(j >= dst_t[:, None], j < (dst_t + n_t)[:, None], out=slot.mask)
+            keys = self.table.keys(meta["shard"], meta["anchor"], meta["first"])
+            self.limiter.sample(int(meta["n"].sum()))
+            weights = (
+                importance_weights(prob, table_size, beta)
+                if self.table.prioritized
+                else torch.ones(b, dtype=torch.float32)
+            )
+            return Batch(
+                slot.fields,
+                slot.mask,
+                torch.from_numpy(keys),
+                torch.from_numpy(prob),
+                weights if target is None else weights.to(target),
+                torch.from_numpy(meta["n"].copy()),
+                table_size,
+                slot.buffer,
+            )
+        except BaseException:
+            slot.buffer.release()
+            raise
+
+    def _draw_and_gather(
+        self, b: int, length: int, pad: str, left: Left, slot: StagedSlot, target: torch.device | None
+    ) -> tuple[dict[str, np.ndarray], np.ndarray, int]:
+        """Draw and copy windows until ``b`` intact ones fill ``slot``; windows a writer overwrote
+        during the copy are compacted out and drawn again. Returns the window table, the
+        probabilities and N."""
+        meta = {k: np.zeros(b, dtype=np.int64) for k in META_FIELDS}
+        prob = np.zeros(b)
+        done = table_size = 0
+        while done < b:
+            self.limiter.await_sample(left())
+            got, table_size, removed = self.table.draw(b - done, length, pad, done, meta, prob)
+            if removed:
+                self.limiter.delete(removed)
+            if got == 0:
+                continue
+            rows = np.arange(done, done + got)
+            if target is None:
+                self.gather.to_host(rows, meta, slot.flat, length)
+            else:
+                self.gather.to_device(rows, meta, slot.flat, length, target)
+            stale = self.storage.stale(meta["shard"][rows], meta["first"][rows])
+            kept = got - int(stale.sum())
+            if kept < got:  # compact the good rows to the front, redraw the rest
+                good = rows[~stale]
+                dst = slice(done, done + kept)
+                if target is None:
+                    for arr in slot.outs.values():
+                        arr[dst] = arr[good]
+                else:
+                    idx = torch.from_numpy(good).to(target)
+                    for t in slot.fields.values():
+                        t[dst] = t.index_select(0, idx)
+                for v in meta.values():
+                    v[dst] = v[good]
+                prob[dst] = prob[good]
+            done += kept
+        return meta, prob, table_size
+
+    def draw_windows(self, b: int, length: int, pad: str, left: Left) -> WindowTable:
+        """B windows drawn as `sample` draws them, without copying any step."""
+        meta = {k: np.zeros(b, dtype=np.int64) for k in META_FIELDS}
+        prob = np.zeros(b)
+        done = table_size = 0
+        while done < b:
+            self.limiter.await_sample(left())
+            got, table_size, removed = self.table.draw(b - done, length, pad, done, meta, prob)
+            if removed:
+                self.limiter.delete(removed)
+            done += got
+        return WindowTable(
+            *(meta[k] for k in META_FIELDS), prob, table_size, self.storage.capacity, self.table.incarnation
+        )
+
+    def close(self) -> None:
+        """Close the staging pools and unregister the rings registered for the GPU path."""
+        self.staging.close()
+        self.gather.close()

@@ -1,0 +1,405 @@
+"""ShardStorage: one shard of a replay store: field rings and the step and episode index, in regions.
+
+A shard of ``capacity`` steps holds, in memory-manager regions (the shared tier by default, so that
+actor processes attach them by name):
+
+- per field, a ring ``[capacity, *field_shape]``;
+- an *index* region: the shard's robust process-shared mutex, its counters (`WRITE_POS`: steps ever
+  committed, `RESERVE_POS`: steps being committed, `N_RECORDS`: episode records ever made), per slot
+  the step's episode record id, commit sequence number and flags (int64 ``[capacity, 3]``; flag
+  `EXHAUSTED`: removed by ``max_times_sampled``), and a ring of episode records (int64
+  ``[capacity, 4]``: id, first position, committed length, flags `OPEN` / `CONTINUATION`).
+
+Positions are absolute: the n-th step committed has position n and lives in slot ``n % capacity``;
+the position is the generation stamp of its slot. `ShardStorage.commit` appends one chunk under the
+shard lock (the second step of the commit protocol of `replay.storage`); `ShardStorage.acquire` repairs
+a commit left half-done by a writer that died holding the lock. See docs/architecture.md#keys and
+docs/architecture.md#replay-composition.
+
+References
+----------
+GEAR (Wang et al., ICML 2023): columnar trajectory tables in shared memory written by actors in place.
+TorchRL: circular storage with trajectory ids.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from graphrl.memory import MemoryManager, Region, RegionHandle
+from replay._sync import SLOT_BYTES, SharedMutex
+from replay.spec import TrajectorySpec
+
+__all__ = [
+    "COMMITS",
+    "CONTINUATION",
+    "EXHAUSTED",
+    "HOLES",
+    "LOST_RECORD",
+    "MAX_POSITION",
+    "N_RECORDS",
+    "OPEN",
+    "REC_FLAGS",
+    "REC_ID",
+    "REC_LENGTH",
+    "REC_START",
+    "RESERVE_POS",
+    "WRITE_POS",
+    "ShardHandle",
+    "ShardStorage",
+    "live_parts",
+]
+
+logger = logging.getLogger(__name__)
+
+# shard meta fields (int64)
+WRITE_POS, RESERVE_POS, N_RECORDS, HOLES, COMMITS = 0, 1, 2, 3, 4
+_META_OFF = SLOT_BYTES
+_META_LEN = 16
+_STEPS_OFF = _META_OFF + 8 * _META_LEN
+# record fields (int64) and flags
+REC_ID, REC_START, REC_LENGTH, REC_FLAGS = 0, 1, 2, 3
+OPEN, CONTINUATION = 1, 2
+LOST_RECORD = 1 << 62  # no record has this id (ids count up from 0): a commit to it starts a continuation
+# step flags
+EXHAUSTED = 1
+
+MAX_POSITION = 1 << 39  # key layout: 39 bits of position
+
+
+def live_parts(ring: np.ndarray, lo: int, hi: int) -> list[np.ndarray]:
+    """Rows of positions [lo, hi) of a ring, in position order: one or two slices (no copy)."""
+    cap = ring.shape[0]
+    if hi <= lo:
+        return [ring[:0]]
+    a, b = lo % cap, (hi - 1) % cap + 1
+    return [ring[a:b]] if a < b else [ring[a:], ring[:b]]
+
+
+def _rows(x: Any) -> np.ndarray:
+    """A state entry as one array: blocks (a list, from `ShardStorage.state_dict`) or an array-like."""
+    return np.concatenate(x) if isinstance(x, list) else np.asarray(x[...])
+
+
+def _index_bytes(capacity: int) -> int:
+    return _STEPS_OFF + 24 * capacity + 32 * capacity
+
+
+@dataclass(frozen=True)
+class ShardHandle:
+    """Picklable names of one shard's regions."""
+
+    index: RegionHandle
+    columns: tuple[tuple[str, RegionHandle], ...]
+
+
+class ShardStorage:
+    """One shard: field rings, the step and episode index, the shard mutex.
+
+    Made by `create` (the store's owner) or `attach` (other processes). All reads of the index that
+    must be consistent with the data happen with `lock` held.
+
+    Attributes
+    ----------
+    shard_id : int
+    capacity : int
+        Steps of the ring.
+    columns : dict of str to numpy.ndarray
+        Ring views ``[capacity, *field_shape]`` (zero-copy over the regions).
+    meta : numpy.ndarray, int64 [16]
+        ``write_pos``, ``reserve_pos``, ``n_records``, ``holes``, ``commits``.
+    steps : numpy.ndarray, int64 [capacity, 3]
+        Per slot: episode record id (-1 for a hole), global commit sequence number, flags
+        (``EXHAUSTED``: the sampler removed the item, set under this shard's lock).
+    records : numpy.ndarray, int64 [capacity, 4]
+        Record ring: id, first position, committed length, flags (OPEN, CONTINUATION).
+    """
+
+    def __init__(
+        self,
+        shard_id: int,
+        spec: TrajectorySpec,
+        capacity: int,
+        index: Region,
+        columns: Mapping[str, Region],
+        create: bool,
+    ) -> None:
+        self.shard_id = shard_id
+        self.spec = spec
+        self.capacity = capacity
+        self.index_region = index
+        self.column_regions = dict(columns)
+        raw = index.numpy()
+        self.lock = SharedMutex(raw[:SLOT_BYTES], create=create)
+        self.meta = raw[_META_OFF:_STEPS_OFF].view(np.int64)
+        self.steps = raw[_STEPS_OFF : _STEPS_OFF + 24 * capacity].view(np.int64).reshape(capacity, 3)
+        self.records = (
+            raw[_STEPS_OFF + 24 * capacity : _index_bytes(capacity)].view(np.int64).reshape(capacity, 4)
+        )
+        self.columns = {name: columns[name].numpy() for name in spec}
+        if create:
+            self.meta[:] = 0
+            self.steps[:, 0] = -1
+            self.records[:, REC_ID] = -1
+
+    # -- construction
+    @classmethod
+    def create(
+        cls,
+        memory: MemoryManager,
+        shard_id: int,
+        spec: TrajectorySpec,
+        capacity: int,
+        tier: str = "shared",
+        fallback: tuple[str, ...] = (),
+    ) -> ShardStorage:
+        """Allocate a shard's regions from ``memory`` (owner ``replay.shard{i}``)."""
+        owner = f"replay.shard{shard_id}"
+        regions: list[Region] = []
+        try:
+            index = memory.allocate((_index_bytes(capacity),), "uint8", tier, owner=owner, fallback=fallback)
+            regions.append(index)
+            cols = {}
+            for name, f in spec.items():
+                cols[name] = memory.allocate(
+                    (capacity, *f.shape), f.dtype, tier, owner=owner, fallback=fallback
+                )
+                regions.append(cols[name])
+        except BaseException:
+            for r in regions:
+                r.free()
+            raise
+        return cls(shard_id, spec, capacity, index, cols, create=True)
+
+    @classmethod
+    def attach(
+        cls, memory: MemoryManager, shard_id: int, spec: TrajectorySpec, capacity: int, handle: ShardHandle
+    ) -> ShardStorage:
+        """Map a shard made by another process, by its handle's region names."""
+        index = memory.attach(handle.index)
+        cols = {name: memory.attach(h) for name, h in handle.columns}
+        return cls(shard_id, spec, capacity, index, cols, create=False)
+
+    def handle(self) -> ShardHandle:
+        """Region names for `attach` (raises ``ValueError`` unless the regions are shared)."""
+        return ShardHandle(
+            self.index_region.handle(), tuple((n, self.column_regions[n].handle()) for n in self.spec)
+        )
+
+    def regions(self) -> list[Region]:
+        return [self.index_region, *self.column_regions.values()]
+
+    def free(self) -> None:
+        for r in self.regions():
+            if not r.freed:
+                r.free()
+
+    # -- locking
+    def acquire(self) -> None:
+        """Lock the shard; repair a commit left half-done by a writer that died holding the lock."""
+        if self.lock.acquire():
+            self._repair()
+
+    def release(self) -> None:
+        self.lock.release()
+
+    def __enter__(self) -> ShardStorage:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def _repair(self) -> None:
+        wp, rp = int(self.meta[WRITE_POS]), int(self.meta[RESERVE_POS])
+        if rp > wp:
+            slots = np.arange(wp, rp) % self.capacity
+            self.steps[slots, 0] = -1
+            self.meta[HOLES] += rp - wp
+            self.meta[WRITE_POS] = rp
+            logger.warning(
+                "shard %d: a writer died mid-commit; %d steps at positions [%d, %d) are a hole",
+                self.shard_id,
+                rp - wp,
+                wp,
+                rp,
+            )
+
+    # -- reads (lock held)
+    @property
+    def write_pos(self) -> int:
+        return int(self.meta[WRITE_POS])
+
+    @property
+    def floor(self) -> int:
+        """The oldest live position: ``max(0, write_pos - capacity)``."""
+        return max(0, int(self.meta[WRITE_POS]) - self.capacity)
+
+    def live_steps(self) -> int:
+        return min(int(self.meta[WRITE_POS]), self.capacity)
+
+    def position_of(self, slots: np.ndarray, upto: int | None = None) -> np.ndarray:
+        """The live position held by each slot: the largest position < ``upto`` (default write_pos)."""
+        wp = int(self.meta[WRITE_POS]) if upto is None else upto
+        slots = np.asarray(slots, dtype=np.int64)
+        return slots + self.capacity * ((wp - 1 - slots) // self.capacity)
+
+    def episode_bounds(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """First position and committed end of the episode of each (live, non-hole) position."""
+        slots = positions % self.capacity
+        rec = self.steps[slots, 0]
+        r = self.records[rec % self.capacity]  # live positions always find their own record (see module doc)
+        return r[:, REC_START].copy(), r[:, REC_START] + r[:, REC_LENGTH]
+
+    def live_records(self) -> np.ndarray:
+        """Records with live steps, oldest first: int64 [E, 4] (first position clipped to the floor)."""
+        wp = int(self.meta[WRITE_POS])
+        if wp == 0:
+            return np.zeros((0, 4), dtype=np.int64)
+        out = []
+        pos = max(0, wp - self.capacity)
+        while pos < wp:
+            e = int(self.steps[pos % self.capacity, 0])
+            if e < 0:  # a hole: skip to the next non-hole slot
+                pos += 1
+                continue
+            r = self.records[e % self.capacity].copy()
+            end = int(r[REC_START] + r[REC_LENGTH])
+            r[REC_LENGTH] = end - pos
+            r[REC_START] = pos
+            out.append(r)
+            pos = end
+        return np.array(out, dtype=np.int64).reshape(-1, 4)
+
+    # -- commit (lock held)
+    def commit(
+        self, data: Mapping[str, np.ndarray], count: int, seq_base: int, record: int | None, end: bool
+    ) -> tuple[int, int]:
+        """Append ``count`` steps (rows ``[0, count)`` of ``data``) as one run of positions.
+
+        Parameters
+        ----------
+        data : mapping of field name to numpy.ndarray [>= count, *field_shape]
+        count : int
+            Steps, 0 <= count <= capacity (0 only closes ``record``).
+        seq_base : int
+            Global sequence number of the first step.
+        record : int or None
+            The episode record to extend (the writer's open episode), or None for a new episode.
+        end : bool
+            The episode ends with these steps (its record closes).
+
+        Returns
+        -------
+        record : int
+            The record now holding the steps.
+        overwritten : int
+            Items this commit overwrote (live positions that were neither holes nor already removed
+            by ``max_times_sampled``): they leave the table.
+
+        Raises
+        ------
+        OverflowError
+            The shard would pass 2^39 positions (the key layout's limit).
+        """
+        cap = self.capacity
+        wp = int(self.meta[WRITE_POS])
+        if wp + count >= MAX_POSITION:
+            raise OverflowError(
+                f"shard {self.shard_id} reached {MAX_POSITION} positions, the key layout's limit"
+            )
+        recs = self.records
+        if record is not None:
+            r = recs[record % cap]
+            extend = r[REC_ID] == record and r[REC_FLAGS] & OPEN and r[REC_START] + r[REC_LENGTH] == wp
+        else:
+            extend = False
+        if count == 0:
+            if record is not None and recs[record % cap, REC_ID] == record and end:
+                recs[record % cap, REC_FLAGS] &= ~OPEN
+            return (record if record is not None else -1), 0
+        if not extend:
+            if record is not None and recs[record % cap, REC_ID] == record:
+                recs[record % cap, REC_FLAGS] &= ~OPEN  # the old part ends at its last committed step
+            new = int(self.meta[N_RECORDS])
+            self.meta[N_RECORDS] = new + 1
+            recs[new % cap] = (new, wp, 0, OPEN | (CONTINUATION if record is not None else 0))
+            record = new
+        lo, hi = max(0, wp - cap), max(0, wp + count - cap)  # live positions this commit overwrites
+        overwritten = 0
+        if hi > lo:
+            old = self.steps[np.arange(lo, hi) % cap]
+            overwritten = int(np.count_nonzero((old[:, 0] >= 0) & ((old[:, 2] & EXHAUSTED) == 0)))
+        self.meta[RESERVE_POS] = wp + count
+        first = wp % cap
+        n1 = min(count, cap - first)
+        for name, ring in self.columns.items():
+            src = data[name]
+            _copy_rows(ring, first, src, 0, n1)
+            if count > n1:
+                _copy_rows(ring, 0, src, n1, count - n1)
+        seq = np.arange(seq_base, seq_base + count)
+        for a, b, off in ((first, first + n1, 0), (0, count - n1, n1)):  # the run, and its wrapped rest
+            if b > a:
+                self.steps[a:b, 0] = record
+                self.steps[a:b, 1] = seq[off : off + b - a]
+                self.steps[a:b, 2] = 0
+        r = recs[record % cap]
+        r[REC_LENGTH] += count
+        if end:
+            r[REC_FLAGS] &= ~OPEN
+        self.meta[WRITE_POS] = wp + count
+        self.meta[COMMITS] += 1
+        return int(record), int(overwritten)
+
+    # -- checkpoints (lock held)
+    def state_dict(self) -> dict[str, Any]:
+        """The live steps and records, and the counters: views (blocks of rows), valid while locked.
+
+        ``columns`` (per field) and ``steps`` are lists of row blocks of the live positions
+        ``[floor, write_pos)`` in position order; ``records`` the live records (int64 [E, 4]).
+        """
+        wp, floor = self.write_pos, self.floor
+        live = self.live_records()
+        recs = self.records[live[:, REC_ID] % self.capacity] if len(live) else np.zeros((0, 4), np.int64)
+        return {
+            "columns": {name: live_parts(ring, floor, wp) for name, ring in self.columns.items()},
+            "steps": live_parts(self.steps, floor, wp),
+            "records": recs,
+            "write_pos": wp,
+            "n_records": int(self.meta[N_RECORDS]),
+            "holes": int(self.meta[HOLES]),
+            "commits": int(self.meta[COMMITS]),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Put back what `state_dict` gave (arrays or row blocks): every step in the slot it had."""
+        wp = int(state["write_pos"])
+        slots = np.arange(max(0, wp - self.capacity), wp) % self.capacity
+        with self:
+            for name in self.spec:
+                self.columns[name][slots] = _rows(state["columns"][name])
+            self.steps[slots] = _rows(state["steps"])
+            recs = _rows(state["records"])
+            self.records[recs[:, REC_ID] % self.capacity] = recs
+            self.meta[WRITE_POS] = self.meta[RESERVE_POS] = wp
+            self.meta[N_RECORDS] = int(state["n_records"])
+            self.meta[HOLES] = int(state["holes"])
+            self.meta[COMMITS] = int(state["commits"])
+
+
+def _copy_rows(ring: np.ndarray, dst: int, src: np.ndarray, start: int, n: int) -> None:
+    """``ring[dst:dst+n] = src[start:start+n]`` as one flat byte copy."""
+    if n <= 0:
+        return
+    a = ring[dst : dst + n]
+    b = src[start : start + n]
+    if a.flags.c_contiguous and b.flags.c_contiguous and a.size:
+        np.copyto(a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8))
+    else:
+        a[...] = b

@@ -1,0 +1,294 @@
+"""Table: the sampling side of a store, in its owner: selector state over the shards, draws, priorities.
+
+As a Reverb table holds items under a selector, a `Table` holds one item per stored step of every
+shard of a `replay.storage.TrajectoryStorage`, in a `replay.selector_state.SelectorState`. It learns
+of committed steps lazily (`Table.ingest`, under the shard's lock), draws anchors and computes their
+windows (`Table.draw`: `replay.windows.window_bounds` under every shard lock), and applies priority
+updates only to windows whose steps are all still stored (`Table.update_priorities`: the generation
+check on absolute positions and the incarnation rule of docs/architecture.md#keys).
+
+Not thread-safe by itself beyond `Table.lock`, which serialises draws and updates; the gathers that
+follow a draw run outside every lock.
+
+>>> table = Table(storage, Prioritized(0.6), max_times_sampled=0, seed=0)
+>>> got, table_size, removed = table.draw(k, length, "tail", row0, meta, prob)
+>>> table.update_priorities(batch.keys, td_errors)
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import torch
+
+from graphrl.memory import Region
+from replay.keys import MAX_INCARNATIONS, decode_keys, encode_keys, key_incarnations
+from replay.selector_state import EXHAUSTED, LIVE, SelectorState
+from replay.selectors import Selector, check_priorities
+from replay.shard import EXHAUSTED as STEP_EXHAUSTED
+from replay.shard import live_parts
+from replay.storage import TrajectoryStorage
+from replay.windows import window_bounds
+
+__all__ = ["META_FIELDS", "Table"]
+
+META_FIELDS = ("shard", "anchor", "first", "n", "dst")  # int64 [B] each: a draw's window table
+
+
+class Table:
+    """Selector state over a storage's shards, with the draw of windows and the priority updates.
+
+    Parameters
+    ----------
+    storage : TrajectoryStorage
+        The owner's storage (the selector's arrays come from its memory manager, owner
+        ``replay.selector``).
+    selector : Selector
+    max_times_sampled : int
+        Remove an item once drawn this many times; 0 never.
+    seed : int or None
+        Seed of the selector's draws.
+
+    Attributes
+    ----------
+    state : SelectorState
+    lock : threading.Lock
+        Serialises draws, updates and checkpoints.
+    incarnation : int
+        Counted up (mod 16) by each restore; stamped into keys.
+    restored_at : numpy.ndarray, int64 [S], or None
+        Per shard, the write position a restore put back.
+    """
+
+    def __init__(
+        self, storage: TrajectoryStorage, selector: Selector, max_times_sampled: int, seed: int | None
+    ) -> None:
+        self.storage = storage
+        self.selector = selector
+        self.prioritized = bool(selector.prioritized)
+        self._regions: list[Region] = []
+        try:
+            self.state = SelectorState(
+                selector, storage.num_shards, storage.capacity, max_times_sampled, seed, alloc=self._alloc
+            )
+        except BaseException:
+            self.close()
+            raise
+        self.ingested = np.zeros(storage.num_shards, dtype=np.int64)
+        self.lock = threading.Lock()
+        self.incarnation = 0
+        self.restored_at: np.ndarray | None = None
+
+    def _alloc(self, shape: tuple[int, ...], dtype: Any, name: str) -> np.ndarray:
+        region = self.storage.memory.allocate(shape, dtype, "host", owner="replay.selector")
+        self._regions.append(region)
+        arr = region.numpy()
+        arr[...] = 0
+        return arr
+
+    # -- ingest
+    def ingest(self, s: int) -> None:
+        """Add shard s's newly committed steps to the selector (shard lock held)."""
+        sh = self.storage.shards[s]
+        wp = sh.write_pos
+        ing = int(self.ingested[s])
+        if wp == ing:
+            return
+        lo = max(ing, wp - sh.capacity)
+        slots = np.arange(lo, wp, dtype=np.int64) % sh.capacity
+        valid = sh.steps[slots, 0] >= 0
+        self.state.insert(s, slots, sh.steps[slots, 1], valid)
+        self.ingested[s] = wp
+
+    def ingest_all(self) -> None:
+        """`ingest` every shard, each under its own lock in turn (``lock`` held)."""
+        for s, sh in enumerate(self.storage.shards):
+            with sh:
+                self.ingest(s)
+
+    def selector_mass(self) -> tuple[int, float]:
+        """``(live items, priority mass)`` after ingesting every commit (the mass is the live count
+        unless the selector is prioritized)."""
+        with self.lock:
+            self.ingest_all()
+            live = self.state.live_count()
+            mass = float(self.state.mass().sum()) if self.prioritized else float(live)
+        return live, mass
+
+    # -- draws
+    def draw(
+        self, k: int, length: int, pad: str, row0: int, meta: dict[str, np.ndarray], prob: np.ndarray
+    ) -> tuple[int, int, int]:
+        """Draw up to k anchors under every shard lock and write their windows into rows ``row0...``.
+
+        ``meta`` holds the `META_FIELDS` arrays (int64 [B]), ``prob`` float64 [B].
+
+        Returns
+        -------
+        got : int
+            Windows drawn (fewer than k only when ``max_times_sampled`` emptied the table).
+        table_size : int
+            N: drawable items at the draw (for the importance weights).
+        removed : int
+            Items removed by ``max_times_sampled`` (the caller tells the rate limiter).
+        """
+        shards = self.storage.shards
+        with self.lock:
+            self.ingest_all()  # most of the new steps, one shard locked at a time
+            for sh in shards:
+                sh.acquire()
+            try:
+                for s in range(len(shards)):
+                    self.ingest(s)
+                sh_idx, slots, p, removed = self.state.sample(k)
+                if removed:  # tell writers (under the shard locks) which items already left the table
+                    gone = self.state.state[sh_idx, slots] == EXHAUSTED
+                    for s, c in zip(sh_idx[gone].tolist(), slots[gone].tolist(), strict=True):
+                        shards[s].steps[c, 2] |= STEP_EXHAUSTED
+                got = len(sh_idx)
+                table_size = self.state.live_count() + removed
+                rows = slice(row0, row0 + got)
+                meta["shard"][rows] = sh_idx
+                prob[rows] = p
+                for s in np.unique(sh_idx):
+                    sel = np.flatnonzero(sh_idx == s) + row0
+                    sh = shards[int(s)]
+                    anchors = sh.position_of(slots[sel - row0])
+                    ep_start, ep_end = sh.episode_bounds(anchors)
+                    first, n, dst = window_bounds(anchors, ep_start, ep_end, sh.floor, length, pad)
+                    meta["anchor"][sel], meta["first"][sel] = anchors, first
+                    meta["n"][sel], meta["dst"][sel] = n, dst
+            finally:
+                for sh in reversed(shards):
+                    sh.release()
+        return got, table_size, removed
+
+    def keys(self, shard: np.ndarray, anchor: np.ndarray, first: np.ndarray) -> np.ndarray:
+        """The keys (int64 [B]) of windows, stamped with this incarnation."""
+        return encode_keys(shard, anchor, anchor - first, self.incarnation)
+
+    # -- priorities
+    def update_priorities(self, keys: Any, priorities: Any) -> int:
+        """Set the priorities of the anchors named by ``keys``; stale keys are ignored; return how many
+        applied. Raises as `replay.store.ReplayStore.update_priorities`."""
+        k = np.asarray(keys.detach().cpu().numpy() if isinstance(keys, torch.Tensor) else keys).reshape(-1)
+        if k.size and k.dtype.kind not in "iu":
+            raise TypeError(f"keys must be integers (batch.keys), got {k.dtype}")
+        k = k.astype(np.int64)
+        p = check_priorities(priorities, k.size)
+        shard, anchor, back = decode_keys(k)
+        incarnation = key_incarnations(k)
+        num_shards = self.storage.num_shards
+        bad = (shard >= num_shards) | (k < 0)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ValueError(
+                f"key {int(k[i])} names shard {int(shard[i])}, but the store has shards "
+                f"0..{num_shards - 1}; nothing was changed"
+            )
+        applied = 0
+        cap = self.storage.capacity
+        with self.lock:
+            for s in np.unique(shard):
+                s = int(s)
+                sel = np.flatnonzero(shard == s)
+                sh = self.storage.shards[s]
+                with sh:
+                    self.ingest(s)
+                    floor = sh.floor
+                slots = anchor[sel] % cap
+                ok = (anchor[sel] - back[sel] >= floor) & (anchor[sel] < self.ingested[s])
+                inc = incarnation[sel]
+                current = inc == self.incarnation
+                if self.restored_at is not None:  # the previous incarnation's keys below the restore point
+                    prev = (self.incarnation - 1) % MAX_INCARNATIONS
+                    current |= (inc == prev) & (anchor[sel] < self.restored_at[s])
+                ok &= current
+                ok &= self.state.state[s, slots] == LIVE
+                self.state.update(s, slots[ok], p[sel][ok])
+                applied += int(ok.sum())
+        return applied
+
+    # -- checkpoints
+    @contextmanager
+    def quiesced(self) -> Iterator[None]:
+        """Hold ``lock``, every shard lock and the control block's mutex (writers and samplers wait),
+        with every commit ingested: the state `state_dict` and the parts' ``state_dict()`` then give
+        is one consistent snapshot."""
+        shards = self.storage.shards
+        with self.lock:
+            for sh in shards:
+                sh.acquire()
+            try:
+                with self.storage.control.cond:
+                    for s in range(len(shards)):
+                        self.ingest(s)
+                    yield
+            finally:
+                for sh in reversed(shards):
+                    sh.release()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Per shard the live items' ``priority``, ``times_sampled`` and ``state`` (row blocks, views),
+        and ``max_priority``, ``rng`` (JSON text) and ``incarnation``. Call inside `quiesced`."""
+        shards = []
+        for s, sh in enumerate(self.storage.shards):
+            wp, floor = sh.write_pos, sh.floor
+            shards.append(
+                {
+                    name: live_parts(arr[s], floor, wp)
+                    for name, arr in (
+                        ("priority", self.state.priority),
+                        ("times_sampled", self.state.times),
+                        ("state", self.state.state),
+                    )
+                }
+            )
+        return {
+            "shards": shards,
+            "max_priority": self.state.max_priority,
+            "rng": json.dumps(self.state.rng.bit_generator.state),
+            "incarnation": self.incarnation,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Put back `state_dict` (arrays or row blocks) over the restored shards, as a new incarnation.
+
+        The shards must hold their restored steps already. Keys drawn before the checkpoint apply only
+        to windows below the restored write positions (docs/architecture.md#keys).
+        """
+        s_count, cap = self.storage.num_shards, self.storage.capacity
+        full = {
+            "priority": np.zeros((s_count, cap)),
+            "times_sampled": np.zeros((s_count, cap), np.int64),
+            "state": np.zeros((s_count, cap), np.uint8),
+            "seq": np.zeros((s_count, cap), np.int64),
+            "max_priority": float(state["max_priority"]),
+            "rng": json.loads(state["rng"]),
+        }
+        written = np.zeros(s_count, dtype=np.int64)
+        for s, sh in enumerate(self.storage.shards):
+            wp = sh.write_pos
+            slots = np.arange(max(0, wp - cap), wp) % cap
+            for name in ("priority", "times_sampled", "state"):
+                x = state["shards"][s][name]
+                full[name][s, slots] = np.concatenate(x) if isinstance(x, list) else x[...]
+            full["seq"][s, slots] = sh.steps[slots, 1]
+            written[s] = wp
+        with self.lock:
+            self.state.load_state_dict(full)
+            self.ingested[:] = written
+            self.incarnation = (int(state.get("incarnation", 0)) + 1) % MAX_INCARNATIONS
+            self.restored_at = written.copy()
+
+    def close(self) -> None:
+        """Free the selector's regions."""
+        for r in self._regions:
+            if not r.freed:
+                r.free()
+        self._regions = []
