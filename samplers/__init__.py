@@ -8,7 +8,9 @@ from samplers.interop import PygSubgraph
 from samplers.link import LinkBatch, LinkSampler, bipartite_reverse_eids
 from samplers.loader import LinkLoader, LoadedLinkBatch, NeighborLoader, NodeBatch
 from samplers.neighbor import NeighborSampler
+from samplers.pyg_sampler import PygSampler  # imports torch_geometric only when one is built
 
 __all__ = ["Block", "Blocks", "FeatureStore", "FullGraph", "HeteroBlock", "HeteroGraph",
            "HeteroNeighborSampler", "LinkBatch", "LinkLoader", "LinkSampler", "LoadedLinkBatch",
-           "NeighborLoader", "NeighborSampler", "NodeBatch", "PygSubgraph", "bipartite_reverse_eids"]
+           "NeighborLoader", "NeighborSampler", "NodeBatch", "PygSampler", "PygSubgraph",
+           "bipartite_reverse_eids"]
