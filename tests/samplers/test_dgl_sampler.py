@@ -9,8 +9,7 @@ import pytest
 import torch
 
 from graphrl.graph import CSCGraph
-from samplers import Block, NeighborSampler
-from samplers.dgl_sampler import DglSampler
+from samplers import Block, DglSampler, NeighborSampler
 
 pytestmark = pytest.mark.dgl
 

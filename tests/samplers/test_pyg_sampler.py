@@ -221,7 +221,7 @@ def test_bad_input_raises_naming_the_argument(small):
 
 
 def test_import_samplers_imports_neither_pyg_nor_dgl():
-    code = ("import sys, samplers; assert samplers.PygSampler; "
+    code = ("import sys, samplers; assert samplers.PygSampler and samplers.DglSampler; "
             "print(sorted(m for m in ('torch_geometric', 'dgl') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
