@@ -1,6 +1,7 @@
 """Minibatch and full-graph data for GNN trainers: neighbour sampling into blocks, link sampling."""
 
 from samplers.block import Block, Blocks
+from samplers.dgl_sampler import DglSampler  # imports dgl only when one is built
 from samplers.features import FeatureStore
 from samplers.full_graph import FullGraph
 from samplers.hetero import HeteroBlock, HeteroGraph, HeteroNeighborSampler
@@ -8,7 +9,9 @@ from samplers.interop import PygSubgraph
 from samplers.link import LinkBatch, LinkSampler, bipartite_reverse_eids
 from samplers.loader import LinkLoader, LoadedLinkBatch, NeighborLoader, NodeBatch
 from samplers.neighbor import NeighborSampler
+from samplers.pyg_sampler import PygSampler  # imports torch_geometric only when one is built
 
-__all__ = ["Block", "Blocks", "FeatureStore", "FullGraph", "HeteroBlock", "HeteroGraph",
+__all__ = ["Block", "Blocks", "DglSampler", "FeatureStore", "FullGraph", "HeteroBlock", "HeteroGraph",
            "HeteroNeighborSampler", "LinkBatch", "LinkLoader", "LinkSampler", "LoadedLinkBatch",
-           "NeighborLoader", "NeighborSampler", "NodeBatch", "PygSubgraph", "bipartite_reverse_eids"]
+           "NeighborLoader", "NeighborSampler", "NodeBatch", "PygSampler", "PygSubgraph",
+           "bipartite_reverse_eids"]

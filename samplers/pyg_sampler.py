@@ -1,0 +1,281 @@
+"""Our neighbour sampler behind PyG's own loaders: `PygSampler`, a ``torch_geometric.sampler.BaseSampler``.
+
+PyG's ``NodeLoader`` and ``LinkLoader`` take any ``BaseSampler``; `PygSampler` draws with our
+`samplers.NeighborSampler` kernels and returns PyG's ``SamplerOutput`` laid out as PyG's own
+``NeighborSampler`` (pyg-lib) lays it out, so the batches carry the same fields as those of
+``NeighborLoader`` / ``LinkNeighborLoader``: ``n_id`` (seeds first, then each hop's new nodes in order
+of discovery), ``e_id``, ``edge_index`` (row 0 the sampled neighbour, row 1 the node that drew it,
+local ids), ``batch_size``, ``input_id``, ``num_sampled_nodes``, ``num_sampled_edges`` and, for links,
+``edge_label_index`` / ``edge_label`` (binary negatives) or ``src_index`` / ``dst_pos_index`` /
+``dst_neg_index`` (triplet negatives). Each node is expanded once, at the hop after the one that
+found it, as in pyg-lib (see `samplers.interop.blocks_to_pyg`).
+
+Use::
+
+    from torch_geometric.loader import NodeLoader
+    sampler = PygSampler(data, num_neighbors=[15, 10], seed=0)
+    loader = NodeLoader(data, node_sampler=sampler, input_nodes=data.train_mask, batch_size=128)
+    for batch in loader:
+        out = model(batch.x, batch.edge_index)[: batch.batch_size]
+
+PyG is imported when the first `PygSampler` is built, never by ``import samplers``. Homogeneous
+``Data`` only (``HeteroData``: use `samplers.HeteroNeighborSampler` directly); no temporal sampling.
+Negatives are drawn from the sampler's own seeded generator, not from global RNG state.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from graphrl.graph import CSCGraph
+from samplers._optional import LazyBase
+from samplers.interop import blocks_to_pyg
+from samplers.neighbor import NeighborSampler
+
+__all__ = ["PygSampler"]
+
+_MIX = 0x9E3779B97F4A7C15  # golden-ratio constant: decorrelates the negative stream from the kernels'
+
+
+def import_pyg():
+    """Import and return ``torch_geometric``.
+
+    Raises
+    ------
+    ImportError
+        PyG is not installed (remedy: the ``pyg`` extra, ``pip install -e '.[pyg]'``).
+    """
+    try:
+        import torch_geometric
+        import torch_geometric.sampler  # noqa: F401
+    except ModuleNotFoundError as err:
+        raise ImportError("PygSampler needs torch_geometric; install the 'pyg' extra "
+                          "(pip install -e '.[pyg]')") from err
+    return torch_geometric
+
+
+class PygSampler(LazyBase):
+    """Neighbour sampling for PyG loaders, drawn with our kernels (``torch_geometric.sampler.BaseSampler``).
+
+    Parameters
+    ----------
+    data : torch_geometric.data.Data
+        The graph: ``edge_index`` int64 [2, E] (row 0 source, row 1 target; a node samples its in-edges,
+        PyG's default ``flow="source_to_target"``) and ``num_nodes``. Edge ``j`` keeps id ``j`` (the
+        batches' ``e_id`` index ``data.edge_index`` columns directly).
+    num_neighbors : sequence of int
+        Neighbours drawn per node at each hop, *hop 1 first* (PyG's order, the reverse of
+        `NeighborSampler`'s ``fanouts``); ``-1`` takes every in-neighbour.
+    replace : bool
+        Draw with replacement.
+    seed : int
+        Seed of the neighbour draws and of the negatives; the n-th batch of a given seed is the same on
+        every run.
+    weight_attr : str or None
+        Name of an edge attribute of ``data`` (float [E]) to draw neighbours proportionally to, as
+        PyG's ``weight_attr``; ``None`` draws uniformly.
+
+    Raises
+    ------
+    ImportError
+        torch_geometric is not installed.
+    TypeError
+        ``data`` is not a ``Data`` (``HeteroData`` is not supported), ``num_neighbors`` is not a
+        sequence of ints, ``replace`` is not a bool, ``seed`` is not an int.
+    ValueError
+        ``data`` has no ``edge_index``; ``num_neighbors`` is empty or holds a value below -1;
+        ``weight_attr`` names no edge attribute of ``data``.
+
+    References
+    ----------
+    Hamilton, Ying and Leskovec, "Inductive Representation Learning on Large Graphs" (GraphSAGE,
+    NeurIPS 2017); PyG's ``NeighborSampler`` and pyg-lib's ``neighbor_sample`` for the output layout
+    and the binary/triplet negative-sampling layouts of ``edge_sample``.
+
+    Examples
+    --------
+    >>> loader = LinkLoader(data, link_sampler=PygSampler(data, [10, 5]), edge_label_index=ei,
+    ...                     neg_sampling=NegativeSampling("binary"), batch_size=256)
+    """
+
+    @staticmethod
+    def optional_base() -> type:
+        """PyG's ``BaseSampler`` (imports torch_geometric)."""
+        return import_pyg().sampler.BaseSampler
+
+    def __init__(self, data, num_neighbors: Sequence[int] = (15, 10), replace: bool = False,
+                 seed: int = 0, weight_attr: str | None = None) -> None:
+        pyg = import_pyg()
+        if isinstance(data, pyg.data.HeteroData):
+            raise TypeError("data: HeteroData is not supported by PygSampler; pass a Data, or sample "
+                            "heterogeneous graphs with samplers.HeteroNeighborSampler")
+        if not isinstance(data, pyg.data.Data):
+            raise TypeError(f"data must be a torch_geometric.data.Data, got {type(data).__name__}")
+        if data.edge_index is None:
+            raise ValueError("data has no edge_index: PygSampler samples a graph's edges")
+        if isinstance(num_neighbors, (str, bytes)) or not isinstance(num_neighbors, Sequence):
+            raise TypeError(f"num_neighbors must be a sequence of ints such as [15, 10], "
+                            f"got {num_neighbors!r}")
+        hops = list(num_neighbors)
+        if not hops:
+            raise ValueError("num_neighbors must have at least one hop, got []")
+        for i, k in enumerate(hops):
+            if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+                raise TypeError(f"num_neighbors[{i}] must be an int, got {k!r}")
+            if k < -1:
+                raise ValueError(f"num_neighbors[{i}]={k}: must be >= 0, or -1 for every neighbour")
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+            raise TypeError(f"seed must be an int, got {seed!r}")
+        weights = None
+        if weight_attr is not None:
+            known = isinstance(weight_attr, str) and weight_attr in data
+            if not known or not data.is_edge_attr(weight_attr):
+                raise ValueError(f"weight_attr={weight_attr!r} names no edge attribute of data "
+                                 f"(edge attributes: {sorted(data.edge_attrs())})")
+            weights = data[weight_attr]
+        edge_index = data.edge_index
+        self.num_nodes = int(data.num_nodes)
+        """N, the number of nodes of ``data``."""
+        self.graph = CSCGraph.from_edges(edge_index[0], edge_index[1], self.num_nodes)
+        """Our `CSCGraph` of ``data`` (edge ``j`` is column ``j`` of ``data.edge_index``)."""
+        self.num_neighbors = [int(k) for k in hops]
+        self.replace = bool(replace)
+        self.seed = int(seed)
+        self.sampler = NeighborSampler(self.graph, fanouts=self.num_neighbors[::-1], replace=self.replace,
+                                       weights=weights, seed=self.seed)
+        """The `NeighborSampler` that draws the blocks (fanouts outermost first)."""
+        self.negatives = torch.Generator().manual_seed((self.seed ^ _MIX) % 2**63)
+        """Generator of the negatives of `sample_from_edges`."""
+
+    @property
+    def edge_permutation(self):
+        """None: batches' edge ids are ``data.edge_index`` columns (no permutation to undo)."""
+        return None
+
+    def sample_nodes(self, seeds: torch.Tensor):
+        """Sample the multi-hop subgraph of ``seeds`` as a ``SamplerOutput`` (no metadata).
+
+        Parameters
+        ----------
+        seeds : torch.Tensor, int64, shape [B]
+            Seed node ids in [0, N); they are ``node[:B]`` of the output, in order.
+
+        Returns
+        -------
+        torch_geometric.sampler.SamplerOutput
+            ``node`` int64 [n] (global ids, seeds first), ``row``/``col`` int64 [nnz] (local source /
+            target of each edge), ``edge`` int64 [nnz] (edge ids), ``batch=None``,
+            ``num_sampled_nodes`` (L + 1 ints), ``num_sampled_edges`` (L ints).
+
+        Raises
+        ------
+        TypeError, ValueError
+            ``seeds`` is not a 1-D integer tensor of ids in [0, N) (see `NeighborSampler.sample`).
+        """
+        pyg = import_pyg()
+        sub = blocks_to_pyg(self.sampler.sample(seeds))
+        return pyg.sampler.SamplerOutput(
+            node=sub.n_id, row=sub.edge_index[0], col=sub.edge_index[1], edge=sub.e_id, batch=None,
+            num_sampled_nodes=sub.num_sampled_nodes, num_sampled_edges=sub.num_sampled_edges)
+
+    def sample_from_nodes(self, index, **kwargs):
+        """PyG's node-sampling entry point (``NodeLoader`` calls it per batch).
+
+        Parameters
+        ----------
+        index : torch_geometric.sampler.NodeSamplerInput
+            ``node`` int64 [B] seed ids, ``input_id`` int64 [B] their example indices.
+
+        Returns
+        -------
+        torch_geometric.sampler.SamplerOutput
+            As `sample_nodes`, with ``metadata = (input_id, time)`` as PyG's ``node_sample`` sets it.
+
+        Raises
+        ------
+        ValueError
+            ``index`` carries seed times (temporal sampling is not supported) or a node type.
+        """
+        self._check_input(index)
+        out = self.sample_nodes(index.node)
+        out.metadata = (index.input_id, index.time)
+        return out
+
+    def sample_from_edges(self, index, neg_sampling=None):
+        """PyG's link-sampling entry point (``LinkLoader`` calls it per batch).
+
+        The sources and targets of the batch's links (and negatives) are merged, made unique (sorted, as
+        ``torch.unique``) and sampled as seeds; ``metadata`` follows PyG's ``edge_sample`` for
+        homogeneous, non-disjoint sampling.
+
+        Parameters
+        ----------
+        index : torch_geometric.sampler.EdgeSamplerInput
+            ``row``/``col`` int64 [P] link endpoints, ``input_id`` int64 [P], ``label`` [P] or None.
+        neg_sampling : torch_geometric.sampler.NegativeSampling or None
+            ``"binary"``: ``ceil(P * amount)`` random (src, dst) pairs labelled 0; ``"triplet"``:
+            ``amount`` random destinations per link. Drawn uniformly, or by ``src_weight`` /
+            ``dst_weight``, from this sampler's generator (false negatives are not filtered, as in PyG).
+
+        Returns
+        -------
+        torch_geometric.sampler.SamplerOutput
+            Binary or none: ``metadata = (input_id, edge_label_index [2, P + Q], edge_label [P + Q],
+            None)``; triplet: ``metadata = (input_id, src_index [P], dst_pos_index [P],
+            dst_neg_index [P] or [P, amount], None)``; indices are positions in ``node``.
+
+        Raises
+        ------
+        ValueError
+            Seed times or a node type in ``index``; labels given with triplet negatives; an endpoint
+            outside [0, N).
+        """
+        self._check_input(index)
+        src, dst, label = index.row.to(torch.int64), index.col.to(torch.int64), index.label
+        num_pos = int(src.numel())
+        triplet = neg_sampling is not None and neg_sampling.is_triplet()
+        if neg_sampling is not None and neg_sampling.is_binary():
+            num_neg = math.ceil(num_pos * neg_sampling.amount)
+            src = torch.cat([src, self._negatives(neg_sampling.src_weight, num_neg, "src_weight")])
+            dst = torch.cat([dst, self._negatives(neg_sampling.dst_weight, num_neg, "dst_weight")])
+            if label is None:
+                label = torch.ones(num_pos)
+            label = torch.cat([label, label.new_zeros((num_neg, *label.shape[1:]))])
+        elif triplet:
+            if label is not None:
+                raise ValueError("edge_label must be None with triplet negative sampling (as in PyG)")
+            num_neg = math.ceil(num_pos * neg_sampling.amount)
+            dst = torch.cat([dst, self._negatives(neg_sampling.dst_weight, num_neg, "dst_weight")])
+        seeds, inverse = torch.cat([src, dst]).unique(return_inverse=True)
+        out = self.sample_nodes(seeds)
+        if triplet:
+            dst_neg = inverse[2 * num_pos:].view(num_pos, -1).squeeze(-1)
+            out.metadata = (index.input_id, inverse[:num_pos], inverse[num_pos:2 * num_pos], dst_neg, None)
+        else:
+            out.metadata = (index.input_id, inverse.view(2, -1), label, None)
+        return out
+
+    def _negatives(self, weight, count: int, name: str) -> torch.Tensor:
+        """``count`` node ids drawn uniformly, or by ``weight`` (float [N]), from `negatives`."""
+        if weight is None:
+            return torch.randint(self.num_nodes, (count,), generator=self.negatives)
+        if weight.numel() != self.num_nodes:
+            raise ValueError(f"neg_sampling.{name} must have one weight per node ({self.num_nodes}), "
+                             f"got {weight.numel()}")
+        return torch.multinomial(weight.float(), count, replacement=True, generator=self.negatives)
+
+    @staticmethod
+    def _check_input(index) -> None:
+        if getattr(index, "time", None) is not None:
+            raise ValueError("PygSampler does not support temporal sampling: the loader passed seed "
+                             "times (input_time / edge_label_time)")
+        if getattr(index, "input_type", None) is not None:
+            raise ValueError(f"PygSampler samples homogeneous graphs; got input_type={index.input_type!r}")
+
+    def __repr__(self) -> str:
+        return (f"PygSampler(num_nodes={self.num_nodes}, num_neighbors={self.num_neighbors}, "
+                f"replace={self.replace}, seed={self.seed})")
