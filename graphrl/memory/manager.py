@@ -16,7 +16,6 @@ import logging
 import math
 import multiprocessing.util
 import os
-import secrets
 import threading
 import weakref
 from collections.abc import Iterable, Mapping
@@ -26,11 +25,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from graphrl.memory import cudart
+from graphrl.memory import cudart, signals
 from graphrl.memory.accounts import Account
 from graphrl.memory.backing import Backing, TensorBacking
 from graphrl.memory.dtypes import parse_dtype
 from graphrl.memory.errors import MemoryBudgetError
+from graphrl.memory.owners import reclaim as reclaim_orphans
+from graphrl.memory.owners import segment_prefix
 from graphrl.memory.region import Region, RegionHandle
 from graphrl.memory.resources import (
     DeviceResource,
@@ -63,6 +64,10 @@ class MemoryManager:
         CUDA device of the device tier; default the current CUDA device (host memory without CUDA).
     resources : mapping of tier to MemoryResource, optional
         Replace a tier's allocator (for tests and custom allocators).
+    reclaim : bool
+        Remove, when created, the shared segments left by graphrl processes that are gone (killed
+        with SIGKILL, say), logging each; never those of a live process
+        (`graphrl.memory.owners.reclaim`). Default True.
 
     Raises
     ------
@@ -93,6 +98,7 @@ class MemoryManager:
         *,
         device: str | torch.device | None = None,
         resources: Mapping[Tier | str, MemoryResource] | None = None,
+        reclaim: bool = True,
     ) -> None:
         self._budgets: dict[Tier, int | None] = {}
         for key, value in (budgets or {}).items():
@@ -104,8 +110,11 @@ class MemoryManager:
         self.spill_dir = Path(spill_dir) if spill_dir is not None else None
         if self.spill_dir is not None:
             self.spill_dir.mkdir(parents=True, exist_ok=True)
-        self.shm_prefix = f"graphrl_{os.getpid()}_{secrets.token_hex(4)}_"
+        if reclaim:
+            reclaim_orphans()
+        self.shm_prefix = segment_prefix()
         self._cleanup = ExitCleanup()
+        signals.track(self._cleanup)
         self._resources: dict[Tier, MemoryResource] = {
             Tier.DEVICE: DeviceResource(device),
             Tier.PINNED: PinnedResource(),
@@ -294,6 +303,8 @@ class MemoryManager:
             if closed:  # close() ran while we were allocating
                 region.free()
                 raise ValueError("this MemoryManager was closed during the allocation")
+            if t is Tier.SHARED:
+                signals.install_signal_handlers()  # once per process, from the main thread only
             if t is not tiers[0]:
                 logger.info("%s for %r placed on tier '%s' (tried %s)", format_size(nbytes), owner, t,
                             ", ".join(str(a[0]) for a in attempts))
