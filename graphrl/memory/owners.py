@@ -107,17 +107,18 @@ def parse_name(name: str) -> Owner | None:
 
 
 def owner_state(owner: Owner) -> str | None:
-    """Why ``owner`` is gone (``"not running"``, ``"zombie"``, ``"pid reused"``), or None when alive.
+    """Why ``owner`` is gone (``"is not running"``, ``"is a zombie"``, ``"now runs another process"``: the
+    pid was reused), or None when it is alive.
 
     Judges the pid in this process's pid namespace; `reclaim` skips owners of other namespaces.
     """
     fields = _stat_fields(owner.pid)
     if fields is None:
-        return "not running"
+        return "is not running"
     if fields[0] in ("Z", "X"):
-        return "zombie"
+        return "is a zombie"
     if owner.start and int(fields[19]) != owner.start:
-        return "pid reused"
+        return "now runs another process"
     return None
 
 
@@ -168,7 +169,7 @@ def reclaim(dry_run: bool = False, shm_dir: str | os.PathLike[str] = SHM_DIR) ->
                 _posixshmem.shm_unlink("/" + name)
             except FileNotFoundError:
                 continue
-            logger.info("removed shared segment %s (%s) of pid %d: owner %s", name, format_size(st.st_size),
-                        owner.pid, reason)
+            logger.info("removed shared segment %s (%s): its owner, pid %d, %s", name,
+                        format_size(st.st_size), owner.pid, reason)
         out.append(Reclaimed(name, owner, st.st_size, reason))
     return out
