@@ -241,12 +241,15 @@ class MemoryManager:
         MemoryBudgetError
             No tier tried has room (the message and attributes name tier, owner, asked and free bytes).
         ValueError
-            A negative size, an unknown tier, a disk tier without ``spill_dir``, or a closed manager.
+            A negative size, more than 64 dimensions or a shape spanning more than 2**63 - 1 bytes
+            (sizes of 0 counted as 1), an unknown tier, a disk tier without ``spill_dir``, or a
+            closed manager.
         TypeError
             An unknown dtype, a bad shape or owner, or bfloat16 on the disk tier.
         """
         shp = parse_shape(shape)
         dt = parse_dtype(dtype)
+        parse_shape(shp, dt.itemsize)  # the span in bytes, now that the item size is known
         owner = check_owner(owner)
         tiers = self._candidates(tier, fallback)
         if Tier.DISK in tiers:

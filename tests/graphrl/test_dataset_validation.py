@@ -225,3 +225,16 @@ def test_undamaged_copies_still_load(cora_copy, gowalla_copy, lastfm_copy):
     assert load_gowalla(gowalla_copy).num_items == 40_981
     assert load_lastfm(lastfm_copy).num_users == 1_892
     assert np.all(load_lastfm(lastfm_copy).train_items.numpy() < 4_489)
+
+
+# -------------------------------------------------------------------------------------- synthetic sizes
+def test_synthetic_sizes_past_int64_are_refused_up_front():
+    from graphrl.datasets import synthetic_bipartite, synthetic_graph
+
+    with pytest.raises(ValueError, match=r"num_nodes must be <= 9223372036854775807"):
+        synthetic_graph(2**63, 10)
+    with pytest.raises(ValueError, match=r"num_edges must be <= 9223372036854775807"):
+        synthetic_graph(10, 2**63)
+    with pytest.raises(ValueError, match=r"num_users \* num_items = 46116860184273879040 must be <= 2"):
+        synthetic_bipartite(10, 2**62, 20)
+    assert synthetic_graph(10, 5, seed=2**70).num_edges == 5  # seeds are not machine integers
