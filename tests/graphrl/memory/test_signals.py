@@ -156,3 +156,33 @@ def test_unlink_shared_segments_keeps_the_mappings():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split(maxsplit=1) == ["False", "[5, 5, 5, 5]\n"]
+
+
+# the engines' owners (a replay store, a shared graph) get their shared memory from a MemoryManager
+ENGINE_OWNER = textwrap.dedent("""
+    import json, os, sys
+    from graphrl.graph import CSCGraph
+    from graphrl.memory import MemoryManager
+    from graphrl.train.ddp import share_graph
+    from replay import ReplayStore, TrajectorySpec
+    mm = MemoryManager()
+    store = ReplayStore(TrajectorySpec({"obs": ((4,), "float32")}), capacity_steps=64, memory=mm)
+    graph = share_graph(lambda: CSCGraph.from_edges([0, 1, 2], [1, 2, 0], 3), mm, unlink=False)
+    names = sorted(n for n in os.listdir("/dev/shm") if n.startswith(mm.shm_prefix))
+    print(json.dumps({"prefix": mm.shm_prefix, "names": names}), flush=True)
+    sys.stdin.readline()
+""")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_replay_store_and_shared_graph_owner_cleans_up_on_signal(signum, shm_names):
+    proc = subprocess.Popen([sys.executable, "-c", ENGINE_OWNER], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    assert line, proc.communicate(timeout=120)[1]
+    report = json.loads(line)
+    assert len(report["names"]) >= 3 and all((SHM / n).exists() for n in report["names"])
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == -signum, err
+    assert shm_names(report["prefix"]) == []
