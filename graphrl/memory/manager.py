@@ -113,6 +113,7 @@ class MemoryManager:
         if reclaim:
             reclaim_orphans()
         self.shm_prefix = segment_prefix()
+        self._prefixes = {os.getpid(): self.shm_prefix}  # a forked child names its segments after itself
         self._cleanup = ExitCleanup()
         signals.track(self._cleanup)
         self._resources: dict[Tier, MemoryResource] = {
@@ -274,7 +275,9 @@ class MemoryManager:
                     attempts.append((t, account.free))
                     continue
             index = next(self._counter)
-            name = f"{self.shm_prefix}{index}"
+            pid = os.getpid()
+            prefix = self._prefixes.get(pid) or self._prefixes.setdefault(pid, segment_prefix())
+            name = f"{prefix}{index}"
             try:
                 backing = self._resources[t].allocate(shp, dt.torch, nbytes, name)
             except (torch.OutOfMemoryError, MemoryError) as exc:

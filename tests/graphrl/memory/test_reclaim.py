@@ -145,3 +145,23 @@ def test_manager_with_reclaim_off_leaves_orphans():
     finally:
         removed = {r.name for r in reclaim()}
     assert set(names) <= removed
+
+
+def _allocate_in_forked_child(manager, conn):  # runs in a forked child, on the parent's manager
+    region = manager.allocate(8, "uint8", "shared", owner="child")
+    conn.send(region.name)
+    region.free()
+
+
+def test_a_forked_child_names_its_segments_after_itself(mm):
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    parent, child_end = ctx.Pipe()
+    proc = ctx.Process(target=_allocate_in_forked_child, args=(mm, child_end))
+    proc.start()
+    name = parent.recv()
+    proc.join(120)
+    assert proc.exitcode == 0
+    assert parse_name(name).pid == proc.pid and not name.startswith(mm.shm_prefix)
+    assert mm.allocate(8, "uint8", "shared", owner="me").name.startswith(mm.shm_prefix)
