@@ -73,7 +73,7 @@ def _stat_fields(pid: int) -> list[str] | None:
     """Fields 3 onwards of ``/proc/<pid>/stat`` (state first), or None when the pid runs no process."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
+    except OSError:
         return None
     return text[text.rindex(")") + 2:].split()
 
@@ -112,9 +112,17 @@ def owner_state(owner: Owner) -> str | None:
 
     Judges the pid in this process's pid namespace; `reclaim` skips owners of other namespaces.
     """
-    fields = _stat_fields(owner.pid)
-    if fields is None:
+    if owner.pid <= 0:  # never a process (and os.kill would address a process group)
         return "is not running"
+    fields = _stat_fields(owner.pid)
+    if fields is None:  # no such process, or no /proc to read: ask the kernel
+        try:
+            os.kill(owner.pid, 0)
+        except ProcessLookupError:
+            return "is not running"
+        except PermissionError:
+            return None  # runs, as another user
+        return None
     if fields[0] in ("Z", "X"):
         return "is a zombie"
     if owner.start and int(fields[19]) != owner.start:

@@ -165,3 +165,12 @@ def test_a_forked_child_names_its_segments_after_itself(mm):
     assert proc.exitcode == 0
     assert parse_name(name).pid == proc.pid and not name.startswith(mm.shm_prefix)
     assert mm.allocate(8, "uint8", "shared", owner="me").name.startswith(mm.shm_prefix)
+
+
+def test_without_proc_liveness_falls_back_to_the_kernel(monkeypatch):
+    from graphrl.memory import owners
+
+    me = parse_name(segment_prefix() + "0")
+    monkeypatch.setattr(owners, "_stat_fields", lambda pid: None)  # as if /proc could not be read
+    assert owner_state(me) is None  # this process runs: never judged gone for want of /proc
+    assert owner_state(Owner(0, 1, me.pidns)) == "is not running"
