@@ -1,5 +1,6 @@
 """Integer arguments of the memory manager that reach torch or numpy as machine integers are range-checked
-at the boundary: dimensions, number of dimensions, the byte span of a shape (sizes of 0 included)."""
+at the boundary: dimensions, number of dimensions, the byte span of a shape (sizes of 0 included); a freed
+region refuses every use, its handle included."""
 
 from __future__ import annotations
 
@@ -28,3 +29,14 @@ def test_largest_addressable_shapes_still_parse(mm):
     r = mm.allocate((0, 2**60), "float32", "host", owner="o")  # empty, span 2**62 bytes: fine
     assert r.nbytes == 0 and tuple(r.tensor().shape) == (0, 2**60)
     r.free()
+
+
+def test_a_freed_shared_region_gives_no_handle(mm):
+    import pickle
+
+    r = mm.allocate(4, "int64", "shared", owner="o")
+    r.free()
+    with pytest.raises(ValueError, match="was freed; it cannot be used"):
+        r.handle()
+    with pytest.raises(ValueError, match="was freed"):
+        pickle.dumps(r)
