@@ -1,4 +1,5 @@
-"""The ``graphrl`` command: ``demo`` runs the demo tasks (recommender, node classification, RL); ``info``.
+"""The ``graphrl`` command: ``demo`` runs the demo tasks (recommender, node classification, RL); ``info``;
+``gc`` removes shared memory left by killed graphrl processes.
 
 This module prints (through click); library code only logs.
 """
@@ -310,6 +311,24 @@ def info() -> None:
         click.echo(f"data: GRAPHRL_DATA={env} (gowalla {found})")
     else:
         click.echo("data: GRAPHRL_DATA is not set")
+
+
+@main.command()
+@click.option("--dry-run", is_flag=True, help="List the segments that would be removed; remove nothing.")
+def gc(dry_run: bool) -> None:
+    """Remove the shared-memory segments (/dev/shm) of graphrl processes that are gone (killed by SIGKILL).
+
+    A segment's name records its owner's pid, start time and pid namespace; a segment goes when that
+    process no longer runs (or its pid now runs another process). Live owners' segments, other users'
+    files and names that are not graphrl's are never touched.
+    """
+    from graphrl.memory.owners import reclaim
+
+    found = reclaim(dry_run=dry_run)
+    verb = "would remove" if dry_run else "removed"
+    for seg in found:
+        click.echo(f"{verb} {seg.name} ({seg.nbytes} bytes; pid {seg.owner.pid} {seg.reason})")
+    click.echo(f"{verb} {len(found)} segments, {sum(seg.nbytes for seg in found)} bytes")
 
 
 if __name__ == "__main__":  # pragma: no cover

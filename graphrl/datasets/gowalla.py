@@ -16,6 +16,7 @@ __all__ = ["load_gowalla", "read_lightgcn_split"]
 
 _REMEDY = ("put the LightGCN Gowalla split (train.txt, test.txt) in <root>/gowalla "
            "or set GRAPHRL_DATA to the folder that holds gowalla/")
+_LISTS = {"user": "user_list.txt", "item": "item_list.txt"}
 
 
 def _parse_ints(text: str, expected: int, path: Path) -> np.ndarray:
@@ -35,6 +36,25 @@ def _parse_ints(text: str, expected: int, path: Path) -> np.ndarray:
         raise ValueError(f"{path}: expected whitespace-separated integers ('user item item ...' per line), "
                          "found a token that is not an integer")
     return tokens
+
+
+def _read_split(path: Path) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(users, items, lines)``: the interactions and the number of lines that name a user."""
+    text = path.read_text()
+    lines = text.splitlines()
+    counts = np.fromiter((len(line.split()) for line in lines), dtype=np.int64, count=len(lines))
+    total = int(counts.sum())
+    tokens = _parse_ints(text, total, path)
+    if total and tokens.min() < 0:
+        raise ValueError(f"{path}: ids must be non-negative, found {int(tokens.min())}")
+    counts = counts[counts > 0]
+    starts = np.zeros(counts.size, dtype=np.int64)
+    np.cumsum(counts[:-1], out=starts[1:])
+    is_user = np.zeros(total, dtype=bool)
+    is_user[starts] = True
+    users = np.repeat(tokens[starts], counts - 1)
+    items = tokens[~is_user]
+    return users, items, int(counts.size)
 
 
 def read_lightgcn_split(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
@@ -60,30 +80,57 @@ def read_lightgcn_split(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray
     ValueError
         A token is not a non-negative integer; the message names the file.
     """
-    path = Path(path)
-    text = path.read_text()
-    lines = text.splitlines()
-    counts = np.fromiter((len(line.split()) for line in lines), dtype=np.int64, count=len(lines))
-    total = int(counts.sum())
-    tokens = _parse_ints(text, total, path)
-    if total and tokens.min() < 0:
-        raise ValueError(f"{path}: ids must be non-negative, found {int(tokens.min())}")
-    counts = counts[counts > 0]
-    starts = np.zeros(counts.size, dtype=np.int64)
-    np.cumsum(counts[:-1], out=starts[1:])
-    is_user = np.zeros(total, dtype=bool)
-    is_user[starts] = True
-    users = np.repeat(tokens[starts], counts - 1)
-    items = tokens[~is_user]
+    users, items, _ = _read_split(Path(path))
     return users, items
+
+
+def _stated_count(path: Path, what: str) -> int:
+    """How many ids an id map (``org_id remap_id`` lines after a header) states; remap must be 0..n-1."""
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    if not lines or lines[0].split() != ["org_id", "remap_id"]:
+        raise ValueError(f"{path}: expected the header 'org_id remap_id' of a {what} id map")
+    rows = [line.split() for line in lines[1:]]
+    if any(len(row) != 2 for row in rows):
+        raise ValueError(f"{path}: expected two columns 'org_id remap_id' per line")
+    try:
+        remap = np.array([int(row[1]) for row in rows], dtype=np.int64)
+    except (ValueError, OverflowError):
+        raise ValueError(f"{path}: remap ids must be integers") from None
+    if not np.array_equal(remap, np.arange(remap.size)):
+        raise ValueError(f"{path}: remap ids must be 0, 1, 2, ... in order (one 'org_id remap_id' per line)")
+    return int(remap.size)
+
+
+def _count(what: str, folder: Path, splits: list[tuple[Path, np.ndarray]], occurrences: int) -> int:
+    """Number of users or items: stated by the id map when present, else one more than the largest id.
+
+    Ids are checked before anything sized by them exists: below the id map's count, or (without the
+    map) not beyond ``occurrences`` (0-based contiguous ids cannot outnumber their occurrences).
+    """
+    id_map = folder / _LISTS[what]
+    stated = _stated_count(id_map, what) if id_map.is_file() else None
+    limit = stated if stated is not None else occurrences
+    for path, ids in splits:
+        largest = int(ids.max(initial=-1))
+        if largest >= limit:
+            why = (f"the {stated} {what}s {id_map.name} lists" if stated is not None else
+                   f"the {occurrences} {what} ids written in train.txt and test.txt (ids are 0-based "
+                   "and contiguous)")
+            raise ValueError(f"{path}: {what} id {largest} is outside {why}")
+    if stated is not None:
+        return stated
+    return int(max(ids.max(initial=-1) for _, ids in splits)) + 1
 
 
 def load_gowalla(root: str | os.PathLike | None = None) -> InteractionDataset:
     """Load the Gowalla check-in graph with the train/test split of NGCF and LightGCN.
 
     Files ``<root>/gowalla/train.txt`` and ``test.txt``: one line per user, ``user item item ...``,
-    0-based contiguous ids. ``num_users`` and ``num_items`` are one more than the largest id in either
-    split (29,858 users and 40,981 items for the published split).
+    0-based contiguous ids. ``num_users`` and ``num_items`` are the counts ``user_list.txt`` and
+    ``item_list.txt`` state (``org_id remap_id`` lines after a header) when those id maps are there,
+    and every id must be below them; without them, one more than the largest id in either split,
+    which may not exceed the number of times such ids are written (29,858 users and 40,981 items for
+    the published split).
 
     Parameters
     ----------
@@ -103,7 +150,8 @@ def load_gowalla(root: str | os.PathLike | None = None) -> InteractionDataset:
         The data folder, ``train.txt`` or ``test.txt`` is missing; the message names the path and
         what to put there.
     ValueError
-        A file is not in the LightGCN text format.
+        A file is not in the LightGCN text format, an id map is damaged, or an id is outside the
+        count an id map states (or, without one, beyond the ids written); the message names the file.
 
     References
     ----------
@@ -120,10 +168,10 @@ def load_gowalla(root: str | os.PathLike | None = None) -> InteractionDataset:
     folder = data_root(root) / "gowalla"
     train_path = require_file(folder / "train.txt", _REMEDY)
     test_path = require_file(folder / "test.txt", _REMEDY)
-    tr_u, tr_i = read_lightgcn_split(train_path)
-    te_u, te_i = read_lightgcn_split(test_path)
-    num_users = int(max(tr_u.max(initial=-1), te_u.max(initial=-1))) + 1
-    num_items = int(max(tr_i.max(initial=-1), te_i.max(initial=-1))) + 1
+    tr_u, tr_i, tr_lines = _read_split(train_path)
+    te_u, te_i, te_lines = _read_split(test_path)
+    num_users = _count("user", folder, [(train_path, tr_u), (test_path, te_u)], tr_lines + te_lines)
+    num_items = _count("item", folder, [(train_path, tr_i), (test_path, te_i)], tr_i.size + te_i.size)
     graph = CSCGraph.bipartite(tr_u, tr_i, num_users, num_items)
     return InteractionDataset(
         name="gowalla",

@@ -33,12 +33,28 @@ def _read_table(path: Path, columns: int) -> np.ndarray:
 
 def _one_based_ids(path: Path, column: np.ndarray, what: str) -> np.ndarray:
     """1-based integer ids in a float column -> 0-based int64; ValueError naming the file otherwise."""
-    ids = column.astype(np.int64)
+    with np.errstate(invalid="ignore"):  # NaN, inf and huge values cast to garbage, refused below
+        ids = column.astype(np.int64)
     bad = (ids != column) | (ids < 1)
     if bad.any():
         raise ValueError(f"{path}: {what} ids must be integers >= 1 (1-based), "
-                         f"{int(bad.sum())} are not, first {column[np.argmax(bad)]!r}")
+                         f"{int(bad.sum())} are not, first {float(column[np.argmax(bad)])!r}")
     return ids - 1
+
+
+def _count(what: str, columns: list[tuple[Path, np.ndarray]]) -> int:
+    """One more than the largest 0-based id, checked before anything is sized by it.
+
+    The ids are those of HetRec's lists (1..N, each in use), so they cannot outnumber the times ids
+    are written: a larger id is a damaged file, refused naming it.
+    """
+    written = sum(ids.size for _, ids in columns)
+    for path, ids in columns:
+        largest = int(ids.max(initial=-1))
+        if largest >= written:
+            raise ValueError(f"{path}: {what} id {largest + 1} is beyond the {written} {what} ids the files "
+                             f"write (ids are 1..N, each in use)")
+    return int(max(ids.max(initial=-1) for _, ids in columns)) + 1
 
 
 def load_lastfm(root: str | os.PathLike | None = None) -> InteractionDataset:
@@ -73,7 +89,9 @@ def load_lastfm(root: str | os.PathLike | None = None) -> InteractionDataset:
     FileNotFoundError
         The data folder or one of the three files is missing; the message names the path.
     ValueError
-        A file is not a numeric table of the expected width, or an id is not an integer >= 1.
+        A file is not a numeric table of the expected width, an id is not an integer >= 1, or an id
+        is beyond the number of ids of its kind the files write (refused before anything is sized by
+        it); the message names the file.
 
     References
     ----------
@@ -94,8 +112,9 @@ def load_lastfm(root: str | os.PathLike | None = None) -> InteractionDataset:
     te_i = _one_based_ids(test_path, test[:, 1], "artist")
     fr_a = _one_based_ids(trust_path, trust[:, 0], "user")
     fr_b = _one_based_ids(trust_path, trust[:, 1], "user")
-    num_users = int(max(a.max(initial=-1) for a in (tr_u, te_u, fr_a, fr_b))) + 1
-    num_items = int(max(tr_i.max(initial=-1), te_i.max(initial=-1))) + 1
+    users = [(train_path, tr_u), (test_path, te_u), (trust_path, fr_a), (trust_path, fr_b)]
+    num_users = _count("user", users)
+    num_items = _count("artist", [(train_path, tr_i), (test_path, te_i)])
     for path, weights in ((train_path, train[:, 2]), (test_path, test[:, 2])):
         if not (np.isfinite(weights) & (weights >= 0)).all():
             raise ValueError(f"{path}: listening counts must be finite and >= 0")

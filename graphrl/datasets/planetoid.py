@@ -93,13 +93,95 @@ def _remedy(name: str) -> str:
             "<root>/cora_citeseer or set GRAPHRL_DATA to the folder that holds cora_citeseer/")
 
 
-def _dense(matrix, what: str, path: Path) -> np.ndarray:
+def _matrix_shape(matrix, part: str, path: Path) -> tuple[int, int]:
+    """Shape of a 2-D sparse matrix or array, its sparse structure checked; ValueError naming the file."""
     if sp.issparse(matrix):
-        return np.asarray(matrix.todense())
-    if isinstance(matrix, np.ndarray):
-        return matrix
-    raise ValueError(f"{path}: expected a scipy sparse matrix or numpy array for {what}, "
-                     f"got {type(matrix).__name__}")
+        try:
+            matrix.check_format(full_check=True)  # unpickling skips scipy's checks of the indices
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"{path}: {part} is a damaged sparse matrix ({exc})") from None
+    elif not isinstance(matrix, np.ndarray):
+        raise ValueError(f"{path}: expected a scipy sparse matrix or numpy array for {part}, "
+                         f"got {type(matrix).__name__}")
+    if matrix.ndim != 2:
+        raise ValueError(f"{path}: {part} must be a 2-D matrix, got shape {matrix.shape}")
+    if matrix.dtype.kind not in "biuf":
+        raise ValueError(f"{path}: {part} must hold numbers, got dtype {matrix.dtype}")
+    return int(matrix.shape[0]), int(matrix.shape[1])
+
+
+def _dense(matrix) -> np.ndarray:
+    return np.asarray(matrix.todense()) if sp.issparse(matrix) else matrix
+
+
+def _check_shapes(obj: dict, paths: dict[str, Path], num_tests: int, num_nodes: int) -> None:
+    """The eight files agree: widths, row counts, the split inside the nodes; ValueError naming a file."""
+    shape = {part: _matrix_shape(obj[part], part, paths[part]) for part in _PARTS if part != "graph"}
+    for a, b in (("x", "tx"), ("x", "allx"), ("y", "ty"), ("y", "ally")):
+        if shape[a][1] != shape[b][1]:
+            raise ValueError(f"{paths[b]}: {b} has {shape[b][1]} columns, {a} ({paths[a].name}) "
+                             f"{shape[a][1]}")
+    for a, b in (("x", "y"), ("tx", "ty"), ("allx", "ally")):
+        if shape[a][0] != shape[b][0]:
+            raise ValueError(f"{paths[b]}: {b} has {shape[b][0]} rows, {a} ({paths[a].name}) {shape[a][0]}")
+    if shape["tx"][0] != num_tests:
+        raise ValueError(f"{paths['tx']}: {shape['tx'][0]} test feature rows for the {num_tests} ids of "
+                         f"{paths['test.index'].name}")
+    if shape["y"][0] + _NUM_VAL > shape["allx"][0]:
+        raise ValueError(f"{paths['allx']}: {shape['allx'][0]} rows cannot hold the {shape['y'][0]} training "
+                         f"and {_NUM_VAL} validation nodes")
+    if shape["allx"][0] > num_nodes:
+        raise ValueError(f"{paths['allx']}: {shape['allx'][0]} feature rows for the {num_nodes} nodes of "
+                         f"{paths['graph'].name}")
+    width = shape["x"][1]
+    nonzeros = sum(obj[p].nnz if sp.issparse(obj[p]) else obj[p].size for p in ("x", "tx", "allx"))
+    if width > max(nonzeros, 1):
+        raise ValueError(f"{paths['allx']}: {width} feature columns but only {nonzeros} entries in x, tx and "
+                         "allx (a damaged shape)")
+
+
+def _is_id(value: object) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
+
+
+def _adjacency_edges(adjacency: object, path: Path) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(src, dst, num_nodes)`` of the adjacency dict, every id an integer below its number of keys."""
+    if not isinstance(adjacency, dict):
+        raise ValueError(f"{path}: expected a dict of adjacency lists, got {type(adjacency).__name__}")
+    num_nodes = len(adjacency)
+    for node, neighbours in adjacency.items():
+        if not _is_id(node) or not 0 <= node < num_nodes:
+            raise ValueError(f"{path}: the {num_nodes} keys must be the node ids 0..{num_nodes - 1}, "
+                             f"found key {node!r}")
+        if not isinstance(neighbours, list | tuple):
+            raise ValueError(f"{path}: node {node} has a {type(neighbours).__name__}, not a list of "
+                             "neighbours")
+        for t in neighbours:
+            if not _is_id(t):
+                raise ValueError(f"{path}: neighbour {t!r} of node {node} is not an integer id")
+            if not 0 <= t < num_nodes:
+                raise ValueError(f"{path}: neighbour id {t} of node {node} is outside the {num_nodes} nodes "
+                                 f"the file lists (0..{num_nodes - 1})")
+    src = np.fromiter((k for k, v in adjacency.items() for _ in v), dtype=np.int64)
+    dst = np.fromiter((t for v in adjacency.values() for t in v), dtype=np.int64)
+    return src, dst, num_nodes
+
+
+def _read_test_index(path: Path, num_nodes: int, num_rows: int) -> np.ndarray:
+    """The test ids: integers, distinct, past the ``num_rows`` rows of allx and below ``num_nodes``."""
+    text = path.read_text()
+    try:
+        test_index = np.array([int(tok) for tok in text.split()], dtype=np.int64)
+    except (ValueError, OverflowError) as exc:
+        raise ValueError(f"{path}: expected one integer node id per line ({exc})") from None
+    bad = (test_index < num_rows) | (test_index >= num_nodes)
+    if bad.any():
+        raise ValueError(f"{path}: test ids must lie in {num_rows}..{num_nodes - 1} (past the rows of allx, "
+                         f"inside the nodes of the graph file); {int(bad.sum())} do not, first "
+                         f"{int(test_index[np.argmax(bad)])}")
+    if np.unique(test_index).size != test_index.size:
+        raise ValueError(f"{path}: a test id is listed twice")
+    return test_index
 
 
 def load_planetoid(name: str, root: str | os.PathLike | None = None) -> NodeDataset:
@@ -145,7 +227,13 @@ def load_planetoid(name: str, root: str | os.PathLike | None = None) -> NodeData
     Raises
     ------
     ValueError
-        ``name`` is not "cora" or "citeseer", or a file does not have the expected content.
+        ``name`` is not "cora" or "citeseer", or a file does not have the expected content: the
+        message names the file and what is wrong. Checked before anything is allocated: the graph
+        file's keys are the node ids 0..N-1 (N, the number of keys, is the node count) and every
+        neighbour an integer id below N; test ids are distinct integers past the rows of ``allx`` and
+        below N; widths and row counts agree (x/tx/allx, y/ty/ally, tx/ty/test.index, allx/ally),
+        ``allx`` holds the training and validation nodes and at most N rows; sparse matrices pass
+        scipy's full format check.
     FileNotFoundError
         The data folder or one of the eight files is missing; the message names the path.
     pickle.UnpicklingError
@@ -167,28 +255,17 @@ def load_planetoid(name: str, root: str | os.PathLike | None = None) -> NodeData
     for part in _PARTS:
         with open(paths[part], "rb") as f:
             obj[part] = restricted_load(f)
+    # everything is checked before anything sized by the files is allocated
+    src, dst, num_nodes = _adjacency_edges(obj["graph"], paths["graph"])
+    num_rows = _matrix_shape(obj["allx"], "allx", paths["allx"])[0]
+    test_index = _read_test_index(paths["test.index"], num_nodes, num_rows)
+    _check_shapes(obj, paths, test_index.size, num_nodes)
 
-    allx = _dense(obj["allx"], "allx", paths["allx"]).astype(np.float32)
-    tx = _dense(obj["tx"], "tx", paths["tx"]).astype(np.float32)
-    ally = _dense(obj["ally"], "ally", paths["ally"])
-    ty = _dense(obj["ty"], "ty", paths["ty"])
-    num_train = int(_dense(obj["y"], "y", paths["y"]).shape[0])
-    adjacency = obj["graph"]
-    if not isinstance(adjacency, dict):
-        raise ValueError(f"{paths['graph']}: expected a dict of adjacency lists, "
-                         f"got {type(adjacency).__name__}")
-    try:
-        test_index = np.loadtxt(paths["test.index"], dtype=np.int64, ndmin=1)
-    except ValueError as exc:
-        raise ValueError(f"{paths['test.index']}: expected one integer node id per line ({exc})") from None
-    if tx.shape[0] != test_index.size or ty.shape[0] != test_index.size:
-        raise ValueError(f"{paths['tx']}: {tx.shape[0]} test feature rows and {ty.shape[0]} label rows for "
-                         f"{test_index.size} test ids")
-
-    src = np.fromiter((k for k, v in adjacency.items() for _ in v), dtype=np.int64)
-    dst = np.fromiter((t for v in adjacency.values() for t in v), dtype=np.int64)
-    num_nodes = int(max(allx.shape[0], test_index.max() + 1, len(adjacency),
-                        src.max(initial=-1) + 1, dst.max(initial=-1) + 1))
+    allx = _dense(obj["allx"]).astype(np.float32)
+    tx = _dense(obj["tx"]).astype(np.float32)
+    ally = _dense(obj["ally"])
+    ty = _dense(obj["ty"])
+    num_train = int(obj["y"].shape[0])
     num_features = allx.shape[1]
 
     features = np.zeros((num_nodes, num_features), dtype=np.float32)

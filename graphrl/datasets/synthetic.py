@@ -25,7 +25,10 @@ __all__ = ["synthetic_graph", "synthetic_bipartite", "powerlaw_rank_probabilitie
 DEFAULT_EXPONENT = 0.8
 
 
-def _count(name: str, value, minimum: int = 0) -> int:
+_INT64_MAX = 2**63 - 1  # node ids, edge counts and pair keys are int64
+
+
+def _count(name: str, value, minimum: int = 0, maximum: int | None = _INT64_MAX) -> int:
     try:
         if isinstance(value, bool | np.bool_):
             raise TypeError
@@ -34,6 +37,8 @@ def _count(name: str, value, minimum: int = 0) -> int:
         raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}") from None
     if n < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {n}")
+    if maximum is not None and n > maximum:
+        raise ValueError(f"{name} must be <= {maximum} (2**63 - 1: ids and counts are int64), got {n}")
     return n
 
 
@@ -144,7 +149,7 @@ def synthetic_graph(num_nodes: int, num_edges: int, in_degree: str = "uniform", 
     """
     num_nodes = _count("num_nodes", num_nodes, 1)
     num_edges = _count("num_edges", num_edges, 0)
-    seed = _count("seed", seed, 0)
+    seed = _count("seed", seed, 0, maximum=None)
     a = _check_exponent(exponent)
     if in_degree not in ("uniform", "powerlaw"):
         raise ValueError(f"in_degree must be 'uniform' or 'powerlaw', got {in_degree!r}")
@@ -229,8 +234,11 @@ def synthetic_bipartite(num_users: int, num_items: int, num_interactions: int, s
     num_users = _count("num_users", num_users, 1)
     num_items = _count("num_items", num_items, 1)
     num_interactions = _count("num_interactions", num_interactions, 0)
-    seed = _count("seed", seed, 0)
+    seed = _count("seed", seed, 0, maximum=None)
     a = _check_exponent(exponent)
+    if num_users * num_items > _INT64_MAX:
+        raise ValueError(f"num_users * num_items = {num_users * num_items} must be <= 2**63 - 1 (user-item "
+                         "pairs are int64 keys)")
     if not (0.0 <= float(test_fraction) < 1.0):
         raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction!r}")
     cap = num_users * num_items // 2

@@ -18,7 +18,9 @@ torch.Size([1024, 128])
 
 Modules: `sizes` (Tier, parse_size), `dtypes`, `errors`, `shm` (shared-memory segments, exit
 cleanup), `cudart` (where a region is pinned for CUDA), `backing`, `resources` (one per tier),
-`region` (Region, RegionHandle), `accounts` (budgets and statistics), `manager` (MemoryManager).
+`region` (Region, RegionHandle), `accounts` (budgets and statistics), `manager` (MemoryManager),
+`owners` (segment names that carry their owner; reclaim of segments whose owner is gone),
+`signals` (unlink shared memory on SIGTERM and SIGHUP).
 
 References
 ----------
@@ -41,6 +43,7 @@ from graphrl.memory.resources import (
     PinnedResource,
     SharedResource,
 )
+from graphrl.memory.signals import install_signal_handlers, unlink_shared_segments
 from graphrl.memory.sizes import Tier, parse_size
 
 __all__ = [
@@ -58,5 +61,7 @@ __all__ = [
     "RegionHandle",
     "SharedResource",
     "Tier",
+    "install_signal_handlers",
     "parse_size",
+    "unlink_shared_segments",
 ]

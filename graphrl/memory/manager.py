@@ -16,7 +16,6 @@ import logging
 import math
 import multiprocessing.util
 import os
-import secrets
 import threading
 import weakref
 from collections.abc import Iterable, Mapping
@@ -26,11 +25,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from graphrl.memory import cudart
+from graphrl.memory import cudart, signals
 from graphrl.memory.accounts import Account
 from graphrl.memory.backing import Backing, TensorBacking
 from graphrl.memory.dtypes import parse_dtype
 from graphrl.memory.errors import MemoryBudgetError
+from graphrl.memory.owners import reclaim as reclaim_orphans
+from graphrl.memory.owners import segment_prefix
 from graphrl.memory.region import Region, RegionHandle
 from graphrl.memory.resources import (
     DeviceResource,
@@ -63,6 +64,10 @@ class MemoryManager:
         CUDA device of the device tier; default the current CUDA device (host memory without CUDA).
     resources : mapping of tier to MemoryResource, optional
         Replace a tier's allocator (for tests and custom allocators).
+    reclaim : bool
+        Remove, when created, the shared segments left by graphrl processes that are gone (killed
+        with SIGKILL, say), logging each; never those of a live process
+        (`graphrl.memory.owners.reclaim`). Default True.
 
     Raises
     ------
@@ -93,6 +98,7 @@ class MemoryManager:
         *,
         device: str | torch.device | None = None,
         resources: Mapping[Tier | str, MemoryResource] | None = None,
+        reclaim: bool = True,
     ) -> None:
         self._budgets: dict[Tier, int | None] = {}
         for key, value in (budgets or {}).items():
@@ -104,8 +110,12 @@ class MemoryManager:
         self.spill_dir = Path(spill_dir) if spill_dir is not None else None
         if self.spill_dir is not None:
             self.spill_dir.mkdir(parents=True, exist_ok=True)
-        self.shm_prefix = f"graphrl_{os.getpid()}_{secrets.token_hex(4)}_"
+        if reclaim:
+            reclaim_orphans()
+        self.shm_prefix = segment_prefix()
+        self._prefixes = {os.getpid(): self.shm_prefix}  # a forked child names its segments after itself
         self._cleanup = ExitCleanup()
+        signals.track(self._cleanup)
         self._resources: dict[Tier, MemoryResource] = {
             Tier.DEVICE: DeviceResource(device),
             Tier.PINNED: PinnedResource(),
@@ -232,12 +242,15 @@ class MemoryManager:
         MemoryBudgetError
             No tier tried has room (the message and attributes name tier, owner, asked and free bytes).
         ValueError
-            A negative size, an unknown tier, a disk tier without ``spill_dir``, or a closed manager.
+            A negative size, more than 64 dimensions or a shape spanning more than 2**63 - 1 bytes
+            (sizes of 0 counted as 1), an unknown tier, a disk tier without ``spill_dir``, or a
+            closed manager.
         TypeError
             An unknown dtype, a bad shape or owner, or bfloat16 on the disk tier.
         """
         shp = parse_shape(shape)
         dt = parse_dtype(dtype)
+        parse_shape(shp, dt.itemsize)  # the span in bytes, now that the item size is known
         owner = check_owner(owner)
         tiers = self._candidates(tier, fallback)
         if Tier.DISK in tiers:
@@ -262,7 +275,9 @@ class MemoryManager:
                     attempts.append((t, account.free))
                     continue
             index = next(self._counter)
-            name = f"{self.shm_prefix}{index}"
+            pid = os.getpid()
+            prefix = self._prefixes.get(pid) or self._prefixes.setdefault(pid, segment_prefix())
+            name = f"{prefix}{index}"
             try:
                 backing = self._resources[t].allocate(shp, dt.torch, nbytes, name)
             except (torch.OutOfMemoryError, MemoryError) as exc:
@@ -294,6 +309,8 @@ class MemoryManager:
             if closed:  # close() ran while we were allocating
                 region.free()
                 raise ValueError("this MemoryManager was closed during the allocation")
+            if t is Tier.SHARED:
+                signals.install_signal_handlers()  # once per process, from the main thread only
             if t is not tiers[0]:
                 logger.info("%s for %r placed on tier '%s' (tried %s)", format_size(nbytes), owner, t,
                             ", ".join(str(a[0]) for a in attempts))

@@ -178,10 +178,12 @@ class Region:
         Raises
         ------
         ValueError
-            The region is not on the shared tier (other tiers are private to this process).
+            The region is not on the shared tier (other tiers are private to this process), or was
+            freed (its name may already be gone).
         """
         if self.tier is not Tier.SHARED or self.name is None:
             raise ValueError(f"only shared regions have handles; this region is on tier '{self.tier}'")
+        self._use()
         return RegionHandle(self.name, self.shape, self._dt.name, self.owner)
 
     def __reduce__(self):

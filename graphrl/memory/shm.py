@@ -4,7 +4,8 @@
 reserves it whole with ``posix_fallocate``, so a full ``/dev/shm`` is a ``MemoryError`` now, never a
 SIGBUS on first touch; `ShmSegment.open` attaches an existing one; only the creating process
 unlinks. `ExitCleanup` holds the segments and spill folders a manager created and removes them at
-garbage collection, interpreter exit and the exit of ``multiprocessing`` children.
+garbage collection, interpreter exit and the exit of ``multiprocessing`` children, and (through
+`graphrl.memory.signals`) on SIGTERM and SIGHUP.
 
 We call ``_posixshmem`` directly rather than ``multiprocessing.shared_memory.SharedMemory``: on
 Python 3.11 the latter registers every attach with the resource tracker, which then unlinks the
@@ -91,6 +92,16 @@ class ShmSegment:
         except FileNotFoundError:
             logger.debug("shared region %s was already unlinked", self.name)
 
+    def unlink_unlocked(self) -> None:
+        """`unlink` without taking a lock, for a signal handler that may interrupt a lock's holder."""
+        if self._unlinked or self.creator_pid != os.getpid():
+            return
+        self._unlinked = True
+        try:
+            _posixshmem.shm_unlink("/" + self.name)
+        except FileNotFoundError:
+            pass
+
     def release(self) -> None:
         """Drop this object's mapping; tensors viewing it keep it mapped until they are gone."""
         self.buf = None
@@ -123,3 +134,16 @@ class ExitCleanup:
             shutil.rmtree(path, ignore_errors=True)
         if segments or paths:
             logger.debug("removed %d shared segments and %d spill arrays at exit", len(segments), len(paths))
+
+    def on_signal(self, remove_paths: bool) -> None:
+        """Unlink this process's segments (and, if asked, remove its spill arrays) from a signal handler.
+
+        Takes no lock: the handler runs in the main thread, which may hold one. Mappings stay valid.
+        """
+        if os.getpid() != self.pid:
+            return
+        for segment in list(self.segments.values()):
+            segment.unlink_unlocked()
+        if remove_paths:
+            for path in list(self.paths):
+                shutil.rmtree(path, ignore_errors=True)

@@ -123,7 +123,22 @@ def format_size(nbytes: int) -> str:
     return human if unit == "B" else f"{human} ({nbytes} bytes)"
 
 
-def parse_shape(shape: Any) -> tuple[int, ...]:
+MAX_DIMS = 64  # numpy's limit (NPY_MAXDIMS), within torch's
+MAX_EXTENT = 2**63 - 1  # bytes a tensor or array can span: sizes and strides are int64
+
+
+def parse_shape(shape: Any, itemsize: int = 1) -> tuple[int, ...]:
+    """``shape`` as a tuple of ints >= 0, at most 64 of them, spanning at most 2**63 - 1 bytes.
+
+    The span counts a size 0 as 1 (strides must fit int64 even when the region is empty).
+
+    Raises
+    ------
+    TypeError
+        Not an int or a sequence of ints (bools are refused).
+    ValueError
+        A negative size, more than 64 dimensions, or a span past 2**63 - 1 bytes.
+    """
     if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
         shape = (shape,)
     if not isinstance(shape, (tuple, list, torch.Size)):
@@ -135,6 +150,14 @@ def parse_shape(shape: Any) -> tuple[int, ...]:
         if d < 0:
             raise ValueError(f"shape {tuple(int(x) for x in shape)} has a negative size {int(d)}")
         dims.append(int(d))
+    if len(dims) > MAX_DIMS:
+        raise ValueError(f"shape has {len(dims)} dimensions, more than the {MAX_DIMS} numpy and torch allow")
+    span = itemsize
+    for d in dims:
+        span *= max(d, 1)
+    if span > MAX_EXTENT:
+        raise ValueError(f"shape {tuple(dims)} of {itemsize}-byte items spans {span} bytes (sizes of 0 "
+                         f"counted as 1), more than a tensor can address (2**63 - 1)")
     return tuple(dims)
 
 

@@ -1,0 +1,88 @@
+"""Unlink a process's shared memory on SIGTERM and SIGHUP, then let the signal take its normal effect.
+
+SIGINT and a normal exit already clean up (``KeyboardInterrupt`` unwinds to interpreter exit, where
+every manager's `graphrl.memory.shm.ExitCleanup` runs). SIGTERM (``kill``, ``docker stop``) and
+SIGHUP (a closed terminal) kill a process without running Python's exit, so `install_signal_handlers`
+puts a handler on both that first unlinks every shared segment the process's managers created, then:
+
+- the handler in place before (an application's Python handler) is called with the same arguments;
+- with the default action before, the default action is restored and the signal raised again with
+  ``os.kill``, so the process dies of it and its exit status says "killed by SIGTERM" (spill arrays
+  on the disk tier are removed too, as at exit);
+- a signal that was ignored (``nohup`` ignores SIGHUP) or has a handler outside Python is left alone.
+
+The rule: handlers are installed once per process (a forked child inherits them), only from the main
+thread, at the first shared-tier allocation (or by calling `install_signal_handlers`). A handler the
+application installs later replaces ours and is never replaced back; such a handler should call
+`unlink_shared_segments` itself. After the handler the regions keep working in this process (their
+mappings stay); only attaching them by name fails. See docs/architecture.md#memory-tiers.
+
+>>> from graphrl.memory import install_signal_handlers
+>>> install_signal_handlers()  # from the main thread, before the application's own  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import weakref
+from types import FrameType
+from typing import Any
+
+from graphrl.memory.shm import ExitCleanup
+
+__all__ = ["SIGNALS", "install_signal_handlers", "track", "unlink_shared_segments"]
+
+SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+_cleanups: weakref.WeakSet[ExitCleanup] = weakref.WeakSet()
+_previous: dict[int, Any] = {}
+_installed = False
+
+
+def track(cleanup: ExitCleanup) -> None:
+    """Have the signal handlers run ``cleanup`` (held weakly: it goes with its manager)."""
+    _cleanups.add(cleanup)
+
+
+def unlink_shared_segments(remove_spill: bool = False) -> None:
+    """Unlink every shared segment this process's managers created; mappings stay valid.
+
+    Safe in a signal handler (takes no lock). ``remove_spill`` also deletes their disk-tier arrays,
+    for a process about to die.
+    """
+    for cleanup in list(_cleanups):
+        cleanup.on_signal(remove_spill)
+
+
+def _handle(signum: int, frame: FrameType | None) -> None:
+    previous = _previous.get(signum, signal.SIG_DFL)
+    unlink_shared_segments(remove_spill=not callable(previous))
+    if callable(previous):
+        previous(signum, frame)
+        return
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)  # dies here, of the signal
+
+
+def install_signal_handlers() -> bool:
+    """Install the SIGTERM and SIGHUP handlers once per process; True once installed.
+
+    Returns False, installing nothing, when called from another thread than the main one (a later
+    call from the main thread installs them). Signals that are ignored or handled outside Python
+    are left alone.
+    """
+    global _installed
+    if _installed:
+        return True
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    for signum in SIGNALS:
+        current = signal.getsignal(signum)
+        if current is signal.SIG_IGN or current is None:
+            continue
+        _previous[signum] = current
+        signal.signal(signum, _handle)
+    _installed = True
+    return True
