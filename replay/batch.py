@@ -183,8 +183,9 @@ class Batch(Mapping[str, torch.Tensor]):
         """The batch as a ``tensordict.TensorDict`` in TorchRL's ``SliceSampler`` layout (or per window).
 
         ``layout="torchrl"`` (the default): batch size ``[B, L]`` (dim names ``[None, "time"]``), or
-        ``[B * L]`` with ``flat=True`` (a ``SliceSampler`` batch of B slices of length L, padded as
-        with ``pad_output=True``), holding:
+        ``[B * L]`` with ``flat=True`` (as a ``SliceSampler(slice_len=L, strict_length=False,
+        pad_output=True)`` batch of B slices, whose padding repeats a slice's last step where ours is
+        zeros), holding:
 
         - each field ``[B, L, *field_shape]`` under its TorchRL key: ``keys.get(field)``, else
           `replay.torchrl.DEFAULT_KEYS` (``"reward"`` -> ``("next", "reward")``, ``"next_observation"``
@@ -205,9 +206,11 @@ class Batch(Mapping[str, torch.Tensor]):
         ``mask``, ``keys``, ``probabilities``, ``weights``, ``lengths`` as the batch has them (what this
         method returned before it had the TorchRL layout).
 
-        Fields, ``mask``, ``keys`` and the other per-window tensors are views, not copies: the
-        TensorDict views the batch's staging slot, so keep the batch held while you use it (a ``with``
-        block) or ``clone()`` it. ``keys``, ``probabilities`` and ``lengths`` stay on the CPU.
+        The fields and ``mask`` are views, not copies: the TensorDict views the batch's staging slot,
+        so keep the batch held while you use it (a ``with`` block) or ``clone()`` it. With
+        ``layout="torchrl"`` every entry is on the fields' device (``keys``, ``probabilities`` and
+        ``lengths`` copied there from the CPU; `ReplayStore.update_priorities` takes them from any
+        device); with ``layout="batch"`` they stay on the CPU.
 
         Parameters
         ----------
@@ -223,6 +226,8 @@ class Batch(Mapping[str, torch.Tensor]):
             The ``tensordict`` package is not installed (``pip install tensordict``).
         ValueError
             An unknown ``layout``, or two fields mapped to one key.
+        TypeError
+            A ``keys`` value that is not a str or a tuple of str.
 
         References
         ----------
@@ -271,8 +276,8 @@ class Batch(Mapping[str, torch.Tensor]):
             "lengths": self.lengths,
             "priority_weight": self.weights,
         }
-        for name, t in per_step.items():
-            named[name] = t[:, None].expand(b, length)
+        for name, t in per_step.items():  # one device for the whole TensorDict (tiny [B] copies at most)
+            named[name] = t.to(self.mask.device)[:, None].expand(b, length)
         named["mask"] = self.mask
         named["collector", "mask"] = self.mask
         data: dict[str, Any] = {}
@@ -284,7 +289,7 @@ class Batch(Mapping[str, torch.Tensor]):
                 node[key[-1]] = t
             else:
                 data[key] = t
-        td = TensorDict(data, batch_size=[b, length], names=[None, "time"])
+        td = TensorDict(data, batch_size=[b, length], device=self.mask.device, names=[None, "time"])
         return td.reshape(-1) if flat else td
 
     def __repr__(self) -> str:
