@@ -177,13 +177,62 @@ class Batch(Mapping[str, torch.Tensor]):
             self._events.append(ev)
         return out
 
-    def to_tensordict(self) -> Any:
-        """The batch as a ``tensordict.TensorDict`` of batch size [B] (fields, mask, keys, ...), for TorchRL.
+    def to_tensordict(
+        self, layout: str = "torchrl", keys: Mapping[str, Any] | None = None, flat: bool = False
+    ) -> Any:
+        """The batch as a ``tensordict.TensorDict`` in TorchRL's ``SliceSampler`` layout (or per window).
+
+        ``layout="torchrl"`` (the default): batch size ``[B, L]`` (dim names ``[None, "time"]``), or
+        ``[B * L]`` with ``flat=True`` (as a ``SliceSampler(slice_len=L, strict_length=False,
+        pad_output=True)`` batch of B slices, whose padding repeats a slice's last step where ours is
+        zeros), holding:
+
+        - each field ``[B, L, *field_shape]`` under its TorchRL key: ``keys.get(field)``, else
+          `replay.torchrl.DEFAULT_KEYS` (``"reward"`` -> ``("next", "reward")``, ``"next_observation"``
+          -> ``("next", "observation")``, ``"traj_ids"`` -> ``("collector", "traj_ids")``, ...), else
+          the field's own name;
+        - ``("next", "truncated")``: the stored value (False where there is none) OR-ed with True at
+          each window's last real step, ``("next", "done")``: the stored value OR that, and
+          ``("next", "terminated")``: stored or False (bool ``[B, L, 1]`` unless the fields have
+          their own shapes), as ``SliceSampler`` marks slice ends for value estimators;
+        - ``("collector", "mask")`` and ``"mask"``: bool ``[B, L]``, True for real steps (TorchRL's
+          losses drop masked steps by themselves); padded steps hold zeros;
+        - ``"priority_weight"``: float32 ``[B, L]``, the window's importance weight (read by
+          TorchRL's losses as a prioritized buffer's), and ``"keys"``, ``"probabilities"``,
+          ``"weights"``, ``"lengths"`` as ``[B, L]`` (each window's value on every step; priorities go
+          back with ``store.update_priorities(td["keys"][:, 0], ...)``).
+
+        ``layout="batch"``: batch size ``[B]``, the fields under their own names ``[B, L, ...]`` and
+        ``mask``, ``keys``, ``probabilities``, ``weights``, ``lengths`` as the batch has them (what this
+        method returned before it had the TorchRL layout).
+
+        The fields and ``mask`` are views, not copies: the TensorDict views the batch's staging slot,
+        so keep the batch held while you use it (a ``with`` block) or ``clone()`` it. With
+        ``layout="torchrl"`` every entry is on the fields' device (``keys``, ``probabilities`` and
+        ``lengths`` copied there from the CPU; `ReplayStore.update_priorities` takes them from any
+        device); with ``layout="batch"`` they stay on the CPU.
+
+        Parameters
+        ----------
+        layout : {"torchrl", "batch"}
+        keys : mapping of str to str or tuple of str, optional
+            Field name -> TorchRL key, overriding `replay.torchrl.DEFAULT_KEYS` (``None`` drops one).
+        flat : bool
+            With ``layout="torchrl"``: batch size ``[B * L]`` instead of ``[B, L]``.
 
         Raises
         ------
         ImportError
             The ``tensordict`` package is not installed (``pip install tensordict``).
+        ValueError
+            An unknown ``layout``, or two fields mapped to one key.
+        TypeError
+            A ``keys`` value that is not a str or a tuple of str.
+
+        References
+        ----------
+        TorchRL's ``SliceSampler`` (``truncated_key``, ``pad_output``) and its losses' ``("collector",
+        "mask")`` and ``"priority_weight"`` entries.
         """
         try:
             from tensordict import TensorDict
@@ -191,15 +240,57 @@ class Batch(Mapping[str, torch.Tensor]):
             raise ImportError(
                 "Batch.to_tensordict() needs the 'tensordict' package: pip install tensordict"
             ) from exc
-        data = dict(self._fields)
-        data.update(
-            mask=self.mask,
-            keys=self.keys,
-            probabilities=self.probabilities,
-            weights=self.weights,
-            lengths=self.lengths,
-        )
-        return TensorDict(data, batch_size=[self.batch_size])
+        if layout == "batch":
+            data = dict(self._fields)
+            data.update(
+                mask=self.mask,
+                keys=self.keys,
+                probabilities=self.probabilities,
+                weights=self.weights,
+                lengths=self.lengths,
+            )
+            return TensorDict(data, batch_size=[self.batch_size])
+        if layout != "torchrl":
+            raise ValueError(f"layout must be 'torchrl' or 'batch', got {layout!r}")
+        from replay.torchrl import torchrl_keys
+
+        mapping = torchrl_keys(keys)
+        b, length = self.batch_size, self.window
+        named = {mapping.get(name, name): t for name, t in self._fields.items()}
+        steps = torch.arange(length, device=self.mask.device)
+        last = torch.where(self.mask, steps, -1).amax(1, keepdim=True)  # each window's last real step
+        window_end = steps == last  # [B, L]
+        flags = {k: named.get(("next", k)) for k in ("truncated", "done", "terminated")}
+        like = next((f for f in flags.values() if f is not None), None)
+        shape = (b, length, 1) if like is None else tuple(like.shape)
+        end = window_end.reshape(b, length, *([1] * (len(shape) - 2))).expand(shape)
+        for k in ("truncated", "done"):
+            stored = flags[k]
+            named["next", k] = end.clone() if stored is None else stored.to(torch.bool) | end
+        if flags["terminated"] is None:
+            named["next", "terminated"] = torch.zeros(shape, dtype=torch.bool, device=self.mask.device)
+        per_step = {
+            "keys": self.keys,
+            "probabilities": self.probabilities,
+            "weights": self.weights,
+            "lengths": self.lengths,
+            "priority_weight": self.weights,
+        }
+        for name, t in per_step.items():  # one device for the whole TensorDict (tiny [B] copies at most)
+            named[name] = t.to(self.mask.device)[:, None].expand(b, length)
+        named["mask"] = self.mask
+        named["collector", "mask"] = self.mask
+        data: dict[str, Any] = {}
+        for key, t in named.items():  # nest ("next", "reward") as {"next": {"reward": ...}}
+            if isinstance(key, tuple):
+                node = data
+                for part in key[:-1]:
+                    node = node.setdefault(part, {})
+                node[key[-1]] = t
+            else:
+                data[key] = t
+        td = TensorDict(data, batch_size=[b, length], device=self.mask.device, names=[None, "time"])
+        return td.reshape(-1) if flat else td
 
     def __repr__(self) -> str:
         shapes = ", ".join(f"{n}: {tuple(t.shape)} {t.dtype}" for n, t in self._fields.items())

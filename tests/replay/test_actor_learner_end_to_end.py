@@ -118,7 +118,7 @@ def test_actors_write_and_the_learner_samples_checkpoints_and_restores(tmp_path,
 
         pytest.importorskip("tensordict")
         batch = restored.sample(batch_size=256, window=64, pad="tail", timeout=5.0)
-        td = batch.to_tensordict()
+        td = batch.to_tensordict(layout="batch")  # the per-window layout; the TorchRL one: test_torchrl.py
         assert tuple(td.batch_size) == (256,)
         assert td["obs"].shape == (256, 64, 4) and td["mask"].shape == (256, 64)
         assert (td["obs"] == batch["obs"]).all() and (td["keys"] == batch.keys).all()

@@ -1,0 +1,337 @@
+"""TorchRL adapter: store a collector's TensorDict rollouts as episodes, and name the fields as TorchRL does.
+
+A TorchRL collector (``torchrl.collectors.SyncDataCollector``, ...) yields TensorDicts of batch size
+``[T]`` (one env) or ``[N_envs, T]`` (a batched env), holding per step ``"observation"``, ``"action"``,
+``("next", "observation")``, ``("next", "reward")``, ``("next", "done")``, ``("next", "terminated")``,
+``("next", "truncated")`` and ``("collector", "traj_ids")``. `TorchRLWriter` writes them through one
+`replay.writer.TrajectoryWriter` per env: a step whose ``("next", "done")`` (or ``terminated`` /
+``truncated``) is set ends its episode, a change of trajectory id ends it too, and an episode still
+running at the end of a rollout stays open and continues with the next rollout.
+
+`DEFAULT_KEYS` maps store field names to TorchRL keys (``"reward"`` <-> ``("next", "reward")``,
+``"next_observation"`` <-> ``("next", "observation")``, ``"traj_ids"`` <-> ``("collector",
+"traj_ids")``, ...); a user mapping overrides entries (``None`` drops one), and a field it does not
+name is read under its own name. `Batch.to_tensordict` uses the same mapping backwards, giving
+batches laid out as TorchRL's ``SliceSampler`` gives them (docs/architecture.md#replay-composition).
+
+>>> spec = torchrl_spec(collector_rollout)           # fields, shapes and dtypes of the rollout
+>>> store = ReplayStore(spec, capacity_steps=100_000)
+>>> with TorchRLWriter(store) as writer:
+...     for rollout in collector:
+...         writer.extend(rollout)
+>>> with store.sample(32, window=8) as batch:
+...     loss = DQNLoss(actor, action_space="one-hot")(batch.to_tensordict())
+
+This module needs no TorchRL to import; rollouts are read through the TensorDict interface
+(``batch_size``, ``get``, ``keys(include_nested=True)``).
+
+References
+----------
+TorchRL's collectors (rollout layout, ``("collector", "traj_ids")``) and ``SliceSampler``
+(``("next", "truncated")`` at slice ends, ``("collector", "mask")``); Reverb's ``TrajectoryWriter``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from replay.spec import TrajectorySpec
+
+if TYPE_CHECKING:
+    from replay.writer import TrajectoryWriter
+
+__all__ = ["DEFAULT_KEYS", "END_KEYS", "TorchRLWriter", "torchrl_keys", "torchrl_spec"]
+
+NestedKey = str | tuple[str, ...]
+
+#: store field name -> TorchRL key of a collector's rollout (and of a SliceSampler batch)
+DEFAULT_KEYS: dict[str, NestedKey] = {
+    "observation": "observation",
+    "action": "action",
+    "next_observation": ("next", "observation"),
+    "reward": ("next", "reward"),
+    "done": ("next", "done"),
+    "terminated": ("next", "terminated"),
+    "truncated": ("next", "truncated"),
+    "traj_ids": ("collector", "traj_ids"),
+}
+
+#: rollout keys whose True value ends an episode after its step
+END_KEYS: tuple[NestedKey, ...] = (("next", "done"), ("next", "terminated"), ("next", "truncated"))
+TRAJ_KEY: NestedKey = ("collector", "traj_ids")
+MASK_KEY: NestedKey = ("collector", "mask")
+
+
+def _key(key: NestedKey) -> NestedKey:
+    """A nested key in its canonical form: a plain str, or a tuple of two or more strs."""
+    if isinstance(key, tuple) and len(key) == 1:
+        key = key[0]
+    if isinstance(key, str) or (isinstance(key, tuple) and key and all(isinstance(k, str) for k in key)):
+        return key
+    raise TypeError(f"a TorchRL key is a str or a tuple of str, got {key!r}")
+
+
+def torchrl_keys(keys: Mapping[str, NestedKey | None] | None = None) -> dict[str, NestedKey]:
+    """`DEFAULT_KEYS` updated by ``keys`` (field name -> TorchRL key; ``None`` drops the default).
+
+    Raises
+    ------
+    TypeError
+        A key that is not a str or a tuple of str.
+    ValueError
+        Two fields mapped to one TorchRL key.
+    """
+    out = dict(DEFAULT_KEYS)
+    for field, key in (keys or {}).items():
+        if key is None:
+            out.pop(field, None)
+        else:
+            out[field] = _key(key)
+    seen: dict[NestedKey, str] = {}
+    for field, key in out.items():
+        if key in seen:
+            raise ValueError(f"keys: fields {seen[key]!r} and {field!r} both map to {key!r}")
+        seen[key] = field
+    return out
+
+
+def _has(td: Any, key: NestedKey) -> bool:
+    return td.get(key, None) is not None
+
+
+def torchrl_spec(rollout: Any, keys: Mapping[str, NestedKey | None] | None = None) -> TrajectorySpec:
+    """A `TrajectorySpec` with one field per mapped key the rollout holds, of its per-step shape and dtype.
+
+    Parameters
+    ----------
+    rollout : tensordict.TensorDictBase
+        A collector's rollout, batch size ``[T]`` or ``[N_envs, T]`` (the last dim is time).
+    keys : mapping of str to TorchRL key, optional
+        Overrides of `DEFAULT_KEYS` (see `torchrl_keys`); fields whose key the rollout lacks are left out.
+
+    Raises
+    ------
+    ValueError
+        None of the mapped keys is in the rollout, or the rollout has no batch dims.
+    """
+    dims = len(rollout.batch_size)
+    if dims not in (1, 2):
+        raise ValueError(f"rollout: batch size must be [T] or [N_envs, T], got {list(rollout.batch_size)}")
+    fields = {}
+    for field, key in torchrl_keys(keys).items():
+        value = rollout.get(key, None)
+        if value is not None:
+            fields[field] = (tuple(value.shape[dims:]), value.dtype)
+    if not fields:
+        raise ValueError(f"rollout holds none of the keys {sorted(map(str, torchrl_keys(keys).values()))}")
+    return TrajectorySpec(fields)
+
+
+class TorchRLWriter:
+    """Writes TorchRL collector rollouts into a replay store as episodes, one open writer per env.
+
+    Parameters
+    ----------
+    target : ReplayStore, AttachedStore or any object with ``writer(**kw)``; or a TrajectoryWriter
+        Where the steps go. A store makes one `TrajectoryWriter` per env (lazily); a single writer
+        takes rollouts of one env only (batch size ``[T]`` or ``[1, T]``).
+    keys : mapping of str to TorchRL key, optional
+        Overrides of `DEFAULT_KEYS` (``None`` drops one). Every field of the store's spec is read from
+        the rollout under ``keys.get(field, field)``; other rollout entries are ignored.
+    **writer_kwargs
+        Passed to ``target.writer`` (``chunk_steps``, ``timeout``).
+
+    Attributes
+    ----------
+    spec : TrajectorySpec
+    keys : dict of str to TorchRL key
+        The key each spec field is read from.
+    steps_written, episodes_written : int
+        Steps handed to the writers, episodes ended.
+
+    Notes
+    -----
+    An episode ends after a step whose ``("next", "done")``, ``("next", "terminated")`` or
+    ``("next", "truncated")`` (those the rollout has) is True, and also when the step's
+    ``("collector", "traj_ids")`` differs from the previous step's of the same env (within a rollout
+    or across rollouts). Steps whose ``("collector", "mask")`` is False (padding of some collectors)
+    are skipped. An episode open at a rollout's end continues in the next `extend`; `close` (or the
+    end of a ``with`` block without an exception) ends every open episode.
+    """
+
+    def __init__(
+        self, target: Any, keys: Mapping[str, NestedKey | None] | None = None, **writer_kwargs: Any
+    ) -> None:
+        self._store = None if hasattr(target, "append") and hasattr(target, "end_episode") else target
+        self._writers: dict[int, TrajectoryWriter] = {}
+        if self._store is None:
+            self._writers[0] = target
+            if writer_kwargs:
+                raise ValueError(f"writer_kwargs {sorted(writer_kwargs)} need a store, not a writer")
+        elif not hasattr(target, "writer"):
+            raise TypeError(
+                f"target must be a replay store or a TrajectoryWriter, got {type(target).__name__}"
+            )
+        self._writer_kwargs = writer_kwargs
+        self.spec: TrajectorySpec = target.spec
+        mapping = torchrl_keys(keys)
+        self.keys = {field: mapping.get(field, field) for field in self.spec}
+        self._last_traj: dict[int, int] = {}  # env -> trajectory id of its open episode
+        self._open_envs: set[int] = set()  # envs with steps written since their last end
+        self.steps_written = 0
+        self.episodes_written = 0
+        self._closed = False
+
+    @property
+    def writers(self) -> dict[int, TrajectoryWriter]:
+        """The writer of each env (index in the rollout's first batch dim) that has written steps."""
+        return dict(self._writers)
+
+    def _writer(self, env: int) -> TrajectoryWriter:
+        w = self._writers.get(env)
+        if w is None:
+            w = self._writers[env] = self._store.writer(**self._writer_kwargs)
+        return w
+
+    def extend(self, rollout: Any) -> int:
+        """Write a rollout's steps, env by env and in time order; returns the number of steps written.
+
+        Parameters
+        ----------
+        rollout : tensordict.TensorDictBase
+            Batch size ``[T]`` or ``[N_envs, T]`` (time last, as collectors give), holding every key in
+            `keys`, each ``[*batch, *field_shape]`` of the field's dtype.
+
+        Raises
+        ------
+        ValueError
+            A batch size of other than 1 or 2 dims, a missing key (naming field and key), a wrong
+            per-step shape; or a closed writer. Nothing of the rollout is written.
+        TypeError
+            A wrong dtype (naming the field). Nothing of the rollout is written.
+        TimeoutError
+            A commit waited for the rate limiter past the writer's timeout.
+        """
+        if self._closed:
+            raise ValueError("this TorchRLWriter is closed")
+        dims = len(rollout.batch_size)
+        if dims not in (1, 2):
+            raise ValueError(
+                f"rollout: batch size must be [T] or [N_envs, T], got {list(rollout.batch_size)}"
+            )
+        cols = {}
+        for field, key in self.keys.items():
+            value = rollout.get(key, None)
+            if value is None:
+                raise ValueError(f"rollout has no {key!r} for field {field!r} (pass keys={{{field!r}: ...}})")
+            cols[field] = value if dims == 2 else value.unsqueeze(0)
+        n_env, t = (1, *rollout.batch_size) if dims == 1 else tuple(rollout.batch_size)
+        if self._store is None and n_env != 1:
+            raise ValueError(
+                f"a TorchRLWriter on one TrajectoryWriter takes rollouts of one env, got {n_env} envs: "
+                "give it the store instead"
+            )
+        arrays = {field: f.check(cols[field], (n_env, t)) for field, f in self.spec.items()}  # all, first
+        ends = torch.zeros(n_env, t, dtype=torch.bool)
+        for key in END_KEYS:
+            if _has(rollout, key):
+                e = rollout.get(key).reshape(n_env, t, -1)
+                ends |= e.any(-1).cpu()
+        traj = rollout.get(TRAJ_KEY, None)
+        traj = None if traj is None else traj.reshape(n_env, t).cpu().numpy()
+        valid = rollout.get(MASK_KEY, None)
+        valid = None if valid is None else valid.reshape(n_env, t).cpu().numpy()
+        ends_np = ends.numpy()
+        written = 0
+        for env in range(n_env):
+            written += self._write_env(
+                env,
+                {n: a[env] for n, a in arrays.items()},
+                ends_np[env],
+                None if traj is None else traj[env],
+                None if valid is None else valid[env],
+            )
+        return written
+
+    def _write_env(
+        self,
+        env: int,
+        cols: dict[str, np.ndarray],
+        ends: np.ndarray,
+        traj: np.ndarray | None,
+        valid: np.ndarray | None,
+    ) -> int:
+        rows = np.arange(len(ends)) if valid is None else np.flatnonzero(valid)
+        if rows.size == 0:
+            return 0
+        w = self._writer(env)
+        # segment boundaries: after an end step, and before a step whose trajectory id changes
+        cut_after = ends[rows].copy()
+        if traj is not None:
+            ids = traj[rows]
+            prev = self._last_traj.get(env)
+            if env in self._open_envs and ids[0] != prev:  # the open episode was cut off
+                self._end(env)
+            cut_after[:-1] |= ids[1:] != ids[:-1]
+        start = 0
+        for stop in [*(np.flatnonzero(cut_after) + 1).tolist(), rows.size]:
+            if stop <= start:
+                continue
+            sel = rows[start:stop]
+            w.extend({n: c[sel] for n, c in cols.items()})
+            self.steps_written += sel.size
+            self._open_envs.add(env)
+            if traj is not None:
+                self._last_traj[env] = int(traj[sel[-1]])
+            if cut_after[stop - 1]:
+                self._end(env)
+            start = stop
+        return int(rows.size)
+
+    def _end(self, env: int) -> None:
+        self._writers[env].end_episode()
+        self._open_envs.discard(env)
+        self._last_traj.pop(env, None)
+        self.episodes_written += 1
+
+    def flush(self) -> None:
+        """Commit every env's staged steps, keeping their episodes open (they become sampleable)."""
+        for w in self._writers.values():
+            w.flush()
+
+    def end_episodes(self) -> None:
+        """End every env's open episode (the next rollout's steps start new ones)."""
+        for env in sorted(self._open_envs):
+            self._end(env)
+
+    def close(self) -> None:
+        """End the open episodes and close the writers this object made (a given writer stays open)."""
+        if self._closed:
+            return
+        try:
+            self.end_episodes()
+        finally:
+            self._closed = True
+            if self._store is not None:
+                for w in self._writers.values():
+                    w.close()
+
+    def __enter__(self) -> TorchRLWriter:
+        return self
+
+    def __exit__(self, exc_type: Any, *exc: object) -> None:
+        if exc_type is not None and self._store is not None:
+            for w in self._writers.values():
+                w.close()  # drops staged steps, as TrajectoryWriter does after an exception
+            self._closed = True
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"TorchRLWriter(envs={len(self._writers)}, steps_written={self.steps_written}, "
+            f"episodes_written={self.episodes_written})"
+        )
