@@ -8,7 +8,7 @@ python3 -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet "torch==2.13.0"
 if [ -n "$extras" ]; then
-  .venv/bin/python -m pip install --quiet -e ".[${extras}]"
+  .venv/bin/python -m pip install --quiet "torch==2.13.0" -e ".[${extras}]"
 else
-  .venv/bin/python -m pip install --quiet -e .
+  .venv/bin/python -m pip install --quiet "torch==2.13.0" -e .
 fi
