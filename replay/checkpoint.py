@@ -115,6 +115,14 @@ def _read_latest(root: Path) -> tuple[str, str]:
     marker = root / "LATEST"
     raw = marker.read_bytes()[:4096]
     words = raw.decode("ascii", errors="replace").split()
+    old = root / words[0] if len(words) == 1 else None
+    if old is not None and (old / "zarr.json").is_file() and not (old / INTEGRITY).exists():
+        raise CheckpointError(
+            f"checkpoint {old} has no {INTEGRITY}: it was written by format version 1, which "
+            "recorded no checksums, and cannot be verified",
+            str(old),
+            (INTEGRITY,),
+        )
     if len(words) != 2 or len(words[1]) != 64:
         raise CheckpointError(
             f"checkpoint root {root}: LATEST is damaged (truncated or altered: {raw[:80]!r}); "
