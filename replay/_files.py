@@ -89,6 +89,7 @@ def check_files(
     (missing, truncated / grown, altered, unexpected, not a regular file); empty when all match."""
     folder = Path(folder)
     found = set(_files(folder)) - set(skip)
+    owner = {digest: rel for rel, (_, digest) in table.items()}
     problems = [f"{rel}: missing" for rel in sorted(set(table) - found)]
     for rel in sorted(found):
         p = folder / rel
@@ -101,8 +102,9 @@ def check_files(
         elif (n := os.path.getsize(p)) != size:
             change = "truncated" if n < size else "grown"
             problems.append(f"{rel}: {change} to {n} bytes, written with {size}")
-        elif file_sha256(p) != digest:
-            problems.append(f"{rel}: altered (sha256 differs from the one recorded at save)")
+        elif (got := file_sha256(p)) != digest:
+            was = f"holds the bytes of {owner[got]} (swapped)" if got in owner else "altered"
+            problems.append(f"{rel}: {was} (sha256 differs from the one recorded at save)")
     return problems
 
 
