@@ -283,9 +283,10 @@ def save(path: str | os.PathLike[str], snapshot: AbstractContextManager[dict[str
     try:
         previous: str | None = _read_latest(root)[0]
         number = _number(previous) + 1
-    except (OSError, CheckpointError):
-        previous = None
-        number = max((_number(p.name) + 1 for p in _folders(root)), default=0)
+    except (OSError, CheckpointError):  # no LATEST, or a damaged one: keep the newest folder there is
+        folders = _folders(root)
+        previous = folders[0].name if folders else None
+        number = _number(previous) + 1 if previous else 0
     tmp = root / f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     final = root / f"ckpt-{number:06d}"
     with snapshot as state:

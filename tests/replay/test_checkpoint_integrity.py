@@ -327,3 +327,19 @@ def test_episode_index_invariants_are_checked_not_trusted(pristine, how):
     _corrupt(state, how)
     with pytest.raises(CheckpointError, match=str(folder)):
         check_state(str(folder), counts, state)
+
+
+def test_a_new_checkpoint_over_a_damaged_latest_keeps_the_newest_older_one(pristine, tmp_path):
+    root0, _, _ = pristine
+    root = tmp_path / "ckpt"
+    shutil.copytree(root0, root)
+    (root / "LATEST").write_text("garbage")
+    with MemoryManager() as mm:
+        store = ReplayStore(SPEC, 16, memory=mm)
+        write(store, 0, [3])
+        folder = store.checkpoint(root)
+        expected = contents(store)
+        store.close()
+    assert Path(folder).name == "ckpt-000002"
+    assert sorted(os.listdir(root)) == ["LATEST", LATEST, "ckpt-000002"]
+    assert restore_or_refuse(root, expected, []) is None
