@@ -7,6 +7,7 @@ commit protocol, `replay.windows` for window semantics, `replay.keys` for the ke
 `replay.checkpoint` for checkpoints (docs/architecture.md#replay-composition).
 """
 
+from replay._files import CheckpointError
 from replay.attach import AttachedStore
 from replay.batch import Batch
 from replay.interface import ReplayStoreBase
@@ -20,6 +21,7 @@ from replay.writer import TrajectoryWriter
 __all__ = [
     "AttachedStore",
     "Batch",
+    "CheckpointError",
     "Episode",
     "FieldSpec",
     "Fifo",

@@ -2,8 +2,12 @@
 
 Layout of a checkpoint folder ``path/``::
 
-    path/LATEST              name of the newest complete checkpoint (replaced atomically)
+    path/LATEST              "ckpt-000007 <sha256 of its INTEGRITY.json>" (replaced atomically)
+    path/ckpt-000006/        the previous checkpoint (kept: restorable by its own path)
     path/ckpt-000007/        a zarr v3 group (uncompressed):
+        INTEGRITY.json       the manifest: size and sha256 of every other file of the folder, and the
+                             counts that tie the parts together (`replay.checkpoint_invariants`), sealed
+                             with the sha256 of its own content (`replay._files.seal`)
         attrs                settings (spec, capacity, shards, selector, rate limiter, ...), rate-limiter
                              counters, global sequence and shard loads, per-shard meta (write_pos,
                              n_records, holes), selector max priority and RNG state
@@ -15,21 +19,23 @@ Layout of a checkpoint folder ``path/``::
 Positions are absolute, so a restored store puts every step back in the slot it had: keys drawn
 before the checkpoint stay valid (or stale) exactly as before, and the generation stamps round-trip.
 
-Atomicity: a checkpoint is written into ``path/.tmp-*``, renamed to ``path/ckpt-NNNNNN`` (one rename),
-and only then named in ``LATEST`` (written to a temporary file, fsync'd and ``os.replace``d). A
-process killed at any point leaves ``LATEST`` naming the previous complete checkpoint; leftovers are
-removed by the next checkpoint. Older checkpoints are deleted once the new one is named.
+Atomicity: a checkpoint is written into ``path/.tmp-*``, sealed, fsync'd, renamed to
+``path/ckpt-NNNNNN`` (one rename), and only then named in ``LATEST`` (a temporary file, fsync'd and
+``os.replace``d). A process killed at any point leaves ``LATEST`` naming the previous complete
+checkpoint; leftovers are removed by the next one, which keeps the checkpoint it replaces and
+deletes the older ones.
 
-The state comes from each part's ``state_dict()`` (`replay.storage.Control`,
-`replay.shard.ShardStorage`, `replay.table.Table`); `save` takes it from a context manager that holds
-the store quiescent while the arrays are written (`replay.store.ReplayStore.checkpoint`: the selector,
-every shard and the control block locked, as Reverb's tables are). `load` returns the same state,
-arrays read lazily, for `replay.store.ReplayStore.restore` to hand to each part's
-``load_state_dict()``. See docs/architecture.md#checkpoints.
+Integrity: `load` verifies every file (none missing, truncated, altered, or unexpected), the manifest
+against ``LATEST``, the counts and the episode index's invariants, all before a store is sized from
+it, and raises `CheckpointError` (a ``ValueError``) naming the checkpoint, the file and the fault,
+and the older checkpoint that is intact, if any. `save` takes the state from a context manager that
+holds the store quiescent (`replay.store.ReplayStore.checkpoint`); `load` gives it back for each
+part's ``load_state_dict()``. See docs/architecture.md#checkpoints.
 
 References
 ----------
-DeepMind Reverb's checkpointing (tables, items, rate-limiter counters); zarr v3.
+DeepMind Reverb's checkpointing (tables, items, rate-limiter counters); zarr v3; content-addressed
+manifests of file checksums, as in git's trees and OCI image manifests.
 """
 
 from __future__ import annotations
@@ -44,13 +50,26 @@ from typing import Any
 
 import numpy as np
 
-from replay._files import fsync_dir
+from replay._files import CheckpointError, check_files, file_table, fsync_dir, seal, unseal
+from replay.checkpoint_invariants import check_state, expected_counts
 
-__all__ = ["VERSION", "fsync_dir", "load", "save"]
+__all__ = ["INTEGRITY", "VERSION", "CheckpointError", "fsync_dir", "latest", "load", "save", "verify"]
 
-VERSION = 1
+VERSION = 2
+FORMAT = "graphrl.replay"
+INTEGRITY = "INTEGRITY.json"
 _CHUNK_BYTES = 16 * 2**20
 _PER_ITEM = ("priority", "times_sampled", "state")
+_CONFIG_KEYS = (
+    "spec",
+    "capacity",
+    "num_shards",
+    "selector",
+    "rate_limiter",
+    "max_times_sampled",
+    "chunk_steps",
+    "timeout",
+)
 
 
 def _write_array(group: Any, name: str, parts: list[np.ndarray], shape: tuple[int, ...], dtype: Any) -> None:
@@ -72,20 +91,227 @@ def _write_array(group: Any, name: str, parts: list[np.ndarray], shape: tuple[in
         start += len(p)
 
 
-def _latest(path: Path) -> Path:
-    marker = path / "LATEST"
-    if not marker.is_file() and (path / "MANIFEST.json").is_file():  # replay.distributed's layout
+def _number(name: str) -> int:
+    """``ckpt-000007`` -> 7 (ValueError for any other name)."""
+    head, _, digits = name.partition("-")
+    if head != "ckpt" or len(digits) != 6 or not digits.isdigit():
+        raise ValueError(name)
+    return int(digits)
+
+
+def _folders(root: Path) -> list[Path]:
+    """The ``ckpt-NNNNNN`` folders under ``root``, newest first."""
+    found = []
+    for p in root.glob("ckpt-*"):
+        try:
+            found.append((_number(p.name), p))
+        except ValueError:
+            continue
+    return [p for _, p in sorted(found, reverse=True) if p.is_dir()]
+
+
+def _read_latest(root: Path) -> tuple[str, str]:
+    """``LATEST``'s checkpoint name and manifest digest (CheckpointError if it is damaged)."""
+    marker = root / "LATEST"
+    raw = marker.read_bytes()[:4096]
+    words = raw.decode("ascii", errors="replace").split()
+    old = root / words[0] if len(words) == 1 else None
+    if old is not None and (old / "zarr.json").is_file() and not (old / INTEGRITY).exists():
+        raise CheckpointError(
+            f"checkpoint {old} has no {INTEGRITY}: it was written by format version 1, which "
+            "recorded no checksums, and cannot be verified",
+            str(old),
+            (INTEGRITY,),
+        )
+    if len(words) != 2 or len(words[1]) != 64:
+        raise CheckpointError(
+            f"checkpoint root {root}: LATEST is damaged (truncated or altered: {raw[:80]!r}); "
+            "it must name a checkpoint and its manifest's sha256",
+            str(root),
+            ("LATEST",),
+        )
+    try:
+        _number(words[0])
+    except ValueError:
+        raise CheckpointError(
+            f"checkpoint root {root}: LATEST names {words[0]!r}, which is not a checkpoint name",
+            str(root),
+            ("LATEST",),
+        ) from None
+    return words[0], words[1]
+
+
+def verify(folder: str | os.PathLike[str], digest: str | None = None) -> dict[str, Any]:
+    """Verify one checkpoint folder's files against its manifest; return the manifest.
+
+    Parameters
+    ----------
+    folder : str or path
+        A ``ckpt-NNNNNN`` folder.
+    digest : str, optional
+        The manifest's sha256 that ``LATEST`` recorded (checked when given).
+
+    Raises
+    ------
+    CheckpointError
+        The manifest is missing, altered or of another checkpoint, or a file is missing, truncated,
+        grown, altered or unexpected (every such file is named).
+    """
+    folder = Path(folder)
+    name = str(folder)
+    if not folder.is_dir():
+        raise CheckpointError(f"checkpoint {name} is missing (no such folder)", name)
+    body, got = unseal(folder / INTEGRITY, name)
+    if body.get("format") != FORMAT or body.get("version") != VERSION:
+        raise CheckpointError(
+            f"checkpoint {name}: {INTEGRITY} is of format {body.get('format')!r} version "
+            f"{body.get('version')}, expected {FORMAT!r} version {VERSION}",
+            name,
+            (INTEGRITY,),
+        )
+    if body.get("checkpoint") != folder.name:
+        raise CheckpointError(
+            f"checkpoint {name}: {INTEGRITY} is the manifest of {body.get('checkpoint')!r} (folders swapped)",
+            name,
+            (INTEGRITY,),
+        )
+    if digest is not None and got != digest:
+        raise CheckpointError(
+            f"checkpoint {name}: {INTEGRITY} is not the manifest LATEST recorded (sha256 {got[:12]}..., "
+            f"LATEST says {digest[:12]}...): the folder was replaced",
+            name,
+            (INTEGRITY,),
+        )
+    if not isinstance(body.get("files"), dict) or not isinstance(body.get("counts"), dict):
+        raise CheckpointError(f"checkpoint {name}: {INTEGRITY} lacks files or counts", name, (INTEGRITY,))
+    problems = check_files(folder, body["files"], skip=(INTEGRITY,))
+    if problems:
+        more = f" (and {len(problems) - 8} more)" if len(problems) > 8 else ""
+        raise CheckpointError(
+            f"checkpoint {name} is damaged: " + "; ".join(problems[:8]) + more,
+            name,
+            tuple(p.split(": ", 1)[0] for p in problems),
+        )
+    return body
+
+
+def _intact_older(root: Path, skip: Path | None) -> str | None:
+    """The newest checkpoint folder under ``root`` other than ``skip`` whose files verify."""
+    for folder in _folders(root):
+        if skip is not None and folder == skip:
+            continue
+        try:
+            verify(folder)
+        except CheckpointError:
+            continue
+        return str(folder)
+    return None
+
+
+def _with_intact(err: CheckpointError, root: Path, skip: Path | None) -> CheckpointError:
+    older = _intact_older(root, skip)
+    hint = (
+        f"; the older checkpoint {older} is intact: ReplayStore.restore({older!r}) restores it"
+        if older
+        else f"; no older intact checkpoint under {root}"
+    )
+    return CheckpointError(str(err) + hint, err.checkpoint, err.files, older)
+
+
+def latest(path: str | os.PathLike[str]) -> tuple[Path, str | None]:
+    """The checkpoint folder `load` reads for ``path`` (a root with ``LATEST``, or a ``ckpt-NNNNNN``
+    folder itself) and the manifest digest ``LATEST`` recorded (None for a folder given directly).
+
+    Raises
+    ------
+    FileNotFoundError
+        No checkpoint at all under ``path``.
+    ValueError
+        ``path`` holds a Ray-backed store's checkpoint.
+    CheckpointError
+        ``LATEST`` is missing (checkpoint folders are there), damaged, or names no folder.
+    """
+    root = Path(path)
+    if (root / "LATEST").is_file():
+        try:
+            name, digest = _read_latest(root)
+        except CheckpointError as e:
+            raise _with_intact(e, root, None) from None
+        return root / name, digest
+    if (root / INTEGRITY).is_file() or ((root / "zarr.json").is_file() and root.name.startswith("ckpt-")):
+        return root, None
+    if (root / "MANIFEST.json").is_file():  # replay.distributed's layout
         raise ValueError(
-            f"{path} holds a Ray-backed store's checkpoint (MANIFEST.json, no LATEST): "
+            f"{root} holds a Ray-backed store's checkpoint (MANIFEST.json, no LATEST): "
             "use replay.distributed.RayReplayStore.restore(path)"
         )
-    if not marker.is_file():
-        raise FileNotFoundError(f"no complete replay checkpoint under {path} (no LATEST file)")
-    name = marker.read_text().strip()
-    folder = path / name
-    if not name.startswith("ckpt-") or not folder.is_dir():
-        raise FileNotFoundError(f"{marker} names {name!r}, which is not a checkpoint folder under {path}")
-    return folder
+    if _folders(root):
+        err = CheckpointError(f"checkpoint root {root}: LATEST is missing", str(root), ("LATEST",))
+        raise _with_intact(err, root, None)
+    raise FileNotFoundError(f"no complete replay checkpoint under {root} (no LATEST file)")
+
+
+def save(path: str | os.PathLike[str], snapshot: AbstractContextManager[dict[str, Any]]) -> str:
+    """Write a store's state to a new checkpoint under ``path`` atomically; return its folder.
+
+    Parameters
+    ----------
+    path : str or path
+        Checkpoint root (created if missing). The checkpoint ``LATEST`` named stays (the previous
+        one); older ones are deleted once the new one is named.
+    snapshot : context manager
+        Entered, it yields the store's state ``{"config", "control", "shards", "table"}`` (each
+        part's ``state_dict()``, arrays as row blocks) and keeps it unchanged until exited.
+
+    Returns
+    -------
+    str
+        The new ``path/ckpt-NNNNNN`` folder.
+
+    Raises
+    ------
+    OSError
+        The files cannot be written (the previous checkpoint stays the latest).
+    """
+    import zarr
+    from zarr.storage import LocalStore
+
+    root = Path(path)
+    root.mkdir(parents=True, exist_ok=True)
+    for stale in root.glob(".tmp-*"):  # left by a checkpoint that was killed
+        shutil.rmtree(stale, ignore_errors=True)
+    try:
+        previous: str | None = _read_latest(root)[0]
+        number = _number(previous) + 1
+    except (OSError, CheckpointError):  # no LATEST, or a damaged one: keep the newest folder there is
+        folders = _folders(root)
+        previous = folders[0].name if folders else None
+        number = _number(previous) + 1 if previous else 0
+    tmp = root / f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    final = root / f"ckpt-{number:06d}"
+    with snapshot as state:
+        group = zarr.open_group(LocalStore(tmp), mode="w", zarr_format=3)
+        _write_state(group, state)
+        counts = expected_counts(state)
+    body = {"format": FORMAT, "version": VERSION, "checkpoint": final.name, "counts": counts}
+    digest = seal(tmp / INTEGRITY, {**body, "files": file_table(tmp)})
+    for dirpath, _, _ in os.walk(tmp):
+        fsync_dir(Path(dirpath))
+    if final.exists():  # a folder left by a checkpoint killed between rename and LATEST
+        shutil.rmtree(final)
+    os.rename(tmp, final)
+    fsync_dir(root)
+    marker_tmp = root / f".tmp-LATEST-{uuid.uuid4().hex[:8]}"
+    with open(marker_tmp, "w") as fh:
+        fh.write(f"{final.name} {digest}\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(marker_tmp, root / "LATEST")
+    fsync_dir(root)
+    for old in _folders(root):
+        if old.name not in (final.name, previous):
+            shutil.rmtree(old, ignore_errors=True)
+    return str(final)
 
 
 def _write_state(group: Any, state: dict[str, Any]) -> None:
@@ -116,114 +342,77 @@ def _write_state(group: Any, state: dict[str, Any]) -> None:
     }
 
 
-def save(path: str | os.PathLike[str], snapshot: AbstractContextManager[dict[str, Any]]) -> str:
-    """Write a store's state to a new checkpoint under ``path`` atomically; return its folder.
-
-    Parameters
-    ----------
-    path : str or path
-        Checkpoint root (created if missing); previous checkpoints in it are replaced.
-    snapshot : context manager
-        Entered, it yields the store's state ``{"config", "control", "shards", "table"}`` (each
-        part's ``state_dict()``, arrays as row blocks) and keeps it unchanged until exited.
-
-    Returns
-    -------
-    str
-        The new ``path/ckpt-NNNNNN`` folder.
-
-    Raises
-    ------
-    OSError
-        The files cannot be written (the previous checkpoint stays the latest).
-    """
-    import zarr
-    from zarr.storage import LocalStore
-
-    root = Path(path)
-    root.mkdir(parents=True, exist_ok=True)
-    for stale in root.glob(".tmp-*"):  # left by a checkpoint that was killed
-        shutil.rmtree(stale, ignore_errors=True)
-    try:
-        number = int(_latest(root).name.split("-")[1]) + 1
-    except (FileNotFoundError, ValueError, IndexError):
-        number = 0
-    tmp = root / f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    with snapshot as state:
-        _write_state(zarr.open_group(LocalStore(tmp), mode="w", zarr_format=3), state)
-    for dirpath, _, _ in os.walk(tmp):
-        fsync_dir(Path(dirpath))
-    final = root / f"ckpt-{number:06d}"
-    if final.exists():  # a folder left by a checkpoint killed between rename and LATEST
-        shutil.rmtree(final)
-    os.rename(tmp, final)
-    fsync_dir(root)
-    marker_tmp = root / f".tmp-LATEST-{uuid.uuid4().hex[:8]}"
-    with open(marker_tmp, "w") as fh:
-        fh.write(final.name + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(marker_tmp, root / "LATEST")
-    fsync_dir(root)
-    for old in root.glob("ckpt-*"):
-        if old != final:
-            shutil.rmtree(old, ignore_errors=True)
-    return str(final)
-
-
 def load(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The state saved in the latest complete checkpoint under ``path``, as `save` was given it.
+    """The state saved in the latest complete checkpoint under ``path`` (or in the checkpoint folder
+    ``path``), as `save` was given it, verified.
 
     ``config`` and ``control`` are plain data; per shard, ``shards[s]`` (for
-    `replay.shard.ShardStorage.load_state_dict`) and ``table["shards"][s]`` hold zarr arrays, read
-    when indexed (``[...]``).
+    `replay.shard.ShardStorage.load_state_dict`) holds ``steps`` and ``records`` as numpy arrays and the
+    field columns as zarr arrays (read when indexed, ``[...]``); ``table["shards"][s]`` numpy arrays.
+    Every file is verified against the manifest before anything is read, and the state against the
+    manifest's counts and the episode index's invariants before it is returned.
 
     Raises
     ------
     FileNotFoundError
-        No complete checkpoint under ``path``.
+        No checkpoint under ``path``.
     ValueError
-        A checkpoint of another format version, or a Ray-backed store's checkpoint.
+        A Ray-backed store's checkpoint.
+    CheckpointError
+        A damaged checkpoint (see `verify` and `replay.checkpoint_invariants.check_state`); the message
+        names the older checkpoint that is intact, if any.
     """
+    folder, digest = latest(path)
+    root = folder.parent
+    try:
+        manifest = verify(folder, digest)
+        state = _read_state(folder)
+        check_state(str(folder), manifest["counts"], state)
+    except CheckpointError as e:
+        raise _with_intact(e, root, folder) from None
+    return state
+
+
+def _read_state(folder: Path) -> dict[str, Any]:
+    """The state of a verified checkpoint folder (index and selector arrays read, columns lazy)."""
     import zarr
     from zarr.storage import LocalStore
 
-    folder = _latest(Path(path))
-    group = zarr.open_group(LocalStore(folder, read_only=True), mode="r")
-    attrs = dict(group.attrs["replay"])
-    if attrs.get("version") != VERSION:
-        raise ValueError(f"{folder}: checkpoint format version {attrs.get('version')}, expected {VERSION}")
-    config_keys = (
-        "spec",
-        "capacity",
-        "num_shards",
-        "selector",
-        "rate_limiter",
-        "max_times_sampled",
-        "chunk_steps",
-        "timeout",
-    )
-    config = {k: attrs[k] for k in config_keys}
-    shards, per_item = [], []
-    for s, m in enumerate(attrs["shards"]):
-        g = group[f"shard{s}"]
-        shards.append(
-            {
-                "columns": {name: g[name] for name in config["spec"]},
-                "steps": g["steps"],
-                "records": g["records"],
-                **{k: int(m[k]) for k in ("write_pos", "n_records", "holes", "commits")},
-            }
-        )
-        per_item.append({name: g[name] for name in _PER_ITEM})
-    return {
-        "config": config,
-        "control": {k: attrs[k] for k in ("counters", "global_seq", "writers", "assigned")},
-        "shards": shards,
-        "table": {
-            "shards": per_item,
-            "max_priority": attrs["max_priority"],
-            "rng": attrs["rng"],
-            "incarnation": int(attrs.get("incarnation", 0)),
-        },
-    }
+    name = str(folder)
+    try:
+        group = zarr.open_group(LocalStore(folder, read_only=True), mode="r")
+        attrs = dict(group.attrs["replay"])
+        if attrs.get("version") != VERSION:
+            raise CheckpointError(
+                f"checkpoint {name}: format version {attrs.get('version')}, expected {VERSION}",
+                name,
+                ("zarr.json",),
+            )
+        config = {k: attrs[k] for k in _CONFIG_KEYS}
+        shards, per_item = [], []
+        for s, m in enumerate(attrs["shards"][: int(config["num_shards"])]):
+            g = group[f"shard{s}"]
+            shards.append(
+                {
+                    "columns": {n: g[n] for n in config["spec"]},
+                    "steps": np.asarray(g["steps"][...]),
+                    "records": np.asarray(g["records"][...]),
+                    **{k: int(m[k]) for k in ("write_pos", "n_records", "holes", "commits")},
+                }
+            )
+            per_item.append({n: np.asarray(g[n][...]) for n in _PER_ITEM})
+        return {
+            "config": config,
+            "control": {k: attrs[k] for k in ("counters", "global_seq", "writers", "assigned")},
+            "shards": shards,
+            "table": {
+                "shards": per_item,
+                "max_priority": float(attrs["max_priority"]),
+                "rng": attrs["rng"],
+                "incarnation": int(attrs.get("incarnation", 0)),
+            },
+        }
+    except CheckpointError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any fault of a verified folder's metadata is the checkpoint's
+        raise CheckpointError(f"checkpoint {name}: its zarr metadata is inconsistent: {e!r}", name) from None

@@ -526,7 +526,7 @@ class ReplayStore(ReplayStoreBase):
         Parameters
         ----------
         path : str or path
-            The folder given to `checkpoint`.
+            The folder given to `checkpoint`, or one of its ``ckpt-NNNNNN`` folders.
         memory : MemoryManager, optional
             For the new store's regions (default a private manager).
         **kwargs
@@ -538,6 +538,9 @@ class ReplayStore(ReplayStoreBase):
             No complete checkpoint under ``path``.
         ValueError
             A checkpoint of another format version.
+        replay.CheckpointError
+            A damaged checkpoint (a ``ValueError``), found before anything is allocated: the message
+            names the checkpoint, the file and the fault, and the older checkpoint that is intact.
         """
         state = ckpt.load(path)
         cfg = state["config"]

@@ -178,7 +178,7 @@ def test_a_checkpoint_killed_part_way_leaves_the_previous_one_loadable(tmp_path,
         assert not any(5000 in e.data["pos"] for e in restored.episodes())
         restored.checkpoint(root)  # the next checkpoint cleans the leftovers
         left = sorted(os.listdir(root))
-        assert left == ["LATEST", "ckpt-000001"]
+        assert left == ["LATEST", "ckpt-000000", "ckpt-000001"]  # the one it replaced is kept
         restored.close()
 
 

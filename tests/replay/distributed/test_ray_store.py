@@ -10,6 +10,7 @@ tests share them in file order.
 
 from __future__ import annotations
 
+import shutil
 import sys
 
 import numpy as np
@@ -21,6 +22,7 @@ ray = pytest.importorskip("ray", reason="the Ray backend needs ray: pip install 
 
 import replay.distributed.shard as shard_module  # noqa: E402
 from replay import Fifo, MinSize, Prioritized, ReplayStore, SampleToInsertRatio, TrajectorySpec, Uniform  # noqa: E402
+from replay.checkpoint import CheckpointError  # noqa: E402
 from replay.distributed import RayReplayStore, ShardError  # noqa: E402
 from replay.distributed.shard import ShardActor  # noqa: E402
 from replay.distributed.transport import place  # noqa: E402
@@ -437,8 +439,15 @@ def test_checkpoint_restore_round_trip_then_a_dead_shard_is_named(prio, tmp_path
     b.release()
     folder = prio.checkpoint(tmp_path / "ckpt")
     assert (tmp_path / "ckpt" / "MANIFEST.json").is_file() and folder.endswith("ckpt-000000")
-    folder = prio.checkpoint(tmp_path / "ckpt")  # the second replaces the first
-    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["MANIFEST.json", "ckpt-000001"]
+    folder = prio.checkpoint(tmp_path / "ckpt")  # the second replaces the first, which is kept
+    names = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
+    assert names == ["MANIFEST.json", "ckpt-000000", "ckpt-000001"]
+    damaged = tmp_path / "damaged"  # a copy whose latest checkpoint lost a chunk of shard 1's episode index
+    shutil.copytree(tmp_path / "ckpt", damaged)
+    chunk = next((damaged / "ckpt-000001" / "shard-001").glob("ckpt-*/shard0/records/c/*/*"))
+    chunk.unlink()
+    with pytest.raises(CheckpointError, match=r"shard-001.*records/c/.*missing.*ckpt-000000 is intact"):
+        RayReplayStore.restore(damaged)
     with pytest.raises(ValueError, match=r"Ray-backed store's checkpoint.*RayReplayStore\.restore\(path\)"):
         ReplayStore.restore(tmp_path / "ckpt")
     restored = RayReplayStore.restore(tmp_path / "ckpt", timeout=60, prefetch=1)
