@@ -1,5 +1,6 @@
 """Minibatch and full-graph data for GNN trainers: neighbour sampling into blocks, link sampling."""
 
+from samplers._checks import MAX_BATCH, MAX_FANOUT
 from samplers.block import Block, Blocks
 from samplers.features import FeatureStore
 from samplers.full_graph import FullGraph
@@ -9,6 +10,7 @@ from samplers.link import LinkBatch, LinkSampler, bipartite_reverse_eids
 from samplers.loader import LinkLoader, LoadedLinkBatch, NeighborLoader, NodeBatch
 from samplers.neighbor import NeighborSampler
 
-__all__ = ["Block", "Blocks", "FeatureStore", "FullGraph", "HeteroBlock", "HeteroGraph",
-           "HeteroNeighborSampler", "LinkBatch", "LinkLoader", "LinkSampler", "LoadedLinkBatch",
-           "NeighborLoader", "NeighborSampler", "NodeBatch", "PygSubgraph", "bipartite_reverse_eids"]
+__all__ = ["MAX_BATCH", "MAX_FANOUT", "Block", "Blocks", "FeatureStore", "FullGraph", "HeteroBlock",
+           "HeteroGraph", "HeteroNeighborSampler", "LinkBatch", "LinkLoader", "LinkSampler",
+           "LoadedLinkBatch", "NeighborLoader", "NeighborSampler", "NodeBatch", "PygSubgraph",
+           "bipartite_reverse_eids"]
