@@ -41,7 +41,15 @@ import torch
 from graphrl.errors import GPUUnavailableError
 from graphrl.graph import CSCGraph
 from graphrl.memory import MemoryManager, Region, Tier
-from samplers._checks import MAX_BATCH, MAX_FANOUT, check_int, check_open, check_seed, check_seeds
+from samplers._checks import (
+    MAX_BATCH,
+    MAX_FANOUT,
+    check_device,
+    check_int,
+    check_open,
+    check_seed,
+    check_seeds,
+)
 from samplers.feature_cache import POLICIES, RowCache, hot_nodes, presample_counts
 from samplers.feature_table import advise_huge_table, place_table, staging_tiers
 from samplers.kernels.gather import gather_rows, gather_rows_cuda, word_view
@@ -184,9 +192,7 @@ class FeatureStore:
         if cache_rows and graph is None:
             raise ValueError(f"cache_policy={cache_policy!r} needs graph= to choose the hot rows")
         cuda_present = torch.cuda.is_available()
-        dev = torch.device(device) if device is not None else torch.device("cuda" if cuda_present else "cpu")
-        if dev.type not in ("cpu", "cuda"):
-            raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+        dev = check_device(device) if device is not None else torch.device("cuda" if cuda_present else "cpu")
         if dev.type == "cuda" and not cuda_present:
             raise GPUUnavailableError(f"device={str(device)!r} but CUDA is not available (torch.cuda."
                                       "is_available() is False): use device='cpu'")

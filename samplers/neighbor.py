@@ -282,7 +282,7 @@ class NeighborSampler:
                 raise ValueError(f"seeds must be 1-D, got shape {tuple(seeds.shape)}")
             dst = seeds.to(torch.int64).contiguous()
             if dst.numel() and (int(dst.min()) < 0 or int(dst.max()) >= self.graph.num_nodes):
-                check_seeds(dst.cpu(), self.graph.num_nodes)  # raises with the usual message
+                check_seeds(seeds.cpu(), self.graph.num_nodes)  # raises, quoting the ids in their dtype
         else:
             dst = check_seeds(seeds, self.graph.num_nodes)
         times = self._check_seed_times(seed_times, blocks_dst_count(dst))

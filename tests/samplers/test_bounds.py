@@ -287,3 +287,9 @@ def test_link_sampler_uint64_ids_are_reported_as_given():
         LinkSampler(sampler, np.array([0, 1]), np.array([2, 5], dtype=np.uint64))
     u64 = np.uint64
     assert LinkSampler(sampler, np.array([0, 1], dtype=u64), np.array([2, 4], dtype=u64)).num_pairs == 2
+
+
+def test_feature_store_device_is_parsed_at_the_boundary():
+    for device in ("tpu", "not a device"):
+        with pytest.raises(ValueError, match=rf"device must be 'cpu' or 'cuda', got '{device}'"):
+            FeatureStore(torch.zeros(2, 2), device=device)
