@@ -1,6 +1,6 @@
 """Argument checks the samplers share, at their public boundary (kernels trust what passes them).
 
-`check_seeds` (node or edge ids), `check_seed_times`, `edge_array` (a per-edge tensor),
+`check_seeds` (node or edge ids), `check_seed_times`, `check_int64_range`, `edge_array` (a per-edge tensor),
 `check_seed_and_replace`, `check_device`, `require_gpu`, `check_int`, `check_fanouts`, `check_open`,
 `check_regions`, `check_relation_dict` and `check_relation_fanouts` raise the project's errors
 (docs/architecture.md#errors): ``TypeError`` for a bad type, ``ValueError`` for a bad value,
@@ -24,9 +24,10 @@ import torch
 
 from graphrl.errors import GPUUnavailableError
 
-__all__ = ["MAX_BATCH", "MAX_FANOUT", "MAX_NODES", "SEED_LIMIT", "check_device", "check_fanouts", "check_int",
-           "check_open", "check_regions", "check_relation_dict", "check_relation_fanouts", "check_seed",
-           "check_seed_and_replace", "check_seed_times", "check_seeds", "edge_array", "require_gpu"]
+__all__ = ["MAX_BATCH", "MAX_FANOUT", "MAX_NODES", "SEED_LIMIT", "check_device", "check_fanouts",
+           "check_int", "check_int64_range", "check_open", "check_regions", "check_relation_dict",
+           "check_relation_fanouts", "check_seed", "check_seed_and_replace", "check_seed_times",
+           "check_seeds", "edge_array", "require_gpu"]
 
 MAX_FANOUT = 2**31 - 1
 """Largest fanout (and number of negatives per pair): the largest int32 local id of a block."""
@@ -139,7 +140,8 @@ def check_seed(name: str, value) -> int:
 
 def check_seed_times(name: str, seed_times, num_seeds: int, dtype) -> np.ndarray:
     """Seed times as an array of the edge times' ``dtype`` (int64 or float64); float times against
-    integer edge times are floored (``t_edge <= t`` iff ``t_edge <= floor(t)``).
+    integer edge times are floored (``t_edge <= t`` iff ``t_edge <= floor(t)``), and unsigned times
+    above 2**63 - 1 clamped to it (such a time sees every edge).
 
     Raises
     ------
@@ -161,7 +163,25 @@ def check_seed_times(name: str, seed_times, num_seeds: int, dtype) -> np.ndarray
             raise ValueError(f"{name}: {int(np.isnan(arr).sum())} of {arr.size} times are NaN")
         if np.dtype(dtype) == np.int64:
             return np.clip(np.floor(arr), -9.2e18, 9.2e18).astype(np.int64)
+    elif arr.dtype.kind == "u" and np.dtype(dtype) == np.int64:
+        # a time past every int64 edge time sees every edge: clamp, never wrap negative
+        return np.minimum(arr, np.uint64(np.iinfo(np.int64).max)).astype(np.int64)
     return np.ascontiguousarray(arr, dtype=dtype)
+
+
+def check_int64_range(name: str, arr: np.ndarray, what: str = "ids") -> None:
+    """Refuse unsigned values above 2**63 - 1 before an int64 cast would wrap them negative.
+
+    Raises
+    ------
+    ValueError
+        An unsigned ``arr`` holding a value above 2**63 - 1; the message quotes the value as given.
+    """
+    if arr.dtype.kind == "u" and arr.size:
+        bad = arr > np.iinfo(np.int64).max
+        if bad.any():
+            raise ValueError(f"{name}: {int(bad.sum())} of {arr.size} {what} above 2**63 - 1 ({what} are "
+                             f"int64), first {int(arr[np.argmax(bad)])}")
 
 
 def check_device(device) -> torch.device:

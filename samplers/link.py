@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from graphrl.graph import CSCGraph
-from samplers._checks import MAX_BATCH, MAX_FANOUT, check_int, check_seed
+from samplers._checks import MAX_BATCH, MAX_FANOUT, check_int, check_int64_range, check_seed
 from samplers.block import Block
 from samplers.neighbor import NeighborSampler
 
@@ -125,11 +125,7 @@ def _as_ids(name: str, value) -> np.ndarray:
             raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
     if arr.ndim != 1:
         raise ValueError(f"{name} must be 1-D, got shape {tuple(arr.shape)}")
-    if arr.dtype.kind == "u" and arr.size:  # reported as given, before the int64 cast wraps them
-        bad = arr > np.iinfo(np.int64).max
-        if bad.any():
-            raise ValueError(f"{name}: {int(bad.sum())} of {arr.size} ids above 2**63 - 1 (ids are int64), "
-                             f"first {int(arr[np.argmax(bad)])}")
+    check_int64_range(name, arr)  # reported as given, before the int64 cast wraps them
     return np.ascontiguousarray(arr, dtype=np.int64)
 
 

@@ -293,3 +293,17 @@ def test_feature_store_device_is_parsed_at_the_boundary():
     for device in ("tpu", "not a device"):
         with pytest.raises(ValueError, match=rf"device must be 'cpu' or 'cuda', got '{device}'"):
             FeatureStore(torch.zeros(2, 2), device=device)
+
+
+# ------------------------------------------------------------------------------------------- times
+def test_uint64_times_never_wrap_negative():
+    graph = _graph()
+    times = np.array([5, 7, 2**63 - 1], dtype=np.uint64)  # edge ids 0, 1, 2
+    sampler = NeighborSampler(graph, [-1], seed=0, edge_times=times)
+    # a uint64 seed time above 2**63 - 1 sees every edge (clamped), never wraps to a negative time
+    late = sampler.sample(torch.tensor([0, 3]), seed_times=np.array([U64_MAX, U64_MAX], dtype=np.uint64))
+    assert late[0].num_edges == 3
+    early = sampler.sample(torch.tensor([0]), seed_times=np.array([6], dtype=np.uint64))
+    assert early[0].edge_ids.tolist() == [0]
+    with pytest.raises(ValueError, match=rf"edge_times: 1 of 3 times above 2\*\*63 - 1.*first {U64_MAX}"):
+        NeighborSampler(graph, [-1], edge_times=np.array([0, 1, U64_MAX], dtype=np.uint64))
