@@ -1,8 +1,9 @@
 """Argument checks the samplers share, at their public boundary (kernels trust what passes them).
 
-`check_seeds` (node or edge ids), `check_seed_times`, `check_int64_range`, `edge_array` (a per-edge tensor),
-`check_seed_and_replace`, `check_device`, `require_gpu`, `check_int`, `check_fanouts`, `check_open`,
-`check_regions`, `check_relation_dict` and `check_relation_fanouts` raise the project's errors
+`check_seeds` (node or edge ids), `check_seed_times`, `check_int64_range`, `edge_array` (a per-edge
+tensor), `check_seed_and_replace`, `check_seed`, `check_device`, `require_gpu`, `check_int`,
+`check_fanouts`, `check_prefetch`, `check_open`, `check_regions`, `check_relation_dict` and
+`check_relation_fanouts` raise the project's errors
 (docs/architecture.md#errors): ``TypeError`` for a bad type, ``ValueError`` for a bad value,
 `graphrl.GPUUnavailableError` for a GPU asked for and absent, each message naming the argument,
 summarising the bad values and, where there is one, the remedy.
@@ -25,9 +26,9 @@ import torch
 from graphrl.errors import GPUUnavailableError
 
 __all__ = ["MAX_BATCH", "MAX_FANOUT", "MAX_NODES", "SEED_LIMIT", "check_device", "check_fanouts",
-           "check_int", "check_int64_range", "check_open", "check_regions", "check_relation_dict",
-           "check_relation_fanouts", "check_seed", "check_seed_and_replace", "check_seed_times",
-           "check_seeds", "edge_array", "require_gpu"]
+           "check_int", "check_int64_range", "check_open", "check_prefetch", "check_regions",
+           "check_relation_dict", "check_relation_fanouts", "check_seed", "check_seed_and_replace",
+           "check_seed_times", "check_seeds", "edge_array", "require_gpu"]
 
 MAX_FANOUT = 2**31 - 1
 """Largest fanout (and number of negatives per pair): the largest int32 local id of a block."""
@@ -236,6 +237,23 @@ def check_int(name: str, value, minimum: int, maximum: int | None = None) -> int
     if maximum is not None and value > maximum:
         raise ValueError(f"{name} must be <= {maximum}, got {value}")
     return value
+
+
+def check_prefetch(prefetch) -> int:
+    """A loader's ``prefetch`` (batches queued ahead, a staging buffer each): an int in [0, MAX_BATCH].
+
+    Raises
+    ------
+    TypeError
+        Not an int (bools included).
+    ValueError
+        Outside [0, MAX_BATCH].
+    """
+    if isinstance(prefetch, bool) or not isinstance(prefetch, (int, np.integer)):
+        raise TypeError(f"prefetch must be an int >= 0, got {prefetch!r}")
+    if not 0 <= prefetch <= MAX_BATCH:
+        raise ValueError(f"prefetch must be an int >= 0 and <= {MAX_BATCH}, got {prefetch!r}")
+    return int(prefetch)
 
 
 def check_fanouts(name: str, fanouts) -> list[int]:

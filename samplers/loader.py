@@ -50,7 +50,7 @@ import numpy as np
 import torch
 
 from graphrl.graph import CSCGraph
-from samplers._checks import MAX_BATCH, check_int, check_open, check_seed, check_seeds
+from samplers._checks import MAX_BATCH, check_int, check_open, check_prefetch, check_seed, check_seeds
 from samplers.block import Block
 from samplers.features import FeatureStore
 from samplers.link import LinkBatch, LinkSampler
@@ -314,13 +314,8 @@ class _Loader:
     _name = "graphrl-loader"
 
     def __init__(self, features: FeatureStore | torch.Tensor | None, prefetch: int) -> None:
-        if isinstance(prefetch, bool) or not isinstance(prefetch, (int, np.integer)):
-            raise TypeError(f"prefetch must be an int >= 0, got {prefetch!r}")
-        if not 0 <= prefetch <= MAX_BATCH:
-            raise ValueError(f"prefetch must be an int >= 0 and <= {MAX_BATCH}, got {prefetch!r}")
-        self.prefetch = int(prefetch)
-        self.closed = False
-        """True once `close` ran: iterating then raises ValueError."""
+        self.prefetch = check_prefetch(prefetch)
+        self.closed = False  # True once `close` ran: iterating then raises ValueError
         self._own_features = isinstance(features, (torch.Tensor, np.ndarray))
         if self._own_features:
             features = FeatureStore(features)
@@ -353,7 +348,6 @@ class _Loader:
 
     def _start(self, produce: Callable[[int], Any], count: int) -> _LoaderIterator:
         with self._lock:
-            check_open(self.closed, f"this {type(self).__name__}")
             previous = self._iterator() if self._iterator is not None else None
             if previous is not None:
                 previous.close()
@@ -434,10 +428,9 @@ class NeighborLoader(_Loader):
         ``graph`` is not a `CSCGraph`; ``seeds`` is not integer or bool; ``features`` or ``labels``
         of the wrong type; a non-int ``batch_size``, ``prefetch`` or ``seed``.
     ValueError
-        Seeds outside [0, N) or a mask of another length; ``batch_size`` outside [1,
-        `samplers.MAX_BATCH`]; ``prefetch`` outside [0, `samplers.MAX_BATCH`]; ``seed`` outside
-        [0, 2**64);
-        features or labels with another number of rows than N; bad fanouts (from `NeighborSampler`).
+        Seeds outside [0, N) or a mask of another length; ``batch_size`` outside [1, `samplers.MAX_BATCH`];
+        ``prefetch`` outside [0, `samplers.MAX_BATCH`]; ``seed`` outside [0, 2**64); features or labels
+        with another number of rows than N; bad fanouts (from `NeighborSampler`).
 
     References
     ----------
