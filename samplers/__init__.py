@@ -1,5 +1,6 @@
 """Minibatch and full-graph data for GNN trainers: neighbour sampling into blocks, link sampling."""
 
+from samplers._checks import MAX_BATCH, MAX_FANOUT
 from samplers.block import Block, Blocks
 from samplers.dgl_sampler import DglSampler  # imports dgl only when one is built
 from samplers.features import FeatureStore
@@ -11,7 +12,7 @@ from samplers.loader import LinkLoader, LoadedLinkBatch, NeighborLoader, NodeBat
 from samplers.neighbor import NeighborSampler
 from samplers.pyg_sampler import PygSampler  # imports torch_geometric only when one is built
 
-__all__ = ["Block", "Blocks", "DglSampler", "FeatureStore", "FullGraph", "HeteroBlock", "HeteroGraph",
-           "HeteroNeighborSampler", "LinkBatch", "LinkLoader", "LinkSampler", "LoadedLinkBatch",
-           "NeighborLoader", "NeighborSampler", "NodeBatch", "PygSampler", "PygSubgraph",
+__all__ = ["MAX_BATCH", "MAX_FANOUT", "Block", "Blocks", "DglSampler", "FeatureStore", "FullGraph", "HeteroBlock",
+           "HeteroGraph", "HeteroNeighborSampler", "LinkBatch", "LinkLoader", "LinkSampler",
+           "LoadedLinkBatch", "NeighborLoader", "NeighborSampler", "NodeBatch", "PygSampler", "PygSubgraph",
            "bipartite_reverse_eids"]

@@ -1,23 +1,43 @@
 """Argument checks the samplers share, at their public boundary (kernels trust what passes them).
 
-`check_seeds` (node or edge ids), `check_seed_times`, `edge_array` (a per-edge tensor),
-`check_seed_and_replace`, `check_device`, `check_int`, `check_relation_dict` and
-`check_relation_fanouts` raise the project's errors (docs/architecture.md#errors): ``TypeError`` for a
-bad type, ``ValueError`` for a bad value, each message naming the argument, summarising the bad values
-and, where there is one, the remedy.
+`check_seeds` (node or edge ids), `check_seed_times`, `check_int64_range`, `edge_array` (a per-edge
+tensor), `check_seed_and_replace`, `check_seed`, `check_device`, `require_gpu`, `check_int`,
+`check_fanouts`, `check_prefetch`, `check_open`, `check_regions`, `check_relation_dict` and
+`check_relation_fanouts` raise the project's errors
+(docs/architecture.md#errors): ``TypeError`` for a bad type, ``ValueError`` for a bad value,
+`graphrl.GPUUnavailableError` for a GPU asked for and absent, each message naming the argument,
+summarising the bad values and, where there is one, the remedy.
+
+Bounds of the integers that reach a kernel: `MAX_FANOUT` (a fanout, a number of negatives) and
+`MAX_BATCH` (seeds per batch) are 2**31 - 1, the largest local id of a block (the kernels relabel to
+int32), so that a layer's edge count (batch x fanout < 2**62) never overflows the kernels' int64
+offsets; an RNG ``seed`` is a uint64 (`SEED_LIMIT` = 2**64, exclusive).
 
 >>> dst = check_seeds(seeds, graph.num_nodes)          # int64 numpy [B], or raises
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
 
-__all__ = ["check_device", "check_int", "check_relation_dict", "check_relation_fanouts",
-           "check_seed_and_replace", "check_seed_times", "check_seeds", "edge_array"]
+from graphrl.errors import GPUUnavailableError
+
+__all__ = ["MAX_BATCH", "MAX_FANOUT", "MAX_NODES", "SEED_LIMIT", "check_device", "check_fanouts",
+           "check_int", "check_int64_range", "check_open", "check_prefetch", "check_regions",
+           "check_relation_dict", "check_relation_fanouts", "check_seed", "check_seed_and_replace",
+           "check_seed_times", "check_seeds", "edge_array", "require_gpu"]
+
+MAX_FANOUT = 2**31 - 1
+"""Largest fanout (and number of negatives per pair): the largest int32 local id of a block."""
+MAX_BATCH = 2**31 - 1
+"""Most seeds (destination rows) per batch: the kernels relabel them to int32 local ids."""
+SEED_LIMIT = 2**64
+"""RNG seeds are in [0, SEED_LIMIT): the kernels derive their streams from a uint64 (splitmix64)."""
+MAX_NODES = 2**63 - 1
+"""Most nodes of a graph (of a node type): node ids and ``indptr`` are int64."""
 
 
 def check_seeds(seeds, num_nodes: int, name: str = "seeds", bound: str = "num_nodes") -> np.ndarray:
@@ -57,14 +77,13 @@ def check_seeds(seeds, num_nodes: int, name: str = "seeds", bound: str = "num_no
             raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
     if arr.ndim != 1:
         raise ValueError(f"{name} must be 1-D, got shape {tuple(arr.shape)}")
-    arr = np.ascontiguousarray(arr, dtype=np.int64)
-    if arr.size:
+    if arr.size:  # compared in the ids' own dtype: a uint64 id above 2**63 is reported as given
         bad = (arr < 0) | (arr >= num_nodes)
         if bad.any():
             first = int(arr[np.argmax(bad)])
             raise ValueError(f"{name}: {int(bad.sum())} of {arr.size} ids outside [0, {bound}={num_nodes}), "
                              f"first {first}")
-    return arr
+    return np.ascontiguousarray(arr, dtype=np.int64)
 
 
 def edge_array(name: str, value, num_edges: int) -> np.ndarray:
@@ -96,17 +115,34 @@ def check_seed_and_replace(seed, replace) -> None:
     ValueError
         ``seed`` outside [0, 2**64).
     """
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
-        raise TypeError(f"seed must be an int or None, got {seed!r}")
-    if seed is not None and not 0 <= seed < 2**64:
-        raise ValueError(f"seed must be in [0, 2**64), got {seed}")
+    if seed is not None:
+        check_seed("seed", seed)
     if not isinstance(replace, (bool, np.bool_)):
         raise TypeError(f"replace must be a bool, got {replace!r}")
 
 
+def check_seed(name: str, value) -> int:
+    """An RNG seed: an int in [0, 2**64) (`SEED_LIMIT`; bools rejected), as a Python int.
+
+    Raises
+    ------
+    TypeError
+        Not an int (bools, floats and strings included).
+    ValueError
+        Outside [0, 2**64).
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int or None, got {value!r}")
+    value = int(value)
+    if not 0 <= value < SEED_LIMIT:
+        raise ValueError(f"{name} must be in [0, 2**64), got {value}")
+    return value
+
+
 def check_seed_times(name: str, seed_times, num_seeds: int, dtype) -> np.ndarray:
     """Seed times as an array of the edge times' ``dtype`` (int64 or float64); float times against
-    integer edge times are floored (``t_edge <= t`` iff ``t_edge <= floor(t)``).
+    integer edge times are floored (``t_edge <= t`` iff ``t_edge <= floor(t)``), and unsigned times
+    above 2**63 - 1 clamped to it (such a time sees every edge).
 
     Raises
     ------
@@ -128,7 +164,25 @@ def check_seed_times(name: str, seed_times, num_seeds: int, dtype) -> np.ndarray
             raise ValueError(f"{name}: {int(np.isnan(arr).sum())} of {arr.size} times are NaN")
         if np.dtype(dtype) == np.int64:
             return np.clip(np.floor(arr), -9.2e18, 9.2e18).astype(np.int64)
+    elif arr.dtype.kind == "u" and np.dtype(dtype) == np.int64:
+        # a time past every int64 edge time sees every edge: clamp, never wrap negative
+        return np.minimum(arr, np.uint64(np.iinfo(np.int64).max)).astype(np.int64)
     return np.ascontiguousarray(arr, dtype=dtype)
+
+
+def check_int64_range(name: str, arr: np.ndarray, what: str = "ids") -> None:
+    """Refuse unsigned values above 2**63 - 1 before an int64 cast would wrap them negative.
+
+    Raises
+    ------
+    ValueError
+        An unsigned ``arr`` holding a value above 2**63 - 1; the message quotes the value as given.
+    """
+    if arr.dtype.kind == "u" and arr.size:
+        bad = arr > np.iinfo(np.int64).max
+        if bad.any():
+            raise ValueError(f"{name}: {int(bad.sum())} of {arr.size} {what} above 2**63 - 1 ({what} are "
+                             f"int64), first {int(arr[np.argmax(bad)])}")
 
 
 def check_device(device) -> torch.device:
@@ -148,21 +202,118 @@ def check_device(device) -> torch.device:
     return dev
 
 
-def check_int(name: str, value, minimum: int) -> int:
-    """An int argument of at least ``minimum`` (bools rejected), as an int.
+def require_gpu(device: torch.device, name: str = "device") -> None:
+    """Raise unless numba.cuda can run the kernels for ``device`` (a CUDA `torch.device`).
+
+    Raises
+    ------
+    GPUUnavailableError
+        No usable CUDA device (no GPU or driver, and not numba's simulator); the message names the
+        argument and its value and the remedy (``device='cpu'``).
+    """
+    from numba import cuda  # imports numba.cuda: only when a GPU is asked for
+
+    if not cuda.is_available():
+        raise GPUUnavailableError(f"{name}={str(device)!r} needs a CUDA GPU with a working driver, and "
+                                  "numba.cuda finds none here (numba.cuda.is_available() is False); use "
+                                  f"{name}='cpu' (same semantics)")
+
+
+def check_int(name: str, value, minimum: int, maximum: int | None = None) -> int:
+    """An int argument in [minimum, maximum] (bools rejected), as an int.
 
     Raises
     ------
     TypeError
         Not an int.
     ValueError
-        Below ``minimum``.
+        Below ``minimum`` or above ``maximum``.
     """
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {value!r}")
+    value = int(value)
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {value}")
+    return value
+
+
+def check_prefetch(prefetch) -> int:
+    """A loader's ``prefetch`` (batches queued ahead, a staging buffer each): an int in [0, MAX_BATCH].
+
+    Raises
+    ------
+    TypeError
+        Not an int (bools included).
+    ValueError
+        Outside [0, MAX_BATCH].
+    """
+    if isinstance(prefetch, bool) or not isinstance(prefetch, (int, np.integer)):
+        raise TypeError(f"prefetch must be an int >= 0, got {prefetch!r}")
+    if not 0 <= prefetch <= MAX_BATCH:
+        raise ValueError(f"prefetch must be an int >= 0 and <= {MAX_BATCH}, got {prefetch!r}")
+    return int(prefetch)
+
+
+def check_fanouts(name: str, fanouts) -> list[int]:
+    """Fanouts of one sampler, outermost layer first: each -1 (every neighbour) or in [0, MAX_FANOUT].
+
+    Raises
+    ------
+    TypeError
+        ``fanouts`` is not a sequence, or holds a value that is not an int (bools included).
+    ValueError
+        ``fanouts`` is empty, or holds a value below -1 or above `MAX_FANOUT`.
+    """
+    if isinstance(fanouts, (str, bytes)) or not isinstance(fanouts, Sequence):
+        raise TypeError(f"{name} must be a sequence of ints such as [15, 10, 5], got {fanouts!r}")
+    fanouts = list(fanouts)
+    if not fanouts:
+        raise ValueError(f"{name} must have at least one layer, got []")
+    return [_fanout(f"{name}[{i}]", k) for i, k in enumerate(fanouts)]
+
+
+def _fanout(name: str, k) -> int:
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {k!r}")
+    k = int(k)
+    if k < -1:
+        raise ValueError(f"{name}={k}: a fanout must be >= 0, or -1 for every neighbour")
+    if k > MAX_FANOUT:
+        raise ValueError(f"{name}={k}: a fanout must be <= {MAX_FANOUT} (2**31 - 1, the largest local id "
+                         "of a block), or -1 for every neighbour")
+    return k
+
+
+def check_regions(regions, what: str) -> None:
+    """Raise ValueError when one of ``regions`` (memory-manager regions an object reads) was freed.
+
+    A region is freed by its `graphrl.memory.MemoryManager`'s ``close`` (or the owner's ``free``): its
+    bytes no longer count against any budget, and a pinned region is no longer registered for the GPU,
+    so an object that still read it would exceed the budget silently or fault on the GPU.
+
+    Raises
+    ------
+    ValueError
+        A freed region; the message names ``what``, the region's owner and the remedy.
+    """
+    freed = [region.owner for region in regions if region.freed]
+    if freed:
+        raise ValueError(f"{what} reads memory-manager regions that were freed ({', '.join(freed)}): their "
+                         "MemoryManager was closed or the graph freed; build them again on an open manager")
+
+
+def check_open(closed: bool, what: str) -> None:
+    """Raise ValueError naming ``what`` when ``closed`` (use after close).
+
+    Raises
+    ------
+    ValueError
+        ``closed`` is true.
+    """
+    if closed:
+        raise ValueError(f"{what} is closed; it cannot be used (create a new one)")
 
 
 def check_relation_dict(name: str, value, relations) -> dict:
@@ -201,7 +352,8 @@ def check_relation_fanouts(fanouts, relations) -> dict:
     TypeError
         A fanout that is not an int.
     ValueError
-        An unknown relation; lists of different lengths, or empty; a fanout below -1.
+        An unknown relation; lists of different lengths, or empty; a fanout below -1 or above
+        `MAX_FANOUT`.
     """
     if isinstance(fanouts, Mapping):
         unknown = [r for r in fanouts if r not in relations]
@@ -213,10 +365,5 @@ def check_relation_fanouts(fanouts, relations) -> dict:
     lengths = {len(v) for v in per_rel.values()}
     if len(lengths) != 1 or 0 in lengths:
         raise ValueError(f"fanouts: every relation needs the same number (>= 1) of layers, got {per_rel}")
-    for rel, ks in per_rel.items():
-        for i, k in enumerate(ks):
-            if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
-                raise TypeError(f"fanouts[{rel}][{i}] must be an int, got {k!r}")
-            if k < -1:
-                raise ValueError(f"fanouts[{rel}][{i}]={k}: a fanout must be >= 0, or -1 for every neighbour")
-    return {rel: [int(k) for k in ks] for rel, ks in per_rel.items()}
+    return {rel: [_fanout(f"fanouts[{rel}][{i}]", k) for i, k in enumerate(ks)]
+            for rel, ks in per_rel.items()}

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from samplers._checks import check_seeds, edge_array
+from samplers._checks import check_int64_range, check_seeds, edge_array
 
 __all__ = ["blocks_dst_count", "csc_times", "csc_weights", "cuda_to_torch", "excluded_positions",
            "inverse_permutation"]
@@ -64,7 +64,7 @@ def csc_times(name: str, edge_times, num_edges: int, csc_eids: np.ndarray, dtype
     Raises
     ------
     ValueError
-        Wrong shape; a NaN time.
+        Wrong shape; a NaN time; an unsigned integer time above 2**63 - 1 (integer times are int64).
     TypeError
         Not numeric.
     """
@@ -74,6 +74,7 @@ def csc_times(name: str, edge_times, num_edges: int, csc_eids: np.ndarray, dtype
         if np.isnan(arr).any():
             raise ValueError(f"{name}: {int(np.isnan(arr).sum())} of {arr.size} times are NaN")
     else:
+        check_int64_range(name, arr, "times")
         arr = arr.astype(np.int64, copy=False)
     if dtype is not None:
         arr = arr.astype(dtype, copy=False)

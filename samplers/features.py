@@ -38,9 +38,18 @@ import numba as nb
 import numpy as np
 import torch
 
+from graphrl.errors import GPUUnavailableError
 from graphrl.graph import CSCGraph
 from graphrl.memory import MemoryManager, Region, Tier
-from samplers._checks import check_seeds
+from samplers._checks import (
+    MAX_BATCH,
+    MAX_FANOUT,
+    check_device,
+    check_int,
+    check_open,
+    check_seed,
+    check_seeds,
+)
 from samplers.feature_cache import POLICIES, RowCache, hot_nodes, presample_counts
 from samplers.feature_table import advise_huge_table, place_table, staging_tiers
 from samplers.kernels.gather import gather_rows, gather_rows_cuda, word_view
@@ -125,9 +134,16 @@ class FeatureStore:
     TypeError
         ``x`` is not a real numeric tensor or array; ``memory`` is not a `MemoryManager`; ``graph`` is
         not a `CSCGraph`.
+    TypeError
+        An int argument (``cache_rows``, ``staging_slots``, ``threads``, ``presample_*``, ``seed``) that
+        is not an int (bools included).
     ValueError
-        A negative ``cache_rows``; an unknown ``cache_policy``; a cache without ``graph``, or a graph of
-        another size; a device other than cpu/cuda; CUDA asked for but absent.
+        A negative ``cache_rows``; ``staging_slots``, ``threads`` or ``presample_batch_size`` < 1 or
+        above `samplers.MAX_BATCH`; ``presample_batches`` < 0; a presample fanout outside [-1,
+        `samplers.MAX_FANOUT`]; ``seed`` outside [0, 2**64); an unknown ``cache_policy``; a cache
+        without ``graph``, or a graph of another size; a device other than cpu/cuda.
+    GPUUnavailableError
+        ``device="cuda"`` where torch finds no CUDA (a ``ValueError`` and a ``RuntimeError``).
     MemoryBudgetError
         The table fits no tier tried, or the cache does not fit the device tier (lower ``cache_rows``).
 
@@ -154,10 +170,18 @@ class FeatureStore:
         x = _as_table(x)
         if memory is not None and not isinstance(memory, MemoryManager):
             raise TypeError(f"memory must be a MemoryManager or None, got {type(memory).__name__}")
-        if isinstance(cache_rows, bool) or not isinstance(cache_rows, (int, np.integer)):
-            raise TypeError(f"cache_rows must be an int, got {cache_rows!r}")
-        if cache_rows < 0:
-            raise ValueError(f"cache_rows must be >= 0, got {cache_rows}")
+        cache_rows = check_int("cache_rows", cache_rows, 0)  # any count: clipped to the rows below
+        staging_slots = check_int("staging_slots", staging_slots, 1, MAX_BATCH)
+        if threads is not None:
+            threads = check_int("threads", threads, 1, MAX_BATCH)
+        presample_batches = check_int("presample_batches", presample_batches, 0, MAX_BATCH)
+        presample_batch_size = check_int("presample_batch_size", presample_batch_size, 1, MAX_BATCH)
+        seed = check_seed("seed", seed)
+        if cache_policy == "presample" and cache_rows:
+            if isinstance(presample_fanouts, (str, bytes)) or not hasattr(presample_fanouts, "__iter__"):
+                raise TypeError(f"presample_fanouts must be a sequence of ints, got {presample_fanouts!r}")
+            for i, k in enumerate(presample_fanouts):
+                check_int(f"presample_fanouts[{i}]", k, -1, MAX_FANOUT)
         if cache_policy not in POLICIES:
             raise ValueError(f"cache_policy must be one of {POLICIES}, got {cache_policy!r}")
         if graph is not None and not isinstance(graph, CSCGraph):
@@ -168,11 +192,10 @@ class FeatureStore:
         if cache_rows and graph is None:
             raise ValueError(f"cache_policy={cache_policy!r} needs graph= to choose the hot rows")
         cuda_present = torch.cuda.is_available()
-        dev = torch.device(device) if device is not None else torch.device("cuda" if cuda_present else "cpu")
-        if dev.type not in ("cpu", "cuda"):
-            raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+        dev = check_device(device) if device is not None else torch.device("cuda" if cuda_present else "cpu")
         if dev.type == "cuda" and not cuda_present:
-            raise ValueError("device='cuda' but CUDA is not available: use device='cpu'")
+            raise GPUUnavailableError(f"device={str(device)!r} but CUDA is not available (torch.cuda."
+                                      "is_available() is False): use device='cpu'")
 
         self.device = dev
         self.owner = owner
@@ -182,6 +205,8 @@ class FeatureStore:
         self.row_shape = tuple(x.shape[1:])
         self.dtype = x.dtype
         self._own_memory = memory is None
+        self.closed = False
+        """True once `close` ran: gathers then raise ValueError."""
         self.memory = memory if memory is not None else MemoryManager()
         self._regions: list[Region] = []
         self._cache: RowCache | None = None
@@ -267,7 +292,13 @@ class FeatureStore:
         -------
         RowStaging
             Its owner name is ``f"{owner}.staging"``; close it when done.
+
+        Raises
+        ------
+        ValueError
+            The store (or its memory manager) is closed.
         """
+        self._check_open()
         return RowStaging(self.memory, self.row_shape, self.dtype, slots, *staging_tiers(self.device),
                           owner=f"{self.owner}.staging", rows=rows)
 
@@ -307,14 +338,19 @@ class FeatureStore:
             ``ids`` is not integer; ``out`` is not a tensor of the table's dtype.
         ValueError
             ``ids`` is not 1-D or holds ids outside [0, num_rows); ``out`` has the wrong shape, is
-            not contiguous or is on the wrong device.
+            not contiguous or is on the wrong device; the store (or its memory manager) is closed.
         """
+        self._check_open()
         arr = self.check_ids(ids)
         if out is None:
             lease = self._lease(arr.shape[0])
             return self.gather_into(arr, lease.tensor)
         self._check_out(out, arr.shape[0])
         return self.gather_into(arr, out)
+
+    def _check_open(self) -> None:
+        check_open(self.closed, "this FeatureStore")
+        check_open(self.memory.closed, "the MemoryManager of this FeatureStore")
 
     def _lease(self, rows: int) -> StagingLease:
         with self._lock:
@@ -350,7 +386,13 @@ class FeatureStore:
         -------
         torch.Tensor
             ``out[:B]``.
+
+        Raises
+        ------
+        ValueError
+            The store (or its memory manager) is closed.
         """
+        self._check_open()
         t0 = time.perf_counter()
         b = int(ids.shape[0])
         if self.device.type == "cuda":
@@ -431,8 +473,10 @@ class FeatureStore:
     def close(self) -> None:
         """Free the table, cache and staging regions (and a private manager); idempotent.
 
-        Tensors returned earlier stay readable but no longer count against any budget.
+        Tensors returned earlier stay readable but no longer count against any budget; statistics stay
+        readable. Later gathers and `staging` raise ValueError.
         """
+        self.closed = True
         staging = getattr(self, "_staging", None)
         if staging is not None:
             staging.close()

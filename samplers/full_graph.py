@@ -33,6 +33,7 @@ import torch
 from graphrl.graph import CSCGraph
 from graphrl.kernels.spmm import csr_transpose, normalized_adjacency, spmm_partition
 from graphrl.memory import MemoryBudgetError, MemoryManager, Region, Tier, parse_size
+from samplers._checks import check_open
 
 __all__ = ["FullGraph", "NORMALIZATIONS"]
 
@@ -356,7 +357,7 @@ class FullGraph:
         TypeError
             ``h`` is not a float32/float64 tensor.
         ValueError
-            ``h`` is not [N, d] on the CPU, or this FullGraph is closed.
+            ``h`` is not [N, d] on the CPU, or this FullGraph (or its memory manager) is closed.
         MemoryBudgetError
             One partition cannot fit the partition budget, or the host tier has no room for the output.
         """
@@ -365,9 +366,12 @@ class FullGraph:
 
     __call__ = propagate
 
+    def _check_open(self) -> None:
+        check_open(self._closed, "this FullGraph")
+        check_open(self.memory.closed, "the MemoryManager of this FullGraph")
+
     def _check_input(self, h: torch.Tensor) -> None:
-        if self._closed:
-            raise ValueError("this FullGraph is closed")
+        self._check_open()
         if not isinstance(h, torch.Tensor) or h.dtype not in (torch.float32, torch.float64):
             what = h.dtype if isinstance(h, torch.Tensor) else type(h).__name__
             raise TypeError(f"h must be a float32 or float64 tensor, got {what}")
@@ -411,7 +415,7 @@ class FullGraph:
         Raises
         ------
         ValueError
-            This FullGraph is closed.
+            This FullGraph (or its memory manager) is closed.
         MemoryBudgetError
             As `propagate`.
         """
@@ -423,8 +427,7 @@ class FullGraph:
         itemsize = h.element_size()
         np_dtype = h.numpy().dtype
         with self._lock:
-            if self._closed:
-                raise ValueError("this FullGraph is closed")
+            self._check_open()
             cap = self._cap()
             bounds = self._bounds(op, d, itemsize, cap) if n else np.zeros(1, np.int64)
             region = self._alloc((n, d), h.dtype, OWNER_VERTEX)

@@ -27,6 +27,7 @@ from samplers._checks import (
     check_seed_times,
     check_seeds,
     edge_array,
+    require_gpu,
 )
 from samplers._csc import csc_times, csc_weights, cuda_to_torch, excluded_positions, inverse_permutation
 from samplers.hetero_block import HeteroBlock
@@ -81,13 +82,15 @@ class HeteroNeighborSampler:
         ``graph`` is not a `HeteroGraph`; a fanout is not an int; ``weights`` or ``edge_times`` is not
         a dict (nor None/True for weights), or holds a non-numeric tensor.
     ValueError
-        Fanout lists of different lengths, empty, or with values below -1; an unknown relation (in
+        Fanout lists of different lengths, empty, or with values below -1 or above
+        `samplers.MAX_FANOUT` (2**31 - 1); an unknown relation (in
         ``fanouts``, ``weights`` or ``edge_times``); per relation, weights or times of the wrong
         length, a negative, NaN or infinite weight, a NaN time, ``True`` for a relation without
         weights, ``weights=True`` where no sampled relation has weights (each message names the
         argument and the relation); an unknown ``device``.
-    RuntimeError
-        ``device="cuda"`` where numba.cuda finds no usable GPU (no silent fallback to the CPU).
+    GPUUnavailableError
+        ``device="cuda"`` where numba.cuda finds no usable GPU (no silent fallback to the CPU); a
+        ``RuntimeError`` and a ``ValueError`` (`graphrl.GPUUnavailableError`).
 
     References
     ----------
@@ -142,7 +145,7 @@ class HeteroNeighborSampler:
         source type share an index dtype (int64 where theirs differ), so their sources concatenate."""
         from samplers.kernels import cuda as cuda_kernels  # imports numba.cuda: only when asked for
 
-        cuda_kernels.require_cuda()
+        require_gpu(self.device)
         cuda_kernels.check_device_index(self.device)
         g = self.graph
         dtypes: dict[str, set] = {}

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from samplers._checks import check_relation_dict
+from samplers._checks import MAX_NODES, check_int, check_relation_dict
 from samplers._csc import csc_weights
 
 __all__ = ["HeteroGraph", "Relation", "lastfm_hetero_graph"]
@@ -33,7 +33,7 @@ def _ids(name: str, value) -> np.ndarray:
         raise ValueError(f"{name} must be 1-D, got shape {tuple(arr.shape)}")
     if arr.size and not np.issubdtype(arr.dtype, np.integer):
         raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
-    return arr.astype(np.int64, copy=False)
+    return arr  # in its own dtype: checked in range before the int64 cast (a uint64 id prints as given)
 
 
 @dataclass(frozen=True, eq=False)
@@ -89,10 +89,11 @@ class HeteroGraph:
         ------
         ValueError
             A relation names an unknown node type, is not a triple, its lengths differ, or an id is out
-            of its type's range; a negative node count; ``weights`` names an unknown relation, or has
-            the wrong length or a negative, NaN or infinite weight (the message names the relation).
+            of its type's range; a node count outside [0, 2**63 - 1]; ``weights`` names an unknown
+            relation, or has the wrong length or a negative, NaN or infinite weight (the message names
+            the relation).
         TypeError
-            Non-integer ids.
+            Non-integer ids, or a node count that is not an int (bools and floats included).
 
         Examples
         --------
@@ -100,10 +101,7 @@ class HeteroGraph:
         ...     {("user", "listens", "artist"): ([0, 2], [1, 1]),
         ...      ("artist", "heard_by", "user"): ([1, 1], [0, 2])})
         """
-        counts = {str(t): int(n) for t, n in num_nodes.items()}
-        for t, n in counts.items():
-            if n < 0:
-                raise ValueError(f"num_nodes[{t!r}] must be >= 0, got {n}")
+        counts = {str(t): check_int(f"num_nodes[{str(t)!r}]", n, 0, MAX_NODES) for t, n in num_nodes.items()}
         rels: list[Relation] = []
         indptr, indices, edge_ids = {}, {}, {}
         for rel, pair in edges.items():
@@ -122,6 +120,7 @@ class HeteroGraph:
                 if bad.any():
                     raise ValueError(f"{name}: {int(bad.sum())} of {ids.size} ids outside [0, {n}), "
                                      f"first {int(ids[np.argmax(bad)])}")
+            src, dst = src.astype(np.int64, copy=False), dst.astype(np.int64, copy=False)
             order = np.argsort(dst, kind="stable")
             ptr = np.zeros(counts[d_type] + 1, dtype=np.int64)
             np.cumsum(np.bincount(dst, minlength=counts[d_type]), out=ptr[1:])

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from graphrl.graph import CSCGraph
-from samplers._checks import check_int
+from samplers._checks import MAX_BATCH, MAX_FANOUT, check_int, check_int64_range, check_seed
 from samplers.block import Block
 from samplers.neighbor import NeighborSampler
 
@@ -125,6 +125,7 @@ def _as_ids(name: str, value) -> np.ndarray:
             raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
     if arr.ndim != 1:
         raise ValueError(f"{name} must be 1-D, got shape {tuple(arr.shape)}")
+    check_int64_range(name, arr)  # reported as given, before the int64 cast wraps them
     return np.ascontiguousarray(arr, dtype=np.int64)
 
 
@@ -212,7 +213,8 @@ class LinkSampler:
         an int.
     ValueError
         Mismatched lengths; ids out of range (users in [0, N), items in ``item_range``, edge ids in
-        [0, E)); ``batch_size`` or ``num_negatives`` < 1; an unknown ``exclude`` or ``negative``;
+        [0, E)); ``batch_size`` outside [1, `samplers.MAX_BATCH`] or ``num_negatives`` outside [1,
+        `samplers.MAX_FANOUT`]; ``seed`` outside [0, 2**64); an unknown ``exclude`` or ``negative``;
         ``exclude`` without ``target_eids`` (or without ``reverse_eids`` for "reverse"); a user whose
         positives cover the whole item range (with ``negative="degree"``: every item of in-degree > 0),
         so that no negative exists; a ``target_eids`` entry whose edge is not the pair's.
@@ -247,10 +249,10 @@ class LinkSampler:
         graph = sampler.graph
         n = graph.num_nodes
         self.sampler = sampler
-        self.batch_size = check_int("batch_size", batch_size, 1)
-        self.num_negatives = check_int("num_negatives", num_negatives, 1)
+        self.batch_size = check_int("batch_size", batch_size, 1, MAX_BATCH)
+        self.num_negatives = check_int("num_negatives", num_negatives, 1, MAX_FANOUT)
         if seed is not None:
-            check_int("seed", seed, 0)
+            check_seed("seed", seed)
         if exclude not in _EXCLUDE_MODES:
             raise ValueError(f"exclude must be one of {_EXCLUDE_MODES}, got {exclude!r}")
         if negative not in _NEGATIVE_MODES:

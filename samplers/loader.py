@@ -50,7 +50,7 @@ import numpy as np
 import torch
 
 from graphrl.graph import CSCGraph
-from samplers._checks import check_int, check_seeds
+from samplers._checks import MAX_BATCH, check_int, check_open, check_prefetch, check_seed, check_seeds
 from samplers.block import Block
 from samplers.features import FeatureStore
 from samplers.link import LinkBatch, LinkSampler
@@ -314,10 +314,10 @@ class _Loader:
     _name = "graphrl-loader"
 
     def __init__(self, features: FeatureStore | torch.Tensor | None, prefetch: int) -> None:
-        if isinstance(prefetch, bool) or not isinstance(prefetch, (int, np.integer)) or prefetch < 0:
-            raise ValueError(f"prefetch must be an int >= 0, got {prefetch!r}")
-        self.prefetch = int(prefetch)
-        if isinstance(features, (torch.Tensor, np.ndarray)):
+        self.prefetch = check_prefetch(prefetch)
+        self.closed = False  # True once `close` ran: iterating then raises ValueError
+        self._own_features = isinstance(features, (torch.Tensor, np.ndarray))
+        if self._own_features:
             features = FeatureStore(features)
         if features is not None and not isinstance(features, FeatureStore):
             raise TypeError(f"features must be a FeatureStore, a tensor or None, "
@@ -340,6 +340,12 @@ class _Loader:
             raise
         return feats, _Lease(lease)
 
+    def check_open(self) -> None:
+        """Raise ValueError if this loader (or the `FeatureStore` it gathers from) is closed."""
+        check_open(self.closed, f"this {type(self).__name__}")
+        if self.features is not None:
+            check_open(self.features.closed, f"the FeatureStore of this {type(self).__name__}")
+
     def _start(self, produce: Callable[[int], Any], count: int) -> _LoaderIterator:
         with self._lock:
             previous = self._iterator() if self._iterator is not None else None
@@ -350,8 +356,11 @@ class _Loader:
             return it
 
     def close(self) -> None:
-        """Close the live iterator (if any) and free the staging buffers; idempotent."""
+        """Close the live iterator (if any), free the staging buffers and the `FeatureStore` the loader
+        made from a features tensor; idempotent. A later ``iter(loader)`` raises ValueError; batches
+        already handed out keep their blocks, and their input features stay readable."""
         with self._lock:
+            self.closed = True
             previous = self._iterator() if self._iterator is not None else None
             self._iterator = None
         if previous is not None:
@@ -359,6 +368,8 @@ class _Loader:
         if self._staging is not None:
             self._staging.close()
             self._staging = None
+        if self._own_features and self.features is not None:
+            self.features.close()
 
     def __enter__(self):
         return self
@@ -417,8 +428,9 @@ class NeighborLoader(_Loader):
         ``graph`` is not a `CSCGraph`; ``seeds`` is not integer or bool; ``features`` or ``labels``
         of the wrong type; a non-int ``batch_size``, ``prefetch`` or ``seed``.
     ValueError
-        Seeds outside [0, N) or a mask of another length; ``batch_size < 1``; ``prefetch < 0``;
-        features or labels with another number of rows than N; bad fanouts (from `NeighborSampler`).
+        Seeds outside [0, N) or a mask of another length; ``batch_size`` outside [1, `samplers.MAX_BATCH`];
+        ``prefetch`` outside [0, `samplers.MAX_BATCH`]; ``seed`` outside [0, 2**64); features or labels
+        with another number of rows than N; bad fanouts (from `NeighborSampler`).
 
     References
     ----------
@@ -443,9 +455,9 @@ class NeighborLoader(_Loader):
         if not isinstance(graph, CSCGraph):
             raise TypeError(f"graph must be a CSCGraph, got {type(graph).__name__}")
         n = graph.num_nodes
-        self.batch_size = check_int("batch_size", batch_size, 1)
+        self.batch_size = check_int("batch_size", batch_size, 1, MAX_BATCH)
         if seed is not None:
-            check_int("seed", seed, 0)
+            check_seed("seed", seed)
         if isinstance(seeds, torch.Tensor) and seeds.dtype == torch.bool or \
                 isinstance(seeds, np.ndarray) and seeds.dtype == np.bool_:
             mask = torch.as_tensor(seeds)
@@ -480,7 +492,8 @@ class NeighborLoader(_Loader):
         return m // b if self.drop_last else -(-m // b)
 
     def __iter__(self) -> _LoaderIterator:
-        """One epoch of `NodeBatch` es (closes this loader's previous iterator)."""
+        """One epoch of `NodeBatch` es (closes this loader's previous iterator); ValueError once closed."""
+        self.check_open()
         order = self.seeds[self._rng.permutation(self.num_seeds)] if self.shuffle else self.seeds
         b = self.batch_size
 
@@ -527,9 +540,11 @@ class LinkLoader(_Loader):
     Raises
     ------
     TypeError
-        ``link_sampler`` is not a `LinkSampler`; ``features`` of the wrong type.
+        ``link_sampler`` is not a `LinkSampler`; ``features`` of the wrong type; a non-int
+        ``prefetch``.
     ValueError
-        ``prefetch < 0``; features with another number of rows than the graph has nodes.
+        ``prefetch`` outside [0, `samplers.MAX_BATCH`]; features with another number of rows than the
+        graph has nodes.
 
     Examples
     --------
@@ -566,7 +581,9 @@ class LinkLoader(_Loader):
         return len(self.link_sampler)
 
     def __iter__(self) -> _LoaderIterator:
-        """One epoch of `LoadedLinkBatch` es (closes this loader's previous iterator)."""
+        """One epoch of `LoadedLinkBatch` es (closes this loader's previous iterator); ValueError once
+        closed."""
+        self.check_open()
         epoch = iter(self.link_sampler)
         names = [f.name for f in dataclasses.fields(LinkBatch)]
 

@@ -11,7 +11,15 @@ import numpy as np
 import torch
 
 from graphrl.graph import CSCGraph
-from samplers._checks import check_device, check_seed_and_replace, check_seed_times, check_seeds
+from samplers._checks import (
+    check_device,
+    check_fanouts,
+    check_regions,
+    check_seed_and_replace,
+    check_seed_times,
+    check_seeds,
+    require_gpu,
+)
 from samplers._csc import (
     blocks_dst_count,
     csc_times,
@@ -93,12 +101,14 @@ class NeighborSampler:
         ``graph`` is not a `CSCGraph`; a fanout or ``seed`` is not an int; ``weights`` or
         ``edge_times`` is not numeric.
     ValueError
-        ``fanouts`` is empty or holds a value below -1; ``weights`` has the wrong length or holds a
+        ``fanouts`` is empty or holds a value below -1 or above `samplers.MAX_FANOUT` (2**31 - 1);
+        ``seed`` outside [0, 2**64); ``weights`` has the wrong length or holds a
         negative, NaN or infinite value, or is ``True`` on a graph without weights; ``edge_times`` has
         the wrong length or holds NaN; an unknown ``device``, or ``cuda:N`` other than the current CUDA
         device.
-    RuntimeError
-        ``device="cuda"`` where numba.cuda finds no usable GPU (no silent fallback to the CPU).
+    GPUUnavailableError
+        ``device="cuda"`` where numba.cuda finds no usable GPU (no silent fallback to the CPU); a
+        ``RuntimeError`` and a ``ValueError`` (`graphrl.GPUUnavailableError`).
 
     References
     ----------
@@ -121,17 +131,9 @@ class NeighborSampler:
                  seed: int | None = None, *, edge_times=None, device="cpu", uva: bool | None = None) -> None:
         if not isinstance(graph, CSCGraph):
             raise TypeError(f"graph must be a CSCGraph, got {type(graph).__name__}")
+        check_regions(graph.regions, "graph")
         graph.validate()  # once per graph: kernels trust indptr/indices/edge_ids from here on
-        if isinstance(fanouts, (str, bytes)) or not isinstance(fanouts, Sequence):
-            raise TypeError(f"fanouts must be a sequence of ints such as [15, 10, 5], got {fanouts!r}")
-        fanouts = list(fanouts)
-        if not fanouts:
-            raise ValueError("fanouts must have at least one layer, got []")
-        for i, k in enumerate(fanouts):
-            if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
-                raise TypeError(f"fanouts[{i}] must be an int, got {k!r}")
-            if k < -1:
-                raise ValueError(f"fanouts[{i}]={k}: a fanout must be >= 0, or -1 for every neighbour")
+        fanouts = check_fanouts("fanouts", fanouts)
         check_seed_and_replace(seed, replace)
         self.graph = graph
         self.fanouts = [int(k) for k in fanouts]
@@ -157,7 +159,7 @@ class NeighborSampler:
         if self.device.type == "cuda":
             from samplers.kernels import cuda as cuda_kernels  # imports numba.cuda: only when asked for
 
-            cuda_kernels.require_cuda()
+            require_gpu(self.device)
             cuda_kernels.check_device_index(self.device)
             if uva is None:
                 uva = bool(graph.indptr.is_pinned()) if graph.indptr.device.type == "cpu" else False
@@ -255,8 +257,10 @@ class NeighborSampler:
         ValueError
             ``seeds`` is not 1-D or holds ids outside [0, num_nodes); ``exclude_eids`` is not 1-D or holds
             ids outside [0, num_edges); ``seed_times`` is missing on a temporal sampler, given on another,
-            of the wrong length, or holds NaN.
+            of the wrong length, or holds NaN; the graph's memory-manager regions were freed (its
+            manager was closed, or ``graph.free()`` ran).
         """
+        check_regions(self.graph.regions, "this sampler's graph")
         if self._cuda_graph is not None:
             return self._sample_cuda(seeds, exclude_eids, seed_times)
         dst = check_seeds(seeds, self.graph.num_nodes)
@@ -278,7 +282,7 @@ class NeighborSampler:
                 raise ValueError(f"seeds must be 1-D, got shape {tuple(seeds.shape)}")
             dst = seeds.to(torch.int64).contiguous()
             if dst.numel() and (int(dst.min()) < 0 or int(dst.max()) >= self.graph.num_nodes):
-                check_seeds(dst.cpu(), self.graph.num_nodes)  # raises with the usual message
+                check_seeds(seeds.cpu(), self.graph.num_nodes)  # raises, quoting the ids in their dtype
         else:
             dst = check_seeds(seeds, self.graph.num_nodes)
         times = self._check_seed_times(seed_times, blocks_dst_count(dst))
