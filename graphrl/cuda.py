@@ -109,7 +109,9 @@ def uva_view(
     need = int(np.prod(shape, dtype=np.int64)) * np.dtype(typestr).itemsize
     have = tensor.numel() * tensor.element_size()
     if need > have:
-        raise ValueError(f"uva_view(shape={shape}, typestr={typestr!r}) needs {need} bytes; the tensor has {have}")
+        raise ValueError(
+            f"uva_view(shape={shape}, typestr={typestr!r}) needs {need} bytes; the tensor has {have}"
+        )
     return cuda.as_cuda_array(_HostInterface(tensor, shape, typestr, readonly))
 
 
@@ -134,7 +136,9 @@ def as_device_array(tensor: torch.Tensor) -> Any:
         raise ValueError("as_device_array() needs a contiguous tensor")
     if SIMULATOR:
         if tensor.device.type != "cpu":
-            raise ValueError(f"under numba's CUDA simulator, device memory is a CPU tensor; got {tensor.device}")
+            raise ValueError(
+                f"under numba's CUDA simulator, device memory is a CPU tensor; got {tensor.device}"
+            )
         from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
         return FakeCUDAArray(tensor.detach().numpy())

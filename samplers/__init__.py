@@ -12,7 +12,7 @@ from samplers.loader import LinkLoader, LoadedLinkBatch, NeighborLoader, NodeBat
 from samplers.neighbor import NeighborSampler
 from samplers.pyg_sampler import PygSampler  # imports torch_geometric only when one is built
 
-__all__ = ["MAX_BATCH", "MAX_FANOUT", "Block", "Blocks", "DglSampler", "FeatureStore", "FullGraph", "HeteroBlock",
-           "HeteroGraph", "HeteroNeighborSampler", "LinkBatch", "LinkLoader", "LinkSampler",
+__all__ = ["MAX_BATCH", "MAX_FANOUT", "Block", "Blocks", "DglSampler", "FeatureStore", "FullGraph",
+           "HeteroBlock", "HeteroGraph", "HeteroNeighborSampler", "LinkBatch", "LinkLoader", "LinkSampler",
            "LoadedLinkBatch", "NeighborLoader", "NeighborSampler", "NodeBatch", "PygSampler", "PygSubgraph",
            "bipartite_reverse_eids"]

@@ -118,7 +118,7 @@ def test_sageconv_trains_on_cora_through_dataloader(dgl, data_root):
             return h
 
     torch.manual_seed(0)
-    np.random.seed(0)  # DGL's DataLoader shuffles with numpy's global RNG
+    np.random.seed(0)  # noqa: NPY002  # DGL's DataLoader shuffles with numpy's global RNG
     model = Sage()
     opt = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
     train = cora.train_mask.nonzero().view(-1)

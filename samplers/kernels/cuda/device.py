@@ -10,6 +10,7 @@ import torch
 from numba import cuda
 
 from graphrl import cuda as gcuda
+from graphrl.errors import GPUUnavailableError
 
 __all__ = ["SIM", "check_device_index", "require_cuda", "torch_dtypes"]
 
@@ -21,12 +22,14 @@ def require_cuda() -> None:
 
     Raises
     ------
-    RuntimeError
+    graphrl.GPUUnavailableError
         No usable CUDA device: the message says so and names the remedy (``device="cpu"``).
     """
     if not cuda.is_available():
-        raise RuntimeError("device='cuda' needs a CUDA GPU with a working driver, and numba.cuda finds none "
-                           "here (numba.cuda.is_available() is False); use device='cpu' (same semantics)")
+        raise GPUUnavailableError(
+            "device='cuda' needs a CUDA GPU with a working driver, and numba.cuda finds none "
+            "here (numba.cuda.is_available() is False); use device='cpu' (same semantics)"
+        )
 
 
 def check_device_index(device: Any) -> None:
