@@ -117,7 +117,8 @@ class PygHeteroSampling:
     ------
     TypeError, ValueError
         ``num_neighbors`` as `hetero_num_neighbors`; no edge types; a node type without ``num_nodes``,
-        an edge type without ``edge_index``; ``weight_attr`` on no edge type; ids out of range (`HeteroGraph`).
+        an edge type without ``edge_index``; ``weight_attr`` on no edge type; ids out of range
+        (`HeteroGraph`).
     """
 
     def __init__(self, data, num_neighbors, replace: bool, seed: int, weight_attr: str | None) -> None:
