@@ -134,7 +134,7 @@ def pyg_reference(graph: CSCGraph, seeds: list[int], hops: int) -> tuple:
     return n_id, [rows, cols], e_id, nodes, edges
 
 
-@pytest.fixture(params=["with_pyg", "without_pyg"])
+@pytest.fixture(params=[pytest.param("with_pyg", marks=pytest.mark.pyg), "without_pyg"])
 def pyg_installed(request, monkeypatch) -> bool:
     """Run a test with PyG, and again as if it were not installed (``sys.modules`` entry None: any
     ``import torch_geometric`` raises ModuleNotFoundError)."""
@@ -180,6 +180,7 @@ def test_to_pyg_exact_values_on_a_hand_made_graph(pyg_installed):
     assert out.input_id is None if not pyg_installed else "input_id" not in out
 
 
+@pytest.mark.pyg
 def test_to_pyg_data_runs_a_pyg_layer():
     pytest.importorskip("torch_geometric", reason="torch_geometric not installed (install the 'pyg' extra)")
     from torch_geometric.nn import SAGEConv
