@@ -181,6 +181,21 @@ def test_sampled_batches_keep_the_layout(rand, num_neighbors):
     assert torch.equal(again["item"].n_id, batches[0]["item"].n_id)
 
 
+def test_weight_attr_on_the_edge_types_that_have_it(rand):
+    data = rand.clone()
+    w = torch.ones(data[REV].edge_index.shape[1])
+    w[::2] = 0.0  # even edge ids of rev_buys are never drawn
+    data[REV].w = w
+    s = PygSampler(data, [2, 2], seed=4, weight_attr="w")
+    assert set(s.graph.weights) == {REV}
+    drawn = 0
+    for _ in range(5):
+        b = first_batch(data, s, torch.arange(30))
+        assert bool((b[REV].e_id % 2 == 1).all()) and b[REV].e_id.numel() > 0
+        drawn += int(b[BUYS].e_id.numel())
+    assert drawn > 0
+
+
 def test_link_loader_on_hetero_data(rand):
     pos = rand[BUYS].edge_index[:, 5:25]
     ll = LinkLoader(rand, link_sampler=PygSampler(rand, [2, 2], seed=1), edge_label_index=(BUYS, pos),
