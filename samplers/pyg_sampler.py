@@ -84,13 +84,16 @@ class PygSampler(LazyBase):
     References
     ----------
     Hamilton, Ying and Leskovec, "Inductive Representation Learning on Large Graphs" (GraphSAGE,
-    NeurIPS 2017); PyG's ``NeighborSampler`` and pyg-lib's ``neighbor_sample`` for the output layout
-    and the binary/triplet negative-sampling layouts of ``edge_sample``.
+    NeurIPS 2017); PyG's ``NeighborSampler`` and pyg-lib's ``neighbor_sample`` /
+    ``hetero_neighbor_sample`` for the output layout and the binary/triplet negative-sampling layouts
+    of ``edge_sample``.
 
     Examples
     --------
     >>> loader = LinkLoader(data, link_sampler=PygSampler(data, [10, 5]), edge_label_index=ei,
     ...                     neg_sampling=NegativeSampling("binary"), batch_size=256)
+    >>> hetero = NodeLoader(hetero_data, node_sampler=PygSampler(hetero_data, [10, 5]),
+    ...                     input_nodes=("user", idx), batch_size=64)   # HeteroData batches
     """
 
     @staticmethod
