@@ -51,8 +51,8 @@ def import_dgl() -> types.ModuleType:
             sys.modules.pop("dgl.graphbolt", None)
         if err.name == "dgl":
             raise ImportError(
-                "DGL is not installed; install the 'dgl' extra (pip install -e '.[dgl]', which pins "
-                "dgl==2.1.0) to compare against or convert to DGL"
+                "DGL is not installed; install the 'dgl' extra (pip install -e '.[dgl]', which asks "
+                "for dgl>=2.1.0) to compare against or convert to DGL"
             ) from err
         raise ImportError(f"DGL is installed but failed to import: {err}") from err
 

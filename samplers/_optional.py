@@ -10,7 +10,8 @@ first construction. Pickling goes through the front class (so a spawned worker r
 class), as far as the instance's own state pickles.
 
 Use: ``class PygSampler(LazyBase)`` with ``@staticmethod def optional_base(): ...`` returning the
-base class (raising ImportError with the remedy when the library is missing).
+base class (raising ImportError with the remedy when the library is missing). `import_pyg` is that
+import for PyG (the adapters in `samplers.pyg_sampler` and `samplers.pyg_hetero` share it).
 """
 
 from __future__ import annotations
@@ -18,9 +19,27 @@ from __future__ import annotations
 import threading
 import types
 
-__all__ = ["LazyBase", "restore"]
+__all__ = ["LazyBase", "import_pyg", "restore"]
 
 _LOCK = threading.Lock()
+
+
+def import_pyg():
+    """Import and return ``torch_geometric`` (with its ``sampler`` and ``data`` subpackages).
+
+    Raises
+    ------
+    ImportError
+        PyG is not installed (remedy: the ``pyg`` extra, ``pip install -e '.[pyg]'``).
+    """
+    try:
+        import torch_geometric
+        import torch_geometric.data
+        import torch_geometric.sampler  # noqa: F401
+    except ModuleNotFoundError as err:
+        raise ImportError("PygSampler needs torch_geometric; install the 'pyg' extra "
+                          "(pip install -e '.[pyg]')") from err
+    return torch_geometric
 
 
 def restore(front: type, state: dict):

@@ -6,11 +6,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
-from samplers.interop import PygSubgraph, block_to_dgl, blocks_to_pyg, dgl_block_fields
+from samplers.interop import block_to_dgl, blocks_to_pyg, dgl_block_fields, pyg_subgraph_data
 
 __all__ = ["Block", "Blocks"]
 
@@ -96,11 +96,37 @@ class Blocks(list):
     """The blocks of one `NeighborSampler.sample` call (a plain ``list`` of `Block`, outermost first)
     that can also convert themselves to PyG's form with `to_pyg`."""
 
-    def to_pyg(self) -> PygSubgraph:
-        """PyG's ``NeighborLoader`` view of these blocks: a `samplers.interop.PygSubgraph` with
-        ``edge_index``, ``n_id``, ``e_id``, ``num_sampled_nodes`` and ``num_sampled_edges``.
+    def to_pyg(self, input_id: torch.Tensor | None = None):
+        """PyG's ``NeighborLoader`` view of these blocks: a ``torch_geometric.data.Data`` when
+        torch_geometric is installed, else a `samplers.interop.PygSubgraph`.
 
-        See `samplers.interop.blocks_to_pyg` (PyG expands each node once: rows it would not expand are
-        left out).
+        One rule: the type follows whether ``import torch_geometric`` succeeds; both carry the same
+        attributes (``edge_index``, ``n_id``, ``e_id``, ``batch_size``, ``num_sampled_nodes``,
+        ``num_sampled_edges``, ``num_nodes``; ``input_id`` when given), so code that reads them runs
+        on either. A dependency-free result is kept rather than an ImportError because the layout is
+        useful without PyG (any model that takes ``edge_index``), and code that needs a real ``Data``
+        (a PyG model) cannot run without PyG anyway. See `samplers.interop.blocks_to_pyg` for which rows
+        are kept (PyG expands each node once: rows it would not expand are left out).
+
+        Parameters
+        ----------
+        input_id : torch.Tensor or None, int64, shape [B]
+            Index of each seed among the loader's input nodes (``NeighborLoader``'s ``input_id``), where
+            the caller knows it; left out of the result when None.
+
+        Returns
+        -------
+        torch_geometric.data.Data or PygSubgraph
+
+        Raises
+        ------
+        ValueError
+            The blocks are empty or not chained; ``input_id`` is not one id per seed.
         """
-        return blocks_to_pyg(self)
+        sub = blocks_to_pyg(self)
+        if input_id is not None:
+            if not isinstance(input_id, torch.Tensor) or input_id.shape != (sub.batch_size,):
+                raise ValueError(f"input_id must be a tensor of shape [{sub.batch_size}] (one id per seed), "
+                                 f"got {getattr(input_id, 'shape', type(input_id).__name__)}")
+            sub = replace(sub, input_id=input_id)
+        return pyg_subgraph_data(sub)

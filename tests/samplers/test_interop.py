@@ -1,7 +1,10 @@
 """Interop: our blocks as DGL blocks (DGL layers give the same outputs as on DGL's own blocks), back from
-DGL, and PyG's NeighborLoader layout."""
+DGL, and PyG's NeighborLoader layout (a real torch_geometric Data where PyG is installed, a PygSubgraph
+where it is not)."""
 
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 import pytest
@@ -131,11 +134,69 @@ def pyg_reference(graph: CSCGraph, seeds: list[int], hops: int) -> tuple:
     return n_id, [rows, cols], e_id, nodes, edges
 
 
-def test_to_pyg_with_every_neighbour_is_pyg_neighbor_loader_output(graph):
+@pytest.fixture(params=[pytest.param("with_pyg", marks=pytest.mark.pyg), "without_pyg"])
+def pyg_installed(request, monkeypatch) -> bool:
+    """Run a test with PyG, and again as if it were not installed (``sys.modules`` entry None: any
+    ``import torch_geometric`` raises ModuleNotFoundError)."""
+    if request.param == "without_pyg":
+        monkeypatch.setitem(sys.modules, "torch_geometric", None)
+        return False
+    pytest.importorskip("torch_geometric", reason="torch_geometric not installed (install the 'pyg' extra)")
+    return True
+
+
+def tiny() -> CSCGraph:
+    """Five nodes, edge i = src[i] -> dst[i]."""
+    src, dst = [1, 2, 0, 3, 0, 4, 2], [0, 0, 1, 1, 2, 3, 4]
+    return CSCGraph.from_edges(torch.tensor(src), torch.tensor(dst), 5)
+
+
+def check_type(out, pyg_installed: bool) -> None:
+    if pyg_installed:
+        from torch_geometric.data import Data
+
+        assert type(out) is Data
+    else:
+        assert type(out) is PygSubgraph
+
+
+def test_to_pyg_exact_values_on_a_hand_made_graph(pyg_installed):
+    # seeds [3, 0]; hop 1 expands 3 (<- 4 by e5) and 0 (<- 1 by e0, <- 2 by e1); hop 2 expands 4, 1, 2
+    blocks = NeighborSampler(tiny(), [-1, -1], seed=0).sample(torch.tensor([3, 0]))
+    out = blocks.to_pyg(input_id=torch.tensor([10, 11]))
+    check_type(out, pyg_installed)
+    assert out.n_id.tolist() == [3, 0, 4, 1, 2]
+    assert out.edge_index.tolist() == [[2, 3, 4, 4, 1, 0, 1], [0, 1, 1, 2, 3, 3, 4]]
+    assert out.e_id.tolist() == [5, 0, 1, 6, 2, 3, 4]
+    assert out.num_sampled_nodes == [2, 3, 0] and out.num_sampled_edges == [3, 4]
+    assert out.batch_size == 2 and out.num_nodes == 5 and out.input_id.tolist() == [10, 11]
+    # fanout 1: block 0 drew 0 <- 2 (e1) for node 0, a row PyG does not expand at hop 2, so it is left
+    # out; node 2 comes in through node 4's row (e6) instead
+    out = NeighborSampler(tiny(), [1, 1], seed=0).sample(torch.tensor([3, 0])).to_pyg()
+    check_type(out, pyg_installed)
+    assert out.n_id.tolist() == [3, 0, 4, 1, 2]
+    assert out.edge_index.tolist() == [[2, 3, 4, 0], [0, 1, 2, 3]] and out.e_id.tolist() == [5, 0, 6, 3]
+    assert out.num_sampled_nodes == [2, 2, 1] and out.num_sampled_edges == [2, 2]
+    assert out.input_id is None if not pyg_installed else "input_id" not in out
+
+
+@pytest.mark.pyg
+def test_to_pyg_data_runs_a_pyg_layer():
+    pytest.importorskip("torch_geometric", reason="torch_geometric not installed (install the 'pyg' extra)")
+    from torch_geometric.nn import SAGEConv
+
+    out = NeighborSampler(tiny(), [-1, -1], seed=0).sample(torch.tensor([3, 0])).to_pyg()
+    out.x = torch.arange(5.0).view(-1, 1)[out.n_id]
+    torch.manual_seed(0)
+    h = SAGEConv(1, 4)(out.x, out.edge_index)
+    assert h.shape == (5, 4) and out.validate()
+
+
+def test_to_pyg_with_every_neighbour_is_pyg_neighbor_loader_output(graph, pyg_installed):
     seeds = [3, 50, 7, 119, 0]
     for hops in (1, 2, 3):
         out = NeighborSampler(graph, [-1] * hops, seed=0).sample(torch.tensor(seeds)).to_pyg()
-        assert isinstance(out, PygSubgraph)
+        check_type(out, pyg_installed)
         n_id, edge_index, e_id, nodes, edges = pyg_reference(graph, seeds, hops)
         assert out.n_id.tolist() == n_id and out.edge_index.tolist() == edge_index
         assert out.e_id.tolist() == e_id
@@ -177,3 +238,8 @@ def test_to_pyg_invariants_with_fanouts(graph):
 def test_to_pyg_errors():
     with pytest.raises(ValueError, match="at least one block"):
         Blocks().to_pyg()
+    blocks = NeighborSampler(tiny(), [1], seed=0).sample(torch.tensor([3, 0]))
+    with pytest.raises(ValueError, match=r"input_id must be a tensor of shape \[2\]"):
+        blocks.to_pyg(input_id=torch.tensor([1, 2, 3]))
+    with pytest.raises(ValueError, match="not chained"):
+        Blocks([blocks[0], blocks[0]]).to_pyg()
