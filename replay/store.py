@@ -41,7 +41,7 @@ import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -50,28 +50,21 @@ from graphrl.memory import MemoryManager
 from replay import checkpoint as ckpt
 from replay._checks import check_chunk_steps, check_device, check_sample_args, check_store_args
 from replay.attach import AttachedStore
-from replay.batch import Batch
 from replay.interface import ReplayStoreBase
-from replay.keys import decode_keys, encode_keys, key_incarnations
 from replay.rate_limiter import RateLimiter, RateLimiterState, rate_limiter_from_config
 from replay.sampler import WindowSampler
 from replay.selectors import Selector, selector_from_config
 from replay.spec import TrajectorySpec
-from replay.storage import Episode, StoreHandle, TrajectoryStorage
+from replay.storage import StoreHandle, TrajectoryStorage
 from replay.table import Table
-from replay.windows import WindowTable
 from replay.writer import TrajectoryWriter
 
-__all__ = [
-    "Batch",
-    "Episode",
-    "ReplayStore",
-    "StoreHandle",
-    "WindowTable",
-    "decode_keys",
-    "encode_keys",
-    "key_incarnations",
-]
+if TYPE_CHECKING:
+    from replay.batch import Batch
+    from replay.storage import Episode
+    from replay.windows import WindowTable
+
+__all__ = ["ReplayStore"]
 
 _DEFAULT: Any = object()
 

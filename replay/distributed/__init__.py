@@ -8,7 +8,7 @@
 ... def actor(store):                                      # the store pickles as a write-only handle
 ...     with store.writer() as w:
 ...         w.extend(steps); w.end_episode()
->>> batch = store.sample(256, window=64)                   # the same replay.store.Batch as the local store
+>>> batch = store.sample(256, window=64)                   # the same replay.batch.Batch as the local store
 >>> store.update_priorities(batch.keys, td_errors); store.checkpoint("ckpt/")
 
 Each shard is a threaded Ray actor that owns a local one-shard `replay.store.ReplayStore` and runs its

@@ -27,6 +27,7 @@ import torch
 
 from graphrl.memory import MemoryManager
 from replay._checks import check_device, check_int, check_sample_args, check_store_args
+from replay.batch import Batch
 from replay.distributed import checkpoint as manifests
 from replay.distributed.errors import mark_closed
 from replay.distributed.group import ShardGroup
@@ -42,7 +43,7 @@ from replay.interface import ReplayStoreBase
 from replay.rate_limiter import RateLimiter
 from replay.selectors import Selector, check_priorities
 from replay.spec import TrajectorySpec
-from replay.store import Batch, Episode
+from replay.storage import Episode
 
 __all__ = ["RayReplayStore"]
 
