@@ -50,7 +50,7 @@ from graphrl.memory import MemoryManager
 from replay import checkpoint as ckpt
 from replay._checks import check_chunk_steps, check_device, check_sample_args, check_store_args
 from replay.attach import AttachedStore
-from replay.interface import ReplayStoreBase
+from replay.interface import DEFAULT, ReplayStoreBase
 from replay.rate_limiter import RateLimiter, RateLimiterState, rate_limiter_from_config
 from replay.sampler import WindowSampler
 from replay.selectors import Selector, selector_from_config
@@ -65,9 +65,6 @@ if TYPE_CHECKING:
     from replay.windows import WindowTable
 
 __all__ = ["ReplayStore"]
-
-_DEFAULT: Any = object()
-
 
 class ReplayStore(ReplayStoreBase):
     """A sharded trajectory replay store in memory-manager regions.
@@ -297,7 +294,7 @@ class ReplayStore(ReplayStoreBase):
         """
         return AttachedStore(handle, memory)
 
-    def writer(self, chunk_steps: int | None = None, timeout: float | None = _DEFAULT) -> TrajectoryWriter:
+    def writer(self, chunk_steps: int | None = None, timeout: float | None = DEFAULT) -> TrajectoryWriter:
         """A new `TrajectoryWriter` (use one per thread or process).
 
         Parameters
@@ -312,7 +309,7 @@ class ReplayStore(ReplayStoreBase):
         chunk = storage.chunk_steps if chunk_steps is None else check_chunk_steps(
             storage.spec, storage.capacity, chunk_steps
         )
-        return TrajectoryWriter(storage, chunk, storage.timeout if timeout is _DEFAULT else timeout)
+        return TrajectoryWriter(storage, chunk, storage.timeout if timeout is DEFAULT else timeout)
 
     # -- sampling
     def sample(
@@ -320,7 +317,7 @@ class ReplayStore(ReplayStoreBase):
         batch_size: int,
         window: int = 1,
         pad: str = "tail",
-        timeout: float | None = _DEFAULT,
+        timeout: float | None = DEFAULT,
         beta: float = 1.0,
         device: str | torch.device | None = None,
     ) -> Batch:
@@ -378,7 +375,7 @@ class ReplayStore(ReplayStoreBase):
 
     # -- drawing without gathering (replay.distributed's shards copy the ring views themselves)
     def draw_windows(
-        self, batch_size: int, window: int = 1, pad: str = "tail", timeout: float | None = _DEFAULT
+        self, batch_size: int, window: int = 1, pad: str = "tail", timeout: float | None = DEFAULT
     ) -> WindowTable:
         """Draw windows as `sample` does (same selector, probabilities and keys) without copying any step.
 
@@ -409,7 +406,7 @@ class ReplayStore(ReplayStoreBase):
 
     def _deadline(self, timeout: float | None) -> Callable[[], float | None]:
         """Seconds left of ``timeout`` (default the store's) from now, as a function (None: forever)."""
-        timeout = self.storage.timeout if timeout is _DEFAULT else timeout
+        timeout = self.storage.timeout if timeout is DEFAULT else timeout
         deadline = None if timeout is None else time.monotonic() + timeout
         return lambda: None if deadline is None else max(0.0, deadline - time.monotonic())
 
