@@ -21,15 +21,13 @@ from typing import Any
 
 from graphrl.memory import MemoryManager
 from replay._checks import check_chunk_steps
+from replay.interface import DEFAULT
 from replay.rate_limiter import RateLimiterState
 from replay.spec import TrajectorySpec
 from replay.storage import Episode, StoreHandle, TrajectoryStorage
 from replay.writer import TrajectoryWriter
 
 __all__ = ["AttachedStore", "StoreHandle"]
-
-_DEFAULT: Any = object()
-
 
 class AttachedStore:
     """A store mapped from a `StoreHandle` in another process: it writes and counts, nothing more.
@@ -101,14 +99,14 @@ class AttachedStore:
         self._check_open()
         return self.storage.episodes(shard)
 
-    def writer(self, chunk_steps: int | None = None, timeout: float | None = _DEFAULT) -> TrajectoryWriter:
+    def writer(self, chunk_steps: int | None = None, timeout: float | None = DEFAULT) -> TrajectoryWriter:
         """A new `TrajectoryWriter` (as `replay.store.ReplayStore.writer`)."""
         self._check_open()
         storage = self.storage
         chunk = storage.chunk_steps if chunk_steps is None else check_chunk_steps(
             storage.spec, storage.capacity, chunk_steps
         )
-        return TrajectoryWriter(storage, chunk, storage.timeout if timeout is _DEFAULT else timeout)
+        return TrajectoryWriter(storage, chunk, storage.timeout if timeout is DEFAULT else timeout)
 
     # -- what only the owner does
     def _owner_only(self, what: str) -> ValueError:

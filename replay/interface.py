@@ -10,30 +10,65 @@ A learner written against it runs on either backend::
 Follows DeepMind Reverb's table interface (sample, mutate priorities, insert through writers,
 checkpoint) and TorchRL's ``ReplayBuffer`` (``sample``, ``update_priority``). See
 docs/architecture.md#replay-composition.
+
+Both stores take exactly these parameters (names, order, kinds, defaults: a test compares the
+signatures); what one store adds is keyword-only and listed here:
+
+- ``writer``: the Ray store's also takes ``shard`` (send every episode to one shard) and
+  ``max_inflight`` (shipments in flight), keyword-only;
+- ``restore``'s ``**kwargs``: the settings each store lets a restore change (the local store's
+  ``tier``, ``timeout``, ``seed``, ``staging_slots``; the Ray store's also ``max_restarts`` and
+  ``actor_options``).
+
+`DEFAULT` is the default of every ``timeout`` parameter: the store's own ``timeout`` setting.
 """
 
 from __future__ import annotations
 
 import abc
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["ReplayStoreBase"]
+if TYPE_CHECKING:
+    import torch
+
+    from graphrl.memory import MemoryManager
+
+__all__ = ["DEFAULT", "ReplayStoreBase"]
+
+
+class _Default:
+    """The type of `DEFAULT` (one instance; its repr names it in signatures)."""
+
+    def __repr__(self) -> str:
+        return "DEFAULT"
+
+
+DEFAULT: Any = _Default()
 
 
 class ReplayStoreBase(abc.ABC):
     """What a replay store offers a learner; a context manager whose exit calls `close`."""
 
     @abc.abstractmethod
-    def sample(self, batch_size: int, window: int = 1, *args: Any, **kwargs: Any) -> Any:
-        """Draw ``batch_size`` windows of ``window`` steps: a `replay.batch.Batch`."""
+    def sample(
+        self,
+        batch_size: int,
+        window: int = 1,
+        pad: str = "tail",
+        timeout: float | None = DEFAULT,
+        beta: float = 1.0,
+        device: str | torch.device | None = None,
+    ) -> Any:
+        """Draw ``batch_size`` windows of ``window`` steps: a `replay.batch.Batch` (see
+        `replay.store.ReplayStore.sample` for the parameters)."""
 
     @abc.abstractmethod
     def update_priorities(self, keys: Any, priorities: Any) -> int:
         """Set the priorities of the windows named by ``keys`` (``batch.keys``); return how many applied."""
 
     @abc.abstractmethod
-    def writer(self, *args: Any, **kwargs: Any) -> Any:
+    def writer(self, chunk_steps: int | None = None, timeout: float | None = DEFAULT) -> Any:
         """A new trajectory writer (one per thread or process)."""
 
     @abc.abstractmethod
@@ -42,8 +77,11 @@ class ReplayStoreBase(abc.ABC):
 
     @classmethod
     @abc.abstractmethod
-    def restore(cls, path: str | os.PathLike[str], *args: Any, **kwargs: Any) -> ReplayStoreBase:
-        """A new store holding the latest complete checkpoint under ``path``."""
+    def restore(
+        cls, path: str | os.PathLike[str], memory: MemoryManager | None = None, **kwargs: Any
+    ) -> ReplayStoreBase:
+        """A new store holding the latest complete checkpoint under ``path``; ``memory`` for its
+        buffers, ``kwargs`` the settings to change."""
 
     @abc.abstractmethod
     def stats(self) -> dict[str, Any]:

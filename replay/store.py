@@ -41,7 +41,7 @@ import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -50,31 +50,21 @@ from graphrl.memory import MemoryManager
 from replay import checkpoint as ckpt
 from replay._checks import check_chunk_steps, check_device, check_sample_args, check_store_args
 from replay.attach import AttachedStore
-from replay.batch import Batch
-from replay.interface import ReplayStoreBase
-from replay.keys import decode_keys, encode_keys, key_incarnations
+from replay.interface import DEFAULT, ReplayStoreBase
 from replay.rate_limiter import RateLimiter, RateLimiterState, rate_limiter_from_config
 from replay.sampler import WindowSampler
 from replay.selectors import Selector, selector_from_config
 from replay.spec import TrajectorySpec
-from replay.storage import Episode, StoreHandle, TrajectoryStorage
+from replay.storage import StoreHandle, TrajectoryStorage
 from replay.table import Table
-from replay.windows import WindowTable
 from replay.writer import TrajectoryWriter
 
-__all__ = [
-    "Batch",
-    "Episode",
-    "ReplayStore",
-    "StoreHandle",
-    "WindowTable",
-    "decode_keys",
-    "encode_keys",
-    "key_incarnations",
-]
+if TYPE_CHECKING:
+    from replay.batch import Batch
+    from replay.storage import Episode
+    from replay.windows import WindowTable
 
-_DEFAULT: Any = object()
-
+__all__ = ["ReplayStore"]
 
 class ReplayStore(ReplayStoreBase):
     """A sharded trajectory replay store in memory-manager regions.
@@ -304,7 +294,7 @@ class ReplayStore(ReplayStoreBase):
         """
         return AttachedStore(handle, memory)
 
-    def writer(self, chunk_steps: int | None = None, timeout: float | None = _DEFAULT) -> TrajectoryWriter:
+    def writer(self, chunk_steps: int | None = None, timeout: float | None = DEFAULT) -> TrajectoryWriter:
         """A new `TrajectoryWriter` (use one per thread or process).
 
         Parameters
@@ -319,7 +309,7 @@ class ReplayStore(ReplayStoreBase):
         chunk = storage.chunk_steps if chunk_steps is None else check_chunk_steps(
             storage.spec, storage.capacity, chunk_steps
         )
-        return TrajectoryWriter(storage, chunk, storage.timeout if timeout is _DEFAULT else timeout)
+        return TrajectoryWriter(storage, chunk, storage.timeout if timeout is DEFAULT else timeout)
 
     # -- sampling
     def sample(
@@ -327,7 +317,7 @@ class ReplayStore(ReplayStoreBase):
         batch_size: int,
         window: int = 1,
         pad: str = "tail",
-        timeout: float | None = _DEFAULT,
+        timeout: float | None = DEFAULT,
         beta: float = 1.0,
         device: str | torch.device | None = None,
     ) -> Batch:
@@ -385,7 +375,7 @@ class ReplayStore(ReplayStoreBase):
 
     # -- drawing without gathering (replay.distributed's shards copy the ring views themselves)
     def draw_windows(
-        self, batch_size: int, window: int = 1, pad: str = "tail", timeout: float | None = _DEFAULT
+        self, batch_size: int, window: int = 1, pad: str = "tail", timeout: float | None = DEFAULT
     ) -> WindowTable:
         """Draw windows as `sample` does (same selector, probabilities and keys) without copying any step.
 
@@ -416,7 +406,7 @@ class ReplayStore(ReplayStoreBase):
 
     def _deadline(self, timeout: float | None) -> Callable[[], float | None]:
         """Seconds left of ``timeout`` (default the store's) from now, as a function (None: forever)."""
-        timeout = self.storage.timeout if timeout is _DEFAULT else timeout
+        timeout = self.storage.timeout if timeout is DEFAULT else timeout
         deadline = None if timeout is None else time.monotonic() + timeout
         return lambda: None if deadline is None else max(0.0, deadline - time.monotonic())
 

@@ -1,8 +1,9 @@
 """TrajectoryWriter: append steps (or whole trajectories) of episodes to a replay store, from any process.
 
 A writer validates each step against the store's `replay.spec.TrajectorySpec` (a bad step raises
-and stores nothing), stages steps in private buffers of ``chunk_steps`` rows, and commits them to a
-shard when the episode ends or the buffers fill (the commit protocol of `replay.storage`). So:
+and stores nothing), stages steps in private buffers of ``chunk_steps`` rows
+(`replay.staging_steps.StepStager`, shared with the Ray writer), and commits them to a shard when
+the episode ends or the buffers fill (the commit protocol of `replay.storage`). So:
 
 - ``extend(steps)`` with columns ``[T, ...]`` gives exactly the same store contents as T ``append``
   calls (same commits, same chunk boundaries);
@@ -31,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from replay.shard import LOST_RECORD
+from replay.staging_steps import StepStager
 from replay.storage import TrajectoryStorage
 
 __all__ = ["TrajectoryWriter"]
@@ -66,18 +68,18 @@ class TrajectoryWriter:
         self.chunk_steps = int(chunk_steps)
         self.timeout = timeout
         self._regions = []
-        self._buffers: dict[str, np.ndarray] = {}
+        buffers: dict[str, np.ndarray] = {}
         try:
             for name, f in self.spec.items():
                 region = storage.memory.allocate(
                     (self.chunk_steps, *f.shape), f.dtype, "host", owner="replay.writer"
                 )
                 self._regions.append(region)
-                self._buffers[name] = region.numpy()
+                buffers[name] = region.numpy()
         except BaseException:
             self._free()
             raise
-        self.pending = 0
+        self._stager = StepStager(self.spec, buffers, self._commit_chunk)
         self._episode: tuple[int, int] | None = None  # (shard, record) of the episode open in the store
         self.steps_written = 0
         self.episodes_written = 0
@@ -104,13 +106,7 @@ class TrajectoryWriter:
             The buffers were full and the commit waited ``timeout`` seconds for the rate limiter.
         """
         self._check_open()
-        values = self.spec.validate_step(step)
-        if self.pending == self.chunk_steps:
-            self._commit(end=False)
-        row = self.pending
-        for name, v in values.items():
-            self._buffers[name][row] = v
-        self.pending += 1
+        self._stager.append(step)
 
     def extend(self, steps: Mapping[str, Any]) -> None:
         """Add T steps given as columns with a leading time axis ``[T, *field_shape]``: same as T appends.
@@ -124,16 +120,7 @@ class TrajectoryWriter:
             committed; the rest are not).
         """
         self._check_open()
-        t, cols = self.spec.validate_steps(steps)
-        done = 0
-        while done < t:
-            if self.pending == self.chunk_steps:
-                self._commit(end=False)
-            k = min(self.chunk_steps - self.pending, t - done)
-            for name, col in cols.items():
-                self._buffers[name][self.pending : self.pending + k] = col[done : done + k]
-            self.pending += k
-            done += k
+        self._stager.extend(steps)
 
     def end_episode(self) -> None:
         """Commit the staged steps and close the episode; the next step starts a new one.
@@ -146,8 +133,8 @@ class TrajectoryWriter:
             The writer or the store is closed.
         """
         self._check_open()
-        if self.pending or self._episode is not None:
-            self._commit(end=True)
+        if self._stager.pending or self._episode is not None:
+            self._stager.hand_off(self._commit_end)
             self.episodes_written += 1
 
     def flush(self) -> None:
@@ -161,8 +148,8 @@ class TrajectoryWriter:
             The writer or the store is closed.
         """
         self._check_open()
-        if self.pending:
-            self._commit(end=False)
+        if self._stager.pending:
+            self._stager.hand_off(self._commit_chunk)
 
     def begin_continuation(self, shard: int = 0) -> None:
         """Make the next steps a *continuation* record of ``shard``: a segment whose earlier part is lost.
@@ -178,7 +165,7 @@ class TrajectoryWriter:
             The writer is closed, or holds staged steps or an open episode (end it first).
         """
         self._check_open()
-        if self.pending or self._episode is not None:
+        if self._stager.pending or self._episode is not None:
             raise ValueError(
                 "begin_continuation() needs a writer with no staged steps and no open episode: "
                 "call end_episode() first"
@@ -188,14 +175,19 @@ class TrajectoryWriter:
         self._storage.open_episode(shard)
         self._episode = (shard, LOST_RECORD)
 
-    def _commit(self, end: bool) -> None:
-        count = self.pending
-        shard, record = self._storage.commit(
-            self._buffers, count, self._episode, end, self.timeout, self.writer_id
-        )
+    @property
+    def pending(self) -> int:
+        """Steps staged, not yet committed."""
+        return self._stager.pending
+
+    def _commit_chunk(self, columns: dict[str, np.ndarray], count: int, end: bool = False) -> None:
+        """Commit the ``count`` staged rows of ``columns`` (the stager frees them once this returns)."""
+        shard, record = self._storage.commit(columns, count, self._episode, end, self.timeout, self.writer_id)
         self.steps_written += count
-        self.pending = 0
         self._episode = None if end else (shard, record)
+
+    def _commit_end(self, columns: dict[str, np.ndarray], count: int) -> None:
+        self._commit_chunk(columns, count, end=True)
 
     # -- lifetime
     def _check_open(self) -> None:
@@ -206,22 +198,22 @@ class TrajectoryWriter:
         """Drop staged steps, close the open episode in the store (best effort) and free the buffers."""
         if self._closed:
             return
-        self.pending = 0
+        self._stager.clear()
         if self._episode is not None:
             try:
-                self._storage.commit(self._buffers, 0, self._episode, True, 0.0, self.writer_id)
+                self._storage.commit(self._stager.columns, 0, self._episode, True, 0.0, self.writer_id)
             except (TimeoutError, ValueError) as exc:
                 logger.debug("could not close the open episode: %s", exc)
             self._episode = None
         self._closed = True
         self._free()
+        self._stager.columns = {}  # no view of the freed regions stays
 
     def _free(self) -> None:
         for r in self._regions:
             if not r.freed:
                 r.free()
         self._regions = []
-        self._buffers = {}
 
     def __enter__(self) -> TrajectoryWriter:
         return self

@@ -27,22 +27,24 @@ import torch
 
 from graphrl.memory import MemoryManager
 from replay._checks import check_device, check_int, check_sample_args, check_store_args
+from replay.batch import Batch
 from replay.distributed import checkpoint as manifests
+from replay.distributed.attach import RayAttachedStore
 from replay.distributed.errors import mark_closed
 from replay.distributed.group import ShardGroup
 from replay.distributed.handle import RayStoreHandle
 from replay.distributed.limiter import GlobalLimiter
-from replay.distributed.options import DEFAULT, check_ray_args, check_shard_selector
+from replay.distributed.options import check_ray_args, check_shard_selector
 from replay.distributed.routing import shard_seed, split_keys
 from replay.distributed.sampler import ShardSampler
 from replay.distributed.shard import ShardActor
 from replay.distributed.staging import BatchAssembler
 from replay.distributed.writer import RayTrajectoryWriter, open_writer
-from replay.interface import ReplayStoreBase
+from replay.interface import DEFAULT, ReplayStoreBase
 from replay.rate_limiter import RateLimiter
 from replay.selectors import Selector, check_priorities
 from replay.spec import TrajectorySpec
-from replay.store import Batch, Episode
+from replay.storage import Episode
 
 __all__ = ["RayReplayStore"]
 
@@ -143,7 +145,6 @@ class RayReplayStore(ReplayStoreBase):
         self.timeout = timeout
         self.tier = args.tier
         self.max_restarts = max_restarts
-        self._owner = True
         self._closed = False
         self._store_id = uuid.uuid4().hex
         self._lock = threading.RLock()
@@ -219,31 +220,22 @@ class RayReplayStore(ReplayStoreBase):
         if self._closed:
             raise ValueError("this RayReplayStore is closed")
 
-    def _check_owner(self, what: str) -> None:
-        self._check_open()
-        if not self._owner:
-            raise ValueError(
-                f"{what}() runs in the process that made the store; this copy was attached by handle and "
-                "can only write (store.writer()) and count (len(store))"
-            )
-
     def __len__(self) -> int:
         """Live steps stored over all shards."""
         self._check_open()
         stats = self._shards.call([(s, "stats", (None,)) for s in range(self.num_shards)], "len()")
-        if self._owner:
-            self._shards.stats = stats
+        self._shards.stats = stats
         return int(sum(st["steps"] for st in stats))
 
     def shard_sizes(self) -> list[int]:
         """Live steps of each shard (index = shard)."""
-        self._check_owner("shard_sizes")
+        self._check_open()
         with self._lock:
             return [int(st["steps"]) for st in self._refresh(what="shard_sizes()")]
 
     def counters(self) -> dict[str, int]:
         """Global rate-limiter counters: ``inserts``, ``samples`` (steps) and ``deletes``."""
-        self._check_owner("counters")
+        self._check_open()
         with self._lock:
             self._refresh(what="counters()")
             i, s, d = self._limiter.counts()
@@ -253,7 +245,7 @@ class RayReplayStore(ReplayStoreBase):
         """A snapshot over all shards (one round trip): ``steps``, ``live`` and ``priority_mass`` (sums
         of the shards'; the live count for Uniform), the global rate-limiter counters ``inserts``,
         ``samples``, ``deletes``, and ``shard_steps`` (live steps of each shard)."""
-        self._check_owner("stats")
+        self._check_open()
         with self._lock:
             stats = self._refresh(what="stats()")
             inserts, samples, deletes = self._limiter.counts()
@@ -277,9 +269,8 @@ class RayReplayStore(ReplayStoreBase):
         return [e for part in parts for e in part]
 
     def __repr__(self) -> str:
-        role = "owner" if self._owner else "attached"
         return (
-            f"RayReplayStore({role}, shards={self.num_shards}, shard_capacity={self.shard_capacity}, "
+            f"RayReplayStore(owner, shards={self.num_shards}, shard_capacity={self.shard_capacity}, "
             f"fields={list(self.spec)})"
         )
 
@@ -299,26 +290,19 @@ class RayReplayStore(ReplayStoreBase):
         )
 
     @classmethod
-    def attach(cls, handle: RayStoreHandle) -> RayReplayStore:
-        """A write-only view of a store from its handle (what a pickled store becomes in a Ray task)."""
-        if not isinstance(handle, RayStoreHandle):
-            raise TypeError(f"handle must be a RayStoreHandle (store.handle()), got {type(handle).__name__}")
-        self = cls.__new__(cls)
-        self.spec = handle.spec_object()
-        self.num_shards = len(handle.shards)
-        self.shard_capacity = handle.shard_capacity
-        self.chunk_steps = handle.chunk_steps
-        self.timeout = handle.timeout
-        self.max_restarts = handle.max_restarts
-        self._store_id = handle.store_id
-        self._shards = ShardGroup(list(handle.shards), handle.max_restarts)
-        self._handle = handle
-        self._owner = False
-        self._closed = False
-        return self
+    def attach(cls, handle: RayStoreHandle) -> RayAttachedStore:
+        """A write-only view of a store from its handle (what a pickled store becomes in a Ray task):
+        a `replay.distributed.attach.RayAttachedStore`, which writes (`writer`) and counts (``len``).
+
+        Raises
+        ------
+        TypeError
+            ``handle`` is not a `RayStoreHandle`.
+        """
+        return RayAttachedStore(handle)
 
     def __reduce__(self) -> tuple:
-        return (RayReplayStore.attach, (self.handle(),))
+        return (RayAttachedStore, (self.handle(),))
 
     def writer(
         self,
@@ -349,8 +333,7 @@ class RayReplayStore(ReplayStoreBase):
             Bad ``chunk_steps``, ``shard`` or ``max_inflight``; a closed store.
         """
         self._check_open()
-        handle = self._handle if not self._owner else self.handle()
-        return open_writer(handle, chunk_steps, timeout, shard=shard, max_inflight=max_inflight)
+        return open_writer(self.handle(), chunk_steps, timeout, shard=shard, max_inflight=max_inflight)
 
     def sample(
         self,
@@ -376,11 +359,12 @@ class RayReplayStore(ReplayStoreBase):
             The rate limiter did not admit the sample within ``timeout`` (the message says why), a
             shard did not answer, or every staging slot stayed held.
         ValueError
-            Bad arguments, a closed store, or a copy attached by handle.
+            Bad arguments or a closed store (a copy attached by handle, `RayAttachedStore`, raises it
+            too: only the owner samples).
         ShardError
             A shard's actor died (not restarted).
         """
-        self._check_owner("sample")
+        self._check_open()
         b, length = check_sample_args(batch_size, window, pad, beta)
         if device is not None:  # before drawing (a draw counts in the rate limiter), as the local store
             check_device(device)
@@ -404,7 +388,7 @@ class RayReplayStore(ReplayStoreBase):
         Same parameters, return value and errors as `replay.store.ReplayStore.update_priorities`;
         also `ShardError` when a shard's actor died.
         """
-        self._check_owner("update_priorities")
+        self._check_open()
         k = np.asarray(keys.detach().cpu().numpy() if isinstance(keys, torch.Tensor) else keys).reshape(-1)
         if k.size and k.dtype.kind not in "iu":
             raise TypeError(f"keys must be integers (batch.keys), got {k.dtype}")
@@ -429,7 +413,7 @@ class RayReplayStore(ReplayStoreBase):
         OSError
             The files could not be written (the previous checkpoint stays the latest).
         """
-        self._check_owner("checkpoint")
+        self._check_open()
         root = Path(path).absolute()
         root.mkdir(parents=True, exist_ok=True)
         with self._lock:
@@ -456,7 +440,7 @@ class RayReplayStore(ReplayStoreBase):
 
     @classmethod
     def restore(
-        cls, path: str | os.PathLike[str], memory: MemoryManager | None = None, **changes: Any
+        cls, path: str | os.PathLike[str], memory: MemoryManager | None = None, **kwargs: Any
     ) -> RayReplayStore:
         """A new Ray-backed store (new shard actors) from the latest checkpoint under ``path``.
 
@@ -466,7 +450,7 @@ class RayReplayStore(ReplayStoreBase):
             The folder given to `checkpoint`.
         memory : MemoryManager, optional
             For the client's staging buffers.
-        **changes
+        **kwargs
             Keywords to change: ``timeout``, ``seed``, ``staging_slots``, ``tier``, ``max_restarts``,
             ``actor_options``.
 
@@ -478,8 +462,8 @@ class RayReplayStore(ReplayStoreBase):
             A manifest of another format or version, or an unknown keyword.
         """
         root = Path(path).absolute()
-        args, kwargs, state = manifests.restore_arguments(root, manifests.read_manifest(root), changes)
-        return cls(*args, memory=memory, _restore=state, **kwargs)
+        args, options, state = manifests.restore_arguments(root, manifests.read_manifest(root), kwargs)
+        return cls(*args, memory=memory, _restore=state, **options)
 
     # -- lifetime
     def _kill(self) -> None:
@@ -491,12 +475,11 @@ class RayReplayStore(ReplayStoreBase):
     def close(self) -> None:
         """Stop the shard actors (their data is gone: checkpoint first) and free the staging buffers.
 
-        A copy attached by handle only stops writing; idempotent.
+        Idempotent.
         """
         if self._closed:
             return
         self._closed = True
-        if self._owner:
-            self._sampler.pending = None
-            mark_closed(self._store_id)  # remote writers that meet the dead actors say "closed", not "died"
-            self._kill()
+        self._sampler.pending = None
+        mark_closed(self._store_id)  # remote writers that meet the dead actors say "closed", not "died"
+        self._kill()

@@ -2,7 +2,8 @@
 
 ``store.handle()`` makes one; it pickles with Ray (actor handles and settings), and
 ``handle.writer()`` or ``RayReplayStore.attach(handle).writer()`` writes from any process of the
-cluster. A pickled store becomes ``RayReplayStore.attach(handle)`` on arrival.
+cluster. A pickled store becomes ``RayReplayStore.attach(handle)`` (a
+`replay.distributed.attach.RayAttachedStore`) on arrival.
 """
 
 from __future__ import annotations

@@ -2,8 +2,7 @@
 
 `check_ray_args` validates ``max_restarts``, ``actor_options`` and ``prefetch`` and that Ray runs;
 `check_shard_selector` rejects selectors that do not split over shards. The arguments both stores take
-are checked by `replay._checks.check_store_args`. `DEFAULT` marks an argument left to the store's
-setting (``timeout``).
+are checked by `replay._checks.check_store_args`.
 """
 
 from __future__ import annotations
@@ -16,9 +15,7 @@ import ray
 from replay._checks import check_int
 from replay.selectors import Fifo, Lifo, MinHeap, Selector
 
-__all__ = ["DEFAULT", "check_ray_args", "check_shard_selector"]
-
-DEFAULT: Any = object()
+__all__ = ["check_ray_args", "check_shard_selector"]
 
 
 def check_shard_selector(selector: Selector, num_shards: int) -> None:

@@ -17,12 +17,12 @@ import time
 
 import numpy as np
 
+from replay.batch import Batch
 from replay.distributed.errors import ShardError
 from replay.distributed.group import ShardGroup
 from replay.distributed.limiter import GlobalLimiter, stats_timeout
 from replay.distributed.routing import shares, split_calls
 from replay.distributed.staging import BatchAssembler
-from replay.store import Batch
 
 __all__ = ["ShardSampler"]
 

@@ -29,7 +29,8 @@ from replay.distributed.transport import concat_tables, ring_runs
 from replay.rate_limiter import MinSize, rate_limiter_from_config
 from replay.selectors import selector_from_config
 from replay.spec import TrajectorySpec
-from replay.store import Episode, ReplayStore
+from replay.storage import Episode
+from replay.store import ReplayStore
 
 __all__ = ["DRAW_CHUNK", "ShardActor"]
 

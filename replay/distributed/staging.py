@@ -1,11 +1,12 @@
-"""BatchAssembler: the Ray client's staging slots, and a `replay.store.Batch` built from shards' replies.
+"""BatchAssembler: the Ray client's staging slots, and a `replay.batch.Batch` built from shards' replies.
 
 Each shard reply names its windows (keys, probabilities, lengths, offsets) and the object-store refs
 of the ring runs that hold them (`replay.distributed.transport`). `BatchAssembler.assemble` maps the
 runs zero-copy (``ray.get``), copies every reply into its rows of one pinned staging slot (two replies
 at once in two threads: the copy kernels release the GIL), then builds the same `Batch` the local
 store returns: keys carry the shard, probabilities are ``P(shard) * P(window | shard)`` and the
-importance weights use the global table size (Schaul et al., "Prioritized Experience Replay", 2016).
+importance weights are the local store's (`replay.batch.importance_weights`) over the global table
+size (Schaul et al., "Prioritized Experience Replay", 2016).
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ import torch
 from graphrl import kernels
 from graphrl.memory import MemoryManager
 from graphrl.tensors import StagingPool
+from replay.batch import Batch, importance_weights
 from replay.distributed.errors import actor_errors, secs, shard_error
 from replay.distributed.transport import place
 from replay.layout import BatchLayout
 from replay.spec import TrajectorySpec
-from replay.store import Batch
 
 __all__ = ["BatchAssembler"]
 
@@ -158,11 +159,11 @@ class BatchAssembler:
                 copy(jobs[0])
             del jobs
             table_size = pending["table_size"]
-            if self.prioritized:
-                w = (max(table_size, 1) * prob) ** (-float(beta))
-                weights = torch.from_numpy((w / w.max()).astype(np.float32))
-            else:
-                weights = torch.ones(b, dtype=torch.float32)
+            weights = (
+                importance_weights(prob, table_size, beta)
+                if self.prioritized
+                else torch.ones(b, dtype=torch.float32)
+            )
             return Batch(
                 fields,
                 mask,

@@ -1,6 +1,6 @@
 """How a shard's windows travel to the client: runs of ring slots, then placed into the batch.
 
-A shard gives its drawn windows (`replay.store.WindowTable`) to `ring_runs`, which merges the ring slots
+A shard gives its drawn windows (`replay.windows.WindowTable`) to `ring_runs`, which merges the ring slots
 they read into runs (windows that overlap or touch share one run, so a ring byte travels once however
 many windows read it); the shard puts the runs' flat byte views into Ray's object store with one
 ``ray.put``. The client maps them zero-copy (``ray.get`` on the same node) and `place` copies each
@@ -15,8 +15,7 @@ import numba as nb
 import numpy as np
 
 from graphrl.kernels import copy_bytes, store_fence, stream_bytes_nofence, zero_bytes
-from replay.store import WindowTable
-from replay.windows import window_mask
+from replay.windows import WindowTable, window_mask
 
 __all__ = ["STREAM_PIECE", "concat_tables", "place", "ring_runs"]
 
@@ -34,7 +33,7 @@ def ring_runs(
     Parameters
     ----------
     slots, n, dst : numpy.ndarray, int64 [B]
-        Each window's first slot, real steps and offset in the window (`replay.store.WindowTable`).
+        Each window's first slot, real steps and offset in the window (`replay.windows.WindowTable`).
     capacity : int
         Ring slots.
 

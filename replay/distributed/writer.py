@@ -1,12 +1,13 @@
 """RayTrajectoryWriter: writes episodes to the Ray replay store from any process of the cluster.
 
 `open_writer(handle, ...)` (what ``store.writer()`` and ``handle.writer()`` call) checks the arguments
-and gets the writer's place in the round robin over the store's writers (one round trip to shard 0).
-The writer validates steps against the spec, stages them in numpy buffers of ``chunk_steps`` rows and
-ships the columns (numpy only) to one shard per episode (`replay.distributed.routing.least_loaded`),
-at most ``max_inflight`` shipments in flight; a shipment's error surfaces at the next call that waits
-for it. Same methods as `replay.writer.TrajectoryWriter`; DeepMind Reverb's ``TrajectoryWriter``
-(chunking, asynchronous streams to the server) is the model.
+and gets the writer's place in the round robin over the store's writers (one round trip to shard 0). The
+writer validates steps against the spec and stages them in numpy buffers of ``chunk_steps`` rows
+(`replay.staging_steps.StepStager`, as the local writer does), and ships the columns (numpy only) to one
+shard per episode (`replay.distributed.routing.least_loaded`), at most ``max_inflight`` shipments in
+flight; a shipment's error surfaces at the next call that waits for it. Same methods as
+`replay.writer.TrajectoryWriter`; DeepMind Reverb's ``TrajectoryWriter`` (chunking, asynchronous streams
+to the server) is the model.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ import ray
 
 from replay._checks import check_int
 from replay.distributed.errors import ShardError, actor_errors, secs, shard_error
-from replay.distributed.options import DEFAULT
 from replay.distributed.routing import least_loaded
+from replay.interface import DEFAULT
+from replay.staging_steps import StepStager
 
 if TYPE_CHECKING:
     from replay.distributed.handle import RayStoreHandle
@@ -109,8 +111,8 @@ class RayTrajectoryWriter:
         self.timeout = timeout
         self.max_inflight = int(max_inflight)
         self._pin = shard
-        self._buffers = {n: np.empty((self.chunk_steps, *f.shape), f.dtype) for n, f in self.spec.items()}
-        self.pending = 0
+        buffers = {n: np.empty((self.chunk_steps, *f.shape), f.dtype) for n, f in self.spec.items()}
+        self._stager = StepStager(self.spec, buffers, self._ship_chunk)
         self.steps_written = 0
         self.episodes_written = 0
         s = len(handle.shards)
@@ -130,26 +132,12 @@ class RayTrajectoryWriter:
     def append(self, step: Mapping[str, Any]) -> None:
         """Add one step (see `replay.writer.TrajectoryWriter.append`; raises the same errors)."""
         self._check_open()
-        values = self.spec.validate_step(step)
-        if self.pending == self.chunk_steps:
-            self._ship(end=False)
-        for name, v in values.items():
-            self._buffers[name][self.pending] = v
-        self.pending += 1
+        self._stager.append(step)
 
     def extend(self, steps: Mapping[str, Any]) -> None:
         """Add T steps given as columns ``[T, *field_shape]`` (same as T appends)."""
         self._check_open()
-        t, cols = self.spec.validate_steps(steps)
-        done = 0
-        while done < t:
-            if self.pending == self.chunk_steps:
-                self._ship(end=False)
-            k = min(self.chunk_steps - self.pending, t - done)
-            for name, col in cols.items():
-                self._buffers[name][self.pending : self.pending + k] = col[done : done + k]
-            self.pending += k
-            done += k
+        self._stager.extend(steps)
 
     def end_episode(self) -> None:
         """Queue the staged steps for shipping and close the episode (asynchronous: see the class).
@@ -165,8 +153,8 @@ class RayTrajectoryWriter:
             (the rate limiter) within ``timeout``.
         """
         self._check_open()
-        if self.pending or self._episode is not None:
-            self._ship(end=True)
+        if self._stager.pending or self._episode is not None:
+            self._stager.hand_off(self._ship_end)
 
     def flush(self, timeout: float | None = None) -> None:
         """Ship the staged steps keeping the episode open, and wait for every queued shipment.
@@ -183,8 +171,8 @@ class RayTrajectoryWriter:
             shipments were not all stored within ``timeout``.
         """
         self._check_open()
-        if self.pending:
-            self._ship(end=False)
+        if self._stager.pending:
+            self._stager.hand_off(self._ship_chunk)
         self.wait(timeout)
 
     def wait(self, timeout: float | None = None) -> None:
@@ -196,7 +184,16 @@ class RayTrajectoryWriter:
     def _choose(self) -> int:
         return self._pin if self._pin is not None else least_loaded(self.shard_steps, self._offset)
 
-    def _ship(self, end: bool) -> None:
+    @property
+    def pending(self) -> int:
+        """Steps staged here, not yet shipped."""
+        return self._stager.pending
+
+    def _ship_end(self, columns: dict[str, np.ndarray], count: int) -> None:
+        self._ship_chunk(columns, count, end=True)
+
+    def _ship_chunk(self, columns: dict[str, np.ndarray], count: int, end: bool = False) -> None:
+        """Queue a shipment of the ``count`` staged rows of ``columns`` (the stager's callback)."""
         first = self._episode is None
         if first:
             shard = self._choose()
@@ -206,14 +203,14 @@ class RayTrajectoryWriter:
         else:
             shard, key = self._episode
             self.wait()  # chunks of one episode arrive in order
-        n = self.pending
-        cols = {name: buf[:n] for name, buf in self._buffers.items()}
+        n = count
+        cols = {name: buf[:n] for name, buf in columns.items()}
         actor = self._handle.shards[shard]
         ref = actor.insert.remote(key, cols, end, self.timeout, first)  # Ray copies the arguments now
         self._inflight.append((ref, shard, n, end, first, self._shipped))
         self.shard_steps[shard] += n
         self._shipped += n
-        self.pending = 0
+        self._stager.clear()  # the rows are shipped: waiting for older shipments below may raise
         self._episode = None if end else (shard, key)
         while len(self._inflight) > self.max_inflight:
             self._resolve()
@@ -271,7 +268,7 @@ class RayTrajectoryWriter:
         """
         if self._closed:
             return
-        self.pending = 0
+        self._stager.clear()
         first: BaseException | None = None
         try:
             while self._inflight:  # earlier shipments first: their errors are the ones to report
@@ -281,7 +278,7 @@ class RayTrajectoryWriter:
                     first = first or exc
             if self._episode is not None:
                 try:
-                    self._ship(end=True)  # zero steps: only ends the episode (best effort)
+                    self._stager.hand_off(self._ship_end)  # zero steps: only ends the episode (best effort)
                     self.wait()
                 except (ShardError, TimeoutError) as exc:
                     logger.debug("writer close: could not end the open episode: %s", exc)

@@ -100,6 +100,17 @@ def test_importance_weights_are_normalised_and_check_beta():
     assert importance_weights(np.zeros(0), 3, 0.4).shape == (0,)
     with pytest.raises(ValueError, match="beta"):
         importance_weights(np.array([1.0]), 1, -1.0)
+    assert np.allclose(importance_weights(np.array([0.5, 0.5]), 0, 1.0).numpy(), 1.0)  # N counts as 1
+
+
+def test_importance_weights_edge_cases_follow_ieee_arithmetic():
+    # the contract both stores rely on (the Ray store passes its probabilities here as they are)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        w = importance_weights(np.array([0.0, 0.5]), 2, 0.4).numpy()  # a mass that overflowed: P = 0
+        assert np.isnan(w[0]) and w[1] == 0.0
+        assert np.isnan(importance_weights(np.zeros(3), 3, 0.4).numpy()).all()
+        assert np.isnan(importance_weights(np.array([np.nan, 0.5]), 2, 0.4).numpy()).all()
+    assert np.array_equal(importance_weights(np.array([0.0, np.nan, 0.25]), 4, 0.0).numpy(), np.ones(3))
 
 
 def test_staging_views_lay_out_fields_and_mask_in_one_slot(mm):

@@ -22,6 +22,7 @@ ray = pytest.importorskip("ray", reason="the Ray backend needs ray: pip install 
 
 import replay.distributed.shard as shard_module  # noqa: E402
 from replay import Fifo, MinSize, Prioritized, ReplayStore, SampleToInsertRatio, TrajectorySpec, Uniform  # noqa: E402
+from replay.batch import importance_weights  # noqa: E402
 from replay.checkpoint import CheckpointError  # noqa: E402
 from replay.distributed import RayReplayStore, ShardError  # noqa: E402
 from replay.distributed.shard import ShardActor  # noqa: E402
@@ -210,7 +211,7 @@ def test_independent_writers_of_one_episode_each_fill_the_shards_evenly(prio):
 
 
 def test_sample_returns_the_local_batch_type_with_shard_keys(prio):
-    from replay.store import Batch
+    from replay.batch import Batch
 
     b = prio.sample(32, window=8, pad="head")
     assert isinstance(b, Batch)
@@ -257,6 +258,46 @@ def test_chi_square_one_table_then_priorities_through_keys(prio):
         mass[where[int(i)]] += w
         drawn[where[int(i)]] += counts.get(int(i), 0)
     assert stats.chisquare(drawn, mass / mass.sum() * drawn.sum()).pvalue > 1e-3
+
+
+def every_key(store, ids: list[int]) -> dict[int, int]:
+    """id -> key of every id in ``ids`` (one-step windows drawn until each was seen)."""
+    keys: dict[int, int] = {}
+    for _ in range(400):
+        with store.sample(256, window=1, timeout=60) as b:
+            keys.update(zip(b["id"][:, 0].tolist(), b.keys.tolist(), strict=True))
+        if len(keys) == len(ids):
+            return keys
+    raise AssertionError(f"{len(ids) - len(keys)} ids never drawn")
+
+
+def test_importance_weights_are_the_local_stores_for_the_same_table(prio):
+    # the same steps and priorities in a local store: the same probabilities, and both stores' weights
+    # are replay.batch.importance_weights of them (global table size, the same edge cases)
+    beta, pri_of = 0.4, lambda i: 1.0 + (i % 5)
+    ids = sorted(live_ids(prio))
+    keys = every_key(prio, ids)
+    assert prio.update_priorities(np.array([keys[i] for i in ids]), [pri_of(i) for i in ids]) == len(ids)
+    with ReplayStore(SPEC, 4000, num_shards=2, selector=Prioritized(0.6), seed=7, tier="host") as local:
+        with local.writer() as w:
+            for e in prio.episodes():
+                w.extend(e.data)
+                w.end_episode()
+        local_keys = every_key(local, ids)
+        local.update_priorities(np.array([local_keys[i] for i in ids]), [pri_of(i) for i in ids])
+        prob = {}
+        for store in (prio, local):
+            with store.sample(256, window=1, beta=beta) as b:
+                p = b.probabilities.numpy()
+                assert b.table_size == len(ids)
+                assert torch.equal(b.weights, importance_weights(p, b.table_size, beta))
+                prob[store] = dict(zip(b["id"][:, 0].tolist(), p.tolist(), strict=True))
+    common = sorted(set(prob[prio]) & set(prob[local]))
+    assert len(common) > 10
+    p_ray, p_local = (np.array([prob[st][i] for i in common]) for st in (prio, local))
+    assert np.allclose(p_ray, p_local, rtol=1e-9, atol=0)
+    w_ray, w_local = (importance_weights(p, len(ids), beta) for p in (p_ray, p_local))
+    assert torch.allclose(w_ray, w_local)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error raised without CUDA")
@@ -377,7 +418,7 @@ def test_a_window_overwritten_between_the_draw_and_the_put_is_redrawn(cluster):
                 shard.insert(2, byte_steps(1000, 30), True, 10.0)  # positions 100..129: floor 30
 
         shard.before_put = overwrite
-        shard.store._incarnation = 3  # as after two restores: every key, redrawn ones too, carries it
+        shard.store.table.incarnation = 3  # as after two restores: every key, redrawn ones too, carries it
         rep = shard.sample(32, 8, "tail", 10.0, None)
         assert (key_incarnations(rep["keys"]) == 3).all()
         stale = int((drawn[0].first < 30).sum())
@@ -634,8 +675,10 @@ def test_rate_limiter_applies_to_the_whole_store(cluster):
         w.wait()
         assert store.counters() == {"inserts": 65, "samples": 8, "deletes": 0}
         # samples may run ahead of inserts by 20: 65 + 20 = 85 sampled steps at most
-        for _ in range(7):
-            store.sample(11, window=1).release()
+        for _ in range(7):  # the masses overflowed (P = 0 for some windows): the local store's weights
+            with store.sample(11, window=1) as b, np.errstate(divide="ignore", invalid="ignore"):
+                want = importance_weights(b.probabilities.numpy(), b.table_size, 1.0)
+                torch.testing.assert_close(b.weights, want, equal_nan=True, rtol=0, atol=0)
         assert store.counters()["samples"] == 85
         with pytest.raises(TimeoutError, match="sampling is ahead of inserting"):
             store.sample(1, window=1, timeout=0.2)

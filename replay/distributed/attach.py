@@ -1,0 +1,154 @@
+"""RayAttachedStore: the write-only view of a Ray replay store that Ray tasks and actors get.
+
+``RayReplayStore.attach(handle)`` makes one from a `replay.distributed.handle.RayStoreHandle` (actor
+handles and settings, no data), and a `RayReplayStore` passed to a Ray task or actor arrives as one
+(it pickles as its handle). It writes (`writer`, a `replay.distributed.writer.RayTrajectoryWriter`)
+and counts (``len``, `episodes`); sampling, priority updates, the counters, stats and checkpoints
+stay with the store's owner (the client's state lives there): they raise ``ValueError``. The local
+store's counterpart is `replay.attach.AttachedStore`.
+
+>>> @ray.remote
+... def actor(store):                   # a RayAttachedStore here
+...     with store.writer() as w:
+...         w.extend(steps); w.end_episode()
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from replay._checks import check_int
+from replay.distributed.group import ShardGroup
+from replay.distributed.handle import RayStoreHandle
+from replay.distributed.writer import RayTrajectoryWriter, open_writer
+from replay.interface import DEFAULT
+from replay.storage import Episode
+
+__all__ = ["RayAttachedStore"]
+
+
+class RayAttachedStore:
+    """A Ray store seen from a handle in another process: it writes and counts, nothing more.
+
+    Parameters
+    ----------
+    handle : RayStoreHandle
+        From the owner's ``store.handle()``.
+
+    Raises
+    ------
+    TypeError
+        ``handle`` is not a `RayStoreHandle`.
+    """
+
+    def __init__(self, handle: RayStoreHandle) -> None:
+        if not isinstance(handle, RayStoreHandle):
+            raise TypeError(f"handle must be a RayStoreHandle (store.handle()), got {type(handle).__name__}")
+        self.spec = handle.spec_object()
+        self.num_shards = len(handle.shards)
+        self.shard_capacity = handle.shard_capacity
+        self.chunk_steps = handle.chunk_steps
+        self.timeout = handle.timeout
+        self.max_restarts = handle.max_restarts
+        self._handle = handle
+        self._shards = ShardGroup(list(handle.shards), handle.max_restarts)
+        self._closed = False
+
+    # -- properties and inspection
+    @property
+    def capacity_steps(self) -> int:
+        return self.shard_capacity * self.num_shards
+
+    @property
+    def actors(self) -> list[Any]:
+        """The shard actors' handles (index = shard)."""
+        return list(self._shards.actors)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("this RayReplayStore is closed")
+
+    def __len__(self) -> int:
+        """Live steps stored over all shards."""
+        self._check_open()
+        stats = self._shards.call([(s, "stats", (None,)) for s in range(self.num_shards)], "len()")
+        return int(sum(st["steps"] for st in stats))
+
+    def episodes(self, shard: int | None = None) -> list[Episode]:
+        """Copies of the live episodes of one shard or all (for inspection and tests)."""
+        self._check_open()
+        shards = (
+            range(self.num_shards) if shard is None else [check_int("shard", shard, 0, self.num_shards - 1)]
+        )
+        parts = self._shards.call([(s, "episodes", ()) for s in shards], "episodes()")
+        return [e for part in parts for e in part]
+
+    def __repr__(self) -> str:
+        return (
+            f"RayReplayStore(attached, shards={self.num_shards}, shard_capacity={self.shard_capacity}, "
+            f"fields={list(self.spec)})"
+        )
+
+    # -- handles and writers
+    def handle(self) -> RayStoreHandle:
+        """The handle this store was attached from (to pass on to further tasks)."""
+        self._check_open()
+        return self._handle
+
+    def __reduce__(self) -> tuple:
+        return (RayAttachedStore, (self._handle,))
+
+    def writer(
+        self,
+        chunk_steps: int | None = None,
+        timeout: float | None = DEFAULT,
+        *,
+        shard: int | None = None,
+        max_inflight: int = 2,
+    ) -> RayTrajectoryWriter:
+        """A new `RayTrajectoryWriter` (as `replay.distributed.RayReplayStore.writer`)."""
+        self._check_open()
+        return open_writer(self._handle, chunk_steps, timeout, shard=shard, max_inflight=max_inflight)
+
+    # -- what only the owner does
+    def _owner_only(self, what: str) -> ValueError:
+        self._check_open()
+        return ValueError(
+            f"{what}() runs in the process that made the store; this copy was attached by handle and "
+            "can only write (store.writer()) and count (len(store))"
+        )
+
+    def sample(self, *args: Any, **kwargs: Any) -> Any:
+        """Raises ``ValueError``: only the owner samples."""
+        raise self._owner_only("sample")
+
+    def update_priorities(self, *args: Any, **kwargs: Any) -> int:
+        """Raises ``ValueError``: only the owner updates priorities."""
+        raise self._owner_only("update_priorities")
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> str:
+        """Raises ``ValueError``: only the owner checkpoints."""
+        raise self._owner_only("checkpoint")
+
+    def stats(self) -> dict[str, Any]:
+        """Raises ``ValueError``: the global counters live with the owner."""
+        raise self._owner_only("stats")
+
+    def counters(self) -> dict[str, int]:
+        """Raises ``ValueError``: the global counters live with the owner."""
+        raise self._owner_only("counters")
+
+    def shard_sizes(self) -> list[int]:
+        """Raises ``ValueError``: only the owner asks every shard (use ``len``)."""
+        raise self._owner_only("shard_sizes")
+
+    # -- lifetime
+    def close(self) -> None:
+        """Stop writing through this copy (the owner's shards keep running); idempotent."""
+        self._closed = True
+
+    def __enter__(self) -> RayAttachedStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
