@@ -3,7 +3,8 @@
 >>> from replay import ReplayStore, TrajectorySpec, Prioritized, SampleToInsertRatio
 
 See `replay.store` for the user's entry point and how its parts compose, `replay.storage` for the
-commit protocol, `replay.windows` for window semantics, `replay.keys` for the key layout and
+commit protocol, `replay.windows` for window semantics and masks, `replay.selectors` (configs),
+`replay.selector_state` and `replay.sumtree` for selectors, `replay.keys` for the key layout and
 `replay.checkpoint` for checkpoints (docs/architecture.md#replay-composition).
 """
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from replay.selectors import Fifo, Lifo, MinHeap, Selector, check_priorities
+from replay.selectors import Selector, check_priorities
 from replay.sumtree import (
     accept_sum,
     draw_rows,
@@ -91,7 +91,7 @@ class SelectorState:
         self.num_shards, self.capacity = int(num_shards), int(capacity)
         self.max_times_sampled = int(max_times_sampled)
         self.size = tree_size(self.capacity)
-        self.deterministic = isinstance(selector, (Fifo, Lifo, MinHeap))
+        self.deterministic = bool(selector.deterministic)
         self._prioritized = bool(selector.prioritized)
         s, c, p = self.num_shards, self.capacity, self.size
         self.priority = alloc((s, c), np.float64, "priority")
@@ -181,13 +181,20 @@ class SelectorState:
             else:
                 sum_set(self.wtree[shard], self.size, slots, w)
         if self.deterministic:
-            self.key[shard, slots] = np.where(live, self._key(shard, slots), np.inf)
+            self.key[shard, slots] = np.where(live, self.key_of(shard, slots), np.inf)
             if bulk:
                 min_build_keys(self.mtree[shard], self.size, self.capacity, self.key[shard], self.seq[shard])
             else:
                 min_set(self.mtree[shard], self.size, slots, self.key[shard], self.seq[shard])
 
-    def _key(self, shard: int, slots: np.ndarray) -> np.ndarray:
+    def key_of(self, shard: int, slots: np.ndarray) -> np.ndarray:
+        """The argmin-tree key (float64 [n]) of ``slots`` of a deterministic selector: smallest is drawn.
+
+        Raises
+        ------
+        ValueError
+            The selector's kind has no key here (a new deterministic selector must add its key).
+        """
         kind = self.selector.kind
         if kind == "fifo":
             return self.seq[shard, slots].astype(np.float64)
@@ -195,7 +202,9 @@ class SelectorState:
             return -self.seq[shard, slots].astype(np.float64)
         if kind == "minheap":
             return self.priority[shard, slots].copy()
-        return -self.priority[shard, slots]
+        if kind == "maxheap":
+            return -self.priority[shard, slots]
+        raise ValueError(f"deterministic selector kind {kind!r} has no key in SelectorState.key_of")
 
     def update(self, shard: int, slots: np.ndarray, priorities: Any) -> None:
         """Set the priorities of items in ``slots`` of ``shard`` (later duplicates win).

@@ -29,7 +29,9 @@ or ``"max"`` (default) for the largest priority seen so far (1.0 before any), as
 
 These classes are plain, picklable settings; the sampling state they configure (priorities, use
 counts, trees) is `replay.selector_state.SelectorState`, its kernels `replay.sumtree`. A new selector
-is a config class here (registered in ``_KINDS``) plus its draw in `SelectorState.sample`; see
+is a config class here (its ``kind``, ``deterministic``, ``prioritized``; registered in ``_KINDS``),
+its draw in `SelectorState.sample` (a deterministic one: its key in `SelectorState.key_of`, which
+refuses a kind it does not know), and any new kernel in `replay.sumtree`; see
 docs/architecture.md#replay-composition.
 
 References
@@ -91,6 +93,7 @@ class Selector:
     """Base of the selector configurations (plain, picklable settings)."""
 
     kind = "base"
+    deterministic = False  # True: the draw is the best item by a key (an argmin tree), not a random one
 
     def to_config(self) -> dict[str, Any]:
         return {"kind": self.kind}
@@ -159,6 +162,7 @@ class Fifo(Selector):
     """The oldest live item (first committed, across shards)."""
 
     kind = "fifo"
+    deterministic = True
 
 
 @dataclass(frozen=True)
@@ -166,6 +170,7 @@ class Lifo(Selector):
     """The newest live item (last committed, across shards)."""
 
     kind = "lifo"
+    deterministic = True
 
 
 @dataclass(frozen=True)
@@ -180,6 +185,7 @@ class MinHeap(Selector):
 
     initial_priority: float | str = "max"
     kind = "minheap"
+    deterministic = True
 
     def __post_init__(self) -> None:
         _check_initial(self.initial_priority)

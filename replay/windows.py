@@ -114,6 +114,10 @@ def window_bounds(
 def window_mask(n: np.ndarray, dst: np.ndarray, length: int, out: np.ndarray | None = None) -> np.ndarray:
     """``mask[b, j] = dst[b] <= j < dst[b] + n[b]``: bool [B, L], True for real steps.
 
+    Where a batch's mask is computed: `replay.sampler.WindowSampler` calls this for host batches (a GPU
+    batch evaluates the same formula on the device there; `gather_fields(mask=...)` can fill it in the
+    copy's own pass).
+
     Parameters
     ----------
     n, dst : numpy.ndarray, integer [B]

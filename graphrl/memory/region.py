@@ -3,7 +3,8 @@ a shared one for other processes.
 
 Regions come from `graphrl.memory.MemoryManager.allocate` or ``register``, or from `Region.attach`
 in another process. A region lives until `Region.free`, the end of its ``with`` block or the
-manager's ``close``; see docs/architecture.md#memory-tiers for the lifetime and sharing rules.
+manager's ``close``; see docs/architecture.md#memory-tiers for the lifetime and sharing rules. A pinned
+region's memory is page-locked for CUDA in `graphrl.memory.cudart` (``cudaHostRegister``).
 """
 
 from __future__ import annotations

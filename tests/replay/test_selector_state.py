@@ -68,3 +68,25 @@ def test_same_seed_same_draws_and_state_round_trip():
     assert np.allclose(c.wtree, a.wtree)  # trees are rebuilt from the priorities
     again = c.sample(64)
     assert all(np.array_equal(x, y) for x, y in zip(first[:3], again[:3], strict=True))
+
+
+def test_deterministic_selectors_come_from_their_config_and_an_unknown_key_is_refused():
+    from dataclasses import dataclass
+
+    from replay.selectors import Fifo, Lifo, MaxHeap, MinHeap, Selector
+
+    assert [s.deterministic for s in (Uniform(), Prioritized(), Fifo(), Lifo(), MinHeap(), MaxHeap())] == [
+        False, False, True, True, True, True]
+
+    @dataclass(frozen=True)
+    class Newest(Selector):  # a new deterministic selector that forgot its key
+        kind = "newest"
+        deterministic = True
+
+    state = SelectorState(Newest(), 1, 8)
+    assert state.deterministic
+    with pytest.raises(ValueError, match="'newest' has no key"):
+        state.key_of(0, np.arange(3))
+    heap = SelectorState(MaxHeap(), 1, 8)
+    heap.priority[0, :3] = [1.0, 5.0, 2.0]
+    np.testing.assert_array_equal(heap.key_of(0, np.arange(3)), [-1.0, -5.0, -2.0])
