@@ -126,3 +126,53 @@ def test_require_matplotlib_names_the_extra(monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "matplotlib.figure", None)
     with pytest.raises(ImportError, match=r"graphrl\[plot\]"):
         plots.require_matplotlib()
+
+
+def test_demo_plot_writes_the_curves_the_run_reported(tmp_path):
+    import re
+
+    from click.testing import CliRunner
+
+    from graphrl.cli import main
+
+    args = ["demo", "--task", "recommend", "--dataset", "synthetic", "--synthetic-size", "300,400,6000",
+            "--epochs", "2", "--batch-size", "512", "--fanouts", "4,4", "--dim", "16",
+            "--plot", str(tmp_path)]
+    result = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    curve = json.loads((tmp_path / "demo_curves.json").read_text())["recommend"]
+    assert curve["epoch"] == [1.0, 2.0] and curve["dataset"] == "synthetic"
+    recall, ndcg = re.search(r"^test recall@20: (\S+)  NDCG@20: (\S+)", result.output, re.M).groups()
+    assert f"{curve['recall'][-1]:.4f}" == recall and f"{curve['ndcg'][-1]:.4f}" == ndcg
+    pop = re.search(r"^popularity baseline recall@20: (\S+)", result.output, re.M).group(1)
+    assert f"{curve['popularity_recall']:.4f}" == pop
+    check_png(tmp_path / "demo_recommend.png")
+    assert f"wrote {tmp_path / 'demo_recommend.png'}" in result.output
+
+
+def test_demo_plot_node_classification_curve_ends_at_the_reported_accuracy(tmp_path):
+    from click.testing import CliRunner
+
+    from graphrl.cli import main
+
+    args = ["demo", "--task", "node-classification", "--epochs", "5", "--seeds", "2", "--plot", str(tmp_path)]
+    result = CliRunner().invoke(main, args, catch_exceptions=False)
+    if "not found" in result.output or "No such file" in result.output:
+        pytest.skip(f"Cora data missing: {result.output.strip()}")
+    assert result.exit_code == 0, result.output
+    curve = json.loads((tmp_path / "demo_curves.json").read_text())["node-classification"]
+    assert curve["epoch"] == [1, 2, 3, 4, 5] and curve["seeds"] == 2
+    mean = float(result.output.split("test accuracy over 2 seed(s): ")[1].split(" +-")[0])
+    assert f"{100 * curve['test_acc'][-1]:.1f}" == f"{mean:.1f}"
+    check_png(tmp_path / "demo_node-classification.png")
+
+
+def test_demo_logdir_without_tensorboard_says_so(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from graphrl.cli import main
+
+    monkeypatch.setitem(__import__("sys").modules, "torch.utils.tensorboard", None)
+    result = CliRunner().invoke(main, ["demo", "--task", "recommend", "--logdir", str(tmp_path)])
+    assert result.exit_code == 1
+    assert result.output.strip() == "Error: --logdir needs tensorboard: pip install tensorboard"
