@@ -35,12 +35,12 @@ BENCHMARKS = ("sampler", "replay", "features", "full_graph")
 # Sizes for a run of about five minutes in all on a shared 2-core machine (the benchmarks' own defaults
 # are the reference sizes; docs/performance.md quotes those).
 QUICK_ARGS: dict[str, list[str]] = {
-    "sampler": ["--graphs", "uniform,powerlaw,gowalla", "--num-nodes", "200000", "--num-edges", "4000000",
-                "--batches", "8", "--warmup", "2", "--repeats", "2", "--modes", "uniform,weighted"],
+    "sampler": ["--graphs", "uniform,powerlaw,gowalla", "--num-nodes", "100000", "--num-edges", "2000000",
+                "--batches", "6", "--warmup", "2", "--repeats", "2", "--modes", "uniform,weighted"],
     "replay": ["--layouts", "small,image", "--small-steps", "100000", "--image-steps", "5000", "--iters", "5",
                "--repeats", "2"],
     "features": ["--rows", "200000", "--cols", "128,512", "--batch", "50000", "--repeats", "5"],
-    "full_graph": ["--scale", "0.02", "--epochs", "3", "--memory-epochs", "1", "--warmup", "1"],
+    "full_graph": ["--scale", "0.01", "--epochs", "3", "--memory-epochs", "1", "--warmup", "1"],
 }
 
 FILE_NAME = "bench.json"  # the run's own record beside the benchmarks' results

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import platform
+import textwrap
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -107,8 +108,8 @@ def _save(fig, path: str | os.PathLike) -> Path:
 
 
 def _bars(ax, groups: Sequence[str], series: Mapping[str, Sequence[float | None]], ylabel: str,
-          colors: Mapping[str, str] | None = None, fmt: str = "{:.3g}") -> None:
-    """Grouped bars: one group per label of ``groups``, one bar per series (None: no bar)."""
+          colors: Mapping[str, str] | None = None, fmt: str = "{:.3g}", log: bool = False) -> None:
+    """Grouped bars: one group per label of ``groups``, one bar per series (None: no bar); ``log``: log y."""
     names = [n for n, v in series.items() if any(x is not None for x in v)]
     width = 0.8 / max(len(names), 1)
     for j, name in enumerate(names):
@@ -123,7 +124,12 @@ def _bars(ax, groups: Sequence[str], series: Mapping[str, Sequence[float | None]
     ax.set_xticks(range(len(groups)), groups, fontsize=7)
     ax.set_ylabel(ylabel, fontsize=8)
     ax.tick_params(axis="y", labelsize=7)
-    ax.margins(y=0.15)
+    if log:
+        ax.set_yscale("log")
+        lo, hi = ax.get_ylim()
+        ax.set_ylim(lo, hi * 3)  # room for the bar labels and the legend
+    else:
+        ax.margins(y=0.15)
     if names:
         ax.legend(fontsize=7, frameon=False)
 
@@ -131,7 +137,7 @@ def _bars(ax, groups: Sequence[str], series: Mapping[str, Sequence[float | None]
 def plot_sampler(result: Mapping, path: str | os.PathLike, caption: str) -> Path:
     """Sampled edges/s (millions) of ours, DGL and PyG (where it ran), per graph and mode."""
     rows = result["rows"]
-    groups = [r["case"].replace(" weighted", "\nweighted").replace(" [", "\n[") for r in rows]
+    groups = ["\n".join(textwrap.wrap(r["case"], 18, break_long_words=False)) for r in rows]
     dgl = next((r["baseline"] for r in rows if r.get("baseline")), "dgl")
     series = {"ours": [r["ours"] / 1e6 for r in rows],
               dgl: [r["baseline_value"] / 1e6 if r.get("baseline_value") else None for r in rows]}
@@ -166,8 +172,8 @@ def plot_replay(result: Mapping, path: str | os.PathLike, caption: str) -> Path:
             name = "copy (ceiling)" if "copy" in base else "TorchRL" if "torchrl" in base.lower() else base
             series.setdefault(name, [None] * len(ops))[i] = r["baseline_gb_per_s"]
         step = mine[0]["case"].split("(")[1].split(")")[0] if "(" in mine[0]["case"] else ""
-        _bars(ax, [o.replace(" B=", "\nB=") for o in ops], series, "GB/s",
-              colors={"copy (ceiling)": COLORS["copy"], "TorchRL": COLORS["torchrl"]}, fmt="{:.2f}")
+        _bars(ax, [o.replace(" B=", "\nB=") for o in ops], series, "GB/s (log scale)",
+              colors={"copy (ceiling)": COLORS["copy"], "TorchRL": COLORS["torchrl"]}, fmt="{:.3g}", log=True)
         ax.set_title(f"{layout} ({step})", fontsize=8)
     return _save(fig, path)
 
@@ -177,11 +183,12 @@ def plot_features(result: Mapping, path: str | os.PathLike, caption: str) -> Pat
     rows = result["rows"]
     series = {"ours": [r["ours"] for r in rows],
               "index_select": [r["baseline_value"] for r in rows],
-              "index_select_out": [r.get("index_select_out_GB_per_s") for r in rows],
+              "index_select(out=)": [r.get("index_select_out_GB_per_s") for r in rows],
               "copy (ceiling)": [r.get("copy_ceiling_GB_per_s") for r in rows]}
     fig, (ax,) = _figure("Feature gather: GB/s of gathered rows (median of rounds)", caption)
     _bars(ax, [r["case"].replace(", ", "\n") for r in rows], series, "GB/s",
-          colors={"copy (ceiling)": COLORS["copy"]}, fmt="{:.2f}")
+          colors={"copy (ceiling)": COLORS["copy"], "index_select(out=)": COLORS["index_select_out"]},
+          fmt="{:.2f}")
     return _save(fig, path)
 
 
