@@ -176,3 +176,20 @@ def test_demo_logdir_without_tensorboard_says_so(tmp_path, monkeypatch):
     result = CliRunner().invoke(main, ["demo", "--task", "recommend", "--logdir", str(tmp_path)])
     assert result.exit_code == 1
     assert result.output.strip() == "Error: --logdir needs tensorboard: pip install tensorboard"
+
+
+def test_write_tensorboard_writes_scalars(tmp_path):
+    pytest.importorskip("tensorboard", reason="--logdir needs tensorboard (not an extra of the project)")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from graphrl.curves import write_tensorboard
+
+    curves = {"recommend": {"k": 20, "epoch": [1.0, 1.5], "recall": [0.1, 0.2], "ndcg": [0.05, 0.1]},
+              "rl": {"steps": [10.0, 30.0], "return": [10.0, 20.0], "moving_average": [10.0, 15.0]},
+              "node-classification": {"epoch": [1, 2], "test_acc": [0.5, 0.6]}}
+    write_tensorboard(curves, tmp_path)
+    acc = EventAccumulator(str(tmp_path))
+    acc.Reload()
+    assert [(e.step, round(e.value, 3)) for e in acc.Scalars("recommend/recall@20")] == [(1, 0.1), (2, 0.2)]
+    assert [e.step for e in acc.Scalars("rl/episode_return")] == [10, 30]
+    assert [round(e.value, 3) for e in acc.Scalars("node_classification/test_acc")] == [0.5, 0.6]
