@@ -84,8 +84,9 @@ DEMO_TASKS = {"recommend": 1.5, "node-classification": None, "rl": 1.75}
 @click.option("--device-budget", default=None,
               help="node-classification: the memory manager's device-tier budget, e.g. '256KiB'.")
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False), default=None,
-              help="Write the learning curves (demo_curves.json and demo_<task>.png) into this folder; "
-                   "needs the plot extra. recommend then evaluates after every epoch (outside its budget).")
+              help="Write the learning curves (demo_<task>.png, and demo_curves.json, where other tasks' "
+                   "curves are kept) into this folder; needs the plot extra. recommend then evaluates "
+                   "after every epoch (outside its budget).")
 @click.option("--logdir", type=click.Path(file_okay=False), default=None,
               help="Also write the curves as TensorBoard scalars here (needs tensorboard).")
 @click.pass_context
@@ -109,19 +110,22 @@ def demo(ctx: click.Context, task: str, dataset: str | None, minutes: float | No
         if len(tasks) > 1:
             click.echo(f"== {name} ==")
         budget = minutes if minutes is not None else DEMO_TASKS[name]
+        load_before = os.getloadavg()[0]
         if name == "node-classification":
             if task == "all":
                 _demo_node_classification("cora", 200, 0.01, seed, seeds, device_budget, data_root, curves)
-                continue
-            default_lr = ctx.get_parameter_source("lr") is click.core.ParameterSource.DEFAULT
-            _demo_node_classification(dataset or "cora", 200 if epochs is None else max(1, round(epochs)),
-                                      0.01 if default_lr else lr, seed, seeds, device_budget, data_root,
-                                      curves)
+            else:
+                default_lr = ctx.get_parameter_source("lr") is click.core.ParameterSource.DEFAULT
+                _demo_node_classification(dataset or "cora", 200 if epochs is None else max(1, round(epochs)),
+                                          0.01 if default_lr else lr, seed, seeds, device_budget, data_root,
+                                          curves)
         elif name == "rl":
             _demo_rl(budget, seed, curves)
         else:
             _demo_recommend(dataset, budget, epochs, batch_size, fanouts, lr, embedding_dim, exclude, seed,
                             data_root, synthetic_size, curves)
+        if curves is not None:
+            curves.stamp(name, load_before)
     if len(tasks) > 1:
         click.echo(f"demo total wall time {time.perf_counter() - t_demo:.1f} s")
     if curves is not None:
@@ -152,7 +156,7 @@ def _write_curves(curves, plot_dir: str | None, logdir: str | None) -> None:
     if plot_dir is not None:
         from graphrl.plots import plot_curves
 
-        click.echo(f"wrote {curves.save_json(Path(plot_dir) / 'demo_curves.json')}")
+        click.echo(f"wrote {curves.save_json(Path(plot_dir) / 'demo_curves.json', merge=True)}")
         for path in plot_curves(curves.curves, plot_dir):
             click.echo(f"wrote {path}")
     if logdir is not None:

@@ -21,6 +21,8 @@ import math
 import os
 from pathlib import Path
 
+from graphrl.bench import machine_record
+
 __all__ = ["DemoCurves", "write_tensorboard"]
 
 
@@ -80,11 +82,28 @@ class DemoCurves:
         self.curves["rl"] = {"env": env, "window": window, "target": target, "steps": steps,
                              "return": [float(r) for r in returns], "moving_average": avg}
 
-    def save_json(self, path: str | os.PathLike) -> Path:
-        """Write ``self.curves`` as JSON (folders created); return the path."""
+    def stamp(self, task: str, load_before: float) -> None:
+        """Record the machine (CPUs, platform, date, the 1-minute load before and after) on a curve."""
+        if task in self.curves:
+            record = machine_record()
+            record["load_average_1min"] = [load_before, record["load_average_1min"]]
+            self.curves[task]["machine"] = record
+
+    def save_json(self, path: str | os.PathLike, merge: bool = False) -> Path:
+        """Write ``self.curves`` as JSON (folders created); return the path.
+
+        ``merge``: keep the other tasks' curves of an existing file (a run of one task replaces that
+        task's curve only).
+        """
         out = Path(path)
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(self.curves, indent=1) + "\n")
+        curves = dict(self.curves)
+        if merge and out.is_file():
+            try:
+                curves = {**json.loads(out.read_text()), **curves}
+            except (OSError, json.JSONDecodeError):
+                pass  # not a curves file: replaced
+        out.write_text(json.dumps(curves, indent=1) + "\n")
         return out
 
 

@@ -306,13 +306,14 @@ def plot_curves(curves: Mapping[str, Mapping], out_dir: str | os.PathLike,
     ----------
     curves : mapping
         Task name (``recommend``, ``rl``, ``node-classification``) -> its curve, as the CLI's
-        ``demo --plot`` collects them (``demo_curves.json``).
+        ``demo --plot`` collects them (``demo_curves.json``); a curve's ``machine`` record (if any)
+        fills the caption where ``machine`` does not.
 
     Returns
     -------
     list of Path
     """
     require_matplotlib()
-    caption = machine_caption(machine, date)
-    return [CURVE_PLOTS[task](curve, Path(out_dir) / f"demo_{task}.png", caption)
+    return [CURVE_PLOTS[task](curve, Path(out_dir) / f"demo_{task}.png",
+                              machine_caption({**curve.get("machine", {}), **(machine or {})}, date))
             for task, curve in curves.items() if task in CURVE_PLOTS]

@@ -193,3 +193,28 @@ def test_write_tensorboard_writes_scalars(tmp_path):
     assert [(e.step, round(e.value, 3)) for e in acc.Scalars("recommend/recall@20")] == [(1, 0.1), (2, 0.2)]
     assert [e.step for e in acc.Scalars("rl/episode_return")] == [10, 30]
     assert [round(e.value, 3) for e in acc.Scalars("node_classification/test_acc")] == [0.5, 0.6]
+
+
+def test_save_json_merge_keeps_other_tasks(tmp_path):
+    path = tmp_path / "demo_curves.json"
+    first = DemoCurves()
+    first.rl_report([10.0, 20.0], window=2, env="CartPole-v1")
+    first.save_json(path)
+    second = DemoCurves()
+    second.node_classification_epoch(0, 1, {"loss": 1.0, "train_acc": 0.5, "val_acc": 0.4, "test_acc": 0.4})
+    second.node_classification_final("Cora")
+    assert set(json.loads(second.save_json(path, merge=True).read_text())) == {"rl", "node-classification"}
+    assert set(json.loads(second.save_json(path).read_text())) == {"node-classification"}
+
+
+def test_stamped_curve_caption_names_machine_and_load(tmp_path):
+    curves = DemoCurves()
+    curves.rl_report([10.0, 20.0], window=2, env="CartPole-v1")
+    curves.stamp("rl", 1.5)
+    curves.stamp("recommend", 1.5)  # no such curve: nothing happens
+    record = curves.curves["rl"]["machine"]
+    assert record["load_average_1min"][0] == 1.5 and record["cpus"] >= 1 and "recommend" not in curves.curves
+    text = plots.machine_caption(record)
+    assert text.startswith(f"{record['cpus']} CPUs, {record['platform']}") and "1-min load" in text
+    assert text.endswith(record["date"])
+    check_png(plots.plot_curves(curves.curves, tmp_path)[0])
