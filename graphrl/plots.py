@@ -256,6 +256,7 @@ def plot_recommend(curve: Mapping, path: str | os.PathLike, caption: str) -> Pat
             ax.axhline(curve[key], ls=style, color="#7f7f7f", lw=1,
                        label=f"popularity {key.split('_')[1]}@{k}".replace("ndcg", "NDCG"))
     ax.set_xlabel("epoch", fontsize=8)
+    ax.set_xticks(sorted(set(curve["epoch"])))
     ax.set_ylabel("score", fontsize=8)
     ax.tick_params(labelsize=7)
     ax.legend(fontsize=7, frameon=False)
