@@ -1,5 +1,6 @@
-"""The ``graphrl`` command: ``demo`` runs the demo tasks (recommender, node classification, RL); ``info``;
-``gc`` removes shared memory left by killed graphrl processes.
+"""The ``graphrl`` command: ``demo`` runs the demo tasks (recommender, node classification, RL) and can
+plot their learning curves; ``bench`` runs the benchmarks at a quick size and plots them; ``info``; ``gc``
+removes shared memory left by killed graphrl processes.
 
 This module prints (through click); library code only logs.
 """
@@ -56,8 +57,9 @@ DEMO_TASKS = {"recommend": 1.5, "node-classification": None, "rl": 1.75}
                    "on CartPole-v1, our replay store, a transformer DQN learner; all: each in turn (with "
                    "defaults, under 5 minutes on 2 cores).")
 @click.option("--dataset", type=click.Choice(["gowalla", "synthetic", "cora", "citeseer"]), default=None,
-              help="recommend: gowalla (default; falls back to synthetic if its files are missing) or a "
-                   "synthetic power-law set; node-classification: cora (default) or citeseer.")
+              help="recommend: gowalla or a synthetic power-law set (default: gowalla, falling back to "
+                   "synthetic with one line naming the path if its files are missing; an explicit "
+                   "--dataset gowalla fails instead); node-classification: cora (default) or citeseer.")
 @click.option("--minutes", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Wall-clock budget of each timed task: recommend's training (default 1.5; loading, JIT "
                    "and evaluation add about half a minute), rl's whole run (default 1.75).")
@@ -82,10 +84,17 @@ DEMO_TASKS = {"recommend": 1.5, "node-classification": None, "rl": 1.75}
               help="node-classification: runs with seeds --seed, --seed + 1, ...; prints mean +- std.")
 @click.option("--device-budget", default=None,
               help="node-classification: the memory manager's device-tier budget, e.g. '256KiB'.")
+@click.option("--plot", "plot_dir", type=click.Path(file_okay=False), default=None,
+              help="Write the learning curves (demo_<task>.png, and demo_curves.json, where other tasks' "
+                   "curves are kept) into this folder; needs the plot extra. recommend then evaluates "
+                   "after every epoch (outside its budget).")
+@click.option("--logdir", type=click.Path(file_okay=False), default=None,
+              help="Also write the curves as TensorBoard scalars here (needs tensorboard).")
 @click.pass_context
 def demo(ctx: click.Context, task: str, dataset: str | None, minutes: float | None, epochs: float | None,
          batch_size: int, fanouts: str, lr: float, embedding_dim: int, exclude: str, seed: int,
-         data_root: str | None, synthetic_size: str, seeds: int, device_budget: str | None) -> None:
+         data_root: str | None, synthetic_size: str, seeds: int, device_budget: str | None,
+         plot_dir: str | None, logdir: str | None) -> None:
     """Run the demo tasks: by default all of them in turn, within 5 minutes on 2 cores.
 
     recommend: LightGCN with BPR on Gowalla through our samplers; prints recall@20, NDCG@20 and
@@ -96,31 +105,72 @@ def demo(ctx: click.Context, task: str, dataset: str | None, minutes: float | No
     runs with its defaults.
     """
     tasks = list(DEMO_TASKS) if task == "all" else [task]
+    curves = _curve_sink(plot_dir, logdir)
     t_demo = time.perf_counter()
     for name in tasks:
         if len(tasks) > 1:
             click.echo(f"== {name} ==")
         budget = minutes if minutes is not None else DEMO_TASKS[name]
+        load_before = os.getloadavg()[0]
         if name == "node-classification":
             if task == "all":
-                _demo_node_classification("cora", 200, 0.01, seed, seeds, device_budget, data_root)
-                continue
-            default_lr = ctx.get_parameter_source("lr") is click.core.ParameterSource.DEFAULT
-            _demo_node_classification(dataset or "cora", 200 if epochs is None else max(1, round(epochs)),
-                                      0.01 if default_lr else lr, seed, seeds, device_budget, data_root)
+                _demo_node_classification("cora", 200, 0.01, seed, seeds, device_budget, data_root, curves)
+            else:
+                default_lr = ctx.get_parameter_source("lr") is click.core.ParameterSource.DEFAULT
+                _demo_node_classification(dataset or "cora", 200 if epochs is None else max(1, round(epochs)),
+                                          0.01 if default_lr else lr, seed, seeds, device_budget, data_root,
+                                          curves)
         elif name == "rl":
-            _demo_rl(budget, seed)
+            _demo_rl(budget, seed, curves)
         else:
             _demo_recommend(dataset, budget, epochs, batch_size, fanouts, lr, embedding_dim, exclude, seed,
-                            data_root, synthetic_size)
+                            data_root, synthetic_size, curves)
+        if curves is not None:
+            curves.stamp(name, load_before)
     if len(tasks) > 1:
         click.echo(f"demo total wall time {time.perf_counter() - t_demo:.1f} s")
+    if curves is not None:
+        _write_curves(curves, plot_dir, logdir)
+
+
+def _curve_sink(plot_dir: str | None, logdir: str | None):
+    """A `DemoCurves` when ``--plot`` or ``--logdir`` asks for curves (their libraries checked first)."""
+    if plot_dir is None and logdir is None:
+        return None
+    from graphrl.curves import DemoCurves
+
+    try:
+        if plot_dir is not None:
+            from graphrl.plots import require_matplotlib
+
+            require_matplotlib()
+        if logdir is not None:
+            from torch.utils.tensorboard import SummaryWriter  # noqa: F401
+    except ImportError as err:
+        if "matplotlib" in str(err):
+            raise click.ClickException(str(err)) from None
+        raise click.ClickException("--logdir needs tensorboard: pip install tensorboard") from None
+    return DemoCurves()
+
+
+def _write_curves(curves, plot_dir: str | None, logdir: str | None) -> None:
+    if plot_dir is not None:
+        from graphrl.plots import plot_curves
+
+        click.echo(f"wrote {curves.save_json(Path(plot_dir) / 'demo_curves.json', merge=True)}")
+        for path in plot_curves(curves.curves, plot_dir):
+            click.echo(f"wrote {path}")
+    if logdir is not None:
+        from graphrl.curves import write_tensorboard
+
+        click.echo(f"wrote TensorBoard scalars to {write_tensorboard(curves.curves, logdir)}")
 
 
 def _demo_recommend(dataset: str | None, minutes: float, epochs: float | None, batch_size: int, fanouts: str,
                     lr: float, embedding_dim: int, exclude: str, seed: int, data_root: str | None,
-                    synthetic_size: str) -> None:
+                    synthetic_size: str, curves=None) -> None:
     """``demo --task recommend``: LightGCN with BPR on Gowalla (or synthetic data) through our samplers."""
+    explicit = dataset is not None
     dataset = dataset or "gowalla"
     if dataset not in ("gowalla", "synthetic"):
         raise click.BadParameter(f"{dataset!r} is a node-classification data set; the recommend task takes "
@@ -139,8 +189,13 @@ def _demo_recommend(dataset: str | None, minutes: float, epochs: float | None, b
         try:
             ds = load_gowalla(data_root)
         except FileNotFoundError as err:
+            if explicit:  # asked for by name: never substitute other data
+                raise click.ClickException(f"Gowalla data not found at {_data_path(data_root)} ({err}); "
+                                           "set GRAPHRL_DATA or --data-root, or pass --dataset synthetic"
+                                           ) from None
             click.echo(f"Gowalla data not found at {_data_path(data_root)} ({err}); "
-                       f"using synthetic_bipartite{tuple(size)} instead.")
+                       f"using synthetic_bipartite{tuple(size)} instead (--dataset gowalla makes this "
+                       "an error).")
     if ds is None:
         try:
             ds = synthetic_bipartite(*size, seed=seed)
@@ -155,7 +210,8 @@ def _demo_recommend(dataset: str | None, minutes: float, epochs: float | None, b
                f"lr {lr:g}, target-edge exclusion: {exclude}; budget {minutes:g} min"
                + (f" or {epochs:g} epoch(s)" if epochs else ""))
     try:
-        report = run_link_prediction(ds, config, progress=True)
+        on_epoch = None if curves is None else lambda e, r: curves.recommend_epoch(e, r, ds.name)
+        report = run_link_prediction(ds, config, progress=True, on_epoch=on_epoch)
     except ValueError as err:
         raise click.UsageError(str(err)) from None
     st = report.train
@@ -169,6 +225,8 @@ def _demo_recommend(dataset: str | None, minutes: float, epochs: float | None, b
                f"({report.test.num_users:,} users with test items)")
     click.echo(f"popularity baseline recall@{k}: {report.popularity.recall:.4f}  "
                f"NDCG@{k}: {report.popularity.ndcg:.4f}")
+    if curves is not None:
+        curves.recommend_final(st.epochs, report.test, report.popularity, ds.name)
     click.echo(f"sampler throughput: {st.sampled_edges_per_s:,.0f} sampled edges/s "
                f"({st.sampled_edges:,} edges in {st.sample_seconds:.1f} s of sampling); "
                f"end to end {st.end_to_end_edges_per_s:,.0f} edges/s")
@@ -178,7 +236,7 @@ def _demo_recommend(dataset: str | None, minutes: float, epochs: float | None, b
 
 
 def _demo_node_classification(dataset: str, epochs: int, lr: float, seed: int, seeds: int,
-                              device_budget: str | None, data_root: str | None) -> None:
+                              device_budget: str | None, data_root: str | None, curves=None) -> None:
     """``demo --task node-classification``: GCN over FullGraph on Cora/CiteSeer, test accuracy per seed."""
     import numba
     import torch
@@ -205,7 +263,8 @@ def _demo_node_classification(dataset: str, epochs: int, lr: float, seed: int, s
     numba.set_num_threads(1)
     try:
         report = run_node_classification(dataset, seeds=seeds, epochs=epochs, lr=lr, root=data_root,
-                                         first_seed=seed, device_budget=device_budget, on_seed=on_seed)
+                                         first_seed=seed, device_budget=device_budget, on_seed=on_seed,
+                                         on_epoch=curves and curves.node_classification_epoch)
     except FileNotFoundError as err:
         raise click.ClickException(f"{err}") from None
     except (ValueError, MemoryBudgetError) as err:
@@ -218,9 +277,11 @@ def _demo_node_classification(dataset: str, epochs: int, lr: float, seed: int, s
     click.echo(f"{report.dataset} test accuracy over {seeds} seed(s): {100 * report.mean:.1f} +- "
                f"{100 * report.std:.1f} % (paper {paper} %); {report.seconds:.1f} s; device-tier peak "
                f"{report.device_peak_bytes:,} bytes")
+    if curves is not None:
+        curves.node_classification_final(report.dataset, paper)
 
 
-def _demo_rl(minutes: float, seed: int) -> None:
+def _demo_rl(minutes: float, seed: int, curves=None) -> None:
     """``demo --task rl``: distributed DQN with a causal transformer Q-network on CartPole-v1."""
     from graphrl.train.rl import RLConfig, moving_average, run_rl
 
@@ -248,6 +309,8 @@ def _demo_rl(minutes: float, seed: int) -> None:
     click.echo(f"rl throughput: {report.inserted_steps_per_s:,.0f} steps/s inserted, "
                f"{report.windows_per_s:,.0f} windows/s sampled "
                f"({report.windows_per_s * config.window:,.0f} window steps/s)")
+    if curves is not None:
+        curves.rl_report(report.returns, n, config.env_id, config.target_return)
 
 
 def _memory_summary(stats: dict) -> str:
@@ -268,6 +331,62 @@ def _memory_summary(stats: dict) -> str:
             parts.append(f"{tier}: {used} (in all {size(sum(u['bytes'] for u in live.values()))} in "
                          f"{sum(u['regions'] for u in live.values())} regions)")
     return "; ".join(parts) or "no regions"
+
+
+@main.command()
+@click.option("--only", default=",".join(("sampler", "replay", "features", "full_graph")), show_default=True,
+              help="Comma-separated subset of the benchmarks to run.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="benchmarks/results/bench",
+              show_default=True, help="Folder for the benchmarks' JSON results and logs.")
+@click.option("--plot", "plot_dir", type=click.Path(file_okay=False), default=None,
+              help="Write bench_<name>.png figures into this folder (needs the plot extra).")
+@click.option("--from-json", "from_json", type=click.Path(file_okay=False, exists=True), default=None,
+              help="Do not run: plot the results already in this folder (with --plot).")
+@click.option("--benchmarks", "bench_dir", type=click.Path(file_okay=False), default=None,
+              help="Folder of the benchmark scripts (default: benchmarks/ of the source tree).")
+def bench(only: str, out_dir: str, plot_dir: str | None, from_json: str | None,
+          bench_dir: str | None) -> None:
+    """Run the benchmarks (sampler, replay, features, full_graph) at a quick size, about 5 minutes on 2 cores.
+
+    Each runs as a subprocess of this Python and writes NAME.json (and NAME.log, its table) into
+    ``--out``; ``--plot DIR`` then draws the figures: sampled edges/s vs DGL (and PyG where it runs),
+    replay GB/s vs TorchRL and a plain copy, feature-gather GB/s vs index_select and a copy, full-graph
+    epoch time vs DGL with and without a device budget. ``--from-json DIR --plot OUT`` re-plots.
+    """
+    from graphrl import bench as bench_mod
+
+    if from_json is not None and plot_dir is None:
+        raise click.UsageError("--from-json only plots: give --plot DIR too")
+    if plot_dir is not None:
+        from graphrl.plots import require_matplotlib
+
+        try:
+            require_matplotlib()
+        except ImportError as err:
+            raise click.ClickException(str(err)) from None
+    if from_json is None:
+        names = [n.strip() for n in only.split(",") if n.strip()]
+        try:
+            record = bench_mod.run_benchmarks(names, out_dir, folder=bench_dir, echo=click.echo)
+        except ValueError as err:
+            raise click.BadParameter(str(err), param_hint="--only") from None
+        except FileNotFoundError as err:
+            raise click.ClickException(str(err)) from None
+        failed = [n for n, r in record["benchmarks"].items() if r["returncode"] != 0]
+        click.echo(f"bench: {len(names) - len(failed)} of {len(names)} benchmarks ran in "
+                   f"{record['seconds']:.0f} s; results in {out_dir}")
+    if plot_dir is None:
+        return
+    from graphrl.plots import plot_benchmarks
+
+    try:
+        results, record = bench_mod.load_results(from_json or out_dir)
+    except FileNotFoundError as err:
+        raise click.ClickException(str(err)) from None
+    for path in plot_benchmarks(results, plot_dir, machine=(record or {}).get("machine")):
+        click.echo(f"wrote {path}")
+    if from_json is None and failed:
+        raise click.ClickException(f"benchmarks failed: {', '.join(failed)} (see their .log in {out_dir})")
 
 
 @main.command()

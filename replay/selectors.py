@@ -11,10 +11,8 @@ Selectors
     Item i drawn with probability ``p_i ** exponent / sum_j p_j ** exponent`` from a sum tree
     (vectorised numba kernels: O(log C) per draw or update). If every live item has priority 0, draws
     are uniform over the live items (and probabilities say so).
-`Fifo`, `Lifo`
-    The oldest / newest live item (by commit order across all shards).
-`MinHeap`, `MaxHeap`
-    The live item of lowest / highest priority (ties: the oldest).
+`Fifo`, `Lifo`; `MinHeap`, `MaxHeap`
+    The oldest / newest live item (commit order across shards); lowest / highest priority (ties: oldest).
 
 Batches behave as if drawn from one table holding every shard's items, one draw after another:
 for the sum-tree selectors the shard of each row is drawn in proportion to its live items (Uniform)

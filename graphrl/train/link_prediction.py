@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -181,7 +182,8 @@ def bpr_step(model: torch.nn.Module, batch: LinkBatch, optimizer: torch.optim.Op
 
 def train_bpr(model: LightGCN, link_sampler: LinkSampler | LinkLoader, *, epochs: float | None = None,
               minutes: float | None = None, lr: float = 1e-3, reg: float = 1e-4,
-              optimizer: torch.optim.Optimizer | None = None, progress: bool = False) -> TrainStats:
+              optimizer: torch.optim.Optimizer | None = None, progress: bool = False,
+              on_epoch: Callable[[int, LightGCN], None] | None = None) -> TrainStats:
     """Train ``model`` with BPR on ``link_sampler``'s batches until an epoch count or a wall-clock budget.
 
     Each step: sample a batch (pairs, negatives, blocks), compute the seeds' representations on the
@@ -207,6 +209,10 @@ def train_bpr(model: LightGCN, link_sampler: LinkSampler | LinkLoader, *, epochs
         Defaults to ``Adam(model.parameters(), lr)``.
     progress : bool
         Show a tqdm bar (loss and the sampler's sampled edges/s) on stderr.
+    on_epoch : callable or None
+        Called as ``on_epoch(epoch, model)`` after each full epoch (1-based), e.g. to evaluate the model;
+        its wall time is left out of ``minutes`` and of ``stats.seconds``, so training is the same with it
+        or without it. It must leave the model's parameters as they were.
 
     Returns
     -------
@@ -240,6 +246,11 @@ def train_bpr(model: LightGCN, link_sampler: LinkSampler | LinkLoader, *, epochs
                 raise ValueError(f"loss became {total} at step {stats.steps}: lower lr (now {lr})")
             stats.steps += 1
             stats.losses.append(loss_value)
+            if on_epoch is not None and stats.steps % per_epoch == 0:
+                t_pause = time.perf_counter()
+                on_epoch(stats.steps // per_epoch, model)
+                model.train()
+                start += time.perf_counter() - t_pause
             elapsed = time.perf_counter() - start
             if progress:
                 rate = (link_sampler.sampled_edges - edges0) / max(link_sampler.sample_seconds - secs0, 1e-9)
@@ -387,7 +398,8 @@ class LinkPredictionReport:
 
 
 def run_link_prediction(dataset, config: LinkPredictionConfig = LinkPredictionConfig(),
-                        progress: bool = False, memory: MemoryManager | None = None) -> LinkPredictionReport:
+                        progress: bool = False, memory: MemoryManager | None = None,
+                        on_epoch: Callable[[int, RankingResult], None] | None = None) -> LinkPredictionReport:
     """Train a LightGCN with BPR on sampled blocks of a user-item data set, then evaluate it and popularity.
 
     Places ``dataset.graph`` in regions of a `MemoryManager` (tier "pinned", else "host": the CPU
@@ -407,6 +419,10 @@ def run_link_prediction(dataset, config: LinkPredictionConfig = LinkPredictionCo
         Show tqdm bars.
     memory : MemoryManager or None
         Where the graph lives; ``None``: a manager of this call, closed at its end.
+    on_epoch : callable or None
+        Called as ``on_epoch(epoch, result)`` after each full training epoch with the model's test
+        recall/NDCG then (`evaluate_model`; the evaluations' time does not count against
+        ``config.minutes``).
 
     Returns
     -------
@@ -423,14 +439,14 @@ def run_link_prediction(dataset, config: LinkPredictionConfig = LinkPredictionCo
     own = memory is None
     mm = MemoryManager() if own else memory
     try:
-        return _run_link_prediction(dataset, config, progress, mm)
+        return _run_link_prediction(dataset, config, progress, mm, on_epoch)
     finally:
         if own:
             mm.close()
 
 
-def _run_link_prediction(dataset, config: LinkPredictionConfig, progress: bool,
-                         mm: MemoryManager) -> LinkPredictionReport:
+def _run_link_prediction(dataset, config: LinkPredictionConfig, progress: bool, mm: MemoryManager,
+                         on_epoch: Callable[[int, RankingResult], None] | None) -> LinkPredictionReport:
     graph = dataset.graph.to_memory(mm, tier="pinned", fallback=("host",))
     u = dataset.train_users
     m = int(u.shape[0])
@@ -443,9 +459,15 @@ def _run_link_prediction(dataset, config: LinkPredictionConfig, progress: bool,
     model = LightGCN.from_graph(graph, num_layers=len(config.fanouts), embedding_dim=config.embedding_dim,
                                 seed=config.seed)
     loader = LinkLoader(link, prefetch=config.prefetch)
+    epoch_eval = None
+    if on_epoch is not None:
+        csrs = dataset.user_item_csr("train"), dataset.user_item_csr("test")
+
+        def epoch_eval(epoch: int, trained: LightGCN) -> None:
+            on_epoch(epoch, evaluate_model(trained, graph, dataset.num_users, *csrs, k=config.k))
     try:
         stats = train_bpr(model, loader, epochs=config.epochs, minutes=config.minutes, lr=config.lr,
-                          reg=config.reg, progress=progress)
+                          reg=config.reg, progress=progress, on_epoch=epoch_eval)
     finally:
         loader.close()
     t0 = time.perf_counter()

@@ -114,7 +114,8 @@ def train_full_graph(model: nn.Module, fg: FullGraph, features: torch.Tensor, la
                      train_mask: torch.Tensor, epochs: int = 200, lr: float = 0.01,
                      weight_decay: float = 5e-4,
                      val_mask: torch.Tensor | None = None, test_mask: torch.Tensor | None = None,
-                     decay: str = "first", early_stopping: int | None = None) -> NodeClassificationResult:
+                     decay: str = "first", early_stopping: int | None = None,
+                     on_epoch: Callable[[int, dict], None] | None = None) -> NodeClassificationResult:
     """Train ``model(fg, features)`` full-batch with Adam on the cross-entropy of the training nodes.
 
     Parameters
@@ -142,6 +143,10 @@ def train_full_graph(model: nn.Module, fg: FullGraph, features: torch.Tensor, la
     early_stopping : int or None
         Kipf and Welling's rule: stop once the validation loss exceeds the mean of the previous
         ``early_stopping`` epochs' (needs ``val_mask``). None: run every epoch.
+    on_epoch : callable or None
+        Called as ``on_epoch(epoch, values)`` after each epoch (1-based) with ``values`` = ``{"loss",
+        "train_acc", "val_acc", "test_acc"}`` (accuracies 0-1 from the evaluation pass after the step,
+        None for a missing mask; needs ``val_mask``). Observation only: it does not change training.
 
     Returns
     -------
@@ -208,6 +213,10 @@ def train_full_graph(model: nn.Module, fg: FullGraph, features: torch.Tensor, la
                 logits = model(fg, features)
             val_loss = float(F.cross_entropy(logits[val_mask], labels[val_mask]))
             val_acc = accuracy(logits, labels, val_mask)
+            if on_epoch is not None:
+                on_epoch(epoch, {"loss": losses[-1], "train_acc": accuracy(logits, labels, train_mask),
+                                 "val_acc": val_acc, "test_acc": accuracy(logits, labels, test_mask)
+                                 if test_mask is not None else None})
             if best_val is None or val_acc > best_val:
                 best_val = val_acc
                 best_test = accuracy(logits, labels, test_mask) if test_mask is not None else None
@@ -275,7 +284,8 @@ def run_node_classification(dataset: str = "cora", seeds: int = 1, epochs: int =
                             weight_decay: float = 5e-4, early_stopping: int | None = None,
                             device_budget: int | str | None = None, partition_bytes: int | str = "256MiB",
                             root: str | os.PathLike | None = None, first_seed: int = 0,
-                            on_seed: Callable[[int, NodeClassificationResult], None] | None = None
+                            on_seed: Callable[[int, NodeClassificationResult], None] | None = None,
+                            on_epoch: Callable[[int, int, dict], None] | None = None
                             ) -> NodeClassificationReport:
     """Train Kipf and Welling's GCN on Cora or CiteSeer once per seed: the paper's protocol.
 
@@ -300,6 +310,8 @@ def run_node_classification(dataset: str = "cora", seeds: int = 1, epochs: int =
         Seed of the first run.
     on_seed : callable or None
         Called as ``on_seed(seed, result)`` after each seed (progress output).
+    on_epoch : callable or None
+        Called as ``on_epoch(seed, epoch, values)`` after each epoch (`train_full_graph`'s values).
 
     Returns
     -------
@@ -333,7 +345,9 @@ def run_node_classification(dataset: str = "cora", seeds: int = 1, epochs: int =
                         seed=seed)
             result = train_full_graph(model, fg, features, ds.labels, ds.train_mask, epochs=epochs, lr=lr,
                                       weight_decay=weight_decay, val_mask=ds.val_mask,
-                                      test_mask=ds.test_mask, early_stopping=early_stopping)
+                                      test_mask=ds.test_mask, early_stopping=early_stopping,
+                                      on_epoch=None if on_epoch is None
+                                      else lambda e, v, seed=seed: on_epoch(seed, e, v))
             results.append(result)
             if on_seed is not None:
                 on_seed(seed, result)

@@ -71,3 +71,21 @@ def test_demo_rejects_bad_options(args, name):
     result = run(["demo", "--task", "recommend", "--dataset", "synthetic", "--epochs", "1", *args])
     assert result.exit_code == 2
     assert name in result.output
+
+
+def test_demo_explicit_gowalla_fails_with_the_path_instead_of_substituting(tmp_path):
+    result = CliRunner().invoke(main, ["demo", "--dataset", "gowalla", *TINY],
+                                env={"GRAPHRL_DATA": str(tmp_path)})
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"Error: Gowalla data not found at {tmp_path / 'gowalla'}")
+    assert "--dataset synthetic" in lines[0] and "using synthetic" not in result.output
+
+
+def test_demo_default_dataset_falls_back_with_one_line_naming_the_path(tmp_path):
+    result = run(["demo", *TINY], env={"GRAPHRL_DATA": str(tmp_path)})
+    assert result.exit_code == 0, result.output
+    (line,) = [x for x in result.output.splitlines() if "not found" in x]
+    assert line.startswith(f"Gowalla data not found at {tmp_path / 'gowalla'}")
+    assert "using synthetic_bipartite(300, 400, 6000) instead (--dataset gowalla makes this an error)" in line
+    assert re.search(r"^data: synthetic: 300 users", result.output, re.M)
