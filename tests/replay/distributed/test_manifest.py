@@ -62,6 +62,20 @@ def root(tmp_path):
     return root
 
 
+def test_restore_arguments_take_changes_and_refuse_what_the_checkpoint_fixes(root, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert new_folder(empty).name == "ckpt-000000"
+    with pytest.raises(FileNotFoundError, match="MANIFEST.json is missing"):
+        read_manifest(empty)
+    manifest = read_manifest(root)
+    args, kwargs, _ = restore_arguments(root, manifest, {"timeout": 9.0})
+    assert args[1:] == (64, 2) and list(args[0]) == ["x"]
+    assert kwargs["timeout"] == 9.0 and kwargs["seed"] == 0 and not kwargs["selector"].prioritized
+    with pytest.raises(ValueError, match="does not take 'capacity_steps'"):
+        restore_arguments(root, manifest, {"capacity_steps": 5})
+
+
 def test_a_sealed_manifest_reads_back_and_names_every_shard(root):
     manifest = read_manifest(root)
     assert manifest["checkpoint"] == "ckpt-000001" and manifest["shard_steps"] == [11, 13]

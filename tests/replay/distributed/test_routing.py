@@ -7,7 +7,6 @@ wrap; the manifest is numbered, published atomically (older folders pruned) and 
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
@@ -15,8 +14,7 @@ import pytest
 
 pytest.importorskip("ray", reason="the Ray backend needs ray: pip install 'graphrl[ray]'")
 
-from replay import MinSize, Prioritized, SampleToInsertRatio, TrajectorySpec  # noqa: E402
-from replay.distributed import checkpoint as manifests  # noqa: E402
+from replay import MinSize, SampleToInsertRatio  # noqa: E402
 from replay.distributed.routing import (  # noqa: E402
     allowances,
     headroom,
@@ -75,41 +73,3 @@ def test_ring_runs_merge_overlapping_windows_and_split_wrapped_ones():
     names = ("window", "run", "off", "wdst", "len")
     pieces = sorted(zip(*(seg[k].tolist() for k in names), strict=True))
     assert pieces == [(0, 1, 0, 0, 3), (1, 1, 1, 1, 4), (2, 1, 5, 0, 1), (3, 0, 0, 3, 2), (3, 1, 6, 2, 1)]
-
-
-def test_the_manifest_is_numbered_published_and_read_back(tmp_path):
-    assert manifests.new_folder(tmp_path).name == "ckpt-000000"
-    with pytest.raises(FileNotFoundError, match="MANIFEST.json is missing"):
-        manifests.read_manifest(tmp_path)
-    spec = TrajectorySpec({"x": ((), "float32")})
-    state = {
-        "num_shards": 1,
-        "shards": ["shard-000"],
-        "spec": spec.to_config(),
-        "capacity_steps": 100,
-        "selector": Prioritized(0.6).to_config(),
-        "rate_limiter": MinSize(1).to_config(),
-        "max_times_sampled": 0,
-        "chunk_steps": 10,
-        "timeout": 5.0,
-        "tier": "host",
-        "seed": 3,
-        "counters": {"inserts": 7, "samples": 4, "deletes": 0},
-        "rng": None,
-    }
-    for number in range(2):
-        folder = manifests.new_folder(tmp_path)
-        (folder / "shard-000").mkdir(parents=True)
-        manifests.publish(tmp_path, folder, state)
-        assert folder.name == f"ckpt-{number:06d}"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["MANIFEST.json", "ckpt-000001"]
-    manifest = manifests.read_manifest(tmp_path)
-    args, kwargs, restore = manifests.restore_arguments(tmp_path, manifest, {"timeout": 9.0})
-    assert args[1:] == (100, 1) and list(args[0]) == ["x"]
-    assert kwargs["timeout"] == 9.0 and kwargs["seed"] == 3 and kwargs["selector"].prioritized
-    assert restore["samples"] == 4 and restore["folders"] == {0: str(tmp_path / "ckpt-000001" / "shard-000")}
-    with pytest.raises(ValueError, match="does not take 'capacity_steps'"):
-        manifests.restore_arguments(tmp_path, manifest, {"capacity_steps": 5})
-    (tmp_path / "MANIFEST.json").write_text(json.dumps({**manifest, "version": 99}))
-    with pytest.raises(ValueError, match="version 99"):
-        manifests.read_manifest(tmp_path)
