@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from graphrl.errors import GPUUnavailableError
 from graphrl.memory import MemoryManager
 from replay.keys import MAX_SHARDS, MAX_WINDOW
 from replay.rate_limiter import MinSize, RateLimiter
@@ -30,6 +31,8 @@ __all__ = [
     "check_chunk_steps",
     "check_device",
     "check_int",
+    "check_keys",
+    "check_restore_kwargs",
     "check_sample_args",
     "check_store_args",
 ]
@@ -57,6 +60,57 @@ def check_int(name: str, value: Any, lo: int, hi: int | None = None) -> int:
         rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
         raise ValueError(f"{name} must be {rng}, got {value}")
     return int(value)
+
+
+def check_keys(keys: Any) -> np.ndarray:
+    """``keys`` (``batch.keys``: a tensor or array of ints) as int64 [K], each >= 0.
+
+    Values are compared as given before the int64 cast, so a uint64 key 2**64 - 1 is quoted as
+    18446744073709551615, never as its int64 wrap -1.
+
+    Raises
+    ------
+    TypeError
+        Not integers.
+    ValueError
+        A negative key, or one above 2**63 - 1 (the message names the first).
+    """
+    k = np.asarray(keys.detach().cpu().numpy() if isinstance(keys, torch.Tensor) else keys).reshape(-1)
+    if k.size and k.dtype.kind not in "iu":
+        raise TypeError(f"keys must be integers (batch.keys), got {k.dtype}")
+    if k.size and k.dtype.kind == "u" and k.max() > np.iinfo(np.int64).max:
+        raise ValueError(
+            f"key {int(k.max())} is above 2**63 - 1: keys are the int64 values of batch.keys; "
+            "nothing was changed"
+        )
+    k = k.astype(np.int64)
+    negative = k < 0
+    if negative.any():
+        i = int(np.flatnonzero(negative)[0])
+        raise ValueError(
+            f"key {int(k[i])} is negative: keys are the >= 0 int64 values of batch.keys; nothing was changed"
+        )
+    return k
+
+
+FROM_CHECKPOINT = ("spec", "capacity_steps", "num_shards", "selector", "rate_limiter")
+
+
+def check_restore_kwargs(kwargs: Mapping[str, Any], store: str, may_change: Any) -> None:
+    """Refuse a ``restore(path, **kwargs)`` keyword the checkpoint fixes (``spec``, sizes, selector...).
+
+    Raises
+    ------
+    ValueError
+        A keyword of `FROM_CHECKPOINT` (the message says it comes from the checkpoint and which
+        keywords ``restore`` may change).
+    """
+    fixed = [name for name in FROM_CHECKPOINT if name in kwargs]
+    if fixed:
+        raise ValueError(
+            f"{store}.restore(path, {fixed[0]}=...): {fixed[0]} comes from the checkpoint and cannot be "
+            f"changed; restore may change {', '.join(may_change)}"
+        )
 
 
 def check_chunk_steps(spec: TrajectorySpec, shard_capacity: int, chunk_steps: Any) -> int:
@@ -198,9 +252,11 @@ def check_device(device: Any) -> torch.device | None:
 
     Raises
     ------
+    graphrl.GPUUnavailableError
+        A CUDA device while CUDA is not available (and the simulator is not chosen); a ``RuntimeError``
+        and a ``ValueError``.
     ValueError
-        Not a device; a CUDA device while CUDA is not available (and the simulator is not chosen);
-        a device index the machine does not have.
+        Not a device; a device index the machine does not have.
     """
     if device is None:
         return None
@@ -224,9 +280,9 @@ def check_device(device: Any) -> torch.device | None:
             )
         return torch.device("cpu")
     if not torch.cuda.is_available():
-        raise ValueError(
+        raise GPUUnavailableError(
             f"device={device!r} but CUDA is not available here (torch.cuda.is_available() is False): "
-            "sample with device=None or 'cpu' (or set NUMBA_ENABLE_CUDASIM=1 before numba is imported "
+            "sample with device='cpu' or None (or set NUMBA_ENABLE_CUDASIM=1 before numba is imported "
             "to run the GPU path in numba's CUDA simulator)"
         )
     if dev.index is None:

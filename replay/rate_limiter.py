@@ -340,7 +340,9 @@ class RateLimiterState:
         self.cond = condition if condition is not None else threading.Condition()
 
     # -- waiting
-    def _wait(self, predicate: Any, timeout: float | None, explain: Any, what: str) -> None:
+    def _wait(
+        self, predicate: Any, timeout: float | None, explain: Any, what: str, given: float | None
+    ) -> None:
         start = time.monotonic()
         with self.cond:
             ok = self.cond.wait_for(lambda: predicate() or self.counters[CANCELLED] != 0, timeout)
@@ -349,11 +351,15 @@ class RateLimiterState:
             if not ok:
                 waited = time.monotonic() - start
                 raise TimeoutError(
-                    f"{what} waited {waited:.3g} s (timeout={timeout}): {explain(self.counters)}"
+                    f"{what} waited {waited:.3g} s (timeout={timeout if given is None else given}): "
+                    f"{explain(self.counters)}"
                 )
 
-    def await_insert(self, timeout: float | None) -> None:
+    def await_insert(self, timeout: float | None, given: float | None = None) -> None:
         """Block until one step may be inserted.
+
+        ``given``: the timeout the caller's user gave (quoted by the ``TimeoutError``; default
+        ``timeout``), when ``timeout`` is what is left of it.
 
         Raises
         ------
@@ -367,10 +373,14 @@ class RateLimiterState:
             timeout,
             self.limiter.explain_insert_block,
             "insert",
+            given,
         )
 
-    def await_sample(self, timeout: float | None) -> None:
+    def await_sample(self, timeout: float | None, given: float | None = None) -> None:
         """Block until one step may be sampled.
+
+        ``given``: the timeout the caller's user gave (quoted by the ``TimeoutError``; default
+        ``timeout``), when ``timeout`` is what is left of it.
 
         Raises
         ------
@@ -384,6 +394,7 @@ class RateLimiterState:
             timeout,
             self.limiter.explain_sample_block,
             "sample",
+            given,
         )
 
     # -- counting

@@ -131,12 +131,12 @@ class RayTrajectoryWriter:
     # -- writing
     def append(self, step: Mapping[str, Any]) -> None:
         """Add one step (see `replay.writer.TrajectoryWriter.append`; raises the same errors)."""
-        self._check_open()
+        self._check_open("append")
         self._stager.append(step)
 
     def extend(self, steps: Mapping[str, Any]) -> None:
         """Add T steps given as columns ``[T, *field_shape]`` (same as T appends)."""
-        self._check_open()
+        self._check_open("extend")
         self._stager.extend(steps)
 
     def end_episode(self) -> None:
@@ -152,7 +152,7 @@ class RayTrajectoryWriter:
             An earlier shipment this call waited for was not admitted by its shard's insert allowance
             (the rate limiter) within ``timeout``.
         """
-        self._check_open()
+        self._check_open("end_episode")
         if self._stager.pending or self._episode is not None:
             self._stager.hand_off(self._ship_end)
 
@@ -170,7 +170,7 @@ class RayTrajectoryWriter:
             The first error of a queued shipment (as `end_episode`); TimeoutError also when the
             shipments were not all stored within ``timeout``.
         """
-        self._check_open()
+        self._check_open("flush")
         if self._stager.pending:
             self._stager.hand_off(self._ship_chunk)
         self.wait(timeout)
@@ -252,9 +252,10 @@ class RayTrajectoryWriter:
             )
 
     # -- lifetime
-    def _check_open(self) -> None:
+    def _check_open(self, call: str) -> None:
         if self._closed:
-            raise ValueError("this RayTrajectoryWriter is closed")
+            what = "len(store)" if call == "__len__" else f"RayTrajectoryWriter.{call}()"
+            raise ValueError(f"{what}: this RayTrajectoryWriter is closed")
 
     def close(self) -> None:
         """Drop staged steps, end the open episode, wait for every shipment in flight.
