@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import ray
 
-from replay._checks import check_int
+from replay._checks import MAX_BATCH, MAX_INT64, check_int
 from replay.distributed.errors import ShardError, actor_errors, secs, shard_error
 from replay.distributed.routing import least_loaded
 from replay.interface import DEFAULT
@@ -55,10 +55,10 @@ def open_writer(
     if chunk_steps is None:
         chunk = handle.chunk_steps
     else:
-        chunk = min(check_int("chunk_steps", chunk_steps, 1), handle.shard_capacity)
+        chunk = min(check_int("chunk_steps", chunk_steps, 1, MAX_INT64), handle.shard_capacity)
     if shard is not None:
         shard = check_int("shard", shard, 0, num_shards - 1)
-    max_inflight = check_int("max_inflight", max_inflight, 0)
+    max_inflight = check_int("max_inflight", max_inflight, 0, MAX_BATCH)
     first = None
     if shard is None and num_shards > 1:  # one round trip: new writers start round robin
         try:
