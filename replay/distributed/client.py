@@ -340,7 +340,10 @@ class RayReplayStore(ReplayStoreBase):
             Bad ``chunk_steps``, ``shard`` or ``max_inflight``; a closed store.
         """
         self._check_open("writer")
-        return open_writer(self.handle(), chunk_steps, timeout, shard=shard, max_inflight=max_inflight)
+        return open_writer(
+            self.handle(), chunk_steps, timeout, shard=shard, max_inflight=max_inflight,
+            store_closed=lambda: self._closed,
+        )
 
     def sample(
         self,

@@ -16,7 +16,7 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -43,8 +43,12 @@ def open_writer(
     *,
     shard: int | None = None,
     max_inflight: int = 2,
+    store_closed: Callable[[], bool] | None = None,
 ) -> RayTrajectoryWriter:
     """A new `RayTrajectoryWriter` of the store ``handle`` names (see `RayReplayStore.writer`).
+
+    ``store_closed``: where the writer is made by the store's owner, whether the owner closed it (the
+    writer then refuses steps at once instead of at the next shipment).
 
     Raises
     ------
@@ -66,7 +70,8 @@ def open_writer(
         except (*actor_errors(), ray.exceptions.GetTimeoutError) as exc:
             logger.debug("no writer number from shard 0 (%s): a random first shard", exc)
     return RayTrajectoryWriter(
-        handle, chunk, handle.timeout if timeout is DEFAULT else timeout, shard, max_inflight, first
+        handle, chunk, handle.timeout if timeout is DEFAULT else timeout, shard, max_inflight, first,
+        store_closed=store_closed,
     )
 
 
@@ -104,8 +109,11 @@ class RayTrajectoryWriter:
         shard: int | None,
         max_inflight: int,
         first_shard: int | None = None,
+        *,
+        store_closed: Callable[[], bool] | None = None,
     ) -> None:
         self._handle = handle
+        self._store_closed = store_closed
         self.spec = handle.spec_object()
         self.chunk_steps = int(chunk_steps)
         self.timeout = timeout
@@ -254,8 +262,12 @@ class RayTrajectoryWriter:
     # -- lifetime
     def _check_open(self, call: str) -> None:
         if self._closed:
-            what = "len(store)" if call == "__len__" else f"RayTrajectoryWriter.{call}()"
-            raise ValueError(f"{what}: this RayTrajectoryWriter is closed")
+            raise ValueError(f"RayTrajectoryWriter.{call}(): this RayTrajectoryWriter is closed")
+        if self._store_closed is not None and self._store_closed():
+            raise ValueError(
+                f"RayTrajectoryWriter.{call}(): the RayReplayStore this writer writes to is closed, so "
+                f"nothing more can be written ({self._stager.pending} staged steps were not shipped)"
+            )
 
     def close(self) -> None:
         """Drop staged steps, end the open episode, wait for every shipment in flight.

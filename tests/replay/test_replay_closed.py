@@ -127,3 +127,32 @@ def test_a_torchrl_writer_refuses_rollouts_after_its_store_closed(mm):
     tw.close()  # quiet: nothing can be committed any more
     with pytest.raises(ValueError, match=r"^TorchRLWriter\.extend\(\): this TorchRLWriter is closed"):
         tw.extend(rollout)
+
+
+def fake_ray_handle():
+    from replay.distributed import RayStoreHandle
+
+    return RayStoreHandle((("x", (2,), "float32"),), (object(), object()), 50, 10, 1.0)
+
+
+def test_ray_objects_name_the_call_after_close_without_a_cluster():
+    pytest.importorskip("ray")
+    from replay.distributed import RayAttachedStore
+    from replay.distributed.writer import open_writer
+
+    store = RayAttachedStore(fake_ray_handle())
+    store.close()
+    for call in ("writer", "episodes", "handle", "sample", "checkpoint"):
+        with pytest.raises(ValueError, match=rf"^RayAttachedStore\.{call}\(\): this RayAttachedStore .*"):
+            getattr(store, call)()
+    closed = [False]
+    w = open_writer(fake_ray_handle(), shard=0, store_closed=lambda: closed[0])  # pinned: no round trip
+    w.append(step(0))  # staged while the store is open
+    closed[0] = True  # the owner closes its RayReplayStore
+    for call, args in (("append", (step(1),)), ("end_episode", ()), ("flush", ())):
+        with pytest.raises(ValueError, match=rf"^RayTrajectoryWriter\.{call}\(\): the RayReplayStore this "
+                           r"writer writes to is closed.*1 staged steps were not shipped"):
+            getattr(w, call)(*args)
+    w.close()
+    with pytest.raises(ValueError, match=r"^RayTrajectoryWriter\.append\(\): this RayTrajectoryWriter is"):
+        w.append(step(1))
