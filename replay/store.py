@@ -536,7 +536,8 @@ class ReplayStore(ReplayStoreBase):
         memory : MemoryManager, optional
             For the new store's regions (default a private manager).
         **kwargs
-            ``ReplayStore`` keywords to change: ``tier``, ``timeout``, ``seed``, ``staging_slots``.
+            ``ReplayStore`` keywords to change (`RESTORE_KEYWORDS`): ``tier``, ``timeout``, ``seed``,
+            ``staging_slots``, ``chunk_steps``, ``max_times_sampled``.
 
         Raises
         ------
