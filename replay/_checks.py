@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from graphrl.errors import GPUUnavailableError
 from graphrl.memory import MemoryManager
-from replay.keys import MAX_SHARDS, MAX_WINDOW
+from replay.keys import MAX_SHARDS, MAX_WINDOW, POS_BITS
 from replay.rate_limiter import MinSize, RateLimiter
 from replay.selectors import Selector, Uniform
 from replay.spec import TrajectorySpec
@@ -25,11 +26,17 @@ from replay.windows import PADS
 
 __all__ = [
     "CHUNK_BYTES",
+    "MAX_BATCH",
+    "MAX_INT64",
+    "MAX_SHARD_CAPACITY",
+    "SEED_LIMIT",
     "StoreArgs",
     "TIERS",
     "check_chunk_steps",
     "check_device",
     "check_int",
+    "check_keys",
+    "check_restore_kwargs",
     "check_sample_args",
     "check_store_args",
 ]
@@ -38,6 +45,10 @@ logger = logging.getLogger(__name__)
 
 CHUNK_BYTES = 16 * 2**20  # default writer staging: about this many bytes of steps
 TIERS = ("shared", "host", "pinned")
+MAX_BATCH = 2**31 - 1  # windows a batch (or staging slots a shape) holds, as the samplers' MAX_BATCH
+MAX_INT64 = 2**63 - 1  # counts kept in int64 (use counts, rate-limiter counters, positions)
+MAX_SHARD_CAPACITY = 2**POS_BITS  # a key holds a shard position in POS_BITS bits (replay.keys)
+SEED_LIMIT = 2**64  # seeds are 0 .. 2**64 - 1 (a uint64)
 _warned: set[str] = set()  # "sim": warned once that the simulator stands in for an available GPU
 
 
@@ -59,13 +70,70 @@ def check_int(name: str, value: Any, lo: int, hi: int | None = None) -> int:
     return int(value)
 
 
+def check_keys(keys: Any) -> np.ndarray:
+    """``keys`` (``batch.keys``: a tensor or array of ints) as int64 [K], each >= 0.
+
+    Values are compared as given before the int64 cast, so a uint64 key 2**64 - 1 is quoted as
+    18446744073709551615, never as its int64 wrap -1.
+
+    Raises
+    ------
+    TypeError
+        Not integers.
+    ValueError
+        A negative key, or one above 2**63 - 1 (the message names the first).
+    """
+    k = np.asarray(keys.detach().cpu().numpy() if isinstance(keys, torch.Tensor) else keys).reshape(-1)
+    if k.size and k.dtype.kind not in "iu":
+        raise TypeError(f"keys must be integers (batch.keys), got {k.dtype}")
+    if k.size and k.dtype.kind == "u" and k.max() > np.iinfo(np.int64).max:
+        raise ValueError(
+            f"key {int(k.max())} is above 2**63 - 1: keys are the int64 values of batch.keys; "
+            "nothing was changed"
+        )
+    k = k.astype(np.int64)
+    negative = k < 0
+    if negative.any():
+        i = int(np.flatnonzero(negative)[0])
+        raise ValueError(
+            f"key {int(k[i])} is negative: keys are the >= 0 int64 values of batch.keys; nothing was changed"
+        )
+    return k
+
+
+FROM_CHECKPOINT = ("spec", "capacity_steps", "num_shards", "selector", "rate_limiter")
+
+
+def check_restore_kwargs(kwargs: Mapping[str, Any], store: str, may_change: Any) -> None:
+    """Refuse a ``restore(path, **kwargs)`` keyword the checkpoint fixes (``spec``, sizes, selector...).
+
+    Raises
+    ------
+    ValueError
+        A keyword of `FROM_CHECKPOINT` (the message says it comes from the checkpoint and which
+        keywords ``restore`` may change).
+    """
+    fixed = [name for name in FROM_CHECKPOINT if name in kwargs]
+    if fixed:
+        raise ValueError(
+            f"{store}.restore(path, {fixed[0]}=...): {fixed[0]} comes from the checkpoint and cannot be "
+            f"changed; restore may change {', '.join(may_change)}"
+        )
+
+
 def check_chunk_steps(spec: TrajectorySpec, shard_capacity: int, chunk_steps: Any) -> int:
-    """Writer staging rows: ``chunk_steps`` capped at the shard capacity; None: about 16 MiB of steps."""
+    """Writer staging rows: ``chunk_steps`` capped at the shard capacity; None: about 16 MiB of steps.
+
+    Raises
+    ------
+    TypeError
+        Not an int (bools included).
+    ValueError
+        Not in [1, 2**63 - 1].
+    """
     if chunk_steps is None:
         return max(1, min(shard_capacity, CHUNK_BYTES // max(1, spec.step_bytes)))
-    if isinstance(chunk_steps, bool) or not isinstance(chunk_steps, (int, np.integer)) or chunk_steps < 1:
-        raise ValueError(f"chunk_steps must be an int >= 1, got {chunk_steps!r}")
-    return min(int(chunk_steps), shard_capacity)
+    return min(check_int("chunk_steps", chunk_steps, 1, MAX_INT64), shard_capacity)
 
 
 @dataclass(frozen=True)
@@ -114,18 +182,24 @@ def check_store_args(
     TypeError
         A spec, selector, rate limiter, memory manager, timeout or int argument of the wrong type.
     ValueError
-        Bad sizes (capacity below the shard count, more than 256 shards), a rate limiter that could
-        never admit a sample at this capacity, a bad tier, timeout, chunk_steps, seed, staging_slots
-        or max_times_sampled.
+        Bad sizes (capacity below the shard count, more than 256 shards, more than 2**35 steps a
+        shard), a rate limiter that could never admit a sample at this capacity, a bad tier, timeout,
+        chunk_steps, seed (0 .. 2**64 - 1), staging_slots (1 .. 2**31 - 1) or max_times_sampled.
     """
     if not isinstance(spec, (TrajectorySpec, Mapping)):
         raise TypeError(f"spec must be a TrajectorySpec or a mapping, got {type(spec).__name__}")
     spec = spec if isinstance(spec, TrajectorySpec) else TrajectorySpec(spec)
-    capacity_steps = check_int("capacity_steps", capacity_steps, 1)
+    capacity_steps = check_int("capacity_steps", capacity_steps, 1, MAX_INT64)
     num_shards = check_int("num_shards", num_shards, 1, MAX_SHARDS)
     if capacity_steps < num_shards:
         raise ValueError(
             f"capacity_steps={capacity_steps} must be >= num_shards={num_shards} (>= 1 step a shard)"
+        )
+    if capacity_steps // num_shards > MAX_SHARD_CAPACITY:
+        raise ValueError(
+            f"capacity_steps={capacity_steps} over num_shards={num_shards} gives shards of "
+            f"{capacity_steps // num_shards} steps, more than {MAX_SHARD_CAPACITY} (2**{POS_BITS}, the "
+            "positions a key holds): use more shards or a smaller capacity"
         )
     selector = Uniform() if selector is None else selector
     if not isinstance(selector, Selector):
@@ -146,11 +220,11 @@ def check_store_args(
         raise TypeError(f"timeout must be a number of seconds or None, got {type(timeout).__name__}")
     if timeout is not None and (timeout < 0 or not math.isfinite(timeout)):
         raise ValueError(f"timeout must be >= 0 seconds or None, got {timeout}")
-    max_times_sampled = check_int("max_times_sampled", max_times_sampled, 0)
+    max_times_sampled = check_int("max_times_sampled", max_times_sampled, 0, MAX_INT64)
     if seed is not None:
-        seed = check_int("seed", seed, 0)
+        seed = check_int("seed", seed, 0, SEED_LIMIT - 1)
     chunk = check_chunk_steps(spec, shard_capacity, chunk_steps)
-    staging_slots = check_int("staging_slots", staging_slots, 1)
+    staging_slots = check_int("staging_slots", staging_slots, 1, MAX_BATCH)
     if memory is not None and not isinstance(memory, MemoryManager):
         raise TypeError(f"memory must be a graphrl.memory.MemoryManager or None, got {type(memory).__name__}")
     return StoreArgs(
@@ -173,19 +247,19 @@ def check_sample_args(batch_size: Any, window: Any, pad: Any, beta: Any = 1.0) -
 
     Raises
     ------
+    TypeError
+        ``batch_size`` or ``window`` not an int (bools included).
     ValueError
-        ``batch_size`` not an int >= 1, ``window`` not an int in [1, 65536], ``pad`` neither
+        ``batch_size`` not in [1, 2**31 - 1], ``window`` not in [1, 65536], ``pad`` neither
         ``"tail"`` nor ``"head"``, or ``beta`` not finite and >= 0.
     """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-    if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or not 1 <= window <= MAX_WINDOW:
-        raise ValueError(f"window must be an int in [1, {MAX_WINDOW}], got {window!r}")
+    batch_size = check_int("batch_size", batch_size, 1, MAX_BATCH)
+    window = check_int("window", window, 1, MAX_WINDOW)
     if pad not in PADS:
         raise ValueError(f"pad must be 'tail' or 'head', got {pad!r}")
     if not math.isfinite(beta) or beta < 0:
         raise ValueError(f"beta must be finite and >= 0, got {beta}")
-    return int(batch_size), int(window)
+    return batch_size, window
 
 
 def check_device(device: Any) -> torch.device | None:
@@ -198,9 +272,11 @@ def check_device(device: Any) -> torch.device | None:
 
     Raises
     ------
+    graphrl.GPUUnavailableError
+        A CUDA device while CUDA is not available (and the simulator is not chosen); a ``RuntimeError``
+        and a ``ValueError``.
     ValueError
-        Not a device; a CUDA device while CUDA is not available (and the simulator is not chosen);
-        a device index the machine does not have.
+        Not a device; a device index the machine does not have.
     """
     if device is None:
         return None
@@ -224,9 +300,9 @@ def check_device(device: Any) -> torch.device | None:
             )
         return torch.device("cpu")
     if not torch.cuda.is_available():
-        raise ValueError(
+        raise GPUUnavailableError(
             f"device={device!r} but CUDA is not available here (torch.cuda.is_available() is False): "
-            "sample with device=None or 'cpu' (or set NUMBA_ENABLE_CUDASIM=1 before numba is imported "
+            "sample with device='cpu' or None (or set NUMBA_ENABLE_CUDASIM=1 before numba is imported "
             "to run the GPU path in numba's CUDA simulator)"
         )
     if dev.index is None:

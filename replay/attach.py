@@ -76,32 +76,44 @@ class AttachedStore:
     def memory(self) -> MemoryManager:
         return self.storage.memory
 
-    def _check_open(self) -> None:
+    @property
+    def closed(self) -> bool:
+        """Whether `close` ran here or the owner closed the store (then nothing more can be written)."""
+        return self.storage.store_closed
+
+    def _check_open(self, call: str) -> None:
+        what = "len(store)" if call == "__len__" else f"AttachedStore.{call}()"
         if self._closed:
-            raise ValueError("this ReplayStore is closed")
+            raise ValueError(f"{what}: this AttachedStore (a ReplayStore attached by handle) is closed")
+        if call == "writer" and self.storage.store_closed:
+            raise ValueError(
+                f"{what}: the store's owner closed the ReplayStore this AttachedStore maps; nothing more "
+                "can be written"
+            )
 
     def __len__(self) -> int:
         """Live steps stored, over all shards."""
-        self._check_open()
+        self._check_open("__len__")
         return self.storage.live_steps()
 
     def counters(self) -> dict[str, int]:
         """Rate-limiter counters: ``inserts``, ``samples`` (steps) and ``deletes`` (items)."""
+        self._check_open("counters")
         return self._limiter.state()
 
     def handle(self) -> StoreHandle:
         """The handle this store was attached from (to pass on to further processes)."""
-        self._check_open()
+        self._check_open("handle")
         return self.storage.handle()
 
     def episodes(self, shard: int | None = None) -> list[Episode]:
         """Copies of the live episodes of one shard or all (see `replay.store.ReplayStore.episodes`)."""
-        self._check_open()
+        self._check_open("episodes")
         return self.storage.episodes(shard)
 
     def writer(self, chunk_steps: int | None = None, timeout: float | None = DEFAULT) -> TrajectoryWriter:
         """A new `TrajectoryWriter` (as `replay.store.ReplayStore.writer`)."""
-        self._check_open()
+        self._check_open("writer")
         storage = self.storage
         chunk = storage.chunk_steps if chunk_steps is None else check_chunk_steps(
             storage.spec, storage.capacity, chunk_steps
@@ -110,7 +122,7 @@ class AttachedStore:
 
     # -- what only the owner does
     def _owner_only(self, what: str) -> ValueError:
-        self._check_open()
+        self._check_open(what)
         return ValueError(
             f"{what}() runs in the store's owning process; this store was attached by handle and "
             "can only write (store.writer()) and count (len(store))"

@@ -62,6 +62,16 @@ logger = logging.getLogger(__name__)
 
 INSERTS, SAMPLES, DELETES, CANCELLED = 0, 1, 2, 3
 UNLIMITED = sys.float_info.max  # a bound that never binds (MinSize's min_diff / max_diff)
+MAX_STEPS = 2**63 - 1  # the counters are int64
+
+
+def _steps(name: str, value: Any) -> int:
+    """A count of steps in [1, 2**63 - 1]: TypeError for a non-int (bools included), else ValueError."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int (steps), got {type(value).__name__} {value!r}")
+    if not 1 <= value <= MAX_STEPS:
+        raise ValueError(f"{name} must be in [1, {MAX_STEPS}] (steps), got {value}")
+    return int(value)
 
 
 class RateLimiter:
@@ -73,8 +83,7 @@ class RateLimiter:
     kind = "base"
 
     def __init__(self, samples_per_insert: float, min_size: int, min_diff: float, max_diff: float) -> None:
-        if isinstance(min_size, bool) or not isinstance(min_size, (int, np.integer)) or min_size < 1:
-            raise ValueError(f"min_size ({min_size!r}) must be a positive integer (steps)")
+        min_size = _steps("min_size", min_size)
         if (
             not isinstance(samples_per_insert, (int, float))
             or not math.isfinite(samples_per_insert)
@@ -266,15 +275,16 @@ class Queue(RateLimiter):
 
     Raises
     ------
+    TypeError
+        ``size`` not an int (bools included).
     ValueError
-        ``size < 1``.
+        ``size`` not in [1, 2**63 - 1].
     """
 
     kind = "queue"
 
     def __init__(self, size: int) -> None:
-        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
-            raise ValueError(f"Queue size must be an int >= 1, got {size!r}")
+        size = _steps("Queue size", size)
         super().__init__(1.0, 1, 0.0, float(size))
         self.size = int(size)
 
@@ -340,7 +350,9 @@ class RateLimiterState:
         self.cond = condition if condition is not None else threading.Condition()
 
     # -- waiting
-    def _wait(self, predicate: Any, timeout: float | None, explain: Any, what: str) -> None:
+    def _wait(
+        self, predicate: Any, timeout: float | None, explain: Any, what: str, given: float | None
+    ) -> None:
         start = time.monotonic()
         with self.cond:
             ok = self.cond.wait_for(lambda: predicate() or self.counters[CANCELLED] != 0, timeout)
@@ -349,11 +361,15 @@ class RateLimiterState:
             if not ok:
                 waited = time.monotonic() - start
                 raise TimeoutError(
-                    f"{what} waited {waited:.3g} s (timeout={timeout}): {explain(self.counters)}"
+                    f"{what} waited {waited:.3g} s (timeout={timeout if given is None else given}): "
+                    f"{explain(self.counters)}"
                 )
 
-    def await_insert(self, timeout: float | None) -> None:
+    def await_insert(self, timeout: float | None, given: float | None = None) -> None:
         """Block until one step may be inserted.
+
+        ``given``: the timeout the caller's user gave (quoted by the ``TimeoutError``; default
+        ``timeout``), when ``timeout`` is what is left of it.
 
         Raises
         ------
@@ -367,10 +383,14 @@ class RateLimiterState:
             timeout,
             self.limiter.explain_insert_block,
             "insert",
+            given,
         )
 
-    def await_sample(self, timeout: float | None) -> None:
+    def await_sample(self, timeout: float | None, given: float | None = None) -> None:
         """Block until one step may be sampled.
+
+        ``given``: the timeout the caller's user gave (quoted by the ``TimeoutError``; default
+        ``timeout``), when ``timeout`` is what is left of it.
 
         Raises
         ------
@@ -384,6 +404,7 @@ class RateLimiterState:
             timeout,
             self.limiter.explain_sample_block,
             "sample",
+            given,
         )
 
     # -- counting

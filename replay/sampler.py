@@ -14,7 +14,7 @@ themselves, such as `replay.distributed`'s shard actors).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
 
 import numpy as np
 import torch
@@ -26,9 +26,25 @@ from replay.storage import TrajectoryStorage
 from replay.table import META_FIELDS, Table
 from replay.windows import WindowTable, window_mask
 
-__all__ = ["WindowSampler"]
+__all__ = ["Deadline", "WindowSampler"]
 
-Left = Callable[[], "float | None"]  # seconds left until the caller's deadline (None: no deadline)
+
+class Deadline:
+    """``timeout`` seconds from now: calling it gives the seconds left (None: no deadline).
+
+    ``timeout`` is kept as the caller gave it, so a ``TimeoutError`` quotes the user's timeout
+    (``timeout=0.5``), not the time that was left at the last wait.
+    """
+
+    __slots__ = ("end", "timeout")
+
+    def __init__(self, timeout: float | None) -> None:
+        self.timeout = timeout
+        self.end = None if timeout is None else time.monotonic() + timeout
+
+    def __call__(self) -> float | None:
+        return None if self.end is None else max(0.0, self.end - time.monotonic())
+
 
 
 class WindowSampler:
@@ -54,7 +70,7 @@ class WindowSampler:
         self.staging = BatchStaging(storage.spec, storage.memory, staging_slots, storage.timeout)
 
     def sample(
-        self, b: int, length: int, pad: str, beta: float, target: torch.device | None, left: Left
+        self, b: int, length: int, pad: str, beta: float, target: torch.device | None, left: Deadline
     ) -> Batch:
         """B windows of L steps (arguments checked by the caller); ``target`` None: a host batch, else
         the GPU gather's device (`replay._checks.check_device`).
@@ -95,7 +111,7 @@ class WindowSampler:
             raise
 
     def _draw_and_gather(
-        self, b: int, length: int, pad: str, left: Left, slot: StagedSlot, target: torch.device | None
+        self, b: int, length: int, pad: str, left: Deadline, slot: StagedSlot, target: torch.device | None
     ) -> tuple[dict[str, np.ndarray], np.ndarray, int]:
         """Draw and copy windows until ``b`` intact ones fill ``slot``; windows a writer overwrote
         during the copy are compacted out and drawn again. Returns the window table, the
@@ -104,7 +120,7 @@ class WindowSampler:
         prob = np.zeros(b)
         done = table_size = 0
         while done < b:
-            self.limiter.await_sample(left())
+            self.limiter.await_sample(left(), given=left.timeout)
             got, table_size, removed = self.table.draw(b - done, length, pad, done, meta, prob)
             if removed:
                 self.limiter.delete(removed)
@@ -133,13 +149,13 @@ class WindowSampler:
             done += kept
         return meta, prob, table_size
 
-    def draw_windows(self, b: int, length: int, pad: str, left: Left) -> WindowTable:
+    def draw_windows(self, b: int, length: int, pad: str, left: Deadline) -> WindowTable:
         """B windows drawn as `sample` draws them, without copying any step."""
         meta = {k: np.zeros(b, dtype=np.int64) for k in META_FIELDS}
         prob = np.zeros(b)
         done = table_size = 0
         while done < b:
-            self.limiter.await_sample(left())
+            self.limiter.await_sample(left(), given=left.timeout)
             got, table_size, removed = self.table.draw(b - done, length, pad, done, meta, prob)
             if removed:
                 self.limiter.delete(removed)

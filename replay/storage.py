@@ -230,6 +230,13 @@ class TrajectoryStorage:
         self.owns_memory = owns_memory
         self.chunk_steps = chunk_steps
         self.timeout = timeout
+        self.closed = False  # this object's close() ran (its regions are freed or unmapped)
+
+    @property
+    def store_closed(self) -> bool:
+        """Whether the store is closed: this object's ``close`` ran, or the owner closed the store
+        (the rate limiter's cancelled flag in the control block, seen from any process)."""
+        return self.closed or self.control.closed
 
     @classmethod
     def create(
@@ -432,6 +439,7 @@ class TrajectoryStorage:
     # -- lifetime
     def close(self) -> None:
         """Close the private memory manager, or free (owner) / unmap (attached) the regions."""
+        self.closed = True
         if self.owns_memory:
             self.memory.close()
         else:

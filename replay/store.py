@@ -38,8 +38,7 @@ checkpoints. TorchRL: ``ReplayBuffer`` with ``SliceSampler`` (windows within tra
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -48,11 +47,17 @@ import torch
 
 from graphrl.memory import MemoryManager
 from replay import checkpoint as ckpt
-from replay._checks import check_chunk_steps, check_device, check_sample_args, check_store_args
+from replay._checks import (
+    check_chunk_steps,
+    check_device,
+    check_restore_kwargs,
+    check_sample_args,
+    check_store_args,
+)
 from replay.attach import AttachedStore
 from replay.interface import DEFAULT, ReplayStoreBase
 from replay.rate_limiter import RateLimiter, RateLimiterState, rate_limiter_from_config
-from replay.sampler import WindowSampler
+from replay.sampler import Deadline, WindowSampler
 from replay.selectors import Selector, selector_from_config
 from replay.spec import TrajectorySpec
 from replay.storage import StoreHandle, TrajectoryStorage
@@ -65,6 +70,8 @@ if TYPE_CHECKING:
     from replay.windows import WindowTable
 
 __all__ = ["ReplayStore"]
+
+RESTORE_KEYWORDS = ("tier", "timeout", "seed", "staging_slots", "chunk_steps", "max_times_sampled")
 
 class ReplayStore(ReplayStoreBase):
     """A sharded trajectory replay store in memory-manager regions.
@@ -212,11 +219,12 @@ class ReplayStore(ReplayStoreBase):
 
     def __len__(self) -> int:
         """Live steps stored, over all shards (at most ``capacity_steps``)."""
-        self._check_open()
+        self._check_open("__len__")
         return self.storage.live_steps()
 
     def counters(self) -> dict[str, int]:
         """Rate-limiter counters: ``inserts``, ``samples`` (steps) and ``deletes`` (items)."""
+        self._check_open("counters")
         return self._limiter.state()
 
     def selector_mass(self) -> tuple[int, float]:
@@ -251,12 +259,21 @@ class ReplayStore(ReplayStoreBase):
             f"fields={list(self.spec)})"
         )
 
-    def _check_open(self) -> None:
+    @property
+    def closed(self) -> bool:
+        """Whether `close` ran (every call but ``close`` then raises ``ValueError``)."""
+        return self._closed
+
+    def _check_open(self, call: str) -> None:
         if self._closed:
-            raise ValueError("this ReplayStore is closed")
+            what = "len(store)" if call == "__len__" else f"ReplayStore.{call}()"
+            raise ValueError(
+                f"{what}: this ReplayStore is closed; what it held before close is in the checkpoints "
+                "taken before (ReplayStore.restore)"
+            )
 
     def _check_owner(self, what: str) -> None:
-        self._check_open()
+        self._check_open(what)
         if os.getpid() != self._owner_pid:
             raise ValueError(
                 f"{what}() runs in the store's owning process; this store was attached by handle and "
@@ -272,7 +289,7 @@ class ReplayStore(ReplayStoreBase):
         ValueError
             The store's regions are not on the shared tier.
         """
-        self._check_open()
+        self._check_open("handle")
         return self.storage.handle()
 
     @classmethod
@@ -304,7 +321,7 @@ class ReplayStore(ReplayStoreBase):
         timeout : float or None, optional
             Seconds a commit waits for the rate limiter; default the store's ``timeout``.
         """
-        self._check_open()
+        self._check_open("writer")
         storage = self.storage
         chunk = storage.chunk_steps if chunk_steps is None else check_chunk_steps(
             storage.spec, storage.capacity, chunk_steps
@@ -357,9 +374,10 @@ class ReplayStore(ReplayStoreBase):
             ``timeout`` seconds (the message says which); or every staging slot stayed held.
         ValueError
             Bad arguments; a closed store; a store attached by handle (only the owner samples);
+            ``device`` a CUDA device the memory manager's device tier does not place memory on.
+        graphrl.GPUUnavailableError
             ``device`` a CUDA device while CUDA is not available (``torch.cuda.is_available()`` is
-            False, and numba's simulator is not chosen), or one the memory manager's device tier does
-            not place memory on.
+            False, and numba's simulator is not chosen); a ``ValueError`` too.
         MemoryBudgetError
             The first GPU sample could not register the rings within the pinned budget, or a new
             staging pool does not fit its tier.
@@ -404,11 +422,9 @@ class ReplayStore(ReplayStoreBase):
         b, length = check_sample_args(batch_size, window, pad)
         return self._sampler.draw_windows(b, length, pad, self._deadline(timeout))
 
-    def _deadline(self, timeout: float | None) -> Callable[[], float | None]:
+    def _deadline(self, timeout: float | None) -> Deadline:
         """Seconds left of ``timeout`` (default the store's) from now, as a function (None: forever)."""
-        timeout = self.storage.timeout if timeout is DEFAULT else timeout
-        deadline = None if timeout is None else time.monotonic() + timeout
-        return lambda: None if deadline is None else max(0.0, deadline - time.monotonic())
+        return Deadline(self.storage.timeout if timeout is DEFAULT else timeout)
 
     def stale(self, table: WindowTable) -> np.ndarray:
         """Which windows of ``table`` lost a step to the writers since they were drawn: bool [B].
@@ -426,7 +442,7 @@ class ReplayStore(ReplayStoreBase):
         Position p of the shard lives in slot ``p % shard_capacity``; writers overwrite slots while you
         read, so check what you copied with `stale`.
         """
-        self._check_open()
+        self._check_open("rings")
         out = {}
         for name, ring in self.storage.shards[shard].columns.items():
             view = ring.view()
@@ -465,7 +481,7 @@ class ReplayStore(ReplayStoreBase):
 
         For inspection and tests (it copies every live step). Raises ``ValueError`` on a closed store.
         """
-        self._check_open()
+        self._check_open("episodes")
         return self.storage.episodes(shard)
 
     # -- checkpoints
@@ -520,18 +536,21 @@ class ReplayStore(ReplayStoreBase):
         memory : MemoryManager, optional
             For the new store's regions (default a private manager).
         **kwargs
-            ``ReplayStore`` keywords to change: ``tier``, ``timeout``, ``seed``, ``staging_slots``.
+            ``ReplayStore`` keywords to change (`RESTORE_KEYWORDS`): ``tier``, ``timeout``, ``seed``,
+            ``staging_slots``, ``chunk_steps``, ``max_times_sampled``.
 
         Raises
         ------
         FileNotFoundError
             No complete checkpoint under ``path``.
         ValueError
-            A checkpoint of another format version.
+            A checkpoint of another format version; a keyword the checkpoint fixes (``spec``,
+            ``capacity_steps``, ``num_shards``, ``selector``, ``rate_limiter``).
         replay.CheckpointError
             A damaged checkpoint (a ``ValueError``), found before anything is allocated: the message
             names the checkpoint, the file and the fault, and the older checkpoint that is intact.
         """
+        check_restore_kwargs(kwargs, "ReplayStore", RESTORE_KEYWORDS)
         state = ckpt.load(path)
         cfg = state["config"]
         options = {

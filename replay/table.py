@@ -24,9 +24,9 @@ from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
-import torch
 
 from graphrl.memory import Region
+from replay._checks import check_keys
 from replay.keys import MAX_INCARNATIONS, decode_keys, encode_keys, key_incarnations
 from replay.selector_state import EXHAUSTED, LIVE, SelectorState
 from replay.selectors import Selector, check_priorities
@@ -176,15 +176,12 @@ class Table:
     def update_priorities(self, keys: Any, priorities: Any) -> int:
         """Set the priorities of the anchors named by ``keys``; stale keys are ignored; return how many
         applied. Raises as `replay.store.ReplayStore.update_priorities`."""
-        k = np.asarray(keys.detach().cpu().numpy() if isinstance(keys, torch.Tensor) else keys).reshape(-1)
-        if k.size and k.dtype.kind not in "iu":
-            raise TypeError(f"keys must be integers (batch.keys), got {k.dtype}")
-        k = k.astype(np.int64)
+        k = check_keys(keys)
         p = check_priorities(priorities, k.size)
         shard, anchor, back = decode_keys(k)
         incarnation = key_incarnations(k)
         num_shards = self.storage.num_shards
-        bad = (shard >= num_shards) | (k < 0)
+        bad = shard >= num_shards
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
             raise ValueError(

@@ -210,14 +210,14 @@ class TorchRLWriter:
         ------
         ValueError
             A batch size of other than 1 or 2 dims, a missing key (naming field and key), a wrong
-            per-step shape; or a closed writer. Nothing of the rollout is written.
+            per-step shape; or a closed writer or store (the message names the call). Nothing of the
+            rollout is written.
         TypeError
             A wrong dtype (naming the field). Nothing of the rollout is written.
         TimeoutError
             A commit waited for the rate limiter past the writer's timeout.
         """
-        if self._closed:
-            raise ValueError("this TorchRLWriter is closed")
+        self._check_open("extend")
         dims = len(rollout.batch_size)
         if dims not in (1, 2):
             raise ValueError(
@@ -298,13 +298,30 @@ class TorchRLWriter:
         self._last_traj.pop(env, None)
         self.episodes_written += 1
 
+    def _target_closed(self) -> bool:
+        """Whether the store (or the one given writer) is closed: anything written now would be lost."""
+        if self._store is not None and getattr(self._store, "closed", False):
+            return True
+        return any(getattr(w, "closed", False) for w in self._writers.values())
+
+    def _check_open(self, call: str) -> None:
+        if self._closed:
+            raise ValueError(f"TorchRLWriter.{call}(): this TorchRLWriter is closed")
+        if self._target_closed():
+            raise ValueError(
+                f"TorchRLWriter.{call}(): the replay store (or writer) it writes to is closed; nothing "
+                "more can be written (what was committed before stays in the store's checkpoints)"
+            )
+
     def flush(self) -> None:
         """Commit every env's staged steps, keeping their episodes open (they become sampleable)."""
+        self._check_open("flush")
         for w in self._writers.values():
             w.flush()
 
     def end_episodes(self) -> None:
         """End every env's open episode (the next rollout's steps start new ones)."""
+        self._check_open("end_episodes")
         for env in sorted(self._open_envs):
             self._end(env)
 
@@ -313,7 +330,8 @@ class TorchRLWriter:
         if self._closed:
             return
         try:
-            self.end_episodes()
+            if not self._target_closed():  # the store is gone: staged steps cannot be committed
+                self.end_episodes()
         finally:
             self._closed = True
             if self._store is not None:

@@ -105,7 +105,7 @@ class TrajectoryWriter:
         TimeoutError
             The buffers were full and the commit waited ``timeout`` seconds for the rate limiter.
         """
-        self._check_open()
+        self._check_open("append")
         self._stager.append(step)
 
     def extend(self, steps: Mapping[str, Any]) -> None:
@@ -119,7 +119,7 @@ class TrajectoryWriter:
             A commit waited ``timeout`` seconds for the rate limiter (the steps up to it are staged or
             committed; the rest are not).
         """
-        self._check_open()
+        self._check_open("extend")
         self._stager.extend(steps)
 
     def end_episode(self) -> None:
@@ -132,7 +132,7 @@ class TrajectoryWriter:
         ValueError
             The writer or the store is closed.
         """
-        self._check_open()
+        self._check_open("end_episode")
         if self._stager.pending or self._episode is not None:
             self._stager.hand_off(self._commit_end)
             self.episodes_written += 1
@@ -147,7 +147,7 @@ class TrajectoryWriter:
         ValueError
             The writer or the store is closed.
         """
-        self._check_open()
+        self._check_open("flush")
         if self._stager.pending:
             self._stager.hand_off(self._commit_chunk)
 
@@ -164,7 +164,7 @@ class TrajectoryWriter:
         ValueError
             The writer is closed, or holds staged steps or an open episode (end it first).
         """
-        self._check_open()
+        self._check_open("begin_continuation")
         if self._stager.pending or self._episode is not None:
             raise ValueError(
                 "begin_continuation() needs a writer with no staged steps and no open episode: "
@@ -190,16 +190,28 @@ class TrajectoryWriter:
         self._commit_chunk(columns, count, end=True)
 
     # -- lifetime
-    def _check_open(self) -> None:
+    @property
+    def closed(self) -> bool:
+        """Whether this writer can no longer write: it was closed, or its store was."""
+        return self._closed or self._storage.store_closed
+
+    def _check_open(self, call: str) -> None:
         if self._closed:
-            raise ValueError("this TrajectoryWriter is closed")
+            raise ValueError(f"TrajectoryWriter.{call}(): this TrajectoryWriter is closed")
+        if self._storage.store_closed:
+            raise ValueError(
+                f"TrajectoryWriter.{call}(): the replay store this writer writes to is closed, so nothing "
+                f"more can be written ({self._stager.pending} staged steps were not committed); what it "
+                "committed before stays in the store's checkpoints"
+            )
 
     def close(self) -> None:
-        """Drop staged steps, close the open episode in the store (best effort) and free the buffers."""
+        """Drop staged steps, close the open episode in the store (best effort; not once the store is
+        closed) and free the buffers; idempotent."""
         if self._closed:
             return
         self._stager.clear()
-        if self._episode is not None:
+        if self._episode is not None and not self._storage.store_closed:
             try:
                 self._storage.commit(self._stager.columns, 0, self._episode, True, 0.0, self.writer_id)
             except (TimeoutError, ValueError) as exc:
@@ -220,7 +232,7 @@ class TrajectoryWriter:
 
     def __exit__(self, exc_type: Any, *exc: object) -> None:
         try:
-            if exc_type is None and not self._closed:
+            if exc_type is None and not self._closed and (self.pending or not self._storage.store_closed):
                 self.end_episode()
         finally:
             self.close()

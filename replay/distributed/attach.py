@@ -64,19 +64,20 @@ class RayAttachedStore:
         """The shard actors' handles (index = shard)."""
         return list(self._shards.actors)
 
-    def _check_open(self) -> None:
+    def _check_open(self, call: str) -> None:
         if self._closed:
-            raise ValueError("this RayReplayStore is closed")
+            what = "len(store)" if call == "__len__" else f"RayAttachedStore.{call}()"
+            raise ValueError(f"{what}: this RayAttachedStore (a RayReplayStore attached by handle) is closed")
 
     def __len__(self) -> int:
         """Live steps stored over all shards."""
-        self._check_open()
+        self._check_open("__len__")
         stats = self._shards.call([(s, "stats", (None,)) for s in range(self.num_shards)], "len()")
         return int(sum(st["steps"] for st in stats))
 
     def episodes(self, shard: int | None = None) -> list[Episode]:
         """Copies of the live episodes of one shard or all (for inspection and tests)."""
-        self._check_open()
+        self._check_open("episodes")
         shards = (
             range(self.num_shards) if shard is None else [check_int("shard", shard, 0, self.num_shards - 1)]
         )
@@ -92,7 +93,7 @@ class RayAttachedStore:
     # -- handles and writers
     def handle(self) -> RayStoreHandle:
         """The handle this store was attached from (to pass on to further tasks)."""
-        self._check_open()
+        self._check_open("handle")
         return self._handle
 
     def __reduce__(self) -> tuple:
@@ -107,12 +108,12 @@ class RayAttachedStore:
         max_inflight: int = 2,
     ) -> RayTrajectoryWriter:
         """A new `RayTrajectoryWriter` (as `replay.distributed.RayReplayStore.writer`)."""
-        self._check_open()
+        self._check_open("writer")
         return open_writer(self._handle, chunk_steps, timeout, shard=shard, max_inflight=max_inflight)
 
     # -- what only the owner does
     def _owner_only(self, what: str) -> ValueError:
-        self._check_open()
+        self._check_open(what)
         return ValueError(
             f"{what}() runs in the process that made the store; this copy was attached by handle and "
             "can only write (store.writer()) and count (len(store))"

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from replay._checks import check_restore_kwargs
 from replay._files import CheckpointError, fsync_dir, seal, unseal
 from replay.checkpoint import INTEGRITY, latest, verify
 from replay.rate_limiter import rate_limiter_from_config
@@ -274,6 +275,7 @@ def restore_arguments(
     ValueError
         A keyword of ``changes`` that `RayReplayStore.restore` may not change.
     """
+    check_restore_kwargs(changes, "RayReplayStore", RESTORE_KEYWORDS)
     unknown = sorted(set(changes) - set(RESTORE_KEYWORDS))
     if unknown:
         raise ValueError(f"restore() does not take {unknown[0]!r}; it may change {sorted(RESTORE_KEYWORDS)}")

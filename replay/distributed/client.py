@@ -25,8 +25,9 @@ import numpy as np
 import ray
 import torch
 
+from graphrl.errors import GPUUnavailableError
 from graphrl.memory import MemoryManager
-from replay._checks import check_device, check_int, check_sample_args, check_store_args
+from replay._checks import check_device, check_int, check_keys, check_sample_args, check_store_args
 from replay.batch import Batch
 from replay.distributed import checkpoint as manifests
 from replay.distributed.attach import RayAttachedStore
@@ -216,26 +217,32 @@ class RayReplayStore(ReplayStoreBase):
         """The shard actors' handles (index = shard), e.g. for ``ray.kill`` in fault drills."""
         return list(self._shards.actors)
 
-    def _check_open(self) -> None:
+    @property
+    def closed(self) -> bool:
+        """Whether `close` ran (every call but ``close`` then raises ``ValueError``)."""
+        return self._closed
+
+    def _check_open(self, call: str) -> None:
         if self._closed:
-            raise ValueError("this RayReplayStore is closed")
+            what = "len(store)" if call == "__len__" else f"RayReplayStore.{call}()"
+            raise ValueError(f"{what}: this RayReplayStore is closed")
 
     def __len__(self) -> int:
         """Live steps stored over all shards."""
-        self._check_open()
+        self._check_open("__len__")
         stats = self._shards.call([(s, "stats", (None,)) for s in range(self.num_shards)], "len()")
         self._shards.stats = stats
         return int(sum(st["steps"] for st in stats))
 
     def shard_sizes(self) -> list[int]:
         """Live steps of each shard (index = shard)."""
-        self._check_open()
+        self._check_open("shard_sizes")
         with self._lock:
             return [int(st["steps"]) for st in self._refresh(what="shard_sizes()")]
 
     def counters(self) -> dict[str, int]:
         """Global rate-limiter counters: ``inserts``, ``samples`` (steps) and ``deletes``."""
-        self._check_open()
+        self._check_open("counters")
         with self._lock:
             self._refresh(what="counters()")
             i, s, d = self._limiter.counts()
@@ -245,7 +252,7 @@ class RayReplayStore(ReplayStoreBase):
         """A snapshot over all shards (one round trip): ``steps``, ``live`` and ``priority_mass`` (sums
         of the shards'; the live count for Uniform), the global rate-limiter counters ``inserts``,
         ``samples``, ``deletes``, and ``shard_steps`` (live steps of each shard)."""
-        self._check_open()
+        self._check_open("stats")
         with self._lock:
             stats = self._refresh(what="stats()")
             inserts, samples, deletes = self._limiter.counts()
@@ -261,7 +268,7 @@ class RayReplayStore(ReplayStoreBase):
 
     def episodes(self, shard: int | None = None) -> list[Episode]:
         """Copies of the live episodes of one shard or all (for inspection and tests)."""
-        self._check_open()
+        self._check_open("episodes")
         shards = (
             range(self.num_shards) if shard is None else [check_int("shard", shard, 0, self.num_shards - 1)]
         )
@@ -277,7 +284,7 @@ class RayReplayStore(ReplayStoreBase):
     # -- handles and writers
     def handle(self) -> RayStoreHandle:
         """The picklable handle `attach` takes in a Ray task or actor (actor handles and settings)."""
-        self._check_open()
+        self._check_open("handle")
         spec = tuple((n, f.shape, f.dtype.name) for n, f in self.spec.items())
         return RayStoreHandle(
             spec,
@@ -332,8 +339,11 @@ class RayReplayStore(ReplayStoreBase):
         ValueError
             Bad ``chunk_steps``, ``shard`` or ``max_inflight``; a closed store.
         """
-        self._check_open()
-        return open_writer(self.handle(), chunk_steps, timeout, shard=shard, max_inflight=max_inflight)
+        self._check_open("writer")
+        return open_writer(
+            self.handle(), chunk_steps, timeout, shard=shard, max_inflight=max_inflight,
+            store_closed=lambda: self._closed,
+        )
 
     def sample(
         self,
@@ -363,15 +373,17 @@ class RayReplayStore(ReplayStoreBase):
             too: only the owner samples).
         ShardError
             A shard's actor died (not restarted).
+        graphrl.GPUUnavailableError
+            ``device`` a CUDA device while CUDA is not available (a ``ValueError`` too).
         """
-        self._check_open()
+        self._check_open("sample")
         b, length = check_sample_args(batch_size, window, pad, beta)
         if device is not None:  # before drawing (a draw counts in the rate limiter), as the local store
             check_device(device)
             if torch.device(device).type == "cuda" and not torch.cuda.is_available():  # numba's simulator
-                raise ValueError(
+                raise GPUUnavailableError(
                     f"device={device!r} but CUDA is not available here (torch.cuda.is_available() is False): "
-                    "the Ray store copies batches to a GPU with Batch.to; sample with device=None or 'cpu'"
+                    "the Ray store copies batches to a GPU with Batch.to; sample with device='cpu' or None"
                 )
         timeout = self.timeout if timeout is DEFAULT else timeout
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -388,11 +400,8 @@ class RayReplayStore(ReplayStoreBase):
         Same parameters, return value and errors as `replay.store.ReplayStore.update_priorities`;
         also `ShardError` when a shard's actor died.
         """
-        self._check_open()
-        k = np.asarray(keys.detach().cpu().numpy() if isinstance(keys, torch.Tensor) else keys).reshape(-1)
-        if k.size and k.dtype.kind not in "iu":
-            raise TypeError(f"keys must be integers (batch.keys), got {k.dtype}")
-        k = k.astype(np.int64)
+        self._check_open("update_priorities")
+        k = check_keys(keys)
         p = check_priorities(priorities, k.size)
         routes = split_keys(k, self.num_shards)
         calls = [(s, "update_priorities", (local, p[rows])) for s, rows, local in routes]
@@ -413,7 +422,7 @@ class RayReplayStore(ReplayStoreBase):
         OSError
             The files could not be written (the previous checkpoint stays the latest).
         """
-        self._check_open()
+        self._check_open("checkpoint")
         root = Path(path).absolute()
         root.mkdir(parents=True, exist_ok=True)
         with self._lock:

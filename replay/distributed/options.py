@@ -12,7 +12,7 @@ from typing import Any
 
 import ray
 
-from replay._checks import check_int
+from replay._checks import MAX_INT64, check_int
 from replay.selectors import Fifo, Lifo, MinHeap, Selector
 
 __all__ = ["check_ray_args", "check_shard_selector"]
@@ -45,7 +45,7 @@ def check_ray_args(
     TypeError
         A non-int ``max_restarts`` or ``prefetch``, ``actor_options`` not a mapping.
     """
-    max_restarts = check_int("max_restarts", max_restarts, -1)
+    max_restarts = check_int("max_restarts", max_restarts, -1, MAX_INT64)
     prefetch = check_int("prefetch", prefetch, 0, 1)
     options: dict[str, Any] = {"max_concurrency": 32}
     if actor_options is not None:

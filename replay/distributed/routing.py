@@ -83,7 +83,14 @@ def split_keys(keys: np.ndarray, num_shards: int) -> list[tuple[int, np.ndarray,
         A key names a shard the store does not have (nothing is routed).
     """
     shard = keys & (MAX_SHARDS - 1)
-    bad = (shard >= num_shards) | (keys < 0)
+    negative = keys < 0
+    if negative.any():
+        i = int(np.flatnonzero(negative)[0])
+        raise ValueError(
+            f"key {int(keys[i])} is negative: keys are the >= 0 int64 values of batch.keys; "
+            "nothing was changed"
+        )
+    bad = shard >= num_shards
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise ValueError(

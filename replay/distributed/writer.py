@@ -16,13 +16,13 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import ray
 
-from replay._checks import check_int
+from replay._checks import MAX_BATCH, MAX_INT64, check_int
 from replay.distributed.errors import ShardError, actor_errors, secs, shard_error
 from replay.distributed.routing import least_loaded
 from replay.interface import DEFAULT
@@ -43,8 +43,12 @@ def open_writer(
     *,
     shard: int | None = None,
     max_inflight: int = 2,
+    store_closed: Callable[[], bool] | None = None,
 ) -> RayTrajectoryWriter:
     """A new `RayTrajectoryWriter` of the store ``handle`` names (see `RayReplayStore.writer`).
+
+    ``store_closed``: where the writer is made by the store's owner, whether the owner closed it (the
+    writer then refuses steps at once instead of at the next shipment).
 
     Raises
     ------
@@ -55,10 +59,10 @@ def open_writer(
     if chunk_steps is None:
         chunk = handle.chunk_steps
     else:
-        chunk = min(check_int("chunk_steps", chunk_steps, 1), handle.shard_capacity)
+        chunk = min(check_int("chunk_steps", chunk_steps, 1, MAX_INT64), handle.shard_capacity)
     if shard is not None:
         shard = check_int("shard", shard, 0, num_shards - 1)
-    max_inflight = check_int("max_inflight", max_inflight, 0)
+    max_inflight = check_int("max_inflight", max_inflight, 0, MAX_BATCH)
     first = None
     if shard is None and num_shards > 1:  # one round trip: new writers start round robin
         try:
@@ -66,7 +70,8 @@ def open_writer(
         except (*actor_errors(), ray.exceptions.GetTimeoutError) as exc:
             logger.debug("no writer number from shard 0 (%s): a random first shard", exc)
     return RayTrajectoryWriter(
-        handle, chunk, handle.timeout if timeout is DEFAULT else timeout, shard, max_inflight, first
+        handle, chunk, handle.timeout if timeout is DEFAULT else timeout, shard, max_inflight, first,
+        store_closed=store_closed,
     )
 
 
@@ -104,8 +109,11 @@ class RayTrajectoryWriter:
         shard: int | None,
         max_inflight: int,
         first_shard: int | None = None,
+        *,
+        store_closed: Callable[[], bool] | None = None,
     ) -> None:
         self._handle = handle
+        self._store_closed = store_closed
         self.spec = handle.spec_object()
         self.chunk_steps = int(chunk_steps)
         self.timeout = timeout
@@ -131,12 +139,12 @@ class RayTrajectoryWriter:
     # -- writing
     def append(self, step: Mapping[str, Any]) -> None:
         """Add one step (see `replay.writer.TrajectoryWriter.append`; raises the same errors)."""
-        self._check_open()
+        self._check_open("append")
         self._stager.append(step)
 
     def extend(self, steps: Mapping[str, Any]) -> None:
         """Add T steps given as columns ``[T, *field_shape]`` (same as T appends)."""
-        self._check_open()
+        self._check_open("extend")
         self._stager.extend(steps)
 
     def end_episode(self) -> None:
@@ -152,7 +160,7 @@ class RayTrajectoryWriter:
             An earlier shipment this call waited for was not admitted by its shard's insert allowance
             (the rate limiter) within ``timeout``.
         """
-        self._check_open()
+        self._check_open("end_episode")
         if self._stager.pending or self._episode is not None:
             self._stager.hand_off(self._ship_end)
 
@@ -170,7 +178,7 @@ class RayTrajectoryWriter:
             The first error of a queued shipment (as `end_episode`); TimeoutError also when the
             shipments were not all stored within ``timeout``.
         """
-        self._check_open()
+        self._check_open("flush")
         if self._stager.pending:
             self._stager.hand_off(self._ship_chunk)
         self.wait(timeout)
@@ -252,9 +260,14 @@ class RayTrajectoryWriter:
             )
 
     # -- lifetime
-    def _check_open(self) -> None:
+    def _check_open(self, call: str) -> None:
         if self._closed:
-            raise ValueError("this RayTrajectoryWriter is closed")
+            raise ValueError(f"RayTrajectoryWriter.{call}(): this RayTrajectoryWriter is closed")
+        if self._store_closed is not None and self._store_closed():
+            raise ValueError(
+                f"RayTrajectoryWriter.{call}(): the RayReplayStore this writer writes to is closed, so "
+                f"nothing more can be written ({self._stager.pending} staged steps were not shipped)"
+            )
 
     def close(self) -> None:
         """Drop staged steps, end the open episode, wait for every shipment in flight.
