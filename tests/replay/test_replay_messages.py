@@ -42,6 +42,19 @@ def test_a_sample_timeout_quotes_the_users_timeout_not_the_time_left(mm):
         store.close()
 
 
+def test_held_staging_slots_time_out_quoting_the_users_timeout(mm):
+    store = filled(mm, staging_slots=1)
+    try:
+        held = store.sample(2, window=2)
+        with pytest.raises(TimeoutError, match=r"stayed held \(timeout=0\.2\)") as err:
+            store.sample(2, window=2, timeout=0.2)
+        assert "release batches" in str(err.value) and "0.19" not in str(err.value).split("(")[1]
+        held.release()
+        store.sample(2, window=2, timeout=0.2).release()  # a released slot serves the next batch
+    finally:
+        store.close()
+
+
 def test_a_writer_timeout_quotes_its_timeout(mm):
     from replay import Queue
 
