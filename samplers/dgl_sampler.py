@@ -4,8 +4,11 @@
 ``(input_nodes, output_nodes, blocks)`` as with DGL's ``NeighborSampler``: ``blocks`` are real DGL
 blocks (``dgl.create_block``, via `samplers.interop.block_to_dgl`) drawn by our
 `samplers.NeighborSampler` kernels, outermost first, with ``srcdata[dgl.NID]``, ``dstdata[dgl.NID]``
-and ``edata[dgl.EID]`` holding global node and edge ids. ``fanouts`` follow DGL's order: the last
-entry is drawn for the seeds.
+and ``edata[dgl.EID]`` holding global node and edge ids, and, as DGL's own blocks, every ``g.ndata``
+field in ``srcdata`` / ``dstdata`` and every ``g.edata`` field in ``edata`` (rows of the blocks' nodes and
+edges); ids and blocks are of ``g.idtype``. ``fanouts`` follow DGL's order: the last entry is drawn for
+the seeds. ``prob="w"`` draws by the edge feature ``w`` (an edge of weight 0 is never drawn), and
+``dgl.dataloading.as_edge_prediction_sampler(DglSampler(...))`` excludes edges through ``exclude_eids``.
 
 Use::
 
@@ -14,8 +17,8 @@ Use::
         h = model(blocks, g.ndata["feat"][input_nodes])
 
 DGL is imported (through `graphrl.dglshim`) when the first `DglSampler` is built, never by
-``import samplers``. Our `CSCGraph` of a DGL graph is built on its first batch and kept for as long as
-that DGL graph lives (one per graph). Homogeneous graphs, CPU sampling.
+``import samplers``. Our `CSCGraph` of a DGL graph is built on its first batch and kept while that DGL
+graph lives and is not changed (see `DglSampler.sampler_for`). Homogeneous graphs, CPU sampling.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Sequence
+
+import torch
 
 from graphrl.graph import CSCGraph
 from samplers._optional import LazyBase
@@ -44,6 +49,10 @@ class DglSampler(LazyBase):
         Draw with replacement.
     seed : int
         Seed of the draws; the n-th batch on a given graph is the same on every run.
+    prob : str or None
+        Name of an edge feature of the sampled graph (float [E], non-negative) to draw neighbours
+        proportionally to, as DGL's ``NeighborSampler(prob=...)``; edges of weight 0 are never drawn.
+        None draws uniformly.
 
     Raises
     ------
@@ -67,24 +76,40 @@ class DglSampler(LazyBase):
 
         return import_dgl().dataloading.Sampler
 
-    def __init__(self, fanouts: Sequence[int] = (15, 10), replace: bool = False, seed: int = 0) -> None:
+    def __init__(self, fanouts: Sequence[int] = (15, 10), replace: bool = False, seed: int = 0,
+                 prob: str | None = None) -> None:
         if seed is None:
             raise TypeError("seed must be an int, got None (DglSampler batches are reproducible)")
         probe = NeighborSampler(CSCGraph.from_edges([], [], 1), fanouts, replace=replace, seed=seed)
         self.fanouts = probe.fanouts
         self.replace = probe.replace
         self.seed = probe.seed
-        self.samplers: dict[int, tuple[weakref.ref, NeighborSampler]] = {}
-        """Our `NeighborSampler` (and `CSCGraph`) of each DGL graph sampled so far, by ``id(graph)``."""
+        if prob is not None and not isinstance(prob, str):
+            raise TypeError(f"prob must be the name of an edge feature (str) or None, got {prob!r}")
+        self.prob = prob
+        self.output_device = None
+        """None: blocks stay on the sampled graph's device (read by DGL's ``EdgePredictionSampler``)."""
+        self.samplers: dict[int, tuple[tuple, NeighborSampler]] = {}
+        """Our `NeighborSampler` (and `CSCGraph`) of each DGL graph sampled so far, by ``id(graph)``, with
+        the state it was built from (see `sampler_for`)."""
         self.lock = threading.Lock()
 
     def sampler_for(self, g) -> NeighborSampler:
-        """Our `NeighborSampler` of DGL graph ``g`` (built on first use, kept while ``g`` lives).
+        """Our `NeighborSampler` of DGL graph ``g`` (built on first use, kept while ``g`` lives unchanged).
+
+        The cached sampler is rebuilt when ``g`` changed since: its number of nodes or edges differs, or
+        its structure object is a new one (DGL's ``add_nodes`` / ``add_edges`` / ``remove_edges`` /
+        ``remove_nodes`` all replace it, so every in-place change made through DGL's API is seen), or
+        ``g.edata[prob]`` is another tensor. Not seen: weights changed in place inside the same tensor
+        (``g.edata["w"][i] = 0``; assign a new tensor instead), and changes made to DGL's C++ graph
+        object behind DGL's Python API.
 
         Raises
         ------
         TypeError
             ``g`` is not a homogeneous DGL graph.
+        ValueError
+            ``prob`` names no edge feature of ``g``, or its weights are not [E] non-negative numbers.
         """
         from graphrl.dglshim import import_dgl
 
@@ -94,18 +119,38 @@ class DglSampler(LazyBase):
         if not g.is_homogeneous:
             raise TypeError(f"g must be a homogeneous DGL graph; got node types {g.ntypes} and edge types "
                             f"{g.etypes} (use samplers.HeteroNeighborSampler for heterogeneous graphs)")
+        weights = None
+        if self.prob is not None:
+            if self.prob not in g.edata:
+                raise ValueError(f"prob={self.prob!r} names no edge feature of g "
+                                 f"(edge features: {sorted(g.edata.keys())})")
+            weights = g.edata[self.prob]
+        # DGL has no public change signal; its in-place mutations each assign a new structure object to
+        # DGLGraph._graph (dgl/heterograph.py, DGL 2.1), so a weak reference to it tells a changed graph
+        structure = g._graph
         with self.lock:
             entry = self.samplers.get(id(g))
-            if entry is not None and entry[0]() is g:
+            if entry is not None and self._unchanged(entry[0], g, structure, weights):
                 return entry[1]
-            self.samplers = {k: v for k, v in self.samplers.items() if v[0]() is not None}
+            self.samplers = {k: v for k, v in self.samplers.items() if v[0][0]() is not None}
             src, dst = g.edges(order="eid")
             graph = CSCGraph.from_edges(src.cpu(), dst.cpu(), g.num_nodes())
-            sampler = NeighborSampler(graph, self.fanouts, replace=self.replace, seed=self.seed)
-            self.samplers[id(g)] = (weakref.ref(g), sampler)
+            sampler = NeighborSampler(graph, self.fanouts, replace=self.replace, seed=self.seed,
+                                      weights=None if weights is None else weights.detach().cpu())
+            state = (weakref.ref(g), weakref.ref(structure), g.num_nodes(), g.num_edges(),
+                     None if weights is None else weakref.ref(weights))
+            self.samplers[id(g)] = (state, sampler)
             return sampler
 
-    def sample(self, g, indices):
+    @staticmethod
+    def _unchanged(state: tuple, g, structure, weights) -> bool:
+        """Whether ``g`` is the graph a cached sampler was built from, unchanged since (see `sampler_for`)."""
+        graph_ref, structure_ref, num_nodes, num_edges, weights_ref = state
+        same_weights = weights is None if weights_ref is None else weights_ref() is weights
+        return (graph_ref() is g and structure_ref() is structure and g.num_nodes() == num_nodes
+                and g.num_edges() == num_edges and same_weights)
+
+    def sample(self, g, indices, exclude_eids=None):
         """Sample the blocks of one minibatch (DGL's ``DataLoader`` calls this per batch).
 
         Parameters
@@ -114,26 +159,48 @@ class DglSampler(LazyBase):
             A homogeneous graph; its edge ids are the blocks' ``edata[dgl.EID]``.
         indices : torch.Tensor, int64 (any integer dtype), shape [B]
             Seed node ids in [0, g.num_nodes()).
+        exclude_eids : torch.Tensor or None, integer, shape [X]
+            Edge ids of ``g`` never drawn (what ``dgl.dataloading.as_edge_prediction_sampler`` passes
+            for ``exclude="self"`` and the like).
 
         Returns
         -------
-        input_nodes : torch.Tensor, int64, shape [S]
+        input_nodes : torch.Tensor, ``g.idtype``, shape [S]
             Global ids of the outermost block's source nodes (rows of the input features).
-        output_nodes : torch.Tensor, int64, shape [B]
+        output_nodes : torch.Tensor, ``g.idtype``, shape [B]
             The seeds, in order.
         blocks : list of dgl.DGLGraph
-            ``len(fanouts)`` DGL blocks, outermost first.
+            ``len(fanouts)`` DGL blocks of ``g.idtype``, outermost first, carrying ``g.ndata`` rows in
+            ``srcdata`` / ``dstdata`` and ``g.edata`` rows in ``edata`` (as DGL's own blocks).
 
         Raises
         ------
         TypeError
             ``g`` is not a homogeneous DGL graph; ``indices`` is not an integer tensor.
         ValueError
-            ``indices`` is not 1-D or holds ids outside [0, g.num_nodes()).
+            ``indices`` is not 1-D or holds ids outside [0, g.num_nodes()); ``exclude_eids`` holds ids
+            outside [0, g.num_edges()).
         """
-        ours = self.sampler_for(g).sample(indices)
-        blocks = [block_to_dgl(b) for b in ours]
-        return ours[0].src_nodes, ours[-1].dst_nodes, blocks
+        sampler = self.sampler_for(g)
+        if exclude_eids is not None:
+            exclude_eids = torch.as_tensor(exclude_eids).cpu()
+        ours = sampler.sample(indices.cpu() if isinstance(indices, torch.Tensor) else indices,
+                              exclude_eids=exclude_eids)
+        blocks = [self._with_features(g, block_to_dgl(b, g.idtype), b) for b in ours]
+        return ours[0].src_nodes.to(g.idtype), ours[-1].dst_nodes.to(g.idtype), blocks
+
+    @staticmethod
+    def _with_features(g, out, block):
+        """Copy ``g.ndata`` / ``g.edata`` rows of ``block``'s nodes and edges into DGL block ``out``."""
+        for name, value in g.ndata.items():
+            if name not in out.srcdata:  # NID stays the block's own global ids
+                out.srcdata[name] = value[block.src_nodes.to(value.device, torch.int64)]
+                out.dstdata[name] = value[block.dst_nodes.to(value.device, torch.int64)]
+        for name, value in g.edata.items():
+            if name not in out.edata:
+                out.edata[name] = value[block.edge_ids.to(value.device, torch.int64)]
+        return out
 
     def __repr__(self) -> str:
-        return f"DglSampler(fanouts={self.fanouts}, replace={self.replace}, seed={self.seed})"
+        return (f"DglSampler(fanouts={self.fanouts}, replace={self.replace}, seed={self.seed}, "
+                f"prob={self.prob!r})")

@@ -36,13 +36,16 @@ __all__ = ["PygSubgraph", "block_to_dgl", "blocks_to_pyg", "check_chained", "dgl
            "hetero_blocks_to_pyg", "pyg_data_class", "pyg_subgraph_data"]
 
 
-def block_to_dgl(block: Block):
+def block_to_dgl(block: Block, idtype: torch.dtype = torch.int64):
     """Convert a `Block` to a DGL block (``dgl.create_block``) with the same edges in the same order.
 
     Parameters
     ----------
     block : Block
         The block; its tensors may live on any device (the DGL block is made on that device).
+    idtype : torch.int64 or torch.int32
+        The DGL block's id type; the NID / EID fields are cast to it, as DGL's samplers do on a graph of
+        that ``idtype``.
 
     Returns
     -------
@@ -68,11 +71,11 @@ def block_to_dgl(block: Block):
     dst = torch.repeat_interleave(torch.arange(block.num_dst_nodes, device=block.indptr.device),
                                   block.in_degrees())
     out = dgl.create_block((block.indices, dst), num_src_nodes=block.num_src_nodes,
-                           num_dst_nodes=block.num_dst_nodes, idtype=torch.int64,
+                           num_dst_nodes=block.num_dst_nodes, idtype=idtype,
                            device=block.indices.device)
-    out.srcdata[dgl.NID] = block.src_nodes
-    out.dstdata[dgl.NID] = block.dst_nodes
-    out.edata[dgl.EID] = block.edge_ids
+    out.srcdata[dgl.NID] = block.src_nodes.to(idtype)
+    out.dstdata[dgl.NID] = block.dst_nodes.to(idtype)
+    out.edata[dgl.EID] = block.edge_ids.to(idtype)
     return out
 
 

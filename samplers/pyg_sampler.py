@@ -23,7 +23,11 @@ Use::
 
 PyG is imported when the first `PygSampler` is built, never by ``import samplers``. No temporal
 sampling.
-Negatives are drawn from the sampler's own seeded generator, not from global RNG state.
+Negatives are drawn from the sampler's own seeded generator, not from global RNG state. Inside a torch
+``DataLoader`` worker (``num_workers > 0``) the draws' seed is the user's seed mixed with the worker's
+``torch.initial_seed()`` (distinct per worker and per epoch), so workers and epochs differ and results
+depend on the loader's seeding, as PyG's own sampler's do; pass ``generator=torch.Generator().manual_seed(s)``
+to the loader for reproducible runs. With ``num_workers=0`` the n-th batch of a seed is fixed.
 """
 
 from __future__ import annotations
@@ -64,7 +68,8 @@ class PygSampler(LazyBase):
         Draw with replacement.
     seed : int
         Seed of the neighbour draws and of the negatives; the n-th batch of a given seed is the same on
-        every run.
+        every run (``num_workers=0``). In a ``DataLoader`` worker it is mixed with the worker's
+        ``torch.initial_seed()`` (see `worker_seed`).
     weight_attr : str or None
         Name of an edge attribute of ``data`` (float [E]) to draw neighbours proportionally to, as
         PyG's ``weight_attr`` (``HeteroData``: on the edge types that have it); ``None`` draws uniformly.
@@ -77,7 +82,8 @@ class PygSampler(LazyBase):
         ``data`` is neither a ``Data`` nor a ``HeteroData``, ``num_neighbors`` is not a sequence of
         ints (or a dict of them), ``seed`` is not an int.
     ValueError
-        ``data`` has no ``edge_index`` (an edge type without one); ``num_neighbors`` is empty or holds
+        ``data`` has no ``edge_index`` (an edge type without one) or one not shaped [2, E];
+        ``num_neighbors`` is empty or holds
         a value below -1, or (HeteroData) names an unknown edge type or leaves one out;
         ``weight_attr`` names no edge attribute of ``data``.
 
@@ -110,6 +116,9 @@ class PygSampler(LazyBase):
         self.seed = int(seed)
         self.negatives = torch.Generator().manual_seed((self.seed ^ _MIX) % 2**63)
         """Generator of the negatives of `sample_from_edges`."""
+        self.worker_seed = None
+        """The ``torch.initial_seed()`` of the DataLoader worker the draws were last reseeded for; None
+        outside workers."""
         self.hetero = None
         """The `samplers.pyg_hetero.PygHeteroSampling` of a ``HeteroData``; None for a ``Data``."""
         if isinstance(data, pyg.data.HeteroData):
@@ -124,6 +133,11 @@ class PygSampler(LazyBase):
                             f"got {type(data).__name__}")
         if data.edge_index is None:
             raise ValueError("data has no edge_index: PygSampler samples a graph's edges")
+        edge_index = data.edge_index
+        if not isinstance(edge_index, torch.Tensor) or edge_index.dim() != 2 or edge_index.shape[0] != 2:
+            shape = tuple(edge_index.shape) if isinstance(edge_index, torch.Tensor) else type(edge_index)
+            raise ValueError(f"data.edge_index must be a [2, E] tensor (row 0 source, row 1 target), "
+                             f"got shape {shape}")
         hops = check_num_neighbors("num_neighbors", num_neighbors)
         weights = None
         if weight_attr is not None:
@@ -132,7 +146,6 @@ class PygSampler(LazyBase):
                 raise ValueError(f"weight_attr={weight_attr!r} names no edge attribute of data "
                                  f"(edge attributes: {sorted(data.edge_attrs())})")
             weights = data[weight_attr]
-        edge_index = data.edge_index
         self.num_nodes = int(data.num_nodes)
         """N, the number of nodes of ``data`` (a dict per node type for a ``HeteroData``)."""
         self.graph = CSCGraph.from_edges(edge_index[0], edge_index[1], self.num_nodes)
@@ -200,6 +213,7 @@ class PygSampler(LazyBase):
             ``Data`` / none for a ``HeteroData``.
         """
         self._check_input(index)
+        self._reseed_in_worker()
         out = self.sample_nodes(index.node if self.hetero is None else {index.input_type: index.node})
         out.metadata = (index.input_id, index.time)
         return out
@@ -237,6 +251,7 @@ class PygSampler(LazyBase):
             given with triplet negatives; an endpoint outside [0, N).
         """
         self._check_input(index)
+        self._reseed_in_worker()
         rel = index.input_type
         if self.hetero is None:
             num_src = num_dst = self.num_nodes
@@ -271,6 +286,19 @@ class PygSampler(LazyBase):
         else:
             out.metadata = (index.input_id, torch.stack([inv_src, inv_dst]), label, None)
         return out
+
+    def _reseed_in_worker(self) -> None:
+        """In a torch ``DataLoader`` worker, seed the draws from the user's seed and the worker's
+        ``torch.initial_seed()`` (new per worker and per epoch); outside workers, change nothing."""
+        if torch.utils.data.get_worker_info() is None:
+            return
+        base = torch.initial_seed()
+        if base == self.worker_seed:
+            return
+        self.worker_seed = base
+        mixed = int(np.random.SeedSequence([self.seed, base % 2**64]).generate_state(1, np.uint64)[0]) >> 1
+        self.sampler.seed = mixed  # the kernels' per-call keys derive from NeighborSampler.seed
+        self.negatives = torch.Generator().manual_seed((mixed ^ _MIX) % 2**63)
 
     def _negatives(self, weight, num_nodes: int, count: int, name: str) -> torch.Tensor:
         """``count`` node ids in [0, num_nodes) drawn uniformly, or by ``weight`` (float [num_nodes]),

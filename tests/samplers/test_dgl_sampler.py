@@ -138,3 +138,103 @@ def test_sageconv_trains_on_cora_through_dataloader(dgl, data_root):
     print(f"Cora DGL SAGEConv through DataLoader+DglSampler[10,10]: test accuracy {acc:.3f} "
           f"({time.perf_counter() - t0:.1f} s)")
     assert acc >= 0.74  # full-neighbourhood GraphSAGE on Cora reaches about 0.80
+
+
+def test_in_place_changes_of_the_graph_rebuild_the_cached_csc(dgl):
+    g = dgl.graph((torch.tensor([1, 2]), torch.tensor([0, 0])), num_nodes=5)
+    sampler = DglSampler([-1])
+    sampler.sample(g, torch.tensor([0]))
+    g.remove_edges(torch.tensor([0]))
+    g.add_edges(torch.tensor([3, 4]), torch.tensor([0, 0]))
+    _, _, blocks = sampler.sample(g, torch.tensor([0]))
+    assert sorted(blocks[0].srcdata[dgl.NID][1:].tolist()) == [2, 3, 4]
+    g.remove_edges(torch.tensor([0]))  # now (3, 0) (4, 0); same node count, one edge less
+    g.add_edges(torch.tensor([1]), torch.tensor([0]))  # same counts as before: only the structure differs
+    _, _, blocks = sampler.sample(g, torch.tensor([0]))
+    assert sorted(blocks[0].srcdata[dgl.NID][1:].tolist()) == [1, 3, 4]
+    src, dst = g.find_edges(blocks[0].edata[dgl.EID])
+    assert torch.equal(dst, torch.zeros_like(dst)) and sorted(src.tolist()) == [1, 3, 4]
+
+
+@pytest.fixture(scope="module")
+def cora_g(dgl, data_root):
+    from graphrl.datasets import load_planetoid
+
+    cora = load_planetoid("cora", data_root)
+    g = dgl.graph(coo(cora.graph), num_nodes=cora.num_nodes)
+    g.ndata["feat"], g.ndata["label"] = cora.features, cora.labels
+    g.edata["w"] = torch.rand(g.num_edges(), generator=torch.Generator().manual_seed(0))
+    return g
+
+
+def test_edge_prediction_sampler_excludes_the_batch_edges(dgl, cora_g):
+    sampler = dgl.dataloading.as_edge_prediction_sampler(
+        DglSampler([5, 5], seed=0), exclude="self",
+        negative_sampler=dgl.dataloading.negative_sampler.Uniform(1))
+    loader = dgl.dataloading.DataLoader(cora_g, torch.arange(cora_g.num_edges()), sampler, batch_size=512,
+                                        shuffle=True)
+    batches = 0
+    for input_nodes, pair_graph, neg_graph, blocks in loader:
+        batch_eids = pair_graph.edata[dgl.EID]
+        for block in blocks:
+            assert not torch.isin(block.edata[dgl.EID], batch_eids).any()
+        assert torch.equal(blocks[0].srcdata[dgl.NID], input_nodes)
+        assert neg_graph.num_edges() == pair_graph.num_edges()
+        batches += 1
+    assert batches == -(-cora_g.num_edges() // 512)
+
+
+def test_blocks_carry_node_and_edge_features_as_dgls(dgl, cora_g):
+    seeds = torch.arange(0, 200, 7)
+    ours = DglSampler([5, 5]).sample(cora_g, seeds)[2]
+    theirs = dgl.dataloading.MultiLayerNeighborSampler([5, 5]).sample(cora_g, seeds)[2]
+    for a, b in zip(ours, theirs, strict=True):
+        assert set(a.srcdata.keys()) == set(b.srcdata.keys())
+        assert set(a.dstdata.keys()) == set(b.dstdata.keys())
+        assert set(a.edata.keys()) == set(b.edata.keys())
+        for name in ("feat", "label"):
+            assert torch.equal(a.srcdata[name], cora_g.ndata[name][a.srcdata[dgl.NID]])
+            assert torch.equal(a.dstdata[name], cora_g.ndata[name][a.dstdata[dgl.NID]])
+            # the same node ids carry the same rows as in DGL's own blocks
+            common, ia, ib = np.intersect1d(a.srcdata[dgl.NID], b.srcdata[dgl.NID], return_indices=True)
+            assert len(common) > 0 and torch.equal(a.srcdata[name][ia], b.srcdata[name][ib])
+        assert torch.equal(a.edata["w"], cora_g.edata["w"][a.edata[dgl.EID]])
+    assert torch.equal(ours[-1].dstdata["label"], cora_g.ndata["label"][seeds])
+
+
+def test_int32_graph_gives_int32_blocks_and_ids(dgl, cora_g):
+    g32 = cora_g.int()
+    seeds = torch.arange(32, dtype=torch.int32)
+    input_nodes, output_nodes, blocks = DglSampler([5, 5]).sample(g32, seeds)
+    ref_in, ref_out, ref_blocks = dgl.dataloading.MultiLayerNeighborSampler([5, 5]).sample(g32, seeds)
+    assert input_nodes.dtype == output_nodes.dtype == ref_in.dtype == torch.int32
+    for block, ref in zip(blocks, ref_blocks, strict=True):
+        assert block.idtype == ref.idtype == torch.int32
+        assert block.srcdata[dgl.NID].dtype == block.edata[dgl.EID].dtype == torch.int32
+        src, dst = g32.find_edges(block.edata[dgl.EID])
+        assert torch.equal(src, block.srcdata[dgl.NID][block.edges()[0].long()])
+        assert torch.equal(dst, block.dstdata[dgl.NID][block.edges()[1].long()])
+
+
+def test_prob_draws_only_positive_weight_neighbours_as_dgls(dgl, edges):
+    src, dst, n = edges
+    g = dgl.graph((src, dst), num_nodes=n)
+    w = torch.rand(g.num_edges(), generator=torch.Generator().manual_seed(1))
+    w[::3] = 0
+    g.edata["w"] = w
+    seeds = torch.arange(n)
+    ours, theirs = set(), set()
+    for i in range(30):
+        for block in DglSampler([4], seed=i, prob="w").sample(g, seeds)[2]:
+            ours |= set(block.edata[dgl.EID].tolist())
+        for block in dgl.dataloading.NeighborSampler([4], prob="w").sample(g, seeds)[2]:
+            theirs |= set(block.edata[dgl.EID].tolist())
+    positive = set((w > 0).nonzero().view(-1).tolist())
+    assert ours <= positive and theirs <= positive
+    # a fanout above every in-degree draws a node's whole positive-weight neighbourhood
+    assert int(g.in_degrees().max()) < 50
+    ours = DglSampler([50], prob="w").sample(g, seeds)[2][0].edata[dgl.EID]
+    theirs = dgl.dataloading.NeighborSampler([50], prob="w").sample(g, seeds)[2][0].edata[dgl.EID]
+    assert set(ours.tolist()) == set(theirs.tolist()) == positive
+    with pytest.raises(ValueError, match="prob"):
+        DglSampler([4], prob="nope").sample(g, seeds)

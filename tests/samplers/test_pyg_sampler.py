@@ -270,3 +270,56 @@ def test_graphsage_on_cora_through_node_loader_matches_full_neighbourhoods(data_
           f"({elapsed:.1f} s)")
     assert full >= 0.74
     assert sampled >= full - MARGIN
+
+
+def _worker_graph() -> Data:
+    gen = torch.Generator().manual_seed(3)
+    return Data(edge_index=torch.randint(0, 500, (2, 3000), generator=gen), num_nodes=500)
+
+
+def _same(a: list, b: list) -> bool:
+    """Whether two (nested) lists of tensors are equal element by element."""
+    if isinstance(a, torch.Tensor):
+        return torch.equal(a, b)
+    return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+
+
+def _link_negatives(data: Data, generator=None) -> list[list[torch.Tensor]]:
+    """Global ids of the binary negatives of every batch, for two epochs of a 2-worker LinkLoader."""
+    loader = LinkLoader(data, link_sampler=PygSampler(data, [3], seed=0),
+                        edge_label_index=data.edge_index[:, :256], batch_size=64,
+                        neg_sampling=NegativeSampling("binary"), num_workers=2, generator=generator)
+    return [[b.n_id[b.edge_label_index[:, 64:]] for b in loader] for _ in range(2)]
+
+
+def test_link_loader_workers_draw_distinct_negatives_per_worker_and_epoch():
+    data = _worker_graph()
+    epochs = _link_negatives(data)
+    first, second = epochs
+    assert len(first) == 4
+    assert not torch.equal(first[0], first[1])  # batch 0 from worker 0, batch 1 from worker 1
+    assert not _same(first, second)
+    assert not torch.equal(first[0], second[0])
+    fixed = [_link_negatives(data, torch.Generator().manual_seed(0)) for _ in range(2)]
+    assert _same(*fixed)
+
+
+def _node_batches(data: Data, generator=None) -> list[list[torch.Tensor]]:
+    seeds = torch.arange(32).repeat(4)  # every batch the same seeds: only the draws can differ
+    loader = NodeLoader(data, node_sampler=PygSampler(data, [3, 3], seed=0), input_nodes=seeds, batch_size=32,
+                        num_workers=2, generator=generator)
+    return [[b.n_id for b in loader] for _ in range(2)]
+
+
+def test_node_loader_workers_differ_per_worker_and_epoch_and_follow_the_loader_generator():
+    data = _worker_graph()
+    first, second = _node_batches(data)
+    assert not torch.equal(first[0], first[1])
+    assert not torch.equal(first[0], second[0])
+    a, b = (_node_batches(data, torch.Generator().manual_seed(0)) for _ in range(2))
+    assert _same(a, b)
+
+
+def test_bad_edge_index_shape_is_a_value_error_naming_it():
+    with pytest.raises(ValueError, match=r"edge_index.*\(1, 3\)"):
+        PygSampler(Data(edge_index=torch.tensor([[0, 1, 2]]), num_nodes=3), [2])
