@@ -314,7 +314,14 @@ class TorchRLWriter:
             )
 
     def flush(self) -> None:
-        """Commit every env's staged steps, keeping their episodes open (they become sampleable)."""
+        """Commit every env's staged steps, keeping their episodes open (they become sampleable).
+
+        With several envs writing to one shard, their commits interleave, so each flushed part of an
+        episode becomes its own record (a continuation: windows never reach back across the cut, see
+        docs/architecture.md#the-commit-protocol). To keep episodes whole, flush only when you must see
+        the steps at once, or give the store at least as many shards as envs (each open episode then
+        goes to its own shard).
+        """
         self._check_open("flush")
         for w in self._writers.values():
             w.flush()
