@@ -37,6 +37,7 @@ __all__ = [
     "check_int",
     "check_keys",
     "check_restore_kwargs",
+    "check_timeout",
     "check_sample_args",
     "check_store_args",
 ]
@@ -104,6 +105,23 @@ def check_keys(keys: Any) -> np.ndarray:
 FROM_CHECKPOINT = ("spec", "capacity_steps", "num_shards", "selector", "rate_limiter")
 
 
+def check_timeout(timeout: Any) -> float | None:
+    """A timeout in seconds: a finite number >= 0, or None (wait forever).
+
+    Raises
+    ------
+    TypeError
+        Not a number (bools included) or None.
+    ValueError
+        Negative, NaN or infinite.
+    """
+    if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool)):
+        raise TypeError(f"timeout must be a number of seconds or None, got {type(timeout).__name__}")
+    if timeout is not None and (timeout < 0 or not math.isfinite(timeout)):
+        raise ValueError(f"timeout must be >= 0 seconds or None, got {timeout}")
+    return timeout
+
+
 def check_restore_kwargs(kwargs: Mapping[str, Any], store: str, may_change: Any) -> None:
     """Refuse a ``restore(path, **kwargs)`` keyword the checkpoint fixes (``spec``, sizes, selector...).
 
@@ -118,6 +136,12 @@ def check_restore_kwargs(kwargs: Mapping[str, Any], store: str, may_change: Any)
         raise ValueError(
             f"{store}.restore(path, {fixed[0]}=...): {fixed[0]} comes from the checkpoint and cannot be "
             f"changed; restore may change {', '.join(may_change)}"
+        )
+    unknown = sorted(name for name in kwargs if name not in may_change)
+    if unknown:
+        raise TypeError(
+            f"{store}.restore(path, {unknown[0]}=...): unknown keyword; restore may change "
+            f"{', '.join(may_change)}"
         )
 
 
@@ -216,10 +240,7 @@ def check_store_args(
         )
     shard_capacity = capacity_steps // num_shards
     rate_limiter.check_capacity(shard_capacity * num_shards)
-    if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool)):
-        raise TypeError(f"timeout must be a number of seconds or None, got {type(timeout).__name__}")
-    if timeout is not None and (timeout < 0 or not math.isfinite(timeout)):
-        raise ValueError(f"timeout must be >= 0 seconds or None, got {timeout}")
+    check_timeout(timeout)
     max_times_sampled = check_int("max_times_sampled", max_times_sampled, 0, MAX_INT64)
     if seed is not None:
         seed = check_int("seed", seed, 0, SEED_LIMIT - 1)

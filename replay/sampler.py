@@ -84,9 +84,9 @@ class WindowSampler:
             slot = self.staging.acquire(b, length, target, left())
         except TimeoutError as err:  # quote the caller's timeout, not the time left at this wait
             raise TimeoutError(
-                f"sample(batch_size={b}, window={length}): every staging slot of this batch shape "
-                f"stayed held (timeout={left.timeout}); release batches (Batch.release or a with block) "
-                f"or raise staging_slots ({err})"
+                f"sample(batch_size={b}, window={length}): staging slots stayed held (all of this "
+                f"batch shape; timeout={left.timeout}); release batches (Batch.release or a with block) "
+                "or raise staging_slots"
             ) from err
         try:
             meta, prob, table_size = self._draw_and_gather(b, length, pad, left, slot, target)

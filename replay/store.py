@@ -53,6 +53,7 @@ from replay._checks import (
     check_restore_kwargs,
     check_sample_args,
     check_store_args,
+    check_timeout,
 )
 from replay.attach import AttachedStore
 from replay.interface import DEFAULT, ReplayStoreBase
@@ -424,7 +425,7 @@ class ReplayStore(ReplayStoreBase):
 
     def _deadline(self, timeout: float | None) -> Deadline:
         """Seconds left of ``timeout`` (default the store's) from now, as a function (None: forever)."""
-        return Deadline(self.storage.timeout if timeout is DEFAULT else timeout)
+        return Deadline(self.storage.timeout if timeout is DEFAULT else check_timeout(timeout))
 
     def stale(self, table: WindowTable) -> np.ndarray:
         """Which windows of ``table`` lost a step to the writers since they were drawn: bool [B].

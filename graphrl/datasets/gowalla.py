@@ -35,6 +35,10 @@ def _parse_ints(text: str, expected: int, path: Path) -> np.ndarray:
     if tokens is None or tokens.size != expected:
         raise ValueError(f"{path}: expected whitespace-separated integers ('user item item ...' per line), "
                          "found a token that is not an integer")
+    if tokens.size and tokens.max() == np.iinfo(np.int64).max:  # the parser clamps larger values to this
+        digits = (t for t in text.split() if t.lstrip("+").isdigit())
+        big = max(digits, key=lambda t: (len(t.lstrip("+0")), t))
+        raise ValueError(f"{path}: id {big} does not fit an int64 (ids must be below 2**63 - 1)")
     return tokens
 
 

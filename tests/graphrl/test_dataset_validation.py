@@ -238,3 +238,14 @@ def test_synthetic_sizes_past_int64_are_refused_up_front():
     with pytest.raises(ValueError, match=r"num_users \* num_items = 46116860184273879040 must be <= 2"):
         synthetic_bipartite(10, 2**62, 20)
     assert synthetic_graph(10, 5, seed=2**70).num_edges == 5  # seeds are not machine integers
+
+
+def test_gowalla_id_beyond_int64_is_quoted_as_written(tmp_path, data_root):
+    root = tmp_path / "data"
+    shutil.copytree(data_root / "gowalla", root / "gowalla")
+    train = root / "gowalla" / "train.txt"
+    lines = train.read_text().splitlines()
+    lines[0] += " 18446744073709551616"
+    train.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=r"train.txt: id 18446744073709551616 does not fit an int64"):
+        load_gowalla(root)

@@ -46,9 +46,9 @@ def test_held_staging_slots_time_out_quoting_the_users_timeout(mm):
     store = filled(mm, staging_slots=1)
     try:
         held = store.sample(2, window=2)
-        with pytest.raises(TimeoutError, match=r"stayed held \(timeout=0\.2\)") as err:
+        with pytest.raises(TimeoutError, match=r"held \(all of this batch shape; timeout=0\.2\)") as err:
             store.sample(2, window=2, timeout=0.2)
-        assert "release batches" in str(err.value) and "0.19" not in str(err.value).split("(")[1]
+        assert "release batches" in str(err.value) and "0.19" not in str(err.value)
         held.release()
         store.sample(2, window=2, timeout=0.2).release()  # a released slot serves the next batch
     finally:
@@ -142,3 +142,16 @@ def test_no_gpu_is_one_type_that_old_handlers_still_catch(monkeypatch):
     assert check_device("cpu") is None and check_device(None) is None
     with pytest.raises(ValueError, match="device must be None"):
         check_device("nonsense")
+
+
+def test_per_call_timeouts_and_restore_keywords_are_checked(mm, tmp_path):
+    store = filled(mm)
+    try:
+        for bad, err in ((-0.1, ValueError), (float("nan"), ValueError), (True, TypeError), ("1", TypeError)):
+            with pytest.raises(err, match="timeout must be"):
+                store.sample(2, timeout=bad)
+        store.checkpoint(tmp_path / "ck")
+    finally:
+        store.close()
+    with pytest.raises(TypeError, match=r"bogus=...\): unknown keyword; restore may change tier"):
+        ReplayStore.restore(tmp_path / "ck", memory=mm, bogus=1)

@@ -72,7 +72,7 @@ def test_restore_arguments_take_changes_and_refuse_what_the_checkpoint_fixes(roo
     args, kwargs, _ = restore_arguments(root, manifest, {"timeout": 9.0})
     assert args[1:] == (64, 2) and list(args[0]) == ["x"]
     assert kwargs["timeout"] == 9.0 and kwargs["seed"] == 0 and not kwargs["selector"].prioritized
-    with pytest.raises(ValueError, match="does not take 'capacity_steps'"):
+    with pytest.raises(ValueError, match="capacity_steps comes from the checkpoint"):
         restore_arguments(root, manifest, {"capacity_steps": 5})
 
 
