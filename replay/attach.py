@@ -17,19 +17,16 @@ GEAR (Wang et al., ICML 2023): actors write trajectories into shared memory in p
 
 from __future__ import annotations
 
-from typing import Any
-
 from graphrl.memory import MemoryManager
 from replay._checks import check_chunk_steps
-from replay.interface import DEFAULT
+from replay.interface import DEFAULT, OwnerOnlyCalls
 from replay.rate_limiter import RateLimiterState
-from replay.spec import TrajectorySpec
-from replay.storage import Episode, StoreHandle, TrajectoryStorage
+from replay.storage import Episode, StorageViews, StoreHandle, TrajectoryStorage
 from replay.writer import TrajectoryWriter
 
 __all__ = ["AttachedStore", "StoreHandle"]
 
-class AttachedStore:
+class AttachedStore(StorageViews, OwnerOnlyCalls):
     """A store mapped from a `StoreHandle` in another process: it writes and counts, nothing more.
 
     Parameters
@@ -54,27 +51,7 @@ class AttachedStore:
         self.max_times_sampled = 0
         self._closed = False
 
-    # -- properties
-    @property
-    def spec(self) -> TrajectorySpec:
-        return self.storage.spec
-
-    @property
-    def num_shards(self) -> int:
-        return self.storage.num_shards
-
-    @property
-    def shard_capacity(self) -> int:
-        """Steps per shard ring."""
-        return self.storage.capacity
-
-    @property
-    def capacity_steps(self) -> int:
-        return self.storage.capacity * self.storage.num_shards
-
-    @property
-    def memory(self) -> MemoryManager:
-        return self.storage.memory
+    # -- properties: spec, num_shards, shard_capacity, capacity_steps, memory (StorageViews)
 
     @property
     def closed(self) -> bool:
@@ -121,28 +98,6 @@ class AttachedStore:
         return TrajectoryWriter(storage, chunk, storage.timeout if timeout is DEFAULT else timeout)
 
     # -- what only the owner does
-    def _owner_only(self, what: str) -> ValueError:
-        self._check_open(what)
-        return ValueError(
-            f"{what}() runs in the store's owning process; this store was attached by handle and "
-            "can only write (store.writer()) and count (len(store))"
-        )
-
-    def sample(self, *args: Any, **kwargs: Any) -> Any:
-        """Raises ``ValueError``: only the owner samples."""
-        raise self._owner_only("sample")
-
-    def update_priorities(self, *args: Any, **kwargs: Any) -> int:
-        """Raises ``ValueError``: only the owner updates priorities."""
-        raise self._owner_only("update_priorities")
-
-    def checkpoint(self, *args: Any, **kwargs: Any) -> str:
-        """Raises ``ValueError``: only the owner checkpoints."""
-        raise self._owner_only("checkpoint")
-
-    def draw_windows(self, *args: Any, **kwargs: Any) -> Any:
-        """Raises ``ValueError``: only the owner draws."""
-        raise self._owner_only("draw_windows")
 
     # -- lifetime
     def close(self) -> None:

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
     from graphrl.memory import MemoryManager
 
-__all__ = ["DEFAULT", "ReplayStoreBase"]
+__all__ = ["DEFAULT", "OwnerOnlyCalls", "ReplayStoreBase"]
 
 
 class _Default:
@@ -101,3 +101,43 @@ class ReplayStoreBase(abc.ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class OwnerOnlyCalls:
+    """The calls a store attached by handle refuses: sampling, priority updates and checkpoints stay with
+    the process that made the store (the selector's state lives there).
+
+    A mixin of the write-only views (`replay.attach.AttachedStore`, `replay.distributed.RayAttachedStore`):
+    each call raises ``ValueError`` naming it and ``owner_only_text``; a closed view says it is closed
+    first (the subclass's ``_check_open``).
+    """
+
+    owner_only_text = (
+        "runs in the store's owning process; this store was attached by handle and can only write "
+        "(store.writer()) and count (len(store))"
+    )
+
+    def _check_open(self, call: str) -> None:  # pragma: no cover - every subclass defines it
+        raise NotImplementedError
+
+    def owner_only(self, what: str) -> ValueError:
+        """The error for ``what()`` called on this write-only view (raises first if it is closed)."""
+        self._check_open(what)
+        return ValueError(f"{what}() {self.owner_only_text}")
+
+    def sample(self, *args: Any, **kwargs: Any) -> Any:
+        """Raises ``ValueError``: only the owner samples."""
+        raise self.owner_only("sample")
+
+    def update_priorities(self, *args: Any, **kwargs: Any) -> int:
+        """Raises ``ValueError``: only the owner updates priorities."""
+        raise self.owner_only("update_priorities")
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> str:
+        """Raises ``ValueError``: only the owner checkpoints."""
+        raise self.owner_only("checkpoint")
+
+    def draw_windows(self, *args: Any, **kwargs: Any) -> Any:
+        """Raises ``ValueError``: only the owner draws."""
+        raise self.owner_only("draw_windows")
+

@@ -45,7 +45,7 @@ from replay.rate_limiter import DELETES, INSERTS, RateLimiter, rate_limiter_from
 from replay.shard import ShardHandle, ShardStorage
 from replay.spec import TrajectorySpec
 
-__all__ = ["GSEQ", "WRITERS", "Control", "Episode", "StoreHandle", "TrajectoryStorage"]
+__all__ = ["GSEQ", "WRITERS", "Control", "Episode", "StorageViews", "StoreHandle", "TrajectoryStorage"]
 
 # control fields (int64) after the rate limiter's four counters
 GSEQ, WRITERS = 4, 5
@@ -446,3 +446,32 @@ class TrajectoryStorage:
             for sh in self.shards:
                 sh.free()
             self.control.free()
+
+
+class StorageViews:
+    """What a store (the owner's `replay.store.ReplayStore` or an `replay.attach.AttachedStore`) reads
+    off its `TrajectoryStorage` (``self.storage``): spec, shards and capacities, the memory manager."""
+
+    storage: TrajectoryStorage
+
+    @property
+    def spec(self) -> TrajectorySpec:
+        return self.storage.spec
+
+    @property
+    def num_shards(self) -> int:
+        return self.storage.num_shards
+
+    @property
+    def shard_capacity(self) -> int:
+        """Steps per shard ring."""
+        return self.storage.capacity
+
+    @property
+    def capacity_steps(self) -> int:
+        return self.storage.capacity * self.storage.num_shards
+
+    @property
+    def memory(self) -> MemoryManager:
+        return self.storage.memory
+

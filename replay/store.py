@@ -61,7 +61,7 @@ from replay.rate_limiter import RateLimiter, RateLimiterState, rate_limiter_from
 from replay.sampler import Deadline, WindowSampler
 from replay.selectors import Selector, selector_from_config
 from replay.spec import TrajectorySpec
-from replay.storage import StoreHandle, TrajectoryStorage
+from replay.storage import StorageViews, StoreHandle, TrajectoryStorage
 from replay.table import Table
 from replay.writer import TrajectoryWriter
 
@@ -74,7 +74,7 @@ __all__ = ["ReplayStore"]
 
 RESTORE_KEYWORDS = ("tier", "timeout", "seed", "staging_slots", "chunk_steps", "max_times_sampled")
 
-class ReplayStore(ReplayStoreBase):
+class ReplayStore(StorageViews, ReplayStoreBase):
     """A sharded trajectory replay store in memory-manager regions.
 
     Parameters
@@ -196,27 +196,7 @@ class ReplayStore(ReplayStoreBase):
         self._owner_pid = os.getpid()
         self._closed = False
 
-    # -- properties
-    @property
-    def spec(self) -> TrajectorySpec:
-        return self.storage.spec
-
-    @property
-    def num_shards(self) -> int:
-        return self.storage.num_shards
-
-    @property
-    def shard_capacity(self) -> int:
-        """Steps per shard ring."""
-        return self.storage.capacity
-
-    @property
-    def capacity_steps(self) -> int:
-        return self.storage.capacity * self.storage.num_shards
-
-    @property
-    def memory(self) -> MemoryManager:
-        return self.storage.memory
+    # -- properties: spec, num_shards, shard_capacity, capacity_steps, memory (StorageViews)
 
     def __len__(self) -> int:
         """Live steps stored, over all shards (at most ``capacity_steps``)."""

@@ -21,13 +21,13 @@ from replay._checks import check_int
 from replay.distributed.group import ShardGroup
 from replay.distributed.handle import RayStoreHandle
 from replay.distributed.writer import RayTrajectoryWriter, open_writer
-from replay.interface import DEFAULT
+from replay.interface import DEFAULT, OwnerOnlyCalls
 from replay.storage import Episode
 
 __all__ = ["RayAttachedStore"]
 
 
-class RayAttachedStore:
+class RayAttachedStore(OwnerOnlyCalls):
     """A Ray store seen from a handle in another process: it writes and counts, nothing more.
 
     Parameters
@@ -112,36 +112,22 @@ class RayAttachedStore:
         return open_writer(self._handle, chunk_steps, timeout, shard=shard, max_inflight=max_inflight)
 
     # -- what only the owner does
-    def _owner_only(self, what: str) -> ValueError:
-        self._check_open(what)
-        return ValueError(
-            f"{what}() runs in the process that made the store; this copy was attached by handle and "
-            "can only write (store.writer()) and count (len(store))"
-        )
-
-    def sample(self, *args: Any, **kwargs: Any) -> Any:
-        """Raises ``ValueError``: only the owner samples."""
-        raise self._owner_only("sample")
-
-    def update_priorities(self, *args: Any, **kwargs: Any) -> int:
-        """Raises ``ValueError``: only the owner updates priorities."""
-        raise self._owner_only("update_priorities")
-
-    def checkpoint(self, *args: Any, **kwargs: Any) -> str:
-        """Raises ``ValueError``: only the owner checkpoints."""
-        raise self._owner_only("checkpoint")
+    owner_only_text = (
+        "runs in the process that made the store; this copy was attached by handle and can only write "
+        "(store.writer()) and count (len(store))"
+    )
 
     def stats(self) -> dict[str, Any]:
         """Raises ``ValueError``: the global counters live with the owner."""
-        raise self._owner_only("stats")
+        raise self.owner_only("stats")
 
     def counters(self) -> dict[str, int]:
         """Raises ``ValueError``: the global counters live with the owner."""
-        raise self._owner_only("counters")
+        raise self.owner_only("counters")
 
     def shard_sizes(self) -> list[int]:
         """Raises ``ValueError``: only the owner asks every shard (use ``len``)."""
-        raise self._owner_only("shard_sizes")
+        raise self.owner_only("shard_sizes")
 
     # -- lifetime
     def close(self) -> None:
