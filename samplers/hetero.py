@@ -161,6 +161,25 @@ class HeteroNeighborSampler:
                                                     uva=rel_uva, times=self._times.get(rel))
         return out
 
+    def __getstate__(self) -> dict:
+        """Pickled without its lock (spawned workers); a sampler on a GPU is not picklable.
+
+        Raises
+        ------
+        TypeError
+            The sampler runs on ``device="cuda"``.
+        """
+        if self._cuda_graphs:
+            raise TypeError("a HeteroNeighborSampler on device='cuda' cannot be pickled: build one in each "
+                            "process")
+        state = self.__dict__.copy()
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def _relation_weights(self, weights) -> dict[Relation, np.ndarray]:
         """Per sampled relation with weights: float32 [E_r] in CSC order."""
         if weights is None or weights is False:

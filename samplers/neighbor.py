@@ -173,6 +173,25 @@ class NeighborSampler:
         self.sampled_edges = 0
         """Total number of edges sampled by this sampler so far (for throughput reports)."""
 
+    def __getstate__(self) -> dict:
+        """Pickled (spawned DataLoader workers, ``multiprocessing``) without its lock; a sampler on a GPU
+        is not picklable (build one in each process).
+
+        Raises
+        ------
+        TypeError
+            The sampler runs on ``device="cuda"``.
+        """
+        if self._cuda_graph is not None:
+            raise TypeError("a NeighborSampler on device='cuda' cannot be pickled: build one in each process")
+        state = self.__dict__.copy()
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def _csc_weights(self, graph: CSCGraph, weights) -> np.ndarray | None:
         """The sampling weights in CSC order (float32), or None for uniform draws."""
         if weights is None or weights is False:

@@ -285,10 +285,14 @@ def _same(a: list, b: list) -> bool:
 
 
 def _link_negatives(data: Data, generator=None) -> list[list[torch.Tensor]]:
-    """Global ids of the binary negatives of every batch, for two epochs of a 2-worker LinkLoader."""
+    """Global ids of the binary negatives of every batch, for two epochs of a 2-worker LinkLoader.
+
+    Workers are forked explicitly: importing torchrl (another test file) sets the process's default start
+    method to spawn."""
     loader = LinkLoader(data, link_sampler=PygSampler(data, [3], seed=0),
                         edge_label_index=data.edge_index[:, :256], batch_size=64,
-                        neg_sampling=NegativeSampling("binary"), num_workers=2, generator=generator)
+                        neg_sampling=NegativeSampling("binary"), num_workers=2, generator=generator,
+                        multiprocessing_context="fork")
     return [[b.n_id[b.edge_label_index[:, 64:]] for b in loader] for _ in range(2)]
 
 
@@ -307,7 +311,7 @@ def test_link_loader_workers_draw_distinct_negatives_per_worker_and_epoch():
 def _node_batches(data: Data, generator=None) -> list[list[torch.Tensor]]:
     seeds = torch.arange(32).repeat(4)  # every batch the same seeds: only the draws can differ
     loader = NodeLoader(data, node_sampler=PygSampler(data, [3, 3], seed=0), input_nodes=seeds, batch_size=32,
-                        num_workers=2, generator=generator)
+                        num_workers=2, generator=generator, multiprocessing_context="fork")
     return [[b.n_id for b in loader] for _ in range(2)]
 
 
@@ -323,3 +327,15 @@ def test_node_loader_workers_differ_per_worker_and_epoch_and_follow_the_loader_g
 def test_bad_edge_index_shape_is_a_value_error_naming_it():
     with pytest.raises(ValueError, match=r"edge_index.*\(1, 3\)"):
         PygSampler(Data(edge_index=torch.tensor([[0, 1, 2]]), num_nodes=3), [2])
+
+
+def test_samplers_pickle_without_their_lock():
+    import pickle
+
+    data = _worker_graph()
+    pickle.loads(pickle.dumps(PygSampler(data, [3, 3], seed=0)))  # a spawned worker gets such a copy
+    graph = CSCGraph.from_edges(data.edge_index[0], data.edge_index[1], num_nodes=data.num_nodes)
+    inner = NeighborSampler(graph, [2], seed=1)
+    again = pickle.loads(pickle.dumps(inner))
+    seeds = torch.arange(16)
+    torch.testing.assert_close(inner.sample(seeds)[0].indices, again.sample(seeds)[0].indices)
