@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from replay._checks import check_int
 from replay.distributed.group import ShardGroup
 from replay.distributed.handle import RayStoreHandle
 from replay.distributed.writer import RayTrajectoryWriter, open_writer
@@ -78,11 +77,7 @@ class RayAttachedStore(OwnerOnlyCalls):
     def episodes(self, shard: int | None = None) -> list[Episode]:
         """Copies of the live episodes of one shard or all (for inspection and tests)."""
         self._check_open("episodes")
-        shards = (
-            range(self.num_shards) if shard is None else [check_int("shard", shard, 0, self.num_shards - 1)]
-        )
-        parts = self._shards.call([(s, "episodes", ()) for s in shards], "episodes()")
-        return [e for part in parts for e in part]
+        return self._shards.episodes(shard)
 
     def __repr__(self) -> str:
         return (

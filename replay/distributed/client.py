@@ -269,11 +269,7 @@ class RayReplayStore(ReplayStoreBase):
     def episodes(self, shard: int | None = None) -> list[Episode]:
         """Copies of the live episodes of one shard or all (for inspection and tests)."""
         self._check_open("episodes")
-        shards = (
-            range(self.num_shards) if shard is None else [check_int("shard", shard, 0, self.num_shards - 1)]
-        )
-        parts = self._shards.call([(s, "episodes", ()) for s in shards], "episodes()")
-        return [e for part in parts for e in part]
+        return self._shards.episodes(shard)
 
     def __repr__(self) -> str:
         return (

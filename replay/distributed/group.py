@@ -15,6 +15,7 @@ from typing import Any
 
 import ray
 
+from replay._checks import check_int
 from replay.distributed.errors import AwaitingRestore, actor_errors, secs, shard_error
 
 __all__ = ["Call", "ShardGroup"]
@@ -53,6 +54,19 @@ class ShardGroup:
     def call(self, calls: list[Call], what: str, timeout: float | None = None) -> list:
         """Run the calls in parallel; return the results in order (see `collect`)."""
         return self.collect(calls, self.submit(calls), what, timeout)
+
+    def episodes(self, shard: int | None = None) -> list:
+        """Copies of the live episodes (`replay.storage.Episode`) of one shard or all, shard by shard.
+
+        Raises
+        ------
+        TypeError, ValueError
+            ``shard`` not an int index of a shard.
+        """
+        n = len(self.actors)
+        shards = range(n) if shard is None else [check_int("shard", shard, 0, n - 1)]
+        parts = self.call([(s, "episodes", ()) for s in shards], "episodes()")
+        return [e for part in parts for e in part]
 
     def collect(self, calls: list[Call], refs: list, what: str, timeout: float | None) -> list:
         """The results of submitted calls, in order.
