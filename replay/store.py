@@ -57,12 +57,14 @@ from replay._checks import (
 )
 from replay.attach import AttachedStore
 from replay.interface import DEFAULT, ReplayStoreBase
+from replay.learner import StoreLearner
 from replay.rate_limiter import RateLimiter, RateLimiterState, rate_limiter_from_config
 from replay.sampler import Deadline, WindowSampler
 from replay.selectors import Selector, selector_from_config
 from replay.spec import TrajectorySpec
 from replay.storage import StorageViews, StoreHandle, TrajectoryStorage
 from replay.table import Table
+from replay.table_service import TableService
 from replay.writer import TrajectoryWriter
 
 if TYPE_CHECKING:
@@ -195,6 +197,7 @@ class ReplayStore(StorageViews, ReplayStoreBase):
         self._sampler = WindowSampler(self.storage, self.table, self._limiter, args.staging_slots)
         self._owner_pid = os.getpid()
         self._closed = False
+        self._staging_slots, self._service = args.staging_slots, None  # learner()'s TableService
 
     # -- properties: spec, num_shards, shard_capacity, capacity_steps, memory (StorageViews)
 
@@ -260,6 +263,16 @@ class ReplayStore(StorageViews, ReplayStoreBase):
                 f"{what}() runs in the store's owning process; this store was attached by handle and "
                 "can only write (store.writer()) and count (len(store))"
             )
+
+    # -- learners in other processes
+    def learner(self) -> StoreLearner:
+        """A picklable `replay.learner.StoreLearner` that samples this store from any process of the
+        host; the first call starts the `replay.table_service.TableService` (a thread, until `close`).
+        Raises ``ValueError`` on a closed or attached store, or regions not on the shared tier."""
+        self._check_owner("learner")
+        handle = self.storage.handle()
+        self._service = self._service or TableService(self.table, self._limiter)
+        return StoreLearner(self._service.learner_handle(handle, self._staging_slots))
 
     # -- processes and writers
     def handle(self) -> StoreHandle:
@@ -569,6 +582,8 @@ class ReplayStore(StorageViews, ReplayStoreBase):
             return
         self._closed = True
         self._limiter.cancel()
+        if self._service is not None:  # before the table's regions are freed
+            self._service.stop()
         self._sampler.close()  # the staging pools, and the rings registered for the GPU path
         self.table.close()
         self.storage.close()
