@@ -25,7 +25,9 @@ and Reverb Table / Selector / RateLimiter:
 
 Only the owner (the process that made the store) samples, updates priorities and checkpoints; any
 number of its threads may call `sample` and `update_priorities` (serialised on the table, while the
-gathers run outside every lock). ``sample(..., device="cuda")`` gathers on the GPU straight from the
+gathers run outside every lock). Other processes sample through ``store.learner()`` (`replay.learner`:
+the owner's table serves their draws, they gather themselves).
+``sample(..., device="cuda")`` gathers on the GPU straight from the
 rings (GEAR's zero-copy collect); under numba's CUDA simulator it runs the same code on CPU tensors.
 
 References
