@@ -140,7 +140,7 @@ def q_loss(net, batch, gamma: float, scale: float) -> torch.Tensor:
 
 
 @click.command()
-@click.option("--minutes", default=4.0, show_default=True, help="Training budget (after the store fills).")
+@click.option("--minutes", default=7.0, show_default=True, help="Training budget (after the store fills).")
 @click.option("--window", default=128, show_default=True, help="Context of the network and of the windows.")
 @click.option("--batch-size", default=8, show_default=True, help="Windows per rank per update.")
 @click.option("--d-model", default=256, show_default=True)
