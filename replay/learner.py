@@ -175,7 +175,7 @@ class StoreLearner(ReplayLearnerBase):
     Raises
     ------
     ValueError
-        On first use: the store's owner closed it or is gone.
+        On any call once the store's owner closed it (``len`` and ``counters`` too), or is gone.
     FileNotFoundError
         On first use: the store's regions are gone.
     """
@@ -200,7 +200,12 @@ class StoreLearner(ReplayLearnerBase):
         with self._lock:
             if self._state is None or self._state.pid != os.getpid():  # first use here, or a forked copy
                 self._state = _Attached(self.handle)
-            return self._state
+            st = self._state
+        if st.storage.control.closed:  # the mapping outlives the owner's close: never count freed regions
+            raise ValueError(
+                f"StoreLearner.{call}(): the store's owner closed the ReplayStore this learner samples"
+            )
+        return st
 
     @property
     def closed(self) -> bool:

@@ -16,6 +16,7 @@ from scipy import stats
 from graphrl.memory import MemoryManager
 from replay import MinSize, Prioritized, ReplayStore, SampleToInsertRatio, TrajectorySpec, Uniform
 from replay.keys import decode_keys, encode_keys
+from replay.learner import StoreLearner
 from replay.rate_limiter import RateLimiter
 from replay.table import Table
 
@@ -472,6 +473,9 @@ def test_learner_errors_and_close():
         store.close()
         with pytest.raises(ValueError, match="closed"):
             learner.sample(4)
+        for call in (len, StoreLearner.counters, StoreLearner.stats):  # no stale count of freed regions
+            with pytest.raises(ValueError, match="owner closed"):
+                call(learner)
         with pytest.raises((ValueError, FileNotFoundError)):  # never attached: the regions are gone
             other.sample(4)
         with pytest.raises(ValueError, match="closed"):
