@@ -302,7 +302,9 @@ class RayReplayStore(ReplayStoreBase):
         the cluster as its own client of the shard actors (its samples count in the one rate limiter).
 
         ``seed``: of its draws' split over the shards (default derived from the store's seed and the
-        learner's number, or fresh entropy for a store without a seed).
+        learner's number, or fresh entropy for a store without a seed), mixed with the id of each
+        process that samples through the handle: one handle broadcast to many ranks gives each rank its
+        own stream.
         """
         self._check_open("learner")
         self._learners += 1

@@ -103,7 +103,9 @@ class _Client:
         self.staging = BatchAssembler(
             h.spec_object(), self.memory, handle.staging_slots, h.timeout, handle.prioritized, h.max_restarts
         )
-        rng = np.random.Generator(np.random.PCG64(handle.seed))
+        # one handle broadcast to many processes (torchrun ranks): each process its own split stream
+        entropy = None if handle.seed is None else [handle.seed, self.pid]
+        rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(entropy)))
         self.sampler = ShardSampler(
             self.shards, self.limiter, self.staging, rng, handle.prioritized, handle.prefetch
         )

@@ -193,3 +193,26 @@ def test_a_checkpoint_while_a_ray_learner_samples(cluster, tmp_path):
             restored.close()
     finally:
         store.close()
+
+
+@ray.remote(num_cpus=1)
+def shard_counts(learner, batches: int) -> list[int]:
+    """Windows drawn from shard 0 in each of ``batches`` batches of 16 (the learner's split over shards)."""
+    counts = []
+    for _ in range(batches):
+        with learner.sample(16, window=1, timeout=60) as batch:
+            counts.append(int(np.sum(decode_keys(batch.keys.numpy())[0] == 0)))
+    return counts
+
+
+def test_one_seeded_handle_in_two_processes_splits_independently(cluster):
+    # the README's recipe: one handle broadcast to every rank; the ranks must not share one split stream
+    store = RayReplayStore(SPEC, 400, num_shards=2, seed=5)
+    try:
+        fill(store, [40, 40, 40, 40])
+        learner = store.learner()
+        a, b = ray.get([shard_counts.remote(learner, 30), shard_counts.remote(learner, 30)])
+        assert a != b  # the same seed in both processes gave both the same 30 Binomial(16, 1/2) splits
+        assert store.counters()["samples"] == 2 * 30 * 16
+    finally:
+        store.close()
