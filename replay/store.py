@@ -273,8 +273,10 @@ class ReplayStore(StorageViews, ReplayStoreBase):
         Raises ``ValueError`` on a closed or attached store, or regions not on the shared tier."""
         self._check_owner("learner")
         handle = self.storage.handle()
-        self._service = self._service or TableService(self.table, self._limiter)
-        return StoreLearner(self._service.learner_handle(handle, self._staging_slots))
+        with self.table.lock:  # concurrent first calls start one service; close takes it under the lock
+            self._check_open("learner")
+            self._service = service = self._service or TableService(self.table, self._limiter)
+        return StoreLearner(service.learner_handle(handle, self._staging_slots))
 
     # -- processes and writers
     def handle(self) -> StoreHandle:
@@ -584,8 +586,10 @@ class ReplayStore(StorageViews, ReplayStoreBase):
             return
         self._closed = True
         self._limiter.cancel()
-        if self._service is not None:  # before the table's regions are freed
-            self._service.stop()
+        with self.table.lock:
+            service, self._service = self._service, None
+        if service is not None:  # before the table's regions are freed
+            service.stop()
         self._sampler.close()  # the staging pools, and the rings registered for the GPU path
         self.table.close()
         self.storage.close()

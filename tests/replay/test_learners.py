@@ -514,3 +514,22 @@ def test_a_waiting_learner_wakes_when_the_owner_closes():
         assert "closed" in msg
         proc.join(60)
         assert proc.exitcode == 0
+
+
+def test_concurrent_first_learner_calls_start_one_service():
+    with MemoryManager() as mm:
+        store = ReplayStore(SPEC, 100, num_shards=2, memory=mm)
+        barrier, addresses = threading.Barrier(8), []
+
+        def call() -> None:
+            barrier.wait()
+            addresses.append(store.learner().handle.address)
+
+        threads = [threading.Thread(target=call) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(addresses) == 8 and len(set(addresses)) == 1  # one service, stopped by close
+        store.close()
+        assert not [t for t in threading.enumerate() if t.name.startswith("replay-table")]
