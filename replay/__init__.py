@@ -5,13 +5,15 @@
 See `replay.store` for the user's entry point and how its parts compose, `replay.storage` for the
 commit protocol, `replay.windows` for window semantics and masks, `replay.selectors` (configs),
 `replay.selector_state` and `replay.sumtree` for selectors, `replay.keys` for the key layout and
-`replay.checkpoint` for checkpoints (docs/architecture.md#replay-composition).
+`replay.checkpoint` for checkpoints, `replay.learner` for many learner processes of one store
+(``store.learner()``) (docs/architecture.md#replay-composition).
 """
 
 from replay._files import CheckpointError
 from replay.attach import AttachedStore
 from replay.batch import Batch
-from replay.interface import ReplayStoreBase
+from replay.interface import ReplayLearnerBase, ReplayStoreBase
+from replay.learner import StoreLearner
 from replay.rate_limiter import MinSize, Queue, RateLimiter, SampleToInsertRatio
 from replay.selectors import Fifo, Lifo, MaxHeap, MinHeap, Prioritized, Selector, Uniform
 from replay.spec import FieldSpec, TrajectorySpec
@@ -33,11 +35,13 @@ __all__ = [
     "Prioritized",
     "Queue",
     "RateLimiter",
+    "ReplayLearnerBase",
     "ReplayStore",
     "ReplayStoreBase",
     "SampleToInsertRatio",
     "Selector",
     "StoreHandle",
+    "StoreLearner",
     "TrajectorySpec",
     "TrajectoryWriter",
     "Uniform",

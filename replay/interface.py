@@ -21,6 +21,10 @@ signatures); what one store adds is keyword-only and listed here:
   ``actor_options``).
 
 `DEFAULT` is the default of every ``timeout`` parameter: the store's own ``timeout`` setting.
+
+`ReplayLearnerBase` is what ``store.learner()`` returns on either backend (`replay.learner.StoreLearner`,
+`replay.distributed.learner.RayLearner`): a picklable handle that samples, updates priorities and
+reads stats from any process, as one of many learners of the store.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ if TYPE_CHECKING:
 
     from graphrl.memory import MemoryManager
 
-__all__ = ["DEFAULT", "OwnerOnlyCalls", "ReplayStoreBase"]
+__all__ = ["DEFAULT", "OwnerOnlyCalls", "ReplayLearnerBase", "ReplayStoreBase"]
 
 
 class _Default:
@@ -97,6 +101,48 @@ class ReplayStoreBase(abc.ABC):
         """Live steps stored."""
 
     def __enter__(self) -> ReplayStoreBase:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ReplayLearnerBase(abc.ABC):
+    """One of many learners of a store (``store.learner()``): picklable, usable in any process.
+
+    Draws of all learners are draws of the store's one table; their samples count in its one rate
+    limiter; a priority update from any is seen by the next draw of every other.
+    """
+
+    @abc.abstractmethod
+    def sample(
+        self,
+        batch_size: int,
+        window: int = 1,
+        pad: str = "tail",
+        timeout: float | None = DEFAULT,
+        beta: float = 1.0,
+        device: str | torch.device | None = None,
+    ) -> Any:
+        """A `replay.batch.Batch`, as `replay.store.ReplayStore.sample`."""
+
+    @abc.abstractmethod
+    def update_priorities(self, keys: Any, priorities: Any) -> int:
+        """Set the priorities of the windows named by ``keys``; return how many applied."""
+
+    @abc.abstractmethod
+    def stats(self) -> dict[str, Any]:
+        """The store's stats, as `ReplayStoreBase.stats` (global counters)."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release this process's resources of the learner (not the store's); idempotent."""
+
+    @abc.abstractmethod
+    def __len__(self) -> int:
+        """Live steps stored."""
+
+    def __enter__(self) -> ReplayLearnerBase:
         return self
 
     def __exit__(self, *exc: object) -> None:

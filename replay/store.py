@@ -25,7 +25,9 @@ and Reverb Table / Selector / RateLimiter:
 
 Only the owner (the process that made the store) samples, updates priorities and checkpoints; any
 number of its threads may call `sample` and `update_priorities` (serialised on the table, while the
-gathers run outside every lock). ``sample(..., device="cuda")`` gathers on the GPU straight from the
+gathers run outside every lock). Other processes sample through ``store.learner()`` (`replay.learner`:
+the owner's table serves their draws, they gather themselves).
+``sample(..., device="cuda")`` gathers on the GPU straight from the
 rings (GEAR's zero-copy collect); under numba's CUDA simulator it runs the same code on CPU tensors.
 
 References
@@ -57,12 +59,14 @@ from replay._checks import (
 )
 from replay.attach import AttachedStore
 from replay.interface import DEFAULT, ReplayStoreBase
+from replay.learner import StoreLearner
 from replay.rate_limiter import RateLimiter, RateLimiterState, rate_limiter_from_config
 from replay.sampler import Deadline, WindowSampler
 from replay.selectors import Selector, selector_from_config
 from replay.spec import TrajectorySpec
 from replay.storage import StorageViews, StoreHandle, TrajectoryStorage
 from replay.table import Table
+from replay.table_service import TableService
 from replay.writer import TrajectoryWriter
 
 if TYPE_CHECKING:
@@ -195,6 +199,7 @@ class ReplayStore(StorageViews, ReplayStoreBase):
         self._sampler = WindowSampler(self.storage, self.table, self._limiter, args.staging_slots)
         self._owner_pid = os.getpid()
         self._closed = False
+        self._staging_slots, self._service = args.staging_slots, None  # learner()'s TableService
 
     # -- properties: spec, num_shards, shard_capacity, capacity_steps, memory (StorageViews)
 
@@ -260,6 +265,18 @@ class ReplayStore(StorageViews, ReplayStoreBase):
                 f"{what}() runs in the store's owning process; this store was attached by handle and "
                 "can only write (store.writer()) and count (len(store))"
             )
+
+    # -- learners in other processes
+    def learner(self) -> StoreLearner:
+        """A picklable `replay.learner.StoreLearner` that samples this store from any process of the
+        host; the first call starts the `replay.table_service.TableService` (a thread, until `close`).
+        Raises ``ValueError`` on a closed or attached store, or regions not on the shared tier."""
+        self._check_owner("learner")
+        handle = self.storage.handle()
+        with self.table.lock:  # concurrent first calls start one service; close takes it under the lock
+            self._check_open("learner")
+            self._service = service = self._service or TableService(self.table, self._limiter)
+        return StoreLearner(service.learner_handle(handle, self._staging_slots))
 
     # -- processes and writers
     def handle(self) -> StoreHandle:
@@ -569,6 +586,10 @@ class ReplayStore(StorageViews, ReplayStoreBase):
             return
         self._closed = True
         self._limiter.cancel()
+        with self.table.lock:
+            service, self._service = self._service, None
+        if service is not None:  # before the table's regions are freed
+            service.stop()
         self._sampler.close()  # the staging pools, and the rings registered for the GPU path
         self.table.close()
         self.storage.close()

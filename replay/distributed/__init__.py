@@ -10,6 +10,7 @@
 ...         w.extend(steps); w.end_episode()
 >>> batch = store.sample(256, window=64)                   # the same replay.batch.Batch as the local store
 >>> store.update_priorities(batch.keys, td_errors); store.checkpoint("ckpt/")
+>>> learner = store.learner()                              # picklable: a learner in any Ray process
 
 Each shard is a threaded Ray actor that owns a local one-shard `replay.store.ReplayStore` and runs its
 writer, sampling, priority and checkpoint code; the client holds no step data, checks its arguments with
@@ -22,7 +23,8 @@ task gets), `routing` (which shard gets what: writes, draws, keys, the insert bu
 limiter over all shards), `sampler` (`ShardSampler`: a batch as from one table), `transport` (windows as
 runs of ring slots through Ray's object store), `staging` (`BatchAssembler`: the batch built from the
 replies), `checkpoint` (the manifest over the shards' checkpoints), `errors` (`ShardError`), `options`
-(the Ray-only arguments). Contracts (one-table sampling, keys, checkpoints, faults, security):
+(the Ray-only arguments), `learner` (`RayLearner`: one of many learners, each its own client of the
+shards). Contracts (one-table sampling, keys, checkpoints, faults, security):
 docs/architecture.md#replay-composition.
 
 References
@@ -37,6 +39,14 @@ from replay.distributed.attach import RayAttachedStore
 from replay.distributed.client import RayReplayStore
 from replay.distributed.errors import ShardError
 from replay.distributed.handle import RayStoreHandle
+from replay.distributed.learner import RayLearner
 from replay.distributed.writer import RayTrajectoryWriter
 
-__all__ = ["RayAttachedStore", "RayReplayStore", "RayStoreHandle", "RayTrajectoryWriter", "ShardError"]
+__all__ = [
+    "RayAttachedStore",
+    "RayLearner",
+    "RayReplayStore",
+    "RayStoreHandle",
+    "RayTrajectoryWriter",
+    "ShardError",
+]

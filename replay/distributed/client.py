@@ -25,16 +25,16 @@ import numpy as np
 import ray
 import torch
 
-from graphrl.errors import GPUUnavailableError
 from graphrl.memory import MemoryManager
-from replay._checks import check_device, check_int, check_keys, check_sample_args, check_store_args
+from replay._checks import check_int, check_keys, check_sample_args, check_store_args
 from replay.batch import Batch
 from replay.distributed import checkpoint as manifests
 from replay.distributed.attach import RayAttachedStore
 from replay.distributed.errors import mark_closed
 from replay.distributed.group import ShardGroup
 from replay.distributed.handle import RayStoreHandle
-from replay.distributed.limiter import GlobalLimiter
+from replay.distributed.learner import RayLearner, RayLearnerHandle, check_ray_device
+from replay.distributed.limiter import GlobalLimiter, SampleCounter
 from replay.distributed.options import check_ray_args, check_shard_selector
 from replay.distributed.routing import shard_seed, split_keys
 from replay.distributed.sampler import ShardSampler
@@ -146,6 +146,9 @@ class RayReplayStore(ReplayStoreBase):
         self.timeout = timeout
         self.tier = args.tier
         self.max_restarts = max_restarts
+        self.staging_slots = staging_slots
+        self._learners = 0  # learner() handles made (each gets its own seed)
+        self._counter: Any = None
         self._closed = False
         self._store_id = uuid.uuid4().hex
         self._lock = threading.RLock()
@@ -182,7 +185,9 @@ class RayReplayStore(ReplayStoreBase):
                     )
                 )
             self._shards = shards = ShardGroup(actors, max_restarts, folders)
-            self._limiter = limiter = GlobalLimiter(rate_limiter, shards, int(restore.get("samples", 0)))
+            counter = ray.remote(SampleCounter).options(num_cpus=0)
+            self._counter = counter.remote(int(restore.get("samples", 0)))
+            self._limiter = limiter = GlobalLimiter(rate_limiter, shards, self._counter)
             self._sampler = ShardSampler(shards, limiter, staging, rng, prioritized, prefetch)
             self._refresh(timeout=None if timeout is None else max(timeout, 120.0), what="RayReplayStore()")
         except BaseException:
@@ -292,6 +297,25 @@ class RayReplayStore(ReplayStoreBase):
             self._store_id,
         )
 
+    def learner(self, seed: int | None = None) -> RayLearner:
+        """A picklable `replay.distributed.learner.RayLearner`: samples this store from any process of
+        the cluster as its own client of the shard actors (its samples count in the one rate limiter).
+
+        ``seed``: of its draws' split over the shards (default derived from the store's seed and the
+        learner's number, or fresh entropy for a store without a seed), mixed with the id of each
+        process that samples through the handle: one handle broadcast to many ranks gives each rank its
+        own stream.
+        """
+        self._check_open("learner")
+        self._learners += 1
+        if seed is None and self.seed is not None:
+            seed = int(np.random.SeedSequence([self.seed, self._learners]).generate_state(1)[0])
+        handle = RayLearnerHandle(
+            self.handle(), self._counter, tuple(self.rate_limiter.to_config().items()),
+            bool(self.selector.prioritized), self.staging_slots, self.prefetch, seed,
+        )
+        return RayLearner(handle)
+
     @classmethod
     def attach(cls, handle: RayStoreHandle) -> RayAttachedStore:
         """A write-only view of a store from its handle (what a pickled store becomes in a Ray task):
@@ -374,13 +398,7 @@ class RayReplayStore(ReplayStoreBase):
         """
         self._check_open("sample")
         b, length = check_sample_args(batch_size, window, pad, beta)
-        if device is not None:  # before drawing (a draw counts in the rate limiter), as the local store
-            check_device(device)
-            if torch.device(device).type == "cuda" and not torch.cuda.is_available():  # numba's simulator
-                raise GPUUnavailableError(
-                    f"device={device!r} but CUDA is not available here (torch.cuda.is_available() is False): "
-                    "the Ray store copies batches to a GPU with Batch.to; sample with device='cpu' or None"
-                )
+        check_ray_device(device)  # before drawing (a draw counts in the rate limiter), as the local store
         timeout = self.timeout if timeout is DEFAULT else timeout
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
@@ -473,6 +491,8 @@ class RayReplayStore(ReplayStoreBase):
     # -- lifetime
     def _kill(self) -> None:
         self._shards.kill()
+        if self._counter is not None:
+            ray.kill(self._counter, no_restart=True)
         self._staging.close()
         if self._owns_memory:
             self._memory.close()

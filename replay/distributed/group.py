@@ -16,7 +16,7 @@ from typing import Any
 import ray
 
 from replay._checks import check_int
-from replay.distributed.errors import AwaitingRestore, actor_errors, secs, shard_error
+from replay.distributed.errors import AwaitingRestore, ShardError, actor_errors, secs, shard_error
 
 __all__ = ["Call", "ShardGroup"]
 
@@ -36,11 +36,21 @@ class ShardGroup:
         Ray's restart budget of each actor (0: a dead shard stays dead).
     folders : dict of int to str, optional
         Each shard's last checkpoint (what a restarted shard reloads).
+    reloads : bool
+        Reload a restarted shard (the store's owner); False (a learner, which does not know the
+        checkpoints): raise `ShardError` saying it awaits the owner.
     """
 
-    def __init__(self, actors: list[Any], max_restarts: int, folders: dict[int, str] | None = None) -> None:
+    def __init__(
+        self,
+        actors: list[Any],
+        max_restarts: int,
+        folders: dict[int, str] | None = None,
+        reloads: bool = True,
+    ) -> None:
         self.actors = list(actors)
         self.max_restarts = max_restarts
+        self.reloads = reloads
         self.folders: dict[int, str] = dict(folders or {})
         self.stats: list[dict] = [{} for _ in self.actors]
 
@@ -101,7 +111,18 @@ class ShardGroup:
         return out
 
     def revive(self, s: int, timeout: float | None, what: str) -> None:
-        """Wait for Ray to restart shard s's actor, then have it reload the last checkpoint."""
+        """Wait for Ray to restart shard s's actor, then have it reload the last checkpoint.
+
+        Raises
+        ------
+        ShardError
+            This group does not reload shards (a learner's): the owner's next call does.
+        """
+        if not self.reloads:
+            raise ShardError(
+                f"shard {s}: its Ray actor was restarted during {what} and awaits its checkpoint, which "
+                "the store's owner reloads on its next call (RayReplayStore.stats(), sample()...); retry then"
+            )
         actor = self.actors[s]
         try:  # a ping that Ray retries until the actor is back (or gives up for good)
             ray.get(actor.ping.options(max_task_retries=-1).remote(), timeout=timeout)

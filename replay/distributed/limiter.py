@@ -1,7 +1,9 @@
 """GlobalLimiter: the user's rate limiter applied to the whole Ray store, with global counters.
 
 Inserts and deletes are the sums of the shards' counts (fresh from the stats round trip of every
-`sample`), samples are counted by the client (the only sampler). A sample waits (no polling: blocking
+`sample`); samples are counted in one `SampleCounter` actor that every sampling client adds to (the
+store's own client and each of its learners, `replay.distributed.learner.RayLearner`), read in the
+same round trip, so samples per insert is global over all learners. A sample waits (no polling: blocking
 calls on the shards that return when a shard's insert count moves) until the limiter admits it. On the
 insert side the client turns the global counters into a headroom of steps
 (`replay.distributed.routing.headroom`), splits it evenly and pushes each shard an allowance with every
@@ -15,15 +17,16 @@ from __future__ import annotations
 import math
 import time
 import uuid
+from typing import Any
 
 import ray
 
-from replay.distributed.errors import actor_errors, secs
+from replay.distributed.errors import ShardError, actor_errors, secs
 from replay.distributed.group import ShardGroup
 from replay.distributed.routing import allowances, headroom
 from replay.rate_limiter import RateLimiter
 
-__all__ = ["GlobalLimiter", "stats_timeout"]
+__all__ = ["GlobalLimiter", "SampleCounter", "stats_timeout"]
 
 STATS_GRACE = 5.0  # seconds a sample's stats round trip may take past a shorter timeout (see stats_timeout)
 
@@ -35,14 +38,40 @@ def stats_timeout(deadline: float | None) -> float | None:
     return None if deadline is None else max(STATS_GRACE, deadline - time.monotonic())
 
 
-class GlobalLimiter:
-    """``limiter`` over all the shards of ``shards``; ``samples`` steps sampled so far (a restore's)."""
+class SampleCounter:
+    """The steps sampled from one Ray store by all its clients (a Ray actor, one call at a time).
 
-    def __init__(self, limiter: RateLimiter, shards: ShardGroup, samples: int = 0) -> None:
+    Calls from one client run in the order it sent them, so a client's `add` is in its next `total`.
+    """
+
+    def __init__(self, samples: int = 0) -> None:
+        self.samples = int(samples)
+
+    def add(self, n: int) -> int:
+        self.samples += int(n)
+        return self.samples
+
+    def total(self) -> int:
+        return self.samples
+
+
+class GlobalLimiter:
+    """``limiter`` over all the shards of ``shards``; ``counter`` the store's `SampleCounter` actor.
+
+    ``samples`` is the counter's total as of the last `refresh` plus this client's samples since.
+    """
+
+    def __init__(self, limiter: RateLimiter, shards: ShardGroup, counter: Any) -> None:
         self.limiter = limiter
         self.shards = shards
-        self.samples = int(samples)
+        self.counter = counter
+        self.samples = 0
         self.limited = not math.isinf(headroom(limiter, 0, 0, 0))  # False for MinSize: inserts never wait
+
+    def add_samples(self, n: int) -> None:
+        """Count ``n`` sampled steps of this client (sent without waiting for the reply)."""
+        self.samples += int(n)
+        self.counter.add.remote(int(n))
 
     def counts(self) -> tuple[int, int, int]:
         """Global ``(inserts, samples, deletes)`` (as of the shards' last stats)."""
@@ -55,8 +84,21 @@ class GlobalLimiter:
 
     def refresh(self, timeout: float | None = None, what: str = "a store call") -> list[dict]:
         """Fresh stats from every shard, pushing each its insert allowance."""
+        total = self.counter.total.remote()
         allow = self.allowances() if self.shards.stats[0] else [None] * len(self.shards)
-        return self.shards.refresh(allow, timeout, what)
+        stats = self.shards.refresh(allow, timeout, what)
+        try:
+            self.samples = int(ray.get(total, timeout=timeout))
+        except actor_errors() as exc:
+            raise ShardError(
+                f"the store's sample counter actor died or is unreachable during {what} ({exc!r}); "
+                "restore the store from a checkpoint (RayReplayStore.restore(path))"
+            ) from exc
+        except ray.exceptions.GetTimeoutError as exc:
+            raise TimeoutError(
+                f"the store's sample counter did not answer {what} within {secs(timeout)}"
+            ) from exc
+        return stats
 
     def let_writers_in(self) -> None:
         """Push the shards their allowances (after samples moved them; nothing for MinSize)."""

@@ -77,7 +77,7 @@ class ShardSampler:
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
         replies = self.shards.collect(pending["calls"], pending["refs"], "sample()", left)
         t2 = time.perf_counter()
-        self.limiter.samples += int(sum(int(rep["n"].sum()) for rep in replies))
+        self.limiter.add_samples(int(sum(int(rep["n"].sum()) for rep in replies)))
         for (s, _, _), rep in zip(pending["calls"], replies, strict=True):
             self.shards.stats[s]["inserts"], self.shards.stats[s]["deletes"] = rep["counts"]
         if self.prefetch:  # the next batch is drawn and shipped while this one is copied and used
