@@ -1,0 +1,388 @@
+"""Partitions and deduplication plans of a staged full-graph propagation (HongTu's scheme).
+
+A staged propagation ``out = M @ h`` (M: the normalised adjacency or its transpose, CSR by
+destination row) moves data the way a GPU needs it: for each partition of destination rows, the
+distinct source rows it reads are gathered from host vertex data into a device buffer, the
+partition's local CSR (columns remapped into that buffer) is multiplied there, and the output rows go
+back to the host. `plan_propagation` decides, for one matrix, feature width and device budget:
+
+- the order of destination rows: `locality_order` (reverse Cuthill-McKee on the pattern of M + M^T,
+  scipy), so that consecutive rows share sources;
+- contiguous ranges of that order (the partitions), each within a per-slot byte cap that counts its
+  local CSR, its distinct streamed sources and its output rows, then re-cut to balance edges and bytes
+  over the same number of partitions where every balanced range still fits (HongTu's
+  multi-objective split); the budget forces the count;
+- with ``dedup``, a device-side cache of the source rows that more than one partition reads, most
+  read first, as many as the budget leaves after the two double-buffered slots: loaded once per
+  propagation, then served from the device (``dedup_hit``). Two partitionings are tried, slots as
+  large as the budget allows and slots that leave ``cache_share`` of it to the cache; the one moving
+  fewer vertex bytes wins, so a dedup plan never moves more than the plan without dedup.
+
+The device buffer of sources is ``[cache rows | slot 0 | slot 1]``; a partition's local columns point
+into the cache or into its slot (``slot = k % 2``), so one SpMM per partition reads both. Each slot
+also has an arena for the partition's local CSR and output rows, packed at offsets of its own. Plans are
+host arrays (numpy); `samplers.full_graph_stream` runs them.
+
+References
+----------
+Wang et al., "HongTu: Scalable Full-Graph GNN Training on Multiple GPUs", SIGMOD 2024 (partitioned
+vertex data, deduplicated host-GPU communication, multi-objective partitioning); Cuthill and McKee,
+"Reducing the bandwidth of sparse symmetric matrices", 1969 (the reverse order of George and Liu).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba as nb
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.csgraph import reverse_cuthill_mckee
+
+from graphrl.memory import MemoryBudgetError, Tier
+
+__all__ = ["ALIGN", "DEFAULT_CACHE_SHARE", "PartitionPlan", "PlanPart", "arena_offsets", "locality_order",
+           "plan_propagation"]
+
+ALIGN = 64
+# Share of the device budget that partitioning leaves to the dedup cache (the slots take the rest).
+DEFAULT_CACHE_SHARE = 0.5
+_FIXED = 8 + 6 * ALIGN  # a slot's extra row-pointer entry and the alignment of its arrays
+
+
+def _align(n: int) -> int:
+    return -(-int(n) // ALIGN) * ALIGN
+
+
+@dataclass
+class PlanPart:
+    """One partition of a plan: what moves to the device and the local product run there.
+
+    Attributes
+    ----------
+    rows : numpy.ndarray, int64, shape [r]
+        Destination rows (original ids), in plan order.
+    indptr : numpy.ndarray, int64, shape [r + 1]
+    cols : numpy.ndarray, int32, shape [e]
+        Local columns into the device source buffer (cache rows first, then the slot's rows).
+    weights : numpy.ndarray, float32, shape [e]
+        The matrix values, in the matrix's entry order within each row.
+    stream : numpy.ndarray, int64, shape [s]
+        Source rows gathered for this partition (distinct, not cached), sorted.
+    cache_reads : int
+        Distinct cached rows this partition reads (each one a row not moved again).
+    slot : int
+        Double-buffer slot (0 or 1).
+    pinned : tuple of torch.Tensor or None
+        The local CSR as pinned host tensors, made by the CUDA executor on first use.
+    """
+
+    rows: np.ndarray
+    indptr: np.ndarray
+    cols: np.ndarray
+    weights: np.ndarray
+    stream: np.ndarray
+    cache_reads: int
+    slot: int
+    pinned: tuple | None = None
+
+
+@dataclass
+class PartitionPlan:
+    """A staged propagation of one matrix at one feature width under one device budget.
+
+    Attributes
+    ----------
+    parts : list of PlanPart
+    cache : numpy.ndarray, int64, shape [C]
+        Source rows held in the device cache during a propagation (empty without dedup).
+    row_bytes : int
+        Bytes of one vertex row (width x itemsize).
+    max_stream, max_rows : int
+        Largest streamed-source count and row count of a partition.
+    arena_bytes : int
+        Bytes of one slot's arena (the largest partition's local CSR and output rows, packed).
+    device_bytes : int
+        Bytes of the device working set (cache, two slots), within the budget it was planned for.
+    """
+
+    parts: list[PlanPart]
+    cache: np.ndarray
+    row_bytes: int
+    max_stream: int
+    max_rows: int
+    arena_bytes: int
+    device_bytes: int
+
+    @property
+    def num_partitions(self) -> int:
+        return len(self.parts)
+
+    def vertex_bytes(self) -> int:
+        """Vertex bytes one propagation moves to the device: the cache once, then every streamed row."""
+        return (len(self.cache) + sum(p.stream.shape[0] for p in self.parts)) * self.row_bytes
+
+    def arena_offsets(self, part: PlanPart) -> tuple[int, int, int, int]:
+        """Byte offsets of ``part``'s indptr, cols, weights and output rows in its slot's arena."""
+        return arena_offsets(part.rows.shape[0], part.cols.shape[0], self.row_bytes)[:4]
+
+    @property
+    def src_bytes(self) -> int:
+        """Bytes of the source buffer: cache rows, then two slots of ``max_stream`` rows."""
+        return _align((len(self.cache) + 2 * self.max_stream) * self.row_bytes)
+
+
+def arena_offsets(rows: int, entries: int, row_bytes: int) -> tuple[int, int, int, int, int]:
+    """Offsets of indptr, cols, weights, out rows in a slot arena, and the arena's size (bytes)."""
+    o_cols = _align(8 * (rows + 1))
+    o_w = o_cols + _align(4 * entries)
+    o_out = o_w + _align(4 * entries)
+    return 0, o_cols, o_w, o_out, o_out + _align(rows * row_bytes)
+
+
+def locality_order(indptr: np.ndarray, indices: np.ndarray, num_nodes: int) -> np.ndarray:
+    """Reverse Cuthill-McKee order of the pattern of ``M + M^T`` (rows that share sources end up close).
+
+    Parameters
+    ----------
+    indptr : numpy.ndarray, int64, shape [N + 1]; indices : numpy.ndarray, int, shape [nnz]
+        CSR pattern of M (N x N).
+    num_nodes : int
+        N.
+
+    Returns
+    -------
+    numpy.ndarray, int64, shape [N]
+        A permutation of ``0 .. N-1``.
+    """
+    if num_nodes == 0:
+        return np.zeros(0, np.int64)
+    pattern = sp.csr_matrix((np.ones(indices.shape[0], np.int8), indices, indptr),
+                            shape=(num_nodes, num_nodes))
+    return np.asarray(reverse_cuthill_mckee(pattern, symmetric_mode=False), dtype=np.int64)
+
+
+@nb.njit(nogil=True, cache=True)
+def _greedy(indptr, indices, order, row_bytes, cap, mark, fresh):  # pragma: no cover - compiled
+    """Maximal ranges of ``order`` whose slot cost (CSR + distinct sources + out rows) is <= cap."""
+    n = order.shape[0]
+    bounds = np.empty(n + 1, np.int64)
+    bounds[0] = 0
+    k = 0
+    pos = 0
+    stamp = 0
+    while pos < n:
+        stamp += 1
+        rows = 0
+        entries = 0
+        sources = 0
+        p = pos
+        while p < n:
+            v = order[p]
+            nf = 0
+            for e in range(indptr[v], indptr[v + 1]):
+                u = indices[e]
+                if mark[u] != stamp:
+                    mark[u] = stamp
+                    fresh[nf] = u
+                    nf += 1
+            deg = indptr[v + 1] - indptr[v]
+            cost = (_FIXED + 8 * (rows + 1) + 8 * (entries + deg) + (rows + 1) * row_bytes
+                    + (sources + nf) * row_bytes)
+            if cost > cap:
+                for i in range(nf):
+                    mark[fresh[i]] = 0
+                break
+            rows += 1
+            entries += deg
+            sources += nf
+            p += 1
+        if p == pos:
+            return bounds[:0], pos
+        k += 1
+        bounds[k] = p
+        pos = p
+    return bounds[: k + 1], -1
+
+
+@nb.njit(nogil=True, cache=True)
+def _range_cost(indptr, indices, order, a, b, row_bytes, mark, stamp):  # pragma: no cover - compiled
+    sources = 0
+    entries = 0
+    for p in range(a, b):
+        v = order[p]
+        entries += indptr[v + 1] - indptr[v]
+        for e in range(indptr[v], indptr[v + 1]):
+            u = indices[e]
+            if mark[u] != stamp:
+                mark[u] = stamp
+                sources += 1
+    rows = b - a
+    return _FIXED + 8 * (rows + 1) + 8 * entries + rows * row_bytes + sources * row_bytes
+
+
+def _cut(indptr, order, k, row_bytes) -> np.ndarray:
+    """Boundaries of ``k`` non-empty ranges of ``order`` of about equal edge + byte cost."""
+    n = order.shape[0]
+    deg = np.diff(indptr)[order]
+    cost = np.concatenate(([0], np.cumsum(8 * deg + row_bytes + 1, dtype=np.int64)))
+    cuts = np.searchsorted(cost, cost[-1] * np.arange(1, k) / k, side="left")
+    bounds = np.empty(k + 1, np.int64)
+    bounds[0], bounds[k] = 0, n
+    for i in range(1, k):  # strictly increasing, one row left for each later range
+        bounds[i] = min(max(int(cuts[i - 1]), int(bounds[i - 1]) + 1), n - (k - i))
+    return bounds
+
+
+def _balanced(indptr, indices, order, k, row_bytes, cap, mark) -> np.ndarray | None:
+    """``k`` ranges of equal edge + byte cost, or None when one of them would not fit ``cap``."""
+    bounds = _cut(indptr, order, k, row_bytes)
+    mark[:] = 0
+    for i in range(k):
+        if _range_cost(indptr, indices, order, bounds[i], bounds[i + 1], row_bytes, mark, i + 1) > cap:
+            return None
+    return bounds
+
+
+def plan_propagation(indptr: np.ndarray, indices: np.ndarray, weights: np.ndarray, order: np.ndarray,
+                     width: int, itemsize: int, budget: int, dedup: bool,
+                     cache_share: float = DEFAULT_CACHE_SHARE, owner: str = "samplers.full_graph",
+                     partitions: int | None = None) -> PartitionPlan:
+    """Partitions and cache of ``M @ h`` for ``h`` of ``width`` columns within ``budget`` device bytes.
+
+    Parameters
+    ----------
+    indptr : numpy.ndarray, int64, shape [N + 1]; indices : numpy.ndarray, int, shape [nnz];
+    weights : numpy.ndarray, float32, shape [nnz]
+        M in CSR form (rows: destinations, columns: sources in ``[0, N)``).
+    order : numpy.ndarray, int64, shape [N]
+        Destination rows in the order partitions cut them (`locality_order`).
+    width, itemsize : int
+        Feature width d and bytes per item of ``h``.
+    budget : int
+        Device bytes the working set (cache and both slots) may take.
+    dedup : bool
+        Keep multiply-read source rows in a device cache (else every partition moves all it reads).
+    cache_share : float
+        With ``dedup``, the share of ``budget`` the second candidate's slots leave to the cache, [0, 1).
+    owner : str
+        Named in a `MemoryBudgetError`.
+    partitions : int or None
+        Cut exactly this many ranges, balanced by edges and bytes (None: as few as the budget allows).
+
+    Returns
+    -------
+    PartitionPlan
+
+    Raises
+    ------
+    MemoryBudgetError
+        One destination row (its entries, sources and output row) does not fit half the budget, or
+        ``partitions`` ranges do not fit it.
+    """
+    if partitions is not None:
+        k = min(int(partitions), max(order.shape[0], 1))
+        bounds = _cut(indptr, order, k, int(width) * int(itemsize))
+        plan = _build(indptr, indices, weights, order, bounds, int(width) * int(itemsize), int(budget),
+                      bool(dedup))
+        if plan is None:
+            raise MemoryBudgetError(Tier.DEVICE, owner, budget + 1, budget, budget,
+                                    note=f"{k} partitions of width {width} do not fit {budget} device bytes; "
+                                         "ask for more partitions or raise the budget")
+        return plan
+    args = (indptr, indices, weights, order, int(width), int(itemsize), int(budget), owner)
+    plan = _plan(*args, bool(dedup), 0.0)
+    if dedup and cache_share > 0.0 and plan.num_partitions > 1:
+        # Two candidates: the slots as large as the budget allows (the cache gets what is left), and
+        # slots that leave ``cache_share`` to the cache; the one that moves fewer vertex bytes wins.
+        other = _plan(*args, True, float(cache_share))
+        if other.vertex_bytes() < plan.vertex_bytes():
+            plan = other
+    return plan
+
+
+def _plan(indptr, indices, weights, order, width, itemsize, budget, owner, dedup, share) -> PartitionPlan:
+    n = order.shape[0]
+    row_bytes = width * itemsize
+    mark = np.zeros(n, np.int32)
+    fresh = np.empty(max(int(np.diff(indptr).max(initial=0)), 1), np.int64)
+    slot_cap = int(budget * (1.0 - share)) // 2
+    bounds = None
+    for _ in range(60):  # shrink the slot cap until both slots of the largest parts fit
+        mark[:] = 0
+        bounds, bad = _greedy(indptr, indices, order, np.int64(row_bytes), np.int64(slot_cap), mark, fresh)
+        if bad >= 0 and share > 0.0:  # the cache's share leaves too little: slots first, cache after
+            share = 0.0
+            slot_cap = int(budget) // 2
+            continue
+        if bad >= 0:
+            v = int(order[bad])
+            deg = int(indptr[v + 1] - indptr[v])
+            need = 2 * (_FIXED + 16 + 8 * deg + (deg + 1) * row_bytes)
+            raise MemoryBudgetError(
+                Tier.DEVICE, owner, need, budget, budget,
+                note=f"one partition cannot fit: destination row {v} ({deg} entries) at feature width "
+                     f"{width} x {itemsize} B needs {need // 2} bytes per double-buffered slot, more than "
+                     f"the {slot_cap} a slot may take; a device budget of at least "
+                     f"{int(need / (1.0 - share)) + 1} bytes fits every row at this width")
+        k = bounds.shape[0] - 1
+        better = _balanced(indptr, indices, order, k, row_bytes, slot_cap, mark) if k > 1 else None
+        if better is not None:
+            bounds = better
+        plan = _build(indptr, indices, weights, order, bounds, row_bytes, budget, dedup)
+        if plan is not None:
+            return plan
+        slot_cap = int(slot_cap * 0.95)
+    raise MemoryBudgetError(Tier.DEVICE, owner, budget + 1, budget, budget,
+                            note=f"no partitioning of width {width} fits {budget} device bytes")
+
+
+def _build(indptr, indices, weights, order, bounds, row_bytes, budget, dedup) -> PartitionPlan | None:
+    """Local CSRs, streamed sources and the cache for ``bounds``; None when the slots overflow."""
+    k = bounds.shape[0] - 1
+    n = order.shape[0]
+    spans = []
+    for i in range(k):
+        rows = order[bounds[i]:bounds[i + 1]]
+        lo, hi = indptr[rows], indptr[rows + 1]
+        deg = hi - lo
+        local_ptr = np.zeros(rows.shape[0] + 1, np.int64)
+        np.cumsum(deg, out=local_ptr[1:])
+        take = np.repeat(lo - local_ptr[:-1], deg) + np.arange(local_ptr[-1], dtype=np.int64)
+        cols = indices[take].astype(np.int64)
+        spans.append((rows, local_ptr, take, cols, np.unique(cols)))
+    max_rows = max((s[0].shape[0] for s in spans), default=0)
+    arena = max((arena_offsets(s[0].shape[0], s[2].shape[0], row_bytes)[4] for s in spans), default=0)
+    slots = 2 * arena
+    cache = np.zeros(0, np.int64)
+    if dedup and k > 1 and row_bytes > 0:
+        readers = np.bincount(np.concatenate([s[4] for s in spans]), minlength=n)
+        shared = np.flatnonzero(readers > 1)
+        shared = shared[np.argsort(-readers[shared], kind="stable")]
+        # grow the cache while the room left (after slots sized for the remaining streams) allows
+        size = 0
+        for _ in range(3):
+            is_cached = np.zeros(n, bool)
+            is_cached[shared[:size]] = True
+            max_stream = max(int((~is_cached[s[4]]).sum()) for s in spans)
+            room = budget - slots - ALIGN - 2 * max_stream * row_bytes
+            size = int(min(shared.shape[0], max(room // row_bytes, 0)))
+        cache = np.sort(shared[:size])
+    slot_of = np.full(n, -1, np.int64)
+    slot_of[cache] = np.arange(cache.shape[0])
+    streams = [s[4][slot_of[s[4]] < 0] for s in spans]
+    max_stream = max((st.shape[0] for st in streams), default=0)
+    total = max(_align((cache.shape[0] + 2 * max_stream) * row_bytes) + 2 * arena, 1)
+    if total > budget:
+        return None
+    parts = []
+    base = cache.shape[0]
+    for i, ((rows, local_ptr, take, cols, uniq), stream) in enumerate(zip(spans, streams, strict=True)):
+        local = slot_of[cols]
+        miss = local < 0
+        local[miss] = base + (i % 2) * max_stream + np.searchsorted(stream, cols[miss])
+        parts.append(PlanPart(rows=rows, indptr=local_ptr, cols=local.astype(np.int32),
+                              weights=np.ascontiguousarray(weights[take], dtype=np.float32), stream=stream,
+                              cache_reads=int(uniq.shape[0] - stream.shape[0]), slot=i % 2))
+    return PartitionPlan(parts=parts, cache=cache, row_bytes=row_bytes, max_stream=max_stream,
+                         max_rows=max_rows, arena_bytes=arena, device_bytes=total)

@@ -1,0 +1,181 @@
+"""FullGraph's staged (HongTu) path: results against scipy and dense torch, gradients, counted traffic,
+the dedup saving, the device budget, and the CUDA-only parts (skipped without a GPU)."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+
+from graphrl.datasets import load_planetoid, synthetic_graph
+from graphrl.graph import CSCGraph
+from graphrl.memory import MemoryBudgetError, MemoryManager
+from samplers.full_graph import OWNER, FullGraph
+
+NEEDS_CUDA = ("needs CUDA: StagedExecutor's pinned staging buffers, copy/compute streams and events "
+              "(copies of partition k+1 overlapping the product of k); "
+              "benchmarks/gpu_check.py --part full_graph")
+
+
+def sym_reference(graph: CSCGraph) -> sp.csr_matrix:
+    """D_in^-1/2 (A + I) D_out^-1/2 in float64, A[v, u] = edges u -> v (the FullGraph contract)."""
+    n = graph.num_nodes
+    a = sp.csr_matrix((np.ones(graph.num_edges), graph.indices.numpy(), graph.indptr.numpy()), shape=(n, n))
+    a = a + sp.eye(n)
+    d_in = np.asarray(a.sum(1)).ravel() ** -0.5
+    d_out = np.asarray(a.sum(0)).ravel() ** -0.5
+    return (sp.diags(d_in) @ a @ sp.diags(d_out)).tocsr()
+
+
+def symmetric_powerlaw(num_nodes: int, num_edges: int, seed: int) -> CSCGraph:
+    """synthetic_graph's power-law in-degrees, both directions stored (hubs read by many partitions)."""
+    g = synthetic_graph(num_nodes, num_edges, "powerlaw", seed=seed)
+    src = g.indices.numpy().astype(np.int64)
+    dst = np.repeat(np.arange(num_nodes), np.diff(g.indptr.numpy()))
+    return CSCGraph.from_edges(np.concatenate([src, dst]), np.concatenate([dst, src]), num_nodes)
+
+
+@pytest.fixture(scope="module")
+def cora(data_root):
+    return load_planetoid("cora", data_root)
+
+
+@pytest.fixture(scope="module")
+def powerlaw():
+    return synthetic_graph(3000, 30000, "powerlaw", seed=3)  # directed: P != P^T
+
+
+@pytest.fixture
+def mm():
+    with MemoryManager(device="cpu") as manager:
+        yield manager
+
+
+@pytest.mark.parametrize("which", ["cora", "powerlaw"])
+@pytest.mark.parametrize("parts", [1, 2, 7, "forced"])
+@pytest.mark.parametrize("dedup", [False, True])
+def test_staged_propagation_and_gradient_equal_scipy(which, parts, dedup, request):
+    graph = request.getfixturevalue(which)
+    graph = graph.graph if hasattr(graph, "graph") else graph
+    n, d = graph.num_nodes, 8
+    p = sym_reference(graph)
+    gen = torch.Generator().manual_seed(0)
+    h = torch.randn(n, d, generator=gen, dtype=torch.float32)
+    g = torch.randn(n, d, generator=gen, dtype=torch.float32)
+    # "forced": a device budget of 1/4 of the vertex data decides the count (or, where a hub's row
+    # alone needs more, 1.25 x what the two slots of that row need)
+    hub = int(np.diff(graph.indptr.numpy()).max()) + 1
+    budget = max(n * d * 4 // 4, int(1.25 * 2 * (hub * (8 + 4 * d) + 1024))) if parts == "forced" else None
+    with MemoryManager(budgets={"device": budget}, device="cpu") as mm:
+        fg = FullGraph(graph, memory=mm, dedup=dedup, partitions=None if parts == "forced" else parts)
+        x = h.clone().requires_grad_()
+        out = fg.propagate(x)
+        out.backward(g)
+        forced = fg.num_partitions(d)
+        if parts == "forced":
+            assert forced >= 3 and mm.stats()["device"][OWNER]["peak"] <= budget
+        else:
+            assert forced == parts and fg.num_partitions(d, transpose=True) == parts
+        np.testing.assert_allclose(out.detach().numpy(), p @ h.numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(x.grad.numpy(), p.T @ g.numpy(), rtol=1e-5, atol=1e-6)
+        if which == "cora" and parts == 7:
+            dense = torch.from_numpy(p.toarray())
+            torch.testing.assert_close(out.detach().double(), dense @ h.double(), rtol=1e-5, atol=1e-6)
+        t = fg.traffic()
+        assert t["calls"] == 2 and [c["direction"] for c in t["per_call"]] == ["forward", "backward"]
+        assert t["device_to_host_bytes"] == 2 * n * d * 4  # every output row comes back once
+
+
+def test_staged_equals_the_host_path_bitwise(cora, mm):
+    h = torch.randn(cora.num_nodes, 16, generator=torch.Generator().manual_seed(1))
+    host = FullGraph(cora.graph, memory=mm).propagate(h)
+    for dedup in (False, True):
+        staged = FullGraph(cora.graph, memory=mm, dedup=dedup, partitions=5).propagate(h)
+        assert torch.equal(staged, host)  # same entries, same order per row: the same float sums
+
+
+def test_gradcheck_float64_staged(mm):
+    graph = CSCGraph.from_edges([0, 1, 2, 3, 4, 0, 5, 2], [1, 2, 3, 4, 5, 3, 0, 0], 6)
+    fg = FullGraph(graph, memory=mm, dedup=True, partitions=3)
+    x = torch.randn(6, 3, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(fg.propagate, (x,), eps=1e-6, atol=1e-5)
+
+
+def test_counted_bytes_match_an_independent_count(powerlaw, mm):
+    """dedup=False moves, per partition, exactly its distinct source rows (counted here with scipy)."""
+    d = 4
+    fg = FullGraph(powerlaw, memory=mm, dedup=False, partitions=6)
+    fg.propagate(torch.randn(powerlaw.num_nodes, d))
+    t = fg.traffic(reset=True)
+    p = sym_reference(powerlaw)
+    plan = fg.plan(d)
+    rows_moved = sum(np.unique(p[part.rows].indices).shape[0] for part in plan.parts)
+    assert t["vertex_host_to_device_bytes"] == rows_moved * d * 4
+    assert t["dedup_hit_bytes"] == 0 and fg.traffic()["calls"] == 0  # reset
+    covered = np.sort(np.concatenate([part.rows for part in plan.parts]))
+    assert np.array_equal(covered, np.arange(powerlaw.num_nodes))  # every row in exactly one partition
+
+
+@pytest.mark.slow
+def test_dedup_moves_at_most_three_quarters_on_a_200k_powerlaw_graph():
+    graph = symmetric_powerlaw(200_000, 1_000_000, seed=0)
+    n, d = graph.num_nodes, 16
+    budget = int(0.6 * n * d * 4)  # the device holds 60 % of one layer's vertex data
+    h = torch.randn(n, d, generator=torch.Generator().manual_seed(0))
+    seen = {}
+    for dedup in (False, True):
+        with MemoryManager(budgets={"device": budget}, device="cpu") as mm:
+            fg = FullGraph(graph, memory=mm, dedup=dedup)
+            out = fg.propagate(h)
+            seen[dedup] = (fg.traffic(), out)
+            assert fg.num_partitions(d) >= 8
+            assert mm.stats()["device"][OWNER]["peak"] <= budget  # cache + slots within the budget
+    plain, dedup = seen[False][0], seen[True][0]
+    assert dedup["host_to_device_bytes"] <= 0.75 * plain["host_to_device_bytes"], (dedup, plain)
+    assert dedup["dedup_hit_bytes"] > 0 and dedup["per_call"][0]["cache_rows"] > 0
+    assert torch.equal(seen[False][1], seen[True][1])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_dedup_never_moves_more_than_without(seed, mm):
+    graph = symmetric_powerlaw(2000, 8000, seed=seed)
+    cap = 40_000 + 15_000 * seed
+    fg = {dd: FullGraph(graph, memory=mm, dedup=dd, partition_bytes=cap) for dd in (False, True)}
+    for width in (1, 8):
+        a, b = fg[False].plan(width), fg[True].plan(width)
+        assert b.vertex_bytes() <= a.vertex_bytes() and b.device_bytes <= fg[True].partition_bytes
+
+
+def test_a_budget_too_small_says_what_would_fit(cora):
+    with MemoryManager(budgets={"device": 2048}, device="cpu") as mm:
+        fg = FullGraph(cora.graph, memory=mm, dedup=True)
+        with pytest.raises(MemoryBudgetError, match="one partition cannot fit"):
+            fg.propagate(torch.randn(cora.num_nodes, 64))
+        with pytest.raises(MemoryBudgetError, match="ask for more partitions"):
+            fg2 = FullGraph(cora.graph, memory=mm, dedup=True, partitions=2)
+            fg2.propagate(torch.randn(cora.num_nodes, 64))
+
+
+def test_cuda_device_without_cuda_runs_staged_on_host_and_says_so(cora, mm, caplog):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA; the no-CUDA fallback is what is tested here")
+    h = torch.randn(cora.num_nodes, 4)
+    with caplog.at_level(logging.WARNING, logger="samplers.full_graph"):
+        fg = FullGraph(cora.graph, memory=mm, device="cuda")
+    assert "without CUDA" in caplog.text and fg.dedup is True and fg.staged
+    assert torch.equal(fg.propagate(h), FullGraph(cora.graph, memory=mm).propagate(h))
+    with pytest.raises(ValueError, match="plan\\(\\) needs the staged path"):
+        FullGraph(cora.graph, memory=mm).plan(4)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason=NEEDS_CUDA)
+def test_cuda_streams_equal_scipy(cora):  # pragma: no cover - needs CUDA
+    with MemoryManager(budgets={"device": "1MiB"}, device="cuda") as mm:
+        fg = FullGraph(cora.graph, memory=mm, device="cuda", dedup=True)
+        h = torch.randn(cora.num_nodes, 32).pin_memory()
+        out = fg.propagate(h)
+        np.testing.assert_allclose(out.numpy(), sym_reference(cora.graph) @ h.numpy(), rtol=1e-4, atol=1e-5)
+        assert fg.num_partitions(32) > 2 and mm.stats()["device"][OWNER]["peak"] <= 2**20
