@@ -367,6 +367,11 @@ class FullGraph:
             self._calls = []
         return out
 
+    @property
+    def vertex_tier(self) -> Tier:
+        """The memory tier of the vertex data `propagate` returns (pinned with CUDA, else host)."""
+        return self._host_tier
+
     def note_intermediates(self, choices: list[str]) -> None:
         """Record a model's per-layer choice (``"keep"`` on the host or ``"recompute"``) for `traffic`."""
         self._intermediate = list(choices)
