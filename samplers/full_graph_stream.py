@@ -271,8 +271,9 @@ class StagedExecutor:
                 loaded[s].record(copy)
             with torch.cuda.stream(compute):
                 compute.wait_event(loaded[s])
-                mat = torch.sparse_csr_tensor(indptr[:r + 1], cols[:e], weights[:e].to(h.dtype),
-                                              size=(r, src.shape[0]))
+                # torch wants row pointer and columns of one dtype: int32 (a partition has < 2**31 entries)
+                mat = torch.sparse_csr_tensor(indptr[:r + 1].to(torch.int32), cols[:e],
+                                              weights[:e].to(h.dtype), size=(r, src.shape[0]))
                 out_rows[:r].copy_(torch.sparse.mm(mat, src))
                 computed[s].record(compute)
             with torch.cuda.stream(copy):

@@ -179,3 +179,28 @@ def test_cuda_streams_equal_scipy(cora):  # pragma: no cover - needs CUDA
         out = fg.propagate(h)
         np.testing.assert_allclose(out.numpy(), sym_reference(cora.graph) @ h.numpy(), rtol=1e-4, atol=1e-5)
         assert fg.num_partitions(32) > 2 and mm.stats()["device"][OWNER]["peak"] <= 2**20
+
+
+@pytest.mark.slow
+def test_gpu_check_full_graph_part_dry_run_on_cpu(tmp_path):
+    """The GPU part runs its own code on the CPU at a tiny size; its figures obey the budgets it sets."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    out = tmp_path / "gpu_check.json"
+    proc = subprocess.run([sys.executable, str(repo / "benchmarks" / "gpu_check.py"), "--fg-dry-run",
+                           "--output", str(out)], env={**os.environ, "PYTHONPATH": str(repo)},
+                          capture_output=True, text=True, timeout=300, cwd=repo)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    r = json.loads(out.read_text())["full_graph"]
+    staged, three = r["staged"], r["3x"]
+    assert staged["budget_bytes"] == max(r["device"]["peak_bytes"] // 4, 1 << 16)
+    assert 0 < staged["device_peak_bytes"] <= staged["budget_bytes"] and staged["partitions"] > 1
+    assert staged["h2d_bytes_per_epoch"] > 0 and staged["d2h_bytes_per_epoch"] > 0
+    assert three["budget_bytes"] == three["vertex_bytes"] // 3
+    assert 0 < three["staged"]["device_peak_bytes"] <= three["budget_bytes"]
+    assert "staged / device epoch time" in proc.stdout
