@@ -52,6 +52,9 @@ NORMALIZATIONS = ("sym", "left", "right", "none")
 OWNER = "samplers.full_graph"  # device-tier working set
 OWNER_ADJ = "samplers.full_graph.adjacency"  # host-tier normalised adjacency (and its transpose)
 OWNER_VERTEX = "samplers.full_graph.vertex"  # host-tier outputs of propagate (and gradients)
+_MAX_PLANS = 8  # plans kept (each holds a reordered copy of the matrix's columns and weights)
+
+
 def _free_quietly(region: Region) -> None:
     if not region.freed:
         try:
@@ -99,7 +102,8 @@ class FullGraph:
     memory : MemoryManager or None
         Where every buffer comes from: the partitions' working set from the ``device`` tier, the
         normalised adjacency and the outputs of `propagate` from the ``pinned`` tier with CUDA, else
-        ``host``. None creates a private manager (closed by `close`).
+        ``host`` (the staged path's outputs always from ``host``: its transfers go through pinned
+        staging buffers of its own). None creates a private manager (closed by `close`).
     partition_bytes : int, str or None
         Most bytes of one partition's working set (``"256MiB"``; see `graphrl.memory.parse_size`).
         The working set of every call is also kept within the device tier's free bytes. None: limited
@@ -284,7 +288,8 @@ class FullGraph:
         Returns
         -------
         numpy.ndarray, int64, shape [P + 1]
-            ``0 = b[0] < b[1] < ... < b[P] = N``; partition i covers rows ``b[i] .. b[i+1]-1``.
+            ``0 = b[0] < b[1] < ... < b[P] = N``; partition i covers rows ``b[i] .. b[i+1]-1`` (on the
+            staged path: rows ``order[b[i]:b[i+1]]``, see `order`).
 
         Raises
         ------
@@ -338,6 +343,8 @@ class FullGraph:
             op = self._backward if transpose else self._forward
             plan = plan_propagation(op.indptr, op.indices, op.weights, self.order, int(width), itemsize, cap,
                                     bool(self.dedup), self.cache_share, OWNER, self.num_parts)
+            if len(self._plans) >= _MAX_PLANS:  # the oldest first (a budget that moved, say)
+                self._plans.pop(next(iter(self._plans)))
             self._plans[key] = plan
         return plan
 
@@ -369,8 +376,9 @@ class FullGraph:
 
     @property
     def vertex_tier(self) -> Tier:
-        """The memory tier of the vertex data `propagate` returns (pinned with CUDA, else host)."""
-        return self._host_tier
+        """The memory tier of the vertex data `propagate` returns (host on the staged path; else pinned
+        with CUDA, host without)."""
+        return Tier.HOST if self.staged else self._host_tier
 
     def note_intermediates(self, choices: list[str]) -> None:
         """Record a model's per-layer choice (``"keep"`` on the host or ``"recompute"``) for `traffic`."""
@@ -497,7 +505,8 @@ class FullGraph:
         n, d = h.shape
         with self._lock:
             self._check_open()
-            region = self._alloc((n, d), h.dtype, OWNER_VERTEX)
+            # plain host memory: registering N x d pinned pages per call would cost more than it saves
+            region = self.memory.allocate((n, d), h.dtype, self.vertex_tier, owner=OWNER_VERTEX)
             out = region.tensor()
             weakref.finalize(out, _free_quietly, region)
             if n == 0 or d == 0:

@@ -11,7 +11,8 @@ back to the host. `plan_propagation` decides, for one matrix, feature width and 
 - contiguous ranges of that order (the partitions), each within a per-slot byte cap that counts its
   local CSR, its distinct streamed sources and its output rows, then re-cut to balance edges and bytes
   over the same number of partitions where every balanced range still fits (HongTu's
-  multi-objective split); the budget forces the count;
+  multi-objective split); the budget forces the count. A row too large for one slot (a hub) is
+  split by its entries over consecutive partitions, whose partial sums are added on the host;
 - with ``dedup``, a device-side cache of the source rows that more than one partition reads, most
   read first, as many as the budget leaves after the two double-buffered slots: loaded once per
   propagation, then served from the device (``dedup_hit``). Two partitionings are tried, slots as
@@ -32,7 +33,7 @@ vertex data, deduplicated host-GPU communication, multi-objective partitioning);
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numba as nb
 import numpy as np
@@ -73,6 +74,8 @@ class PlanPart:
         Distinct cached rows this partition reads (each one a row not moved again).
     slot : int
         Double-buffer slot (0 or 1).
+    add : numpy.ndarray, bool, shape [r], or None
+        Rows whose output is a piece of a split row: added to the host output, not copied.
     pinned : tuple of torch.Tensor or None
         The local CSR as pinned host tensors, made by the CUDA executor on first use.
     """
@@ -84,6 +87,7 @@ class PlanPart:
     stream: np.ndarray
     cache_reads: int
     slot: int
+    add: np.ndarray | None = None
     pinned: tuple | None = None
 
 
@@ -104,6 +108,9 @@ class PartitionPlan:
         Bytes of one slot's arena (the largest partition's local CSR and output rows, packed).
     device_bytes : int
         Bytes of the device working set (cache, two slots), within the budget it was planned for.
+    split_rows : numpy.ndarray, int64, shape [R]
+        Destination rows too large for one slot, split by entries over several partitions (sorted);
+        the executor zeroes them in the output and adds the pieces.
     """
 
     parts: list[PlanPart]
@@ -113,6 +120,7 @@ class PartitionPlan:
     max_rows: int
     arena_bytes: int
     device_bytes: int
+    split_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     @property
     def num_partitions(self) -> int:
@@ -163,9 +171,13 @@ def locality_order(indptr: np.ndarray, indices: np.ndarray, num_nodes: int) -> n
 
 
 @nb.njit(nogil=True, cache=True)
-def _greedy(indptr, indices, order, row_bytes, cap, mark, fresh):  # pragma: no cover - compiled
-    """Maximal ranges of ``order`` whose slot cost (CSR + distinct sources + out rows) is <= cap."""
-    n = order.shape[0]
+def _greedy(lo, hi, indices, row_bytes, cap, mark, fresh):  # pragma: no cover - compiled
+    """Maximal ranges of rows (entries ``lo[p]:hi[p]``) whose slot cost is <= cap.
+
+    The cost counts the local CSR, the distinct sources and the output rows; returns (bounds, -1),
+    or (empty, p) when row p alone does not fit.
+    """
+    n = lo.shape[0]
     bounds = np.empty(n + 1, np.int64)
     bounds[0] = 0
     k = 0
@@ -178,15 +190,14 @@ def _greedy(indptr, indices, order, row_bytes, cap, mark, fresh):  # pragma: no 
         sources = 0
         p = pos
         while p < n:
-            v = order[p]
             nf = 0
-            for e in range(indptr[v], indptr[v + 1]):
+            for e in range(lo[p], hi[p]):
                 u = indices[e]
                 if mark[u] != stamp:
                     mark[u] = stamp
                     fresh[nf] = u
                     nf += 1
-            deg = indptr[v + 1] - indptr[v]
+            deg = hi[p] - lo[p]
             cost = (_FIXED + 8 * (rows + 1) + 8 * (entries + deg) + (rows + 1) * row_bytes
                     + (sources + nf) * row_bytes)
             if cost > cap:
@@ -206,13 +217,12 @@ def _greedy(indptr, indices, order, row_bytes, cap, mark, fresh):  # pragma: no 
 
 
 @nb.njit(nogil=True, cache=True)
-def _range_cost(indptr, indices, order, a, b, row_bytes, mark, stamp):  # pragma: no cover - compiled
+def _range_cost(lo, hi, indices, a, b, row_bytes, mark, stamp):  # pragma: no cover - compiled
     sources = 0
     entries = 0
     for p in range(a, b):
-        v = order[p]
-        entries += indptr[v + 1] - indptr[v]
-        for e in range(indptr[v], indptr[v + 1]):
+        entries += hi[p] - lo[p]
+        for e in range(lo[p], hi[p]):
             u = indices[e]
             if mark[u] != stamp:
                 mark[u] = stamp
@@ -221,11 +231,10 @@ def _range_cost(indptr, indices, order, a, b, row_bytes, mark, stamp):  # pragma
     return _FIXED + 8 * (rows + 1) + 8 * entries + rows * row_bytes + sources * row_bytes
 
 
-def _cut(indptr, order, k, row_bytes) -> np.ndarray:
-    """Boundaries of ``k`` non-empty ranges of ``order`` of about equal edge + byte cost."""
-    n = order.shape[0]
-    deg = np.diff(indptr)[order]
-    cost = np.concatenate(([0], np.cumsum(8 * deg + row_bytes + 1, dtype=np.int64)))
+def _cut(lo, hi, k, row_bytes) -> np.ndarray:
+    """Boundaries of ``k`` non-empty ranges of rows of about equal edge + byte cost."""
+    n = lo.shape[0]
+    cost = np.concatenate(([0], np.cumsum(8 * (hi - lo) + row_bytes + 1, dtype=np.int64)))
     cuts = np.searchsorted(cost, cost[-1] * np.arange(1, k) / k, side="left")
     bounds = np.empty(k + 1, np.int64)
     bounds[0], bounds[k] = 0, n
@@ -234,14 +243,39 @@ def _cut(indptr, order, k, row_bytes) -> np.ndarray:
     return bounds
 
 
-def _balanced(indptr, indices, order, k, row_bytes, cap, mark) -> np.ndarray | None:
+def _balanced(lo, hi, indices, k, row_bytes, cap, mark) -> np.ndarray | None:
     """``k`` ranges of equal edge + byte cost, or None when one of them would not fit ``cap``."""
-    bounds = _cut(indptr, order, k, row_bytes)
+    bounds = _cut(lo, hi, k, row_bytes)
     mark[:] = 0
     for i in range(k):
-        if _range_cost(indptr, indices, order, bounds[i], bounds[i + 1], row_bytes, mark, i + 1) > cap:
+        if _range_cost(lo, hi, indices, bounds[i], bounds[i + 1], row_bytes, mark, i + 1) > cap:
             return None
     return bounds
+
+
+def _rows(indptr, order, row_bytes, cap):
+    """Rows in plan order as entry ranges ``lo:hi`` of original row ``vrow``; a row too large for one
+    slot (``cap``) is split into pieces of its entries (their outputs are summed on the host).
+
+    Returns (lo, hi, vrow, split rows), or None when not even one entry fits a slot.
+    """
+    lo, hi = indptr[order], indptr[order + 1]
+    deg = hi - lo
+    lone = _FIXED + 16 + 8 * deg + (deg + 1) * row_bytes  # one row alone, its sources bounded by its entries
+    big = lone > cap
+    if not big.any():
+        return lo, hi, order, np.zeros(0, np.int64)
+    m = (cap - _FIXED - 16 - row_bytes) // (8 + row_bytes)  # entries of a piece
+    if m < 1:
+        return None
+    pieces = np.where(big, -(-deg // m), 1)
+    vrow = np.repeat(order, pieces)
+    first = np.repeat(np.cumsum(pieces) - pieces, pieces)
+    j = np.arange(vrow.shape[0]) - first  # piece number within its row
+    step = np.where(np.repeat(big, pieces), m, np.repeat(deg, pieces))
+    vlo = np.repeat(lo, pieces) + j * step
+    vhi = np.minimum(vlo + step, np.repeat(hi, pieces))
+    return vlo, vhi, vrow, np.sort(order[big])
 
 
 def plan_propagation(indptr: np.ndarray, indices: np.ndarray, weights: np.ndarray, order: np.ndarray,
@@ -277,14 +311,15 @@ def plan_propagation(indptr: np.ndarray, indices: np.ndarray, weights: np.ndarra
     Raises
     ------
     MemoryBudgetError
-        One destination row (its entries, sources and output row) does not fit half the budget, or
-        ``partitions`` ranges do not fit it.
+        Not even one entry (with its source and output row) fits half the budget, or ``partitions``
+        ranges do not fit it (that path does not split rows).
     """
+    row_bytes = int(width) * int(itemsize)
     if partitions is not None:
         k = min(int(partitions), max(order.shape[0], 1))
-        bounds = _cut(indptr, order, k, int(width) * int(itemsize))
-        plan = _build(indptr, indices, weights, order, bounds, int(width) * int(itemsize), int(budget),
-                      bool(dedup))
+        lo, hi = indptr[order], indptr[order + 1]
+        plan = _build(lo, hi, order, indices, weights, _cut(lo, hi, k, row_bytes), row_bytes, int(budget),
+                      bool(dedup), np.zeros(0, np.int64))
         if plan is None:
             raise MemoryBudgetError(Tier.DEVICE, owner, budget + 1, budget, budget,
                                     note=f"{k} partitions of width {width} do not fit {budget} device bytes; "
@@ -305,31 +340,31 @@ def _plan(indptr, indices, weights, order, width, itemsize, budget, owner, dedup
     n = order.shape[0]
     row_bytes = width * itemsize
     mark = np.zeros(n, np.int32)
-    fresh = np.empty(max(int(np.diff(indptr).max(initial=0)), 1), np.int64)
     slot_cap = int(budget * (1.0 - share)) // 2
-    bounds = None
     for _ in range(60):  # shrink the slot cap until both slots of the largest parts fit
-        mark[:] = 0
-        bounds, bad = _greedy(indptr, indices, order, np.int64(row_bytes), np.int64(slot_cap), mark, fresh)
-        if bad >= 0 and share > 0.0:  # the cache's share leaves too little: slots first, cache after
+        rows = _rows(indptr, order, row_bytes, slot_cap)
+        if rows is None and share > 0.0:  # the cache's share leaves too little: slots first, cache after
             share = 0.0
             slot_cap = int(budget) // 2
             continue
-        if bad >= 0:
-            v = int(order[bad])
-            deg = int(indptr[v + 1] - indptr[v])
-            need = 2 * (_FIXED + 16 + 8 * deg + (deg + 1) * row_bytes)
+        if rows is None:
+            need = 2 * (_FIXED + 16 + 8 + 2 * row_bytes)
             raise MemoryBudgetError(
                 Tier.DEVICE, owner, need, budget, budget,
-                note=f"one partition cannot fit: destination row {v} ({deg} entries) at feature width "
-                     f"{width} x {itemsize} B needs {need // 2} bytes per double-buffered slot, more than "
-                     f"the {slot_cap} a slot may take; a device budget of at least "
-                     f"{int(need / (1.0 - share)) + 1} bytes fits every row at this width")
+                note=f"one partition cannot fit: one entry at feature width {width} x {itemsize} B needs "
+                     f"{need // 2} bytes per double-buffered slot, more than the {slot_cap} a slot may take; "
+                     f"a device budget of at least {need + 1} bytes fits every row at this width")
+        lo, hi, vrow, split = rows
+        mark[:] = 0
+        fresh = np.empty(max(int((hi - lo).max(initial=0)), 1), np.int64)
+        bounds, bad = _greedy(lo, hi, indices, np.int64(row_bytes), np.int64(slot_cap), mark, fresh)
+        if bad >= 0:  # a row fits alone by its entries only if its sources are fewer; cannot happen
+            raise AssertionError(f"row piece {bad} does not fit a slot of {slot_cap} bytes")
         k = bounds.shape[0] - 1
-        better = _balanced(indptr, indices, order, k, row_bytes, slot_cap, mark) if k > 1 else None
+        better = _balanced(lo, hi, indices, k, row_bytes, slot_cap, mark) if k > 1 else None
         if better is not None:
             bounds = better
-        plan = _build(indptr, indices, weights, order, bounds, row_bytes, budget, dedup)
+        plan = _build(lo, hi, vrow, indices, weights, bounds, row_bytes, budget, dedup, split)
         if plan is not None:
             return plan
         slot_cap = int(slot_cap * 0.95)
@@ -337,20 +372,19 @@ def _plan(indptr, indices, weights, order, width, itemsize, budget, owner, dedup
                             note=f"no partitioning of width {width} fits {budget} device bytes")
 
 
-def _build(indptr, indices, weights, order, bounds, row_bytes, budget, dedup) -> PartitionPlan | None:
+def _build(lo, hi, vrow, indices, weights, bounds, row_bytes, budget, dedup, split) -> PartitionPlan | None:
     """Local CSRs, streamed sources and the cache for ``bounds``; None when the slots overflow."""
     k = bounds.shape[0] - 1
-    n = order.shape[0]
+    n = int(vrow.max(initial=-1)) + 1  # every destination row is in vrow: n = N
     spans = []
     for i in range(k):
-        rows = order[bounds[i]:bounds[i + 1]]
-        lo, hi = indptr[rows], indptr[rows + 1]
-        deg = hi - lo
-        local_ptr = np.zeros(rows.shape[0] + 1, np.int64)
+        a, b = bounds[i], bounds[i + 1]
+        deg = hi[a:b] - lo[a:b]
+        local_ptr = np.zeros(b - a + 1, np.int64)
         np.cumsum(deg, out=local_ptr[1:])
-        take = np.repeat(lo - local_ptr[:-1], deg) + np.arange(local_ptr[-1], dtype=np.int64)
+        take = np.repeat(lo[a:b] - local_ptr[:-1], deg) + np.arange(local_ptr[-1], dtype=np.int64)
         cols = indices[take].astype(np.int64)
-        spans.append((rows, local_ptr, take, cols, np.unique(cols)))
+        spans.append((vrow[a:b], local_ptr, take, cols, np.unique(cols)))
     max_rows = max((s[0].shape[0] for s in spans), default=0)
     arena = max((arena_offsets(s[0].shape[0], s[2].shape[0], row_bytes)[4] for s in spans), default=0)
     slots = 2 * arena
@@ -381,8 +415,10 @@ def _build(indptr, indices, weights, order, bounds, row_bytes, budget, dedup) ->
         local = slot_of[cols]
         miss = local < 0
         local[miss] = base + (i % 2) * max_stream + np.searchsorted(stream, cols[miss])
+        add = np.isin(rows, split) if split.shape[0] else None
         parts.append(PlanPart(rows=rows, indptr=local_ptr, cols=local.astype(np.int32),
                               weights=np.ascontiguousarray(weights[take], dtype=np.float32), stream=stream,
-                              cache_reads=int(uniq.shape[0] - stream.shape[0]), slot=i % 2))
+                              cache_reads=int(uniq.shape[0] - stream.shape[0]), slot=i % 2,
+                              add=add if add is not None and add.any() else None))
     return PartitionPlan(parts=parts, cache=cache, row_bytes=row_bytes, max_stream=max_stream,
-                         max_rows=max_rows, arena_bytes=arena, device_bytes=total)
+                         max_rows=max_rows, arena_bytes=arena, device_bytes=total, split_rows=split)

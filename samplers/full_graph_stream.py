@@ -13,8 +13,8 @@ One code path for both kinds of device. The working set is one region of the mem
   region, and the SpMM is the numba CSR kernel (`graphrl.kernels.spmm.csr_spmm_parallel`);
 - with CUDA the region is GPU memory: rows are gathered on the host into pinned staging buffers
   (one per slot, ``pinned`` tier), copied asynchronously on a copy stream, multiplied on a compute
-  stream with torch's CSR ``sparse.mm``, with events so that the copies of partition k+1 overlap the
-  product of partition k, and outputs come back through pinned staging buffers.
+  stream with torch's CSR ``sparse.mm``, and copied back on a third stream through pinned staging
+  buffers, with events so that the copies of partition k+1 overlap the product of partition k.
 
 References
 ----------
@@ -122,8 +122,9 @@ class StagedExecutor:
         self._work: Region | None = None
         self._staging: list[Region] = []
         if self.cuda:  # pragma: no cover - needs CUDA
-            self._copy_stream = torch.cuda.Stream(self.device)
+            self._copy_stream = torch.cuda.Stream(self.device)  # host -> device
             self._compute_stream = torch.cuda.Stream(self.device)
+            self._back_stream = torch.cuda.Stream(self.device)  # device -> host (its own copy engine)
 
     def _working_set(self, nbytes: int) -> torch.Tensor:
         work = self._work
@@ -187,6 +188,7 @@ class StagedExecutor:
 
     def _multiply_host(self, plan, h, out, src, arenas, c) -> None:
         """The device is host memory: counted copies into the working set, the numba CSR kernel."""
+        _zero_split(plan, out)
         if c:
             torch.index_select(h, 0, torch.from_numpy(plan.cache), out=src[:c])
         threads = nb.get_num_threads()
@@ -202,7 +204,7 @@ class StagedExecutor:
             o = out_rows[:r]
             kernel = csr_spmm_parallel if threads > 1 and e * h.shape[1] > SERIAL_WORK else csr_spmm_serial
             kernel(indptr[:r + 1].numpy(), cols[:e].numpy(), weights[:e].numpy(), src.numpy(), o.numpy())
-            out.index_copy_(0, torch.from_numpy(part.rows), o)
+            _scatter(part, out, o)
 
     def _stage(self, slot: int, rows: int, width: int,
                dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -222,8 +224,12 @@ class StagedExecutor:
         return (t[:half].view(dtype).view(-1, width), t[half:need].view(dtype).view(-1, width))
 
     def _multiply_cuda(self, plan, h, out, src, arenas, c) -> None:  # pragma: no cover - needs CUDA
-        """Two streams and events: copies of partition k+1 overlap the product of partition k."""
-        copy, compute = self._copy_stream, self._compute_stream
+        """Copy, compute and copy-back streams with events: copies of partition k+1 overlap the product of k.
+
+        Slot s's buffers are reused by partition k+2 only after partition k's output is back on the
+        host (``drain``: its event implies k's loads and product finished too).
+        """
+        copy, compute, back_stream = self._copy_stream, self._compute_stream, self._back_stream
         d = h.shape[1]
         rows_max = max(plan.max_stream, plan.max_rows, c)
         stages = [self._stage(s, rows_max, d, h.dtype) for s in range(2)]
@@ -231,6 +237,7 @@ class StagedExecutor:
         computed = [torch.cuda.Event() for _ in range(2)]
         returned = [torch.cuda.Event() for _ in range(2)]
         copy.wait_stream(torch.cuda.current_stream(self.device))
+        _zero_split(plan, out)
         if c:
             gather, _ = stages[0]
             torch.index_select(h, 0, torch.from_numpy(plan.cache), out=gather[:c])
@@ -246,8 +253,7 @@ class StagedExecutor:
                 if s == slot:
                     returned[s].synchronize()
                     _, back = stages[s]
-                    r = part.rows.shape[0]
-                    out.index_copy_(0, torch.from_numpy(part.rows), back[:r])
+                    _scatter(part, out, back[:part.rows.shape[0]])
                     pending.pop(i)
                     return
 
@@ -276,10 +282,10 @@ class StagedExecutor:
                                               weights[:e].to(h.dtype), size=(r, src.shape[0]))
                 out_rows[:r].copy_(torch.sparse.mm(mat, src))
                 computed[s].record(compute)
-            with torch.cuda.stream(copy):
-                copy.wait_event(computed[s])
+            with torch.cuda.stream(back_stream):
+                back_stream.wait_event(computed[s])
                 back[:r].copy_(out_rows[:r], non_blocking=True)
-                returned[s].record(copy)
+                returned[s].record(back_stream)
             pending.append((s, part))
         while pending:
             drain(pending[0][0])
@@ -291,3 +297,20 @@ def _pinned_structure(part) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: 
     if part.pinned is None:
         part.pinned = tuple(torch.from_numpy(a).pin_memory() for a in (part.indptr, part.cols, part.weights))
     return part.pinned
+
+
+def _zero_split(plan: PartitionPlan, out: torch.Tensor) -> None:
+    """Zero the output rows that split partitions add their pieces to."""
+    if plan.split_rows.shape[0]:
+        out.index_fill_(0, torch.from_numpy(plan.split_rows), 0)
+
+
+def _scatter(part, out: torch.Tensor, rows_out: torch.Tensor) -> None:
+    """Write a partition's output rows into the host output (pieces of split rows are added)."""
+    rows = torch.from_numpy(part.rows)
+    if part.add is None:
+        out.index_copy_(0, rows, rows_out)
+        return
+    add = torch.from_numpy(part.add)
+    out.index_copy_(0, rows[~add], rows_out[~add])
+    out.index_add_(0, rows[add], rows_out[add])
