@@ -1,7 +1,7 @@
 """gpu_check part 6: full-graph GCN training with host-resident vertex data (HongTu) on a real GPU.
 
-Three cases on a synthetic graph of ogbn-products' size (2.4M nodes, 62M edges, 100 features, 3 GCN
-layers of 256, 47 classes by default; ``scale`` shrinks it):
+Three cases on a synthetic power-law graph of ogbn-products' size (2.4M nodes, 62M edges, 100
+features, 3 GCN layers of 256, 47 classes; gpu_check's ``--fg-scale`` shrinks it, 0.5 by default):
 
 - ``device``: everything on the GPU with plain torch sparse ops (CSR ``P`` and ``P^T`` in device
   memory, features and activations too): the baseline; its peak is ``torch.cuda.max_memory_allocated``;

@@ -69,7 +69,7 @@ class PlanPart:
     weights : numpy.ndarray, float32, shape [e]
         The matrix values, in the matrix's entry order within each row.
     stream : numpy.ndarray, int64, shape [s]
-        Source rows gathered for this partition (distinct, not cached), sorted.
+        Source rows gathered for this partition (distinct, not cached), in first-read order.
     cache_reads : int
         Distinct cached rows this partition reads (each one a row not moved again).
     slot : int
@@ -372,53 +372,121 @@ def _plan(indptr, indices, weights, order, width, itemsize, budget, owner, dedup
                             note=f"no partitioning of width {width} fits {budget} device bytes")
 
 
+@nb.njit(nogil=True, cache=True)
+def _distinct(lo, hi, indices, bounds, mark, readers, uniq, offsets):  # pragma: no cover - compiled
+    """Distinct sources of each partition in first-seen order (``uniq[offsets[i]:offsets[i+1]]``);
+    ``readers[u]`` += 1 for every partition that reads u. ``mark`` (zeros, int32 [N]) is scratch."""
+    k = bounds.shape[0] - 1
+    top = 0
+    for i in range(k):
+        offsets[i] = top
+        stamp = i + 1
+        for p in range(bounds[i], bounds[i + 1]):
+            for e in range(lo[p], hi[p]):
+                u = indices[e]
+                if mark[u] != stamp:
+                    mark[u] = stamp
+                    uniq[top] = u
+                    top += 1
+                    readers[u] += 1
+    offsets[k] = top
+    return top
+
+
+@nb.njit(nogil=True, cache=True)
+def _remap(lo, hi, indices, weights, bounds, uniq, offsets, slot_of, base, max_stream,
+           cols, w_out, local_ptr, stream, s_offsets, cache_reads):  # pragma: no cover - compiled
+    """Local columns (cache slot, or ``base + slot * max_stream + i`` for the i-th streamed source of
+    the partition, first-seen order), weights and row pointers of every partition, concatenated."""
+    k = bounds.shape[0] - 1
+    e_out = 0
+    s_top = 0
+    for i in range(k):
+        s_offsets[i] = s_top
+        first = base + (i % 2) * max_stream
+        hits = 0
+        for j in range(offsets[i], offsets[i + 1]):  # number the streamed sources
+            u = uniq[j]
+            if slot_of[u] < 0:
+                slot_of[u] = -2 - (s_top - s_offsets[i])  # -2 - local index: streamed in this partition
+                stream[s_top] = u
+                s_top += 1
+            else:
+                hits += 1
+        cache_reads[i] = hits
+        for p in range(bounds[i], bounds[i + 1]):
+            local_ptr[p + i] = e_out
+            for e in range(lo[p], hi[p]):
+                t = slot_of[indices[e]]
+                cols[e_out] = t if t >= 0 else first + (-2 - t)
+                w_out[e_out] = weights[e]
+                e_out += 1
+        local_ptr[bounds[i + 1] + i] = e_out
+        for j in range(s_offsets[i], s_top):  # back to "not cached" for the next partition
+            slot_of[stream[j]] = -1
+    s_offsets[k] = s_top
+
+
 def _build(lo, hi, vrow, indices, weights, bounds, row_bytes, budget, dedup, split) -> PartitionPlan | None:
     """Local CSRs, streamed sources and the cache for ``bounds``; None when the slots overflow."""
     k = bounds.shape[0] - 1
     n = int(vrow.max(initial=-1)) + 1  # every destination row is in vrow: n = N
-    spans = []
-    for i in range(k):
-        a, b = bounds[i], bounds[i + 1]
-        deg = hi[a:b] - lo[a:b]
-        local_ptr = np.zeros(b - a + 1, np.int64)
-        np.cumsum(deg, out=local_ptr[1:])
-        take = np.repeat(lo[a:b] - local_ptr[:-1], deg) + np.arange(local_ptr[-1], dtype=np.int64)
-        cols = indices[take].astype(np.int64)
-        spans.append((vrow[a:b], local_ptr, take, cols, np.unique(cols)))
-    max_rows = max((s[0].shape[0] for s in spans), default=0)
-    arena = max((arena_offsets(s[0].shape[0], s[2].shape[0], row_bytes)[4] for s in spans), default=0)
+    nnz = int((hi - lo).sum())
+    readers = np.zeros(n, np.int32)
+    uniq = np.empty(nnz, np.int64)
+    offsets = np.empty(k + 1, np.int64)
+    _distinct(lo, hi, indices, bounds, np.zeros(n, np.int32), readers, uniq, offsets)
+    rows_of = np.diff(bounds)
+    entries = np.add.reduceat(hi - lo, bounds[:-1]) if k else np.zeros(0, np.int64)
+    entries[rows_of == 0] = 0
+    distinct = np.diff(offsets)
+    max_rows = int(rows_of.max(initial=0))
+    arena = max((arena_offsets(int(r), int(e), row_bytes)[4] for r, e in zip(rows_of, entries, strict=True)),
+                default=0)
     slots = 2 * arena
     cache = np.zeros(0, np.int64)
+    is_cached = np.zeros(n, bool)
+    part_of = np.repeat(np.arange(k), distinct)
+
+    def streamed() -> np.ndarray:  # per partition: its distinct sources not in the cache
+        return np.bincount(part_of, weights=~is_cached[uniq[:offsets[k]]], minlength=k).astype(np.int64)
+
     if dedup and k > 1 and row_bytes > 0:
-        readers = np.bincount(np.concatenate([s[4] for s in spans]), minlength=n)
         shared = np.flatnonzero(readers > 1)
         shared = shared[np.argsort(-readers[shared], kind="stable")]
         # grow the cache while the room left (after slots sized for the remaining streams) allows
         size = 0
         for _ in range(3):
-            is_cached = np.zeros(n, bool)
+            is_cached[:] = False
             is_cached[shared[:size]] = True
-            max_stream = max(int((~is_cached[s[4]]).sum()) for s in spans)
-            room = budget - slots - ALIGN - 2 * max_stream * row_bytes
+            room = budget - slots - ALIGN - 2 * int(streamed().max(initial=0)) * row_bytes
             size = int(min(shared.shape[0], max(room // row_bytes, 0)))
         cache = np.sort(shared[:size])
-    slot_of = np.full(n, -1, np.int64)
-    slot_of[cache] = np.arange(cache.shape[0])
-    streams = [s[4][slot_of[s[4]] < 0] for s in spans]
-    max_stream = max((st.shape[0] for st in streams), default=0)
+        is_cached[:] = False
+        is_cached[cache] = True
+    max_stream = int(streamed().max(initial=0)) if k else 0
     total = max(_align((cache.shape[0] + 2 * max_stream) * row_bytes) + 2 * arena, 1)
     if total > budget:
         return None
+    slot_of = np.full(n, -1, np.int64)
+    slot_of[cache] = np.arange(cache.shape[0])
+    cols = np.empty(nnz, np.int32)
+    w_out = np.empty(nnz, np.float32)
+    local_ptr = np.empty(lo.shape[0] + k, np.int64)
+    stream = np.empty(max(int(offsets[k]), 1), np.int64)
+    s_offsets = np.empty(k + 1, np.int64)
+    cache_reads = np.empty(k, np.int64)
+    _remap(lo, hi, indices, weights, bounds, uniq, offsets, slot_of, np.int64(cache.shape[0]),
+           np.int64(max_stream), cols, w_out, local_ptr, stream, s_offsets, cache_reads)
     parts = []
-    base = cache.shape[0]
-    for i, ((rows, local_ptr, take, cols, uniq), stream) in enumerate(zip(spans, streams, strict=True)):
-        local = slot_of[cols]
-        miss = local < 0
-        local[miss] = base + (i % 2) * max_stream + np.searchsorted(stream, cols[miss])
+    for i in range(k):
+        a, b = int(bounds[i]), int(bounds[i + 1])
+        ptr = local_ptr[a + i:b + i + 1]
+        e0, e1 = int(ptr[0]), int(ptr[-1])
+        rows = vrow[a:b]
         add = np.isin(rows, split) if split.shape[0] else None
-        parts.append(PlanPart(rows=rows, indptr=local_ptr, cols=local.astype(np.int32),
-                              weights=np.ascontiguousarray(weights[take], dtype=np.float32), stream=stream,
-                              cache_reads=int(uniq.shape[0] - stream.shape[0]), slot=i % 2,
-                              add=add if add is not None and add.any() else None))
+        parts.append(PlanPart(rows=rows, indptr=ptr - e0, cols=cols[e0:e1], weights=w_out[e0:e1],
+                              stream=stream[s_offsets[i]:s_offsets[i + 1]], cache_reads=int(cache_reads[i]),
+                              slot=i % 2, add=add if add is not None and add.any() else None))
     return PartitionPlan(parts=parts, cache=cache, row_bytes=row_bytes, max_stream=max_stream,
                          max_rows=max_rows, arena_bytes=arena, device_bytes=total, split_rows=split)
