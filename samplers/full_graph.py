@@ -131,17 +131,22 @@ class FullGraph:
         P equals its transpose (entries and order), so the backward pass reuses P's storage.
     last_partitions : int
         Partitions of the last propagation (forward or backward).
+    device : torch.device
+    dedup : bool or None
+    staged : bool
+        The staged (HongTu) path runs the propagations (``dedup`` is not None).
 
     Raises
     ------
     TypeError
-        ``graph`` is not a `CSCGraph`, or ``memory`` is not a `MemoryManager`.
+        ``graph`` is not a `CSCGraph`, ``memory`` is not a `MemoryManager`, or ``dedup`` is not a
+        bool or None.
     ValueError
         An unknown ``normalization``, or a bad ``partition_bytes``.
     ValueError
         A ``device`` that is neither CPU nor CUDA, a ``memory`` whose device tier does not match
         ``device`` (a GPU tier for the host path, host memory for CUDA while CUDA is available), a
-        bad ``cache_share`` or ``reorder``.
+        bad ``cache_share``, ``reorder`` or ``partitions`` (or ``partitions`` on the host path).
     MemoryBudgetError
         The host tier has no room for the normalised adjacency.
 
@@ -158,6 +163,10 @@ class FullGraph:
     >>> out = fg.propagate(h)            # P @ h, differentiable in h        # doctest: +SKIP
     >>> mm.stats()["device"]["samplers.full_graph"]["peak"] <= 16 * 2**20  # doctest: +SKIP
     True
+    >>> mm = MemoryManager(budgets={"device": "2GiB"})                        # doctest: +SKIP
+    >>> fg = FullGraph(graph, memory=mm, device="cuda", dedup=True)          # doctest: +SKIP
+    >>> out = fg.propagate(h)            # h on the host; partitions stream   # doctest: +SKIP
+    >>> fg.traffic()["host_to_device_bytes"]                                 # doctest: +SKIP
     """
 
     def __init__(self, graph: CSCGraph, normalization: str = "sym", add_self_loops: bool = True,
@@ -179,15 +188,23 @@ class FullGraph:
             raise ValueError(f"cache_share must be in [0, 1), got {cache_share!r}")
         if reorder not in ("rcm", "none"):
             raise ValueError(f"reorder must be 'rcm' or 'none', got {reorder!r}")
-        self.dedup = (self.device.type == "cuda") if dedup is None and self.device.type == "cuda" else dedup
+        if dedup is not None and not isinstance(dedup, bool):
+            raise TypeError(f"dedup must be True, False or None, got {type(dedup).__name__}")
+        self.dedup = True if dedup is None and self.device.type == "cuda" else dedup
         self.staged = self.dedup is not None
         self.cache_share, self.reorder = float(cache_share), reorder
         if partitions is not None and (not isinstance(partitions, int) or partitions < 1):
             raise ValueError(f"partitions must be a positive int or None, got {partitions!r}")
+        if partitions is not None and not self.staged:
+            raise ValueError("partitions applies to the staged path: pass dedup=True or False (or "
+                             "device='cuda'); the host path's partitions follow partition_bytes")
         self.num_parts = partitions
         self.partition_bytes = partition_bytes
         self._own_memory = memory is None
-        self.memory = MemoryManager(device="cpu") if memory is None else memory
+        on_gpu = self.device.type == "cuda" and torch.cuda.is_available()
+        if memory is None:  # a private manager, its device tier where the partitions run
+            memory = MemoryManager(device=self.device if on_gpu else "cpu")
+        self.memory = memory
         probe = self.memory.allocate(0, torch.uint8, Tier.DEVICE, owner=OWNER)
         on = probe.device
         probe.free()

@@ -246,6 +246,10 @@ def test_bad_arguments(cora, mm):
         FullGraph(cora.graph, dedup=True, reorder="metis", memory=mm)
     with pytest.raises(ValueError, match="partitions"):
         FullGraph(cora.graph, dedup=True, partitions=0, memory=mm)
+    with pytest.raises(ValueError, match="partitions applies to the staged path"):
+        FullGraph(cora.graph, partitions=2, memory=mm)
+    with pytest.raises(TypeError, match="dedup"):
+        FullGraph(cora.graph, dedup="yes", memory=mm)
     fg = FullGraph(cora.graph, memory=mm)
     with pytest.raises(ValueError, match="num_nodes=2708"):
         fg.propagate(torch.randn(10, 4))
