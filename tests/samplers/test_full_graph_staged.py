@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from graphrl.datasets import load_planetoid, synthetic_graph
 from graphrl.graph import CSCGraph
@@ -238,3 +240,31 @@ def test_release_and_close_free_the_working_set(cora):
         assert out.shape == (cora.num_nodes, 8)  # outputs stay valid after close
         with pytest.raises(ValueError, match="closed"):
             fg.propagate(torch.randn(cora.num_nodes, 8))
+
+
+@settings(max_examples=50, deadline=None)
+@given(n=st.integers(2, 40), m=st.integers(0, 160), width=st.integers(1, 6), budget=st.integers(1500, 20000),
+       seed=st.integers(0, 2**16), dedup=st.booleans(), reorder=st.sampled_from(["rcm", "none"]))
+def test_plans_cover_every_entry_within_the_budget(n, m, width, budget, seed, dedup, reorder):
+    """Any graph, width and budget: P @ h and P^T @ g equal scipy, the working set stays in the budget,
+    and dedup never moves more vertex bytes than the same budget without it."""
+    rng = np.random.default_rng(seed)
+    graph = CSCGraph.from_edges(rng.integers(0, n, m), rng.integers(0, n, m), n)
+    h = torch.from_numpy(rng.standard_normal((n, width)))
+    p = sym_reference(graph)
+    with MemoryManager(budgets={"device": budget}, device="cpu") as mm:
+        fg = FullGraph(graph, memory=mm, dedup=dedup, reorder=reorder)
+        try:
+            out = fg.propagate(h)
+        except MemoryBudgetError as err:  # only when not even one entry fits a slot
+            assert "one entry" in str(err)
+            return
+        np.testing.assert_allclose(out.numpy(), p @ h.numpy(), rtol=1e-5, atol=1e-6)
+        back = fg.multiply(h, transpose=True)
+        np.testing.assert_allclose(back.numpy(), p.T @ h.numpy(), rtol=1e-5, atol=1e-6)
+        assert mm.stats()["device"][OWNER]["peak"] <= budget
+        deduped = fg.plan(width, torch.float64).vertex_bytes()
+    if dedup:
+        with MemoryManager(budgets={"device": budget}, device="cpu") as other:
+            plain = FullGraph(graph, memory=other, dedup=False, reorder=reorder)
+            assert deduped <= plain.plan(width, torch.float64).vertex_bytes()
