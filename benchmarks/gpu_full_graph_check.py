@@ -106,8 +106,11 @@ def _time(step, epochs: int, dev: torch.device) -> list[float]:
 def _baseline(graph, x, y, dims, epochs, dev, seed) -> dict:
     p, t = _sym_p(graph)
     n = graph.num_nodes
-    pd = torch.sparse_csr_tensor(*(torch.from_numpy(a) for a in p), size=(n, n)).to(dev)
-    ptd = torch.sparse_csr_tensor(*(torch.from_numpy(a) for a in t), size=(n, n)).to(dev)
+    def csr(arrays):  # torch wants one index dtype for the row pointer and the columns
+        ptr, cols, vals = (torch.from_numpy(a) for a in arrays)
+        return torch.sparse_csr_tensor(ptr, cols.to(torch.int64), vals, size=(n, n)).to(dev)
+
+    pd, ptd = csr(p), csr(t)
     xd, yd = x.to(dev), y.to(dev)
     model = _DeviceGCN(dims, seed).to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
