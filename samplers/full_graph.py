@@ -29,6 +29,7 @@ See docs/architecture.md#full-graph-propagation.
 from __future__ import annotations
 
 import logging
+import numbers
 import threading
 import weakref
 
@@ -181,7 +182,10 @@ class FullGraph:
                              f"got {normalization!r}")
         if memory is not None and not isinstance(memory, MemoryManager):
             raise TypeError(f"memory must be a MemoryManager or None, got {type(memory).__name__}")
-        self.device = torch.device("cpu" if device is None else device)
+        try:
+            self.device = torch.device("cpu" if device is None else device)
+        except (RuntimeError, TypeError) as err:  # torch's own message does not name the argument
+            raise ValueError(f"device must be 'cpu' or 'cuda', got {str(device)!r}") from err
         if self.device.type not in ("cpu", "cuda"):
             raise ValueError(f"device must be 'cpu' or 'cuda', got {str(device)!r}")
         if not 0.0 <= float(cache_share) < 1.0:
@@ -193,12 +197,13 @@ class FullGraph:
         self.dedup = True if dedup is None and self.device.type == "cuda" else dedup
         self.staged = self.dedup is not None
         self.cache_share, self.reorder = float(cache_share), reorder
-        if partitions is not None and (not isinstance(partitions, int) or partitions < 1):
+        if partitions is not None and (isinstance(partitions, bool)
+                                       or not isinstance(partitions, numbers.Integral) or partitions < 1):
             raise ValueError(f"partitions must be a positive int or None, got {partitions!r}")
         if partitions is not None and not self.staged:
             raise ValueError("partitions applies to the staged path: pass dedup=True or False (or "
                              "device='cuda'); the host path's partitions follow partition_bytes")
-        self.num_parts = partitions
+        self.num_parts = None if partitions is None else int(partitions)
         self.partition_bytes = partition_bytes
         self._own_memory = memory is None
         on_gpu = self.device.type == "cuda" and torch.cuda.is_available()
@@ -306,7 +311,8 @@ class FullGraph:
         -------
         numpy.ndarray, int64, shape [P + 1]
             ``0 = b[0] < b[1] < ... < b[P] = N``; partition i covers rows ``b[i] .. b[i+1]-1`` (on the
-            staged path: rows ``order[b[i]:b[i+1]]``, see `order`).
+            staged path: rows ``order[b[i]:b[i+1]]``, see `order`; a hub row split over several
+            partitions is counted in each of them, so there ``b[P]`` is N plus the extra pieces).
 
         Raises
         ------
@@ -372,8 +378,10 @@ class FullGraph:
         -------
         dict
             Totals ``host_to_device_bytes``, ``vertex_host_to_device_bytes``,
-            ``structure_host_to_device_bytes``, ``device_to_host_bytes``, ``dedup_hit_bytes`` (bytes
-            served from the device cache instead of moved again), ``calls``, ``partitions`` (the most of
+            ``structure_host_to_device_bytes``, ``device_to_host_bytes``, ``dedup_hit_bytes`` (vertex
+            bytes partitions read from the device cache, every read counted: the saving over
+            ``dedup=False`` at the same partitions is ``dedup_hit_bytes`` minus the cache's own load,
+            ``cache_rows`` x d x itemsize per call), ``calls``, ``partitions`` (the most of
             one call), ``max_device_bytes`` (largest working set); ``dedup``, ``device``; ``per_call``,
             a list of `samplers.full_graph_stream.CallTraffic` dicts (direction, width, partitions,
             bytes, cache rows); ``intermediate``, the per-layer keep/recompute choices last noted

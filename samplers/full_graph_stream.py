@@ -53,7 +53,8 @@ class CallTraffic:
     device_to_host_bytes : int
         Output rows moved back.
     dedup_hit_bytes : int
-        Vertex bytes partitions read from the device cache instead of moving them again.
+        Vertex bytes partitions read from the device cache, every read counted (the first included:
+        the saving over moving every read is this minus the cache's load, ``cache_rows`` rows).
     cache_rows : int
         Rows in the dedup cache.
     device_bytes : int

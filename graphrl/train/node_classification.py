@@ -356,9 +356,11 @@ def run_node_classification(dataset: str = "cora", seeds: int = 1, epochs: int =
     if device not in ("cpu", "cuda"):
         raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
     on_gpu = device == "cuda" and torch.cuda.is_available()
-    if device == "cuda" and not on_gpu:
+    fg_device, fg_dedup = device, dedup
+    if device == "cuda" and not on_gpu:  # said once here: FullGraph gets the equivalent CPU arguments
         logger.warning("device='cuda' without CUDA: the model stays on the CPU; FullGraph runs its staged "
                        "path on host memory and counts the transfers")
+        fg_device, fg_dedup = "cpu", True if dedup is None else dedup
     ds = load_planetoid(dataset, root)
     features = row_normalize(ds.features).to_sparse()
     if on_gpu:
@@ -372,7 +374,7 @@ def run_node_classification(dataset: str = "cora", seeds: int = 1, epochs: int =
     traffic: dict = {}
     with MemoryManager(budgets=budgets, device="cuda" if on_gpu else "cpu") as mm, \
             FullGraph(ds.graph, normalization=norm[0], add_self_loops=norm[1], memory=mm,
-                      partition_bytes=partition_bytes, device=device, dedup=dedup) as fg:
+                      partition_bytes=partition_bytes, device=fg_device, dedup=fg_dedup) as fg:
         partitions = fg.num_partitions(hidden)
         for seed in range(first_seed, first_seed + seeds):
             net = MODELS[model](ds.num_features, hidden, out_dim=ds.num_classes, layers=layers,

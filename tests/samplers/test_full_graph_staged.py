@@ -268,3 +268,34 @@ def test_plans_cover_every_entry_within_the_budget(n, m, width, budget, seed, de
         with MemoryManager(budgets={"device": budget}, device="cpu") as other:
             plain = FullGraph(graph, memory=other, dedup=False, reorder=reorder)
             assert deduped <= plain.plan(width, torch.float64).vertex_bytes()
+
+
+def test_bad_device_and_partitions_name_the_argument(powerlaw, mm):
+    """A device string torch cannot parse, and partitions=True, are refused naming the argument (torch's
+    RuntimeError, and a bool taken as 1 partition, before); a numpy integer is a count (was refused)."""
+    with pytest.raises(ValueError, match="device must be 'cpu' or 'cuda', got 'gpu0'"):
+        FullGraph(powerlaw, memory=mm, device="gpu0")
+    with pytest.raises(ValueError, match="partitions must be a positive int or None, got True"):
+        FullGraph(powerlaw, memory=mm, dedup=True, partitions=True)
+    fg = FullGraph(powerlaw, memory=mm, dedup=True, partitions=np.int64(3))
+    assert fg.num_partitions(4) == 3
+
+
+def test_dedup_hit_bytes_and_partitions_on_a_hand_counted_graph(mm):
+    """6 nodes, 2 partitions of rows 0-3 and 4-5 (no reordering), d = 4 float64: the first reads
+    sources {0, 1, 2, 3, 5}, the second {3, 4, 5}; rows 3 and 5 are read by both, so dedup caches them
+    (2 rows moved once) and the partitions read them 4 times from the cache: 256 vertex bytes without
+    dedup, 192 with, dedup_hit_bytes 4 x 32 and the saving dedup_hit_bytes - cache rows x 32 = 64."""
+    g = CSCGraph.from_edges([0, 1, 2, 3, 4, 5, 0], [1, 2, 3, 4, 5, 0, 3], 6)
+    moved = {}
+    for dedup in (False, True):
+        fg = FullGraph(g, memory=mm, dedup=dedup, partitions=2, reorder="none")
+        fg.propagate(torch.randn(6, 4, dtype=torch.float64))
+        t = fg.traffic()
+        moved[dedup] = t["vertex_host_to_device_bytes"]
+        assert t["structure_host_to_device_bytes"] == (5 * 8 + 9 * 8) + (3 * 8 + 4 * 8)  # indptr, cols+w
+        assert t["device_to_host_bytes"] == 6 * 32 and t["partitions"] == 2
+        assert fg.partitions(4, torch.float64).tolist() == [0, 4, 6]
+    assert moved == {False: 8 * 32, True: 6 * 32}
+    assert t["dedup_hit_bytes"] == 4 * 32 and t["per_call"][0]["cache_rows"] == 2
+    assert moved[False] - moved[True] == t["dedup_hit_bytes"] - 2 * 32

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import numba
 import numpy as np
 import pytest
@@ -177,3 +179,18 @@ def test_directed_graph_sage_uses_in_neighbours(mm):
     fg = FullGraph(graph, normalization="left", add_self_loops=False, memory=mm, dedup=False, partitions=2)
     out = fg.propagate(torch.tensor([[1.0], [3.0], [10.0]]))
     assert out.flatten().tolist() == [0.0, 0.0, 2.0]  # the mean of rows 0 and 1, nothing for 0 and 1
+
+
+def test_device_cuda_without_cuda_says_so_once(data_root, caplog):
+    """The trainer's warning is the only one about the missing GPU from the trainer and FullGraph (it
+    was said twice: the trainer's, then FullGraph(device='cuda')'s); the staged dedup path still runs."""
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA; the no-CUDA fallback is what is tested here")
+    with caplog.at_level(logging.WARNING):
+        report = run_node_classification("cora", seeds=1, epochs=2, root=data_root, device="cuda",
+                                         device_budget="256KiB")
+    said = [r for r in caplog.records if r.name.startswith(("graphrl.train", "samplers"))
+            and "CUDA" in r.getMessage()]
+    assert len(said) == 1, [r.getMessage() for r in said]
+    t = report.traffic
+    assert t["staged"] and t["dedup"] is True and t["dedup_hit_bytes"] > 0 and report.partitions > 1
