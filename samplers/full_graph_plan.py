@@ -130,6 +130,11 @@ class PartitionPlan:
         """Vertex bytes one propagation moves to the device: the cache once, then every streamed row."""
         return (len(self.cache) + sum(p.stream.shape[0] for p in self.parts)) * self.row_bytes
 
+    def moved_bytes(self) -> int:
+        """All bytes one propagation moves: vertex rows and local CSRs in, output rows (and pieces) back."""
+        structure = sum(p.indptr.nbytes + p.cols.nbytes + p.weights.nbytes for p in self.parts)
+        return self.vertex_bytes() + structure + sum(p.rows.shape[0] for p in self.parts) * self.row_bytes
+
     def arena_offsets(self, part: PlanPart) -> tuple[int, int, int, int]:
         """Byte offsets of ``part``'s indptr, cols, weights and output rows in its slot's arena."""
         return arena_offsets(part.rows.shape[0], part.cols.shape[0], self.row_bytes)[:4]
@@ -329,9 +334,10 @@ def plan_propagation(indptr: np.ndarray, indices: np.ndarray, weights: np.ndarra
     plan = _plan(*args, bool(dedup), 0.0)
     if dedup and cache_share > 0.0 and plan.num_partitions > 1:
         # Two candidates: the slots as large as the budget allows (the cache gets what is left), and
-        # slots that leave ``cache_share`` to the cache; the one that moves fewer vertex bytes wins.
+        # slots that leave ``cache_share`` to the cache; the second wins if it moves fewer vertex bytes
+        # and fewer bytes in all (its smaller slots mean more partitions, local CSRs and split pieces).
         other = _plan(*args, True, float(cache_share))
-        if other.vertex_bytes() < plan.vertex_bytes():
+        if other.vertex_bytes() < plan.vertex_bytes() and other.moved_bytes() < plan.moved_bytes():
             plan = other
     return plan
 
