@@ -121,7 +121,7 @@ class FullGraph:
     reorder : {"rcm", "none"}
         Staged path: order destination rows by reverse Cuthill-McKee before cutting partitions.
     partitions : int or None
-        Staged path: cut exactly this many partitions, balanced by edges and bytes (a
+        Staged path: cut this many partitions (at most N, one row each), balanced by edges and bytes (a
         `MemoryBudgetError` if they do not fit the device budget); None: as few as the budget allows.
 
     Attributes

@@ -279,6 +279,8 @@ def test_bad_device_and_partitions_name_the_argument(powerlaw, mm):
         FullGraph(powerlaw, memory=mm, dedup=True, partitions=True)
     fg = FullGraph(powerlaw, memory=mm, dedup=True, partitions=np.int64(3))
     assert fg.num_partitions(4) == 3
+    tiny = FullGraph(CSCGraph.from_edges([0, 1], [1, 2], 3), memory=mm, dedup=True, partitions=10)
+    assert tiny.num_partitions(4) == 3  # at most one row each (documented)
 
 
 def test_dedup_hit_bytes_and_partitions_on_a_hand_counted_graph(mm):
