@@ -214,8 +214,7 @@ class FullGraph:
         on = probe.device
         probe.free()
         self._check_tier(str(on))
-        self.normalization = normalization
-        self.add_self_loops = bool(add_self_loops)
+        self.normalization, self.add_self_loops = normalization, bool(add_self_loops)
         self.num_nodes = graph.num_nodes
         self._host_tier = Tier.PINNED if torch.cuda.is_available() else Tier.HOST
         self._lock = threading.Lock()
@@ -379,15 +378,18 @@ class FullGraph:
         dict
             Totals ``host_to_device_bytes``, ``vertex_host_to_device_bytes``,
             ``structure_host_to_device_bytes``, ``device_to_host_bytes``, ``dedup_hit_bytes`` (vertex
-            bytes partitions read from the device cache, every read counted: the saving over
-            ``dedup=False`` at the same partitions is ``dedup_hit_bytes`` minus the cache's own load,
-            ``cache_rows`` x d x itemsize per call), ``calls``, ``partitions`` (the most of
-            one call), ``max_device_bytes`` (largest working set); ``dedup``, ``device``; ``per_call``,
-            a list of `samplers.full_graph_stream.CallTraffic` dicts (direction, width, partitions,
-            bytes, cache rows); ``intermediate``, the per-layer keep/recompute choices last noted
-            (`note_intermediates`). The zero-copy host path moves nothing: zeros and ``staged`` False.
+            bytes read from the device cache, every read: the saving over ``dedup=False`` at the same
+            partitions is this minus the cache's load, ``cache_rows`` x d x itemsize per call),
+            ``calls``, ``partitions`` (the most of one call), ``max_device_bytes`` (largest working
+            set); ``dedup``, ``device``; ``per_call``, a list of `samplers.full_graph_stream.CallTraffic`
+            dicts (direction, width, partitions, bytes, cache rows); ``intermediate``, the per-layer
+            keep/recompute choices last noted (`note_intermediates`). The zero-copy host path moves
+            nothing: zeros and ``staged`` False.
         """
-        calls = [c.as_dict() for c in self._calls]
+        with self._lock:  # propagations append under it: a reset loses none
+            calls = [c.as_dict() for c in self._calls]
+            if reset:
+                self._calls = []
         keys = ("host_to_device_bytes", "vertex_host_to_device_bytes", "structure_host_to_device_bytes",
                 "device_to_host_bytes", "dedup_hit_bytes")
         out = {k: sum(c[k] for c in calls) for k in keys}
@@ -395,8 +397,6 @@ class FullGraph:
         out.update(calls=len(calls), max_device_bytes=max((c["device_bytes"] for c in calls), default=0),
                    staged=self.staged, dedup=self.dedup, device=str(self.device), per_call=calls,
                    intermediate=list(self._intermediate))
-        if reset:
-            self._calls = []
         return out
 
     @property

@@ -321,3 +321,38 @@ def test_dedup_never_moves_more_bytes_in_all_at_a_tight_budget():
                              c["vertex_host_to_device_bytes"]) for c in fg.traffic()["per_call"]]
     for without, with_ in zip(calls[False], calls[True], strict=True):
         assert with_[0] <= without[0] and with_[1] <= without[1]
+
+
+def test_traffic_reset_while_other_threads_propagate_loses_no_call(mm):
+    """traffic(reset=True) read and cleared the call list outside the lock the propagations append
+    under: with a reader resetting while 3 threads propagate, most calls were lost (66-245 of 900)."""
+    import sys
+    import threading
+
+    fg = FullGraph(CSCGraph.from_edges([0, 1, 2], [1, 2, 0], 3), memory=mm, dedup=True, partitions=2)
+    h = torch.randn(3, 2)
+    seen, stop = [0], threading.Event()
+
+    def reader() -> None:
+        while not stop.is_set():
+            seen[0] += fg.traffic(reset=True)["calls"]
+
+    def work() -> None:
+        for _ in range(300):
+            fg.propagate(h)
+
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads often: the window between read and clear is hit
+    try:
+        threads = [threading.Thread(target=work) for _ in range(3)]
+        r = threading.Thread(target=reader)
+        r.start()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        stop.set()
+        r.join()
+    finally:
+        sys.setswitchinterval(before)
+    assert seen[0] + fg.traffic()["calls"] == 900
