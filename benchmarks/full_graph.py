@@ -15,7 +15,13 @@ Cases, each also in a fresh process of its own (so that memory measurements do n
 - ``ours-budget``: the memory manager's device budget set to one quarter of the device-tier peak the
   ``ours`` run reported, so the propagations split into partitions (targets: it completes, and its
   epoch time is within 2x of ``ours``);
-- ``dgl``: DGL 2.1's ``GraphConv`` full graph (target: ours no budget at most DGL's time).
+- ``dgl``: DGL 2.1's ``GraphConv`` full graph (target: ours no budget at most DGL's time);
+- ``staged``: `FullGraph`'s staged (HongTu) path without a budget, every host-device transfer
+  counted (``fg.traffic()``); ``staged-1/4``, ``staged-1/8``: its device budget at 1/4 and 1/8 of
+  ``staged``'s device-tier peak, with the dedup cache, and ``staged-1/4-nodedup``,
+  ``staged-1/8-nodedup`` without it. These run in the interleaved process only (each with its own
+  memory manager, whose device-tier peak they report); the traffic column is the host-to-device bytes
+  of one epoch (vertex rows and partition structure) and the dedup hit bytes.
 
 Peak memory, two ways:
 
@@ -57,6 +63,7 @@ from _report import machine, write_result
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "full_graph.json"
 CASES = ("ours", "ours-budget", "dgl")
+STAGED = ("staged", "staged-1/4", "staged-1/4-nodedup", "staged-1/8", "staged-1/8-nodedup")
 
 
 def _status_kib(field: str) -> int:
@@ -182,11 +189,44 @@ def worker(case: str, cfg: dict) -> dict:
     return out
 
 
-def interleaved(cfg: dict, cases: list[str]) -> dict[str, list[float]]:
+def _staged(graph, cases: list[str], step_for, warm) -> tuple[dict, dict]:
+    """Steps and (after their run) traffic readers of the staged cases, budgets from ``staged``'s peak."""
+    from graphrl.memory import MemoryManager
+    from samplers import FullGraph
+
+    steps, graphs, budgets = {}, {}, {}
+    base_mm = MemoryManager(device="cpu")
+    base = FullGraph(graph, memory=base_mm, partition_bytes=None, dedup=False)
+    warm(step_for(base))
+    peak = base_mm.stats()["device"]["samplers.full_graph"]["peak"]
+    for case in cases:
+        if case == "staged":
+            fg = base
+        else:
+            frac = 0.25 if case.startswith("staged-1/4") else 0.125
+            budgets[case] = max(int(peak * frac), 1)
+            mm = MemoryManager(budgets={"device": budgets[case]}, device="cpu")
+            fg = FullGraph(graph, memory=mm, partition_bytes=None, dedup=not case.endswith("nodedup"))
+        steps[case], graphs[case] = step_for(fg), (fg, budgets.get(case))
+    return steps, graphs
+
+
+def _staged_info(fg, budget: int | None, rounds: int) -> dict:
+    t = fg.traffic()
+    stats = fg.memory.stats()["device"].get("samplers.full_graph", {})
+    return {"h2d_bytes_per_epoch": t["host_to_device_bytes"] / rounds,
+            "vertex_h2d_bytes_per_epoch": t["vertex_host_to_device_bytes"] / rounds,
+            "d2h_bytes_per_epoch": t["device_to_host_bytes"] / rounds,
+            "dedup_hit_bytes_per_epoch": t["dedup_hit_bytes"] / rounds, "partitions": t["partitions"],
+            "device_peak_bytes": stats.get("peak", 0), "device_budget_bytes": budget}
+
+
+def interleaved(cfg: dict, cases: list[str]) -> dict:
     """Epoch times of every case in one process, one epoch of each in turn, ``cfg["epochs"]`` rounds.
 
     Load from other processes then falls on all cases alike. ``ours-budget`` uses its own `FullGraph`
     with ``partition_bytes`` = the budget, which gives the partitions the budgeted manager gives.
+    Returns ``{"times": {case: [seconds]}, "staged": {case: traffic and device peak per epoch}}``.
     """
     from graphrl.dglshim import import_dgl
     from graphrl.nn import GCN
@@ -225,16 +265,24 @@ def interleaved(cfg: dict, cases: list[str]) -> dict[str, list[float]]:
             F.cross_entropy(dgl_model(g, x), y).backward()
 
         steps["dgl"] = dgl_step
+    staged = [c for c in cases if c in STAGED]
+    graphs: dict = {}
+    if staged:
+        more, graphs = _staged(graph, staged, ours_step, lambda step: step())
+        steps.update(more)
     for _ in range(cfg["warmup"]):
         for step in steps.values():
             step()
+    for fg, _ in graphs.values():
+        fg.traffic(reset=True)
     times: dict[str, list[float]] = {case: [] for case in steps}
     for _ in range(cfg["epochs"]):
         for case, step in steps.items():
             t0 = time.perf_counter()
             step()
             times[case].append(time.perf_counter() - t0)
-    return times
+    return {"times": {c: times[c] for c in cases},
+            "staged": {c: _staged_info(fg, b, cfg["epochs"]) for c, (fg, b) in graphs.items()}}
 
 
 def _run_case(case: str, cfg: dict) -> dict:
@@ -286,7 +334,7 @@ def _fmt_mb(n: float | None) -> str:
 @click.option("--memory-epochs", default=2, show_default=True,
               help="Timed epochs of each case's own process (memory measurements).")
 @click.option("--warmup", default=1, show_default=True, help="Untimed epochs first (JIT, allocations).")
-@click.option("--cases", default=",".join(CASES), show_default=True, help="Comma-separated subset.")
+@click.option("--cases", default=",".join(CASES + STAGED), show_default=True, help="Comma-separated subset.")
 @click.option("--budget-fraction", default=0.25, show_default=True,
               help="ours-budget's device budget as a fraction of ours' device-tier peak.")
 @click.option("--threads", default=None, type=click.IntRange(min=1),
@@ -307,7 +355,7 @@ def main(scale: float, in_degree: str, features: int, hidden: int, classes: int,
             click.echo(json.dumps(worker(worker_case, cfg)))
         return
     names = [c.strip() for c in cases.split(",") if c.strip()]
-    unknown = set(names) - set(CASES)
+    unknown = set(names) - set(CASES) - set(STAGED)
     if unknown:
         raise click.BadParameter(f"unknown cases {sorted(unknown)}", param_hint="--cases")
     threads = threads or os.cpu_count() or 1
@@ -323,7 +371,7 @@ def main(scale: float, in_degree: str, features: int, hidden: int, classes: int,
     # 1. each case in its own process: memory (device-tier peak, RSS)
     results: dict[str, dict] = {}
     budget = None
-    for case in names:
+    for case in [c for c in names if c in CASES]:
         case_cfg = dict(cfg)
         if case == "ours-budget":
             if "ours" not in results:
@@ -335,30 +383,38 @@ def main(scale: float, in_degree: str, features: int, hidden: int, classes: int,
             results[case] = _run_case(case, case_cfg)
     # 2. one process, the cases' epochs in turn: times under the same load
     click.echo(f"timing run: {', '.join(names)} interleaved, {epochs} rounds ...", err=True)
-    timing = _run_case("interleaved:" + ",".join(names), dict(cfg, epochs=epochs, device_budget=budget))
+    run = _run_case("interleaved:" + ",".join(names), dict(cfg, epochs=epochs, device_budget=budget))
+    timing = run["times"]
     best = {case: min(t) for case, t in timing.items()}
     median = {case: statistics.median(t) for case, t in timing.items()}
     for case in names:
+        results.setdefault(case, {"system": "graphrl FullGraph (staged)", "epoch_rss_rise_bytes": None,
+                                  "peak_rss_kib": None, "partitions": {}})
+        results[case].update(run["staged"].get(case, {}))
         results[case]["interleaved_epoch_seconds"] = timing[case]
 
     rows = []
     click.echo(f"\n{label}, GCN {features}->{hidden}->{classes}, {threads} threads; epoch = forward + "
                f"backward; times: best of {epochs} interleaved rounds (median)")
-    click.echo(f"{'case':<13} {'epoch s':>8} {'median s':>9} {'vs dgl':>7} {'vs ours':>8} "
+    click.echo(f"{'case':<19} {'epoch s':>8} {'median s':>9} {'vs dgl':>7} {'vs ours':>8} "
                f"{'device peak MiB':>16} {'budget MiB':>11} {'partitions':>11} {'RSS rise MiB':>13} "
-               f"{'peak RSS MiB':>13}")
+               f"{'peak RSS MiB':>13} {'h2d MiB/ep':>11} {'dedup hit MiB/ep':>17}")
     dgl_res = results.get("dgl")
     for case in names:
         r = results[case]
         vs_dgl = best[case] / best["dgl"] if "dgl" in best else None
         vs_ours = best[case] / best["ours"] if "ours" in best and case != "dgl" else None
-        parts = ",".join(f"{w}:{p}" for w, p in r.get("partitions", {}).items()) or "-"
+        parts = r.get("partitions", {})
+        parts = (",".join(f"{w}:{p}" for w, p in parts.items()) or "-") if isinstance(parts, dict) \
+            else str(parts)
         t_dgl = "-" if vs_dgl is None else f"{vs_dgl:.2f}"
         t_ours = "-" if vs_ours is None else f"{vs_ours:.2f}"
-        click.echo(f"{case:<13} {best[case]:>8.3f} {median[case]:>9.3f} {t_dgl:>7} {t_ours:>8} "
+        click.echo(f"{case:<19} {best[case]:>8.3f} {median[case]:>9.3f} {t_dgl:>7} {t_ours:>8} "
                    f"{_fmt_mb(r.get('device_peak_bytes')):>16} {_fmt_mb(r.get('device_budget_bytes')):>11} "
                    f"{parts:>11} {_fmt_mb(r.get('epoch_rss_rise_bytes')):>13} "
-                   f"{_fmt_mb(r['peak_rss_kib'] * 1024):>13}")
+                   f"{_fmt_mb(r['peak_rss_kib'] and r['peak_rss_kib'] * 1024):>13} "
+                   f"{_fmt_mb(r.get('h2d_bytes_per_epoch')):>11} "
+                   f"{_fmt_mb(r.get('dedup_hit_bytes_per_epoch')):>17}")
         if case == "dgl":
             continue
         rows.append({
@@ -369,8 +425,11 @@ def main(scale: float, in_degree: str, features: int, hidden: int, classes: int,
             "ours_median": median[case], "baseline_median": median.get("dgl"),
             "time_vs_unbudgeted": vs_ours,
             "device_peak_bytes": r["device_peak_bytes"], "device_budget_bytes": r["device_budget_bytes"],
-            "partitions": r["partitions"],
-            "epoch_rss_rise_bytes": r["epoch_rss_rise_bytes"], "peak_rss_bytes": r["peak_rss_kib"] * 1024,
+            "partitions": r["partitions"], "h2d_bytes_per_epoch": r.get("h2d_bytes_per_epoch"),
+            "vertex_h2d_bytes_per_epoch": r.get("vertex_h2d_bytes_per_epoch"),
+            "dedup_hit_bytes_per_epoch": r.get("dedup_hit_bytes_per_epoch"),
+            "epoch_rss_rise_bytes": r["epoch_rss_rise_bytes"],
+            "peak_rss_bytes": r["peak_rss_kib"] and r["peak_rss_kib"] * 1024,
             "baseline_epoch_rss_rise_bytes": dgl_res["epoch_rss_rise_bytes"] if dgl_res else None,
             "baseline_peak_rss_bytes": dgl_res["peak_rss_kib"] * 1024 if dgl_res else None})
     click.echo("JSON ratio = DGL time / ours (> 1: ours faster). RSS rise = peak RSS during a case's own "

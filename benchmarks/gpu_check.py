@@ -9,7 +9,11 @@ The parts, one module each beside this driver:
    weighted, a per-layer profile and the host-side steps of a layer (``gpu_sampler_check.py``);
 3. feature gather GB/s, device table and mapped host table (``gpu_features_check.py``);
 4. replay windows gathered on the GPU: byte-equal to the CPU's, then windows/s and GB/s against the CPU
-   gather and copy (``gpu_replay_check.py``).
+   gather and copy (``gpu_replay_check.py``);
+6. full-graph GCN with host-resident vertex data (HongTu): all on the device vs `FullGraph`'s staged
+   path at 1/4 of the device run's peak, and a graph whose vertex data is 3x the budget
+   (``gpu_full_graph_check.py``; ``--only-full-graph``, ``--fg-scale`` to shrink it,
+   ``--fg-dry-run`` for a tiny CPU run of the same code).
 
 Writes ``benchmarks/results/gpu_check.json`` and prints a table; each part checks the clock against
 ``--budget`` and shrinks its repeats if it runs late. ``--only-replay`` runs part 4 alone,
@@ -46,6 +50,7 @@ import replay  # noqa: E402, F401  # the package, before benchmarks/replay.py is
 
 sys.path.append(str(_HERE))
 from gpu_features_check import time_gather  # noqa: E402
+from gpu_full_graph_check import full_graph_part, print_full_graph  # noqa: E402
 from gpu_hetero_check import hetero_part  # noqa: E402
 from gpu_replay_check import print_replay, replay_part  # noqa: E402
 from gpu_sampler_check import check_correctness, sampler_part  # noqa: E402
@@ -80,16 +85,37 @@ def _no_gpu_exit() -> None:
 @click.option("--replay-repeats", default=50, show_default=True, help="Timed batches per replay case.")
 @click.option("--only-replay", is_flag=True, help="Run only part 4 (replay).")
 @click.option("--only-sampler", is_flag=True, help="Run only parts 1, 5 and 2 (sampling).")
+@click.option("--only-full-graph", is_flag=True, help="Run only part 6 (full-graph GCN, host vertex data).")
+@click.option("--full-graph/--no-full-graph", "with_full_graph", default=True, show_default=True,
+              help="Run part 6 after the others.")
+@click.option("--fg-scale", default=0.5, show_default=True,
+              help="Part 6: fraction of ogbn-products' size (2.4M nodes, 62M edges; 1 = that size, a few "
+                   "minutes more, mostly host-side planning in the first epoch).")
+@click.option("--fg-epochs", default=3, show_default=True, help="Part 6: timed epochs per case.")
+@click.option("--fg-dry-run", is_flag=True, help="Part 6 alone, tiny, on the CPU (tests the script; no GPU).")
 @click.option("--budget", default=240.0, show_default=True, help="Seconds the whole check aims to fit in.")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--output", default=str(RESULTS), show_default=True, type=click.Path(dir_okay=False))
 def main(check_nodes, check_edges, check_batches, nodes, edges_per_node, fanouts, batch_size, batches,
          feature_rows, feature_dim, replay_check_steps, replay_check_batches, replay_steps, replay_batch,
-         replay_window, replay_repeats, only_replay, only_sampler, budget, seed, output) -> None:
+         replay_window, replay_repeats, only_replay, only_sampler, only_full_graph, with_full_graph, fg_scale,
+         fg_epochs, fg_dry_run, budget, seed, output) -> None:
     """Correctness and speed of the numba.cuda sampling kernels on a real GPU (see the module docstring)."""
+    t0 = time.perf_counter()
+    fg_args = {"nodes": int(2_400_000 * fg_scale), "edges": int(62_000_000 * fg_scale), "epochs": fg_epochs,
+               "seed": seed}
+    if fg_dry_run or only_full_graph:
+        if not fg_dry_run and not torch.cuda.is_available():
+            _no_gpu_exit()
+        result = {"benchmark": "gpu_check", "machine": {"cpus": os.cpu_count(), "torch": torch.__version__,
+                                                        "cuda_device": None if fg_dry_run else
+                                                        torch.cuda.get_device_name()}, "rows": []}
+        ok = full_graph_part(result, **fg_args, dry_run=fg_dry_run)
+        print_full_graph(result, click.echo)
+        _write(result, t0, output)
+        sys.exit(0 if ok else 1)
     if not cuda.is_available():
         _no_gpu_exit()
-    t0 = time.perf_counter()
     fans = [int(k) for k in fanouts.split(",")]
     simulator = bool(numba.config.ENABLE_CUDASIM)
     device = "simulator" if simulator else cuda.get_current_device().name
@@ -124,8 +150,12 @@ def main(check_nodes, check_edges, check_batches, nodes, edges_per_node, fanouts
                f"pinned host via UVA {gather['pinned_uva_GBps']:.1f} GB/s, "
                f"device copy {gather['device_copy_GBps']:.1f} GB/s")
     print_replay(result)
+    fg_ok = True
+    if with_full_graph and not bool(numba.config.ENABLE_CUDASIM):
+        fg_ok = full_graph_part(result, **fg_args)
+        print_full_graph(result, click.echo)
     _write(result, t0, output)
-    if not result["correctness"]["deterministic_ok"] or not replay_ok:
+    if not result["correctness"]["deterministic_ok"] or not replay_ok or not fg_ok:
         sys.exit(1)
 
 

@@ -5,10 +5,14 @@ nodes), row-normalised bag-of-words features, 2 layers, 16 hidden units, dropout
 learning rate 0.01, weight decay 5e-4 on the first layer, 200 epochs. The paper reports 81.5 %
 test accuracy on Cora and 70.3 % on CiteSeer. Each propagation runs through `FullGraph`, destination
 partition by partition under a device budget (``--device-budget``; the device tier is host memory
-without a GPU).
+without a GPU). ``--device cuda`` is HongTu's setting: the weights on the GPU, the vertex data on the
+host, partitions streamed through the device with a cache of rows several partitions read
+(``--no-dedup`` to compare); it prints the host-device bytes of the last seed (``fg.traffic()``).
+``--model sage`` trains GraphSAGE-mean instead.
 
     python examples/full_graph_gcn.py --dataset cora --seeds 10
     python examples/full_graph_gcn.py --dataset citeseer --seeds 10 --device-budget 256KiB
+    python examples/full_graph_gcn.py --dataset cora --device cuda --device-budget 128KiB
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ import torch
 
 from graphrl.datasets import load_planetoid
 from graphrl.memory import MemoryManager
-from graphrl.nn import GCN
+from graphrl.nn.gcn import GCN
+from graphrl.nn.sage import GraphSAGE
 from graphrl.train import row_normalize, train_full_graph
 from samplers import FullGraph
 
@@ -48,6 +53,11 @@ PAPER = {"cora": 81.5, "citeseer": 70.3}
               help="Device-tier budget of the memory manager, e.g. '256KiB' (default: unlimited).")
 @click.option("--partition-bytes", default="256MiB", show_default=True,
               help="Most bytes of one partition's working set.")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
+              help="cuda: weights on the GPU, vertex data on the host, FullGraph's staged path.")
+@click.option("--dedup/--no-dedup", default=True, show_default=True,
+              help="With --device cuda: the device cache of rows that several partitions read.")
+@click.option("--model", "model_name", type=click.Choice(["gcn", "sage"]), default="gcn", show_default=True)
 @click.option("--threads", type=click.IntRange(min=1), default=None,
               help="Threads for torch and the numba kernels (default: every core). On a busy machine 1 is "
                    "often fastest for graphs as small as Cora.")
@@ -55,7 +65,7 @@ PAPER = {"cora": 81.5, "citeseer": 70.3}
               help="Folder holding cora_citeseer/ (default: $GRAPHRL_DATA, else ../shared/data).")
 def main(dataset: str, seeds: int, epochs: int, hidden: int, layers: int, dropout: float, lr: float,
          weight_decay: float, early_stopping: int | None, device_budget: str | None, partition_bytes: str,
-         threads: int | None, data_root: str | None) -> None:
+         device: str, dedup: bool, model_name: str, threads: int | None, data_root: str | None) -> None:
     """Train a GCN on DATASET with SEEDS seeds and print the test accuracy, mean +- std."""
     if threads is not None:
         torch.set_num_threads(threads)
@@ -70,14 +80,22 @@ def main(dataset: str, seeds: int, epochs: int, hidden: int, layers: int, dropou
                f"{int(ds.test_mask.sum())}")
 
     budgets = {"device": device_budget} if device_budget else None
-    with MemoryManager(budgets=budgets, device="cpu") as mm, \
-            FullGraph(ds.graph, memory=mm, partition_bytes=partition_bytes) as fg:
+    on_gpu = device == "cuda" and torch.cuda.is_available()
+    norm = ("sym", True) if model_name == "gcn" else ("left", False)  # SAGE: the in-neighbour mean
+    with MemoryManager(budgets=budgets, device="cuda" if on_gpu else "cpu") as mm, \
+            FullGraph(ds.graph, normalization=norm[0], add_self_loops=norm[1], memory=mm,
+                      partition_bytes=partition_bytes, device=device,
+                      dedup=dedup if device == "cuda" else None) as fg:
         click.echo(f"{fg}; partitions at width {hidden}: {fg.num_partitions(hidden)}")
         accs = []
         start = time.perf_counter()
         for seed in range(seeds):
-            model = GCN(ds.num_features, hidden, out_dim=ds.num_classes, layers=layers, dropout=dropout,
+            cls = GCN if model_name == "gcn" else GraphSAGE
+            model = cls(ds.num_features, hidden, out_dim=ds.num_classes, layers=layers, dropout=dropout,
                         seed=seed)
+            if on_gpu:
+                model = model.to("cuda")
+            fg.traffic(reset=True)
             result = train_full_graph(model, fg, features, ds.labels, ds.train_mask, epochs=epochs, lr=lr,
                                       weight_decay=weight_decay, val_mask=ds.val_mask, test_mask=ds.test_mask,
                                       early_stopping=early_stopping)
@@ -85,6 +103,12 @@ def main(dataset: str, seeds: int, epochs: int, hidden: int, layers: int, dropou
             click.echo(f"seed {seed}: test accuracy {accs[-1]:.1f} %  (val {100 * result.val_acc:.1f} %, "
                        f"{result.epochs} epochs, {1000 * result.step_seconds:.1f} ms/step)")
         peak = mm.stats()["device"].get("samplers.full_graph", {}).get("peak", 0)
+        t = fg.traffic()
+        if t["staged"]:
+            click.echo(f"last seed, staged (dedup {'on' if t['dedup'] else 'off'}): host-to-device "
+                       f"{t['host_to_device_bytes'] / 2**20:,.1f} MiB, device-to-host "
+                       f"{t['device_to_host_bytes'] / 2**20:,.1f} MiB, served by the dedup cache "
+                       f"{t['dedup_hit_bytes'] / 2**20:,.1f} MiB; up to {t['partitions']} partitions")
     mean = statistics.fmean(accs)
     std = statistics.pstdev(accs) if len(accs) > 1 else 0.0
     click.echo(f"{ds.name} test accuracy over {seeds} seeds: {mean:.1f} +- {std:.1f} % "

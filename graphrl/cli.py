@@ -84,6 +84,12 @@ DEMO_TASKS = {"recommend": 1.5, "node-classification": None, "rl": 1.75}
               help="node-classification: runs with seeds --seed, --seed + 1, ...; prints mean +- std.")
 @click.option("--device-budget", default=None,
               help="node-classification: the memory manager's device-tier budget, e.g. '256KiB'.")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
+              help="node-classification: cuda puts the weights on the GPU and streams host-resident vertex "
+                   "data through FullGraph's staged path (without CUDA: the same path on host memory).")
+@click.option("--dedup/--no-dedup", default=None,
+              help="node-classification: FullGraph's device cache of rows several partitions read (default: "
+                   "on with --device cuda; either flag on the CPU selects the staged path).")
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False), default=None,
               help="Write the learning curves (demo_<task>.png, and demo_curves.json, where other tasks' "
                    "curves are kept) into this folder; needs the plot extra. recommend then evaluates "
@@ -93,8 +99,8 @@ DEMO_TASKS = {"recommend": 1.5, "node-classification": None, "rl": 1.75}
 @click.pass_context
 def demo(ctx: click.Context, task: str, dataset: str | None, minutes: float | None, epochs: float | None,
          batch_size: int, fanouts: str, lr: float, embedding_dim: int, exclude: str, seed: int,
-         data_root: str | None, synthetic_size: str, seeds: int, device_budget: str | None,
-         plot_dir: str | None, logdir: str | None) -> None:
+         data_root: str | None, synthetic_size: str, seeds: int, device_budget: str | None, device: str,
+         dedup: bool | None, plot_dir: str | None, logdir: str | None) -> None:
     """Run the demo tasks: by default all of them in turn, within 5 minutes on 2 cores.
 
     recommend: LightGCN with BPR on Gowalla through our samplers; prints recall@20, NDCG@20 and
@@ -114,12 +120,13 @@ def demo(ctx: click.Context, task: str, dataset: str | None, minutes: float | No
         load_before = os.getloadavg()[0]
         if name == "node-classification":
             if task == "all":
-                _demo_node_classification("cora", 200, 0.01, seed, seeds, device_budget, data_root, curves)
+                _demo_node_classification("cora", 200, 0.01, seed, seeds, device_budget, data_root, curves,
+                                          device, dedup)
             else:
                 default_lr = ctx.get_parameter_source("lr") is click.core.ParameterSource.DEFAULT
                 _demo_node_classification(dataset or "cora", 200 if epochs is None else max(1, round(epochs)),
                                           0.01 if default_lr else lr, seed, seeds, device_budget, data_root,
-                                          curves)
+                                          curves, device, dedup)
         elif name == "rl":
             _demo_rl(budget, seed, curves)
         else:
@@ -236,7 +243,8 @@ def _demo_recommend(dataset: str | None, minutes: float, epochs: float | None, b
 
 
 def _demo_node_classification(dataset: str, epochs: int, lr: float, seed: int, seeds: int,
-                              device_budget: str | None, data_root: str | None, curves=None) -> None:
+                              device_budget: str | None, data_root: str | None, curves=None,
+                              device: str = "cpu", dedup: bool | None = None) -> None:
     """``demo --task node-classification``: GCN over FullGraph on Cora/CiteSeer, test accuracy per seed."""
     import numba
     import torch
@@ -250,7 +258,7 @@ def _demo_node_classification(dataset: str, epochs: int, lr: float, seed: int, s
     paper = {"cora": 81.5, "citeseer": 70.3}[dataset]
     click.echo(f"task: node classification on {dataset}: GCN, 2 layers, 16 hidden, dropout 0.5, lr {lr:g}, "
                f"weight decay 5e-4 (first layer), {epochs} epochs, {seeds} seed(s); device budget "
-               f"{device_budget or 'unlimited'}")
+               f"{device_budget or 'unlimited'}; device {device}")
 
     def on_seed(s: int, r) -> None:
         click.echo(f"seed {s}: test accuracy {100 * r.test_acc:.1f} %  (val {100 * r.val_acc:.1f} %, "
@@ -264,6 +272,7 @@ def _demo_node_classification(dataset: str, epochs: int, lr: float, seed: int, s
     try:
         report = run_node_classification(dataset, seeds=seeds, epochs=epochs, lr=lr, root=data_root,
                                          first_seed=seed, device_budget=device_budget, on_seed=on_seed,
+                                         device=device, dedup=dedup,
                                          on_epoch=curves and curves.node_classification_epoch)
     except FileNotFoundError as err:
         raise click.ClickException(f"{err}") from None
@@ -277,6 +286,12 @@ def _demo_node_classification(dataset: str, epochs: int, lr: float, seed: int, s
     click.echo(f"{report.dataset} test accuracy over {seeds} seed(s): {100 * report.mean:.1f} +- "
                f"{100 * report.std:.1f} % (paper {paper} %); {report.seconds:.1f} s; device-tier peak "
                f"{report.device_peak_bytes:,} bytes")
+    t = report.traffic
+    if t.get("staged"):
+        click.echo(f"staged path (dedup {'on' if t['dedup'] else 'off'}): host-to-device "
+                   f"{t['per_epoch_host_to_device_bytes']:,.0f} bytes/epoch, dedup hits "
+                   f"{t['dedup_hit_bytes'] / report.results[-1].epochs:,.0f} bytes/epoch, "
+                   f"layers {'/'.join(t['intermediate'])}")
     if curves is not None:
         curves.node_classification_final(report.dataset, paper)
 

@@ -16,13 +16,20 @@ bytes (s: index size, b: feature itemsize) plus 192 bytes of alignment.
 
 Without CUDA the device tier is host memory and the kernels are numba CPU kernels
 (`samplers.kernels.spmm.spmm_partition`: parallel over chunks of destination rows, each row summed in
-a fixed order, so results are bitwise the same for any number of threads). The CUDA path is not built
-yet: a CUDA device raises `NotImplementedError`. See docs/architecture.md#full-graph-propagation.
+a fixed order, so results are bitwise the same for any number of threads).
+
+The *staged* path (``device="cuda"``, or ``dedup=True/False`` on the CPU) moves data as HongTu does:
+each partition's distinct source rows are gathered into a device buffer, multiply-read rows once per
+propagation into a device cache (``dedup``), outputs copied back; plans in `samplers.full_graph_plan`,
+execution and byte counts in `samplers.full_graph_stream`, reported by `FullGraph.traffic`. Without
+CUDA the same code runs on the host-memory device tier and counts every logical transfer.
+See docs/architecture.md#full-graph-propagation.
 """
 
 from __future__ import annotations
 
 import logging
+import numbers
 import threading
 import weakref
 
@@ -31,9 +38,12 @@ import numpy as np
 import torch
 
 from graphrl.graph import CSCGraph
-from graphrl.kernels.spmm import csr_transpose, normalized_adjacency, spmm_partition
+from graphrl.kernels.spmm import spmm_partition
 from graphrl.memory import MemoryBudgetError, MemoryManager, Region, Tier, parse_size
 from samplers._checks import check_open
+from samplers.full_graph_adjacency import SLACK, Operator, align, build_operators, greedy_bounds
+from samplers.full_graph_plan import DEFAULT_CACHE_SHARE, PartitionPlan, locality_order, plan_propagation
+from samplers.full_graph_stream import CallTraffic, StagedExecutor
 
 __all__ = ["FullGraph", "NORMALIZATIONS"]
 
@@ -43,54 +53,7 @@ NORMALIZATIONS = ("sym", "left", "right", "none")
 OWNER = "samplers.full_graph"  # device-tier working set
 OWNER_ADJ = "samplers.full_graph.adjacency"  # host-tier normalised adjacency (and its transpose)
 OWNER_VERTEX = "samplers.full_graph.vertex"  # host-tier outputs of propagate (and gradients)
-_ALIGN = 64
-_SLACK = 3 * _ALIGN  # alignment padding of the four arrays of a partition's working set
-
-
-def _align(n: int) -> int:
-    return -(-n // _ALIGN) * _ALIGN
-
-
-@nb.njit(nogil=True, cache=True)
-def _greedy_bounds(indptr, edge_bytes, row_bytes, cap):  # pragma: no cover - compiled
-    """Cut rows into maximal consecutive partitions of cost <= cap; (bounds, -1) or (empty, bad row)."""
-    n = indptr.shape[0] - 1
-    bounds = np.empty(n + 1, np.int64)
-    bounds[0] = 0
-    k = 0
-    r0 = 0
-    while r0 < n:
-        cost = 8 + _SLACK  # the row pointer's extra entry and the alignment
-        r = r0
-        while r < n:
-            c = row_bytes + edge_bytes * (indptr[r + 1] - indptr[r])
-            if cost + c > cap:
-                break
-            cost += c
-            r += 1
-        if r == r0:
-            return bounds[:0], r0
-        k += 1
-        bounds[k] = r
-        r0 = r
-    return bounds[: k + 1], -1
-
-
-class _Operator:
-    """One CSR matrix (the normalised adjacency or its transpose) in host-tier regions."""
-
-    def __init__(self, regions: tuple[Region, Region, Region]) -> None:
-        self.regions = regions
-        self.indptr, self.indices, self.weights = (r.numpy() for r in regions)
-
-    @property
-    def nnz(self) -> int:
-        return int(self.indices.shape[0])
-
-    def free(self) -> None:
-        for r in self.regions:
-            if not r.freed:
-                r.free()
+_MAX_PLANS = 8  # plans kept (each holds a reordered copy of the matrix's columns and weights)
 
 
 def _free_quietly(region: Region) -> None:
@@ -140,13 +103,26 @@ class FullGraph:
     memory : MemoryManager or None
         Where every buffer comes from: the partitions' working set from the ``device`` tier, the
         normalised adjacency and the outputs of `propagate` from the ``pinned`` tier with CUDA, else
-        ``host``. None creates a private manager (closed by `close`).
+        ``host`` (the staged path's outputs always from ``host``: its transfers go through pinned
+        staging buffers of its own). None creates a private manager (closed by `close`).
     partition_bytes : int, str or None
         Most bytes of one partition's working set (``"256MiB"``; see `graphrl.memory.parse_size`).
         The working set of every call is also kept within the device tier's free bytes. None: limited
         by the device tier only.
     device : str, torch.device or None
-        Where partitions are computed: None or ``"cpu"``. CUDA raises `NotImplementedError` for now.
+        Where partitions are computed: None or ``"cpu"`` (host kernels), or ``"cuda"`` (the staged path
+        on the memory manager's device tier; without CUDA it runs on host memory, with a warning, and
+        counts the same transfers).
+    dedup : bool or None
+        The staged path with (True) or without (False, every partition moves all it reads) the device
+        cache of multiply-read source rows. None: True for CUDA, else the zero-copy host path.
+    cache_share : float
+        With ``dedup``, the share of the device budget partitioning leaves to the cache, in [0, 1).
+    reorder : {"rcm", "none"}
+        Staged path: order destination rows by reverse Cuthill-McKee before cutting partitions.
+    partitions : int or None
+        Staged path: cut this many partitions (at most N, one row each), balanced by edges and bytes (a
+        `MemoryBudgetError` if they do not fit the device budget); None: as few as the budget allows.
 
     Attributes
     ----------
@@ -156,15 +132,22 @@ class FullGraph:
         P equals its transpose (entries and order), so the backward pass reuses P's storage.
     last_partitions : int
         Partitions of the last propagation (forward or backward).
+    device : torch.device
+    dedup : bool or None
+    staged : bool
+        The staged (HongTu) path runs the propagations (``dedup`` is not None).
 
     Raises
     ------
     TypeError
-        ``graph`` is not a `CSCGraph`, or ``memory`` is not a `MemoryManager`.
+        ``graph`` is not a `CSCGraph`, ``memory`` is not a `MemoryManager`, or ``dedup`` is not a
+        bool or None.
     ValueError
         An unknown ``normalization``, or a bad ``partition_bytes``.
-    NotImplementedError
-        A CUDA ``device``, or a ``memory`` whose device tier is a GPU.
+    ValueError
+        A ``device`` that is neither CPU nor CUDA, a ``memory`` whose device tier does not match
+        ``device`` (a GPU tier for the host path, host memory for CUDA while CUDA is available), a
+        bad ``cache_share``, ``reorder`` or ``partitions`` (or ``partitions`` on the host path).
     MemoryBudgetError
         The host tier has no room for the normalised adjacency.
 
@@ -181,11 +164,17 @@ class FullGraph:
     >>> out = fg.propagate(h)            # P @ h, differentiable in h        # doctest: +SKIP
     >>> mm.stats()["device"]["samplers.full_graph"]["peak"] <= 16 * 2**20  # doctest: +SKIP
     True
+    >>> mm = MemoryManager(budgets={"device": "2GiB"})                        # doctest: +SKIP
+    >>> fg = FullGraph(graph, memory=mm, device="cuda", dedup=True)          # doctest: +SKIP
+    >>> out = fg.propagate(h)            # h on the host; partitions stream   # doctest: +SKIP
+    >>> fg.traffic()["host_to_device_bytes"]                                 # doctest: +SKIP
     """
 
     def __init__(self, graph: CSCGraph, normalization: str = "sym", add_self_loops: bool = True,
                  memory: MemoryManager | None = None, partition_bytes: int | str | None = "256MiB",
-                 device: str | torch.device | None = None) -> None:
+                 device: str | torch.device | None = None, dedup: bool | None = None,
+                 cache_share: float = DEFAULT_CACHE_SHARE, reorder: str = "rcm",
+                 partitions: int | None = None) -> None:
         if not isinstance(graph, CSCGraph):
             raise TypeError(f"graph must be a CSCGraph, got {type(graph).__name__}")
         if normalization not in NORMALIZATIONS:
@@ -193,22 +182,39 @@ class FullGraph:
                              f"got {normalization!r}")
         if memory is not None and not isinstance(memory, MemoryManager):
             raise TypeError(f"memory must be a MemoryManager or None, got {type(memory).__name__}")
-        if device is not None and torch.device(device).type != "cpu":
-            raise NotImplementedError(
-                f"device={str(device)!r}: the CUDA path of FullGraph (partitions on the GPU reading pinned "
-                "vertex data through UVA) is not built yet; use device=None or 'cpu'")
+        try:
+            self.device = torch.device("cpu" if device is None else device)
+        except (RuntimeError, TypeError) as err:  # torch's own message does not name the argument
+            raise ValueError(f"device must be 'cpu' or 'cuda', got {str(device)!r}") from err
+        if self.device.type not in ("cpu", "cuda"):
+            raise ValueError(f"device must be 'cpu' or 'cuda', got {str(device)!r}")
+        if not 0.0 <= float(cache_share) < 1.0:
+            raise ValueError(f"cache_share must be in [0, 1), got {cache_share!r}")
+        if reorder not in ("rcm", "none"):
+            raise ValueError(f"reorder must be 'rcm' or 'none', got {reorder!r}")
+        if dedup is not None and not isinstance(dedup, bool):
+            raise TypeError(f"dedup must be True, False or None, got {type(dedup).__name__}")
+        self.dedup = True if dedup is None and self.device.type == "cuda" else dedup
+        self.staged = self.dedup is not None
+        self.cache_share, self.reorder = float(cache_share), reorder
+        if partitions is not None and (isinstance(partitions, bool)
+                                       or not isinstance(partitions, numbers.Integral) or partitions < 1):
+            raise ValueError(f"partitions must be a positive int or None, got {partitions!r}")
+        if partitions is not None and not self.staged:
+            raise ValueError("partitions applies to the staged path: pass dedup=True or False (or "
+                             "device='cuda'); the host path's partitions follow partition_bytes")
+        self.num_parts = None if partitions is None else int(partitions)
         self.partition_bytes = partition_bytes
         self._own_memory = memory is None
-        self.memory = MemoryManager(device="cpu") if memory is None else memory
+        on_gpu = self.device.type == "cuda" and torch.cuda.is_available()
+        if memory is None:  # a private manager, its device tier where the partitions run
+            memory = MemoryManager(device=self.device if on_gpu else "cpu")
+        self.memory = memory
         probe = self.memory.allocate(0, torch.uint8, Tier.DEVICE, owner=OWNER)
         on = probe.device
         probe.free()
-        if not str(on).startswith("cpu"):
-            raise NotImplementedError(
-                f"the memory manager's device tier is {on}: the CUDA path of FullGraph is not built yet; "
-                "pass MemoryManager(device='cpu')")
-        self.normalization = normalization
-        self.add_self_loops = bool(add_self_loops)
+        self._check_tier(str(on))
+        self.normalization, self.add_self_loops = normalization, bool(add_self_loops)
         self.num_nodes = graph.num_nodes
         self._host_tier = Tier.PINNED if torch.cuda.is_available() else Tier.HOST
         self._lock = threading.Lock()
@@ -216,59 +222,36 @@ class FullGraph:
         self._ws_box: list[Region] = []  # the workspace, for the finalizer (which must not hold self)
         self.last_partitions = 0
         self._closed = False
-        self._forward, self._backward = self._build(graph)
+        self._order: np.ndarray | None = None
+        self._plans: dict[tuple, PartitionPlan] = {}
+        self._calls: list[CallTraffic] = []
+        self._intermediate: list[str] = []
+        self._executor = StagedExecutor(self.memory, OWNER) if self.staged else None
+        self._forward, self._backward = build_operators(graph, normalization, self.add_self_loops,
+                                                        self._alloc, OWNER_ADJ)
         self.symmetric = self._backward is self._forward
         self.num_entries = self._forward.nnz
         self._finalizer = weakref.finalize(self, _free_all, self._forward, self._backward, self._ws_box,
-                                           self.memory if self._own_memory else None)
+                                           self._executor, self.memory if self._own_memory else None)
+
+    def _check_tier(self, on: str) -> None:
+        if not self.staged and not on.startswith("cpu"):
+            raise ValueError(f"memory: the device tier is {on}, but the host path (device='cpu', dedup=None) "
+                             "computes in host memory; pass device='cuda' for the staged GPU path, or "
+                             "MemoryManager(device='cpu')")
+        if self.staged and self.device.type == "cpu" and not on.startswith("cpu"):
+            raise ValueError(f"memory: the device tier is {on} but device='cpu'; pass device='cuda'")
+        if self.device.type == "cuda" and on.startswith("cpu"):
+            if torch.cuda.is_available():
+                raise ValueError("memory: the device tier is host memory while CUDA is available; pass "
+                                 "MemoryManager(device='cuda') for device='cuda'")
+            logger.warning("FullGraph(device='cuda') without CUDA: partitions stream through the device tier "
+                           "in host memory; every host-device transfer is still counted in traffic()")
 
     # ------------------------------------------------------------------ construction
     def _alloc(self, shape, dtype, owner: str) -> Region:
         return self.memory.allocate(shape, dtype, self._host_tier, owner=owner,
                                     fallback=(Tier.HOST,) if self._host_tier is Tier.PINNED else ())
-
-    def _build(self, graph: CSCGraph) -> tuple[_Operator, _Operator]:
-        n = graph.num_nodes
-        indptr = graph.indptr.numpy()
-        indices = graph.indices.numpy()
-        values = graph.weights.numpy() if graph.weights is not None else None
-        loop = 1.0 if self.add_self_loops else 0.0
-        if values is None:
-            deg_in = np.diff(indptr).astype(np.float64)
-            deg_out = np.bincount(indices, minlength=n).astype(np.float64)
-        else:
-            csum = np.concatenate(([0.0], np.cumsum(values, dtype=np.float64)))
-            deg_in = csum[indptr[1:]] - csum[indptr[:-1]]
-            deg_out = np.bincount(indices, weights=values.astype(np.float64), minlength=n)
-        deg_in += loop
-        deg_out += loop
-        power = {"sym": (-0.5, -0.5), "left": (-1.0, 0.0), "right": (0.0, -1.0), "none": (0.0, 0.0)}
-        p_dst, p_src = power[self.normalization]
-        scale_dst, scale_src = _scale(deg_in, p_dst), _scale(deg_out, p_src)
-        nnz = graph.num_edges + (n if self.add_self_loops else 0)
-
-        def regions() -> tuple[Region, Region, Region]:
-            return (self._alloc(n + 1, torch.int64, OWNER_ADJ),
-                    self._alloc(nnz, indices.dtype, OWNER_ADJ),
-                    self._alloc(nnz, torch.float32, OWNER_ADJ))
-
-        fwd = _Operator(regions())
-        try:
-            normalized_adjacency(indptr, indices, values, self.add_self_loops, scale_dst, scale_src,
-                                 out=(fwd.indptr, fwd.indices, fwd.weights))
-            bwd = _Operator(regions())
-        except BaseException:
-            fwd.free()
-            raise
-        # bwd = P^T; then P = (P^T)^T: rows of both list their entries by increasing column, so P is
-        # symmetric exactly when the two are equal, and then one copy serves both directions.
-        csr_transpose(fwd.indptr, fwd.indices, fwd.weights, n, out=(bwd.indptr, bwd.indices, bwd.weights))
-        csr_transpose(bwd.indptr, bwd.indices, bwd.weights, n, out=(fwd.indptr, fwd.indices, fwd.weights))
-        if (np.array_equal(fwd.indptr, bwd.indptr) and np.array_equal(fwd.indices, bwd.indices)
-                and np.array_equal(fwd.weights, bwd.weights)):
-            bwd.free()
-            bwd = fwd
-        return fwd, bwd
 
     # ------------------------------------------------------------------ planning
     @property
@@ -289,15 +272,17 @@ class FullGraph:
         ws = self._workspace
         if ws is not None and not ws.freed:
             free += ws.nbytes
+        if self._executor is not None:
+            free += self._executor.working_bytes
         return free if self.partition_bytes is None else min(self.partition_bytes, free)
 
-    def _bounds(self, op: _Operator, width: int, itemsize: int, cap: int) -> np.ndarray:
+    def _bounds(self, op: Operator, width: int, itemsize: int, cap: int) -> np.ndarray:
         edge_bytes = op.indices.dtype.itemsize + 4
         row_bytes = 8 + width * itemsize
-        bounds, bad = _greedy_bounds(op.indptr, np.int64(edge_bytes), np.int64(row_bytes), np.int64(cap))
+        bounds, bad = greedy_bounds(op.indptr, np.int64(edge_bytes), np.int64(row_bytes), np.int64(cap))
         if bad >= 0:
             degrees = np.diff(op.indptr)
-            need = 16 + _SLACK + row_bytes + edge_bytes * int(degrees.max())
+            need = 16 + SLACK + row_bytes + edge_bytes * int(degrees.max())
             which = "destination" if op is self._forward else "source"
             raise MemoryBudgetError(
                 Tier.DEVICE, OWNER, need, cap, self.memory.budget(Tier.DEVICE),
@@ -324,7 +309,9 @@ class FullGraph:
         Returns
         -------
         numpy.ndarray, int64, shape [P + 1]
-            ``0 = b[0] < b[1] < ... < b[P] = N``; partition i covers rows ``b[i] .. b[i+1]-1``.
+            ``0 = b[0] < b[1] < ... < b[P] = N``; partition i covers rows ``b[i] .. b[i+1]-1`` (on the
+            staged path: rows ``order[b[i]:b[i+1]]``, see `order`; a hub row split over several
+            partitions is counted in each of them, so there ``b[P]`` is N plus the extra pieces).
 
         Raises
         ------
@@ -332,11 +319,95 @@ class FullGraph:
             One row alone needs more than the partition budget (the message says how much would do).
         """
         op = self._backward if transpose else self._forward
+        if self.staged:
+            plan = self.plan(width, dtype, transpose)
+            return np.cumsum([0] + [p.rows.shape[0] for p in plan.parts]).astype(np.int64)
         return self._bounds(op, int(width), torch.empty(0, dtype=dtype).element_size(), self._cap())
 
     def num_partitions(self, width: int, dtype: torch.dtype = torch.float32, transpose: bool = False) -> int:
         """Number of partitions of a propagation of ``width`` features (see `partitions`)."""
         return int(self.partitions(width, dtype, transpose).shape[0] - 1)
+
+    @property
+    def order(self) -> np.ndarray:
+        """Staged path: destination rows in the order partitions cut them (int64 [N]; see ``reorder``)."""
+        if self._order is None:
+            n = self.num_nodes
+            self._order = (locality_order(self._forward.indptr, self._forward.indices, n)
+                           if self.reorder == "rcm" else np.arange(n, dtype=np.int64))
+        return self._order
+
+    def plan(self, width: int, dtype: torch.dtype = torch.float32, transpose: bool = False) -> PartitionPlan:
+        """The staged path's plan (partitions, local CSRs, dedup cache) for ``width`` features now.
+
+        Plans are kept per (direction, width, itemsize, device budget): a training loop plans each
+        layer's width once.
+
+        Returns
+        -------
+        samplers.full_graph_plan.PartitionPlan
+
+        Raises
+        ------
+        ValueError
+            Not the staged path (``dedup`` None on the CPU).
+        MemoryBudgetError
+            One destination row does not fit half the device budget.
+        """
+        if not self.staged:
+            raise ValueError("plan() needs the staged path: FullGraph(..., dedup=True or False) or "
+                             "device='cuda'")
+        itemsize = torch.empty(0, dtype=dtype).element_size()
+        cap = self._cap()
+        key = (bool(transpose), int(width), itemsize, cap)
+        plan = self._plans.get(key)
+        if plan is None:
+            op = self._backward if transpose else self._forward
+            plan = plan_propagation(op.indptr, op.indices, op.weights, self.order, int(width), itemsize, cap,
+                                    bool(self.dedup), self.cache_share, OWNER, self.num_parts)
+            if len(self._plans) >= _MAX_PLANS:  # the oldest first (a budget that moved, say)
+                self._plans.pop(next(iter(self._plans)))
+            self._plans[key] = plan
+        return plan
+
+    def traffic(self, reset: bool = False) -> dict:
+        """Host-device bytes the staged propagations moved since the last reset.
+
+        Returns
+        -------
+        dict
+            Totals ``host_to_device_bytes``, ``vertex_host_to_device_bytes``,
+            ``structure_host_to_device_bytes``, ``device_to_host_bytes``, ``dedup_hit_bytes`` (vertex
+            bytes read from the device cache, every read: the saving over ``dedup=False`` at the same
+            partitions is this minus the cache's load, ``cache_rows`` x d x itemsize per call),
+            ``calls``, ``partitions`` (the most of one call), ``max_device_bytes`` (largest working
+            set); ``dedup``, ``device``; ``per_call``, a list of `samplers.full_graph_stream.CallTraffic`
+            dicts (direction, width, partitions, bytes, cache rows); ``intermediate``, the per-layer
+            keep/recompute choices last noted (`note_intermediates`). The zero-copy host path moves
+            nothing: zeros and ``staged`` False.
+        """
+        with self._lock:  # propagations append under it: a reset loses none
+            calls = [c.as_dict() for c in self._calls]
+            if reset:
+                self._calls = []
+        keys = ("host_to_device_bytes", "vertex_host_to_device_bytes", "structure_host_to_device_bytes",
+                "device_to_host_bytes", "dedup_hit_bytes")
+        out = {k: sum(c[k] for c in calls) for k in keys}
+        out["partitions"] = max((c["partitions"] for c in calls), default=0)
+        out.update(calls=len(calls), max_device_bytes=max((c["device_bytes"] for c in calls), default=0),
+                   staged=self.staged, dedup=self.dedup, device=str(self.device), per_call=calls,
+                   intermediate=list(self._intermediate))
+        return out
+
+    @property
+    def vertex_tier(self) -> Tier:
+        """The memory tier of the vertex data `propagate` returns (host on the staged path; else pinned
+        with CUDA, host without)."""
+        return Tier.HOST if self.staged else self._host_tier
+
+    def note_intermediates(self, choices: list[str]) -> None:
+        """Record a model's per-layer choice (``"keep"`` on the host or ``"recompute"``) for `traffic`."""
+        self._intermediate = list(choices)
 
     # ------------------------------------------------------------------ propagation
     def propagate(self, h: torch.Tensor) -> torch.Tensor:
@@ -426,6 +497,8 @@ class FullGraph:
         n, d = h.shape
         itemsize = h.element_size()
         np_dtype = h.numpy().dtype
+        if self.staged:
+            return self._multiply_staged(h, transpose)
         with self._lock:
             self._check_open()
             cap = self._cap()
@@ -453,13 +526,29 @@ class FullGraph:
             self.last_partitions = bounds.shape[0] - 1
         return out
 
+    def _multiply_staged(self, h: torch.Tensor, transpose: bool) -> torch.Tensor:
+        n, d = h.shape
+        with self._lock:
+            self._check_open()
+            # plain host memory: registering N x d pinned pages per call would cost more than it saves
+            region = self.memory.allocate((n, d), h.dtype, self.vertex_tier, owner=OWNER_VERTEX)
+            out = region.tensor()
+            weakref.finalize(out, _free_quietly, region)
+            if n == 0 or d == 0:
+                return out
+            plan = self.plan(d, h.dtype, transpose)
+            traffic = self._executor.multiply(plan, h, out, "backward" if transpose else "forward")
+            self._calls.append(traffic)
+            self.last_partitions = plan.num_partitions
+        return out
+
     @staticmethod
-    def _layout(op: _Operator, r0: int, r1: int, d: int, itemsize: int) -> tuple[int, int, int, int]:
+    def _layout(op: Operator, r0: int, r1: int, d: int, itemsize: int) -> tuple[int, int, int, int]:
         """Byte offsets of indices, weights and output rows in the working set, and its total size."""
         rows, e = r1 - r0, int(op.indptr[r1] - op.indptr[r0])
-        o_ind = _align(8 * (rows + 1))
-        o_w = _align(o_ind + e * op.indices.dtype.itemsize)
-        o_out = _align(o_w + 4 * e)
+        o_ind = align(8 * (rows + 1))
+        o_w = align(o_ind + e * op.indices.dtype.itemsize)
+        o_out = align(o_w + 4 * e)
         return o_ind, o_w, o_out, max(o_out + rows * d * itemsize, 1)
 
     # ------------------------------------------------------------------ lifetime
@@ -470,6 +559,8 @@ class FullGraph:
                 _free_quietly(self._workspace)
                 self._workspace = None
                 self._ws_box.clear()
+            if self._executor is not None:
+                self._executor.release()
 
     def close(self) -> None:
         """Free the working set and the normalised adjacency (and a private manager); idempotent.
@@ -493,22 +584,16 @@ class FullGraph:
                 f"partition_bytes={self.partition_bytes}, symmetric={self.symmetric})")
 
 
-def _free_all(fwd: _Operator, bwd: _Operator, ws_box: list, own: MemoryManager | None) -> None:
+def _free_all(fwd: Operator, bwd: Operator, ws_box: list, executor: StagedExecutor | None,
+              own: MemoryManager | None) -> None:
     """The finalizer of a `FullGraph`: free its working set and adjacency (and close a private manager)."""
     for ws in ws_box:
         _free_quietly(ws)
     ws_box.clear()
+    if executor is not None and not executor.memory.closed:
+        executor.release()
     for op in (fwd, bwd):
         for r in op.regions:
             _free_quietly(r)
     if own is not None:
         own.close()
-
-
-def _scale(degrees: np.ndarray, power: float) -> np.ndarray:
-    if power == 0.0:
-        return np.ones_like(degrees)
-    with np.errstate(divide="ignore"):
-        out = np.power(degrees, power)
-    out[degrees <= 0] = 0.0
-    return out

@@ -1,4 +1,11 @@
-"""Kipf and Welling's graph convolutional network over the full graph, propagating through `FullGraph`."""
+"""Kipf and Welling's graph convolutional network over the full graph, propagating through `FullGraph`.
+
+`GraphConv` is one layer, `GCN` the model (`graphrl.nn.sage` builds GraphSAGE-mean on the same model).
+Vertex data may stay on the host while the weights sit on a GPU (``model.to("cuda")`` with a staged
+`FullGraph`, HongTu's setting): the dense products then stream row chunks through the weights' device
+(`graphrl.nn.host_linear`), and each layer keeps its activations on the host or recomputes them in
+the backward pass, as the memory budget allows (`graphrl.nn.recompute`).
+"""
 
 from __future__ import annotations
 
@@ -7,10 +14,12 @@ import math
 import torch
 from torch import nn
 
+from graphrl.nn.host_linear import host_linear
+from graphrl.nn.recompute import intermediate_plan, run_layer
 from graphrl.nn.spmm import csr_spmm
 from samplers.full_graph import FullGraph
 
-__all__ = ["GCN", "GraphConv", "glorot_"]
+__all__ = ["GCN", "GraphConv", "glorot_", "linear"]
 
 
 def glorot_(weight: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -53,6 +62,24 @@ def _matmul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     indptr = torch.zeros(x.shape[0] + 1, dtype=torch.int64)
     torch.cumsum(torch.bincount(rows, minlength=x.shape[0]), 0, out=indptr[1:])
     return csr_spmm(indptr, cols, x.values(), weight)
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``x @ weight (+ bias)`` on ``x``'s device: host rows stream through a device ``weight`` in chunks.
+
+    Parameters
+    ----------
+    x : torch.Tensor, float32, shape [N, F], dense or sparse COO
+    weight : torch.Tensor, float32, shape [F, C]; bias : torch.Tensor, shape [C], or None
+
+    Returns
+    -------
+    torch.Tensor, float32, shape [N, C], on ``x``'s device
+    """
+    if weight.device != x.device:
+        return host_linear(x, weight, bias)
+    out = _matmul(x, weight)
+    return out if bias is None else out + bias
 
 
 class GraphConv(nn.Module):
@@ -98,6 +125,11 @@ class GraphConv(nn.Module):
         -------
         torch.Tensor, shape [N, out_dim]
         """
+        if self.weight.device != x.device:  # host vertex data, device weights
+            if self.in_dim > self.out_dim:
+                out = fg.propagate(host_linear(x, self.weight))
+                return out.add_(self.bias.to(out.device)) if self.bias is not None else out
+            return host_linear(fg.propagate(x.to_dense() if x.is_sparse else x), self.weight, self.bias)
         if self.in_dim > self.out_dim:
             out = fg.propagate(_matmul(x, self.weight))  # a fresh tensor that nothing saved: add in place
             return out.add_(self.bias) if self.bias is not None else out
@@ -133,11 +165,14 @@ class GCN(nn.Module):
     seed : int or None
         Seeds the Glorot initialisation and the dropout masks (a private `torch.Generator`); None
         draws from torch's global generator.
+    recompute : {"auto", "keep", "recompute"}
+        Per layer, keep the activations its backward pass needs on the host, or recompute them
+        (`graphrl.nn.recompute`; ``"auto"`` decides by the vertex tier's free bytes).
 
     Raises
     ------
     ValueError
-        ``layers < 1``, a width < 1, or ``dropout`` outside [0, 1).
+        ``layers < 1``, a width < 1, ``dropout`` outside [0, 1), or an unknown ``recompute``.
 
     References
     ----------
@@ -151,8 +186,11 @@ class GCN(nn.Module):
     """
 
     def __init__(self, in_dim: int, hidden: int = 16, *, out_dim: int, layers: int = 2, dropout: float = 0.5,
-                 bias: bool = True, seed: int | None = None) -> None:
+                 bias: bool = True, seed: int | None = None, recompute: str = "auto") -> None:
         super().__init__()
+        if recompute not in ("auto", "keep", "recompute"):
+            raise ValueError(f"recompute must be 'auto', 'keep' or 'recompute', got {recompute!r}")
+        self.recompute = recompute
         if layers < 1:
             raise ValueError(f"layers must be >= 1, got {layers}")
         if not 0.0 <= dropout < 1.0:
@@ -179,10 +217,16 @@ class GCN(nn.Module):
         torch.Tensor, float32, shape [N, out_dim]
         """
         h = x
+        widths = [conv.out_dim for conv in self.convs]
+        choices = (intermediate_plan(fg, widths, self.recompute) if self.training and torch.is_grad_enabled()
+                   else ["keep"] * len(widths))
         for i, conv in enumerate(self.convs):
             if self.training:
-                h = _dropout(h, self.dropout, self.generator)
-            h = conv(fg, h)
-            if i + 1 < len(self.convs):
-                h = torch.relu_(h)  # in place: the layer's output is fresh and unsaved (one pass less)
+                h = _dropout(h, self.dropout, self.generator)  # outside the recomputed part: drawn once
+            h = run_layer(_conv_relu, choices[i], conv, fg, h, i + 1 < len(self.convs))
         return h
+
+
+def _conv_relu(conv: nn.Module, fg: FullGraph, h: torch.Tensor, relu: bool) -> torch.Tensor:
+    out = conv(fg, h)
+    return torch.relu_(out) if relu else out  # in place: the layer's output is fresh and unsaved

@@ -7,11 +7,13 @@ layer's weights; Adam's ``weight_decay=w`` adds ``w * theta`` to the gradient, t
 ``w/2 ||theta||^2``, so the two agree), 200 epochs, and the test accuracy of the model after the last
 epoch. Kipf and Welling also stop early when the validation loss exceeds the mean of the previous 10
 (``early_stopping=10``); it is off by default, as in PyG's example, and rarely triggers within 200
-epochs on Cora and CiteSeer.
+epochs on Cora and CiteSeer. With ``device="cuda"`` (`run_node_classification`) the weights go to the
+GPU while the vertex data stays on the host, streamed through a staged `FullGraph` (HongTu's setting).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import statistics
 import time
@@ -25,6 +27,7 @@ from torch import nn
 from graphrl.datasets import load_planetoid
 from graphrl.memory import MemoryManager
 from graphrl.nn.gcn import GCN
+from graphrl.nn.sage import GraphSAGE
 from samplers.full_graph import FullGraph
 
 __all__ = [
@@ -35,6 +38,9 @@ __all__ = [
     "run_node_classification",
     "train_full_graph",
 ]
+
+logger = logging.getLogger(__name__)
+MODELS = {"gcn": GCN, "sage": GraphSAGE}
 
 
 @dataclass
@@ -263,6 +269,10 @@ class NodeClassificationReport:
         Peak of FullGraph's working set on the memory manager's device tier.
     seconds : float
         Wall time of all seeds (loading excluded).
+    traffic : dict
+        `FullGraph.traffic` of the last seed's training and evaluation passes (all zeros on the host
+        path); ``traffic["per_epoch_host_to_device_bytes"]`` divides its host-to-device bytes by the
+        epochs.
     """
 
     dataset: str
@@ -277,17 +287,19 @@ class NodeClassificationReport:
     partitions: int
     device_peak_bytes: int
     seconds: float
+    traffic: dict = field(default_factory=dict)
 
 
 def run_node_classification(dataset: str = "cora", seeds: int = 1, epochs: int = 200, hidden: int = 16,
                             layers: int = 2, dropout: float = 0.5, lr: float = 0.01,
                             weight_decay: float = 5e-4, early_stopping: int | None = None,
                             device_budget: int | str | None = None, partition_bytes: int | str = "256MiB",
-                            root: str | os.PathLike | None = None, first_seed: int = 0,
+                            root: str | os.PathLike | None = None, first_seed: int = 0, model: str = "gcn",
+                            device: str = "cpu", dedup: bool | None = None,
                             on_seed: Callable[[int, NodeClassificationResult], None] | None = None,
                             on_epoch: Callable[[int, int, dict], None] | None = None
                             ) -> NodeClassificationReport:
-    """Train Kipf and Welling's GCN on Cora or CiteSeer once per seed: the paper's protocol.
+    """Train Kipf and Welling's GCN (or GraphSAGE-mean) on Cora or CiteSeer once per seed: the paper's setup.
 
     Loads the Planetoid split, row-normalises the features (kept sparse), builds a `FullGraph` under a
     `MemoryManager` whose device budget is ``device_budget``, and runs `train_full_graph` per seed.
@@ -308,6 +320,13 @@ def run_node_classification(dataset: str = "cora", seeds: int = 1, epochs: int =
         Data folder holding ``cora_citeseer/`` (default ``$GRAPHRL_DATA``).
     first_seed : int
         Seed of the first run.
+    model : {"gcn", "sage"}
+        `GCN` over ``D^-1/2 (A + I) D^-1/2``, or `GraphSAGE` (mean) over ``D_in^-1 A``.
+    device : {"cpu", "cuda"}
+        ``"cuda"``: weights on the GPU, vertex data on the host, a staged `FullGraph` (``dedup`` True
+        unless given). Without CUDA it says so once and runs the same staged path on host memory.
+    dedup : bool or None
+        `FullGraph`'s ``dedup`` (None on the CPU: the zero-copy host path).
     on_seed : callable or None
         Called as ``on_seed(seed, result)`` after each seed (progress output).
     on_epoch : callable or None
@@ -320,7 +339,7 @@ def run_node_classification(dataset: str = "cora", seeds: int = 1, epochs: int =
     Raises
     ------
     ValueError
-        An unknown data set or ``seeds < 1`` (and `train_full_graph`'s errors).
+        An unknown data set, model or device, or ``seeds < 1`` (and `train_full_graph`'s errors).
     FileNotFoundError
         The Planetoid files are missing.
     MemoryBudgetError
@@ -332,23 +351,45 @@ def run_node_classification(dataset: str = "cora", seeds: int = 1, epochs: int =
     """
     if seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {seeds}")
+    if model not in MODELS:
+        raise ValueError(f"model must be one of {', '.join(map(repr, MODELS))}, got {model!r}")
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    on_gpu = device == "cuda" and torch.cuda.is_available()
+    fg_device, fg_dedup = device, dedup
+    if device == "cuda" and not on_gpu:  # said once here: FullGraph gets the equivalent CPU arguments
+        logger.warning("device='cuda' without CUDA: the model stays on the CPU; FullGraph runs its staged "
+                       "path on host memory and counts the transfers")
+        fg_device, fg_dedup = "cpu", True if dedup is None else dedup
     ds = load_planetoid(dataset, root)
     features = row_normalize(ds.features).to_sparse()
+    if on_gpu:
+        features = features.coalesce()
+        features = torch.sparse_coo_tensor(features.indices().pin_memory(), features.values().pin_memory(),
+                                           features.shape, is_coalesced=True)
     results: list[NodeClassificationResult] = []
     start = time.perf_counter()
     budgets = {"device": device_budget} if device_budget is not None else None
-    with MemoryManager(budgets=budgets, device="cpu") as mm, \
-            FullGraph(ds.graph, memory=mm, partition_bytes=partition_bytes) as fg:
+    norm = {"gcn": ("sym", True), "sage": ("left", False)}[model]
+    traffic: dict = {}
+    with MemoryManager(budgets=budgets, device="cuda" if on_gpu else "cpu") as mm, \
+            FullGraph(ds.graph, normalization=norm[0], add_self_loops=norm[1], memory=mm,
+                      partition_bytes=partition_bytes, device=fg_device, dedup=fg_dedup) as fg:
         partitions = fg.num_partitions(hidden)
         for seed in range(first_seed, first_seed + seeds):
-            model = GCN(ds.num_features, hidden, out_dim=ds.num_classes, layers=layers, dropout=dropout,
-                        seed=seed)
-            result = train_full_graph(model, fg, features, ds.labels, ds.train_mask, epochs=epochs, lr=lr,
+            net = MODELS[model](ds.num_features, hidden, out_dim=ds.num_classes, layers=layers,
+                                dropout=dropout, seed=seed)
+            if on_gpu:
+                net = net.to("cuda")
+            fg.traffic(reset=True)
+            result = train_full_graph(net, fg, features, ds.labels, ds.train_mask, epochs=epochs, lr=lr,
                                       weight_decay=weight_decay, val_mask=ds.val_mask,
                                       test_mask=ds.test_mask, early_stopping=early_stopping,
                                       on_epoch=None if on_epoch is None
                                       else lambda e, v, seed=seed: on_epoch(seed, e, v))
             results.append(result)
+            traffic = fg.traffic()
+            traffic["per_epoch_host_to_device_bytes"] = traffic["host_to_device_bytes"] / result.epochs
             if on_seed is not None:
                 on_seed(seed, result)
         peak = mm.stats()["device"].get("samplers.full_graph", {}).get("peak", 0)
@@ -357,4 +398,4 @@ def run_node_classification(dataset: str = "cora", seeds: int = 1, epochs: int =
         dataset=ds.name, num_nodes=ds.num_nodes, num_edges=ds.graph.num_edges, num_features=ds.num_features,
         num_classes=ds.num_classes, results=results, test_accs=accs, mean=statistics.fmean(accs),
         std=statistics.pstdev(accs) if len(accs) > 1 else 0.0, partitions=partitions,
-        device_peak_bytes=peak, seconds=time.perf_counter() - start)
+        device_peak_bytes=peak, seconds=time.perf_counter() - start, traffic=traffic)

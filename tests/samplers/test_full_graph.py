@@ -238,8 +238,18 @@ def test_bad_arguments(cora, mm):
         FullGraph(cora.graph, normalization="both", memory=mm)
     with pytest.raises(ValueError, match="partition_bytes"):
         FullGraph(cora.graph, partition_bytes=0, memory=mm)
-    with pytest.raises(NotImplementedError, match="CUDA"):
-        FullGraph(cora.graph, device="cuda", memory=mm)
+    with pytest.raises(ValueError, match="device must be 'cpu' or 'cuda'"):
+        FullGraph(cora.graph, device="meta", memory=mm)
+    with pytest.raises(ValueError, match="cache_share"):
+        FullGraph(cora.graph, dedup=True, cache_share=1.0, memory=mm)
+    with pytest.raises(ValueError, match="reorder"):
+        FullGraph(cora.graph, dedup=True, reorder="metis", memory=mm)
+    with pytest.raises(ValueError, match="partitions"):
+        FullGraph(cora.graph, dedup=True, partitions=0, memory=mm)
+    with pytest.raises(ValueError, match="partitions applies to the staged path"):
+        FullGraph(cora.graph, partitions=2, memory=mm)
+    with pytest.raises(TypeError, match="dedup"):
+        FullGraph(cora.graph, dedup="yes", memory=mm)
     fg = FullGraph(cora.graph, memory=mm)
     with pytest.raises(ValueError, match="num_nodes=2708"):
         fg.propagate(torch.randn(10, 4))
