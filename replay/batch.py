@@ -321,6 +321,13 @@ class StagedSlot:
         Numpy views of ``fields`` (host slots only).
     flat : tuple
         Per field, the flat byte view the gathers write: numpy uint8 (host) or numba (device).
+    mask_flat : numpy.ndarray, bool [B * L], or None
+        The host mask as one flat array (host slots only).
+    scratch : numpy.ndarray, int64 [6, B]
+        The slot's window table while a sample fills it (rows `replay.table.META_FIELDS`, then the
+        keys); private to the call holding the slot, never handed out.
+    scratch_prob : numpy.ndarray, float64 [B]
+        The draw probabilities, likewise.
     """
 
     buffer: StagingBuffer
@@ -328,6 +335,9 @@ class StagedSlot:
     mask: torch.Tensor
     outs: dict[str, np.ndarray] | None
     flat: tuple
+    mask_flat: np.ndarray | None = None
+    scratch: np.ndarray | None = None
+    scratch_prob: np.ndarray | None = None
 
 
 class BatchStaging:
@@ -381,18 +391,20 @@ class BatchStaging:
         except BaseException:
             buf.release()
             raise
-        fields, mask, outs, flat = views
-        return StagedSlot(buf, fields, mask, outs, flat)
+        return StagedSlot(buf, *views)
 
     def _make_views(self, layout: BatchLayout, buf: StagingBuffer, target: torch.device | None) -> tuple:
         fields, mask = layout.views(self.spec, buf.tensor)
+        scratch = np.zeros((6, layout.batch), dtype=np.int64)
+        scratch_prob = np.zeros(layout.batch)
         if target is None:
             outs = {n: t.numpy() for n, t in fields.items()}
-            return fields, mask, outs, tuple(outs[n].reshape(-1).view(np.uint8) for n in self.spec)
+            flat = tuple(outs[n].reshape(-1).view(np.uint8) for n in self.spec)
+            return fields, mask, outs, flat, mask.numpy().reshape(-1), scratch, scratch_prob
         from replay.cuda import flat_bytes  # numba.cuda only on the GPU path
 
         flat = tuple(flat_bytes(buf.tensor[off : off + nbytes]) for off, nbytes in layout.offsets.values())
-        return fields, mask, None, flat
+        return fields, mask, None, flat, None, scratch, scratch_prob
 
     def _pool(self, batch: int, window: int, target: torch.device | None) -> tuple[StagingPool, BatchLayout]:
         key = (batch, window, None if target is None else str(target))

@@ -23,21 +23,23 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import numba as nb
 import numpy as np
 
 from graphrl.memory import Region
 from replay._checks import check_keys
+from replay.draw_kernels import PAD_CODES, window_rows
 from replay.keys import MAX_INCARNATIONS, decode_keys, encode_keys, key_incarnations
 from replay.selector_state import EXHAUSTED, LIVE, SelectorState
 from replay.selectors import Selector, check_priorities
 from replay.shard import EXHAUSTED as STEP_EXHAUSTED
-from replay.shard import live_parts
+from replay.shard import WRITE_POS, live_parts
 from replay.storage import TrajectoryStorage
-from replay.windows import window_bounds
 
 __all__ = ["META_FIELDS", "Table"]
 
 META_FIELDS = ("shard", "anchor", "first", "n", "dst")  # int64 [B] each: a draw's window table
+_NO_KEYS = np.zeros(0, dtype=np.int64)
 
 
 class Table:
@@ -80,6 +82,12 @@ class Table:
             self.close()
             raise
         self.ingested = np.zeros(storage.num_shards, dtype=np.int64)
+        shards = storage.shards
+        # each shard's step index and record ring, as the draw kernel takes them (a tuple for one shard)
+        self._index: tuple[Any, Any] = (
+            (shards[0].steps,) if len(shards) == 1 else nb.typed.List([sh.steps for sh in shards]),
+            (shards[0].records,) if len(shards) == 1 else nb.typed.List([sh.records for sh in shards]),
+        )
         self.lock = threading.Lock()
         self.incarnation = 0
         self.restored_at: np.ndarray | None = None
@@ -111,6 +119,15 @@ class Table:
             with sh:
                 self.ingest(s)
 
+    def _ingest_new(self) -> None:
+        """`ingest_all` for the shards whose write position moved (an unlocked read: only a hint; the
+        draw ingests every shard again under all the locks)."""
+        ingested = self.ingested
+        for s, sh in enumerate(self.storage.shards):
+            if sh.meta[WRITE_POS] != ingested[s]:
+                with sh:
+                    self.ingest(s)
+
     def selector_mass(self) -> tuple[int, float]:
         """``(live items, priority mass)`` after ingesting every commit (the mass is the live count
         unless the selector is prioritized)."""
@@ -122,11 +139,19 @@ class Table:
 
     # -- draws
     def draw(
-        self, k: int, length: int, pad: str, row0: int, meta: dict[str, np.ndarray], prob: np.ndarray
+        self,
+        k: int,
+        length: int,
+        pad: str,
+        row0: int,
+        meta: dict[str, np.ndarray],
+        prob: np.ndarray,
+        keys: np.ndarray | None = None,
     ) -> tuple[int, int, int]:
         """Draw up to k anchors under every shard lock and write their windows into rows ``row0...``.
 
-        ``meta`` holds the `META_FIELDS` arrays (int64 [B]), ``prob`` float64 [B].
+        ``meta`` holds the `META_FIELDS` arrays (int64 [B]), ``prob`` float64 [B]; ``keys`` (int64
+        [B], optional) gets the windows' keys (as `keys` gives them).
 
         Returns
         -------
@@ -138,31 +163,27 @@ class Table:
             Items removed by ``max_times_sampled`` (the caller tells the rate limiter).
         """
         shards = self.storage.shards
+        cap = self.storage.capacity
         with self.lock:
-            self.ingest_all()  # most of the new steps, one shard locked at a time
+            self._ingest_new()  # most of the new steps, one shard locked at a time
             for sh in shards:
                 sh.acquire()
             try:
                 for s in range(len(shards)):
                     self.ingest(s)
-                sh_idx, slots, p, removed = self.state.sample(k)
+                sh_idx, slots, p, removed = self.state.sample(k, np.minimum(self.ingested, cap))
                 if removed:  # tell writers (under the shard locks) which items already left the table
                     gone = self.state.state[sh_idx, slots] == EXHAUSTED
                     for s, c in zip(sh_idx[gone].tolist(), slots[gone].tolist(), strict=True):
                         shards[s].steps[c, 2] |= STEP_EXHAUSTED
                 got = len(sh_idx)
                 table_size = self.state.live_count() + removed
-                rows = slice(row0, row0 + got)
-                meta["shard"][rows] = sh_idx
-                prob[rows] = p
-                for s in np.unique(sh_idx):
-                    sel = np.flatnonzero(sh_idx == s) + row0
-                    sh = shards[int(s)]
-                    anchors = sh.position_of(slots[sel - row0])
-                    ep_start, ep_end = sh.episode_bounds(anchors)
-                    first, n, dst = window_bounds(anchors, ep_start, ep_end, sh.floor, length, pad)
-                    meta["anchor"][sel], meta["first"][sel] = anchors, first
-                    meta["n"][sel], meta["dst"][sel] = n, dst
+                prob[row0 : row0 + got] = p
+                window_rows(
+                    sh_idx, slots, *self._index, self.ingested, cap, length, PAD_CODES[pad], row0,
+                    meta["shard"], meta["anchor"], meta["first"], meta["n"], meta["dst"],
+                    self.incarnation, _NO_KEYS if keys is None else keys,
+                )
             finally:
                 for sh in reversed(shards):
                     sh.release()
@@ -188,28 +209,28 @@ class Table:
                 f"key {int(k[i])} names shard {int(shard[i])}, but the store has shards "
                 f"0..{num_shards - 1}; nothing was changed"
             )
-        applied = 0
         cap = self.storage.capacity
+        shards = self.storage.shards
         with self.lock:
-            for s in np.unique(shard):
-                s = int(s)
-                sel = np.flatnonzero(shard == s)
-                sh = self.storage.shards[s]
+            floors = np.zeros(num_shards, dtype=np.int64)
+            for s in range(num_shards) if num_shards <= 8 else np.unique(shard).tolist():
+                sh = shards[s]
                 with sh:
                     self.ingest(s)
-                    floor = sh.floor
-                slots = anchor[sel] % cap
-                ok = (anchor[sel] - back[sel] >= floor) & (anchor[sel] < self.ingested[s])
-                inc = incarnation[sel]
-                current = inc == self.incarnation
-                if self.restored_at is not None:  # the previous incarnation's keys below the restore point
-                    prev = (self.incarnation - 1) % MAX_INCARNATIONS
-                    current |= (inc == prev) & (anchor[sel] < self.restored_at[s])
-                ok &= current
-                ok &= self.state.state[s, slots] == LIVE
-                self.state.update(s, slots[ok], p[sel][ok])
-                applied += int(ok.sum())
-        return applied
+                    floors[s] = sh.floor
+            slots = anchor % cap
+            ok = (anchor - back >= floors[shard]) & (anchor < self.ingested[shard])
+            current = incarnation == self.incarnation
+            if self.restored_at is not None:  # the previous incarnation's keys below the restore point
+                prev = (self.incarnation - 1) % MAX_INCARNATIONS
+                current |= (incarnation == prev) & (anchor < self.restored_at[shard])
+            ok &= current
+            ok &= self.state.state[shard, slots] == LIVE
+            if ok.all():
+                self.state.set_priorities(shard, slots, p)
+                return int(k.size)
+            self.state.set_priorities(shard[ok], slots[ok], p[ok])
+            return int(ok.sum())
 
     # -- checkpoints
     @contextmanager
