@@ -380,8 +380,11 @@ class BatchStaging:
         MemoryBudgetError
             A new pool does not fit its tier.
         """
-        with self._lock:
-            pool, layout = self._pool(batch, window, target)
+        entry = self._pools.get((batch, window, None if target is None else str(target)))
+        if entry is None:  # a new shape: made under the lock
+            with self._lock:
+                entry = self._pool(batch, window, target)
+        pool, layout = entry
         buf = pool.acquire(timeout=timeout)
         try:
             key = (id(pool), buf.slot)

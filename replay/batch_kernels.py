@@ -25,6 +25,7 @@ from graphrl.kernels import (
     STREAM_THRESHOLD,
     copy_bytes,
     parallel_for,
+    prefetch_l2,
     store_fence,
     stream_bytes_nofence,
     zero_bytes,
@@ -35,6 +36,7 @@ __all__ = ["BatchCopy", "gather_rows"]
 
 _STREAM_PIECE = 1024  # runs shorter than this still go through memcpy (as replay.windows)
 _CHUNK_BYTES = 1 << 22  # output bytes per chunk of a threaded copy
+_PREFETCH_BYTES = 256  # windows of at most this many bytes get their first line prefetched
 
 
 @nb.njit(cache=True, nogil=True)
@@ -51,6 +53,11 @@ def gather_rows(
     slots = np.empty(hi - lo, dtype=np.int64)
     for b in range(lo, hi):
         slots[b - lo] = first[b] % capacity
+    if length * row_bytes.sum() <= _PREFETCH_BYTES:  # short runs at random places: ask for them early
+        for j in range(nf):
+            rb = row_bytes[j]
+            for b in range(lo, hi):
+                prefetch_l2(rings[shard[b] * nf + j], slots[b - lo] * rb)
     for j in range(nf):
         rb = row_bytes[j]
         out = outs[j]

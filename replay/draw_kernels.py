@@ -27,7 +27,7 @@ import numpy as np
 
 from replay.keys import BACK_BITS, INC_BITS, SHARD_BITS
 
-__all__ = ["PAD_CODES", "draw_anchors", "set_weights", "window_rows"]
+__all__ = ["PAD_CODES", "accept_updates", "draw_anchors", "draw_items", "set_weights", "window_rows"]
 
 PAD_CODES = {"tail": 0, "head": 1}
 
@@ -95,6 +95,28 @@ def draw_anchors(u, tree, size, filled, times, count, out_shard, out_slot, out_p
 
 
 @nb.njit(cache=True, nogil=True)
+def draw_items(
+    u, ctree, wtree, prioritized, size, filled, times, count, out_shard, out_slot, out_prob
+):  # pragma: no cover - numba
+    """`draw_anchors` from the weight tree when ``prioritized`` and its mass is positive, else from
+    the count tree (``filled`` as there). Returns the live items (the count trees' total); below 0.5
+    nothing is drawn."""
+    live = 0.0
+    mass = 0.0
+    for s in range(ctree.shape[0]):
+        live += ctree[s, 1]
+        if prioritized:
+            mass += wtree[s, 1]
+    if live < 0.5:
+        return live
+    if prioritized and mass > 0.0:
+        draw_anchors(u, wtree, size, filled[:0], times, count, out_shard, out_slot, out_prob)
+    else:
+        draw_anchors(u, ctree, size, filled, times, count, out_shard, out_slot, out_prob)
+    return live
+
+
+@nb.njit(cache=True, nogil=True)
 def window_rows(
     shard, slot, steps, records, written, capacity, length, pad, row0,
     o_shard, o_anchor, o_first, o_n, o_dst, incarnation, o_keys,
@@ -110,16 +132,18 @@ def window_rows(
     steps_total = 0
     inc_bits = (incarnation % (1 << INC_BITS)) << (SHARD_BITS + BACK_BITS)
     with_keys = o_keys.shape[0] > 0
-    for i in range(shard.shape[0]):
+    k = shard.shape[0]
+    rec = np.empty(k, dtype=np.int64)
+    for i in range(k):  # one pass of independent loads, then the next (their misses overlap)
+        rec[i] = steps[shard[i]][slot[i], 0] % capacity
+    for i in range(k):
         s = shard[i]
         c = slot[i]
         wp = written[s]
         anchor = c + capacity * ((wp - 1 - c) // capacity)
-        st = steps[s]
-        rec = st[c, 0]
-        r = records[s][rec % capacity]
-        start = r[1]
-        end = r[1] + r[2]
+        r = records[s]
+        start = r[rec[i], 1]
+        end = start + r[rec[i], 2]
         row = row0 + i
         o_shard[row] = s
         o_anchor[row] = anchor
@@ -171,3 +195,34 @@ def set_weights(shard, slot, p, exponent, state, priority, weights, wtree, size)
             wtree[s, j] = wtree[s, 2 * j] + wtree[s, 2 * j + 1]
         width *= 2
     return top
+
+
+@nb.njit(cache=True, nogil=True)
+def accept_updates(
+    keys, capacity, floors, ingested, incarnation, restored_at, state, out_shard, out_slot, ok
+):  # pragma: no cover - numba
+    """The generation check of priority updates (docs/architecture.md#keys): ``ok[i]`` when key i's
+    window still has every step stored (``anchor - back >= floors[s]``, ``anchor < ingested[s]``),
+    its incarnation is ``incarnation`` (or the one before, below ``restored_at[s]``; ``restored_at``
+    empty: no restore) and its item is live (``state == 1``). Fills the shard and slot of each key;
+    every key's shard must be < S. Returns how many are ok."""
+    count = 0
+    prev = (incarnation - 1) % (1 << INC_BITS)
+    restored = restored_at.shape[0] > 0
+    for i in range(keys.shape[0]):
+        k = keys[i]
+        s = k & ((1 << SHARD_BITS) - 1)
+        back = (k >> SHARD_BITS) & ((1 << BACK_BITS) - 1)
+        inc = (k >> (SHARD_BITS + BACK_BITS)) & ((1 << INC_BITS) - 1)
+        anchor = k >> (SHARD_BITS + BACK_BITS + INC_BITS)
+        c = anchor % capacity
+        out_shard[i] = s
+        out_slot[i] = c
+        good = anchor - back >= floors[s] and anchor < ingested[s]
+        if good:
+            good = inc == incarnation or (restored and inc == prev and anchor < restored_at[s])
+        if good:
+            good = state[s, c] == 1
+        ok[i] = good
+        count += good
+    return count

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from replay.draw_kernels import draw_anchors, set_weights
+from replay.draw_kernels import draw_anchors, draw_items, set_weights
 from replay.selectors import Selector, check_priorities
 from replay.sumtree import (
     accept_sum,
@@ -266,10 +266,26 @@ class SelectorState:
 
         ``k < batch_size`` only when the live items ran out (``max_times_sampled`` emptied the table).
         """
+        return self.sample_counted(batch_size, filled)[:4]
+
+    def sample_counted(
+        self, batch_size: int, filled: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
+        """`sample`, and the live items after the draw (one more value)."""
         n = int(batch_size)
-        if self.deterministic:
-            return self._sample_best(n)
-        return self._sample_sum(n, _NO_FILL if filled is None else filled)
+        fill = _NO_FILL if filled is None else filled
+        if not self.deterministic and self.max_times_sampled == 0:  # one kernel: nothing is removed
+            u = self.rng.random(n)
+            shard = np.empty(n, dtype=np.int64)
+            slot = np.empty(n, dtype=np.int64)
+            prob = np.empty(n)
+            trees = (self.ctree, self.wtree, self._prioritized, self.size)
+            live = draw_items(u, *trees, fill, self.times, True, shard, slot, prob)
+            if live < 0.5:
+                return shard[:0], slot[:0], prob[:0], 0, 0
+            return shard, slot, prob, 0, int(round(live))
+        out = self._sample_best(n) if self.deterministic else self._sample_sum(n, fill)
+        return (*out, self.live_count())
 
     def _sample_best(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
         out_s = np.zeros(n, dtype=np.int64)

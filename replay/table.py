@@ -3,9 +3,10 @@
 As a Reverb table holds items under a selector, a `Table` holds one item per stored step of every
 shard of a `replay.storage.TrajectoryStorage`, in a `replay.selector_state.SelectorState`. It learns
 of committed steps lazily (`Table.ingest`, under the shard's lock), draws anchors and computes their
-windows (`Table.draw`: `replay.windows.window_bounds` under every shard lock), and applies priority
-updates only to windows whose steps are all still stored (`Table.update_priorities`: the generation
-check on absolute positions and the incarnation rule of docs/architecture.md#keys).
+windows and keys (`Table.draw`: the kernels of `replay.draw_kernels`, under every shard lock; the
+bounds of `replay.windows.window_bounds`), and applies priority updates only to windows whose steps
+are all still stored (`Table.update_priorities`: the generation check on absolute positions and the
+incarnation rule of docs/architecture.md#keys, one kernel over all keys).
 
 Not thread-safe by itself beyond `Table.lock`, which serialises draws and updates; the gathers that
 follow a draw run outside every lock.
@@ -28,9 +29,9 @@ import numpy as np
 
 from graphrl.memory import Region
 from replay._checks import check_keys
-from replay.draw_kernels import PAD_CODES, window_rows
-from replay.keys import MAX_INCARNATIONS, decode_keys, encode_keys, key_incarnations
-from replay.selector_state import EXHAUSTED, LIVE, SelectorState
+from replay.draw_kernels import PAD_CODES, accept_updates, window_rows
+from replay.keys import MAX_INCARNATIONS, MAX_SHARDS, encode_keys
+from replay.selector_state import EXHAUSTED, SelectorState
 from replay.selectors import Selector, check_priorities
 from replay.shard import EXHAUSTED as STEP_EXHAUSTED
 from replay.shard import WRITE_POS, live_parts
@@ -65,6 +66,9 @@ class Table:
         Counted up (mod 16) by each restore; stamped into keys.
     restored_at : numpy.ndarray, int64 [S], or None
         Per shard, the write position a restore put back.
+    ingested, filled : numpy.ndarray, int64 [S]
+        Per shard, the write position the selector has learnt of, and the slots holding a position
+        there (``min(ingested, capacity)``: where all are live, a uniform draw skips the descent).
     """
 
     def __init__(
@@ -82,6 +86,7 @@ class Table:
             self.close()
             raise
         self.ingested = np.zeros(storage.num_shards, dtype=np.int64)
+        self.filled = np.zeros(storage.num_shards, dtype=np.int64)  # min(ingested, capacity)
         shards = storage.shards
         # each shard's step index and record ring, as the draw kernel takes them (a tuple for one shard)
         self._index: tuple[Any, Any] = (
@@ -112,6 +117,7 @@ class Table:
         valid = sh.steps[slots, 0] >= 0
         self.state.insert(s, slots, sh.steps[slots, 1], valid)
         self.ingested[s] = wp
+        self.filled[s] = min(wp, sh.capacity)
 
     def ingest_all(self) -> None:
         """`ingest` every shard, each under its own lock in turn (``lock`` held)."""
@@ -171,13 +177,13 @@ class Table:
             try:
                 for s in range(len(shards)):
                     self.ingest(s)
-                sh_idx, slots, p, removed = self.state.sample(k, np.minimum(self.ingested, cap))
+                sh_idx, slots, p, removed, live = self.state.sample_counted(k, self.filled)
                 if removed:  # tell writers (under the shard locks) which items already left the table
                     gone = self.state.state[sh_idx, slots] == EXHAUSTED
                     for s, c in zip(sh_idx[gone].tolist(), slots[gone].tolist(), strict=True):
                         shards[s].steps[c, 2] |= STEP_EXHAUSTED
                 got = len(sh_idx)
-                table_size = self.state.live_count() + removed
+                table_size = live + removed
                 prob[row0 : row0 + got] = p
                 window_rows(
                     sh_idx, slots, *self._index, self.ingested, cap, length, PAD_CODES[pad], row0,
@@ -199,9 +205,8 @@ class Table:
         applied. Raises as `replay.store.ReplayStore.update_priorities`."""
         k = check_keys(keys)
         p = check_priorities(priorities, k.size)
-        shard, anchor, back = decode_keys(k)
-        incarnation = key_incarnations(k)
         num_shards = self.storage.num_shards
+        shard = k & (MAX_SHARDS - 1)
         bad = shard >= num_shards
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
@@ -209,7 +214,6 @@ class Table:
                 f"key {int(k[i])} names shard {int(shard[i])}, but the store has shards "
                 f"0..{num_shards - 1}; nothing was changed"
             )
-        cap = self.storage.capacity
         shards = self.storage.shards
         with self.lock:
             floors = np.zeros(num_shards, dtype=np.int64)
@@ -218,19 +222,16 @@ class Table:
                 with sh:
                     self.ingest(s)
                     floors[s] = sh.floor
-            slots = anchor % cap
-            ok = (anchor - back >= floors[shard]) & (anchor < self.ingested[shard])
-            current = incarnation == self.incarnation
-            if self.restored_at is not None:  # the previous incarnation's keys below the restore point
-                prev = (self.incarnation - 1) % MAX_INCARNATIONS
-                current |= (incarnation == prev) & (anchor < self.restored_at[shard])
-            ok &= current
-            ok &= self.state.state[shard, slots] == LIVE
-            if ok.all():
+            slots = np.empty(k.size, dtype=np.int64)
+            ok = np.empty(k.size, dtype=np.bool_)
+            restored = _NO_KEYS if self.restored_at is None else self.restored_at
+            stamps = (self.storage.capacity, floors, self.ingested, self.incarnation, restored)
+            applied = accept_updates(k, *stamps, self.state.state, shard, slots, ok)
+            if applied == k.size:
                 self.state.set_priorities(shard, slots, p)
-                return int(k.size)
-            self.state.set_priorities(shard[ok], slots[ok], p[ok])
-            return int(ok.sum())
+            else:
+                self.state.set_priorities(shard[ok], slots[ok], p[ok])
+            return int(applied)
 
     # -- checkpoints
     @contextmanager
@@ -301,6 +302,7 @@ class Table:
         with self.lock:
             self.state.load_state_dict(full)
             self.ingested[:] = written
+            self.filled[:] = np.minimum(written, cap)
             self.incarnation = (int(state.get("incarnation", 0)) + 1) % MAX_INCARNATIONS
             self.restored_at = written.copy()
 
