@@ -328,6 +328,8 @@ class StagedSlot:
         keys); private to the call holding the slot, never handed out.
     scratch_prob : numpy.ndarray, float64 [B]
         The draw probabilities, likewise.
+    scratch_meta : dict of str to numpy.ndarray, or None
+        The rows of ``scratch`` by `replay.table.META_FIELDS` name (the table's ``meta`` argument).
     """
 
     buffer: StagingBuffer
@@ -338,6 +340,7 @@ class StagedSlot:
     mask_flat: np.ndarray | None = None
     scratch: np.ndarray | None = None
     scratch_prob: np.ndarray | None = None
+    scratch_meta: dict[str, np.ndarray] | None = None
 
 
 class BatchStaging:
@@ -353,12 +356,20 @@ class BatchStaging:
         Batches that may be held at once per shape.
     timeout : float or None
         Default seconds `acquire` waits for a free slot.
+    scratch_names : tuple of str
+        Names of the first rows of each slot's ``scratch`` (`StagedSlot.scratch_meta`; at most 6).
     """
 
     def __init__(
-        self, spec: TrajectorySpec, memory: MemoryManager, slots: int, timeout: float | None
+        self,
+        spec: TrajectorySpec,
+        memory: MemoryManager,
+        slots: int,
+        timeout: float | None,
+        scratch_names: tuple[str, ...] = (),
     ) -> None:
         self.spec = spec
+        self.scratch_names = tuple(scratch_names)
         self.memory = memory
         self.slots = int(slots)
         self.timeout = timeout
@@ -400,14 +411,15 @@ class BatchStaging:
         fields, mask = layout.views(self.spec, buf.tensor)
         scratch = np.zeros((6, layout.batch), dtype=np.int64)
         scratch_prob = np.zeros(layout.batch)
+        meta = dict(zip(self.scratch_names, scratch, strict=False))
         if target is None:
             outs = {n: t.numpy() for n, t in fields.items()}
             flat = tuple(outs[n].reshape(-1).view(np.uint8) for n in self.spec)
-            return fields, mask, outs, flat, mask.numpy().reshape(-1), scratch, scratch_prob
+            return fields, mask, outs, flat, mask.numpy().reshape(-1), scratch, scratch_prob, meta
         from replay.cuda import flat_bytes  # numba.cuda only on the GPU path
 
         flat = tuple(flat_bytes(buf.tensor[off : off + nbytes]) for off, nbytes in layout.offsets.values())
-        return fields, mask, None, flat, None, scratch, scratch_prob
+        return fields, mask, None, flat, None, scratch, scratch_prob, meta
 
     def _pool(self, batch: int, window: int, target: torch.device | None) -> tuple[StagingPool, BatchLayout]:
         key = (batch, window, None if target is None else str(target))

@@ -76,7 +76,9 @@ class WindowSampler:
         self.table = table
         self.limiter = limiter
         self.gather = WindowGather(storage)
-        self.staging = BatchStaging(storage.spec, storage.memory, staging_slots, storage.timeout)
+        self.staging = BatchStaging(
+            storage.spec, storage.memory, staging_slots, storage.timeout, scratch_names=META_FIELDS
+        )
         self.owner_table = type(table) is Table  # the compiled path (see the module docstring)
         self.copy = BatchCopy(storage) if self.owner_table else None
 
@@ -135,8 +137,7 @@ class WindowSampler:
     ) -> Batch:
         """`sample` for a host batch of the owner's `Table` (the compiled path)."""
         try:
-            block, prob = slot.scratch, slot.scratch_prob
-            meta = dict(zip(META_FIELDS, block, strict=False))
+            block, prob, meta = slot.scratch, slot.scratch_prob, slot.scratch_meta
             keys = block[5]
             table, limiter = self.table, self.limiter
             done = table_size = 0
@@ -169,7 +170,7 @@ class WindowSampler:
             weights = (
                 importance_weights(prob, table_size, beta)
                 if table.prioritized
-                else torch.from_numpy(np.ones(b, dtype=np.float32))
+                else torch.ones(b, dtype=torch.float32)
             )
             return Batch(
                 slot.fields,
@@ -192,9 +193,10 @@ class WindowSampler:
         if len(shards) == 1:
             with shards[0] as sh:
                 floor = sh.floor
-            bad = first[lo:hi] < floor
-        else:
-            bad = self.storage.stale(shard[lo:hi], first[lo:hi])
+            if first[lo:hi].min() >= floor:
+                return None
+            return first[lo:hi] < floor
+        bad = self.storage.stale(shard[lo:hi], first[lo:hi])
         return bad if bad.any() else None
 
     def _draw_and_gather(

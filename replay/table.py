@@ -171,7 +171,8 @@ class Table:
         shards = self.storage.shards
         cap = self.storage.capacity
         with self.lock:
-            self._ingest_new()  # most of the new steps, one shard locked at a time
+            if len(shards) > 1:
+                self._ingest_new()  # most of the new steps, one shard locked at a time
             for sh in shards:
                 sh.acquire()
             try:
