@@ -27,7 +27,15 @@ import numpy as np
 
 from replay.keys import BACK_BITS, INC_BITS, SHARD_BITS
 
-__all__ = ["PAD_CODES", "accept_updates", "draw_anchors", "draw_items", "set_weights", "window_rows"]
+__all__ = [
+    "PAD_CODES",
+    "accept_updates",
+    "draw_anchors",
+    "draw_items",
+    "draw_windows",
+    "set_weights",
+    "window_rows",
+]
 
 PAD_CODES = {"tail": 0, "head": 1}
 
@@ -164,6 +172,29 @@ def window_rows(
             pos_bits = anchor << (SHARD_BITS + BACK_BITS + INC_BITS)
             o_keys[row] = pos_bits | inc_bits | (back << SHARD_BITS) | s
     return steps_total
+
+
+@nb.njit(cache=True, nogil=True)
+def draw_windows(
+    u, ctree, wtree, prioritized, size, filled, times, steps, records, written, capacity, length, pad, row0,
+    o_shard, o_anchor, o_first, o_n, o_dst, o_prob, incarnation, o_keys,
+):  # pragma: no cover - numba
+    """`draw_items` then `window_rows` in one call, rows ``row0 .. row0 + len(u) - 1`` of the outputs
+    (``o_prob`` float64 [B] too). Returns the live items; below 0.5 nothing is drawn."""
+    k = u.shape[0]
+    shard = np.empty(k, dtype=np.int64)
+    slot = np.empty(k, dtype=np.int64)
+    prob = np.empty(k)
+    live = draw_items(u, ctree, wtree, prioritized, size, filled, times, True, shard, slot, prob)
+    if live < 0.5:
+        return live
+    for i in range(k):
+        o_prob[row0 + i] = prob[i]
+    window_rows(
+        shard, slot, steps, records, written, capacity, length, pad, row0,
+        o_shard, o_anchor, o_first, o_n, o_dst, incarnation, o_keys,
+    )
+    return live
 
 
 @nb.njit(cache=True, nogil=True)

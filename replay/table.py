@@ -29,7 +29,7 @@ import numpy as np
 
 from graphrl.memory import Region
 from replay._checks import check_keys
-from replay.draw_kernels import PAD_CODES, accept_updates, window_rows
+from replay.draw_kernels import PAD_CODES, accept_updates, draw_windows, window_rows
 from replay.keys import MAX_INCARNATIONS, MAX_SHARDS, encode_keys
 from replay.selector_state import EXHAUSTED, SelectorState
 from replay.selectors import Selector, check_priorities
@@ -170,6 +170,9 @@ class Table:
         """
         shards = self.storage.shards
         cap = self.storage.capacity
+        pad_code = PAD_CODES.get(pad)
+        if pad_code is None:
+            raise ValueError(f"pad must be 'tail' or 'head', got {pad!r}")
         with self.lock:
             if len(shards) > 1:
                 self._ingest_new()  # most of the new steps, one shard locked at a time
@@ -178,18 +181,25 @@ class Table:
             try:
                 for s in range(len(shards)):
                     self.ingest(s)
-                sh_idx, slots, p, removed, live = self.state.sample_counted(k, self.filled)
+                st = self.state
+                out = (meta["shard"], meta["anchor"], meta["first"], meta["n"], meta["dst"])
+                stamp = (self.incarnation, _NO_KEYS if keys is None else keys)
+                if not st.deterministic and st.max_times_sampled == 0:  # one kernel: nothing is removed
+                    trees = (st.ctree, st.wtree, self.prioritized, st.size, self.filled, st.times)
+                    index = (*self._index, self.ingested, cap, length, pad_code, row0)
+                    live = draw_windows(st.rng.random(k), *trees, *index, *out, prob, *stamp)
+                    got = k if live >= 0.5 else 0
+                    return got, int(round(live)) if got else 0, 0
+                sh_idx, slots, p, removed, live = st.sample_counted(k, self.filled)
                 if removed:  # tell writers (under the shard locks) which items already left the table
-                    gone = self.state.state[sh_idx, slots] == EXHAUSTED
+                    gone = st.state[sh_idx, slots] == EXHAUSTED
                     for s, c in zip(sh_idx[gone].tolist(), slots[gone].tolist(), strict=True):
                         shards[s].steps[c, 2] |= STEP_EXHAUSTED
                 got = len(sh_idx)
                 table_size = live + removed
                 prob[row0 : row0 + got] = p
                 window_rows(
-                    sh_idx, slots, *self._index, self.ingested, cap, length, PAD_CODES[pad], row0,
-                    meta["shard"], meta["anchor"], meta["first"], meta["n"], meta["dst"],
-                    self.incarnation, _NO_KEYS if keys is None else keys,
+                    sh_idx, slots, *self._index, self.ingested, cap, length, pad_code, row0, *out, *stamp
                 )
             finally:
                 for sh in reversed(shards):
