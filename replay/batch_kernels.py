@@ -117,7 +117,10 @@ class BatchCopy:
         self.row_bytes = np.array([f.row_bytes for f in spec.values()], dtype=np.int64)
         self.step_bytes = int(self.row_bytes.sum())
         self.capacity = storage.capacity
-        self.threads = len(os.sched_getaffinity(0)) if threads is None else int(threads)
+        if threads is None:  # the CPUs this process may run on
+            has_affinity = hasattr(os, "sched_getaffinity")
+            threads = len(os.sched_getaffinity(0)) if has_affinity else os.cpu_count() or 1
+        self.threads = int(threads)
 
     def run(
         self,

@@ -116,7 +116,7 @@ class WindowSampler:
             weights = (
                 importance_weights(prob, table_size, beta)
                 if self.table.prioritized
-                else torch.ones(b, dtype=torch.float32)
+                else torch.from_numpy(np.ones(b, dtype=np.float32))
             )
             return Batch(
                 slot.fields,
@@ -170,7 +170,7 @@ class WindowSampler:
             weights = (
                 importance_weights(prob, table_size, beta)
                 if table.prioritized
-                else torch.ones(b, dtype=torch.float32)
+                else torch.from_numpy(np.ones(b, dtype=np.float32))
             )
             return Batch(
                 slot.fields,
