@@ -306,9 +306,9 @@ class Batch(Mapping[str, torch.Tensor]):
 
 
 
-@dataclass(frozen=True)
+@dataclass
 class StagedSlot:
-    """One acquired staging slot and its views.
+    """One acquired staging slot and its views (made once per slot; ``buffer`` is the current hand-out).
 
     Attributes
     ----------
@@ -375,7 +375,7 @@ class BatchStaging:
         self.timeout = timeout
         self._lock = threading.Lock()
         self._pools: dict[tuple[int, int, str | None], tuple[StagingPool, BatchLayout]] = {}
-        self._views: dict[tuple[int, int], tuple] = {}
+        self._views: dict[tuple[int, int], StagedSlot] = {}
 
     def acquire(
         self, batch: int, window: int, target: torch.device | None, timeout: float | None
@@ -399,13 +399,14 @@ class BatchStaging:
         buf = pool.acquire(timeout=timeout)
         try:
             key = (id(pool), buf.slot)
-            views = self._views.get(key)
-            if views is None:
-                views = self._views[key] = self._make_views(layout, buf, target)
+            staged = self._views.get(key)
+            if staged is None:
+                staged = self._views[key] = StagedSlot(buf, *self._make_views(layout, buf, target))
         except BaseException:
             buf.release()
             raise
-        return StagedSlot(buf, *views)
+        staged.buffer = buf  # the slot is this caller's until it releases buf
+        return staged
 
     def _make_views(self, layout: BatchLayout, buf: StagingBuffer, target: torch.device | None) -> tuple:
         fields, mask = layout.views(self.spec, buf.tensor)

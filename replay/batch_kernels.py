@@ -137,12 +137,13 @@ class BatchCopy:
         """Copy windows ``lo .. hi - 1`` (int64 [B] arrays, rows of the batch) into the slot's
         ``flat`` views and its flat ``mask`` (bool [B * length])."""
         total = (hi - lo) * length * self.step_bytes
-        stream = total >= STREAM_THRESHOLD
-        chunks = min(hi - lo, total // _CHUNK_BYTES, 4 * self.threads) if self.threads > 1 else 1
-        args = (self.rings, flat, self.row_bytes, self.capacity, shard, first, n, dst)
-        if chunks <= 1:
-            gather_rows(*args, lo, hi, length, mask, stream)
+        if total < 2 * _CHUNK_BYTES or self.threads <= 1:  # one chunk: on this thread
+            rings = (self.rings, flat, self.row_bytes, self.capacity)
+            gather_rows(*rings, shard, first, n, dst, lo, hi, length, mask, total >= STREAM_THRESHOLD)
             return
+        stream = total >= STREAM_THRESHOLD
+        chunks = min(hi - lo, total // _CHUNK_BYTES, 4 * self.threads)
+        args = (self.rings, flat, self.row_bytes, self.capacity, shard, first, n, dst)
         bounds = np.linspace(lo, hi, chunks + 1).astype(np.int64).tolist()
 
         def chunk(i: int) -> None:
