@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 import threading
-import weakref
 from collections.abc import Iterator, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -120,7 +119,7 @@ class Batch(Mapping[str, torch.Tensor]):
         self._buffer = buffer
         self._source = source  # a batch made by `to` keeps its source's staging slot held
         self._events: list = []
-        self._finalizer = weakref.finalize(self, _release_buffer, buffer, self._events) if buffer else None
+        self._held = [buffer] if buffer else []  # popped once: by `release` or at garbage collection
 
     def __getitem__(self, name: str) -> torch.Tensor:
         return self._fields[name]
@@ -145,14 +144,23 @@ class Batch(Mapping[str, torch.Tensor]):
         For a batch made by `to`, release the staging buffer of the batch it was copied from
         (after the copy has completed).
         """
-        if self._finalizer is not None:
-            self._finalizer()
+        try:
+            buffer = self._held.pop()  # atomic: two threads releasing release the buffer once
+        except IndexError:
+            buffer = None
+        if buffer is not None:
+            _release_buffer(buffer, self._events)
         if self._source is not None:
             self._source.release()
 
+    def __del__(self) -> None:
+        held = self.__dict__.get("_held")  # absent when __init__ did not finish
+        if held:
+            _release_buffer(held.pop(), self._events)
+
     @property
     def released(self) -> bool:
-        return self._finalizer is not None and not self._finalizer.alive
+        return self._buffer is not None and not self._held
 
     def __enter__(self) -> Batch:
         return self

@@ -35,6 +35,8 @@ from replay.storage import TrajectoryStorage
 from replay.table import META_FIELDS, Table
 from replay.windows import WindowTable, window_mask
 
+_KEYS_LENGTHS = [5, 3]  # the scratch rows of the keys and the real lengths (`StagedSlot.scratch`)
+
 __all__ = ["Deadline", "WindowSampler"]
 
 
@@ -165,17 +167,18 @@ class WindowSampler:
                 block[:, dst] = block[:, good]
                 prob[dst] = prob[good]
                 done += kept
-            lengths = block[3].copy()
+            keys_lengths = block[_KEYS_LENGTHS]  # one copy of both rows (the batch keeps them)
+            lengths = keys_lengths[1]
             limiter.sample(int(lengths.sum()))
             weights = (
                 importance_weights(prob, table_size, beta)
                 if table.prioritized
-                else torch.from_numpy(np.ones(b, dtype=np.float32))
+                else torch.ones(b, dtype=torch.float32)
             )
             return Batch(
                 slot.fields,
                 slot.mask,
-                torch.from_numpy(keys.copy()),
+                torch.from_numpy(keys_lengths[0]),
                 torch.from_numpy(prob.copy()),
                 weights,
                 torch.from_numpy(lengths),
