@@ -169,7 +169,7 @@ class WindowSampler:
                 done += kept
             keys_lengths = block[_KEYS_LENGTHS]  # one copy of both rows (the batch keeps them)
             lengths = keys_lengths[1]
-            limiter.sample(int(lengths.sum()))
+            limiter.sample(b if length == 1 else int(lengths.sum()))  # a window of 1 is its live anchor
             weights = (
                 importance_weights(prob, table_size, beta)
                 if table.prioritized

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from graphrl.memory import MemoryManager
 from graphrl.tensors import StagingPool
+from replay import ReplayStore, TrajectorySpec
 from replay.batch import Batch
 from replay.rate_limiter import MinSize, Queue, RateLimiterState, SampleToInsertRatio
 
@@ -153,3 +154,25 @@ def test_batch_releases_its_slot_once():
         gc.collect()
         assert pool.available == 1  # collected: the slot is free again
         pool.close()
+
+
+def test_windows_of_one_step_charge_exactly_the_batch_size():
+    spec = TrajectorySpec({"pos": ((), "int64")})
+    with MemoryManager() as mm:
+        store = ReplayStore(spec, capacity_steps=64, num_shards=1, memory=mm, timeout=5.0,
+                            rate_limiter=SampleToInsertRatio(1.0, min_size=10, error_buffer=(-40.0, 100.0)))
+        with store.writer() as w:  # three episodes, 10 + 7 + 3 steps
+            for n in (10, 7, 3):
+                w.extend({"pos": np.arange(n, dtype=np.int64)})
+                w.end_episode()
+        charged = []
+        for b, length in ((5, 1), (7, 1), (4, 3)):
+            with store.sample(b, window=length) as batch:
+                charged.append(int(batch.lengths.sum()))
+                if length == 1:
+                    assert batch.lengths.tolist() == [1] * b
+                else:
+                    assert 1 <= int(batch.lengths.min()) and int(batch.lengths.max()) <= 3
+        assert charged[:2] == [5, 7]
+        assert store.counters()["samples"] == sum(charged)
+        store.close()
