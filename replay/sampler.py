@@ -196,7 +196,7 @@ class WindowSampler:
         if len(shards) == 1:
             with shards[0] as sh:
                 floor = sh.floor
-            if first[lo:hi].min() >= floor:
+            if floor == 0 or first[lo:hi].min() >= floor:  # floor 0: the ring has not wrapped yet
                 return None
             return first[lo:hi] < floor
         bad = self.storage.stale(shard[lo:hi], first[lo:hi])
