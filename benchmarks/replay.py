@@ -18,6 +18,9 @@ Cases (higher is better; ``ratio`` = ours / baseline):
 - sample + update priorities (B=256 transitions, prioritized, alpha 0.6, beta 0.4): ours
   ``Prioritized`` with window 1 vs cpprb ``PrioritizedReplayBuffer``; and uniform transitions vs cpprb
   ``ReplayBuffer``.
+- per call (``calls_per_s``, with ``us_per_call``): ``sample(32, 1)`` vs cpprb ``sample(32)`` and
+  ``sample(B, L)`` vs TorchRL's ``sample()`` (one call each: the fixed cost of a call).
+- append: ``writer.append`` of single steps (one episode) vs cpprb ``add`` of single steps.
 
 Large windows copy at full bandwidth only with non-temporal (streaming) stores: the gather uses
 them for large batches (`graphrl.kernels.stream_bytes`, see `replay.windows`), where glibc's memcpy
@@ -283,7 +286,7 @@ def bench_layout(
             )
         )
         if rb_torchrl is not None:
-            t_t = best(rb_torchrl.sample, iters, repeats)
+            t_s, t_t = best_interleaved([ours_windows, rb_torchrl.sample], iters, repeats)
             rows.append(
                 row(
                     f"{tag} sample B={batch} L={window} vs TorchRL",
@@ -295,14 +298,25 @@ def bench_layout(
                     baseline_gb_per_s=nbytes / t_t / 1e9,
                 )
             )
+            rows.append(
+                row(
+                    f"{tag} per call sample({batch}, {window}) vs TorchRL",
+                    "calls_per_s",
+                    1 / t_s,
+                    "torchrl SliceSampler sample()",
+                    1 / t_t,
+                    us_per_call=t_s * 1e6,
+                    baseline_us_per_call=t_t * 1e6,
+                )
+            )
             del rb_torchrl
         store.close()
 
         # transitions: uniform vs cpprb ReplayBuffer, prioritized vs cpprb PrioritizedReplayBuffer
         if rb_cpprb is not None:
             _, store_u = ours_insert(spec, episodes, steps, mm, Uniform())
-            t_u = best(lambda: store_u.sample(batch, 1).release(), iters * 10, repeats)
-            t_cu = best(lambda: rb_cpprb.sample(batch), iters * 10, repeats)
+            pair = [lambda: store_u.sample(batch, 1).release(), lambda: rb_cpprb.sample(batch)]
+            t_u, t_cu = best_interleaved(pair, iters * 10, repeats)
             rows.append(
                 row(
                     f"{tag} sample B={batch} transitions vs cpprb",
@@ -312,6 +326,45 @@ def bench_layout(
                     batch / t_cu,
                 )
             )
+            t_u32, t_c32 = best_interleaved(
+                [lambda: store_u.sample(32, 1).release(), lambda: rb_cpprb.sample(32)], iters * 20, repeats
+            )
+            rows.append(
+                row(
+                    f"{tag} per call sample(32, 1) vs cpprb",
+                    "calls_per_s",
+                    1 / t_u32,
+                    "cpprb ReplayBuffer.sample(32)",
+                    1 / t_c32,
+                    us_per_call=t_u32 * 1e6,
+                    baseline_us_per_call=t_c32 * 1e6,
+                )
+            )
+            ep0 = episodes[0]
+            single = [{k: v[i] for k, v in ep0.items()} for i in range(len(ep0["obs"]))]
+            w_u = store_u.writer()
+
+            def ours_append() -> None:
+                for step in single:
+                    w_u.append(step)
+                w_u.end_episode()
+
+            def cpprb_add() -> None:
+                for step in single:
+                    rb_cpprb.add(**step)
+                rb_cpprb.on_episode_end()
+
+            t_a, t_ca = best_interleaved([ours_append, cpprb_add], max(1, iters // 2), repeats)
+            rows.append(
+                row(
+                    f"{tag} append single steps vs cpprb",
+                    "steps_per_s",
+                    len(single) / t_a,
+                    "cpprb ReplayBuffer.add (one step)",
+                    len(single) / t_ca,
+                )
+            )
+            w_u.close()
             store_u.close()
             del rb_cpprb
             _, store_p = ours_insert(spec, episodes, steps, mm, Prioritized(0.6))
@@ -327,8 +380,7 @@ def bench_layout(
                 s = rb_p.sample(batch, beta=0.4)
                 rb_p.update_priorities(s["indexes"], prios)
 
-            t_op = best(ours_prio, iters * 10, repeats)
-            t_cp = best(cpprb_prio, iters * 10, repeats)
+            t_op, t_cp = best_interleaved([ours_prio, cpprb_prio], iters * 10, repeats)
             rows.append(
                 row(
                     f"{tag} prioritized sample+update B={batch} vs cpprb",
@@ -376,11 +428,14 @@ def main(
         f"(best of {repeats}); GLIBC_TUNABLES={os.environ.get('GLIBC_TUNABLES')}"
     )
 
-    click.echo(f"\n{'case':<62} {'metric':<14} {'ours':>10} {'baseline':>10} {'ratio':>7}  GB/s ours/base")
+    header = f"{'case':<62} {'metric':<14} {'ours':>10} {'baseline':>10} {'ratio':>7}"
+    click.echo(f"\n{header}  GB/s or us/call, ours/base")
     for r in rows:
         gb = ""
         if "ours_gb_per_s" in r:
             gb = f"{r['ours_gb_per_s']:.2f}/{r['baseline_gb_per_s']:.2f}"
+        elif "us_per_call" in r:
+            gb = f"{r['us_per_call']:.1f}/{r['baseline_us_per_call']:.1f} us per call"
         click.echo(
             f"{r['case']:<62} {r['metric']:<14} {r['ours']:>10.3g} {r['baseline_value']:>10.3g} "
             f"{r['ratio']:>7.2f}  {gb}"

@@ -266,6 +266,7 @@ class StagingPool:
         self.timeout = timeout
         self._region = memory.allocate((slots, *shape), dtype, tier, owner=owner, fallback=fallback)
         self._base = self._region.tensor()
+        self._views = [self._base[i] for i in range(slots)]  # one view per slot, made once
         self._free: deque[int] = deque(range(slots))
         self._held: set[int] = set()
         self._steps = 0
@@ -323,18 +324,20 @@ class StagingPool:
         with self._cond:
             if self._closed:
                 raise ValueError(f"staging pool {self.owner!r} is closed")
-            if not self._cond.wait_for(lambda: self._free or self._closed, timeout=wait):  # type: ignore[arg-type]
-                raise TimeoutError(
-                    f"staging pool {self.owner!r}: all {self.slots} slots stayed held for {wait} s; release "
-                    "buffers (buffer.release() or a with-block) before acquiring more, or use more slots"
-                )
-            if self._closed:
-                raise ValueError(f"staging pool {self.owner!r} was closed while waiting")
+            if not self._free:  # a free slot is handed out at once; only a full pool waits
+                if not self._cond.wait_for(lambda: self._free or self._closed, timeout=wait):  # type: ignore[arg-type]
+                    raise TimeoutError(
+                        f"staging pool {self.owner!r}: all {self.slots} slots stayed held for {wait} s; "
+                        "release buffers (buffer.release() or a with-block) before acquiring more, or use "
+                        "more slots"
+                    )
+                if self._closed:
+                    raise ValueError(f"staging pool {self.owner!r} was closed while waiting")
             slot = self._free.popleft()
             self._held.add(slot)
             step = self._steps
             self._steps += 1
-        return StagingBuffer(self, slot, step, self._base[slot])
+        return StagingBuffer(self, slot, step, self._views[slot])
 
     def release_slot(self, slot: int) -> None:
         """Make ``slot`` free again; called once per hand-out by `StagingBuffer.release` (use that)."""

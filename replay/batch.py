@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 import threading
-import weakref
 from collections.abc import Iterator, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -120,7 +119,7 @@ class Batch(Mapping[str, torch.Tensor]):
         self._buffer = buffer
         self._source = source  # a batch made by `to` keeps its source's staging slot held
         self._events: list = []
-        self._finalizer = weakref.finalize(self, _release_buffer, buffer, self._events) if buffer else None
+        self._held = [buffer] if buffer else []  # popped once: by `release` or at garbage collection
 
     def __getitem__(self, name: str) -> torch.Tensor:
         return self._fields[name]
@@ -145,14 +144,23 @@ class Batch(Mapping[str, torch.Tensor]):
         For a batch made by `to`, release the staging buffer of the batch it was copied from
         (after the copy has completed).
         """
-        if self._finalizer is not None:
-            self._finalizer()
+        try:
+            buffer = self._held.pop()  # atomic: two threads releasing release the buffer once
+        except IndexError:
+            buffer = None
+        if buffer is not None:
+            _release_buffer(buffer, self._events)
         if self._source is not None:
             self._source.release()
 
+    def __del__(self) -> None:
+        held = self.__dict__.get("_held")  # absent when __init__ did not finish
+        if held:
+            _release_buffer(held.pop(), self._events)
+
     @property
     def released(self) -> bool:
-        return self._finalizer is not None and not self._finalizer.alive
+        return self._buffer is not None and not self._held
 
     def __enter__(self) -> Batch:
         return self
@@ -306,9 +314,9 @@ class Batch(Mapping[str, torch.Tensor]):
 
 
 
-@dataclass(frozen=True)
+@dataclass
 class StagedSlot:
-    """One acquired staging slot and its views.
+    """One acquired staging slot and its views (made once per slot; ``buffer`` is the current hand-out).
 
     Attributes
     ----------
@@ -321,6 +329,15 @@ class StagedSlot:
         Numpy views of ``fields`` (host slots only).
     flat : tuple
         Per field, the flat byte view the gathers write: numpy uint8 (host) or numba (device).
+    mask_flat : numpy.ndarray, bool [B * L], or None
+        The host mask as one flat array (host slots only).
+    scratch : numpy.ndarray, int64 [6, B]
+        The slot's window table while a sample fills it (rows `replay.table.META_FIELDS`, then the
+        keys); private to the call holding the slot, never handed out.
+    scratch_prob : numpy.ndarray, float64 [B]
+        The draw probabilities, likewise.
+    scratch_meta : dict of str to numpy.ndarray, or None
+        The rows of ``scratch`` by `replay.table.META_FIELDS` name (the table's ``meta`` argument).
     """
 
     buffer: StagingBuffer
@@ -328,6 +345,10 @@ class StagedSlot:
     mask: torch.Tensor
     outs: dict[str, np.ndarray] | None
     flat: tuple
+    mask_flat: np.ndarray | None = None
+    scratch: np.ndarray | None = None
+    scratch_prob: np.ndarray | None = None
+    scratch_meta: dict[str, np.ndarray] | None = None
 
 
 class BatchStaging:
@@ -343,18 +364,26 @@ class BatchStaging:
         Batches that may be held at once per shape.
     timeout : float or None
         Default seconds `acquire` waits for a free slot.
+    scratch_names : tuple of str
+        Names of the first rows of each slot's ``scratch`` (`StagedSlot.scratch_meta`; at most 6).
     """
 
     def __init__(
-        self, spec: TrajectorySpec, memory: MemoryManager, slots: int, timeout: float | None
+        self,
+        spec: TrajectorySpec,
+        memory: MemoryManager,
+        slots: int,
+        timeout: float | None,
+        scratch_names: tuple[str, ...] = (),
     ) -> None:
         self.spec = spec
+        self.scratch_names = tuple(scratch_names)
         self.memory = memory
         self.slots = int(slots)
         self.timeout = timeout
         self._lock = threading.Lock()
         self._pools: dict[tuple[int, int, str | None], tuple[StagingPool, BatchLayout]] = {}
-        self._views: dict[tuple[int, int], tuple] = {}
+        self._views: dict[tuple[int, int], StagedSlot] = {}
 
     def acquire(
         self, batch: int, window: int, target: torch.device | None, timeout: float | None
@@ -370,29 +399,36 @@ class BatchStaging:
         MemoryBudgetError
             A new pool does not fit its tier.
         """
-        with self._lock:
-            pool, layout = self._pool(batch, window, target)
+        entry = self._pools.get((batch, window, None if target is None else str(target)))
+        if entry is None:  # a new shape: made under the lock
+            with self._lock:
+                entry = self._pool(batch, window, target)
+        pool, layout = entry
         buf = pool.acquire(timeout=timeout)
         try:
             key = (id(pool), buf.slot)
-            views = self._views.get(key)
-            if views is None:
-                views = self._views[key] = self._make_views(layout, buf, target)
+            staged = self._views.get(key)
+            if staged is None:
+                staged = self._views[key] = StagedSlot(buf, *self._make_views(layout, buf, target))
         except BaseException:
             buf.release()
             raise
-        fields, mask, outs, flat = views
-        return StagedSlot(buf, fields, mask, outs, flat)
+        staged.buffer = buf  # the slot is this caller's until it releases buf
+        return staged
 
     def _make_views(self, layout: BatchLayout, buf: StagingBuffer, target: torch.device | None) -> tuple:
         fields, mask = layout.views(self.spec, buf.tensor)
+        scratch = np.zeros((6, layout.batch), dtype=np.int64)
+        scratch_prob = np.zeros(layout.batch)
+        meta = dict(zip(self.scratch_names, scratch, strict=False))
         if target is None:
             outs = {n: t.numpy() for n, t in fields.items()}
-            return fields, mask, outs, tuple(outs[n].reshape(-1).view(np.uint8) for n in self.spec)
+            flat = tuple(outs[n].reshape(-1).view(np.uint8) for n in self.spec)
+            return fields, mask, outs, flat, mask.numpy().reshape(-1), scratch, scratch_prob, meta
         from replay.cuda import flat_bytes  # numba.cuda only on the GPU path
 
         flat = tuple(flat_bytes(buf.tensor[off : off + nbytes]) for off, nbytes in layout.offsets.values())
-        return fields, mask, None, flat
+        return fields, mask, None, flat, None, scratch, scratch_prob, meta
 
     def _pool(self, batch: int, window: int, target: torch.device | None) -> tuple[StagingPool, BatchLayout]:
         key = (batch, window, None if target is None else str(target))

@@ -392,6 +392,13 @@ class RateLimiterState:
         ``given``: the timeout the caller's user gave (quoted by the ``TimeoutError``; default
         ``timeout``), when ``timeout`` is what is left of it.
 
+        An admissible sample returns without taking the condition variable: the counters are read
+        once, in index order (inserts first), with no lock. Between restores inserts, samples and
+        deletes only grow, and admission grows with inserts and shrinks with the other two, so counts
+        read after the inserts can only make the check stricter: an admitted read was admissible at
+        the instant the inserts were read, as under the lock (which is released before the caller
+        draws anyway). Anything else (blocked, cancelled) takes the locked wait, unchanged.
+
         Raises
         ------
         TimeoutError
@@ -399,6 +406,9 @@ class RateLimiterState:
         ValueError
             The limiter was cancelled (the store closed).
         """
+        counts = self.counters[:4].tolist()  # inserts, samples, deletes, cancelled: read in index order
+        if not counts[CANCELLED] and self.limiter.can_sample(counts):
+            return
         self._wait(
             lambda: self.limiter.can_sample(self.counters),
             timeout,

@@ -8,6 +8,14 @@ compacts the intact ones to the front and draws again for the rest, then writes 
 `WindowSampler.draw_windows` is the same loop without the copy (for callers that copy the ring views
 themselves, such as `replay.distributed`'s shard actors).
 
+Host batches of the owner's own `replay.table.Table` take a compiled path: the table writes the
+window table and the keys into the slot's scratch arrays in one kernel call
+(`replay.draw_kernels`), `replay.batch_kernels.BatchCopy` copies every shard's windows and fills
+the mask in one more (on the thread team for large batches), and the staleness check is one
+comparison per shard. Any other table object (a learner process's proxy, offering ``draw``,
+``keys``, ``prioritized``, ``incarnation``, ``update_priorities``) and GPU batches take the
+general loop; both give the same batches for the same draws.
+
 >>> sampler = WindowSampler(storage, table, limiter, staging_slots=4)
 >>> batch = sampler.sample(256, 64, "tail", 0.4, None, lambda: 60.0)
 """
@@ -20,11 +28,14 @@ import numpy as np
 import torch
 
 from replay.batch import Batch, BatchStaging, StagedSlot, importance_weights
+from replay.batch_kernels import BatchCopy
 from replay.gather import WindowGather
 from replay.rate_limiter import RateLimiterState
 from replay.storage import TrajectoryStorage
 from replay.table import META_FIELDS, Table
 from replay.windows import WindowTable, window_mask
+
+_KEYS_LENGTHS = [5, 3]  # the scratch rows of the keys and the real lengths (`StagedSlot.scratch`)
 
 __all__ = ["Deadline", "WindowSampler"]
 
@@ -67,7 +78,11 @@ class WindowSampler:
         self.table = table
         self.limiter = limiter
         self.gather = WindowGather(storage)
-        self.staging = BatchStaging(storage.spec, storage.memory, staging_slots, storage.timeout)
+        self.staging = BatchStaging(
+            storage.spec, storage.memory, staging_slots, storage.timeout, scratch_names=META_FIELDS
+        )
+        self.owner_table = type(table) is Table  # the compiled path (see the module docstring)
+        self.copy = BatchCopy(storage) if self.owner_table else None
 
     def sample(
         self, b: int, length: int, pad: str, beta: float, target: torch.device | None, left: Deadline
@@ -88,6 +103,8 @@ class WindowSampler:
                 f"batch shape; timeout={left.timeout}); release batches (Batch.release or a with block) "
                 "or raise staging_slots"
             ) from err
+        if target is None and self.owner_table:
+            return self._sample_owner(b, length, pad, beta, left, slot)
         try:
             meta, prob, table_size = self._draw_and_gather(b, length, pad, left, slot, target)
             if target is None:
@@ -101,7 +118,7 @@ class WindowSampler:
             weights = (
                 importance_weights(prob, table_size, beta)
                 if self.table.prioritized
-                else torch.ones(b, dtype=torch.float32)
+                else torch.from_numpy(np.ones(b, dtype=np.float32))
             )
             return Batch(
                 slot.fields,
@@ -116,6 +133,74 @@ class WindowSampler:
         except BaseException:
             slot.buffer.release()
             raise
+
+    def _sample_owner(
+        self, b: int, length: int, pad: str, beta: float, left: Deadline, slot: StagedSlot
+    ) -> Batch:
+        """`sample` for a host batch of the owner's `Table` (the compiled path)."""
+        try:
+            block, prob, meta = slot.scratch, slot.scratch_prob, slot.scratch_meta
+            keys = block[5]
+            table, limiter = self.table, self.limiter
+            done = table_size = 0
+            while done < b:
+                limiter.await_sample(left(), given=left.timeout)
+                got, table_size, removed = table.draw(b - done, length, pad, done, meta, prob, keys)
+                if removed:
+                    limiter.delete(removed)
+                if got == 0:
+                    continue
+                self.copy.run(block[0], block[2], block[3], block[4], done, done + got, slot.flat,
+                              slot.mask_flat, length)
+                stale = self._stale(block[0], block[2], done, done + got)
+                if stale is None:
+                    done += got
+                    continue
+                rows = np.arange(done, done + got)
+                good = rows[~stale]
+                kept = len(good)
+                dst = slice(done, done + kept)  # compact the good rows to the front, redraw the rest
+                for arr in slot.outs.values():
+                    arr[dst] = arr[good]
+                mask = slot.mask.numpy()
+                mask[dst] = mask[good]
+                block[:, dst] = block[:, good]
+                prob[dst] = prob[good]
+                done += kept
+            keys_lengths = block[_KEYS_LENGTHS]  # one copy of both rows (the batch keeps them)
+            lengths = keys_lengths[1]
+            limiter.sample(b if length == 1 else int(lengths.sum()))  # a window of 1 is its live anchor
+            weights = (
+                importance_weights(prob, table_size, beta)
+                if table.prioritized
+                else torch.ones(b, dtype=torch.float32)
+            )
+            return Batch(
+                slot.fields,
+                slot.mask,
+                torch.from_numpy(keys_lengths[0]),
+                torch.from_numpy(prob.copy()),
+                weights,
+                torch.from_numpy(lengths),
+                table_size,
+                slot.buffer,
+            )
+        except BaseException:
+            slot.buffer.release()
+            raise
+
+    def _stale(self, shard: np.ndarray, first: np.ndarray, lo: int, hi: int) -> np.ndarray | None:
+        """Rows ``lo .. hi - 1`` whose first step a writer overwrote (floors read under each shard's
+        lock, after the copy): bool [hi - lo], or None when none did."""
+        shards = self.storage.shards
+        if len(shards) == 1:
+            with shards[0] as sh:
+                floor = sh.floor
+            if floor == 0 or first[lo:hi].min() >= floor:  # floor 0: the ring has not wrapped yet
+                return None
+            return first[lo:hi] < floor
+        bad = self.storage.stale(shard[lo:hi], first[lo:hi])
+        return bad if bad.any() else None
 
     def _draw_and_gather(
         self, b: int, length: int, pad: str, left: Deadline, slot: StagedSlot, target: torch.device | None

@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from replay.draw_kernels import draw_anchors, draw_items, set_weights
 from replay.selectors import Selector, check_priorities
 from replay.sumtree import (
     accept_sum,
-    draw_rows,
     min_build_keys,
     min_set,
     sum_build,
@@ -36,6 +36,9 @@ __all__ = ["EMPTY", "EXHAUSTED", "LIVE", "Alloc", "SelectorState"]
 EMPTY, LIVE, EXHAUSTED = 0, 1, 2
 
 Alloc = Callable[[tuple[int, ...], Any, str], np.ndarray]
+
+
+_NO_FILL = np.zeros(0, dtype=np.int64)
 
 
 def _np_alloc(shape: tuple[int, ...], dtype: Any, name: str) -> np.ndarray:
@@ -218,15 +221,39 @@ class SelectorState:
         p = check_priorities(priorities, slots.size)
         if slots.size == 0:
             return
-        self.priority[shard, slots] = p
-        self.max_priority = max(self.max_priority, float(p.max()))
-        uniq = np.unique(slots)
-        self._refresh(shard, uniq)
+        self.set_priorities(np.full(slots.size, shard, dtype=np.int64), slots, p)
+
+    def set_priorities(self, shards: np.ndarray, slots: np.ndarray, p: np.ndarray) -> None:
+        """`update` over rows of any shards, arguments trusted: int64 [k] each and float64 [k] checked
+        priorities of live items (later duplicates win)."""
+        if slots.size == 0:
+            return
+        if self.deterministic:  # the argmin trees need their keys: per shard
+            self.priority[shards, slots] = p
+            self.max_priority = max(self.max_priority, float(p.max()))
+            for s in np.unique(shards):
+                self._refresh(int(s), np.unique(slots[shards == s]))
+            return
+        if not self._prioritized:  # no tree over priorities: only the values
+            self.priority[shards, slots] = p
+            self.max_priority = max(self.max_priority, float(p.max()))
+            return
+        exponent = float(self.selector.exponent)
+        top = set_weights(
+            shards, slots, p, exponent, self.state, self.priority, self.weights, self.wtree, self.size
+        )
+        self.max_priority = max(self.max_priority, top)
 
     # -- drawing
 
-    def sample(self, batch_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    def sample(
+        self, batch_size: int, filled: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
         """Draw up to ``batch_size`` items as from one table (see the module docstring).
+
+        ``filled`` (int64 [S], optional): per shard, the slots holding a position
+        (``min(write_pos, capacity)``); where every one is live a uniform draw skips the tree
+        descent (`replay.draw_kernels.draw_anchors`: the same rows).
 
         Returns
         -------
@@ -239,10 +266,26 @@ class SelectorState:
 
         ``k < batch_size`` only when the live items ran out (``max_times_sampled`` emptied the table).
         """
+        return self.sample_counted(batch_size, filled)[:4]
+
+    def sample_counted(
+        self, batch_size: int, filled: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
+        """`sample`, and the live items after the draw (one more value)."""
         n = int(batch_size)
-        if self.deterministic:
-            return self._sample_best(n)
-        return self._sample_sum(n)
+        fill = _NO_FILL if filled is None else filled
+        if not self.deterministic and self.max_times_sampled == 0:  # one kernel: nothing is removed
+            u = self.rng.random(n)
+            shard = np.empty(n, dtype=np.int64)
+            slot = np.empty(n, dtype=np.int64)
+            prob = np.empty(n)
+            trees = (self.ctree, self.wtree, self._prioritized, self.size)
+            live = draw_items(u, *trees, fill, self.times, True, shard, slot, prob)
+            if live < 0.5:
+                return shard[:0], slot[:0], prob[:0], 0, 0
+            return shard, slot, prob, 0, int(round(live))
+        out = self._sample_best(n) if self.deterministic else self._sample_sum(n, fill)
+        return (*out, self.live_count())
 
     def _sample_best(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
         out_s = np.zeros(n, dtype=np.int64)
@@ -282,7 +325,7 @@ class SelectorState:
             )
         return out_s[:got], out_c[:got], np.ones(got), int(removed)
 
-    def _sample_sum(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    def _sample_sum(self, n: int, filled: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
         limit = self.max_times_sampled
         shards_out, slots_out, prob_out = [], [], []
         removed = 0
@@ -292,11 +335,12 @@ class SelectorState:
                 break
             use_w = self._prioritized and self.wtree[:, 1].sum() > 0
             tree = self.wtree if use_w else self.ctree
-            u = self.rng.random(need) * float(tree[:, 1].sum())
+            u = self.rng.random(need)
             shard = np.empty(need, dtype=np.int64)
             slot = np.empty(need, dtype=np.int64)
             prob = np.empty(need)
-            draw_rows(tree, self.size, u, shard, slot, prob, self.times, limit == 0)
+            fill = _NO_FILL if use_w else filled
+            draw_anchors(u, tree, self.size, fill, self.times, limit == 0, shard, slot, prob)
             if limit == 0:  # nothing is removed: every row stands as drawn
                 return shard, slot, prob, 0
             accepted = np.empty(need, dtype=np.bool_)

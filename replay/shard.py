@@ -12,7 +12,8 @@ actor processes attach them by name):
 
 Positions are absolute: the n-th step committed has position n and lives in slot ``n % capacity``;
 the position is the generation stamp of its slot. `ShardStorage.commit` appends one chunk under the
-shard lock (the second step of the commit protocol of `replay.storage`); `ShardStorage.acquire` repairs
+shard lock (the second step of the commit protocol of `replay.storage`; its copy and stamps are
+`replay.commit_kernel.write_steps`); `ShardStorage.acquire` repairs
 a commit left half-done by a writer that died holding the lock. See docs/architecture.md#keys and
 docs/architecture.md#replay-composition.
 
@@ -33,6 +34,7 @@ import numpy as np
 
 from graphrl.memory import MemoryManager, Region, RegionHandle
 from replay._sync import SLOT_BYTES, SharedMutex
+from replay.commit_kernel import write_steps
 from replay.spec import TrajectorySpec
 
 __all__ = [
@@ -142,6 +144,8 @@ class ShardStorage:
             raw[_STEPS_OFF + 24 * capacity : _index_bytes(capacity)].view(np.int64).reshape(capacity, 4)
         )
         self.columns = {name: columns[name].numpy() for name in spec}
+        self._flat_rings = tuple(self.columns[n].reshape(-1).view(np.uint8) for n in spec)
+        self._row_bytes = np.array([f.row_bytes for f in spec.values()], dtype=np.int64)
         if create:
             self.meta[:] = 0
             self.steps[:, 0] = -1
@@ -331,15 +335,35 @@ class ShardStorage:
             recs[new % cap] = (new, wp, 0, OPEN | (CONTINUATION if record is not None else 0))
             record = new
         lo, hi = max(0, wp - cap), max(0, wp + count - cap)  # live positions this commit overwrites
+        self.meta[RESERVE_POS] = wp + count
+        first = wp % cap
+        srcs = tuple(data[name] for name in self.spec)
+        if all(a.flags.c_contiguous for a in srcs):  # one kernel: the rows of every field, the index
+            flat = tuple(a.reshape(-1).view(np.uint8) for a in srcs)
+            rings = (self._flat_rings, flat, self._row_bytes, cap)
+            overwritten = write_steps(*rings, first, count, self.steps, record, seq_base, lo, hi)
+        else:
+            overwritten = self._write_steps(srcs, first, count, record, seq_base, lo, hi)
+        r = recs[record % cap]
+        r[REC_LENGTH] += count
+        if end:
+            r[REC_FLAGS] &= ~OPEN
+        self.meta[WRITE_POS] = wp + count
+        self.meta[COMMITS] += 1
+        return int(record), int(overwritten)
+
+    def _write_steps(
+        self, srcs: tuple[np.ndarray, ...], first: int, count: int, record: int, seq_base: int, lo: int,
+        hi: int,
+    ) -> int:
+        """`replay.commit_kernel.write_steps` for sources that are not contiguous (numpy copies)."""
+        cap = self.capacity
         overwritten = 0
         if hi > lo:
             old = self.steps[np.arange(lo, hi) % cap]
             overwritten = int(np.count_nonzero((old[:, 0] >= 0) & ((old[:, 2] & EXHAUSTED) == 0)))
-        self.meta[RESERVE_POS] = wp + count
-        first = wp % cap
         n1 = min(count, cap - first)
-        for name, ring in self.columns.items():
-            src = data[name]
+        for ring, src in zip(self.columns.values(), srcs, strict=True):
             _copy_rows(ring, first, src, 0, n1)
             if count > n1:
                 _copy_rows(ring, 0, src, n1, count - n1)
@@ -349,13 +373,7 @@ class ShardStorage:
                 self.steps[a:b, 0] = record
                 self.steps[a:b, 1] = seq[off : off + b - a]
                 self.steps[a:b, 2] = 0
-        r = recs[record % cap]
-        r[REC_LENGTH] += count
-        if end:
-            r[REC_FLAGS] &= ~OPEN
-        self.meta[WRITE_POS] = wp + count
-        self.meta[COMMITS] += 1
-        return int(record), int(overwritten)
+        return overwritten
 
     # -- checkpoints (lock held)
     def state_dict(self) -> dict[str, Any]:

@@ -96,6 +96,8 @@ class Control:
     def choose_shard(self, writer_id: int) -> int:
         """The shard for a new episode (mutex held): fewest open episodes, then fewest steps assigned."""
         s = self.num_shards
+        if s == 1:
+            return 0
         order = (np.arange(s) + writer_id) % s  # rotate ties between writers
         best = min(order, key=lambda i: (int(self.open[i]), int(self.assigned[i])))
         return int(best)

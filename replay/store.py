@@ -76,6 +76,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ReplayStore"]
 
+_PLAIN = (int, float)  # beta types whose checks `sample` remembers per signature
 RESTORE_KEYWORDS = ("tier", "timeout", "seed", "staging_slots", "chunk_steps", "max_times_sampled")
 
 class ReplayStore(StorageViews, ReplayStoreBase):
@@ -200,6 +201,7 @@ class ReplayStore(StorageViews, ReplayStoreBase):
         self._owner_pid = os.getpid()
         self._closed = False
         self._staging_slots, self._service = args.staging_slots, None  # learner()'s TableService
+        self._checked: dict[tuple, tuple[int, int]] = {}  # sample signatures already checked
 
     # -- properties: spec, num_shards, shard_capacity, capacity_steps, memory (StorageViews)
 
@@ -381,9 +383,16 @@ class ReplayStore(StorageViews, ReplayStoreBase):
             staging pool does not fit its tier.
         """
         self._check_owner("sample")
-        b, length = check_sample_args(batch_size, window, pad, beta)
+        plain = type(batch_size) is int and type(window) is int and type(pad) is str and type(beta) in _PLAIN
+        sig = (batch_size, window, pad, type(beta), beta) if plain else None
+        checked = self._checked.get(sig) if plain else None
+        if checked is None:  # checked once per distinct signature of plain ints, str and float
+            checked = check_sample_args(batch_size, window, pad, beta)
+            if plain and len(self._checked) < 64:
+                self._checked[sig] = checked
+        b, length = checked
         left = self._deadline(timeout)
-        target = check_device(device)
+        target = None if device is None else check_device(device)
         batch = self._sampler.sample(b, length, pad, beta, target, left)
         if target is None and device is not None and torch.device(device).type != "cpu":
             return batch.to(device)

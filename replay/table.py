@@ -3,9 +3,10 @@
 As a Reverb table holds items under a selector, a `Table` holds one item per stored step of every
 shard of a `replay.storage.TrajectoryStorage`, in a `replay.selector_state.SelectorState`. It learns
 of committed steps lazily (`Table.ingest`, under the shard's lock), draws anchors and computes their
-windows (`Table.draw`: `replay.windows.window_bounds` under every shard lock), and applies priority
-updates only to windows whose steps are all still stored (`Table.update_priorities`: the generation
-check on absolute positions and the incarnation rule of docs/architecture.md#keys).
+windows and keys (`Table.draw`: the kernels of `replay.draw_kernels`, under every shard lock; the
+bounds of `replay.windows.window_bounds`), and applies priority updates only to windows whose steps
+are all still stored (`Table.update_priorities`: the generation check on absolute positions and the
+incarnation rule of docs/architecture.md#keys, one kernel over all keys).
 
 Not thread-safe by itself beyond `Table.lock`, which serialises draws and updates; the gathers that
 follow a draw run outside every lock.
@@ -23,21 +24,23 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import numba as nb
 import numpy as np
 
 from graphrl.memory import Region
 from replay._checks import check_keys
-from replay.keys import MAX_INCARNATIONS, decode_keys, encode_keys, key_incarnations
-from replay.selector_state import EXHAUSTED, LIVE, SelectorState
+from replay.draw_kernels import PAD_CODES, accept_updates, draw_windows, window_rows
+from replay.keys import MAX_INCARNATIONS, MAX_SHARDS, encode_keys
+from replay.selector_state import EXHAUSTED, SelectorState
 from replay.selectors import Selector, check_priorities
 from replay.shard import EXHAUSTED as STEP_EXHAUSTED
-from replay.shard import live_parts
+from replay.shard import WRITE_POS, live_parts
 from replay.storage import TrajectoryStorage
-from replay.windows import window_bounds
 
 __all__ = ["META_FIELDS", "Table"]
 
 META_FIELDS = ("shard", "anchor", "first", "n", "dst")  # int64 [B] each: a draw's window table
+_NO_KEYS = np.zeros(0, dtype=np.int64)
 
 
 class Table:
@@ -63,6 +66,9 @@ class Table:
         Counted up (mod 16) by each restore; stamped into keys.
     restored_at : numpy.ndarray, int64 [S], or None
         Per shard, the write position a restore put back.
+    ingested, filled : numpy.ndarray, int64 [S]
+        Per shard, the write position the selector has learnt of, and the slots holding a position
+        there (``min(ingested, capacity)``: where all are live, a uniform draw skips the descent).
     """
 
     def __init__(
@@ -80,6 +86,13 @@ class Table:
             self.close()
             raise
         self.ingested = np.zeros(storage.num_shards, dtype=np.int64)
+        self.filled = np.zeros(storage.num_shards, dtype=np.int64)  # min(ingested, capacity)
+        shards = storage.shards
+        # each shard's step index and record ring, as the draw kernel takes them (a tuple for one shard)
+        self._index: tuple[Any, Any] = (
+            (shards[0].steps,) if len(shards) == 1 else nb.typed.List([sh.steps for sh in shards]),
+            (shards[0].records,) if len(shards) == 1 else nb.typed.List([sh.records for sh in shards]),
+        )
         self.lock = threading.Lock()
         self.incarnation = 0
         self.restored_at: np.ndarray | None = None
@@ -104,12 +117,22 @@ class Table:
         valid = sh.steps[slots, 0] >= 0
         self.state.insert(s, slots, sh.steps[slots, 1], valid)
         self.ingested[s] = wp
+        self.filled[s] = min(wp, sh.capacity)
 
     def ingest_all(self) -> None:
         """`ingest` every shard, each under its own lock in turn (``lock`` held)."""
         for s, sh in enumerate(self.storage.shards):
             with sh:
                 self.ingest(s)
+
+    def _ingest_new(self) -> None:
+        """`ingest_all` for the shards whose write position moved (an unlocked read: only a hint; the
+        draw ingests every shard again under all the locks)."""
+        ingested = self.ingested
+        for s, sh in enumerate(self.storage.shards):
+            if sh.meta[WRITE_POS] != ingested[s]:
+                with sh:
+                    self.ingest(s)
 
     def selector_mass(self) -> tuple[int, float]:
         """``(live items, priority mass)`` after ingesting every commit (the mass is the live count
@@ -122,11 +145,19 @@ class Table:
 
     # -- draws
     def draw(
-        self, k: int, length: int, pad: str, row0: int, meta: dict[str, np.ndarray], prob: np.ndarray
+        self,
+        k: int,
+        length: int,
+        pad: str,
+        row0: int,
+        meta: dict[str, np.ndarray],
+        prob: np.ndarray,
+        keys: np.ndarray | None = None,
     ) -> tuple[int, int, int]:
         """Draw up to k anchors under every shard lock and write their windows into rows ``row0...``.
 
-        ``meta`` holds the `META_FIELDS` arrays (int64 [B]), ``prob`` float64 [B].
+        ``meta`` holds the `META_FIELDS` arrays (int64 [B]), ``prob`` float64 [B]; ``keys`` (int64
+        [B], optional) gets the windows' keys (as `keys` gives them).
 
         Returns
         -------
@@ -138,31 +169,38 @@ class Table:
             Items removed by ``max_times_sampled`` (the caller tells the rate limiter).
         """
         shards = self.storage.shards
+        cap = self.storage.capacity
+        pad_code = PAD_CODES.get(pad)
+        if pad_code is None:
+            raise ValueError(f"pad must be 'tail' or 'head', got {pad!r}")
         with self.lock:
-            self.ingest_all()  # most of the new steps, one shard locked at a time
+            if len(shards) > 1:
+                self._ingest_new()  # most of the new steps, one shard locked at a time
             for sh in shards:
                 sh.acquire()
             try:
                 for s in range(len(shards)):
                     self.ingest(s)
-                sh_idx, slots, p, removed = self.state.sample(k)
+                st = self.state
+                out = (meta["shard"], meta["anchor"], meta["first"], meta["n"], meta["dst"])
+                stamp = (self.incarnation, _NO_KEYS if keys is None else keys)
+                if not st.deterministic and st.max_times_sampled == 0:  # one kernel: nothing is removed
+                    trees = (st.ctree, st.wtree, self.prioritized, st.size, self.filled, st.times)
+                    index = (*self._index, self.ingested, cap, length, pad_code, row0)
+                    live = draw_windows(st.rng.random(k), *trees, *index, *out, prob, *stamp)
+                    got = k if live >= 0.5 else 0
+                    return got, int(round(live)) if got else 0, 0
+                sh_idx, slots, p, removed, live = st.sample_counted(k, self.filled)
                 if removed:  # tell writers (under the shard locks) which items already left the table
-                    gone = self.state.state[sh_idx, slots] == EXHAUSTED
+                    gone = st.state[sh_idx, slots] == EXHAUSTED
                     for s, c in zip(sh_idx[gone].tolist(), slots[gone].tolist(), strict=True):
                         shards[s].steps[c, 2] |= STEP_EXHAUSTED
                 got = len(sh_idx)
-                table_size = self.state.live_count() + removed
-                rows = slice(row0, row0 + got)
-                meta["shard"][rows] = sh_idx
-                prob[rows] = p
-                for s in np.unique(sh_idx):
-                    sel = np.flatnonzero(sh_idx == s) + row0
-                    sh = shards[int(s)]
-                    anchors = sh.position_of(slots[sel - row0])
-                    ep_start, ep_end = sh.episode_bounds(anchors)
-                    first, n, dst = window_bounds(anchors, ep_start, ep_end, sh.floor, length, pad)
-                    meta["anchor"][sel], meta["first"][sel] = anchors, first
-                    meta["n"][sel], meta["dst"][sel] = n, dst
+                table_size = live + removed
+                prob[row0 : row0 + got] = p
+                window_rows(
+                    sh_idx, slots, *self._index, self.ingested, cap, length, pad_code, row0, *out, *stamp
+                )
             finally:
                 for sh in reversed(shards):
                     sh.release()
@@ -178,9 +216,8 @@ class Table:
         applied. Raises as `replay.store.ReplayStore.update_priorities`."""
         k = check_keys(keys)
         p = check_priorities(priorities, k.size)
-        shard, anchor, back = decode_keys(k)
-        incarnation = key_incarnations(k)
         num_shards = self.storage.num_shards
+        shard = k & (MAX_SHARDS - 1)
         bad = shard >= num_shards
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
@@ -188,28 +225,24 @@ class Table:
                 f"key {int(k[i])} names shard {int(shard[i])}, but the store has shards "
                 f"0..{num_shards - 1}; nothing was changed"
             )
-        applied = 0
-        cap = self.storage.capacity
+        shards = self.storage.shards
         with self.lock:
-            for s in np.unique(shard):
-                s = int(s)
-                sel = np.flatnonzero(shard == s)
-                sh = self.storage.shards[s]
+            floors = np.zeros(num_shards, dtype=np.int64)
+            for s in range(num_shards) if num_shards <= 8 else np.unique(shard).tolist():
+                sh = shards[s]
                 with sh:
                     self.ingest(s)
-                    floor = sh.floor
-                slots = anchor[sel] % cap
-                ok = (anchor[sel] - back[sel] >= floor) & (anchor[sel] < self.ingested[s])
-                inc = incarnation[sel]
-                current = inc == self.incarnation
-                if self.restored_at is not None:  # the previous incarnation's keys below the restore point
-                    prev = (self.incarnation - 1) % MAX_INCARNATIONS
-                    current |= (inc == prev) & (anchor[sel] < self.restored_at[s])
-                ok &= current
-                ok &= self.state.state[s, slots] == LIVE
-                self.state.update(s, slots[ok], p[sel][ok])
-                applied += int(ok.sum())
-        return applied
+                    floors[s] = sh.floor
+            slots = np.empty(k.size, dtype=np.int64)
+            ok = np.empty(k.size, dtype=np.bool_)
+            restored = _NO_KEYS if self.restored_at is None else self.restored_at
+            stamps = (self.storage.capacity, floors, self.ingested, self.incarnation, restored)
+            applied = accept_updates(k, *stamps, self.state.state, shard, slots, ok)
+            if applied == k.size:
+                self.state.set_priorities(shard, slots, p)
+            else:
+                self.state.set_priorities(shard[ok], slots[ok], p[ok])
+            return int(applied)
 
     # -- checkpoints
     @contextmanager
@@ -280,6 +313,7 @@ class Table:
         with self.lock:
             self.state.load_state_dict(full)
             self.ingested[:] = written
+            self.filled[:] = np.minimum(written, cap)
             self.incarnation = (int(state.get("incarnation", 0)) + 1) % MAX_INCARNATIONS
             self.restored_at = written.copy()
 

@@ -180,16 +180,14 @@ def test_queue_blocks_a_writer_process_until_the_learner_samples():
 def dying_writer(handle) -> None:
     import replay.shard as shard
 
-    real = shard._copy_rows
-    calls = [0]
+    def copy_then_die(rings, srcs, row_bytes, capacity, first, count, *rest):
+        # mid-commit, holding the shard lock after publishing reserve_pos: one field copied, then death
+        rb = int(row_bytes[0])
+        n = min(count, capacity - first) * rb
+        rings[0][first * rb : first * rb + n] = srcs[0][:n]
+        os.kill(os.getpid(), signal.SIGKILL)
 
-    def copy_then_die(*args):
-        real(*args)
-        calls[0] += 1
-        if calls[0] == 2:  # mid-commit, holding the shard lock, half the fields copied
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    shard._copy_rows = copy_then_die
+    shard.write_steps = copy_then_die  # the commit's kernel (replay.commit_kernel), looked up per call
     store = ReplayStore.attach(handle)
     w = store.writer()
     w.extend(episode(7, 7, 10))

@@ -506,13 +506,13 @@ def test_uniform_selector_is_the_default(mm):
 
 
 def test_windows_overwritten_during_the_copy_are_drawn_again(mm, monkeypatch):
-    import replay.gather as gather_module
+    import replay.batch_kernels as gather_module  # the owner's path (the general loop: test_sampler_paths)
 
     store = make(mm, capacity=10, seed=0)
     w = store.writer()
     w.extend(cols(0, 0, 10))
     w.end_episode()
-    real = gather_module.gather_fields
+    real = gather_module.gather_rows
     calls = []
 
     def overwrite_then_gather(*args, **kwargs):
@@ -522,7 +522,7 @@ def test_windows_overwritten_during_the_copy_are_drawn_again(mm, monkeypatch):
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(gather_module, "gather_fields", overwrite_then_gather)
+    monkeypatch.setattr(gather_module, "gather_rows", overwrite_then_gather)
     b = store.sample(4, window=3)
     assert len(calls) == 2  # the first gather was redone
     assert (b["ep"][b.mask] == 1).all()

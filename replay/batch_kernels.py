@@ -1,0 +1,152 @@
+"""The owner's batch copy: windows of every shard into a staging slot in one numba call, mask included.
+
+`gather_rows` copies rows ``[lo, hi)`` of a drawn window table (shard, absolute first position,
+real steps, offset in the window) out of the rings of all shards into the flat byte views of a
+staging slot, zeroes the padding and fills the mask, as `replay.windows.gather_fields` does for one
+shard (each run one ``memcpy``, streaming stores for large batches), without grouping the rows by
+shard first. The rings come as one sequence indexed ``shard * F + field`` (a tuple for one shard, a
+numba typed list for more). `BatchCopy` holds those sequences for a storage and runs the copy on
+the process's thread team (`graphrl.kernels.parallel_for`) when the batch is large enough that a
+second thread pays (chunks of at least ``_CHUNK_BYTES`` of output). `replay.sampler.WindowSampler`
+uses it for host batches.
+
+>>> copy = BatchCopy(storage)
+>>> copy.run(shard, first, n, dst, 0, b, flat, mask, length)
+"""
+
+from __future__ import annotations
+
+import os
+
+import numba as nb
+import numpy as np
+
+from graphrl.kernels import (
+    STREAM_THRESHOLD,
+    copy_bytes,
+    parallel_for,
+    prefetch_l2,
+    store_fence,
+    stream_bytes_nofence,
+    zero_bytes,
+)
+from replay.storage import TrajectoryStorage
+
+__all__ = ["BatchCopy", "gather_rows"]
+
+_STREAM_PIECE = 1024  # runs shorter than this still go through memcpy (as replay.windows)
+_CHUNK_BYTES = 1 << 22  # output bytes per chunk of a threaded copy
+_PREFETCH_BYTES = 256  # windows of at most this many bytes get their first line prefetched
+
+
+@nb.njit(cache=True, nogil=True)
+def gather_rows(
+    rings, outs, row_bytes, capacity, shard, first, n, dst, lo, hi, length, mask, stream
+):  # pragma: no cover - numba
+    """Copy windows ``lo .. hi - 1`` into ``outs`` (per field, uint8 [R * length * row_bytes[j]]).
+
+    ``rings[s * F + j]``: shard s's field j as flat bytes; ``first`` absolute positions (the slot is
+    ``first % capacity``); ``mask`` (bool [R * length]) gets ``dst <= j < dst + n``. ``stream``:
+    streaming stores for runs of ``_STREAM_PIECE`` bytes and more.
+    """
+    nf = row_bytes.shape[0]
+    slots = np.empty(hi - lo, dtype=np.int64)
+    for b in range(lo, hi):
+        slots[b - lo] = first[b] % capacity
+    if length * row_bytes.sum() <= _PREFETCH_BYTES:  # short runs at random places: ask for them early
+        for j in range(nf):
+            rb = row_bytes[j]
+            for b in range(lo, hi):
+                prefetch_l2(rings[shard[b] * nf + j], slots[b - lo] * rb)
+    for j in range(nf):
+        rb = row_bytes[j]
+        out = outs[j]
+        last = -1
+        src = rings[j]
+        for b in range(lo, hi):
+            if shard[b] != last:
+                last = shard[b]
+                src = rings[last * nf + j]
+            f = slots[b - lo]
+            k = n[b]
+            d = dst[b]
+            n1 = min(k, capacity - f)
+            base = b * length * rb
+            o = base + d * rb
+            nbytes = n1 * rb
+            if stream and nbytes >= _STREAM_PIECE:
+                stream_bytes_nofence(out, o, src, f * rb, nbytes)
+            elif nbytes > 0:
+                copy_bytes(out, o, src, f * rb, nbytes)
+            if k > n1:
+                nbytes = (k - n1) * rb
+                if stream and nbytes >= _STREAM_PIECE:
+                    stream_bytes_nofence(out, o + n1 * rb, src, 0, nbytes)
+                else:
+                    copy_bytes(out, o + n1 * rb, src, 0, nbytes)
+            if d > 0:
+                zero_bytes(out, base, d * rb)
+            if d + k < length:
+                zero_bytes(out, base + (d + k) * rb, (length - d - k) * rb)
+    for b in range(lo, hi):
+        base = b * length
+        d = dst[b]
+        e = d + n[b]
+        mask[base : base + d] = False
+        mask[base + d : base + e] = True
+        mask[base + e : base + length] = False
+    if stream:
+        store_fence()
+
+
+class BatchCopy:
+    """`gather_rows` over one storage's shards (see the module docstring).
+
+    Parameters
+    ----------
+    storage : TrajectoryStorage
+        An owner's or an attached storage (only its rings are read).
+    threads : int, optional
+        Threads that may copy, the caller included; default the CPUs this process may run on.
+    """
+
+    def __init__(self, storage: TrajectoryStorage, threads: int | None = None) -> None:
+        spec = storage.spec
+        flat = [sh.columns[n].reshape(-1).view(np.uint8) for sh in storage.shards for n in spec]
+        self.rings = tuple(flat) if storage.num_shards == 1 else nb.typed.List(flat)
+        self.row_bytes = np.array([f.row_bytes for f in spec.values()], dtype=np.int64)
+        self.step_bytes = int(self.row_bytes.sum())
+        self.capacity = storage.capacity
+        if threads is None:  # the CPUs this process may run on
+            has_affinity = hasattr(os, "sched_getaffinity")
+            threads = len(os.sched_getaffinity(0)) if has_affinity else os.cpu_count() or 1
+        self.threads = int(threads)
+
+    def run(
+        self,
+        shard: np.ndarray,
+        first: np.ndarray,
+        n: np.ndarray,
+        dst: np.ndarray,
+        lo: int,
+        hi: int,
+        flat: tuple[np.ndarray, ...],
+        mask: np.ndarray,
+        length: int,
+    ) -> None:
+        """Copy windows ``lo .. hi - 1`` (int64 [B] arrays, rows of the batch) into the slot's
+        ``flat`` views and its flat ``mask`` (bool [B * length])."""
+        total = (hi - lo) * length * self.step_bytes
+        if total < 2 * _CHUNK_BYTES or self.threads <= 1:  # one chunk: on this thread
+            rings = (self.rings, flat, self.row_bytes, self.capacity)
+            gather_rows(*rings, shard, first, n, dst, lo, hi, length, mask, total >= STREAM_THRESHOLD)
+            return
+        stream = total >= STREAM_THRESHOLD
+        chunks = min(hi - lo, total // _CHUNK_BYTES, 4 * self.threads)
+        args = (self.rings, flat, self.row_bytes, self.capacity, shard, first, n, dst)
+        bounds = np.linspace(lo, hi, chunks + 1).astype(np.int64).tolist()
+
+        def chunk(i: int) -> None:
+            gather_rows(*args, bounds[i], bounds[i + 1], length, mask, stream)
+
+        parallel_for(chunk, chunks, self.threads)

@@ -1,0 +1,259 @@
+"""Numba kernels of a store's draw: anchors from the sum trees, their windows, priority writes.
+
+`draw_anchors` draws the anchors of one batch as from one table over S shards, from uniforms
+``u`` in [0, 1): the shard of each row in proportion to its root mass, then the leaf. The descent
+runs level by level over all rows at once (each level's loads are independent, so the CPU overlaps
+their cache misses instead of waiting for one row's chain of 18), and is skipped for a *dense*
+count tree (every slot that holds a position is live: the leaf is ``floor(x)`` exactly, the
+descent's own answer). `window_rows` turns (shard, slot) into the window table of
+`replay.windows.window_bounds` from each shard's step and record index. `set_weights` writes
+priorities and the weight tree's leaves and recomputes the touched ancestors level by level.
+`replay.table.Table` calls them with every shard lock held; they take arrays and return nothing
+(outputs are filled in place).
+
+>>> draw_anchors(u, tree, size, filled, times, 1, shard, slot, prob)
+>>> window_rows(shard, slot, steps, records, written, capacity, 64, 0, row0, *meta_arrays, 0, keys)
+
+References
+----------
+Schaul et al., "Prioritized Experience Replay", ICLR 2016 (sum-tree sampling); TorchRL's
+``SliceSampler`` (windows within trajectories).
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from replay.keys import BACK_BITS, INC_BITS, SHARD_BITS
+
+__all__ = [
+    "PAD_CODES",
+    "accept_updates",
+    "draw_anchors",
+    "draw_items",
+    "draw_windows",
+    "set_weights",
+    "window_rows",
+]
+
+PAD_CODES = {"tail": 0, "head": 1}
+
+
+@nb.njit(cache=True, nogil=True)
+def draw_anchors(u, tree, size, filled, times, count, out_shard, out_slot, out_prob):  # pragma: no cover
+    """One item per ``u[i]`` in [0, 1) from S sum trees ``tree [S, 2 size]`` as one table.
+
+    Same rows as `replay.sumtree.draw_rows` on ``u * total`` (shards in order, then the leaf whose
+    prefix interval holds the rest; never a shard or leaf of zero mass). ``filled`` (int64 [S], or
+    empty for a weight tree): the slots of each shard that hold a position; a count tree whose root
+    equals it in every shard is *dense* (leaves ``0 .. root - 1`` all live) and its leaf is the
+    integer part of the rest, without the descent. With ``count``, the draws are added to
+    ``times [S, C]``.
+    """
+    num_shards = tree.shape[0]
+    k = u.shape[0]
+    total = 0.0
+    last = 0
+    dense = filled.shape[0] == num_shards
+    for s in range(num_shards):
+        total += tree[s, 1]
+        if tree[s, 1] > 0.0:
+            last = s
+        if dense and tree[s, 1] != filled[s]:
+            dense = False
+    xs = np.empty(k)
+    js = np.empty(k, dtype=np.int64)
+    for i in range(k):
+        x = u[i] * total
+        s = 0
+        while s < last and (tree[s, 1] <= 0.0 or x >= tree[s, 1]):
+            x -= tree[s, 1]
+            s += 1
+        if x >= tree[s, 1]:
+            x = tree[s, 1] * 0.999999999999
+        if x < 0.0:
+            x = 0.0
+        out_shard[i] = s
+        xs[i] = x
+        js[i] = 1
+    if dense:
+        for i in range(k):
+            js[i] = size + np.int64(xs[i])
+    else:
+        width = 1
+        while width < size:  # one level for every row, then the next
+            for i in range(k):
+                s = out_shard[i]
+                j = js[i]
+                left = tree[s, 2 * j]
+                if tree[s, 2 * j + 1] <= 0.0 or xs[i] < left:
+                    js[i] = 2 * j
+                else:
+                    xs[i] -= left
+                    js[i] = 2 * j + 1
+            width *= 2
+    for i in range(k):
+        s = out_shard[i]
+        c = js[i] - size
+        out_slot[i] = c
+        out_prob[i] = tree[s, js[i]] / total
+        if count:
+            times[s, c] += 1
+
+
+@nb.njit(cache=True, nogil=True)
+def draw_items(
+    u, ctree, wtree, prioritized, size, filled, times, count, out_shard, out_slot, out_prob
+):  # pragma: no cover - numba
+    """`draw_anchors` from the weight tree when ``prioritized`` and its mass is positive, else from
+    the count tree (``filled`` as there). Returns the live items (the count trees' total); below 0.5
+    nothing is drawn."""
+    live = 0.0
+    mass = 0.0
+    for s in range(ctree.shape[0]):
+        live += ctree[s, 1]
+        if prioritized:
+            mass += wtree[s, 1]
+    if live < 0.5:
+        return live
+    if prioritized and mass > 0.0:
+        draw_anchors(u, wtree, size, filled[:0], times, count, out_shard, out_slot, out_prob)
+    else:
+        draw_anchors(u, ctree, size, filled, times, count, out_shard, out_slot, out_prob)
+    return live
+
+
+@nb.njit(cache=True, nogil=True)
+def window_rows(
+    shard, slot, steps, records, written, capacity, length, pad, row0,
+    o_shard, o_anchor, o_first, o_n, o_dst, incarnation, o_keys,
+):  # pragma: no cover - numba
+    """Windows of the anchors in ``slot`` of ``shard`` into rows ``row0 ...`` of the ``o_*`` arrays.
+
+    ``steps[s]`` / ``records[s]``: shard s's step index ``[C, 3]`` and record ring ``[C, 4]`` (a
+    tuple or a typed list); ``written[s]``: its write position at the draw. The outputs (int64 [B])
+    are the fields of `replay.table.META_FIELDS`; ``pad`` 0 tail, 1 head (`PAD_CODES`). ``o_keys``
+    (int64 [B], or empty for none) gets each window's key (`replay.keys.encode_keys` with
+    ``incarnation``). Returns the real steps of the rows written.
+    """
+    steps_total = 0
+    inc_bits = (incarnation % (1 << INC_BITS)) << (SHARD_BITS + BACK_BITS)
+    with_keys = o_keys.shape[0] > 0
+    k = shard.shape[0]
+    rec = np.empty(k, dtype=np.int64)
+    for i in range(k):  # one pass of independent loads, then the next (their misses overlap)
+        rec[i] = steps[shard[i]][slot[i], 0] % capacity
+    for i in range(k):
+        s = shard[i]
+        c = slot[i]
+        wp = written[s]
+        anchor = c + capacity * ((wp - 1 - c) // capacity)
+        r = records[s]
+        start = r[rec[i], 1]
+        end = start + r[rec[i], 2]
+        row = row0 + i
+        o_shard[row] = s
+        o_anchor[row] = anchor
+        if pad == 0:
+            n = min(length, end - anchor)
+            o_first[row] = anchor
+            o_n[row] = n
+            o_dst[row] = 0
+        else:
+            lo = max(max(start, max(0, wp - capacity)), anchor - (length - 1))
+            n = anchor - lo + 1
+            o_first[row] = lo
+            o_n[row] = n
+            o_dst[row] = length - n
+        steps_total += n
+        if with_keys:
+            back = anchor - o_first[row]
+            pos_bits = anchor << (SHARD_BITS + BACK_BITS + INC_BITS)
+            o_keys[row] = pos_bits | inc_bits | (back << SHARD_BITS) | s
+    return steps_total
+
+
+@nb.njit(cache=True, nogil=True)
+def draw_windows(
+    u, ctree, wtree, prioritized, size, filled, times, steps, records, written, capacity, length, pad, row0,
+    o_shard, o_anchor, o_first, o_n, o_dst, o_prob, incarnation, o_keys,
+):  # pragma: no cover - numba
+    """`draw_items` then `window_rows` in one call, rows ``row0 .. row0 + len(u) - 1`` of the outputs
+    (``o_prob`` float64 [B] too). Returns the live items; below 0.5 nothing is drawn."""
+    k = u.shape[0]
+    shard = np.empty(k, dtype=np.int64)
+    slot = np.empty(k, dtype=np.int64)
+    prob = np.empty(k)
+    live = draw_items(u, ctree, wtree, prioritized, size, filled, times, True, shard, slot, prob)
+    if live < 0.5:
+        return live
+    for i in range(k):
+        o_prob[row0 + i] = prob[i]
+    window_rows(
+        shard, slot, steps, records, written, capacity, length, pad, row0,
+        o_shard, o_anchor, o_first, o_n, o_dst, incarnation, o_keys,
+    )
+    return live
+
+
+@nb.njit(cache=True, nogil=True)
+def set_weights(shard, slot, p, exponent, state, priority, weights, wtree, size):  # pragma: no cover
+    """``priority[s, c] = p`` for each row (later duplicates win), then the weight tree's leaves
+    (``p ** exponent`` for live items, ``state == 1``; 0 for others) and their ancestors,
+    recomputed level by level (exact sums, as `replay.sumtree.sum_set`). Returns the largest
+    priority written (-1.0 for none)."""
+    k = shard.shape[0]
+    top = -1.0
+    for i in range(k):
+        priority[shard[i], slot[i]] = p[i]
+        if p[i] > top:
+            top = p[i]
+    js = np.empty(k, dtype=np.int64)
+    for i in range(k):
+        s = shard[i]
+        c = slot[i]
+        w = priority[s, c] ** exponent if state[s, c] == 1 else 0.0
+        weights[s, c] = w
+        wtree[s, size + c] = w
+        js[i] = size + c
+    width = 1
+    while width < size:
+        for i in range(k):
+            j = js[i] >> 1
+            js[i] = j
+            s = shard[i]
+            wtree[s, j] = wtree[s, 2 * j] + wtree[s, 2 * j + 1]
+        width *= 2
+    return top
+
+
+@nb.njit(cache=True, nogil=True)
+def accept_updates(
+    keys, capacity, floors, ingested, incarnation, restored_at, state, out_shard, out_slot, ok
+):  # pragma: no cover - numba
+    """The generation check of priority updates (docs/architecture.md#keys): ``ok[i]`` when key i's
+    window still has every step stored (``anchor - back >= floors[s]``, ``anchor < ingested[s]``),
+    its incarnation is ``incarnation`` (or the one before, below ``restored_at[s]``; ``restored_at``
+    empty: no restore) and its item is live (``state == 1``). Fills the shard and slot of each key;
+    every key's shard must be < S. Returns how many are ok."""
+    count = 0
+    prev = (incarnation - 1) % (1 << INC_BITS)
+    restored = restored_at.shape[0] > 0
+    for i in range(keys.shape[0]):
+        k = keys[i]
+        s = k & ((1 << SHARD_BITS) - 1)
+        back = (k >> SHARD_BITS) & ((1 << BACK_BITS) - 1)
+        inc = (k >> (SHARD_BITS + BACK_BITS)) & ((1 << INC_BITS) - 1)
+        anchor = k >> (SHARD_BITS + BACK_BITS + INC_BITS)
+        c = anchor % capacity
+        out_shard[i] = s
+        out_slot[i] = c
+        good = anchor - back >= floors[s] and anchor < ingested[s]
+        if good:
+            good = inc == incarnation or (restored and inc == prev and anchor < restored_at[s])
+        if good:
+            good = state[s, c] == 1
+        ok[i] = good
+        count += good
+    return count
