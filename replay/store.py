@@ -40,8 +40,7 @@ checkpoints. TorchRL: ``ReplayBuffer`` with ``SliceSampler`` (windows within tra
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -65,6 +64,7 @@ from replay.sampler import Deadline, WindowSampler
 from replay.selectors import Selector, selector_from_config
 from replay.spec import TrajectorySpec
 from replay.storage import StorageViews, StoreHandle, TrajectoryStorage
+from replay.store_state import load_parts, snapshot
 from replay.table import Table
 from replay.table_service import TableService
 from replay.writer import TrajectoryWriter
@@ -507,28 +507,8 @@ class ReplayStore(StorageViews, ReplayStoreBase):
             The files could not be written (the previous checkpoint stays the latest).
         """
         self._check_owner("checkpoint")
-        return ckpt.save(path, self._snapshot())
-
-    @contextmanager
-    def _snapshot(self) -> Iterator[dict[str, Any]]:
-        """The state of every part, with the table, every shard and the control block locked."""
-        storage = self.storage
-        with self.table.quiesced():
-            yield {
-                "config": {
-                    "spec": storage.spec.to_config(),
-                    "capacity": storage.capacity,
-                    "num_shards": storage.num_shards,
-                    "selector": self.selector.to_config(),
-                    "rate_limiter": self.rate_limiter.to_config(),
-                    "max_times_sampled": self.max_times_sampled,
-                    "chunk_steps": storage.chunk_steps,
-                    "timeout": storage.timeout,
-                },
-                "control": storage.control.state_dict(),
-                "shards": [sh.state_dict() for sh in storage.shards],
-                "table": self.table.state_dict(),
-            }
+        state = snapshot(self.storage, self.table, self.selector, self.rate_limiter, self.max_times_sampled)
+        return ckpt.save(path, state)  # it takes the locks (enters the snapshot) when it copies
 
     @classmethod
     def restore(
@@ -576,10 +556,7 @@ class ReplayStore(StorageViews, ReplayStoreBase):
             **options,
         )
         try:
-            for sh, shard_state in zip(store.storage.shards, state["shards"], strict=True):
-                sh.load_state_dict(shard_state)
-            store.table.load_state_dict(state["table"])  # a new incarnation (see replay.keys)
-            store.storage.control.load_state_dict(state["control"])
+            load_parts(store.storage, store.table, state)
         except BaseException:
             store.close()
             raise
