@@ -85,7 +85,9 @@ class RemoteTable:
         self.conn = conn
         self.prioritized = prioritized
         self.lock = threading.Lock()
-        self.incarnation = int(self.call("hello")["incarnation"])
+        hello = self.call("hello")
+        self.incarnation = int(hello["incarnation"])
+        self.max_times_sampled = int(hello["max_times_sampled"])
 
     def call(self, op: str, *args: Any) -> Any:
         """Send one request and return its value (re-raising the owner's exception)."""

@@ -386,11 +386,13 @@ class RateLimiterState:
             given,
         )
 
-    def await_sample(self, timeout: float | None, given: float | None = None) -> None:
-        """Block until one step may be sampled.
+    def await_sample(self, timeout: float | None, given: float | None = None, need: int = 1) -> None:
+        """Block until one step may be sampled and the store holds at least ``need`` sampleable items.
 
         ``given``: the timeout the caller's user gave (quoted by the ``TimeoutError``; default
-        ``timeout``), when ``timeout`` is what is left of it.
+        ``timeout``), when ``timeout`` is what is left of it. ``need`` > 1 is for a table whose
+        ``max_times_sampled`` removes what it draws: a batch waits until it can be drawn whole, so a
+        timeout never drops items that were drawn (and removed) for a batch that is not returned.
 
         An admissible sample returns without taking the condition variable: the counters are read
         once, in index order (inserts first), with no lock. Between restores inserts, samples and
@@ -407,12 +409,20 @@ class RateLimiterState:
             The limiter was cancelled (the store closed).
         """
         counts = self.counters[:4].tolist()  # inserts, samples, deletes, cancelled: read in index order
-        if not counts[CANCELLED] and self.limiter.can_sample(counts):
+        if not counts[CANCELLED] and self.limiter.can_sample(counts) and counts[0] - counts[2] >= need:
             return
+
+        def explain(c: Sequence[int]) -> str:
+            size = int(c[0]) - int(c[2])
+            if self.limiter.can_sample(c) and size < need:
+                return (f"the store holds {size} sampleable items and this batch needs {need} "
+                        "(max_times_sampled removes what it draws): insert more steps")
+            return self.limiter.explain_sample_block(c)
+
         self._wait(
-            lambda: self.limiter.can_sample(self.counters),
+            lambda: self.limiter.can_sample(self.counters) and self.counters[0] - self.counters[2] >= need,
             timeout,
-            self.limiter.explain_sample_block,
+            explain,
             "sample",
             given,
         )

@@ -58,6 +58,14 @@ class Deadline:
 
 
 
+def items_needed(table: Table, k: int) -> int:
+    """Items the store must hold before ``k`` windows are drawn from ``table``: with
+    ``max_times_sampled`` = m > 0 (draws remove items), ceil(k / m), so that the batch is drawn whole
+    and a timeout drops nothing; else 1."""
+    m = table.max_times_sampled
+    return -(-k // m) if m > 0 else 1
+
+
 class WindowSampler:
     """Draws and gathers batches of windows for a store's owner (see the module docstring).
 
@@ -144,7 +152,7 @@ class WindowSampler:
             table, limiter = self.table, self.limiter
             done = table_size = 0
             while done < b:
-                limiter.await_sample(left(), given=left.timeout)
+                limiter.await_sample(left(), given=left.timeout, need=items_needed(table, b - done))
                 got, table_size, removed = table.draw(b - done, length, pad, done, meta, prob, keys)
                 if removed:
                     limiter.delete(removed)
@@ -212,7 +220,7 @@ class WindowSampler:
         prob = np.zeros(b)
         done = table_size = 0
         while done < b:
-            self.limiter.await_sample(left(), given=left.timeout)
+            self.limiter.await_sample(left(), given=left.timeout, need=items_needed(self.table, b - done))
             got, table_size, removed = self.table.draw(b - done, length, pad, done, meta, prob)
             if removed:
                 self.limiter.delete(removed)
@@ -247,7 +255,7 @@ class WindowSampler:
         prob = np.zeros(b)
         done = table_size = 0
         while done < b:
-            self.limiter.await_sample(left(), given=left.timeout)
+            self.limiter.await_sample(left(), given=left.timeout, need=items_needed(self.table, b - done))
             got, table_size, removed = self.table.draw(b - done, length, pad, done, meta, prob)
             if removed:
                 self.limiter.delete(removed)

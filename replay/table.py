@@ -105,6 +105,11 @@ class Table:
         return arr
 
     # -- ingest
+    @property
+    def max_times_sampled(self) -> int:
+        """Draws after which an item is removed (0: never)."""
+        return int(self.state.max_times_sampled)
+
     def ingest(self, s: int) -> None:
         """Add shard s's newly committed steps to the selector (shard lock held)."""
         sh = self.storage.shards[s]

@@ -157,7 +157,8 @@ class TableService:
             if op == "mass":
                 return "ok", self.table.selector_mass()
             if op == "hello":
-                return "ok", {"prioritized": self.table.prioritized, "incarnation": self.table.incarnation}
+                return "ok", {"prioritized": self.table.prioritized, "incarnation": self.table.incarnation,
+                             "max_times_sampled": self.table.max_times_sampled}
             raise ValueError(f"unknown table request {op!r}")
         except Exception as exc:  # noqa: BLE001 - the learner re-raises it as its own call's error
             return "error", exc

@@ -44,6 +44,10 @@ class ProxyTable:
     def incarnation(self):
         return self.inner.incarnation
 
+    @property
+    def max_times_sampled(self):
+        return self.inner.max_times_sampled
+
     def update_priorities(self, keys, priorities):
         return self.inner.update_priorities(keys, priorities)
 

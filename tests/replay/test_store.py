@@ -369,6 +369,19 @@ def test_max_times_sampled_removes_items_and_counts_deletes(mm):
     assert store.sample(1)["pos"][0, 0] >= 0
 
 
+def test_a_timed_out_queue_sample_drops_no_item(mm):
+    """With max_times_sampled a draw removes items: a batch that cannot be drawn whole waits and
+    times out before drawing, so the items stay (they used to be drawn, removed and lost)."""
+    store = make(mm, capacity=40, selector=Fifo(), max_times_sampled=1, rate_limiter=MinSize(1))
+    fill_shards(store, [3])
+    with pytest.raises(TimeoutError, match="holds 3 sampleable items and this batch needs 7"):
+        store.sample(7, timeout=0.05)
+    assert store.counters()["deletes"] == 0 and store.counters()["samples"] == 0 and len(store) == 3
+    fill_shards(store, [4])
+    assert sorted(store.sample(7)["pos"][:, 0].tolist()) == [0, 0, 1, 1, 2, 2, 3]  # both episodes, each once
+    assert store.counters()["deletes"] == 7
+
+
 # ------------------------------------------------------------------------------ rate limiting
 
 
