@@ -2,7 +2,8 @@
 
 GF-CF scores every item for a user as ``r_u R~^T R~ + alpha * r_u D_I^-1/2 V_k V_k^T D_I^1/2``, where
 ``R~ = D_U^-1/2 R D_I^-1/2`` is the degree-normalised user-item matrix and V_k its top-k right singular
-vectors (one truncated SVD, `scipy.sparse.linalg.svds`). There is nothing to train: `GFCF.fit` is the
+vectors (one truncated SVD: `torch.svd_lowrank`, randomised with power iterations, or ARPACK through
+`scipy.sparse.linalg.svds`). There is nothing to train: `GFCF.fit` is the
 normalisation and the SVD; `GFCF.scores` is two sparse products and two thin dense ones per user batch.
 
 Usage::
@@ -54,7 +55,7 @@ class GFCF:
 
     @classmethod
     def fit(cls, train: tuple[np.ndarray, np.ndarray], num_items: int, k: int = 256, alpha: float = 0.3,
-            seed: int = 0) -> GFCF:
+            seed: int = 0, solver: str = "lowrank", oversample: int = 64, power_iters: int = 6) -> GFCF:
         """Normalise the training matrix and take its top-``k`` right singular vectors.
 
         Parameters
@@ -68,7 +69,13 @@ class GFCF:
         alpha : float
             >= 0.
         seed : int
-            Seeds the SVD's start vector (ARPACK), so a fit is reproducible.
+            Seeds the SVD's random start (either solver), so a fit is reproducible.
+        solver : {"lowrank", "arpack"}
+            ``lowrank``: `torch.svd_lowrank` (Halko et al. 2011) on ``k + oversample`` columns with
+            ``power_iters`` power iterations, the top k kept (seconds); ``arpack``: `scipy.sparse.linalg.svds`
+            to ARPACK's tolerance (minutes for k = 256 on Gowalla).
+        oversample, power_iters : int
+            ``lowrank`` only.
 
         Returns
         -------
@@ -77,12 +84,14 @@ class GFCF:
         Raises
         ------
         ValueError
-            ``k`` out of range, ``alpha`` < 0, or an item id outside [0, num_items).
+            ``k`` out of range, ``alpha`` < 0, an unknown ``solver``, or an item id outside [0, num_items).
         """
         indptr, items = train
         num_users = indptr.size - 1
         if not 1 <= k < min(num_users, num_items):
             raise ValueError(f"k must lie in [1, min(U, I) = {min(num_users, num_items)}), got {k}")
+        if solver not in ("lowrank", "arpack"):
+            raise ValueError(f"solver must be 'lowrank' or 'arpack', got {solver!r}")
         if alpha < 0:
             raise ValueError(f"alpha must be >= 0, got {alpha}")
         if items.size and (items.min() < 0 or items.max() >= num_items):
@@ -95,8 +104,17 @@ class GFCF:
         su = np.where(d_u > 0, 1.0 / np.sqrt(np.maximum(d_u, 1.0)), 0.0)
         si = np.where(d_i > 0, 1.0 / np.sqrt(np.maximum(d_i, 1.0)), 0.0)
         norm = sp.csr_matrix(sp.diags(su) @ r @ sp.diags(si), dtype=np.float64)
-        v0 = np.random.default_rng(seed).standard_normal(min(norm.shape))
-        _, _, vt = spla.svds(norm, k=k, v0=v0, solver="arpack")
+        if solver == "arpack":
+            v0 = np.random.default_rng(seed).standard_normal(min(norm.shape))
+            _, _, vt = spla.svds(norm, k=k, v0=v0, solver="arpack")
+        else:
+            coo = norm.tocoo()
+            mat = torch.sparse_coo_tensor(np.vstack([coo.row, coo.col]), coo.data, size=norm.shape).coalesce()
+            q = min(k + oversample, min(norm.shape))
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                _, _, v = torch.svd_lowrank(mat, q=q, niter=power_iters)
+            vt = v[:, :k].t().numpy()
         return cls(interactions=r, normalized=sp.csr_matrix(norm, dtype=np.float32),
                    vt=np.ascontiguousarray(vt, dtype=np.float32), item_scale=si.astype(np.float32),
                    alpha=float(alpha))

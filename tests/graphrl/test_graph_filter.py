@@ -14,7 +14,8 @@ def test_gfcf_scores_equal_the_dense_formula():
     ds = synthetic_bipartite(40, 30, 300, seed=2)
     train = ds.user_item_csr("train")
     k, alpha = 6, 0.3
-    model = GFCF.fit(train, ds.num_items, k=k, alpha=alpha)
+    model = GFCF.fit(train, ds.num_items, k=k, alpha=alpha, solver="arpack")
+    lowrank = GFCF.fit(train, ds.num_items, k=k, alpha=alpha)  # q = min(k + 64, 30): the full SVD
     r = np.zeros((ds.num_users, ds.num_items))
     r[ds.train_users.numpy(), ds.train_items.numpy()] = 1.0
     du, di = r.sum(1), r.sum(0)
@@ -27,6 +28,8 @@ def test_gfcf_scores_equal_the_dense_formula():
     expect = r @ rn.T @ rn + alpha * ((r * si[None, :]) @ v @ v.T) * back[None, :]
     got = model.scores(torch.arange(ds.num_users)).numpy()
     np.testing.assert_allclose(got, expect, rtol=1e-4, atol=1e-5)
+    low = lowrank.scores(torch.arange(ds.num_users)).numpy()
+    np.testing.assert_allclose(low, expect, rtol=1e-3, atol=1e-4)
 
 
 def test_gfcf_rejects_bad_arguments():
@@ -34,5 +37,7 @@ def test_gfcf_rejects_bad_arguments():
     train = ds.user_item_csr("train")
     with pytest.raises(ValueError, match="k must"):
         GFCF.fit(train, ds.num_items, k=30)
+    with pytest.raises(ValueError, match="solver"):
+        GFCF.fit(train, ds.num_items, k=4, solver="qr")
     with pytest.raises(ValueError, match="alpha"):
         GFCF.fit(train, ds.num_items, k=4, alpha=-1.0)
