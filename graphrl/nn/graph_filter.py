@@ -109,7 +109,8 @@ class GFCF:
             _, _, vt = spla.svds(norm, k=k, v0=v0, solver="arpack")
         else:
             coo = norm.tocoo()
-            mat = torch.sparse_coo_tensor(np.vstack([coo.row, coo.col]), coo.data, size=norm.shape).coalesce()
+            mat = torch.sparse_coo_tensor(np.vstack([coo.row, coo.col]), coo.data, size=norm.shape,
+                                          check_invariants=True).coalesce()
             q = min(k + oversample, min(norm.shape))
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(seed)
