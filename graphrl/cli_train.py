@@ -109,7 +109,8 @@ def recommend(data_root, loss, negatives, temperature, layers, embedding_dim, ba
         raise click.UsageError(str(err)) from None
     k = config.k
     click.echo(f"stopped by {report.stopped_by} after {report.epochs:.2f} epochs ({report.steps:,} steps): "
-               f"training {report.train_seconds:.1f} s, evaluation {report.eval_seconds:.1f} s, "
+               f"training {report.train_seconds:.1f} s ({report.train_cpu_seconds:.0f} CPU s), "
+               f"evaluation {report.eval_seconds:.1f} s, "
                f"total {time.perf_counter() - t_start:.1f} s")
     click.echo(f"best epoch {report.best_epoch:.2f}: validation recall@{k} {report.best_val.recall:.4f}; "
                f"test recall@{k} {report.best_test.recall:.4f}  NDCG@{k} {report.best_test.ndcg:.4f}")

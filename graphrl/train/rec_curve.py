@@ -31,7 +31,8 @@ def curve_record(report, machine: dict | None = None, extra: dict | None = None)
             "best_val": asdict(report.best_val) if report.best_val else None,
             "best_test": asdict(report.best_test), "final_test": asdict(report.final_test),
             "epochs": report.epochs, "steps": report.steps, "train_seconds": report.train_seconds,
-            "eval_seconds": report.eval_seconds, "stopped_by": report.stopped_by,
+            "eval_seconds": report.eval_seconds, "train_cpu_seconds": report.train_cpu_seconds,
+            "stopped_by": report.stopped_by,
             "machine": machine or {}, **(extra or {})}
 
 

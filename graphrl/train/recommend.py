@@ -148,6 +148,9 @@ class RecommendReport:
     steps : int
     train_seconds, eval_seconds : float
         Wall time of the training steps and of all evaluations, seconds.
+    train_cpu_seconds : float
+        CPU time of this process during the training steps (all its threads), seconds: with other work
+        on the machine, ``train_cpu_seconds / train_seconds`` is the share of cores training had.
     stopped_by : str
         "patience", "epochs" or "minutes".
     config : dict
@@ -164,6 +167,7 @@ class RecommendReport:
     train_seconds: float
     eval_seconds: float
     stopped_by: str
+    train_cpu_seconds: float = 0.0
     config: dict = field(default_factory=dict)
 
 
@@ -248,14 +252,14 @@ def train_recommender(split: ValidationSplit, config: RecommendConfig = Recommen
     curve: list[dict] = []
     best = (-math.inf, None, 0.0, None)  # recall, state, epoch, result
     since_best = since_decay = 0
-    steps, train_s, eval_s, losses = 0, 0.0, 0.0, []
+    steps, train_s, eval_s, losses, cpu_s = 0, 0.0, 0.0, [], 0.0
     stopped_by = "epochs"
     lr = cfg.lr
     bar = tqdm(total=max_steps, disable=not progress, unit="step", dynamic_ncols=True, desc="train")
     perm, pos = rng.permutation(m), 0
     model.train()
     while steps < max_steps:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         if pos + b > m:
             perm, pos = rng.permutation(m), 0
         idx = perm[pos:pos + b]
@@ -292,6 +296,7 @@ def train_recommender(split: ValidationSplit, config: RecommendConfig = Recommen
         steps += 1
         losses.append(float(loss.detach()))
         train_s += time.perf_counter() - t0
+        cpu_s += time.process_time() - c0
         bar.update(1)
         bar.set_postfix(loss=f"{losses[-1]:.4f}", epoch=f"{steps / per_epoch:.2f}", lr=f"{lr:.2g}",
                         refresh=False)
@@ -304,7 +309,8 @@ def train_recommender(split: ValidationSplit, config: RecommendConfig = Recommen
         model.train()
         eval_s += time.perf_counter() - t1
         improved = val.recall > best[0]
-        entry = {"epoch": steps / per_epoch, "step": steps, "train_seconds": train_s, "lr": lr,
+        entry = {"epoch": steps / per_epoch, "step": steps, "train_seconds": train_s,
+                 "train_cpu_seconds": cpu_s, "lr": lr,
                  "loss": float(np.mean(losses[-eval_steps:])), "val_recall": val.recall, "val_ndcg": val.ndcg,
                  "best": improved}
         curve.append(entry)
@@ -344,4 +350,4 @@ def train_recommender(split: ValidationSplit, config: RecommendConfig = Recommen
     return RecommendReport(model=model, curve=curve, best_epoch=best[2], best_val=best[3],
                            best_test=best_test, final_test=final_test, epochs=steps / per_epoch, steps=steps,
                            train_seconds=train_s, eval_seconds=eval_s, stopped_by=stopped_by,
-                           config=asdict(cfg))
+                           train_cpu_seconds=cpu_s, config=asdict(cfg))
