@@ -3,8 +3,8 @@
 Both take the representations of a batch of B (user, positive item) pairs; `sampled_softmax_loss` also
 takes K negative items shared by the whole batch (uniform samples: one [B, K] matrix product instead of
 B separate gathers), scores by cosine similarity over a temperature, and is the cross-entropy of the
-positive among its 1 + K candidates. With many negatives it converges in tens of epochs where BPR with
-one negative needs hundreds (docs/performance.md, "Recommender (Gowalla)").
+positive among its 1 + K candidates. `full_softmax_loss` takes every item as a candidate for a batch of
+users.
 
 Usage::
 
