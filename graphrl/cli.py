@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 
 import graphrl
+from graphrl.cli_train import train
 
 __all__ = ["main"]
 
@@ -464,6 +465,8 @@ def gc(dry_run: bool) -> None:
         click.echo(f"{verb} {seg.name} ({seg.nbytes} bytes; pid {seg.owner.pid} {seg.reason})")
     click.echo(f"{verb} {len(found)} segments, {sum(seg.nbytes for seg in found)} bytes")
 
+
+main.add_command(train)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -7,6 +7,7 @@ from torch import nn
 
 from graphrl.graph import CSCGraph
 from graphrl.nn.spmm import csr_spmm
+from graphrl.nn.sym_adjacency import SymNormAdjacency
 from samplers.block import Block
 from samplers.neighbor import NeighborSampler
 
@@ -185,6 +186,36 @@ class LightGCN(nn.Module):
             total = total + h[:s]
         out = total / (self.num_layers + 1)
         return (out, emb0) if return_embeddings else out
+
+    def propagate(self, adj: SymNormAdjacency) -> torch.Tensor:
+        """Exact LightGCN representations of all nodes over the full graph, differentiable.
+
+        ``mean(e0, A~ e0, ..., A~^L e0)`` with ``A~ = D^-1/2 A D^-1/2`` of the training graph (LightGCN's
+        own full-graph propagation, full degrees): L sparse products forward and L backward (the
+        transposed products, the same matrix for the symmetric user-item graph).
+
+        Parameters
+        ----------
+        adj : SymNormAdjacency
+            Of the graph the model was built for (`SymNormAdjacency.from_graph`).
+
+        Returns
+        -------
+        torch.Tensor, float32, shape [N, d]
+
+        Raises
+        ------
+        ValueError
+            ``adj`` has a different node count.
+        """
+        if adj.num_nodes != self.num_nodes:
+            raise ValueError(f"adj has {adj.num_nodes} nodes, the model {self.num_nodes}")
+        h = self.embedding.weight
+        total = h
+        for _ in range(self.num_layers):
+            h = adj(h)
+            total = total + h
+        return total / (self.num_layers + 1)
 
     @torch.no_grad()
     def inference(self, graph: CSCGraph, batch_size: int = 16384) -> torch.Tensor:

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["RankingResult", "csr_from_pairs", "ndcg_recall_from_topk", "topk_items", "evaluate_ranking",
-           "popularity_scores"]
+__all__ = ["RankingResult", "csr_from_pairs", "merge_csr", "ndcg_recall_from_topk", "topk_items",
+           "evaluate_ranking", "popularity_scores"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,36 @@ def csr_from_pairs(users, items, num_users: int) -> tuple[np.ndarray, np.ndarray
     indptr = np.zeros(num_users + 1, dtype=np.int64)
     np.cumsum(np.bincount(u, minlength=num_users), out=indptr[1:])
     return indptr, it[order]
+
+
+def merge_csr(*csrs: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Union of per-user item CSRs of the same users: ``(indptr int64 [U + 1], items int64)``, sorted.
+
+    What to mask when scoring the test split of a data set with a validation split: its training and
+    its validation items. Duplicates are kept (masking twice is harmless).
+
+    Parameters
+    ----------
+    *csrs : tuple[np.ndarray, np.ndarray]
+        ``(indptr [U + 1], items)`` each (`csr_from_pairs`), all over the same U users.
+
+    Returns
+    -------
+    tuple[np.ndarray, np.ndarray]
+
+    Raises
+    ------
+    ValueError
+        No CSR, or the user counts differ.
+    """
+    if not csrs:
+        raise ValueError("merge_csr needs at least one CSR")
+    n = csrs[0][0].size - 1
+    if any(indptr.size - 1 != n for indptr, _ in csrs):
+        raise ValueError(f"all CSRs must cover the same users, got {[c[0].size - 1 for c in csrs]}")
+    users = np.concatenate([np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr)) for indptr, _ in csrs])
+    items = np.concatenate([np.asarray(items, dtype=np.int64) for _, items in csrs])
+    return csr_from_pairs(users, items, n)
 
 
 def topk_items(scores: torch.Tensor, k: int) -> torch.Tensor:

@@ -1,0 +1,81 @@
+"""The learning curve of a `train_recommender` run: JSON always, a PNG when matplotlib is present.
+
+Usage::
+
+    report = train_recommender(split, config)
+    save_training_curve(report, "runs/gowalla", machine=machine_record())  # -> curve.json, curve.png
+
+The JSON holds the config, the per-evaluation curve (validation recall/NDCG@K, loss, lr, epoch,
+training seconds), the best epoch, the best and final test results and the machine record. Without
+matplotlib the PNG is skipped and the returned paths say so (one log line, the documented path).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import asdict
+from pathlib import Path
+
+from graphrl.plots import machine_caption, require_matplotlib
+
+__all__ = ["curve_record", "plot_training_curve", "save_training_curve"]
+
+log = logging.getLogger(__name__)
+
+
+def curve_record(report, machine: dict | None = None, extra: dict | None = None) -> dict:
+    """The JSON-ready record of a `RecommendReport` (everything but the model)."""
+    return {"config": report.config, "curve": report.curve, "best_epoch": report.best_epoch,
+            "best_val": asdict(report.best_val) if report.best_val else None,
+            "best_test": asdict(report.best_test), "final_test": asdict(report.final_test),
+            "epochs": report.epochs, "steps": report.steps, "train_seconds": report.train_seconds,
+            "eval_seconds": report.eval_seconds, "train_cpu_seconds": report.train_cpu_seconds,
+            "stopped_by": report.stopped_by,
+            "machine": machine or {}, **(extra or {})}
+
+
+def plot_training_curve(record: dict, path: str | os.PathLike) -> Path:
+    """Validation recall@K / NDCG@K per evaluation, the best epoch marked, test results in the title.
+
+    Raises
+    ------
+    ImportError
+        matplotlib is missing (`graphrl.plots.require_matplotlib`).
+    """
+    figure_cls = require_matplotlib()
+    fig = figure_cls(figsize=(6.4, 3.6), dpi=100, layout="constrained")
+    ax = fig.subplots()
+    k = record["config"].get("k", 20)
+    ep = [e["epoch"] for e in record["curve"]]
+    ax.plot(ep, [e["val_recall"] for e in record["curve"]], "o-", ms=3, label=f"validation recall@{k}")
+    ax.plot(ep, [e["val_ndcg"] for e in record["curve"]], "s-", ms=3, label=f"validation NDCG@{k}")
+    ax.axvline(record["best_epoch"], ls=":", color="#7f7f7f", lw=1, label="best (restored)")
+    bt = record["best_test"]
+    ax.set_title(f"LightGCN ({record['config'].get('loss')}): test recall@{k} {bt['recall']:.4f}, "
+                 f"NDCG@{k} {bt['ndcg']:.4f} at epoch {record['best_epoch']:.1f}", fontsize=9)
+    ax.set_xlabel("epoch", fontsize=8)
+    ax.set_ylabel("score", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.legend(fontsize=7, frameon=False)
+    fig.supxlabel(machine_caption(record.get("machine")), fontsize=7, color="#555555")
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100, format="png")
+    return out
+
+
+def save_training_curve(report, out_dir: str | os.PathLike, machine: dict | None = None,
+                        extra: dict | None = None, name: str = "curve") -> list[Path]:
+    """Write ``<out_dir>/<name>.json`` and, with matplotlib, ``<out_dir>/<name>.png``; return the paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    record = curve_record(report, machine, extra)
+    paths = [out / f"{name}.json"]
+    paths[0].write_text(json.dumps(record, indent=1) + "\n")
+    try:
+        paths.append(plot_training_curve(record, out / f"{name}.png"))
+    except ImportError as err:
+        log.warning("no PNG of the learning curve: %s", err)
+    return paths

@@ -1,0 +1,353 @@
+"""Full-graph LightGCN training with validation, plateau LR decay, early stopping and the best model kept.
+
+`train_recommender` trains a `LightGCN` on a user-item data set with LightGCN's exact propagation
+(`SymNormAdjacency`, full degrees) at every step, a BPR or sampled-softmax loss, and Adam. Every
+``eval_every`` epochs it ranks all items for the validation users (`graphrl.datasets.holdout_validation`,
+training items masked); the best validation recall@K keeps a copy of the weights; after ``lr_patience``
+evaluations without improvement the learning rate is multiplied by ``lr_decay`` (and, with
+``restore_on_decay``, the best weights are reloaded); after ``patience`` evaluations without improvement,
+or at the epoch/minute budget, training ends and the best weights are restored. The test split is read
+only at the end (training and validation items masked), for the best and for the final weights.
+
+Usage::
+
+    split = holdout_validation(load_gowalla(), fraction=0.05, seed=0)
+    report = train_recommender(split, RecommendConfig(minutes=60))
+    report.best_test.recall, report.curve      # curve: one dict per evaluation
+
+The time budget counts training steps only; evaluations are timed separately (``report.eval_seconds``).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from graphrl.datasets.validation import ValidationSplit
+from graphrl.nn.lightgcn import LightGCN
+from graphrl.nn.sym_adjacency import SymNormAdjacency
+from graphrl.train.metrics import RankingResult, evaluate_ranking, merge_csr
+from graphrl.train.rec_losses import bpr_pair_loss, full_softmax_loss, sampled_softmax_loss
+
+__all__ = ["RecommendConfig", "RecommendReport", "score_table", "train_recommender"]
+
+log = logging.getLogger(__name__)
+LOSSES = ("softmax", "full-softmax", "bpr")
+
+
+@dataclass(frozen=True)
+class RecommendConfig:
+    """Settings of `train_recommender`.
+
+    Attributes
+    ----------
+    loss : {"softmax", "full-softmax", "bpr"}
+        Sampled softmax with ``num_negatives`` uniform negatives shared by the batch (cosine scores over
+        ``temperature``); softmax over all items for a batch of users (``batch_size`` users per step,
+        an epoch is one pass over the users; `full_softmax_loss`); or BPR with one uniform negative per
+        pair (dot-product scores).
+    num_negatives : int
+        Softmax only: negatives per batch.
+    temperature : float
+        Softmax only.
+    num_layers, embedding_dim : int
+        LightGCN's L (3) and d (64).
+    batch_size : int
+        (user, positive item) pairs per step, drawn without replacement within an epoch.
+    lr : float
+        Adam's initial learning rate.
+    reg : float
+        LightGCN's L2 weight: ``reg * sum ||e0||^2 / 2 / B`` over the batch's layer-0 embeddings
+        (users, positives and negatives).
+    epochs : float
+        Most epochs.
+    minutes : float or None
+        Training-time budget (evaluations not counted); ``None``: epochs only.
+    eval_every : float
+        Epochs between validation evaluations (a fraction evaluates within an epoch).
+    patience : int
+        Evaluations without a new best validation recall before stopping.
+    lr_patience : int
+        Evaluations without a new best before the learning rate decays.
+    lr_decay : float
+        Factor of each decay, in (0, 1].
+    min_lr : float
+        The learning rate never decays below this.
+    restore_on_decay : bool
+        Reload the best weights (and reset Adam's moments) when the learning rate decays.
+    k : int
+        K of recall@K / NDCG@K; model selection uses validation recall@K.
+    seed : int
+        Seeds the initialisation, the batch order and the negatives.
+    """
+
+    loss: str = "full-softmax"
+    num_negatives: int = 1024
+    temperature: float = 0.1
+    num_layers: int = 3
+    embedding_dim: int = 64
+    batch_size: int = 2048
+    lr: float = 2e-2
+    reg: float = 1e-4
+    epochs: float = 1000.0
+    minutes: float | None = 60.0
+    eval_every: float = 2.0
+    patience: int = 6
+    lr_patience: int = 2
+    lr_decay: float = 0.5
+    min_lr: float = 1e-4
+    restore_on_decay: bool = True
+    k: int = 20
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.loss not in LOSSES:
+            raise ValueError(f"loss must be one of {LOSSES}, got {self.loss!r}")
+        for name in ("num_negatives", "num_layers", "embedding_dim", "batch_size", "patience", "lr_patience",
+                     "k"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or int(value) != value or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        for name in ("temperature", "lr", "epochs", "eval_every"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        if self.minutes is not None and not self.minutes > 0:
+            raise ValueError(f"minutes must be > 0 or None, got {self.minutes!r}")
+        if not 0 < self.lr_decay <= 1:
+            raise ValueError(f"lr_decay must lie in (0, 1], got {self.lr_decay!r}")
+        if self.reg < 0 or self.min_lr < 0:
+            raise ValueError(f"reg and min_lr must be >= 0, got {self.reg!r} and {self.min_lr!r}")
+
+
+@dataclass
+class RecommendReport:
+    """What `train_recommender` did and measured.
+
+    Attributes
+    ----------
+    model : LightGCN
+        With the best validation weights restored.
+    curve : list[dict]
+        One entry per evaluation: ``epoch``, ``step``, ``train_seconds``, ``lr``, ``loss`` (mean since
+        the previous evaluation), ``val_recall``, ``val_ndcg``, ``best`` (a new best).
+    best_epoch : float
+        Epoch of the best validation recall.
+    best_val : RankingResult
+    best_test, final_test : RankingResult
+        Test ranking (training and validation items masked) of the best and of the last weights.
+    epochs : float
+    steps : int
+    train_seconds, eval_seconds : float
+        Wall time of the training steps and of all evaluations, seconds.
+    train_cpu_seconds : float
+        CPU time of this process during the training steps (all its threads), seconds: with other work
+        on the machine, ``train_cpu_seconds / train_seconds`` is the share of cores training had.
+    stopped_by : str
+        "patience", "epochs" or "minutes".
+    config : dict
+    """
+
+    model: LightGCN
+    curve: list[dict]
+    best_epoch: float
+    best_val: RankingResult
+    best_test: RankingResult
+    final_test: RankingResult
+    epochs: float
+    steps: int
+    train_seconds: float
+    eval_seconds: float
+    stopped_by: str
+    train_cpu_seconds: float = 0.0
+    config: dict = field(default_factory=dict)
+
+
+def _ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Concatenation of ``arange(starts[j], ends[j])`` over j: int64 [sum(ends - starts)]."""
+    counts = ends - starts
+    offsets = np.cumsum(counts) - counts
+    return np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(offsets - starts, counts)
+
+
+def score_table(model: LightGCN, adj: SymNormAdjacency, num_users: int,
+                cosine: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """User and item tables whose products are the model's scores: ``([U, d], [d, I])``.
+
+    With ``cosine`` both are L2-normalised (the softmax loss's score), else raw (the dot product).
+    """
+    with torch.no_grad():
+        z = model.propagate(adj)
+        if cosine:
+            z = F.normalize(z, dim=1)
+    return z[:num_users], z[num_users:].t().contiguous()
+
+
+def _evaluate(model, adj, num_users, cosine, masked, target, k) -> RankingResult:
+    users, items_t = score_table(model, adj, num_users, cosine)
+    return evaluate_ranking(lambda u: users[u] @ items_t, masked, target, k=k, copy_scores=False)
+
+
+def train_recommender(split: ValidationSplit, config: RecommendConfig = RecommendConfig(),
+                      progress: bool = False,
+                      on_eval: Callable[[dict, LightGCN], None] | None = None) -> RecommendReport:
+    """Train LightGCN with full-graph propagation and early stopping on the validation split.
+
+    Parameters
+    ----------
+    split : ValidationSplit
+        ``split.dataset`` trains (its graph has no validation edge); ``split.val_*`` selects the model;
+        ``split.dataset.test_*`` is evaluated once at the end.
+    config : RecommendConfig
+    progress : bool
+        Show a tqdm bar.
+    on_eval : callable or None
+        Called as ``on_eval(entry, model)`` after each evaluation, with the new curve entry and the model
+        being trained (e.g. to log, or to checkpoint); it should leave the model's parameters alone.
+
+    Returns
+    -------
+    RecommendReport
+
+    Raises
+    ------
+    ValueError
+        A non-finite loss (lower ``lr``).
+
+    References
+    ----------
+    He et al., "LightGCN" (SIGIR 2020); Prechelt, "Early Stopping - But When?" (1998) for patience-based
+    stopping on a validation set.
+    """
+    ds = split.dataset
+    cfg = config
+    rng = np.random.default_rng(cfg.seed + 1)
+    adj = SymNormAdjacency.from_graph(ds.graph)
+    model = LightGCN.from_graph(ds.graph, num_layers=cfg.num_layers, embedding_dim=cfg.embedding_dim,
+                                seed=cfg.seed)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    cosine = cfg.loss != "bpr"
+    per_user = cfg.loss == "full-softmax"
+    train_csr = ds.user_item_csr("train")
+    u_all = ds.train_users.numpy()
+    i_all = ds.train_items.numpy() + ds.num_users
+    active = np.flatnonzero(np.diff(train_csr[0]) > 0)  # full-softmax: users with a training item
+    m = active.size if per_user else u_all.size
+    b = min(cfg.batch_size, m)
+    per_epoch = m // b
+    val_csr = split.validation_csr()
+    test_mask = merge_csr(train_csr, val_csr)
+    test_csr = ds.user_item_csr("test")
+    budget = cfg.minutes * 60.0 if cfg.minutes is not None else math.inf
+    max_steps = math.ceil(cfg.epochs * per_epoch)
+    eval_steps = max(1, round(cfg.eval_every * per_epoch))
+    curve: list[dict] = []
+    best = (-math.inf, None, 0.0, None)  # recall, state, epoch, result
+    since_best = since_decay = 0
+    steps, train_s, eval_s, losses, cpu_s = 0, 0.0, 0.0, [], 0.0
+    stopped_by = "epochs"
+    lr = cfg.lr
+    bar = tqdm(total=max_steps, disable=not progress, unit="step", dynamic_ncols=True, desc="train")
+    perm, pos = rng.permutation(m), 0
+    model.train()
+    while steps < max_steps:
+        t0, c0 = time.perf_counter(), time.process_time()
+        if pos + b > m:
+            perm, pos = rng.permutation(m), 0
+        idx = perm[pos:pos + b]
+        pos += b
+        z = model.propagate(adj)
+        e0 = model.embedding.weight
+        if per_user:
+            users_np = active[idx]
+            indptr, cols_np = train_csr
+            counts = indptr[users_np + 1] - indptr[users_np]
+            rows = torch.from_numpy(np.repeat(np.arange(b), counts))
+            cols = torch.from_numpy(cols_np[_ranges(indptr[users_np], indptr[users_np + 1])])
+            users = torch.from_numpy(users_np)
+            loss = full_softmax_loss(z[users], z[ds.num_users:], rows, cols, cfg.temperature)
+            penalty = (e0[users].pow(2).sum() * (rows.numel() / b)
+                       + e0[cols + ds.num_users].pow(2).sum()) / 2.0 / rows.numel()
+        else:
+            sel = torch.from_numpy(idx)
+            users, items = torch.from_numpy(u_all)[sel], torch.from_numpy(i_all)[sel]
+            n_neg = cfg.num_negatives if cosine else b
+            neg = torch.from_numpy(rng.integers(0, ds.num_items, n_neg) + ds.num_users)
+            if cosine:
+                loss = sampled_softmax_loss(z[users], z[items], z[neg], cfg.temperature)
+            else:
+                loss = bpr_pair_loss(z[users], z[items], z[neg])
+            penalty = (e0[users].pow(2).sum() + e0[items].pow(2).sum() + e0[neg].pow(2).sum()) / 2.0 / b
+        total = loss + cfg.reg * penalty
+        value = float(total.detach())
+        if not math.isfinite(value):
+            raise ValueError(f"loss became {value} at step {steps}: lower lr (now {lr:g})")
+        opt.zero_grad(set_to_none=True)
+        total.backward()
+        opt.step()
+        steps += 1
+        losses.append(float(loss.detach()))
+        train_s += time.perf_counter() - t0
+        cpu_s += time.process_time() - c0
+        bar.update(1)
+        bar.set_postfix(loss=f"{losses[-1]:.4f}", epoch=f"{steps / per_epoch:.2f}", lr=f"{lr:.2g}",
+                        refresh=False)
+        out_of_time = train_s >= budget
+        if steps % eval_steps and steps < max_steps and not out_of_time:
+            continue
+        t1 = time.perf_counter()
+        model.eval()
+        val = _evaluate(model, adj, ds.num_users, cosine, train_csr, val_csr, cfg.k)
+        model.train()
+        eval_s += time.perf_counter() - t1
+        improved = val.recall > best[0]
+        entry = {"epoch": steps / per_epoch, "step": steps, "train_seconds": train_s,
+                 "train_cpu_seconds": cpu_s, "lr": lr,
+                 "loss": float(np.mean(losses[-eval_steps:])), "val_recall": val.recall, "val_ndcg": val.ndcg,
+                 "best": improved}
+        curve.append(entry)
+        log.info("epoch %.2f: val recall@%d %.4f ndcg %.4f (lr %.3g)", entry["epoch"], cfg.k, val.recall,
+                 val.ndcg, lr)
+        if improved:
+            best = (val.recall, copy.deepcopy(model.state_dict()), entry["epoch"], val)
+            since_best = since_decay = 0
+        else:
+            since_best += 1
+            since_decay += 1
+        if on_eval is not None:
+            on_eval(entry, model)
+        if out_of_time:
+            stopped_by = "minutes"
+            break
+        if since_best >= cfg.patience:
+            stopped_by = "patience"
+            break
+        if since_decay >= cfg.lr_patience and lr > cfg.min_lr:
+            lr = max(lr * cfg.lr_decay, cfg.min_lr)
+            since_decay = 0
+            if cfg.restore_on_decay:
+                model.load_state_dict(best[1])
+                opt = torch.optim.Adam(model.parameters(), lr=lr)
+            else:
+                for group in opt.param_groups:
+                    group["lr"] = lr
+    bar.close()
+    model.eval()
+    t1 = time.perf_counter()
+    final_test = _evaluate(model, adj, ds.num_users, cosine, test_mask, test_csr, cfg.k)
+    if best[1] is not None:
+        model.load_state_dict(best[1])
+    best_test = _evaluate(model, adj, ds.num_users, cosine, test_mask, test_csr, cfg.k)
+    eval_s += time.perf_counter() - t1
+    return RecommendReport(model=model, curve=curve, best_epoch=best[2], best_val=best[3],
+                           best_test=best_test, final_test=final_test, epochs=steps / per_epoch, steps=steps,
+                           train_seconds=train_s, eval_seconds=eval_s, stopped_by=stopped_by,
+                           train_cpu_seconds=cpu_s, config=asdict(cfg))
