@@ -35,9 +35,24 @@ import torch
 
 from graphrl.memory import MemoryManager, Region, Tier
 
-__all__ = ["StagingBuffer", "StagingPool", "as_tensor", "to_device", "to_dlpack"]
+__all__ = ["StagingBuffer", "StagingPool", "as_tensor", "to_device", "to_dlpack", "zero_fill"]
 
 logger = logging.getLogger(__name__)
+
+
+def zero_fill(tensor: torch.Tensor) -> torch.Tensor:
+    """Zero ``tensor`` in place (touching every page) and return it.
+
+    A CPU tensor is zeroed by numpy on the calling thread, never by torch's OpenMP team: in a process
+    forked after its parent ran torch on several threads (a learner or actor started with ``fork``),
+    torch's next parallel region waits forever for threads the child does not have. Other devices
+    use ``Tensor.zero_``.
+    """
+    if tensor.device.type == "cpu":
+        tensor.numpy().fill(0)
+    else:
+        tensor.zero_()
+    return tensor
 
 _DEFAULT = object()
 

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from graphrl.memory import MemoryManager
-from graphrl.tensors import StagingBuffer, StagingPool
+from graphrl.tensors import StagingBuffer, StagingPool, zero_fill
 from replay.layout import BatchLayout
 from replay.spec import TrajectorySpec
 
@@ -460,7 +460,7 @@ class BatchStaging:
                 f"device={str(target)!r}: the memory manager's device tier places memory on {placed}; "
                 f"sample to {placed} or give the MemoryManager device={str(target)!r}"
             )
-        pool.region.tensor().zero_()  # touch every page now, not inside the first gathers
+        zero_fill(pool.region.tensor())  # touch every page now, not inside the first gathers
         if len(self._pools) >= _MAX_SHAPES:  # keep a few shapes; older pools close (held buffers stay valid)
             old_pool = self._pools.pop(next(iter(self._pools)))[0]
             self._views = {k: v for k, v in self._views.items() if k[0] != id(old_pool)}

@@ -20,7 +20,7 @@ import torch
 
 from graphrl import kernels
 from graphrl.memory import MemoryManager
-from graphrl.tensors import StagingPool
+from graphrl.tensors import StagingPool, zero_fill
 from replay.batch import Batch, importance_weights
 from replay.distributed.errors import actor_errors, secs, shard_error
 from replay.distributed.transport import place
@@ -85,7 +85,7 @@ class BatchAssembler:
                 owner="replay.staging",
                 timeout=self.timeout,
             )
-            pool.region.tensor().zero_()
+            zero_fill(pool.region.tensor())
             if len(self._pools) >= MAX_SHAPES:
                 self._pools.pop(next(iter(self._pools)))[0].close()
             entry = self._pools[key] = (pool, layout)

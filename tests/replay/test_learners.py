@@ -11,6 +11,7 @@ import threading
 
 import numpy as np
 import pytest
+import torch
 from scipy import stats
 
 from graphrl.memory import MemoryManager
@@ -533,3 +534,31 @@ def test_concurrent_first_learner_calls_start_one_service():
         assert len(addresses) == 8 and len(set(addresses)) == 1  # one service, stopped by close
         store.close()
         assert not [t for t in threading.enumerate() if t.name.startswith("replay-table")]
+
+
+def forked_sampler(learner, conn) -> None:
+    batch = learner.sample(64, window=8)  # stages (zeroes) a fresh batch pool in this forked child
+    check_windows(batch)
+    conn.send(int(batch.batch_size))
+
+
+def test_a_learner_forked_after_torch_ran_threads_samples():
+    """A learner forked from a process whose torch OpenMP team has run: its staging pages are zeroed
+    without torch's parallel regions, which wait forever in a forked child (it hung before)."""
+    torch.set_num_threads(2)
+    torch.zeros(1 << 24, dtype=torch.uint8).fill_(1)  # a parallel region: the parent's OpenMP team starts
+    with MemoryManager() as mm:
+        store = ReplayStore(SPEC, capacity_steps=4096, num_shards=1, memory=mm, timeout=30.0)
+        fill(store, [600, 700])
+        parent, child = FORK.Pipe()
+        proc = FORK.Process(target=forked_sampler, args=(store.learner(), child))
+        proc.start()
+        try:
+            assert parent.poll(120), "the forked learner hung"
+            assert parent.recv() == 64
+        finally:
+            proc.join(5)
+            if proc.is_alive():
+                proc.kill()
+        assert proc.exitcode == 0
+        store.close()
