@@ -11,6 +11,7 @@ from graphrl.datasets.gowalla import load_gowalla
 from graphrl.datasets.lastfm import load_lastfm
 from graphrl.datasets.planetoid import load_planetoid
 from graphrl.datasets.synthetic import synthetic_bipartite, synthetic_graph
+from graphrl.datasets.validation import ValidationSplit, holdout_validation
 
 __all__ = [
     "load_gowalla",
@@ -21,4 +22,6 @@ __all__ = [
     "InteractionDataset",
     "NodeDataset",
     "data_root",
+    "holdout_validation",
+    "ValidationSplit",
 ]

@@ -2,8 +2,8 @@
 
 A full-graph layer over host-resident vertex data saves, for its backward pass, about two [N, width]
 tensors (its propagated output and its activation). `intermediate_plan` keeps them for the first
-layers while they fit half the free bytes of the `FullGraph`'s vertex tier (the memory manager's
-pinned tier with CUDA, else host; the other half is left to the layer outputs being computed), and
+layers while they fit half the free bytes of the `FullGraph`'s vertex tier (`FullGraph.vertex_tier`:
+host on the staged path; the other half is left to the layer outputs being computed), and
 marks the rest ``"recompute"``: those layers run under ``torch.utils.checkpoint`` (the forward pass
 is run again in the backward, saving only the layer's input). The choice is noted on the `FullGraph`,
 whose ``traffic()["intermediate"]`` reports it. `run_layer` applies a choice.

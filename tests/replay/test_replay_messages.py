@@ -35,7 +35,7 @@ def test_a_sample_timeout_quotes_the_users_timeout_not_the_time_left(mm):
     try:
         with pytest.raises(TimeoutError, match=r"\(timeout=0\.5\): ") as err:
             store.sample(1, timeout=0.5)
-        assert "0.49" not in str(err.value)
+        assert "timeout=0.49" not in str(err.value)  # the measured wait itself may read 0.49x s
         with pytest.raises(TimeoutError, match=r"\(timeout=0\.05\): "):
             store.draw_windows(1, timeout=0.05)
     finally:
