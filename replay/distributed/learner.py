@@ -156,6 +156,7 @@ class RayLearner(ReplayLearnerBase):
 
     @property
     def closed(self) -> bool:
+        """Whether `close` ran here (the store and its other learners are unaffected)."""
         return self._closed
 
     def sample(
