@@ -58,13 +58,20 @@ def train() -> None:
 @click.option("--val-fraction", type=click.FloatRange(min=0, max=1, min_open=True, max_open=True),
               default=0.05, show_default=True, help="Share of each user's training interactions held out.")
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--init", "init", type=click.Choice(["normal", "spectral"]), default="normal",
+              show_default=True,
+              help="Layer-0 embeddings: N(0, 0.1^2), or the normalised training matrix's top singular "
+                   "vectors.")
+@click.option("--schedule", type=click.Choice(["plateau", "cosine"]), default="plateau", show_default=True,
+              help="plateau: decay by --lr-decay after --lr-patience evaluations without a new best; cosine: "
+                   "a half cosine from --lr to 1e-4 over the epoch or minute budget.")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="torch threads (default: torch's).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Write curve.json, curve.png (with matplotlib) and best.pt here.")
 @click.option("--progress/--no-progress", default=True, show_default=True, help="tqdm bar.")
 def recommend(data_root, loss, negatives, temperature, layers, embedding_dim, batch_size, lr, reg, epochs,
-              minutes, eval_every, patience, lr_patience, lr_decay, val_fraction, seed, threads, out_dir,
-              progress) -> None:
+              minutes, eval_every, patience, lr_patience, lr_decay, val_fraction, seed, init, schedule,
+              threads, out_dir, progress) -> None:
     """LightGCN on Gowalla: full-graph propagation, validation split, early stopping, best model kept."""
     import torch
 
@@ -91,7 +98,8 @@ def recommend(data_root, loss, negatives, temperature, layers, embedding_dim, ba
                                  num_layers=layers, embedding_dim=embedding_dim, batch_size=batch_size, lr=lr,
                                  reg=reg, epochs=epochs, minutes=minutes, eval_every=eval_every,
                                  patience=patience,
-                                 lr_patience=lr_patience, lr_decay=lr_decay, seed=seed)
+                                 lr_patience=lr_patience, lr_decay=lr_decay, seed=seed, init=init,
+                                 schedule=schedule)
     except ValueError as err:
         raise click.UsageError(str(err)) from None
     click.echo(f"config: {json.dumps(config.__dict__)}")

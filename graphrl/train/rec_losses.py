@@ -89,7 +89,7 @@ def sampled_softmax_loss(user: torch.Tensor, pos: torch.Tensor, neg: torch.Tenso
 
 
 def full_softmax_loss(user: torch.Tensor, items: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor,
-                      temperature: float = 0.1, cosine: bool = True) -> torch.Tensor:
+                      temperature: float = 0.1, cosine: bool = True, chunk_rows: int = 256) -> torch.Tensor:
     """Softmax over *all* items for a batch of users: mean over their positives of ``-log p(item | user)``.
 
     ``p(i | u) = exp(s(u, i)) / sum_j exp(s(u, j))`` over every item j, ``s`` as in
@@ -105,6 +105,10 @@ def full_softmax_loss(user: torch.Tensor, items: torch.Tensor, rows: torch.Tenso
         The positives: user row in ``user`` and item column in ``items`` of each pair.
     temperature, cosine
         As in `sampled_softmax_loss`.
+    chunk_rows : int
+        Users scored at a time: the [B, I] score matrix is never built, only [chunk_rows, I] blocks, and
+        each block's gradient is formed while it is in cache (a third of the memory traffic of building
+        the matrix and differentiating through it).
 
     Returns
     -------
@@ -128,8 +132,49 @@ def full_softmax_loss(user: torch.Tensor, items: torch.Tensor, rows: torch.Tenso
                          f"{tuple(cols.shape)}")
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
+    if isinstance(chunk_rows, bool) or int(chunk_rows) != chunk_rows or chunk_rows < 1:
+        raise ValueError(f"chunk_rows must be an int >= 1, got {chunk_rows!r}")
     if cosine:
         user, items = F.normalize(user, dim=1), F.normalize(items, dim=1)
-    logits = user @ items.t() / temperature
-    lse = torch.logsumexp(logits, dim=1)
-    return (lse[rows] - logits[rows, cols]).mean()
+    weight = torch.bincount(rows, minlength=user.shape[0]).to(user.dtype)
+    lse_sum = _WeightedLogSumExp.apply(user, items, weight, 1.0 / temperature, chunk_rows)
+    positives = (user[rows] * items[cols]).sum(1).sum() / temperature
+    return (lse_sum - positives) / rows.numel()
+
+
+class _WeightedLogSumExp(torch.autograd.Function):
+    """``sum_b w_b * logsumexp_j(scale * <u_b, v_j>)`` over row chunks, never holding the [B, I] matrix.
+
+    The gradients are computed with the value (one pass over each [chunk, I] block: product, exponent,
+    the two gradient products) and scaled by the incoming gradient in ``backward``.
+    """
+
+    @staticmethod
+    def forward(ctx, user, items, weight, scale, chunk_rows):
+        need_user, need_items = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        grad_user = torch.empty_like(user) if need_user else None
+        grad_items = torch.zeros_like(items) if need_items else None
+        total = user.new_zeros(())
+        items_t = items.t()
+        for start in range(0, user.shape[0], chunk_rows):
+            u = user[start:start + chunk_rows]
+            w = weight[start:start + chunk_rows]
+            block = torch.mm(u, items_t).mul_(scale)
+            top = block.max(dim=1, keepdim=True).values
+            block.sub_(top).exp_()
+            norm = block.sum(dim=1, keepdim=True)
+            total = total + (w * (norm.log().squeeze(1) + top.squeeze(1))).sum()
+            if need_user or need_items:
+                block.mul_((w.unsqueeze(1) * scale) / norm)      # d total / d <u, v> for this chunk
+                if need_user:
+                    torch.mm(block, items, out=grad_user[start:start + chunk_rows])
+                if need_items:
+                    grad_items.addmm_(block.t(), u)
+        ctx.save_for_backward(grad_user, grad_items)
+        return total
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad_user, grad_items = ctx.saved_tensors
+        return (None if grad_user is None else grad * grad_user,
+                None if grad_items is None else grad * grad_items, None, None, None)

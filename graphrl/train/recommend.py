@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 
 from graphrl.datasets.validation import ValidationSplit
 from graphrl.nn.lightgcn import LightGCN
+from graphrl.nn.spectral_init import spectral_embeddings
 from graphrl.nn.sym_adjacency import SymNormAdjacency
 from graphrl.train.metrics import RankingResult, evaluate_ranking, merge_csr
 from graphrl.train.rec_losses import bpr_pair_loss, full_softmax_loss, sampled_softmax_loss
@@ -42,6 +43,8 @@ __all__ = ["RecommendConfig", "RecommendReport", "score_table", "train_recommend
 
 log = logging.getLogger(__name__)
 LOSSES = ("softmax", "full-softmax", "bpr")
+INITS = ("normal", "spectral")
+SCHEDULES = ("plateau", "cosine")
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,15 @@ class RecommendConfig:
         K of recall@K / NDCG@K; model selection uses validation recall@K.
     seed : int
         Seeds the initialisation, the batch order and the negatives.
+    init : {"normal", "spectral"}
+        Layer-0 embeddings drawn from N(0, 0.1^2) (LightGCN's), or the top singular vectors of the
+        normalised training matrix at the same mean row norm (`graphrl.nn.spectral_init`); the
+        factorisation's time counts as training time.
+    schedule : {"plateau", "cosine"}
+        ``plateau``: the learning rate decays by ``lr_decay`` after ``lr_patience`` evaluations without a
+        new best; ``cosine``: it follows a half cosine from ``lr`` to ``min_lr`` over the budget, the
+        budget's progress being the larger of the share of ``epochs`` done and of ``minutes`` used
+        (Loshchilov and Hutter, "SGDR", ICLR 2017, one cycle); no plateau decay then.
     """
 
     loss: str = "full-softmax"
@@ -108,10 +120,16 @@ class RecommendConfig:
     restore_on_decay: bool = True
     k: int = 20
     seed: int = 0
+    init: str = "normal"
+    schedule: str = "plateau"
 
     def __post_init__(self) -> None:
         if self.loss not in LOSSES:
             raise ValueError(f"loss must be one of {LOSSES}, got {self.loss!r}")
+        if self.init not in INITS:
+            raise ValueError(f"init must be one of {INITS}, got {self.init!r}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         for name in ("num_negatives", "num_layers", "embedding_dim", "batch_size", "patience", "lr_patience",
                      "k"):
             value = getattr(self, name)
@@ -233,10 +251,17 @@ def train_recommender(split: ValidationSplit, config: RecommendConfig = Recommen
     adj = SymNormAdjacency.from_graph(ds.graph)
     model = LightGCN.from_graph(ds.graph, num_layers=cfg.num_layers, embedding_dim=cfg.embedding_dim,
                                 seed=cfg.seed)
+    train_csr = ds.user_item_csr("train")
+    init_s = init_cpu = 0.0
+    if cfg.init == "spectral":
+        t0, c0 = time.perf_counter(), time.process_time()
+        table = spectral_embeddings(train_csr, ds.num_items, cfg.embedding_dim, seed=cfg.seed)
+        with torch.no_grad():
+            model.embedding.weight.copy_(torch.from_numpy(table))
+        init_s, init_cpu = time.perf_counter() - t0, time.process_time() - c0
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     cosine = cfg.loss != "bpr"
     per_user = cfg.loss == "full-softmax"
-    train_csr = ds.user_item_csr("train")
     u_all = ds.train_users.numpy()
     i_all = ds.train_items.numpy() + ds.num_users
     active = np.flatnonzero(np.diff(train_csr[0]) > 0)  # full-softmax: users with a training item
@@ -252,7 +277,7 @@ def train_recommender(split: ValidationSplit, config: RecommendConfig = Recommen
     curve: list[dict] = []
     best = (-math.inf, None, 0.0, None)  # recall, state, epoch, result
     since_best = since_decay = 0
-    steps, train_s, eval_s, losses, cpu_s = 0, 0.0, 0.0, [], 0.0
+    steps, train_s, eval_s, losses, cpu_s = 0, init_s, 0.0, [], init_cpu
     stopped_by = "epochs"
     lr = cfg.lr
     bar = tqdm(total=max_steps, disable=not progress, unit="step", dynamic_ncols=True, desc="train")
@@ -292,6 +317,11 @@ def train_recommender(split: ValidationSplit, config: RecommendConfig = Recommen
             raise ValueError(f"loss became {value} at step {steps}: lower lr (now {lr:g})")
         opt.zero_grad(set_to_none=True)
         total.backward()
+        if cfg.schedule == "cosine":
+            progress = min(1.0, max(steps / max_steps, train_s / budget))
+            lr = cfg.min_lr + (cfg.lr - cfg.min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
+            for group in opt.param_groups:
+                group["lr"] = lr
         opt.step()
         steps += 1
         losses.append(float(loss.detach()))
@@ -330,7 +360,7 @@ def train_recommender(split: ValidationSplit, config: RecommendConfig = Recommen
         if since_best >= cfg.patience:
             stopped_by = "patience"
             break
-        if since_decay >= cfg.lr_patience and lr > cfg.min_lr:
+        if cfg.schedule == "plateau" and since_decay >= cfg.lr_patience and lr > cfg.min_lr:
             lr = max(lr * cfg.lr_decay, cfg.min_lr)
             since_decay = 0
             if cfg.restore_on_decay:
