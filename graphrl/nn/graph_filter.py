@@ -21,6 +21,8 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 import torch
 
+from graphrl.nn.interaction_matrix import lowrank_svd, normalized_interactions
+
 __all__ = ["GFCF"]
 
 
@@ -86,36 +88,21 @@ class GFCF:
         ValueError
             ``k`` out of range, ``alpha`` < 0, an unknown ``solver``, or an item id outside [0, num_items).
         """
-        indptr, items = train
-        num_users = indptr.size - 1
+        num_users = train[0].size - 1
         if not 1 <= k < min(num_users, num_items):
             raise ValueError(f"k must lie in [1, min(U, I) = {min(num_users, num_items)}), got {k}")
         if solver not in ("lowrank", "arpack"):
             raise ValueError(f"solver must be 'lowrank' or 'arpack', got {solver!r}")
         if alpha < 0:
             raise ValueError(f"alpha must be >= 0, got {alpha}")
-        if items.size and (items.min() < 0 or items.max() >= num_items):
-            raise ValueError(f"train: item ids must lie in [0, num_items={num_items})")
-        r = sp.csr_matrix((np.ones(items.size, np.float32), items, indptr), shape=(num_users, num_items))
-        r.sum_duplicates()
-        r.data[:] = 1.0
-        d_u = np.asarray(r.sum(axis=1)).ravel()
-        d_i = np.asarray(r.sum(axis=0)).ravel()
-        su = np.where(d_u > 0, 1.0 / np.sqrt(np.maximum(d_u, 1.0)), 0.0)
-        si = np.where(d_i > 0, 1.0 / np.sqrt(np.maximum(d_i, 1.0)), 0.0)
-        norm = sp.csr_matrix(sp.diags(su) @ r @ sp.diags(si), dtype=np.float64)
+        m = normalized_interactions(train, num_items)
+        norm, si = m.normalized, m.item_scale
         if solver == "arpack":
             v0 = np.random.default_rng(seed).standard_normal(min(norm.shape))
             _, _, vt = spla.svds(norm, k=k, v0=v0, solver="arpack")
         else:
-            coo = norm.tocoo()
-            mat = torch.sparse_coo_tensor(np.vstack([coo.row, coo.col]), coo.data, size=norm.shape,
-                                          check_invariants=True).coalesce()
-            q = min(k + oversample, min(norm.shape))
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(seed)
-                _, _, v = torch.svd_lowrank(mat, q=q, niter=power_iters)
-            vt = v[:, :k].t().numpy()
+            vt = lowrank_svd(norm, k, seed=seed, oversample=oversample, power_iters=power_iters)[1].T
+        r = sp.csr_matrix(m.interactions, dtype=np.float32)
         return cls(interactions=r, normalized=sp.csr_matrix(norm, dtype=np.float32),
                    vt=np.ascontiguousarray(vt, dtype=np.float32), item_scale=si.astype(np.float32),
                    alpha=float(alpha))

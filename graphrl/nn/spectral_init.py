@@ -16,8 +16,8 @@ Usage::
 from __future__ import annotations
 
 import numpy as np
-import scipy.sparse as sp
-import torch
+
+from graphrl.nn.interaction_matrix import lowrank_svd, normalized_interactions
 
 __all__ = ["spectral_embeddings"]
 
@@ -59,27 +59,13 @@ def spectral_embeddings(train: tuple[np.ndarray, np.ndarray], num_items: int, di
     Shen et al., "How Powerful is Graph Convolution for Recommendation?" (CIKM 2021, GF-CF); Peng et al.,
     "SVD-GCN: A Simplified Graph Convolution Paradigm for Recommendation" (CIKM 2022).
     """
-    indptr, items = train
-    num_users = indptr.size - 1
+    num_users = train[0].size - 1
     if isinstance(dim, bool) or int(dim) != dim or not 1 <= dim < min(num_users, num_items):
         raise ValueError(f"dim must be an int in [1, min(U, I) = {min(num_users, num_items)}), got {dim!r}")
     if not row_norm > 0:
         raise ValueError(f"row_norm must be > 0, got {row_norm!r}")
-    if items.size and (items.min() < 0 or items.max() >= num_items):
-        raise ValueError(f"train: item ids must lie in [0, num_items={num_items})")
-    r = sp.csr_matrix((np.ones(items.size, np.float64), items, indptr), shape=(num_users, num_items))
-    r.sum_duplicates()
-    r.data[:] = 1.0
-    d_u = np.asarray(r.sum(axis=1)).ravel()
-    d_i = np.asarray(r.sum(axis=0)).ravel()
-    su = np.where(d_u > 0, 1.0 / np.sqrt(np.maximum(d_u, 1.0)), 0.0)
-    si = np.where(d_i > 0, 1.0 / np.sqrt(np.maximum(d_i, 1.0)), 0.0)
-    norm = (sp.diags(su) @ r @ sp.diags(si)).tocoo()
-    mat = torch.sparse_coo_tensor(np.vstack([norm.row, norm.col]), norm.data, size=norm.shape,
-                                  check_invariants=True).coalesce()
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        u, _, v = torch.svd_lowrank(mat, q=min(dim + oversample, min(norm.shape)), niter=power_iters)
-    table = np.concatenate([u[:, :dim].numpy(), v[:, :dim].numpy()]).astype(np.float32)
+    m = normalized_interactions(train, num_items)
+    u, v = lowrank_svd(m.normalized, dim, seed=seed, oversample=oversample, power_iters=power_iters)
+    table = np.concatenate([u, v]).astype(np.float32)
     mean_norm = float(np.linalg.norm(table, axis=1).mean())
     return table * np.float32(row_norm / mean_norm)

@@ -106,9 +106,9 @@ def full_softmax_loss(user: torch.Tensor, items: torch.Tensor, rows: torch.Tenso
     temperature, cosine
         As in `sampled_softmax_loss`.
     chunk_rows : int
-        Users scored at a time: the [B, I] score matrix is never built, only [chunk_rows, I] blocks, and
-        each block's gradient is formed while it is in cache (a third of the memory traffic of building
-        the matrix and differentiating through it).
+        >= 1: users scored at a time. The [B, I] score matrix is never built, only [chunk_rows, I] blocks,
+        and each block's gradients are formed in the same pass (at B = 2048, I = 40,981, d = 64 on 2 cores:
+        1.5 s for loss and backward, against 4.2 s for the materialised matrix; docs/performance.md).
 
     Returns
     -------
@@ -117,7 +117,7 @@ def full_softmax_loss(user: torch.Tensor, items: torch.Tensor, rows: torch.Tenso
     Raises
     ------
     ValueError
-        Shapes disagree, ``temperature`` <= 0 or no positive pair.
+        Shapes disagree, ``temperature`` <= 0, no positive pair, or ``chunk_rows`` is not an int >= 1.
 
     References
     ----------

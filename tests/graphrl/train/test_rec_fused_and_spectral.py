@@ -117,3 +117,21 @@ def test_config_rejects_an_unknown_init_or_schedule():
         RecommendConfig(init="xavier")
     with pytest.raises(ValueError, match="schedule must be one of"):
         RecommendConfig(schedule="step")
+
+
+def test_normalized_interactions_by_hand_and_lowrank_svd_checks_k():
+    from graphrl.nn.interaction_matrix import lowrank_svd, normalized_interactions
+
+    # user 0: items 0, 1, 1 (a repeat counts once); user 1: item 1; user 2: nothing
+    m = normalized_interactions((np.array([0, 3, 4, 4]), np.array([0, 1, 1, 1])), num_items=3)
+    np.testing.assert_array_equal(m.interactions.toarray(), [[1, 1, 0], [0, 1, 0], [0, 0, 0]])
+    s2 = 1 / np.sqrt(2)
+    np.testing.assert_allclose(m.normalized.toarray(), [[s2, s2 * s2, 0], [0, s2, 0], [0, 0, 0]])
+    np.testing.assert_allclose(m.item_scale, [1, s2, 0])
+    with pytest.raises(ValueError, match=r"item ids must lie in \[0, num_items=3\)"):
+        normalized_interactions((np.array([0, 1]), np.array([3])), num_items=3)
+    u, v = lowrank_svd(m.normalized, k=2, seed=0, oversample=1)
+    want = np.linalg.svd(m.normalized.toarray(), compute_uv=False)[:2]
+    np.testing.assert_allclose(np.linalg.norm(m.normalized @ v, axis=0), want, rtol=1e-8)
+    with pytest.raises(ValueError, match=r"k must lie in \[1, 3\], got 4"):
+        lowrank_svd(m.normalized, k=4)
