@@ -65,13 +65,16 @@ def train() -> None:
 @click.option("--schedule", type=click.Choice(["plateau", "cosine"]), default="plateau", show_default=True,
               help="plateau: decay by --lr-decay after --lr-patience evaluations without a new best; cosine: "
                    "a half cosine from --lr to 1e-4 over the epoch or minute budget.")
+@click.option("--item-bias/--no-item-bias", default=False, show_default=True,
+              help="Learn a popularity score per item, added to every user's score (started at the centred "
+                   "log(1 + training degree)).")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="torch threads (default: torch's).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Write curve.json, curve.png (with matplotlib) and best.pt here.")
 @click.option("--progress/--no-progress", default=True, show_default=True, help="tqdm bar.")
 def recommend(data_root, loss, negatives, temperature, layers, embedding_dim, batch_size, lr, reg, epochs,
               minutes, eval_every, patience, lr_patience, lr_decay, val_fraction, seed, init, schedule,
-              threads, out_dir, progress) -> None:
+              item_bias, threads, out_dir, progress) -> None:
     """LightGCN on Gowalla: full-graph propagation, validation split, early stopping, best model kept."""
     import torch
 
@@ -99,7 +102,7 @@ def recommend(data_root, loss, negatives, temperature, layers, embedding_dim, ba
                                  reg=reg, epochs=epochs, minutes=minutes, eval_every=eval_every,
                                  patience=patience,
                                  lr_patience=lr_patience, lr_decay=lr_decay, seed=seed, init=init,
-                                 schedule=schedule)
+                                 schedule=schedule, item_bias=item_bias)
     except ValueError as err:
         raise click.UsageError(str(err)) from None
     click.echo(f"config: {json.dumps(config.__dict__)}")

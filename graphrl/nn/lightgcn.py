@@ -88,6 +88,11 @@ class LightGCN(nn.Module):
         Standard deviation of the normal initialisation (0.1, as the authors' code).
     seed : int or None
         Seed of the initialisation's own generator; ``None`` uses torch's default generator.
+    node_bias : bool
+        Add a learned scalar per node, ``bias`` (float32 [N], zeros): a recommender scores
+        ``s(u, i) + bias[i]``, the item's popularity term that a cosine score cannot express (the trainer
+        uses it for items only; SimpleX and matrix factorisation with biases, Koren et al., IEEE Computer
+        2009). ``None`` without.
 
     Raises
     ------
@@ -110,7 +115,8 @@ class LightGCN(nn.Module):
     """
 
     def __init__(self, num_nodes: int, num_layers: int, deg_in: torch.Tensor, deg_out: torch.Tensor,
-                 embedding_dim: int = 64, init_std: float = 0.1, seed: int | None = None) -> None:
+                 embedding_dim: int = 64, init_std: float = 0.1, seed: int | None = None,
+                 node_bias: bool = False) -> None:
         super().__init__()
         for name, value in (("num_nodes", num_nodes), ("num_layers", num_layers),
                             ("embedding_dim", embedding_dim)):
@@ -129,17 +135,18 @@ class LightGCN(nn.Module):
         nn.init.normal_(self.embedding.weight, std=init_std, generator=gen)
         self.register_buffer("deg_in", deg_in.to(torch.float32), persistent=False)
         self.register_buffer("deg_out", deg_out.to(torch.float32), persistent=False)
+        self.register_parameter("bias", nn.Parameter(torch.zeros(self.num_nodes)) if node_bias else None)
 
     @classmethod
     def from_graph(cls, graph: CSCGraph, num_layers: int, embedding_dim: int = 64,
-                   init_std: float = 0.1, seed: int | None = None) -> LightGCN:
+                   init_std: float = 0.1, seed: int | None = None, node_bias: bool = False) -> LightGCN:
         """Build a model for ``graph``, taking its in- and out-degrees.
 
         Parameters
         ----------
         graph : CSCGraph
             The training graph (for a user-item graph: both directions, `CSCGraph.bipartite`).
-        num_layers, embedding_dim, init_std, seed
+        num_layers, embedding_dim, init_std, seed, node_bias
             As in the class.
 
         Returns
@@ -148,7 +155,7 @@ class LightGCN(nn.Module):
         """
         deg_in = graph.in_degrees()
         deg_out = torch.bincount(graph.indices.to(torch.int64), minlength=graph.num_nodes)
-        return cls(graph.num_nodes, num_layers, deg_in, deg_out, embedding_dim, init_std, seed)
+        return cls(graph.num_nodes, num_layers, deg_in, deg_out, embedding_dim, init_std, seed, node_bias)
 
     def forward(self, blocks: list[Block], return_embeddings: bool = False):
         """Final representations of ``blocks[-1].dst_nodes`` from sampled blocks.

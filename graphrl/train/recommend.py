@@ -100,6 +100,10 @@ class RecommendConfig:
         new best; ``cosine``: it follows a half cosine from ``lr`` to ``min_lr`` over the budget, the
         budget's progress being the larger of the share of ``epochs`` done and of ``minutes`` used
         (Loshchilov and Hutter, "SGDR", ICLR 2017, one cycle); no plateau decay then.
+    item_bias : bool
+        Learn a score per item added to every user's score (``LightGCN(node_bias=True)``), started at the
+        centred ``log(1 + training degree)`` (the popularity-only softmax's maximum-likelihood bias) and
+        not regularised; it enters the loss and the ranking.
     """
 
     loss: str = "full-softmax"
@@ -122,6 +126,7 @@ class RecommendConfig:
     seed: int = 0
     init: str = "normal"
     schedule: str = "plateau"
+    item_bias: bool = False
 
     def __post_init__(self) -> None:
         if self.loss not in LOSSES:
@@ -196,21 +201,28 @@ def _ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(offsets - starts, counts)
 
 
-def score_table(model: LightGCN, adj: SymNormAdjacency, num_users: int,
-                cosine: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """User and item tables whose products are the model's scores: ``([U, d], [d, I])``.
+def score_table(model: LightGCN, adj: SymNormAdjacency, num_users: int, cosine: bool,
+                temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """User and item tables whose products are the model's scores: ``([U, d'], [d', I])``.
 
-    With ``cosine`` both are L2-normalised (the softmax loss's score), else raw (the dot product).
+    With ``cosine`` both are L2-normalised (the softmax loss's score), else raw (the dot product). With
+    the model's ``bias``, users are divided by ``temperature`` and get a column of ones, items a row of
+    their biases (d' = d + 1): the product is ``s(u, i) / temperature + bias[i]``, the loss's logit.
     """
     with torch.no_grad():
         z = model.propagate(adj)
         if cosine:
             z = F.normalize(z, dim=1)
-    return z[:num_users], z[num_users:].t().contiguous()
+        users, items = z[:num_users], z[num_users:]
+        if model.bias is not None:
+            scale = 1.0 / temperature if cosine else 1.0
+            users = torch.cat([users * scale, users.new_ones(num_users, 1)], dim=1)
+            items = torch.cat([items, model.bias[num_users:].detach().unsqueeze(1)], dim=1)
+    return users, items.t().contiguous()
 
 
-def _evaluate(model, adj, num_users, cosine, masked, target, k) -> RankingResult:
-    users, items_t = score_table(model, adj, num_users, cosine)
+def _evaluate(model, adj, num_users, cosine, masked, target, k, temperature=1.0) -> RankingResult:
+    users, items_t = score_table(model, adj, num_users, cosine, temperature)
     return evaluate_ranking(lambda u: users[u] @ items_t, masked, target, k=k, copy_scores=False)
 
 
@@ -250,8 +262,12 @@ def train_recommender(split: ValidationSplit, config: RecommendConfig = Recommen
     rng = np.random.default_rng(cfg.seed + 1)
     adj = SymNormAdjacency.from_graph(ds.graph)
     model = LightGCN.from_graph(ds.graph, num_layers=cfg.num_layers, embedding_dim=cfg.embedding_dim,
-                                seed=cfg.seed)
+                                seed=cfg.seed, node_bias=cfg.item_bias)
     train_csr = ds.user_item_csr("train")
+    if cfg.item_bias:
+        log_pop = np.log1p(np.bincount(train_csr[1], minlength=ds.num_items)).astype(np.float32)
+        with torch.no_grad():
+            model.bias[ds.num_users:] = torch.from_numpy(log_pop - log_pop.mean())
     init_s = init_cpu = 0.0
     if cfg.init == "spectral":
         t0, c0 = time.perf_counter(), time.process_time()
@@ -298,7 +314,9 @@ def train_recommender(split: ValidationSplit, config: RecommendConfig = Recommen
             rows = torch.from_numpy(np.repeat(np.arange(b), counts))
             cols = torch.from_numpy(cols_np[_ranges(indptr[users_np], indptr[users_np + 1])])
             users = torch.from_numpy(users_np)
-            loss = full_softmax_loss(z[users], z[ds.num_users:], rows, cols, cfg.temperature)
+            item_bias = model.bias[ds.num_users:] if cfg.item_bias else None
+            loss = full_softmax_loss(z[users], z[ds.num_users:], rows, cols, cfg.temperature,
+                                     item_bias=item_bias)
             penalty = (e0[users].pow(2).sum() * (rows.numel() / b)
                        + e0[cols + ds.num_users].pow(2).sum()) / 2.0 / rows.numel()
         else:
@@ -306,10 +324,12 @@ def train_recommender(split: ValidationSplit, config: RecommendConfig = Recommen
             users, items = torch.from_numpy(u_all)[sel], torch.from_numpy(i_all)[sel]
             n_neg = cfg.num_negatives if cosine else b
             neg = torch.from_numpy(rng.integers(0, ds.num_items, n_neg) + ds.num_users)
+            biases = (model.bias[items], model.bias[neg]) if cfg.item_bias else (None, None)
             if cosine:
-                loss = sampled_softmax_loss(z[users], z[items], z[neg], cfg.temperature)
+                loss = sampled_softmax_loss(z[users], z[items], z[neg], cfg.temperature, pos_bias=biases[0],
+                                            neg_bias=biases[1])
             else:
-                loss = bpr_pair_loss(z[users], z[items], z[neg])
+                loss = bpr_pair_loss(z[users], z[items], z[neg], *biases)
             penalty = (e0[users].pow(2).sum() + e0[items].pow(2).sum() + e0[neg].pow(2).sum()) / 2.0 / b
         total = loss + cfg.reg * penalty
         value = float(total.detach())
@@ -335,7 +355,7 @@ def train_recommender(split: ValidationSplit, config: RecommendConfig = Recommen
             continue
         t1 = time.perf_counter()
         model.eval()
-        val = _evaluate(model, adj, ds.num_users, cosine, train_csr, val_csr, cfg.k)
+        val = _evaluate(model, adj, ds.num_users, cosine, train_csr, val_csr, cfg.k, cfg.temperature)
         model.train()
         eval_s += time.perf_counter() - t1
         improved = val.recall > best[0]
@@ -372,10 +392,10 @@ def train_recommender(split: ValidationSplit, config: RecommendConfig = Recommen
     bar.close()
     model.eval()
     t1 = time.perf_counter()
-    final_test = _evaluate(model, adj, ds.num_users, cosine, test_mask, test_csr, cfg.k)
+    final_test = _evaluate(model, adj, ds.num_users, cosine, test_mask, test_csr, cfg.k, cfg.temperature)
     if best[1] is not None:
         model.load_state_dict(best[1])
-    best_test = _evaluate(model, adj, ds.num_users, cosine, test_mask, test_csr, cfg.k)
+    best_test = _evaluate(model, adj, ds.num_users, cosine, test_mask, test_csr, cfg.k, cfg.temperature)
     eval_s += time.perf_counter() - t1
     return RecommendReport(model=model, curve=curve, best_epoch=best[2], best_val=best[3],
                            best_test=best_test, final_test=final_test, epochs=steps / per_epoch, steps=steps,

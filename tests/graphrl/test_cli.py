@@ -11,7 +11,8 @@ from graphrl import __version__
 from graphrl.cli import main
 
 TINY = ["--synthetic-size", "300,400,6000", "--epochs", "1", "--batch-size", "512", "--fanouts", "4,4",
-        "--dim", "16", "--task", "recommend"]
+        "--dim", "16", "--task", "recommend", "--propagation", "sampled"]
+EXACT = ["--synthetic-size", "300,400,6000", "--epochs", "2", "--dim", "16", "--task", "recommend"]
 
 
 def run(args, env=None):
@@ -68,9 +69,28 @@ def test_demo_reads_graphrl_data_when_no_root_is_given(tmp_path):
     (["--dataset", "cora"], "--dataset"),
 ])
 def test_demo_rejects_bad_options(args, name):
-    result = run(["demo", "--task", "recommend", "--dataset", "synthetic", "--epochs", "1", *args])
+    result = run(["demo", "--task", "recommend", "--dataset", "synthetic", "--epochs", "1", "--propagation",
+                  "sampled", *args])
     assert result.exit_code == 2
     assert name in result.output
+
+
+@pytest.mark.parametrize("flag, value", [("--fanouts", "5,5"), ("--batch-size", "64"), ("--exclude", "self")])
+def test_demo_exact_rejects_the_sampled_path_options(flag, value):
+    result = run(["demo", "--dataset", "synthetic", *EXACT, flag, value])
+    assert result.exit_code == 2
+    assert f"{flag} applies to --propagation sampled, not exact" in result.output
+
+
+def test_demo_exact_trains_the_recipe_well_above_a_random_ranking():
+    result = run(["demo", "--dataset", "synthetic", *EXACT])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "exact propagation; softmax over all 400 items" in out and "spectral start" in out
+    assert re.search(r"trained [\d.]+ s \(\d+ CPU s\): \d+ steps, 2\.00 epochs, stopped by epochs", out, re.M)
+    recall = float(re.search(r"^test recall@20: (0\.\d{4})  NDCG@20: 0\.\d{4}", out, re.M).group(1))
+    assert re.search(r"^popularity baseline recall@20: 0\.\d{4}", out, re.M)
+    assert recall > 2 * 20 / 400   # a random ranking's expected recall@20 is about 20 / 400
 
 
 def test_demo_explicit_gowalla_fails_with_the_path_instead_of_substituting(tmp_path):

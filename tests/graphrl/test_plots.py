@@ -128,7 +128,10 @@ def test_require_matplotlib_names_the_extra(monkeypatch):
         plots.require_matplotlib()
 
 
-def test_demo_plot_writes_the_curves_the_run_reported(tmp_path):
+@pytest.mark.parametrize("propagation", [
+    ["--propagation", "sampled", "--batch-size", "512", "--fanouts", "4,4"], ["--propagation", "exact"]],
+    ids=["sampled", "exact"])
+def test_demo_plot_writes_the_curves_the_run_reported(tmp_path, propagation):
     import re
 
     from click.testing import CliRunner
@@ -136,8 +139,7 @@ def test_demo_plot_writes_the_curves_the_run_reported(tmp_path):
     from graphrl.cli import main
 
     args = ["demo", "--task", "recommend", "--dataset", "synthetic", "--synthetic-size", "300,400,6000",
-            "--epochs", "2", "--batch-size", "512", "--fanouts", "4,4", "--dim", "16",
-            "--plot", str(tmp_path)]
+            "--epochs", "2", "--dim", "16", *propagation, "--plot", str(tmp_path)]
     result = CliRunner().invoke(main, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     curve = json.loads((tmp_path / "demo_curves.json").read_text())["recommend"]
