@@ -29,3 +29,28 @@ def test_train_recommend_rejects_bad_options(args, name):
 def test_train_recommend_names_the_missing_data_folder(tmp_path):
     result = CliRunner().invoke(main, ["train", "recommend", "--data-root", str(tmp_path)])
     assert result.exit_code == 1 and str(tmp_path) in result.output
+
+
+def test_train_recommend_defaults_are_the_documented_recipe(tmp_path):
+    import json
+    import re
+
+    rng = __import__("numpy").random.default_rng(0)
+    folder = tmp_path / "gowalla"
+    folder.mkdir()
+    train, test = [], []
+    for u in range(40):
+        items = rng.choice(30, size=8, replace=False)
+        train.append(" ".join(map(str, [u, *items[:6]])))
+        test.append(" ".join(map(str, [u, *items[6:]])))
+    (folder / "train.txt").write_text("\n".join(train) + "\n")
+    (folder / "test.txt").write_text("\n".join(test) + "\n")
+    result = CliRunner().invoke(main, ["train", "recommend", "--data-root", str(tmp_path), "--epochs", "2",
+                                       "--dim", "8", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    config = json.loads(re.search(r"^config: (\{.*\})$", result.output, re.M).group(1))
+    assert (config["loss"], config["init"], config["item_bias"], config["schedule"]) == (
+        "full-softmax", "spectral", True, "cosine")
+    assert (config["eval_every"], config["patience"], config["temperature"]) == (4.0, 10, 0.1)
+    assert re.search(r"^best epoch 2\.00: validation recall@20 0\.\d{4}; test recall@20 0\.\d{4}", result.output,
+                     re.M)
