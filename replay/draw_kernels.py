@@ -97,7 +97,7 @@ def draw_anchors(u, tree, size, filled, times, count, out_shard, out_slot, out_p
         s = out_shard[i]
         c = js[i] - size
         out_slot[i] = c
-        out_prob[i] = tree[s, js[i]] / total
+        out_prob[i] = (1.0 if dense else tree[s, js[i]]) / total  # a dense tree's live leaves are 1
         if count:
             times[s, c] += 1
 

@@ -36,6 +36,7 @@ from replay.selectors import Selector, check_priorities
 from replay.shard import EXHAUSTED as STEP_EXHAUSTED
 from replay.shard import WRITE_POS, live_parts
 from replay.storage import TrajectoryStorage
+from replay.transition_kernel import draw_transitions
 
 __all__ = ["META_FIELDS", "Table"]
 
@@ -210,6 +211,48 @@ class Table:
                 for sh in reversed(shards):
                     sh.release()
         return got, table_size, removed
+
+    @property
+    def fused(self) -> bool:
+        """Whether a draw is one kernel call (a Uniform or Prioritized selector that removes nothing):
+        then `draw_transitions` applies."""
+        st = self.state
+        return not st.deterministic and st.max_times_sampled == 0
+
+    def draw_transitions(
+        self,
+        k: int,
+        rings: Any,
+        outs: tuple[np.ndarray, ...],
+        row_bytes: np.ndarray,
+        keys: np.ndarray,
+        prob: np.ndarray,
+        mask: np.ndarray,
+    ) -> int:
+        """Draw k windows of one step and copy them into a batch, under every shard lock (`fused`
+        tables only; `replay.transition_kernel.draw_transitions`, whose arguments these are).
+
+        Returns N, the drawable items at the draw; 0: the table is empty and nothing was written.
+        """
+        shards = self.storage.shards
+        with self.lock:
+            if len(shards) > 1:
+                self._ingest_new()
+            for sh in shards:
+                sh.acquire()
+            try:
+                for s in range(len(shards)):
+                    self.ingest(s)
+                st = self.state
+                live = draw_transitions(
+                    st.rng.random(k), st.ctree, st.wtree, self.prioritized, st.size, self.filled,
+                    st.times, self.ingested, self.storage.capacity, rings, outs, row_bytes,
+                    self.incarnation, keys, prob, mask,
+                )
+            finally:
+                for sh in reversed(shards):
+                    sh.release()
+        return int(round(live)) if live >= 0.5 else 0
 
     def keys(self, shard: np.ndarray, anchor: np.ndarray, first: np.ndarray) -> np.ndarray:
         """The keys (int64 [B]) of windows, stamped with this incarnation."""
