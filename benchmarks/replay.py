@@ -373,6 +373,7 @@ def bench_layout(
 
             def ours_prio() -> None:
                 b = store_p.sample(batch, 1, beta=0.4)
+                _ = b.weights  # made on first access; cpprb's sample computes its weights too
                 store_p.update_priorities(b.keys, prios)
                 b.release()
 

@@ -73,6 +73,7 @@ def cases(steps: int, mm: MemoryManager) -> dict[str, Callable[[], object]]:
 
     def prio_update() -> None:
         b = prio.sample(256, 1, beta=0.4)
+        _ = b.weights  # made on first access; cpprb's sample computes its weights too
         prio.update_priorities(b.keys, p)
         b.release()
 

@@ -97,6 +97,11 @@ class Batch(Mapping[str, torch.Tensor]):
         N: the number of drawable items when the batch was drawn.
     """
 
+    __slots__ = (
+        "_fields", "mask", "_keys", "_probabilities", "_weights", "_lengths", "table_size", "_beta",
+        "_buffer", "_source", "_events", "_held", "__weakref__",
+    )
+
     def __init__(
         self,
         fields: dict[str, torch.Tensor],
@@ -111,15 +116,75 @@ class Batch(Mapping[str, torch.Tensor]):
     ) -> None:
         self._fields = fields
         self.mask = mask
-        self.keys = keys
-        self.probabilities = probabilities
-        self.weights = weights
-        self.lengths = lengths
+        self._keys: torch.Tensor | np.ndarray = keys
+        self._probabilities: torch.Tensor | np.ndarray = probabilities
+        self._weights: torch.Tensor | None = weights
+        self._lengths: torch.Tensor | np.ndarray | None = lengths
         self.table_size = table_size
+        self._beta: float | None = None
         self._buffer = buffer
         self._source = source  # a batch made by `to` keeps its source's staging slot held
         self._events: list = []
         self._held = [buffer] if buffer else []  # popped once: by `release` or at garbage collection
+
+    @classmethod
+    def from_draw(
+        cls,
+        fields: dict[str, torch.Tensor],
+        mask: torch.Tensor,
+        keys: np.ndarray,
+        probabilities: np.ndarray,
+        lengths: np.ndarray | None,
+        table_size: int,
+        beta: float | None,
+        buffer: StagingBuffer,
+    ) -> Batch:
+        """A host batch whose ``keys``, ``probabilities``, ``lengths`` and ``weights`` tensors are made
+        on first access: from these arrays (the batch's own, never reused), ``lengths`` None for
+        windows of one real step each, and the weights `importance_weights` (``beta`` given: a
+        prioritized draw) or ones (``beta`` None)."""
+        batch = cls(fields, mask, keys, probabilities, None, lengths, table_size, buffer)  # type: ignore[arg-type]
+        batch._beta = beta
+        return batch
+
+    @property
+    def keys(self) -> torch.Tensor:
+        """int64 [B]: the window keys for `ReplayStore.update_priorities`."""
+        k = self._keys
+        if type(k) is not torch.Tensor:
+            k = self._keys = torch.from_numpy(k)
+        return k
+
+    @property
+    def probabilities(self) -> torch.Tensor:
+        """float64 [B]: the probability of each window's anchor at its draw."""
+        p = self._probabilities
+        if type(p) is not torch.Tensor:
+            p = self._probabilities = torch.from_numpy(p)
+        return p
+
+    @property
+    def weights(self) -> torch.Tensor:
+        """float32 [B]: importance weights ``(N * P) ** -beta`` over their batch maximum."""
+        w = self._weights
+        if w is None:
+            if self._beta is None:
+                w = torch.ones(self.mask.shape[0], dtype=torch.float32)
+            else:
+                p = self._probabilities
+                p = p.numpy() if type(p) is torch.Tensor else p
+                w = importance_weights(p, self.table_size, self._beta)
+            self._weights = w
+        return w
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        """int64 [B]: the real steps of each window."""
+        n = self._lengths
+        if type(n) is not torch.Tensor:
+            n = torch.ones(self.mask.shape[0], dtype=torch.int64) if n is None else torch.from_numpy(n)
+            self._lengths = n
+        return n
 
     def __getitem__(self, name: str) -> torch.Tensor:
         return self._fields[name]
@@ -154,7 +219,7 @@ class Batch(Mapping[str, torch.Tensor]):
             self._source.release()
 
     def __del__(self) -> None:
-        held = self.__dict__.get("_held")  # absent when __init__ did not finish
+        held = getattr(self, "_held", None)  # unset when __init__ did not finish
         if held:
             _release_buffer(held.pop(), self._events)
 

@@ -30,10 +30,12 @@ from replay.keys import BACK_BITS, INC_BITS, SHARD_BITS
 __all__ = [
     "PAD_CODES",
     "accept_updates",
+    "apply_updates",
     "draw_anchors",
     "draw_items",
     "draw_windows",
     "set_weights",
+    "updates_valid",
     "window_rows",
 ]
 
@@ -97,7 +99,7 @@ def draw_anchors(u, tree, size, filled, times, count, out_shard, out_slot, out_p
         s = out_shard[i]
         c = js[i] - size
         out_slot[i] = c
-        out_prob[i] = tree[s, js[i]] / total
+        out_prob[i] = (1.0 if dense else tree[s, js[i]]) / total  # a dense tree's live leaves are 1
         if count:
             times[s, c] += 1
 
@@ -257,3 +259,56 @@ def accept_updates(
         ok[i] = good
         count += good
     return count
+
+
+@nb.njit(cache=True, nogil=True)
+def updates_valid(keys, p, num_shards):  # pragma: no cover - numba
+    """True when every key is >= 0 and names a shard < ``num_shards`` and every priority is finite
+    and >= 0 (``keys`` int64 [K], ``p`` float64 [K]); the caller's checks name the first bad one."""
+    for i in range(keys.shape[0]):
+        if keys[i] < 0 or (keys[i] & ((1 << SHARD_BITS) - 1)) >= num_shards:
+            return False
+        if not (p[i] >= 0.0 and p[i] < np.inf):
+            return False
+    return True
+
+
+@nb.njit(cache=True, nogil=True)
+def apply_updates(
+    keys, p, capacity, floors, ingested, incarnation, restored_at, state, priority, weights, wtree, size,
+    exponent, weighted,
+):  # pragma: no cover - numba
+    """`accept_updates` then, for the accepted keys only, `set_weights` (``weighted``: the weight
+    tree too; else the priorities alone). Returns ``(applied, top)``: how many keys were accepted
+    and the largest priority written (-1.0 for none)."""
+    k = keys.shape[0]
+    shard = np.empty(k, dtype=np.int64)
+    slot = np.empty(k, dtype=np.int64)
+    ok = np.empty(k, dtype=np.bool_)
+    stamps = (capacity, floors, ingested, incarnation, restored_at)
+    applied = accept_updates(keys, *stamps, state, shard, slot, ok)
+    if applied < k:  # compact the accepted rows, in order (later duplicates still win)
+        m = 0
+        for i in range(k):
+            if ok[i]:
+                shard[m] = shard[i]
+                slot[m] = slot[i]
+                m += 1
+        shard = shard[:applied]
+        slot = slot[:applied]
+        q = np.empty(applied)
+        m = 0
+        for i in range(k):
+            if ok[i]:
+                q[m] = p[i]
+                m += 1
+    else:
+        q = p
+    if weighted:
+        return applied, set_weights(shard, slot, q, exponent, state, priority, weights, wtree, size)
+    top = -1.0
+    for i in range(applied):
+        priority[shard[i], slot[i]] = q[i]
+        if q[i] > top:
+            top = q[i]
+    return applied, top

@@ -33,6 +33,7 @@ from replay.gather import WindowGather
 from replay.rate_limiter import RateLimiterState
 from replay.storage import TrajectoryStorage
 from replay.table import META_FIELDS, Table
+from replay.transition_kernel import LOCKED_COPY_BYTES
 from replay.windows import WindowTable, window_mask
 
 _KEYS_LENGTHS = [5, 3]  # the scratch rows of the keys and the real lengths (`StagedSlot.scratch`)
@@ -91,6 +92,8 @@ class WindowSampler:
         )
         self.owner_table = type(table) is Table  # the compiled path (see the module docstring)
         self.copy = BatchCopy(storage) if self.owner_table else None
+        # batches of transitions up to this many rows are drawn and copied in one call under the locks
+        self.locked_rows = LOCKED_COPY_BYTES // max(1, self.copy.step_bytes) if self.copy else 0
 
     def sample(
         self, b: int, length: int, pad: str, beta: float, target: torch.device | None, left: Deadline
@@ -112,6 +115,8 @@ class WindowSampler:
                 "or raise staging_slots"
             ) from err
         if target is None and self.owner_table:
+            if length == 1 and b <= self.locked_rows and self.table.fused:
+                return self._sample_transitions(b, beta, left, slot)
             return self._sample_owner(b, length, pad, beta, left, slot)
         try:
             meta, prob, table_size = self._draw_and_gather(b, length, pad, left, slot, target)
@@ -137,6 +142,29 @@ class WindowSampler:
                 torch.from_numpy(meta["n"].copy()),
                 table_size,
                 slot.buffer,
+            )
+        except BaseException:
+            slot.buffer.release()
+            raise
+
+    def _sample_transitions(self, b: int, beta: float, left: Deadline, slot: StagedSlot) -> Batch:
+        """`sample` of B windows of one step for a host batch of the owner's `fused` `Table`: one
+        kernel call under the locks draws and copies them (nothing can be torn: no re-check)."""
+        try:
+            table, copy = self.table, self.copy
+            keys = np.empty(b, dtype=np.int64)  # the batch's own (they outlive the slot's release)
+            prob = np.empty(b)
+            while True:
+                self.limiter.await_sample(left(), given=left.timeout)
+                table_size = table.draw_transitions(
+                    b, copy.rings, slot.flat, copy.row_bytes, keys, prob, slot.mask_flat
+                )
+                if table_size:
+                    break
+            self.limiter.sample(b)  # each window is its live anchor: b real steps
+            return Batch.from_draw(
+                slot.fields, slot.mask, keys, prob, None, table_size,
+                beta if table.prioritized else None, slot.buffer,
             )
         except BaseException:
             slot.buffer.release()

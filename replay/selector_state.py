@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from replay.draw_kernels import draw_anchors, draw_items, set_weights
+from replay.draw_kernels import apply_updates, draw_anchors, draw_items, set_weights
 from replay.selectors import Selector, check_priorities
 from replay.sumtree import (
     accept_sum,
@@ -243,6 +243,28 @@ class SelectorState:
             shards, slots, p, exponent, self.state, self.priority, self.weights, self.wtree, self.size
         )
         self.max_priority = max(self.max_priority, top)
+
+    def accept_and_set(
+        self,
+        keys: np.ndarray,
+        p: np.ndarray,
+        capacity: int,
+        floors: np.ndarray,
+        ingested: np.ndarray,
+        incarnation: int,
+        restored_at: np.ndarray,
+    ) -> int:
+        """The generation check of ``keys`` and `set_priorities` of the accepted ones, in one kernel
+        call (`replay.draw_kernels.apply_updates`; not for the deterministic selectors, whose argmin
+        trees are refreshed per shard). Arguments trusted (checked int64 keys naming shards < S,
+        float64 priorities); returns how many were applied."""
+        exponent = float(self.selector.exponent) if self._prioritized else 1.0
+        applied, top = apply_updates(
+            keys, p, capacity, floors, ingested, incarnation, restored_at, self.state, self.priority,
+            self.weights, self.wtree, self.size, exponent, self._prioritized,
+        )
+        self.max_priority = max(self.max_priority, top)
+        return int(applied)
 
     # -- drawing
 

@@ -26,21 +26,24 @@ from typing import Any
 
 import numba as nb
 import numpy as np
+import torch
 
 from graphrl.memory import Region
 from replay._checks import check_keys
-from replay.draw_kernels import PAD_CODES, accept_updates, draw_windows, window_rows
+from replay.draw_kernels import PAD_CODES, accept_updates, draw_windows, updates_valid, window_rows
 from replay.keys import MAX_INCARNATIONS, MAX_SHARDS, encode_keys
 from replay.selector_state import EXHAUSTED, SelectorState
 from replay.selectors import Selector, check_priorities
 from replay.shard import EXHAUSTED as STEP_EXHAUSTED
 from replay.shard import WRITE_POS, live_parts
 from replay.storage import TrajectoryStorage
+from replay.transition_kernel import draw_transitions
 
 __all__ = ["META_FIELDS", "Table"]
 
 META_FIELDS = ("shard", "anchor", "first", "n", "dst")  # int64 [B] each: a draw's window table
 _NO_KEYS = np.zeros(0, dtype=np.int64)
+_NO_PRIORITIES = np.zeros(0)
 
 
 class Table:
@@ -211,6 +214,48 @@ class Table:
                     sh.release()
         return got, table_size, removed
 
+    @property
+    def fused(self) -> bool:
+        """Whether a draw is one kernel call (a Uniform or Prioritized selector that removes nothing):
+        then `draw_transitions` applies."""
+        st = self.state
+        return not st.deterministic and st.max_times_sampled == 0
+
+    def draw_transitions(
+        self,
+        k: int,
+        rings: Any,
+        outs: tuple[np.ndarray, ...],
+        row_bytes: np.ndarray,
+        keys: np.ndarray,
+        prob: np.ndarray,
+        mask: np.ndarray,
+    ) -> int:
+        """Draw k windows of one step and copy them into a batch, under every shard lock (`fused`
+        tables only; `replay.transition_kernel.draw_transitions`, whose arguments these are).
+
+        Returns N, the drawable items at the draw; 0: the table is empty and nothing was written.
+        """
+        shards = self.storage.shards
+        with self.lock:
+            if len(shards) > 1:
+                self._ingest_new()
+            for sh in shards:
+                sh.acquire()
+            try:
+                for s in range(len(shards)):
+                    self.ingest(s)
+                st = self.state
+                live = draw_transitions(
+                    st.rng.random(k), st.ctree, st.wtree, self.prioritized, st.size, self.filled,
+                    st.times, self.ingested, self.storage.capacity, rings, outs, row_bytes,
+                    self.incarnation, keys, prob, mask,
+                )
+            finally:
+                for sh in reversed(shards):
+                    sh.release()
+        return int(round(live)) if live >= 0.5 else 0
+
     def keys(self, shard: np.ndarray, anchor: np.ndarray, first: np.ndarray) -> np.ndarray:
         """The keys (int64 [B]) of windows, stamped with this incarnation."""
         return encode_keys(shard, anchor, anchor - first, self.incarnation)
@@ -219,18 +264,22 @@ class Table:
     def update_priorities(self, keys: Any, priorities: Any) -> int:
         """Set the priorities of the anchors named by ``keys``; stale keys are ignored; return how many
         applied. Raises as `replay.store.ReplayStore.update_priorities`."""
-        k = check_keys(keys)
-        p = check_priorities(priorities, k.size)
         num_shards = self.storage.num_shards
-        shard = k & (MAX_SHARDS - 1)
-        bad = shard >= num_shards
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise ValueError(
-                f"key {int(k[i])} names shard {int(shard[i])}, but the store has shards "
-                f"0..{num_shards - 1}; nothing was changed"
-            )
+        k, p = _plain_updates(keys, priorities)
+        if k is None or not updates_valid(k, p, num_shards):  # the checks that name what is wrong
+            k = check_keys(keys)
+            p = check_priorities(priorities, k.size)
+            shard = k & (MAX_SHARDS - 1)
+            bad = shard >= num_shards
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise ValueError(
+                    f"key {int(k[i])} names shard {int(shard[i])}, but the store has shards "
+                    f"0..{num_shards - 1}; nothing was changed"
+                )
         shards = self.storage.shards
+        restored = _NO_KEYS if self.restored_at is None else self.restored_at
+        shard = k & (MAX_SHARDS - 1)
         with self.lock:
             floors = np.zeros(num_shards, dtype=np.int64)
             for s in range(num_shards) if num_shards <= 8 else np.unique(shard).tolist():
@@ -238,10 +287,11 @@ class Table:
                 with sh:
                     self.ingest(s)
                     floors[s] = sh.floor
+            stamps = (self.storage.capacity, floors, self.ingested, self.incarnation, restored)
+            if not self.state.deterministic:  # one kernel: the check and the writes
+                return self.state.accept_and_set(k, p, *stamps)
             slots = np.empty(k.size, dtype=np.int64)
             ok = np.empty(k.size, dtype=np.bool_)
-            restored = _NO_KEYS if self.restored_at is None else self.restored_at
-            stamps = (self.storage.capacity, floors, self.ingested, self.incarnation, restored)
             applied = accept_updates(k, *stamps, self.state.state, shard, slots, ok)
             if applied == k.size:
                 self.state.set_priorities(shard, slots, p)
@@ -328,3 +378,23 @@ class Table:
             if not r.freed:
                 r.free()
         self._regions = []
+
+
+def _plain_updates(keys: Any, priorities: Any) -> tuple[np.ndarray | None, np.ndarray]:
+    """``(keys, priorities)`` as int64 [K] and float64 [K] arrays without copies, when they are CPU
+    int64 keys (``batch.keys``) and float priorities of the same length; else ``(None, ...)``."""
+    if type(keys) is torch.Tensor and keys.dtype == torch.int64 and keys.device.type == "cpu":
+        k = keys.numpy()
+    elif type(keys) is np.ndarray and keys.dtype == np.int64:
+        k = keys
+    else:
+        return None, _NO_PRIORITIES
+    if type(priorities) is torch.Tensor and priorities.is_floating_point():
+        p = priorities.detach().cpu().numpy()
+    elif type(priorities) is np.ndarray and priorities.dtype.kind == "f":
+        p = priorities
+    else:
+        return None, _NO_PRIORITIES
+    k = np.ascontiguousarray(k.reshape(-1))
+    p = np.ascontiguousarray(p.reshape(-1), dtype=np.float64)
+    return (k, p) if k.size == p.size else (None, _NO_PRIORITIES)
