@@ -82,7 +82,7 @@ def demo_recommend_exact(ds, minutes: float, epochs: float | None, seed: int, lr
     k = config.k
     click.echo(f"trained {report.train_seconds:.1f} s ({report.train_cpu_seconds:.0f} CPU s): "
                f"{report.steps:,} steps, {report.epochs:.2f} epochs, stopped by {report.stopped_by}; "
-               f"softmax loss {report.curve[0]['loss']:.4f} -> {report.curve[-1]['loss']:.4f}")
+               f"softmax loss {report.curve[-1]['loss']:.4f} (mean since the previous evaluation)")
     click.echo(f"test recall@{k}: {report.final_test.recall:.4f}  NDCG@{k}: {report.final_test.ndcg:.4f}  "
                f"({report.final_test.num_users:,} users with test items); validation recall@{k} "
                f"{report.curve[-1]['val_recall']:.4f}")
