@@ -52,5 +52,5 @@ def test_train_recommend_defaults_are_the_documented_recipe(tmp_path):
     assert (config["loss"], config["init"], config["item_bias"], config["schedule"]) == (
         "full-softmax", "spectral", True, "cosine")
     assert (config["eval_every"], config["patience"], config["temperature"]) == (4.0, 10, 0.1)
-    assert re.search(r"^best epoch 2\.00: validation recall@20 0\.\d{4}; test recall@20 0\.\d{4}", result.output,
-                     re.M)
+    assert re.search(r"^best epoch 2\.00: validation recall@20 0\.\d{4}; test recall@20 0\.\d{4}",
+                     result.output, re.M)
