@@ -34,6 +34,7 @@ __all__ = [
     "draw_anchors",
     "draw_items",
     "draw_windows",
+    "leaf_weights",
     "set_weights",
     "updates_valid",
     "window_rows",
@@ -84,16 +85,15 @@ def draw_anchors(u, tree, size, filled, times, count, out_shard, out_slot, out_p
             js[i] = size + np.int64(xs[i])
     else:
         width = 1
-        while width < size:  # one level for every row, then the next
+        while width < size:  # one level for every row, then the next; selects, not branches
             for i in range(k):
                 s = out_shard[i]
                 j = js[i]
+                x = xs[i]
                 left = tree[s, 2 * j]
-                if tree[s, 2 * j + 1] <= 0.0 or xs[i] < left:
-                    js[i] = 2 * j
-                else:
-                    xs[i] -= left
-                    js[i] = 2 * j + 1
+                right = (x >= left) & (tree[s, 2 * j + 1] > 0.0)
+                js[i] = 2 * j + np.int64(right)
+                xs[i] = x - (left if right else 0.0)
             width *= 2
     for i in range(k):
         s = out_shard[i]
@@ -200,6 +200,14 @@ def draw_windows(
 
 
 @nb.njit(cache=True, nogil=True)
+def leaf_weights(priority, live, exponent, out):  # pragma: no cover - numba
+    """``out[i] = priority[i] ** exponent`` where ``live[i]``, else 0: the weight-tree leaves, with the
+    same ``**`` as `set_weights` (numpy's vectorised power can differ from it in the last bit)."""
+    for i in range(priority.shape[0]):
+        out[i] = priority[i] ** exponent if live[i] else 0.0
+
+
+@nb.njit(cache=True, nogil=True)
 def set_weights(shard, slot, p, exponent, state, priority, weights, wtree, size):  # pragma: no cover
     """``priority[s, c] = p`` for each row (later duplicates win), then the weight tree's leaves
     (``p ** exponent`` for live items, ``state == 1``; 0 for others) and their ancestors,
@@ -219,14 +227,20 @@ def set_weights(shard, slot, p, exponent, state, priority, weights, wtree, size)
         weights[s, c] = w
         wtree[s, size + c] = w
         js[i] = size + c
-    width = 1
-    while width < size:
+    num_shards = wtree.shape[0]
+    level = size >> 1  # the first node of the parents' level, and how many nodes it has
+    while level >= 1 and num_shards * level > k:  # the rows' own ancestors
         for i in range(k):
             j = js[i] >> 1
             js[i] = j
             s = shard[i]
             wtree[s, j] = wtree[s, 2 * j] + wtree[s, 2 * j + 1]
-        width *= 2
+        level >>= 1
+    while level >= 1:  # levels of at most k nodes in all: every node, in order
+        for s in range(num_shards):
+            for j in range(level, 2 * level):
+                wtree[s, j] = wtree[s, 2 * j] + wtree[s, 2 * j + 1]
+        level >>= 1
     return top
 
 

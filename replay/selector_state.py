@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from replay.draw_kernels import apply_updates, draw_anchors, draw_items, set_weights
+from replay.draw_kernels import apply_updates, draw_anchors, draw_items, leaf_weights, set_weights
 from replay.selectors import Selector, check_priorities
 from replay.sumtree import (
     accept_sum,
@@ -176,7 +176,8 @@ class SelectorState:
         else:
             sum_set(self.ctree[shard], self.size, slots, live.astype(np.float64))
         if self.selector.prioritized:
-            w = np.where(live, self.priority[shard, slots] ** float(self.selector.exponent), 0.0)
+            w = np.empty(slots.size)
+            leaf_weights(self.priority[shard, slots], live, float(self.selector.exponent), w)
             self.weights[shard, slots] = w
             if bulk:
                 self.wtree[shard, self.size + slots] = w
