@@ -49,7 +49,7 @@ SIM_SCRIPT = textwrap.dedent(
     assert int(graph.in_degrees().max()) > 64
     seeds = torch.tensor([0, 1, 5, 5, 39, 2, 17])
     weights = torch.from_numpy(rng.random(e) * (rng.random(e) < 0.7))
-    cases = [(False, [-1, -1], None), (False, [3, 2], None), (False, [40, 5], None), (True, [2, 4], None),
+    cases = [(False, [-1, 3], None), (False, [3, 2], None), (False, [40, 5], None), (True, [2, 4], None),
              (False, [-1, 3], weights), (False, [2, 30], weights), (True, [3, 2], weights)]
     excluded = torch.from_numpy(rng.integers(0, e, 150))
     for replace, fanouts, w in cases:
@@ -88,11 +88,23 @@ SIM_SCRIPT = textwrap.dedent(
         want_nodes, want_local = ref.relabel(dd, ss)
         assert np.array_equal(nodes.copy_to_host(), want_nodes)
         assert np.array_equal(local.copy_to_host(), want_local)
-    # the scan across several chunks, and chunks of chunks (the chunk totals scanned on the device too)
-    counts = rng.integers(0, 5, ck.SCAN_CHUNK * ck.SCAN_CHUNK + 3 * ck.SCAN_CHUNK + 7)
-    offs, total = ck.exclusive_scan(cuda.to_device(counts))
-    assert total == counts.sum()
-    assert np.array_equal(offs.copy_to_host(), np.concatenate([[0], np.cumsum(counts)]))
+    # the scan across several chunks, and chunks of chunks (the chunk totals scanned on the device too):
+    # at the simulator's chunk of 64 items that takes 68 blocks; the same kernels with 8-thread blocks
+    # (chunks of 16) take 20 (the simulator runs a Python thread per GPU thread); then the usual chunk on
+    # one item, one chunk and several chunks
+    import samplers.kernels.cuda.scan as scan
+    usual = (scan.SCAN_THREADS, scan.SCAN_ITEMS, scan.SCAN_CHUNK)
+    for threads, items in ((8, 2), usual[:2]):
+        scan.SCAN_THREADS, scan.SCAN_ITEMS, scan.SCAN_CHUNK = threads, items, threads * items
+        chunk = scan.SCAN_CHUNK
+        sizes = (chunk * chunk + 3 * chunk + 7,) if threads == 8 else (1, chunk, 3 * chunk + 7)
+        for size in sizes:
+            counts = rng.integers(0, 5, size)
+            offs, total = ck.exclusive_scan(cuda.to_device(counts))
+            assert total == counts.sum(), (threads, size)
+            want = np.concatenate([[0], np.cumsum(counts)])
+            assert np.array_equal(offs.copy_to_host(), want), (threads, size)
+    assert (scan.SCAN_THREADS, scan.SCAN_ITEMS, scan.SCAN_CHUNK) == usual
     # cuda:N names the device the kernels run on: the current one (cuda:0 here), never silently another
     assert NeighborSampler(graph, [2], seed=0, device="cuda:0").device.index == 0
     for bad in ("cuda:1", "cuda:5"):

@@ -1,5 +1,6 @@
-"""The one interface, without a cluster: both stores' signatures of the shared methods, and the
-write-only views (`replay.attach.AttachedStore`, `replay.distributed.attach.RayAttachedStore`)."""
+"""The one interface, without a cluster: both stores' signatures of the shared methods, the errors of a bad
+backend and of a Ray store without ``ray.init``, and the write-only
+views (`replay.attach.AttachedStore`, `replay.distributed.attach.RayAttachedStore`)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ import inspect
 
 import pytest
 
-pytest.importorskip("ray", reason="the Ray backend needs ray: pip install 'graphrl[ray]'")
+ray = pytest.importorskip("ray", reason="the Ray backend needs ray: pip install 'graphrl[ray]'")
 
-from replay import AttachedStore, ReplayStore, ReplayStoreBase  # noqa: E402
+from replay import AttachedStore, ReplayStore, ReplayStoreBase, TrajectorySpec  # noqa: E402
 from replay.distributed import RayAttachedStore, RayReplayStore, RayStoreHandle  # noqa: E402
 from replay.interface import DEFAULT  # noqa: E402
 
@@ -46,6 +47,18 @@ def test_timeouts_default_to_the_one_sentinel():
     for cls in (ReplayStore, RayReplayStore):
         assert inspect.signature(cls.sample).parameters["timeout"].default is DEFAULT
     assert repr(DEFAULT) == "DEFAULT"
+
+
+def test_bad_backend_and_no_cluster():
+    # this file runs before the folder's first test that starts the shared cluster (conftest.py)
+    spec = TrajectorySpec({"obs": ((2,), "float32")})
+    with pytest.raises(ValueError, match="backend"):
+        ReplayStore(spec, 100, backend="rey")
+    with pytest.raises(ValueError, match=r"replay\.distributed\.RayReplayStore"):
+        ReplayStore(spec, 100, backend="ray")
+    if not ray.is_initialized():
+        with pytest.raises(ValueError, match=r"ray\.init"):
+            RayReplayStore(spec, 100)
 
 
 def fake_handle() -> RayStoreHandle:

@@ -1,6 +1,6 @@
 """RayReplayStore.learner(): learners in Ray worker processes, each its own client of the shard actors.
 
-One module-scoped local cluster and one store per test: the union of two learners' draws after
+One local cluster for the folder (conftest.py) and one store per test: the union of two learners' draws after
 priority updates from both is one table's (chi-square), samples per insert is global (the one sample
 counter), and a checkpoint taken while a learner samples holds the counters of that moment.
 """
@@ -38,18 +38,6 @@ def fill(store, lengths) -> None:
             w.extend(episode(first, int(n)))
             w.end_episode()
             first += int(n)
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    started = not ray.is_initialized()
-    if started:
-        ray.init(
-            address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False
-        )
-    yield
-    if started:
-        ray.shutdown()
 
 
 @ray.remote(num_cpus=1)

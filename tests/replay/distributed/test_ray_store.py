@@ -98,19 +98,6 @@ def until_dead(actor):
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    started = not ray.is_initialized()
-    if started:
-        # address="local": a cluster of its own, even where someone runs `ray start --head` on this machine
-        ray.init(
-            address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False
-        )
-    yield
-    if started:
-        ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def prio(cluster):
     store = RayReplayStore(SPEC, 4000, num_shards=2, selector=Prioritized(0.6), seed=7)
     yield store
@@ -157,16 +144,6 @@ def test_bad_arguments_raise_naming_the_argument(kwargs, exc, name):
     args = {"capacity_steps": 1000, "num_shards": 2, **kwargs}
     with pytest.raises(exc, match=name):
         RayReplayStore(SPEC, **args)  # checked before any actor starts (no cluster needed)
-
-
-def test_bad_backend_and_no_cluster():
-    with pytest.raises(ValueError, match="backend"):
-        ReplayStore(SPEC, 100, backend="rey")
-    with pytest.raises(ValueError, match=r"replay\.distributed\.RayReplayStore"):
-        ReplayStore(SPEC, 100, backend="ray")
-    if not ray.is_initialized():
-        with pytest.raises(ValueError, match=r"ray\.init"):
-            RayReplayStore(SPEC, 100)
 
 
 # ------------------------------------------------------------------------------------------ routing
