@@ -1,0 +1,149 @@
+"""TrajectoryWriter.extend's path for column signatures it has checked before: the same store
+contents as the spec's checked path (appends), bad input still rejected after a good call with
+nothing stored, chunk boundaries and the ring's wrap unchanged."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from graphrl.memory import MemoryManager
+from replay import ReplayStore, TrajectorySpec
+
+SPEC = TrajectorySpec(
+    {"obs": ((4,), "float32"), "action": ((), "int64"), "reward": ((), "float32"), "done": ((), "bool")}
+)
+
+
+def cols(start: int, n: int) -> dict[str, np.ndarray]:
+    pos = np.arange(start, start + n)
+    return {
+        "obs": (pos[:, None] * 4 + np.arange(4)).astype(np.float32),
+        "action": pos.astype(np.int64),
+        "reward": (pos * 0.5).astype(np.float32),
+        "done": pos % 3 == 0,
+    }
+
+
+@pytest.fixture
+def mm():
+    manager = MemoryManager()
+    yield manager
+    manager.close()
+
+
+def contents(store: ReplayStore) -> list[tuple]:
+    return [(e.start, e.length, e.open, tuple(e.data[k].tobytes() for k in SPEC)) for e in store.episodes()]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 11), min_size=1, max_size=12),
+    chunk=st.integers(1, 8),
+    ends=st.lists(st.booleans(), min_size=12, max_size=12),
+)
+def test_repeated_signature_equals_appends(lengths, chunk, ends):
+    """Capacity 23 with up to 132 steps: episodes span the ring's wrap and chunk boundaries."""
+    with MemoryManager() as mm:
+        a = ReplayStore(SPEC, capacity_steps=23, num_shards=1, memory=mm, chunk_steps=chunk, timeout=5.0)
+        b = ReplayStore(SPEC, capacity_steps=23, num_shards=1, memory=mm, chunk_steps=chunk, timeout=5.0)
+        wa, wb = a.writer(), b.writer()
+        start = 0
+        for n, end in zip(lengths, ends, strict=False):
+            c = cols(start, n)
+            wa.extend(c)
+            for i in range(n):
+                wb.append({k: v[i] for k, v in c.items()})
+            start += n
+            assert wa.pending == wb.pending
+            if end:
+                wa.end_episode()
+                wb.end_episode()
+        assert contents(a) == contents(b)
+        assert len(a) == len(b)
+        assert wa.steps_written == wb.steps_written
+        a.close()
+        b.close()
+
+
+def test_field_order_of_the_call_does_not_matter(mm):
+    store = ReplayStore(SPEC, capacity_steps=64, num_shards=1, memory=mm, timeout=5.0)
+    w = store.writer()
+    c = cols(0, 5)
+    w.extend(c)
+    w.extend(dict(reversed(list(cols(5, 5).items()))))  # a second signature: same fields, other order
+    w.extend(cols(10, 5))
+    w.extend(dict(reversed(list(cols(15, 5).items()))))
+    w.end_episode()
+    (ep,) = store.episodes()
+    want = cols(0, 20)
+    for k in SPEC:
+        np.testing.assert_array_equal(ep.data[k], want[k])
+    store.close()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "exc", "text"),
+    [
+        ("obs", np.zeros((5, 4), np.float64), TypeError, "float64"),
+        ("obs", np.zeros((5, 3), np.float32), ValueError, "(5, 3)"),
+        ("action", np.zeros(4, np.int64), ValueError, "steps"),
+        ("action", torch.zeros(5, dtype=torch.int32), TypeError, "torch.int32"),
+        ("action", np.int64(3), TypeError, "action"),
+        ("reward", [0.0] * 5, TypeError, "list"),
+    ],
+)
+def test_bad_columns_after_a_good_call_raise_and_store_nothing(mm, field, value, exc, text):
+    store = ReplayStore(SPEC, capacity_steps=64, num_shards=1, memory=mm, timeout=5.0)
+    w = store.writer()
+    w.extend(cols(0, 5))
+    w.extend(cols(5, 5))  # the signature is now known
+    bad = cols(10, 5)
+    bad[field] = value
+    with pytest.raises(exc, match=field if exc is TypeError and field != "action" else None) as info:
+        w.extend(bad)
+    assert text in str(info.value)
+    assert w.pending == 10
+    with pytest.raises(ValueError, match="unknown field"):
+        w.extend({**cols(10, 5), "extra": np.zeros(5, np.float32)})
+    with pytest.raises(ValueError, match="missing field"):
+        w.extend({k: v for k, v in cols(10, 5).items() if k != "done"})
+    assert w.pending == 10
+    w.end_episode()
+    (ep,) = store.episodes()
+    np.testing.assert_array_equal(ep.data["action"], np.arange(10))
+    store.close()
+
+
+def test_caller_arrays_are_copied_at_extend(mm):
+    store = ReplayStore(SPEC, capacity_steps=64, num_shards=1, memory=mm, timeout=5.0)
+    w = store.writer()
+    w.extend(cols(0, 3))
+    c = cols(3, 3)
+    w.extend(c)
+    c["action"][:] = -1  # mutating the caller's arrays after extend changes nothing stored
+    c["obs"][:] = -1
+    w.end_episode()
+    (ep,) = store.episodes()
+    np.testing.assert_array_equal(ep.data["action"], np.arange(6))
+    np.testing.assert_array_equal(ep.data["obs"], cols(0, 6)["obs"])
+    store.close()
+
+
+def test_non_contiguous_columns(mm):
+    store = ReplayStore(SPEC, capacity_steps=64, num_shards=1, memory=mm, timeout=5.0)
+    w = store.writer()
+    w.extend(cols(0, 4))
+    big = cols(4, 8)
+    strided = {k: v[::2] for k, v in big.items()}
+    w.extend(strided)
+    w.extend(strided)
+    w.end_episode()
+    (ep,) = store.episodes()
+    np.testing.assert_array_equal(
+        ep.data["action"], np.r_[np.arange(4), np.arange(4, 12, 2), np.arange(4, 12, 2)]
+    )
+    store.close()
