@@ -145,8 +145,9 @@ def full_softmax_loss(user: torch.Tensor, items: torch.Tensor, rows: torch.Tenso
     Raises
     ------
     ValueError
-        Shapes disagree (``item_bias`` not [I]), ``temperature`` <= 0, no positive pair, or ``chunk_rows``
-        is not an int >= 1.
+        Shapes disagree (``item_bias`` not [I]), ``temperature`` <= 0, no positive pair, ``rows`` / ``cols``
+        not int64 or out of range, or ``chunk_rows`` is not an int >= 1. The loss is differentiable once:
+        a second backward raises RuntimeError.
 
     References
     ----------
@@ -163,6 +164,13 @@ def full_softmax_loss(user: torch.Tensor, items: torch.Tensor, rows: torch.Tenso
         raise ValueError(f"temperature must be > 0, got {temperature}")
     if isinstance(chunk_rows, bool) or int(chunk_rows) != chunk_rows or chunk_rows < 1:
         raise ValueError(f"chunk_rows must be an int >= 1, got {chunk_rows!r}")
+    chunk_rows = int(chunk_rows)
+    if rows.dtype != torch.int64 or cols.dtype != torch.int64:
+        raise ValueError(f"rows and cols must be int64, got {rows.dtype} and {cols.dtype}")
+    for name, index, bound in (("rows", rows, user.shape[0]), ("cols", cols, items.shape[0])):
+        low, high = int(index.min()), int(index.max())
+        if low < 0 or high >= bound:
+            raise ValueError(f"{name} must lie in [0, {bound}), got values in [{low}, {high}]")
     if item_bias is not None and item_bias.shape != (items.shape[0],):
         raise ValueError(f"item_bias must be [I={items.shape[0]}], got {tuple(item_bias.shape)}")
     if cosine:
@@ -219,6 +227,9 @@ class _WeightedLogSumExp(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
+        if torch.is_grad_enabled():  # create_graph=True: the saved gradients carry no graph of their own
+            raise RuntimeError("full_softmax_loss is differentiable once: its backward cannot build a graph "
+                               "(create_graph=True); use the materialised softmax for higher derivatives")
         grad_user, grad_items, grad_bias = ctx.saved_tensors
         return (None if grad_user is None else grad * grad_user,
                 None if grad_items is None else grad * grad_items,

@@ -205,10 +205,20 @@ def score_table(model: LightGCN, adj: SymNormAdjacency, num_users: int, cosine: 
                 temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """User and item tables whose products are the model's scores: ``([U, d'], [d', I])``.
 
-    With ``cosine`` both are L2-normalised (the softmax loss's score), else raw (the dot product). With
-    the model's ``bias``, users are divided by ``temperature`` and get a column of ones, items a row of
-    their biases (d' = d + 1): the product is ``s(u, i) / temperature + bias[i]``, the loss's logit.
+    With ``cosine`` both are L2-normalised (the softmax loss's score), else raw (the dot product, BPR's).
+    With the model's ``bias``, users get a column of ones and items a row of their biases (d' = d + 1):
+    the product is the training logit, ``cos(u, i) / temperature + bias[i]`` with ``cosine`` (users divided
+    by ``temperature``), ``<u, i> + bias[i]`` without (``temperature`` unused, as in `bpr_pair_loss`).
+
+    Raises
+    ------
+    ValueError
+        ``num_users`` not in [1, N) or ``temperature`` <= 0.
     """
+    if not 1 <= num_users < model.num_nodes:
+        raise ValueError(f"num_users must lie in [1, {model.num_nodes}), got {num_users}")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
     with torch.no_grad():
         z = model.propagate(adj)
         if cosine:
@@ -250,7 +260,8 @@ def train_recommender(split: ValidationSplit, config: RecommendConfig = Recommen
     Raises
     ------
     ValueError
-        A non-finite loss (lower ``lr``).
+        A non-finite loss (lower ``lr``); ``k`` > the number of items; ``init="spectral"`` with
+        ``embedding_dim`` >= min(users, items).
 
     References
     ----------
@@ -269,6 +280,12 @@ def train_recommender(split: ValidationSplit, config: RecommendConfig = Recommen
         with torch.no_grad():
             model.bias[ds.num_users:] = torch.from_numpy(log_pop - log_pop.mean())
     init_s = init_cpu = 0.0
+    if cfg.k > ds.num_items:
+        raise ValueError(f"k must lie in [1, num_items={ds.num_items}], got {cfg.k}")
+    if cfg.init == "spectral" and cfg.embedding_dim >= min(ds.num_users, ds.num_items):
+        raise ValueError(f"init='spectral' needs embedding_dim < min(num_users, num_items) = "
+                         f"{min(ds.num_users, ds.num_items)}, got {cfg.embedding_dim}: use a smaller dim or "
+                         "init='normal'")
     if cfg.init == "spectral":
         t0, c0 = time.perf_counter(), time.process_time()
         table = spectral_embeddings(train_csr, ds.num_items, cfg.embedding_dim, seed=cfg.seed)

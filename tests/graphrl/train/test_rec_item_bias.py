@@ -123,3 +123,42 @@ def test_training_starts_the_bias_at_centred_log_degree_and_learns_it(tiny_split
     moved = trained.model.bias.detach().numpy()[ds.num_users:] - start
     assert np.abs(moved).max() > 1e-3          # the bias is trained (and restored with the best weights)
     assert "bias" in trained.model.state_dict()
+
+
+def test_full_softmax_refuses_a_second_backward_and_bad_indices():
+    g = torch.Generator().manual_seed(9)
+    user = torch.randn(4, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    items = torch.randn(6, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    rows, cols = torch.tensor([0, 1, 3]), torch.tensor([5, 0, 2])
+    loss = full_softmax_loss(user, items, rows, cols, 0.5)
+    with pytest.raises(RuntimeError, match="differentiable once"):
+        torch.autograd.grad(loss, [user], create_graph=True)
+    with pytest.raises(ValueError, match=r"cols must lie in \[0, 6\), got values in \[-1, 5\]"):
+        full_softmax_loss(user, items, rows, torch.tensor([5, -1, 2]), 0.5)
+    with pytest.raises(ValueError, match=r"rows must lie in \[0, 4\), got values in \[0, 9\]"):
+        full_softmax_loss(user, items, torch.tensor([0, 9, 1]), cols, 0.5)
+    with pytest.raises(ValueError, match="rows and cols must be int64"):
+        full_softmax_loss(user, items, rows.float(), cols, 0.5)
+    # an integral float chunk size is taken as the int
+    assert full_softmax_loss(user, items, rows, cols, 0.5, chunk_rows=2.0).item() == pytest.approx(
+        full_softmax_loss(user, items, rows, cols, 0.5, chunk_rows=2).item(), rel=1e-12)
+
+
+def test_score_table_and_trainer_check_their_arguments_before_work(tiny_split):
+    from graphrl.nn.lightgcn import LightGCN
+    from graphrl.nn.sym_adjacency import SymNormAdjacency
+    from graphrl.train.recommend import RecommendConfig, score_table, train_recommender
+
+    ds = tiny_split.dataset
+    model = LightGCN.from_graph(ds.graph, num_layers=1, embedding_dim=4, seed=0, node_bias=True)
+    adj = SymNormAdjacency.from_graph(ds.graph)
+    with pytest.raises(ValueError, match="temperature must be > 0, got 0"):
+        score_table(model, adj, ds.num_users, cosine=True, temperature=0)
+    with pytest.raises(ValueError, match=r"num_users must lie in \[1, 210\), got -5"):
+        score_table(model, adj, -5, cosine=True)
+    with pytest.raises(ValueError, match=r"k must lie in \[1, num_items=90\], got 91"):
+        train_recommender(tiny_split, RecommendConfig(k=91, epochs=1, minutes=None, embedding_dim=4))
+    want = r"init='spectral' needs embedding_dim < min\(num_users, num_items\) = 90, got 90"
+    with pytest.raises(ValueError, match=want):
+        train_recommender(tiny_split, RecommendConfig(init="spectral", embedding_dim=90, epochs=1,
+                                                      minutes=None))
