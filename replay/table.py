@@ -181,6 +181,34 @@ class Table:
         pad_code = PAD_CODES.get(pad)
         if pad_code is None:
             raise ValueError(f"pad must be 'tail' or 'head', got {pad!r}")
+        with self._all_shards_ingested():
+            st = self.state
+            out = (meta["shard"], meta["anchor"], meta["first"], meta["n"], meta["dst"])
+            stamp = (self.incarnation, _NO_KEYS if keys is None else keys)
+            if not st.deterministic and st.max_times_sampled == 0:  # one kernel: nothing is removed
+                trees = (st.ctree, st.wtree, self.prioritized, st.size, self.filled, st.times)
+                index = (*self._index, self.ingested, cap, length, pad_code, row0)
+                live = draw_windows(st.rng.random(k), *trees, *index, *out, prob, *stamp)
+                got = k if live >= 0.5 else 0
+                return got, int(round(live)) if got else 0, 0
+            sh_idx, slots, p, removed, live = st.sample_counted(k, self.filled)
+            if removed:  # tell writers (under the shard locks) which items already left the table
+                gone = st.state[sh_idx, slots] == EXHAUSTED
+                for s, c in zip(sh_idx[gone].tolist(), slots[gone].tolist(), strict=True):
+                    shards[s].steps[c, 2] |= STEP_EXHAUSTED
+            got = len(sh_idx)
+            table_size = live + removed
+            prob[row0 : row0 + got] = p
+            window_rows(
+                sh_idx, slots, *self._index, self.ingested, cap, length, pad_code, row0, *out, *stamp
+            )
+        return got, table_size, removed
+
+    @contextmanager
+    def _all_shards_ingested(self) -> Iterator[None]:
+        """Hold the table lock and every shard lock, every shard's committed steps ingested: the state in
+        which a draw sees one consistent table (writers wait until the block ends)."""
+        shards = self.storage.shards
         with self.lock:
             if len(shards) > 1:
                 self._ingest_new()  # most of the new steps, one shard locked at a time
@@ -189,30 +217,10 @@ class Table:
             try:
                 for s in range(len(shards)):
                     self.ingest(s)
-                st = self.state
-                out = (meta["shard"], meta["anchor"], meta["first"], meta["n"], meta["dst"])
-                stamp = (self.incarnation, _NO_KEYS if keys is None else keys)
-                if not st.deterministic and st.max_times_sampled == 0:  # one kernel: nothing is removed
-                    trees = (st.ctree, st.wtree, self.prioritized, st.size, self.filled, st.times)
-                    index = (*self._index, self.ingested, cap, length, pad_code, row0)
-                    live = draw_windows(st.rng.random(k), *trees, *index, *out, prob, *stamp)
-                    got = k if live >= 0.5 else 0
-                    return got, int(round(live)) if got else 0, 0
-                sh_idx, slots, p, removed, live = st.sample_counted(k, self.filled)
-                if removed:  # tell writers (under the shard locks) which items already left the table
-                    gone = st.state[sh_idx, slots] == EXHAUSTED
-                    for s, c in zip(sh_idx[gone].tolist(), slots[gone].tolist(), strict=True):
-                        shards[s].steps[c, 2] |= STEP_EXHAUSTED
-                got = len(sh_idx)
-                table_size = live + removed
-                prob[row0 : row0 + got] = p
-                window_rows(
-                    sh_idx, slots, *self._index, self.ingested, cap, length, pad_code, row0, *out, *stamp
-                )
+                yield
             finally:
                 for sh in reversed(shards):
                     sh.release()
-        return got, table_size, removed
 
     @property
     def fused(self) -> bool:
@@ -236,24 +244,13 @@ class Table:
 
         Returns N, the drawable items at the draw; 0: the table is empty and nothing was written.
         """
-        shards = self.storage.shards
-        with self.lock:
-            if len(shards) > 1:
-                self._ingest_new()
-            for sh in shards:
-                sh.acquire()
-            try:
-                for s in range(len(shards)):
-                    self.ingest(s)
-                st = self.state
-                live = draw_transitions(
-                    st.rng.random(k), st.ctree, st.wtree, self.prioritized, st.size, self.filled,
-                    st.times, self.ingested, self.storage.capacity, rings, outs, row_bytes,
-                    self.incarnation, keys, prob, mask,
-                )
-            finally:
-                for sh in reversed(shards):
-                    sh.release()
+        with self._all_shards_ingested():
+            st = self.state
+            live = draw_transitions(
+                st.rng.random(k), st.ctree, st.wtree, self.prioritized, st.size, self.filled,
+                st.times, self.ingested, self.storage.capacity, rings, outs, row_bytes,
+                self.incarnation, keys, prob, mask,
+            )
         return int(round(live)) if live >= 0.5 else 0
 
     def keys(self, shard: np.ndarray, anchor: np.ndarray, first: np.ndarray) -> np.ndarray:
