@@ -42,6 +42,9 @@ class ValidationSplit:
     train_index, val_index : torch.Tensor, int64
         Positions of the kept and held-out interactions in the source's training arrays (disjoint,
         together ``0..M_train-1``).
+    source : InteractionDataset or None
+        The data set the split was carved from (all its training interactions), for a refit after model
+        selection; None when unknown.
     """
 
     dataset: InteractionDataset
@@ -49,6 +52,7 @@ class ValidationSplit:
     val_items: torch.Tensor
     train_index: torch.Tensor
     val_index: torch.Tensor
+    source: InteractionDataset | None = None
 
     def validation_csr(self) -> tuple[np.ndarray, np.ndarray]:
         """Validation items per user as CSR: ``(indptr int64 [U + 1], items int64 [M_val])``, sorted."""
@@ -119,4 +123,5 @@ def holdout_validation(dataset: InteractionDataset, fraction: float = 0.05, seed
         extra={**dataset.extra, "validation_fraction": float(fraction), "validation_seed": int(seed)})
     return ValidationSplit(dataset=kept, val_users=dataset.train_users[val_index],
                            val_items=dataset.train_items[val_index],
-                           train_index=torch.from_numpy(train_index), val_index=torch.from_numpy(val_index))
+                           train_index=torch.from_numpy(train_index), val_index=torch.from_numpy(val_index),
+                           source=dataset)

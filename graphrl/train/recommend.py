@@ -7,13 +7,17 @@ training items masked); the best validation recall@K keeps a copy of the weights
 evaluations without improvement the learning rate is multiplied by ``lr_decay`` (and, with
 ``restore_on_decay``, the best weights are reloaded); after ``patience`` evaluations without improvement,
 or at the epoch/minute budget, training ends and the best weights are restored. The test split is read
-only at the end (training and validation items masked), for the best and for the final weights.
+only at the end (training and validation items masked), for the best and for the final weights. With
+``refit=True`` a fresh model is then trained on all training interactions (validation included) for the
+validation-selected number of steps at the same learning rates, and tested too (`RecommenderSteps` is the
+step both runs take).
 
 Usage::
 
     split = holdout_validation(load_gowalla(), fraction=0.05, seed=0)
-    report = train_recommender(split, RecommendConfig(minutes=60))
+    report = train_recommender(split, RecommendConfig(minutes=60, schedule="cosine"), refit=True)
     report.best_test.recall, report.curve      # curve: one dict per evaluation
+    report.refit_test.recall                   # the refit on all training interactions
 
 The time budget counts training steps only; evaluations are timed separately (``report.eval_seconds``).
 """
@@ -34,10 +38,9 @@ from tqdm.auto import tqdm
 
 from graphrl.datasets.validation import ValidationSplit
 from graphrl.nn.lightgcn import LightGCN
-from graphrl.nn.spectral_init import spectral_embeddings
 from graphrl.nn.sym_adjacency import SymNormAdjacency
 from graphrl.train.metrics import RankingResult, evaluate_ranking, merge_csr
-from graphrl.train.rec_losses import bpr_pair_loss, full_softmax_loss, sampled_softmax_loss
+from graphrl.train.rec_step import RecommenderSteps
 
 __all__ = ["RecommendConfig", "RecommendReport", "score_table", "train_recommender"]
 
@@ -177,6 +180,14 @@ class RecommendReport:
     stopped_by : str
         "patience", "epochs" or "minutes".
     config : dict
+    best_step : int
+        Steps taken when the best validation recall was reached.
+    refit_test : RankingResult or None
+        With ``refit=True``: test ranking of a fresh model trained on *all* training interactions (the
+        validation ones too) for ``best_step`` steps at the selection run's learning rates; else None.
+    refit_model : LightGCN or None
+    refit_seconds, refit_cpu_seconds : float
+        Wall and CPU time of the refit's training (0 without it).
     """
 
     model: LightGCN
@@ -192,13 +203,11 @@ class RecommendReport:
     stopped_by: str
     train_cpu_seconds: float = 0.0
     config: dict = field(default_factory=dict)
-
-
-def _ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Concatenation of ``arange(starts[j], ends[j])`` over j: int64 [sum(ends - starts)]."""
-    counts = ends - starts
-    offsets = np.cumsum(counts) - counts
-    return np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(offsets - starts, counts)
+    best_step: int = 0
+    refit_test: RankingResult | None = None
+    refit_model: LightGCN | None = None
+    refit_seconds: float = 0.0
+    refit_cpu_seconds: float = 0.0
 
 
 def score_table(model: LightGCN, adj: SymNormAdjacency, num_users: int, cosine: bool,
@@ -238,7 +247,8 @@ def _evaluate(model, adj, num_users, cosine, masked, target, k, temperature=1.0)
 
 def train_recommender(split: ValidationSplit, config: RecommendConfig = RecommendConfig(),
                       progress: bool = False,
-                      on_eval: Callable[[dict, LightGCN], None] | None = None) -> RecommendReport:
+                      on_eval: Callable[[dict, LightGCN], None] | None = None,
+                      refit: bool = False) -> RecommendReport:
     """Train LightGCN with full-graph propagation and early stopping on the validation split.
 
     Parameters
@@ -252,6 +262,11 @@ def train_recommender(split: ValidationSplit, config: RecommendConfig = Recommen
     on_eval : callable or None
         Called as ``on_eval(entry, model)`` after each evaluation, with the new curve entry and the model
         being trained (e.g. to log, or to checkpoint); it should leave the model's parameters alone.
+    refit : bool
+        After selection, train a fresh model on ``split.source`` (all training interactions, the
+        validation ones included) for the validation-selected number of steps, replaying the selection
+        run's learning rates, and test it (``report.refit_test``): the validation split chooses when to
+        stop, the final model does not lose its interactions. Needs ``schedule="cosine"``.
 
     Returns
     -------
@@ -261,7 +276,8 @@ def train_recommender(split: ValidationSplit, config: RecommendConfig = Recommen
     ------
     ValueError
         A non-finite loss (lower ``lr``); ``k`` > the number of items; ``init="spectral"`` with
-        ``embedding_dim`` >= min(users, items).
+        ``embedding_dim`` >= min(users, items); ``refit`` without ``split.source`` or with the plateau
+        schedule.
 
     References
     ----------
@@ -270,37 +286,17 @@ def train_recommender(split: ValidationSplit, config: RecommendConfig = Recommen
     """
     ds = split.dataset
     cfg = config
-    rng = np.random.default_rng(cfg.seed + 1)
-    adj = SymNormAdjacency.from_graph(ds.graph)
-    model = LightGCN.from_graph(ds.graph, num_layers=cfg.num_layers, embedding_dim=cfg.embedding_dim,
-                                seed=cfg.seed, node_bias=cfg.item_bias)
-    train_csr = ds.user_item_csr("train")
-    if cfg.item_bias:
-        log_pop = np.log1p(np.bincount(train_csr[1], minlength=ds.num_items)).astype(np.float32)
-        with torch.no_grad():
-            model.bias[ds.num_users:] = torch.from_numpy(log_pop - log_pop.mean())
-    init_s = init_cpu = 0.0
     if cfg.k > ds.num_items:
         raise ValueError(f"k must lie in [1, num_items={ds.num_items}], got {cfg.k}")
-    if cfg.init == "spectral" and cfg.embedding_dim >= min(ds.num_users, ds.num_items):
-        raise ValueError(f"init='spectral' needs embedding_dim < min(num_users, num_items) = "
-                         f"{min(ds.num_users, ds.num_items)}, got {cfg.embedding_dim}: use a smaller dim or "
-                         "init='normal'")
-    if cfg.init == "spectral":
-        t0, c0 = time.perf_counter(), time.process_time()
-        table = spectral_embeddings(train_csr, ds.num_items, cfg.embedding_dim, seed=cfg.seed)
-        with torch.no_grad():
-            model.embedding.weight.copy_(torch.from_numpy(table))
-        init_s, init_cpu = time.perf_counter() - t0, time.process_time() - c0
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-    cosine = cfg.loss != "bpr"
-    per_user = cfg.loss == "full-softmax"
-    u_all = ds.train_users.numpy()
-    i_all = ds.train_items.numpy() + ds.num_users
-    active = np.flatnonzero(np.diff(train_csr[0]) > 0)  # full-softmax: users with a training item
-    m = active.size if per_user else u_all.size
-    b = min(cfg.batch_size, m)
-    per_epoch = m // b
+    if refit and (split.source is None or cfg.schedule != "cosine"):
+        raise ValueError("refit=True needs split.source (holdout_validation sets it) and schedule='cosine' "
+                         f"(its learning rates are replayed), got source "
+                         f"{'None' if split.source is None else 'set'} and schedule={cfg.schedule!r}")
+    run = RecommenderSteps(ds, cfg)
+    model, adj = run.model, run.adj
+    cosine = run.cosine
+    per_epoch = run.per_epoch
+    train_csr = run.train_csr
     val_csr = split.validation_csr()
     test_mask = merge_csr(train_csr, val_csr)
     test_csr = ds.user_item_csr("test")
@@ -308,60 +304,20 @@ def train_recommender(split: ValidationSplit, config: RecommendConfig = Recommen
     max_steps = math.ceil(cfg.epochs * per_epoch)
     eval_steps = max(1, round(cfg.eval_every * per_epoch))
     curve: list[dict] = []
-    best = (-math.inf, None, 0.0, None)  # recall, state, epoch, result
+    best = (-math.inf, None, 0.0, None, 0)  # recall, state, epoch, result, step
     since_best = since_decay = 0
-    steps, train_s, eval_s, losses, cpu_s = 0, init_s, 0.0, [], init_cpu
+    steps, train_s, eval_s, losses, cpu_s = 0, run.init_seconds, 0.0, [], run.init_cpu_seconds
     stopped_by = "epochs"
     lr = cfg.lr
+    lrs: list[float] = []
     bar = tqdm(total=max_steps, disable=not progress, unit="step", dynamic_ncols=True, desc="train")
-    perm, pos = rng.permutation(m), 0
-    model.train()
     while steps < max_steps:
         t0, c0 = time.perf_counter(), time.process_time()
-        if pos + b > m:
-            perm, pos = rng.permutation(m), 0
-        idx = perm[pos:pos + b]
-        pos += b
-        z = model.propagate(adj)
-        e0 = model.embedding.weight
-        if per_user:
-            users_np = active[idx]
-            indptr, cols_np = train_csr
-            counts = indptr[users_np + 1] - indptr[users_np]
-            rows = torch.from_numpy(np.repeat(np.arange(b), counts))
-            cols = torch.from_numpy(cols_np[_ranges(indptr[users_np], indptr[users_np + 1])])
-            users = torch.from_numpy(users_np)
-            item_bias = model.bias[ds.num_users:] if cfg.item_bias else None
-            loss = full_softmax_loss(z[users], z[ds.num_users:], rows, cols, cfg.temperature,
-                                     item_bias=item_bias)
-            penalty = (e0[users].pow(2).sum() * (rows.numel() / b)
-                       + e0[cols + ds.num_users].pow(2).sum()) / 2.0 / rows.numel()
-        else:
-            sel = torch.from_numpy(idx)
-            users, items = torch.from_numpy(u_all)[sel], torch.from_numpy(i_all)[sel]
-            n_neg = cfg.num_negatives if cosine else b
-            neg = torch.from_numpy(rng.integers(0, ds.num_items, n_neg) + ds.num_users)
-            biases = (model.bias[items], model.bias[neg]) if cfg.item_bias else (None, None)
-            if cosine:
-                loss = sampled_softmax_loss(z[users], z[items], z[neg], cfg.temperature, pos_bias=biases[0],
-                                            neg_bias=biases[1])
-            else:
-                loss = bpr_pair_loss(z[users], z[items], z[neg], *biases)
-            penalty = (e0[users].pow(2).sum() + e0[items].pow(2).sum() + e0[neg].pow(2).sum()) / 2.0 / b
-        total = loss + cfg.reg * penalty
-        value = float(total.detach())
-        if not math.isfinite(value):
-            raise ValueError(f"loss became {value} at step {steps}: lower lr (now {lr:g})")
-        opt.zero_grad(set_to_none=True)
-        total.backward()
         if cfg.schedule == "cosine":
-            progress = min(1.0, max(steps / max_steps, train_s / budget))
-            lr = cfg.min_lr + (cfg.lr - cfg.min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
-            for group in opt.param_groups:
-                group["lr"] = lr
-        opt.step()
+            lr = _cosine_lr(cfg, min(1.0, max(steps / max_steps, train_s / budget)))
+        losses.append(run.step(lr))
+        lrs.append(lr)
         steps += 1
-        losses.append(float(loss.detach()))
         train_s += time.perf_counter() - t0
         cpu_s += time.process_time() - c0
         bar.update(1)
@@ -384,7 +340,7 @@ def train_recommender(split: ValidationSplit, config: RecommendConfig = Recommen
         log.info("epoch %.2f: val recall@%d %.4f ndcg %.4f (lr %.3g)", entry["epoch"], cfg.k, val.recall,
                  val.ndcg, lr)
         if improved:
-            best = (val.recall, copy.deepcopy(model.state_dict()), entry["epoch"], val)
+            best = (val.recall, copy.deepcopy(model.state_dict()), entry["epoch"], val, steps)
             since_best = since_decay = 0
         else:
             since_best += 1
@@ -402,10 +358,7 @@ def train_recommender(split: ValidationSplit, config: RecommendConfig = Recommen
             since_decay = 0
             if cfg.restore_on_decay:
                 model.load_state_dict(best[1])
-                opt = torch.optim.Adam(model.parameters(), lr=lr)
-            else:
-                for group in opt.param_groups:
-                    group["lr"] = lr
+                run.reset_optimizer(lr)
     bar.close()
     model.eval()
     t1 = time.perf_counter()
@@ -414,7 +367,35 @@ def train_recommender(split: ValidationSplit, config: RecommendConfig = Recommen
         model.load_state_dict(best[1])
     best_test = _evaluate(model, adj, ds.num_users, cosine, test_mask, test_csr, cfg.k, cfg.temperature)
     eval_s += time.perf_counter() - t1
-    return RecommendReport(model=model, curve=curve, best_epoch=best[2], best_val=best[3],
-                           best_test=best_test, final_test=final_test, epochs=steps / per_epoch, steps=steps,
-                           train_seconds=train_s, eval_seconds=eval_s, stopped_by=stopped_by,
-                           train_cpu_seconds=cpu_s, config=asdict(cfg))
+    report = RecommendReport(model=model, curve=curve, best_epoch=best[2], best_val=best[3],
+                             best_test=best_test, final_test=final_test, epochs=steps / per_epoch,
+                             steps=steps,
+                             train_seconds=train_s, eval_seconds=eval_s, stopped_by=stopped_by,
+                             train_cpu_seconds=cpu_s, config=asdict(cfg), best_step=best[4])
+    if refit and best[4] > 0:
+        _refit(report, split.source, cfg, lrs[:best[4]], test_csr, progress)
+    return report
+
+
+def _cosine_lr(cfg: RecommendConfig, progress: float) -> float:
+    """A half cosine from ``cfg.lr`` (progress 0) to ``cfg.min_lr`` (progress 1)."""
+    return cfg.min_lr + (cfg.lr - cfg.min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def _refit(report: RecommendReport, source, cfg: RecommendConfig, lrs: list[float], test_csr,
+           progress: bool) -> None:
+    """Train a fresh model on all of ``source``'s training interactions with the selection run's first
+    ``len(lrs)`` learning rates (the validation-selected number of steps) and test it; fills the report's
+    ``refit_*`` fields."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    run = RecommenderSteps(source, cfg)
+    for lr in tqdm(lrs, disable=not progress, unit="step", dynamic_ncols=True, desc="refit"):
+        run.step(lr)
+    report.refit_seconds = time.perf_counter() - t0
+    report.refit_cpu_seconds = time.process_time() - c0
+    run.model.eval()
+    t1 = time.perf_counter()
+    report.refit_test = _evaluate(run.model, run.adj, source.num_users, run.cosine, run.train_csr, test_csr,
+                                  cfg.k, cfg.temperature)
+    report.eval_seconds += time.perf_counter() - t1
+    report.refit_model = run.model

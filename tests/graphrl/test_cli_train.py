@@ -54,3 +54,7 @@ def test_train_recommend_defaults_are_the_documented_recipe(tmp_path):
     assert (config["eval_every"], config["patience"], config["temperature"]) == (4.0, 10, 0.1)
     assert re.search(r"^best epoch 2\.00: validation recall@20 0\.\d{4}; test recall@20 0\.\d{4}",
                      result.output, re.M)
+    # the refit on all training interactions is the default: to the selected step (2 epochs of 40 users
+    # at 2048 users a step: 1 step each)
+    assert re.search(r"^refit on all training interactions to step 2 \(epoch 2\.00\).*test recall@20 "
+                     r"0\.\d{4}", result.output, re.M), result.output

@@ -1,0 +1,166 @@
+"""One training step of full-graph LightGCN: the batch order, the loss, the L2 term and Adam.
+
+`RecommenderSteps` holds what a training run of `graphrl.train.recommend.train_recommender` advances:
+the model (initialised as the config says), LightGCN's normalised adjacency of the training graph, Adam,
+and the seeded batch order. Each `step(lr)` propagates over the whole graph, takes the next batch, and
+makes one Adam step at learning rate ``lr``. The same config and data set give the same steps: the
+selection run and a refit on the full training set (`train_recommender(refit=True)`) both use it.
+
+Usage::
+
+    steps = RecommenderSteps(dataset, config)
+    for lr in schedule:
+        loss = steps.step(lr)          # the batch's loss without the L2 term (float)
+    steps.model, steps.adj, steps.epoch
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import torch
+
+from graphrl.datasets.base import InteractionDataset
+from graphrl.nn.lightgcn import LightGCN
+from graphrl.nn.spectral_init import spectral_embeddings
+from graphrl.nn.sym_adjacency import SymNormAdjacency
+from graphrl.train.rec_losses import bpr_pair_loss, full_softmax_loss, sampled_softmax_loss
+
+__all__ = ["RecommenderSteps"]
+
+
+def _ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Concatenation of ``arange(starts[j], ends[j])`` over j: int64 [sum(ends - starts)]."""
+    counts = ends - starts
+    offsets = np.cumsum(counts) - counts
+    return np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(offsets - starts, counts)
+
+
+class RecommenderSteps:
+    """Model, adjacency, optimiser and batch order of one full-graph LightGCN run.
+
+    Parameters
+    ----------
+    dataset : InteractionDataset
+        Its training interactions and graph are trained on; its test split is not read.
+    config : RecommendConfig
+        ``loss``, ``num_negatives``, ``temperature``, ``num_layers``, ``embedding_dim``, ``batch_size``,
+        ``lr`` (Adam's initial rate), ``reg``, ``seed``, ``init``, ``item_bias`` are read.
+
+    Attributes
+    ----------
+    model : LightGCN
+    adj : SymNormAdjacency
+        LightGCN's ``D^-1/2 A D^-1/2`` of the training graph (full degrees).
+    train_csr : tuple of numpy.ndarray
+        The training items per user: ``(indptr int64 [U + 1], items int64 [M])``.
+    per_epoch : int
+        Steps per epoch: a pass over the users with a training item (full softmax) or over the pairs.
+    steps : int
+        Steps taken.
+    init_seconds, init_cpu_seconds : float
+        Wall and CPU time of the spectral initialisation (0 for ``init="normal"``).
+
+    Raises
+    ------
+    ValueError
+        ``init="spectral"`` with ``embedding_dim`` >= min(users, items).
+    """
+
+    def __init__(self, dataset: InteractionDataset, config) -> None:
+        ds, cfg = dataset, config
+        self.dataset, self.config = ds, cfg
+        self._rng = np.random.default_rng(cfg.seed + 1)
+        self.adj = SymNormAdjacency.from_graph(ds.graph)
+        self.model = LightGCN.from_graph(ds.graph, num_layers=cfg.num_layers, embedding_dim=cfg.embedding_dim,
+                                         seed=cfg.seed, node_bias=cfg.item_bias)
+        self.train_csr = ds.user_item_csr("train")
+        if cfg.item_bias:
+            log_pop = np.log1p(np.bincount(self.train_csr[1], minlength=ds.num_items)).astype(np.float32)
+            with torch.no_grad():
+                self.model.bias[ds.num_users:] = torch.from_numpy(log_pop - log_pop.mean())
+        self.init_seconds = self.init_cpu_seconds = 0.0
+        if cfg.init == "spectral":
+            if cfg.embedding_dim >= min(ds.num_users, ds.num_items):
+                raise ValueError(f"init='spectral' needs embedding_dim < min(num_users, num_items) = "
+                                 f"{min(ds.num_users, ds.num_items)}, got {cfg.embedding_dim}: use a smaller "
+                                 "dim or init='normal'")
+            t0, c0 = time.perf_counter(), time.process_time()
+            table = spectral_embeddings(self.train_csr, ds.num_items, cfg.embedding_dim, seed=cfg.seed)
+            with torch.no_grad():
+                self.model.embedding.weight.copy_(torch.from_numpy(table))
+            self.init_seconds, self.init_cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr)
+        self.cosine = cfg.loss != "bpr"
+        self._per_user = cfg.loss == "full-softmax"
+        self._u_all = ds.train_users.numpy()
+        self._i_all = ds.train_items.numpy() + ds.num_users
+        self._active = np.flatnonzero(np.diff(self.train_csr[0]) > 0)  # users with a training item
+        self._m = self._active.size if self._per_user else self._u_all.size
+        self.batch = min(cfg.batch_size, self._m)
+        self.per_epoch = self._m // self.batch
+        self._perm, self._pos = self._rng.permutation(self._m), 0
+        self.steps = 0
+        self.model.train()
+
+    @property
+    def epoch(self) -> float:
+        """Epochs done: ``steps / per_epoch``."""
+        return self.steps / self.per_epoch
+
+    def reset_optimizer(self, lr: float) -> None:
+        """A fresh Adam (no moments) at ``lr``: after the caller reloaded weights."""
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=lr)
+
+    def step(self, lr: float) -> float:
+        """One Adam step at learning rate ``lr`` on the next batch; returns the batch's loss (no L2 term).
+
+        Raises
+        ------
+        ValueError
+            The loss (with the L2 term) is not finite: lower ``lr``.
+        """
+        ds, cfg, model, b = self.dataset, self.config, self.model, self.batch
+        if self._pos + b > self._m:
+            self._perm, self._pos = self._rng.permutation(self._m), 0
+        idx = self._perm[self._pos:self._pos + b]
+        self._pos += b
+        z = model.propagate(self.adj)
+        e0 = model.embedding.weight
+        if self._per_user:
+            users_np = self._active[idx]
+            indptr, cols_np = self.train_csr
+            counts = indptr[users_np + 1] - indptr[users_np]
+            rows = torch.from_numpy(np.repeat(np.arange(b), counts))
+            cols = torch.from_numpy(cols_np[_ranges(indptr[users_np], indptr[users_np + 1])])
+            users = torch.from_numpy(users_np)
+            item_bias = model.bias[ds.num_users:] if cfg.item_bias else None
+            loss = full_softmax_loss(z[users], z[ds.num_users:], rows, cols, cfg.temperature,
+                                     item_bias=item_bias)
+            penalty = (e0[users].pow(2).sum() * (rows.numel() / b)
+                       + e0[cols + ds.num_users].pow(2).sum()) / 2.0 / rows.numel()
+        else:
+            sel = torch.from_numpy(idx)
+            users, items = torch.from_numpy(self._u_all)[sel], torch.from_numpy(self._i_all)[sel]
+            n_neg = cfg.num_negatives if self.cosine else b
+            neg = torch.from_numpy(self._rng.integers(0, ds.num_items, n_neg) + ds.num_users)
+            biases = (model.bias[items], model.bias[neg]) if cfg.item_bias else (None, None)
+            if self.cosine:
+                loss = sampled_softmax_loss(z[users], z[items], z[neg], cfg.temperature, pos_bias=biases[0],
+                                            neg_bias=biases[1])
+            else:
+                loss = bpr_pair_loss(z[users], z[items], z[neg], *biases)
+            penalty = (e0[users].pow(2).sum() + e0[items].pow(2).sum() + e0[neg].pow(2).sum()) / 2.0 / b
+        total = loss + cfg.reg * penalty
+        value = float(total.detach())
+        if not math.isfinite(value):
+            raise ValueError(f"loss became {value} at step {self.steps}: lower lr (now {lr:g})")
+        self.optimizer.zero_grad(set_to_none=True)
+        total.backward()
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.optimizer.step()
+        self.steps += 1
+        return float(loss.detach())
