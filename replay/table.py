@@ -44,6 +44,7 @@ __all__ = ["META_FIELDS", "Table"]
 META_FIELDS = ("shard", "anchor", "first", "n", "dst")  # int64 [B] each: a draw's window table
 _NO_KEYS = np.zeros(0, dtype=np.int64)
 _NO_PRIORITIES = np.zeros(0)
+_NO_WEIGHTS = np.zeros(0, dtype=np.float32)
 
 
 class Table:
@@ -238,20 +239,38 @@ class Table:
         keys: np.ndarray,
         prob: np.ndarray,
         mask: np.ndarray,
+        beta: float = 0.0,
+        weights: np.ndarray = _NO_WEIGHTS,
     ) -> int:
         """Draw k windows of one step and copy them into a batch, under every shard lock (`fused`
         tables only; `replay.transition_kernel.draw_transitions`, whose arguments these are).
+        ``weights`` (float32 [k], optional) gets the importance weights for ``beta`` (trusted).
 
         Returns N, the drawable items at the draw; 0: the table is empty and nothing was written.
         """
-        with self._all_shards_ingested():
-            st = self.state
-            live = draw_transitions(
-                st.rng.random(k), st.ctree, st.wtree, self.prioritized, st.size, self.filled,
-                st.times, self.ingested, self.storage.capacity, rings, outs, row_bytes,
-                self.incarnation, keys, prob, mask,
-            )
-        return int(round(live)) if live >= 0.5 else 0
+        shards = self.storage.shards
+        st = self.state
+        if len(shards) > 1:
+            with self._all_shards_ingested():
+                live = draw_transitions(
+                    st.rng.random(k), st.ctree, st.wtree, self.prioritized, st.size, self.filled,
+                    st.times, self.ingested, self.storage.capacity, rings, outs, row_bytes,
+                    self.incarnation, keys, prob, mask, beta, weights,
+                )
+        else:  # one shard: the same block as `_all_shards_ingested`, without its generator
+            sh = shards[0]
+            with self.lock:
+                sh.acquire()
+                try:
+                    self.ingest(0)
+                    live = draw_transitions(
+                        st.rng.random(k), st.ctree, st.wtree, self.prioritized, st.size, self.filled,
+                        st.times, self.ingested, self.storage.capacity, rings, outs, row_bytes,
+                        self.incarnation, keys, prob, mask, beta, weights,
+                    )
+                finally:
+                    sh.release()
+        return int(live + 0.5) if live >= 0.5 else 0
 
     def keys(self, shard: np.ndarray, anchor: np.ndarray, first: np.ndarray) -> np.ndarray:
         """The keys (int64 [B]) of windows, stamped with this incarnation."""
