@@ -91,6 +91,7 @@ class Table:
             raise
         self.ingested = np.zeros(storage.num_shards, dtype=np.int64)
         self.filled = np.zeros(storage.num_shards, dtype=np.int64)  # min(ingested, capacity)
+        self._floors = np.zeros(storage.num_shards, dtype=np.int64)  # update_priorities' scratch
         shards = storage.shards
         # each shard's step index and record ring, as the draw kernel takes them (a tuple for one shard)
         self._index: tuple[Any, Any] = (
@@ -295,17 +296,27 @@ class Table:
                 )
         shards = self.storage.shards
         restored = _NO_KEYS if self.restored_at is None else self.restored_at
-        shard = k & (MAX_SHARDS - 1)
         with self.lock:
-            floors = np.zeros(num_shards, dtype=np.int64)
-            for s in range(num_shards) if num_shards <= 8 else np.unique(shard).tolist():
-                sh = shards[s]
-                with sh:
-                    self.ingest(s)
-                    floors[s] = sh.floor
+            floors = self._floors  # each shard's floor, read under its lock (a scratch of this lock)
+            if num_shards == 1:
+                sh = shards[0]
+                sh.acquire()
+                try:
+                    self.ingest(0)
+                    floors[0] = sh.floor
+                finally:
+                    sh.release()
+            else:
+                named = range(num_shards) if num_shards <= 8 else np.unique(k & (MAX_SHARDS - 1)).tolist()
+                for s in named:
+                    sh = shards[s]
+                    with sh:
+                        self.ingest(s)
+                        floors[s] = sh.floor
             stamps = (self.storage.capacity, floors, self.ingested, self.incarnation, restored)
             if not self.state.deterministic:  # one kernel: the check and the writes
                 return self.state.accept_and_set(k, p, *stamps)
+            shard = k & (MAX_SHARDS - 1)
             slots = np.empty(k.size, dtype=np.int64)
             ok = np.empty(k.size, dtype=np.bool_)
             applied = accept_updates(k, *stamps, self.state.state, shard, slots, ok)
