@@ -73,6 +73,9 @@ class Table:
     ingested, filled : numpy.ndarray, int64 [S]
         Per shard, the write position the selector has learnt of, and the slots holding a position
         there (``min(ingested, capacity)``: where all are live, a uniform draw skips the descent).
+    fused : bool
+        Whether a draw is one kernel call (Uniform or Prioritized, no ``max_times_sampled``): then
+        `draw_transitions` applies.
     """
 
     def __init__(
@@ -98,6 +101,9 @@ class Table:
             (shards[0].steps,) if len(shards) == 1 else nb.typed.List([sh.steps for sh in shards]),
             (shards[0].records,) if len(shards) == 1 else nb.typed.List([sh.records for sh in shards]),
         )
+        # a draw is one kernel call (a Uniform or Prioritized selector that removes nothing): then
+        # `draw_transitions` applies
+        self.fused = not self.state.deterministic and self.state.max_times_sampled == 0
         self.lock = threading.Lock()
         self.incarnation = 0
         self.restored_at: np.ndarray | None = None
@@ -223,13 +229,6 @@ class Table:
             finally:
                 for sh in reversed(shards):
                     sh.release()
-
-    @property
-    def fused(self) -> bool:
-        """Whether a draw is one kernel call (a Uniform or Prioritized selector that removes nothing):
-        then `draw_transitions` applies."""
-        st = self.state
-        return not st.deterministic and st.max_times_sampled == 0
 
     def draw_transitions(
         self,
