@@ -409,7 +409,7 @@ class Table:
 def _plain_updates(keys: Any, priorities: Any) -> tuple[np.ndarray | None, np.ndarray]:
     """``(keys, priorities)`` as int64 [K] and float64 [K] arrays without copies, when they are CPU
     int64 keys (``batch.keys``) and float priorities of the same length; else ``(None, ...)``."""
-    if type(keys) is torch.Tensor and keys.dtype == torch.int64 and keys.device.type == "cpu":
+    if type(keys) is torch.Tensor and keys.dtype == torch.int64 and keys.is_cpu:
         k = keys.numpy()
     elif type(keys) is np.ndarray and keys.dtype == np.int64:
         k = keys
@@ -421,6 +421,8 @@ def _plain_updates(keys: Any, priorities: Any) -> tuple[np.ndarray | None, np.nd
         p = priorities
     else:
         return None, _NO_PRIORITIES
-    k = np.ascontiguousarray(k.reshape(-1))
-    p = np.ascontiguousarray(p.reshape(-1), dtype=np.float64)
+    if k.ndim != 1 or k.strides[0] != 8:
+        k = np.ascontiguousarray(k.reshape(-1))
+    if p.ndim != 1 or p.dtype != np.float64 or p.strides[0] != 8:
+        p = np.ascontiguousarray(p.reshape(-1), dtype=np.float64)
     return (k, p) if k.size == p.size else (None, _NO_PRIORITIES)
