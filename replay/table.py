@@ -189,7 +189,8 @@ class Table:
         pad_code = PAD_CODES.get(pad)
         if pad_code is None:
             raise ValueError(f"pad must be 'tail' or 'head', got {pad!r}")
-        with self._all_shards_ingested():
+        self._hold_all()
+        try:
             st = self.state
             out = (meta["shard"], meta["anchor"], meta["first"], meta["n"], meta["dst"])
             stamp = (self.incarnation, _NO_KEYS if keys is None else keys)
@@ -210,25 +211,35 @@ class Table:
             window_rows(
                 sh_idx, slots, *self._index, self.ingested, cap, length, pad_code, row0, *out, *stamp
             )
+        finally:
+            self._release_all()
         return got, table_size, removed
 
-    @contextmanager
-    def _all_shards_ingested(self) -> Iterator[None]:
-        """Hold the table lock and every shard lock, every shard's committed steps ingested: the state in
-        which a draw sees one consistent table (writers wait until the block ends)."""
+    def _hold_all(self) -> None:
+        """Take the table lock and every shard lock and ingest every shard's committed steps: the state
+        in which a draw sees one consistent table (writers wait until `_release_all`)."""
         shards = self.storage.shards
-        with self.lock:
+        self.lock.acquire()
+        held = 0
+        try:
             if len(shards) > 1:
                 self._ingest_new()  # most of the new steps, one shard locked at a time
             for sh in shards:
                 sh.acquire()
-            try:
-                for s in range(len(shards)):
-                    self.ingest(s)
-                yield
-            finally:
-                for sh in reversed(shards):
-                    sh.release()
+                held += 1
+            for s in range(held):
+                self.ingest(s)
+        except BaseException:
+            for sh in reversed(shards[:held]):
+                sh.release()
+            self.lock.release()
+            raise
+
+    def _release_all(self) -> None:
+        """Undo `_hold_all`."""
+        for sh in reversed(self.storage.shards):
+            sh.release()
+        self.lock.release()
 
     def draw_transitions(
         self,
@@ -248,28 +259,16 @@ class Table:
 
         Returns N, the drawable items at the draw; 0: the table is empty and nothing was written.
         """
-        shards = self.storage.shards
         st = self.state
-        if len(shards) > 1:
-            with self._all_shards_ingested():
-                live = draw_transitions(
-                    st.rng.random(k), st.ctree, st.wtree, self.prioritized, st.size, self.filled,
-                    st.times, self.ingested, self.storage.capacity, rings, outs, row_bytes,
-                    self.incarnation, keys, prob, mask, beta, weights,
-                )
-        else:  # one shard: the same block as `_all_shards_ingested`, without its generator
-            sh = shards[0]
-            with self.lock:
-                sh.acquire()
-                try:
-                    self.ingest(0)
-                    live = draw_transitions(
-                        st.rng.random(k), st.ctree, st.wtree, self.prioritized, st.size, self.filled,
-                        st.times, self.ingested, self.storage.capacity, rings, outs, row_bytes,
-                        self.incarnation, keys, prob, mask, beta, weights,
-                    )
-                finally:
-                    sh.release()
+        self._hold_all()
+        try:
+            live = draw_transitions(
+                st.rng.random(k), st.ctree, st.wtree, self.prioritized, st.size, self.filled, st.times,
+                self.ingested, self.storage.capacity, rings, outs, row_bytes, self.incarnation, keys,
+                prob, mask, beta, weights,
+            )
+        finally:
+            self._release_all()
         return int(live + 0.5) if live >= 0.5 else 0
 
     def keys(self, shard: np.ndarray, anchor: np.ndarray, first: np.ndarray) -> np.ndarray:
@@ -296,22 +295,12 @@ class Table:
         shards = self.storage.shards
         restored = _NO_KEYS if self.restored_at is None else self.restored_at
         with self.lock:
-            floors = self._floors  # each shard's floor, read under its lock (a scratch of this lock)
-            if num_shards == 1:
-                sh = shards[0]
-                sh.acquire()
-                try:
-                    self.ingest(0)
-                    floors[0] = sh.floor
-                finally:
-                    sh.release()
-            else:
-                named = range(num_shards) if num_shards <= 8 else np.unique(k & (MAX_SHARDS - 1)).tolist()
-                for s in named:
-                    sh = shards[s]
-                    with sh:
-                        self.ingest(s)
-                        floors[s] = sh.floor
+            floors = self._floors  # each named shard's floor, read under its lock (a scratch of this lock)
+            for s in range(num_shards) if num_shards <= 8 else np.unique(k & (MAX_SHARDS - 1)).tolist():
+                sh = shards[s]
+                with sh:
+                    self.ingest(s)
+                    floors[s] = sh.floor
             stamps = (self.storage.capacity, floors, self.ingested, self.incarnation, restored)
             if not self.state.deterministic:  # one kernel: the check and the writes
                 return self.state.accept_and_set(k, p, *stamps)
