@@ -48,12 +48,12 @@ def importance_weights(probabilities: np.ndarray, table_size: int, beta: float) 
 
     The one formula of both stores (the Ray store passes ``P(shard) * P(window | shard)`` and the
     global table size). ``N`` is ``max(table_size, 1)``; no probabilities give an empty tensor. Edge
-    cases follow IEEE arithmetic, with numpy's warnings: with ``beta > 0`` a probability of 0 (a
-    priority mass that overflowed to inf) has weight inf before normalising, so its weight is NaN and
-    every finite one 0 (all zero: all NaN); with ``beta > 0`` a NaN probability makes every weight
-    NaN (the maximum is NaN); ``beta = 0`` gives ones (``x ** 0`` is 1, NaN and 0 included). The
-    arithmetic is `replay.draw_kernels.importance_weights_into`, which the fused transition draw runs
-    too, so every path gives the same bits.
+    cases follow IEEE arithmetic, as numpy's vectorised formula does (without its warnings): with
+    ``beta > 0`` a probability of 0 (a priority mass that overflowed to inf) has weight inf before
+    normalising, so its weight is NaN and every finite one 0 (all zero: all NaN); with ``beta > 0`` a
+    NaN probability makes every weight NaN (the maximum is NaN); ``beta = 0`` gives ones (``x ** 0``
+    is 1, NaN and 0 included). The arithmetic is `replay.draw_kernels.importance_weights_into`, which
+    the fused transition draw runs too, so every path gives the same bits.
 
     Raises
     ------

@@ -101,8 +101,6 @@ class Table:
             (shards[0].steps,) if len(shards) == 1 else nb.typed.List([sh.steps for sh in shards]),
             (shards[0].records,) if len(shards) == 1 else nb.typed.List([sh.records for sh in shards]),
         )
-        # a draw is one kernel call (a Uniform or Prioritized selector that removes nothing): then
-        # `draw_transitions` applies
         self.fused = not self.state.deterministic and self.state.max_times_sampled == 0
         self.lock = threading.Lock()
         self.incarnation = 0
