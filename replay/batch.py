@@ -34,6 +34,7 @@ import torch
 
 from graphrl.memory import MemoryManager
 from graphrl.tensors import StagingBuffer, StagingPool, zero_fill
+from replay.draw_kernels import importance_weights_into
 from replay.layout import BatchLayout
 from replay.spec import TrajectorySpec
 
@@ -47,10 +48,12 @@ def importance_weights(probabilities: np.ndarray, table_size: int, beta: float) 
 
     The one formula of both stores (the Ray store passes ``P(shard) * P(window | shard)`` and the
     global table size). ``N`` is ``max(table_size, 1)``; no probabilities give an empty tensor. Edge
-    cases follow IEEE arithmetic, with numpy's warnings: with ``beta > 0`` a probability of 0 (a
-    priority mass that overflowed to inf) has weight inf before normalising, so its weight is NaN and
-    every finite one 0 (all zero: all NaN); with ``beta > 0`` a NaN probability makes every weight
-    NaN (the maximum is NaN); ``beta = 0`` gives ones (``x ** 0`` is 1, NaN and 0 included).
+    cases follow IEEE arithmetic, as numpy's vectorised formula does (without its warnings): with
+    ``beta > 0`` a probability of 0 (a priority mass that overflowed to inf) has weight inf before
+    normalising, so its weight is NaN and every finite one 0 (all zero: all NaN); with ``beta > 0`` a
+    NaN probability makes every weight NaN (the maximum is NaN); ``beta = 0`` gives ones (``x ** 0``
+    is 1, NaN and 0 included). The arithmetic is `replay.draw_kernels.importance_weights_into`, which
+    the fused transition draw runs too, so every path gives the same bits.
 
     Raises
     ------
@@ -59,10 +62,11 @@ def importance_weights(probabilities: np.ndarray, table_size: int, beta: float) 
     """
     if not math.isfinite(beta) or beta < 0:
         raise ValueError(f"beta must be finite and >= 0, got {beta}")
-    if probabilities.size == 0:
-        return torch.zeros(0, dtype=torch.float32)
-    w = (max(table_size, 1) * probabilities) ** (-beta)
-    return torch.from_numpy((w / w.max()).astype(np.float32))
+    out = np.empty(probabilities.size, dtype=np.float32)
+    if out.size:
+        prob = np.ascontiguousarray(probabilities, dtype=np.float64).reshape(-1)
+        importance_weights_into(prob, int(table_size), float(beta), out)
+    return torch.from_numpy(out)
 
 
 def _release_buffer(buffer: StagingBuffer, events: list) -> None:
@@ -118,7 +122,7 @@ class Batch(Mapping[str, torch.Tensor]):
         self.mask = mask
         self._keys: torch.Tensor | np.ndarray = keys
         self._probabilities: torch.Tensor | np.ndarray = probabilities
-        self._weights: torch.Tensor | None = weights
+        self._weights: torch.Tensor | np.ndarray | None = weights
         self._lengths: torch.Tensor | np.ndarray | None = lengths
         self.table_size = table_size
         self._beta: float | None = None
@@ -138,12 +142,14 @@ class Batch(Mapping[str, torch.Tensor]):
         table_size: int,
         beta: float | None,
         buffer: StagingBuffer,
+        weights: np.ndarray | None = None,
     ) -> Batch:
         """A host batch whose ``keys``, ``probabilities``, ``lengths`` and ``weights`` tensors are made
         on first access: from these arrays (the batch's own, never reused), ``lengths`` None for
-        windows of one real step each, and the weights `importance_weights` (``beta`` given: a
-        prioritized draw) or ones (``beta`` None)."""
-        batch = cls(fields, mask, keys, probabilities, None, lengths, table_size, buffer)  # type: ignore[arg-type]
+        windows of one real step each, and the weights from ``weights`` (float32 [B], computed with
+        the draw), else `importance_weights` (``beta`` given: a prioritized draw) or ones (``beta``
+        None)."""
+        batch = cls(fields, mask, keys, probabilities, weights, lengths, table_size, buffer)  # type: ignore[arg-type]
         batch._beta = beta
         return batch
 
@@ -167,8 +173,10 @@ class Batch(Mapping[str, torch.Tensor]):
     def weights(self) -> torch.Tensor:
         """float32 [B]: importance weights ``(N * P) ** -beta`` over their batch maximum."""
         w = self._weights
-        if w is None:
-            if self._beta is None:
+        if type(w) is not torch.Tensor:
+            if w is not None:  # computed with the draw
+                w = torch.from_numpy(w)
+            elif self._beta is None:
                 w = torch.ones(self.mask.shape[0], dtype=torch.float32)
             else:
                 p = self._probabilities

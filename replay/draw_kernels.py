@@ -8,6 +8,7 @@ count tree (every slot that holds a position is live: the leaf is ``floor(x)`` e
 descent's own answer). `window_rows` turns (shard, slot) into the window table of
 `replay.windows.window_bounds` from each shard's step and record index. `set_weights` writes
 priorities and the weight tree's leaves and recomputes the touched ancestors level by level.
+`importance_weights_into` is PER's importance-weight formula, the one implementation every path uses.
 `replay.table.Table` calls them with every shard lock held; they take arrays and return nothing
 (outputs are filled in place).
 
@@ -34,6 +35,7 @@ __all__ = [
     "draw_anchors",
     "draw_items",
     "draw_windows",
+    "importance_weights_into",
     "leaf_weights",
     "set_weights",
     "updates_valid",
@@ -197,6 +199,33 @@ def draw_windows(
         o_shard, o_anchor, o_first, o_n, o_dst, incarnation, o_keys,
     )
     return live
+
+
+@nb.njit(cache=True, nogil=True)
+def importance_weights_into(prob, table_size, beta, out):  # pragma: no cover - numba
+    """``out[i] = w[i] / max(w)`` with ``w = (max(N, 1) * prob) ** -beta`` (Schaul et al., 2016).
+
+    ``prob`` float64 [k], ``table_size`` N (int), ``beta`` >= 0 (trusted), ``out`` float32 [k]: the
+    quotient is taken in float64, then rounded to float32. IEEE arithmetic as numpy's vectorised
+    formula: a probability of 0 (with ``beta > 0``) makes the maximum inf, so its weight is NaN and
+    every finite one 0; any NaN weight makes every weight NaN; ``beta = 0`` gives ones.
+    """
+    k = prob.shape[0]
+    scale = float(max(table_size, 1))
+    w = np.empty(k)
+    top = -np.inf
+    nan = False
+    for i in range(k):
+        x = (scale * prob[i]) ** (-beta)
+        w[i] = x
+        if x > top:
+            top = x
+        elif x != x:
+            nan = True
+    if nan:
+        top = np.nan
+    for i in range(k):
+        out[i] = np.float32(w[i] / top)
 
 
 @nb.njit(cache=True, nogil=True)

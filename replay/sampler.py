@@ -36,6 +36,7 @@ from replay.table import META_FIELDS, Table
 from replay.transition_kernel import LOCKED_COPY_BYTES
 from replay.windows import WindowTable, window_mask
 
+_NO_WEIGHTS = np.zeros(0, dtype=np.float32)
 _KEYS_LENGTHS = [5, 3]  # the scratch rows of the keys and the real lengths (`StagedSlot.scratch`)
 
 __all__ = ["Deadline", "WindowSampler"]
@@ -149,22 +150,25 @@ class WindowSampler:
 
     def _sample_transitions(self, b: int, beta: float, left: Deadline, slot: StagedSlot) -> Batch:
         """`sample` of B windows of one step for a host batch of the owner's `fused` `Table`: one
-        kernel call under the locks draws and copies them (nothing can be torn: no re-check)."""
+        kernel call under the locks draws and copies them and, for a prioritized table, computes the
+        importance weights (nothing can be torn: no re-check)."""
         try:
             table, copy = self.table, self.copy
             keys = np.empty(b, dtype=np.int64)  # the batch's own (they outlive the slot's release)
             prob = np.empty(b)
+            prioritized = table.prioritized
+            weights = np.empty(b, dtype=np.float32) if prioritized else _NO_WEIGHTS
             while True:
                 self.limiter.await_sample(left(), given=left.timeout)
                 table_size = table.draw_transitions(
-                    b, copy.rings, slot.flat, copy.row_bytes, keys, prob, slot.mask_flat
+                    b, copy.rings, slot.flat, copy.row_bytes, keys, prob, slot.mask_flat, beta, weights
                 )
                 if table_size:
                     break
             self.limiter.sample(b)  # each window is its live anchor: b real steps
             return Batch.from_draw(
-                slot.fields, slot.mask, keys, prob, None, table_size,
-                beta if table.prioritized else None, slot.buffer,
+                slot.fields, slot.mask, keys, prob, None, table_size, beta if prioritized else None,
+                slot.buffer, weights if prioritized else None,
             )
         except BaseException:
             slot.buffer.release()

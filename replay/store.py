@@ -382,7 +382,8 @@ class ReplayStore(StorageViews, ReplayStoreBase):
             The first GPU sample could not register the rings within the pinned budget, or a new
             staging pool does not fit its tier.
         """
-        self._check_owner("sample")
+        if self._closed or os.getpid() != self._owner_pid:
+            self._check_owner("sample")  # raises
         plain = type(batch_size) is int and type(window) is int and type(pad) is str and type(beta) in _PLAIN
         sig = (batch_size, window, pad, type(beta), beta) if plain else None
         checked = self._checked.get(sig) if plain else None
@@ -391,10 +392,12 @@ class ReplayStore(StorageViews, ReplayStoreBase):
             if plain and len(self._checked) < 64:
                 self._checked[sig] = checked
         b, length = checked
-        left = self._deadline(timeout)
-        target = None if device is None else check_device(device)
+        left = Deadline(self.storage.timeout if timeout is DEFAULT else check_timeout(timeout))
+        if device is None:
+            return self._sampler.sample(b, length, pad, beta, None, left)
+        target = check_device(device)
         batch = self._sampler.sample(b, length, pad, beta, target, left)
-        if target is None and device is not None and torch.device(device).type != "cpu":
+        if target is None and torch.device(device).type != "cpu":
             return batch.to(device)
         return batch
 

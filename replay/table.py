@@ -44,6 +44,7 @@ __all__ = ["META_FIELDS", "Table"]
 META_FIELDS = ("shard", "anchor", "first", "n", "dst")  # int64 [B] each: a draw's window table
 _NO_KEYS = np.zeros(0, dtype=np.int64)
 _NO_PRIORITIES = np.zeros(0)
+_NO_WEIGHTS = np.zeros(0, dtype=np.float32)
 
 
 class Table:
@@ -72,6 +73,9 @@ class Table:
     ingested, filled : numpy.ndarray, int64 [S]
         Per shard, the write position the selector has learnt of, and the slots holding a position
         there (``min(ingested, capacity)``: where all are live, a uniform draw skips the descent).
+    fused : bool
+        Whether a draw is one kernel call (Uniform or Prioritized, no ``max_times_sampled``): then
+        `draw_transitions` applies.
     """
 
     def __init__(
@@ -90,12 +94,14 @@ class Table:
             raise
         self.ingested = np.zeros(storage.num_shards, dtype=np.int64)
         self.filled = np.zeros(storage.num_shards, dtype=np.int64)  # min(ingested, capacity)
+        self._floors = np.zeros(storage.num_shards, dtype=np.int64)  # update_priorities' scratch
         shards = storage.shards
         # each shard's step index and record ring, as the draw kernel takes them (a tuple for one shard)
         self._index: tuple[Any, Any] = (
             (shards[0].steps,) if len(shards) == 1 else nb.typed.List([sh.steps for sh in shards]),
             (shards[0].records,) if len(shards) == 1 else nb.typed.List([sh.records for sh in shards]),
         )
+        self.fused = not self.state.deterministic and self.state.max_times_sampled == 0
         self.lock = threading.Lock()
         self.incarnation = 0
         self.restored_at: np.ndarray | None = None
@@ -181,7 +187,8 @@ class Table:
         pad_code = PAD_CODES.get(pad)
         if pad_code is None:
             raise ValueError(f"pad must be 'tail' or 'head', got {pad!r}")
-        with self._all_shards_ingested():
+        self._hold_all()
+        try:
             st = self.state
             out = (meta["shard"], meta["anchor"], meta["first"], meta["n"], meta["dst"])
             stamp = (self.incarnation, _NO_KEYS if keys is None else keys)
@@ -202,32 +209,35 @@ class Table:
             window_rows(
                 sh_idx, slots, *self._index, self.ingested, cap, length, pad_code, row0, *out, *stamp
             )
+        finally:
+            self._release_all()
         return got, table_size, removed
 
-    @contextmanager
-    def _all_shards_ingested(self) -> Iterator[None]:
-        """Hold the table lock and every shard lock, every shard's committed steps ingested: the state in
-        which a draw sees one consistent table (writers wait until the block ends)."""
+    def _hold_all(self) -> None:
+        """Take the table lock and every shard lock and ingest every shard's committed steps: the state
+        in which a draw sees one consistent table (writers wait until `_release_all`)."""
         shards = self.storage.shards
-        with self.lock:
+        self.lock.acquire()
+        held = 0
+        try:
             if len(shards) > 1:
                 self._ingest_new()  # most of the new steps, one shard locked at a time
             for sh in shards:
                 sh.acquire()
-            try:
-                for s in range(len(shards)):
-                    self.ingest(s)
-                yield
-            finally:
-                for sh in reversed(shards):
-                    sh.release()
+                held += 1
+            for s in range(held):
+                self.ingest(s)
+        except BaseException:
+            for sh in reversed(shards[:held]):
+                sh.release()
+            self.lock.release()
+            raise
 
-    @property
-    def fused(self) -> bool:
-        """Whether a draw is one kernel call (a Uniform or Prioritized selector that removes nothing):
-        then `draw_transitions` applies."""
-        st = self.state
-        return not st.deterministic and st.max_times_sampled == 0
+    def _release_all(self) -> None:
+        """Undo `_hold_all`."""
+        for sh in reversed(self.storage.shards):
+            sh.release()
+        self.lock.release()
 
     def draw_transitions(
         self,
@@ -238,20 +248,26 @@ class Table:
         keys: np.ndarray,
         prob: np.ndarray,
         mask: np.ndarray,
+        beta: float = 0.0,
+        weights: np.ndarray = _NO_WEIGHTS,
     ) -> int:
         """Draw k windows of one step and copy them into a batch, under every shard lock (`fused`
         tables only; `replay.transition_kernel.draw_transitions`, whose arguments these are).
+        ``weights`` (float32 [k], optional) gets the importance weights for ``beta`` (trusted).
 
         Returns N, the drawable items at the draw; 0: the table is empty and nothing was written.
         """
-        with self._all_shards_ingested():
-            st = self.state
+        st = self.state
+        self._hold_all()
+        try:
             live = draw_transitions(
-                st.rng.random(k), st.ctree, st.wtree, self.prioritized, st.size, self.filled,
-                st.times, self.ingested, self.storage.capacity, rings, outs, row_bytes,
-                self.incarnation, keys, prob, mask,
+                st.rng.random(k), st.ctree, st.wtree, self.prioritized, st.size, self.filled, st.times,
+                self.ingested, self.storage.capacity, rings, outs, row_bytes, self.incarnation, keys,
+                prob, mask, beta, weights,
             )
-        return int(round(live)) if live >= 0.5 else 0
+        finally:
+            self._release_all()
+        return int(live + 0.5) if live >= 0.5 else 0
 
     def keys(self, shard: np.ndarray, anchor: np.ndarray, first: np.ndarray) -> np.ndarray:
         """The keys (int64 [B]) of windows, stamped with this incarnation."""
@@ -276,10 +292,9 @@ class Table:
                 )
         shards = self.storage.shards
         restored = _NO_KEYS if self.restored_at is None else self.restored_at
-        shard = k & (MAX_SHARDS - 1)
         with self.lock:
-            floors = np.zeros(num_shards, dtype=np.int64)
-            for s in range(num_shards) if num_shards <= 8 else np.unique(shard).tolist():
+            floors = self._floors  # each named shard's floor, read under its lock (a scratch of this lock)
+            for s in range(num_shards) if num_shards <= 8 else np.unique(k & (MAX_SHARDS - 1)).tolist():
                 sh = shards[s]
                 with sh:
                     self.ingest(s)
@@ -287,6 +302,7 @@ class Table:
             stamps = (self.storage.capacity, floors, self.ingested, self.incarnation, restored)
             if not self.state.deterministic:  # one kernel: the check and the writes
                 return self.state.accept_and_set(k, p, *stamps)
+            shard = k & (MAX_SHARDS - 1)
             slots = np.empty(k.size, dtype=np.int64)
             ok = np.empty(k.size, dtype=np.bool_)
             applied = accept_updates(k, *stamps, self.state.state, shard, slots, ok)
@@ -380,7 +396,7 @@ class Table:
 def _plain_updates(keys: Any, priorities: Any) -> tuple[np.ndarray | None, np.ndarray]:
     """``(keys, priorities)`` as int64 [K] and float64 [K] arrays without copies, when they are CPU
     int64 keys (``batch.keys``) and float priorities of the same length; else ``(None, ...)``."""
-    if type(keys) is torch.Tensor and keys.dtype == torch.int64 and keys.device.type == "cpu":
+    if type(keys) is torch.Tensor and keys.dtype == torch.int64 and keys.is_cpu:
         k = keys.numpy()
     elif type(keys) is np.ndarray and keys.dtype == np.int64:
         k = keys
@@ -392,6 +408,8 @@ def _plain_updates(keys: Any, priorities: Any) -> tuple[np.ndarray | None, np.nd
         p = priorities
     else:
         return None, _NO_PRIORITIES
-    k = np.ascontiguousarray(k.reshape(-1))
-    p = np.ascontiguousarray(p.reshape(-1), dtype=np.float64)
+    if k.ndim != 1 or k.strides[0] != 8:
+        k = np.ascontiguousarray(k.reshape(-1))
+    if p.ndim != 1 or p.dtype != np.float64 or p.strides[0] != 8:
+        p = np.ascontiguousarray(p.reshape(-1), dtype=np.float64)
     return (k, p) if k.size == p.size else (None, _NO_PRIORITIES)

@@ -15,7 +15,7 @@ writer can overwrite a ring slot during the copy: the batch needs no staleness c
 batches keep the lock-free copy.
 
 >>> live = draw_transitions(u, ctree, wtree, False, size, filled, times, written, capacity,
-...                         rings, outs, row_bytes, incarnation, keys, prob, mask)
+...                         rings, outs, row_bytes, incarnation, keys, prob, mask, 0.4, weights)
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import numba as nb
 import numpy as np
 
 from graphrl.kernels import copy_bytes, prefetch_l2
-from replay.draw_kernels import draw_items
+from replay.draw_kernels import draw_items, importance_weights_into
 from replay.keys import BACK_BITS, INC_BITS, SHARD_BITS
 
 __all__ = ["LOCKED_COPY_BYTES", "draw_transitions"]
@@ -35,7 +35,7 @@ LOCKED_COPY_BYTES = 1 << 18  # output bytes up to which a batch of transitions i
 @nb.njit(cache=True, nogil=True)
 def draw_transitions(
     u, ctree, wtree, prioritized, size, filled, times, written, capacity,
-    rings, outs, row_bytes, incarnation, o_keys, o_prob, mask,
+    rings, outs, row_bytes, incarnation, o_keys, o_prob, mask, beta, o_weights,
 ):  # pragma: no cover - numba
     """Draw ``len(u)`` single-step windows and copy them into rows ``0 .. len(u) - 1`` of a batch.
 
@@ -44,7 +44,9 @@ def draw_transitions(
     selector; ``rings[s * F + j]`` shard s's field j as flat bytes and ``outs[j]`` the slot's field j
     (uint8, ``row_bytes[j]`` bytes a step); ``o_keys`` int64 [k] and ``o_prob`` float64 [k] get the
     keys (`replay.keys.encode_keys`, back 0, ``incarnation``) and probabilities, ``mask`` bool [>= k]
-    True. Returns the live items (the count trees' total); below 0.5 nothing is drawn or written.
+    True; ``o_weights`` float32 [k] (or empty for none) the importance weights for ``beta``
+    (`replay.draw_kernels.importance_weights_into`, N the live items). Returns the live items (the
+    count trees' total); below 0.5 nothing is drawn or written.
     """
     k = u.shape[0]
     shard = np.empty(k, dtype=np.int64)
@@ -52,6 +54,8 @@ def draw_transitions(
     live = draw_items(u, ctree, wtree, prioritized, size, filled, times, True, shard, slot, o_prob)
     if live < 0.5:
         return live
+    if o_weights.shape[0] > 0:
+        importance_weights_into(o_prob, np.int64(live + 0.5), beta, o_weights)
     nf = row_bytes.shape[0]
     for j in range(nf):  # independent reads at random places: ask for all of them first
         rb = row_bytes[j]
