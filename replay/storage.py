@@ -32,6 +32,8 @@ writer / sampler split.
 
 from __future__ import annotations
 
+import errno
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -41,11 +43,29 @@ import numpy as np
 
 from graphrl.memory import MemoryManager, Region, RegionHandle
 from replay._sync import SLOT_BYTES, SharedCondition, SharedMutex
+from replay.commit_kernel import (
+    FAILED,
+    OK,
+    OVERFLOW,
+    P_CAPACITY,
+    P_CTL,
+    P_CTL_COND,
+    P_CTL_MUTEX,
+    P_FIELDS,
+    P_MIN_SIZE,
+    P_ROW_BYTES,
+    P_SHARDS,
+    SHARD_WORDS,
+    commit_chunk,
+    plan_layout,
+)
 from replay.rate_limiter import DELETES, INSERTS, RateLimiter, rate_limiter_from_config
-from replay.shard import ShardHandle, ShardStorage
+from replay.shard import MAX_POSITION, ShardHandle, ShardStorage
 from replay.spec import TrajectorySpec
 
 __all__ = ["GSEQ", "WRITERS", "Control", "Episode", "StorageViews", "StoreHandle", "TrajectoryStorage"]
+
+logger = logging.getLogger(__name__)
 
 # control fields (int64) after the rate limiter's four counters
 GSEQ, WRITERS = 4, 5
@@ -79,6 +99,12 @@ class Control:
         self.open = self.ctl[_CTL_FIXED + num_shards : _CTL_FIXED + 2 * num_shards]
         if create:
             self.ctl[:] = 0
+
+    def addresses(self) -> tuple[int, int, int]:
+        """Addresses (in this process) of the mutex, the condition and the int64 words (``counters``
+        first): the control words of a `replay.commit_kernel` plan."""
+        base = self.region.numpy().ctypes.data
+        return base, base + SLOT_BYTES, base + _CTL_OFF
 
     @staticmethod
     def nbytes(num_shards: int) -> int:
@@ -209,6 +235,9 @@ class TrajectoryStorage:
         Default rows of a writer's staging buffers.
     timeout : float or None
         Default seconds a commit waits for the rate limiter.
+    plan : numpy.ndarray, int64, or None
+        Addresses and sizes for `replay.commit_kernel.commit_chunk` (None: a rate limiter whose
+        admission is its own; commits take the Python steps).
     """
 
     def __init__(
@@ -233,6 +262,7 @@ class TrajectoryStorage:
         self.chunk_steps = chunk_steps
         self.timeout = timeout
         self.closed = False  # this object's close() ran (its regions are freed or unmapped)
+        self.plan = _commit_plan(control, shards, spec, capacity, limiter)
 
     @property
     def store_closed(self) -> bool:
@@ -336,6 +366,38 @@ class TrajectoryStorage:
             self.control.ctl[WRITERS] += 1
             return int(self.control.ctl[WRITERS])
 
+    def sources(self, buffers: Mapping[str, np.ndarray]) -> np.ndarray:
+        """A writer's staging buffers as `commit`'s ``sources``: int64 ``[rows, address per field]``.
+
+        The buffers (one per field of the spec, ``[rows, *field_shape]``, C-contiguous) must outlive
+        every commit given these sources.
+
+        Raises
+        ------
+        ValueError
+            A buffer is missing, not C-contiguous, or not ``[rows, *field_shape]`` of the field's dtype.
+        """
+        rows = None
+        out = [0]
+        for name, f in self.spec.items():
+            b = buffers.get(name)
+            if (
+                not isinstance(b, np.ndarray)
+                or b.dtype != f.dtype
+                or b.shape[1:] != f.shape
+                or not b.flags.c_contiguous
+                or (rows is not None and b.shape[0] != rows)
+            ):
+                raise ValueError(
+                    f"buffers[{name!r}] must be a C-contiguous numpy array [rows, {f.shape}] of {f.dtype} "
+                    f"(rows the same for every field), got {type(b).__name__} "
+                    f"{getattr(b, 'shape', '')} {getattr(b, 'dtype', '')}"
+                )
+            rows = b.shape[0]
+            out.append(b.ctypes.data)
+        out[0] = rows
+        return np.array(out, dtype=np.int64)
+
     def commit(
         self,
         buffers: Mapping[str, np.ndarray],
@@ -344,11 +406,14 @@ class TrajectoryStorage:
         end: bool,
         timeout: float | None,
         writer_id: int,
+        sources: np.ndarray | None = None,
     ) -> tuple[int, int]:
         """Commit rows ``[0, count)`` of ``buffers`` (see the module docstring); return (shard, record).
 
         ``episode`` is the writer's open ``(shard, record)`` or None for a new episode; ``end`` closes
-        it. ``count == 0`` only closes ``episode``.
+        it. ``count == 0`` only closes ``episode``. ``sources`` (`sources` of ``buffers``, kept by a
+        writer) lets an admissible commit run as one compiled call (`replay.commit_kernel.commit_chunk`,
+        the same locks and steps); without it, or when the insert must wait, the steps below run in Python.
 
         Raises
         ------
@@ -356,7 +421,26 @@ class TrajectoryStorage:
             The rate limiter did not admit the insert within ``timeout`` seconds (nothing stored).
         ValueError
             The store was closed.
+        OverflowError
+            The shard would pass 2^39 positions (the key layout's limit).
         """
+        plan = self.plan
+        if sources is not None and plan is not None and 0 < count <= sources[0] and count <= self.capacity:
+            shard, record = (-1, -1) if episode is None else episode
+            lim = self.limiter
+            status, shard, record, overwritten, died, hole_at, hole = commit_chunk(
+                plan, sources, count, shard, record, end, writer_id, lim.samples_per_insert, lim.max_diff
+            )
+            if died:
+                self._report_dead_holder(shard, died, hole_at, hole)
+            if status == OK:
+                return shard, record
+            if status == OVERFLOW:
+                raise OverflowError(f"shard {shard} reached {MAX_POSITION} positions, the key layout's limit")
+            if status == FAILED:
+                what = errno.errorcode.get(overwritten, overwritten)
+                raise OSError(overwritten, f"a replay-store lock call failed: {what}")
+            # BLOCKED: the Python steps below wait for the rate limiter
         ctl = self.control
         if count == 0:
             if episode is None:
@@ -398,6 +482,12 @@ class TrajectoryStorage:
                 ctl.open[shard] -= 1
             ctl.cond.notify_all()
         return shard, record
+
+    def _report_dead_holder(self, shard: int, died: int, hole_at: int, hole: int) -> None:
+        """Log what `commit_chunk` found: mutexes whose holder had died, the hole it repaired."""
+        logger.warning("a process died while holding a replay-store lock; recovering it (%d)", died)
+        if hole:
+            self.shards[shard].report_repair(hole_at, hole)
 
     def open_episode(self, shard: int) -> None:
         """Count one more episode open on ``shard`` (a writer's continuation record)."""
@@ -450,6 +540,25 @@ class TrajectoryStorage:
             self.control.free()
 
 
+def _commit_plan(
+    control: Control, shards: list[ShardStorage], spec: TrajectorySpec, capacity: int, limiter: RateLimiter
+) -> np.ndarray | None:
+    """The `replay.commit_kernel` plan of a storage, or None when its rate limiter's admission is not
+    `RateLimiter.can_insert` (a subclass that overrides it: commits take the Python steps)."""
+    if type(limiter).can_insert is not RateLimiter.can_insert:
+        return None
+    plan = np.zeros(plan_layout(len(shards), len(spec)), dtype=np.int64)
+    plan[P_CTL_MUTEX], plan[P_CTL_COND], plan[P_CTL] = control.addresses()
+    plan[P_SHARDS], plan[P_CAPACITY], plan[P_FIELDS] = len(shards), capacity, len(spec)
+    plan[P_MIN_SIZE] = limiter.min_size
+    plan[P_ROW_BYTES : P_ROW_BYTES + len(spec)] = [f.row_bytes for f in spec.values()]
+    words = SHARD_WORDS + len(spec)
+    for i, sh in enumerate(shards):
+        start = P_ROW_BYTES + len(spec) + i * words
+        plan[start : start + words] = sh.addresses()
+    return plan
+
+
 class StorageViews:
     """What a store (the owner's `replay.store.ReplayStore` or an `replay.attach.AttachedStore`) reads
     off its `TrajectoryStorage` (``self.storage``): spec, shards and capacities, the memory manager."""
@@ -476,4 +585,3 @@ class StorageViews:
     @property
     def memory(self) -> MemoryManager:
         return self.storage.memory
-

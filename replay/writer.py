@@ -80,6 +80,7 @@ class TrajectoryWriter:
             self._free()
             raise
         self._stager = StepStager(self.spec, buffers, self._commit_chunk)
+        self._sources = storage.sources(buffers)  # the buffers' addresses: commits run as one compiled call
         # column signatures ((name, type, dtype, per-step shape) in the caller's order) that passed the
         # spec's checks, each with the staging buffers in that order: `extend` checks such a call by one
         # tuple comparison instead of the spec's per-field checks
@@ -208,7 +209,9 @@ class TrajectoryWriter:
 
     def _commit_chunk(self, columns: dict[str, np.ndarray], count: int, end: bool = False) -> None:
         """Commit the ``count`` staged rows of ``columns`` (the stager frees them once this returns)."""
-        shard, record = self._storage.commit(columns, count, self._episode, end, self.timeout, self.writer_id)
+        shard, record = self._storage.commit(
+            columns, count, self._episode, end, self.timeout, self.writer_id, self._sources
+        )
         self.steps_written += count
         self._episode = None if end else (shard, record)
 
