@@ -14,13 +14,14 @@
 >>> status, shard, record, overwritten, died, hole_at, hole = commit_chunk(plan, sources, count, -1, -1,
 ...     True, writer_id, samples_per_insert, max_diff)
 
-The plan (`plan_layout`) is one int64 array of addresses and sizes, built once per storage: the
+The plan (`build_plan`) is one int64 array of addresses and sizes, built once per storage: the
 control mutex, condition and counters, then per shard its mutex, meta, step index, records and rings.
 """
 
 from __future__ import annotations
 
 import numba as nb
+import numpy as np
 
 from graphrl.kernels import copy_bytes
 from replay.sync_kernels import (
@@ -48,6 +49,7 @@ __all__ = [
     "P_ROW_BYTES",
     "P_SHARDS",
     "SHARD_WORDS",
+    "build_plan",
     "commit_chunk",
     "plan_layout",
     "write_steps",
@@ -68,6 +70,40 @@ _MAX_POSITION = 1 << 39
 def plan_layout(num_shards: int, num_fields: int) -> int:
     """Words of a plan for ``num_shards`` shards of ``num_fields`` fields."""
     return P_ROW_BYTES + num_fields + num_shards * (SHARD_WORDS + num_fields)
+
+
+def build_plan(
+    control: tuple[int, int, int],
+    shards: list[tuple[int, ...]],
+    row_bytes: list[int],
+    capacity: int,
+    min_size: int,
+) -> np.ndarray:
+    """The plan `commit_chunk` reads: int64 [`plan_layout`].
+
+    Parameters
+    ----------
+    control : (int, int, int)
+        Addresses of the control mutex, condition and int64 words (`replay.control.Control.addresses`).
+    shards : list of tuple of int
+        Per shard, the addresses of its mutex, meta, step index, records and rings in field order
+        (`replay.shard.ShardStorage.addresses`).
+    row_bytes : list of int
+        Bytes of one step of each field, in field order.
+    capacity : int
+        Steps per shard ring.
+    min_size : int
+        The rate limiter's ``min_size``.
+    """
+    nf = len(row_bytes)
+    plan = np.zeros(plan_layout(len(shards), nf), dtype=np.int64)
+    plan[P_CTL_MUTEX], plan[P_CTL_COND], plan[P_CTL] = control
+    plan[P_SHARDS], plan[P_CAPACITY], plan[P_FIELDS], plan[P_MIN_SIZE] = len(shards), capacity, nf, min_size
+    plan[P_ROW_BYTES : P_ROW_BYTES + nf] = row_bytes
+    for i, words in enumerate(shards):
+        start = P_ROW_BYTES + nf + i * (SHARD_WORDS + nf)
+        plan[start : start + SHARD_WORDS + nf] = words
+    return plan
 
 
 @nb.njit(cache=True, nogil=True)

@@ -4,7 +4,7 @@ Both the store's owner and the processes that attach it by handle hold one. It i
 `replay.writer.TrajectoryWriter` writes to: `TrajectoryStorage.commit` appends a chunk of staged steps
 to one shard in three steps:
 
-1. Under the control block's mutex (`Control`): wait until the rate limiter admits the insert,
+1. Under the control block's mutex (`replay.control.Control`): wait until the rate limiter admits the insert,
    pick the shard (an episode's later chunks go to the shard of its first; a new episode to the
    shard with the fewest open episodes, then the fewest steps assigned) and take a range of global
    commit sequence numbers.
@@ -13,6 +13,10 @@ to one shard in three steps:
    A chunk extends its record only if it lands right after it; otherwise it starts a record flagged
    as a continuation, and windows never cross the cut.
 3. Under the control mutex: count the inserted and overwritten steps and wake waiters.
+
+A writer's commit runs the three steps as one compiled call (`replay.commit_kernel.commit_chunk`: the
+same locks, through `replay.sync_kernels`) when the rate limiter admits it at once; a commit that must
+wait, and a caller without a writer's `TrajectoryStorage.sources`, run them in Python.
 
 Steps become visible to samplers at step 2's end. A sampler copies windows without a lock and then
 re-checks the shard's floor under its mutex (`TrajectoryStorage.stale`); both the writer's copy and
@@ -41,24 +45,9 @@ from typing import Any
 
 import numpy as np
 
-from graphrl.memory import MemoryManager, Region, RegionHandle
-from replay._sync import SLOT_BYTES, SharedCondition, SharedMutex
-from replay.commit_kernel import (
-    FAILED,
-    OK,
-    OVERFLOW,
-    P_CAPACITY,
-    P_CTL,
-    P_CTL_COND,
-    P_CTL_MUTEX,
-    P_FIELDS,
-    P_MIN_SIZE,
-    P_ROW_BYTES,
-    P_SHARDS,
-    SHARD_WORDS,
-    commit_chunk,
-    plan_layout,
-)
+from graphrl.memory import MemoryManager, RegionHandle
+from replay.commit_kernel import FAILED, OK, OVERFLOW, build_plan, commit_chunk
+from replay.control import GSEQ, WRITERS, Control
 from replay.rate_limiter import DELETES, INSERTS, RateLimiter, rate_limiter_from_config
 from replay.shard import MAX_POSITION, ShardHandle, ShardStorage
 from replay.spec import TrajectorySpec
@@ -66,104 +55,6 @@ from replay.spec import TrajectorySpec
 __all__ = ["GSEQ", "WRITERS", "Control", "Episode", "StorageViews", "StoreHandle", "TrajectoryStorage"]
 
 logger = logging.getLogger(__name__)
-
-# control fields (int64) after the rate limiter's four counters
-GSEQ, WRITERS = 4, 5
-_CTL_FIXED = 8
-_CTL_OFF = 2 * SLOT_BYTES
-
-
-class Control:
-    """The store-wide control block: mutex and condition, rate-limiter counters, sequence, shard loads.
-
-    Attributes
-    ----------
-    cond : SharedCondition
-        Guards everything below; notified on every counter change.
-    counters : numpy.ndarray, int64 [4]
-        The rate limiter's ``[inserts, samples, deletes, cancelled]``.
-    ctl : numpy.ndarray, int64 [8 + 2 S]
-        ``ctl[GSEQ]`` next global sequence number; ``ctl[WRITERS]`` writers ever made;
-        ``assigned`` (steps per shard) and ``open`` (open episodes per shard) follow.
-    """
-
-    def __init__(self, region: Region, num_shards: int, create: bool) -> None:
-        self.region = region
-        self.num_shards = num_shards
-        raw = region.numpy()
-        self.mutex = SharedMutex(raw[:SLOT_BYTES], create=create)
-        self.cond = SharedCondition(raw[SLOT_BYTES : 2 * SLOT_BYTES], self.mutex, create=create)
-        self.ctl = raw[_CTL_OFF : _CTL_OFF + 8 * (_CTL_FIXED + 2 * num_shards)].view(np.int64)
-        self.counters = self.ctl[:4]
-        self.assigned = self.ctl[_CTL_FIXED : _CTL_FIXED + num_shards]
-        self.open = self.ctl[_CTL_FIXED + num_shards : _CTL_FIXED + 2 * num_shards]
-        if create:
-            self.ctl[:] = 0
-
-    def addresses(self) -> tuple[int, int, int]:
-        """Addresses (in this process) of the mutex, the condition and the int64 words (``counters``
-        first): the control words of a `replay.commit_kernel` plan."""
-        base = self.region.numpy().ctypes.data
-        return base, base + SLOT_BYTES, base + _CTL_OFF
-
-    @staticmethod
-    def nbytes(num_shards: int) -> int:
-        return _CTL_OFF + 8 * (_CTL_FIXED + 2 * num_shards)
-
-    @classmethod
-    def create(
-        cls, memory: MemoryManager, num_shards: int, tier: str = "shared", fallback: tuple[str, ...] = ()
-    ) -> Control:
-        region = memory.allocate(
-            (cls.nbytes(num_shards),), "uint8", tier, owner="replay.control", fallback=fallback
-        )
-        return cls(region, num_shards, create=True)
-
-    def choose_shard(self, writer_id: int) -> int:
-        """The shard for a new episode (mutex held): fewest open episodes, then fewest steps assigned."""
-        s = self.num_shards
-        if s == 1:
-            return 0
-        order = (np.arange(s) + writer_id) % s  # rotate ties between writers
-        best = min(order, key=lambda i: (int(self.open[i]), int(self.assigned[i])))
-        return int(best)
-
-    @property
-    def closed(self) -> bool:
-        return bool(self.counters[3])
-
-    def free(self) -> None:
-        if not self.region.freed:
-            self.region.free()
-
-    # -- checkpoints (mutex held)
-    def state_dict(self) -> dict[str, Any]:
-        """Rate-limiter counters, the global sequence, writers made and steps assigned per shard."""
-        return {
-            "counters": {
-                "inserts": int(self.counters[0]),
-                "samples": int(self.counters[1]),
-                "deletes": int(self.counters[2]),
-            },
-            "global_seq": int(self.ctl[GSEQ]),
-            "writers": int(self.ctl[WRITERS]),
-            "assigned": [int(x) for x in self.assigned],
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Put back `state_dict`; no episode is open afterwards (the writers that held them are gone)."""
-        with self.cond:
-            c = state["counters"]
-            self.counters[0], self.counters[1], self.counters[2] = (
-                int(c["inserts"]),
-                int(c["samples"]),
-                int(c["deletes"]),
-            )
-            self.ctl[GSEQ] = int(state["global_seq"])
-            self.ctl[WRITERS] = int(state["writers"])
-            self.assigned[:] = state["assigned"]
-            self.open[:] = 0
-            self.cond.notify_all()
 
 
 @dataclass(frozen=True)
@@ -262,7 +153,15 @@ class TrajectoryStorage:
         self.chunk_steps = chunk_steps
         self.timeout = timeout
         self.closed = False  # this object's close() ran (its regions are freed or unmapped)
-        self.plan = _commit_plan(control, shards, spec, capacity, limiter)
+        self.plan = None  # a rate limiter with an admission of its own: commits take the Python steps
+        if type(limiter).can_insert is RateLimiter.can_insert:
+            self.plan = build_plan(
+                control.addresses(),
+                [sh.addresses() for sh in shards],
+                [f.row_bytes for f in spec.values()],
+                capacity,
+                limiter.min_size,
+            )
 
     @property
     def store_closed(self) -> bool:
@@ -538,25 +437,6 @@ class TrajectoryStorage:
             for sh in self.shards:
                 sh.free()
             self.control.free()
-
-
-def _commit_plan(
-    control: Control, shards: list[ShardStorage], spec: TrajectorySpec, capacity: int, limiter: RateLimiter
-) -> np.ndarray | None:
-    """The `replay.commit_kernel` plan of a storage, or None when its rate limiter's admission is not
-    `RateLimiter.can_insert` (a subclass that overrides it: commits take the Python steps)."""
-    if type(limiter).can_insert is not RateLimiter.can_insert:
-        return None
-    plan = np.zeros(plan_layout(len(shards), len(spec)), dtype=np.int64)
-    plan[P_CTL_MUTEX], plan[P_CTL_COND], plan[P_CTL] = control.addresses()
-    plan[P_SHARDS], plan[P_CAPACITY], plan[P_FIELDS] = len(shards), capacity, len(spec)
-    plan[P_MIN_SIZE] = limiter.min_size
-    plan[P_ROW_BYTES : P_ROW_BYTES + len(spec)] = [f.row_bytes for f in spec.values()]
-    words = SHARD_WORDS + len(spec)
-    for i, sh in enumerate(shards):
-        start = P_ROW_BYTES + len(spec) + i * words
-        plan[start : start + words] = sh.addresses()
-    return plan
 
 
 class StorageViews:

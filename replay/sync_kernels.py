@@ -16,7 +16,7 @@ same objects, so Python callers and compiled callers exclude each other as befor
 
 The libc symbols are registered with LLVM by address at import, so functions using them stay cacheable
 (``cache=True``: the object code names the symbols, resolved when it is loaded). Addresses come from the
-objects that own the memory (`replay.storage.Control.addresses`, `replay.shard.ShardStorage.addresses`);
+objects that own the memory (`replay.control.Control.addresses`, `replay.shard.ShardStorage.addresses`);
 they are valid while those regions are mapped. For numba code only; nothing is checked.
 
 References
