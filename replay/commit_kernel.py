@@ -1,21 +1,109 @@
-"""The numba kernel of a shard commit: copy a chunk of steps into the rings and stamp the step index.
+"""The numba kernels of a shard commit: the data half (`write_steps`) and the whole protocol (`commit_chunk`).
 
-`write_steps` is the data half of `replay.shard.ShardStorage.commit` (called with the shard lock
-held, after the reserve position is published): it counts the live items the chunk overwrites,
-copies the chunk's rows of every field into the rings as one flat byte run each (two when the run
-wraps past the ring's end) and writes each slot's record id, commit sequence number and flags.
-Arrays in, the overwritten count out.
+- `write_steps` is the data half of `replay.shard.ShardStorage.commit` (called with the shard lock
+  held, after the reserve position is published): it counts the live items the chunk overwrites,
+  copies the chunk's rows of every field into the rings as one flat byte run each (two when the run
+  wraps past the ring's end) and writes each slot's record id, commit sequence number and flags.
+- `commit_chunk` runs the three steps of `replay.storage.TrajectoryStorage.commit` in one call, with the
+  same locks (through `replay.sync_kernels`): admission and shard choice under the control mutex,
+  the shard commit under the shard mutex (repairing a dead holder's commit first), the counts and the
+  wake-up under the control mutex. A call the rate limiter does not admit returns `BLOCKED` having
+  changed nothing; the caller then takes the Python path, which waits.
 
 >>> overwritten = write_steps(rings, srcs, row_bytes, capacity, first, count, steps, record, seq, lo, hi)
+>>> status, shard, record, overwritten, died, hole_at, hole = commit_chunk(plan, sources, count, -1, -1,
+...     True, writer_id, samples_per_insert, max_diff)
+
+The plan (`build_plan`) is one int64 array of addresses and sizes, built once per storage: the
+control mutex, condition and counters, then per shard its mutex, meta, step index, records and rings.
 """
 
 from __future__ import annotations
 
 import numba as nb
+import numpy as np
 
 from graphrl.kernels import copy_bytes
+from replay.sync_kernels import (
+    EOWNERDEAD,
+    compiler_fence,
+    cond_broadcast,
+    copy_at,
+    int64_at,
+    mutex_consistent,
+    mutex_lock,
+    mutex_unlock,
+)
 
-__all__ = ["write_steps"]
+__all__ = [
+    "BLOCKED",
+    "FAILED",
+    "OK",
+    "OVERFLOW",
+    "P_CAPACITY",
+    "P_CTL",
+    "P_CTL_COND",
+    "P_CTL_MUTEX",
+    "P_FIELDS",
+    "P_MIN_SIZE",
+    "P_ROW_BYTES",
+    "P_SHARDS",
+    "SHARD_WORDS",
+    "build_plan",
+    "commit_chunk",
+    "plan_layout",
+    "write_steps",
+]
+
+# commit_chunk's status
+OK, BLOCKED, OVERFLOW, FAILED = 0, 1, 2, 3
+# the plan: fixed words, then row bytes per field, then SHARD_WORDS + fields words per shard
+P_CTL_MUTEX, P_CTL_COND, P_CTL, P_SHARDS, P_CAPACITY, P_FIELDS, P_MIN_SIZE, P_ROW_BYTES = range(8)
+SHARD_WORDS = 4  # mutex, meta, steps, records (then one ring address per field)
+# the control block's int64 words (replay.storage) and a shard's meta and record words (replay.shard)
+_INSERTS, _DELETES, _CANCELLED, _GSEQ, _CTL_FIXED = 0, 2, 3, 4, 8
+_WRITE_POS, _RESERVE_POS, _N_RECORDS, _HOLES, _COMMITS, _META_LEN = 0, 1, 2, 3, 4, 16
+_REC_ID, _REC_START, _REC_LENGTH, _REC_FLAGS, _OPEN, _CONTINUATION = 0, 1, 2, 3, 1, 2
+_MAX_POSITION = 1 << 39
+
+
+def plan_layout(num_shards: int, num_fields: int) -> int:
+    """Words of a plan for ``num_shards`` shards of ``num_fields`` fields."""
+    return P_ROW_BYTES + num_fields + num_shards * (SHARD_WORDS + num_fields)
+
+
+def build_plan(
+    control: tuple[int, int, int],
+    shards: list[tuple[int, ...]],
+    row_bytes: list[int],
+    capacity: int,
+    min_size: int,
+) -> np.ndarray:
+    """The plan `commit_chunk` reads: int64 [`plan_layout`].
+
+    Parameters
+    ----------
+    control : (int, int, int)
+        Addresses of the control mutex, condition and int64 words (`replay.control.Control.addresses`).
+    shards : list of tuple of int
+        Per shard, the addresses of its mutex, meta, step index, records and rings in field order
+        (`replay.shard.ShardStorage.addresses`).
+    row_bytes : list of int
+        Bytes of one step of each field, in field order.
+    capacity : int
+        Steps per shard ring.
+    min_size : int
+        The rate limiter's ``min_size``.
+    """
+    nf = len(row_bytes)
+    plan = np.zeros(plan_layout(len(shards), nf), dtype=np.int64)
+    plan[P_CTL_MUTEX], plan[P_CTL_COND], plan[P_CTL] = control
+    plan[P_SHARDS], plan[P_CAPACITY], plan[P_FIELDS], plan[P_MIN_SIZE] = len(shards), capacity, nf, min_size
+    plan[P_ROW_BYTES : P_ROW_BYTES + nf] = row_bytes
+    for i, words in enumerate(shards):
+        start = P_ROW_BYTES + nf + i * (SHARD_WORDS + nf)
+        plan[start : start + SHARD_WORDS + nf] = words
+    return plan
 
 
 @nb.njit(cache=True, nogil=True)
@@ -47,3 +135,152 @@ def write_steps(
         steps[c, 1] = seq_base + i
         steps[c, 2] = 0
     return overwritten
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _lock(addr):  # pragma: no cover - numba
+    """Lock the robust mutex at ``addr``: 0, 1 when its holder had died (now consistent), or -errno."""
+    rc = mutex_lock(addr)
+    if rc == 0:
+        return 0
+    if rc == EOWNERDEAD:
+        rc = mutex_consistent(addr)
+        return 1 if rc == 0 else -rc
+    return -rc
+
+
+@nb.njit(cache=True, nogil=True)
+def commit_chunk(
+    plan, sources, count, shard, record, end, writer_id, samples_per_insert, max_diff
+):  # pragma: no cover - numba
+    """Commit rows ``[0, count)`` of a writer's staging buffers (``sources``: [rows, address per field]).
+
+    ``shard``, ``record``: the writer's open episode, or -1, -1 for a new one; ``end`` closes it.
+    ``count`` is in [1, min(rows, capacity)]. Admission is `replay.rate_limiter.RateLimiter.can_insert`
+    of one step (``min_size`` from the plan, ``samples_per_insert`` and ``max_diff`` given).
+
+    Returns ``(status, shard, record, overwritten, died, hole_at, hole)``: status `OK`, `BLOCKED`
+    (not admitted or closed: nothing changed), `OVERFLOW` (the shard would pass 2^39 positions: the
+    control block took the steps, nothing was written, as the Python path) or `FAILED` (a pthread call
+    failed: its errno in ``overwritten``); ``died`` counts mutexes found with a dead holder, and
+    ``hole`` steps from position ``hole_at`` are the hole a dead writer's commit left (repaired).
+    """
+    s_count = plan[P_SHARDS]
+    cap = plan[P_CAPACITY]
+    nf = plan[P_FIELDS]
+    ctl_mutex = plan[P_CTL_MUTEX]
+    ctl = int64_at(plan[P_CTL], _CTL_FIXED + 2 * s_count)
+    died = 0
+    # 1. admission, shard, sequence numbers (control mutex)
+    rc = _lock(ctl_mutex)
+    if rc < 0:
+        return FAILED, -1, -1, -rc, died, 0, 0
+    died += rc
+    ins, smp, dels = ctl[_INSERTS], ctl[1], ctl[_DELETES]
+    admitted = ctl[_CANCELLED] == 0 and (
+        ins + 1 - dels <= plan[P_MIN_SIZE] or (ins + 1) * samples_per_insert - smp <= max_diff
+    )
+    if not admitted:
+        mutex_unlock(ctl_mutex)
+        return BLOCKED, -1, -1, 0, died, 0, 0
+    new_episode = shard < 0
+    if new_episode:
+        shard = 0
+        if s_count > 1:  # fewest open episodes, then fewest steps assigned; ties rotate with the writer
+            shard = writer_id % s_count
+            for k in range(1, s_count):
+                i = (k + writer_id) % s_count
+                o, b = ctl[_CTL_FIXED + s_count + i], ctl[_CTL_FIXED + s_count + shard]
+                if o < b or (o == b and ctl[_CTL_FIXED + i] < ctl[_CTL_FIXED + shard]):
+                    shard = i
+        if not end:
+            ctl[_CTL_FIXED + s_count + shard] += 1
+    ctl[_CTL_FIXED + shard] += count
+    seq_base = ctl[_GSEQ]
+    ctl[_GSEQ] = seq_base + count
+    mutex_unlock(ctl_mutex)
+    # 2. the shard commit (shard mutex)
+    base = P_ROW_BYTES + nf + shard * (SHARD_WORDS + nf)
+    sh_mutex = plan[base]
+    meta = int64_at(plan[base + 1], _META_LEN)
+    steps = int64_at(plan[base + 2], 3 * cap)
+    recs = int64_at(plan[base + 3], 4 * cap)
+    rc = _lock(sh_mutex)
+    if rc < 0:
+        return FAILED, shard, -1, -rc, died, 0, 0
+    hole_at, hole = 0, 0
+    if rc == 1:  # its holder died mid-commit: the reserved slots become a hole (ShardStorage._repair)
+        died += 1
+        wp, rp = meta[_WRITE_POS], meta[_RESERVE_POS]
+        if rp > wp:
+            for p in range(wp, rp):
+                steps[(p % cap) * 3] = -1
+            meta[_HOLES] += rp - wp
+            meta[_WRITE_POS] = rp
+            hole_at, hole = wp, rp - wp
+    wp = meta[_WRITE_POS]
+    if wp + count >= _MAX_POSITION:
+        mutex_unlock(sh_mutex)
+        return OVERFLOW, shard, record, 0, died, hole_at, hole
+    extend = False
+    r = 0
+    if not new_episode:
+        r = (record % cap) * 4
+        extend = (
+            recs[r + _REC_ID] == record
+            and (recs[r + _REC_FLAGS] & _OPEN) != 0
+            and recs[r + _REC_START] + recs[r + _REC_LENGTH] == wp
+        )
+    if not extend:
+        if not new_episode and recs[r + _REC_ID] == record:
+            recs[r + _REC_FLAGS] &= ~_OPEN  # the old part ends at its last committed step
+        new = meta[_N_RECORDS]
+        meta[_N_RECORDS] = new + 1
+        r = (new % cap) * 4
+        recs[r + _REC_ID] = new
+        recs[r + _REC_START] = wp
+        recs[r + _REC_LENGTH] = 0
+        recs[r + _REC_FLAGS] = _OPEN | (0 if new_episode else _CONTINUATION)
+        record = new
+    lo, hi = max(0, wp - cap), max(0, wp + count - cap)
+    meta[_RESERVE_POS] = wp + count
+    compiler_fence()  # the reserve position is stored before any slot changes
+    overwritten = 0
+    for p in range(lo, hi):
+        c = (p % cap) * 3
+        if steps[c] >= 0 and (steps[c + 2] & 1) == 0:
+            overwritten += 1
+    first = wp % cap
+    n1 = min(count, cap - first)
+    for j in range(nf):
+        rb = plan[P_ROW_BYTES + j]
+        ring, src = plan[base + SHARD_WORDS + j], sources[1 + j]
+        copy_at(ring + first * rb, src, n1 * rb)
+        if count > n1:
+            copy_at(ring, src + n1 * rb, (count - n1) * rb)
+    for i in range(count):
+        c = first + i
+        if c >= cap:
+            c -= cap
+        steps[3 * c] = record
+        steps[3 * c + 1] = seq_base + i
+        steps[3 * c + 2] = 0
+    compiler_fence()  # every slot is written before the write position publishes them
+    recs[r + _REC_LENGTH] += count
+    if end:
+        recs[r + _REC_FLAGS] &= ~_OPEN
+    meta[_WRITE_POS] = wp + count
+    meta[_COMMITS] += 1
+    mutex_unlock(sh_mutex)
+    # 3. the counts and the wake-up (control mutex)
+    rc = _lock(ctl_mutex)
+    if rc < 0:
+        return FAILED, shard, record, -rc, died, hole_at, hole
+    died += rc
+    ctl[_INSERTS] += count
+    ctl[_DELETES] += overwritten
+    if end and not new_episode:
+        ctl[_CTL_FIXED + s_count + shard] -= 1
+    cond_broadcast(plan[P_CTL_COND])
+    mutex_unlock(ctl_mutex)
+    return OK, shard, record, overwritten, died, hole_at, hole

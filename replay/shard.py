@@ -195,6 +195,24 @@ class ShardStorage:
             self.index_region.handle(), tuple((n, self.column_regions[n].handle()) for n in self.spec)
         )
 
+    def addresses(self) -> tuple[int, ...]:
+        """Addresses (in this process) of the mutex, meta, step index, records and each field's ring in
+        spec order: a shard's words of a `replay.commit_kernel` plan (valid while the regions are mapped)."""
+        raw = self.index_region.numpy()
+        base = raw.ctypes.data
+        rings = tuple(self.columns[n].ctypes.data for n in self.spec)
+        return (base, base + _META_OFF, base + _STEPS_OFF, base + _STEPS_OFF + 24 * self.capacity, *rings)
+
+    def report_repair(self, start: int, n: int) -> None:
+        """Log the hole of ``n`` steps from position ``start`` that a dead writer's commit left."""
+        logger.warning(
+            "shard %d: a writer died mid-commit; %d steps at positions [%d, %d) are a hole",
+            self.shard_id,
+            n,
+            start,
+            start + n,
+        )
+
     def regions(self) -> list[Region]:
         return [self.index_region, *self.column_regions.values()]
 
@@ -226,13 +244,7 @@ class ShardStorage:
             self.steps[slots, 0] = -1
             self.meta[HOLES] += rp - wp
             self.meta[WRITE_POS] = rp
-            logger.warning(
-                "shard %d: a writer died mid-commit; %d steps at positions [%d, %d) are a hole",
-                self.shard_id,
-                rp - wp,
-                wp,
-                rp,
-            )
+            self.report_repair(wp, rp - wp)
 
     # -- reads (lock held)
     @property

@@ -4,7 +4,7 @@ Both the store's owner and the processes that attach it by handle hold one. It i
 `replay.writer.TrajectoryWriter` writes to: `TrajectoryStorage.commit` appends a chunk of staged steps
 to one shard in three steps:
 
-1. Under the control block's mutex (`Control`): wait until the rate limiter admits the insert,
+1. Under the control block's mutex (`replay.control.Control`): wait until the rate limiter admits the insert,
    pick the shard (an episode's later chunks go to the shard of its first; a new episode to the
    shard with the fewest open episodes, then the fewest steps assigned) and take a range of global
    commit sequence numbers.
@@ -13,6 +13,10 @@ to one shard in three steps:
    A chunk extends its record only if it lands right after it; otherwise it starts a record flagged
    as a continuation, and windows never cross the cut.
 3. Under the control mutex: count the inserted and overwritten steps and wake waiters.
+
+A writer's commit runs the three steps as one compiled call (`replay.commit_kernel.commit_chunk`: the
+same locks, through `replay.sync_kernels`) when the rate limiter admits it at once; a commit that must
+wait, and a caller without a writer's `TrajectoryStorage.sources`, run them in Python.
 
 Steps become visible to samplers at step 2's end. A sampler copies windows without a lock and then
 re-checks the shard's floor under its mutex (`TrajectoryStorage.stale`); both the writer's copy and
@@ -32,6 +36,8 @@ writer / sampler split.
 
 from __future__ import annotations
 
+import errno
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -39,105 +45,16 @@ from typing import Any
 
 import numpy as np
 
-from graphrl.memory import MemoryManager, Region, RegionHandle
-from replay._sync import SLOT_BYTES, SharedCondition, SharedMutex
+from graphrl.memory import MemoryManager, RegionHandle
+from replay.commit_kernel import FAILED, OK, OVERFLOW, build_plan, commit_chunk
+from replay.control import GSEQ, WRITERS, Control
 from replay.rate_limiter import DELETES, INSERTS, RateLimiter, rate_limiter_from_config
-from replay.shard import ShardHandle, ShardStorage
+from replay.shard import MAX_POSITION, ShardHandle, ShardStorage
 from replay.spec import TrajectorySpec
 
 __all__ = ["GSEQ", "WRITERS", "Control", "Episode", "StorageViews", "StoreHandle", "TrajectoryStorage"]
 
-# control fields (int64) after the rate limiter's four counters
-GSEQ, WRITERS = 4, 5
-_CTL_FIXED = 8
-_CTL_OFF = 2 * SLOT_BYTES
-
-
-class Control:
-    """The store-wide control block: mutex and condition, rate-limiter counters, sequence, shard loads.
-
-    Attributes
-    ----------
-    cond : SharedCondition
-        Guards everything below; notified on every counter change.
-    counters : numpy.ndarray, int64 [4]
-        The rate limiter's ``[inserts, samples, deletes, cancelled]``.
-    ctl : numpy.ndarray, int64 [8 + 2 S]
-        ``ctl[GSEQ]`` next global sequence number; ``ctl[WRITERS]`` writers ever made;
-        ``assigned`` (steps per shard) and ``open`` (open episodes per shard) follow.
-    """
-
-    def __init__(self, region: Region, num_shards: int, create: bool) -> None:
-        self.region = region
-        self.num_shards = num_shards
-        raw = region.numpy()
-        self.mutex = SharedMutex(raw[:SLOT_BYTES], create=create)
-        self.cond = SharedCondition(raw[SLOT_BYTES : 2 * SLOT_BYTES], self.mutex, create=create)
-        self.ctl = raw[_CTL_OFF : _CTL_OFF + 8 * (_CTL_FIXED + 2 * num_shards)].view(np.int64)
-        self.counters = self.ctl[:4]
-        self.assigned = self.ctl[_CTL_FIXED : _CTL_FIXED + num_shards]
-        self.open = self.ctl[_CTL_FIXED + num_shards : _CTL_FIXED + 2 * num_shards]
-        if create:
-            self.ctl[:] = 0
-
-    @staticmethod
-    def nbytes(num_shards: int) -> int:
-        return _CTL_OFF + 8 * (_CTL_FIXED + 2 * num_shards)
-
-    @classmethod
-    def create(
-        cls, memory: MemoryManager, num_shards: int, tier: str = "shared", fallback: tuple[str, ...] = ()
-    ) -> Control:
-        region = memory.allocate(
-            (cls.nbytes(num_shards),), "uint8", tier, owner="replay.control", fallback=fallback
-        )
-        return cls(region, num_shards, create=True)
-
-    def choose_shard(self, writer_id: int) -> int:
-        """The shard for a new episode (mutex held): fewest open episodes, then fewest steps assigned."""
-        s = self.num_shards
-        if s == 1:
-            return 0
-        order = (np.arange(s) + writer_id) % s  # rotate ties between writers
-        best = min(order, key=lambda i: (int(self.open[i]), int(self.assigned[i])))
-        return int(best)
-
-    @property
-    def closed(self) -> bool:
-        return bool(self.counters[3])
-
-    def free(self) -> None:
-        if not self.region.freed:
-            self.region.free()
-
-    # -- checkpoints (mutex held)
-    def state_dict(self) -> dict[str, Any]:
-        """Rate-limiter counters, the global sequence, writers made and steps assigned per shard."""
-        return {
-            "counters": {
-                "inserts": int(self.counters[0]),
-                "samples": int(self.counters[1]),
-                "deletes": int(self.counters[2]),
-            },
-            "global_seq": int(self.ctl[GSEQ]),
-            "writers": int(self.ctl[WRITERS]),
-            "assigned": [int(x) for x in self.assigned],
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Put back `state_dict`; no episode is open afterwards (the writers that held them are gone)."""
-        with self.cond:
-            c = state["counters"]
-            self.counters[0], self.counters[1], self.counters[2] = (
-                int(c["inserts"]),
-                int(c["samples"]),
-                int(c["deletes"]),
-            )
-            self.ctl[GSEQ] = int(state["global_seq"])
-            self.ctl[WRITERS] = int(state["writers"])
-            self.assigned[:] = state["assigned"]
-            self.open[:] = 0
-            self.cond.notify_all()
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -209,6 +126,9 @@ class TrajectoryStorage:
         Default rows of a writer's staging buffers.
     timeout : float or None
         Default seconds a commit waits for the rate limiter.
+    plan : numpy.ndarray, int64, or None
+        Addresses and sizes for `replay.commit_kernel.commit_chunk` (None: a rate limiter whose
+        admission is its own; commits take the Python steps).
     """
 
     def __init__(
@@ -233,6 +153,15 @@ class TrajectoryStorage:
         self.chunk_steps = chunk_steps
         self.timeout = timeout
         self.closed = False  # this object's close() ran (its regions are freed or unmapped)
+        self.plan = None  # a rate limiter with an admission of its own: commits take the Python steps
+        if type(limiter).can_insert is RateLimiter.can_insert:
+            self.plan = build_plan(
+                control.addresses(),
+                [sh.addresses() for sh in shards],
+                [f.row_bytes for f in spec.values()],
+                capacity,
+                limiter.min_size,
+            )
 
     @property
     def store_closed(self) -> bool:
@@ -336,6 +265,38 @@ class TrajectoryStorage:
             self.control.ctl[WRITERS] += 1
             return int(self.control.ctl[WRITERS])
 
+    def sources(self, buffers: Mapping[str, np.ndarray]) -> np.ndarray:
+        """A writer's staging buffers as `commit`'s ``sources``: int64 ``[rows, address per field]``.
+
+        The buffers (one per field of the spec, ``[rows, *field_shape]``, C-contiguous) must outlive
+        every commit given these sources.
+
+        Raises
+        ------
+        ValueError
+            A buffer is missing, not C-contiguous, or not ``[rows, *field_shape]`` of the field's dtype.
+        """
+        rows = None
+        out = [0]
+        for name, f in self.spec.items():
+            b = buffers.get(name)
+            if (
+                not isinstance(b, np.ndarray)
+                or b.dtype != f.dtype
+                or b.shape[1:] != f.shape
+                or not b.flags.c_contiguous
+                or (rows is not None and b.shape[0] != rows)
+            ):
+                raise ValueError(
+                    f"buffers[{name!r}] must be a C-contiguous numpy array [rows, {f.shape}] of {f.dtype} "
+                    f"(rows the same for every field), got {type(b).__name__} "
+                    f"{getattr(b, 'shape', '')} {getattr(b, 'dtype', '')}"
+                )
+            rows = b.shape[0]
+            out.append(b.ctypes.data)
+        out[0] = rows
+        return np.array(out, dtype=np.int64)
+
     def commit(
         self,
         buffers: Mapping[str, np.ndarray],
@@ -344,11 +305,14 @@ class TrajectoryStorage:
         end: bool,
         timeout: float | None,
         writer_id: int,
+        sources: np.ndarray | None = None,
     ) -> tuple[int, int]:
         """Commit rows ``[0, count)`` of ``buffers`` (see the module docstring); return (shard, record).
 
         ``episode`` is the writer's open ``(shard, record)`` or None for a new episode; ``end`` closes
-        it. ``count == 0`` only closes ``episode``.
+        it. ``count == 0`` only closes ``episode``. ``sources`` (`sources` of ``buffers``, kept by a
+        writer) lets an admissible commit run as one compiled call (`replay.commit_kernel.commit_chunk`,
+        the same locks and steps); without it, or when the insert must wait, the steps below run in Python.
 
         Raises
         ------
@@ -356,7 +320,26 @@ class TrajectoryStorage:
             The rate limiter did not admit the insert within ``timeout`` seconds (nothing stored).
         ValueError
             The store was closed.
+        OverflowError
+            The shard would pass 2^39 positions (the key layout's limit).
         """
+        plan = self.plan
+        if sources is not None and plan is not None and 0 < count <= sources[0] and count <= self.capacity:
+            shard, record = (-1, -1) if episode is None else episode
+            lim = self.limiter
+            status, shard, record, overwritten, died, hole_at, hole = commit_chunk(
+                plan, sources, count, shard, record, end, writer_id, lim.samples_per_insert, lim.max_diff
+            )
+            if died:
+                self._report_dead_holder(shard, died, hole_at, hole)
+            if status == OK:
+                return shard, record
+            if status == OVERFLOW:
+                raise OverflowError(f"shard {shard} reached {MAX_POSITION} positions, the key layout's limit")
+            if status == FAILED:
+                what = errno.errorcode.get(overwritten, overwritten)
+                raise OSError(overwritten, f"a replay-store lock call failed: {what}")
+            # BLOCKED: the Python steps below wait for the rate limiter
         ctl = self.control
         if count == 0:
             if episode is None:
@@ -398,6 +381,12 @@ class TrajectoryStorage:
                 ctl.open[shard] -= 1
             ctl.cond.notify_all()
         return shard, record
+
+    def _report_dead_holder(self, shard: int, died: int, hole_at: int, hole: int) -> None:
+        """Log what `commit_chunk` found: mutexes whose holder had died, the hole it repaired."""
+        logger.warning("a process died while holding a replay-store lock; recovering it (%d)", died)
+        if hole:
+            self.shards[shard].report_repair(hole_at, hole)
 
     def open_episode(self, shard: int) -> None:
         """Count one more episode open on ``shard`` (a writer's continuation record)."""
@@ -476,4 +465,3 @@ class StorageViews:
     @property
     def memory(self) -> MemoryManager:
         return self.storage.memory
-

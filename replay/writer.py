@@ -80,10 +80,11 @@ class TrajectoryWriter:
             self._free()
             raise
         self._stager = StepStager(self.spec, buffers, self._commit_chunk)
-        # column signatures ((name, type, dtype, per-step shape) in the caller's order) that passed the
-        # spec's checks, each with the staging buffers in that order: `extend` checks such a call by one
-        # tuple comparison instead of the spec's per-field checks
-        self._signatures: dict[tuple, tuple[np.ndarray, ...]] = {}
+        self._sources = storage.sources(buffers)  # the buffers' addresses: commits run as one compiled call
+        # column signatures that passed the spec's checks, by field names in the caller's order: per field
+        # the staging buffer, the dtype and the per-step shape of numpy columns; `extend` checks a call
+        # with the same names against them (type, dtype, shape, common length) instead of the spec's checks
+        self._signatures: dict[tuple[str, ...], tuple[tuple[np.ndarray, np.dtype, tuple[int, ...]], ...]] = {}
         self._episode: tuple[int, int] | None = None  # (shard, record) of the episode open in the store
         self.steps_written = 0
         self.episodes_written = 0
@@ -125,26 +126,32 @@ class TrajectoryWriter:
         """
         self._check_open("extend")
         stager = self._stager
-        if type(steps) is dict:  # a signature seen before, fitting the free rows: stage it directly
-            try:
-                shapes = [v.shape for v in steps.values()]
-                t = shapes[0][0]
-                sig = tuple(
-                    [(k, type(v), v.dtype, s[1:]) for (k, v), s in zip(steps.items(), shapes, strict=True)]
-                )
-                same = all(s[0] == t for s in shapes)
-            except (AttributeError, IndexError, TypeError):
-                sig, same = None, False
-            dsts = self._signatures.get(sig) if same else None
-            if dsts is not None and 0 < t <= stager.chunk_steps - stager.pending:
-                p = stager.pending
-                for dst, v in zip(dsts, steps.values(), strict=True):
-                    dst[p : p + t] = v
-                stager.pending = p + t
-                return
+        if type(steps) is dict:  # a column signature seen before, fitting the free rows: stage it directly
+            known = self._signatures.get(tuple(steps))
+            if known is not None:
+                t = -1
+                for (_, dtype, tail), v in zip(known, steps.values(), strict=True):
+                    if type(v) is not np.ndarray or v.dtype != dtype:
+                        break
+                    shape = v.shape
+                    if not shape or shape[1:] != tail or (t >= 0 and shape[0] != t):
+                        break
+                    t = shape[0]
+                else:
+                    p = stager.pending
+                    if 0 < t <= stager.chunk_steps - p:
+                        for (dst, _, _), v in zip(known, steps.values(), strict=True):
+                            dst[p : p + t] = v
+                        stager.pending = p + t
+                        return
             stager.extend(steps)  # the spec's checks (raises on bad input, nothing staged)
-            if same and sig is not None and all(type(v) is np.ndarray for v in steps.values()):
-                self._signatures[sig] = tuple(stager.columns[k] for k in steps)
+            values = list(steps.values())
+            if all(type(v) is np.ndarray and v.ndim >= 1 for v in values) and (
+                len({v.shape[0] for v in values}) == 1
+            ):
+                self._signatures[tuple(steps)] = tuple(
+                    (stager.columns[k], v.dtype, v.shape[1:]) for k, v in steps.items()
+                )
             return
         stager.extend(steps)
 
@@ -208,7 +215,9 @@ class TrajectoryWriter:
 
     def _commit_chunk(self, columns: dict[str, np.ndarray], count: int, end: bool = False) -> None:
         """Commit the ``count`` staged rows of ``columns`` (the stager frees them once this returns)."""
-        shard, record = self._storage.commit(columns, count, self._episode, end, self.timeout, self.writer_id)
+        shard, record = self._storage.commit(
+            columns, count, self._episode, end, self.timeout, self.writer_id, self._sources
+        )
         self.steps_written += count
         self._episode = None if end else (shard, record)
 

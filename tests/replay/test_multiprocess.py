@@ -188,11 +188,10 @@ def dying_writer(handle) -> None:
         rings[0][first * rb : first * rb + n] = srcs[0][:n]
         os.kill(os.getpid(), signal.SIGKILL)
 
-    shard.write_steps = copy_then_die  # the commit's kernel (replay.commit_kernel), looked up per call
+    shard.write_steps = copy_then_die  # the Python commit's kernel (replay.commit_kernel), looked up per call
     store = ReplayStore.attach(handle)
-    w = store.writer()
-    w.extend(episode(7, 7, 10))
-    w.end_episode()
+    storage = store.storage  # without a writer's sources: the Python steps, which call write_steps
+    storage.commit(episode(7, 7, 10), 10, None, True, None, storage.new_writer_id())
 
 
 def test_a_writer_killed_mid_commit_leaves_a_hole_not_a_deadlock():
@@ -205,7 +204,8 @@ def test_a_writer_killed_mid_commit_leaves_a_hole_not_a_deadlock():
         proc.start()
         proc.join(60)
         assert proc.exitcode == -signal.SIGKILL
-        w.extend(episode(0, 1, 6))  # takes the dead writer's lock, repairs it and commits after the hole
+        # the writer's compiled commit takes the dead writer's lock, repairs it and commits after the hole
+        w.extend(episode(0, 1, 6))
         w.end_episode()
         shard = store.storage.shards[0]
         assert shard.meta[3] == 10  # holes

@@ -1,0 +1,125 @@
+"""Control: a replay store's control block: its mutex and condition, the rate limiter's counters, the
+global commit sequence, writers made, and per shard the steps assigned and the episodes left open.
+
+One region for the whole store (the shared tier by default, so that actor processes attach it by
+name); `replay.storage.TrajectoryStorage` makes or maps it, and every commit takes its mutex twice
+(admission and shard choice; counts and wake-up: the commit protocol of `replay.storage`), as does the
+rate limiter's wait (`replay.rate_limiter.RateLimiterState` over ``counters`` and ``cond``).
+
+>>> control = Control.create(memory, num_shards)
+>>> with control.cond:
+...     shard = control.choose_shard(writer_id)
+
+References
+----------
+DeepMind Reverb: a table's rate limiter over insert and sample counts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from graphrl.memory import MemoryManager, Region
+from replay._sync import SLOT_BYTES, SharedCondition, SharedMutex
+
+__all__ = ["GSEQ", "WRITERS", "Control"]
+
+# control fields (int64) after the rate limiter's four counters
+GSEQ, WRITERS = 4, 5
+_CTL_FIXED = 8
+_CTL_OFF = 2 * SLOT_BYTES
+
+
+class Control:
+    """The store-wide control block: mutex and condition, rate-limiter counters, sequence, shard loads.
+
+    Attributes
+    ----------
+    cond : SharedCondition
+        Guards everything below; notified on every counter change.
+    counters : numpy.ndarray, int64 [4]
+        The rate limiter's ``[inserts, samples, deletes, cancelled]``.
+    ctl : numpy.ndarray, int64 [8 + 2 S]
+        ``ctl[GSEQ]`` next global sequence number; ``ctl[WRITERS]`` writers ever made;
+        ``assigned`` (steps per shard) and ``open`` (open episodes per shard) follow.
+    """
+
+    def __init__(self, region: Region, num_shards: int, create: bool) -> None:
+        self.region = region
+        self.num_shards = num_shards
+        raw = region.numpy()
+        self.mutex = SharedMutex(raw[:SLOT_BYTES], create=create)
+        self.cond = SharedCondition(raw[SLOT_BYTES : 2 * SLOT_BYTES], self.mutex, create=create)
+        self.ctl = raw[_CTL_OFF : _CTL_OFF + 8 * (_CTL_FIXED + 2 * num_shards)].view(np.int64)
+        self.counters = self.ctl[:4]
+        self.assigned = self.ctl[_CTL_FIXED : _CTL_FIXED + num_shards]
+        self.open = self.ctl[_CTL_FIXED + num_shards : _CTL_FIXED + 2 * num_shards]
+        if create:
+            self.ctl[:] = 0
+
+    def addresses(self) -> tuple[int, int, int]:
+        """Addresses (in this process) of the mutex, the condition and the int64 words (``counters``
+        first): the control words of a `replay.commit_kernel` plan."""
+        base = self.region.numpy().ctypes.data
+        return base, base + SLOT_BYTES, base + _CTL_OFF
+
+    @staticmethod
+    def nbytes(num_shards: int) -> int:
+        return _CTL_OFF + 8 * (_CTL_FIXED + 2 * num_shards)
+
+    @classmethod
+    def create(
+        cls, memory: MemoryManager, num_shards: int, tier: str = "shared", fallback: tuple[str, ...] = ()
+    ) -> Control:
+        region = memory.allocate(
+            (cls.nbytes(num_shards),), "uint8", tier, owner="replay.control", fallback=fallback
+        )
+        return cls(region, num_shards, create=True)
+
+    def choose_shard(self, writer_id: int) -> int:
+        """The shard for a new episode (mutex held): fewest open episodes, then fewest steps assigned."""
+        s = self.num_shards
+        if s == 1:
+            return 0
+        order = (np.arange(s) + writer_id) % s  # rotate ties between writers
+        best = min(order, key=lambda i: (int(self.open[i]), int(self.assigned[i])))
+        return int(best)
+
+    @property
+    def closed(self) -> bool:
+        return bool(self.counters[3])
+
+    def free(self) -> None:
+        if not self.region.freed:
+            self.region.free()
+
+    # -- checkpoints (mutex held)
+    def state_dict(self) -> dict[str, Any]:
+        """Rate-limiter counters, the global sequence, writers made and steps assigned per shard."""
+        return {
+            "counters": {
+                "inserts": int(self.counters[0]),
+                "samples": int(self.counters[1]),
+                "deletes": int(self.counters[2]),
+            },
+            "global_seq": int(self.ctl[GSEQ]),
+            "writers": int(self.ctl[WRITERS]),
+            "assigned": [int(x) for x in self.assigned],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Put back `state_dict`; no episode is open afterwards (the writers that held them are gone)."""
+        with self.cond:
+            c = state["counters"]
+            self.counters[0], self.counters[1], self.counters[2] = (
+                int(c["inserts"]),
+                int(c["samples"]),
+                int(c["deletes"]),
+            )
+            self.ctl[GSEQ] = int(state["global_seq"])
+            self.ctl[WRITERS] = int(state["writers"])
+            self.assigned[:] = state["assigned"]
+            self.open[:] = 0
+            self.cond.notify_all()

@@ -1,0 +1,123 @@
+"""Numba building blocks over raw addresses: the process-shared mutex and condition calls, int64 views,
+byte copies and a compiler fence, for kernels that run a whole commit protocol in one call.
+
+`replay._sync` places robust, process-shared ``pthread_mutex_t`` / ``pthread_cond_t`` objects in shared
+regions and calls them through ctypes; a numba kernel that takes those locks itself (the shard commit of
+`replay.commit_kernel.commit_chunk`) calls the same libc functions through these intrinsics, on the
+same objects, so Python callers and compiled callers exclude each other as before:
+
+- `mutex_lock`, `mutex_unlock`, `mutex_consistent`, `cond_broadcast`: ``int32 f(void *)`` libc calls on
+  the object at an address (an ``int64``); they return the pthread error code (`EOWNERDEAD` from a
+  lock: the previous holder died, the caller holds the mutex and must make it consistent).
+- `int64_at(address, n)`: an int64 array view of ``n`` items at an address (no ownership, no checks).
+- `copy_at(dst, src, nbytes)`: one ``llvm.memcpy`` between addresses.
+- `compiler_fence()`: no load or store moves across it at compile time (a commit publishes its reserve
+  position before its copy, as the Python path does between its numpy stores and its kernel call).
+
+The libc symbols are registered with LLVM by address at import, so functions using them stay cacheable
+(``cache=True``: the object code names the symbols, resolved when it is loaded). Addresses come from the
+objects that own the memory (`replay.control.Control.addresses`, `replay.shard.ShardStorage.addresses`);
+they are valid while those regions are mapped. For numba code only; nothing is checked.
+
+References
+----------
+POSIX ``pthread_mutex_lock`` / ``pthread_mutex_consistent`` (robust mutexes); LLVM ``fence
+syncscope("singlethread")``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+
+import numba as nb
+from llvmlite import binding as llvm
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.extending import intrinsic
+
+__all__ = [
+    "EOWNERDEAD",
+    "compiler_fence",
+    "cond_broadcast",
+    "copy_at",
+    "int64_at",
+    "mutex_consistent",
+    "mutex_lock",
+    "mutex_unlock",
+]
+
+EOWNERDEAD = errno.EOWNERDEAD
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_NAMES = ("pthread_mutex_lock", "pthread_mutex_unlock", "pthread_mutex_consistent", "pthread_cond_broadcast")
+for _name in _NAMES:  # the same functions (default symbol versions) ctypes calls in replay._sync
+    llvm.add_symbol(_name, ctypes.cast(getattr(_libc, _name), ctypes.c_void_p).value)
+
+_I8P = ir.IntType(8).as_pointer()
+
+
+def _pthread_call(fname: str):
+    """An intrinsic ``int32 fname(void *)`` taking the object's address as an integer."""
+
+    @intrinsic
+    def call(typingctx, addr):  # pragma: no cover - compiled
+        sig = types.int32(types.int64)
+
+        def codegen(context, builder, signature, args):
+            fn = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(ir.IntType(32), [_I8P]), fname
+            )
+            return builder.call(fn, [builder.inttoptr(args[0], _I8P)])
+
+        return sig, codegen
+
+    return call
+
+
+mutex_lock = _pthread_call("pthread_mutex_lock")
+mutex_unlock = _pthread_call("pthread_mutex_unlock")
+mutex_consistent = _pthread_call("pthread_mutex_consistent")
+cond_broadcast = _pthread_call("pthread_cond_broadcast")
+
+
+@intrinsic
+def _int64_ptr(typingctx, addr):  # pragma: no cover - compiled
+    ptrty = types.CPointer(types.int64)
+    sig = ptrty(types.int64)
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(ptrty))
+
+    return sig, codegen
+
+
+@nb.njit(cache=True, inline="always")
+def int64_at(addr, n):  # pragma: no cover - compiled
+    """An int64 array of ``n`` items at ``addr`` (a view: no copy, no ownership)."""
+    return nb.carray(_int64_ptr(addr), n)
+
+
+@intrinsic
+def copy_at(typingctx, dst, src, nbytes):  # pragma: no cover - compiled
+    """``memcpy(dst, src, nbytes)`` between addresses (int64); the ranges must not overlap."""
+    sig = types.void(types.int64, types.int64, types.int64)
+
+    def codegen(context, builder, signature, args):
+        d, s, n = args
+        cgutils.raw_memcpy(builder, builder.inttoptr(d, _I8P), builder.inttoptr(s, _I8P), n, 1)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def compiler_fence(typingctx):  # pragma: no cover - compiled
+    """No load or store is moved across this point by the compiler (no instruction is emitted)."""
+    sig = types.void()
+
+    def codegen(context, builder, signature, args):
+        builder.fence("seq_cst", "singlethread")
+        return context.get_dummy_value()
+
+    return sig, codegen
