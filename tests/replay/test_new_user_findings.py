@@ -1,0 +1,232 @@
+"""Findings of a new user's attack on the replay store (writers, priorities, weights, checkpoints).
+
+One test per bug, each asserting the correct behaviour and marked ``xfail(strict=True)`` until it is fixed.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from graphrl.memory import MemoryManager
+from replay import Prioritized, ReplayStore
+
+
+@pytest.fixture
+def mm():
+    manager = MemoryManager()
+    yield manager
+    manager.close()
+
+
+def _keys_by_x(store: ReplayStore, n: int) -> np.ndarray:
+    """The key of each step ``x = 0 .. n - 1`` (single-step windows), collected from uniform-ish draws."""
+    keys: dict[int, int] = {}
+    for _ in range(50):
+        b = store.sample(64, window=1)
+        keys.update(zip(b["x"][:, 0].tolist(), b.keys.tolist(), strict=True))
+        if len(keys) == n:
+            break
+    assert len(keys) == n
+    return np.array([keys[i] for i in range(n)], dtype=np.int64)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "writer(timeout=...) is not checked (replay/store.py writer, replay/attach.py writer): a str "
+        "fails later in a blocked commit with a TypeError not naming 'timeout', -1 and inf are accepted, "
+        "NaN makes a blocked commit wait forever; sample() checks the same argument (check_timeout)"
+    ),
+)
+@pytest.mark.parametrize("bad", ["1", -1.0, float("nan"), float("inf")])
+def test_writer_timeout_is_checked_when_the_writer_is_made(mm, bad):
+    store = ReplayStore({"x": ((), "int64")}, 64, memory=mm, timeout=1.0)
+    with pytest.raises((TypeError, ValueError), match="timeout"):
+        store.writer(timeout=bad)
+    store.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "FieldSpec._scalar (replay/spec.py) range-checks Python ints only for integer fields: 10**6 or "
+        "70000.0 for a float16 field is stored as inf (numpy only warns), though the spec says Python "
+        "scalars are accepted only when lossless"
+    ),
+)
+def test_a_python_scalar_overflowing_a_float_field_raises_and_stores_nothing(mm):
+    store = ReplayStore({"h": ((), "float16")}, 16, memory=mm, timeout=1.0)
+    w = store.writer()
+    for bad in (10**6, 70000.0):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            with pytest.raises(ValueError, match="'h'"):
+                w.append({"h": bad})
+        assert w.pending == 0
+    w.close()
+    store.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "update_priorities accepts finite priorities whose p**alpha sum overflows "
+        "(draw_kernels.updates_valid checks each p only): the mass is inf, every probability 0, every "
+        "weight NaN and the draw degenerates to one item"
+    ),
+)
+def test_priorities_whose_mass_overflows_are_rejected_or_still_sample_sanely(mm):
+    store = ReplayStore({"x": ((), "int64")}, 16, selector=Prioritized(1.0), memory=mm, seed=3, timeout=1.0)
+    with store.writer() as w:
+        w.extend({"x": np.arange(8, dtype=np.int64)})
+    keys = _keys_by_x(store, 8)
+    try:
+        store.update_priorities(keys, np.full(8, 1e308))
+    except ValueError:  # rejecting them (naming the overflow) is correct too
+        assert store.selector_mass() == (8, 8.0)
+    else:
+        for window in (1, 2):
+            b = store.sample(32, window=window, beta=0.5)
+            assert np.isfinite(b.weights.numpy()).all()
+            assert (b.probabilities.numpy() > 0).all()
+            assert len(set(b["x"][:, 0].tolist())) > 1
+    store.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "sample(window=1, beta=<0-d tensor>) passes beta unconverted to the fused transition kernel "
+        "(replay/sampler.py _sample_transitions): numba TypingError, while window=2 "
+        "(batch.importance_weights does float(beta)) accepts it"
+    ),
+)
+def test_a_tensor_beta_samples_transitions_as_it_samples_windows(mm):
+    store = ReplayStore({"x": ((), "int64")}, 16, selector=Prioritized(0.5), memory=mm, seed=0, timeout=1.0)
+    with store.writer() as w:
+        w.extend({"x": np.arange(8, dtype=np.int64)})
+    b2 = store.sample(4, window=2, beta=torch.tensor(0.5))  # the general path takes it
+    assert np.isfinite(b2.weights.numpy()).all()
+    b1 = store.sample(4, window=1, beta=torch.tensor(0.5))
+    assert np.isfinite(b1.weights.numpy()).all()
+    store.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "check_sample_args (replay/_checks.py) calls math.isfinite(beta) unguarded: beta='1' raises 'must"
+        " be real number, not str', naming neither 'beta' nor the value"
+    ),
+)
+def test_a_non_numeric_beta_raises_naming_beta(mm):
+    store = ReplayStore({"x": ((), "int64")}, 16, selector=Prioritized(0.5), memory=mm, timeout=1.0)
+    with store.writer() as w:
+        w.extend({"x": np.arange(8, dtype=np.int64)})
+    before = store.counters()
+    with pytest.raises(TypeError, match="beta"):
+        store.sample(4, beta="1")
+    assert store.counters() == before
+    store.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "restore keeps the OPEN flag of an episode a writer had open at the checkpoint: episodes() "
+        "reports it open though no writer can continue it; docs/architecture.md#checkpoints says "
+        "restoring closes every open episode (only Control.open is reset)"
+    ),
+)
+def test_restore_closes_the_episodes_left_open_by_writers(mm, tmp_path):
+    store = ReplayStore({"x": ((), "int64")}, 16, memory=mm, timeout=1.0)
+    with store.writer() as w:
+        w.extend({"x": np.arange(8, dtype=np.int64)})
+    w = store.writer(chunk_steps=2)
+    w.extend({"x": np.arange(5, dtype=np.int64)})  # 4 steps committed, the episode still open
+    assert [e.open for e in store.episodes()] == [False, True]
+    store.checkpoint(tmp_path)
+    restored = ReplayStore.restore(tmp_path)
+    try:
+        assert [e.length for e in restored.episodes()] == [8, 4]
+        assert [e.open for e in restored.episodes()] == [False, False]
+    finally:
+        restored.close()
+        w.close()
+        store.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "check_priorities (replay/selectors.py) casts with np.asarray(dtype=float64): string priorities "
+        "are parsed, complex ones lose their imaginary part (a ComplexWarning only), though "
+        "update_priorities documents float priorities"
+    ),
+)
+@pytest.mark.parametrize("bad", [np.array(["1"] * 8), np.ones(8, dtype=np.complex128) * (1 + 2j)])
+def test_non_real_priorities_raise_and_change_nothing(mm, bad):
+    store = ReplayStore({"x": ((), "int64")}, 16, selector=Prioritized(1.0), memory=mm, seed=3, timeout=1.0)
+    with store.writer() as w:
+        w.extend({"x": np.arange(8, dtype=np.int64)})
+    keys = _keys_by_x(store, 8)
+    before = store.selector_mass()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(TypeError, match="priorities"):
+            store.update_priorities(keys, bad)
+    assert store.selector_mass() == before
+    store.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "shards accept positions up to 2**39 (replay/shard.py MAX_POSITION, replay/commit_kernel.py "
+        "_MAX_POSITION) but a key holds POS_BITS = 35 bits of position "
+        "(replay/keys.py: 8 + 16 + 4 + 35 = 63): "
+        "past 2**35 steps through one shard the keys overflow to negative int64 and update_priorities "
+        "refuses batch.keys ('key ... is negative')"
+    ),
+)
+def test_keys_stay_valid_or_commits_stop_at_the_key_layouts_position_limit(mm):
+    from replay.keys import POS_BITS
+    from replay.shard import RESERVE_POS, WRITE_POS
+
+    store = ReplayStore({"x": ((), "int64")}, 16, selector=Prioritized(1.0), memory=mm, seed=3, timeout=1.0)
+    sh = store.storage.shards[0]
+    # stands for 2**35 - 2 steps having passed through the shard (about 10 h at 1 M steps/s)
+    sh.meta[WRITE_POS] = sh.meta[RESERVE_POS] = (1 << POS_BITS) - 2
+    try:
+        with store.writer() as w:
+            w.extend({"x": np.arange(8, dtype=np.int64)})
+    except OverflowError:  # stopping at the key layout's limit is correct too
+        store.close()
+        return
+    b = store.sample(32, window=1)
+    assert (b.keys.numpy() >= 0).all()
+    assert store.update_priorities(b.keys, np.ones(32)) > 0
+    store.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "update_priorities(keys, <bfloat16 tensor>) (TD errors under bf16 autocast) fails in "
+        "priorities.detach().cpu().numpy() (replay/table.py _plain_updates, replay/selectors.py "
+        "check_priorities) with 'Got unsupported ScalarType BFloat16', naming neither argument; "
+        "bfloat16 -> float64 is exact"
+    ),
+)
+def test_bfloat16_priorities_are_taken(mm):
+    store = ReplayStore({"x": ((), "int64")}, 16, selector=Prioritized(1.0), memory=mm, seed=3, timeout=1.0)
+    with store.writer() as w:
+        w.extend({"x": np.arange(8, dtype=np.int64)})
+    keys = _keys_by_x(store, 8)
+    assert store.update_priorities(keys, torch.full((8,), 2.0, dtype=torch.bfloat16)) == 8
+    assert store.selector_mass() == (8, 16.0)
+    store.close()
