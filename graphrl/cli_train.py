@@ -39,7 +39,7 @@ def train() -> None:
                    "BPR, one uniform negative per pair.")
 @click.option("--negatives", type=click.IntRange(min=1), default=1024, show_default=True,
               help="softmax: negatives per batch.")
-@click.option("--temperature", type=click.FloatRange(min=0, min_open=True), default=0.1, show_default=True)
+@click.option("--temperature", type=click.FloatRange(min=0, min_open=True), default=0.12, show_default=True)
 @click.option("--layers", type=click.IntRange(min=1), default=3, show_default=True)
 @click.option("--dim", "embedding_dim", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option("--batch-size", type=click.IntRange(min=1), default=2048, show_default=True,
@@ -47,7 +47,9 @@ def train() -> None:
 @click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=2e-2, show_default=True)
 @click.option("--reg", type=click.FloatRange(min=0), default=1e-4, show_default=True,
               help="L2 weight on the batch's layer-0 embeddings (LightGCN's decay).")
-@click.option("--epochs", type=click.FloatRange(min=0, min_open=True), default=1000.0, show_default=True)
+@click.option("--epochs", type=click.FloatRange(min=0, min_open=True), default=40.0, show_default=True,
+              help="Most epochs; the cosine schedule anneals over them (or over --minutes, whichever is "
+                   "used up first).")
 @click.option("--minutes", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
               help="Training-time budget (evaluations not counted).")
 @click.option("--eval-every", type=click.FloatRange(min=0, min_open=True), default=4.0, show_default=True,
@@ -59,7 +61,9 @@ def train() -> None:
 @click.option("--lr-decay", type=click.FloatRange(min=0, max=1, min_open=True), default=0.5,
               show_default=True)
 @click.option("--val-fraction", type=click.FloatRange(min=0, max=1, min_open=True, max_open=True),
-              default=0.05, show_default=True, help="Share of each user's training interactions held out.")
+              default=0.2, show_default=True,
+              help="Share of each user's training interactions held out for validation (like the test "
+                   "split's per-user share; --refit trains the final model on them too).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--init", "init", type=click.Choice(["normal", "spectral"]), default="spectral",
               show_default=True,

@@ -51,7 +51,10 @@ def test_train_recommend_defaults_are_the_documented_recipe(tmp_path):
     config = json.loads(re.search(r"^config: (\{.*\})$", result.output, re.M).group(1))
     assert (config["loss"], config["init"], config["item_bias"], config["schedule"]) == (
         "full-softmax", "spectral", True, "cosine")
-    assert (config["eval_every"], config["patience"], config["temperature"]) == (4.0, 10, 0.1)
+    assert (config["eval_every"], config["patience"], config["temperature"]) == (4.0, 10, 0.12)
+    assert "fraction 0.2)" in result.output  # the validation split's share
+    help_text = CliRunner().invoke(main, ["train", "recommend", "--help"]).output
+    assert re.search(r"--epochs FLOAT[^[]*\[default: 40\.0;", help_text)
     assert re.search(r"^best epoch 2\.00: validation recall@20 0\.\d{4}; test recall@20 0\.\d{4}",
                      result.output, re.M)
     # the refit on all training interactions is the default: to the selected step (2 epochs of 40 users
