@@ -1,7 +1,8 @@
 """Argument checks both replay stores (local and Ray) share; each raises naming the argument.
 
 >>> args = check_store_args(spec, 100_000, 4, Prioritized(0.6), None, seed=0)
->>> b, length = check_sample_args(256, 64, "tail", 0.4)
+>>> b, length = check_sample_args(256, 64, "tail")
+>>> beta = check_beta(torch.tensor(0.4))  # 0.4000000059604645, a float
 >>> target = check_device("cuda:0")     # None: the host path
 """
 
@@ -32,6 +33,7 @@ __all__ = [
     "SEED_LIMIT",
     "StoreArgs",
     "TIERS",
+    "check_beta",
     "check_chunk_steps",
     "check_device",
     "check_int",
@@ -116,7 +118,9 @@ def check_timeout(timeout: Any) -> float | None:
         Negative, NaN or infinite.
     """
     if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool)):
-        raise TypeError(f"timeout must be a number of seconds or None, got {type(timeout).__name__}")
+        raise TypeError(
+            f"timeout must be a number of seconds or None, got {type(timeout).__name__} {timeout!r}"
+        )
     if timeout is not None and (timeout < 0 or not math.isfinite(timeout)):
         raise ValueError(f"timeout must be >= 0 seconds or None, got {timeout}")
     return timeout
@@ -263,24 +267,53 @@ def check_store_args(
     )
 
 
-def check_sample_args(batch_size: Any, window: Any, pad: Any, beta: Any = 1.0) -> tuple[int, int]:
-    """The checks of ``sample(batch_size, window, pad, beta=...)``: return ``(B, L)`` as ints.
+def check_sample_args(batch_size: Any, window: Any, pad: Any) -> tuple[int, int]:
+    """The checks of ``sample(batch_size, window, pad)``: return ``(B, L)`` as ints (``beta``: `check_beta`).
 
     Raises
     ------
     TypeError
         ``batch_size`` or ``window`` not an int (bools included).
     ValueError
-        ``batch_size`` not in [1, 2**31 - 1], ``window`` not in [1, 65536], ``pad`` neither
-        ``"tail"`` nor ``"head"``, or ``beta`` not finite and >= 0.
+        ``batch_size`` not in [1, 2**31 - 1], ``window`` not in [1, 65536], or ``pad`` neither
+        ``"tail"`` nor ``"head"``.
     """
     batch_size = check_int("batch_size", batch_size, 1, MAX_BATCH)
     window = check_int("window", window, 1, MAX_WINDOW)
     if pad not in PADS:
         raise ValueError(f"pad must be 'tail' or 'head', got {pad!r}")
-    if not math.isfinite(beta) or beta < 0:
-        raise ValueError(f"beta must be finite and >= 0, got {beta}")
     return batch_size, window
+
+
+def check_beta(beta: Any) -> float:
+    """``sample(beta=...)``, PER's importance-weight exponent, as a float: finite and >= 0.
+
+    Python and numpy ints and floats are taken, and 0-d tensors or arrays of an integer or floating
+    dtype (``float(beta)``: a CUDA tensor is read once); bools are not numbers here.
+
+    Raises
+    ------
+    TypeError
+        Not a real number: a str, a bool, a complex number, a tensor or array of more than one element
+        or of a bool or complex dtype.
+    ValueError
+        NaN, infinite or negative.
+    """
+    if isinstance(beta, torch.Tensor):
+        real = beta.ndim == 0 and not beta.is_complex() and beta.dtype != torch.bool
+        what = f"a tensor of shape {tuple(beta.shape)} and dtype {beta.dtype}"
+    elif isinstance(beta, np.ndarray):
+        real = beta.ndim == 0 and beta.dtype.kind in "iuf"
+        what = f"an array of shape {beta.shape} and dtype {beta.dtype}"
+    else:
+        real = isinstance(beta, (int, float, np.integer, np.floating)) and not isinstance(beta, bool)
+        what = f"{type(beta).__name__} {beta!r}"
+    if not real:
+        raise TypeError(f"beta must be a real number >= 0 (an int, a float or a 0-d tensor), got {what}")
+    value = float(beta)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"beta must be finite and >= 0, got {value}")
+    return value
 
 
 def check_device(device: Any) -> torch.device | None:

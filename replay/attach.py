@@ -18,7 +18,7 @@ GEAR (Wang et al., ICML 2023): actors write trajectories into shared memory in p
 from __future__ import annotations
 
 from graphrl.memory import MemoryManager
-from replay._checks import check_chunk_steps
+from replay._checks import check_chunk_steps, check_timeout
 from replay.interface import DEFAULT, OwnerOnlyCalls
 from replay.rate_limiter import RateLimiterState
 from replay.storage import Episode, StorageViews, StoreHandle, TrajectoryStorage
@@ -95,7 +95,8 @@ class AttachedStore(StorageViews, OwnerOnlyCalls):
         chunk = storage.chunk_steps if chunk_steps is None else check_chunk_steps(
             storage.spec, storage.capacity, chunk_steps
         )
-        return TrajectoryWriter(storage, chunk, storage.timeout if timeout is DEFAULT else timeout)
+        timeout = storage.timeout if timeout is DEFAULT else check_timeout(timeout)
+        return TrajectoryWriter(storage, chunk, timeout)
 
     # -- what only the owner does
 

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from replay._checks import check_device, check_keys, check_sample_args, check_timeout
+from replay._checks import check_beta, check_device, check_keys, check_sample_args, check_timeout
 from replay.interface import DEFAULT, ReplayLearnerBase
 from replay.keys import encode_keys
 from replay.rate_limiter import RateLimiterState
@@ -228,7 +228,8 @@ class StoreLearner(ReplayLearnerBase):
         Parameters, `replay.batch.Batch` and errors as `replay.store.ReplayStore.sample` (the draw runs
         in the owner, the gather here); also ``ValueError`` when the owner closed the store or is gone.
         """
-        b, length = check_sample_args(batch_size, window, pad, beta)
+        b, length = check_sample_args(batch_size, window, pad)
+        beta = check_beta(beta)
         target = check_device(device)
         st = self._attached("sample")
         left = Deadline(st.storage.timeout if timeout is DEFAULT else check_timeout(timeout))

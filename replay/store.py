@@ -49,6 +49,7 @@ import torch
 from graphrl.memory import MemoryManager
 from replay import checkpoint as ckpt
 from replay._checks import (
+    check_beta,
     check_chunk_steps,
     check_device,
     check_restore_kwargs,
@@ -319,14 +320,23 @@ class ReplayStore(StorageViews, ReplayStoreBase):
         chunk_steps : int, optional
             Staging rows (default the store's ``chunk_steps``), capped at the shard capacity.
         timeout : float or None, optional
-            Seconds a commit waits for the rate limiter; default the store's ``timeout``.
+            Seconds a commit waits for the rate limiter (finite, >= 0; None: forever); default the
+            store's ``timeout``.
+
+        Raises
+        ------
+        TypeError
+            ``timeout`` not a number or None (bools included).
+        ValueError
+            ``timeout`` negative, NaN or infinite; ``chunk_steps`` out of range.
         """
         self._check_open("writer")
         storage = self.storage
         chunk = storage.chunk_steps if chunk_steps is None else check_chunk_steps(
             storage.spec, storage.capacity, chunk_steps
         )
-        return TrajectoryWriter(storage, chunk, storage.timeout if timeout is DEFAULT else timeout)
+        timeout = storage.timeout if timeout is DEFAULT else check_timeout(timeout)
+        return TrajectoryWriter(storage, chunk, timeout)
 
     # -- sampling
     def sample(
@@ -388,10 +398,10 @@ class ReplayStore(StorageViews, ReplayStoreBase):
         sig = (batch_size, window, pad, type(beta), beta) if plain else None
         checked = self._checked.get(sig) if plain else None
         if checked is None:  # checked once per distinct signature of plain ints, str and float
-            checked = check_sample_args(batch_size, window, pad, beta)
+            checked = (*check_sample_args(batch_size, window, pad), check_beta(beta))
             if plain and len(self._checked) < 64:
                 self._checked[sig] = checked
-        b, length = checked
+        b, length, beta = checked
         left = Deadline(self.storage.timeout if timeout is DEFAULT else check_timeout(timeout))
         if device is None:
             return self._sampler.sample(b, length, pad, beta, None, left)

@@ -26,7 +26,7 @@ import ray
 import torch
 
 from graphrl.memory import MemoryManager
-from replay._checks import check_int, check_keys, check_sample_args, check_store_args
+from replay._checks import check_beta, check_int, check_keys, check_sample_args, check_store_args
 from replay.batch import Batch
 from replay.distributed import checkpoint as manifests
 from replay.distributed.attach import RayAttachedStore
@@ -397,7 +397,8 @@ class RayReplayStore(ReplayStoreBase):
             ``device`` a CUDA device while CUDA is not available (a ``ValueError`` too).
         """
         self._check_open("sample")
-        b, length = check_sample_args(batch_size, window, pad, beta)
+        b, length = check_sample_args(batch_size, window, pad)
+        beta = check_beta(beta)
         check_ray_device(device)  # before drawing (a draw counts in the rate limiter), as the local store
         timeout = self.timeout if timeout is DEFAULT else timeout
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -39,7 +39,7 @@ import torch
 
 from graphrl.errors import GPUUnavailableError
 from graphrl.memory import MemoryManager
-from replay._checks import check_device, check_keys, check_sample_args, check_timeout
+from replay._checks import check_beta, check_device, check_keys, check_sample_args, check_timeout
 from replay.distributed.group import ShardGroup
 from replay.distributed.handle import RayStoreHandle
 from replay.distributed.limiter import GlobalLimiter
@@ -169,7 +169,8 @@ class RayLearner(ReplayLearnerBase):
         device: str | torch.device | None = None,
     ) -> Batch:
         """As `replay.distributed.RayReplayStore.sample` (same parameters, `Batch` and errors)."""
-        b, length = check_sample_args(batch_size, window, pad, beta)
+        b, length = check_sample_args(batch_size, window, pad)
+        beta = check_beta(beta)
         check_ray_device(device)
         client = self._get("sample")
         timeout = self.handle.store.timeout if timeout is DEFAULT else check_timeout(timeout)

@@ -17,6 +17,7 @@ import torch
 
 from graphrl.memory import MemoryManager
 from replay import Prioritized, ReplayStore
+from replay.batch import importance_weights
 
 
 @pytest.fixture
@@ -38,19 +39,21 @@ def _keys_by_x(store: ReplayStore, n: int) -> np.ndarray:
     return np.array([keys[i] for i in range(n)], dtype=np.int64)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "writer(timeout=...) is not checked (replay/store.py writer, replay/attach.py writer): a str "
-        "fails later in a blocked commit with a TypeError not naming 'timeout', -1 and inf are accepted, "
-        "NaN makes a blocked commit wait forever; sample() checks the same argument (check_timeout)"
-    ),
+@pytest.mark.parametrize(
+    ("bad", "err"), [("1", TypeError), (True, TypeError), (-1.0, ValueError), (float("nan"), ValueError),
+                     (float("inf"), ValueError)]
 )
-@pytest.mark.parametrize("bad", ["1", -1.0, float("nan"), float("inf")])
-def test_writer_timeout_is_checked_when_the_writer_is_made(mm, bad):
+def test_writer_timeout_is_checked_when_the_writer_is_made(mm, bad, err):
     store = ReplayStore({"x": ((), "int64")}, 64, memory=mm, timeout=1.0)
-    with pytest.raises((TypeError, ValueError), match="timeout"):
+    with pytest.raises(err, match="timeout") as exc:
         store.writer(timeout=bad)
+    assert repr(bad) in str(exc.value)
+    attached = ReplayStore.attach(store.handle())
+    with pytest.raises(err, match="timeout"):
+        attached.writer(timeout=bad)
+    for good in (None, 0, 0.5):
+        store.writer(timeout=good).close()
+    attached.close()
     store.close()
 
 
@@ -101,39 +104,38 @@ def test_priorities_whose_mass_overflows_are_rejected_or_still_sample_sanely(mm)
     store.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "sample(window=1, beta=<0-d tensor>) passes beta unconverted to the fused transition kernel "
-        "(replay/sampler.py _sample_transitions): numba TypingError, while window=2 "
-        "(batch.importance_weights does float(beta)) accepts it"
-    ),
-)
-def test_a_tensor_beta_samples_transitions_as_it_samples_windows(mm):
+@pytest.mark.parametrize("beta", [torch.tensor(0.5), torch.tensor(0.5, dtype=torch.float64), np.float32(0.5),
+                                  np.array(0.5), torch.tensor(1), np.int64(1)])
+def test_a_tensor_beta_samples_transitions_as_it_samples_windows(mm, beta):
     store = ReplayStore({"x": ((), "int64")}, 16, selector=Prioritized(0.5), memory=mm, seed=0, timeout=1.0)
     with store.writer() as w:
         w.extend({"x": np.arange(8, dtype=np.int64)})
-    b2 = store.sample(4, window=2, beta=torch.tensor(0.5))  # the general path takes it
+    keys = _keys_by_x(store, 8)
+    store.update_priorities(keys, np.arange(1.0, 9.0))
+    b2 = store.sample(4, window=2, beta=beta)  # the general path takes it
     assert np.isfinite(b2.weights.numpy()).all()
-    b1 = store.sample(4, window=1, beta=torch.tensor(0.5))
+    b1 = store.sample(4, window=1, beta=beta)  # the fused transition path
     assert np.isfinite(b1.weights.numpy()).all()
+    assert torch.equal(b1.weights, importance_weights(b1.probabilities.numpy(), b1.table_size, float(beta)))
     store.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "check_sample_args (replay/_checks.py) calls math.isfinite(beta) unguarded: beta='1' raises 'must"
-        " be real number, not str', naming neither 'beta' nor the value"
-    ),
+@pytest.mark.parametrize(
+    ("bad", "err"),
+    [("1", TypeError), (True, TypeError), (np.bool_(True), TypeError), (1 + 0j, TypeError),
+     (torch.tensor([0.5, 0.5]), TypeError), (torch.tensor(True), TypeError), (None, TypeError),
+     (-0.5, ValueError), (float("nan"), ValueError), (torch.tensor(float("inf")), ValueError)],
 )
-def test_a_non_numeric_beta_raises_naming_beta(mm):
+def test_a_non_numeric_beta_raises_naming_beta(mm, bad, err):
     store = ReplayStore({"x": ((), "int64")}, 16, selector=Prioritized(0.5), memory=mm, timeout=1.0)
     with store.writer() as w:
         w.extend({"x": np.arange(8, dtype=np.int64)})
     before = store.counters()
-    with pytest.raises(TypeError, match="beta"):
-        store.sample(4, beta="1")
+    for window in (1, 2):
+        with pytest.raises(err, match="beta") as exc:
+            store.sample(4, window=window, beta=bad)
+        if isinstance(bad, (str, bool, float)):
+            assert str(bad) in str(exc.value)
     assert store.counters() == before
     store.close()
 
