@@ -12,7 +12,7 @@ happens before anything is stored, so a bad step leaves no partial trace:
   ``TypeError`` naming the field and both dtypes (no silent casts). Plain Python scalars are accepted
   when lossless for the field's kind: ``bool`` for bool fields, ``int`` for integer fields (range
   checked) and float fields, ``float`` for float fields (rounded to the field's precision, as gym
-  rewards are).
+  rewards are; a finite value beyond the field's range raises ``ValueError``, never stores inf).
 
 References
 ----------
@@ -130,7 +130,20 @@ class FieldSpec:
             raise TypeError(
                 f"field {self.name!r}: expected {self.dtype}, got Python {type(value).__name__} {value!r}"
             )
-        return np.asarray(value, dtype=self.dtype)
+        if kind != "f":
+            return np.asarray(value, dtype=self.dtype)
+        try:
+            with np.errstate(over="ignore"):
+                arr = np.asarray(value, dtype=self.dtype)
+            overflow = not np.isfinite(arr) and (isinstance(value, int) or math.isfinite(value))
+        except OverflowError:  # an int beyond float64
+            overflow = True
+        if overflow:
+            raise ValueError(
+                f"field {self.name!r}: {value!r} overflows {self.dtype} (largest finite value "
+                f"{float(np.finfo(self.dtype).max)})"
+            )
+        return arr
 
 
 class TrajectorySpec(Mapping[str, FieldSpec]):

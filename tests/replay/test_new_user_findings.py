@@ -57,24 +57,22 @@ def test_writer_timeout_is_checked_when_the_writer_is_made(mm, bad, err):
     store.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "FieldSpec._scalar (replay/spec.py) range-checks Python ints only for integer fields: 10**6 or "
-        "70000.0 for a float16 field is stored as inf (numpy only warns), though the spec says Python "
-        "scalars are accepted only when lossless"
-    ),
-)
 def test_a_python_scalar_overflowing_a_float_field_raises_and_stores_nothing(mm):
     store = ReplayStore({"h": ((), "float16")}, 16, memory=mm, timeout=1.0)
     w = store.writer()
-    for bad in (10**6, 70000.0):
+    for bad in (10**6, 70000.0, -70000.0, 65520.0, 10**400):
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            with pytest.raises(ValueError, match="'h'"):
+            warnings.simplefilter("error")  # neither stored nor warned about: refused
+            with pytest.raises(ValueError, match="'h'") as exc:
                 w.append({"h": bad})
+        assert str(bad)[:20] in str(exc.value)
         assert w.pending == 0
+    for good in (65504.0, 1e-10, float("inf"), -3):  # in range, underflow to 0, inf itself, an int
+        w.append({"h": good})
+    w.end_episode()
     w.close()
+    b = store.sample(64, window=1)
+    assert set(b["h"][:, 0].tolist()) == {65504.0, 0.0, float("inf"), -3.0}
     store.close()
 
 
