@@ -305,13 +305,14 @@ def accept_updates(
 
 
 @nb.njit(cache=True, nogil=True)
-def updates_valid(keys, p, num_shards):  # pragma: no cover - numba
-    """True when every key is >= 0 and names a shard < ``num_shards`` and every priority is finite
-    and >= 0 (``keys`` int64 [K], ``p`` float64 [K]); the caller's checks name the first bad one."""
+def updates_valid(keys, p, num_shards, limit):  # pragma: no cover - numba
+    """True when every key is >= 0 and names a shard < ``num_shards`` and every priority is finite,
+    >= 0 and <= ``limit`` (``keys`` int64 [K], ``p`` float64 [K]; ``limit`` from
+    `replay.selectors.priority_limit`); the caller's checks name the first bad one."""
     for i in range(keys.shape[0]):
         if keys[i] < 0 or (keys[i] & ((1 << SHARD_BITS) - 1)) >= num_shards:
             return False
-        if not (p[i] >= 0.0 and p[i] < np.inf):
+        if not (p[i] >= 0.0 and p[i] < np.inf and p[i] <= limit):
             return False
     return True
 

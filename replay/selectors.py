@@ -56,21 +56,38 @@ __all__ = [
     "Selector",
     "Uniform",
     "check_priorities",
+    "check_priority_mass",
+    "priority_limit",
     "selector_from_config",
 ]
 
 def check_priorities(priorities: Any, n: int | None = None, what: str = "priorities") -> np.ndarray:
-    """Return ``priorities`` as float64 [n], or raise if any is NaN, infinite or negative.
+    """Return ``priorities`` as float64 [n], or raise if they are not real, or any is NaN, inf or < 0.
+
+    Real: a numpy array (or sequence) of a floating, integer or bool dtype, or a torch tensor of such a
+    dtype on any device (bfloat16 included: its float64 values are exact).
 
     Raises
     ------
+    TypeError
+        Not real numbers: strings, complex numbers, objects (the message names the dtype).
     ValueError
         A NaN, infinite or negative value (the message counts them and shows the first), or a
         length other than ``n``.
     """
-    p = np.asarray(
-        priorities.detach().cpu().numpy() if hasattr(priorities, "detach") else priorities, dtype=np.float64
-    ).reshape(-1)
+    if hasattr(priorities, "detach"):  # a torch tensor
+        t = priorities.detach()
+        if t.is_complex():
+            raise TypeError(f"{what} must be real numbers, got a tensor of dtype {t.dtype}; nothing changed")
+        raw = t.cpu().double().numpy()
+    else:
+        raw = np.asarray(priorities)
+        if raw.dtype.kind not in "fiub":
+            raise TypeError(
+                f"{what} must be real numbers (a float or integer array or tensor), got dtype {raw.dtype}; "
+                "nothing changed"
+            )
+    p = raw.astype(np.float64, copy=False).reshape(-1)
     if n is not None and p.size != n:
         raise ValueError(f"{what}: expected {n} values, got {p.size}")
     bad = ~np.isfinite(p) | (p < 0)
@@ -81,6 +98,37 @@ def check_priorities(priorities: Any, n: int | None = None, what: str = "priorit
             f"{idx[0]}); priorities must be finite and >= 0. Nothing was changed."
         )
     return p
+
+
+def priority_limit(selector: Selector, items: int) -> float:
+    """The largest priority ``update_priorities`` takes: for `Prioritized`, ``p ** exponent`` of each
+    item stays <= the largest float64 / (2 * items), so the priority mass of ``items`` items (and every
+    sum in the tree) stays finite; ``inf`` for the other selectors (no mass) and for exponent 0."""
+    exponent = float(getattr(selector, "exponent", 0.0)) if selector.prioritized else 0.0
+    if exponent == 0.0:
+        return math.inf
+    try:
+        return (float(np.finfo(np.float64).max) / (2 * max(items, 1))) ** (1.0 / exponent)
+    except OverflowError:  # exponent < 1: every finite priority's weight fits
+        return math.inf
+
+
+def check_priority_mass(p: np.ndarray, limit: float) -> None:
+    """Raise if a priority of ``p`` (checked float64 [K]) is above ``limit`` (`priority_limit`).
+
+    Raises
+    ------
+    ValueError
+        Naming ``priorities``, how many are too large, the first and the limit; nothing is changed.
+    """
+    bad = p > limit
+    if bad.any():
+        idx = np.flatnonzero(bad)
+        raise ValueError(
+            f"priorities: {idx.size} of {p.size} are too large (first: {p[idx[0]]} at index {idx[0]}): "
+            f"they must be <= {limit:.6g} here (p ** exponent at most the largest float64 / (2 * capacity)) "
+            "so that the priority mass stays finite. Nothing was changed."
+        )
 
 
 # ------------------------------------------------------------------------------------------ configs

@@ -479,7 +479,9 @@ class ReplayStore(StorageViews, ReplayStoreBase):
         keys : torch.Tensor or array, int64 [K]
             From ``batch.keys``.
         priorities : torch.Tensor or array, float [K]
-            Finite and >= 0. For repeated keys the last value wins.
+            Finite and >= 0, of a real dtype (floating, bfloat16 included, or integer). For
+            `Prioritized`, ``p ** exponent`` at most the largest float64 / (2 * capacity), so the
+            priority mass stays finite. For repeated keys the last value wins.
 
         Returns
         -------
@@ -489,9 +491,12 @@ class ReplayStore(StorageViews, ReplayStoreBase):
 
         Raises
         ------
+        TypeError
+            Priorities that are not real numbers (strings, complex, objects); nothing is changed.
         ValueError
-            NaN, infinite or negative priorities, a length mismatch, or a key naming a shard the
-            store does not have ("shard 7"); nothing is changed. Also a store attached by handle.
+            NaN, infinite, negative or too large priorities, a length mismatch, or a key naming a
+            shard the store does not have ("shard 7"); nothing is changed. Also a store attached by
+            handle.
         """
         self._check_owner("update_priorities")
         return self.table.update_priorities(keys, priorities)

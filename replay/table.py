@@ -33,7 +33,7 @@ from replay._checks import check_keys
 from replay.draw_kernels import PAD_CODES, accept_updates, draw_windows, updates_valid, window_rows
 from replay.keys import MAX_INCARNATIONS, MAX_SHARDS, encode_keys
 from replay.selector_state import EXHAUSTED, SelectorState
-from replay.selectors import Selector, check_priorities
+from replay.selectors import Selector, check_priorities, check_priority_mass, priority_limit
 from replay.shard import EXHAUSTED as STEP_EXHAUSTED
 from replay.shard import WRITE_POS, live_parts
 from replay.storage import TrajectoryStorage
@@ -44,6 +44,7 @@ __all__ = ["META_FIELDS", "Table"]
 META_FIELDS = ("shard", "anchor", "first", "n", "dst")  # int64 [B] each: a draw's window table
 _NO_KEYS = np.zeros(0, dtype=np.int64)
 _NO_PRIORITIES = np.zeros(0)
+_NUMPY_FLOATS = (torch.float16, torch.float32, torch.float64)  # tensor dtypes with a numpy view
 _NO_WEIGHTS = np.zeros(0, dtype=np.float32)
 
 
@@ -73,6 +74,8 @@ class Table:
     ingested, filled : numpy.ndarray, int64 [S]
         Per shard, the write position the selector has learnt of, and the slots holding a position
         there (``min(ingested, capacity)``: where all are live, a uniform draw skips the descent).
+    priority_limit : float
+        The largest priority `update_priorities` takes (`replay.selectors.priority_limit`).
     fused : bool
         Whether a draw is one kernel call (Uniform or Prioritized, no ``max_times_sampled``): then
         `draw_transitions` applies.
@@ -84,6 +87,7 @@ class Table:
         self.storage = storage
         self.selector = selector
         self.prioritized = bool(selector.prioritized)
+        self.priority_limit = priority_limit(selector, storage.num_shards * storage.capacity)
         self._regions: list[Region] = []
         try:
             self.state = SelectorState(
@@ -279,9 +283,10 @@ class Table:
         applied. Raises as `replay.store.ReplayStore.update_priorities`."""
         num_shards = self.storage.num_shards
         k, p = _plain_updates(keys, priorities)
-        if k is None or not updates_valid(k, p, num_shards):  # the checks that name what is wrong
+        if k is None or not updates_valid(k, p, num_shards, self.priority_limit):  # the checks naming it
             k = check_keys(keys)
             p = check_priorities(priorities, k.size)
+            check_priority_mass(p, self.priority_limit)
             shard = k & (MAX_SHARDS - 1)
             bad = shard >= num_shards
             if bad.any():
@@ -395,14 +400,15 @@ class Table:
 
 def _plain_updates(keys: Any, priorities: Any) -> tuple[np.ndarray | None, np.ndarray]:
     """``(keys, priorities)`` as int64 [K] and float64 [K] arrays without copies, when they are CPU
-    int64 keys (``batch.keys``) and float priorities of the same length; else ``(None, ...)``."""
+    int64 keys (``batch.keys``) and float priorities (float16, 32 or 64) of the same length; else
+    ``(None, ...)`` (`check_priorities` takes the rest: bfloat16, integers, sequences)."""
     if type(keys) is torch.Tensor and keys.dtype == torch.int64 and keys.is_cpu:
         k = keys.numpy()
     elif type(keys) is np.ndarray and keys.dtype == np.int64:
         k = keys
     else:
         return None, _NO_PRIORITIES
-    if type(priorities) is torch.Tensor and priorities.is_floating_point():
+    if type(priorities) is torch.Tensor and priorities.dtype in _NUMPY_FLOATS:
         p = priorities.detach().cpu().numpy()
     elif type(priorities) is np.ndarray and priorities.dtype.kind == "f":
         p = priorities

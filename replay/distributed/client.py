@@ -43,7 +43,7 @@ from replay.distributed.staging import BatchAssembler
 from replay.distributed.writer import RayTrajectoryWriter, open_writer
 from replay.interface import DEFAULT, ReplayStoreBase
 from replay.rate_limiter import RateLimiter
-from replay.selectors import Selector, check_priorities
+from replay.selectors import Selector, check_priorities, check_priority_mass, priority_limit
 from replay.spec import TrajectorySpec
 from replay.storage import Episode
 
@@ -313,6 +313,7 @@ class RayReplayStore(ReplayStoreBase):
         handle = RayLearnerHandle(
             self.handle(), self._counter, tuple(self.rate_limiter.to_config().items()),
             bool(self.selector.prioritized), self.staging_slots, self.prefetch, seed,
+            priority_limit(self.selector, self.shard_capacity),
         )
         return RayLearner(handle)
 
@@ -418,6 +419,7 @@ class RayReplayStore(ReplayStoreBase):
         self._check_open("update_priorities")
         k = check_keys(keys)
         p = check_priorities(priorities, k.size)
+        check_priority_mass(p, priority_limit(self.selector, self.shard_capacity))  # as every shard's
         routes = split_keys(k, self.num_shards)
         calls = [(s, "update_priorities", (local, p[rows])) for s, rows, local in routes]
         with self._lock:

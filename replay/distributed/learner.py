@@ -48,7 +48,7 @@ from replay.distributed.sampler import ShardSampler
 from replay.distributed.staging import BatchAssembler
 from replay.interface import DEFAULT, ReplayLearnerBase
 from replay.rate_limiter import rate_limiter_from_config
-from replay.selectors import check_priorities
+from replay.selectors import check_priorities, check_priority_mass
 
 if TYPE_CHECKING:
     from replay.batch import Batch
@@ -88,6 +88,7 @@ class RayLearnerHandle:
     staging_slots: int
     prefetch: int
     seed: int | None
+    priority_limit: float = float("inf")  # the shards' (replay.selectors.priority_limit)
 
 
 class _Client:
@@ -185,6 +186,7 @@ class RayLearner(ReplayLearnerBase):
         """As `replay.distributed.RayReplayStore.update_priorities` (routed by the shard in each key)."""
         k = check_keys(keys)
         p = check_priorities(priorities, k.size)
+        check_priority_mass(p, self.handle.priority_limit)  # before any shard changes
         client = self._get("update_priorities")
         routes = split_keys(k, len(client.shards))
         calls = [(s, "update_priorities", (local, p[rows])) for s, rows, local in routes]

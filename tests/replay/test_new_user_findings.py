@@ -76,29 +76,26 @@ def test_a_python_scalar_overflowing_a_float_field_raises_and_stores_nothing(mm)
     store.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "update_priorities accepts finite priorities whose p**alpha sum overflows "
-        "(draw_kernels.updates_valid checks each p only): the mass is inf, every probability 0, every "
-        "weight NaN and the draw degenerates to one item"
-    ),
-)
-def test_priorities_whose_mass_overflows_are_rejected_or_still_sample_sanely(mm):
-    store = ReplayStore({"x": ((), "int64")}, 16, selector=Prioritized(1.0), memory=mm, seed=3, timeout=1.0)
+@pytest.mark.parametrize(("alpha", "bad"), [(1.0, 1e308), (1.0, 1e307), (2.0, 1e154), (3.0, 1e103)])
+def test_priorities_whose_mass_overflows_are_rejected_or_still_sample_sanely(mm, alpha, bad):
+    store = ReplayStore({"x": ((), "int64")}, 16, selector=Prioritized(alpha), memory=mm, seed=3, timeout=1.0)
     with store.writer() as w:
         w.extend({"x": np.arange(8, dtype=np.int64)})
     keys = _keys_by_x(store, 8)
-    try:
-        store.update_priorities(keys, np.full(8, 1e308))
-    except ValueError:  # rejecting them (naming the overflow) is correct too
-        assert store.selector_mass() == (8, 8.0)
-    else:
-        for window in (1, 2):
-            b = store.sample(32, window=window, beta=0.5)
-            assert np.isfinite(b.weights.numpy()).all()
-            assert (b.probabilities.numpy() > 0).all()
-            assert len(set(b["x"][:, 0].tolist())) > 1
+    p = np.ones(8)
+    p[5] = bad
+    for priorities in (p, torch.from_numpy(p), p.tolist()):  # the fast path and the general one
+        with pytest.raises(ValueError, match="priorities") as exc:
+            store.update_priorities(keys, priorities)
+        assert str(bad) in str(exc.value) and "index 5" in str(exc.value)
+        assert store.selector_mass() == (8, 8.0)  # nothing changed
+    big = np.full(8, (np.finfo(np.float64).max / 32) ** (1 / alpha) * 0.999)  # just within: a full store's
+    assert store.update_priorities(keys, big) == 8  # mass stays finite
+    for window in (1, 2):
+        b = store.sample(32, window=window, beta=0.5)
+        assert np.isfinite(b.weights.numpy()).all()
+        assert (b.probabilities.numpy() > 0).all()
+        assert len(set(b["x"][:, 0].tolist())) > 1
     store.close()
 
 
@@ -164,15 +161,11 @@ def test_restore_closes_the_episodes_left_open_by_writers(mm, tmp_path):
         store.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "check_priorities (replay/selectors.py) casts with np.asarray(dtype=float64): string priorities "
-        "are parsed, complex ones lose their imaginary part (a ComplexWarning only), though "
-        "update_priorities documents float priorities"
-    ),
+@pytest.mark.parametrize(
+    "bad",
+    [np.array(["1"] * 8), ["1"] * 8, np.ones(8, dtype=np.complex128) * (1 + 2j), [1 + 2j] * 8,
+     torch.ones(8, dtype=torch.complex64), np.array([1.0] * 7 + [None]), [None] * 8],
 )
-@pytest.mark.parametrize("bad", [np.array(["1"] * 8), np.ones(8, dtype=np.complex128) * (1 + 2j)])
 def test_non_real_priorities_raise_and_change_nothing(mm, bad):
     store = ReplayStore({"x": ((), "int64")}, 16, selector=Prioritized(1.0), memory=mm, seed=3, timeout=1.0)
     with store.writer() as w:
@@ -181,8 +174,10 @@ def test_non_real_priorities_raise_and_change_nothing(mm, bad):
     before = store.selector_mass()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with pytest.raises(TypeError, match="priorities"):
+        with pytest.raises(TypeError, match="priorities") as exc:
             store.update_priorities(keys, bad)
+    dtype = bad.dtype if hasattr(bad, "dtype") else np.asarray(bad).dtype
+    assert str(dtype) in str(exc.value)
     assert store.selector_mass() == before
     store.close()
 
@@ -217,15 +212,6 @@ def test_keys_stay_valid_or_commits_stop_at_the_key_layouts_position_limit(mm):
     store.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "update_priorities(keys, <bfloat16 tensor>) (TD errors under bf16 autocast) fails in "
-        "priorities.detach().cpu().numpy() (replay/table.py _plain_updates, replay/selectors.py "
-        "check_priorities) with 'Got unsupported ScalarType BFloat16', naming neither argument; "
-        "bfloat16 -> float64 is exact"
-    ),
-)
 def test_bfloat16_priorities_are_taken(mm):
     store = ReplayStore({"x": ((), "int64")}, 16, selector=Prioritized(1.0), memory=mm, seed=3, timeout=1.0)
     with store.writer() as w:
@@ -233,6 +219,16 @@ def test_bfloat16_priorities_are_taken(mm):
     keys = _keys_by_x(store, 8)
     assert store.update_priorities(keys, torch.full((8,), 2.0, dtype=torch.bfloat16)) == 8
     assert store.selector_mass() == (8, 16.0)
+    p = torch.tensor([0.1, 1.5, 3.0, 257.0, 0.0, 1e-3, 7.0, 1e30], dtype=torch.bfloat16)
+    assert store.update_priorities(keys, p) == 8  # bfloat16 -> float64 exactly
+    assert store.selector_mass() == (8, float(p.double().sum()))
+    for other in (torch.arange(8, dtype=torch.int32), np.arange(8, dtype=np.uint8), list(range(8)),
+                  torch.ones(8, dtype=torch.float16), np.ones(8, dtype=np.float32)):
+        assert store.update_priorities(keys, other) == 8
+        assert store.selector_mass()[1] == float(np.asarray(other, dtype=np.float64).sum())
+    with pytest.raises(ValueError, match="priorities"):  # a bfloat16 NaN is still refused
+        store.update_priorities(keys, torch.full((8,), float("nan"), dtype=torch.bfloat16))
+    assert store.selector_mass()[1] == 8.0
     store.close()
 
 

@@ -615,7 +615,7 @@ def test_writer_errors_surface_at_flush_close_and_exit(uniform):
 def test_rate_limiter_applies_to_the_whole_store(cluster):
     # diff = inserts - samples must stay in [-20, 60]; sampling starts at 20 steps
     limiter = SampleToInsertRatio(1.0, min_size=20, error_buffer=40)
-    selector = Prioritized(1.0)  # so that priorities of 1e308 overflow a shard's mass (below)
+    selector = Prioritized(1.0)  # so that priorities of 1e308 would overflow a shard's mass (below)
     with RayReplayStore(
         SPEC, 1000, num_shards=2, rate_limiter=limiter, seed=1, selector=selector
     ) as store:
@@ -644,15 +644,20 @@ def test_rate_limiter_applies_to_the_whole_store(cluster):
         assert w.steps_written == 0
         with store.sample(8, window=1) as b:  # 8 sampled steps admit 8 more inserts
             assert b.lengths.sum() == 8
-            # priorities whose sum overflows (as the local store, accepted; new items get the max)
-            assert store.update_priorities(b.keys, np.full(8, 1e308)) == 8
+            # priorities whose mass would overflow: refused as by the local store, nothing changed
+            with pytest.raises(ValueError, match=r"priorities: 8 of 8 are too large \(first: 1e\+308"):
+                store.update_priorities(b.keys, np.full(8, 1e308))
+            # the largest a shard of 500 items takes (new items get the max): the masses stay finite
+            assert store.update_priorities(b.keys, np.full(8, np.finfo(np.float64).max / 1000)) == 8
+            with pytest.raises(ValueError, match="too large"):  # a learner checks the same limit
+                store.learner().update_priorities(b.keys, np.full(8, 1e308))
         w = store.writer(shard=1, timeout=30)
         w.extend(episode(300, 5))
         w.end_episode()
         w.wait()
         assert store.counters() == {"inserts": 65, "samples": 8, "deletes": 0}
         # samples may run ahead of inserts by 20: 65 + 20 = 85 sampled steps at most
-        for _ in range(7):  # the masses overflowed (P = 0 for some windows): the local store's weights
+        for _ in range(7):  # the local store's weights
             with store.sample(11, window=1) as b, np.errstate(divide="ignore", invalid="ignore"):
                 want = importance_weights(b.probabilities.numpy(), b.table_size, 1.0)
                 torch.testing.assert_close(b.weights, want, equal_nan=True, rtol=0, atol=0)
