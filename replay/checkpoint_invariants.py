@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 
 from replay._files import CheckpointError
-from replay.keys import MAX_SHARDS
+from replay.keys import MAX_POSITION, MAX_SHARDS
 from replay.selector_state import EXHAUSTED as ITEM_EXHAUSTED
 from replay.selector_state import LIVE
-from replay.shard import CONTINUATION, EXHAUSTED, MAX_POSITION, OPEN, REC_FLAGS, REC_ID, REC_LENGTH, REC_START
+from replay.shard import CONTINUATION, EXHAUSTED, OPEN, REC_FLAGS, REC_ID, REC_LENGTH, REC_START
 
 __all__ = ["check_state", "expected_counts"]
 

@@ -24,6 +24,7 @@ import numba as nb
 import numpy as np
 
 from graphrl.kernels import copy_bytes
+from replay.keys import MAX_POSITION
 from replay.sync_kernels import (
     EOWNERDEAD,
     compiler_fence,
@@ -64,7 +65,6 @@ SHARD_WORDS = 4  # mutex, meta, steps, records (then one ring address per field)
 _INSERTS, _DELETES, _CANCELLED, _GSEQ, _CTL_FIXED = 0, 2, 3, 4, 8
 _WRITE_POS, _RESERVE_POS, _N_RECORDS, _HOLES, _COMMITS, _META_LEN = 0, 1, 2, 3, 4, 16
 _REC_ID, _REC_START, _REC_LENGTH, _REC_FLAGS, _OPEN, _CONTINUATION = 0, 1, 2, 3, 1, 2
-_MAX_POSITION = 1 << 39
 
 
 def plan_layout(num_shards: int, num_fields: int) -> int:
@@ -160,10 +160,11 @@ def commit_chunk(
     of one step (``min_size`` from the plan, ``samples_per_insert`` and ``max_diff`` given).
 
     Returns ``(status, shard, record, overwritten, died, hole_at, hole)``: status `OK`, `BLOCKED`
-    (not admitted or closed: nothing changed), `OVERFLOW` (the shard would pass 2^39 positions: the
-    control block took the steps, nothing was written, as the Python path) or `FAILED` (a pthread call
-    failed: its errno in ``overwritten``); ``died`` counts mutexes found with a dead holder, and
-    ``hole`` steps from position ``hole_at`` are the hole a dead writer's commit left (repaired).
+    (not admitted or closed: nothing changed), `OVERFLOW` (the shard would reach 2^35 positions,
+    `replay.keys.MAX_POSITION`: the control block took the steps, nothing was written, as the Python
+    path) or `FAILED` (a pthread call failed: its errno in ``overwritten``); ``died`` counts mutexes
+    found with a dead holder, and ``hole`` steps from position ``hole_at`` are the hole a dead
+    writer's commit left (repaired).
     """
     s_count = plan[P_SHARDS]
     cap = plan[P_CAPACITY]
@@ -219,7 +220,7 @@ def commit_chunk(
             meta[_WRITE_POS] = rp
             hole_at, hole = wp, rp - wp
     wp = meta[_WRITE_POS]
-    if wp + count >= _MAX_POSITION:
+    if wp + count >= MAX_POSITION:
         mutex_unlock(sh_mutex)
         return OVERFLOW, shard, record, 0, died, hole_at, hole
     extend = False

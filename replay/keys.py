@@ -21,6 +21,7 @@ __all__ = [
     "BACK_BITS",
     "INC_BITS",
     "MAX_INCARNATIONS",
+    "MAX_POSITION",
     "MAX_SHARDS",
     "MAX_WINDOW",
     "POS_BITS",
@@ -34,6 +35,7 @@ SHARD_BITS, BACK_BITS, INC_BITS, POS_BITS = 8, 16, 4, 35
 MAX_SHARDS = 1 << SHARD_BITS
 MAX_WINDOW = 1 << BACK_BITS
 MAX_INCARNATIONS = 1 << INC_BITS
+MAX_POSITION = 1 << POS_BITS  # a shard's positions are 0 .. MAX_POSITION - 1: an anchor fits POS_BITS bits
 
 
 def encode_keys(

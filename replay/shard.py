@@ -35,6 +35,7 @@ import numpy as np
 from graphrl.memory import MemoryManager, Region, RegionHandle
 from replay._sync import SLOT_BYTES, SharedMutex
 from replay.commit_kernel import write_steps
+from replay.keys import MAX_POSITION
 from replay.spec import TrajectorySpec
 
 __all__ = [
@@ -43,7 +44,6 @@ __all__ = [
     "EXHAUSTED",
     "HOLES",
     "LOST_RECORD",
-    "MAX_POSITION",
     "N_RECORDS",
     "OPEN",
     "REC_FLAGS",
@@ -70,8 +70,6 @@ OPEN, CONTINUATION = 1, 2
 LOST_RECORD = 1 << 62  # no record has this id (ids count up from 0): a commit to it starts a continuation
 # step flags
 EXHAUSTED = 1
-
-MAX_POSITION = 1 << 39  # key layout: 39 bits of position
 
 
 def live_parts(ring: np.ndarray, lo: int, hi: int) -> list[np.ndarray]:
@@ -321,7 +319,7 @@ class ShardStorage:
         Raises
         ------
         OverflowError
-            The shard would pass 2^39 positions (the key layout's limit).
+            The shard would reach 2^35 positions (`replay.keys.MAX_POSITION`, the key layout's limit).
         """
         cap = self.capacity
         wp = int(self.meta[WRITE_POS])
@@ -408,7 +406,8 @@ class ShardStorage:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Put back what `state_dict` gave (arrays or row blocks): every step in the slot it had."""
+        """Put back what `state_dict` gave (arrays or row blocks): every step in the slot it had, every
+        record closed (the writers that held the open episodes are gone: docs/architecture.md#checkpoints)."""
         wp = int(state["write_pos"])
         slots = np.arange(max(0, wp - self.capacity), wp) % self.capacity
         with self:
@@ -416,7 +415,9 @@ class ShardStorage:
                 self.columns[name][slots] = _rows(state["columns"][name])
             self.steps[slots] = _rows(state["steps"])
             recs = _rows(state["records"])
-            self.records[recs[:, REC_ID] % self.capacity] = recs
+            rows = recs[:, REC_ID] % self.capacity
+            self.records[rows] = recs
+            self.records[rows, REC_FLAGS] &= ~OPEN
             self.meta[WRITE_POS] = self.meta[RESERVE_POS] = wp
             self.meta[N_RECORDS] = int(state["n_records"])
             self.meta[HOLES] = int(state["holes"])

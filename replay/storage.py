@@ -48,8 +48,9 @@ import numpy as np
 from graphrl.memory import MemoryManager, RegionHandle
 from replay.commit_kernel import FAILED, OK, OVERFLOW, build_plan, commit_chunk
 from replay.control import GSEQ, WRITERS, Control
+from replay.keys import MAX_POSITION
 from replay.rate_limiter import DELETES, INSERTS, RateLimiter, rate_limiter_from_config
-from replay.shard import MAX_POSITION, ShardHandle, ShardStorage
+from replay.shard import ShardHandle, ShardStorage
 from replay.spec import TrajectorySpec
 
 __all__ = ["GSEQ", "WRITERS", "Control", "Episode", "StorageViews", "StoreHandle", "TrajectoryStorage"]
@@ -321,7 +322,7 @@ class TrajectoryStorage:
         ValueError
             The store was closed.
         OverflowError
-            The shard would pass 2^39 positions (the key layout's limit).
+            The shard would reach 2^35 positions (`replay.keys.MAX_POSITION`, the key layout's limit).
         """
         plan = self.plan
         if sources is not None and plan is not None and 0 < count <= sources[0] and count <= self.capacity:

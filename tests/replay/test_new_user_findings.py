@@ -135,14 +135,6 @@ def test_a_non_numeric_beta_raises_naming_beta(mm, bad, err):
     store.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "restore keeps the OPEN flag of an episode a writer had open at the checkpoint: episodes() "
-        "reports it open though no writer can continue it; docs/architecture.md#checkpoints says "
-        "restoring closes every open episode (only Control.open is reset)"
-    ),
-)
 def test_restore_closes_the_episodes_left_open_by_writers(mm, tmp_path):
     store = ReplayStore({"x": ((), "int64")}, 16, memory=mm, timeout=1.0)
     with store.writer() as w:
@@ -155,6 +147,15 @@ def test_restore_closes_the_episodes_left_open_by_writers(mm, tmp_path):
     try:
         assert [e.length for e in restored.episodes()] == [8, 4]
         assert [e.open for e in restored.episodes()] == [False, False]
+        with restored.writer() as w2:  # a new writer starts a new episode
+            w2.extend({"x": np.arange(2, dtype=np.int64)})
+            w2.flush()
+            assert [e.open for e in restored.episodes()] == [False, False, True]
+        assert [(e.length, e.open) for e in restored.episodes()] == [(8, False), (4, False), (2, False)]
+        again = tmp_path / "again"
+        restored.checkpoint(again)  # restoring a restored store: the same episodes, all closed
+        with ReplayStore.restore(again) as twice:
+            assert [(e.length, e.open) for e in twice.episodes()] == [(8, False), (4, False), (2, False)]
     finally:
         restored.close()
         w.close()
@@ -182,33 +183,29 @@ def test_non_real_priorities_raise_and_change_nothing(mm, bad):
     store.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "shards accept positions up to 2**39 (replay/shard.py MAX_POSITION, replay/commit_kernel.py "
-        "_MAX_POSITION) but a key holds POS_BITS = 35 bits of position "
-        "(replay/keys.py: 8 + 16 + 4 + 35 = 63): "
-        "past 2**35 steps through one shard the keys overflow to negative int64 and update_priorities "
-        "refuses batch.keys ('key ... is negative')"
-    ),
-)
 def test_keys_stay_valid_or_commits_stop_at_the_key_layouts_position_limit(mm):
-    from replay.keys import POS_BITS
+    from replay.keys import MAX_POSITION, POS_BITS, decode_keys
     from replay.shard import RESERVE_POS, WRITE_POS
 
+    assert MAX_POSITION == 1 << POS_BITS  # the key layout's limit is the shards' limit
     store = ReplayStore({"x": ((), "int64")}, 16, selector=Prioritized(1.0), memory=mm, seed=3, timeout=1.0)
     sh = store.storage.shards[0]
-    # stands for 2**35 - 2 steps having passed through the shard (about 10 h at 1 M steps/s)
-    sh.meta[WRITE_POS] = sh.meta[RESERVE_POS] = (1 << POS_BITS) - 2
-    try:
-        with store.writer() as w:
-            w.extend({"x": np.arange(8, dtype=np.int64)})
-    except OverflowError:  # stopping at the key layout's limit is correct too
-        store.close()
-        return
+    # stands for 2**35 - 10 steps having passed through the shard (about 10 h at 1 M steps/s)
+    sh.meta[WRITE_POS] = sh.meta[RESERVE_POS] = MAX_POSITION - 10
+    with store.writer() as w:  # positions up to MAX_POSITION - 3: they fit in a key
+        w.extend({"x": np.arange(8, dtype=np.int64)})
     b = store.sample(32, window=1)
     assert (b.keys.numpy() >= 0).all()
-    assert store.update_priorities(b.keys, np.ones(32)) > 0
+    _, anchor, _ = decode_keys(b.keys.numpy())
+    assert anchor.min() >= MAX_POSITION - 10 and anchor.max() < MAX_POSITION
+    assert store.update_priorities(b.keys, np.ones(32)) == 32
+    w = store.writer()
+    w.extend({"x": np.arange(8, dtype=np.int64)})
+    with pytest.raises(OverflowError, match=str(MAX_POSITION)):  # the commit stops at the limit
+        w.end_episode()
+    w.close()
+    assert [e.length for e in store.episodes()] == [8] and sh.write_pos == MAX_POSITION - 2  # nothing more
+    assert (store.sample(32, window=1).keys.numpy() >= 0).all()
     store.close()
 
 
