@@ -12,7 +12,7 @@
 
 >>> overwritten = write_steps(rings, srcs, row_bytes, capacity, first, count, steps, record, seq, lo, hi)
 >>> status, shard, record, overwritten, died, hole_at, hole = commit_chunk(plan, sources, count, -1, -1,
-...     True, writer_id, samples_per_insert, max_diff)
+...     True, writer_id, samples_per_insert, max_diff, os.getpid())
 
 The plan (`build_plan`) is one int64 array of addresses and sizes, built once per storage: the
 control mutex, condition and counters, then per shard its mutex, meta, step index, records and rings.
@@ -65,6 +65,7 @@ SHARD_WORDS = 4  # mutex, meta, steps, records (then one ring address per field)
 _INSERTS, _DELETES, _CANCELLED, _GSEQ, _CTL_FIXED = 0, 2, 3, 4, 8
 _WRITE_POS, _RESERVE_POS, _N_RECORDS, _HOLES, _COMMITS, _META_LEN = 0, 1, 2, 3, 4, 16
 _REC_ID, _REC_START, _REC_LENGTH, _REC_FLAGS, _OPEN, _CONTINUATION = 0, 1, 2, 3, 1, 2
+OWNER_SHIFT = 8  # a record's flags from this bit up: the pid of the writer that opened it (0: unknown)
 
 
 def plan_layout(num_shards: int, num_fields: int) -> int:
@@ -151,11 +152,12 @@ def _lock(addr):  # pragma: no cover - numba
 
 @nb.njit(cache=True, nogil=True)
 def commit_chunk(
-    plan, sources, count, shard, record, end, writer_id, samples_per_insert, max_diff
+    plan, sources, count, shard, record, end, writer_id, samples_per_insert, max_diff, pid
 ):  # pragma: no cover - numba
     """Commit rows ``[0, count)`` of a writer's staging buffers (``sources``: [rows, address per field]).
 
     ``shard``, ``record``: the writer's open episode, or -1, -1 for a new one; ``end`` closes it.
+    ``pid``: the writer's process, stamped on a new record (`OWNER_SHIFT`).
     ``count`` is in [1, min(rows, capacity)]. Admission is `replay.rate_limiter.RateLimiter.can_insert`
     of one step (``min_size`` from the plan, ``samples_per_insert`` and ``max_diff`` given).
 
@@ -241,7 +243,7 @@ def commit_chunk(
         recs[r + _REC_ID] = new
         recs[r + _REC_START] = wp
         recs[r + _REC_LENGTH] = 0
-        recs[r + _REC_FLAGS] = _OPEN | (0 if new_episode else _CONTINUATION)
+        recs[r + _REC_FLAGS] = _OPEN | (0 if new_episode else _CONTINUATION) | (pid << OWNER_SHIFT)
         record = new
     lo, hi = max(0, wp - cap), max(0, wp + count - cap)
     meta[_RESERVE_POS] = wp + count

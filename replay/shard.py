@@ -26,6 +26,7 @@ TorchRL: circular storage with trajectory ids.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +35,7 @@ import numpy as np
 
 from graphrl.memory import MemoryManager, Region, RegionHandle
 from replay._sync import SLOT_BYTES, SharedMutex
-from replay.commit_kernel import write_steps
+from replay.commit_kernel import OWNER_SHIFT, write_steps
 from replay.keys import MAX_POSITION
 from replay.spec import TrajectorySpec
 
@@ -292,7 +293,13 @@ class ShardStorage:
 
     # -- commit (lock held)
     def commit(
-        self, data: Mapping[str, np.ndarray], count: int, seq_base: int, record: int | None, end: bool
+        self,
+        data: Mapping[str, np.ndarray],
+        count: int,
+        seq_base: int,
+        record: int | None,
+        end: bool,
+        pid: int = 0,
     ) -> tuple[int, int]:
         """Append ``count`` steps (rows ``[0, count)`` of ``data``) as one run of positions.
 
@@ -307,6 +314,8 @@ class ShardStorage:
             The episode record to extend (the writer's open episode), or None for a new episode.
         end : bool
             The episode ends with these steps (its record closes).
+        pid : int
+            The writer's process, stamped on a new record (`release_dead_owners`; 0: unknown).
 
         Returns
         -------
@@ -342,7 +351,8 @@ class ShardStorage:
                 recs[record % cap, REC_FLAGS] &= ~OPEN  # the old part ends at its last committed step
             new = int(self.meta[N_RECORDS])
             self.meta[N_RECORDS] = new + 1
-            recs[new % cap] = (new, wp, 0, OPEN | (CONTINUATION if record is not None else 0))
+            flags = OPEN | (CONTINUATION if record is not None else 0) | pid << OWNER_SHIFT
+            recs[new % cap] = (new, wp, 0, flags)
             record = new
         lo, hi = max(0, wp - cap), max(0, wp + count - cap)  # live positions this commit overwrites
         self.meta[RESERVE_POS] = wp + count
@@ -385,6 +395,26 @@ class ShardStorage:
                 self.steps[a:b, 2] = 0
         return overwritten
 
+    def release_dead_owners(self) -> int:
+        """Close the open records whose writer process has died (lock held); return how many.
+
+        A record's flags carry the pid of the process that opened it (`OWNER_SHIFT`); a pid that no
+        longer exists (``os.kill(pid, 0)``: no such process) had its writer killed mid-episode. A
+        killed process not yet reaped by its parent (a zombie) still counts as alive.
+        """
+        used = self.records[:, REC_ID] >= 0  # a slot no record has used yet (id -1) holds no flags
+        flags = self.records[:, REC_FLAGS]
+        rows = np.flatnonzero(used & (flags & OPEN != 0) & (flags >> OWNER_SHIFT != 0))
+        if rows.size == 0:
+            return 0
+        owners = flags[rows] >> OWNER_SHIFT
+        dead = [pid for pid in np.unique(owners).tolist() if not _alive(pid)]
+        if not dead:
+            return 0
+        rows = rows[np.isin(owners, dead)]
+        self.records[rows, REC_FLAGS] &= ~OPEN
+        return int(rows.size)
+
     # -- checkpoints (lock held)
     def state_dict(self) -> dict[str, Any]:
         """The live steps and records, and the counters: views (blocks of rows), valid while locked.
@@ -395,6 +425,7 @@ class ShardStorage:
         wp, floor = self.write_pos, self.floor
         live = self.live_records()
         recs = self.records[live[:, REC_ID] % self.capacity] if len(live) else np.zeros((0, 4), np.int64)
+        recs[:, REC_FLAGS] &= OPEN | CONTINUATION  # not the owners' pids: a restore closes every record
         return {
             "columns": {name: live_parts(ring, floor, wp) for name, ring in self.columns.items()},
             "steps": live_parts(self.steps, floor, wp),
@@ -422,6 +453,19 @@ class ShardStorage:
             self.meta[N_RECORDS] = int(state["n_records"])
             self.meta[HOLES] = int(state["holes"])
             self.meta[COMMITS] = int(state["commits"])
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (this machine's; one that may not be signalled exists too)."""
+    if pid == os.getpid() or not 0 < pid < 2**31:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _copy_rows(ring: np.ndarray, dst: int, src: np.ndarray, start: int, n: int) -> None:

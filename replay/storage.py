@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -56,6 +57,16 @@ from replay.spec import TrajectorySpec
 __all__ = ["GSEQ", "WRITERS", "Control", "Episode", "StorageViews", "StoreHandle", "TrajectoryStorage"]
 
 logger = logging.getLogger(__name__)
+SWEEP_EVERY_S = 1.0  # new writers look for episodes left open by dead writer processes at most this often
+_pid = os.getpid()  # this process (kept current in forked children): stamped on the records writers open
+
+
+def _after_fork() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 @dataclass(frozen=True)
@@ -154,6 +165,7 @@ class TrajectoryStorage:
         self.chunk_steps = chunk_steps
         self.timeout = timeout
         self.closed = False  # this object's close() ran (its regions are freed or unmapped)
+        self._next_sweep = 0.0  # new_writer_id's next release_dead_writers (time.monotonic)
         self.plan = None  # a rate limiter with an admission of its own: commits take the Python steps
         if type(limiter).can_insert is RateLimiter.can_insert:
             self.plan = build_plan(
@@ -262,6 +274,13 @@ class TrajectoryStorage:
 
     # -- the commit protocol
     def new_writer_id(self) -> int:
+        """A new writer's number (writers ever made), after `release_dead_writers` when episodes are
+        open (at the first writer of this object, then at most every `SWEEP_EVERY_S` seconds: the
+        sweep reads every shard's record ring)."""
+        now = time.monotonic()
+        if now >= self._next_sweep and self.control.open.any():
+            self._next_sweep = now + SWEEP_EVERY_S
+            self.release_dead_writers()
         with self.control.cond:
             self.control.ctl[WRITERS] += 1
             return int(self.control.ctl[WRITERS])
@@ -329,7 +348,8 @@ class TrajectoryStorage:
             shard, record = (-1, -1) if episode is None else episode
             lim = self.limiter
             status, shard, record, overwritten, died, hole_at, hole = commit_chunk(
-                plan, sources, count, shard, record, end, writer_id, lim.samples_per_insert, lim.max_diff
+                plan, sources, count, shard, record, end, writer_id, lim.samples_per_insert, lim.max_diff,
+                _pid,
             )
             if died:
                 self._report_dead_holder(shard, died, hole_at, hole)
@@ -373,7 +393,7 @@ class TrajectoryStorage:
             ctl.ctl[GSEQ] += count
         with self.shards[shard] as sh:
             record, overwritten = sh.commit(
-                buffers, count, seq_base, None if episode is None else episode[1], end
+                buffers, count, seq_base, None if episode is None else episode[1], end, _pid
             )
         with ctl.cond:
             ctl.counters[INSERTS] += count
@@ -388,6 +408,26 @@ class TrajectoryStorage:
         logger.warning("a process died while holding a replay-store lock; recovering it (%d)", died)
         if hole:
             self.shards[shard].report_repair(hole_at, hole)
+
+    def release_dead_writers(self) -> int:
+        """Close the episodes left open by writer processes that died, and release their shards' open
+        counts (which rank the shards for new episodes); return how many. Runs as each writer is made.
+
+        An episode is found by its open record, stamped with its writer's pid: one whose record the
+        ring reused, or whose writer died before its first commit, stays counted until a restore.
+        """
+        released = 0
+        for s, sh in enumerate(self.shards):
+            with sh:
+                n = sh.release_dead_owners()
+                if n:
+                    with self.control.cond:  # the shard lock, then the control mutex, as a checkpoint
+                        self.control.open[s] = max(0, int(self.control.open[s]) - n)
+                        self.control.cond.notify_all()
+            if n:
+                logger.warning("shard %d: closed %d episode(s) left open by writer processes that died", s, n)
+                released += n
+        return released
 
     def open_episode(self, shard: int) -> None:
         """Count one more episode open on ``shard`` (a writer's continuation record)."""

@@ -146,7 +146,7 @@ def test_admission_is_the_limiters_can_insert(
             with pytest.raises(TimeoutError, match="inserting is ahead of sampling"):
                 storage.commit(bufs, count, None, True, 0.0, wid, sources)
             assert state(storage) == before
-        status, *_ = commit_chunk(storage.plan, sources, count, -1, -1, True, wid, spi, limiter.max_diff)
+        status, *_ = commit_chunk(storage.plan, sources, count, -1, -1, True, wid, spi, limiter.max_diff, 0)
         assert status == (OK if admitted else BLOCKED)
         if admitted:
             assert storage.control.counters[0] == inserts + count

@@ -5,6 +5,7 @@ One test per bug, each asserting the correct behaviour and marked ``xfail(strict
 
 from __future__ import annotations
 
+import logging
 import multiprocessing as mp
 import os
 import signal
@@ -238,16 +239,7 @@ def _open_then_die(handle, ready) -> None:  # a forked actor: one episode left o
     time.sleep(60)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "a writer process that dies mid-episode leaves its shard's open-episode count raised for good "
-        "(replay/control.py choose_shard, replay/commit_kernel.py commit_chunk rank shards by open episodes "
-        "first): every later episode goes to the other shards, so that shard is starved and the store "
-        "holds only part of its capacity until a restore"
-    ),
-)
-def test_a_dead_writers_open_episode_does_not_starve_its_shard(mm):
+def test_a_dead_writers_open_episode_does_not_starve_its_shard(mm, caplog):
     store = ReplayStore({"x": ((), "int64")}, 64, num_shards=2, memory=mm, timeout=2.0)
     ctx = mp.get_context("fork")
     ready = ctx.Queue()
@@ -258,11 +250,18 @@ def test_a_dead_writers_open_episode_does_not_starve_its_shard(mm):
     finally:
         os.kill(child.pid, signal.SIGKILL)
         child.join()
-    for _ in range(40):
-        with store.writer() as w:
-            w.extend({"x": np.arange(3, dtype=np.int64)})
-    later = [e.shard for e in store.episodes() if e.length == 3]
     try:
+        (dead,) = [e for e in store.episodes() if e.length == 6]
+        assert dead.open and list(store.storage.control.open) == [int(dead.shard == 0), int(dead.shard == 1)]
+        with caplog.at_level(logging.WARNING, logger="replay.storage"):
+            for _ in range(40):
+                with store.writer() as w:
+                    w.extend({"x": np.arange(3, dtype=np.int64)})
+        assert "left open by writer processes that died" in caplog.text
+        later = [e.shard for e in store.episodes() if e.length == 3]
         assert set(later) == {0, 1}
+        assert abs(later.count(0) - later.count(1)) <= 2  # the dead writer's shard is no longer starved
+        assert [e.open for e in store.episodes() if e.length == 6] in ([False], [])  # closed (or overwritten)
+        assert list(store.storage.control.open) == [0, 0]
     finally:
         store.close()
