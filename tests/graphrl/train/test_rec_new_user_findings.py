@@ -1,0 +1,168 @@
+"""A new user's findings on ``graphrl train recommend`` / `train_recommender`, each a strict xfail.
+
+Every test states the documented (or plainly expected) behaviour and fails today; the reason names the
+file and line suspected. Tiny data only: each test trains for a handful of full-graph steps.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from graphrl.cli import main
+from graphrl.datasets import load_gowalla, synthetic_bipartite
+from graphrl.datasets.validation import holdout_validation
+from graphrl.train import rec_step
+from graphrl.train.recommend import RecommendConfig, train_recommender
+
+
+def _write_gowalla(root, train_lines, test_lines):
+    folder = root / "gowalla"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "train.txt").write_text("\n".join(" ".join(map(str, line)) for line in train_lines) + "\n")
+    (folder / "test.txt").write_text("\n".join(" ".join(map(str, line)) for line in test_lines) + "\n")
+    return root
+
+
+def _tiny_gowalla(root, num_users, num_items, per_user=6, seed=0):
+    """Every user: ``per_user`` distinct items, the last two of them in test."""
+    rng = np.random.default_rng(seed)
+    train, test = [], []
+    for u in range(num_users):
+        items = rng.choice(num_items, size=per_user, replace=False).tolist()
+        train.append([u, *items[:-2]])
+        test.append([u, *items[-2:]])
+    return _write_gowalla(root, train, test)
+
+
+def _cli(*args):
+    return CliRunner().invoke(main, ["train", "recommend", "--no-progress", *map(str, args)])
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "same seed, different run: the cosine schedule's progress is max(steps / max_steps, train_s / budget) "
+    "and train_s starts at the spectral init's wall time (graphrl/train/recommend.py, the _cosine_lr call "
+    "in the training loop), so the very first learning rate, and every weight after it, depends on the wall "
+    "clock even when the epoch budget is what ends the run; the CLI always sets --minutes (no None)"))
+def test_same_seed_twice_gives_the_same_curve_with_the_cli_defaults():
+    split = holdout_validation(synthetic_bipartite(120, 150, 2500, seed=0), fraction=0.2, seed=0)
+    # the CLI's defaults (spectral init, cosine, 60 minutes), scaled down
+    cfg = RecommendConfig(loss="full-softmax", batch_size=32, epochs=2, minutes=60.0, eval_every=0.01,
+                          embedding_dim=8, init="spectral", schedule="cosine", item_bias=True,
+                          temperature=0.12)
+    a = train_recommender(split, cfg)
+    b = train_recommender(split, cfg)
+    assert a.curve[0]["step"] == 1  # the premise: the first step's learning rate is recorded
+    assert [e["lr"] for e in a.curve] == [e["lr"] for e in b.curve]
+    assert [e["loss"] for e in a.curve] == [e["loss"] for e in b.curve]
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "an empty validation split (a small --val-fraction on short per-user histories holds nothing out) is "
+    "accepted: every validation recall is 0.0, the first evaluation is 'best', and the refit trains to that "
+    "step, silently (graphrl/train/recommend.py train_recommender takes split.validation_csr() unchecked; "
+    "graphrl/datasets/validation.py holdout_validation does not say that nothing was held out)"))
+def test_an_empty_validation_split_is_refused():
+    source = synthetic_bipartite(60, 80, 400, seed=0)
+    cfg = RecommendConfig(loss="full-softmax", batch_size=16, epochs=3, minutes=None, eval_every=1,
+                          embedding_dim=8, schedule="cosine")
+    with pytest.raises(ValueError, match="validation"):
+        split = holdout_validation(source, fraction=1e-4, seed=0)
+        assert split.val_users.numel() == 0  # the premise: nothing was held out
+        train_recommender(split, cfg, refit=True)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "a (user, item) pair written twice in train.txt is loaded twice (graphrl/datasets/gowalla.py _read_split "
+    "keeps duplicates) and holdout_validation (graphrl/datasets/validation.py) holds out positions, not "
+    "pairs: one copy lands in validation while the other stays a training edge, so propagation reads the "
+    "validation edge and the validation item is masked out of its own ranking"))
+def test_a_repeated_training_pair_is_never_both_train_and_validation(tmp_path):
+    rng = np.random.default_rng(0)
+    train, test = [], []
+    for u in range(30):
+        items = rng.choice(40, size=8, replace=False).tolist()
+        train.append([u, *items[:6], *items[:3]])  # repeated check-ins, as in raw Gowalla
+        test.append([u, *items[6:]])
+    _write_gowalla(tmp_path, train, test)
+    try:
+        ds = load_gowalla(tmp_path)
+    except ValueError:
+        return  # refusing duplicates at load time is a fix too
+    split = holdout_validation(ds, fraction=0.3, seed=0)
+    kept = set(zip(split.dataset.train_users.tolist(), split.dataset.train_items.tolist(), strict=True))
+    held = set(zip(split.val_users.tolist(), split.val_items.tolist(), strict=True))
+    assert held and not kept & held
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "curve[i]['loss'] is documented as the mean since the previous evaluation, but is "
+    "np.mean(losses[-eval_steps:]) (graphrl/train/recommend.py, the curve entry): when the last evaluation "
+    "comes at the epoch/minute budget, off the eval_every grid, it averages in steps from before the "
+    "previous evaluation"))
+def test_curve_loss_is_the_mean_since_the_previous_evaluation(monkeypatch):
+    split = holdout_validation(synthetic_bipartite(100, 120, 2000, seed=1), fraction=0.2, seed=0)
+    cfg = RecommendConfig(loss="bpr", batch_size=400, epochs=1.5, minutes=None, eval_every=1.0,
+                          embedding_dim=8, schedule="cosine")
+    losses = []
+    step = rec_step.RecommenderSteps.step
+
+    def spy(self, lr):
+        losses.append(step(self, lr))
+        return losses[-1]
+
+    monkeypatch.setattr(rec_step.RecommenderSteps, "step", spy)
+    report = train_recommender(split, cfg)
+    steps = [e["step"] for e in report.curve]
+    assert len(steps) == 2 and steps[1] % steps[0], steps  # the premise: the last one is off the grid
+    for prev, entry in zip([0, *steps[:-1]], report.curve, strict=True):
+        assert entry["loss"] == pytest.approx(float(np.mean(losses[prev:entry["step"]])), rel=1e-12)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "--epochs is documented as 'Most epochs' but max_steps = ceil(epochs * per_epoch) "
+    "(graphrl/train/recommend.py): with one step per epoch (the default --batch-size 2048 on fewer users), "
+    "--epochs 2.5 trains 3 epochs and reports 'after 3.00 epochs'"))
+def test_fractional_epochs_are_a_maximum():
+    split = holdout_validation(synthetic_bipartite(60, 80, 900, seed=0), fraction=0.2, seed=0)
+    cfg = RecommendConfig(loss="full-softmax", batch_size=2048, epochs=2.5, minutes=None, eval_every=1,
+                          embedding_dim=8, schedule="cosine")
+    report = train_recommender(split, cfg)
+    assert report.epochs <= cfg.epochs
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "with fewer than 20 items the CLI fails with 'k must lie in [1, num_items=12], got 20', but K is fixed "
+    "at RecommendConfig's 20 and graphrl train recommend has no --k option (graphrl/cli_train.py builds "
+    "RecommendConfig without k; graphrl/train/recommend.py train_recommender's k check): the error names "
+    "no option the user can change"))
+def test_cli_with_fewer_items_than_k_trains_or_names_an_option(tmp_path):
+    _tiny_gowalla(tmp_path, num_users=30, num_items=12)
+    result = _cli("--data-root", tmp_path, "--dim", 4, "--epochs", 1, "--eval-every", 1)
+    error = result.output.strip().splitlines()[-1]
+    assert result.exit_code == 0 or "--" in error, error
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "the CLI's error for --dim >= min(users, items) with the default --init spectral reads "
+    "\"init='spectral' needs embedding_dim < ...\": the library's names, not the options --dim / --init "
+    "(graphrl/train/rec_step.py RecommenderSteps.__init__, re-raised unchanged by graphrl/cli_train.py)"))
+def test_cli_spectral_dim_error_names_the_dim_option(tmp_path):
+    _tiny_gowalla(tmp_path, num_users=30, num_items=40)
+    result = _cli("--data-root", tmp_path, "--dim", 64, "--epochs", 1)
+    assert result.exit_code == 2
+    assert "--dim" in result.output, result.output
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "an --out that cannot be created is found only after training (an hour with the defaults), as a raw "
+    "NotADirectoryError traceback, and the trained weights are lost (graphrl/cli_train.py creates/writes "
+    "out_dir only after train_recommender returns)"))
+def test_cli_unusable_out_is_refused_before_training(tmp_path):
+    _tiny_gowalla(tmp_path, num_users=30, num_items=40)
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    result = _cli("--data-root", tmp_path, "--dim", 4, "--epochs", 1, "--out", blocker / "run")
+    assert "stopped by" not in result.output  # refused before any training
+    assert result.exit_code == 2 and "--out" in result.output, result.output
