@@ -5,10 +5,11 @@ carved from the training interactions, evaluation every N epochs, a cosine or pl
 schedule, early stopping and the best model restored; it writes the learning curve (JSON, PNG with
 matplotlib) and the best weights to ``--out``. With ``--refit`` (the default) a fresh model is then trained
 on all training interactions to the validation-selected step and tested too (``refit.pt``). Its defaults
-are the recipe of docs/performance.md (softmax over all items, item bias, spectral start), not
-`RecommendConfig`'s plain LightGCN. Example::
+are the recipe of docs/performance.md (softmax over all items at temperature 0.12, item bias, spectral
+start, a 20 % validation split, 40 epochs), not `RecommendConfig`'s defaults (plain initialisation, no
+bias, the plateau schedule). Example::
 
-    graphrl train recommend --minutes 60 --out runs/gowalla
+    graphrl train recommend --out runs/gowalla
 
 This module prints (through click); library code only logs.
 """
@@ -51,7 +52,7 @@ def train() -> None:
               help="Most epochs; the cosine schedule anneals over them (or over --minutes, whichever is "
                    "used up first).")
 @click.option("--minutes", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
-              help="Training-time budget (evaluations not counted).")
+              help="Training-time budget (evaluations not counted; the refit's time comes on top).")
 @click.option("--eval-every", type=click.FloatRange(min=0, min_open=True), default=4.0, show_default=True,
               help="Epochs between validation evaluations.")
 @click.option("--patience", type=click.IntRange(min=1), default=10, show_default=True,
@@ -64,6 +65,8 @@ def train() -> None:
               default=0.2, show_default=True,
               help="Share of each user's training interactions held out for validation (like the test "
                    "split's per-user share; --refit trains the final model on them too).")
+@click.option("--k", type=click.IntRange(min=1), default=20, show_default=True,
+              help="K of recall@K / NDCG@K (model selection uses validation recall@K).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--init", "init", type=click.Choice(["normal", "spectral"]), default="spectral",
               show_default=True,
@@ -81,10 +84,11 @@ def train() -> None:
                    "report its test figures (cosine schedule only).")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="torch threads (default: torch's).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
-              help="Write curve.json, curve.png (with matplotlib) and best.pt here.")
+              help="Write curve.json, curve.png (with matplotlib), best.pt and refit.pt here (created before "
+                   "training).")
 @click.option("--progress/--no-progress", default=True, show_default=True, help="tqdm bar.")
 def recommend(data_root, loss, negatives, temperature, layers, embedding_dim, batch_size, lr, reg, epochs,
-              minutes, eval_every, patience, lr_patience, lr_decay, val_fraction, seed, init, schedule,
+              minutes, eval_every, patience, lr_patience, lr_decay, val_fraction, k, seed, init, schedule,
               item_bias, refit, threads, out_dir, progress) -> None:
     """LightGCN on Gowalla: full-graph propagation, validation split, early stopping, best model kept."""
     import torch
@@ -95,6 +99,12 @@ def recommend(data_root, loss, negatives, temperature, layers, embedding_dim, ba
     from graphrl.train.rec_curve import save_training_curve
     from graphrl.train.recommend import RecommendConfig, train_recommender
 
+    if out_dir is not None:  # refused now, not after an hour of training
+        try:
+            Path(out_dir).mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise click.BadParameter(f"cannot create {out_dir!r}: {err.strerror}",
+                                     param_hint="--out") from None
     if threads is not None:
         torch.set_num_threads(threads)
     t_start = time.perf_counter()
@@ -103,7 +113,18 @@ def recommend(data_root, loss, negatives, temperature, layers, embedding_dim, ba
         ds = load_gowalla(data_root)
     except FileNotFoundError as err:
         raise click.ClickException(str(err)) from None
-    split = holdout_validation(ds, fraction=val_fraction, seed=seed)
+    if k > ds.num_items:
+        raise click.BadParameter(f"{k} is more than the {ds.num_items} items", param_hint="--k")
+    if init == "spectral" and embedding_dim >= min(ds.num_users, ds.num_items):
+        raise click.BadParameter(f"{embedding_dim} with --init spectral must be < min(users, items) = "
+                                 f"{min(ds.num_users, ds.num_items)} (or use --init normal)",
+                                 param_hint="--dim")
+    if refit and schedule != "cosine":
+        click.echo("no refit: it replays the cosine schedule's learning rates (--schedule plateau given)")
+    try:
+        split = holdout_validation(ds, fraction=val_fraction, seed=seed)
+    except ValueError as err:
+        raise click.ClickException(str(err)) from None
     click.echo(f"data: {ds.name}: {ds.num_users:,} users, {ds.num_items:,} items; train "
                f"{split.dataset.num_train:,} / validation {split.val_users.numel():,} (carved from train, "
                f"fraction {val_fraction:g}) / test {ds.num_test:,}")
@@ -113,7 +134,7 @@ def recommend(data_root, loss, negatives, temperature, layers, embedding_dim, ba
                                  reg=reg, epochs=epochs, minutes=minutes, eval_every=eval_every,
                                  patience=patience,
                                  lr_patience=lr_patience, lr_decay=lr_decay, seed=seed, init=init,
-                                 schedule=schedule, item_bias=item_bias)
+                                 schedule=schedule, item_bias=item_bias, k=k)
     except ValueError as err:
         raise click.UsageError(str(err)) from None
     click.echo(f"config: {json.dumps(config.__dict__)}")
@@ -144,8 +165,6 @@ def recommend(data_root, loss, negatives, temperature, layers, embedding_dim, ba
                    f"{report.best_epoch:.2f}): training {report.refit_seconds:.1f} s "
                    f"({report.refit_cpu_seconds:.0f} CPU s); test recall@{k} {report.refit_test.recall:.4f}  "
                    f"NDCG@{k} {report.refit_test.ndcg:.4f}")
-    elif refit:
-        click.echo("no refit: it replays the cosine schedule's learning rates (--schedule plateau given)")
     if out_dir is not None:
         machine = machine_record()
         machine["load_average_1min"] = [machine0["load_average_1min"], machine["load_average_1min"]]

@@ -87,7 +87,7 @@ def holdout_validation(dataset: InteractionDataset, fraction: float = 0.05, seed
     Raises
     ------
     ValueError
-        ``fraction`` not in (0, 1).
+        ``fraction`` not in (0, 1); a (user, item) pair repeated in the training interactions.
 
     References
     ----------
@@ -98,6 +98,13 @@ def holdout_validation(dataset: InteractionDataset, fraction: float = 0.05, seed
         raise ValueError(f"fraction must lie in (0, 1), got {fraction!r}")
     users = dataset.train_users.numpy().astype(np.int64, copy=False)
     m = users.size
+    pairs = users * dataset.num_items + dataset.train_items.numpy().astype(np.int64, copy=False)
+    if np.unique(pairs).size != m:
+        first = int(pairs[np.flatnonzero(np.diff(np.sort(pairs)) == 0)[0]])  # a repeated pair
+        raise ValueError(f"dataset {dataset.name!r} repeats {m - np.unique(pairs).size} training (user, "
+                         f"item) pairs, e.g. user {first // dataset.num_items}, item "
+                         f"{first % dataset.num_items}: a held-out copy would stay a training edge; "
+                         "deduplicate the pairs first")
     rng = np.random.default_rng(seed)
     counts = np.bincount(users, minlength=dataset.num_users)
     quota = np.floor(fraction * counts + rng.random(dataset.num_users)).astype(np.int64)

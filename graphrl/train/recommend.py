@@ -77,7 +77,8 @@ class RecommendConfig:
     epochs : float
         Most epochs.
     minutes : float or None
-        Training-time budget (evaluations not counted); ``None``: epochs only.
+        Training-time budget (evaluations not counted; a refit's time comes on top); ``None``: epochs
+        only.
     eval_every : float
         Epochs between validation evaluations (a fraction evaluates within an epoch).
     patience : int
@@ -101,7 +102,9 @@ class RecommendConfig:
     schedule : {"plateau", "cosine"}
         ``plateau``: the learning rate decays by ``lr_decay`` after ``lr_patience`` evaluations without a
         new best; ``cosine``: it follows a half cosine from ``lr`` to ``min_lr`` over the budget, the
-        budget's progress being the larger of the share of ``epochs`` done and of ``minutes`` used
+        budget's progress being the larger of the share of ``epochs`` done and of ``minutes`` used by
+        the steps themselves (the spectral start's time counts against ``minutes``, not as progress, so
+        a run whose epochs end first is the same on any machine)
         (Loshchilov and Hutter, "SGDR", ICLR 2017, one cycle); no plateau decay then.
     item_bias : bool
         Learn a score per item added to every user's score (``LightGCN(node_bias=True)``), started at the
@@ -277,7 +280,7 @@ def train_recommender(split: ValidationSplit, config: RecommendConfig = Recommen
     ValueError
         A non-finite loss (lower ``lr``); ``k`` > the number of items; ``init="spectral"`` with
         ``embedding_dim`` >= min(users, items); ``refit`` without ``split.source`` or with the plateau
-        schedule.
+        schedule; a validation split with no interaction.
 
     References
     ----------
@@ -292,6 +295,9 @@ def train_recommender(split: ValidationSplit, config: RecommendConfig = Recommen
         raise ValueError("refit=True needs split.source (holdout_validation sets it) and schedule='cosine' "
                          f"(its learning rates are replayed), got source "
                          f"{'None' if split.source is None else 'set'} and schedule={cfg.schedule!r}")
+    if split.val_users.numel() == 0:
+        raise ValueError("the validation split holds no interaction (a larger validation fraction, or users "
+                         "with longer histories): nothing could select the model")
     run = RecommenderSteps(ds, cfg)
     model, adj = run.model, run.adj
     cosine = run.cosine
@@ -301,12 +307,14 @@ def train_recommender(split: ValidationSplit, config: RecommendConfig = Recommen
     test_mask = merge_csr(train_csr, val_csr)
     test_csr = ds.user_item_csr("test")
     budget = cfg.minutes * 60.0 if cfg.minutes is not None else math.inf
-    max_steps = math.ceil(cfg.epochs * per_epoch)
+    max_steps = max(1, math.floor(cfg.epochs * per_epoch + 1e-9))  # epochs is a maximum (at least one step)
     eval_steps = max(1, round(cfg.eval_every * per_epoch))
     curve: list[dict] = []
     best = (-math.inf, None, 0.0, None, 0)  # recall, state, epoch, result, step
     since_best = since_decay = 0
     steps, train_s, eval_s, losses, cpu_s = 0, run.init_seconds, 0.0, [], run.init_cpu_seconds
+    step_s = 0.0  # the steps' own time: the cosine schedule's clock (the init's time is not progress)
+    last_eval = 0
     stopped_by = "epochs"
     lr = cfg.lr
     lrs: list[float] = []
@@ -314,10 +322,11 @@ def train_recommender(split: ValidationSplit, config: RecommendConfig = Recommen
     while steps < max_steps:
         t0, c0 = time.perf_counter(), time.process_time()
         if cfg.schedule == "cosine":
-            lr = _cosine_lr(cfg, min(1.0, max(steps / max_steps, train_s / budget)))
+            lr = _cosine_lr(cfg, min(1.0, max(steps / max_steps, step_s / budget)))
         losses.append(run.step(lr))
         lrs.append(lr)
         steps += 1
+        step_s += time.perf_counter() - t0
         train_s += time.perf_counter() - t0
         cpu_s += time.process_time() - c0
         bar.update(1)
@@ -334,9 +343,10 @@ def train_recommender(split: ValidationSplit, config: RecommendConfig = Recommen
         improved = val.recall > best[0]
         entry = {"epoch": steps / per_epoch, "step": steps, "train_seconds": train_s,
                  "train_cpu_seconds": cpu_s, "lr": lr,
-                 "loss": float(np.mean(losses[-eval_steps:])), "val_recall": val.recall, "val_ndcg": val.ndcg,
+                 "loss": float(np.mean(losses[last_eval:])), "val_recall": val.recall, "val_ndcg": val.ndcg,
                  "best": improved}
         curve.append(entry)
+        last_eval = steps
         log.info("epoch %.2f: val recall@%d %.4f ndcg %.4f (lr %.3g)", entry["epoch"], cfg.k, val.recall,
                  val.ndcg, lr)
         if improved:

@@ -1,7 +1,7 @@
-"""A new user's findings on ``graphrl train recommend`` / `train_recommender`, each a strict xfail.
+"""A new user's findings on ``graphrl train recommend`` / `train_recommender`, each fixed and pinned here.
 
-Every test states the documented (or plainly expected) behaviour and fails today; the reason names the
-file and line suspected. Tiny data only: each test trains for a handful of full-graph steps.
+Every test states the documented (or plainly expected) behaviour; each failed before its fix. Tiny data
+only: each test trains for a handful of full-graph steps.
 """
 
 from __future__ import annotations
@@ -40,11 +40,6 @@ def _cli(*args):
     return CliRunner().invoke(main, ["train", "recommend", "--no-progress", *map(str, args)])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "same seed, different run: the cosine schedule's progress is max(steps / max_steps, train_s / budget) "
-    "and train_s starts at the spectral init's wall time (graphrl/train/recommend.py, the _cosine_lr call "
-    "in the training loop), so the very first learning rate, and every weight after it, depends on the wall "
-    "clock even when the epoch budget is what ends the run; the CLI always sets --minutes (no None)"))
 def test_same_seed_twice_gives_the_same_curve_with_the_cli_defaults():
     split = holdout_validation(synthetic_bipartite(120, 150, 2500, seed=0), fraction=0.2, seed=0)
     # the CLI's defaults (spectral init, cosine, 60 minutes), scaled down
@@ -58,11 +53,6 @@ def test_same_seed_twice_gives_the_same_curve_with_the_cli_defaults():
     assert [e["loss"] for e in a.curve] == [e["loss"] for e in b.curve]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "an empty validation split (a small --val-fraction on short per-user histories holds nothing out) is "
-    "accepted: every validation recall is 0.0, the first evaluation is 'best', and the refit trains to that "
-    "step, silently (graphrl/train/recommend.py train_recommender takes split.validation_csr() unchecked; "
-    "graphrl/datasets/validation.py holdout_validation does not say that nothing was held out)"))
 def test_an_empty_validation_split_is_refused():
     source = synthetic_bipartite(60, 80, 400, seed=0)
     cfg = RecommendConfig(loss="full-softmax", batch_size=16, epochs=3, minutes=None, eval_every=1,
@@ -73,11 +63,6 @@ def test_an_empty_validation_split_is_refused():
         train_recommender(split, cfg, refit=True)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a (user, item) pair written twice in train.txt is loaded twice (graphrl/datasets/gowalla.py _read_split "
-    "keeps duplicates) and holdout_validation (graphrl/datasets/validation.py) holds out positions, not "
-    "pairs: one copy lands in validation while the other stays a training edge, so propagation reads the "
-    "validation edge and the validation item is masked out of its own ranking"))
 def test_a_repeated_training_pair_is_never_both_train_and_validation(tmp_path):
     rng = np.random.default_rng(0)
     train, test = [], []
@@ -86,21 +71,13 @@ def test_a_repeated_training_pair_is_never_both_train_and_validation(tmp_path):
         train.append([u, *items[:6], *items[:3]])  # repeated check-ins, as in raw Gowalla
         test.append([u, *items[6:]])
     _write_gowalla(tmp_path, train, test)
-    try:
-        ds = load_gowalla(tmp_path)
-    except ValueError:
-        return  # refusing duplicates at load time is a fix too
-    split = holdout_validation(ds, fraction=0.3, seed=0)
-    kept = set(zip(split.dataset.train_users.tolist(), split.dataset.train_items.tolist(), strict=True))
-    held = set(zip(split.val_users.tolist(), split.val_items.tolist(), strict=True))
-    assert held and not kept & held
+    ds = load_gowalla(tmp_path)
+    with pytest.raises(ValueError, match=r"repeats 90 training .* e\.g\. user 0, item \d+: "):
+        holdout_validation(ds, fraction=0.3, seed=0)
+    result = _cli("--data-root", tmp_path, "--dim", 4, "--epochs", 1)
+    assert result.exit_code == 1 and "deduplicate" in result.output, result.output
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "curve[i]['loss'] is documented as the mean since the previous evaluation, but is "
-    "np.mean(losses[-eval_steps:]) (graphrl/train/recommend.py, the curve entry): when the last evaluation "
-    "comes at the epoch/minute budget, off the eval_every grid, it averages in steps from before the "
-    "previous evaluation"))
 def test_curve_loss_is_the_mean_since_the_previous_evaluation(monkeypatch):
     split = holdout_validation(synthetic_bipartite(100, 120, 2000, seed=1), fraction=0.2, seed=0)
     cfg = RecommendConfig(loss="bpr", batch_size=400, epochs=1.5, minutes=None, eval_every=1.0,
@@ -120,10 +97,6 @@ def test_curve_loss_is_the_mean_since_the_previous_evaluation(monkeypatch):
         assert entry["loss"] == pytest.approx(float(np.mean(losses[prev:entry["step"]])), rel=1e-12)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "--epochs is documented as 'Most epochs' but max_steps = ceil(epochs * per_epoch) "
-    "(graphrl/train/recommend.py): with one step per epoch (the default --batch-size 2048 on fewer users), "
-    "--epochs 2.5 trains 3 epochs and reports 'after 3.00 epochs'"))
 def test_fractional_epochs_are_a_maximum():
     split = holdout_validation(synthetic_bipartite(60, 80, 900, seed=0), fraction=0.2, seed=0)
     cfg = RecommendConfig(loss="full-softmax", batch_size=2048, epochs=2.5, minutes=None, eval_every=1,
@@ -132,11 +105,6 @@ def test_fractional_epochs_are_a_maximum():
     assert report.epochs <= cfg.epochs
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "with fewer than 20 items the CLI fails with 'k must lie in [1, num_items=12], got 20', but K is fixed "
-    "at RecommendConfig's 20 and graphrl train recommend has no --k option (graphrl/cli_train.py builds "
-    "RecommendConfig without k; graphrl/train/recommend.py train_recommender's k check): the error names "
-    "no option the user can change"))
 def test_cli_with_fewer_items_than_k_trains_or_names_an_option(tmp_path):
     _tiny_gowalla(tmp_path, num_users=30, num_items=12)
     result = _cli("--data-root", tmp_path, "--dim", 4, "--epochs", 1, "--eval-every", 1)
@@ -144,10 +112,6 @@ def test_cli_with_fewer_items_than_k_trains_or_names_an_option(tmp_path):
     assert result.exit_code == 0 or "--" in error, error
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the CLI's error for --dim >= min(users, items) with the default --init spectral reads "
-    "\"init='spectral' needs embedding_dim < ...\": the library's names, not the options --dim / --init "
-    "(graphrl/train/rec_step.py RecommenderSteps.__init__, re-raised unchanged by graphrl/cli_train.py)"))
 def test_cli_spectral_dim_error_names_the_dim_option(tmp_path):
     _tiny_gowalla(tmp_path, num_users=30, num_items=40)
     result = _cli("--data-root", tmp_path, "--dim", 64, "--epochs", 1)
@@ -155,10 +119,6 @@ def test_cli_spectral_dim_error_names_the_dim_option(tmp_path):
     assert "--dim" in result.output, result.output
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "an --out that cannot be created is found only after training (an hour with the defaults), as a raw "
-    "NotADirectoryError traceback, and the trained weights are lost (graphrl/cli_train.py creates/writes "
-    "out_dir only after train_recommender returns)"))
 def test_cli_unusable_out_is_refused_before_training(tmp_path):
     _tiny_gowalla(tmp_path, num_users=30, num_items=40)
     blocker = tmp_path / "a_file"
