@@ -26,7 +26,14 @@ import ray
 import torch
 
 from graphrl.memory import MemoryManager
-from replay._checks import check_beta, check_int, check_keys, check_sample_args, check_store_args
+from replay._checks import (
+    check_beta,
+    check_int,
+    check_keys,
+    check_sample_args,
+    check_store_args,
+    check_timeout,
+)
 from replay.batch import Batch
 from replay.distributed import checkpoint as manifests
 from replay.distributed.attach import RayAttachedStore
@@ -401,7 +408,7 @@ class RayReplayStore(ReplayStoreBase):
         b, length = check_sample_args(batch_size, window, pad)
         beta = check_beta(beta)
         check_ray_device(device)  # before drawing (a draw counts in the rate limiter), as the local store
-        timeout = self.timeout if timeout is DEFAULT else timeout
+        timeout = self.timeout if timeout is DEFAULT else check_timeout(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             batch = self._sampler.sample(b, length, pad, beta, deadline, timeout)

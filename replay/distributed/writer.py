@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import ray
 
-from replay._checks import MAX_BATCH, MAX_INT64, check_int
+from replay._checks import MAX_BATCH, MAX_INT64, check_int, check_timeout
 from replay.distributed.errors import ShardError, actor_errors, secs, shard_error
 from replay.distributed.routing import least_loaded
 from replay.interface import DEFAULT
@@ -53,7 +53,7 @@ def open_writer(
     Raises
     ------
     ValueError
-        Bad ``chunk_steps``, ``shard`` or ``max_inflight``.
+        Bad ``chunk_steps``, ``shard``, ``max_inflight`` or ``timeout``.
     """
     num_shards = len(handle.shards)
     if chunk_steps is None:
@@ -63,6 +63,8 @@ def open_writer(
     if shard is not None:
         shard = check_int("shard", shard, 0, num_shards - 1)
     max_inflight = check_int("max_inflight", max_inflight, 0, MAX_BATCH)
+    if timeout is not DEFAULT:
+        timeout = check_timeout(timeout)
     first = None
     if shard is None and num_shards > 1:  # one round trip: new writers start round robin
         try:

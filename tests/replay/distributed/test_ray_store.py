@@ -285,6 +285,17 @@ def test_sample_to_cuda_without_cuda_raises_before_drawing(prio):
     assert prio.counters()["samples"] == samples  # nothing was drawn (or counted)
 
 
+@pytest.mark.parametrize(("timeout", "exc"), [("1", TypeError), (-1, ValueError), (float("nan"), ValueError),
+                                             (True, TypeError)])
+def test_sample_and_writer_check_their_timeout_before_drawing(prio, timeout, exc):
+    samples = prio.counters()["samples"]
+    with pytest.raises(exc, match=r"timeout must be"):
+        prio.sample(4, window=1, timeout=timeout)
+    with pytest.raises(exc, match=r"timeout must be"):
+        prio.writer(timeout=timeout)
+    assert prio.counters()["samples"] == samples  # nothing was drawn (or counted)
+
+
 def test_update_priorities_checks_keys_and_values(prio):
     b = prio.sample(4, window=1)
     with pytest.raises(ValueError, match="shard 7"):
