@@ -16,6 +16,15 @@ import pytest
 
 SHM = Path("/dev/shm")
 
+
+@pytest.fixture(autouse=True)
+def _children_start_with_sighup_at_default():
+    """Children inherit an ignored SIGHUP (pytest run under nohup), and the library rightly leaves an ignored
+    signal alone: start them with the default disposition, as a terminal session would."""
+    before = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    yield
+    signal.signal(signal.SIGHUP, before)
+
 # the child makes a manager with shared regions (and a spill array), prints one JSON line, then blocks
 # reading stdin until the parent signals it or closes stdin
 CHILD = textwrap.dedent("""
