@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["RankingResult", "csr_from_pairs", "merge_csr", "ndcg_recall_from_topk", "topk_items",
-           "evaluate_ranking", "popularity_scores"]
+__all__ = ["RankingResult", "concat_ranges", "csr_from_pairs", "merge_csr", "ndcg_recall_from_topk",
+           "topk_items", "evaluate_ranking", "popularity_scores"]
 
 
 @dataclass(frozen=True)
@@ -37,8 +37,12 @@ class RankingResult:
     num_users: int
 
 
-def _ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Concatenation of ``arange(starts[j], ends[j])`` over j, vectorised: int64 [sum(ends - starts)]."""
+def concat_ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Concatenation of ``arange(starts[j], ends[j])`` over j, vectorised.
+
+    ``starts``, ``ends``: int64 [J] with ``ends >= starts``; returns int64 [sum(ends - starts)] (the
+    positions of CSR rows ``j`` in their ``indices`` array, row after row).
+    """
     counts = ends - starts
     total = int(counts.sum())
     offsets = np.cumsum(counts) - counts
@@ -175,7 +179,7 @@ def ndcg_recall_from_topk(topk: torch.Tensor, test_indptr: np.ndarray, test_item
     starts, ends = test_indptr[u], test_indptr[u + 1]
     counts = ends - starts
     rows = np.repeat(np.arange(b), counts)
-    cols = test_items[_ranges(starts, ends)]
+    cols = test_items[concat_ranges(starts, ends)]
     num_items = int(max(int(topk.max()) if topk.numel() else 0, int(cols.max()) if cols.size else 0)) + 1
     key_test = torch.from_numpy(rows * num_items + cols)
     key_top = torch.arange(b).unsqueeze(1) * num_items + topk
@@ -241,7 +245,7 @@ def evaluate_ranking(score_fn: Callable[[torch.Tensor], torch.Tensor], train: tu
             scores = scores.clone()
         s, e = train_indptr[ub], train_indptr[ub + 1]
         rows = np.repeat(np.arange(ub.size), e - s)
-        cols = train_items[_ranges(s, e)]
+        cols = train_items[concat_ranges(s, e)]
         scores[torch.from_numpy(rows), torch.from_numpy(cols)] = -math.inf
         top = topk_items(scores, k)
         rec, ndcg = ndcg_recall_from_topk(top, test_indptr, test_items, torch.from_numpy(ub))

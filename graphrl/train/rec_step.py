@@ -26,16 +26,10 @@ from graphrl.datasets.base import InteractionDataset
 from graphrl.nn.lightgcn import LightGCN
 from graphrl.nn.spectral_init import spectral_embeddings
 from graphrl.nn.sym_adjacency import SymNormAdjacency
+from graphrl.train.metrics import concat_ranges
 from graphrl.train.rec_losses import bpr_pair_loss, full_softmax_loss, sampled_softmax_loss
 
 __all__ = ["RecommenderSteps"]
-
-
-def _ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Concatenation of ``arange(starts[j], ends[j])`` over j: int64 [sum(ends - starts)]."""
-    counts = ends - starts
-    offsets = np.cumsum(counts) - counts
-    return np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(offsets - starts, counts)
 
 
 class RecommenderSteps:
@@ -134,7 +128,7 @@ class RecommenderSteps:
             indptr, cols_np = self.train_csr
             counts = indptr[users_np + 1] - indptr[users_np]
             rows = torch.from_numpy(np.repeat(np.arange(b), counts))
-            cols = torch.from_numpy(cols_np[_ranges(indptr[users_np], indptr[users_np + 1])])
+            cols = torch.from_numpy(cols_np[concat_ranges(indptr[users_np], indptr[users_np + 1])])
             users = torch.from_numpy(users_np)
             item_bias = model.bias[ds.num_users:] if cfg.item_bias else None
             loss = full_softmax_loss(z[users], z[ds.num_users:], rows, cols, cfg.temperature,
