@@ -98,10 +98,11 @@ def holdout_validation(dataset: InteractionDataset, fraction: float = 0.05, seed
         raise ValueError(f"fraction must lie in (0, 1), got {fraction!r}")
     users = dataset.train_users.numpy().astype(np.int64, copy=False)
     m = users.size
-    pairs = users * dataset.num_items + dataset.train_items.numpy().astype(np.int64, copy=False)
-    if np.unique(pairs).size != m:
-        first = int(pairs[np.flatnonzero(np.diff(np.sort(pairs)) == 0)[0]])  # a repeated pair
-        raise ValueError(f"dataset {dataset.name!r} repeats {m - np.unique(pairs).size} training (user, "
+    pairs = np.sort(users * dataset.num_items + dataset.train_items.numpy().astype(np.int64, copy=False))
+    repeats = np.flatnonzero(pairs[1:] == pairs[:-1])  # one sort: each entry is one copy too many
+    if repeats.size:
+        first = int(pairs[repeats[0]])
+        raise ValueError(f"dataset {dataset.name!r} repeats {repeats.size} training (user, "
                          f"item) pairs, e.g. user {first // dataset.num_items}, item "
                          f"{first % dataset.num_items}: a held-out copy would stay a training edge; "
                          "deduplicate the pairs first")
