@@ -45,6 +45,7 @@ def demo_recommend_exact(ds, minutes: float, epochs: float | None, seed: int, lr
     click.UsageError
         A bad setting or a diverging loss.
     """
+    from graphrl.cli_train import RECIPE_TEMPERATURE
     from graphrl.datasets.validation import holdout_validation
     from graphrl.nn.sym_adjacency import SymNormAdjacency
     from graphrl.train.link_prediction import evaluate_popularity
@@ -56,7 +57,7 @@ def demo_recommend_exact(ds, minutes: float, epochs: float | None, seed: int, lr
     test_csr, test_mask = ds.user_item_csr("test"), merge_csr(train_csr, val_csr)
     try:
         config = RecommendConfig(loss="full-softmax", init="spectral", item_bias=True, lr=lr,
-                                 temperature=0.12, embedding_dim=embedding_dim, minutes=minutes,
+                                 temperature=RECIPE_TEMPERATURE, embedding_dim=embedding_dim, minutes=minutes,
                                  epochs=1000.0 if epochs is None else epochs,
                                  eval_every=1.0 if curves is not None else 1000.0, patience=1000, seed=seed)
     except ValueError as err:

@@ -22,7 +22,9 @@ from pathlib import Path
 
 import click
 
-__all__ = ["train"]
+__all__ = ["RECIPE_TEMPERATURE", "train"]
+
+RECIPE_TEMPERATURE = 0.12  # the softmax temperature the 20 % validation split chose (docs/performance.md)
 
 
 @click.group()
@@ -40,7 +42,8 @@ def train() -> None:
                    "BPR, one uniform negative per pair.")
 @click.option("--negatives", type=click.IntRange(min=1), default=1024, show_default=True,
               help="softmax: negatives per batch.")
-@click.option("--temperature", type=click.FloatRange(min=0, min_open=True), default=0.12, show_default=True)
+@click.option("--temperature", type=click.FloatRange(min=0, min_open=True), default=RECIPE_TEMPERATURE,
+              show_default=True)
 @click.option("--layers", type=click.IntRange(min=1), default=3, show_default=True)
 @click.option("--dim", "embedding_dim", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option("--batch-size", type=click.IntRange(min=1), default=2048, show_default=True,
