@@ -22,7 +22,6 @@ Schaul et al., "Prioritized Experience Replay", ICLR 2016: importance weights
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import nullcontext
@@ -34,6 +33,7 @@ import torch
 
 from graphrl.memory import MemoryManager
 from graphrl.tensors import StagingBuffer, StagingPool, zero_fill
+from replay._checks import check_beta
 from replay.draw_kernels import importance_weights_into
 from replay.layout import BatchLayout
 from replay.spec import TrajectorySpec
@@ -57,15 +57,16 @@ def importance_weights(probabilities: np.ndarray, table_size: int, beta: float) 
 
     Raises
     ------
+    TypeError
+        ``beta`` not a real number (`replay._checks.check_beta`).
     ValueError
         ``beta`` not finite and >= 0.
     """
-    if not math.isfinite(beta) or beta < 0:
-        raise ValueError(f"beta must be finite and >= 0, got {beta}")
+    beta = check_beta(beta)
     out = np.empty(probabilities.size, dtype=np.float32)
     if out.size:
         prob = np.ascontiguousarray(probabilities, dtype=np.float64).reshape(-1)
-        importance_weights_into(prob, int(table_size), float(beta), out)
+        importance_weights_into(prob, int(table_size), beta, out)
     return torch.from_numpy(out)
 
 
