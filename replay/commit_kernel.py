@@ -24,7 +24,9 @@ import numba as nb
 import numpy as np
 
 from graphrl.kernels import copy_bytes
+from replay.control import CTL_FIXED, GSEQ
 from replay.keys import MAX_POSITION
+from replay.rate_limiter import CANCELLED, DELETES, INSERTS, SAMPLES
 from replay.sync_kernels import (
     EOWNERDEAD,
     compiler_fence,
@@ -61,8 +63,7 @@ OK, BLOCKED, OVERFLOW, FAILED = 0, 1, 2, 3
 # the plan: fixed words, then row bytes per field, then SHARD_WORDS + fields words per shard
 P_CTL_MUTEX, P_CTL_COND, P_CTL, P_SHARDS, P_CAPACITY, P_FIELDS, P_MIN_SIZE, P_ROW_BYTES = range(8)
 SHARD_WORDS = 4  # mutex, meta, steps, records (then one ring address per field)
-# the control block's int64 words (replay.storage) and a shard's meta and record words (replay.shard)
-_INSERTS, _DELETES, _CANCELLED, _GSEQ, _CTL_FIXED = 0, 2, 3, 4, 8
+# a shard's meta and record words: replay.shard's (which imports this module, so they are repeated here)
 _WRITE_POS, _RESERVE_POS, _N_RECORDS, _HOLES, _COMMITS, _META_LEN = 0, 1, 2, 3, 4, 16
 _REC_ID, _REC_START, _REC_LENGTH, _REC_FLAGS, _OPEN, _CONTINUATION = 0, 1, 2, 3, 1, 2
 OWNER_SHIFT = 8  # a record's flags from this bit up: the pid of the writer that opened it (0: unknown)
@@ -172,15 +173,15 @@ def commit_chunk(
     cap = plan[P_CAPACITY]
     nf = plan[P_FIELDS]
     ctl_mutex = plan[P_CTL_MUTEX]
-    ctl = int64_at(plan[P_CTL], _CTL_FIXED + 2 * s_count)
+    ctl = int64_at(plan[P_CTL], CTL_FIXED + 2 * s_count)
     died = 0
     # 1. admission, shard, sequence numbers (control mutex)
     rc = _lock(ctl_mutex)
     if rc < 0:
         return FAILED, -1, -1, -rc, died, 0, 0
     died += rc
-    ins, smp, dels = ctl[_INSERTS], ctl[1], ctl[_DELETES]
-    admitted = ctl[_CANCELLED] == 0 and (
+    ins, smp, dels = ctl[INSERTS], ctl[SAMPLES], ctl[DELETES]
+    admitted = ctl[CANCELLED] == 0 and (
         ins + 1 - dels <= plan[P_MIN_SIZE] or (ins + 1) * samples_per_insert - smp <= max_diff
     )
     if not admitted:
@@ -193,14 +194,14 @@ def commit_chunk(
             shard = writer_id % s_count
             for k in range(1, s_count):
                 i = (k + writer_id) % s_count
-                o, b = ctl[_CTL_FIXED + s_count + i], ctl[_CTL_FIXED + s_count + shard]
-                if o < b or (o == b and ctl[_CTL_FIXED + i] < ctl[_CTL_FIXED + shard]):
+                o, b = ctl[CTL_FIXED + s_count + i], ctl[CTL_FIXED + s_count + shard]
+                if o < b or (o == b and ctl[CTL_FIXED + i] < ctl[CTL_FIXED + shard]):
                     shard = i
         if not end:
-            ctl[_CTL_FIXED + s_count + shard] += 1
-    ctl[_CTL_FIXED + shard] += count
-    seq_base = ctl[_GSEQ]
-    ctl[_GSEQ] = seq_base + count
+            ctl[CTL_FIXED + s_count + shard] += 1
+    ctl[CTL_FIXED + shard] += count
+    seq_base = ctl[GSEQ]
+    ctl[GSEQ] = seq_base + count
     mutex_unlock(ctl_mutex)
     # 2. the shard commit (shard mutex)
     base = P_ROW_BYTES + nf + shard * (SHARD_WORDS + nf)
@@ -280,10 +281,10 @@ def commit_chunk(
     if rc < 0:
         return FAILED, shard, record, -rc, died, hole_at, hole
     died += rc
-    ctl[_INSERTS] += count
-    ctl[_DELETES] += overwritten
+    ctl[INSERTS] += count
+    ctl[DELETES] += overwritten
     if end and not new_episode:
-        ctl[_CTL_FIXED + s_count + shard] -= 1
+        ctl[CTL_FIXED + s_count + shard] -= 1
     cond_broadcast(plan[P_CTL_COND])
     mutex_unlock(ctl_mutex)
     return OK, shard, record, overwritten, died, hole_at, hole

@@ -24,11 +24,11 @@ import numpy as np
 from graphrl.memory import MemoryManager, Region
 from replay._sync import SLOT_BYTES, SharedCondition, SharedMutex
 
-__all__ = ["GSEQ", "WRITERS", "Control"]
+__all__ = ["CTL_FIXED", "GSEQ", "WRITERS", "Control"]
 
 # control fields (int64) after the rate limiter's four counters
 GSEQ, WRITERS = 4, 5
-_CTL_FIXED = 8
+CTL_FIXED = 8  # int64 words before the per-shard ``assigned`` and ``open``
 _CTL_OFF = 2 * SLOT_BYTES
 
 
@@ -52,10 +52,10 @@ class Control:
         raw = region.numpy()
         self.mutex = SharedMutex(raw[:SLOT_BYTES], create=create)
         self.cond = SharedCondition(raw[SLOT_BYTES : 2 * SLOT_BYTES], self.mutex, create=create)
-        self.ctl = raw[_CTL_OFF : _CTL_OFF + 8 * (_CTL_FIXED + 2 * num_shards)].view(np.int64)
+        self.ctl = raw[_CTL_OFF : _CTL_OFF + 8 * (CTL_FIXED + 2 * num_shards)].view(np.int64)
         self.counters = self.ctl[:4]
-        self.assigned = self.ctl[_CTL_FIXED : _CTL_FIXED + num_shards]
-        self.open = self.ctl[_CTL_FIXED + num_shards : _CTL_FIXED + 2 * num_shards]
+        self.assigned = self.ctl[CTL_FIXED : CTL_FIXED + num_shards]
+        self.open = self.ctl[CTL_FIXED + num_shards : CTL_FIXED + 2 * num_shards]
         if create:
             self.ctl[:] = 0
 
@@ -67,7 +67,7 @@ class Control:
 
     @staticmethod
     def nbytes(num_shards: int) -> int:
-        return _CTL_OFF + 8 * (_CTL_FIXED + 2 * num_shards)
+        return _CTL_OFF + 8 * (CTL_FIXED + 2 * num_shards)
 
     @classmethod
     def create(
