@@ -146,6 +146,7 @@ class RayReplayStore(ReplayStoreBase):
         self.num_shards = num_shards
         self.shard_capacity = shard_cap
         self.selector = selector
+        self._priority_limit = priority_limit(selector, shard_cap)  # each shard's (its own table)
         self.rate_limiter = rate_limiter
         self.max_times_sampled = max_times_sampled
         self.seed = seed
@@ -320,7 +321,7 @@ class RayReplayStore(ReplayStoreBase):
         handle = RayLearnerHandle(
             self.handle(), self._counter, tuple(self.rate_limiter.to_config().items()),
             bool(self.selector.prioritized), self.staging_slots, self.prefetch, seed,
-            priority_limit(self.selector, self.shard_capacity),
+            self._priority_limit,
         )
         return RayLearner(handle)
 
@@ -426,7 +427,7 @@ class RayReplayStore(ReplayStoreBase):
         self._check_open("update_priorities")
         k = check_keys(keys)
         p = check_priorities(priorities, k.size)
-        check_priority_mass(p, priority_limit(self.selector, self.shard_capacity))  # as every shard's
+        check_priority_mass(p, self._priority_limit)  # as every shard's
         routes = split_keys(k, self.num_shards)
         calls = [(s, "update_priorities", (local, p[rows])) for s, rows, local in routes]
         with self._lock:
