@@ -291,6 +291,16 @@ def check_beta(beta: Any) -> float:
     Python and numpy ints and floats are taken, and 0-d tensors or arrays of an integer or floating
     dtype (``float(beta)``: a CUDA tensor is read once); bools are not numbers here.
 
+    Parameters
+    ----------
+    beta : int, float, numpy scalar, or 0-d torch.Tensor / numpy.ndarray of an integer or float dtype
+        The exponent (unitless).
+
+    Returns
+    -------
+    float
+        ``float(beta)``, finite and >= 0.
+
     Raises
     ------
     TypeError

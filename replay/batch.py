@@ -55,6 +55,20 @@ def importance_weights(probabilities: np.ndarray, table_size: int, beta: float) 
     is 1, NaN and 0 included). The arithmetic is `replay.draw_kernels.importance_weights_into`, which
     the fused transition draw runs too, so every path gives the same bits.
 
+    Parameters
+    ----------
+    probabilities : numpy.ndarray, float (any shape, read flat) [B]
+        Each window's draw probability.
+    table_size : int
+        N, the drawable items at the draw (``batch.table_size``).
+    beta : float
+        The exponent, finite and >= 0 (or anything `replay._checks.check_beta` takes).
+
+    Returns
+    -------
+    torch.Tensor, float32 [B]
+        The weights, the largest 1 (see the edge cases above).
+
     Raises
     ------
     TypeError

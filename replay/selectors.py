@@ -103,7 +103,21 @@ def check_priorities(priorities: Any, n: int | None = None, what: str = "priorit
 def priority_limit(selector: Selector, items: int) -> float:
     """The largest priority ``update_priorities`` takes: for `Prioritized`, ``p ** exponent`` of each
     item stays <= the largest float64 / (2 * items), so the priority mass of ``items`` items (and every
-    sum in the tree) stays finite; ``inf`` for the other selectors (no mass) and for exponent 0."""
+    sum in the tree) stays finite; ``inf`` for the other selectors (no mass) and for exponent 0.
+
+    Parameters
+    ----------
+    selector : Selector
+        The table's selector; only `Prioritized` (its ``exponent``) has a finite limit.
+    items : int
+        The slots one weight tree holds (a local store: ``num_shards * capacity``; a Ray shard: its
+        ``shard_capacity``).
+
+    Returns
+    -------
+    float
+        The limit (a priority, unitless), or ``math.inf``. Raises nothing.
+    """
     exponent = float(getattr(selector, "exponent", 0.0)) if selector.prioritized else 0.0
     if exponent == 0.0:
         return math.inf
@@ -114,7 +128,14 @@ def priority_limit(selector: Selector, items: int) -> float:
 
 
 def check_priority_mass(p: np.ndarray, limit: float) -> None:
-    """Raise if a priority of ``p`` (checked float64 [K]) is above ``limit`` (`priority_limit`).
+    """Raise if a priority of ``p`` is above ``limit``.
+
+    Parameters
+    ----------
+    p : numpy.ndarray, float64 [K]
+        Priorities already through `check_priorities`.
+    limit : float
+        From `priority_limit`.
 
     Raises
     ------
