@@ -70,7 +70,7 @@ OWNER_SHIFT = 8  # a record's flags from this bit up: the pid of the writer that
 
 
 def plan_layout(num_shards: int, num_fields: int) -> int:
-    """Words of a plan for ``num_shards`` shards of ``num_fields`` fields."""
+    """Words (int64) of a plan for ``num_shards`` shards of ``num_fields`` fields."""
     return P_ROW_BYTES + num_fields + num_shards * (SHARD_WORDS + num_fields)
 
 
@@ -96,6 +96,11 @@ def build_plan(
         Steps per shard ring.
     min_size : int
         The rate limiter's ``min_size``.
+
+    Returns
+    -------
+    numpy.ndarray, int64, shape [plan_layout(len(shards), len(row_bytes))]
+        Valid while the control and shard regions stay mapped in this process; nothing is checked.
     """
     nf = len(row_bytes)
     plan = np.zeros(plan_layout(len(shards), nf), dtype=np.int64)
@@ -155,14 +160,32 @@ def _lock(addr):  # pragma: no cover - numba
 def commit_chunk(
     plan, sources, count, shard, record, end, writer_id, samples_per_insert, max_diff, pid
 ):  # pragma: no cover - numba
-    """Commit rows ``[0, count)`` of a writer's staging buffers (``sources``: [rows, address per field]).
+    """Commit rows ``[0, count)`` of a writer's staging buffers as one call (locks taken inside).
 
-    ``shard``, ``record``: the writer's open episode, or -1, -1 for a new one; ``end`` closes it.
-    ``pid``: the writer's process, stamped on a new record (`OWNER_SHIFT`).
-    ``count`` is in [1, min(rows, capacity)]. Admission is `replay.rate_limiter.RateLimiter.can_insert`
-    of one step (``min_size`` from the plan, ``samples_per_insert`` and ``max_diff`` given).
+    Parameters
+    ----------
+    plan : numpy.ndarray, int64 [plan_layout(S, F)]
+        `build_plan`'s addresses and sizes.
+    sources : numpy.ndarray, int64 [1 + F]
+        Rows of the staging buffers, then each field's buffer address
+        (`replay.storage.TrajectoryStorage.sources`).
+    count : int
+        Steps, in [1, min(rows, capacity)] (not checked).
+    shard, record : int
+        The writer's open episode, or -1, -1 for a new one.
+    end : bool
+        The episode ends with these steps.
+    writer_id : int
+        Rotates ties in the choice of a new episode's shard.
+    samples_per_insert, max_diff : float
+        The rate limiter's; admission is `replay.rate_limiter.RateLimiter.can_insert` of one step
+        (``min_size`` from the plan).
+    pid : int
+        The writer's process, stamped on a new record (`OWNER_SHIFT`).
 
-    Returns ``(status, shard, record, overwritten, died, hole_at, hole)``: status `OK`, `BLOCKED`
+    Returns
+    -------
+    ``(status, shard, record, overwritten, died, hole_at, hole)``, all int: status `OK`, `BLOCKED`
     (not admitted or closed: nothing changed), `OVERFLOW` (the shard would reach 2^35 positions,
     `replay.keys.MAX_POSITION`: the control block took the steps, nothing was written, as the Python
     path) or `FAILED` (a pthread call failed: its errno in ``overwritten``); ``died`` counts mutexes

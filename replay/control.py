@@ -61,18 +61,48 @@ class Control:
 
     def addresses(self) -> tuple[int, int, int]:
         """Addresses (in this process) of the mutex, the condition and the int64 words (``counters``
-        first): the control words of a `replay.commit_kernel` plan."""
+        first): the control words of a `replay.commit_kernel` plan.
+
+        Returns
+        -------
+        (int, int, int)
+            Byte addresses, valid while ``region`` is mapped in this process.
+        """
         base = self.region.numpy().ctypes.data
         return base, base + SLOT_BYTES, base + _CTL_OFF
 
     @staticmethod
     def nbytes(num_shards: int) -> int:
+        """Bytes of the control block of a store of ``num_shards`` shards (two sync slots, then
+        ``CTL_FIXED + 2 * num_shards`` int64 words)."""
         return _CTL_OFF + 8 * (CTL_FIXED + 2 * num_shards)
 
     @classmethod
     def create(
         cls, memory: MemoryManager, num_shards: int, tier: str = "shared", fallback: tuple[str, ...] = ()
     ) -> Control:
+        """Allocate and initialise a control block (counters zero, mutex and condition made).
+
+        Parameters
+        ----------
+        memory : graphrl.memory.MemoryManager
+            Where the region comes from.
+        num_shards : int
+            Shards of the store (one ``assigned`` and one ``open`` word each).
+        tier : str
+            The memory tier; ``"shared"`` lets other processes attach it by name.
+        fallback : tuple of str
+            Tiers to try, in order, when ``tier`` has no room.
+
+        Returns
+        -------
+        Control
+
+        Raises
+        ------
+        MemoryBudgetError
+            No tier of ``tier`` and ``fallback`` has room (`graphrl.memory.MemoryManager.allocate`).
+        """
         region = memory.allocate(
             (cls.nbytes(num_shards),), "uint8", tier, owner="replay.control", fallback=fallback
         )
@@ -89,9 +119,11 @@ class Control:
 
     @property
     def closed(self) -> bool:
+        """Whether the store was closed (the rate limiter's ``cancelled`` counter is set)."""
         return bool(self.counters[3])
 
     def free(self) -> None:
+        """Free the region (once; later calls do nothing)."""
         if not self.region.freed:
             self.region.free()
 
