@@ -61,8 +61,11 @@ __all__ = [
     "selector_from_config",
 ]
 
-def check_priorities(priorities: Any, n: int | None = None, what: str = "priorities") -> np.ndarray:
-    """Return ``priorities`` as float64 [n], or raise if they are not real, or any is NaN, inf or < 0.
+def check_priorities(
+    priorities: Any, n: int | None = None, what: str = "priorities", limit: float = math.inf
+) -> np.ndarray:
+    """Return ``priorities`` as float64 [n], or raise if they are not real, or any is NaN, inf, < 0 or
+    above ``limit`` (`priority_limit`, checked by `check_priority_mass`).
 
     Real: a numpy array (or sequence) of a floating, integer or bool dtype, or a torch tensor of such a
     dtype on any device (bfloat16 included: its float64 values are exact).
@@ -72,8 +75,8 @@ def check_priorities(priorities: Any, n: int | None = None, what: str = "priorit
     TypeError
         Not real numbers: strings, complex numbers, objects (the message names the dtype).
     ValueError
-        A NaN, infinite or negative value (the message counts them and shows the first), or a
-        length other than ``n``.
+        A NaN, infinite, negative or too large value (the message counts them and shows the
+        first), or a length other than ``n``.
     """
     if hasattr(priorities, "detach"):  # a torch tensor
         t = priorities.detach()
@@ -97,6 +100,8 @@ def check_priorities(priorities: Any, n: int | None = None, what: str = "priorit
             f"{what}: {idx.size} of {p.size} are NaN, infinite or negative (first: {p[idx[0]]} at index "
             f"{idx[0]}); priorities must be finite and >= 0. Nothing was changed."
         )
+    if limit < math.inf:
+        check_priority_mass(p, limit)
     return p
 
 

@@ -33,7 +33,7 @@ from replay._checks import check_keys
 from replay.draw_kernels import PAD_CODES, accept_updates, draw_windows, updates_valid, window_rows
 from replay.keys import MAX_INCARNATIONS, MAX_SHARDS, encode_keys
 from replay.selector_state import EXHAUSTED, SelectorState
-from replay.selectors import Selector, check_priorities, check_priority_mass, priority_limit
+from replay.selectors import Selector, check_priorities, priority_limit
 from replay.shard import EXHAUSTED as STEP_EXHAUSTED
 from replay.shard import WRITE_POS, live_parts
 from replay.storage import TrajectoryStorage
@@ -285,8 +285,7 @@ class Table:
         k, p = _plain_updates(keys, priorities)
         if k is None or not updates_valid(k, p, num_shards, self.priority_limit):  # the checks naming it
             k = check_keys(keys)
-            p = check_priorities(priorities, k.size)
-            check_priority_mass(p, self.priority_limit)
+            p = check_priorities(priorities, k.size, limit=self.priority_limit)
             shard = k & (MAX_SHARDS - 1)
             bad = shard >= num_shards
             if bad.any():

@@ -50,7 +50,7 @@ from replay.distributed.staging import BatchAssembler
 from replay.distributed.writer import RayTrajectoryWriter, open_writer
 from replay.interface import DEFAULT, ReplayStoreBase
 from replay.rate_limiter import RateLimiter
-from replay.selectors import Selector, check_priorities, check_priority_mass, priority_limit
+from replay.selectors import Selector, check_priorities, priority_limit
 from replay.spec import TrajectorySpec
 from replay.storage import Episode
 
@@ -426,8 +426,7 @@ class RayReplayStore(ReplayStoreBase):
         """
         self._check_open("update_priorities")
         k = check_keys(keys)
-        p = check_priorities(priorities, k.size)
-        check_priority_mass(p, self._priority_limit)  # as every shard's
+        p = check_priorities(priorities, k.size, limit=self._priority_limit)  # as every shard's
         routes = split_keys(k, self.num_shards)
         calls = [(s, "update_priorities", (local, p[rows])) for s, rows, local in routes]
         with self._lock:

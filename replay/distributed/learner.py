@@ -48,7 +48,7 @@ from replay.distributed.sampler import ShardSampler
 from replay.distributed.staging import BatchAssembler
 from replay.interface import DEFAULT, ReplayLearnerBase
 from replay.rate_limiter import rate_limiter_from_config
-from replay.selectors import check_priorities, check_priority_mass
+from replay.selectors import check_priorities
 
 if TYPE_CHECKING:
     from replay.batch import Batch
@@ -185,8 +185,7 @@ class RayLearner(ReplayLearnerBase):
     def update_priorities(self, keys: Any, priorities: Any) -> int:
         """As `replay.distributed.RayReplayStore.update_priorities` (routed by the shard in each key)."""
         k = check_keys(keys)
-        p = check_priorities(priorities, k.size)
-        check_priority_mass(p, self.handle.priority_limit)  # before any shard changes
+        p = check_priorities(priorities, k.size, limit=self.handle.priority_limit)  # before any shard changes
         client = self._get("update_priorities")
         routes = split_keys(k, len(client.shards))
         calls = [(s, "update_priorities", (local, p[rows])) for s, rows, local in routes]
