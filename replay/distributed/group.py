@@ -11,6 +11,7 @@ stay in `stats` for the rate limiter and the routing of draws.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import ray
@@ -23,6 +24,8 @@ __all__ = ["Call", "ShardGroup"]
 logger = logging.getLogger(__name__)
 
 Call = tuple[int, str, tuple]  # (shard, method, arguments)
+KILL_WAIT = 10.0  # seconds `ShardGroup.kill` waits for Ray to report its actors dead
+KILL_POLL = 0.002  # seconds between pings of an actor being killed
 
 
 class ShardGroup:
@@ -159,10 +162,27 @@ class ShardGroup:
         for actor, a in zip(self.actors, allow, strict=True):
             actor.set_allow.remote(a)
 
-    def kill(self) -> None:
-        """Kill every actor for good (best effort: their data is gone)."""
+    def kill(self, wait: float = KILL_WAIT) -> None:
+        """Kill every actor for good (best effort: their data is gone) and wait until each is dead.
+
+        ``ray.kill`` only asks Ray to kill: a call another process (a remote writer) makes just after
+        it may still run on the live actor and store steps nobody can read. So each actor is pinged
+        until Ray reports it dead, for at most ``wait`` seconds in all (then a debug log, no error).
+        """
         for a in self.actors:
             try:
                 ray.kill(a, no_restart=True)
             except Exception as exc:  # noqa: BLE001 - best effort on the way out
                 logger.debug("could not kill a shard actor: %s", exc)
+        deadline = time.monotonic() + wait
+        for s, a in enumerate(self.actors):
+            while (left := deadline - time.monotonic()) > 0:
+                try:
+                    ray.get(a.ping.remote(), timeout=left)
+                except actor_errors():
+                    break  # dead: every later call on it fails
+                except ray.exceptions.GetTimeoutError:
+                    break
+                time.sleep(KILL_POLL)  # alive still: the kill is on its way
+            else:
+                logger.debug("shard %d: not reported dead within %s of ray.kill", s, secs(wait))

@@ -675,3 +675,15 @@ def test_rate_limiter_applies_to_the_whole_store(cluster):
         assert store.counters()["samples"] == 85
         with pytest.raises(TimeoutError, match="sampling is ahead of inserting"):
             store.sample(1, window=1, timeout=0.2)
+
+
+def test_close_returns_only_once_every_shard_actor_is_dead(cluster):
+    # ray.kill only asks: close() waits until Ray reports each actor dead, so a call any process makes
+    # after close() returned (a remote writer's shipment) fails instead of storing steps nobody reads
+    store = RayReplayStore(BYTES, 64, num_shards=3, seed=2)
+    actors = store.actors
+    assert [ray.get(a.ping.remote()) for a in actors]  # alive before
+    store.close()
+    for s, a in enumerate(actors):
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(a.ping.remote(), timeout=30)
