@@ -132,6 +132,32 @@ def priority_limit(selector: Selector, items: int) -> float:
         return math.inf
 
 
+def check_initial_priority(selector: Selector, limit: float) -> None:
+    """Raise if ``selector``'s numeric ``initial_priority`` is above ``limit`` (from `priority_limit`).
+
+    A store checks this when it is made: every inserted item gets that priority, so above the limit
+    the priority mass of a full store would overflow, as an update above it would (`check_priority_mass`).
+
+    Parameters
+    ----------
+    selector : Selector
+        The store's selector; only a number as ``initial_priority`` is checked ("max" follows the updates).
+    limit : float
+        The store's `priority_limit`.
+
+    Raises
+    ------
+    ValueError
+        Naming ``initial_priority``, its value and the limit.
+    """
+    init = getattr(selector, "initial_priority", "max")
+    if init != "max" and float(init) > limit:
+        raise ValueError(
+            f"initial_priority={init!r} is too large for this store: it must be <= {limit:.6g} "
+            "(p ** exponent at most the largest float64 / (2 * capacity)) so that the priority mass stays finite"
+        )
+
+
 def check_priority_mass(p: np.ndarray, limit: float) -> None:
     """Raise if a priority of ``p`` is above ``limit``.
 

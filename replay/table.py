@@ -33,7 +33,7 @@ from replay._checks import check_keys
 from replay.draw_kernels import PAD_CODES, accept_updates, draw_windows, updates_valid, window_rows
 from replay.keys import MAX_INCARNATIONS, MAX_SHARDS, encode_keys
 from replay.selector_state import EXHAUSTED, SelectorState
-from replay.selectors import Selector, check_priorities, priority_limit
+from replay.selectors import Selector, check_initial_priority, check_priorities, priority_limit
 from replay.shard import EXHAUSTED as STEP_EXHAUSTED
 from replay.shard import WRITE_POS, live_parts
 from replay.storage import TrajectoryStorage
@@ -88,6 +88,7 @@ class Table:
         self.selector = selector
         self.prioritized = bool(selector.prioritized)
         self.priority_limit = priority_limit(selector, storage.num_shards * storage.capacity)
+        check_initial_priority(selector, self.priority_limit)
         self._regions: list[Region] = []
         try:
             self.state = SelectorState(

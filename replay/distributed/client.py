@@ -50,7 +50,7 @@ from replay.distributed.staging import BatchAssembler
 from replay.distributed.writer import RayTrajectoryWriter, open_writer
 from replay.interface import DEFAULT, ReplayStoreBase
 from replay.rate_limiter import RateLimiter
-from replay.selectors import Selector, check_priorities, priority_limit
+from replay.selectors import Selector, check_initial_priority, check_priorities, priority_limit
 from replay.spec import TrajectorySpec
 from replay.storage import Episode
 
@@ -147,6 +147,7 @@ class RayReplayStore(ReplayStoreBase):
         self.shard_capacity = shard_cap
         self.selector = selector
         self._priority_limit = priority_limit(selector, shard_cap)  # each shard's (its own table)
+        check_initial_priority(selector, self._priority_limit)
         self.rate_limiter = rate_limiter
         self.max_times_sampled = max_times_sampled
         self.seed = seed

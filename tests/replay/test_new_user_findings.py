@@ -100,6 +100,20 @@ def test_priorities_whose_mass_overflows_are_rejected_or_still_sample_sanely(mm,
     store.close()
 
 
+@pytest.mark.parametrize(("alpha", "init"), [(1.0, 1e308), (2.0, 1e154)])
+def test_an_initial_priority_whose_mass_would_overflow_is_refused_when_the_store_is_made(mm, alpha, init):
+    with pytest.raises(ValueError, match=r"initial_priority=1e\+\d+ is too large for this store"):
+        ReplayStore({"x": ((), "int64")}, 16, selector=Prioritized(alpha, initial_priority=init), memory=mm)
+    assert mm.regions() == []  # nothing left allocated
+    ok = (np.finfo(np.float64).max / 32) ** (1 / alpha) * 0.999  # just within (16 slots): taken, finite mass
+    store = ReplayStore({"x": ((), "int64")}, 16, selector=Prioritized(alpha, initial_priority=ok), memory=mm)
+    with store.writer() as w:
+        w.extend({"x": np.arange(16, dtype=np.int64)})
+    live, mass = store.selector_mass()
+    assert live == 16 and np.isfinite(mass) and mass == pytest.approx(16 * ok**alpha)
+    store.close()
+
+
 @pytest.mark.parametrize("beta", [torch.tensor(0.5), torch.tensor(0.5, dtype=torch.float64), np.float32(0.5),
                                   np.array(0.5), torch.tensor(1), np.int64(1)])
 def test_a_tensor_beta_samples_transitions_as_it_samples_windows(mm, beta):

@@ -687,3 +687,15 @@ def test_close_returns_only_once_every_shard_actor_is_dead(cluster):
     for s, a in enumerate(actors):
         with pytest.raises(ray.exceptions.RayActorError):
             ray.get(a.ping.remote(), timeout=30)
+
+
+def test_an_initial_priority_whose_mass_would_overflow_is_refused(cluster):
+    with pytest.raises(ValueError, match=r"initial_priority=1e\+308 is too large for this store"):
+        RayReplayStore(BYTES, 64, num_shards=2, selector=Prioritized(1.0, initial_priority=1e308))
+    limit = (np.finfo(np.float64).max / 64) ** 0.5  # each shard's table holds 32 slots
+    with RayReplayStore(BYTES, 64, num_shards=2, selector=Prioritized(2.0, initial_priority=limit * 0.99)) as store:
+        with store.writer() as w:
+            w.extend(byte_steps(0, 8))
+            w.end_episode()
+        with store.sample(16, window=1) as b:  # every item at the initial priority: drawn alike
+            assert np.allclose(b.probabilities.numpy(), 1 / 8)
