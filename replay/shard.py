@@ -196,7 +196,13 @@ class ShardStorage:
 
     def addresses(self) -> tuple[int, ...]:
         """Addresses (in this process) of the mutex, meta, step index, records and each field's ring in
-        spec order: a shard's words of a `replay.commit_kernel` plan (valid while the regions are mapped)."""
+        spec order: a shard's words of a `replay.commit_kernel` plan.
+
+        Returns
+        -------
+        tuple of int
+            ``4 + len(spec)`` byte addresses, valid while the shard's regions are mapped here.
+        """
         raw = self.index_region.numpy()
         base = raw.ctypes.data
         rings = tuple(self.columns[n].ctypes.data for n in self.spec)
@@ -460,11 +466,11 @@ def _alive(pid: int) -> bool:
     if pid == os.getpid() or not 0 < pid < 2**31:
         return True
     try:
-        os.kill(pid, 0)
+        os.kill(pid, 0)  # signal 0: only checks; PermissionError means it exists
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass
     return True
 
 

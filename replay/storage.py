@@ -274,9 +274,15 @@ class TrajectoryStorage:
 
     # -- the commit protocol
     def new_writer_id(self) -> int:
-        """A new writer's number (writers ever made), after `release_dead_writers` when episodes are
-        open (at the first writer of this object, then at most every `SWEEP_EVERY_S` seconds: the
-        sweep reads every shard's record ring)."""
+        """A new writer's number, after `release_dead_writers` when episodes are open (at the first
+        writer of this object, then at most every `SWEEP_EVERY_S` seconds: the sweep reads the record
+        rings of the shards with open episodes).
+
+        Returns
+        -------
+        int
+            Writers ever made on this store, this one included (1, 2, ...).
+        """
         now = time.monotonic()
         if now >= self._next_sweep and self.control.open.any():
             self._next_sweep = now + SWEEP_EVERY_S
@@ -415,9 +421,17 @@ class TrajectoryStorage:
 
         An episode is found by its open record, stamped with its writer's pid: one whose record the
         ring reused, or whose writer died before its first commit, stays counted until a restore.
+        Shards with no open episode are skipped (their record rings are not read).
+
+        Returns
+        -------
+        int
+            Episodes closed, over all shards (each shard's count is also logged as a warning).
         """
         released = 0
         for s, sh in enumerate(self.shards):
+            if self.control.open[s] == 0:  # a racy read: an episode opened now has a live writer
+                continue
             with sh:
                 n = sh.release_dead_owners()
                 if n:
