@@ -27,6 +27,21 @@ from graphrl.kernels import copy_bytes
 from replay.control import CTL_FIXED, GSEQ
 from replay.keys import MAX_POSITION
 from replay.rate_limiter import CANCELLED, DELETES, INSERTS, SAMPLES
+from replay.shard_layout import (
+    COMMITS,
+    CONTINUATION,
+    HOLES,
+    META_LEN,
+    N_RECORDS,
+    OPEN,
+    OWNER_SHIFT,
+    REC_FLAGS,
+    REC_ID,
+    REC_LENGTH,
+    REC_START,
+    RESERVE_POS,
+    WRITE_POS,
+)
 from replay.sync_kernels import (
     EOWNERDEAD,
     compiler_fence,
@@ -63,10 +78,6 @@ OK, BLOCKED, OVERFLOW, FAILED = 0, 1, 2, 3
 # the plan: fixed words, then row bytes per field, then SHARD_WORDS + fields words per shard
 P_CTL_MUTEX, P_CTL_COND, P_CTL, P_SHARDS, P_CAPACITY, P_FIELDS, P_MIN_SIZE, P_ROW_BYTES = range(8)
 SHARD_WORDS = 4  # mutex, meta, steps, records (then one ring address per field)
-# a shard's meta and record words: replay.shard's (which imports this module, so they are repeated here)
-_WRITE_POS, _RESERVE_POS, _N_RECORDS, _HOLES, _COMMITS, _META_LEN = 0, 1, 2, 3, 4, 16
-_REC_ID, _REC_START, _REC_LENGTH, _REC_FLAGS, _OPEN, _CONTINUATION = 0, 1, 2, 3, 1, 2
-OWNER_SHIFT = 8  # a record's flags from this bit up: the pid of the writer that opened it (0: unknown)
 
 
 def plan_layout(num_shards: int, num_fields: int) -> int:
@@ -229,7 +240,7 @@ def commit_chunk(
     # 2. the shard commit (shard mutex)
     base = P_ROW_BYTES + nf + shard * (SHARD_WORDS + nf)
     sh_mutex = plan[base]
-    meta = int64_at(plan[base + 1], _META_LEN)
+    meta = int64_at(plan[base + 1], META_LEN)
     steps = int64_at(plan[base + 2], 3 * cap)
     recs = int64_at(plan[base + 3], 4 * cap)
     rc = _lock(sh_mutex)
@@ -238,14 +249,14 @@ def commit_chunk(
     hole_at, hole = 0, 0
     if rc == 1:  # its holder died mid-commit: the reserved slots become a hole (ShardStorage._repair)
         died += 1
-        wp, rp = meta[_WRITE_POS], meta[_RESERVE_POS]
+        wp, rp = meta[WRITE_POS], meta[RESERVE_POS]
         if rp > wp:
             for p in range(wp, rp):
                 steps[(p % cap) * 3] = -1
-            meta[_HOLES] += rp - wp
-            meta[_WRITE_POS] = rp
+            meta[HOLES] += rp - wp
+            meta[WRITE_POS] = rp
             hole_at, hole = wp, rp - wp
-    wp = meta[_WRITE_POS]
+    wp = meta[WRITE_POS]
     if wp + count >= MAX_POSITION:
         mutex_unlock(sh_mutex)
         return OVERFLOW, shard, record, 0, died, hole_at, hole
@@ -254,23 +265,23 @@ def commit_chunk(
     if not new_episode:
         r = (record % cap) * 4
         extend = (
-            recs[r + _REC_ID] == record
-            and (recs[r + _REC_FLAGS] & _OPEN) != 0
-            and recs[r + _REC_START] + recs[r + _REC_LENGTH] == wp
+            recs[r + REC_ID] == record
+            and (recs[r + REC_FLAGS] & OPEN) != 0
+            and recs[r + REC_START] + recs[r + REC_LENGTH] == wp
         )
     if not extend:
-        if not new_episode and recs[r + _REC_ID] == record:
-            recs[r + _REC_FLAGS] &= ~_OPEN  # the old part ends at its last committed step
-        new = meta[_N_RECORDS]
-        meta[_N_RECORDS] = new + 1
+        if not new_episode and recs[r + REC_ID] == record:
+            recs[r + REC_FLAGS] &= ~OPEN  # the old part ends at its last committed step
+        new = meta[N_RECORDS]
+        meta[N_RECORDS] = new + 1
         r = (new % cap) * 4
-        recs[r + _REC_ID] = new
-        recs[r + _REC_START] = wp
-        recs[r + _REC_LENGTH] = 0
-        recs[r + _REC_FLAGS] = _OPEN | (0 if new_episode else _CONTINUATION) | (pid << OWNER_SHIFT)
+        recs[r + REC_ID] = new
+        recs[r + REC_START] = wp
+        recs[r + REC_LENGTH] = 0
+        recs[r + REC_FLAGS] = OPEN | (0 if new_episode else CONTINUATION) | (pid << OWNER_SHIFT)
         record = new
     lo, hi = max(0, wp - cap), max(0, wp + count - cap)
-    meta[_RESERVE_POS] = wp + count
+    meta[RESERVE_POS] = wp + count
     compiler_fence()  # the reserve position is stored before any slot changes
     overwritten = 0
     for p in range(lo, hi):
@@ -293,11 +304,11 @@ def commit_chunk(
         steps[3 * c + 1] = seq_base + i
         steps[3 * c + 2] = 0
     compiler_fence()  # every slot is written before the write position publishes them
-    recs[r + _REC_LENGTH] += count
+    recs[r + REC_LENGTH] += count
     if end:
-        recs[r + _REC_FLAGS] &= ~_OPEN
-    meta[_WRITE_POS] = wp + count
-    meta[_COMMITS] += 1
+        recs[r + REC_FLAGS] &= ~OPEN
+    meta[WRITE_POS] = wp + count
+    meta[COMMITS] += 1
     mutex_unlock(sh_mutex)
     # 3. the counts and the wake-up (control mutex)
     rc = _lock(ctl_mutex)

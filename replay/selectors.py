@@ -154,7 +154,8 @@ def check_initial_priority(selector: Selector, limit: float) -> None:
     if init != "max" and float(init) > limit:
         raise ValueError(
             f"initial_priority={init!r} is too large for this store: it must be <= {limit:.6g} "
-            "(p ** exponent at most the largest float64 / (2 * capacity)) so that the priority mass stays finite"
+            "(p ** exponent at most the largest float64 / (2 * capacity)) so that the priority mass "
+            "stays finite"
         )
 
 

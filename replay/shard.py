@@ -35,8 +35,25 @@ import numpy as np
 
 from graphrl.memory import MemoryManager, Region, RegionHandle
 from replay._sync import SLOT_BYTES, SharedMutex
-from replay.commit_kernel import OWNER_SHIFT, write_steps
+from replay.commit_kernel import write_steps
 from replay.keys import MAX_POSITION
+from replay.shard_layout import (
+    COMMITS,
+    CONTINUATION,
+    EXHAUSTED,
+    HOLES,
+    LOST_RECORD,
+    META_LEN,
+    N_RECORDS,
+    OPEN,
+    OWNER_SHIFT,
+    REC_FLAGS,
+    REC_ID,
+    REC_LENGTH,
+    REC_START,
+    RESERVE_POS,
+    WRITE_POS,
+)
 from replay.spec import TrajectorySpec
 
 __all__ = [
@@ -60,17 +77,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# shard meta fields (int64)
-WRITE_POS, RESERVE_POS, N_RECORDS, HOLES, COMMITS = 0, 1, 2, 3, 4
+# the index region's byte offsets (its words by name: replay.shard_layout)
 _META_OFF = SLOT_BYTES
-_META_LEN = 16
-_STEPS_OFF = _META_OFF + 8 * _META_LEN
-# record fields (int64) and flags
-REC_ID, REC_START, REC_LENGTH, REC_FLAGS = 0, 1, 2, 3
-OPEN, CONTINUATION = 1, 2
-LOST_RECORD = 1 << 62  # no record has this id (ids count up from 0): a commit to it starts a continuation
-# step flags
-EXHAUSTED = 1
+_STEPS_OFF = _META_OFF + 8 * META_LEN
 
 
 def live_parts(ring: np.ndarray, lo: int, hi: int) -> list[np.ndarray]:

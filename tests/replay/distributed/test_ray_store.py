@@ -684,7 +684,7 @@ def test_close_returns_only_once_every_shard_actor_is_dead(cluster):
     actors = store.actors
     assert [ray.get(a.ping.remote()) for a in actors]  # alive before
     store.close()
-    for s, a in enumerate(actors):
+    for a in actors:
         with pytest.raises(ray.exceptions.RayActorError):
             ray.get(a.ping.remote(), timeout=30)
 
@@ -693,7 +693,8 @@ def test_an_initial_priority_whose_mass_would_overflow_is_refused(cluster):
     with pytest.raises(ValueError, match=r"initial_priority=1e\+308 is too large for this store"):
         RayReplayStore(BYTES, 64, num_shards=2, selector=Prioritized(1.0, initial_priority=1e308))
     limit = (np.finfo(np.float64).max / 64) ** 0.5  # each shard's table holds 32 slots
-    with RayReplayStore(BYTES, 64, num_shards=2, selector=Prioritized(2.0, initial_priority=limit * 0.99)) as store:
+    selector = Prioritized(2.0, initial_priority=limit * 0.99)
+    with RayReplayStore(BYTES, 64, num_shards=2, selector=selector) as store:
         with store.writer() as w:
             w.extend(byte_steps(0, 8))
             w.end_episode()
