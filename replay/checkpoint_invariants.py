@@ -21,7 +21,7 @@ from replay._files import CheckpointError
 from replay.keys import MAX_POSITION, MAX_SHARDS
 from replay.selector_state import EXHAUSTED as ITEM_EXHAUSTED
 from replay.selector_state import LIVE
-from replay.shard import CONTINUATION, EXHAUSTED, OPEN, REC_FLAGS, REC_ID, REC_LENGTH, REC_START
+from replay.shard_layout import CONTINUATION, EXHAUSTED, OPEN, REC_FLAGS, REC_ID, REC_LENGTH, REC_START
 
 __all__ = ["check_state", "expected_counts"]
 

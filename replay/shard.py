@@ -42,7 +42,6 @@ from replay.shard_layout import (
     CONTINUATION,
     EXHAUSTED,
     HOLES,
-    LOST_RECORD,
     META_LEN,
     N_RECORDS,
     OPEN,
@@ -56,24 +55,7 @@ from replay.shard_layout import (
 )
 from replay.spec import TrajectorySpec
 
-__all__ = [
-    "COMMITS",
-    "CONTINUATION",
-    "EXHAUSTED",
-    "HOLES",
-    "LOST_RECORD",
-    "N_RECORDS",
-    "OPEN",
-    "REC_FLAGS",
-    "REC_ID",
-    "REC_LENGTH",
-    "REC_START",
-    "RESERVE_POS",
-    "WRITE_POS",
-    "ShardHandle",
-    "ShardStorage",
-    "live_parts",
-]
+__all__ = ["ShardHandle", "ShardStorage", "live_parts"]
 
 logger = logging.getLogger(__name__)
 

@@ -34,8 +34,9 @@ from replay.draw_kernels import PAD_CODES, accept_updates, draw_windows, updates
 from replay.keys import MAX_INCARNATIONS, MAX_SHARDS, encode_keys
 from replay.selector_state import EXHAUSTED, SelectorState
 from replay.selectors import Selector, check_initial_priority, check_priorities, priority_limit
-from replay.shard import EXHAUSTED as STEP_EXHAUSTED
-from replay.shard import WRITE_POS, live_parts
+from replay.shard import live_parts
+from replay.shard_layout import EXHAUSTED as STEP_EXHAUSTED
+from replay.shard_layout import WRITE_POS
 from replay.storage import TrajectoryStorage
 from replay.transition_kernel import draw_transitions
 

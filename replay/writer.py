@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from replay.shard import LOST_RECORD
+from replay.shard_layout import LOST_RECORD
 from replay.staging_steps import StepStager
 from replay.storage import TrajectoryStorage
 

@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from graphrl.memory import MemoryManager
-from replay.shard import EXHAUSTED, RESERVE_POS, WRITE_POS, ShardStorage
+from replay.shard import ShardStorage
+from replay.shard_layout import EXHAUSTED, RESERVE_POS, WRITE_POS
 from replay.spec import TrajectorySpec
 
 SPEC = TrajectorySpec({"obs": ((3,), "float32"), "a": ((), "int64"), "d": ((), "bool")})

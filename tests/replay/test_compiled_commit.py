@@ -18,7 +18,7 @@ from graphrl.memory import MemoryManager
 from replay import MinSize, ReplayStore, SampleToInsertRatio, TrajectorySpec
 from replay.commit_kernel import BLOCKED, OK, commit_chunk
 from replay.rate_limiter import RateLimiter
-from replay.shard import EXHAUSTED, LOST_RECORD, RESERVE_POS, WRITE_POS
+from replay.shard_layout import EXHAUSTED, LOST_RECORD, RESERVE_POS, WRITE_POS
 from replay.storage import TrajectoryStorage
 
 SPEC = TrajectorySpec({"obs": ((3,), "float32"), "a": ((), "int64"), "d": ((), "bool")})

@@ -200,7 +200,7 @@ def test_non_real_priorities_raise_and_change_nothing(mm, bad):
 
 def test_keys_stay_valid_or_commits_stop_at_the_key_layouts_position_limit(mm):
     from replay.keys import MAX_POSITION, POS_BITS, decode_keys
-    from replay.shard import RESERVE_POS, WRITE_POS
+    from replay.shard_layout import RESERVE_POS, WRITE_POS
 
     assert MAX_POSITION == 1 << POS_BITS  # the key layout's limit is the shards' limit
     store = ReplayStore({"x": ((), "int64")}, 16, selector=Prioritized(1.0), memory=mm, seed=3, timeout=1.0)
