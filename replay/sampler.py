@@ -95,6 +95,9 @@ class WindowSampler:
         self.copy = BatchCopy(storage) if self.owner_table else None
         # batches of transitions up to this many rows are drawn and copied in one call under the locks
         self.locked_rows = LOCKED_COPY_BYTES // max(1, self.copy.step_bytes) if self.copy else 0
+        # the fused call counts the samples itself, in the control block: only for its own limiter
+        if limiter.cond is not storage.control.cond or type(limiter).sample is not RateLimiterState.sample:
+            self.locked_rows = 0
 
     def sample(
         self, b: int, length: int, pad: str, beta: float, target: torch.device | None, left: Deadline
@@ -150,8 +153,9 @@ class WindowSampler:
 
     def _sample_transitions(self, b: int, beta: float, left: Deadline, slot: StagedSlot) -> Batch:
         """`sample` of B windows of one step for a host batch of the owner's `fused` `Table`: one
-        kernel call under the locks draws and copies them and, for a prioritized table, computes the
-        importance weights (nothing can be torn: no re-check)."""
+        kernel call under the locks draws and copies them, for a prioritized table computes the
+        importance weights, and counts the B steps in the rate limiter (nothing can be torn: no
+        re-check)."""
         try:
             table, copy = self.table, self.copy
             keys = np.empty(b, dtype=np.int64)  # the batch's own (they outlive the slot's release)
@@ -163,9 +167,8 @@ class WindowSampler:
                 table_size = table.draw_transitions(
                     b, copy.rings, slot.flat, copy.row_bytes, keys, prob, slot.mask_flat, beta, weights
                 )
-                if table_size:
+                if table_size:  # counted as b sampled steps (each window is its live anchor)
                     break
-            self.limiter.sample(b)  # each window is its live anchor: b real steps
             return Batch.from_draw(
                 slot.fields, slot.mask, keys, prob, None, table_size, beta if prioritized else None,
                 slot.buffer, weights if prioritized else None,

@@ -9,6 +9,8 @@ same objects, so Python callers and compiled callers exclude each other as befor
 - `mutex_lock`, `mutex_unlock`, `mutex_consistent`, `cond_broadcast`: ``int32 f(void *)`` libc calls on
   the object at an address (an ``int64``); they return the pthread error code (`EOWNERDEAD` from a
   lock: the previous holder died, the caller holds the mutex and must make it consistent).
+- `mutex_lock_robust`: `mutex_lock`, and on `EOWNERDEAD` `mutex_consistent`: 0, 1 when the holder
+  had died (the caller holds the mutex and repairs what it guards), or -errno.
 - `int64_at(address, n)`: an int64 array view of ``n`` items at an address (no ownership, no checks).
 - `copy_at(dst, src, nbytes)`: one ``llvm.memcpy`` between addresses.
 - `compiler_fence()`: no load or store moves across it at compile time (a commit publishes its reserve
@@ -44,6 +46,7 @@ __all__ = [
     "int64_at",
     "mutex_consistent",
     "mutex_lock",
+    "mutex_lock_robust",
     "mutex_unlock",
 ]
 
@@ -79,6 +82,18 @@ mutex_lock = _pthread_call("pthread_mutex_lock")
 mutex_unlock = _pthread_call("pthread_mutex_unlock")
 mutex_consistent = _pthread_call("pthread_mutex_consistent")
 cond_broadcast = _pthread_call("pthread_cond_broadcast")
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def mutex_lock_robust(addr):  # pragma: no cover - compiled
+    """Lock the robust mutex at ``addr``: 0, 1 when its holder had died (now consistent), or -errno."""
+    rc = mutex_lock(addr)
+    if rc == 0:
+        return 0
+    if rc == EOWNERDEAD:
+        rc = mutex_consistent(addr)
+        return 1 if rc == 0 else -rc
+    return -rc
 
 
 @intrinsic

@@ -8,14 +8,26 @@ the staging slot's flat byte views, and the mask. A window of one step is its an
 padding (first = anchor, one real step, offset 0), so the step index and the record ring are not
 read at all.
 
-`replay.table.Table.draw_transitions` calls it with the table lock and every shard lock held, so no
-writer can overwrite a ring slot during the copy: the batch needs no staleness check and no redraw.
-`replay.sampler.WindowSampler` takes this path only for host batches of small transitions
-(`LOCKED_COPY_BYTES` of output at most), so a writer waits a few microseconds at most; larger
-batches keep the lock-free copy.
+It runs with the table lock and every shard lock held, so no writer can overwrite a ring slot during
+the copy: the batch needs no staleness check and no redraw. `replay.sampler.WindowSampler` takes this
+path only for host batches of small transitions (`LOCKED_COPY_BYTES` of output at most), so a writer
+waits a few microseconds at most; larger batches keep the lock-free copy.
+
+`sample_transitions` is the whole sample in one call (`replay.table.Table.draw_transitions` makes it,
+holding only the table lock): it takes every shard mutex in shard order through
+`replay.sync_kernels` (repairing a hole a dead writer's commit left, as
+`replay.shard.ShardStorage._repair` does), checks that the table has ingested every commit, runs
+`draw_transitions`, releases the shard mutexes and counts the sampled steps under the control mutex
+with a wake-up (`replay.rate_limiter.RateLimiterState.sample`). When a shard has commits the table
+has not ingested it changes nothing and returns `STALE`: the caller takes the shard locks in Python,
+ingests, and calls it again with ``held`` True (the shard mutexes are then the caller's). The plan is
+`replay.commit_kernel.build_plan`'s.
 
 >>> live = draw_transitions(u, ctree, wtree, False, size, filled, times, written, capacity,
 ...                         rings, outs, row_bytes, incarnation, keys, prob, mask, 0.4, weights)
+>>> status, n, err, died = sample_transitions(plan, False, repairs, u, ctree, wtree, False, size,
+...     filled, times, written, capacity, rings, outs, row_bytes, incarnation, keys, prob, mask, 0.4,
+...     weights)
 """
 
 from __future__ import annotations
@@ -24,10 +36,17 @@ import numba as nb
 import numpy as np
 
 from graphrl.kernels import copy_bytes, prefetch_l2
+from replay.commit_kernel import P_CTL, P_CTL_COND, P_CTL_MUTEX, P_FIELDS, P_ROW_BYTES, P_SHARDS, SHARD_WORDS
 from replay.draw_kernels import draw_items, importance_weights_into
 from replay.keys import BACK_BITS, INC_BITS, SHARD_BITS
+from replay.rate_limiter import SAMPLES
+from replay.shard_layout import HOLES, META_LEN, RESERVE_POS, WRITE_POS
+from replay.sync_kernels import cond_broadcast, int64_at, mutex_lock_robust, mutex_unlock
 
-__all__ = ["LOCKED_COPY_BYTES", "draw_transitions"]
+__all__ = ["DRAWN", "EMPTY", "FAILED", "LOCKED_COPY_BYTES", "STALE", "draw_transitions", "sample_transitions"]
+
+# sample_transitions' status
+DRAWN, EMPTY, STALE, FAILED = 0, 1, 2, 3
 
 LOCKED_COPY_BYTES = 1 << 18  # output bytes up to which a batch of transitions is copied under the locks
 
@@ -79,3 +98,92 @@ def draw_transitions(
                 src = rings[last * nf + j]
             copy_bytes(out, i * rb, src, slot[i] * rb, rb)
     return live
+
+
+@nb.njit(cache=True, nogil=True)
+def _unlock_shards(plan, n):  # pragma: no cover - numba
+    """Unlock the mutexes of shards ``n - 1 .. 0`` (in that order)."""
+    nf = plan[P_FIELDS]
+    for s in range(n - 1, -1, -1):
+        mutex_unlock(plan[P_ROW_BYTES + nf + s * (SHARD_WORDS + nf)])
+
+
+@nb.njit(cache=True, nogil=True)
+def sample_transitions(
+    plan, held, repairs, u, ctree, wtree, prioritized, size, filled, times, written, capacity,
+    rings, outs, row_bytes, incarnation, o_keys, o_prob, mask, beta, o_weights,
+):  # pragma: no cover - numba
+    """`draw_transitions` under every shard mutex, then the sample count, as one call (see the module
+    docstring). The caller holds the table lock.
+
+    Parameters
+    ----------
+    plan : numpy.ndarray, int64 [plan_layout(S, F)]
+        `replay.commit_kernel.build_plan`'s addresses (the control block's and every shard's).
+    held : bool
+        The caller holds every shard mutex and has ingested every shard: no locking, no check.
+    repairs : numpy.ndarray, int64 [2 S]
+        Gets, per shard s, ``repairs[2 s]`` the first position and ``repairs[2 s + 1]`` the length of
+        the hole repaired after a dead holder (length 0: none; only written where a holder died).
+    u, ctree, ..., o_weights
+        `draw_transitions`' arguments (``written`` is the table's ``ingested``).
+
+    Returns
+    -------
+    ``(status, live, err, died)``, all int: status `DRAWN` (``live`` items drawable, ``len(u)``
+    steps counted as sampled), `EMPTY` (the table is empty: nothing drawn, written or counted),
+    `STALE` (a shard's write position is past ``written``: nothing drawn; only with ``held`` False)
+    or `FAILED` (a pthread call failed, its errno in ``err``: every mutex this call took is
+    released; the sample count is lost only when the control mutex failed, after the draw);
+    ``died`` counts the mutexes found with a dead holder.
+    """
+    s_count = plan[P_SHARDS]
+    nf = plan[P_FIELDS]
+    died = 0
+    if not held:
+        for s in range(s_count):  # an unlocked read, only a hint: commits to ingest, no lock taken
+            if int64_at(plan[P_ROW_BYTES + nf + s * (SHARD_WORDS + nf) + 1], META_LEN)[WRITE_POS] != written[s]:
+                return STALE, 0, 0, died
+        for s in range(s_count):
+            base = P_ROW_BYTES + nf + s * (SHARD_WORDS + nf)
+            rc = mutex_lock_robust(plan[base])
+            if rc < 0:
+                _unlock_shards(plan, s)
+                return FAILED, 0, -rc, died
+            if rc == 1:  # its holder died mid-commit: the reserved slots become a hole (ShardStorage._repair)
+                died += 1
+                meta = int64_at(plan[base + 1], META_LEN)
+                wp, rp = meta[WRITE_POS], meta[RESERVE_POS]
+                repairs[2 * s] = wp
+                repairs[2 * s + 1] = 0
+                if rp > wp:
+                    steps = int64_at(plan[base + 2], 3 * capacity)
+                    for p in range(wp, rp):
+                        steps[(p % capacity) * 3] = -1
+                    meta[HOLES] += rp - wp
+                    meta[WRITE_POS] = rp
+                    repairs[2 * s + 1] = rp - wp
+        for s in range(s_count):
+            meta = int64_at(plan[P_ROW_BYTES + nf + s * (SHARD_WORDS + nf) + 1], META_LEN)
+            if meta[WRITE_POS] != written[s]:
+                _unlock_shards(plan, s_count)
+                return STALE, 0, 0, died
+    live = draw_transitions(
+        u, ctree, wtree, prioritized, size, filled, times, written, capacity,
+        rings, outs, row_bytes, incarnation, o_keys, o_prob, mask, beta, o_weights,
+    )
+    if not held:
+        _unlock_shards(plan, s_count)
+    if live < 0.5:
+        return EMPTY, 0, 0, died
+    n = np.int64(live + 0.5)
+    ctl_mutex = plan[P_CTL_MUTEX]
+    rc = mutex_lock_robust(ctl_mutex)
+    if rc < 0:
+        return FAILED, n, -rc, died
+    died += rc
+    ctl = int64_at(plan[P_CTL], SAMPLES + 1)
+    ctl[SAMPLES] += u.shape[0]
+    cond_broadcast(plan[P_CTL_COND])
+    mutex_unlock(ctl_mutex)
+    return DRAWN, n, 0, died
