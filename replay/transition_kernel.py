@@ -35,13 +35,14 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from graphrl.kernels import copy_bytes, prefetch_l2
+from graphrl.kernels.copies import address
+from graphrl.kernels.prefetch import prefetch_l2_at
 from replay.commit_kernel import P_CTL, P_CTL_COND, P_CTL_MUTEX, P_FIELDS, P_ROW_BYTES, P_SHARDS, SHARD_WORDS
 from replay.draw_kernels import draw_items, importance_weights_into
 from replay.keys import BACK_BITS, INC_BITS, SHARD_BITS
 from replay.rate_limiter import SAMPLES
 from replay.shard_layout import HOLES, META_LEN, RESERVE_POS, WRITE_POS
-from replay.sync_kernels import cond_broadcast, int64_at, mutex_lock_robust, mutex_unlock
+from replay.sync_kernels import cond_broadcast, copy_at, int64_at, mutex_lock_robust, mutex_unlock
 
 __all__ = ["DRAWN", "EMPTY", "FAILED", "LOCKED_COPY_BYTES", "STALE", "draw_transitions", "sample_transitions"]
 
@@ -76,10 +77,16 @@ def draw_transitions(
     if o_weights.shape[0] > 0:
         importance_weights_into(o_prob, np.int64(live + 0.5), beta, o_weights)
     nf = row_bytes.shape[0]
-    for j in range(nf):  # independent reads at random places: ask for all of them first
+    bases = np.empty(len(rings), dtype=np.int64)  # each ring's address, as rings is indexed
+    for t in range(len(rings)):
+        bases[t] = address(rings[t], 0)
+    src = np.empty(nf * k, dtype=np.int64)  # field j of row i: the address of its step in the ring
+    for j in range(nf):
         rb = row_bytes[j]
-        for i in range(k):
-            prefetch_l2(rings[shard[i] * nf + j], slot[i] * rb)
+        for i in range(k):  # independent reads at random places: ask for all of them first
+            a = bases[shard[i] * nf + j] + slot[i] * rb
+            src[j * k + i] = a
+            prefetch_l2_at(a)
     inc_bits = (incarnation % (1 << INC_BITS)) << (SHARD_BITS + BACK_BITS)
     for i in range(k):
         s = shard[i]
@@ -87,17 +94,31 @@ def draw_transitions(
         anchor = c + capacity * ((written[s] - 1 - c) // capacity)
         o_keys[i] = (anchor << (SHARD_BITS + BACK_BITS + INC_BITS)) | inc_bits | s
         mask[i] = True
-    for j in range(nf):
+    for j in range(nf):  # constant row sizes copy with a move or two, not a memcpy call each
         rb = row_bytes[j]
-        out = outs[j]
-        last = -1
-        src = rings[j]
-        for i in range(k):
-            if shard[i] != last:
-                last = shard[i]
-                src = rings[last * nf + j]
-            copy_bytes(out, i * rb, src, slot[i] * rb, rb)
+        dst = address(outs[j], 0)
+        if rb == 1:
+            _copy_rows(dst, src, j * k, k, 1)
+        elif rb == 2:
+            _copy_rows(dst, src, j * k, k, 2)
+        elif rb == 4:
+            _copy_rows(dst, src, j * k, k, 4)
+        elif rb == 8:
+            _copy_rows(dst, src, j * k, k, 8)
+        elif rb == 16:
+            _copy_rows(dst, src, j * k, k, 16)
+        elif rb == 32:
+            _copy_rows(dst, src, j * k, k, 32)
+        else:
+            _copy_rows(dst, src, j * k, k, rb)
     return live
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _copy_rows(dst, src, at, k, rb):  # pragma: no cover - numba
+    """Copy ``rb`` bytes from each address ``src[at + i]`` to ``dst + i * rb``, for i < k."""
+    for i in range(k):
+        copy_at(dst + i * rb, src[at + i], rb)
 
 
 @nb.njit(cache=True, nogil=True)
