@@ -36,7 +36,6 @@ from replay.table import META_FIELDS, Table
 from replay.transition_kernel import LOCKED_COPY_BYTES
 from replay.windows import WindowTable, window_mask
 
-_NO_WEIGHTS = np.zeros(0, dtype=np.float32)
 _KEYS_LENGTHS = [5, 3]  # the scratch rows of the keys and the real lengths (`StagedSlot.scratch`)
 
 __all__ = ["Deadline", "WindowSampler"]
@@ -157,22 +156,27 @@ class WindowSampler:
         importance weights, and counts the B steps in the rate limiter (nothing can be torn: no
         re-check)."""
         try:
-            table, copy = self.table, self.copy
+            table = self.table
             keys = np.empty(b, dtype=np.int64)  # the batch's own (they outlive the slot's release)
             prob = np.empty(b)
-            prioritized = table.prioritized
-            weights = np.empty(b, dtype=np.float32) if prioritized else _NO_WEIGHTS
+            if table.prioritized:
+                weights = np.empty(b, dtype=np.float32)
+                while True:
+                    self.limiter.await_sample(left(), given=left.timeout)
+                    table_size = table.draw_transitions(
+                        b, slot.addresses, keys, prob, slot.mask_flat, beta, weights
+                    )
+                    if table_size:  # counted as b sampled steps (each window is its live anchor)
+                        break
+                return Batch.from_draw(
+                    slot.fields, slot.mask, keys, prob, None, table_size, beta, slot.buffer, weights
+                )
             while True:
                 self.limiter.await_sample(left(), given=left.timeout)
-                table_size = table.draw_transitions(
-                    b, copy.rings, slot.flat, copy.row_bytes, keys, prob, slot.mask_flat, beta, weights
-                )
-                if table_size:  # counted as b sampled steps (each window is its live anchor)
+                table_size = table.draw_transitions(b, slot.addresses, keys, prob, slot.mask_flat)
+                if table_size:
                     break
-            return Batch.from_draw(
-                slot.fields, slot.mask, keys, prob, None, table_size, beta if prioritized else None,
-                slot.buffer, weights if prioritized else None,
-            )
+            return Batch.from_draw(slot.fields, slot.mask, keys, prob, None, table_size, None, slot.buffer)
         except BaseException:
             slot.buffer.release()
             raise

@@ -125,6 +125,10 @@ class Table:
             storage.limiter.min_size,
         )
         self._repairs = np.zeros(2 * storage.num_shards, dtype=np.int64)  # holes the compiled call repaired
+        st = self.state  # the selector's arrays stay the same objects (restores write into them)
+        self._draw_args = (
+            st.ctree, st.wtree, self.prioritized, st.size, self.filled, st.times, self.ingested
+        )
         self.lock = threading.Lock()
         self.incarnation = 0
         self.restored_at: np.ndarray | None = None
@@ -276,9 +280,7 @@ class Table:
     def draw_transitions(
         self,
         k: int,
-        rings: Any,
-        outs: tuple[np.ndarray, ...],
-        row_bytes: np.ndarray,
+        dst: np.ndarray,
         keys: np.ndarray,
         prob: np.ndarray,
         mask: np.ndarray,
@@ -292,24 +294,41 @@ class Table:
         One compiled call takes the shard locks, draws, copies and counts
         (`replay.transition_kernel.sample_transitions`); when a shard has commits not yet ingested,
         the shard locks are taken in Python, the commits ingested and the kernel called again under
-        them. Either way the same uniforms are drawn, so the batch is the same. ``rings`` .. ``mask``
-        are `replay.transition_kernel.draw_transitions`' arguments; ``weights`` (float32 [k],
-        optional) gets the importance weights for ``beta`` (trusted).
+        them. Either way the same uniforms are drawn, so the batch is the same.
 
-        Returns N, the drawable items at the draw; 0: the table is empty and nothing was written or
-        counted.
+        Parameters
+        ----------
+        k : int
+            Windows to draw.
+        dst : numpy.ndarray, int64 [F]
+            The address of the batch's flat bytes of each field, in spec order
+            (`replay.batch.StagedSlot.addresses`): ``k`` rows of each field's row bytes.
+        keys : numpy.ndarray, int64 [k]
+            Gets the keys.
+        prob : numpy.ndarray, float64 [k]
+            Gets the draw probabilities.
+        mask : numpy.ndarray, bool [>= k]
+            Rows ``0 .. k - 1`` set True.
+        beta : float
+            Importance-weight exponent, for ``weights``.
+        weights : numpy.ndarray, float32 [k], optional
+            Gets the importance weights (empty: none). Nothing is checked.
+
+        Returns
+        -------
+        int
+            N, the drawable items at the draw; 0: the table is empty and nothing was written or
+            counted.
 
         Raises
         ------
         OSError
             A lock call failed (every lock this call took is released).
         """
-        st = self.state
         with self.lock:
             args = (
-                st.rng.random(k), st.ctree, st.wtree, self.prioritized, st.size, self.filled, st.times,
-                self.ingested, self.storage.capacity, rings, outs, row_bytes, self.incarnation, keys,
-                prob, mask, beta, weights,
+                self.state.rng.random(k), *self._draw_args, dst, self.incarnation, keys, prob, mask, beta,
+                weights,
             )
             status, live, err, died = sample_transitions(self.plan, False, self._repairs, *args)
             if died:
@@ -322,9 +341,11 @@ class Table:
                     self._release_shards()
                 if died:
                     self._report_dead_holders(died)
+        if status == DRAWN:
+            return live
         if status == FAILED:
             raise OSError(err, f"a replay-store lock call failed: {errno.errorcode.get(err, err)}")
-        return live if status == DRAWN else 0
+        return 0
 
     def _report_dead_holders(self, died: int) -> None:
         """Log what `replay.transition_kernel.sample_transitions` found: mutexes whose holder had died,

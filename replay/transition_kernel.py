@@ -17,7 +17,8 @@ waits a few microseconds at most; larger batches keep the lock-free copy.
 holding only the table lock): it takes every shard mutex in shard order through
 `replay.sync_kernels` (repairing a hole a dead writer's commit left, as
 `replay.shard.ShardStorage._repair` does), checks that the table has ingested every commit, runs
-`draw_transitions`, releases the shard mutexes and counts the sampled steps under the control mutex
+`draw_transitions` (the rings and row sizes from the plan, the slot as addresses ``dst``), releases
+the shard mutexes and counts the sampled steps under the control mutex
 with a wake-up (`replay.rate_limiter.RateLimiterState.sample`). When a shard has commits the table
 has not ingested it changes nothing and returns `STALE`: the caller takes the shard locks in Python,
 ingests, and calls it again with ``held`` True (the shard mutexes are then the caller's). The plan is
@@ -26,8 +27,7 @@ ingests, and calls it again with ``held`` True (the shard mutexes are then the c
 >>> live = draw_transitions(u, ctree, wtree, False, size, filled, times, written, capacity,
 ...                         rings, outs, row_bytes, incarnation, keys, prob, mask, 0.4, weights)
 >>> status, n, err, died = sample_transitions(plan, False, repairs, u, ctree, wtree, False, size,
-...     filled, times, written, capacity, rings, outs, row_bytes, incarnation, keys, prob, mask, 0.4,
-...     weights)
+...     filled, times, written, dst, incarnation, keys, prob, mask, 0.4, weights)
 """
 
 from __future__ import annotations
@@ -37,7 +37,16 @@ import numpy as np
 
 from graphrl.kernels.copies import address
 from graphrl.kernels.prefetch import prefetch_l2_at
-from replay.commit_kernel import P_CTL, P_CTL_COND, P_CTL_MUTEX, P_FIELDS, P_ROW_BYTES, P_SHARDS, SHARD_WORDS
+from replay.commit_kernel import (
+    P_CAPACITY,
+    P_CTL,
+    P_CTL_COND,
+    P_CTL_MUTEX,
+    P_FIELDS,
+    P_ROW_BYTES,
+    P_SHARDS,
+    SHARD_WORDS,
+)
 from replay.draw_kernels import draw_items, importance_weights_into
 from replay.keys import BACK_BITS, INC_BITS, SHARD_BITS
 from replay.rate_limiter import SAMPLES
@@ -68,6 +77,26 @@ def draw_transitions(
     (`replay.draw_kernels.importance_weights_into`, N the live items). Returns the live items (the
     count trees' total); below 0.5 nothing is drawn or written.
     """
+    nf = row_bytes.shape[0]
+    bases = np.empty(len(rings), dtype=np.int64)  # each ring's address, as rings is indexed
+    for t in range(len(rings)):
+        bases[t] = address(rings[t], 0)
+    dst = np.empty(nf, dtype=np.int64)
+    for j in range(nf):
+        dst[j] = address(outs[j], 0)
+    return _draw_copy(
+        u, ctree, wtree, prioritized, size, filled, times, written, capacity,
+        bases, nf, row_bytes, dst, incarnation, o_keys, o_prob, mask, beta, o_weights,
+    )
+
+
+@nb.njit(cache=True, nogil=True)
+def _draw_copy(
+    u, ctree, wtree, prioritized, size, filled, times, written, capacity,
+    bases, stride, row_bytes, dst, incarnation, o_keys, o_prob, mask, beta, o_weights,
+):  # pragma: no cover - numba
+    """`draw_transitions` over addresses: shard s's ring of field j at ``bases[s * stride + j]``, the
+    slot's field j at ``dst[j]`` (int64 [F])."""
     k = u.shape[0]
     shard = np.empty(k, dtype=np.int64)
     slot = np.empty(k, dtype=np.int64)
@@ -77,14 +106,11 @@ def draw_transitions(
     if o_weights.shape[0] > 0:
         importance_weights_into(o_prob, np.int64(live + 0.5), beta, o_weights)
     nf = row_bytes.shape[0]
-    bases = np.empty(len(rings), dtype=np.int64)  # each ring's address, as rings is indexed
-    for t in range(len(rings)):
-        bases[t] = address(rings[t], 0)
     src = np.empty(nf * k, dtype=np.int64)  # field j of row i: the address of its step in the ring
     for j in range(nf):
         rb = row_bytes[j]
         for i in range(k):  # independent reads at random places: ask for all of them first
-            a = bases[shard[i] * nf + j] + slot[i] * rb
+            a = bases[shard[i] * stride + j] + slot[i] * rb
             src[j * k + i] = a
             prefetch_l2_at(a)
     inc_bits = (incarnation % (1 << INC_BITS)) << (SHARD_BITS + BACK_BITS)
@@ -96,21 +122,21 @@ def draw_transitions(
         mask[i] = True
     for j in range(nf):  # constant row sizes copy with a move or two, not a memcpy call each
         rb = row_bytes[j]
-        dst = address(outs[j], 0)
+        d = dst[j]
         if rb == 1:
-            _copy_rows(dst, src, j * k, k, 1)
+            _copy_rows(d, src, j * k, k, 1)
         elif rb == 2:
-            _copy_rows(dst, src, j * k, k, 2)
+            _copy_rows(d, src, j * k, k, 2)
         elif rb == 4:
-            _copy_rows(dst, src, j * k, k, 4)
+            _copy_rows(d, src, j * k, k, 4)
         elif rb == 8:
-            _copy_rows(dst, src, j * k, k, 8)
+            _copy_rows(d, src, j * k, k, 8)
         elif rb == 16:
-            _copy_rows(dst, src, j * k, k, 16)
+            _copy_rows(d, src, j * k, k, 16)
         elif rb == 32:
-            _copy_rows(dst, src, j * k, k, 32)
+            _copy_rows(d, src, j * k, k, 32)
         else:
-            _copy_rows(dst, src, j * k, k, rb)
+            _copy_rows(d, src, j * k, k, rb)
     return live
 
 
@@ -131,8 +157,8 @@ def _unlock_shards(plan, n):  # pragma: no cover - numba
 
 @nb.njit(cache=True, nogil=True)
 def sample_transitions(
-    plan, held, repairs, u, ctree, wtree, prioritized, size, filled, times, written, capacity,
-    rings, outs, row_bytes, incarnation, o_keys, o_prob, mask, beta, o_weights,
+    plan, held, repairs, u, ctree, wtree, prioritized, size, filled, times, written,
+    dst, incarnation, o_keys, o_prob, mask, beta, o_weights,
 ):  # pragma: no cover - numba
     """`draw_transitions` under every shard mutex, then the sample count, as one call (see the module
     docstring). The caller holds the table lock.
@@ -146,8 +172,13 @@ def sample_transitions(
     repairs : numpy.ndarray, int64 [2 S]
         Gets, per shard s, ``repairs[2 s]`` the first position and ``repairs[2 s + 1]`` the length of
         the hole repaired after a dead holder (length 0: none; only written where a holder died).
-    u, ctree, ..., o_weights
-        `draw_transitions`' arguments (``written`` is the table's ``ingested``).
+    u, ctree, wtree, prioritized, size, filled, times, written
+        As `draw_transitions` takes them (``written`` is the table's ``ingested``).
+    dst : numpy.ndarray, int64 [F]
+        The address of the slot's flat bytes of each field (the rings and row sizes come from
+        ``plan``).
+    incarnation, o_keys, o_prob, mask, beta, o_weights
+        As `draw_transitions` takes them.
 
     Returns
     -------
@@ -160,10 +191,12 @@ def sample_transitions(
     """
     s_count = plan[P_SHARDS]
     nf = plan[P_FIELDS]
+    capacity = plan[P_CAPACITY]
     died = 0
     if not held:
         for s in range(s_count):  # an unlocked read, only a hint: commits to ingest, no lock taken
-            if int64_at(plan[P_ROW_BYTES + nf + s * (SHARD_WORDS + nf) + 1], META_LEN)[WRITE_POS] != written[s]:
+            meta = int64_at(plan[P_ROW_BYTES + nf + s * (SHARD_WORDS + nf) + 1], META_LEN)
+            if meta[WRITE_POS] != written[s]:
                 return STALE, 0, 0, died
         for s in range(s_count):
             base = P_ROW_BYTES + nf + s * (SHARD_WORDS + nf)
@@ -189,9 +222,10 @@ def sample_transitions(
             if meta[WRITE_POS] != written[s]:
                 _unlock_shards(plan, s_count)
                 return STALE, 0, 0, died
-    live = draw_transitions(
+    live = _draw_copy(
         u, ctree, wtree, prioritized, size, filled, times, written, capacity,
-        rings, outs, row_bytes, incarnation, o_keys, o_prob, mask, beta, o_weights,
+        plan[P_ROW_BYTES + nf + SHARD_WORDS :], SHARD_WORDS + nf, plan[P_ROW_BYTES : P_ROW_BYTES + nf], dst,
+        incarnation, o_keys, o_prob, mask, beta, o_weights,
     )
     if not held:
         _unlock_shards(plan, s_count)
