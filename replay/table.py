@@ -41,7 +41,7 @@ from replay.shard import live_parts
 from replay.shard_layout import EXHAUSTED as STEP_EXHAUSTED
 from replay.shard_layout import WRITE_POS
 from replay.storage import TrajectoryStorage
-from replay.transition_kernel import DRAWN, FAILED, STALE, sample_transitions
+from replay.transition_kernel import DRAWN, FAILED, STALE, rng_addresses, sample_transitions
 
 __all__ = ["META_FIELDS", "Table"]
 
@@ -126,8 +126,9 @@ class Table:
         )
         self._repairs = np.zeros(2 * storage.num_shards, dtype=np.int64)  # holes the compiled call repaired
         st = self.state  # the selector's arrays stay the same objects (restores write into them)
-        self._draw_args = (
-            st.ctree, st.wtree, self.prioritized, st.size, self.filled, st.times, self.ingested
+        self._draw_args = (  # the generator's uniforms are drawn inside the call (rng_addresses)
+            rng_addresses(st.rng), st.ctree, st.wtree, self.prioritized, st.size, self.filled, st.times,
+            self.ingested,
         )
         self.lock = threading.Lock()
         self.incarnation = 0
@@ -326,10 +327,7 @@ class Table:
             A lock call failed (every lock this call took is released).
         """
         with self.lock:
-            args = (
-                self.state.rng.random(k), *self._draw_args, dst, self.incarnation, keys, prob, mask, beta,
-                weights,
-            )
+            args = (*self._draw_args, dst, self.incarnation, keys, prob, mask, beta, weights)
             status, live, err, died = sample_transitions(self.plan, False, self._repairs, *args)
             if died:
                 self._report_dead_holders(died)

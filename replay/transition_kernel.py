@@ -26,14 +26,20 @@ ingests, and calls it again with ``held`` True (the shard mutexes are then the c
 
 >>> live = draw_transitions(u, ctree, wtree, False, size, filled, times, written, capacity,
 ...                         rings, outs, row_bytes, incarnation, keys, prob, mask, 0.4, weights)
->>> status, n, err, died = sample_transitions(plan, False, repairs, u, ctree, wtree, False, size,
+>>> status, n, err, died = sample_transitions(plan, False, repairs, rng_addresses(generator), ctree,
+...     wtree, False, size,
 ...     filled, times, written, dst, incarnation, keys, prob, mask, 0.4, weights)
 """
 
 from __future__ import annotations
 
+import ctypes
+
 import numba as nb
 import numpy as np
+from llvmlite import ir
+from numba.core import types
+from numba.extending import intrinsic
 
 from graphrl.kernels.copies import address
 from graphrl.kernels.prefetch import prefetch_l2_at
@@ -53,7 +59,16 @@ from replay.rate_limiter import SAMPLES
 from replay.shard_layout import HOLES, META_LEN, RESERVE_POS, WRITE_POS
 from replay.sync_kernels import cond_broadcast, copy_at, int64_at, mutex_lock_robust, mutex_unlock
 
-__all__ = ["DRAWN", "EMPTY", "FAILED", "LOCKED_COPY_BYTES", "STALE", "draw_transitions", "sample_transitions"]
+__all__ = [
+    "DRAWN",
+    "EMPTY",
+    "FAILED",
+    "LOCKED_COPY_BYTES",
+    "STALE",
+    "draw_transitions",
+    "rng_addresses",
+    "sample_transitions",
+]
 
 # sample_transitions' status
 DRAWN, EMPTY, STALE, FAILED = 0, 1, 2, 3
@@ -147,6 +162,28 @@ def _copy_rows(dst, src, at, k, rb):  # pragma: no cover - numba
         copy_at(dst + i * rb, src[at + i], rb)
 
 
+def rng_addresses(generator: np.random.Generator) -> np.ndarray:
+    """The addresses `sample_transitions` draws uniforms through: int64 [2], the bit generator's
+    ``next_double`` function and its state (``bit_generator.ctypes``; valid while ``generator``
+    lives: a restore of its state writes into the same memory)."""
+    c = generator.bit_generator.ctypes
+    return np.array([ctypes.cast(c.next_double, ctypes.c_void_p).value, c.state_address], dtype=np.int64)
+
+
+@intrinsic
+def _call_double(typingctx, fn, state):  # pragma: no cover - compiled
+    """``((double (*)(void *)) fn)(state)``: one ``next_double`` of a numpy bit generator."""
+    sig = types.float64(types.int64, types.int64)
+
+    def codegen(context, builder, signature, args):
+        i8p = ir.IntType(8).as_pointer()
+        fnty = ir.FunctionType(ir.DoubleType(), [i8p])
+        f = builder.inttoptr(args[0], fnty.as_pointer())
+        return builder.call(f, [builder.inttoptr(args[1], i8p)])
+
+    return sig, codegen
+
+
 @nb.njit(cache=True, nogil=True)
 def _unlock_shards(plan, n):  # pragma: no cover - numba
     """Unlock the mutexes of shards ``n - 1 .. 0`` (in that order)."""
@@ -157,7 +194,7 @@ def _unlock_shards(plan, n):  # pragma: no cover - numba
 
 @nb.njit(cache=True, nogil=True)
 def sample_transitions(
-    plan, held, repairs, u, ctree, wtree, prioritized, size, filled, times, written,
+    plan, held, repairs, rng, ctree, wtree, prioritized, size, filled, times, written,
     dst, incarnation, o_keys, o_prob, mask, beta, o_weights,
 ):  # pragma: no cover - numba
     """`draw_transitions` under every shard mutex, then the sample count, as one call (see the module
@@ -172,7 +209,11 @@ def sample_transitions(
     repairs : numpy.ndarray, int64 [2 S]
         Gets, per shard s, ``repairs[2 s]`` the first position and ``repairs[2 s + 1]`` the length of
         the hole repaired after a dead holder (length 0: none; only written where a holder died).
-    u, ctree, wtree, prioritized, size, filled, times, written
+    rng : numpy.ndarray, int64 [2]
+        `rng_addresses` of the selector's generator: ``len(o_keys)`` uniforms are drawn from it at the
+        draw, exactly as ``Generator.random(len(o_keys))`` draws them (none when `STALE` or `FAILED`
+        is returned before the draw). The caller holds the only lock that guards the generator.
+    ctree, wtree, prioritized, size, filled, times, written
         As `draw_transitions` takes them (``written`` is the table's ``ingested``).
     dst : numpy.ndarray, int64 [F]
         The address of the slot's flat bytes of each field (the rings and row sizes come from
@@ -222,6 +263,9 @@ def sample_transitions(
             if meta[WRITE_POS] != written[s]:
                 _unlock_shards(plan, s_count)
                 return STALE, 0, 0, died
+    u = np.empty(o_keys.shape[0])
+    for i in range(u.shape[0]):  # Generator.random's fill: next_double of the bit generator, in order
+        u[i] = _call_double(rng[0], rng[1])
     live = _draw_copy(
         u, ctree, wtree, prioritized, size, filled, times, written, capacity,
         plan[P_ROW_BYTES + nf + SHARD_WORDS :], SHARD_WORDS + nf, plan[P_ROW_BYTES : P_ROW_BYTES + nf], dst,

@@ -159,27 +159,31 @@ def test_the_kernel_reports_pending_commits_and_changes_nothing():
         b = 4
         slot = store._sampler.staging.acquire(b, 1, None, None)
         keys, prob = np.zeros(b, np.int64), np.zeros(b)
-        u = np.full(b, 0.5)
         with table.lock:  # nothing ingested yet: STALE, no lock left held, nothing counted or drawn
             status, live, err, died = sample_transitions(
-                table.plan, False, table._repairs, u, *table._draw_args, slot.addresses, 0, keys, prob,
+                table.plan, False, table._repairs, *table._draw_args, slot.addresses, 0, keys, prob,
                 slot.mask_flat, 0.0, np.zeros(0, np.float32),
             )
         assert (status, live, err, died) == (STALE, 0, 0, 0)
         np.testing.assert_array_equal(table.state.times, before[0])
         assert store.counters() == before[1] and (keys == 0).all()
+        assert table.state.rng.bit_generator.state == before[2]  # no uniform drawn
         for sh in store.storage.shards:  # the shard mutexes are free
             sh.acquire()
             sh.release()
         table.ingest_all()
         with table.lock:
             status, live, err, died = sample_transitions(
-                table.plan, False, table._repairs, u, *table._draw_args, slot.addresses, 0, keys, prob,
+                table.plan, False, table._repairs, *table._draw_args, slot.addresses, 0, keys, prob,
                 slot.mask_flat, 0.0, np.zeros(0, np.float32),
             )
         assert (status, live, err, died) == (DRAWN, 12, 0, 0)
         assert store.counters()["samples"] == before[1]["samples"] + b
         assert table.state.times.sum() == before[0].sum() + b
+        ref = np.random.Generator(np.random.PCG64())
+        ref.bit_generator.state = before[2]
+        ref.random(b)  # exactly b uniforms drawn, as Generator.random draws them
+        assert table.state.rng.bit_generator.state == ref.bit_generator.state
         slot.buffer.release()
         store.close()
 
