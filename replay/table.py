@@ -130,6 +130,7 @@ class Table:
             rng_addresses(st.rng), st.ctree, st.wtree, self.prioritized, st.size, self.filled, st.times,
             self.ingested,
         )
+        self._draw_head = (self.plan, False, self._repairs, *self._draw_args)  # the one-call path's
         self.lock = threading.Lock()
         self.incarnation = 0
         self.restored_at: np.ndarray | None = None
@@ -327,14 +328,18 @@ class Table:
             A lock call failed (every lock this call took is released).
         """
         with self.lock:
-            args = (*self._draw_args, dst, self.incarnation, keys, prob, mask, beta, weights)
-            status, live, err, died = sample_transitions(self.plan, False, self._repairs, *args)
+            status, live, err, died = sample_transitions(
+                *self._draw_head, dst, self.incarnation, keys, prob, mask, beta, weights
+            )
             if died:
                 self._report_dead_holders(died)
             if status == STALE:  # commits to ingest: the shard locks in Python, then the same draw
                 self._hold_shards()
                 try:
-                    status, live, err, died = sample_transitions(self.plan, True, self._repairs, *args)
+                    status, live, err, died = sample_transitions(
+                        self.plan, True, self._repairs, *self._draw_args, dst, self.incarnation, keys,
+                        prob, mask, beta, weights,
+                    )
                 finally:
                     self._release_shards()
                 if died:
