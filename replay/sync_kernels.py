@@ -11,7 +11,8 @@ same objects, so Python callers and compiled callers exclude each other as befor
   lock: the previous holder died, the caller holds the mutex and must make it consistent).
 - `mutex_lock_robust`: `mutex_lock`, and on `EOWNERDEAD` `mutex_consistent`: 0, 1 when the holder
   had died (the caller holds the mutex and repairs what it guards), or -errno.
-- `int64_at(address, n)`: an int64 array view of ``n`` items at an address (no ownership, no checks).
+- `int64_at(address, n)`, `float64_at(address, n)`: an int64 / float64 array view of ``n`` items at an
+  address (no ownership, no checks).
 - `copy_at(dst, src, nbytes)`: one ``llvm.memcpy`` between addresses.
 - `compiler_fence()`: no load or store moves across it at compile time (a commit publishes its reserve
   position before its copy, as the Python path does between its numpy stores and its kernel call).
@@ -43,6 +44,7 @@ __all__ = [
     "compiler_fence",
     "cond_broadcast",
     "copy_at",
+    "float64_at",
     "int64_at",
     "mutex_consistent",
     "mutex_lock",
@@ -111,6 +113,23 @@ def _int64_ptr(typingctx, addr):  # pragma: no cover - compiled
 def int64_at(addr, n):  # pragma: no cover - compiled
     """An int64 array of ``n`` items at ``addr`` (a view: no copy, no ownership)."""
     return nb.carray(_int64_ptr(addr), n)
+
+
+@intrinsic
+def _float64_ptr(typingctx, addr):  # pragma: no cover - compiled
+    ptrty = types.CPointer(types.float64)
+    sig = ptrty(types.int64)
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(ptrty))
+
+    return sig, codegen
+
+
+@nb.njit(cache=True, inline="always")
+def float64_at(addr, n):  # pragma: no cover - compiled
+    """A float64 array of ``n`` items at ``addr`` (a view: no copy, no ownership)."""
+    return nb.carray(_float64_ptr(addr), n)
 
 
 @intrinsic

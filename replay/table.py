@@ -41,7 +41,7 @@ from replay.shard import live_parts
 from replay.shard_layout import EXHAUSTED as STEP_EXHAUSTED
 from replay.shard_layout import WRITE_POS
 from replay.storage import TrajectoryStorage
-from replay.transition_kernel import DRAWN, FAILED, STALE, rng_addresses, sample_transitions
+from replay.transition_kernel import DRAWN, FAILED, STALE, sample_transitions, selector_words
 
 __all__ = ["META_FIELDS", "Table"]
 
@@ -126,11 +126,10 @@ class Table:
         )
         self._repairs = np.zeros(2 * storage.num_shards, dtype=np.int64)  # holes the compiled call repaired
         st = self.state  # the selector's arrays stay the same objects (restores write into them)
-        self._draw_args = (  # the generator's uniforms are drawn inside the call (rng_addresses)
-            rng_addresses(st.rng), st.ctree, st.wtree, self.prioritized, st.size, self.filled, st.times,
-            self.ingested,
+        self._words = selector_words(  # the selector by address (restores write into the same arrays)
+            st.rng, st.ctree, st.wtree, self.prioritized, st.size, self.filled, st.times, self.ingested
         )
-        self._draw_head = (self.plan, False, self._repairs, *self._draw_args)  # the one-call path's
+        self._draw_head = (self.plan, False, self._repairs, self._words)  # the one-call path's
         self.lock = threading.Lock()
         self.incarnation = 0
         self.restored_at: np.ndarray | None = None
@@ -337,8 +336,8 @@ class Table:
                 self._hold_shards()
                 try:
                     status, live, err, died = sample_transitions(
-                        self.plan, True, self._repairs, *self._draw_args, dst, self.incarnation, keys,
-                        prob, mask, beta, weights,
+                        self.plan, True, self._repairs, self._words, dst, self.incarnation, keys, prob,
+                        mask, beta, weights,
                     )
                 finally:
                     self._release_shards()

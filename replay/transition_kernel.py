@@ -26,9 +26,9 @@ ingests, and calls it again with ``held`` True (the shard mutexes are then the c
 
 >>> live = draw_transitions(u, ctree, wtree, False, size, filled, times, written, capacity,
 ...                         rings, outs, row_bytes, incarnation, keys, prob, mask, 0.4, weights)
->>> status, n, err, died = sample_transitions(plan, False, repairs, rng_addresses(generator), ctree,
-...     wtree, False, size,
-...     filled, times, written, dst, incarnation, keys, prob, mask, 0.4, weights)
+>>> words = selector_words(generator, ctree, wtree, False, size, filled, times, written)
+>>> status, n, err, died = sample_transitions(plan, False, repairs, words, dst, incarnation, keys, prob,
+...                                           mask, 0.4, weights)
 """
 
 from __future__ import annotations
@@ -57,7 +57,14 @@ from replay.draw_kernels import draw_items, importance_weights_into
 from replay.keys import BACK_BITS, INC_BITS, SHARD_BITS
 from replay.rate_limiter import SAMPLES
 from replay.shard_layout import HOLES, META_LEN, RESERVE_POS, WRITE_POS
-from replay.sync_kernels import cond_broadcast, copy_at, int64_at, mutex_lock_robust, mutex_unlock
+from replay.sync_kernels import (
+    cond_broadcast,
+    copy_at,
+    float64_at,
+    int64_at,
+    mutex_lock_robust,
+    mutex_unlock,
+)
 
 __all__ = [
     "DRAWN",
@@ -65,13 +72,18 @@ __all__ = [
     "FAILED",
     "LOCKED_COPY_BYTES",
     "STALE",
+    "WORDS",
     "draw_transitions",
-    "rng_addresses",
     "sample_transitions",
+    "selector_words",
 ]
 
 # sample_transitions' status
 DRAWN, EMPTY, STALE, FAILED = 0, 1, 2, 3
+# selector_words' layout
+(W_RNG_NEXT_DOUBLE, W_RNG_STATE, W_CTREE, W_WTREE, W_WTREE_COLS, W_TIMES, W_FILLED, W_WRITTEN, W_SIZE,
+ W_PRIORITIZED) = range(10)
+WORDS = 10
 
 LOCKED_COPY_BYTES = 1 << 18  # output bytes up to which a batch of transitions is copied under the locks
 
@@ -162,12 +174,44 @@ def _copy_rows(dst, src, at, k, rb):  # pragma: no cover - numba
         copy_at(dst + i * rb, src[at + i], rb)
 
 
-def rng_addresses(generator: np.random.Generator) -> np.ndarray:
-    """The addresses `sample_transitions` draws uniforms through: int64 [2], the bit generator's
-    ``next_double`` function and its state (``bit_generator.ctypes``; valid while ``generator``
-    lives: a restore of its state writes into the same memory)."""
+def selector_words(
+    generator: np.random.Generator,
+    ctree: np.ndarray,
+    wtree: np.ndarray,
+    prioritized: bool,
+    size: int,
+    filled: np.ndarray,
+    times: np.ndarray,
+    written: np.ndarray,
+) -> np.ndarray:
+    """The selector's side of a `sample_transitions` call, by address: int64 [`WORDS`].
+
+    ``generator``'s bit generator's ``next_double`` function and state (``bit_generator.ctypes``), then
+    the arrays and numbers `draw_transitions` takes (``ctree`` and ``wtree`` float64 [S, *], ``times``
+    int64 [S, C], ``filled`` and ``written`` int64 [S], all C-contiguous). Valid while they live and
+    stay where they are: a restore must write into the same arrays and the same generator.
+
+    Raises
+    ------
+    ValueError
+        An array is not C-contiguous or of another dtype.
+    """
+    for name, arr, dtype in (
+        ("ctree", ctree, np.float64), ("wtree", wtree, np.float64), ("times", times, np.int64),
+        ("filled", filled, np.int64), ("written", written, np.int64),
+    ):
+        if arr.dtype != dtype or not arr.flags.c_contiguous:
+            raise ValueError(f"{name} must be a C-contiguous {np.dtype(dtype).name} array")
+    words = np.zeros(WORDS, dtype=np.int64)
     c = generator.bit_generator.ctypes
-    return np.array([ctypes.cast(c.next_double, ctypes.c_void_p).value, c.state_address], dtype=np.int64)
+    words[W_RNG_NEXT_DOUBLE] = ctypes.cast(c.next_double, ctypes.c_void_p).value
+    words[W_RNG_STATE] = c.state_address
+    words[W_CTREE], words[W_WTREE] = ctree.ctypes.data, wtree.ctypes.data
+    words[W_WTREE_COLS] = wtree.shape[1]
+    words[W_TIMES], words[W_FILLED] = times.ctypes.data, filled.ctypes.data
+    words[W_WRITTEN] = written.ctypes.data
+    words[W_SIZE], words[W_PRIORITIZED] = size, int(prioritized)
+    return words
 
 
 @intrinsic
@@ -194,8 +238,7 @@ def _unlock_shards(plan, n):  # pragma: no cover - numba
 
 @nb.njit(cache=True, nogil=True)
 def sample_transitions(
-    plan, held, repairs, rng, ctree, wtree, prioritized, size, filled, times, written,
-    dst, incarnation, o_keys, o_prob, mask, beta, o_weights,
+    plan, held, repairs, words, dst, incarnation, o_keys, o_prob, mask, beta, o_weights
 ):  # pragma: no cover - numba
     """`draw_transitions` under every shard mutex, then the sample count, as one call (see the module
     docstring). The caller holds the table lock.
@@ -209,12 +252,12 @@ def sample_transitions(
     repairs : numpy.ndarray, int64 [2 S]
         Gets, per shard s, ``repairs[2 s]`` the first position and ``repairs[2 s + 1]`` the length of
         the hole repaired after a dead holder (length 0: none; only written where a holder died).
-    rng : numpy.ndarray, int64 [2]
-        `rng_addresses` of the selector's generator: ``len(o_keys)`` uniforms are drawn from it at the
-        draw, exactly as ``Generator.random(len(o_keys))`` draws them (none when `STALE` or `FAILED`
-        is returned before the draw). The caller holds the only lock that guards the generator.
-    ctree, wtree, prioritized, size, filled, times, written
-        As `draw_transitions` takes them (``written`` is the table's ``ingested``).
+    words : numpy.ndarray, int64 [`WORDS`]
+        `selector_words`: the selector's generator, trees, use counts and the table's ``filled`` and
+        ``ingested`` (``written``) as `draw_transitions` takes them, by address. ``len(o_keys)``
+        uniforms are drawn from the generator at the draw, exactly as ``Generator.random(len(o_keys))``
+        draws them (none when `STALE` or `FAILED` is returned before the draw); the caller holds the
+        only lock that guards the generator and the selector.
     dst : numpy.ndarray, int64 [F]
         The address of the slot's flat bytes of each field (the rings and row sizes come from
         ``plan``).
@@ -223,7 +266,7 @@ def sample_transitions(
 
     Returns
     -------
-    ``(status, live, err, died)``, all int: status `DRAWN` (``live`` items drawable, ``len(u)``
+    ``(status, live, err, died)``, all int: status `DRAWN` (``live`` items drawable, ``len(o_keys)``
     steps counted as sampled), `EMPTY` (the table is empty: nothing drawn, written or counted),
     `STALE` (a shard's write position is past ``written``: nothing drawn; only with ``held`` False)
     or `FAILED` (a pthread call failed, its errno in ``err``: every mutex this call took is
@@ -233,6 +276,9 @@ def sample_transitions(
     s_count = plan[P_SHARDS]
     nf = plan[P_FIELDS]
     capacity = plan[P_CAPACITY]
+    size = words[W_SIZE]
+    wcols = words[W_WTREE_COLS]
+    written = int64_at(words[W_WRITTEN], s_count)
     died = 0
     if not held:
         for s in range(s_count):  # an unlocked read, only a hint: commits to ingest, no lock taken
@@ -264,10 +310,19 @@ def sample_transitions(
                 _unlock_shards(plan, s_count)
                 return STALE, 0, 0, died
     u = np.empty(o_keys.shape[0])
+    fn, state = words[W_RNG_NEXT_DOUBLE], words[W_RNG_STATE]
     for i in range(u.shape[0]):  # Generator.random's fill: next_double of the bit generator, in order
-        u[i] = _call_double(rng[0], rng[1])
+        u[i] = _call_double(fn, state)
     live = _draw_copy(
-        u, ctree, wtree, prioritized, size, filled, times, written, capacity,
+        u,
+        float64_at(words[W_CTREE], s_count * 2 * size).reshape((s_count, 2 * size)),
+        float64_at(words[W_WTREE], s_count * wcols).reshape((s_count, wcols)),
+        words[W_PRIORITIZED] != 0,
+        size,
+        int64_at(words[W_FILLED], s_count),
+        int64_at(words[W_TIMES], s_count * capacity).reshape((s_count, capacity)),
+        written,
+        capacity,
         plan[P_ROW_BYTES + nf + SHARD_WORDS :], SHARD_WORDS + nf, plan[P_ROW_BYTES : P_ROW_BYTES + nf], dst,
         incarnation, o_keys, o_prob, mask, beta, o_weights,
     )

@@ -161,7 +161,7 @@ def test_the_kernel_reports_pending_commits_and_changes_nothing():
         keys, prob = np.zeros(b, np.int64), np.zeros(b)
         with table.lock:  # nothing ingested yet: STALE, no lock left held, nothing counted or drawn
             status, live, err, died = sample_transitions(
-                table.plan, False, table._repairs, *table._draw_args, slot.addresses, 0, keys, prob,
+                table.plan, False, table._repairs, table._words, slot.addresses, 0, keys, prob,
                 slot.mask_flat, 0.0, np.zeros(0, np.float32),
             )
         assert (status, live, err, died) == (STALE, 0, 0, 0)
@@ -174,7 +174,7 @@ def test_the_kernel_reports_pending_commits_and_changes_nothing():
         table.ingest_all()
         with table.lock:
             status, live, err, died = sample_transitions(
-                table.plan, False, table._repairs, *table._draw_args, slot.addresses, 0, keys, prob,
+                table.plan, False, table._repairs, table._words, slot.addresses, 0, keys, prob,
                 slot.mask_flat, 0.0, np.zeros(0, np.float32),
             )
         assert (status, live, err, died) == (DRAWN, 12, 0, 0)
@@ -359,3 +359,19 @@ def test_writer_processes_and_a_sampler_keep_exact_counts():
         assert c["inserts"] == total and c["samples"] == sampled * b
         assert c["deletes"] == total - 600 and len(store) == 600
         store.close()
+
+
+def test_selector_words_refuses_arrays_it_cannot_address():
+    from replay.transition_kernel import WORDS, selector_words
+
+    rng = np.random.default_rng(0)
+    tree = np.zeros((2, 16))
+    ok = selector_words(rng, tree, tree, True, 8, np.zeros(2, np.int64), np.zeros((2, 8), np.int64),
+                        np.zeros(2, np.int64))
+    assert ok.shape == (WORDS,) and ok[2] == tree.ctypes.data
+    with pytest.raises(ValueError, match="times must be a C-contiguous int64 array"):
+        selector_words(rng, tree, tree, True, 8, np.zeros(2, np.int64), np.zeros((8, 2), np.int64).T,
+                       np.zeros(2, np.int64))
+    with pytest.raises(ValueError, match="ctree must be a C-contiguous float64 array"):
+        selector_words(rng, tree.astype(np.float32), tree, True, 8, np.zeros(2, np.int64),
+                       np.zeros((2, 8), np.int64), np.zeros(2, np.int64))
