@@ -16,10 +16,11 @@ waits a few microseconds at most; larger batches keep the lock-free copy.
 `sample_transitions` is the whole sample in one call (`replay.table.Table.draw_transitions` makes it,
 holding only the table lock): it takes every shard mutex in shard order through
 `replay.sync_kernels` (repairing a hole a dead writer's commit left, as
-`replay.shard.ShardStorage._repair` does), checks that the table has ingested every commit, runs
-`draw_transitions` (the rings and row sizes from the plan, the slot as addresses ``dst``), releases
-the shard mutexes and counts the sampled steps under the control mutex
-with a wake-up (`replay.rate_limiter.RateLimiterState.sample`). When a shard has commits the table
+`replay.shard.ShardStorage._repair` does), checks that the table has ingested every commit, draws the
+uniforms from the selector's generator (as ``Generator.random`` does), runs `draw_transitions` (the
+selector by address, `selector_words`; the rings and row sizes from the plan; the slot as addresses
+``dst``), releases the shard mutexes and counts the sampled steps under the control mutex with a
+wake-up (`replay.rate_limiter.RateLimiterState.sample`). When a shard has commits the table
 has not ingested it changes nothing and returns `STALE`: the caller takes the shard locks in Python,
 ingests, and calls it again with ``held`` True (the shard mutexes are then the caller's). The plan is
 `replay.commit_kernel.build_plan`'s.
