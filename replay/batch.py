@@ -426,6 +426,9 @@ class StagedSlot:
         The draw probabilities, likewise.
     scratch_meta : dict of str to numpy.ndarray, or None
         The rows of ``scratch`` by `replay.table.META_FIELDS` name (the table's ``meta`` argument).
+    addresses : numpy.ndarray, int64 [F], or None
+        The address of each of ``flat``'s views, in spec order (host slots only; valid while the
+        slot's pool is open).
     """
 
     buffer: StagingBuffer
@@ -437,6 +440,7 @@ class StagedSlot:
     scratch: np.ndarray | None = None
     scratch_prob: np.ndarray | None = None
     scratch_meta: dict[str, np.ndarray] | None = None
+    addresses: np.ndarray | None = None
 
 
 class BatchStaging:
@@ -512,11 +516,12 @@ class BatchStaging:
         if target is None:
             outs = {n: t.numpy() for n, t in fields.items()}
             flat = tuple(outs[n].reshape(-1).view(np.uint8) for n in self.spec)
-            return fields, mask, outs, flat, mask.numpy().reshape(-1), scratch, scratch_prob, meta
+            addresses = np.array([f.ctypes.data for f in flat], dtype=np.int64)
+            return fields, mask, outs, flat, mask.numpy().reshape(-1), scratch, scratch_prob, meta, addresses
         from replay.cuda import flat_bytes  # numba.cuda only on the GPU path
 
         flat = tuple(flat_bytes(buf.tensor[off : off + nbytes]) for off, nbytes in layout.offsets.values())
-        return fields, mask, None, flat, None, scratch, scratch_prob, meta
+        return fields, mask, None, flat, None, scratch, scratch_prob, meta, None
 
     def _pool(self, batch: int, window: int, target: torch.device | None) -> tuple[StagingPool, BatchLayout]:
         key = (batch, window, None if target is None else str(target))

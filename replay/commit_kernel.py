@@ -43,13 +43,11 @@ from replay.shard_layout import (
     WRITE_POS,
 )
 from replay.sync_kernels import (
-    EOWNERDEAD,
     compiler_fence,
     cond_broadcast,
     copy_at,
     int64_at,
-    mutex_consistent,
-    mutex_lock,
+    mutex_lock_robust,
     mutex_unlock,
 )
 
@@ -155,18 +153,6 @@ def write_steps(
     return overwritten
 
 
-@nb.njit(cache=True, nogil=True, inline="always")
-def _lock(addr):  # pragma: no cover - numba
-    """Lock the robust mutex at ``addr``: 0, 1 when its holder had died (now consistent), or -errno."""
-    rc = mutex_lock(addr)
-    if rc == 0:
-        return 0
-    if rc == EOWNERDEAD:
-        rc = mutex_consistent(addr)
-        return 1 if rc == 0 else -rc
-    return -rc
-
-
 @nb.njit(cache=True, nogil=True)
 def commit_chunk(
     plan, sources, count, shard, record, end, writer_id, samples_per_insert, max_diff, pid
@@ -210,7 +196,7 @@ def commit_chunk(
     ctl = int64_at(plan[P_CTL], CTL_FIXED + 2 * s_count)
     died = 0
     # 1. admission, shard, sequence numbers (control mutex)
-    rc = _lock(ctl_mutex)
+    rc = mutex_lock_robust(ctl_mutex)
     if rc < 0:
         return FAILED, -1, -1, -rc, died, 0, 0
     died += rc
@@ -243,7 +229,7 @@ def commit_chunk(
     meta = int64_at(plan[base + 1], META_LEN)
     steps = int64_at(plan[base + 2], 3 * cap)
     recs = int64_at(plan[base + 3], 4 * cap)
-    rc = _lock(sh_mutex)
+    rc = mutex_lock_robust(sh_mutex)
     if rc < 0:
         return FAILED, shard, -1, -rc, died, 0, 0
     hole_at, hole = 0, 0
@@ -311,7 +297,7 @@ def commit_chunk(
     meta[COMMITS] += 1
     mutex_unlock(sh_mutex)
     # 3. the counts and the wake-up (control mutex)
-    rc = _lock(ctl_mutex)
+    rc = mutex_lock_robust(ctl_mutex)
     if rc < 0:
         return FAILED, shard, record, -rc, died, hole_at, hole
     died += rc

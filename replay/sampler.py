@@ -36,7 +36,6 @@ from replay.table import META_FIELDS, Table
 from replay.transition_kernel import LOCKED_COPY_BYTES
 from replay.windows import WindowTable, window_mask
 
-_NO_WEIGHTS = np.zeros(0, dtype=np.float32)
 _KEYS_LENGTHS = [5, 3]  # the scratch rows of the keys and the real lengths (`StagedSlot.scratch`)
 
 __all__ = ["Deadline", "WindowSampler"]
@@ -95,6 +94,9 @@ class WindowSampler:
         self.copy = BatchCopy(storage) if self.owner_table else None
         # batches of transitions up to this many rows are drawn and copied in one call under the locks
         self.locked_rows = LOCKED_COPY_BYTES // max(1, self.copy.step_bytes) if self.copy else 0
+        # the fused call counts the samples itself, in the control block: only for its own limiter
+        if limiter.cond is not storage.control.cond or type(limiter).sample is not RateLimiterState.sample:
+            self.locked_rows = 0
 
     def sample(
         self, b: int, length: int, pad: str, beta: float, target: torch.device | None, left: Deadline
@@ -150,26 +152,31 @@ class WindowSampler:
 
     def _sample_transitions(self, b: int, beta: float, left: Deadline, slot: StagedSlot) -> Batch:
         """`sample` of B windows of one step for a host batch of the owner's `fused` `Table`: one
-        kernel call under the locks draws and copies them and, for a prioritized table, computes the
-        importance weights (nothing can be torn: no re-check)."""
+        kernel call under the locks draws and copies them, for a prioritized table computes the
+        importance weights, and counts the B steps in the rate limiter (nothing can be torn: no
+        re-check)."""
         try:
-            table, copy = self.table, self.copy
+            table = self.table
             keys = np.empty(b, dtype=np.int64)  # the batch's own (they outlive the slot's release)
             prob = np.empty(b)
-            prioritized = table.prioritized
-            weights = np.empty(b, dtype=np.float32) if prioritized else _NO_WEIGHTS
+            if table.prioritized:
+                weights = np.empty(b, dtype=np.float32)
+                while True:
+                    self.limiter.await_sample(left(), given=left.timeout)
+                    table_size = table.draw_transitions(
+                        b, slot.addresses, keys, prob, slot.mask_flat, beta, weights
+                    )
+                    if table_size:  # counted as b sampled steps (each window is its live anchor)
+                        break
+                return Batch.from_draw(
+                    slot.fields, slot.mask, keys, prob, None, table_size, beta, slot.buffer, weights
+                )
             while True:
                 self.limiter.await_sample(left(), given=left.timeout)
-                table_size = table.draw_transitions(
-                    b, copy.rings, slot.flat, copy.row_bytes, keys, prob, slot.mask_flat, beta, weights
-                )
+                table_size = table.draw_transitions(b, slot.addresses, keys, prob, slot.mask_flat)
                 if table_size:
                     break
-            self.limiter.sample(b)  # each window is its live anchor: b real steps
-            return Batch.from_draw(
-                slot.fields, slot.mask, keys, prob, None, table_size, beta if prioritized else None,
-                slot.buffer, weights if prioritized else None,
-            )
+            return Batch.from_draw(slot.fields, slot.mask, keys, prob, None, table_size, None, slot.buffer)
         except BaseException:
             slot.buffer.release()
             raise

@@ -9,7 +9,10 @@ same objects, so Python callers and compiled callers exclude each other as befor
 - `mutex_lock`, `mutex_unlock`, `mutex_consistent`, `cond_broadcast`: ``int32 f(void *)`` libc calls on
   the object at an address (an ``int64``); they return the pthread error code (`EOWNERDEAD` from a
   lock: the previous holder died, the caller holds the mutex and must make it consistent).
-- `int64_at(address, n)`: an int64 array view of ``n`` items at an address (no ownership, no checks).
+- `mutex_lock_robust`: `mutex_lock`, and on `EOWNERDEAD` `mutex_consistent`: 0, 1 when the holder
+  had died (the caller holds the mutex and repairs what it guards), or -errno.
+- `int64_at(address, n)`, `float64_at(address, n)`: an int64 / float64 array view of ``n`` items at an
+  address (no ownership, no checks).
 - `copy_at(dst, src, nbytes)`: one ``llvm.memcpy`` between addresses.
 - `compiler_fence()`: no load or store moves across it at compile time (a commit publishes its reserve
   position before its copy, as the Python path does between its numpy stores and its kernel call).
@@ -41,9 +44,11 @@ __all__ = [
     "compiler_fence",
     "cond_broadcast",
     "copy_at",
+    "float64_at",
     "int64_at",
     "mutex_consistent",
     "mutex_lock",
+    "mutex_lock_robust",
     "mutex_unlock",
 ]
 
@@ -81,6 +86,18 @@ mutex_consistent = _pthread_call("pthread_mutex_consistent")
 cond_broadcast = _pthread_call("pthread_cond_broadcast")
 
 
+@nb.njit(cache=True, nogil=True, inline="always")
+def mutex_lock_robust(addr):  # pragma: no cover - compiled
+    """Lock the robust mutex at ``addr``: 0, 1 when its holder had died (now consistent), or -errno."""
+    rc = mutex_lock(addr)
+    if rc == 0:
+        return 0
+    if rc == EOWNERDEAD:
+        rc = mutex_consistent(addr)
+        return 1 if rc == 0 else -rc
+    return -rc
+
+
 @intrinsic
 def _int64_ptr(typingctx, addr):  # pragma: no cover - compiled
     ptrty = types.CPointer(types.int64)
@@ -96,6 +113,23 @@ def _int64_ptr(typingctx, addr):  # pragma: no cover - compiled
 def int64_at(addr, n):  # pragma: no cover - compiled
     """An int64 array of ``n`` items at ``addr`` (a view: no copy, no ownership)."""
     return nb.carray(_int64_ptr(addr), n)
+
+
+@intrinsic
+def _float64_ptr(typingctx, addr):  # pragma: no cover - compiled
+    ptrty = types.CPointer(types.float64)
+    sig = ptrty(types.int64)
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(ptrty))
+
+    return sig, codegen
+
+
+@nb.njit(cache=True, inline="always")
+def float64_at(addr, n):  # pragma: no cover - compiled
+    """A float64 array of ``n`` items at ``addr`` (a view: no copy, no ownership)."""
+    return nb.carray(_float64_ptr(addr), n)
 
 
 @intrinsic

@@ -18,7 +18,9 @@ follow a draw run outside every lock.
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,6 +32,7 @@ import torch
 
 from graphrl.memory import Region
 from replay._checks import check_keys
+from replay.commit_kernel import build_plan
 from replay.draw_kernels import PAD_CODES, accept_updates, draw_windows, updates_valid, window_rows
 from replay.keys import MAX_INCARNATIONS, MAX_SHARDS, encode_keys
 from replay.selector_state import EXHAUSTED, SelectorState
@@ -38,7 +41,7 @@ from replay.shard import live_parts
 from replay.shard_layout import EXHAUSTED as STEP_EXHAUSTED
 from replay.shard_layout import WRITE_POS
 from replay.storage import TrajectoryStorage
-from replay.transition_kernel import draw_transitions
+from replay.transition_kernel import DRAWN, FAILED, STALE, sample_transitions, selector_words
 
 __all__ = ["META_FIELDS", "Table"]
 
@@ -47,6 +50,8 @@ _NO_KEYS = np.zeros(0, dtype=np.int64)
 _NO_PRIORITIES = np.zeros(0)
 _NUMPY_FLOATS = (torch.float16, torch.float32, torch.float64)  # tensor dtypes with a numpy view
 _NO_WEIGHTS = np.zeros(0, dtype=np.float32)
+
+logger = logging.getLogger(__name__)
 
 
 class Table:
@@ -68,6 +73,9 @@ class Table:
     state : SelectorState
     lock : threading.Lock
         Serialises draws, updates and checkpoints.
+    plan : numpy.ndarray, int64
+        The control block's and every shard's addresses (`replay.commit_kernel.build_plan`), for the
+        compiled `draw_transitions`.
     incarnation : int
         Counted up (mod 16) by each restore; stamped into keys.
     restored_at : numpy.ndarray, int64 [S], or None
@@ -108,6 +116,20 @@ class Table:
             (shards[0].records,) if len(shards) == 1 else nb.typed.List([sh.records for sh in shards]),
         )
         self.fused = not self.state.deterministic and self.state.max_times_sampled == 0
+        # the control block's and every shard's addresses (`draw_transitions`' compiled call)
+        self.plan = build_plan(
+            storage.control.addresses(),
+            [sh.addresses() for sh in shards],
+            [f.row_bytes for f in storage.spec.values()],
+            storage.capacity,
+            storage.limiter.min_size,
+        )
+        self._repairs = np.zeros(2 * storage.num_shards, dtype=np.int64)  # holes the compiled call repaired
+        st = self.state  # the selector's arrays stay the same objects (restores write into them)
+        self._words = selector_words(  # the selector by address (restores write into the same arrays)
+            st.rng, st.ctree, st.wtree, self.prioritized, st.size, self.filled, st.times, self.ingested
+        )
+        self._draw_head = (self.plan, False, self._repairs, self._words)  # the one-call path's
         self.lock = threading.Lock()
         self.incarnation = 0
         self.restored_at: np.ndarray | None = None
@@ -222,8 +244,16 @@ class Table:
     def _hold_all(self) -> None:
         """Take the table lock and every shard lock and ingest every shard's committed steps: the state
         in which a draw sees one consistent table (writers wait until `_release_all`)."""
-        shards = self.storage.shards
         self.lock.acquire()
+        try:
+            self._hold_shards()
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _hold_shards(self) -> None:
+        """`_hold_all` with the table lock already held (on an error no shard lock stays held)."""
+        shards = self.storage.shards
         held = 0
         try:
             if len(shards) > 1:
@@ -236,44 +266,98 @@ class Table:
         except BaseException:
             for sh in reversed(shards[:held]):
                 sh.release()
-            self.lock.release()
             raise
+
+    def _release_shards(self) -> None:
+        """Undo `_hold_shards`."""
+        for sh in reversed(self.storage.shards):
+            sh.release()
 
     def _release_all(self) -> None:
         """Undo `_hold_all`."""
-        for sh in reversed(self.storage.shards):
-            sh.release()
+        self._release_shards()
         self.lock.release()
 
     def draw_transitions(
         self,
         k: int,
-        rings: Any,
-        outs: tuple[np.ndarray, ...],
-        row_bytes: np.ndarray,
+        dst: np.ndarray,
         keys: np.ndarray,
         prob: np.ndarray,
         mask: np.ndarray,
         beta: float = 0.0,
         weights: np.ndarray = _NO_WEIGHTS,
     ) -> int:
-        """Draw k windows of one step and copy them into a batch, under every shard lock (`fused`
-        tables only; `replay.transition_kernel.draw_transitions`, whose arguments these are).
-        ``weights`` (float32 [k], optional) gets the importance weights for ``beta`` (trusted).
+        """Draw k windows of one step and copy them into a batch under every shard lock, and count the
+        k steps as sampled in the control block's rate-limiter counters, waking its waiters
+        (`replay.rate_limiter.RateLimiterState.sample`); `fused` tables only.
 
-        Returns N, the drawable items at the draw; 0: the table is empty and nothing was written.
+        One compiled call takes the shard locks, draws, copies and counts
+        (`replay.transition_kernel.sample_transitions`); when a shard has commits not yet ingested,
+        the shard locks are taken in Python, the commits ingested and the kernel called again under
+        them. Either way the same uniforms are drawn, so the batch is the same.
+
+        Parameters
+        ----------
+        k : int
+            Windows to draw.
+        dst : numpy.ndarray, int64 [F]
+            The address of the batch's flat bytes of each field, in spec order
+            (`replay.batch.StagedSlot.addresses`): ``k`` rows of each field's row bytes.
+        keys : numpy.ndarray, int64 [k]
+            Gets the keys.
+        prob : numpy.ndarray, float64 [k]
+            Gets the draw probabilities.
+        mask : numpy.ndarray, bool [>= k]
+            Rows ``0 .. k - 1`` set True.
+        beta : float
+            Importance-weight exponent, for ``weights``.
+        weights : numpy.ndarray, float32 [k], optional
+            Gets the importance weights (empty: none). Nothing is checked.
+
+        Returns
+        -------
+        int
+            N, the drawable items at the draw; 0: the table is empty and nothing was written or
+            counted.
+
+        Raises
+        ------
+        OSError
+            A lock call failed (every lock this call took is released).
         """
-        st = self.state
-        self._hold_all()
-        try:
-            live = draw_transitions(
-                st.rng.random(k), st.ctree, st.wtree, self.prioritized, st.size, self.filled, st.times,
-                self.ingested, self.storage.capacity, rings, outs, row_bytes, self.incarnation, keys,
-                prob, mask, beta, weights,
+        with self.lock:
+            status, live, err, died = sample_transitions(
+                *self._draw_head, dst, self.incarnation, keys, prob, mask, beta, weights
             )
-        finally:
-            self._release_all()
-        return int(live + 0.5) if live >= 0.5 else 0
+            if died:
+                self._report_dead_holders(died)
+            if status == STALE:  # commits to ingest: the shard locks in Python, then the same draw
+                self._hold_shards()
+                try:
+                    status, live, err, died = sample_transitions(
+                        self.plan, True, self._repairs, self._words, dst, self.incarnation, keys, prob,
+                        mask, beta, weights,
+                    )
+                finally:
+                    self._release_shards()
+                if died:
+                    self._report_dead_holders(died)
+        if status == DRAWN:
+            return live
+        if status == FAILED:
+            raise OSError(err, f"a replay-store lock call failed: {errno.errorcode.get(err, err)}")
+        return 0
+
+    def _report_dead_holders(self, died: int) -> None:
+        """Log what `replay.transition_kernel.sample_transitions` found: mutexes whose holder had died,
+        and the holes it repaired (``_repairs``, cleared)."""
+        logger.warning("a process died while holding a replay-store lock; recovering it (%d)", died)
+        rep = self._repairs
+        for s, sh in enumerate(self.storage.shards):
+            if rep[2 * s + 1]:
+                sh.report_repair(int(rep[2 * s]), int(rep[2 * s + 1]))
+                rep[2 * s + 1] = 0
 
     def keys(self, shard: np.ndarray, anchor: np.ndarray, first: np.ndarray) -> np.ndarray:
         """The keys (int64 [B]) of windows, stamped with this incarnation."""

@@ -3,7 +3,8 @@ team, and SpMM.
 
 - `graphrl.kernels.copies`: `copy_bytes`, `zero_bytes`, `stream_bytes` (non-temporal stores),
   `copy_auto`, `store_fence`, `address`, and `copy`, the checked Python entry.
-- `graphrl.kernels.prefetch`: `prefetch` and `prefetch_l2` hints for loops of random reads.
+- `graphrl.kernels.prefetch`: `prefetch`, `prefetch_l2` and `prefetch_l2_at` hints for loops of random
+  reads.
 - `graphrl.kernels.huge_pages`: `advise_huge_pages`, `huge_page_bytes`, `HUGE_PAGE`.
 - `graphrl.kernels.team`: `parallel_for`, `Chunks` and `engaged` (dynamic chunk claiming by the
   caller and daemon helper threads; no OpenMP fork-join).

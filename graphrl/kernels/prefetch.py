@@ -1,4 +1,5 @@
-"""Software prefetch hints for numba code: `prefetch` (into L1) and `prefetch_l2` (into L2 only).
+"""Software prefetch hints for numba code: `prefetch` (into L1) and `prefetch_l2` (into L2 only), and
+`prefetch_l2_at` (`prefetch_l2` of a raw address).
 
 Both lower to ``llvm.prefetch`` on an array element and never change results. Use them in loops of
 random reads whose stores keep the core from running far enough ahead by itself; `prefetch_l2` is
@@ -16,7 +17,7 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-__all__ = ["prefetch", "prefetch_l2"]
+__all__ = ["prefetch", "prefetch_l2", "prefetch_l2_at"]
 
 # llvm.prefetch is overloaded on the pointer type: "p0" with opaque pointers (LLVM >= 15), "p0i8" before.
 _PREFETCH_NAME = "llvm.prefetch.p0" if llvm_binding.llvm_version_info >= (15,) else "llvm.prefetch.p0i8"
@@ -57,3 +58,20 @@ def prefetch_l2(typingctx, arr, idx):  # pragma: no cover - compiled
     (figures in docs/performance.md).
     """
     return types.void(arr, idx), _prefetch_codegen(2)
+
+
+@intrinsic
+def prefetch_l2_at(typingctx, addr):  # pragma: no cover - compiled
+    """`prefetch_l2` of the byte at an address (int64) rather than an array element: numba code only;
+    no check, no effect on results."""
+
+    def codegen(context, builder, signature, args):
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, _PREFETCH_NAME)
+        builder.call(fn, [builder.inttoptr(args[0], i8p), ir.Constant(i32, 0), ir.Constant(i32, 2),
+                          ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return types.void(types.int64), codegen
