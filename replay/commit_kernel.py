@@ -39,6 +39,7 @@ from replay.shard_layout import (
     REC_ID,
     REC_LENGTH,
     REC_START,
+    RESERVE_DELETES,
     RESERVE_POS,
     WRITE_POS,
 )
@@ -67,6 +68,7 @@ __all__ = [
     "SHARD_WORDS",
     "build_plan",
     "commit_chunk",
+    "count_overwritten",
     "plan_layout",
     "write_steps",
 ]
@@ -123,20 +125,30 @@ def build_plan(
 
 
 @nb.njit(cache=True, nogil=True)
-def write_steps(
-    rings, srcs, row_bytes, capacity, first, count, steps, record, seq_base, lo, hi
-):  # pragma: no cover - numba
-    """Commit rows ``[0, count)`` of ``srcs`` at slot ``first`` of ``rings`` (flat uint8, per field).
+def count_overwritten(steps, capacity, lo, hi):  # pragma: no cover - numba
+    """Items among the live positions ``lo .. hi - 1`` that a commit overwrites: int.
 
-    ``steps`` (int64 [C, 3]): per slot record id, sequence number, flags. Positions ``lo .. hi - 1``
-    are the live ones being overwritten; returns how many of them were items (not holes, not
-    removed by ``max_times_sampled``: flag 1).
+    ``steps`` (int64 [C, 3]): per slot record id (-1: a hole), sequence number, flags; an item is a
+    slot that is not a hole and was not removed by ``max_times_sampled`` (flag 1).
     """
     overwritten = 0
     for p in range(lo, hi):
         c = p % capacity
         if steps[c, 0] >= 0 and (steps[c, 2] & 1) == 0:
             overwritten += 1
+    return overwritten
+
+
+@nb.njit(cache=True, nogil=True)
+def write_steps(
+    rings, srcs, row_bytes, capacity, first, count, steps, record, seq_base, lo, hi
+):  # pragma: no cover - numba
+    """Commit rows ``[0, count)`` of ``srcs`` at slot ``first`` of ``rings`` (flat uint8, per field).
+
+    ``steps`` (int64 [C, 3]): per slot record id, sequence number, flags. Positions ``lo .. hi - 1``
+    are the live ones being overwritten; returns how many of them were items (`count_overwritten`).
+    """
+    overwritten = count_overwritten(steps, capacity, lo, hi)
     n1 = min(count, capacity - first)
     for j in range(row_bytes.shape[0]):
         rb = row_bytes[j]
@@ -187,7 +199,7 @@ def commit_chunk(
     `replay.keys.MAX_POSITION`: the control block took the steps, nothing was written, as the Python
     path) or `FAILED` (a pthread call failed: its errno in ``overwritten``); ``died`` counts mutexes
     found with a dead holder, and ``hole`` steps from position ``hole_at`` are the hole a dead
-    writer's commit left (repaired).
+    writer's commit left (repaired; the items that commit had overwritten are counted as deleted).
     """
     s_count = plan[P_SHARDS]
     cap = plan[P_CAPACITY]
@@ -232,7 +244,7 @@ def commit_chunk(
     rc = mutex_lock_robust(sh_mutex)
     if rc < 0:
         return FAILED, shard, -1, -rc, died, 0, 0
-    hole_at, hole = 0, 0
+    hole_at, hole, lost = 0, 0, 0
     if rc == 1:  # its holder died mid-commit: the reserved slots become a hole (ShardStorage._repair)
         died += 1
         wp, rp = meta[WRITE_POS], meta[RESERVE_POS]
@@ -241,10 +253,19 @@ def commit_chunk(
                 steps[(p % cap) * 3] = -1
             meta[HOLES] += rp - wp
             meta[WRITE_POS] = rp
-            hole_at, hole = wp, rp - wp
+            hole_at, hole, lost = wp, rp - wp, meta[RESERVE_DELETES]  # lost: counted as deleted below
+            meta[RESERVE_DELETES] = 0
     wp = meta[WRITE_POS]
     if wp + count >= MAX_POSITION:
         mutex_unlock(sh_mutex)
+        if lost:
+            rc = mutex_lock_robust(ctl_mutex)
+            if rc < 0:
+                return FAILED, shard, record, -rc, died, hole_at, hole
+            died += rc
+            ctl[DELETES] += lost
+            cond_broadcast(plan[P_CTL_COND])
+            mutex_unlock(ctl_mutex)
         return OVERFLOW, shard, record, 0, died, hole_at, hole
     extend = False
     r = 0
@@ -267,13 +288,11 @@ def commit_chunk(
         recs[r + REC_FLAGS] = OPEN | (0 if new_episode else CONTINUATION) | (pid << OWNER_SHIFT)
         record = new
     lo, hi = max(0, wp - cap), max(0, wp + count - cap)
+    overwritten = count_overwritten(steps.reshape((cap, 3)), cap, lo, hi)
+    meta[RESERVE_DELETES] = overwritten
+    compiler_fence()  # the items to delete are stored before the reserve position publishes them
     meta[RESERVE_POS] = wp + count
     compiler_fence()  # the reserve position is stored before any slot changes
-    overwritten = 0
-    for p in range(lo, hi):
-        c = (p % cap) * 3
-        if steps[c] >= 0 and (steps[c + 2] & 1) == 0:
-            overwritten += 1
     first = wp % cap
     n1 = min(count, cap - first)
     for j in range(nf):
@@ -294,6 +313,7 @@ def commit_chunk(
     if end:
         recs[r + REC_FLAGS] &= ~OPEN
     meta[WRITE_POS] = wp + count
+    meta[RESERVE_DELETES] = 0  # after the publish: a repair never sees it cleared while reserved
     meta[COMMITS] += 1
     mutex_unlock(sh_mutex)
     # 3. the counts and the wake-up (control mutex)
@@ -302,7 +322,7 @@ def commit_chunk(
         return FAILED, shard, record, -rc, died, hole_at, hole
     died += rc
     ctl[INSERTS] += count
-    ctl[DELETES] += overwritten
+    ctl[DELETES] += overwritten + lost
     if end and not new_episode:
         ctl[CTL_FIXED + s_count + shard] -= 1
     cond_broadcast(plan[P_CTL_COND])

@@ -117,6 +117,13 @@ class Control:
         best = min(order, key=lambda i: (int(self.open[i]), int(self.assigned[i])))
         return int(best)
 
+    def count_deletes(self, n: int) -> None:
+        """Count ``n`` deleted items (the rate limiter's ``deletes``) and wake waiters; callers may hold
+        a shard lock (the order is a shard lock, then this mutex)."""
+        with self.cond:
+            self.counters[2] += int(n)
+            self.cond.notify_all()
+
     @property
     def closed(self) -> bool:
         """Whether the store was closed (the rate limiter's ``cancelled`` counter is set)."""

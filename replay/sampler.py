@@ -150,6 +150,21 @@ class WindowSampler:
             slot.buffer.release()
             raise
 
+    def _check_drawable(self, b: int, length: int, left: Deadline) -> None:
+        """After a draw found no item although the rate limiter admitted the sample (another sampler
+        removed the last items and has not yet counted them): raise once the deadline has passed.
+
+        Raises
+        ------
+        TimeoutError
+            ``left`` has no time left.
+        """
+        if left() == 0.0:
+            raise TimeoutError(
+                f"sample(batch_size={b}, window={length}) waited past timeout={left.timeout}: the rate "
+                f"limiter counts {self.limiter.size} sampleable items but the table held none to draw"
+            )
+
     def _sample_transitions(self, b: int, beta: float, left: Deadline, slot: StagedSlot) -> Batch:
         """`sample` of B windows of one step for a host batch of the owner's `fused` `Table`: one
         kernel call under the locks draws and copies them, for a prioritized table computes the
@@ -168,6 +183,7 @@ class WindowSampler:
                     )
                     if table_size:  # counted as b sampled steps (each window is its live anchor)
                         break
+                    self._check_drawable(b, 1, left)
                 return Batch.from_draw(
                     slot.fields, slot.mask, keys, prob, None, table_size, beta, slot.buffer, weights
                 )
@@ -176,6 +192,7 @@ class WindowSampler:
                 table_size = table.draw_transitions(b, slot.addresses, keys, prob, slot.mask_flat)
                 if table_size:
                     break
+                self._check_drawable(b, 1, left)
             return Batch.from_draw(slot.fields, slot.mask, keys, prob, None, table_size, None, slot.buffer)
         except BaseException:
             slot.buffer.release()
@@ -196,6 +213,7 @@ class WindowSampler:
                 if removed:
                     limiter.delete(removed)
                 if got == 0:
+                    self._check_drawable(b, length, left)
                     continue
                 self.copy.run(block[0], block[2], block[3], block[4], done, done + got, slot.flat,
                               slot.mask_flat, length)
@@ -264,6 +282,7 @@ class WindowSampler:
             if removed:
                 self.limiter.delete(removed)
             if got == 0:
+                self._check_drawable(b, length, left)
                 continue
             rows = np.arange(done, done + got)
             if target is None:
@@ -298,6 +317,8 @@ class WindowSampler:
             got, table_size, removed = self.table.draw(b - done, length, pad, done, meta, prob)
             if removed:
                 self.limiter.delete(removed)
+            if got == 0:
+                self._check_drawable(b, length, left)
             done += got
         return WindowTable(
             *(meta[k] for k in META_FIELDS), prob, table_size, self.storage.capacity, self.table.incarnation

@@ -421,7 +421,7 @@ class SelectorState:
                 raise ValueError(f"selector state {name!r} has shape {src.shape}, expected {arr.shape}")
             arr[...] = src
         self.max_priority = float(state.get("max_priority", 1.0))
-        if "rng" in state:
+        if state.get("rng") is not None:  # None: keep this generator (a restore given a new seed)
             self.rng.bit_generator.state = state["rng"]
         check_priorities(self.priority, what="restored priorities")
         every = np.arange(self.capacity, dtype=np.int64)

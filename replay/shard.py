@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +35,7 @@ import numpy as np
 
 from graphrl.memory import MemoryManager, Region, RegionHandle
 from replay._sync import SLOT_BYTES, SharedMutex
-from replay.commit_kernel import write_steps
+from replay.commit_kernel import count_overwritten, write_steps
 from replay.keys import MAX_POSITION
 from replay.shard_layout import (
     COMMITS,
@@ -50,6 +50,7 @@ from replay.shard_layout import (
     REC_ID,
     REC_LENGTH,
     REC_START,
+    RESERVE_DELETES,
     RESERVE_POS,
     WRITE_POS,
 )
@@ -110,6 +111,10 @@ class ShardStorage:
         (``EXHAUSTED``: the sampler removed the item, set under this shard's lock).
     records : numpy.ndarray, int64 [capacity, 4]
         Record ring: id, first position, committed length, flags (OPEN, CONTINUATION).
+    count_deletes : callable or None
+        Called with ``n`` (shard lock held) when a repair finds that a dead writer's commit overwrote
+        ``n`` items: the store counts them as deleted (`replay.control.Control.count_deletes`). None:
+        no rate-limiter counters to keep (a shard on its own).
     """
 
     def __init__(
@@ -120,8 +125,10 @@ class ShardStorage:
         index: Region,
         columns: Mapping[str, Region],
         create: bool,
+        count_deletes: Callable[[int], None] | None = None,
     ) -> None:
         self.shard_id = shard_id
+        self.count_deletes = count_deletes
         self.spec = spec
         self.capacity = capacity
         self.index_region = index
@@ -151,6 +158,7 @@ class ShardStorage:
         capacity: int,
         tier: str = "shared",
         fallback: tuple[str, ...] = (),
+        count_deletes: Callable[[int], None] | None = None,
     ) -> ShardStorage:
         """Allocate a shard's regions from ``memory`` (owner ``replay.shard{i}``)."""
         owner = f"replay.shard{shard_id}"
@@ -168,16 +176,22 @@ class ShardStorage:
             for r in regions:
                 r.free()
             raise
-        return cls(shard_id, spec, capacity, index, cols, create=True)
+        return cls(shard_id, spec, capacity, index, cols, create=True, count_deletes=count_deletes)
 
     @classmethod
     def attach(
-        cls, memory: MemoryManager, shard_id: int, spec: TrajectorySpec, capacity: int, handle: ShardHandle
+        cls,
+        memory: MemoryManager,
+        shard_id: int,
+        spec: TrajectorySpec,
+        capacity: int,
+        handle: ShardHandle,
+        count_deletes: Callable[[int], None] | None = None,
     ) -> ShardStorage:
         """Map a shard made by another process, by its handle's region names."""
         index = memory.attach(handle.index)
         cols = {name: memory.attach(h) for name, h in handle.columns}
-        return cls(shard_id, spec, capacity, index, cols, create=False)
+        return cls(shard_id, spec, capacity, index, cols, create=False, count_deletes=count_deletes)
 
     def handle(self) -> ShardHandle:
         """Region names for `attach` (raises ``ValueError`` unless the regions are shared)."""
@@ -240,7 +254,11 @@ class ShardStorage:
             self.steps[slots, 0] = -1
             self.meta[HOLES] += rp - wp
             self.meta[WRITE_POS] = rp
+            lost = int(self.meta[RESERVE_DELETES])  # the items the dead commit overwrote
+            self.meta[RESERVE_DELETES] = 0
             self.report_repair(wp, rp - wp)
+            if lost and self.count_deletes is not None:
+                self.count_deletes(lost)
 
     # -- reads (lock held)
     @property
@@ -253,7 +271,11 @@ class ShardStorage:
         return max(0, int(self.meta[WRITE_POS]) - self.capacity)
 
     def live_steps(self) -> int:
-        return min(int(self.meta[WRITE_POS]), self.capacity)
+        """Steps held: the live positions less the holes among them (dead writers' commits)."""
+        live = min(int(self.meta[WRITE_POS]), self.capacity)
+        if self.meta[HOLES] == 0:
+            return live
+        return int(np.count_nonzero(self.steps[:live, 0] >= 0))  # positions 0.. fill slots 0.. first
 
     def position_of(self, slots: np.ndarray, upto: int | None = None) -> np.ndarray:
         """The live position held by each slot: the largest position < ``upto`` (default write_pos)."""
@@ -352,6 +374,7 @@ class ShardStorage:
             recs[new % cap] = (new, wp, 0, flags)
             record = new
         lo, hi = max(0, wp - cap), max(0, wp + count - cap)  # live positions this commit overwrites
+        self.meta[RESERVE_DELETES] = count_overwritten(self.steps, cap, lo, hi)  # before the reserve
         self.meta[RESERVE_POS] = wp + count
         first = wp % cap
         srcs = tuple(data[name] for name in self.spec)
@@ -366,6 +389,7 @@ class ShardStorage:
         if end:
             r[REC_FLAGS] &= ~OPEN
         self.meta[WRITE_POS] = wp + count
+        self.meta[RESERVE_DELETES] = 0  # after the publish: a repair never sees it cleared while reserved
         self.meta[COMMITS] += 1
         return int(record), int(overwritten)
 
@@ -449,6 +473,7 @@ class ShardStorage:
             self.meta[WRITE_POS] = self.meta[RESERVE_POS] = wp
             self.meta[N_RECORDS] = int(state["n_records"])
             self.meta[HOLES] = int(state["holes"])
+            self.meta[RESERVE_DELETES] = 0
             self.meta[COMMITS] = int(state["commits"])
 
 

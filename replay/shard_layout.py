@@ -24,12 +24,15 @@ __all__ = [
     "REC_ID",
     "REC_LENGTH",
     "REC_START",
+    "RESERVE_DELETES",
     "RESERVE_POS",
     "WRITE_POS",
 ]
 
-# meta words
-WRITE_POS, RESERVE_POS, N_RECORDS, HOLES, COMMITS = 0, 1, 2, 3, 4
+# meta words. RESERVE_DELETES: the items the commit in progress overwrites, stored before RESERVE_POS
+# publishes its reservation and cleared after WRITE_POS publishes the steps; a repair of that commit
+# (its writer died between the two) counts them as deleted.
+WRITE_POS, RESERVE_POS, N_RECORDS, HOLES, COMMITS, RESERVE_DELETES = 0, 1, 2, 3, 4, 5
 META_LEN = 16  # meta words reserved (the rest are zero)
 # a record's words and its flags
 REC_ID, REC_START, REC_LENGTH, REC_FLAGS = 0, 1, 2, 3

@@ -204,7 +204,9 @@ class TrajectoryStorage:
         try:
             control = Control.create(memory, num_shards, tier, fallback)
             for i in range(num_shards):
-                shards.append(ShardStorage.create(memory, i, spec, capacity, tier, fallback))
+                shards.append(
+                    ShardStorage.create(memory, i, spec, capacity, tier, fallback, control.count_deletes)
+                )
         except BaseException:
             for sh in shards:
                 sh.free()
@@ -230,7 +232,8 @@ class TrajectoryStorage:
             spec = handle.spec_object()
             control = Control(memory.attach(handle.control), handle.num_shards, create=False)
             shards = [
-                ShardStorage.attach(memory, i, spec, handle.capacity, h) for i, h in enumerate(handle.shards)
+                ShardStorage.attach(memory, i, spec, handle.capacity, h, control.count_deletes)
+                for i, h in enumerate(handle.shards)
             ]
         except BaseException:
             if owns:

@@ -542,7 +542,9 @@ class ReplayStore(StorageViews, ReplayStoreBase):
             For the new store's regions (default a private manager).
         **kwargs
             ``ReplayStore`` keywords to change (`RESTORE_KEYWORDS`): ``tier``, ``timeout``, ``seed``,
-            ``staging_slots``, ``chunk_steps``, ``max_times_sampled``.
+            ``staging_slots``, ``chunk_steps``, ``max_times_sampled``. Without ``seed`` the restored
+            store continues the checkpoint's sample stream (the draws the checkpointed store would
+            have made next); with it, the draws start from that seed.
 
         Raises
         ------
@@ -573,6 +575,8 @@ class ReplayStore(StorageViews, ReplayStoreBase):
             memory=memory,
             **options,
         )
+        if "seed" in kwargs:  # the new seed's generator, not the checkpoint's
+            state["table"]["rng"] = None
         try:
             load_parts(store.storage, store.table, state)
         except BaseException:

@@ -457,7 +457,7 @@ class Table:
             "state": np.zeros((s_count, cap), np.uint8),
             "seq": np.zeros((s_count, cap), np.int64),
             "max_priority": float(state["max_priority"]),
-            "rng": json.loads(state["rng"]),
+            "rng": None if state.get("rng") is None else json.loads(state["rng"]),
         }
         written = np.zeros(s_count, dtype=np.int64)
         for s, sh in enumerate(self.storage.shards):

@@ -56,8 +56,8 @@ from replay.commit_kernel import (
 )
 from replay.draw_kernels import draw_items, importance_weights_into
 from replay.keys import BACK_BITS, INC_BITS, SHARD_BITS
-from replay.rate_limiter import SAMPLES
-from replay.shard_layout import HOLES, META_LEN, RESERVE_POS, WRITE_POS
+from replay.rate_limiter import DELETES, SAMPLES
+from replay.shard_layout import HOLES, META_LEN, RESERVE_DELETES, RESERVE_POS, WRITE_POS
 from replay.sync_kernels import (
     cond_broadcast,
     copy_at,
@@ -305,6 +305,17 @@ def sample_transitions(
                     meta[HOLES] += rp - wp
                     meta[WRITE_POS] = rp
                     repairs[2 * s + 1] = rp - wp
+                    lost = meta[RESERVE_DELETES]  # the items the dead commit overwrote: deleted
+                    meta[RESERVE_DELETES] = 0
+                    if lost:  # the shard mutex, then the control mutex (the store's lock order)
+                        rc = mutex_lock_robust(plan[P_CTL_MUTEX])
+                        if rc < 0:
+                            _unlock_shards(plan, s + 1)
+                            return FAILED, 0, -rc, died
+                        died += rc
+                        int64_at(plan[P_CTL], DELETES + 1)[DELETES] += lost
+                        cond_broadcast(plan[P_CTL_COND])
+                        mutex_unlock(plan[P_CTL_MUTEX])
         for s in range(s_count):
             meta = int64_at(plan[P_ROW_BYTES + nf + s * (SHARD_WORDS + nf) + 1], META_LEN)
             if meta[WRITE_POS] != written[s]:

@@ -268,7 +268,9 @@ def restore_arguments(
     root: Path, manifest: dict[str, Any], changes: dict[str, Any]
 ) -> tuple[tuple, dict[str, Any], dict[str, Any]]:
     """The store's positional and keyword arguments from a manifest (``changes`` applied), and the
-    client state to restore (``samples``, ``rng``, ``folders``: each shard's checkpoint).
+    client state to restore (``samples``, ``rng``, ``folders``: each shard's checkpoint, ``reseed``:
+    ``seed`` is among ``changes``, so the client and the shards draw from it, not from the checkpoint's
+    generator states).
 
     Raises
     ------
@@ -284,9 +286,10 @@ def restore_arguments(
     kwargs.update(changes)
     kwargs["selector"] = selector_from_config(manifest["selector"])
     kwargs["rate_limiter"] = rate_limiter_from_config(manifest["rate_limiter"])
-    state = {
+    state = {  # a new seed starts new sample streams; else the checkpoint's continue
         "samples": manifest["counters"]["samples"],
-        "rng": manifest["rng"],
+        "rng": None if "seed" in changes else manifest["rng"],
+        "reseed": "seed" in changes,
         "folders": {s: str(folder / d) for s, d in enumerate(manifest["shards"])},
     }
     spec = TrajectorySpec.from_config(manifest["spec"])

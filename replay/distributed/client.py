@@ -187,7 +187,7 @@ class RayReplayStore(ReplayStoreBase):
         actors: list[Any] = []
         try:
             for s in range(num_shards):
-                cfg = dict(config, seed=shard_seed(seed, s))
+                cfg = dict(config, seed=shard_seed(seed, s), reseed=bool(restore.get("reseed")))
                 actors.append(
                     actor_cls.options(max_restarts=max_restarts, max_task_retries=0, **options).remote(
                         s, cfg, folders.get(s)
@@ -486,7 +486,8 @@ class RayReplayStore(ReplayStoreBase):
             For the client's staging buffers.
         **kwargs
             Keywords to change: ``timeout``, ``seed``, ``staging_slots``, ``tier``, ``max_restarts``,
-            ``actor_options``.
+            ``actor_options``. Without ``seed`` the client's split and each shard's draws continue
+            the checkpoint's generator states; with it, they start from that seed.
 
         Raises
         ------

@@ -55,7 +55,8 @@ class ShardActor:
         The shard's index in the store (for messages and keys).
     config : dict
         spec, capacity (steps of this shard), selector, rate limiter (the user's, for the insert
-        allowance), num_shards, max_times_sampled, seed, chunk_steps, tier, timeout, staging_slots.
+        allowance), num_shards, max_times_sampled, seed, chunk_steps, tier, timeout, staging_slots;
+        reseed (optional): a restore draws from ``seed``, not from the checkpoint's generator state.
     restore_from : str, optional
         A local checkpoint root to start from (`replay.distributed.RayReplayStore.restore`).
 
@@ -72,14 +73,16 @@ class ShardActor:
         folder = restore_from
         self.awaiting = restore_from is None and reconstructed()
         self.restored_from = folder
-        kwargs = self.kwargs = {
+        kwargs = {
             "tier": config["tier"],
             "timeout": config["timeout"],
             "staging_slots": SHARD_SLOTS,
             "seed": config["seed"],
         }
+        # a restore continues the checkpoint's sample stream unless the user gave a new seed
+        self.kwargs = kwargs if config.get("reseed") else {k: v for k, v in kwargs.items() if k != "seed"}
         if folder is not None:
-            self.store = ReplayStore.restore(folder, **kwargs)
+            self.store = ReplayStore.restore(folder, **self.kwargs)
         else:
             self.store = ReplayStore(
                 TrajectorySpec.from_config(config["spec"]),

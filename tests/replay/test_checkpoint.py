@@ -217,3 +217,32 @@ def test_keys_drawn_after_a_checkpoint_never_reach_data_written_after_the_restor
         assert again.update_priorities(a_keys, np.full(10, 2.0)) == 0
         for s in (again, restored, store):
             s.close()
+
+
+def test_restore_with_a_seed_draws_from_that_seed_and_without_continues_the_stream(tmp_path):
+    spec = TrajectorySpec({"i": ((), "int64")})
+
+    def filled(seed: int) -> ReplayStore:
+        s = ReplayStore(spec, 100, 2, memory=mm, seed=seed)
+        with s.writer() as w:
+            for e in range(4):
+                w.extend({"i": np.arange(25 * e, 25 * e + 25)})
+                w.end_episode()
+        return s
+
+    def draws(s: ReplayStore) -> list[int]:
+        with s.sample(64, 1) as b:
+            return b["i"].numpy().ravel().tolist()
+
+    with MemoryManager() as mm:
+        store = filled(0)
+        store.checkpoint(tmp_path)
+        a, a2, b, cont = (ReplayStore.restore(tmp_path, memory=mm, **kw) for kw in ({"seed": 5}, {"seed": 5},
+                                                                                    {"seed": 6}, {}))
+        fresh = filled(5)  # the same steps, seed 5, never checkpointed
+        stream_a = draws(a)
+        assert stream_a == draws(a2) == draws(fresh)  # restore(seed=5) draws as a store seeded 5 does
+        assert stream_a != draws(b)
+        assert draws(cont) == draws(store)  # no seed: the checkpoint's stream goes on
+        for s in (a, a2, b, cont, fresh, store):
+            s.close()

@@ -74,6 +74,11 @@ def test_restore_arguments_take_changes_and_refuse_what_the_checkpoint_fixes(roo
     assert kwargs["timeout"] == 9.0 and kwargs["seed"] == 0 and not kwargs["selector"].prioritized
     with pytest.raises(ValueError, match="capacity_steps comes from the checkpoint"):
         restore_arguments(root, manifest, {"capacity_steps": 5})
+    # a new seed replaces the checkpoint's generator states (client and shards); none keeps them
+    _, kwargs, state = restore_arguments(root, manifest, {"seed": 11})
+    assert kwargs["seed"] == 11 and state["rng"] is None and state["reseed"] is True
+    _, kwargs, state = restore_arguments(root, manifest, {})
+    assert kwargs["seed"] == 0 and state["rng"] == manifest["rng"] and state["reseed"] is False
 
 
 def test_a_sealed_manifest_reads_back_and_names_every_shard(root):

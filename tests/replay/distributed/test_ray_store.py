@@ -452,6 +452,39 @@ def test_a_shard_stops_drawing_a_large_batch_past_the_callers_deadline(cluster, 
         shard.close()
 
 
+def test_a_shard_restore_continues_the_checkpoints_stream_unless_given_a_new_seed(cluster, tmp_path):
+    # the shard's code in this process, restored from a one-shard store's checkpoint: without reseed
+    # (RayReplayStore.restore without seed) it draws what the checkpointed store draws next; with it,
+    # what a store seeded with the shard's seed (5) and the same steps draws
+    def filled(seed: int) -> ReplayStore:
+        s = ReplayStore(SPEC, 100, 1, selector=Uniform(), memory=None, seed=seed, tier="host")
+        with s.writer() as w:
+            w.extend(episode(0, 100))
+            w.end_episode()
+        return s
+
+    def anchors(keys) -> np.ndarray:
+        return decode_keys(np.asarray(keys))[1]
+
+    src, fresh = filled(9), filled(5)
+    try:
+        src.checkpoint(tmp_path)
+        with src.sample(32, 1) as b:
+            nxt = anchors(b.keys.numpy())
+        with fresh.sample(32, 1) as b:
+            seeded = anchors(b.keys.numpy())
+        assert not np.array_equal(nxt, seeded)
+        for reseed, expected in ((False, nxt), (True, seeded)):
+            shard = ShardActor(0, dict(shard_config(SPEC), reseed=reseed), str(tmp_path))
+            try:
+                assert np.array_equal(anchors(shard.sample(32, 1, "tail", 10.0, None)["keys"]), expected)
+            finally:
+                shard.close()
+    finally:
+        src.close()
+        fresh.close()
+
+
 # ------------------------------------------------------------------------------------------ checkpoints
 
 
