@@ -60,21 +60,23 @@ def fill(store: ReplayStore, start: int, n: int) -> None:
         w.end_episode()
 
 
-def in_thread(fn):
-    """Run ``fn`` in a thread joined with a 60 s bound; return what it returned or raised."""
+def timed_out_sample(store: ReplayStore, window: int) -> TimeoutError:
+    """``store.sample(4, window, timeout=0.2)`` in a thread joined with a 60 s bound: the
+    ``TimeoutError`` it must raise."""
     out: dict = {}
 
     def run() -> None:
         try:
-            out["value"] = fn()
+            store.sample(4, window, timeout=0.2)
         except BaseException as err:  # noqa: BLE001 - handed to the test
             out["error"] = err
 
     t = threading.Thread(target=run, daemon=True)
     t.start()
     t.join(60)
-    assert not t.is_alive(), "the call did not return within 60 s"
-    return out
+    assert not t.is_alive(), "the sample did not return within 60 s"
+    assert isinstance(out.get("error"), TimeoutError), out
+    return out["error"]
 
 
 def repair_by(store: ReplayStore, how: str, written: list[int]):
@@ -133,9 +135,7 @@ def test_a_store_whose_every_item_a_dead_commit_overwrote_times_out_a_sample(win
         fill(store, 0, 8)
         store.sample(2).release()
         kill_mid_commit(store, 100, 8)  # a chunk as large as the ring: every item goes
-        out = in_thread(lambda: store.sample(4, window, timeout=0.2))
-        err = out.get("error")
-        assert isinstance(err, TimeoutError) and "fewer than min_size=1" in str(err)
+        assert "fewer than min_size=1" in str(timed_out_sample(store, window))
         assert store.counters()["deletes"] == 8 and len(store) == 0
         fill(store, 200, 3)  # inserts end the wait: the store draws again
         b = store.sample(16, window)
@@ -149,9 +149,7 @@ def test_a_limiter_that_admits_an_empty_table_times_out_a_sample(window):
     with MemoryManager() as mm:
         store = ReplayStore(SPEC, 8, 1, rate_limiter=MinSize(1), memory=mm, seed=3, timeout=10.0)
         store.storage.control.counters[0] += 5  # 5 inserts counted that no shard holds
-        out = in_thread(lambda: store.sample(4, window, timeout=0.2))
-        err = out.get("error")
-        assert isinstance(err, TimeoutError)
+        err = timed_out_sample(store, window)
         assert "timeout=0.2" in str(err) and "counts 5 sampleable items but the table held none" in str(err)
         assert store.counters() == {"inserts": 5, "samples": 0, "deletes": 0}  # nothing counted
         store.close()
