@@ -141,13 +141,14 @@ def check_seed(name: str, value) -> int:
 
 def check_seed_times(name: str, seed_times, num_seeds: int, dtype) -> np.ndarray:
     """Seed times as an array of the edge times' ``dtype`` (int64 or float64); float times against
-    integer edge times are floored (``t_edge <= t`` iff ``t_edge <= floor(t)``), and unsigned times
-    above 2**63 - 1 clamped to it (such a time sees every edge).
+    integer edge times are floored (``t_edge <= t`` iff ``t_edge <= floor(t)``), and unsigned or float
+    times at or above 2**63 (``inf`` too) clamped to 2**63 - 1 (such a time sees every edge).
 
     Raises
     ------
     ValueError
-        Not of shape [num_seeds]; a NaN time.
+        Not of shape [num_seeds]; a NaN time; against integer edge times, a float time below -2**63
+        (``-inf`` too), which no int64 time can stand for (an edge at -2**63 would be seen).
     TypeError
         Not numeric.
     """
@@ -163,7 +164,16 @@ def check_seed_times(name: str, seed_times, num_seeds: int, dtype) -> np.ndarray
         if np.isnan(arr).any():
             raise ValueError(f"{name}: {int(np.isnan(arr).sum())} of {arr.size} times are NaN")
         if np.dtype(dtype) == np.int64:
-            return np.clip(np.floor(arr), -9.2e18, 9.2e18).astype(np.int64)
+            t = np.floor(arr.astype(np.float64))
+            low = t < -(2.0**63)
+            if low.any():
+                raise ValueError(
+                    f"{name}: {int(low.sum())} of {arr.size} times are below -2**63, first "
+                    f"{float(arr[np.argmax(low)])!r}: the edge times are int64, and every int64 time sees an "
+                    "edge at -2**63, so such a time cannot be kept; give times >= -2**63"
+                )
+            high = t >= 2.0**63  # past every int64 edge time: clamp, never wrap
+            return np.where(high, np.iinfo(np.int64).max, np.where(high, 0, t).astype(np.int64))
     elif arr.dtype.kind == "u" and np.dtype(dtype) == np.int64:
         # a time past every int64 edge time sees every edge: clamp, never wrap negative
         return np.minimum(arr, np.uint64(np.iinfo(np.int64).max)).astype(np.int64)

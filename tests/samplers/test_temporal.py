@@ -154,3 +154,23 @@ def test_temporal_blocks_convert_to_pyg(chain):
     out = blocks.to_pyg()
     assert out.n_id[:2].tolist() == [0, 1] and out.num_sampled_edges[0] == 4
     assert out.n_id.tolist().count(1) == 2  # node 1 at two times is two nodes of the subgraph
+
+
+def test_float_seed_times_at_the_int64_ends_keep_the_time_rule():
+    # int64 edge times at both ends: float seed times are floored and clamped to the int64 range,
+    # never to a narrower one; below -2**63 no int64 time can stand for them, so they are refused
+    g = CSCGraph.from_edges([1, 2, 3], [0, 0, 0], 4)
+    et = torch.tensor([-(2**63), 9_205_000_000_000_000_000, 2**63 - 1])
+    sampler = NeighborSampler(g, [-1], seed=0, edge_times=et)
+
+    def seen(t: float) -> list[int]:
+        times = torch.tensor([t], dtype=torch.float64)
+        return sorted(sampler.sample(torch.tensor([0]), seed_times=times)[0].edge_ids.tolist())
+
+    assert seen(-(2.0**63)) == [0]
+    assert seen(9.2e18) == [0]  # below the middle edge
+    assert seen(9.21e18) == [0, 1]
+    assert seen(2.0**63) == seen(float("inf")) == [0, 1, 2]
+    for t in (float("-inf"), -1e19):
+        with pytest.raises(ValueError, match=r"1 of 1 times are below -2\*\*63, first -(inf|1e\+19)"):
+            seen(t)
