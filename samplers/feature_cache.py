@@ -148,7 +148,7 @@ class RowCache:
             if before_write is not None:
                 before_write(rows)
             index = torch.from_numpy(nodes)
-            rows.copy_(table[index.to(table.device)] if table.device.type == "cuda" else table[index])
+            _copy_rows(rows, table, index)
             slot_region = memory.allocate((num_rows,), torch.int32, Tier.DEVICE, owner=f"{owner}.cache_map")
             self.regions.append(slot_region)
             slots = np.full(num_rows, -1, dtype=np.int32)
@@ -163,6 +163,10 @@ class RowCache:
         self.nodes = index
         self.tier = region.tier.value
 
+    def refresh(self, table: torch.Tensor) -> None:
+        """Copy the cached rows again from ``table`` (after the table changed in place)."""
+        _copy_rows(self.rows, table, self.nodes)
+
     def free(self) -> None:
         """Free the cache and slot-map regions; idempotent (a manager closed first is fine)."""
         for region in self.regions:
@@ -172,3 +176,8 @@ class RowCache:
                 except ValueError:  # the manager closed first
                     pass
         self.regions = []
+
+
+def _copy_rows(rows: torch.Tensor, table: torch.Tensor, index: torch.Tensor) -> None:
+    """``rows[:] = table[index]`` with ``index`` (int64, CPU) moved to the table's device."""
+    rows.copy_(table[index.to(table.device)] if table.device.type == "cuda" else table[index])

@@ -87,7 +87,9 @@ class FeatureStore:
         from a private manager.
     cache_rows : int
         Rows to cache on the device tier (clipped to N); 0 for no cache. Ignored (logged) when the
-        table itself is on the device tier.
+        table itself is on the device tier. The cache holds copies: after the table changes in place
+        (``x`` itself with ``memory=None``, or `table`), call `refresh_cache` before the next gather,
+        or the cached rows read back their old values.
     cache_policy : {"degree", "out_degree", "presample"}
         How hot rows are chosen (see `samplers.feature_cache`); ties go to the smaller node id.
     graph : CSCGraph or None
@@ -347,6 +349,20 @@ class FeatureStore:
             return self.gather_into(arr, lease.tensor)
         self._check_out(out, arr.shape[0])
         return self.gather_into(arr, out)
+
+    def refresh_cache(self) -> None:
+        """Copy the cached rows again from `table`: call it after changing the table in place (an
+        optimizer step on an embedding table given as ``x`` with ``memory=None``), not while a gather
+        runs; without a cache it does nothing. A GPU copy runs on torch's current stream.
+
+        Raises
+        ------
+        ValueError
+            The store is closed.
+        """
+        self._check_open()
+        if self._cache is not None:
+            self._cache.refresh(self.table)
 
     def _check_open(self) -> None:
         check_open(self.closed, "this FeatureStore")

@@ -359,7 +359,7 @@ def _plan(indptr, indices, weights, order, width, itemsize, budget, owner, dedup
                 Tier.DEVICE, owner, need, budget, budget,
                 note=f"one partition cannot fit: one entry at feature width {width} x {itemsize} B needs "
                      f"{need // 2} bytes per double-buffered slot, more than the {slot_cap} a slot may take; "
-                     f"a device budget of at least {need + 1} bytes fits every row at this width")
+                     f"a device budget of at least {need} bytes fits every row at this width")
         lo, hi, vrow, split = rows
         mark[:] = 0
         fresh = np.empty(max(int((hi - lo).max(initial=0)), 1), np.int64)

@@ -7,6 +7,7 @@ the batch's unique seed nodes. Data sets and models live above it.
 
 from __future__ import annotations
 
+import operator
 import secrets
 import time
 from collections.abc import Iterator
@@ -113,8 +114,9 @@ class LinkBatch:
         return sum(b.num_edges for b in self.blocks)
 
 
-def _as_ids(name: str, value) -> np.ndarray:
-    """A 1-D integer tensor/array as a contiguous int64 numpy array; TypeError/ValueError naming it."""
+def _as_id_array(name: str, value) -> np.ndarray:
+    """An integer tensor/array of any shape as a contiguous int64 numpy array; TypeError/ValueError
+    naming it."""
     if isinstance(value, torch.Tensor):
         if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
             raise TypeError(f"{name} must be an integer tensor, got dtype {value.dtype}")
@@ -123,10 +125,16 @@ def _as_ids(name: str, value) -> np.ndarray:
         arr = np.asarray(value)
         if arr.size and not np.issubdtype(arr.dtype, np.integer):
             raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
+    check_int64_range(name, arr.reshape(-1))  # reported as given, before the int64 cast wraps them
+    return np.ascontiguousarray(arr, dtype=np.int64)
+
+
+def _as_ids(name: str, value) -> np.ndarray:
+    """A 1-D integer tensor/array as a contiguous int64 numpy array; TypeError/ValueError naming it."""
+    arr = _as_id_array(name, value)
     if arr.ndim != 1:
         raise ValueError(f"{name} must be 1-D, got shape {tuple(arr.shape)}")
-    check_int64_range(name, arr)  # reported as given, before the int64 cast wraps them
-    return np.ascontiguousarray(arr, dtype=np.int64)
+    return arr
 
 
 def _check_range(name: str, arr: np.ndarray, lo: int, hi: int, what: str) -> None:
@@ -267,7 +275,9 @@ class LinkSampler:
             lo, hi = _item_range_from_graph(graph)
         else:
             try:
-                lo, hi = (int(x) for x in item_range)
+                lo, hi = (operator.index(x) for x in item_range)
+                if any(isinstance(x, (bool, np.bool_)) for x in item_range):
+                    raise TypeError
             except (TypeError, ValueError):
                 raise TypeError(f"item_range must be a pair of ints (lo, hi), got {item_range!r}") from None
             if not 0 <= lo < hi <= n:
@@ -374,9 +384,17 @@ class LinkSampler:
         Returns
         -------
         torch.Tensor, bool, same shape as ``users``
+
+        Raises
+        ------
+        TypeError
+            ``users`` or ``items`` not integers.
+        ValueError
+            Shapes that differ.
         """
-        u = torch.as_tensor(users).numpy().astype(np.int64)
-        it = torch.as_tensor(items).numpy().astype(np.int64)
+        u, it = (_as_id_array(name, v) for name, v in (("users", users), ("items", items)))
+        if u.shape != it.shape:
+            raise ValueError(f"users and items must have the same shape, got {u.shape} and {it.shape}")
         return torch.from_numpy(self._is_pos(u, it))
 
     def _is_pos(self, u: np.ndarray, it: np.ndarray) -> np.ndarray:
@@ -401,8 +419,17 @@ class LinkSampler:
         -------
         torch.Tensor, int64, shape [B, k]
             Item node ids in ``item_range``; ``out[b, j]`` is not a positive of ``users[b]``.
+
+        Raises
+        ------
+        TypeError
+            ``users`` not integers.
+        ValueError
+            ``users`` not 1-D, or holding ids outside [0, num_nodes).
         """
         u = _as_ids("users", users)
+        n = self.sampler.graph.num_nodes
+        _check_range("users", u, 0, n, f"num_nodes={n}")
         return torch.from_numpy(self._negatives(u))
 
     def _draw_items(self, size) -> np.ndarray:

@@ -302,3 +302,25 @@ def test_bad_out_and_bad_arguments():
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA is not available"):
             FeatureStore(x, device="cuda")
+
+
+def test_refresh_cache_after_the_table_changed_in_place():
+    # memory=None: the table is x itself, the cache a copy of its hot rows; after x changes in place
+    # the cached rows are stale until refresh_cache() copies them again
+    g = CSCGraph.from_edges([1, 2, 3, 0], [0, 0, 0, 1], 4)  # node 0 has the highest in-degree
+    x = torch.zeros(4, 2)
+    fs = FeatureStore(x, cache_rows=1, graph=g, device="cpu")
+    assert fs.cache_nodes.tolist() == [0] and fs.table.data_ptr() == x.data_ptr()
+    x += torch.arange(1, 5, dtype=torch.float32)[:, None]
+    ids = torch.tensor([0, 1, 2, 3, 0])
+    assert fs.gather(ids)[:, 0].tolist() == [0.0, 2.0, 3.0, 4.0, 0.0]  # the documented staleness
+    fs.refresh_cache()
+    assert torch.equal(fs.gather(ids), x[ids])
+    assert fs.stats()["cache_hits"] == 4  # node 0, twice a gather
+    fs.close()
+    with pytest.raises(ValueError, match="closed"):
+        fs.refresh_cache()
+    plain = FeatureStore(x, device="cpu")  # no cache: nothing to refresh
+    plain.refresh_cache()
+    assert torch.equal(plain.gather(ids), x[ids])
+    plain.close()

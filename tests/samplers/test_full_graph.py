@@ -212,8 +212,9 @@ def test_one_partition_that_cannot_fit_says_what_would(cora, mm):
     err = info.value
     max_deg = int(np.diff(cora.graph.indptr.numpy()).max()) + 1  # + its self-loop
     need = 16 + 192 + (8 + 64 * 4) + 8 * max_deg
-    assert err.asked == need and err.free == 1024
+    assert err.asked == need and err.free == mm.free_bytes("device")  # the tier's; the cap is in the note
     assert "one partition cannot fit" in str(err) and f"at least {need} bytes" in str(err)
+    assert "needs more than the 1024 bytes allowed (partition_bytes=1024" in str(err)
     fg.partition_bytes = need  # what the message asked for works
     np.testing.assert_allclose(fg.propagate(h).numpy(), reference(cora.graph) @ h.double().numpy(),
                                rtol=1e-5, atol=1e-6)
@@ -250,6 +251,11 @@ def test_bad_arguments(cora, mm):
         FullGraph(cora.graph, partitions=2, memory=mm)
     with pytest.raises(TypeError, match="dedup"):
         FullGraph(cora.graph, dedup="yes", memory=mm)
+    for bad in ("x", None, True):
+        with pytest.raises(TypeError, match=r"cache_share must be a float in \[0, 1\), got"):
+            FullGraph(cora.graph, dedup=True, cache_share=bad, memory=mm)
+    with pytest.raises(TypeError, match="add_self_loops must be True or False, got 'no'"):
+        FullGraph(cora.graph, add_self_loops="no", memory=mm)
     fg = FullGraph(cora.graph, memory=mm)
     with pytest.raises(ValueError, match="num_nodes=2708"):
         fg.propagate(torch.randn(10, 4))

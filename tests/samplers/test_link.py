@@ -325,3 +325,23 @@ def test_bad_arguments_name_the_argument():
     with pytest.raises(ValueError, match="item_range"):
         LinkSampler(NeighborSampler(plain, [1]), [0, 1], [2, 2])
     assert LinkSampler(NeighborSampler(plain, [1]), [0, 1], [2, 2], item_range=(1, 3)).num_pairs == 2
+    numpy_range = LinkSampler(NeighborSampler(plain, [1]), [0, 1], [2, 2], item_range=(np.int64(1), 3))
+    assert numpy_range.item_range == (1, 3)
+    for rng in ((1, 2.9), (1.0, 3), (True, 3)):  # never truncated to a range the user did not give
+        with pytest.raises(TypeError, match="item_range must be a pair of ints"):
+            LinkSampler(NeighborSampler(plain, [1]), [0, 1], [2, 2], item_range=rng)
+    # negatives() and is_positive() check their ids as the constructor does
+    ls = LinkSampler(ns, u, i, seed=0)
+    for bad in ([-1], [99]):
+        with pytest.raises(ValueError, match=r"users: 1 of 1 ids outside \[0, 11\)"):
+            ls.negatives(torch.tensor(bad))
+    with pytest.raises(TypeError, match="users must be an integer tensor"):
+        ls.negatives(torch.tensor([0.5]))
+    fresh = LinkSampler(ns, u, i, seed=0)  # a refused call draws nothing: the streams agree
+    assert torch.equal(ls.negatives(u[:4]), fresh.negatives(u[:4]))
+    with pytest.raises(TypeError, match="items must be an integer tensor"):
+        ls.is_positive(torch.tensor([0]), torch.tensor([5.7]))
+    with pytest.raises(ValueError, match="same shape"):
+        ls.is_positive(torch.tensor([0, 1]), torch.tensor([5]))
+    pos = ls.is_positive(u.reshape(-1, 1), i.reshape(-1, 1))  # any shape, as documented
+    assert pos.shape == (m, 1) and bool(pos.all())
