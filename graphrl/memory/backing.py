@@ -76,10 +76,11 @@ class ZarrBacking:
     is_pinned = False
     device = "cpu"
 
-    def __init__(self, array: Any, path: Path, dtype: np.dtype) -> None:
+    def __init__(self, array: Any, path: Path, dtype: np.dtype, creator_pid: int | None = None) -> None:
         self.array = array
         self.path = path
         self.np_dtype = dtype
+        self.creator_pid = creator_pid  # only this process deletes the array (None: never)
 
     def numpy(self) -> np.ndarray:
         out = np.asarray(self.array[...], dtype=self.np_dtype, order="C")  # keeps 0-d arrays 0-d

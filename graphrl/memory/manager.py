@@ -282,7 +282,7 @@ class MemoryManager:
                 backing = self._resources[t].allocate(shp, dt.torch, nbytes, name)
             except (torch.OutOfMemoryError, MemoryError) as exc:
                 with self._lock:
-                    account.release(owner, nbytes)
+                    account.cancel(owner, nbytes)
                     attempts.append((t, account.free))
                 logger.warning("tier '%s' could not allocate %s for %r: %s", t, format_size(nbytes), owner,
                                exc)
@@ -290,8 +290,10 @@ class MemoryManager:
                 continue
             except BaseException:
                 with self._lock:
-                    account.release(owner, nbytes)
+                    account.cancel(owner, nbytes)
                 raise
+            with self._lock:
+                account.settle(owner, nbytes)
             region = Region(
                 shape=shp,
                 dtype=dt,
@@ -390,8 +392,10 @@ class MemoryManager:
                 pinned = True
         except BaseException:
             with self._lock:
-                account.release(owner, nbytes)
+                account.cancel(owner, nbytes)
             raise
+        with self._lock:
+            account.settle(owner, nbytes)
         backing = TensorBacking(data, is_pinned=pinned, registered_ptr=data.data_ptr() if pinned else None)
         region = Region(shape=shp, dtype=dt, tier=tier, owner=owner, backing=backing, manager=self)
         with self._lock:
@@ -446,13 +450,19 @@ class MemoryManager:
             self._closed = True
             regions = list(self._live.values()) + list(self._attached.values())
             self._attached.clear()
-        for region in regions:
+        first: BaseException | None = None
+        for region in regions:  # every region, even after one fails: the first error is raised after
             if not region.freed:
                 try:
                     region.free()
                 except ValueError:  # freed by another thread in between
                     logger.debug("%r was freed concurrently with close()", region)
+                except Exception as err:  # noqa: BLE001 - raised once every region is freed
+                    logger.warning("closing: freeing %r failed: %s", region, err)
+                    first = first or err
         self._cleanup()
+        if first is not None:
+            raise first
 
     def __enter__(self) -> MemoryManager:
         return self

@@ -207,13 +207,21 @@ class DiskResource:
             compressors=None,
             zarr_format=3,
         )
-        return ZarrBacking(array, path, npd)
+        return ZarrBacking(array, path, npd, os.getpid())
 
     def deallocate(self, backing: Backing) -> None:
+        """Delete the array's folder, in the process that made it only (a forked child that frees an
+        inherited region drops its handle and leaves the parent's data alone, as shared segments are
+        unlinked by their creator only). A folder already gone is logged, not raised: its bytes are
+        returned all the same."""
         assert isinstance(backing, ZarrBacking)
-        shutil.rmtree(backing.path, ignore_errors=False)
-        with self._cleanup.lock:
-            self._cleanup.paths.discard(backing.path)
+        if backing.creator_pid == os.getpid():
+            try:
+                shutil.rmtree(backing.path, ignore_errors=False)
+            except FileNotFoundError:
+                logger.warning("spill array %s was already deleted (by another process?)", backing.path)
+            with self._cleanup.lock:
+                self._cleanup.paths.discard(backing.path)
         backing.array = None
 
     def capacity(self) -> int:
