@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -11,9 +14,60 @@ import torch
 
 from graphrl.graph import CSCGraph
 
-__all__ = ["InteractionDataset", "NodeDataset", "data_root", "require_file"]
+__all__ = ["CHECKSUMS", "InteractionDataset", "NodeDataset", "data_root", "require_file", "verify_checksums"]
 
 DATA_ENV = "GRAPHRL_DATA"
+CHECKSUMS = "SHA256SUMS"
+"""The data folder's checksum list (``sha256sum`` format: ``<hex digest>  <path under the folder>``)."""
+
+logger = logging.getLogger(__name__)
+
+
+def verify_checksums(root: Path, paths: Sequence[Path]) -> None:
+    """Check each file of ``paths`` that ``root/SHA256SUMS`` lists against its SHA-256 digest.
+
+    Files the list does not name are not checked; without a list (a hand-made folder) nothing is
+    checked and that is logged (INFO). Read back, not trusted: a truncated, edited or swapped file
+    is refused before it is parsed.
+
+    Parameters
+    ----------
+    root : pathlib.Path
+        The data folder (`data_root`).
+    paths : sequence of pathlib.Path
+        Files under ``root`` about to be read.
+
+    Raises
+    ------
+    ValueError
+        A listed file's digest differs; the message names the file, both digests and the list.
+    """
+    sums_path = root / CHECKSUMS
+    if not sums_path.is_file():
+        logger.info("%s has no %s: its files are read without a checksum check", root, CHECKSUMS)
+        return
+    listed = {}
+    for line in sums_path.read_text().splitlines():
+        digest, _, name = line.strip().partition("  ")
+        if digest and name:
+            listed[name.lstrip("*")] = digest.lower()
+    for path in paths:
+        try:
+            rel = path.resolve().relative_to(root.resolve()).as_posix()
+        except ValueError:
+            continue  # not under root
+        expected = listed.get(rel)
+        if expected is None:
+            continue
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        if h.hexdigest() != expected:
+            raise ValueError(
+                f"{path}: SHA-256 {h.hexdigest()} differs from {expected} listed in {sums_path}: the "
+                "file is damaged or not the one the data README describes; restore it from the shared data"
+            )
 
 
 def data_root(root: str | os.PathLike | None = None) -> Path:

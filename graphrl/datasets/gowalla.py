@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from graphrl.datasets.base import InteractionDataset, data_root, require_file
+from graphrl.datasets.base import InteractionDataset, data_root, require_file, verify_checksums
 from graphrl.graph import CSCGraph
 
 __all__ = ["load_gowalla", "read_lightgcn_split"]
@@ -44,7 +44,10 @@ def _parse_ints(text: str, expected: int, path: Path) -> np.ndarray:
 
 def _read_split(path: Path) -> tuple[np.ndarray, np.ndarray, int]:
     """``(users, items, lines)``: the interactions and the number of lines that name a user."""
-    text = path.read_text()
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not a text file of ids ({exc})") from None
     lines = text.splitlines()
     counts = np.fromiter((len(line.split()) for line in lines), dtype=np.int64, count=len(lines))
     total = int(counts.sum())
@@ -156,6 +159,7 @@ def load_gowalla(root: str | os.PathLike | None = None) -> InteractionDataset:
     ValueError
         A file is not in the LightGCN text format, an id map is damaged, or an id is outside the
         count an id map states (or, without one, beyond the ids written); the message names the file.
+        Also a file whose SHA-256 differs from the data folder's ``SHA256SUMS`` (`verify_checksums`).
 
     References
     ----------
@@ -169,9 +173,12 @@ def load_gowalla(root: str | os.PathLike | None = None) -> InteractionDataset:
     >>> ds.num_users, ds.num_items, ds.num_train   # doctest: +SKIP
     (29858, 40981, 810128)
     """
-    folder = data_root(root) / "gowalla"
+    base = data_root(root)
+    folder = base / "gowalla"
     train_path = require_file(folder / "train.txt", _REMEDY)
     test_path = require_file(folder / "test.txt", _REMEDY)
+    lists = [folder / name for name in _LISTS.values() if (folder / name).is_file()]
+    verify_checksums(base, [train_path, test_path, *lists])
     tr_u, tr_i, tr_lines = _read_split(train_path)
     te_u, te_i, te_lines = _read_split(test_path)
     num_users = _count("user", folder, [(train_path, tr_u), (test_path, te_u)], tr_lines + te_lines)

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from graphrl.datasets.base import InteractionDataset, data_root, require_file
+from graphrl.datasets.base import InteractionDataset, data_root, require_file, verify_checksums
 from graphrl.graph import CSCGraph
 
 __all__ = ["load_lastfm"]
@@ -21,7 +21,7 @@ def _read_table(path: Path, columns: int) -> np.ndarray:
     """Whitespace table of ``columns`` numbers per row, float64 [rows, columns]; ValueError names the file."""
     try:
         table = np.loadtxt(path, dtype=np.float64, ndmin=2)
-    except ValueError as exc:
+    except (ValueError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: expected {columns} whitespace-separated numbers per line "
                          f"({exc})") from None
     if table.size == 0:
@@ -91,17 +91,20 @@ def load_lastfm(root: str | os.PathLike | None = None) -> InteractionDataset:
     ValueError
         A file is not a numeric table of the expected width, an id is not an integer >= 1, or an id
         is beyond the number of ids of its kind the files write (refused before anything is sized by
-        it); the message names the file.
+        it); the message names the file. Also a file whose SHA-256 differs from the data folder's
+        ``SHA256SUMS`` (`verify_checksums`).
 
     References
     ----------
     Cantador, Brusilovsky and Kuflik, "2nd Workshop on Information Heterogeneity and Fusion in
     Recommender Systems (HetRec 2011)", RecSys 2011; data from Last.fm, distributed by GroupLens.
     """
-    folder = data_root(root) / "lastfm"
+    base = data_root(root)
+    folder = base / "lastfm"
     train_path = require_file(folder / "data1.txt", _REMEDY)
     test_path = require_file(folder / "test1.txt", _REMEDY)
     trust_path = require_file(folder / "trustnetwork.txt", _REMEDY)
+    verify_checksums(base, [train_path, test_path, trust_path])
     train = _read_table(train_path, 3)
     test = _read_table(test_path, 3)
     trust = _read_table(trust_path, 2)

@@ -13,10 +13,10 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from graphrl.datasets.base import NodeDataset, data_root, require_file
+from graphrl.datasets.base import NodeDataset, data_root, require_file, verify_checksums
 from graphrl.graph import CSCGraph
 
-__all__ = ["load_planetoid", "RestrictedUnpickler", "restricted_load"]
+__all__ = ["ForbiddenGlobal", "load_planetoid", "RestrictedUnpickler", "restricted_load"]
 
 _NAMES = ("cora", "citeseer")
 _PARTS = ("x", "y", "tx", "ty", "allx", "ally", "graph")
@@ -50,6 +50,10 @@ def _allowed_globals() -> dict[tuple[str, str], object]:
     }
 
 
+class ForbiddenGlobal(pickle.UnpicklingError):
+    """A pickle named a global outside `RestrictedUnpickler`'s allow-list."""
+
+
 class RestrictedUnpickler(pickle.Unpickler):
     """An unpickler that resolves only the globals the Planetoid files need; anything else is refused.
 
@@ -71,7 +75,7 @@ class RestrictedUnpickler(pickle.Unpickler):
         try:
             return _allowed_globals()[(module, name)]
         except KeyError:
-            raise pickle.UnpicklingError(
+            raise ForbiddenGlobal(
                 f"refusing to unpickle global {module}.{name}: only the numpy/scipy/collections classes "
                 "of the Planetoid files are allowed") from None
 
@@ -233,11 +237,12 @@ def load_planetoid(name: str, root: str | os.PathLike | None = None) -> NodeData
         neighbour an integer id below N; test ids are distinct integers past the rows of ``allx`` and
         below N; widths and row counts agree (x/tx/allx, y/ty/ally, tx/ty/test.index, allx/ally),
         ``allx`` holds the training and validation nodes and at most N rows; sparse matrices pass
-        scipy's full format check.
+        scipy's full format check. Also a truncated or damaged pickle, and a file whose SHA-256
+        differs from the data folder's ``SHA256SUMS`` (`verify_checksums`).
     FileNotFoundError
         The data folder or one of the eight files is missing; the message names the path.
     pickle.UnpicklingError
-        A file names a global other than the numpy/scipy classes these files use.
+        A file names a global other than the numpy/scipy classes these files use (`ForbiddenGlobal`).
 
     References
     ----------
@@ -249,12 +254,21 @@ def load_planetoid(name: str, root: str | os.PathLike | None = None) -> NodeData
     if not isinstance(name, str) or name.lower() not in _NAMES:
         raise ValueError(f"name must be 'cora' or 'citeseer', got {name!r}")
     name = name.lower()
-    folder = data_root(root) / "cora_citeseer"
+    base = data_root(root)
+    folder = base / "cora_citeseer"
     paths = {p: require_file(folder / f"ind.{name}.{p}", _remedy(name)) for p in (*_PARTS, "test.index")}
+    verify_checksums(base, list(paths.values()))
     obj = {}
     for part in _PARTS:
         with open(paths[part], "rb") as f:
-            obj[part] = restricted_load(f)
+            try:
+                obj[part] = restricted_load(f)
+            except ForbiddenGlobal:
+                raise
+            except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError,
+                    KeyError) as exc:
+                raise ValueError(f"{paths[part]}: not a Planetoid pickle (truncated or damaged: "
+                                 f"{type(exc).__name__}: {exc})") from exc
     # everything is checked before anything sized by the files is allocated
     src, dst, num_nodes = _adjacency_edges(obj["graph"], paths["graph"])
     num_rows = _matrix_shape(obj["allx"], "allx", paths["allx"])[0]
