@@ -16,6 +16,18 @@ import click
 
 import graphrl
 from graphrl.cli_train import train
+from graphrl.memory import parse_size
+
+
+def _check_size(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A byte size option (``"256KiB"``), checked when the command line is parsed, before any task runs."""
+    if value is not None:
+        try:
+            parse_size(value)
+        except (ValueError, TypeError) as err:
+            raise click.BadParameter(str(err), ctx=ctx, param=param) from None
+    return value
+
 
 __all__ = ["main"]
 
@@ -87,7 +99,7 @@ DEMO_TASKS = {"recommend": 1.5, "node-classification": None, "rl": 1.75}
               help="Users,items,interactions of the synthetic data set.")
 @click.option("--seeds", type=click.IntRange(min=1), default=10, show_default=True,
               help="node-classification: runs with seeds --seed, --seed + 1, ...; prints mean +- std.")
-@click.option("--device-budget", default=None,
+@click.option("--device-budget", default=None, callback=_check_size,
               help="node-classification: the memory manager's device-tier budget, e.g. '256KiB'.")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
               help="node-classification: cuda puts the weights on the GPU and streams host-resident vertex "

@@ -75,6 +75,15 @@ def test_demo_rejects_bad_options(args, name):
     assert name in result.output
 
 
+@pytest.mark.parametrize("budget", ["lots", "-5MiB", "12 parsecs"])
+def test_a_bad_device_budget_is_refused_before_any_task_runs(budget):
+    # --task all runs recommend first: the budget (a node-classification option) is checked at parse time
+    result = run(["demo", "--dataset", "synthetic", "--device-budget", budget])
+    assert result.exit_code == 2 and "Invalid value for '--device-budget'" in result.output
+    assert "cannot parse size" in result.output or "negative" in result.output
+    assert "== recommend ==" not in result.output
+
+
 @pytest.mark.parametrize("flag, value", [("--fanouts", "5,5"), ("--batch-size", "64"), ("--exclude", "self")])
 def test_demo_exact_rejects_the_sampled_path_options(flag, value):
     result = run(["demo", "--dataset", "synthetic", *EXACT, flag, value])
