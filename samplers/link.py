@@ -193,7 +193,8 @@ class LinkSampler:
         negatives); items of in-degree 0 are then never drawn.
     exclude : {None, "self", "reverse"}
         Remove from the blocks' candidates nothing, the batch's target edges, or the target edges and
-        their reverses (as DGL's ``exclude="reverse_id"``).
+        their reverses (as DGL's ``exclude="reverse_id"``). By edge id: a parallel edge of the same
+        (user, item) pair (a duplicated interaction) stays a candidate, as in DGL.
     target_eids : torch.Tensor or array-like or None, integer, shape [M]
         Edge id of each pair's edge (for `CSCGraph.bipartite`, pair i is edge i). Required when
         ``exclude`` is set.

@@ -243,10 +243,10 @@ class MemoryManager:
             No tier tried has room (the message and attributes name tier, owner, asked and free bytes).
         ValueError
             A negative size, more than 64 dimensions or a shape spanning more than 2**63 - 1 bytes
-            (sizes of 0 counted as 1), an unknown tier, a disk tier without ``spill_dir``, or a
-            closed manager.
+            (sizes of 0 counted as 1), an unknown tier, a disk tier without ``spill_dir``, an empty
+            owner, or a closed manager.
         TypeError
-            An unknown dtype, a bad shape or owner, or bfloat16 on the disk tier.
+            An unknown dtype, a bad shape, an owner that is not a string, or bfloat16 on the disk tier.
         """
         shp = parse_shape(shape)
         dt = parse_dtype(dtype)

@@ -162,6 +162,9 @@ def parse_shape(shape: Any, itemsize: int = 1) -> tuple[int, ...]:
 
 
 def check_owner(owner: Any) -> str:
-    if not isinstance(owner, str) or not owner:
+    """``owner`` as given: TypeError when not a string, ValueError when empty."""
+    if not isinstance(owner, str):
         raise TypeError(f"owner must be a non-empty string such as 'samplers.graph', got {owner!r}")
+    if not owner:
+        raise ValueError("owner must be a non-empty string such as 'samplers.graph', got ''")
     return owner

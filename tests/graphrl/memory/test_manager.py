@@ -149,8 +149,10 @@ def test_bad_shapes_tiers_dtypes_and_owners(mm):
             mm.allocate(4, bad, owner="o")
     with pytest.raises(TypeError):
         mm.allocate((2.5,), "float32", owner="o")
-    with pytest.raises(TypeError, match="owner"):
+    with pytest.raises(ValueError, match="owner must be a non-empty string .* got ''"):
         mm.allocate(4, "float32", owner="")
+    with pytest.raises(TypeError, match="owner"):
+        mm.allocate(4, "float32", owner=7)
     with pytest.raises(TypeError):
         mm.allocate(4, "float32")  # owner is required
     assert mm.usage()["host"]["used"] == 0
