@@ -135,7 +135,7 @@ class DeviceResource:
 
     def allocate(self, shape: tuple[int, ...], dtype: torch.dtype, nbytes: int, name: str) -> Backing:
         target = self._target()
-        if target.type == "cpu" and not self._warned:
+        if target.type == "cpu" and self._device is None and not self._warned:  # not asked for: say so once
             self._warned = True
             logger.warning("no CUDA device: the device tier resolves to host memory (region.device == 'cpu')")
         return TensorBacking(torch.empty(shape, dtype=dtype, device=target), is_pinned=False)

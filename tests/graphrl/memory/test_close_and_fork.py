@@ -11,6 +11,7 @@ import shutil
 
 import numpy as np
 import pytest
+import torch
 
 from graphrl.memory import HostResource, Tier
 from graphrl.memory import resources as resources_module
@@ -82,3 +83,14 @@ def test_a_failed_allocation_never_reaches_the_peaks(managed):
     assert mm.usage()["host"]["peak"] == 1500 and mm.stats()["host"]["feat"] == {
         "bytes": 500, "peak": 1500, "regions": 1}
     r2.free()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the message of a machine without CUDA")
+def test_the_device_tier_on_host_is_announced_only_when_not_asked_for(managed, caplog):
+    asked = managed(device="cpu")  # the user put the device tier on host memory: nothing to say
+    asked.allocate(4, "float32", "device", owner="a")
+    assert "no CUDA device" not in caplog.text
+    defaulted = managed()
+    for _ in range(2):
+        defaulted.allocate(4, "float32", "device", owner="b")
+    assert caplog.text.count("no CUDA device: the device tier resolves to host memory") == 1
