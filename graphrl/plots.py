@@ -192,6 +192,13 @@ def plot_features(result: Mapping, path: str | os.PathLike, caption: str) -> Pat
     return _save(fig, path)
 
 
+def _max_partitions(parts: Mapping | int | None) -> int:
+    """A row's partitions: a count (the staged rows) or a count per feature width (the others)."""
+    if isinstance(parts, Mapping):
+        return max(parts.values(), default=1)
+    return int(parts) if parts else 1
+
+
 def plot_full_graph(result: Mapping, path: str | os.PathLike, caption: str) -> Path:
     """Full-graph GCN epoch time (s): ours unbudgeted and under a device budget vs DGL's GraphConv."""
     rows = result["rows"]
@@ -199,7 +206,7 @@ def plot_full_graph(result: Mapping, path: str | os.PathLike, caption: str) -> P
     for r in rows:
         label = r["case"].rsplit(" ", 1)[-1]
         if r.get("device_budget_bytes"):
-            parts = max((r.get("partitions") or {}).values(), default=1)
+            parts = _max_partitions(r.get("partitions"))
             label += f"\nbudget {r['device_budget_bytes'] / 2**20:.1f} MiB\n{parts} partitions"
         else:
             label += "\nno budget"
