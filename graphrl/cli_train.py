@@ -88,7 +88,8 @@ def train() -> None:
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="torch threads (default: torch's).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Write curve.json, curve.png (with matplotlib), best.pt and refit.pt here (created before "
-                   "training).")
+                   "training; an earlier run's files are replaced, its refit.pt removed when this run has "
+                   "none).")
 @click.option("--progress/--no-progress", default=True, show_default=True, help="tqdm bar.")
 def recommend(data_root, loss, negatives, temperature, layers, embedding_dim, batch_size, lr, reg, epochs,
               minutes, eval_every, patience, lr_patience, lr_decay, val_fraction, k, seed, init, schedule,
@@ -176,8 +177,12 @@ def recommend(data_root, loss, negatives, temperature, layers, embedding_dim, ba
                                            "val_fraction": val_fraction})
         torch.save(report.model.state_dict(), Path(out_dir) / "best.pt")
         saved = [*paths, Path(out_dir) / "best.pt"]
+        refit_path = Path(out_dir) / "refit.pt"
         if report.refit_model is not None:
-            torch.save(report.refit_model.state_dict(), Path(out_dir) / "refit.pt")
-            saved.append(Path(out_dir) / "refit.pt")
+            torch.save(report.refit_model.state_dict(), refit_path)
+            saved.append(refit_path)
+        elif refit_path.exists():  # an earlier run's: it would read as this run's refit
+            refit_path.unlink()
+            click.echo(f"removed {refit_path} (an earlier run's; this run has no refit)")
         for p in saved:
             click.echo(f"wrote {p}")

@@ -61,3 +61,25 @@ def test_train_recommend_defaults_are_the_documented_recipe(tmp_path):
     # at 2048 users a step: 1 step each)
     assert re.search(r"^refit on all training interactions to step 2 \(epoch 2\.00\).*test recall@20 "
                      r"0\.\d{4}", result.output, re.M), result.output
+
+
+def test_a_second_run_into_the_same_out_folder_leaves_no_stale_refit(tmp_path):
+    import json
+
+    rng = __import__("numpy").random.default_rng(1)
+    folder = tmp_path / "gowalla"
+    folder.mkdir()
+    rows = [(u, rng.choice(30, size=8, replace=False)) for u in range(40)]
+    (folder / "train.txt").write_text("".join(" ".join(map(str, [u, *i[:6]])) + "\n" for u, i in rows))
+    (folder / "test.txt").write_text("".join(" ".join(map(str, [u, *i[6:]])) + "\n" for u, i in rows))
+    out = tmp_path / "run"
+    args = ["train", "recommend", "--data-root", str(tmp_path), "--epochs", "2", "--dim", "8",
+            "--no-progress", "--out", str(out)]
+    first = CliRunner().invoke(main, args)
+    assert first.exit_code == 0, first.output
+    assert (out / "refit.pt").is_file() and json.loads((out / "curve.json").read_text())["refit_test"]
+    second = CliRunner().invoke(main, [*args, "--no-refit"])
+    assert second.exit_code == 0, second.output
+    assert not (out / "refit.pt").exists() and f"removed {out / 'refit.pt'}" in second.output
+    assert json.loads((out / "curve.json").read_text())["refit_test"] is None
+    assert (out / "best.pt").is_file()
