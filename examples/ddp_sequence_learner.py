@@ -36,6 +36,7 @@ CleanRL's single-file style.
 from __future__ import annotations
 
 import datetime
+import importlib.util
 import json
 import multiprocessing as mp
 import os
@@ -160,6 +161,8 @@ def main(minutes, window, batch_size, d_model, layers, heads, lr, gamma, actors,
          samples_per_insert, min_size, publish_every, seed, out) -> None:
     """Train a causal transformer with DDP ranks that each sample the same replay store."""
     torch.set_num_threads(1)
+    if importlib.util.find_spec("popgym") is None:  # else the actors die at once and the learners wait
+        raise click.UsageError("this example needs POPGym: pip install -e '.[memory]'")
     if "RANK" not in os.environ:  # plain `python`: a group of one
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
                           MASTER_PORT="29517")
