@@ -4,8 +4,9 @@ GF-CF (Shen et al., CIKM 2021) scores items for a user with the normalised item-
 ``R~^T R~`` plus an ideal low-pass term from the top-k right singular vectors of ``R~``; there is no
 training, only one truncated SVD (`torch.svd_lowrank`, or ARPACK with ``--solver arpack``). The paper
 reports recall@20 0.1849 / NDCG@20 0.1518 on the LightGCN split (k = 256, alpha = 0.3); LightGCN
-0.1830 / 0.1554. ``--validation`` fits on the training interactions minus the 5 % validation split
-of ``graphrl train recommend`` (and masks both when scoring test), for a like-for-like comparison.
+0.1830 / 0.1554. ``--validation`` fits on the training interactions minus a 5 % validation split
+(`holdout_validation`, seed 0; ``graphrl train recommend`` holds out 20 %) and masks both when
+scoring test.
 
     python examples/gowalla_gfcf.py
     python examples/gowalla_gfcf.py --k 256 --alpha 0.3 --validation
@@ -30,7 +31,7 @@ from graphrl.train.metrics import evaluate_ranking, merge_csr
               help="Weight of the ideal low-pass term.")
 @click.option("--solver", type=click.Choice(["lowrank", "arpack"]), default="lowrank", show_default=True)
 @click.option("--validation/--no-validation", default=False, show_default=True,
-              help="Fit without the 5 % validation split (seed 0) of graphrl train recommend.")
+              help="Fit without a 5 % validation split (holdout_validation, seed 0).")
 @click.option("--data-root", type=click.Path(file_okay=False), default=None)
 def main(k: int, alpha: float, solver: str, validation: bool, data_root: str | None) -> None:
     """Fit GF-CF on Gowalla's training interactions and print test recall@20 / NDCG@20."""

@@ -194,20 +194,18 @@ class ReplayStore(StorageViews, ReplayStoreBase):
             self.storage.close()
             raise
         control = self.storage.control
-        self.selector = args.selector
-        self.rate_limiter = args.rate_limiter
+        self.selector, self.rate_limiter = args.selector, args.rate_limiter
         self.max_times_sampled = args.max_times_sampled
         self._limiter = RateLimiterState(args.rate_limiter, control.counters, control.cond)
         self._sampler = WindowSampler(self.storage, self.table, self._limiter, args.staging_slots)
-        self._owner_pid = os.getpid()
-        self._closed = False
+        self._owner_pid, self._closed = os.getpid(), False
         self._staging_slots, self._service = args.staging_slots, None  # learner()'s TableService
         self._checked: dict[tuple, tuple[int, int]] = {}  # sample signatures already checked
 
     # -- properties: spec, num_shards, shard_capacity, capacity_steps, memory (StorageViews)
 
     def __len__(self) -> int:
-        """Live steps stored, over all shards (at most ``capacity_steps``)."""
+        """Live steps stored, over all shards (at most ``capacity_steps``; dead writers' holes left out)."""
         self._check_open("__len__")
         return self.storage.live_steps()
 
@@ -542,9 +540,8 @@ class ReplayStore(StorageViews, ReplayStoreBase):
             For the new store's regions (default a private manager).
         **kwargs
             ``ReplayStore`` keywords to change (`RESTORE_KEYWORDS`): ``tier``, ``timeout``, ``seed``,
-            ``staging_slots``, ``chunk_steps``, ``max_times_sampled``. Without ``seed`` the restored
-            store continues the checkpoint's sample stream (the draws the checkpointed store would
-            have made next); with it, the draws start from that seed.
+            ``staging_slots``, ``chunk_steps``, ``max_times_sampled``. Without ``seed`` the checkpoint's
+            sample stream goes on (the draws it would have made next); with it, draws start from it.
 
         Raises
         ------
@@ -575,8 +572,7 @@ class ReplayStore(StorageViews, ReplayStoreBase):
             memory=memory,
             **options,
         )
-        if "seed" in kwargs:  # the new seed's generator, not the checkpoint's
-            state["table"]["rng"] = None
+        state["table"]["rng"] = None if "seed" in kwargs else state["table"]["rng"]  # None: the new seed's
         try:
             load_parts(store.storage, store.table, state)
         except BaseException:

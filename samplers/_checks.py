@@ -18,6 +18,7 @@ offsets; an RNG ``seed`` is a uint64 (`SEED_LIMIT` = 2**64, exclusive).
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -247,6 +248,30 @@ def check_int(name: str, value, minimum: int, maximum: int | None = None) -> int
     if maximum is not None and value > maximum:
         raise ValueError(f"{name} must be <= {maximum}, got {value}")
     return value
+
+
+def check_share(name: str, value) -> float:
+    """A share in [0, 1) as a float.
+
+    Raises
+    ------
+    TypeError
+        Not a real number (a bool, None, a string).
+    ValueError
+        Outside [0, 1) or NaN.
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a float in [0, 1), got {value!r}")
+    if not 0.0 <= float(value) < 1.0:
+        raise ValueError(f"{name} must be in [0, 1), got {value!r}")
+    return float(value)
+
+
+def check_bool(name: str, value) -> bool:
+    """``value`` as a bool; TypeError naming ``name`` unless it is a bool (numpy's included)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
 
 
 def check_prefetch(prefetch) -> int:

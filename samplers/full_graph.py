@@ -40,7 +40,7 @@ import torch
 from graphrl.graph import CSCGraph
 from graphrl.kernels.spmm import spmm_partition
 from graphrl.memory import MemoryBudgetError, MemoryManager, Region, Tier, parse_size
-from samplers._checks import check_open
+from samplers._checks import check_bool, check_open, check_share
 from samplers.full_graph_adjacency import SLACK, Operator, align, build_operators, greedy_bounds
 from samplers.full_graph_plan import DEFAULT_CACHE_SHARE, PartitionPlan, locality_order, plan_propagation
 from samplers.full_graph_stream import CallTraffic, StagedExecutor
@@ -188,12 +188,8 @@ class FullGraph:
             raise ValueError(f"device must be 'cpu' or 'cuda', got {str(device)!r}") from err
         if self.device.type not in ("cpu", "cuda"):
             raise ValueError(f"device must be 'cpu' or 'cuda', got {str(device)!r}")
-        if isinstance(cache_share, (bool, np.bool_)) or not isinstance(cache_share, numbers.Real):
-            raise TypeError(f"cache_share must be a float in [0, 1), got {cache_share!r}")
-        if not 0.0 <= float(cache_share) < 1.0:
-            raise ValueError(f"cache_share must be in [0, 1), got {cache_share!r}")
-        if not isinstance(add_self_loops, (bool, np.bool_)):
-            raise TypeError(f"add_self_loops must be True or False, got {add_self_loops!r}")
+        cache_share = check_share("cache_share", cache_share)
+        add_self_loops = check_bool("add_self_loops", add_self_loops)
         if reorder not in ("rcm", "none"):
             raise ValueError(f"reorder must be 'rcm' or 'none', got {reorder!r}")
         if dedup is not None and not isinstance(dedup, bool):
@@ -287,10 +283,9 @@ class FullGraph:
         if bad >= 0:
             degrees = np.diff(op.indptr)
             need = 16 + SLACK + row_bytes + edge_bytes * int(degrees.max())
-            which = "destination" if op is self._forward else "source"
-            free = self.memory.free_bytes(Tier.DEVICE)  # the tier's own: partition_bytes is in the note
-            raise MemoryBudgetError(
-                Tier.DEVICE, OWNER, need, free, self.memory.budget(Tier.DEVICE),
+            which, mm = ("destination" if op is self._forward else "source"), self.memory
+            raise MemoryBudgetError(  # the tier's free bytes (partition_bytes is in the note)
+                Tier.DEVICE, OWNER, need, mm.free_bytes(Tier.DEVICE), mm.budget(Tier.DEVICE),
                 note=f"one partition cannot fit: {which} row {int(bad)} ({int(degrees[bad])} entries) at "
                      f"feature width {width} x {itemsize} B needs more than the {cap} bytes allowed "
                      f"(partition_bytes={self.partition_bytes}, device tier free bytes included); "
