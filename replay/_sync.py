@@ -3,15 +3,16 @@
 Writers of a replay store run in other processes (actors) and must block on the store's rate limiter
 and serialise their commits to a shard. ``multiprocessing`` locks cannot do this here: they pickle only
 while a process is being spawned, so they cannot travel inside a small picklable handle that is sent
-any other way. Instead we place POSIX ``pthread_mutex_t`` / ``pthread_cond_t`` objects, initialised
-``PTHREAD_PROCESS_SHARED``, inside a shared-memory region: any process that maps the region (by name,
+any other way. Instead we place a POSIX ``pthread_mutex_t``, initialised ``PTHREAD_PROCESS_SHARED``,
+and a condition's futex word inside a shared-memory region: any process that maps the region (by name,
 through `graphrl.memory.Region.attach`) can lock and wait on them, and the handle stays a few names.
 
 - The mutex is *robust*: if a process dies while holding it, the next locker gets ``EOWNERDEAD``; we
   mark the mutex consistent and report it (``SharedMutex.acquire`` returns ``True``) so the caller can
   repair the state it protects. No lock is ever lost to a killed actor.
-- Condition variables use ``CLOCK_MONOTONIC``; every wait has a deadline, so a wait never hangs longer
-  than its timeout.
+- Conditions are a sequence word and futex(2) (`SharedCondition`): a waiter killed while waiting holds
+  nothing, so it cannot block a later broadcast. Waits are relative (``CLOCK_MONOTONIC``) and every
+  wait has a deadline, so a wait never hangs longer than its timeout.
 - ctypes releases the GIL around each call, so a thread blocked here never blocks other Python threads.
 
 `SharedCondition` has the methods of ``threading.Condition`` that the rate limiter and the store use
@@ -26,6 +27,7 @@ import ctypes
 import errno
 import logging
 import math
+import platform
 import time
 from collections.abc import Callable
 
@@ -33,23 +35,22 @@ import numpy as np
 
 logger = logging.getLogger(__name__)
 
-SLOT_BYTES = 128  # room for a pthread_mutex_t (40 B) or pthread_cond_t (48 B) on glibc, cache-line aligned
+SLOT_BYTES = 128  # room for a pthread_mutex_t (40 B on glibc) or a futex word, cache-line aligned
 _PTHREAD_PROCESS_SHARED = 1
 _PTHREAD_MUTEX_ROBUST = 1
-_CLOCK_MONOTONIC = 1
 _MAX_WAIT_S = 3600.0  # waits without a timeout re-arm every hour (so no timespec overflows)
 _SLICE_S = 1.0  # wait_for re-checks at least this often (a blocked C call delays Python signal handlers)
 
 _libc = ctypes.CDLL(None, use_errno=True)
-for _name in (
-    "pthread_mutex_lock",
-    "pthread_mutex_unlock",
-    "pthread_mutex_consistent",
-    "pthread_cond_broadcast",
-    "pthread_cond_signal",
-    "pthread_cond_timedwait",
-):
+for _name in ("pthread_mutex_lock", "pthread_mutex_unlock", "pthread_mutex_consistent"):
     getattr(_libc, _name).restype = ctypes.c_int
+# futex(2): the condition's word; not FUTEX_PRIVATE (the word is shared between processes)
+SYS_FUTEX = {"x86_64": 202, "aarch64": 98}.get(platform.machine(), 202)
+FUTEX_WAIT, FUTEX_WAKE = 0, 1
+_futex = _libc.syscall
+_futex.restype = ctypes.c_long
+_futex.argtypes = (ctypes.c_long, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
+                   ctypes.c_void_p, ctypes.c_int)
 
 
 class _Timespec(ctypes.Structure):
@@ -104,7 +105,7 @@ class SharedMutex:
 
     @property
     def pointer(self) -> ctypes.c_void_p:
-        """The ``pthread_mutex_t *`` (for `SharedCondition`'s ``pthread_cond_timedwait``)."""
+        """The ``pthread_mutex_t *``."""
         return self._ptr
 
     def mark_consistent(self) -> None:
@@ -122,10 +123,19 @@ class SharedMutex:
 class SharedCondition:
     """A process-shared condition variable over a `SharedMutex`, with ``threading.Condition``'s API.
 
+    A sequence word and futex(2), not a ``pthread_cond_t``: glibc's process-shared condition keeps
+    per-waiter state that a waiter killed inside ``pthread_cond_wait`` never gives back, after which a
+    broadcast blocks for good while holding the mutex. Here a waiter holds nothing: `wait` reads the
+    word (mutex held), releases the mutex and sleeps with ``FUTEX_WAIT`` while the word is unchanged;
+    `notify_all` (mutex held) counts the word up and wakes every sleeper (`replay.sync_kernels.
+    cond_broadcast` does the same from compiled code). A notification between the read and the sleep
+    changes the word, so the sleep returns at once: none is lost.
+
     Parameters
     ----------
     buf : numpy.ndarray, uint8, shape [>= SLOT_BYTES]
-        Memory in a shared region for the ``pthread_cond_t``, 64-byte aligned.
+        Memory in a shared region for the sequence word and the waiter count (int32 each, the first
+        8 bytes), 64-byte aligned.
     mutex : SharedMutex
         The mutex the condition is used with (several conditions may share one).
     create : bool
@@ -143,15 +153,12 @@ class SharedCondition:
     ) -> None:
         self._buf = buf
         self._ptr = ctypes.c_void_p(_address(buf))
+        self._seq = buf[:4].view(np.int32)
+        self._waiters = buf[4:8].view(np.int32)  # sleeping or about to (a killed one stays counted)
         self.mutex = mutex
         self._on_owner_died = on_owner_died
         if create:
-            attr = ctypes.create_string_buffer(64)
-            _check(_libc.pthread_condattr_init(attr), "pthread_condattr_init")
-            _check(_libc.pthread_condattr_setpshared(attr, _PTHREAD_PROCESS_SHARED), "setpshared")
-            _check(_libc.pthread_condattr_setclock(attr, _CLOCK_MONOTONIC), "setclock")
-            _check(_libc.pthread_cond_init(self._ptr, attr), "pthread_cond_init")
-            _libc.pthread_condattr_destroy(attr)
+            buf[:SLOT_BYTES] = 0
 
     def acquire(self) -> bool:
         died = self.mutex.acquire()
@@ -172,17 +179,20 @@ class SharedCondition:
     def wait(self, timeout: float | None = None) -> bool:
         """Wait for a notification (mutex held); False on timeout. Spurious wake-ups may return True."""
         wait_s = _MAX_WAIT_S if timeout is None else max(0.0, min(float(timeout), _MAX_WAIT_S))
-        deadline = time.monotonic() + wait_s
-        ts = _Timespec(int(deadline), int((deadline - math.floor(deadline)) * 1e9))
-        rc = _libc.pthread_cond_timedwait(self._ptr, self.mutex.pointer, ctypes.byref(ts))
-        if rc == errno.EOWNERDEAD:
-            self.mutex.mark_consistent()
-            if self._on_owner_died is not None:
-                self._on_owner_died()
-            return True
-        if rc == errno.ETIMEDOUT:
+        seq = int(self._seq[0])
+        ts = _Timespec(int(wait_s), int((wait_s - math.floor(wait_s)) * 1e9))  # relative, CLOCK_MONOTONIC
+        self._waiters[0] += 1
+        self.mutex.release()
+        try:
+            rc = _futex(SYS_FUTEX, self._ptr, FUTEX_WAIT, seq, ctypes.byref(ts), None, 0)
+            err = ctypes.get_errno() if rc != 0 else 0
+        finally:
+            self.acquire()
+            self._waiters[0] -= 1
+        if err == errno.ETIMEDOUT:
             return timeout is None  # an hour passed without a timeout: report a (spurious) wake-up
-        _check(rc, "pthread_cond_timedwait")
+        if err not in (0, errno.EAGAIN, errno.EINTR):  # EAGAIN: notified before the sleep
+            raise OSError(err, f"futex wait failed: {errno.errorcode.get(err, err)}")
         return True
 
     def wait_for(self, predicate: Callable[[], bool], timeout: float | None = None) -> bool:
@@ -203,10 +213,15 @@ class SharedCondition:
         return result
 
     def notify_all(self) -> None:
-        _check(_libc.pthread_cond_broadcast(self._ptr), "pthread_cond_broadcast")
+        """Wake every waiter (mutex held)."""
+        self.notify(2**31 - 1)
 
     def notify(self, n: int = 1) -> None:
-        _check(_libc.pthread_cond_signal(self._ptr), "pthread_cond_signal")
+        """Wake up to ``n`` waiters (mutex held)."""
+        self._seq[0] = np.int32((int(self._seq[0]) + 1 + 2**31) % 2**32 - 2**31)
+        if self._waiters[0] > 0 and _futex(SYS_FUTEX, self._ptr, FUTEX_WAKE, int(n), None, None, 0) < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"futex wake failed: {errno.errorcode.get(err, err)}")
 
 
 def _check(rc: int, what: str) -> None:

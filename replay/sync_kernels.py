@@ -1,14 +1,16 @@
 """Numba building blocks over raw addresses: the process-shared mutex and condition calls, int64 views,
 byte copies and a compiler fence, for kernels that run a whole commit protocol in one call.
 
-`replay._sync` places robust, process-shared ``pthread_mutex_t`` / ``pthread_cond_t`` objects in shared
-regions and calls them through ctypes; a numba kernel that takes those locks itself (the shard commit of
-`replay.commit_kernel.commit_chunk`) calls the same libc functions through these intrinsics, on the
+`replay._sync` places robust, process-shared ``pthread_mutex_t`` objects and futex condition words in
+shared regions and calls them through ctypes; a numba kernel that takes those locks itself (the shard
+commit of `replay.commit_kernel.commit_chunk`) calls the same libc functions through these intrinsics, on the
 same objects, so Python callers and compiled callers exclude each other as before:
 
-- `mutex_lock`, `mutex_unlock`, `mutex_consistent`, `cond_broadcast`: ``int32 f(void *)`` libc calls on
-  the object at an address (an ``int64``); they return the pthread error code (`EOWNERDEAD` from a
-  lock: the previous holder died, the caller holds the mutex and must make it consistent).
+- `mutex_lock`, `mutex_unlock`, `mutex_consistent`: ``int32 f(void *)`` libc calls on the object at an
+  address (an ``int64``); they return the pthread error code (`EOWNERDEAD` from a lock: the previous
+  holder died, the caller holds the mutex and must make it consistent).
+- `cond_broadcast`: `replay._sync.SharedCondition.notify_all` (mutex held): the condition's sequence
+  word counted up, then, if any waiter is counted, a ``FUTEX_WAKE`` of all through libc's ``syscall``.
 - `mutex_lock_robust`: `mutex_lock`, and on `EOWNERDEAD` `mutex_consistent`: 0, 1 when the holder
   had died (the caller holds the mutex and repairs what it guards), or -errno.
 - `int64_at(address, n)`, `float64_at(address, n)`: an int64 / float64 array view of ``n`` items at an
@@ -34,10 +36,13 @@ import ctypes
 import errno
 
 import numba as nb
+import numpy as np
 from llvmlite import binding as llvm
 from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
+
+from replay._sync import FUTEX_WAKE, SYS_FUTEX
 
 __all__ = [
     "EOWNERDEAD",
@@ -55,7 +60,7 @@ __all__ = [
 EOWNERDEAD = errno.EOWNERDEAD
 
 _libc = ctypes.CDLL(None, use_errno=True)
-_NAMES = ("pthread_mutex_lock", "pthread_mutex_unlock", "pthread_mutex_consistent", "pthread_cond_broadcast")
+_NAMES = ("pthread_mutex_lock", "pthread_mutex_unlock", "pthread_mutex_consistent", "syscall")
 for _name in _NAMES:  # the same functions (default symbol versions) ctypes calls in replay._sync
     llvm.add_symbol(_name, ctypes.cast(getattr(_libc, _name), ctypes.c_void_p).value)
 
@@ -83,7 +88,45 @@ def _pthread_call(fname: str):
 mutex_lock = _pthread_call("pthread_mutex_lock")
 mutex_unlock = _pthread_call("pthread_mutex_unlock")
 mutex_consistent = _pthread_call("pthread_mutex_consistent")
-cond_broadcast = _pthread_call("pthread_cond_broadcast")
+
+
+@intrinsic
+def _futex_wake_all(typingctx, addr):  # pragma: no cover - compiled
+    """``syscall(SYS_futex, addr, FUTEX_WAKE, INT_MAX, NULL, NULL, 0)``: wake every waiter on the word."""
+    sig = types.int64(types.int64)
+
+    def codegen(context, builder, signature, args):
+        i64, i32 = ir.IntType(64), ir.IntType(32)
+        fnty = ir.FunctionType(i64, [i64], var_arg=True)
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "syscall")
+        null = ir.Constant(_I8P, None)
+        return builder.call(fn, [ir.Constant(i64, SYS_FUTEX), builder.inttoptr(args[0], _I8P),
+                                 ir.Constant(i32, FUTEX_WAKE), ir.Constant(i32, 2**31 - 1), null, null,
+                                 ir.Constant(i32, 0)])
+
+    return sig, codegen
+
+
+@intrinsic
+def _int32_ptr(typingctx, addr):  # pragma: no cover - compiled
+    ptrty = types.CPointer(types.int32)
+    sig = ptrty(types.int64)
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(ptrty))
+
+    return sig, codegen
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def cond_broadcast(addr):  # pragma: no cover - compiled
+    """`replay._sync.SharedCondition.notify_all` of the condition at ``addr`` (its mutex held): 0."""
+    words = nb.carray(_int32_ptr(addr), 2)  # the sequence word, the waiters
+    words[0] = words[0] + np.int32(1)  # wraps; waiters only compare it with what they read
+    compiler_fence()
+    if words[1] > 0:
+        _futex_wake_all(addr)
+    return np.int32(0)
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
