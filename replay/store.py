@@ -484,8 +484,8 @@ class ReplayStore(StorageViews, ReplayStoreBase):
         Returns
         -------
         int
-            How many updates were applied (the others named windows overwritten, or items removed by
-            ``max_times_sampled``, since they were sampled).
+            How many updates were applied, a key given twice counted twice (the others named windows
+            overwritten, or items removed by ``max_times_sampled``, since they were sampled).
 
         Raises
         ------
