@@ -67,6 +67,20 @@ for _name in _NAMES:  # the same functions (default symbol versions) ctypes call
 _I8P = ir.IntType(8).as_pointer()
 
 
+def _pointer_to(item):
+    """An intrinsic turning an address (int64) into a pointer to ``item`` (a numba type)."""
+    ptrty = types.CPointer(item)
+
+    @intrinsic
+    def pointer(typingctx, addr):  # pragma: no cover - compiled
+        def codegen(context, builder, signature, args):
+            return builder.inttoptr(args[0], context.get_value_type(ptrty))
+
+        return ptrty(types.int64), codegen
+
+    return pointer
+
+
 def _pthread_call(fname: str):
     """An intrinsic ``int32 fname(void *)`` taking the object's address as an integer."""
 
@@ -107,15 +121,7 @@ def _futex_wake_all(typingctx, addr):  # pragma: no cover - compiled
     return sig, codegen
 
 
-@intrinsic
-def _int32_ptr(typingctx, addr):  # pragma: no cover - compiled
-    ptrty = types.CPointer(types.int32)
-    sig = ptrty(types.int64)
-
-    def codegen(context, builder, signature, args):
-        return builder.inttoptr(args[0], context.get_value_type(ptrty))
-
-    return sig, codegen
+_int32_ptr = _pointer_to(types.int32)
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
@@ -141,15 +147,7 @@ def mutex_lock_robust(addr):  # pragma: no cover - compiled
     return -rc
 
 
-@intrinsic
-def _int64_ptr(typingctx, addr):  # pragma: no cover - compiled
-    ptrty = types.CPointer(types.int64)
-    sig = ptrty(types.int64)
-
-    def codegen(context, builder, signature, args):
-        return builder.inttoptr(args[0], context.get_value_type(ptrty))
-
-    return sig, codegen
+_int64_ptr = _pointer_to(types.int64)
 
 
 @nb.njit(cache=True, inline="always")
@@ -158,15 +156,7 @@ def int64_at(addr, n):  # pragma: no cover - compiled
     return nb.carray(_int64_ptr(addr), n)
 
 
-@intrinsic
-def _float64_ptr(typingctx, addr):  # pragma: no cover - compiled
-    ptrty = types.CPointer(types.float64)
-    sig = ptrty(types.int64)
-
-    def codegen(context, builder, signature, args):
-        return builder.inttoptr(args[0], context.get_value_type(ptrty))
-
-    return sig, codegen
+_float64_ptr = _pointer_to(types.float64)
 
 
 @nb.njit(cache=True, inline="always")
