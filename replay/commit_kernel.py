@@ -30,6 +30,7 @@ from replay.rate_limiter import CANCELLED, DELETES, INSERTS, SAMPLES
 from replay.shard_layout import (
     COMMITS,
     CONTINUATION,
+    HOLE_END,
     HOLES,
     META_LEN,
     N_RECORDS,
@@ -68,8 +69,10 @@ __all__ = [
     "SHARD_WORDS",
     "build_plan",
     "commit_chunk",
+    "count_deletes_locked",
     "count_overwritten",
     "plan_layout",
+    "repair_hole",
     "write_steps",
 ]
 
@@ -137,6 +140,60 @@ def count_overwritten(steps, capacity, lo, hi):  # pragma: no cover - numba
         if steps[c, 0] >= 0 and (steps[c, 2] & 1) == 0:
             overwritten += 1
     return overwritten
+
+
+@nb.njit(cache=True, nogil=True)
+def repair_hole(meta, steps, capacity):  # pragma: no cover - numba
+    """Repair the commit a dead writer left half done (the shard mutex held, its holder found dead).
+
+    The reserved positions ``WRITE_POS .. RESERVE_POS - 1`` become a hole: no record (-1), counted in
+    ``HOLES``, ``HOLE_END`` moved past them, ``WRITE_POS`` moved to ``RESERVE_POS``; the commit's
+    ``RESERVE_DELETES`` is taken (cleared). Nothing changes when nothing was reserved.
+
+    Parameters
+    ----------
+    meta : numpy.ndarray, int64 [META_LEN]
+        The shard's meta words (`replay.shard_layout`).
+    steps : numpy.ndarray, int64 [3 C]
+        The shard's step index, flat (record id, sequence number, flags per slot).
+    capacity : int
+        C, slots of the ring.
+
+    Returns
+    -------
+    ``(hole_at, hole, lost)``, all int: the hole's first position and length (0: none), and the items
+    the dead commit overwrote, which the caller counts as deleted (the control block's ``DELETES``).
+    """
+    wp, rp = meta[WRITE_POS], meta[RESERVE_POS]
+    if rp <= wp:
+        return wp, 0, 0
+    for p in range(wp, rp):
+        steps[(p % capacity) * 3] = -1
+    meta[HOLES] += rp - wp
+    meta[HOLE_END] = rp
+    meta[WRITE_POS] = rp
+    lost = meta[RESERVE_DELETES]
+    meta[RESERVE_DELETES] = 0
+    return wp, rp - wp, lost
+
+
+@nb.njit(cache=True, nogil=True)
+def count_deletes_locked(plan, n):  # pragma: no cover - numba
+    """Count ``n`` deleted items in the control block under its mutex and wake its waiters (a shard
+    mutex may be held: the store's lock order is a shard, then the control block).
+
+    Returns
+    -------
+    int
+        0, 1 when the control mutex's holder had died (now consistent), or -errno (nothing counted).
+    """
+    rc = mutex_lock_robust(plan[P_CTL_MUTEX])
+    if rc < 0:
+        return rc
+    int64_at(plan[P_CTL], DELETES + 1)[DELETES] += n
+    cond_broadcast(plan[P_CTL_COND])
+    mutex_unlock(plan[P_CTL_MUTEX])
+    return rc
 
 
 @nb.njit(cache=True, nogil=True)
@@ -245,27 +302,17 @@ def commit_chunk(
     if rc < 0:
         return FAILED, shard, -1, -rc, died, 0, 0
     hole_at, hole, lost = 0, 0, 0
-    if rc == 1:  # its holder died mid-commit: the reserved slots become a hole (ShardStorage._repair)
+    if rc == 1:  # its holder died mid-commit: the reserved slots become a hole (lost: deleted below)
         died += 1
-        wp, rp = meta[WRITE_POS], meta[RESERVE_POS]
-        if rp > wp:
-            for p in range(wp, rp):
-                steps[(p % cap) * 3] = -1
-            meta[HOLES] += rp - wp
-            meta[WRITE_POS] = rp
-            hole_at, hole, lost = wp, rp - wp, meta[RESERVE_DELETES]  # lost: counted as deleted below
-            meta[RESERVE_DELETES] = 0
+        hole_at, hole, lost = repair_hole(meta, steps, cap)
     wp = meta[WRITE_POS]
     if wp + count >= MAX_POSITION:
         mutex_unlock(sh_mutex)
         if lost:
-            rc = mutex_lock_robust(ctl_mutex)
+            rc = count_deletes_locked(plan, lost)
             if rc < 0:
                 return FAILED, shard, record, -rc, died, hole_at, hole
             died += rc
-            ctl[DELETES] += lost
-            cond_broadcast(plan[P_CTL_COND])
-            mutex_unlock(ctl_mutex)
         return OVERFLOW, shard, record, 0, died, hole_at, hole
     extend = False
     r = 0

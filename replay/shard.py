@@ -35,12 +35,13 @@ import numpy as np
 
 from graphrl.memory import MemoryManager, Region, RegionHandle
 from replay._sync import SLOT_BYTES, SharedMutex
-from replay.commit_kernel import count_overwritten, write_steps
+from replay.commit_kernel import count_overwritten, repair_hole, write_steps
 from replay.keys import MAX_POSITION
 from replay.shard_layout import (
     COMMITS,
     CONTINUATION,
     EXHAUSTED,
+    HOLE_END,
     HOLES,
     META_LEN,
     N_RECORDS,
@@ -248,17 +249,11 @@ class ShardStorage:
         self.release()
 
     def _repair(self) -> None:
-        wp, rp = int(self.meta[WRITE_POS]), int(self.meta[RESERVE_POS])
-        if rp > wp:
-            slots = np.arange(wp, rp) % self.capacity
-            self.steps[slots, 0] = -1
-            self.meta[HOLES] += rp - wp
-            self.meta[WRITE_POS] = rp
-            lost = int(self.meta[RESERVE_DELETES])  # the items the dead commit overwrote
-            self.meta[RESERVE_DELETES] = 0
-            self.report_repair(wp, rp - wp)
-            if lost and self.count_deletes is not None:
-                self.count_deletes(lost)
+        hole_at, hole, lost = repair_hole(self.meta, self.steps.reshape(-1), self.capacity)
+        if hole:
+            self.report_repair(int(hole_at), int(hole))
+        if lost and self.count_deletes is not None:  # the items the dead commit overwrote
+            self.count_deletes(int(lost))
 
     # -- reads (lock held)
     @property
@@ -272,8 +267,9 @@ class ShardStorage:
 
     def live_steps(self) -> int:
         """Steps held: the live positions less the holes among them (dead writers' commits)."""
-        live = min(int(self.meta[WRITE_POS]), self.capacity)
-        if self.meta[HOLES] == 0:
+        wp = int(self.meta[WRITE_POS])
+        live = min(wp, self.capacity)
+        if self.meta[HOLE_END] <= wp - live:  # the floor passed the newest hole: none is live
             return live
         return int(np.count_nonzero(self.steps[:live, 0] >= 0))  # positions 0.. fill slots 0.. first
 
@@ -473,6 +469,7 @@ class ShardStorage:
             self.meta[WRITE_POS] = self.meta[RESERVE_POS] = wp
             self.meta[N_RECORDS] = int(state["n_records"])
             self.meta[HOLES] = int(state["holes"])
+            self.meta[HOLE_END] = wp if state["holes"] else 0  # a hole may be among the restored steps
             self.meta[RESERVE_DELETES] = 0
             self.meta[COMMITS] = int(state["commits"])
 

@@ -15,6 +15,7 @@ __all__ = [
     "CONTINUATION",
     "EXHAUSTED",
     "HOLES",
+    "HOLE_END",
     "LOST_RECORD",
     "META_LEN",
     "N_RECORDS",
@@ -31,8 +32,9 @@ __all__ = [
 
 # meta words. RESERVE_DELETES: the items the commit in progress overwrites, stored before RESERVE_POS
 # publishes its reservation and cleared after WRITE_POS publishes the steps; a repair of that commit
-# (its writer died between the two) counts them as deleted.
-WRITE_POS, RESERVE_POS, N_RECORDS, HOLES, COMMITS, RESERVE_DELETES = 0, 1, 2, 3, 4, 5
+# (its writer died between the two) counts them as deleted. HOLE_END: the position after the newest
+# hole (0: none), so that a ring whose floor has passed it is known to hold no hole.
+WRITE_POS, RESERVE_POS, N_RECORDS, HOLES, COMMITS, RESERVE_DELETES, HOLE_END = 0, 1, 2, 3, 4, 5, 6
 META_LEN = 16  # meta words reserved (the rest are zero)
 # a record's words and its flags
 REC_ID, REC_START, REC_LENGTH, REC_FLAGS = 0, 1, 2, 3

@@ -15,15 +15,15 @@ waits a few microseconds at most; larger batches keep the lock-free copy.
 
 `sample_transitions` is the whole sample in one call (`replay.table.Table.draw_transitions` makes it,
 holding only the table lock): it takes every shard mutex in shard order through
-`replay.sync_kernels` (repairing a hole a dead writer's commit left, as
-`replay.shard.ShardStorage._repair` does), checks that the table has ingested every commit, draws the
-uniforms from the selector's generator (as ``Generator.random`` does), runs `draw_transitions` (the
-selector by address, `selector_words`; the rings and row sizes from the plan; the slot as addresses
-``dst``), releases the shard mutexes and counts the sampled steps under the control mutex with a
-wake-up (`replay.rate_limiter.RateLimiterState.sample`). When a shard has commits the table
-has not ingested it changes nothing and returns `STALE`: the caller takes the shard locks in Python,
-ingests, and calls it again with ``held`` True (the shard mutexes are then the caller's). The plan is
-`replay.commit_kernel.build_plan`'s.
+`replay.sync_kernels` (repairing a hole a dead writer's commit left with
+`replay.commit_kernel.repair_hole`, as every locker does), checks that the table has ingested every
+commit, draws the uniforms from the selector's generator (as ``Generator.random`` does), runs
+`draw_transitions` (the selector by address, `selector_words`; the rings and row sizes from the plan;
+the slot as addresses ``dst``), releases the shard mutexes and counts the sampled steps under the
+control mutex with a wake-up (`replay.rate_limiter.RateLimiterState.sample`). When a shard has
+commits the table has not ingested it changes nothing and returns `STALE`: the caller takes the
+shard locks in Python, ingests, and calls it again with ``held`` True (the shard mutexes are then the
+caller's). The plan is `replay.commit_kernel.build_plan`'s.
 
 >>> live = draw_transitions(u, ctree, wtree, False, size, filled, times, written, capacity,
 ...                         rings, outs, row_bytes, incarnation, keys, prob, mask, 0.4, weights)
@@ -53,11 +53,13 @@ from replay.commit_kernel import (
     P_ROW_BYTES,
     P_SHARDS,
     SHARD_WORDS,
+    count_deletes_locked,
+    repair_hole,
 )
 from replay.draw_kernels import draw_items, importance_weights_into
 from replay.keys import BACK_BITS, INC_BITS, SHARD_BITS
-from replay.rate_limiter import DELETES, SAMPLES
-from replay.shard_layout import HOLES, META_LEN, RESERVE_DELETES, RESERVE_POS, WRITE_POS
+from replay.rate_limiter import SAMPLES
+from replay.shard_layout import META_LEN, WRITE_POS
 from replay.sync_kernels import (
     cond_broadcast,
     copy_at,
@@ -292,30 +294,18 @@ def sample_transitions(
             if rc < 0:
                 _unlock_shards(plan, s)
                 return FAILED, 0, -rc, died
-            if rc == 1:  # its holder died mid-commit: the reserved slots become a hole (ShardStorage._repair)
+            if rc == 1:  # its holder died mid-commit: the reserved slots become a hole (repair_hole)
                 died += 1
-                meta = int64_at(plan[base + 1], META_LEN)
-                wp, rp = meta[WRITE_POS], meta[RESERVE_POS]
-                repairs[2 * s] = wp
-                repairs[2 * s + 1] = 0
-                if rp > wp:
-                    steps = int64_at(plan[base + 2], 3 * capacity)
-                    for p in range(wp, rp):
-                        steps[(p % capacity) * 3] = -1
-                    meta[HOLES] += rp - wp
-                    meta[WRITE_POS] = rp
-                    repairs[2 * s + 1] = rp - wp
-                    lost = meta[RESERVE_DELETES]  # the items the dead commit overwrote: deleted
-                    meta[RESERVE_DELETES] = 0
-                    if lost:  # the shard mutex, then the control mutex (the store's lock order)
-                        rc = mutex_lock_robust(plan[P_CTL_MUTEX])
-                        if rc < 0:
-                            _unlock_shards(plan, s + 1)
-                            return FAILED, 0, -rc, died
-                        died += rc
-                        int64_at(plan[P_CTL], DELETES + 1)[DELETES] += lost
-                        cond_broadcast(plan[P_CTL_COND])
-                        mutex_unlock(plan[P_CTL_MUTEX])
+                hole_at, hole, lost = repair_hole(
+                    int64_at(plan[base + 1], META_LEN), int64_at(plan[base + 2], 3 * capacity), capacity
+                )
+                repairs[2 * s], repairs[2 * s + 1] = hole_at, hole
+                if lost:  # the items the dead commit overwrote: deleted
+                    rc = count_deletes_locked(plan, lost)
+                    if rc < 0:
+                        _unlock_shards(plan, s + 1)
+                        return FAILED, 0, -rc, died
+                    died += rc
         for s in range(s_count):
             meta = int64_at(plan[P_ROW_BYTES + nf + s * (SHARD_WORDS + nf) + 1], META_LEN)
             if meta[WRITE_POS] != written[s]:

@@ -23,7 +23,7 @@ import pytest
 from graphrl.memory import MemoryManager
 from replay import MinSize, ReplayStore, TrajectorySpec
 from replay.commit_kernel import count_overwritten
-from replay.shard_layout import HOLES, RESERVE_DELETES, RESERVE_POS, WRITE_POS
+from replay.shard_layout import HOLE_END, HOLES, RESERVE_DELETES, RESERVE_POS, WRITE_POS
 
 SPEC = TrajectorySpec({"pos": ((), "int64"), "obs": ((3,), "float32")})
 
@@ -125,18 +125,30 @@ def test_the_items_a_dead_commit_overwrote_are_counted_deleted(how):
         b = store.sample(256, 1)
         assert set(b["pos"].numpy()[:, 0].tolist()) <= set(written)  # never the hole, never overwritten
         b.release()
+        assert int(sh.meta[HOLE_END]) == 24  # the newest hole ends there
+        fill(store, 2000, 16 - extra)  # the ring's floor (40 - 16) reaches the hole's end
+        assert len(store) == 16 == store.selector_mass()[0]
         store.close()
 
 
+def ring_of_8(mm: MemoryManager) -> ReplayStore:
+    """One shard of 8 steps, sampled from the first step on (MinSize(1))."""
+    return ReplayStore(SPEC, 8, 1, rate_limiter=MinSize(1), memory=mm, seed=3, timeout=10.0)
+
+
 @pytest.mark.parametrize("window", [1, 3])
-def test_a_store_whose_every_item_a_dead_commit_overwrote_times_out_a_sample(window):
+def test_a_store_whose_every_item_a_dead_commit_overwrote_times_out_a_sample(window, tmp_path):
     with MemoryManager() as mm:
-        store = ReplayStore(SPEC, 8, 1, rate_limiter=MinSize(1), memory=mm, seed=3, timeout=10.0)
+        store = ring_of_8(mm)
         fill(store, 0, 8)
         store.sample(2).release()
         kill_mid_commit(store, 100, 8)  # a chunk as large as the ring: every item goes
         assert "fewer than min_size=1" in str(timed_out_sample(store, window))
         assert store.counters()["deletes"] == 8 and len(store) == 0
+        store.checkpoint(tmp_path)  # the hole travels: the restored store holds no step either
+        restored = ReplayStore.restore(tmp_path, memory=mm)
+        assert len(restored) == 0 and restored.counters() == store.counters()
+        restored.close()
         fill(store, 200, 3)  # inserts end the wait: the store draws again
         b = store.sample(16, window)
         assert set(b["pos"].numpy()[b.mask.numpy()].tolist()) <= {200, 201, 202}
@@ -147,7 +159,7 @@ def test_a_store_whose_every_item_a_dead_commit_overwrote_times_out_a_sample(win
 @pytest.mark.parametrize("window", [1, 3])
 def test_a_limiter_that_admits_an_empty_table_times_out_a_sample(window):
     with MemoryManager() as mm:
-        store = ReplayStore(SPEC, 8, 1, rate_limiter=MinSize(1), memory=mm, seed=3, timeout=10.0)
+        store = ring_of_8(mm)
         store.storage.control.counters[0] += 5  # 5 inserts counted that no shard holds
         err = timed_out_sample(store, window)
         assert "timeout=0.2" in str(err) and "counts 5 sampleable items but the table held none" in str(err)
