@@ -218,7 +218,7 @@ class SharedCondition:
 
     def notify(self, n: int = 1) -> None:
         """Wake up to ``n`` waiters (mutex held)."""
-        self._seq[0] = np.int32((int(self._seq[0]) + 1 + 2**31) % 2**32 - 2**31)
+        np.add(self._seq, 1, out=self._seq)  # int32 arithmetic wraps: waiters only compare the word
         if self._waiters[0] > 0 and _futex(SYS_FUTEX, self._ptr, FUTEX_WAKE, int(n), None, None, 0) < 0:
             err = ctypes.get_errno()
             raise OSError(err, f"futex wake failed: {errno.errorcode.get(err, err)}")

@@ -23,6 +23,7 @@ import numpy as np
 
 from graphrl.memory import MemoryManager, Region
 from replay._sync import SLOT_BYTES, SharedCondition, SharedMutex
+from replay.rate_limiter import CANCELLED, DELETES, INSERTS, SAMPLES
 
 __all__ = ["CTL_FIXED", "GSEQ", "WRITERS", "Control"]
 
@@ -121,13 +122,13 @@ class Control:
         """Count ``n`` deleted items (the rate limiter's ``deletes``) and wake waiters; callers may hold
         a shard lock (the order is a shard lock, then this mutex)."""
         with self.cond:
-            self.counters[2] += int(n)
+            self.counters[DELETES] += int(n)
             self.cond.notify_all()
 
     @property
     def closed(self) -> bool:
         """Whether the store was closed (the rate limiter's ``cancelled`` counter is set)."""
-        return bool(self.counters[3])
+        return bool(self.counters[CANCELLED])
 
     def free(self) -> None:
         """Free the region (once; later calls do nothing)."""
@@ -139,9 +140,9 @@ class Control:
         """Rate-limiter counters, the global sequence, writers made and steps assigned per shard."""
         return {
             "counters": {
-                "inserts": int(self.counters[0]),
-                "samples": int(self.counters[1]),
-                "deletes": int(self.counters[2]),
+                "inserts": int(self.counters[INSERTS]),
+                "samples": int(self.counters[SAMPLES]),
+                "deletes": int(self.counters[DELETES]),
             },
             "global_seq": int(self.ctl[GSEQ]),
             "writers": int(self.ctl[WRITERS]),
@@ -152,7 +153,7 @@ class Control:
         """Put back `state_dict`; no episode is open afterwards (the writers that held them are gone)."""
         with self.cond:
             c = state["counters"]
-            self.counters[0], self.counters[1], self.counters[2] = (
+            self.counters[INSERTS], self.counters[SAMPLES], self.counters[DELETES] = (
                 int(c["inserts"]),
                 int(c["samples"]),
                 int(c["deletes"]),

@@ -48,9 +48,9 @@ def verify_checksums(root: Path, paths: Sequence[Path]) -> None:
         return
     listed = {}
     for line in sums_path.read_text().splitlines():
-        digest, _, name = line.strip().partition("  ")
-        if digest and name:
-            listed[name.lstrip("*")] = digest.lower()
+        parts = line.split(None, 1)  # "<digest>  <name>", or "<digest> *<name>" (binary mode)
+        if len(parts) == 2:
+            listed[parts[1].removeprefix("*")] = parts[0].lower()
     for path in paths:
         try:
             rel = path.resolve().relative_to(root.resolve()).as_posix()

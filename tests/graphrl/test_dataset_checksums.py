@@ -84,3 +84,14 @@ def test_without_a_list_damaged_pickles_and_bytes_still_name_the_file(copy):
     with pytest.raises(ValueError, match=r"gowalla/train\.txt: not a text file of ids"):
         load_gowalla(copy)
     assert np.isfinite(load_lastfm(copy).train_weights.numpy()).all()  # the rest still loads unchecked
+
+
+def test_a_list_in_binary_mode_is_read_too(copy):
+    # sha256sum -b writes "<digest> *<name>": the same files are checked
+    sums = copy / CHECKSUMS
+    pairs = [line.split() for line in sums.read_text().splitlines()]
+    sums.write_text("".join(f"{digest} *{name}\n" for digest, name in pairs))
+    test = copy / "lastfm/test1.txt"
+    test.write_bytes(b"")
+    with pytest.raises(ValueError, match=r"lastfm/test1\.txt: SHA-256"):
+        load_lastfm(copy)
