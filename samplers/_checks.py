@@ -173,8 +173,10 @@ def check_seed_times(name: str, seed_times, num_seeds: int, dtype) -> np.ndarray
                     f"{float(arr[np.argmax(low)])!r}: the edge times are int64, and every int64 time sees an "
                     "edge at -2**63, so such a time cannot be kept; give times >= -2**63"
                 )
-            high = t >= 2.0**63  # past every int64 edge time: clamp, never wrap
-            return np.where(high, np.iinfo(np.int64).max, np.where(high, 0, t).astype(np.int64))
+            out = np.full(t.shape, np.iinfo(np.int64).max)  # at or past 2**63: sees every edge
+            fits = t < 2.0**63
+            out[fits] = t[fits].astype(np.int64)
+            return out
     elif arr.dtype.kind == "u" and np.dtype(dtype) == np.int64:
         # a time past every int64 edge time sees every edge: clamp, never wrap negative
         return np.minimum(arr, np.uint64(np.iinfo(np.int64).max)).astype(np.int64)
