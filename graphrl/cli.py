@@ -370,6 +370,8 @@ def _memory_summary(stats: dict) -> str:
 
     parts = []
     for tier, owners in stats.items():
+        if tier == "pools":  # the pools' counters, not a tier's owners
+            continue
         live = {o: u for o, u in owners.items() if u["peak"]}
         if live:
             used = ", ".join(f"{o} {size(u['bytes'])}" for o, u in live.items())

@@ -43,6 +43,7 @@ from graphrl.memory import MemoryBudgetError, MemoryManager, Region, Tier, parse
 from samplers._checks import check_bool, check_open, check_share
 from samplers.full_graph_adjacency import SLACK, Operator, align, build_operators, greedy_bounds
 from samplers.full_graph_plan import DEFAULT_CACHE_SHARE, PartitionPlan, locality_order, plan_propagation
+from graphrl.memory.transfers import Transfers
 from samplers.full_graph_stream import CallTraffic, StagedExecutor
 
 __all__ = ["FullGraph", "NORMALIZATIONS"]
@@ -102,13 +103,15 @@ class FullGraph:
         Use ``A + I`` (default) or ``A``.
     memory : MemoryManager or None
         Where every buffer comes from: the partitions' working set from the ``device`` tier, the
-        normalised adjacency and the outputs of `propagate` from the ``pinned`` tier with CUDA, else
-        ``host`` (the staged path's outputs always from ``host``: its transfers go through pinned
-        staging buffers of its own). None creates a private manager (closed by `close`).
+        normalised adjacency from the ``pinned`` tier with CUDA, else ``host``; the outputs of
+        `propagate`, the staging buffers and the partitions' local CSRs of the staged path from the
+        ``pinned`` tier (falling back to ``host``). None creates a private manager (closed by `close`).
     partition_bytes : int, str or None
-        Most bytes of one partition's working set (``"256MiB"``; see `graphrl.memory.parse_size`).
-        The working set of every call is also kept within the device tier's free bytes. None: limited
-        by the device tier only.
+        Most bytes of one partition's working set (``"256MiB"``; see `graphrl.memory.parse_size`): on
+        the host path the whole working set, on the staged path one of its two slots (local CSR,
+        streamed sources, output rows), the dedup cache taking what the slots leave of the device
+        tier. The working set of every call is also kept within the device tier's free bytes. None:
+        limited by the device tier only (on the staged path, a slot takes at most half of it).
     device : str, torch.device or None
         Where partitions are computed: None or ``"cpu"`` (host kernels), or ``"cuda"`` (the staged path
         on the memory manager's device tier; without CUDA it runs on host memory, with a warning, and
@@ -117,7 +120,8 @@ class FullGraph:
         The staged path with (True) or without (False, every partition moves all it reads) the device
         cache of multiply-read source rows. None: True for CUDA, else the zero-copy host path.
     cache_share : float
-        With ``dedup``, the share of the device budget partitioning leaves to the cache, in [0, 1).
+        With ``dedup``, the largest share of the device budget that planning sets aside for the most-read
+        source rows before cutting partitions, in [0, 1) (0: only the plan without a set-aside).
     reorder : {"rcm", "none"}
         Staged path: order destination rows by reverse Cuthill-McKee before cutting partitions.
     partitions : int or None
@@ -227,6 +231,7 @@ class FullGraph:
         self._calls: list[CallTraffic] = []
         self._intermediate: list[str] = []
         self._executor = StagedExecutor(self.memory, OWNER) if self.staged else None
+        self._registrations0 = self._executor.transfers.registrations() if self._executor is not None else 0
         self._forward, self._backward = build_operators(graph, normalization, self.add_self_loops,
                                                         self._alloc, OWNER_ADJ)
         self.symmetric = self._backward is self._forward
@@ -266,14 +271,19 @@ class FullGraph:
             raise ValueError(f"partition_bytes must be > 0, got {value!r}")
         self._partition_bytes = size
 
-    def _cap(self) -> int:
-        """Bytes a working set may take now: partition_bytes and the device tier's room (ours included)."""
+    def _device_room(self) -> int:
+        """The device tier's free bytes, counting the working set this FullGraph holds as free."""
         free = self.memory.free_bytes(Tier.DEVICE)
         ws = self._workspace
         if ws is not None and not ws.freed:
             free += ws.nbytes
         if self._executor is not None:
             free += self._executor.working_bytes
+        return free
+
+    def _cap(self) -> int:
+        """Bytes a working set may take now: partition_bytes and the device tier's room (ours included)."""
+        free = self._device_room()
         return free if self.partition_bytes is None else min(self.partition_bytes, free)
 
     def _bounds(self, op: Operator, width: int, itemsize: int, cap: int) -> np.ndarray:
@@ -358,13 +368,14 @@ class FullGraph:
             raise ValueError("plan() needs the staged path: FullGraph(..., dedup=True or False) or "
                              "device='cuda'")
         itemsize = torch.empty(0, dtype=dtype).element_size()
-        cap = self._cap()
-        key = (bool(transpose), int(width), itemsize, cap)
+        budget = self._device_room()
+        slot = None if self.partition_bytes is None or self.partition_bytes >= budget // 2 else self.partition_bytes
+        key = (bool(transpose), int(width), itemsize, budget, slot)
         plan = self._plans.get(key)
         if plan is None:
             op = self._backward if transpose else self._forward
-            plan = plan_propagation(op.indptr, op.indices, op.weights, self.order, int(width), itemsize, cap,
-                                    bool(self.dedup), self.cache_share, OWNER, self.num_parts)
+            plan = plan_propagation(op.indptr, op.indices, op.weights, self.order, int(width), itemsize, budget,
+                                    bool(self.dedup), self.cache_share, OWNER, self.num_parts, slot_bytes=slot)
             if len(self._plans) >= _MAX_PLANS:  # the oldest first (a budget that moved, say)
                 self._plans.pop(next(iter(self._plans)))
             self._plans[key] = plan
@@ -382,17 +393,30 @@ class FullGraph:
             partitions is this minus the cache's load, ``cache_rows`` x d x itemsize per call),
             ``calls``, ``partitions`` (the most of one call), ``max_device_bytes`` (largest working
             set); ``dedup``, ``device``; ``per_call``, a list of `samplers.full_graph_stream.CallTraffic`
-            dicts (direction, width, partitions, bytes, cache rows); ``intermediate``, the per-layer
-            keep/recompute choices last noted (`note_intermediates`). The zero-copy host path moves
-            nothing: zeros and ``staged`` False.
+            dicts (direction, width, partitions, bytes, cache rows, pageable transfers, host waits);
+            ``intermediate``, the per-layer keep/recompute choices last noted (`note_intermediates`).
+            The GPU rules, counted over every copy of `transfers` (the propagations', and
+            `graphrl.nn.host_linear`'s when given it): ``registrations`` (host memory page-locked or
+            device memory taken by the memory manager's pools since the last reset; none in a steady
+            state), ``pageable_transfers`` (copies whose host side was not pinned; none),
+            ``pinned_transfers`` and ``host_waits`` (times the host blocked on the device; at most one
+            per partition). The zero-copy host path moves nothing: zeros and ``staged`` False.
         """
+        transfers = self.transfers
         with self._lock:  # propagations append under it: a reset loses none
             calls = [c.as_dict() for c in self._calls]
+            counts = transfers.counts.as_dict() if transfers is not None else {}
+            registrations = transfers.registrations() - self._registrations0 if transfers is not None else 0
             if reset:
                 self._calls = []
+                if transfers is not None:
+                    transfers.reset()
+                    self._registrations0 += registrations
         keys = ("host_to_device_bytes", "vertex_host_to_device_bytes", "structure_host_to_device_bytes",
                 "device_to_host_bytes", "dedup_hit_bytes")
         out = {k: sum(c[k] for c in calls) for k in keys}
+        out.update(registrations=registrations, pageable_transfers=counts.get("pageable_transfers", 0),
+                   pinned_transfers=counts.get("pinned_transfers", 0), host_waits=counts.get("host_waits", 0))
         out["partitions"] = max((c["partitions"] for c in calls), default=0)
         out.update(calls=len(calls), max_device_bytes=max((c["device_bytes"] for c in calls), default=0),
                    staged=self.staged, dedup=self.dedup, device=str(self.device), per_call=calls,
@@ -401,9 +425,16 @@ class FullGraph:
 
     @property
     def vertex_tier(self) -> Tier:
-        """The memory tier of the vertex data `propagate` returns (host on the staged path; else pinned
-        with CUDA, host without)."""
-        return Tier.HOST if self.staged else self._host_tier
+        """The memory tier of the vertex data `propagate` returns: pinned on the staged path (also
+        without CUDA, where the pinned tier is plain host memory, so the same transfers are counted);
+        on the host path pinned with CUDA, host without. A full pinned tier falls back to host."""
+        return Tier.PINNED if self.staged else self._host_tier
+
+    @property
+    def transfers(self) -> Transfers | None:
+        """The staged path's `graphrl.memory.transfers.Transfers` (None on the host path): every
+        host-device copy of the propagations, and of `graphrl.nn.host_linear` given it, is counted there."""
+        return self._executor.transfers if self._executor is not None else None
 
     def note_intermediates(self, choices: list[str]) -> None:
         """Record a model's per-layer choice (``"keep"`` on the host or ``"recompute"``) for `traffic`."""
@@ -530,8 +561,10 @@ class FullGraph:
         n, d = h.shape
         with self._lock:
             self._check_open()
-            # plain host memory: registering N x d pinned pages per call would cost more than it saves
-            region = self.memory.allocate((n, d), h.dtype, self.vertex_tier, owner=OWNER_VERTEX)
+            # pinned, from the manager's pool (no registration once an epoch has run): host_linear and
+            # the next layer's copies read it without a pageable transfer
+            region = self.memory.allocate((n, d), h.dtype, self.vertex_tier, owner=OWNER_VERTEX,
+                                          fallback=(Tier.HOST,))
             out = region.tensor()
             weakref.finalize(out, _free_quietly, region)
             if n == 0 or d == 0:
@@ -570,6 +603,7 @@ class FullGraph:
         with self._lock:
             self._closed = True
             self._workspace = None
+            self._plans.clear()  # their pinned local CSRs go with them
         self._finalizer()
 
     def __enter__(self) -> FullGraph:

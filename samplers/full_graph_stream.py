@@ -7,14 +7,17 @@ partition k uses slot ``k % 2``), the slot's SpMM runs on the device, and its ou
 back and scattered into ``out`` on the host. Every logical transfer is counted in a `CallTraffic`.
 
 One code path for both kinds of device. The working set is one region of the memory manager's
-``device`` tier (so its peak is the manager's statistic):
+``device`` tier (so its peak is the manager's statistic). Source rows are gathered on the host into
+pinned staging buffers (``pinned`` tier), every host-device copy goes through a
+`graphrl.memory.transfers.Transfers` on a copy stream (host to device), a compute stream and a
+copy-back stream, with events, so that the copies of partition k+1 overlap the product of partition
+k and the host waits once per partition. Buffers are kept across calls: a steady-state epoch
+allocates, registers and copies from pageable memory nothing (docs/architecture.md#full-graph-propagation).
 
-- without CUDA the device is host memory: copies are counted ``copy_``/``index_select`` into the
-  region, and the SpMM is the numba CSR kernel (`graphrl.kernels.spmm.csr_spmm_parallel`);
-- with CUDA the region is GPU memory: rows are gathered on the host into pinned staging buffers
-  (one per slot, ``pinned`` tier), copied asynchronously on a copy stream, multiplied on a compute
-  stream with torch's CSR ``sparse.mm``, and copied back on a third stream through pinned staging
-  buffers, with events so that the copies of partition k+1 overlap the product of partition k.
+- with CUDA the working set is GPU memory and the product is torch's CSR ``sparse.mm``;
+- without CUDA the device tier is host memory, streams and events are stand-ins, the copies are
+  synchronous and counted the same way, and the product is the numba CSR kernel
+  (`graphrl.kernels.spmm.csr_spmm_parallel`).
 
 References
 ----------
@@ -23,14 +26,18 @@ Wang et al., "HongTu: Scalable Full-Graph GNN Training on Multiple GPUs", SIGMOD
 
 from __future__ import annotations
 
+import dataclasses
+import weakref
 from dataclasses import asdict, dataclass
 
 import numba as nb
+import numpy as np
 import torch
 
 from graphrl.kernels.spmm import SERIAL_WORK, csr_spmm_parallel, csr_spmm_serial
 from graphrl.memory import MemoryManager, Region, Tier
-from samplers.full_graph_plan import PartitionPlan
+from graphrl.memory.transfers import Transfers
+from samplers.full_graph_plan import PartitionPlan, PlanPart
 
 __all__ = ["CallTraffic", "StagedExecutor"]
 
@@ -59,6 +66,10 @@ class CallTraffic:
         Rows in the dedup cache.
     device_bytes : int
         The working set (cache and both slots) on the device tier.
+    pageable_transfers : int
+        Copies of this call whose host side was not pinned memory (the rule is none).
+    host_waits : int
+        Times this call's host blocked on the device (one per partition).
     """
 
     direction: str
@@ -71,6 +82,8 @@ class CallTraffic:
     dedup_hit_bytes: int = 0
     cache_rows: int = 0
     device_bytes: int = 0
+    pageable_transfers: int = 0
+    host_waits: int = 0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -100,11 +113,20 @@ def _part_views(arena: torch.Tensor, plan: PartitionPlan, part, dtype: torch.dty
 class StagedExecutor:
     """Streams the partitions of a plan through the memory manager's device tier.
 
+    One code path for both kinds of device: every host-device copy goes through a
+    `graphrl.memory.transfers.Transfers` (asynchronous from and to ``pinned``-tier regions, counted),
+    on three streams (host to device, compute, device to host) ordered by events; without CUDA the
+    streams and events are stand-ins and the copies synchronous, so the same calls are counted.
+
+    Buffers, each held across calls and grown only when a larger plan needs more (so a steady-state
+    epoch allocates nothing): the device working set (``device`` tier, owner ``owner``); per slot a
+    pinned gather buffer of streamed source rows and a pinned return buffer of output rows, and one
+    pinned buffer of the dedup cache's rows (owner ``owner + ".staging"``); per plan, its partitions'
+    local CSRs copied once into one pinned region (owner ``owner + ".structure"``, freed with the plan).
+
     Parameters
     ----------
     memory : MemoryManager
-        Its ``device`` tier holds the working set (owner ``owner``); with CUDA its ``pinned`` tier
-        holds the staging buffers (owner ``owner + ".staging"``).
     owner : str
 
     Raises
@@ -120,18 +142,22 @@ class StagedExecutor:
         self.device = probe.device if isinstance(probe.device, torch.device) else torch.device(probe.device)
         probe.free()
         self.cuda = self.device.type == "cuda"
+        self.transfers = Transfers(memory, self.device)
         self._work: Region | None = None
-        self._staging: list[Region] = []
-        if self.cuda:  # pragma: no cover - needs CUDA
-            self._copy_stream = torch.cuda.Stream(self.device)  # host -> device
-            self._compute_stream = torch.cuda.Stream(self.device)
-            self._back_stream = torch.cuda.Stream(self.device)  # device -> host (its own copy engine)
+        self._staging: dict[str, Region] = {}
+        t = self.transfers
+        self._copy_stream, self._compute_stream, self._back_stream = t.stream(), t.stream(), t.stream()
+        self._loaded = [t.event() for _ in range(2)]
+        self._computed = [t.event() for _ in range(2)]
+        self._returned = [t.event() for _ in range(2)]
+        self._start = t.event()
 
     def _working_set(self, nbytes: int) -> torch.Tensor:
         work = self._work
-        if work is not None and not work.freed and work.nbytes == nbytes:
+        if work is not None and not work.freed and work.nbytes >= nbytes:
             return work.tensor()
-        self.release()
+        if work is not None and not work.freed:
+            work.free()
         self._work = self.memory.allocate(nbytes, torch.uint8, Tier.DEVICE, owner=self.owner)
         return self._work.tensor()
 
@@ -142,11 +168,52 @@ class StagedExecutor:
 
     def release(self) -> None:
         """Free the working set and staging buffers (the next call allocates them again)."""
-        for region in ([self._work] if self._work is not None else []) + self._staging:
-            if not region.freed:
-                region.free()
+        for region in ([self._work] if self._work is not None else []) + list(self._staging.values()):
+            _free_quietly(region)
         self._work = None
-        self._staging = []
+        self._staging = {}
+
+    def _stage(self, name: str, rows: int, width: int, dtype: torch.dtype) -> torch.Tensor:
+        """The pinned staging buffer ``name`` as ``[rows, width]`` of ``dtype``, grown when too small."""
+        itemsize = torch.empty(0, dtype=dtype).element_size()
+        need = max(rows, 1) * width * itemsize
+        region = self._staging.get(name)
+        if region is None or region.freed or region.nbytes < need:
+            if region is not None:
+                _free_quietly(region)
+            region = self.memory.allocate(need, torch.uint8, Tier.PINNED, owner=self.owner + ".staging",
+                                          fallback=(Tier.HOST,))
+            self._staging[name] = region
+        return region.tensor()[:need].view(dtype).view(-1, width)
+
+    def _structure(self, plan: PartitionPlan) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """The plan's local CSRs in one pinned region, made on first use and freed with the plan.
+
+        The parts' ``indptr``, ``cols`` and ``weights`` then view that region (no second copy is kept).
+        """
+        if plan.parts and plan.parts[0].pinned is not None:
+            return [p.pinned for p in plan.parts]
+        offsets, total = [], 0
+        for p in plan.parts:
+            o = []
+            for a in (p.indptr, p.cols, p.weights):
+                o.append(total)
+                total = _align(total + a.nbytes)
+            offsets.append(o)
+        region = self.memory.allocate(max(total, 1), torch.uint8, Tier.PINNED, owner=self.owner + ".structure",
+                                      fallback=(Tier.HOST,))
+        raw = region.tensor()
+        for p, o in zip(plan.parts, offsets, strict=True):
+            views = []
+            for a, off in zip((p.indptr, p.cols, p.weights), o, strict=True):
+                v = raw[off:off + a.nbytes].view(_TORCH_OF[a.dtype.str]) if a.nbytes else torch.from_numpy(a)
+                if a.nbytes:
+                    v.copy_(torch.from_numpy(a))
+                views.append(v)
+            p.pinned = tuple(views)
+            p.indptr, p.cols, p.weights = (v.numpy() for v in views)
+        weakref.finalize(plan, _free_quietly, region)
+        return [p.pinned for p in plan.parts]
 
     def multiply(self, plan: PartitionPlan, h: torch.Tensor, out: torch.Tensor,
                  direction: str = "forward") -> CallTraffic:
@@ -157,20 +224,19 @@ class StagedExecutor:
         plan : PartitionPlan
             Planned for ``h``'s width and itemsize.
         h : torch.Tensor, float32 or float64, shape [N, d], contiguous, on the host
-        out : torch.Tensor, dtype of ``h``, shape [N, d], on the host (pinned with CUDA for overlap)
+        out : torch.Tensor, dtype of ``h``, shape [N, d], on the host
         direction : str
             Recorded in the returned traffic.
 
         Returns
         -------
         CallTraffic
+            Logical bytes, and the pageable transfers and host waits this call made.
         """
         d = h.shape[1]
         itemsize = h.element_size()
         traffic = CallTraffic(direction, d, plan.num_partitions, cache_rows=int(len(plan.cache)),
                               device_bytes=plan.device_bytes)
-        buf = self._working_set(plan.device_bytes)
-        src, arenas = _views(buf, plan, h.dtype, d)
         c = len(plan.cache)
         row_bytes = d * itemsize
         t = traffic
@@ -181,123 +247,108 @@ class StagedExecutor:
             t.device_to_host_bytes += part.rows.shape[0] * row_bytes
         t.vertex_host_to_device_bytes += c * row_bytes
         t.host_to_device_bytes = t.vertex_host_to_device_bytes + t.structure_host_to_device_bytes
-        if self.cuda:  # pragma: no cover - needs CUDA
-            self._multiply_cuda(plan, h, out, src, arenas, c)
-        else:
-            self._multiply_host(plan, h, out, src, arenas, c)
+        before = dataclasses.replace(self.transfers.counts)
+        self._run(plan, h, out)
+        after = self.transfers.counts
+        t.pageable_transfers = after.pageable_transfers - before.pageable_transfers
+        t.host_waits = after.host_waits - before.host_waits
         return traffic
 
-    def _multiply_host(self, plan, h, out, src, arenas, c) -> None:
-        """The device is host memory: counted copies into the working set, the numba CSR kernel."""
-        _zero_split(plan, out)
-        if c:
-            torch.index_select(h, 0, torch.from_numpy(plan.cache), out=src[:c])
-        threads = nb.get_num_threads()
-        for part in plan.parts:
-            indptr, cols, weights, out_rows = _part_views(arenas[part.slot], plan, part, h.dtype, h.shape[1])
-            r, e, s = part.rows.shape[0], part.cols.shape[0], part.stream.shape[0]
-            lo = c + part.slot * plan.max_stream
-            if s:
-                torch.index_select(h, 0, torch.from_numpy(part.stream), out=src[lo:lo + s])
-            indptr[:r + 1].copy_(torch.from_numpy(part.indptr))
-            cols[:e].copy_(torch.from_numpy(part.cols))
-            weights[:e].copy_(torch.from_numpy(part.weights))
-            o = out_rows[:r]
-            kernel = csr_spmm_parallel if threads > 1 and e * h.shape[1] > SERIAL_WORK else csr_spmm_serial
-            kernel(indptr[:r + 1].numpy(), cols[:e].numpy(), weights[:e].numpy(), src.numpy(), o.numpy())
-            _scatter(part, out, o)
+    def _spmm(self, indptr, cols, weights, src, out_rows) -> None:
+        """``out_rows = CSR(indptr, cols, weights) @ src`` on the device (torch on CUDA, numba on the host)."""
+        r = out_rows.shape[0]
+        if self.cuda:  # pragma: no cover - needs CUDA
+            # torch wants row pointer and columns of one dtype: int32 (a partition has < 2**31 entries)
+            mat = torch.sparse_csr_tensor(indptr.to(torch.int32), cols, weights.to(src.dtype),
+                                          size=(r, src.shape[0]))
+            out_rows.copy_(torch.sparse.mm(mat, src))
+            return
+        e = cols.shape[0]
+        parallel = nb.get_num_threads() > 1 and e * src.shape[1] > SERIAL_WORK
+        kernel = csr_spmm_parallel if parallel else csr_spmm_serial
+        kernel(indptr.numpy(), cols.numpy(), weights.numpy(), src.numpy(), out_rows.numpy())
 
-    def _stage(self, slot: int, rows: int, width: int,
-               dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """Pinned staging buffers of a slot: gathered source rows and returned output rows."""
-        while len(self._staging) <= slot:
-            self._staging.append(None)  # type: ignore[arg-type]
-        region = self._staging[slot]
-        itemsize = torch.empty(0, dtype=dtype).element_size()
-        need = 2 * max(rows, 1) * width * itemsize
-        if region is None or region.freed or region.nbytes < need:
-            if region is not None and not region.freed:
-                region.free()
-            region = self.memory.allocate(need, torch.uint8, Tier.PINNED, owner=self.owner + ".staging")
-            self._staging[slot] = region
-        t = region.tensor()
-        half = need // 2
-        return (t[:half].view(dtype).view(-1, width), t[half:need].view(dtype).view(-1, width))
-
-    def _multiply_cuda(self, plan, h, out, src, arenas, c) -> None:  # pragma: no cover - needs CUDA
-        """Copy, compute and copy-back streams with events: copies of partition k+1 overlap the product of k.
+    def _run(self, plan: PartitionPlan, h: torch.Tensor, out: torch.Tensor) -> None:
+        """Copy, compute and copy-back streams with events: the copies of partition k+1 overlap the
+        product of partition k.
 
         Slot s's buffers are reused by partition k+2 only after partition k's output is back on the
-        host (``drain``: its event implies k's loads and product finished too).
+        host (one host wait per partition; its event implies k's loads and product finished, and so did
+        the cache's load, issued earlier on the copy stream).
         """
-        copy, compute, back_stream = self._copy_stream, self._compute_stream, self._back_stream
-        d = h.shape[1]
-        rows_max = max(plan.max_stream, plan.max_rows, c)
-        stages = [self._stage(s, rows_max, d, h.dtype) for s in range(2)]
-        loaded = [torch.cuda.Event() for _ in range(2)]
-        computed = [torch.cuda.Event() for _ in range(2)]
-        returned = [torch.cuda.Event() for _ in range(2)]
-        copy.wait_stream(torch.cuda.current_stream(self.device))
+        tr = self.transfers
+        copy, compute, back = self._copy_stream, self._compute_stream, self._back_stream
+        loaded, computed, returned = self._loaded, self._computed, self._returned
+        d, c = h.shape[1], len(plan.cache)
+        buf = self._working_set(plan.device_bytes)
+        src, arenas = _views(buf, plan, h.dtype, d)
+        structure = self._structure(plan)
+        gathers = [self._stage(f"gather{s}", plan.max_stream, d, h.dtype) for s in range(2)]
+        backs = [self._stage(f"back{s}", plan.max_rows, d, h.dtype) for s in range(2)]
+        # the copy stream starts after the caller's work on the current stream (which may have used the
+        # working set's memory before the allocator handed it to us)
+        tr.record(self._start, tr.current_stream())
+        tr.wait_event(copy, self._start)
         _zero_split(plan, out)
         if c:
-            gather, _ = stages[0]
-            torch.index_select(h, 0, torch.from_numpy(plan.cache), out=gather[:c])
-            with torch.cuda.stream(copy):
-                src[:c].copy_(gather[:c], non_blocking=True)
-            cache_done = torch.cuda.Event()
-            cache_done.record(copy)
-            cache_done.synchronize()  # the staging buffer is reused below
-        pending: list[tuple[int, object]] = []
+            cache_rows = self._stage("cache", c, d, h.dtype)[:c]
+            torch.index_select(h, 0, torch.from_numpy(plan.cache), out=cache_rows)
+            with tr.use(copy):
+                tr.h2d(src[:c], cache_rows)
+        pending: list[tuple[int, PlanPart]] = []
 
         def drain(slot: int) -> None:
             for i, (s, part) in enumerate(pending):
                 if s == slot:
-                    returned[s].synchronize()
-                    _, back = stages[s]
-                    _scatter(part, out, back[:part.rows.shape[0]])
+                    tr.wait(returned[s])
+                    _scatter(part, out, backs[s][:part.rows.shape[0]])
                     pending.pop(i)
                     return
 
-        for part in plan.parts:
+        for part, (p_indptr, p_cols, p_weights) in zip(plan.parts, structure, strict=True):
             s = part.slot
-            drain(s)  # the slot's previous output is on the host, its staging buffer free again
+            drain(s)  # the slot's previous output is on the host, its staging buffers free again
             indptr, cols, weights, out_rows = _part_views(arenas[s], plan, part, h.dtype, d)
-            gather, back = stages[s]
             r, e, n_s = part.rows.shape[0], part.cols.shape[0], part.stream.shape[0]
             lo = c + s * plan.max_stream
             if n_s:
-                torch.index_select(h, 0, torch.from_numpy(part.stream), out=gather[:n_s])
-            with torch.cuda.stream(copy):
-                copy.wait_event(computed[s])  # the slot's previous product has read its buffers
+                torch.index_select(h, 0, torch.from_numpy(part.stream), out=gathers[s][:n_s])
+            with tr.use(copy):
+                tr.wait_event(copy, computed[s])  # the slot's previous product has read its buffers
                 if n_s:
-                    src[lo:lo + n_s].copy_(gather[:n_s], non_blocking=True)
-                p_indptr, p_cols, p_weights = _pinned_structure(part)
-                indptr[:r + 1].copy_(p_indptr, non_blocking=True)
-                cols[:e].copy_(p_cols, non_blocking=True)
-                weights[:e].copy_(p_weights, non_blocking=True)
-                loaded[s].record(copy)
-            with torch.cuda.stream(compute):
-                compute.wait_event(loaded[s])
-                # torch wants row pointer and columns of one dtype: int32 (a partition has < 2**31 entries)
-                mat = torch.sparse_csr_tensor(indptr[:r + 1].to(torch.int32), cols[:e],
-                                              weights[:e].to(h.dtype), size=(r, src.shape[0]))
-                out_rows[:r].copy_(torch.sparse.mm(mat, src))
-                computed[s].record(compute)
-            with torch.cuda.stream(back_stream):
-                back_stream.wait_event(computed[s])
-                back[:r].copy_(out_rows[:r], non_blocking=True)
-                returned[s].record(back_stream)
+                    tr.h2d(src[lo:lo + n_s], gathers[s][:n_s])
+                tr.h2d(indptr[:r + 1], p_indptr)
+                if e:
+                    tr.h2d(cols[:e], p_cols)
+                    tr.h2d(weights[:e], p_weights)
+                tr.record(loaded[s], copy)
+            with tr.use(compute):
+                tr.wait_event(compute, loaded[s])
+                self._spmm(indptr[:r + 1], cols[:e], weights[:e], src, out_rows[:r])
+                tr.record(computed[s], compute)
+            with tr.use(back):
+                tr.wait_event(back, computed[s])
+                tr.d2h(backs[s][:r], out_rows[:r])
+                tr.record(returned[s], back)
             pending.append((s, part))
         while pending:
             drain(pending[0][0])
 
 
+_TORCH_OF = {np.dtype(np.int64).str: torch.int64, np.dtype(np.int32).str: torch.int32,
+             np.dtype(np.float32).str: torch.float32, np.dtype(np.float64).str: torch.float64}
 
-def _pinned_structure(part) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # pragma: no cover - CUDA
-    """The part's local CSR as pinned host tensors (made once, kept on the part for later calls)."""
-    if part.pinned is None:
-        part.pinned = tuple(torch.from_numpy(a).pin_memory() for a in (part.indptr, part.cols, part.weights))
-    return part.pinned
+
+def _align(n: int) -> int:
+    return -(-int(n) // 64) * 64
+
+
+def _free_quietly(region: Region) -> None:
+    if not region.freed:
+        try:
+            region.free()
+        except ValueError:  # freed concurrently (its manager closed)
+            pass
 
 
 def _zero_split(plan: PartitionPlan, out: torch.Tensor) -> None:

@@ -18,13 +18,14 @@ torch.Size([1024, 128])
 
 Modules: `sizes` (Tier, parse_size), `dtypes`, `errors`, `shm` (shared-memory segments, exit
 cleanup), `cudart` (where a region is pinned for CUDA), `backing`, `resources` (one per tier),
-`region` (Region, RegionHandle), `accounts` (budgets and statistics), `manager` (MemoryManager),
+`pool` (PoolResource: freed pinned and device memory kept for reuse, PoolStats), `region` (Region,
+RegionHandle), `accounts` (budgets and statistics), `manager` (MemoryManager),
 `owners` (segment names that carry their owner; reclaim of segments whose owner is gone),
 `signals` (unlink shared memory on SIGTERM and SIGHUP).
 
 References
 ----------
-RMM (RAPIDS Memory Manager): ``device_memory_resource``, limiting and statistics resource adaptors.
+RMM (RAPIDS Memory Manager): ``device_memory_resource``, limiting, statistics and pool resource adaptors.
 GEAR (Wang et al., ICML 2023): trajectory storage in shared and pinned host memory for GPU learners.
 Min et al., "Large Graph Convolutional Network Training with GPU-Oriented Data Communication
 Architecture" (PyTorch-Direct), PVLDB 14(11), 2021: GPU kernels reading pinned host memory through UVA.
@@ -34,6 +35,7 @@ from graphrl.memory.backing import Backing
 from graphrl.memory.dtypes import NUMPY_TO_TORCH, TORCH_TO_NUMPY
 from graphrl.memory.errors import MemoryBudgetError
 from graphrl.memory.manager import MemoryManager
+from graphrl.memory.pool import PoolResource, PoolStats
 from graphrl.memory.region import Region, RegionHandle
 from graphrl.memory.resources import (
     DeviceResource,
@@ -57,6 +59,8 @@ __all__ = [
     "MemoryManager",
     "MemoryResource",
     "PinnedResource",
+    "PoolResource",
+    "PoolStats",
     "Region",
     "RegionHandle",
     "SharedResource",

@@ -1,16 +1,18 @@
 """`MemoryManager`: budgets, places and tracks every large buffer of a process, per tier and per owner.
 
-It composes one `graphrl.memory.resources` resource per tier with an `graphrl.memory.accounts.Account`
-(limit and statistics), tries fallback tiers in order, and frees what is left on ``close``.
-See docs/architecture.md#memory-tiers.
+It composes one `graphrl.memory.resources` resource per tier (the pinned and device ones inside a
+`graphrl.memory.pool.PoolResource`) with an `graphrl.memory.accounts.Account` (limit and statistics),
+tries fallback tiers in order, finds the tier of a tensor's memory (`MemoryManager.tier_of`), and
+frees what is left on ``close``. See docs/architecture.md#memory-tiers.
 
 References
 ----------
-RMM's memory resources and resource adaptors (limiting, statistics).
+RMM's memory resources and resource adaptors (limiting, statistics, pool).
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import logging
 import math
@@ -32,6 +34,7 @@ from graphrl.memory.dtypes import parse_dtype
 from graphrl.memory.errors import MemoryBudgetError
 from graphrl.memory.owners import reclaim as reclaim_orphans
 from graphrl.memory.owners import segment_prefix
+from graphrl.memory.pool import POOLED_TIERS, PoolResource, PoolStats
 from graphrl.memory.region import Region, RegionHandle
 from graphrl.memory.resources import (
     DeviceResource,
@@ -63,7 +66,13 @@ class MemoryManager:
     device : str or torch.device, optional
         CUDA device of the device tier; default the current CUDA device (host memory without CUDA).
     resources : mapping of tier to MemoryResource, optional
-        Replace a tier's allocator (for tests and custom allocators).
+        Replace a tier's allocator (for tests and custom allocators). With ``pool=True`` a pinned or
+        device resource given here is wrapped in a `PoolResource` too (one that already is a
+        `PoolResource` is used as given).
+    pool : bool
+        Keep freed pinned and device memory registered for later allocations
+        (`graphrl.memory.pool.PoolResource`; counters in ``stats()["pools"]``). Default True; False
+        allocates and frees (registers and unregisters) upstream on every call.
     reclaim : bool
         Remove, when created, the shared segments left by graphrl processes that are gone (killed
         with SIGKILL, say), logging each; never those of a live process
@@ -99,6 +108,7 @@ class MemoryManager:
         device: str | torch.device | None = None,
         resources: Mapping[Tier | str, MemoryResource] | None = None,
         reclaim: bool = True,
+        pool: bool = True,
     ) -> None:
         self._budgets: dict[Tier, int | None] = {}
         for key, value in (budgets or {}).items():
@@ -125,6 +135,19 @@ class MemoryManager:
         }
         for key, resource in (resources or {}).items():
             self._resources[Tier.parse(key)] = resource
+        if pool:
+            for tier in POOLED_TIERS:
+                if not isinstance(self._resources[tier], PoolResource):
+                    self._resources[tier] = PoolResource(self._resources[tier], tier=tier)
+        self._pools: dict[Tier, PoolResource] = {
+            t: r for t, r in self._resources.items() if isinstance(r, PoolResource) and t in POOLED_TIERS
+        }
+        # registrations outside a pool: unpooled pinned and device allocations, register()ed buffers
+        self._direct: dict[Tier, PoolStats] = {t: PoolStats() for t in POOLED_TIERS}
+        self._registered: dict[int, tuple[Tier, int]] = {}  # register()ed regions: tier, bytes
+        self._registered_bytes: dict[Tier, int] = {t: 0 for t in Tier}
+        self._spans: list[tuple[int, int, int, Tier]] = []  # (start, end, id(region), tier), by start
+        self._span_of: dict[int, tuple[int, int, int, Tier]] = {}
         self._accounts: dict[Tier, Account] = {}
         self._live: dict[int, Region] = {}
         self._attached: dict[int, Region] = {}
@@ -144,7 +167,15 @@ class MemoryManager:
             if budget is None:
                 budget = self._resources[tier].capacity()
             account = self._accounts[tier] = Account(budget)
+            self._limit_pool(tier)
         return account
+
+    def _limit_pool(self, tier: Tier) -> None:
+        """Hold ``tier``'s pool to its budget less the buffers registered in place. Lock held."""
+        pool = self._pools.get(tier)
+        account = self._accounts.get(tier)
+        if pool is not None and account is not None:
+            pool.set_limit(max(account.budget - self._registered_bytes[tier], 0))
 
     def budget(self, tier: Tier | str) -> int:
         """Budget of ``tier`` in bytes (the machine's capacity for a tier given no budget)."""
@@ -171,24 +202,34 @@ class MemoryManager:
                                    "regions": a.regions}
             return out
 
-    def stats(self) -> dict[str, dict[str, dict[str, int]]]:
-        """Bytes in use, peak bytes and live regions per tier and owner, as plain data.
+    def stats(self) -> dict[str, Any]:
+        """Bytes in use, peak bytes and live regions per tier and owner, and the pools' counters.
 
         Returns
         -------
         dict
             ``{tier_name: {owner: {"bytes": int, "peak": int, "regions": int}}}`` with every tier
-            present (``{}`` if unused). An owner stays listed after its regions are freed, with
-            ``bytes == 0`` and its peak kept.
+            present (``{}`` if unused); an owner stays listed after its regions are freed, with
+            ``bytes == 0`` and its peak kept. One more key, ``"pools"``:
+            ``{"pinned": {...}, "device": {...}}``, each `graphrl.memory.pool.PoolStats` as ints
+            (``registrations``, ``unregistrations``, ``pool_hits``, ``pool_misses``, ``held_bytes``,
+            ``idle_bytes``); with ``pool=False`` every allocation is a registration and a miss.
+            Iterate tiers with ``for tier in Tier`` (or skip ``"pools"``), not over the keys.
         """
         with self._lock:
-            return {
+            out: dict[str, Any] = {
                 tier.value: {
                     owner: {"bytes": u.bytes, "peak": u.peak, "regions": u.regions}
                     for owner, u in (self._accounts[tier].owners.items() if tier in self._accounts else ())
                 }
                 for tier in Tier
             }
+            direct = {t: PoolStats(**s.as_dict()) for t, s in self._direct.items()}
+        out["pools"] = {
+            t.value: (self._pools[t].stats().plus(direct[t]) if t in self._pools else direct[t]).as_dict()
+            for t in POOLED_TIERS
+        }
+        return out
 
     def regions(self, owner: str | None = None) -> list[Region]:
         """The live regions this manager owns (of ``owner`` only, if given), oldest first."""
@@ -305,9 +346,15 @@ class MemoryManager:
                 path=getattr(backing, "path", None),
             )
             with self._lock:
+                if t in self._direct and t not in self._pools and nbytes:
+                    direct = self._direct[t]
+                    direct.registrations += 1
+                    direct.pool_misses += 1
+                    direct.held_bytes += nbytes
                 closed = self._closed
                 if not closed:
                     self._live[id(region)] = region
+                    self._track(region, backing)
             if closed:  # close() ran while we were allocating
                 region.free()
                 raise ValueError("this MemoryManager was closed during the allocation")
@@ -384,15 +431,20 @@ class MemoryManager:
             account = self._account(tier)
             if not account.reserve(owner, nbytes):
                 raise MemoryBudgetError(tier, owner, nbytes, account.free, account.budget)
+            self._registered_bytes[tier] += nbytes
+            self._limit_pool(tier)  # the pool gives way: pooled and registered bytes within the budget
         pinned = False
         try:
             resource = self._resources[tier]
-            if tier is Tier.PINNED and getattr(resource, "cuda", False) and nbytes > 0:
+            base = resource.upstream if isinstance(resource, PoolResource) else resource
+            if tier is Tier.PINNED and getattr(base, "cuda", False) and nbytes > 0:
                 cudart.host_register(data.data_ptr(), nbytes)
                 pinned = True
         except BaseException:
             with self._lock:
                 account.cancel(owner, nbytes)
+                self._registered_bytes[tier] -= nbytes
+                self._limit_pool(tier)
             raise
         with self._lock:
             account.settle(owner, nbytes)
@@ -400,6 +452,10 @@ class MemoryManager:
         region = Region(shape=shp, dtype=dt, tier=tier, owner=owner, backing=backing, manager=self)
         with self._lock:
             self._live[id(region)] = region
+            self._registered[id(region)] = (tier, nbytes)
+            self._track(region, backing)
+            if tier in self._direct:
+                self._direct[tier].registrations += 1
         return region
 
     def attach(self, handle: RegionHandle | str, shape: Any = None, dtype: Any = None) -> Region:
@@ -418,16 +474,91 @@ class MemoryManager:
         call `Region.free`, not this.
         """
         tier = region.tier
+        key = id(region)
+        with self._lock:
+            registered = self._registered.pop(key, None)
+            span = self._span_of.pop(key, None)
+            if span is not None:
+                del self._spans[bisect.bisect_left(self._spans, span)]
         try:
-            ptr = getattr(backing, "registered_ptr", None)
-            if ptr is not None:
-                cudart.host_unregister(ptr)
-                backing.registered_ptr = None
-            self._resources[tier].deallocate(backing)
+            if registered is not None:  # a user's buffer: unpin it, nothing to give back
+                ptr = getattr(backing, "registered_ptr", None)
+                if ptr is not None:
+                    cudart.host_unregister(ptr)
+                    backing.registered_ptr = None  # type: ignore[attr-defined]
+            else:
+                self._resources[tier].deallocate(backing)
         finally:
             with self._lock:
                 self._accounts[tier].release(region.owner, region.nbytes)
-                self._live.pop(id(region), None)
+                self._live.pop(key, None)
+                direct = self._direct.get(tier)
+                if registered is not None:
+                    self._registered_bytes[tier] -= region.nbytes
+                    self._limit_pool(tier)
+                    if direct is not None:
+                        direct.unregistrations += 1
+                elif direct is not None and tier not in self._pools and region.nbytes:
+                    direct.unregistrations += 1
+                    direct.held_bytes -= region.nbytes
+
+    def _track(self, region: Region, backing: Backing) -> None:
+        """Index ``region``'s address range for `tier_of` (not disk, not empty). Lock held."""
+        if backing.copies or region.nbytes == 0:
+            return
+        start = backing.tensor().data_ptr()
+        span = (start, start + region.nbytes, id(region), region.tier)
+        bisect.insort(self._spans, span)
+        self._span_of[id(region)] = span
+
+    def tier_of(self, tensor: torch.Tensor) -> Tier | None:
+        """The tier of the live region (allocated or registered) that holds ``tensor``'s first byte.
+
+        A view anywhere inside a region counts. Cheap (a binary search over the live regions'
+        address ranges), so it may be asked per copy.
+
+        Parameters
+        ----------
+        tensor : torch.Tensor
+            Any tensor, on any device.
+
+        Returns
+        -------
+        Tier or None
+            None for an empty tensor, memory no live region of this manager holds (freed, attached
+            from another process, or foreign), and disk regions (they have no address).
+
+        Raises
+        ------
+        TypeError
+            ``tensor`` is not a torch tensor.
+        """
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"tier_of() takes a torch.Tensor, got {type(tensor).__name__}")
+        if tensor.numel() == 0:
+            return None
+        ptr = tensor.data_ptr()
+        with self._lock:
+            i = bisect.bisect_right(self._spans, (ptr, math.inf)) - 1
+            if i >= 0 and ptr < self._spans[i][1]:
+                return self._spans[i][3]
+        return None
+
+    def trim(self, tier: Tier | str | None = None) -> int:
+        """Release the idle blocks of the pinned and device pools (or of ``tier``'s) upstream.
+
+        Returns
+        -------
+        int
+            Bytes released (unregistered, or returned to the device resource).
+
+        Raises
+        ------
+        ValueError
+            An unknown tier.
+        """
+        tiers = list(self._pools) if tier is None else [Tier.parse(tier)]
+        return sum(self._pools[t].trim() for t in tiers if t in self._pools)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -442,7 +573,8 @@ class MemoryManager:
     def close(self) -> None:
         """Free every region this manager owns and unmap the ones it attached; idempotent.
 
-        Shared segments are unlinked and spill arrays deleted. Statistics stay readable.
+        Shared segments are unlinked, spill arrays deleted, and the pools' blocks released upstream
+        (unregistered). Statistics stay readable.
         """
         with self._lock:
             if self._closed:
@@ -460,6 +592,12 @@ class MemoryManager:
                 except Exception as err:  # noqa: BLE001 - raised once every region is freed
                     logger.warning("closing: freeing %r failed: %s", region, err)
                     first = first or err
+        for pool in self._pools.values():  # every pooled block goes back upstream (unregistered)
+            try:
+                pool.trim()
+            except Exception as err:  # noqa: BLE001 - raised once every pool is released
+                logger.warning("closing: releasing the %s pool failed: %s", pool.tier, err)
+                first = first or err
         self._cleanup()
         if first is not None:
             raise first

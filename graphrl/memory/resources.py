@@ -2,7 +2,8 @@
 
 `MemoryResource` is the interface (``allocate``, ``deallocate``, ``capacity``); `HostResource`,
 `PinnedResource`, `DeviceResource`, `SharedResource` and `DiskResource` implement it for the five
-tiers. The manager wraps each in its limiting and statistics layer (`graphrl.memory.accounts`).
+tiers. The manager wraps each in its limiting and statistics layer (`graphrl.memory.accounts`), and
+the pinned and device tiers in a pool (`graphrl.memory.pool.PoolResource`) first.
 Pass your own to ``MemoryManager(resources={"pinned": ...})`` for custom allocators and tests.
 
 References
@@ -74,13 +75,15 @@ class HostResource:
 class PinnedResource(HostResource):
     """Page-locked host memory with CUDA; plain host memory (``is_pinned == False``) without.
 
-    With CUDA a region is an anonymous, page-aligned mapping of exactly its size, page-locked with
-    ``cudaHostRegister`` (mapped into the GPU's address space under UVA) and unregistered when
-    freed; the pages go back to the OS at once. We avoid ``torch.empty(..., pin_memory=True)``:
-    torch's caching host allocator rounds every request up to a power of two and keeps freed
-    blocks pinned, so a 5 GiB region would pin 8 GiB and freeing it would pin them still, and the
-    budget would no longer describe the machine. Freeing a pinned region synchronises the GPUs
-    first, so that no asynchronous copy still reads it.
+    With CUDA an allocation is an anonymous, page-aligned mapping of exactly its size, page-locked
+    with ``cudaHostRegister`` (mapped into the GPU's address space under UVA) and unregistered by
+    `deallocate` (which synchronises the GPUs first, so that no asynchronous copy still reads it);
+    the pages go back to the OS once no tensor views them. The manager puts a
+    `graphrl.memory.pool.PoolResource` on top, which keeps freed blocks registered for later
+    allocations and deallocates them here only when trimmed or closed. We avoid
+    ``torch.empty(..., pin_memory=True)``: torch's caching host allocator rounds every request up to
+    a power of two, so a 5 GiB region would pin 8 GiB, and the budget would no longer describe the
+    machine.
 
     References
     ----------
@@ -112,6 +115,13 @@ class PinnedResource(HostResource):
             self._told = True
             logger.info("no CUDA: the pinned tier is plain host memory (region.is_pinned == False)")
         return TensorBacking(torch.empty(shape, dtype=dtype), is_pinned=False)
+
+    def deallocate(self, backing: Backing) -> None:
+        """Unregister memory this resource page-locked (``cudaHostUnregister``, after a GPU sync)."""
+        ptr = getattr(backing, "registered_ptr", None)
+        if ptr is not None:
+            cudart.host_unregister(ptr)
+            backing.registered_ptr = None  # type: ignore[attr-defined]
 
 
 class DeviceResource:

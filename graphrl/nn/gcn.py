@@ -125,11 +125,14 @@ class GraphConv(nn.Module):
         -------
         torch.Tensor, shape [N, out_dim]
         """
-        if self.weight.device != x.device:  # host vertex data, device weights
+        if self.weight.device != x.device or fg.staged:  # host vertex data, device weights
+            t = fg.transfers  # the staged path's counted, pinned copies (the device may be host memory)
+            t = t if t is not None and torch.device(t.device) == self.weight.device else None
             if self.in_dim > self.out_dim:
-                out = fg.propagate(host_linear(x, self.weight))
+                out = fg.propagate(host_linear(x, self.weight, transfers=t))
                 return out.add_(self.bias.to(out.device)) if self.bias is not None else out
-            return host_linear(fg.propagate(x.to_dense() if x.is_sparse else x), self.weight, self.bias)
+            return host_linear(fg.propagate(x.to_dense() if x.is_sparse else x), self.weight, self.bias,
+                               transfers=t)
         if self.in_dim > self.out_dim:
             out = fg.propagate(_matmul(x, self.weight))  # a fresh tensor that nothing saved: add in place
             return out.add_(self.bias) if self.bias is not None else out

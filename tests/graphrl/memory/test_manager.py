@@ -117,7 +117,8 @@ def test_stats_per_tier_and_owner_keep_owners_after_free(managed):
     b = manager.allocate(100, "int64", "host", owner="graph")
     c = manager.allocate(8, "uint8", "pinned", owner="replay")
     stats = manager.stats()
-    assert set(stats) == {"device", "pinned", "shared", "host", "disk"}
+    assert set(stats) == {"device", "pinned", "shared", "host", "disk", "pools"}
+    assert set(stats["pools"]) == {"pinned", "device"} and stats["pools"]["pinned"]["registrations"] == 1
     assert stats["host"] == {"graph": {"bytes": 1200, "peak": 1200, "regions": 2}}
     assert stats["pinned"] == {"replay": {"bytes": 8, "peak": 8, "regions": 1}}
     assert stats["device"] == {} and stats["disk"] == {}

@@ -31,6 +31,7 @@ def test_without_cuda_device_and_pinned_resolve_to_host(mm, caplog):
         r.free()
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
 def test_with_cuda_device_and_pinned_are_real(mm):
     d = mm.allocate(4, "float32", "device", owner="o")
@@ -46,11 +47,12 @@ def test_with_cuda_device_and_pinned_are_real(mm):
 
 
 def test_pinned_cuda_path_registers_exact_page_aligned_memory(monkeypatch, managed):
-    """The CUDA wiring of the pinned tier, with cudaHostRegister replaced by a recorder."""
+    """The CUDA wiring of the unpooled pinned tier, with cudaHostRegister replaced by a recorder
+    (the pooled tier: tests/graphrl/memory/test_pool.py)."""
     calls = []
     monkeypatch.setattr(cudart, "host_register", lambda ptr, n: calls.append(("register", ptr, n)))
     monkeypatch.setattr(cudart, "host_unregister", lambda ptr: calls.append(("unregister", ptr)))
-    manager = managed({"pinned": 1000}, resources={"pinned": PinnedResource(cuda=True)})
+    manager = managed({"pinned": 1000}, resources={"pinned": PinnedResource(cuda=True)}, pool=False)
     r = manager.allocate((3, 5), "float32", "pinned", owner="o")
     ptr = r.data_ptr()
     assert r.is_pinned and ptr % mmap.PAGESIZE == 0 and calls == [("register", ptr, 60)]

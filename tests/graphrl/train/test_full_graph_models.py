@@ -20,6 +20,14 @@ from graphrl.nn.sage import SAGEConv
 from graphrl.train.node_classification import row_normalize, run_node_classification, train_full_graph
 from samplers.full_graph import FullGraph
 
+# device="cuda" runs the real CUDA path where torch finds CUDA (marked gpu) and the staged fallback through a
+# host-memory device tier where it does not: one case for each, so that `pytest -m gpu` selects the first
+CUDA_OR_FALLBACK = pytest.mark.parametrize("path", [
+    pytest.param("gpu", marks=pytest.mark.gpu),
+    pytest.param("no-cuda", marks=pytest.mark.skipif(torch.cuda.is_available(),
+                                                     reason="the no-CUDA fallback; the gpu case runs here")),
+])
+
 
 @pytest.fixture
 def one_thread():
@@ -111,7 +119,7 @@ def test_recompute_gives_the_same_gradients_and_is_reported(mm):
 
 def test_auto_recompute_follows_the_vertex_tier_budget():
     graph = synthetic_graph(1000, 5000, "powerlaw", seed=0)
-    with MemoryManager(budgets={"host": "1MiB"}, device="cpu") as small:
+    with MemoryManager(budgets={"pinned": "1MiB"}, device="cpu") as small:  # the staged path's vertex tier
         fg = FullGraph(graph, memory=small, dedup=True)
         free = small.free_bytes(fg.vertex_tier)
         widths = [64, 64, 8]  # each 64-wide layer keeps 2 x 1000 x 64 x 4 = 512 000 bytes
@@ -140,8 +148,9 @@ def test_staged_training_equals_the_host_path(data_root, one_thread, mm):
 
 
 @pytest.mark.slow
+@CUDA_OR_FALLBACK
 @pytest.mark.parametrize(("dataset", "paper"), [("cora", 0.815), ("citeseer", 0.703)])
-def test_staged_dedup_accuracy_in_the_papers_band(dataset, paper, data_root, one_thread):
+def test_staged_dedup_accuracy_in_the_papers_band(dataset, paper, data_root, one_thread, path):
     """2 seeds through the partitioned dedup path (10 seeds: docs/notes, benchmarks)."""
     report = run_node_classification(dataset, seeds=2, root=data_root, device="cuda", dedup=True,
                                      device_budget="128KiB")
@@ -160,7 +169,8 @@ def test_graphsage_learns_cora(data_root, one_thread):
         run_node_classification("cora", model="gat", root=data_root)
 
 
-def test_cli_demo_node_classification_device_cuda(data_root):
+@CUDA_OR_FALLBACK
+def test_cli_demo_node_classification_device_cuda(data_root, path):
     from click.testing import CliRunner
 
     from graphrl.cli import main

@@ -1,0 +1,413 @@
+"""`PoolResource`: the pinned and device tiers' memory taken upstream once and reused by later allocations.
+
+A `PoolResource` wraps a tier's `MemoryResource` (its *upstream*). A freed region's block stays with
+the pool, still page-locked (pinned) or still allocated on the device, and a later allocation
+of a size it fits is served from it: no ``mmap`` + ``cudaHostRegister`` and no ``cudaHostUnregister``
+(which synchronises every GPU) per call. `MemoryManager` wraps its pinned and device tiers in one by
+default (``MemoryManager(pool=False)`` does not); `PoolStats` counts registrations (upstream
+allocations), unregistrations, pool hits and misses, and the bytes held and idle
+(``mm.stats()["pools"]``).
+
+- **Blocks.** An upstream block has exactly the size first asked for. An idle block serves a later
+  request of the same byte count, whatever its shape and dtype (best fit; with ``max_waste > 0`` also
+  one up to that fraction larger). Views are exactly the requested shape (a prefix of the block).
+- **Budget.** Bytes held upstream (live and idle blocks) never exceed ``limit`` (the manager sets the
+  tier's budget, less any buffers registered in place): before an upstream allocation that would pass
+  it, the oldest idle blocks are released upstream (unregistered). Blocks are exact, so whatever the
+  budget admits the pool can serve; ``max_waste > 0`` trades that guarantee for more reuse.
+- **Views.** A block is reused only once every tensor viewing its last region is gone (reference
+  counting), so tensors taken before a `Region.free` never see a later region's data.
+- **CUDA.** Freeing a block records a CUDA event on the current stream; reusing it waits on that event
+  (the host for a pinned block, the current stream for a device block), so an asynchronous copy
+  issued on the current stream before the free finishes first. Work on other streams that reads or
+  writes a region must be synchronised by its user before the free (as with torch's caching
+  allocators and ``record_stream``).
+- **Release.** `PoolResource.trim` releases idle blocks upstream; `MemoryManager.close` releases all.
+
+>>> from graphrl.memory import MemoryManager
+>>> mm = MemoryManager()
+>>> mm.allocate((256, 64), "float32", "pinned", owner="x").free()
+>>> mm.allocate((64, 256), "float32", "pinned", owner="x").free()  # the same block, no registration
+>>> mm.stats()["pools"]["pinned"]["registrations"], mm.stats()["pools"]["pinned"]["pool_hits"]
+(1, 1)
+>>> mm.close()
+
+References
+----------
+RMM (RAPIDS Memory Manager): ``pool_memory_resource``. PyTorch's caching host allocator: events
+recorded on free, waited on before reuse.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import weakref
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+import numpy as np
+import torch
+
+from graphrl.memory.backing import Backing, TensorBacking
+from graphrl.memory.resources import MemoryResource
+from graphrl.memory.sizes import Tier, format_size
+
+__all__ = ["PoolBacking", "PoolResource", "PoolStats"]
+
+logger = logging.getLogger(__name__)
+
+POOLED_TIERS = (Tier.PINNED, Tier.DEVICE)
+
+
+@dataclass
+class PoolStats:
+    """Counters of one tier's pool (``mm.stats()["pools"][tier]``).
+
+    Attributes
+    ----------
+    registrations : int
+        Upstream allocations so far (``mmap`` + ``cudaHostRegister`` on the pinned tier with CUDA;
+        counted the same without CUDA), plus buffers registered in place (`MemoryManager.register`).
+    unregistrations : int
+        Blocks released upstream so far (trimmed or closed), plus registered buffers freed.
+    pool_hits : int
+        Allocations served from an idle block.
+    pool_misses : int
+        Allocations that needed an upstream allocation.
+    held_bytes : int
+        Bytes of the blocks held upstream now, live and idle.
+    idle_bytes : int
+        Bytes of the blocks held upstream and serving no region now.
+    """
+
+    registrations: int = 0
+    unregistrations: int = 0
+    pool_hits: int = 0
+    pool_misses: int = 0
+    held_bytes: int = 0
+    idle_bytes: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        """The counters as a plain dict of ints."""
+        return asdict(self)
+
+    def plus(self, other: PoolStats) -> PoolStats:
+        """Field-wise sum of two counters."""
+        return PoolStats(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
+
+
+class _Block:
+    """One upstream allocation: its backing, a flat uint8 view, and the state of its reuse."""
+
+    __slots__ = ("backing", "device", "event", "is_pinned", "lease", "nbytes", "pool", "raw", "seq")
+
+    def __init__(self, pool: PoolResource, backing: Backing, nbytes: int) -> None:
+        raw = backing.tensor().detach().reshape(-1).view(torch.uint8)
+        if raw.numel() < nbytes:
+            raise ValueError(f"the upstream resource of the {pool.tier} pool returned {raw.numel()} bytes, "
+                             f"asked for {nbytes}")
+        self.pool = pool
+        self.backing = backing
+        self.raw = raw
+        self.nbytes = nbytes
+        self.is_pinned = backing.is_pinned
+        self.device = raw.device
+        self.lease: weakref.ref[_Lease] | None = None  # the last region's views hold it alive
+        self.event: Any = None  # CUDA event recorded when the block was last freed
+        self.seq = 0  # when it was last freed (oldest first when trimming)
+
+    def reusable(self) -> bool:
+        return self.lease is None or self.lease() is None
+
+
+class _Lease:
+    """Exposes ``nbytes`` of a block to numpy or torch as a fresh allocation that keeps the block alive.
+
+    Every view of a region keeps its lease alive; the pool reuses the block only once the lease is gone.
+    """
+
+    def __init__(self, raw: torch.Tensor, nbytes: int) -> None:
+        self.raw = raw
+        interface = {"shape": (nbytes,), "typestr": "|u1", "data": (raw.data_ptr(), False)}
+        if raw.device.type == "cuda":
+            self.__cuda_array_interface__ = {**interface, "strides": None, "version": 2}
+        else:
+            self.__array_interface__ = {**interface, "version": 3}
+
+
+class PoolBacking(TensorBacking):
+    """The backing of a pooled region: a view of ``nbytes`` at the start of a pool block."""
+
+    def __init__(self, data: torch.Tensor, block: _Block) -> None:
+        super().__init__(data, is_pinned=block.is_pinned)
+        self.block = block
+
+
+class PoolResource:
+    """A `MemoryResource` adaptor that keeps freed blocks and hands them to later allocations.
+
+    Parameters
+    ----------
+    upstream : MemoryResource
+        The tier's resource (`PinnedResource`, `DeviceResource` or a test double); its backings must
+        be tensors (``backing.tensor()`` views the block's memory).
+    tier : Tier or str
+        ``"pinned"`` or ``"device"``: named in messages and statistics.
+    limit : int, optional
+        Most bytes held upstream at once (idle blocks are released to stay within it); None: no
+        limit. `MemoryManager` sets it to the tier's budget (`set_limit`).
+    max_waste : float
+        Largest fraction of an idle block a smaller request may leave unused, in [0, 1). Default 0:
+        only a block of the same byte count is reused, so the pool serves whatever the budget admits.
+        Above 0 the unused bytes of live blocks count against ``limit``, and an allocation the budget
+        admits can fail near a full budget.
+    max_idle : int, optional
+        Most idle bytes kept; the oldest idle blocks beyond it are released on free. None: no bound
+        but ``limit``.
+
+    Raises
+    ------
+    ValueError
+        A tier other than pinned or device, ``max_waste`` outside [0, 1), or a negative ``limit`` or
+        ``max_idle``.
+    TypeError
+        ``upstream`` lacks ``allocate``, ``deallocate`` or ``capacity``.
+
+    Examples
+    --------
+    >>> from graphrl.memory import MemoryManager, PinnedResource
+    >>> pool = PoolResource(PinnedResource(), tier="pinned", max_waste=0.125)
+    >>> mm = MemoryManager(resources={"pinned": pool})  # used as given, not wrapped again
+
+    References
+    ----------
+    RMM's ``pool_memory_resource``; PyTorch's caching host allocator (events recorded on free).
+    """
+
+    def __init__(
+        self,
+        upstream: MemoryResource,
+        *,
+        tier: Tier | str,
+        limit: int | None = None,
+        max_waste: float = 0.0,
+        max_idle: int | None = None,
+    ) -> None:
+        self.tier = Tier.parse(tier)
+        if self.tier not in POOLED_TIERS:
+            raise ValueError(f"tier must be 'pinned' or 'device' for a PoolResource, got '{self.tier}'")
+        for method in ("allocate", "deallocate", "capacity"):
+            if not callable(getattr(upstream, method, None)):
+                raise TypeError(
+                    f"upstream must be a MemoryResource with {method}(), got {type(upstream).__name__}"
+                )
+        if not 0.0 <= float(max_waste) < 1.0:
+            raise ValueError(f"max_waste must be in [0, 1), got {max_waste!r}")
+        for name, value in (("limit", limit), ("max_idle", max_idle)):
+            if value is not None and value < 0:
+                raise ValueError(f"{name} must be >= 0 or None, got {value!r}")
+        self.upstream = upstream
+        self.max_waste = float(max_waste)
+        self.max_idle = max_idle
+        self._limit = limit
+        self._idle: list[_Block] = []  # oldest freed first
+        self._stats = PoolStats()
+        self._pending = 0  # bytes of upstream allocations under way
+        self._seq = itertools.count()
+        self._lock = threading.Lock()
+
+    # -- MemoryResource
+
+    def allocate(self, shape: tuple[int, ...], dtype: torch.dtype, nbytes: int, name: str) -> Backing:
+        """A region of ``shape`` and ``dtype`` (``nbytes`` bytes) from an idle block or a new one.
+
+        Zero-byte requests go to the upstream resource directly (not counted).
+
+        Raises
+        ------
+        MemoryError
+            Not even releasing every idle block leaves room for ``nbytes`` under ``limit`` (only
+            possible with ``max_waste > 0``), or the upstream resource is exhausted.
+        """
+        if nbytes == 0:
+            return self.upstream.allocate(shape, dtype, nbytes, name)
+        with self._lock:
+            block = self._take(nbytes)
+            if block is not None:
+                self._stats.pool_hits += 1
+                self._stats.idle_bytes -= block.nbytes
+            else:
+                self._stats.pool_misses += 1
+                self._reserve(nbytes)
+        if block is None:
+            block = self._new_block(nbytes, name)
+        else:
+            self._wait(block)
+        return self._lease(block, shape, dtype, nbytes)
+
+    def deallocate(self, backing: Backing) -> None:
+        """Keep a pooled region's block for later allocations (other backings go upstream).
+
+        Records a CUDA event on the current stream for a block GPU work may read, waited on before reuse.
+        """
+        if not isinstance(backing, PoolBacking) or backing.block.pool is not self:
+            self.upstream.deallocate(backing)
+            return
+        block = backing.block
+        backing.data = None  # type: ignore[assignment]  # the lease dies with the region's last view
+        event = self._record(block)
+        with self._lock:
+            block.event = event
+            block.seq = next(self._seq)
+            self._idle.append(block)
+            self._stats.idle_bytes += block.nbytes
+            if self.max_idle is not None and self._stats.idle_bytes > self.max_idle:
+                self._release_idle(self._stats.idle_bytes - self.max_idle)
+
+    def capacity(self) -> int:
+        """The upstream resource's capacity."""
+        return self.upstream.capacity()
+
+    # -- pool control
+
+    @property
+    def limit(self) -> int | None:
+        """Most bytes held upstream at once (None: no limit)."""
+        return self._limit
+
+    def set_limit(self, limit: int | None) -> None:
+        """Set ``limit``, releasing the oldest idle blocks until the bytes held fit it (live ones stay).
+
+        Raises
+        ------
+        ValueError
+            A negative limit.
+        """
+        if limit is not None and limit < 0:
+            raise ValueError(f"limit must be >= 0 or None, got {limit!r}")
+        with self._lock:
+            self._limit = limit
+            if limit is not None:
+                self._release_idle(self._stats.held_bytes + self._pending - limit)
+
+    def trim(self, nbytes: int | None = None) -> int:
+        """Release idle blocks upstream (unregister them), oldest first: at least ``nbytes``, or all.
+
+        Returns
+        -------
+        int
+            Bytes released.
+        """
+        with self._lock:
+            return self._release_idle(self._stats.idle_bytes if nbytes is None else nbytes)
+
+    def stats(self) -> PoolStats:
+        """A copy of the pool's counters."""
+        with self._lock:
+            return PoolStats(**self._stats.as_dict())
+
+    def __repr__(self) -> str:
+        s = self.stats()
+        return (f"PoolResource(tier={self.tier.value}, held={s.held_bytes}, idle={s.idle_bytes}, "
+                f"limit={self._limit})")
+
+    # -- internals (the lock is held where noted)
+
+    def _take(self, nbytes: int) -> _Block | None:
+        """Best-fit reusable idle block for ``nbytes``, removed from the idle list. Lock held."""
+        best_i, best = -1, None
+        for i, block in enumerate(self._idle):
+            size = block.nbytes
+            if size < nbytes or (size - nbytes) > self.max_waste * size:
+                continue
+            if (best is None or size < best.nbytes) and block.reusable():
+                best_i, best = i, block
+                if size == nbytes:
+                    break
+        if best is not None:
+            del self._idle[best_i]
+        return best
+
+    def _reserve(self, nbytes: int) -> None:
+        """Count ``nbytes`` as pending, releasing idle blocks first if the limit needs it. Lock held."""
+        limit = self._limit
+        if limit is not None:
+            over = self._stats.held_bytes + self._pending + nbytes - limit
+            if over > 0:
+                self._release_idle(over)
+            if self._stats.held_bytes + self._pending + nbytes > limit:
+                raise MemoryError(
+                    f"the {self.tier} pool holds {format_size(self._stats.held_bytes)} in live blocks and "
+                    f"cannot take {format_size(nbytes)} more within its limit of {format_size(limit)}: "
+                    "live blocks larger than their regions (max_waste) use the rest; lower max_waste"
+                )
+        self._pending += nbytes
+
+    def _new_block(self, nbytes: int, name: str) -> _Block:
+        """Allocate a block upstream (``nbytes`` already pending); once more after a trim if exhausted."""
+        try:
+            try:
+                backing = self.upstream.allocate((nbytes,), torch.uint8, nbytes, name)
+            except (MemoryError, torch.OutOfMemoryError):
+                if not self.trim():
+                    raise
+                logger.info("%s pool: upstream exhausted; released the idle blocks and retried", self.tier)
+                backing = self.upstream.allocate((nbytes,), torch.uint8, nbytes, name)
+            block = _Block(self, backing, nbytes)
+        except BaseException:
+            with self._lock:
+                self._pending -= nbytes
+            raise
+        with self._lock:
+            self._pending -= nbytes
+            self._stats.held_bytes += nbytes
+            self._stats.registrations += 1
+        return block
+
+    def _release_idle(self, nbytes: int) -> int:
+        """Release idle blocks upstream, oldest first, until ``nbytes`` are released. Lock held."""
+        released = 0
+        while released < nbytes and self._idle:
+            block = self._idle.pop(0)
+            released += block.nbytes
+            self._stats.idle_bytes -= block.nbytes
+            self._stats.held_bytes -= block.nbytes
+            self._stats.unregistrations += 1
+            block.event = None
+            try:
+                self.upstream.deallocate(block.backing)
+            except Exception as err:  # noqa: BLE001 - the block is dropped all the same
+                logger.warning("%s pool: releasing a block of %s failed: %s", self.tier,
+                               format_size(block.nbytes), err)
+        return released
+
+    @staticmethod
+    def _record(block: _Block) -> Any:
+        """An event on the current stream for a block GPU work may still use (none if CUDA never ran here)."""
+        if not (block.device.type == "cuda" or block.is_pinned) or not torch.cuda.is_initialized():
+            return None
+        event = torch.cuda.Event()
+        event.record(torch.cuda.current_stream(block.device if block.device.type == "cuda" else None))
+        return event
+
+    @staticmethod
+    def _wait(block: _Block) -> None:
+        event, block.event = block.event, None
+        if event is None:
+            return
+        if block.device.type == "cuda":
+            torch.cuda.current_stream(block.device).wait_event(event)
+        elif not event.query():
+            event.synchronize()
+
+    @staticmethod
+    def _lease(block: _Block, shape: tuple[int, ...], dtype: torch.dtype, nbytes: int) -> PoolBacking:
+        lease = _Lease(block.raw, nbytes)
+        if block.device.type == "cuda":
+            flat = torch.as_tensor(lease, device=block.device)
+        else:
+            flat = torch.from_numpy(np.asarray(lease))
+        block.lease = weakref.ref(lease)
+        return PoolBacking(flat.view(dtype).view(shape), block)
