@@ -1,6 +1,12 @@
-"""One script for a lent GPU machine: the numba.cuda kernels of both engines for real (not the simulator).
+"""One script for a lent GPU machine: the CUDA tests, then the numba.cuda kernels of both engines for real.
 
-The parts, one module each beside this driver:
+``python benchmarks/gpu_check.py`` runs, in this order and within ``--budget`` seconds (8 minutes on one
+H200, Python's start included):
+
+0. ``pytest -m gpu`` (every test that runs a real CUDA path; target: passed in under 3 minutes);
+
+then the parts, one module each beside this driver (parts 1 to 5 within ``--parts-seconds``, part 6
+in what is left):
 
 1. correctness of the GPU neighbour sampler against the CPU kernels (``gpu_sampler_check.py``);
 5. heterogeneous sampling on the GPU against the CPU, then its speed (``gpu_hetero_check.py``, run
@@ -15,10 +21,14 @@ The parts, one module each beside this driver:
    (``gpu_full_graph_check.py``; ``--only-full-graph``, ``--fg-scale`` to shrink it,
    ``--fg-dry-run`` for a tiny CPU run of the same code).
 
-Writes ``benchmarks/results/gpu_check.json`` and prints a table; each part checks the clock against
-``--budget`` and shrinks its repeats if it runs late. ``--only-replay`` runs part 4 alone,
-``--only-sampler`` parts 1, 5 and 2. Without a usable CUDA device it prints why and exits with status
-2; it exits with 1 when a correctness check fails. ``NUMBA_ENABLE_CUDASIM=1`` with tiny sizes
+It ends with ONE table: every target of the run (pytest, the correctness of parts 1, 4 and 5, part 6's
+epoch against the PCIe limit and the all-on-device epoch, the 3x case, the total time), its figure and
+whether it was met; the exit status is 1 when one was not. ``benchmarks/results/gpu_check.json`` is
+written after every step, so a crash loses nothing done before it. Each part checks the clock against
+its budget and shrinks its repeats if it runs late. ``--only-replay`` runs part 4 alone,
+``--only-sampler`` parts 1, 5 and 2, ``--only-full-graph`` part 6; ``--dry-run`` (``--fg-dry-run``)
+runs part 6 tiny on the CPU. Without a usable CUDA device it prints why and exits with status 2.
+``NUMBA_ENABLE_CUDASIM=1`` with tiny sizes
 (``--nodes 2000 --edges-per-node 5 --check-nodes 300 --check-edges 3000 --batches 1 --feature-rows 500
 --batch-size 16``; for part 4 ``--only-replay --replay-check-steps 300 --replay-check-batches 2
 --replay-steps 2000 --replay-batch 8 --replay-window 4 --replay-repeats 2``) runs the same code in
@@ -29,12 +39,16 @@ numba's simulator, for testing the script itself. Figures from real GPUs: docs/p
 
 from __future__ import annotations
 
-import json
-import os
-import platform
-import sys
 import time
-from pathlib import Path
+
+T0 = time.perf_counter()  # before the imports: torch and numba take seconds of the budget
+
+import json  # noqa: E402
+import os  # noqa: E402
+import platform  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 # run as a script, this file's folder comes first on sys.path and benchmarks/replay.py would shadow the
 # replay package: import the packages first, then find the part modules at the end of the path
@@ -50,13 +64,15 @@ import replay  # noqa: E402, F401  # the package, before benchmarks/replay.py is
 
 sys.path.append(str(_HERE))
 from gpu_features_check import time_gather  # noqa: E402
-from gpu_full_graph_check import full_graph_part, print_full_graph  # noqa: E402
+from gpu_full_graph_check import full_graph_part, full_graph_targets, print_full_graph  # noqa: E402
 from gpu_hetero_check import hetero_part  # noqa: E402
 from gpu_replay_check import print_replay, replay_part  # noqa: E402
 from gpu_sampler_check import check_correctness, sampler_part  # noqa: E402
 
 REPO = _HERE.parent
 RESULTS = REPO / "benchmarks" / "results" / "gpu_check.json"
+PYTEST_SECONDS = 180.0
+"""Target: ``pytest -m gpu`` passes in under this many seconds."""
 
 
 def _no_gpu_exit() -> None:
@@ -92,28 +108,37 @@ def _no_gpu_exit() -> None:
               help="Part 6: fraction of ogbn-products' size (2.4M nodes, 62M edges; 1 = that size, a few "
                    "minutes more, mostly host-side planning in the first epoch).")
 @click.option("--fg-epochs", default=3, show_default=True, help="Part 6: timed epochs per case.")
-@click.option("--fg-dry-run", is_flag=True, help="Part 6 alone, tiny, on the CPU (tests the script; no GPU).")
-@click.option("--budget", default=240.0, show_default=True, help="Seconds the whole check aims to fit in.")
+@click.option("--fg-dry-run", "--dry-run", "fg_dry_run", is_flag=True,
+              help="Part 6 alone, tiny, on the CPU (tests the script; no GPU needed).")
+@click.option("--pytest/--no-pytest", "with_pytest", default=True, show_default=True,
+              help="Run `pytest -m gpu` first.")
+@click.option("--budget", default=480.0, show_default=True,
+              help="Seconds the whole check must fit in, Python's start included (8 minutes).")
+@click.option("--parts-seconds", default=110.0, show_default=True, help="Seconds for parts 1 to 5.")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--output", default=str(RESULTS), show_default=True, type=click.Path(dir_okay=False))
 def main(check_nodes, check_edges, check_batches, nodes, edges_per_node, fanouts, batch_size, batches,
          feature_rows, feature_dim, replay_check_steps, replay_check_batches, replay_steps, replay_batch,
          replay_window, replay_repeats, only_replay, only_sampler, only_full_graph, with_full_graph, fg_scale,
-         fg_epochs, fg_dry_run, budget, seed, output) -> None:
-    """Correctness and speed of the numba.cuda sampling kernels on a real GPU (see the module docstring)."""
-    t0 = time.perf_counter()
+         fg_epochs, fg_dry_run, with_pytest, budget, parts_seconds, seed, output) -> None:
+    """The CUDA tests, then correctness and speed of both engines on a real GPU (see the module docstring)."""
+    t0 = T0
     fg_args = {"nodes": int(2_400_000 * fg_scale), "edges": int(62_000_000 * fg_scale), "epochs": fg_epochs,
                "seed": seed}
+
+    def left() -> float:
+        return budget - (time.perf_counter() - t0)
+
     if fg_dry_run or only_full_graph:
         if not fg_dry_run and not torch.cuda.is_available():
             _no_gpu_exit()
         result = {"benchmark": "gpu_check", "machine": {"cpus": os.cpu_count(), "torch": torch.__version__,
                                                         "cuda_device": None if fg_dry_run else
                                                         torch.cuda.get_device_name()}, "rows": []}
-        ok = full_graph_part(result, **fg_args, dry_run=fg_dry_run)
+        full_graph_part(result, **fg_args, dry_run=fg_dry_run, seconds=None if fg_dry_run else left() - 10,
+                        on_progress=lambda: _write(result, t0, output, quiet=True), echo=click.echo)
         print_full_graph(result, click.echo)
-        _write(result, t0, output)
-        sys.exit(0 if ok else 1)
+        sys.exit(_finish(result, t0, output, budget))
     if not cuda.is_available():
         _no_gpu_exit()
     fans = [int(k) for k in fanouts.split(",")]
@@ -127,36 +152,110 @@ def main(check_nodes, check_edges, check_batches, nodes, edges_per_node, fanouts
     replay_args = (replay_check_steps, replay_check_batches, replay_steps, replay_batch, replay_window,
                    replay_repeats, seed)
     if only_replay:
-        replay_ok = replay_part(result, *replay_args, seconds=budget)
+        replay_part(result, *replay_args, seconds=parts_seconds)
         print_replay(result)
-        _write(result, t0, output)
-        sys.exit(0 if replay_ok else 1)
+        sys.exit(_finish(result, t0, output, budget))
 
+    if with_pytest and not only_sampler and not simulator:
+        result["pytest_gpu"] = _pytest_gpu(min(PYTEST_SECONDS, max(left() - 60, 30.0)))
+        _write(result, t0, output, quiet=True)
+    start = time.perf_counter()
     result["correctness"] = check_correctness(check_nodes, check_edges, fans, batch_size, check_batches, seed)
+    result["correctness"]["sampler_ok"] = bool(result["correctness"]["deterministic_ok"])
     click.echo(f"  correctness done at {time.perf_counter() - t0:.0f} s", err=True)
     hetero_part(result, max(check_nodes // 10, 50), batch_size, check_batches, seed)
+    _write(result, t0, output, quiet=True)
 
     sampler_part(result, nodes, edges_per_node, fans, batch_size, batches, seed,
-                 seconds=max(budget * 0.6 - (time.perf_counter() - t0), 20.0))
+                 seconds=max(parts_seconds * 0.6 - (time.perf_counter() - start), 20.0))
+    _write(result, t0, output, quiet=True)
     if only_sampler:
         _print_sampler(result)
-        _write(result, t0, output)
-        sys.exit(0 if result["correctness"]["deterministic_ok"] else 1)
+        sys.exit(_finish(result, t0, output, budget))
     gather = time_gather(feature_rows, feature_dim, min(feature_rows, 1_000_000), 10, seed)
     result["feature_gather"] = gather
-    replay_ok = replay_part(result, *replay_args, seconds=max(budget - (time.perf_counter() - t0), 30.0))
+    _write(result, t0, output, quiet=True)
+    replay_part(result, *replay_args, seconds=max(parts_seconds - (time.perf_counter() - start), 30.0))
+    _write(result, t0, output, quiet=True)
     _print_sampler(result)
     click.echo(f"feature gather ({gather['row_bytes']} B rows): device {gather['device_GBps']:.1f} GB/s, "
                f"pinned host via UVA {gather['pinned_uva_GBps']:.1f} GB/s, "
                f"device copy {gather['device_copy_GBps']:.1f} GB/s")
     print_replay(result)
-    fg_ok = True
     if with_full_graph and not bool(numba.config.ENABLE_CUDASIM):
-        fg_ok = full_graph_part(result, **fg_args)
+        click.echo(f"  part 6 starts at {time.perf_counter() - t0:.0f} s with {left() - 10:.0f} s", err=True)
+        full_graph_part(result, **fg_args, seconds=left() - 10,
+                        on_progress=lambda: _write(result, t0, output, quiet=True), echo=click.echo)
         print_full_graph(result, click.echo)
+    sys.exit(_finish(result, t0, output, budget))
+
+
+def _pytest_gpu(seconds: float) -> dict:
+    """``pytest -m gpu`` over tests/ in a subprocess, stopped after ``seconds``."""
+    cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", "tests"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH"))
+                                                       if p)}
+    click.echo(f"pytest -m gpu (at most {seconds:.0f} s) ...", err=True)
+    t = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=seconds)
+        code, text = proc.returncode, proc.stdout + proc.stderr
+    except subprocess.TimeoutExpired as exc:
+        code = None
+        raw = exc.stdout or b""
+        text = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+    dt = time.perf_counter() - t
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    summary = lines[-1] if lines else ""
+    if code != 0:
+        click.echo("\n".join(lines[-40:]), err=True)
+    click.echo(f"  pytest -m gpu: {summary} ({dt:.0f} s)", err=True)
+    return {"seconds": dt, "returncode": code, "summary": summary if code is not None else
+            f"stopped after {seconds:.0f} s; {summary}"}
+
+
+def _targets(result: dict, seconds: float, budget: float) -> list[dict]:
+    """Every target of the run as ``{"figure", "value", "target", "met"}`` rows (met None: not measured)."""
+    rows = []
+    py = result.get("pytest_gpu")
+    if py is not None:
+        rows.append({"figure": "pytest -m gpu", "value": f"{py['summary']} in {py['seconds']:.0f} s",
+                     "target": f"passed, < {PYTEST_SECONDS:.0f} s",
+                     "met": py["returncode"] == 0 and py["seconds"] < PYTEST_SECONDS})
+    corr = result.get("correctness")
+    if corr is not None:
+        rows.append({"figure": "part 1 sampler: GPU blocks equal the CPU's (uniform, replace, -1, weighted)",
+                     "value": "identical" if corr.get("sampler_ok") else "differ", "target": "identical",
+                     "met": bool(corr.get("sampler_ok"))})
+    het = result.get("hetero")
+    if het is not None and "deterministic_ok" in het:
+        rows.append({"figure": "part 5 hetero: GPU blocks equal the CPU's", "target": "identical",
+                     "value": "identical" if het["deterministic_ok"] else "differ",
+                     "met": bool(het["deterministic_ok"])})
+    rep = result.get("replay_correctness")
+    if rep is not None:
+        rows.append({"figure": "part 4 replay: GPU windows equal the CPU's, byte for byte",
+                     "target": "identical",
+                     "value": "identical" if rep.get("ok") else "differ", "met": bool(rep.get("ok"))})
+    if "full_graph" in result:
+        rows.extend(full_graph_targets(result))
+    rows.append({"figure": "the whole check, Python's start included", "value": f"{seconds:.0f} s",
+                 "target": f"<= {budget:.0f} s", "met": seconds <= budget})
+    return rows
+
+
+def _finish(result: dict, t0: float, output: str, budget: float) -> int:
+    """Print the one table of targets, write the JSON; the exit status (1 when a target was missed)."""
+    seconds = time.perf_counter() - t0
+    rows = _targets(result, seconds, budget)
+    result["targets"] = rows
+    width, vwidth = (max(len(r[k]) for r in rows) for k in ("figure", "value"))
+    click.echo(f"\n{'figure':<{width}}  {'value':<{vwidth}}  {'target':<24}  met")
+    for r in rows:
+        met = "n/a" if r["met"] is None else ("yes" if r["met"] else "NO")
+        click.echo(f"{r['figure']:<{width}}  {r['value']:<{vwidth}}  {r['target']:<24}  {met}")
     _write(result, t0, output)
-    if not result["correctness"]["deterministic_ok"] or not replay_ok or not fg_ok:
-        sys.exit(1)
+    return 1 if any(r["met"] is False for r in rows) else 0
 
 
 def _print_sampler(result: dict) -> None:
@@ -167,12 +266,15 @@ def _print_sampler(result: dict) -> None:
     click.echo(f"correctness: deterministic cases identical: {result['correctness']['deterministic_ok']}")
 
 
-def _write(result: dict, t0: float, output: str) -> None:
+def _write(result: dict, t0: float, output: str, quiet: bool = False) -> None:
     result["seconds"] = time.perf_counter() - t0
     out = Path(output)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    click.echo(f"total {result['seconds']:.0f} s; wrote {out}")
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(result, indent=2) + "\n")
+    tmp.replace(out)  # a reader never sees half a file
+    if not quiet:
+        click.echo(f"total {result['seconds']:.0f} s; wrote {out}")
 
 
 if __name__ == "__main__":

@@ -1,12 +1,14 @@
-"""A cache of a feature table's hottest rows on the device tier, and the policies that choose them.
+"""A cache of a feature table's hottest rows near the gather, and the policies that choose them.
 
 `hot_nodes` ranks the nodes by a policy: in-degree (``"degree"``; for the symmetric graphs of our data
 sets in-degree equals out-degree), out-degree (``"out_degree"``: how often a node is drawn as an
 in-neighbour), or how often a node was an input node in a short pre-sampling pass with a
 `NeighborSampler` (``"presample"``, GNNLab's PreSC policy, counted by `presample_counts`); ties go to
-the smaller node id. `RowCache` copies those rows of a table into a device-tier region with a slot map
-(row v is cache row ``slots[v]``, or -1), which the gathers of `samplers.kernels.gather` read
-(docs/architecture.md#memory-tiers). `samplers.features.FeatureStore(cache_rows=...)` builds one.
+the smaller node id. `RowCache` copies those rows of a table into a region with a slot map (row v is
+cache row ``slots[v]``, or -1), which the gathers of `samplers.kernels.gather` read: on the device tier
+for a GPU gather, and for a CPU gather on the tier `samplers.feature_table.cache_tier_for` names (the
+device tier where it is host memory, else plain host memory) (docs/architecture.md#memory-tiers).
+`samplers.features.FeatureStore(cache_rows=...)` builds one.
 
 >>> hot = hot_nodes(graph, 100_000, "degree")
 >>> cache = RowCache(memory, table, hot, owner="features")
@@ -100,13 +102,13 @@ def hot_nodes(graph: CSCGraph, count: int, policy: str, fanouts: Any = (10, 10),
 
 
 class RowCache:
-    """Rows ``table[nodes]`` copied into a device-tier region, and the slot map that finds them.
+    """Rows ``table[nodes]`` copied into a region on ``tier``, and the slot map that finds them.
 
     Parameters
     ----------
     memory : MemoryManager
         Gives the cache region (owner ``f"{owner}.cache"``) and the slot map (``f"{owner}.cache_map"``),
-        both on the device tier.
+        both on ``tier``.
     table : torch.Tensor, shape [N, *row]
         The rows to cache from.
     nodes : numpy.ndarray, int64, shape [C]
@@ -116,15 +118,17 @@ class RowCache:
     before_write : callable (torch.Tensor) -> None, optional
         Called with the cache tensor before the rows are written into it (the store advises huge
         pages there).
+    tier : Tier or str
+        Tier of both regions, without fallback (default the device tier).
 
     Attributes
     ----------
     rows : torch.Tensor, shape [C, *row]
         The cached rows.
     slots_tensor : torch.Tensor, int32, shape [N]
-        Cache slot of every row, -1 when not cached (on the device tier).
+        Cache slot of every row, -1 when not cached (on ``tier``).
     slots : numpy.ndarray or None
-        The same as a numpy array when the device tier is host memory (a CPU gather), else None.
+        The same as a numpy array when the regions are host memory (a CPU gather), else None.
     nodes : torch.Tensor, int64, shape [C]
     tier : str
         Tier of the cache region.
@@ -134,22 +138,23 @@ class RowCache:
     Raises
     ------
     MemoryBudgetError
-        The cache or its slot map does not fit the device tier (nothing stays allocated).
+        The cache or its slot map does not fit ``tier`` (nothing stays allocated).
     """
 
     def __init__(self, memory: MemoryManager, table: torch.Tensor, nodes: np.ndarray, owner: str,
-                 before_write: Callable[[torch.Tensor], None] | None = None) -> None:
+                 before_write: Callable[[torch.Tensor], None] | None = None,
+                 tier: Tier | str = Tier.DEVICE) -> None:
         num_rows, c = int(table.shape[0]), int(nodes.shape[0])
         self.regions: list[Region] = []
         try:
-            region = memory.allocate((c, *table.shape[1:]), table.dtype, Tier.DEVICE, owner=f"{owner}.cache")
+            region = memory.allocate((c, *table.shape[1:]), table.dtype, tier, owner=f"{owner}.cache")
             self.regions.append(region)
             rows = region.tensor()
             if before_write is not None:
                 before_write(rows)
             index = torch.from_numpy(nodes)
             _copy_rows(rows, table, index)
-            slot_region = memory.allocate((num_rows,), torch.int32, Tier.DEVICE, owner=f"{owner}.cache_map")
+            slot_region = memory.allocate((num_rows,), torch.int32, tier, owner=f"{owner}.cache_map")
             self.regions.append(slot_region)
             slots = np.full(num_rows, -1, dtype=np.int32)
             slots[nodes] = np.arange(c, dtype=np.int32)

@@ -1,11 +1,18 @@
 """Where a feature table lives: the tier it is placed on, and transparent huge pages for host tables.
 
-`place_table` puts the rows of a `samplers.features.FeatureStore` into a memory-manager region on the
-fastest tier that fits, ``("device", "pinned", "host")`` in order, except that a CPU gather on a machine
-with CUDA skips ``device`` (GPU memory the CPU cannot read) and a GPU gather skips ``host`` (memory the
-GPU cannot read in place); without CUDA the device tier is host memory. Without a manager the table is
-the caller's tensor itself (page-locked in place for a GPU gather). `staging_tiers` gives the tiers of
-a gather's staging buffers (docs/architecture.md#memory-tiers).
+`place_table` puts the rows of a `samplers.features.FeatureStore` into a memory-manager region on a
+tier the gather reads, chosen by the device the store serves and by where the manager's device tier
+lives (`device_tier_is_host`, never by whether the machine has CUDA):
+
+- a GPU gather: ``device``, then ``pinned`` (read in place through UVA);
+- a CPU gather over a manager whose device tier is host memory (no CUDA, or ``MemoryManager(device=
+  "cpu")``): ``device``, ``pinned``, ``host``;
+- a CPU gather over a manager whose device tier is GPU memory: ``host``, then ``pinned`` (the CPU reads
+  both alike; plain host memory can go on huge pages and leaves page-locked memory to copies).
+
+Without a manager the table is the caller's tensor itself (page-locked in place for a GPU gather).
+`cache_tier_for` and `staging_tiers` give the tiers of the hot-row cache and of a gather's staging
+buffers by the same rule (docs/architecture.md#memory-tiers).
 
 Huge pages: a host table of `HUGE_TABLE_BYTES` (32 MiB) or more that a CPU gather reads goes on 2 MiB
 transparent huge pages (`graphrl.kernels.advise_huge_pages`): a region is advised before the table is
@@ -25,7 +32,8 @@ import torch
 from graphrl.kernels import advise_huge_pages
 from graphrl.memory import MemoryManager, Region, Tier
 
-__all__ = ["HUGE_TABLE_BYTES", "advise_huge_table", "place_table", "staging_tiers", "wants_huge_pages"]
+__all__ = ["HUGE_TABLE_BYTES", "advise_huge_table", "cache_tier_for", "device_tier_is_host",
+           "place_table", "staging_tiers", "wants_huge_pages"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +55,31 @@ def advise_huge_table(tensor: torch.Tensor, enabled: bool, device: torch.device)
         advise_huge_pages(tensor.data_ptr(), tensor.numel() * tensor.element_size())
 
 
+def device_tier_is_host(memory: MemoryManager, owner: str) -> bool:
+    """Whether ``memory``'s device tier is host memory (no CUDA, or ``MemoryManager(device="cpu")``).
+
+    Asks the manager itself with an empty region on the device tier (owner ``f"{owner}.table"``, freed
+    at once), as `samplers.full_graph.FullGraph` does; a device tier that cannot even give that (a CUDA
+    device named where torch has none) counts as not host memory.
+    """
+    try:
+        probe = memory.allocate(0, torch.uint8, Tier.DEVICE, owner=f"{owner}.table")
+    except (RuntimeError, AssertionError, MemoryError):  # torch without CUDA asked for a CUDA device
+        return False
+    try:
+        return str(probe.device).startswith("cpu")
+    finally:
+        probe.free()
+
+
+def cache_tier_for(device: torch.device, host_device_tier: bool) -> Tier:
+    """Tier of the hot-row cache: the device tier for a GPU gather, and for a CPU gather where the device
+    tier is host memory; plain host memory for a CPU gather over a GPU device tier."""
+    if device.type == "cuda" or host_device_tier:
+        return Tier.DEVICE
+    return Tier.HOST
+
+
 def staging_tiers(device: torch.device) -> tuple[Tier, tuple[Tier, ...]]:
     """Tier and fallback of a gather's staging buffers: device memory for a GPU gather, else pinned
     (host memory where it does not fit or there is no CUDA)."""
@@ -56,7 +89,7 @@ def staging_tiers(device: torch.device) -> tuple[Tier, tuple[Tier, ...]]:
 
 
 def place_table(x: torch.Tensor, memory: MemoryManager | None, private: MemoryManager, owner: str,
-                device: torch.device, tier: Any, fallback: Any, huge_pages: bool, cuda_present: bool,
+                device: torch.device, tier: Any, fallback: Any, huge_pages: bool, host_device_tier: bool,
                 regions: list[Region]) -> tuple[torch.Tensor, str]:
     """Place the feature table: returns ``(table, tier name)``.
 
@@ -73,7 +106,10 @@ def place_table(x: torch.Tensor, memory: MemoryManager | None, private: MemoryMa
         Where the gather runs.
     tier, fallback : Tier or str or None, sequence of those or None
         Tier of the table and tiers tried after it; None: as in the module docstring.
-    huge_pages, cuda_present : bool
+    huge_pages : bool
+    host_device_tier : bool
+        Whether ``memory``'s device tier is host memory (`device_tier_is_host`); a CPU gather then
+        tries it first.
     regions : list of Region
         Every region allocated is appended here at once (the caller frees them, also on an error).
 
@@ -105,10 +141,10 @@ def place_table(x: torch.Tensor, memory: MemoryManager | None, private: MemoryMa
     if tier is None:
         if gpu:
             tier, default_fallback = Tier.DEVICE, (Tier.PINNED,)
-        elif cuda_present:
-            tier, default_fallback = Tier.PINNED, (Tier.HOST,)
-        else:
+        elif host_device_tier:
             tier, default_fallback = Tier.DEVICE, (Tier.PINNED, Tier.HOST)
+        else:
+            tier, default_fallback = Tier.HOST, (Tier.PINNED,)
         fallback = default_fallback if fallback is None else fallback
     region = memory.allocate(tuple(x.shape), x.dtype, tier, owner=f"{owner}.table",
                              fallback=() if fallback is None else fallback)

@@ -2,15 +2,23 @@
 
 `FeatureStore` holds the table, gathers rows into reusable staging buffers (`samplers.staging`) with
 the kernels of `samplers.kernels.gather`, and reads the hottest rows from a `samplers.feature_cache`
-cache on the device tier when asked (docs/architecture.md#memory-tiers).
+cache when asked (docs/architecture.md#memory-tiers).
 
 Placement and huge pages
 ------------------------
-The table goes on the fastest tier that fits (device, pinned, host; a CPU gather on a CUDA machine
-skips device, a GPU gather skips host) and, for a CPU gather, a host table of 32 MiB or more on
-transparent huge pages (`samplers.feature_table`). A GPU gather reads the rows in place, from GPU
-memory or from pinned host memory through UVA, and launches on torch's current stream
-(docs/architecture.md#the-stream-rule).
+The store serves one device, ``"cpu"`` unless asked for ``"cuda"``, on every machine. Its table,
+cache and staging tiers follow that device and where the manager's device tier lives, never whether
+the machine has CUDA (`samplers.feature_table`): a GPU gather uses the device tier (table, then
+pinned); a CPU gather uses the device tier only where it is host memory (no CUDA, or
+``MemoryManager(device="cpu")``), else host then pinned memory for the table and host memory for the
+cache. A CPU gather puts a host table of 32 MiB or more on transparent huge pages. A GPU gather reads
+the rows in place, from GPU memory or from pinned host memory through UVA, and launches on torch's
+current stream (docs/architecture.md#the-stream-rule).
+
+Same rows everywhere: a CPU store gives the same rows, hits and budget errors with and without CUDA
+for the same manager settings. What differs with a default ``MemoryManager()``, whose device tier is
+GPU memory with CUDA and host memory without: a CPU store's table and cache land on "host" instead
+of "device" and count against those budgets, and the "pinned" tier is page-locked memory.
 
 Staging reuse
 -------------
@@ -51,7 +59,13 @@ from samplers._checks import (
     check_seeds,
 )
 from samplers.feature_cache import POLICIES, RowCache, hot_nodes, presample_counts
-from samplers.feature_table import advise_huge_table, place_table, staging_tiers
+from samplers.feature_table import (
+    advise_huge_table,
+    cache_tier_for,
+    device_tier_is_host,
+    place_table,
+    staging_tiers,
+)
 from samplers.kernels.gather import gather_rows, gather_rows_cuda, word_view
 from samplers.staging import RowStaging, StagingLease
 
@@ -82,12 +96,13 @@ class FeatureStore:
         Row v holds node v's features (float32 [N, D] typically).
     memory : MemoryManager or None
         Where the table, the cache and the staging buffers live. The table is copied into a region
-        (owner ``f"{owner}.table"``) on the fastest tier that fits (see the module docstring). ``None``:
-        the table is ``x`` itself (no copy; made contiguous if needed) and the cache and staging come
-        from a private manager.
+        (owner ``f"{owner}.table"``) on the first tier that fits of those the gather reads (see the
+        module docstring). ``None``: the table is ``x`` itself (no copy; made contiguous if needed) and
+        the cache and staging come from a private ``MemoryManager(device=device)``.
     cache_rows : int
-        Rows to cache on the device tier (clipped to N); 0 for no cache. Ignored (logged) when the
-        table itself is on the device tier. The cache holds copies: after the table changes in place
+        Rows to cache (clipped to N) on the device tier, or in host memory for a CPU gather over a GPU
+        device tier; 0 for no cache. Ignored (logged) when the table itself is on the device tier.
+        The cache holds copies: after the table changes in place
         (``x`` itself with ``memory=None``, or `table`), call `refresh_cache` before the next gather,
         or the cached rows read back their old values.
     cache_policy : {"degree", "out_degree", "presample"}
@@ -96,8 +111,8 @@ class FeatureStore:
         Required with a cache: the graph the ids are nodes of (N nodes).
     device : str or torch.device or None
         Where `gather` writes rows: ``"cpu"`` (the numba CPU gather into host or pinned staging) or
-        ``"cuda"`` (the numba.cuda gather into device staging). Default ``"cuda"`` when CUDA is
-        available, else ``"cpu"``.
+        ``"cuda"`` (the numba.cuda gather into device staging). Default ``"cpu"`` on every machine,
+        as for `NeighborSampler` and `FullGraph`: pass ``device="cuda"`` for GPU rows.
     tier : Tier or str or None
         Tier of the table; default as in the module docstring.
     fallback : sequence of Tier or str or None
@@ -143,11 +158,12 @@ class FeatureStore:
         A negative ``cache_rows``; ``staging_slots``, ``threads`` or ``presample_batch_size`` < 1 or
         above `samplers.MAX_BATCH`; ``presample_batches`` < 0; a presample fanout outside [-1,
         `samplers.MAX_FANOUT`]; ``seed`` outside [0, 2**64); an unknown ``cache_policy``; a cache
-        without ``graph``, or a graph of another size; a device other than cpu/cuda.
+        without ``graph``, or a graph of another size; a device other than cpu/cuda; ``device="cuda"``
+        with a ``memory`` whose device tier is host memory.
     GPUUnavailableError
         ``device="cuda"`` where torch finds no CUDA (a ``ValueError`` and a ``RuntimeError``).
     MemoryBudgetError
-        The table fits no tier tried, or the cache does not fit the device tier (lower ``cache_rows``).
+        The table fits no tier tried, or the cache does not fit its tier (lower ``cache_rows``).
 
     References
     ----------
@@ -157,7 +173,7 @@ class FeatureStore:
     Examples
     --------
     >>> mm = MemoryManager(budgets={"device": "8GiB"})
-    >>> feats = FeatureStore(x, memory=mm, cache_rows=100_000, graph=graph)
+    >>> feats = FeatureStore(x, memory=mm, cache_rows=100_000, graph=graph, device="cuda")
     >>> rows = feats.gather(torch.tensor([3, 1, 4]))  # a staging view, valid for 2 more gathers
     >>> feats.stats()["hit_rate"]
     """
@@ -193,9 +209,8 @@ class FeatureStore:
             raise ValueError(f"graph has {graph.num_nodes} nodes but x has {num_rows} rows: one row per node")
         if cache_rows and graph is None:
             raise ValueError(f"cache_policy={cache_policy!r} needs graph= to choose the hot rows")
-        cuda_present = torch.cuda.is_available()
-        dev = check_device(device) if device is not None else torch.device("cuda" if cuda_present else "cpu")
-        if dev.type == "cuda" and not cuda_present:
+        dev = check_device(device) if device is not None else torch.device("cpu")
+        if dev.type == "cuda" and not torch.cuda.is_available():
             raise GPUUnavailableError(f"device={str(device)!r} but CUDA is not available (torch.cuda."
                                       "is_available() is False): use device='cpu'")
 
@@ -209,7 +224,7 @@ class FeatureStore:
         self._own_memory = memory is None
         self.closed = False
         """True once `close` ran: gathers then raise ValueError."""
-        self.memory = memory if memory is not None else MemoryManager()
+        self.memory = memory if memory is not None else MemoryManager(device=dev)
         self._regions: list[Region] = []
         self._cache: RowCache | None = None
         self._lock = threading.Lock()
@@ -217,22 +232,32 @@ class FeatureStore:
         self._seconds = 0.0
         self._dev_hits = None
         try:
-            self.table, self.table_tier = place_table(x, memory, self.memory, owner, dev, tier, fallback,
-                                                      self.huge_pages, cuda_present, self._regions)
-            self.cache_nodes = torch.empty(0, dtype=torch.int64)
             cache_rows = min(int(cache_rows), num_rows)
+            # where the device tier lives decides the tiers, not torch.cuda.is_available(): a private
+            # manager's device tier is `dev` itself; a given one is asked when it matters
+            if memory is None:
+                host_device_tier = dev.type == "cpu"
+            elif dev.type == "cuda" or tier is None or cache_rows:
+                host_device_tier = device_tier_is_host(memory, owner)
+            else:
+                host_device_tier = False  # not consulted: the tier is given and there is no cache
+            if dev.type == "cuda" and host_device_tier:
+                raise ValueError("memory: its device tier is host memory (MemoryManager(device='cpu')), "
+                                 "which a GPU gather's cache and staging cannot use; pass "
+                                 "MemoryManager(device='cuda') for device='cuda', or device='cpu'")
+            self.table, self.table_tier = place_table(x, memory, self.memory, owner, dev, tier, fallback,
+                                                      self.huge_pages, host_device_tier, self._regions)
+            self.cache_nodes = torch.empty(0, dtype=torch.int64)
             if cache_rows and self.table_tier == Tier.DEVICE.value:
                 logger.info("the feature table is on the device tier: no cache needed (cache_rows ignored)")
             elif cache_rows:
-                if dev.type == "cpu" and cuda_present:
-                    raise ValueError("a cache lives on the device tier (GPU memory), which a CPU gather "
-                                     "cannot read: use device='cuda' or cache_rows=0")
                 assert graph is not None
                 hot = hot_nodes(graph, cache_rows, cache_policy, presample_fanouts, presample_seeds,
                                 presample_batches, presample_batch_size, seed)
-                # a CPU gather's cache is host memory too (no CUDA): huge pages as for the table
+                # a CPU gather's cache is host memory: huge pages as for the table
                 self._cache = RowCache(self.memory, self.table, hot, owner,
-                                       lambda t: advise_huge_table(t, self.huge_pages, dev))
+                                       lambda t: advise_huge_table(t, self.huge_pages, dev),
+                                       tier=cache_tier_for(dev, host_device_tier))
                 self.cache_nodes = self._cache.nodes
             self._staging = RowStaging(self.memory, self.row_shape, self.dtype, max(1, int(staging_slots)),
                                        *staging_tiers(dev), owner=f"{owner}.staging")
@@ -280,8 +305,9 @@ class FeatureStore:
 
     # ------------------------------------------------------------------ gather
     def staging(self, slots: int = 2, rows: int = 0) -> RowStaging:
-        """New staging buffers for this store's rows, from its manager (pinned for a CPU gather on a
-        CUDA machine, host memory without CUDA, device memory for a GPU gather).
+        """New staging buffers for this store's rows, from its manager: the pinned tier (then host) for
+        a CPU gather (page-locked with CUDA, plain host memory without), the device tier for a GPU
+        gather.
 
         Parameters
         ----------

@@ -24,3 +24,18 @@ def data_root() -> Path:
     """The real-data folder; tests using it skip with a reason when it is absent (CI always has it)."""
     _need("")
     return DATA
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip the tests marked ``gpu`` where torch finds no CUDA, with the reason said once (the count is in
+    pytest's short summary: ``SKIPPED [N] ... no CUDA device``)."""
+    gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if not gpu_items:
+        return
+    import torch  # here, not at import: collecting a test file must not depend on torch's CUDA state
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="gpu: no CUDA device here (torch.cuda.is_available() is False)")
+    for item in gpu_items:
+        item.add_marker(skip)

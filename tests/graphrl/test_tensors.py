@@ -74,7 +74,7 @@ def test_to_device_on_the_same_device_shares_memory(mm):
     assert arr[0] == 1.0
 
 
-@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+@pytest.mark.gpu
 def test_to_device_copies_to_the_gpu_and_back(mm):
     with mm.allocate(1000, "float32", "pinned", owner="o") as r:
         r.tensor().copy_(torch.arange(1000, dtype=torch.float32))

@@ -19,8 +19,13 @@ from samplers.kernels import gather as gather_module
 
 @pytest.fixture
 def mm():
-    with MemoryManager() as manager:
+    # the device tier in host memory on every machine: a CPU store places its rows the same with and
+    # without CUDA (a default MemoryManager's device tier is GPU memory with CUDA: see the gpu tests)
+    with MemoryManager(device="cpu") as manager:
         yield manager
+
+
+GPU = pytest.param("cuda", marks=pytest.mark.gpu)
 
 
 def hand_graph() -> CSCGraph:
@@ -31,18 +36,26 @@ def hand_graph() -> CSCGraph:
 
 
 # ------------------------------------------------------------------------------------------- exact
+@pytest.mark.parametrize("device", ["cpu", GPU])
 @pytest.mark.parametrize("shape,dtype", [((300, 7), torch.float32), ((300,), torch.int64),
                                          ((300, 3, 2), torch.float16), ((300, 5), torch.bfloat16),
                                          ((300, 3), torch.uint8)])
-def test_gather_equals_index_select(shape, dtype):
+def test_gather_equals_index_select(shape, dtype, device):
     x = (torch.randn(shape) * 50).to(dtype)
-    store = FeatureStore(x)
+    store = FeatureStore(x, device=device)
     ids = torch.from_numpy(np.random.default_rng(0).integers(0, 300, 1000))
     got = store.gather(ids)
-    assert got.dtype == dtype and got.shape == (1000, *shape[1:])
-    assert torch.equal(got, torch.index_select(x, 0, ids))
+    assert got.dtype == dtype and got.shape == (1000, *shape[1:]) and got.device.type == device
+    assert torch.equal(got.cpu(), torch.index_select(x, 0, ids))
     assert store.gather(torch.empty(0, dtype=torch.int64)).shape == (0, *shape[1:])
-    assert store.table.data_ptr() == x.data_ptr()  # memory=None: the table is x itself
+    assert store.table.data_ptr() == x.data_ptr()  # memory=None: the table is x itself (page-locked for cuda)
+    store.close()
+
+
+def test_the_default_device_is_the_cpu_on_every_machine():
+    x = torch.randn(10, 3)
+    with FeatureStore(x) as store:
+        assert store.device.type == "cpu" and store.gather([1, 2]).device.type == "cpu"
 
 
 def test_gather_across_threads_and_chunks_and_into_out(mm):
@@ -108,8 +121,9 @@ def test_a_large_table_goes_on_huge_pages_with_the_same_rows(in_place):
 
 
 @pytest.mark.skipif(_thp_mode() not in ("always", "madvise"), reason="transparent huge pages are off")
-@pytest.mark.skipif(torch.cuda.is_available(), reason="a CPU store's cache needs a machine without CUDA")
 def test_a_large_cache_goes_on_huge_pages_too():
+    # a CPU store's cache is host memory on every machine: the device tier without CUDA, the host tier
+    # with CUDA (where the default manager's device tier is GPU memory)
     rng = np.random.default_rng(5)
     n = 90_000
     g = CSCGraph.from_edges(rng.integers(0, n, 200_000), rng.integers(0, n, 200_000), n)
@@ -154,13 +168,13 @@ def test_cached_gather_across_threads_counts_every_hit(mm):
 def test_table_is_copied_into_a_region_on_the_fastest_tier(mm):
     x = torch.randn(100, 8)
     store = FeatureStore(x, memory=mm)
-    assert store.table_tier == "device"  # without CUDA the device tier is host memory
+    assert store.table_tier == "device"  # MemoryManager(device="cpu"): the device tier is host memory
     assert store.table.data_ptr() != x.data_ptr() and torch.equal(store.table, x)
     assert mm.stats()["device"]["features.table"]["bytes"] == 100 * 8 * 4
     store.gather([1, 2, 3])
     assert mm.stats()["pinned"]["features.staging"]["regions"] == 1
     store.close()
-    assert all(u["bytes"] == 0 for tier in mm.stats().values() for u in tier.values())
+    assert all(u["bytes"] == 0 for tier in ("device", "pinned", "host") for u in mm.stats()[tier].values())
 
 
 # ------------------------------------------------------------------------------------------- staging
@@ -182,7 +196,7 @@ def test_degree_cache_hit_rate_by_hand():
     x = torch.arange(24, dtype=torch.float32).reshape(6, 4)
     # table 96 bytes does not fit the 64-byte device budget and goes to pinned; the cache (2 rows,
     # 32 bytes) and its slot map (6 x int32, 24 bytes) fit it
-    with MemoryManager(budgets={"device": 64}) as mm:
+    with MemoryManager(budgets={"device": 64}, device="cpu") as mm:
         store = FeatureStore(x, memory=mm, cache_rows=2, graph=hand_graph())
         assert store.table_tier == "pinned" and store.stats()["cache_tier"] == "device"
         assert store.cache_nodes.tolist() == [1, 3]  # in-degrees 3 and 2
@@ -200,7 +214,7 @@ def test_degree_cache_hit_rate_by_hand():
 def test_out_degree_and_presample_policies_by_hand():
     x = torch.randn(6, 4)  # table 96 bytes > 80: pinned; cache 3 x 16 bytes + slot map 24 bytes <= 80
     g = hand_graph()
-    with MemoryManager(budgets={"device": 80}) as mm:
+    with MemoryManager(budgets={"device": 80}, device="cpu") as mm:
         store = FeatureStore(x, memory=mm, cache_rows=3, cache_policy="out_degree", graph=g)
         assert store.cache_nodes.tolist() == [0, 2, 3]  # out-degrees 2, 2, then 1 (smallest id of 3, 4, 5)
         store.close()
@@ -223,7 +237,7 @@ def test_no_cache_when_the_table_is_on_the_device_tier(mm):
 
 
 def test_cache_rows_beyond_the_table_are_clipped():
-    with MemoryManager() as mm:
+    with MemoryManager(device="cpu") as mm:
         store = FeatureStore(torch.randn(6, 2), memory=mm, cache_rows=50, graph=hand_graph(), tier="pinned")
         assert store.cache_rows == 6
         ids = torch.tensor([5, 4, 0])
@@ -234,22 +248,23 @@ def test_cache_rows_beyond_the_table_are_clipped():
 # ------------------------------------------------------------------------------------------- budgets
 def test_budgets_fall_back_or_raise_and_leak_nothing():
     x = torch.randn(100, 8)  # 3200 bytes
-    with MemoryManager(budgets={"device": 1000, "pinned": 5000}) as mm:
+    # every manager with its device tier in host memory: the same tiers with and without CUDA
+    with MemoryManager(budgets={"device": 1000, "pinned": 5000}, device="cpu") as mm:
         store = FeatureStore(x, memory=mm)
         assert store.table_tier == "pinned"
         store.close()
-    with MemoryManager(budgets={"device": 1000, "pinned": 1000, "host": 1000}) as mm:
+    with MemoryManager(budgets={"device": 1000, "pinned": 1000, "host": 1000}, device="cpu") as mm:
         with pytest.raises(MemoryBudgetError) as info:
             FeatureStore(x, memory=mm)
         assert info.value.owner == "features.table"
         assert mm.regions() == []
     # the cache must fit the device tier: no silent fallback
-    with MemoryManager(budgets={"device": 200}) as mm:
+    with MemoryManager(budgets={"device": 200}, device="cpu") as mm:
         with pytest.raises(MemoryBudgetError, match="features.cache"):
             FeatureStore(x, memory=mm, cache_rows=10, graph=CSCGraph.from_edges([0], [1], 100))
         assert mm.regions() == []
     # staging beyond its budget raises at the gather
-    with MemoryManager(budgets={"pinned": 100, "host": 100}) as mm:
+    with MemoryManager(budgets={"pinned": 100, "host": 100}, device="cpu") as mm:
         store = FeatureStore(x, memory=mm)
         with pytest.raises(MemoryBudgetError, match="features.staging"):
             store.gather(torch.arange(50))
@@ -324,3 +339,59 @@ def test_refresh_cache_after_the_table_changed_in_place():
     plain.refresh_cache()
     assert torch.equal(plain.gather(ids), x[ids])
     plain.close()
+
+
+# ------------------------------------------------------------------------------------------- CUDA
+@pytest.mark.gpu
+def test_a_cpu_store_keeps_off_a_gpu_device_tier():
+    """With CUDA a default manager's device tier is GPU memory: a CPU store puts its table and cache in
+    host memory instead and gives the same rows and hits as over a host device tier."""
+    x = torch.arange(24, dtype=torch.float32).reshape(6, 4)
+    ids = torch.tensor([1, 1, 3, 0, 5, 2, 1, 4])
+    with MemoryManager() as mm:
+        store = FeatureStore(x, memory=mm, cache_rows=2, graph=hand_graph(), device="cpu")
+        assert (store.table_tier, store.cache_tier) == ("host", "host") and store.table.device.type == "cpu"
+        assert torch.equal(store.gather(ids), x[ids]) and store.stats()["hit_rate"] == 0.5
+        assert all(u["bytes"] == 0 for u in mm.stats().get("device", {}).values())
+        assert mm.stats()["pinned"]["features.staging"]["regions"] == 1  # page-locked, for copies
+        store.close()
+        with FeatureStore(x, cache_rows=2, graph=hand_graph(), device="cpu") as own:  # a private manager
+            assert own.cache_tier == "device" and own.table.data_ptr() == x.data_ptr()
+            assert torch.equal(own.gather(ids), x[ids]) and own.stats()["hit_rate"] == 0.5
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tier", [None, "pinned"])
+def test_a_gpu_store_gives_the_rows_and_hits_of_a_cpu_store(tier):
+    rng = np.random.default_rng(7)
+    n = 5000
+    g = CSCGraph.from_edges(rng.integers(0, n, 40_000), rng.integers(0, n, 40_000), n)
+    x = torch.randn(n, 64)
+    ids = torch.from_numpy(rng.integers(0, n, 30_000))
+    with MemoryManager() as mm, MemoryManager(device="cpu") as host:
+        gpu = FeatureStore(x, memory=mm, cache_rows=500, graph=g, tier=tier, device="cuda")
+        cpu = FeatureStore(x, memory=host, cache_rows=500, graph=g, tier="pinned", device="cpu")
+        assert gpu.table_tier == (tier or "device") and torch.equal(gpu.cache_nodes, cpu.cache_nodes)
+        got = gpu.gather(ids)
+        assert got.device.type == "cuda" and torch.equal(got.cpu(), cpu.gather(ids))
+        out = torch.full((30_001, 64), 7.0, device="cuda")
+        assert torch.equal(gpu.gather(ids, out=out).cpu(), x[ids]) and (out[-1] == 7).all()
+        with pytest.raises(ValueError, match="out must be on cuda"):
+            gpu.gather(ids, out=torch.empty(30_000, 64))
+        torch.cuda.synchronize()
+        if tier == "pinned":  # the cache is on the device; hits are counted on the device
+            assert gpu.cache_tier == "device"
+            assert gpu.stats()["cache_hits"] == 2 * cpu.stats()["cache_hits"] > 0
+        else:  # the table is on the device: no cache
+            assert gpu.cache_rows == 0 and gpu.stats()["cache_hits"] == 0
+        assert mm.stats()["device"]["features.staging"]["regions"] == 1
+        gpu.close()
+        cpu.close()
+
+
+@pytest.mark.gpu
+def test_a_gpu_store_refuses_a_device_tier_in_host_memory():
+    with MemoryManager(device="cpu") as mm:
+        with pytest.raises(ValueError, match=r"memory: its device tier is host memory"):
+            FeatureStore(torch.randn(6, 2), memory=mm, device="cuda")
+        assert mm.regions() == []
