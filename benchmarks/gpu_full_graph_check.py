@@ -51,7 +51,7 @@ PCIE_FACTOR = 1.25
 DEVICE_FACTOR = 4.0
 """Target: the staged epoch at most this many times the all-on-device epoch."""
 PLAN_SECONDS = 5.0
-"""Target: the planning one epoch needs (order, partitions, dedup sets), at 1.2M nodes / 31M edges on 16 cores."""
+"""Target: the planning one epoch needs (order, partitions, dedup sets), 1.2M nodes / 31M edges, 16 cores."""
 
 
 def _sym_p(graph):
@@ -332,7 +332,8 @@ def full_graph_targets(result: dict) -> list[dict]:
                      "value": f"{regs:g} / {pageable:g}", "target": "0 / 0",
                      "met": regs == 0 and pageable == 0})
         rows.append({"figure": "part 6 steady staged epoch: host waits",
-                     "value": f"{ours['host_waits_per_epoch']:g} (partitions {ours['partitions_per_epoch']:g})",
+                     "value": (f"{ours['host_waits_per_epoch']:g} "
+                               f"(partitions {ours['partitions_per_epoch']:g})"),
                      "target": f"<= {waits_max:g}", "met": ours["host_waits_per_epoch"] <= waits_max})
         planning = ours["first_epoch_seconds"] - ours["epoch_seconds"]
         rows.append({"figure": "part 6 planning (first staged epoch - steady epoch)",

@@ -39,11 +39,11 @@ import torch
 
 from graphrl.graph import CSCGraph
 from graphrl.kernels.spmm import spmm_partition
-from graphrl.memory import MemoryBudgetError, MemoryManager, Region, Tier, parse_size
+from graphrl.memory import MemoryBudgetError, MemoryManager, Region, Tier, free_quietly, parse_size
+from graphrl.memory.transfers import Transfers
 from samplers._checks import check_bool, check_open, check_share
 from samplers.full_graph_adjacency import SLACK, Operator, align, build_operators, greedy_bounds
 from samplers.full_graph_plan import DEFAULT_CACHE_SHARE, PartitionPlan, locality_order, plan_propagation
-from graphrl.memory.transfers import Transfers
 from samplers.full_graph_stream import CallTraffic, StagedExecutor
 
 __all__ = ["FullGraph", "NORMALIZATIONS"]
@@ -53,16 +53,8 @@ logger = logging.getLogger(__name__)
 NORMALIZATIONS = ("sym", "left", "right", "none")
 OWNER = "samplers.full_graph"  # device-tier working set
 OWNER_ADJ = "samplers.full_graph.adjacency"  # host-tier normalised adjacency (and its transpose)
-OWNER_VERTEX = "samplers.full_graph.vertex"  # host-tier outputs of propagate (and gradients)
+OWNER_VERTEX = "samplers.full_graph.vertex"  # outputs of propagate (and gradients): pinned when staged
 _MAX_PLANS = 8  # plans kept (each holds a reordered copy of the matrix's columns and weights)
-
-
-def _free_quietly(region: Region) -> None:
-    if not region.freed:
-        try:
-            region.free()
-        except ValueError:  # freed concurrently (manager closed)
-            pass
 
 
 class _Propagate(torch.autograd.Function):
@@ -369,13 +361,16 @@ class FullGraph:
                              "device='cuda'")
         itemsize = torch.empty(0, dtype=dtype).element_size()
         budget = self._device_room()
-        slot = None if self.partition_bytes is None or self.partition_bytes >= budget // 2 else self.partition_bytes
+        slot = self.partition_bytes  # one slot; the cache takes what two leave of the device tier
+        if slot is not None and slot >= budget // 2:
+            slot = None
         key = (bool(transpose), int(width), itemsize, budget, slot)
         plan = self._plans.get(key)
         if plan is None:
             op = self._backward if transpose else self._forward
-            plan = plan_propagation(op.indptr, op.indices, op.weights, self.order, int(width), itemsize, budget,
-                                    bool(self.dedup), self.cache_share, OWNER, self.num_parts, slot_bytes=slot)
+            plan = plan_propagation(op.indptr, op.indices, op.weights, self.order, int(width), itemsize,
+                                    budget, bool(self.dedup), self.cache_share, OWNER, self.num_parts,
+                                    slot_bytes=slot)
             if len(self._plans) >= _MAX_PLANS:  # the oldest first (a budget that moved, say)
                 self._plans.pop(next(iter(self._plans)))
             self._plans[key] = plan
@@ -536,7 +531,7 @@ class FullGraph:
             bounds = self._bounds(op, d, itemsize, cap) if n else np.zeros(1, np.int64)
             region = self._alloc((n, d), h.dtype, OWNER_VERTEX)
             out = region.tensor()
-            weakref.finalize(out, _free_quietly, region)
+            weakref.finalize(out, free_quietly, region)
             if n == 0:
                 return out
             sizes = [self._layout(op, int(bounds[i]), int(bounds[i + 1]), d, itemsize)[-1]
@@ -566,7 +561,7 @@ class FullGraph:
             region = self.memory.allocate((n, d), h.dtype, self.vertex_tier, owner=OWNER_VERTEX,
                                           fallback=(Tier.HOST,))
             out = region.tensor()
-            weakref.finalize(out, _free_quietly, region)
+            weakref.finalize(out, free_quietly, region)
             if n == 0 or d == 0:
                 return out
             plan = self.plan(d, h.dtype, transpose)
@@ -589,7 +584,7 @@ class FullGraph:
         """Free the device-tier working set now (the next propagation allocates it again)."""
         with self._lock:
             if self._workspace is not None:
-                _free_quietly(self._workspace)
+                free_quietly(self._workspace)
                 self._workspace = None
                 self._ws_box.clear()
             if self._executor is not None:
@@ -622,12 +617,12 @@ def _free_all(fwd: Operator, bwd: Operator, ws_box: list, executor: StagedExecut
               own: MemoryManager | None) -> None:
     """The finalizer of a `FullGraph`: free its working set and adjacency (and close a private manager)."""
     for ws in ws_box:
-        _free_quietly(ws)
+        free_quietly(ws)
     ws_box.clear()
     if executor is not None and not executor.memory.closed:
         executor.release()
     for op in (fwd, bwd):
         for r in op.regions:
-            _free_quietly(r)
+            free_quietly(r)
     if own is not None:
         own.close()

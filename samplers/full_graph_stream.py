@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from graphrl.kernels.spmm import SERIAL_WORK, csr_spmm_parallel, csr_spmm_serial
-from graphrl.memory import MemoryManager, Region, Tier
+from graphrl.memory import MemoryManager, Region, Tier, free_quietly
 from graphrl.memory.transfers import Transfers
 from samplers.full_graph_plan import PartitionPlan, PlanPart
 
@@ -169,7 +169,7 @@ class StagedExecutor:
     def release(self) -> None:
         """Free the working set and staging buffers (the next call allocates them again)."""
         for region in ([self._work] if self._work is not None else []) + list(self._staging.values()):
-            _free_quietly(region)
+            free_quietly(region)
         self._work = None
         self._staging = {}
 
@@ -180,7 +180,7 @@ class StagedExecutor:
         region = self._staging.get(name)
         if region is None or region.freed or region.nbytes < need:
             if region is not None:
-                _free_quietly(region)
+                free_quietly(region)
             region = self.memory.allocate(need, torch.uint8, Tier.PINNED, owner=self.owner + ".staging",
                                           fallback=(Tier.HOST,))
             self._staging[name] = region
@@ -200,8 +200,8 @@ class StagedExecutor:
                 o.append(total)
                 total = _align(total + a.nbytes)
             offsets.append(o)
-        region = self.memory.allocate(max(total, 1), torch.uint8, Tier.PINNED, owner=self.owner + ".structure",
-                                      fallback=(Tier.HOST,))
+        region = self.memory.allocate(max(total, 1), torch.uint8, Tier.PINNED,
+                                      owner=self.owner + ".structure", fallback=(Tier.HOST,))
         raw = region.tensor()
         for p, o in zip(plan.parts, offsets, strict=True):
             views = []
@@ -212,7 +212,7 @@ class StagedExecutor:
                 views.append(v)
             p.pinned = tuple(views)
             p.indptr, p.cols, p.weights = (v.numpy() for v in views)
-        weakref.finalize(plan, _free_quietly, region)
+        weakref.finalize(plan, free_quietly, region)
         return [p.pinned for p in plan.parts]
 
     def multiply(self, plan: PartitionPlan, h: torch.Tensor, out: torch.Tensor,
@@ -255,7 +255,7 @@ class StagedExecutor:
         return traffic
 
     def _spmm(self, indptr, cols, weights, src, out_rows) -> None:
-        """``out_rows = CSR(indptr, cols, weights) @ src`` on the device (torch on CUDA, numba on the host)."""
+        """``out_rows = CSR(indptr, cols, weights) @ src`` on the device (torch on CUDA, else numba)."""
         r = out_rows.shape[0]
         if self.cuda:  # pragma: no cover - needs CUDA
             # torch wants row pointer and columns of one dtype: int32 (a partition has < 2**31 entries)
@@ -341,14 +341,6 @@ _TORCH_OF = {np.dtype(np.int64).str: torch.int64, np.dtype(np.int32).str: torch.
 
 def _align(n: int) -> int:
     return -(-int(n) // 64) * 64
-
-
-def _free_quietly(region: Region) -> None:
-    if not region.freed:
-        try:
-            region.free()
-        except ValueError:  # freed concurrently (its manager closed)
-            pass
 
 
 def _zero_split(plan: PartitionPlan, out: torch.Tensor) -> None:

@@ -36,7 +36,7 @@ from graphrl.memory.dtypes import NUMPY_TO_TORCH, TORCH_TO_NUMPY
 from graphrl.memory.errors import MemoryBudgetError
 from graphrl.memory.manager import MemoryManager
 from graphrl.memory.pool import PoolResource, PoolStats
-from graphrl.memory.region import Region, RegionHandle
+from graphrl.memory.region import Region, RegionHandle, free_quietly
 from graphrl.memory.resources import (
     DeviceResource,
     DiskResource,
@@ -65,6 +65,7 @@ __all__ = [
     "RegionHandle",
     "SharedResource",
     "Tier",
+    "free_quietly",
     "install_signal_handlers",
     "parse_size",
     "unlink_shared_segments",

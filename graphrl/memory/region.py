@@ -27,7 +27,7 @@ from graphrl.memory.sizes import Tier, parse_shape
 if TYPE_CHECKING:
     from graphrl.memory.manager import MemoryManager
 
-__all__ = ["Region", "RegionHandle"]
+__all__ = ["Region", "RegionHandle", "free_quietly"]
 
 logger = logging.getLogger(__name__)
 
@@ -365,3 +365,15 @@ class Region:
             f"dtype={self._dt.name}, nbytes={self.nbytes}, device={self.device!r}, "
             f"is_pinned={self.is_pinned}{extra})"
         )
+
+
+def free_quietly(region: Region) -> None:
+    """Free ``region`` unless it is freed already (by its manager's ``close``, say, or another thread).
+
+    The finalizer for regions handed out as tensors: ``weakref.finalize(tensor, free_quietly, region)``.
+    """
+    if not region.freed:
+        try:
+            region.free()
+        except ValueError:  # freed concurrently in between
+            logger.debug("%s was freed concurrently", region)

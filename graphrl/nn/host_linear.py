@@ -25,7 +25,7 @@ import weakref
 
 import torch
 
-from graphrl.memory import Region, Tier
+from graphrl.memory import Region, Tier, free_quietly
 from graphrl.memory.transfers import Transfers
 
 __all__ = ["DEFAULT_CHUNK_BYTES", "OWNER", "chunk_rows_for", "host_linear"]
@@ -53,19 +53,11 @@ def _mm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.sparse.mm(x, w) if x.layout == torch.sparse_csr else x @ w
 
 
-def _free_quietly(region: Region) -> None:
-    if not region.freed:
-        try:
-            region.free()
-        except ValueError:  # freed concurrently (its manager closed)
-            pass
-
-
 def _pinned_out(t: Transfers, shape: tuple[int, int], dtype: torch.dtype) -> torch.Tensor:
     """A tensor of a pinned region of ``t``'s memory manager, freed with the tensor."""
     region = t.memory.allocate(shape, dtype, Tier.PINNED, owner=OWNER, fallback=(Tier.HOST,))
     out = region.tensor()
-    weakref.finalize(out, _free_quietly, region)
+    weakref.finalize(out, free_quietly, region)
     return out
 
 
@@ -109,7 +101,7 @@ class _Feed:
 
     def close(self) -> None:
         for region in self.regions:
-            _free_quietly(region)
+            free_quietly(region)
 
 
 def _finish(t: Transfers) -> None:

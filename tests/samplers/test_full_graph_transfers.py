@@ -37,7 +37,7 @@ def _epoch(model, fg, x, labels, opt) -> float:
 
 
 def _train(cora, memory: MemoryManager, staged: bool, epochs: int, layers: int = 3):
-    """Losses and per-epoch traffic of a GCN on Cora, on the staged path (256 KiB device tier) or the host path."""
+    """Losses and per-epoch traffic of a GCN on Cora: staged (a 256 KiB device tier) or the host path."""
     ds = cora
     x, labels = ds.features.to_dense() if ds.features.is_sparse else ds.features, ds.labels
     fg = FullGraph(ds.graph, memory=memory, dedup=True if staged else None)
@@ -126,7 +126,8 @@ def test_transfers_count_a_pageable_copy_and_refuse_another_device():
         t = Transfers(mm, torch.device("cpu"))
         dst = torch.empty(4)
         t.h2d(dst, torch.arange(4.0))
-        assert (t.counts.pageable_transfers, t.counts.pinned_transfers, t.counts.host_to_device_bytes) == (1, 0, 16)
+        c = t.counts
+        assert (c.pageable_transfers, c.pinned_transfers, c.host_to_device_bytes) == (1, 0, 16)
         with mm.allocate(4, torch.float32, Tier.PINNED, owner="test") as r:
             t.d2h(r.tensor(), dst)
             assert t.counts.pinned_transfers == 1 and t.counts.device_to_host_bytes == 16

@@ -177,7 +177,7 @@ def test_an_exception_in_sampling_reaches_the_consumer_in_order(graph, prefetch)
 
 
 def test_a_budget_error_in_the_thread_reaches_the_consumer(graph, x):
-    with MemoryManager(budgets={"pinned": 100, "host": 100}, device="cpu") as mm:  # the same on a CUDA machine
+    with MemoryManager(budgets={"pinned": 100, "host": 100}, device="cpu") as mm:  # also with CUDA
         feats = FeatureStore(x, memory=mm)  # the table fits the device tier; staging does not fit
         loader = NeighborLoader(graph, torch.arange(N), [2], batch_size=40, features=feats, seed=0,
                                 prefetch=1)
