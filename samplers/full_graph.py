@@ -258,7 +258,10 @@ class FullGraph:
 
     @partition_bytes.setter
     def partition_bytes(self, value: int | str | None) -> None:
-        size = None if value is None else parse_size(value)
+        try:
+            size = None if value is None else parse_size(value)
+        except (ValueError, TypeError) as err:  # parse_size's message does not name the argument
+            raise type(err)(f"partition_bytes: {err}") from err
         if size is not None and size <= 0:
             raise ValueError(f"partition_bytes must be > 0, got {value!r}")
         self._partition_bytes = size

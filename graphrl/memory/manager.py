@@ -147,6 +147,7 @@ class MemoryManager:
         self._registered: dict[int, tuple[Tier, int]] = {}  # register()ed regions: tier, bytes
         self._registered_bytes: dict[Tier, int] = {t: 0 for t in Tier}
         self._spans: list[tuple[int, int, int, Tier]] = []  # (start, end, id(region), tier), by start
+        self._longest_span = 0  # bytes of the longest span ever tracked (bounds tier_of's search)
         self._span_of: dict[int, tuple[int, int, int, Tier]] = {}
         self._accounts: dict[Tier, Account] = {}
         self._live: dict[int, Region] = {}
@@ -355,8 +356,11 @@ class MemoryManager:
                 if not closed:
                     self._live[id(region)] = region
                     self._track(region, backing)
-            if closed:  # close() ran while we were allocating
+            if closed:  # close() ran while we were allocating (and has released the pools already)
                 region.free()
+                pool = self._pools.get(t)
+                if pool is not None:
+                    pool.trim()  # the block goes back upstream, as close() did with the others
                 raise ValueError("this MemoryManager was closed during the allocation")
             if t is Tier.SHARED:
                 signals.install_signal_handlers()  # once per process, from the main thread only
@@ -510,6 +514,7 @@ class MemoryManager:
         span = (start, start + region.nbytes, id(region), region.tier)
         bisect.insort(self._spans, span)
         self._span_of[id(region)] = span
+        self._longest_span = max(self._longest_span, region.nbytes)
 
     def tier_of(self, tensor: torch.Tensor) -> Tier | None:
         """The tier of the live region (allocated or registered) that holds ``tensor``'s first byte.
@@ -539,9 +544,13 @@ class MemoryManager:
             return None
         ptr = tensor.data_ptr()
         with self._lock:
+            # the innermost span holding ptr: the one starting last at or below it (a buffer registered
+            # inside a region nests); spans starting more than the longest span below ptr cannot hold it
             i = bisect.bisect_right(self._spans, (ptr, math.inf)) - 1
-            if i >= 0 and ptr < self._spans[i][1]:
-                return self._spans[i][3]
+            while i >= 0 and self._spans[i][0] >= ptr - self._longest_span:
+                if ptr < self._spans[i][1]:
+                    return self._spans[i][3]
+                i -= 1
         return None
 
     def trim(self, tier: Tier | str | None = None) -> int:

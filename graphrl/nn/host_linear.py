@@ -116,8 +116,11 @@ class _HostLinear(torch.autograd.Function):
     def forward(ctx, x, weight, bias, chunk, transfers):
         dev = weight.device
         n = x.shape[0]
-        ctx.save_for_backward(weight)
-        ctx.x, ctx.chunk, ctx.has_bias, ctx.transfers = x, chunk, bias is not None, transfers
+        dense = x.layout == torch.strided
+        # saved through autograd: x changed in place before backward is an error, as for torch's linear
+        ctx.save_for_backward(weight, x if dense else None)
+        ctx.x = None if dense else x  # a sparse CSR x: autograd cannot save it, and it gets no gradient
+        ctx.chunk, ctx.has_bias, ctx.transfers = chunk, bias is not None, transfers
         if transfers is not None and x.layout == torch.strided:
             t = transfers
             out = _pinned_out(t, (n, weight.shape[1]), weight.dtype)
@@ -145,8 +148,9 @@ class _HostLinear(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):
-        (weight,) = ctx.saved_tensors
-        x, chunk, t = ctx.x, ctx.chunk, ctx.transfers
+        weight, x = ctx.saved_tensors
+        x = ctx.x if x is None else x
+        chunk, t = ctx.chunk, ctx.transfers
         dev = weight.device
         n = x.shape[0]
         need_x, need_w, need_b = ctx.needs_input_grad[:3]

@@ -298,3 +298,8 @@ def test_many_chunks_on_two_threads_equal_scipy(random_graph, monkeypatch):
                 np.testing.assert_allclose(h.grad.numpy(), ref.T @ np.ones(h.shape), rtol=1e-5, atol=1e-6)
     finally:
         numba.set_num_threads(before)
+
+
+def test_an_unparsable_partition_bytes_is_named(cora, mm):
+    with pytest.raises(ValueError, match="partition_bytes: .*'abc'"):
+        FullGraph(cora.graph, memory=mm, partition_bytes="abc")

@@ -135,3 +135,17 @@ def test_transfers_count_a_pageable_copy_and_refuse_another_device():
             host_linear(torch.zeros(2, 4), torch.zeros(4, 3, device="meta"), transfers=t)
         with pytest.raises(ValueError, match="device must be"):
             Transfers(mm, torch.device("meta"))
+
+
+def test_host_linear_refuses_an_input_changed_in_place_before_backward():
+    """x is saved through autograd, so changing it in place after the forward is torch's error (as for
+    ``torch.nn.functional.linear``), not a silently wrong weight gradient."""
+    with MemoryManager(device="cpu") as mm:
+        t = Transfers(mm, torch.device("cpu"))
+        for transfers in (t, None):
+            w = torch.randn(3, 2, dtype=torch.float64, requires_grad=True)
+            x = torch.randn(20, 3, dtype=torch.float64)
+            y = host_linear(x, w, transfers=transfers)
+            x.mul_(2.0)
+            with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+                y.sum().backward()

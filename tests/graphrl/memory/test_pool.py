@@ -364,3 +364,53 @@ def test_random_sequences_keep_held_bytes_within_budget_and_regions_independent(
     for tier in budgets:
         s = mm.stats()["pools"][tier]
         assert s["held_bytes"] == 0 and s["unregistrations"] == s["registrations"]
+
+
+class _SlowPinned(PinnedResource):
+    """A pinned upstream whose allocate blocks until released (to order close() against it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.go = threading.Event()
+
+    def allocate(self, *args):
+        self.entered.set()
+        assert self.go.wait(10)
+        return super().allocate(*args)
+
+
+def test_close_during_allocation_returns_every_pooled_block():
+    """An allocation in flight while close() runs frees its region after close() released the pools:
+    its block goes upstream too (it used to stay on the idle list, registered for good)."""
+    up = _SlowPinned()
+    mm = MemoryManager(resources={"pinned": up})  # wrapped in a PoolResource (docs)
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            mm.allocate(1024, "uint8", "pinned", owner="x")
+        except ValueError as err:
+            errors.append(err)
+
+    th = threading.Thread(target=worker)
+    th.start()
+    assert up.entered.wait(10)
+    mm.close()
+    up.go.set()
+    th.join(10)
+    assert errors and "closed" in str(errors[0])
+    pools = mm.stats()["pools"]["pinned"]
+    assert pools["held_bytes"] == 0, pools
+    assert pools["registrations"] == pools["unregistrations"], pools
+
+
+def test_tier_of_finds_enclosing_region_past_a_registered_subrange():
+    """A buffer registered inside a region nests: tier_of answers the innermost region holding the byte
+    (it used to stop at the registered span and answer None past its end)."""
+    with MemoryManager() as mm:
+        region = mm.allocate(1000, "uint8", "host", owner="a")
+        t = region.tensor()
+        mm.register(t[10:20], "pinned", owner="b")
+        assert mm.tier_of(t[:5]) is Tier.HOST and mm.tier_of(t[12:]) is Tier.PINNED
+        assert mm.tier_of(t[500:]) is Tier.HOST
