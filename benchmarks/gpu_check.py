@@ -71,6 +71,7 @@ from gpu_sampler_check import check_correctness, sampler_part  # noqa: E402
 
 REPO = _HERE.parent
 RESULTS = REPO / "benchmarks" / "results" / "gpu_check.json"
+DRY_RESULTS = REPO / "benchmarks" / "results" / "gpu_check_dry_run.json"
 PYTEST_SECONDS = 180.0
 """Target: ``pytest -m gpu`` passes in under this many seconds."""
 
@@ -116,13 +117,15 @@ def _no_gpu_exit() -> None:
               help="Seconds the whole check must fit in, Python's start included (8 minutes).")
 @click.option("--parts-seconds", default=110.0, show_default=True, help="Seconds for parts 1 to 5.")
 @click.option("--seed", default=0, show_default=True)
-@click.option("--output", default=str(RESULTS), show_default=True, type=click.Path(dir_okay=False))
+@click.option("--output", default=None, type=click.Path(dir_okay=False),
+              help=f"Results file [default: {RESULTS.name}; a dry run {DRY_RESULTS.name}, never the GPU's]")
 def main(check_nodes, check_edges, check_batches, nodes, edges_per_node, fanouts, batch_size, batches,
          feature_rows, feature_dim, replay_check_steps, replay_check_batches, replay_steps, replay_batch,
          replay_window, replay_repeats, only_replay, only_sampler, only_full_graph, with_full_graph, fg_scale,
          fg_epochs, fg_dry_run, with_pytest, budget, parts_seconds, seed, output) -> None:
     """The CUDA tests, then correctness and speed of both engines on a real GPU (see the module docstring)."""
     t0 = T0
+    output = output or str(DRY_RESULTS if fg_dry_run else RESULTS)
     fg_args = {"nodes": int(2_400_000 * fg_scale), "edges": int(62_000_000 * fg_scale), "epochs": fg_epochs,
                "seed": seed}
 
