@@ -1,12 +1,14 @@
 """Planning time and dedup saving of the staged full-graph path (`samplers.full_graph_plan`).
 
-Two rows:
+Rows:
 
 - ``plan_seconds``: the order (`locality_order`) plus every plan one epoch of a GCN [100, 256, 256, 47]
   needs (forward at 100, 256 and 47, backward at 256 and 47) on a synthetic power-law graph
   (``synthetic_graph(..., "powerlaw")``, 240k nodes / 6.2M edges by default, as
   ``gpu_check --fg-scale 0.1``) with the device budget at 1/4 of the all-on-device peak estimate of
-  ``benchmarks/gpu_full_graph_check.py``; target 2 s on 2 cores. No baseline runs in-process.
+  ``benchmarks/gpu_full_graph_check.py``; target 2 s on 2 cores. Twice: with P^T's pattern given to
+  the order and one `PlanCache` per direction shared by its plans, and with neither (every plan from
+  scratch). No baseline runs in-process.
 - ``dedup_h2d_ratio``: host-to-device bytes (vertex rows and local CSRs) of one propagation of
   Gowalla's symmetric user-item graph at width 64 (LightGCN, float32) with ``dedup=True`` over
   ``dedup=False``, 1 MiB slots (``slot_bytes``) in a 16 MiB device budget; target 0.75. Also the
@@ -31,7 +33,7 @@ from _report import machine, write_result  # noqa: E402
 from gpu_full_graph_check import _sym_p  # noqa: E402
 
 from graphrl.datasets import load_gowalla, synthetic_graph  # noqa: E402
-from samplers.full_graph_plan import locality_order, plan_propagation  # noqa: E402
+from samplers.full_graph_plan import PlanCache, locality_order, plan_propagation  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "full_graph_plan.json"
 DIMS = [100, 256, 256, 47]
@@ -43,14 +45,20 @@ def h2d_bytes(plan) -> int:
     return plan.moved_bytes() - sum(p.rows.shape[0] for p in plan.parts) * plan.row_bytes
 
 
-def epoch_plans(p, t, n: int, budget: int) -> tuple[float, list[int]]:
-    """Seconds of the order and the plans of one GCN epoch, and each plan's partition count."""
+def epoch_plans(p, t, n: int, budget: int, shared: bool = True) -> tuple[float, list[int]]:
+    """Seconds of the order and the plans of one GCN epoch, and each plan's partition count.
+
+    With ``shared`` the order reuses P^T's pattern and each direction's plans share one `PlanCache` (as
+    a FullGraph that keeps one per operator would); else the order builds P^T itself and every plan
+    starts from scratch."""
     t0 = time.perf_counter()
-    order = locality_order(p[0], p[1], n)
+    order = locality_order(p[0], p[1], n, transpose=(t[0], t[1]) if shared else None)
+    caches = {False: PlanCache(), True: PlanCache()} if shared else None
     parts = []
     for transpose, width in EPOCH_PLANS:
         op = t if transpose else p
-        parts.append(plan_propagation(*op, order, width, 4, budget, True).num_partitions)
+        cache = caches[transpose] if shared else None
+        parts.append(plan_propagation(*op, order, width, 4, budget, True, cache=cache).num_partitions)
     return time.perf_counter() - t0, parts
 
 
@@ -68,12 +76,14 @@ def main(scale: float, repeats: int, output: str) -> None:
     small = synthetic_graph(2000, 20000, "powerlaw", seed=0)  # compile the kernels outside the timing
     ps, ts = _sym_p(small)
     epoch_plans(ps, ts, 2000, 1 << 16)
-    runs = [epoch_plans(p, t, nodes, budget) for _ in range(repeats)]
-    best = min(r[0] for r in runs)
-    rows.append({"case": f"power-law {nodes // 1000}k/{edges / 1e6:.1f}M GCN {DIMS} epoch plans, budget 1/4 "
-                         f"of device peak ({budget / 2**20:.0f} MiB), partitions {runs[0][1]}",
-                 "metric": "plan_seconds", "ours": best, "target": 2.0, "baseline": None,
-                 "baseline_value": None, "ratio": None, "all": [r[0] for r in runs]})
+    for shared in (True, False):
+        runs = [epoch_plans(p, t, nodes, budget, shared) for _ in range(repeats)]
+        best = min(r[0] for r in runs)
+        how = "P^T given, one PlanCache per direction" if shared else "no P^T, no PlanCache"
+        rows.append({"case": f"power-law {nodes // 1000}k/{edges / 1e6:.1f}M GCN {DIMS} epoch plans ({how}), "
+                             f"budget 1/4 of device peak ({budget / 2**20:.0f} MiB), partitions {runs[0][1]}",
+                     "metric": "plan_seconds", "ours": best, "target": 2.0, "baseline": None,
+                     "baseline_value": None, "ratio": None, "all": [r[0] for r in runs]})
     try:
         ds = load_gowalla()
     except FileNotFoundError as err:
@@ -94,10 +104,10 @@ def main(scale: float, repeats: int, output: str) -> None:
                          "metric": "dedup_h2d_ratio", "ours": moved[True][0] / moved[False][0],
                          "target": 0.75 if slot else None, "baseline": "dedup=False (same order, budget)",
                          "baseline_value": moved[False][0], "ratio": moved[True][0] / moved[False][0]})
-    click.echo(f"\n{'case':<110} {'metric':>16} {'ours':>10} {'target':>8}")
+    click.echo(f"\n{'case':<140} {'metric':>16} {'ours':>10} {'target':>8}")
     for r in rows:
         target = "" if r["target"] is None else f"{r['target']:.2f}"
-        click.echo(f"{r['case']:<110} {r['metric']:>16} {r['ours']:>10.3f} {target:>8}")
+        click.echo(f"{r['case']:<140} {r['metric']:>16} {r['ours']:>10.3f} {target:>8}")
     write_result("full_graph_plan", rows, machine(), output,
                  config={"scale": scale, "repeats": repeats, "dims": DIMS})
 

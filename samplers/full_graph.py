@@ -43,7 +43,13 @@ from graphrl.memory import MemoryBudgetError, MemoryManager, Region, Tier, free_
 from graphrl.memory.transfers import Transfers
 from samplers._checks import check_bool, check_open, check_share
 from samplers.full_graph_adjacency import SLACK, Operator, align, build_operators, greedy_bounds
-from samplers.full_graph_plan import DEFAULT_CACHE_SHARE, PartitionPlan, locality_order, plan_propagation
+from samplers.full_graph_plan import (
+    DEFAULT_CACHE_SHARE,
+    PartitionPlan,
+    PlanCache,
+    locality_order,
+    plan_propagation,
+)
 from samplers.full_graph_stream import CallTraffic, StagedExecutor
 
 __all__ = ["FullGraph", "NORMALIZATIONS"]
@@ -220,6 +226,7 @@ class FullGraph:
         self._closed = False
         self._order: np.ndarray | None = None
         self._plans: dict[tuple, PartitionPlan] = {}
+        self._plan_caches: dict[bool, PlanCache] = {}  # per direction: work its plans share (nnz x 12 B)
         self._calls: list[CallTraffic] = []
         self._intermediate: list[str] = []
         self._executor = StagedExecutor(self.memory, OWNER) if self.staged else None
@@ -338,15 +345,19 @@ class FullGraph:
         """Staged path: destination rows in the order partitions cut them (int64 [N]; see ``reorder``)."""
         if self._order is None:
             n = self.num_nodes
-            self._order = (locality_order(self._forward.indptr, self._forward.indices, n)
+            bwd = self._backward  # P^T in CSR (csr_transpose's row order), so the search skips building it
+            self._order = (locality_order(self._forward.indptr, self._forward.indices, n,
+                                          transpose=(bwd.indptr, bwd.indices))
                            if self.reorder == "rcm" else np.arange(n, dtype=np.int64))
         return self._order
 
     def plan(self, width: int, dtype: torch.dtype = torch.float32, transpose: bool = False) -> PartitionPlan:
         """The staged path's plan (partitions, local CSRs, dedup cache) for ``width`` features now.
 
-        Plans are kept per (direction, width, itemsize, device budget): a training loop plans each
-        layer's width once.
+        Plans are kept per (direction, width, itemsize, device room, slot), one direction when P is
+        symmetric: a training loop plans each layer's width once. Work plans of one direction share
+        (its entries in plan order, read counts) is kept in a `samplers.full_graph_plan.PlanCache`
+        (about 12 bytes per entry) until `close`.
 
         Returns
         -------
@@ -367,13 +378,17 @@ class FullGraph:
         slot = self.partition_bytes  # one slot; the cache takes what two leave of the device tier
         if slot is not None and slot >= budget // 2:
             slot = None
-        key = (bool(transpose), int(width), itemsize, budget, slot)
+        transpose = bool(transpose) and not self.symmetric  # P^T is P: the same plan serves both
+        key = (transpose, int(width), itemsize, budget, slot)
         plan = self._plans.get(key)
         if plan is None:
             op = self._backward if transpose else self._forward
+            cache = self._plan_caches.get(transpose)
+            if cache is None:
+                cache = self._plan_caches[transpose] = PlanCache()
             plan = plan_propagation(op.indptr, op.indices, op.weights, self.order, int(width), itemsize,
                                     budget, bool(self.dedup), self.cache_share, OWNER, self.num_parts,
-                                    slot_bytes=slot)
+                                    slot_bytes=slot, cache=cache)
             if len(self._plans) >= _MAX_PLANS:  # the oldest first (a budget that moved, say)
                 self._plans.pop(next(iter(self._plans)))
             self._plans[key] = plan
@@ -602,6 +617,7 @@ class FullGraph:
             self._closed = True
             self._workspace = None
             self._plans.clear()  # their pinned local CSRs go with them
+            self._plan_caches.clear()
         self._finalizer()
 
     def __enter__(self) -> FullGraph:

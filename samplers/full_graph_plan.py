@@ -10,9 +10,10 @@ back to the host. `plan_propagation` decides, for one matrix, feature width and 
   `graphrl.kernels.ordering.rcm_order`), so that consecutive rows share sources;
 - contiguous ranges of that order (the partitions), each within a per-slot byte cap (``slot_bytes``,
   at most half what the budget leaves) that counts its local CSR, its distinct streamed sources and
-  its output rows, then re-cut to balance edges and bytes over the same number of partitions where
-  every balanced range still fits (HongTu's multi-objective split); the budget forces the count. A
-  row too large for one slot (a hub) is split by its entries over consecutive partitions, whose
+  its output rows, cut in one greedy pass that also keeps the working set (two slots of the largest
+  arena and the largest stream) within the budget, then re-cut to balance edges and bytes over the
+  same number of partitions where every balanced range still fits (HongTu's multi-objective split).
+  A row too large for one slot (a hub) is split by its entries over consecutive partitions, whose
   partial sums are added on the host;
 - with ``dedup``, a device-side cache of source rows read by several partitions, loaded once per
   propagation, then served from the device (``dedup_hit``). Candidates: the partitions as large as
@@ -24,7 +25,9 @@ back to the host. `plan_propagation` decides, for one matrix, feature width and 
 The device buffer of sources is ``[cache rows | slot 0 | slot 1]``; a partition's local columns point
 into the cache or into its slot (``slot = k % 2``), so one SpMM per partition reads both. Each slot
 also has an arena for the partition's local CSR and output rows, packed at offsets of its own. Plans are
-host arrays (numpy); `samplers.full_graph_stream` runs them.
+host arrays (numpy); `samplers.full_graph_stream` runs them. Planning reads M's entries once in plan
+order, then front to back, on several threads (bitwise the same plan for any count); a `PlanCache`
+passed to the plans of one matrix shares that work and the single-partition layout between them.
 
 References
 ----------
@@ -44,10 +47,12 @@ import numba as nb
 import numpy as np
 
 from graphrl.kernels.ordering import rcm_order
+from graphrl.kernels.prefetch import prefetch
+from graphrl.kernels.team import parallel_for
 from graphrl.memory import MemoryBudgetError, Tier
 
-__all__ = ["ALIGN", "DEFAULT_CACHE_SHARE", "PartitionPlan", "PlanPart", "arena_offsets", "locality_order",
-           "plan_propagation"]
+__all__ = ["ALIGN", "DEFAULT_CACHE_SHARE", "PartitionPlan", "PlanCache", "PlanPart", "arena_offsets",
+           "locality_order", "plan_propagation"]
 
 ALIGN = 64
 # Largest share of the device budget a dedup candidate reserves for the most-read rows.
@@ -157,7 +162,8 @@ def arena_offsets(rows: int, entries: int, row_bytes: int) -> tuple[int, int, in
     return 0, o_cols, o_w, o_out, o_out + _align(rows * row_bytes)
 
 
-def locality_order(indptr: np.ndarray, indices: np.ndarray, num_nodes: int) -> np.ndarray:
+def locality_order(indptr: np.ndarray, indices: np.ndarray, num_nodes: int,
+                   transpose: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """Reverse Cuthill-McKee order of the pattern of ``M + M^T`` (rows that share sources end up close).
 
     Parameters
@@ -166,79 +172,84 @@ def locality_order(indptr: np.ndarray, indices: np.ndarray, num_nodes: int) -> n
         CSR pattern of M (N x N).
     num_nodes : int
         N.
+    transpose : (indptr, indices) of M^T or None
+        M^T's pattern in CSR (entries of each row by increasing row of M, as
+        `graphrl.kernels.spmm.csr_transpose` makes it), if at hand: saves building it; same order.
 
     Returns
     -------
     numpy.ndarray, int64, shape [N]
         A permutation of ``0 .. N-1`` (`graphrl.kernels.ordering.rcm_order`).
     """
-    return rcm_order(indptr, indices, int(num_nodes))
+    return rcm_order(indptr, indices, int(num_nodes), transpose)
 
 
 @nb.njit(nogil=True, cache=True)
-def _greedy(lo, hi, indices, row_bytes, cap, cached, mark, fresh):  # pragma: no cover - compiled
-    """Maximal ranges of rows (entries ``lo[p]:hi[p]``) whose slot cost is <= cap.
+def _arena(rows, entries, row_bytes):  # pragma: no cover - compiled
+    """Bytes of a slot arena (`arena_offsets`) for ``rows`` rows and ``entries`` entries."""
+    return (-(-8 * (rows + 1) // ALIGN) * ALIGN + 2 * (-(-4 * entries // ALIGN) * ALIGN)
+            + -(-rows * row_bytes // ALIGN) * ALIGN)
 
-    The cost counts the local CSR, the distinct sources not ``cached`` and the output rows; returns
-    (bounds, -1), or (empty, p) when row p alone does not fit.
+
+@nb.njit(nogil=True, cache=True)
+def _greedy(lo, hi, indices, row_bytes, cap, budget, hubs, cached, bits, fresh):  # pragma: no cover
+    """Maximal ranges of rows (entries ``lo[p]:hi[p]``) in plan order.
+
+    A range's slot cost (its arena and its distinct sources not ``cached``, a bitmap) is <= cap, and
+    the working set it implies (two slots of the largest arena and of the largest stream of the
+    ranges so far, and ``hubs`` cached rows) is <= budget. Returns (bounds, -1), or (empty, p) when
+    row p does not fit beside the ranges before it. ``bits`` (int64 [N/64 + 1]) and ``fresh`` are
+    scratch.
     """
     n = lo.shape[0]
     bounds = np.empty(n + 1, np.int64)
     bounds[0] = 0
     k = 0
     pos = 0
-    stamp = 0
+    amax = 0
+    smax = 0
     while pos < n:
-        stamp += 1
+        bits[:] = cached
         rows = 0
         entries = 0
         sources = 0
+        arena = 0
         p = pos
         while p < n:
             nf = 0
             for e in range(lo[p], hi[p]):
                 u = indices[e]
-                if mark[u] != stamp and not cached[u]:
-                    mark[u] = stamp
+                w = u >> 6
+                m = np.int64(1) << (u & 63)
+                if bits[w] & m == 0:
+                    bits[w] |= m
                     fresh[nf] = u
                     nf += 1
             deg = hi[p] - lo[p]
-            cost = (_FIXED + 8 * (rows + 1) + 8 * (entries + deg) + (rows + 1) * row_bytes
-                    + (sources + nf) * row_bytes)
-            if cost > cap:
+            a = _arena(rows + 1, entries + deg, row_bytes)
+            s = sources + nf
+            ok = a + s * row_bytes <= cap
+            if ok:
+                total = 2 * max(amax, a) + -(-(hubs + 2 * max(smax, s)) * row_bytes // ALIGN) * ALIGN
+                ok = total <= budget
+            if not ok:
                 for i in range(nf):
-                    mark[fresh[i]] = 0
+                    u = fresh[i]
+                    bits[u >> 6] &= ~(np.int64(1) << (u & 63))
                 break
             rows += 1
             entries += deg
-            sources += nf
+            sources = s
+            arena = a
             p += 1
         if p == pos:
             return bounds[:0], pos
+        amax = max(amax, arena)
+        smax = max(smax, sources)
         k += 1
         bounds[k] = p
         pos = p
     return bounds[: k + 1], -1
-
-
-@nb.njit(nogil=True, cache=True)
-def _fits(lo, hi, indices, bounds, row_bytes, cap, cached, mark):  # pragma: no cover - compiled
-    """Whether every range ``bounds[i]:bounds[i+1]`` costs <= cap (as `_greedy` counts); ``mark``: zeros."""
-    for i in range(bounds.shape[0] - 1):
-        stamp = i + 1
-        sources = 0
-        entries = 0
-        for p in range(bounds[i], bounds[i + 1]):
-            entries += hi[p] - lo[p]
-            for e in range(lo[p], hi[p]):
-                u = indices[e]
-                if mark[u] != stamp and not cached[u]:
-                    mark[u] = stamp
-                    sources += 1
-        rows = bounds[i + 1] - bounds[i]
-        if _FIXED + 8 * (rows + 1) + 8 * entries + rows * row_bytes + sources * row_bytes > cap:
-            return False
-    return True
 
 
 def _cut(lo, hi, k, row_bytes) -> np.ndarray:
@@ -253,13 +264,13 @@ def _cut(lo, hi, k, row_bytes) -> np.ndarray:
     return bounds
 
 
-def _rows(indptr, order, row_bytes, cap):
-    """Rows in plan order as entry ranges ``lo:hi`` of original row ``vrow``; a row too large for one
-    slot (``cap``) is split into pieces of its entries (their outputs are summed on the host).
+def _rows(lo, hi, order, row_bytes, cap):
+    """Rows in plan order as entry ranges ``lo:hi`` (of the entries in plan order) of original row
+    ``vrow``; a row too large for one slot (``cap``) is split into pieces of its entries (their
+    outputs are summed on the host).
 
     Returns (lo, hi, vrow, split rows), or None when not even one entry fits a slot.
     """
-    lo, hi = indptr[order], indptr[order + 1]
     deg = hi - lo
     lone = _FIXED + 16 + 8 * deg + (deg + 1) * row_bytes  # one row alone, its sources bounded by its entries
     big = lone > cap
@@ -278,10 +289,65 @@ def _rows(indptr, order, row_bytes, cap):
     return vlo, vhi, vrow, np.sort(order[big])
 
 
+class PlanCache:
+    """Work the plans of one matrix share (any width, budget or dedup): its entries in plan order
+    (whose values every plan's parts view), its read counts and ranking, and the single-partition
+    local CSR; and the threads planning may use.
+
+    Pass the same object to every `plan_propagation` of one ``(indptr, indices, weights, order)``
+    (both directions of a symmetric matrix passed as the same arrays included); it keeps references
+    to them and refuses others. It holds about ``nnz * 8`` bytes besides: drop it once planned.
+
+    Parameters
+    ----------
+    threads : int or None
+        Threads the planning kernels may use, the caller included (None: ``numba.get_num_threads()``);
+        plans are bitwise the same for any count.
+    min_chunk : int
+        Fewest entries of one piece of parallel work.
+
+    Raises
+    ------
+    ValueError
+        ``threads`` or ``min_chunk`` < 1 (here), or arrays other than the first planned for (on use).
+
+    Example
+    -------
+    >>> cache = PlanCache()   # doctest: +SKIP
+    >>> plans = [plan_propagation(*op, order, d, 4, budget, True, cache=cache) for d in (64, 256)]
+    """
+
+    def __init__(self, threads: int | None = None, min_chunk: int = 1 << 16) -> None:
+        threads = nb.get_num_threads() if threads is None else int(threads)
+        if threads < 1 or int(min_chunk) < 1:
+            raise ValueError(f"threads={threads} and min_chunk={min_chunk} must be >= 1")
+        self.threads = threads
+        self.min_chunk = int(min_chunk)
+        self.arrays: tuple | None = None
+        self.store: dict = {}
+
+    def bind(self, indptr, indices, weights, order) -> None:
+        """Tie the cache to one operator and order on first use; a different one is a `ValueError`."""
+        arrays = (indptr, indices, weights, order)
+        if self.arrays is None:
+            self.arrays = arrays
+        elif any(a is not b for a, b in zip(self.arrays, arrays, strict=True)):
+            raise ValueError("cache: a PlanCache serves the (indptr, indices, weights, order) it first "
+                             "planned "
+                             "for; pass a new PlanCache() for another operator or order")
+
+    def get(self, key, make):
+        """The value kept under ``key``, made by ``make()`` on first use."""
+        if key not in self.store:
+            self.store[key] = make()
+        return self.store[key]
+
+
 def plan_propagation(indptr: np.ndarray, indices: np.ndarray, weights: np.ndarray, order: np.ndarray,
                      width: int, itemsize: int, budget: int, dedup: bool,
                      cache_share: float = DEFAULT_CACHE_SHARE, owner: str = "samplers.full_graph",
-                     partitions: int | None = None, slot_bytes: int | None = None) -> PartitionPlan:
+                     partitions: int | None = None, slot_bytes: int | None = None, *,
+                     cache: PlanCache | None = None) -> PartitionPlan:
     """Partitions and cache of ``M @ h`` for ``h`` of ``width`` columns within ``budget`` device bytes.
 
     Parameters
@@ -307,50 +373,142 @@ def plan_propagation(indptr: np.ndarray, indices: np.ndarray, weights: np.ndarra
     slot_bytes : int or None
         Most bytes of one partition's slot (its local CSR, output rows and streamed sources); the
         cache takes what the two slots leave of ``budget``. None: half the budget.
+    cache : PlanCache or None
+        Work shared with other plans of the same arrays (widths, directions, budgets); plans are the
+        same with or without it. None: a fresh one.
 
     Returns
     -------
     PartitionPlan
+        Plans of the same arrays may share (read-only) numpy arrays.
 
     Raises
     ------
     MemoryBudgetError
         Not even one entry (with its source and output row) fits half the budget, or ``partitions``
         ranges do not fit it (that path does not split rows).
+    ValueError
+        ``cache`` was used for other arrays.
     """
+    ctx = PlanCache() if cache is None else cache
+    ctx.bind(indptr, indices, weights, order)
+    pind, pw, _ = _permuted(ctx)
     row_bytes = int(width) * int(itemsize)
     budget = int(budget)
     n = order.shape[0]
     if partitions is not None:
         k = min(int(partitions), max(n, 1))
-        lo, hi = indptr[order], indptr[order + 1]
-        lay = _layout(lo, hi, order, indices, _cut(lo, hi, k, row_bytes), n, row_bytes, budget, bool(dedup),
+        lo, hi = _whole_rows(ctx, indptr, order)
+        bounds = _cut(lo, hi, k, row_bytes)
+        uniq, offsets = _distinct(ctx, lo, hi, pind, bounds, n, whole=True)
+        lay = _layout(ctx, lo, hi, order, pind, bounds, uniq, offsets, n, row_bytes, budget, bool(dedup),
                       None, np.zeros(0, np.int64))
         if lay is None:
             raise MemoryBudgetError(Tier.DEVICE, owner, budget + 1, budget, budget,
                                     note=f"{k} partitions of width {width} do not fit {budget} device bytes; "
                                          "ask for more partitions or raise the budget")
-        return _finish(lay, indices, weights)
+        return _finish(ctx, lay, pind, pw)
     slot = budget if slot_bytes is None else int(slot_bytes)
-    best = base = _plan(indptr, indices, order, int(width), row_bytes, budget, slot, owner, bool(dedup), None)
+    best = base = _plan(ctx, indptr, pind, order, int(width), row_bytes, budget, slot, owner, bool(dedup),
+                        None)
     if dedup and cache_share > 0.0 and row_bytes > 0 and base.k > 1:
         # Candidates that reserve part of the budget for the most-read rows (by in-degree of the
         # transposed pattern) before cutting: partitions do not count them, so they grow, and the one
         # moving the fewest bytes wins, never more vertex bytes than the plan without reserve.
-        readers = np.bincount(indices, minlength=n)
-        ranked = np.argsort(-readers, kind="stable")
-        ranked = ranked[:int(np.count_nonzero(readers > 1))]
-        floor = int(np.count_nonzero(readers)) * row_bytes  # every row read moves once
+        ranked, floor = ctx.get("ranked", lambda: _ranked(_readers(ctx, indices, n)))
+        floor *= row_bytes  # every row read moves once
         for share in _shares(float(cache_share)) if base.vertex > floor else ():
             c = min(int(share * budget) // row_bytes, ranked.shape[0])
             if c == 0:
                 continue
-            lay = _plan(indptr, indices, order, int(width), row_bytes, budget, slot, owner, True, ranked[:c])
+            lay = _plan(ctx, indptr, pind, order, int(width), row_bytes, budget, slot, owner, True,
+                        ranked[:c])
             if lay is not None and lay.moved < best.moved and lay.vertex <= base.vertex:
                 best = lay
             if best.vertex <= floor:  # nothing moves less
                 break
-    return _finish(best, indices, weights)
+    return _finish(ctx, best, pind, pw)
+
+
+def _readers(ctx, indices, n):
+    """Destinations that read each source row (``np.bincount(indices, minlength=n)``)."""
+    return ctx.get("readers", lambda: _count(indices, n))
+
+
+def _ranked(readers):
+    """Rows read by more than one destination, most-read first (stable), and the count of rows read."""
+    return _by_count(readers, readers > 1), int(np.count_nonzero(readers))
+
+
+@nb.njit(nogil=True, cache=True)
+def _count(ids, n):  # pragma: no cover - compiled
+    """``np.bincount(ids, minlength=n)`` as int64, without a converted copy of ``ids``."""
+    out = np.zeros(n, np.int64)
+    for e in range(ids.shape[0]):
+        out[ids[e]] += 1
+    return out
+
+
+@nb.njit(nogil=True, cache=True)
+def _by_count(counts, keep):  # pragma: no cover - compiled
+    """The ids u with ``keep[u]``, by decreasing ``counts[u]``, ties by id (a stable counting sort)."""
+    top = 0
+    m = 0
+    for u in range(counts.shape[0]):
+        if keep[u]:
+            top = max(top, counts[u])
+            m += 1
+    start = np.zeros(top + 2, np.int64)
+    for u in range(counts.shape[0]):
+        if keep[u]:
+            start[top - counts[u] + 1] += 1
+    for c in range(top + 1):
+        start[c + 1] += start[c]
+    out = np.empty(m, np.int64)
+    for u in range(counts.shape[0]):
+        if keep[u]:
+            out[start[top - counts[u]]] = u
+            start[top - counts[u]] += 1
+    return out
+
+
+def _whole_rows(ctx, indptr, order):
+    """``lo, hi`` of the rows in plan order (no row split), in the entries in plan order (`_permuted`)."""
+    start = _permuted(ctx)[2]
+    return start[:-1], start[1:]
+
+
+def _permuted(ctx):
+    """The entries of M in plan order (rows by ``order``, each in its own entry order): columns,
+    values and row starts. Every later pass then reads them front to back."""
+    def make():
+        indptr, indices, weights, order = ctx.arrays
+        start = np.concatenate(([0], np.cumsum(indptr[order + 1] - indptr[order], dtype=np.int64)))
+        cols = np.empty(int(start[-1]), indices.dtype)
+        vals = np.empty(int(start[-1]), np.float32)
+        threads = ctx.threads
+        groups = _groups(np.diff(start) + 1, 4 * threads)
+
+        def run(g):
+            _gather(indptr, indices, weights, order, start, groups[g], groups[g + 1], cols, vals)
+
+        _parallel(run, groups.shape[0] - 1, threads)
+        return cols, vals, start
+    return ctx.get("permuted", make)
+
+
+@nb.njit(nogil=True, cache=True)
+def _gather(indptr, indices, weights, order, start, r0, r1, cols, vals):  # pragma: no cover - compiled
+    """Entries of rows ``order[r0:r1]`` to ``cols``/``vals`` at ``start``."""
+    for r in range(r0, r1):
+        if r + 8 < r1:
+            prefetch(indices, indptr[order[r + 8]])
+            prefetch(weights, indptr[order[r + 8]])
+        o = start[r]
+        for e in range(indptr[order[r]], indptr[order[r] + 1]):
+            cols[o] = indices[e]
+            vals[o] = weights[e]
+            o += 1
 
 
 def _shares(top: float) -> list[float]:
@@ -369,6 +527,8 @@ class _Layout:
     uniq: np.ndarray
     offsets: np.ndarray
     cache: np.ndarray
+    cached: np.ndarray
+    streams: np.ndarray
     max_stream: int
     max_rows: int
     arena: int
@@ -377,25 +537,49 @@ class _Layout:
     row_bytes: int
     vertex: int
     moved: int
+    whole: bool
 
     @property
     def k(self) -> int:
         return self.bounds.shape[0] - 1
 
 
-def _plan(indptr, indices, order, width, row_bytes, budget, slot, owner, dedup, hubs) -> _Layout | None:
+def _bitmap(n: int, rows: np.ndarray | None) -> np.ndarray:
+    bits = np.zeros((n >> 6) + 1, np.int64)
+    if rows is not None and rows.shape[0]:
+        np.bitwise_or.at(bits, rows >> 6, np.left_shift(np.int64(1), (rows & 63).astype(np.int64)))
+    return bits
+
+
+def _sizes(lo, hi, bounds, row_bytes):
+    """Rows, entries and arena bytes of every range ``bounds[i]:bounds[i+1]``."""
+    rows_of = np.diff(bounds)
+    ends = np.concatenate(([0], np.cumsum(hi - lo, dtype=np.int64)))
+    entries = ends[bounds[1:]] - ends[bounds[:-1]]
+    arenas = _align_all(8 * (rows_of + 1)) + 2 * _align_all(4 * entries) + _align_all(rows_of * row_bytes)
+    return rows_of, entries, arenas
+
+
+def _plan(ctx, indptr, indices, order, width, row_bytes, budget, slot, owner, dedup, hubs) -> _Layout | None:
     """The plan of as few partitions as fit; with ``hubs`` (rows reserved for the cache first) None
-    when the slots left cannot hold one entry, else a `MemoryBudgetError` then."""
+    when the slots left cannot hold one entry, else a `MemoryBudgetError` then.
+
+    Ranges are cut greedily under the exact working-set bound (both slots sized by the largest arena
+    and the largest stream so far); only when one row cannot join that shape does it fall back to a
+    per-slot cap, shrunk until the layout fits."""
     n = order.shape[0]
-    mark = np.zeros(n, np.int32)
     cached = np.zeros(n, np.bool_)
+    nh = 0
     reserve = 0
     if hubs is not None:
         cached[hubs] = True
-        reserve = _align(hubs.shape[0] * row_bytes)
+        nh = hubs.shape[0]
+        reserve = _align(nh * row_bytes)
+    cbits = _bitmap(n, hubs)
+    bits = np.empty_like(cbits)
     slot_cap = min((budget - reserve) // 2, slot)
     for _ in range(60):  # shrink the slot cap until both slots of the largest parts fit
-        rows = _rows(indptr, order, row_bytes, slot_cap) if slot_cap > 0 else None
+        rows = _rows(*_whole_rows(ctx, indptr, order), order, row_bytes, slot_cap) if slot_cap > 0 else None
         if rows is None and hubs is not None:
             return None
         if rows is None:
@@ -411,22 +595,29 @@ def _plan(indptr, indices, order, width, row_bytes, budget, slot, owner, dedup, 
         if hubs is None and not split.shape[0] and whole <= slot_cap:
             bounds = np.array([0, n], np.int64)  # all of M fits one slot (what _greedy finds, sooner)
         else:
-            mark[:] = 0
             fresh = np.empty(max(int((hi - lo).max(initial=0)), 1), np.int64)
-            bounds, bad = _greedy(lo, hi, indices, np.int64(row_bytes), np.int64(slot_cap), cached, mark,
-                                  fresh)
-            if bad >= 0:  # a row fits alone by its entries only if its sources are fewer; cannot happen
-                raise AssertionError(f"row piece {bad} does not fit a slot of {slot_cap} bytes")
+            bounds, bad = _greedy(lo, hi, indices, np.int64(row_bytes), np.int64(slot_cap), np.int64(budget),
+                                  np.int64(nh), cbits, bits, fresh)
+            if bad >= 0:  # a row (a piece of a long one) does not fit the slots' shape before it: shrink
+                slot_cap = int(slot_cap * 0.95)
+                continue
         k = bounds.shape[0] - 1
+        uniq = offsets = None
         if k > 1:  # re-cut to balance edges and bytes over the same count where every range still fits
             better = _cut(lo, hi, k, row_bytes)
-            mark[:] = 0
-            if _fits(lo, hi, indices, better, np.int64(row_bytes), np.int64(slot_cap), cached, mark):
-                bounds = better
-        lay = _layout(lo, hi, vrow, indices, bounds, n, row_bytes, budget, dedup, hubs, split)
+            u2, o2 = _distinct(ctx, lo, hi, indices, better, n)
+            _, _, arenas = _sizes(lo, hi, better, row_bytes)
+            streams = _streamed(u2, o2, cached)
+            total = 2 * int(arenas.max()) + _align((nh + 2 * int(streams.max())) * row_bytes)
+            if int((arenas + streams * row_bytes).max()) <= slot_cap and total <= budget:
+                bounds, uniq, offsets = better, u2, o2
+        if uniq is None:
+            uniq, offsets = _distinct(ctx, lo, hi, indices, bounds, n, whole=not split.shape[0])
+        lay = _layout(ctx, lo, hi, vrow, indices, bounds, uniq, offsets, n, row_bytes, budget, dedup, hubs,
+                      split, cached)
         if lay is not None:
             return lay
-        slot_cap = int(slot_cap * 0.95)
+        slot_cap = int(slot_cap * 0.95)  # cannot happen: the greedy ranges bound the working set
     if hubs is not None:
         return None
     raise MemoryBudgetError(Tier.DEVICE, owner, budget + 1, budget, budget,
@@ -434,24 +625,136 @@ def _plan(indptr, indices, order, width, row_bytes, budget, slot, owner, dedup, 
 
 
 @nb.njit(nogil=True, cache=True)
-def _distinct(lo, hi, indices, bounds, mark, readers, uniq, offsets):  # pragma: no cover - compiled
-    """Distinct sources of each partition in first-seen order (``uniq[offsets[i]:offsets[i+1]]``);
-    ``readers[u]`` += 1 for every partition that reads u. ``mark`` (zeros, int32 [N]) is scratch."""
-    k = bounds.shape[0] - 1
-    top = 0
-    for i in range(k):
-        offsets[i] = top
-        stamp = i + 1
-        for p in range(bounds[i], bounds[i + 1]):
+def _distinct_chunks(lo, hi, indices, rows, starts, c0, c1, bits, out, counts):  # pragma: no cover
+    """Distinct sources of chunks ``c0..c1-1`` (rows ``rows[c]:rows[c+1]``), in first-seen order, into
+    ``out[starts[c]:]``; ``counts[c]`` their number. ``bits`` (int64 [N/64 + 1], zeros) is scratch,
+    left zero."""
+    for c in range(c0, c1):
+        top = starts[c]
+        for p in range(rows[c], rows[c + 1]):
             for e in range(lo[p], hi[p]):
                 u = indices[e]
-                if mark[u] != stamp:
-                    mark[u] = stamp
-                    uniq[top] = u
+                m = np.int64(1) << (u & 63)
+                if bits[u >> 6] & m == 0:
+                    bits[u >> 6] |= m
+                    out[top] = u
                     top += 1
-                    readers[u] += 1
-    offsets[k] = top
-    return top
+        counts[c] = top - starts[c]
+        for j in range(starts[c], top):
+            u = out[j]
+            bits[u >> 6] = 0
+
+
+@nb.njit(nogil=True, cache=True)
+def _merge_chunks(starts, counts, c0, c1, bits, out):  # pragma: no cover - compiled
+    """Merge the first-seen lists of chunks ``c0..c1-1`` (one range) in place at ``out[starts[c0]:]``:
+    the range's first-seen order. Returns their number; ``bits`` (zeros) is left zero."""
+    top = starts[c0]
+    for c in range(c0, c1):
+        for j in range(starts[c], starts[c] + counts[c]):
+            u = out[j]
+            m = np.int64(1) << (u & 63)
+            if bits[u >> 6] & m == 0:
+                bits[u >> 6] |= m
+                out[top] = u
+                top += 1
+    for j in range(starts[c0], top):
+        u = out[j]
+        bits[u >> 6] = 0
+    return top - starts[c0]
+
+
+@nb.njit(nogil=True, cache=True)
+def _compact(out, starts, counts, uniq, offsets):  # pragma: no cover - compiled
+    top = 0
+    for i in range(counts.shape[0]):
+        offsets[i] = top
+        for j in range(starts[i], starts[i] + counts[i]):
+            uniq[top] = out[j]
+            top += 1
+    offsets[counts.shape[0]] = top
+
+
+def _groups(work: np.ndarray, parts: int) -> np.ndarray:
+    """Boundaries of at most ``parts`` consecutive groups of items of about equal ``work``."""
+    m = work.shape[0]
+    if m == 0:
+        return np.zeros(1, np.int64)
+    cum = np.cumsum(work, dtype=np.float64)
+    cuts = np.searchsorted(cum, cum[-1] * np.arange(1, parts) / parts, side="right")
+    return np.unique(np.concatenate(([0], np.minimum(cuts, m), [m]))).astype(np.int64)
+
+
+def _chunks(lo, hi, bounds, threads, min_chunk):
+    """Row ranges that split every range ``bounds[i]:bounds[i+1]`` into pieces of about equal entries
+    (only ranges larger than a share of the work are split), and each range's first chunk."""
+    ends = np.concatenate(([0], np.cumsum(hi - lo, dtype=np.int64)))
+    k = bounds.shape[0] - 1
+    entries = ends[bounds[1:]] - ends[bounds[:-1]]
+    target = max(int(ends[-1]) // (4 * threads), min_chunk) if threads > 1 else 1 << 62
+    pieces = np.maximum(-(-entries // target), 1)
+    first = np.concatenate(([0], np.cumsum(pieces)))
+    rows = np.empty(int(first[-1]) + 1, np.int64)
+    for i in range(k):
+        a, b, m = int(bounds[i]), int(bounds[i + 1]), int(pieces[i])
+        if m == 1:
+            rows[first[i]] = a
+            continue
+        cut = np.searchsorted(ends[a:b + 1], ends[a] + entries[i] * np.arange(m) // m, side="left") + a
+        rows[first[i]:first[i + 1]] = np.minimum(np.maximum.accumulate(cut), b)
+    rows[-1] = bounds[-1]
+    return rows, first, ends
+
+
+def _distinct(ctx, lo, hi, indices, bounds, n, whole=False):
+    """Distinct sources of each range in first-seen order: ``uniq[offsets[i]:offsets[i+1]]`` (int32 or
+    the dtype of ``indices``). Chunks of rows run on the cache's threads; the result does not depend
+    on how many."""
+    k = bounds.shape[0] - 1
+    if k == 1 and whole and lo.shape[0] == n:  # all of M, whole rows: its sources, ascending
+        uniq = ctx.get("sources", lambda: np.flatnonzero(_readers(ctx, indices, n)).astype(indices.dtype))
+        return uniq, np.array([0, uniq.shape[0]], np.int64)
+    threads = ctx.threads
+    rows, first, ends = _chunks(lo, hi, bounds, threads, ctx.min_chunk)
+    nc = rows.shape[0] - 1
+    starts = ends[rows[:-1]]
+    out = ctx.store.pop("scratch", None)  # kept between calls (not shared by concurrent ones)
+    if out is None or out.shape[0] < max(int(ends[-1]), 1):
+        out = np.empty(max(int(ends[-1]), 1), indices.dtype)
+    counts = np.zeros(nc, np.int64)
+    words = (n >> 6) + 1
+    groups = _groups(np.diff(ends[rows]), 4 * threads)
+
+    def run(g):
+        _distinct_chunks(lo, hi, indices, rows, starts, groups[g], groups[g + 1], np.zeros(words, np.int64),
+                         out, counts)
+
+    _parallel(run, groups.shape[0] - 1, threads)
+    if nc > k:  # ranges of several chunks: merge their lists in order
+        part = np.zeros(k, np.int64)
+        multi = np.flatnonzero(np.diff(first) > 1)
+
+        def merge(j):
+            i = int(multi[j])
+            part[i] = _merge_chunks(starts, counts, first[i], first[i + 1], np.zeros(words, np.int64), out)
+
+        _parallel(merge, multi.shape[0], threads)
+        rc = counts[first[:-1]].copy()
+        rc[multi] = part[multi]
+        starts, counts = starts[first[:-1]], rc
+    uniq = np.empty(int(counts.sum()), indices.dtype)
+    offsets = np.empty(k + 1, np.int64)
+    _compact(out, starts, counts, uniq, offsets)
+    ctx.store["scratch"] = out
+    return uniq, offsets
+
+
+def _parallel(fn, n, threads):
+    if threads <= 1 or n <= 1:
+        for i in range(n):
+            fn(i)
+    else:
+        parallel_for(fn, n, threads)
 
 
 @nb.njit(nogil=True, cache=True)
@@ -468,33 +771,23 @@ def _streamed(uniq, offsets, cached):  # pragma: no cover - compiled
     return out
 
 
-def _layout(lo, hi, vrow, indices, bounds, n, row_bytes, budget, dedup, hubs, split) -> _Layout | None:
+def _layout(ctx, lo, hi, vrow, indices, bounds, uniq, offsets, n, row_bytes, budget, dedup, hubs, split,
+            cached=None) -> _Layout | None:
     """Streamed sources and the cache for ``bounds``; None when the slots overflow the budget."""
     k = bounds.shape[0] - 1
-    deg = hi - lo
-    nnz = int(deg.sum())
-    if k == 1 and lo.shape[0] == n and not split.shape[0]:  # all of M, whole rows: its sources, ascending
-        readers = np.minimum(np.bincount(indices, minlength=n), 1).astype(np.int32)
-        uniq = np.flatnonzero(readers).astype(np.int64)
-        offsets = np.array([0, uniq.shape[0]], np.int64)
-    else:
-        readers = np.zeros(n, np.int32)
-        uniq = np.empty(nnz, np.int64)
-        offsets = np.empty(k + 1, np.int64)
-        _distinct(lo, hi, indices, bounds, np.zeros(n, np.int32), readers, uniq, offsets)
-    rows_of = np.diff(bounds)
-    ends = np.concatenate(([0], np.cumsum(deg, dtype=np.int64)))
-    entries = ends[bounds[1:]] - ends[bounds[:-1]]
+    nnz = int((hi - lo).sum())
+    rows_of, _, sizes = _sizes(lo, hi, bounds, row_bytes)
     max_rows = int(rows_of.max(initial=0))
-    sizes = _align_all(8 * (rows_of + 1)) + 2 * _align_all(4 * entries) + _align_all(rows_of * row_bytes)
     arena = int(sizes.max(initial=0))
-    cached = np.zeros(n, np.bool_)
-    if hubs is not None:
-        cached[hubs] = True
+    if cached is None:
+        cached = np.zeros(n, np.bool_)
+        if hubs is not None:
+            cached[hubs] = True
     if dedup and k > 1 and row_bytes > 0:
+        readers = _count(uniq, n)
+        cached = cached.copy()
         fixed = int(np.count_nonzero(cached))
-        shared = np.flatnonzero((readers > 1) & ~cached)
-        shared = shared[np.argsort(-readers[shared], kind="stable")]
+        shared = _by_count(readers, (readers > 1) & ~cached)
         # grow the cache while the room left (after slots sized for the remaining streams) allows
         size = 0
         trial = cached.copy()
@@ -513,9 +806,10 @@ def _layout(lo, hi, vrow, indices, bounds, n, row_bytes, budget, dedup, hubs, sp
         return None
     vertex = (cache.shape[0] + int(streams.sum())) * row_bytes
     moved = vertex + 8 * (int(rows_of.sum()) + k) + 8 * nnz + int(rows_of.sum()) * row_bytes
+    whole = k == 1 and not cache.shape[0] and not split.shape[0] and lo.shape[0] == n
     return _Layout(lo=lo, hi=hi, vrow=vrow, bounds=bounds, uniq=uniq, offsets=offsets, cache=cache,
-                   max_stream=max_stream, max_rows=max_rows, arena=arena, total=total, split=split,
-                   row_bytes=row_bytes, vertex=vertex, moved=moved)
+                   cached=cached, streams=streams, max_stream=max_stream, max_rows=max_rows, arena=arena,
+                   total=total, split=split, row_bytes=row_bytes, vertex=vertex, moved=moved, whole=whole)
 
 
 def _align_all(n: np.ndarray) -> np.ndarray:
@@ -523,65 +817,98 @@ def _align_all(n: np.ndarray) -> np.ndarray:
 
 
 @nb.njit(nogil=True, cache=True)
-def _remap(lo, hi, indices, weights, bounds, uniq, offsets, slot_of, base, max_stream,
-           cols, w_out, local_ptr, stream, s_offsets, cache_reads):  # pragma: no cover - compiled
-    """Local columns (cache slot, or ``base + slot * max_stream + i`` for the i-th streamed source of
-    the partition, first-seen order), weights and row pointers of every partition, concatenated."""
-    k = bounds.shape[0] - 1
-    e_out = 0
-    s_top = 0
-    for i in range(k):
-        s_offsets[i] = s_top
-        first = base + (i % 2) * max_stream
-        hits = 0
-        for j in range(offsets[i], offsets[i + 1]):  # number the streamed sources
-            u = uniq[j]
-            if slot_of[u] < 0:
-                slot_of[u] = -2 - (s_top - s_offsets[i])  # -2 - local index: streamed in this partition
-                stream[s_top] = u
-                s_top += 1
-            else:
-                hits += 1
-        cache_reads[i] = hits
-        for p in range(bounds[i], bounds[i + 1]):
-            local_ptr[p + i] = e_out
-            for e in range(lo[p], hi[p]):
-                t = slot_of[indices[e]]
-                cols[e_out] = t if t >= 0 else first + (-2 - t)
-                w_out[e_out] = weights[e]
-                e_out += 1
-        local_ptr[bounds[i + 1] + i] = e_out
-        for j in range(s_offsets[i], s_top):  # back to "not cached" for the next partition
+def _number(uniq, j0, j1, slot_of, stream, s0):  # pragma: no cover - compiled
+    """Number one partition's streamed sources (``slot_of[u] = -2 - i`` for the i-th, first-seen order)
+    into ``stream[s0:]``; returns how many of its sources are cached (``slot_of >= 0``)."""
+    s = s0
+    hits = 0
+    for j in range(j0, j1):
+        u = uniq[j]
+        if slot_of[u] < 0:
+            slot_of[u] = -2 - (s - s0)
+            stream[s] = u
+            s += 1
+        else:
+            hits += 1
+    return hits
+
+
+@nb.njit(nogil=True, cache=True)
+def _fill(indices, e0, e1, slot_of, first, cols):  # pragma: no cover - compiled
+    """Local columns of entries ``e0..e1-1`` (in plan order): the cache slot, or ``first + i`` for the
+    i-th streamed source."""
+    for e in range(e0, e1):
+        t = slot_of[indices[e]]
+        cols[e] = t if t >= 0 else first + (-2 - t)
+
+
+@nb.njit(nogil=True, cache=True)
+def _remap(indices, bounds, uniq, offsets, i0, i1, ends, s_offsets, slot_of, base, max_stream, cols, stream,
+           cache_reads):  # pragma: no cover - compiled
+    """`_number` and `_fill` partitions ``i0..i1-1`` with one scratch ``slot_of`` (left as it came)."""
+    for i in range(i0, i1):
+        cache_reads[i] = _number(uniq, offsets[i], offsets[i + 1], slot_of, stream, s_offsets[i])
+        _fill(indices, ends[bounds[i]], ends[bounds[i + 1]], slot_of, base + (i % 2) * max_stream, cols)
+        for j in range(s_offsets[i], s_offsets[i + 1]):
             slot_of[stream[j]] = -1
-    s_offsets[k] = s_top
 
 
-def _finish(lay: _Layout, indices: np.ndarray, weights: np.ndarray) -> PartitionPlan:
+def _finish(ctx, lay: _Layout, indices: np.ndarray, weights: np.ndarray) -> PartitionPlan:
     """The local CSRs and streamed sources of every partition of ``lay``: the plan."""
-    k, cache, n = lay.k, lay.cache, lay.vrow.max(initial=-1) + 1
-    nnz = int((lay.hi - lay.lo).sum())
-    slot_of = np.full(int(n), -1, np.int64)
-    slot_of[cache] = np.arange(cache.shape[0])
-    cols = np.empty(nnz, np.int32)
-    w_out = np.empty(nnz, np.float32)
-    local_ptr = np.empty(lay.lo.shape[0] + k, np.int64)
-    stream = np.empty(max(int(lay.offsets[k]), 1), np.int64)
-    s_offsets = np.empty(k + 1, np.int64)
-    cache_reads = np.empty(k, np.int64)
-    _remap(lay.lo, lay.hi, indices, weights, lay.bounds, lay.uniq, lay.offsets, slot_of,
-           np.int64(cache.shape[0]), np.int64(lay.max_stream), cols, w_out, local_ptr, stream, s_offsets,
-           cache_reads)
+    if lay.whole:  # one partition, no cache: the same arrays at any width
+        ends, cols, w_out, stream, cache_reads = ctx.get("whole", lambda: _local(ctx, lay, indices, weights))
+    else:
+        ends, cols, w_out, stream, cache_reads = _local(ctx, lay, indices, weights)
+    s_offsets = np.concatenate(([0], np.cumsum(lay.streams)))
     parts = []
     bounds, split = lay.bounds, lay.split
-    for i in range(k):
+    for i in range(lay.k):
         a, b = int(bounds[i]), int(bounds[i + 1])
-        ptr = local_ptr[a + i:b + i + 1]
-        e0, e1 = int(ptr[0]), int(ptr[-1])
+        e0, e1 = int(ends[a]), int(ends[b])
         rows = lay.vrow[a:b]
         add = np.isin(rows, split) if split.shape[0] else None
-        parts.append(PlanPart(rows=rows, indptr=ptr - e0, cols=cols[e0:e1], weights=w_out[e0:e1],
+        parts.append(PlanPart(rows=rows, indptr=ends[a:b + 1] - e0, cols=cols[e0:e1], weights=w_out[e0:e1],
                               stream=stream[s_offsets[i]:s_offsets[i + 1]], cache_reads=int(cache_reads[i]),
                               slot=i % 2, add=add if add is not None and add.any() else None))
-    return PartitionPlan(parts=parts, cache=cache, row_bytes=lay.row_bytes, max_stream=lay.max_stream,
+    return PartitionPlan(parts=parts, cache=lay.cache, row_bytes=lay.row_bytes, max_stream=lay.max_stream,
                          max_rows=lay.max_rows, arena_bytes=lay.arena, device_bytes=lay.total,
                          split_rows=split)
+
+
+def _local(ctx, lay, indices, weights):
+    """Entry offsets, local columns, weights, streamed sources and cache reads of every partition."""
+    k, cache, n = lay.k, lay.cache, lay.cached.shape[0]
+    lo, hi, bounds = lay.lo, lay.hi, lay.bounds
+    ends = np.concatenate((lo, [hi[-1] if hi.shape[0] else 0]))  # the rows tile the entries in plan order
+    nnz = int(ends[-1])
+    slot_of = np.full(n, -1, np.int32)
+    slot_of[cache] = np.arange(cache.shape[0], dtype=np.int32)
+    cols = np.empty(nnz, np.int32)
+    w_out = weights  # the values in plan order, shared by every plan of the matrix
+    s_offsets = np.concatenate(([0], np.cumsum(lay.streams))).astype(np.int64)
+    stream = np.empty(max(int(s_offsets[-1]), 1), np.int64)
+    cache_reads = np.empty(k, np.int64)
+    base, ms = np.int64(cache.shape[0]), np.int64(lay.max_stream)
+    threads = ctx.threads
+    if k >= 4 * threads or threads == 1:  # many partitions: groups of them, each with its own scratch
+        groups = _groups(ends[bounds[1:]] - ends[bounds[:-1]], 4 * threads)
+
+        def run(g):
+            _remap(indices, bounds, lay.uniq, lay.offsets, groups[g], groups[g + 1], ends, s_offsets,
+                   slot_of.copy(), base, ms, cols, stream, cache_reads)
+
+        _parallel(run, groups.shape[0] - 1, threads)
+    else:  # few large partitions: number each, then fill its rows in parallel chunks
+        rows, first, _ = _chunks(lo, hi, bounds, threads, ctx.min_chunk)
+        for i in range(k):
+            cache_reads[i] = _number(lay.uniq, lay.offsets[i], lay.offsets[i + 1], slot_of, stream,
+                                     s_offsets[i])
+            fst = base + (i % 2) * ms
+            c0 = int(first[i])
+
+            def run(c, c0=c0, fst=fst):
+                _fill(indices, ends[rows[c0 + c]], ends[rows[c0 + c + 1]], slot_of, fst, cols)
+
+            _parallel(run, int(first[i + 1]) - c0, threads)
+            slot_of[stream[s_offsets[i]:s_offsets[i + 1]]] = -1
+    return ends, cols, w_out, stream[:int(s_offsets[-1])] if s_offsets[-1] else stream[:0], cache_reads

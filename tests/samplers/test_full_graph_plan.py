@@ -13,7 +13,7 @@ from graphrl.datasets import load_gowalla
 from graphrl.kernels.ordering import rcm_order
 from graphrl.kernels.spmm import normalized_adjacency
 from graphrl.memory import MemoryBudgetError
-from samplers.full_graph_plan import arena_offsets, locality_order, plan_propagation
+from samplers.full_graph_plan import PlanCache, arena_offsets, locality_order, plan_propagation
 
 
 def sym_p(src: np.ndarray, dst: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -118,6 +118,63 @@ def test_plans_are_deterministic():
         for f in ("rows", "indptr", "cols", "weights", "stream"):
             assert np.array_equal(getattr(x, f), getattr(y, f))
         assert (x.slot, x.cache_reads) == (y.slot, y.cache_reads)
+
+
+def assert_same_plan(a, b) -> None:
+    assert a.num_partitions == b.num_partitions
+    assert np.array_equal(a.cache, b.cache) and np.array_equal(a.split_rows, b.split_rows)
+    for f in ("max_stream", "max_rows", "arena_bytes", "device_bytes", "row_bytes"):
+        assert getattr(a, f) == getattr(b, f)
+    for x, y in zip(a.parts, b.parts, strict=True):
+        for f in ("rows", "indptr", "cols", "weights", "stream"):
+            assert np.array_equal(getattr(x, f), getattr(y, f)) and getattr(x, f).dtype == getattr(y, f).dtype
+        assert (x.slot, x.cache_reads) == (y.slot, y.cache_reads)
+        assert (x.add is None) == (y.add is None) and (x.add is None or np.array_equal(x.add, y.add))
+
+
+@pytest.mark.parametrize(("width", "budget", "slot", "hub_rows"),
+                         [(16, 200_000, None, False), (4, 400_000, 20_000, False), (64, 90_000, None, False),
+                          (1, 1 << 30, None, False), (16, 200_000, None, True), (8, 60_000, 12_000, True)])
+def test_plans_do_not_depend_on_threads_or_a_shared_cache(width, budget, slot, hub_rows):
+    """The same plan, bitwise, on 1 or 3 threads with pieces of work as small as 16 entries (chunks of
+    rows merged in order), with one PlanCache shared over widths or none; multiplies exactly. With
+    ``hub_rows`` some destinations read hundreds of sources (rows split over partitions)."""
+    rng = np.random.default_rng(3)
+    n = 3000
+    hubs, spread = (rng.pareto(1.0, 30000) * 5).astype(np.int64) % n, rng.integers(0, n, 30000)
+    p = sym_p(spread, hubs, n) if hub_rows else sym_p(hubs, spread, n)
+    order = locality_order(p[0], p[1], n)
+    shared = PlanCache(threads=3, min_chunk=16)
+    plan_propagation(*p, order, 7, 4, budget, True, cache=shared)  # an earlier width fills the cache
+    caches = (None, PlanCache(threads=1), PlanCache(threads=3, min_chunk=16), shared)
+    plans = [plan_propagation(*p, order, width, 4, budget, dedup, slot_bytes=slot, cache=c)
+             for dedup in (True, False) for c in caches]
+    for q in plans[1:4]:
+        assert_same_plan(plans[0], q)
+    for q in plans[5:]:
+        assert_same_plan(plans[4], q)
+    h = rng.standard_normal((n, 3))
+    ref = sp.csr_matrix((p[2], p[1], p[0]), shape=(n, n)) @ h
+    assert (plans[0].num_partitions > 2) == (budget < 1 << 30)
+    assert (plans[0].split_rows.shape[0] > 0) == hub_rows
+    for plan in (plans[0], plans[4]):
+        check_fits(plan, budget, slot)
+        np.testing.assert_allclose(run_plan(plan, h, n), ref, rtol=1e-6, atol=1e-9)
+    fixed = [plan_propagation(*p, order, width, 4, 1 << 30, True, partitions=5, cache=c)
+             for c in (None, PlanCache(threads=2, min_chunk=16))]
+    assert_same_plan(*fixed)
+
+
+def test_a_plan_cache_serves_one_matrix():
+    rng = np.random.default_rng(0)
+    p = sym_p(rng.integers(0, 50, 200), rng.integers(0, 50, 200), 50)
+    order = locality_order(p[0], p[1], 50)
+    cache = PlanCache()
+    plan_propagation(*p, order, 4, 4, 1 << 20, True, cache=cache)
+    with pytest.raises(ValueError, match="PlanCache"):
+        plan_propagation(p[0], p[1].copy(), p[2], order, 4, 4, 1 << 20, True, cache=cache)
+    with pytest.raises(ValueError, match="threads"):
+        PlanCache(threads=0)
 
 
 def test_rcm_order_is_a_permutation_with_a_small_bandwidth():
