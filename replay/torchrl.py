@@ -6,7 +6,9 @@ A TorchRL collector (``torchrl.collectors.SyncDataCollector``, ...) yields Tenso
 ``("next", "truncated")`` and ``("collector", "traj_ids")``. `TorchRLWriter` writes them through one
 `replay.writer.TrajectoryWriter` per env: a step whose ``("next", "done")`` (or ``terminated`` /
 ``truncated``) is set ends its episode, a change of trajectory id ends it too, and an episode still
-running at the end of a rollout stays open and continues with the next rollout.
+running at the end of a rollout stays open and continues with the next rollout. The trajectory-id and
+end keys follow the user's mapping (``keys={"traj_ids": "episode", "done": "done"}``), as
+``SliceSampler``'s ``traj_key`` / ``end_key``; a mapping the writer cannot honour is refused.
 
 `DEFAULT_KEYS` maps store field names to TorchRL keys (``"reward"`` <-> ``("next", "reward")``,
 ``"next_observation"`` <-> ``("next", "observation")``, ``"traj_ids"`` <-> ``("collector",
@@ -60,10 +62,13 @@ DEFAULT_KEYS: dict[str, NestedKey] = {
     "traj_ids": ("collector", "traj_ids"),
 }
 
-#: rollout keys whose True value ends an episode after its step
+#: rollout keys whose True value ends an episode after its step (under the default mapping)
 END_KEYS: tuple[NestedKey, ...] = (("next", "done"), ("next", "terminated"), ("next", "truncated"))
 TRAJ_KEY: NestedKey = ("collector", "traj_ids")
 MASK_KEY: NestedKey = ("collector", "mask")
+#: fields whose rollout entries `TorchRLWriter` reads to cut episodes (stored too when the spec has them)
+END_FIELDS: tuple[str, ...] = ("done", "terminated", "truncated")
+TRAJ_FIELD = "traj_ids"
 
 
 def _key(key: NestedKey) -> NestedKey:
@@ -141,7 +146,12 @@ class TorchRLWriter:
         takes rollouts of one env only (batch size ``[T]`` or ``[1, T]``).
     keys : mapping of str to TorchRL key, optional
         Overrides of `DEFAULT_KEYS` (``None`` drops one). Every field of the store's spec is read from
-        the rollout under ``keys.get(field, field)``; other rollout entries are ignored.
+        the rollout under ``keys.get(field, field)``; other rollout entries are ignored. The episode
+        boundaries follow the mapping too: ``keys["done"]``, ``keys["terminated"]`` and
+        ``keys["truncated"]`` are the end keys and ``keys["traj_ids"]`` the trajectory-id key (as
+        ``SliceSampler(end_key=..., truncated_key=..., traj_key=...)``), whether or not the spec stores
+        those fields. ``None`` for one of these four stops storing it but not cutting on it: the
+        default key is still read when the rollout has it.
     **writer_kwargs
         Passed to ``target.writer`` (``chunk_steps``, ``timeout``).
 
@@ -150,17 +160,32 @@ class TorchRLWriter:
     spec : TrajectorySpec
     keys : dict of str to TorchRL key
         The key each spec field is read from.
+    end_keys : tuple of TorchRL key
+        The rollout keys whose True value ends an episode after its step.
+    traj_key : TorchRL key
+        The rollout key of the trajectory ids.
     steps_written, episodes_written : int
         Steps handed to the writers, episodes ended.
 
+    Raises
+    ------
+    ValueError
+        ``keys`` maps a field that is neither in the store's spec nor one of ``"done"``,
+        ``"terminated"``, ``"truncated"``, ``"traj_ids"`` (the writer could not honour it; the message
+        names the field and its key); two fields mapped to one key (`torchrl_keys`).
+    TypeError
+        ``target`` is neither a store nor a writer; a key not a str or a tuple of str.
+
     Notes
     -----
-    An episode ends after a step whose ``("next", "done")``, ``("next", "terminated")`` or
-    ``("next", "truncated")`` (those the rollout has) is True, and also when the step's
-    ``("collector", "traj_ids")`` differs from the previous step's of the same env (within a rollout
-    or across rollouts). Steps whose ``("collector", "mask")`` is False (padding of some collectors)
-    are skipped. An episode open at a rollout's end continues in the next `extend`; `close` (or the
-    end of a ``with`` block without an exception) ends every open episode.
+    An episode ends after a step whose end keys (those the rollout has; by default ``("next",
+    "done")``, ``("next", "terminated")`` and ``("next", "truncated")``) hold True, and also when the
+    step's trajectory id (by default ``("collector", "traj_ids")``) differs from the previous step's of
+    the same env (within a rollout or across rollouts). An end or trajectory key that ``keys`` names
+    explicitly must be in every rollout (ValueError otherwise); a default one is read when present.
+    Steps whose ``("collector", "mask")`` is False (padding of some collectors) are skipped. An episode
+    open at a rollout's end continues in the next `extend`; `close` (or the end of a ``with`` block
+    without an exception) ends every open episode.
     """
 
     def __init__(
@@ -179,7 +204,21 @@ class TorchRLWriter:
         self._writer_kwargs = writer_kwargs
         self.spec: TrajectorySpec = target.spec
         mapping = torchrl_keys(keys)
+        given = {field: key for field, key in (keys or {}).items() if key is not None}
+        control = (*END_FIELDS, TRAJ_FIELD)
+        for field, key in given.items():
+            if field not in self.spec and field not in control:
+                raise ValueError(
+                    f"keys[{field!r}]={key!r}: {field!r} is not a field of the store's spec "
+                    f"({sorted(self.spec)}) nor one the writer reads to cut episodes ({list(control)}), "
+                    "so the writer cannot honour it; drop it or add the field to the spec"
+                )
         self.keys = {field: mapping.get(field, field) for field in self.spec}
+        self.end_keys: tuple[NestedKey, ...] = tuple(
+            mapping[f] if f in given else DEFAULT_KEYS[f] for f in END_FIELDS
+        )
+        self.traj_key: NestedKey = mapping[TRAJ_FIELD] if TRAJ_FIELD in given else TRAJ_KEY
+        self._required = {mapping[f]: f for f in given if f in control}  # named by the user: must exist
         self._last_traj: dict[int, int] = {}  # env -> trajectory id of its open episode
         self._open_envs: set[int] = set()  # envs with steps written since their last end
         self.steps_written = 0
@@ -223,6 +262,12 @@ class TorchRLWriter:
             raise ValueError(
                 f"rollout: batch size must be [T] or [N_envs, T], got {list(rollout.batch_size)}"
             )
+        for key, field in self._required.items():
+            if not _has(rollout, key):
+                raise ValueError(
+                    f"rollout has no {key!r}, the key keys[{field!r}] names for cutting episodes "
+                    "(pass keys with the rollout's own key)"
+                )
         cols = {}
         for field, key in self.keys.items():
             value = rollout.get(key, None)
@@ -237,11 +282,11 @@ class TorchRLWriter:
             )
         arrays = {field: f.check(cols[field], (n_env, t)) for field, f in self.spec.items()}  # all, first
         ends = torch.zeros(n_env, t, dtype=torch.bool)
-        for key in END_KEYS:
+        for key in self.end_keys:
             if _has(rollout, key):
                 e = rollout.get(key).reshape(n_env, t, -1)
                 ends |= e.any(-1).cpu()
-        traj = rollout.get(TRAJ_KEY, None)
+        traj = rollout.get(self.traj_key, None)
         traj = None if traj is None else traj.reshape(n_env, t).cpu().numpy()
         valid = rollout.get(MASK_KEY, None)
         valid = None if valid is None else valid.reshape(n_env, t).cpu().numpy()

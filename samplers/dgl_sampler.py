@@ -18,7 +18,9 @@ Use::
 
 DGL is imported (through `graphrl.dglshim`) when the first `DglSampler` is built, never by
 ``import samplers``. Our `CSCGraph` of a DGL graph is built on its first batch and kept while that DGL
-graph lives and is not changed (see `DglSampler.sampler_for`). Homogeneous graphs, CPU sampling.
+graph lives and is not changed (see `DglSampler.sampler_for`). Homogeneous graphs, CPU sampling. A
+`DglSampler` pickles (``mp.spawn``, DataLoader workers) as a fresh one built with the same arguments
+(docs/architecture.md#pyg-and-dgl-loaders).
 """
 
 from __future__ import annotations
@@ -200,6 +202,31 @@ class DglSampler(LazyBase):
             if name not in out.edata:
                 out.edata[name] = value[block.edge_ids.to(value.device, torch.int64)]
         return out
+
+    def __getstate__(self) -> dict:
+        """The sampler's settings for pickling (``mp.spawn``, DataLoader workers): its lock and its cache
+        of per-graph samplers are left out and rebuilt empty by `__setstate__`.
+
+        A copy therefore behaves as a fresh ``DglSampler`` built with the same arguments: its first batch
+        on a graph is the original's first batch on that graph, whatever the original drew since (the
+        cache is keyed by the graph object, which a pickled graph is not; DGL's own samplers keep no
+        per-graph state either).
+        """
+        state = self.__dict__.copy()
+        del state["lock"]
+        state["samplers"] = {}
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        """Restore a pickled sampler with a new lock and an empty cache (see `__getstate__`)."""
+        self.__dict__.update(state)
+        self.samplers = {}
+        self.lock = threading.Lock()
+
+    def __reduce__(self):
+        """Pickle through the front class (`samplers._optional.restore`), then `__setstate__`."""
+        restore, (front, _) = super().__reduce__()
+        return restore, (front, {}), self.__getstate__()
 
     def __repr__(self) -> str:
         return (f"DglSampler(fanouts={self.fanouts}, replace={self.replace}, seed={self.seed}, "

@@ -131,14 +131,29 @@ class HeteroNeighborSampler:
         self.device = check_device(device)
         self._cuda_graphs: dict[Relation, object] = {}
         if self.device.type == "cuda":
-            self._maps: dict[str, np.ndarray] = {}
             self._cuda_graphs = self._build_cuda(uva)
-        else:
-            self._maps = {t: np.full(n, -1, dtype=np.int32) for t, n in graph.num_nodes.items()}
-        # weighted relations without times: per-row prefix sums and positive counts, once (the GPU's own)
-        self._prefix = {rel: cpu.weight_prefix(self._arrays[rel][0], w, threads=numba.get_num_threads())
-                        for rel, w in self._weights.items()
-                        if rel not in self._times and self.device.type == "cpu"}
+        self._maps, self._prefix = self._build_scratch()
+
+    def _build_scratch(self) -> tuple[dict[str, np.ndarray], dict]:
+        """A CPU sampler's relabelling maps (int32 [N_t] of -1 per node type) and, for weighted relations
+        without times, per-row prefix sums and positive counts, computed once (the GPU keeps its own)."""
+        if self.device.type != "cpu":
+            return {}, {}
+        maps = {t: np.full(n, -1, dtype=np.int32) for t, n in self.graph.num_nodes.items()}
+        prefix = {rel: cpu.weight_prefix(self._arrays[rel][0], w, threads=numba.get_num_threads())
+                  for rel, w in self._weights.items() if rel not in self._times}
+        return maps, prefix
+
+    def _refresh_views(self) -> None:
+        """(Re)take the numpy views of the graph's tensors when their memory moved: torch's
+        multiprocessing pickler (``mp.spawn`` arguments, a spawned worker's dataset) moves a CPU tensor
+        into shared memory and frees the old block, so every `sample` checks the views."""
+        g = self.graph
+        for rel, (indptr, indices, eids) in self._arrays.items():
+            if (indptr.ctypes.data != g.indptr[rel].data_ptr()
+                    or indices.ctypes.data != g.indices[rel].data_ptr()
+                    or eids.ctypes.data != g.edge_ids[rel].data_ptr()):
+                self._arrays[rel] = (g.indptr[rel].numpy(), g.indices[rel].numpy(), g.edge_ids[rel].numpy())
 
     def _build_cuda(self, uva: bool | None) -> dict:
         """One `CudaGraph` per sampled relation (its weights and times included); the relations from one
@@ -162,23 +177,43 @@ class HeteroNeighborSampler:
         return out
 
     def __getstate__(self) -> dict:
-        """Pickled without its lock (spawned workers); a sampler on a GPU is not picklable.
+        """The sampler's state for pickling (``mp.spawn``, spawned ``DataLoader`` workers), without what
+        a process rebuilds.
+
+        Kept: the graph (its tensors by value; torch's multiprocessing pickler shares them through
+        shared memory), fanouts, seed, the call counter, ``sampled_edges``, weights and times (as tensors,
+        shared the same way). Rebuilt by `__setstate__`, not copied: the lock, the numpy views of the
+        graph, the relabelling maps, the prefix sums and the inverse edge-id maps. A copy continues the
+        original's random stream (its next `sample` returns what the original's next would).
 
         Raises
         ------
         TypeError
-            The sampler runs on ``device="cuda"``.
+            The sampler runs on ``device="cuda"`` (build one in each process).
         """
         if self._cuda_graphs:
             raise TypeError("a HeteroNeighborSampler on device='cuda' cannot be pickled: build one in each "
                             "process")
-        state = self.__dict__.copy()
-        del state["_lock"]
+        with self._lock:  # a consistent snapshot while another thread samples
+            state = self.__dict__.copy()
+        for name in ("_lock", "_arrays", "_maps", "_prefix", "_eid_to_pos"):
+            del state[name]
+        state["_weights"] = {rel: torch.from_numpy(w) for rel, w in self._weights.items()}
+        state["_times"] = {rel: torch.from_numpy(t) for rel, t in self._times.items()}
         return state
 
     def __setstate__(self, state: dict) -> None:
+        """Restore a pickled sampler, rebuilding its lock, views, maps and caches (see `__getstate__`)."""
+        state = dict(state)
+        state["_weights"] = {rel: w.numpy() for rel, w in state["_weights"].items()}
+        state["_times"] = {rel: t.numpy() for rel, t in state["_times"].items()}
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        g = self.graph
+        self._arrays = {rel: (g.indptr[rel].numpy(), g.indices[rel].numpy(), g.edge_ids[rel].numpy())
+                        for rel in self.fanouts}
+        self._maps, self._prefix = self._build_scratch()
+        self._eid_to_pos = {}
 
     def _relation_weights(self, weights) -> dict[Relation, np.ndarray]:
         """Per sampled relation with weights: float32 [E_r] in CSC order."""
@@ -201,7 +236,7 @@ class HeteroNeighborSampler:
                     raise ValueError(f"weights[{rel!r}]=True: the relation has no edge weights (build the "
                                      f"graph with HeteroGraph.from_edges(..., weights={{relation: w}}), or "
                                      f"pass a tensor of shape [{self.graph.num_edges(rel)}])")
-                out[rel] = self.graph.weights[rel].numpy()
+                out[rel] = self.graph.weights[rel].numpy().astype(np.float32, copy=True)  # never a view
             else:
                 out[rel] = csc_weights(f"weights[{rel!r}]", w, self.graph.num_edges(rel),
                                        self._arrays[rel][2])
@@ -300,6 +335,7 @@ class HeteroNeighborSampler:
             dst[t] = check_seeds(s, self.graph.num_nodes[t], name=f"seeds[{t!r}]", bound=f"num_nodes[{t!r}]")
         times = self._seed_times(seed_times, dst, set(seeds))
         with self._lock:
+            self._refresh_views()
             excluded = self._excluded(exclude_eids)
             call = self._calls
             self._calls += 1

@@ -371,6 +371,24 @@ class _Loader:
         if self._own_features and self.features is not None:
             self.features.close()
 
+    def __getstate__(self) -> dict:
+        """The loader's state for pickling (``mp.spawn``, a ``DataLoader`` worker's dataset): its lock, its
+        live iterator and its staging buffers are left out and rebuilt empty by `__setstate__`; the
+        sampler and the shuffling generator keep their state, so a copy's next epoch is the original's
+        next epoch. Features pickle as their `FeatureStore` does.
+        """
+        state = self.__dict__.copy()
+        for name in ("_lock", "_iterator", "_staging"):
+            del state[name]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        """Restore a pickled loader with a new lock, no live iterator and no staging buffers."""
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+        self._iterator = None
+        self._staging = None
+
     def __enter__(self):
         return self
 

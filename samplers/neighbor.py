@@ -150,11 +150,7 @@ class NeighborSampler:
         self.temporal = self._times is not None
         """Whether `sample` needs ``seed_times`` (the sampler has edge times)."""
         self.device = check_device(device)
-        self._masks = None
-        if (self.weighted or self.temporal) and self.device.type == "cpu":
-            # weights without times: the per-row prefix sums P (float64, 8 bytes per edge) and positive
-            # counts nz (8 bytes per node) that weighted rows sample from, computed once here
-            self._masks = cpu.Masks(self._weights, self._times, self._indptr, threads=numba.get_num_threads())
+        self._masks = self._build_masks()
         self._cuda_graph = None
         if self.device.type == "cuda":
             from samplers.kernels import cuda as cuda_kernels  # imports numba.cuda: only when asked for
@@ -174,23 +170,68 @@ class NeighborSampler:
         """Total number of edges sampled by this sampler so far (for throughput reports)."""
 
     def __getstate__(self) -> dict:
-        """Pickled (spawned DataLoader workers, ``multiprocessing``) without its lock; a sampler on a GPU
-        is not picklable (build one in each process).
+        """The sampler's state for pickling (``mp.spawn``, spawned ``DataLoader`` workers), without what
+        a process rebuilds.
+
+        Kept: the graph (its tensors by value; torch's multiprocessing pickler shares them through
+        shared memory), fanouts, seed, the call counter and ``sampled_edges``, and the weights and times
+        (as tensors, shared the same way). Not kept, rebuilt by `__setstate__`: the lock, the numpy views
+        of the graph, the workspace, the weighted rows' prefix sums and the inverse edge-id map. A copy
+        therefore continues the original's random stream: its next `sample` returns what the
+        original's next `sample` would (see docs/architecture.md#pyg-and-dgl-loaders).
 
         Raises
         ------
         TypeError
-            The sampler runs on ``device="cuda"``.
+            The sampler runs on ``device="cuda"`` (build one in each process).
         """
         if self._cuda_graph is not None:
             raise TypeError("a NeighborSampler on device='cuda' cannot be pickled: build one in each process")
-        state = self.__dict__.copy()
-        del state["_lock"]
+        with self._lock:  # a consistent snapshot while another thread samples
+            state = self.__dict__.copy()
+        for name in ("_lock", "_indptr", "_indices", "_edge_ids", "_workspace", "_eid_to_pos", "_masks"):
+            del state[name]
+        for name in ("_weights", "_times"):
+            if state[name] is not None:
+                state[name] = torch.from_numpy(state[name])
         return state
 
     def __setstate__(self, state: dict) -> None:
+        """Restore a pickled sampler; its lock, views, workspace and caches are rebuilt (`__getstate__`)."""
+        state = dict(state)
+        for name in ("_weights", "_times"):
+            if state[name] is not None:
+                state[name] = state[name].numpy()
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        self._indptr = self._indices = self._edge_ids = None
+        self._refresh_views()
+        self._masks = self._build_masks()
+        self._workspace = cpu.Workspace(self.graph.num_nodes, self._indices.dtype)
+        self._eid_to_pos = None
+
+    def _refresh_views(self) -> None:
+        """(Re)take the numpy views of the graph's tensors when their memory moved.
+
+        Pickling a CPU tensor with torch's multiprocessing pickler (``mp.spawn`` arguments, a spawned
+        worker's dataset) moves its storage into shared memory and frees the old block, which would
+        leave views taken before pointing at freed memory; every `sample` therefore checks the views.
+        """
+        g = self.graph
+        if (self._indptr is None or self._indptr.ctypes.data != g.indptr.data_ptr()
+                or self._indices.ctypes.data != g.indices.data_ptr()
+                or (g.edge_ids is not None and self._edge_ids.ctypes.data != g.edge_ids.data_ptr())):
+            self._indptr = g.indptr.numpy()
+            self._indices = g.indices.numpy()
+            self._edge_ids = None if g.edge_ids is None else g.edge_ids.numpy()
+
+    def _build_masks(self) -> cpu.Masks | None:
+        """The weighted or temporal rows' masks of a CPU sampler (None otherwise): with weights and no
+        times, the per-row prefix sums P (float64, 8 bytes per edge) and positive counts nz (8 bytes per
+        node) that weighted rows sample from, computed once."""
+        if not (self.weighted or self.temporal) or self.device.type != "cpu":
+            return None
+        return cpu.Masks(self._weights, self._times, self._indptr, threads=numba.get_num_threads())
 
     def _csc_weights(self, graph: CSCGraph, weights) -> np.ndarray | None:
         """The sampling weights in CSC order (float32), or None for uniform draws."""
@@ -200,7 +241,7 @@ class NeighborSampler:
             if graph.weights is None:
                 raise ValueError("weights=True needs a graph with edge weights (build it with weights=...), "
                                  "or pass weights as a tensor of shape [E]")
-            return graph.weights.numpy()
+            return graph.weights.numpy().astype(np.float32, copy=True)  # a copy: never a view of the graph
         return csc_weights("weights", weights, graph.num_edges, graph.csc_edge_ids().numpy())
 
     def _csc_times(self, graph: CSCGraph, edge_times) -> np.ndarray | None:
@@ -286,6 +327,7 @@ class NeighborSampler:
         times = self._check_seed_times(seed_times, dst.shape[0])
         threads = numba.get_num_threads()
         with self._lock:
+            self._refresh_views()
             excluded = self._excluded_positions(exclude_eids)
             call = self._calls
             self._calls += 1
@@ -313,6 +355,7 @@ class NeighborSampler:
             # -0.0 -> 0.0 once (inner layers inherit these): equal times, equal relabelling keys
             times = cuda.to_device(times + times.dtype.type(0), stream=launch_stream())
         with self._lock:  # kernels launch on torch's current stream (docs/architecture.md#the-stream-rule)
+            self._refresh_views()
             excluded = self._excluded_positions(exclude_eids)
             excl = None if excluded is None else excluded.positions  # sorted CSC positions
             if excl is not None:
