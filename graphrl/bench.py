@@ -15,13 +15,19 @@ Usage::
 The benchmarks live in the source tree (``benchmarks/`` next to the packages), not in the installed
 package; `benchmarks_dir` finds them or raises FileNotFoundError naming where it looked. Each
 benchmark's output (its table) goes to ``NAME.log`` beside its JSON.
+
+Interrupted (SIGINT, or SIGTERM under `graphrl.interrupts`), `run_benchmarks` passes the signal on to
+the running benchmark, waits for it (then kills it), removes the shared memory it left, writes the
+run's record with the finished benchmarks and ``"interrupted": {"signal", "benchmark"}``, and re-raises.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -44,6 +50,9 @@ QUICK_ARGS: dict[str, list[str]] = {
 }
 
 FILE_NAME = "bench.json"  # the run's own record beside the benchmarks' results
+STOP_SECONDS = 10.0  # how long an interrupted benchmark gets to clean up before it is killed
+
+log = logging.getLogger(__name__)
 
 
 def benchmarks_dir(path: str | os.PathLike | None = None) -> Path:
@@ -101,6 +110,10 @@ def run_benchmarks(names: Iterable[str], out_dir: str | os.PathLike, *,
         An unknown benchmark name.
     FileNotFoundError
         No benchmarks folder (`benchmarks_dir`).
+    KeyboardInterrupt
+        Re-raised (`graphrl.interrupts.Interrupted` too) once the running benchmark is stopped and the
+        record of the finished ones written, with ``"interrupted": {"signal": "SIGINT", "benchmark":
+        name}``.
     """
     names = list(names)
     unknown = [n for n in names if n not in BENCHMARKS]
@@ -119,16 +132,49 @@ def run_benchmarks(names: Iterable[str], out_dir: str | os.PathLike, *,
         cmd = [python, str(src / f"{name}.py"), *args, "--output", str(out / f"{name}.json")]
         echo(f"{name}: {' '.join(Path(c).name if i < 2 else c for i, c in enumerate(cmd))}")
         t0 = time.perf_counter()
-        with open(out / f"{name}.log", "w") as log:
-            rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, check=False).returncode
+        with open(out / f"{name}.log", "w") as log_file:
+            proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env)
+            try:
+                rc = proc.wait()
+            except KeyboardInterrupt as err:
+                _stop(proc, getattr(err, "signum", signal.SIGINT))
+                record["benchmarks"][name] = {"seconds": round(time.perf_counter() - t0, 1),
+                                              "returncode": proc.returncode, "args": args}
+                record["interrupted"] = {"signal": signal.Signals(getattr(err, "signum", signal.SIGINT)).name,
+                                         "benchmark": name}
+                _write_record(record, out, t_all)
+                raise
         seconds = time.perf_counter() - t0
         record["benchmarks"][name] = {"seconds": round(seconds, 1), "returncode": rc, "args": args}
         status = "done" if rc == 0 else f"FAILED (exit {rc}, see {out / (name + '.log')})"
         echo(f"{name}: {status} in {seconds:.0f} s")
+    _write_record(record, out, t_all)
+    return record
+
+
+def _write_record(record: dict, out: Path, t_all: float) -> None:
+    """Finish the run's record (seconds, load now) and write it to ``out / FILE_NAME``."""
     record["seconds"] = round(time.perf_counter() - t_all, 1)
     record["machine"]["load_average_1min"] = [record["machine"]["load_average_1min"], os.getloadavg()[0]]
     (out / FILE_NAME).write_text(json.dumps(record, indent=2) + "\n")
-    return record
+
+
+def _stop(proc: subprocess.Popen, signum: int) -> None:
+    """Pass ``signum`` on to a benchmark, give it `STOP_SECONDS` to clean up, then kill it; then remove the
+    shared-memory segments it (or any other gone graphrl process) left (`graphrl.memory.owners.reclaim`)."""
+    from graphrl.memory.owners import reclaim
+
+    if proc.poll() is None:
+        proc.send_signal(signum)
+        try:
+            proc.wait(timeout=STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            log.warning("benchmark pid %d still running %.0f s after %s; killing it", proc.pid, STOP_SECONDS,
+                        signal.Signals(signum).name)
+            proc.kill()
+            proc.wait()
+    for seg in reclaim():
+        log.info("removed %s left by pid %d", seg.name, seg.owner.pid)
 
 
 def load_results(folder: str | os.PathLike) -> tuple[dict[str, dict], dict | None]:

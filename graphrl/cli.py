@@ -2,20 +2,30 @@
 plot their learning curves; ``bench`` runs the benchmarks at a quick size and plots them; ``info``; ``gc``
 removes shared memory left by killed graphrl processes.
 
+Two rules hold for every command. An output folder (``--out``, ``--plot``, ``--logdir``) is checked
+before any work (`graphrl.cli_checks.writable_folder`). Every command runs inside
+`graphrl.interrupts.interrupts`: SIGINT and SIGTERM raise `Interrupted`; a command with work worth keeping
+(``train recommend``, ``demo``, ``bench``) saves it and prints one line saying what and where, and the
+``graphrl`` group turns the exception into exit status 130 (SIGINT) or 143 (SIGTERM).
+
 This module prints (through click); library code only logs.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import platform
+import signal
 import time
 from pathlib import Path
 
 import click
 
 import graphrl
+from graphrl.cli_checks import writable_folder
 from graphrl.cli_train import train
+from graphrl.interrupts import Interrupted, interrupts
 from graphrl.memory import parse_size
 
 
@@ -53,7 +63,24 @@ def _data_path(data_root: str | None) -> str:
     return str(Path(env) / "gowalla") if env else "$GRAPHRL_DATA/gowalla (GRAPHRL_DATA is not set)"
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class InterruptibleGroup(click.Group):
+    """The ``graphrl`` group: runs its command inside `interrupts`; SIGINT/SIGTERM exit 130/143.
+
+    A command with work to keep catches `Interrupted`, saves, prints its line and raises
+    ``click.exceptions.Exit(err.exit_code)``; for the others this prints one line naming the signal.
+    """
+
+    def invoke(self, ctx: click.Context):
+        with interrupts():
+            try:
+                return super().invoke(ctx)
+            except KeyboardInterrupt as err:  # an Interrupted, or Ctrl-C outside the main thread
+                err = err if isinstance(err, Interrupted) else Interrupted(signal.SIGINT)
+                click.echo(f"interrupted by {err.name}", err=True)
+                ctx.exit(err.exit_code)
+
+
+@click.group(cls=InterruptibleGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(graphrl.__version__, prog_name="graphrl")
 def main() -> None:
     """graphrl: GNN training fed by our own neighbour sampler, and trajectory replay for RL."""
@@ -129,39 +156,72 @@ def demo(ctx: click.Context, task: str, dataset: str | None, minutes: float | No
     ``--task all``, ``--dataset``, ``--epochs`` and ``--lr`` apply to recommend, and node-classification
     runs with its defaults.
     """
+    for folder, option in ((plot_dir, "--plot"), (logdir, "--logdir")):
+        if folder is not None:
+            writable_folder(folder, option)
     tasks = list(DEMO_TASKS) if task == "all" else [task]
     curves = _curve_sink(plot_dir, logdir)
     t_demo = time.perf_counter()
-    for name in tasks:
-        if len(tasks) > 1:
-            click.echo(f"== {name} ==")
-        budget = minutes if minutes is not None else DEMO_TASKS[name]
-        load_before = os.getloadavg()[0]
-        if name == "node-classification":
-            if task == "all":
-                _demo_node_classification("cora", 200, 0.01, seed, seeds, device_budget, data_root, curves,
-                                          device, dedup)
-            else:
-                default_lr = ctx.get_parameter_source("lr") is click.core.ParameterSource.DEFAULT
-                _demo_node_classification(dataset or "cora", 200 if epochs is None else max(1, round(epochs)),
-                                          0.01 if default_lr else lr, seed, seeds, device_budget, data_root,
-                                          curves, device, dedup)
-        elif name == "rl":
-            _demo_rl(budget, seed, curves)
-        else:
-            if propagation == "exact":
-                for name_, flag in (("batch_size", "--batch-size"), ("fanouts", "--fanouts"),
-                                    ("exclude", "--exclude")):
-                    if ctx.get_parameter_source(name_) is not click.core.ParameterSource.DEFAULT:
-                        raise click.UsageError(f"{flag} applies to --propagation sampled, not exact")
-            _demo_recommend(dataset, budget, epochs, batch_size, fanouts, lr, embedding_dim, exclude, seed,
-                            data_root, synthetic_size, curves, propagation)
-        if curves is not None:
-            curves.stamp(name, load_before)
+    name = tasks[0]
+    try:
+        for name in tasks:
+            _demo_task(ctx, name, len(tasks), task, dataset, minutes, epochs, propagation, batch_size,
+                       fanouts, lr, embedding_dim, exclude, seed, data_root, synthetic_size, seeds,
+                       device_budget, device, dedup, curves)
+    except Interrupted as err:
+        _demo_interrupted(err, name, curves, plot_dir, logdir)
+        raise click.exceptions.Exit(err.exit_code) from None
     if len(tasks) > 1:
         click.echo(f"demo total wall time {time.perf_counter() - t_demo:.1f} s")
     if curves is not None:
         _write_curves(curves, plot_dir, logdir)
+
+
+def _demo_interrupted(err: Interrupted, name: str, curves, plot_dir: str | None, logdir: str | None) -> None:
+    """Write the curves an interrupted demo has so far (with ``--plot``/``--logdir``); say what and where."""
+    at = f"interrupted by {err.name} during {name}"
+    if curves is None:
+        click.echo(f"{at}: nothing to save (no --plot or --logdir)")
+    elif not curves.curves:
+        click.echo(f"{at}: no curve yet, nothing to save")
+    else:
+        paths = _write_curves(curves, plot_dir, logdir, echo=False)
+        names = [p.name for p in paths if plot_dir is not None and p.parent == Path(plot_dir)]
+        if logdir is not None:
+            names.append("TensorBoard scalars")
+        where = " and ".join(str(x) for x in (plot_dir, logdir) if x is not None)
+        click.echo(f"{at}: saved {' and '.join(names)} to {where}")
+
+
+def _demo_task(ctx: click.Context, name: str, count: int, task: str, dataset, minutes, epochs, propagation,
+               batch_size, fanouts, lr, embedding_dim, exclude, seed, data_root, synthetic_size, seeds,
+               device_budget, device, dedup, curves) -> None:
+    """Run ``name``, one of the demo's ``count`` tasks (``task`` is ``--task``), recording its curve."""
+    if count > 1:
+        click.echo(f"== {name} ==")
+    budget = minutes if minutes is not None else DEMO_TASKS[name]
+    load_before = os.getloadavg()[0]
+    if name == "node-classification":
+        if task == "all":
+            _demo_node_classification("cora", 200, 0.01, seed, seeds, device_budget, data_root, curves,
+                                      device, dedup)
+        else:
+            default_lr = ctx.get_parameter_source("lr") is click.core.ParameterSource.DEFAULT
+            _demo_node_classification(dataset or "cora", 200 if epochs is None else max(1, round(epochs)),
+                                      0.01 if default_lr else lr, seed, seeds, device_budget, data_root,
+                                      curves, device, dedup)
+    elif name == "rl":
+        _demo_rl(budget, seed, curves)
+    else:
+        if propagation == "exact":
+            for name_, flag in (("batch_size", "--batch-size"), ("fanouts", "--fanouts"),
+                                ("exclude", "--exclude")):
+                if ctx.get_parameter_source(name_) is not click.core.ParameterSource.DEFAULT:
+                    raise click.UsageError(f"{flag} applies to --propagation sampled, not exact")
+        _demo_recommend(dataset, budget, epochs, batch_size, fanouts, lr, embedding_dim, exclude, seed,
+                        data_root, synthetic_size, curves, propagation)
+    if curves is not None:
+        curves.stamp(name, load_before)
 
 
 def _curve_sink(plot_dir: str | None, logdir: str | None):
@@ -184,17 +244,23 @@ def _curve_sink(plot_dir: str | None, logdir: str | None):
     return DemoCurves()
 
 
-def _write_curves(curves, plot_dir: str | None, logdir: str | None) -> None:
+def _write_curves(curves, plot_dir: str | None, logdir: str | None, echo: bool = True) -> list[Path]:
+    """Write the demo's curves (JSON and PNGs into ``plot_dir``, scalars into ``logdir``); the paths."""
+    paths = []
     if plot_dir is not None:
         from graphrl.plots import plot_curves
 
-        click.echo(f"wrote {curves.save_json(Path(plot_dir) / 'demo_curves.json', merge=True)}")
-        for path in plot_curves(curves.curves, plot_dir):
-            click.echo(f"wrote {path}")
+        paths.append(curves.save_json(Path(plot_dir) / "demo_curves.json", merge=True))
+        paths += plot_curves(curves.curves, plot_dir)
     if logdir is not None:
         from graphrl.curves import write_tensorboard
 
-        click.echo(f"wrote TensorBoard scalars to {write_tensorboard(curves.curves, logdir)}")
+        paths.append(write_tensorboard(curves.curves, logdir))
+    if echo:
+        for path in paths:
+            click.echo(f"wrote TensorBoard scalars to {path}" if logdir is not None and path == Path(logdir)
+                       else f"wrote {path}")
+    return paths
 
 
 def _demo_recommend(dataset: str | None, minutes: float, epochs: float | None, batch_size: int, fanouts: str,
@@ -308,6 +374,10 @@ def _demo_node_classification(dataset: str, epochs: int, lr: float, seed: int, s
         raise click.ClickException(f"{err}") from None
     except (ValueError, MemoryBudgetError) as err:
         raise click.UsageError(str(err)) from None
+    except Interrupted:
+        if curves is not None:  # the seeds' epochs so far, for the demo to save
+            curves.node_classification_final(dataset, paper)
+        raise
     finally:
         torch.set_num_threads(threads[0])
         numba.set_num_threads(threads[1])
@@ -339,12 +409,17 @@ def _demo_rl(minutes: float, seed: int, curves=None) -> None:
                f"{config.batch_size}, causal transformer Q-network (d_model {config.d_model}, "
                f"{config.num_layers} layer(s)); budget {minutes:g} min or a {config.avg_episodes}-episode "
                f"average return of {config.target_return:g}")
+    returns: list[float] = []  # kept for the curve of an interrupted run
     try:
-        report = run_rl(config, progress=True)
+        report = run_rl(config, progress=True, on_episode=returns.append)
     except ValueError as err:
         raise click.UsageError(str(err)) from None
     except RuntimeError as err:
         raise click.ClickException(str(err)) from None
+    except Interrupted:
+        if curves is not None and returns:
+            curves.rl_report(returns, config.avg_episodes, config.env_id, config.target_return)
+        raise
     n = config.avg_episodes
     click.echo(f"rl ran {report.seconds:.1f} s: {report.episodes:,} episodes, {report.env_steps:,} env "
                f"steps, {report.updates:,} updates; stopped by {report.stopped_by}")
@@ -404,6 +479,9 @@ def bench(only: str, out_dir: str, plot_dir: str | None, from_json: str | None,
 
     if from_json is not None and plot_dir is None:
         raise click.UsageError("--from-json only plots: give --plot DIR too")
+    for folder, option in ((plot_dir, "--plot"), (None if from_json else out_dir, "--out")):
+        if folder is not None:
+            writable_folder(folder, option)
     if plot_dir is not None:
         from graphrl.plots import require_matplotlib
 
@@ -419,6 +497,9 @@ def bench(only: str, out_dir: str, plot_dir: str | None, from_json: str | None,
             raise click.BadParameter(str(err), param_hint="--only") from None
         except FileNotFoundError as err:
             raise click.ClickException(str(err)) from None
+        except Interrupted as err:
+            _bench_interrupted(err, out_dir)
+            raise click.exceptions.Exit(err.exit_code) from None
         failed = [n for n, r in record["benchmarks"].items() if r["returncode"] != 0]
         click.echo(f"bench: {len(names) - len(failed)} of {len(names)} benchmarks ran in "
                    f"{record['seconds']:.0f} s; results in {out_dir}")
@@ -434,6 +515,22 @@ def bench(only: str, out_dir: str, plot_dir: str | None, from_json: str | None,
         click.echo(f"wrote {path}")
     if from_json is None and failed:
         raise click.ClickException(f"benchmarks failed: {', '.join(failed)} (see their .log in {out_dir})")
+
+
+def _bench_interrupted(err: Interrupted, out_dir: str) -> None:
+    """Say what an interrupted ``bench`` kept (`run_benchmarks` wrote its record) and where."""
+    from graphrl.bench import FILE_NAME
+
+    path = Path(out_dir) / FILE_NAME
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        click.echo(f"interrupted by {err.name}: nothing saved")
+        return
+    running = (record.get("interrupted") or {}).get("benchmark", "?")
+    done = [n for n, r in record["benchmarks"].items() if n != running and r["returncode"] == 0]
+    click.echo(f"interrupted by {err.name} during {running}: saved {path.name} "
+               f"({', '.join(done) + ' done' if done else 'no benchmark finished'}) to {out_dir}")
 
 
 @main.command()

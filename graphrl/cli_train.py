@@ -11,16 +11,26 @@ bias, the plateau schedule). Example::
 
     graphrl train recommend --out runs/gowalla
 
+``--out`` is checked before any work (`graphrl.cli_checks.writable_folder`). SIGINT or SIGTERM
+(`graphrl.interrupts`) after an evaluation saves the best weights so far (``best.pt``) and the curve so
+far (``curve.json``, ``stopped_by`` the signal's name), prints one line saying so and where, and exits
+with 130 or 143.
+
 This module prints (through click); library code only logs.
 """
 
 from __future__ import annotations
 
+import copy
 import json
+import os
 import time
 from pathlib import Path
 
 import click
+
+from graphrl.cli_checks import writable_folder
+from graphrl.interrupts import Interrupted
 
 __all__ = ["RECIPE_TEMPERATURE", "train"]
 
@@ -95,6 +105,8 @@ def recommend(data_root, loss, negatives, temperature, layers, embedding_dim, ba
               minutes, eval_every, patience, lr_patience, lr_decay, val_fraction, k, seed, init, schedule,
               item_bias, refit, threads, out_dir, progress) -> None:
     """LightGCN on Gowalla: full-graph propagation, validation split, early stopping, best model kept."""
+    if out_dir is not None:  # refused now, not after an hour of training (nor after importing torch)
+        writable_folder(out_dir, "--out")
     import torch
 
     from graphrl.bench import machine_record
@@ -103,12 +115,6 @@ def recommend(data_root, loss, negatives, temperature, layers, embedding_dim, ba
     from graphrl.train.rec_curve import save_training_curve
     from graphrl.train.recommend import RecommendConfig, train_recommender
 
-    if out_dir is not None:  # refused now, not after an hour of training
-        try:
-            Path(out_dir).mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise click.BadParameter(f"cannot create {out_dir!r}: {err.strerror}",
-                                     param_hint="--out") from None
     if threads is not None:
         torch.set_num_threads(threads)
     t_start = time.perf_counter()
@@ -143,7 +149,14 @@ def recommend(data_root, loss, negatives, temperature, layers, embedding_dim, ba
         raise click.UsageError(str(err)) from None
     click.echo(f"config: {json.dumps(config.__dict__)}")
 
+    curve: list[dict] = []  # what an interrupted run keeps: the evaluations so far and the best weights
+    best: dict = {}  # "state": the best weights so far, "epoch": theirs
+
     def on_eval(entry: dict, model) -> None:
+        if entry["best"]:
+            state = copy.deepcopy(model.state_dict())
+            best.update(state=state, epoch=entry["epoch"])  # one call: a signal sees both or neither
+        curve.append(dict(entry))
         mark = " *" if entry["best"] else ""
         click.echo(f"epoch {entry['epoch']:7.2f}  train {entry['train_seconds']:7.1f} s  "
                    f"lr {entry['lr']:.2g}  loss {entry['loss']:.4f}  "
@@ -155,6 +168,9 @@ def recommend(data_root, loss, negatives, temperature, layers, embedding_dim, ba
                                    refit=refit and schedule == "cosine")
     except ValueError as err:
         raise click.UsageError(str(err)) from None
+    except Interrupted as err:
+        _save_interrupted(err, out_dir, config, curve, best, machine0, t_start, val_fraction)
+        raise click.exceptions.Exit(err.exit_code) from None
     k = config.k
     click.echo(f"stopped by {report.stopped_by} after {report.epochs:.2f} epochs ({report.steps:,} steps): "
                f"training {report.train_seconds:.1f} s ({report.train_cpu_seconds:.0f} CPU s), "
@@ -170,19 +186,60 @@ def recommend(data_root, loss, negatives, temperature, layers, embedding_dim, ba
                    f"({report.refit_cpu_seconds:.0f} CPU s); test recall@{k} {report.refit_test.recall:.4f}  "
                    f"NDCG@{k} {report.refit_test.ndcg:.4f}")
     if out_dir is not None:
-        machine = machine_record()
-        machine["load_average_1min"] = [machine0["load_average_1min"], machine["load_average_1min"]]
-        paths = save_training_curve(report, out_dir, machine=machine,
+        paths = save_training_curve(report, out_dir, machine=_machine(machine0),
                                     extra={"wall_seconds": time.perf_counter() - t_start,
                                            "val_fraction": val_fraction})
-        torch.save(report.model.state_dict(), Path(out_dir) / "best.pt")
-        saved = [*paths, Path(out_dir) / "best.pt"]
-        refit_path = Path(out_dir) / "refit.pt"
+        saved = [*paths, _save_state(report.model.state_dict(), Path(out_dir) / "best.pt")]
         if report.refit_model is not None:
-            torch.save(report.refit_model.state_dict(), refit_path)
-            saved.append(refit_path)
-        elif refit_path.exists():  # an earlier run's: it would read as this run's refit
-            refit_path.unlink()
-            click.echo(f"removed {refit_path} (an earlier run's; this run has no refit)")
+            saved.append(_save_state(report.refit_model.state_dict(), Path(out_dir) / "refit.pt"))
+        else:
+            _remove_stale_refit(out_dir)
         for p in saved:
             click.echo(f"wrote {p}")
+
+
+def _machine(machine0: dict) -> dict:
+    """`machine_record` now, with the 1-minute load at the start and now."""
+    from graphrl.bench import machine_record
+
+    machine = machine_record()
+    machine["load_average_1min"] = [machine0["load_average_1min"], machine["load_average_1min"]]
+    return machine
+
+
+def _save_state(state: dict, path: Path) -> Path:
+    """``torch.save`` through a temporary file: ``path`` holds a whole state or its previous content."""
+    import torch
+
+    tmp = path.with_name(f".{path.name}.tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def _remove_stale_refit(out_dir: str) -> None:
+    refit_path = Path(out_dir) / "refit.pt"
+    if refit_path.exists():  # an earlier run's: it would read as this run's refit
+        refit_path.unlink()
+        click.echo(f"removed {refit_path} (an earlier run's; this run has no refit)")
+
+
+def _save_interrupted(err: Interrupted, out_dir: str | None, config, curve: list[dict], best: dict,
+                      machine0: dict, t_start: float, val_fraction: float) -> None:
+    """Save what an interrupted ``train recommend`` has (best weights, the curve so far) and say where."""
+    from graphrl.train.rec_curve import interrupted_curve_record, save_curve_record
+
+    if not curve or "state" not in best:
+        click.echo(f"interrupted by {err.name} before the first evaluation: nothing to save")
+        return
+    at = f"interrupted by {err.name} at epoch {curve[-1]['epoch']:.2f} (the last evaluation)"
+    if out_dir is None:
+        click.echo(f"{at}: nothing saved (no --out)")
+        return
+    record = interrupted_curve_record(config.__dict__, curve, err.name, machine=_machine(machine0),
+                                      extra={"wall_seconds": time.perf_counter() - t_start,
+                                             "val_fraction": val_fraction})
+    _remove_stale_refit(out_dir)
+    save_curve_record(record, out_dir)
+    _save_state(best["state"], Path(out_dir) / "best.pt")
+    click.echo(f"{at}: saved best.pt (epoch {best['epoch']:.2f}) and curve.json to {out_dir}")

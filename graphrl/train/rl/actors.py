@@ -17,6 +17,8 @@ replay table; GEAR (Wang et al., ICML 2023): actors writing trajectories into sh
 from __future__ import annotations
 
 import logging
+import signal
+import threading
 import time
 import traceback
 from typing import Any
@@ -55,7 +57,8 @@ def run_actor(
     episode is committed with ``end_episode`` and its return sent to ``results`` as
     ``("episode", actor_id, return, length)``. The weights are refreshed every
     ``config.refresh_episodes`` episodes. Returns when ``stop`` is set (or the store is closed); an
-    error is sent as ``("error", actor_id, traceback_text)``.
+    error is sent as ``("error", actor_id, traceback_text)``. SIGINT is ignored: a Ctrl-C reaches the
+    terminal's whole process group, and the learner, which gets it too, stops the actors through ``stop``.
 
     Parameters
     ----------
@@ -70,6 +73,8 @@ def run_actor(
     """
     store = weights = None
     writers: list = []
+    if threading.current_thread() is threading.main_thread():  # signals are the main thread's
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         import gymnasium as gym
 

@@ -22,6 +22,7 @@ import math
 import multiprocessing as mp
 import queue as queue_mod
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -118,7 +119,8 @@ class RLReport:
         return self.windows_sampled / max(self.learn_seconds, 1e-9)
 
 
-def run_rl(config: RLConfig | None = None, progress: bool = True) -> RLReport:
+def run_rl(config: RLConfig | None = None, progress: bool = True,
+           on_episode: Callable[[float], None] | None = None) -> RLReport:
     """Train a transformer Q-network with distributed prioritised DQN for ``config.minutes``.
 
     Spawns ``config.num_actors`` `run_actor` processes writing to a shared-memory `replay.ReplayStore`
@@ -133,6 +135,10 @@ def run_rl(config: RLConfig | None = None, progress: bool = True) -> RLReport:
         Default ``RLConfig()`` (CartPole-v1, two actors, two minutes).
     progress : bool
         Show the progress bar.
+    on_episode : callable or None
+        Called with each finished episode's return as the learner receives it (e.g. to keep the
+        returns of a run that a signal interrupts: a `KeyboardInterrupt` stops the actors, releases
+        the shared memory and propagates).
 
     Returns
     -------
@@ -206,6 +212,8 @@ def run_rl(config: RLConfig | None = None, progress: bool = True) -> RLReport:
                 if msg[0] == "error":
                     raise RuntimeError(f"actor {msg[1]} failed:\n{msg[2]}")
                 returns.append(msg[2])
+                if on_episode is not None:
+                    on_episode(msg[2])
                 if len(returns) >= min(config.avg_episodes, 10):
                     best = max(best, moving_average(returns, config.avg_episodes))
 

@@ -1,0 +1,116 @@
+"""SIGINT and SIGTERM as an exception in the main thread, so a run can save its work before it exits.
+
+Main names: `interrupts` (a context manager: inside it, SIGINT and SIGTERM raise `Interrupted` in the
+main thread) and `Interrupted` (a `KeyboardInterrupt` carrying the signal; ``exit_code`` is the shell's
+128 + signal number: 130 for SIGINT, 143 for SIGTERM).
+
+`Interrupted` is a `KeyboardInterrupt`, so ``except Exception`` does not swallow it and every ``finally``
+on the way runs: shared memory is released, actor processes and benchmark subprocesses are stopped.
+
+The rule (one place, `graphrl.cli`): the ``graphrl`` command runs every subcommand inside `interrupts`
+and turns an `Interrupted` that reaches it into exit status ``exit_code``. A command with work worth
+keeping catches `Interrupted`, saves it (best weights, the curve so far, finished results), prints one
+line saying what it saved and where, and re-raises.
+
+Details:
+
+- The first signal restores the handlers that were in place before, so a second Ctrl-C interrupts the
+  saving itself (Python's `KeyboardInterrupt`) and a second SIGTERM kills.
+- A signal that was ignored (``SIG_IGN``, as ``nohup`` or a background shell job sets) or handled outside
+  Python keeps its disposition.
+- A handler installed on top of ours (`graphrl.memory.signals` unlinks shared memory on SIGTERM, then
+  calls the handler it found) still reaches ours; once the block is left, ours passes the signal on to
+  the handler it replaced.
+- Outside the main thread `interrupts` installs nothing (Python runs signal handlers there only).
+
+>>> with interrupts():                      # doctest: +SKIP
+...     try:
+...         train()
+...     except Interrupted as err:
+...         save(); print(f"interrupted by {err.name}"); raise
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from types import FrameType
+
+__all__ = ["SIGNALS", "Interrupted", "interrupts"]
+
+log = logging.getLogger(__name__)
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Interrupted(KeyboardInterrupt):
+    """A run stopped by a signal (SIGINT or SIGTERM) that `interrupts` turned into an exception.
+
+    Parameters
+    ----------
+    signum : int
+        The signal's number.
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+        self.signum = int(signum)
+
+    @property
+    def name(self) -> str:
+        """The signal's name, e.g. ``"SIGTERM"``."""
+        return signal.Signals(self.signum).name
+
+    @property
+    def exit_code(self) -> int:
+        """128 + the signal number, the status a shell reports for a process the signal stopped."""
+        return 128 + self.signum
+
+
+@contextlib.contextmanager
+def interrupts() -> Iterator[None]:
+    """Within the block, SIGINT and SIGTERM raise `Interrupted` in the main thread (once; see the module).
+
+    The handlers in place before are restored when the block is left or at the first signal.
+    Outside the main thread nothing is installed.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous: dict[int, object] = {}
+    active = True
+
+    def restore() -> None:
+        nonlocal active
+        active = False
+        for signum, handler in previous.items():
+            if signal.getsignal(signum) is handle:  # else someone installed over ours: leave theirs
+                signal.signal(signum, handler)
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        if not active:  # reached through a handler installed on top of ours, after the block
+            before = previous.get(signum, signal.SIG_DFL)
+            if callable(before):
+                before(signum, frame)
+            elif before is signal.SIG_DFL:
+                signal.signal(signum, signal.SIG_DFL)
+                os.kill(os.getpid(), signum)
+            return
+        restore()
+        log.info("received %s", signal.Signals(signum).name)
+        raise Interrupted(signum)
+
+    for signum in SIGNALS:
+        current = signal.getsignal(signum)
+        if current is signal.SIG_IGN or current is None:
+            continue
+        previous[signum] = current
+        signal.signal(signum, handle)
+    try:
+        yield
+    finally:
+        restore()

@@ -1,0 +1,236 @@
+"""SIGINT and SIGTERM during a ``graphrl`` command: what was done is saved, the exit status is 128 + signal.
+
+Each test runs the command in a subprocess (``python -m graphrl.cli``), waits until it has something
+worth keeping (an evaluation, a running benchmark, an RL run with its shared store), signals that process
+alone and checks the exit status (130 for SIGINT, 143 for SIGTERM), the files, the printed line and that
+no shared-memory segment of the process (or of its children) is left in /dev/shm (issue 32).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from graphrl.memory.owners import parse_name
+
+SHM = Path("/dev/shm")
+
+
+def _gowalla(root: Path) -> Path:
+    """A tiny Gowalla-format data set (40 users, 30 items) under ``root/gowalla``; returns ``root``."""
+    rng = np.random.default_rng(0)
+    folder = root / "gowalla"
+    folder.mkdir(parents=True)
+    rows = [(u, rng.choice(30, size=8, replace=False)) for u in range(40)]
+    (folder / "train.txt").write_text("".join(" ".join(map(str, [u, *i[:6]])) + "\n" for u, i in rows))
+    (folder / "test.txt").write_text("".join(" ".join(map(str, [u, *i[6:]])) + "\n" for u, i in rows))
+    return root
+
+
+class Command:
+    """``python -m graphrl.cli ARGS`` with its output (stdout and stderr) read line by line."""
+
+    def __init__(self, args: list[str], cwd: Path) -> None:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen([sys.executable, "-m", "graphrl.cli", *args], cwd=cwd, env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.lines: list[str] = []
+        self.children: set[int] = set()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def _note_children(self) -> None:
+        try:
+            text = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text()
+        except OSError:
+            return
+        self.children.update(int(p) for p in text.split())
+
+    def wait_for(self, ready, timeout: float = 60.0) -> None:
+        """Poll ``ready()`` until true; fail with the output so far after ``timeout`` s or an early exit."""
+        deadline = time.monotonic() + timeout
+        while not ready():
+            self._note_children()
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.proc.kill()
+                self.proc.wait()
+                pytest.fail(f"not ready (exit {self.proc.returncode}):\n{self.output}")
+            time.sleep(0.05)
+        self._note_children()
+
+    def line_matching(self, pattern: str) -> bool:
+        return any(re.search(pattern, line) for line in list(self.lines))
+
+    def signal(self, signum: int, timeout: float = 30.0) -> int:
+        self._note_children()
+        self.proc.send_signal(signum)
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            pytest.fail(f"still running {timeout} s after {signal.Signals(signum).name}:\n{self.output}")
+        self._reader.join(timeout=5)
+        return rc
+
+    def segments(self) -> list[str]:
+        """Shared segments in /dev/shm whose recorded owner is this process or one of its children."""
+        pids = {self.proc.pid, *self.children}
+        return [p.name for p in SHM.glob("graphrl_*") if (o := parse_name(p.name)) and o.pid in pids]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_train_recommend_interrupted_after_an_evaluation_saves_best_weights_and_the_curve(tmp_path, signum):
+    import torch
+
+    root = _gowalla(tmp_path / "data")
+    out = tmp_path / "run"
+    (out).mkdir()
+    (out / "refit.pt").write_bytes(b"an earlier run's")  # would read as this run's refit
+    cmd = Command(["train", "recommend", "--data-root", str(root), "--epochs", "1000000", "--minutes", "2",
+                   "--eval-every", "1", "--patience", "1000000", "--dim", "8", "--no-refit", "--no-progress",
+                   "--out", str(out)], cwd=tmp_path)
+    cmd.wait_for(lambda: cmd.line_matching(r"^epoch +\d+\.\d+ .*val recall@20"))
+    rc = cmd.signal(signum)
+    name = signal.Signals(signum).name
+    assert rc == 128 + signum, cmd.output
+    line = re.search(rf"^interrupted by {name} at epoch (\d+\.\d+) \(the last evaluation\): saved best\.pt "
+                     rf"\(epoch (\d+\.\d+)\) and curve\.json to (.+)$", cmd.output, re.M)
+    assert line, cmd.output
+    assert Path(line.group(3)) == out and float(line.group(2)) <= float(line.group(1))
+    assert "Traceback" not in cmd.output and "Aborted" not in cmd.output
+    record = json.loads((out / "curve.json").read_text())
+    assert record["stopped_by"] == name and record["curve"]
+    assert record["best_epoch"] == pytest.approx(float(line.group(2)))
+    assert record["curve"][-1]["epoch"] == pytest.approx(float(line.group(1)))
+    state = torch.load(out / "best.pt", weights_only=True)
+    assert state and all(torch.isfinite(v).all() for v in state.values())
+    assert not (out / "refit.pt").exists()
+    assert cmd.segments() == []
+
+
+def test_train_recommend_interrupted_before_an_evaluation_says_nothing_was_saved(tmp_path):
+    root = _gowalla(tmp_path / "data")
+    out = tmp_path / "run"
+    cmd = Command(["train", "recommend", "--data-root", str(root), "--epochs", "1000000", "--minutes", "2",
+                   "--eval-every", "1000000", "--dim", "8", "--no-refit", "--no-progress", "--out", str(out)],
+                  cwd=tmp_path)
+    cmd.wait_for(lambda: cmd.line_matching(r"^config: "))
+    time.sleep(0.5)
+    rc = cmd.signal(signal.SIGTERM)
+    assert rc == 143, cmd.output
+    assert re.search(r"^interrupted by SIGTERM before the first evaluation: nothing to save", cmd.output,
+                     re.M), cmd.output
+    assert not (out / "best.pt").exists() and not (out / "curve.json").exists()
+
+
+def _fake_benchmarks(folder: Path) -> Path:
+    """``sampler.py`` writes its result at once; ``replay.py`` records its pid and runs for a minute."""
+    folder.mkdir()
+    (folder / "sampler.py").write_text(
+        "import json, sys\n"
+        "out = sys.argv[sys.argv.index('--output') + 1]\n"
+        "json.dump({'benchmark': 'sampler', 'rows': []}, open(out, 'w'))\n")
+    (folder / "replay.py").write_text(
+        "import os, sys, time\n"
+        "open(os.path.join(os.path.dirname(sys.argv[sys.argv.index('--output') + 1]), 'replay.pid'), 'w')"
+        ".write(str(os.getpid()))\n"
+        "time.sleep(60)\n")
+    return folder
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_bench_interrupted_keeps_the_finished_results_and_stops_the_running_benchmark(tmp_path, signum):
+    scripts = _fake_benchmarks(tmp_path / "benchmarks")
+    out = tmp_path / "out"
+    cmd = Command(["bench", "--only", "sampler,replay", "--benchmarks", str(scripts), "--out", str(out)],
+                  cwd=tmp_path)
+    cmd.wait_for(lambda: (out / "replay.pid").is_file() and (out / "replay.pid").read_text() != "")
+    child = int((out / "replay.pid").read_text())
+    t0 = time.monotonic()
+    rc = cmd.signal(signum)
+    name = signal.Signals(signum).name
+    assert rc == 128 + signum, cmd.output
+    assert time.monotonic() - t0 < 15
+    assert re.search(rf"^interrupted by {name} during replay: saved bench\.json \(sampler done\) to "
+                     rf"{re.escape(str(out))}$", cmd.output, re.M), cmd.output
+    record = json.loads((out / "bench.json").read_text())
+    assert record["benchmarks"]["sampler"]["returncode"] == 0
+    assert record["interrupted"] == {"signal": name, "benchmark": "replay"}
+    assert (out / "sampler.json").is_file()
+    assert not _alive(child), "the running benchmark outlived graphrl bench"
+
+
+@pytest.mark.slow
+def test_demo_rl_sigterm_saves_the_curve_so_far_and_leaves_no_shared_memory(tmp_path):
+    pytest.importorskip("gymnasium")
+    pytest.importorskip("matplotlib")
+    plots = tmp_path / "plots"
+    cmd = Command(["demo", "--task", "rl", "--minutes", "2", "--plot", str(plots)], cwd=tmp_path)
+    cmd.wait_for(lambda: cmd.segments() != [], timeout=90)  # the store exists
+    cmd.wait_for(lambda: any(re.search(r"episodes=[1-9]", part) for line in list(cmd.lines)
+                             for part in line.split("\r")), timeout=90)
+    rc = cmd.signal(signal.SIGTERM)
+    assert rc == 143, cmd.output
+    assert re.search(rf"^interrupted by SIGTERM during rl: saved demo_curves\.json and demo_rl\.png to "
+                     rf"{re.escape(str(plots))}$", cmd.output, re.M), cmd.output
+    curves = json.loads((plots / "demo_curves.json").read_text())
+    assert curves["rl"]["return"], curves
+    assert (plots / "demo_rl.png").is_file()
+    assert "Traceback" not in cmd.output
+    assert cmd.segments() == []
+    assert not any(_alive(p) for p in cmd.children), "an actor outlived the demo"
+
+
+def test_interrupts_turns_sigterm_into_interrupted_and_restores_the_handlers():
+    from graphrl.interrupts import Interrupted, interrupts
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    with pytest.raises(Interrupted) as info, interrupts():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(1.0)  # the handler runs at the next bytecode; never reached
+    assert (info.value.name, info.value.exit_code) == ("SIGTERM", 143)
+    assert isinstance(info.value, KeyboardInterrupt)  # `except Exception` does not swallow it
+    assert {s: signal.getsignal(s) for s in before} == before
+    with interrupts():
+        pass
+    assert {s: signal.getsignal(s) for s in before} == before
+
+
+def test_an_ignored_signal_stays_ignored():
+    from graphrl.interrupts import interrupts
+
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        with interrupts():
+            assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+            os.kill(os.getpid(), signal.SIGTERM)  # nohup-style: nothing happens
+            time.sleep(0.05)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
