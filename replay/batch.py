@@ -35,6 +35,7 @@ from graphrl.memory import MemoryManager
 from graphrl.tensors import StagingBuffer, StagingPool, zero_fill
 from replay._checks import check_beta
 from replay.draw_kernels import importance_weights_into
+from replay.keys import stamp_keys
 from replay.layout import BatchLayout
 from replay.spec import TrajectorySpec
 
@@ -114,11 +115,14 @@ class Batch(Mapping[str, torch.Tensor]):
         Real steps of each window.
     table_size : int
         N: the number of drawable items when the batch was drawn.
+    issuer : int or None
+        The id of the store that drew it (``store.store_id``); ``keys`` bears it
+        (`replay.keys.stamp_keys`), and another store's ``update_priorities`` refuses them.
     """
 
     __slots__ = (
         "_fields", "mask", "_keys", "_probabilities", "_weights", "_lengths", "table_size", "_beta",
-        "_buffer", "_source", "_events", "_held", "__weakref__",
+        "_buffer", "_source", "_events", "_held", "issuer", "__weakref__",
     )
 
     def __init__(
@@ -145,6 +149,7 @@ class Batch(Mapping[str, torch.Tensor]):
         self._source = source  # a batch made by `to` keeps its source's staging slot held
         self._events: list = []
         self._held = [buffer] if buffer else []  # popped once: by `release` or at garbage collection
+        self.issuer: int | None = None
 
     @classmethod
     def from_draw(
@@ -168,12 +173,20 @@ class Batch(Mapping[str, torch.Tensor]):
         batch._beta = beta
         return batch
 
+    def stamp(self, issuer: int) -> Batch:
+        """Record the store that drew this batch (its ``keys`` bear ``issuer``); return the batch."""
+        self.issuer = issuer
+        if type(self._keys) is torch.Tensor:
+            stamp_keys(self._keys, issuer)
+        return self
+
     @property
     def keys(self) -> torch.Tensor:
-        """int64 [B]: the window keys for `ReplayStore.update_priorities`."""
+        """int64 [B]: the window keys for `ReplayStore.update_priorities`, bearing the issuing store's
+        id (docs/architecture.md#keys)."""
         k = self._keys
         if type(k) is not torch.Tensor:
-            k = self._keys = torch.from_numpy(k)
+            k = self._keys = stamp_keys(torch.from_numpy(k), self.issuer)
         return k
 
     @property
@@ -274,6 +287,7 @@ class Batch(Mapping[str, torch.Tensor]):
             self.table_size,
             source=self,  # the copy keeps the staging slot held until it is released or collected
         )
+        out.issuer = self.issuer
         if device.type == "cuda" and non_blocking:
             ev = torch.cuda.Event()
             ev.record()

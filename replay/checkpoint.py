@@ -10,7 +10,8 @@ Layout of a checkpoint folder ``path/``::
                              with the sha256 of its own content (`replay._files.seal`)
         attrs                settings (spec, capacity, shards, selector, rate limiter, ...), rate-limiter
                              counters, global sequence and shard loads, per-shard meta (write_pos,
-                             n_records, holes), selector max priority and RNG state
+                             n_records, holes), selector max priority and RNG state, incarnation,
+                             store id and lineage (the issuers of keys it accepts)
         shard{i}/{field}     live steps of shard i in position order, [n_live, *field_shape]
         shard{i}/steps       their record id, commit sequence and flags, int64 [n_live, 3]
         shard{i}/records     live episode records, int64 [E, 4]
@@ -22,8 +23,9 @@ before the checkpoint stay valid (or stale) exactly as before, and the generatio
 Atomicity: a checkpoint is written into ``path/.tmp-*``, sealed, fsync'd, renamed to
 ``path/ckpt-NNNNNN`` (one rename), and only then named in ``LATEST`` (a temporary file, fsync'd and
 ``os.replace``d). A process killed at any point leaves ``LATEST`` naming the previous complete
-checkpoint; leftovers are removed by the next one, which keeps the checkpoint it replaces and
-deletes the older ones.
+checkpoint; leftovers are removed by the next one (temporaries only of processes that have ended),
+which keeps the checkpoint it replaces and deletes the older ones. Concurrent saves into one root
+are serialised on a ``flock`` of the root folder (`root_lock`), each into its own new number.
 
 Integrity: `load` verifies every file (none missing, truncated, altered, or unexpected), the manifest
 against ``LATEST``, the counts and the episode index's invariants, all before a store is sized from
@@ -40,11 +42,14 @@ manifests of file checksums, as in git's trees and OCI image manifests.
 
 from __future__ import annotations
 
+import fcntl
+import logging
 import math
 import os
 import shutil
 import uuid
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +58,19 @@ import numpy as np
 from replay._files import CheckpointError, check_files, file_table, fsync_dir, seal, unseal
 from replay.checkpoint_invariants import check_state, expected_counts
 
-__all__ = ["INTEGRITY", "VERSION", "CheckpointError", "fsync_dir", "latest", "load", "save", "verify"]
+__all__ = [
+    "INTEGRITY",
+    "VERSION",
+    "CheckpointError",
+    "fsync_dir",
+    "latest",
+    "load",
+    "root_lock",
+    "save",
+    "verify",
+]
+
+logger = logging.getLogger(__name__)
 
 VERSION = 2
 FORMAT = "graphrl.replay"
@@ -251,8 +268,59 @@ def latest(path: str | os.PathLike[str]) -> tuple[Path, str | None]:
     raise FileNotFoundError(f"no complete replay checkpoint under {root} (no LATEST file)")
 
 
+def _pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this host (a process of another user counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _stale_temporaries(root: Path) -> list[Path]:
+    """The ``.tmp-<pid>-*`` folders and ``.tmp-LATEST-<pid>-*`` files under ``root`` whose process has
+    ended (a checkpoint killed part way); those of live processes (a checkpoint in progress) and names
+    without a pid are left alone."""
+    stale = []
+    for p in root.glob(".tmp-*"):
+        parts = p.name.split("-")  # ['.tmp', pid, hex] or ['.tmp', 'LATEST', pid, hex]
+        pid = parts[2] if len(parts) == 4 and parts[1] == "LATEST" else parts[1] if len(parts) == 3 else ""
+        if pid.isdigit() and not _pid_alive(int(pid)):
+            stale.append(p)
+    return stale
+
+
+@contextmanager
+def root_lock(root: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on the checkpoint root folder itself (no lock file is left behind).
+
+    Every `save` into ``root`` holds it, so saves of any threads, stores and processes of this host
+    into one root run one after the other. A file system that refuses ``flock`` on a folder (some
+    network file systems) gets no cross-process lock: the store's own lock still serialises the
+    calls of one store (`replay.store.ReplayStore.checkpoint`).
+    """
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as exc:  # EBADF / ENOLCK / EOPNOTSUPP on file systems without folder locks
+            logger.debug(
+                "checkpoint root %s: no flock (%s); saves of other processes are not serialised", root, exc
+            )
+        yield
+    finally:
+        os.close(fd)  # releases the flock
+
+
 def save(path: str | os.PathLike[str], snapshot: AbstractContextManager[dict[str, Any]]) -> str:
     """Write a store's state to a new checkpoint under ``path`` atomically; return its folder.
+
+    Concurrent saves into one root (threads, stores or processes of one host) are serialised on a lock
+    of the root folder (`root_lock`): each gets its own ``ckpt-NNNNNN`` (one more than both the number
+    ``LATEST`` names and the newest folder there), and ``LATEST`` always names a complete checkpoint.
+    A save removes only the temporary files of processes that have ended, never one in progress.
 
     Parameters
     ----------
@@ -271,23 +339,38 @@ def save(path: str | os.PathLike[str], snapshot: AbstractContextManager[dict[str
     Raises
     ------
     OSError
-        The files cannot be written (the previous checkpoint stays the latest).
+        The files cannot be written (the previous checkpoint stays the latest; this call's temporary
+        folder is removed).
     """
+    root = Path(path)
+    root.mkdir(parents=True, exist_ok=True)
+    with root_lock(root):
+        for stale in _stale_temporaries(root):  # left by a checkpoint that was killed
+            if stale.is_dir():
+                shutil.rmtree(stale, ignore_errors=True)
+            else:
+                stale.unlink(missing_ok=True)
+        tmp = root / f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        try:
+            return _save_locked(root, tmp, snapshot)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+
+def _save_locked(root: Path, tmp: Path, snapshot: AbstractContextManager[dict[str, Any]]) -> str:
+    """`save` under the root's lock: write ``tmp``, seal, rename to a new number, name it in LATEST."""
     import zarr
     from zarr.storage import LocalStore
 
-    root = Path(path)
-    root.mkdir(parents=True, exist_ok=True)
-    for stale in root.glob(".tmp-*"):  # left by a checkpoint that was killed
-        shutil.rmtree(stale, ignore_errors=True)
+    folders = _folders(root)
+    newest = _number(folders[0].name) if folders else -1  # a folder renamed but never named counts
     try:
         previous: str | None = _read_latest(root)[0]
-        number = _number(previous) + 1
+        number = max(_number(previous), newest) + 1
     except (OSError, CheckpointError):  # no LATEST, or a damaged one: keep the newest folder there is
-        folders = _folders(root)
         previous = folders[0].name if folders else None
-        number = _number(previous) + 1 if previous else 0
-    tmp = root / f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        number = newest + 1
     final = root / f"ckpt-{number:06d}"
     with snapshot as state:
         group = zarr.open_group(LocalStore(tmp), mode="w", zarr_format=3)
@@ -297,11 +380,9 @@ def save(path: str | os.PathLike[str], snapshot: AbstractContextManager[dict[str
     digest = seal(tmp / INTEGRITY, {**body, "files": file_table(tmp)})
     for dirpath, _, _ in os.walk(tmp):
         fsync_dir(Path(dirpath))
-    if final.exists():  # a folder left by a checkpoint killed between rename and LATEST
-        shutil.rmtree(final)
-    os.rename(tmp, final)
+    os.rename(tmp, final)  # a new number: nothing of another checkpoint is replaced
     fsync_dir(root)
-    marker_tmp = root / f".tmp-LATEST-{uuid.uuid4().hex[:8]}"
+    marker_tmp = root / f".tmp-LATEST-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     with open(marker_tmp, "w") as fh:
         fh.write(f"{final.name} {digest}\n")
         fh.flush()
@@ -339,6 +420,8 @@ def _write_state(group: Any, state: dict[str, Any]) -> None:
         "max_priority": table["max_priority"],
         "rng": table["rng"],
         "incarnation": table["incarnation"],
+        "store_id": table["store_id"],
+        "lineage": table["lineage"],
     }
 
 
@@ -410,6 +493,8 @@ def _read_state(folder: Path) -> dict[str, Any]:
                 "max_priority": float(attrs["max_priority"]),
                 "rng": attrs["rng"],
                 "incarnation": int(attrs.get("incarnation", 0)),
+                "store_id": attrs.get("store_id"),  # absent in checkpoints made before store ids
+                "lineage": attrs.get("lineage", []),
             },
         }
     except CheckpointError:

@@ -90,6 +90,13 @@ def check_state(folder: str, counts: dict[str, Any], state: dict[str, Any]) -> N
         _count(folder, "assigned", v)
     if sum(int(sh["write_pos"]) for sh in state["shards"]) != counts["steps"]:
         _fail(folder, "zarr.json", "the shards' write positions do not sum to the manifest's steps")
+    if table.get("store_id") is not None:
+        _count(folder, "store_id", table["store_id"], 0, 2**64 - 1)
+    lineage = table.get("lineage", [])
+    if not isinstance(lineage, list):
+        _fail(folder, "zarr.json", f"lineage {lineage!r} is not a list of store ids")
+    for v in lineage:
+        _count(folder, "lineage", v, 0, 2**64 - 1)
     spec = config["spec"]
     for s in range(num):
         _check_shard(folder, s, cap, gseq, spec, counts["shards"][s], state["shards"][s], table["shards"][s])

@@ -41,7 +41,7 @@ import torch
 
 from replay._checks import check_beta, check_device, check_keys, check_sample_args, check_timeout
 from replay.interface import DEFAULT, ReplayLearnerBase
-from replay.keys import encode_keys
+from replay.keys import check_issuer, encode_keys
 from replay.rate_limiter import RateLimiterState
 from replay.sampler import Deadline, WindowSampler
 from replay.selectors import check_priorities
@@ -88,6 +88,8 @@ class RemoteTable:
         hello = self.call("hello")
         self.incarnation = int(hello["incarnation"])
         self.max_times_sampled = int(hello["max_times_sampled"])
+        self.store_id = int(hello["store_id"])  # the owner's: this learner's batches bear it
+        self.accepted = frozenset(int(i) for i in hello["accepted"])
 
     def call(self, op: str, *args: Any) -> Any:
         """Send one request and return its value (re-raising the owner's exception)."""
@@ -243,6 +245,7 @@ class StoreLearner(ReplayLearnerBase):
         applied (stale keys, whichever learner drew them, are ignored). Errors as
         `replay.store.ReplayStore.update_priorities`; nothing is changed on a bad argument."""
         st = self._attached("update_priorities")
+        check_issuer(keys, st.table.accepted, st.table.store_id)  # another store's keys, by name
         k = check_keys(keys)
         return st.table.update_priorities(k, check_priorities(priorities, k.size))
 

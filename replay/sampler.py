@@ -102,13 +102,19 @@ class WindowSampler:
         self, b: int, length: int, pad: str, beta: float, target: torch.device | None, left: Deadline
     ) -> Batch:
         """B windows of L steps (arguments checked by the caller); ``target`` None: a host batch, else
-        the GPU gather's device (`replay._checks.check_device`).
+        the GPU gather's device (`replay._checks.check_device`). The batch's keys bear the table's
+        ``store_id`` (`replay.batch.Batch.stamp`).
 
         Raises
         ------
         TimeoutError
             The rate limiter or the staging slots made it wait past the deadline.
         """
+        return self._sample(b, length, pad, beta, target, left).stamp(self.table.store_id)
+
+    def _sample(
+        self, b: int, length: int, pad: str, beta: float, target: torch.device | None, left: Deadline
+    ) -> Batch:
         try:
             slot = self.staging.acquire(b, length, target, left())
         except TimeoutError as err:  # quote the caller's timeout, not the time left at this wait

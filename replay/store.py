@@ -40,6 +40,7 @@ checkpoints. TorchRL: ``ReplayBuffer`` with ``SliceSampler`` (windows within tra
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -198,11 +199,19 @@ class ReplayStore(StorageViews, ReplayStoreBase):
         self.max_times_sampled = args.max_times_sampled
         self._limiter = RateLimiterState(args.rate_limiter, control.counters, control.cond)
         self._sampler = WindowSampler(self.storage, self.table, self._limiter, args.staging_slots)
+        self._checkpoint_lock = threading.Lock()  # this store's checkpoint() calls, one at a time
         self._owner_pid, self._closed = os.getpid(), False
         self._staging_slots, self._service = args.staging_slots, None  # learner()'s TableService
         self._checked: dict[tuple, tuple[int, int]] = {}  # sample signatures already checked
 
     # -- properties: spec, num_shards, shard_capacity, capacity_steps, memory (StorageViews)
+
+    @property
+    def store_id(self) -> int:
+        """This store's random 64-bit id: its batches' ``keys`` bear it, and `update_priorities` refuses
+        keys another store issued (a restored store gets a new id and accepts its checkpoint's keys;
+        docs/architecture.md#keys)."""
+        return self.table.store_id
 
     def __len__(self) -> int:
         """Live steps stored, over all shards (at most ``capacity_steps``; dead writers' holes left out)."""
@@ -492,9 +501,10 @@ class ReplayStore(StorageViews, ReplayStoreBase):
         TypeError
             Priorities that are not real numbers (strings, complex, objects); nothing is changed.
         ValueError
-            NaN, infinite, negative or too large priorities, a length mismatch, or a key naming a
-            shard the store does not have ("shard 7"); nothing is changed. Also a store attached by
-            handle.
+            NaN, infinite, negative or too large priorities, a length mismatch, a key naming a
+            shard the store does not have ("shard 7"), or keys another store issued ("keys: 8 of 8
+            keys were issued by another replay store (store 0x...)"); nothing is changed. Also a
+            store attached by handle.
         """
         self._check_owner("update_priorities")
         return self.table.update_priorities(keys, priorities)
@@ -513,7 +523,9 @@ class ReplayStore(StorageViews, ReplayStoreBase):
 
         Data, episode index, selector state (priorities, use counts, RNG), rate-limiter counters and
         generations are saved; steps still staged in writers are not. Writers and samplers wait while
-        it is written.
+        it is written. Concurrent calls (of any threads, and of other stores or processes of this host
+        into the same ``path``) run one after the other, each into its own new folder; ``LATEST``
+        always names a complete checkpoint (docs/architecture.md#checkpoints).
 
         Raises
         ------
@@ -524,7 +536,8 @@ class ReplayStore(StorageViews, ReplayStoreBase):
         """
         self._check_owner("checkpoint")
         state = snapshot(self.storage, self.table, self.selector, self.rate_limiter, self.max_times_sampled)
-        return ckpt.save(path, state)  # it takes the locks (enters the snapshot) when it copies
+        with self._checkpoint_lock:
+            return ckpt.save(path, state)  # it takes the root's lock, then the store's (the snapshot)
 
     @classmethod
     def restore(

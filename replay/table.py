@@ -34,7 +34,7 @@ from graphrl.memory import Region
 from replay._checks import check_keys
 from replay.commit_kernel import build_plan
 from replay.draw_kernels import PAD_CODES, accept_updates, draw_windows, updates_valid, window_rows
-from replay.keys import MAX_INCARNATIONS, MAX_SHARDS, encode_keys
+from replay.keys import MAX_INCARNATIONS, MAX_LINEAGE, MAX_SHARDS, check_issuer, encode_keys, new_store_id
 from replay.selector_state import EXHAUSTED, SelectorState
 from replay.selectors import Selector, check_initial_priority, check_priorities, priority_limit
 from replay.shard import live_parts
@@ -78,6 +78,13 @@ class Table:
         compiled `draw_transitions`.
     incarnation : int
         Counted up (mod 16) by each restore; stamped into keys.
+    store_id : int
+        The store's random 64-bit id: its batches' keys bear it (`replay.keys.stamp_keys`).
+    lineage : tuple of int
+        The ids of the stores this one was restored from (oldest first): their keys are accepted too,
+        and go through the incarnation rule (docs/architecture.md#keys).
+    accepted : frozenset of int
+        ``store_id`` and ``lineage``: the issuers whose keys `update_priorities` takes.
     restored_at : numpy.ndarray, int64 [S], or None
         Per shard, the write position a restore put back.
     ingested, filled : numpy.ndarray, int64 [S]
@@ -132,6 +139,9 @@ class Table:
         self._draw_head = (self.plan, False, self._repairs, self._words)  # the one-call path's
         self.lock = threading.Lock()
         self.incarnation = 0
+        self.store_id = new_store_id()
+        self.lineage: tuple[int, ...] = ()
+        self.accepted = frozenset((self.store_id,))
         self.restored_at: np.ndarray | None = None
 
     def _alloc(self, shape: tuple[int, ...], dtype: Any, name: str) -> np.ndarray:
@@ -366,7 +376,9 @@ class Table:
     # -- priorities
     def update_priorities(self, keys: Any, priorities: Any) -> int:
         """Set the priorities of the anchors named by ``keys``; stale keys are ignored; return how many
-        applied. Raises as `replay.store.ReplayStore.update_priorities`."""
+        applied. Raises as `replay.store.ReplayStore.update_priorities` (keys another store issued
+        included: `replay.keys.check_issuer`)."""
+        check_issuer(keys, self.accepted, self.store_id)
         num_shards = self.storage.num_shards
         k, p = _plain_updates(keys, priorities)
         if k is None or not updates_valid(k, p, num_shards, self.priority_limit):  # the checks naming it
@@ -423,7 +435,8 @@ class Table:
 
     def state_dict(self) -> dict[str, Any]:
         """Per shard the live items' ``priority``, ``times_sampled`` and ``state`` (row blocks, views),
-        and ``max_priority``, ``rng`` (JSON text) and ``incarnation``. Call inside `quiesced`."""
+        and ``max_priority``, ``rng`` (JSON text), ``incarnation``, ``store_id`` and ``lineage``. Call
+        inside `quiesced`."""
         shards = []
         for s, sh in enumerate(self.storage.shards):
             wp, floor = sh.write_pos, sh.floor
@@ -442,13 +455,16 @@ class Table:
             "max_priority": self.state.max_priority,
             "rng": json.dumps(self.state.rng.bit_generator.state),
             "incarnation": self.incarnation,
+            "store_id": self.store_id,
+            "lineage": list(self.lineage),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Put back `state_dict` (arrays or row blocks) over the restored shards, as a new incarnation.
 
         The shards must hold their restored steps already. Keys drawn before the checkpoint apply only
-        to windows below the restored write positions (docs/architecture.md#keys).
+        to windows below the restored write positions (docs/architecture.md#keys). This table keeps its
+        own new ``store_id`` and accepts the keys of the checkpointed store and of its lineage.
         """
         s_count, cap = self.storage.num_shards, self.storage.capacity
         full = {
@@ -473,6 +489,10 @@ class Table:
             self.ingested[:] = written
             self.filled[:] = np.minimum(written, cap)
             self.incarnation = (int(state.get("incarnation", 0)) + 1) % MAX_INCARNATIONS
+            saved = state.get("store_id")
+            ancestors = [int(i) for i in state.get("lineage", ())] + ([] if saved is None else [int(saved)])
+            self.lineage = tuple(ancestors[-MAX_LINEAGE:])
+            self.accepted = frozenset((self.store_id, *self.lineage))
             self.restored_at = written.copy()
 
     def close(self) -> None:

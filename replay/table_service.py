@@ -15,7 +15,8 @@ Requests (a tuple, pickled by `multiprocessing.connection`; the reply is ``("ok"
   ``float64 [got]`` and the incarnation. Items that ``max_times_sampled`` removed are counted in the
   rate limiter here, so a learner killed before it reads the reply leaves the counters right;
 - ``("update", keys, priorities)``: `Table.update_priorities`, the number applied;
-- ``("mass",)``: `Table.selector_mass`; ``("hello",)``: ``prioritized`` and the incarnation.
+- ``("mass",)``: `Table.selector_mass`; ``("hello",)``: ``prioritized``, the incarnation, the
+  store's id and the issuers of keys it accepts.
 
 One daemon thread accepts connections (authenticated with the handle's random key,
 ``multiprocessing.connection``'s HMAC challenge) and one daemon thread serves each learner. The
@@ -158,7 +159,8 @@ class TableService:
                 return "ok", self.table.selector_mass()
             if op == "hello":
                 return "ok", {"prioritized": self.table.prioritized, "incarnation": self.table.incarnation,
-                             "max_times_sampled": self.table.max_times_sampled}
+                             "max_times_sampled": self.table.max_times_sampled,
+                             "store_id": self.table.store_id, "accepted": sorted(self.table.accepted)}
             raise ValueError(f"unknown table request {op!r}")
         except Exception as exc:  # noqa: BLE001 - the learner re-raises it as its own call's error
             return "error", exc

@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from threading import get_ident
 from typing import Any
 
 import numpy as np
 
+from replay._owner import ThreadOwner
 from replay.shard_layout import LOST_RECORD
 from replay.staging_steps import StepStager
 from replay.storage import TrajectoryStorage
@@ -52,6 +54,13 @@ class TrajectoryWriter:
     timeout : float or None
         Seconds a commit waits for the rate limiter; None waits forever.
 
+    Notes
+    -----
+    One writer per thread, as Reverb's ``TrajectoryWriter``: the first thread that writes owns the
+    writer, and a call of another thread (while the owner is alive) raises ``RuntimeError`` naming both
+    threads. A writer made in one thread may be used by one worker thread; the owner hands it over with
+    `release_thread`, and a writer whose owner thread has ended passes to the next thread that writes.
+
     Attributes
     ----------
     pending : int
@@ -63,6 +72,7 @@ class TrajectoryWriter:
     """
 
     def __init__(self, storage: TrajectoryStorage, chunk_steps: int, timeout: float | None) -> None:
+        self._owner = ThreadOwner("TrajectoryWriter", "store.writer()")
         self._storage = storage
         self.spec = storage.spec
         self.chunk_steps = int(chunk_steps)
@@ -109,6 +119,8 @@ class TrajectoryWriter:
             A wrong dtype (naming the field); the step is not stored.
         TimeoutError
             The buffers were full and the commit waited ``timeout`` seconds for the rate limiter.
+        RuntimeError
+            Another thread owns this writer (nothing is staged): make one writer per thread.
         """
         self._check_open("append")
         self._stager.append(step)
@@ -123,6 +135,8 @@ class TrajectoryWriter:
         TimeoutError
             A commit waited ``timeout`` seconds for the rate limiter (the steps up to it are staged or
             committed; the rest are not).
+        RuntimeError
+            Another thread owns this writer (nothing is staged): make one writer per thread.
         """
         self._check_open("extend")
         stager = self._stager
@@ -164,6 +178,8 @@ class TrajectoryWriter:
             The rate limiter did not admit the commit within ``timeout`` (steps stay staged; retry).
         ValueError
             The writer or the store is closed.
+        RuntimeError
+            Another thread owns this writer.
         """
         self._check_open("end_episode")
         if self._stager.pending or self._episode is not None:
@@ -179,6 +195,8 @@ class TrajectoryWriter:
             The rate limiter did not admit the commit within ``timeout`` (steps stay staged).
         ValueError
             The writer or the store is closed.
+        RuntimeError
+            Another thread owns this writer.
         """
         self._check_open("flush")
         if self._stager.pending:
@@ -196,6 +214,8 @@ class TrajectoryWriter:
         ------
         ValueError
             The writer is closed, or holds staged steps or an open episode (end it first).
+        RuntimeError
+            Another thread owns this writer.
         """
         self._check_open("begin_continuation")
         if self._stager.pending or self._episode is not None:
@@ -230,7 +250,20 @@ class TrajectoryWriter:
         """Whether this writer can no longer write: it was closed, or its store was."""
         return self._closed or self._storage.store_closed
 
+    def release_thread(self) -> None:
+        """Hand the writer over: the calling thread (its owner) gives it up, and the next thread that
+        writes owns it (see the class notes). Staged steps and the open episode go with the writer.
+
+        Raises
+        ------
+        RuntimeError
+            Another thread, still alive, owns this writer.
+        """
+        self._owner.release()
+
     def _check_open(self, call: str) -> None:
+        if self._owner.ident != get_ident():  # one comparison on the fast path
+            self._owner.claim(call)
         if self._closed:
             raise ValueError(f"TrajectoryWriter.{call}(): this TrajectoryWriter is closed")
         if self._storage.store_closed:
@@ -242,9 +275,17 @@ class TrajectoryWriter:
 
     def close(self) -> None:
         """Drop staged steps, close the open episode in the store (best effort; not once the store is
-        closed) and free the buffers; idempotent."""
+        closed) and free the buffers; idempotent.
+
+        Raises
+        ------
+        RuntimeError
+            Another thread, still alive, owns this writer (close it there, or after that thread ends).
+        """
         if self._closed:
             return
+        if self._owner.ident != get_ident():
+            self._owner.claim("close")
         self._stager.clear()
         if self._episode is not None and not self._storage.store_closed:
             try:

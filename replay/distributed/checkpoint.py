@@ -264,6 +264,23 @@ def _with_intact(err: CheckpointError, root: Path, skip: str | None) -> Checkpoi
     return CheckpointError(str(err) + hint, err.checkpoint, err.files, older)
 
 
+def _lineage(manifest: dict[str, Any]) -> list[int]:
+    """The key issuers a store restored from ``manifest`` accepts: the checkpointed store's lineage and
+    its own id (none for a manifest made before store ids).
+
+    Raises
+    ------
+    CheckpointError
+        An id that is not an integer in ``[0, 2**64)``.
+    """
+    ids = list(manifest.get("lineage", [])) + ([manifest["store_id"]] if "store_id" in manifest else [])
+    for i in ids:
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < 2**64:
+            name = str(manifest.get("checkpoint"))
+            raise CheckpointError(f"checkpoint {name}: {MANIFEST}: store id {i!r} is not in [0, 2**64)", name)
+    return ids
+
+
 def restore_arguments(
     root: Path, manifest: dict[str, Any], changes: dict[str, Any]
 ) -> tuple[tuple, dict[str, Any], dict[str, Any]]:
@@ -291,6 +308,7 @@ def restore_arguments(
         "rng": None if "seed" in changes else manifest["rng"],
         "reseed": "seed" in changes,
         "folders": {s: str(folder / d) for s, d in enumerate(manifest["shards"])},
+        "lineage": _lineage(manifest),
     }
     spec = TrajectorySpec.from_config(manifest["spec"])
     return (spec, int(manifest["capacity_steps"]), int(manifest["num_shards"])), kwargs, state

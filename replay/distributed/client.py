@@ -49,6 +49,7 @@ from replay.distributed.shard import ShardActor
 from replay.distributed.staging import BatchAssembler
 from replay.distributed.writer import RayTrajectoryWriter, open_writer
 from replay.interface import DEFAULT, ReplayStoreBase
+from replay.keys import MAX_LINEAGE, check_issuer, new_store_id
 from replay.rate_limiter import RateLimiter
 from replay.selectors import Selector, check_initial_priority, check_priorities, priority_limit
 from replay.spec import TrajectorySpec
@@ -162,6 +163,9 @@ class RayReplayStore(ReplayStoreBase):
         self._store_id = uuid.uuid4().hex
         self._lock = threading.RLock()
         restore = _restore or {}
+        self.store_id = new_store_id()  # the keys' issuer: this store's batches' keys bear it
+        self.lineage = tuple(restore.get("lineage", ()))[-MAX_LINEAGE:]  # the stores it was restored from
+        self.accepted = frozenset((self.store_id, *self.lineage))
         rng = np.random.Generator(np.random.PCG64(seed))
         if restore.get("rng"):
             rng.bit_generator.state = restore["rng"]
@@ -322,7 +326,7 @@ class RayReplayStore(ReplayStoreBase):
         handle = RayLearnerHandle(
             self.handle(), self._counter, tuple(self.rate_limiter.to_config().items()),
             bool(self.selector.prioritized), self.staging_slots, self.prefetch, seed,
-            self._priority_limit,
+            self._priority_limit, self.store_id, tuple(sorted(self.accepted)),
         )
         return RayLearner(handle)
 
@@ -413,7 +417,7 @@ class RayReplayStore(ReplayStoreBase):
         timeout = self.timeout if timeout is DEFAULT else check_timeout(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
-            batch = self._sampler.sample(b, length, pad, beta, deadline, timeout)
+            batch = self._sampler.sample(b, length, pad, beta, deadline, timeout).stamp(self.store_id)
         if device is not None and torch.device(device).type != "cpu":
             return batch.to(device)
         return batch
@@ -426,6 +430,7 @@ class RayReplayStore(ReplayStoreBase):
         also `ShardError` when a shard's actor died.
         """
         self._check_open("update_priorities")
+        check_issuer(keys, self.accepted, self.store_id)  # another store's keys, by name
         k = check_keys(keys)
         p = check_priorities(priorities, k.size, limit=self._priority_limit)  # as every shard's
         routes = split_keys(k, self.num_shards)
@@ -468,6 +473,8 @@ class RayReplayStore(ReplayStoreBase):
             "timeout": self.timeout,
             "tier": self.tier,
             "seed": self.seed,
+            "store_id": self.store_id,
+            "lineage": list(self.lineage),
             "counters": {"inserts": inserts, "samples": samples, "deletes": deletes},
             "rng": self._sampler.rng.bit_generator.state,
         }

@@ -47,6 +47,7 @@ from replay.distributed.routing import split_keys
 from replay.distributed.sampler import ShardSampler
 from replay.distributed.staging import BatchAssembler
 from replay.interface import DEFAULT, ReplayLearnerBase
+from replay.keys import check_issuer
 from replay.rate_limiter import rate_limiter_from_config
 from replay.selectors import check_priorities
 
@@ -89,6 +90,8 @@ class RayLearnerHandle:
     prefetch: int
     seed: int | None
     priority_limit: float = float("inf")  # the shards' (replay.selectors.priority_limit)
+    store_id: int | None = None  # the store's key issuer id: this learner's batches bear it
+    accepted: tuple[int, ...] = ()  # the issuers whose keys the store takes (its own and its lineage)
 
 
 class _Client:
@@ -178,12 +181,16 @@ class RayLearner(ReplayLearnerBase):
         deadline = None if timeout is None else time.monotonic() + timeout
         with client.lock:
             batch = client.sampler.sample(b, length, pad, beta, deadline, timeout)
+        if self.handle.store_id is not None:
+            batch.stamp(self.handle.store_id)
         if device is not None and torch.device(device).type != "cpu":
             return batch.to(device)
         return batch
 
     def update_priorities(self, keys: Any, priorities: Any) -> int:
         """As `replay.distributed.RayReplayStore.update_priorities` (routed by the shard in each key)."""
+        if self.handle.store_id is not None:
+            check_issuer(keys, self.handle.accepted, self.handle.store_id)
         k = check_keys(keys)
         p = check_priorities(priorities, k.size, limit=self.handle.priority_limit)  # before any shard changes
         client = self._get("update_priorities")

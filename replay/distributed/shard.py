@@ -229,6 +229,7 @@ class ShardActor:
             with self.cond:
                 self.active -= 1
                 self.cond.notify_all()
+        w.release_thread()  # pooled: the next insert may run in another of the actor's threads
         with self.cond:
             if end:
                 self.idle.append(w)

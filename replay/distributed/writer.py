@@ -17,12 +17,14 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
+from threading import get_ident
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import ray
 
 from replay._checks import MAX_BATCH, MAX_INT64, check_int, check_timeout
+from replay._owner import ThreadOwner
 from replay.distributed.errors import ShardError, actor_errors, secs, shard_error
 from replay.distributed.routing import least_loaded
 from replay.interface import DEFAULT
@@ -91,6 +93,9 @@ class RayTrajectoryWriter:
     ``max_inflight`` are queued, `flush`, `wait`, `close`, or leaving the ``with`` block. `close`
     raises it too (after cleaning up), so an episode reported ended is never dropped silently.
 
+    One writer per thread, as the local writer: the first thread that writes owns it, another thread's
+    call raises ``RuntimeError`` naming both (`release_thread` hands it over; an ended owner passes it).
+
     Attributes
     ----------
     pending : int
@@ -114,6 +119,7 @@ class RayTrajectoryWriter:
         *,
         store_closed: Callable[[], bool] | None = None,
     ) -> None:
+        self._owner = ThreadOwner("RayTrajectoryWriter", "store.writer()")
         self._handle = handle
         self._store_closed = store_closed
         self.spec = handle.spec_object()
@@ -262,7 +268,19 @@ class RayTrajectoryWriter:
             )
 
     # -- lifetime
+    def release_thread(self) -> None:
+        """Hand the writer over to the next thread that writes (see `replay.writer.TrajectoryWriter`).
+
+        Raises
+        ------
+        RuntimeError
+            Another thread, still alive, owns this writer.
+        """
+        self._owner.release()
+
     def _check_open(self, call: str) -> None:
+        if self._owner.ident != get_ident():  # one comparison on the fast path
+            self._owner.claim(call)
         if self._closed:
             raise ValueError(f"RayTrajectoryWriter.{call}(): this RayTrajectoryWriter is closed")
         if self._store_closed is not None and self._store_closed():
@@ -283,6 +301,8 @@ class RayTrajectoryWriter:
         """
         if self._closed:
             return
+        if self._owner.ident != get_ident():
+            self._owner.claim("close")
         self._stager.clear()
         first: BaseException | None = None
         try:

@@ -41,6 +41,10 @@ class ProxyTable:
         return self.inner.prioritized
 
     @property
+    def store_id(self):  # the issuer the batch's keys bear (issue 32)
+        return self.inner.store_id
+
+    @property
     def incarnation(self):
         return self.inner.incarnation
 

@@ -54,6 +54,7 @@ class Proxy:
         self.inner = table
         self.prioritized = table.prioritized
         self.max_times_sampled = table.max_times_sampled
+        self.store_id = table.store_id  # the issuer the batch's keys bear (issue 32)
 
     def draw(self, k, length, pad, row0, meta, prob):
         return self.inner.draw(k, length, pad, row0, meta, prob)
