@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from graphrl.graph import CSCGraph
 from graphrl.memory import MemoryManager
 from graphrl.nn.lightgcn import LightGCN
 from graphrl.train.metrics import RankingResult, evaluate_ranking, popularity_scores
+from graphrl.train.progress import TrainingBar
 from samplers.link import LinkBatch, LinkSampler, bipartite_reverse_eids
 from samplers.loader import LinkLoader
 from samplers.neighbor import NeighborSampler
@@ -236,8 +236,9 @@ def train_bpr(model: LightGCN, link_sampler: LinkSampler | LinkLoader, *, epochs
     stats = TrainStats()
     edges0, secs0 = link_sampler.sampled_edges, link_sampler.sample_seconds
     model.train()
-    bar = tqdm(total=max_steps, disable=not progress, unit="batch", dynamic_ncols=True, desc="train")
+    bar = TrainingBar(max_steps, budget, progress, unit="batch")
     start = time.perf_counter()
+    last = start
     done = False
     while not done:
         for batch in link_sampler:
@@ -254,9 +255,10 @@ def train_bpr(model: LightGCN, link_sampler: LinkSampler | LinkLoader, *, epochs
             elapsed = time.perf_counter() - start
             if progress:
                 rate = (link_sampler.sampled_edges - edges0) / max(link_sampler.sample_seconds - secs0, 1e-9)
-                bar.update(1)
-                bar.set_postfix(loss=f"{loss_value:.4f}", epoch=f"{stats.steps / per_epoch:.2f}",
-                                edges_per_s=f"{rate:.3g}", refresh=False)
+                now = time.perf_counter()
+                bar.advance(now - last, loss=f"{loss_value:.4f}", epoch=f"{stats.steps / per_epoch:.2f}",
+                            edges_per_s=f"{rate:.3g}")
+                last = now
             if max_steps is not None and stats.steps >= max_steps:
                 stats.stopped_by, done = "epochs", True
                 break

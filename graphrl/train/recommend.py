@@ -40,6 +40,7 @@ from graphrl.datasets.validation import ValidationSplit
 from graphrl.nn.lightgcn import LightGCN
 from graphrl.nn.sym_adjacency import SymNormAdjacency
 from graphrl.train.metrics import RankingResult, evaluate_ranking, merge_csr
+from graphrl.train.progress import TrainingBar
 from graphrl.train.rec_step import RecommenderSteps
 
 __all__ = ["RecommendConfig", "RecommendReport", "score_table", "train_recommender"]
@@ -318,7 +319,7 @@ def train_recommender(split: ValidationSplit, config: RecommendConfig = Recommen
     stopped_by = "epochs"
     lr = cfg.lr
     lrs: list[float] = []
-    bar = tqdm(total=max_steps, disable=not progress, unit="step", dynamic_ncols=True, desc="train")
+    bar = TrainingBar(max_steps, budget, progress, unit="step")
     while steps < max_steps:
         t0, c0 = time.perf_counter(), time.process_time()
         if cfg.schedule == "cosine":
@@ -329,9 +330,8 @@ def train_recommender(split: ValidationSplit, config: RecommendConfig = Recommen
         step_s += time.perf_counter() - t0
         train_s += time.perf_counter() - t0
         cpu_s += time.process_time() - c0
-        bar.update(1)
-        bar.set_postfix(loss=f"{losses[-1]:.4f}", epoch=f"{steps / per_epoch:.2f}", lr=f"{lr:.2g}",
-                        refresh=False)
+        bar.advance(time.perf_counter() - t0, loss=f"{losses[-1]:.4f}", epoch=f"{steps / per_epoch:.2f}",
+                    lr=f"{lr:.2g}")
         out_of_time = train_s >= budget
         if steps % eval_steps and steps < max_steps and not out_of_time:
             continue
