@@ -42,6 +42,11 @@ from replay.spec import TrajectorySpec
 __all__ = ["Batch", "BatchStaging", "StagedSlot", "importance_weights"]
 
 _MAX_SHAPES = 4  # pools kept per store; older ones close (held buffers stay valid)
+# the entries `Batch.to_tensordict` makes (layout "torchrl") besides the fields and the init key
+_TORCHRL_MADE = frozenset({
+    "mask", "keys", "probabilities", "weights", "lengths", "priority_weight", ("collector", "mask"),
+    ("next", "truncated"), ("next", "done"), ("next", "terminated"),
+})
 
 
 def importance_weights(probabilities: np.ndarray, table_size: int, beta: float) -> torch.Tensor:
@@ -295,14 +300,20 @@ class Batch(Mapping[str, torch.Tensor]):
         return out
 
     def to_tensordict(
-        self, layout: str = "torchrl", keys: Mapping[str, Any] | None = None, flat: bool = False
+        self,
+        layout: str = "torchrl",
+        keys: Mapping[str, Any] | None = None,
+        flat: bool = False,
+        strict_length: bool = False,
+        init_key: str | tuple[str, ...] | None = "is_init",
     ) -> Any:
         """The batch as a ``tensordict.TensorDict`` in TorchRL's ``SliceSampler`` layout (or per window).
 
         ``layout="torchrl"`` (the default): batch size ``[B, L]`` (dim names ``[None, "time"]``), or
         ``[B * L]`` with ``flat=True`` (as a ``SliceSampler(slice_len=L, strict_length=False,
         pad_output=True)`` batch of B slices, whose padding repeats a slice's last step where ours is
-        zeros), holding:
+        zeros; ``td[td["mask"]]`` gives its ``pad_output=False`` form, the real steps of each slice
+        one after another), holding:
 
         - each field ``[B, L, *field_shape]`` under its TorchRL key: ``keys.get(field)``, else
           `replay.torchrl.DEFAULT_KEYS` (``"reward"`` -> ``("next", "reward")``, ``"next_observation"``
@@ -312,22 +323,37 @@ class Batch(Mapping[str, torch.Tensor]):
           each window's last real step, ``("next", "done")``: the stored value OR that, and
           ``("next", "terminated")``: stored or False (bool ``[B, L, 1]`` unless the fields have
           their own shapes), as ``SliceSampler`` marks slice ends for value estimators;
-        - ``("collector", "mask")`` and ``"mask"``: bool ``[B, L]``, True for real steps (TorchRL's
-          losses drop masked steps by themselves); padded steps hold zeros;
+        - ``init_key`` (``"is_init"``): the stored value under that key (False where there is none)
+          OR-ed with True at each window's first real step (bool ``[B, L, 1]``, `InitTracker`'s
+          shape, unless a stored field has its own), as ``SliceSampler(init_key="is_init")`` marks
+          slice starts: a recurrent module (``GRUModule``/``LSTMModule`` in recurrent mode) restarts
+          its state there, so it gives the same outputs on the ``flat=True`` form as on ``[B, L]``.
+          A window never crosses an episode start, so this is the only start inside a window;
+        - ``"mask"``: bool ``[B, L]``, True for real steps, always; and ``("collector", "mask")``, the
+          same tensor, only when some window is padded (TorchRL's losses read that key themselves and
+          then drop masked steps; without it they keep every step, as for a batch with no padding).
+          Padded steps hold zeros;
         - ``"priority_weight"``: float32 ``[B, L]``, the window's importance weight (read by
           TorchRL's losses as a prioritized buffer's), and ``"keys"``, ``"probabilities"``,
           ``"weights"``, ``"lengths"`` as ``[B, L]`` (each window's value on every step; priorities go
           back with ``store.update_priorities(td["keys"][:, 0], ...)``).
 
+        ``strict_length=True`` drops the windows shorter than L (``lengths < L``), as
+        ``SliceSampler(strict_length=True)`` filters out slices shorter than ``slice_len``: batch size
+        ``[B', L]`` (``[B' * L]`` flat), B' <= B and possibly 0, never a padded step, so no
+        ``("collector", "mask")``. The windows kept are the batch's full ones in their order (not a
+        redraw: see docs/architecture.md#batchto_tensordict).
+
         ``layout="batch"``: batch size ``[B]``, the fields under their own names ``[B, L, ...]`` and
         ``mask``, ``keys``, ``probabilities``, ``weights``, ``lengths`` as the batch has them (what this
         method returned before it had the TorchRL layout).
 
-        The fields and ``mask`` are views, not copies: the TensorDict views the batch's staging slot,
-        so keep the batch held while you use it (a ``with`` block) or ``clone()`` it. With
-        ``layout="torchrl"`` every entry is on the fields' device (``keys``, ``probabilities`` and
-        ``lengths`` copied there from the CPU; `ReplayStore.update_priorities` takes them from any
-        device); with ``layout="batch"`` they stay on the CPU.
+        The fields and ``mask`` are views, not copies (except when ``strict_length`` drops windows):
+        the TensorDict views the batch's staging slot, so keep the batch held while you use it (a
+        ``with`` block) or ``clone()`` it. With ``layout="torchrl"`` every entry is on the fields'
+        device (``keys``, ``probabilities`` and ``lengths`` copied there from the CPU;
+        `ReplayStore.update_priorities` takes them from any device); with ``layout="batch"`` they stay
+        on the CPU.
 
         Parameters
         ----------
@@ -336,20 +362,31 @@ class Batch(Mapping[str, torch.Tensor]):
             Field name -> TorchRL key, overriding `replay.torchrl.DEFAULT_KEYS` (``None`` drops one).
         flat : bool
             With ``layout="torchrl"``: batch size ``[B * L]`` instead of ``[B, L]``.
+        strict_length : bool
+            With ``layout="torchrl"``: drop the windows that have padding.
+        init_key : str or tuple of str, or None
+            With ``layout="torchrl"``: where to mark each window's first real step (``None``: no
+            marker; a field stored under that key is then returned untouched).
+
+        Returns
+        -------
+        tensordict.TensorDict
+            As described above.
 
         Raises
         ------
         ImportError
             The ``tensordict`` package is not installed (``pip install tensordict``).
         ValueError
-            An unknown ``layout``, or two fields mapped to one key.
+            An unknown ``layout``, two fields mapped to one key, or an ``init_key`` that names an entry
+            this method makes (``"mask"``, ``("next", "done")``, ...).
         TypeError
-            A ``keys`` value that is not a str or a tuple of str.
+            A ``keys`` or ``init_key`` value that is not a str or a tuple of str.
 
         References
         ----------
-        TorchRL's ``SliceSampler`` (``truncated_key``, ``pad_output``) and its losses' ``("collector",
-        "mask")`` and ``"priority_weight"`` entries.
+        TorchRL's ``SliceSampler`` (``truncated_key``, ``init_key``, ``strict_length``,
+        ``pad_output``) and its losses' ``("collector", "mask")`` and ``"priority_weight"`` entries.
         """
         try:
             from tensordict import TensorDict
@@ -369,34 +406,58 @@ class Batch(Mapping[str, torch.Tensor]):
             return TensorDict(data, batch_size=[self.batch_size])
         if layout != "torchrl":
             raise ValueError(f"layout must be 'torchrl' or 'batch', got {layout!r}")
-        from replay.torchrl import torchrl_keys
+        from replay.torchrl import check_key, torchrl_keys
 
         mapping = torchrl_keys(keys)
-        b, length = self.batch_size, self.window
-        named = {mapping.get(name, name): t for name, t in self._fields.items()}
-        steps = torch.arange(length, device=self.mask.device)
-        last = torch.where(self.mask, steps, -1).amax(1, keepdim=True)  # each window's last real step
-        window_end = steps == last  # [B, L]
-        flags = {k: named.get(("next", k)) for k in ("truncated", "done", "terminated")}
-        like = next((f for f in flags.values() if f is not None), None)
-        shape = (b, length, 1) if like is None else tuple(like.shape)
-        end = window_end.reshape(b, length, *([1] * (len(shape) - 2))).expand(shape)
-        for k in ("truncated", "done"):
-            stored = flags[k]
-            named["next", k] = end.clone() if stored is None else stored.to(torch.bool) | end
-        if flags["terminated"] is None:
-            named["next", "terminated"] = torch.zeros(shape, dtype=torch.bool, device=self.mask.device)
-        per_step = {
+        if init_key is not None:
+            init_key = check_key(init_key, "init_key")
+            if init_key in _TORCHRL_MADE:
+                raise ValueError(
+                    f"init_key={init_key!r} is an entry to_tensordict makes itself; pass another key "
+                    f"(TorchRL's is 'is_init') or None"
+                )
+        length = self.window
+        device = self.mask.device
+        fields, mask = self._fields, self.mask
+        per_window = {
             "keys": self.keys,
             "probabilities": self.probabilities,
             "weights": self.weights,
             "lengths": self.lengths,
             "priority_weight": self.weights,
         }
-        for name, t in per_step.items():  # one device for the whole TensorDict (tiny [B] copies at most)
-            named[name] = t.to(self.mask.device)[:, None].expand(b, length)
-        named["mask"] = self.mask
-        named["collector", "mask"] = self.mask
+        short = self.lengths < length  # CPU: which windows are padded (no device sync)
+        if strict_length and bool(short.any()):  # keep the full windows (copies)
+            rows = torch.nonzero(~short).reshape(-1)
+            rows_dev = rows.to(device)
+            fields = {n: t[rows_dev] for n, t in fields.items()}
+            mask = mask[rows_dev]
+            per_window = {n: t[rows.to(t.device)] for n, t in per_window.items()}
+            short = short[rows]
+        b = int(mask.shape[0])
+        named = {mapping.get(name, name): t for name, t in fields.items()}
+        steps = torch.arange(length, device=device)
+        last = torch.where(mask, steps, -1).amax(1, keepdim=True)  # each window's last real step
+        first = torch.where(mask, steps, length).amin(1, keepdim=True)  # and its first
+        flags = {k: named.get(("next", k)) for k in ("truncated", "done", "terminated")}
+        like = next((f for f in flags.values() if f is not None), None)
+        shape = (b, length, 1) if like is None else tuple(like.shape)
+        end = (steps == last).reshape(b, length, *([1] * (len(shape) - 2))).expand(shape)
+        for k in ("truncated", "done"):
+            stored = flags[k]
+            named["next", k] = end.clone() if stored is None else stored.to(torch.bool) | end
+        if flags["terminated"] is None:
+            named["next", "terminated"] = torch.zeros(shape, dtype=torch.bool, device=device)
+        if init_key is not None:
+            stored = named.get(init_key)
+            init_shape = (b, length, 1) if stored is None else tuple(stored.shape)
+            start = (steps == first).reshape(b, length, *([1] * (len(init_shape) - 2))).expand(init_shape)
+            named[init_key] = start.clone() if stored is None else stored.to(torch.bool) | start
+        for name, t in per_window.items():  # one device for the whole TensorDict (tiny [B] copies at most)
+            named[name] = t.to(device)[:, None].expand(b, length)
+        named["mask"] = mask
+        if bool(short.any()):  # TorchRL's losses drop the steps it marks False; absent, they keep all
+            named["collector", "mask"] = mask
         data: dict[str, Any] = {}
         for key, t in named.items():  # nest ("next", "reward") as {"next": {"reward": ...}}
             if isinstance(key, tuple):
@@ -406,8 +467,8 @@ class Batch(Mapping[str, torch.Tensor]):
                 node[key[-1]] = t
             else:
                 data[key] = t
-        td = TensorDict(data, batch_size=[b, length], device=self.mask.device, names=[None, "time"])
-        return td.reshape(-1) if flat else td
+        td = TensorDict(data, batch_size=[b, length], device=device, names=[None, "time"])
+        return td.reshape(b * length) if flat else td
 
     def __repr__(self) -> str:
         shapes = ", ".join(f"{n}: {tuple(t.shape)} {t.dtype}" for n, t in self._fields.items())

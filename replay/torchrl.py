@@ -30,7 +30,8 @@ This module needs no TorchRL to import; rollouts are read through the TensorDict
 References
 ----------
 TorchRL's collectors (rollout layout, ``("collector", "traj_ids")``) and ``SliceSampler``
-(``("next", "truncated")`` at slice ends, ``("collector", "mask")``); Reverb's ``TrajectoryWriter``.
+(``("next", "truncated")`` at slice ends, ``"is_init"`` at slice starts, ``strict_length``,
+``("collector", "mask")``); Reverb's ``TrajectoryWriter``.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from replay.spec import TrajectorySpec
 if TYPE_CHECKING:
     from replay.writer import TrajectoryWriter
 
-__all__ = ["DEFAULT_KEYS", "END_KEYS", "TorchRLWriter", "torchrl_keys", "torchrl_spec"]
+__all__ = ["DEFAULT_KEYS", "END_KEYS", "TorchRLWriter", "check_key", "torchrl_keys", "torchrl_spec"]
 
 NestedKey = str | tuple[str, ...]
 
@@ -78,6 +79,26 @@ def _key(key: NestedKey) -> NestedKey:
     if isinstance(key, str) or (isinstance(key, tuple) and key and all(isinstance(k, str) for k in key)):
         return key
     raise TypeError(f"a TorchRL key is a str or a tuple of str, got {key!r}")
+
+
+def check_key(key: Any, name: str) -> NestedKey:
+    """``key`` as a TorchRL nested key in canonical form (a str, or a tuple of two or more strs).
+
+    Parameters
+    ----------
+    key : str or tuple of str
+    name : str
+        The argument's name, for the message.
+
+    Raises
+    ------
+    TypeError
+        ``key`` is not a str or a non-empty tuple of str.
+    """
+    try:
+        return _key(key)
+    except TypeError:
+        raise TypeError(f"{name} must be a str or a tuple of str (a TorchRL key), got {key!r}") from None
 
 
 def torchrl_keys(keys: Mapping[str, NestedKey | None] | None = None) -> dict[str, NestedKey]:
