@@ -24,17 +24,19 @@ import sys
 import time
 from pathlib import Path
 
-# run as a script, this file's folder comes first on sys.path and this file would shadow the package
+# run as a script, this file's folder comes first on sys.path and benchmarks/replay.py would shadow the package
+# (the editable install's finder comes after sys.path): import the packages first, then this folder's _report
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-sys.path.append(str(Path(__file__).resolve().parent))
 
 import click  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from _report import machine, write_result  # noqa: E402
 
 from graphrl.memory import MemoryManager  # noqa: E402
 from replay import ReplayStore, TrajectorySpec  # noqa: E402
+
+sys.path.append(str(Path(__file__).resolve().parent))
+from _report import machine, write_result  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "replay_learners.json"
 LAYOUTS = {"small": (4,), "image": (3, 64, 64)}
