@@ -24,8 +24,8 @@ import sys
 import time
 from pathlib import Path
 
-# run as a script, this file's folder comes first on sys.path and benchmarks/replay.py would shadow the package
-# (the editable install's finder comes after sys.path): import the packages first, then this folder's _report
+# run as a script, this file's folder comes first on sys.path and benchmarks/replay.py would shadow the
+# package (the editable install's finder comes after sys.path): import the packages, then _report
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 import click  # noqa: E402
