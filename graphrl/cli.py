@@ -342,10 +342,8 @@ def _demo_node_classification(dataset: str, epochs: int, lr: float, seed: int, s
                               device_budget: str | None, data_root: str | None, curves=None,
                               device: str = "cpu", dedup: bool | None = None) -> None:
     """``demo --task node-classification``: GCN over FullGraph on Cora/CiteSeer, test accuracy per seed."""
-    import numba
-    import torch
-
     from graphrl.memory import MemoryBudgetError
+    from graphrl.threads import limit
     from graphrl.train import run_node_classification
 
     if dataset not in ("cora", "citeseer"):
@@ -362,25 +360,20 @@ def _demo_node_classification(dataset: str, epochs: int, lr: float, seed: int, s
 
     # One thread: Cora's products take milliseconds, too little to gain from a fork-join, and on a busy
     # machine every fork-join waits for a descheduled thread (figures: docs/performance.md).
-    threads = torch.get_num_threads(), numba.get_num_threads()
-    torch.set_num_threads(1)
-    numba.set_num_threads(1)
-    try:
-        report = run_node_classification(dataset, seeds=seeds, epochs=epochs, lr=lr, root=data_root,
-                                         first_seed=seed, device_budget=device_budget, on_seed=on_seed,
-                                         device=device, dedup=dedup,
-                                         on_epoch=curves and curves.node_classification_epoch)
-    except FileNotFoundError as err:
-        raise click.ClickException(f"{err}") from None
-    except (ValueError, MemoryBudgetError) as err:
-        raise click.UsageError(str(err)) from None
-    except Interrupted:
-        if curves is not None:  # the seeds' epochs so far, for the demo to save
-            curves.node_classification_final(dataset, paper)
-        raise
-    finally:
-        torch.set_num_threads(threads[0])
-        numba.set_num_threads(threads[1])
+    with limit(1):
+        try:
+            report = run_node_classification(dataset, seeds=seeds, epochs=epochs, lr=lr, root=data_root,
+                                             first_seed=seed, device_budget=device_budget, on_seed=on_seed,
+                                             device=device, dedup=dedup,
+                                             on_epoch=curves and curves.node_classification_epoch)
+        except FileNotFoundError as err:
+            raise click.ClickException(f"{err}") from None
+        except (ValueError, MemoryBudgetError) as err:
+            raise click.UsageError(str(err)) from None
+        except Interrupted:
+            if curves is not None:  # the seeds' epochs so far, for the demo to save
+                curves.node_classification_final(dataset, paper)
+            raise
     click.echo(f"data: {report.dataset}: {report.num_nodes:,} nodes, {report.num_edges:,} directed edges, "
                f"{report.num_features:,} features; {report.partitions} partition(s) per propagation")
     click.echo(f"{report.dataset} test accuracy over {seeds} seed(s): {100 * report.mean:.1f} +- "

@@ -95,7 +95,9 @@ def train() -> None:
               help="After early stopping, train a fresh model on all training interactions (the validation "
                    "ones too) for the validation-selected number of steps at the same learning rates, and "
                    "report its test figures (cosine schedule only).")
-@click.option("--threads", type=click.IntRange(min=1), default=None, help="torch threads (default: torch's).")
+@click.option("--threads", type=click.IntRange(min=1), default=None,
+              help="Threads for torch, numba and graphrl's kernels (graphrl.threads.configure; default: "
+                   "$GRAPHRL_THREADS, else the cores this process may use).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Write curve.json, curve.png (with matplotlib), best.pt and refit.pt here (created before "
                    "training; an earlier run's files are replaced, its refit.pt removed when this run has "
@@ -107,16 +109,15 @@ def recommend(data_root, loss, negatives, temperature, layers, embedding_dim, ba
     """LightGCN on Gowalla: full-graph propagation, validation split, early stopping, best model kept."""
     if out_dir is not None:  # refused now, not after an hour of training (nor after importing torch)
         writable_folder(out_dir, "--out")
-    import torch
-
     from graphrl.bench import machine_record
     from graphrl.datasets import load_gowalla
     from graphrl.datasets.validation import holdout_validation
+    from graphrl.threads import configure
     from graphrl.train.rec_curve import save_training_curve
     from graphrl.train.recommend import RecommendConfig, train_recommender
 
     if threads is not None:
-        torch.set_num_threads(threads)
+        configure(threads)  # torch, numba and graphrl's kernels: one count (graphrl.threads)
     t_start = time.perf_counter()
     machine0 = machine_record()
     try:

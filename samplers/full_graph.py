@@ -33,7 +33,6 @@ import numbers
 import threading
 import weakref
 
-import numba as nb
 import numpy as np
 import torch
 
@@ -41,6 +40,7 @@ from graphrl.graph import CSCGraph
 from graphrl.kernels.spmm import spmm_partition
 from graphrl.memory import MemoryBudgetError, MemoryManager, Region, Tier, free_quietly, parse_size
 from graphrl.memory.transfers import Transfers
+from graphrl.threads import team_size
 from samplers._checks import check_bool, check_open, check_share
 from samplers.full_graph_adjacency import SLACK, Operator, align, build_operators, greedy_bounds
 from samplers.full_graph_plan import (
@@ -556,7 +556,7 @@ class FullGraph:
                      for i in range(bounds.shape[0] - 1)]
             buf = self._workspace_for(max(sizes), cap)
             h_np, out_np = h.numpy(), out.numpy()
-            threads = nb.get_num_threads()
+            threads = team_size()
             for i in range(bounds.shape[0] - 1):
                 r0, r1 = int(bounds[i]), int(bounds[i + 1])
                 o_ind, o_w, o_out, _ = self._layout(op, r0, r1, d, itemsize)

@@ -50,6 +50,7 @@ from graphrl.kernels.ordering import rcm_order
 from graphrl.kernels.prefetch import prefetch
 from graphrl.kernels.team import parallel_for
 from graphrl.memory import MemoryBudgetError, Tier
+from graphrl.threads import team_size
 
 __all__ = ["ALIGN", "DEFAULT_CACHE_SHARE", "PartitionPlan", "PlanCache", "PlanPart", "arena_offsets",
            "locality_order", "plan_propagation"]
@@ -301,7 +302,7 @@ class PlanCache:
     Parameters
     ----------
     threads : int or None
-        Threads the planning kernels may use, the caller included (None: ``numba.get_num_threads()``);
+        Threads the planning kernels may use, the caller included (None: `graphrl.threads.team_size`);
         plans are bitwise the same for any count.
     min_chunk : int
         Fewest entries of one piece of parallel work.
@@ -318,7 +319,7 @@ class PlanCache:
     """
 
     def __init__(self, threads: int | None = None, min_chunk: int = 1 << 16) -> None:
-        threads = nb.get_num_threads() if threads is None else int(threads)
+        threads = team_size() if threads is None else int(threads)
         if threads < 1 or int(min_chunk) < 1:
             raise ValueError(f"threads={threads} and min_chunk={min_chunk} must be >= 1")
         self.threads = threads

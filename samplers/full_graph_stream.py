@@ -17,7 +17,11 @@ allocates, registers and copies from pageable memory nothing (docs/architecture.
 - with CUDA the working set is GPU memory and the product is torch's CSR ``sparse.mm``;
 - without CUDA the device tier is host memory, streams and events are stand-ins, the copies are
   synchronous and counted the same way, and the product is the numba CSR kernel
-  (`graphrl.kernels.spmm.csr_spmm_parallel`).
+  (`graphrl.kernels.spmm.csr_spmm_serial` on chunks of rows claimed by `graphrl.kernels.parallel_for`).
+
+The host-side gathers and scatters are numba kernels too, serial below `graphrl.threads.SERIAL_WORK`,
+and on the CPU the copies run inside `graphrl.threads.serial_torch`: no per-partition OpenMP
+fork-join, which a busy machine can stretch from microseconds to a time slice (`graphrl.threads`).
 
 References
 ----------
@@ -28,16 +32,20 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 
 import numba as nb
 import numpy as np
 import torch
 
-from graphrl.kernels.spmm import SERIAL_WORK, csr_spmm_parallel, csr_spmm_serial
+from graphrl.kernels import parallel_for
+from graphrl.kernels.spmm import chunk_bounds, csr_spmm_serial
 from graphrl.memory import MemoryManager, Region, Tier, free_quietly
 from graphrl.memory.transfers import Transfers
+from graphrl.threads import serial_torch, threads_for
 from samplers.full_graph_plan import PartitionPlan, PlanPart
+from samplers.kernels.gather import gather_rows
 
 __all__ = ["CallTraffic", "StagedExecutor"]
 
@@ -248,7 +256,8 @@ class StagedExecutor:
         t.vertex_host_to_device_bytes += c * row_bytes
         t.host_to_device_bytes = t.vertex_host_to_device_bytes + t.structure_host_to_device_bytes
         before = dataclasses.replace(self.transfers.counts)
-        self._run(plan, h, out)
+        with nullcontext() if self.cuda else serial_torch():  # the host copies: small, many
+            self._run(plan, h, out)
         after = self.transfers.counts
         t.pageable_transfers = after.pageable_transfers - before.pageable_transfers
         t.host_waits = after.host_waits - before.host_waits
@@ -263,10 +272,16 @@ class StagedExecutor:
                                           size=(r, src.shape[0]))
             out_rows.copy_(torch.sparse.mm(mat, src))
             return
-        e = cols.shape[0]
-        parallel = nb.get_num_threads() > 1 and e * src.shape[1] > SERIAL_WORK
-        kernel = csr_spmm_parallel if parallel else csr_spmm_serial
-        kernel(indptr.numpy(), cols.numpy(), weights.numpy(), src.numpy(), out_rows.numpy())
+        e, d = cols.shape[0], src.shape[1]
+        ip, args, o = indptr.numpy(), (cols.numpy(), weights.numpy(), src.numpy()), out_rows.numpy()
+        threads = threads_for((e + r) * d)
+        if threads == 1:
+            csr_spmm_serial(ip, *args, o)
+            return
+        # about 4 chunks a thread, claimed dynamically (no fork-join); each row summed in entry order
+        b = chunk_bounds(ip, 0, r, d, chunk_work=max((e + r) * d // (4 * threads), 1))
+        parallel_for(lambda i: csr_spmm_serial(ip[b[i]:b[i + 1] + 1], *args, o[b[i]:b[i + 1]]),
+                     b.shape[0] - 1, threads)
 
     def _run(self, plan: PartitionPlan, h: torch.Tensor, out: torch.Tensor) -> None:
         """Copy, compute and copy-back streams with events: the copies of partition k+1 overlap the
@@ -292,7 +307,7 @@ class StagedExecutor:
         _zero_split(plan, out)
         if c:
             cache_rows = self._stage("cache", c, d, h.dtype)[:c]
-            torch.index_select(h, 0, torch.from_numpy(plan.cache), out=cache_rows)
+            _gather(h, plan.cache, cache_rows)
             with tr.use(copy):
                 tr.h2d(src[:c], cache_rows)
         pending: list[tuple[int, PlanPart]] = []
@@ -312,7 +327,7 @@ class StagedExecutor:
             r, e, n_s = part.rows.shape[0], part.cols.shape[0], part.stream.shape[0]
             lo = c + s * plan.max_stream
             if n_s:
-                torch.index_select(h, 0, torch.from_numpy(part.stream), out=gathers[s][:n_s])
+                _gather(h, part.stream, gathers[s][:n_s])
             with tr.use(copy):
                 tr.wait_event(copy, computed[s])  # the slot's previous product has read its buffers
                 if n_s:
@@ -343,14 +358,65 @@ def _align(n: int) -> int:
     return -(-int(n) // 64) * 64
 
 
+_NUMBA_FLOATS = (torch.float32, torch.float64)
+_NO_ADD = np.zeros(0, dtype=np.bool_)
+
+
+def _gather(h: torch.Tensor, ids: np.ndarray, out: torch.Tensor) -> None:
+    """``out[:len(ids)] = h[ids]`` (host tensors; ``ids`` int64), serial unless the rows are many."""
+    gather_rows(h, ids, out, threads=threads_for(ids.shape[0] * h.shape[1] * h.element_size() // 4))
+
+
+@nb.njit(nogil=True, cache=True)
+def _zero_rows(out, rows):  # pragma: no cover - compiled
+    for i in range(rows.shape[0]):
+        out[rows[i], :] = 0
+
+
+@nb.njit(nogil=True, cache=True)
+def _scatter_rows(out, rows, add, src, lo, hi):  # pragma: no cover - compiled
+    """``out[rows[i]] = src[i]`` (``+=`` where ``add[i]``; ``add`` empty: none) for i in [lo, hi)."""
+    d = out.shape[1]
+    adds = add.shape[0] > 0
+    for i in range(lo, hi):
+        r = rows[i]
+        if adds and add[i]:
+            for j in range(d):
+                out[r, j] += src[i, j]
+        else:
+            for j in range(d):
+                out[r, j] = src[i, j]
+
+
 def _zero_split(plan: PartitionPlan, out: torch.Tensor) -> None:
     """Zero the output rows that split partitions add their pieces to."""
     if plan.split_rows.shape[0]:
-        out.index_fill_(0, torch.from_numpy(plan.split_rows), 0)
+        if out.dtype in _NUMBA_FLOATS:
+            _zero_rows(out.numpy(), plan.split_rows)
+        else:
+            out.index_fill_(0, torch.from_numpy(plan.split_rows), 0)
 
 
 def _scatter(part, out: torch.Tensor, rows_out: torch.Tensor) -> None:
-    """Write a partition's output rows into the host output (pieces of split rows are added)."""
+    """Write a partition's output rows into the host output (pieces of split rows are added).
+
+    Rows of a partition are distinct, so chunks of them may run on several threads; an added piece
+    lands on a zeroed row or on the previous partitions' sum, in partition order (bitwise as
+    ``index_add_``)."""
+    if out.dtype not in _NUMBA_FLOATS:  # float16 / bfloat16 on the CUDA path: torch's ops
+        _scatter_torch(part, out, rows_out)
+        return
+    r, d = part.rows.shape[0], out.shape[1]
+    args = (out.numpy(), part.rows, _NO_ADD if part.add is None else part.add, rows_out.numpy())
+    threads = threads_for(r * d)
+    if threads == 1:
+        _scatter_rows(*args, 0, r)
+        return
+    step = -(-r // (4 * threads))
+    parallel_for(lambda i: _scatter_rows(*args, i * step, min(r, (i + 1) * step)), -(-r // step), threads)
+
+
+def _scatter_torch(part, out: torch.Tensor, rows_out: torch.Tensor) -> None:
     rows = torch.from_numpy(part.rows)
     if part.add is None:
         out.index_copy_(0, rows, rows_out)

@@ -6,11 +6,11 @@ import secrets
 import threading
 from collections.abc import Sequence
 
-import numba
 import numpy as np
 import torch
 
 from graphrl.graph import CSCGraph
+from graphrl.threads import team_size
 from samplers._checks import (
     check_device,
     check_fanouts,
@@ -89,7 +89,7 @@ class NeighborSampler:
     ``seeds[i]``); duplicates get identical neighbours, since a row's random stream depends only on
     (seed, call, layer, node id). Sampled sources are deduplicated.
 
-    Threads: each call uses up to ``numba.get_num_threads()`` threads (the caller and helper threads
+    Threads: each call uses up to `graphrl.threads.team_size` threads (the caller and helper threads
     that claim chunks of work dynamically; see `samplers.kernels.cpu`); the result does not depend on
     it. A sampler holds scratch memory and serves one `sample` call at a time (concurrent calls from
     several threads are serialised by a lock); to sample in parallel, use one sampler per thread. The
@@ -231,7 +231,7 @@ class NeighborSampler:
         node) that weighted rows sample from, computed once."""
         if not (self.weighted or self.temporal) or self.device.type != "cpu":
             return None
-        return cpu.Masks(self._weights, self._times, self._indptr, threads=numba.get_num_threads())
+        return cpu.Masks(self._weights, self._times, self._indptr, threads=team_size())
 
     def _csc_weights(self, graph: CSCGraph, weights) -> np.ndarray | None:
         """The sampling weights in CSC order (float32), or None for uniform draws."""
@@ -325,7 +325,7 @@ class NeighborSampler:
             return self._sample_cuda(seeds, exclude_eids, seed_times)
         dst = check_seeds(seeds, self.graph.num_nodes)
         times = self._check_seed_times(seed_times, dst.shape[0])
-        threads = numba.get_num_threads()
+        threads = team_size()
         with self._lock:
             self._refresh_views()
             excluded = self._excluded_positions(exclude_eids)

@@ -22,6 +22,8 @@ docs/performance.md.
 
 from __future__ import annotations
 
+import types
+
 import numba as nb
 import numpy as np
 
@@ -88,8 +90,20 @@ def _spmm_body(indptr, indices, weights, h, out):
         _spmm_row(indptr, indices, weights, h, h, out, v, v, 0, 0, 1, 0)
 
 
-csr_spmm_parallel = nb.njit(parallel=True, nogil=True, cache=True)(_spmm_body)
-csr_spmm_serial = nb.njit(nogil=True, cache=True)(_spmm_body)
+def _build(fn, parallel: bool):
+    """``fn`` compiled with or without ``parallel``, each build under its own name: numba's disk cache keys
+    a function by module, name and first line, not by its flags, so two builds of one function would
+    load each other's machine code (the "serial" one then forked OpenMP threads)."""
+    suffix = "_parallel" if parallel else "_serial"
+    twin = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__ + suffix, fn.__defaults__,
+                              fn.__closure__)
+    twin.__qualname__ = fn.__qualname__ + suffix
+    twin.__doc__ = fn.__doc__
+    return nb.njit(parallel=parallel, nogil=True, cache=True)(twin)
+
+
+csr_spmm_parallel = _build(_spmm_body, True)
+csr_spmm_serial = _build(_spmm_body, False)
 
 
 def _spmm_t_body(indptr, indices, weights, g, out, parts):
@@ -117,8 +131,8 @@ def _spmm_t_body(indptr, indices, weights, g, out, parts):
                         out[u, j] += w * g[v, j]
 
 
-csr_spmm_t_parallel = nb.njit(parallel=True, nogil=True, cache=True)(_spmm_t_body)
-csr_spmm_t_serial = nb.njit(nogil=True, cache=True)(_spmm_t_body)
+csr_spmm_t_parallel = _build(_spmm_t_body, True)
+csr_spmm_t_serial = _build(_spmm_t_body, False)
 
 
 @nb.njit(nogil=True, cache=True)

@@ -232,7 +232,8 @@ def test_concurrent_checkpoints_are_serialised(mm, tmp_path, threads):
     wt = writer_running(store, stop)
     seen: list[str] = []
     try:
-        for r in range(20):
+        rounds = 10  # the bug showed in 2 rounds of 10 (FileNotFoundError) and 19 of 20 (one folder twice)
+        for r in range(rounds):
             root = tmp_path / "root"
             go = threading.Barrier(threads)
             got: list[str | None] = [None] * threads
@@ -254,7 +255,7 @@ def test_concurrent_checkpoints_are_serialised(mm, tmp_path, threads):
             kept = sorted(p.name for p in root.iterdir() if p.name.startswith("ckpt-"))
             assert kept == sorted(Path(g).name for g in got)[-2:]  # the latest and the previous
             assert not [p for p in root.iterdir() if p.name.startswith(".tmp-")]
-            for name in kept:  # each kept call's folder restores
+            for name in kept if r == rounds - 1 else ():  # each kept call's folder restores
                 restored = ReplayStore.restore(root / name, memory=mm)
                 assert len(restored) > 0
                 restored.close()
