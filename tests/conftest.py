@@ -39,3 +39,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     skip = pytest.mark.skip(reason="gpu: no CUDA device here (torch.cuda.is_available() is False)")
     for item in gpu_items:
         item.add_marker(skip)
+
+
+@pytest.fixture
+def tiny_gowalla(tmp_path) -> Path:
+    """A data folder with a tiny Gowalla-format set (40 users, 30 items), for CLI runs that must be quick."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    root = tmp_path / "data"
+    folder = root / "gowalla"
+    folder.mkdir(parents=True)
+    rows = [(u, rng.choice(30, size=8, replace=False)) for u in range(40)]
+    (folder / "train.txt").write_text("".join(" ".join(map(str, [u, *i[:6]])) + "\n" for u, i in rows))
+    (folder / "test.txt").write_text("".join(" ".join(map(str, [u, *i[6:]])) + "\n" for u, i in rows))
+    return root

@@ -18,23 +18,11 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from graphrl.memory.owners import parse_name
 
 SHM = Path("/dev/shm")
-
-
-def _gowalla(root: Path) -> Path:
-    """A tiny Gowalla-format data set (40 users, 30 items) under ``root/gowalla``; returns ``root``."""
-    rng = np.random.default_rng(0)
-    folder = root / "gowalla"
-    folder.mkdir(parents=True)
-    rows = [(u, rng.choice(30, size=8, replace=False)) for u in range(40)]
-    (folder / "train.txt").write_text("".join(" ".join(map(str, [u, *i[:6]])) + "\n" for u, i in rows))
-    (folder / "test.txt").write_text("".join(" ".join(map(str, [u, *i[6:]])) + "\n" for u, i in rows))
-    return root
 
 
 class Command:
@@ -106,10 +94,11 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_train_recommend_interrupted_after_an_evaluation_saves_best_weights_and_the_curve(tmp_path, signum):
+def test_train_recommend_interrupted_after_an_evaluation_saves_best_weights_and_the_curve(tmp_path, tiny_gowalla,
+                                                                                         signum):
     import torch
 
-    root = _gowalla(tmp_path / "data")
+    root = tiny_gowalla
     out = tmp_path / "run"
     (out).mkdir()
     (out / "refit.pt").write_bytes(b"an earlier run's")  # would read as this run's refit
@@ -135,8 +124,8 @@ def test_train_recommend_interrupted_after_an_evaluation_saves_best_weights_and_
     assert cmd.segments() == []
 
 
-def test_train_recommend_interrupted_before_an_evaluation_says_nothing_was_saved(tmp_path):
-    root = _gowalla(tmp_path / "data")
+def test_train_recommend_interrupted_before_an_evaluation_says_nothing_was_saved(tmp_path, tiny_gowalla):
+    root = tiny_gowalla
     out = tmp_path / "run"
     cmd = Command(["train", "recommend", "--data-root", str(root), "--epochs", "1000000", "--minutes", "2",
                    "--eval-every", "1000000", "--dim", "8", "--no-refit", "--no-progress", "--out", str(out)],

@@ -12,22 +12,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 from click.testing import CliRunner
 
 from graphrl.cli import main
-
-
-def _gowalla(root: Path) -> Path:
-    """A tiny Gowalla-format data set (40 users, 30 items) under ``root/gowalla``; returns ``root``."""
-    rng = np.random.default_rng(0)
-    folder = root / "gowalla"
-    folder.mkdir(parents=True)
-    rows = [(u, rng.choice(30, size=8, replace=False)) for u in range(40)]
-    (folder / "train.txt").write_text("".join(" ".join(map(str, [u, *i[:6]])) + "\n" for u, i in rows))
-    (folder / "test.txt").write_text("".join(" ".join(map(str, [u, *i[6:]])) + "\n" for u, i in rows))
-    return root
 
 
 def _root_cannot_write(folder: str) -> bool:
@@ -67,8 +55,8 @@ def _refused(args: list[str], option: str, path: Path) -> None:
     assert seconds < 1.0, f"refused only after {seconds:.1f} s: {result.output}"
 
 
-def test_train_recommend_refuses_an_unwritable_out_before_training(tmp_path, unwritable):
-    root = _gowalla(tmp_path / "data")
+def test_train_recommend_refuses_an_unwritable_out_before_training(tmp_path, tiny_gowalla, unwritable):
+    root = tiny_gowalla
     args = ["train", "recommend", "--data-root", str(root), "--epochs", "2", "--dim", "8", "--no-progress",
             "--out", str(unwritable)]
     _refused(args, "--out", unwritable)
