@@ -94,8 +94,8 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_train_recommend_interrupted_after_an_evaluation_saves_best_weights_and_the_curve(tmp_path, tiny_gowalla,
-                                                                                         signum):
+def test_train_recommend_interrupted_after_an_evaluation_saves_best_weights_and_the_curve(
+        tmp_path, tiny_gowalla, signum):
     import torch
 
     root = tiny_gowalla
