@@ -1,7 +1,7 @@
 """ThreadOwner: the rule that one writer is used by one thread at a time, enforced.
 
 A writer's staging buffers and open episode are plain Python state: two threads appending to one writer
-interleave their steps and lose or repeat some (40,012 of 40,000 in issue 32), with no error. The rule,
+interleave their steps and lose or repeat some, with no error. The rule,
 as Reverb's ``TrajectoryWriter`` (not thread-safe: one per thread): the first thread that writes owns the
 writer; a call from another thread raises ``RuntimeError`` naming both threads. Ownership passes when the
 owner calls ``release()`` (the writer's ``release_thread``), or when the owner thread has ended (a writer

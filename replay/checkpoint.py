@@ -9,9 +9,8 @@ Layout of a checkpoint folder ``path/``::
                              counts that tie the parts together (`replay.checkpoint_invariants`), sealed
                              with the sha256 of its own content (`replay._files.seal`)
         attrs                settings (spec, capacity, shards, selector, rate limiter, ...), rate-limiter
-                             counters, global sequence and shard loads, per-shard meta (write_pos,
-                             n_records, holes), selector max priority and RNG state, incarnation,
-                             store id and lineage (the issuers of keys it accepts)
+                             counters, sequence, shard loads and meta, selector max priority and RNG,
+                             incarnation, store id and lineage (the issuers of keys it accepts)
         shard{i}/{field}     live steps of shard i in position order, [n_live, *field_shape]
         shard{i}/steps       their record id, commit sequence and flags, int64 [n_live, 3]
         shard{i}/records     live episode records, int64 [E, 4]

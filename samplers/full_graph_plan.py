@@ -51,6 +51,14 @@ from graphrl.kernels.prefetch import prefetch
 from graphrl.kernels.team import parallel_for
 from graphrl.memory import MemoryBudgetError, Tier
 from graphrl.threads import team_size
+from samplers.kernels.cpu.partition import (
+    compact_chunks,
+    distinct_chunks,
+    fill_columns,
+    merge_chunks,
+    number_sources,
+    remap_partitions,
+)
 
 __all__ = ["ALIGN", "DEFAULT_CACHE_SHARE", "PartitionPlan", "PlanCache", "PlanPart", "arena_offsets",
            "locality_order", "plan_propagation"]
@@ -625,57 +633,6 @@ def _plan(ctx, indptr, indices, order, width, row_bytes, budget, slot, owner, de
                             note=f"no partitioning of width {width} fits {budget} device bytes")
 
 
-@nb.njit(nogil=True, cache=True)
-def _distinct_chunks(lo, hi, indices, rows, starts, c0, c1, bits, out, counts):  # pragma: no cover
-    """Distinct sources of chunks ``c0..c1-1`` (rows ``rows[c]:rows[c+1]``), in first-seen order, into
-    ``out[starts[c]:]``; ``counts[c]`` their number. ``bits`` (int64 [N/64 + 1], zeros) is scratch,
-    left zero."""
-    for c in range(c0, c1):
-        top = starts[c]
-        for p in range(rows[c], rows[c + 1]):
-            for e in range(lo[p], hi[p]):
-                u = indices[e]
-                m = np.int64(1) << (u & 63)
-                if bits[u >> 6] & m == 0:
-                    bits[u >> 6] |= m
-                    out[top] = u
-                    top += 1
-        counts[c] = top - starts[c]
-        for j in range(starts[c], top):
-            u = out[j]
-            bits[u >> 6] = 0
-
-
-@nb.njit(nogil=True, cache=True)
-def _merge_chunks(starts, counts, c0, c1, bits, out):  # pragma: no cover - compiled
-    """Merge the first-seen lists of chunks ``c0..c1-1`` (one range) in place at ``out[starts[c0]:]``:
-    the range's first-seen order. Returns their number; ``bits`` (zeros) is left zero."""
-    top = starts[c0]
-    for c in range(c0, c1):
-        for j in range(starts[c], starts[c] + counts[c]):
-            u = out[j]
-            m = np.int64(1) << (u & 63)
-            if bits[u >> 6] & m == 0:
-                bits[u >> 6] |= m
-                out[top] = u
-                top += 1
-    for j in range(starts[c0], top):
-        u = out[j]
-        bits[u >> 6] = 0
-    return top - starts[c0]
-
-
-@nb.njit(nogil=True, cache=True)
-def _compact(out, starts, counts, uniq, offsets):  # pragma: no cover - compiled
-    top = 0
-    for i in range(counts.shape[0]):
-        offsets[i] = top
-        for j in range(starts[i], starts[i] + counts[i]):
-            uniq[top] = out[j]
-            top += 1
-    offsets[counts.shape[0]] = top
-
-
 def _groups(work: np.ndarray, parts: int) -> np.ndarray:
     """Boundaries of at most ``parts`` consecutive groups of items of about equal ``work``."""
     m = work.shape[0]
@@ -727,7 +684,7 @@ def _distinct(ctx, lo, hi, indices, bounds, n, whole=False):
     groups = _groups(np.diff(ends[rows]), 4 * threads)
 
     def run(g):
-        _distinct_chunks(lo, hi, indices, rows, starts, groups[g], groups[g + 1], np.zeros(words, np.int64),
+        distinct_chunks(lo, hi, indices, rows, starts, groups[g], groups[g + 1], np.zeros(words, np.int64),
                          out, counts)
 
     _parallel(run, groups.shape[0] - 1, threads)
@@ -737,7 +694,7 @@ def _distinct(ctx, lo, hi, indices, bounds, n, whole=False):
 
         def merge(j):
             i = int(multi[j])
-            part[i] = _merge_chunks(starts, counts, first[i], first[i + 1], np.zeros(words, np.int64), out)
+            part[i] = merge_chunks(starts, counts, first[i], first[i + 1], np.zeros(words, np.int64), out)
 
         _parallel(merge, multi.shape[0], threads)
         rc = counts[first[:-1]].copy()
@@ -745,7 +702,7 @@ def _distinct(ctx, lo, hi, indices, bounds, n, whole=False):
         starts, counts = starts[first[:-1]], rc
     uniq = np.empty(int(counts.sum()), indices.dtype)
     offsets = np.empty(k + 1, np.int64)
-    _compact(out, starts, counts, uniq, offsets)
+    compact_chunks(out, starts, counts, uniq, offsets)
     ctx.store["scratch"] = out
     return uniq, offsets
 
@@ -817,43 +774,6 @@ def _align_all(n: np.ndarray) -> np.ndarray:
     return -(-n // ALIGN) * ALIGN
 
 
-@nb.njit(nogil=True, cache=True)
-def _number(uniq, j0, j1, slot_of, stream, s0):  # pragma: no cover - compiled
-    """Number one partition's streamed sources (``slot_of[u] = -2 - i`` for the i-th, first-seen order)
-    into ``stream[s0:]``; returns how many of its sources are cached (``slot_of >= 0``)."""
-    s = s0
-    hits = 0
-    for j in range(j0, j1):
-        u = uniq[j]
-        if slot_of[u] < 0:
-            slot_of[u] = -2 - (s - s0)
-            stream[s] = u
-            s += 1
-        else:
-            hits += 1
-    return hits
-
-
-@nb.njit(nogil=True, cache=True)
-def _fill(indices, e0, e1, slot_of, first, cols):  # pragma: no cover - compiled
-    """Local columns of entries ``e0..e1-1`` (in plan order): the cache slot, or ``first + i`` for the
-    i-th streamed source."""
-    for e in range(e0, e1):
-        t = slot_of[indices[e]]
-        cols[e] = t if t >= 0 else first + (-2 - t)
-
-
-@nb.njit(nogil=True, cache=True)
-def _remap(indices, bounds, uniq, offsets, i0, i1, ends, s_offsets, slot_of, base, max_stream, cols, stream,
-           cache_reads):  # pragma: no cover - compiled
-    """`_number` and `_fill` partitions ``i0..i1-1`` with one scratch ``slot_of`` (left as it came)."""
-    for i in range(i0, i1):
-        cache_reads[i] = _number(uniq, offsets[i], offsets[i + 1], slot_of, stream, s_offsets[i])
-        _fill(indices, ends[bounds[i]], ends[bounds[i + 1]], slot_of, base + (i % 2) * max_stream, cols)
-        for j in range(s_offsets[i], s_offsets[i + 1]):
-            slot_of[stream[j]] = -1
-
-
 def _finish(ctx, lay: _Layout, indices: np.ndarray, weights: np.ndarray) -> PartitionPlan:
     """The local CSRs and streamed sources of every partition of ``lay``: the plan."""
     if lay.whole:  # one partition, no cache: the same arrays at any width
@@ -895,20 +815,20 @@ def _local(ctx, lay, indices, weights):
         groups = _groups(ends[bounds[1:]] - ends[bounds[:-1]], 4 * threads)
 
         def run(g):
-            _remap(indices, bounds, lay.uniq, lay.offsets, groups[g], groups[g + 1], ends, s_offsets,
-                   slot_of.copy(), base, ms, cols, stream, cache_reads)
+            remap_partitions(indices, bounds, lay.uniq, lay.offsets, groups[g], groups[g + 1], ends,
+                             s_offsets, slot_of.copy(), base, ms, cols, stream, cache_reads)
 
         _parallel(run, groups.shape[0] - 1, threads)
     else:  # few large partitions: number each, then fill its rows in parallel chunks
         rows, first, _ = _chunks(lo, hi, bounds, threads, ctx.min_chunk)
         for i in range(k):
-            cache_reads[i] = _number(lay.uniq, lay.offsets[i], lay.offsets[i + 1], slot_of, stream,
+            cache_reads[i] = number_sources(lay.uniq, lay.offsets[i], lay.offsets[i + 1], slot_of, stream,
                                      s_offsets[i])
             fst = base + (i % 2) * ms
             c0 = int(first[i])
 
             def run(c, c0=c0, fst=fst):
-                _fill(indices, ends[rows[c0 + c]], ends[rows[c0 + c + 1]], slot_of, fst, cols)
+                fill_columns(indices, ends[rows[c0 + c]], ends[rows[c0 + c + 1]], slot_of, fst, cols)
 
             _parallel(run, int(first[i + 1]) - c0, threads)
             slot_of[stream[s_offsets[i]:s_offsets[i + 1]]] = -1
