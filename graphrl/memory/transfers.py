@@ -161,7 +161,7 @@ class Transfers:
             return True
         return self.cuda and host.is_pinned()
 
-    def _count(self, host: torch.Tensor, nbytes: int) -> None:
+    def _count(self, host: torch.Tensor) -> None:
         if self.is_pinned(host):
             self.counts.pinned_transfers += 1
         else:
@@ -170,20 +170,24 @@ class Transfers:
     def h2d(self, dst: torch.Tensor, src: torch.Tensor) -> None:
         """``dst.copy_(src)``: host ``src`` to device ``dst``, asynchronous on the current stream with CUDA.
 
-        Issue it inside ``use(stream)`` to run it on a side stream.
+        ``dst`` and ``src`` are tensors of one shape and dtype (any), ``dst`` on the device, ``src`` on the
+        host; their bytes count in ``host_to_device_bytes``. Issue it inside ``use(stream)`` to run it on a
+        side stream. Raises torch's ``RuntimeError`` for tensors that do not match.
         """
         nbytes = src.numel() * src.element_size()
-        self._count(src, nbytes)
+        self._count(src)
         self.counts.host_to_device_bytes += nbytes
         dst.copy_(src, non_blocking=self.cuda)
 
     def d2h(self, dst: torch.Tensor, src: torch.Tensor) -> None:
         """``dst.copy_(src)``: device ``src`` to host ``dst``, asynchronous on the current stream with CUDA.
 
-        The host may read ``dst`` only after waiting for an event recorded after this copy.
+        Tensors of one shape and dtype, ``dst`` on the host; bytes count in ``device_to_host_bytes``. The
+        host may read ``dst`` only after waiting for an event recorded after this copy. Raises torch's
+        ``RuntimeError`` for tensors that do not match.
         """
         nbytes = src.numel() * src.element_size()
-        self._count(dst, nbytes)
+        self._count(dst)
         self.counts.device_to_host_bytes += nbytes
         dst.copy_(src, non_blocking=self.cuda)
 
