@@ -24,6 +24,7 @@ import click
 
 import graphrl
 from graphrl.cli_checks import writable_folder
+from graphrl.cli_partition import partition
 from graphrl.cli_train import train
 from graphrl.interrupts import Interrupted, interrupts
 from graphrl.memory import parse_size
@@ -588,6 +589,7 @@ def gc(dry_run: bool) -> None:
 
 
 main.add_command(train)
+main.add_command(partition)
 
 if __name__ == "__main__":  # pragma: no cover
     main()
