@@ -1,4 +1,4 @@
-"""GF-CF: a training-free graph-filter recommender (one normalised item-item filter plus an ideal low-pass).
+"""Training-free graph-filter recommenders: GF-CF and ChebyCF.
 
 GF-CF scores every item for a user as ``r_u R~^T R~ + alpha * r_u D_I^-1/2 V_k V_k^T D_I^1/2``, where
 ``R~ = D_U^-1/2 R D_I^-1/2`` is the degree-normalised user-item matrix and V_k its top-k right singular
@@ -6,14 +6,21 @@ vectors (one truncated SVD: `torch.svd_lowrank`, randomised with power iteration
 `scipy.sparse.linalg.svds`). There is nothing to train: `GFCF.fit` is the
 normalisation and the SVD; `GFCF.scores` is two sparse products and two thin dense ones per user batch.
 
+ChebyCF (`ChebyCF`) replaces the linear filter with a degree-K Chebyshev interpolation of a plateau
+low-pass on the item-item Laplacian ``L = I - R~^T R~`` (K sparse double products per user batch), adds the
+same ideal-pass term, and wraps both in an item-degree normalisation ``D_I^-beta (.) D_I^beta``.
+
 Usage::
 
     model = GFCF.fit(train_csr, num_items, k=256, alpha=0.3)   # train_csr: per-user item CSR
     evaluate_ranking(model.scores, train_csr, test_csr, k=20)
+    model = ChebyCF.fit(train_csr, num_items, order=8, flatness=1.5, ideal_k=512, ideal_weight=0.2,
+                        degree_power=0.4)
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,9 +28,10 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 import torch
 
+from graphrl.kernels.spmm import csr_spmm_parallel
 from graphrl.nn.interaction_matrix import lowrank_svd, normalized_interactions
 
-__all__ = ["GFCF"]
+__all__ = ["GFCF", "ChebyCF", "chebyshev_coefficients", "plateau_targets"]
 
 
 @dataclass(eq=False)
@@ -125,4 +133,216 @@ class GFCF:
         with np.errstate(divide="ignore"):
             back = np.where(self.item_scale > 0, 1.0 / self.item_scale, 0.0).astype(np.float32)
         out = linear + self.alpha * (low * back[None, :])
+        return torch.from_numpy(np.ascontiguousarray(out, dtype=np.float32))
+
+
+def plateau_targets(order: int, flatness: float) -> np.ndarray:
+    """ChebyCF's target response at its ``order + 1`` interpolation points, low frequencies first.
+
+    Point j (0..K) is ``x_j = cos(pi (K - j) / K)`` rounded to 3 decimals (-1 is the lowest frequency of the
+    rescaled Laplacian); the target is ``0.5 + 0.5 |x|^phi`` for ``x < 0`` and ``0.5 - 0.5 x^phi`` otherwise,
+    rounded to 3 decimals: 1 at the low end, 0 at the high end, flatter near both ends as ``phi`` grows.
+
+    Parameters
+    ----------
+    order : int
+        K >= 1.
+    flatness : float
+        phi > 0.
+
+    Returns
+    -------
+    np.ndarray, float64, shape [K + 1]
+
+    Raises
+    ------
+    ValueError
+        ``order`` < 1 or ``flatness`` <= 0.
+
+    References
+    ----------
+    Kim et al., "Graph Spectral Filtering with Chebyshev Interpolation for Recommendation" (SIGIR 2025).
+    """
+    if isinstance(order, bool) or int(order) != order or order < 1:
+        raise ValueError(f"order must be an int >= 1, got {order!r}")
+    if not flatness > 0:
+        raise ValueError(f"flatness must be > 0, got {flatness!r}")
+    x = np.round(np.cos((order - np.arange(order + 1)) / order * np.pi), 3)
+    out = np.where(x < 0, 0.5 + 0.5 * np.abs(x) ** flatness, 0.5 - 0.5 * np.abs(x) ** flatness)
+    return np.round(out, 3)
+
+
+def chebyshev_coefficients(order: int, flatness: float) -> np.ndarray:
+    """Coefficients ``c_0..c_K`` of ChebyCF's filter ``sum_k c_k T_k(x)`` on the rescaled spectrum [-1, 1].
+
+    Chebyshev interpolation (Mason and Handscomb, "Chebyshev Polynomials", 2003, ch. 6) through the K + 1
+    Chebyshev nodes of the first kind ``cos(pi (K + 1.5 - j) / (K + 1))``, j = 1..K+1 (increasing), with
+    values `plateau_targets` in the same order: ``c_k = 2 / (K + 1) sum_j f_j T_k(x_j)``, ``c_0`` halved.
+
+    Parameters
+    ----------
+    order, flatness
+        As in `plateau_targets`.
+
+    Returns
+    -------
+    np.ndarray, float64, shape [K + 1]
+
+    Raises
+    ------
+    ValueError
+        As `plateau_targets`.
+    """
+    target = plateau_targets(order, flatness)
+    nodes = np.cos((order + 1.5 - np.arange(1, order + 2)) / (order + 1) * np.pi)
+    coeffs = np.polynomial.chebyshev.chebvander(nodes, order).T @ target * (2.0 / (order + 1))
+    coeffs[0] /= 2
+    return coeffs
+
+
+@dataclass(eq=False)
+class ChebyCF:
+    """A fitted ChebyCF model (use `ChebyCF.fit`).
+
+    A user's scores are ``(sum_k c_k T_k(L~) s + w V_k V_k^T s) * d_I^beta`` with ``s = r_u * d_I^-beta``
+    (row vectors read as columns), ``L~ = I - 2 R~^T R~`` the item Laplacian rescaled to [-1, 1] and V_k the
+    top right singular vectors of R~.
+
+    Attributes
+    ----------
+    interactions : scipy.sparse.csr_matrix, float32, shape [U, I]
+        The binary training matrix R.
+    normalized : scipy.sparse.csr_matrix, float32, shape [U, I]
+        ``R~ = D_U^-1/2 R D_I^-1/2``.
+    normalized_t : scipy.sparse.csr_matrix, float32, shape [I, U]
+        ``R~^T``.
+    coeffs : np.ndarray, float64, shape [K + 1]
+        `chebyshev_coefficients`.
+    vt : np.ndarray, float32, shape [k, I]
+        Top-k right singular vectors of R~ (k = 0 without the ideal-pass term).
+    ideal_weight : float
+        w.
+    pre_scale, post_scale : np.ndarray, float32, shape [I]
+        ``d_I^-beta`` and ``d_I^beta`` (0 for items without interactions).
+
+    References
+    ----------
+    Kim et al., "Graph Spectral Filtering with Chebyshev Interpolation for Recommendation" (SIGIR 2025);
+    on Gowalla the authors use K = 8, phi = 1.5, k = 512, w = 0.2, beta = 0.4.
+    """
+
+    interactions: sp.csr_matrix
+    normalized: sp.csr_matrix
+    normalized_t: sp.csr_matrix
+    coeffs: np.ndarray
+    vt: np.ndarray
+    ideal_weight: float
+    pre_scale: np.ndarray
+    post_scale: np.ndarray
+
+    @classmethod
+    def fit(cls, train: tuple[np.ndarray, np.ndarray], num_items: int, order: int = 8, flatness: float = 1.5,
+            ideal_k: int = 512, ideal_weight: float = 0.2, degree_power: float = 0.4, seed: int = 0,
+            oversample: int = 64, power_iters: int = 6) -> ChebyCF:
+        """Normalise the training matrix, take its top-``ideal_k`` right singular vectors, fix the filter.
+
+        Parameters
+        ----------
+        train : tuple[np.ndarray, np.ndarray]
+            Per-user item CSR ``(indptr int64 [U + 1], items int64 [M])``, item ids in [0, num_items).
+        num_items : int
+            I.
+        order : int
+            K >= 1, the Chebyshev degree (K double sparse products per scored batch).
+        flatness : float
+            phi > 0 (`plateau_targets`).
+        ideal_k : int
+            Singular vectors of the ideal-pass term, 0 <= k < min(U, I); 0 drops the term.
+        ideal_weight : float
+            w >= 0.
+        degree_power : float
+            beta >= 0.
+        seed, oversample, power_iters : int
+            The randomised SVD's (`graphrl.nn.interaction_matrix.lowrank_svd`).
+
+        Returns
+        -------
+        ChebyCF
+
+        Raises
+        ------
+        ValueError
+            A setting out of range, or an item id outside [0, num_items).
+        """
+        num_users = train[0].size - 1
+        coeffs = chebyshev_coefficients(order, flatness)
+        top = min(num_users, num_items)
+        if isinstance(ideal_k, bool) or int(ideal_k) != ideal_k or not 0 <= ideal_k < top:
+            raise ValueError(f"ideal_k must be an int in [0, min(U, I) = {top}), got {ideal_k!r}")
+        if not ideal_weight >= 0:
+            raise ValueError(f"ideal_weight must be >= 0, got {ideal_weight!r}")
+        if not degree_power >= 0:
+            raise ValueError(f"degree_power must be >= 0, got {degree_power!r}")
+        m = normalized_interactions(train, num_items)
+        norm = sp.csr_matrix(m.normalized, dtype=np.float32)
+        if ideal_k > 0:
+            vt = lowrank_svd(m.normalized, ideal_k, seed=seed, oversample=oversample,
+                             power_iters=power_iters)[1].T
+        else:
+            vt = np.zeros((0, num_items))
+        d_i = np.asarray(m.interactions.sum(axis=0)).ravel()
+        pre = np.where(d_i > 0, np.maximum(d_i, 1.0) ** -degree_power, 0.0)
+        post = np.where(d_i > 0, np.maximum(d_i, 1.0) ** degree_power, 0.0)
+        return cls(interactions=sp.csr_matrix(m.interactions, dtype=np.float32), normalized=norm,
+                   normalized_t=sp.csr_matrix(norm.T), coeffs=coeffs,
+                   vt=np.ascontiguousarray(vt, dtype=np.float32), ideal_weight=float(ideal_weight),
+                   pre_scale=pre.astype(np.float32), post_scale=post.astype(np.float32))
+
+    def signal(self, users: torch.Tensor) -> np.ndarray:
+        """The users' degree-normalised interaction rows ``r_u * d_I^-beta``: float32 [B, I] for int64 [B]."""
+        return (self.interactions[users.numpy()].toarray() * self.pre_scale[None, :]).astype(np.float32)
+
+    def terms(self, signal: np.ndarray, order: int) -> Iterator[np.ndarray]:
+        """Yield ``T_k(L~) s`` for k = 0..order, each float32 [I, B], for a float32 [B, I] ``signal``.
+
+        The three-term recurrence ``T_{k+1} = 2 L~ T_k - T_{k-1}``; each ``L~ x = x - 2 R~^T (R~ x)`` is
+        two parallel CSR products (`graphrl.kernels.spmm`) with the batch as columns.
+        """
+        rows = np.empty((self.normalized.shape[0], signal.shape[0]), np.float32)
+        a, b = self.normalized, self.normalized_t
+
+        def lap(x: np.ndarray) -> np.ndarray:
+            y = np.empty_like(x)
+            csr_spmm_parallel(a.indptr, a.indices, a.data, x, rows)
+            csr_spmm_parallel(b.indptr, b.indices, b.data, rows, y)
+            return x - 2.0 * y
+
+        prev = np.ascontiguousarray(signal.T, dtype=np.float32)
+        yield prev
+        if order >= 1:
+            cur = lap(prev)
+            yield cur
+            for _ in range(2, order + 1):
+                prev, cur = cur, 2.0 * lap(cur) - prev
+                yield cur
+
+    def scores(self, users: torch.Tensor) -> torch.Tensor:
+        """ChebyCF scores of every item for ``users``.
+
+        Parameters
+        ----------
+        users : torch.Tensor, int64, shape [B]
+
+        Returns
+        -------
+        torch.Tensor, float32, shape [B, I]
+        """
+        s = self.signal(users)
+        acc = np.zeros((s.shape[1], s.shape[0]), np.float32)
+        for c, t in zip(self.coeffs, self.terms(s, self.coeffs.size - 1), strict=True):
+            acc += np.float32(c) * t
+        out = acc.T
+        if self.vt.shape[0]:
+            out += self.ideal_weight * ((s @ self.vt.T) @ self.vt)
+        out *= self.post_scale[None, :]
         return torch.from_numpy(np.ascontiguousarray(out, dtype=np.float32))
