@@ -2,13 +2,13 @@
 
 `gather_rows` copies rows ``[lo, hi)`` of a drawn window table (shard, absolute first position,
 real steps, offset in the window) out of the rings of all shards into the flat byte views of a
-staging slot, zeroes the padding and fills the mask, as `replay.windows.gather_fields` does for one
-shard (each run one ``memcpy``, streaming stores for large batches), without grouping the rows by
-shard first. The rings come as one sequence indexed ``shard * F + field`` (a tuple for one shard, a
-numba typed list for more). `BatchCopy` holds those sequences for a storage and runs the copy on
-the process's thread team (`graphrl.kernels.parallel_for`) when the batch is large enough that a
-second thread pays (chunks of at least ``_CHUNK_BYTES`` of output). `replay.sampler.WindowSampler`
-uses it for host batches.
+staging slot, zeroes the padding and fills the mask, with the one CPU ring gather
+(`replay.windows.copy_window`, `replay.windows.mask_row`) as `replay.windows.gather_fields` uses it
+for one shard, without grouping the rows by shard first. The rings come as one sequence indexed
+``shard * F + field`` (a tuple for one shard, a numba typed list for more). `BatchCopy` holds those
+sequences for a storage and runs the copy on the process's thread team (`graphrl.kernels.parallel_for`)
+when the batch is large enough that a second thread pays (chunks of at least ``_CHUNK_BYTES`` of
+output). `replay.sampler.WindowSampler` uses it for host batches.
 
 >>> copy = BatchCopy(storage)
 >>> copy.run(shard, first, n, dst, 0, b, flat, mask, length)
@@ -21,20 +21,12 @@ import os
 import numba as nb
 import numpy as np
 
-from graphrl.kernels import (
-    STREAM_THRESHOLD,
-    copy_bytes,
-    parallel_for,
-    prefetch_l2,
-    store_fence,
-    stream_bytes_nofence,
-    zero_bytes,
-)
+from graphrl.kernels import STREAM_THRESHOLD, parallel_for, prefetch_l2, store_fence
 from replay.storage import TrajectoryStorage
+from replay.windows import copy_window, mask_row
 
 __all__ = ["BatchCopy", "gather_rows"]
 
-_STREAM_PIECE = 1024  # runs shorter than this still go through memcpy (as replay.windows)
 _CHUNK_BYTES = 1 << 22  # output bytes per chunk of a threaded copy
 _PREFETCH_BYTES = 256  # windows of at most this many bytes get their first line prefetched
 
@@ -67,34 +59,9 @@ def gather_rows(
             if shard[b] != last:
                 last = shard[b]
                 src = rings[last * nf + j]
-            f = slots[b - lo]
-            k = n[b]
-            d = dst[b]
-            n1 = min(k, capacity - f)
-            base = b * length * rb
-            o = base + d * rb
-            nbytes = n1 * rb
-            if stream and nbytes >= _STREAM_PIECE:
-                stream_bytes_nofence(out, o, src, f * rb, nbytes)
-            elif nbytes > 0:
-                copy_bytes(out, o, src, f * rb, nbytes)
-            if k > n1:
-                nbytes = (k - n1) * rb
-                if stream and nbytes >= _STREAM_PIECE:
-                    stream_bytes_nofence(out, o + n1 * rb, src, 0, nbytes)
-                else:
-                    copy_bytes(out, o + n1 * rb, src, 0, nbytes)
-            if d > 0:
-                zero_bytes(out, base, d * rb)
-            if d + k < length:
-                zero_bytes(out, base + (d + k) * rb, (length - d - k) * rb)
+            copy_window(out, b * length * rb, src, rb, capacity, slots[b - lo], n[b], dst[b], length, stream)
     for b in range(lo, hi):
-        base = b * length
-        d = dst[b]
-        e = d + n[b]
-        mask[base : base + d] = False
-        mask[base + d : base + e] = True
-        mask[base + e : base + length] = False
+        mask_row(mask, b * length, n[b], dst[b], length)
     if stream:
         store_fence()
 

@@ -5,8 +5,8 @@
 runs level by level over all rows at once (each level's loads are independent, so the CPU overlaps
 their cache misses instead of waiting for one row's chain of 18), and is skipped for a *dense*
 count tree (every slot that holds a position is live: the leaf is ``floor(x)`` exactly, the
-descent's own answer). `window_rows` turns (shard, slot) into the window table of
-`replay.windows.window_bounds` from each shard's step and record index. `set_weights` writes
+descent's own answer). `window_rows` turns (shard, slot) into the window table from each shard's step
+and record index, each window's bounds from `replay.windows.window_of` (the one rule). `set_weights` writes
 priorities and the weight tree's leaves and recomputes the touched ancestors level by level.
 `importance_weights_into` is PER's importance-weight formula, the one implementation every path uses.
 `replay.table.Table` calls them with every shard lock held; they take arrays and return nothing
@@ -27,9 +27,9 @@ import numba as nb
 import numpy as np
 
 from replay.keys import BACK_BITS, INC_BITS, SHARD_BITS
+from replay.windows import window_of
 
 __all__ = [
-    "PAD_CODES",
     "accept_updates",
     "apply_updates",
     "draw_anchors",
@@ -41,9 +41,6 @@ __all__ = [
     "updates_valid",
     "window_rows",
 ]
-
-PAD_CODES = {"tail": 0, "head": 1}
-
 
 @nb.njit(cache=True, nogil=True)
 def draw_anchors(u, tree, size, filled, times, count, out_shard, out_slot, out_prob):  # pragma: no cover
@@ -137,9 +134,10 @@ def window_rows(
 
     ``steps[s]`` / ``records[s]``: shard s's step index ``[C, 3]`` and record ring ``[C, 4]`` (a
     tuple or a typed list); ``written[s]``: its write position at the draw. The outputs (int64 [B])
-    are the fields of `replay.table.META_FIELDS`; ``pad`` 0 tail, 1 head (`PAD_CODES`). ``o_keys``
-    (int64 [B], or empty for none) gets each window's key (`replay.keys.encode_keys` with
-    ``incarnation``). Returns the real steps of the rows written.
+    are the fields of `replay.table.META_FIELDS`, each window's bounds `replay.windows.window_of`'s;
+    ``pad`` 0 tail, 1 head (`replay.windows.PAD_CODES`). ``o_keys`` (int64 [B], or empty for none)
+    gets each window's key (`replay.keys.encode_keys` with ``incarnation``). Returns the real steps
+    of the rows written.
     """
     steps_total = 0
     inc_bits = (incarnation % (1 << INC_BITS)) << (SHARD_BITS + BACK_BITS)
@@ -157,19 +155,12 @@ def window_rows(
         start = r[rec[i], 1]
         end = start + r[rec[i], 2]
         row = row0 + i
+        first, n, dst = window_of(anchor, start, end, max(0, wp - capacity), length, pad)
         o_shard[row] = s
         o_anchor[row] = anchor
-        if pad == 0:
-            n = min(length, end - anchor)
-            o_first[row] = anchor
-            o_n[row] = n
-            o_dst[row] = 0
-        else:
-            lo = max(max(start, max(0, wp - capacity)), anchor - (length - 1))
-            n = anchor - lo + 1
-            o_first[row] = lo
-            o_n[row] = n
-            o_dst[row] = length - n
+        o_first[row] = first
+        o_n[row] = n
+        o_dst[row] = dst
         steps_total += n
         if with_keys:
             back = anchor - o_first[row]

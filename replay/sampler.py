@@ -131,10 +131,8 @@ class WindowSampler:
             meta, prob, table_size = self._draw_and_gather(b, length, pad, left, slot, target)
             if target is None:
                 window_mask(meta["n"], meta["dst"], length, out=slot.mask.numpy())
-            else:  # on the device, from the (small) window table
-                n_t, dst_t = (torch.from_numpy(meta[k]).to(target) for k in ("n", "dst"))
-                j = torch.arange(length, device=target)
-                torch.logical_and(j >= dst_t[:, None], j < (dst_t + n_t)[:, None], out=slot.mask)
+            else:  # made on the host by the same rule (B x L bools), one copy up
+                slot.mask.copy_(torch.from_numpy(window_mask(meta["n"], meta["dst"], length)))
             keys = self.table.keys(meta["shard"], meta["anchor"], meta["first"])
             self.limiter.sample(int(meta["n"].sum()))
             weights = (

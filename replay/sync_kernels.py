@@ -55,6 +55,7 @@ __all__ = [
     "mutex_lock",
     "mutex_lock_robust",
     "mutex_unlock",
+    "uint8_at",
 ]
 
 EOWNERDEAD = errno.EOWNERDEAD
@@ -157,6 +158,13 @@ def int64_at(addr, n):  # pragma: no cover - compiled
 
 
 _float64_ptr = _pointer_to(types.float64)
+_uint8_ptr = _pointer_to(types.uint8)
+
+
+@nb.njit(cache=True, inline="always")
+def uint8_at(addr, n):  # pragma: no cover - compiled
+    """A uint8 array of ``n`` bytes at ``addr`` (a view: no copy, no ownership)."""
+    return nb.carray(_uint8_ptr(addr), n)
 
 
 @nb.njit(cache=True, inline="always")

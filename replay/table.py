@@ -33,7 +33,7 @@ import torch
 from graphrl.memory import Region
 from replay._checks import check_keys
 from replay.commit_kernel import build_plan
-from replay.draw_kernels import PAD_CODES, accept_updates, draw_windows, updates_valid, window_rows
+from replay.draw_kernels import accept_updates, draw_windows, updates_valid, window_rows
 from replay.keys import MAX_INCARNATIONS, MAX_LINEAGE, MAX_SHARDS, check_issuer, encode_keys, new_store_id
 from replay.selector_state import EXHAUSTED, SelectorState
 from replay.selectors import Selector, check_initial_priority, check_priorities, priority_limit
@@ -42,6 +42,7 @@ from replay.shard_layout import EXHAUSTED as STEP_EXHAUSTED
 from replay.shard_layout import WRITE_POS
 from replay.storage import TrajectoryStorage
 from replay.transition_kernel import DRAWN, FAILED, STALE, sample_transitions, selector_words
+from replay.windows import PAD_CODES
 
 __all__ = ["META_FIELDS", "Table"]
 

@@ -62,12 +62,13 @@ from replay.rate_limiter import SAMPLES
 from replay.shard_layout import META_LEN, WRITE_POS
 from replay.sync_kernels import (
     cond_broadcast,
-    copy_at,
     float64_at,
     int64_at,
     mutex_lock_robust,
     mutex_unlock,
+    uint8_at,
 )
+from replay.windows import copy_window, mask_row
 
 __all__ = [
     "DRAWN",
@@ -149,32 +150,33 @@ def _draw_copy(
         c = slot[i]
         anchor = c + capacity * ((written[s] - 1 - c) // capacity)
         o_keys[i] = (anchor << (SHARD_BITS + BACK_BITS + INC_BITS)) | inc_bits | s
-        mask[i] = True
+        mask_row(mask, i, 1, 0, 1)
     for j in range(nf):  # constant row sizes copy with a move or two, not a memcpy call each
         rb = row_bytes[j]
-        d = dst[j]
+        out = uint8_at(dst[j], k * rb)
         if rb == 1:
-            _copy_rows(d, src, j * k, k, 1)
+            _copy_rows(out, src, j * k, k, 1)
         elif rb == 2:
-            _copy_rows(d, src, j * k, k, 2)
+            _copy_rows(out, src, j * k, k, 2)
         elif rb == 4:
-            _copy_rows(d, src, j * k, k, 4)
+            _copy_rows(out, src, j * k, k, 4)
         elif rb == 8:
-            _copy_rows(d, src, j * k, k, 8)
+            _copy_rows(out, src, j * k, k, 8)
         elif rb == 16:
-            _copy_rows(d, src, j * k, k, 16)
+            _copy_rows(out, src, j * k, k, 16)
         elif rb == 32:
-            _copy_rows(d, src, j * k, k, 32)
+            _copy_rows(out, src, j * k, k, 32)
         else:
-            _copy_rows(d, src, j * k, k, rb)
+            _copy_rows(out, src, j * k, k, rb)
     return live
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
-def _copy_rows(dst, src, at, k, rb):  # pragma: no cover - numba
-    """Copy ``rb`` bytes from each address ``src[at + i]`` to ``dst + i * rb``, for i < k."""
+def _copy_rows(out, src, at, k, rb):  # pragma: no cover - numba
+    """Window i of one step (its step at address ``src[at + i]``) into row i of ``out``, for i < k, with
+    the one CPU ring gather (`replay.windows.copy_window`, on a view of the step as a ring of one slot)."""
     for i in range(k):
-        copy_at(dst + i * rb, src[at + i], rb)
+        copy_window(out, i * rb, uint8_at(src[at + i], rb), rb, 1, 0, 1, 0, 1, False)
 
 
 def selector_words(

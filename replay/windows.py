@@ -15,10 +15,11 @@ positions, so in the ring they are one run of slots, or two when they wrap past 
 when the shard's write cursor sits inside an open episode, windows stop at the cursor, and when the
 ring has overwritten an episode's head, head-padded windows stop at the oldest step still stored.
 
-The gather copies each run of each window as one flat byte slice per field (``row_bytes * n``
-contiguous bytes, one ``memcpy``); when a gather writes at least `graphrl.kernels.STREAM_THRESHOLD`
-bytes, runs of ``_STREAM_PIECE`` bytes and more are copied with streaming stores
-(`graphrl.kernels.stream_bytes`), smaller batches keep ``memcpy`` and stay in cache for the learner.
+Each rule has one home here: `window_of` (numba, one window) gives a window's bounds, and the draw
+kernel (`replay.draw_kernels.window_rows`) and `window_bounds` (arrays) call it; `copy_window` is the
+CPU ring gather (each run one ``memcpy``, or streaming stores for runs of ``_STREAM_PIECE`` bytes and
+more when a gather writes at least `graphrl.kernels.STREAM_THRESHOLD` bytes), which `gather_fields`,
+`replay.batch_kernels` and `replay.transition_kernel` call; `mask_row` writes a window's mask row.
 `WindowTable` lists windows drawn and not yet gathered. See docs/architecture.md#windows.
 
 References
@@ -46,15 +47,20 @@ from replay.keys import encode_keys
 
 __all__ = [
     "PADS",
+    "PAD_CODES",
     "WindowTable",
+    "copy_window",
     "gather_fields",
     "gather_windows",
+    "mask_row",
     "reference_gather",
     "window_bounds",
     "window_mask",
+    "window_of",
 ]
 
 PADS = ("tail", "head")
+PAD_CODES = {"tail": 0, "head": 1}  # the pad argument of the kernels (`window_of`)
 _STREAM_PIECE = 1024  # in a streamed batch, runs shorter than this still go through memcpy
 _NO_MASK = np.zeros(0, dtype=np.bool_)
 _CHUNK_BYTES = 1 << 22  # output bytes per chunk of a threaded gather
@@ -69,6 +75,8 @@ def window_bounds(
     pad: str,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Real steps of each window: its first position, its number of real steps, its offset in the window.
+
+    `window_of` (the one rule, which the draw kernel calls for each anchor) over arrays.
 
     Parameters
     ----------
@@ -100,23 +108,46 @@ def window_bounds(
     """
     if length < 1:
         raise ValueError(f"window length must be >= 1, got {length}")
-    anchor = np.asarray(anchor, dtype=np.int64)
-    if pad == "tail":
-        n = np.minimum(length, np.asarray(ep_end, dtype=np.int64) - anchor)
-        return anchor.copy(), n, np.zeros_like(anchor)
-    if pad == "head":
-        lo = np.maximum(np.maximum(np.asarray(ep_start, dtype=np.int64), floor), anchor - (length - 1))
-        n = anchor - lo + 1
-        return lo, n, length - n
-    raise ValueError(f"pad must be 'tail' or 'head', got {pad!r}")
+    if pad not in PAD_CODES:
+        raise ValueError(f"pad must be 'tail' or 'head', got {pad!r}")
+    anchor = np.ascontiguousarray(anchor, dtype=np.int64).reshape(-1)
+    shape = anchor.shape
+
+    def column(x: np.ndarray | int) -> np.ndarray:
+        return np.ascontiguousarray(np.broadcast_to(np.asarray(x, dtype=np.int64), shape))
+
+    out = np.empty((3, len(anchor)), dtype=np.int64)
+    _bounds(anchor, column(ep_start), column(ep_end), column(floor), length, PAD_CODES[pad], out)
+    return out[0], out[1], out[2]
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def window_of(anchor, start, end, floor, length, pad):  # pragma: no cover - numba
+    """``(first, n, dst)`` of one window (docs/architecture.md#windows): the one home of the rule.
+
+    ``anchor`` in ``[start, end)`` (its episode's first and one-past-last committed position), ``floor``
+    the oldest position still stored, ``length`` L, ``pad`` 0 tail, 1 head (`PAD_CODES`); all int64.
+    Tail: ``(anchor, min(L, end - anchor), 0)``; head: the window ends at the anchor and starts at
+    ``max(start, floor, anchor - L + 1)``, its real steps at the end (``dst = L - n``).
+    """
+    if pad == 0:
+        return anchor, min(length, end - anchor), anchor - anchor
+    lo = max(max(start, floor), anchor - (length - 1))
+    n = anchor - lo + 1
+    return lo, n, length - n
+
+
+@nb.njit(cache=True, nogil=True)
+def _bounds(anchor, start, end, floor, length, pad, out):  # pragma: no cover - numba
+    for b in range(anchor.shape[0]):
+        out[0, b], out[1, b], out[2, b] = window_of(anchor[b], start[b], end[b], floor[b], length, pad)
 
 
 def window_mask(n: np.ndarray, dst: np.ndarray, length: int, out: np.ndarray | None = None) -> np.ndarray:
     """``mask[b, j] = dst[b] <= j < dst[b] + n[b]``: bool [B, L], True for real steps.
 
-    Where a batch's mask is computed: `replay.sampler.WindowSampler` calls this for host batches (a GPU
-    batch evaluates the same formula on the device there; `gather_fields(mask=...)` can fill it in the
-    copy's own pass).
+    Every mask of a batch is `mask_row`'s: this (host batches of the general loop, and GPU batches,
+    whose mask is made here and copied up), and the gathers that fill it in the copy's own pass.
 
     Parameters
     ----------
@@ -134,35 +165,51 @@ def window_mask(n: np.ndarray, dst: np.ndarray, length: int, out: np.ndarray | N
     """
     if out is None:
         out = np.empty((len(n), length), dtype=np.bool_)
-    _fill_mask(np.asarray(n, dtype=np.int64), np.asarray(dst, dtype=np.int64), out)
+    if not out.flags.c_contiguous:
+        raise ValueError(f"window_mask: out must be C-contiguous, got strides {out.strides}")
+    _fill_mask(np.asarray(n, dtype=np.int64), np.asarray(dst, dtype=np.int64), out.reshape(-1), length)
     return out
 
 
+@nb.njit(cache=True, nogil=True, inline="always")
+def mask_row(mask, base, n, dst, length):  # pragma: no cover - numba
+    """``mask[base + j] = dst <= j < dst + n`` for ``j < length`` (one window's row of a flat mask)."""
+    for j in range(length):
+        mask[base + j] = dst <= j < dst + n
+
+
 @nb.njit(cache=True, nogil=True)
-def _fill_mask(n, dst, out):  # pragma: no cover - numba
-    for b in range(out.shape[0]):
-        lo = dst[b]
-        hi = lo + n[b]
-        for j in range(out.shape[1]):
-            out[b, j] = lo <= j < hi
+def _fill_mask(n, dst, out, length):  # pragma: no cover - numba
+    for b in range(n.shape[0]):
+        mask_row(out, b * length, n[b], dst[b], length)
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def copy_window(out, base, src, row_bytes, capacity, slot, n, dst, length, stream):  # pragma: no cover
+    """One window out of a ring: the CPU ring gather (every CPU copy of windows calls this).
+
+    ``src`` a field's ring as flat bytes (``capacity`` rows of ``row_bytes``), ``out`` flat bytes whose
+    window row starts at byte ``base``; the ``n`` real steps from ring slot ``slot`` (one run, or two
+    when they wrap past the ring's end: each one ``memcpy``, or streaming stores for runs of
+    ``_STREAM_PIECE`` bytes and more when ``stream``) go to steps ``dst .. dst + n - 1``; the other
+    steps of the ``length`` are zeroed.
+    """
+    n1 = min(n, capacity - slot)
+    o = base + dst * row_bytes
+    _copy(out, o, src, slot * row_bytes, n1 * row_bytes, stream)
+    if n > n1:
+        _copy(out, o + n1 * row_bytes, src, 0, (n - n1) * row_bytes, stream)
+    if dst > 0:
+        zero_bytes(out, base, dst * row_bytes)
+    if dst + n < length:
+        zero_bytes(out, base + (dst + n) * row_bytes, (length - dst - n) * row_bytes)
 
 
 @nb.njit(cache=True, nogil=True)
 def _gather(src, row_bytes, capacity, first_slot, n, dst, rows, length, out, stream):  # pragma: no cover
     for b in range(first_slot.shape[0]):
-        f = first_slot[b]
-        k = n[b]
-        d = dst[b]
-        n1 = min(k, capacity - f)
         base = rows[b] * length * row_bytes
-        o = base + d * row_bytes
-        _copy(out, o, src, f * row_bytes, n1 * row_bytes, stream)
-        if k > n1:
-            _copy(out, o + n1 * row_bytes, src, 0, (k - n1) * row_bytes, stream)
-        if d > 0:
-            zero_bytes(out, base, d * row_bytes)
-        if d + k < length:
-            zero_bytes(out, base + (d + k) * row_bytes, (length - d - k) * row_bytes)
+        copy_window(out, base, src, row_bytes, capacity, first_slot[b], n[b], dst[b], length, stream)
     if stream:
         store_fence()
 
@@ -188,9 +235,7 @@ def _gather_fields(
         _gather(srcs[j], row_bytes[j], capacity, first_slot, n, dst, rows, length, outs[j], stream)
     if mask.shape[0]:
         for b in range(first_slot.shape[0]):
-            base = rows[b] * length
-            for i in range(length):
-                mask[base + i] = dst[b] <= i < dst[b] + n[b]
+            mask_row(mask, rows[b] * length, n[b], dst[b], length)
 
 
 def gather_fields(
