@@ -1,0 +1,215 @@
+"""A group of partition owners behind one call: in this process, or as Ray actors.
+
+`LocalOwners` holds the P `PartitionOwner`s in this process (tests, one host); `RayOwners` runs each as
+a Ray actor (one engine with the Ray replay store, `replay.distributed`). Both answer `call`: one
+request per owner, all in flight at once, the results keyed by part, and count the requests, the
+bytes sent and received and the seconds waited (`OwnerStats`). An owner that died fails the call with
+`OwnerError` naming the part, as soon as the engine knows (a Ray actor's death is reported when its
+process exits, not at a timeout); `restart` builds the owner again from the folder.
+
+>>> owners = RayOwners("parts/", expect=graph_fingerprint(graph))   # doctest: +SKIP
+>>> owners.call("sample", {0: (dst0, 10, False, key, False), 2: (dst2, 10, False, key, False)})
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from graphrl.partition import PartitionError, load_book
+from samplers.distributed.owner import PartitionOwner
+
+__all__ = ["LocalOwners", "OwnerError", "OwnerStats", "RayOwners", "payload_bytes"]
+
+
+class OwnerError(RuntimeError):
+    """A partition owner died or failed a request; the message names the part ("partition owner 2").
+
+    Attributes
+    ----------
+    part : int
+        The owner's part.
+    """
+
+    def __init__(self, message: str, part: int) -> None:
+        super().__init__(message)
+        self.part = part
+
+
+@dataclass
+class OwnerStats:
+    """What a group's calls cost: requests, payload bytes each way (numpy arrays), seconds waited."""
+
+    requests: int = 0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    seconds: float = 0.0
+
+
+def payload_bytes(obj: Any) -> int:
+    """Bytes of the numpy arrays in ``obj`` (nested tuples, lists and dicts): what a request moves."""
+    if isinstance(obj, np.ndarray):
+        return int(obj.nbytes)
+    if isinstance(obj, (tuple, list)):
+        return sum(payload_bytes(x) for x in obj)
+    if isinstance(obj, dict):
+        return sum(payload_bytes(x) for x in obj.values())
+    return 0
+
+
+class _Owners:
+    """What both groups share: the book, the checks of a request, the stats."""
+
+    def __init__(self, folder: str, expect: str | None) -> None:
+        self.book = load_book(folder, expect)
+        self.folder = str(folder)
+        self.fingerprint = self.book.fingerprint
+        self.num_parts = self.book.num_parts
+        self.stats = OwnerStats()
+
+    def _check_parts(self, requests: Mapping[int, tuple]) -> None:
+        for p in requests:
+            if not 0 <= int(p) < self.num_parts:
+                raise ValueError(f"requests: part {p} outside [0, {self.num_parts})")
+
+    def _count(self, requests: Mapping[int, tuple], results: dict[int, Any], t0: float) -> dict[int, Any]:
+        self.stats.requests += len(requests)
+        self.stats.bytes_sent += payload_bytes(list(requests.values()))
+        self.stats.bytes_received += payload_bytes(list(results.values()))
+        self.stats.seconds += time.perf_counter() - t0
+        return results
+
+    def _checked(self, part: int, info: dict) -> dict:
+        if info["fingerprint"] != self.fingerprint:
+            raise PartitionError(f"partition owner {part} holds another graph than {self.folder}",
+                                 self.folder)
+        return info
+
+
+class LocalOwners(_Owners):
+    """The P owners of a partition folder, in this process.
+
+    Parameters
+    ----------
+    folder : str; expect : str or None (the graph fingerprint the folder must hold)
+
+    Raises
+    ------
+    graphrl.partition.PartitionError
+        A damaged folder or one of another graph.
+    """
+
+    def __init__(self, folder: str, expect: str | None = None) -> None:
+        super().__init__(folder, expect)
+        self.owners = [PartitionOwner(folder, p, self.fingerprint) for p in range(self.num_parts)]
+
+    def info(self, part: int) -> dict:
+        """`PartitionOwner.info` of one owner."""
+        return self.owners[part].info()
+
+    def call(self, method: str, requests: Mapping[int, tuple]) -> dict[int, Any]:
+        """``{part: owner.method(*args)}`` for each ``{part: args}`` of ``requests``.
+
+        Raises
+        ------
+        OwnerError
+            An owner raised (the part is named; the owner's error is the cause).
+        """
+        self._check_parts(requests)
+        t0 = time.perf_counter()
+        out = {}
+        for p, args in requests.items():
+            try:
+                out[p] = getattr(self.owners[p], method)(*args)
+            except Exception as e:
+                raise OwnerError(f"partition owner {p} ({self.folder}) failed {method}: {e}", p) from e
+        return self._count(requests, out, t0)
+
+    def restart(self, part: int) -> None:
+        """Build owner ``part`` again from the folder (verified)."""
+        self.owners[part] = PartitionOwner(self.folder, part, self.fingerprint)
+
+
+class RayOwners(_Owners):
+    """The P owners of a partition folder as Ray actors (``ray.init`` first).
+
+    Parameters
+    ----------
+    folder : str
+        A path every Ray node can read.
+    expect : str or None
+        The graph fingerprint the folder must hold.
+    actor_options : dict or None
+        ``ray.remote`` options of each owner (``num_cpus`` defaults to 0, so owners share CPUs with
+        trainers; ``resources`` or a ``scheduling_strategy`` place them on hosts).
+
+    Raises
+    ------
+    graphrl.partition.PartitionError
+        A damaged folder, or one of another graph (checked here and by every owner).
+    """
+
+    def __init__(self, folder: str, expect: str | None = None, actor_options: dict | None = None) -> None:
+        import ray
+
+        super().__init__(folder, expect)
+        self._ray = ray
+        self._options = {"num_cpus": 0, "max_restarts": 0, **(actor_options or {})}
+        self._actor = ray.remote(PartitionOwner)
+        self.actors = [self._start(p) for p in range(self.num_parts)]
+        infos = self._get({p: a.info.remote() for p, a in enumerate(self.actors)}, "info")
+        self.infos = [self._checked(p, infos[p]) for p in range(self.num_parts)]
+
+    def _start(self, part: int):
+        return self._actor.options(**self._options).remote(self.folder, part, self.fingerprint)
+
+    def info(self, part: int) -> dict:
+        """`PartitionOwner.info` of one owner (as it reported when started)."""
+        return self.infos[part]
+
+    def _get(self, refs: dict[int, Any], method: str) -> dict[int, Any]:
+        ray = self._ray
+        out = {}
+        pending = {ref: p for p, ref in refs.items()}
+        while pending:  # take results as they come, so the first failure surfaces at once
+            done, _ = ray.wait(list(pending), num_returns=1)
+            p = pending.pop(done[0])
+            try:
+                out[p] = ray.get(done[0])
+            except ray.exceptions.RayActorError as e:
+                pid = self.infos[p]["pid"] if hasattr(self, "infos") else "?"
+                raise OwnerError(f"partition owner {p} (Ray actor, pid {pid}, {self.folder}) died during "
+                                 f"{method}: restart it with restart({p})", p) from e
+            except ray.exceptions.RayTaskError as e:
+                raise OwnerError(f"partition owner {p} ({self.folder}) failed {method}: {e.cause!r}",
+                                 p) from e
+        return {p: out[p] for p in refs}
+
+    def call(self, method: str, requests: Mapping[int, tuple]) -> dict[int, Any]:
+        """``{part: owner.method(*args)}`` for each ``{part: args}`` of ``requests``, all in flight at once.
+
+        Raises
+        ------
+        OwnerError
+            An owner died (named as soon as Ray reports its process gone) or raised.
+        """
+        self._check_parts(requests)
+        t0 = time.perf_counter()
+        refs = {p: getattr(self.actors[p], method).remote(*args) for p, args in requests.items()}
+        return self._count(requests, self._get(refs, method), t0)
+
+    def restart(self, part: int) -> None:
+        """Start owner ``part`` again from the folder (verified); the old actor is killed if alive."""
+        self._ray.kill(self.actors[part], no_restart=True)
+        self.actors[part] = self._start(part)
+        info = self._get({part: self.actors[part].info.remote()}, "info")[part]
+        self.infos[part] = self._checked(part, info)
+
+    def close(self) -> None:
+        """Kill every owner actor."""
+        for a in self.actors:
+            self._ray.kill(a, no_restart=True)

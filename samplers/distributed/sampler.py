@@ -1,0 +1,155 @@
+"""`DistNeighborSampler`: neighbour sampling over a partitioned graph, identical to `NeighborSampler`.
+
+Each layer's frontier is split by owner (the partition book, `graphrl.partition.PartitionBook`), sent
+as one request per owner per layer (`samplers.distributed.owners`), drawn there by the sampling core
+(`samplers.distributed.core`), and put back in frontier order; the trainer relabels the layer as the
+whole-graph sampler does. Draws are keyed by (seed, call, layer, global node id) and a row's CSC
+positions, which owners keep, so for the same seed the n-th call returns the blocks `NeighborSampler`'s
+n-th call returns on the whole graph (uniform or weighted, with or without replacement). A call that
+fails (an owner died) does not advance the call counter: after `restart` the same batch comes again.
+See docs/architecture.md#partitioned-graphs.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from samplers._checks import check_fanouts, check_seed_and_replace, check_seeds
+from samplers.block import Block, Blocks
+from samplers.distributed.core import layer_key, relabel_sources
+
+__all__ = ["DistNeighborSampler", "split_by_owner"]
+
+
+def split_by_owner(ids: np.ndarray, node_part: np.ndarray) -> tuple[np.ndarray, dict[int, slice]]:
+    """Group ``ids`` by owner: the stable order that sorts them by part, and each part's slice of it."""
+    parts = node_part[ids]
+    order = np.argsort(parts, kind="stable")
+    bounds = np.searchsorted(parts[order], np.arange(int(node_part.max(initial=0)) + 2))
+    return order, {p: slice(int(bounds[p]), int(bounds[p + 1])) for p in range(bounds.shape[0] - 1)
+                   if bounds[p + 1] > bounds[p]}
+
+
+class DistNeighborSampler:
+    """Sample blocks from a partitioned graph through its owners.
+
+    Parameters
+    ----------
+    owners : samplers.distributed.LocalOwners or RayOwners
+        The owners of the partition folder.
+    fanouts : sequence of int
+        As `NeighborSampler` (outermost layer first, -1 takes every in-neighbour).
+    replace : bool
+        As `NeighborSampler`.
+    weighted : bool
+        Draw by the edge weights the folder holds (as ``NeighborSampler(weights=True)``).
+    seed : int or None
+        Seed of the random stream; ``None`` draws one from the OS.
+
+    Notes
+    -----
+    Requests per call: at most P per layer. Bytes per call: 8 per frontier node sent, 8 per row and 16
+    per sampled edge received. The trainer holds the book (4 bytes per node) and a relabelling map
+    (4 bytes per node). ``sampled_edges`` counts edges drawn; ``owners.stats`` the requests and bytes.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Bad fanouts or seed (as `NeighborSampler`); ``weighted`` on a folder without weights.
+
+    References
+    ----------
+    DistDGL (Zheng et al., IA3 2020): sampling requests routed to the partitions owning the frontier.
+    """
+
+    def __init__(self, owners, fanouts: Sequence[int], replace: bool = False, weighted: bool = False,
+                 seed: int | None = None) -> None:
+        fanouts = check_fanouts("fanouts", fanouts)
+        check_seed_and_replace(seed, replace)
+        if weighted and not owners.book.manifest["weighted"]:
+            raise ValueError(f"weighted=True, but partition folder {owners.folder} holds no edge weights")
+        self.owners = owners
+        self.book = owners.book
+        self.fanouts = [int(k) for k in fanouts]
+        self.replace = bool(replace)
+        self.weighted = bool(weighted)
+        self.seed = int(seed) if seed is not None else secrets.randbits(63)
+        self.sampled_edges = 0
+        self._calls = 0
+        self._node_map = np.full(self.book.num_nodes, -1, dtype=np.int32)
+        self._lock = threading.Lock()
+
+    @property
+    def num_layers(self) -> int:
+        """Number of layers (blocks per sample)."""
+        return len(self.fanouts)
+
+    def sample(self, seeds) -> Blocks:
+        """Sample blocks for ``seeds``, outermost layer first (as `NeighborSampler.sample`).
+
+        Parameters
+        ----------
+        seeds : torch.Tensor, integer, shape [B], in [0, N); duplicates kept
+
+        Returns
+        -------
+        Blocks
+            ``len(fanouts)`` blocks, equal to `NeighborSampler`'s for the same seed and call.
+
+        Raises
+        ------
+        TypeError, ValueError
+            Bad ``seeds`` (as `NeighborSampler.sample`).
+        samplers.distributed.OwnerError
+            An owner died or failed; the call counter is not advanced.
+        """
+        dst = check_seeds(seeds, self.book.num_nodes)
+        with self._lock:
+            blocks = self._sample(dst, self._calls)
+            self._calls += 1
+        self.sampled_edges += sum(b.num_edges for b in blocks)
+        return blocks
+
+    def _layer(self, dst: np.ndarray, fanout: int, key: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """out_indptr [D + 1], sources [nnz] and edge ids [nnz] of one layer, rows in the order of ``dst``."""
+        order, slices = split_by_owner(dst, self.book.node_part)
+        sorted_dst = dst[order]
+        requests = {p: (sorted_dst[s], fanout, self.replace, key, self.weighted) for p, s in slices.items()}
+        results = self.owners.call("sample", requests)
+        counts_sorted = np.zeros(dst.shape[0], dtype=np.int64)
+        for p, s in slices.items():
+            counts_sorted[s] = results[p][0]
+        counts = np.empty_like(counts_sorted)
+        counts[order] = counts_sorted
+        out_indptr = np.zeros(dst.shape[0] + 1, dtype=np.int64)
+        np.cumsum(counts, out=out_indptr[1:])
+        nnz = int(out_indptr[-1])
+        src = np.empty(nnz, dtype=np.int64)
+        eids = np.empty(nnz, dtype=np.int64)
+        starts_sorted = out_indptr[:-1][order]
+        for p, s in slices.items():
+            c, psrc, peid = results[p]
+            inner = np.zeros(c.shape[0] + 1, dtype=np.int64)
+            np.cumsum(c, out=inner[1:])
+            where = np.repeat(starts_sorted[s] - inner[:-1], c) + np.arange(inner[-1], dtype=np.int64)
+            src[where] = psrc
+            eids[where] = peid
+        return out_indptr, src, eids
+
+    def _sample(self, dst: np.ndarray, call: int) -> Blocks:
+        blocks = Blocks()
+        for layer in range(self.num_layers - 1, -1, -1):
+            out_indptr, src, eids = self._layer(dst, self.fanouts[layer], layer_key(self.seed, call, layer))
+            src_nodes, local = relabel_sources(dst, src, self._node_map)
+            src_t = torch.from_numpy(src_nodes)
+            blocks.append(Block(src_nodes=src_t, dst_nodes=src_t[: dst.shape[0]],
+                                indptr=torch.from_numpy(out_indptr), indices=torch.from_numpy(local),
+                                edge_ids=torch.from_numpy(eids)))
+            dst = src_nodes
+        blocks.reverse()
+        return blocks

@@ -1,0 +1,79 @@
+"""samplers.distributed on Ray: owners as actors give NeighborSampler's blocks; a killed owner is named
+within a second; an owner restarted from the folder lets sampling go on with no batch lost or short.
+
+One local Ray session serves the whole module (started here unless one is running, shut down after).
+The same code paths but Ray's run in-process in tests/samplers/test_dist_sampler.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from graphrl.datasets import synthetic_graph
+from graphrl.partition import PartitionError, graph_fingerprint, write_partitions
+from samplers import NeighborSampler
+from samplers.distributed import DistFeatureStore, DistNeighborSampler, OwnerError, RayOwners
+
+ray = pytest.importorskip("ray", reason="the Ray owners need ray: pip install 'graphrl[ray]'")
+pytestmark = pytest.mark.slow  # a Ray session and two owner processes: ~30 s on 2 cores
+
+N, E = 800, 8000
+
+
+@pytest.fixture(scope="module")
+def session():
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 configure_logging=False)
+    yield
+    if started:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def setup(session, tmp_path_factory):
+    graph = synthetic_graph(N, E, "powerlaw", seed=3)
+    path = tmp_path_factory.mktemp("ray") / "parts"
+    write_partitions(graph, path, 2, method="ldg", features=np.arange(N, dtype=np.float32)[:, None])
+    owners = RayOwners(str(path), expect=graph_fingerprint(graph))
+    yield graph, owners
+    owners.close()
+
+
+def _same(a, b) -> None:
+    for x, y in zip(a, b, strict=True):
+        for f in ("src_nodes", "indptr", "indices", "edge_ids"):
+            assert torch.equal(getattr(x, f), getattr(y, f)), f
+
+
+def test_ray_owners_sample_and_fetch(setup):
+    graph, owners = setup
+    seeds = torch.arange(0, N, 5)
+    _same(NeighborSampler(graph, [4, 3], seed=9).sample(seeds), DistNeighborSampler(owners, [4, 3], seed=9)
+          .sample(seeds))
+    assert DistFeatureStore(owners).fetch(torch.tensor([5, 1, 700]))[:, 0].tolist() == [5.0, 1.0, 700.0]
+    assert {owners.info(p)["part"] for p in range(2)} == {0, 1} and owners.stats.bytes_received > 0
+    with pytest.raises(PartitionError, match="another graph"):
+        RayOwners(owners.folder, expect=graph_fingerprint(synthetic_graph(N, E, seed=4)))
+
+
+def test_killed_owner_is_named_at_once_and_restart_goes_on(setup):
+    graph, owners = setup
+    ref = NeighborSampler(graph, [5, 5], seed=1)
+    dist = DistNeighborSampler(owners, [5, 5], seed=1)
+    seeds = torch.arange(0, N, 3)
+    _same(ref.sample(seeds), dist.sample(seeds))
+    os.kill(owners.info(1)["pid"], signal.SIGKILL)
+    t0 = time.perf_counter()
+    with pytest.raises(OwnerError, match=r"partition owner 1 \(Ray actor, pid \d+.*died") as err:
+        dist.sample(seeds)
+    assert time.perf_counter() - t0 < 1.0 and err.value.part == 1
+    owners.restart(1)
+    _same(ref.sample(seeds), dist.sample(seeds))  # the failed call is not lost: the same batch comes again
+    assert dist.sample(seeds)[0].num_edges == ref.sample(seeds)[0].num_edges

@@ -1,0 +1,112 @@
+"""samplers.distributed in this process: blocks identical to NeighborSampler, one request per owner per
+layer, the feature store's rows, cache and counters, and refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from graphrl.datasets import synthetic_graph
+from graphrl.graph import CSCGraph
+from graphrl.partition import PartitionError, graph_fingerprint, write_partitions
+from samplers import NeighborSampler
+from samplers.distributed import DistFeatureStore, DistNeighborSampler, LocalOwners, OwnerError
+
+N, E, P = 1500, 24000, 3
+
+
+@pytest.fixture(scope="module")
+def graph() -> CSCGraph:
+    g = synthetic_graph(N, E, "powerlaw", seed=2)  # hubs: rows above 64 and 4096 edges take other paths
+    rng = np.random.default_rng(0)
+    w = rng.random(E).astype(np.float32)
+    w[rng.random(E) < 0.2] = 0  # zero weights: never drawn
+    src = g.indices.numpy()[np.argsort(g.csc_edge_ids().numpy())]
+    dst = np.repeat(np.arange(N), np.diff(g.indptr.numpy()))[np.argsort(g.csc_edge_ids().numpy())]
+    return CSCGraph.from_edges(torch.from_numpy(src.astype(np.int64)), torch.from_numpy(dst), N,
+                               weights=torch.from_numpy(w))
+
+
+@pytest.fixture(scope="module")
+def owners(graph, tmp_path_factory) -> LocalOwners:
+    path = tmp_path_factory.mktemp("dist") / "parts"
+    feats = np.arange(N * 2, dtype=np.float32).reshape(N, 2)
+    write_partitions(graph, path, P, method="ldg", seed=1, features=feats, labels=np.arange(N) % 5)
+    return LocalOwners(str(path), expect=graph_fingerprint(graph))
+
+
+def _same(a, b) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        for f in ("src_nodes", "dst_nodes", "indptr", "indices", "edge_ids"):
+            assert torch.equal(getattr(x, f), getattr(y, f)), f
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("replace", [False, True])
+def test_blocks_equal_neighbor_sampler(graph, owners, weighted, replace):
+    fanouts = [4, -1, 6] if not replace else [4, 3, 6]
+    ref = NeighborSampler(graph, fanouts, replace=replace, weights=True if weighted else None, seed=11)
+    dist = DistNeighborSampler(owners, fanouts, replace=replace, weighted=weighted, seed=11)
+    rng = np.random.default_rng(3)
+    hubs = torch.argsort(graph.in_degrees(), descending=True)[:3]
+    for _ in range(3):  # successive calls continue the same stream
+        seeds = torch.cat([torch.from_numpy(rng.integers(0, N, 40)), hubs, hubs[:1]])  # a duplicate too
+        _same(ref.sample(seeds), dist.sample(seeds))
+    assert dist.sampled_edges == ref.sampled_edges > 0
+
+
+def test_one_request_per_owner_per_layer(graph, owners):
+    dist = DistNeighborSampler(owners, [3, 3], seed=0)
+    before = owners.stats.requests
+    seeds = torch.from_numpy(np.flatnonzero(owners.book.node_part == 1)[:5])  # one owner at layer 1
+    blocks = dist.sample(seeds)
+    touched = len(set(owners.book.node_part[blocks[0].dst_nodes.numpy()].tolist()))
+    assert owners.stats.requests - before == 1 + touched
+    assert dist.sample(torch.empty(0, dtype=torch.int64))[0].num_edges == 0
+
+
+def test_refusals(graph, owners, tmp_path):
+    with pytest.raises(ValueError, match="seeds"):
+        DistNeighborSampler(owners, [2]).sample(torch.tensor([N]))
+    with pytest.raises(ValueError, match="fanouts"):
+        DistNeighborSampler(owners, [])
+    plain = tmp_path / "plain"
+    write_partitions(synthetic_graph(50, 200), plain, 2, method="ldg")
+    with pytest.raises(ValueError, match="holds no edge weights"):
+        DistNeighborSampler(LocalOwners(str(plain)), [2], weighted=True)
+    with pytest.raises(ValueError, match="holds no features"):
+        DistFeatureStore(LocalOwners(str(plain)))
+    with pytest.raises(PartitionError, match="another graph"):
+        LocalOwners(str(plain), expect=graph_fingerprint(graph))
+    with pytest.raises(OwnerError, match="partition owner 0 .* failed rows"):
+        owners.call("rows", {0: (np.flatnonzero(owners.book.node_part == 1)[:1], "features")})
+
+
+def test_feature_store_rows_cache_and_counters(graph, owners):
+    store = DistFeatureStore(owners, cache_rows=50)
+    deg = graph.in_degrees().numpy()
+    assert store.cache_ids.shape[0] == 50 and deg[store.cache_ids].min() >= np.sort(deg)[-50]
+    ids = torch.cat([torch.from_numpy(store.cache_ids[:10]), torch.tensor([7, 7, 1499, 0])])
+    before = owners.stats.requests
+    rows = store.fetch(ids)
+    assert torch.equal(rows, torch.stack([2 * ids, 2 * ids + 1], 1).float())
+    assert store.stats.hits + store.stats.misses == 14 and store.stats.hits >= 10
+    parts = {int(owners.book.node_part[v]) for v in (7, 1499, 0) if v not in set(store.cache_ids.tolist())}
+    assert owners.stats.requests - before == store.stats.requests == len(parts)
+    missed = store.stats.misses
+    assert store.stats.bytes_moved == missed * 8 + missed * 8  # ids out (int64) and 2 float32 per row back
+    labels = DistFeatureStore(owners, "labels").fetch(torch.tensor([3, 9, 11]))
+    assert labels.tolist() == [3, 4, 1] and labels.dtype == torch.int64
+    assert 0 < store.stats.hit_rate < 1
+
+
+def test_restart_rebuilds_from_the_folder(graph, owners):
+    dist = DistNeighborSampler(owners, [5], seed=4)
+    seeds = torch.arange(0, N, 7)
+    first = dist.sample(seeds)
+    owners.restart(1)
+    ref = NeighborSampler(graph, [5], seed=4)
+    _same(ref.sample(seeds), first)
+    _same(ref.sample(seeds), dist.sample(seeds))
