@@ -7,12 +7,14 @@ from samplers.features import FeatureStore
 from samplers.full_graph import FullGraph
 from samplers.hetero import HeteroBlock, HeteroGraph, HeteroNeighborSampler
 from samplers.interop import PygSubgraph
+from samplers.labor import LaborSampler
 from samplers.link import LinkBatch, LinkSampler, bipartite_reverse_eids
 from samplers.loader import LinkLoader, LoadedLinkBatch, NeighborLoader, NodeBatch
 from samplers.neighbor import NeighborSampler
+from samplers.protocol import Sampler
 from samplers.pyg_sampler import PygSampler  # imports torch_geometric only when one is built
 
 __all__ = ["MAX_BATCH", "MAX_FANOUT", "Block", "Blocks", "DglSampler", "FeatureStore", "FullGraph",
-           "HeteroBlock", "HeteroGraph", "HeteroNeighborSampler", "LinkBatch", "LinkLoader", "LinkSampler",
-           "LoadedLinkBatch", "NeighborLoader", "NeighborSampler", "NodeBatch", "PygSampler", "PygSubgraph",
-           "bipartite_reverse_eids"]
+           "HeteroBlock", "HeteroGraph", "HeteroNeighborSampler", "LaborSampler", "LinkBatch", "LinkLoader",
+           "LinkSampler", "LoadedLinkBatch", "NeighborLoader", "NeighborSampler", "NodeBatch", "PygSampler",
+           "PygSubgraph", "Sampler", "bipartite_reverse_eids"]

@@ -40,6 +40,9 @@ class Block:
         Temporal sampling only: the time each source node carries (a destination's time is the time of
         the seed it serves; a sampled source takes the time of the row that drew it). The same node can
         appear more than once among the sources with different times. ``None`` otherwise.
+    edge_weights : torch.Tensor or None, float32, shape [nnz]
+        Weights the model should apply to the sampled edges (`samplers.LaborSampler` with importance
+        sampling or edge weights: each row's mean is 1, as DGL's ``edata["edge_weights"]``); else None.
     """
 
     src_nodes: torch.Tensor
@@ -48,6 +51,7 @@ class Block:
     indices: torch.Tensor
     edge_ids: torch.Tensor
     src_times: torch.Tensor | None = None
+    edge_weights: torch.Tensor | None = None
 
     @property
     def dst_times(self) -> torch.Tensor | None:

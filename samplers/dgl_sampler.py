@@ -35,6 +35,7 @@ from graphrl.graph import CSCGraph
 from samplers._optional import LazyBase
 from samplers.interop import block_to_dgl
 from samplers.neighbor import NeighborSampler
+from samplers.protocol import check_sampler
 
 __all__ = ["DglSampler"]
 
@@ -55,6 +56,11 @@ class DglSampler(LazyBase):
         Name of an edge feature of the sampled graph (float [E], non-negative) to draw neighbours
         proportionally to, as DGL's ``NeighborSampler(prob=...)``; edges of weight 0 are never drawn.
         None draws uniformly.
+    sampler : Sampler or None
+        A `samplers.Sampler` (a `LaborSampler`, say) over the `CSCGraph` of the DGL graph that will be
+        sampled (built as ``CSCGraph.from_edges(*g.edges(order="eid"), g.num_nodes())``, so the edge ids
+        agree); it then draws every batch and ``fanouts``, ``replace`` and ``prob`` are not used. None:
+        a `NeighborSampler` per DGL graph, built on first use.
 
     Raises
     ------
@@ -79,7 +85,7 @@ class DglSampler(LazyBase):
         return import_dgl().dataloading.Sampler
 
     def __init__(self, fanouts: Sequence[int] = (15, 10), replace: bool = False, seed: int = 0,
-                 prob: str | None = None) -> None:
+                 prob: str | None = None, *, sampler=None) -> None:
         if seed is None:
             raise TypeError("seed must be an int, got None (DglSampler batches are reproducible)")
         probe = NeighborSampler(CSCGraph.from_edges([], [], 1), fanouts, replace=replace, seed=seed)
@@ -89,6 +95,8 @@ class DglSampler(LazyBase):
         if prob is not None and not isinstance(prob, str):
             raise TypeError(f"prob must be the name of an edge feature (str) or None, got {prob!r}")
         self.prob = prob
+        self.fixed = None if sampler is None else check_sampler("sampler", sampler)
+        """The `Sampler` given to the constructor, or None."""
         self.output_device = None
         """None: blocks stay on the sampled graph's device (read by DGL's ``EdgePredictionSampler``)."""
         self.samplers: dict[int, tuple[tuple, NeighborSampler]] = {}
@@ -97,7 +105,8 @@ class DglSampler(LazyBase):
         self.lock = threading.Lock()
 
     def sampler_for(self, g) -> NeighborSampler:
-        """Our `NeighborSampler` of DGL graph ``g`` (built on first use, kept while ``g`` lives unchanged).
+        """Our `NeighborSampler` of DGL graph ``g`` (built on first use, kept while ``g`` lives unchanged);
+        the constructor's ``sampler`` instead when one was given.
 
         The cached sampler is rebuilt when ``g`` changed since: its number of nodes or edges differs, or
         its structure object is a new one (DGL's ``add_nodes`` / ``add_edges`` / ``remove_edges`` /
@@ -111,7 +120,8 @@ class DglSampler(LazyBase):
         TypeError
             ``g`` is not a homogeneous DGL graph.
         ValueError
-            ``prob`` names no edge feature of ``g``, or its weights are not [E] non-negative numbers.
+            ``prob`` names no edge feature of ``g``, or its weights are not [E] non-negative numbers; a
+            ``sampler`` given to the constructor samples a graph of another size.
         """
         from graphrl.dglshim import import_dgl
 
@@ -121,6 +131,12 @@ class DglSampler(LazyBase):
         if not g.is_homogeneous:
             raise TypeError(f"g must be a homogeneous DGL graph; got node types {g.ntypes} and edge types "
                             f"{g.etypes} (use samplers.HeteroNeighborSampler for heterogeneous graphs)")
+        if self.fixed is not None:
+            ours = self.fixed.graph
+            if (g.num_nodes(), g.num_edges()) != (ours.num_nodes, ours.num_edges):
+                raise ValueError(f"g has {g.num_nodes()} nodes and {g.num_edges()} edges, the sampler's "
+                                 f"graph {ours.num_nodes} and {ours.num_edges}")
+            return self.fixed
         weights = None
         if self.prob is not None:
             if self.prob not in g.edata:

@@ -35,6 +35,9 @@ class HeteroBlock:
     src_times : dict[str, torch.Tensor] or None, int64 or float64
         Temporal sampling: the time of each source node of each type (a node reached at two times is
         two source nodes); else None.
+    edge_weights : dict[Relation, torch.Tensor] or None, float32 [nnz_r]
+        Per relation, the weights the model should apply to the sampled edges (`samplers.LaborSampler`,
+        as `Block.edge_weights`); else None. ``to_dgl`` stores them as ``edata["edge_weights"]``.
 
     All tensors are on the device that sampled them (CUDA tensors from a ``device="cuda"`` sampler when
     torch has CUDA).
@@ -46,6 +49,7 @@ class HeteroBlock:
     indices: dict[Relation, torch.Tensor]
     edge_ids: dict[Relation, torch.Tensor]
     src_times: dict[str, torch.Tensor] | None = None
+    edge_weights: dict[Relation, torch.Tensor] | None = None
 
     @property
     def dst_times(self) -> dict[str, torch.Tensor] | None:
@@ -89,4 +93,6 @@ class HeteroBlock:
             out.dstnodes[t].data[dgl.NID] = self.dst_nodes[t]
         for rel in self.indices:
             out.edges[rel].data[dgl.EID] = self.edge_ids[rel]
+            if self.edge_weights is not None and rel in self.edge_weights:
+                out.edges[rel].data["edge_weights"] = self.edge_weights[rel]
         return out

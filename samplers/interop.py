@@ -53,7 +53,8 @@ def block_to_dgl(block: Block, idtype: torch.dtype = torch.int64):
         A block with ``num_src_nodes = S`` and ``num_dst_nodes = D``; edge ``j`` is our edge ``j``
         (source ``block.indices[j]``, destination ``block.edge_dst()[j]``). ``srcdata[dgl.NID]`` and
         ``dstdata[dgl.NID]`` hold the global node ids, ``edata[dgl.EID]`` the graph edge ids, as in the
-        blocks of DGL's own samplers.
+        blocks of DGL's own samplers; ``edata["edge_weights"]`` holds ``block.edge_weights`` when set
+        (as DGL's ``LaborSampler``).
 
     Raises
     ------
@@ -76,6 +77,8 @@ def block_to_dgl(block: Block, idtype: torch.dtype = torch.int64):
     out.srcdata[dgl.NID] = block.src_nodes.to(idtype)
     out.dstdata[dgl.NID] = block.dst_nodes.to(idtype)
     out.edata[dgl.EID] = block.edge_ids.to(idtype)
+    if block.edge_weights is not None:  # LaborSampler's importance weights, DGL's key
+        out.edata["edge_weights"] = block.edge_weights
     return out
 
 

@@ -19,7 +19,7 @@ import torch
 from graphrl.graph import CSCGraph
 from samplers._checks import MAX_BATCH, MAX_FANOUT, check_int, check_int64_range, check_seed
 from samplers.block import Block
-from samplers.neighbor import NeighborSampler
+from samplers.protocol import Sampler, check_sampler
 
 __all__ = ["LinkBatch", "LinkSampler", "bipartite_reverse_eids"]
 
@@ -174,7 +174,7 @@ class LinkSampler:
 
     Parameters
     ----------
-    sampler : NeighborSampler
+    sampler : Sampler (`samplers.protocol`: a `NeighborSampler`, a `LaborSampler`, ...)
         Samples the blocks; its graph is the graph the pairs live in.
     users : torch.Tensor or array-like, integer, shape [M]
         Source node of each positive pair (the user), in [0, N).
@@ -218,8 +218,8 @@ class LinkSampler:
     Raises
     ------
     TypeError
-        ``sampler`` is not a `NeighborSampler`; an id array holds non-integers; an int argument is not
-        an int.
+        ``sampler`` is not a `Sampler` over a `CSCGraph`; an id array holds non-integers; an int argument
+        is not an int.
     ValueError
         Mismatched lengths; ids out of range (users in [0, N), items in ``item_range``, edge ids in
         [0, E)); ``batch_size`` outside [1, `samplers.MAX_BATCH`] or ``num_negatives`` outside [1,
@@ -249,12 +249,11 @@ class LinkSampler:
     ...     u, p, n = emb[batch.user_index], emb[batch.pos_index], emb[batch.neg_index]
     """
 
-    def __init__(self, sampler: NeighborSampler, users, items, *, batch_size: int = 2048,
+    def __init__(self, sampler: Sampler, users, items, *, batch_size: int = 2048,
                  num_negatives: int = 1, item_range: tuple[int, int] | None = None,
                  negative: str = "uniform", exclude: str | None = None, target_eids=None, reverse_eids=None,
                  shuffle: bool = True, drop_last: bool = False, seed: int | None = None) -> None:
-        if not isinstance(sampler, NeighborSampler):
-            raise TypeError(f"sampler must be a NeighborSampler, got {type(sampler).__name__}")
+        check_sampler("sampler", sampler)
         graph = sampler.graph
         n = graph.num_nodes
         self.sampler = sampler

@@ -55,6 +55,7 @@ from samplers.block import Block
 from samplers.features import FeatureStore
 from samplers.link import LinkBatch, LinkSampler
 from samplers.neighbor import NeighborSampler
+from samplers.protocol import Sampler, check_sampler
 from samplers.staging import RowStaging, StagingLease
 
 __all__ = ["LinkLoader", "LoadedLinkBatch", "NeighborLoader", "NodeBatch"]
@@ -405,7 +406,8 @@ class NeighborLoader(_Loader):
 
     Each epoch (each ``iter(loader)``) visits every seed once, in a fresh seeded random order (input
     order with ``shuffle=False``), cut into batches of ``batch_size``. Batch i holds the blocks that
-    a `NeighborSampler` (``fanouts``, ``replace``) draws for its seeds, the features of the first
+    ``sampler`` draws for its seeds (by default a `NeighborSampler` of ``fanouts``, ``replace``; any
+    `samplers.Sampler` of the same graph, such as a `LaborSampler`), the features of the first
     block's source nodes gathered by ``features`` into a reusable staging buffer, and the seeds'
     labels. See the module docstring for prefetching and for how long ``input_features`` stay valid.
 
@@ -415,10 +417,10 @@ class NeighborLoader(_Loader):
         The graph to sample from.
     seeds : torch.Tensor or array-like, int64 [M] node ids, or bool [N] mask
         The training nodes.
-    fanouts : sequence of int
-        As for `NeighborSampler`, outermost layer first.
+    fanouts : sequence of int, or None
+        As for `NeighborSampler`, outermost layer first (None when ``sampler`` is given).
     batch_size : int
-        Seeds per batch, >= 1.
+        Seeds per batch, >= 1 (required).
     features : FeatureStore, torch.Tensor or None
         Node features, [N, *row] (a tensor is wrapped in a `FeatureStore` without a cache).
     labels : torch.Tensor or None, shape [N, ...]
@@ -433,22 +435,27 @@ class NeighborLoader(_Loader):
     prefetch : int
         Batches the background thread keeps ready (0: no thread, everything in the caller).
     replace : bool
-        Sample with replacement.
+        Sample with replacement (the default `NeighborSampler`).
+    sampler : Sampler or None
+        The sampler behind the batches (`samplers.protocol.Sampler` over ``graph``); None builds a
+        `NeighborSampler(graph, fanouts, replace=replace, seed=seed)`.
 
     Attributes
     ----------
-    sampler : NeighborSampler
+    sampler : Sampler
         The sampler behind the batches.
 
     Raises
     ------
     TypeError
         ``graph`` is not a `CSCGraph`; ``seeds`` is not integer or bool; ``features`` or ``labels``
-        of the wrong type; a non-int ``batch_size``, ``prefetch`` or ``seed``.
+        of the wrong type; a non-int ``batch_size``, ``prefetch`` or ``seed``; ``sampler`` is not a
+        `Sampler`, or ``batch_size`` is missing.
     ValueError
         Seeds outside [0, N) or a mask of another length; ``batch_size`` outside [1, `samplers.MAX_BATCH`];
         ``prefetch`` outside [0, `samplers.MAX_BATCH`]; ``seed`` outside [0, 2**64); features or labels
-        with another number of rows than N; bad fanouts (from `NeighborSampler`).
+        with another number of rows than N; bad fanouts (from `NeighborSampler`); both or neither of
+        ``fanouts`` and ``sampler``; a ``sampler`` of another graph.
 
     References
     ----------
@@ -466,12 +473,21 @@ class NeighborLoader(_Loader):
 
     _name = "graphrl-neighbor-loader"
 
-    def __init__(self, graph: CSCGraph, seeds: Any, fanouts: Sequence[int], batch_size: int,
-                 features: FeatureStore | torch.Tensor | None = None, labels: torch.Tensor | None = None,
-                 shuffle: bool = True, drop_last: bool = False, seed: int | None = None, prefetch: int = 1,
-                 *, replace: bool = False) -> None:
+    def __init__(self, graph: CSCGraph, seeds: Any, fanouts: Sequence[int] | None = None,
+                 batch_size: int | None = None, features: FeatureStore | torch.Tensor | None = None,
+                 labels: torch.Tensor | None = None, shuffle: bool = True, drop_last: bool = False,
+                 seed: int | None = None, prefetch: int = 1, *, replace: bool = False,
+                 sampler: Sampler | None = None) -> None:
         if not isinstance(graph, CSCGraph):
             raise TypeError(f"graph must be a CSCGraph, got {type(graph).__name__}")
+        if batch_size is None:
+            raise TypeError("batch_size is required")
+        if (fanouts is None) == (sampler is None):
+            raise ValueError("give fanouts (a NeighborSampler is built) or sampler, not both or neither")
+        if sampler is not None:
+            check_sampler("sampler", sampler)
+            if sampler.graph is not graph:
+                raise ValueError("sampler samples another graph than graph")
         n = graph.num_nodes
         self.batch_size = check_int("batch_size", batch_size, 1, MAX_BATCH)
         if seed is not None:
@@ -497,7 +513,8 @@ class NeighborLoader(_Loader):
         self.drop_last = bool(drop_last)
         self.seed = int(seed) if seed is not None else secrets.randbits(63)
         self._rng = np.random.Generator(np.random.PCG64(self.seed))
-        self.sampler = NeighborSampler(graph, fanouts, replace=replace, seed=self.seed)
+        self.sampler = sampler if sampler is not None else \
+            NeighborSampler(graph, fanouts, replace=replace, seed=self.seed)
 
     @property
     def num_seeds(self) -> int:

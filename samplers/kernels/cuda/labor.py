@@ -1,0 +1,246 @@
+"""LABOR rows on the GPU, a thread per row: the passes of `samplers.kernels.cpu.labor` with the same
+arithmetic (`samplers.kernels.labor_rows`), so the same seed keeps the same edges on both devices.
+
+Importance sampling takes the max of c_t per source with an atomic max, marks each source's first
+edge with an atomic min (both order-independent), and reads the expected source count back once per
+iteration (its fixed point decides on the host, as on the CPU).
+"""
+
+from __future__ import annotations
+
+import math
+import types
+from typing import Any
+
+import numpy as np
+from numba import cuda
+
+from samplers.kernels import labor_rows
+from samplers.kernels.cuda import rng
+from samplers.kernels.cuda.arrays import as_device_ids, empty, full, no_excluded
+from samplers.kernels.cuda.graph import CudaGraph
+from samplers.kernels.cuda.launch import EDGE_THREADS, ROW_THREADS, grid, kernel_stream, launch
+from samplers.kernels.cuda.scan import exclusive_scan
+from samplers.kernels.cuda.uniform import gather
+
+__all__ = ["KERNELS", "labor_layer_cuda"]
+
+_ROWS = labor_rows.compile_for(cuda.jit(device=True), types.SimpleNamespace(
+    row_state=rng.row_state, draw=rng.draw, unit=rng.unit))
+_lower_bound = _ROWS.lower_bound
+_row_sums = _ROWS.row_sums
+_first_c = _ROWS.first_c
+_solve_c = _ROWS.solve_c
+_count_kept = _ROWS.count_kept
+_take_kept = _ROWS.take_kept
+_NONE = np.int64(np.iinfo(np.int64).max)
+
+
+@cuda.jit
+def labor_init(indptr, dst, fanout, excl, weights, has_w, row_s, row_e, row_a, row_b, raw,
+               cs):  # pragma: no cover - device
+    i = cuda.grid(1)
+    n_excl = excl.shape[0]
+    while i < dst.shape[0]:
+        v = dst[i]
+        s = indptr[v]
+        e = indptr[v + 1]
+        a = _lower_bound(excl, 0, n_excl, s)
+        b = _lower_bound(excl, a, n_excl, e)
+        row_s[i] = s
+        row_e[i] = e
+        row_a[i] = a
+        row_b[i] = b
+        raw[i] = e - s
+        d, ds, _ = _row_sums(weights, has_w, excl, a, b, s, e)
+        cs[i] = _first_c(fanout, d, ds)
+        i += cuda.gridsize(1)
+
+
+@cuda.jit
+def labor_hop_max(indices, weights, has_w, use_w, excl, row_s, row_e, row_a, row_b, raw_off, cs, hop,
+                  owner):  # pragma: no cover - device
+    i = cuda.grid(1)
+    while i < row_s.shape[0]:
+        s = row_s[i]
+        q = row_a[i]
+        for j in range(s, row_e[i]):
+            if q < row_b[i] and excl[q] == j:
+                q += 1
+                continue
+            if has_w and not weights[j] > 0:
+                continue
+            u = indices[j]
+            ct = cs[i] * np.float64(weights[j]) if use_w else cs[i]
+            cuda.atomic.max(hop, u, ct)
+            cuda.atomic.min(owner, u, raw_off[i] + j - s)
+        i += cuda.gridsize(1)
+
+
+@cuda.jit
+def labor_hop_apply(indices, weights, has_w, excl, row_s, row_e, row_a, row_b, raw_off, hop, owner, pi, first,
+                    contrib):  # pragma: no cover - device
+    i = cuda.grid(1)
+    while i < row_s.shape[0]:
+        s = row_s[i]
+        q = row_a[i]
+        total = 0.0
+        for j in range(s, row_e[i]):
+            if q < row_b[i] and excl[q] == j:
+                q += 1
+                continue
+            if has_w and not weights[j] > 0:
+                continue
+            u = indices[j]
+            f = raw_off[i] + j - s
+            pi[f] = hop[u] if first else pi[f] * hop[u]
+            if owner[u] == f:
+                total += min(1.0, pi[f])
+        contrib[i] = total
+        i += cuda.gridsize(1)
+
+
+@cuda.jit
+def labor_hop_reset(indices, row_s, row_e, hop, owner):  # pragma: no cover - device
+    i = cuda.grid(1)
+    while i < row_s.shape[0]:
+        for j in range(row_s[i], row_e[i]):
+            u = indices[j]
+            hop[u] = 0.0
+            owner[u] = _NONE
+        i += cuda.gridsize(1)
+
+
+@cuda.jit
+def labor_solve(fanout, weights, has_w, pi, has_pi, excl, row_s, row_e, row_a, row_b, raw_off,
+                cs):  # pragma: no cover - device
+    i = cuda.grid(1)
+    while i < row_s.shape[0]:
+        if cs[i] > 0:
+            cs[i] = _solve_c(cs[i], fanout, weights, has_w, pi, has_pi, raw_off[i], excl, row_a[i], row_b[i],
+                             row_s[i], row_e[i])
+        i += cuda.gridsize(1)
+
+
+@cuda.jit
+def labor_count(indices, weights, has_w, pi, has_pi, excl, row_s, row_e, row_a, row_b, raw_off, cs, vkey,
+                counts):  # pragma: no cover - device
+    i = cuda.grid(1)
+    while i < row_s.shape[0]:
+        n = 0
+        if cs[i] > 0:
+            n = _count_kept(indices, weights, has_w, pi, has_pi, raw_off[i], excl, row_a[i], row_b[i],
+                            row_s[i], row_e[i], cs[i], vkey)
+        counts[i] = n
+        i += cuda.gridsize(1)
+
+
+@cuda.jit
+def labor_take(indices, weights, has_w, pi, has_pi, excl, row_s, row_e, row_a, row_b, raw_off, cs, vkey,
+               out_indptr, pos, ew, want_w):  # pragma: no cover - device
+    i = cuda.grid(1)
+    while i < row_s.shape[0]:
+        o = out_indptr[i]
+        n = out_indptr[i + 1] - o
+        if n > 0:
+            _take_kept(indices, weights, has_w, pi, has_pi, raw_off[i], excl, row_a[i], row_b[i], row_s[i],
+                       row_e[i], cs[i], vkey, pos, ew, want_w, o, n)
+        i += cuda.gridsize(1)
+
+
+KERNELS = {"labor_init": labor_init, "labor_hop_max": labor_hop_max, "labor_hop_apply": labor_hop_apply,
+           "labor_hop_reset": labor_hop_reset, "labor_solve": labor_solve, "labor_count": labor_count,
+           "labor_take": labor_take}
+"""The LABOR kernels by name."""
+
+
+class LaborScratchCuda:
+    """Device scratch of importance sampling over a source-id space (see `samplers.kernels.cpu.labor`)."""
+
+    def __init__(self, num_src: int) -> None:
+        n = max(num_src, 1)
+        self.hop = cuda.to_device(np.zeros(n, dtype=np.float64))
+        self.owner = cuda.to_device(np.full(n, _NONE, dtype=np.int64))
+
+
+def _copy_to_host(arr: Any) -> np.ndarray:
+    return arr.cpu().numpy() if hasattr(arr, "cpu") else arr.copy_to_host()
+
+
+def labor_layer_cuda(graph: CudaGraph, dst: Any, fanout: int, vkey: int, excluded: Any,
+                     importance_sampling: int, want_weights: bool,
+                     scratch: LaborScratchCuda | None) -> tuple[Any, Any, Any, Any]:
+    """One LABOR layer of one relation on the GPU (as `samplers.kernels.cpu.labor.labor_layer`).
+
+    Parameters
+    ----------
+    graph : CudaGraph (its weights, when built with them, are LABOR's A); dst : device int64 [D];
+    fanout, vkey, importance_sampling, want_weights : as the CPU's; excluded : device int64 [X] sorted
+    CSC positions or None; scratch : LaborScratchCuda over the source ids (importance sampling)
+
+    Returns
+    -------
+    out_indptr : int64 [D + 1]; src : [nnz] (the indices' dtype); eids : int64 [nnz];
+    edge_weights : float64 [nnz] or None (device arrays)
+    """
+    stream = kernel_stream()
+    dst = as_device_ids(dst, stream)
+    d_count = int(dst.shape[0])
+    excl = no_excluded() if excluded is None else as_device_ids(excluded, stream)
+    has_w = bool(graph.weighted)
+    w = graph.weights
+    fanout = np.int64(fanout)
+    m = max(d_count, 1)
+    rows = empty(5 * m, np.int64)
+    row_s, row_e, row_a, row_b, raw = (rows[q * m:q * m + d_count] for q in range(5))
+    cs = empty(m, np.float64)[:d_count]
+    cfg = (grid(d_count, ROW_THREADS), ROW_THREADS)
+    if d_count:
+        launch(labor_init, cfg, graph.indptr, dst, fanout, excl, w, has_w, row_s, row_e, row_a, row_b, raw,
+               cs, stream=stream)
+    raw_off, total = exclusive_scan(raw, stream)
+    pi, has_pi = cs, False  # a float64 placeholder until pi exists
+    rounds = importance_sampling + has_w if importance_sampling >= 0 else -1
+    if rounds != 0 and d_count:
+        pi = empty(max(total, 1), np.float64)
+        contrib = empty(m, np.float64)[:d_count]
+        prev = float(total)
+        it = 0
+        while rounds < 0 or it < rounds:
+            update = not has_w or it > 0
+            if update and scratch is None:
+                raise ValueError("importance sampling needs a LaborScratchCuda over the source ids")
+            if update:
+                launch(labor_hop_max, cfg, graph.indices, w, has_w, has_w and it == 1, excl, row_s, row_e,
+                       row_a, row_b, raw_off, cs, scratch.hop, scratch.owner, stream=stream)
+                launch(labor_hop_apply, cfg, graph.indices, w, has_w, excl, row_s, row_e, row_a, row_b,
+                       raw_off, scratch.hop, scratch.owner, pi, not has_pi, contrib, stream=stream)
+                launch(labor_hop_reset, cfg, graph.indices, row_s, row_e, scratch.hop, scratch.owner,
+                       stream=stream)
+                has_pi = True
+            launch(labor_solve, cfg, fanout, w, has_w, pi, has_pi, excl, row_s, row_e, row_a, row_b, raw_off,
+                   cs, stream=stream)
+            if update:
+                expected = math.fsum(_copy_to_host(contrib).tolist())
+                if prev <= 0 or expected / prev >= 1 - labor_rows.EPS or it >= 1000:
+                    break
+                prev = expected
+            it += 1
+    keep_pi = has_pi and importance_sampling != 0
+    key = np.uint64(vkey)
+    counts = full(m, 0, stream)[:d_count]
+    if d_count:
+        launch(labor_count, cfg, graph.indices, w, has_w, pi, keep_pi, excl, row_s, row_e, row_a, row_b,
+               raw_off, cs, key, counts, stream=stream)
+    out_indptr, nnz = exclusive_scan(counts, stream)
+    pos = empty(max(nnz, 1), np.int64)
+    ew = empty(max(nnz, 1) if want_weights else 1, np.float64)
+    if nnz:
+        launch(labor_take, cfg, graph.indices, w, has_w, pi, keep_pi, excl, row_s, row_e, row_a, row_b,
+               raw_off, cs, key, out_indptr, pos, ew, bool(want_weights), stream=stream)
+    src = empty(nnz, graph.indices.dtype)
+    eids = empty(nnz, np.int64)
+    if nnz:
+        launch(gather, (grid(nnz, EDGE_THREADS), EDGE_THREADS), graph.indices, graph.edge_ids, graph.has_eids,
+               pos, src, eids, stream=stream)
+    return out_indptr, src, eids, (ew[:nnz] if want_weights else None)

@@ -1,0 +1,322 @@
+"""`LaborSampler`: layer-neighbour sampling (LABOR) into blocks, on plain and typed graphs, CPU and CUDA.
+
+The sampler is the layer loop (`samplers.layers`) with `samplers.modes.LaborMode` on every relation;
+its blocks follow `NeighborSampler`'s contract (outermost first, destinations first among the
+sources), plus ``edge_weights`` where DGL's ``LaborSampler`` gives them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+
+from graphrl.graph import CSCGraph
+from graphrl.threads import team_size
+from samplers._checks import (
+    check_device,
+    check_fanouts,
+    check_int,
+    check_regions,
+    check_relation_dict,
+    check_relation_fanouts,
+    check_seed,
+    check_seeds,
+    require_gpu,
+)
+from samplers._csc import csc_weights, excluded_positions, inverse_permutation
+from samplers.block import Block, Blocks
+from samplers.hetero_block import HeteroBlock
+from samplers.hetero_graph import HeteroGraph
+from samplers.layers import LayerLoop
+from samplers.modes import LaborMode, RelationArrays
+
+__all__ = ["LaborSampler"]
+
+_NODE = "_N"
+_PLAIN = (_NODE, "_E", _NODE)
+
+
+class LaborSampler:
+    """Layer-neighbour sampling (LABOR-i): k sources per destination in expectation, drawn with one
+    random variate per source and layer, so destinations share their sampled sources.
+
+    Row t keeps in-edge (u, t) iff ``r_u < c_t * f`` (`samplers.modes.labor`): LABOR-0 keeps each edge
+    with probability ``min(1, k / d)`` (d the row's eligible in-degree); with weights, probability
+    ``min(1, c_t * A)`` with c_t solved so that the estimator's variance is that of k draws.
+
+    Parameters
+    ----------
+    graph : CSCGraph or HeteroGraph
+    fanouts : sequence of int, or (HeteroGraph) mapping Relation -> sequence of int
+        k per layer, outermost first (as `NeighborSampler`); -1 keeps every in-edge. On a
+        `HeteroGraph` one list serves every relation, or one list per relation (others draw nothing).
+    importance_sampling : int
+        DGL's meaning: i of LABOR-i; 0 uniform variates, i > 0 runs i fixed-point iterations of the
+        importance-sampling probabilities pi (fewer sources for the same variance), i < 0 iterates
+        until the expected source count converges.
+    layer_dependency : bool
+        Reuse the variates of one layer for every layer of a call (fewer sources; DGL's meaning).
+    weights : None, True, torch.Tensor [E] (plain graph) or mapping Relation -> those (HeteroGraph)
+        Non-uniform LABOR (DGL's ``prob``): ``True`` takes the graph's weights, a tensor is indexed by
+        edge id. An edge of weight 0 is never kept.
+    seed : int
+        Seed of the variates; call n of `sample` with a given seed returns the same blocks on every run,
+        on either device.
+    device : str or torch.device
+        ``"cpu"`` or ``"cuda"`` (same blocks for a seed; importance sampling reads one float per
+        iteration back).
+    uva : bool or None
+        CUDA: read the graph from page-locked host memory (as `NeighborSampler`).
+
+    Notes
+    -----
+    Blocks carry ``edge_weights`` (float32 [nnz], each row's mean 1: multiply messages by them and
+    take the mean) when ``weights`` is given or ``importance_sampling != 0``, as DGL's
+    ``edata["edge_weights"]``; else None. Variates of a typed graph are per source type, shared by
+    every relation out of it (DGL's one seed for all edge types); pi and c_t are per relation.
+
+    Raises
+    ------
+    TypeError
+        ``graph`` of another type; a non-int fanout, seed or ``importance_sampling``.
+    ValueError
+        Bad fanouts (as `NeighborSampler`), ``seed`` outside [0, 2**64), bad weights (length, sign,
+        NaN), ``weights=True`` without graph weights, an unknown relation or device.
+    GPUUnavailableError
+        ``device="cuda"`` without a usable GPU.
+
+    References
+    ----------
+    Balin and Catalyurek, "Layer-Neighbor Sampling -- Defusing Neighborhood Explosion in GNNs" (NeurIPS
+    2023); DGL's ``dgl.dataloading.LaborSampler``.
+
+    Examples
+    --------
+    >>> sampler = LaborSampler(graph, [15, 10, 5], seed=0)
+    >>> blocks = sampler.sample(torch.tensor([0, 7, 42]))   # as NeighborSampler.sample
+    """
+
+    def __init__(self, graph: CSCGraph | HeteroGraph, fanouts, *, importance_sampling: int = 0,
+                 layer_dependency: bool = False, weights=None, seed: int = 0, device="cpu",
+                 uva: bool | None = None) -> None:
+        self._args = (graph, fanouts, dict(importance_sampling=importance_sampling,
+                                           layer_dependency=layer_dependency, weights=weights, seed=seed))
+        self.importance_sampling = check_int("importance_sampling", importance_sampling, -(2**31), 2**31 - 1)
+        self.layer_dependency = bool(layer_dependency)
+        self.seed = check_seed("seed", seed)
+        self.device = check_device(device)
+        self.graph = graph
+        self.typed = isinstance(graph, HeteroGraph)
+        if self.typed:
+            self._fanouts = check_relation_fanouts(fanouts, graph.relations)
+            self.fanouts = self._fanouts
+            rel_weights = self._typed_weights(graph, weights)
+            arrays = {rel: RelationArrays(graph.indptr[rel].numpy(), graph.indices[rel].numpy(),
+                                          graph.edge_ids[rel].numpy(), graph.num_nodes[rel[0]],
+                                          weights=rel_weights.get(rel))
+                      for rel in graph.relations if rel in self._fanouts}
+            num_nodes = dict(graph.num_nodes)
+            index = {rel: r for r, rel in enumerate(graph.relations)}
+        elif isinstance(graph, CSCGraph):
+            check_regions(graph.regions, "graph")
+            graph.validate()
+            self.fanouts = check_fanouts("fanouts", fanouts)
+            self._fanouts = {_PLAIN: self.fanouts}
+            w = self._plain_weights(graph, weights)
+            eids = None if graph.edge_ids is None else graph.edge_ids.numpy()
+            arrays = {_PLAIN: RelationArrays(graph.indptr.numpy(), graph.indices.numpy(), eids,
+                                             graph.num_nodes, weights=w)}
+            num_nodes = {_NODE: graph.num_nodes}
+            index = None
+        else:
+            raise TypeError(f"graph must be a CSCGraph or a HeteroGraph, got {type(graph).__name__}")
+        self.weighted = any(a.weights is not None for a in arrays.values())
+        """Whether kept edges follow edge weights."""
+        self.num_layers = len(next(iter(self._fanouts.values())))
+        """Blocks per sample."""
+        if self.device.type == "cuda":
+            self._place_on_cuda(arrays, uva)
+        want = self.weighted or self.importance_sampling != 0
+        mode = LaborMode(self.importance_sampling, want_weights=want)
+        self._loop = LayerLoop(arrays, num_nodes, {rel: mode for rel in arrays}, self.device.type,
+                               typed=self.typed, relation_index=index)
+        self._eid_to_pos: dict = {}
+        self._calls = 0
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict:
+        """The sampler's arguments and call counter for pickling (``mp.spawn``, DataLoader workers); the
+        copy rebuilds its kernels' state and continues the original's calls.
+
+        Raises
+        ------
+        TypeError
+            The sampler runs on ``device="cuda"`` (build one in each process).
+        """
+        if self.device.type == "cuda":
+            raise TypeError("a LaborSampler on device='cuda' cannot be pickled: build one in each process")
+        with self._lock:
+            return {"args": self._args, "calls": self._calls, "sampled_edges": self.sampled_edges}
+
+    def __setstate__(self, state: dict) -> None:
+        """Rebuild from `__getstate__`'s arguments and restore the call counter."""
+        graph, fanouts, kwargs = state["args"]
+        self.__init__(graph, fanouts, **kwargs)
+        self._calls = state["calls"]
+        self._loop.sampled_edges = state["sampled_edges"]
+
+    @property
+    def sampled_edges(self) -> int:
+        """Edges sampled so far (all blocks of all calls)."""
+        return self._loop.sampled_edges
+
+    def _place_on_cuda(self, arrays: dict, uva: bool | None) -> None:
+        from samplers.kernels import cuda as ck
+
+        require_gpu(self.device)
+        ck.check_device_index(self.device)
+        g = self.graph
+        for rel, arr in arrays.items():
+            if self.typed:
+                indptr, indices, eids = g.indptr[rel], g.indices[rel], g.edge_ids[rel]
+            else:
+                indptr, indices, eids = g.indptr, g.indices, g.edge_ids
+            use_uva = bool(indptr.is_pinned()) if uva is None else bool(uva)
+            arr.cuda = ck.CudaGraph.build(indptr, indices, eids, arr.weights, uva=use_uva)
+
+    @staticmethod
+    def _plain_weights(graph: CSCGraph, weights) -> np.ndarray | None:
+        if weights is None or weights is False:
+            return None
+        if weights is True:
+            if graph.weights is None:
+                raise ValueError("weights=True needs a graph with edge weights, or pass weights as a tensor "
+                                 "[E]")
+            return graph.weights.numpy().astype(np.float32, copy=True)
+        return csc_weights("weights", weights, graph.num_edges, graph.csc_edge_ids().numpy())
+
+    def _typed_weights(self, graph: HeteroGraph, weights) -> dict:
+        if weights is None or weights is False:
+            return {}
+        if weights is True:
+            spec = {rel: True for rel in self._fanouts if rel in graph.weights}
+            if not spec:
+                raise ValueError("weights=True needs a graph with edge weights on a sampled relation")
+        else:
+            spec = check_relation_dict("weights", weights, graph.relations)
+        out = {}
+        for rel, w in spec.items():
+            if rel not in self._fanouts or w is None or w is False:
+                continue
+            if w is True:
+                if rel not in graph.weights:
+                    raise ValueError(f"weights[{rel!r}]=True: the relation has no edge weights")
+                out[rel] = graph.weights[rel].numpy().astype(np.float32, copy=True)
+            else:
+                out[rel] = csc_weights(f"weights[{rel!r}]", w, graph.num_edges(rel),
+                                       graph.edge_ids[rel].numpy())
+        return out
+
+    def _excluded(self, exclude_eids) -> dict:
+        """Per relation: sorted distinct CSC positions never kept (host arrays)."""
+        if exclude_eids is None:
+            return {}
+        if not self.typed:
+            exclude_eids = {_PLAIN: exclude_eids}
+            rels = [_PLAIN]
+        else:
+            exclude_eids = check_relation_dict("exclude_eids", exclude_eids, self.graph.relations)
+            rels = self.graph.relations
+        out = {}
+        for rel, ids in exclude_eids.items():
+            if rel not in self._loop.relations or rel not in rels:
+                continue
+            arr = self._loop.relations[rel]
+
+            def inverse(rel=rel, arr=arr):
+                if arr.edge_ids is None:
+                    return None
+                if rel not in self._eid_to_pos:
+                    self._eid_to_pos[rel] = inverse_permutation(arr.edge_ids)
+                return self._eid_to_pos[rel]
+
+            name = "exclude_eids" if not self.typed else f"exclude_eids[{rel!r}]"
+            pos = excluded_positions(name, ids, int(arr.indices.shape[0]), inverse)
+            if pos is not None:
+                out[rel] = pos
+        return out
+
+    def _seeds(self, seeds) -> dict:
+        if not self.typed:
+            return {_NODE: check_seeds(seeds.cpu() if isinstance(seeds, torch.Tensor) else seeds,
+                                       self.graph.num_nodes)}
+        if not isinstance(seeds, Mapping):
+            raise TypeError(f"seeds must be a dict keyed by node type, got {type(seeds).__name__}")
+        out = {t: np.empty(0, dtype=np.int64) for t in self.graph.num_nodes}
+        for t, s in seeds.items():
+            if t not in self.graph.num_nodes:
+                raise ValueError(f"seeds: unknown node type {t!r} (the graph has {self.graph.node_types})")
+            out[t] = check_seeds(s.cpu() if isinstance(s, torch.Tensor) else s, self.graph.num_nodes[t],
+                                 name=f"seeds[{t!r}]", bound=f"num_nodes[{t!r}]")
+        return out
+
+    def sample(self, seeds, exclude_eids=None, seed_times=None) -> Blocks | list[HeteroBlock]:
+        """Sample blocks for ``seeds``, outermost layer first.
+
+        Parameters
+        ----------
+        seeds : torch.Tensor int64 [B] (plain graph) or mapping str -> such a tensor (HeteroGraph)
+            Seed nodes; duplicates are kept (each its own row; they keep identical sources).
+        exclude_eids : torch.Tensor int64 [X], or mapping Relation -> such (HeteroGraph), or None
+            Edge ids never kept (removed from the candidates before c_t is computed).
+        seed_times : None
+            LABOR has no temporal form; anything else raises ValueError.
+
+        Returns
+        -------
+        Blocks (plain graph) or list[HeteroBlock] (HeteroGraph)
+            As `NeighborSampler.sample` / `HeteroNeighborSampler.sample`, with ``edge_weights`` (see the
+            class Notes).
+
+        Raises
+        ------
+        TypeError, ValueError
+            Seeds or exclusions as `NeighborSampler.sample` raises them; ``seed_times`` given.
+        """
+        if seed_times is not None:
+            raise ValueError("seed_times given, but LaborSampler has no temporal sampling (use "
+                             "NeighborSampler(edge_times=...))")
+        dst = self._seeds(seeds)
+        with self._lock:
+            excluded = self._excluded(exclude_eids)
+            call = self._calls
+            self._calls += 1
+            if self.device.type == "cuda":
+                from numba import cuda
+
+                from graphrl.cuda import launch_stream
+
+                stream = launch_stream()
+                dst = {t: cuda.to_device(v, stream=stream) for t, v in dst.items()}
+                excluded = {rel: cuda.to_device(v, stream=stream) for rel, v in excluded.items()}
+            layers = self._loop.run(dst, self._fanouts, self.seed, call, excluded=excluded,
+                                    threads=team_size() if self.device.type == "cpu" else 1,
+                                    layer_dependency=self.layer_dependency)
+        if self.typed:
+            return [HeteroBlock(src_nodes=x.src_nodes, dst_nodes=x.dst_nodes, indptr=x.indptr,
+                                indices=x.indices, edge_ids=x.edge_ids, edge_weights=x.edge_weights)
+                    for x in layers]
+        out = Blocks()
+        for x in layers:
+            out.append(Block(src_nodes=x.src_nodes[_NODE], dst_nodes=x.dst_nodes[_NODE],
+                             indptr=x.indptr[_PLAIN], indices=x.indices[_PLAIN], edge_ids=x.edge_ids[_PLAIN],
+                             edge_weights=None if x.edge_weights is None else x.edge_weights[_PLAIN]))
+        return out
+
+    def __repr__(self) -> str:
+        return (f"LaborSampler(fanouts={self.fanouts}, importance_sampling={self.importance_sampling}, "
+                f"layer_dependency={self.layer_dependency}, weighted={self.weighted}, seed={self.seed}, "
+                f"device={str(self.device)!r})")

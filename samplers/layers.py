@@ -1,0 +1,203 @@
+"""The layer loop: any sampling mode over plain and typed graphs, on the CPU and on CUDA.
+
+A graph is a set of relations (a plain graph is one relation between nodes of one type). One layer
+asks each relation's `samplers.modes.Mode` for the in-edges of the layer's destinations of the
+relation's destination type (`LayerLoop.sample_relation`, the per-layer entry point), then relabels per
+node type: the sources of type S are the layer's destinations of type S followed by the new nodes of
+type S drawn through any relation, in first-occurrence order (relations in the graph's order); they
+are the next layer's destinations. With times (temporal sampling) sources are (node, time) pairs and
+take the time of the row that drew them. `LayerLoop.run` runs every layer, innermost first, and
+returns the layers outermost first (`TypedLayer`; the samplers wrap them into blocks).
+
+Keys: relation r of layer l of call c has the key ``mix(layer_key(seed, c, l) ^ (r + 1))`` (plain
+graphs: ``layer_key(seed, c, l)``); the per-source variates of source type S (LABOR) use
+``mix(base ^ ((S + 1) * GOLDEN))`` with ``base = layer_key(seed, c, l)`` (``l = 0`` with layer
+dependency; plain graphs: ``base``), so every relation out of S shares them.
+
+>>> loop = LayerLoop({rel: arrays}, {"n": num_nodes}, {rel: UniformMode()}, "cpu", typed=False)
+>>> layers = loop.run({"n": seeds}, {rel: [10, 5]}, seed=0, call=0)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from samplers._csc import cuda_to_torch
+from samplers.kernels import cpu
+from samplers.kernels.reference import GOLDEN, MASK64, layer_key, mix
+from samplers.modes.base import LayerEdges, LayerRequest, Mode
+
+__all__ = ["LayerLoop", "TypedLayer"]
+
+
+@dataclass
+class TypedLayer:
+    """One sampled layer, relabelled: torch tensors on the sampling device.
+
+    Attributes
+    ----------
+    src_nodes : dict[str, Tensor int64 [S_t]]; dst_nodes : dict[str, Tensor int64 [D_t]] (prefixes)
+    indptr : dict[Relation, Tensor int64 [D_dst + 1]]; indices : dict[Relation, Tensor int64 [nnz]]
+    (local source positions); edge_ids : dict[Relation, Tensor int64 [nnz]]
+    edge_weights : dict[Relation, Tensor float32 [nnz]] or None (modes that weight edges)
+    src_times : dict[str, Tensor] or None (temporal sampling)
+    """
+
+    src_nodes: dict
+    dst_nodes: dict
+    indptr: dict
+    indices: dict
+    edge_ids: dict
+    edge_weights: dict | None = None
+    src_times: dict | None = None
+
+
+class LayerLoop:
+    """Sample layers of a (typed) graph with one mode per relation, on ``device``.
+
+    Parameters
+    ----------
+    relations : mapping Relation -> RelationArrays
+        The sampled relations, in the graph's order (a plain graph: one relation).
+    num_nodes : mapping str -> int
+        Nodes per type.
+    modes : mapping Relation -> Mode
+        Each relation's mode.
+    device : str
+        ``"cpu"`` or ``"cuda"`` (the relations then carry their `CudaGraph`).
+    typed : bool
+        Derive keys per relation and per source type (False: a plain graph's keys, see the module).
+    relation_index : mapping Relation -> int or None
+        The position of each relation among all of the graph's (its key); default the order given.
+    """
+
+    def __init__(self, relations: Mapping, num_nodes: Mapping[str, int], modes: Mapping[Any, Mode],
+                 device: str, typed: bool = True, relation_index: Mapping | None = None) -> None:
+        self.relations = dict(relations)
+        self.num_nodes = dict(num_nodes)
+        self.modes = dict(modes)
+        self.device = device
+        self.typed = bool(typed)
+        self.index = dict(relation_index) if relation_index is not None else \
+            {rel: r for r, rel in enumerate(self.relations)}
+        self.type_index = {t: i for i, t in enumerate(self.num_nodes)}
+        self.states = {rel: self.modes[rel].prepare(arr, device) for rel, arr in self.relations.items()}
+        self.maps = {t: np.full(n, -1, dtype=np.int32) for t, n in self.num_nodes.items()} \
+            if device == "cpu" else {}
+        self.sampled_edges = 0
+        """Edges sampled by this loop so far."""
+
+    # ------------------------------------------------------------------------------------------------
+    # keys
+
+    def relation_key(self, rel, seed: int, call: int, layer: int) -> int:
+        """The key of relation ``rel``'s rows at (call, layer)."""
+        base = layer_key(seed, call, layer)
+        return mix(base ^ (self.index[rel] + 1)) if self.typed else base
+
+    def variate_key(self, src_type: str, seed: int, call: int, layer: int) -> int:
+        """The key of the per-source variates of ``src_type`` at (call, layer)."""
+        base = layer_key(seed, call, layer)
+        return mix(base ^ (((self.type_index[src_type] + 1) * GOLDEN) & MASK64)) if self.typed else base
+
+    # ------------------------------------------------------------------------------------------------
+    # one relation, one layer: the per-layer entry point
+
+    def sample_relation(self, rel, request: LayerRequest) -> LayerEdges:
+        """The sampled in-edges of ``request.dst`` through relation ``rel`` (not relabelled): host arrays
+        on the CPU, device arrays on CUDA."""
+        mode = self.modes[rel]
+        if self.device == "cpu":
+            return mode.sample_cpu(self.relations[rel], self.states[rel], request)
+        return mode.sample_cuda(self.relations[rel], self.states[rel], request)
+
+    # ------------------------------------------------------------------------------------------------
+    # every layer
+
+    def run(self, seeds: Mapping[str, Any], fanouts: Mapping[Any, list[int]], seed: int, call: int, *,
+            excluded: Mapping | None = None, seed_times: Mapping | None = None, threads: int = 1,
+            layer_dependency: bool = False) -> list[TypedLayer]:
+        """Sample ``len(fanouts[rel])`` layers for ``seeds`` (per type; host int64 arrays, or device arrays
+        on CUDA), outermost first.
+
+        ``excluded`` maps relations to sorted CSC positions never drawn (host or device); ``seed_times``
+        maps types to the seeds' times (temporal sampling; -0.0 folded into 0.0 by the caller).
+        """
+        num_layers = len(next(iter(fanouts.values())))
+        dst = {t: seeds[t] for t in self.num_nodes}
+        times = None if seed_times is None else {t: seed_times[t] for t in self.num_nodes}
+        excluded = excluded or {}
+        out = []
+        for layer in range(num_layers - 1, -1, -1):
+            vlayer = 0 if layer_dependency else layer
+            sampled = {}
+            for rel in self.relations:
+                request = LayerRequest(
+                    dst=dst[rel[2]], fanout=fanouts[rel][layer],
+                    key=self.relation_key(rel, seed, call, layer),
+                    variate_key=self.variate_key(rel[0], seed, call, vlayer), excluded=excluded.get(rel),
+                    dst_times=None if times is None or self.relations[rel].times is None else times[rel[2]],
+                    threads=threads)
+                sampled[rel] = self.sample_relation(rel, request)
+            block, dst, times = self._relabel(dst, times, sampled)
+            out.append(block)
+        out.reverse()
+        return out
+
+    def _relabel(self, dst: dict, times: dict | None, sampled: dict[Any, LayerEdges]) -> tuple:
+        """Relabel one layer per source type: (the layer, next destinations, their times or None)."""
+        on_cpu = self.device == "cpu"
+        as_torch = torch.from_numpy if on_cpu else cuda_to_torch
+        if not on_cpu:
+            from samplers.kernels import cuda as ck
+        src_nodes, src_times, local, next_dst, next_times = {}, {}, {}, {}, {}
+        for t in self.num_nodes:
+            rels = [rel for rel in sampled if rel[0] == t]
+            parts = [sampled[rel].src for rel in rels]
+            sizes = [int(p.shape[0]) for p in parts]
+            if on_cpu:
+                flat = np.concatenate(parts) if parts else np.empty(0, np.int64)
+                if times is None:
+                    nodes, loc = cpu.relabel(dst[t], flat, self.maps[t])
+                else:  # a source takes the time of the row (of the relation's destination type) that drew it
+                    tk = [np.repeat(cpu.time_keys(times[rel[2]]), np.diff(sampled[rel].indptr))
+                          for rel in rels]
+                    flat_tk = np.concatenate(tk) if tk else np.empty(0, np.int64)
+                    nodes, tkeys, loc = cpu.relabel_pairs(dst[t], cpu.time_keys(times[t]), flat, flat_tk)
+                    next_times[t] = cpu.from_time_keys(tkeys, times[t].dtype)
+            else:
+                flat = ck.concat(parts, parts[0].dtype if parts else np.int64)
+                if times is None:
+                    nodes, loc = ck.relabel_cuda(dst[t], flat)
+                else:
+                    tkeys = ck.empty(sum(sizes), np.int64)
+                    at = 0
+                    for rel, n in zip(rels, sizes, strict=True):
+                        ck.edge_time_keys_cuda(sampled[rel].indptr, times[rel[2]], tkeys[at:at + n])
+                        at += n
+                    nodes, next_times[t], loc = ck.relabel_pairs_cuda(dst[t], times[t], flat, tkeys)
+            if times is not None:
+                src_times[t] = as_torch(next_times[t])
+            next_dst[t] = nodes
+            src_nodes[t] = as_torch(nodes)
+            loc_t = as_torch(loc)
+            at = 0
+            for rel, n in zip(rels, sizes, strict=True):
+                local[rel] = loc_t[at:at + n]
+                at += n
+        self.sampled_edges += sum(int(v.src.shape[0]) for v in sampled.values())
+        weights = {rel: as_torch(v.weights).to(torch.float32) for rel, v in sampled.items()
+                   if v.weights is not None}
+        layer = TypedLayer(src_nodes=src_nodes,
+                           dst_nodes={t: src_nodes[t][: int(dst[t].shape[0])] for t in src_nodes},
+                           indptr={rel: as_torch(v.indptr) for rel, v in sampled.items()},
+                           indices=local,
+                           edge_ids={rel: as_torch(v.edge_ids) for rel, v in sampled.items()},
+                           edge_weights=weights or None,
+                           src_times=None if times is None else src_times)
+        return layer, next_dst, None if times is None else next_times

@@ -1,0 +1,43 @@
+"""Temporal neighbour sampling: a row of time t draws only edges of time <= t, uniformly or by weight
+(exponential keys or prefix-sum inversion: `samplers.kernels.cpu.temporal`,
+`samplers.kernels.cuda.temporal`); TGL's rule (Zhou et al., VLDB 2022)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from samplers.kernels import cpu
+from samplers.modes.base import LayerEdges, LayerRequest, Mode, RelationArrays
+
+__all__ = ["TemporalMode"]
+
+
+class TemporalMode(Mode):
+    """Draws among the edges at or before each row's time (``LayerRequest.dst_times``), weighted when
+    the relation has weights.
+
+    Parameters
+    ----------
+    replace : bool
+        Draw with replacement.
+    """
+
+    name = "temporal"
+
+    def __init__(self, replace: bool = False) -> None:
+        self.replace = bool(replace)
+
+    def sample_cpu(self, relation: RelationArrays, state: Any, request: LayerRequest) -> LayerEdges:
+        out_indptr, src, eids = cpu.sample_layer(
+            relation.indptr, relation.indices, relation.edge_ids, request.dst, request.fanout, self.replace,
+            request.key, request.excluded, request.threads, relation.weights, relation.times,
+            request.dst_times)
+        return LayerEdges(out_indptr, src, eids)
+
+    def sample_cuda(self, relation: RelationArrays, state: Any, request: LayerRequest) -> LayerEdges:
+        from samplers.kernels import cuda as ck
+
+        out_indptr, src, eids = ck.sample_layer_cuda(relation.cuda, request.dst, request.fanout, self.replace,
+                                                     request.key, relation.weights is not None,
+                                                     request.excluded, request.dst_times)
+        return LayerEdges(out_indptr, src, eids)

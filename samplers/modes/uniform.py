@@ -1,0 +1,42 @@
+"""Uniform neighbour sampling: k in-edges per row, with or without replacement (Floyd's algorithm).
+
+The rule of docs/architecture.md#sampling-rules; kernels `samplers.kernels.cpu.uniform` and
+`samplers.kernels.cuda.uniform`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from samplers.kernels import cpu
+from samplers.modes.base import LayerEdges, LayerRequest, Mode, RelationArrays
+
+__all__ = ["UniformMode"]
+
+
+class UniformMode(Mode):
+    """Uniform draws: min(d, k) distinct in-edges without replacement, k draws with (0 when d = 0).
+
+    Parameters
+    ----------
+    replace : bool
+        Draw with replacement.
+    """
+
+    name = "uniform"
+
+    def __init__(self, replace: bool = False) -> None:
+        self.replace = bool(replace)
+
+    def sample_cpu(self, relation: RelationArrays, state: Any, request: LayerRequest) -> LayerEdges:
+        out_indptr, src, eids = cpu.sample_layer(
+            relation.indptr, relation.indices, relation.edge_ids, request.dst, request.fanout, self.replace,
+            request.key, request.excluded, request.threads)
+        return LayerEdges(out_indptr, src, eids)
+
+    def sample_cuda(self, relation: RelationArrays, state: Any, request: LayerRequest) -> LayerEdges:
+        from samplers.kernels import cuda as ck
+
+        out_indptr, src, eids = ck.sample_layer_cuda(relation.cuda, request.dst, request.fanout, self.replace,
+                                                     request.key, False, request.excluded)
+        return LayerEdges(out_indptr, src, eids)
