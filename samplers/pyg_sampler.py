@@ -1,17 +1,19 @@
 """Our neighbour sampler behind PyG's own loaders: `PygSampler`, a ``torch_geometric.sampler.BaseSampler``.
 
 PyG's ``NodeLoader`` and ``LinkLoader`` take any ``BaseSampler``; `PygSampler` draws with our
-`samplers.NeighborSampler` kernels and returns PyG's ``SamplerOutput`` laid out as PyG's own
-``NeighborSampler`` (pyg-lib) lays it out, so the batches carry the same fields as those of
-``NeighborLoader`` / ``LinkNeighborLoader``: ``n_id`` (seeds first, then each hop's new nodes in order
-of discovery), ``e_id``, ``edge_index`` (row 0 the sampled neighbour, row 1 the node that drew it,
-local ids), ``batch_size``, ``input_id``, ``num_sampled_nodes``, ``num_sampled_edges`` and, for links,
-``edge_label_index`` / ``edge_label`` (binary negatives) or ``src_index`` / ``dst_pos_index`` /
-``dst_neg_index`` (triplet negatives). Each node is expanded once, at the hop after the one that
-found it, as in pyg-lib (see `samplers.interop.blocks_to_pyg`). A ``HeteroData`` is sampled by our
-`samplers.HeteroNeighborSampler` (`samplers.pyg_hetero`) into PyG's ``HeteroSamplerOutput``, so the
-loaders yield ``HeteroData`` batches as ``NeighborLoader`` does (``num_neighbors`` a list for every
-edge type or a dict per edge type; ``input_nodes=("user", idx)``).
+`samplers.NeighborSampler` / `samplers.HeteroNeighborSampler` kernels (`samplers.pyg_draw.PygDraw`) and
+returns PyG's ``SamplerOutput`` / ``HeteroSamplerOutput`` laid out as PyG's own ``NeighborSampler``
+(pyg-lib) lays it out, so the batches carry the fields of ``NeighborLoader`` / ``LinkNeighborLoader``:
+``n_id`` (seeds first, then each hop's new nodes in order of discovery), ``e_id``, ``edge_index`` (row 0
+the sampled neighbour, row 1 the node that drew it, local ids), ``batch`` (disjoint), ``batch_size``,
+``input_id``, ``seed_time``, ``num_sampled_nodes``, ``num_sampled_edges`` and, for links,
+``edge_label_index`` / ``edge_label`` / ``edge_label_time`` (binary negatives) or ``src_index`` /
+``dst_pos_index`` / ``dst_neg_index`` (triplet negatives). It takes PyG's inputs (``Data``,
+``HeteroData``, ``(FeatureStore, GraphStore)``, `samplers.pyg_graph`) and PyG's options: ``disjoint``,
+``time_attr`` with ``temporal_strategy`` ``"uniform"`` / ``"last"`` (node or edge times),
+``subgraph_type`` ``"directional"`` / ``"bidirectional"`` / ``"induced"``, ``sample_direction``
+``"backward"``, ``weight_attr``, ``num_neighbors=[]`` and graphs without edges (`samplers.pyg_draw`
+says how each is drawn).
 
 Use::
 
@@ -21,13 +23,13 @@ Use::
     for batch in loader:
         out = model(batch.x, batch.edge_index)[: batch.batch_size]
 
-PyG is imported when the first `PygSampler` is built, never by ``import samplers``. No temporal
-sampling.
-Negatives are drawn from the sampler's own seeded generator, not from global RNG state. Inside a torch
-``DataLoader`` worker (``num_workers > 0``) the draws' seed is the user's seed mixed with the worker's
-``torch.initial_seed()`` (distinct per worker and per epoch), so workers and epochs differ and results
-depend on the loader's seeding, as PyG's own sampler's do; pass ``generator=torch.Generator().manual_seed(s)``
-to the loader for reproducible runs. With ``num_workers=0`` the n-th batch of a seed is fixed.
+PyG is imported when the first `PygSampler` is built, never by ``import samplers``.
+Negatives are drawn from the sampler's own seeded generator, not from global RNG state (with node times,
+PyG's rule: a negative's time is <= its link's, redrawn up to 5 times, then the earliest node). Inside a
+torch ``DataLoader`` worker (``num_workers > 0``) the draws' seed is the user's seed mixed with the
+worker's ``torch.initial_seed()`` (distinct per worker and per epoch), so workers and epochs differ, as
+PyG's own sampler's do; pass ``generator=torch.Generator().manual_seed(s)`` to the loader for
+reproducible runs. With ``num_workers=0`` the n-th batch of a seed is fixed.
 """
 
 from __future__ import annotations
@@ -38,15 +40,22 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from graphrl.graph import CSCGraph
 from samplers._optional import LazyBase, import_pyg
-from samplers.interop import blocks_to_pyg
-from samplers.neighbor import NeighborSampler
-from samplers.pyg_hetero import PygHeteroSampling, check_num_neighbors
+from samplers.pyg_draw import PygDraw
+from samplers.pyg_graph import HOMO, read_pyg_graph
+from samplers.pyg_hetero import check_num_neighbors, hetero_num_neighbors
 
 __all__ = ["PygSampler"]
 
 _MIX = 0x9E3779B97F4A7C15  # golden-ratio constant: decorrelates the negative stream from the kernels'
+_SUBGRAPH_TYPES = ("directional", "bidirectional", "induced")
+
+
+def _option(name: str, value, allowed: tuple) -> str:
+    value = getattr(value, "value", value)  # PyG's SubgraphType enum
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+    return value
 
 
 class PygSampler(LazyBase):
@@ -54,52 +63,63 @@ class PygSampler(LazyBase):
 
     Parameters
     ----------
-    data : torch_geometric.data.Data or torch_geometric.data.HeteroData
-        The graph: ``edge_index`` int64 [2, E] (row 0 source, row 1 target; a node samples its in-edges,
-        PyG's default ``flow="source_to_target"``) and ``num_nodes``, per edge type and node type for a
-        ``HeteroData``. Edge ``j`` keeps id ``j`` (the batches' ``e_id`` index ``edge_index`` columns
-        directly).
-    num_neighbors : sequence of int, or (HeteroData) mapping edge type -> sequence of int
-        Neighbours drawn per node at each hop, *hop 1 first* (PyG's order, the reverse of
-        `NeighborSampler`'s ``fanouts``); ``-1`` takes every in-neighbour. For a ``HeteroData``, one
-        list for every edge type or one per edge type (every edge type named, as PyG's
-        ``NumNeighbors``).
+    data : Data, HeteroData or (FeatureStore, GraphStore)
+        The graph: ``edge_index`` int64 [2, E] per edge type (row 0 source, row 1 target; a node samples
+        its in-edges, PyG's default ``flow="source_to_target"``) and ``num_nodes`` per node type. Edge
+        ``j`` keeps id ``j`` (the batches' ``e_id`` index ``edge_index`` columns directly). A ``Data``
+        without ``edge_index`` has no edges.
+    num_neighbors : sequence of int, or (heterogeneous) mapping edge type -> sequence of int
+        Neighbours drawn per node at each hop, *hop 1 first* (PyG's order); ``-1`` takes every
+        neighbour; ``[]`` samples the seeds alone. Heterogeneous: one list for every edge type or one
+        per edge type (every edge type named, as PyG's ``NumNeighbors``; forward edge types also with
+        ``sample_direction="backward"``).
     replace : bool
         Draw with replacement.
     seed : int
         Seed of the neighbour draws and of the negatives; the n-th batch of a given seed is the same on
         every run (``num_workers=0``). In a ``DataLoader`` worker it is mixed with the worker's
-        ``torch.initial_seed()`` (see `worker_seed`).
+        ``torch.initial_seed()``.
     weight_attr : str or None
-        Name of an edge attribute of ``data`` (float [E]) to draw neighbours proportionally to, as
-        PyG's ``weight_attr`` (``HeteroData``: on the edge types that have it); ``None`` draws uniformly.
+        An edge attribute (float [E]) to draw neighbours proportionally to, as PyG's ``weight_attr``.
+    subgraph_type : {"directional", "bidirectional", "induced"}
+        As PyG (``SubgraphType`` values accepted).
+    disjoint : bool
+        Every seed its own subgraph (``batch`` says whose); forced on by ``time_attr``.
+    temporal_strategy : {"uniform", "last"}
+    time_attr : str or None
+        A node-level or edge-level attribute of times (integer or float): a node of seed time t draws
+        only edges of time <= t (node-level: neighbours of time <= t). Seed times come from the loader
+        (``input_time``, ``edge_label_time``) or, node-level, from the seeds' own times.
+    sample_direction : {"forward", "backward"}
+        ``"backward"``: nodes sample their out-edges (not with ``time_attr``, as in PyG).
 
     Raises
     ------
     ImportError
         torch_geometric is not installed.
     TypeError
-        ``data`` is neither a ``Data`` nor a ``HeteroData``, ``num_neighbors`` is not a sequence of
-        ints (or a dict of them), ``seed`` is not an int.
+        ``data`` is none of the accepted inputs; ``num_neighbors`` not a sequence of ints (or a dict of
+        them); ``seed`` not an int.
     ValueError
-        ``data`` has no ``edge_index`` (an edge type without one) or one not shaped [2, E];
-        ``num_neighbors`` is empty or holds
-        a value below -1, or (HeteroData) names an unknown edge type or leaves one out;
-        ``weight_attr`` names no edge attribute of ``data``.
+        A bad ``edge_index``; ``num_neighbors`` with a value below -1, or (heterogeneous) naming an
+        unknown edge type or leaving one out; ``weight_attr`` or ``time_attr`` naming nothing usable
+        (PyG's wording for the latter); an unknown ``subgraph_type``, ``temporal_strategy`` or
+        ``sample_direction``; ``disjoint`` with ``"induced"``.
+    NotImplementedError
+        ``sample_direction="backward"`` with ``time_attr`` (PyG's wording).
 
     References
     ----------
     Hamilton, Ying and Leskovec, "Inductive Representation Learning on Large Graphs" (GraphSAGE,
-    NeurIPS 2017); PyG's ``NeighborSampler`` and pyg-lib's ``neighbor_sample`` /
-    ``hetero_neighbor_sample`` for the output layout and the binary/triplet negative-sampling layouts
-    of ``edge_sample``.
+    NeurIPS 2017); PyG 2.8's ``NeighborSampler``, ``node_sample`` and ``edge_sample`` and pyg-lib's
+    ``neighbor_sample`` / ``hetero_neighbor_sample`` for the options and output layouts.
 
     Examples
     --------
     >>> loader = LinkLoader(data, link_sampler=PygSampler(data, [10, 5]), edge_label_index=ei,
     ...                     neg_sampling=NegativeSampling("binary"), batch_size=256)
-    >>> hetero = NodeLoader(hetero_data, node_sampler=PygSampler(hetero_data, [10, 5]),
-    ...                     input_nodes=("user", idx), batch_size=64)   # HeteroData batches
+    >>> temporal = NodeLoader(data, node_sampler=PygSampler(data, [10, 5], time_attr="time"),
+    ...                       input_nodes=idx, input_time=t, batch_size=64)
     """
 
     @staticmethod
@@ -108,10 +128,15 @@ class PygSampler(LazyBase):
         return import_pyg().sampler.BaseSampler
 
     def __init__(self, data, num_neighbors: Sequence[int] = (15, 10), replace: bool = False,
-                 seed: int = 0, weight_attr: str | None = None) -> None:
-        pyg = import_pyg()
+                 seed: int = 0, weight_attr: str | None = None, *, subgraph_type="directional",
+                 disjoint: bool = False, temporal_strategy: str = "uniform", time_attr: str | None = None,
+                 sample_direction: str = "forward") -> None:
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
             raise TypeError(f"seed must be an int, got {seed!r}")
+        self.subgraph_type = _option("subgraph_type", subgraph_type, _SUBGRAPH_TYPES)
+        self.sample_direction = _option("sample_direction", sample_direction, ("forward", "backward"))
+        if self.sample_direction == "backward" and time_attr is not None:
+            raise NotImplementedError("Temporal Sampling not yet supported for backward sampling")
         self.replace = bool(replace)
         self.seed = int(seed)
         self.negatives = torch.Generator().manual_seed((self.seed ^ _MIX) % 2**63)
@@ -119,78 +144,102 @@ class PygSampler(LazyBase):
         self.worker_seed = None
         """The ``torch.initial_seed()`` of the DataLoader worker the draws were last reseeded for; None
         outside workers."""
-        self.hetero = None
-        """The `samplers.pyg_hetero.PygHeteroSampling` of a ``HeteroData``; None for a ``Data``."""
-        if isinstance(data, pyg.data.HeteroData):
-            self.hetero = PygHeteroSampling(data, num_neighbors, self.replace, self.seed, weight_attr)
-            self.num_nodes = self.hetero.num_nodes
-            self.graph = self.hetero.graph
-            self.num_neighbors = self.hetero.num_neighbors
-            self.sampler = self.hetero.sampler
-            return
-        if not isinstance(data, pyg.data.Data):
-            raise TypeError(f"data must be a torch_geometric.data.Data or HeteroData, "
-                            f"got {type(data).__name__}")
-        if data.edge_index is None:
-            raise ValueError("data has no edge_index: PygSampler samples a graph's edges")
-        edge_index = data.edge_index
-        if not isinstance(edge_index, torch.Tensor) or edge_index.dim() != 2 or edge_index.shape[0] != 2:
-            shape = tuple(edge_index.shape) if isinstance(edge_index, torch.Tensor) else type(edge_index)
-            raise ValueError(f"data.edge_index must be a [2, E] tensor (row 0 source, row 1 target), "
-                             f"got shape {shape}")
-        hops = check_num_neighbors("num_neighbors", num_neighbors)
-        weights = None
-        if weight_attr is not None:
-            known = isinstance(weight_attr, str) and weight_attr in data
-            if not known or not data.is_edge_attr(weight_attr):
-                raise ValueError(f"weight_attr={weight_attr!r} names no edge attribute of data "
-                                 f"(edge attributes: {sorted(data.edge_attrs())})")
-            weights = data[weight_attr]
-        self.num_nodes = int(data.num_nodes)
-        """N, the number of nodes of ``data`` (a dict per node type for a ``HeteroData``)."""
-        self.graph = CSCGraph.from_edges(edge_index[0], edge_index[1], self.num_nodes)
-        """Our `CSCGraph` of ``data`` (edge ``j`` is column ``j`` of ``data.edge_index``); a `HeteroGraph`
-        for a ``HeteroData``."""
-        self.num_neighbors = hops
-        """Hop 1 first; ``{edge_type: [...]}`` for a ``HeteroData``."""
-        self.sampler = NeighborSampler(self.graph, fanouts=self.num_neighbors[::-1], replace=self.replace,
-                                       weights=weights, seed=self.seed)
-        """The `NeighborSampler` that draws the blocks (fanouts outermost first); the
-        `HeteroNeighborSampler` for a ``HeteroData``."""
+        graph = read_pyg_graph(data, time_attr, weight_attr)
+        self.is_hetero = graph.hetero
+        """Whether batches are ``HeteroData`` (a ``HeteroData`` or a store with edge types)."""
+        pyg = import_pyg()
+        is_num = isinstance(num_neighbors, pyg.sampler.base.NumNeighbors)
+        values = num_neighbors.values if is_num else num_neighbors
+        if graph.hetero:
+            hops = hetero_num_neighbors(values, graph.edge_types)
+        else:
+            hops = {HOMO: check_num_neighbors("num_neighbors", values, allow_empty=True)}
+        self.num_neighbors = hops if graph.hetero else hops[HOMO]
+        """Hop 1 first; ``{edge_type: [...]}`` for a heterogeneous graph."""
+        self.draw = PygDraw(graph, hops, self.replace, self.seed, disjoint, temporal_strategy,
+                            self.subgraph_type == "induced", self.sample_direction == "backward")
+        """The `samplers.pyg_draw.PygDraw` that draws the subgraphs."""
+        self.num_nodes = graph.num_nodes if graph.hetero else graph.num_nodes["node"]
+        """N, the number of nodes (a dict per node type for a heterogeneous graph)."""
+        homo = not graph.hetero
+        self.node_time = graph.node_time["node"] if homo and graph.node_time else graph.node_time
+        """Node-level times (PyG's attribute), or None."""
+        self.edge_time = graph.edge_time[HOMO] if homo and graph.edge_time else graph.edge_time
+        """Edge-level times (PyG's attribute), or None."""
+        self.graph = self.draw.graph
+        """Our `CSCGraph` (or `HeteroGraph`) of ``data``, reversed for ``sample_direction="backward"``."""
+        self.sampler = self.draw.sampler
+        """The `NeighborSampler` / `HeteroNeighborSampler` that draws (fanouts outermost first); None
+        with ``num_neighbors=[]``."""
+
+    @property
+    def disjoint(self) -> bool:
+        """Whether every seed gets its own subgraph (always with times, as in PyG)."""
+        return self.draw.disjoint
+
+    @property
+    def is_temporal(self) -> bool:
+        """Whether the sampler has node or edge times."""
+        return self.draw.temporal
 
     @property
     def edge_permutation(self):
-        """None: batches' edge ids are ``data.edge_index`` columns (no permutation to undo)."""
+        """None: batches' edge ids are ``edge_index`` columns (no permutation to undo)."""
         return None
 
-    def sample_nodes(self, seeds: torch.Tensor):
+    def sample_nodes(self, seeds, seed_time=None):
         """Sample the multi-hop subgraph of ``seeds`` as a ``SamplerOutput`` (no metadata).
 
         Parameters
         ----------
-        seeds : torch.Tensor, int64, shape [B] (HeteroData: mapping node type -> such a tensor)
+        seeds : torch.Tensor, int64, shape [B] (heterogeneous: mapping node type -> such a tensor)
             Seed node ids in [0, N); they are ``node[:B]`` of the output, in order.
+        seed_time : torch.Tensor [B] (or a mapping like ``seeds``) or None
+            Seed times (temporal sampling); None takes the seeds' node-level times.
 
         Returns
         -------
         torch_geometric.sampler.SamplerOutput or HeteroSamplerOutput
             ``node`` int64 [n] (global ids, seeds first), ``row``/``col`` int64 [nnz] (local source /
-            target of each edge), ``edge`` int64 [nnz] (edge ids), ``batch=None``,
-            ``num_sampled_nodes`` (L + 1 ints), ``num_sampled_edges`` (L ints); for a ``HeteroData``,
-            the same per node type / edge type (`samplers.pyg_hetero.PygHeteroSampling.sample`).
+            target of each edge), ``edge`` int64 [nnz] (edge ids), ``batch`` int64 [n] (disjoint) or
+            None, ``num_sampled_nodes`` (L + 1 ints), ``num_sampled_edges`` (L ints), both None for
+            ``"induced"``; per node type / edge type for a heterogeneous graph.
 
         Raises
         ------
         TypeError, ValueError
-            ``seeds`` is not a 1-D integer tensor of ids in [0, N) (see `NeighborSampler.sample`).
+            ``seeds`` is not a 1-D integer tensor of ids in [0, N) (see `NeighborSampler.sample`);
+            temporal sampling without seed times.
         """
-        if self.hetero is not None:
-            return self.hetero.sample(seeds)
         pyg = import_pyg()
-        sub = blocks_to_pyg(self.sampler.sample(seeds))
-        return pyg.sampler.SamplerOutput(
-            node=sub.n_id, row=sub.edge_index[0], col=sub.edge_index[1], edge=sub.e_id, batch=None,
-            num_sampled_nodes=sub.num_sampled_nodes, num_sampled_edges=sub.num_sampled_edges)
+        if not self.is_hetero:
+            seeds = {"node": seeds}
+            seed_time = None if seed_time is None else {"node": seed_time}
+        if self.is_temporal:
+            seed_time = self._seed_times(seeds, seed_time)
+        got = self.draw.sample(seeds, seed_time)
+        if self.is_hetero:
+            out = pyg.sampler.HeteroSamplerOutput(**got)
+        else:
+            key = {"node": "node", "batch": "node", "num_sampled_nodes": "node"}
+            out = pyg.sampler.SamplerOutput(**{name: None if value is None else value[key.get(name, HOMO)]
+                                               for name, value in got.items()})
+        if self.subgraph_type == "bidirectional":
+            out = out.to_bidirectional(keep_orig_edges=False)
+        return out
+
+    def _seed_times(self, seeds: dict, seed_time: dict | None) -> dict:
+        """Seed times per seeded type: given, or the seeds' node-level times (pyg-lib's default)."""
+        out = {}
+        for t, s in seeds.items():
+            if seed_time is not None and seed_time.get(t) is not None:
+                out[t] = seed_time[t]
+            elif self.draw.pyg.node_time is not None and t in self.draw.pyg.node_time:
+                out[t] = torch.as_tensor(self.draw.pyg.node_time[t])[s.to(torch.int64)]
+            else:
+                raise ValueError("temporal sampling with edge-level times needs seed times (input_time or "
+                                 "edge_label_time)")
+        return out
 
     def sample_from_nodes(self, index, **kwargs):
         """PyG's node-sampling entry point (``NodeLoader`` calls it per batch).
@@ -198,39 +247,42 @@ class PygSampler(LazyBase):
         Parameters
         ----------
         index : torch_geometric.sampler.NodeSamplerInput
-            ``node`` int64 [B] seed ids, ``input_id`` int64 [B] their example indices; ``input_type``
-            their node type for a ``HeteroData`` (None for a ``Data``).
+            ``node`` int64 [B] seed ids, ``input_id`` int64 [B], ``time`` [B] or None, ``input_type``
+            (heterogeneous) the seeds' node type.
 
         Returns
         -------
-        torch_geometric.sampler.SamplerOutput
+        torch_geometric.sampler.SamplerOutput or HeteroSamplerOutput
             As `sample_nodes`, with ``metadata = (input_id, time)`` as PyG's ``node_sample`` sets it.
 
         Raises
         ------
         ValueError
-            ``index`` carries seed times (temporal sampling is not supported), or a node type for a
-            ``Data`` / none for a ``HeteroData``.
+            Seed times without ``time_attr``; a node type for a homogeneous graph or none for a
+            heterogeneous one.
         """
         self._check_input(index)
         self._reseed_in_worker()
-        out = self.sample_nodes(index.node if self.hetero is None else {index.input_type: index.node})
+        if self.is_hetero:
+            out = self.sample_nodes({index.input_type: index.node},
+                                    None if index.time is None else {index.input_type: index.time})
+        else:
+            out = self.sample_nodes(index.node, index.time)
         out.metadata = (index.input_id, index.time)
         return out
 
     def sample_from_edges(self, index, neg_sampling=None):
-        """PyG's link-sampling entry point (``LinkLoader`` calls it per batch).
+        """PyG's link-sampling entry point (``LinkLoader`` calls it per batch), as PyG's ``edge_sample``.
 
-        The sources and targets of the batch's links (and negatives) are merged, made unique (sorted, as
-        ``torch.unique``) and sampled as seeds; ``metadata`` follows PyG's ``edge_sample`` for
-        non-disjoint sampling. On a ``HeteroData`` (``index.input_type`` an edge type) the seeds are of
-        the edge type's source and destination types: merged when they are one type, else made unique
-        per side, as in PyG.
+        Non-disjoint: the sources and targets of the batch's links (and negatives) are made unique
+        (sorted, as ``torch.unique``; per side when the edge type joins two node types) and sampled as
+        seeds. Disjoint: every endpoint is its own seed, ``batch`` taken modulo the number of links.
 
         Parameters
         ----------
         index : torch_geometric.sampler.EdgeSamplerInput
-            ``row``/``col`` int64 [P] link endpoints, ``input_id`` int64 [P], ``label`` [P] or None.
+            ``row``/``col`` int64 [P] link endpoints, ``input_id`` int64 [P], ``label`` [P] or None,
+            ``time`` [P] or None (``edge_label_time``), ``input_type`` the edge type (heterogeneous).
         neg_sampling : torch_geometric.sampler.NegativeSampling or None
             ``"binary"``: ``ceil(P * amount)`` random (src, dst) pairs labelled 0; ``"triplet"``:
             ``amount`` random destinations per link. Drawn uniformly, or by ``src_weight`` /
@@ -240,51 +292,87 @@ class PygSampler(LazyBase):
         -------
         torch_geometric.sampler.SamplerOutput or HeteroSamplerOutput
             Binary or none: ``metadata = (input_id, edge_label_index [2, P + Q], edge_label [P + Q],
-            None)``; triplet: ``metadata = (input_id, src_index [P], dst_pos_index [P],
-            dst_neg_index [P] or [P, amount], None)``; indices are positions in ``node`` (in
-            ``node[src_type]`` / ``node[dst_type]`` for a ``HeteroData``).
+            edge_label_time or None)``; triplet: ``metadata = (input_id, src_index [P], dst_pos_index [P],
+            dst_neg_index [P] or [P, amount], src_time or None)``; indices are positions in ``node``.
 
         Raises
         ------
         ValueError
-            Seed times in ``index``, an edge type for a ``Data`` or none for a ``HeteroData``; labels
-            given with triplet negatives; an endpoint outside [0, N).
+            Times without ``time_attr``, an edge type for a homogeneous graph or none for a
+            heterogeneous one; labels with triplet negatives; an endpoint outside [0, N).
         """
         self._check_input(index)
         self._reseed_in_worker()
         rel = index.input_type
-        if self.hetero is None:
+        if not self.is_hetero:
             num_src = num_dst = self.num_nodes
+            src_nt = dst_nt = "node"
         else:
-            num_src, num_dst = self.num_nodes[rel[0]], self.num_nodes[rel[-1]]
+            src_nt, dst_nt = rel[0], rel[-1]
+            num_src, num_dst = self.num_nodes[src_nt], self.num_nodes[dst_nt]
+        node_time = self.draw.pyg.node_time or {}
         src, dst, label = index.row.to(torch.int64), index.col.to(torch.int64), index.label
+        src_time = dst_time = edge_time = index.time
         num_pos = int(src.numel())
         triplet = neg_sampling is not None and neg_sampling.is_triplet()
         if neg_sampling is not None and neg_sampling.is_binary():
             num_neg = math.ceil(num_pos * neg_sampling.amount)
-            src = torch.cat([src, self._negatives(neg_sampling.src_weight, num_src, num_neg, "src_weight")])
-            dst = torch.cat([dst, self._negatives(neg_sampling.dst_weight, num_dst, num_neg, "dst_weight")])
+            src = torch.cat([src, self._negatives(neg_sampling, "src", num_src, num_pos, src_time,
+                                                  node_time.get(src_nt))])
+            dst = torch.cat([dst, self._negatives(neg_sampling, "dst", num_dst, num_pos, dst_time,
+                                                  node_time.get(dst_nt))])
             if label is None:
                 label = torch.ones(num_pos)
             label = torch.cat([label, label.new_zeros((num_neg, *label.shape[1:]))])
+            if edge_time is not None:
+                src_time = dst_time = edge_time.repeat(1 + math.ceil(neg_sampling.amount))[:num_pos + num_neg]
         elif triplet:
             if label is not None:
                 raise ValueError("edge_label must be None with triplet negative sampling (as in PyG)")
-            num_neg = math.ceil(num_pos * neg_sampling.amount)
-            dst = torch.cat([dst, self._negatives(neg_sampling.dst_weight, num_dst, num_neg, "dst_weight")])
-        if rel is not None and rel[0] != rel[-1]:  # two node types: each side its own unique seeds
-            src_seeds, inv_src = src.unique(return_inverse=True)
-            dst_seeds, inv_dst = dst.unique(return_inverse=True)
-            out = self.sample_nodes({rel[0]: src_seeds, rel[-1]: dst_seeds})
+            dst = torch.cat([dst, self._negatives(neg_sampling, "dst", num_dst, num_pos, dst_time,
+                                                  node_time.get(dst_nt))])
+            if edge_time is not None:
+                dst_time = edge_time.repeat(1 + neg_sampling.amount)
+        disjoint = self.disjoint
+        two_types = src_nt != dst_nt
+        if two_types:
+            if not disjoint:
+                src, inv_src = src.unique(return_inverse=True)
+                dst, inv_dst = dst.unique(return_inverse=True)
+            seeds = {src_nt: src, dst_nt: dst}
+            times = None if edge_time is None else {src_nt: src_time, dst_nt: dst_time}
         else:
-            seeds, inverse = torch.cat([src, dst]).unique(return_inverse=True)
-            out = self.sample_nodes(seeds if rel is None else {rel[0]: seeds})
-            inv_src, inv_dst = inverse[:src.numel()], inverse[src.numel():]
-        if triplet:
-            dst_neg = inv_dst[num_pos:].view(num_pos, -1).squeeze(-1)
-            out.metadata = (index.input_id, inv_src, inv_dst[:num_pos], dst_neg, None)
+            seed = torch.cat([src, dst])
+            if not disjoint:
+                seed, inverse = seed.unique(return_inverse=True)
+                inv_src, inv_dst = inverse[:src.numel()], inverse[src.numel():]
+            seeds = {src_nt: seed}
+            times = None if edge_time is None else {src_nt: torch.cat([src_time, dst_time])}
+        out = self.sample_nodes(seeds if self.is_hetero else seeds["node"],
+                                times if self.is_hetero or times is None else times["node"])
+        if disjoint:
+            if self.is_hetero:
+                out.batch = {k: b % num_pos for k, b in out.batch.items()}
+            else:
+                out.batch = out.batch % num_pos
+        if not triplet:
+            if not disjoint:
+                label_index = torch.stack([inv_src, inv_dst])
+            elif two_types:
+                label_index = torch.arange(src.numel()).repeat(2).view(2, -1)
+            else:
+                label_index = torch.arange(2 * src.numel()).view(2, -1)
+            out.metadata = (index.input_id, label_index, label, src_time)
+            return out
+        if not disjoint:
+            src_index, dst_pos, dst_neg = inv_src, inv_dst[:num_pos], inv_dst[num_pos:]
         else:
-            out.metadata = (index.input_id, torch.stack([inv_src, inv_dst]), label, None)
+            src_index = torch.arange(num_pos)
+            offset = 0 if two_types else num_pos
+            dst_pos = torch.arange(offset, offset + num_pos)
+            dst_neg = torch.arange(offset + num_pos, offset + dst.numel()).view(-1, num_pos).t()
+        dst_neg = dst_neg.reshape(num_pos, -1).squeeze(-1)
+        out.metadata = (index.input_id, src_index, dst_pos, dst_neg, src_time)
         return out
 
     def _reseed_in_worker(self) -> None:
@@ -297,31 +385,53 @@ class PygSampler(LazyBase):
             return
         self.worker_seed = base
         mixed = int(np.random.SeedSequence([self.seed, base % 2**64]).generate_state(1, np.uint64)[0]) >> 1
-        self.sampler.seed = mixed  # the kernels' per-call keys derive from NeighborSampler.seed
+        if self.sampler is not None:
+            self.sampler.seed = mixed  # the kernels' per-call keys derive from the sampler's seed
         self.negatives = torch.Generator().manual_seed((mixed ^ _MIX) % 2**63)
 
-    def _negatives(self, weight, num_nodes: int, count: int, name: str) -> torch.Tensor:
-        """``count`` node ids in [0, num_nodes) drawn uniformly, or by ``weight`` (float [num_nodes]),
-        from `negatives`."""
-        if weight is None:
-            return torch.randint(num_nodes, (count,), generator=self.negatives)
-        if weight.numel() != num_nodes:
-            raise ValueError(f"neg_sampling.{name} must have one weight per node ({num_nodes}), "
-                             f"got {weight.numel()}")
-        return torch.multinomial(weight.float(), count, replacement=True, generator=self.negatives)
+    def _negatives(self, neg_sampling, endpoint: str, num_nodes: int, num_pos: int, seed_time,
+                   node_time) -> torch.Tensor:
+        """``ceil(num_pos * amount)`` node ids in [0, num_nodes) drawn uniformly or by the endpoint's
+        weight from `negatives`; with seed and node times, PyG's ``neg_sample`` rule (module docs)."""
+        count = math.ceil(num_pos * neg_sampling.amount)
+        weight = neg_sampling.src_weight if endpoint == "src" else neg_sampling.dst_weight
+
+        def draw(n: int) -> torch.Tensor:
+            if weight is None:
+                return torch.randint(num_nodes, (n,), generator=self.negatives)
+            if weight.numel() != num_nodes:
+                raise ValueError(f"neg_sampling.{endpoint}_weight must have one weight per node "
+                                 f"({num_nodes}), got {weight.numel()}")
+            return torch.multinomial(weight.float(), n, replacement=True, generator=self.negatives)
+
+        if seed_time is None or node_time is None:
+            return draw(count)
+        node_time = torch.as_tensor(node_time)
+        rounds = math.ceil(neg_sampling.amount)
+        limit = seed_time.view(1, -1).expand(rounds, -1)
+        out = draw(rounds * num_pos).view(rounds, num_pos)
+        bad = node_time[out] > limit
+        for _ in range(5):
+            if not bool(bad.any()):
+                break
+            out[bad] = draw(int(bad.sum()))
+            bad = bad & (node_time[out] > limit)
+        out[bad] = node_time.argmin()
+        return out.view(-1)[:count]
 
     def _check_input(self, index) -> None:
-        if getattr(index, "time", None) is not None:
-            raise ValueError("PygSampler does not support temporal sampling: the loader passed seed "
-                             "times (input_time / edge_label_time)")
+        if getattr(index, "time", None) is not None and not self.is_temporal:
+            raise ValueError("the loader passed seed times (input_time / edge_label_time) but the sampler "
+                             "has no time_attr")
         input_type = getattr(index, "input_type", None)
-        if self.hetero is None and input_type is not None:
-            raise ValueError(f"PygSampler on a Data samples homogeneous graphs; "
+        if not self.is_hetero and input_type is not None:
+            raise ValueError(f"PygSampler on a homogeneous graph samples homogeneous graphs; "
                              f"got input_type={input_type!r}")
-        if self.hetero is not None and input_type is None:
-            raise ValueError("PygSampler on a HeteroData needs typed inputs, e.g. input_nodes=('user', idx) "
-                             "or edge_label_index=(edge_type, index)")
+        if self.is_hetero and input_type is None:
+            raise ValueError("PygSampler on a heterogeneous graph needs typed inputs, e.g. "
+                             "input_nodes=('user', idx) or edge_label_index=(edge_type, index)")
 
     def __repr__(self) -> str:
         return (f"PygSampler(num_nodes={self.num_nodes}, num_neighbors={self.num_neighbors}, "
-                f"replace={self.replace}, seed={self.seed})")
+                f"replace={self.replace}, seed={self.seed}, disjoint={self.disjoint}, "
+                f"subgraph_type={self.subgraph_type!r})")

@@ -223,7 +223,7 @@ def test_bad_hetero_input_raises_naming_the_argument(small):
         PygSampler(small, {BUYS: [2], REV: [2]})
     with pytest.raises(ValueError, match="unknown edge type"):
         PygSampler(small, {BUYS: [2], REV: [2], FOLLOWS: [2], ("item", "x", "item"): [1]})
-    with pytest.raises(ValueError, match="same number of hops"):
+    with pytest.raises(ValueError, match="Number of hops must be the same across all edge types"):
         PygSampler(small, {BUYS: [2], REV: [2, 2], FOLLOWS: [2]})
     with pytest.raises(ValueError, match=r"num_neighbors\[1\]=-3"):
         PygSampler(small, [1, -3])
