@@ -20,6 +20,7 @@ Usage::
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -200,6 +201,13 @@ def chebyshev_coefficients(order: int, flatness: float) -> np.ndarray:
     return coeffs
 
 
+def _check_weights(ideal_weight: float, degree_power: float) -> None:
+    if not ideal_weight >= 0:
+        raise ValueError(f"ideal_weight must be >= 0, got {ideal_weight!r}")
+    if not degree_power >= 0:
+        raise ValueError(f"degree_power must be >= 0, got {degree_power!r}")
+
+
 @dataclass(eq=False)
 class ChebyCF:
     """A fitted ChebyCF model (use `ChebyCF.fit`).
@@ -224,6 +232,8 @@ class ChebyCF:
         w.
     pre_scale, post_scale : np.ndarray, float32, shape [I]
         ``d_I^-beta`` and ``d_I^beta`` (0 for items without interactions).
+    item_degrees : np.ndarray, float64, shape [I]
+        Training interactions per item.
 
     References
     ----------
@@ -239,6 +249,7 @@ class ChebyCF:
     ideal_weight: float
     pre_scale: np.ndarray
     post_scale: np.ndarray
+    item_degrees: np.ndarray
 
     @classmethod
     def fit(cls, train: tuple[np.ndarray, np.ndarray], num_items: int, order: int = 8, flatness: float = 1.5,
@@ -275,14 +286,11 @@ class ChebyCF:
             A setting out of range, or an item id outside [0, num_items).
         """
         num_users = train[0].size - 1
-        coeffs = chebyshev_coefficients(order, flatness)
+        chebyshev_coefficients(order, flatness)  # checks both before the SVD
+        _check_weights(ideal_weight, degree_power)
         top = min(num_users, num_items)
         if isinstance(ideal_k, bool) or int(ideal_k) != ideal_k or not 0 <= ideal_k < top:
             raise ValueError(f"ideal_k must be an int in [0, min(U, I) = {top}), got {ideal_k!r}")
-        if not ideal_weight >= 0:
-            raise ValueError(f"ideal_weight must be >= 0, got {ideal_weight!r}")
-        if not degree_power >= 0:
-            raise ValueError(f"degree_power must be >= 0, got {degree_power!r}")
         m = normalized_interactions(train, num_items)
         norm = sp.csr_matrix(m.normalized, dtype=np.float32)
         if ideal_k > 0:
@@ -290,13 +298,36 @@ class ChebyCF:
                              power_iters=power_iters)[1].T
         else:
             vt = np.zeros((0, num_items))
-        d_i = np.asarray(m.interactions.sum(axis=0)).ravel()
+        empty = np.zeros(0, np.float32)
+        model = cls(interactions=sp.csr_matrix(m.interactions, dtype=np.float32), normalized=norm,
+                    normalized_t=sp.csr_matrix(norm.T), coeffs=np.zeros(0),
+                    vt=np.ascontiguousarray(vt, dtype=np.float32), ideal_weight=0.0, pre_scale=empty,
+                    post_scale=empty, item_degrees=np.asarray(m.interactions.sum(axis=0)).ravel())
+        return model.with_settings(order, flatness, ideal_weight, degree_power)
+
+    def with_settings(self, order: int, flatness: float, ideal_weight: float, degree_power: float,
+                      ideal_k: int | None = None) -> ChebyCF:
+        """The same fit (matrices, singular vectors) with other filter settings: no second SVD.
+
+        Parameters are as in `fit`; ``ideal_k`` (None: all fitted vectors) keeps the top ``ideal_k`` of
+        the fitted singular vectors, at most as many as were fitted.
+
+        Raises
+        ------
+        ValueError
+            A setting out of range.
+        """
+        _check_weights(ideal_weight, degree_power)
+        k = self.vt.shape[0] if ideal_k is None else ideal_k
+        if isinstance(k, bool) or int(k) != k or not 0 <= k <= self.vt.shape[0]:
+            raise ValueError(f"ideal_k must be an int in [0, {self.vt.shape[0]}] (the fitted vectors), "
+                             f"got {k!r}")
+        d_i = self.item_degrees
         pre = np.where(d_i > 0, np.maximum(d_i, 1.0) ** -degree_power, 0.0)
         post = np.where(d_i > 0, np.maximum(d_i, 1.0) ** degree_power, 0.0)
-        return cls(interactions=sp.csr_matrix(m.interactions, dtype=np.float32), normalized=norm,
-                   normalized_t=sp.csr_matrix(norm.T), coeffs=coeffs,
-                   vt=np.ascontiguousarray(vt, dtype=np.float32), ideal_weight=float(ideal_weight),
-                   pre_scale=pre.astype(np.float32), post_scale=post.astype(np.float32))
+        return dataclasses.replace(self, coeffs=chebyshev_coefficients(order, flatness), vt=self.vt[:k],
+                                   ideal_weight=float(ideal_weight), pre_scale=pre.astype(np.float32),
+                                   post_scale=post.astype(np.float32))
 
     def signal(self, users: torch.Tensor) -> np.ndarray:
         """The users' degree-normalised interaction rows ``r_u * d_I^-beta``: float32 [B, I] for int64 [B]."""

@@ -87,13 +87,23 @@ def test_chebycf_scores_equal_the_dense_spectral_formula():
     plain = ChebyCF.fit(train, ds.num_items, order=order, flatness=phi, ideal_k=0, degree_power=0.0)
     np.testing.assert_allclose(plain.scores(torch.arange(ds.num_users)).numpy(),
                                r @ (q * response) @ q.T, rtol=1e-4, atol=1e-5)
+    # other settings on the same fit: the top 3 singular vectors, another exponent, order and flatness
+    other = model.with_settings(4, 2.0, 0.5, 0.2, ideal_k=3)
+    response = C.chebval(1.0 - 2.0 * mu, chebyshev_coefficients(4, 2.0))
+    pre = np.where(di > 0, np.maximum(di, 1) ** -0.2, 0)
+    s = r * pre[None, :]
+    expect = (s @ (q * response) @ q.T + 0.5 * s @ v[:, :3] @ v[:, :3].T) * (1 / np.where(pre > 0, pre, 1))
+    np.testing.assert_allclose(other.scores(torch.arange(ds.num_users)).numpy(), expect, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="ideal_k"):
+        model.with_settings(4, 2.0, 0.5, 0.2, ideal_k=k + 1)
 
 
 def test_chebycf_rejects_bad_arguments():
     from graphrl.nn.graph_filter import ChebyCF
     ds = synthetic_bipartite(40, 30, 300, seed=2)
     train = ds.user_item_csr("train")
-    for kwargs, match in [({"order": 0}, "order"), ({"flatness": 0.0}, "flatness"), ({"ideal_k": 30}, "ideal_k"),
-                          ({"ideal_weight": -0.1}, "ideal_weight"), ({"degree_power": -1.0}, "degree_power")]:
+    for kwargs, match in [({"order": 0}, "order"), ({"flatness": 0.0}, "flatness"),
+                          ({"ideal_k": 30}, "ideal_k"), ({"ideal_weight": -0.1}, "ideal_weight"),
+                          ({"degree_power": -1.0}, "degree_power")]:
         with pytest.raises(ValueError, match=match):
             ChebyCF.fit(train, ds.num_items, **{"ideal_k": 4, **kwargs})
