@@ -13,7 +13,7 @@ identical to `NeighborSampler` on the whole graph with one request per owner per
 from samplers.distributed.features import DistFeatureStore, FetchStats
 from samplers.distributed.owner import PartitionOwner
 from samplers.distributed.owners import LocalOwners, OwnerError, OwnerStats, RayOwners
-from samplers.distributed.sampler import DistNeighborSampler
+from samplers.distributed.sampler import DistNeighborSampler, SampleProfile
 
 __all__ = ["DistFeatureStore", "DistNeighborSampler", "FetchStats", "LocalOwners", "OwnerError", "OwnerStats",
-           "PartitionOwner", "RayOwners"]
+           "PartitionOwner", "RayOwners", "SampleProfile"]

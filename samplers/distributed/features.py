@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from samplers._checks import check_seeds
-from samplers.distributed.sampler import split_by_owner
+from samplers.distributed.assemble import split_by_owner
 
 __all__ = ["DistFeatureStore", "FetchStats"]
 
@@ -85,7 +85,7 @@ class DistFeatureStore:
         return np.sort(ids[top])
 
     def _fetch(self, ids: np.ndarray) -> np.ndarray:
-        order, slices = split_by_owner(ids, self.book.node_part)
+        order, slices = split_by_owner(ids, self.book.node_part, self.book.num_parts)
         sorted_ids = ids[order]
         res = self.owners.call("rows", {p: (sorted_ids[s], self.name) for p, s in slices.items()})
         first = next(iter(res.values()))

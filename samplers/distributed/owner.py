@@ -12,6 +12,7 @@ docs/architecture.md#partitioned-graphs), so the core's kernel reads it unchange
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 
@@ -33,6 +34,9 @@ class PartitionOwner:
         The part to hold, in [0, P).
     expect : str or None
         The graph fingerprint the folder must hold.
+    threads : int or None
+        Threads of the owner's kernels (at most `graphrl.threads.team_size`); ``None``: that many.
+        Several owners on one host share its cores: 1 each keeps them from waiting on each other.
 
     Raises
     ------
@@ -40,8 +44,11 @@ class PartitionOwner:
         A damaged folder (naming the file), a bad ``part``, or a folder of another graph.
     """
 
-    def __init__(self, folder: str, part: int, expect: str | None = None) -> None:
+    def __init__(self, folder: str, part: int, expect: str | None = None, threads: int | None = None) -> None:
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+            raise ValueError(f"threads must be None or an int >= 1, got {threads!r}")
         self.partition = load_partition(folder, part, expect)
+        self.threads = threads
         p = self.partition
         self.folder = str(folder)
         deg = np.diff(p.indptr)
@@ -50,6 +57,18 @@ class PartitionOwner:
         self.indptr = np.zeros(p.num_nodes + 1, dtype=np.int64)
         np.cumsum(counts, out=self.indptr[1:])
         self._prefix: tuple[np.ndarray, np.ndarray] | None = None
+        # replies in the narrowest type that holds the ids: half the bytes below 2^31 nodes / edges
+        self._node_dtype = np.int32 if p.num_nodes <= np.iinfo(np.int32).max else np.int64
+        small_edges = int(p.edge_ids.max(initial=0)) <= np.iinfo(np.int32).max
+        self._edge_dtype = np.int32 if small_edges else np.int64
+        self._busy = {"sample_s": 0.0, "sample_cpu_s": 0.0, "rows_s": 0.0, "requests": 0}
+
+    def _threads(self) -> int:
+        return team_size() if self.threads is None else min(self.threads, team_size())
+
+    def counters(self) -> dict:
+        """Requests served, and seconds spent in `sample` (wall and this process's CPU) and `rows`."""
+        return dict(self._busy)
 
     def info(self) -> dict:
         """Part, folder, fingerprint, process id, and the owned node, edge and halo counts."""
@@ -64,14 +83,15 @@ class PartitionOwner:
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """One layer's draws for owned rows ``dst`` (int64 [D], global ids, trusted owned).
 
-        Returns counts int64 [D], sources int64 [nnz] (global ids) and edge ids int64 [nnz], rows in
-        the order of ``dst``.
+        Returns counts [D], sources [nnz] (global ids) and edge ids [nnz], rows in the order of ``dst``:
+        int32 where the graph's node ids (sources) or edge ids (counts, edge ids) fit it, else int64.
 
         Raises
         ------
         ValueError
             ``weighted`` on a part written without weights.
         """
+        t0, c0 = time.perf_counter(), time.process_time()
         p = self.partition
         weights = None
         if weighted:
@@ -79,10 +99,16 @@ class PartitionOwner:
                 raise ValueError(f"weighted sampling asked of part {p.part}, whose folder holds no edge "
                                  "weights")
             if self._prefix is None:
-                self._prefix = row_prefix(self.indptr, p.weights, team_size())
+                self._prefix = row_prefix(self.indptr, p.weights, self._threads())
             weights = p.weights
-        return sample_owned_rows(self.indptr, p.indices, p.edge_ids, dst, int(fanout), bool(replace),
-                                 int(key), team_size(), weights, self._prefix if weighted else None)
+        counts, src, eids = sample_owned_rows(self.indptr, p.indices, p.edge_ids, dst, int(fanout),
+                                              bool(replace), int(key), self._threads(), weights,
+                                              self._prefix if weighted else None)
+        out = (counts.astype(self._edge_dtype), src.astype(self._node_dtype), eids.astype(self._edge_dtype))
+        self._busy["sample_s"] += time.perf_counter() - t0
+        self._busy["sample_cpu_s"] += time.process_time() - c0
+        self._busy["requests"] += 1
+        return out
 
     def rows(self, ids: np.ndarray, name: str = "features") -> np.ndarray:
         """Rows of owned nodes ``ids`` (int64 [K], global) of ``"features"`` ([K, F]) or ``"labels"`` ([K]).
@@ -92,12 +118,16 @@ class PartitionOwner:
         ValueError
             An unknown ``name``, a column the folder does not hold, or an id this part does not own.
         """
+        t0 = time.perf_counter()
         if name not in ("features", "labels"):
             raise ValueError(f"name must be 'features' or 'labels', got {name!r}")
         data = getattr(self.partition, name)
         if data is None:
             raise ValueError(f"part {self.partition.part} of {self.folder} holds no {name}")
-        return data[self.partition.local_ids(ids)]
+        out = data[self.partition.local_ids(ids)]
+        self._busy["rows_s"] += time.perf_counter() - t0
+        self._busy["requests"] += 1
+        return out
 
     def hot_nodes(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The ``k`` owned nodes of highest in-degree (int64, global ids; fewer when it owns fewer) and

@@ -111,6 +111,10 @@ class LocalOwners(_Owners):
         """`PartitionOwner.info` of one owner."""
         return self.owners[part].info()
 
+    def counters(self) -> dict[int, dict]:
+        """Each owner's `PartitionOwner.counters`."""
+        return {p: o.counters() for p, o in enumerate(self.owners)}
+
     def call(self, method: str, requests: Mapping[int, tuple]) -> dict[int, Any]:
         """``{part: owner.method(*args)}`` for each ``{part: args}`` of ``requests``.
 
@@ -146,6 +150,11 @@ class RayOwners(_Owners):
     actor_options : dict or None
         ``ray.remote`` options of each owner (``num_cpus`` defaults to 0, so owners share CPUs with
         trainers; ``resources`` or a ``scheduling_strategy`` place them on hosts).
+    name : str or None
+        Name the actors ``{name}.owner{p}`` in Ray's current namespace, so that other processes of the
+        cluster `attach` to them.
+    threads : int or None
+        Kernel threads of each owner (`PartitionOwner`).
 
     Raises
     ------
@@ -153,19 +162,54 @@ class RayOwners(_Owners):
         A damaged folder, or one of another graph (checked here and by every owner).
     """
 
-    def __init__(self, folder: str, expect: str | None = None, actor_options: dict | None = None) -> None:
+    def __init__(self, folder: str, expect: str | None = None, actor_options: dict | None = None,
+                 name: str | None = None, threads: int | None = None, *, attach: bool = False) -> None:
         import ray
 
         super().__init__(folder, expect)
         self._ray = ray
+        self.name = name
+        self.threads = threads
         self._options = {"num_cpus": 0, "max_restarts": 0, **(actor_options or {})}
         self._actor = ray.remote(PartitionOwner)
-        self.actors = [self._start(p) for p in range(self.num_parts)]
+        if attach:
+            self.actors = [ray.get_actor(self._actor_name(p)) for p in range(self.num_parts)]
+        else:
+            self.actors = [self._start(p) for p in range(self.num_parts)]
         infos = self._get({p: a.info.remote() for p, a in enumerate(self.actors)}, "info")
         self.infos = [self._checked(p, infos[p]) for p in range(self.num_parts)]
 
+    @classmethod
+    def attach(cls, folder: str, name: str, expect: str | None = None) -> RayOwners:
+        """The owners another process of the cluster started with ``name`` (checked against the folder).
+
+        Raises
+        ------
+        ValueError
+            No actor of that name (Ray's error); `graphrl.partition.PartitionError` as the constructor.
+        """
+        return cls(folder, expect, name=name, attach=True)
+
+    def _actor_name(self, part: int) -> str:
+        return f"{self.name}.owner{part}"
+
     def _start(self, part: int):
-        return self._actor.options(**self._options).remote(self.folder, part, self.fingerprint)
+        options = dict(self._options)
+        if self.name is not None:
+            options["name"] = self._actor_name(part)
+        deadline = time.monotonic() + 5.0
+        while True:
+            try:
+                return self._actor.options(**options).remote(self.folder, part, self.fingerprint,
+                                                             self.threads)
+            except ValueError:  # the name of a killed actor is freed asynchronously
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def counters(self) -> dict[int, dict]:
+        """Each owner's `PartitionOwner.counters` (one request per owner, not counted in `stats`)."""
+        return self._get({p: a.counters.remote() for p, a in enumerate(self.actors)}, "counters")
 
     def info(self, part: int) -> dict:
         """`PartitionOwner.info` of one owner (as it reported when started)."""

@@ -14,25 +14,34 @@ from __future__ import annotations
 
 import secrets
 import threading
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from samplers._checks import check_fanouts, check_seed_and_replace, check_seeds
 from samplers.block import Block, Blocks
+from samplers.distributed.assemble import scatter_rows, split_by_owner
 from samplers.distributed.core import layer_key, relabel_sources
 
-__all__ = ["DistNeighborSampler", "split_by_owner"]
+__all__ = ["DistNeighborSampler", "SampleProfile"]
 
 
-def split_by_owner(ids: np.ndarray, node_part: np.ndarray) -> tuple[np.ndarray, dict[int, slice]]:
-    """Group ``ids`` by owner: the stable order that sorts them by part, and each part's slice of it."""
-    parts = node_part[ids]
-    order = np.argsort(parts, kind="stable")
-    bounds = np.searchsorted(parts[order], np.arange(int(node_part.max(initial=0)) + 2))
-    return order, {p: slice(int(bounds[p]), int(bounds[p + 1])) for p in range(bounds.shape[0] - 1)
-                   if bounds[p + 1] > bounds[p]}
+@dataclass
+class SampleProfile:
+    """Where a sampler's calls spent their time (seconds, summed over calls).
+
+    ``wait_s``: waiting for the owners' answers (their kernels, the transfers, the engine's round
+    trips); ``assemble_s``: splitting frontiers by owner and putting the answers back in frontier order
+    (copies); ``relabel_s``: the relabelling; ``calls``: `DistNeighborSampler.sample` calls.
+    """
+
+    wait_s: float = 0.0
+    assemble_s: float = 0.0
+    relabel_s: float = 0.0
+    calls: int = 0
 
 
 class DistNeighborSampler:
@@ -53,9 +62,10 @@ class DistNeighborSampler:
 
     Notes
     -----
-    Requests per call: at most P per layer. Bytes per call: 8 per frontier node sent, 8 per row and 16
-    per sampled edge received. The trainer holds the book (4 bytes per node) and a relabelling map
-    (4 bytes per node). ``sampled_edges`` counts edges drawn; ``owners.stats`` the requests and bytes.
+    Requests per call: at most P per layer. Bytes per call: 8 per frontier node sent, 4 per row and 8
+    per sampled edge received (below 2^31 nodes and edges; 8 and 16 above). The trainer holds the
+    book (4 bytes per node) and a relabelling map (4 bytes per node).
+    ``sampled_edges`` counts edges drawn; ``owners.stats`` the requests and bytes.
 
     Raises
     ------
@@ -81,7 +91,10 @@ class DistNeighborSampler:
         self.seed = int(seed) if seed is not None else secrets.randbits(63)
         self.sampled_edges = 0
         self._calls = 0
+        self.profile = SampleProfile()
+        """Time spent per part of a call (`SampleProfile`); ``owners.stats`` has requests and bytes."""
         self._node_map = np.full(self.book.num_nodes, -1, dtype=np.int32)
+
         self._lock = threading.Lock()
 
     @property
@@ -112,15 +125,20 @@ class DistNeighborSampler:
         with self._lock:
             blocks = self._sample(dst, self._calls)
             self._calls += 1
+            self.profile.calls += 1
         self.sampled_edges += sum(b.num_edges for b in blocks)
         return blocks
 
     def _layer(self, dst: np.ndarray, fanout: int, key: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """out_indptr [D + 1], sources [nnz] and edge ids [nnz] of one layer, rows in the order of ``dst``."""
-        order, slices = split_by_owner(dst, self.book.node_part)
+        t0 = time.perf_counter()
+        order, slices = split_by_owner(dst, self.book.node_part, self.book.num_parts)
         sorted_dst = dst[order]
         requests = {p: (sorted_dst[s], fanout, self.replace, key, self.weighted) for p, s in slices.items()}
+        t1 = time.perf_counter()
         results = self.owners.call("sample", requests)
+        t2 = time.perf_counter()
+        self.profile.wait_s += t2 - t1
         counts_sorted = np.zeros(dst.shape[0], dtype=np.int64)
         for p, s in slices.items():
             counts_sorted[s] = results[p][0]
@@ -131,21 +149,18 @@ class DistNeighborSampler:
         nnz = int(out_indptr[-1])
         src = np.empty(nnz, dtype=np.int64)
         eids = np.empty(nnz, dtype=np.int64)
-        starts_sorted = out_indptr[:-1][order]
         for p, s in slices.items():
-            c, psrc, peid = results[p]
-            inner = np.zeros(c.shape[0] + 1, dtype=np.int64)
-            np.cumsum(c, out=inner[1:])
-            where = np.repeat(starts_sorted[s] - inner[:-1], c) + np.arange(inner[-1], dtype=np.int64)
-            src[where] = psrc
-            eids[where] = peid
+            scatter_rows(order[s], *results[p], out_indptr, src, eids)
+        self.profile.assemble_s += (t1 - t0) + (time.perf_counter() - t2)
         return out_indptr, src, eids
 
     def _sample(self, dst: np.ndarray, call: int) -> Blocks:
         blocks = Blocks()
         for layer in range(self.num_layers - 1, -1, -1):
             out_indptr, src, eids = self._layer(dst, self.fanouts[layer], layer_key(self.seed, call, layer))
+            t0 = time.perf_counter()
             src_nodes, local = relabel_sources(dst, src, self._node_map)
+            self.profile.relabel_s += time.perf_counter() - t0
             src_t = torch.from_numpy(src_nodes)
             blocks.append(Block(src_nodes=src_t, dst_nodes=src_t[: dst.shape[0]],
                                 indptr=torch.from_numpy(out_indptr), indices=torch.from_numpy(local),
