@@ -28,6 +28,7 @@ from graphrl.nn.spectral_init import spectral_embeddings
 from graphrl.nn.sym_adjacency import SymNormAdjacency
 from graphrl.train.metrics import concat_ranges
 from graphrl.train.rec_losses import bpr_pair_loss, full_softmax_loss, sampled_softmax_loss
+from samplers import NeighborSampler
 
 __all__ = ["RecommenderSteps"]
 
@@ -41,7 +42,8 @@ class RecommenderSteps:
         Its training interactions and graph are trained on; its test split is not read.
     config : RecommendConfig
         ``loss``, ``num_negatives``, ``temperature``, ``num_layers``, ``embedding_dim``, ``batch_size``,
-        ``lr`` (Adam's initial rate), ``reg``, ``seed``, ``init``, ``item_bias`` are read.
+        ``lr`` (Adam's initial rate), ``reg``, ``seed``, ``init``, ``item_bias``, ``propagation`` and
+        ``fanouts`` are read.
 
     Attributes
     ----------
@@ -56,6 +58,12 @@ class RecommenderSteps:
         Steps taken.
     init_seconds, init_cpu_seconds : float
         Wall and CPU time of the spectral initialisation (0 for ``init="normal"``).
+    sampler : NeighborSampler or None
+        ``propagation="sampled"``: draws each step's blocks (seeded by ``config.seed``).
+    sample_seconds : float
+        Wall time spent drawing blocks so far.
+    sampled_edges : int
+        Edges in all blocks drawn so far.
 
     Raises
     ------
@@ -97,6 +105,9 @@ class RecommenderSteps:
         self.per_epoch = self._m // self.batch
         self._perm, self._pos = self._rng.permutation(self._m), 0
         self.steps = 0
+        self.sampler = (NeighborSampler(ds.graph, list(cfg.fanouts), seed=cfg.seed)
+                        if cfg.propagation == "sampled" else None)
+        self.sample_seconds, self.sampled_edges = 0.0, 0
         self.model.train()
 
     @property
@@ -107,6 +118,23 @@ class RecommenderSteps:
     def reset_optimizer(self, lr: float) -> None:
         """A fresh Adam (no moments) at ``lr``: after the caller reloaded weights."""
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=lr)
+
+    def _representations(self, nodes: np.ndarray) -> torch.Tensor:
+        """[N, d] representations of which the rows of ``nodes`` (int64) are this step's LightGCN output.
+
+        Exact: the whole graph's propagation. Sampled: blocks for the distinct ``nodes`` (seeds, sorted),
+        the model's readout over them scattered into an otherwise zero [N, d] table (rows outside
+        ``nodes`` are never read), so the loss code is the same for both.
+        """
+        if self.sampler is None:
+            return self.model.propagate(self.adj)
+        seeds = torch.from_numpy(np.unique(nodes))
+        t0 = time.perf_counter()
+        blocks = self.sampler.sample(seeds)
+        self.sample_seconds += time.perf_counter() - t0
+        self.sampled_edges += sum(int(bl.indices.numel()) for bl in blocks)
+        out = self.model(blocks)
+        return out.new_zeros(self.model.num_nodes, out.shape[1]).index_copy(0, seeds, out)
 
     def step(self, lr: float) -> float:
         """One Adam step at learning rate ``lr`` on the next batch; returns the batch's loss (no L2 term).
@@ -121,10 +149,10 @@ class RecommenderSteps:
             self._perm, self._pos = self._rng.permutation(self._m), 0
         idx = self._perm[self._pos:self._pos + b]
         self._pos += b
-        z = model.propagate(self.adj)
         e0 = model.embedding.weight
         if self._per_user:
             users_np = self._active[idx]
+            z = self._representations(np.concatenate([users_np, np.arange(ds.num_users, model.num_nodes)]))
             indptr, cols_np = self.train_csr
             counts = indptr[users_np + 1] - indptr[users_np]
             rows = torch.from_numpy(np.repeat(np.arange(b), counts))
@@ -140,6 +168,7 @@ class RecommenderSteps:
             users, items = torch.from_numpy(self._u_all)[sel], torch.from_numpy(self._i_all)[sel]
             n_neg = cfg.num_negatives if self.cosine else b
             neg = torch.from_numpy(self._rng.integers(0, ds.num_items, n_neg) + ds.num_users)
+            z = self._representations(torch.cat([users, items, neg]).numpy())
             biases = (model.bias[items], model.bias[neg]) if cfg.item_bias else (None, None)
             if self.cosine:
                 loss = sampled_softmax_loss(z[users], z[items], z[neg], cfg.temperature, pos_bias=biases[0],

@@ -49,6 +49,7 @@ log = logging.getLogger(__name__)
 LOSSES = ("softmax", "full-softmax", "bpr")
 INITS = ("normal", "spectral")
 SCHEDULES = ("plateau", "cosine")
+PROPAGATIONS = ("exact", "sampled")
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,14 @@ class RecommendConfig:
         Learn a score per item added to every user's score (``LightGCN(node_bias=True)``), started at the
         centred ``log(1 + training degree)`` (the popularity-only softmax's maximum-likelihood bias) and
         not regularised; it enters the loss and the ranking.
+    propagation : {"exact", "sampled"}
+        How a training step computes the representations its loss reads: LightGCN's exact propagation
+        over the whole graph, or the mean-of-layers readout over blocks that `samplers.NeighborSampler`
+        draws for the step's nodes with ``fanouts`` (full-degree estimator, `graphrl.nn.lightgcn`).
+        Evaluation is exact either way.
+    fanouts : tuple[int, ...]
+        ``propagation="sampled"``: in-edges drawn per node and layer, outermost first, one per layer
+        (-1: all).
     """
 
     loss: str = "full-softmax"
@@ -134,6 +143,8 @@ class RecommendConfig:
     init: str = "normal"
     schedule: str = "plateau"
     item_bias: bool = False
+    propagation: str = "exact"
+    fanouts: tuple[int, ...] = (10, 10, 10)
 
     def __post_init__(self) -> None:
         if self.loss not in LOSSES:
@@ -142,6 +153,12 @@ class RecommendConfig:
             raise ValueError(f"init must be one of {INITS}, got {self.init!r}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        if self.propagation not in PROPAGATIONS:
+            raise ValueError(f"propagation must be one of {PROPAGATIONS}, got {self.propagation!r}")
+        if self.propagation == "sampled" and (len(self.fanouts) != self.num_layers
+                                              or any(int(k) != k or k < -1 or k == 0 for k in self.fanouts)):
+            raise ValueError(f"fanouts must give one int >= 1 (or -1: all) per layer ({self.num_layers}), "
+                             f"got {self.fanouts!r}")
         for name in ("num_negatives", "num_layers", "embedding_dim", "batch_size", "patience", "lr_patience",
                      "k"):
             value = getattr(self, name)
