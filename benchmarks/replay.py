@@ -134,9 +134,9 @@ def row(case: str, metric: str, ours: float, baseline: str, value: float | None,
 # ---------------------------------------------------------------------------------------------- systems
 
 
-def ours_insert(spec, episodes, capacity, mm, selector) -> tuple[float, ReplayStore]:
+def ours_insert(spec, episodes, capacity, mm, selector, tier="shared") -> tuple[float, ReplayStore]:
     """Fill a store twice; time the second fill (a warm ring, overwriting: the steady state)."""
-    store = ReplayStore(spec, capacity, 1, selector=selector, memory=mm, seed=0, timeout=60)
+    store = ReplayStore(spec, capacity, 1, selector=selector, memory=mm, seed=0, timeout=60, tier=tier)
     w = store.writer()
     for ep in episodes:
         w.extend(ep)
@@ -201,7 +201,7 @@ def cpprb_buffer(spec, episodes, capacity, prioritized: bool):
 
 
 def bench_layout(
-    layout: str, steps: int, batch: int, window: int, iters: int, repeats: int, versions: dict
+    layout: str, steps: int, batch: int, window: int, iters: int, repeats: int, versions: dict, tier: str
 ) -> list[dict]:
     """Every case for one step layout."""
     rows: list[dict] = []
@@ -209,11 +209,11 @@ def bench_layout(
     episodes = make_episodes(spec, steps)
     step_bytes = spec.step_bytes
     total_bytes = steps * step_bytes
-    tag = f"{layout} ({step_bytes} B/step)"
+    tag = f"{layout} ({step_bytes} B/step, {tier})"
     click.echo(f"-- {tag}: {steps} steps in {len(episodes)} episodes")
     with MemoryManager() as mm:
         # insert
-        t_ours, store = ours_insert(spec, episodes, steps, mm, Uniform())
+        t_ours, store = ours_insert(spec, episodes, steps, mm, Uniform(), tier)
         t_copy = copy_insert(spec, episodes, steps)
         rows.append(
             row(
@@ -314,7 +314,7 @@ def bench_layout(
 
         # transitions: uniform vs cpprb ReplayBuffer, prioritized vs cpprb PrioritizedReplayBuffer
         if rb_cpprb is not None:
-            _, store_u = ours_insert(spec, episodes, steps, mm, Uniform())
+            _, store_u = ours_insert(spec, episodes, steps, mm, Uniform(), tier)
             pair = [lambda: store_u.sample(batch, 1).release(), lambda: rb_cpprb.sample(batch)]
             t_u, t_cu = best_interleaved(pair, iters * 10, repeats)
             rows.append(
@@ -367,7 +367,7 @@ def bench_layout(
             w_u.close()
             store_u.close()
             del rb_cpprb
-            _, store_p = ours_insert(spec, episodes, steps, mm, Prioritized(0.6))
+            _, store_p = ours_insert(spec, episodes, steps, mm, Prioritized(0.6), tier)
             _, rb_p = cpprb_buffer(spec, episodes, steps, prioritized=True)
             prios = np.random.default_rng(2).uniform(0.1, 2.0, batch)
 
@@ -403,6 +403,8 @@ def bench_layout(
 @click.option("--window", default=64, show_default=True)
 @click.option("--iters", default=10, show_default=True)
 @click.option("--repeats", default=3, show_default=True)
+@click.option("--tier", default="shared", show_default=True, type=click.Choice(["shared", "host"]),
+              help="The store's memory tier: shared (other processes attach) or host (private, as cpprb's).")
 @click.option("--output", default=str(RESULTS), show_default=True)
 def main(
     layouts: str,
@@ -412,6 +414,7 @@ def main(
     window: int,
     iters: int,
     repeats: int,
+    tier: str,
     output: str,
 ) -> None:
     """Insert and sample throughput of the replay store vs TorchRL, cpprb and a plain copy."""
@@ -422,7 +425,7 @@ def main(
     load_before = os.getloadavg()[0]
     for layout in [x.strip() for x in layouts.split(",") if x.strip()]:
         steps = small_steps if layout == "small" else image_steps
-        rows += bench_layout(layout, steps, batch, window, iters, repeats, versions)
+        rows += bench_layout(layout, steps, batch, window, iters, repeats, versions, tier)
     load = (load_before, os.getloadavg()[0])
     click.echo(
         f"\n1-min load average {load[0]:.2f} before, {load[1]:.2f} after, on {os.cpu_count()} CPUs "

@@ -23,7 +23,7 @@ import numpy as np
 
 from graphrl.kernels import STREAM_THRESHOLD, parallel_for, prefetch_l2, store_fence
 from replay.storage import TrajectoryStorage
-from replay.windows import copy_window, mask_row
+from replay.windows import AHEAD, PAGE, copy_window, mask_row, prefetch_pages
 
 __all__ = ["BatchCopy", "gather_rows"]
 
@@ -55,7 +55,13 @@ def gather_rows(
         out = outs[j]
         last = -1
         src = rings[j]
+        ahead = AHEAD if rb >= PAGE else 0
+        for b in range(lo, min(lo + ahead, hi)):
+            prefetch_pages(rings[shard[b] * nf + j], rb, capacity, slots[b - lo], n[b])
         for b in range(lo, hi):
+            if ahead and b + ahead < hi:
+                a = b + ahead
+                prefetch_pages(rings[shard[a] * nf + j], rb, capacity, slots[a - lo], n[a])
             if shard[b] != last:
                 last = shard[b]
                 src = rings[last * nf + j]

@@ -33,7 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from graphrl.memory import MemoryManager, Region, RegionHandle
+from graphrl.kernels import advise_huge_pages
+from graphrl.memory import MemoryManager, Region, RegionHandle, Tier
 from replay._sync import SLOT_BYTES, SharedMutex
 from replay.commit_kernel import count_overwritten, repair_hole, write_steps
 from replay.keys import MAX_POSITION
@@ -173,6 +174,9 @@ class ShardStorage:
                     (capacity, *f.shape), f.dtype, tier, owner=owner, fallback=fallback
                 )
                 regions.append(cols[name])
+                if cols[name].tier is Tier.HOST:  # huge pages: random rows miss the TLB less
+                    ring = cols[name].tensor()
+                    advise_huge_pages(ring.data_ptr(), ring.numel() * ring.element_size())
         except BaseException:
             for r in regions:
                 r.free()

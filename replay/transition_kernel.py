@@ -10,8 +10,9 @@ read at all.
 
 It runs with the table lock and every shard lock held, so no writer can overwrite a ring slot during
 the copy: the batch needs no staleness check and no redraw. `replay.sampler.WindowSampler` takes this
-path only for host batches of small transitions (`LOCKED_COPY_BYTES` of output at most), so a writer
-waits a few microseconds at most; larger batches keep the lock-free copy.
+path only for host batches of transitions of `LOCKED_COPY_BYTES` of output at most (32 frames of
+3x64x64 uint8 fit), so a writer waits at most the copy of that many bytes (about 0.1 ms); larger
+batches keep the lock-free copy.
 
 `sample_transitions` is the whole sample in one call (`replay.table.Table.draw_transitions` makes it,
 holding only the table lock): it takes every shard mutex in shard order through
@@ -68,7 +69,7 @@ from replay.sync_kernels import (
     mutex_unlock,
     uint8_at,
 )
-from replay.windows import copy_window, mask_row
+from replay.windows import AHEAD, PAGE, copy_window, mask_row, prefetch_pages
 
 __all__ = [
     "DRAWN",
@@ -89,7 +90,7 @@ DRAWN, EMPTY, STALE, FAILED = 0, 1, 2, 3
  W_PRIORITIZED) = range(10)
 WORDS = 10
 
-LOCKED_COPY_BYTES = 1 << 18  # output bytes up to which a batch of transitions is copied under the locks
+LOCKED_COPY_BYTES = 1 << 20  # output bytes up to which a batch of transitions is copied under the locks
 
 
 @nb.njit(cache=True, nogil=True)
@@ -166,9 +167,23 @@ def _draw_copy(
             _copy_rows(out, src, j * k, k, 16)
         elif rb == 32:
             _copy_rows(out, src, j * k, k, 32)
+        elif rb >= PAGE:
+            _copy_pages(out, src, j * k, k, rb)
         else:
             _copy_rows(out, src, j * k, k, rb)
     return live
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _copy_pages(out, src, at, k, rb):  # pragma: no cover - numba
+    """`_copy_rows` of rows of a page or more, asking for row ``i + AHEAD``'s pages before copying row
+    i (`replay.windows.prefetch_pages`)."""
+    for i in range(min(AHEAD, k)):
+        prefetch_pages(uint8_at(src[at + i], rb), rb, 1, 0, 1)
+    for i in range(k):
+        if i + AHEAD < k:
+            prefetch_pages(uint8_at(src[at + i + AHEAD], rb), rb, 1, 0, 1)
+        copy_window(out, i * rb, uint8_at(src[at + i], rb), rb, 1, 0, 1, 0, 1, False)
 
 
 @nb.njit(cache=True, nogil=True, inline="always")

@@ -39,6 +39,7 @@ from graphrl.kernels import (
     STREAM_THRESHOLD,
     copy_bytes,
     parallel_for,
+    prefetch_l2,
     store_fence,
     stream_bytes_nofence,
     zero_bytes,
@@ -46,13 +47,16 @@ from graphrl.kernels import (
 from replay.keys import encode_keys
 
 __all__ = [
+    "AHEAD",
     "PADS",
     "PAD_CODES",
+    "PAGE",
     "WindowTable",
     "copy_window",
     "gather_fields",
     "gather_windows",
     "mask_row",
+    "prefetch_pages",
     "reference_gather",
     "window_bounds",
     "window_mask",
@@ -62,6 +66,8 @@ __all__ = [
 PADS = ("tail", "head")
 PAD_CODES = {"tail": 0, "head": 1}  # the pad argument of the kernels (`window_of`)
 _STREAM_PIECE = 1024  # in a streamed batch, runs shorter than this still go through memcpy
+PAGE = 4096  # rows of at least a page: the copy asks for the pages of the window AHEAD windows on
+AHEAD = 2  # (the hardware prefetcher stops at each 4 KiB page; docs/performance.md)
 _NO_MASK = np.zeros(0, dtype=np.bool_)
 _CHUNK_BYTES = 1 << 22  # output bytes per chunk of a threaded gather
 
@@ -205,9 +211,29 @@ def copy_window(out, base, src, row_bytes, capacity, slot, n, dst, length, strea
         zero_bytes(out, base + (dst + n) * row_bytes, (length - dst - n) * row_bytes)
 
 
+@nb.njit(cache=True, nogil=True, inline="always")
+def prefetch_pages(src, row_bytes, capacity, slot, n):  # pragma: no cover - numba
+    """Ask for the first line of each page of a window's steps (``n`` from ring ``slot``) into L2.
+
+    For rows of at least `PAGE` bytes, issued `AHEAD` windows before the copy: the hardware
+    prefetcher follows a run only within a 4 KiB page, so each page's first miss (and its TLB walk)
+    would otherwise stall the copy. No effect on results.
+    """
+    n1 = min(n, capacity - slot)
+    for o in range(slot * row_bytes, (slot + n1) * row_bytes, PAGE):
+        prefetch_l2(src, o)
+    for o in range(0, (n - n1) * row_bytes, PAGE):
+        prefetch_l2(src, o)
+
+
 @nb.njit(cache=True, nogil=True)
 def _gather(src, row_bytes, capacity, first_slot, n, dst, rows, length, out, stream):  # pragma: no cover
+    ahead = AHEAD if row_bytes >= PAGE else 0
+    for b in range(min(ahead, first_slot.shape[0])):
+        prefetch_pages(src, row_bytes, capacity, first_slot[b], n[b])
     for b in range(first_slot.shape[0]):
+        if ahead and b + ahead < first_slot.shape[0]:
+            prefetch_pages(src, row_bytes, capacity, first_slot[b + ahead], n[b + ahead])
         base = rows[b] * length * row_bytes
         copy_window(out, base, src, row_bytes, capacity, first_slot[b], n[b], dst[b], length, stream)
     if stream:

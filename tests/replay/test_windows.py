@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -159,3 +160,34 @@ def test_streamed_and_threaded_gathers_equal_the_reference(stream, row, monkeypa
     assert np.array_equal(outs[0][rows], want)
     assert np.array_equal(outs[1][rows], reference_gather(src2, first, n, dst, length))
     assert np.array_equal(mask.reshape(b, length)[rows], window_mask(n, dst, length))
+
+
+@pytest.mark.parametrize("tier", ["shared", "host"])
+def test_frame_stacks_are_head_windows_of_five_each_frame_stored_once(tier):
+    """Stacking (docs/architecture.md#windows): ``sample(B, 5, "head")`` holds frames t-3 .. t+1, so
+    ``[:, :4]`` is the stack of s_t and ``[:, 1:]`` that of s_{t+1}; the episode's start is zero-padded
+    and masked. Frames of 2x3 bytes whose every byte is the step's position (mod 256)."""
+    from graphrl.memory import MemoryManager
+    from replay import ReplayStore, TrajectorySpec
+    from replay.keys import decode_keys
+
+    spec = TrajectorySpec({"obs": ((2, 3), "uint8"), "action": ((), "int64")})
+    with MemoryManager() as mm:
+        store = ReplayStore(spec, 40, 1, memory=mm, seed=0, timeout=5, tier=tier)
+        assert store.storage.shards[0].columns["obs"].nbytes == 40 * 6  # one frame a step
+        w = store.writer()
+        for lo, n in ((0, 7), (7, 9)):  # episodes [0, 7) and [7, 16)
+            pos = np.arange(lo, lo + n)
+            w.extend({"obs": np.broadcast_to(pos[:, None, None], (n, 2, 3)).astype(np.uint8), "action": pos})
+            w.end_episode()
+        batch = store.sample(64, 5, pad="head")
+        anchor = decode_keys(batch.keys.numpy())[1]
+        start = np.where(anchor >= 7, 7, 0)
+        frames = batch["obs"].numpy()[:, :, 0, 0].astype(np.int64)
+        for b in range(64):
+            want = [p if p >= start[b] else 0 for p in range(anchor[b] - 4, anchor[b] + 1)]
+            assert frames[b].tolist() == want
+            assert batch.mask[b].tolist() == [p >= start[b] for p in range(anchor[b] - 4, anchor[b] + 1)]
+        assert torch.equal(batch["obs"][:, :4][:, 1:], batch["obs"][:, 1:][:, :3])  # s and s' share 3 frames
+        batch.release()
+        store.close()
