@@ -89,6 +89,8 @@ def main() -> None:
 
 # demo tasks and their default --minutes (None: not timed); --task all runs them in this order
 DEMO_TASKS = {"recommend": 1.5, "node-classification": None, "rl": 1.75}
+# the recommend demo's fanouts with --propagation sampled (3 layers, outermost first)
+RECIPE_FANOUTS = "10,10,10"
 
 
 @main.command()
@@ -106,10 +108,13 @@ DEMO_TASKS = {"recommend": 1.5, "node-classification": None, "rl": 1.75}
                    "and evaluation add about half a minute), rl's whole run (default 1.75).")
 @click.option("--epochs", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Also stop after this many epochs.")
-@click.option("--propagation", type=click.Choice(["exact", "sampled"]), default="exact", show_default=True,
-              help="recommend: exact (LightGCN's full normalised propagation, softmax over all items with an "
-                   "item bias, spectral start: the recipe measured best per minute) or sampled (blocks from "
-                   "our NeighborSampler + LinkSampler, BPR; --batch-size, --fanouts and --exclude apply).")
+@click.option("--propagation", type=click.Choice(["exact", "sampled", "sampled-bpr"]), default="exact",
+              show_default=True,
+              help="recommend: the recipe (softmax over all items with an item bias, spectral start) with "
+                   "LightGCN's exact propagation, or with blocks from our NeighborSampler (sampled; "
+                   "--fanouts applies, default 10,10,10); sampled-bpr: BPR on NeighborSampler + LinkSampler "
+                   "blocks "
+                   "(--batch-size, --fanouts and --exclude apply).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=8192, show_default=True,
               help="Positive (user, item) pairs per step.")
 @click.option("--fanouts", default="10,10", show_default=True,
@@ -214,11 +219,15 @@ def _demo_task(ctx: click.Context, name: str, count: int, task: str, dataset, mi
     elif name == "rl":
         _demo_rl(budget, seed, curves)
     else:
-        if propagation == "exact":
+        if propagation != "sampled-bpr":
             for name_, flag in (("batch_size", "--batch-size"), ("fanouts", "--fanouts"),
                                 ("exclude", "--exclude")):
+                if propagation == "sampled" and name_ == "fanouts":
+                    continue
                 if ctx.get_parameter_source(name_) is not click.core.ParameterSource.DEFAULT:
-                    raise click.UsageError(f"{flag} applies to --propagation sampled, not exact")
+                    raise click.UsageError(f"{flag} applies to --propagation sampled-bpr, not {propagation}")
+            if ctx.get_parameter_source("fanouts") is click.core.ParameterSource.DEFAULT:
+                fanouts = RECIPE_FANOUTS
         _demo_recommend(dataset, budget, epochs, batch_size, fanouts, lr, embedding_dim, exclude, seed,
                         data_root, synthetic_size, curves, propagation)
     if curves is not None:
@@ -301,10 +310,11 @@ def _demo_recommend(dataset: str | None, minutes: float, epochs: float | None, b
             raise click.BadParameter(str(err), param_hint="--synthetic-size") from None
     click.echo(f"data: {ds.name}: {ds.num_users:,} users, {ds.num_items:,} items, {ds.num_train:,} train / "
                f"{ds.num_test:,} test interactions (loaded in {time.perf_counter() - t_start:.1f} s)")
-    if propagation == "exact":
-        from graphrl.cli_demo_exact import demo_recommend_exact
+    if propagation != "sampled-bpr":
+        from graphrl.cli_demo_recommend import demo_recommend
 
-        demo_recommend_exact(ds, minutes, epochs, seed, lr=lr, embedding_dim=embedding_dim, curves=curves)
+        demo_recommend(ds, minutes, epochs, seed, lr=lr, embedding_dim=embedding_dim, curves=curves,
+                       propagation=propagation, fanouts=tuple(fan))
         click.echo(f"total wall time {time.perf_counter() - t_start:.1f} s")
         return
     config = LinkPredictionConfig(fanouts=tuple(fan), batch_size=batch_size, embedding_dim=embedding_dim,

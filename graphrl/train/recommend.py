@@ -209,6 +209,10 @@ class RecommendReport:
     refit_model : LightGCN or None
     refit_seconds, refit_cpu_seconds : float
         Wall and CPU time of the refit's training (0 without it).
+    sample_seconds : float
+        ``propagation="sampled"``: wall time the selection run spent drawing blocks (0 for exact).
+    sampled_edges : int
+        Edges in the selection run's blocks (0 for exact).
     """
 
     model: LightGCN
@@ -229,6 +233,8 @@ class RecommendReport:
     refit_model: LightGCN | None = None
     refit_seconds: float = 0.0
     refit_cpu_seconds: float = 0.0
+    sample_seconds: float = 0.0
+    sampled_edges: int = 0
 
 
 def score_table(model: LightGCN, adj: SymNormAdjacency, num_users: int, cosine: bool,
@@ -398,7 +404,8 @@ def train_recommender(split: ValidationSplit, config: RecommendConfig = Recommen
                              best_test=best_test, final_test=final_test, epochs=steps / per_epoch,
                              steps=steps,
                              train_seconds=train_s, eval_seconds=eval_s, stopped_by=stopped_by,
-                             train_cpu_seconds=cpu_s, config=asdict(cfg), best_step=best[4])
+                             train_cpu_seconds=cpu_s, config=asdict(cfg), best_step=best[4],
+                             sample_seconds=run.sample_seconds, sampled_edges=run.sampled_edges)
     if refit and best[4] > 0:
         _refit(report, split.source, cfg, lrs[:best[4]], test_csr, progress)
     return report

@@ -11,7 +11,7 @@ from graphrl import __version__
 from graphrl.cli import main
 
 TINY = ["--synthetic-size", "300,400,6000", "--epochs", "1", "--batch-size", "512", "--fanouts", "4,4",
-        "--dim", "16", "--task", "recommend", "--propagation", "sampled"]
+        "--dim", "16", "--task", "recommend", "--propagation", "sampled-bpr"]
 EXACT = ["--synthetic-size", "300,400,6000", "--epochs", "2", "--dim", "16", "--task", "recommend"]
 
 
@@ -88,7 +88,22 @@ def test_a_bad_device_budget_is_refused_before_any_task_runs(budget):
 def test_demo_exact_rejects_the_sampled_path_options(flag, value):
     result = run(["demo", "--dataset", "synthetic", *EXACT, flag, value])
     assert result.exit_code == 2
-    assert f"{flag} applies to --propagation sampled, not exact" in result.output
+    assert f"{flag} applies to --propagation sampled-bpr, not exact" in result.output
+
+
+def test_demo_sampled_trains_the_recipe_on_blocks_deterministically():
+    args = ["demo", "--dataset", "synthetic", *EXACT, "--propagation", "sampled", "--fanouts", "5,5,5"]
+    outs = [run(args) for _ in range(2)]
+    assert all(r.exit_code == 0 for r in outs), outs[0].output
+    out = outs[0].output
+    assert "sampled blocks (NeighborSampler, fanouts [5, 5, 5], full-degree estimator)" in out
+    assert re.search(r"^sampler throughput: [\d,]+ sampled edges/s \([\d,]+ edges in", out, re.M)
+    recall = re.search(r"^test recall@20: (0\.\d{4})  NDCG@20: 0\.\d{4}.*$", out, re.M)
+    assert float(recall.group(1)) > 2 * 20 / 400
+    # the same seed: the same batches, blocks and weights, so the same figures
+    assert recall.group(0) in outs[1].output
+    assert run(["demo", "--dataset", "synthetic", *EXACT, "--propagation", "sampled", "--batch-size",
+                "64"]).exit_code == 2
 
 
 def test_demo_exact_trains_the_recipe_well_above_a_random_ranking():
