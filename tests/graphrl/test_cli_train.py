@@ -20,6 +20,8 @@ def test_train_recommend_is_registered_and_documents_its_options():
     (["--loss", "hinge"], "--loss"),
     (["--lr-decay", "0"], "--lr-decay"),
     (["--batch-size", "0"], "--batch-size"),
+    (["--propagation", "sampled", "--fanouts", "10,x,10"], "--fanouts"),
+    (["--propagation", "blocks"], "--propagation"),
 ])
 def test_train_recommend_rejects_bad_options(args, name):
     result = CliRunner().invoke(main, ["train", "recommend", *args])
