@@ -66,7 +66,7 @@ sys.path.append(str(_HERE))
 from gpu_features_check import time_gather  # noqa: E402
 from gpu_full_graph_check import full_graph_part, full_graph_targets, print_full_graph  # noqa: E402
 from gpu_hetero_check import hetero_part  # noqa: E402
-from gpu_replay_check import print_replay, replay_part  # noqa: E402
+from gpu_replay_check import choice_target, print_replay, replay_part  # noqa: E402
 from gpu_sampler_check import check_correctness, sampler_part  # noqa: E402
 
 REPO = _HERE.parent
@@ -240,6 +240,9 @@ def _targets(result: dict, seconds: float, budget: float) -> list[dict]:
         rows.append({"figure": "part 4 replay: GPU windows equal the CPU's, byte for byte",
                      "target": "identical",
                      "value": "identical" if rep.get("ok") else "differ", "met": bool(rep.get("ok"))})
+        choice = choice_target(result["rows"])
+        if choice is not None:
+            rows.append(choice)
     if "full_graph" in result:
         rows.extend(full_graph_targets(result))
     rows.append({"figure": "the whole check, Python's start included", "value": f"{seconds:.0f} s",

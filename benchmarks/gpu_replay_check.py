@@ -8,7 +8,11 @@ data, same seed) sampled on the CPU and copied to the device (fields, mask, keys
 weights). `time_replay`: windows/s and GB/s (bytes of the gathered steps) for obs of 3x64x64 uint8
 and of 4 float32, B=256, L=64, uniform: the GPU path against the CPU gather into pinned staging then
 a non-blocking copy (``sample()`` then ``Batch.to("cuda")``), each batch completed before the next,
-and a pinned-host-to-device copy of the same bytes (the PCIe ceiling).
+and a pinned-host-to-device copy of the same bytes (the PCIe ceiling); and ``by_bytes``, the store's
+rule (`replay.sampler.gathers_on_device`: the GPU kernel from ``DEVICE_GATHER_MIN_BYTES`` bytes a batch
+on). `choice_target` is the closing table's row: the rule's speed over the faster path's in each case
+(never slower: >= 0.9 allowing for noise), and the crossover the two sizes' times give (a line
+``fixed + bytes / rate`` a path through each pair of points).
 
 Imported by ``gpu_check.py`` (run as a script).
 
@@ -120,7 +124,16 @@ def time_replay(obs: tuple[int, ...], steps: int, batch: int, window: int, repea
     step_bytes = sum(f.row_bytes for f in spec.values())
     label = f"replay obs {'x'.join(map(str, obs))} {spec['obs'].dtype.name} B{batch} L{window}"
 
+    from replay.sampler import DEVICE_GATHER_MIN_BYTES
+
     def gpu() -> int:
+        store.device_gather_min_bytes = 0  # the GPU kernel, whatever the size
+        with store.sample(batch, window=window, device="cuda") as b:
+            sync()
+            return int(b.lengths.sum())
+
+    def auto() -> int:
+        store.device_gather_min_bytes = DEVICE_GATHER_MIN_BYTES  # the rule: by bytes per batch
         with store.sample(batch, window=window, device="cuda") as b:
             sync()
             return int(b.lengths.sum())
@@ -134,7 +147,7 @@ def time_replay(obs: tuple[int, ...], steps: int, batch: int, window: int, repea
 
     rows = []
     results = {}
-    for name, fn in (("gpu_gather", gpu), ("cpu_gather_then_copy", cpu_then_copy)):
+    for name, fn in (("gpu_gather", gpu), ("cpu_gather_then_copy", cpu_then_copy), ("by_bytes", auto)):
         fn()
         fn()  # warm-up: the kernel's JIT, the rings' registration, the staging pools
         real = 0
@@ -167,12 +180,43 @@ def time_replay(obs: tuple[int, ...], steps: int, batch: int, window: int, repea
                      "baseline_value": base["windows_per_s"],
                      "ratio": r["windows_per_s"] / base["windows_per_s"], "GBps": r["GBps"],
                      "copy_ceiling_GBps": ceiling, "share_of_ceiling": r["GBps"] / ceiling,
-                     "real_step_share": r["real_step_share"], "batches": r["batches"]})
+                     "real_step_share": r["real_step_share"], "batches": r["batches"],
+                     "batch_bytes": nbytes, "device_gather_min_bytes": DEVICE_GATHER_MIN_BYTES,
+                     "path": name, "batches_per_s": r["windows_per_s"] / batch})
         click.echo(f"  {label} {name}: {r['windows_per_s']:,.0f} windows/s, {r['GBps']:.2f} GB/s "
                    f"(pinned->device copy {ceiling:.2f} GB/s)", err=True)
     store.close()
     mm.close()
     return rows
+
+
+def choice_target(rows: list[dict]) -> dict | None:
+    """The closing table's row for the GPU-or-CPU choice (see the module docstring); None without rows."""
+    cases: dict[int, dict[str, dict]] = {}  # batch bytes -> path -> row
+    for r in rows:
+        if r.get("metric") == "windows_per_s" and "batch_bytes" in r:
+            cases.setdefault(r["batch_bytes"], {})[r["path"]] = r
+    paths = ("gpu_gather", "cpu_gather_then_copy", "by_bytes")
+    full = {nb: by for nb, by in cases.items() if set(paths) <= set(by)}
+    if not full:
+        return None
+    worst = min(by["by_bytes"]["ours"] / max(by[p]["ours"] for p in paths[:2]) for by in full.values())
+    crossover = "n/a"
+    if len(full) >= 2:  # seconds a batch = fixed + bytes * slope, a line for each path through two sizes
+        (x1, r1), (x2, r2) = sorted(full.items())[:2]
+        line = {}
+        for p in paths[:2]:
+            t1, t2 = (r[p]["batches_per_s"] ** -1 for r in (r1, r2))
+            slope = (t2 - t1) / (x2 - x1)
+            line[p] = (t1 - slope * x1, slope)
+        (fg, sg), (fc, sc) = line["gpu_gather"], line["cpu_gather_then_copy"]
+        if sc > sg:
+            crossover = f"{(fg - fc) / (sc - sg):.3g} B"
+    setting = next(iter(full.values()))["by_bytes"]["device_gather_min_bytes"]
+    return {"figure": "part 4 replay: sample(device='cuda') by bytes a batch, share of the faster path",
+            "target": ">= 0.9 (never slower)",
+            "value": f"{worst:.2f} (crossover of the fit {crossover}; set {setting} B)",
+            "met": worst >= 0.9}
 
 
 def replay_part(result: dict, check_steps: int, check_batches: int, steps: int, batch: int, window: int,

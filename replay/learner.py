@@ -43,7 +43,7 @@ from replay._checks import check_beta, check_device, check_keys, check_sample_ar
 from replay.interface import DEFAULT, ReplayLearnerBase
 from replay.keys import check_issuer, encode_keys
 from replay.rate_limiter import RateLimiterState
-from replay.sampler import Deadline, WindowSampler
+from replay.sampler import DEVICE_GATHER_MIN_BYTES, Deadline, WindowSampler
 from replay.selectors import check_priorities
 from replay.storage import StoreHandle, TrajectoryStorage
 from replay.table import META_FIELDS
@@ -176,6 +176,12 @@ class StoreLearner(ReplayLearnerBase):
     ----------
     handle : LearnerHandle
 
+    Attributes
+    ----------
+    device_gather_min_bytes : int
+        As `replay.store.ReplayStore.device_gather_min_bytes`, for this learner's GPU batches (not
+        carried by pickling: each process starts at `replay.sampler.DEVICE_GATHER_MIN_BYTES`).
+
     Raises
     ------
     ValueError
@@ -189,6 +195,7 @@ class StoreLearner(ReplayLearnerBase):
         self._state: _Attached | None = None
         self._closed = False
         self._lock = threading.Lock()
+        self.device_gather_min_bytes = DEVICE_GATHER_MIN_BYTES
 
     def __reduce__(self) -> tuple:
         return (StoreLearner, (self.handle,))
@@ -235,6 +242,7 @@ class StoreLearner(ReplayLearnerBase):
         target = check_device(device)
         st = self._attached("sample")
         left = Deadline(st.storage.timeout if timeout is DEFAULT else check_timeout(timeout))
+        st.sampler.device_gather_min_bytes = self.device_gather_min_bytes
         batch = st.sampler.sample(b, length, pad, beta, target, left)
         if target is None and device is not None and torch.device(device).type != "cpu":
             return batch.to(device)

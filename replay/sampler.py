@@ -38,7 +38,7 @@ from replay.windows import WindowTable, window_mask
 
 _KEYS_LENGTHS = [5, 3]  # the scratch rows of the keys and the real lengths (`StagedSlot.scratch`)
 
-__all__ = ["Deadline", "WindowSampler"]
+__all__ = ["DEVICE_GATHER_MIN_BYTES", "Deadline", "WindowSampler", "gathers_on_device"]
 
 
 class Deadline:
@@ -67,6 +67,22 @@ def items_needed(table: Table, k: int) -> int:
     return -(-k // m) if m > 0 else 1
 
 
+DEVICE_GATHER_MIN_BYTES = 96 << 20  # the crossover of docs/performance.md (H200 fit; gpu_check measures it)
+
+
+def gathers_on_device(batch_bytes: int, min_bytes: int) -> bool:
+    """Whether a batch for a GPU is gathered there (`replay.cuda`, reading the rings in place) rather than
+    on the host and copied up in one transfer (`replay.batch.Batch.to`).
+
+    The GPU kernel pays a fixed cost a batch (the window table's upload, a launch a field) and then
+    copies faster than the host gather, so it wins from a crossover size on: ``batch_bytes`` (B * L
+    * bytes of a step) at least ``min_bytes``. ``min_bytes`` 0 always gathers on the GPU.
+    `ReplayStore.device_gather_min_bytes` sets it (default `DEVICE_GATHER_MIN_BYTES`); the crossover is
+    docs/performance.md's, and ``benchmarks/gpu_check.py`` measures both paths on each side of it.
+    """
+    return batch_bytes >= min_bytes
+
+
 class WindowSampler:
     """Draws and gathers batches of windows for a store's owner (see the module docstring).
 
@@ -91,6 +107,8 @@ class WindowSampler:
             storage.spec, storage.memory, staging_slots, storage.timeout, scratch_names=META_FIELDS
         )
         self.owner_table = type(table) is Table  # the compiled path (see the module docstring)
+        self.step_bytes = sum(f.row_bytes for f in storage.spec.values())
+        self.device_gather_min_bytes = DEVICE_GATHER_MIN_BYTES
         self.copy = BatchCopy(storage) if self.owner_table else None
         # batches of transitions up to this many rows are drawn and copied in one call under the locks
         self.locked_rows = LOCKED_COPY_BYTES // max(1, self.copy.step_bytes) if self.copy else 0
@@ -103,13 +121,18 @@ class WindowSampler:
     ) -> Batch:
         """B windows of L steps (arguments checked by the caller); ``target`` None: a host batch, else
         the GPU gather's device (`replay._checks.check_device`). The batch's keys bear the table's
-        ``store_id`` (`replay.batch.Batch.stamp`).
+        ``store_id`` (`replay.batch.Batch.stamp`). For a device, a batch of fewer than
+        ``device_gather_min_bytes`` bytes is gathered on the host and copied up (`gathers_on_device`).
 
         Raises
         ------
         TimeoutError
             The rate limiter or the staging slots made it wait past the deadline.
         """
+        small = target is not None and not gathers_on_device(b * length * self.step_bytes,
+                                                              self.device_gather_min_bytes)
+        if small:
+            return self._sample(b, length, pad, beta, None, left).stamp(self.table.store_id).to(target)
         return self._sample(b, length, pad, beta, target, left).stamp(self.table.store_id)
 
     def _sample(

@@ -346,6 +346,19 @@ class ReplayStore(StorageViews, ReplayStoreBase):
         return TrajectoryWriter(storage, chunk, timeout)
 
     # -- sampling
+    @property
+    def device_gather_min_bytes(self) -> int:
+        """Batches for a GPU of at least this many bytes (B * L * bytes of a step) are gathered on the GPU,
+        smaller ones on the host and copied up (`replay.sampler.gathers_on_device`); settable (0: always
+        on the GPU). Raises ``ValueError`` on a negative or non-integer value."""
+        return self._sampler.device_gather_min_bytes
+
+    @device_gather_min_bytes.setter
+    def device_gather_min_bytes(self, value: int) -> None:
+        if type(value) is not int or value < 0:
+            raise ValueError(f"device_gather_min_bytes must be an int >= 0, got {value!r}")
+        self._sampler.device_gather_min_bytes = value
+
     def sample(
         self,
         batch_size: int,

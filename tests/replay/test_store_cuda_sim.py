@@ -43,6 +43,7 @@ COMMON = textwrap.dedent(
         # rings of 20 steps a shard, written ~2.5 times over (wrapped), the last episodes left open
         store = ReplayStore(SPEC, capacity, shards, selector=selector, memory=mm, seed=7, timeout=5.0,
                             staging_slots=2)
+        store.device_gather_min_bytes = 0  # every batch through the GPU kernel, however small
         rng = np.random.default_rng(3)
         writers = [store.writer() for _ in range(shards)]
         start = 0
@@ -125,6 +126,7 @@ STALE = COMMON + textwrap.dedent(
     for seed in range(6):
         mm = MemoryManager()
         store = ReplayStore(SPEC, 10, 1, memory=mm, seed=seed, timeout=5.0)
+        store.device_gather_min_bytes = 0
         w = store.writer()
         w.extend(cols(0, 10)); w.end_episode()
         calls, stale = [], []
@@ -162,6 +164,54 @@ STALE = COMMON + textwrap.dedent(
 )
 
 
+RULE = COMMON + textwrap.dedent(
+    """
+    import replay.cuda as rc
+    from replay.sampler import DEVICE_GATHER_MIN_BYTES
+    real = rc.gather_fields_cuda
+    launched = []
+
+    def counting(*args, **kwargs):
+        launched.append(1)
+        return real(*args, **kwargs)
+
+    rc.gather_fields_cuda = counting
+    step = sum(f.row_bytes for f in SPEC.values())  # 36 bytes
+    mm_a, mm_b = MemoryManager(), MemoryManager()
+    a, _ = filled(mm_a, Uniform())
+    b, _ = filled(mm_b, Uniform())
+    a.device_gather_min_bytes = DEVICE_GATHER_MIN_BYTES
+    assert a.device_gather_min_bytes == DEVICE_GATHER_MIN_BYTES > 0
+    x = a.sample(5, window=4, device="cuda")  # 720 bytes: below the crossover, gathered on the host
+    assert not launched and x._buffer is None and x._source._buffer._pool.owner == "replay.staging"
+    b.device_gather_min_bytes = 0
+    y = b.sample(5, window=4, device="cuda")
+    assert launched and y._buffer._pool.owner == "replay.device_staging"
+    for name in SPEC:
+        assert torch.equal(x[name], y[name]), name
+    for attr in ("mask", "keys", "probabilities", "weights", "lengths"):
+        assert torch.equal(getattr(x, attr), getattr(y, attr)), attr
+    n = len(launched)
+    a.device_gather_min_bytes = 5 * 4 * step  # exactly the batch's bytes: on the device
+    a.sample(5, window=4, device="cuda").release()
+    assert len(launched) > n  # one launch a shard drawn from
+    n = len(launched)
+    a.device_gather_min_bytes = 5 * 4 * step + 1
+    a.sample(5, window=4, device="cuda").release()
+    assert len(launched) == n
+    for bad in (-1, 1.5, "8"):
+        try:
+            a.device_gather_min_bytes = bad
+            raise AssertionError(bad)
+        except ValueError as exc:
+            assert "device_gather_min_bytes" in str(exc)
+    x.release(); y.release()
+    a.close(); b.close(); mm_a.close(); mm_b.close()
+    print("OK")
+    """
+)
+
+
 def _run(script: str) -> str:
     env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": str(REPO)}
     proc = subprocess.run(
@@ -179,6 +229,12 @@ def test_simulated_gpu_batches_equal_the_cpu_batches_byte_for_byte():
 @pytest.mark.slow
 def test_simulated_gpu_gather_redraws_windows_overwritten_during_the_copy():
     assert _run(STALE).startswith("OK")
+
+
+def test_small_gpu_batches_are_gathered_on_the_host_and_copied_up():
+    """`replay.sampler.gathers_on_device`: below ``device_gather_min_bytes`` no kernel is launched and the
+    batch (the same bytes) comes from a host slot copied up; from it on, the GPU kernel gathers."""
+    assert _run(RULE).startswith("OK")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error raised without CUDA")
