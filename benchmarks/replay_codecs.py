@@ -1,0 +1,159 @@
+"""Which codec for chunks of Atari frames: compression ratio and speed of numcodecs' zstd, lz4 and blosc.
+
+The measurement behind a per-field codec for the replay store (issue 29): chunks of K consecutive 84x84
+grey frames (K in ``--chunks``) are compressed with each codec and level, and decompressed into a
+preallocated buffer as a sampler would decompress into its staging slot. Frames come from the Arcade
+Learning Environment (``ale-py``, its bundled ROMs, random actions, frame skip 4, area-downsampled from
+210x160 to 84x84 as DQN's preprocessing does) when it is installed, else from a generator of frames
+with Atari-like redundancy (a static background, a few moving sprites, a score strip); the JSON says
+which (``frames``).
+
+Columns: ``ratio`` = raw bytes / compressed bytes (steps held in the same memory); ``compress_MBps`` and
+``decompress_MBps`` of raw bytes; ``sample_us_per_frame`` = the time to decompress one chunk divided by
+the frames a window of ``--window`` steps uses from it (the cost a sampled step pays, against
+``raw_copy_us_per_frame``, a ``memcpy`` of one frame). The machine is shared: the JSON records the
+1-minute load average. Run ``python benchmarks/replay_codecs.py --help``; results go to
+``benchmarks/results/replay_codecs.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+# run as a script, this file's folder comes first on sys.path, and benchmarks/replay.py would shadow
+# the package
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+import click  # noqa: E402
+import numpy as np  # noqa: E402
+from numcodecs import LZ4, Blosc, Zstd  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results" / "replay_codecs.json"
+CODECS = {
+    "zstd-1": lambda: Zstd(level=1),
+    "zstd-3": lambda: Zstd(level=3),
+    "zstd-9": lambda: Zstd(level=9),
+    "lz4": lambda: LZ4(acceleration=1),
+    "blosc-lz4-shuffle": lambda: Blosc("lz4", 5, Blosc.SHUFFLE),
+    "blosc-zstd1-shuffle": lambda: Blosc("zstd", 1, Blosc.SHUFFLE),
+    "blosc-zstd1-noshuffle": lambda: Blosc("zstd", 1, Blosc.NOSHUFFLE),
+}
+
+
+def ale_frames(n: int, game: str, seed: int) -> np.ndarray | None:
+    """uint8 [n, 84, 84] frames of ``game`` under random actions, or None when ale-py is missing."""
+    try:
+        from ale_py import ALEInterface, roms
+    except ImportError:
+        return None
+    ale = ALEInterface()
+    ale.setInt("random_seed", seed)
+    ale.setInt("frame_skip", 4)
+    ale.loadROM(roms.get_rom_path(game))
+    actions = ale.getMinimalActionSet()
+    rng = np.random.default_rng(seed)
+    out = np.empty((n, 84, 84), dtype=np.uint8)
+    for t in range(n):
+        ale.act(actions[rng.integers(len(actions))])
+        if ale.game_over():
+            ale.reset_game()
+        screen = ale.getScreenGrayscale().astype(np.float32)  # [210, 160]
+        out[t] = area_resize(screen, 84, 84)
+    return out
+
+
+def area_resize(img: np.ndarray, h: int, w: int) -> np.ndarray:
+    """Area (box-filter) resize of a 2-D float image to [h, w], rounded to uint8."""
+    rows = np.linspace(0, img.shape[0], h + 1).astype(int)
+    cols = np.linspace(0, img.shape[1], w + 1).astype(int)
+    out = np.add.reduceat(np.add.reduceat(img, rows[:-1], axis=0), cols[:-1], axis=1)
+    out /= np.outer(np.diff(rows), np.diff(cols))
+    return np.clip(out + 0.5, 0, 255).astype(np.uint8)
+
+
+def synthetic_frames(n: int, seed: int) -> np.ndarray:
+    """uint8 [n, 84, 84]: a fixed background of flat bands, 6 moving 4x4 sprites, a changing score strip."""
+    rng = np.random.default_rng(seed)
+    bands = rng.integers(0, 120, (12, 1), dtype=np.uint8)
+    background = np.repeat(bands, 7, axis=0) * np.ones((1, 84), np.uint8)
+    pos = rng.integers(10, 74, (6, 2)).astype(np.float64)
+    vel = rng.uniform(-2, 2, (6, 2))
+    out = np.empty((n, 84, 84), dtype=np.uint8)
+    for t in range(n):
+        f = background.copy()
+        pos += vel
+        vel[(pos < 8) | (pos > 76)] *= -1
+        for y, x in pos.astype(int):
+            f[y - 2 : y + 2, x - 2 : x + 2] = 200
+        f[:6, 60:80] = 150 + (t // 16) % 50
+        out[t] = f
+    return out
+
+
+@click.command()
+@click.option("--frames", "n_frames", default=4096, show_default=True, help="Frames to generate.")
+@click.option("--game", default="breakout", show_default=True, help="ALE game (when ale-py is installed).")
+@click.option("--chunks", default="1,4,16,64", show_default=True, help="Frames a chunk, comma-separated.")
+@click.option("--window", default=4, show_default=True, help="Frames a sampled window uses from a chunk.")
+@click.option("--synthetic", is_flag=True, help="Use the generated frames even when ale-py is installed.")
+@click.option("--output", default=str(RESULTS), show_default=True)
+def main(n_frames: int, game: str, chunks: str, window: int, synthetic: bool, output: str) -> None:
+    """Compression ratio and speed of codecs on chunks of 84x84 Atari frames."""
+    load_before = os.getloadavg()[0]
+    frames = None if synthetic else ale_frames(n_frames, game, 0)
+    source = f"ale-py {game}" if frames is not None else "synthetic"
+    if frames is None:
+        frames = synthetic_frames(n_frames, 0)
+    frame_bytes = frames[0].nbytes
+    one = np.empty(frame_bytes, dtype=np.uint8)
+    flat = frames.reshape(len(frames), -1)
+    idx = np.random.default_rng(1).integers(0, len(frames), 2000)
+    start = time.perf_counter()
+    for i in idx:
+        np.copyto(one, flat[i])
+    raw_us = (time.perf_counter() - start) / len(idx) * 1e6
+    rows = []
+    for k in (int(x) for x in chunks.split(",")):
+        pieces = [np.ascontiguousarray(frames[i : i + k]) for i in range(0, len(frames) - k + 1, k)]
+        raw = sum(p.nbytes for p in pieces)
+        for name, make in CODECS.items():
+            codec = make()
+            t0 = time.perf_counter()
+            encoded = [codec.encode(p) for p in pieces]
+            t_enc = time.perf_counter() - t0
+            buf = np.empty(pieces[0].nbytes, dtype=np.uint8)
+            t0 = time.perf_counter()
+            for e in encoded:
+                codec.decode(e, out=buf)
+            t_dec = time.perf_counter() - t0
+            ratio = raw / sum(len(e) for e in encoded)
+            per_chunk_us = t_dec / len(encoded) * 1e6
+            rows.append({"case": f"{name} chunk={k}", "metric": "ratio", "ours": ratio,
+                         "baseline": "raw", "baseline_value": 1.0, "ratio": ratio,
+                         "compress_MBps": raw / t_enc / 1e6, "decompress_MBps": raw / t_dec / 1e6,
+                         "sample_us_per_frame": per_chunk_us / min(k, window),
+                         "raw_copy_us_per_frame": raw_us})
+    load = (load_before, os.getloadavg()[0])
+    click.echo(f"frames: {source}, {len(frames)} of 84x84; raw copy {raw_us:.2f} us a frame")
+    click.echo(f"{'codec / chunk':<30} {'ratio':>6} {'comp MB/s':>10} {'dec MB/s':>9} {'us/frame':>9}")
+    for r in rows:
+        click.echo(f"{r['case']:<30} {r['ratio']:>6.1f} {r['compress_MBps']:>10.0f} "
+                   f"{r['decompress_MBps']:>9.0f} {r['sample_us_per_frame']:>9.2f}")
+    click.echo(f"1-min load average {load[0]:.2f} before, {load[1]:.2f} after, on {os.cpu_count()} CPUs")
+    out = Path(output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    import numcodecs
+
+    out.write_text(json.dumps({"benchmark": "replay_codecs",
+                               "machine": {"cpus": os.cpu_count(), "numcodecs": numcodecs.__version__,
+                                           "load_average_1min": load},
+                               "frames": source, "window": window, "rows": rows}, indent=2) + "\n")
+    click.echo(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
