@@ -1,8 +1,11 @@
 """Threads under load: the staged full-graph propagation and the neighbour sampler, quiet and with 4 busy
-processes, before and after the thread policy (`graphrl.threads`, issue 32).
+competitors, under the thread policy (`graphrl.threads`, issue 32) and its alternatives.
 
-Cases (each variant in a fresh worker process, which times its case quiet, then starts ``--load``
-competing processes, each a pure-Python busy loop pinned nowhere, and times it again):
+Each variant runs in a fresh worker process, which times its case in ``--rounds`` rounds of a quiet phase
+then a loaded phase (it starts ``--load`` competitors, times, stops them): either ``--load`` single-threaded
+pure-Python busy processes (``--competitor processes``) or one process with ``--load`` busy threads
+(``threads``), in our session or, with ``--new-session``, their own (autogroup scheduling shares the CPU
+between sessions, then between the threads of a session).
 
 - ``staged``: ``FullGraph(dedup=True, device="cpu")`` under ``MemoryManager(budgets={"device":
   "16MiB"}, device="cpu")`` on a power-law graph (``synthetic_graph(..., "powerlaw")``, 200k nodes /
@@ -13,14 +16,17 @@ competing processes, each a pure-Python busy loop pinned nowhere, and times it a
   power-law graph (1M nodes / 10M edges by default). Metric: seconds per batch, the median over
   ``--repeats`` passes of ``--batches`` batches.
 
-Variants: ``after`` (this tree, the policy in force: ``graphrl.threads.configure()``), ``opt-out`` (this
-tree, ``GRAPHRL_THREADS=off``), ``passive`` (as ``after``, with ``OMP_WAIT_POLICY=PASSIVE``) and, with
-``--baseline-tree DIR`` (e.g. ``git archive HEAD | tar -x -C DIR``), ``before``: that tree's code.
-The row's ratio is loaded / quiet; the target is 3x. Each row records the mean number of runnable
-tasks seen in ``/proc/loadavg`` while loaded and the 1-minute load average at the end.
+Variants: ``after`` (this tree, the policy in force: ``graphrl.threads.configure()``), ``threads=N``
+(``GRAPHRL_THREADS=N``), ``opt-out`` (``GRAPHRL_THREADS=off``), ``passive`` (as ``after``, with
+``OMP_WAIT_POLICY=PASSIVE``) and, with ``--baseline-tree DIR`` (e.g. ``git archive HEAD | tar -x -C
+DIR``), ``before``: that tree's code. A round's ratio is loaded / quiet (medians); the row gives the median
+round's and the spread; the target is 3x. Each row also gives the process's CPU time per call and its
+CPU share (CPU / wall time) quiet and loaded, which separates a call that waits (share falls below what
+the scheduler grants its runnable threads) from one that gets fewer cycles; the runnable tasks seen in
+``/proc/loadavg`` (before each quiet phase, and during the loaded ones) and the 1-minute load average.
 
-Run ``python benchmarks/threads_under_load.py [--cases staged,sampler] [--baseline-tree DIR]``; writes
-``benchmarks/results/threads_under_load.json``. Needs Linux (``/proc/loadavg``).
+Run ``python benchmarks/threads_under_load.py [--cases staged,sampler] [--variants after,threads=1]``;
+prints a table and writes ``benchmarks/results/threads_under_load.json``. Needs Linux (``/proc/loadavg``).
 """
 
 from __future__ import annotations
@@ -39,8 +45,16 @@ import click
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "threads_under_load.json"
 TARGET = 3.0
+AUTOGROUP_NICE = "GRAPHRL_BENCH_AUTOGROUP_NICE"  # set by --autogroup-nice for the competitors' sessions
 BUSY = ("import os\nparent = os.getppid()\nwhile os.getppid() == parent:\n"
         "    for _ in range(1_000_000):\n        pass\n")
+# one process, n busy threads: SHA-256 of 1 MiB releases the GIL for ~2 ms, so all n stay runnable
+BUSY_THREADS = ("import hashlib, os, sys, threading\nparent, buf = os.getppid(), bytes(1 << 20)\n"
+                "def spin():\n    while True:\n        hashlib.sha256(buf).digest()\n"
+                "for _ in range(int(sys.argv[1]) - 1):\n"
+                "    threading.Thread(target=spin, daemon=True).start()\n"
+                "while os.getppid() == parent:\n"
+                "    for _ in range(50):\n        hashlib.sha256(buf).digest()\n")
 
 
 def _runnable() -> int:
@@ -50,20 +64,26 @@ def _runnable() -> int:
 
 
 class Competitors:
-    """``n`` busy processes (pure-Python loops, one core each, exiting when their parent does)."""
+    """``n`` busy processes (pure-Python loops, one core each), or one process with ``n`` busy threads
+    (``threads=True``), exiting when their parent does."""
 
-    def __init__(self, n: int, new_session: bool = False) -> None:
+    def __init__(self, n: int, new_session: bool = False, threads: bool = False) -> None:
         self.n = n
         self.new_session = new_session
+        self.threads = threads
         self.procs: list[subprocess.Popen] = []
         self.samples: list[int] = []
         self._stop = threading.Event()
 
     def __enter__(self) -> Competitors:
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
-        self.procs = [subprocess.Popen([sys.executable, "-c", BUSY], env=env,
-                                       start_new_session=self.new_session)
-                      for _ in range(self.n)]
+        nice = os.environ.get(AUTOGROUP_NICE) if self.new_session else None
+        cmds = ([[sys.executable, "-c", BUSY_THREADS, str(self.n)]] if self.threads
+                else [[sys.executable, "-c", BUSY]] * self.n)
+        if nice is not None:  # their own sessions weigh what ours does (see --autogroup-nice)
+            cmds = [[c[0], "-c", f"open('/proc/self/autogroup', 'w').write('{int(nice)}')\n" + c[2], *c[3:]]
+                    for c in cmds]
+        self.procs = [subprocess.Popen(cmd, env=env, start_new_session=self.new_session) for cmd in cmds]
         threading.Thread(target=self._watch, daemon=True).start()
         time.sleep(1.0)  # let them reach the run queue
         self.samples.clear()
@@ -81,15 +101,18 @@ class Competitors:
             p.wait()
 
 
-def _phase(step, repeats: int, budget_s: float) -> list[float]:
-    """Seconds of up to ``repeats`` calls of ``step`` (at least 2, stopping once ``budget_s`` passed)."""
+def _phase(step, repeats: int, budget_s: float) -> tuple[list[float], list[float]]:
+    """Wall and process-CPU seconds of up to ``repeats`` calls of ``step`` (at least 2, stopping once
+    ``budget_s`` passed)."""
     times: list[float] = []
+    cpu: list[float] = []
     start = time.perf_counter()
     while len(times) < repeats and (len(times) < 2 or time.perf_counter() - start < budget_s):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         step()
         times.append(time.perf_counter() - t)
-    return times
+        cpu.append(time.process_time() - c)
+    return times, cpu
 
 
 def _staged_step(args: dict):
@@ -141,21 +164,38 @@ def worker(case: str, args: dict) -> dict:
         threads.configure()
     step, info = (_staged_step if case == "staged" else _sampler_step)(args)
     per = args["batches"] if case == "sampler" else 1
-    quiet = _phase(step, args["repeats"], args["phase_seconds"])
-    with Competitors(args["load"], args["new_session"]) as comp:
-        loaded = _phase(step, args["repeats"], args["phase_seconds"])
-        runnable = statistics.mean(comp.samples) if comp.samples else float("nan")
-    q, lo = statistics.median(quiet) / per, statistics.median(loaded) / per
-    return {"quiet_s": q, "loaded_s": lo, "ratio": lo / q, "quiet_runs": len(quiet),
-            "loaded_runs": len(loaded),
-            "runnable_mean": runnable, "load_average_1min": os.getloadavg()[0],
+    med = statistics.median
+    rounds, quiet_runnable, loaded_runnable = [], [], []
+    for _ in range(args["rounds"]):  # quiet then loaded, in turn: other load on the machine drifts
+        quiet_runnable.append(_runnable() - 1)
+        quiet, quiet_cpu = _phase(step, args["repeats"], args["phase_seconds"])
+        with Competitors(args["load"], args["new_session"], args["competitor"] == "threads") as comp:
+            loaded, loaded_cpu = _phase(step, args["repeats"], args["phase_seconds"])
+            loaded_runnable.extend(comp.samples)
+        rounds.append({"quiet_s": med(quiet) / per, "loaded_s": med(loaded) / per,
+                       "ratio": med(loaded) / med(quiet), "quiet_cpu_s": med(quiet_cpu) / per,
+                       "loaded_cpu_s": med(loaded_cpu) / per, "quiet_runs": len(quiet),
+                       "loaded_runs": len(loaded)})
+    ratios = [r["ratio"] for r in rounds]
+    out = {k: med([r[k] for r in rounds]) for k in ("quiet_s", "loaded_s", "quiet_cpu_s", "loaded_cpu_s")}
+    return {**out, "ratio": med(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
+            "quiet_share": out["quiet_cpu_s"] / out["quiet_s"],
+            "loaded_share": out["loaded_cpu_s"] / out["loaded_s"], "rounds": rounds,
+            "runnable_quiet_mean": statistics.mean(quiet_runnable),
+            "runnable_mean": statistics.mean(loaded_runnable) if loaded_runnable else float("nan"),
+            "load_average_1min": os.getloadavg()[0],
             "torch_threads": torch.get_num_threads(), "numba_threads": numba.get_num_threads(),
+            "team_size": None if threads is None else threads.team_size(),
             "policy": None if threads is None else str(threads.policy()), **info}
 
 
 def run_variant(case: str, variant: str, args: dict, baseline_tree: str | None) -> dict:
     env = dict(os.environ)
     env.pop("GRAPHRL_THREADS", None)
+    if variant.startswith("threads="):  # a fixed count (numba's pool sized to allow it)
+        n = variant.split("=", 1)[1]
+        env["GRAPHRL_THREADS"] = n
+        env["NUMBA_NUM_THREADS"] = str(max(int(n), int(env.get("NUMBA_NUM_THREADS", "0") or 0)))
     if variant == "opt-out":
         env["GRAPHRL_THREADS"] = "off"
     if variant == "passive":
@@ -196,17 +236,28 @@ def _m(n: int) -> str:
 @click.option("--sampler-edges", default=10_000_000, show_default=True)
 @click.option("--batches", default=30, show_default=True, help="Sampler batches per timed pass.")
 @click.option("--repeats", default=5, show_default=True, help="Timed calls (passes) per phase; the median.")
+@click.option("--rounds", default=3, show_default=True, type=click.IntRange(min=1),
+              help="Quiet and loaded phases, in turn, per variant; the row's ratio is the median round's.")
 @click.option("--phase-seconds", default=40.0, show_default=True,
               help="Stop a phase after this (>= 2 calls).")
 @click.option("--new-session/--same-session", default=False, show_default=True,
               help="Start the competitors in their own session. With autogroup scheduling (Linux's default "
                    "on desktops) CPU time is then shared between sessions, not threads; the same session is "
                    "the harder case: every thread gets its share.")
+@click.option("--competitor", type=click.Choice(["processes", "threads"]), default="processes",
+              show_default=True, help="The load: --load single-threaded busy processes, or one process with "
+                                      "--load busy threads.")
+@click.option("--autogroup-nice", type=click.IntRange(-20, 19), default=None,
+              help="Write this to /proc/self/autogroup: the CPU weight of this run's session against "
+                   "other sessions (autogroup scheduling), to measure on a machine others are using "
+                   "(negative needs root; run under setsid so that only this run's session changes). "
+                   "Competitors in their own sessions (--new-session) get the same weight.")
 @click.option("--output", default=str(RESULTS), show_default=True)
 @click.option("--worker", "worker_case", type=click.Choice(["staged", "sampler"]), default=None, hidden=True)
 @click.option("--worker-args", default=None, hidden=True)
 def main(cases, variants, baseline_tree, load, nodes, edges, width, budget, sampler_nodes, sampler_edges,
-         batches, repeats, phase_seconds, new_session, output, worker_case, worker_args) -> None:
+         batches, repeats, rounds, phase_seconds, new_session, competitor, autogroup_nice, output,
+         worker_case, worker_args) -> None:
     if worker_case is not None:
         click.echo(json.dumps(worker(worker_case, json.loads(worker_args))))
         return
@@ -214,12 +265,17 @@ def main(cases, variants, baseline_tree, load, nodes, edges, width, budget, samp
     from _report import machine, write_result
 
     args = {"nodes": nodes, "edges": edges, "width": width, "budget": budget, "sampler_nodes": sampler_nodes,
-            "sampler_edges": sampler_edges, "batches": batches, "repeats": repeats,
+            "sampler_edges": sampler_edges, "batches": batches, "repeats": repeats, "rounds": rounds,
+            "competitor": competitor, "autogroup_nice": autogroup_nice,
             "phase_seconds": phase_seconds, "load": load, "new_session": new_session}
+    if autogroup_nice is not None:
+        Path("/proc/self/autogroup").write_text(str(autogroup_nice))
+        os.environ[AUTOGROUP_NICE] = str(autogroup_nice)
     names = [v for v in variants.split(",") if v]
     if baseline_tree:
         names = ["before", *[v for v in names if v != "before"]]
     machine_info = machine(uptime_before=Path("/proc/loadavg").read_text().strip(),
+                           session_autogroup=Path("/proc/self/autogroup").read_text().strip(),
                            autogroup=Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip()
                            if Path("/proc/sys/kernel/sched_autogroup_enabled").exists() else None)
     results = []
@@ -227,19 +283,21 @@ def main(cases, variants, baseline_tree, load, nodes, edges, width, budget, samp
         for variant in names:
             r = run_variant(case, variant, args, baseline_tree)
             results.append(r)
-            click.echo(f"{case:8s} {variant:8s} quiet {r['quiet_s'] * 1e3:9.1f} ms  loaded "
-                       f"{r['loaded_s'] * 1e3:9.1f} ms  x{r['ratio']:6.1f}  (runnable "
-                       f"{r['runnable_mean']:.1f}, load1 {r['load_average_1min']:.1f})")
+            click.echo(f"{case:8s} {variant:10s} quiet {r['quiet_s'] * 1e3:9.2f} ms  loaded "
+                       f"{r['loaded_s'] * 1e3:9.2f} ms  x{r['ratio']:5.2f} ({r['ratio_min']:.2f}-"
+                       f"{r['ratio_max']:.2f})  CPU share {r['quiet_share']:.2f} -> {r['loaded_share']:.2f}  "
+                       f"(runnable quiet {r['runnable_quiet_mean']:.1f}, loaded {r['runnable_mean']:.1f}; "
+                       f"load1 {r['load_average_1min']:.1f}; team {r['team_size']})")
     label = {"nodes_m": _m(nodes), "edges_m": _m(edges), "width": width, "budget": budget,
              "s_nodes_m": _m(sampler_nodes), "s_edges_m": _m(sampler_edges)}
-    click.echo(f"\n{'case':58s} {'variant':8s} {'quiet ms':>9s} {'loaded ms':>10s} {'ratio':>7s} "
-               f"target {TARGET:g}x")
+    click.echo(f"\n{'case':58s} {'variant':10s} {'quiet ms':>9s} {'loaded ms':>10s} {'ratio':>7s} "
+               f"{'spread':>11s} target {TARGET:g}x")
     rows = []
     for r in results:
         name = CASE_NAMES[r["case"]].format(**label) + f", load {load}"
         ok = "ok" if r["ratio"] <= TARGET else "MISSED"
-        click.echo(f"{name:58s} {r['variant']:8s} {r['quiet_s'] * 1e3:9.1f} {r['loaded_s'] * 1e3:10.1f} "
-                   f"{r['ratio']:7.2f} {ok}")
+        click.echo(f"{name:58s} {r['variant']:10s} {r['quiet_s'] * 1e3:9.2f} {r['loaded_s'] * 1e3:10.2f} "
+                   f"{r['ratio']:7.2f} {r['ratio_min']:5.2f}-{r['ratio_max']:<5.2f} {ok}")
         base = next((b for b in results if b["case"] == r["case"] and b["variant"] == "before"), None)
         if r["variant"] == "before":
             continue
@@ -248,7 +306,9 @@ def main(cases, variants, baseline_tree, load, nodes, edges, width, budget, samp
                      "baseline": "before (--baseline-tree)" if base else None,
                      "baseline_value": base["ratio"] if base else None,
                      "ratio": (base["ratio"] / r["ratio"]) if base else None, "target": TARGET,
-                     "quiet_s": r["quiet_s"], "loaded_s": r["loaded_s"]})
+                     "quiet_s": r["quiet_s"], "loaded_s": r["loaded_s"], "ratio_min": r["ratio_min"],
+                     "ratio_max": r["ratio_max"], "quiet_cpu_share": r["quiet_share"],
+                     "loaded_cpu_share": r["loaded_share"]})
     machine_info["uptime_after"] = Path("/proc/loadavg").read_text().strip()
     write_result("threads_under_load", rows, machine_info, output, config=args, cases=results)
 
