@@ -12,6 +12,7 @@ Layout of a folder written by `write_partitions`::
     folder/part{p}/edge_ids.npy int64 [e_p]: graph edge id of each in-edge
     folder/part{p}/weights.npy  float32 [e_p]: edge weights (weighted graphs only)
     folder/part{p}/halo.npy     int64 [h_p]: sources of owned in-edges owned elsewhere, ascending, distinct
+    folder/part{p}/out_degree.npy int64 [n_p]: out-degree of each owned node (how often it is a source)
     folder/part{p}/features.npy [n_p, F], labels.npy [n_p]: rows of the owned nodes (when given)
 
 Global -> local ids: ``node_part[v]`` names the part, ``searchsorted(owned, v)`` the row
@@ -47,7 +48,7 @@ FORMAT = "graphrl.partition"
 VERSION = 1
 MANIFEST = "MANIFEST.json"
 BOOK = "node_part.npy"
-_PART_FILES = ("owned", "indptr", "indices", "edge_ids", "halo")
+_PART_FILES = ("owned", "indptr", "indices", "edge_ids", "halo", "out_degree")
 
 
 def graph_fingerprint(graph: CSCGraph) -> str:
@@ -89,7 +90,7 @@ class Partition:
     ----------
     part, num_parts, num_nodes : int
     owned : int64 [n_p]; indptr : int64 [n_p + 1]; indices : int64 [e_p]; edge_ids : int64 [e_p]
-    weights : float32 [e_p] or None; halo : int64 [h_p]
+    weights : float32 [e_p] or None; halo : int64 [h_p]; out_degree : int64 [n_p]
     features : [n_p, F] or None; labels : [n_p] or None
     fingerprint : str
     """
@@ -103,6 +104,7 @@ class Partition:
     edge_ids: np.ndarray
     weights: np.ndarray | None
     halo: np.ndarray
+    out_degree: np.ndarray
     features: np.ndarray | None
     labels: np.ndarray | None
     fingerprint: str
@@ -182,7 +184,8 @@ def write_partitions(graph: CSCGraph, folder: str | os.PathLike[str], num_parts:
     tmp.mkdir(parents=True)
     try:
         np.save(tmp / BOOK, owner)
-        parts = [_write_part(graph, tmp, p, owner, feats, labs) for p in range(num_parts)]
+        out_degree = np.bincount(graph.indices.numpy(), minlength=n).astype(np.int64)
+        parts = [_write_part(graph, tmp, p, owner, out_degree, feats, labs) for p in range(num_parts)]
         body = {
             "format": FORMAT, "version": VERSION, "num_parts": int(num_parts), "num_nodes": n,
             "num_edges": graph.num_edges, "fingerprint": graph_fingerprint(graph), "method": used,
@@ -202,7 +205,8 @@ def write_partitions(graph: CSCGraph, folder: str | os.PathLike[str], num_parts:
     return body
 
 
-def _write_part(graph: CSCGraph, root: Path, p: int, owner: np.ndarray, feats, labs) -> dict:
+def _write_part(graph: CSCGraph, root: Path, p: int, owner: np.ndarray, out_degree: np.ndarray, feats,
+                labs) -> dict:
     indptr = graph.indptr.numpy()
     owned = np.flatnonzero(owner == p).astype(np.int64)
     starts, ends = indptr[owned], indptr[owned + 1]
@@ -217,7 +221,7 @@ def _write_part(graph: CSCGraph, root: Path, p: int, owner: np.ndarray, feats, l
     d = root / f"part{p}"
     d.mkdir()
     arrays = {"owned": owned, "indptr": local_indptr, "indices": indices, "edge_ids": eids.astype(np.int64),
-              "halo": halo.astype(np.int64)}
+              "halo": halo.astype(np.int64), "out_degree": out_degree[owned]}
     if graph.weights is not None:
         arrays["weights"] = graph.weights.numpy()[pos].astype(np.float32)
     if feats is not None:
@@ -318,5 +322,6 @@ def load_partition(folder: str | os.PathLike[str], part: int, expect: str | None
     arrays = {name: np.load(folder / rel) for name, rel in zip(names, rels, strict=True)}
     return Partition(part=part, num_parts=num_parts, num_nodes=int(body["num_nodes"]), owned=arrays["owned"],
                      indptr=arrays["indptr"], indices=arrays["indices"], edge_ids=arrays["edge_ids"],
-                     weights=arrays.get("weights"), halo=arrays["halo"], features=arrays.get("features"),
+                     weights=arrays.get("weights"), halo=arrays["halo"], out_degree=arrays["out_degree"],
+                     features=arrays.get("features"),
                      labels=arrays.get("labels"), fingerprint=body["fingerprint"])

@@ -1,10 +1,10 @@
 """`DistFeatureStore`: feature (or label) rows of a partitioned graph, fetched from their owners.
 
-A batch's rows are looked up in a local cache of hot rows first (chosen once: by default the nodes of
-highest in-degree, which neighbour sampling reaches most often); the misses go to their owners in one
-request per owner per batch (`samplers.distributed.owners`). `FetchStats` reports hits, misses, the
-requests made and the bytes moved. A static degree-ordered cache follows PaGraph and GNNLab; the
-fetch-per-owner plan follows DistDGL's KV store. See docs/architecture.md#partitioned-graphs.
+A batch's rows are looked up in a local cache of hot rows first (chosen once: by default the nodes
+of highest out-degree, which neighbour sampling draws as sources most often); the misses go to their
+owners in one request per owner per batch (`samplers.distributed.owners`). `FetchStats` reports hits,
+misses, the requests made and the bytes moved. A static degree-ordered cache follows PaGraph and
+GNNLab; the fetch-per-owner plan follows DistDGL's KV store. See docs/architecture.md#partitioned-graphs.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class DistFeatureStore:
     owners : samplers.distributed.LocalOwners or RayOwners
     name : {"features", "labels"}
     cache_rows : int
-        Rows kept locally (>= 0): the ``cache_rows`` nodes of highest in-degree (each owner proposes its
+        Rows kept locally (>= 0): the ``cache_rows`` nodes of highest out-degree (each owner proposes its
         own, the highest of all are kept), unless ``cache_ids`` is given.
     cache_ids : torch.Tensor or None, int64 [K]
         The nodes to cache instead.
@@ -77,7 +77,7 @@ class DistFeatureStore:
         self.stats = FetchStats()  # the cache's fill is not a batch's traffic
 
     def _hottest(self, k: int) -> np.ndarray:
-        """The k nodes of highest in-degree: each owner's top k, merged (one request per owner)."""
+        """The k nodes of highest out-degree: each owner's top k, merged (one request per owner)."""
         per = self.owners.call("hot_nodes", {p: (k,) for p in range(self.book.num_parts)})
         ids = np.concatenate([v[0] for v in per.values()])
         deg = np.concatenate([v[1] for v in per.values()])

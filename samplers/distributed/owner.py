@@ -3,7 +3,7 @@
 `PartitionOwner` loads part ``p`` of a folder (verified: `graphrl.partition.load_partition`) and
 answers three requests, each for many nodes at once: `sample` (one layer's rows through the sampling
 core, `samplers.distributed.core`), `rows` (feature or label rows of owned nodes) and `hot_nodes` (its
-nodes of highest in-degree, for a feature cache). It is a plain class: `samplers.distributed.owners`
+nodes of highest out-degree, for a feature cache). It is a plain class: `samplers.distributed.owners`
 runs it in-process or as a Ray actor, built again from the folder when restarted. The owner holds its
 rows' CSC indexed by global node id (8 bytes per node of the graph, see
 docs/architecture.md#partitioned-graphs), so the core's kernel reads it unchanged.
@@ -130,9 +130,9 @@ class PartitionOwner:
         return out
 
     def hot_nodes(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """The ``k`` owned nodes of highest in-degree (int64, global ids; fewer when it owns fewer) and
-        their in-degrees (int64), highest first."""
+        """The ``k`` owned nodes of highest out-degree (int64, global ids; fewer when it owns fewer) and
+        their out-degrees (int64), highest first: the nodes sampling draws as sources most often."""
         p = self.partition
-        deg = np.diff(p.indptr)
+        deg = p.out_degree
         top = np.argsort(-deg, kind="stable")[: max(int(k), 0)]
         return p.owned[top], deg[top]

@@ -159,7 +159,9 @@ class RayOwners(_Owners):
     Raises
     ------
     graphrl.partition.PartitionError
-        A damaged folder, or one of another graph (checked here and by every owner).
+        A damaged partition book or manifest, or a folder of another graph.
+    OwnerError
+        An owner failed to start (its part's files damaged: the file is named); none is left running.
     """
 
     def __init__(self, folder: str, expect: str | None = None, actor_options: dict | None = None,
@@ -176,8 +178,13 @@ class RayOwners(_Owners):
             self.actors = [ray.get_actor(self._actor_name(p)) for p in range(self.num_parts)]
         else:
             self.actors = [self._start(p) for p in range(self.num_parts)]
-        infos = self._get({p: a.info.remote() for p, a in enumerate(self.actors)}, "info")
-        self.infos = [self._checked(p, infos[p]) for p in range(self.num_parts)]
+        try:
+            infos = self._get({p: a.info.remote() for p, a in enumerate(self.actors)}, "info")
+            self.infos = [self._checked(p, infos[p]) for p in range(self.num_parts)]
+        except BaseException:
+            if not attach:
+                self.close()
+            raise
 
     @classmethod
     def attach(cls, folder: str, name: str, expect: str | None = None) -> RayOwners:
@@ -225,6 +232,10 @@ class RayOwners(_Owners):
             try:
                 out[p] = ray.get(done[0])
             except ray.exceptions.RayActorError as e:
+                if e.actor_init_failed:  # its constructor raised: a damaged folder, a bad part, ...
+                    cause = str(e).strip().splitlines()[-1]  # the constructor's error, after the traceback
+                    raise OwnerError(f"partition owner {p} failed to start from {self.folder}: {cause}",
+                                     p) from e
                 pid = self.infos[p]["pid"] if hasattr(self, "infos") else "?"
                 raise OwnerError(f"partition owner {p} (Ray actor, pid {pid}, {self.folder}) died during "
                                  f"{method}: restart it with restart({p})", p) from e

@@ -97,6 +97,7 @@ def test_folder_round_trip(graph, folder):
             assert (part.weights[a:b] == weights[lo:hi]).all()
         want_halo = np.unique(part.indices[book.node_part[part.indices] != p])
         assert (part.halo == want_halo).all()
+        assert (part.out_degree == np.bincount(indices, minlength=N)[part.owned]).all()
         assert (part.features[:, 0] == 3 * part.owned).all() and (part.labels == part.owned % 7).all()
         assert (part.local_ids(part.owned[::-1]) == np.arange(part.owned.shape[0])[::-1]).all()
         with pytest.raises(ValueError, match=f"not owned by part {p}"):

@@ -63,6 +63,16 @@ def test_ray_owners_sample_and_fetch(setup):
         RayOwners(owners.folder, expect=graph_fingerprint(synthetic_graph(N, E, seed=4)))
 
 
+def test_an_owner_of_a_damaged_part_fails_naming_the_file(setup, tmp_path):
+    import shutil
+
+    _, owners = setup
+    copy = shutil.copytree(owners.folder, tmp_path / "copy")
+    (copy / "part1" / "edge_ids.npy").write_bytes(b"\x93NUMPY damaged")
+    with pytest.raises(OwnerError, match="partition owner 1 failed to start .*part1/edge_ids.npy: truncated"):
+        RayOwners(str(copy))
+
+
 def test_killed_owner_is_named_at_once_and_restart_goes_on(setup):
     graph, owners = setup
     ref = NeighborSampler(graph, [5, 5], seed=1)
