@@ -174,6 +174,7 @@ def test_bench_interrupted_keeps_the_finished_results_and_stops_the_running_benc
     assert record["interrupted"] == {"signal": name, "benchmark": "replay"}
     assert (out / "sampler.json").is_file()
     assert not _alive(child), "the running benchmark outlived graphrl bench"
+    assert cmd.segments() == []
 
 
 @pytest.mark.slow
@@ -195,6 +196,27 @@ def test_demo_rl_sigterm_saves_the_curve_so_far_and_leaves_no_shared_memory(tmp_
     assert "Traceback" not in cmd.output
     assert cmd.segments() == []
     assert not any(_alive(p) for p in cmd.children), "an actor outlived the demo"
+
+
+def test_demo_sigint_after_a_seed_saves_the_curves_so_far(tmp_path):
+    pytest.importorskip("matplotlib")
+    data = Path(os.environ.get("GRAPHRL_DATA", "/nonexistent"))
+    if not (data / "cora_citeseer").is_dir():
+        pytest.skip("needs GRAPHRL_DATA with Cora")
+    plots = tmp_path / "plots"
+    cmd = Command(["demo", "--task", "node-classification", "--dataset", "cora", "--seeds", "50", "--epochs",
+                   "40", "--data-root", str(data), "--plot", str(plots)], cwd=tmp_path)
+    cmd.wait_for(lambda: cmd.line_matching(r"^seed \d+: test accuracy"))
+    rc = cmd.signal(signal.SIGINT)
+    assert rc == 130, cmd.output
+    saved = re.search(rf"^interrupted by SIGINT during node-classification: saved demo_curves\.json and "
+                      rf"demo_node-classification\.png to {re.escape(str(plots))}$", cmd.output, re.M)
+    assert saved, cmd.output
+    curves = json.loads((plots / "demo_curves.json").read_text())
+    assert curves["node-classification"], curves
+    assert (plots / "demo_node-classification.png").is_file()
+    assert "Traceback" not in cmd.output
+    assert cmd.segments() == []
 
 
 def test_interrupts_turns_sigterm_into_interrupted_and_restores_the_handlers():
