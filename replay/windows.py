@@ -168,6 +168,11 @@ def window_mask(n: np.ndarray, dst: np.ndarray, length: int, out: np.ndarray | N
     -------
     numpy.ndarray, bool [B, L]
         ``out``, or a new array.
+
+    Raises
+    ------
+    ValueError
+        ``out`` is not C-contiguous.
     """
     if out is None:
         out = np.empty((len(n), length), dtype=np.bool_)
