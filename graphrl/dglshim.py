@@ -19,7 +19,7 @@ import os
 import sys
 import types
 
-__all__ = ["import_dgl", "dgl_available"]
+__all__ = ["dgl_available", "import_dgl", "stub_graphbolt"]
 
 
 def import_dgl() -> types.ModuleType:
@@ -38,12 +38,7 @@ def import_dgl() -> types.ModuleType:
     """
     if "dgl" in sys.modules and getattr(sys.modules["dgl"], "__version__", None) is not None:
         return sys.modules["dgl"]
-    os.environ.setdefault("DGLBACKEND", "pytorch")
-    stubbed = "dgl.graphbolt" not in sys.modules
-    if stubbed:
-        stub = types.ModuleType("dgl.graphbolt")
-        stub.__doc__ = "Empty stand-in installed by graphrl.dglshim: GraphBolt needs torch <= 2.2."
-        sys.modules["dgl.graphbolt"] = stub
+    stubbed = stub_graphbolt()
     try:
         return importlib.import_module("dgl")
     except ModuleNotFoundError as err:
@@ -55,6 +50,19 @@ def import_dgl() -> types.ModuleType:
                 "for dgl>=2.1.0) to compare against or convert to DGL"
             ) from err
         raise ImportError(f"DGL is installed but failed to import: {err}") from err
+
+
+def stub_graphbolt() -> bool:
+    """Put the empty ``dgl.graphbolt`` stand-in under ``sys.modules`` and select the PyTorch backend,
+    without importing DGL (for a process whose code runs ``import dgl`` itself, e.g. a spawned child of
+    DGL's own tests); return whether the stub was installed now (False: a module was already there)."""
+    os.environ.setdefault("DGLBACKEND", "pytorch")
+    if "dgl.graphbolt" in sys.modules:
+        return False
+    stub = types.ModuleType("dgl.graphbolt")
+    stub.__doc__ = "Empty stand-in installed by graphrl.dglshim: GraphBolt needs torch <= 2.2."
+    sys.modules["dgl.graphbolt"] = stub
+    return True
 
 
 def dgl_available() -> bool:

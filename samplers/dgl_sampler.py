@@ -2,13 +2,17 @@
 
 ``dgl.dataloading.DataLoader(g, train_nids, DglSampler([15, 10]), batch_size=...)`` yields
 ``(input_nodes, output_nodes, blocks)`` as with DGL's ``NeighborSampler``: ``blocks`` are real DGL
-blocks (``dgl.create_block``, via `samplers.interop.block_to_dgl`) drawn by our
-`samplers.NeighborSampler` kernels, outermost first, with ``srcdata[dgl.NID]``, ``dstdata[dgl.NID]``
-and ``edata[dgl.EID]`` holding global node and edge ids, and, as DGL's own blocks, every ``g.ndata``
-field in ``srcdata`` / ``dstdata`` and every ``g.edata`` field in ``edata`` (rows of the blocks' nodes and
-edges); ids and blocks are of ``g.idtype``. ``fanouts`` follow DGL's order: the last entry is drawn for
-the seeds. ``prob="w"`` draws by the edge feature ``w`` (an edge of weight 0 is never drawn), and
-``dgl.dataloading.as_edge_prediction_sampler(DglSampler(...))`` excludes edges through ``exclude_eids``.
+blocks (``dgl.create_block``, via `samplers.interop.block_to_dgl` / `hetero_block_to_dgl`) drawn by our
+`samplers.NeighborSampler` kernels (`samplers.HeteroNeighborSampler` on a heterograph), outermost first,
+with ``srcdata[dgl.NID]``, ``dstdata[dgl.NID]`` and ``edata[dgl.EID]`` holding global node and edge ids,
+and, as DGL's own blocks, every node feature in ``srcdata`` / ``dstdata`` and every edge feature in
+``edata`` (rows of the blocks' nodes and edges); ids and blocks are of ``g.idtype``. ``fanouts`` follow
+DGL's order (the last entry is drawn for the seeds); an entry may be a dict per edge type (name or
+canonical triple; an edge type left out draws nothing). ``prob="w"`` draws by the edge feature ``w`` (an
+edge of weight 0 is never drawn), ``mask="m"`` only among edges whose feature ``m`` is true (per edge
+type on a heterograph; an edge type without the feature draws uniformly).
+``dgl.dataloading.as_edge_prediction_sampler(DglSampler(...))`` excludes edges through ``exclude_eids``;
+ids that name no edge are ignored, as DGL ignores them.
 
 Use::
 
@@ -17,25 +21,27 @@ Use::
         h = model(blocks, g.ndata["feat"][input_nodes])
 
 DGL is imported (through `graphrl.dglshim`) when the first `DglSampler` is built, never by
-``import samplers``. Our `CSCGraph` of a DGL graph is built on its first batch and kept while that DGL
-graph lives and is not changed (see `DglSampler.sampler_for`). Homogeneous graphs, CPU sampling. A
-`DglSampler` pickles (``mp.spawn``, DataLoader workers) as a fresh one built with the same arguments
-(docs/architecture.md#pyg-and-dgl-loaders).
+``import samplers``. Our graph of a DGL graph is built on its first batch and kept while that DGL graph
+lives and is not changed (see `DglSampler.sampler_for`). CPU sampling. A `DglSampler` pickles
+(``mp.spawn``, DataLoader workers) as a fresh one built with the same arguments
+(docs/architecture.md#pyg-and-dgl-loaders). In a torch ``DataLoader`` worker the draws' seed is the
+user's seed mixed with the worker's ``torch.initial_seed()``, so workers and epochs draw differently.
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+import numpy as np
 import torch
 
 from graphrl.graph import CSCGraph
 from samplers._optional import LazyBase
-from samplers.interop import block_to_dgl
+from samplers.hetero import HeteroGraph, HeteroNeighborSampler
+from samplers.interop import block_to_dgl, hetero_block_to_dgl
 from samplers.neighbor import NeighborSampler
-from samplers.protocol import check_sampler
 
 __all__ = ["DglSampler"]
 
@@ -45,30 +51,28 @@ class DglSampler(LazyBase):
 
     Parameters
     ----------
-    fanouts : sequence of int
+    fanouts : sequence of int, or sequence of dict (edge type -> int)
         Neighbours drawn per node, one entry per layer, outermost layer first (as DGL's
         ``NeighborSampler``): ``fanouts[-1]`` is drawn for the seeds. ``-1`` takes every in-neighbour.
+        A dict gives each edge type (name or canonical triple) its own fanout; an edge type left out
+        draws nothing.
     replace : bool
         Draw with replacement.
     seed : int
-        Seed of the draws; the n-th batch on a given graph is the same on every run.
+        Seed of the draws; the n-th batch on a given graph is the same on every run (outside workers).
     prob : str or None
         Name of an edge feature of the sampled graph (float [E], non-negative) to draw neighbours
         proportionally to, as DGL's ``NeighborSampler(prob=...)``; edges of weight 0 are never drawn.
-        None draws uniformly.
-    sampler : Sampler or None
-        A `samplers.Sampler` (a `LaborSampler`, say) over the `CSCGraph` of the DGL graph that will be
-        sampled (built as ``CSCGraph.from_edges(*g.edges(order="eid"), g.num_nodes())``, so the edge ids
-        agree); it then draws every batch and ``fanouts``, ``replace`` and ``prob`` are not used. None:
-        a `NeighborSampler` per DGL graph, built on first use.
+    mask : str or None
+        Name of a boolean edge feature: only edges where it is true are drawn (DGL's ``mask``).
 
     Raises
     ------
     ImportError
         DGL is not installed (see `graphrl.dglshim.import_dgl`).
     TypeError, ValueError
-        Bad ``fanouts``, ``replace`` or ``seed``, as `NeighborSampler` raises them (checked here, on a
-        one-node graph, so the error comes at construction).
+        Bad ``fanouts``, ``replace`` or ``seed``, as `NeighborSampler` raises them (checked here, so the
+        error comes at construction); ``prob`` / ``mask`` not a str; both given (DGL's rule).
 
     References
     ----------
@@ -84,89 +88,129 @@ class DglSampler(LazyBase):
 
         return import_dgl().dataloading.Sampler
 
-    def __init__(self, fanouts: Sequence[int] = (15, 10), replace: bool = False, seed: int = 0,
-                 prob: str | None = None, *, sampler=None) -> None:
+    def __init__(self, fanouts: Sequence = (15, 10), replace: bool = False, seed: int = 0,
+                 prob: str | None = None, mask: str | None = None) -> None:
         if seed is None:
             raise TypeError("seed must be an int, got None (DglSampler batches are reproducible)")
-        probe = NeighborSampler(CSCGraph.from_edges([], [], 1), fanouts, replace=replace, seed=seed)
-        self.fanouts = probe.fanouts
-        self.replace = probe.replace
-        self.seed = probe.seed
-        if prob is not None and not isinstance(prob, str):
-            raise TypeError(f"prob must be the name of an edge feature (str) or None, got {prob!r}")
+        if isinstance(fanouts, Sequence) and not isinstance(fanouts, str) and any(
+                isinstance(f, Mapping) for f in fanouts):
+            for f in fanouts:
+                if not isinstance(f, Mapping):
+                    raise TypeError(f"fanouts mixes dicts and ints: {list(fanouts)!r}")
+                values = list(f.values())
+                NeighborSampler(CSCGraph.from_edges([], [], 1), values or [0], replace=replace, seed=seed)
+            self.fanouts = [dict(f) for f in fanouts]
+        else:
+            self.fanouts = NeighborSampler(CSCGraph.from_edges([], [], 1), fanouts, replace=replace,
+                                           seed=seed).fanouts
+        self.replace = bool(replace)
+        self.seed = int(seed)
+        for name, value in (("prob", prob), ("mask", mask)):
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"{name} must be the name of an edge feature (str) or None, got {value!r}")
+        if prob is not None and mask is not None:
+            raise ValueError(f"prob={prob!r} and mask={mask!r}: give at most one (as DGL)")
         self.prob = prob
-        self.fixed = None if sampler is None else check_sampler("sampler", sampler)
-        """The `Sampler` given to the constructor, or None."""
+        self.mask = mask
         self.output_device = None
         """None: blocks stay on the sampled graph's device (read by DGL's ``EdgePredictionSampler``)."""
-        self.samplers: dict[int, tuple[tuple, NeighborSampler]] = {}
-        """Our `NeighborSampler` (and `CSCGraph`) of each DGL graph sampled so far, by ``id(graph)``, with
-        the state it was built from (see `sampler_for`)."""
+        self.samplers: dict[int, tuple[tuple, object]] = {}
+        """Our sampler of each DGL graph sampled so far, by ``id(graph)``, with the state it was built
+        from (see `sampler_for`)."""
         self.lock = threading.Lock()
 
-    def sampler_for(self, g) -> NeighborSampler:
-        """Our `NeighborSampler` of DGL graph ``g`` (built on first use, kept while ``g`` lives unchanged);
-        the constructor's ``sampler`` instead when one was given.
+    def _draw_seed(self) -> int:
+        """The user's seed, mixed with the worker's ``torch.initial_seed()`` inside a DataLoader worker."""
+        if torch.utils.data.get_worker_info() is None:
+            return self.seed
+        base = torch.initial_seed()
+        return int(np.random.SeedSequence([self.seed, base % 2**64]).generate_state(1, np.uint64)[0]) >> 1
+
+    def _weights(self, frame, name: str) -> torch.Tensor | None:
+        """An edge frame's ``prob`` / ``mask`` feature as draw weights (None: uniform)."""
+        column = self.prob if self.prob is not None else self.mask
+        if column is None or column not in frame:
+            return None
+        value = frame[column].detach().cpu()
+        return value.to(torch.float32) if self.mask is not None else value
+
+    def _layer_fanouts(self, g) -> dict:
+        """Per canonical edge type, the fanouts of every layer (outermost first)."""
+        out = {}
+        for rel in g.canonical_etypes:
+            out[rel] = [f if not isinstance(f, Mapping) else int(f.get(rel, f.get(rel[1], 0)))
+                        for f in self.fanouts]
+        return out
+
+    def sampler_for(self, g):
+        """Our `NeighborSampler` (`HeteroNeighborSampler` for a heterograph) of DGL graph ``g``, built
+        on first use and kept while ``g`` lives unchanged.
 
         The cached sampler is rebuilt when ``g`` changed since: its number of nodes or edges differs, or
         its structure object is a new one (DGL's ``add_nodes`` / ``add_edges`` / ``remove_edges`` /
-        ``remove_nodes`` all replace it, so every in-place change made through DGL's API is seen), or
-        ``g.edata[prob]`` is another tensor. Not seen: weights changed in place inside the same tensor
-        (``g.edata["w"][i] = 0``; assign a new tensor instead), and changes made to DGL's C++ graph
-        object behind DGL's Python API.
+        ``remove_nodes`` all replace it), or a ``prob`` / ``mask`` feature is another tensor. Not seen:
+        weights changed in place inside the same tensor (assign a new tensor instead).
 
         Raises
         ------
         TypeError
-            ``g`` is not a homogeneous DGL graph.
+            ``g`` is not a DGL graph.
         ValueError
-            ``prob`` names no edge feature of ``g``, or its weights are not [E] non-negative numbers; a
-            ``sampler`` given to the constructor samples a graph of another size.
+            ``prob`` / ``mask`` names no edge feature of ``g`` (of any edge type), or its weights are
+            not [E] non-negative numbers.
         """
         from graphrl.dglshim import import_dgl
 
         dgl = import_dgl()
         if not isinstance(g, dgl.DGLGraph):
             raise TypeError(f"g must be a dgl.DGLGraph, got {type(g).__name__}")
-        if not g.is_homogeneous:
-            raise TypeError(f"g must be a homogeneous DGL graph; got node types {g.ntypes} and edge types "
-                            f"{g.etypes} (use samplers.HeteroNeighborSampler for heterogeneous graphs)")
-        if self.fixed is not None:
-            ours = self.fixed.graph
-            if (g.num_nodes(), g.num_edges()) != (ours.num_nodes, ours.num_edges):
-                raise ValueError(f"g has {g.num_nodes()} nodes and {g.num_edges()} edges, the sampler's "
-                                 f"graph {ours.num_nodes} and {ours.num_edges}")
-            return self.fixed
-        weights = None
-        if self.prob is not None:
-            if self.prob not in g.edata:
-                raise ValueError(f"prob={self.prob!r} names no edge feature of g "
-                                 f"(edge features: {sorted(g.edata.keys())})")
-            weights = g.edata[self.prob]
+        column = self.prob if self.prob is not None else self.mask
+        frames = {rel: g.edges[rel].data for rel in g.canonical_etypes}
+        if column is not None and not any(column in f for f in frames.values()):
+            name = "prob" if self.prob is not None else "mask"
+            raise ValueError(f"{name}={column!r} names no edge feature of g "
+                             f"(edge features: {sorted({k for f in frames.values() for k in f.keys()})})")
+        weights = {rel: self._weights(f, column) for rel, f in frames.items()}
+        sources = tuple(None if column is None or column not in f else f[column] for f in frames.values())
         # DGL has no public change signal; its in-place mutations each assign a new structure object to
         # DGLGraph._graph (dgl/heterograph.py, DGL 2.1), so a weak reference to it tells a changed graph
         structure = g._graph
+        seed = self._draw_seed()
         with self.lock:
             entry = self.samplers.get(id(g))
-            if entry is not None and self._unchanged(entry[0], g, structure, weights):
+            if entry is not None and self._unchanged(entry[0], g, structure, sources):
+                entry[1].seed = seed  # a worker's mixed seed; the kernels' keys derive from it
                 return entry[1]
             self.samplers = {k: v for k, v in self.samplers.items() if v[0][0]() is not None}
-            src, dst = g.edges(order="eid")
-            graph = CSCGraph.from_edges(src.cpu(), dst.cpu(), g.num_nodes())
-            sampler = NeighborSampler(graph, self.fanouts, replace=self.replace, seed=self.seed,
-                                      weights=None if weights is None else weights.detach().cpu())
+            sampler = self._build(g, weights, seed)
             state = (weakref.ref(g), weakref.ref(structure), g.num_nodes(), g.num_edges(),
-                     None if weights is None else weakref.ref(weights))
+                     tuple(None if s is None else weakref.ref(s) for s in sources))
             self.samplers[id(g)] = (state, sampler)
             return sampler
 
+    def _build(self, g, weights: dict, seed: int):
+        if g.is_homogeneous and not any(isinstance(f, Mapping) for f in self.fanouts):
+            src, dst = g.edges(order="eid")
+            graph = CSCGraph.from_edges(src.cpu(), dst.cpu(), g.num_nodes())
+            (w,) = weights.values()
+            return NeighborSampler(graph, self.fanouts, replace=self.replace, seed=seed, weights=w)
+        edges = {}
+        for rel in g.canonical_etypes:
+            src, dst = g.edges(order="eid", etype=rel)
+            edges[rel] = (src.cpu().to(torch.int64), dst.cpu().to(torch.int64))
+        graph = HeteroGraph.from_edges({t: g.num_nodes(t) for t in g.ntypes}, edges)
+        given = {rel: w for rel, w in weights.items() if w is not None}
+        return HeteroNeighborSampler(graph, self._layer_fanouts(g), replace=self.replace, seed=seed,
+                                     weights=given or None)
+
     @staticmethod
-    def _unchanged(state: tuple, g, structure, weights) -> bool:
+    def _unchanged(state: tuple, g, structure, sources: tuple) -> bool:
         """Whether ``g`` is the graph a cached sampler was built from, unchanged since (see `sampler_for`)."""
-        graph_ref, structure_ref, num_nodes, num_edges, weights_ref = state
-        same_weights = weights is None if weights_ref is None else weights_ref() is weights
+        graph_ref, structure_ref, num_nodes, num_edges, source_refs = state
+        same = len(source_refs) == len(sources) and all(
+            (s is None) if r is None else r() is s for r, s in zip(source_refs, sources, strict=True))
         return (graph_ref() is g and structure_ref() is structure and g.num_nodes() == num_nodes
-                and g.num_edges() == num_edges and same_weights)
+                and g.num_edges() == num_edges and same)
 
     def sample(self, g, indices, exclude_eids=None):
         """Sample the blocks of one minibatch (DGL's ``DataLoader`` calls this per batch).
@@ -174,38 +218,67 @@ class DglSampler(LazyBase):
         Parameters
         ----------
         g : dgl.DGLGraph
-            A homogeneous graph; its edge ids are the blocks' ``edata[dgl.EID]``.
-        indices : torch.Tensor, int64 (any integer dtype), shape [B]
-            Seed node ids in [0, g.num_nodes()).
-        exclude_eids : torch.Tensor or None, integer, shape [X]
-            Edge ids of ``g`` never drawn (what ``dgl.dataloading.as_edge_prediction_sampler`` passes
-            for ``exclude="self"`` and the like).
+            The graph; its edge ids are the blocks' ``edata[dgl.EID]``.
+        indices : torch.Tensor, integer, shape [B]; or dict node type -> such a tensor (heterograph)
+            Seed node ids in [0, g.num_nodes(type)).
+        exclude_eids : torch.Tensor [X], dict edge type -> torch.Tensor, or None
+            Edge ids of ``g`` never drawn (what ``dgl.dataloading.as_edge_prediction_sampler`` passes for
+            ``exclude="self"`` and the like); ids outside [0, num_edges) are ignored, as in DGL.
 
         Returns
         -------
-        input_nodes : torch.Tensor, ``g.idtype``, shape [S]
+        input_nodes : torch.Tensor, ``g.idtype``, shape [S] (dict per node type on a heterograph)
             Global ids of the outermost block's source nodes (rows of the input features).
-        output_nodes : torch.Tensor, ``g.idtype``, shape [B]
+        output_nodes : torch.Tensor, ``g.idtype``, shape [B] (dict per node type on a heterograph)
             The seeds, in order.
         blocks : list of dgl.DGLGraph
-            ``len(fanouts)`` DGL blocks of ``g.idtype``, outermost first, carrying ``g.ndata`` rows in
-            ``srcdata`` / ``dstdata`` and ``g.edata`` rows in ``edata`` (as DGL's own blocks).
+            ``len(fanouts)`` DGL blocks of ``g.idtype``, outermost first, carrying node features in
+            ``srcdata`` / ``dstdata`` and edge features in ``edata`` (as DGL's own blocks).
 
         Raises
         ------
         TypeError
-            ``g`` is not a homogeneous DGL graph; ``indices`` is not an integer tensor.
+            ``g`` is not a DGL graph; ``indices`` is not an integer tensor (a dict on a heterograph).
         ValueError
-            ``indices`` is not 1-D or holds ids outside [0, g.num_nodes()); ``exclude_eids`` holds ids
-            outside [0, g.num_edges()).
+            ``indices`` is not 1-D or holds ids outside [0, g.num_nodes()).
         """
         sampler = self.sampler_for(g)
+        if isinstance(sampler, NeighborSampler):
+            if isinstance(indices, Mapping):
+                (indices,) = indices.values()
+            excl = None
+            if exclude_eids is not None:
+                if isinstance(exclude_eids, Mapping):
+                    exclude_eids = torch.cat([torch.as_tensor(v).cpu() for v in exclude_eids.values()])
+                excl = self._existing(exclude_eids, g.num_edges())
+            ours = sampler.sample(indices.cpu() if isinstance(indices, torch.Tensor) else indices,
+                                  exclude_eids=excl)
+            blocks = [self._with_features(g, block_to_dgl(b, g.idtype), b) for b in ours]
+            return ours[0].src_nodes.to(g.idtype), ours[-1].dst_nodes.to(g.idtype), blocks
+        if not isinstance(indices, Mapping):
+            if len(g.ntypes) != 1:
+                raise TypeError(f"indices must be a dict keyed by node type on a heterograph with node types "
+                                f"{g.ntypes}, got {type(indices).__name__}")
+            indices = {g.ntypes[0]: indices}
+        seeds = {t: torch.as_tensor(v).cpu() for t, v in indices.items()}
+        excl = None
         if exclude_eids is not None:
-            exclude_eids = torch.as_tensor(exclude_eids).cpu()
-        ours = sampler.sample(indices.cpu() if isinstance(indices, torch.Tensor) else indices,
-                              exclude_eids=exclude_eids)
-        blocks = [self._with_features(g, block_to_dgl(b, g.idtype), b) for b in ours]
-        return ours[0].src_nodes.to(g.idtype), ours[-1].dst_nodes.to(g.idtype), blocks
+            if not isinstance(exclude_eids, Mapping):
+                exclude_eids = {g.canonical_etypes[0]: exclude_eids}
+            excl = {g.to_canonical_etype(k): self._existing(v, g.num_edges(k))
+                    for k, v in exclude_eids.items()}
+        ours = sampler.sample(seeds, exclude_eids=excl)
+        blocks = [self._with_hetero_features(g, hetero_block_to_dgl(b, g.canonical_etypes, g.idtype), b)
+                  for b in ours]
+        cast = g.idtype
+        return ({t: v.to(cast) for t, v in ours[0].src_nodes.items()},
+                {t: v.to(cast) for t, v in ours[-1].dst_nodes.items()}, blocks)
+
+    @staticmethod
+    def _existing(ids, num_edges: int) -> torch.Tensor:
+        """The ids of ``ids`` in [0, num_edges), int64 on the CPU (DGL ignores ids naming no edge)."""
+        ids = torch.as_tensor(ids).cpu().to(torch.int64).reshape(-1)
+        return ids[(ids >= 0) & (ids < num_edges)]
 
     @staticmethod
     def _with_features(g, out, block):
@@ -217,6 +290,22 @@ class DglSampler(LazyBase):
         for name, value in g.edata.items():
             if name not in out.edata:
                 out.edata[name] = value[block.edge_ids.to(value.device, torch.int64)]
+        return out
+
+    @staticmethod
+    def _with_hetero_features(g, out, block):
+        """The heterogeneous `_with_features`: per node type and per edge type."""
+        for t in g.ntypes:
+            for name, value in g.nodes[t].data.items():
+                if name not in out.srcnodes[t].data:
+                    out.srcnodes[t].data[name] = value[block.src_nodes[t].to(value.device, torch.int64)]
+                    out.dstnodes[t].data[name] = value[block.dst_nodes[t].to(value.device, torch.int64)]
+        for rel in g.canonical_etypes:
+            if rel not in block.edge_ids:
+                continue
+            for name, value in g.edges[rel].data.items():
+                if name not in out.edges[rel].data:
+                    out.edges[rel].data[name] = value[block.edge_ids[rel].to(value.device, torch.int64)]
         return out
 
     def __getstate__(self) -> dict:
@@ -235,6 +324,7 @@ class DglSampler(LazyBase):
 
     def __setstate__(self, state: dict) -> None:
         """Restore a pickled sampler with a new lock and an empty cache (see `__getstate__`)."""
+        state.setdefault("mask", None)
         self.__dict__.update(state)
         self.samplers = {}
         self.lock = threading.Lock()
@@ -246,4 +336,4 @@ class DglSampler(LazyBase):
 
     def __repr__(self) -> str:
         return (f"DglSampler(fanouts={self.fanouts}, replace={self.replace}, seed={self.seed}, "
-                f"prob={self.prob!r})")
+                f"prob={self.prob!r}, mask={self.mask!r})")

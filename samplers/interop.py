@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from samplers.block import Block
 
 __all__ = ["PygSubgraph", "block_to_dgl", "blocks_to_pyg", "check_chained", "dgl_block_fields", "expand_once",
-           "hetero_blocks_to_pyg", "pyg_data_class", "pyg_subgraph_data"]
+           "hetero_block_to_dgl", "hetero_blocks_to_pyg", "pyg_data_class", "pyg_subgraph_data"]
 
 
 def block_to_dgl(block: Block, idtype: torch.dtype = torch.int64):
@@ -79,6 +79,53 @@ def block_to_dgl(block: Block, idtype: torch.dtype = torch.int64):
     out.edata[dgl.EID] = block.edge_ids.to(idtype)
     if block.edge_weights is not None:  # LaborSampler's importance weights, DGL's key
         out.edata["edge_weights"] = block.edge_weights
+    return out
+
+
+def hetero_block_to_dgl(block, relations: Sequence, idtype: torch.dtype = torch.int64):
+    """Convert a `HeteroBlock` to a heterogeneous DGL block with the same edges in the same order.
+
+    Parameters
+    ----------
+    block : HeteroBlock
+    relations : sequence of (str, str, str)
+        Every canonical edge type of the DGL graph sampled (a relation the block did not sample gets
+        no edges, as in DGL's blocks).
+    idtype : torch.int64 or torch.int32
+
+    Returns
+    -------
+    dgl.DGLGraph
+        A block with ``num_src_nodes`` / ``num_dst_nodes`` per node type; ``srcnodes[t].data[dgl.NID]``,
+        ``dstnodes[t].data[dgl.NID]`` and ``edges[r].data[dgl.EID]`` hold global ids.
+
+    Raises
+    ------
+    ImportError
+        DGL is not installed.
+    """
+    from graphrl.dglshim import import_dgl
+
+    dgl = import_dgl()
+    device = next(iter(block.src_nodes.values())).device
+    data = {}
+    for rel in relations:
+        if rel in block.indptr:
+            indptr = block.indptr[rel]
+            dst = torch.repeat_interleave(torch.arange(indptr.shape[0] - 1, device=device), indptr.diff())
+            data[rel] = (block.indices[rel].to(torch.int64), dst)
+        else:
+            empty = torch.empty(0, dtype=torch.int64, device=device)
+            data[rel] = (empty, empty)
+    out = dgl.create_block(data, num_src_nodes={t: int(v.shape[0]) for t, v in block.src_nodes.items()},
+                           num_dst_nodes={t: int(v.shape[0]) for t, v in block.dst_nodes.items()},
+                           idtype=idtype, device=device)
+    for t in block.src_nodes:
+        out.srcnodes[t].data[dgl.NID] = block.src_nodes[t].to(idtype)
+        out.dstnodes[t].data[dgl.NID] = block.dst_nodes[t].to(idtype)
+    for rel in relations:
+        eids = block.edge_ids[rel] if rel in block.edge_ids else torch.empty(0, dtype=torch.int64)
+        out.edges[rel].data[dgl.EID] = eids.to(idtype)
     return out
 
 

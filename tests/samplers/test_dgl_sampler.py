@@ -78,7 +78,7 @@ def test_bad_input_raises(dgl, edges):
     with pytest.raises(TypeError, match="DGLGraph"):
         s.sample("graph", torch.tensor([0]))
     hetero = dgl.heterograph({("u", "r", "v"): (torch.tensor([0]), torch.tensor([0]))})
-    with pytest.raises(TypeError, match="homogeneous"):
+    with pytest.raises(TypeError, match="dict keyed by node type"):
         s.sample(hetero, torch.tensor([0]))
     src, dst, n = edges
     with pytest.raises(ValueError, match="outside"):
