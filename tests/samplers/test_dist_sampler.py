@@ -3,9 +3,14 @@ layer, the feature store's rows, cache and counters, and refusals."""
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from graphrl.datasets import synthetic_graph
 from graphrl.graph import CSCGraph
@@ -110,3 +115,23 @@ def test_restart_rebuilds_from_the_folder(graph, owners):
     ref = NeighborSampler(graph, [5], seed=4)
     _same(ref.sample(seeds), first)
     _same(ref.sample(seeds), dist.sample(seeds))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(n=st.integers(2, 60), e=st.integers(0, 400), parts=st.integers(1, 4), seed=st.integers(0, 2**32 - 1),
+       fanouts=st.lists(st.integers(-1, 6), min_size=1, max_size=3), replace=st.booleans(),
+       weighted=st.booleans())
+def test_any_graph_and_partition_give_the_same_blocks(tmp_path, n, e, parts, seed, fanouts, replace,
+                                                      weighted):
+    rng = np.random.default_rng(seed)
+    w = torch.from_numpy(rng.random(e).astype(np.float32) * (rng.random(e) < 0.8))
+    src, dst = (torch.from_numpy(rng.integers(0, n, e)) for _ in range(2))
+    g = CSCGraph.from_edges(src, dst, n, weights=w)
+    path = Path(tempfile.mkdtemp(dir=tmp_path)) / "parts"  # one folder per example
+    write_partitions(g, path, min(parts, n), method="ldg", seed=seed)
+    fan = [abs(k) if replace else k for k in fanouts]
+    ref = NeighborSampler(g, fan, replace=replace, weights=True if weighted else None, seed=seed)
+    dist = DistNeighborSampler(LocalOwners(str(path)), fan, replace=replace, weighted=weighted, seed=seed)
+    for _ in range(2):
+        seeds = torch.from_numpy(rng.integers(0, n, int(rng.integers(0, 12))))
+        _same(ref.sample(seeds), dist.sample(seeds))
