@@ -135,3 +135,19 @@ def test_any_graph_and_partition_give_the_same_blocks(tmp_path, n, e, parts, see
     for _ in range(2):
         seeds = torch.from_numpy(rng.integers(0, n, int(rng.integers(0, 12))))
         _same(ref.sample(seeds), dist.sample(seeds))
+
+
+def test_a_failed_owner_is_named_and_its_batch_comes_again_whole(graph, owners, monkeypatch):
+    ref = NeighborSampler(graph, [4, 4], seed=6)
+    dist = DistNeighborSampler(owners, [4, 4], seed=6)
+    seeds = torch.arange(0, N, 11)
+
+    def dead(*args):
+        raise ConnectionError("owner process gone")
+
+    monkeypatch.setattr(owners.owners[2], "sample", dead)
+    with pytest.raises(OwnerError, match="partition owner 2 .* failed sample: owner process gone") as err:
+        dist.sample(seeds)
+    assert err.value.part == 2 and dist.sampled_edges == 0
+    owners.restart(2)  # a fresh owner from the folder
+    _same(ref.sample(seeds), dist.sample(seeds))  # the failed call's batch, whole
