@@ -10,7 +10,8 @@ in what is left):
 
 1. correctness of the GPU neighbour sampler against the CPU kernels (``gpu_sampler_check.py``);
 5. heterogeneous sampling on the GPU against the CPU, then its speed (``gpu_hetero_check.py``, run
-   right after part 1);
+   right after part 1); LABOR (``LaborSampler``) on the GPU against the CPU, then its ``sample()``
+   edges/s on part 2's graph (``gpu_sampler_check.labor_part``, after part 2);
 2. sampled edges/s of the kernels and of ``NeighborSampler.sample()``, device graph and UVA, uniform and
    weighted, a per-layer profile and the host-side steps of a layer (``gpu_sampler_check.py``);
 3. feature gather GB/s, device table and mapped host table (``gpu_features_check.py``);
@@ -21,8 +22,10 @@ in what is left):
    (``gpu_full_graph_check.py``; ``--only-full-graph``, ``--fg-scale`` to shrink it,
    ``--fg-dry-run`` for a tiny CPU run of the same code).
 
-It ends with ONE table: every target of the run (pytest, the correctness of parts 1, 4 and 5, part 6's
-epoch against the PCIe limit and the all-on-device epoch, the 3x case, the total time), its figure and
+It ends with ONE table: every target of the run (pytest, the correctness of parts 1, 4 and 5 and of
+LABOR, issue 27's sampler targets: ``sample()`` >= 1G edges/s at b1024 on the device graph, UVA never
+slower at the larger batch, typed graphs >= 3x our CPU sampler; part 6's epoch against the PCIe limit
+and the all-on-device epoch, the 3x case, the total time), its figure and
 whether it was met; the exit status is 1 when one was not. ``benchmarks/results/gpu_check.json`` is
 written after every step, so a crash loses nothing done before it. Each part checks the clock against
 its budget and shrinks its repeats if it runs late. ``--only-replay`` runs part 4 alone,
@@ -67,7 +70,7 @@ from gpu_features_check import time_gather  # noqa: E402
 from gpu_full_graph_check import full_graph_part, full_graph_targets, print_full_graph  # noqa: E402
 from gpu_hetero_check import hetero_part  # noqa: E402
 from gpu_replay_check import choice_target, print_replay, replay_part  # noqa: E402
-from gpu_sampler_check import check_correctness, sampler_part  # noqa: E402
+from gpu_sampler_check import big_graph, check_correctness, labor_part, sampler_part  # noqa: E402
 
 REPO = _HERE.parent
 RESULTS = REPO / "benchmarks" / "results" / "gpu_check.json"
@@ -172,6 +175,9 @@ def main(check_nodes, check_edges, check_batches, nodes, edges_per_node, fanouts
     sampler_part(result, nodes, edges_per_node, fans, batch_size, batches, seed,
                  seconds=max(parts_seconds * 0.6 - (time.perf_counter() - start), 20.0))
     _write(result, t0, output, quiet=True)
+    labor_part(result, check_nodes, check_edges, fans, batch_size, check_batches, seed,
+               big=big_graph(nodes, edges_per_node, seed)[:2], seconds=10.0)
+    _write(result, t0, output, quiet=True)
     if only_sampler:
         _print_sampler(result)
         sys.exit(_finish(result, t0, output, budget))
@@ -235,6 +241,12 @@ def _targets(result: dict, seconds: float, budget: float) -> list[dict]:
         rows.append({"figure": "part 5 hetero: GPU blocks equal the CPU's", "target": "identical",
                      "value": "identical" if het["deterministic_ok"] else "differ",
                      "met": bool(het["deterministic_ok"])})
+    lab = result.get("labor")
+    if lab is not None:
+        rows.append({"figure": "LABOR: GPU blocks and edge weights equal the CPU's", "target": "identical",
+                     "value": "identical" if lab["deterministic_ok"] else "differ",
+                     "met": bool(lab["deterministic_ok"])})
+    rows.extend(_sampler_targets(result["rows"]))
     rep = result.get("replay_correctness")
     if rep is not None:
         rows.append({"figure": "part 4 replay: GPU windows equal the CPU's, byte for byte",
@@ -248,6 +260,38 @@ def _targets(result: dict, seconds: float, budget: float) -> list[dict]:
     rows.append({"figure": "the whole check, Python's start included", "value": f"{seconds:.0f} s",
                  "target": f"<= {budget:.0f} s", "met": seconds <= budget})
     return rows
+
+
+def _rate(rows: list[dict], *parts: str, weighted: bool = False) -> float | None:
+    """The edges/s of the first sampler row whose case holds every one of ``parts`` (weighted or not)."""
+    for row in rows:
+        case = row["case"]
+        if (row.get("metric") == "sampled_edges_per_s" and all(p in case for p in parts)
+                and ("weighted" in case) == weighted):
+            return row["ours"]
+    return None
+
+
+def _sampler_targets(rows: list[dict]) -> list[dict]:
+    """Issue 27's GPU sampler targets, from part 2's and part 5's rows (absent rows: not measured)."""
+    out = []
+    api = _rate(rows, "b1024 sample() device")
+    out.append({"figure": "sample() at b1024, device graph (uniform)", "target": ">= 1000 M edges/s",
+                "value": "n/a" if api is None else f"{api / 1e6:.0f} M edges/s",
+                "met": None if api is None else api >= 1e9})
+    for weighted in (False, True):
+        small = _rate(rows, "b1024 kernels uva", weighted=weighted)
+        large = _rate(rows, "b8192 kernels uva", weighted=weighted)
+        both = small is not None and large is not None
+        value = f"b8192 {large / 1e6:.0f} vs b1024 {small / 1e6:.0f} M/s" if both else "n/a"
+        figure = "UVA kernels never slower at a larger batch" + (" (weighted)" if weighted else "")
+        out.append({"figure": figure, "target": "b8192 >= b1024", "value": value,
+                    "met": large >= small if both else None})
+    gpu, cpu = _rate(rows, "hetero", "sample() cuda"), _rate(rows, "hetero", "sample() cpu")
+    out.append({"figure": "typed graph sample(): GPU over our CPU sampler", "target": ">= 3x",
+                "value": "n/a" if not (gpu and cpu) else f"{gpu / cpu:.2f}x",
+                "met": None if not (gpu and cpu) else gpu >= 3 * cpu})
+    return out
 
 
 def _finish(result: dict, t0: float, output: str, budget: float) -> int:

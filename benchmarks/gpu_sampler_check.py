@@ -85,7 +85,7 @@ def check_correctness(n: int, e: int, fanouts: list[int], batch: int, batches: i
     return out
 
 
-def _big_graph(n: int, per_node: int, seed: int):
+def big_graph(n: int, per_node: int, seed: int):
     """Every node ``per_node`` uniformly random in-edges: indptr int64, indices int32, weights float32."""
     rng = np.random.default_rng(seed)
     indptr = np.arange(n + 1, dtype=np.int64) * per_node
@@ -247,7 +247,7 @@ def sampler_part(result: dict, nodes: int, edges_per_node: int, fans: list[int],
     per-layer profile; our CPU sampler on the same graph for scale."""
     from samplers.kernels import cuda as ck
 
-    indptr, indices, weights = _big_graph(nodes, edges_per_node, seed)
+    indptr, indices, weights = big_graph(nodes, edges_per_node, seed)
     fanouts = ",".join(map(str, fans))
     label = f"uniform-degree {nodes / 1e6:g}M/{nodes * edges_per_node / 1e6:g}M [{fanouts}]"
     per_case = max(seconds * 0.8 / 12, 1.0)
@@ -284,3 +284,65 @@ def sampler_part(result: dict, nodes: int, edges_per_node: int, fans: list[int],
     cpu = time_cpu(indptr, indices, nodes, fans, batch_size, min(batches, 10), seed)
     result["rows"].append({"case": f"{label} b{batch_size} cpu (ours, {cpu['threads']} threads)",
                            "metric": "sampled_edges_per_s", "ours": cpu["sampled_edges_per_s"]})
+
+
+def labor_part(result: dict, n: int, e: int, fans: list[int], batch: int, batches: int, seed: int,
+               big: tuple | None = None, seconds: float = 15.0) -> None:
+    """LABOR on the GPU into ``result["labor"]`` and its rows: ``LaborSampler(device="cuda")`` against the
+    CPU sampler on the power-law check graph (LABOR-0, LABOR-1, weighted, layer dependency with
+    exclusions: identical blocks and edge weights, folded into ``result["correctness"]``), then
+    ``sample()`` edges/s at ``batch`` on the part-2 graph ``big`` = (indptr, indices), device copy."""
+    from graphrl.datasets.synthetic import synthetic_graph
+    from graphrl.graph import CSCGraph
+    from samplers import LaborSampler
+
+    t_start = time.perf_counter()
+    graph = synthetic_graph(n, e, "powerlaw", seed=seed)
+    rng = np.random.default_rng(seed + 5)
+    w = torch.from_numpy(rng.random(graph.num_edges).astype(np.float32))
+    cases = {"labor-0": {}, "labor-1": {"importance_sampling": 1}, "weighted": {"weights": w},
+             "layer-dep excluded": {"layer_dependency": True}}
+    out = {}
+    for name, kw in cases.items():
+        cpu_s, gpu_s = (LaborSampler(graph, fans, seed=seed, device=d, **kw) for d in ("cpu", "cuda"))
+        equal = 0
+        for _ in range(batches):
+            seeds = torch.from_numpy(rng.integers(0, n, batch))
+            ex = None
+            if "layer_dependency" in kw:
+                ex = torch.from_numpy(rng.integers(0, graph.num_edges, 1000))
+            a, b = cpu_s.sample(seeds, exclude_eids=ex), gpu_s.sample(seeds, exclude_eids=ex)
+            weights_same = all((x.edge_weights is None and y.edge_weights is None)
+                               or torch.equal(x.edge_weights.cpu(), y.edge_weights.cpu())
+                               for x, y in zip(a, b, strict=True))
+            equal += _blocks_equal(a, b) and weights_same
+        out[name] = {"identical_batches": equal, "batches": batches}
+        click.echo(f"  labor correctness {name:<19} identical batches {equal}/{batches}", err=True)
+    out["deterministic_ok"] = all(out[k]["identical_batches"] == batches for k in cases)
+    result["correctness"]["deterministic_ok"] &= out["deterministic_ok"]
+    if big is not None:
+        indptr, indices = big
+        g = CSCGraph(indptr=torch.from_numpy(indptr), indices=torch.from_numpy(indices))
+        sampler = LaborSampler(g, fans, seed=seed, device="cuda")
+        where = "cuda" if torch.cuda.is_available() else "cpu"
+        seeds = [torch.from_numpy(rng.integers(0, g.num_nodes, batch)).to(where) for _ in range(batches + 2)]
+        for s in seeds[:2]:
+            sampler.sample(s)
+        cuda.synchronize()
+        deadline = time.perf_counter() + max(seconds - (time.perf_counter() - t_start), 2.0)
+        edges = done = 0
+        start = time.perf_counter()
+        for s in seeds[2:]:
+            edges += sum(b.num_edges for b in sampler.sample(s))
+            cuda.synchronize()
+            done += 1
+            if time.perf_counter() > deadline:
+                break
+        rate = edges / (time.perf_counter() - start)
+        label = f"uniform-degree {g.num_nodes / 1e6:g}M/{g.num_edges / 1e6:g}M {fans}"
+        case = f"{label} b{batch} labor sample() device"
+        out["sample_edges_per_s"] = rate
+        result["rows"].append({"case": case, "metric": "sampled_edges_per_s", "ours": rate, "batches": done})
+        click.echo(f"  {case}: {rate / 1e6:.1f} M edges/s", err=True)
+    out["seconds"] = time.perf_counter() - t_start
+    result["labor"] = out

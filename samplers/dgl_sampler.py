@@ -42,6 +42,7 @@ from samplers._optional import LazyBase
 from samplers.hetero import HeteroGraph, HeteroNeighborSampler
 from samplers.interop import block_to_dgl, hetero_block_to_dgl
 from samplers.neighbor import NeighborSampler
+from samplers.protocol import check_sampler
 
 __all__ = ["DglSampler"]
 
@@ -65,6 +66,11 @@ class DglSampler(LazyBase):
         proportionally to, as DGL's ``NeighborSampler(prob=...)``; edges of weight 0 are never drawn.
     mask : str or None
         Name of a boolean edge feature: only edges where it is true are drawn (DGL's ``mask``).
+    sampler : Sampler or None
+        A `samplers.Sampler` (a `LaborSampler`, say) over the `CSCGraph` of the homogeneous DGL graph
+        that will be sampled, built as ``CSCGraph.from_edges(*g.edges(order="eid"), g.num_nodes())`` so
+        the edge ids agree; it then draws every batch (``fanouts``, ``replace``, ``prob``, ``mask`` are
+        not used; in a DataLoader worker its seed is mixed as above). None: our samplers per DGL graph.
 
     Raises
     ------
@@ -89,7 +95,7 @@ class DglSampler(LazyBase):
         return import_dgl().dataloading.Sampler
 
     def __init__(self, fanouts: Sequence = (15, 10), replace: bool = False, seed: int = 0,
-                 prob: str | None = None, mask: str | None = None) -> None:
+                 prob: str | None = None, mask: str | None = None, *, sampler=None) -> None:
         if seed is None:
             raise TypeError("seed must be an int, got None (DglSampler batches are reproducible)")
         if isinstance(fanouts, Sequence) and not isinstance(fanouts, str) and any(
@@ -112,6 +118,8 @@ class DglSampler(LazyBase):
             raise ValueError(f"prob={prob!r} and mask={mask!r}: give at most one (as DGL)")
         self.prob = prob
         self.mask = mask
+        self.fixed = None if sampler is None else check_sampler("sampler", sampler)
+        """The ``sampler`` given to the constructor, or None."""
         self.output_device = None
         """None: blocks stay on the sampled graph's device (read by DGL's ``EdgePredictionSampler``)."""
         self.samplers: dict[int, tuple[tuple, object]] = {}
@@ -157,13 +165,22 @@ class DglSampler(LazyBase):
             ``g`` is not a DGL graph.
         ValueError
             ``prob`` / ``mask`` names no edge feature of ``g`` (of any edge type), or its weights are
-            not [E] non-negative numbers.
+            not [E] non-negative numbers; ``g`` is not the graph of the constructor's ``sampler``.
         """
         from graphrl.dglshim import import_dgl
 
         dgl = import_dgl()
         if not isinstance(g, dgl.DGLGraph):
             raise TypeError(f"g must be a dgl.DGLGraph, got {type(g).__name__}")
+        if self.fixed is not None:
+            ours = self.fixed.graph
+            if not g.is_homogeneous or (g.num_nodes(), g.num_edges()) != (ours.num_nodes, ours.num_edges):
+                raise ValueError(f"g ({g.num_nodes()} nodes, {g.num_edges()} edges, edge types {g.etypes}) "
+                                 f"is not the graph of the sampler ({ours.num_nodes} nodes, {ours.num_edges} "
+                                 f"edges)")
+            if torch.utils.data.get_worker_info() is not None:
+                self.fixed.seed = self._draw_seed()
+            return self.fixed
         column = self.prob if self.prob is not None else self.mask
         frames = {rel: g.edges[rel].data for rel in g.canonical_etypes}
         if column is not None and not any(column in f for f in frames.values()):
@@ -243,7 +260,7 @@ class DglSampler(LazyBase):
             ``indices`` is not 1-D or holds ids outside [0, g.num_nodes()).
         """
         sampler = self.sampler_for(g)
-        if isinstance(sampler, NeighborSampler):
+        if isinstance(sampler, NeighborSampler) or sampler is self.fixed:
             if isinstance(indices, Mapping):
                 (indices,) = indices.values()
             excl = None

@@ -6,7 +6,9 @@ random stream), then relabels per node type: the sources of type S are the layer
 type S followed by the new nodes of type S drawn through any relation, in first-occurrence order
 (relations in the graph's order); they are the next layer's destinations of type S. ``device="cuda"``
 runs the same steps on the GPU (`samplers.kernels.cuda`), with the same blocks wherever the
-homogeneous kernels agree. `HeteroGraph`, `HeteroBlock` and `lastfm_hetero_graph` are re-exported.
+homogeneous kernels agree. The steps are `samplers.layers.LayerLoop`'s, with a mode per relation
+(`samplers.modes`: temporal with edge times, weighted with weights, else uniform). `HeteroGraph`,
+`HeteroBlock` and `lastfm_hetero_graph` are re-exported.
 """
 
 from __future__ import annotations
@@ -15,10 +17,10 @@ import secrets
 import threading
 from collections.abc import Mapping
 
-import numba
 import numpy as np
 import torch
 
+from graphrl.threads import team_size
 from samplers._checks import (
     check_device,
     check_relation_dict,
@@ -29,11 +31,11 @@ from samplers._checks import (
     edge_array,
     require_gpu,
 )
-from samplers._csc import csc_times, csc_weights, cuda_to_torch, excluded_positions, inverse_permutation
+from samplers._csc import csc_times, csc_weights, excluded_positions, inverse_permutation
 from samplers.hetero_block import HeteroBlock
 from samplers.hetero_graph import HeteroGraph, Relation, lastfm_hetero_graph
-from samplers.kernels import cpu
-from samplers.kernels.reference import mix
+from samplers.layers import LayerLoop
+from samplers.modes import RelationArrays, TemporalMode, UniformMode, WeightedMode
 
 __all__ = ["HeteroBlock", "HeteroGraph", "HeteroNeighborSampler", "Relation", "lastfm_hetero_graph"]
 
@@ -132,17 +134,26 @@ class HeteroNeighborSampler:
         self._cuda_graphs: dict[Relation, object] = {}
         if self.device.type == "cuda":
             self._cuda_graphs = self._build_cuda(uva)
-        self._maps, self._prefix = self._build_scratch()
+        self._loop = self._build_loop()
 
-    def _build_scratch(self) -> tuple[dict[str, np.ndarray], dict]:
-        """A CPU sampler's relabelling maps (int32 [N_t] of -1 per node type) and, for weighted relations
-        without times, per-row prefix sums and positive counts, computed once (the GPU keeps its own)."""
-        if self.device.type != "cpu":
-            return {}, {}
-        maps = {t: np.full(n, -1, dtype=np.int32) for t, n in self.graph.num_nodes.items()}
-        prefix = {rel: cpu.weight_prefix(self._arrays[rel][0], w, threads=numba.get_num_threads())
-                  for rel, w in self._weights.items() if rel not in self._times}
-        return maps, prefix
+    def _build_loop(self) -> LayerLoop:
+        """The layer loop over the sampled relations: each relation's mode (temporal with times, weighted
+        with weights, else uniform) and arrays; its scratch (relabelling maps, weighted prefix sums) is
+        built once here."""
+        arrays, modes = {}, {}
+        for rel, (indptr, indices, eids) in self._arrays.items():
+            arrays[rel] = RelationArrays(indptr, indices, eids, self.graph.num_nodes[rel[0]],
+                                         weights=self._weights.get(rel), times=self._times.get(rel),
+                                         cuda=self._cuda_graphs.get(rel))
+            kind = UniformMode
+            if rel in self._times:
+                kind = TemporalMode
+            elif rel in self._weights:
+                kind = WeightedMode
+            modes[rel] = kind(self.replace)
+        index = {rel: r for r, rel in enumerate(self.graph.relations)}
+        return LayerLoop(arrays, self.graph.num_nodes, modes, self.device.type, typed=True,
+                         relation_index=index)
 
     def _refresh_views(self) -> None:
         """(Re)take the numpy views of the graph's tensors when their memory moved: torch's
@@ -154,6 +165,8 @@ class HeteroNeighborSampler:
                     or indices.ctypes.data != g.indices[rel].data_ptr()
                     or eids.ctypes.data != g.edge_ids[rel].data_ptr()):
                 self._arrays[rel] = (g.indptr[rel].numpy(), g.indices[rel].numpy(), g.edge_ids[rel].numpy())
+                arr = self._loop.relations[rel]
+                arr.indptr, arr.indices, arr.edge_ids = self._arrays[rel]
 
     def _build_cuda(self, uva: bool | None) -> dict:
         """One `CudaGraph` per sampled relation (its weights and times included); the relations from one
@@ -196,7 +209,7 @@ class HeteroNeighborSampler:
                             "process")
         with self._lock:  # a consistent snapshot while another thread samples
             state = self.__dict__.copy()
-        for name in ("_lock", "_arrays", "_maps", "_prefix", "_eid_to_pos"):
+        for name in ("_lock", "_arrays", "_loop", "_eid_to_pos"):
             del state[name]
         state["_weights"] = {rel: torch.from_numpy(w) for rel, w in self._weights.items()}
         state["_times"] = {rel: torch.from_numpy(t) for rel, t in self._times.items()}
@@ -212,7 +225,7 @@ class HeteroNeighborSampler:
         g = self.graph
         self._arrays = {rel: (g.indptr[rel].numpy(), g.indices[rel].numpy(), g.edge_ids[rel].numpy())
                         for rel in self.fanouts}
-        self._maps, self._prefix = self._build_scratch()
+        self._loop = self._build_loop()
         self._eid_to_pos = {}
 
     def _relation_weights(self, weights) -> dict[Relation, np.ndarray]:
@@ -340,118 +353,20 @@ class HeteroNeighborSampler:
             call = self._calls
             self._calls += 1
             if self._cuda_graphs:
-                return self._sample_cuda(dst, times, excluded, call)  # on torch's current stream
-            blocks = []
-            for layer in range(self.num_layers - 1, -1, -1):
-                block = self._layer(dst, times, excluded, call, layer)
-                blocks.append(block)
-                dst = {t: v.numpy() for t, v in block.src_nodes.items()}
-                if times is not None:
-                    times = {t: v.numpy() for t, v in block.src_times.items()}
-            blocks.reverse()
-            return blocks
+                from numba import cuda
 
-    def _layer(self, dst: dict[str, np.ndarray], times: dict[str, np.ndarray] | None,
-               excluded: dict[Relation, np.ndarray], call: int, layer: int) -> HeteroBlock:
-        sampled = {}
-        for r, rel in enumerate(self.graph.relations):
-            if rel not in self.fanouts:
-                continue
-            indptr, indices, eids = self._arrays[rel]
-            key = mix(cpu.layer_key(self.seed, call, layer) ^ (r + 1))
-            rel_times = self._times.get(rel)
-            prefix, positive = self._prefix.get(rel, (None, None))
-            sampled[rel] = cpu.sample_layer(indptr, indices, eids, dst[rel[2]], self.fanouts[rel][layer],
-                                            self.replace, key, excluded.get(rel), 1, self._weights.get(rel),
-                                            rel_times, None if rel_times is None else times[rel[2]],
-                                            prefix=prefix, positive=positive)
-        src_nodes, local, src_times = {}, {}, {}
-        for t in self.graph.num_nodes:  # relabel per source type over the relations into it, in order
-            rels = [rel for rel in sampled if rel[0] == t]
-            flat = np.concatenate([sampled[rel][1] for rel in rels]) if rels else np.empty(0, np.int64)
-            if times is None:
-                nodes, loc = cpu.relabel(dst[t], flat, self._maps[t])
-            else:  # a source takes the time of the row (of the relation's destination type) that drew it
-                edge_tkeys = [np.repeat(cpu.time_keys(times[rel[2]]), np.diff(sampled[rel][0]))
-                              for rel in rels]
-                flat_tkeys = np.concatenate(edge_tkeys) if rels else np.empty(0, np.int64)
-                nodes, tkeys, loc = cpu.relabel_pairs(dst[t], cpu.time_keys(times[t]), flat, flat_tkeys)
-                src_times[t] = torch.from_numpy(cpu.from_time_keys(tkeys, self.time_dtype))
-            src_nodes[t] = torch.from_numpy(nodes)
-            cuts = np.cumsum([0] + [sampled[rel][1].shape[0] for rel in rels])
-            for i, rel in enumerate(rels):
-                local[rel] = torch.from_numpy(loc[cuts[i]:cuts[i + 1]])
-        self.sampled_edges += sum(int(v[1].shape[0]) for v in sampled.values())
-        return HeteroBlock(src_nodes=src_nodes,
-                           dst_nodes={t: src_nodes[t][: dst[t].shape[0]] for t in src_nodes},
-                           indptr={rel: torch.from_numpy(v[0]) for rel, v in sampled.items()},
-                           indices=local,
-                           edge_ids={rel: torch.from_numpy(v[2]) for rel, v in sampled.items()},
-                           src_times=None if times is None else src_times)
+                from graphrl.cuda import launch_stream
 
-    def _sample_cuda(self, dst: dict[str, np.ndarray], times: dict[str, np.ndarray] | None,
-                     excluded: dict[Relation, np.ndarray], call: int) -> list[HeteroBlock]:
-        from numba import cuda
-
-        from graphrl.cuda import launch_stream
-
-        stream = launch_stream()  # host -> device copies on the launch stream (docs/architecture.md)
-        dev_dst = {t: cuda.to_device(v, stream=stream) for t, v in dst.items()}
-        # -0.0 -> 0.0 once (inner layers inherit these): equal times, equal relabelling keys
-        dev_times = None if times is None else {t: cuda.to_device(v + v.dtype.type(0), stream=stream)
-                                                for t, v in times.items()}
-        excl = {rel: cuda.to_device(pos, stream=stream) for rel, pos in excluded.items()}
-        blocks = []
-        for layer in range(self.num_layers - 1, -1, -1):
-            block, dev_dst, dev_times = self._layer_cuda(dev_dst, dev_times, excl, call, layer)
-            blocks.append(block)
-        blocks.reverse()
-        return blocks
-
-    def _layer_cuda(self, dst: dict, times: dict | None, excl: dict, call: int, layer: int) -> tuple:
-        """One layer on the GPU: (block, next destinations per type, their times or None), device arrays
-        for the next layer."""
-
-        from samplers.kernels import cuda as ck
-
-        sampled = {}
-        for r, rel in enumerate(self.graph.relations):
-            if rel not in self.fanouts:
-                continue
-            key = mix(cpu.layer_key(self.seed, call, layer) ^ (r + 1))
-            row_times = times[rel[2]] if rel in self._times else None
-            sampled[rel] = ck.sample_layer_cuda(self._cuda_graphs[rel], dst[rel[2]], self.fanouts[rel][layer],
-                                                self.replace, key, rel in self._weights, excl.get(rel),
-                                                row_times)
-        src_nodes, src_times, local, next_dst, next_times = {}, {}, {}, {}, {}
-        for t in self.graph.num_nodes:  # relabel per source type over the relations into it, in order
-            rels = [rel for rel in sampled if rel[0] == t]
-            parts = [sampled[rel][1] for rel in rels]
-            sizes = [int(p.shape[0]) for p in parts]
-            flat = ck.concat(parts, parts[0].dtype if parts else np.int64)
-            if times is None:
-                nodes, loc = ck.relabel_cuda(dst[t], flat)
-            else:  # a source takes the time of the row (of the relation's destination type) that drew it
-                tkeys = ck.empty(sum(sizes), np.int64)
-                at = 0
-                for rel, n in zip(rels, sizes, strict=True):
-                    ck.edge_time_keys_cuda(sampled[rel][0], times[rel[2]], tkeys[at:at + n])
-                    at += n
-                nodes, node_times, loc = ck.relabel_pairs_cuda(dst[t], times[t], flat, tkeys)
-                next_times[t] = node_times
-                src_times[t] = cuda_to_torch(node_times)
-            next_dst[t] = nodes
-            src_nodes[t] = cuda_to_torch(nodes)
-            loc_t = cuda_to_torch(loc)
-            at = 0
-            for rel, n in zip(rels, sizes, strict=True):
-                local[rel] = loc_t[at:at + n]
-                at += n
-        self.sampled_edges += sum(int(v[1].shape[0]) for v in sampled.values())
-        block = HeteroBlock(src_nodes=src_nodes,
-                            dst_nodes={t: src_nodes[t][: int(dst[t].shape[0])] for t in src_nodes},
-                            indptr={rel: cuda_to_torch(v[0]) for rel, v in sampled.items()},
-                            indices=local,
-                            edge_ids={rel: cuda_to_torch(v[2]) for rel, v in sampled.items()},
-                            src_times=None if times is None else src_times)
-        return block, next_dst, None if times is None else next_times
+                stream = launch_stream()  # host -> device copies on the launch stream (docs/architecture.md)
+                dst = {t: cuda.to_device(v, stream=stream) for t, v in dst.items()}
+                # -0.0 -> 0.0 once (inner layers inherit these): equal times, equal relabelling keys
+                times = None if times is None else {t: cuda.to_device(v + v.dtype.type(0), stream=stream)
+                                                    for t, v in times.items()}
+                excluded = {rel: cuda.to_device(pos, stream=stream) for rel, pos in excluded.items()}
+            before = self._loop.sampled_edges
+            layers = self._loop.run(dst, self.fanouts, self.seed, call, excluded=excluded, seed_times=times,
+                                    threads=team_size() if not self._cuda_graphs else 1)
+            self.sampled_edges += self._loop.sampled_edges - before
+            return [HeteroBlock(src_nodes=x.src_nodes, dst_nodes=x.dst_nodes, indptr=x.indptr,
+                                indices=x.indices, edge_ids=x.edge_ids, src_times=x.src_times)
+                    for x in layers]

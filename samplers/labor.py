@@ -27,16 +27,14 @@ from samplers._checks import (
     require_gpu,
 )
 from samplers._csc import csc_weights, excluded_positions, inverse_permutation
-from samplers.block import Block, Blocks
+from samplers.block import Blocks
 from samplers.hetero_block import HeteroBlock
 from samplers.hetero_graph import HeteroGraph
-from samplers.layers import LayerLoop
+from samplers.layers import PLAIN_NODE, PLAIN_RELATION, LayerLoop, plain_blocks
 from samplers.modes import LaborMode, RelationArrays
 
 __all__ = ["LaborSampler"]
 
-_NODE = "_N"
-_PLAIN = (_NODE, "_E", _NODE)
 
 
 class LaborSampler:
@@ -124,12 +122,12 @@ class LaborSampler:
             check_regions(graph.regions, "graph")
             graph.validate()
             self.fanouts = check_fanouts("fanouts", fanouts)
-            self._fanouts = {_PLAIN: self.fanouts}
+            self._fanouts = {PLAIN_RELATION: self.fanouts}
             w = self._plain_weights(graph, weights)
             eids = None if graph.edge_ids is None else graph.edge_ids.numpy()
-            arrays = {_PLAIN: RelationArrays(graph.indptr.numpy(), graph.indices.numpy(), eids,
+            arrays = {PLAIN_RELATION: RelationArrays(graph.indptr.numpy(), graph.indices.numpy(), eids,
                                              graph.num_nodes, weights=w)}
-            num_nodes = {_NODE: graph.num_nodes}
+            num_nodes = {PLAIN_NODE: graph.num_nodes}
             index = None
         else:
             raise TypeError(f"graph must be a CSCGraph or a HeteroGraph, got {type(graph).__name__}")
@@ -141,8 +139,9 @@ class LaborSampler:
             self._place_on_cuda(arrays, uva)
         want = self.weighted or self.importance_sampling != 0
         mode = LaborMode(self.importance_sampling, want_weights=want)
-        self._loop = LayerLoop(arrays, num_nodes, {rel: mode for rel in arrays}, self.device.type,
-                               typed=self.typed, relation_index=index)
+        self.loop = LayerLoop(arrays, num_nodes, {rel: mode for rel in arrays}, self.device.type,
+                              typed=self.typed, relation_index=index)
+        """The `samplers.layers.LayerLoop` running `samplers.modes.LaborMode` on every relation."""
         self._eid_to_pos: dict = {}
         self._calls = 0
         self._lock = threading.Lock()
@@ -166,12 +165,12 @@ class LaborSampler:
         graph, fanouts, kwargs = state["args"]
         self.__init__(graph, fanouts, **kwargs)
         self._calls = state["calls"]
-        self._loop.sampled_edges = state["sampled_edges"]
+        self.loop.sampled_edges = state["sampled_edges"]
 
     @property
     def sampled_edges(self) -> int:
         """Edges sampled so far (all blocks of all calls)."""
-        return self._loop.sampled_edges
+        return self.loop.sampled_edges
 
     def _place_on_cuda(self, arrays: dict, uva: bool | None) -> None:
         from samplers.kernels import cuda as ck
@@ -225,16 +224,16 @@ class LaborSampler:
         if exclude_eids is None:
             return {}
         if not self.typed:
-            exclude_eids = {_PLAIN: exclude_eids}
-            rels = [_PLAIN]
+            exclude_eids = {PLAIN_RELATION: exclude_eids}
+            rels = [PLAIN_RELATION]
         else:
             exclude_eids = check_relation_dict("exclude_eids", exclude_eids, self.graph.relations)
             rels = self.graph.relations
         out = {}
         for rel, ids in exclude_eids.items():
-            if rel not in self._loop.relations or rel not in rels:
+            if rel not in self.loop.relations or rel not in rels:
                 continue
-            arr = self._loop.relations[rel]
+            arr = self.loop.relations[rel]
 
             def inverse(rel=rel, arr=arr):
                 if arr.edge_ids is None:
@@ -251,7 +250,7 @@ class LaborSampler:
 
     def _seeds(self, seeds) -> dict:
         if not self.typed:
-            return {_NODE: check_seeds(seeds.cpu() if isinstance(seeds, torch.Tensor) else seeds,
+            return {PLAIN_NODE: check_seeds(seeds.cpu() if isinstance(seeds, torch.Tensor) else seeds,
                                        self.graph.num_nodes)}
         if not isinstance(seeds, Mapping):
             raise TypeError(f"seeds must be a dict keyed by node type, got {type(seeds).__name__}")
@@ -302,19 +301,14 @@ class LaborSampler:
                 stream = launch_stream()
                 dst = {t: cuda.to_device(v, stream=stream) for t, v in dst.items()}
                 excluded = {rel: cuda.to_device(v, stream=stream) for rel, v in excluded.items()}
-            layers = self._loop.run(dst, self._fanouts, self.seed, call, excluded=excluded,
+            layers = self.loop.run(dst, self._fanouts, self.seed, call, excluded=excluded,
                                     threads=team_size() if self.device.type == "cpu" else 1,
                                     layer_dependency=self.layer_dependency)
         if self.typed:
             return [HeteroBlock(src_nodes=x.src_nodes, dst_nodes=x.dst_nodes, indptr=x.indptr,
                                 indices=x.indices, edge_ids=x.edge_ids, edge_weights=x.edge_weights)
                     for x in layers]
-        out = Blocks()
-        for x in layers:
-            out.append(Block(src_nodes=x.src_nodes[_NODE], dst_nodes=x.dst_nodes[_NODE],
-                             indptr=x.indptr[_PLAIN], indices=x.indices[_PLAIN], edge_ids=x.edge_ids[_PLAIN],
-                             edge_weights=None if x.edge_weights is None else x.edge_weights[_PLAIN]))
-        return out
+        return plain_blocks(layers)
 
     def __repr__(self) -> str:
         return (f"LaborSampler(fanouts={self.fanouts}, importance_sampling={self.importance_sampling}, "

@@ -28,11 +28,17 @@ import numpy as np
 import torch
 
 from samplers._csc import cuda_to_torch
+from samplers.block import Block, Blocks
 from samplers.kernels import cpu
 from samplers.kernels.reference import GOLDEN, MASK64, layer_key, mix
 from samplers.modes.base import LayerEdges, LayerRequest, Mode
 
-__all__ = ["LayerLoop", "TypedLayer"]
+__all__ = ["PLAIN_NODE", "PLAIN_RELATION", "LayerLoop", "TypedLayer", "plain_blocks"]
+
+PLAIN_NODE = "_N"
+"""The node type of a plain graph seen as a typed one."""
+PLAIN_RELATION = (PLAIN_NODE, "_E", PLAIN_NODE)
+"""The one relation of a plain graph seen as a typed one."""
 
 
 @dataclass
@@ -55,6 +61,18 @@ class TypedLayer:
     edge_ids: dict
     edge_weights: dict | None = None
     src_times: dict | None = None
+
+
+def plain_blocks(layers: list[TypedLayer]) -> Blocks:
+    """The `Blocks` of a plain graph's layers (`PLAIN_NODE`, `PLAIN_RELATION`)."""
+    n, r = PLAIN_NODE, PLAIN_RELATION
+    out = Blocks()
+    for x in layers:
+        out.append(Block(src_nodes=x.src_nodes[n], dst_nodes=x.dst_nodes[n], indptr=x.indptr[r],
+                         indices=x.indices[r], edge_ids=x.edge_ids[r],
+                         src_times=None if x.src_times is None else x.src_times[n],
+                         edge_weights=None if x.edge_weights is None else x.edge_weights[r]))
+    return out
 
 
 class LayerLoop:
@@ -87,8 +105,13 @@ class LayerLoop:
             {rel: r for r, rel in enumerate(self.relations)}
         self.type_index = {t: i for i, t in enumerate(self.num_nodes)}
         self.states = {rel: self.modes[rel].prepare(arr, device) for rel, arr in self.relations.items()}
-        self.maps = {t: np.full(n, -1, dtype=np.int32) for t, n in self.num_nodes.items()} \
-            if device == "cpu" else {}
+        self.maps: dict[str, np.ndarray] = {}
+        """CPU relabelling maps per node type (int32 [N_t], all -1 between layers), made on first use."""
+        self.workspace = None
+        """A plain graph's CPU `samplers.kernels.cpu.Workspace` (fused layers relabel through it)."""
+        if device == "cpu" and not typed:
+            (arr,) = self.relations.values()
+            self.workspace = cpu.Workspace(next(iter(self.num_nodes.values())), arr.indices.dtype)
         self.sampled_edges = 0
         """Edges sampled by this loop so far."""
 
@@ -135,19 +158,39 @@ class LayerLoop:
         out = []
         for layer in range(num_layers - 1, -1, -1):
             vlayer = 0 if layer_dependency else layer
-            sampled = {}
-            for rel in self.relations:
-                request = LayerRequest(
-                    dst=dst[rel[2]], fanout=fanouts[rel][layer],
-                    key=self.relation_key(rel, seed, call, layer),
-                    variate_key=self.variate_key(rel[0], seed, call, vlayer), excluded=excluded.get(rel),
-                    dst_times=None if times is None or self.relations[rel].times is None else times[rel[2]],
-                    threads=threads)
-                sampled[rel] = self.sample_relation(rel, request)
+
+            def request(rel, dst=dst, times=times, layer=layer, vlayer=vlayer) -> LayerRequest:
+                rel_times = None if times is None or self.relations[rel].times is None else times[rel[2]]
+                return LayerRequest(dst=dst[rel[2]], fanout=fanouts[rel][layer],
+                                    key=self.relation_key(rel, seed, call, layer),
+                                    variate_key=self.variate_key(rel[0], seed, call, vlayer),
+                                    excluded=excluded.get(rel), dst_times=rel_times, threads=threads)
+
+            if self.workspace is not None:  # a plain graph on the CPU: the mode's fused pass, if it has one
+                (rel,) = self.relations
+                fused = self.modes[rel].sample_block_cpu(self.relations[rel], self.states[rel], request(rel),
+                                                         self.workspace)
+                if fused is not None:
+                    block, dst, times = self._fused_layer(rel, dst[rel[2]], fused)
+                    out.append(block)
+                    continue
+            sampled = {rel: self.sample_relation(rel, request(rel)) for rel in self.relations}
             block, dst, times = self._relabel(dst, times, sampled)
             out.append(block)
         out.reverse()
         return out
+
+    def _fused_layer(self, rel, dst: np.ndarray, fused: tuple) -> tuple:
+        """A plain graph's layer from a mode's fused CPU pass: (the layer, next destinations, times)."""
+        out_indptr, src_nodes, local, eids, src_times = fused
+        t = rel[0]
+        self.sampled_edges += int(local.shape[0])
+        nodes = torch.from_numpy(src_nodes)
+        layer = TypedLayer(src_nodes={t: nodes}, dst_nodes={t: nodes[: dst.shape[0]]},
+                           indptr={rel: torch.from_numpy(out_indptr)}, indices={rel: torch.from_numpy(local)},
+                           edge_ids={rel: torch.from_numpy(eids)},
+                           src_times=None if src_times is None else {t: torch.from_numpy(src_times)})
+        return layer, {t: src_nodes}, None if src_times is None else {t: src_times}
 
     def _relabel(self, dst: dict, times: dict | None, sampled: dict[Any, LayerEdges]) -> tuple:
         """Relabel one layer per source type: (the layer, next destinations, their times or None)."""
@@ -163,6 +206,8 @@ class LayerLoop:
             if on_cpu:
                 flat = np.concatenate(parts) if parts else np.empty(0, np.int64)
                 if times is None:
+                    if t not in self.maps:
+                        self.maps[t] = np.full(self.num_nodes[t], -1, dtype=np.int32)
                     nodes, loc = cpu.relabel(dst[t], flat, self.maps[t])
                 else:  # a source takes the time of the row (of the relation's destination type) that drew it
                     tk = [np.repeat(cpu.time_keys(times[rel[2]]), np.diff(sampled[rel].indptr))

@@ -24,12 +24,13 @@ from samplers._csc import (
     blocks_dst_count,
     csc_times,
     csc_weights,
-    cuda_to_torch,
     excluded_positions,
     inverse_permutation,
 )
-from samplers.block import Block, Blocks
+from samplers.block import Blocks
 from samplers.kernels import cpu
+from samplers.layers import PLAIN_NODE, PLAIN_RELATION, LayerLoop, plain_blocks
+from samplers.modes import RelationArrays, TemporalMode, UniformMode, WeightedMode
 
 __all__ = ["NeighborSampler"]
 
@@ -150,7 +151,6 @@ class NeighborSampler:
         self.temporal = self._times is not None
         """Whether `sample` needs ``seed_times`` (the sampler has edge times)."""
         self.device = check_device(device)
-        self._masks = self._build_masks()
         self._cuda_graph = None
         if self.device.type == "cuda":
             from samplers.kernels import cuda as cuda_kernels  # imports numba.cuda: only when asked for
@@ -163,7 +163,9 @@ class NeighborSampler:
             weights_arr = self._weights
             self._cuda_graph = cuda_kernels.CudaGraph.build(graph.indptr, graph.indices, eids, weights_arr,
                                                             uva=bool(uva), times=self._times)
-        self._workspace = cpu.Workspace(graph.num_nodes, self._indices.dtype)
+        self.loop = self._build_loop()
+        """The `samplers.layers.LayerLoop` that runs the sampler's mode (`samplers.modes`: temporal with
+        edge times, weighted with weights, else uniform) on the graph, one relation."""
         self._eid_to_pos: np.ndarray | None = None
         self._lock = threading.Lock()  # the workspace serves one call at a time
         self.sampled_edges = 0
@@ -189,7 +191,7 @@ class NeighborSampler:
             raise TypeError("a NeighborSampler on device='cuda' cannot be pickled: build one in each process")
         with self._lock:  # a consistent snapshot while another thread samples
             state = self.__dict__.copy()
-        for name in ("_lock", "_indptr", "_indices", "_edge_ids", "_workspace", "_eid_to_pos", "_masks"):
+        for name in ("_lock", "_indptr", "_indices", "_edge_ids", "loop", "_eid_to_pos"):
             del state[name]
         for name in ("_weights", "_times"):
             if state[name] is not None:
@@ -206,8 +208,7 @@ class NeighborSampler:
         self._lock = threading.Lock()
         self._indptr = self._indices = self._edge_ids = None
         self._refresh_views()
-        self._masks = self._build_masks()
-        self._workspace = cpu.Workspace(self.graph.num_nodes, self._indices.dtype)
+        self.loop = self._build_loop()
         self._eid_to_pos = None
 
     def _refresh_views(self) -> None:
@@ -224,14 +225,22 @@ class NeighborSampler:
             self._indptr = g.indptr.numpy()
             self._indices = g.indices.numpy()
             self._edge_ids = None if g.edge_ids is None else g.edge_ids.numpy()
+            if "loop" in self.__dict__:
+                arr = self.loop.relations[PLAIN_RELATION]
+                arr.indptr, arr.indices, arr.edge_ids = self._indptr, self._indices, self._edge_ids
 
-    def _build_masks(self) -> cpu.Masks | None:
-        """The weighted or temporal rows' masks of a CPU sampler (None otherwise): with weights and no
-        times, the per-row prefix sums P (float64, 8 bytes per edge) and positive counts nz (8 bytes per
-        node) that weighted rows sample from, computed once."""
-        if not (self.weighted or self.temporal) or self.device.type != "cpu":
-            return None
-        return cpu.Masks(self._weights, self._times, self._indptr, threads=team_size())
+    def _build_loop(self) -> LayerLoop:
+        """The layer loop over the graph as one relation, with the sampler's mode; a CPU loop computes
+        the weighted rows' prefix sums here, once (8 bytes per edge and per node)."""
+        mode = UniformMode
+        if self.temporal:
+            mode = TemporalMode
+        elif self.weighted:
+            mode = WeightedMode
+        arrays = RelationArrays(self._indptr, self._indices, self._edge_ids, self.graph.num_nodes,
+                                weights=self._weights, times=self._times, cuda=self._cuda_graph)
+        return LayerLoop({PLAIN_RELATION: arrays}, {PLAIN_NODE: self.graph.num_nodes},
+                         {PLAIN_RELATION: mode(self.replace)}, self.device.type, typed=False)
 
     def _csc_weights(self, graph: CSCGraph, weights) -> np.ndarray | None:
         """The sampling weights in CSC order (float32), or None for uniform draws."""
@@ -331,11 +340,9 @@ class NeighborSampler:
             excluded = self._excluded_positions(exclude_eids)
             call = self._calls
             self._calls += 1
-            return self._sample(dst, excluded, call, threads, times)
+            return self._run(dst, excluded, call, threads, times)
 
     def _sample_cuda(self, seeds, exclude_eids, seed_times) -> Blocks:
-        from samplers.kernels import cuda as cuda_kernels
-
         if isinstance(seeds, torch.Tensor) and seeds.device.type == "cuda":
             if seeds.dtype.is_floating_point or seeds.dtype.is_complex or seeds.dtype == torch.bool:
                 raise TypeError(f"seeds must be an integer tensor, got dtype {seeds.dtype}")
@@ -358,50 +365,24 @@ class NeighborSampler:
             self._refresh_views()
             excluded = self._excluded_positions(exclude_eids)
             excl = None if excluded is None else excluded.positions  # sorted CSC positions
+            from numba import cuda
+
+            from graphrl.cuda import launch_stream
+            from samplers.kernels.cuda.arrays import as_device_ids
+
+            stream = launch_stream()
             if excl is not None:
-                from numba import cuda
-
-                from graphrl.cuda import launch_stream
-
-                excl = cuda.to_device(excl, stream=launch_stream())
+                excl = cuda.to_device(excl, stream=stream)
+            dst = as_device_ids(dst, stream)
             call = self._calls
             self._calls += 1
-            blocks = Blocks()
-            for layer in range(self.num_layers - 1, -1, -1):
-                key = cpu.layer_key(self.seed, call, layer)
-                if times is None:
-                    out_indptr, src_nodes, local, eids = cuda_kernels.sample_block_cuda(
-                        self._cuda_graph, dst, self.fanouts[layer], self.replace, key, self.weighted, excl)
-                    src_times = None
-                else:
-                    out_indptr, src_nodes, local, eids, times = cuda_kernels.sample_block_temporal_cuda(
-                        self._cuda_graph, dst, times, self.fanouts[layer], self.replace, key, self.weighted,
-                        excl)
-                    src_times = cuda_to_torch(times)
-                self.sampled_edges += int(local.shape[0])
-                src_t = cuda_to_torch(src_nodes)
-                blocks.append(Block(src_nodes=src_t, dst_nodes=src_t[: blocks_dst_count(dst)],
-                                    indptr=cuda_to_torch(out_indptr), indices=cuda_to_torch(local),
-                                    edge_ids=cuda_to_torch(eids), src_times=src_times))
-                dst = src_nodes
-            blocks.reverse()
-            return blocks
+            return self._run(dst, excl, call, 1, times)
 
-    def _sample(self, dst: np.ndarray, excluded: cpu.Exclusion | None, call: int,
-                threads: int, times: np.ndarray | None = None) -> Blocks:
-        blocks = Blocks()
-        for layer in range(self.num_layers - 1, -1, -1):
-            key = cpu.layer_key(self.seed, call, layer)
-            out_indptr, src_nodes, local, eids, src_times = cpu.sample_block(
-                self._indptr, self._indices, self._edge_ids, dst, self.fanouts[layer], self.replace, key,
-                excluded, self._workspace, threads, self._masks, times)
-            self.sampled_edges += int(local.shape[0])
-            src_t = torch.from_numpy(src_nodes)
-            blocks.append(Block(src_nodes=src_t, dst_nodes=src_t[: dst.shape[0]],
-                                indptr=torch.from_numpy(out_indptr), indices=torch.from_numpy(local),
-                                edge_ids=torch.from_numpy(eids),
-                                src_times=None if src_times is None else torch.from_numpy(src_times)))
-            dst = src_nodes
-            times = src_times
-        blocks.reverse()
-        return blocks
+    def _run(self, dst, excluded, call: int, threads: int, times=None) -> Blocks:
+        """Every layer through the loop (host arrays on the CPU, device arrays on CUDA)."""
+        before = self.loop.sampled_edges
+        layers = self.loop.run({PLAIN_NODE: dst}, {PLAIN_RELATION: self.fanouts}, self.seed, call,
+                               excluded=None if excluded is None else {PLAIN_RELATION: excluded},
+                               seed_times=None if times is None else {PLAIN_NODE: times}, threads=threads)
+        self.sampled_edges += self.loop.sampled_edges - before
+        return plain_blocks(layers)

@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from samplers._optional import LazyBase, import_pyg
+from samplers.protocol import check_sampler
 from samplers.pyg_draw import PygDraw
 from samplers.pyg_graph import HOMO, read_pyg_graph
 from samplers.pyg_hetero import check_num_neighbors, hetero_num_neighbors
@@ -92,6 +93,11 @@ class PygSampler(LazyBase):
         (``input_time``, ``edge_label_time``) or, node-level, from the seeds' own times.
     sample_direction : {"forward", "backward"}
         ``"backward"``: nodes sample their out-edges (not with ``time_attr``, as in PyG).
+    sampler : Sampler or None
+        A `samplers.Sampler` (a `LaborSampler`, say) that draws the blocks instead of a `NeighborSampler`
+        (``num_neighbors`` and ``replace`` then unused): built on
+        ``CSCGraph.from_edges(edge_index[0], edge_index[1], num_nodes)``, so edge j is column j. A
+        homogeneous graph, directional forward sampling, neither disjoint nor temporal.
 
     Raises
     ------
@@ -104,7 +110,8 @@ class PygSampler(LazyBase):
         A bad ``edge_index``; ``num_neighbors`` with a value below -1, or (heterogeneous) naming an
         unknown edge type or leaving one out; ``weight_attr`` or ``time_attr`` naming nothing usable
         (PyG's wording for the latter); an unknown ``subgraph_type``, ``temporal_strategy`` or
-        ``sample_direction``; ``disjoint`` with ``"induced"``.
+        ``sample_direction``; ``disjoint`` with ``"induced"``; a ``sampler`` with another graph size or with
+        options it cannot serve (typed graph, induced, backward, disjoint, times).
     NotImplementedError
         ``sample_direction="backward"`` with ``time_attr`` (PyG's wording).
 
@@ -130,7 +137,7 @@ class PygSampler(LazyBase):
     def __init__(self, data, num_neighbors: Sequence[int] = (15, 10), replace: bool = False,
                  seed: int = 0, weight_attr: str | None = None, *, subgraph_type="directional",
                  disjoint: bool = False, temporal_strategy: str = "uniform", time_attr: str | None = None,
-                 sample_direction: str = "forward") -> None:
+                 sample_direction: str = "forward", sampler=None) -> None:
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
             raise TypeError(f"seed must be an int, got {seed!r}")
         self.subgraph_type = _option("subgraph_type", subgraph_type, _SUBGRAPH_TYPES)
@@ -170,7 +177,18 @@ class PygSampler(LazyBase):
         """Our `CSCGraph` (or `HeteroGraph`) of ``data``, reversed for ``sample_direction="backward"``."""
         self.sampler = self.draw.sampler
         """The `NeighborSampler` / `HeteroNeighborSampler` that draws (fanouts outermost first); None
-        with ``num_neighbors=[]``."""
+        with ``num_neighbors=[]``; the ``sampler`` argument when given."""
+        if sampler is not None:
+            check_sampler("sampler", sampler)
+            if graph.hetero or self.disjoint or self.draw.temporal or self.subgraph_type != "directional" \
+                    or self.sample_direction != "forward":
+                raise ValueError("sampler= serves a homogeneous graph sampled directionally forward, neither "
+                                 "disjoint nor temporal")
+            ours = (self.graph.num_nodes, self.graph.num_edges)
+            if (sampler.graph.num_nodes, sampler.graph.num_edges) != ours:
+                raise ValueError(f"sampler's graph has {sampler.graph.num_nodes} nodes and "
+                                 f"{sampler.graph.num_edges} edges, data {ours[0]} and {ours[1]}")
+            self.draw.sampler = self.sampler = sampler
 
     @property
     def disjoint(self) -> bool:

@@ -43,6 +43,11 @@ def lower_bound(arr, lo, hi, x):
     return lo
 
 
+def clip1(x):
+    """min(x, 1.0) (written out: numba.cuda's ``min`` overload does not compile here)."""
+    return x if x < 1.0 else 1.0
+
+
 def variate(vkey, u):
     """r_u in [0, 1): the first draw of source u's stream under the layer's variate key."""
     return unit(draw(row_state(vkey, u), 1))
@@ -96,7 +101,7 @@ def solve_c(c, fanout, weights, has_w, pi, has_pi, p0, excl, a, b, s, e):
     d, ds, sq = row_sums(weights, has_w, excl, a, b, s, e)
     if d == 0 or fanout < 0:
         return first_c(fanout, d, ds)
-    k = min(np.int64(fanout), np.int64(d))
+    k = np.int64(fanout) if fanout < d else np.int64(d)
     target = ds * ds / np.float64(k)
     if has_w:
         target = target - ds * ds / np.float64(d) + sq
@@ -113,9 +118,10 @@ def solve_c(c, fanout, weights, has_w, pi, has_pi, p0, excl, a, b, s, e):
                 if w <= 0:
                     continue
             f = factor(weights, has_w, pi, has_pi, p0 + j - s if has_pi else j)
-            var1 += w * w / min(1.0, c * f)
+            var1 += w * w / clip1(c * f)
         c = c * (var1 / target)
-        if min(var1, target) / max(var1, target) >= 1.0 - EPS:
+        low, high = (var1, target) if var1 < target else (target, var1)
+        if low / high >= 1.0 - EPS:
             break
     return c
 
@@ -156,7 +162,7 @@ def take_kept(indices, weights, has_w, pi, has_pi, p0, excl, a, b, s, e, c, vkey
         if variate(vkey, indices[j]) < p:
             pos[w_at] = j
             if want_w:
-                x = w / min(1.0, p)
+                x = w / clip1(p)
                 ew[w_at] = x
                 norm += x
             w_at += 1
@@ -166,7 +172,7 @@ def take_kept(indices, weights, has_w, pi, has_pi, p0, excl, a, b, s, e, c, vkey
             ew[x] = ew[x] * scale
 
 
-FUNCTIONS = (lower_bound, variate, factor, row_sums, first_c, solve_c, count_kept, take_kept)
+FUNCTIONS = (clip1, lower_bound, variate, factor, row_sums, first_c, solve_c, count_kept, take_kept)
 
 
 def compile_for(jit: Callable[[Callable], Callable], rng: types.SimpleNamespace) -> types.SimpleNamespace:

@@ -111,6 +111,13 @@ class Mode(ABC):
     def sample_cpu(self, relation: RelationArrays, state: Any, request: LayerRequest) -> LayerEdges:
         """One layer of one relation with the numba CPU kernels."""
 
+    def sample_block_cpu(self, relation: RelationArrays, state: Any, request: LayerRequest,
+                         workspace: Any) -> tuple | None:
+        """A fused CPU layer of a plain graph, sampled and relabelled in one pipelined pass
+        (`samplers.kernels.cpu.sample_block`): ``(indptr, src_nodes, local, edge_ids, src_times)``, or
+        None (the default) when the mode has none; the loop then samples and relabels apart."""
+        return None
+
     @abstractmethod
     def sample_cuda(self, relation: RelationArrays, state: Any, request: LayerRequest) -> LayerEdges:
         """One layer of one relation with the numba.cuda kernels (device arrays in and out)."""

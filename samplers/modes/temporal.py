@@ -27,12 +27,24 @@ class TemporalMode(Mode):
     def __init__(self, replace: bool = False) -> None:
         self.replace = bool(replace)
 
+    def prepare(self, relation: RelationArrays, device: str) -> Any:
+        """CPU: the edge times' (and weights') `samplers.kernels.cpu.Masks` for the fused layer."""
+        if device != "cpu":
+            return None
+        return cpu.Masks(relation.weights, relation.times, relation.indptr)
+
     def sample_cpu(self, relation: RelationArrays, state: Any, request: LayerRequest) -> LayerEdges:
         out_indptr, src, eids = cpu.sample_layer(
             relation.indptr, relation.indices, relation.edge_ids, request.dst, request.fanout, self.replace,
             request.key, request.excluded, request.threads, relation.weights, relation.times,
             request.dst_times)
         return LayerEdges(out_indptr, src, eids)
+
+    def sample_block_cpu(self, relation: RelationArrays, state: Any, request: LayerRequest,
+                         workspace: Any) -> tuple:
+        return cpu.sample_block(relation.indptr, relation.indices, relation.edge_ids, request.dst,
+                                request.fanout, self.replace, request.key, request.excluded, workspace,
+                                request.threads, state, request.dst_times)
 
     def sample_cuda(self, relation: RelationArrays, state: Any, request: LayerRequest) -> LayerEdges:
         from samplers.kernels import cuda as ck

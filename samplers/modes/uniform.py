@@ -34,6 +34,12 @@ class UniformMode(Mode):
             request.key, request.excluded, request.threads)
         return LayerEdges(out_indptr, src, eids)
 
+    def sample_block_cpu(self, relation: RelationArrays, state: Any, request: LayerRequest,
+                         workspace: Any) -> tuple:
+        return cpu.sample_block(relation.indptr, relation.indices, relation.edge_ids, request.dst,
+                                request.fanout, self.replace, request.key, request.excluded, workspace,
+                                request.threads, None, request.dst_times)
+
     def sample_cuda(self, relation: RelationArrays, state: Any, request: LayerRequest) -> LayerEdges:
         from samplers.kernels import cuda as ck
 

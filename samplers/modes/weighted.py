@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from graphrl.threads import team_size
 from samplers.kernels import cpu
 from samplers.modes.base import LayerEdges, LayerRequest, Mode, RelationArrays
 
@@ -27,19 +28,25 @@ class WeightedMode(Mode):
         self.replace = bool(replace)
 
     def prepare(self, relation: RelationArrays, device: str) -> Any:
-        """CPU: the per-row prefix sums and positive counts (`samplers.kernels.cpu.weight_prefix`); the
-        GPU's are built with the relation's `CudaGraph`."""
+        """CPU: the weights' `samplers.kernels.cpu.Masks` with the per-row prefix sums and positive
+        counts, computed once; the GPU's are built with the relation's `CudaGraph`."""
         if device != "cpu":
             return None
-        return cpu.weight_prefix(relation.indptr, relation.weights, threads=1)
+        return cpu.Masks(relation.weights, None, relation.indptr, threads=team_size())
 
     def sample_cpu(self, relation: RelationArrays, state: Any, request: LayerRequest) -> LayerEdges:
-        prefix, positive = state
+        prefix, positive = state.prefix, state.node_count
         out_indptr, src, eids = cpu.sample_layer(
             relation.indptr, relation.indices, relation.edge_ids, request.dst, request.fanout, self.replace,
             request.key, request.excluded, request.threads, relation.weights, prefix=prefix,
             positive=positive)
         return LayerEdges(out_indptr, src, eids)
+
+    def sample_block_cpu(self, relation: RelationArrays, state: Any, request: LayerRequest,
+                         workspace: Any) -> tuple:
+        return cpu.sample_block(relation.indptr, relation.indices, relation.edge_ids, request.dst,
+                                request.fanout, self.replace, request.key, request.excluded, workspace,
+                                request.threads, state, request.dst_times)
 
     def sample_cuda(self, relation: RelationArrays, state: Any, request: LayerRequest) -> LayerEdges:
         from samplers.kernels import cuda as ck

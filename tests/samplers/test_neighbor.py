@@ -447,7 +447,7 @@ def test_node_map_generation_wraps_without_changing_results(random_graph):
     sampler = NeighborSampler(random_graph, [6, 6], seed=3)
     want = sampler.sample(seeds)
     sampler = NeighborSampler(random_graph, [6, 6], seed=3)
-    ws = sampler._workspace
+    ws = sampler.loop.workspace
     ws.node_map[:] = np.iinfo(np.int32).max - 10  # looks "valid" unless the map is cleared on wrap
     ws.base = np.iinfo(np.int32).max - 10
     got = sampler.sample(seeds)

@@ -75,7 +75,7 @@ def test_neighbor_sampler_copy_continues_the_originals_stream(kind):
     times = (lambda x: torch.full(x.shape, 9)) if kind == "temporal" else (lambda x: None)
     s.sample(SEEDS[0], seed_times=times(SEEDS[0]))  # the copy takes the call counter with it
     copy = pickle.loads(pickle.dumps(s))
-    assert copy._lock is not s._lock and copy._workspace is not s._workspace
+    assert copy._lock is not s._lock and copy.loop.workspace is not s.loop.workspace
     for seeds in SEEDS:
         want = s.sample(seeds, seed_times=times(seeds))
         assert same_blocks(copy.sample(seeds, seed_times=times(seeds)), want)
@@ -91,7 +91,7 @@ def test_neighbor_sampler_copy_rebuilds_caches_and_excludes_edges():
     s = NeighborSampler(g, FANOUTS, seed=2)
     s.sample(SEEDS[0], exclude_eids=torch.arange(50))  # builds the inverse edge-id map
     state = s.__getstate__()
-    assert not {"_lock", "_workspace", "_eid_to_pos", "_masks", "_indptr"} & set(state)
+    assert not {"_lock", "loop", "_eid_to_pos", "_indptr"} & set(state)
     copy = pickle.loads(pickle.dumps(s))
     assert copy._eid_to_pos is None
     assert same_blocks(copy.sample(SEEDS[1], exclude_eids=torch.arange(50)),

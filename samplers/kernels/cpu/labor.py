@@ -23,6 +23,7 @@ __all__ = ["LaborScratch", "labor_layer"]
 
 _ROWS = labor_rows.compile_for(nb.njit(inline="always"), types.SimpleNamespace(
     row_state=rng.row_state, draw=rng.draw, unit=rng.unit))
+clip1 = _ROWS.clip1
 lower_bound = _ROWS.lower_bound
 row_sums = _ROWS.row_sums
 first_c = _ROWS.first_c
@@ -103,7 +104,7 @@ def _hop_apply(indices, weights, has_w, excl, row_s, row_e, row_a, row_b, raw_of
             f = raw_off[i] + j - s
             pi[f] = hop[u] if first else pi[f] * hop[u]
             if owner[u] == f:
-                total += min(1.0, pi[f])
+                total += clip1(pi[f])
         contrib[i] = total
 
 

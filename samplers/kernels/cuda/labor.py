@@ -27,6 +27,7 @@ __all__ = ["KERNELS", "labor_layer_cuda"]
 
 _ROWS = labor_rows.compile_for(cuda.jit(device=True), types.SimpleNamespace(
     row_state=rng.row_state, draw=rng.draw, unit=rng.unit))
+_clip1 = _ROWS.clip1
 _lower_bound = _ROWS.lower_bound
 _row_sums = _ROWS.row_sums
 _first_c = _ROWS.first_c
@@ -95,7 +96,7 @@ def labor_hop_apply(indices, weights, has_w, excl, row_s, row_e, row_a, row_b, r
             f = raw_off[i] + j - s
             pi[f] = hop[u] if first else pi[f] * hop[u]
             if owner[u] == f:
-                total += min(1.0, pi[f])
+                total += _clip1(pi[f])
         contrib[i] = total
         i += cuda.gridsize(1)
 
