@@ -1,7 +1,8 @@
-"""The one place the distributed sampler calls the sampling core: one layer's rows, and relabelling.
+"""The one place the distributed sampler calls the sampling core: its layer loop on an owner's rows.
 
-`sample_owned_rows` runs the core's per-layer CPU kernel (`samplers.kernels.cpu.sample_layer`, the
-layer NeighborSampler's CPU path runs) on a partition owner's rows; `relabel_sources` is the core's
+`owner_loop` builds the core's layer loop (`samplers.layers.LayerLoop`) over an owner's rows as one
+plain relation with the uniform or weighted mode (`samplers.modes`); `sample_owned_rows` runs its
+per-layer entry point, `LayerLoop.sample_relation`, for a frontier; `relabel_sources` is the core's
 relabelling (`samplers.kernels.cpu.relabel`), run by the trainer on the assembled layer. A row's draws
 are keyed by (layer key, global node id) and the row's CSC positions (docs/architecture.md#sampling-rules),
 so an owner that keeps each owned row's in-edges in the graph's CSC order, indexed by global node id,
@@ -13,41 +14,46 @@ from __future__ import annotations
 import numpy as np
 
 from samplers.kernels import cpu
+from samplers.layers import LayerLoop
+from samplers.modes import LayerRequest, RelationArrays, UniformMode, WeightedMode
 
-__all__ = ["layer_key", "relabel_sources", "row_prefix", "sample_owned_rows"]
+__all__ = ["NODE", "RELATION", "layer_key", "owner_loop", "relabel_sources", "sample_owned_rows"]
+
+NODE = "node"
+"""The owner's rows as one node type of a plain graph (``typed=False``: keys do not depend on names)."""
+RELATION = (NODE, "edge", NODE)
+"""The one relation of an owner's rows."""
 
 
 def layer_key(seed: int, call: int, layer: int) -> int:
-    """The 64-bit key of one layer of one ``sample`` call (the core's `cpu.layer_key`)."""
+    """The 64-bit key of one layer of one ``sample`` call on a plain graph (the core's `cpu.layer_key`)."""
     return cpu.layer_key(seed, call, layer)
 
 
-def row_prefix(indptr: np.ndarray, weights: np.ndarray, threads: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per-row prefix sums of the weights (float64 [E]) and positive counts (int64 [N]), computed once."""
-    return cpu.weight_prefix(indptr, weights, threads)
-
-
-def sample_owned_rows(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray, dst: np.ndarray,
-                      fanout: int, replace: bool, key: int, threads: int, weights: np.ndarray | None = None,
-                      prefix: tuple[np.ndarray, np.ndarray] | None = None,
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Sample the in-edges of the rows ``dst`` (global ids) of one layer, without relabelling.
+def owner_loop(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray, num_nodes: int,
+               weights: np.ndarray | None, replace: bool) -> LayerLoop:
+    """The core's layer loop over an owner's rows: one plain relation, uniform (``weights`` None) or weighted.
 
     Parameters
     ----------
     indptr : int64 [N + 1], indexed by global node id (rows not owned are empty)
-    indices : int64 [e_p] global sources; edge_ids : int64 [e_p]; dst : int64 [D] owned global ids
-    fanout, replace, key, threads : as `samplers.kernels.cpu.sample_layer`
-    weights : float32 [e_p] or None; prefix : `row_prefix` of (indptr, weights), or None
-
-    Returns
-    -------
-    counts : int64 [D] edges per row; src : int64 [nnz] global sources; eids : int64 [nnz] edge ids
+    indices : int64 [e_p] global sources; edge_ids : int64 [e_p]; num_nodes : N
+    weights : float32 [e_p] or None; replace : bool
     """
-    pre, pos = (None, None) if prefix is None else prefix
-    out_indptr, src, eids = cpu.sample_layer(indptr, indices, edge_ids, dst, fanout, replace, key, None,
-                                             threads, weights, prefix=pre, positive=pos)
-    return np.diff(out_indptr), src, eids
+    mode = UniformMode(replace) if weights is None else WeightedMode(replace)
+    relation = RelationArrays(indptr, indices, edge_ids, num_nodes, weights=weights)
+    return LayerLoop({RELATION: relation}, {NODE: num_nodes}, {RELATION: mode}, "cpu", typed=False)
+
+
+def sample_owned_rows(loop: LayerLoop, dst: np.ndarray, fanout: int, key: int,
+                      threads: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sample the in-edges of the rows ``dst`` (int64 [D], owned global ids) of one layer, not relabelled.
+
+    Returns counts int64 [D] (edges per row), sources [nnz] (global ids) and edge ids int64 [nnz].
+    """
+    request = LayerRequest(dst=dst, fanout=int(fanout), key=int(key), variate_key=int(key), threads=threads)
+    edges = loop.sample_relation(RELATION, request)
+    return np.diff(edges.indptr), edges.src, edges.edge_ids
 
 
 def relabel_sources(dst: np.ndarray, src: np.ndarray, node_map: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -18,7 +18,7 @@ import numpy as np
 
 from graphrl.partition import load_partition
 from graphrl.threads import team_size
-from samplers.distributed.core import row_prefix, sample_owned_rows
+from samplers.distributed.core import owner_loop, sample_owned_rows
 
 __all__ = ["PartitionOwner"]
 
@@ -56,7 +56,7 @@ class PartitionOwner:
         counts[p.owned] = deg
         self.indptr = np.zeros(p.num_nodes + 1, dtype=np.int64)
         np.cumsum(counts, out=self.indptr[1:])
-        self._prefix: tuple[np.ndarray, np.ndarray] | None = None
+        self._loops: dict[tuple[bool, bool], object] = {}  # the core's layer loop per (weighted, replace)
         # replies in the narrowest type that holds the ids: half the bytes below 2^31 nodes / edges
         self._node_dtype = np.int32 if p.num_nodes <= np.iinfo(np.int32).max else np.int64
         small_edges = int(p.edge_ids.max(initial=0)) <= np.iinfo(np.int32).max
@@ -93,17 +93,14 @@ class PartitionOwner:
         """
         t0, c0 = time.perf_counter(), time.process_time()
         p = self.partition
-        weights = None
-        if weighted:
-            if p.weights is None:
+        mode = (bool(weighted), bool(replace))
+        if mode not in self._loops:
+            if weighted and p.weights is None:
                 raise ValueError(f"weighted sampling asked of part {p.part}, whose folder holds no edge "
                                  "weights")
-            if self._prefix is None:
-                self._prefix = row_prefix(self.indptr, p.weights, self._threads())
-            weights = p.weights
-        counts, src, eids = sample_owned_rows(self.indptr, p.indices, p.edge_ids, dst, int(fanout),
-                                              bool(replace), int(key), self._threads(), weights,
-                                              self._prefix if weighted else None)
+            self._loops[mode] = owner_loop(self.indptr, p.indices, p.edge_ids, p.num_nodes,
+                                           p.weights if weighted else None, bool(replace))
+        counts, src, eids = sample_owned_rows(self._loops[mode], dst, fanout, key, self._threads())
         out = (counts.astype(self._edge_dtype), src.astype(self._node_dtype), eids.astype(self._edge_dtype))
         self._busy["sample_s"] += time.perf_counter() - t0
         self._busy["sample_cpu_s"] += time.process_time() - c0
