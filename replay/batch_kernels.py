@@ -28,7 +28,7 @@ from replay.windows import AHEAD, PAGE, copy_window, mask_row, prefetch_pages
 __all__ = ["BatchCopy", "gather_rows"]
 
 _CHUNK_BYTES = 1 << 22  # output bytes per chunk of a threaded copy
-_PREFETCH_BYTES = 256  # windows of at most this many bytes get their first line prefetched
+_PREFETCH_BYTES = 256  # a field's windows of at most this many bytes get their first line prefetched
 
 
 @nb.njit(cache=True, nogil=True)
@@ -45,9 +45,9 @@ def gather_rows(
     slots = np.empty(hi - lo, dtype=np.int64)
     for b in range(lo, hi):
         slots[b - lo] = first[b] % capacity
-    if length * row_bytes.sum() <= _PREFETCH_BYTES:  # short runs at random places: ask for them early
-        for j in range(nf):
-            rb = row_bytes[j]
+    for j in range(nf):  # a field's short runs at random places: ask for all of them before any copy
+        rb = row_bytes[j]
+        if length * rb <= _PREFETCH_BYTES:
             for b in range(lo, hi):
                 prefetch_l2(rings[shard[b] * nf + j], slots[b - lo] * rb)
     for j in range(nf):
