@@ -2,8 +2,9 @@
 
 `PartitionOwner` serves one part of a partition folder (`graphrl.partition`); `LocalOwners` and
 `RayOwners` run the P owners in this process or as Ray actors; `DistNeighborSampler` samples blocks
-identical to `NeighborSampler` on the whole graph with one request per owner per layer;
-`DistFeatureStore` fetches feature rows with one request per owner per batch behind a hot-row cache.
+identical to `NeighborSampler` on the whole graph with one request per owner per layer
+(`DistLaborSampler`: LABOR-0, identical to `LaborSampler`); `DistFeatureStore` fetches feature rows
+with one request per owner per batch behind a hot-row cache.
 
 >>> owners = RayOwners("parts/")                                     # doctest: +SKIP
 >>> sampler = DistNeighborSampler(owners, [15, 10, 5], seed=0)       # doctest: +SKIP
@@ -11,9 +12,10 @@ identical to `NeighborSampler` on the whole graph with one request per owner per
 """
 
 from samplers.distributed.features import DistFeatureStore, FetchStats
+from samplers.distributed.labor import DistLaborSampler
 from samplers.distributed.owner import PartitionOwner
 from samplers.distributed.owners import LocalOwners, OwnerError, OwnerStats, RayOwners
 from samplers.distributed.sampler import DistNeighborSampler, SampleProfile
 
-__all__ = ["DistFeatureStore", "DistNeighborSampler", "FetchStats", "LocalOwners", "OwnerError", "OwnerStats",
-           "PartitionOwner", "RayOwners", "SampleProfile"]
+__all__ = ["DistFeatureStore", "DistLaborSampler", "DistNeighborSampler", "FetchStats", "LocalOwners",
+           "OwnerError", "OwnerStats", "PartitionOwner", "RayOwners", "SampleProfile"]

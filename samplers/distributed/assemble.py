@@ -40,6 +40,16 @@ def split_by_owner(ids: np.ndarray, node_part: np.ndarray,
 
 
 @nb.njit(nogil=True, cache=True)
+def _scatter_one(rows, counts, values, out_indptr, out):  # pragma: no cover - compiled
+    j = 0
+    for i in range(rows.shape[0]):
+        o = out_indptr[rows[i]]
+        for c in range(counts[i]):
+            out[o + c] = values[j]
+            j += 1
+
+
+@nb.njit(nogil=True, cache=True)
 def _scatter(rows, counts, src_in, eid_in, out_indptr, src_out, eid_out):  # pragma: no cover - compiled
     j = 0
     for i in range(rows.shape[0]):
@@ -51,7 +61,8 @@ def _scatter(rows, counts, src_in, eid_in, out_indptr, src_out, eid_out):  # pra
 
 
 def scatter_rows(rows: np.ndarray, counts: np.ndarray, src: np.ndarray, eids: np.ndarray,
-                 out_indptr: np.ndarray, src_out: np.ndarray, eids_out: np.ndarray) -> None:
+                 out_indptr: np.ndarray, src_out: np.ndarray, eids_out: np.ndarray,
+                 weights: np.ndarray | None = None, weights_out: np.ndarray | None = None) -> None:
     """Copy one owner's answer into frontier order.
 
     Parameters
@@ -59,5 +70,8 @@ def scatter_rows(rows: np.ndarray, counts: np.ndarray, src: np.ndarray, eids: np
     rows : int64 [D_p], the frontier positions the owner's rows belong to
     counts : int [D_p]; src, eids : int [nnz_p], rows in the order of ``rows``
     out_indptr : int64 [D + 1], frontier order; src_out, eids_out : int64 [nnz], written
+    weights, weights_out : float32 [nnz_p] and [nnz], or None: per-edge weights, copied the same way
     """
     _scatter(rows, counts, src, eids, out_indptr, src_out, eids_out)
+    if weights is not None:
+        _scatter_one(rows, counts, weights, out_indptr, weights_out)

@@ -1,12 +1,13 @@
 """The one place the distributed sampler calls the sampling core: its layer loop on an owner's rows.
 
 `owner_loop` builds the core's layer loop (`samplers.layers.LayerLoop`) over an owner's rows as one
-plain relation with the uniform or weighted mode (`samplers.modes`); `sample_owned_rows` runs its
+plain relation with the uniform, weighted or LABOR-0 mode (`samplers.modes`); `sample_owned_rows` runs its
 per-layer entry point, `LayerLoop.sample_relation`, for a frontier; `relabel_sources` is the core's
 relabelling (`samplers.kernels.cpu.relabel`), run by the trainer on the assembled layer. A row's draws
 are keyed by (layer key, global node id) and the row's CSC positions (docs/architecture.md#sampling-rules),
 so an owner that keeps each owned row's in-edges in the graph's CSC order, indexed by global node id,
-draws exactly what the whole-graph sampler draws for that row.
+draws exactly what the whole-graph sampler draws for that row. LABOR-0's per-source variates are keyed
+by (variate key, global source id) and its rows need nothing from other rows, so the same holds.
 """
 
 from __future__ import annotations
@@ -15,9 +16,12 @@ import numpy as np
 
 from samplers.kernels import cpu
 from samplers.layers import LayerLoop
-from samplers.modes import LayerRequest, RelationArrays, UniformMode, WeightedMode
+from samplers.modes import LaborMode, LayerRequest, RelationArrays, UniformMode, WeightedMode
 
-__all__ = ["NODE", "RELATION", "layer_key", "owner_loop", "relabel_sources", "sample_owned_rows"]
+__all__ = ["KINDS", "NODE", "RELATION", "layer_key", "owner_loop", "relabel_sources", "sample_owned_rows"]
+
+KINDS = ("neighbor", "labor")
+"""The samplers owners serve: neighbour sampling (uniform or weighted) and LABOR-0."""
 
 NODE = "node"
 """The owner's rows as one node type of a plain graph (``typed=False``: keys do not depend on names)."""
@@ -31,29 +35,39 @@ def layer_key(seed: int, call: int, layer: int) -> int:
 
 
 def owner_loop(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray, num_nodes: int,
-               weights: np.ndarray | None, replace: bool) -> LayerLoop:
-    """The core's layer loop over an owner's rows: one plain relation, uniform (``weights`` None) or weighted.
+               weights: np.ndarray | None, replace: bool, kind: str = "neighbor") -> LayerLoop:
+    """The core's layer loop over an owner's rows as one plain relation.
 
     Parameters
     ----------
     indptr : int64 [N + 1], indexed by global node id (rows not owned are empty)
     indices : int64 [e_p] global sources; edge_ids : int64 [e_p]; num_nodes : N
-    weights : float32 [e_p] or None; replace : bool
+    weights : float32 [e_p] or None
+        Weighted draws (LABOR: weighted keep probabilities, and edge weights returned), or uniform.
+    replace : bool
+        Neighbour sampling with replacement.
+    kind : {"neighbor", "labor"}
     """
-    mode = UniformMode(replace) if weights is None else WeightedMode(replace)
+    if kind == "labor":
+        mode = LaborMode(0, want_weights=weights is not None)  # as LaborSampler(importance_sampling=0)
+    else:
+        mode = UniformMode(replace) if weights is None else WeightedMode(replace)
     relation = RelationArrays(indptr, indices, edge_ids, num_nodes, weights=weights)
     return LayerLoop({RELATION: relation}, {NODE: num_nodes}, {RELATION: mode}, "cpu", typed=False)
 
 
-def sample_owned_rows(loop: LayerLoop, dst: np.ndarray, fanout: int, key: int,
-                      threads: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def sample_owned_rows(loop: LayerLoop, dst: np.ndarray, fanout: int, key: int, variate_key: int,
+                      threads: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
     """Sample the in-edges of the rows ``dst`` (int64 [D], owned global ids) of one layer, not relabelled.
 
-    Returns counts int64 [D] (edges per row), sources [nnz] (global ids) and edge ids int64 [nnz].
+    Returns counts int64 [D] (edges per row), sources [nnz] (global ids), edge ids int64 [nnz] and the
+    mode's edge weights (float32 [nnz], LABOR with weights) or None.
     """
-    request = LayerRequest(dst=dst, fanout=int(fanout), key=int(key), variate_key=int(key), threads=threads)
+    request = LayerRequest(dst=dst, fanout=int(fanout), key=int(key), variate_key=int(variate_key),
+                           threads=threads)
     edges = loop.sample_relation(RELATION, request)
-    return np.diff(edges.indptr), edges.src, edges.edge_ids
+    weights = None if edges.weights is None else np.asarray(edges.weights).astype(np.float32)
+    return np.diff(edges.indptr), edges.src, edges.edge_ids, weights
 
 
 def relabel_sources(dst: np.ndarray, src: np.ndarray, node_map: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

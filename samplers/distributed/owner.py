@@ -18,7 +18,7 @@ import numpy as np
 
 from graphrl.partition import load_partition
 from graphrl.threads import team_size
-from samplers.distributed.core import owner_loop, sample_owned_rows
+from samplers.distributed.core import KINDS, owner_loop, sample_owned_rows
 
 __all__ = ["PartitionOwner"]
 
@@ -56,7 +56,7 @@ class PartitionOwner:
         counts[p.owned] = deg
         self.indptr = np.zeros(p.num_nodes + 1, dtype=np.int64)
         np.cumsum(counts, out=self.indptr[1:])
-        self._loops: dict[tuple[bool, bool], object] = {}  # the core's layer loop per (weighted, replace)
+        self._loops: dict[tuple, object] = {}  # the core's layer loop per (kind, weighted, replace)
         # replies in the narrowest type that holds the ids: half the bytes below 2^31 nodes / edges
         self._node_dtype = np.int32 if p.num_nodes <= np.iinfo(np.int32).max else np.int64
         small_edges = int(p.edge_ids.max(initial=0)) <= np.iinfo(np.int32).max
@@ -80,11 +80,14 @@ class PartitionOwner:
                 "labels": None if p.labels is None else str(p.labels.dtype)}
 
     def sample(self, dst: np.ndarray, fanout: int, replace: bool, key: int, weighted: bool,
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """One layer's draws for owned rows ``dst`` (int64 [D], global ids, trusted owned).
+               kind: str = "neighbor", variate_key: int | None = None) -> tuple:
+        """One layer's draws for owned rows ``dst`` (int64 [D], global ids, trusted owned), by the
+        neighbour sampler's rules or LABOR-0's (``kind="labor"``; ``variate_key`` its variates' key,
+        ``key`` by default).
 
-        Returns counts [D], sources [nnz] (global ids) and edge ids [nnz], rows in the order of ``dst``:
-        int32 where the graph's node ids (sources) or edge ids (counts, edge ids) fit it, else int64.
+        Returns counts [D], sources [nnz] (global ids), edge ids [nnz], rows in the order of ``dst``
+        (int32 where the graph's node ids (sources) or edge ids (counts, edge ids) fit it, else int64),
+        and LABOR's edge weights (float32 [nnz]) or None.
 
         Raises
         ------
@@ -93,15 +96,19 @@ class PartitionOwner:
         """
         t0, c0 = time.perf_counter(), time.process_time()
         p = self.partition
-        mode = (bool(weighted), bool(replace))
+        mode = (str(kind), bool(weighted), bool(replace))
         if mode not in self._loops:
             if weighted and p.weights is None:
                 raise ValueError(f"weighted sampling asked of part {p.part}, whose folder holds no edge "
                                  "weights")
+            if kind not in KINDS:
+                raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
             self._loops[mode] = owner_loop(self.indptr, p.indices, p.edge_ids, p.num_nodes,
-                                           p.weights if weighted else None, bool(replace))
-        counts, src, eids = sample_owned_rows(self._loops[mode], dst, fanout, key, self._threads())
-        out = (counts.astype(self._edge_dtype), src.astype(self._node_dtype), eids.astype(self._edge_dtype))
+                                           p.weights if weighted else None, bool(replace), kind)
+        vkey = key if variate_key is None else variate_key
+        counts, src, eids, w = sample_owned_rows(self._loops[mode], dst, fanout, key, vkey, self._threads())
+        out = (counts.astype(self._edge_dtype), src.astype(self._node_dtype), eids.astype(self._edge_dtype),
+               w)
         self._busy["sample_s"] += time.perf_counter() - t0
         self._busy["sample_cpu_s"] += time.process_time() - c0
         self._busy["requests"] += 1

@@ -129,12 +129,17 @@ class DistNeighborSampler:
         self.sampled_edges += sum(b.num_edges for b in blocks)
         return blocks
 
-    def _layer(self, dst: np.ndarray, fanout: int, key: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """out_indptr [D + 1], sources [nnz] and edge ids [nnz] of one layer, rows in the order of ``dst``."""
+    def _request(self, call: int, layer: int) -> tuple:
+        """What every owner is asked for one layer, after the frontier: (fanout, replace, key, weighted)."""
+        return (self.fanouts[layer], self.replace, layer_key(self.seed, call, layer), self.weighted)
+
+    def _layer(self, dst: np.ndarray, tail: tuple) -> tuple:
+        """out_indptr [D + 1], sources [nnz], edge ids [nnz] and edge weights (float32 [nnz] or None) of one
+        layer, rows in the order of ``dst``; ``tail`` the request after the frontier (`_request`)."""
         t0 = time.perf_counter()
         order, slices = split_by_owner(dst, self.book.node_part, self.book.num_parts)
         sorted_dst = dst[order]
-        requests = {p: (sorted_dst[s], fanout, self.replace, key, self.weighted) for p, s in slices.items()}
+        requests = {p: (sorted_dst[s], *tail) for p, s in slices.items()}
         t1 = time.perf_counter()
         results = self.owners.call("sample", requests)
         t2 = time.perf_counter()
@@ -149,22 +154,26 @@ class DistNeighborSampler:
         nnz = int(out_indptr[-1])
         src = np.empty(nnz, dtype=np.int64)
         eids = np.empty(nnz, dtype=np.int64)
+        weighted = any(results[p][3] is not None for p in slices)
+        weights = np.empty(nnz, dtype=np.float32) if weighted else None
         for p, s in slices.items():
-            scatter_rows(order[s], *results[p], out_indptr, src, eids)
+            c, psrc, peid, pw = results[p]
+            scatter_rows(order[s], c, psrc, peid, out_indptr, src, eids, pw, weights)
         self.profile.assemble_s += (t1 - t0) + (time.perf_counter() - t2)
-        return out_indptr, src, eids
+        return out_indptr, src, eids, weights
 
     def _sample(self, dst: np.ndarray, call: int) -> Blocks:
         blocks = Blocks()
         for layer in range(self.num_layers - 1, -1, -1):
-            out_indptr, src, eids = self._layer(dst, self.fanouts[layer], layer_key(self.seed, call, layer))
+            out_indptr, src, eids, weights = self._layer(dst, self._request(call, layer))
             t0 = time.perf_counter()
             src_nodes, local = relabel_sources(dst, src, self._node_map)
             self.profile.relabel_s += time.perf_counter() - t0
             src_t = torch.from_numpy(src_nodes)
             blocks.append(Block(src_nodes=src_t, dst_nodes=src_t[: dst.shape[0]],
                                 indptr=torch.from_numpy(out_indptr), indices=torch.from_numpy(local),
-                                edge_ids=torch.from_numpy(eids)))
+                                edge_ids=torch.from_numpy(eids),
+                                edge_weights=None if weights is None else torch.from_numpy(weights)))
             dst = src_nodes
         blocks.reverse()
         return blocks

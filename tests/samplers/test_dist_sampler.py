@@ -15,8 +15,14 @@ from hypothesis import strategies as st
 from graphrl.datasets import synthetic_graph
 from graphrl.graph import CSCGraph
 from graphrl.partition import PartitionError, graph_fingerprint, write_partitions
-from samplers import NeighborSampler
-from samplers.distributed import DistFeatureStore, DistNeighborSampler, LocalOwners, OwnerError
+from samplers import LaborSampler, NeighborSampler
+from samplers.distributed import (
+    DistFeatureStore,
+    DistLaborSampler,
+    DistNeighborSampler,
+    LocalOwners,
+    OwnerError,
+)
 
 N, E, P = 1500, 24000, 3
 
@@ -151,3 +157,18 @@ def test_a_failed_owner_is_named_and_its_batch_comes_again_whole(graph, owners, 
     assert err.value.part == 2 and dist.sampled_edges == 0
     owners.restart(2)  # a fresh owner from the folder
     _same(ref.sample(seeds), dist.sample(seeds))  # the failed call's batch, whole
+
+
+@pytest.mark.parametrize(("weighted", "layer_dependency"), [(False, False), (True, False), (False, True)])
+def test_labor0_blocks_equal_labor_sampler(graph, owners, weighted, layer_dependency):
+    ref = LaborSampler(graph, [4, -1, 6], importance_sampling=0, weights=True if weighted else None,
+                       layer_dependency=layer_dependency, seed=5)
+    dist = DistLaborSampler(owners, [4, -1, 6], weighted=weighted, layer_dependency=layer_dependency, seed=5)
+    hubs = torch.argsort(graph.in_degrees(), descending=True)[:3]
+    for lo in (0, 40):
+        seeds = torch.cat([torch.arange(lo, lo + 40), hubs])
+        a, b = ref.sample(seeds), dist.sample(seeds)
+        _same(a, b)
+        for x, y in zip(a, b, strict=True):
+            assert (x.edge_weights is None) == (y.edge_weights is None) == (not weighted)
+            assert x.edge_weights is None or torch.equal(x.edge_weights, y.edge_weights)
