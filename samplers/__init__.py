@@ -3,6 +3,7 @@
 from samplers._checks import MAX_BATCH, MAX_FANOUT
 from samplers.block import Block, Blocks
 from samplers.dgl_sampler import DglSampler  # imports dgl only when one is built
+from samplers.distributed import DistFeatureStore, DistLaborSampler, DistNeighborSampler  # ray: when used
 from samplers.features import FeatureStore
 from samplers.full_graph import FullGraph
 from samplers.hetero import HeteroBlock, HeteroGraph, HeteroNeighborSampler
@@ -14,7 +15,8 @@ from samplers.neighbor import NeighborSampler
 from samplers.protocol import Sampler
 from samplers.pyg_sampler import PygSampler  # imports torch_geometric only when one is built
 
-__all__ = ["MAX_BATCH", "MAX_FANOUT", "Block", "Blocks", "DglSampler", "FeatureStore", "FullGraph",
+__all__ = ["MAX_BATCH", "MAX_FANOUT", "Block", "Blocks", "DglSampler", "DistFeatureStore", "DistLaborSampler",
+           "DistNeighborSampler", "FeatureStore", "FullGraph",
            "HeteroBlock", "HeteroGraph", "HeteroNeighborSampler", "LaborSampler", "LinkBatch", "LinkLoader",
            "LinkSampler", "LoadedLinkBatch", "NeighborLoader", "NeighborSampler", "NodeBatch", "PygSampler",
            "PygSubgraph", "Sampler", "bipartite_reverse_eids"]
