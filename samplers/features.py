@@ -299,6 +299,27 @@ class FeatureStore:
     def __len__(self) -> int:
         return self.num_rows
 
+    def __reduce__(self):
+        """Pickle (``mp.spawn``, DataLoader workers) as a new store over a copy of the rows, with the same
+        device, owner, staging slots, threads and huge-page setting and its own memory manager (the copy
+        leaves this store's regions untouched; its tier is the new manager's choice).
+
+        Raises
+        ------
+        TypeError
+            The store has a cache (its hot rows come from a graph and a policy: build the store in each
+            process).
+        ValueError
+            The store is closed.
+        """
+        self._check_open()
+        if self._cache is not None:
+            raise TypeError("a FeatureStore with a cache cannot be pickled: build one in each process "
+                            "(its hot rows come from the graph and the cache policy)")
+        settings = {"device": self.device, "owner": self.owner, "staging_slots": self._staging.slots,
+                    "threads": self.threads, "huge_pages": self.huge_pages}
+        return _rebuild_store, (self.table.detach().cpu().clone(), settings)
+
     def __repr__(self) -> str:
         return (f"FeatureStore(rows={self.num_rows}, row_shape={self.row_shape}, dtype={self.dtype}, "
                 f"table_tier={self.table_tier}, cache_rows={self.cache_rows}, device={self.device.type})")
@@ -540,3 +561,8 @@ class FeatureStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _rebuild_store(table: torch.Tensor, settings: dict) -> FeatureStore:
+    """A pickled `FeatureStore` in its new process (see `FeatureStore.__reduce__`)."""
+    return FeatureStore(table, **settings)
