@@ -164,7 +164,7 @@ class PygDraw:
             return torch.from_numpy(b)
         if seed_time is None:
             raise ValueError("temporal sampling needs seed times (input_time, or a node-level time_attr)")
-        t = torch.as_tensor(seed_time).cpu().numpy().astype(self.uniq.dtype)
+        t = torch.as_tensor(seed_time).cpu().numpy()  # float seed times against integer edge times: exact
         rank = np.searchsorted(self.uniq, t, side="right").astype(np.int64) - 1
         return torch.from_numpy(rank * _BATCH + b)
 
