@@ -9,7 +9,7 @@ Cases (higher is better; ``ratio`` = ours / baseline):
 
 - insert: steps/s and GB/s of a second fill, episode by episode (warm memory: the steady state,
   overwriting the oldest steps); against cpprb the best of ``--repeats`` fills, the two alternating.
-  Ours: ``writer.extend`` + ``end_episode``; TorchRL: ``ReplayBuffer(LazyTensorStorage).extend``;
+  Ours: ``writer.extend`` + ``end_episode`` (against cpprb ``writer.add_episode``); TorchRL: ``ReplayBuffer(LazyTensorStorage).extend``;
   cpprb: ``ReplayBuffer.add`` + ``on_episode_end``; copy: ``numpy.copyto`` of each episode's bytes
   into a ring (the ceiling).
 - sample windows (B=256, L=64): windows/s and GB/s of gathered steps. Ours: ``store.sample(256, 64)``
@@ -256,8 +256,7 @@ def bench_layout(
 
             def ours_fill() -> None:
                 for ep in episodes:
-                    w_fill.extend(ep)
-                    w_fill.end_episode()
+                    w_fill.add_episode(ep)
 
             def cpprb_fill() -> None:
                 for ep in episodes:

@@ -9,7 +9,7 @@ wrappers repeat the first frame). The same episodes (random lengths in [64, 512]
 
 Cases (``ratio`` = ours / cpprb, higher is better):
 
-- insert: steps/s of a second fill, whole episodes (ours ``writer.extend`` + ``end_episode`` of the frames;
+- insert: steps/s of a second fill, whole episodes (ours ``writer.add_episode`` of the frames;
   cpprb ``add`` of the stacks + ``on_episode_end``);
 - sample B (32 and 256): (s, s') stacks/s;
 - memory per step and per million steps: ours the bytes of the store's regions (rings, step index, records,
@@ -103,13 +103,11 @@ def fill_ours(
     store = ReplayStore(SPEC, capacity, 1, selector=Uniform(), memory=mm, seed=0, timeout=60, tier=tier)
     w = store.writer()
     for ep in episodes:
-        w.extend(ep)
-        w.end_episode()
+        w.add_episode(ep)
     grown = rss() - before
     start = time.perf_counter()
     for ep in episodes:
-        w.extend(ep)
-        w.end_episode()
+        w.add_episode(ep)
     seconds = time.perf_counter() - start
     w.close()
     return store, seconds, grown

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from graphrl.kernels import copy_bytes
+from graphrl.kernels import copy_bytes, store_fence, stream_bytes_nofence
 from replay.control import CTL_FIXED, GSEQ
 from replay.keys import MAX_POSITION
 from replay.rate_limiter import CANCELLED, DELETES, INSERTS, SAMPLES
@@ -51,6 +51,7 @@ from replay.sync_kernels import (
     int64_at,
     mutex_lock_robust,
     mutex_unlock,
+    uint8_at,
 )
 
 __all__ = [
@@ -67,6 +68,7 @@ __all__ = [
     "P_ROW_BYTES",
     "P_SHARDS",
     "SHARD_WORDS",
+    "STREAM_RUN_BYTES",
     "build_plan",
     "commit_chunk",
     "count_deletes_locked",
@@ -75,6 +77,8 @@ __all__ = [
     "repair_hole",
     "write_steps",
 ]
+
+STREAM_RUN_BYTES = 1 << 16  # a commit's run of a field at least this long is written with streaming stores
 
 # commit_chunk's status
 OK, BLOCKED, OVERFLOW, FAILED = 0, 1, 2, 3
@@ -222,6 +226,18 @@ def write_steps(
     return overwritten
 
 
+@nb.njit(cache=True, nogil=True, inline="always")
+def _ring_copy(dst, src, nbytes):  # pragma: no cover - numba
+    """``memcpy(dst, src, nbytes)`` between addresses, with streaming stores from `STREAM_RUN_BYTES` on
+    (a ring is not read back soon: the stores skip the cache and the line reads before each write).
+    Returns whether it streamed (the caller fences once, `graphrl.kernels.store_fence`)."""
+    if nbytes >= STREAM_RUN_BYTES:
+        stream_bytes_nofence(uint8_at(dst, nbytes), 0, uint8_at(src, nbytes), 0, nbytes)
+        return True
+    copy_at(dst, src, nbytes)
+    return False
+
+
 @nb.njit(cache=True, nogil=True)
 def commit_chunk(
     plan, sources, count, shard, record, end, writer_id, samples_per_insert, max_diff, pid
@@ -340,14 +356,18 @@ def commit_chunk(
     compiler_fence()  # the items to delete are stored before the reserve position publishes them
     meta[RESERVE_POS] = wp + count
     compiler_fence()  # the reserve position is stored before any slot changes
+    store_fence()  # ... streaming stores included (x86 may pass earlier stores with them)
     first = wp % cap
     n1 = min(count, cap - first)
+    streamed = False
     for j in range(nf):
         rb = plan[P_ROW_BYTES + j]
         ring, src = plan[base + SHARD_WORDS + j], sources[1 + j]
-        copy_at(ring + first * rb, src, n1 * rb)
+        streamed |= _ring_copy(ring + first * rb, src, n1 * rb)
         if count > n1:
-            copy_at(ring, src + n1 * rb, (count - n1) * rb)
+            streamed |= _ring_copy(ring, src + n1 * rb, (count - n1) * rb)
+    if streamed:
+        store_fence()  # the streaming stores are ordered before the write position publishes the slots
     for i in range(count):
         c = first + i
         if c >= cap:

@@ -6,7 +6,8 @@ and stores nothing), stages steps in private buffers of ``chunk_steps`` rows
 the episode ends or the buffers fill (the commit protocol of `replay.storage`). So:
 
 - ``extend(steps)`` with columns ``[T, ...]`` gives exactly the same store contents as T ``append``
-  calls (same commits, same chunk boundaries);
+  calls (same commits, same chunk boundaries); ``add_episode(steps)`` as ``extend`` + ``end_episode``
+  (whole episodes of numpy columns are committed from them in place, one copy a step);
 - steps become visible to samplers when committed: at ``end_episode()``, or ``chunk_steps`` at a time
   for long episodes (each chunk extends the episode when nothing else was committed to its shard in
   between; otherwise the episode continues in a new segment and windows do not cross the cut);
@@ -185,6 +186,53 @@ class TrajectoryWriter:
         if self._stager.pending or self._episode is not None:
             self._stager.hand_off(self._commit_end)
             self.episodes_written += 1
+
+    def add_episode(self, steps: Mapping[str, Any]) -> None:
+        """`extend` then `end_episode`: the same store contents, committed straight from ``steps``.
+
+        When nothing is staged and ``steps`` holds exactly the spec's fields as C-contiguous numpy
+        columns ``[T, *field_shape]`` of its dtypes with ``T <= chunk_steps``, the one commit
+        `end_episode` would make reads the caller's columns in place (no copy into the staging
+        buffers: one copy a step, as cpprb's ``add``); otherwise it is `extend` + `end_episode`.
+
+        Raises
+        ------
+        ValueError, TypeError, RuntimeError
+            As `extend` and `end_episode` (nothing of a bad call is stored).
+        TimeoutError
+            As `end_episode`: the steps stay staged; `end_episode` retries.
+        """
+        self._check_open("add_episode")
+        n = self._direct_rows(steps)
+        if n == 0:
+            self.extend(steps)
+            self.end_episode()
+            return
+        sources = self._storage.sources(steps)
+        try:
+            shard, record = self._storage.commit(
+                steps, n, self._episode, True, self.timeout, self.writer_id, sources
+            )
+        except TimeoutError:
+            self.extend(steps)  # staged, as end_episode leaves them
+            raise
+        self.steps_written += n
+        self.episodes_written += 1
+        self._episode = None
+
+    def _direct_rows(self, steps: Mapping[str, Any]) -> int:
+        """T when `add_episode` may commit ``steps`` in place (see there), else 0."""
+        if self._stager.pending or type(steps) is not dict or steps.keys() != self.spec.keys():
+            return 0
+        n = -1
+        for name, f in self.spec.items():
+            v = steps[name]
+            if type(v) is not np.ndarray or v.dtype != f.dtype or v.shape[1:] != f.shape or v.ndim < 1:
+                return 0
+            if not v.flags.c_contiguous or (n >= 0 and v.shape[0] != n):
+                return 0
+            n = v.shape[0]
+        return n if 0 < n <= self.chunk_steps else 0
 
     def flush(self) -> None:
         """Commit the staged steps now, keeping the episode open (they become sampleable).

@@ -147,3 +147,58 @@ def test_non_contiguous_columns(mm):
         ep.data["action"], np.r_[np.arange(4), np.arange(4, 12, 2), np.arange(4, 12, 2)]
     )
     store.close()
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 11), min_size=1, max_size=10),
+    chunk=st.integers(1, 8),
+    kinds=st.lists(st.sampled_from(["add", "extend", "flush", "strided"]), min_size=10, max_size=10),
+)
+def test_add_episode_equals_extend_then_end_episode(lengths, chunk, kinds):
+    """In place (nothing staged, T <= chunk_steps, contiguous columns) or not (an open episode from an
+    extend, a flush, strided columns, T > chunk_steps), across the ring's wrap: the same contents."""
+    with MemoryManager() as mm:
+        a = ReplayStore(SPEC, capacity_steps=23, num_shards=1, memory=mm, chunk_steps=chunk, timeout=5.0)
+        b = ReplayStore(SPEC, capacity_steps=23, num_shards=1, memory=mm, chunk_steps=chunk, timeout=5.0)
+        wa, wb = a.writer(), b.writer()
+        start = 0
+        for n, kind in zip(lengths, kinds, strict=False):
+            c = cols(start, n)
+            if kind in ("extend", "flush"):  # an episode already open (staged, or committed by a flush)
+                for w in (wa, wb):
+                    w.extend(cols(1000 + start, 2))
+                    if kind == "flush":
+                        w.flush()
+            if kind == "strided":
+                c = {k: np.repeat(v, 2, axis=0)[::2] for k, v in c.items()}
+            wa.add_episode(c)
+            wb.extend(c)
+            wb.end_episode()
+            start += n
+            assert wa.pending == wb.pending == 0
+        assert contents(a) == contents(b)
+        counts = [(len(s), w.steps_written, w.episodes_written) for s, w in ((a, wa), (b, wb))]
+        assert counts[0] == counts[1]
+        a.close()
+        b.close()
+
+
+def test_add_episode_reads_the_columns_in_place_and_rejects_bad_ones(mm):
+    store = ReplayStore(SPEC, capacity_steps=50, num_shards=1, memory=mm, timeout=5.0)
+    w = store.writer()
+    c = cols(0, 5)
+    w.add_episode(c)
+    c["action"][:] = -1  # the caller's arrays are theirs again once add_episode returns
+    assert store.episodes()[0].data["action"].tolist() == [0, 1, 2, 3, 4]
+    with pytest.raises(ValueError, match="obs"):
+        w.add_episode({**cols(5, 3), "obs": np.zeros((3, 5), np.float32)})
+    with pytest.raises(ValueError):
+        w.add_episode({k: v for k, v in cols(5, 3).items() if k != "done"})
+    assert len(store) == 5 and w.pending == 0 and w.episodes_written == 1
+    with pytest.raises(TypeError, match="reward"):  # float64 rewards: extend's checks, nothing stored
+        w.add_episode({**cols(5, 3), "reward": np.arange(3.0)})
+    assert len(store) == 5 and w.pending == 0
+    w.add_episode(cols(5, 3))
+    assert len(store) == 8
+    store.close()
