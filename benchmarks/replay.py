@@ -9,9 +9,9 @@ Cases (higher is better; ``ratio`` = ours / baseline):
 
 - insert: steps/s and GB/s of a second fill, episode by episode (warm memory: the steady state,
   overwriting the oldest steps); against cpprb the best of ``--repeats`` fills, the two alternating.
-  Ours: ``writer.extend`` + ``end_episode`` (against cpprb ``writer.add_episode``); TorchRL: ``ReplayBuffer(LazyTensorStorage).extend``;
-  cpprb: ``ReplayBuffer.add`` + ``on_episode_end``; copy: ``numpy.copyto`` of each episode's bytes
-  into a ring (the ceiling).
+  Ours: ``writer.extend`` + ``end_episode`` (against cpprb ``writer.add_episode``); TorchRL:
+  ``ReplayBuffer(LazyTensorStorage).extend``; cpprb: ``ReplayBuffer.add`` + ``on_episode_end``; copy:
+  ``numpy.copyto`` of each episode's bytes into a ring (the ceiling).
 - sample windows (B=256, L=64): windows/s and GB/s of gathered steps. Ours: ``store.sample(256, 64)``
   (uniform anchors, tail padding, gathered into a reused staging buffer); TorchRL: ``SliceSampler
   (slice_len=64, traj_key="episode", cache_values=True)`` with ``batch_size=256*64`` (the stronger
