@@ -71,6 +71,8 @@ class PartitionBook:
         `graph_fingerprint` of the partitioned graph.
     manifest : dict
         The verified manifest (method, seed, balance, feature and label dtypes, per-part counts).
+    digest : str
+        The manifest's sha256: which writing of the folder this is (`load_partition`'s ``manifest``).
     """
 
     folder: str
@@ -80,6 +82,7 @@ class PartitionBook:
     node_part: np.ndarray
     fingerprint: str
     manifest: dict
+    digest: str
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,8 @@ class Partition:
     weights : float32 [e_p] or None; halo : int64 [h_p]; out_degree : int64 [n_p]
     features : [n_p, F] or None; labels : [n_p] or None
     fingerprint : str
+    digest : str
+        The sha256 of the manifest the part was read under (`PartitionBook.digest`).
     """
 
     part: int
@@ -108,6 +113,7 @@ class Partition:
     features: np.ndarray | None
     labels: np.ndarray | None
     fingerprint: str
+    digest: str
 
     def local_ids(self, ids: np.ndarray) -> np.ndarray:
         """Local rows (int64) of global node ids this part owns.
@@ -129,7 +135,12 @@ class Partition:
 def _as_rows(name: str, value, n: int, ndim: int) -> np.ndarray | None:
     if value is None:
         return None
+    if isinstance(value, torch.Tensor) and value.dtype in (torch.bfloat16, torch.complex32):
+        raise TypeError(f"{name} of dtype {value.dtype} have no numpy dtype to be written in: convert them "
+                        f"first ({name}.float())")
     arr = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+    if arr.dtype.kind not in "biuf":  # objects would need pickle to load, strings have no tensor
+        raise TypeError(f"{name} must be of a bool, integer or float dtype, got {arr.dtype}")
     if arr.ndim != ndim or arr.shape[0] != n:
         want = "[N]" if ndim == 1 else "[N, F]"
         raise ValueError(f"{name} must have shape {want} with N={n}, got {tuple(arr.shape)}")
@@ -147,15 +158,16 @@ def write_partitions(graph: CSCGraph, folder: str | os.PathLike[str], num_parts:
         Created; must not exist yet (or be an empty folder).
     num_parts : int; method : {"auto", "metis", "ldg"}; seed : int
         As `graphrl.partition.assign_parts`.
-    features : torch.Tensor or np.ndarray or None, shape [N, F], any dtype
-    labels : torch.Tensor or np.ndarray or None, shape [N]
-    owner : int32 [N] or None
+    features : torch.Tensor or np.ndarray or None, shape [N, F], bool, integer or float (not bfloat16)
+    labels : torch.Tensor or np.ndarray or None, shape [N], bool, integer or float
+    owner : integer [N] or None
         A precomputed assignment (from `assign_parts`) instead of computing one.
 
     Returns
     -------
     dict
-        The manifest's body: ``method`` used (``"metis"`` or ``"ldg"``), ``balance`` (see
+        The manifest's body: ``method`` used (``"metis"``, ``"ldg"``, or ``"given"`` with ``owner``),
+        ``balance`` (see
         `graphrl.partition.balance`), ``fingerprint``, per-part counts.
 
     Raises
@@ -163,6 +175,8 @@ def write_partitions(graph: CSCGraph, folder: str | os.PathLike[str], num_parts:
     ValueError
         ``folder`` exists and is not empty; features or labels of the wrong shape; ``owner`` of the wrong
         length or with ids outside [0, P); and as `assign_parts`.
+    TypeError
+        Features or labels of another dtype (object, strings, bfloat16); ``owner`` not of integers.
     """
     folder = Path(folder)
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
@@ -175,7 +189,11 @@ def write_partitions(graph: CSCGraph, folder: str | os.PathLike[str], num_parts:
     used = "metis" if method == "metis" or (method == "auto" and metis_available()) else "ldg"
     if owner is None:
         owner = assign_parts(graph, num_parts, method, seed)
+    else:
+        used = "given"
     owner = np.asarray(owner)
+    if owner.dtype.kind not in "iu":
+        raise TypeError(f"owner must be an integer array (from assign_parts), got dtype {owner.dtype}")
     if owner.shape != (n,) or owner.min(initial=0) < 0 or owner.max(initial=0) >= num_parts:
         raise ValueError(f"owner must be int [N={n}] with values in [0, {num_parts}), got shape "
                          f"{owner.shape}, range [{owner.min(initial=0)}, {owner.max(initial=0)}]")
@@ -233,13 +251,19 @@ def _write_part(graph: CSCGraph, root: Path, p: int, owner: np.ndarray, out_degr
     return {"nodes": int(owned.shape[0]), "edges": int(indices.shape[0]), "halo": int(halo.shape[0])}
 
 
-def _manifest(folder: Path) -> dict:
-    body, _ = unseal(folder / MANIFEST, str(folder))
+_KEYS = ("num_parts", "num_nodes", "num_edges", "fingerprint", "weighted", "features", "labels", "files")
+
+
+def _manifest(folder: Path) -> tuple[dict, str]:
+    body, digest = unseal(folder / MANIFEST, str(folder))
     if body.get("format") != FORMAT or body.get("version") != VERSION:
         raise PartitionError(f"partition folder {folder}: {MANIFEST} is format {body.get('format')!r} "
                              f"version {body.get('version')!r}, expected {FORMAT!r} version {VERSION}",
                              str(folder), (MANIFEST,))
-    return body
+    if missing := [k for k in _KEYS if k not in body]:
+        raise PartitionError(f"partition folder {folder}: {MANIFEST} lacks {missing}", str(folder),
+                             (MANIFEST,))
+    return body, digest
 
 
 def _check(folder: Path, body: dict, only: tuple[str, ...] | None) -> None:
@@ -250,6 +274,8 @@ def _check(folder: Path, body: dict, only: tuple[str, ...] | None) -> None:
 
 
 def _expect(folder: Path, body: dict, expect: str | None) -> None:
+    if expect is not None and not isinstance(expect, str):
+        raise TypeError(f"expect must be a graph_fingerprint (str) or None, got {type(expect).__name__}")
     if expect is not None and body["fingerprint"] != expect:
         raise PartitionError(f"partition folder {folder} holds another graph (fingerprint "
                              f"{body['fingerprint'][:12]}..., expected {expect[:12]}...)", str(folder),
@@ -266,7 +292,7 @@ def verify(folder: str | os.PathLike[str], expect: str | None = None) -> dict:
         fingerprint not ``expect``.
     """
     folder = Path(folder)
-    body = _manifest(folder)
+    body, _ = _manifest(folder)
     _expect(folder, body, expect)
     _check(folder, body, None)
     return body
@@ -278,18 +304,24 @@ def load_book(folder: str | os.PathLike[str], expect: str | None = None) -> Part
     Raises
     ------
     PartitionError
-        As `verify`, for the manifest and ``node_part.npy``.
+        As `verify`, for the manifest and ``node_part.npy``; a book that is not int32 [N] in [0, P).
     """
     folder = Path(folder)
-    body = _manifest(folder)
+    body, digest = _manifest(folder)
     _expect(folder, body, expect)
     _check(folder, body, (BOOK,))
     node_part = np.load(folder / BOOK)
-    return PartitionBook(str(folder), int(body["num_parts"]), int(body["num_nodes"]), int(body["num_edges"]),
-                         node_part, body["fingerprint"], body)
+    n, parts = int(body["num_nodes"]), int(body["num_parts"])
+    ok = node_part.dtype == np.int32 and node_part.shape == (n,)
+    if not (ok and (n == 0 or (node_part.min() >= 0 and node_part.max() < parts))):
+        raise PartitionError(f"partition folder {folder}: {BOOK} is not int32 [{n}] in [0, {parts}) as "
+                             f"{MANIFEST} says", str(folder), (BOOK,))
+    return PartitionBook(str(folder), parts, n, int(body["num_edges"]), node_part, body["fingerprint"], body,
+                         digest)
 
 
-def load_partition(folder: str | os.PathLike[str], part: int, expect: str | None = None) -> Partition:
+def load_partition(folder: str | os.PathLike[str], part: int, expect: str | None = None,
+                   manifest: str | None = None) -> Partition:
     """Load part ``part`` of a partition folder, verifying the manifest's seal and the part's files.
 
     Parameters
@@ -298,17 +330,26 @@ def load_partition(folder: str | os.PathLike[str], part: int, expect: str | None
     part : int, in [0, P)
     expect : str or None
         The `graph_fingerprint` the folder must hold (a folder of another graph is refused).
+    manifest : str or None
+        The manifest sha256 the part must be read under (`PartitionBook.digest`): a folder written again
+        since its book was read (the same graph partitioned anew) is refused, as its parts own other nodes.
 
     Raises
     ------
     PartitionError
-        A damaged folder (the file is named), or a fingerprint other than ``expect``.
+        A damaged folder (the file is named), a fingerprint other than ``expect``, a manifest other than
+        ``manifest``.
     ValueError
         ``part`` outside [0, P) (a `PartitionError`).
     """
     folder = Path(folder)
-    body = _manifest(folder)
+    body, digest = _manifest(folder)
     _expect(folder, body, expect)
+    if manifest is not None and digest != manifest:
+        raise PartitionError(f"partition folder {folder} was written again since its partition book was read "
+                             f"({MANIFEST} sha256 {digest[:12]}..., expected {manifest[:12]}...): its parts "
+                             "own other nodes; start the owners and samplers again from the new folder",
+                             str(folder), (MANIFEST,))
     num_parts = int(body["num_parts"])
     if isinstance(part, bool) or not isinstance(part, (int, np.integer)) or not 0 <= int(part) < num_parts:
         raise PartitionError(f"part must be an int in [0, {num_parts}) for partition folder {folder}, got "
@@ -324,4 +365,4 @@ def load_partition(folder: str | os.PathLike[str], part: int, expect: str | None
                      indptr=arrays["indptr"], indices=arrays["indices"], edge_ids=arrays["edge_ids"],
                      weights=arrays.get("weights"), halo=arrays["halo"], out_degree=arrays["out_degree"],
                      features=arrays.get("features"),
-                     labels=arrays.get("labels"), fingerprint=body["fingerprint"])
+                     labels=arrays.get("labels"), fingerprint=body["fingerprint"], digest=digest)

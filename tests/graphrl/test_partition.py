@@ -170,3 +170,37 @@ def test_cli_partition(tmp_path):
     assert sum(body["balance"]["edges"]) == 4000
     res = CliRunner().invoke(main, ["partition", str(out), "--size", "500,4000"])
     assert res.exit_code != 0 and "not an empty folder" in res.output
+
+
+def test_feature_dtypes_round_trip_and_others_are_refused(graph, tmp_path):
+    half = (np.arange(N * 2).reshape(N, 2) % 50).astype(np.float16)
+    body = write_partitions(graph, tmp_path / "a", P, method="ldg", features=half,
+                            labels=np.arange(N, dtype=np.int64) * 3, owner=np.arange(N) % P)
+    assert body["method"] == "given" and body["features"] == ["float16", [2]] and body["labels"] == "int64"
+    part = load_partition(tmp_path / "a", 1)
+    assert part.features.dtype == np.float16 and (part.features == half[part.owned]).all()
+    assert (part.labels == part.owned * 3).all() and (part.owned % P == 1).all()
+    for kw, match in [({"features": np.array([[None]] * N)}, "features must be of a bool, integer or float"),
+                      ({"labels": np.array(["a"] * N)}, "labels must be of a bool, integer or float"),
+                      ({"features": torch.zeros(N, 2, dtype=torch.bfloat16)},
+                       r"bfloat16 .* \(features\.float\(\)\)"),
+                      ({"owner": np.full(N, 1.5)}, "owner must be an integer array")]:
+        with pytest.raises(TypeError, match=match):
+            write_partitions(graph, tmp_path / "b", P, **kw)
+    assert not (tmp_path / "b").exists()
+
+
+def test_a_resealed_manifest_that_disagrees_with_its_files_is_refused(folder, tmp_path):
+    from graphrl.partition.files import seal, unseal
+
+    path = _copy(folder[0], tmp_path / "copy")
+    body, _ = unseal(path / "MANIFEST.json", str(path))
+    seal(path / "MANIFEST.json", {**body, "num_parts": 2})  # node_part.npy names part 2
+    with pytest.raises(PartitionError, match=r"node_part.npy is not int32 \[600\] in \[0, 2\)") as err:
+        load_book(path)
+    assert err.value.files == ("node_part.npy",)
+    seal(path / "MANIFEST.json", {k: v for k, v in body.items() if k != "files"})
+    with pytest.raises(PartitionError, match=r"MANIFEST.json lacks \['files'\]"):
+        load_partition(path, 0)
+    with pytest.raises(TypeError, match="expect must be a graph_fingerprint"):
+        load_book(folder[0], expect=5)
