@@ -16,6 +16,7 @@ import torch
 
 from samplers._checks import check_seeds
 from samplers.distributed.assemble import split_by_owner
+from samplers.distributed.owners import check_owners
 
 __all__ = ["DistFeatureStore", "FetchStats"]
 
@@ -53,14 +54,17 @@ class DistFeatureStore:
     ------
     ValueError
         An unknown ``name`` or one the folder does not hold, a negative ``cache_rows``, bad ``cache_ids``.
+    TypeError
+        ``owners`` not `LocalOwners` or `RayOwners`.
     """
 
     def __init__(self, owners, name: str = "features", cache_rows: int = 0, cache_ids=None) -> None:
+        check_owners(owners)
         if name not in ("features", "labels"):
             raise ValueError(f"name must be 'features' or 'labels', got {name!r}")
         if owners.book.manifest[name] is None:
             raise ValueError(f"partition folder {owners.folder} holds no {name}")
-        if isinstance(cache_rows, bool) or not isinstance(cache_rows, int) or cache_rows < 0:
+        if isinstance(cache_rows, bool) or not isinstance(cache_rows, (int, np.integer)) or cache_rows < 0:
             raise ValueError(f"cache_rows must be an int >= 0, got {cache_rows!r}")
         self.owners = owners
         self.name = name
@@ -69,7 +73,7 @@ class DistFeatureStore:
         if cache_ids is not None:
             ids = np.unique(check_seeds(cache_ids, self.book.num_nodes, "cache_ids"))
         elif cache_rows:
-            ids = self._hottest(cache_rows)
+            ids = self._hottest(int(cache_rows))
         else:
             ids = np.empty(0, dtype=np.int64)
         self.cache_ids = ids

@@ -37,17 +37,21 @@ class PartitionOwner:
     threads : int or None
         Threads of the owner's kernels (at most `graphrl.threads.team_size`); ``None``: that many.
         Several owners on one host share its cores: 1 each keeps them from waiting on each other.
+    manifest : str or None
+        The manifest sha256 of the book its samplers route by (`graphrl.partition.PartitionBook.digest`).
 
     Raises
     ------
     graphrl.partition.PartitionError
-        A damaged folder (naming the file), a bad ``part``, or a folder of another graph.
+        A damaged folder (naming the file), a bad ``part``, a folder of another graph, or one written
+        again since ``manifest``.
     """
 
-    def __init__(self, folder: str, part: int, expect: str | None = None, threads: int | None = None) -> None:
+    def __init__(self, folder: str, part: int, expect: str | None = None, threads: int | None = None,
+                 manifest: str | None = None) -> None:
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
             raise ValueError(f"threads must be None or an int >= 1, got {threads!r}")
-        self.partition = load_partition(folder, part, expect)
+        self.partition = load_partition(folder, part, expect, manifest)
         self.threads = threads
         p = self.partition
         self.folder = str(folder)
@@ -71,10 +75,11 @@ class PartitionOwner:
         return dict(self._busy)
 
     def info(self) -> dict:
-        """Part, folder, fingerprint, process id, and the owned node, edge and halo counts."""
+        """Part, folder, fingerprint, manifest sha256, process id, owned node, edge and halo counts."""
         p = self.partition
         feats = None if p.features is None else [str(p.features.dtype), list(p.features.shape[1:])]
-        return {"part": p.part, "folder": self.folder, "fingerprint": p.fingerprint, "pid": os.getpid(),
+        return {"part": p.part, "folder": self.folder, "fingerprint": p.fingerprint, "manifest": p.digest,
+                "pid": os.getpid(),
                 "nodes": int(p.owned.shape[0]), "edges": int(p.indices.shape[0]),
                 "halo": int(p.halo.shape[0]), "weighted": p.weights is not None, "features": feats,
                 "labels": None if p.labels is None else str(p.labels.dtype)}

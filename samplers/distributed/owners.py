@@ -23,7 +23,7 @@ import numpy as np
 from graphrl.partition import PartitionError, load_book
 from samplers.distributed.owner import PartitionOwner
 
-__all__ = ["LocalOwners", "OwnerError", "OwnerStats", "RayOwners", "payload_bytes"]
+__all__ = ["LocalOwners", "OwnerError", "OwnerStats", "RayOwners", "check_owners", "payload_bytes"]
 
 
 class OwnerError(RuntimeError):
@@ -61,6 +61,19 @@ def payload_bytes(obj: Any) -> int:
     return 0
 
 
+def check_owners(owners: Any) -> None:
+    """Refuse anything but a group of owners (`LocalOwners`, `RayOwners`), naming what was given.
+
+    Raises
+    ------
+    TypeError
+        ``owners`` is not such a group (a folder path, say: build ``LocalOwners(folder)`` first).
+    """
+    if not isinstance(owners, _Owners):
+        raise TypeError(f"owners must be LocalOwners or RayOwners (e.g. LocalOwners('parts/') for a "
+                        f"partition folder), got {type(owners).__name__} {owners!r:.60}")
+
+
 class _Owners:
     """What both groups share: the book, the checks of a request, the stats."""
 
@@ -87,6 +100,10 @@ class _Owners:
         if info["fingerprint"] != self.fingerprint:
             raise PartitionError(f"partition owner {part} holds another graph than {self.folder}",
                                  self.folder)
+        if info["manifest"] != self.book.digest:
+            raise PartitionError(f"partition owner {part} holds a part of another writing of {self.folder} "
+                                 "than its partition book (the folder was written again): start every owner "
+                                 "again", self.folder)
         return info
 
 
@@ -105,7 +122,10 @@ class LocalOwners(_Owners):
 
     def __init__(self, folder: str, expect: str | None = None) -> None:
         super().__init__(folder, expect)
-        self.owners = [PartitionOwner(folder, p, self.fingerprint) for p in range(self.num_parts)]
+        self.owners = [self._owner(p) for p in range(self.num_parts)]
+
+    def _owner(self, part: int) -> PartitionOwner:
+        return PartitionOwner(self.folder, part, self.fingerprint, manifest=self.book.digest)
 
     def info(self, part: int) -> dict:
         """`PartitionOwner.info` of one owner."""
@@ -134,8 +154,9 @@ class LocalOwners(_Owners):
         return self._count(requests, out, t0)
 
     def restart(self, part: int) -> None:
-        """Build owner ``part`` again from the folder (verified)."""
-        self.owners[part] = PartitionOwner(self.folder, part, self.fingerprint)
+        """Build owner ``part`` again from the folder (verified; a folder written again since the book
+        was read is refused with `graphrl.partition.PartitionError`, and the old owner kept)."""
+        self.owners[part] = self._owner(part)
 
 
 class RayOwners(_Owners):
@@ -170,6 +191,7 @@ class RayOwners(_Owners):
 
         super().__init__(folder, expect)
         self._ray = ray
+        self.closed = False
         self.name = name
         self.threads = threads
         self._options = {"num_cpus": 0, "max_restarts": 0, **(actor_options or {})}
@@ -208,7 +230,7 @@ class RayOwners(_Owners):
         while True:
             try:
                 return self._actor.options(**options).remote(self.folder, part, self.fingerprint,
-                                                             self.threads)
+                                                             self.threads, self.book.digest)
             except ValueError:  # the name of a killed actor is freed asynchronously
                 if time.monotonic() > deadline:
                     raise
@@ -251,8 +273,12 @@ class RayOwners(_Owners):
         ------
         OwnerError
             An owner died (named as soon as Ray reports its process gone) or raised.
+        ValueError
+            The owners are closed.
         """
         self._check_parts(requests)
+        if self.closed:
+            raise ValueError(f"the owners of {self.folder} are closed: start new ones (RayOwners)")
         t0 = time.perf_counter()
         refs = {p: getattr(self.actors[p], method).remote(*args) for p, args in requests.items()}
         return self._count(requests, self._get(refs, method), t0)
@@ -265,6 +291,18 @@ class RayOwners(_Owners):
         self.infos[part] = self._checked(part, info)
 
     def close(self) -> None:
-        """Kill every owner actor."""
+        """Kill every owner actor; calls then raise ``ValueError`` (closed)."""
+        self.closed = True
         for a in self.actors:
             self._ray.kill(a, no_restart=True)
+
+    def __getstate__(self) -> dict:
+        """Refused: Ray's actor handles belong to this driver.
+
+        Raises
+        ------
+        TypeError
+            Always; in another process, ``RayOwners.attach(folder, name)`` to owners started with ``name``.
+        """
+        raise TypeError("RayOwners cannot be pickled: in another process (a DataLoader worker, a trainer) "
+                        "use RayOwners.attach(folder, name) on owners started with name=...")

@@ -25,6 +25,7 @@ from samplers._checks import check_fanouts, check_seed_and_replace, check_seeds
 from samplers.block import Block, Blocks
 from samplers.distributed.assemble import scatter_rows, split_by_owner
 from samplers.distributed.core import layer_key, relabel_sources
+from samplers.distributed.owners import check_owners
 
 __all__ = ["DistNeighborSampler", "SampleProfile"]
 
@@ -70,7 +71,11 @@ class DistNeighborSampler:
     Raises
     ------
     TypeError, ValueError
-        Bad fanouts or seed (as `NeighborSampler`); ``weighted`` on a folder without weights.
+        Bad fanouts or seed (as `NeighborSampler`); ``weighted`` on a folder without weights; ``owners``
+        not `LocalOwners` or `RayOwners`.
+
+    Pickling (spawned ``DataLoader`` workers, ``mp.spawn``) keeps the owners, fanouts, seed and call
+    counter, so a copy continues the stream; `RayOwners` refuse it (attach by name in each process).
 
     References
     ----------
@@ -79,6 +84,7 @@ class DistNeighborSampler:
 
     def __init__(self, owners, fanouts: Sequence[int], replace: bool = False, weighted: bool = False,
                  seed: int | None = None) -> None:
+        check_owners(owners)
         fanouts = check_fanouts("fanouts", fanouts)
         check_seed_and_replace(seed, replace)
         if weighted and not owners.book.manifest["weighted"]:
@@ -95,6 +101,19 @@ class DistNeighborSampler:
         """Time spent per part of a call (`SampleProfile`); ``owners.stats`` has requests and bytes."""
         self._node_map = np.full(self.book.num_nodes, -1, dtype=np.int32)
 
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict:
+        """The sampler without its lock and relabelling map (rebuilt by `__setstate__`)."""
+        with self._lock:
+            state = self.__dict__.copy()
+        del state["_lock"], state["_node_map"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        """Restore a pickled sampler (`__getstate__`)."""
+        self.__dict__.update(state)
+        self._node_map = np.full(self.book.num_nodes, -1, dtype=np.int32)
         self._lock = threading.Lock()
 
     @property
@@ -126,7 +145,7 @@ class DistNeighborSampler:
             blocks = self._sample(dst, self._calls)
             self._calls += 1
             self.profile.calls += 1
-        self.sampled_edges += sum(b.num_edges for b in blocks)
+            self.sampled_edges += sum(b.num_edges for b in blocks)
         return blocks
 
     def _request(self, call: int, layer: int) -> tuple:

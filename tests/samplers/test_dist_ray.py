@@ -61,6 +61,10 @@ def test_ray_owners_sample_and_fetch(setup):
     assert {owners.info(p)["part"] for p in range(2)} == {0, 1} and owners.stats.bytes_received > 0
     with pytest.raises(PartitionError, match="another graph"):
         RayOwners(owners.folder, expect=graph_fingerprint(synthetic_graph(N, E, seed=4)))
+    import pickle
+
+    with pytest.raises(TypeError, match=r"RayOwners cannot be pickled: .* RayOwners.attach"):
+        pickle.dumps(DistNeighborSampler(owners, [2], seed=0))
 
 
 def test_an_owner_of_a_damaged_part_fails_naming_the_file(setup, tmp_path):

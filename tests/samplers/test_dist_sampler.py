@@ -172,3 +172,41 @@ def test_labor0_blocks_equal_labor_sampler(graph, owners, weighted, layer_depend
         for x, y in zip(a, b, strict=True):
             assert (x.edge_weights is None) == (y.edge_weights is None) == (not weighted)
             assert x.edge_weights is None or torch.equal(x.edge_weights, y.edge_weights)
+
+
+def test_restart_from_a_folder_written_again_is_refused(tmp_path):
+    small = synthetic_graph(200, 1500, "powerlaw", seed=6)
+    path = tmp_path / "parts"
+    write_partitions(small, path, 3, method="ldg", seed=0)
+    owners = LocalOwners(str(path))
+    seeds = torch.arange(0, 200, 3)
+    dist, ref = DistNeighborSampler(owners, [4, 4], seed=2), NeighborSampler(small, [4, 4], seed=2)
+    _same(ref.sample(seeds), dist.sample(seeds))
+    import shutil
+
+    shutil.rmtree(path)
+    write_partitions(small, path, 3, method="ldg", seed=1)  # same graph, other parts: the book would lie
+    for p in range(3):
+        with pytest.raises(PartitionError, match="written again since its partition book was read"):
+            owners.restart(p)
+    _same(ref.sample(seeds), dist.sample(seeds))  # the old owners were kept: no batch short
+    fresh = DistNeighborSampler(LocalOwners(str(path)), [4, 4], seed=2)  # the new folder, started anew
+    _same(NeighborSampler(small, [4, 4], seed=2).sample(seeds), fresh.sample(seeds))
+
+
+def test_sampler_pickles_and_continues_the_stream(graph, owners):
+    import pickle
+
+    dist = DistNeighborSampler(owners, [3, 2], seed=8)
+    seeds = torch.arange(0, N, 11)
+    dist.sample(seeds)
+    copy = pickle.loads(pickle.dumps(dist))
+    _same(dist.sample(seeds), copy.sample(seeds))
+
+
+def test_owners_of_another_type_are_refused_by_name(owners):
+    with pytest.raises(TypeError, match="owners must be LocalOwners or RayOwners .* got str 'parts/'"):
+        DistNeighborSampler("parts/", [2])
+    with pytest.raises(TypeError, match="owners must be LocalOwners or RayOwners .* got NoneType"):
+        DistFeatureStore(None)
+    assert DistFeatureStore(owners, cache_rows=np.int64(3)).cache_ids.shape == (3,)
