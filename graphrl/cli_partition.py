@@ -55,7 +55,10 @@ def partition(out: str, dataset: str, size: tuple[int, int], parts: int, method:
     else:
         from graphrl.datasets import load_planetoid
 
-        data = load_planetoid(dataset, data_root)
+        try:
+            data = load_planetoid(dataset, data_root)
+        except FileNotFoundError as err:
+            raise click.ClickException(f"{err} (here: --data-root)") from None
         graph, features, labels = data.graph, data.features, data.labels
     t0 = time.perf_counter()
     try:

@@ -170,6 +170,10 @@ def test_cli_partition(tmp_path):
     assert sum(body["balance"]["edges"]) == 4000
     res = CliRunner().invoke(main, ["partition", str(out), "--size", "500,4000"])
     assert res.exit_code != 0 and "not an empty folder" in res.output
+    res = CliRunner().invoke(main, ["partition", str(tmp_path / "c"), "--dataset", "cora", "--data-root",
+                                    str(tmp_path / "none")])
+    assert res.exit_code == 1 and "Error: data folder" in res.output and "--data-root" in res.output
+    assert isinstance(res.exception, SystemExit)  # a message, not a traceback
 
 
 def test_feature_dtypes_round_trip_and_others_are_refused(graph, tmp_path):
