@@ -84,10 +84,12 @@ class _Owners:
         self.num_parts = self.book.num_parts
         self.stats = OwnerStats()
 
-    def _check_parts(self, requests: Mapping[int, tuple]) -> None:
+    def _check_parts(self, requests: Mapping[int, tuple], name: str = "requests") -> None:
         for p in requests:
+            if isinstance(p, bool) or not isinstance(p, (int, np.integer)):
+                raise TypeError(f"{name}: a part must be an int, got {type(p).__name__} {p!r}")
             if not 0 <= int(p) < self.num_parts:
-                raise ValueError(f"requests: part {p} outside [0, {self.num_parts})")
+                raise ValueError(f"{name}: part {p} outside [0, {self.num_parts})")
 
     def _count(self, requests: Mapping[int, tuple], results: dict[int, Any], t0: float) -> dict[int, Any]:
         self.stats.requests += len(requests)
@@ -155,7 +157,14 @@ class LocalOwners(_Owners):
 
     def restart(self, part: int) -> None:
         """Build owner ``part`` again from the folder (verified; a folder written again since the book
-        was read is refused with `graphrl.partition.PartitionError`, and the old owner kept)."""
+        was read is refused with `graphrl.partition.PartitionError`, and the old owner kept).
+
+        Raises
+        ------
+        TypeError, ValueError
+            ``part`` not an int in [0, P).
+        """
+        self._check_parts({part: ()}, "part")
         self.owners[part] = self._owner(part)
 
 
@@ -284,7 +293,16 @@ class RayOwners(_Owners):
         return self._count(requests, self._get(refs, method), t0)
 
     def restart(self, part: int) -> None:
-        """Start owner ``part`` again from the folder (verified); the old actor is killed if alive."""
+        """Start owner ``part`` again from the folder (verified); the old actor is killed if alive.
+
+        Raises
+        ------
+        TypeError, ValueError
+            ``part`` not an int in [0, P) (no owner is touched).
+        OwnerError
+            The new owner failed to start (a damaged part, a folder written again: named).
+        """
+        self._check_parts({part: ()}, "part")
         self._ray.kill(self.actors[part], no_restart=True)
         self.actors[part] = self._start(part)
         info = self._get({part: self.actors[part].info.remote()}, "info")[part]

@@ -93,6 +93,10 @@ def test_refusals(graph, owners, tmp_path):
         LocalOwners(str(plain), expect=graph_fingerprint(graph))
     with pytest.raises(OwnerError, match="partition owner 0 .* failed rows"):
         owners.call("rows", {0: (np.flatnonzero(owners.book.node_part == 1)[:1], "features")})
+    with pytest.raises(ValueError, match=r"part: part -1 outside \[0, 3\)"):
+        owners.restart(-1)  # not the last owner
+    with pytest.raises(TypeError, match="part: a part must be an int, got float 1.0"):
+        owners.restart(1.0)
 
 
 def test_feature_store_rows_cache_and_counters(graph, owners):
