@@ -1,0 +1,372 @@
+"""ChunkRing: one field of one shard stored as compressed chunks of steps, in memory-manager regions.
+
+The compressed form of a ring ``[capacity, *field_shape]`` (`replay.shard.ShardStorage.columns`) for a
+field with a codec (``"lz4"``: numcodecs' LZ4, acceleration 1; ``"zstd"``: numcodecs' Zstd, level 1).
+Positions are the shard's absolute positions; chunk ``k`` holds positions ``[k*C, (k+1)*C)``. Three
+regions (the shared tier by default, so that learners in other processes attach them by name):
+
+- a *tail* ``[C, *field_shape]``: the raw rows of the chunk being filled; a partial
+  chunk (an episode's tail not yet C steps) stays raw here until the chunk fills, then is compressed;
+- an *arena* of ``arena_bytes`` bytes: the compressed chunks, written in chunk order as a circular log;
+- a *table* int64 ``[capacity / C, 3]``: per chunk slot the chunk index, arena offset and length, and
+  meta words (the next position the ring expects, the arena's head).
+
+`ChunkRing.write` (the writer's process, shard lock held) copies rows into the tail and compresses
+each chunk that fills: the actor compresses. A chunk's arena bytes are reused only once every
+position of it is below the shard's floor (``write_pos - capacity``); a chunk that does not fit in the
+arena beside the live ones raises `graphrl.memory.MemoryBudgetError` before anything is written.
+`ChunkRing.read` (any process, shard lock held) decompresses the chunks of the asked positions into
+the caller's rows, keeping the last decoded chunk. `ChunkRing.state` / `ChunkRing.load_state` give and
+take the live compressed chunks as they are (checkpoints), with the raw tail rows.
+
+>>> ring = ChunkRing.create(memory, "obs", (84, 84), np.uint8, "lz4", capacity=1024, chunk=16,
+...                         arena_bytes=1 << 20)
+>>> ring.write(frames, position)                      # under the shard lock
+>>> ring.read(positions, out)                         # out: [len(positions), 84, 84]
+
+References
+----------
+DeepMind Reverb's chunkers (compressed chunks of steps, decompressed at sample time); numcodecs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numcodecs import LZ4, Zstd
+
+from graphrl.memory import MemoryBudgetError, MemoryManager, Region, RegionHandle
+
+__all__ = ["CODECS", "ChunkRing", "ChunkRingHandle", "make_codec"]
+
+CODECS = ("lz4", "zstd")
+_META = 4  # table words before the chunk slots: next position, arena head
+_NEXT, _HEAD = 0, 1
+
+
+def make_codec(name: str) -> Any:
+    """The numcodecs codec of ``name`` (`CODECS`): LZ4 acceleration 1, or Zstd level 1.
+
+    Raises
+    ------
+    ValueError
+        ``name`` is not one of `CODECS`.
+    """
+    if name == "lz4":
+        return LZ4(acceleration=1)
+    if name == "zstd":
+        return Zstd(level=1)
+    raise ValueError(f"codec must be one of {CODECS} or None, got {name!r}")
+
+
+@dataclass(frozen=True)
+class ChunkRingHandle:
+    """Picklable names and sizes of a `ChunkRing`'s regions."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    codec: str
+    capacity: int
+    chunk: int
+    table: RegionHandle
+    tail: RegionHandle
+    arena: RegionHandle
+
+
+class ChunkRing:
+    """A field's steps as compressed chunks (see the module docstring); made by `create` or `attach`.
+
+    Attributes
+    ----------
+    capacity : int
+        Steps of the shard's ring (a multiple of ``chunk``, at least ``2 * chunk``).
+    chunk : int
+        Steps per chunk C.
+    arena_bytes : int
+        Bytes of the arena.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        codec: str,
+        capacity: int,
+        chunk: int,
+        regions: tuple[Region, Region, Region],
+        create: bool,
+    ) -> None:
+        self.name = name
+        self.shape = tuple(shape)
+        self.dtype = np.dtype(dtype)
+        self.codec_name = codec
+        self.codec = make_codec(codec)
+        self.capacity = capacity
+        self.chunk = chunk
+        self.slots = capacity // chunk
+        self.regions = regions
+        table, tail, arena = regions
+        raw = table.numpy()
+        self.meta = raw[:_META]
+        self.table = raw[_META:].reshape(self.slots, 3)
+        self.tail = tail.numpy()
+        self.arena = arena.numpy()
+        self.arena_bytes = int(self.arena.shape[0])
+        self.chunk_bytes = chunk * int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        self._decoded = np.empty((chunk, *self.shape), dtype=self.dtype)
+        self._decoded_id = -1  # the chunk index held in _decoded (its arena offset in _decoded_at)
+        self._decoded_at = -1
+        if create:
+            self.meta[:] = 0
+            self.table[:, 0] = -1
+
+    @classmethod
+    def create(
+        cls,
+        memory: MemoryManager,
+        name: str,
+        shape: Sequence[int],
+        dtype: Any,
+        codec: str,
+        capacity: int,
+        chunk: int,
+        arena_bytes: int,
+        tier: str = "shared",
+        owner: str = "replay.chunks",
+        fallback: tuple[str, ...] = (),
+    ) -> ChunkRing:
+        """Allocate the regions of a ring of ``capacity`` steps in chunks of ``chunk``.
+
+        Raises
+        ------
+        ValueError
+            A codec not in `CODECS`, ``chunk < 1``, ``capacity`` not a multiple of ``chunk`` or below
+            ``2 * chunk``, or ``arena_bytes < 1``.
+        """
+        make_codec(codec)
+        if chunk < 1 or capacity % chunk or capacity < 2 * chunk:
+            raise ValueError(
+                f"capacity must be a multiple of chunk and at least 2 * chunk, got capacity={capacity}, "
+                f"chunk={chunk}"
+            )
+        if arena_bytes < 1:
+            raise ValueError(f"arena_bytes must be >= 1, got {arena_bytes}")
+        made: list[Region] = []
+        try:
+            for shp, dt in (
+                ((_META + 3 * (capacity // chunk),), np.int64),
+                ((chunk, *shape), np.dtype(dtype)),
+                ((int(arena_bytes),), np.uint8),
+            ):
+                made.append(memory.allocate(shp, dt, tier, owner=owner, fallback=fallback))
+        except BaseException:
+            for r in made:
+                r.free()
+            raise
+        return cls(name, tuple(shape), np.dtype(dtype), codec, capacity, chunk, tuple(made), create=True)
+
+    @classmethod
+    def attach(cls, memory: MemoryManager, handle: ChunkRingHandle) -> ChunkRing:
+        """Map a ring made by another process, by its handle."""
+        regions = tuple(memory.attach(h) for h in (handle.table, handle.tail, handle.arena))
+        return cls(
+            handle.name, handle.shape, np.dtype(handle.dtype), handle.codec, handle.capacity, handle.chunk,
+            regions, create=False,
+        )
+
+    def handle(self) -> ChunkRingHandle:
+        """Region names for `attach` (raises ``ValueError`` unless the regions are shared)."""
+        t, tl, a = (r.handle() for r in self.regions)
+        return ChunkRingHandle(
+            self.name, self.shape, self.dtype.name, self.codec_name, self.capacity, self.chunk, t, tl, a
+        )
+
+    def free(self) -> None:
+        for r in self.regions:
+            if not r.freed:
+                r.free()
+
+    @property
+    def next_position(self) -> int:
+        """The position after the last one written (positions skipped by a jump count as written)."""
+        return int(self.meta[_NEXT])
+
+    # -- writing (shard lock held)
+    def write(self, rows: np.ndarray, position: int) -> None:
+        """Store ``rows`` ``[n, *shape]`` at positions ``[position, position + n)``, n <= capacity.
+
+        ``position`` is at least `next_position` (a larger one skips positions, as a dead writer's
+        hole does: their rows are undefined). Chunks that fill are compressed into the arena.
+
+        Raises
+        ------
+        MemoryBudgetError
+            The new chunks do not fit in the arena beside the chunks still live after this write
+            (nothing is written): give the field a larger arena.
+        """
+        n = rows.shape[0]
+        c = self.chunk
+        start = self.next_position
+        end = position + n
+        k0, k1 = start // c, end // c  # chunks [k0, k1) fill with this write
+        pending = {}  # chunk index -> the chunk's rows, for chunks that fill
+        for k in range(k0, k1):
+            buf = self.tail.copy()
+            lo, hi = max(k * c, position), min((k + 1) * c, end)
+            if hi > lo:
+                buf[lo - k * c : hi - k * c] = rows[lo - position : hi - position]
+            pending[k] = np.frombuffer(self.codec.encode(buf), dtype=np.uint8)
+        placed = self._place(pending, end)
+        for k, (off, blob) in placed.items():
+            self.arena[off : off + blob.size] = blob
+            self.table[k % self.slots] = (k, off, blob.size)
+        if placed:
+            last = max(placed)
+            self.meta[_HEAD] = (placed[last][0] + placed[last][1].size) % self.arena_bytes
+        lo = max(position, k1 * c)
+        if end > lo:  # the rows of the chunk left partial: raw in its tail half
+            self.tail[lo - k1 * c : end - k1 * c] = rows[lo - position :]
+        self.meta[_NEXT] = end
+
+    def _place(self, blobs: dict[int, np.ndarray], end: int) -> dict[int, tuple[int, np.ndarray]]:
+        """Arena offsets for ``blobs`` (chunk index -> bytes, in order), or raise before any write.
+
+        The live chunks occupy the circular byte range from the oldest live chunk's offset to the
+        head; a chunk goes at the head, or at 0 when it does not fit before the arena's end. The head
+        never reaches the oldest live chunk (so head == that offset means empty).
+        """
+        if not blobs:
+            return {}
+        size = self.arena_bytes
+        oldest = max(0, end - self.capacity) // self.chunk  # the oldest chunk with a live position after
+        first_new = min(blobs)
+        tail_off = -1
+        for k in range(max(oldest, first_new - self.slots), first_new):
+            if self.table[k % self.slots, 0] == k:
+                tail_off = int(self.table[k % self.slots, 1])
+                break
+        head = int(self.meta[_HEAD]) if tail_off >= 0 else 0
+        out = {}
+        for k, blob in blobs.items():
+            if k < oldest:  # wholly below the floor after this write: never read, not stored
+                continue
+            n = blob.size
+            if tail_off < 0:  # nothing live
+                off, ok = 0, n < size
+                tail_off = 0
+            elif head >= tail_off:  # live bytes [tail_off, head): free [head, size) and [0, tail_off)
+                off = head if head + n < size else 0
+                ok = head + n < size or n < tail_off
+            else:  # live bytes wrap: free [head, tail_off)
+                off, ok = head, head + n < tail_off
+            if not ok:
+                raise self._full(n, (head - tail_off) % size)
+            out[k] = (off, blob)
+            head = off + n
+        return out
+
+    def _full(self, asked: int, used: int) -> MemoryBudgetError:
+        arena = self.regions[2]
+        note = (
+            f"field {self.name!r}: a compressed chunk of {asked} bytes does not fit in the arena of "
+            f"{self.arena_bytes} bytes beside {used} bytes of live chunks; give the field a larger arena "
+            f"(its raw chunk is {self.chunk_bytes} bytes)"
+        )
+        return MemoryBudgetError(
+            arena.tier, arena.owner, asked, self.arena_bytes - used, self.arena_bytes, note=note
+        )
+
+    # -- reading (shard lock held)
+    def read(self, positions: np.ndarray, out: np.ndarray) -> None:
+        """Copy the rows of live ``positions`` (int64 [n], each in ``[floor, next_position)``) into
+        ``out`` ``[n, *shape]``, decompressing each chunk once.
+
+        Raises
+        ------
+        ValueError
+            A position not held (below the floor or not yet written).
+        """
+        positions = np.asarray(positions, dtype=np.int64)
+        nxt = self.next_position
+        floor = max(0, nxt - self.capacity)
+        if positions.size and (positions.min() < floor or positions.max() >= nxt):
+            raise ValueError(
+                f"positions must be in [{floor}, {nxt}) (the live positions of field {self.name!r}), got "
+                f"[{int(positions.min())}, {int(positions.max())}]"
+            )
+        c = self.chunk
+        ks = positions // c
+        order = np.argsort(ks, kind="stable")
+        bounds = np.flatnonzero(np.diff(ks[order])) + 1
+        open_chunk = nxt // c
+        for group in np.split(order, bounds):
+            if group.size == 0:
+                continue
+            k = int(ks[group[0]])
+            within = positions[group] - k * c
+            if k == open_chunk:
+                out[group] = self.tail[within]
+            else:
+                out[group] = self.decoded(k)[within]
+
+    def decoded(self, k: int) -> np.ndarray:
+        """Chunk ``k`` (complete, live) decompressed: ``[chunk, *shape]``, valid until the next call."""
+        kk, off, n = (int(v) for v in self.table[k % self.slots])
+        if kk != k:
+            raise ValueError(f"field {self.name!r}: chunk {k} is not held (its slot holds chunk {kk})")
+        if self._decoded_id != k or self._decoded_at != off:
+            self.codec.decode(self.arena[off : off + n], out=self._decoded)
+            self._decoded_id, self._decoded_at = k, off
+        return self._decoded
+
+    # -- checkpoints (shard lock held)
+    def state(self) -> dict[str, Any]:
+        """The live chunks as they are: ``chunks`` int64 [K, 2] (chunk index, length), ``blob`` uint8
+        (their bytes, concatenated), ``tail`` (the raw rows of the open chunk), ``next_position``."""
+        nxt = self.next_position
+        floor = max(0, nxt - self.capacity)
+        ks = [k for k in range(floor // self.chunk, nxt // self.chunk) if self.table[k % self.slots, 0] == k]
+        rows = self.table[[k % self.slots for k in ks]].reshape(-1, 3)
+        parts = [self.arena[off : off + n] for _, off, n in rows.tolist()]
+        chunks = np.stack([rows[:, 0], rows[:, 2]], axis=1)
+        blob = np.concatenate(parts) if parts else np.zeros(0, np.uint8)
+        return {"chunks": chunks, "blob": blob, "tail": self.tail.copy(),
+                "next_position": nxt}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Put back what `state` gave (into an empty ring of the same capacity, chunk and codec).
+
+        Raises
+        ------
+        MemoryBudgetError
+            The chunks do not fit in this ring's arena.
+        ValueError
+            A chunk's bytes do not decompress to one chunk (a corrupt checkpoint).
+        """
+        chunks = np.asarray(state["chunks"], dtype=np.int64).reshape(-1, 2)
+        blob = np.asarray(state["blob"], dtype=np.uint8)
+        if int(chunks[:, 1].sum()) >= self.arena_bytes:
+            raise self._full(int(chunks[:, 1].sum()), 0)
+        self.table[:, 0] = -1
+        off = 0
+        for k, n in chunks.tolist():
+            data = blob[off : off + n]
+            try:
+                self.codec.decode(data, out=self._decoded)
+            except Exception as exc:  # numcodecs raises RuntimeError/ValueError on bad bytes
+                raise ValueError(
+                    f"field {self.name!r}: chunk {k} of the checkpoint does not decompress: {exc}"
+                ) from exc
+            self.arena[off : off + n] = data
+            self.table[k % self.slots] = (k, off, n)
+            off += n
+        self._decoded_id = -1
+        nxt = int(state["next_position"])
+        self.tail[...] = state["tail"]
+        self.meta[_NEXT] = nxt
+        self.meta[_HEAD] = off % self.arena_bytes

@@ -1,0 +1,168 @@
+"""ChunkRing: compressed chunks of steps read back exactly as a raw ring would, across writes, skipped
+positions, arena reuse, checkpoint state round trips and a spawned reader process."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from graphrl.memory import MemoryBudgetError, MemoryManager
+from replay.chunk_codec import ChunkRing, make_codec
+
+SHAPE = (3, 5)
+
+
+def frames(start: int, n: int) -> np.ndarray:
+    """Rows that compress (a repeated background) yet differ by position."""
+    out = np.zeros((n, *SHAPE), dtype=np.uint8)
+    pos = np.arange(start, start + n)
+    out[:, 0, 0] = pos % 251
+    out[:, 1, :] = (pos // 251 % 251)[:, None]
+    return out
+
+
+class Reference:
+    """A raw ring of positions, the behaviour a ChunkRing must match."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.rows: dict[int, np.ndarray] = {}
+        self.next = 0
+
+    def write(self, rows: np.ndarray, position: int) -> None:
+        for i, r in enumerate(rows):
+            self.rows[position + i] = r
+        self.next = position + len(rows)
+
+    def live(self) -> np.ndarray:
+        floor = max(0, self.next - self.capacity)
+        return np.array([p for p in range(floor, self.next) if p in self.rows], dtype=np.int64)
+
+
+@pytest.fixture
+def memory():
+    m = MemoryManager()
+    yield m
+    m.close()
+
+
+@pytest.mark.parametrize("codec", ["lz4", "zstd"])
+def test_codec_names_and_errors(codec):
+    assert make_codec(codec) is not None
+    with pytest.raises(ValueError, match="codec must be one of .*'snappy'"):
+        make_codec("snappy")
+
+
+def test_create_rejects_bad_sizes(memory):
+    with pytest.raises(ValueError, match="capacity=24, chunk=16"):
+        ChunkRing.create(memory, "obs", SHAPE, np.uint8, "lz4", capacity=24, chunk=16, arena_bytes=1000)
+    with pytest.raises(ValueError, match="arena_bytes must be >= 1, got 0"):
+        ChunkRing.create(memory, "obs", SHAPE, np.uint8, "lz4", capacity=32, chunk=16, arena_bytes=0)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    codec=st.sampled_from(["lz4", "zstd"]),
+    chunk=st.sampled_from([1, 4, 8]),
+    slots=st.integers(2, 6),
+    ops=st.lists(st.tuples(st.integers(1, 30), st.integers(0, 3)), min_size=1, max_size=20),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_reads_match_a_raw_ring(codec, chunk, slots, ops, seed):
+    """Any sequence of writes (some skipping positions, as a dead writer's hole) reads back as a raw ring;
+    the arena's bytes are reused as chunks fall below the floor; state() round trips into a new ring."""
+    capacity = chunk * slots
+    memory = MemoryManager()
+    try:
+        ring = ChunkRing.create(memory, "obs", SHAPE, np.uint8, codec, capacity, chunk, arena_bytes=4096)
+        ref = Reference(capacity)
+        rng = np.random.default_rng(seed)
+        pos = 0
+        for n, skip in ops:
+            n = min(n, capacity)
+            pos += skip if skip == 3 else 0  # a hole now and then
+            rows = frames(pos, n)
+            ring.write(rows, pos)
+            ref.write(rows, pos)
+            pos += n
+            live = ref.live()
+            if live.size:
+                ask = rng.choice(live, size=min(7, live.size))
+                out = np.empty((ask.size, *SHAPE), np.uint8)
+                ring.read(ask, out)
+                np.testing.assert_array_equal(out, np.stack([ref.rows[int(p)] for p in ask]))
+        other = ChunkRing.create(memory, "obs", SHAPE, np.uint8, codec, capacity, chunk, arena_bytes=4096)
+        other.load_state(ring.state())
+        live = ref.live()
+        if live.size:
+            out = np.empty((live.size, *SHAPE), np.uint8)
+            other.read(live, out)
+            np.testing.assert_array_equal(out, np.stack([ref.rows[int(p)] for p in live]))
+        # the restored ring goes on: its next writes read back too
+        rows = frames(pos, chunk + 1)
+        other.write(rows, pos)
+        got = np.empty_like(rows)
+        other.read(np.arange(pos, pos + chunk + 1), got)
+        np.testing.assert_array_equal(got, rows)
+    finally:
+        memory.close()
+
+
+def test_arena_overflow_raises_and_writes_nothing(memory):
+    ring = ChunkRing.create(memory, "obs", (64,), np.uint8, "lz4", capacity=64, chunk=4, arena_bytes=300)
+    noise = np.random.default_rng(0).integers(0, 256, (64, 64), dtype=np.uint8)  # does not compress
+    ring.write(noise[:4], 0)
+    before = (ring.meta.copy(), ring.table.copy(), ring.arena.copy())
+    with pytest.raises(MemoryBudgetError, match=r"field 'obs': a compressed chunk of \d+ bytes does not fit"):
+        ring.write(noise[4:12], 4)
+    np.testing.assert_array_equal(ring.meta, before[0])
+    np.testing.assert_array_equal(ring.table, before[1])
+    out = np.empty((4, 64), np.uint8)
+    ring.read(np.arange(4), out)
+    np.testing.assert_array_equal(out, noise[:4])
+
+
+def test_read_refuses_positions_not_held(memory):
+    ring = ChunkRing.create(memory, "obs", SHAPE, np.uint8, "lz4", capacity=16, chunk=4, arena_bytes=4096)
+    ring.write(frames(0, 20), 0)
+    with pytest.raises(ValueError, match=r"positions must be in \[4, 20\)"):
+        ring.read(np.array([3]), np.empty((1, *SHAPE), np.uint8))
+
+
+def test_corrupt_checkpoint_chunk_is_named(memory):
+    ring = ChunkRing.create(memory, "obs", SHAPE, np.uint8, "zstd", capacity=16, chunk=4, arena_bytes=4096)
+    ring.write(frames(0, 10), 0)
+    state = ring.state()
+    state["blob"] = state["blob"].copy()
+    state["blob"][: state["chunks"][0, 1]] = 7
+    other = ChunkRing.create(memory, "obs", SHAPE, np.uint8, "zstd", capacity=16, chunk=4, arena_bytes=4096)
+    with pytest.raises(ValueError, match="field 'obs': chunk 0 of the checkpoint does not decompress"):
+        other.load_state(state)
+
+
+def _reader(handle, queue) -> None:  # a spawned process: attach and read
+    memory = MemoryManager()
+    try:
+        ring = ChunkRing.attach(memory, handle)
+        out = np.empty((10, *SHAPE), np.uint8)
+        ring.read(np.arange(30, 40), out)
+        queue.put(out)
+    finally:
+        memory.close()
+
+
+def test_spawned_process_reads_compressed_chunks(memory):
+    ring = ChunkRing.create(memory, "obs", SHAPE, np.uint8, "lz4", capacity=32, chunk=8, arena_bytes=4096)
+    ring.write(frames(0, 40), 0)
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    p = ctx.Process(target=_reader, args=(ring.handle(), queue))
+    p.start()
+    got = queue.get(timeout=60)
+    p.join(60)
+    assert p.exitcode == 0
+    np.testing.assert_array_equal(got, frames(30, 10))
