@@ -52,10 +52,16 @@ _PART_FILES = ("owned", "indptr", "indices", "edge_ids", "halo", "out_degree")
 
 
 def graph_fingerprint(graph: CSCGraph) -> str:
-    """sha256 (hex) of a graph's structure: N, E, ``indptr``, ``indices``, edge ids and weights."""
-    h = hashlib.sha256(f"{graph.num_nodes}:{graph.num_edges}:{graph.indices.dtype}".encode())
-    for t in (graph.indptr, graph.indices, graph.edge_ids, graph.weights):
-        h.update(b"|" if t is None else t.numpy().tobytes())
+    """sha256 (hex) of a graph's structure: N, E, ``indptr``, ``indices``, edge ids and weights.
+
+    The arrays are hashed in one dtype each (indices int32 below 2^31 nodes, else int64; edge ids int64;
+    weights float32), so the same graph held with int64 indices has the same fingerprint.
+    """
+    index = np.int32 if graph.num_nodes <= np.iinfo(np.int32).max else np.int64
+    h = hashlib.sha256(f"{graph.num_nodes}:{graph.num_edges}:torch.{np.dtype(index).name}".encode())
+    for t, dtype in ((graph.indptr, np.int64), (graph.indices, index), (graph.edge_ids, np.int64),
+                     (graph.weights, np.float32)):
+        h.update(b"|" if t is None else np.ascontiguousarray(t.numpy(), dtype=dtype).tobytes())
     return h.hexdigest()
 
 

@@ -114,6 +114,8 @@ def test_bad_part_ids_and_another_graph_are_refused(graph, folder):
     other = synthetic_graph(N, E, seed=5)
     with pytest.raises(PartitionError, match="holds another graph"):
         load_partition(path, 0, expect=graph_fingerprint(other))
+    wide = CSCGraph(graph.indptr, graph.indices.long(), graph.edge_ids, graph.weights.double())
+    load_partition(path, 0, expect=graph_fingerprint(wide))  # the same graph in wider dtypes is this graph
     with pytest.raises(PartitionError, match="another graph"):
         load_book(path, expect=graph_fingerprint(other))
 
