@@ -3,8 +3,9 @@
     graphrl partition parts/ --dataset cora --parts 4                  # features and labels go along
     graphrl partition parts/ --dataset synthetic --size 1000000,20000000 --parts 4 --method ldg
 
-It prints the method used (METIS through pymetis when installed, else streaming LDG) and the balance:
-nodes and in-edges per part, their imbalance (max / mean) and the edge cut. The folder is read by
+It prints the method used (METIS through pymetis when installed, else streaming LDG), the balance:
+nodes and in-edges per part, their imbalance (max / mean) and the edge cut, and the graph's fingerprint
+(keep it: trainers that do not hold the graph check the folder with ``expect=``). The folder is read by
 `graphrl.partition.load_partition` and `samplers.distributed` (docs/architecture.md#partitioned-graphs).
 This module prints (through click); library code only logs.
 """
@@ -71,3 +72,4 @@ def partition(out: str, dataset: str, size: tuple[int, int], parts: int, method:
     click.echo(f"nodes per part: {b['nodes']} (imbalance {b['node_imbalance']:.3f})")
     click.echo(f"edges per part: {b['edges']} (imbalance {b['edge_imbalance']:.3f})")
     click.echo(f"edge cut: {b['edge_cut']} ({100 * b['cut_fraction']:.1f} % of edges)")
+    click.echo(f"graph fingerprint (expect= of LocalOwners / RayOwners): {body['fingerprint']}")

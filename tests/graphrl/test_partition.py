@@ -168,7 +168,9 @@ def test_cli_partition(tmp_path):
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 0, res.output
     assert "with ldg" in res.output and "edge cut:" in res.output
-    body = verify(out, graph_fingerprint(synthetic_graph(500, 4000, "powerlaw", seed=0)))
+    fingerprint = graph_fingerprint(synthetic_graph(500, 4000, "powerlaw", seed=0))
+    assert f"graph fingerprint (expect= of LocalOwners / RayOwners): {fingerprint}" in res.output
+    body = verify(out, fingerprint)
     assert sum(body["balance"]["edges"]) == 4000
     res = CliRunner().invoke(main, ["partition", str(out), "--size", "500,4000"])
     assert res.exit_code != 0 and "not an empty folder" in res.output
