@@ -185,6 +185,10 @@ class RayOwners(_Owners):
         cluster `attach` to them.
     threads : int or None
         Kernel threads of each owner (`PartitionOwner`).
+    timeout_s : float or None
+        Seconds a `call` waits for its answers before ``TimeoutError`` names the owners that did not
+        answer (alive but hung: a dead one is reported at once whatever this is); ``None`` waits on.
+        An attribute: set it on owners that `attach` gave.
 
     Raises
     ------
@@ -195,12 +199,17 @@ class RayOwners(_Owners):
     """
 
     def __init__(self, folder: str, expect: str | None = None, actor_options: dict | None = None,
-                 name: str | None = None, threads: int | None = None, *, attach: bool = False) -> None:
+                 name: str | None = None, threads: int | None = None, *, timeout_s: float | None = None,
+                 attach: bool = False) -> None:
         import ray
 
+        if timeout_s is not None and (isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float))
+                                      or not timeout_s > 0):
+            raise ValueError(f"timeout_s must be None or a number of seconds > 0, got {timeout_s!r}")
         super().__init__(folder, expect)
         self._ray = ray
         self.closed = False
+        self.timeout_s = timeout_s
         self.name = name
         self.threads = threads
         self._options = {"num_cpus": 0, "max_restarts": 0, **(actor_options or {})}
@@ -253,12 +262,19 @@ class RayOwners(_Owners):
         """`PartitionOwner.info` of one owner (as it reported when started)."""
         return self.infos[part]
 
-    def _get(self, refs: dict[int, Any], method: str) -> dict[int, Any]:
+    def _get(self, refs: dict[int, Any], method: str, timeout_s: float | None = None) -> dict[int, Any]:
         ray = self._ray
         out = {}
         pending = {ref: p for p, ref in refs.items()}
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while pending:  # take results as they come, so the first failure surfaces at once
-            done, _ = ray.wait(list(pending), num_returns=1)
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=left)
+            if not done:
+                late = sorted(pending.values())
+                raise TimeoutError(f"partition owners {late} ({self.folder}) did not answer {method} within "
+                                   f"timeout_s={timeout_s} (alive but hung or overloaded); restart them "
+                                   f"with restart(part)")
             p = pending.pop(done[0])
             try:
                 out[p] = ray.get(done[0])
@@ -282,6 +298,8 @@ class RayOwners(_Owners):
         ------
         OwnerError
             An owner died (named as soon as Ray reports its process gone) or raised.
+        TimeoutError
+            Owners did not answer within ``timeout_s`` (named).
         ValueError
             The owners are closed.
         """
@@ -290,7 +308,7 @@ class RayOwners(_Owners):
             raise ValueError(f"the owners of {self.folder} are closed: start new ones (RayOwners)")
         t0 = time.perf_counter()
         refs = {p: getattr(self.actors[p], method).remote(*args) for p, args in requests.items()}
-        return self._count(requests, self._get(refs, method), t0)
+        return self._count(requests, self._get(refs, method, self.timeout_s), t0)
 
     def restart(self, part: int) -> None:
         """Start owner ``part`` again from the folder (verified); the old actor is killed if alive.

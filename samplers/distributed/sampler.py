@@ -139,6 +139,8 @@ class DistNeighborSampler:
             Bad ``seeds`` (as `NeighborSampler.sample`).
         samplers.distributed.OwnerError
             An owner died or failed; the call counter is not advanced.
+        TimeoutError
+            Owners did not answer within `RayOwners`' ``timeout_s``; the call counter is not advanced.
         """
         dst = check_seeds(seeds, self.book.num_nodes)
         with self._lock:

@@ -91,3 +91,21 @@ def test_killed_owner_is_named_at_once_and_restart_goes_on(setup):
     owners.restart(1)
     _same(ref.sample(seeds), dist.sample(seeds))  # the failed call is not lost: the same batch comes again
     assert dist.sample(seeds)[0].num_edges == ref.sample(seeds)[0].num_edges
+
+
+def test_a_hung_owner_is_named_at_the_timeout_and_the_batch_comes_again(setup):
+    graph, owners = setup
+    ref, dist = NeighborSampler(graph, [3], seed=2), DistNeighborSampler(owners, [3], seed=2)
+    seeds = torch.arange(0, N, 2)
+    pid = owners.info(0)["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    owners.timeout_s = 0.5
+    try:
+        t0 = time.perf_counter()
+        with pytest.raises(TimeoutError, match=r"partition owners \[0\] .* did not answer sample within"):
+            dist.sample(seeds)
+        assert time.perf_counter() - t0 < 2.0
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        owners.timeout_s = None
+    _same(ref.sample(seeds), dist.sample(seeds))  # the call counter did not move: the same batch, whole
