@@ -182,8 +182,12 @@ def write_partitions(graph: CSCGraph, folder: str | os.PathLike[str], num_parts:
         ``folder`` exists and is not empty; features or labels of the wrong shape; ``owner`` of the wrong
         length or with ids outside [0, P); and as `assign_parts`.
     TypeError
-        Features or labels of another dtype (object, strings, bfloat16); ``owner`` not of integers.
+        ``graph`` not a `CSCGraph`; features or labels of another dtype (object, strings, bfloat16);
+        ``owner`` not of integers.
     """
+    if not isinstance(graph, CSCGraph):
+        raise TypeError(f"graph must be a CSCGraph (CSCGraph.from_edges(src, dst, num_nodes) or from_scipy), "
+                        f"got {type(graph).__name__}")
     folder = Path(folder)
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         raise ValueError(f"folder {str(folder)!r} exists and is not an empty folder: choose a new path")

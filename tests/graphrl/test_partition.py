@@ -195,6 +195,9 @@ def test_feature_dtypes_round_trip_and_others_are_refused(graph, tmp_path):
                       ({"owner": np.full(N, 1.5)}, "owner must be an integer array")]:
         with pytest.raises(TypeError, match=match):
             write_partitions(graph, tmp_path / "b", P, **kw)
+    edge_list = type("DGLGraph", (), {"num_nodes": lambda self: N})()  # a DGL or PyG user's graph
+    with pytest.raises(TypeError, match="graph must be a CSCGraph .*from_edges.* got DGLGraph"):
+        write_partitions(edge_list, tmp_path / "b", P, features=half, owner=np.arange(N) % P)
     assert not (tmp_path / "b").exists()
 
 
