@@ -397,20 +397,27 @@ def _save_locked(root: Path, tmp: Path, snapshot: AbstractContextManager[dict[st
 def _write_state(group: Any, state: dict[str, Any]) -> None:
     """The zarr group of a checkpoint from a store's state (see the module docstring)."""
     config = state["config"]
-    spec = config["spec"]  # {field: [shape, dtype]}
+    spec = config["spec"]  # {field: [shape, dtype]} or, with a codec, [shape, dtype, codec, arena_ratio]
     table = state["table"]
     meta = []
     for s, shard in enumerate(state["shards"]):
         g = group.require_group(f"shard{s}")
         n = sum(len(p) for p in shard["steps"])
-        for name, (shape, dtype) in spec.items():
-            _write_array(g, name, shard["columns"][name], (n, *shape), dtype)
+        for name, (shape, dtype, *codec) in spec.items():
+            if codec:  # the compressed chunks as they are, and the raw rows of the chunk being filled
+                c = shard["chunks"][name]
+                _write_array(g, f"{name}.chunks", [c["chunks"]], c["chunks"].shape, np.int64)
+                _write_array(g, f"{name}.blob", [c["blob"]], c["blob"].shape, np.uint8)
+                _write_array(g, f"{name}.tail", [c["tail"]], c["tail"].shape, dtype)
+            else:
+                _write_array(g, name, shard["columns"][name], (n, *shape), dtype)
         _write_array(g, "steps", shard["steps"], (n, 3), np.int64)
         _write_array(g, "records", [shard["records"]], shard["records"].shape, np.int64)
         for name in _PER_ITEM:
             parts = table["shards"][s][name]
             _write_array(g, name, parts, (n,), parts[0].dtype)
         meta.append({k: shard[k] for k in ("write_pos", "n_records", "holes", "commits")})
+        meta[-1]["chunk_next"] = {n: int(c["next_position"]) for n, c in shard.get("chunks", {}).items()}
     group.attrs["replay"] = {
         "version": VERSION,
         **config,
@@ -476,7 +483,17 @@ def _read_state(folder: Path) -> dict[str, Any]:
             g = group[f"shard{s}"]
             shards.append(
                 {
-                    "columns": {n: g[n] for n in config["spec"]},
+                    "columns": {n: g[n] for n, e in config["spec"].items() if len(e) == 2},
+                    "chunks": {
+                        n: {
+                            "chunks": np.asarray(g[f"{n}.chunks"][...]),
+                            "blob": np.asarray(g[f"{n}.blob"][...]),
+                            "tail": np.asarray(g[f"{n}.tail"][...]),
+                            "next_position": int(m["chunk_next"][n]),
+                        }
+                        for n, e in config["spec"].items()
+                        if len(e) > 2
+                    },
                     "steps": np.asarray(g["steps"][...]),
                     "records": np.asarray(g["records"][...]),
                     **{k: int(m[k]) for k in ("write_pos", "n_records", "holes", "commits")},

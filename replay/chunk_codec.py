@@ -39,10 +39,11 @@ import numpy as np
 from numcodecs import LZ4, Zstd
 
 from graphrl.memory import MemoryBudgetError, MemoryManager, Region, RegionHandle
+from replay.spec import CODECS
 
-__all__ = ["CODECS", "ChunkRing", "ChunkRingHandle", "make_codec"]
+__all__ = ["CODECS", "ChunkRing", "ChunkRingHandle", "chunk_steps_for", "make_codec"]
 
-CODECS = ("lz4", "zstd")
+CHUNK_STEPS = 16  # steps per chunk at most (lz4 on Atari frames: docs/performance.md#replay)
 _META = 4  # table words before the chunk slots: next position, arena head
 _NEXT, _HEAD = 0, 1
 
@@ -60,6 +61,21 @@ def make_codec(name: str) -> Any:
     if name == "zstd":
         return Zstd(level=1)
     raise ValueError(f"codec must be one of {CODECS} or None, got {name!r}")
+
+
+def chunk_steps_for(capacity: int) -> int:
+    """Steps per chunk for a ring of ``capacity`` steps: the largest power of two up to `CHUNK_STEPS`
+    dividing ``capacity`` with ``capacity >= 2 * chunk``.
+
+    Raises
+    ------
+    ValueError
+        ``capacity < 2`` (a compressed field needs a ring of two steps or more).
+    """
+    for c in (CHUNK_STEPS, 8, 4, 2, 1):
+        if capacity % c == 0 and capacity >= 2 * c:
+            return c
+    raise ValueError(f"a field with a codec needs a shard capacity >= 2, got capacity={capacity}")
 
 
 @dataclass(frozen=True)
@@ -209,19 +225,32 @@ class ChunkRing:
             The new chunks do not fit in the arena beside the chunks still live after this write
             (nothing is written): give the field a larger arena.
         """
+        self.apply(self.prepare(rows, position))
+
+    def prepare(self, rows: np.ndarray, position: int) -> tuple[Any, ...]:
+        """`write`'s compression and placement, changing nothing (raises as `write`); `apply` stores it."""
         n = rows.shape[0]
         c = self.chunk
         start = self.next_position
         end = position + n
         k0, k1 = start // c, end // c  # chunks [k0, k1) fill with this write
         pending = {}  # chunk index -> the chunk's rows, for chunks that fill
-        for k in range(k0, k1):
-            buf = self.tail.copy()
+        oldest = max(0, end - self.capacity) // c  # chunks below are wholly below the floor: not stored
+        for k in range(max(k0, oldest), k1):
             lo, hi = max(k * c, position), min((k + 1) * c, end)
-            if hi > lo:
-                buf[lo - k * c : hi - k * c] = rows[lo - position : hi - position]
+            if lo == k * c and hi == lo + c:
+                buf = np.ascontiguousarray(rows[lo - position : hi - position])
+            else:
+                buf = self.tail.copy()
+                if hi > lo:
+                    buf[lo - k * c : hi - k * c] = rows[lo - position : hi - position]
             pending[k] = np.frombuffer(self.codec.encode(buf), dtype=np.uint8)
-        placed = self._place(pending, end)
+        return rows, position, end, k1, self._place(pending, end)
+
+    def apply(self, prepared: tuple[Any, ...]) -> None:
+        """Store what `prepare` made (nothing written to the ring in between)."""
+        rows, position, end, k1, placed = prepared
+        c = self.chunk
         for k, (off, blob) in placed.items():
             self.arena[off : off + blob.size] = blob
             self.table[k % self.slots] = (k, off, blob.size)
@@ -229,7 +258,7 @@ class ChunkRing:
             last = max(placed)
             self.meta[_HEAD] = (placed[last][0] + placed[last][1].size) % self.arena_bytes
         lo = max(position, k1 * c)
-        if end > lo:  # the rows of the chunk left partial: raw in its tail half
+        if end > lo:  # the rows of the chunk left partial: raw in the tail
             self.tail[lo - k1 * c : end - k1 * c] = rows[lo - position :]
         self.meta[_NEXT] = end
 

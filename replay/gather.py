@@ -8,7 +8,10 @@ first gather registers every shard's rings with CUDA (`graphrl.memory.MemoryMana
 ``cudaHostRegister``, owner ``replay.uva``; rings already pinned are used as they are), and
 `replay.cuda.gather_fields_cuda` reads them in place through UVA on `graphrl.cuda.launch_stream`
 (torch's current stream, docs/architecture.md#the-stream-rule); `WindowGather.to_device` waits for
-the kernels before it returns. `WindowGather.close` unregisters the rings.
+the kernels before it returns. `WindowGather.close` unregisters the rings. Fields with a codec
+(`replay.chunk_codec.ChunkRing`) are decompressed into the slot on the host under each shard's lock
+(positions already below the floor are left zero: their windows are stale and redrawn); the sampler
+gathers a batch with such fields on the host and copies it to a GPU.
 
 >>> gather = WindowGather(storage)
 >>> gather.to_host(rows, meta, slot.flat, length)            # then storage.stale(...)
@@ -37,8 +40,13 @@ class WindowGather:
     def __init__(self, storage: TrajectoryStorage) -> None:
         self.storage = storage
         spec = storage.spec
-        self.rings = [tuple(sh.columns[n].reshape(-1).view(np.uint8) for n in spec) for sh in storage.shards]
-        self.row_bytes = np.array([f.row_bytes for f in spec.values()], dtype=np.int64)
+        self.coded = [(j, n) for j, n in enumerate(spec) if spec[n].codec is not None]
+        self.raw = [j for j, n in enumerate(spec) if spec[n].codec is None]  # field indices with a ring
+        raw_names = [n for n in spec if spec[n].codec is None]
+        self.rings = [
+            tuple(sh.columns[n].reshape(-1).view(np.uint8) for n in raw_names) for sh in storage.shards
+        ]
+        self.row_bytes = np.array([spec[n].row_bytes for n in raw_names], dtype=np.int64)
         self._lock = threading.Lock()
         self._uva: list[tuple[Any, ...]] | None = None  # per shard, numba views of its rings
         self._uva_regions: list[Region] = []  # rings registered (page-locked) for the GPU path
@@ -53,10 +61,13 @@ class WindowGather:
     def to_host(self, rows: np.ndarray, meta: dict[str, np.ndarray], flat: tuple, length: int) -> None:
         """Copy the windows ``rows`` of ``meta`` (`replay.table.META_FIELDS`) into host flat views."""
         cap = self.storage.capacity
+        raw_flat = flat if not self.coded else tuple(flat[j] for j in self.raw)
         for s, sel in self.groups(rows, meta["shard"]):
+            if self.coded:
+                self._decode(s, sel, meta, flat, length)
             gather_fields(
                 self.rings[s],
-                flat,
+                raw_flat,
                 self.row_bytes,
                 cap,
                 meta["first"][sel] % cap,
@@ -65,6 +76,25 @@ class WindowGather:
                 sel,
                 length,
             )
+
+    def _decode(self, s: int, sel: np.ndarray, meta: dict[str, np.ndarray], flat: tuple, length: int) -> None:
+        """The codec fields of windows ``sel`` of shard ``s``: zeroed, then their live steps decoded."""
+        spec = self.storage.spec
+        n, dst, first = meta["n"][sel], meta["dst"][sel], meta["first"][sel]
+        steps = np.repeat(np.arange(sel.size), n)
+        offset = np.arange(steps.size) - np.repeat(np.cumsum(n) - n, n)  # step within its window
+        positions = first[steps] + offset
+        out_rows = sel[steps] * length + dst[steps] + offset
+        sh = self.storage.shards[s]
+        for j, name in self.coded:
+            f = spec[name]
+            view = flat[j].view(f.dtype).reshape(-1, *f.shape)
+            view.reshape(-1, length, *f.shape)[sel] = 0
+            with sh:
+                keep = positions >= sh.floor  # the rest: stale windows, dropped after the copy
+                got = np.empty((int(keep.sum()), *f.shape), dtype=f.dtype)
+                sh.chunks[name].read(positions[keep], got)
+            view[out_rows[keep]] = got
 
     def to_device(
         self, rows: np.ndarray, meta: dict[str, np.ndarray], flat: tuple, length: int, target: torch.device

@@ -106,7 +106,8 @@ class WindowSampler:
         self.staging = BatchStaging(
             storage.spec, storage.memory, staging_slots, storage.timeout, scratch_names=META_FIELDS
         )
-        self.owner_table = type(table) is Table  # the compiled path (see the module docstring)
+        # the compiled path (see the module docstring); it copies raw rings only, not a codec field's chunks
+        self.owner_table = type(table) is Table and not storage.spec.codec_fields
         self.step_bytes = sum(f.row_bytes for f in storage.spec.values())
         self.device_gather_min_bytes = DEVICE_GATHER_MIN_BYTES
         self.copy = BatchCopy(storage) if self.owner_table else None
@@ -129,8 +130,10 @@ class WindowSampler:
         TimeoutError
             The rate limiter or the staging slots made it wait past the deadline.
         """
-        small = target is not None and not gathers_on_device(b * length * self.step_bytes,
-                                                              self.device_gather_min_bytes)
+        small = target is not None and (
+            bool(self.storage.spec.codec_fields)  # decompressed on the host, then one copy up
+            or not gathers_on_device(b * length * self.step_bytes, self.device_gather_min_bytes)
+        )
         if small:
             return self._sample(b, length, pad, beta, None, left).stamp(self.table.store_id).to(target)
         return self._sample(b, length, pad, beta, target, left).stamp(self.table.store_id)

@@ -3,7 +3,9 @@
 A shard of ``capacity`` steps holds, in memory-manager regions (the shared tier by default, so that
 actor processes attach them by name):
 
-- per field, a ring ``[capacity, *field_shape]``;
+- per field, a ring ``[capacity, *field_shape]``; a field with a codec, a `replay.chunk_codec.ChunkRing`
+  instead (compressed chunks: `ShardStorage.chunks`, written by `ShardStorage.commit` and read by
+  `replay.chunk_codec.ChunkRing.read` under the shard lock);
 - an *index* region: the shard's robust process-shared mutex, its counters (`WRITE_POS`: steps ever
   committed, `RESERVE_POS`: steps being committed, `N_RECORDS`: episode records ever made), per slot
   the step's episode record id, commit sequence number and flags (int64 ``[capacity, 3]``; flag
@@ -36,6 +38,7 @@ import numpy as np
 from graphrl.kernels import advise_huge_pages
 from graphrl.memory import MemoryManager, Region, RegionHandle, Tier
 from replay._sync import SLOT_BYTES, SharedMutex
+from replay.chunk_codec import ChunkRing, ChunkRingHandle, chunk_steps_for
 from replay.commit_kernel import count_overwritten, repair_hole, write_steps
 from replay.keys import MAX_POSITION
 from replay.shard_layout import (
@@ -91,6 +94,7 @@ class ShardHandle:
 
     index: RegionHandle
     columns: tuple[tuple[str, RegionHandle], ...]
+    chunks: tuple[tuple[str, ChunkRingHandle], ...] = ()
 
 
 class ShardStorage:
@@ -105,7 +109,9 @@ class ShardStorage:
     capacity : int
         Steps of the ring.
     columns : dict of str to numpy.ndarray
-        Ring views ``[capacity, *field_shape]`` (zero-copy over the regions).
+        Ring views ``[capacity, *field_shape]`` (zero-copy over the regions) of the raw fields.
+    chunks : dict of str to replay.chunk_codec.ChunkRing
+        The fields with a codec (read them with `ChunkRing.read`, lock held).
     meta : numpy.ndarray, int64 [16]
         ``write_pos``, ``reserve_pos``, ``n_records``, ``holes``, ``commits``.
     steps : numpy.ndarray, int64 [capacity, 3]
@@ -128,8 +134,11 @@ class ShardStorage:
         columns: Mapping[str, Region],
         create: bool,
         count_deletes: Callable[[int], None] | None = None,
+        chunks: Mapping[str, ChunkRing] | None = None,
     ) -> None:
         self.shard_id = shard_id
+        self.chunks = dict(chunks or {})
+        raw_names = [n for n in spec if n not in self.chunks]
         self.count_deletes = count_deletes
         self.spec = spec
         self.capacity = capacity
@@ -142,9 +151,9 @@ class ShardStorage:
         self.records = (
             raw[_STEPS_OFF + 24 * capacity : _index_bytes(capacity)].view(np.int64).reshape(capacity, 4)
         )
-        self.columns = {name: columns[name].numpy() for name in spec}
-        self._flat_rings = tuple(self.columns[n].reshape(-1).view(np.uint8) for n in spec)
-        self._row_bytes = np.array([f.row_bytes for f in spec.values()], dtype=np.int64)
+        self.columns = {name: columns[name].numpy() for name in raw_names}
+        self._flat_rings = tuple(self.columns[n].reshape(-1).view(np.uint8) for n in raw_names)
+        self._row_bytes = np.array([spec[n].row_bytes for n in raw_names], dtype=np.int64)
         if create:
             self.meta[:] = 0
             self.steps[:, 0] = -1
@@ -169,7 +178,16 @@ class ShardStorage:
             index = memory.allocate((_index_bytes(capacity),), "uint8", tier, owner=owner, fallback=fallback)
             regions.append(index)
             cols = {}
+            chunks = {}
             for name, f in spec.items():
+                if f.codec is not None:
+                    arena = max(1, int(capacity * f.row_bytes / f.arena_ratio))
+                    chunks[name] = ChunkRing.create(
+                        memory, name, f.shape, f.dtype, f.codec, capacity, chunk_steps_for(capacity), arena,
+                        tier, owner, fallback,
+                    )
+                    regions.extend(chunks[name].regions)
+                    continue
                 cols[name] = memory.allocate(
                     (capacity, *f.shape), f.dtype, tier, owner=owner, fallback=fallback
                 )
@@ -181,7 +199,7 @@ class ShardStorage:
             for r in regions:
                 r.free()
             raise
-        return cls(shard_id, spec, capacity, index, cols, create=True, count_deletes=count_deletes)
+        return cls(shard_id, spec, capacity, index, cols, True, count_deletes, chunks)
 
     @classmethod
     def attach(
@@ -196,12 +214,15 @@ class ShardStorage:
         """Map a shard made by another process, by its handle's region names."""
         index = memory.attach(handle.index)
         cols = {name: memory.attach(h) for name, h in handle.columns}
-        return cls(shard_id, spec, capacity, index, cols, create=False, count_deletes=count_deletes)
+        chunks = {name: ChunkRing.attach(memory, h) for name, h in handle.chunks}
+        return cls(shard_id, spec, capacity, index, cols, False, count_deletes, chunks)
 
     def handle(self) -> ShardHandle:
         """Region names for `attach` (raises ``ValueError`` unless the regions are shared)."""
         return ShardHandle(
-            self.index_region.handle(), tuple((n, self.column_regions[n].handle()) for n in self.spec)
+            self.index_region.handle(),
+            tuple((n, r.handle()) for n, r in self.column_regions.items()),
+            tuple((n, c.handle()) for n, c in self.chunks.items()),
         )
 
     def addresses(self) -> tuple[int, ...]:
@@ -211,11 +232,12 @@ class ShardStorage:
         Returns
         -------
         tuple of int
-            ``4 + len(spec)`` byte addresses, valid while the shard's regions are mapped here.
+            ``4 + len(spec)`` byte addresses, valid while the shard's regions are mapped here (0 for a
+            field with a codec: it has no ring, and the compiled paths are not used for it).
         """
         raw = self.index_region.numpy()
         base = raw.ctypes.data
-        rings = tuple(self.columns[n].ctypes.data for n in self.spec)
+        rings = tuple(self.columns[n].ctypes.data if n in self.columns else 0 for n in self.spec)
         return (base, base + _META_OFF, base + _STEPS_OFF, base + _STEPS_OFF + 24 * self.capacity, *rings)
 
     def report_repair(self, start: int, n: int) -> None:
@@ -229,7 +251,11 @@ class ShardStorage:
         )
 
     def regions(self) -> list[Region]:
-        return [self.index_region, *self.column_regions.values()]
+        return [
+            self.index_region,
+            *self.column_regions.values(),
+            *(r for c in self.chunks.values() for r in c.regions),
+        ]
 
     def free(self) -> None:
         for r in self.regions():
@@ -365,6 +391,8 @@ class ShardStorage:
             if record is not None and recs[record % cap, REC_ID] == record and end:
                 recs[record % cap, REC_FLAGS] &= ~OPEN
             return (record if record is not None else -1), 0
+        # a field with a codec: compressed and placed before anything changes (its arena may be full)
+        coded = [(c, c.prepare(data[n][:count], wp)) for n, c in self.chunks.items()]
         if not extend:
             if record is not None and recs[record % cap, REC_ID] == record:
                 recs[record % cap, REC_FLAGS] &= ~OPEN  # the old part ends at its last committed step
@@ -377,13 +405,15 @@ class ShardStorage:
         self.meta[RESERVE_DELETES] = count_overwritten(self.steps, cap, lo, hi)  # before the reserve
         self.meta[RESERVE_POS] = wp + count
         first = wp % cap
-        srcs = tuple(data[name] for name in self.spec)
+        srcs = tuple(data[name] for name in self.columns)
         if all(a.flags.c_contiguous for a in srcs):  # one kernel: the rows of every field, the index
             flat = tuple(a.reshape(-1).view(np.uint8) for a in srcs)
             rings = (self._flat_rings, flat, self._row_bytes, cap)
             overwritten = write_steps(*rings, first, count, self.steps, record, seq_base, lo, hi)
         else:
             overwritten = self._write_steps(srcs, first, count, record, seq_base, lo, hi)
+        for c, prepared in coded:
+            c.apply(prepared)
         r = recs[record % cap]
         r[REC_LENGTH] += count
         if end:
@@ -449,6 +479,7 @@ class ShardStorage:
         recs[:, REC_FLAGS] &= OPEN | CONTINUATION  # not the owners' pids: a restore closes every record
         return {
             "columns": {name: live_parts(ring, floor, wp) for name, ring in self.columns.items()},
+            "chunks": {name: c.state() for name, c in self.chunks.items()},
             "steps": live_parts(self.steps, floor, wp),
             "records": recs,
             "write_pos": wp,
@@ -463,8 +494,10 @@ class ShardStorage:
         wp = int(state["write_pos"])
         slots = np.arange(max(0, wp - self.capacity), wp) % self.capacity
         with self:
-            for name in self.spec:
+            for name in self.columns:
                 self.columns[name][slots] = _rows(state["columns"][name])
+            for name, c in self.chunks.items():
+                c.load_state(state["chunks"][name])
             self.steps[slots] = _rows(state["steps"])
             recs = _rows(state["records"])
             rows = recs[:, REC_ID] % self.capacity

@@ -55,6 +55,9 @@ def _parse_dtype(dtype: Any, name: str) -> np.dtype:
     return npd
 
 
+CODECS = ("lz4", "zstd")
+
+
 @dataclass(frozen=True)
 class FieldSpec:
     """One field of a step.
@@ -65,11 +68,35 @@ class FieldSpec:
     shape : tuple of int
         Per-step shape (``()`` for scalars).
     dtype : numpy.dtype
+    codec : str or None
+        None (default): the field's steps are stored raw. ``"lz4"`` (numcodecs LZ4, acceleration 1) or
+        ``"zstd"`` (numcodecs Zstd, level 1): stored as compressed chunks of steps
+        (`replay.chunk_codec.ChunkRing`), compressed by the writer at commit and decompressed into the
+        batch at sample time; for large, redundant steps (pixels).
+    arena_ratio : float
+        For a codec field, raw bytes of the shard's ring per byte of its compressed arena (> 0; the
+        arena holds ``capacity * row_bytes / arena_ratio`` bytes per shard). A commit whose chunks do not
+        fit beside the live ones raises `graphrl.memory.MemoryBudgetError`: lower it. Unused when raw.
+
+    Raises
+    ------
+    ValueError
+        ``codec`` not None, ``"lz4"`` or ``"zstd"``, or ``arena_ratio`` not a positive finite number
+        (the message names the argument and the value).
     """
 
     name: str
     shape: tuple[int, ...]
     dtype: np.dtype
+    codec: str | None = None
+    arena_ratio: float = 4.0
+
+    def __post_init__(self) -> None:
+        if self.codec is not None and self.codec not in CODECS:
+            raise ValueError(f"field {self.name!r}: codec must be None, 'lz4' or 'zstd', got {self.codec!r}")
+        r = self.arena_ratio
+        if isinstance(r, bool) or not isinstance(r, (int, float)) or not (0 < r < math.inf):
+            raise ValueError(f"field {self.name!r}: arena_ratio must be a positive number, got {r!r}")
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -146,20 +173,27 @@ class FieldSpec:
         return arr
 
 
+def _entry(f: FieldSpec) -> list:
+    """A field as plain data: [shape, dtype name] or, with a codec, [shape, dtype, codec, arena_ratio]."""
+    out: list = [list(f.shape), f.dtype.name]
+    return out if f.codec is None else [*out, f.codec, f.arena_ratio]
+
+
 class TrajectorySpec(Mapping[str, FieldSpec]):
     """The named fields of a step: name -> (per-step shape, dtype), in a fixed order.
 
     Parameters
     ----------
-    fields : mapping of str to (shape, dtype)
+    fields : mapping of str to (shape, dtype), (shape, dtype, codec) or FieldSpec
         ``shape`` an int or tuple of ints (``()`` for scalars), ``dtype`` a numpy or torch dtype or its
-        name. Names are non-empty strings other than the batch's own attributes (``mask``, ``keys``,
+        name, ``codec`` as `FieldSpec`'s (a `FieldSpec` value sets ``arena_ratio`` too).
+        Names are non-empty strings other than the batch's own attributes (``mask``, ``keys``,
         ``probabilities``, ``weights``, ``lengths``).
 
     Raises
     ------
     ValueError
-        No fields, a bad or reserved name, or a negative size.
+        No fields, a bad or reserved name, a negative size, or a bad codec.
     TypeError
         A malformed entry or an unsupported dtype (bfloat16 has no numpy view).
 
@@ -183,8 +217,18 @@ class TrajectorySpec(Mapping[str, FieldSpec]):
                 raise ValueError(f"field names must be identifiers, got {name!r}")
             if name in _RESERVED:
                 raise ValueError(f"field name {name!r} is reserved for the batch ({sorted(_RESERVED)})")
+            codec, ratio = None, FieldSpec.arena_ratio
+            if isinstance(entry, FieldSpec):
+                codec, ratio = entry.codec, entry.arena_ratio
+                entry = (entry.shape, entry.dtype)
+            elif isinstance(entry, (tuple, list)) and len(entry) in (3, 4):
+                codec, *rest = entry[2:]
+                ratio = rest[0] if rest else ratio
+                entry = entry[:2]
             if not isinstance(entry, (tuple, list)) or len(entry) != 2:
-                raise TypeError(f"field {name!r}: expected (shape, dtype), got {entry!r}")
+                raise TypeError(
+                    f"field {name!r}: expected (shape, dtype) or (shape, dtype, codec), got {entry!r}"
+                )
             shape, dtype = entry
             if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
                 shape = (int(shape),)
@@ -194,7 +238,8 @@ class TrajectorySpec(Mapping[str, FieldSpec]):
                 raise TypeError(f"field {name!r}: shape must be a tuple of ints, got {shape!r}")
             if any(d < 0 for d in shape):
                 raise ValueError(f"field {name!r}: shape {tuple(shape)} has a negative size")
-            parsed[name] = FieldSpec(name, tuple(int(d) for d in shape), _parse_dtype(dtype, name))
+            shape = tuple(int(d) for d in shape)
+            parsed[name] = FieldSpec(name, shape, _parse_dtype(dtype, name), codec, ratio)
         self._fields = parsed
 
     # -- Mapping
@@ -214,7 +259,7 @@ class TrajectorySpec(Mapping[str, FieldSpec]):
         return hash(tuple(self._fields.values()))
 
     def __repr__(self) -> str:
-        inner = ", ".join(f"{n!r}: ({f.shape}, {f.dtype.name!r})" for n, f in self._fields.items())
+        inner = ", ".join(f"{n!r}: {tuple(_entry(f))}" for n, f in self._fields.items())
         return f"TrajectorySpec({{{inner}}})"
 
     @property
@@ -224,11 +269,16 @@ class TrajectorySpec(Mapping[str, FieldSpec]):
 
     def to_config(self) -> dict[str, list]:
         """Plain data (JSON-able) that `from_config` turns back into an equal spec."""
-        return {n: [list(f.shape), f.dtype.name] for n, f in self._fields.items()}
+        return {n: _entry(f) for n, f in self._fields.items()}
+
+    @property
+    def codec_fields(self) -> tuple[str, ...]:
+        """Names of the fields stored compressed (a codec set), in spec order."""
+        return tuple(n for n, f in self._fields.items() if f.codec is not None)
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> TrajectorySpec:
-        return cls({n: (tuple(v[0]), v[1]) for n, v in config.items()})
+        return cls({n: (tuple(v[0]), *v[1:]) for n, v in config.items()})
 
     # -- validation
     def _names(self, step: Any, what: str) -> None:

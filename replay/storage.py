@@ -76,7 +76,7 @@ class StoreHandle:
     Picklable (a few hundred bytes); send it to actor processes as an argument or through a queue.
     """
 
-    spec: tuple[tuple[str, tuple[int, ...], str], ...]
+    spec: tuple[tuple[Any, ...], ...]  # (name, shape, dtype[, codec, arena_ratio])
     capacity: int
     num_shards: int
     control: RegionHandle
@@ -86,7 +86,7 @@ class StoreHandle:
     timeout: float | None
 
     def spec_object(self) -> TrajectorySpec:
-        return TrajectorySpec({n: (shape, dtype) for n, shape, dtype in self.spec})
+        return TrajectorySpec({n: tuple(entry) for n, *entry in self.spec})
 
 
 @dataclass
@@ -167,7 +167,8 @@ class TrajectoryStorage:
         self.closed = False  # this object's close() ran (its regions are freed or unmapped)
         self._next_sweep = 0.0  # new_writer_id's next release_dead_writers (time.monotonic)
         self.plan = None  # a rate limiter with an admission of its own: commits take the Python steps
-        if type(limiter).can_insert is RateLimiter.can_insert:
+        # the compiled commit copies raw rings only: a spec with a codec field commits in Python
+        if type(limiter).can_insert is RateLimiter.can_insert and not spec.codec_fields:
             self.plan = build_plan(
                 control.addresses(),
                 [sh.addresses() for sh in shards],
@@ -259,7 +260,7 @@ class TrajectoryStorage:
             raise ValueError(
                 f"handle() needs a store on the shared tier (ReplayStore(..., tier='shared')): {exc}"
             ) from exc
-        spec = tuple((n, f.shape, f.dtype.name) for n, f in self.spec.items())
+        spec = tuple((n, tuple(e[0]), *e[1:]) for n, e in self.spec.to_config().items())
         return StoreHandle(
             spec,
             self.capacity,
@@ -482,6 +483,10 @@ class TrajectoryStorage:
                     start, n, flags = int(rec[1]), int(rec[2]), int(rec[3])
                     slots = np.arange(start, start + n) % sh.capacity
                     data = {name: ring[slots].copy() for name, ring in sh.columns.items()}
+                    for name, c in sh.chunks.items():
+                        data[name] = np.empty((n, *self.spec[name].shape), self.spec[name].dtype)
+                        c.read(np.arange(start, start + n), data[name])
+                    data = {name: data[name] for name in self.spec}
                     out.append(Episode(s, start, n, bool(flags & 1), bool(flags & 2), data))
         return out
 

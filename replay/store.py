@@ -483,6 +483,11 @@ class ReplayStore(StorageViews, ReplayStoreBase):
         read, so check what you copied with `stale`.
         """
         self._check_open("rings")
+        if self.spec.codec_fields:
+            raise ValueError(
+                f"rings(): fields {list(self.spec.codec_fields)} have a codec and no ring (they are stored "
+                "as compressed chunks); sample them, or use a spec without codecs"
+            )
         out = {}
         for name, ring in self.storage.shards[shard].columns.items():
             view = ring.view()

@@ -113,3 +113,21 @@ def test_validate_steps_checks_the_time_axis():
         spec.validate_steps({**cols, "reward": np.zeros(5, np.float64)})
     with pytest.raises(TypeError, match="leading time axis"):
         spec.validate_steps({**cols, "reward": 1.0})
+
+
+def test_codec_fields_parse_round_trip_and_name_bad_values():
+    from replay.spec import FieldSpec
+
+    spec = TrajectorySpec(
+        {"obs": ((2, 3), "uint8", "lz4"), "b": FieldSpec("b", (4,), np.dtype("uint8"), "zstd", 2.0),
+         "r": ((), "float32")}
+    )
+    assert spec["obs"].codec == "lz4" and spec["obs"].arena_ratio == 4.0
+    assert spec["b"].codec == "zstd" and spec["b"].arena_ratio == 2.0 and spec["r"].codec is None
+    assert spec.codec_fields == ("obs", "b")
+    assert TrajectorySpec.from_config(spec.to_config()) == spec
+    assert spec != TrajectorySpec({"obs": ((2, 3), "uint8"), "b": ((4,), "uint8"), "r": ((), "float32")})
+    with pytest.raises(ValueError, match="field 'obs': codec must be None, 'lz4' or 'zstd', got 'gzip'"):
+        TrajectorySpec({"obs": ((2,), "uint8", "gzip")})
+    with pytest.raises(ValueError, match="field 'x': arena_ratio must be a positive number, got 0"):
+        FieldSpec("x", (2,), np.dtype("uint8"), "lz4", 0)

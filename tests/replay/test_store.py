@@ -90,9 +90,11 @@ class Model:
         return list(range(max(start, anchor - length + 1), anchor + 1))
 
 
-@settings(max_examples=40, deadline=None)
-@given(
-    capacity=st.integers(1, 24),
+# the same spec with "obs" stored as lz4 chunks (arena 4x the raw ring: chunks of one step grow)
+CODEC_SPEC = TrajectorySpec(
+    {**{n: (f.shape, f.dtype) for n, f in SPEC.items()}, "obs": ((2, 3), "float32", "lz4", 0.25)}
+)
+WINDOW_CASES = dict(
     chunk=st.integers(1, 24),
     episodes=st.lists(st.integers(1, 15), min_size=1, max_size=10),
     end_last=st.booleans(),
@@ -100,11 +102,26 @@ class Model:
     pad=st.sampled_from(["tail", "head"]),
     use_extend=st.booleans(),
 )
+
+
+@settings(max_examples=40, deadline=None)
+@given(capacity=st.integers(1, 24), **WINDOW_CASES)
 def test_windows_match_a_model_after_wrap_around_with_the_cursor_inside_an_episode(
     capacity, chunk, episodes, end_last, length, pad, use_extend
 ):
+    check_windows_against_model(SPEC, capacity, chunk, episodes, end_last, length, pad, use_extend)
+
+
+@settings(max_examples=15, deadline=None)
+@given(capacity=st.integers(2, 24), **WINDOW_CASES)
+def test_windows_of_a_compressed_field_match_the_model(capacity, chunk, episodes, end_last, length, pad,
+                                                       use_extend):
+    check_windows_against_model(CODEC_SPEC, capacity, chunk, episodes, end_last, length, pad, use_extend)
+
+
+def check_windows_against_model(spec, capacity, chunk, episodes, end_last, length, pad, use_extend):
     with MemoryManager() as mm:
-        store = ReplayStore(SPEC, capacity, 1, memory=mm, chunk_steps=chunk, seed=0, timeout=2.0, tier="host")
+        store = ReplayStore(spec, capacity, 1, memory=mm, chunk_steps=chunk, seed=0, timeout=2.0, tier="host")
         chunk = store.writer().chunk_steps
         model = Model(capacity, chunk)
         w = store.writer(chunk_steps=chunk)
@@ -549,8 +566,7 @@ def test_windows_overwritten_during_the_copy_are_drawn_again(mm, monkeypatch):
 TAGGED = TrajectorySpec({"wid": ((), "int64"), "ep": ((), "int64"), "t": ((), "int64")})
 
 
-@settings(max_examples=40, deadline=None)
-@given(
+INVARIANT_CASES = dict(
     capacity=st.integers(2, 16),
     chunk=st.integers(1, 6),
     ops=st.lists(
@@ -559,10 +575,36 @@ TAGGED = TrajectorySpec({"wid": ((), "int64"), "ep": ((), "int64"), "t": ((), "i
         max_size=80,
     ),
 )
+TAGGED_CODEC = TrajectorySpec(
+    {"wid": ((), "int64"), "ep": ((), "int64", "zstd", 0.1), "t": ((), "int64", "lz4", 0.1)}
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(**INVARIANT_CASES)
 def test_ring_and_generation_invariants_with_two_interleaved_writers(capacity, chunk, ops):
+    check_ring_invariants(TAGGED, capacity, chunk, ops)
+
+
+@settings(max_examples=12, deadline=None)
+@given(capacity=INVARIANT_CASES["capacity"], chunk=INVARIANT_CASES["chunk"], ops=INVARIANT_CASES["ops"])
+def test_ring_invariants_priorities_and_keys_with_a_compressed_field(capacity, chunk, ops):
+    check_ring_invariants(TAGGED_CODEC, capacity, chunk, ops)
+
+
+def field_at(sh, name: str, slots: np.ndarray) -> np.ndarray:
+    """A shard's steps of one field at ``slots`` (live, lock not needed in one thread): ring or chunks."""
+    if name in sh.columns:
+        return sh.columns[name][slots]
+    out = np.empty(len(slots), sh.spec[name].dtype)
+    sh.chunks[name].read(sh.position_of(slots), out)
+    return out
+
+
+def check_ring_invariants(spec, capacity, chunk, ops):
     with MemoryManager() as mm:
         store = ReplayStore(
-            TAGGED, capacity, 1, memory=mm, chunk_steps=chunk, tier="host", timeout=1.0, seed=0
+            spec, capacity, 1, memory=mm, chunk_steps=chunk, tier="host", timeout=1.0, seed=0
         )
         writers = [store.writer(), store.writer()]
         ep, t = [0, 0], [0, 0]
@@ -583,7 +625,6 @@ def test_ring_and_generation_invariants_with_two_interleaved_writers(capacity, c
         assert wp == sum(w.steps_written for w in writers)  # every committed step has one position
         floor = max(0, wp - capacity)
         assert len(store) == wp - floor
-        ring = sh.columns
         # live records tile [floor, wp) in order; each holds consecutive steps of one writer's episode
         recs = sh.live_records()
         covered = floor
@@ -593,7 +634,7 @@ def test_ring_and_generation_invariants_with_two_interleaved_writers(capacity, c
             assert start == covered and n >= 1
             covered += n
             slots = np.arange(start, start + n) % capacity
-            wid, e, tt = ring["wid"][slots], ring["ep"][slots], ring["t"][slots]
+            wid, e, tt = (field_at(sh, n, slots) for n in ("wid", "ep", "t"))
             assert (wid == wid[0]).all() and (e == e[0]).all()
             assert np.array_equal(tt, np.arange(tt[0], tt[0] + n))
             raw = sh.records[int(rec[0]) % capacity]
