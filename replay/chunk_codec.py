@@ -303,7 +303,7 @@ class ChunkRing:
         arena = self.regions[2]
         note = (
             f"field {self.name!r}: a compressed chunk of {asked} bytes does not fit in the arena of "
-            f"{self.arena_bytes} bytes beside {used} bytes of live chunks; give the field a larger arena "
+            f"{self.arena_bytes} bytes beside {used} bytes of live chunks; lower the field's arena_ratio "
             f"(its raw chunk is {self.chunk_bytes} bytes)"
         )
         return MemoryBudgetError(

@@ -16,6 +16,10 @@ from replay import Prioritized, ReplayStore, SampleToInsertRatio, TrajectorySpec
 from replay.keys import decode_keys, encode_keys, key_incarnations
 
 SPEC = TrajectorySpec({"pos": ((), "int64"), "img": ((3, 4, 4), "uint8"), "r": ((), "float32")})
+# "img" as lz4 chunks, "r" as zstd chunks: checkpoints hold their compressed chunks as they are
+CODEC_SPEC = TrajectorySpec(
+    {"pos": ((), "int64"), "img": ((3, 4, 4), "uint8", "lz4", 0.5), "r": ((), "float32", "zstd", 0.2)}
+)
 
 
 def steps(start: int, n: int) -> dict[str, np.ndarray]:
@@ -24,10 +28,10 @@ def steps(start: int, n: int) -> dict[str, np.ndarray]:
     return {"pos": pos, "img": img, "r": (pos * 0.5).astype(np.float32)}
 
 
-def build(mm, rounds: int = 3) -> ReplayStore:
+def build(mm, rounds: int = 3, spec: TrajectorySpec = SPEC) -> ReplayStore:
     """A prioritized 2-shard store that wrapped, with an open episode, exhausted items and counters."""
     store = ReplayStore(
-        SPEC,
+        spec,
         capacity_steps=60,
         num_shards=2,
         selector=Prioritized(0.7),
@@ -86,9 +90,10 @@ def same(a: dict, b: dict) -> None:
         assert all(np.array_equal(ea[5][k], eb[5][k]) for k in SPEC)
 
 
-def test_round_trip_of_data_index_priorities_counters_generations_and_rng(tmp_path):
+@pytest.mark.parametrize("spec", [SPEC, CODEC_SPEC], ids=["raw", "codec"])
+def test_round_trip_of_data_index_priorities_counters_generations_and_rng(tmp_path, spec):
     with MemoryManager() as mm:
-        store = build(mm)
+        store = build(mm, spec=spec)
         old_batch = store.sample(32, window=4, pad="head")  # keys from before the checkpoint
         before = snapshot(store)
         folder = store.checkpoint(tmp_path / "ckpt")

@@ -1,9 +1,7 @@
 """ChunkRing: compressed chunks of steps read back exactly as a raw ring would, across writes, skipped
-positions, arena reuse, checkpoint state round trips and a spawned reader process."""
+positions, arena reuse and checkpoint state round trips (a spawned reader: test_codec_processes.py)."""
 
 from __future__ import annotations
-
-import multiprocessing as mp
 
 import numpy as np
 import pytest
@@ -142,27 +140,3 @@ def test_corrupt_checkpoint_chunk_is_named(memory):
     other = ChunkRing.create(memory, "obs", SHAPE, np.uint8, "zstd", capacity=16, chunk=4, arena_bytes=4096)
     with pytest.raises(ValueError, match="field 'obs': chunk 0 of the checkpoint does not decompress"):
         other.load_state(state)
-
-
-def _reader(handle, queue) -> None:  # a spawned process: attach and read
-    memory = MemoryManager()
-    try:
-        ring = ChunkRing.attach(memory, handle)
-        out = np.empty((10, *SHAPE), np.uint8)
-        ring.read(np.arange(30, 40), out)
-        queue.put(out)
-    finally:
-        memory.close()
-
-
-def test_spawned_process_reads_compressed_chunks(memory):
-    ring = ChunkRing.create(memory, "obs", SHAPE, np.uint8, "lz4", capacity=32, chunk=8, arena_bytes=4096)
-    ring.write(frames(0, 40), 0)
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    p = ctx.Process(target=_reader, args=(ring.handle(), queue))
-    p.start()
-    got = queue.get(timeout=60)
-    p.join(60)
-    assert p.exitcode == 0
-    np.testing.assert_array_equal(got, frames(30, 10))
