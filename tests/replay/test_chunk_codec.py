@@ -62,7 +62,7 @@ def test_create_rejects_bad_sizes(memory):
         ChunkRing.create(memory, "obs", SHAPE, np.uint8, "lz4", capacity=32, chunk=16, arena_bytes=0)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(
     codec=st.sampled_from(["lz4", "zstd"]),
     chunk=st.sampled_from([1, 4, 8]),

@@ -51,9 +51,9 @@ def mm():
     manager.close()
 
 
-def make(mm, capacity=64, shards=1, **kw):
+def make(mm, capacity=64, shards=1, spec=None, **kw):
     kw.setdefault("timeout", 5.0)
-    return ReplayStore(SPEC, capacity_steps=capacity, num_shards=shards, memory=mm, **kw)
+    return ReplayStore(spec or SPEC, capacity_steps=capacity, num_shards=shards, memory=mm, **kw)
 
 
 # ------------------------------------------------------------------------------ exact windows
@@ -373,8 +373,9 @@ def test_fifo_lifo_and_heaps_across_shards(mm):
     assert heap.sample(3)["pos"][:, 0].tolist() == [4, 4, 4]
 
 
-def test_max_times_sampled_removes_items_and_counts_deletes(mm):
-    store = make(mm, capacity=40, shards=2, max_times_sampled=2, seed=0)
+@pytest.mark.parametrize("codec", [False, True], ids=["raw", "codec"])
+def test_max_times_sampled_removes_items_and_counts_deletes(mm, codec):
+    store = make(mm, capacity=40, shards=2, max_times_sampled=2, seed=0, spec=CODEC_SPEC if codec else None)
     fill_shards(store, [5, 5])
     b = store.sample(20)
     _, anchors, _ = decode_keys(b.keys.numpy())
@@ -413,9 +414,11 @@ def test_empty_and_below_min_size_time_out_and_never_hang(mm):
     assert store.sample(2).batch_size == 2
 
 
-def test_sample_to_insert_ratio_counts_steps(mm):
+@pytest.mark.parametrize("codec", [False, True], ids=["raw", "codec"])
+def test_sample_to_insert_ratio_counts_steps(mm, codec):
     store = make(
-        mm, capacity=200, rate_limiter=SampleToInsertRatio(1.0, min_size=10, error_buffer=(-5.0, 30.0))
+        mm, capacity=200, rate_limiter=SampleToInsertRatio(1.0, min_size=10, error_buffer=(-5.0, 30.0)),
+        spec=CODEC_SPEC if codec else None,
     )
     w = store.writer(timeout=0.05)
     w.extend(cols(0, 0, 10))
