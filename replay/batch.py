@@ -322,7 +322,9 @@ class Batch(Mapping[str, torch.Tensor]):
         - ``("next", "truncated")``: the stored value (False where there is none) OR-ed with True at
           each window's last real step, ``("next", "done")``: the stored value OR that, and
           ``("next", "terminated")``: stored or False (bool ``[B, L, 1]`` unless the fields have
-          their own shapes), as ``SliceSampler`` marks slice ends for value estimators;
+          their own shapes), as ``SliceSampler`` marks slice ends for value estimators; each under
+          ``keys["truncated"]`` / ``keys["done"]`` / ``keys["terminated"]`` when ``keys`` maps it
+          (``SliceSampler(end_key=..., truncated_key=...)``);
         - ``init_key`` (``"is_init"``): the stored value under that key (False where there is none)
           OR-ed with True at each window's first real step (bool ``[B, L, 1]``, `InitTracker`'s
           shape, unless a stored field has its own), as ``SliceSampler(init_key="is_init")`` marks
@@ -439,15 +441,17 @@ class Batch(Mapping[str, torch.Tensor]):
         steps = torch.arange(length, device=device)
         last = torch.where(mask, steps, -1).amax(1, keepdim=True)  # each window's last real step
         first = torch.where(mask, steps, length).amin(1, keepdim=True)  # and its first
-        flags = {k: named.get(("next", k)) for k in ("truncated", "done", "terminated")}
+        # the end flags under the mapped keys (SliceSampler's end_key / truncated_key), else ("next", k)
+        flag_keys = {k: mapping.get(k, ("next", k)) for k in ("truncated", "done", "terminated")}
+        flags = {k: named.get(key) for k, key in flag_keys.items()}
         like = next((f for f in flags.values() if f is not None), None)
         shape = (b, length, 1) if like is None else tuple(like.shape)
         end = (steps == last).reshape(b, length, *([1] * (len(shape) - 2))).expand(shape)
         for k in ("truncated", "done"):
             stored = flags[k]
-            named["next", k] = end.clone() if stored is None else stored.to(torch.bool) | end
+            named[flag_keys[k]] = end.clone() if stored is None else stored.to(torch.bool) | end
         if flags["terminated"] is None:
-            named["next", "terminated"] = torch.zeros(shape, dtype=torch.bool, device=device)
+            named[flag_keys["terminated"]] = torch.zeros(shape, dtype=torch.bool, device=device)
         if init_key is not None:
             stored = named.get(init_key)
             init_shape = (b, length, 1) if stored is None else tuple(stored.shape)

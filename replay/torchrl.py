@@ -70,6 +70,8 @@ MASK_KEY: NestedKey = ("collector", "mask")
 #: fields whose rollout entries `TorchRLWriter` reads to cut episodes (stored too when the spec has them)
 END_FIELDS: tuple[str, ...] = ("done", "terminated", "truncated")
 TRAJ_FIELD = "traj_ids"
+#: the trajectory-id key read when the rollout lacks the default one and ``keys`` names none (TorchRL's)
+EPISODE_KEY: NestedKey = "episode"
 
 
 def _key(key: NestedKey) -> NestedKey:
@@ -202,7 +204,9 @@ class TorchRLWriter:
     An episode ends after a step whose end keys (those the rollout has; by default ``("next",
     "done")``, ``("next", "terminated")`` and ``("next", "truncated")``) hold True, and also when the
     step's trajectory id (by default ``("collector", "traj_ids")``) differs from the previous step's of
-    the same env (within a rollout or across rollouts). An end or trajectory key that ``keys`` names
+    the same env (within a rollout or across rollouts); without a ``traj_ids`` entry in ``keys``, a
+    rollout that lacks ``("collector", "traj_ids")`` has its ids read from ``"episode"`` when it holds
+    one (``SliceSampler``'s traj_key detection). An end or trajectory key that ``keys`` names
     explicitly must be in every rollout (ValueError otherwise); a default one is read when present.
     Steps whose ``("collector", "mask")`` is False (padding of some collectors) are skipped. An episode
     open at a rollout's end continues in the next `extend`; `close` (or the end of a ``with`` block
@@ -239,6 +243,7 @@ class TorchRLWriter:
             mapping[f] if f in given else DEFAULT_KEYS[f] for f in END_FIELDS
         )
         self.traj_key: NestedKey = mapping[TRAJ_FIELD] if TRAJ_FIELD in given else TRAJ_KEY
+        self._traj_fallback = TRAJ_FIELD not in given  # then "episode" when the rollout lacks traj_key
         self._required = {mapping[f]: f for f in given if f in control}  # named by the user: must exist
         self._last_traj: dict[int, int] = {}  # env -> trajectory id of its open episode
         self._open_envs: set[int] = set()  # envs with steps written since their last end
@@ -308,6 +313,8 @@ class TorchRLWriter:
                 e = rollout.get(key).reshape(n_env, t, -1)
                 ends |= e.any(-1).cpu()
         traj = rollout.get(self.traj_key, None)
+        if traj is None and self._traj_fallback:
+            traj = rollout.get(EPISODE_KEY, None)
         traj = None if traj is None else traj.reshape(n_env, t).cpu().numpy()
         valid = rollout.get(MASK_KEY, None)
         valid = None if valid is None else valid.reshape(n_env, t).cpu().numpy()
