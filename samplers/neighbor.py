@@ -57,7 +57,8 @@ class NeighborSampler:
         edges not drawn yet: the law of A-ES exponential keys); with replacement, each draw picks an edge
         with probability w / (row sum). Without edge times, draws are made by rejection over per-row
         prefix sums of the weights computed once here (float64, 8 bytes per edge, plus 8 bytes per node
-        for each node's count of positive weights), so a row costs O(k log d) rather than O(d): see
+        for each node's count of positive weights), so a row costs O(k log d) rather than O(d); rows of
+        at most 64 edges where k exceeds a third of d draw over running sums instead (no rejection): see
         "Weighted rows" in `samplers.kernels.reference`. An edge of weight 0 is never drawn, so a node's
         d counts only its positive-weight edges: a node with fewer than k of them gives exactly those, a
         node whose weights are all 0 draws nothing. Weights are stored as float32 in CSC order (a copy, 4

@@ -12,8 +12,11 @@ are stated in full in docs/architecture.md#sampling-rules; in brief:
   increasing order; with replacement k draws in draw order.
 - Excluded positions (link prediction) are removed before drawing: the row is sampled over its
   non-excluded positions with the same stream.
-- Weighted rows (weights, no edge times): successive sampling by rejection over the per-row float64
-  prefix sums ``P`` (`weight_prefix`), with an exact fallback draw after `REJECT_LIMIT` rejections.
+- Weighted rows (weights, no edge times): successive sampling. Rows of at most `SHORT_ROW_MAX`
+  positions without replacement with ``SHORT_SHARE * k`` above their eligible count draw each output
+  from running sums of the weights not chosen yet (no rejection); other rows by rejection over the
+  per-row float64 prefix sums ``P`` (`weight_prefix`), with an exact fallback draw after
+  `REJECT_LIMIT` rejections.
 - Temporal rows (edge times): only edges of time <= the row's time are eligible; without replacement
   the k smallest exponential keys ``-log(u) / w`` (A-ES), with replacement prefix-sum inversion.
 - Relabelling: the destinations as given, then each new source in first-occurrence order; with times
@@ -38,6 +41,9 @@ import numpy as np
 MASK64 = (1 << 64) - 1
 GOLDEN = 0x9E3779B97F4A7C15
 REJECT_LIMIT = 8  # rejected attempts per output of a weighted row before its exact fallback draw
+SHORT_ROW_MAX = 64  # weighted rows of at most this many positions draw without replacement by running sums
+SHORT_SHARE = 3  # ... when SHORT_SHARE * k exceeds their eligible count
+REBASE_FRACTION = 0.0625  # a short row's running sums are summed afresh below this share of the last sum
 
 
 def mix(z: int) -> int:
@@ -137,10 +143,49 @@ def weight_prefix(indptr: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, 
     return prefix, positive
 
 
+def _running_sums(available: list[bool], w: list[float]) -> list[float]:
+    """A short row's running sums: for each position, the float64 sum in position order of the weights of
+    the available positions up to it (the others add nothing)."""
+    out = []
+    total = 0.0
+    for p, ok in enumerate(available):
+        if ok:
+            total += w[p]
+        out.append(total)
+    return out
+
+
+def _choose_short(eligible: list[bool], w: list[float], k: int, state0: int) -> list[int]:
+    """Relative positions chosen without replacement in a short weighted row (k < its eligible count):
+    successive sampling over running sums (the sampling rules)."""
+    d = len(eligible)
+    available = list(eligible)
+    acc = _running_sums(available, w)
+    base = acc[-1]
+    out = []
+    for t in range(1, k + 1):
+        if acc[-1] < base * REBASE_FRACTION:  # sum afresh: the subtractions' rounding stays small
+            acc = _running_sums(available, w)
+            base = acc[-1]
+        x = _unit_closed_open(mix((state0 + t * GOLDEN) & MASK64)) * acc[-1]
+        p = sum(1 for a in acc if a <= x)  # a count (the sums need not be monotone after rounding)
+        while p < d and not available[p]:
+            p += 1
+        if p == d:  # rounding left no available position at or after the count: the last available
+            p = max(q for q in range(d) if available[q])
+        available[p] = False
+        out.append(p)
+        for q in range(p, d):
+            acc[q] -= w[p]
+    return sorted(out)
+
+
 def _choose_weighted(eligible: list[bool], w: list[float], prefix: list[float], k: int, replace: bool,
                      key: int, node: int) -> list[int]:
-    """Relative positions chosen in a weighted row without edge times: successive sampling by rejection
-    over the row's prefix sums ``prefix`` (the row's slice of ``P``), see the sampling rules."""
+    """Relative positions chosen in a weighted row without edge times: successive sampling, over running
+    sums (rows of at most SHORT_ROW_MAX positions without replacement, SHORT_SHARE * k > their eligible
+    count) or by rejection over the row's prefix sums ``prefix`` (the row's slice of ``P``), see the
+    sampling rules."""
     d = len(eligible)
     cand = [p for p in range(d) if eligible[p]]
     if not cand:
@@ -148,6 +193,8 @@ def _choose_weighted(eligible: list[bool], w: list[float], prefix: list[float], 
     if k == -1 or (not replace and len(cand) <= k):
         return cand
     state0 = mix(key ^ ((node * GOLDEN) & MASK64))
+    if not replace and d <= SHORT_ROW_MAX and SHORT_SHARE * k > len(cand):
+        return _choose_short(eligible, w, k, state0)
     total = prefix[-1]
     last_positive = max(p for p in range(d) if w[p] > 0)
     t = 0

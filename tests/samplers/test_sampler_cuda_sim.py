@@ -61,6 +61,20 @@ SIM_SCRIPT = textwrap.dedent(
             same(cpu_s.sample(seeds, exclude_eids=ex), gpu_s.sample(seeds, exclude_eids=ex),
                  (replace, fanouts, w is not None, call))
         assert cpu_s.sampled_edges == gpu_s.sampled_edges
+    # weighted short rows (running sums): dense rows up to 64 edges with heavy weights (their sums summed
+    # afresh) and excluded edges, against the reference too
+    short = CSCGraph.from_edges(rng.integers(0, 8, 120), np.repeat(np.arange(6), [3, 9, 17, 40, 1, 50]), 8)
+    wshort = rng.random(120) * (rng.random(120) < 0.8)
+    wshort[::11] = 1e6
+    for k in (6, 20):
+        want = ref.sample_layer(short.indptr.numpy(), short.indices.numpy(), short.edge_ids.numpy(),
+                                np.arange(6), k, False, ref.layer_key(2, 0, 0), np.arange(0, 120, 13),
+                                wshort[short.edge_ids.numpy()].astype(np.float32))
+        ex = torch.from_numpy(short.edge_ids.numpy()[np.arange(0, 120, 13)])
+        for dev in ("cpu", "cuda"):
+            got = NeighborSampler(short, [k], weights=torch.from_numpy(wshort), seed=2, device=dev).sample(
+                torch.arange(6), exclude_eids=ex)[0]
+            assert np.array_equal(got.edge_ids.cpu().numpy(), want[2]), (dev, k)
     # UVA: the graph read from mapped host memory gives the same blocks
     uva = NeighborSampler(graph, [4], seed=3, device="cuda", uva=True)
     from samplers.layers import PLAIN_RELATION

@@ -1,6 +1,7 @@
 """Weighted neighbour sampling: argument checks, the counting rules, equality of the numba kernels with the
 reference (bit for bit, prefix sums included), and chi-square tests that draws follow the weights, also
-where rejection over the prefix sums falls back to its exact draw (heavy chosen or excluded edges)."""
+where rejection over the prefix sums falls back to its exact draw and where short rows' running sums are
+summed afresh (heavy chosen or excluded edges)."""
 
 from __future__ import annotations
 
@@ -266,10 +267,11 @@ def test_weight_prefix_equals_the_reference():
         assert np.array_equal(got_nz, want_nz)
 
 
-def test_rejection_limit_fallback_follows_successive_sampling():
-    # One weight of 1e6 among small ones, k = d_e - 1: the heavy edge is drawn first, then nearly every
-    # attempt hits it again, so each later output comes from the exact fallback after REJECT_LIMIT
-    # rejections. The left-out edge must follow successive-sampling probabilities.
+def test_heavy_edge_rows_follow_successive_sampling():
+    # One weight of 1e6 among small ones, k = d_e - 1 (a short row: running sums): the heavy edge is drawn
+    # first, after which the running sums are summed afresh over the light edges (the subtraction alone
+    # would leave rounding noise of 1e6's size). The left-out edge must follow successive-sampling
+    # probabilities. (Long rows with heavy edges, where rejection falls back, are the tests below.)
     wts = np.array([1.0, 1e6, 2.0, 0.0, 3.0, 4.0])
     pos = np.flatnonzero(wts > 0)
     k = pos.size - 1
@@ -293,9 +295,10 @@ def test_rejection_limit_fallback_follows_successive_sampling():
 
 
 def test_excluded_heavy_edges_fall_back_exactly():
-    # The excluded edge holds nearly all of each row's weight: attempts keep landing on it, so outputs come
-    # from the fallback over the eligible edges; with replacement each draw is proportional to the weights,
-    # without replacement pairs follow successive draws over the eligible edges.
+    # The excluded edge holds nearly all of each row's weight: with replacement attempts keep landing on
+    # it, so outputs come from the fallback over the eligible edges, each draw proportional to the weights;
+    # without replacement (a short row) the running sums leave it out, and pairs follow successive draws
+    # over the eligible edges.
     wts = np.array([1.0, 1e6, 2.0, 3.0, 4.0])
     rows = 8000
     graph, w = _star(rows, wts)

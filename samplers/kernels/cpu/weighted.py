@@ -1,13 +1,16 @@
-"""Weighted rows without edge times (the reference's "weighted rows"): successive sampling by rejection
-over per-row float64 prefix sums ``P`` computed once per sampler (`cpu.prefix.weight_prefix`).
+"""Weighted rows without edge times (the reference's "weighted rows"): successive sampling over per-row
+float64 prefix sums ``P`` computed once per sampler (`cpu.prefix.weight_prefix`).
 
-An output is the first position whose prefix sum exceeds a uniform fraction of the row's total,
-accepted unless excluded or chosen already, with an exact fallback draw after REJECT_LIMIT rejections
-(docs/architecture.md#sampling-rules). A row costs about k draws and searches, not the O(d) logarithms
-of exponential keys. The search counts the prefix sums <= x in a vectorised loop for rows up to 128
-edges, and inside a 64-entry window around the equal-weights guess above; the common rows (no excluded
-edge, up to 4096 edges) accept or reject without a branch (chosen positions in a register mask or a
-bitmap). The choosing pass prefetches the prefix sums of the row 4 ahead.
+Rows of at most SHORT_ROW_MAX (64) positions without replacement whose k exceeds a third of their
+eligible count draw each output from running sums of the weights not chosen yet (`_short_row`): one
+draw and one vectorised pass (subtract, count) per output, however much of the row k takes. Other rows
+draw by rejection: an output is the first position whose prefix sum exceeds a uniform fraction of the
+row's total, accepted unless excluded or chosen already, with an exact fallback draw after
+REJECT_LIMIT rejections (docs/architecture.md#sampling-rules); a row costs about k draws and searches,
+not the O(d) logarithms of exponential keys. The search counts the prefix sums <= x in a vectorised
+loop for rows up to 128 edges, and inside a 64-entry window around the equal-weights guess above; rows
+without excluded edges up to 4096 edges accept or reject without a branch (chosen positions in a
+bitmap). The choosing pass prefetches the prefix sums (and a short row's weights) of the row 4 ahead.
 
 References
 ----------
@@ -23,9 +26,9 @@ from graphrl.kernels import prefetch
 from samplers.kernels.cpu.bits import BITMAP_MAX, SCAN_MAX, emit_bitmap, lowest_bit_index
 from samplers.kernels.cpu.eligible import take_eligible
 from samplers.kernels.cpu.rng import draw, row_state, unit
-from samplers.kernels.reference import REJECT_LIMIT
+from samplers.kernels.reference import REBASE_FRACTION, REJECT_LIMIT, SHORT_ROW_MAX, SHORT_SHARE
 
-__all__ = ["REJECT_LIMIT", "choose_rows_weighted"]
+__all__ = ["REJECT_LIMIT", "SHORT_ROW_MAX", "choose_rows_weighted"]
 
 _NO_EXCL = np.empty(0, dtype=np.int64)
 _NO_BITS = np.empty(0, dtype=np.uint64)
@@ -162,51 +165,10 @@ def _draw_row(weights, prefix, s, e, state0, c, pos, o):
 
 
 @nb.njit(nogil=True, cache=True)
-def _reject_small(weights, prefix, s, e, state0, c, pos, o):
-    """Without replacement, a row of at most 64 edges and no excluded position: chosen positions are the
-    bits of one register, a draw's position is a vectorised count over the row's prefix sums. The common
-    case, kept free of the general path's branches."""
-    d = e - s
-    total = prefix[e - 1]
-    one = np.uint64(1)
-    mask = np.uint64(0)
-    t = np.uint64(0)
-    n = 0
-    rejects = 0
-    while n < c:
-        t += one
-        r = draw(state0, t)
-        if rejects == REJECT_LIMIT:  # this draw is the output's exact fallback draw (rare)
-            p = _fallback_draw(weights, _NO_EXCL, 0, 0, s, e, r, False, _MEMBER_MASK, mask, _NO_BITS, pos, o,
-                               n)
-            mask |= one << np.uint64(p - s)
-            rejects = 0
-            n += 1
-            continue
-        x = unit(r) * total
-        rel = 0
-        for q in range(np.uint64(s), np.uint64(e)):
-            rel += prefix[q] <= x
-        if rel == d:  # rounding left no position: the last positive weight (never happens in practice)
-            rel = _last_positive(weights, s, e) - s
-        # accept or reject without a branch (a mispredicted one per rejection cost more than the count):
-        # the next attempt's draw and count do not wait for this outcome
-        bit = one << np.uint64(rel)
-        hit = np.int64((mask & bit) != 0)
-        mask |= bit
-        n += 1 - hit
-        rejects = (rejects + 1) * hit
-    w = o
-    while mask:
-        pos[w] = s + lowest_bit_index(mask)
-        w += 1
-        mask &= mask - one
-
-
-@nb.njit(nogil=True, cache=True)
 def _reject_bitmap(weights, prefix, s, e, state0, c, bits, pos, o):
-    """`_reject_small` for rows of 65..4096 edges: chosen positions are the bits of ``bits`` (all 0 on
-    entry and on return), emitted word by word in order."""
+    """Without replacement, a row of 65..4096 edges and no excluded position: chosen positions are the
+    bits of ``bits`` (all 0 on entry and on return), emitted word by word in order; a draw accepts or
+    rejects without a branch (the next attempt's draw and search do not wait for its outcome)."""
     d = e - s
     total = prefix[e - 1]
     one = np.uint64(1)
@@ -235,6 +197,98 @@ def _reject_bitmap(weights, prefix, s, e, state0, c, bits, pos, o):
         n += 1 - hit
         rejects = (rejects + 1) * hit
     emit_bitmap(bits, d, s, pos, o)
+
+
+@nb.njit(nogil=True, cache=True)
+def _running_sums(weights, s, d, gone, acc):
+    """acc[0:d]: the float64 running sums, in position order, of the weights of row [s, s + d)'s positions
+    that are not in the mask ``gone`` and have weight > 0 (the others add nothing)."""
+    one = np.uint64(1)
+    total = 0.0
+    for i in range(d):
+        wp = np.float64(weights[s + i])
+        if wp > 0 and (gone >> np.uint64(i)) & one == 0:
+            total += wp
+        acc[i] = total
+
+
+@nb.njit(nogil=True, cache=True)
+def _advance(weights, s, d, gone, p):
+    """The first position >= p of the row that is not in ``gone`` and has weight > 0, else the last such
+    one (a draw that rounding put on a chosen position, or past the row)."""
+    one = np.uint64(1)
+    for i in range(p, d):
+        if weights[s + i] > 0 and (gone >> np.uint64(i)) & one == 0:
+            return i
+    i = d - 1
+    while not (weights[s + i] > 0 and (gone >> np.uint64(i)) & one == 0):
+        i -= 1
+    return i
+
+
+@nb.njit(inline="always", cache=True)
+def _is_short(draws, s, e, c, eligible):
+    """Whether a row draws over running sums (`_short_row`): without replacement, at most SHORT_ROW_MAX
+    positions, and c > a third of its eligible count (where rejection would reject often)."""
+    return not draws and e - s <= SHORT_ROW_MAX and SHORT_SHARE * c > eligible
+
+
+@nb.njit(inline="always", cache=True)
+def _subtract_count(acc, d, p, wp, x):
+    """Subtract wp from acc[p:d] and return the number of acc[0:d] <= x, in one branch-free pass that
+    LLVM vectorises (whole aligned vectors: each load follows the store of the same vector a pass
+    earlier; subtracting 0.0 below p leaves those sums as they are)."""
+    c = 0
+    for i in range(np.uint64(0), np.uint64(d)):
+        a = acc[i] - (wp if np.int64(i) >= p else 0.0)
+        acc[i] = a
+        c += a <= x
+    return c
+
+
+@nb.njit(nogil=True, cache=True)
+def _short_row(weights, prefix, excl, q, b, s, e, state0, c, acc, pos, o):
+    """Without replacement, a row of at most SHORT_ROW_MAX positions: c successive draws over running sums
+    ``acc`` of the weights not chosen yet (the reference's `_choose_short`), no rejection. The row's
+    prefix sums are its running sums when nothing is excluded; choosing p subtracts its weight from
+    acc[p:] in the same pass that counts the next draw's position."""
+    d = e - s
+    one = np.uint64(1)
+    gone = np.uint64(0)  # excluded, then chosen positions (bits relative to s)
+    for x in range(q, b):
+        gone |= one << np.uint64(excl[x] - s)
+    if b == q:
+        for i in range(d):
+            acc[i] = prefix[s + i]
+    else:
+        _running_sums(weights, s, d, gone, acc)
+    total = acc[d - 1]
+    base = total
+    chosen = np.uint64(0)
+    t = np.uint64(0)
+    p = d  # the last chosen position (none yet: nothing to subtract)
+    wp = 0.0
+    for _ in range(c):
+        total = total - wp  # what the pass below leaves in acc[d - 1]
+        if total < base * REBASE_FRACTION:
+            _running_sums(weights, s, d, gone, acc)
+            total = acc[d - 1]
+            base = total
+            p = d
+        t += one
+        x = unit(draw(state0, t)) * total
+        p = _subtract_count(acc, d, p, wp, x)
+        if p == d or (gone >> np.uint64(p)) & one != 0:  # rounding (rare): the next available position
+            p = _advance(weights, s, d, gone, p)
+        bit = one << np.uint64(p)
+        gone |= bit
+        chosen |= bit
+        wp = np.float64(weights[s + p])
+    w = o
+    while chosen:
+        pos[w] = s + lowest_bit_index(chosen)
+        w += 1
+        chosen &= chosen - one
 
 
 @nb.njit(nogil=True, cache=True)
@@ -300,17 +354,13 @@ def _reject_row(weights, prefix, excl, q, b, s, e, state0, c, replace, bitmap, p
     """c outputs of a weighted row [s, e) by rejection over its prefix sums, into pos[o:o + c] (the
     reference's "weighted rows"; c > 0, and c < the row's eligible count unless ``replace``).
 
-    With replacement, outputs go to pos in draw order. Without, "chosen already" is a bit of a register
-    mask (rows up to 64 edges) or of a bitmap of the row (the workspace's ``bitmap`` up to 4096 edges, a
-    fresh one above when c > 64), and the set bits are emitted in order at the end; rows above 4096
-    edges with c <= 64 scan the chosen positions in pos and sort them at the end. Excluded positions
-    (``excl[q:b]``) are found by binary search."""
+    With replacement, outputs go to pos in draw order. Without, "chosen already" is a bit of a bitmap of
+    the row (the workspace's ``bitmap`` up to 4096 edges, a fresh one above when c > 64), and the set bits
+    are emitted in order at the end; rows above 4096 edges with c <= 64 scan the chosen positions in pos
+    and sort them at the end. Excluded positions (``excl[q:b]``) are found by binary search."""
     if b == q:
         if replace:
             _draw_row(weights, prefix, s, e, state0, c, pos, o)
-            return
-        if e - s <= 64:
-            _reject_small(weights, prefix, s, e, state0, c, pos, o)
             return
         if e - s <= BITMAP_MAX:
             _reject_bitmap(weights, prefix, s, e, state0, c, bitmap, pos, o)
@@ -325,7 +375,8 @@ _WEIGHTED_LINES = 16  # rows of up to this many cache lines of prefix sums are p
 @nb.njit(inline="always", cache=True)
 def _prefetch_weighted_row(weights, prefix, dst, key, row_start, row_end, row_deg, out_indptr, draws, i):
     """Start fetching what choosing weighted row i reads: its weights when it takes every eligible edge;
-    else all of its prefix sums when they span at most _WEIGHTED_LINES cache lines, and otherwise the
+    else all of its prefix sums when they span at most _WEIGHTED_LINES cache lines (and the weights of a
+    short row without replacement), and otherwise the
     entries where its first c draws would land if its weights were equal (where `_search` starts)."""
     c = out_indptr[i + 1] - out_indptr[i]
     if c == 0:
@@ -341,6 +392,10 @@ def _prefetch_weighted_row(weights, prefix, dst, key, row_start, row_end, row_de
         for p in range(s, e, 8):
             prefetch(prefix, p)
         prefetch(prefix, e - 1)
+        if _is_short(draws, s, e, c, row_deg[i]):  # a short row subtracts the weights it chooses
+            for p in range(s, e, 16):
+                prefetch(weights, p)
+            prefetch(weights, e - 1)
         return
     prefetch(prefix, e - 1)
     state0 = row_state(key, dst[i])
@@ -357,6 +412,7 @@ def choose_rows_weighted(dst, row_start, row_deg, row_exlo, row_exhi, row_end, o
     """Pass 2 of weighted rows without times [lo, hi): rejection over the prefix sums ``prefix`` (the
     reference's "weighted rows"); ``draws``: with replacement and fanout >= 0."""
     bitmap = np.zeros(BITMAP_MAX // 64, dtype=np.uint64)  # all 0 between rows
+    acc = np.empty(SHORT_ROW_MAX, dtype=np.float64)  # a short row's running sums
     for i in range(lo, min(lo + _WEIGHTED_AHEAD, hi)):
         _prefetch_weighted_row(weights, prefix, dst, key, row_start, row_end, row_deg, out_indptr, draws,
                                i)
@@ -378,5 +434,9 @@ def choose_rows_weighted(dst, row_start, row_deg, row_exlo, row_exhi, row_end, o
                               row_end[i], pos, o)
             continue
         state0 = row_state(key, dst[i])
-        _reject_row(weights, prefix, excl, row_exlo[i], row_exhi[i], row_start[i], row_end[i], state0, c,
-                    draws, bitmap, pos, o)
+        if _is_short(draws, row_start[i], row_end[i], c, row_deg[i]):
+            _short_row(weights, prefix, excl, row_exlo[i], row_exhi[i], row_start[i], row_end[i], state0, c,
+                       acc, pos, o)
+        else:
+            _reject_row(weights, prefix, excl, row_exlo[i], row_exhi[i], row_start[i], row_end[i], state0, c,
+                        draws, bitmap, pos, o)

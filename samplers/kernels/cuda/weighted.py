@@ -1,16 +1,19 @@
 """Weighted rows without edge times on the GPU (the reference's "weighted rows"), a thread per row:
-successive sampling by rejection over the per-row float64 prefix sums (``row_prefix`` computes them
-once per graph), at most REJECT_LIMIT rejected attempts per output, then an exact draw from what
-remains. Only multiplications, additions and comparisons: the same numbers as the CPU's."""
+successive sampling. Short rows (at most SHORT_ROW_MAX positions, without replacement, SHORT_SHARE * k
+above their eligible count) draw over running sums of the weights not chosen yet, kept in a per-thread
+array; other rows by rejection over the per-row float64 prefix sums (``row_prefix`` computes them once
+per graph), at most REJECT_LIMIT rejected attempts per output, then an exact draw from what remains.
+Only multiplications, additions, subtractions and comparisons, in the CPU's order: the same numbers."""
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 from numba import cuda
 
 from samplers.kernels.cuda.rng import draw, row_state, unit
 from samplers.kernels.cuda.rows import is_excluded, row_span, sort_range
-from samplers.kernels.reference import REJECT_LIMIT
+from samplers.kernels.reference import REBASE_FRACTION, REJECT_LIMIT, SHORT_ROW_MAX, SHORT_SHARE
 
 __all__ = ["REJECT_LIMIT", "row_prefix", "sample_rows_weighted"]
 
@@ -23,6 +26,72 @@ def _taken(chosen, o, j, p):  # pragma: no cover - device
     return False
 
 
+@cuda.jit(device=True)
+def _available(weights, s, gone, i):  # pragma: no cover - device
+    return weights[s + i] > 0 and (gone >> np.uint64(i)) & np.uint64(1) == 0
+
+
+@cuda.jit(device=True)
+def _running_sums(weights, s, d, gone, acc):  # pragma: no cover - device
+    """acc[0:d]: running float64 sums in position order of the available weights (the CPU's)."""
+    total = 0.0
+    for i in range(d):
+        if _available(weights, s, gone, i):
+            total += np.float64(weights[s + i])
+        acc[i] = total
+
+
+@cuda.jit(device=True)
+def _short_row(weights, prefix, excl, a, b, s, e, state0, c, acc, eids, o):  # pragma: no cover - device
+    """A short row's c outputs over running sums (the reference's `_choose_short`; the CPU's
+    `_short_row`), written to eids[o:o + c] in increasing order."""
+    d = e - s
+    one = np.uint64(1)
+    gone = np.uint64(0)
+    for x in range(a, b):
+        gone |= one << np.uint64(excl[x] - s)
+    if b == a:
+        for i in range(d):
+            acc[i] = prefix[s + i]
+    else:
+        _running_sums(weights, s, d, gone, acc)
+    base = acc[d - 1]
+    chosen = np.uint64(0)
+    for t in range(1, c + 1):
+        total = acc[d - 1]
+        if total < base * REBASE_FRACTION:
+            _running_sums(weights, s, d, gone, acc)
+            total = acc[d - 1]
+            base = total
+        x = unit(draw(state0, t)) * total
+        p = np.int64(0)
+        for i in range(d):
+            if acc[i] <= x:
+                p += 1
+        if p == d or (gone >> np.uint64(p)) & one != 0:  # rounding: the next available position, or the last
+            q = p
+            p = np.int64(-1)
+            for i in range(q, d):
+                if _available(weights, s, gone, i):
+                    p = i
+                    break
+            if p < 0:
+                p = d - 1
+                while not _available(weights, s, gone, p):
+                    p -= 1
+        bit = one << np.uint64(p)
+        gone |= bit
+        chosen |= bit
+        wp = np.float64(weights[s + p])
+        for i in range(p, d):
+            acc[i] = acc[i] - wp
+    j = o
+    for i in range(d):
+        if (chosen >> np.uint64(i)) & one != 0:
+            eids[j] = s + i
+            j += 1
+
+
 @cuda.jit
 def sample_rows_weighted(indptr, indices, edge_ids, has_eids, weights, prefix, positive, dst, out_indptr,
                          fanout, replace, key, excl, src, eids):  # pragma: no cover - device
@@ -30,6 +99,7 @@ def sample_rows_weighted(indptr, indices, edge_ids, has_eids, weights, prefix, p
     rows"): successive sampling by rejection over the row's prefix sums ``prefix``, at most REJECT_LIMIT
     rejected attempts per output, then an exact draw from what remains. The chosen CSC positions are
     kept in ``eids[o:o + c]`` until the row is done, then replaced by sources and edge ids."""
+    sums = cuda.local.array(SHORT_ROW_MAX, numba.float64)  # a short row's running sums
     i = cuda.grid(1)
     stride = cuda.gridsize(1)
     n_excl = excl.shape[0]
@@ -49,6 +119,8 @@ def sample_rows_weighted(indptr, indices, edge_ids, has_eids, weights, prefix, p
                     if weights[p] > 0 and not is_excluded(excl, a, b, p):
                         eids[j] = p
                         j += 1
+            elif not replace and e - s <= SHORT_ROW_MAX and SHORT_SHARE * c > d_e:
+                _short_row(weights, prefix, excl, a, b, s, e, row_state(key, v), c, sums, eids, o)
             else:
                 state0 = row_state(key, v)
                 total = prefix[e - 1]
