@@ -10,7 +10,7 @@
 #     $PEER_TESTS/dgl/tests/python/pytorch/dataloading/test_dataloader.py, tests/backend/**, tests/utils/**
 #   TorchRL 0.14 (github.com/pytorch/rl, commit 6e18e35b2 "Bump 0.14.0"):
 #     $PEER_TESTS/torchrl/test/rb/test_samplers.py, test/rb/_rb_common.py (TorchRL's SliceSampler itself:
-#     the reference our tests/replay/test_torchrl_slices.py replays on a trajectory store)
+#     the reference tests/replay/test_torchrl_scenarios.py replays on a trajectory store)
 #
 # e.g.  git -C pytorch_geometric show 2.8.0:test/loader/test_neighbor_loader.py > $PEER_TESTS/pyg/test/loader/...
 # benchmarks/peer/peer_plugin.py makes PyG's NeighborLoader / LinkNeighborLoader / NeighborSampler build
@@ -50,12 +50,12 @@ for suite in $SUITES; do
         dir="$PEER/torchrl/test/rb"
         if [ -f "$dir/test_samplers.py" ]; then
             echo "== TorchRL: test_samplers.py's SliceSampler scenarios (TorchRL's sampler, the reference)"
-            (cd "$dir" && "$PY" -m pytest -p no:cacheprovider -q -rfE test_samplers.py -k "(Slice or slice) and not rioritized") \
+            (cd "$dir" && "$PY" -m pytest -p no:cacheprovider -q -rfE test_samplers.py -k "(slice or Slice or FindStartStop) and not rioritized") \
                 || status=1
         fi
-        echo "== TorchRL scenarios on our trajectory store: tests/replay/test_torchrl_slices.py"
-        (cd "$ROOT" && "$PY" -m pytest -p no:cacheprovider -q tests/replay/test_torchrl_slices.py \
-            tests/replay/test_torchrl_keys.py) || status=1
+        echo "== TorchRL scenarios on our trajectory store (docs/notes/peer-suites.md: which apply, which differ)"
+        (cd "$ROOT" && "$PY" -m pytest -p no:cacheprovider -q tests/replay/test_torchrl_scenarios.py \
+            tests/replay/test_torchrl_slices.py tests/replay/test_torchrl_keys.py) || status=1
         ;;
     *) echo "peer_suites: unknown suite $suite (pyg, dgl, torchrl)"; status=2 ;;
     esac
