@@ -311,9 +311,9 @@ class ChunkRing:
         )
 
     # -- reading (shard lock held)
-    def read(self, positions: np.ndarray, out: np.ndarray) -> None:
+    def read(self, positions: np.ndarray, out: np.ndarray, rows: np.ndarray | None = None) -> None:
         """Copy the rows of live ``positions`` (int64 [n], each in ``[floor, next_position)``) into
-        ``out`` ``[n, *shape]``, decompressing each chunk once.
+        ``out`` ``[n, *shape]`` (or into ``out[rows]``, ``rows`` int64 [n]), decompressing each chunk once.
 
         Raises
         ------
@@ -338,10 +338,11 @@ class ChunkRing:
                 continue
             k = int(ks[group[0]])
             within = positions[group] - k * c
+            dst = group if rows is None else rows[group]
             if k == open_chunk:
-                out[group] = self.tail[within]
+                out[dst] = self.tail[within]
             else:
-                out[group] = self.decoded(k)[within]
+                out[dst] = self.decoded(k)[within]
 
     def decoded(self, k: int) -> np.ndarray:
         """Chunk ``k`` (complete, live) decompressed: ``[chunk, *shape]``, valid until the next call."""

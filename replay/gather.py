@@ -92,9 +92,7 @@ class WindowGather:
             view.reshape(-1, length, *f.shape)[sel] = 0
             with sh:
                 keep = positions >= sh.floor  # the rest: stale windows, dropped after the copy
-                got = np.empty((int(keep.sum()), *f.shape), dtype=f.dtype)
-                sh.chunks[name].read(positions[keep], got)
-            view[out_rows[keep]] = got
+                sh.chunks[name].read(positions[keep], view, out_rows[keep])
 
     def to_device(
         self, rows: np.ndarray, meta: dict[str, np.ndarray], flat: tuple, length: int, target: torch.device

@@ -1,0 +1,143 @@
+"""A replay store with a compressed frame field against the same store raw: steps held and sampling speed.
+
+Atari-like steps (an 84x84 uint8 frame, an int64 action, a float32 reward, a bool done) are written as
+episodes into two `replay.ReplayStore`s, one with the frame raw and one with ``FieldSpec(codec=...)``.
+Frames come from the Arcade Learning Environment (``ale-py`` with its ROMs, random actions, frame skip
+4, area-downsampled to 84x84: `replay_codecs.ale_frames`) when it imports, else from
+`replay_codecs.synthetic_frames`; the JSON says which (``frames``). To use an ale-py outside the venv,
+put it on ``PYTHONPATH``.
+
+Rows:
+
+- ``steps_held``: steps the compressed store holds in the bytes of the raw store's rings. The compressed
+  store is made with ``--times`` x the raw capacity and ``arena_ratio = --times`` (its frame arenas
+  take the raw frame rings' bytes), filled past wrap-around; ``ours`` is the measured raw bytes a step
+  over compressed bytes a step (live chunks, the raw tail, the chunk table), ``baseline_value`` 1.
+- ``sample B,L``: batches a second, ``sample(B, window=L)``, compressed over raw (the same frames,
+  capacity and seed), the raw store run in the same process as the baseline.
+
+``python benchmarks/replay_compressed.py --help``; results go to
+``benchmarks/results/replay_compressed.json``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+# run as a script, this file's folder comes first on sys.path, and benchmarks/replay.py would shadow
+# the package
+HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
+
+import click  # noqa: E402
+import numpy as np  # noqa: E402
+
+from graphrl.memory import MemoryManager  # noqa: E402
+from replay import ReplayStore, TrajectorySpec  # noqa: E402
+
+sys.path.append(str(HERE))
+from _report import machine, write_result  # noqa: E402
+from replay_codecs import ale_frames, synthetic_frames  # noqa: E402
+
+RESULTS = HERE / "results" / "replay_compressed.json"
+
+
+def spec(codec: str | None, ratio: float) -> TrajectorySpec:
+    frame = ((84, 84), "uint8") if codec is None else ((84, 84), "uint8", codec, ratio)
+    return TrajectorySpec({"obs": frame, "action": ((), "int64"), "reward": ((), "float32"),
+                           "done": ((), "bool")})
+
+
+def fill(store: ReplayStore, frames: np.ndarray, episode: int) -> float:
+    """Write ``frames`` as episodes of ``episode`` steps; return the seconds it took."""
+    t0 = time.perf_counter()
+    with store.writer(chunk_steps=episode) as w:
+        for s in range(0, len(frames), episode):
+            obs = frames[s : s + episode]
+            n = len(obs)
+            w.add_episode({"obs": np.ascontiguousarray(obs), "action": np.arange(n, dtype=np.int64) % 4,
+                           "reward": np.ones(n, np.float32), "done": np.arange(n) == n - 1})
+    return time.perf_counter() - t0
+
+
+def held_bytes(store: ReplayStore) -> int:
+    """Bytes the live frames of a compressed store take: live chunks, tails, chunk tables."""
+    total = 0
+    for sh in store.storage.shards:
+        ring = sh.chunks["obs"]
+        with sh:
+            st = ring.state()
+        total += st["blob"].size + ring.tail.nbytes + ring.table.nbytes
+    return total
+
+
+def rate(store: ReplayStore, b: int, length: int, seconds: float) -> float:
+    """``sample(b, window=length)`` calls a second (each batch released), over about ``seconds``."""
+    for _ in range(3):
+        store.sample(b, window=length).release()
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        store.sample(b, window=length).release()
+        n += 1
+    return n / (time.perf_counter() - t0)
+
+
+@click.command()
+@click.option("--frames", "n_frames", default=6000, show_default=True, help="Frames (steps) written.")
+@click.option("--game", default="ms_pacman", show_default=True, help="ALE game (when ale-py imports).")
+@click.option("--codec", default="lz4", type=click.Choice(["lz4", "zstd"]), show_default=True)
+@click.option("--capacity", default=1024, show_default=True, help="Raw store's steps (one shard).")
+@click.option("--times", default=3.0, show_default=True, help="Compressed store's capacity / raw capacity.")
+@click.option("--episode", default=400, show_default=True, help="Steps per episode.")
+@click.option("--seconds", default=1.0, show_default=True, help="Seconds per sampling case and store.")
+@click.option("--synthetic", is_flag=True, help="Use the generated frames even when ale-py imports.")
+@click.option("--output", default=str(RESULTS), show_default=True)
+def main(n_frames: int, game: str, codec: str, capacity: int, times: float, episode: int, seconds: float,
+         synthetic: bool, output: str) -> None:
+    """Steps held in the same bytes and sampling speed of a compressed frame field against raw."""
+    load_before = __import__("os").getloadavg()[0]
+    frames = None if synthetic else ale_frames(n_frames, game, 0)
+    source = f"ale-py {game}" if frames is not None else "synthetic"
+    if frames is None:
+        frames = synthetic_frames(n_frames, 0)
+    big = int(capacity * times)
+    rows = []
+    with MemoryManager() as mm:
+        raw = ReplayStore(spec(None, 1.0), capacity, 1, memory=mm, seed=0, timeout=5.0)
+        packed = ReplayStore(spec(codec, times), big, 1, memory=mm, seed=0, timeout=5.0)
+        for store in (raw, packed):  # warm up (compiled paths, first touch of the rings)
+            fill(store, frames[:episode], episode)
+        t_raw = fill(raw, frames, episode)
+        t_packed = fill(packed, frames, episode)  # raises MemoryBudgetError if the frames do not fit
+        frame_ring = capacity * 84 * 84
+        per_step = held_bytes(packed) / len(packed)
+        arena = packed.storage.shards[0].chunks["obs"].arena_bytes
+        rows.append({"case": f"steps held ({codec}, chunk {packed.storage.shards[0].chunks['obs'].chunk})",
+                     "metric": "raw_bytes_per_compressed_byte", "ours": 84 * 84 / per_step,
+                     "baseline": "raw ring", "baseline_value": 1.0, "ratio": 84 * 84 / per_step,
+                     "held_steps": len(packed), "raw_steps": len(raw), "arena_bytes": arena,
+                     "raw_frame_ring_bytes": frame_ring})
+        rows.append({"case": "insert episodes", "metric": "steps_per_s", "ours": len(frames) / t_packed,
+                     "baseline": "raw", "baseline_value": len(frames) / t_raw, "ratio": t_raw / t_packed})
+        for b, length in ((32, 1), (256, 1), (32, 4), (32, 16), (32, 64)):
+            r_raw = rate(raw, b, length, seconds)
+            r_packed = rate(packed, b, length, seconds)
+            rows.append({"case": f"sample B={b} L={length}", "metric": "batches_per_s", "ours": r_packed,
+                         "baseline": "raw", "baseline_value": r_raw, "ratio": r_packed / r_raw})
+        raw.close()
+        packed.close()
+    info = machine(load_before=load_before)
+    click.echo(f"frames: {source}, {len(frames)} of 84x84; raw capacity {capacity}, compressed {big}")
+    click.echo(f"{'case':<34} {'metric':<30} {'ours':>10} {'raw':>10} {'ratio':>7}")
+    for r in rows:
+        click.echo(f"{r['case']:<34} {r['metric']:<30} {r['ours']:>10.1f} {r['baseline_value']:>10.1f} "
+                   f"{r['ratio']:>7.2f}")
+    click.echo(f"1-min load average {load_before:.2f} before, {info['load_average_1min']:.2f} after")
+    write_result("replay_compressed", rows, info, output, frames=source, codec=codec, capacity=capacity,
+                 times=times)
+
+
+if __name__ == "__main__":
+    main()
