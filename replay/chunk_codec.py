@@ -257,6 +257,8 @@ class ChunkRing:
         if placed:
             last = max(placed)
             self.meta[_HEAD] = (placed[last][0] + placed[last][1].size) % self.arena_bytes
+        if k1 * c > self.meta[_NEXT]:  # the full chunks are readable before the tail is reused (a writer
+            self.meta[_NEXT] = k1 * c  # that dies here leaves the earlier positions intact)
         lo = max(position, k1 * c)
         if end > lo:  # the rows of the chunk left partial: raw in the tail
             self.tail[lo - k1 * c : end - k1 * c] = rows[lo - position :]
