@@ -42,7 +42,7 @@ def check_num_neighbors(name: str, hops, allow_empty: bool = False) -> list[int]
     return [int(k) for k in out]
 
 
-def hetero_num_neighbors(num_neighbors, edge_types: list) -> dict:
+def hetero_num_neighbors(num_neighbors, edge_types: list, default=None) -> dict:
     """PyG's ``num_neighbors`` for a heterogeneous graph as ``{edge_type: [hop 1, ..., hop L]}``.
 
     Parameters
@@ -53,11 +53,14 @@ def hetero_num_neighbors(num_neighbors, edge_types: list) -> dict:
         ``NumNeighbors``).
     edge_types : list of (str, str, str)
         The graph's edge types, in order (the order of the returned dict).
+    default : sequence of int or None
+        The list of an edge type a dict leaves out (PyG's ``NumNeighbors(values, default=...)``).
 
     Raises
     ------
     TypeError, ValueError
-        As `check_num_neighbors` per list; an unknown or missing edge type; lists of different lengths.
+        As `check_num_neighbors` per list; an unknown or missing edge type (no ``default``); lists of
+        different lengths.
     """
     if not isinstance(num_neighbors, Mapping):
         hops = check_num_neighbors("num_neighbors", num_neighbors, allow_empty=True)
@@ -68,6 +71,9 @@ def hetero_num_neighbors(num_neighbors, edge_types: list) -> dict:
         if et not in edge_types:
             raise ValueError(f"num_neighbors: unknown edge type {key!r} (data has {edge_types})")
         given[et] = check_num_neighbors(f"num_neighbors[{et!r}]", hops, allow_empty=True)
+    if default is not None:
+        fill = check_num_neighbors("num_neighbors.default", default, allow_empty=True)
+        given.update({et: list(fill) for et in edge_types if et not in given})
     missing = [et for et in edge_types if et not in given]
     if missing:
         raise ValueError(f"num_neighbors: no number of neighbours for edge types {missing} (a dict must "

@@ -72,8 +72,8 @@ class PygSampler(LazyBase):
     num_neighbors : sequence of int, or (heterogeneous) mapping edge type -> sequence of int
         Neighbours drawn per node at each hop, *hop 1 first* (PyG's order); ``-1`` takes every
         neighbour; ``[]`` samples the seeds alone. Heterogeneous: one list for every edge type or one
-        per edge type (every edge type named, as PyG's ``NumNeighbors``; forward edge types also with
-        ``sample_direction="backward"``).
+        per edge type (every edge type named, or the rest given by PyG's ``NumNeighbors(values,
+        default=...)``; forward edge types also with ``sample_direction="backward"``).
     replace : bool
         Draw with replacement.
     seed : int
@@ -158,7 +158,7 @@ class PygSampler(LazyBase):
         is_num = isinstance(num_neighbors, pyg.sampler.base.NumNeighbors)
         values = num_neighbors.values if is_num else num_neighbors
         if graph.hetero:
-            hops = hetero_num_neighbors(values, graph.edge_types)
+            hops = hetero_num_neighbors(values, graph.edge_types, num_neighbors.default if is_num else None)
         else:
             hops = {HOMO: check_num_neighbors("num_neighbors", values, allow_empty=True)}
         self.num_neighbors = hops if graph.hetero else hops[HOMO]

@@ -234,6 +234,20 @@ def test_bad_hetero_input_raises_naming_the_argument(small):
         s.sample_from_nodes(pyg.sampler.NodeSamplerInput(input_id=None, node=torch.tensor([0])))
 
 
+
+def test_num_neighbors_default_fills_the_edge_types_a_dict_leaves_out(small):
+    # PyG's NumNeighbors(values, default=...) gives the left-out edge types the default list
+    nn = pyg.sampler.base.NumNeighbors({BUYS: [-1, 0]}, default=[0, -1])
+    s = PygSampler(small, nn)
+    assert s.num_neighbors == {BUYS: [-1, 0], REV: [0, -1], FOLLOWS: [0, -1]}
+    # item 0: hop 1 buys <- users 0, 1; hop 2 rev_buys user 0 <- items 0, 3, user 1 <- item 0, follows
+    # user 0 <- user 1, user 1 <- user 2
+    b = first_batch(small, s, torch.tensor([0]), "item")
+    assert b[BUYS].num_sampled_edges == [2, 0] and b[REV].num_sampled_edges == [0, 3]
+    assert b[FOLLOWS].num_sampled_edges == [0, 2] and b["user"].n_id.tolist() == [0, 1, 2]
+    with pytest.raises(ValueError, match="no number of neighbours for edge types"):
+        PygSampler(small, pyg.sampler.base.NumNeighbors({BUYS: [2]}))
+
 # ------------------------------------------------------------------------- a PyG hetero model trains
 def synthetic_shop(seed: int = 0) -> HeteroData:
     """Users buy 5 items each; a user's class is whether the mean first feature of its items is positive;
