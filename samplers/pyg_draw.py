@@ -158,13 +158,24 @@ class PygDraw:
         return keys
 
     def seed_keys(self, num: int, seed_time) -> torch.Tensor:
-        """The disjoint time keys of ``num`` seeds (int64 [num]), of times ``seed_time`` or none."""
+        """The disjoint time keys of ``num`` seeds (int64 [num]), of times ``seed_time`` or none.
+
+        Raises ValueError (``seed_time`` missing with times, not of shape [num], or holding NaN) or
+        TypeError (``seed_time`` neither integer nor float)."""
         b = np.arange(num, dtype=np.int64)
         if not self.temporal:
             return torch.from_numpy(b)
         if seed_time is None:
             raise ValueError("temporal sampling needs seed times (input_time, or a node-level time_attr)")
         t = torch.as_tensor(seed_time).cpu().numpy()  # float seed times against integer edge times: exact
+        if t.shape != (num,):
+            raise ValueError(f"seed_time (input_time / edge_label_time) must have shape [{num}], one time "
+                             f"per seed, got {list(t.shape)}")
+        if t.dtype.kind not in "iuf":
+            raise TypeError(f"seed_time must hold integer or float times, got dtype {t.dtype}")
+        if t.dtype.kind == "f" and np.isnan(t).any():
+            raise ValueError(f"seed_time holds NaN at positions {np.flatnonzero(np.isnan(t))[:5].tolist()}; "
+                             f"a seed without a time cannot be sampled temporally")
         rank = np.searchsorted(self.uniq, t, side="right").astype(np.int64) - 1
         return torch.from_numpy(rank * _BATCH + b)
 

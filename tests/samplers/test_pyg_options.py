@@ -91,6 +91,20 @@ def test_hetero_temporal_static_types_and_seed_times_from_node_times():
     assert out.batch["b"].tolist() == [0, 2]
 
 
+def test_bad_seed_times_are_refused_naming_the_argument(rand):
+    s = PygSampler(rand, [3], time_attr="edge_time")
+    with pytest.raises(ValueError, match=r"seed_time .* shape \[5\].*got \[3\]"):
+        nodes_of(s, torch.arange(5), torch.zeros(3))
+    with pytest.raises(ValueError, match=r"seed_time .* shape \[5\].*got \[5, 2\]"):
+        nodes_of(s, torch.arange(5), torch.zeros(5, 2))
+    with pytest.raises(ValueError, match=r"seed_time holds NaN at positions \[1\]"):  # not "every edge"
+        nodes_of(s, torch.arange(3), torch.tensor([1.0, float("nan"), 2.0]))
+    with pytest.raises(TypeError, match="seed_time must hold integer or float times, got dtype bool"):
+        nodes_of(s, torch.arange(2), torch.tensor([True, False]))
+    out = nodes_of(s, torch.arange(5), torch.full((5,), -1, dtype=torch.int16))  # times before every edge
+    assert out.node.tolist() == [0, 1, 2, 3, 4] and out.edge.numel() == 0
+
+
 def test_induced_is_the_graphs_subgraph_on_the_sampled_nodes(rand):
     out = nodes_of(PygSampler(rand, [2, 2], subgraph_type="induced", seed=4), [0, 9, 30])
     assert out.num_sampled_nodes is None and out.num_sampled_edges is None
