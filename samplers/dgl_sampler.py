@@ -143,7 +143,14 @@ class DglSampler(LazyBase):
         return value.to(torch.float32) if self.mask is not None else value
 
     def _layer_fanouts(self, g) -> dict:
-        """Per canonical edge type, the fanouts of every layer (outermost first)."""
+        """Per canonical edge type, the fanouts of every layer (outermost first); ValueError for a dict
+        key that names no edge type of ``g`` (DGL refuses it too)."""
+        known = set(g.canonical_etypes) | {rel[1] for rel in g.canonical_etypes}
+        for i, f in enumerate(self.fanouts):
+            bad = [k for k in f if k not in known] if isinstance(f, Mapping) else []
+            if bad:
+                raise ValueError(f"fanouts[{i}] names edge types {bad} that g does not have (edge types: "
+                                 f"{g.canonical_etypes})")
         out = {}
         for rel in g.canonical_etypes:
             out[rel] = [f if not isinstance(f, Mapping) else int(f.get(rel, f.get(rel[1], 0)))
@@ -240,7 +247,8 @@ class DglSampler(LazyBase):
             Seed node ids in [0, g.num_nodes(type)).
         exclude_eids : torch.Tensor [X], dict edge type -> torch.Tensor, or None
             Edge ids of ``g`` never drawn (what ``dgl.dataloading.as_edge_prediction_sampler`` passes for
-            ``exclude="self"`` and the like); ids outside [0, num_edges) are ignored, as in DGL.
+            ``exclude="self"`` and the like); ids outside [0, num_edges) are ignored, as in DGL; a dict
+            when ``g`` has several edge types.
 
         Returns
         -------
@@ -255,9 +263,11 @@ class DglSampler(LazyBase):
         Raises
         ------
         TypeError
-            ``g`` is not a DGL graph; ``indices`` is not an integer tensor (a dict on a heterograph).
+            ``g`` is not a DGL graph; ``indices`` is not an integer tensor (a dict on a heterograph);
+            ``exclude_eids`` not a dict on a graph of several edge types (DGL's rule).
         ValueError
-            ``indices`` is not 1-D or holds ids outside [0, g.num_nodes()).
+            ``indices`` is not 1-D or holds ids outside [0, g.num_nodes()); a ``fanouts`` dict naming an
+            edge type ``g`` lacks.
         """
         sampler = self.sampler_for(g)
         if isinstance(sampler, NeighborSampler) or sampler is self.fixed:
@@ -281,6 +291,9 @@ class DglSampler(LazyBase):
         excl = None
         if exclude_eids is not None:
             if not isinstance(exclude_eids, Mapping):
+                if len(g.canonical_etypes) != 1:
+                    raise TypeError(f"exclude_eids must be a dict keyed by edge type on a heterograph with "
+                                    f"edge types {g.canonical_etypes}, got {type(exclude_eids).__name__}")
                 exclude_eids = {g.canonical_etypes[0]: exclude_eids}
             excl = {g.to_canonical_etype(k): self._existing(v, g.num_edges(k))
                     for k, v in exclude_eids.items()}

@@ -65,6 +65,17 @@ def test_exclude_eids_ignores_ids_that_name_no_edge(dgl):
     assert sorted(block.edges["BA"].data[dgl.EID].tolist()) == [1, 2, 3]
 
 
+def test_bad_fanout_keys_and_untyped_exclude_eids_are_refused_as_dgl_refuses_them(dgl):
+    g = two_types(dgl)
+    with pytest.raises(ValueError, match=r"fanouts\[1\] names edge types \['BX'\] that g does not have"):
+        DglSampler([{"BA": 1, "CA": 1}, {"BX": 2, "CA": 1}]).sample(g, {"A": torch.tensor([0])})  # a typo
+    with pytest.raises(TypeError, match="exclude_eids must be a dict keyed by edge type"):
+        DglSampler([-1]).sample(g, {"A": torch.tensor([0])}, exclude_eids=torch.tensor([0]))
+    one = dgl.heterograph({("B", "BA", "A"): ([1, 2], [0, 0])})  # one edge type: a tensor is unambiguous
+    _, _, (block,) = DglSampler([-1]).sample(one, {"A": torch.tensor([0])}, exclude_eids=torch.tensor([0, 5]))
+    assert block.edges["BA"].data[dgl.EID].tolist() == [1]
+
+
 def test_workers_draw_differently(dgl):
     g = dgl.graph((torch.arange(1, 401), torch.zeros(400, dtype=torch.int64)))
     loader = dgl.dataloading.DataLoader(g, torch.zeros(4, dtype=torch.int64), DglSampler([3], seed=1),
