@@ -252,9 +252,9 @@ class DglSampler(LazyBase):
 
         Returns
         -------
-        input_nodes : torch.Tensor, ``g.idtype``, shape [S] (dict per node type on a heterograph)
+        input_nodes : torch.Tensor, ``g.idtype``, shape [S] (dict per node type when g has several)
             Global ids of the outermost block's source nodes (rows of the input features).
-        output_nodes : torch.Tensor, ``g.idtype``, shape [B] (dict per node type on a heterograph)
+        output_nodes : torch.Tensor, ``g.idtype``, shape [B] (a dict when ``indices`` is one, as DGL)
             The seeds, in order.
         blocks : list of dgl.DGLGraph
             ``len(fanouts)`` DGL blocks of ``g.idtype``, outermost first, carrying node features in
@@ -282,7 +282,8 @@ class DglSampler(LazyBase):
                                   exclude_eids=excl)
             blocks = [self._with_features(g, block_to_dgl(b, g.idtype), b) for b in ours]
             return ours[0].src_nodes.to(g.idtype), ours[-1].dst_nodes.to(g.idtype), blocks
-        if not isinstance(indices, Mapping):
+        typed = isinstance(indices, Mapping)
+        if not typed:
             if len(g.ntypes) != 1:
                 raise TypeError(f"indices must be a dict keyed by node type on a heterograph with node types "
                                 f"{g.ntypes}, got {type(indices).__name__}")
@@ -301,8 +302,11 @@ class DglSampler(LazyBase):
         blocks = [self._with_hetero_features(g, hetero_block_to_dgl(b, g.canonical_etypes, g.idtype), b)
                   for b in ours]
         cast = g.idtype
-        return ({t: v.to(cast) for t, v in ours[0].src_nodes.items()},
-                {t: v.to(cast) for t, v in ours[-1].dst_nodes.items()}, blocks)
+        inputs = {t: v.to(cast) for t, v in ours[0].src_nodes.items()}
+        outputs = {t: v.to(cast) for t, v in ours[-1].dst_nodes.items()}
+        # as DGL's: input_nodes is a tensor when g has one node type, output_nodes as the seeds were given
+        return (inputs[g.ntypes[0]] if len(g.ntypes) == 1 else inputs,
+                outputs if typed else outputs[g.ntypes[0]], blocks)
 
     @staticmethod
     def _existing(ids, num_edges: int) -> torch.Tensor:

@@ -76,6 +76,18 @@ def test_bad_fanout_keys_and_untyped_exclude_eids_are_refused_as_dgl_refuses_the
     assert block.edges["BA"].data[dgl.EID].tolist() == [1]
 
 
+def test_one_node_type_gives_tensors_as_dgl_does(dgl):
+    # a homogeneous graph under a fanout dict, or one node type with two edge types: DGL's input_nodes is a
+    # tensor, output_nodes as the seeds were given
+    g = dgl.graph(([1, 2, 3], [0, 0, 1]))
+    input_nodes, output_nodes, (block,) = DglSampler([{"_E": -1}]).sample(g, torch.tensor([0]))
+    assert input_nodes.tolist() == [0, 1, 2] and output_nodes.tolist() == [0]
+    assert sorted(block.edata[dgl.EID].tolist()) == [0, 1]
+    h = dgl.heterograph({("u", "f", "u"): ([1, 2, 3], [0, 0, 1]), ("u", "l", "u"): ([3], [0])})
+    input_nodes, output_nodes, _ = DglSampler([-1]).sample(h, {"u": torch.tensor([0])})
+    assert sorted(input_nodes.tolist()) == [0, 1, 2, 3] and output_nodes["u"].tolist() == [0]
+
+
 def test_workers_draw_differently(dgl):
     g = dgl.graph((torch.arange(1, 401), torch.zeros(400, dtype=torch.int64)))
     loader = dgl.dataloading.DataLoader(g, torch.zeros(4, dtype=torch.int64), DglSampler([3], seed=1),
