@@ -84,26 +84,45 @@ def read_pyg_graph(data, time_attr: str | None = None, weight_attr: str | None =
     Raises
     ------
     TypeError
-        ``data`` is none of these.
+        ``data`` is none of these; boolean or complex times.
     ValueError
         An ``edge_index`` not shaped [2, E]; a node type without ``num_nodes``; ``time_attr`` on no
-        store or on both nodes and edges (PyG's wording); ``weight_attr`` on no edge type.
+        store or on both nodes and edges (PyG's wording), or not one time per node / edge;
+        ``weight_attr`` on no edge type.
     NotImplementedError
         A ``weight_attr`` with a ``(FeatureStore, GraphStore)`` (PyG's error and wording).
     """
     pyg = import_pyg()
     if isinstance(data, pyg.data.Data):
-        return _read_data(data, time_attr, weight_attr)
-    if isinstance(data, pyg.data.HeteroData):
-        return _read_hetero(data, time_attr, weight_attr)
-    if (isinstance(data, (tuple, list)) and len(data) == 2 and isinstance(data[0], pyg.data.FeatureStore)
+        out = _read_data(data, time_attr, weight_attr)
+    elif isinstance(data, pyg.data.HeteroData):
+        out = _read_hetero(data, time_attr, weight_attr)
+    elif (isinstance(data, (tuple, list)) and len(data) == 2 and isinstance(data[0], pyg.data.FeatureStore)
             and isinstance(data[1], pyg.data.GraphStore)):
         if weight_attr is not None:  # PyG's error and wording
             raise NotImplementedError("'weight_attr' argument not yet supported within 'PygSampler' for "
                                       "'(FeatureStore, GraphStore)' inputs")
-        return _read_stores(data[0], data[1], time_attr)
-    raise TypeError(f"data must be a torch_geometric.data.Data, HeteroData or (FeatureStore, GraphStore), "
-                    f"got {type(data).__name__}")
+        out = _read_stores(data[0], data[1], time_attr)
+    else:
+        raise TypeError(f"data must be a torch_geometric.data.Data, HeteroData or (FeatureStore, "
+                        f"GraphStore), got {type(data).__name__}")
+    _check_times(out, time_attr)
+    return out
+
+
+def _check_times(graph: PygGraph, time_attr: str | None) -> None:
+    """Each time tensor integer or float, one time per node (node-level) or edge (edge-level)."""
+    wanted = {t: graph.num_nodes[t] for t in graph.node_time or {}}
+    wanted.update({et: int(graph.edges[et][0].shape[0]) for et in graph.edge_time or {}})
+    for key, times in {**(graph.node_time or {}), **(graph.edge_time or {})}.items():
+        times = torch.as_tensor(times)
+        if tuple(times.shape) != (wanted[key],):
+            per = "node" if key in (graph.node_time or {}) else "edge"
+            raise ValueError(f"time_attr={time_attr!r} of {key!r} must have shape [{wanted[key]}], one time "
+                             f"per {per}, got {list(times.shape)}")
+        if times.dtype == torch.bool or times.is_complex():
+            raise TypeError(f"time_attr={time_attr!r} of {key!r} must hold integer or float times, got "
+                            f"{times.dtype}")
 
 
 def _read_data(data, time_attr, weight_attr) -> PygGraph:

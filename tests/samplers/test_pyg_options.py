@@ -105,6 +105,15 @@ def test_bad_seed_times_are_refused_naming_the_argument(rand):
     assert out.node.tolist() == [0, 1, 2, 3, 4] and out.edge.numel() == 0
 
 
+def test_times_not_one_per_node_or_edge_are_refused_naming_time_attr(rand):
+    d = Data(edge_index=rand.edge_index, num_nodes=60, t2=torch.zeros(60, 2),
+             tb=torch.zeros(60, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"time_attr='t2' .* shape \[60\], one time per node, got \[60, 2\]"):
+        PygSampler(d, [2], time_attr="t2")
+    with pytest.raises(TypeError, match="time_attr='tb' .* must hold integer or float times, got torch.bool"):
+        PygSampler(d, [2], time_attr="tb")
+
+
 def test_induced_is_the_graphs_subgraph_on_the_sampled_nodes(rand):
     out = nodes_of(PygSampler(rand, [2, 2], subgraph_type="induced", seed=4), [0, 9, 30])
     assert out.num_sampled_nodes is None and out.num_sampled_edges is None
