@@ -132,7 +132,7 @@ def test_require_matplotlib_names_the_extra(monkeypatch):
 
 
 @pytest.mark.parametrize("propagation", [
-    ["--propagation", "sampled", "--batch-size", "512", "--fanouts", "4,4"], ["--propagation", "exact"]],
+    ["--propagation", "sampled", "--fanouts", "4,4,4"], ["--propagation", "exact"]],
     ids=["sampled", "exact"])
 def test_demo_plot_writes_the_curves_the_run_reported(tmp_path, propagation):
     import re

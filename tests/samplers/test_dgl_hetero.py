@@ -91,6 +91,6 @@ def test_one_node_type_gives_tensors_as_dgl_does(dgl):
 def test_workers_draw_differently(dgl):
     g = dgl.graph((torch.arange(1, 401), torch.zeros(400, dtype=torch.int64)))
     loader = dgl.dataloading.DataLoader(g, torch.zeros(4, dtype=torch.int64), DglSampler([3], seed=1),
-                                        batch_size=1, num_workers=2)
+                                        batch_size=1, num_workers=2, multiprocessing_context="fork")
     drawn = [tuple(sorted(b[0].edata[dgl.EID].tolist())) for _, _, b in loader]
     assert drawn[0] != drawn[1]  # batches 0 and 1: each worker's first; same seed, mixed per worker
