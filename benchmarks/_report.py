@@ -8,11 +8,28 @@ from __future__ import annotations
 import json
 import os
 import platform
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import click
 import numba
 import torch
+
+
+def best_interleaved(fns: list[Callable[[], object]], iters: int, repeats: int) -> list[float]:
+    """Best mean seconds per call of each function over ``repeats`` runs of ``iters`` calls, the runs
+    interleaved so that each function sees the same load (each is called once first, untimed)."""
+    for fn in fns:
+        fn()
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeats):
+        for fn, ts in zip(fns, times, strict=True):
+            start = time.perf_counter()
+            for _ in range(iters):
+                fn()
+            ts.append((time.perf_counter() - start) / iters)
+    return [min(ts) for ts in times]
 
 
 def machine(**extra) -> dict:

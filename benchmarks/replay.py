@@ -58,6 +58,9 @@ import torch  # noqa: E402
 from graphrl.memory import MemoryManager  # noqa: E402
 from replay import Prioritized, ReplayStore, TrajectorySpec, Uniform  # noqa: E402
 
+sys.path.append(str(Path(__file__).resolve().parent))
+from _report import best_interleaved  # noqa: E402
+
 RESULTS = Path(__file__).resolve().parent / "results" / "replay.json"
 LAYOUTS = {"small": (4,), "image": (3, 64, 64)}
 
@@ -103,20 +106,6 @@ def best(fn: Callable[[], object], iters: int, repeats: int) -> float:
             fn()
         times.append((time.perf_counter() - start) / iters)
     return min(times)
-
-
-def best_interleaved(fns: list[Callable[[], object]], iters: int, repeats: int) -> list[float]:
-    """`best` for several functions, their repeats interleaved, so that each sees the same load."""
-    for fn in fns:
-        fn()
-    times: list[list[float]] = [[] for _ in fns]
-    for _ in range(repeats):
-        for fn, ts in zip(fns, times, strict=True):
-            start = time.perf_counter()
-            for _ in range(iters):
-                fn()
-            ts.append((time.perf_counter() - start) / iters)
-    return [min(ts) for ts in times]
 
 
 def row(case: str, metric: str, ours: float, baseline: str, value: float | None, **extra: object) -> dict:

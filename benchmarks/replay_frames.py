@@ -27,7 +27,6 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 # run as a script, this file's folder comes first on sys.path, and benchmarks/replay.py would shadow
@@ -40,6 +39,9 @@ import torch  # noqa: E402
 
 from graphrl.memory import MemoryManager  # noqa: E402
 from replay import ReplayStore, TrajectorySpec, Uniform  # noqa: E402
+
+sys.path.append(str(Path(__file__).resolve().parent))
+from _report import best_interleaved  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "replay_frames.json"
 FRAME = (84, 84)
@@ -79,20 +81,6 @@ def stacks(frames: np.ndarray) -> np.ndarray:
     padded = np.concatenate([np.repeat(frames[:1], STACK - 1, 0), frames, frames[-1:]])
     view = np.lib.stride_tricks.sliding_window_view(padded, STACK, axis=0)  # [n + 1, 84, 84, 4]
     return np.ascontiguousarray(view)
-
-
-def best_interleaved(fns: list[Callable[[], object]], iters: int, repeats: int) -> list[float]:
-    """Best mean seconds per call of each function over ``repeats`` runs of ``iters`` calls, interleaved."""
-    for fn in fns:
-        fn()
-    times: list[list[float]] = [[] for _ in fns]
-    for _ in range(repeats):
-        for fn, ts in zip(fns, times, strict=True):
-            start = time.perf_counter()
-            for _ in range(iters):
-                fn()
-            ts.append((time.perf_counter() - start) / iters)
-    return [min(ts) for ts in times]
 
 
 def fill_ours(
