@@ -111,9 +111,7 @@ def hetero_block_to_dgl(block, relations: Sequence, idtype: torch.dtype = torch.
     data = {}
     for rel in relations:
         if rel in block.indptr:
-            indptr = block.indptr[rel]
-            dst = torch.repeat_interleave(torch.arange(indptr.shape[0] - 1, device=device), indptr.diff())
-            data[rel] = (block.indices[rel].to(torch.int64), dst)
+            data[rel] = (block.indices[rel].to(torch.int64), block.edge_dst(rel))
         else:
             empty = torch.empty(0, dtype=torch.int64, device=device)
             data[rel] = (empty, empty)
@@ -124,7 +122,7 @@ def hetero_block_to_dgl(block, relations: Sequence, idtype: torch.dtype = torch.
         out.srcnodes[t].data[dgl.NID] = block.src_nodes[t].to(idtype)
         out.dstnodes[t].data[dgl.NID] = block.dst_nodes[t].to(idtype)
     for rel in relations:
-        eids = block.edge_ids[rel] if rel in block.edge_ids else torch.empty(0, dtype=torch.int64)
+        eids = block.edge_ids.get(rel, torch.empty(0, dtype=torch.int64, device=device))
         out.edges[rel].data[dgl.EID] = eids.to(idtype)
     return out
 
