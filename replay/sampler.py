@@ -67,7 +67,8 @@ def items_needed(table: Table, k: int) -> int:
     return -(-k // m) if m > 0 else 1
 
 
-DEVICE_GATHER_MIN_BYTES = 96 << 20  # the crossover of docs/performance.md (H200 fit; gpu_check measures it)
+# derived, not measured: where lines through two timed sizes per path cross (~95 MB, H200; performance.md)
+DEVICE_GATHER_MIN_BYTES = 96 << 20
 
 
 def gathers_on_device(batch_bytes: int, min_bytes: int) -> bool:
@@ -77,8 +78,9 @@ def gathers_on_device(batch_bytes: int, min_bytes: int) -> bool:
     The GPU kernel pays a fixed cost a batch (the window table's upload, a launch a field) and then
     copies faster than the host gather, so it wins from a crossover size on: ``batch_bytes`` (B * L
     * bytes of a step) at least ``min_bytes``. ``min_bytes`` 0 always gathers on the GPU.
-    `ReplayStore.device_gather_min_bytes` sets it (default `DEVICE_GATHER_MIN_BYTES`); the crossover is
-    docs/performance.md's, and ``benchmarks/gpu_check.py`` measures both paths on each side of it.
+    `ReplayStore.device_gather_min_bytes` sets it (default `DEVICE_GATHER_MIN_BYTES`, a crossover
+    derived from two measured sizes in docs/performance.md, not measured itself), and
+    ``benchmarks/gpu_check.py`` measures both paths on each side of it.
     """
     return batch_bytes >= min_bytes
 
