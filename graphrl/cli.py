@@ -113,8 +113,7 @@ RECIPE_FANOUTS = "10,10,10"
               help="recommend: the recipe (softmax over all items with an item bias, spectral start) with "
                    "LightGCN's exact propagation, or with blocks from our NeighborSampler (sampled; "
                    "--fanouts applies, default 10,10,10); sampled-bpr: BPR on NeighborSampler + LinkSampler "
-                   "blocks "
-                   "(--batch-size, --fanouts and --exclude apply).")
+                   "blocks (--batch-size, --fanouts and --exclude apply).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=8192, show_default=True,
               help="Positive (user, item) pairs per step.")
 @click.option("--fanouts", default="10,10", show_default=True,
