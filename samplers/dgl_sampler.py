@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from graphrl.graph import CSCGraph
+from samplers._checks import check_fanouts, check_seed_and_replace
 from samplers._optional import LazyBase
 from samplers.hetero import HeteroGraph, HeteroNeighborSampler
 from samplers.interop import block_to_dgl, hetero_block_to_dgl
@@ -103,12 +104,11 @@ class DglSampler(LazyBase):
             for f in fanouts:
                 if not isinstance(f, Mapping):
                     raise TypeError(f"fanouts mixes dicts and ints: {list(fanouts)!r}")
-                values = list(f.values())
-                NeighborSampler(CSCGraph.from_edges([], [], 1), values or [0], replace=replace, seed=seed)
+                check_fanouts("fanouts", list(f.values()) or [0])
             self.fanouts = [dict(f) for f in fanouts]
         else:
-            self.fanouts = NeighborSampler(CSCGraph.from_edges([], [], 1), fanouts, replace=replace,
-                                           seed=seed).fanouts
+            self.fanouts = check_fanouts("fanouts", fanouts)
+        check_seed_and_replace(seed, replace)
         self.replace = bool(replace)
         self.seed = int(seed)
         for name, value in (("prob", prob), ("mask", mask)):
