@@ -18,7 +18,6 @@ the frames a window of ``--window`` steps uses from it (the cost a sampled step 
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -31,6 +30,9 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 import click  # noqa: E402
 import numpy as np  # noqa: E402
 from numcodecs import LZ4, Blosc, Zstd  # noqa: E402
+
+sys.path.append(str(Path(__file__).resolve().parent))
+from _report import machine, write_result  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "replay_codecs.json"
 CODECS = {
@@ -144,15 +146,10 @@ def main(n_frames: int, game: str, chunks: str, window: int, synthetic: bool, ou
         click.echo(f"{r['case']:<30} {r['ratio']:>6.1f} {r['compress_MBps']:>10.0f} "
                    f"{r['decompress_MBps']:>9.0f} {r['sample_us_per_frame']:>9.2f}")
     click.echo(f"1-min load average {load[0]:.2f} before, {load[1]:.2f} after, on {os.cpu_count()} CPUs")
-    out = Path(output)
-    out.parent.mkdir(parents=True, exist_ok=True)
     import numcodecs
 
-    out.write_text(json.dumps({"benchmark": "replay_codecs",
-                               "machine": {"cpus": os.cpu_count(), "numcodecs": numcodecs.__version__,
-                                           "load_average_1min": load},
-                               "frames": source, "window": window, "rows": rows}, indent=2) + "\n")
-    click.echo(f"wrote {out}")
+    info = machine(numcodecs=numcodecs.__version__, load_average_1min=load)
+    write_result("replay_codecs", rows, info, output, frames=source, window=window)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ results go to ``benchmarks/results/replay_frames.json``.
 from __future__ import annotations
 
 import gc
-import json
 import os
 import sys
 import time
@@ -35,13 +34,12 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 
 import click  # noqa: E402
 import numpy as np  # noqa: E402
-import torch  # noqa: E402
 
 from graphrl.memory import MemoryManager  # noqa: E402
 from replay import ReplayStore, TrajectorySpec, Uniform  # noqa: E402
 
 sys.path.append(str(Path(__file__).resolve().parent))
-from _report import best_interleaved  # noqa: E402
+from _report import best_interleaved, machine, write_result  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "replay_frames.json"
 FRAME = (84, 84)
@@ -175,16 +173,8 @@ def main(steps: int, iters: int, repeats: int, tier: str, output: str) -> None:
         click.echo(f"{r['case']:<52} {r['metric']:<14} {r['ours']:>10.4g} {r['baseline_value']:>10.4g} "
                    f"{r['ratio']:>6.2f}")
     click.echo(f"1-min load average {load[0]:.2f} before, {load[1]:.2f} after, on {os.cpu_count()} CPUs")
-    result = {"benchmark": "replay_frames",
-              "machine": {"cpus": os.cpu_count(), "torch": torch.__version__.split("+")[0],
-                          "cuda": torch.version.cuda if torch.cuda.is_available() else None,
-                          "cpprb": getattr(sys.modules["cpprb"], "__version__", "installed"),
-                          "load_average_1min": load},
-              "rows": rows}
-    out = Path(output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    click.echo(f"wrote {out}")
+    info = machine(cpprb=getattr(sys.modules["cpprb"], "__version__", "installed"), load_average_1min=load)
+    write_result("replay_frames", rows, info, output)
 
 
 if __name__ == "__main__":
