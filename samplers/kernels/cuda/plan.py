@@ -11,7 +11,7 @@ import numba
 from numba import cuda
 
 from samplers.kernels.cuda.launch import WARP
-from samplers.kernels.cuda.rows import is_eligible, lower_bound, output_count
+from samplers.kernels.cuda.rows import is_eligible, lower_bound, output_count, row_span
 
 __all__ = ["plan_masked", "plan_rows", "plan_rows_weighted", "plan_uniform"]
 
@@ -23,11 +23,7 @@ def plan_uniform(indptr, dst, fanout, replace, excl, row_start, row_deg, row_exl
     stride = cuda.gridsize(1)
     n_excl = excl.shape[0]
     while i < dst.shape[0]:
-        v = dst[i]
-        s = indptr[v]
-        e = indptr[v + 1]
-        a = lower_bound(excl, 0, n_excl, s)
-        b = lower_bound(excl, a, n_excl, e)
+        s, e, a, b = row_span(indptr, excl, n_excl, dst[i])
         d = e - s - (b - a)
         row_start[i] = s
         row_deg[i] = d
@@ -46,11 +42,7 @@ def plan_masked(indptr, dst, fanout, replace, weights, has_w, times, row_time, h
     row = cuda.blockIdx.x
     n_excl = excl.shape[0]
     while row < dst.shape[0]:
-        v = dst[row]
-        s = indptr[v]
-        e = indptr[v + 1]
-        a = lower_bound(excl, 0, n_excl, s)
-        b = lower_bound(excl, a, n_excl, e)
+        s, e, a, b = row_span(indptr, excl, n_excl, dst[row])
         t_row = row_time[row] if has_t else row_time[0]
         c = 0
         p = s + lane
