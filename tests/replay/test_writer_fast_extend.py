@@ -35,6 +35,13 @@ def mm():
     manager.close()
 
 
+def twin_stores(mm: MemoryManager, chunk: int) -> tuple[ReplayStore, ReplayStore]:
+    """Two empty stores of 23 steps (episodes of the tests span the ring's wrap), ``chunk`` steps a chunk."""
+    a, b = (ReplayStore(SPEC, capacity_steps=23, num_shards=1, memory=mm, chunk_steps=chunk, timeout=5.0)
+            for _ in range(2))
+    return a, b
+
+
 def contents(store: ReplayStore) -> list[tuple]:
     return [(e.start, e.length, e.open, tuple(e.data[k].tobytes() for k in SPEC)) for e in store.episodes()]
 
@@ -48,8 +55,7 @@ def contents(store: ReplayStore) -> list[tuple]:
 def test_repeated_signature_equals_appends(lengths, chunk, ends):
     """Capacity 23 with up to 132 steps: episodes span the ring's wrap and chunk boundaries."""
     with MemoryManager() as mm:
-        a = ReplayStore(SPEC, capacity_steps=23, num_shards=1, memory=mm, chunk_steps=chunk, timeout=5.0)
-        b = ReplayStore(SPEC, capacity_steps=23, num_shards=1, memory=mm, chunk_steps=chunk, timeout=5.0)
+        a, b = twin_stores(mm, chunk)
         wa, wb = a.writer(), b.writer()
         start = 0
         for n, end in zip(lengths, ends, strict=False):
@@ -159,8 +165,7 @@ def test_add_episode_equals_extend_then_end_episode(lengths, chunk, kinds):
     """In place (nothing staged, T <= chunk_steps, contiguous columns) or not (an open episode from an
     extend, a flush, strided columns, T > chunk_steps), across the ring's wrap: the same contents."""
     with MemoryManager() as mm:
-        a = ReplayStore(SPEC, capacity_steps=23, num_shards=1, memory=mm, chunk_steps=chunk, timeout=5.0)
-        b = ReplayStore(SPEC, capacity_steps=23, num_shards=1, memory=mm, chunk_steps=chunk, timeout=5.0)
+        a, b = twin_stores(mm, chunk)
         wa, wb = a.writer(), b.writer()
         start = 0
         for n, kind in zip(lengths, kinds, strict=False):
