@@ -20,6 +20,7 @@ from samplers.kernels.cuda import rng
 from samplers.kernels.cuda.arrays import as_device_ids, empty, full, no_excluded
 from samplers.kernels.cuda.graph import CudaGraph
 from samplers.kernels.cuda.launch import EDGE_THREADS, ROW_THREADS, grid, kernel_stream, launch
+from samplers.kernels.cuda.rows import row_span
 from samplers.kernels.cuda.scan import exclusive_scan
 from samplers.kernels.cuda.uniform import gather
 
@@ -28,7 +29,6 @@ __all__ = ["KERNELS", "labor_layer_cuda"]
 _ROWS = labor_rows.compile_for(cuda.jit(device=True), types.SimpleNamespace(
     row_state=rng.row_state, draw=rng.draw, unit=rng.unit))
 _clip1 = _ROWS.clip1
-_lower_bound = _ROWS.lower_bound
 _row_sums = _ROWS.row_sums
 _first_c = _ROWS.first_c
 _solve_c = _ROWS.solve_c
@@ -43,11 +43,7 @@ def labor_init(indptr, dst, fanout, excl, weights, has_w, row_s, row_e, row_a, r
     i = cuda.grid(1)
     n_excl = excl.shape[0]
     while i < dst.shape[0]:
-        v = dst[i]
-        s = indptr[v]
-        e = indptr[v + 1]
-        a = _lower_bound(excl, 0, n_excl, s)
-        b = _lower_bound(excl, a, n_excl, e)
+        s, e, a, b = row_span(indptr, excl, n_excl, dst[i])
         row_s[i] = s
         row_e[i] = e
         row_a[i] = a
