@@ -36,7 +36,6 @@ from samplers.modes import LaborMode, RelationArrays
 __all__ = ["LaborSampler"]
 
 
-
 class LaborSampler:
     """Layer-neighbour sampling (LABOR-i): k sources per destination in expectation, drawn with one
     random variate per source and layer, so destinations share their sampled sources.
