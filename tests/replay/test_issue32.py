@@ -69,14 +69,18 @@ def test_writer_refuses_a_second_thread_naming_both(mm):
     store = make(mm, capacity_steps=1 << 17)
     w = store.writer()
     go = threading.Barrier(2)
+    done = threading.Barrier(2)  # both threads stay alive until both have written (or been refused)
 
     def write(base):
         def fn():
             go.wait()
-            for e in range(200):
-                for i in range(100):
-                    w.append({k: v[0] for k, v in steps(base + e * 100 + i, 1).items()})
-                w.end_episode()
+            try:
+                for e in range(200):
+                    for i in range(100):
+                        w.append({k: v[0] for k, v in steps(base + e * 100 + i, 1).items()})
+                    w.end_episode()
+            finally:
+                done.wait()
         return fn
 
     errors = run_threads([write(0), write(1_000_000)])
