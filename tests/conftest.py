@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,27 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("GRAPHRL_DATA", str(REPO.parent / "shared" / "data"))
 DATA = Path(os.environ["GRAPHRL_DATA"])
+
+
+# numba's CUDA simulator runs a Python thread per GPU thread while the launching thread polls them in a loop;
+# at Python's default 5-ms switch interval each poll turn holds the GIL for up to 5 ms, which doubles the CPU
+# time of a simulated test. The subprocesses switch every 20 us instead (the results do not depend on it).
+SIMULATOR_PRELUDE = "import sys\nsys.setswitchinterval(2e-5)\n"
+
+
+def _simulate(script: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-c", SIMULATOR_PRELUDE + script], env=env, capture_output=True,
+                          text=True, timeout=timeout, cwd=REPO)
+
+
+@pytest.fixture(scope="session")
+def simulate():
+    """``simulate(script, timeout=600)``: run a Python script in a fresh interpreter under numba's CUDA
+    simulator (``NUMBA_ENABLE_CUDASIM=1`` must be set before numba is imported), with the repository on
+    ``PYTHONPATH`` and the repository root as working folder; returns the ``subprocess.CompletedProcess``
+    (text output captured)."""
+    return _simulate
 
 
 def _need(sub: str) -> Path:

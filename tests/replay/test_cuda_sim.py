@@ -3,13 +3,7 @@ be chosen before numba.cuda is first imported), checked against the step-by-step
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[2]
 
 SCRIPT = textwrap.dedent(
     """
@@ -48,10 +42,7 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def test_cuda_gather_matches_the_reference_under_the_simulator():
-    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": str(REPO)}
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600, cwd=REPO
-    )
+def test_cuda_gather_matches_the_reference_under_the_simulator(simulate):
+    proc = simulate(SCRIPT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().endswith("OK")

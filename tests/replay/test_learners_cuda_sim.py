@@ -4,13 +4,7 @@ bytes are checked against what the writer wrote."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[2]
 
 SCRIPT = textwrap.dedent(
     """
@@ -65,10 +59,7 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def test_a_learner_process_gathers_on_the_simulated_gpu():
-    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": str(REPO)}
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600, cwd=REPO
-    )
+def test_a_learner_process_gathers_on_the_simulated_gpu(simulate):
+    proc = simulate(SCRIPT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split()[-2:] == ["OK", "20"]

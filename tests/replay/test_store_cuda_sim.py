@@ -4,11 +4,7 @@ imported), compared byte for byte with the CPU path; and the clear error without
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,8 +12,6 @@ import torch
 
 from graphrl.memory import MemoryManager
 from replay import ReplayStore, TrajectorySpec
-
-REPO = Path(__file__).resolve().parents[2]
 
 COMMON = textwrap.dedent(
     """
@@ -212,29 +206,30 @@ RULE = COMMON + textwrap.dedent(
 )
 
 
-def _run(script: str) -> str:
-    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": str(REPO)}
-    proc = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600, cwd=REPO
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc.stdout.strip()
+@pytest.fixture
+def run(simulate):
+    """Run a script under the simulator; its output, stripped, once it exits with 0."""
+    def go(script: str) -> str:
+        proc = simulate(script)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return proc.stdout.strip()
+    return go
 
 
 @pytest.mark.slow
-def test_simulated_gpu_batches_equal_the_cpu_batches_byte_for_byte():
-    assert _run(EQUAL).startswith("OK 40")
+def test_simulated_gpu_batches_equal_the_cpu_batches_byte_for_byte(run):
+    assert run(EQUAL).startswith("OK 40")
 
 
 @pytest.mark.slow
-def test_simulated_gpu_gather_redraws_windows_overwritten_during_the_copy():
-    assert _run(STALE).startswith("OK")
+def test_simulated_gpu_gather_redraws_windows_overwritten_during_the_copy(run):
+    assert run(STALE).startswith("OK")
 
 
-def test_small_gpu_batches_are_gathered_on_the_host_and_copied_up():
+def test_small_gpu_batches_are_gathered_on_the_host_and_copied_up(run):
     """`replay.sampler.gathers_on_device`: below ``device_gather_min_bytes`` no kernel is launched and the
     batch (the same bytes) comes from a host slot copied up; from it on, the GPU kernel gathers."""
-    assert _run(RULE).startswith("OK")
+    assert run(RULE).startswith("OK")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error raised without CUDA")

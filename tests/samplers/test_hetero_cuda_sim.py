@@ -7,18 +7,12 @@ GPU. Graphs are tiny and simulated calls few: each costs seconds."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
 
 from samplers.hetero import HeteroGraph, HeteroNeighborSampler
-
-REPO = Path(__file__).resolve().parents[2]
 
 COMMON = textwrap.dedent(
     """
@@ -116,24 +110,18 @@ TEMPORAL_SCRIPT = COMMON + textwrap.dedent(
 )
 
 
-def _run(script: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "NUMBA_ENABLE_CUDASIM": "1"}
-    return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
-                          timeout=600, cwd=REPO)
-
-
 @pytest.mark.slow
-def test_hetero_cuda_blocks_equal_the_cpu_blocks_under_the_simulator():
+def test_hetero_cuda_blocks_equal_the_cpu_blocks_under_the_simulator(simulate):
     """Uniform with and without replacement, weighted on deterministic fanouts, exclusions, UVA."""
-    proc = _run(STATIC_SCRIPT)
+    proc = simulate(STATIC_SCRIPT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().endswith("OK")
 
 
 @pytest.mark.slow
-def test_hetero_temporal_cuda_blocks_equal_the_cpu_blocks_under_the_simulator():
+def test_hetero_temporal_cuda_blocks_equal_the_cpu_blocks_under_the_simulator(simulate):
     """Integer and float edge times (a static relation among them), -0.0 seed times, exclusions."""
-    proc = _run(TEMPORAL_SCRIPT)
+    proc = simulate(TEMPORAL_SCRIPT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().endswith("OK")
 

@@ -5,11 +5,7 @@ weights, typed graphs, the loaders and adapters, and CPU = CUDA (numba's simulat
 from __future__ import annotations
 
 import itertools
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,8 +18,6 @@ from samplers import LaborSampler, NeighborLoader, NeighborSampler, Sampler
 from samplers.hetero_graph import HeteroGraph
 from samplers.layers import LayerLoop
 from samplers.modes import MODES, LaborMode, LayerRequest, RelationArrays, UniformMode
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def private_rows(rows: int, deg: int) -> CSCGraph:
@@ -234,10 +228,8 @@ SIM_SCRIPT = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_cpu_and_cuda_simulator_keep_the_same_edges():
-    env = {**os.environ, "PYTHONPATH": str(REPO), "NUMBA_ENABLE_CUDASIM": "1"}
-    proc = subprocess.run([sys.executable, "-c", SIM_SCRIPT], env=env, capture_output=True, text=True,
-                          timeout=600, cwd=REPO)
+def test_cpu_and_cuda_simulator_keep_the_same_edges(simulate):
+    proc = simulate(SIM_SCRIPT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().endswith("OK")
 

@@ -305,28 +305,26 @@ PTX_SCRIPT = textwrap.dedent(
 )
 
 
-def _run(script: str, simulator: bool) -> subprocess.CompletedProcess:
+def _run_without_simulator(script: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("NUMBA_ENABLE_CUDASIM", None)
-    if simulator:
-        env["NUMBA_ENABLE_CUDASIM"] = "1"
     return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
                           timeout=900, cwd=REPO)
 
 
 @pytest.mark.slow
-def test_cuda_kernels_equal_the_cpu_kernels_under_the_simulator():
-    proc = _run(SIM_SCRIPT, simulator=True)
+def test_cuda_kernels_equal_the_cpu_kernels_under_the_simulator(simulate):
+    proc = simulate(SIM_SCRIPT, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().endswith("OK")
 
 
 @pytest.mark.slow
-def test_temporal_cuda_kernels_under_the_simulator():
+def test_temporal_cuda_kernels_under_the_simulator(simulate):
     """Temporal sampling on the (simulated) GPU: test_temporal.py's future-edge leak test, blocks equal to
     the CPU's (weights, exclusions, int and float times), counts of eligible edges, and uniform draws over
     the eligible edges (chi-square)."""
-    proc = _run(TEMPORAL_SIM_SCRIPT, simulator=True)
+    proc = simulate(TEMPORAL_SIM_SCRIPT, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().endswith("OK")
 
@@ -344,7 +342,7 @@ def _nvvm_present() -> bool:
 def test_cuda_kernels_compile_to_ptx_for_sm90():
     if not _nvvm_present():
         pytest.skip("libNVVM not found: cannot compile numba.cuda kernels to PTX here")
-    proc = _run(PTX_SCRIPT, simulator=False)
+    proc = _run_without_simulator(PTX_SCRIPT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().endswith("OK")
 
@@ -527,9 +525,9 @@ STREAM_SIM_SCRIPT = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_kernels_launch_on_graphrl_cuda_launch_stream_under_the_simulator():
+def test_kernels_launch_on_graphrl_cuda_launch_stream_under_the_simulator(simulate):
     """The stream rule: every kernel of a sample (plan, scan, choose, gather, relabel; uniform, weighted,
     temporal) launches on the stream `graphrl.cuda.launch_stream` gives (torch's current stream)."""
-    proc = _run(STREAM_SIM_SCRIPT, simulator=True)
+    proc = simulate(STREAM_SIM_SCRIPT, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().split()[0] == "OK"

@@ -3,19 +3,13 @@ numba.cuda gather and its word views under the CUDA simulator."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from samplers.kernels.gather import gather_rows, word_type
-
-REPO = Path(__file__).resolve().parents[3]
 
 
 def test_gather_rows_kernel_with_a_cache_counts_hits():
@@ -127,9 +121,7 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def test_cuda_gather_kernel_under_the_simulator():
-    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True,
-                          timeout=600, cwd=REPO)
+def test_cuda_gather_kernel_under_the_simulator(simulate):
+    proc = simulate(SCRIPT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().endswith("OK")
