@@ -112,6 +112,14 @@ class LayerLoop:
         if device == "cpu" and not typed:
             (arr,) = self.relations.values()
             self.workspace = cpu.Workspace(next(iter(self.num_nodes.values())), arr.indices.dtype)
+        self.traffic = None
+        """A plain graph on CUDA: the `samplers.kernels.cuda.workspace.HostTraffic` of this loop's calls
+        (read-backs, allocations, copies), counted by its workspaces, one per stream it ran on."""
+        self.cuda_workspaces: dict[int, Any] = {}
+        if device == "cuda" and not typed:
+            from samplers.kernels.cuda.workspace import HostTraffic
+
+            self.traffic = HostTraffic()
         self.sampled_edges = 0
         """Edges sampled by this loop so far."""
 
@@ -174,11 +182,45 @@ class LayerLoop:
                     block, dst, times = self._fused_layer(rel, dst[rel[2]], fused)
                     out.append(block)
                     continue
+            if self.traffic is not None and times is None:  # a plain graph on CUDA: the mode's fused layer
+                (rel,) = self.relations
+                fused = self.modes[rel].sample_block_cuda(self.relations[rel], self.states[rel], request(rel),
+                                                          self.cuda_workspace())
+                if fused is not None:
+                    block, dst = self._fused_cuda_layer(rel, dst[rel[2]], fused)
+                    out.append(block)
+                    continue
             sampled = {rel: self.sample_relation(rel, request(rel)) for rel in self.relations}
             block, dst, times = self._relabel(dst, times, sampled)
             out.append(block)
         out.reverse()
         return out
+
+    def cuda_workspace(self) -> Any:
+        """A plain graph on CUDA: this loop's `samplers.kernels.cuda.workspace.CudaWorkspace` for torch's
+        current stream (made on first use; scratch is reused only by work ordered on one stream)."""
+        from samplers.kernels.cuda.launch import kernel_stream, stream_handle
+        from samplers.kernels.cuda.workspace import CudaWorkspace
+
+        stream = kernel_stream()
+        handle = stream_handle(stream) if hasattr(stream, "handle") or isinstance(stream, int) else id(stream)
+        ws = self.cuda_workspaces.get(handle)
+        if ws is None:
+            if len(self.cuda_workspaces) >= 4:  # the oldest goes (its scratch returns to torch's pool)
+                del self.cuda_workspaces[next(iter(self.cuda_workspaces))]
+            ws = self.cuda_workspaces[handle] = CudaWorkspace(self.traffic)
+        return ws
+
+    def _fused_cuda_layer(self, rel, dst: Any, fused: tuple) -> tuple:
+        """A plain graph's layer from a mode's fused CUDA layer: (the layer, next destinations)."""
+        out_indptr, src_nodes, local, eids = fused
+        t = rel[0]
+        self.sampled_edges += int(local.shape[0])
+        nodes = cuda_to_torch(src_nodes)
+        layer = TypedLayer(src_nodes={t: nodes}, dst_nodes={t: nodes[: int(dst.shape[0])]},
+                           indptr={rel: cuda_to_torch(out_indptr)}, indices={rel: cuda_to_torch(local)},
+                           edge_ids={rel: cuda_to_torch(eids)})
+        return layer, {t: src_nodes}
 
     def _fused_layer(self, rel, dst: np.ndarray, fused: tuple) -> tuple:
         """A plain graph's layer from a mode's fused CPU pass: (the layer, next destinations, times)."""

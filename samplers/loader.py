@@ -36,6 +36,7 @@ parallel numba code running in the caller at the same time.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import secrets
@@ -49,6 +50,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from graphrl import cuda as gcuda
 from graphrl.graph import CSCGraph
 from samplers._checks import MAX_BATCH, check_int, check_open, check_prefetch, check_seed, check_seeds
 from samplers.block import Block
@@ -96,6 +98,9 @@ class NodeBatch:
         is fetched (see the module docstring). None without a feature store.
     labels : torch.Tensor or None, shape [B, ...]
         ``labels[seeds]`` (a fresh tensor). None without labels.
+    ready : torch.cuda.Event or None
+        With a CUDA sampler: recorded after the batch's sampling on the loader's side stream (the
+        loader makes the caller's stream wait for it before handing the batch out); else None.
     """
 
     index: int
@@ -104,6 +109,7 @@ class NodeBatch:
     input_features: torch.Tensor | None = None
     labels: torch.Tensor | None = None
     _lease: _Lease = dataclasses.field(default_factory=lambda: _Lease(None), repr=False)
+    ready: Any = dataclasses.field(default=None, repr=False)
 
     @property
     def input_nodes(self) -> torch.Tensor:
@@ -252,8 +258,10 @@ class _State:
 class _LoaderIterator(Iterator):
     """One epoch of a loader: batches 0..count-1, from a background thread when prefetching."""
 
-    def __init__(self, produce: Callable[[int], Any], count: int, prefetch: int, name: str) -> None:
+    def __init__(self, produce: Callable[[int], Any], count: int, prefetch: int, name: str,
+                 deliver: Callable[[Any], Any] | None = None) -> None:
         self._produce = produce
+        self._deliver = deliver
         self._count = count
         self._next = 0
         self._state = _State()
@@ -296,6 +304,8 @@ class _LoaderIterator(Iterator):
                 raise item.error
         self._next += 1
         state.current = item
+        if self._deliver is not None:
+            self._deliver(item)
         return item
 
     def close(self) -> None:
@@ -307,6 +317,51 @@ class _LoaderIterator(Iterator):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _InFlight:
+    """Batches in flight on CUDA: a sampler on a CUDA device samples on a side stream of its own, so
+    the host steps of batch k+1 (and their read-backs, which wait only for that stream) run while the
+    kernels the caller queued for batch k run on its stream; each batch carries an event, and
+    `deliver` makes the caller's stream wait for it and marks the blocks' memory as used there
+    (``record_stream``). Elsewhere (the CPU, the simulator) every step is a no-op."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    @classmethod
+    def for_sampler(cls, sampler: Any) -> _InFlight:
+        device = getattr(sampler, "device", None)
+        on_cuda = isinstance(device, torch.device) and device.type == "cuda" and gcuda.has_cuda()
+        return cls(torch.cuda.Stream(device) if on_cuda else None)
+
+    def side(self) -> Any:
+        """The context that makes the side stream current (after the caller's work so far)."""
+        if self.stream is None:
+            return contextlib.nullcontext()
+        self.stream.wait_stream(torch.cuda.current_stream(self.stream.device))
+        return torch.cuda.stream(self.stream)
+
+    def mark(self) -> Any:
+        """An event after the work queued on the side stream so far (None without one)."""
+        if self.stream is None:
+            return None
+        event = torch.cuda.Event()
+        event.record(self.stream)
+        return event
+
+    def deliver(self, batch: Any) -> None:
+        """In the caller's thread: its stream waits for the batch; the blocks' tensors are recorded
+        on it, so their memory is not reused while its kernels may still read them."""
+        if batch.ready is None:
+            return
+        current = torch.cuda.current_stream(self.stream.device)
+        current.wait_event(batch.ready)
+        for block in batch.blocks:
+            for field in dataclasses.fields(block) if dataclasses.is_dataclass(block) else ():
+                value = getattr(block, field.name)
+                if isinstance(value, torch.Tensor) and value.is_cuda:
+                    value.record_stream(current)
 
 
 class _Loader:
@@ -347,12 +402,13 @@ class _Loader:
         if self.features is not None:
             check_open(self.features.closed, f"the FeatureStore of this {type(self).__name__}")
 
-    def _start(self, produce: Callable[[int], Any], count: int) -> _LoaderIterator:
+    def _start(self, produce: Callable[[int], Any], count: int,
+               deliver: Callable[[Any], Any] | None = None) -> _LoaderIterator:
         with self._lock:
             previous = self._iterator() if self._iterator is not None else None
             if previous is not None:
                 previous.close()
-            it = _LoaderIterator(produce, count, self.prefetch, self._name)
+            it = _LoaderIterator(produce, count, self.prefetch, self._name, deliver)
             self._iterator = weakref.ref(it)
             return it
 
@@ -374,21 +430,24 @@ class _Loader:
 
     def __getstate__(self) -> dict:
         """The loader's state for pickling (``mp.spawn``, a ``DataLoader`` worker's dataset): its lock, its
-        live iterator and its staging buffers are left out and rebuilt empty by `__setstate__`; the
-        sampler and the shuffling generator keep their state, so a copy's next epoch is the original's
-        next epoch. Features pickle as their `FeatureStore` does.
+        live iterator, its staging buffers and its side stream are left out and rebuilt empty by
+        `__setstate__`; the sampler and the shuffling generator keep their state, so a copy's next epoch
+        is the original's next epoch. Features pickle as their `FeatureStore` does.
         """
         state = self.__dict__.copy()
         for name in ("_lock", "_iterator", "_staging"):
             del state[name]
+        state.pop("_flight", None)
         return state
 
     def __setstate__(self, state: dict) -> None:
-        """Restore a pickled loader with a new lock, no live iterator and no staging buffers."""
+        """Restore a pickled loader with a new lock, no live iterator, no staging buffers and no side
+        stream."""
         self.__dict__.update(state)
         self._lock = threading.Lock()
         self._iterator = None
         self._staging = None
+        self._flight = None
 
     def __enter__(self):
         return self
@@ -515,6 +574,7 @@ class NeighborLoader(_Loader):
         self._rng = np.random.Generator(np.random.PCG64(self.seed))
         self.sampler = sampler if sampler is not None else \
             NeighborSampler(graph, fanouts, replace=replace, seed=self.seed)
+        self._flight: _InFlight | None = None
 
     @property
     def num_seeds(self) -> int:
@@ -532,17 +592,23 @@ class NeighborLoader(_Loader):
         order = self.seeds[self._rng.permutation(self.num_seeds)] if self.shuffle else self.seeds
         b = self.batch_size
 
+        if self._flight is None:
+            self._flight = _InFlight.for_sampler(self.sampler)  # one side stream for every epoch
+        flight = self._flight
+
         def produce(i: int) -> NodeBatch:
             seeds = torch.from_numpy(order[i * b:(i + 1) * b])
-            blocks = self.sampler.sample(seeds)
+            with flight.side():
+                blocks = self.sampler.sample(seeds)
+                ready = flight.mark()
             feats, lease = self._gather(blocks[0].src_nodes)
             labels = None
             if self.labels is not None:
                 labels = torch.index_select(self.labels, 0, seeds.to(self.labels.device))
             return NodeBatch(index=i, seeds=blocks[-1].dst_nodes, blocks=blocks, input_features=feats,
-                             labels=labels, _lease=lease)
+                             labels=labels, _lease=lease, ready=ready)
 
-        return self._start(produce, len(self))
+        return self._start(produce, len(self), flight.deliver if flight.stream is not None else None)
 
 
 # --------------------------------------------------------------------------------------------------

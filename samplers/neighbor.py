@@ -350,8 +350,10 @@ class NeighborSampler:
             if seeds.dim() != 1:
                 raise ValueError(f"seeds must be 1-D, got shape {tuple(seeds.shape)}")
             dst = seeds.to(torch.int64).contiguous()
-            if dst.numel() and (int(dst.min()) < 0 or int(dst.max()) >= self.graph.num_nodes):
-                check_seeds(seeds.cpu(), self.graph.num_nodes)  # raises, quoting the ids in their dtype
+            if dst.numel():  # one read-back of (min, max)
+                lo, hi = self.loop.cuda_workspace().read(torch.stack(torch.aminmax(dst)))
+                if lo < 0 or hi >= self.graph.num_nodes:
+                    check_seeds(seeds.cpu(), self.graph.num_nodes)  # raises, quoting the ids in their dtype
         else:
             dst = check_seeds(seeds, self.graph.num_nodes)
         times = self._check_seed_times(seed_times, blocks_dst_count(dst))
@@ -369,12 +371,10 @@ class NeighborSampler:
             from numba import cuda
 
             from graphrl.cuda import launch_stream
-            from samplers.kernels.cuda.arrays import as_device_ids
-
             stream = launch_stream()
             if excl is not None:
                 excl = cuda.to_device(excl, stream=stream)
-            dst = as_device_ids(dst, stream)
+            dst = self.loop.cuda_workspace().device_ids(dst)  # host ids through page-locked staging
             call = self._calls
             self._calls += 1
             return self._run(dst, excl, call, 1, times)

@@ -118,6 +118,14 @@ class Mode(ABC):
         None (the default) when the mode has none; the loop then samples and relabels apart."""
         return None
 
+    def sample_block_cuda(self, relation: RelationArrays, state: Any, request: LayerRequest,
+                          workspace: Any) -> tuple | None:
+        """A plain graph's CUDA layer sampled and relabelled through the sampler's workspace
+        (`samplers.kernels.cuda.sample_block_cuda`: one read-back per layer where the rows' output is
+        bounded by the fanout): ``(indptr, src_nodes, local, edge_ids)`` device arrays, or None (the
+        default) when the mode has none; the loop then samples and relabels apart."""
+        return None
+
     @abstractmethod
     def sample_cuda(self, relation: RelationArrays, state: Any, request: LayerRequest) -> LayerEdges:
         """One layer of one relation with the numba.cuda kernels (device arrays in and out)."""

@@ -40,6 +40,13 @@ class UniformMode(Mode):
                                 request.fanout, self.replace, request.key, request.excluded, workspace,
                                 request.threads, None, request.dst_times)
 
+    def sample_block_cuda(self, relation: RelationArrays, state: Any, request: LayerRequest,
+                          workspace: Any) -> tuple:
+        from samplers.kernels import cuda as ck
+
+        return ck.sample_block_cuda(relation.cuda, request.dst, request.fanout, self.replace, request.key,
+                                    False, request.excluded, ws=workspace)
+
     def sample_cuda(self, relation: RelationArrays, state: Any, request: LayerRequest) -> LayerEdges:
         from samplers.kernels import cuda as ck
 

@@ -48,6 +48,13 @@ class WeightedMode(Mode):
                                 request.fanout, self.replace, request.key, request.excluded, workspace,
                                 request.threads, state, request.dst_times)
 
+    def sample_block_cuda(self, relation: RelationArrays, state: Any, request: LayerRequest,
+                          workspace: Any) -> tuple:
+        from samplers.kernels import cuda as ck
+
+        return ck.sample_block_cuda(relation.cuda, request.dst, request.fanout, self.replace, request.key,
+                                    True, request.excluded, ws=workspace)
+
     def sample_cuda(self, relation: RelationArrays, state: Any, request: LayerRequest) -> LayerEdges:
         from samplers.kernels import cuda as ck
 

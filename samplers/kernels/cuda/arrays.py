@@ -15,8 +15,8 @@ from graphrl import cuda as gcuda
 from samplers.kernels.cuda.device import torch_dtypes
 from samplers.kernels.cuda.launch import EDGE_THREADS, grid, launch
 
-__all__ = ["as_device_ids", "concat", "copy_into", "empty", "fill", "full", "is_float64", "no_excluded",
-           "to_device", "view_as"]
+__all__ = ["as_device_ids", "concat", "copy_into", "empty", "fill", "fill_with", "full", "is_float64",
+           "no_excluded", "to_device", "view_as"]
 
 
 @cuda.jit
@@ -89,6 +89,15 @@ def full(n: int, value: int, stream: Any = None) -> Any:
     if n:
         launch(fill, (grid(n, EDGE_THREADS), EDGE_THREADS), arr, np.int64(value), stream=stream)
     return arr
+
+
+def fill_with(arr: Any, value: int, stream: Any = None) -> None:
+    """Fill a device int64 array with ``value`` in place (torch's ``fill_`` on its current stream where
+    torch has CUDA; else the fill kernel on ``stream``, default `kernel_stream()`): no allocation."""
+    if isinstance(arr, torch.Tensor):
+        arr.fill_(int(value))
+    elif arr.shape[0]:
+        launch(fill, (grid(arr.shape[0], EDGE_THREADS), EDGE_THREADS), arr, np.int64(value), stream=stream)
 
 
 def to_device(arr: np.ndarray, stream: Any) -> Any:

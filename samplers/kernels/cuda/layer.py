@@ -4,7 +4,9 @@
 Uniform layers with 0 <= fanout <= `THREAD_FANOUT_MAX` run a thread per row in two kernels (count,
 then choose and gather); weighted rows without times a thread per row likewise; other layers a warp per
 row for plan and choose, a thread per edge for the gather. Reading the scan's total back (to size the
-outputs) is a layer's one synchronisation before relabelling.
+outputs) is a layer's one synchronisation before relabelling; given a sampler's workspace
+(`samplers.kernels.cuda.workspace`), thread-per-row layers skip it and read back once per layer, after
+relabelling (outputs sized by the upper bound, ``D * fanout``).
 """
 
 from __future__ import annotations
@@ -13,22 +15,22 @@ from typing import Any
 
 import numpy as np
 
-from samplers.kernels.cuda.arrays import as_device_ids, empty, no_excluded, to_device
+from samplers.kernels.cuda.arrays import as_device_ids, copy_into, empty, no_excluded, to_device
 from samplers.kernels.cuda.graph import CudaGraph
 from samplers.kernels.cuda.launch import EDGE_THREADS, ROW_THREADS, WARP, grid, kernel_stream, launch
 from samplers.kernels.cuda.plan import plan_masked, plan_rows, plan_rows_weighted, plan_uniform
-from samplers.kernels.cuda.relabel import relabel_cuda, relabel_temporal_cuda
+from samplers.kernels.cuda.relabel import relabel_bounded, relabel_cuda, relabel_temporal_cuda
 from samplers.kernels.cuda.scan import exclusive_scan
 from samplers.kernels.cuda.temporal import choose_masked
 from samplers.kernels.cuda.uniform import THREAD_FANOUT_MAX, choose_uniform, gather, sample_rows
 from samplers.kernels.cuda.weighted import sample_rows_weighted
 
-__all__ = ["sample_block_cuda", "sample_block_temporal_cuda", "sample_layer_cuda"]
+__all__ = ["bounded_layer", "sample_block_cuda", "sample_block_temporal_cuda", "sample_layer_cuda"]
 
 
 def sample_layer_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, key: int,
                       weighted: bool = False, excluded: Any = None,
-                      dst_times: Any = None) -> tuple[Any, Any, Any]:
+                      dst_times: Any = None, ws: Any = None) -> tuple[Any, Any, Any]:
     """Sample one layer on the GPU (as `samplers.kernels.reference.sample_layer`).
 
     Parameters
@@ -48,6 +50,8 @@ def sample_layer_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, ke
     dst_times : device or host array [D] in the dtype of ``graph.times``, or None
         Temporal sampling (needs a graph built with ``times``): the time of each row; a row draws only
         edges of time <= its time (the masked rules of the reference, with or without weights).
+    ws : CudaWorkspace or None
+        The sampler's workspace: scratch reused across calls, outputs and read-backs counted.
 
     Returns
     -------
@@ -73,7 +77,9 @@ def sample_layer_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, ke
     fanout = np.int64(fanout)
     replace = bool(replace)
     key = np.uint64(key)
-    counts = empty(max(d_count, 1), np.int64)
+    out = empty if ws is None else ws.output
+    scratch = (lambda name, n, dtype: empty(n, dtype)) if ws is None else ws.scratch
+    counts = scratch("counts", max(d_count, 1), np.int64)
     if weighted and not timed and fanout >= 0:
         # the reference's "weighted rows": plan from the positive counts, then rejection over the prefix
         # sums, a thread per row
@@ -83,9 +89,9 @@ def sample_layer_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, ke
         if d_count:
             launch(plan_rows_weighted, (grid(d_count, EDGE_THREADS), EDGE_THREADS), graph.positive,
                    graph.weights, graph.indptr, dst, fanout, replace, excl, counts, stream=stream)
-        out_indptr, nnz = exclusive_scan(counts[:d_count], stream)
-        src = empty(nnz, graph.indices.dtype)
-        eids = empty(nnz, np.int64)
+        out_indptr, nnz = exclusive_scan(counts[:d_count], stream, ws, out(d_count + 1, np.int64))
+        src = out(nnz, graph.indices.dtype)
+        eids = out(nnz, np.int64)
         if nnz:
             launch(sample_rows_weighted, (grid(d_count, ROW_THREADS), ROW_THREADS), graph.indptr,
                    graph.indices, graph.edge_ids, graph.has_eids, graph.weights, graph.prefix,
@@ -96,15 +102,15 @@ def sample_layer_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, ke
         if d_count:
             launch(plan_rows, (grid(d_count, EDGE_THREADS), EDGE_THREADS), graph.indptr, dst, fanout,
                    replace, excl, counts, stream=stream)
-        out_indptr, nnz = exclusive_scan(counts[:d_count], stream)
-        src = empty(nnz, graph.indices.dtype)
-        eids = empty(nnz, np.int64)
+        out_indptr, nnz = exclusive_scan(counts[:d_count], stream, ws, out(d_count + 1, np.int64))
+        src = out(nnz, graph.indices.dtype)
+        eids = out(nnz, np.int64)
         if nnz:
             launch(sample_rows, (grid(d_count, ROW_THREADS), ROW_THREADS), graph.indptr, graph.indices,
                    graph.edge_ids, graph.has_eids, dst, out_indptr, fanout, replace, key, excl, src, eids,
                    stream=stream)
         return out_indptr, src, eids
-    rows = empty(5 * max(d_count, 1), np.int64)
+    rows = scratch("rows", 5 * max(d_count, 1), np.int64)
     m = max(d_count, 1)
     row_start, row_raw, row_deg, row_exlo, row_exhi = (rows[q * m:(q + 1) * m] for q in range(5))
     row_blocks = grid(d_count, 1)
@@ -116,22 +122,22 @@ def sample_layer_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, ke
         else:
             launch(plan_uniform, (grid(d_count, EDGE_THREADS), EDGE_THREADS), graph.indptr, dst, fanout,
                    replace, excl, row_start, row_deg, row_exlo, row_exhi, counts, stream=stream)
-    out_indptr, nnz = exclusive_scan(counts[:d_count], stream)
-    pos = empty(max(nnz, 1), np.int64)
+    out_indptr, nnz = exclusive_scan(counts[:d_count], stream, ws, out(d_count + 1, np.int64))
+    pos = scratch("pos", max(nnz, 1), np.int64)
     if nnz:
         if masked:
-            scratch_off, scratch_len = exclusive_scan(row_raw[:d_count], stream) if replace and fanout >= 0 \
-                else (counts, 0)
-            scratch = empty(max(scratch_len, 1), np.float64)
+            scratch_off, scratch_len = (exclusive_scan(row_raw[:d_count], stream, ws)
+                                        if replace and fanout >= 0 else (counts, 0))
+            draws = scratch("draws", max(scratch_len, 1), np.float64)
             launch(choose_masked, (row_blocks, WARP), dst, row_start, row_raw, row_deg, row_exlo, row_exhi,
                    out_indptr, fanout, replace, key, graph.weights, bool(weighted), graph.times, row_time,
-                   timed, excl, pos, scratch, scratch_off, stream=stream)
+                   timed, excl, pos, draws, scratch_off, stream=stream)
         else:
-            aux = empty(nnz, np.int64)
+            aux = scratch("aux", nnz, np.int64)
             launch(choose_uniform, (row_blocks, WARP), dst, row_start, row_deg, row_exlo, row_exhi,
                    out_indptr, fanout, replace, key, excl, pos, aux, stream=stream)
-    src = empty(nnz, graph.indices.dtype)
-    eids = empty(nnz, np.int64)
+    src = out(nnz, graph.indices.dtype)
+    eids = out(nnz, np.int64)
     if nnz:
         launch(gather, (grid(nnz, EDGE_THREADS), EDGE_THREADS), graph.indices, graph.edge_ids,
                graph.has_eids, pos, src, eids, stream=stream)
@@ -165,15 +171,73 @@ def sample_block_temporal_cuda(graph: CudaGraph, dst: Any, dst_times: Any, fanou
 
 
 def sample_block_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, key: int,
-                      weighted: bool = False, excluded: Any = None) -> tuple[Any, Any, Any, Any]:
+                      weighted: bool = False, excluded: Any = None,
+                      ws: Any = None) -> tuple[Any, Any, Any, Any]:
     """Sample one layer and relabel it on the GPU: the device arrays of one block.
+
+    With a workspace ``ws``, layers of thread-per-row rules (0 <= fanout, uniform up to
+    `THREAD_FANOUT_MAX` or weighted without times) read back once: the sampled edges and the relabelled
+    sources go into arrays sized by the upper bound ``D * fanout``, the counts stay on the device until
+    both sizes are read in one copy at the end (`bounded_layer`). Other layers read back twice (the
+    edges' total, then the new sources'). Scratch comes from ``ws``, which counts what it does.
 
     Returns
     -------
     out_indptr : int64 [D + 1]; src_nodes : int64 [S]; local : int64 [nnz]; eids : int64 [nnz]
         Device arrays (``src_nodes`` starts with ``dst``).
     """
-    dst = as_device_ids(dst, kernel_stream())
-    out_indptr, src, eids = sample_layer_cuda(graph, dst, fanout, replace, key, weighted, excluded)
-    src_nodes, local = relabel_cuda(dst, src)
+    dst = as_device_ids(dst, kernel_stream()) if ws is None else ws.device_ids(dst)
+    if ws is not None and bounded_layer(graph, fanout, weighted):
+        return _sample_block_bounded(graph, dst, fanout, replace, key, weighted, excluded, ws)
+    out_indptr, src, eids = sample_layer_cuda(graph, dst, fanout, replace, key, weighted, excluded, ws=ws)
+    src_nodes, local = relabel_cuda(dst, src, ws)
     return out_indptr, src_nodes, local, eids
+
+
+def bounded_layer(graph: CudaGraph, fanout: int, weighted: bool) -> bool:
+    """Whether a layer (without times) runs the thread-per-row kernels, whose output is bounded by
+    ``fanout`` per row: sampled and relabelled with one read-back by `sample_block_cuda`."""
+    if fanout < 0:
+        return False
+    return graph.prefix is not None if weighted else fanout <= THREAD_FANOUT_MAX
+
+
+def _sample_block_bounded(graph: CudaGraph, dst: Any, fanout: int, replace: bool, key: int, weighted: bool,
+                          excluded: Any, ws: Any) -> tuple[Any, Any, Any, Any]:
+    """One layer of `bounded_layer` rows: plan, scan, choose and gather, relabel, then one read-back of
+    (edges, new sources); the outputs are views of arrays of the upper bound."""
+    if weighted and not graph.weighted:
+        raise ValueError("weighted=True needs a CudaGraph built with weights")
+    stream = kernel_stream()
+    d_count = dst.shape[0]
+    bound = d_count * int(fanout)
+    excl = no_excluded() if excluded is None else as_device_ids(excluded, stream)
+    counts = ws.scratch("counts", max(d_count, 1), np.int64)
+    config = (grid(d_count, EDGE_THREADS), EDGE_THREADS)
+    if d_count:
+        if weighted:
+            launch(plan_rows_weighted, config, graph.positive, graph.weights, graph.indptr, dst,
+                   np.int64(fanout), bool(replace), excl, counts, stream=stream)
+        else:
+            launch(plan_rows, config, graph.indptr, dst, np.int64(fanout), bool(replace), excl, counts,
+                   stream=stream)
+    out_indptr, _ = exclusive_scan(counts[:d_count], stream, ws, ws.output(d_count + 1, np.int64),
+                                   read_total=False)
+    if bound == 0:  # nothing drawn: the block's sources are its destinations
+        src_nodes = ws.output(d_count, np.int64)
+        if d_count:
+            copy_into(src_nodes, dst, stream)
+        return out_indptr, src_nodes, ws.output(0, np.int64), ws.output(0, np.int64)
+    src = ws.scratch("src", bound, graph.indices.dtype)
+    eids = ws.output(bound, np.int64)
+    rows = (grid(d_count, ROW_THREADS), ROW_THREADS)
+    if weighted:
+        launch(sample_rows_weighted, rows, graph.indptr, graph.indices, graph.edge_ids, graph.has_eids,
+               graph.weights, graph.prefix, graph.positive, dst, out_indptr, np.int64(fanout), bool(replace),
+               np.uint64(key), excl, src, eids, stream=stream)
+    else:
+        launch(sample_rows, rows, graph.indptr, graph.indices, graph.edge_ids, graph.has_eids, dst,
+               out_indptr, np.int64(fanout), bool(replace), np.uint64(key), excl, src, eids, stream=stream)
+    src_nodes, local, sizes = relabel_bounded(dst, src, out_indptr, ws)
+    nnz, new = ws.read(sizes)  # the layer's one read-back
+    return out_indptr, src_nodes[:d_count + new], local[:nnz], eids[:nnz]

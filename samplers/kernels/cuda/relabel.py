@@ -15,14 +15,15 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from samplers.kernels.cuda.arrays import as_device_ids, copy_into, empty, full, is_float64, view_as
+from samplers.kernels.cuda.arrays import as_device_ids, copy_into, empty, fill_with, full, is_float64, view_as
 from samplers.kernels.cuda.launch import EDGE_THREADS, WARP, grid, kernel_stream, launch
 from samplers.kernels.cuda.rng import GOLDEN, mix
 from samplers.kernels.cuda.rows import NO_INDEX
 from samplers.kernels.cuda.scan import exclusive_scan
 
-__all__ = ["edge_time_keys_cuda", "edge_tkeys", "hash_first", "hash_first_pairs", "hash_insert",
-           "hash_insert_pairs", "relabel_cuda", "relabel_out", "relabel_out_pairs", "relabel_pairs_cuda",
+__all__ = ["UPTO_KERNELS", "edge_time_keys_cuda", "edge_tkeys", "hash_first", "hash_first_pairs",
+           "hash_first_upto", "hash_insert", "hash_insert_pairs", "hash_insert_upto", "relabel_bounded",
+           "relabel_cuda", "relabel_out", "relabel_out_pairs", "relabel_out_upto", "relabel_pairs_cuda",
            "relabel_temporal_cuda"]
 
 _EMPTY = np.int64(-1)
@@ -74,6 +75,70 @@ def relabel_out(dst, src, first, flags, newid, src_nodes, local):  # pragma: no 
     stride = cuda.gridsize(1)
     d_count = dst.shape[0]
     total = d_count + src.shape[0]
+    while i < total:
+        if i < d_count:
+            src_nodes[i] = dst[i]
+        else:
+            j = i - d_count
+            f = first[j]
+            local[j] = f if f < d_count else d_count + newid[f - d_count]
+            if flags[j]:
+                src_nodes[d_count + newid[j]] = src[j]
+        i += stride
+
+
+@cuda.jit
+def hash_insert_upto(dst, src, out_indptr, keys, vals, mask):  # pragma: no cover - device
+    """`hash_insert` over the first ``out_indptr[-1]`` sources (``src`` may be longer: an upper bound)."""
+    i = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    d_count = dst.shape[0]
+    total = d_count + out_indptr[out_indptr.shape[0] - 1]
+    while i < total:
+        v = np.int64(dst[i]) if i < d_count else np.int64(src[i - d_count])
+        h = _slot(v, mask)
+        while True:
+            prev = cuda.atomic.cas(keys, h, _EMPTY, v)
+            if prev == _EMPTY or prev == v:
+                cuda.atomic.min(vals, h, np.int64(i))
+                break
+            h = (h + 1) & mask
+        i += stride
+
+
+@cuda.jit
+def hash_first_upto(src, d_count, out_indptr, keys, vals, mask, first, flags):  # pragma: no cover - device
+    """`hash_first` over the first ``out_indptr[-1]`` sources; flags 0 past them (up to ``src``'s end)."""
+    j = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    nnz = out_indptr[out_indptr.shape[0] - 1]
+    while j < src.shape[0]:
+        if j < nnz:
+            v = np.int64(src[j])
+            h = _slot(v, mask)
+            while keys[h] != v:
+                h = (h + 1) & mask
+            f = vals[h]
+            first[j] = f
+            flags[j] = 1 if f == d_count + j else 0
+        else:
+            flags[j] = 0
+        j += stride
+
+
+@cuda.jit
+def relabel_out_upto(dst, src, out_indptr, first, flags, newid, src_nodes, local,
+                     sizes):  # pragma: no cover - device
+    """`relabel_out` over the first ``out_indptr[-1]`` sources; thread 0 writes (edges, new nodes)
+    into ``sizes``, the layer's one read-back."""
+    i = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    d_count = dst.shape[0]
+    nnz = out_indptr[out_indptr.shape[0] - 1]
+    if i == 0:
+        sizes[0] = nnz
+        sizes[1] = newid[newid.shape[0] - 1]
+    total = d_count + nnz
     while i < total:
         if i < d_count:
             src_nodes[i] = dst[i]
@@ -183,18 +248,33 @@ def relabel_out_pairs(dst, dst_tkey, src, edge_tkey, first, flags, newid, src_no
         i += stride
 
 
-def _hash_table(cap: int, stream: Any) -> tuple[Any, Any]:
+def _hash_table(cap: int, stream: Any, ws: Any = None) -> tuple[Any, Any]:
     """Empty open-addressing table of ``cap`` slots (a power of two): keys -1, values int64 max, filled
-    on the device."""
-    return full(cap, _EMPTY, stream), full(cap, NO_INDEX, stream)
+    on the device (in ``ws``'s scratch when given)."""
+    if ws is None:
+        return full(cap, _EMPTY, stream), full(cap, NO_INDEX, stream)
+    keys, vals = ws.scratch("hash_keys", cap, np.int64), ws.scratch("hash_vals", cap, np.int64)
+    fill_with(keys, _EMPTY, stream)
+    fill_with(vals, NO_INDEX, stream)
+    return keys, vals
 
 
-def relabel_cuda(dst: Any, src: Any) -> tuple[Any, Any]:
+def _capacity(total: int) -> int:
+    """Slots of the hash table for ``total`` entries: a power of two >= 2 * total (at least 16)."""
+    cap = 16
+    while cap < 2 * total:
+        cap *= 2
+    return cap
+
+
+def relabel_cuda(dst: Any, src: Any, ws: Any = None) -> tuple[Any, Any]:
     """Local ids through a GPU hash table (as `samplers.kernels.reference.relabel`).
 
     Parameters
     ----------
     dst : device int64 [D]; src : device int32/int64 [nnz]
+    ws : CudaWorkspace, optional
+        Scratch for the table, flags and scan, outputs and the count's read-back counted there.
 
     Returns
     -------
@@ -204,28 +284,71 @@ def relabel_cuda(dst: Any, src: Any) -> tuple[Any, Any]:
     dst = as_device_ids(dst, stream)
     d_count, nnz = dst.shape[0], src.shape[0]
     total = d_count + nnz
-    local = empty(nnz, np.int64)
+    out = empty if ws is None else ws.output
+    local = out(nnz, np.int64)
     if nnz == 0:
-        src_nodes = empty(d_count, np.int64)
+        src_nodes = out(d_count, np.int64)
         if d_count:
             copy_into(src_nodes, dst, stream)
         return src_nodes, local
-    cap = 16
-    while cap < 2 * total:
-        cap *= 2
-    keys, vals = _hash_table(cap, stream)
+    cap = _capacity(total)
+    keys, vals = _hash_table(cap, stream, ws)
     mask = np.int64(cap - 1)
     threads = EDGE_THREADS
     launch(hash_insert, (grid(total, threads), threads), dst, src, keys, vals, mask, stream=stream)
-    first = empty(nnz, np.int64)
-    flags = empty(nnz, np.int64)
+    if ws is None:
+        first, flags = empty(nnz, np.int64), empty(nnz, np.int64)
+    else:
+        first, flags = ws.scratch("first", nnz, np.int64), ws.scratch("flags", nnz, np.int64)
     launch(hash_first, (grid(nnz, threads), threads), src, np.int64(d_count), keys, vals, mask, first,
            flags, stream=stream)
-    newid, new_count = exclusive_scan(flags, stream)
-    src_nodes = empty(d_count + new_count, np.int64)
+    newid, new_count = exclusive_scan(flags, stream, ws, None if ws is None else
+                                      ws.scratch("newid", nnz + 1, np.int64))
+    src_nodes = out(d_count + new_count, np.int64)
     launch(relabel_out, (grid(total, threads), threads), dst, src, first, flags, newid, src_nodes, local,
            stream=stream)
     return src_nodes, local
+
+
+def relabel_bounded(dst: Any, src: Any, out_indptr: Any, ws: Any) -> tuple[Any, Any, Any]:
+    """Relabel the first ``out_indptr[-1]`` of ``src`` (a count that stays on the device) without
+    reading anything back: outputs at their upper bounds, and the true sizes on the device.
+
+    Parameters
+    ----------
+    dst : device int64 [D]; src : device int32/int64 [M], M >= nnz (an upper bound; the rest unused)
+    out_indptr : device int64 [D + 1], nnz = ``out_indptr[D]``; ws : CudaWorkspace
+
+    Returns
+    -------
+    src_nodes : device int64 [D + M], the first D + new valid; local : device int64 [M], the first nnz
+    valid; sizes : device int64 [2], (nnz, new): read both back at once (``ws.read``)
+    """
+    stream = kernel_stream()
+    d_count, bound = dst.shape[0], src.shape[0]
+    total = d_count + bound
+    cap = _capacity(total)
+    keys, vals = _hash_table(cap, stream, ws)
+    mask = np.int64(cap - 1)
+    threads = EDGE_THREADS
+    launch(hash_insert_upto, (grid(total, threads), threads), dst, src, out_indptr, keys, vals, mask,
+           stream=stream)
+    first = ws.scratch("first", max(bound, 1), np.int64)
+    flags = ws.scratch("flags", bound, np.int64)
+    launch(hash_first_upto, (grid(max(bound, 1), threads), threads), src, np.int64(d_count), out_indptr,
+           keys, vals, mask, first, flags, stream=stream)
+    newid, _ = exclusive_scan(flags, stream, ws, ws.scratch("newid", bound + 1, np.int64), read_total=False)
+    src_nodes = ws.output(total, np.int64)
+    local = ws.output(bound, np.int64)
+    sizes = ws.scratch("sizes", 2, np.int64)
+    launch(relabel_out_upto, (grid(total, threads), threads), dst, src, out_indptr, first, flags, newid,
+           src_nodes, local, sizes, stream=stream)
+    return src_nodes, local, sizes
+
+
+UPTO_KERNELS = {"hash_insert_upto": hash_insert_upto, "hash_first_upto": hash_first_upto,
+                "relabel_out_upto": relabel_out_upto}
+"""The kernels of `relabel_bounded` by name (their count stays on the device)."""
 
 
 def _time_keys(times: Any) -> Any:

@@ -63,40 +63,62 @@ def scan_add(out, offsets, n):  # pragma: no cover - device
         i += stride
 
 
-def _scan_into(counts: Any, out: Any, n: int, stream: Any) -> None:
+def _scan_into(counts: Any, out: Any, n: int, stream: Any, ws: Any = None, level: int = 0) -> None:
     """out[0] = 0, out[i + 1] = counts[0] + ... + counts[i], on the device (no host round trip: the
-    chunk totals are scanned by the same kernels, recursively)."""
+    chunk totals are scanned by the same kernels, recursively; their arrays from ``ws`` when given)."""
     chunks = (n + SCAN_CHUNK - 1) // SCAN_CHUNK
-    sums = empty(chunks, np.int64)
+    sums = empty(chunks, np.int64) if ws is None else ws.scratch(f"scan_sums_{level}", chunks, np.int64)
     launch(scan_blocks, (chunks, SCAN_THREADS), counts, out, sums, n, stream=stream)
     if chunks > 1:
-        offsets = empty(chunks + 1, np.int64)
-        _scan_into(sums, offsets, chunks, stream)
+        offsets = empty(chunks + 1, np.int64) if ws is None else \
+            ws.scratch(f"scan_offsets_{level}", chunks + 1, np.int64)
+        _scan_into(sums, offsets, chunks, stream, ws, level + 1)
         launch(scan_add, (grid(n, EDGE_THREADS), EDGE_THREADS), out, offsets, n, stream=stream)
 
 
-def exclusive_scan(counts: Any, stream: Any = None) -> tuple[Any, int]:
+def exclusive_scan(counts: Any, stream: Any = None, ws: Any = None, out: Any = None,
+                   read_total: bool = True) -> tuple[Any, int | None]:
     """Offsets of ``counts`` (a device int64 array [n]): a device int64 array [n + 1] and its total.
 
     The scan stays on the device (``torch.cumsum`` on torch's current stream where torch has CUDA: one
-    launch; else these kernels, on ``stream``, default `kernel_stream()`); reading the total back (to
-    size the next outputs) is the call's one synchronisation.
+    launch; else these kernels, on ``stream``, default `kernel_stream()`). Reading the total back (to
+    size the next outputs) is the call's one synchronisation; ``read_total=False`` skips it (the total
+    is then None and stays on the device, in ``out[n]``).
+
+    Parameters
+    ----------
+    counts : device int64 [n]
+    stream : numba stream, optional
+    ws : CudaWorkspace, optional
+        Scratch for the chunk totals, and the read-back through its page-locked buffer (counted).
+    out : device int64 [n + 1], optional
+        Where to write the offsets (default: a new array).
+    read_total : bool
+        Read the total back.
     """
     n = counts.shape[0]
+    if out is None:
+        out = empty(n + 1, np.int64)
     if torch_dtypes():
-        out = torch.empty(n + 1, dtype=torch.int64, device="cuda")
         out[:1].zero_()
         if n:
-            torch.cumsum(torch.as_tensor(counts, device="cuda"), 0, out=out[1:])
-        return out, int(out[n]) if n else 0
-    if stream is None:
-        stream = kernel_stream()
-    out = empty(n + 1, np.int64)
+            torch.cumsum(torch.as_tensor(counts, device="cuda"), 0, out=out[1:n + 1])
+    else:
+        if stream is None:
+            stream = kernel_stream()
+        if n == 0:
+            launch(fill, (1, 1), out, np.int64(0), stream=stream)
+        else:
+            _scan_into(counts, out, n, stream, ws)
+    if not read_total:
+        return out, None
     if n == 0:
-        launch(fill, (1, 1), out, np.int64(0), stream=stream)
         return out, 0
-    _scan_into(counts, out, n, stream)
-    total = out[n:].copy_to_host(stream=stream)
+    if ws is not None:
+        return out, ws.read(out[n:n + 1])[0]
+    if torch_dtypes():
+        return out, int(out[n])
+    total = out[n:n + 1].copy_to_host(stream=stream)
     if not isinstance(stream, int):
         stream.synchronize()  # the copy was queued on the stream
     return out, int(total[0])

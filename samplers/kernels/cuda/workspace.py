@@ -1,0 +1,171 @@
+"""Per-sampler scratch on the GPU, and the count of what a sampler's calls cost the host.
+
+A `CudaWorkspace` belongs to one sampler (its layer loop) and one stream. It keeps the scratch arrays
+of a layer (row counts, the relabelling hash table, flags, scan offsets) and grows them as needed, so
+that a warm sampler allocates no scratch at all; it hands out the arrays a block keeps (`output`,
+fresh per call: the caller holds them); it stages host ids through one page-locked buffer
+(`device_ids`) and reads sizes back through another (`read`: one copy, one wait). `HostTraffic`
+counts each of these steps, so tests and benchmarks can assert how many read-backs and allocations a
+call makes (docs/architecture.md#sampling).
+
+>>> ws = CudaWorkspace()
+>>> counts = ws.scratch("counts", 1024, np.int64)   # reused by the next layer and the next call
+>>> (nnz,) = ws.read(total)                          # one page-locked read, one wait
+>>> ws.traffic.readbacks
+1
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from numba import cuda
+
+from samplers.kernels.cuda.arrays import empty
+from samplers.kernels.cuda.device import torch_dtypes
+from samplers.kernels.cuda.launch import kernel_stream
+
+__all__ = ["CudaWorkspace", "HostTraffic"]
+
+_GROWTH = 1.5  # a scratch array grows to this many times what was asked, so growth stops early
+
+
+@dataclass
+class HostTraffic:
+    """What the GPU path of a sampler cost the host, counted since the workspace was made.
+
+    Attributes
+    ----------
+    readbacks : int
+        Device-to-host reads that wait for the device (each one copy into page-locked memory and one
+        wait on the stream).
+    scratch_allocations : int
+        Scratch arrays allocated or grown (0 per call once the workspace is warm).
+    output_allocations : int
+        Arrays handed out in blocks (fresh per call: the caller keeps them; torch's caching allocator
+        where torch has CUDA).
+    registrations : int
+        Host buffers page-locked for the device (the staging and read-back buffers: once, then grown).
+    pageable_copies : int
+        Host-to-device copies from pageable host memory (0: host ids go through the staging buffer).
+    pinned_copies : int
+        Host-to-device copies through the staging buffer.
+    """
+
+    readbacks: int = 0
+    scratch_allocations: int = 0
+    output_allocations: int = 0
+    registrations: int = 0
+    pageable_copies: int = 0
+    pinned_copies: int = 0
+
+    def snapshot(self) -> HostTraffic:
+        """A copy of the counts now (subtract two with `since`)."""
+        return HostTraffic(**vars(self))
+
+    def since(self, before: HostTraffic) -> HostTraffic:
+        """The counts accumulated after ``before`` (a `snapshot`)."""
+        return HostTraffic(**{k: v - getattr(before, k) for k, v in vars(self).items()})
+
+
+class CudaWorkspace:
+    """Scratch arrays, page-locked buffers and `HostTraffic` of one sampler on one stream.
+
+    Scratch arrays may be reused as soon as the work of the stream that used them is ordered before
+    the next use: one workspace serves one stream (a sampler keeps one per stream it was called on).
+
+    Parameters
+    ----------
+    traffic : HostTraffic or None
+        The counter to add to (shared by a sampler's workspaces); default a new one.
+    """
+
+    def __init__(self, traffic: HostTraffic | None = None) -> None:
+        self.traffic = traffic if traffic is not None else HostTraffic()
+        self._scratch: dict[tuple[str, str], Any] = {}
+        self._host: dict[str, Any] = {}
+        self._read_lock = threading.Lock()  # one page-locked read buffer: one read at a time
+        self._staged: Any = None  # torch: the event after the last staging copy (the buffer is free then)
+
+    def scratch(self, name: str, n: int, dtype: Any) -> Any:
+        """A device array [n] of ``dtype`` (numpy), uninitialised, reused across layers and calls: the
+        scratch array ``name``, grown (and counted) when shorter than ``n``."""
+        key = (name, np.dtype(dtype).str)
+        buf = self._scratch.get(key)
+        if buf is None or buf.shape[0] < n:
+            size = max(int(n * _GROWTH), 16)
+            buf = self._scratch[key] = empty(size, dtype)
+            self.traffic.scratch_allocations += 1
+        return buf[:n]
+
+    def output(self, n: int, dtype: Any) -> Any:
+        """A fresh device array [n] of ``dtype`` for a block (the caller keeps it; counted)."""
+        self.traffic.output_allocations += 1
+        return empty(n, dtype)
+
+    def _pinned(self, name: str, n: int) -> Any:
+        """The page-locked host int64 buffer ``name`` of at least ``n`` items (grown and counted)."""
+        buf = self._host.get(name)
+        if buf is None or buf.shape[0] < n:
+            size = max(int(n * _GROWTH), 16)
+            if torch_dtypes():
+                buf = torch.empty(size, dtype=torch.int64, pin_memory=True)
+            else:
+                buf = cuda.pinned_array(size, dtype=np.int64)
+            self._host[name] = buf
+            self.traffic.registrations += 1
+        return buf
+
+    def read(self, values: Any) -> list[int]:
+        """The int64 items of the device array ``values`` [k], read in one copy into page-locked host
+        memory and one wait on the current stream (counted as one read-back)."""
+        k = int(values.shape[0])
+        with self._read_lock:
+            host = self._pinned("read", k)[:k]
+            if isinstance(values, torch.Tensor):
+                host.copy_(values, non_blocking=True)
+                torch.cuda.current_stream().synchronize()
+                out = host.tolist()
+            else:
+                stream = kernel_stream()
+                values.copy_to_host(host, stream=stream)
+                if not isinstance(stream, int):
+                    stream.synchronize()
+                out = [int(x) for x in host]
+            self.traffic.readbacks += 1
+        return out
+
+    def device_ids(self, ids: Any) -> Any:
+        """Device int64 ids: device arrays and CUDA tensors as they are; host ids (numpy, or a CPU tensor
+        outside the simulator) copied through the page-locked staging buffer into the scratch array
+        ``"ids"`` (valid until this workspace's next call)."""
+        if isinstance(ids, torch.Tensor):
+            if ids.device.type == "cuda":
+                return ids
+            if not torch_dtypes():  # the simulator: a host tensor stands for device memory
+                from graphrl import cuda as gcuda
+
+                return gcuda.as_device_array(ids.contiguous())
+            ids = ids.numpy()
+        if not isinstance(ids, np.ndarray):
+            return ids
+        n = int(ids.shape[0])
+        out = self.scratch("ids", max(n, 1), np.int64)[:n]
+        if n:
+            if self._staged is not None:
+                self._staged.synchronize()  # the previous copy out of the staging buffer is done
+            host = self._pinned("ids", n)[:n]
+            if isinstance(out, torch.Tensor):
+                host.copy_(torch.from_numpy(np.asarray(ids, dtype=np.int64)))
+                out.copy_(host, non_blocking=True)
+                self._staged = torch.cuda.Event()
+                self._staged.record()
+            else:
+                host[:] = ids
+                out.copy_to_device(host, stream=kernel_stream())
+            self.traffic.pinned_copies += 1
+        return out

@@ -1,0 +1,206 @@
+"""The host side of the GPU sampler, counted in the code path itself under numba's CUDA simulator.
+
+No GPU is needed: the simulator runs the same host code (in a subprocess, since it must be chosen before
+numba.cuda is first imported), and the script counts, independently of the library's own counter
+(`samplers.kernels.cuda.workspace.HostTraffic`), every device-to-host copy and host-side scalar read of
+a device array, every device allocation and every page-locked or mapped host allocation. It asserts:
+
+- a layer of thread-per-row rules (uniform with 0 <= fanout <= 64, weighted) reads back once; a layer
+  of fanout -1 twice; the library's count equals the independent one;
+- once warm (after a call at least as large), a call allocates no scratch on the device and registers
+  no host memory: its only device allocations are the arrays its blocks keep (4 per layer);
+- the blocks equal the CPU sampler's for the same seed, with and without excluded edges;
+- through UVA, the graph is mapped into host memory once, when the sampler is built, never per batch;
+- `NeighborLoader` with a CUDA sampler yields the CPU loader's batches (prefetching or not).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+
+SCRIPT = textwrap.dedent(
+    """
+    import threading
+    import warnings
+    from collections import Counter
+    warnings.simplefilter("ignore", RuntimeWarning)  # numpy scalar uint64 wrap-around in simulated kernels
+    import numpy as np
+    import torch
+    from numba import config, cuda
+    from numba.cuda.simulator.cudadrv import devicearray as fake
+    assert config.ENABLE_CUDASIM
+    import samplers.layers as layers
+    from graphrl.graph import CSCGraph
+    from samplers.loader import NeighborLoader
+    from samplers.neighbor import NeighborSampler
+
+    # --- independent counters: wrap the simulator's API (host-side calls only: kernels run in threads)
+    seen = Counter()
+    quiet = [0]  # block conversion to host tensors (the simulator's stand-in for CUDA tensors) not counted
+    def host_side():
+        return threading.current_thread() is threading.main_thread() and not quiet[0]
+    def counting(name, fn):
+        def wrapped(*a, **k):
+            if host_side():
+                seen[name] += 1
+            return fn(*a, **k)
+        return wrapped
+    fake.FakeCUDAArray.copy_to_host = counting("readback", fake.FakeCUDAArray.copy_to_host)
+    getitem = fake.FakeCUDAArray.__getitem__
+    def scalar_read(self, idx):
+        out = getitem(self, idx)
+        if not isinstance(out, fake.FakeCUDAArray) and host_side():
+            seen["readback"] += 1
+        return out
+    fake.FakeCUDAArray.__getitem__ = scalar_read
+    for name in ("device_array", "to_device"):
+        setattr(cuda, name, counting("device_alloc", getattr(cuda, name)))
+    for name in ("pinned_array", "mapped_array", "pinned"):
+        setattr(cuda, name, counting("host_register", getattr(cuda, name)))
+    for name in ("synchronize",):
+        setattr(cuda, name, counting("synchronize", getattr(cuda, name)))
+    to_torch = layers.cuda_to_torch
+    def quiet_to_torch(arr):
+        quiet[0] += 1
+        try:
+            return to_torch(arr)
+        finally:
+            quiet[0] -= 1
+    layers.cuda_to_torch = quiet_to_torch
+
+    def same(a, b, what):
+        assert len(a) == len(b), what
+        for x, y in zip(a, b):
+            for f in ("src_nodes", "dst_nodes", "indptr", "indices", "edge_ids"):
+                assert torch.equal(getattr(x, f), getattr(y, f)), (what, f, getattr(x, f), getattr(y, f))
+
+    rng = np.random.default_rng(0)
+    n, e = 30, 240
+    graph = CSCGraph.from_edges(rng.integers(0, n, e), np.minimum(rng.geometric(0.06, e) - 1, n - 1), n)
+    weights = torch.from_numpy(rng.random(e) * (rng.random(e) < 0.8))
+    excluded = torch.from_numpy(rng.integers(0, e, 40))
+    later = torch.from_numpy(rng.integers(0, n, 6))
+    batches = [torch.cat([later, torch.from_numpy(rng.integers(0, n, 4))]), later]  # the first is the larger
+
+    # (fanouts, sampler options, read-backs per call: one per layer, two for a layer of fanout -1, whose
+    # sampled sources are a fifth array)
+    cases = [([3, 2], {}, 2), ([2], {"weights": weights, "replace": True}, 1), ([-1, 4], {}, 3)]
+    for fanouts, kw, per_call in cases:
+        outputs = 4 * len(fanouts) + fanouts.count(-1)
+        cpu_s = NeighborSampler(graph, fanouts, seed=5, **kw)
+        gpu_s = NeighborSampler(graph, fanouts, seed=5, device="cuda", **kw)
+        for call, seeds in enumerate(batches):
+            ex = excluded if call == 1 and fanouts != [-1, 4] else None
+            want = cpu_s.sample(seeds, exclude_eids=ex)
+            seen.clear()
+            before = gpu_s.loop.traffic.snapshot()
+            got = gpu_s.sample(seeds, exclude_eids=ex)
+            used = gpu_s.loop.traffic.since(before)
+            same(want, got, (fanouts, call))
+            assert used.readbacks == per_call == seen["readback"], (fanouts, call, used, seen)
+            assert seen["synchronize"] == 0, seen
+            assert used.pageable_copies == 0 and used.pinned_copies == 1, used
+            assert used.output_allocations == outputs, used
+            if call == 0:
+                assert used.registrations == 2, used  # the read-back and staging buffers, once
+                continue
+            # warm: no scratch, no registration; device allocations: the blocks' arrays and, with
+            # exclusions, their positions (copied per call by the sampler)
+            assert used.scratch_allocations == 0 and used.registrations == 0, (call, used)
+            assert seen["host_register"] == 0, seen
+            assert seen["device_alloc"] == used.output_allocations + (ex is not None), (used, seen)
+
+    # UVA: the graph is mapped once, when the sampler is built; batches register nothing
+    seen.clear()
+    uva = NeighborSampler(graph, [3, 2], seed=2, device="cuda", uva=True)
+    assert uva.loop.relations[layers.PLAIN_RELATION].cuda.uva
+    built = seen["host_register"]
+    assert built >= 3, seen  # indptr, indices, edge ids
+    cpu_s = NeighborSampler(graph, [3, 2], seed=2)
+    for call, seeds in enumerate(batches):
+        seen.clear()
+        same(cpu_s.sample(seeds), uva.sample(seeds), ("uva", call))
+        assert seen["host_register"] == (2 if call == 0 else 0), (call, seen)  # the workspace's buffers
+    assert uva.loop.traffic.registrations == 2
+
+    # the loader with a CUDA sampler: the CPU loader's batches, prefetching or not
+    train = torch.arange(0, n, 3)
+    for prefetch in (0, 1):
+        loaders = [NeighborLoader(graph, train, batch_size=5, seed=3, prefetch=prefetch,
+                                  sampler=NeighborSampler(graph, [3], seed=4, device=dev))
+                   for dev in ("cpu", "cuda")]
+        count = 0
+        for a, b in zip(*loaders, strict=True):
+            assert b.ready is None  # no CUDA streams under the simulator
+            same(a.blocks, b.blocks, ("loader", prefetch, a.index))
+            count += 1
+        assert count == len(loaders[0]) == 2
+    print("OK")
+    """
+)
+
+
+def test_gpu_host_path_under_the_simulator() -> None:
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("OK"), \
+        proc.stdout[-3000:] + proc.stderr[-6000:]
+
+
+def test_host_traffic_counts_and_differences() -> None:
+    from samplers.kernels.cuda.workspace import HostTraffic
+
+    t = HostTraffic(readbacks=3, output_allocations=8)
+    before = t.snapshot()
+    t.readbacks += 2
+    t.registrations += 1
+    assert t.since(before) == HostTraffic(readbacks=2, registrations=1)
+    assert before == HostTraffic(readbacks=3, output_allocations=8)  # a copy, not a view
+
+
+def test_bounded_layers_are_the_thread_per_row_rules() -> None:
+    from types import SimpleNamespace
+
+    from samplers.kernels.cuda.layer import bounded_layer
+    from samplers.kernels.cuda.uniform import THREAD_FANOUT_MAX
+
+    plain = SimpleNamespace(prefix=None)
+    weighted = SimpleNamespace(prefix=np.zeros(1))
+    assert bounded_layer(plain, 0, False) and bounded_layer(plain, THREAD_FANOUT_MAX, False)
+    assert not bounded_layer(plain, THREAD_FANOUT_MAX + 1, False)
+    assert not bounded_layer(plain, -1, False) and not bounded_layer(weighted, -1, True)
+    assert bounded_layer(weighted, 500, True) and not bounded_layer(plain, 5, True)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.gpu
+def test_gpu_sample_reads_back_once_per_layer_and_allocates_no_scratch_when_warm() -> None:
+    from graphrl.graph import CSCGraph
+    from samplers.neighbor import NeighborSampler
+
+    rng = np.random.default_rng(1)
+    n, e = 5000, 60000
+    graph = CSCGraph.from_edges(rng.integers(0, n, e), rng.integers(0, n, e), n)
+    cpu_s = NeighborSampler(graph, [10, 5], seed=1)
+    gpu_s = NeighborSampler(graph, [10, 5], seed=1, device="cuda")
+    for call in range(3):
+        seeds = torch.from_numpy(rng.integers(0, n, 512))
+        before = gpu_s.loop.traffic.snapshot()
+        got = gpu_s.sample(seeds)
+        used = gpu_s.loop.traffic.since(before)
+        for x, y in zip(cpu_s.sample(seeds), got, strict=True):
+            assert torch.equal(x.edge_ids, y.edge_ids.cpu()) and torch.equal(x.src_nodes, y.src_nodes.cpu())
+        assert used.readbacks == 2 and used.pageable_copies == 0
+        if call:
+            assert used.scratch_allocations == 0 and used.registrations == 0
