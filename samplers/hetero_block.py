@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from samplers.hetero_graph import Relation
+from samplers.interop import hetero_block_to_dgl
 
 __all__ = ["HeteroBlock"]
 
@@ -71,28 +72,6 @@ class HeteroBlock:
         return torch.repeat_interleave(rows, ptr[1:] - ptr[:-1])
 
     def to_dgl(self):
-        """This block as a DGL heterogeneous block (``dgl.create_block`` with one edge type per relation).
-
-        ``srcnodes[t].data[dgl.NID]`` / ``dstnodes[t].data[dgl.NID]`` hold the ids within each type and
-        ``edges[r].data[dgl.EID]`` the relation edge ids; edge j of relation r is our edge j.
-
-        Raises
-        ------
-        ImportError
-            DGL is not installed.
-        """
-        from graphrl.dglshim import import_dgl
-
-        dgl = import_dgl()
-        data = {rel: (self.indices[rel], self.edge_dst(rel)) for rel in self.indices}
-        out = dgl.create_block(data, num_src_nodes={t: int(v.shape[0]) for t, v in self.src_nodes.items()},
-                               num_dst_nodes={t: int(v.shape[0]) for t, v in self.dst_nodes.items()},
-                               idtype=torch.int64)
-        for t in self.src_nodes:
-            out.srcnodes[t].data[dgl.NID] = self.src_nodes[t]
-            out.dstnodes[t].data[dgl.NID] = self.dst_nodes[t]
-        for rel in self.indices:
-            out.edges[rel].data[dgl.EID] = self.edge_ids[rel]
-            if self.edge_weights is not None and rel in self.edge_weights:
-                out.edges[rel].data["edge_weights"] = self.edge_weights[rel]
-        return out
+        """This block as a DGL heterogeneous block with one edge type per sampled relation, int64 ids;
+        see `samplers.interop.hetero_block_to_dgl` (its Returns and Raises)."""
+        return hetero_block_to_dgl(self, list(self.indices))

@@ -97,7 +97,9 @@ def hetero_block_to_dgl(block, relations: Sequence, idtype: torch.dtype = torch.
     -------
     dgl.DGLGraph
         A block with ``num_src_nodes`` / ``num_dst_nodes`` per node type; ``srcnodes[t].data[dgl.NID]``,
-        ``dstnodes[t].data[dgl.NID]`` and ``edges[r].data[dgl.EID]`` hold global ids.
+        ``dstnodes[t].data[dgl.NID]`` and ``edges[r].data[dgl.EID]`` hold the ids within each type and
+        relation (edge j of relation r is the block's edge j); ``edges[r].data["edge_weights"]`` holds
+        ``block.edge_weights[r]`` where set (`LaborSampler`'s importance weights, DGL's key).
 
     Raises
     ------
@@ -124,6 +126,8 @@ def hetero_block_to_dgl(block, relations: Sequence, idtype: torch.dtype = torch.
     for rel in relations:
         eids = block.edge_ids.get(rel, torch.empty(0, dtype=torch.int64, device=device))
         out.edges[rel].data[dgl.EID] = eids.to(idtype)
+        if block.edge_weights is not None and rel in block.edge_weights:
+            out.edges[rel].data["edge_weights"] = block.edge_weights[rel]
     return out
 
 

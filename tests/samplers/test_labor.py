@@ -16,6 +16,7 @@ from graphrl.datasets.synthetic import synthetic_graph
 from graphrl.graph import CSCGraph
 from samplers import LaborSampler, NeighborLoader, NeighborSampler, Sampler
 from samplers.hetero_graph import HeteroGraph
+from samplers.interop import hetero_block_to_dgl
 from samplers.layers import LayerLoop
 from samplers.modes import MODES, LaborMode, LayerRequest, RelationArrays, UniformMode
 
@@ -136,6 +137,28 @@ def test_typed_graphs_share_variates_per_source_type():
         got = [set(b.src_nodes["user"][b.indices[r]].tolist()) for r in (la, fr)]
         assert got[0] == got[1]
     assert b.edge_weights is None
+
+
+def test_typed_blocks_keep_importance_weights_through_dgl():
+    """HeteroBlock.to_dgl and the DGL adapter's conversion (`interop.hetero_block_to_dgl`, with a relation the
+    block did not sample) carry each relation's importance weights as DGL's ``edata["edge_weights"]``."""
+    from graphrl.dglshim import dgl_available, import_dgl
+
+    if not dgl_available():
+        pytest.skip("DGL not installed (install the 'dgl' extra)")
+    dgl = import_dgl()
+    rng = np.random.default_rng(3)
+    rels = {("user", "listens", "artist"): (rng.integers(0, 30, 200), rng.integers(0, 8, 200)),
+            ("user", "friends", "user"): (rng.integers(0, 30, 300), rng.integers(0, 30, 300))}
+    g = HeteroGraph.from_edges({"user": 30, "artist": 8}, rels)
+    block = LaborSampler(g, [3], seed=1, importance_sampling=1).sample({"artist": torch.arange(8)})[0]
+    la = ("user", "listens", "artist")
+    assert set(block.edge_weights) == {la} and block.edge_weights[la].shape == block.edge_ids[la].shape
+    unsampled = ("artist", "liked_by", "user")
+    for out in (block.to_dgl(), hetero_block_to_dgl(block, [la, unsampled])):
+        assert torch.equal(out.edges[la].data["edge_weights"], block.edge_weights[la])
+        assert torch.equal(out.edges[la].data[dgl.EID], block.edge_ids[la])
+    assert "edge_weights" not in hetero_block_to_dgl(block, [la, unsampled]).edges[unsampled].data
 
 
 def test_bad_arguments_raise_clear_errors():
