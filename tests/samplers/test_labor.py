@@ -153,7 +153,7 @@ def test_typed_blocks_keep_importance_weights_through_dgl():
     g = HeteroGraph.from_edges({"user": 30, "artist": 8}, rels)
     block = LaborSampler(g, [3], seed=1, importance_sampling=1).sample({"artist": torch.arange(8)})[0]
     la = ("user", "listens", "artist")
-    assert set(block.edge_weights) == {la} and block.edge_weights[la].shape == block.edge_ids[la].shape
+    assert block.edge_weights[la].shape == block.edge_ids[la].shape and block.edge_ids[la].numel() > 0
     unsampled = ("artist", "liked_by", "user")
     for out in (block.to_dgl(), hetero_block_to_dgl(block, [la, unsampled])):
         assert torch.equal(out.edges[la].data["edge_weights"], block.edge_weights[la])
