@@ -14,7 +14,8 @@ Rows:
   take the raw frame rings' bytes), filled past wrap-around; ``ours`` is the measured raw bytes a step
   over compressed bytes a step (live chunks, the raw tail, the chunk table), ``baseline_value`` 1.
 - ``sample B,L``: batches a second, ``sample(B, window=L)``, compressed over raw (the same frames,
-  capacity and seed), the raw store run in the same process as the baseline.
+  capacity and seed), the raw store run in the same process as the baseline, the two interleaved
+  (best of 7 runs each).
 
 ``python benchmarks/replay_compressed.py --help``; results go to
 ``benchmarks/results/replay_compressed.json``.
@@ -38,14 +39,14 @@ from graphrl.memory import MemoryManager  # noqa: E402
 from replay import ReplayStore, TrajectorySpec  # noqa: E402
 
 sys.path.append(str(HERE))
-from _report import machine, write_result  # noqa: E402
+from _report import best_interleaved, machine, write_result  # noqa: E402
 from replay_codecs import ale_frames, synthetic_frames  # noqa: E402
 
 RESULTS = HERE / "results" / "replay_compressed.json"
 
 
-def spec(codec: str | None, ratio: float) -> TrajectorySpec:
-    frame = ((84, 84), "uint8") if codec is None else ((84, 84), "uint8", codec, ratio)
+def spec(codec: str | None, ratio: float, chunk: int | None = None) -> TrajectorySpec:
+    frame = ((84, 84), "uint8") if codec is None else ((84, 84), "uint8", codec, ratio, chunk)
     return TrajectorySpec({"obs": frame, "action": ((), "int64"), "reward": ((), "float32"),
                            "done": ((), "bool")})
 
@@ -73,29 +74,34 @@ def held_bytes(store: ReplayStore) -> int:
     return total
 
 
-def rate(store: ReplayStore, b: int, length: int, seconds: float) -> float:
-    """``sample(b, window=length)`` calls a second (each batch released), over about ``seconds``."""
-    for _ in range(3):
-        store.sample(b, window=length).release()
-    n, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        store.sample(b, window=length).release()
-        n += 1
-    return n / (time.perf_counter() - t0)
+def rates(raw: ReplayStore, packed: ReplayStore, b: int, length: int, seconds: float) -> tuple[float, float]:
+    """``sample(b, window=length)`` calls a second (each batch released) of ``raw`` and ``packed``:
+    the best of runs interleaved between the two stores (`_report.best_interleaved`), about ``seconds``
+    in all per store."""
+    fns = [lambda st=st: st.sample(b, window=length).release() for st in (raw, packed)]
+    t0 = time.perf_counter()
+    for fn in fns * 3:
+        fn()
+    per_call = (time.perf_counter() - t0) / 6
+    repeats = 7
+    iters = max(3, int(seconds / repeats / per_call))
+    t_raw, t_packed = best_interleaved(fns, iters, repeats)
+    return 1 / t_raw, 1 / t_packed
 
 
 @click.command()
 @click.option("--frames", "n_frames", default=6000, show_default=True, help="Frames (steps) written.")
 @click.option("--game", default="ms_pacman", show_default=True, help="ALE game (when ale-py imports).")
 @click.option("--codec", default="lz4", type=click.Choice(["lz4", "zstd"]), show_default=True)
+@click.option("--chunk", default=None, type=int, help="Steps per compressed chunk (FieldSpec.chunk).")
 @click.option("--capacity", default=1024, show_default=True, help="Raw store's steps (one shard).")
 @click.option("--times", default=3.0, show_default=True, help="Compressed store's capacity / raw capacity.")
 @click.option("--episode", default=400, show_default=True, help="Steps per episode.")
 @click.option("--seconds", default=1.0, show_default=True, help="Seconds per sampling case and store.")
 @click.option("--synthetic", is_flag=True, help="Use the generated frames even when ale-py imports.")
 @click.option("--output", default=str(RESULTS), show_default=True)
-def main(n_frames: int, game: str, codec: str, capacity: int, times: float, episode: int, seconds: float,
-         synthetic: bool, output: str) -> None:
+def main(n_frames: int, game: str, codec: str, chunk: int | None, capacity: int, times: float, episode: int,
+         seconds: float, synthetic: bool, output: str) -> None:
     """Steps held in the same bytes and sampling speed of a compressed frame field against raw."""
     load_before = __import__("os").getloadavg()[0]
     frames = None if synthetic else ale_frames(n_frames, game, 0)
@@ -106,7 +112,7 @@ def main(n_frames: int, game: str, codec: str, capacity: int, times: float, epis
     rows = []
     with MemoryManager() as mm:
         raw = ReplayStore(spec(None, 1.0), capacity, 1, memory=mm, seed=0, timeout=5.0)
-        packed = ReplayStore(spec(codec, times), big, 1, memory=mm, seed=0, timeout=5.0)
+        packed = ReplayStore(spec(codec, times, chunk), big, 1, memory=mm, seed=0, timeout=5.0)
         for store in (raw, packed):  # warm up (compiled paths, first touch of the rings)
             fill(store, frames[:episode], episode)
         t_raw = fill(raw, frames, episode)
@@ -122,21 +128,22 @@ def main(n_frames: int, game: str, codec: str, capacity: int, times: float, epis
         rows.append({"case": "insert episodes", "metric": "steps_per_s", "ours": len(frames) / t_packed,
                      "baseline": "raw", "baseline_value": len(frames) / t_raw, "ratio": t_raw / t_packed})
         for b, length in ((32, 1), (256, 1), (32, 4), (32, 16), (32, 64)):
-            r_raw = rate(raw, b, length, seconds)
-            r_packed = rate(packed, b, length, seconds)
+            r_raw, r_packed = rates(raw, packed, b, length, seconds)
             rows.append({"case": f"sample B={b} L={length}", "metric": "batches_per_s", "ours": r_packed,
                          "baseline": "raw", "baseline_value": r_raw, "ratio": r_packed / r_raw})
+        packed_chunk = packed.storage.shards[0].chunks["obs"].chunk
         raw.close()
         packed.close()
     info = machine(load_before=load_before)
-    click.echo(f"frames: {source}, {len(frames)} of 84x84; raw capacity {capacity}, compressed {big}")
+    click.echo(f"frames: {source}, {len(frames)} of 84x84; raw capacity {capacity}, compressed {big} "
+               f"({codec}, chunks of {packed_chunk})")
     click.echo(f"{'case':<34} {'metric':<30} {'ours':>10} {'raw':>10} {'ratio':>7}")
     for r in rows:
         click.echo(f"{r['case']:<34} {r['metric']:<30} {r['ours']:>10.1f} {r['baseline_value']:>10.1f} "
                    f"{r['ratio']:>7.2f}")
     click.echo(f"1-min load average {load_before:.2f} before, {info['load_average_1min']:.2f} after")
     write_result("replay_compressed", rows, info, output, frames=source, codec=codec, capacity=capacity,
-                 times=times)
+                 times=times, chunk=packed_chunk)
 
 
 if __name__ == "__main__":

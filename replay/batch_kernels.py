@@ -85,9 +85,11 @@ class BatchCopy:
 
     def __init__(self, storage: TrajectoryStorage, threads: int | None = None) -> None:
         spec = storage.spec
-        flat = [sh.columns[n].reshape(-1).view(np.uint8) for sh in storage.shards for n in spec]
+        raw = [n for n in spec if spec[n].codec is None]  # a codec field has no ring (`replay.chunk_decode`)
+        self.fields = None if len(raw) == len(spec) else [j for j, n in enumerate(spec) if n in raw]
+        flat = [sh.columns[n].reshape(-1).view(np.uint8) for sh in storage.shards for n in raw]
         self.rings = tuple(flat) if storage.num_shards == 1 else nb.typed.List(flat)
-        self.row_bytes = np.array([f.row_bytes for f in spec.values()], dtype=np.int64)
+        self.row_bytes = np.array([spec[n].row_bytes for n in raw], dtype=np.int64)
         self.step_bytes = int(self.row_bytes.sum())
         self.capacity = storage.capacity
         if threads is None:  # the CPUs this process may run on
@@ -108,7 +110,10 @@ class BatchCopy:
         length: int,
     ) -> None:
         """Copy windows ``lo .. hi - 1`` (int64 [B] arrays, rows of the batch) into the slot's
-        ``flat`` views and its flat ``mask`` (bool [B * length])."""
+        ``flat`` views (per spec field; a codec field's is left alone) and its flat ``mask`` (bool
+        [B * length])."""
+        if self.fields is not None:
+            flat = tuple(flat[j] for j in self.fields)
         total = (hi - lo) * length * self.step_bytes
         if total < 2 * _CHUNK_BYTES or self.threads <= 1:  # one chunk: on this thread
             rings = (self.rings, flat, self.row_bytes, self.capacity)

@@ -43,7 +43,7 @@ from replay.spec import CODECS
 
 __all__ = ["CODECS", "ChunkRing", "ChunkRingHandle", "chunk_steps_for", "make_codec"]
 
-CHUNK_STEPS = 16  # steps per chunk at most (lz4 on Atari frames: docs/performance.md#replay)
+CHUNK_STEPS = 1  # steps per chunk by default (lz4 on Atari frames: docs/performance.md, "Compressed fields")
 _META = 4  # table words before the chunk slots: next position, arena head
 _NEXT, _HEAD = 0, 1
 
@@ -63,19 +63,23 @@ def make_codec(name: str) -> Any:
     raise ValueError(f"codec must be one of {CODECS} or None, got {name!r}")
 
 
-def chunk_steps_for(capacity: int) -> int:
-    """Steps per chunk for a ring of ``capacity`` steps: the largest power of two up to `CHUNK_STEPS`
-    dividing ``capacity`` with ``capacity >= 2 * chunk``.
+def chunk_steps_for(capacity: int, chunk: int | None = None, name: str = "") -> int:
+    """Steps per chunk of field ``name`` for a ring of ``capacity`` steps: ``chunk``
+    (`replay.spec.FieldSpec`'s), or `CHUNK_STEPS` when None.
 
     Raises
     ------
     ValueError
-        ``capacity < 2`` (a compressed field needs a ring of two steps or more).
+        ``capacity`` not a multiple of the chunk or below twice it (the message names the field, the
+        chunk and the capacity).
     """
-    for c in (CHUNK_STEPS, 8, 4, 2, 1):
-        if capacity % c == 0 and capacity >= 2 * c:
-            return c
-    raise ValueError(f"a field with a codec needs a shard capacity >= 2, got capacity={capacity}")
+    c = CHUNK_STEPS if chunk is None else int(chunk)
+    if capacity % c or capacity < 2 * c:
+        raise ValueError(
+            f"field {name!r}: chunk={c} needs a shard capacity that is a multiple of it and at least "
+            f"{2 * c}, got capacity={capacity}"
+        )
+    return c
 
 
 @dataclass(frozen=True)
@@ -253,7 +257,10 @@ class ChunkRing:
         c = self.chunk
         for k, (off, blob) in placed.items():
             self.arena[off : off + blob.size] = blob
-            self.table[k % self.slots] = (k, off, blob.size)
+            row = self.table[k % self.slots]  # the chunk index last: a writer killed here leaves the
+            row[0] = -1  # slot empty or whole, never a chunk index with another chunk's offset
+            row[1:] = (off, blob.size)
+            row[0] = k
         if placed:
             last = max(placed)
             self.meta[_HEAD] = (placed[last][0] + placed[last][1].size) % self.arena_bytes

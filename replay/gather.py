@@ -9,9 +9,10 @@ first gather registers every shard's rings with CUDA (`graphrl.memory.MemoryMana
 `replay.cuda.gather_fields_cuda` reads them in place through UVA on `graphrl.cuda.launch_stream`
 (torch's current stream, docs/architecture.md#the-stream-rule); `WindowGather.to_device` waits for
 the kernels before it returns. `WindowGather.close` unregisters the rings. Fields with a codec
-(`replay.chunk_codec.ChunkRing`) are decompressed into the slot on the host under each shard's lock
-(positions already below the floor are left zero: their windows are stale and redrawn); the sampler
-gathers a batch with such fields on the host and copies it to a GPU.
+(`replay.chunk_codec.ChunkRing`) are decompressed into the slot on the host by
+`replay.chunk_decode.ChunkDecode` (positions already below the floor are left zero: their windows
+are stale and redrawn); the sampler gathers a batch with such fields on the host and copies it to a
+GPU.
 
 >>> gather = WindowGather(storage)
 >>> gather.to_host(rows, meta, slot.flat, length)            # then storage.stale(...)
@@ -28,6 +29,7 @@ import torch
 
 from graphrl import cuda as gc
 from graphrl.memory import Region
+from replay.chunk_decode import ChunkDecode
 from replay.storage import TrajectoryStorage
 from replay.windows import gather_fields
 
@@ -41,6 +43,7 @@ class WindowGather:
         self.storage = storage
         spec = storage.spec
         self.coded = [(j, n) for j, n in enumerate(spec) if spec[n].codec is not None]
+        self.decode = ChunkDecode(storage) if self.coded else None
         self.raw = [j for j, n in enumerate(spec) if spec[n].codec is None]  # field indices with a ring
         raw_names = [n for n in spec if spec[n].codec is None]
         self.rings = [
@@ -63,8 +66,9 @@ class WindowGather:
         cap = self.storage.capacity
         raw_flat = flat if not self.coded else tuple(flat[j] for j in self.raw)
         for s, sel in self.groups(rows, meta["shard"]):
-            if self.coded:
-                self._decode(s, sel, meta, flat, length)
+            if self.decode is not None:
+                win = (meta[k][sel] for k in ("first", "n", "dst"))
+                self.decode.run_shard(s, sel, *win, flat, length)
             gather_fields(
                 self.rings[s],
                 raw_flat,
@@ -76,23 +80,6 @@ class WindowGather:
                 sel,
                 length,
             )
-
-    def _decode(self, s: int, sel: np.ndarray, meta: dict[str, np.ndarray], flat: tuple, length: int) -> None:
-        """The codec fields of windows ``sel`` of shard ``s``: zeroed, then their live steps decoded."""
-        spec = self.storage.spec
-        n, dst, first = meta["n"][sel], meta["dst"][sel], meta["first"][sel]
-        steps = np.repeat(np.arange(sel.size), n)
-        offset = np.arange(steps.size) - np.repeat(np.cumsum(n) - n, n)  # step within its window
-        positions = first[steps] + offset
-        out_rows = sel[steps] * length + dst[steps] + offset
-        sh = self.storage.shards[s]
-        for j, name in self.coded:
-            f = spec[name]
-            view = flat[j].view(f.dtype).reshape(-1, *f.shape)
-            view.reshape(-1, length, *f.shape)[sel] = 0
-            with sh:
-                keep = positions >= sh.floor  # the rest: stale windows, dropped after the copy
-                sh.chunks[name].read(positions[keep], view, out_rows[keep])
 
     def to_device(
         self, rows: np.ndarray, meta: dict[str, np.ndarray], flat: tuple, length: int, target: torch.device
@@ -151,7 +138,10 @@ class WindowGather:
         return self._uva
 
     def close(self) -> None:
-        """Unregister the rings registered for the GPU path (after synchronising the GPUs)."""
+        """Unregister the rings registered for the GPU path (after synchronising the GPUs); free the
+        codec fields' decoder."""
+        if self.decode is not None:
+            self.decode.close()
         self._uva = None
         for r in self._uva_regions:
             if not r.freed:

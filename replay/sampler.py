@@ -11,10 +11,11 @@ themselves, such as `replay.distributed`'s shard actors).
 Host batches of the owner's own `replay.table.Table` take a compiled path: the table writes the
 window table and the keys into the slot's scratch arrays in one kernel call
 (`replay.draw_kernels`), `replay.batch_kernels.BatchCopy` copies every shard's windows and fills
-the mask in one more (on the thread team for large batches), and the staleness check is one
-comparison per shard. Any other table object (a learner process's proxy, offering ``draw``,
-``keys``, ``prioritized``, ``incarnation``, ``update_priorities``) and GPU batches take the
-general loop; both give the same batches for the same draws.
+the mask in one more (on the thread team for large batches), `replay.chunk_decode.ChunkDecode`
+decompresses the codec fields, and the staleness check is one comparison per shard. Any other
+table object (a learner process's proxy, offering ``draw``, ``keys``, ``prioritized``,
+``incarnation``, ``update_priorities``) and GPU batches take the general loop; both give the
+same batches for the same draws.
 
 >>> sampler = WindowSampler(storage, table, limiter, staging_slots=4)
 >>> batch = sampler.sample(256, 64, "tail", 0.4, None, lambda: 60.0)
@@ -108,13 +109,14 @@ class WindowSampler:
         self.staging = BatchStaging(
             storage.spec, storage.memory, staging_slots, storage.timeout, scratch_names=META_FIELDS
         )
-        # the compiled path (see the module docstring); it copies raw rings only, not a codec field's chunks
-        self.owner_table = type(table) is Table and not storage.spec.codec_fields
+        self.owner_table = type(table) is Table  # the compiled path (see the module docstring)
+        self.decode = self.gather.decode  # codec fields (`replay.chunk_decode`), or None
         self.step_bytes = sum(f.row_bytes for f in storage.spec.values())
         self.device_gather_min_bytes = DEVICE_GATHER_MIN_BYTES
         self.copy = BatchCopy(storage) if self.owner_table else None
-        # batches of transitions up to this many rows are drawn and copied in one call under the locks
-        self.locked_rows = LOCKED_COPY_BYTES // max(1, self.copy.step_bytes) if self.copy else 0
+        # batches of transitions up to this many rows (of raw bytes, codec fields too: they are decoded under
+        # the locks then) are drawn and copied in one call under the locks
+        self.locked_rows = LOCKED_COPY_BYTES // max(1, self.step_bytes) if self.copy else 0
         # the fused call counts the samples itself, in the control block: only for its own limiter
         if limiter.cond is not storage.control.cond or type(limiter).sample is not RateLimiterState.sample:
             self.locked_rows = 0
@@ -206,12 +208,14 @@ class WindowSampler:
             table = self.table
             keys = np.empty(b, dtype=np.int64)  # the batch's own (they outlive the slot's release)
             prob = np.empty(b)
+            # codec fields: decompressed from the drawn keys under the same locks (`replay.chunk_decode`)
+            locked = None if self.decode is None else (lambda k: self.decode.run_locked(k, slot.flat))
             if table.prioritized:
                 weights = np.empty(b, dtype=np.float32)
                 while True:
                     self.limiter.await_sample(left(), given=left.timeout)
                     table_size = table.draw_transitions(
-                        b, slot.addresses, keys, prob, slot.mask_flat, beta, weights
+                        b, slot.addresses, keys, prob, slot.mask_flat, beta, weights, locked
                     )
                     if table_size:  # counted as b sampled steps (each window is its live anchor)
                         break
@@ -221,7 +225,9 @@ class WindowSampler:
                 )
             while True:
                 self.limiter.await_sample(left(), given=left.timeout)
-                table_size = table.draw_transitions(b, slot.addresses, keys, prob, slot.mask_flat)
+                table_size = table.draw_transitions(
+                    b, slot.addresses, keys, prob, slot.mask_flat, locked=locked
+                )
                 if table_size:
                     break
                 self._check_drawable(b, 1, left)
@@ -249,6 +255,9 @@ class WindowSampler:
                     continue
                 self.copy.run(block[0], block[2], block[3], block[4], done, done + got, slot.flat,
                               slot.mask_flat, length)
+                if self.decode is not None:
+                    win = (block[i, done : done + got] for i in (0, 2, 3, 4))
+                    self.decode.run(np.arange(done, done + got), *win, slot.flat, length)
                 stale = self._stale(block[0], block[2], done, done + got)
                 if stale is None:
                     done += got

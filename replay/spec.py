@@ -77,12 +77,17 @@ class FieldSpec:
         For a codec field, raw bytes of the shard's ring per byte of its compressed arena (> 0; the
         arena holds ``capacity * row_bytes / arena_ratio`` bytes per shard). A commit whose chunks do not
         fit beside the live ones raises `graphrl.memory.MemoryBudgetError`: lower it. Unused when raw.
+    chunk : int or None
+        For a codec field, steps per compressed chunk: a sampled step decompresses its whole chunk,
+        so short chunks sample faster and long ones compress better (docs/performance.md, "Compressed
+        fields"). The shard capacity must be a multiple of it and at least twice it. None (default):
+        `replay.chunk_codec.CHUNK_STEPS` (one step). Unused when raw.
 
     Raises
     ------
     ValueError
-        ``codec`` not None, ``"lz4"`` or ``"zstd"``, or ``arena_ratio`` not a positive finite number
-        (the message names the argument and the value).
+        ``codec`` not None, ``"lz4"`` or ``"zstd"``, ``arena_ratio`` not a positive finite number, or
+        ``chunk`` not None or a positive int (the message names the argument and the value).
     """
 
     name: str
@@ -90,6 +95,7 @@ class FieldSpec:
     dtype: np.dtype
     codec: str | None = None
     arena_ratio: float = 4.0
+    chunk: int | None = None
 
     def __post_init__(self) -> None:
         if self.codec is not None and self.codec not in CODECS:
@@ -97,6 +103,9 @@ class FieldSpec:
         r = self.arena_ratio
         if isinstance(r, bool) or not isinstance(r, (int, float)) or not (0 < r < math.inf):
             raise ValueError(f"field {self.name!r}: arena_ratio must be a positive number, got {r!r}")
+        c = self.chunk
+        if c is not None and (isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c < 1):
+            raise ValueError(f"field {self.name!r}: chunk must be None or a positive int, got {c!r}")
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -174,9 +183,12 @@ class FieldSpec:
 
 
 def _entry(f: FieldSpec) -> list:
-    """A field as plain data: [shape, dtype name] or, with a codec, [shape, dtype, codec, arena_ratio]."""
+    """A field as plain data: [shape, dtype name] or, with a codec, [shape, dtype, codec, arena_ratio]
+    and the chunk when one is set."""
     out: list = [list(f.shape), f.dtype.name]
-    return out if f.codec is None else [*out, f.codec, f.arena_ratio]
+    if f.codec is None:
+        return out
+    return [*out, f.codec, f.arena_ratio] + ([] if f.chunk is None else [int(f.chunk)])
 
 
 class TrajectorySpec(Mapping[str, FieldSpec]):
@@ -184,9 +196,9 @@ class TrajectorySpec(Mapping[str, FieldSpec]):
 
     Parameters
     ----------
-    fields : mapping of str to (shape, dtype), (shape, dtype, codec) or FieldSpec
+    fields : mapping of str to (shape, dtype), (shape, dtype, codec[, arena_ratio[, chunk]]) or FieldSpec
         ``shape`` an int or tuple of ints (``()`` for scalars), ``dtype`` a numpy or torch dtype or its
-        name, ``codec`` as `FieldSpec`'s (a `FieldSpec` value sets ``arena_ratio`` too).
+        name, ``codec``, ``arena_ratio`` and ``chunk`` as `FieldSpec`'s.
         Names are non-empty strings other than the batch's own attributes (``mask``, ``keys``,
         ``probabilities``, ``weights``, ``lengths``).
 
@@ -217,13 +229,14 @@ class TrajectorySpec(Mapping[str, FieldSpec]):
                 raise ValueError(f"field names must be identifiers, got {name!r}")
             if name in _RESERVED:
                 raise ValueError(f"field name {name!r} is reserved for the batch ({sorted(_RESERVED)})")
-            codec, ratio = None, FieldSpec.arena_ratio
+            codec, ratio, chunk = None, FieldSpec.arena_ratio, None
             if isinstance(entry, FieldSpec):
-                codec, ratio = entry.codec, entry.arena_ratio
+                codec, ratio, chunk = entry.codec, entry.arena_ratio, entry.chunk
                 entry = (entry.shape, entry.dtype)
-            elif isinstance(entry, (tuple, list)) and len(entry) in (3, 4):
+            elif isinstance(entry, (tuple, list)) and len(entry) in (3, 4, 5):
                 codec, *rest = entry[2:]
                 ratio = rest[0] if rest else ratio
+                chunk = rest[1] if len(rest) > 1 else None
                 entry = entry[:2]
             if not isinstance(entry, (tuple, list)) or len(entry) != 2:
                 raise TypeError(
@@ -239,7 +252,7 @@ class TrajectorySpec(Mapping[str, FieldSpec]):
             if any(d < 0 for d in shape):
                 raise ValueError(f"field {name!r}: shape {tuple(shape)} has a negative size")
             shape = tuple(int(d) for d in shape)
-            parsed[name] = FieldSpec(name, shape, _parse_dtype(dtype, name), codec, ratio)
+            parsed[name] = FieldSpec(name, shape, _parse_dtype(dtype, name), codec, ratio, chunk)
         self._fields = parsed
 
     # -- Mapping

@@ -22,7 +22,7 @@ import errno
 import json
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -128,7 +128,7 @@ class Table:
         self.plan = build_plan(
             storage.control.addresses(),
             [sh.addresses() for sh in shards],
-            [f.row_bytes for f in storage.spec.values()],
+            [0 if f.codec else f.row_bytes for f in storage.spec.values()],  # codec: `locked` decodes
             storage.capacity,
             storage.limiter.min_size,
         )
@@ -298,6 +298,7 @@ class Table:
         mask: np.ndarray,
         beta: float = 0.0,
         weights: np.ndarray = _NO_WEIGHTS,
+        locked: Callable[[np.ndarray], None] | None = None,
     ) -> int:
         """Draw k windows of one step and copy them into a batch under every shard lock, and count the
         k steps as sampled in the control block's rate-limiter counters, waking its waiters
@@ -305,8 +306,10 @@ class Table:
 
         One compiled call takes the shard locks, draws, copies and counts
         (`replay.transition_kernel.sample_transitions`); when a shard has commits not yet ingested,
-        the shard locks are taken in Python, the commits ingested and the kernel called again under
-        them. Either way the same uniforms are drawn, so the batch is the same.
+        or ``locked`` is given, the shard locks are taken in Python, the commits ingested and the
+        kernel called again under them. Either way the same uniforms are drawn, so the batch is the
+        same. The kernel copies no codec field: ``locked(keys)`` runs after a draw, the shard locks
+        still held, to decompress them (`replay.chunk_decode.ChunkDecode.run_locked`).
 
         Parameters
         ----------
@@ -338,11 +341,13 @@ class Table:
             A lock call failed (every lock this call took is released).
         """
         with self.lock:
-            status, live, err, died = sample_transitions(
-                *self._draw_head, dst, self.incarnation, keys, prob, mask, beta, weights
-            )
-            if died:
-                self._report_dead_holders(died)
+            status = STALE
+            if locked is None:
+                status, live, err, died = sample_transitions(
+                    *self._draw_head, dst, self.incarnation, keys, prob, mask, beta, weights
+                )
+                if died:
+                    self._report_dead_holders(died)
             if status == STALE:  # commits to ingest: the shard locks in Python, then the same draw
                 self._hold_shards()
                 try:
@@ -350,6 +355,8 @@ class Table:
                         self.plan, True, self._repairs, self._words, dst, self.incarnation, keys, prob,
                         mask, beta, weights,
                     )
+                    if status == DRAWN and locked is not None:
+                        locked(keys)
                 finally:
                     self._release_shards()
                 if died:

@@ -1,0 +1,276 @@
+"""ChunkDecode: the codec fields of a batch of windows decompressed into a staging slot, in compiled code.
+
+For each shard, under its lock, `plan_windows` zeroes the windows' padding, copies the steps of the
+chunk still being filled (`replay.chunk_codec.ChunkRing`'s raw tail) and lists one job per run of a
+window's steps inside one complete chunk (its arena offset and length, where its rows go); after the
+lock is released, `decode_jobs` decompresses the jobs with the codec library's own C entry points
+(numcodecs' bundled ``LZ4_decompress_safe`` and ``ZSTD_decompressDCtx``, called from numba: no Python
+per chunk). A job covering a whole chunk decompresses straight into the slot; others go through one
+scratch chunk, decoded once for consecutive jobs of the same chunk. Decoding outside the lock is safe
+for the same reason as the raw rings' lock-free copy (docs/architecture.md#replay-composition): a
+chunk's arena bytes are reused only once all its positions are below the shard's floor, and the
+sampler's staleness check afterwards drops every window with a step below it. Bytes reused meanwhile
+may fail to decompress (both decoders bound their reads and writes); `ChunkDecode.run_shard` then
+checks that each window of a failed job is below the floor, and raises otherwise.
+
+>>> decode = ChunkDecode(storage)                           # once per sampler
+>>> decode.run(rows, shard, first, n, dst, slot.flat, length)  # then the sampler's staleness check
+
+References
+----------
+DeepMind Reverb's chunkers; LZ4 block format (lz4.org); Zstandard (RFC 8878); numcodecs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+import llvmlite.binding as llvm
+import numba as nb
+import numcodecs.lz4
+import numcodecs.zstd
+import numpy as np
+
+from replay.keys import decode_keys
+from replay.shard import ShardStorage
+from replay.storage import TrajectoryStorage
+
+__all__ = ["ChunkDecode", "decode_jobs", "plan_windows"]
+
+LZ4, ZSTD = 0, 1  # codec kinds of `decode_jobs`
+_KINDS = {"lz4": LZ4, "zstd": ZSTD}
+_LZ4_HEADER = 4  # numcodecs' LZ4 prefixes the block with its decompressed size (4 bytes)
+_JOB = 6  # words a job: arena offset, length, output byte offset, first row in the chunk, rows, window
+
+
+def _symbols() -> ctypes.CDLL:
+    """Register the decoders of numcodecs' extension modules with the JIT's linker; the zstd library."""
+    zstd = ctypes.CDLL(numcodecs.zstd.__file__)
+    for lib, names in (
+        (ctypes.CDLL(numcodecs.lz4.__file__), ("LZ4_decompress_safe",)),
+        (zstd, ("ZSTD_decompressDCtx",)),
+    ):
+        for name in names:
+            llvm.add_symbol(name, ctypes.cast(getattr(lib, name), ctypes.c_void_p).value)
+    zstd.ZSTD_createDCtx.restype = ctypes.c_void_p
+    zstd.ZSTD_freeDCtx.argtypes = [ctypes.c_void_p]
+    return zstd
+
+
+_ZSTD = _symbols()
+_lz4_decompress = nb.types.ExternalFunction(
+    "LZ4_decompress_safe", nb.types.int32(nb.types.voidptr, nb.types.voidptr, nb.types.int32, nb.types.int32)
+)
+_zstd_decompress = nb.types.ExternalFunction(
+    "ZSTD_decompressDCtx",
+    nb.types.uint64(nb.types.uintp, nb.types.voidptr, nb.types.uint64, nb.types.voidptr, nb.types.uint64),
+)
+
+
+@nb.njit(cache=True, nogil=True)
+def _decompress(kind, dctx, arena, off, size, out, at, nbytes):  # pragma: no cover - numba
+    """Chunk bytes ``arena[off : off + size]`` into ``out[at : at + nbytes]``; True when whole."""
+    if off < 0 or size <= _LZ4_HEADER or off + size > arena.shape[0] or at + nbytes > out.shape[0]:
+        return False
+    if kind == LZ4:
+        got = _lz4_decompress(arena[off + _LZ4_HEADER :].ctypes.data, out[at:].ctypes.data,
+                              size - _LZ4_HEADER, nbytes)
+        return got == nbytes
+    return _zstd_decompress(dctx, out[at:].ctypes.data, nbytes, arena[off:].ctypes.data, size) == nbytes
+
+
+@nb.njit(cache=True, nogil=True)
+def plan_windows(
+    table, tail, next_position, floor, chunk, row_bytes, rows, first, n, dst, length, out, jobs
+):  # pragma: no cover - numba
+    """The locked half of a field's decode for one shard's windows; returns the number of jobs.
+
+    ``table`` int64 [slots, 3] (chunk index, arena offset, length per slot) and ``tail`` (flat bytes
+    of the open chunk) are the ring's; ``rows``, ``first``, ``n``, ``dst`` (int64 [W]) give each
+    window's batch row, absolute first position, real steps and offset in the window; ``out`` is the
+    slot's flat bytes of the field ([B * length * row_bytes]). Padding and steps below ``floor`` (a
+    stale window) are zeroed, steps of the open chunk copied from ``tail``, and for each run of steps
+    in one complete chunk ``jobs`` (int64 [>= sum(n // chunk + 2), 6]) gets (arena offset, length,
+    output byte offset, first row in the chunk, rows, window).
+    """
+    slots = table.shape[0]
+    open_chunk = next_position // chunk
+    nj = 0
+    for i in range(rows.shape[0]):
+        base = rows[i] * length * row_bytes
+        d, cnt, p0 = dst[i], n[i], first[i]
+        out[base : base + d * row_bytes] = 0
+        out[base + (d + cnt) * row_bytes : base + length * row_bytes] = 0
+        p = p0
+        while p < p0 + cnt:
+            k = p // chunk
+            hi = min(p0 + cnt, (k + 1) * chunk)
+            o = base + (d + p - p0) * row_bytes
+            w = p - k * chunk
+            if p < floor or hi > next_position or table[k % slots, 0] != k and k != open_chunk:
+                out[o : o + (hi - p) * row_bytes] = 0  # a stale window: dropped after the copy
+            elif k == open_chunk:
+                out[o : o + (hi - p) * row_bytes] = tail[w * row_bytes : (w + hi - p) * row_bytes]
+            else:
+                s = k % slots
+                jobs[nj, 0] = table[s, 1]
+                jobs[nj, 1] = table[s, 2]
+                jobs[nj, 2] = o
+                jobs[nj, 3] = w
+                jobs[nj, 4] = hi - p
+                jobs[nj, 5] = i
+                nj += 1
+            p = hi
+    return nj
+
+
+@nb.njit(cache=True, nogil=True)
+def decode_jobs(kind, dctx, arena, jobs, nj, chunk, row_bytes, out):  # pragma: no cover - numba
+    """The unlocked half: decompress ``jobs[:nj]`` (`plan_windows`) from ``arena`` into ``out``.
+
+    A job of a whole chunk is decompressed in place; others through a scratch chunk, decoded once for
+    consecutive jobs of one chunk. A job whose bytes do not decompress (reused meanwhile) has its
+    rows zeroed and its row ``jobs[j, 5]`` set to -1 - window; returns how many failed.
+    """
+    chunk_bytes = chunk * row_bytes
+    scratch = np.empty(chunk_bytes if chunk > 1 else 0, dtype=np.uint8)
+    held = -1  # the arena offset whose chunk the scratch holds
+    failed = 0
+    for j in range(nj):
+        off, size, o, w, r = jobs[j, 0], jobs[j, 1], jobs[j, 2], jobs[j, 3], jobs[j, 4]
+        if r == chunk:
+            ok = _decompress(kind, dctx, arena, off, size, out, o, chunk_bytes)
+        else:
+            ok = held == off
+            if not ok:
+                held = -1
+                ok = _decompress(kind, dctx, arena, off, size, scratch, 0, chunk_bytes)
+                if ok:
+                    held = off
+            if ok:
+                out[o : o + r * row_bytes] = scratch[w * row_bytes : (w + r) * row_bytes]
+        if not ok:
+            out[o : o + r * row_bytes] = 0
+            jobs[j, 5] = -1 - jobs[j, 5]
+            failed += 1
+    return failed
+
+
+class ChunkDecode:
+    """The codec fields of a storage's windows into staging slots (see the module docstring).
+
+    Parameters
+    ----------
+    storage : TrajectoryStorage
+        An owner's or an attached storage with at least one codec field.
+    """
+
+    def __init__(self, storage: TrajectoryStorage) -> None:
+        spec = storage.spec
+        self.storage = storage
+        self.fields = [(j, n, spec[n].row_bytes, _KINDS[spec[n].codec]) for j, n in enumerate(spec)
+                       if spec[n].codec is not None]
+        self.rings = [  # per shard, per codec field: the ring and its tail as flat bytes
+            [(j, rb, kind, sh.chunks[n], sh.chunks[n].tail.reshape(-1).view(np.uint8))
+             for j, n, rb, kind in self.fields]
+            for sh in storage.shards
+        ]
+        self._local = threading.local()  # a zstd decompression context per thread
+        self._contexts: list[int] = []
+        self._lock = threading.Lock()
+
+    def _dctx(self) -> int:
+        ctx = getattr(self._local, "dctx", None)
+        if ctx is None:
+            ctx = _ZSTD.ZSTD_createDCtx()
+            if not ctx:
+                raise MemoryError("ZSTD_createDCtx returned NULL")
+            self._local.dctx = ctx
+            with self._lock:
+                self._contexts.append(ctx)
+        return ctx
+
+    def run(self, rows: np.ndarray, shard: np.ndarray, first: np.ndarray, n: np.ndarray, dst: np.ndarray,
+            flat: tuple[np.ndarray, ...], length: int) -> None:
+        """Decode windows (int64 [W] each: batch row, shard, absolute first position, real steps,
+        offset in the window) into the slot's ``flat`` views (per spec field, uint8)."""
+        if self.storage.num_shards == 1:
+            self.run_shard(0, rows, first, n, dst, flat, length)
+            return
+        for s in np.unique(shard).tolist():
+            sel = shard == s
+            self.run_shard(s, rows[sel], first[sel], n[sel], dst[sel], flat, length)
+
+    def run_locked(self, keys: np.ndarray, flat: tuple[np.ndarray, ...]) -> None:
+        """Decode windows of one step, row i the anchor of ``keys[i]`` (`replay.keys`), into rows
+        ``0 .. len(keys) - 1`` of ``flat``, with every shard lock already held (the fused transition
+        draw's ``locked``, `replay.table.Table.draw_transitions`): every position is live.
+
+        Raises
+        ------
+        RuntimeError
+            A chunk did not decompress (its arena bytes are corrupt).
+        """
+        shard, first, _ = decode_keys(keys)
+        one, zero = np.ones(keys.size, np.int64), np.zeros(keys.size, np.int64)
+        rows = np.arange(keys.size)
+        groups = [(0, rows)] if self.storage.num_shards == 1 else [
+            (s, rows[shard == s]) for s in np.unique(shard).tolist()
+        ]
+        for s, sel in groups:
+            sh = self.storage.shards[s]
+            planned = self._plan(s, sh, sel, first[sel], one[sel], zero[sel], flat, 1)
+            self._decode(s, sh, planned, first[sel], flat, locked=True)
+
+    def _plan(self, s: int, sh: ShardStorage, rows: np.ndarray, first: np.ndarray, n: np.ndarray,
+              dst: np.ndarray, flat: tuple[np.ndarray, ...], length: int) -> list[tuple]:
+        """`plan_windows` of every codec field (the shard's lock held)."""
+        planned = []
+        floor = sh.floor
+        for j, rb, kind, ring, tail in self.rings[s]:
+            jobs = np.empty((rows.size * (length // ring.chunk + 2), _JOB), np.int64)
+            nj = plan_windows(ring.table, tail, ring.next_position, floor, ring.chunk, rb, rows, first, n,
+                              dst, length, flat[j], jobs)
+            planned.append((j, ring.name, rb, kind, ring, jobs, nj))
+        return planned
+
+    def _decode(self, s: int, sh: ShardStorage, planned: list[tuple], first: np.ndarray,
+                flat: tuple[np.ndarray, ...], locked: bool) -> None:
+        """`decode_jobs` of what `_plan` listed; raise for a failed chunk of a window still live."""
+        dctx = self._dctx() if any(p[3] == ZSTD for p in planned) else 0
+        for j, name, rb, kind, ring, jobs, nj in planned:
+            if nj and decode_jobs(kind, dctx, ring.arena, jobs, nj, ring.chunk, rb, flat[j]):
+                bad = -1 - jobs[:nj, 5][jobs[:nj, 5] < 0]
+                if locked:
+                    live = first[bad] >= sh.floor
+                else:
+                    with sh:
+                        live = first[bad] >= sh.floor
+                if live.any():
+                    raise RuntimeError(
+                        f"field {name!r}: a compressed chunk of shard {s} holding live position "
+                        f"{int(first[bad][live][0])} did not decompress (corrupt arena bytes)"
+                    )
+
+    def run_shard(self, s: int, rows: np.ndarray, first: np.ndarray, n: np.ndarray, dst: np.ndarray,
+                  flat: tuple[np.ndarray, ...], length: int) -> None:
+        """`run` for windows of shard ``s`` only.
+
+        Raises
+        ------
+        RuntimeError
+            A chunk of a window still live did not decompress (its arena bytes are corrupt).
+        """
+        sh = self.storage.shards[s]
+        with sh:
+            planned = self._plan(s, sh, rows, first, n, dst, flat, length)
+        self._decode(s, sh, planned, first, flat, locked=False)
+
+    def close(self) -> None:
+        """Free the zstd decompression contexts (no decode may run any more)."""
+        with self._lock:
+            for ctx in self._contexts:
+                _ZSTD.ZSTD_freeDCtx(ctx)
+            self._contexts.clear()
+        self._local = threading.local()
