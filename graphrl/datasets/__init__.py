@@ -10,7 +10,7 @@ from graphrl.datasets.base import InteractionDataset, NodeDataset, data_root
 from graphrl.datasets.gowalla import load_gowalla
 from graphrl.datasets.lastfm import load_lastfm
 from graphrl.datasets.planetoid import load_planetoid
-from graphrl.datasets.synthetic import synthetic_bipartite, synthetic_graph
+from graphrl.datasets.synthetic import synthetic_bipartite, synthetic_communities, synthetic_graph
 from graphrl.datasets.validation import ValidationSplit, holdout_validation
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "load_lastfm",
     "synthetic_graph",
     "synthetic_bipartite",
+    "synthetic_communities",
     "InteractionDataset",
     "NodeDataset",
     "data_root",

@@ -20,7 +20,7 @@ import torch
 from graphrl.datasets.base import InteractionDataset
 from graphrl.graph import CSCGraph
 
-__all__ = ["synthetic_graph", "synthetic_bipartite", "powerlaw_rank_probabilities"]
+__all__ = ["synthetic_graph", "synthetic_bipartite", "synthetic_communities", "powerlaw_rank_probabilities"]
 
 DEFAULT_EXPONENT = 0.8
 
@@ -274,9 +274,16 @@ def synthetic_bipartite(num_users: int, num_items: int, num_interactions: int, s
         warnings.warn("synthetic_bipartite: the power law saturated its heaviest users; some pairs were "
                       "drawn uniformly", RuntimeWarning, stacklevel=2)
 
-    users = taken // num_items
-    items = taken % num_items
-    # per-user random split: order each user's pairs by a random key, the first floor(n * f) are test
+    return _split_per_user(rng, taken, num_users, num_items, float(test_fraction), "synthetic",
+                           {"seed": seed, "exponent": a, "test_fraction": float(test_fraction)})
+
+
+def _split_per_user(rng, keys: np.ndarray, num_users: int, num_items: int, test_fraction: float, name: str,
+                    extra: dict) -> InteractionDataset:
+    """Split sorted distinct keys ``user * num_items + item`` per user at random: ``floor(n * f)`` to test."""
+    users = keys // num_items
+    items = keys % num_items
+    # order each user's pairs by a random key, the first floor(n * f) are test
     key = rng.random(users.size)
     order = np.lexsort((key, users))
     users_o = users[order]
@@ -284,14 +291,14 @@ def synthetic_bipartite(num_users: int, num_items: int, num_interactions: int, s
     starts = np.zeros(num_users, dtype=np.int64)
     np.cumsum(counts[:-1], out=starts[1:])
     rank_in_user = np.arange(users.size) - np.repeat(starts, counts)
-    n_test = np.floor(counts * float(test_fraction)).astype(np.int64)
+    n_test = np.floor(counts * test_fraction).astype(np.int64)
     is_test = np.empty(users.size, dtype=bool)
     is_test[order] = rank_in_user < n_test[users_o]
-    tr_u, tr_i = users[~is_test], items[~is_test]  # taken is sorted, so (user, item) order holds
+    tr_u, tr_i = users[~is_test], items[~is_test]  # keys are sorted, so (user, item) order holds
     te_u, te_i = users[is_test], items[is_test]
     graph = CSCGraph.bipartite(tr_u, tr_i, num_users, num_items)
     return InteractionDataset(
-        name="synthetic",
+        name=name,
         num_users=num_users,
         num_items=num_items,
         train_users=torch.from_numpy(np.ascontiguousarray(tr_u)),
@@ -299,5 +306,140 @@ def synthetic_bipartite(num_users: int, num_items: int, num_interactions: int, s
         test_users=torch.from_numpy(np.ascontiguousarray(te_u)),
         test_items=torch.from_numpy(np.ascontiguousarray(te_i)),
         graph=graph,
-        extra={"seed": seed, "exponent": a, "test_fraction": float(test_fraction)},
+        extra=extra,
     )
+
+
+def _ranks_below(rng: np.random.Generator, n: np.ndarray, a: float) -> np.ndarray:
+    """One rank in ``[0, n[j])`` per entry of ``n`` (int64 >= 1) under the truncated power law."""
+    u = rng.random(n.size)
+    top = n.astype(np.float64) + 1.0
+    if a == 1.0:
+        x = np.power(top, u)
+    else:
+        b = 1.0 - a
+        x = np.power(u * (np.power(top, b) - 1.0) + 1.0, 1.0 / b)
+    ranks = x.astype(np.int64) - 1
+    np.clip(ranks, 0, n - 1, out=ranks)
+    return ranks
+
+
+def synthetic_communities(num_users: int, num_items: int, num_interactions: int, num_communities: int = 64,
+                          affinity: float = 0.8, seed: int = 0, test_fraction: float = 0.2,
+                          min_degree: int = 10, user_exponent: float = 0.3,
+                          item_exponent: float = DEFAULT_EXPONENT) -> InteractionDataset:
+    """A user-item data set with power-law degrees and planted communities, split per user.
+
+    Users and items are dealt round-robin into ``num_communities`` communities over random
+    permutations (sizes differ by at most one). User u's degree is ``min_degree`` plus its share of
+    the other ``M - U * min_degree`` interactions under the truncated Zipf law of ``user_exponent``
+    (over permuted ids); each item has a global popularity rank (a random permutation). Each of u's
+    interactions picks, with probability ``affinity``, an item of u's community by the Zipf law of
+    ``item_exponent`` over that community's items in popularity order, else an item of the whole
+    catalogue by the same law; repeats are drawn again for the same user until every user has
+    exactly its degree of distinct items (uniform items after 30 rounds, for a saturated user). The
+    share of interactions inside the user's community is about ``affinity + (1 - affinity) / C``
+    (a little less where repeats inside a small community are drawn again), against ``1 / C`` for
+    random pairs. Each user's n interactions are then split at random:
+    ``floor(n * test_fraction)`` to test (at least one when ``min_degree * test_fraction >= 1``).
+
+    Parameters
+    ----------
+    num_users, num_items : int
+        U >= 1 and I >= 1.
+    num_interactions : int
+        M distinct pairs, ``U * min_degree <= M``; no user may need more than ``I / 2`` items.
+    num_communities : int
+        C, in ``[1, min(U, I)]``.
+    affinity : float
+        Probability that an interaction stays in the user's community, in [0, 1].
+    seed : int
+        Seed of `numpy.random.default_rng`; the same arguments give the same data.
+    test_fraction : float
+        Share of each user's interactions held out, in [0, 1).
+    min_degree : int
+        Interactions of every user (>= 1).
+    user_exponent, item_exponent : float
+        Zipf exponents of user activity and item popularity (>= 0; 0 = uniform).
+
+    Returns
+    -------
+    InteractionDataset
+        ``name="synthetic-communities"``; train and test pairs int64, sorted by (user, item), disjoint,
+        no duplicates; ``graph`` the bipartite training graph; ``extra`` holds the arguments and
+        ``user_community`` (int64 [U]) and ``item_community`` (int64 [I]), torch tensors.
+
+    Raises
+    ------
+    ValueError
+        Counts out of range, ``affinity`` outside [0, 1], ``test_fraction`` outside [0, 1), a bad
+        exponent, or a user whose degree would pass ``I / 2``.
+    TypeError
+        A count or ``seed`` that is not an integer.
+
+    References
+    ----------
+    Planted-partition (stochastic block) models, Holland, Laskey and Leinhardt, Social Networks 1983;
+    degree-corrected blocks, Karrer and Newman, Phys. Rev. E 2011; per-user hold-out as in NGCF.
+    """
+    num_users = _count("num_users", num_users, 1)
+    num_items = _count("num_items", num_items, 1)
+    num_interactions = _count("num_interactions", num_interactions, 0)
+    num_communities = _count("num_communities", num_communities, 1)
+    min_degree = _count("min_degree", min_degree, 1)
+    seed = _count("seed", seed, 0, maximum=None)
+    a_user, a_item = _check_exponent(user_exponent), _check_exponent(item_exponent)
+    if num_users * num_items > _INT64_MAX:
+        raise ValueError(f"num_users * num_items = {num_users * num_items} must be <= 2**63 - 1 (user-item "
+                         "pairs are int64 keys)")
+    if num_communities > min(num_users, num_items):
+        raise ValueError(f"num_communities must be <= min(num_users, num_items) = "
+                         f"{min(num_users, num_items)}, got {num_communities}")
+    if not 0.0 <= float(affinity) <= 1.0:
+        raise ValueError(f"affinity must be in [0, 1], got {affinity!r}")
+    if not 0.0 <= float(test_fraction) < 1.0:
+        raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction!r}")
+    if num_interactions < num_users * min_degree:
+        raise ValueError(f"num_interactions must be >= num_users * min_degree = {num_users * min_degree}, "
+                         f"got {num_interactions}")
+    rng = np.random.default_rng(seed)
+    user_of_rank = rng.permutation(num_users)
+    item_of_rank = rng.permutation(num_items)
+    user_comm = rng.permutation(num_users) % num_communities
+    item_comm = rng.permutation(num_items) % num_communities
+    extra_pairs = num_interactions - num_users * min_degree
+    degree = min_degree + np.bincount(user_of_rank[_powerlaw_ranks(rng, num_users, extra_pairs, a_user)],
+                                      minlength=num_users)
+    if degree.max() > num_items // 2:
+        raise ValueError(f"a user would need {int(degree.max())} items, more than num_items / 2 = "
+                         f"{num_items // 2}: lower num_interactions or user_exponent, or raise num_items")
+    popularity = np.empty(num_items, dtype=np.int64)
+    popularity[item_of_rank] = np.arange(num_items)
+    by_community = np.lexsort((popularity, item_comm))  # each community's items, most popular first
+    size = np.bincount(item_comm, minlength=num_communities)
+    start = np.zeros(num_communities, dtype=np.int64)
+    np.cumsum(size[:-1], out=start[1:])
+    need, taken, rounds = degree.astype(np.int64), np.empty(0, dtype=np.int64), 0
+    while need.any():
+        rounds += 1
+        users = np.repeat(np.arange(num_users, dtype=np.int64), need)
+        if rounds <= 30:
+            inside = rng.random(users.size) < float(affinity)
+            items = np.empty(users.size, dtype=np.int64)
+            c = user_comm[users[inside]]
+            items[inside] = by_community[start[c] + _ranks_below(rng, size[c], a_item)]
+            items[~inside] = item_of_rank[_powerlaw_ranks(rng, num_items, int((~inside).sum()), a_item)]
+        else:  # saturated users: finish with uniform items (their degree is at most I / 2)
+            items = rng.integers(0, num_items, users.size)
+        keys = np.unique(users * num_items + items)
+        if taken.size:
+            keys = keys[~np.isin(keys, taken, assume_unique=True)]
+        need -= np.bincount(keys // num_items, minlength=num_users)
+        taken = np.sort(np.concatenate([taken, keys]))
+    extra = {"seed": seed, "num_communities": num_communities, "affinity": float(affinity),
+             "min_degree": min_degree, "user_exponent": a_user, "item_exponent": a_item,
+             "test_fraction": float(test_fraction),
+             "user_community": torch.from_numpy(user_comm.astype(np.int64)),
+             "item_community": torch.from_numpy(item_comm.astype(np.int64))}
+    return _split_per_user(rng, taken, num_users, num_items, float(test_fraction), "synthetic-communities",
+                           extra)
