@@ -73,6 +73,19 @@ def check_int(name: str, value: Any, lo: int, hi: int | None = None) -> int:
     return int(value)
 
 
+def check_gather_min_bytes(value: Any) -> int:
+    """``value`` as ``device_gather_min_bytes`` (bytes, an int >= 0; see `replay.sampler.gathers_on_device`).
+
+    Raises
+    ------
+    ValueError
+        Not an int (bools are not), or negative.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError(f"device_gather_min_bytes must be an int >= 0, got {value!r}")
+    return int(value)
+
+
 def check_keys(keys: Any) -> np.ndarray:
     """``keys`` (``batch.keys``: a tensor or array of ints) as int64 [K], each >= 0.
 

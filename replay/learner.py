@@ -39,7 +39,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from replay._checks import check_beta, check_device, check_keys, check_sample_args, check_timeout
+from replay._checks import (
+    check_beta,
+    check_device,
+    check_gather_min_bytes,
+    check_keys,
+    check_sample_args,
+    check_timeout,
+)
 from replay.interface import DEFAULT, ReplayLearnerBase
 from replay.keys import check_issuer, encode_keys
 from replay.rate_limiter import RateLimiterState
@@ -176,12 +183,6 @@ class StoreLearner(ReplayLearnerBase):
     ----------
     handle : LearnerHandle
 
-    Attributes
-    ----------
-    device_gather_min_bytes : int
-        As `replay.store.ReplayStore.device_gather_min_bytes`, for this learner's GPU batches (not
-        carried by pickling: each process starts at `replay.sampler.DEVICE_GATHER_MIN_BYTES`).
-
     Raises
     ------
     ValueError
@@ -195,7 +196,18 @@ class StoreLearner(ReplayLearnerBase):
         self._state: _Attached | None = None
         self._closed = False
         self._lock = threading.Lock()
-        self.device_gather_min_bytes = DEVICE_GATHER_MIN_BYTES
+        self._gather_min_bytes = DEVICE_GATHER_MIN_BYTES
+
+    @property
+    def device_gather_min_bytes(self) -> int:
+        """As `replay.store.ReplayStore.device_gather_min_bytes`, for this learner's GPU batches (not
+        carried by pickling: each process starts at `replay.sampler.DEVICE_GATHER_MIN_BYTES`); settable.
+        Raises ``ValueError`` on a negative or non-integer value."""
+        return self._gather_min_bytes
+
+    @device_gather_min_bytes.setter
+    def device_gather_min_bytes(self, value: int) -> None:
+        self._gather_min_bytes = check_gather_min_bytes(value)
 
     def __reduce__(self) -> tuple:
         return (StoreLearner, (self.handle,))
@@ -242,7 +254,7 @@ class StoreLearner(ReplayLearnerBase):
         target = check_device(device)
         st = self._attached("sample")
         left = Deadline(st.storage.timeout if timeout is DEFAULT else check_timeout(timeout))
-        st.sampler.device_gather_min_bytes = self.device_gather_min_bytes
+        st.sampler.device_gather_min_bytes = self._gather_min_bytes
         batch = st.sampler.sample(b, length, pad, beta, target, left)
         if target is None and device is not None and torch.device(device).type != "cpu":
             return batch.to(device)

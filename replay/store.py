@@ -53,6 +53,7 @@ from replay._checks import (
     check_beta,
     check_chunk_steps,
     check_device,
+    check_gather_min_bytes,
     check_restore_kwargs,
     check_sample_args,
     check_store_args,
@@ -355,9 +356,7 @@ class ReplayStore(StorageViews, ReplayStoreBase):
 
     @device_gather_min_bytes.setter
     def device_gather_min_bytes(self, value: int) -> None:
-        if type(value) is not int or value < 0:
-            raise ValueError(f"device_gather_min_bytes must be an int >= 0, got {value!r}")
-        self._sampler.device_gather_min_bytes = value
+        self._sampler.device_gather_min_bytes = check_gather_min_bytes(value)
 
     def sample(
         self,

@@ -562,3 +562,22 @@ def test_a_learner_forked_after_torch_ran_threads_samples():
                 proc.kill()
         assert proc.exitcode == 0
         store.close()
+
+
+def test_a_learners_device_gather_min_bytes_is_checked_as_the_stores():
+    """A bad value is refused naming the setting and leaves the one set before; pickling does not carry it."""
+    from replay.sampler import DEVICE_GATHER_MIN_BYTES
+
+    store = ReplayStore(SPEC, capacity_steps=64, seed=0)
+    learner = store.learner()
+    assert learner.device_gather_min_bytes == DEVICE_GATHER_MIN_BYTES
+    learner.device_gather_min_bytes = 4096
+    for bad in (-1, 1.5, "8", True, None):
+        with pytest.raises(ValueError, match=r"device_gather_min_bytes must be an int >= 0, got "):
+            learner.device_gather_min_bytes = bad
+        with pytest.raises(ValueError, match=r"device_gather_min_bytes must be an int >= 0, got "):
+            store.device_gather_min_bytes = bad
+    assert learner.device_gather_min_bytes == 4096
+    assert pickle.loads(pickle.dumps(learner)).device_gather_min_bytes == DEVICE_GATHER_MIN_BYTES
+    learner.close()
+    store.close()
