@@ -97,6 +97,9 @@ def train() -> None:
 @click.option("--fanouts", default="10,10,10", show_default=True,
               help="--propagation sampled: in-edges per node and layer, outermost first, one per layer "
                    "(-1: all).")
+@click.option("--sampler", type=click.Choice(["neighbor", "labor"]), default="neighbor", show_default=True,
+              help="--propagation sampled: NeighborSampler blocks, or LaborSampler (LABOR-0) blocks, "
+                   "--fanouts edges per node in expectation.")
 @click.option("--refit/--no-refit", default=True, show_default=True,
               help="After early stopping, train a fresh model on all training interactions (the validation "
                    "ones too) for the validation-selected number of steps at the same learning rates, and "
@@ -111,7 +114,7 @@ def train() -> None:
 @click.option("--progress/--no-progress", default=True, show_default=True, help="tqdm bar.")
 def recommend(data_root, loss, negatives, temperature, layers, embedding_dim, batch_size, lr, reg, epochs,
               minutes, eval_every, patience, lr_patience, lr_decay, val_fraction, k, seed, init, schedule,
-              item_bias, propagation, fanouts, refit, threads, out_dir, progress) -> None:
+              item_bias, propagation, fanouts, sampler, refit, threads, out_dir, progress) -> None:
     """LightGCN on Gowalla: full-graph propagation, validation split, early stopping, best model kept."""
     if out_dir is not None:  # refused now, not after an hour of training (nor after importing torch)
         writable_folder(out_dir, "--out")
@@ -157,7 +160,7 @@ def recommend(data_root, loss, negatives, temperature, layers, embedding_dim, ba
                                  patience=patience,
                                  lr_patience=lr_patience, lr_decay=lr_decay, seed=seed, init=init,
                                  schedule=schedule, item_bias=item_bias, k=k, propagation=propagation,
-                                 fanouts=fan)
+                                 fanouts=fan, sampler=sampler)
     except ValueError as err:
         raise click.UsageError(str(err)) from None
     click.echo(f"config: {json.dumps(config.__dict__)}")

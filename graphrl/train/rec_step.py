@@ -28,7 +28,7 @@ from graphrl.nn.spectral_init import spectral_embeddings
 from graphrl.nn.sym_adjacency import SymNormAdjacency
 from graphrl.train.metrics import concat_ranges
 from graphrl.train.rec_losses import bpr_pair_loss, full_softmax_loss, sampled_softmax_loss
-from samplers import NeighborSampler
+from samplers import LaborSampler, NeighborSampler
 
 __all__ = ["RecommenderSteps"]
 
@@ -43,7 +43,7 @@ class RecommenderSteps:
     config : RecommendConfig
         ``loss``, ``num_negatives``, ``temperature``, ``num_layers``, ``embedding_dim``, ``batch_size``,
         ``lr`` (Adam's initial rate), ``reg``, ``seed``, ``init``, ``item_bias``, ``propagation`` and
-        ``fanouts`` are read.
+        ``fanouts`` and ``sampler`` are read.
 
     Attributes
     ----------
@@ -58,7 +58,7 @@ class RecommenderSteps:
         Steps taken.
     init_seconds, init_cpu_seconds : float
         Wall and CPU time of the spectral initialisation (0 for ``init="normal"``).
-    sampler : NeighborSampler or None
+    sampler : NeighborSampler, LaborSampler or None
         ``propagation="sampled"``: draws each step's blocks (seeded by ``config.seed``).
     sample_seconds : float
         Wall time spent drawing blocks so far.
@@ -105,7 +105,8 @@ class RecommenderSteps:
         self.per_epoch = self._m // self.batch
         self._perm, self._pos = self._rng.permutation(self._m), 0
         self.steps = 0
-        self.sampler = (NeighborSampler(ds.graph, list(cfg.fanouts), seed=cfg.seed)
+        kind = LaborSampler if cfg.sampler == "labor" else NeighborSampler
+        self.sampler = (kind(ds.graph, list(cfg.fanouts), seed=cfg.seed)
                         if cfg.propagation == "sampled" else None)
         self.sample_seconds, self.sampled_edges = 0.0, 0
         self.model.train()

@@ -50,6 +50,7 @@ LOSSES = ("softmax", "full-softmax", "bpr")
 INITS = ("normal", "spectral")
 SCHEDULES = ("plateau", "cosine")
 PROPAGATIONS = ("exact", "sampled")
+SAMPLERS = ("neighbor", "labor")
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,11 @@ class RecommendConfig:
     fanouts : tuple[int, ...]
         ``propagation="sampled"``: in-edges drawn per node and layer, outermost first, one per layer
         (-1: all).
+    sampler : {"neighbor", "labor"}
+        ``propagation="sampled"``: blocks from `samplers.NeighborSampler` (``fanouts`` edges per node
+        without replacement) or `samplers.LaborSampler` (LABOR-0: ``fanouts`` edges per node in
+        expectation, one variate per source so destinations share sources); the estimator is the
+        same full-degree one, with each node's sampled count.
     """
 
     loss: str = "full-softmax"
@@ -145,6 +151,7 @@ class RecommendConfig:
     item_bias: bool = False
     propagation: str = "exact"
     fanouts: tuple[int, ...] = (10, 10, 10)
+    sampler: str = "neighbor"
 
     def __post_init__(self) -> None:
         if self.loss not in LOSSES:
@@ -155,6 +162,8 @@ class RecommendConfig:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         if self.propagation not in PROPAGATIONS:
             raise ValueError(f"propagation must be one of {PROPAGATIONS}, got {self.propagation!r}")
+        if self.sampler not in SAMPLERS:
+            raise ValueError(f"sampler must be one of {SAMPLERS}, got {self.sampler!r}")
         if self.propagation == "sampled" and (len(self.fanouts) != self.num_layers
                                               or any(int(k) != k or k < -1 or k == 0 for k in self.fanouts)):
             raise ValueError(f"fanouts must give one int >= 1 (or -1: all) per layer ({self.num_layers}), "
