@@ -32,6 +32,7 @@ import numcodecs.lz4
 import numcodecs.zstd
 import numpy as np
 
+from graphrl.kernels.copies import copy_bytes, zero_bytes
 from replay.keys import decode_keys
 from replay.shard import ShardStorage
 from replay.storage import TrajectoryStorage
@@ -100,8 +101,8 @@ def plan_windows(
     for i in range(rows.shape[0]):
         base = rows[i] * length * row_bytes
         d, cnt, p0 = dst[i], n[i], first[i]
-        out[base : base + d * row_bytes] = 0
-        out[base + (d + cnt) * row_bytes : base + length * row_bytes] = 0
+        zero_bytes(out, base, d * row_bytes)
+        zero_bytes(out, base + (d + cnt) * row_bytes, (length - d - cnt) * row_bytes)
         p = p0
         while p < p0 + cnt:
             k = p // chunk
@@ -109,9 +110,9 @@ def plan_windows(
             o = base + (d + p - p0) * row_bytes
             w = p - k * chunk
             if p < floor or hi > next_position or table[k % slots, 0] != k and k != open_chunk:
-                out[o : o + (hi - p) * row_bytes] = 0  # a stale window: dropped after the copy
+                zero_bytes(out, o, (hi - p) * row_bytes)  # a stale window: dropped after the copy
             elif k == open_chunk:
-                out[o : o + (hi - p) * row_bytes] = tail[w * row_bytes : (w + hi - p) * row_bytes]
+                copy_bytes(out, o, tail, w * row_bytes, (hi - p) * row_bytes)
             else:
                 s = k % slots
                 jobs[nj, 0] = table[s, 1]
@@ -149,9 +150,9 @@ def decode_jobs(kind, dctx, arena, jobs, nj, chunk, row_bytes, out):  # pragma: 
                 if ok:
                     held = off
             if ok:
-                out[o : o + r * row_bytes] = scratch[w * row_bytes : (w + r) * row_bytes]
+                copy_bytes(out, o, scratch, w * row_bytes, r * row_bytes)
         if not ok:
-            out[o : o + r * row_bytes] = 0
+            zero_bytes(out, o, r * row_bytes)
             jobs[j, 5] = -1 - jobs[j, 5]
             failed += 1
     return failed
