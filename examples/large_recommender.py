@@ -155,12 +155,13 @@ def main(scale: float, communities: int, affinity: float, device_budget: str, fa
     run.sampler = StagedSampler(run.sampler, mm, config.embedding_dim)
     params = [mm.register(p.data, Tier.PINNED, owner="model") for p in run.model.parameters()]
     budget_s, max_steps = minutes * 60.0, steps or 10**9
-    train_s = 0.0
+    train_s, cpu_s = 0.0, 0.0
     bar = tqdm(total=max_steps if steps else None, unit="step", dynamic_ncols=True)
     while run.steps < max_steps and train_s < budget_s:
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.process_time()
         loss = run.step(lr)
         train_s += time.perf_counter() - t1
+        cpu_s += time.process_time() - c1
         if run.steps == 1:  # Adam's moments exist from the first step on
             params += [mm.register(s, Tier.PINNED, owner="adam") for st in run.optimizer.state.values()
                        for s in st.values() if s.dim() > 0]
@@ -183,7 +184,8 @@ def main(scale: float, communities: int, affinity: float, device_budget: str, fa
     popular = evaluate_popularity(train, test, ds.num_items, k=20, batch_size=256)
     eval_s = time.perf_counter() - t2
 
-    click.echo(f"trained {run.steps} steps in {train_s:.1f} s: {run.steps / train_s:.3f} steps/s, "
+    click.echo(f"trained {run.steps} steps in {train_s:.1f} s ({cpu_s:.0f} CPU s, "
+               f"{cpu_s / run.steps:.2f} CPU s a step): {run.steps / train_s:.3f} steps/s, "
                f"{run.sampled_edges / train_s:,.0f} sampled edges per training second; the sampler drew "
                f"{run.sampled_edges:,} edges in {run.sample_seconds:.1f} s "
                f"({run.sampled_edges / max(run.sample_seconds, 1e-9):,.0f} edges/s)")
