@@ -132,9 +132,26 @@ class HeteroNeighborSampler:
         """Total edges sampled so far."""
         self.device = check_device(device)
         self._cuda_graphs: dict[Relation, object] = {}
+        self.typed_csc = None
+        """CUDA: the `samplers.kernels.cuda.typed.TypedCsc` of the uniform and weighted relations (sampled
+        in one launch per kernel and layer); None on the CPU or without such relations."""
         if self.device.type == "cuda":
             self._cuda_graphs = self._build_cuda(uva)
         self._loop = self._build_loop()
+
+    @property
+    def launches(self) -> dict[str, int]:
+        """Kernel launches of the fused typed path so far (CUDA), by kernel: ``"plan"``, ``"scan"`` and
+        ``"rows"``, each at most once per layer whatever the number of relations; empty on the CPU."""
+        return dict(self._loop.launches)
+
+    def _mode_kind(self, rel: Relation) -> type:
+        """The mode of a sampled relation: temporal with times, weighted with weights, else uniform."""
+        if rel in self._times:
+            return TemporalMode
+        if rel in self._weights:
+            return WeightedMode
+        return UniformMode
 
     def _build_loop(self) -> LayerLoop:
         """The layer loop over the sampled relations: each relation's mode (temporal with times, weighted
@@ -145,15 +162,10 @@ class HeteroNeighborSampler:
             arrays[rel] = RelationArrays(indptr, indices, eids, self.graph.num_nodes[rel[0]],
                                          weights=self._weights.get(rel), times=self._times.get(rel),
                                          cuda=self._cuda_graphs.get(rel))
-            kind = UniformMode
-            if rel in self._times:
-                kind = TemporalMode
-            elif rel in self._weights:
-                kind = WeightedMode
-            modes[rel] = kind(self.replace)
+            modes[rel] = self._mode_kind(rel)(self.replace)
         index = {rel: r for r, rel in enumerate(self.graph.relations)}
         return LayerLoop(arrays, self.graph.num_nodes, modes, self.device.type, typed=True,
-                         relation_index=index)
+                         relation_index=index, typed_csc=self.typed_csc)
 
     def _refresh_views(self) -> None:
         """(Re)take the numpy views of the graph's tensors when their memory moved: torch's
@@ -169,25 +181,39 @@ class HeteroNeighborSampler:
                 arr.indptr, arr.indices, arr.edge_ids = self._arrays[rel]
 
     def _build_cuda(self, uva: bool | None) -> dict:
-        """One `CudaGraph` per sampled relation (its weights and times included); the relations from one
-        source type share an index dtype (int64 where theirs differ), so their sources concatenate."""
+        """One `CudaGraph` per sampled relation (its weights and times included). The uniform and
+        weighted relations are concatenated into one `TypedCsc` (``typed_csc``; their graphs are
+        views of it), sampled in one launch per kernel and layer; temporal relations get their own. Every
+        relation shares one index dtype (int64 where theirs differ), so sources concatenate. With ``uva``
+        None, the concatenation is read through UVA when every one of its relations' indptr is pinned
+        (it is then a copy in mapped host memory)."""
         from samplers.kernels import cuda as cuda_kernels  # imports numba.cuda: only when asked for
+        from samplers.kernels.cuda.typed import TypedCsc
 
         require_gpu(self.device)
         cuda_kernels.check_device_index(self.device)
         g = self.graph
-        dtypes: dict[str, set] = {}
-        for rel in self.fanouts:
-            dtypes.setdefault(rel[0], set()).add(g.indices[rel].dtype)
+        dtypes = {g.indices[rel].dtype for rel in self.fanouts}
+        dtype = next(iter(dtypes)) if len(dtypes) == 1 else torch.int64
+        fused = [rel for rel in self.fanouts if self._mode_kind(rel) is not TemporalMode]
         out = {}
+        if fused:
+            fused_uva = all(g.indptr[rel].is_pinned() for rel in fused) if uva is None else bool(uva)
+            weights = {rel: self._weights[rel] for rel in fused if rel in self._weights}
+            self.typed_csc = TypedCsc.build({rel: self._arrays[rel][0] for rel in fused},
+                                             {rel: g.indices[rel].to(dtype) for rel in fused},
+                                             {rel: self._arrays[rel][2] for rel in fused}, weights,
+                                             uva=fused_uva)
+            out = {rel: self.typed_csc.relation_graph(rel) for rel in fused}
         for rel in self.fanouts:
-            indptr, indices = g.indptr[rel], g.indices[rel]
-            if len(dtypes[rel[0]]) > 1:
-                indices = indices.to(torch.int64)
+            if rel in out:
+                continue
+            indptr = g.indptr[rel]
             rel_uva = bool(indptr.is_pinned()) if uva is None else bool(uva)
-            out[rel] = cuda_kernels.CudaGraph.build(indptr, indices, g.edge_ids[rel], self._weights.get(rel),
-                                                    uva=rel_uva, times=self._times.get(rel))
-        return out
+            out[rel] = cuda_kernels.CudaGraph.build(indptr, g.indices[rel].to(dtype), g.edge_ids[rel],
+                                                    self._weights.get(rel), uva=rel_uva,
+                                                    times=self._times.get(rel))
+        return {rel: out[rel] for rel in self.fanouts}
 
     def __getstate__(self) -> dict:
         """The sampler's state for pickling (``mp.spawn``, spawned ``DataLoader`` workers), without what
@@ -362,7 +388,6 @@ class HeteroNeighborSampler:
                 # -0.0 -> 0.0 once (inner layers inherit these): equal times, equal relabelling keys
                 times = None if times is None else {t: cuda.to_device(v + v.dtype.type(0), stream=stream)
                                                     for t, v in times.items()}
-                excluded = {rel: cuda.to_device(pos, stream=stream) for rel, pos in excluded.items()}
             before = self._loop.sampled_edges
             layers = self._loop.run(dst, self.fanouts, self.seed, call, excluded=excluded, seed_times=times,
                                     threads=team_size() if not self._cuda_graphs else 1)

@@ -7,7 +7,9 @@ node type: the sources of type S are the layer's destinations of type S followed
 type S drawn through any relation, in first-occurrence order (relations in the graph's order); they
 are the next layer's destinations. With times (temporal sampling) sources are (node, time) pairs and
 take the time of the row that drew them. `LayerLoop.run` runs every layer, innermost first, and
-returns the layers outermost first (`TypedLayer`; the samplers wrap them into blocks).
+returns the layers outermost first (`TypedLayer`; the samplers wrap them into blocks). On CUDA, a typed
+graph given a `samplers.kernels.cuda.typed.TypedCsc` samples its uniform and weighted relations in one
+launch per kernel and layer over all of them (`sample_typed_layer`), the others relation by relation.
 
 Keys: relation r of layer l of call c has the key ``mix(layer_key(seed, c, l) ^ (r + 1))`` (plain
 graphs: ``layer_key(seed, c, l)``); the per-source variates of source type S (LABOR) use
@@ -20,6 +22,7 @@ dependency; plain graphs: ``base``), so every relation out of S shares them.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -92,10 +95,20 @@ class LayerLoop:
         Derive keys per relation and per source type (False: a plain graph's keys, see the module).
     relation_index : mapping Relation -> int or None
         The position of each relation among all of the graph's (its key); default the order given.
+    typed_csc : samplers.kernels.cuda.typed.TypedCsc or None
+        CUDA, typed graphs: the concatenated CSC of the relations (uniform or weighted modes, as its
+        ``weighted`` says) that a layer samples in one launch per kernel.
+
+    Raises
+    ------
+    ValueError
+        ``typed_csc`` on the CPU or a plain graph, or with a relation whose mode is not uniform (weighted:
+        not weighted) or not among ``relations``.
     """
 
     def __init__(self, relations: Mapping, num_nodes: Mapping[str, int], modes: Mapping[Any, Mode],
-                 device: str, typed: bool = True, relation_index: Mapping | None = None) -> None:
+                 device: str, typed: bool = True, relation_index: Mapping | None = None,
+                 typed_csc: Any = None) -> None:
         self.relations = dict(relations)
         self.num_nodes = dict(num_nodes)
         self.modes = dict(modes)
@@ -122,6 +135,22 @@ class LayerLoop:
             self.traffic = HostTraffic()
         self.sampled_edges = 0
         """Edges sampled by this loop so far."""
+        self.typed_csc = typed_csc
+        if typed_csc is not None:
+            self._check_typed_csc(typed_csc)
+        self.launches: Counter = Counter()
+        """Launches of the fused typed path so far, by kernel (``"plan"``, ``"scan"``, ``"rows"``)."""
+
+    def _check_typed_csc(self, csc: Any) -> None:
+        if self.device != "cuda" or not self.typed:
+            raise ValueError(f"typed_csc is for typed graphs on CUDA, got device={self.device!r}, "
+                             f"typed={self.typed}")
+        for rel in csc.relations:
+            want = "weighted" if csc.weighted[rel] else "uniform"
+            got = self.modes[rel].name if rel in self.modes else None
+            if got != want:
+                raise ValueError(f"typed_csc: relation {rel!r} is {want} in the concatenated CSC but its "
+                                 f"mode is {got!r}")
 
     # ------------------------------------------------------------------------------------------------
     # keys
@@ -156,13 +185,24 @@ class LayerLoop:
         """Sample ``len(fanouts[rel])`` layers for ``seeds`` (per type; host int64 arrays, or device arrays
         on CUDA), outermost first.
 
-        ``excluded`` maps relations to sorted CSC positions never drawn (host or device); ``seed_times``
-        maps types to the seeds' times (temporal sampling; -0.0 folded into 0.0 by the caller).
+        ``excluded`` maps relations to sorted CSC positions never drawn (host or device arrays; on CUDA
+        copied to the device once per call); ``seed_times`` maps types to the seeds' times (temporal
+        sampling; -0.0 folded into 0.0 by the caller).
         """
         num_layers = len(next(iter(fanouts.values())))
         dst = {t: seeds[t] for t in self.num_nodes}
         times = None if seed_times is None else {t: seed_times[t] for t in self.num_nodes}
         excluded = excluded or {}
+        fused_excluded = None
+        if self.device == "cuda" and excluded:  # on the device once per call (host arrays are copied)
+            from samplers.kernels.cuda.arrays import as_device_ids
+            from samplers.kernels.cuda.launch import kernel_stream
+
+            if self.typed_csc is not None:
+                fused_excluded = self.typed_csc.excluded(excluded)  # concatenated positions
+            excluded = {rel: as_device_ids(pos, kernel_stream()) for rel, pos in excluded.items()}
+        if self.typed_csc is not None and fused_excluded is None:
+            fused_excluded = self.typed_csc.excluded({})
         out = []
         for layer in range(num_layers - 1, -1, -1):
             vlayer = 0 if layer_dependency else layer
@@ -190,11 +230,29 @@ class LayerLoop:
                     block, dst = self._fused_cuda_layer(rel, dst[rel[2]], fused)
                     out.append(block)
                     continue
-            sampled = {rel: self.sample_relation(rel, request(rel)) for rel in self.relations}
+            fused = self._sample_fused(dst, fanouts, layer, seed, call, fused_excluded)
+            sampled = {rel: fused[rel] if rel in fused else self.sample_relation(rel, request(rel))
+                       for rel in self.relations}
             block, dst, times = self._relabel(dst, times, sampled)
             out.append(block)
         out.reverse()
         return out
+
+    def _sample_fused(self, dst: dict, fanouts: Mapping, layer: int, seed: int, call: int,
+                      excluded: Any) -> dict:
+        """The relations of one layer that the typed CSC takes, sampled in one launch per kernel."""
+        csc = self.typed_csc
+        if csc is None:
+            return {}
+        from samplers.kernels.cuda.typed import TypedRequest, sample_typed_layer
+
+        requests = [TypedRequest(rel, fanouts[rel][layer], self.relation_key(rel, seed, call, layer),
+                                 self.modes[rel].replace)
+                    for rel in csc.relations if csc.fits(rel, fanouts[rel][layer], self.modes[rel].replace)]
+        if not requests:
+            return {}
+        out = sample_typed_layer(csc, dst, requests, excluded, self.launches)
+        return {rel: LayerEdges(*edges) for rel, edges in out.items()}
 
     def cuda_workspace(self) -> Any:
         """A plain graph on CUDA: this loop's `samplers.kernels.cuda.workspace.CudaWorkspace` for torch's

@@ -21,7 +21,7 @@ from samplers.kernels.cuda.launch import WARP
 from samplers.kernels.cuda.rng import GOLDEN, bounded, draw, mix, row_state
 from samplers.kernels.cuda.rows import row_span, virtual_to_real
 
-__all__ = ["THREAD_FANOUT_MAX", "choose_uniform", "gather", "sample_rows"]
+__all__ = ["THREAD_FANOUT_MAX", "choose_uniform", "gather", "sample_rows", "uniform_row"]
 
 THREAD_FANOUT_MAX = 64  # uniform layers with 0 <= fanout <= this run one thread per row (`sample_rows`)
 
@@ -107,6 +107,55 @@ def _emit(indices, edge_ids, has_eids, excl, a, b, s, p, src, eids, j):  # pragm
     eids[j] = edge_ids[q] if has_eids else q
 
 
+@cuda.jit(device=True)
+def uniform_row(indptr, indices, edge_ids, has_eids, row, node, o, c, replace, key, excl, n_excl, src, eids,
+                sub):  # pragma: no cover - device
+    """One uniform row's c outputs, written to src[o:o + c] and eids[o:o + c]: row ``row`` of ``indptr``,
+    drawn with the stream of node ``node`` (the two differ in a concatenated CSC: `...cuda.typed`);
+    ``sub`` is a per-thread int64 array of THREAD_FANOUT_MAX entries (Floyd's subset, c <= that size
+    without replacement unless c is the row's degree)."""
+    s, e, a, b = row_span(indptr, excl, n_excl, row)
+    deg = e - s - (b - a)
+    if replace:
+        state0 = row_state(key, node)
+        for j in range(c):
+            p = bounded(draw(state0, j + 1), np.uint64(deg))
+            _emit(indices, edge_ids, has_eids, excl, a, b, s, p, src, eids, o + j)
+    elif c == deg:
+        for j in range(c):
+            _emit(indices, edge_ids, has_eids, excl, a, b, s, j, src, eids, o + j)
+    else:
+        # Floyd's m-subset, sorted; m = c, or the deg - c positions left out
+        state = row_state(key, node)
+        m = c if 2 * c <= deg else deg - c
+        for n in range(m):
+            j = deg - m + n
+            state += GOLDEN
+            t = bounded(mix(state), np.uint64(j + 1))
+            x = t
+            for q in range(n):
+                if sub[q] == t:
+                    x = j
+                    break
+            q = n
+            while q > 0 and sub[q - 1] > x:
+                sub[q] = sub[q - 1]
+                q -= 1
+            sub[q] = x
+        if m == c:
+            for j in range(c):
+                _emit(indices, edge_ids, has_eids, excl, a, b, s, sub[j], src, eids, o + j)
+        else:
+            q = 0
+            w = o
+            for p in range(deg):
+                if q < m and sub[q] == p:
+                    q += 1
+                else:
+                    _emit(indices, edge_ids, has_eids, excl, a, b, s, p, src, eids, w)
+                    w += 1
+
+
 @cuda.jit
 def sample_rows(indptr, indices, edge_ids, has_eids, dst, out_indptr, fanout, replace, key, excl, src,
                 eids):  # pragma: no cover - device
@@ -121,47 +170,8 @@ def sample_rows(indptr, indices, edge_ids, has_eids, dst, out_indptr, fanout, re
         o = out_indptr[i]
         c = out_indptr[i + 1] - o
         if c > 0:
-            v = dst[i]
-            s, e, a, b = row_span(indptr, excl, n_excl, v)
-            deg = e - s - (b - a)
-            if replace:
-                state0 = row_state(key, v)
-                for j in range(c):
-                    p = bounded(draw(state0, j + 1), np.uint64(deg))
-                    _emit(indices, edge_ids, has_eids, excl, a, b, s, p, src, eids, o + j)
-            elif c == deg:
-                for j in range(c):
-                    _emit(indices, edge_ids, has_eids, excl, a, b, s, j, src, eids, o + j)
-            else:
-                # Floyd's m-subset, sorted; m = c, or the deg - c positions left out
-                state = row_state(key, v)
-                m = c if 2 * c <= deg else deg - c
-                for n in range(m):
-                    j = deg - m + n
-                    state += GOLDEN
-                    t = bounded(mix(state), np.uint64(j + 1))
-                    x = t
-                    for q in range(n):
-                        if sub[q] == t:
-                            x = j
-                            break
-                    q = n
-                    while q > 0 and sub[q - 1] > x:
-                        sub[q] = sub[q - 1]
-                        q -= 1
-                    sub[q] = x
-                if m == c:
-                    for j in range(c):
-                        _emit(indices, edge_ids, has_eids, excl, a, b, s, sub[j], src, eids, o + j)
-                else:
-                    q = 0
-                    w = o
-                    for p in range(deg):
-                        if q < m and sub[q] == p:
-                            q += 1
-                        else:
-                            _emit(indices, edge_ids, has_eids, excl, a, b, s, p, src, eids, w)
-                            w += 1
+            uniform_row(indptr, indices, edge_ids, has_eids, dst[i], dst[i], o, c, replace, key, excl, n_excl,
+                        src, eids, sub)
         i += stride
 
 

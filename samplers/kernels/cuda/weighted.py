@@ -15,7 +15,7 @@ from samplers.kernels.cuda.rng import draw, row_state, unit
 from samplers.kernels.cuda.rows import is_excluded, row_span, sort_range
 from samplers.kernels.reference import REBASE_FRACTION, REJECT_LIMIT, SHORT_ROW_MAX, SHORT_SHARE
 
-__all__ = ["REJECT_LIMIT", "row_prefix", "sample_rows_weighted"]
+__all__ = ["REJECT_LIMIT", "eligible_weighted", "row_prefix", "sample_rows_weighted", "weighted_row"]
 
 
 @cuda.jit(device=True)
@@ -92,6 +92,83 @@ def _short_row(weights, prefix, excl, a, b, s, e, state0, c, acc, eids, o):  # p
             j += 1
 
 
+@cuda.jit(device=True)
+def eligible_weighted(weights, positive, excl, a, b, row):  # pragma: no cover - device
+    """A weighted row's eligible count: its positive weights (``positive[row]``) minus its excluded
+    positions excl[a:b] of positive weight; no other weight is read."""
+    d = positive[row]
+    for q in range(a, b):
+        if weights[excl[q]] > 0:
+            d -= 1
+    return d
+
+
+@cuda.jit(device=True)
+def weighted_row(indptr, indices, edge_ids, has_eids, weights, prefix, positive, row, node, o, c, replace,
+                 key, excl, n_excl, src, eids, sums):  # pragma: no cover - device
+    """One weighted row's c > 0 outputs into src[o:o + c] and eids[o:o + c]: row ``row`` of ``indptr``
+    (and of ``positive``), drawn with the stream of node ``node`` (the two differ in a concatenated CSC:
+    `...cuda.typed`); ``sums`` is a per-thread float64 array of SHORT_ROW_MAX entries."""
+    s, e, a, b = row_span(indptr, excl, n_excl, row)
+    d_e = eligible_weighted(weights, positive, excl, a, b, row)  # as the plan counted them
+    if not replace and d_e == c:  # every eligible position, in order
+        j = o
+        for p in range(s, e):
+            if weights[p] > 0 and not is_excluded(excl, a, b, p):
+                eids[j] = p
+                j += 1
+    elif not replace and e - s <= SHORT_ROW_MAX and SHORT_SHARE * c > d_e:
+        _short_row(weights, prefix, excl, a, b, s, e, row_state(key, node), c, sums, eids, o)
+    else:
+        state0 = row_state(key, node)
+        total = prefix[e - 1]
+        t = np.int64(0)
+        for j in range(c):
+            p = np.int64(-1)
+            for _attempt in range(REJECT_LIMIT):
+                t += 1
+                x = unit(draw(state0, t)) * total
+                lo = s
+                hi = e
+                while lo < hi:  # the smallest position with prefix > x
+                    mid = (lo + hi) >> 1
+                    if prefix[mid] > x:
+                        hi = mid
+                    else:
+                        lo = mid + 1
+                q = lo
+                if q == e:  # rounding left no prefix above x: the row's last positive weight
+                    q = e - 1
+                    while q > s and not weights[q] > 0:
+                        q -= 1
+                if not is_excluded(excl, a, b, q) and (replace or not _taken(eids, o, j, q)):
+                    p = q
+                    break
+            if p < 0:  # exact draw from the eligible positions not chosen yet
+                t += 1
+                rest = 0.0
+                for q in range(s, e):
+                    if weights[q] > 0 and not is_excluded(excl, a, b, q) \
+                            and (replace or not _taken(eids, o, j, q)):
+                        rest += np.float64(weights[q])
+                x = unit(draw(state0, t)) * rest
+                acc = 0.0
+                for q in range(s, e):
+                    if weights[q] > 0 and not is_excluded(excl, a, b, q) \
+                            and (replace or not _taken(eids, o, j, q)):
+                        acc += np.float64(weights[q])
+                        p = q
+                        if acc > x:
+                            break
+            eids[o + j] = p
+        if not replace:
+            sort_range(eids, o, o + c)
+    for j in range(o, o + c):
+        p = eids[j]
+        src[j] = indices[p]
+        eids[j] = edge_ids[p] if has_eids else p
+
+
 @cuda.jit
 def sample_rows_weighted(indptr, indices, edge_ids, has_eids, weights, prefix, positive, dst, out_indptr,
                          fanout, replace, key, excl, src, eids):  # pragma: no cover - device
@@ -107,68 +184,8 @@ def sample_rows_weighted(indptr, indices, edge_ids, has_eids, weights, prefix, p
         o = out_indptr[i]
         c = out_indptr[i + 1] - o
         if c > 0:
-            v = dst[i]
-            s, e, a, b = row_span(indptr, excl, n_excl, v)
-            d_e = positive[v]  # eligible positions, as the plan counted them (no pass over the row)
-            for q in range(a, b):
-                if weights[excl[q]] > 0:
-                    d_e -= 1
-            if not replace and d_e == c:  # every eligible position, in order
-                j = o
-                for p in range(s, e):
-                    if weights[p] > 0 and not is_excluded(excl, a, b, p):
-                        eids[j] = p
-                        j += 1
-            elif not replace and e - s <= SHORT_ROW_MAX and SHORT_SHARE * c > d_e:
-                _short_row(weights, prefix, excl, a, b, s, e, row_state(key, v), c, sums, eids, o)
-            else:
-                state0 = row_state(key, v)
-                total = prefix[e - 1]
-                t = np.int64(0)
-                for j in range(c):
-                    p = np.int64(-1)
-                    for _attempt in range(REJECT_LIMIT):
-                        t += 1
-                        x = unit(draw(state0, t)) * total
-                        lo = s
-                        hi = e
-                        while lo < hi:  # the smallest position with prefix > x
-                            mid = (lo + hi) >> 1
-                            if prefix[mid] > x:
-                                hi = mid
-                            else:
-                                lo = mid + 1
-                        q = lo
-                        if q == e:  # rounding left no prefix above x: the row's last positive weight
-                            q = e - 1
-                            while q > s and not weights[q] > 0:
-                                q -= 1
-                        if not is_excluded(excl, a, b, q) and (replace or not _taken(eids, o, j, q)):
-                            p = q
-                            break
-                    if p < 0:  # exact draw from the eligible positions not chosen yet
-                        t += 1
-                        rest = 0.0
-                        for q in range(s, e):
-                            if weights[q] > 0 and not is_excluded(excl, a, b, q) \
-                                    and (replace or not _taken(eids, o, j, q)):
-                                rest += np.float64(weights[q])
-                        x = unit(draw(state0, t)) * rest
-                        acc = 0.0
-                        for q in range(s, e):
-                            if weights[q] > 0 and not is_excluded(excl, a, b, q) \
-                                    and (replace or not _taken(eids, o, j, q)):
-                                acc += np.float64(weights[q])
-                                p = q
-                                if acc > x:
-                                    break
-                    eids[o + j] = p
-                if not replace:
-                    sort_range(eids, o, o + c)
-            for j in range(o, o + c):
-                p = eids[j]
-                src[j] = indices[p]
-                eids[j] = edge_ids[p] if has_eids else p
+            weighted_row(indptr, indices, edge_ids, has_eids, weights, prefix, positive, dst[i], dst[i], o, c,
+                         replace, key, excl, n_excl, src, eids, sums)
         i += stride
 
 

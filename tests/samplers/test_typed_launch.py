@@ -1,0 +1,184 @@
+"""Typed graphs on the GPU in one launch per kernel and layer (`samplers.kernels.cuda.typed`), under numba's
+CUDA simulator in a subprocess (the simulator must be chosen before numba.cuda is first imported): the fused
+path's blocks equal the CPU typed sampler's for uniform draws (with and without replacement, exclusions,
+fanout -1, a relation whose fanout leaves the fused path) and weighted draws; the launch counter shows one
+plan, one scan and one rows launch per layer whatever the number of relations; the typed kernels compile to
+sm_90 PTX; the layer loop refuses a concatenated CSC on the CPU or with a relation of another mode."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from samplers.layers import LayerLoop
+from samplers.modes import RelationArrays, TemporalMode, UniformMode
+
+REPO = Path(__file__).resolve().parents[2]
+
+SIM_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    import warnings
+    import numpy as np
+    import torch
+    from numba import config
+    assert config.ENABLE_CUDASIM  # the simulator, not a GPU
+    from samplers.hetero import HeteroGraph, HeteroNeighborSampler
+    from samplers.kernels import cuda as ck
+    from samplers.kernels.cuda import typed  # noqa: F401
+    warnings.simplefilter("ignore", RuntimeWarning)  # uint64 wrap-around in the simulated RNG
+    # a warning's first appearance in a function's globals adds __warningregistry__ to them, which the
+    # simulator iterates in the other threads at every device function call: add it before any kernel runs
+    # (module globals, and the scope of the RNG's device functions)
+    for name, module in list(sys.modules.items()):
+        if name.startswith("samplers.kernels"):
+            for scope in [vars(module)] + [getattr(getattr(x, "fn", None), "__globals__", None)
+                                           for x in vars(module).values()]:
+                if isinstance(scope, dict):
+                    scope.setdefault("__warningregistry__", {})
+
+    CLICKS, BY = ("user", "clicks", "item"), ("item", "clicked_by", "user")
+    FOLLOWS, TAGS = ("user", "follows", "user"), ("tag", "labels", "item")
+    rng = np.random.default_rng(0)
+    U, I, T = 12, 8, 5
+    cu, ci = rng.integers(0, U, 40), rng.integers(0, I, 40)
+    fu, fv = rng.integers(0, U, 20), rng.integers(0, 4, 20)  # only users 0-3 are followed
+    tt, ti = rng.integers(0, T, 15), rng.integers(0, I, 15)
+    edges = {CLICKS: (cu, ci), BY: (ci, cu), FOLLOWS: (fu, fv), TAGS: (tt, ti)}
+    weights = {CLICKS: torch.tensor(rng.random(40) * (rng.random(40) < 0.7)),
+               TAGS: torch.tensor(rng.random(15))}
+    graph = HeteroGraph.from_edges({"user": U, "item": I, "tag": T}, edges, weights=weights)
+    excl = {CLICKS: torch.tensor([1, 5, 9, 9]), TAGS: torch.tensor([2])}
+    item_seeds = dict(seeds={"item": torch.tensor([0, 3, 3, 7])})  # no user rows in the outer layer
+    mixed = dict(seeds={"user": torch.tensor([1, 2]), "item": torch.tensor([5])}, exclude_eids=excl)
+
+    per_relation = [0]  # layers of one relation sampled by the per-relation launches
+    own = ck.sample_layer_cuda
+    def counted(*args, **kwargs):
+        per_relation[0] += 1
+        return own(*args, **kwargs)
+    ck.sample_layer_cuda = counted
+
+    def same(want, got, what):
+        assert len(want) == len(got), what
+        for x, y in zip(want, got):
+            for f in ("src_nodes", "dst_nodes", "indptr", "indices", "edge_ids"):
+                dx, dy = getattr(x, f), getattr(y, f)
+                assert dx.keys() == dy.keys(), (what, f)
+                for k in dx:
+                    assert dx[k].dtype == dy[k].dtype, (what, f, k, dx[k].dtype, dy[k].dtype)
+                    assert torch.equal(dx[k], dy[k]), (what, f, k, dx[k], dy[k])
+
+    def compare(fanouts, calls, what, **kw):
+        cpu_s = HeteroNeighborSampler(graph, fanouts, seed=5, **kw)
+        gpu_s = HeteroNeighborSampler(graph, fanouts, seed=5, device="cuda", **kw)
+        per_relation[0] = 0
+        for i, call in enumerate(calls):
+            same(cpu_s.sample(**call), gpu_s.sample(**call), (what, i))
+        assert cpu_s.sampled_edges == gpu_s.sampled_edges > 0, (what, gpu_s.sampled_edges)
+        layers = len(next(iter(fanouts.values()))) * len(calls)
+        assert gpu_s.launches == {"plan": layers, "scan": layers, "rows": layers}, (what, gpu_s.launches)
+        return gpu_s, per_relation[0]
+
+    # uniform: fanouts below and above the degrees, -1, and follows at 70 in the inner layer (above the
+    # thread-per-row Floyd subset: that relation's layer takes its own launches)
+    fan = {CLICKS: [3, 2], BY: [2, -1], FOLLOWS: [-1, 70], TAGS: [1, 2]}
+    s, own_layers = compare(fan, [item_seeds, mixed], "uniform")
+    assert own_layers == 2, own_layers
+    csc = s.typed_csc
+    assert csc.relations == [CLICKS, BY, FOLLOWS, TAGS] and not any(csc.weighted.values())
+    cat = csc.graph.indptr.copy_to_host()
+    for rel in csc.relations:  # each relation's rows, shifted by its edge base; its graph's own indptr
+        rows = cat[csc.row_base[rel]:csc.row_base[rel] + csc.num_rows[rel] + 1]
+        assert (rows - csc.edge_base[rel] == graph.indptr[rel].numpy()).all(), rel
+        assert (csc.relation_graph(rel).indptr.copy_to_host() == graph.indptr[rel].numpy()).all(), rel
+    # with replacement, every relation fused (follows at 70 too: draws need no subset)
+    s, own_layers = compare(fan, [mixed], "replace", replace=True)
+    assert own_layers == 0, own_layers
+    # weighted on two relations (random fanouts, zero weights, exclusions) beside two uniform ones
+    s, own_layers = compare({CLICKS: [3, 2], BY: [2, 2], FOLLOWS: [2, 3], TAGS: [1, 2]}, [mixed], "weighted",
+                            weights=True)
+    assert own_layers == 0 and s.typed_csc.weighted == {CLICKS: True, BY: False, FOLLOWS: False, TAGS: True}
+    # as many launches with one relation as with four
+    s, own_layers = compare({CLICKS: [3, 2]}, [item_seeds], "one relation")
+    assert s.typed_csc.relations == [CLICKS]
+    print("OK")
+    """
+)
+
+PTX_SCRIPT = textwrap.dedent(
+    """
+    import types
+    import numba.cuda.dispatcher as disp
+    from numba import cuda, types as t
+    # compile for sm_90 without a GPU: device functions ask the current device for its capability
+    disp.get_current_device = lambda: types.SimpleNamespace(compute_capability=(9, 0))
+    from samplers.kernels.cuda import typed
+    i64 = t.int64[::1]; i32 = t.int32[::1]; f32 = t.float32[::1]; f64 = t.float64[::1]
+    sigs = {"typed_plan": (i64, f32, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64),
+            "typed_rows": (i64, i32, i64, f32, f64, *[i64] * 9, i32, i64, i64)}
+    for name, sig in sigs.items():
+        ptx, _ = cuda.compile_ptx(getattr(typed, name).py_func, sig, cc=(9, 0))
+        assert ".entry" in ptx and "sm_90" in ptx, name
+    print("OK")
+    """
+)
+
+
+def _run(script: str, simulator: bool) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    if simulator:
+        env["NUMBA_ENABLE_CUDASIM"] = "1"
+    env["PYTHONPATH"] = str(REPO)
+    prelude = "import sys\nsys.setswitchinterval(2e-5)\n"  # the simulator's threads poll: switch often
+    return subprocess.run([sys.executable, "-c", prelude + script], env=env, capture_output=True, text=True,
+                          timeout=600, cwd=REPO)
+
+
+def test_fused_typed_blocks_equal_the_cpu_blocks_in_one_launch_per_kernel_and_layer():
+    proc = _run(SIM_SCRIPT, simulator=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().endswith("OK")
+
+
+def _nvvm_present() -> bool:
+    try:
+        from numba.cuda.cudadrv.nvvm import NVVM
+
+        NVVM()
+    except Exception:  # noqa: BLE001 - any failure means no libNVVM to compile with
+        return False
+    return True
+
+
+def test_typed_kernels_compile_to_ptx_for_sm90():
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1" or not _nvvm_present():
+        pytest.skip("libNVVM not found (or the simulator chosen): cannot compile numba.cuda kernels to PTX")
+    proc = _run(PTX_SCRIPT, simulator=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().endswith("OK")
+
+
+REL = ("n", "e", "n")
+
+
+def _arrays() -> dict:
+    return {REL: RelationArrays(np.array([0, 1], dtype=np.int64), np.array([0], dtype=np.int64), None, 1)}
+
+
+def test_layer_loop_refuses_a_typed_csc_on_the_cpu_or_with_a_relation_of_another_mode():
+    csc = types.SimpleNamespace(relations=[REL], weighted={REL: False})
+    with pytest.raises(ValueError, match=r"typed_csc is for typed graphs on CUDA, got device='cpu'"):
+        LayerLoop(_arrays(), {"n": 1}, {REL: UniformMode()}, "cpu", typed_csc=csc)
+    with pytest.raises(ValueError, match=r"relation \('n', 'e', 'n'\) is uniform .* its mode is 'temporal'"):
+        LayerLoop(_arrays(), {"n": 1}, {REL: TemporalMode()}, "cuda", typed_csc=csc)
+    csc.weighted[REL] = True
+    with pytest.raises(ValueError, match=r"is weighted in the concatenated CSC but its mode is 'uniform'"):
+        LayerLoop(_arrays(), {"n": 1}, {REL: UniformMode()}, "cuda", typed_csc=csc)
