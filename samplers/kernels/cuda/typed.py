@@ -249,7 +249,8 @@ class TypedCsc:
         weighted = self.weighted[rel]
         return CudaGraph(indptr=self.indptr[rel], indices=g.indices[e0:e1], edge_ids=g.edge_ids[e0:e1],
                          has_eids=True, weights=g.weights[e0:e1] if weighted else g.weights,
-                         weighted=weighted, uva=g.uva, times=g.times, timed=False, prefix=g.prefix[e0:e1] if weighted else None,
+                         weighted=weighted, uva=g.uva, times=g.times, timed=False,
+                         prefix=g.prefix[e0:e1] if weighted else None,
                          positive=g.positive[r0:r1] if weighted else None)
 
     def fits(self, rel, fanout: int, replace: bool) -> bool:
@@ -350,8 +351,11 @@ def sample_typed_layer(csc: TypedCsc, frontier: Mapping[str, Any], requests: lis
            flat, d_item_off, d_row_base, d_dst_base, d_fanout, d_flags, excluded, counts, rel_indptr,
            stream=stream)
     launches["plan"] += 1
-    out_indptr, nnz = exclusive_scan(counts[:n_items], stream)
+    out_indptr, _ = exclusive_scan(counts[:n_items], stream, read_total=False)
     launches["scan"] += 1
+    # the layer's one read-back: each relation's first output (the last one's end is the total)
+    bounds = _read_at(out_indptr, d_item_off, item_off) if n_items else np.zeros(n_rel + 1, np.int64)
+    nnz = int(bounds[-1])
     src = empty(nnz, g.indices.dtype)
     eids = empty(nnz, np.int64)
     if n_items:
@@ -359,9 +363,6 @@ def sample_typed_layer(csc: TypedCsc, frontier: Mapping[str, Any], requests: lis
                g.weights, prefix, positive, flat, d_item_off, d_row_base, d_dst_base, d_flags, d_keys,
                excluded, out_indptr, src, eids, rel_indptr, stream=stream)
         launches["rows"] += 1
-        bounds = _read_at(out_indptr, d_item_off, item_off)
-    else:
-        bounds = np.zeros(n_rel + 1, dtype=np.int64)
     out = {}
     for k, req in enumerate(requests):
         lo, hi = int(bounds[k]), int(bounds[k + 1])
