@@ -93,8 +93,7 @@ class RayReplayStore(ReplayStoreBase):
     ValueError
         As the local store (bad sizes, a rate limiter that could never admit a sample, a bad tier),
         a deterministic selector with ``num_shards > 1``, bad ``max_restarts`` or ``actor_options``,
-        a spec with a codec field (`replay.spec.FieldSpec`: local stores only), or Ray not initialised
-        (``ray.init()``).
+        or Ray not initialised (``ray.init()``).
     TypeError
         A spec, selector, rate limiter, memory manager or option of the wrong type.
 
@@ -140,12 +139,6 @@ class RayReplayStore(ReplayStoreBase):
             memory=memory,
         )
         check_shard_selector(args.selector, args.num_shards)
-        if args.spec.codec_fields:  # the shard actors put raw ring runs into Ray's object store
-            raise ValueError(
-                f"spec: fields {list(args.spec.codec_fields)} have a codec, which RayReplayStore does not "
-                "store yet; use the local ReplayStore (its learners in other processes decompress) or no "
-                "codec"
-            )
         max_restarts, options, prefetch = check_ray_args(max_restarts, actor_options, prefetch)
         spec, num_shards, shard_cap, chunk = args.spec, args.num_shards, args.shard_capacity, args.chunk_steps
         selector, rate_limiter, timeout, seed = args.selector, args.rate_limiter, args.timeout, args.seed

@@ -5,7 +5,9 @@ sampling, priority and checkpoint code; the client (`replay.distributed.client.R
 it with ``ray.remote(ShardActor)`` and holds no step data. Writers ship numpy columns to `insert`
 (admitted under the insert allowance the client pushes); `sample` draws windows with the local
 selector (`replay.store.ReplayStore.draw_windows`) and puts the ring runs that hold them into Ray's
-object store (`replay.distributed.transport`); `checkpoint` writes the local store's checkpoint.
+object store (`replay.distributed.transport`); a field with a codec is stored compressed
+(`replay.chunk_codec.ChunkRing`, compressed here at insert) and its runs are decompressed here before
+the put, so learners receive raw bytes. `checkpoint` writes the local store's checkpoint.
 When Ray restarts the actor (``max_restarts``) it starts empty and awaits the client's `load` of its
 last checkpoint. See docs/architecture.md#replay-composition.
 """
@@ -284,8 +286,8 @@ class ShardActor:
         deadline = None if timeout is None else time.monotonic() + timeout
         store = self.store
         cap = store.shard_capacity
-        views = store.rings(0)
-        rings = [views[name].reshape(-1).view(np.uint8) for name in self.spec]
+        sh = store.storage.shards[0]
+        rings = [None if f.codec else sh.columns[n].reshape(-1).view(np.uint8) for n, f in self.spec.items()]
         row_bytes = [f.row_bytes for f in self.spec.values()]
         kept: list = []
         parts = []
@@ -305,11 +307,13 @@ class ShardActor:
             if self.before_put is not None:
                 self.before_put(table)
             runs, seg = ring_runs(table.slots, table.n, table.dst, cap)
-            pieces = [
-                ring[a * rb : b * rb]
-                for a, b in runs.tolist()
-                for ring, rb in zip(rings, row_bytes, strict=True)
-            ]
+            decoded = self._decode_runs(runs)
+            pieces, at = [], 0
+            for a, b in runs.tolist():
+                for name, ring, rb in zip(self.spec, rings, row_bytes, strict=True):
+                    pieces.append(ring[a * rb : b * rb] if ring is not None else
+                                  decoded[name][at * rb : (at + b - a) * rb])
+                at += b - a
             t1 = time.perf_counter()
             f1 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             ref = ray.put(pieces)  # ring -> object store, no lock held
@@ -342,6 +346,26 @@ class ShardActor:
             "redrawn": redrawn,
             "faults": faults,
         }
+
+    def _decode_runs(self, runs: np.ndarray) -> dict[str, np.ndarray]:
+        """The codec fields' steps of the ring slots of ``runs`` (int64 [R, 2], slot ranges), run after
+        run, as flat bytes ``{field: uint8}``, decompressed under the shard lock
+        (`replay.chunk_codec.ChunkRing.read`); slots whose position is no longer live are zero (their
+        windows are stale and dropped after the put)."""
+        sh = self.store.storage.shards[0]
+        if not sh.chunks:
+            return {}
+        slots = np.concatenate([np.arange(a, b) for a, b in runs.tolist()]) if len(runs) else np.zeros(0, int)
+        out = {}
+        with sh:
+            pos = sh.position_of(slots)
+            live = np.flatnonzero(pos >= sh.floor)
+            for name, ring in sh.chunks.items():
+                f = self.spec[name]
+                rows = np.zeros((slots.size, *f.shape), f.dtype)
+                ring.read(pos[live], rows, live)
+                out[name] = rows.reshape(-1).view(np.uint8)
+        return out
 
     def update_priorities(self, keys: np.ndarray, priorities: np.ndarray) -> int:
         self._ready()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import multiprocessing as mp
 
 import numpy as np
-import pytest
 
 from graphrl.memory import MemoryManager
 from replay import ReplayStore, TrajectorySpec
@@ -57,11 +56,3 @@ def test_a_spawned_learner_samples_frames_the_actor_compressed():
         assert p.exitcode == 0
         assert queue.get(timeout=5) >= 96
         store.close()
-
-
-def test_the_ray_store_refuses_a_codec_field_by_name():
-    pytest.importorskip("ray", reason="the Ray backend needs ray: pip install 'graphrl[ray]'")
-    from replay.distributed import RayReplayStore
-
-    with pytest.raises(ValueError, match=r"spec: fields \['frame'\] have a codec, which RayReplayStore"):
-        RayReplayStore(SPEC, 256)
