@@ -68,7 +68,7 @@ import replay  # noqa: E402, F401  # the package, before benchmarks/replay.py is
 sys.path.append(str(_HERE))
 from gpu_features_check import time_gather  # noqa: E402
 from gpu_full_graph_check import full_graph_part, full_graph_targets, print_full_graph  # noqa: E402
-from gpu_hetero_check import hetero_part  # noqa: E402
+from gpu_hetero_check import hetero_part, hetero_targets  # noqa: E402
 from gpu_replay_check import choice_target, print_replay, replay_part  # noqa: E402
 from gpu_sampler_check import big_graph, check_correctness, labor_part, sampler_part  # noqa: E402
 
@@ -247,6 +247,7 @@ def _targets(result: dict, seconds: float, budget: float) -> list[dict]:
                      "value": "identical" if lab["deterministic_ok"] else "differ",
                      "met": bool(lab["deterministic_ok"])})
     rows.extend(_sampler_targets(result["rows"]))
+    rows.extend(hetero_targets(result))
     rep = result.get("replay_correctness")
     if rep is not None:
         rows.append({"figure": "part 4 replay: GPU windows equal the CPU's, byte for byte",

@@ -3,7 +3,9 @@
 `hetero_part` runs right after part 1 (about 15 s): on a synthetic user/item graph (``--check-nodes /
 10`` nodes, 100k by default) uniform draws without and with replacement (with excluded edges),
 weights with fanout -1 and temporal draws must give the CPU's blocks (counted in part 1's
-``deterministic_ok``); then sampled edges/s of ``sample()`` on the device and on the CPU.
+``deterministic_ok``); then sampled edges/s of ``sample()`` on the device and on the CPU, uniform and with
+weights on one relation (both through the fused typed path, `samplers.kernels.cuda.typed`), and the fused
+path's launches per kernel and layer (target: 1 each, whatever the number of relations).
 
 Imported by ``gpu_check.py`` (run as a script).
 """
@@ -37,7 +39,8 @@ def hetero_part(result: dict, n: int, batch: int, batches: int, seed: int, secon
     fanouts [10, 5]. Uniform draws without and with replacement (the latter with excluded edges of two
     relations), weights with fanout -1, and temporal uniform draws must give identical blocks; then
     sampled edges/s of ``sample()`` (host seeds, blocks of CUDA tensors, each batch completed before the
-    next) on the device and on the CPU, within about ``seconds``."""
+    next) on the device and on the CPU (all its cores), uniform and with clicks weighted, within about
+    ``seconds``; ``launches_per_layer``: the device sampler's fused launches per kernel and layer."""
     from samplers.hetero import HeteroGraph, HeteroNeighborSampler
 
     t_start = time.perf_counter()
@@ -79,8 +82,10 @@ def hetero_part(result: dict, n: int, batch: int, batches: int, seed: int, secon
     out["deterministic_ok"] = all(out[k]["identical_batches"] == batches for k in cases)
     sync = torch.cuda.synchronize if torch.cuda.is_available() else cuda.synchronize
     left = max(seconds - (time.perf_counter() - t_start), 2.0)
-    for device in ("cuda", "cpu"):
-        sampler = HeteroNeighborSampler(graph, fans, seed=seed, device=device)
+    for weighted, device in ((False, "cuda"), (False, "cpu"), (True, "cuda"), (True, "cpu")):
+        kind = "weighted " if weighted else ""
+        sampler = HeteroNeighborSampler(graph, fans, seed=seed, device=device,
+                                        weights={clicks: w} if weighted else None)
         seeds = [{"user": torch.from_numpy(rng.integers(0, users, batch)),
                   "item": torch.from_numpy(rng.integers(0, items, batch // 2))}
                  for _ in range(4 * batches + 1)]
@@ -88,7 +93,7 @@ def hetero_part(result: dict, n: int, batch: int, batches: int, seed: int, secon
         sync()
         before, done = sampler.sampled_edges, 0
         start = time.perf_counter()
-        deadline = start + left / 2
+        deadline = start + left / 4
         for s in seeds[1:]:
             sampler.sample(s)
             sync()
@@ -97,12 +102,38 @@ def hetero_part(result: dict, n: int, batch: int, batches: int, seed: int, secon
                 break
         dt = time.perf_counter() - start
         rate = (sampler.sampled_edges - before) / dt
-        out[f"{device}_sampled_edges_per_s"] = rate
-        out[f"{device}_ms_per_batch"] = dt / done * 1e3
-        case = f"hetero {out['graph']} {fans} b{batch}+{batch // 2} sample() {device}"
+        prefix = "weighted_" if weighted else ""
+        out[f"{prefix}{device}_sampled_edges_per_s"] = rate
+        out[f"{prefix}{device}_ms_per_batch"] = dt / done * 1e3
+        case = f"hetero {out['graph']} {fans} b{batch}+{batch // 2} {kind}sample() {device}"
         result["rows"].append({"case": case, "metric": "sampled_edges_per_s", "ours": rate, "batches": done})
-        click.echo(f"  hetero sample() {device}: {rate / 1e6:.2f} M edges/s, {dt / done * 1e3:.1f} ms/batch",
-                   err=True)
+        click.echo(f"  hetero {kind}sample() {device}: {rate / 1e6:.2f} M edges/s, "
+                   f"{dt / done * 1e3:.1f} ms/batch", err=True)
+        if device == "cuda":  # every sample() so far (the warm-up included): len(fans) layers each
+            layers = (done + 1) * len(fans)
+            out[f"{prefix}launches_per_layer"] = {
+                k: v / layers for k, v in sampler.launches.items()}
     out["seconds"] = time.perf_counter() - t_start
     result["hetero"] = out
     result["correctness"]["deterministic_ok"] &= out["deterministic_ok"]
+
+
+def hetero_targets(result: dict) -> list[dict]:
+    """Part 5's rows of ``gpu_check.py``'s closing table (beside its uniform typed-graph ratio): the weighted
+    typed graph's ``sample()`` on the GPU over our CPU sampler (issue 27: >= 3x), and the fused typed path's
+    launches per kernel and layer (1 each: one plan, one scan, one choose-and-gather launch per layer over
+    all relations). Rows with ``met`` None where part 5 did not run."""
+    het = result.get("hetero") or {}
+    gpu, cpu = het.get("weighted_cuda_sampled_edges_per_s"), het.get("weighted_cpu_sampled_edges_per_s")
+    out = [{"figure": "typed graph weighted sample(): GPU over our CPU sampler", "target": ">= 3x",
+            "value": "n/a" if not (gpu and cpu) else f"{gpu / cpu:.2f}x",
+            "met": None if not (gpu and cpu) else gpu >= 3 * cpu}]
+    per = {name: het[f"{prefix}launches_per_layer"]
+           for name, prefix in (("uniform", ""), ("weighted", "weighted_"))
+           if f"{prefix}launches_per_layer" in het}
+    value = "; ".join(f"{name} " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(d.items()))
+                      for name, d in per.items())
+    met = all(d == {"plan": 1.0, "rows": 1.0, "scan": 1.0} for d in per.values())
+    out.append({"figure": "typed graph: fused launches per kernel and layer",
+                "target": "plan, scan, rows 1 each", "value": value or "n/a", "met": met if per else None})
+    return out
