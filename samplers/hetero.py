@@ -6,9 +6,12 @@ random stream), then relabels per node type: the sources of type S are the layer
 type S followed by the new nodes of type S drawn through any relation, in first-occurrence order
 (relations in the graph's order); they are the next layer's destinations of type S. ``device="cuda"``
 runs the same steps on the GPU (`samplers.kernels.cuda`), with the same blocks wherever the
-homogeneous kernels agree. The steps are `samplers.layers.LayerLoop`'s, with a mode per relation
-(`samplers.modes`: temporal with edge times, weighted with weights, else uniform). `HeteroGraph`,
-`HeteroBlock` and `lastfm_hetero_graph` are re-exported.
+homogeneous kernels agree; the uniform and weighted relations of a layer are drawn together, one launch
+per kernel over all of them, from their CSCs concatenated once (`samplers.kernels.cuda.typed`, as
+GraphBolt's ``FusedCSCSamplingGraph``; `HeteroNeighborSampler.launches` counts them). The steps are
+`samplers.layers.LayerLoop`'s, with a mode per relation (`samplers.modes`: temporal with edge times,
+weighted with weights, else uniform). `HeteroGraph`, `HeteroBlock` and `lastfm_hetero_graph` are
+re-exported.
 """
 
 from __future__ import annotations
