@@ -2,20 +2,23 @@
 
 The power-law graph of `graphrl.datasets.synthetic_graph` (1M nodes / 20M edges by default) with
 float32 features is split into ``--parts`` parts (`graphrl.partition.write_partitions`), each served by a
-Ray actor (`samplers.distributed.RayOwners`) on this machine. Each batch of ``--batch`` seeds is sampled
-by `NeighborSampler` on the whole graph (features gathered from one tensor: the single-process baseline)
-and by `DistNeighborSampler` (features from `DistFeatureStore` with a hot-row cache), alternately, so
-both see the same load; every distributed batch is checked identical to the baseline's.
+Ray actor (`samplers.distributed.RayOwners`) on this machine. The batches are sampled in rounds, each
+round in turn by `NeighborSampler` on the whole graph (features gathered from one tensor: the
+single-process baseline), by `DistNeighborSampler.sample_many` (``--per-request`` batches a request,
+``--in-flight`` groups at once; features from `DistFeatureStore` with a hot-row cache), and by
+`DistNeighborSampler.sample` (one batch a call), so all see the same load; every distributed batch is
+checked identical to the baseline's.
 
-Rows: sampled edges/s (sampling alone, and sampling + features), ``ratio`` = distributed / single
-process; bytes and requests per batch; the cache's hit rate. What limits it, per batch (``limits``):
-``wait_s`` (waiting for owners) split into the owners' kernel seconds (``owner_kernel_s``, the slowest
-owner per layer summed, and all owners'), the engine's round trips (requests x a measured empty round
-trip), and serialization (a ``ray.put`` + ``ray.get`` of the same reply bytes); ``assemble_s`` (the
-trainer's copies back into frontier order) and ``relabel_s``.
+Rows: sampled edges/s (``ratio`` = distributed / single process, wall time) and CPU seconds per batch
+(``cpu_ratio`` = single process / distributed: the trainer's process plus every process of the Ray
+session, owners and Ray's daemons; on a machine shared with other work the CPU ratio is the steadier
+one); bytes and requests per batch; the cache's hit rate. What limits it, per batch (``limits``, one
+batch a call): waiting for owners, the owners' kernel seconds, the engine's round trips (requests x a
+measured empty round trip), serialization (a ``ray.put`` + ``ray.get`` of the reply bytes), and the
+trainer's assembling and relabelling; and the CPU seconds of each side.
 
     python benchmarks/dist_sampler.py                       # 1M / 20M, 4 parts, [15, 10, 5], B=1024
-    python benchmarks/dist_sampler.py --size 200000,4000000 --batches 10
+    python benchmarks/dist_sampler.py --size 200000,4000000 --batches 12 --rounds 2
 
 Results go to ``benchmarks/results/dist_sampler.json``.
 """
@@ -31,10 +34,11 @@ from pathlib import Path
 
 import click
 import numpy as np
+import psutil
 import torch
 
 from graphrl.datasets import synthetic_graph
-from graphrl.partition import graph_fingerprint, write_partitions
+from graphrl.partition import PartitionError, graph_fingerprint, load_book, write_partitions
 from samplers import NeighborSampler
 from samplers.distributed import DistFeatureStore, DistNeighborSampler, RayOwners
 
@@ -53,6 +57,35 @@ def _same(a, b) -> bool:
 def _delta(before: dict, after: dict, key: str) -> float:
     """The sum over owners of a counter's growth."""
     return sum(after[p][key] - before[p][key] for p in after)
+
+
+class _Clock:
+    """Wall seconds, this process's CPU seconds and the Ray session's (every process this one started:
+    owners, raylet, GCS, ...) over timed stretches, summed."""
+
+    def __init__(self) -> None:
+        self.wall = self.cpu = self.session_cpu = 0.0
+        self._me = psutil.Process()
+
+    def _session(self) -> float:
+        total = 0.0
+        for p in self._me.children(recursive=True):
+            try:
+                t = p.cpu_times()
+                total += t.user + t.system
+            except psutil.Error:  # a process that ended meanwhile
+                pass
+        return total
+
+    def __enter__(self) -> _Clock:
+        self._t = (time.perf_counter(), time.process_time(), self._session())
+        return self
+
+    def __exit__(self, *exc) -> None:
+        t0, c0, s0 = self._t
+        self.wall += time.perf_counter() - t0
+        self.cpu += time.process_time() - c0
+        self.session_cpu += self._session() - s0
 
 
 def _round_trip(owners, repeats: int = 50) -> float:
@@ -88,15 +121,19 @@ def _serialization(nbytes: int, repeats: int = 10) -> float:
 @click.option("--method", type=click.Choice(["auto", "metis", "ldg"]), default="ldg", show_default=True)
 @click.option("--fanouts", default="15,10,5", show_default=True)
 @click.option("--batch", default=1024, show_default=True)
-@click.option("--batches", default=20, show_default=True)
+@click.option("--batches", default=36, show_default=True, help="Timed batches, split into --rounds.")
+@click.option("--rounds", default=3, show_default=True, help="Rounds; each runs every sampler in turn.")
+@click.option("--per-request", default=4, show_default=True, help="Batches a request of sample_many.")
+@click.option("--in-flight", default=2, show_default=True, help="Groups in flight in sample_many.")
 @click.option("--dim", default=32, show_default=True, help="Feature columns (float32).")
 @click.option("--cache-rows", default=50_000, show_default=True, help="Hot rows cached by the trainer.")
 @click.option("--owner-threads", default=1, show_default=True, help="Kernel threads of each owner.")
-@click.option("--folder", default=None, help="Partition folder to write (default: a temporary one).")
+@click.option("--folder", default=None,
+              help="Partition folder: reused if it holds this graph, else written (default: a temporary).")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--output", default=str(RESULTS), show_default=True)
-def main(size, parts, method, fanouts, batch, batches, dim, cache_rows, owner_threads, folder, seed,
-         output) -> None:
+def main(size, parts, method, fanouts, batch, batches, rounds, per_request, in_flight, dim, cache_rows,
+         owner_threads, folder, seed, output) -> None:
     """Distributed against single-process sampling and feature gathering on this machine."""
     import ray
 
@@ -111,7 +148,14 @@ def main(size, parts, method, fanouts, batch, batches, dim, cache_rows, owner_th
         tmp = tempfile.mkdtemp(prefix="dist_sampler-")
         folder = os.path.join(tmp, "parts")
     t1 = time.perf_counter()
-    body = write_partitions(graph, folder, parts, method=method, seed=seed, features=feats)
+    try:
+        body = load_book(folder, graph_fingerprint(graph)).manifest
+        if body["num_parts"] != parts or body["features"] != ["float32", [dim]]:
+            raise click.UsageError(f"--folder {folder} holds {body['num_parts']} parts with features "
+                                   f"{body['features']}, not --parts {parts} --dim {dim}: choose another")
+        click.echo(f"reusing the partition folder {folder}")
+    except PartitionError:
+        body = write_partitions(graph, folder, parts, method=method, seed=seed, features=feats)
     t_part = time.perf_counter() - t1
     click.echo(f"graph {time.perf_counter() - t0 - t_part:.1f} s, partition ({body['method']}) "
                f"{t_part:.1f} s: edges per part {body['balance']['edges']}, "
@@ -121,63 +165,79 @@ def main(size, parts, method, fanouts, batch, batches, dim, cache_rows, owner_th
     try:
         owners = RayOwners(folder, expect=graph_fingerprint(graph), threads=owner_threads)
         ref = NeighborSampler(graph, fan, seed=seed)
-        dist = DistNeighborSampler(owners, fan, seed=seed)
+        many = DistNeighborSampler(owners, fan, seed=seed)  # sample_many
+        many_feat = DistNeighborSampler(owners, fan, seed=seed)  # sample_many + feature rows
+        one = DistNeighborSampler(owners, fan, seed=seed)  # sample, one batch a call
         store = DistFeatureStore(owners, cache_rows=cache_rows)
         rng = np.random.default_rng(seed + 1)
         seeds = [torch.from_numpy(rng.integers(0, n, batch)) for _ in range(batches + 1)]
         warm = ref.sample(seeds[0])  # warm-up: compilation, the owners' first calls
-        identical = _same(warm, dist.sample(seeds[0]))
+        identical = all([_same(warm, s.sample(seeds[0])) for s in (many, many_feat, one)])
         store.fetch(warm[0].src_nodes)
-        stats0 = (owners.stats.requests, owners.stats.bytes_sent, owners.stats.bytes_received)
-        prof0 = (dist.profile.wait_s, dist.profile.assemble_s, dist.profile.relabel_s)
-        kern0 = owners.counters()
+        prof0 = (one.profile.wait_s, one.profile.assemble_s)
         fetch0 = (store.stats.hits, store.stats.misses, store.stats.requests, store.stats.bytes_moved)
-        t_ref = t_ref_feat = t_dist = t_dist_feat = driver_cpu = 0.0
+        clocks = {k: _Clock() for k in ("ref", "gather", "many", "many_feat", "one")}
+        traffic = {k: [0, 0] for k in ("many", "one")}  # requests, bytes
+
+        def counted(name: str, fn):
+            r0, b0 = owners.stats.requests, owners.stats.bytes_sent + owners.stats.bytes_received
+            out = fn()
+            traffic[name][0] += owners.stats.requests - r0
+            traffic[name][1] += owners.stats.bytes_sent + owners.stats.bytes_received - b0
+            return out
+
+        one_kernel = {"sample_s": 0.0, "sample_cpu_s": 0.0, "process_cpu_s": 0.0}
         edges = 0
         slowest = 0.0
-        for s in seeds[1:]:
-            a0 = time.perf_counter()
-            a = ref.sample(s)
-            a1 = time.perf_counter()
-            x_ref = feats[a[0].src_nodes]
-            a2 = time.perf_counter()
-            k_before = owners.counters()
-            b0, c0 = time.perf_counter(), time.process_time()
-            b = dist.sample(s)
-            b1 = time.perf_counter()
-            driver_cpu += time.process_time() - c0
-            x_dist = store.fetch(b[0].src_nodes)
-            b2 = time.perf_counter()
-            k_after = owners.counters()
-            slowest += max(k_after[p]["sample_s"] - k_before[p]["sample_s"] for p in k_after)
-            identical &= _same(a, b) and torch.equal(x_ref, x_dist)
-            edges += sum(x.num_edges for x in a)
-            t_ref += a1 - a0
-            t_ref_feat += a2 - a0
-            t_dist += b1 - b0
-            t_dist_feat += b2 - b0
-        kern1 = owners.counters()
+        loads = []
+        for r in range(rounds):
+            part = seeds[1 + r * batches // rounds: 1 + (r + 1) * batches // rounds]
+            loads.append(os.getloadavg()[0])
+            with clocks["ref"]:
+                want = [ref.sample(s) for s in part]
+            with clocks["gather"]:
+                want_x = [feats[a[0].src_nodes] for a in want]
+            edges += sum(x.num_edges for a in want for x in a)
+            with clocks["many"]:
+                got = counted("many", lambda part=part: list(many.sample_many(part, per_request, in_flight)))
+            identical &= all(_same(a, b) for a, b in zip(want, got, strict=True))
+            del got
+            with clocks["many_feat"]:
+                stream = many_feat.sample_many(part, per_request, in_flight)
+                got = [(b, store.fetch(b[0].src_nodes)) for b in stream]
+            identical &= all(_same(a, b) and torch.equal(xa, xb)
+                             for a, xa, (b, xb) in zip(want, want_x, got, strict=True))
+            del got
+            for s, a in zip(part, want, strict=True):
+                k_before = owners.counters()
+                with clocks["one"]:
+                    b = counted("one", lambda s=s: one.sample(s))
+                k_after = owners.counters()
+                for key in one_kernel:
+                    one_kernel[key] += _delta(k_before, k_after, key)
+                slowest += max(k_after[p]["sample_s"] - k_before[p]["sample_s"] for p in k_after)
+                identical &= _same(a, b)
         per = float(batches)
-        requests = (owners.stats.requests - stats0[0]) / per
-        sent = (owners.stats.bytes_sent - stats0[1]) / per
-        received = (owners.stats.bytes_received - stats0[2]) / per
         hits, misses = store.stats.hits - fetch0[0], store.stats.misses - fetch0[1]
         feat_requests = (store.stats.requests - fetch0[2]) / per
         feat_bytes = (store.stats.bytes_moved - fetch0[3]) / per
-        sampler_requests = requests - feat_requests
         rt = _round_trip(owners)
-        ser = _serialization(int(received - feat_bytes))
+        ser = _serialization(int(traffic["one"][1] / per))
+        one_cpu = (clocks["one"].cpu + clocks["one"].session_cpu) / per
         limits = {
-            "per_batch_s": t_dist / per,
-            "wait_s": (dist.profile.wait_s - prof0[0]) / per,
-            "assemble_s": (dist.profile.assemble_s - prof0[1]) / per,
-            "relabel_s": (dist.profile.relabel_s - prof0[2]) / per,
-            "owner_kernel_all_s": _delta(kern0, kern1, "sample_s") / per,
+            "per_batch_s": clocks["one"].wall / per,
+            "wait_s": (one.profile.wait_s - prof0[0]) / per,
+            "assemble_and_relabel_s": (one.profile.assemble_s - prof0[1]) / per,
+            "owner_kernel_all_s": one_kernel["sample_s"] / per,
             "owner_kernel_slowest_s": slowest / per,
-            "owner_kernel_cpu_s": _delta(kern0, kern1, "sample_cpu_s") / per,
-            "round_trip_s": rt, "round_trips_s": rt * sampler_requests,
-            "serialization_s": ser, "single_process_per_batch_s": t_ref / per,
-            "driver_cpu_s": driver_cpu / per,
+            "owner_kernel_cpu_s": one_kernel["sample_cpu_s"] / per,
+            "owner_process_cpu_s": one_kernel["process_cpu_s"] / per,
+            "trainer_cpu_s": clocks["one"].cpu / per,
+            "ray_session_cpu_s": clocks["one"].session_cpu / per,
+            "round_trip_s": rt, "serialization_s": ser,
+            "single_process_per_batch_s": clocks["ref"].wall / per,
+            "single_process_cpu_s": clocks["ref"].cpu / per,
+            "cpu_per_batch_s": one_cpu,
         }
     finally:
         ray.shutdown()
@@ -185,25 +245,53 @@ def main(size, parts, method, fanouts, batch, batches, dim, cache_rows, owner_th
             shutil.rmtree(tmp, ignore_errors=True)
     case = f"power-law {n}/{e} {fan} b{batch}, {parts} Ray owners"
     base = f"NeighborSampler, 1 process ({os.cpu_count()} cores)"
+    many_case = f"{case}, sample_many ({per_request} a request, {in_flight} in flight)"
+
+    def row(name: str, case: str, baseline: str) -> dict:
+        c = clocks[name]
+        base_wall, base_cpu = clocks["ref"].wall, clocks["ref"].cpu / per
+        if name == "many_feat":  # the baseline samples and gathers rows
+            base_wall += clocks["gather"].wall
+            base_cpu += clocks["gather"].cpu / per
+        ours_cpu = (c.cpu + c.session_cpu) / per
+        return {"case": case, "metric": "sampled_edges_per_s", "ours": edges / c.wall, "baseline": baseline,
+                "baseline_value": edges / base_wall, "ratio": base_wall / c.wall, "cpu_per_batch_s": ours_cpu,
+                "trainer_cpu_per_batch_s": c.cpu / per, "ray_session_cpu_per_batch_s": c.session_cpu / per,
+                "baseline_cpu_per_batch_s": base_cpu, "cpu_ratio": base_cpu / ours_cpu}
+
     rows = [
-        {"case": case, "metric": "sampled_edges_per_s", "ours": edges / t_dist, "baseline": base,
-         "baseline_value": edges / t_ref, "ratio": t_ref / t_dist},
-        {"case": case + f", features {dim} x float32, cache {cache_rows}", "metric": "sampled_edges_per_s",
-         "ours": edges / t_dist_feat, "baseline": base + " + feature gather",
-         "baseline_value": edges / t_ref_feat, "ratio": t_ref_feat / t_dist_feat},
-        {"case": case, "metric": "sampler_bytes_per_batch", "ours": sent + received - feat_bytes,
-         "requests_per_batch": sampler_requests, "sampled_edges_per_batch": edges / per},
+        row("many", many_case, base),
+        row("one", case + ", sample (one batch a call)", base),
+        row("many_feat", many_case + f", features {dim} x float32, cache {cache_rows}",
+            base + " + feature gather"),
+        {"case": case + ", one batch a call", "metric": "sampler_bytes_per_batch",
+         "ours": traffic["one"][1] / per, "requests_per_batch": traffic["one"][0] / per,
+         "sampled_edges_per_batch": edges / per},
+        {"case": many_case, "metric": "sampler_bytes_per_batch", "ours": traffic["many"][1] / per,
+         "requests_per_batch": traffic["many"][0] / per, "sampled_edges_per_batch": edges / per},
         {"case": case, "metric": "feature_bytes_per_batch", "ours": feat_bytes,
          "hit_rate": hits / max(hits + misses, 1), "requests_per_batch": feat_requests},
     ]
-    click.echo(f"identical blocks and features: {identical}; load {os.getloadavg()[0]:.1f}")
+    click.echo(f"identical blocks and features: {identical}; load at the rounds' starts {loads}, at the end "
+               f"{os.getloadavg()[0]:.1f}")
     for r in rows:
-        extra = f"  baseline {r['baseline_value']:.4g}  ratio {r['ratio']:.2f}" if "ratio" in r else ""
+        extra = ""
+        if "ratio" in r:
+            ms = {k: 1e3 * r[k] for k in ("cpu_per_batch_s", "trainer_cpu_per_batch_s",
+                                          "ray_session_cpu_per_batch_s", "baseline_cpu_per_batch_s")}
+            extra = (f"  baseline {r['baseline_value']:.4g}  ratio {r['ratio']:.2f}  cpu/batch "
+                     f"{ms['cpu_per_batch_s']:.1f} ms (trainer {ms['trainer_cpu_per_batch_s']:.1f}, Ray "
+                     f"session {ms['ray_session_cpu_per_batch_s']:.1f}) against "
+                     f"{ms['baseline_cpu_per_batch_s']:.1f} ms  cpu_ratio {r['cpu_ratio']:.2f}")
+        if "requests_per_batch" in r:
+            extra = f"  requests/batch {r['requests_per_batch']:.2f}"
         click.echo(f"{r['metric']:<26}{r['ours']:>12.4g}{extra}   {r['case']}")
-    click.echo("limits per batch: " + ", ".join(f"{k} {v:.4g}" for k, v in limits.items()))
+    click.echo("limits per batch (one batch a call): " + ", ".join(f"{k} {v:.4g}" for k, v in limits.items()))
     write_result("dist_sampler", rows, info, output, identical=bool(identical), limits=limits,
                  partition={"method": body["method"], "balance": body["balance"], "seconds": t_part},
-                 load_at_end=os.getloadavg())
+                 load_at_rounds=loads, load_at_end=os.getloadavg(),
+                 config={"per_request": per_request, "in_flight": in_flight, "rounds": rounds,
+                         "owner_threads": owner_threads})
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 
 `owner_loop` builds the core's layer loop (`samplers.layers.LayerLoop`) over an owner's rows as one
 plain relation with the uniform, weighted or LABOR-0 mode (`samplers.modes`); `sample_owned_rows` runs its
-per-layer entry point, `LayerLoop.sample_relation`, for a frontier; `relabel_sources` is the core's
-relabelling (`samplers.kernels.cpu.relabel`), run by the trainer on the assembled layer. A row's draws
+per-layer entry point, `LayerLoop.sample_relation`, for a frontier; `relabel_dst`, `relabel_src` and
+`Workspace` are the core's relabelling kernels and their map (`samplers.kernels.cpu`), which the
+trainer runs as it assembles a layer (`samplers.distributed.assemble`). A row's draws
 are keyed by (layer key, global node id) and the row's CSC positions (docs/architecture.md#sampling-rules),
 so an owner that keeps each owned row's in-edges in the graph's CSC order, indexed by global node id,
 draws exactly what the whole-graph sampler draws for that row. LABOR-0's per-source variates are keyed
@@ -15,10 +16,13 @@ from __future__ import annotations
 import numpy as np
 
 from samplers.kernels import cpu
+from samplers.kernels.cpu import Workspace
+from samplers.kernels.cpu.relabel import relabel_dst, relabel_src
 from samplers.layers import LayerLoop
 from samplers.modes import LaborMode, LayerRequest, RelationArrays, UniformMode, WeightedMode
 
-__all__ = ["KINDS", "NODE", "RELATION", "layer_key", "owner_loop", "relabel_sources", "sample_owned_rows"]
+__all__ = ["KINDS", "NODE", "RELATION", "Workspace", "layer_key", "owner_loop", "relabel_dst", "relabel_src",
+           "sample_owned_rows"]
 
 KINDS = ("neighbor", "labor")
 """The samplers owners serve: neighbour sampling (uniform or weighted) and LABOR-0."""
@@ -69,10 +73,3 @@ def sample_owned_rows(loop: LayerLoop, dst: np.ndarray, fanout: int, key: int, v
     weights = None if edges.weights is None else np.asarray(edges.weights).astype(np.float32)
     return np.diff(edges.indptr), edges.src, edges.edge_ids, weights
 
-
-def relabel_sources(dst: np.ndarray, src: np.ndarray, node_map: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Local ids of a layer's sources: the destinations first, then new sources in order of first
-    occurrence (``node_map``: int32 [N], all -1, left all -1).
-
-    Returns src_nodes int64 [S] and local int64 [nnz]."""
-    return cpu.relabel(dst, src, node_map)

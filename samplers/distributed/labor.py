@@ -49,8 +49,8 @@ class DistLaborSampler(DistNeighborSampler):
                  layer_dependency: bool = False, seed: int | None = None) -> None:
         super().__init__(owners, fanouts, replace=False, weighted=weighted, seed=seed)
         self.layer_dependency = bool(layer_dependency)
+        self.kind = "labor"
 
-    def _request(self, call: int, layer: int) -> tuple:
+    def _keys(self, call: int, layer: int) -> tuple[int, int]:
         variate_layer = 0 if self.layer_dependency else layer
-        return (self.fanouts[layer], False, layer_key(self.seed, call, layer), self.weighted, "labor",
-                layer_key(self.seed, call, variate_layer))
+        return layer_key(self.seed, call, layer), layer_key(self.seed, call, variate_layer)

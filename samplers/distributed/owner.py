@@ -18,9 +18,12 @@ import numpy as np
 
 from graphrl.partition import load_partition
 from graphrl.threads import team_size
+from samplers.distributed.assemble import pack_reply
 from samplers.distributed.core import KINDS, owner_loop, sample_owned_rows
 
 __all__ = ["PartitionOwner"]
+
+_INT32_MAX = np.iinfo(np.int32).max
 
 
 class PartitionOwner:
@@ -61,18 +64,17 @@ class PartitionOwner:
         self.indptr = np.zeros(p.num_nodes + 1, dtype=np.int64)
         np.cumsum(counts, out=self.indptr[1:])
         self._loops: dict[tuple, object] = {}  # the core's layer loop per (kind, weighted, replace)
-        # replies in the narrowest type that holds the ids: half the bytes below 2^31 nodes / edges
-        self._node_dtype = np.int32 if p.num_nodes <= np.iinfo(np.int32).max else np.int64
-        small_edges = int(p.edge_ids.max(initial=0)) <= np.iinfo(np.int32).max
-        self._edge_dtype = np.int32 if small_edges else np.int64
+        # replies in int32 where the graph's node ids, edge ids and counts fit it: half the bytes
+        self._wide = max(p.num_nodes, int(p.edge_ids.max(initial=0)), p.indices.shape[0]) > _INT32_MAX
         self._busy = {"sample_s": 0.0, "sample_cpu_s": 0.0, "rows_s": 0.0, "requests": 0}
 
     def _threads(self) -> int:
         return team_size() if self.threads is None else min(self.threads, team_size())
 
     def counters(self) -> dict:
-        """Requests served, and seconds spent in `sample` (wall and this process's CPU) and `rows`."""
-        return dict(self._busy)
+        """Requests served, seconds spent in `sample` (wall and this process's CPU) and `rows`, and
+        ``process_cpu_s``: the CPU seconds of this owner's process so far (the engine's work included)."""
+        return {**self._busy, "process_cpu_s": time.process_time()}
 
     def info(self) -> dict:
         """Part, folder, fingerprint, manifest sha256, process id, owned node, edge and halo counts."""
@@ -84,15 +86,24 @@ class PartitionOwner:
                 "halo": int(p.halo.shape[0]), "weighted": p.weights is not None, "features": feats,
                 "labels": None if p.labels is None else str(p.labels.dtype)}
 
-    def sample(self, dst: np.ndarray, fanout: int, replace: bool, key: int, weighted: bool,
-               kind: str = "neighbor", variate_key: int | None = None) -> tuple:
-        """One layer's draws for owned rows ``dst`` (int64 [D], global ids, trusted owned), by the
-        neighbour sampler's rules or LABOR-0's (``kind="labor"``; ``variate_key`` its variates' key,
-        ``key`` by default).
+    def sample(self, dst: np.ndarray, bounds: np.ndarray, fanout: int, replace: bool, keys: np.ndarray,
+               weighted: bool, kind: str = "neighbor", variate_keys: np.ndarray | None = None) -> tuple:
+        """One layer's draws for owned rows of one or more batches, by the neighbour sampler's rules or
+        LABOR-0's (``kind="labor"``).
 
-        Returns counts [D], sources [nnz] (global ids), edge ids [nnz], rows in the order of ``dst``
-        (int32 where the graph's node ids (sources) or edge ids (counts, edge ids) fit it, else int64),
-        and LABOR's edge weights (float32 [nnz]) or None.
+        Parameters
+        ----------
+        dst : int32 or int64 [D], global ids, trusted owned: K batches' rows one after another
+        bounds : int64 [K + 1], batch b's rows are ``dst[bounds[b]:bounds[b + 1]]``
+        fanout : int; replace : bool; weighted : bool
+        keys : uint64 [K], each batch's layer key; variate_keys : uint64 [K] or None (``keys``), the keys
+            of LABOR's per-source variates
+
+        Returns
+        -------
+        One buffer of `samplers.distributed.assemble.pack_reply` (int32 where the graph's ids and the
+        counts fit it, else int64) and LABOR's edge weights (float32 [nnz], batches one after another)
+        or None.
 
         Raises
         ------
@@ -110,14 +121,17 @@ class PartitionOwner:
                 raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
             self._loops[mode] = owner_loop(self.indptr, p.indices, p.edge_ids, p.num_nodes,
                                            p.weights if weighted else None, bool(replace), kind)
-        vkey = key if variate_key is None else variate_key
-        counts, src, eids, w = sample_owned_rows(self._loops[mode], dst, fanout, key, vkey, self._threads())
-        out = (counts.astype(self._edge_dtype), src.astype(self._node_dtype), eids.astype(self._edge_dtype),
-               w)
+        vkeys = keys if variate_keys is None else variate_keys
+        dst = np.asarray(dst, dtype=np.int64)
+        threads = self._threads()
+        draws = [sample_owned_rows(self._loops[mode], dst[bounds[b]:bounds[b + 1]], fanout, int(keys[b]),
+                                   int(vkeys[b]), threads) for b in range(len(keys))]
+        out = pack_reply(draws, self._wide or fanout > _INT32_MAX)
+        weights = None if not draws or draws[0][3] is None else np.concatenate([d[3] for d in draws])
         self._busy["sample_s"] += time.perf_counter() - t0
         self._busy["sample_cpu_s"] += time.process_time() - c0
         self._busy["requests"] += 1
-        return out
+        return out, weights
 
     def rows(self, ids: np.ndarray, name: str = "features") -> np.ndarray:
         """Rows of owned nodes ``ids`` (int64 [K], global) of ``"features"`` ([K, F]) or ``"labels"`` ([K]).

@@ -2,12 +2,13 @@
 
 Each layer's frontier is split by owner (the partition book, `graphrl.partition.PartitionBook`), sent
 as one request per owner per layer (`samplers.distributed.owners`), drawn there by the sampling core
-(`samplers.distributed.core`), and put back in frontier order; the trainer relabels the layer as the
-whole-graph sampler does. Draws are keyed by (seed, call, layer, global node id) and a row's CSC
-positions, which owners keep, so for the same seed the n-th call returns the blocks `NeighborSampler`'s
-n-th call returns on the whole graph (uniform or weighted, with or without replacement). A call that
-fails (an owner died) does not advance the call counter: after `restart` the same batch comes again.
-See docs/architecture.md#partitioned-graphs.
+(`samplers.distributed.core`), and put back in frontier order and relabelled in one pass
+(`samplers.distributed.assemble`), as the whole-graph sampler relabels. Draws are keyed by (seed,
+call, layer, global node id) and a row's CSC positions, which owners keep, so for the same seed the
+n-th call returns the blocks `NeighborSampler`'s n-th call returns on the whole graph (uniform or
+weighted, with or without replacement). `sample_many` keeps several batches in flight, so owners draw
+one batch while the trainer assembles another. A call that fails (an owner died) does not advance the
+call counter: after `restart` the same batch comes again. See docs/architecture.md#partitioned-graphs.
 """
 
 from __future__ import annotations
@@ -15,19 +16,24 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import islice
 
 import numpy as np
 import torch
 
 from samplers._checks import check_fanouts, check_seed_and_replace, check_seeds
 from samplers.block import Block, Blocks
-from samplers.distributed.assemble import scatter_rows, split_by_owner
-from samplers.distributed.core import layer_key, relabel_sources
+from samplers.distributed.assemble import assemble_layer, group_by_owner, unpack_reply
+from samplers.distributed.core import Workspace, layer_key
 from samplers.distributed.owners import check_owners
 
 __all__ = ["DistNeighborSampler", "SampleProfile"]
+
+_INT32_MAX = np.iinfo(np.int32).max
 
 
 @dataclass
@@ -35,14 +41,21 @@ class SampleProfile:
     """Where a sampler's calls spent their time (seconds, summed over calls).
 
     ``wait_s``: waiting for the owners' answers (their kernels, the transfers, the engine's round
-    trips); ``assemble_s``: splitting frontiers by owner and putting the answers back in frontier order
-    (copies); ``relabel_s``: the relabelling; ``calls``: `DistNeighborSampler.sample` calls.
+    trips); ``assemble_s``: splitting frontiers by owner, and putting the answers back in frontier
+    order and relabelling them (one pass); ``calls``: batches sampled (`DistNeighborSampler.sample`
+    calls and batches of `DistNeighborSampler.sample_many`). With batches in flight at once, the
+    seconds of one overlap another's.
     """
 
     wait_s: float = 0.0
     assemble_s: float = 0.0
-    relabel_s: float = 0.0
     calls: int = 0
+
+    def add(self, other: SampleProfile) -> None:
+        """Add ``other``'s seconds and calls to these."""
+        self.wait_s += other.wait_s
+        self.assemble_s += other.assemble_s
+        self.calls += other.calls
 
 
 class DistNeighborSampler:
@@ -65,7 +78,7 @@ class DistNeighborSampler:
     -----
     Requests per call: at most P per layer. Bytes per call: 8 per frontier node sent, 4 per row and 8
     per sampled edge received (below 2^31 nodes and edges; 8 and 16 above). The trainer holds the
-    book (4 bytes per node) and a relabelling map (4 bytes per node).
+    book (4 bytes per node) and a relabelling map (4 bytes per node; one per batch in flight).
     ``sampled_edges`` counts edges drawn; ``owners.stats`` the requests and bytes.
 
     Raises
@@ -99,21 +112,26 @@ class DistNeighborSampler:
         self._calls = 0
         self.profile = SampleProfile()
         """Time spent per part of a call (`SampleProfile`); ``owners.stats`` has requests and bytes."""
-        self._node_map = np.full(self.book.num_nodes, -1, dtype=np.int32)
-
+        self.kind = "neighbor"
+        """The owners' sampling rule (`samplers.distributed.core.KINDS`)."""
+        self._workspaces = [self._workspace()]  # relabelling maps: one per batch in flight
+        self._streaming = False
         self._lock = threading.Lock()
 
+    def _workspace(self) -> Workspace:
+        return Workspace(self.book.num_nodes, np.int32 if self.book.num_nodes <= _INT32_MAX else np.int64)
+
     def __getstate__(self) -> dict:
-        """The sampler without its lock and relabelling map (rebuilt by `__setstate__`)."""
+        """The sampler without its lock and relabelling maps (rebuilt by `__setstate__`)."""
         with self._lock:
             state = self.__dict__.copy()
-        del state["_lock"], state["_node_map"]
+        del state["_lock"], state["_workspaces"]
         return state
 
     def __setstate__(self, state: dict) -> None:
         """Restore a pickled sampler (`__getstate__`)."""
         self.__dict__.update(state)
-        self._node_map = np.full(self.book.num_nodes, -1, dtype=np.int32)
+        self._workspaces = [self._workspace()]
         self._lock = threading.Lock()
 
     @property
@@ -141,60 +159,154 @@ class DistNeighborSampler:
             An owner died or failed; the call counter is not advanced.
         TimeoutError
             Owners did not answer within `RayOwners`' ``timeout_s``; the call counter is not advanced.
+        RuntimeError
+            A `sample_many` stream of this sampler is being read.
         """
         dst = check_seeds(seeds, self.book.num_nodes)
         with self._lock:
-            blocks = self._sample(dst, self._calls)
-            self._calls += 1
-            self.profile.calls += 1
-            self.sampled_edges += sum(b.num_edges for b in blocks)
+            if self._streaming:
+                raise RuntimeError("sample() while a sample_many() stream of this sampler is being read: "
+                                   "finish or close the stream first (they share the call counter)")
+            (blocks,), profile = self._wave([dst], [self._calls], self._workspaces[:1])
+            self.profile.add(profile)
+            self._count(blocks)
         return blocks
 
-    def _request(self, call: int, layer: int) -> tuple:
-        """What every owner is asked for one layer, after the frontier: (fanout, replace, key, weighted)."""
-        return (self.fanouts[layer], self.replace, layer_key(self.seed, call, layer), self.weighted)
+    def _count(self, blocks: Blocks) -> None:
+        self._calls += 1
+        self.sampled_edges += sum(b.num_edges for b in blocks)
 
-    def _layer(self, dst: np.ndarray, tail: tuple) -> tuple:
-        """out_indptr [D + 1], sources [nnz], edge ids [nnz] and edge weights (float32 [nnz] or None) of one
-        layer, rows in the order of ``dst``; ``tail`` the request after the frontier (`_request`)."""
-        t0 = time.perf_counter()
-        order, slices = split_by_owner(dst, self.book.node_part, self.book.num_parts)
-        sorted_dst = dst[order]
-        requests = {p: (sorted_dst[s], *tail) for p, s in slices.items()}
-        t1 = time.perf_counter()
-        results = self.owners.call("sample", requests)
-        t2 = time.perf_counter()
-        self.profile.wait_s += t2 - t1
-        counts_sorted = np.zeros(dst.shape[0], dtype=np.int64)
-        for p, s in slices.items():
-            counts_sorted[s] = results[p][0]
-        counts = np.empty_like(counts_sorted)
-        counts[order] = counts_sorted
-        out_indptr = np.zeros(dst.shape[0] + 1, dtype=np.int64)
-        np.cumsum(counts, out=out_indptr[1:])
-        nnz = int(out_indptr[-1])
-        src = np.empty(nnz, dtype=np.int64)
-        eids = np.empty(nnz, dtype=np.int64)
-        weighted = any(results[p][3] is not None for p in slices)
-        weights = np.empty(nnz, dtype=np.float32) if weighted else None
-        for p, s in slices.items():
-            c, psrc, peid, pw = results[p]
-            scatter_rows(order[s], c, psrc, peid, out_indptr, src, eids, pw, weights)
-        self.profile.assemble_s += (t1 - t0) + (time.perf_counter() - t2)
-        return out_indptr, src, eids, weights
+    def sample_many(self, batches: Iterable, batches_per_request: int = 4,
+                    in_flight: int = 2) -> Iterator[Blocks]:
+        """Blocks for each batch of seeds in turn, as successive `sample` calls give them, drawn
+        ``batches_per_request`` batches at a time (one request per owner per layer carries them all, so
+        the engine's cost per request is shared) with up to ``in_flight`` such groups at once (threads
+        of this process: the owners draw one group while the trainer assembles another).
 
-    def _sample(self, dst: np.ndarray, call: int) -> Blocks:
-        blocks = Blocks()
+        Parameters
+        ----------
+        batches : iterable of torch.Tensor, integer, shape [B_k], in [0, N)
+            Read up to ``batches_per_request * in_flight`` ahead of the blocks yielded.
+        batches_per_request : int >= 1
+        in_flight : int >= 1
+            Each batch in flight holds a relabelling map (4 bytes per node).
+
+        Yields
+        ------
+        Blocks
+            Batch k's blocks, equal to `NeighborSampler`'s (k + 1)-th call after this sampler's calls.
+
+        Raises
+        ------
+        TypeError, ValueError
+            Bad ``batches_per_request`` or ``in_flight``, or a bad batch (when it is read, ahead of the
+            blocks yielded).
+        samplers.distributed.OwnerError, TimeoutError
+            As `sample`, when the failed batch's turn comes: the batches before it were yielded and
+            counted, it and the ones after it are not (they come again from the next call).
+        RuntimeError
+            Another stream of this sampler is being read.
+
+        The call counter advances by the batches yielded; `sample` refuses while the stream is read.
+        """
+        for name, v in (("batches_per_request", batches_per_request), ("in_flight", in_flight)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+        with self._lock:
+            if self._streaming:
+                raise RuntimeError("sample_many() while another stream of this sampler is being read")
+            self._streaming = True
+        try:
+            yield from self._stream(iter(batches), batches_per_request, in_flight)
+        finally:
+            with self._lock:
+                self._streaming = False
+
+    def _stream(self, batches: Iterator, per: int, in_flight: int) -> Iterator[Blocks]:
+        while len(self._workspaces) < per * in_flight:
+            self._workspaces.append(self._workspace())
+        free = [self._workspaces[i * per:(i + 1) * per] for i in range(in_flight)]
+
+        def run(dsts: list[np.ndarray], calls: list[int]) -> tuple[list[Blocks], SampleProfile]:
+            workspaces = free.pop()
+            try:
+                return self._wave(dsts, calls, workspaces)
+            finally:
+                free.append(workspaces)
+
+        pending: deque = deque()
+        next_call = self._calls
+        with ThreadPoolExecutor(in_flight, thread_name_prefix="dist-sampler") as pool:
+            try:
+                while True:
+                    while len(pending) < in_flight:
+                        dsts = [check_seeds(s, self.book.num_nodes) for s in islice(batches, per)]
+                        if not dsts:
+                            break
+                        pending.append(pool.submit(run, dsts, list(range(next_call, next_call + len(dsts)))))
+                        next_call += len(dsts)
+                    if not pending:
+                        return
+                    wave, profile = pending.popleft().result()
+                    with self._lock:
+                        self.profile.add(profile)
+                    for blocks in wave:
+                        with self._lock:
+                            self._count(blocks)
+                        yield blocks
+            finally:
+                for f in pending:
+                    f.cancel()
+
+    def _keys(self, call: int, layer: int) -> tuple[int, int]:
+        """The layer key of one layer of one call, and its per-source variates' key (LABOR)."""
+        key = layer_key(self.seed, call, layer)
+        return key, key
+
+    def _wave(self, dsts: list[np.ndarray], calls: list[int],
+              workspaces: list[Workspace]) -> tuple[list[Blocks], SampleProfile]:
+        """The blocks of the batches ``dsts`` (int64 [B_b]), calls ``calls``: each layer one request per
+        owner for them all."""
+        book, k = self.book, len(dsts)
+        profile = SampleProfile(calls=k)
+        blocks = [Blocks() for _ in dsts]
+        dsts = list(dsts)
         for layer in range(self.num_layers - 1, -1, -1):
-            out_indptr, src, eids, weights = self._layer(dst, self._request(call, layer))
             t0 = time.perf_counter()
-            src_nodes, local = relabel_sources(dst, src, self._node_map)
-            self.profile.relabel_s += time.perf_counter() - t0
-            src_t = torch.from_numpy(src_nodes)
-            blocks.append(Block(src_nodes=src_t, dst_nodes=src_t[: dst.shape[0]],
-                                indptr=torch.from_numpy(out_indptr), indices=torch.from_numpy(local),
-                                edge_ids=torch.from_numpy(eids),
-                                edge_weights=None if weights is None else torch.from_numpy(weights)))
-            dst = src_nodes
-        blocks.reverse()
-        return blocks
+            groups = [group_by_owner(d, book.node_part, book.num_parts) for d in dsts]
+            rows = np.stack([np.diff(g[1]) for g in groups])  # [K, P]
+            keys = np.array([self._keys(c, layer) for c in calls], dtype=np.uint64)  # [K, 2]
+            tail = (self.fanouts[layer], self.replace, keys[:, 0], self.weighted, self.kind, keys[:, 1])
+            requests = {}
+            for p in np.flatnonzero(rows.sum(0)).tolist():
+                bounds = np.zeros(k + 1, dtype=np.int64)
+                np.cumsum(rows[:, p], out=bounds[1:])
+                segs = [g[0][g[1][p]:g[1][p + 1]] for g in groups]
+                requests[p] = (segs[0] if k == 1 else np.concatenate(segs), bounds, *tail)
+            t1 = time.perf_counter()
+            results = self.owners.call("sample", requests)
+            t2 = time.perf_counter()
+            parts, weights = {}, {}
+            for p, (reply, w) in results.items():
+                parts[p], nnz = unpack_reply(reply, rows[:, p].tolist())
+                if w is not None:
+                    weights[p] = np.split(w, np.cumsum(nnz)[:-1])
+            empty = np.empty(0, dtype=next(iter(results.values()))[0].dtype if results else np.int32)
+            no_weights = np.empty(0, dtype=np.float32)
+            for b in range(k):
+                replies = [parts[p][b] if p in parts else empty for p in range(book.num_parts)]
+                w_b = [weights[p][b] if p in weights else no_weights for p in range(book.num_parts)] \
+                    if weights else None
+                layer_b = assemble_layer(dsts[b], groups[b][2], rows[b], replies, w_b, workspaces[b])
+                out_indptr, src_nodes, local, eids, w = layer_b
+                src_t = torch.from_numpy(src_nodes)
+                blocks[b].append(Block(src_nodes=src_t, dst_nodes=src_t[: dsts[b].shape[0]],
+                                       indptr=torch.from_numpy(out_indptr), indices=torch.from_numpy(local),
+                                       edge_ids=torch.from_numpy(eids),
+                                       edge_weights=None if w is None else torch.from_numpy(w)))
+                dsts[b] = src_nodes
+            profile.wait_s += t2 - t1
+            profile.assemble_s += (t1 - t0) + (time.perf_counter() - t2)
+        for x in blocks:
+            x.reverse()
+        return blocks, profile

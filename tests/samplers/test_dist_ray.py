@@ -57,6 +57,10 @@ def test_ray_owners_sample_and_fetch(setup):
     seeds = torch.arange(0, N, 5)
     _same(NeighborSampler(graph, [4, 3], seed=9).sample(seeds), DistNeighborSampler(owners, [4, 3], seed=9)
           .sample(seeds))
+    ref, dist = NeighborSampler(graph, [4, 3], seed=2), DistNeighborSampler(owners, [4, 3], seed=2)
+    batches = [torch.arange(lo, N, 9) for lo in range(5)]  # two groups in flight at once, over Ray
+    for b, blocks in zip(batches, dist.sample_many(batches, batches_per_request=2, in_flight=2), strict=True):
+        _same(ref.sample(b), blocks)
     assert DistFeatureStore(owners).fetch(torch.tensor([5, 1, 700]))[:, 0].tolist() == [5.0, 1.0, 700.0]
     assert {owners.info(p)["part"] for p in range(2)} == {0, 1} and owners.stats.bytes_received > 0
     with pytest.raises(PartitionError, match="another graph"):

@@ -214,3 +214,76 @@ def test_owners_of_another_type_are_refused_by_name(owners):
     with pytest.raises(TypeError, match="owners must be LocalOwners or RayOwners .* got NoneType"):
         DistFeatureStore(None)
     assert DistFeatureStore(owners, cache_rows=np.int64(3)).cache_ids.shape == (3,)
+
+
+@pytest.mark.parametrize(("per", "in_flight"), [(3, 2), (1, 1), (4, 3)])
+def test_sample_many_equals_successive_calls_with_one_request_per_owner_per_layer(graph, owners, per,
+                                                                                  in_flight):
+    rng = np.random.default_rng(per)
+    batches = [torch.from_numpy(rng.integers(0, N, int(rng.integers(0, 30)))) for _ in range(7)]
+    batches[2] = torch.empty(0, dtype=torch.int64)  # an empty batch among others
+    ref = NeighborSampler(graph, [4, -1, 3], weights=True, seed=12)
+    dist = DistNeighborSampler(owners, [4, -1, 3], weighted=True, seed=12)
+    _same(ref.sample(batches[0]), dist.sample(batches[0]))  # a call before the stream: the stream goes on
+    before = owners.stats.requests
+    got = list(dist.sample_many(batches[1:], batches_per_request=per, in_flight=in_flight))
+    assert len(got) == 6
+    for seeds, blocks in zip(batches[1:], got, strict=True):
+        _same(ref.sample(seeds), blocks)
+    waves = -(-6 // per)
+    assert owners.stats.requests - before <= waves * 3 * P  # one request per owner per layer per group
+    assert dist.sampled_edges == ref.sampled_edges and dist.profile.calls == 7
+    _same(ref.sample(batches[3]), dist.sample(batches[3]))  # the counter advanced by the batches yielded
+
+
+def test_sample_many_labor_weights_equal_labor_sampler(graph, owners):
+    ref = LaborSampler(graph, [4, 6], importance_sampling=0, weights=True, seed=3)
+    dist = DistLaborSampler(owners, [4, 6], weighted=True, seed=3)
+    batches = [torch.arange(lo, lo + 25) for lo in range(0, 125, 25)]
+    for seeds, b in zip(batches, dist.sample_many(batches, batches_per_request=2), strict=True):
+        a = ref.sample(seeds)
+        _same(a, b)
+        for x, y in zip(a, b, strict=True):
+            assert torch.equal(x.edge_weights, y.edge_weights)
+
+
+def test_sample_many_failure_yields_the_batches_before_and_counts_only_them(graph, owners, monkeypatch):
+    ref = NeighborSampler(graph, [3, 3], seed=21)
+    dist = DistNeighborSampler(owners, [3, 3], seed=21)
+    batches = [torch.arange(lo, N, 37) for lo in range(6)]
+    real = owners.owners[0].sample
+    calls = []
+
+    def flaky(*args):
+        calls.append(1)
+        if len(calls) == 3:  # the second group's first layer
+            raise ConnectionError("owner process gone")
+        return real(*args)
+
+    monkeypatch.setattr(owners.owners[0], "sample", flaky)
+    got = []
+    with pytest.raises(OwnerError, match="partition owner 0 .* owner process gone"):
+        for blocks in dist.sample_many(batches, batches_per_request=2, in_flight=1):
+            got.append(blocks)
+    assert len(got) == 2
+    monkeypatch.setattr(owners.owners[0], "sample", real)
+    for seeds, blocks in zip(batches, [*got, *dist.sample_many(batches[2:])], strict=True):
+        _same(ref.sample(seeds), blocks)  # the failed group's batches come again, whole
+
+
+def test_sample_many_refusals(owners):
+    dist = DistNeighborSampler(owners, [2], seed=0)
+    with pytest.raises(ValueError, match="batches_per_request must be an int >= 1, got 0"):
+        next(dist.sample_many([torch.arange(3)], batches_per_request=0))
+    with pytest.raises(ValueError, match="in_flight must be an int >= 1, got True"):
+        next(dist.sample_many([torch.arange(3)], in_flight=True))
+    stream = dist.sample_many([torch.arange(3)] * 3, batches_per_request=1)
+    next(stream)
+    with pytest.raises(RuntimeError, match="while a sample_many"):
+        dist.sample(torch.arange(3))
+    with pytest.raises(RuntimeError, match="another stream"):
+        next(dist.sample_many([torch.arange(3)]))
+    stream.close()  # closed early: the counter holds the one batch read
+    assert dist.profile.calls >= 1 and dist.sample(torch.arange(3))[0].num_edges >= 0
+    with pytest.raises(ValueError, match="seeds"):
+        list(dist.sample_many([torch.tensor([N])]))
