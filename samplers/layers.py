@@ -230,29 +230,32 @@ class LayerLoop:
                     block, dst = self._fused_cuda_layer(rel, dst[rel[2]], fused)
                     out.append(block)
                     continue
-            fused = self._sample_fused(dst, fanouts, layer, seed, call, fused_excluded)
+            fused, joined = self._sample_fused(dst, fanouts, layer, seed, call, fused_excluded)
             sampled = {rel: fused[rel] if rel in fused else self.sample_relation(rel, request(rel))
                        for rel in self.relations}
-            block, dst, times = self._relabel(dst, times, sampled)
+            block, dst, times = self._relabel(dst, times, sampled, joined)
             out.append(block)
         out.reverse()
         return out
 
     def _sample_fused(self, dst: dict, fanouts: Mapping, layer: int, seed: int, call: int,
-                      excluded: Any) -> dict:
-        """The relations of one layer that the typed CSC takes, sampled in one launch per kernel."""
+                      excluded: Any) -> tuple[dict, dict]:
+        """The relations of one layer that the typed CSC takes, sampled in one launch per kernel: their
+        `LayerEdges`, and per source type the relations whose sources are joined in one view (requests
+        grouped by source type, in the graph's order within a type)."""
         csc = self.typed_csc
         if csc is None:
-            return {}
+            return {}, {}
         from samplers.kernels.cuda.typed import TypedRequest, sample_typed_layer
 
         requests = [TypedRequest(rel, fanouts[rel][layer], self.relation_key(rel, seed, call, layer),
                                  self.modes[rel].replace)
                     for rel in csc.relations if csc.fits(rel, fanouts[rel][layer], self.modes[rel].replace)]
         if not requests:
-            return {}
+            return {}, {}
+        requests.sort(key=lambda req: self.type_index[req.relation[0]])  # stable: graph order within a type
         out = sample_typed_layer(csc, dst, requests, excluded, self.launches)
-        return {rel: LayerEdges(*edges) for rel, edges in out.items()}
+        return {rel: LayerEdges(*edges) for rel, edges in out.edges.items()}, out.sources
 
     def cuda_workspace(self) -> Any:
         """A plain graph on CUDA: this loop's `samplers.kernels.cuda.workspace.CudaWorkspace` for torch's
@@ -292,8 +295,11 @@ class LayerLoop:
                            src_times=None if src_times is None else {t: torch.from_numpy(src_times)})
         return layer, {t: src_nodes}, None if src_times is None else {t: src_times}
 
-    def _relabel(self, dst: dict, times: dict | None, sampled: dict[Any, LayerEdges]) -> tuple:
-        """Relabel one layer per source type: (the layer, next destinations, their times or None)."""
+    def _relabel(self, dst: dict, times: dict | None, sampled: dict[Any, LayerEdges],
+                 joined: Mapping | None = None) -> tuple:
+        """Relabel one layer per source type: (the layer, next destinations, their times or None).
+        ``joined`` maps a source type to (relations, their sources in one view): used as they are when
+        the relations are the type's (CUDA)."""
         on_cpu = self.device == "cpu"
         as_torch = torch.from_numpy if on_cpu else cuda_to_torch
         if not on_cpu:
@@ -316,7 +322,10 @@ class LayerLoop:
                     nodes, tkeys, loc = cpu.relabel_pairs(dst[t], cpu.time_keys(times[t]), flat, flat_tk)
                     next_times[t] = cpu.from_time_keys(tkeys, times[t].dtype)
             else:
-                flat = ck.concat(parts, parts[0].dtype if parts else np.int64)
+                if joined and t in joined and joined[t][0] == tuple(rels):
+                    flat = joined[t][1]  # the fused layer's sources of this type, one view
+                else:
+                    flat = ck.concat(parts, parts[0].dtype if parts else np.int64)
                 if times is None:
                     nodes, loc = ck.relabel_cuda(dst[t], flat)
                 else:

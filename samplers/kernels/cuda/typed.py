@@ -46,7 +46,7 @@ from samplers.kernels.cuda.uniform import THREAD_FANOUT_MAX, uniform_row
 from samplers.kernels.cuda.weighted import eligible_weighted, weighted_row
 from samplers.kernels.reference import SHORT_ROW_MAX
 
-__all__ = ["TypedCsc", "TypedRequest", "sample_typed_layer", "typed_plan", "typed_rows"]
+__all__ = ["TypedCsc", "TypedEdges", "TypedRequest", "sample_typed_layer", "typed_plan", "typed_rows"]
 
 WEIGHTED = np.int64(1)
 """Item flag: the relation draws by weight."""
@@ -294,8 +294,25 @@ def _read_at(arr: Any, at_device: Any, at_host: np.ndarray) -> np.ndarray:
     return arr.copy_to_host()[at_host]
 
 
+@dataclass
+class TypedEdges:
+    """One fused layer's sampled edges (device arrays, views of one output per layer).
+
+    Attributes
+    ----------
+    edges : dict Relation -> (indptr int64 [D_r + 1], src [nnz_r] in the indices' dtype, edge_ids int64
+        [nnz_r])
+    sources : dict str -> (tuple of Relation, src view)
+        Per source type whose relations were requested one after another: those relations and their
+        sources joined (one view, no copy), ready for the per-type relabelling.
+    """
+
+    edges: dict
+    sources: dict
+
+
 def sample_typed_layer(csc: TypedCsc, frontier: Mapping[str, Any], requests: list[TypedRequest],
-                       excluded: Any, launches: Counter | None = None) -> dict:
+                       excluded: Any, launches: Counter | None = None) -> TypedEdges:
     """One layer of several relations in one launch per kernel.
 
     Parameters
@@ -305,7 +322,9 @@ def sample_typed_layer(csc: TypedCsc, frontier: Mapping[str, Any], requests: lis
         The layer's destinations per node type (relation r's rows are those of its destination type,
         ``r[2]``).
     requests : list of TypedRequest
-        The relations to sample (each fitting `TypedCsc.fits`), in the graph's order.
+        The relations to sample (each fitting `TypedCsc.fits`); the outputs follow this order, so
+        relations of one source type listed one after another have their sources joined in
+        `TypedEdges.sources`.
     excluded : device int64 [X]
         `TypedCsc.excluded`'s positions.
     launches : Counter or None
@@ -313,9 +332,8 @@ def sample_typed_layer(csc: TypedCsc, frontier: Mapping[str, Any], requests: lis
 
     Returns
     -------
-    dict Relation -> (indptr int64 [D_r + 1], src [nnz_r] in the indices' dtype, edge_ids int64 [nnz_r])
-        Device arrays, views of one output per layer (the layer's keys give the per-relation launches'
-        edges).
+    TypedEdges
+        The edges per relation (each relation's key gives the per-relation launches' edges).
     """
     launches = Counter() if launches is None else launches
     stream = kernel_stream()
@@ -363,8 +381,11 @@ def sample_typed_layer(csc: TypedCsc, frontier: Mapping[str, Any], requests: lis
                g.weights, prefix, positive, flat, d_item_off, d_row_base, d_dst_base, d_flags, d_keys,
                excluded, out_indptr, src, eids, rel_indptr, stream=stream)
         launches["rows"] += 1
-    out = {}
+    out, runs = {}, {}
     for k, req in enumerate(requests):
         lo, hi = int(bounds[k]), int(bounds[k + 1])
         out[req.relation] = (rel_indptr[item_off[k] + k:item_off[k + 1] + k + 1], src[lo:hi], eids[lo:hi])
-    return out
+        runs.setdefault(req.relation[0], []).append(k)
+    sources = {t: (tuple(requests[k].relation for k in ks), src[int(bounds[ks[0]]):int(bounds[ks[-1] + 1])])
+               for t, ks in runs.items() if ks[-1] - ks[0] == len(ks) - 1}
+    return TypedEdges(out, sources)
