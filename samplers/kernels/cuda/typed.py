@@ -6,14 +6,14 @@ destination) segments (relation r's rows start at ``row_base[r]``, its edges at 
 indices in one dtype, edge ids (positions where a relation has none), and with any weighted relation
 the weights and their per-row prefix sums. `TypedCsc.relation_graph` is one relation's `CudaGraph`
 over the same memory (its own small indptr), for layers a relation cannot take through the fused
-path. A layer then launches ``typed_plan`` (each item's output count) once, scans once, and launches
-``typed_rows`` (choose and gather) once, whatever the number of relations; the outputs are split per
-relation into views. Each item draws with its relation's key and its node id, through the per-row
-device functions of the homogeneous kernels (`...cuda.uniform.uniform_row`,
-`...cuda.weighted.weighted_row`), so the blocks equal the per-relation launches' and the CPU's.
-Uniform relations take the fused path at fanout -1, with replacement, or at fanouts up to
-`THREAD_FANOUT_MAX`; weighted relations (without edge times) at every fanout; temporal and LABOR
-relations keep their per-relation launches.
+path. A layer then launches ``typed_plan`` (each item's output count) once, scans once, reads each
+relation's first output back in one copy, and launches ``typed_rows`` (choose and gather) once, whatever
+the number of relations; the outputs are split per relation into views. Each item draws with its
+relation's key and its node id, through the per-row device functions of the homogeneous kernels
+(`...cuda.uniform.uniform_row`, `...cuda.weighted.weighted_row`), so the blocks equal the per-relation
+launches' and the CPU's. Uniform relations take the fused path at fanout -1, with replacement, or at
+fanouts up to `THREAD_FANOUT_MAX`; weighted relations (without edge times) at every fanout; temporal
+and LABOR relations keep their per-relation launches.
 
 >>> csc = TypedCsc.build(indptr, indices, edge_ids, weights, uva=False)
 >>> out = sample_typed_layer(csc, frontier, [TypedRequest(rel, 10, key, False)], csc.excluded({}))
