@@ -120,7 +120,7 @@ class StagedSampler:
 @click.option("--minutes", type=click.FloatRange(min=0, min_open=True), default=6.0, show_default=True,
               help="Training-time budget (generation and evaluation not counted).")
 @click.option("--steps", type=click.IntRange(min=1), default=None, help="Most steps (default: the minutes).")
-@click.option("--eval-users", type=click.IntRange(min=1), default=10_000, show_default=True)
+@click.option("--eval-users", type=click.IntRange(min=1), default=5_000, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 def main(scale: float, communities: int, affinity: float, device_budget: str, fanouts: str, batch_size: int,
          negatives: int, lr: float, minutes: float, steps: int | None, eval_users: int, seed: int) -> None:
