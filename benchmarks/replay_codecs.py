@@ -11,7 +11,9 @@ which (``frames``).
 Columns: ``ratio`` = raw bytes / compressed bytes (steps held in the same memory); ``compress_MBps`` and
 ``decompress_MBps`` of raw bytes; ``sample_us_per_frame`` = the time to decompress one chunk divided by
 the frames a window of ``--window`` steps uses from it (the cost a sampled step pays, against
-``raw_copy_us_per_frame``, a ``memcpy`` of one frame). The machine is shared: the JSON records the
+``raw_copy_us_per_frame``, a ``memcpy`` of one frame), through numcodecs' Python call;
+``compiled_us_per_frame`` the same through the store's compiled decode (`replay.chunk_decode`, lz4 and
+zstd only). The machine is shared: the JSON records the
 1-minute load average. Run ``python benchmarks/replay_codecs.py --help``; results go to
 ``benchmarks/results/replay_codecs.json``.
 """
@@ -30,6 +32,10 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 import click  # noqa: E402
 import numpy as np  # noqa: E402
 from numcodecs import LZ4, Blosc, Zstd  # noqa: E402
+
+from replay.chunk_decode import LZ4 as LZ4_KIND  # noqa: E402
+from replay.chunk_decode import ZSTD as ZSTD_KIND  # noqa: E402
+from replay.chunk_decode import decode_jobs, free_zstd_context, new_zstd_context  # noqa: E402
 
 sys.path.append(str(Path(__file__).resolve().parent))
 from _report import machine, write_result  # noqa: E402
@@ -96,6 +102,32 @@ def synthetic_frames(n: int, seed: int) -> np.ndarray:
     return out
 
 
+def compiled_us(name: str, encoded: list, chunk_bytes: int) -> float | None:
+    """Microseconds a chunk of ``encoded`` (numcodecs lz4 or zstd) takes to decompress through the replay
+    store's compiled path (`replay.chunk_decode.decode_jobs`: the codec's C entry point called from numba,
+    no Python per chunk), best of 5 passes over all chunks; None for the blosc codecs."""
+    kind = {"lz4": LZ4_KIND, "zstd": ZSTD_KIND}.get(name.split("-")[0])
+    if kind is None or name.startswith("blosc"):
+        return None
+    blobs = [np.frombuffer(e, dtype=np.uint8) for e in encoded]
+    arena = np.concatenate(blobs)
+    jobs = np.zeros((len(blobs), 6), dtype=np.int64)
+    jobs[:, 0] = np.concatenate([[0], np.cumsum([b.size for b in blobs])[:-1]])
+    jobs[:, 1] = [b.size for b in blobs]
+    jobs[:, 4] = 1  # one row of chunk_bytes: the whole chunk, straight into the output
+    out = np.empty(chunk_bytes, dtype=np.uint8)
+    ctx = new_zstd_context()
+    try:
+        best = float("inf")
+        for _ in range(5):
+            t0 = time.perf_counter()
+            assert decode_jobs(kind, ctx, arena, jobs, len(blobs), 1, chunk_bytes, out) == 0
+            best = min(best, time.perf_counter() - t0)
+    finally:
+        free_zstd_context(ctx)
+    return best / len(blobs) * 1e6
+
+
 @click.command()
 @click.option("--frames", "n_frames", default=4096, show_default=True, help="Frames to generate.")
 @click.option("--game", default="breakout", show_default=True, help="ALE game (when ale-py is installed).")
@@ -134,17 +166,22 @@ def main(n_frames: int, game: str, chunks: str, window: int, synthetic: bool, ou
             t_dec = time.perf_counter() - t0
             ratio = raw / sum(len(e) for e in encoded)
             per_chunk_us = t_dec / len(encoded) * 1e6
+            compiled = compiled_us(name, encoded, pieces[0].nbytes)
             rows.append({"case": f"{name} chunk={k}", "metric": "ratio", "ours": ratio,
                          "baseline": "raw", "baseline_value": 1.0, "ratio": ratio,
                          "compress_MBps": raw / t_enc / 1e6, "decompress_MBps": raw / t_dec / 1e6,
                          "sample_us_per_frame": per_chunk_us / min(k, window),
+                         "compiled_us_per_frame": None if compiled is None else compiled / min(k, window),
                          "raw_copy_us_per_frame": raw_us})
     load = (load_before, os.getloadavg()[0])
     click.echo(f"frames: {source}, {len(frames)} of 84x84; raw copy {raw_us:.2f} us a frame")
-    click.echo(f"{'codec / chunk':<30} {'ratio':>6} {'comp MB/s':>10} {'dec MB/s':>9} {'us/frame':>9}")
+    click.echo(f"{'codec / chunk':<30} {'ratio':>6} {'comp MB/s':>10} {'dec MB/s':>9} {'us/frame':>9} "
+               f"{'compiled':>9}")
     for r in rows:
+        c = r["compiled_us_per_frame"]
         click.echo(f"{r['case']:<30} {r['ratio']:>6.1f} {r['compress_MBps']:>10.0f} "
-                   f"{r['decompress_MBps']:>9.0f} {r['sample_us_per_frame']:>9.2f}")
+                   f"{r['decompress_MBps']:>9.0f} {r['sample_us_per_frame']:>9.2f} "
+                   f"{'-' if c is None else f'{c:.2f}':>9}")
     click.echo(f"1-min load average {load[0]:.2f} before, {load[1]:.2f} after, on {os.cpu_count()} CPUs")
     import numcodecs
 

@@ -15,8 +15,11 @@ regions (the shared tier by default, so that learners in other processes attach 
 each chunk that fills: the actor compresses. A chunk's arena bytes are reused only once every
 position of it is below the shard's floor (``write_pos - capacity``); a chunk that does not fit in the
 arena beside the live ones raises `graphrl.memory.MemoryBudgetError` before anything is written.
-`ChunkRing.read` (any process, shard lock held) decompresses the chunks of the asked positions into
-the caller's rows, keeping the last decoded chunk. `ChunkRing.state` / `ChunkRing.load_state` give and
+A table slot is published by its chunk index, written last (a writer killed mid-commit leaves no slot
+naming a chunk it did not finish). `ChunkRing.read` (any process, shard lock held) decompresses the
+chunks of the asked positions into the caller's rows, keeping the last decoded chunk (checkpoints, the
+Ray shard's put); samplers decode batches with `replay.chunk_decode.ChunkDecode` (compiled, mostly
+outside the lock). `ChunkRing.state` / `ChunkRing.load_state` give and
 take the live compressed chunks as they are (checkpoints), with the raw tail rows.
 
 >>> ring = ChunkRing.create(memory, "obs", (84, 84), np.uint8, "lz4", capacity=1024, chunk=16,

@@ -37,7 +37,7 @@ from replay.keys import decode_keys
 from replay.shard import ShardStorage
 from replay.storage import TrajectoryStorage
 
-__all__ = ["ChunkDecode", "decode_jobs", "plan_windows"]
+__all__ = ["ChunkDecode", "decode_jobs", "free_zstd_context", "new_zstd_context", "plan_windows"]
 
 LZ4, ZSTD = 0, 1  # codec kinds of `decode_jobs`
 _KINDS = {"lz4": LZ4, "zstd": ZSTD}
@@ -67,6 +67,25 @@ _zstd_decompress = nb.types.ExternalFunction(
     "ZSTD_decompressDCtx",
     nb.types.uint64(nb.types.uintp, nb.types.voidptr, nb.types.uint64, nb.types.voidptr, nb.types.uint64),
 )
+
+
+def new_zstd_context() -> int:
+    """A zstd decompression context (``ZSTD_DCtx *``) for `decode_jobs`; free it with `free_zstd_context`.
+
+    Raises
+    ------
+    MemoryError
+        zstd could not allocate it.
+    """
+    ctx = _ZSTD.ZSTD_createDCtx()
+    if not ctx:
+        raise MemoryError("ZSTD_createDCtx returned NULL")
+    return int(ctx)
+
+
+def free_zstd_context(ctx: int) -> None:
+    """Free a context of `new_zstd_context` (no decode may use it any more)."""
+    _ZSTD.ZSTD_freeDCtx(ctx)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -184,9 +203,7 @@ class ChunkDecode:
     def _dctx(self) -> int:
         ctx = getattr(self._local, "dctx", None)
         if ctx is None:
-            ctx = _ZSTD.ZSTD_createDCtx()
-            if not ctx:
-                raise MemoryError("ZSTD_createDCtx returned NULL")
+            ctx = new_zstd_context()
             self._local.dctx = ctx
             with self._lock:
                 self._contexts.append(ctx)
@@ -272,6 +289,6 @@ class ChunkDecode:
         """Free the zstd decompression contexts (no decode may run any more)."""
         with self._lock:
             for ctx in self._contexts:
-                _ZSTD.ZSTD_freeDCtx(ctx)
+                free_zstd_context(ctx)
             self._contexts.clear()
         self._local = threading.local()
