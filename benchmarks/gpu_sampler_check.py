@@ -8,9 +8,10 @@ of identical rows (GPU ``log`` may round differently in the last bit) and must k
 Part 2, `sampler_part`: sampled edges/s on a graph of every node 20 random in-edges (10M nodes / 200M
 edges by default, int32 indices), fanouts [15, 10, 5], with the graph in device memory and read in
 place from mapped (page-locked) host memory through UVA: the kernels alone (blocks stay on the
-device; one synchronise per batch) and ``NeighborSampler.sample()`` end to end, uniform and weighted;
-a per-layer profile (`profile_layers`), the host-side steps a layer repeats (`overheads`), and our
-CPU sampler on the same graph for scale.
+device; one synchronise per batch) and ``NeighborSampler.sample()`` end to end, uniform and weighted
+(through UVA also at 8x the batch), ``NeighborLoader`` with batches in flight (`time_loader`), a
+per-layer profile (`profile_layers`), the host-side steps a layer repeats (`overheads`), an experiment
+on UVA at the larger batch (`_uva_capped`), and our CPU sampler on the same graph for scale.
 
 Imported by ``gpu_check.py`` (run as a script); `sampler_part` appends its rows to the result dict.
 """
@@ -97,16 +98,18 @@ def big_graph(n: int, per_node: int, seed: int):
 def time_gpu(cuda_graph, n: int, fanouts: list[int], batch: int, batches: int, weighted: bool,
              seed: int, deadline: float) -> dict:
     from samplers.kernels import cuda as ck
+    from samplers.kernels.cuda.workspace import CudaWorkspace
     from samplers.kernels.reference import layer_key
 
     rng = np.random.default_rng(seed)
     seeds = [cuda.to_device(rng.integers(0, n, batch)) for _ in range(batches + 2)]
+    ws = CudaWorkspace()  # as a sampler's: scratch reused, one read-back per layer
     edges = 0
     for call, s in enumerate(seeds[:2]):  # warm-up: JIT of every kernel
         dst = s
         for layer in range(len(fanouts) - 1, -1, -1):
             _, dst, local, _ = ck.sample_block_cuda(cuda_graph, dst, fanouts[layer], False,
-                                                    layer_key(seed, call, layer), weighted)
+                                                    layer_key(seed, call, layer), weighted, ws=ws)
     cuda.synchronize()
     start = time.perf_counter()
     done = 0
@@ -114,7 +117,7 @@ def time_gpu(cuda_graph, n: int, fanouts: list[int], batch: int, batches: int, w
         dst = s
         for layer in range(len(fanouts) - 1, -1, -1):
             _, dst, local, _ = ck.sample_block_cuda(cuda_graph, dst, fanouts[layer], False,
-                                                    layer_key(seed, call + 2, layer), weighted)
+                                                    layer_key(seed, call + 2, layer), weighted, ws=ws)
             edges += local.shape[0]
         cuda.synchronize()
         done += 1
@@ -182,9 +185,11 @@ def overheads(cuda_graph, n: int, repeats: int, seed: int) -> dict:
     """Microseconds of the host-side steps a layer repeats, each without a synchronise between repeats:
     a device array from the pool (``empty``), a launch through numba's dispatcher (a trivial kernel of
     four array arguments), one whole uniform layer of 1024 rows (``sample_layer_cuda``: its planning,
-    scan and choose launches through the library's launcher), a scan with its read-back, an empty
-    synchronise."""
+    scan and choose launches through the library's launcher), the same layer sampled and relabelled
+    through a sampler's workspace (``sample_block_cuda(..., ws=)``: one read-back), a scan with its
+    read-back, an empty synchronise."""
     from samplers.kernels import cuda as ck
+    from samplers.kernels.cuda.workspace import CudaWorkspace
     from samplers.kernels.reference import layer_key
 
     rng = np.random.default_rng(seed + 3)
@@ -193,10 +198,12 @@ def overheads(cuda_graph, n: int, repeats: int, seed: int) -> dict:
     arrays = [cuda.to_device(np.zeros(1024, dtype=np.int64)) for _ in range(4)]
     stream = launch_stream("cuda")
     key = layer_key(seed, 0, 0)
+    ws = CudaWorkspace()
     steps = {
         "empty": lambda: ck.empty(4096, np.int64),
         "launch_numba_dispatcher": lambda: _touch[8, 128, stream](*arrays),
         "sample_layer_1024_rows": lambda: ck.sample_layer_cuda(cuda_graph, dst, 10, False, key),
+        "block_1024_rows_one_readback": lambda: ck.sample_block_cuda(cuda_graph, dst, 10, False, key, ws=ws),
         "exclusive_scan": lambda: ck.exclusive_scan(counts),
         "synchronize": cuda.synchronize,
     }
@@ -241,6 +248,73 @@ def time_sampler_api(indptr, indices, weights, n: int, fanouts: list[int], batch
     return {"sampled_edges_per_s": edges / dt, "batches": done, "ms_per_batch": dt / max(done, 1) * 1e3}
 
 
+def _uva_capped(result: dict, graph, label: str, nodes: int, fans: list[int], batch_size: int, batches: int,
+                seed: int, per_case: float) -> None:
+    """An experiment on why UVA kernels slow down at the larger batch: the b8192 kernels with every
+    grid capped at the blocks the b1024 batch's widest layer launches, so as many host-memory reads are
+    in flight as at b1024 (the kernels stride over the rest). If the rate comes back, the slowdown is
+    the concurrency of reads of mapped host memory (translation misses), not the host steps."""
+    import importlib
+
+    # the module (the package's ``launch`` attribute is the function of that name)
+    launch_mod = importlib.import_module("samplers.kernels.cuda.launch")
+
+    widest = batch_size
+    for k in fans[1:]:
+        widest *= 1 + k
+    cap = -(-widest // launch_mod.ROW_THREADS)
+    saved = launch_mod.MAX_ROW_BLOCKS
+    launch_mod.MAX_ROW_BLOCKS = cap
+    try:
+        deadline = time.perf_counter() + per_case
+        row = time_gpu(graph, nodes, fans, 8 * batch_size, batches, False, seed, deadline)
+    finally:
+        launch_mod.MAX_ROW_BLOCKS = saved
+    case = f"{label} b{8 * batch_size} kernels uva grid<={cap} (experiment)"
+    result["rows"].append({"case": case, "metric": "sampled_edges_per_s", "ours": row["sampled_edges_per_s"],
+                           "max_blocks": cap, **row})
+    click.echo(f"  {case}: {row['sampled_edges_per_s'] / 1e6:.1f} M edges/s", err=True)
+
+
+def time_loader(indptr, indices, n: int, fanouts: list[int], batch: int, batches: int, seed: int,
+                deadline: float) -> dict:
+    """``NeighborLoader`` over a ``NeighborSampler(device="cuda")`` with batches in flight (prefetch 2: a
+    thread samples on the loader's side stream while the caller takes batches; host seeds staged through
+    page-locked memory), each batch waited for on the caller's stream as a trainer would; edges/s and
+    the sampler's `HostTraffic` per batch (read-backs, scratch allocations)."""
+    from graphrl.graph import CSCGraph
+    from samplers.loader import NeighborLoader
+    from samplers.neighbor import NeighborSampler
+
+    graph = CSCGraph(indptr=torch.from_numpy(indptr), indices=torch.from_numpy(indices))
+    sampler = NeighborSampler(graph, fanouts, seed=seed, device="cuda")
+    rng = np.random.default_rng(seed + 4)
+    train = torch.from_numpy(rng.choice(n, size=min(n, batch * (batches + 2)), replace=False))
+    loader = NeighborLoader(graph, train, batch_size=batch, sampler=sampler, seed=seed, prefetch=2)
+    edges = done = 0
+    it = iter(loader)
+    for _ in range(2):  # warm-up: compilation, workspaces
+        next(it)
+    traffic = sampler.loop.traffic.snapshot()
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else cuda.synchronize
+    sync()
+    start = time.perf_counter()
+    for b in it:
+        edges += sum(blk.num_edges for blk in b.blocks)
+        if torch.cuda.is_available():
+            torch.cuda.current_stream().synchronize()  # the batch is ready on the caller's stream
+        done += 1
+        if time.perf_counter() > deadline:
+            break
+    dt = time.perf_counter() - start
+    it.close()
+    used = sampler.loop.traffic.since(traffic)
+    per = max(done, 1)
+    return {"sampled_edges_per_s": edges / dt, "batches": done, "ms_per_batch": dt / per * 1e3,
+            "readbacks_per_batch": used.readbacks / per,
+            "scratch_allocations_per_batch": used.scratch_allocations / per}
+
+
 def sampler_part(result: dict, nodes: int, edges_per_node: int, fans: list[int], batch_size: int,
                  batches: int, seed: int, seconds: float) -> None:
     """Part 2: throughput of the kernels and of the sampler API, device and UVA, uniform and weighted; a
@@ -262,6 +336,8 @@ def sampler_part(result: dict, nodes: int, edges_per_node: int, fans: list[int],
                 result["rows"].append({"case": case, "metric": "sampled_edges_per_s",
                                        "ours": row["sampled_edges_per_s"], **row})
                 click.echo(f"  {case}: {row['sampled_edges_per_s'] / 1e6:.1f} M edges/s", err=True)
+        if placement == "uva" and not sim:
+            _uva_capped(result, graph, label, nodes, fans, batch_size, batches, seed, per_case)
         profile = profile_layers(graph, nodes, fans, batch_size, 1 if sim else 5, seed)
         result[f"profile_{placement}_b{batch_size}"] = profile
         for p in profile:
@@ -272,15 +348,28 @@ def sampler_part(result: dict, nodes: int, edges_per_node: int, fans: list[int],
             steps = ", ".join(f"{k} {v:.1f}" for k, v in result["overheads_us"].items())
             click.echo(f"  host-side steps (us): {steps}", err=True)
         del graph
-        for weighted in (False, True):
+        api_cases = [(False, batch_size), (True, batch_size)]
+        if placement == "uva" and not sim:  # issue 27: UVA never slower at the larger batch, sample() too
+            api_cases.append((False, 8 * batch_size))
+        for weighted, batch in api_cases:
             deadline = time.perf_counter() + per_case
-            row = time_sampler_api(indptr, indices, weights, nodes, fans, batch_size, batches,
+            row = time_sampler_api(indptr, indices, weights, nodes, fans, batch, batches,
                                    placement == "uva", weighted, seed, deadline)
-            case = f"{label} b{batch_size} sample() {placement}{' weighted' if weighted else ''}"
+            case = f"{label} b{batch} sample() {placement}{' weighted' if weighted else ''}"
             result["rows"].append({"case": case, "metric": "sampled_edges_per_s",
                                    "ours": row["sampled_edges_per_s"], **row})
             click.echo(f"  {case}: {row['sampled_edges_per_s'] / 1e6:.1f} M edges/s, "
                        f"{row['ms_per_batch']:.2f} ms/batch", err=True)
+        if placement == "device":
+            deadline = time.perf_counter() + per_case
+            row = time_loader(indptr, indices, nodes, fans, batch_size, batches, seed, deadline)
+            case = f"{label} b{batch_size} loader in flight device"
+            result["rows"].append({"case": case, "metric": "sampled_edges_per_s",
+                                   "ours": row["sampled_edges_per_s"], **row})
+            click.echo(f"  {case}: {row['sampled_edges_per_s'] / 1e6:.1f} M edges/s, "
+                       f"{row['ms_per_batch']:.2f} ms/batch, read-backs/batch "
+                       f"{row['readbacks_per_batch']:.1f}, scratch allocations/batch "
+                       f"{row['scratch_allocations_per_batch']:.2f}", err=True)
     cpu = time_cpu(indptr, indices, nodes, fans, batch_size, min(batches, 10), seed)
     result["rows"].append({"case": f"{label} b{batch_size} cpu (ours, {cpu['threads']} threads)",
                            "metric": "sampled_edges_per_s", "ours": cpu["sampled_edges_per_s"]})

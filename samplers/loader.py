@@ -336,10 +336,11 @@ class _InFlight:
         return cls(torch.cuda.Stream(device) if on_cuda else None)
 
     def side(self) -> Any:
-        """The context that makes the side stream current (after the caller's work so far)."""
+        """The context that makes the side stream current. It does not wait for the caller's stream:
+        sampling reads only the graph (ready since the sampler was built) and host seeds, so the
+        read-backs of batch k+1 never wait for the training kernels of batch k."""
         if self.stream is None:
             return contextlib.nullcontext()
-        self.stream.wait_stream(torch.cuda.current_stream(self.stream.device))
         return torch.cuda.stream(self.stream)
 
     def mark(self) -> Any:

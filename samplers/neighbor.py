@@ -368,13 +368,10 @@ class NeighborSampler:
             self._refresh_views()
             excluded = self._excluded_positions(exclude_eids)
             excl = None if excluded is None else excluded.positions  # sorted CSC positions
-            from numba import cuda
-
-            from graphrl.cuda import launch_stream
-            stream = launch_stream()
+            ws = self.loop.cuda_workspace()  # host arrays go through its page-locked staging buffers
             if excl is not None:
-                excl = cuda.to_device(excl, stream=stream)
-            dst = self.loop.cuda_workspace().device_ids(dst)  # host ids through page-locked staging
+                excl = ws.device_ids(excl, "excluded")
+            dst = ws.device_ids(dst)
             call = self._calls
             self._calls += 1
             return self._run(dst, excl, call, 1, times)

@@ -73,7 +73,10 @@ def sample_layer_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, ke
     else:
         row_time = graph.times[:1]
     masked = weighted or timed
-    excl = no_excluded() if excluded is None else as_device_ids(excluded, stream)
+    if excluded is None:
+        excl = no_excluded()
+    else:
+        excl = as_device_ids(excluded, stream) if ws is None else ws.device_ids(excluded, "excluded")
     fanout = np.int64(fanout)
     replace = bool(replace)
     key = np.uint64(key)
@@ -211,7 +214,7 @@ def _sample_block_bounded(graph: CudaGraph, dst: Any, fanout: int, replace: bool
     stream = kernel_stream()
     d_count = dst.shape[0]
     bound = d_count * int(fanout)
-    excl = no_excluded() if excluded is None else as_device_ids(excluded, stream)
+    excl = no_excluded() if excluded is None else ws.device_ids(excluded, "excluded")
     counts = ws.scratch("counts", max(d_count, 1), np.int64)
     config = (grid(d_count, EDGE_THREADS), EDGE_THREADS)
     if d_count:

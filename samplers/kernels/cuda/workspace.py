@@ -50,17 +50,14 @@ class HostTraffic:
         where torch has CUDA).
     registrations : int
         Host buffers page-locked for the device (the staging and read-back buffers: once, then grown).
-    pageable_copies : int
-        Host-to-device copies from pageable host memory (0: host ids go through the staging buffer).
     pinned_copies : int
-        Host-to-device copies through the staging buffer.
+        Host-to-device copies through a staging buffer (host ids never go from pageable memory).
     """
 
     readbacks: int = 0
     scratch_allocations: int = 0
     output_allocations: int = 0
     registrations: int = 0
-    pageable_copies: int = 0
     pinned_copies: int = 0
 
     def snapshot(self) -> HostTraffic:
@@ -89,7 +86,7 @@ class CudaWorkspace:
         self._scratch: dict[tuple[str, str], Any] = {}
         self._host: dict[str, Any] = {}
         self._read_lock = threading.Lock()  # one page-locked read buffer: one read at a time
-        self._staged: Any = None  # torch: the event after the last staging copy (the buffer is free then)
+        self._staged: dict[str, Any] = {}  # torch: per buffer, the event after its last copy (free then)
 
     def scratch(self, name: str, n: int, dtype: Any) -> Any:
         """A device array [n] of ``dtype`` (numpy), uninitialised, reused across layers and calls: the
@@ -139,10 +136,10 @@ class CudaWorkspace:
             self.traffic.readbacks += 1
         return out
 
-    def device_ids(self, ids: Any) -> Any:
+    def device_ids(self, ids: Any, name: str = "ids") -> Any:
         """Device int64 ids: device arrays and CUDA tensors as they are; host ids (numpy, or a CPU tensor
-        outside the simulator) copied through the page-locked staging buffer into the scratch array
-        ``"ids"`` (valid until this workspace's next call)."""
+        outside the simulator) copied through the page-locked staging buffer ``name`` into the scratch
+        array ``name`` (valid until this workspace's next use of that name)."""
         if isinstance(ids, torch.Tensor):
             if ids.device.type == "cuda":
                 return ids
@@ -154,16 +151,17 @@ class CudaWorkspace:
         if not isinstance(ids, np.ndarray):
             return ids
         n = int(ids.shape[0])
-        out = self.scratch("ids", max(n, 1), np.int64)[:n]
+        out = self.scratch(name, max(n, 1), np.int64)[:n]
         if n:
-            if self._staged is not None:
-                self._staged.synchronize()  # the previous copy out of the staging buffer is done
-            host = self._pinned("ids", n)[:n]
+            staged = self._staged.get(name)
+            if staged is not None:
+                staged.synchronize()  # the previous copy out of this staging buffer is done
+            host = self._pinned(name, n)[:n]
             if isinstance(out, torch.Tensor):
                 host.copy_(torch.from_numpy(np.asarray(ids, dtype=np.int64)))
                 out.copy_(host, non_blocking=True)
-                self._staged = torch.cuda.Event()
-                self._staged.record()
+                event = self._staged[name] = torch.cuda.Event()
+                event.record()
             else:
                 host[:] = ids
                 out.copy_to_device(host, stream=kernel_stream())
