@@ -157,6 +157,48 @@ def test_gpu_host_path_under_the_simulator() -> None:
         proc.stdout[-3000:] + proc.stderr[-6000:]
 
 
+PTX_SCRIPT = textwrap.dedent(
+    """
+    import types
+    import numba.cuda.dispatcher as disp
+    from numba import cuda, types as t
+    disp.get_current_device = lambda: types.SimpleNamespace(compute_capability=(9, 0))  # no GPU needed
+    from samplers.kernels.cuda.relabel import UPTO_KERNELS
+    i64 = t.int64[::1]; i32 = t.int32[::1]
+    sigs = {
+        "hash_insert_upto": (i64, i32, i64, i64, i64, t.int64),
+        "hash_first_upto": (i32, t.int64, i64, i64, i64, t.int64, i64, i64),
+        "relabel_out_upto": (i64, i32, i64, i64, i64, i64, i64, i64, i64),
+    }
+    assert set(sigs) == set(UPTO_KERNELS)
+    for name, kernel in UPTO_KERNELS.items():
+        ptx, _ = cuda.compile_ptx(kernel.py_func, sigs[name], cc=(9, 0))
+        assert ".entry" in ptx and "sm_90" in ptx, name
+    print("OK")
+    """
+)
+
+
+def _nvvm_present() -> bool:
+    try:
+        from numba.cuda.cudadrv.nvvm import NVVM
+
+        NVVM()
+    except Exception:  # noqa: BLE001 - any failure means no libNVVM to compile with
+        return False
+    return True
+
+
+def test_bounded_relabel_kernels_compile_to_ptx_for_sm90() -> None:
+    if not _nvvm_present():
+        pytest.skip("libNVVM not found: cannot compile numba.cuda kernels to PTX here")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    proc = subprocess.run([sys.executable, "-c", PTX_SCRIPT], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("OK"), proc.stdout + proc.stderr
+
+
 def test_host_traffic_counts_and_differences() -> None:
     from samplers.kernels.cuda.workspace import HostTraffic
 
