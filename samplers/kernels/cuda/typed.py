@@ -174,6 +174,9 @@ class TypedCsc:
         Relations drawn by weight.
     indptr : dict Relation -> device int64 [N_r + 1]
         Each relation's own indptr (for `relation_graph`).
+    prefix, positive : device float64 and int64 arrays
+        ``graph.prefix`` and ``graph.positive``, or 1-element stand-ins without weighted relations (so
+        the kernels compile for one signature).
     """
 
     graph: CudaGraph
@@ -184,6 +187,8 @@ class TypedCsc:
     num_edges: dict
     weighted: dict
     indptr: dict
+    prefix: Any
+    positive: Any
 
     @classmethod
     def build(cls, indptr: Mapping, indices: Mapping, edge_ids: Mapping, weights: Mapping,
@@ -239,7 +244,9 @@ class TypedCsc:
         own = {rel: _place(host[rel], uva) for rel in relations}
         weighted = {rel: rel in weights for rel in relations}
         return cls(graph=graph, relations=relations, row_base=row_base, edge_base=edge_base,
-                   num_rows=num_rows, num_edges=num_edges, weighted=weighted, indptr=own)
+                   num_rows=num_rows, num_edges=num_edges, weighted=weighted, indptr=own,
+                   prefix=graph.prefix if weights else cuda.to_device(np.zeros(1, np.float64)),
+                   positive=graph.positive if weights else cuda.to_device(np.zeros(1, np.int64)))
 
     def relation_graph(self, rel) -> CudaGraph:
         """Relation ``rel``'s `CudaGraph`: its own indptr, the rest views of the concatenation (no copy)."""
@@ -361,8 +368,7 @@ def sample_typed_layer(csc: TypedCsc, frontier: Mapping[str, Any], requests: lis
     flat = _frontier([frontier[t] for t in types if frontier[t].shape[0]])
     n_items = int(item_off[-1])
     g = csc.graph
-    positive = g.positive if g.positive is not None else g.edge_ids[:1]
-    prefix = g.prefix if g.prefix is not None else g.weights[:1]
+    positive, prefix = csc.positive, csc.prefix
     counts = empty(max(n_items, 1), np.int64)
     rel_indptr = empty(n_items + n_rel, np.int64)
     launch(typed_plan, (grid(max(n_items, n_rel), EDGE_THREADS), EDGE_THREADS), g.indptr, g.weights, positive,
