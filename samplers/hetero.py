@@ -77,9 +77,11 @@ class HeteroNeighborSampler:
         name the current CUDA device. Blocks are CUDA tensors when torch has CUDA, else host tensors
         (numba's simulator).
     uva : bool or None
-        ``device="cuda"`` only: read the relations' CSCs in place from page-locked host memory (UVA)
-        instead of device copies. ``None``: UVA for each relation whose ``indptr`` is a pinned tensor,
-        a device copy for the others. ``True`` copies unpinned arrays once into mapped host memory.
+        ``device="cuda"`` only: read the relations' CSCs from page-locked host memory (UVA) instead of
+        device copies. ``None``: UVA for the uniform and weighted relations' concatenated CSC when
+        every one of their ``indptr`` is a pinned tensor, and for each temporal relation whose
+        ``indptr`` is; device copies otherwise. A temporal relation's pinned tensors are read in place;
+        the concatenation (and with ``True`` any unpinned array) is a copy in mapped host memory.
 
     Raises
     ------
