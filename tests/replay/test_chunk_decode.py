@@ -150,3 +150,38 @@ def test_the_chunk_option_is_checked_and_kept_in_the_config():
         store = ReplayStore(s, 12, 1, memory=mm)
         assert store.storage.shards[0].chunks["obs"].chunk == 3
         store.close()
+
+
+@pytest.mark.parametrize("codec,chunk", [("zstd", 4), ("lz4", 2)])
+def test_a_checkpoint_of_multi_step_chunks_restores_the_same_batches(tmp_path, codec, chunk):
+    with MemoryManager() as mm:
+        store = ReplayStore(spec(codec, chunk), 24, 2, memory=mm, seed=1, tier="host", timeout=2.0,
+                            selector=Prioritized(0.6))
+        with store.writer(chunk_steps=5) as w:
+            for first, n in ((0, 9), (9, 14), (23, 11), (34, 6)):  # wrapped, one chunk of each shard partial
+                w.add_episode(steps(first, n))
+        b = store.sample(8, 1)
+        store.update_priorities(b.keys, np.arange(1, 9, dtype=np.float64))
+        b.release()
+        store.checkpoint(tmp_path / "ckpt")
+        restored = ReplayStore.restore(tmp_path / "ckpt", memory=mm)
+        assert restored.storage.shards[0].chunks["obs"].chunk == chunk
+        for length in (1, 4):
+            a, r = store.sample(16, length), restored.sample(16, length)
+            assert torch.equal(a.mask, r.mask) and torch.equal(a.probabilities, r.probabilities)
+            for name in ("pos", "obs", "r"):
+                assert torch.equal(a[name], r[name]), name
+            m = a.mask
+            assert torch.equal(a["obs"][m], torch.from_numpy(expected_obs(a["pos"][m].numpy())))
+            a.release()
+            r.release()
+        restored.close()
+        store.close()
+
+
+def test_rings_names_the_codec_fields():
+    with MemoryManager() as mm:
+        store = ReplayStore(spec("lz4"), 8, 1, memory=mm)
+        with pytest.raises(ValueError, match=r"rings\(\): fields \['obs'\] have a codec and no ring"):
+            store.rings(0)
+        store.close()
