@@ -24,23 +24,14 @@ from collections.abc import Callable
 
 import numpy as np
 
-from samplers.kernels.rng import draw, row_state, unit  # plain Python; compile_for swaps in compiled ones
+# plain Python here; compile_for swaps in the target's compiled ones
+from samplers.kernels.rng import compile_functions, draw, row_state, unit
 
-__all__ = ["EPS", "MAX_SOLVE_STEPS", "compile_for"]
+__all__ = ["EPS", "MAX_SOLVE_STEPS", "NO_OWNER", "compile_for"]
 
 EPS = 1e-4  # relative tolerance of the fixed points (DGL's eps)
 MAX_SOLVE_STEPS = 100  # cap on the fixed-point steps of one row's c_t
-
-
-def lower_bound(arr, lo, hi, x):
-    """First index in [lo, hi) of sorted ``arr`` whose value is >= x (hi if none)."""
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if arr[mid] < x:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
+NO_OWNER = np.int64(np.iinfo(np.int64).max)  # owner[u] of a source no edge has claimed
 
 
 def clip1(x):
@@ -63,6 +54,17 @@ def factor(weights, has_w, pi, has_pi, q):
     return 1.0
 
 
+def skipped(weights, has_w, excl, q, b, j):
+    """(skip, q'): whether the row's position j is not eligible (excluded, or weight <= 0 with weights),
+    and the index of the first excluded position > j in ``excl[q:b]`` (``excl[q]`` is the first one >= j
+    on entry). Every row loop's head: ``q = a``, then per j in [s, e): ``skip, q = skipped(..., q, b, j)``
+    and ``continue`` on skip."""
+    excluded = q < b and excl[q] == j
+    if excluded:
+        q += 1
+    return excluded or (has_w and not weights[j] > 0), q
+
+
 def row_sums(weights, has_w, excl, a, b, s, e):
     """(d, ds, sq): eligible edges, their weight sum (d without weights), sum of squared weights."""
     d = 0
@@ -70,17 +72,14 @@ def row_sums(weights, has_w, excl, a, b, s, e):
     sq = 0.0
     q = a
     for j in range(s, e):
-        if q < b and excl[q] == j:
-            q += 1
+        skip, q = skipped(weights, has_w, excl, q, b, j)
+        if skip:
             continue
+        d += 1
         if has_w:
             w = np.float64(weights[j])
-            if w > 0:
-                d += 1
-                ds += w
-                sq += w * w  # exact: a float32 squared fits a float64
-        else:
-            d += 1
+            ds += w
+            sq += w * w  # exact: a float32 squared fits a float64
     if not has_w:
         ds = np.float64(d)
     return d, ds, sq
@@ -93,6 +92,12 @@ def first_c(fanout, d, ds):
     if fanout < 0:
         return np.inf
     return np.float64(fanout) / ds
+
+
+def start_c(fanout, weights, has_w, excl, a, b, s, e):
+    """The row's starting c_t (`first_c` of its `row_sums`)."""
+    d, ds, _ = row_sums(weights, has_w, excl, a, b, s, e)
+    return first_c(fanout, d, ds)
 
 
 def solve_c(c, fanout, weights, has_w, pi, has_pi, p0, excl, a, b, s, e):
@@ -109,14 +114,10 @@ def solve_c(c, fanout, weights, has_w, pi, has_pi, p0, excl, a, b, s, e):
         var1 = 0.0
         q = a
         for j in range(s, e):
-            if q < b and excl[q] == j:
-                q += 1
+            skip, q = skipped(weights, has_w, excl, q, b, j)
+            if skip:
                 continue
-            w = 1.0
-            if has_w:
-                w = np.float64(weights[j])
-                if w <= 0:
-                    continue
+            w = np.float64(weights[j]) if has_w else 1.0
             f = factor(weights, has_w, pi, has_pi, p0 + j - s if has_pi else j)
             var1 += w * w / clip1(c * f)
         c = c * (var1 / target)
@@ -131,10 +132,8 @@ def count_kept(indices, weights, has_w, pi, has_pi, p0, excl, a, b, s, e, c, vke
     n = 0
     q = a
     for j in range(s, e):
-        if q < b and excl[q] == j:
-            q += 1
-            continue
-        if has_w and not weights[j] > 0:
+        skip, q = skipped(weights, has_w, excl, q, b, j)
+        if skip:
             continue
         f = factor(weights, has_w, pi, has_pi, p0 + j - s if has_pi else j)
         if variate(vkey, indices[j]) < c * f:
@@ -149,14 +148,10 @@ def take_kept(indices, weights, has_w, pi, has_pi, p0, excl, a, b, s, e, c, vkey
     norm = 0.0
     q = a
     for j in range(s, e):
-        if q < b and excl[q] == j:
-            q += 1
+        skip, q = skipped(weights, has_w, excl, q, b, j)
+        if skip:
             continue
-        w = 1.0
-        if has_w:
-            w = np.float64(weights[j])
-            if not w > 0:
-                continue
+        w = np.float64(weights[j]) if has_w else 1.0
         f = factor(weights, has_w, pi, has_pi, p0 + j - s if has_pi else j)
         p = c * f
         if variate(vkey, indices[j]) < p:
@@ -172,17 +167,66 @@ def take_kept(indices, weights, has_w, pi, has_pi, p0, excl, a, b, s, e, c, vkey
             ew[x] = ew[x] * scale
 
 
-FUNCTIONS = (clip1, lower_bound, variate, factor, row_sums, first_c, solve_c, count_kept, take_kept)
+def raise_hop(hop, owner, u, ct, f):
+    """hop[u] = max(hop[u], ct), owner[u] = min(owner[u], f): one thread's update (the GPU passes an
+    atomic version to `compile_for`, its rows running concurrently)."""
+    if ct > hop[u]:
+        hop[u] = ct
+    if f < owner[u]:
+        owner[u] = f
 
 
-def compile_for(jit: Callable[[Callable], Callable], rng: types.SimpleNamespace) -> types.SimpleNamespace:
+def hop_max_row(indices, weights, has_w, use_w, excl, a, b, s, e, off, ct, hop, owner):
+    """Raise hop[u] to the row's c_t (times A with ``use_w``) and owner[u] to at most the edge's index
+    ``off + j - s`` over the row's eligible edges (t, u)."""
+    q = a
+    for j in range(s, e):
+        skip, q = skipped(weights, has_w, excl, q, b, j)
+        if skip:
+            continue
+        raise_hop(hop, owner, indices[j], ct * np.float64(weights[j]) if use_w else ct, off + j - s)
+
+
+def hop_apply_row(indices, weights, has_w, excl, a, b, s, e, off, hop, owner, pi, first):
+    """pi (or pi *= ) hop[u] on the row's eligible edges (pi[off + j - s] for edge j); returns the sum of
+    min(1, pi_u) over the sources whose first edge (``owner``) is in this row."""
+    total = 0.0
+    q = a
+    for j in range(s, e):
+        skip, q = skipped(weights, has_w, excl, q, b, j)
+        if skip:
+            continue
+        u = indices[j]
+        f = off + j - s
+        pi[f] = hop[u] if first else pi[f] * hop[u]
+        if owner[u] == f:
+            total += clip1(pi[f])
+    return total
+
+
+def hop_reset_row(indices, s, e, hop, owner):
+    """hop[u] = 0 and owner[u] = NO_OWNER for every source u of the row (eligible or not)."""
+    for j in range(s, e):
+        u = indices[j]
+        hop[u] = 0.0
+        owner[u] = NO_OWNER
+
+
+FUNCTIONS = (clip1, variate, factor, skipped, row_sums, first_c, start_c, solve_c, count_kept,
+             take_kept, raise_hop, hop_max_row, hop_apply_row, hop_reset_row)
+
+
+def compile_for(jit: Callable[[Callable], Callable], rng: types.SimpleNamespace,
+                raise_hop: Callable | None = None) -> types.SimpleNamespace:
     """Every function of `FUNCTIONS` compiled by ``jit``, calling ``rng``'s compiled stream (the
-    namespace `samplers.kernels.rng.compile_for` returns for the same target)."""
-    scope = dict(globals())
-    scope.update(row_state=rng.row_state, draw=rng.draw, unit=rng.unit)
-    compiled = {}
-    for fn in FUNCTIONS:
-        copy = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
-        copy.__qualname__, copy.__doc__, copy.__module__ = fn.__qualname__, fn.__doc__, fn.__module__
-        compiled[fn.__name__] = scope[fn.__name__] = jit(copy)
-    return types.SimpleNamespace(**compiled)
+    namespace `samplers.kernels.rng.compile_for` returns for the same target) and, when given, the
+    target's compiled ``raise_hop`` in place of this module's."""
+    scope = dict(globals(), row_state=rng.row_state, draw=rng.draw, unit=rng.unit)
+    functions = FUNCTIONS
+    if raise_hop is not None:
+        scope["raise_hop"] = raise_hop
+        functions = tuple(fn for fn in FUNCTIONS if fn.__name__ != "raise_hop")
+    rows = compile_functions(functions, jit, scope)
+    if raise_hop is not None:
+        rows.raise_hop = raise_hop
+    return rows

@@ -29,7 +29,8 @@ import numpy as np
 
 from samplers.kernels.reference import GOLDEN as GOLDEN_INT
 
-__all__ = ["GOLDEN", "TWO_M53", "bounded", "compile_for", "draw", "mix", "row_state", "unit", "unit_open"]
+__all__ = ["GOLDEN", "TWO_M53", "bounded", "compile_for", "compile_functions", "draw", "mix", "row_state",
+           "unit", "unit_open"]
 
 GOLDEN = np.uint64(GOLDEN_INT)
 M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -83,16 +84,23 @@ def unit_open(r):
 FUNCTIONS = (mix, bounded, row_state, draw, unit, unit_open)  # each only calls those before it
 
 
-def compile_for(jit: Callable[[Callable], Callable]) -> types.SimpleNamespace:
-    """Every function of `FUNCTIONS` compiled by ``jit``, as attributes of one namespace.
-
-    Each function is compiled from a copy whose globals name the compiled functions (and this module's
-    constants), so a compiled `draw` calls the compiled `mix` of the same target.
-    """
-    scope = dict(globals())
+def compile_functions(functions: tuple[Callable, ...], jit: Callable[[Callable], Callable],
+                      scope: dict) -> types.SimpleNamespace:
+    """Each of ``functions`` (plain Python, each calling only those before it) compiled by ``jit``, as
+    attributes of one namespace: each from a copy whose globals are ``scope`` with the compiled
+    functions added, so a compiled function calls the compiled versions of the others (and whatever
+    compiled functions of the same target ``scope`` names). The kernels' modules that are written once
+    for every target (`samplers.kernels.labor_rows`, `samplers.kernels.weighted_short`) compile with it."""
+    scope = dict(scope)
     compiled = {}
-    for fn in FUNCTIONS:
+    for fn in functions:
         copy = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
         copy.__qualname__, copy.__doc__, copy.__module__ = fn.__qualname__, fn.__doc__, fn.__module__
         compiled[fn.__name__] = scope[fn.__name__] = jit(copy)
     return types.SimpleNamespace(**compiled)
+
+
+def compile_for(jit: Callable[[Callable], Callable]) -> types.SimpleNamespace:
+    """Every function of `FUNCTIONS` compiled by ``jit``, as attributes of one namespace (a compiled
+    `draw` calls the compiled `mix` of the same target; see `compile_functions`)."""
+    return compile_functions(FUNCTIONS, jit, globals())

@@ -16,105 +16,75 @@ import numpy as np
 
 from samplers.kernels import labor_rows
 from samplers.kernels.cpu import rng
+from samplers.kernels.cpu.eligible import excl_range
 from samplers.kernels.cpu.threads import parallel_chunks
 from samplers.kernels.cpu.uniform import gather_edges
+from samplers.kernels.cpu.workspace import exclusion_arrays
 
 __all__ = ["LaborScratch", "labor_layer"]
 
-_ROWS = labor_rows.compile_for(nb.njit(inline="always"), types.SimpleNamespace(
+# Without NRT: the row helpers take arrays and branch per edge, and numba would reference-count those
+# arrays at every call inside the row loops (docs/performance.md, "LABOR and the one layer loop"); LLVM
+# inlines them.
+_ROWS = labor_rows.compile_for(nb.njit(_nrt=False), types.SimpleNamespace(
     row_state=rng.row_state, draw=rng.draw, unit=rng.unit))
-clip1 = _ROWS.clip1
-lower_bound = _ROWS.lower_bound
-row_sums = _ROWS.row_sums
-first_c = _ROWS.first_c
+start_c = _ROWS.start_c
 solve_c = _ROWS.solve_c
 count_kept = _ROWS.count_kept
 take_kept = _ROWS.take_kept
+hop_max_row = _ROWS.hop_max_row
+hop_apply_row = _ROWS.hop_apply_row
+hop_reset_row = _ROWS.hop_reset_row
 
 _CHUNK_ROWS = 2048
 _NO_PI = np.zeros(1, dtype=np.float64)
 _NO_W = np.zeros(1, dtype=np.float32)
-_NONE = np.iinfo(np.int64).max
 
 
 class LaborScratch:
     """Per-source-space scratch of importance sampling: the max of c_t per source (float64, zeros)
-    and the first edge of each source (int64, `_NONE`), both restored after each use."""
+    and the first edge of each source (int64, `labor_rows.NO_OWNER`), both restored after each use."""
 
     def __init__(self, num_src: int) -> None:
         self.hop = np.zeros(max(num_src, 1), dtype=np.float64)
-        self.owner = np.full(max(num_src, 1), _NONE, dtype=np.int64)
+        self.owner = np.full(max(num_src, 1), labor_rows.NO_OWNER, dtype=np.int64)
 
 
 @nb.njit(nogil=True, cache=True)
-def _init_rows(indptr, dst, fanout, excl, weights, has_w, row_s, row_e, row_a, row_b, cs, lo, hi):
-    n_excl = excl.shape[0]
+def _init_rows(indptr, dst, fanout, excl, excl_rows, weights, has_w, row_s, row_e, row_a, row_b, cs, lo, hi):
     for i in range(lo, hi):
         v = dst[i]
         s = indptr[v]
         e = indptr[v + 1]
-        a = lower_bound(excl, 0, n_excl, s)
-        b = lower_bound(excl, a, n_excl, e)
+        a, b = excl_range(excl, excl_rows, v, s, e)
         row_s[i] = s
         row_e[i] = e
         row_a[i] = a
         row_b[i] = b
-        d, ds, _ = row_sums(weights, has_w, excl, a, b, s, e)
-        cs[i] = first_c(fanout, d, ds)
+        cs[i] = start_c(fanout, weights, has_w, excl, a, b, s, e)
 
 
 @nb.njit(nogil=True, cache=True)
 def _hop_max(indices, weights, has_w, use_w, excl, row_s, row_e, row_a, row_b, raw_off, cs, hop, owner):
     """hop[u] = max over the rows' eligible edges (t, u) of c_t (times A with ``use_w``); owner[u] =
-    the first such edge's frontier index."""
+    the first such edge's frontier index (sequential: rows share sources)."""
     for i in range(row_s.shape[0]):
-        s = row_s[i]
-        q = row_a[i]
-        for j in range(s, row_e[i]):
-            if q < row_b[i] and excl[q] == j:
-                q += 1
-                continue
-            if has_w and not weights[j] > 0:
-                continue
-            u = indices[j]
-            ct = cs[i] * np.float64(weights[j]) if use_w else cs[i]
-            if ct > hop[u]:
-                hop[u] = ct
-            f = raw_off[i] + j - s
-            if f < owner[u]:
-                owner[u] = f
+        hop_max_row(indices, weights, has_w, use_w, excl, row_a[i], row_b[i], row_s[i], row_e[i], raw_off[i],
+                    cs[i], hop, owner)
 
 
 @nb.njit(nogil=True, cache=True)
 def _hop_apply(indices, weights, has_w, excl, row_s, row_e, row_a, row_b, raw_off, hop, owner, pi, first,
                contrib, lo, hi):
-    """pi (or pi *= ) hop[u] on every eligible edge; contrib[i] = sum of min(1, pi_u) over the sources
-    whose first edge lies in row i (the expected sampled sources, summed per row)."""
     for i in range(lo, hi):
-        s = row_s[i]
-        q = row_a[i]
-        total = 0.0
-        for j in range(s, row_e[i]):
-            if q < row_b[i] and excl[q] == j:
-                q += 1
-                continue
-            if has_w and not weights[j] > 0:
-                continue
-            u = indices[j]
-            f = raw_off[i] + j - s
-            pi[f] = hop[u] if first else pi[f] * hop[u]
-            if owner[u] == f:
-                total += clip1(pi[f])
-        contrib[i] = total
+        contrib[i] = hop_apply_row(indices, weights, has_w, excl, row_a[i], row_b[i], row_s[i], row_e[i],
+                                   raw_off[i], hop, owner, pi, first)
 
 
 @nb.njit(nogil=True, cache=True)
 def _hop_reset(indices, row_s, row_e, hop, owner):
     for i in range(row_s.shape[0]):
-        for j in range(row_s[i], row_e[i]):
-            u = indices[j]
-            hop[u] = 0.0
-            owner[u] = _NONE
+        hop_reset_row(indices, row_s[i], row_e[i], hop, owner)
 
 
 @nb.njit(nogil=True, cache=True)
@@ -179,15 +149,15 @@ def labor_layer(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray | 
     """
     helpers = max(int(threads) - 1, 0)
     d_count = dst.shape[0]
-    excl = np.empty(0, np.int64) if excluded is None else np.ascontiguousarray(excluded, dtype=np.int64)
+    excl, excl_rows = exclusion_arrays(indptr, excluded)
     has_w = weights is not None
     w = _NO_W if weights is None else weights
     fanout = np.int64(fanout)
     row = np.empty((4, d_count), dtype=np.int64)
     row_s, row_e, row_a, row_b = row
     cs = np.empty(d_count, dtype=np.float64)
-    _run(lambda lo, hi: _init_rows(indptr, dst, fanout, excl, w, has_w, row_s, row_e, row_a, row_b, cs,
-                                   lo, hi), d_count, helpers)
+    _run(lambda lo, hi: _init_rows(indptr, dst, fanout, excl, excl_rows, w, has_w, row_s, row_e, row_a, row_b,
+                                   cs, lo, hi), d_count, helpers)
     raw_off = np.zeros(d_count + 1, dtype=np.int64)
     np.cumsum(row_e - row_s, out=raw_off[1:])
     pi, has_pi = _NO_PI, False

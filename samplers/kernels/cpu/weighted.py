@@ -2,8 +2,9 @@
 float64 prefix sums ``P`` computed once per sampler (`cpu.prefix.weight_prefix`).
 
 Rows of at most SHORT_ROW_MAX (64) positions without replacement whose k exceeds a third of their
-eligible count draw each output from running sums of the weights not chosen yet (`_short_row`): one
-draw and one vectorised pass (subtract, count) per output, however much of the row k takes. Other rows
+eligible count draw each output from running sums of the weights not chosen yet
+(`samplers.kernels.weighted_short`, shared with the GPU): one draw and one vectorised pass (subtract,
+count) per output, however much of the row k takes. Other rows
 draw by rejection: an output is the first position whose prefix sum exceeds a uniform fraction of the
 row's total, accepted unless excluded or chosen already, with an exact fallback draw after
 REJECT_LIMIT rejections (docs/architecture.md#sampling-rules); a row costs about k draws and searches,
@@ -23,15 +24,19 @@ import numba as nb
 import numpy as np
 
 from graphrl.kernels import prefetch
+from samplers.kernels import weighted_short
+from samplers.kernels.cpu import rng
 from samplers.kernels.cpu.bits import BITMAP_MAX, SCAN_MAX, emit_bitmap, lowest_bit_index
 from samplers.kernels.cpu.eligible import take_eligible
 from samplers.kernels.cpu.rng import draw, row_state, unit
-from samplers.kernels.reference import REBASE_FRACTION, REJECT_LIMIT, SHORT_ROW_MAX, SHORT_SHARE
+from samplers.kernels.reference import REJECT_LIMIT, SHORT_ROW_MAX, SHORT_SHARE
 
 __all__ = ["REJECT_LIMIT", "SHORT_ROW_MAX", "choose_rows_weighted"]
 
 _NO_EXCL = np.empty(0, dtype=np.int64)
 _NO_BITS = np.empty(0, dtype=np.uint64)
+# Without NRT, as `samplers.kernels.cpu.labor`'s row helpers (they take arrays and branch per output).
+short_row = weighted_short.compile_for(nb.njit(nogil=True, _nrt=False), rng, lowest_bit_index).short_row
 
 
 _COUNT_MAX = 128  # rows up to this degree find a draw's position by counting (vectorised), not searching
@@ -199,96 +204,11 @@ def _reject_bitmap(weights, prefix, s, e, state0, c, bits, pos, o):
     emit_bitmap(bits, d, s, pos, o)
 
 
-@nb.njit(nogil=True, cache=True)
-def _running_sums(weights, s, d, gone, acc):
-    """acc[0:d]: the float64 running sums, in position order, of the weights of row [s, s + d)'s positions
-    that are not in the mask ``gone`` and have weight > 0 (the others add nothing)."""
-    one = np.uint64(1)
-    total = 0.0
-    for i in range(d):
-        wp = np.float64(weights[s + i])
-        if wp > 0 and (gone >> np.uint64(i)) & one == 0:
-            total += wp
-        acc[i] = total
-
-
-@nb.njit(nogil=True, cache=True)
-def _advance(weights, s, d, gone, p):
-    """The first position >= p of the row that is not in ``gone`` and has weight > 0, else the last such
-    one (a draw that rounding put on a chosen position, or past the row)."""
-    one = np.uint64(1)
-    for i in range(p, d):
-        if weights[s + i] > 0 and (gone >> np.uint64(i)) & one == 0:
-            return i
-    i = d - 1
-    while not (weights[s + i] > 0 and (gone >> np.uint64(i)) & one == 0):
-        i -= 1
-    return i
-
-
 @nb.njit(inline="always", cache=True)
 def _is_short(draws, s, e, c, eligible):
-    """Whether a row draws over running sums (`_short_row`): without replacement, at most SHORT_ROW_MAX
+    """Whether a row draws over running sums (`short_row`): without replacement, at most SHORT_ROW_MAX
     positions, and c > a third of its eligible count (where rejection would reject often)."""
     return not draws and e - s <= SHORT_ROW_MAX and SHORT_SHARE * c > eligible
-
-
-@nb.njit(inline="always", cache=True)
-def _subtract_count(acc, d, p, wp, x):
-    """Subtract wp from acc[p:d] and return the number of acc[0:d] <= x, in one branch-free pass that
-    LLVM vectorises (whole aligned vectors: each load follows the store of the same vector a pass
-    earlier; subtracting 0.0 below p leaves those sums as they are)."""
-    c = 0
-    for i in range(np.uint64(0), np.uint64(d)):
-        a = acc[i] - (wp if np.int64(i) >= p else 0.0)
-        acc[i] = a
-        c += a <= x
-    return c
-
-
-@nb.njit(nogil=True, cache=True)
-def _short_row(weights, prefix, excl, q, b, s, e, state0, c, acc, pos, o):
-    """Without replacement, a row of at most SHORT_ROW_MAX positions: c successive draws over running sums
-    ``acc`` of the weights not chosen yet (the reference's `_choose_short`), no rejection. The row's
-    prefix sums are its running sums when nothing is excluded; choosing p subtracts its weight from
-    acc[p:] in the same pass that counts the next draw's position."""
-    d = e - s
-    one = np.uint64(1)
-    gone = np.uint64(0)  # excluded, then chosen positions (bits relative to s)
-    for x in range(q, b):
-        gone |= one << np.uint64(excl[x] - s)
-    if b == q:
-        for i in range(d):
-            acc[i] = prefix[s + i]
-    else:
-        _running_sums(weights, s, d, gone, acc)
-    total = acc[d - 1]
-    base = total
-    chosen = np.uint64(0)
-    t = np.uint64(0)
-    p = d  # the last chosen position (none yet: nothing to subtract)
-    wp = 0.0
-    for _ in range(c):
-        total = total - wp  # what the pass below leaves in acc[d - 1]
-        if total < base * REBASE_FRACTION:
-            _running_sums(weights, s, d, gone, acc)
-            total = acc[d - 1]
-            base = total
-            p = d
-        t += one
-        x = unit(draw(state0, t)) * total
-        p = _subtract_count(acc, d, p, wp, x)
-        if p == d or (gone >> np.uint64(p)) & one != 0:  # rounding (rare): the next available position
-            p = _advance(weights, s, d, gone, p)
-        bit = one << np.uint64(p)
-        gone |= bit
-        chosen |= bit
-        wp = np.float64(weights[s + p])
-    w = o
-    while chosen:
-        pos[w] = s + lowest_bit_index(chosen)
-        w += 1
-        chosen &= chosen - one
 
 
 @nb.njit(nogil=True, cache=True)
@@ -435,8 +355,8 @@ def choose_rows_weighted(dst, row_start, row_deg, row_exlo, row_exhi, row_end, o
             continue
         state0 = row_state(key, dst[i])
         if _is_short(draws, row_start[i], row_end[i], c, row_deg[i]):
-            _short_row(weights, prefix, excl, row_exlo[i], row_exhi[i], row_start[i], row_end[i], state0, c,
-                       acc, pos, o)
+            short_row(weights, prefix, excl, row_exlo[i], row_exhi[i], row_start[i], row_end[i], state0, c,
+                      acc, pos, o)
         else:
             _reject_row(weights, prefix, excl, row_exlo[i], row_exhi[i], row_start[i], row_end[i], state0, c,
                         draws, bitmap, pos, o)

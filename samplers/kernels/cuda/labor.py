@@ -26,15 +26,22 @@ from samplers.kernels.cuda.uniform import gather
 
 __all__ = ["KERNELS", "labor_layer_cuda"]
 
+@cuda.jit(device=True)
+def _raise_hop_atomic(hop, owner, u, ct, f):  # pragma: no cover - device
+    """`labor_rows.raise_hop` with atomics: rows of the layer run concurrently and share sources."""
+    cuda.atomic.max(hop, u, ct)
+    cuda.atomic.min(owner, u, f)
+
+
 _ROWS = labor_rows.compile_for(cuda.jit(device=True), types.SimpleNamespace(
-    row_state=rng.row_state, draw=rng.draw, unit=rng.unit))
-_clip1 = _ROWS.clip1
-_row_sums = _ROWS.row_sums
-_first_c = _ROWS.first_c
+    row_state=rng.row_state, draw=rng.draw, unit=rng.unit), raise_hop=_raise_hop_atomic)
+_start_c = _ROWS.start_c
 _solve_c = _ROWS.solve_c
 _count_kept = _ROWS.count_kept
 _take_kept = _ROWS.take_kept
-_NONE = np.int64(np.iinfo(np.int64).max)
+_hop_max_row = _ROWS.hop_max_row
+_hop_apply_row = _ROWS.hop_apply_row
+_hop_reset_row = _ROWS.hop_reset_row
 
 
 @cuda.jit
@@ -49,8 +56,7 @@ def labor_init(indptr, dst, fanout, excl, weights, has_w, row_s, row_e, row_a, r
         row_a[i] = a
         row_b[i] = b
         raw[i] = e - s
-        d, ds, _ = _row_sums(weights, has_w, excl, a, b, s, e)
-        cs[i] = _first_c(fanout, d, ds)
+        cs[i] = _start_c(fanout, weights, has_w, excl, a, b, s, e)
         i += cuda.gridsize(1)
 
 
@@ -59,18 +65,8 @@ def labor_hop_max(indices, weights, has_w, use_w, excl, row_s, row_e, row_a, row
                   owner):  # pragma: no cover - device
     i = cuda.grid(1)
     while i < row_s.shape[0]:
-        s = row_s[i]
-        q = row_a[i]
-        for j in range(s, row_e[i]):
-            if q < row_b[i] and excl[q] == j:
-                q += 1
-                continue
-            if has_w and not weights[j] > 0:
-                continue
-            u = indices[j]
-            ct = cs[i] * np.float64(weights[j]) if use_w else cs[i]
-            cuda.atomic.max(hop, u, ct)
-            cuda.atomic.min(owner, u, raw_off[i] + j - s)
+        _hop_max_row(indices, weights, has_w, use_w, excl, row_a[i], row_b[i], row_s[i], row_e[i], raw_off[i],
+                     cs[i], hop, owner)
         i += cuda.gridsize(1)
 
 
@@ -79,21 +75,8 @@ def labor_hop_apply(indices, weights, has_w, excl, row_s, row_e, row_a, row_b, r
                     contrib):  # pragma: no cover - device
     i = cuda.grid(1)
     while i < row_s.shape[0]:
-        s = row_s[i]
-        q = row_a[i]
-        total = 0.0
-        for j in range(s, row_e[i]):
-            if q < row_b[i] and excl[q] == j:
-                q += 1
-                continue
-            if has_w and not weights[j] > 0:
-                continue
-            u = indices[j]
-            f = raw_off[i] + j - s
-            pi[f] = hop[u] if first else pi[f] * hop[u]
-            if owner[u] == f:
-                total += _clip1(pi[f])
-        contrib[i] = total
+        contrib[i] = _hop_apply_row(indices, weights, has_w, excl, row_a[i], row_b[i], row_s[i], row_e[i],
+                                    raw_off[i], hop, owner, pi, first)
         i += cuda.gridsize(1)
 
 
@@ -101,10 +84,7 @@ def labor_hop_apply(indices, weights, has_w, excl, row_s, row_e, row_a, row_b, r
 def labor_hop_reset(indices, row_s, row_e, hop, owner):  # pragma: no cover - device
     i = cuda.grid(1)
     while i < row_s.shape[0]:
-        for j in range(row_s[i], row_e[i]):
-            u = indices[j]
-            hop[u] = 0.0
-            owner[u] = _NONE
+        _hop_reset_row(indices, row_s[i], row_e[i], hop, owner)
         i += cuda.gridsize(1)
 
 
@@ -157,7 +137,7 @@ class LaborScratchCuda:
     def __init__(self, num_src: int) -> None:
         n = max(num_src, 1)
         self.hop = cuda.to_device(np.zeros(n, dtype=np.float64))
-        self.owner = cuda.to_device(np.full(n, _NONE, dtype=np.int64))
+        self.owner = cuda.to_device(np.full(n, labor_rows.NO_OWNER, dtype=np.int64))
 
 
 def _copy_to_host(arr: Any) -> np.ndarray:

@@ -11,7 +11,8 @@ import numba
 from numba import cuda
 
 from samplers.kernels.cuda.launch import WARP
-from samplers.kernels.cuda.rows import is_eligible, lower_bound, output_count, row_span
+from samplers.kernels.cuda.rows import is_eligible, output_count, row_span
+from samplers.kernels.cuda.weighted import eligible_weighted
 
 __all__ = ["plan_masked", "plan_rows", "plan_rows_weighted", "plan_uniform"]
 
@@ -73,14 +74,8 @@ def plan_rows(indptr, dst, fanout, replace, excl, counts):  # pragma: no cover -
     stride = cuda.gridsize(1)
     n_excl = excl.shape[0]
     while i < dst.shape[0]:
-        v = dst[i]
-        s = indptr[v]
-        e = indptr[v + 1]
-        d = e - s
-        if n_excl:
-            a = lower_bound(excl, 0, n_excl, s)
-            d -= lower_bound(excl, a, n_excl, e) - a
-        counts[i] = output_count(d, fanout, replace)
+        s, e, a, b = row_span(indptr, excl, n_excl, dst[i])
+        counts[i] = output_count(e - s - (b - a), fanout, replace)
         i += stride
 
 
@@ -94,13 +89,8 @@ def plan_rows_weighted(positive, weights, indptr, dst, fanout, replace, excl, co
     while i < dst.shape[0]:
         v = dst[i]
         d = positive[v]
-        if n_excl:
-            s = indptr[v]
-            e = indptr[v + 1]
-            a = lower_bound(excl, 0, n_excl, s)
-            b = lower_bound(excl, a, n_excl, e)
-            for q in range(a, b):
-                if weights[excl[q]] > 0:
-                    d -= 1
+        if n_excl:  # only then is indptr read
+            _, _, a, b = row_span(indptr, excl, n_excl, v)
+            d = eligible_weighted(weights, positive, excl, a, b, v)
         counts[i] = output_count(d, fanout, replace)
         i += stride

@@ -1,8 +1,9 @@
 """Weighted rows without edge times on the GPU (the reference's "weighted rows"), a thread per row:
 successive sampling. Short rows (at most SHORT_ROW_MAX positions, without replacement, SHORT_SHARE * k
 above their eligible count) draw over running sums of the weights not chosen yet, kept in a per-thread
-array; other rows by rejection over the per-row float64 prefix sums (``row_prefix`` computes them once
-per graph), at most REJECT_LIMIT rejected attempts per output, then an exact draw from what remains.
+array (`samplers.kernels.weighted_short`, the CPU's code); other rows by rejection over the per-row
+float64 prefix sums (``row_prefix`` computes them once per graph), at most REJECT_LIMIT rejected
+attempts per output, then an exact draw from what remains.
 Only multiplications, additions, subtractions and comparisons, in the CPU's order: the same numbers."""
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ import numba
 import numpy as np
 from numba import cuda
 
+from samplers.kernels import weighted_short
+from samplers.kernels.cuda import rng
 from samplers.kernels.cuda.rng import draw, row_state, unit
 from samplers.kernels.cuda.rows import is_excluded, row_span, sort_range
-from samplers.kernels.reference import REBASE_FRACTION, REJECT_LIMIT, SHORT_ROW_MAX, SHORT_SHARE
+from samplers.kernels.reference import REJECT_LIMIT, SHORT_ROW_MAX, SHORT_SHARE
 
 __all__ = ["REJECT_LIMIT", "eligible_weighted", "row_prefix", "sample_rows_weighted", "weighted_row"]
 
@@ -27,69 +30,12 @@ def _taken(chosen, o, j, p):  # pragma: no cover - device
 
 
 @cuda.jit(device=True)
-def _available(weights, s, gone, i):  # pragma: no cover - device
-    return weights[s + i] > 0 and (gone >> np.uint64(i)) & np.uint64(1) == 0
+def _lowest_bit_index(x):  # pragma: no cover - device
+    """Index of the lowest set bit of a non-zero uint64: the population count below it."""
+    return cuda.popc((x & (~x + np.uint64(1))) - np.uint64(1))
 
 
-@cuda.jit(device=True)
-def _running_sums(weights, s, d, gone, acc):  # pragma: no cover - device
-    """acc[0:d]: running float64 sums in position order of the available weights (the CPU's)."""
-    total = 0.0
-    for i in range(d):
-        if _available(weights, s, gone, i):
-            total += np.float64(weights[s + i])
-        acc[i] = total
-
-
-@cuda.jit(device=True)
-def _short_row(weights, prefix, excl, a, b, s, e, state0, c, acc, eids, o):  # pragma: no cover - device
-    """A short row's c outputs over running sums (the reference's `_choose_short`; the CPU's
-    `_short_row`), written to eids[o:o + c] in increasing order."""
-    d = e - s
-    one = np.uint64(1)
-    gone = np.uint64(0)
-    for x in range(a, b):
-        gone |= one << np.uint64(excl[x] - s)
-    if b == a:
-        for i in range(d):
-            acc[i] = prefix[s + i]
-    else:
-        _running_sums(weights, s, d, gone, acc)
-    base = acc[d - 1]
-    chosen = np.uint64(0)
-    for t in range(1, c + 1):
-        total = acc[d - 1]
-        if total < base * REBASE_FRACTION:
-            _running_sums(weights, s, d, gone, acc)
-            total = acc[d - 1]
-            base = total
-        x = unit(draw(state0, t)) * total
-        p = np.int64(0)
-        for i in range(d):
-            if acc[i] <= x:
-                p += 1
-        if p == d or (gone >> np.uint64(p)) & one != 0:  # rounding: the next available position, or the last
-            q = p
-            p = np.int64(-1)
-            for i in range(q, d):
-                if _available(weights, s, gone, i):
-                    p = i
-                    break
-            if p < 0:
-                p = d - 1
-                while not _available(weights, s, gone, p):
-                    p -= 1
-        bit = one << np.uint64(p)
-        gone |= bit
-        chosen |= bit
-        wp = np.float64(weights[s + p])
-        for i in range(p, d):
-            acc[i] = acc[i] - wp
-    j = o
-    for i in range(d):
-        if (chosen >> np.uint64(i)) & one != 0:
-            eids[j] = s + i
-            j += 1
+_short_row = weighted_short.compile_for(cuda.jit(device=True), rng, _lowest_bit_index).short_row
 
 
 @cuda.jit(device=True)
