@@ -14,10 +14,43 @@ os.environ.setdefault("GRAPHRL_DATA", str(REPO.parent / "shared" / "data"))
 DATA = Path(os.environ["GRAPHRL_DATA"])
 
 
-# numba's CUDA simulator runs a Python thread per GPU thread while the launching thread polls them in a loop;
-# at Python's default 5-ms switch interval each poll turn holds the GIL for up to 5 ms, which doubles the CPU
-# time of a simulated test. The subprocesses switch every 20 us instead (the results do not depend on it).
-SIMULATOR_PRELUDE = "import sys\nsys.setswitchinterval(2e-5)\n"
+# Run before each simulated script:
+# - numba's CUDA simulator runs a Python thread per GPU thread while the launching thread polls them in a
+#   loop; at Python's default 5-ms switch interval each poll turn holds the GIL for up to 5 ms, which doubles
+#   the CPU time of a simulated test. The subprocesses switch every 20 us (results do not depend on it).
+# - the simulator iterates a device function's module globals in every simulated thread at every call, and a
+#   warning's first appearance in a module (the RNG's uint64 wrap-around) adds ``__warningregistry__`` to them
+#   meanwhile ("dictionary changed size during iteration"): every module loaded from source gets its registry
+#   before it runs.
+SIMULATOR_PRELUDE = """
+import importlib.abc
+import importlib.machinery
+import sys
+
+sys.setswitchinterval(2e-5)
+
+
+class _RegistryFirst(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                if isinstance(spec.loader, importlib.machinery.SourceFileLoader):
+                    run = spec.loader.exec_module
+
+                    def exec_module(module, run=run):
+                        module.__dict__.setdefault("__warningregistry__", {})
+                        run(module)
+
+                    spec.loader.exec_module = exec_module
+                return spec
+        return None
+
+
+sys.meta_path.insert(0, _RegistryFirst())
+"""
 
 
 def _simulate(script: str, timeout: float = 600) -> subprocess.CompletedProcess:

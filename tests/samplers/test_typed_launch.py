@@ -34,15 +34,6 @@ SIM_SCRIPT = textwrap.dedent(
     from samplers.kernels import cuda as ck
     from samplers.kernels.cuda import typed  # noqa: F401
     warnings.simplefilter("ignore", RuntimeWarning)  # uint64 wrap-around in the simulated RNG
-    # a warning's first appearance in a function's globals adds __warningregistry__ to them, which the
-    # simulator iterates in the other threads at every device function call: add it before any kernel runs
-    # (module globals, and the scope of the RNG's device functions)
-    for name, module in list(sys.modules.items()):
-        if name.startswith("samplers.kernels"):
-            for scope in [vars(module)] + [getattr(getattr(x, "fn", None), "__globals__", None)
-                                           for x in vars(module).values()]:
-                if isinstance(scope, dict):
-                    scope.setdefault("__warningregistry__", {})
 
     CLICKS, BY = ("user", "clicks", "item"), ("item", "clicked_by", "user")
     FOLLOWS, TAGS = ("user", "follows", "user"), ("tag", "labels", "item")
@@ -132,18 +123,8 @@ PTX_SCRIPT = textwrap.dedent(
 )
 
 
-def _run(script: str, simulator: bool) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    if simulator:
-        env["NUMBA_ENABLE_CUDASIM"] = "1"
-    env["PYTHONPATH"] = str(REPO)
-    prelude = "import sys\nsys.setswitchinterval(2e-5)\n"  # the simulator's threads poll: switch often
-    return subprocess.run([sys.executable, "-c", prelude + script], env=env, capture_output=True, text=True,
-                          timeout=600, cwd=REPO)
-
-
-def test_fused_typed_blocks_equal_the_cpu_blocks_in_one_launch_per_kernel_and_layer():
-    proc = _run(SIM_SCRIPT, simulator=True)
+def test_fused_typed_blocks_equal_the_cpu_blocks_in_one_launch_per_kernel_and_layer(simulate):
+    proc = simulate(SIM_SCRIPT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().endswith("OK")
 
@@ -161,7 +142,9 @@ def _nvvm_present() -> bool:
 def test_typed_kernels_compile_to_ptx_for_sm90():
     if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1" or not _nvvm_present():
         pytest.skip("libNVVM not found (or the simulator chosen): cannot compile numba.cuda kernels to PTX")
-    proc = _run(PTX_SCRIPT, simulator=False)
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    proc = subprocess.run([sys.executable, "-c", PTX_SCRIPT], env={**env, "PYTHONPATH": str(REPO)},
+                          capture_output=True, text=True, timeout=600, cwd=REPO)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().endswith("OK")
 
