@@ -443,6 +443,7 @@ class FeatureStore:
         Parameters
         ----------
         ids : numpy.ndarray or torch.Tensor, int64, shape [B], every id in [0, N)
+            On any device: a host store reads CUDA ids back (one copy), a CUDA store copies host ids up.
         out : torch.Tensor, shape [>= B, *row], contiguous, on the gather's device
 
         Returns
@@ -461,7 +462,7 @@ class FeatureStore:
         if self.device.type == "cuda":
             hits = self._gather_cuda(ids, out)
         else:
-            ids_np = ids.numpy() if isinstance(ids, torch.Tensor) else ids
+            ids_np = ids.cpu().numpy() if isinstance(ids, torch.Tensor) else ids
             ids_np = np.ascontiguousarray(ids_np, dtype=np.int64)
             cache = self._cache
             hits = gather_rows(self.table, ids_np, out, self.threads, None if cache is None else cache.rows,

@@ -391,7 +391,7 @@ class _Loader:
             self._staging = self.features.staging(slots=self.prefetch + 2)
         lease = self._staging.acquire(int(input_nodes.shape[0]))
         try:
-            feats = self.features.gather_into(input_nodes.numpy(), lease.tensor)
+            feats = self.features.gather_into(input_nodes, lease.tensor)  # a CUDA sampler's ids too
         except BaseException:
             lease.release()
             raise

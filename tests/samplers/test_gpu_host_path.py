@@ -269,3 +269,25 @@ def test_gpu_loader_samples_on_its_side_stream_and_hands_out_ready_batches() -> 
                 assert torch.equal(x.src_nodes, y.src_nodes.cpu())
         side = loaders[1].sampler.loop.cuda_workspaces
         assert len(side) == 1  # every batch on the loader's one side stream
+
+
+@pytest.mark.gpu
+def test_gpu_loader_gathers_host_features_of_cuda_blocks() -> None:
+    """A CUDA sampler's blocks with a host feature table: each batch's input features are the rows of its
+    input nodes (the loader once called ``.numpy()`` on the device ids)."""
+    from graphrl.graph import CSCGraph
+    from samplers.loader import NeighborLoader
+    from samplers.neighbor import NeighborSampler
+
+    rng = np.random.default_rng(5)
+    n, e = 2000, 20000
+    graph = CSCGraph.from_edges(rng.integers(0, n, e), rng.integers(0, n, e), n)
+    x = torch.from_numpy(rng.random((n, 8), dtype=np.float32))
+    for prefetch in (0, 1):
+        loader = NeighborLoader(graph, torch.arange(0, n, 4), batch_size=128, seed=1, prefetch=prefetch,
+                                features=x, sampler=NeighborSampler(graph, [4, 4], seed=2, device="cuda"))
+        for batch in loader:
+            assert batch.blocks[0].src_nodes.is_cuda
+            assert torch.equal(batch.input_features.cpu(), x[batch.input_nodes.cpu()])
+            batch.release()
+        loader.close()
