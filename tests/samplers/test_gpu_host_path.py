@@ -149,10 +149,8 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def test_gpu_host_path_under_the_simulator() -> None:
-    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=240)
+def test_gpu_host_path_under_the_simulator(simulate) -> None:
+    proc = simulate(SCRIPT, timeout=240)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("OK"), \
         proc.stdout[-3000:] + proc.stderr[-6000:]
 
