@@ -33,15 +33,18 @@ import numcodecs.zstd
 import numpy as np
 
 from graphrl.kernels.copies import copy_bytes, zero_bytes
-from replay.keys import decode_keys
+from replay.keys import BACK_BITS, INC_BITS, SHARD_BITS, decode_keys
 from replay.shard import ShardStorage
 from replay.storage import TrajectoryStorage
 
-__all__ = ["ChunkDecode", "decode_jobs", "free_zstd_context", "new_zstd_context", "plan_windows"]
+__all__ = [
+    "ChunkDecode", "decode_anchors", "decode_jobs", "free_zstd_context", "new_zstd_context", "plan_windows"
+]
 
 LZ4, ZSTD = 0, 1  # codec kinds of `decode_jobs`
 _KINDS = {"lz4": LZ4, "zstd": ZSTD}
 _LZ4_HEADER = 4  # numcodecs' LZ4 prefixes the block with its decompressed size (4 bytes)
+_POS_SHIFT = SHARD_BITS + BACK_BITS + INC_BITS  # a key's anchor position: key >> _POS_SHIFT
 _JOB = 6  # words a job: arena offset, length, output byte offset, first row in the chunk, rows, window
 
 
@@ -177,6 +180,45 @@ def decode_jobs(kind, dctx, arena, jobs, nj, chunk, row_bytes, out):  # pragma: 
     return failed
 
 
+@nb.njit(cache=True, nogil=True)
+def decode_anchors(
+    kind, dctx, table, tail, arena, next_position, chunk, row_bytes, keys, out
+):  # pragma: no cover - numba
+    """One shard's steps at the anchors of ``keys`` (int64 [B], `replay.keys`) into rows ``0 .. B - 1``
+    of ``out`` (flat bytes), plan and decode in one call, the shard lock held (every anchor live).
+    Returns the number of steps whose chunk did not decompress (their rows zeroed)."""
+    slots = table.shape[0]
+    open_chunk = next_position // chunk
+    chunk_bytes = chunk * row_bytes
+    scratch = np.empty(chunk_bytes if chunk > 1 else 0, dtype=np.uint8)
+    held = -1
+    failed = 0
+    for i in range(keys.shape[0]):
+        p = keys[i] >> _POS_SHIFT
+        k = p // chunk
+        w = p - k * chunk
+        o = i * row_bytes
+        s = k % slots
+        if k == open_chunk:
+            copy_bytes(out, o, tail, w * row_bytes, row_bytes)
+            continue
+        ok = table[s, 0] == k
+        if ok and chunk == 1:
+            ok = _decompress(kind, dctx, arena, table[s, 1], table[s, 2], out, o, row_bytes)
+        elif ok:
+            if held != table[s, 1]:
+                held = -1
+                ok = _decompress(kind, dctx, arena, table[s, 1], table[s, 2], scratch, 0, chunk_bytes)
+                if ok:
+                    held = table[s, 1]
+            if ok:
+                copy_bytes(out, o, scratch, w * row_bytes, row_bytes)
+        if not ok:
+            zero_bytes(out, o, row_bytes)
+            failed += 1
+    return failed
+
+
 class ChunkDecode:
     """The codec fields of a storage's windows into staging slots (see the module docstring).
 
@@ -230,6 +272,17 @@ class ChunkDecode:
         RuntimeError
             A chunk did not decompress (its arena bytes are corrupt).
         """
+        if self.storage.num_shards == 1:  # plan and decode in one call a field
+            sh = self.storage.shards[0]
+            for j, rb, kind, ring, tail in self.rings[0]:
+                dctx = self._dctx() if kind == ZSTD else 0
+                if decode_anchors(kind, dctx, ring.table, tail, ring.arena, ring.next_position, ring.chunk,
+                                  rb, keys, flat[j]):
+                    raise RuntimeError(
+                        f"field {ring.name!r}: a compressed chunk of shard 0 holding a live position did not "
+                        "decompress (corrupt arena bytes)"
+                    )
+            return
         shard, first, _ = decode_keys(keys)
         one, zero = np.ones(keys.size, np.int64), np.zeros(keys.size, np.int64)
         rows = np.arange(keys.size)
