@@ -27,7 +27,8 @@ from replay.windows import AHEAD, PAGE, copy_window, mask_row, prefetch_pages
 
 __all__ = ["BatchCopy", "gather_rows"]
 
-_CHUNK_BYTES = 1 << 22  # output bytes per chunk of a threaded copy
+_CHUNK_BYTES = 1 << 22  # output bytes per chunk of a threaded copy (at least one chunk a thread)
+_PARALLEL_BYTES = 2 * _CHUNK_BYTES  # batches of at least this many bytes are copied on the thread team
 _PREFETCH_BYTES = 256  # a field's windows of at most this many bytes get their first line prefetched
 
 
@@ -115,16 +116,17 @@ class BatchCopy:
         if self.fields is not None:
             flat = tuple(flat[j] for j in self.fields)
         total = (hi - lo) * length * self.step_bytes
-        if total < 2 * _CHUNK_BYTES or self.threads <= 1:  # one chunk: on this thread
-            rings = (self.rings, flat, self.row_bytes, self.capacity)
-            gather_rows(*rings, shard, first, n, dst, lo, hi, length, mask, total >= STREAM_THRESHOLD)
-            return
         stream = total >= STREAM_THRESHOLD
-        chunks = min(hi - lo, total // _CHUNK_BYTES, 4 * self.threads)
+        if total < _PARALLEL_BYTES or self.threads <= 1 or hi - lo < 2:  # one chunk: on this thread
+            rings = (self.rings, flat, self.row_bytes, self.capacity)
+            gather_rows(*rings, shard, first, n, dst, lo, hi, length, mask, stream)
+            return
+        chunks = min(hi - lo, max(self.threads, total // _CHUNK_BYTES), 4 * self.threads)
         args = (self.rings, flat, self.row_bytes, self.capacity, shard, first, n, dst)
-        bounds = np.linspace(lo, hi, chunks + 1).astype(np.int64).tolist()
+        rows = hi - lo
 
         def chunk(i: int) -> None:
-            gather_rows(*args, bounds[i], bounds[i + 1], length, mask, stream)
+            a, b = lo + rows * i // chunks, lo + rows * (i + 1) // chunks
+            gather_rows(*args, a, b, length, mask, stream)
 
         parallel_for(chunk, chunks, self.threads)

@@ -10,9 +10,9 @@ read at all.
 
 It runs with the table lock and every shard lock held, so no writer can overwrite a ring slot during
 the copy: the batch needs no staleness check and no redraw. `replay.sampler.WindowSampler` takes this
-path only for host batches of transitions of `LOCKED_COPY_BYTES` of output at most (32 frames of
-3x64x64 uint8 fit), so a writer waits at most the copy of that many bytes (about 0.1 ms); larger
-batches keep the lock-free copy.
+path only for host batches of transitions of `LOCKED_COPY_BYTES` of output at most (256 steps of
+3x64x64 uint8 frames fit), so a writer waits at most the copy of that many bytes (about 0.4 ms);
+larger batches keep the lock-free copy.
 
 `sample_transitions` is the whole sample in one call (`replay.table.Table.draw_transitions` makes it,
 holding only the table lock): it takes every shard mutex in shard order through
@@ -90,7 +90,7 @@ DRAWN, EMPTY, STALE, FAILED = 0, 1, 2, 3
  W_PRIORITIZED) = range(10)
 WORDS = 10
 
-LOCKED_COPY_BYTES = 1 << 20  # output bytes up to which a batch of transitions is copied under the locks
+LOCKED_COPY_BYTES = 4 << 20  # output bytes up to which a batch of transitions is copied under the locks
 
 
 @nb.njit(cache=True, nogil=True)
