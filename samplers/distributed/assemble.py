@@ -114,23 +114,20 @@ def _assemble(dst, row_part, rows, replies, weights, has_weights, node_map, base
               w_out, src_nodes, local, chunk):  # pragma: no cover - compiled
     d = dst.shape[0]
     num_parts = rows.shape[0]
-    cursor = np.zeros(num_parts, dtype=np.int64)
-    for i in range(d):  # each row's count, from its owner's buffer in frontier order
-        p = row_part[i]
-        out_indptr[i + 1] = out_indptr[i] + replies[p][cursor[p]]
-        cursor[p] += 1
-    src_at = rows.copy()  # each owner's next source, edge id and weight
+    count_at = np.zeros(num_parts, dtype=np.int64)  # each owner's next count, source, edge id and weight
+    src_at = rows.copy()
     eid_at = np.empty(num_parts, dtype=np.int64)
     w_at = np.zeros(num_parts, dtype=np.int64)
     for p in range(num_parts):
         eid_at[p] = rows[p] + (replies[p].shape[0] - rows[p]) // 2
     n = relabel_dst(dst, node_map, base, src_nodes)
     lo = 0
-    for i in range(d):
+    o = 0
+    for i in range(d):  # rows in frontier order; each owner's rows come in that order too
         p = row_part[i]
-        o = out_indptr[i]
-        c = out_indptr[i + 1] - o
         r = replies[p]
+        c = np.int64(r[count_at[p]])
+        count_at[p] += 1
         s0 = src_at[p]
         e0 = eid_at[p]
         for j in range(c):
@@ -144,10 +141,11 @@ def _assemble(dst, row_part, rows, replies, weights, has_weights, node_map, base
             w_at[p] = w0 + c
         src_at[p] = s0 + c
         eid_at[p] = e0 + c
-        hi = o + c
-        if hi - lo >= chunk or i == d - 1:
-            n = relabel_src(src, node_map, base, n, src_nodes, local, lo, hi)
-            lo = hi
+        o += c
+        out_indptr[i + 1] = o
+        if o - lo >= chunk or i == d - 1:
+            n = relabel_src(src, node_map, base, n, src_nodes, local, lo, o)
+            lo = o
     return n
 
 
