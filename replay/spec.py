@@ -86,8 +86,9 @@ class FieldSpec:
     Raises
     ------
     ValueError
-        ``codec`` not None, ``"lz4"`` or ``"zstd"``, ``arena_ratio`` not a positive finite number, or
-        ``chunk`` not None or a positive int (the message names the argument and the value).
+        ``codec`` not None, ``"lz4"`` or ``"zstd"``, a codec on a zero-size shape, ``arena_ratio`` not a
+        positive finite number, or ``chunk`` not None or a positive int (the message names the argument
+        and the value).
     """
 
     name: str
@@ -100,6 +101,11 @@ class FieldSpec:
     def __post_init__(self) -> None:
         if self.codec is not None and self.codec not in CODECS:
             raise ValueError(f"field {self.name!r}: codec must be None, 'lz4' or 'zstd', got {self.codec!r}")
+        if self.codec is not None and 0 in tuple(self.shape):
+            raise ValueError(  # its chunks would be codec headers only, and never fit the empty arena
+                f"field {self.name!r}: codec {self.codec!r} on a field of shape {tuple(self.shape)} (zero "
+                "size, nothing to compress): drop the codec"
+            )
         r = self.arena_ratio
         if isinstance(r, bool) or not isinstance(r, (int, float)) or not (0 < r < math.inf):
             raise ValueError(f"field {self.name!r}: arena_ratio must be a positive number, got {r!r}")
