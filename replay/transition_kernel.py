@@ -43,7 +43,7 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
-from graphrl.kernels.copies import address
+from graphrl.kernels.copies import address, store_fence
 from graphrl.kernels.prefetch import prefetch_l2_at
 from replay.commit_kernel import (
     P_CAPACITY,
@@ -91,6 +91,9 @@ DRAWN, EMPTY, STALE, FAILED = 0, 1, 2, 3
 WORDS = 10
 
 LOCKED_COPY_BYTES = 4 << 20  # output bytes up to which a batch of transitions is copied under the locks
+# a field's rows of a page or more, this many bytes of them and more: written with streaming stores (larger
+# than L2, the batch would only evict the caller's working set; docs/performance.md)
+STREAM_ROWS_BYTES = 1 << 20
 
 
 @nb.njit(cache=True, nogil=True)
@@ -152,6 +155,7 @@ def _draw_copy(
         anchor = c + capacity * ((written[s] - 1 - c) // capacity)
         o_keys[i] = (anchor << (SHARD_BITS + BACK_BITS + INC_BITS)) | inc_bits | s
         mask_row(mask, i, 1, 0, 1)
+    streamed = False
     for j in range(nf):  # constant row sizes copy with a move or two, not a memcpy call each
         rb = row_bytes[j]
         out = uint8_at(dst[j], k * rb)
@@ -168,22 +172,26 @@ def _draw_copy(
         elif rb == 32:
             _copy_rows(out, src, j * k, k, 32)
         elif rb >= PAGE:
-            _copy_pages(out, src, j * k, k, rb)
+            stream = k * rb >= STREAM_ROWS_BYTES
+            streamed |= stream
+            _copy_pages(out, src, j * k, k, rb, stream)
         else:
             _copy_rows(out, src, j * k, k, rb)
+    if streamed:  # the streaming stores reach memory before the batch is handed out
+        store_fence()
     return live
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
-def _copy_pages(out, src, at, k, rb):  # pragma: no cover - numba
+def _copy_pages(out, src, at, k, rb, stream):  # pragma: no cover - numba
     """`_copy_rows` of rows of a page or more, asking for row ``i + AHEAD``'s pages before copying row
-    i (`replay.windows.prefetch_pages`)."""
+    i (`replay.windows.prefetch_pages`); ``stream``: with streaming stores (no fence)."""
     for i in range(min(AHEAD, k)):
         prefetch_pages(uint8_at(src[at + i], rb), rb, 1, 0, 1)
     for i in range(k):
         if i + AHEAD < k:
             prefetch_pages(uint8_at(src[at + i + AHEAD], rb), rb, 1, 0, 1)
-        copy_window(out, i * rb, uint8_at(src[at + i], rb), rb, 1, 0, 1, 0, 1, False)
+        copy_window(out, i * rb, uint8_at(src[at + i], rb), rb, 1, 0, 1, 0, 1, stream)
 
 
 @nb.njit(cache=True, nogil=True, inline="always")

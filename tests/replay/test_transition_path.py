@@ -259,3 +259,37 @@ def test_update_priorities_names_bad_input_on_the_fast_path_too(mm):
     assert store.update_priorities(b.keys, torch.full((4,), 2.0, dtype=torch.float32)) == 4
     b.release()
     store.close()
+
+
+def test_fused_path_streams_page_rows_and_equals_the_lock_free_path(mm):
+    """256 rows of 4096-byte frames: 1 MiB of one field, written with streaming stores
+    (`transition_kernel.STREAM_ROWS_BYTES`); each row is the frame of the step its key names."""
+    from replay.transition_kernel import STREAM_ROWS_BYTES
+
+    spec = TrajectorySpec({"frame": ((4096,), "uint8"), "pos": ((), "int64")})
+    assert 256 * 4096 >= STREAM_ROWS_BYTES
+    stores = [ReplayStore(spec, 300, 1, memory=mm, seed=3, timeout=5.0) for _ in range(2)]
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 256, (500, 4096), dtype=np.uint8)  # wraps the ring of 300
+    for store in stores:
+        w = store.writer()
+        for lo in range(0, 500, 50):
+            w.extend({"frame": frames[lo : lo + 50], "pos": np.arange(lo, lo + 50, dtype=np.int64)})
+            w.end_episode()
+        w.close()
+    samplers = [sampler(stores[0], "fused"), sampler(stores[1], "lock-free")]
+    assert samplers[0].locked_rows >= 256
+    for _ in range(2):
+        got, ref = (s.sample(256, 1, "tail", 1.0, None, Deadline(5.0)) for s in samplers)
+        for name in spec:
+            np.testing.assert_array_equal(got[name].numpy(), ref[name].numpy())
+        np.testing.assert_array_equal(got.keys.numpy(), ref.keys.numpy())
+        _, anchor, _ = decode_keys(got.keys.numpy())
+        np.testing.assert_array_equal(got["pos"].numpy()[:, 0], anchor)
+        np.testing.assert_array_equal(got["frame"].numpy()[:, 0], frames[anchor])
+        got.release()
+        ref.release()
+    for s in samplers:
+        s.close()
+    for store in stores:
+        store.close()
