@@ -107,8 +107,10 @@ class FieldSpec:
                 "size, nothing to compress): drop the codec"
             )
         r = self.arena_ratio
-        if isinstance(r, bool) or not isinstance(r, (int, float)) or not (0 < r < math.inf):
+        real = isinstance(r, (int, float, np.integer, np.floating)) and not isinstance(r, (bool, np.bool_))
+        if not real or not (0 < r < math.inf):
             raise ValueError(f"field {self.name!r}: arena_ratio must be a positive number, got {r!r}")
+        object.__setattr__(self, "arena_ratio", float(r))  # numpy scalars too: plain JSON in to_config
         c = self.chunk
         if c is not None and (isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c < 1):
             raise ValueError(f"field {self.name!r}: chunk must be None or a positive int, got {c!r}")

@@ -3,6 +3,8 @@ step are refused when the store is made, naming the field."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -20,3 +22,18 @@ def test_a_codec_on_a_zero_size_field_is_refused_naming_it(codec, shape):
     with pytest.raises(ValueError, match="field 'x'"):
         FieldSpec("x", shape, np.dtype("float32"), codec)
 
+
+
+@pytest.mark.parametrize("ratio", [np.float32(2.0), np.int64(2), np.float64(2.0), 2])
+def test_a_numpy_arena_ratio_is_a_number(ratio):
+    # np.float32(2.0) was refused as "arena_ratio must be a positive number, got np.float32(2.0)"
+    spec = TrajectorySpec({"x": ((2,), "uint8", "lz4", ratio)})
+    assert spec["x"].arena_ratio == 2.0
+    assert json.dumps(spec.to_config()) == '{"x": [[2], "uint8", "lz4", 2.0]}'
+    assert TrajectorySpec.from_config(json.loads(json.dumps(spec.to_config()))) == spec
+
+
+@pytest.mark.parametrize("ratio", [np.bool_(True), True, np.float32("nan"), np.float64(-1.0), "2"])
+def test_a_bad_arena_ratio_is_refused(ratio):
+    with pytest.raises(ValueError, match="field 'x': arena_ratio must be a positive number"):
+        TrajectorySpec({"x": ((2,), "uint8", "lz4", ratio)})
