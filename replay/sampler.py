@@ -276,20 +276,11 @@ class WindowSampler:
             keys_lengths = block[_KEYS_LENGTHS]  # one copy of both rows (the batch keeps them)
             lengths = keys_lengths[1]
             limiter.sample(b if length == 1 else int(lengths.sum()))  # a window of 1 is its live anchor
-            weights = (
-                importance_weights(prob, table_size, beta)
-                if table.prioritized
-                else torch.ones(b, dtype=torch.float32)
-            )
-            return Batch(
-                slot.fields,
-                slot.mask,
-                torch.from_numpy(keys_lengths[0]),
-                torch.from_numpy(prob.copy()),
-                weights,
-                torch.from_numpy(lengths),
-                table_size,
-                slot.buffer,
+            # keys, probabilities, lengths and weights become tensors on first access (the weights: ones,
+            # or importance weights for a prioritized table)
+            return Batch.from_draw(
+                slot.fields, slot.mask, keys_lengths[0], prob.copy(), lengths, table_size,
+                beta if table.prioritized else None, slot.buffer,
             )
         except BaseException:
             slot.buffer.release()
