@@ -8,7 +8,7 @@ bytes sent and received and the seconds waited (`OwnerStats`). An owner that die
 process exits, not at a timeout); `restart` builds the owner again from the folder.
 
 >>> owners = RayOwners("parts/", expect=graph_fingerprint(graph))   # doctest: +SKIP
->>> owners.call("sample", {0: (dst0, 10, False, key, False), 2: (dst2, 10, False, key, False)})
+>>> owners.call("rows", {0: (ids0, "features"), 2: (ids2, "features")})  # {0: rows0, 2: rows2}
 """
 
 from __future__ import annotations

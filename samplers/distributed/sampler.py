@@ -76,9 +76,10 @@ class DistNeighborSampler:
 
     Notes
     -----
-    Requests per call: at most P per layer. Bytes per call: 8 per frontier node sent, 4 per row and 8
-    per sampled edge received (below 2^31 nodes and edges; 8 and 16 above). The trainer holds the
-    book (4 bytes per node) and a relabelling map (4 bytes per node; one per batch in flight).
+    Requests per call: at most P per layer (`sample_many`: per group of batches). Bytes per batch: 4 per
+    frontier node sent, 4 per row and 8 per sampled edge received (below 2^31 nodes and edges; 8, 8 and
+    16 above). The trainer holds the book (4 bytes per node) and a relabelling map (4 bytes per node;
+    one per batch in flight).
     ``sampled_edges`` counts edges drawn; ``owners.stats`` the requests and bytes.
 
     Raises
