@@ -13,6 +13,7 @@ process exits, not at a timeout); `restart` builds the owner again from the fold
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -83,6 +84,16 @@ class _Owners:
         self.fingerprint = self.book.fingerprint
         self.num_parts = self.book.num_parts
         self.stats = OwnerStats()
+        self._stats_lock = threading.Lock()  # calls may come from several threads (sample_many)
+
+    def __getstate__(self) -> dict:
+        """The group without its locks (made again by `__setstate__`)."""
+        return {k: v for k, v in self.__dict__.items() if not k.endswith("_lock")}
+
+    def __setstate__(self, state: dict) -> None:
+        """Restore a pickled group (`__getstate__`)."""
+        self.__dict__.update(state)
+        self._stats_lock = threading.Lock()
 
     def _check_parts(self, requests: Mapping[int, tuple], name: str = "requests") -> None:
         for p in requests:
@@ -92,10 +103,12 @@ class _Owners:
                 raise ValueError(f"{name}: part {p} outside [0, {self.num_parts})")
 
     def _count(self, requests: Mapping[int, tuple], results: dict[int, Any], t0: float) -> dict[int, Any]:
-        self.stats.requests += len(requests)
-        self.stats.bytes_sent += payload_bytes(list(requests.values()))
-        self.stats.bytes_received += payload_bytes(list(results.values()))
-        self.stats.seconds += time.perf_counter() - t0
+        sent, received = payload_bytes(list(requests.values())), payload_bytes(list(results.values()))
+        with self._stats_lock:
+            self.stats.requests += len(requests)
+            self.stats.bytes_sent += sent
+            self.stats.bytes_received += received
+            self.stats.seconds += time.perf_counter() - t0
         return results
 
     def _checked(self, part: int, info: dict) -> dict:
@@ -125,6 +138,12 @@ class LocalOwners(_Owners):
     def __init__(self, folder: str, expect: str | None = None) -> None:
         super().__init__(folder, expect)
         self.owners = [self._owner(p) for p in range(self.num_parts)]
+        self._call_lock = threading.Lock()  # one call at a time, as an actor serves one request at a time
+
+    def __setstate__(self, state: dict) -> None:
+        """Restore a pickled group (`__getstate__`)."""
+        super().__setstate__(state)
+        self._call_lock = threading.Lock()
 
     def _owner(self, part: int) -> PartitionOwner:
         return PartitionOwner(self.folder, part, self.fingerprint, manifest=self.book.digest)
@@ -148,11 +167,12 @@ class LocalOwners(_Owners):
         self._check_parts(requests)
         t0 = time.perf_counter()
         out = {}
-        for p, args in requests.items():
-            try:
-                out[p] = getattr(self.owners[p], method)(*args)
-            except Exception as e:
-                raise OwnerError(f"partition owner {p} ({self.folder}) failed {method}: {e}", p) from e
+        with self._call_lock:
+            for p, args in requests.items():
+                try:
+                    out[p] = getattr(self.owners[p], method)(*args)
+                except Exception as e:
+                    raise OwnerError(f"partition owner {p} ({self.folder}) failed {method}: {e}", p) from e
         return self._count(requests, out, t0)
 
     def restart(self, part: int) -> None:
@@ -165,7 +185,9 @@ class LocalOwners(_Owners):
             ``part`` not an int in [0, P).
         """
         self._check_parts({part: ()}, "part")
-        self.owners[part] = self._owner(part)
+        owner = self._owner(part)
+        with self._call_lock:
+            self.owners[part] = owner
 
 
 class RayOwners(_Owners):
