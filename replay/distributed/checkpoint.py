@@ -149,6 +149,8 @@ def publish(root: Path, folder: Path, manifest: dict[str, Any]) -> None:
         previous = None
     digests, steps = _shard_seals(folder, list(manifest["shards"]))
     body = {"format": FORMAT, "version": VERSION, "checkpoint": folder.name, **manifest}
+    if "spec" in manifest:  # the spec's field order (the sealed JSON sorts keys; a shard's rows follow it)
+        body["fields"] = list(manifest["spec"])
     body.update(shard_digests=digests, shard_steps=steps)
     seal(folder / MANIFEST, body)
     for dirpath, _, _ in os.walk(folder):
@@ -310,5 +312,6 @@ def restore_arguments(
         "folders": {s: str(folder / d) for s, d in enumerate(manifest["shards"])},
         "lineage": _lineage(manifest),
     }
-    spec = TrajectorySpec.from_config(manifest["spec"])
+    config = manifest["spec"]
+    spec = TrajectorySpec.from_config({n: config[n] for n in manifest.get("fields", config)})
     return (spec, int(manifest["capacity_steps"]), int(manifest["num_shards"])), kwargs, state

@@ -97,6 +97,12 @@ class ShardActor:
                 **kwargs,
             )
         self.spec = self.store.spec
+        if folder is not None and self.spec != TrajectorySpec.from_config(config["spec"]):
+            self.store.close()  # rows laid out in another field order would be read as garbage
+            raise ValueError(
+                f"shard {index}: its checkpoint {folder} holds fields {self.spec!r}, the store asked for "
+                f"{TrajectorySpec.from_config(config['spec'])!r} (a manifest without its 'fields' order)"
+            )
         self.cond = threading.Condition()
         inserts = self.store.counters()["inserts"]
         self.allow = inserts + headroom(self.limiter, 0, 0, 0) / self.num_shards

@@ -135,3 +135,22 @@ def test_a_damaged_ray_checkpoint_is_refused_and_the_older_one_named(root, damag
     assert info.value.intact == str(root / intact) and f"{intact} is intact" in str(info.value)
     assert read_manifest(root / "ckpt-000000")["checkpoint"] == "ckpt-000000"
     assert json.loads((root / "ckpt-000000" / MANIFEST).read_text())["checkpoint"] == "ckpt-000000"
+
+
+def test_restore_keeps_the_specs_field_order(tmp_path):
+    # the sealed manifest's JSON sorts keys: a spec {"sid", "obs"} came back as {"obs", "sid"} and the
+    # restored client read the shards' rows (laid out sid then obs) as garbage (obs bytes in sid)
+    spec = TrajectorySpec({"sid": ((), "int64"), "obs": ((2, 2), "uint8", "lz4", 0.5, 2), "a": ((), "bool")})
+    root = tmp_path / "ray"
+    root.mkdir()
+    folder = new_folder(root)
+    folder.mkdir()
+    manifest = {"num_shards": 0, "shards": [], "shard_checkpoints": [], "spec": spec.to_config(),
+                "capacity_steps": 8, "selector": {"kind": "uniform"},
+                "rate_limiter": {"kind": "min_size", "min_size": 1}, "max_times_sampled": 0,
+                "chunk_steps": 4, "timeout": None, "tier": "shared", "seed": 0,
+                "counters": {"inserts": 0, "samples": 0, "deletes": 0}, "rng": {}}
+    publish(root, folder, manifest)
+    assert list(json.loads((root / MANIFEST).read_text())["spec"]) == ["a", "obs", "sid"]  # sorted
+    args, _, _ = restore_arguments(root, read_manifest(root), {})
+    assert list(args[0]) == ["sid", "obs", "a"] and args[0] == spec
