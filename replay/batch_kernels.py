@@ -21,9 +21,9 @@ import os
 import numba as nb
 import numpy as np
 
-from graphrl.kernels import STREAM_THRESHOLD, parallel_for, prefetch_l2, store_fence
+from graphrl.kernels import parallel_for, prefetch_l2, store_fence
 from replay.storage import TrajectoryStorage
-from replay.windows import AHEAD, PAGE, copy_window, mask_row, prefetch_pages
+from replay.windows import AHEAD, PAGE, STREAM_BATCH_BYTES, copy_window, mask_row, prefetch_pages
 
 __all__ = ["BatchCopy", "gather_rows"]
 
@@ -116,7 +116,7 @@ class BatchCopy:
         if self.fields is not None:
             flat = tuple(flat[j] for j in self.fields)
         total = (hi - lo) * length * self.step_bytes
-        stream = total >= STREAM_THRESHOLD
+        stream = total >= STREAM_BATCH_BYTES
         if total < _PARALLEL_BYTES or self.threads <= 1 or hi - lo < 2:  # one chunk: on this thread
             rings = (self.rings, flat, self.row_bytes, self.capacity)
             gather_rows(*rings, shard, first, n, dst, lo, hi, length, mask, stream)

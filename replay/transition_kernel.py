@@ -69,7 +69,7 @@ from replay.sync_kernels import (
     mutex_unlock,
     uint8_at,
 )
-from replay.windows import AHEAD, PAGE, copy_window, mask_row, prefetch_pages
+from replay.windows import AHEAD, PAGE, STREAM_BATCH_BYTES, copy_window, mask_row, prefetch_pages
 
 __all__ = [
     "DRAWN",
@@ -91,9 +91,6 @@ DRAWN, EMPTY, STALE, FAILED = 0, 1, 2, 3
 WORDS = 10
 
 LOCKED_COPY_BYTES = 4 << 20  # output bytes up to which a batch of transitions is copied under the locks
-# a field's rows of a page or more, this many bytes of them and more: written with streaming stores (larger
-# than L2, the batch would only evict the caller's working set; docs/performance.md)
-STREAM_ROWS_BYTES = 1 << 20
 
 
 @nb.njit(cache=True, nogil=True)
@@ -172,7 +169,7 @@ def _draw_copy(
         elif rb == 32:
             _copy_rows(out, src, j * k, k, 32)
         elif rb >= PAGE:
-            stream = k * rb >= STREAM_ROWS_BYTES
+            stream = k * rb >= STREAM_BATCH_BYTES  # a field's page rows: streamed from 1 MiB
             streamed |= stream
             _copy_pages(out, src, j * k, k, rb, stream)
         else:

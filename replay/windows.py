@@ -51,6 +51,7 @@ __all__ = [
     "PADS",
     "PAD_CODES",
     "PAGE",
+    "STREAM_BATCH_BYTES",
     "WindowTable",
     "copy_window",
     "gather_fields",
@@ -66,6 +67,10 @@ __all__ = [
 PADS = ("tail", "head")
 PAD_CODES = {"tail": 0, "head": 1}  # the pad argument of the kernels (`window_of`)
 _STREAM_PIECE = 1024  # in a streamed batch, runs shorter than this still go through memcpy
+# an owner's host batch (`replay.batch_kernels`, `replay.transition_kernel`) of this many bytes and more is
+# written with streaming stores: larger than L2, it would only evict the caller's working set
+# (docs/performance.md)
+STREAM_BATCH_BYTES = 1 << 20
 PAGE = 4096  # rows of at least a page: the copy asks for the pages of the window AHEAD windows on
 AHEAD = 2  # (the hardware prefetcher stops at each 4 KiB page; docs/performance.md)
 _NO_MASK = np.zeros(0, dtype=np.bool_)

@@ -263,11 +263,11 @@ def test_update_priorities_names_bad_input_on_the_fast_path_too(mm):
 
 def test_fused_path_streams_page_rows_and_equals_the_lock_free_path(mm):
     """256 rows of 4096-byte frames: 1 MiB of one field, written with streaming stores
-    (`transition_kernel.STREAM_ROWS_BYTES`); each row is the frame of the step its key names."""
-    from replay.transition_kernel import STREAM_ROWS_BYTES
+    (`replay.windows.STREAM_BATCH_BYTES`); each row is the frame of the step its key names."""
+    from replay.windows import STREAM_BATCH_BYTES
 
     spec = TrajectorySpec({"frame": ((4096,), "uint8"), "pos": ((), "int64")})
-    assert 256 * 4096 >= STREAM_ROWS_BYTES
+    assert 256 * 4096 >= STREAM_BATCH_BYTES
     stores = [ReplayStore(spec, 300, 1, memory=mm, seed=3, timeout=5.0) for _ in range(2)]
     rng = np.random.default_rng(0)
     frames = rng.integers(0, 256, (500, 4096), dtype=np.uint8)  # wraps the ring of 300
