@@ -127,6 +127,7 @@ class DistNeighborSampler:
         with self._lock:
             state = self.__dict__.copy()
         del state["_lock"], state["_workspaces"]
+        state["_streaming"] = False  # a stream being read stays with this sampler; the copy has none
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -241,7 +242,8 @@ class DistNeighborSampler:
             try:
                 while True:
                     while len(pending) < in_flight:
-                        dsts = [check_seeds(s, self.book.num_nodes) for s in islice(batches, per)]
+                        # copied: the caller may refill a batch's tensor before its blocks are drawn
+                        dsts = [check_seeds(s, self.book.num_nodes).copy() for s in islice(batches, per)]
                         if not dsts:
                             break
                         pending.append(pool.submit(run, dsts, list(range(next_call, next_call + len(dsts)))))

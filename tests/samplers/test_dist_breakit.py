@@ -1,0 +1,69 @@
+"""samplers.distributed under hostile use: a sampler pickled while its stream is read, and batches whose
+tensor the caller reuses while `sample_many` reads ahead; blocks stay those of `NeighborSampler`."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+from graphrl.datasets import synthetic_graph
+from graphrl.graph import CSCGraph
+from graphrl.partition import graph_fingerprint, write_partitions
+from samplers import NeighborSampler
+from samplers.distributed import DistNeighborSampler, LocalOwners
+
+N, E, P = 600, 6000, 3
+
+
+@pytest.fixture(scope="module")
+def graph() -> CSCGraph:
+    return synthetic_graph(N, E, "powerlaw", seed=4)
+
+
+@pytest.fixture(scope="module")
+def owners(graph, tmp_path_factory) -> LocalOwners:
+    path = tmp_path_factory.mktemp("breakit") / "parts"
+    write_partitions(graph, path, P, method="ldg", seed=1)
+    return LocalOwners(str(path), expect=graph_fingerprint(graph))
+
+
+def _same(a, b) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        for f in ("src_nodes", "dst_nodes", "indptr", "indices", "edge_ids"):
+            assert getattr(x, f).dtype == getattr(y, f).dtype, f
+            assert torch.equal(getattr(x, f), getattr(y, f)), f
+
+
+def test_a_sampler_pickled_while_its_stream_is_read_continues_it(graph, owners):
+    ref = NeighborSampler(graph, [4, 3], seed=5)
+    dist = DistNeighborSampler(owners, [4, 3], seed=5)
+    batches = [torch.arange(lo, N, 23) for lo in range(6)]
+    stream = dist.sample_many(batches, batches_per_request=2, in_flight=2)
+    for seeds in batches[:3]:
+        _same(ref.sample(seeds), next(stream))
+    copy = pickle.loads(pickle.dumps(dist))  # the copy has no stream: it samples the 4th call
+    fourth = copy.sample(batches[3])
+    _same(ref.sample(batches[3]), fourth)
+    _same(fourth, next(stream))  # the original's stream goes on as before
+    stream.close()
+
+
+def test_sample_many_copies_each_batch_as_it_reads_it(graph, owners):
+    ref = NeighborSampler(graph, [4, 3], seed=6)
+    dist = DistNeighborSampler(owners, [4, 3], seed=6)
+    rng = np.random.default_rng(0)
+    batches = [torch.from_numpy(rng.integers(0, N, 20)) for _ in range(6)]
+    buffer = torch.empty(20, dtype=torch.int64)
+
+    def reused():  # one buffer refilled per batch, as a hand-written loader might
+        for seeds in batches:
+            buffer.copy_(seeds)
+            yield buffer
+
+    for seeds, blocks in zip(batches, dist.sample_many(reused(), batches_per_request=2, in_flight=2),
+                             strict=True):
+        _same(ref.sample(seeds), blocks)
