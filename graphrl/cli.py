@@ -108,11 +108,11 @@ RECIPE_FANOUTS = "10,10,10"
                    "and evaluation add about half a minute), rl's whole run (default 1.75).")
 @click.option("--epochs", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Also stop after this many epochs.")
-@click.option("--propagation", type=click.Choice(["exact", "sampled", "sampled-bpr"]), default="exact",
+@click.option("--propagation", type=click.Choice(["sampled", "exact", "sampled-bpr"]), default="sampled",
               show_default=True,
-              help="recommend: the recipe (softmax over all items with an item bias, spectral start) with "
-                   "LightGCN's exact propagation, or with blocks from our NeighborSampler (sampled; "
-                   "--fanouts applies, default 10,10,10); sampled-bpr: BPR on NeighborSampler + LinkSampler "
+              help="recommend: the recipe (softmax over all items with an item bias, spectral start) on "
+                   "blocks from our NeighborSampler (sampled; --fanouts applies, default 10,10,10), or with "
+                   "LightGCN's exact propagation (exact); sampled-bpr: BPR on NeighborSampler + LinkSampler "
                    "blocks (--batch-size, --fanouts and --exclude apply).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=8192, show_default=True,
               help="Positive (user, item) pairs per step.")
@@ -153,8 +153,9 @@ def demo(ctx: click.Context, task: str, dataset: str | None, minutes: float | No
          dedup: bool | None, plot_dir: str | None, logdir: str | None) -> None:
     """Run the demo tasks: by default all of them in turn, within 5 minutes on 2 cores.
 
-    recommend: LightGCN on Gowalla (exact propagation and a softmax over all items by default, or BPR on
-    blocks from our samplers); prints recall@20 and NDCG@20 against popularity and the paper.
+    recommend: LightGCN on Gowalla (the recipe, a softmax over all items, on blocks from our sampler by
+    default; exact propagation, or BPR on blocks from our samplers); prints recall@20 and NDCG@20 against
+    popularity and the paper.
     node-classification: a full-graph GCN on Cora or CiteSeer; prints the test accuracy over
     ``--seeds`` runs against the paper's. rl: actor processes play CartPole-v1 into our replay store and a
     transformer DQN learns from it; prints the moving-average return and the replay throughput. With

@@ -86,12 +86,14 @@ def test_a_bad_device_budget_is_refused_before_any_task_runs(budget):
 
 @pytest.mark.parametrize("flag, value", [("--fanouts", "5,5"), ("--batch-size", "64"), ("--exclude", "self")])
 def test_demo_exact_rejects_the_sampled_path_options(flag, value):
-    result = run(["demo", "--dataset", "synthetic", *EXACT, flag, value])
+    result = run(["demo", "--dataset", "synthetic", *EXACT, "--propagation", "exact", flag, value])
     assert result.exit_code == 2
     assert f"{flag} applies to --propagation sampled-bpr, not exact" in result.output
 
 
 def test_demo_sampled_trains_the_recipe_on_blocks_deterministically():
+    # the demo shows the engine: sampled blocks are its default
+    assert next(p for p in main.commands["demo"].params if p.name == "propagation").default == "sampled"
     args = ["demo", "--dataset", "synthetic", *EXACT, "--propagation", "sampled", "--fanouts", "5,5,5"]
     outs = [run(args) for _ in range(2)]
     assert all(r.exit_code == 0 for r in outs), outs[0].output
@@ -107,7 +109,7 @@ def test_demo_sampled_trains_the_recipe_on_blocks_deterministically():
 
 
 def test_demo_exact_trains_the_recipe_well_above_a_random_ranking():
-    result = run(["demo", "--dataset", "synthetic", *EXACT])
+    result = run(["demo", "--dataset", "synthetic", *EXACT, "--propagation", "exact"])
     assert result.exit_code == 0, result.output
     out = result.output
     assert "exact propagation; softmax over all 400 items" in out and "spectral start" in out
