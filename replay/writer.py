@@ -15,7 +15,9 @@ the episode ends or the buffers fill (the commit protocol of `replay.storage`). 
   ``chunk_steps`` steps, and the shard's ring overwrites the oldest steps of the endless episode.
 
 Commits wait for the rate limiter (``timeout`` seconds, then ``TimeoutError`` with the steps still
-staged, so calling ``end_episode`` again retries). As a context manager the writer ends the open
+staged, so calling ``end_episode`` again retries). A commit that a codec field's arena refuses
+(`graphrl.memory.MemoryBudgetError`) drops its steps and ends the episode at its last committed step:
+the next steps start a new episode. As a context manager the writer ends the open
 episode when the block exits normally; after an exception, staged steps are dropped.
 
 References
@@ -33,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from graphrl.memory import MemoryBudgetError
 from replay._owner import ThreadOwner
 from replay.shard_layout import LOST_RECORD
 from replay.staging_steps import StepStager
@@ -120,6 +123,8 @@ class TrajectoryWriter:
             A wrong dtype (naming the field); the step is not stored.
         TimeoutError
             The buffers were full and the commit waited ``timeout`` seconds for the rate limiter.
+        MemoryBudgetError
+            A codec field's arena refused the commit: its steps are dropped, the episode ends (see above).
         RuntimeError
             Another thread owns this writer (nothing is staged): make one writer per thread.
         """
@@ -136,6 +141,8 @@ class TrajectoryWriter:
         TimeoutError
             A commit waited ``timeout`` seconds for the rate limiter (the steps up to it are staged or
             committed; the rest are not).
+        MemoryBudgetError
+            A codec field's arena refused the commit: its steps are dropped, the episode ends (see above).
         RuntimeError
             Another thread owns this writer (nothing is staged): make one writer per thread.
         """
@@ -177,6 +184,8 @@ class TrajectoryWriter:
         ------
         TimeoutError
             The rate limiter did not admit the commit within ``timeout`` (steps stay staged; retry).
+        MemoryBudgetError
+            A codec field's arena refused the commit: its steps are dropped, the episode ends (see above).
         ValueError
             The writer or the store is closed.
         RuntimeError
@@ -201,6 +210,8 @@ class TrajectoryWriter:
             As `extend` and `end_episode` (nothing of a bad call is stored).
         TimeoutError
             As `end_episode`: the steps stay staged; `end_episode` retries.
+        MemoryBudgetError
+            A codec field's arena refused the commit: its steps are dropped, the episode ends (see above).
         """
         self._check_open("add_episode")
         n = self._direct_rows(steps)
@@ -215,6 +226,9 @@ class TrajectoryWriter:
             )
         except TimeoutError:
             self.extend(steps)  # staged, as end_episode leaves them
+            raise
+        except MemoryBudgetError:
+            self._cut()
             raise
         self.steps_written += n
         self.episodes_written += 1
@@ -241,6 +255,8 @@ class TrajectoryWriter:
         ------
         TimeoutError
             The rate limiter did not admit the commit within ``timeout`` (steps stay staged).
+        MemoryBudgetError
+            A codec field's arena refused the commit: its steps are dropped, the episode ends (see above).
         ValueError
             The writer or the store is closed.
         RuntimeError
@@ -283,14 +299,29 @@ class TrajectoryWriter:
 
     def _commit_chunk(self, columns: dict[str, np.ndarray], count: int, end: bool = False) -> None:
         """Commit the ``count`` staged rows of ``columns`` (the stager frees them once this returns)."""
-        shard, record = self._storage.commit(
-            columns, count, self._episode, end, self.timeout, self.writer_id, self._sources
-        )
+        try:
+            shard, record = self._storage.commit(
+                columns, count, self._episode, end, self.timeout, self.writer_id, self._sources
+            )
+        except MemoryBudgetError:
+            self._cut()
+            raise
         self.steps_written += count
         self._episode = None if end else (shard, record)
 
     def _commit_end(self, columns: dict[str, np.ndarray], count: int) -> None:
         self._commit_chunk(columns, count, end=True)
+
+    def _cut(self) -> None:
+        """After a commit a codec field's arena refused: drop the staged steps and end the open episode at
+        its last committed step (no later step joins it across the dropped ones)."""
+        self._stager.clear()
+        if self._episode is not None:
+            try:
+                self._storage.commit(self._stager.columns, 0, self._episode, True, 0.0, self.writer_id)
+            except (TimeoutError, ValueError) as exc:
+                logger.debug("could not end the open episode: %s", exc)
+            self._episode = None
 
     # -- lifetime
     @property
