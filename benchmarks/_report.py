@@ -20,16 +20,27 @@ import torch
 def best_interleaved(fns: list[Callable[[], object]], iters: int, repeats: int) -> list[float]:
     """Best mean seconds per call of each function over ``repeats`` runs of ``iters`` calls, the runs
     interleaved so that each function sees the same load (each is called once first, untimed)."""
+    return best_interleaved_cpu(fns, iters, repeats)[0]
+
+
+def best_interleaved_cpu(
+    fns: list[Callable[[], object]], iters: int, repeats: int
+) -> tuple[list[float], list[float]]:
+    """`best_interleaved`'s wall seconds per call, and the best CPU seconds per call of this process
+    (``time.process_time``: all its threads) over the same runs, which other processes' load moves far
+    less than wall time."""
     for fn in fns:
         fn()
-    times: list[list[float]] = [[] for _ in fns]
+    wall: list[list[float]] = [[] for _ in fns]
+    cpu: list[list[float]] = [[] for _ in fns]
     for _ in range(repeats):
-        for fn, ts in zip(fns, times, strict=True):
-            start = time.perf_counter()
+        for fn, ws, cs in zip(fns, wall, cpu, strict=True):
+            c0, w0 = time.process_time(), time.perf_counter()
             for _ in range(iters):
                 fn()
-            ts.append((time.perf_counter() - start) / iters)
-    return [min(ts) for ts in times]
+            ws.append((time.perf_counter() - w0) / iters)
+            cs.append((time.process_time() - c0) / iters)
+    return [min(ts) for ts in wall], [min(ts) for ts in cpu]
 
 
 def machine(**extra) -> dict:

@@ -26,7 +26,9 @@ Cases (higher is better; ``ratio`` = ours / baseline):
 Large windows copy at full bandwidth only with non-temporal (streaming) stores: the gather uses
 them for large batches (`graphrl.kernels.stream_bytes`, see `replay.windows`), where glibc's memcpy
 would only above its ``x86_non_temporal_threshold`` (the results record ``GLIBC_TUNABLES``). The
-machine is shared: the table and the JSON record the 1-minute load average before and after.
+machine is shared: the table and the JSON record the 1-minute load average before and after. The
+cases against cpprb also give this process's CPU time per call (all its threads, best run), ours and
+cpprb's, and ``cpu_ratio`` = cpprb's / ours: other processes' load moves it far less than wall time.
 
 Baselines that are not installed are skipped (``pip install torchrl==0.14.1 cpprb``; torchrl 0.14.1's
 compiled extension does not load with torch 2.13, so its prioritized samplers cannot run; SliceSampler
@@ -59,7 +61,7 @@ from graphrl.memory import MemoryManager  # noqa: E402
 from replay import Prioritized, ReplayStore, TrajectorySpec, Uniform  # noqa: E402
 
 sys.path.append(str(Path(__file__).resolve().parent))
-from _report import best_interleaved  # noqa: E402
+from _report import best_interleaved, best_interleaved_cpu  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "replay.json"
 LAYOUTS = {"small": (4,), "image": (3, 64, 64)}
@@ -106,6 +108,12 @@ def best(fn: Callable[[], object], iters: int, repeats: int) -> float:
             fn()
         times.append((time.perf_counter() - start) / iters)
     return min(times)
+
+
+def cpu_fields(cpu: list[float]) -> dict:
+    """CPU seconds per call of ours and the baseline (`_report.best_interleaved_cpu`) as row fields, with
+    ``cpu_ratio`` = baseline / ours CPU time (higher is better, as ``ratio``)."""
+    return {"cpu_us": cpu[0] * 1e6, "baseline_cpu_us": cpu[1] * 1e6, "cpu_ratio": cpu[1] / cpu[0]}
 
 
 def row(case: str, metric: str, ours: float, baseline: str, value: float | None, **extra: object) -> dict:
@@ -253,7 +261,7 @@ def bench_layout(
                     rb_cpprb.on_episode_end()
 
             # whole episodes into warm rings, ours and cpprb alternating (both see the same load)
-            t_fill, t_cp = best_interleaved([ours_fill, cpprb_fill], 1, repeats)
+            (t_fill, t_cp), cpu = best_interleaved_cpu([ours_fill, cpprb_fill], 1, repeats)
             w_fill.close()
             rows.append(
                 row(
@@ -264,6 +272,7 @@ def bench_layout(
                     steps / t_cp,
                     ours_gb_per_s=total_bytes / t_fill / 1e9,
                     baseline_gb_per_s=total_bytes / t_cp / 1e9,
+                    **cpu_fields(cpu),
                 )
             )
         except ImportError:
@@ -320,7 +329,7 @@ def bench_layout(
         if rb_cpprb is not None:
             _, store_u = ours_insert(spec, episodes, steps, mm, Uniform(), tier)
             pair = [lambda: store_u.sample(batch, 1).release(), lambda: rb_cpprb.sample(batch)]
-            t_u, t_cu = best_interleaved(pair, iters * 10, repeats)
+            (t_u, t_cu), cpu = best_interleaved_cpu(pair, iters * 10, repeats)
             rows.append(
                 row(
                     f"{tag} sample B={batch} transitions vs cpprb",
@@ -328,9 +337,10 @@ def bench_layout(
                     batch / t_u,
                     "cpprb ReplayBuffer.sample",
                     batch / t_cu,
+                    **cpu_fields(cpu),
                 )
             )
-            t_u32, t_c32 = best_interleaved(
+            (t_u32, t_c32), cpu = best_interleaved_cpu(
                 [lambda: store_u.sample(32, 1).release(), lambda: rb_cpprb.sample(32)], iters * 20, repeats
             )
             rows.append(
@@ -342,6 +352,7 @@ def bench_layout(
                     1 / t_c32,
                     us_per_call=t_u32 * 1e6,
                     baseline_us_per_call=t_c32 * 1e6,
+                    **cpu_fields(cpu),
                 )
             )
             ep0 = episodes[0]
@@ -385,7 +396,7 @@ def bench_layout(
                 s = rb_p.sample(batch, beta=0.4)
                 rb_p.update_priorities(s["indexes"], prios)
 
-            t_op, t_cp = best_interleaved([ours_prio, cpprb_prio], iters * 10, repeats)
+            (t_op, t_cp), cpu = best_interleaved_cpu([ours_prio, cpprb_prio], iters * 10, repeats)
             rows.append(
                 row(
                     f"{tag} prioritized sample+update B={batch} vs cpprb",
@@ -393,6 +404,7 @@ def bench_layout(
                     batch / t_op,
                     "cpprb PrioritizedReplayBuffer",
                     batch / t_cp,
+                    **cpu_fields(cpu),
                 )
             )
             store_p.close()
@@ -444,6 +456,8 @@ def main(
             gb = f"{r['ours_gb_per_s']:.2f}/{r['baseline_gb_per_s']:.2f}"
         elif "us_per_call" in r:
             gb = f"{r['us_per_call']:.1f}/{r['baseline_us_per_call']:.1f} us per call"
+        if "cpu_ratio" in r:
+            gb += f"  CPU {r['cpu_us']:.0f}/{r['baseline_cpu_us']:.0f} us = {r['cpu_ratio']:.2f}"
         click.echo(
             f"{r['case']:<62} {r['metric']:<14} {r['ours']:>10.3g} {r['baseline_value']:>10.3g} "
             f"{r['ratio']:>7.2f}  {gb}"
