@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from graphrl.kernels import advise_huge_pages
 from graphrl.threads import team_size
+from samplers.feature_table import HUGE_TABLE_BYTES
 from samplers.kernels import cpu
 from samplers.modes.base import LayerEdges, LayerRequest, Mode, RelationArrays
 
@@ -29,10 +31,16 @@ class WeightedMode(Mode):
 
     def prepare(self, relation: RelationArrays, device: str) -> Any:
         """CPU: the weights' `samplers.kernels.cpu.Masks` with the per-row prefix sums and positive
-        counts, computed once; the GPU's are built with the relation's `CudaGraph`."""
+        counts, computed once, on transparent huge pages when an array is `HUGE_TABLE_BYTES` or more
+        (every row reads its own random span of them: with 4 KiB pages nearly each one misses the TLB);
+        the GPU's are built with the relation's `CudaGraph`."""
         if device != "cpu":
             return None
-        return cpu.Masks(relation.weights, None, relation.indptr, threads=team_size())
+        masks = cpu.Masks(relation.weights, None, relation.indptr, threads=team_size())
+        for arr in (masks.prefix, masks.weights, masks.node_count):
+            if arr.nbytes >= HUGE_TABLE_BYTES:
+                advise_huge_pages(arr.ctypes.data, arr.nbytes, collapse=True)
+        return masks
 
     def sample_cpu(self, relation: RelationArrays, state: Any, request: LayerRequest) -> LayerEdges:
         prefix, positive = state.prefix, state.node_count

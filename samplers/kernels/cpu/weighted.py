@@ -98,7 +98,7 @@ def _in_sorted(arr, a, b, p):
 
 @nb.njit(inline="always", cache=True)
 def _is_chosen(kind, mask, bits, pos, o, n, s, p):
-    """Whether CSC position p of the row starting at s is chosen already (see `_reject_row`)."""
+    """Whether CSC position p of the row starting at s is chosen already (see `_reject_general`)."""
     rel = p - s
     if kind == _MEMBER_MASK:
         return (mask >> np.uint64(rel)) & np.uint64(1) != 0
@@ -110,14 +110,13 @@ def _is_chosen(kind, mask, bits, pos, o, n, s, p):
     return False
 
 
-@nb.njit(nogil=True, cache=True)
-def _fallback_draw(weights, excl, q, b, s, e, r, replace, kind, mask, bits, pos, o, n):
+@nb.njit(nogil=True, cache=True, _nrt=False)
+def _fallback_draw(weights, excl, q, b, s, e, r, replace, kind, mask, bits, pos, o, n, chosen):
     """The exact draw of one output from the remaining eligible positions of [s, e) (not excluded, weight
     > 0, and not chosen unless ``replace``): their float64 weight sum R in position order, then the first
     of them whose running sum exceeds ``unit(r) * R`` (the last of them if none). O(d): two passes over
-    the row (chosen positions kept unsorted in pos are sorted into a copy first)."""
+    the row (with _MEMBER_SORTED, ``chosen`` holds the chosen positions sorted: the caller sorts them)."""
     sorted_kind = kind == _MEMBER_SORTED and not replace
-    chosen = np.sort(pos[o:o + n]) if sorted_kind else _NO_EXCL
     remaining = 0.0
     acc = 0.0
     last = s
@@ -148,7 +147,7 @@ def _fallback_draw(weights, excl, q, b, s, e, r, replace, kind, mask, bits, pos,
     return last
 
 
-@nb.njit(nogil=True, cache=True)
+@nb.njit(nogil=True, cache=True, _nrt=False)
 def _last_positive(weights, s, e):
     p = e - 1
     while p > s and not weights[p] > 0:
@@ -156,7 +155,7 @@ def _last_positive(weights, s, e):
     return p
 
 
-@nb.njit(nogil=True, cache=True)
+@nb.njit(nogil=True, cache=True, _nrt=False)
 def _draw_row(weights, prefix, s, e, state0, c, pos, o):
     """With replacement, no excluded position in the row: every attempt is accepted, so output j is the
     position of draw j + 1 (the inversion of the row's prefix sums)."""
@@ -169,7 +168,47 @@ def _draw_row(weights, prefix, s, e, state0, c, pos, o):
         pos[o + j] = p if p < e else _last_positive(weights, s, e)
 
 
-@nb.njit(nogil=True, cache=True)
+@nb.njit(nogil=True, cache=True, _nrt=False)
+def _reject_mask(weights, s, e, state0, c, acc, pos, o):
+    """`_reject_bitmap` for a row of at most 64 edges: the chosen positions are the bits of a register,
+    and the row's prefix sums are summed afresh from its float32 weights into ``acc`` (the same float64
+    additions in the same order as `weight_prefix`, so the same numbers, from half the bytes)."""
+    d = e - s
+    total = 0.0
+    for i in range(d):
+        total += np.float64(weights[s + i])
+        acc[i] = total
+    one = np.uint64(1)
+    mask = np.uint64(0)
+    t = np.uint64(0)
+    n = 0
+    rejects = 0
+    while n < c:
+        t += one
+        r = draw(state0, t)
+        if rejects == REJECT_LIMIT:  # this draw is the output's exact fallback draw (rare)
+            p = _fallback_draw(weights, _NO_EXCL, 0, 0, s, e, r, False, _MEMBER_MASK, mask, _NO_BITS, pos, o,
+                               n, _NO_EXCL)
+            mask |= one << np.uint64(p - s)
+            rejects = 0
+            n += 1
+            continue
+        p = s + _count_le(acc, 0, d, unit(r) * total)
+        if p == e:
+            p = _last_positive(weights, s, e)
+        bit = one << np.uint64(p - s)
+        hit = np.int64((mask & bit) != 0)
+        mask |= bit
+        n += 1 - hit
+        rejects = (rejects + 1) * hit
+    w = o
+    while mask:
+        pos[w] = s + lowest_bit_index(mask)
+        w += 1
+        mask &= mask - one
+
+
+@nb.njit(nogil=True, cache=True, _nrt=False)
 def _reject_bitmap(weights, prefix, s, e, state0, c, bits, pos, o):
     """Without replacement, a row of 65..4096 edges and no excluded position: chosen positions are the
     bits of ``bits`` (all 0 on entry and on return), emitted word by word in order; a draw accepts or
@@ -185,7 +224,7 @@ def _reject_bitmap(weights, prefix, s, e, state0, c, bits, pos, o):
         r = draw(state0, t)
         if rejects == REJECT_LIMIT:  # this draw is the output's exact fallback draw (rare)
             rel = _fallback_draw(weights, _NO_EXCL, 0, 0, s, e, r, False, _MEMBER_BITMAP, np.uint64(0), bits,
-                                 pos, o, n) - s
+                                 pos, o, n, _NO_EXCL) - s
             bits[rel >> 6] |= one << np.uint64(rel & 63)
             rejects = 0
             n += 1
@@ -213,7 +252,10 @@ def _is_short(draws, s, e, c, eligible):
 
 @nb.njit(nogil=True, cache=True)
 def _reject_general(weights, prefix, excl, q, b, s, e, state0, c, replace, bitmap, pos, o):
-    """`_reject_row` for rows with excluded positions, or without replacement above 4096 edges."""
+    """`_reject_row` for rows with excluded positions (``excl[q:b]``, found by binary search), or without
+    replacement above 4096 edges: "chosen already" is a bit of a register mask (up to 64 edges), of
+    ``bitmap`` (up to 4096) or of a fresh bitmap (above, when c > 64); above 4096 edges with c <= 64 the
+    chosen positions are scanned in pos and sorted at the end."""
     total = prefix[e - 1]
     has_x = b > q
     d = e - s
@@ -235,7 +277,8 @@ def _reject_general(weights, prefix, excl, q, b, s, e, state0, c, replace, bitma
         t += one
         r = draw(state0, t)
         if rejects == REJECT_LIMIT:  # this draw is the output's exact fallback draw
-            p = _fallback_draw(weights, excl, q, b, s, e, r, replace, kind, mask, bits, pos, o, n)
+            chosen = np.sort(pos[o:o + n]) if kind == _MEMBER_SORTED and not replace else _NO_EXCL
+            p = _fallback_draw(weights, excl, q, b, s, e, r, replace, kind, mask, bits, pos, o, n, chosen)
         else:
             frac = unit(r)
             p = _search(prefix, s, e, frac * total, frac)
@@ -269,30 +312,28 @@ def _reject_general(weights, prefix, excl, q, b, s, e, state0, c, replace, bitma
     emit_bitmap(bits, d, s, pos, w)
 
 
-@nb.njit(nogil=True, cache=True)
-def _reject_row(weights, prefix, excl, q, b, s, e, state0, c, replace, bitmap, pos, o):
-    """c outputs of a weighted row [s, e) by rejection over its prefix sums, into pos[o:o + c] (the
-    reference's "weighted rows"; c > 0, and c < the row's eligible count unless ``replace``).
+@nb.njit(nogil=True, cache=True, _nrt=False)
+def _reject_row(weights, prefix, s, e, state0, c, replace, bitmap, acc, pos, o):
+    """c outputs of a weighted row [s, e) without excluded positions, up to BITMAP_MAX edges unless
+    ``replace``, by rejection over its prefix sums, into pos[o:o + c] (the reference's "weighted rows";
+    c > 0, and c < the row's eligible count unless ``replace``). Other rows: `_reject_general`.
 
-    With replacement, outputs go to pos in draw order. Without, "chosen already" is a bit of a bitmap of
-    the row (the workspace's ``bitmap`` up to 4096 edges, a fresh one above when c > 64), and the set bits
-    are emitted in order at the end; rows above 4096 edges with c <= 64 scan the chosen positions in pos
-    and sort them at the end. Excluded positions (``excl[q:b]``) are found by binary search."""
-    if b == q:
-        if replace:
-            _draw_row(weights, prefix, s, e, state0, c, pos, o)
-            return
-        if e - s <= BITMAP_MAX:
-            _reject_bitmap(weights, prefix, s, e, state0, c, bitmap, pos, o)
-            return
-    _reject_general(weights, prefix, excl, q, b, s, e, state0, c, replace, bitmap, pos, o)
+    With replacement, outputs go to pos in draw order. Without, "chosen already" is a bit of a register
+    (rows up to 64 edges) or of the workspace's ``bitmap``, and the set bits are emitted in order at
+    the end."""
+    if replace:
+        _draw_row(weights, prefix, s, e, state0, c, pos, o)
+    elif e - s <= 64:
+        _reject_mask(weights, s, e, state0, c, acc, pos, o)
+    else:
+        _reject_bitmap(weights, prefix, s, e, state0, c, bitmap, pos, o)
 
 
 _WEIGHTED_AHEAD = 4  # rows ahead whose prefix sums the choosing pass of weighted rows prefetches
 _WEIGHTED_LINES = 16  # rows of up to this many cache lines of prefix sums are prefetched whole
 
 
-@nb.njit(inline="always", cache=True)
+@nb.njit(nogil=True, cache=True, _nrt=False)
 def _prefetch_weighted_row(weights, prefix, dst, key, row_start, row_end, row_deg, out_indptr, draws, i):
     """Start fetching what choosing weighted row i reads: its weights when it takes every eligible edge;
     else all of its prefix sums when they span at most _WEIGHTED_LINES cache lines (and the weights of a
@@ -308,6 +349,11 @@ def _prefetch_weighted_row(weights, prefix, dst, key, row_start, row_end, row_de
             prefetch(weights, s)
         return
     d = e - s
+    if not draws and d <= 64 and not _is_short(draws, s, e, c, row_deg[i]):  # `_reject_mask`: the weights
+        for p in range(s, e, 16):
+            prefetch(weights, p)
+        prefetch(weights, e - 1)
+        return
     if d <= 8 * _WEIGHTED_LINES:
         for p in range(s, e, 8):
             prefetch(prefix, p)
@@ -357,6 +403,8 @@ def choose_rows_weighted(dst, row_start, row_deg, row_exlo, row_exhi, row_end, o
         if _is_short(draws, row_start[i], row_end[i], c, row_deg[i]):
             short_row(weights, prefix, excl, row_exlo[i], row_exhi[i], row_start[i], row_end[i], state0, c,
                       acc, pos, o)
+        elif row_exlo[i] == row_exhi[i] and (draws or row_end[i] - row_start[i] <= BITMAP_MAX):
+            _reject_row(weights, prefix, row_start[i], row_end[i], state0, c, draws, bitmap, acc, pos, o)
         else:
-            _reject_row(weights, prefix, excl, row_exlo[i], row_exhi[i], row_start[i], row_end[i], state0, c,
-                        draws, bitmap, pos, o)
+            _reject_general(weights, prefix, excl, row_exlo[i], row_exhi[i], row_start[i], row_end[i], state0,
+                            c, draws, bitmap, pos, o)
