@@ -225,12 +225,11 @@ class DistNeighborSampler:
                 self._streaming = False
 
     def _stream(self, batches: Iterator, per: int, in_flight: int) -> Iterator[Blocks]:
-        while len(self._workspaces) < per * in_flight:
-            self._workspaces.append(self._workspace())
-        free = [self._workspaces[i * per:(i + 1) * per] for i in range(in_flight)]
+        free: list[list[Workspace]] = []  # relabelling maps of the groups formed and not in flight
+        groups = 0
 
-        def run(dsts: list[np.ndarray], calls: list[int]) -> tuple[list[Blocks], SampleProfile]:
-            workspaces = free.pop()
+        def run(dsts: list[np.ndarray], calls: list[int],
+                workspaces: list[Workspace]) -> tuple[list[Blocks], SampleProfile]:
             try:
                 return self._wave(dsts, calls, workspaces)
             finally:
@@ -246,7 +245,13 @@ class DistNeighborSampler:
                         dsts = [check_seeds(s, self.book.num_nodes).copy() for s in islice(batches, per)]
                         if not dsts:
                             break
-                        pending.append(pool.submit(run, dsts, list(range(next_call, next_call + len(dsts)))))
+                        if not free:  # maps for a group only when one is formed (kept for later calls)
+                            while len(self._workspaces) < (groups + 1) * per:
+                                self._workspaces.append(self._workspace())
+                            free.append(self._workspaces[groups * per:(groups + 1) * per])
+                            groups += 1
+                        calls = list(range(next_call, next_call + len(dsts)))
+                        pending.append(pool.submit(run, dsts, calls, free.pop()))
                         next_call += len(dsts)
                     if not pending:
                         return

@@ -67,3 +67,21 @@ def test_sample_many_copies_each_batch_as_it_reads_it(graph, owners):
     for seeds, blocks in zip(batches, dist.sample_many(reused(), batches_per_request=2, in_flight=2),
                              strict=True):
         _same(ref.sample(seeds), blocks)
+
+
+def test_sample_many_allocates_relabelling_maps_only_for_the_groups_it_forms(tmp_path):
+    import tracemalloc
+
+    n = 40_000  # a map is 4 bytes per node: 160 KB here
+    path = tmp_path / "parts"
+    write_partitions(synthetic_graph(n, 40_000, "powerlaw", seed=1), path, 2, method="ldg")
+    dist = DistNeighborSampler(LocalOwners(str(path)), [3], seed=0)
+    batches = [torch.arange(50), torch.arange(9)]  # one group, far fewer than in_flight allows
+    tracemalloc.start()
+    try:
+        got = list(dist.sample_many(batches, batches_per_request=4, in_flight=64))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(got) == 2
+    assert peak < 8 << 20  # 4 maps (640 KB) and the blocks; maps for 64 groups would be 40 MB
