@@ -54,3 +54,7 @@ class DistLaborSampler(DistNeighborSampler):
     def _keys(self, call: int, layer: int) -> tuple[int, int]:
         variate_layer = 0 if self.layer_dependency else layer
         return layer_key(self.seed, call, layer), layer_key(self.seed, call, variate_layer)
+
+    def _returns_weights(self) -> bool:
+        """Blocks carry ``edge_weights`` (empty ones for an empty frontier) when ``weighted``."""
+        return self.weighted

@@ -271,6 +271,10 @@ class DistNeighborSampler:
         key = layer_key(self.seed, call, layer)
         return key, key
 
+    def _returns_weights(self) -> bool:
+        """Whether blocks carry ``edge_weights`` (LABOR with weights); neighbour sampling's do not."""
+        return False
+
     def _wave(self, dsts: list[np.ndarray], calls: list[int],
               workspaces: list[Workspace]) -> tuple[list[Blocks], SampleProfile]:
         """The blocks of the batches ``dsts`` (int64 [B_b]), calls ``calls``: each layer one request per
@@ -304,7 +308,7 @@ class DistNeighborSampler:
             for b in range(k):
                 replies = [parts[p][b] if p in parts else empty for p in range(book.num_parts)]
                 w_b = [weights[p][b] if p in weights else no_weights for p in range(book.num_parts)] \
-                    if weights else None
+                    if weights or self._returns_weights() else None  # no owner asked: an empty frontier
                 layer_b = assemble_layer(dsts[b], groups[b][2], rows[b], replies, w_b, workspaces[b])
                 out_indptr, src_nodes, local, eids, w = layer_b
                 src_t = torch.from_numpy(src_nodes)

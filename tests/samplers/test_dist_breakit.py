@@ -12,8 +12,8 @@ import torch
 from graphrl.datasets import synthetic_graph
 from graphrl.graph import CSCGraph
 from graphrl.partition import graph_fingerprint, write_partitions
-from samplers import NeighborSampler
-from samplers.distributed import DistNeighborSampler, LocalOwners
+from samplers import LaborSampler, NeighborSampler
+from samplers.distributed import DistLaborSampler, DistNeighborSampler, LocalOwners
 
 N, E, P = 600, 6000, 3
 
@@ -85,3 +85,21 @@ def test_sample_many_allocates_relabelling_maps_only_for_the_groups_it_forms(tmp
         tracemalloc.stop()
     assert len(got) == 2
     assert peak < 8 << 20  # 4 maps (640 KB) and the blocks; maps for 64 groups would be 40 MB
+
+
+def test_weighted_labor0_blocks_of_an_empty_batch_carry_empty_edge_weights(graph, owners, tmp_path):
+    w = torch.rand(E, generator=torch.Generator().manual_seed(0))
+    order = torch.argsort(graph.csc_edge_ids())
+    dst = torch.repeat_interleave(torch.arange(N), torch.diff(graph.indptr))
+    weighted = CSCGraph.from_edges(graph.indices[order], dst[order], N, weights=w)
+    write_partitions(weighted, tmp_path / "parts", 2, method="ldg")
+    dist = DistLaborSampler(LocalOwners(str(tmp_path / "parts")), [3, 2], weighted=True, seed=1)
+    ref = LaborSampler(weighted, [3, 2], importance_sampling=0, weights=True, seed=1)
+    batches = [torch.empty(0, dtype=torch.int64), torch.arange(5), torch.empty(0, dtype=torch.int64)]
+    got = [dist.sample(batches[0]), *dist.sample_many(batches[1:], batches_per_request=1)]
+    for seeds, b in zip(batches, got, strict=True):
+        a = ref.sample(seeds)
+        _same(a, b)
+        for x, y in zip(a, b, strict=True):
+            assert y.edge_weights is not None and y.edge_weights.dtype == torch.float32
+            assert torch.equal(x.edge_weights, y.edge_weights)
