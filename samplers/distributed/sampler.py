@@ -201,8 +201,8 @@ class DistNeighborSampler:
         Raises
         ------
         TypeError, ValueError
-            Bad ``batches_per_request`` or ``in_flight``, or a bad batch (when it is read, ahead of the
-            blocks yielded).
+            ``batches`` not iterable, bad ``batches_per_request`` or ``in_flight`` (at the call), or a bad
+            batch (when it is read, ahead of the blocks yielded).
         samplers.distributed.OwnerError, TimeoutError
             As `sample`, when the failed batch's turn comes: the batches before it were yielded and
             counted, it and the ones after it are not (they come again from the next call).
@@ -214,12 +214,20 @@ class DistNeighborSampler:
         for name, v in (("batches_per_request", batches_per_request), ("in_flight", in_flight)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+        try:
+            batches = iter(batches)
+        except TypeError:
+            raise TypeError("batches must be an iterable of seed tensors, "
+                            f"got {type(batches).__name__}") from None
+        return self._read(batches, batches_per_request, in_flight)  # arguments checked now, not at next()
+
+    def _read(self, batches: Iterator, per: int, in_flight: int) -> Iterator[Blocks]:
         with self._lock:
             if self._streaming:
                 raise RuntimeError("sample_many() while another stream of this sampler is being read")
             self._streaming = True
         try:
-            yield from self._stream(iter(batches), batches_per_request, in_flight)
+            yield from self._stream(batches, per, in_flight)
         finally:
             with self._lock:
                 self._streaming = False

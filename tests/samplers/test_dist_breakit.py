@@ -103,3 +103,14 @@ def test_weighted_labor0_blocks_of_an_empty_batch_carry_empty_edge_weights(graph
         for x, y in zip(a, b, strict=True):
             assert y.edge_weights is not None and y.edge_weights.dtype == torch.float32
             assert torch.equal(x.edge_weights, y.edge_weights)
+
+
+def test_sample_many_checks_its_arguments_when_called_not_when_first_read(owners):
+    dist = DistNeighborSampler(owners, [2], seed=0)
+    with pytest.raises(ValueError, match="in_flight must be an int >= 1, got 0"):
+        dist.sample_many([torch.arange(3)], in_flight=0)
+    with pytest.raises(ValueError, match="batches_per_request must be an int >= 1, got 2.0"):
+        dist.sample_many([torch.arange(3)], batches_per_request=2.0)
+    with pytest.raises(TypeError, match="batches must be an iterable of seed tensors, got int"):
+        dist.sample_many(5)
+    assert dist.sample(torch.arange(3))[0].num_dst_nodes == 3  # nothing refused is left streaming
