@@ -233,15 +233,14 @@ class DistNeighborSampler:
                 self._streaming = False
 
     def _stream(self, batches: Iterator, per: int, in_flight: int) -> Iterator[Blocks]:
-        free: list[list[Workspace]] = []  # relabelling maps of the groups formed and not in flight
-        groups = 0
+        spare = self._workspaces  # relabelling maps not in flight, one per batch; made when first needed
 
         def run(dsts: list[np.ndarray], calls: list[int],
                 workspaces: list[Workspace]) -> tuple[list[Blocks], SampleProfile]:
             try:
                 return self._wave(dsts, calls, workspaces)
             finally:
-                free.append(workspaces)
+                spare.extend(workspaces)  # only this thread (the reader) takes from spare
 
         pending: deque = deque()
         next_call = self._calls
@@ -253,17 +252,13 @@ class DistNeighborSampler:
                         dsts = [check_seeds(s, self.book.num_nodes).copy() for s in islice(batches, per)]
                         if not dsts:
                             break
-                        if not free:  # maps for a group only when one is formed (kept for later calls)
-                            while len(self._workspaces) < (groups + 1) * per:
-                                self._workspaces.append(self._workspace())
-                            free.append(self._workspaces[groups * per:(groups + 1) * per])
-                            groups += 1
+                        workspaces = [spare.pop() if spare else self._workspace() for _ in dsts]
                         calls = list(range(next_call, next_call + len(dsts)))
-                        pending.append(pool.submit(run, dsts, calls, free.pop()))
+                        pending.append((pool.submit(run, dsts, calls, workspaces), workspaces))
                         next_call += len(dsts)
                     if not pending:
                         return
-                    wave, profile = pending.popleft().result()
+                    wave, profile = pending.popleft()[0].result()
                     with self._lock:
                         self.profile.add(profile)
                     for blocks in wave:
@@ -271,8 +266,9 @@ class DistNeighborSampler:
                             self._count(blocks)
                         yield blocks
             finally:
-                for f in pending:
-                    f.cancel()
+                for f, workspaces in pending:
+                    if f.cancel():  # never run: its maps go back unused
+                        spare.extend(workspaces)
 
     def _keys(self, call: int, layer: int) -> tuple[int, int]:
         """The layer key of one layer of one call, and its per-source variates' key (LABOR)."""

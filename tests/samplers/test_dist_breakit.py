@@ -77,14 +77,15 @@ def test_sample_many_allocates_relabelling_maps_only_for_the_groups_it_forms(tmp
     write_partitions(synthetic_graph(n, 40_000, "powerlaw", seed=1), path, 2, method="ldg")
     dist = DistNeighborSampler(LocalOwners(str(path)), [3], seed=0)
     batches = [torch.arange(50), torch.arange(9)]  # one group, far fewer than in_flight allows
-    tracemalloc.start()
-    try:
-        got = list(dist.sample_many(batches, batches_per_request=4, in_flight=64))
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    assert len(got) == 2
-    assert peak < 8 << 20  # 4 maps (640 KB) and the blocks; maps for 64 groups would be 40 MB
+    for per, in_flight in ((4, 64), (256, 1)):
+        tracemalloc.start()
+        try:
+            got = list(dist.sample_many(batches, batches_per_request=per, in_flight=in_flight))
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert len(got) == 2
+        assert peak < 8 << 20  # 2 maps (320 KB) and the blocks; maps for 256 batches would be 40 MB
 
 
 def test_weighted_labor0_blocks_of_an_empty_batch_carry_empty_edge_weights(graph, owners, tmp_path):
