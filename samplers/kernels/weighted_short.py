@@ -11,7 +11,7 @@ devices run the same additions, subtractions and comparisons in the same order a
 edges.
 
 >>> short = compile_for(numba.njit(_nrt=False), rng, samplers.kernels.cpu.bits.lowest_bit_index)
->>> short.short_row(weights, prefix, excl, a, b, s, e, state0, c, acc, pos, o)
+>>> short.short_row(weights, excl, a, b, s, e, state0, c, acc, pos, o)
 """
 
 from __future__ import annotations
@@ -68,11 +68,12 @@ def subtract_count(acc, d, p, wp, x):
     return c
 
 
-def short_row(weights, prefix, excl, q, b, s, e, state0, c, acc, pos, o):
+def short_row(weights, excl, q, b, s, e, state0, c, acc, pos, o):
     """The c outputs of short row [s, e) with excluded positions ``excl[q:b]``, written to pos[o:o + c] in
-    increasing order; draw t (t = 1..c) of the row's stream picks output t. The row's prefix sums are its
-    running sums when nothing is excluded; choosing p subtracts its weight from acc[p:] in the same pass
-    that counts the next draw's position; the sums are summed afresh when they fall below
+    increasing order; draw t (t = 1..c) of the row's stream picks output t. Without excluded positions the
+    running sums are the row's prefix sums (`weight_prefix`'s additions, summed here from the float32
+    weights: the same numbers from half the bytes); choosing p subtracts its weight from acc[p:] in the
+    same pass that counts the next draw's position; the sums are summed afresh when they fall below
     REBASE_FRACTION of the last fresh total. ``acc``: float64 scratch of at least e - s entries."""
     d = e - s
     one = np.uint64(1)
@@ -80,8 +81,10 @@ def short_row(weights, prefix, excl, q, b, s, e, state0, c, acc, pos, o):
     for x in range(q, b):
         gone |= one << np.uint64(excl[x] - s)
     if b == q:
+        total = 0.0
         for i in range(d):
-            acc[i] = prefix[s + i]
+            total += np.float64(weights[s + i])
+            acc[i] = total
     else:
         running_sums(weights, s, d, gone, acc)
     total = acc[d - 1]

@@ -349,7 +349,7 @@ def _prefetch_weighted_row(weights, prefix, dst, key, row_start, row_end, row_de
             prefetch(weights, s)
         return
     d = e - s
-    if not draws and d <= 64 and not _is_short(draws, s, e, c, row_deg[i]):  # `_reject_mask`: the weights
+    if not draws and d <= 64:  # `_reject_mask` and `short_row` read the weights, not the prefix sums
         for p in range(s, e, 16):
             prefetch(weights, p)
         prefetch(weights, e - 1)
@@ -358,10 +358,6 @@ def _prefetch_weighted_row(weights, prefix, dst, key, row_start, row_end, row_de
         for p in range(s, e, 8):
             prefetch(prefix, p)
         prefetch(prefix, e - 1)
-        if _is_short(draws, s, e, c, row_deg[i]):  # a short row subtracts the weights it chooses
-            for p in range(s, e, 16):
-                prefetch(weights, p)
-            prefetch(weights, e - 1)
         return
     prefetch(prefix, e - 1)
     state0 = row_state(key, dst[i])
@@ -401,8 +397,8 @@ def choose_rows_weighted(dst, row_start, row_deg, row_exlo, row_exhi, row_end, o
             continue
         state0 = row_state(key, dst[i])
         if _is_short(draws, row_start[i], row_end[i], c, row_deg[i]):
-            short_row(weights, prefix, excl, row_exlo[i], row_exhi[i], row_start[i], row_end[i], state0, c,
-                      acc, pos, o)
+            short_row(weights, excl, row_exlo[i], row_exhi[i], row_start[i], row_end[i], state0, c, acc, pos,
+                      o)
         elif row_exlo[i] == row_exhi[i] and (draws or row_end[i] - row_start[i] <= BITMAP_MAX):
             _reject_row(weights, prefix, row_start[i], row_end[i], state0, c, draws, bitmap, acc, pos, o)
         else:
