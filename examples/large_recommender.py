@@ -32,7 +32,8 @@ import torch
 from tqdm.auto import tqdm
 
 from graphrl.datasets.synthetic import synthetic_communities
-from graphrl.memory import MemoryBudgetError, MemoryManager, Region, Tier, free_quietly
+from graphrl.interrupts import Interrupted, interrupts
+from graphrl.memory import MemoryBudgetError, MemoryManager, Region, Tier, free_quietly, parse_size
 from graphrl.train.link_prediction import evaluate_popularity
 from graphrl.train.metrics import csr_from_pairs, evaluate_ranking
 from graphrl.train.rec_step import RecommenderSteps
@@ -104,14 +105,35 @@ class StagedSampler:
         return out
 
 
+def parse_fanouts(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:
+    """``--fanouts`` as a tuple checked by `RecommendConfig` (a usage error names the option)."""
+    try:
+        fanouts = tuple(int(f) for f in value.split(","))
+        RecommendConfig(loss="softmax", propagation="sampled", fanouts=fanouts)
+    except ValueError as err:
+        raise click.BadParameter(f"{value!r}: {err}", ctx, param) from None
+    return fanouts
+
+
+def check_size(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """``--device-budget`` checked by `parse_size` (a usage error names the option)."""
+    try:
+        parse_size(value)
+    except (TypeError, ValueError) as err:
+        raise click.BadParameter(str(err), ctx, param) from None
+    return value
+
+
 @click.command()
 @click.option("--scale", type=click.FloatRange(min=0.001), default=1.0, show_default=True,
               help="Graph size as a multiple of 10x Gowalla (300k users, 410k items, 10.3M interactions).")
 @click.option("--communities", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option("--affinity", type=click.FloatRange(0, 1), default=0.8, show_default=True,
               help="Share of a user's interactions drawn inside its community.")
-@click.option("--device-budget", default="512MiB", show_default=True, help="The device tier's budget.")
-@click.option("--fanouts", default="10,10,10", show_default=True, help="Per layer, outermost first.")
+@click.option("--device-budget", default="512MiB", show_default=True, callback=check_size,
+              help="The device tier's budget.")
+@click.option("--fanouts", default="10,10,10", show_default=True, callback=parse_fanouts,
+              help="Per layer, outermost first.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=2048, show_default=True,
               help="(user, item) pairs a step.")
 @click.option("--negatives", type=click.IntRange(min=1), default=1024, show_default=True,
@@ -121,10 +143,24 @@ class StagedSampler:
               help="Training-time budget (generation and evaluation not counted).")
 @click.option("--steps", type=click.IntRange(min=1), default=None, help="Most steps (default: the minutes).")
 @click.option("--eval-users", type=click.IntRange(min=1), default=5_000, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
-def main(scale: float, communities: int, affinity: float, device_budget: str, fanouts: str, batch_size: int,
-         negatives: int, lr: float, minutes: float, steps: int | None, eval_users: int, seed: int) -> None:
-    """Build the graph, show exact propagation refused, train on sampled blocks, evaluate."""
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+def main(**options) -> None:
+    """Build the graph, show exact propagation refused, train on sampled blocks, evaluate.
+
+    SIGINT / SIGTERM stop it with exit status 130 / 143 (nothing is saved: the example writes no files).
+    """
+    with interrupts():
+        try:
+            run_example(**options)
+        except Interrupted as err:
+            click.echo(f"interrupted by {err.name}: nothing saved (this example writes no files)", err=True)
+            raise click.exceptions.Exit(err.exit_code) from None
+
+
+def run_example(scale: float, communities: int, affinity: float, device_budget: str, fanouts: tuple[int, ...],
+                batch_size: int, negatives: int, lr: float, minutes: float, steps: int | None,
+                eval_users: int, seed: int) -> None:
+    """`main`'s run: see the module docstring."""
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
     users, items = round(10 * GOWALLA["users"] * scale), round(10 * GOWALLA["items"] * scale)
@@ -137,7 +173,7 @@ def main(scale: float, communities: int, affinity: float, device_budget: str, fa
     mm = MemoryManager(budgets={"device": device_budget}, device="cpu")
     ds = replace(ds, graph=ds.graph.to_memory(mm, Tier.PINNED, fallback=(Tier.HOST,)))
     config = RecommendConfig(loss="softmax", propagation="sampled",
-                             fanouts=tuple(int(f) for f in fanouts.split(",")), batch_size=batch_size,
+                             fanouts=fanouts, batch_size=batch_size,
                              num_negatives=negatives, temperature=0.12, lr=lr, item_bias=True, seed=seed)
     run = RecommenderSteps(ds, config)
     click.echo(f"device budget {mib(mm.budget(Tier.DEVICE))}")

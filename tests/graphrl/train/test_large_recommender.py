@@ -4,6 +4,7 @@ by the memory manager's accounting while sampled steps fit under it, and the com
 from __future__ import annotations
 
 import importlib.util
+import signal
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import torch
 from click.testing import CliRunner
 
 from graphrl.datasets.synthetic import synthetic_communities
+from graphrl.interrupts import Interrupted
 from graphrl.memory import MemoryBudgetError, MemoryManager, Tier
 from graphrl.train.rec_step import RecommenderSteps
 from graphrl.train.recommend import RecommendConfig
@@ -81,3 +83,23 @@ def test_command_line_small(example):
     assert "exact propagation refused" in result.output
     assert "trained 3 steps" in result.output
     assert "memory peak device:" in result.output and "popularity recall@20" in result.output
+
+
+@pytest.mark.parametrize(("args", "flag"), [
+    (["--fanouts", "10,10"], "--fanouts"), (["--fanouts", "0,0,0"], "--fanouts"),
+    (["--fanouts", "a,b"], "--fanouts"),
+    (["--device-budget", "1XB"], "--device-budget"), (["--seed", "-1"], "--seed")])
+def test_command_line_bad_arguments_are_usage_errors(example, args, flag):
+    result = CliRunner().invoke(example.main, ["--scale", "0.002", "--communities", "4", *args])
+    assert result.exit_code == 2, result.output  # click's usage error, before the graph is built
+    assert flag in result.output and "graph:" not in result.output
+
+
+def test_command_line_interrupt_exits_130(example, monkeypatch):
+    def interrupted(**_):
+        raise Interrupted(signal.SIGINT)
+
+    monkeypatch.setattr(example, "run_example", interrupted)
+    result = CliRunner().invoke(example.main, ["--scale", "0.002"])
+    assert result.exit_code == 130, result.output
+    assert "interrupted by SIGINT" in result.output
