@@ -202,7 +202,9 @@ class DistNeighborSampler:
         ------
         TypeError, ValueError
             ``batches`` not iterable, bad ``batches_per_request`` or ``in_flight`` (at the call), or a bad
-            batch (when it is read, ahead of the blocks yielded).
+            batch (in its turn: the batches before it are yielded; it is not counted).
+        Exception
+            What reading ``batches`` raised, in the failed batch's turn.
         samplers.distributed.OwnerError, TimeoutError
             As `sample`, when the failed batch's turn comes: the batches before it were yielded and
             counted, it and the ones after it are not (they come again from the next call).
@@ -244,12 +246,18 @@ class DistNeighborSampler:
 
         pending: deque = deque()
         next_call = self._calls
+        failed: Exception | None = None  # reading a batch failed: raised in its turn, after those before it
         with ThreadPoolExecutor(in_flight, thread_name_prefix="dist-sampler") as pool:
             try:
                 while True:
-                    while len(pending) < in_flight:
-                        # copied: the caller may refill a batch's tensor before its blocks are drawn
-                        dsts = [check_seeds(s, self.book.num_nodes).copy() for s in islice(batches, per)]
+                    while len(pending) < in_flight and failed is None:
+                        dsts = []
+                        try:
+                            for seeds in islice(batches, per):
+                                # copied: the caller may refill a batch's tensor before its blocks are drawn
+                                dsts.append(check_seeds(seeds, self.book.num_nodes).copy())
+                        except Exception as e:
+                            failed = e
                         if not dsts:
                             break
                         workspaces = [spare.pop() if spare else self._workspace() for _ in dsts]
@@ -257,6 +265,8 @@ class DistNeighborSampler:
                         pending.append((pool.submit(run, dsts, calls, workspaces), workspaces))
                         next_call += len(dsts)
                     if not pending:
+                        if failed is not None:
+                            raise failed
                         return
                     wave, profile = pending.popleft()[0].result()
                     with self._lock:

@@ -115,3 +115,25 @@ def test_sample_many_checks_its_arguments_when_called_not_when_first_read(owners
     with pytest.raises(TypeError, match="batches must be an iterable of seed tensors, got int"):
         dist.sample_many(5)
     assert dist.sample(torch.arange(3))[0].num_dst_nodes == 3  # nothing refused is left streaming
+
+
+@pytest.mark.parametrize("bad", ["out of range", "reader fails"])
+def test_a_bad_batch_is_raised_in_its_turn_after_the_batches_before_it(graph, owners, bad):
+    ref = NeighborSampler(graph, [3, 2], seed=9)
+    dist = DistNeighborSampler(owners, [3, 2], seed=9)
+    good = [torch.arange(lo, N, 41) for lo in range(7)]
+
+    def batches():  # successive sample calls give 7 blocks, then the error
+        yield from good
+        if bad == "out of range":
+            yield torch.tensor([3, N + 5])
+        raise KeyError("loader broke")
+
+    got = []
+    error = ValueError if bad == "out of range" else KeyError
+    with pytest.raises(error, match=str(N + 5) if bad == "out of range" else "loader broke"):
+        for blocks in dist.sample_many(batches(), batches_per_request=4, in_flight=2):
+            got.append(blocks)
+    assert len(got) == len(good)
+    for seeds, blocks in zip([*good, torch.arange(9)], [*got, dist.sample(torch.arange(9))], strict=True):
+        _same(ref.sample(seeds), blocks)  # the bad batch is not counted: the next call follows the 7th
