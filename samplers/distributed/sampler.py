@@ -242,7 +242,7 @@ class DistNeighborSampler:
             try:
                 return self._wave(dsts, calls, workspaces)
             finally:
-                spare.extend(workspaces)  # only this thread (the reader) takes from spare
+                spare.extend(workspaces)  # workers give maps back; only the reader takes them
 
         pending: deque = deque()
         next_call = self._calls
