@@ -126,8 +126,13 @@ class GFCF:
         Returns
         -------
         torch.Tensor, float32, shape [B, I]
+
+        Raises
+        ------
+        ValueError
+            A user id outside [0, U).
         """
-        u = users.numpy()
+        u = _user_rows(users, self.interactions.shape[0])
         r_u = self.interactions[u]
         linear = ((r_u @ self.normalized.T) @ self.normalized).toarray()
         low = (r_u.multiply(self.item_scale[None, :]).tocsr() @ self.vt.T) @ self.vt
@@ -202,10 +207,22 @@ def chebyshev_coefficients(order: int, flatness: float) -> np.ndarray:
 
 
 def _check_weights(ideal_weight: float, degree_power: float) -> None:
-    if not ideal_weight >= 0:
-        raise ValueError(f"ideal_weight must be >= 0, got {ideal_weight!r}")
-    if not degree_power >= 0:
-        raise ValueError(f"degree_power must be >= 0, got {degree_power!r}")
+    if not 0 <= ideal_weight < np.inf:
+        raise ValueError(f"ideal_weight must be finite and >= 0, got {ideal_weight!r}")
+    if not 0 <= degree_power < np.inf:
+        raise ValueError(f"degree_power must be finite and >= 0, got {degree_power!r}")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
+def _user_rows(users: torch.Tensor, num_users: int) -> np.ndarray:
+    """``users`` (int64 [B]) as a numpy index; raises ValueError for an id outside [0, num_users)."""
+    u = users.numpy()
+    if u.size and not (0 <= u.min() and u.max() < num_users):
+        raise ValueError(f"users must lie in [0, {num_users}), got ids from {u.min()} to {u.max()}")
+    return u
 
 
 @dataclass(eq=False)
@@ -289,7 +306,7 @@ class ChebyCF:
         chebyshev_coefficients(order, flatness)  # checks both before the SVD
         _check_weights(ideal_weight, degree_power)
         top = min(num_users, num_items)
-        if isinstance(ideal_k, bool) or int(ideal_k) != ideal_k or not 0 <= ideal_k < top:
+        if not _is_int(ideal_k) or not 0 <= ideal_k < top:
             raise ValueError(f"ideal_k must be an int in [0, min(U, I) = {top}), got {ideal_k!r}")
         m = normalized_interactions(train, num_items)
         norm = sp.csr_matrix(m.normalized, dtype=np.float32)
@@ -319,19 +336,24 @@ class ChebyCF:
         """
         _check_weights(ideal_weight, degree_power)
         k = self.vt.shape[0] if ideal_k is None else ideal_k
-        if isinstance(k, bool) or int(k) != k or not 0 <= k <= self.vt.shape[0]:
+        if not _is_int(k) or not 0 <= k <= self.vt.shape[0]:
             raise ValueError(f"ideal_k must be an int in [0, {self.vt.shape[0]}] (the fitted vectors), "
                              f"got {k!r}")
         d_i = self.item_degrees
         pre = np.where(d_i > 0, np.maximum(d_i, 1.0) ** -degree_power, 0.0)
-        post = np.where(d_i > 0, np.maximum(d_i, 1.0) ** degree_power, 0.0)
+        with np.errstate(over="ignore"):
+            post = np.where(d_i > 0, np.maximum(d_i, 1.0) ** degree_power, 0.0).astype(np.float32)
+        if not np.isfinite(post).all():
+            raise ValueError(f"degree_power {degree_power!r} overflows float32 d_I^beta (largest item "
+                             f"degree {d_i.max():.0f})")
         return dataclasses.replace(self, coeffs=chebyshev_coefficients(order, flatness), vt=self.vt[:k],
                                    ideal_weight=float(ideal_weight), pre_scale=pre.astype(np.float32),
                                    post_scale=post.astype(np.float32))
 
     def signal(self, users: torch.Tensor) -> np.ndarray:
         """The users' degree-normalised interaction rows ``r_u * d_I^-beta``: float32 [B, I] for int64 [B]."""
-        return (self.interactions[users.numpy()].toarray() * self.pre_scale[None, :]).astype(np.float32)
+        u = _user_rows(users, self.interactions.shape[0])
+        return (self.interactions[u].toarray() * self.pre_scale[None, :]).astype(np.float32)
 
     def terms(self, signal: np.ndarray, order: int) -> Iterator[np.ndarray]:
         """Yield ``T_k(L~) s`` for k = 0..order, each float32 [I, B], for a float32 [B, I] ``signal``.
@@ -367,6 +389,11 @@ class ChebyCF:
         Returns
         -------
         torch.Tensor, float32, shape [B, I]
+
+        Raises
+        ------
+        ValueError
+            A user id outside [0, U).
         """
         s = self.signal(users)
         acc = np.zeros((s.shape[1], s.shape[0]), np.float32)

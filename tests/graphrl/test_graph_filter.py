@@ -107,3 +107,19 @@ def test_chebycf_rejects_bad_arguments():
                           ({"degree_power": -1.0}, "degree_power")]:
         with pytest.raises(ValueError, match=match):
             ChebyCF.fit(train, ds.num_items, **{"ideal_k": 4, **kwargs})
+
+
+def test_graph_filters_reject_what_would_score_silently_wrong():
+    from graphrl.nn.graph_filter import ChebyCF
+    ds = synthetic_bipartite(40, 30, 300, seed=2)
+    train = ds.user_item_csr("train")
+    for kwargs in ({"degree_power": float("inf")}, {"degree_power": 400.0}):  # inf d_I^beta: NaN scores
+        with pytest.raises(ValueError, match="degree_power"):
+            ChebyCF.fit(train, ds.num_items, ideal_k=4, **kwargs)
+    with pytest.raises(ValueError, match="ideal_k"):
+        ChebyCF.fit(train, ds.num_items, ideal_k=4.0)
+    models = (ChebyCF.fit(train, ds.num_items, ideal_k=4, order=2), GFCF.fit(train, ds.num_items, k=4))
+    for model in models:
+        for users in (torch.tensor([-1]), torch.tensor([0, 40])):  # -1 would wrap to the last user
+            with pytest.raises(ValueError, match="users"):
+                model.scores(users)
