@@ -42,14 +42,17 @@ def _count(name: str, value, minimum: int = 0, maximum: int | None = _INT64_MAX)
     return n
 
 
-def _check_exponent(exponent) -> float:
+def _real(name: str, value) -> float:
     try:
-        a = float(exponent)
+        return float(value)
     except (TypeError, ValueError):
-        raise TypeError(f"exponent must be a real number, got {type(exponent).__name__} "
-                        f"{exponent!r}") from None
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}") from None
+
+
+def _check_exponent(exponent, name: str = "exponent") -> float:
+    a = _real(name, exponent)
     if not np.isfinite(a) or a < 0:
-        raise ValueError(f"exponent must be finite and >= 0, got {exponent!r}")
+        raise ValueError(f"{name} must be finite and >= 0, got {exponent!r}")
     return a
 
 
@@ -239,7 +242,7 @@ def synthetic_bipartite(num_users: int, num_items: int, num_interactions: int, s
     if num_users * num_items > _INT64_MAX:
         raise ValueError(f"num_users * num_items = {num_users * num_items} must be <= 2**63 - 1 (user-item "
                          "pairs are int64 keys)")
-    if not (0.0 <= float(test_fraction) < 1.0):
+    if not (0.0 <= _real("test_fraction", test_fraction) < 1.0):
         raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction!r}")
     cap = num_users * num_items // 2
     if not num_users <= num_interactions <= max(cap, num_users):
@@ -375,7 +378,7 @@ def synthetic_communities(num_users: int, num_items: int, num_interactions: int,
         Counts out of range, ``affinity`` outside [0, 1], ``test_fraction`` outside [0, 1), a bad
         exponent, or a user whose degree would pass ``I / 2``.
     TypeError
-        A count or ``seed`` that is not an integer.
+        A count or ``seed`` that is not an integer; a fraction or exponent that is not a number.
 
     References
     ----------
@@ -388,16 +391,17 @@ def synthetic_communities(num_users: int, num_items: int, num_interactions: int,
     num_communities = _count("num_communities", num_communities, 1)
     min_degree = _count("min_degree", min_degree, 1)
     seed = _count("seed", seed, 0, maximum=None)
-    a_user, a_item = _check_exponent(user_exponent), _check_exponent(item_exponent)
+    a_user = _check_exponent(user_exponent, "user_exponent")
+    a_item = _check_exponent(item_exponent, "item_exponent")
     if num_users * num_items > _INT64_MAX:
         raise ValueError(f"num_users * num_items = {num_users * num_items} must be <= 2**63 - 1 (user-item "
                          "pairs are int64 keys)")
     if num_communities > min(num_users, num_items):
         raise ValueError(f"num_communities must be <= min(num_users, num_items) = "
                          f"{min(num_users, num_items)}, got {num_communities}")
-    if not 0.0 <= float(affinity) <= 1.0:
+    if not 0.0 <= _real("affinity", affinity) <= 1.0:
         raise ValueError(f"affinity must be in [0, 1], got {affinity!r}")
-    if not 0.0 <= float(test_fraction) < 1.0:
+    if not 0.0 <= _real("test_fraction", test_fraction) < 1.0:
         raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction!r}")
     if num_interactions < num_users * min_degree:
         raise ValueError(f"num_interactions must be >= num_users * min_degree = {num_users * min_degree}, "

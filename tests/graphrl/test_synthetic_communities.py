@@ -90,10 +90,14 @@ def test_seeded():
     ({"affinity": 1.5}, "affinity"),
     ({"test_fraction": 1.0}, "test_fraction"),
     ({"num_interactions": 60_000, "user_exponent": 3.0}, "num_items / 2"),
+    ({"item_exponent": float("nan")}, "item_exponent"),
+    ({"user_exponent": -1.0}, "user_exponent"),
+    ({"affinity": "high"}, "affinity"),
+    ({"test_fraction": None}, "test_fraction"),
 ])
 def test_errors_name_the_argument(kwargs, match):
     args = {"num_users": 200, "num_items": 300, "num_interactions": 4000, **kwargs}
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises((ValueError, TypeError), match=match):
         synthetic_communities(**args)
     with pytest.raises(TypeError, match="num_users"):
         synthetic_communities(2.5, 300, 4000)
