@@ -130,6 +130,17 @@ def recommend(data_root, loss, negatives, temperature, layers, embedding_dim, ba
     from graphrl.train.rec_curve import save_training_curve
     from graphrl.train.recommend import RecommendConfig, train_recommender
 
+    ctx = click.get_current_context()
+    if propagation == "exact":  # refused rather than silently ignored
+        for name, flag in (("fanouts", "--fanouts"), ("sampler", "--sampler")):
+            if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT:
+                raise click.BadParameter("applies to --propagation sampled only", param_hint=flag)
+    else:  # checked before Gowalla is loaded
+        try:
+            RecommendConfig(propagation=propagation, num_layers=layers, fanouts=fan)
+        except ValueError as err:
+            raise click.BadParameter(str(err), param_hint="--fanouts") from None
+
     if threads is not None:
         configure(threads)  # torch, numba and graphrl's kernels: one count (graphrl.threads)
     t_start = time.perf_counter()

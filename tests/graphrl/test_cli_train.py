@@ -22,10 +22,14 @@ def test_train_recommend_is_registered_and_documents_its_options():
     (["--batch-size", "0"], "--batch-size"),
     (["--propagation", "sampled", "--fanouts", "10,x,10"], "--fanouts"),
     (["--propagation", "blocks"], "--propagation"),
+    (["--propagation", "sampled", "--fanouts", "0,0,0"], "--fanouts"),  # before Gowalla is loaded
+    (["--propagation", "sampled", "--fanouts", "10,10"], "--fanouts"),
+    (["--fanouts", "0,0,0"], "--fanouts"),  # exact propagation: a sampler option would be ignored
+    (["--sampler", "labor"], "--sampler"),
 ])
-def test_train_recommend_rejects_bad_options(args, name):
-    result = CliRunner().invoke(main, ["train", "recommend", *args])
-    assert result.exit_code == 2 and name in result.output
+def test_train_recommend_rejects_bad_options(args, name, tmp_path):
+    result = CliRunner().invoke(main, ["train", "recommend", "--data-root", str(tmp_path), *args])
+    assert result.exit_code == 2 and name in result.output, result.output
 
 
 def test_train_recommend_names_the_missing_data_folder(tmp_path):
