@@ -260,7 +260,10 @@ def _save_interrupted(err: Interrupted, out_dir: str | None, config, curve: list
     from graphrl.train.rec_curve import interrupted_curve_record, save_curve_record
 
     if not curve or "state" not in best:
-        click.echo(f"interrupted by {err.name} before the first evaluation: nothing to save")
+        names = ("best.pt", "refit.pt", "curve.json", "curve.png")
+        old = [] if out_dir is None else sorted(n for n in names if (Path(out_dir) / n).exists())
+        left = f" ({', '.join(old)} in {out_dir} are an earlier run's, left as they were)" if old else ""
+        click.echo(f"interrupted by {err.name} before the first evaluation: nothing to save{left}")
         return
     at = f"interrupted by {err.name} at epoch {curve[-1]['epoch']:.2f} (the last evaluation)"
     if out_dir is None:

@@ -245,3 +245,15 @@ def test_an_ignored_signal_stays_ignored():
             time.sleep(0.05)
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_train_recommend_interrupted_before_an_evaluation_names_an_earlier_runs_files(tmp_path, capsys):
+    from graphrl.cli_train import _save_interrupted
+    from graphrl.interrupts import Interrupted
+
+    for name in ("best.pt", "curve.json"):
+        (tmp_path / name).write_text("an earlier run's")
+    _save_interrupted(Interrupted(signal.SIGINT), str(tmp_path), None, [], {}, {}, 0.0, 0.2)
+    out = capsys.readouterr().out
+    assert "nothing to save" in out and "best.pt" in out and "curve.json" in out and "earlier run" in out
+    assert (tmp_path / "best.pt").read_text() == "an earlier run's"  # left, not deleted
