@@ -30,18 +30,30 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from graphrl.cli_checks import writable_folder
 from graphrl.datasets import load_gowalla
 from graphrl.datasets.validation import holdout_validation
 from graphrl.nn.graph_filter import ChebyCF, chebyshev_coefficients
 from graphrl.train.metrics import concat_ranges, evaluate_ranking, ndcg_recall_from_topk, topk_items
 
 
-def _floats(text: str) -> list[float]:
-    return [float(x) for x in text.split(",")]
+def _list(kind: type, low: float, low_open: bool):
+    """A click callback: a comma-separated list of ``kind`` values, each >= ``low`` (> with ``low_open``)."""
+    def parse(ctx: click.Context, param: click.Parameter, text: str) -> list:
+        try:
+            values = [kind(x) for x in text.split(",")]
+        except ValueError:
+            raise click.BadParameter(f"a comma-separated list of {kind.__name__}s, got {text!r}") from None
+        if any(v < low or (low_open and v == low) or v != v for v in values):
+            raise click.BadParameter(f"each must be {'>' if low_open else '>='} {low:g}, got {text!r}")
+        return values
+    return parse
 
 
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",")]
+def _writable_parent(ctx: click.Context, param: click.Parameter, out: str | None) -> str | None:
+    if out is not None:
+        writable_folder(Path(out).parent, "--out")  # refused now, not after the tuning
+    return out
 
 
 def tune(ds, betas, orders, flatness, ideal_ks, weights, users_cap: int, batch: int, seed: int) -> list[dict]:
@@ -93,7 +105,8 @@ def tune(ds, betas, orders, flatness, ideal_ks, weights, users_cap: int, batch: 
 
 @click.command()
 @click.option("--order", type=click.IntRange(min=1), default=8, show_default=True, help="Chebyshev degree K.")
-@click.option("--flatness", type=float, default=1.5, show_default=True, help="Plateau flatness phi.")
+@click.option("--flatness", type=click.FloatRange(min=0, min_open=True), default=1.5, show_default=True,
+              help="Plateau flatness phi.")
 @click.option("--ideal-k", type=click.IntRange(min=0), default=512, show_default=True,
               help="Singular vectors of the ideal-pass term.")
 @click.option("--ideal-weight", type=click.FloatRange(min=0), default=0.3, show_default=True)
@@ -101,15 +114,20 @@ def tune(ds, betas, orders, flatness, ideal_ks, weights, users_cap: int, batch: 
               help="Item-degree exponent of the normalisation.")
 @click.option("--tune", "tune_", is_flag=True,
               help="Rank a grid on a 20 % validation split instead of testing.")
-@click.option("--betas", default="0.3,0.4,0.5", show_default=True, help="--tune: degree exponents.")
-@click.option("--orders", default="8,10", show_default=True, help="--tune: Chebyshev degrees.")
-@click.option("--flatnesses", default="1,1.5,2", show_default=True, help="--tune: plateau flatness values.")
-@click.option("--ideal-ks", default="256,512", show_default=True, help="--tune: ideal-pass sizes.")
-@click.option("--ideal-weights", default="0.1,0.2,0.3", show_default=True,
+@click.option("--betas", default="0.3,0.4,0.5", show_default=True, callback=_list(float, 0, False),
+              help="--tune: degree exponents.")
+@click.option("--orders", default="8,10", show_default=True, callback=_list(int, 1, False),
+              help="--tune: Chebyshev degrees.")
+@click.option("--flatnesses", default="1,1.5,2", show_default=True, callback=_list(float, 0, True),
+              help="--tune: plateau flatness values.")
+@click.option("--ideal-ks", default="256,512", show_default=True, callback=_list(int, 0, False),
+              help="--tune: ideal-pass sizes.")
+@click.option("--ideal-weights", default="0.1,0.2,0.3", show_default=True, callback=_list(float, 0, False),
               help="--tune: ideal-pass weights.")
 @click.option("--tune-users", type=click.IntRange(min=0), default=3072, show_default=True,
               help="--tune: score this many validation users drawn at random (0: all).")
-@click.option("--out", type=click.Path(dir_okay=False), default=None, help="--tune: write the grid here.")
+@click.option("--out", type=click.Path(dir_okay=False), default=None, callback=_writable_parent,
+              help="--tune: write the grid here.")
 @click.option("--seed", type=int, default=0, show_default=True, help="The SVD's seed (and the users drawn).")
 @click.option("--data-root", type=click.Path(file_okay=False), default=None)
 def main(order, flatness, ideal_k, ideal_weight, beta, tune_, betas, orders, flatnesses, ideal_ks,
@@ -119,8 +137,7 @@ def main(order, flatness, ideal_k, ideal_weight, beta, tune_, betas, orders, fla
     ds = load_gowalla(data_root)
     t0 = time.perf_counter()
     if tune_:
-        rows = tune(ds, _floats(betas), _ints(orders), _floats(flatnesses), _ints(ideal_ks),
-                    _floats(ideal_weights), tune_users, 512, seed)
+        rows = tune(ds, betas, orders, flatnesses, ideal_ks, ideal_weights, tune_users, 512, seed)
         for r in rows[:15]:
             click.echo(f"beta {r['beta']:g} K {r['order']} phi {r['flatness']:g} k {r['ideal_k']} "
                        f"w {r['ideal_weight']:g}: validation recall@20 {r['val_recall']:.4f} "
@@ -131,8 +148,11 @@ def main(order, flatness, ideal_k, ideal_weight, beta, tune_, betas, orders, fla
             click.echo(f"wrote {out}")
         return
     train = ds.user_item_csr("train")
-    model = ChebyCF.fit(train, ds.num_items, order=order, flatness=flatness, ideal_k=ideal_k,
-                        ideal_weight=ideal_weight, degree_power=beta, seed=seed)
+    try:
+        model = ChebyCF.fit(train, ds.num_items, order=order, flatness=flatness, ideal_k=ideal_k,
+                            ideal_weight=ideal_weight, degree_power=beta, seed=seed)
+    except ValueError as err:  # a setting out of range for this data (ideal_k >= min(users, items))
+        raise click.UsageError(str(err)) from None
     fit_s = time.perf_counter() - t0
     result = evaluate_ranking(model.scores, train, ds.user_item_csr("test"), k=20, batch_size=512,
                               copy_scores=False)
