@@ -195,7 +195,14 @@ def run_example(scale: float, communities: int, affinity: float, device_budget: 
     bar = tqdm(total=max_steps if steps else None, unit="step", dynamic_ncols=True)
     while run.steps < max_steps and train_s < budget_s:
         t1, c1 = time.perf_counter(), time.process_time()
-        loss = run.step(lr)
+        try:
+            loss = run.step(lr)
+        except MemoryBudgetError as err:
+            bar.close()
+            free_all(run.sampler.regions + params)
+            mm.close()
+            raise click.ClickException(f"a sampled step does not fit --device-budget {device_budget}: "
+                                       f"{err}") from None
         train_s += time.perf_counter() - t1
         cpu_s += time.process_time() - c1
         if run.steps == 1:  # Adam's moments exist from the first step on

@@ -103,3 +103,12 @@ def test_command_line_interrupt_exits_130(example, monkeypatch):
     result = CliRunner().invoke(example.main, ["--scale", "0.002"])
     assert result.exit_code == 130, result.output
     assert "interrupted by SIGINT" in result.output
+
+
+def test_command_line_budget_too_small_for_sampled_steps(example):
+    result = CliRunner().invoke(example.main, [
+        "--scale", "0.002", "--communities", "4", "--steps", "2", "--batch-size", "64", "--negatives", "16",
+        "--fanouts", "3,3,3", "--device-budget", "1KiB", "--eval-users", "100"])
+    assert result.exit_code == 1, result.output
+    assert "Error: a sampled step does not fit --device-budget 1KiB" in result.output
+    assert "sampled.structure" in result.output  # the owner the manager refused
