@@ -289,6 +289,12 @@ def _demo_recommend(dataset: str | None, minutes: float, epochs: float | None, b
     fan = _int_list("--fanouts", fanouts)
     if any(k < -1 or k == 0 for k in fan):
         raise click.BadParameter(f"each fanout must be >= 1 or -1, got {fanouts!r}", param_hint="--fanouts")
+    if propagation == "sampled":  # the recipe's layer count: checked before the data is loaded
+        from graphrl.train.recommend import RecommendConfig
+        try:
+            RecommendConfig(propagation="sampled", fanouts=tuple(fan))
+        except ValueError as err:
+            raise click.BadParameter(str(err), param_hint="--fanouts") from None
     size = _int_list("--synthetic-size", synthetic_size, count=3)
 
     ds = None

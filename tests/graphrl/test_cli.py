@@ -64,6 +64,7 @@ def test_demo_reads_graphrl_data_when_no_root_is_given(tmp_path):
 @pytest.mark.parametrize("args, name", [
     (["--fanouts", "10,x"], "--fanouts"),
     (["--fanouts", "10,0"], "--fanouts"),
+    (["--fanouts", "5,5"], "--fanouts"),  # sampled propagation: one per layer, refused before the data
     (["--synthetic-size", "1,2"], "--synthetic-size"),
     (["--batch-size", "0"], "--batch-size"),
     (["--dataset", "cora"], "--dataset"),
