@@ -164,8 +164,11 @@ def run_example(scale: float, communities: int, affinity: float, device_budget: 
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
     users, items = round(10 * GOWALLA["users"] * scale), round(10 * GOWALLA["items"] * scale)
-    ds = synthetic_communities(users, items, round(10 * GOWALLA["interactions"] * scale),
-                               num_communities=communities, affinity=affinity, seed=seed)
+    try:
+        ds = synthetic_communities(users, items, round(10 * GOWALLA["interactions"] * scale),
+                                   num_communities=communities, affinity=affinity, seed=seed)
+    except ValueError as err:  # e.g. more communities than users at this scale
+        raise click.UsageError(f"--communities / --scale: {err}") from None
     click.echo(f"graph: {users:,} users, {items:,} items, {ds.num_train:,} train / {ds.num_test:,} test "
                f"interactions ({ds.num_train / 810_128:.1f}x Gowalla's train), {communities} communities; "
                f"generated in {time.perf_counter() - t0:.1f} s")

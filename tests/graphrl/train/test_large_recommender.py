@@ -88,7 +88,8 @@ def test_command_line_small(example):
 @pytest.mark.parametrize(("args", "flag"), [
     (["--fanouts", "10,10"], "--fanouts"), (["--fanouts", "0,0,0"], "--fanouts"),
     (["--fanouts", "a,b"], "--fanouts"),
-    (["--device-budget", "1XB"], "--device-budget"), (["--seed", "-1"], "--seed")])
+    (["--device-budget", "1XB"], "--device-budget"), (["--seed", "-1"], "--seed"),
+    (["--communities", "100000"], "--communities")])
 def test_command_line_bad_arguments_are_usage_errors(example, args, flag):
     result = CliRunner().invoke(example.main, ["--scale", "0.002", "--communities", "4", *args])
     assert result.exit_code == 2, result.output  # click's usage error, before the graph is built
