@@ -30,8 +30,11 @@ class Command:
 
     def __init__(self, args: list[str], cwd: Path) -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        # SIGINT at its default in the child whatever the test run inherited: a shell starts a background job
+        # (`cmd &`) with SIGINT ignored, the child would inherit it, and graphrl leaves an ignored signal be
         self.proc = subprocess.Popen([sys.executable, "-m", "graphrl.cli", *args], cwd=cwd, env=env,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         self.lines: list[str] = []
         self.children: set[int] = set()
         self._reader = threading.Thread(target=self._read, daemon=True)
