@@ -68,6 +68,26 @@ def simulate():
     return _simulate
 
 
+def _compile_ptx(script: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    try:
+        from numba.cuda.cudadrv.nvvm import NVVM
+
+        NVVM()
+    except Exception:  # noqa: BLE001 - any failure means no libNVVM to compile with
+        pytest.skip("libNVVM not found: cannot compile numba.cuda kernels to PTX here")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    return subprocess.run([sys.executable, "-c", script], env={**env, "PYTHONPATH": str(REPO)},
+                          capture_output=True, text=True, timeout=timeout, cwd=REPO)
+
+
+@pytest.fixture(scope="session")
+def compile_ptx():
+    """``compile_ptx(script, timeout=600)``: run a script that compiles numba.cuda kernels to PTX (no GPU
+    needed, libNVVM is) in a fresh interpreter without the simulator; skips the test where libNVVM is absent.
+    Returns the ``subprocess.CompletedProcess``."""
+    return _compile_ptx
+
+
 def _need(sub: str) -> Path:
     path = DATA / sub
     if not path.is_dir():

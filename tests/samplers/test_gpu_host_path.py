@@ -16,17 +16,11 @@ a device array, every device allocation and every page-locked or mapped host all
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-
-REPO = Path(__file__).resolve().parents[2]
 
 SCRIPT = textwrap.dedent(
     """
@@ -177,23 +171,8 @@ PTX_SCRIPT = textwrap.dedent(
 )
 
 
-def _nvvm_present() -> bool:
-    try:
-        from numba.cuda.cudadrv.nvvm import NVVM
-
-        NVVM()
-    except Exception:  # noqa: BLE001 - any failure means no libNVVM to compile with
-        return False
-    return True
-
-
-def test_bounded_relabel_kernels_compile_to_ptx_for_sm90() -> None:
-    if not _nvvm_present():
-        pytest.skip("libNVVM not found: cannot compile numba.cuda kernels to PTX here")
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    env.pop("NUMBA_ENABLE_CUDASIM", None)
-    proc = subprocess.run([sys.executable, "-c", PTX_SCRIPT], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=300)
+def test_bounded_relabel_kernels_compile_to_ptx_for_sm90(compile_ptx) -> None:
+    proc = compile_ptx(PTX_SCRIPT, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("OK"), proc.stdout + proc.stderr
 
 

@@ -305,13 +305,6 @@ PTX_SCRIPT = textwrap.dedent(
 )
 
 
-def _run_without_simulator(script: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    env.pop("NUMBA_ENABLE_CUDASIM", None)
-    return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
-                          timeout=900, cwd=REPO)
-
-
 @pytest.mark.slow
 def test_cuda_kernels_equal_the_cpu_kernels_under_the_simulator(simulate):
     proc = simulate(SIM_SCRIPT, timeout=900)
@@ -329,20 +322,8 @@ def test_temporal_cuda_kernels_under_the_simulator(simulate):
     assert proc.stdout.strip().endswith("OK")
 
 
-def _nvvm_present() -> bool:
-    try:
-        from numba.cuda.cudadrv.nvvm import NVVM
-
-        NVVM()
-    except Exception:  # noqa: BLE001 - any failure means no libNVVM to compile with
-        return False
-    return True
-
-
-def test_cuda_kernels_compile_to_ptx_for_sm90():
-    if not _nvvm_present():
-        pytest.skip("libNVVM not found: cannot compile numba.cuda kernels to PTX here")
-    proc = _run_without_simulator(PTX_SCRIPT)
+def test_cuda_kernels_compile_to_ptx_for_sm90(compile_ptx):
+    proc = compile_ptx(PTX_SCRIPT, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().endswith("OK")
 

@@ -7,20 +7,14 @@ sm_90 PTX; the layer loop refuses a concatenated CSC on the CPU or with a relati
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 import types
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from samplers.layers import LayerLoop
 from samplers.modes import RelationArrays, TemporalMode, UniformMode
-
-REPO = Path(__file__).resolve().parents[2]
 
 SIM_SCRIPT = textwrap.dedent(
     """
@@ -129,22 +123,8 @@ def test_fused_typed_blocks_equal_the_cpu_blocks_in_one_launch_per_kernel_and_la
     assert proc.stdout.strip().endswith("OK")
 
 
-def _nvvm_present() -> bool:
-    try:
-        from numba.cuda.cudadrv.nvvm import NVVM
-
-        NVVM()
-    except Exception:  # noqa: BLE001 - any failure means no libNVVM to compile with
-        return False
-    return True
-
-
-def test_typed_kernels_compile_to_ptx_for_sm90():
-    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1" or not _nvvm_present():
-        pytest.skip("libNVVM not found (or the simulator chosen): cannot compile numba.cuda kernels to PTX")
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    proc = subprocess.run([sys.executable, "-c", PTX_SCRIPT], env={**env, "PYTHONPATH": str(REPO)},
-                          capture_output=True, text=True, timeout=600, cwd=REPO)
+def test_typed_kernels_compile_to_ptx_for_sm90(compile_ptx):
+    proc = compile_ptx(PTX_SCRIPT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().endswith("OK")
 
