@@ -201,7 +201,6 @@ def test_bounded_layers_are_the_thread_per_row_rules() -> None:
     assert bounded_layer(weighted, 500, True) and not bounded_layer(plain, 5, True)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.gpu
 def test_gpu_sample_reads_back_once_per_layer_and_allocates_no_scratch_when_warm() -> None:
     from graphrl.graph import CSCGraph
@@ -224,7 +223,6 @@ def test_gpu_sample_reads_back_once_per_layer_and_allocates_no_scratch_when_warm
             assert used.scratch_allocations == 0 and used.registrations == 0
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.gpu
 def test_gpu_loader_samples_on_its_side_stream_and_hands_out_ready_batches() -> None:
     from graphrl.graph import CSCGraph
