@@ -75,10 +75,13 @@ def test_staged_blocks_equal_the_sampler_blocks(example, run):
         assert mm.tier_of(staged[0].indices) is Tier.DEVICE
 
 
+# a run of the example small enough for a test (steps and budget added per test)
+SMALL_RUN = ["--scale", "0.002", "--communities", "4", "--batch-size", "64", "--negatives", "16",
+             "--fanouts", "3,3,3", "--eval-users", "100"]
+
+
 def test_command_line_small(example):
-    result = CliRunner().invoke(example.main, [
-        "--scale", "0.002", "--communities", "4", "--steps", "3", "--batch-size", "64", "--negatives", "16",
-        "--fanouts", "3,3,3", "--device-budget", "1MiB", "--eval-users", "100"])
+    result = CliRunner().invoke(example.main, [*SMALL_RUN, "--steps", "3", "--device-budget", "1MiB"])
     assert result.exit_code == 0, result.output
     assert "exact propagation refused" in result.output
     assert "trained 3 steps" in result.output
@@ -107,9 +110,7 @@ def test_command_line_interrupt_exits_130(example, monkeypatch):
 
 
 def test_command_line_budget_too_small_for_sampled_steps(example):
-    result = CliRunner().invoke(example.main, [
-        "--scale", "0.002", "--communities", "4", "--steps", "2", "--batch-size", "64", "--negatives", "16",
-        "--fanouts", "3,3,3", "--device-budget", "1KiB", "--eval-users", "100"])
+    result = CliRunner().invoke(example.main, [*SMALL_RUN, "--steps", "2", "--device-budget", "1KiB"])
     assert result.exit_code == 1, result.output
     assert "Error: a sampled step does not fit --device-budget 1KiB" in result.output
     assert "sampled.structure" in result.output  # the owner the manager refused
