@@ -82,10 +82,10 @@ def open_writer(
 class RayTrajectoryWriter:
     """Writes episodes to a Ray-backed store from any process of the cluster; see `RayReplayStore.writer`.
 
-    Same methods as `replay.writer.TrajectoryWriter` (``append``, ``extend``, ``end_episode``,
-    ``flush``, ``close``, a context manager). Steps are validated against the spec here, staged in
-    numpy buffers of ``chunk_steps`` rows, and shipped (numpy columns only) to one shard per episode
-    when the episode ends or the buffers fill.
+    Same methods as `replay.writer.TrajectoryWriter` (``append``, ``extend``, ``add_episode``,
+    ``end_episode``, ``flush``, ``close``, a context manager). Steps are validated against the spec
+    here, staged in numpy buffers of ``chunk_steps`` rows, and shipped (numpy columns only) to one
+    shard per episode when the episode ends or the buffers fill.
 
     Shipping is asynchronous: ``end_episode`` (and a full buffer) only *queues* a shipment, up to
     ``max_inflight`` at once. A shipment's error (`ShardError`, `TimeoutError`) is raised by the next
@@ -171,6 +171,30 @@ class RayTrajectoryWriter:
         self._check_open("end_episode")
         if self._stager.pending or self._episode is not None:
             self._stager.hand_off(self._ship_end)
+
+    def add_episode(self, steps: Mapping[str, Any]) -> None:
+        """`extend` then `end_episode`: the same shipments, the short case shipped straight from ``steps``.
+
+        When nothing is staged, no episode is open and ``steps`` holds ``0 < T <= chunk_steps`` steps,
+        the one shipment `end_episode` would queue carries the validated columns themselves (no copy
+        into the staging buffers; Ray copies them as the shipment is queued, so ``steps`` may be
+        reused at once); otherwise it is `extend` + `end_episode`. Either way the shards store what
+        `replay.writer.TrajectoryWriter.add_episode` stores in a local store.
+
+        Raises
+        ------
+        ValueError, TypeError, RuntimeError
+            As `extend` (nothing of a bad call is staged or shipped).
+        ShardError, TimeoutError
+            As `end_episode`: an earlier shipment this call waited for failed (this episode is queued).
+        """
+        self._check_open("add_episode")
+        t, cols = self.spec.validate_steps(steps)
+        if self._stager.pending or self._episode is not None or not 0 < t <= self.chunk_steps:
+            self._stager.extend(cols)
+            self.end_episode()
+            return
+        self._ship_chunk(cols, t, end=True)
 
     def flush(self, timeout: float | None = None) -> None:
         """Ship the staged steps keeping the episode open, and wait for every queued shipment.
