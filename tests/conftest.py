@@ -14,16 +14,24 @@ os.environ.setdefault("GRAPHRL_DATA", str(REPO.parent / "shared" / "data"))
 DATA = Path(os.environ["GRAPHRL_DATA"])
 
 
-# Run before each simulated script: the simulator iterates a device function's module globals in every
-# simulated thread at every call, and a warning's first appearance in a module (the RNG's uint64 wrap-around)
-# adds ``__warningregistry__`` to them meanwhile ("dictionary changed size during iteration"): every module
-# loaded from source gets its registry before it runs. (A 20-us switch interval halved the simulated tests'
-# CPU time but let two of them see CPU != CUDA results once in three clean runs: the default interval is kept
-# until that is understood.)
+# Run before each simulated script. numba's simulator runs a Python thread per GPU thread and has three
+# thread-safety gaps, each closed here without changing what it simulates:
+# - ``cuda.shared.array`` checks, then sets, its per-launch allocation: two threads of a block could each make
+#   their own "shared" array and see different memory (a wrong block scan: CPU != CUDA results);
+# - a device function swaps the ``cuda`` name of its module's globals for the fake module and back, per call,
+#   so one thread's exit could restore the real module under another thread still running (AttributeError;
+#   numba-cuda fixed it upstream in NVIDIA/numba-cuda#690): here the swap is counted per module;
+# - the swap iterates the module's globals, and a warning's first appearance in a module (the RNG's uint64
+#   wrap-around) adds ``__warningregistry__`` meanwhile ("dictionary changed size during iteration"): every
+#   module loaded from source gets its registry before it runs.
+# With those closed, a 20-us switch interval is safe; it halves the simulated tests' CPU time (the simulator
+# polls its threads in a loop that otherwise holds the GIL 5 ms at a time).
 SIMULATOR_PRELUDE = """
+import contextlib
 import importlib.abc
 import importlib.machinery
 import sys
+import threading
 
 
 class _RegistryFirst(importlib.abc.MetaPathFinder):
@@ -46,6 +54,56 @@ class _RegistryFirst(importlib.abc.MetaPathFinder):
 
 
 sys.meta_path.insert(0, _RegistryFirst())
+
+import numba.cuda.simulator.kernel as _sim_kernel  # after the finder: its modules get registries
+import numba.cuda.simulator.kernelapi as _sim_api
+import numpy as _np
+from numba.core import types as _types
+from numba.np import numpy_support as _numpy_support
+
+_LOCK = threading.Lock()
+
+
+def _shared_array(self, shape, dtype):
+    if isinstance(dtype, _types.Type):
+        dtype = _numpy_support.as_dtype(dtype)
+    if shape == 0:
+        count = self._dynshared_size // dtype.itemsize
+        return _np.frombuffer(self._dynshared.data, dtype=dtype, count=count)
+    caller = sys._getframe(1)
+    key = (caller.f_code.co_filename, caller.f_lineno)
+    with _LOCK:
+        if key not in self._allocations:
+            self._allocations[key] = _np.empty(shape, dtype)
+        return self._allocations[key]
+
+
+_SWAPS = {}  # id(module globals) -> [entries, the globals' original cuda names]
+
+
+@contextlib.contextmanager
+def _swapped_cuda_module(fn, fake):
+    from numba import cuda
+
+    scope = fn.__globals__
+    with _LOCK:
+        entry = _SWAPS.setdefault(id(scope), [0, None])
+        if entry[0] == 0:
+            entry[1] = {k: v for k, v in scope.items() if v is cuda}
+            scope.update({k: fake for k in entry[1]})
+        entry[0] += 1
+    try:
+        yield
+    finally:
+        with _LOCK:
+            entry[0] -= 1
+            if entry[0] == 0:
+                scope.update(entry[1])
+
+
+_sim_api.FakeCUDAShared.array = _shared_array
+_sim_api.swapped_cuda_module = _sim_kernel.swapped_cuda_module = _swapped_cuda_module
+sys.setswitchinterval(2e-5)
 """
 
 

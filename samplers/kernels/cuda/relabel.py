@@ -34,6 +34,30 @@ def _slot(v, mask):  # pragma: no cover - device
     return np.int64(mix(np.uint64(v)) & np.uint64(mask))
 
 
+@cuda.jit(device=True)
+def _claim(keys, vals, mask, v, i):  # pragma: no cover - device
+    """Claim node v's slot (or find it claimed) and keep the smaller of its value and index i."""
+    h = _slot(v, mask)
+    while True:
+        prev = cuda.atomic.cas(keys, h, _EMPTY, v)
+        if prev == _EMPTY or prev == v:
+            cuda.atomic.min(vals, h, np.int64(i))
+            return
+        h = (h + 1) & mask
+
+
+@cuda.jit(device=True)
+def _first_of(src, d_count, keys, vals, mask, first, flags, j):  # pragma: no cover - device
+    """first[j]: the smallest index of src[j]'s node (its slot's value); flags[j] = 1 iff it is j's."""
+    v = np.int64(src[j])
+    h = _slot(v, mask)
+    while keys[h] != v:
+        h = (h + 1) & mask
+    f = vals[h]
+    first[j] = f
+    flags[j] = 1 if f == d_count + j else 0
+
+
 @cuda.jit
 def hash_insert(dst, src, keys, vals, mask):  # pragma: no cover - device
     """Claim a slot per distinct node; keep the smallest index of its occurrences."""
@@ -42,14 +66,7 @@ def hash_insert(dst, src, keys, vals, mask):  # pragma: no cover - device
     d_count = dst.shape[0]
     total = d_count + src.shape[0]
     while i < total:
-        v = np.int64(dst[i]) if i < d_count else np.int64(src[i - d_count])
-        h = _slot(v, mask)
-        while True:
-            prev = cuda.atomic.cas(keys, h, _EMPTY, v)
-            if prev == _EMPTY or prev == v:
-                cuda.atomic.min(vals, h, np.int64(i))
-                break
-            h = (h + 1) & mask
+        _claim(keys, vals, mask, np.int64(dst[i]) if i < d_count else np.int64(src[i - d_count]), i)
         i += stride
 
 
@@ -59,14 +76,22 @@ def hash_first(src, d_count, keys, vals, mask, first, flags):  # pragma: no cove
     j = cuda.grid(1)
     stride = cuda.gridsize(1)
     while j < src.shape[0]:
-        v = np.int64(src[j])
-        h = _slot(v, mask)
-        while keys[h] != v:
-            h = (h + 1) & mask
-        f = vals[h]
-        first[j] = f
-        flags[j] = 1 if f == d_count + j else 0
+        _first_of(src, d_count, keys, vals, mask, first, flags, j)
         j += stride
+
+
+@cuda.jit(device=True)
+def _write_out(dst, src, first, flags, newid, src_nodes, local, d_count, i):  # pragma: no cover - device
+    """Entry i of (destinations, sources): a destination copied to its own place; a source's local id,
+    and the node itself at its new id if this is its first occurrence."""
+    if i < d_count:
+        src_nodes[i] = dst[i]
+    else:
+        j = i - d_count
+        f = first[j]
+        local[j] = f if f < d_count else d_count + newid[f - d_count]
+        if flags[j]:
+            src_nodes[d_count + newid[j]] = src[j]
 
 
 @cuda.jit
@@ -76,14 +101,7 @@ def relabel_out(dst, src, first, flags, newid, src_nodes, local):  # pragma: no 
     d_count = dst.shape[0]
     total = d_count + src.shape[0]
     while i < total:
-        if i < d_count:
-            src_nodes[i] = dst[i]
-        else:
-            j = i - d_count
-            f = first[j]
-            local[j] = f if f < d_count else d_count + newid[f - d_count]
-            if flags[j]:
-                src_nodes[d_count + newid[j]] = src[j]
+        _write_out(dst, src, first, flags, newid, src_nodes, local, d_count, i)
         i += stride
 
 
@@ -95,14 +113,7 @@ def hash_insert_upto(dst, src, out_indptr, keys, vals, mask):  # pragma: no cove
     d_count = dst.shape[0]
     total = d_count + out_indptr[out_indptr.shape[0] - 1]
     while i < total:
-        v = np.int64(dst[i]) if i < d_count else np.int64(src[i - d_count])
-        h = _slot(v, mask)
-        while True:
-            prev = cuda.atomic.cas(keys, h, _EMPTY, v)
-            if prev == _EMPTY or prev == v:
-                cuda.atomic.min(vals, h, np.int64(i))
-                break
-            h = (h + 1) & mask
+        _claim(keys, vals, mask, np.int64(dst[i]) if i < d_count else np.int64(src[i - d_count]), i)
         i += stride
 
 
@@ -114,13 +125,7 @@ def hash_first_upto(src, d_count, out_indptr, keys, vals, mask, first, flags):  
     nnz = out_indptr[out_indptr.shape[0] - 1]
     while j < src.shape[0]:
         if j < nnz:
-            v = np.int64(src[j])
-            h = _slot(v, mask)
-            while keys[h] != v:
-                h = (h + 1) & mask
-            f = vals[h]
-            first[j] = f
-            flags[j] = 1 if f == d_count + j else 0
+            _first_of(src, d_count, keys, vals, mask, first, flags, j)
         else:
             flags[j] = 0
         j += stride
@@ -140,14 +145,7 @@ def relabel_out_upto(dst, src, out_indptr, first, flags, newid, src_nodes, local
         sizes[1] = newid[newid.shape[0] - 1]
     total = d_count + nnz
     while i < total:
-        if i < d_count:
-            src_nodes[i] = dst[i]
-        else:
-            j = i - d_count
-            f = first[j]
-            local[j] = f if f < d_count else d_count + newid[f - d_count]
-            if flags[j]:
-                src_nodes[d_count + newid[j]] = src[j]
+        _write_out(dst, src, first, flags, newid, src_nodes, local, d_count, i)
         i += stride
 
 
