@@ -1,0 +1,58 @@
+"""The simulator prelude of `tests/conftest.py` (run before every simulated script) keeps numba's CUDA
+simulator faithful under thread switches: a block's threads share one ``cuda.shared.array`` even when the
+allocation lookup is slowed so that threads interleave inside it (numba's own check-then-set made each
+thread its own array in 8 launches of 20 this way, so a block scan read other threads' stale memory)."""
+
+from __future__ import annotations
+
+import textwrap
+
+SCRIPT = textwrap.dedent(
+    """
+    import time
+    import numba
+    import numpy as np
+    from numba import cuda
+    from numba.cuda.simulator import kernelapi
+
+    class SlowLookups(dict):  # every lookup yields the GIL: threads interleave inside the allocation
+        def get(self, key, default=None):
+            found = dict.get(self, key, default)
+            time.sleep(0.0005)
+            return found
+
+        def __contains__(self, key):
+            found = dict.__contains__(self, key)
+            time.sleep(0.0005)
+            return found
+
+    init = kernelapi.FakeCUDAShared.__init__
+    def slow_init(self, size):
+        init(self, size)
+        self._allocations = SlowLookups()
+    kernelapi.FakeCUDAShared.__init__ = slow_init
+
+    @cuda.jit
+    def block_sum(out):
+        tmp = cuda.shared.array(32, numba.int64)
+        t = cuda.threadIdx.x
+        tmp[t] = t
+        cuda.syncthreads()
+        s = 0
+        for q in range(32):
+            s += tmp[q]
+        out[cuda.blockIdx.x * 32 + t] = s
+
+    for launch in range(10):
+        out = np.zeros(64, np.int64)
+        block_sum[2, 32](out)
+        assert (out == 496).all(), (launch, out)
+    print("OK")
+    """
+)
+
+
+def test_a_blocks_threads_share_one_shared_array_under_thread_switches(simulate) -> None:
+    proc = simulate(SCRIPT, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("OK"), \
+        proc.stdout[-2000:] + proc.stderr[-4000:]
