@@ -233,16 +233,11 @@ def relabel_out_pairs(dst, dst_tkey, src, edge_tkey, first, flags, newid, src_no
     d_count = dst.shape[0]
     total = d_count + src.shape[0]
     while i < total:
+        _write_out(dst, src, first, flags, newid, src_nodes, local, d_count, i)
         if i < d_count:
-            src_nodes[i] = dst[i]
             src_tkey[i] = dst_tkey[i]
-        else:
-            j = i - d_count
-            f = first[j]
-            local[j] = f if f < d_count else d_count + newid[f - d_count]
-            if flags[j]:
-                src_nodes[d_count + newid[j]] = src[j]
-                src_tkey[d_count + newid[j]] = edge_tkey[j]
+        elif flags[i - d_count]:
+            src_tkey[d_count + newid[i - d_count]] = edge_tkey[i - d_count]
         i += stride
 
 
