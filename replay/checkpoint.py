@@ -74,7 +74,7 @@ logger = logging.getLogger(__name__)
 VERSION = 2
 FORMAT = "graphrl.replay"
 INTEGRITY = "INTEGRITY.json"
-_CHUNK_BYTES = 16 * 2**20
+_CHUNK_BYTES = 4 * 2**20
 _PER_ITEM = ("priority", "times_sampled", "state")
 _CONFIG_KEYS = (
     "spec",
@@ -89,9 +89,27 @@ _CONFIG_KEYS = (
 
 
 def _write_array(group: Any, name: str, parts: list[np.ndarray], shape: tuple[int, ...], dtype: Any) -> None:
-    """Create ``group[name]`` of ``shape`` and fill it from ``parts`` concatenated along axis 0."""
-    row = math.prod(shape[1:]) * np.dtype(dtype).itemsize
-    chunk0 = max(1, min(shape[0], _CHUNK_BYTES // max(1, row))) if shape[0] else 1
+    """Create ``group[name]`` of ``shape`` and fill it from ``parts`` concatenated along axis 0.
+
+    Written one chunk at a time, each a C-contiguous array: a row block of one part as it is, else the
+    rows copied into one buffer of this call (a chunk across two parts, a strided or other-dtype part).
+    zarr stores a whole chunk given so as it is; handed a range of several chunks, it allocates a
+    buffer per chunk in its own threads, whose glibc arenas keep the memory (docs/performance.md,
+    "Checkpoint memory").
+
+    Raises
+    ------
+    ValueError
+        ``parts`` hold other than ``shape[0]`` rows.
+    """
+    dtype = np.dtype(dtype)
+    n = shape[0]
+    parts = [p for p in parts if len(p)]
+    if sum(len(p) for p in parts) != n:
+        raise ValueError(f"checkpoint array {name!r}: parts hold {sum(len(p) for p in parts)} rows, "
+                         f"shape {shape} needs {n}")
+    row = math.prod(shape[1:]) * dtype.itemsize
+    chunk0 = max(1, min(n, _CHUNK_BYTES // max(1, row))) if n else 1
     arr = group.create_array(
         name,
         shape=shape,
@@ -100,11 +118,26 @@ def _write_array(group: Any, name: str, parts: list[np.ndarray], shape: tuple[in
         compressors=None,
         fill_value=np.zeros((), dtype=dtype).item(),
     )
-    start = 0
-    for p in parts:
-        if len(p):
-            arr[start : start + len(p)] = p
-        start += len(p)
+    buf: np.ndarray | None = None
+    i = offset = 0  # row ``lo`` is row ``offset`` of ``parts[i]``
+    for lo in range(0, n, chunk0):
+        rows = min(chunk0, n - lo)
+        block = parts[i][offset : offset + rows]
+        if len(block) == rows and block.dtype == dtype and block.flags.c_contiguous:
+            offset += rows
+        else:
+            if buf is None:
+                buf = np.empty((chunk0, *shape[1:]), dtype=dtype)
+            block, filled = buf[:rows], 0
+            while filled < rows:
+                if offset == len(parts[i]):
+                    i, offset = i + 1, 0
+                take = min(rows - filled, len(parts[i]) - offset)
+                block[filled : filled + take] = parts[i][offset : offset + take]
+                filled, offset = filled + take, offset + take
+        if offset == len(parts[i]) and i + 1 < len(parts):
+            i, offset = i + 1, 0
+        arr[lo : lo + rows] = block
 
 
 def _number(name: str) -> int:
