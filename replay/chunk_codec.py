@@ -1,7 +1,8 @@
 """ChunkRing: one field of one shard stored as compressed chunks of steps, in memory-manager regions.
 
 The compressed form of a ring ``[capacity, *field_shape]`` (`replay.shard.ShardStorage.columns`) for a
-field with a codec (``"lz4"``: numcodecs' LZ4, acceleration 1; ``"zstd"``: numcodecs' Zstd, level 1).
+field with a codec (``"lz4"``: numcodecs' LZ4 format, ``"zstd"``: numcodecs' Zstd; the levels are
+`replay.chunk_encode`'s).
 Positions are the shard's absolute positions; chunk ``k`` holds positions ``[k*C, (k+1)*C)``. Three
 regions (the shared tier by default, so that learners in other processes attach them by name):
 
@@ -38,13 +39,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numba as nb
 import numpy as np
 from numcodecs import LZ4, Zstd
 
+from graphrl.kernels.copies import copy_bytes
 from graphrl.memory import MemoryBudgetError, MemoryManager, Region, RegionHandle
+from replay.chunk_encode import ChunkEncode
 from replay.spec import CODECS
+from replay.sync_kernels import compiler_fence
 
-__all__ = ["CODECS", "ChunkRing", "ChunkRingHandle", "chunk_steps_for", "make_codec"]
+__all__ = [
+    "CODECS", "ChunkRing", "ChunkRingHandle", "chunk_steps_for", "make_codec", "place_chunks", "store_chunks"
+]
 
 CHUNK_STEPS = 1  # steps per chunk by default (lz4 on Atari frames: docs/performance.md, "Compressed fields")
 _META = 4  # table words before the chunk slots: next position, arena head
@@ -52,7 +59,7 @@ _NEXT, _HEAD = 0, 1
 
 
 def make_codec(name: str) -> Any:
-    """The numcodecs codec of ``name`` (`CODECS`): LZ4 acceleration 1, or Zstd level 1.
+    """The numcodecs codec of ``name`` (`CODECS`), which decodes its chunks: LZ4, or Zstd level 1.
 
     Raises
     ------
@@ -83,6 +90,64 @@ def chunk_steps_for(capacity: int, chunk: int | None = None, name: str = "") -> 
             f"{2 * c}, got capacity={capacity}"
         )
     return c
+
+
+@nb.njit(cache=True, nogil=True)
+def place_chunks(table, head, size, oldest, first, sizes, offs):  # pragma: no cover - numba
+    """Arena offsets ``offs`` (int64 [n]) for new chunks ``first .. first + n - 1`` of ``sizes`` bytes, in
+    an arena of ``size`` bytes whose head is ``head``, beside the live chunks of ``table`` (int64
+    [slots, 3]: those from chunk ``oldest`` on, the first with a live position after the write); returns
+    the new head, or ``-1 - i`` when chunk i does not fit (``offs[i]`` then holds the live bytes).
+
+    The live chunks occupy the circular byte range from the oldest live chunk's offset to the head (the
+    oldest slot still naming its chunk in ``[oldest, first)``); a chunk goes at the head,
+    or at 0 when it does not fit before the arena's end. The head never reaches the oldest live chunk
+    (so head == that offset means empty).
+    """
+    slots = table.shape[0]
+    tail_off = -1
+    for k in range(max(oldest, first - slots), first):
+        if table[k % slots, 0] == k:
+            tail_off = table[k % slots, 1]
+            break
+    if tail_off < 0:
+        head = 0
+    for i in range(sizes.shape[0]):
+        n = sizes[i]
+        if tail_off < 0:  # nothing live
+            off, ok = 0, n < size
+            tail_off = 0
+        elif head >= tail_off:  # live bytes [tail_off, head): free [head, size) and [0, tail_off)
+            off = head if head + n < size else 0
+            ok = head + n < size or n < tail_off
+        else:  # live bytes wrap: free [head, tail_off)
+            off, ok = head, head + n < tail_off
+        if not ok:
+            offs[i] = (head - tail_off) % size
+            return -1 - i
+        offs[i] = off
+        head = off + n
+    return head
+
+
+@nb.njit(cache=True, nogil=True)
+def store_chunks(arena, table, first, offs, sizes, blob):  # pragma: no cover - numba
+    """Copy chunks ``first ..`` (bytes ``blob``, one after another, ``sizes`` each) to arena offsets
+    ``offs`` and publish each table slot, its chunk index written last (a writer killed here leaves a
+    slot empty or whole, never a chunk index with another chunk's offset)."""
+    slots = table.shape[0]
+    at = 0
+    for i in range(offs.shape[0]):
+        n = sizes[i]
+        copy_bytes(arena, offs[i], blob, at, n)
+        s = (first + i) % slots
+        table[s, 0] = -1
+        compiler_fence()
+        table[s, 1] = offs[i]
+        table[s, 2] = n
+        compiler_fence()
+        table[s, 0] = first + i
+        at += n
 
 
 @dataclass(frozen=True)
@@ -144,6 +209,7 @@ class ChunkRing:
         self._decoded = np.empty((chunk, *self.shape), dtype=self.dtype)
         self._decoded_id = -1  # the chunk index held in _decoded (its arena offset in _decoded_at)
         self._decoded_at = -1
+        self._encoder: ChunkEncode | None = None  # made at the first write (readers never compress)
         if create:
             self.meta[:] = 0
             self.table[:, 0] = -1
@@ -210,6 +276,8 @@ class ChunkRing:
         )
 
     def free(self) -> None:
+        if self._encoder is not None:
+            self._encoder.close()
         for r in self.regions:
             if not r.freed:
                 r.free()
@@ -235,38 +303,43 @@ class ChunkRing:
         self.apply(self.prepare(rows, position))
 
     def prepare(self, rows: np.ndarray, position: int) -> tuple[Any, ...]:
-        """`write`'s compression and placement, changing nothing (raises as `write`); `apply` stores it."""
+        """`write`'s compression and placement, changing nothing (raises as `write`); `apply` stores it.
+
+        The chunks that fill are compressed in one `replay.chunk_encode.ChunkEncode.encode` call and
+        placed in one `place_chunks` call (no Python per chunk)."""
         n = rows.shape[0]
         c = self.chunk
-        start = self.next_position
         end = position + n
-        k0, k1 = start // c, end // c  # chunks [k0, k1) fill with this write
-        pending = {}  # chunk index -> the chunk's rows, for chunks that fill
-        oldest = max(0, end - self.capacity) // c  # chunks below are wholly below the floor: not stored
-        for k in range(max(k0, oldest), k1):
-            lo, hi = max(k * c, position), min((k + 1) * c, end)
-            if lo == k * c and hi == lo + c:
-                buf = np.ascontiguousarray(rows[lo - position : hi - position])
-            else:
-                buf = self.tail.copy()
-                if hi > lo:
-                    buf[lo - k * c : hi - k * c] = rows[lo - position : hi - position]
-            pending[k] = np.frombuffer(self.codec.encode(buf), dtype=np.uint8)
-        return rows, position, end, k1, self._place(pending, end)
+        k1 = end // c  # chunks [ka, k1) fill with this write; those wholly below the floor are not stored
+        oldest = max(0, end - self.capacity) // c
+        ka = max(self.next_position // c, oldest)
+        if ka >= k1:
+            return rows, position, end, k1, None
+        lo, hi = ka * c, k1 * c
+        head = min(max(0, position - lo), hi - lo)  # the chunks' rows before ``position``: the tail's
+        if head == 0:
+            src = np.ascontiguousarray(rows[lo - position : hi - position])
+        else:
+            src = np.empty((hi - lo, *self.shape), dtype=self.dtype)
+            src[:head] = self.tail[np.arange(lo, lo + head) % c]
+            src[head:] = rows[: hi - position]
+        if self._encoder is None:
+            self._encoder = ChunkEncode(self.codec_name)
+        blob, sizes = self._encoder.encode(src, c)
+        offs = np.empty(sizes.size, np.int64)
+        got = place_chunks(self.table, int(self.meta[_HEAD]), self.arena_bytes, oldest, ka, sizes, offs)
+        if got < 0:
+            raise self._full(int(sizes[-1 - got]), int(offs[-1 - got]))
+        return rows, position, end, k1, (ka, offs, blob, sizes)
 
     def apply(self, prepared: tuple[Any, ...]) -> None:
         """Store what `prepare` made (nothing written to the ring in between)."""
         rows, position, end, k1, placed = prepared
         c = self.chunk
-        for k, (off, blob) in placed.items():
-            self.arena[off : off + blob.size] = blob
-            row = self.table[k % self.slots]  # the chunk index last: a writer killed here leaves the
-            row[0] = -1  # slot empty or whole, never a chunk index with another chunk's offset
-            row[1:] = (off, blob.size)
-            row[0] = k
-        if placed:
-            last = max(placed)
-            self.meta[_HEAD] = (placed[last][0] + placed[last][1].size) % self.arena_bytes
+        if placed is not None:
+            ka, offs, blob, sizes = placed
+            store_chunks(self.arena, self.table, ka, offs, sizes, blob)
+            self.meta[_HEAD] = (offs[-1] + sizes[-1]) % self.arena_bytes
         if k1 * c > self.meta[_NEXT]:  # the full chunks are readable before the tail is reused (a writer
             self.meta[_NEXT] = k1 * c  # that dies here leaves the earlier positions intact)
         lo = max(position, k1 * c)
@@ -274,52 +347,17 @@ class ChunkRing:
             self.tail[lo - k1 * c : end - k1 * c] = rows[lo - position :]
         self.meta[_NEXT] = end
 
-    def _place(self, blobs: dict[int, np.ndarray], end: int) -> dict[int, tuple[int, np.ndarray]]:
-        """Arena offsets for ``blobs`` (chunk index -> bytes, in order), or raise before any write.
-
-        The live chunks occupy the circular byte range from the oldest live chunk's offset to the
-        head; a chunk goes at the head, or at 0 when it does not fit before the arena's end. The head
-        never reaches the oldest live chunk (so head == that offset means empty).
-        """
-        if not blobs:
-            return {}
-        size = self.arena_bytes
-        oldest = max(0, end - self.capacity) // self.chunk  # the oldest chunk with a live position after
-        first_new = min(blobs)
-        tail_off = -1
-        for k in range(max(oldest, first_new - self.slots), first_new):
-            if self.table[k % self.slots, 0] == k:
-                tail_off = int(self.table[k % self.slots, 1])
-                break
-        head = int(self.meta[_HEAD]) if tail_off >= 0 else 0
-        out = {}
-        for k, blob in blobs.items():
-            if k < oldest:  # wholly below the floor after this write: never read, not stored
-                continue
-            n = blob.size
-            if tail_off < 0:  # nothing live
-                off, ok = 0, n < size
-                tail_off = 0
-            elif head >= tail_off:  # live bytes [tail_off, head): free [head, size) and [0, tail_off)
-                off = head if head + n < size else 0
-                ok = head + n < size or n < tail_off
-            else:  # live bytes wrap: free [head, tail_off)
-                off, ok = head, head + n < tail_off
-            if not ok:
-                raise self._full(n, (head - tail_off) % size)
-            out[k] = (off, blob)
-            head = off + n
-        return out
-
     def _full(self, asked: int, used: int) -> MemoryBudgetError:
         arena = self.regions[2]
-        note = (
-            f"field {self.name!r}: a compressed chunk of {asked} bytes does not fit in the arena of "
-            f"{self.arena_bytes} bytes beside {used} bytes of live chunks; lower the field's arena_ratio "
-            f"(its raw chunk is {self.chunk_bytes} bytes)"
+        ratio = self.capacity * self.chunk_bytes / self.chunk / self.arena_bytes
+        lead = (  # the store, the field and its remedy first; the memory manager's figures after
+            f"replay store ({arena.owner}), field {self.name!r}: a compressed chunk of {asked} bytes does "
+            f"not fit in the arena of {self.arena_bytes} bytes beside {used} bytes of live chunks; lower the "
+            f"field's arena_ratio (now {ratio:.3g}: the arena is capacity * row bytes / arena_ratio; its "
+            f"raw chunk is {self.chunk_bytes} bytes)"
         )
         return MemoryBudgetError(
-            arena.tier, arena.owner, asked, self.arena_bytes - used, self.arena_bytes, note=note
+            arena.tier, arena.owner, asked, self.arena_bytes - used, self.arena_bytes, lead=lead
         )
 
     # -- reading (shard lock held)

@@ -52,7 +52,7 @@ def _symbols() -> ctypes.CDLL:
     """Register the decoders of numcodecs' extension modules with the JIT's linker; the zstd library."""
     zstd = ctypes.CDLL(numcodecs.zstd.__file__)
     for lib, names in (
-        (ctypes.CDLL(numcodecs.lz4.__file__), ("LZ4_decompress_safe",)),
+        (ctypes.CDLL(numcodecs.lz4.__file__), ("LZ4_decompress_safe", "LZ4_decompress_safe_partial")),
         (zstd, ("ZSTD_decompressDCtx",)),
     ):
         for name in names:
@@ -65,6 +65,10 @@ def _symbols() -> ctypes.CDLL:
 _ZSTD = _symbols()
 _lz4_decompress = nb.types.ExternalFunction(
     "LZ4_decompress_safe", nb.types.int32(nb.types.voidptr, nb.types.voidptr, nb.types.int32, nb.types.int32)
+)
+_lz4_decompress_partial = nb.types.ExternalFunction(
+    "LZ4_decompress_safe_partial",
+    nb.types.int32(nb.types.voidptr, nb.types.voidptr, nb.types.int32, nb.types.int32, nb.types.int32),
 )
 _zstd_decompress = nb.types.ExternalFunction(
     "ZSTD_decompressDCtx",
@@ -101,6 +105,21 @@ def _decompress(kind, dctx, arena, off, size, out, at, nbytes):  # pragma: no co
                               size - _LZ4_HEADER, nbytes)
         return got == nbytes
     return _zstd_decompress(dctx, out[at:].ctypes.data, nbytes, arena[off:].ctypes.data, size) == nbytes
+
+
+@nb.njit(cache=True, nogil=True)
+def _decompress_prefix(kind, dctx, arena, off, size, scratch, need):  # pragma: no cover - numba
+    """At least the first ``need`` bytes of a chunk (``arena[off : off + size]``) into ``scratch`` (one
+    chunk's bytes); returns how many bytes it holds, or -1 when they do not decompress. LZ4 stops
+    after ``need`` bytes (its partial decode); zstd decodes the whole chunk."""
+    nbytes = scratch.shape[0]
+    if kind == LZ4 and need < nbytes:
+        if off < 0 or size <= _LZ4_HEADER or off + size > arena.shape[0]:
+            return -1
+        got = _lz4_decompress_partial(arena[off + _LZ4_HEADER :].ctypes.data, scratch.ctypes.data,
+                                      size - _LZ4_HEADER, need, nbytes)
+        return got if got >= need else -1
+    return nbytes if _decompress(kind, dctx, arena, off, size, scratch, 0, nbytes) else -1
 
 
 @nb.njit(cache=True, nogil=True)
@@ -153,22 +172,26 @@ def decode_jobs(kind, dctx, arena, jobs, nj, chunk, row_bytes, out):  # pragma: 
     """The unlocked half: decompress ``jobs[:nj]`` (`plan_windows`) from ``arena`` into ``out``.
 
     A job of a whole chunk is decompressed in place; others through a scratch chunk, decoded once for
-    consecutive jobs of one chunk. A job whose bytes do not decompress (reused meanwhile) has its
+    consecutive jobs of one chunk (LZ4: only up to the job's last row). A job whose bytes do not
+    decompress (reused meanwhile) has its
     rows zeroed and its row ``jobs[j, 5]`` set to -1 - window; returns how many failed.
     """
     chunk_bytes = chunk * row_bytes
     scratch = np.empty(chunk_bytes if chunk > 1 else 0, dtype=np.uint8)
-    held = -1  # the arena offset whose chunk the scratch holds
+    held = -1  # the arena offset whose chunk the scratch holds (its first ``have`` bytes)
+    have = 0
     failed = 0
     for j in range(nj):
         off, size, o, w, r = jobs[j, 0], jobs[j, 1], jobs[j, 2], jobs[j, 3], jobs[j, 4]
         if r == chunk:
             ok = _decompress(kind, dctx, arena, off, size, out, o, chunk_bytes)
         else:
-            ok = held == off
+            need = (w + r) * row_bytes
+            ok = held == off and have >= need
             if not ok:
                 held = -1
-                ok = _decompress(kind, dctx, arena, off, size, scratch, 0, chunk_bytes)
+                have = _decompress_prefix(kind, dctx, arena, off, size, scratch, need)
+                ok = have >= 0
                 if ok:
                     held = off
             if ok:
@@ -192,6 +215,7 @@ def decode_anchors(
     chunk_bytes = chunk * row_bytes
     scratch = np.empty(chunk_bytes if chunk > 1 else 0, dtype=np.uint8)
     held = -1
+    have = 0
     failed = 0
     for i in range(keys.shape[0]):
         p = keys[i] >> _POS_SHIFT
@@ -206,9 +230,11 @@ def decode_anchors(
         if ok and chunk == 1:
             ok = _decompress(kind, dctx, arena, table[s, 1], table[s, 2], out, o, row_bytes)
         elif ok:
-            if held != table[s, 1]:
+            if held != table[s, 1] or have < (w + 1) * row_bytes:
                 held = -1
-                ok = _decompress(kind, dctx, arena, table[s, 1], table[s, 2], scratch, 0, chunk_bytes)
+                have = _decompress_prefix(kind, dctx, arena, table[s, 1], table[s, 2], scratch,
+                                          (w + 1) * row_bytes)
+                ok = have >= 0
                 if ok:
                     held = table[s, 1]
             if ok:

@@ -69,10 +69,10 @@ class FieldSpec:
         Per-step shape (``()`` for scalars).
     dtype : numpy.dtype
     codec : str or None
-        None (default): the field's steps are stored raw. ``"lz4"`` (numcodecs LZ4, acceleration 1) or
-        ``"zstd"`` (numcodecs Zstd, level 1): stored as compressed chunks of steps
-        (`replay.chunk_codec.ChunkRing`), compressed by the writer at commit and decompressed into the
-        batch at sample time; for large, redundant steps (pixels).
+        None (default): the field's steps are stored raw. ``"lz4"`` (numcodecs' LZ4 format, compressed
+        by its bundled LZ4 HC, level 2) or ``"zstd"`` (numcodecs Zstd, level 1): stored as compressed
+        chunks of steps (`replay.chunk_codec.ChunkRing`), compressed by the writer at commit and
+        decompressed into the batch at sample time; for large, redundant steps (pixels).
     arena_ratio : float
         For a codec field, raw bytes of the shard's ring per byte of its compressed arena (> 0; the
         arena holds ``capacity * row_bytes / arena_ratio`` bytes per shard). A commit whose chunks do not

@@ -5,8 +5,9 @@ and later commits and checkpoints work.
 
 The death is real: a forked writer commits through the Python steps (`replay.shard.ShardStorage.commit`)
 and kills itself (SIGKILL, under the shard lock) just before a chosen line of
-`replay.chunk_codec.ChunkRing.apply` runs: before a chunk slot is filled in, before it is published, before
-the arena head moves, before the raw tail is written, before the last position is published.
+`replay.chunk_codec.ChunkRing.apply` runs: before the chunks' bytes and slots are stored (the compiled
+`store_chunks`, which writes each slot's chunk index last), before the arena head moves, before the raw tail
+is written, before the last position is published.
 """
 
 from __future__ import annotations
@@ -27,8 +28,7 @@ from replay.shard_layout import HOLES, WRITE_POS
 
 SPEC = TrajectorySpec({"pos": ((), "int64"), "obs": ((4, 6), "uint8", "lz4", 1.0, 4)})
 KILL_BEFORE = [
-    "row[1:] = (off, blob.size)",  # arena bytes written, slot emptied
-    "row[0] = k",  # slot filled in, not published
+    "store_chunks(",  # chunks compressed and placed, nothing stored
     "self.meta[_HEAD] =",  # every chunk published, head not moved
     "self.tail[lo - k1 * c",  # the full chunks' positions published, tail not written
     "self.meta[_NEXT] = end",  # all but the last position

@@ -1,0 +1,196 @@
+"""ChunkEncode: many chunks of steps compressed in one compiled call, in numcodecs' LZ4 and Zstd formats.
+
+`replay.chunk_codec.ChunkRing` compresses the chunks a commit fills with `ChunkEncode.encode`: one call
+of `encode_chunks` (numba) runs the codec library's own C entry points (numcodecs' bundled
+``LZ4_compress_HC_extStateHC_fastReset`` / ``LZ4_compress_fast_extState`` and
+``ZSTD_compressCCtx``) over every chunk, with no Python per chunk. The bytes are numcodecs' formats: an
+LZ4 chunk is its 4-byte little-endian decompressed size then one LZ4 block (what ``numcodecs.LZ4``
+writes and reads; LZ4 HC is the same block format, compressed harder), a Zstd chunk one zstd frame with
+its content size (what ``numcodecs.Zstd`` reads). `replay.chunk_decode` decompresses them.
+
+Each `ChunkEncode` holds its codec state (the LZ4 state, or a ``ZSTD_CCtx`` freed by `close` or when
+the object is collected); use one per thread.
+
+>>> enc = ChunkEncode("lz4")
+>>> blob, sizes = enc.encode(rows, chunk=4)   # rows [n * 4, *shape]: n chunks; blob uint8, sizes int64 [n]
+
+References
+----------
+LZ4 block format and LZ4 HC (lz4.org); Zstandard (RFC 8878); numcodecs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import weakref
+
+import llvmlite.binding as llvm
+import numba as nb
+import numcodecs.lz4
+import numcodecs.zstd
+import numpy as np
+
+from replay.spec import CODECS
+
+__all__ = ["LZ4_LEVEL", "ZSTD_LEVEL", "ChunkEncode", "encode_chunks"]
+
+LZ4_LEVEL = 2  # LZ4 HC level for "lz4" (0: LZ4's fast mode, acceleration 1); docs/performance.md
+ZSTD_LEVEL = 1  # zstd level for "zstd"
+_LZ4, _ZSTD = 0, 1
+_HEADER = 4  # numcodecs' LZ4 prefix: the decompressed size, uint32 little-endian
+
+
+def _symbols() -> tuple[ctypes.CDLL, ctypes.CDLL]:
+    """Register the compressors of numcodecs' extension modules with the JIT's linker."""
+    lz4 = ctypes.CDLL(numcodecs.lz4.__file__)
+    zstd = ctypes.CDLL(numcodecs.zstd.__file__)
+    for lib, names in (
+        (lz4, ("LZ4_compress_HC_extStateHC_fastReset", "LZ4_compress_fast_extState")),
+        (zstd, ("ZSTD_compressCCtx",)),
+    ):
+        for name in names:
+            llvm.add_symbol(name, ctypes.cast(getattr(lib, name), ctypes.c_void_p).value)
+    lz4.LZ4_initStreamHC.restype = ctypes.c_void_p
+    lz4.LZ4_initStreamHC.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    lz4.LZ4_initStream.restype = ctypes.c_void_p
+    lz4.LZ4_initStream.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    zstd.ZSTD_createCCtx.restype = ctypes.c_void_p
+    zstd.ZSTD_freeCCtx.argtypes = [ctypes.c_void_p]
+    zstd.ZSTD_compressBound.restype = ctypes.c_size_t
+    zstd.ZSTD_compressBound.argtypes = [ctypes.c_size_t]
+    return lz4, zstd
+
+
+_LIB_LZ4, _LIB_ZSTD = _symbols()
+_i32 = nb.types.int32
+_lz4_hc = nb.types.ExternalFunction(
+    "LZ4_compress_HC_extStateHC_fastReset",
+    _i32(nb.types.voidptr, nb.types.voidptr, nb.types.voidptr, _i32, _i32, _i32),
+)
+_lz4_fast = nb.types.ExternalFunction(
+    "LZ4_compress_fast_extState",
+    _i32(nb.types.voidptr, nb.types.voidptr, nb.types.voidptr, _i32, _i32, _i32),
+)
+_zstd_compress = nb.types.ExternalFunction(
+    "ZSTD_compressCCtx",
+    nb.types.uint64(nb.types.uintp, nb.types.voidptr, nb.types.uint64, nb.types.voidptr, nb.types.uint64,
+                    _i32),
+)
+
+
+@nb.njit(cache=True, nogil=True)
+def encode_chunks(kind, level, state, zctx, src, n, chunk_bytes, bound, dst, sizes):  # pragma: no cover
+    """Compress chunks ``src[i * chunk_bytes : (i + 1) * chunk_bytes]``, i < n, into ``dst`` (uint8,
+    at least ``n * bound`` bytes), one after another; ``sizes`` (int64 [n]) gets each one's bytes.
+
+    ``kind`` 0: LZ4 (``level`` > 0: HC at that level in the initialised HC ``state``; 0: fast mode,
+    acceleration 1, in the initialised fast ``state``), with numcodecs' 4-byte size prefix; 1: Zstd at
+    ``level`` in the context ``zctx``. Returns the total bytes, or -1 - i when chunk i failed.
+    """
+    at = 0
+    for i in range(n):
+        s = src[i * chunk_bytes :]
+        if kind == 0:
+            v = chunk_bytes
+            for b in range(4):
+                dst[at + b] = (v >> (8 * b)) & 0xFF
+            d = dst[at + 4 :]
+            if level > 0:
+                got = _lz4_hc(state.ctypes.data, s.ctypes.data, d.ctypes.data, chunk_bytes, bound - 4, level)
+            else:
+                got = _lz4_fast(state.ctypes.data, s.ctypes.data, d.ctypes.data, chunk_bytes, bound - 4, 1)
+            if got <= 0:
+                return -1 - i
+            size = got + 4
+        else:
+            r = _zstd_compress(zctx, dst[at:].ctypes.data, bound, s.ctypes.data, chunk_bytes, level)
+            if r > bound:  # a zstd error code (a huge size_t)
+                return -1 - i
+            size = np.int64(r)
+        sizes[i] = size
+        at += size
+    return at
+
+
+def _free_zstd(ctx: int) -> None:
+    _LIB_ZSTD.ZSTD_freeCCtx(ctx)
+
+
+class ChunkEncode:
+    """The compressor of a codec field's chunks (see the module docstring).
+
+    Parameters
+    ----------
+    codec : str
+        ``"lz4"`` (LZ4 HC level `LZ4_LEVEL`) or ``"zstd"`` (level `ZSTD_LEVEL`).
+
+    Raises
+    ------
+    ValueError
+        ``codec`` not one of `replay.spec.CODECS`.
+    MemoryError
+        zstd could not allocate its context.
+    """
+
+    def __init__(self, codec: str) -> None:
+        if codec not in CODECS:
+            raise ValueError(f"codec must be one of {CODECS}, got {codec!r}")
+        self.codec = codec
+        self.kind = _LZ4 if codec == "lz4" else _ZSTD
+        self.level = LZ4_LEVEL if codec == "lz4" else ZSTD_LEVEL
+        self.zctx = 0
+        self.state = np.zeros(0, np.uint64)
+        if self.kind == _ZSTD:
+            self.zctx = int(_LIB_ZSTD.ZSTD_createCCtx() or 0)
+            if not self.zctx:
+                raise MemoryError("ZSTD_createCCtx returned NULL")
+            self._finalizer = weakref.finalize(self, _free_zstd, self.zctx)
+        else:  # the LZ4 state, initialised once (each chunk then resets it cheaply)
+            hc = self.level > 0
+            size = _LIB_LZ4.LZ4_sizeofStateHC() if hc else _LIB_LZ4.LZ4_sizeofState()
+            self.state = np.zeros((size + 7) // 8, np.uint64)
+            init = _LIB_LZ4.LZ4_initStreamHC if hc else _LIB_LZ4.LZ4_initStream
+            if not init(self.state.ctypes.data, size):
+                raise MemoryError(f"LZ4 could not initialise its state of {size} bytes")
+
+    def bound(self, chunk_bytes: int) -> int:
+        """The most bytes one compressed chunk of ``chunk_bytes`` raw bytes can take."""
+        if self.kind == _LZ4:
+            return _HEADER + chunk_bytes + chunk_bytes // 255 + 16
+        return int(_LIB_ZSTD.ZSTD_compressBound(chunk_bytes))
+
+    def encode(self, rows: np.ndarray, chunk: int) -> tuple[np.ndarray, np.ndarray]:
+        """Compress ``rows`` ``[n * chunk, ...]`` (C-contiguous) as n chunks of ``chunk`` rows.
+
+        Returns the chunks' bytes one after another (uint8) and each one's length (int64 [n]).
+
+        Raises
+        ------
+        ValueError
+            ``rows`` not C-contiguous or not a whole number of chunks.
+        RuntimeError
+            The codec library reported an error.
+        """
+        if not rows.flags.c_contiguous or rows.shape[0] % chunk:
+            raise ValueError(
+                f"rows must be C-contiguous and a multiple of chunk={chunk} long, got shape {rows.shape}"
+            )
+        n = rows.shape[0] // chunk
+        src = rows.reshape(-1).view(np.uint8)
+        chunk_bytes = src.size // n if n else 0
+        bound = self.bound(chunk_bytes)
+        dst = np.empty(n * bound, np.uint8)
+        sizes = np.empty(n, np.int64)
+        if n == 0:
+            return dst, sizes
+        got = encode_chunks(self.kind, self.level, self.state, self.zctx, src, n, chunk_bytes, bound, dst,
+                            sizes)
+        if got < 0:
+            raise RuntimeError(f"{self.codec} failed to compress chunk {-1 - got} of {n}")
+        return dst[:got], sizes
+
+    def close(self) -> None:
+        """Free the zstd context (no `encode` may run any more)."""
+        if self.zctx:
+            self._finalizer()
+            self.zctx = 0
