@@ -24,6 +24,9 @@ class MemoryBudgetError(MemoryError):
         ``tier``'s budget in bytes.
     attempts : tuple of (Tier, int)
         Every tier tried, in order, with its free bytes.
+    lead : str
+        What refused the bytes and its own remedy, put before the tier's figures (e.g. a replay
+        store's full compressed arena: the field and ``arena_ratio``, not the budget, are the cure).
     """
 
     def __init__(
@@ -35,20 +38,22 @@ class MemoryBudgetError(MemoryError):
         budget: int,
         attempts: tuple[tuple[Tier, int], ...] = (),
         note: str = "",
+        lead: str = "",
     ) -> None:
         self.tier, self.owner, self.asked, self.free, self.budget = tier, owner, asked, free, budget
         self.attempts = attempts or ((tier, free),)
-        self.note = note
+        self.note, self.lead = note, lead
         tried = ", ".join(f"'{t}' ({format_size(f)} free)" for t, f in self.attempts)
         msg = (
             f"owner {owner!r} asked for {format_size(asked)} on tier '{tier}', which has "
             f"{format_size(free)} free of a {format_size(budget)} budget; tried {tried}. Free regions, "
             "raise a budget or allow a fallback tier"
         )
-        super().__init__(msg + (f" ({note})" if note else ""))
+        msg += f" ({note})" if note else ""
+        super().__init__(f"{lead} (memory manager: {msg})" if lead else msg)
 
     def __reduce__(self):
         return (
             type(self),
-            (self.tier, self.owner, self.asked, self.free, self.budget, self.attempts, self.note),
+            (self.tier, self.owner, self.asked, self.free, self.budget, self.attempts, self.note, self.lead),
         )

@@ -219,7 +219,8 @@ class RayReplayStore(ReplayStoreBase):
 
     @property
     def last_profile(self) -> dict[str, float]:
-        """Seconds of each stage of the last `sample` (stats, remote draw and put, ray.get, copy)."""
+        """Seconds of each stage of the last `sample` (stats, remote draw and put, ray.get, copy), and
+        ``shard_put_bytes``: the bytes the shards put into the object store for it."""
         return self._sampler.last_profile
 
     def _refresh(self, timeout: float | None = None, what: str = "a store call") -> list[dict]:

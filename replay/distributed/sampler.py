@@ -102,6 +102,7 @@ class ShardSampler:
             "total_s": t3 - t0,
             "redrawn": float(sum(rep["redrawn"] for rep in replies)),
             "shard_put_faults": float(sum(rep["faults"] for rep in replies)),
+            "shard_put_bytes": float(sum(rep["bytes"] for rep in replies)),
         }
         return batch
 

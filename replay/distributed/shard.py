@@ -6,8 +6,9 @@ it with ``ray.remote(ShardActor)`` and holds no step data. Writers ship numpy co
 (admitted under the insert allowance the client pushes); `sample` draws windows with the local
 selector (`replay.store.ReplayStore.draw_windows`) and puts the ring runs that hold them into Ray's
 object store (`replay.distributed.transport`); a field with a codec is stored compressed
-(`replay.chunk_codec.ChunkRing`, compressed here at insert) and its runs are decompressed here before
-the put, so learners receive raw bytes. `checkpoint` writes the local store's checkpoint.
+(`replay.chunk_codec.ChunkRing`, compressed here at insert) and travels compressed: the shard puts the
+chunks its windows read, and the learner decompresses them (`replay.distributed.chunk_transport`).
+`checkpoint` writes the local store's checkpoint.
 When Ray restarts the actor (``max_restarts``) it starts empty and awaits the client's `load` of its
 last checkpoint. See docs/architecture.md#replay-composition.
 """
@@ -25,6 +26,8 @@ from typing import Any
 import numpy as np
 import ray
 
+from graphrl.memory import MemoryBudgetError
+from replay.distributed.chunk_transport import CODEC_KINDS, gather_chunks, pack_field
 from replay.distributed.errors import AwaitingRestore, secs
 from replay.distributed.routing import headroom
 from replay.distributed.transport import concat_tables, ring_runs
@@ -230,6 +233,14 @@ class ShardActor:
             else:
                 w.flush()
             n = len(next(iter(columns.values())))
+        except MemoryBudgetError as exc:  # a codec field's arena is full: name this shard first
+            w.close()
+            if not exc.lead:
+                raise
+            raise MemoryBudgetError(
+                exc.tier, exc.owner, exc.asked, exc.free, exc.budget, exc.attempts, exc.note,
+                f"shard {self.index} of the RayReplayStore: {exc.lead}",
+            ) from exc
         except BaseException:
             w.close()
             raise
@@ -265,7 +276,8 @@ class ShardActor:
         The local store draws the windows (`replay.store.ReplayStore.draw_windows`: its selector,
         probabilities and keys); their runs of ring slots, merged where windows overlap or touch, go
         into the object store with one ``ray.put`` (a list of flat byte views of the rings, run-major:
-        Ray copies ring -> object store here, while this method runs); then windows overwritten during
+        Ray copies ring -> object store here, while this method runs; a codec field's compressed
+        chunks, `replay.distributed.chunk_transport`); then windows overwritten during
         that copy (`replay.store.ReplayStore.stale`) are dropped and drawn again, as the local `sample`
         does. The client copies each window out of the runs (`replay.distributed.transport.place`).
         A large ``k`` is drawn and put ``DRAW_CHUNK`` windows at a time; past ``timeout`` (the
@@ -281,9 +293,11 @@ class ShardActor:
         -------
         dict
             ``keys`` (local, shard bits 0), ``prob``, ``n``, ``dst`` [k] of the kept windows in order;
-            ``parts``: one per put, ``(ref, runs, segments)`` (see
-            `replay.distributed.transport.ring_runs`); ``counts`` (inserts, deletes); ``seconds``
-            (draw, put, total); ``redrawn`` windows; ``faults`` (minor page faults of the puts).
+            ``parts``: one per put, ``(ref, runs, segments, packs)``: the put holds the raw fields'
+            runs (run-major, `replay.distributed.transport.ring_runs`), then one blob of compressed
+            chunks per codec field, whose `replay.distributed.chunk_transport.FieldPack` is in
+            ``packs``; ``counts`` (inserts, deletes); ``seconds`` (draw, put, total); ``redrawn``
+            windows; ``faults`` (minor page faults of the puts); ``bytes`` put (and open-chunk rows).
         """
         self._ready()
         if allow is not None:
@@ -293,12 +307,15 @@ class ShardActor:
         store = self.store
         cap = store.shard_capacity
         sh = store.storage.shards[0]
-        rings = [None if f.codec else sh.columns[n].reshape(-1).view(np.uint8) for n, f in self.spec.items()]
-        row_bytes = [f.row_bytes for f in self.spec.values()]
+        fields = list(self.spec.items())
+        rings = [sh.columns[n].reshape(-1).view(np.uint8) for n, f in fields if not f.codec]
+        row_bytes = [f.row_bytes for _, f in fields if not f.codec]
+        coded = [(j, sh.chunks[n], CODEC_KINDS[f.codec]) for j, (n, f) in enumerate(fields) if f.codec]
         kept: list = []
         parts = []
         draw_s = put_s = 0.0
         faults = 0  # minor page faults of this process during the puts (fresh object-store pages)
+        shipped = 0  # bytes put (and compressed chunks' open rows sent in the reply)
         need, row, redrawn = k, 0, 0
         while need:
             if (row or redrawn) and deadline is not None and time.monotonic() > deadline:
@@ -313,16 +330,18 @@ class ShardActor:
             if self.before_put is not None:
                 self.before_put(table)
             runs, seg = ring_runs(table.slots, table.n, table.dst, cap)
-            decoded = self._decode_runs(runs)
-            pieces, at = [], 0
-            for a, b in runs.tolist():
-                for name, ring, rb in zip(self.spec, rings, row_bytes, strict=True):
-                    pieces.append(ring[a * rb : b * rb] if ring is not None else
-                                  decoded[name][at * rb : (at + b - a) * rb])
-                at += b - a
+            pieces = [ring[a * rb : b * rb] for a, b in runs.tolist()
+                      for ring, rb in zip(rings, row_bytes, strict=True)]
+            packs = []
+            if coded:
+                with sh:  # the chunk tables and open rows as the writers left them
+                    packs = [pack_field(ring, j, kind, table.first, table.n, table.dst, window)
+                             for j, ring, kind in coded]
+                pieces += [gather_chunks(ring, pk) for (_, ring, _), pk in zip(coded, packs, strict=True)]
             t1 = time.perf_counter()
             f1 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-            ref = ray.put(pieces)  # ring -> object store, no lock held
+            ref = ray.put(pieces)  # ring (and compressed chunks) -> object store, no lock held
+            shipped += sum(x.nbytes for x in pieces) + sum(pk.tail.nbytes for pk in packs)
             del pieces
             t2 = time.perf_counter()
             faults += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f1
@@ -335,7 +354,8 @@ class ShardActor:
                 keep = good[seg["window"]]
                 seg = {name: a[keep] for name, a in seg.items()}
                 seg["window"] = order[seg["window"]]
-                parts.append((ref, len(runs), seg))
+                packs = [pk.take(good, order, window, fields[pk.field][1].row_bytes) for pk in packs]
+                parts.append((ref, len(runs), seg, packs))
                 kept.append(table.take(good))
             redrawn += len(table) - got
             need -= got
@@ -351,27 +371,8 @@ class ShardActor:
             "seconds": (draw_s, put_s, time.perf_counter() - t0),
             "redrawn": redrawn,
             "faults": faults,
+            "bytes": shipped,
         }
-
-    def _decode_runs(self, runs: np.ndarray) -> dict[str, np.ndarray]:
-        """The codec fields' steps of the ring slots of ``runs`` (int64 [R, 2], slot ranges), run after
-        run, as flat bytes ``{field: uint8}``, decompressed under the shard lock
-        (`replay.chunk_codec.ChunkRing.read`); slots whose position is no longer live are zero (their
-        windows are stale and dropped after the put)."""
-        sh = self.store.storage.shards[0]
-        if not sh.chunks:
-            return {}
-        slots = np.concatenate([np.arange(a, b) for a, b in runs.tolist()]) if len(runs) else np.zeros(0, int)
-        out = {}
-        with sh:
-            pos = sh.position_of(slots)
-            live = np.flatnonzero(pos >= sh.floor)
-            for name, ring in sh.chunks.items():
-                f = self.spec[name]
-                rows = np.zeros((slots.size, *f.shape), f.dtype)
-                ring.read(pos[live], rows, live)
-                out[name] = rows.reshape(-1).view(np.uint8)
-        return out
 
     def update_priorities(self, keys: np.ndarray, priorities: np.ndarray) -> int:
         self._ready()

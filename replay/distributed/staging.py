@@ -3,14 +3,16 @@
 Each shard reply names its windows (keys, probabilities, lengths, offsets) and the object-store refs
 of the ring runs that hold them (`replay.distributed.transport`). `BatchAssembler.assemble` maps the
 runs zero-copy (``ray.get``), copies every reply into its rows of one pinned staging slot (two replies
-at once in two threads: the copy kernels release the GIL), then builds the same `Batch` the local
-store returns: keys carry the shard, probabilities are ``P(shard) * P(window | shard)`` and the
-importance weights are the local store's (`replay.batch.importance_weights`) over the global table
-size (Schaul et al., "Prioritized Experience Replay", 2016).
+at once in two threads: the copy kernels release the GIL; codec fields are decompressed there), then
+builds the same `Batch` the local store returns: keys carry the shard, probabilities are
+``P(shard) * P(window | shard)`` and the importance weights are the local store's
+(`replay.batch.importance_weights`) over the global table size (Schaul et al., "Prioritized
+Experience Replay", 2016).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -22,6 +24,7 @@ from graphrl import kernels
 from graphrl.memory import MemoryManager
 from graphrl.tensors import StagingPool, zero_fill
 from replay.batch import Batch, importance_weights
+from replay.chunk_decode import free_zstd_context, new_zstd_context
 from replay.distributed.errors import actor_errors, secs, shard_error
 from replay.distributed.transport import place
 from replay.layout import BatchLayout
@@ -69,6 +72,21 @@ class BatchAssembler:
         self.row_bytes = np.array([f.row_bytes for f in spec.values()], dtype=np.int64)
         self._pools: dict[tuple[int, int], tuple[StagingPool, BatchLayout]] = {}
         self._copy_pool: ThreadPoolExecutor | None = None
+        self._zstd = any(f.codec == "zstd" for f in spec.values())
+        self._local = threading.local()  # a zstd decompression context per copying thread
+        self._contexts: list[int] = []
+        self._lock = threading.Lock()
+
+    def _dctx(self) -> int:
+        """This thread's zstd decompression context (0 when no field is zstd)."""
+        if not self._zstd:
+            return 0
+        ctx = getattr(self._local, "dctx", None)
+        if ctx is None:
+            ctx = self._local.dctx = new_zstd_context()
+            with self._lock:
+                self._contexts.append(ctx)
+        return ctx
 
     def _pool(self, batch: int, window: int) -> tuple[StagingPool, BatchLayout]:
         key = (batch, window)
@@ -151,7 +169,7 @@ class BatchAssembler:
 
             def copy(job: tuple[dict, list, int]) -> None:
                 rep, pieces, row0 = job
-                place(rep, pieces, outs, mask_np, self.row_bytes, row0, length, stream)
+                place(rep, pieces, outs, mask_np, self.row_bytes, row0, length, stream, self._dctx())
 
             if len(jobs) > 1:  # the kernels release the GIL: two threads copy two replies at once
                 list(self._copier().map(copy, jobs))
@@ -186,3 +204,8 @@ class BatchAssembler:
         for pool, _ in self._pools.values():
             pool.close()
         self._pools = {}
+        with self._lock:
+            for ctx in self._contexts:
+                free_zstd_context(ctx)
+            self._contexts.clear()
+        self._local = threading.local()

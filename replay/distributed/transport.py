@@ -6,7 +6,8 @@ many windows read it); the shard puts the runs' flat byte views into Ray's objec
 ``ray.put``. The client maps them zero-copy (``ray.get`` on the same node) and `place` copies each
 window's one or two pieces into its rows of the staging slot (streaming stores for large batches,
 `graphrl.kernels`), zeroes the padding and writes the mask: the batch holds the bytes a local gather of
-the same windows gives (`replay.windows.gather_fields`). See docs/architecture.md#windows.
+the same windows gives (`replay.windows.gather_fields`). A codec field travels as compressed chunks and
+is decompressed into the batch here (`replay.distributed.chunk_transport`). See docs/architecture.md#windows.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import numba as nb
 import numpy as np
 
 from graphrl.kernels import copy_bytes, store_fence, stream_bytes_nofence, zero_bytes
+from replay.distributed.chunk_transport import unpack_field
 from replay.windows import WindowTable, window_mask
 
 __all__ = ["STREAM_PIECE", "concat_tables", "place", "ring_runs"]
@@ -120,30 +122,43 @@ def place(
     row0: int,
     length: int,
     stream: bool,
+    dctx: int = 0,
 ) -> None:
     """Copy one shard reply's windows into rows ``row0 ..`` of a batch: fields, padding and mask.
 
-    ``pieces[i]`` is ``ray.get`` of ``reply["parts"][i][0]`` (flat byte views of the runs, run-major);
+    ``pieces[i]`` is ``ray.get`` of ``reply["parts"][i][0]``: flat byte views of the raw fields' runs
+    (run-major), then one blob of compressed chunks per codec field, decompressed here
+    (`replay.distributed.chunk_transport.unpack_field`; ``dctx`` a zstd context for zstd fields);
     ``outs`` the batch's fields as flat bytes ([B * L * row_bytes[j]]), ``mask`` bool [B, L]. Gives
     the bytes a gather of the same windows from the rings gives (`replay.windows.gather_fields`).
+
+    Raises
+    ------
+    RuntimeError
+        A codec field's chunk did not decompress (corrupt bytes).
     """
-    f = len(outs)
-    for (_, num_runs, seg), got in zip(reply["parts"], pieces, strict=True):
+    for (_, num_runs, seg, packs), got in zip(reply["parts"], pieces, strict=True):
+        coded = {pk.field for pk in packs}
+        raw = [j for j in range(len(outs)) if j not in coded]
+        f = len(raw)
+        raw_outs = tuple(outs[j] for j in raw)
+        raw_bytes = row_bytes[raw]
         bounds = np.searchsorted(seg["run"], np.arange(num_runs + 1))
         dst = (row0 + seg["window"]) * length + seg["wdst"]
-        for r in range(num_runs):
+        for r in range(num_runs if f else 0):
             lo, hi = bounds[r], bounds[r + 1]
             if hi > lo:
                 copy_run(
                     tuple(got[r * f : (r + 1) * f]),
-                    outs,
-                    row_bytes,
+                    raw_outs,
+                    raw_bytes,
                     seg["off"][lo:hi],
                     dst[lo:hi],
                     seg["len"][lo:hi],
                     stream,
                 )
+        for pk, blob in zip(packs, got[num_runs * f :], strict=True):
+            unpack_field(pk, blob, outs[pk.field], row0, length, int(row_bytes[pk.field]), dctx)
     n, d = reply["n"], reply["dst"]
     zero_pads(outs, row_bytes, row0, n, d, length)
     window_mask(n, d, length, out=mask[row0 : row0 + len(n)])
-

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import ray
 
+from graphrl.memory import MemoryBudgetError
 from replay._checks import MAX_BATCH, MAX_INT64, check_int, check_timeout
 from replay._owner import ThreadOwner
 from replay.distributed.errors import ShardError, actor_errors, secs, shard_error
@@ -167,6 +168,9 @@ class RayTrajectoryWriter:
         TimeoutError
             An earlier shipment this call waited for was not admitted by its shard's insert allowance
             (the rate limiter) within ``timeout``.
+        graphrl.memory.MemoryBudgetError
+            A codec field's arena on its shard refused an earlier shipment this call waited for (its
+            steps are dropped, as in the local writer); the message names the shard and field first.
         """
         self._check_open("end_episode")
         if self._stager.pending or self._episode is not None:
@@ -185,7 +189,7 @@ class RayTrajectoryWriter:
         ------
         ValueError, TypeError, RuntimeError
             As `extend` (nothing of a bad call is staged or shipped).
-        ShardError, TimeoutError
+        ShardError, TimeoutError, graphrl.memory.MemoryBudgetError
             As `end_episode`: an earlier shipment this call waited for failed (this episode is queued).
         """
         self._check_open("add_episode")
@@ -275,6 +279,12 @@ class RayTrajectoryWriter:
                 self._handle.max_restarts,
                 self._handle.store_id,
             ) from exc
+        except MemoryBudgetError as exc:  # a codec field's arena on the shard: its message, not Ray's, first
+            self._inflight.popleft()
+            cause = getattr(exc, "cause", None)
+            if isinstance(cause, MemoryBudgetError):
+                raise cause from exc
+            raise
         except Exception:  # the shard's TimeoutError (rate limiter) or another error: this shipment is done
             self._inflight.popleft()
             raise

@@ -1,0 +1,171 @@
+"""How a codec field's windows travel: compressed chunks from the shard, decompressed by the learner.
+
+A field with a codec (`replay.spec.FieldSpec` ``codec``) is held by a shard as compressed chunks of
+steps (`replay.chunk_codec.ChunkRing`). For the windows a shard draws, `pack_field` (the shard, its
+lock held) lists one *job* per run of a window's steps inside one complete chunk, as
+`replay.chunk_decode.plan_windows` does for a local sampler, and copies the raw rows of the chunk
+still being filled; `gather_chunks` (after the lock) copies each chunk the jobs read once into one
+blob of compressed bytes, which the shard puts into Ray's object store. The learner maps the blob
+zero-copy and `unpack_field` decompresses the jobs straight into its staging slot with the codec's
+compiled entry points (`replay.chunk_decode.decode_jobs`) and copies the raw rows: the actor
+compresses, the learner decompresses, and the bytes that travel are the compressed ones.
+
+The shard drops the jobs of windows overwritten during the copy (`FieldPack.take`), as it drops
+their windows: a kept window's chunks were intact while they were copied (a chunk's arena bytes are
+reused only once all its positions are below the shard's floor, docs/architecture.md#replay-composition).
+
+References
+----------
+DeepMind Reverb (chunks travel compressed from the server, samplers decompress); numcodecs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba as nb
+import numpy as np
+
+from graphrl.kernels import copy_bytes
+from replay.chunk_codec import ChunkRing
+from replay.chunk_decode import LZ4, ZSTD, decode_jobs
+
+__all__ = ["CODEC_KINDS", "FieldPack", "gather_chunks", "pack_field", "unpack_field"]
+
+CODEC_KINDS = {"lz4": LZ4, "zstd": ZSTD}  # codec name -> `replay.chunk_decode.decode_jobs` kind
+
+
+@dataclass
+class FieldPack:
+    """One codec field's share of a shard reply: what the learner decodes, and from where.
+
+    Attributes
+    ----------
+    field : int
+        The field's index in the spec.
+    kind : int
+        Codec kind (`CODEC_KINDS`).
+    chunk : int
+        Steps per chunk.
+    jobs : numpy.ndarray, int64 [J, 6]
+        Per run of a window's steps in one chunk: blob offset, compressed length, output byte offset
+        (from the reply's first window row), first row in the chunk, rows, window (`decode_jobs`).
+    copies : numpy.ndarray, int64 [M, 4]
+        Per run of a window's steps in the open chunk: byte offset in the tail rows, bytes, output
+        byte offset, window.
+    offsets, sizes : numpy.ndarray, int64 [K]
+        Arena offset and length of each chunk of the blob, in blob order (the shard's `gather_chunks`).
+    tail : numpy.ndarray, uint8
+        The open chunk's raw rows (empty when no window reads them).
+    """
+
+    field: int
+    kind: int
+    chunk: int
+    jobs: np.ndarray
+    copies: np.ndarray
+    offsets: np.ndarray
+    sizes: np.ndarray
+    tail: np.ndarray
+
+    def take(self, keep: np.ndarray, row: np.ndarray, length: int, row_bytes: int) -> FieldPack:
+        """The jobs of kept windows only, renumbered: ``keep`` bool [W], ``row`` int64 [W] the new row
+        of each kept window; output offsets move with the rows (windows of ``length`` steps)."""
+        out = []
+        for arr, w in ((self.jobs, 5), (self.copies, 3)):
+            a = arr[keep[arr[:, w]]]
+            shift = (row[a[:, w]] - a[:, w]) * (length * row_bytes)
+            a[:, 2] += shift
+            a[:, w] = row[a[:, w]]
+            out.append(a)
+        jobs, copies = out
+        return FieldPack(self.field, self.kind, self.chunk, jobs, copies, self.offsets, self.sizes, self.tail)
+
+    @property
+    def blob_bytes(self) -> int:
+        """Bytes of the compressed chunks the jobs read."""
+        return int(self.sizes.sum())
+
+
+def pack_field(
+    ring: ChunkRing, field: int, kind: int, first: np.ndarray, n: np.ndarray, dst: np.ndarray, length: int
+) -> FieldPack:
+    """The jobs of one codec field for windows ``first``, ``n``, ``dst`` (int64 [W]: absolute first
+    position, real steps, offset in the window), each in its own row ``0 .. W - 1`` of ``length`` steps.
+
+    Call it with the shard lock held (it reads the ring's chunk table and copies its open chunk's
+    rows). A step whose chunk is not held (below the floor: a stale window) gets no job; its window
+    is dropped by the shard's staleness check.
+    """
+    c, rb = ring.chunk, int(ring.chunk_bytes // ring.chunk)
+    n = np.asarray(n, np.int64)
+    first = np.asarray(first, np.int64)
+    k0 = first // c
+    cnt = np.where(n > 0, (first + n - 1) // c - k0 + 1, 0)
+    total = int(cnt.sum())
+    win = np.repeat(np.arange(len(first), dtype=np.int64), cnt)
+    k = np.repeat(k0, cnt) + (np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(cnt) - cnt, cnt))
+    f = first[win]
+    lo = np.maximum(f, k * c)
+    rows = np.minimum(f + n[win], (k + 1) * c) - lo
+    within = lo - k * c
+    out = (win * length + dst[win] + lo - f) * rb
+    is_open = k == ring.next_position // c
+    slot = ring.table[k % ring.slots]
+    held = ~is_open & (slot[:, 0] == k)
+    uk, inv = np.unique(k[held], return_inverse=True)
+    entries = ring.table[uk % ring.slots]
+    offsets, sizes = entries[:, 1].copy(), entries[:, 2].copy()
+    blob_at = np.cumsum(sizes) - sizes
+    jobs = np.stack([blob_at[inv], sizes[inv], out[held], within[held], rows[held], win[held]], axis=1)
+    order = np.argsort(jobs[:, 0], kind="stable")  # jobs of one chunk in a row: decoded once
+    copies = np.stack([within[is_open] * rb, rows[is_open] * rb, out[is_open], win[is_open]], axis=1)
+    tail = ring.tail.reshape(-1).view(np.uint8).copy() if is_open.any() else np.zeros(0, np.uint8)
+    return FieldPack(field, kind, c, jobs[order], copies.reshape(-1, 4), offsets, sizes, tail)
+
+
+@nb.njit(cache=True, nogil=True)
+def _gather(arena, offsets, sizes, out):  # pragma: no cover - numba
+    at = 0
+    for i in range(offsets.shape[0]):
+        copy_bytes(out, at, arena, offsets[i], sizes[i])
+        at += sizes[i]
+
+
+def gather_chunks(ring: ChunkRing, pack: FieldPack) -> np.ndarray:
+    """The compressed bytes of ``pack``'s chunks, concatenated (uint8 [sum of sizes]); no lock needed
+    (the shard's staleness check afterwards drops every window whose chunk was reused meanwhile)."""
+    out = np.empty(pack.blob_bytes, np.uint8)
+    _gather(ring.arena, pack.offsets, pack.sizes, out)
+    return out
+
+
+@nb.njit(cache=True, nogil=True)
+def _copy_rows(tail, copies, base, out):  # pragma: no cover - numba
+    for i in range(copies.shape[0]):
+        copy_bytes(out, base + copies[i, 2], tail, copies[i, 0], copies[i, 1])
+
+
+def unpack_field(
+    pack: FieldPack, blob: np.ndarray, out: np.ndarray, row0: int, length: int, row_bytes: int, dctx: int
+) -> None:
+    """Decompress ``pack``'s jobs from ``blob`` (its `gather_chunks` bytes, e.g. a zero-copy
+    ``ray.get``) and copy its open-chunk rows into ``out`` (the batch's field as flat bytes), windows
+    from batch row ``row0`` on. ``dctx``: a zstd context (`replay.chunk_decode.new_zstd_context`) for
+    a zstd field, else ignored. Padding is not touched.
+
+    Raises
+    ------
+    RuntimeError
+        A chunk did not decompress (its bytes are corrupt: the shard ships only intact chunks).
+    """
+    base = row0 * length * row_bytes
+    if len(pack.copies):
+        _copy_rows(pack.tail, pack.copies, base, out)
+    if len(pack.jobs):
+        jobs = pack.jobs.copy()
+        jobs[:, 2] += base
+        if decode_jobs(pack.kind, dctx, blob, jobs, len(jobs), pack.chunk, row_bytes, out):
+            raise RuntimeError(
+                f"field {pack.field}: a compressed chunk a shard shipped did not decompress (corrupt bytes)"
+            )
