@@ -3,15 +3,15 @@
 Thread counts are process settings of torch and numba, so graphrl changes them only through this module,
 and says so in the log. The policy has two parts (docs/architecture.md#core-graphrl):
 
-- **One count for every pool.** `configure(threads)` sets torch's intra-op pool, numba's thread count
-  and the cap of our team (`team_size`, used by `graphrl.kernels.parallel_for`'s callers) to one
-  number: ``threads``, else the ``GRAPHRL_THREADS`` environment variable, else the cores this process
-  may run on (``len(os.sched_getaffinity(0))``, not the machine's). The CLI calls it; a program may
-  call it once at start. If nobody did, the first kernel that asks (`team_size`) applies it
-  implicitly, at most once, with a log line, and then only lowers: torch and numba keep their counts
-  unless they exceed the cores or each other (a program that ran ``torch.set_num_threads(1)`` keeps
-  1, and numba and our team follow it). ``GRAPHRL_THREADS=off`` (or ``configure("off")``) opts out:
-  graphrl never changes torch's or numba's counts; its team follows ``numba.get_num_threads()``.
+- **One count for every pool.** `configure(threads)` sets torch's intra-op pool, numba's thread count and
+  the cap of our team (`team_size`, used by `graphrl.kernels.parallel_for`'s callers) to one number:
+  ``threads``, else the ``GRAPHRL_THREADS`` environment variable, else the cores this process may use
+  (`available_cores`: its CPU affinity, not the machine's, capped by a cgroup CPU quota). The CLI calls it;
+  a program may call it once at start. If nobody did, the first kernel that asks (`team_size`) applies it
+  implicitly, at most once, with a log line, and then only lowers: torch and numba keep their counts unless
+  they exceed the cores or each other (a program that ran ``torch.set_num_threads(1)`` keeps 1, and numba
+  and our team follow it). ``GRAPHRL_THREADS=off`` (or ``configure("off")``) opts out: graphrl never changes
+  torch's or numba's counts; its team follows ``numba.get_num_threads()``.
 - **Small work runs serially** (`threads_for`): an OpenMP fork-join waits for every worker, and when
   another process keeps the cores busy a worker may wait a whole time slice to be scheduled, so a
   split of a millisecond of work can take tens of milliseconds. Below `SERIAL_WORK` units of work a
@@ -34,17 +34,19 @@ graphrl does not set it. On a machine shared with busy processes, start Python w
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import numba
 import torch
 
-__all__ = ["ENV", "SERIAL_WORK", "ThreadPolicy", "available_cores", "configure", "limit", "policy",
-           "serial_torch", "team_size", "threads_for"]
+__all__ = ["ENV", "SERIAL_WORK", "ThreadPolicy", "available_cores", "cgroup_cpu_limit", "configure", "limit",
+           "policy", "serial_torch", "team_size", "threads_for"]
 
 logger = logging.getLogger(__name__)
 
@@ -80,12 +82,59 @@ _lock = threading.Lock()
 _policy: ThreadPolicy | None = None
 
 
-def available_cores() -> int:
-    """Cores this process may run on: its CPU affinity (cpusets, ``taskset``), else ``os.cpu_count()``."""
+def cgroup_cpu_limit(proc_cgroup: str | os.PathLike[str] = "/proc/self/cgroup",
+                     root: str | os.PathLike[str] = "/sys/fs/cgroup") -> float | None:
+    """CPUs per period this process's cgroups allow (CFS bandwidth: quota / period), or None if unlimited.
+
+    Reads cgroup v2's ``cpu.max`` and v1's ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us`` in the process's
+    cgroup and each of its ancestors under ``root`` (the smallest limit wins; a container that sees
+    its own cgroup as ``/`` is covered by the ancestors). A container run with ``--cpus=1`` on a
+    16-core host: 1.0, while its affinity still lists 16 cores. Unreadable files count as no limit.
+    """
+    limits = []
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        lines = Path(proc_cgroup).read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":  # v2
+            dirs, v1 = [Path(root)], False
+        elif "cpu" in controllers.split(","):
+            dirs, v1 = [Path(root) / controllers, *(Path(root) / c for c in controllers.split(","))], True
+        else:
+            continue
+        parts = [q for q in path.split("/") if q]
+        for base in dirs:
+            for k in range(len(parts), -1, -1):
+                folder = base.joinpath(*parts[:k])
+                try:
+                    if v1:
+                        quota = int((folder / "cpu.cfs_quota_us").read_text())
+                        period = int((folder / "cpu.cfs_period_us").read_text())
+                    else:
+                        text = (folder / "cpu.max").read_text().split()
+                        quota, period = (-1 if text[0] == "max" else int(text[0])), int(text[1])
+                except (OSError, ValueError, IndexError):
+                    continue
+                if quota > 0 and period > 0:
+                    limits.append(quota / period)
+    return min(limits) if limits else None
+
+
+def available_cores() -> int:
+    """Cores this process may use: its CPU affinity (cpusets, ``taskset``; else ``os.cpu_count()``), at
+    most its cgroup's CPU limit (`cgroup_cpu_limit`, rounded down, at least 1).
+
+    More threads than the quota lets run at once get throttled together at the end of each period, and
+    a fork-join then waits for the next one (docs/performance.md, "Threads under load").
+    """
+    try:
+        cores = max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):  # not Linux
-        return max(1, os.cpu_count() or 1)
+        cores = max(1, os.cpu_count() or 1)
+    limit = cgroup_cpu_limit()
+    return cores if limit is None else max(1, min(cores, math.floor(limit)))
 
 
 def _parse(value, name: str) -> int | None:
