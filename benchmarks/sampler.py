@@ -17,6 +17,11 @@ sampler (the one ``NeighborLoader``
 calls) is a third baseline where torch_geometric and torch-sparse or pyg-lib import (``benchmarks/_pyg.py``;
 ``benchmarks/setup_pyg.sh`` builds them); otherwise one line says PyG is skipped.
 
+Mode ``cost`` (no DGL): what weights cost us, as our weighted sampler's CPU time per sampled edge over
+our uniform sampler's (the issue-27 target is at most 2), both on the same batches, interleaved, best
+of the repeats, timed by this process's CPU time (``time.process_time``: a loaded machine moves it far
+less than wall time); run it with ``--threads 1`` for the cost of one core's work.
+
 Run ``python benchmarks/sampler.py --help``; results go to ``benchmarks/results/sampler.json``.
 """
 
@@ -31,7 +36,7 @@ import numba
 import numpy as np
 import torch
 from _pyg import bench_pyg, print_pyg, pyg_status
-from _report import machine, write_result
+from _report import best_interleaved_cpu, machine, write_result
 
 from graphrl.datasets import load_gowalla
 from graphrl.datasets.synthetic import synthetic_graph
@@ -124,6 +129,33 @@ def bench_graph(dgl, name: str, graph: CSCGraph, fanouts: list[int], batch_size:
     }
 
 
+def bench_cost(name: str, graph: CSCGraph, fanouts: list[int], batch_size: int, num_batches: int,
+               repeats: int, seed: int) -> dict:
+    """Our weighted sampler against our uniform one (mode ``cost``): CPU seconds per sampled edge and
+    their ratio, weighted over uniform."""
+    rng = np.random.default_rng(seed)
+    batches = [torch.from_numpy(rng.integers(0, graph.num_nodes, batch_size)) for _ in range(num_batches)]
+    uniform = NeighborSampler(graph, fanouts, seed=seed)
+    weighted = NeighborSampler(graph, fanouts, weights=edge_weights(graph.num_edges, seed), seed=seed)
+    edges = [time_ours(s, batches)[0] for s in (uniform, weighted)]  # also the untimed first calls
+    wall, cpu = best_interleaved_cpu([lambda s=s: time_ours(s, batches) for s in (uniform, weighted)], 1,
+                                     repeats)
+    per_edge = [t / n for t, n in zip(cpu, edges, strict=True)]
+    fan = ",".join(str(k) for k in fanouts)
+    return {
+        "case": f"{name} [{fan}] b{batch_size} weighted cost",
+        "metric": "cpu_s_per_sampled_edge_ratio",
+        "ours": per_edge[1] / per_edge[0],
+        "baseline": "our uniform sampler",
+        "weighted_m_edges_per_cpu_s": 1e-6 / per_edge[1],
+        "uniform_m_edges_per_cpu_s": 1e-6 / per_edge[0],
+        "weighted_wall_s": wall[1],
+        "uniform_wall_s": wall[0],
+        "edges_per_batch_weighted": edges[1] / num_batches,
+        "edges_per_batch_uniform": edges[0] / num_batches,
+    }
+
+
 def _millions(n: int) -> str:
     return f"{n / 1e6:g}M" if n >= 1_000_000 else f"{n:,}"
 
@@ -139,7 +171,8 @@ def _millions(n: int) -> str:
 @click.option("--warmup", default=3, show_default=True, help="Untimed batches first (JIT, caches).")
 @click.option("--repeats", default=3, show_default=True, help="Timed repeats; the best one is reported.")
 @click.option("--modes", default="uniform,weighted", show_default=True,
-              help="Comma-separated subset of uniform, weighted (edge weights; DGL with prob=).")
+              help="Comma-separated subset of uniform, weighted (edge weights; DGL with prob=), cost (our "
+                   "weighted against our uniform sampler in CPU time; no DGL).")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--data", "data_dir", default=None,
               help="Data folder with gowalla/ (default $GRAPHRL_DATA, else ../shared/data).")
@@ -151,20 +184,23 @@ def main(graphs: str, num_nodes: int, num_edges: int, fanouts: str, batch_size: 
          output: str) -> None:
     """Sampled edges/s of our NeighborSampler and DGL's CPU NeighborSampler on the same graphs."""
     os.environ.setdefault("GRAPHRL_DATA", str(REPO.parent / "shared" / "data"))
-    dgl = import_dgl()
+    mode_list = [m.strip() for m in modes.split(",") if m.strip()]
+    if set(mode_list) - {"uniform", "weighted", "cost"}:
+        raise click.BadParameter(f"unknown modes {sorted(set(mode_list) - {'uniform', 'weighted', 'cost'})}",
+                                 param_hint="--modes")
+    dgl_modes = [m for m in mode_list if m != "cost"]
+    dgl = import_dgl() if dgl_modes else None
     threads = threads or os.cpu_count() or 1
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
-    dgl.utils.set_num_threads(threads)
+    if dgl is not None:
+        dgl.utils.set_num_threads(threads)
     fans = [int(k) for k in fanouts.split(",")]
     names = [g.strip() for g in graphs.split(",") if g.strip()]
     unknown = set(names) - {"uniform", "powerlaw", "gowalla"}
     if unknown:
         raise click.BadParameter(f"unknown graphs {sorted(unknown)}", param_hint="--graphs")
-    mode_list = [m.strip() for m in modes.split(",") if m.strip()]
-    if set(mode_list) - {"uniform", "weighted"}:
-        raise click.BadParameter(f"unknown modes {sorted(set(mode_list) - {'uniform', 'weighted'})}",
-                                 param_hint="--modes")
     rows = []
+    costs = []
     for name in names:
         if name == "gowalla":
             try:
@@ -177,9 +213,13 @@ def main(graphs: str, num_nodes: int, num_edges: int, fanouts: str, batch_size: 
             graph = synthetic_graph(num_nodes, num_edges, name, seed=seed)
             label = f"{name} {_millions(num_nodes)}/{_millions(num_edges)}"
         click.echo(f"{label}: max in-degree {int(graph.in_degrees().max()):,}", err=True)
+        if "cost" in mode_list:
+            costs.append(bench_cost(label, graph, fans, batch_size, num_batches, repeats, seed))
+        if not dgl_modes:
+            continue
         dgl_graph = to_dgl(dgl, graph)
         coo = coo_by_edge_id(graph) if pyg_status()[0] else None  # PyG baseline (benchmarks/_pyg.py)
-        for mode in mode_list:
+        for mode in dgl_modes:
             rows.append(bench_graph(dgl, label, graph, fans, batch_size, num_batches, warmup, repeats, seed,
                                     mode, dgl_graph))
             if coo is not None:
@@ -187,13 +227,21 @@ def main(graphs: str, num_nodes: int, num_edges: int, fanouts: str, batch_size: 
                 bench_pyg(rows[-1], coo, graph.num_nodes, fans, batch_size, num_batches, warmup, repeats,
                           seed, mode, weights)
         del graph, dgl_graph, coo
-    click.echo(f"\nthreads: ours {numba.get_num_threads()}, dgl {dgl.utils.get_num_threads()} (OpenMP)")
-    click.echo(f"{'case':<53} {'ours (M edges/s)':>17} {'dgl (M edges/s)':>16} {'ratio':>6}")
-    for row in rows:
-        click.echo(f"{row['case']:<53} {row['ours'] / 1e6:>17.1f} {row['baseline_value'] / 1e6:>16.1f} "
-                   f"{row['ratio']:>6.2f}")
-    print_pyg(rows)
-    write_result("sampler", rows, machine(threads=threads, numba_threads=numba.get_num_threads(),
+    if dgl is not None:
+        click.echo(f"\nthreads: ours {numba.get_num_threads()}, dgl {dgl.utils.get_num_threads()} (OpenMP)")
+        click.echo(f"{'case':<53} {'ours (M edges/s)':>17} {'dgl (M edges/s)':>16} {'ratio':>6}")
+        for row in rows:
+            click.echo(f"{row['case']:<53} {row['ours'] / 1e6:>17.1f} {row['baseline_value'] / 1e6:>16.1f} "
+                       f"{row['ratio']:>6.2f}")
+        print_pyg(rows)
+    if costs:
+        click.echo(f"\nweights' cost, {numba.get_num_threads()} thread(s), M edges per CPU second "
+                   f"(load {os.getloadavg()[0]:.1f})")
+        click.echo(f"{'case':<62} {'uniform':>8} {'weighted':>9} {'ratio':>6}")
+        for row in costs:
+            click.echo(f"{row['case']:<62} {row['uniform_m_edges_per_cpu_s']:>8.1f} "
+                       f"{row['weighted_m_edges_per_cpu_s']:>9.1f} {row['ours']:>6.2f}")
+    write_result("sampler", rows + costs, machine(threads=threads, numba_threads=numba.get_num_threads(),
                                      numba_threading_layer=numba.threading_layer()), output)
 
 

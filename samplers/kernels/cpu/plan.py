@@ -24,42 +24,61 @@ __all__ = ["plan", "plan_rows", "plan_rows_masked"]
 
 _PLAN_CHUNK_ROWS = 1 << 15  # destinations per chunk of the planning pass
 _PREFETCH_AHEAD = 16  # prefetch distance of the planning loops
+_NO_WEIGHTS = np.empty(0, dtype=np.float32)
+_NO_COUNT = np.empty(0, dtype=np.int64)
+
+
+@nb.njit(inline="always", cache=True)
+def _out_count(fanout, replace, deg):
+    """A row's output count: every eligible edge for fanout -1 or (without replacement) deg <= fanout."""
+    if fanout < 0 or (not replace and deg <= fanout):
+        return deg
+    if deg == 0:
+        return 0
+    return fanout
 
 
 @nb.njit(nogil=True, cache=True)
-def plan_rows(indptr, dst, fanout, replace, excl, excl_rows, row_start, row_deg, row_exlo, row_exhi,
-              out_indptr, lo, hi):
+def plan_rows(indptr, dst, fanout, replace, excl, excl_rows, weights, node_count, has_count, row_start,
+              row_deg, row_exlo, row_exhi, row_end, out_indptr, lo, hi):
     """Pass 1 over rows [lo, hi): start, effective degree and output count of every destination.
 
     ``excl_rows`` is a bitmap of the nodes whose rows hold excluded positions: only those rows pay
-    for the binary searches that find their range ``excl[row_exlo[i]:row_exhi[i]]``."""
+    for the binary searches that find their range ``excl[row_exlo[i]:row_exhi[i]]``. With ``has_count``
+    (weights without times) a row's degree is the node's count of positive weights ``node_count[v]``
+    minus its excluded positive-weight positions, and its end goes to ``row_end``: the pass then reads
+    no weights (but those of excluded positions)."""
     has_excl = excl.shape[0] > 0
     for i in range(lo, min(lo + _PREFETCH_AHEAD, hi)):
         prefetch(indptr, dst[i])
+        if has_count:
+            prefetch(node_count, dst[i])
     for i in range(lo, hi):
         if i + _PREFETCH_AHEAD < hi:  # the five stores per row keep the core from running ahead
             prefetch(indptr, dst[i + _PREFETCH_AHEAD])
+            if has_count:
+                prefetch(node_count, dst[i + _PREFETCH_AHEAD])
         v = dst[i]
         s = indptr[v]
         e = indptr[v + 1]
-        deg = e - s
+        deg = node_count[v] if has_count else e - s
         a = 0
         b = 0
         if has_excl and (excl_rows[v >> 6] >> np.uint64(v & 63)) & np.uint64(1):
             a = np.searchsorted(excl, s)
             b = np.searchsorted(excl, e)
-            deg -= b - a
+            if has_count:
+                for x in range(a, b):
+                    deg -= weights[excl[x]] > 0
+            else:
+                deg -= b - a
         row_exlo[i] = a
         row_exhi[i] = b
         row_start[i] = s
+        if has_count:
+            row_end[i] = e
         row_deg[i] = deg
-        if fanout < 0 or (not replace and deg <= fanout):
-            c = deg
-        elif deg == 0:
-            c = 0
-        else:
-            c = fanout
-        out_indptr[i + 1] = c
+        out_indptr[i + 1] = _out_count(fanout, replace, deg)
 
 
 @nb.njit(nogil=True, cache=True)
@@ -75,19 +94,14 @@ def _prefix_sum(out_indptr):
 
 @nb.njit(nogil=True, cache=True)
 def plan_rows_masked(indptr, dst, fanout, replace, excl, excl_rows, weights, has_w, times, row_time, has_t,
-                     node_count, has_count, row_start, row_deg, row_exlo, row_exhi, row_end, out_indptr, lo,
-                     hi):
-    """Pass 1 of masked rows [lo, hi): start, end, eligible count and output count of every row.
-
-    With ``has_count`` (weights without times), a row's eligible count is the node's precomputed count
-    of positive weights minus its excluded positive-weight positions: this pass then reads no weights."""
+                     row_start, row_deg, row_exlo, row_exhi, row_end, out_indptr, lo, hi):
+    """Pass 1 of masked rows [lo, hi) with edge times: start, end, eligible count (read from the row's
+    weights and times) and output count of every row."""
     for i in range(lo, min(lo + _PREFETCH_AHEAD, hi)):
         prefetch(indptr, dst[i])
     for i in range(lo, hi):
         if i + _PREFETCH_AHEAD < hi:
             prefetch(indptr, dst[i + _PREFETCH_AHEAD])
-            if has_count:
-                prefetch(node_count, dst[i + _PREFETCH_AHEAD])
         v = dst[i]
         s = indptr[v]
         e = indptr[v + 1]
@@ -97,20 +111,9 @@ def plan_rows_masked(indptr, dst, fanout, replace, excl, excl_rows, weights, has
         row_start[i] = s
         row_end[i] = e
         t_row = row_time[i] if has_t else 0
-        if has_count:
-            count = node_count[v]
-            for x in range(a, b):
-                count -= weights[excl[x]] > 0
-        else:
-            count = count_eligible(weights, has_w, times, has_t, t_row, excl, a, b, s, e)
+        count = count_eligible(weights, has_w, times, has_t, t_row, excl, a, b, s, e)
         row_deg[i] = count
-        if fanout < 0 or (not replace and count <= fanout):
-            c = count
-        elif count == 0:
-            c = 0
-        else:
-            c = fanout
-        out_indptr[i + 1] = c
+        out_indptr[i + 1] = _out_count(fanout, replace, count)
 
 
 def plan(indptr, dst, fanout, replace, excluded, workspace: Workspace, helpers: int,
@@ -120,16 +123,18 @@ def plan(indptr, dst, fanout, replace, excluded, workspace: Workspace, helpers: 
     row_start, row_deg, row_exlo, row_exhi, row_end = rows
     out_indptr = np.empty(d_count + 1, dtype=np.int64)
     excl, excl_rows = exclusion_arrays(indptr, excluded)
-    if masks is None:
-        rows = rows[:4]
+    if masks is None or masks.has_count:
+        weights, count = (_NO_WEIGHTS, _NO_COUNT) if masks is None else (masks.weights, masks.node_count)
+        if masks is None:
+            rows = rows[:4]
         fn = plan_rows
-        args = (indptr, dst, np.int64(fanout), bool(replace), excl, excl_rows, row_start, row_deg, row_exlo,
-                row_exhi, out_indptr)
+        args = (indptr, dst, np.int64(fanout), bool(replace), excl, excl_rows, weights, count,
+                masks is not None, row_start, row_deg, row_exlo, row_exhi, row_end, out_indptr)
     else:
         fn = plan_rows_masked
         args = (indptr, dst, np.int64(fanout), bool(replace), excl, excl_rows, masks.weights,
-                masks.has_weights, masks.times, row_time, masks.has_times, masks.node_count, masks.has_count,
-                row_start, row_deg, row_exlo, row_exhi, row_end, out_indptr)
+                masks.has_weights, masks.times, row_time, masks.has_times, row_start, row_deg, row_exlo,
+                row_exhi, row_end, out_indptr)
     if d_count > _PLAN_CHUNK_ROWS and helpers > 0:
         bounds = np.arange(0, d_count + _PLAN_CHUNK_ROWS, _PLAN_CHUNK_ROWS).clip(max=d_count)
         parallel_chunks(lambda i: fn(*args, bounds[i], bounds[i + 1]), bounds.shape[0] - 1, helpers)

@@ -329,7 +329,22 @@ def _reject_row(weights, prefix, s, e, state0, c, replace, bitmap, acc, pos, o):
         _reject_bitmap(weights, prefix, s, e, state0, c, bitmap, pos, o)
 
 
-_WEIGHTED_AHEAD = 4  # rows ahead whose prefix sums the choosing pass of weighted rows prefetches
+@nb.njit(nogil=True, cache=True, _nrt=False)
+def _take_positive(weights, s, c, pos, o):
+    """Write the c positions >= s of positive weight, in order, to pos[o:o + c] (a row without excluded
+    positions that takes every eligible one; c > 0): branch-free but for the stop after the c-th."""
+    w = o
+    end = o + c
+    p = s
+    while True:
+        pos[w] = p
+        w += weights[p] > 0
+        if w == end:
+            return
+        p += 1
+
+
+_WEIGHTED_AHEAD = 8  # rows ahead whose prefix sums the choosing pass of weighted rows prefetches
 _WEIGHTED_LINES = 16  # rows of up to this many cache lines of prefix sums are prefetched whole
 
 
@@ -347,6 +362,7 @@ def _prefetch_weighted_row(weights, prefix, dst, key, row_start, row_end, row_de
     if not draws and c == row_deg[i]:
         if c < e - s:  # a row with weight-0 or excluded positions reads its weights
             prefetch(weights, s)
+            prefetch(weights, e - 1)
         return
     d = e - s
     if not draws and d <= 64:  # `_reject_mask` and `short_row` read the weights, not the prefix sums
@@ -391,6 +407,8 @@ def choose_rows_weighted(dst, row_start, row_deg, row_exlo, row_exhi, row_end, o
             if c == row_end[i] - s:  # every position is eligible: no weight to read
                 for j in range(c):
                     pos[o + j] = s + j
+            elif row_exlo[i] == row_exhi[i]:
+                _take_positive(weights, s, c, pos, o)
             else:
                 take_eligible(weights, True, times, False, 0, excl, row_exlo[i], row_exhi[i], s,
                               row_end[i], pos, o)
