@@ -24,7 +24,9 @@ the slot as addresses ``dst``), releases the shard mutexes and counts the sample
 control mutex with a wake-up (`replay.rate_limiter.RateLimiterState.sample`). When a shard has
 commits the table has not ingested it changes nothing and returns `STALE`: the caller takes the
 shard locks in Python, ingests, and calls it again with ``held`` True (the shard mutexes are then the
-caller's). The plan is `replay.commit_kernel.build_plan`'s.
+caller's). The plan is `replay.commit_kernel.build_plan`'s. A batch of ``2 * SPLIT_BYTES`` and more is
+copied by the caller and the thread team's helpers, by groups of rows, between the draw's call and a
+releasing one (`sample_transitions`' notes), as `graphrl.threads` allows.
 
 >>> live = draw_transitions(u, ctree, wtree, False, size, filled, times, written, capacity,
 ...                         rings, outs, row_bytes, incarnation, keys, prob, mask, 0.4, weights)
@@ -36,15 +38,19 @@ caller's). The plan is `replay.commit_kernel.build_plan`'s.
 from __future__ import annotations
 
 import ctypes
+import platform
 
 import numba as nb
 import numpy as np
+from llvmlite import binding as llvm
 from llvmlite import ir
-from numba.core import types
+from numba.core import cgutils, types
 from numba.extending import intrinsic
 
+from graphrl.kernels import Chunks, engaged
 from graphrl.kernels.copies import address, store_fence
 from graphrl.kernels.prefetch import prefetch_l2_at
+from graphrl.threads import threads_for
 from replay.commit_kernel import (
     P_CAPACITY,
     P_CTL,
@@ -76,6 +82,8 @@ __all__ = [
     "EMPTY",
     "FAILED",
     "LOCKED_COPY_BYTES",
+    "SPLIT_BYTES",
+    "GROUP_BYTES",
     "STALE",
     "WORDS",
     "draw_transitions",
@@ -83,14 +91,62 @@ __all__ = [
     "selector_words",
 ]
 
-# sample_transitions' status
-DRAWN, EMPTY, STALE, FAILED = 0, 1, 2, 3
+# sample_transitions' status (_COPYING: `_sample_locked`'s, drawn and not yet copied)
+DRAWN, EMPTY, STALE, FAILED, _COPYING = 0, 1, 2, 3, 4
 # selector_words' layout
 (W_RNG_NEXT_DOUBLE, W_RNG_STATE, W_CTREE, W_WTREE, W_WTREE_COLS, W_TIMES, W_FILLED, W_WRITTEN, W_SIZE,
  W_PRIORITIZED) = range(10)
 WORDS = 10
 
 LOCKED_COPY_BYTES = 4 << 20  # output bytes up to which a batch of transitions is copied under the locks
+# `sample_transitions` copies a batch of 2 SPLIT_BYTES and more on a thread for every SPLIT_BYTES
+# (`graphrl.threads.threads_for`; docs/performance.md)
+SPLIT_BYTES = 1 << 20
+GROUP_BYTES = 128 << 10  # output bytes of a group of rows, the unit the copying threads claim
+_SPINS = 4096  # pauses before a thread waiting for another's group yields its core instead
+_X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
+# libc's sched_yield by address, so that cached kernels calling it load (as replay.sync_kernels does)
+llvm.add_symbol("sched_yield", ctypes.cast(ctypes.CDLL(None).sched_yield, ctypes.c_void_p).value)
+
+
+@intrinsic
+def _fetch_add(typingctx, arr, i, v):  # pragma: no cover - compiled
+    """``arr[i] += v`` as one sequentially consistent atomic read-modify-write; returns the old value.
+    For int64 arrays (``v`` 0: an atomic load)."""
+    sig = types.int64(arr, types.int64, types.int64)
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        return builder.atomic_rmw("add", builder.gep(ary.data, [args[1]]), args[2], "seq_cst")
+
+    return sig, codegen
+
+
+@intrinsic
+def _pause(typingctx):  # pragma: no cover - compiled
+    """The x86 ``pause`` of a spin-wait loop (elsewhere nothing)."""
+    sig = types.void()
+
+    def codegen(context, builder, signature, args):
+        if _X86:
+            fnty = ir.FunctionType(ir.VoidType(), [])
+            builder.call(cgutils.get_or_insert_function(builder.module, fnty, "llvm.x86.sse2.pause"), [])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def _sched_yield(typingctx):  # pragma: no cover - compiled
+    """libc's ``sched_yield()``: give the core to another runnable thread."""
+    sig = types.void()
+
+    def codegen(context, builder, signature, args):
+        fnty = ir.FunctionType(ir.IntType(32), [])
+        builder.call(cgutils.get_or_insert_function(builder.module, fnty, "sched_yield"), [])
+        return context.get_dummy_value()
+
+    return sig, codegen
 
 
 @nb.njit(cache=True, nogil=True)
@@ -118,17 +174,18 @@ def draw_transitions(
         dst[j] = address(outs[j], 0)
     return _draw_copy(
         u, ctree, wtree, prioritized, size, filled, times, written, capacity,
-        bases, nf, row_bytes, dst, incarnation, o_keys, o_prob, mask, beta, o_weights,
+        bases, nf, row_bytes, dst, incarnation, o_keys, o_prob, mask, beta, o_weights, True,
     )
 
 
 @nb.njit(cache=True, nogil=True)
 def _draw_copy(
     u, ctree, wtree, prioritized, size, filled, times, written, capacity,
-    bases, stride, row_bytes, dst, incarnation, o_keys, o_prob, mask, beta, o_weights,
+    bases, stride, row_bytes, dst, incarnation, o_keys, o_prob, mask, beta, o_weights, copy,
 ):  # pragma: no cover - numba
     """`draw_transitions` over addresses: shard s's ring of field j at ``bases[s * stride + j]``, the
-    slot's field j at ``dst[j]`` (int64 [F])."""
+    slot's field j at ``dst[j]`` (int64 [F]); ``copy`` False: all but the copy (`_copy_keys` makes it
+    from the keys)."""
     k = u.shape[0]
     shard = np.empty(k, dtype=np.int64)
     slot = np.empty(k, dtype=np.int64)
@@ -138,13 +195,14 @@ def _draw_copy(
     if o_weights.shape[0] > 0:
         importance_weights_into(o_prob, np.int64(live + 0.5), beta, o_weights)
     nf = row_bytes.shape[0]
-    src = np.empty(nf * k, dtype=np.int64)  # field j of row i: the address of its step in the ring
-    for j in range(nf):
-        rb = row_bytes[j]
-        for i in range(k):  # independent reads at random places: ask for all of them first
-            a = bases[shard[i] * stride + j] + slot[i] * rb
-            src[j * k + i] = a
-            prefetch_l2_at(a)
+    src = np.empty(nf * k if copy else 0, dtype=np.int64)  # field j of row i: its step's address
+    if copy:
+        for j in range(nf):
+            rb = row_bytes[j]
+            for i in range(k):  # independent reads at random places: ask for all of them first
+                a = bases[shard[i] * stride + j] + slot[i] * rb
+                src[j * k + i] = a
+                prefetch_l2_at(a)
     inc_bits = (incarnation % (1 << INC_BITS)) << (SHARD_BITS + BACK_BITS)
     for i in range(k):
         s = shard[i]
@@ -152,31 +210,85 @@ def _draw_copy(
         anchor = c + capacity * ((written[s] - 1 - c) // capacity)
         o_keys[i] = (anchor << (SHARD_BITS + BACK_BITS + INC_BITS)) | inc_bits | s
         mask_row(mask, i, 1, 0, 1)
+    if copy:
+        _copy_range(src, k, dst, row_bytes, 0, k)
+    return live
+
+
+@nb.njit(cache=True, nogil=True)
+def _copy_keys(plan, keys, dst, lo, hi):  # pragma: no cover - numba
+    """Rows ``lo .. hi - 1`` of a batch of ``len(keys)`` transitions drawn by `_sample_locked` (shard
+    mutexes held), each row's step found from its key (shard, anchor) and the plan's rings."""
+    nf = plan[P_FIELDS]
+    capacity = plan[P_CAPACITY]
+    row_bytes = plan[P_ROW_BYTES : P_ROW_BYTES + nf]
+    bases = plan[P_ROW_BYTES + nf + SHARD_WORDS :]
+    stride = SHARD_WORDS + nf
+    n = hi - lo
+    src = np.empty(nf * n, dtype=np.int64)
+    for i in range(n):
+        key = keys[lo + i]
+        s = key & ((1 << SHARD_BITS) - 1)
+        c = (key >> (SHARD_BITS + BACK_BITS + INC_BITS)) % capacity
+        for j in range(nf):
+            a = bases[s * stride + j] + c * row_bytes[j]
+            src[j * n + i] = a
+            prefetch_l2_at(a)
+    _copy_range(src, n, dst, row_bytes, lo, keys.shape[0])
+
+
+@nb.njit(cache=True, nogil=True)
+def _copy_groups(job, plan, keys, dst, group, groups, wait):  # pragma: no cover - numba
+    """Claim groups of ``group`` rows (`_copy_keys`) from ``job[0]`` until all ``groups`` are claimed,
+    counting each copied group in ``job[1]`` (int64 [2], updated atomically). ``wait``: then wait until
+    every claimed group is copied (a short spin, then yields): the batch is whole on return."""
+    k = keys.shape[0]
+    while True:
+        g = _fetch_add(job, 0, 1)
+        if g >= groups:
+            break
+        lo = g * group
+        _copy_keys(plan, keys, dst, lo, min(k, lo + group))
+        _fetch_add(job, 1, 1)
+    spins = 0
+    while wait and _fetch_add(job, 1, 0) < groups:
+        spins += 1
+        if spins < _SPINS:
+            _pause()
+        else:
+            _sched_yield()
+
+
+@nb.njit(cache=True, nogil=True)
+def _copy_range(src, n, dst, row_bytes, lo, k):  # pragma: no cover - numba
+    """Rows ``lo .. lo + n - 1`` of a batch of k transitions: field j's row ``lo + i`` from address
+    ``src[j * n + i]`` to ``dst[j] + (lo + i) * row_bytes[j]``. A field's page rows are streamed when
+    the whole batch of that field is `STREAM_BATCH_BYTES` or more, and fenced before the return."""
     streamed = False
-    for j in range(nf):  # constant row sizes copy with a move or two, not a memcpy call each
+    for j in range(row_bytes.shape[0]):  # constant row sizes copy with a move or two, not a memcpy call
         rb = row_bytes[j]
-        out = uint8_at(dst[j], k * rb)
+        out = uint8_at(dst[j] + lo * rb, n * rb)
+        at = j * n
         if rb == 1:
-            _copy_rows(out, src, j * k, k, 1)
+            _copy_rows(out, src, at, n, 1)
         elif rb == 2:
-            _copy_rows(out, src, j * k, k, 2)
+            _copy_rows(out, src, at, n, 2)
         elif rb == 4:
-            _copy_rows(out, src, j * k, k, 4)
+            _copy_rows(out, src, at, n, 4)
         elif rb == 8:
-            _copy_rows(out, src, j * k, k, 8)
+            _copy_rows(out, src, at, n, 8)
         elif rb == 16:
-            _copy_rows(out, src, j * k, k, 16)
+            _copy_rows(out, src, at, n, 16)
         elif rb == 32:
-            _copy_rows(out, src, j * k, k, 32)
+            _copy_rows(out, src, at, n, 32)
         elif rb >= PAGE:
             stream = k * rb >= STREAM_BATCH_BYTES  # a field's page rows: streamed from 1 MiB
             streamed |= stream
-            _copy_pages(out, src, j * k, k, rb, stream)
+            _copy_pages(out, src, at, n, rb, stream)
         else:
-            _copy_rows(out, src, j * k, k, rb)
+            _copy_rows(out, src, at, n, rb)
     if streamed:  # the streaming stores reach memory before the batch is handed out
         store_fence()
-    return live
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
@@ -261,12 +373,21 @@ def _unlock_shards(plan, n):  # pragma: no cover - numba
         mutex_unlock(plan[P_ROW_BYTES + nf + s * (SHARD_WORDS + nf)])
 
 
-@nb.njit(cache=True, nogil=True)
 def sample_transitions(
-    plan, held, repairs, words, dst, incarnation, o_keys, o_prob, mask, beta, o_weights
-):  # pragma: no cover - numba
-    """`draw_transitions` under every shard mutex, then the sample count, as one call (see the module
-    docstring). The caller holds the table lock.
+    plan: np.ndarray,
+    held: bool,
+    repairs: np.ndarray,
+    words: np.ndarray,
+    dst: np.ndarray,
+    incarnation: int,
+    o_keys: np.ndarray,
+    o_prob: np.ndarray,
+    mask: np.ndarray,
+    beta: float,
+    o_weights: np.ndarray,
+) -> tuple[int, int, int, int]:
+    """`draw_transitions` under every shard mutex, then the sample count (see the module docstring).
+    The caller holds the table lock.
 
     Parameters
     ----------
@@ -297,7 +418,46 @@ def sample_transitions(
     or `FAILED` (a pthread call failed, its errno in ``err``: every mutex this call took is
     released; the sample count is lost only when the control mutex failed, after the draw);
     ``died`` counts the mutexes found with a dead holder.
+
+    Notes
+    -----
+    A batch of ``2 * SPLIT_BYTES`` and more takes three steps: one compiled call takes the locks and
+    draws; the caller and up to ``threads_for(bytes / 4, SPLIT_BYTES / 4) - 1`` helpers of the thread
+    team (`graphrl.threads`, `graphrl.kernels.engaged`) copy groups of `GROUP_BYTES` of rows, each
+    claimed atomically, so the caller never waits for a helper that has not started (it waits only
+    for groups being copied, and the batch is whole when it returns); a second call releases the
+    shard mutexes and counts. Smaller batches take the one call.
     """
+    status, live, err, died = _sample_locked(
+        plan, held, repairs, words, dst, incarnation, o_keys, o_prob, mask, beta, o_weights, 2 * SPLIT_BYTES
+    )
+    if status != _COPYING:
+        return status, live, err, died
+    k = o_keys.shape[0]  # drawn, the shard mutexes held: the copy of ``err`` bytes is left
+    threads = threads_for(err // 4, SPLIT_BYTES // 4)
+    counted = 0
+    try:
+        job = np.zeros(2, dtype=np.int64)  # groups claimed, groups copied
+        group = max(1, min(k, GROUP_BYTES * k // err))  # rows a group
+        groups = -(-k // group)
+        # a chunk a thread, the caller's (0) taken here: the helpers' Python runs once each
+        task = Chunks(lambda i: _copy_groups(job, plan, o_keys, dst, group, groups, False), threads)
+        task.claim()
+        with engaged(task, threads - 1):  # a helper that comes late finds every group claimed
+            _copy_groups(job, plan, o_keys, dst, group, groups, True)
+        counted = k
+    finally:  # the shard mutexes are released even when the copy raised (nothing counted then)
+        status, err, more = _release(plan, held, counted)
+    return status, live, err, died + more
+
+
+@nb.njit(cache=True, nogil=True)
+def _sample_locked(
+    plan, held, repairs, words, dst, incarnation, o_keys, o_prob, mask, beta, o_weights, split_bytes
+):  # pragma: no cover - numba
+    """`sample_transitions` in one call, or, for a batch of ``split_bytes`` and more, all of it but the
+    copy and the release: `_COPYING` (live items, the batch's bytes in place of ``err``), the shard
+    mutexes still held and nothing counted; `_copy_keys` and `_release` finish the call."""
     s_count = plan[P_SHARDS]
     nf = plan[P_FIELDS]
     capacity = plan[P_CAPACITY]
@@ -333,10 +493,15 @@ def sample_transitions(
             if meta[WRITE_POS] != written[s]:
                 _unlock_shards(plan, s_count)
                 return STALE, 0, 0, died
-    u = np.empty(o_keys.shape[0])
+    k = o_keys.shape[0]
+    u = np.empty(k)
     fn, state = words[W_RNG_NEXT_DOUBLE], words[W_RNG_STATE]
-    for i in range(u.shape[0]):  # Generator.random's fill: next_double of the bit generator, in order
+    for i in range(k):  # Generator.random's fill: next_double of the bit generator, in order
         u[i] = _call_double(fn, state)
+    batch = 0  # the batch's bytes
+    for j in range(nf):
+        batch += k * plan[P_ROW_BYTES + j]
+    copy = batch < split_bytes
     live = _draw_copy(
         u,
         float64_at(words[W_CTREE], s_count * 2 * size).reshape((s_count, 2 * size)),
@@ -348,20 +513,34 @@ def sample_transitions(
         written,
         capacity,
         plan[P_ROW_BYTES + nf + SHARD_WORDS :], SHARD_WORDS + nf, plan[P_ROW_BYTES : P_ROW_BYTES + nf], dst,
-        incarnation, o_keys, o_prob, mask, beta, o_weights,
+        incarnation, o_keys, o_prob, mask, beta, o_weights, copy,
     )
-    if not held:
-        _unlock_shards(plan, s_count)
     if live < 0.5:
+        if not held:
+            _unlock_shards(plan, s_count)
         return EMPTY, 0, 0, died
     n = np.int64(live + 0.5)
+    if not copy:
+        return _COPYING, n, batch, died
+    status, err, more = _release(plan, held, k)
+    return status, n, err, died + more
+
+
+@nb.njit(cache=True, nogil=True)
+def _release(plan, held, count):  # pragma: no cover - numba
+    """The end of `sample_transitions` after the copy: the shard mutexes unlocked (unless ``held``), then
+    ``count`` steps (> 0) counted as sampled under the control mutex with a wake-up. Returns
+    ``(status, err, died)``: `DRAWN`, or `FAILED` with the control mutex's errno."""
+    if not held:
+        _unlock_shards(plan, plan[P_SHARDS])
+    if count <= 0:
+        return DRAWN, 0, 0
     ctl_mutex = plan[P_CTL_MUTEX]
     rc = mutex_lock_robust(ctl_mutex)
     if rc < 0:
-        return FAILED, n, -rc, died
-    died += rc
+        return FAILED, -rc, 0
     ctl = int64_at(plan[P_CTL], SAMPLES + 1)
-    ctl[SAMPLES] += u.shape[0]
+    ctl[SAMPLES] += count
     cond_broadcast(plan[P_CTL_COND])
     mutex_unlock(ctl_mutex)
-    return DRAWN, n, 0, died
+    return DRAWN, 0, rc

@@ -1,0 +1,214 @@
+"""The split copy of a large batch of transitions (`replay.transition_kernel.sample_transitions` above
+``2 * SPLIT_BYTES``): drawn in one compiled call under the shard mutexes, copied by groups of rows that
+the caller and the thread team's helpers claim, then released and counted. Byte for byte the batch of
+the one-call path, whoever copies which group; a helper that comes late writes nothing; a copy that
+raises releases the mutexes and counts nothing; small batches keep the one call."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import replay.transition_kernel as tk
+from graphrl.memory import MemoryManager
+from replay import Prioritized, ReplayStore, TrajectorySpec, Uniform
+
+# a page-sized field (streamed, with the page prefetch) and small ones (the constant-size row copies)
+SPEC = TrajectorySpec(
+    {"pos": ((), "int64"), "img": ((4104,), "uint8"), "r": ((), "float32"), "done": ((), "bool")}
+)
+
+
+def image(p: np.ndarray) -> np.ndarray:
+    return ((p[:, None] * 7 + np.arange(4104)) % 251).astype(np.uint8)
+
+
+def steps(start: int, n: int) -> dict[str, np.ndarray]:
+    """``n`` steps whose every field is a function of ``pos``."""
+    p = np.arange(start, start + n, dtype=np.int64)
+    return {
+        "pos": p,
+        "img": image(p),
+        "r": (p * 0.5).astype(np.float32),
+        "done": p % 3 == 0,
+    }
+
+
+def make_store(mm, shards: int, prioritized: bool, seed: int = 11) -> ReplayStore:
+    store = ReplayStore(
+        SPEC, 160 * shards, shards, memory=mm, seed=seed, timeout=5.0,
+        selector=Prioritized(0.6) if prioritized else Uniform(),
+    )
+    w = store.writer(chunk_steps=16)
+    pos = 0
+    for n in (40, 70, 33, 90, 61, 25) * shards:
+        w.extend(steps(pos, n))
+        w.end_episode()
+        pos += n
+    w.close()
+    if prioritized:
+        store.update_priorities(store.sample(8).keys, np.linspace(0.2, 3.0, 8))
+    return store
+
+
+def shards_free(store) -> bool:
+    """Another thread takes and releases every shard mutex within 5 s."""
+
+    def take() -> None:
+        for sh in store.storage.shards:
+            sh.acquire()
+            sh.release()
+
+    t = threading.Thread(target=take, daemon=True)
+    t.start()
+    t.join(5.0)
+    return not t.is_alive()
+
+
+def force_split(monkeypatch, threads: int = 2, group_bytes: int = 3 * 4129) -> None:
+    """Every batch takes the split path on ``threads`` threads, in groups of three rows."""
+    monkeypatch.setattr(tk, "SPLIT_BYTES", 1)
+    monkeypatch.setattr(tk, "threads_for", lambda work, chunk_work: threads)
+    monkeypatch.setattr(tk, "GROUP_BYTES", group_bytes)
+
+
+def assert_same(a, b) -> None:
+    for name in SPEC:
+        np.testing.assert_array_equal(a[name].numpy(), b[name].numpy())
+    np.testing.assert_array_equal(a.keys.numpy(), b.keys.numpy())
+    np.testing.assert_array_equal(a.probabilities.numpy(), b.probabilities.numpy())
+    np.testing.assert_array_equal(a.weights.numpy(), b.weights.numpy())
+    assert a.table_size == b.table_size and a.mask.numpy().all()
+    p = a["pos"].numpy()[:, 0]  # every row is the whole step its pos names
+    np.testing.assert_array_equal(a["img"].numpy()[:, 0], image(p))
+
+
+@pytest.mark.parametrize("shards,prioritized", [(1, False), (2, True)])
+def test_the_split_copy_equals_the_one_call(monkeypatch, shards, prioritized):
+    with MemoryManager() as mm:
+        split, one = make_store(mm, shards, prioritized), make_store(mm, shards, prioritized)
+        copied = []
+        groups = tk._copy_groups
+        for b in (256, 7, 1, 100):
+            with monkeypatch.context() as m:
+                force_split(m)
+                m.setattr(tk, "_copy_groups", lambda *a: a[6] and copied.append(a[5]) or groups(*a))
+                got = split.sample(b, 1, beta=0.4)
+            want = one.sample(b, 1, beta=0.4)
+            assert_same(got, want)
+            got.release()
+            want.release()
+        assert copied == [86, 3, 1, 34]  # the caller's groups of 3 rows: the split path each time
+        with monkeypatch.context() as m:  # commits pending: the held path (shard locks taken in Python)
+            force_split(m)
+            for s in (split, one):
+                w = s.writer()
+                w.extend(steps(10_000, 30))
+                w.end_episode()
+                w.close()
+            got = split.sample(200, 1, beta=0.4)
+        want = one.sample(200, 1, beta=0.4)
+        assert_same(got, want)
+        np.testing.assert_array_equal(split.table.state.times, one.table.state.times)
+        assert split.counters() == one.counters()
+        split.close()
+        one.close()
+
+
+def test_groups_copied_by_many_threads_at_once_make_the_same_batch():
+    """The protocol itself: `_sample_locked` draws and leaves the copy; four threads claim groups of
+    one row concurrently; `_release` unlocks and counts. A helper that comes after the last group
+    writes nothing."""
+    with MemoryManager() as mm:
+        store, ref = make_store(mm, 2, True), make_store(mm, 2, True)
+        table = store.table
+        b = 120
+        slot = store._sampler.staging.acquire(b, 1, None, None)
+        keys, prob, weights = np.zeros(b, np.int64), np.zeros(b), np.zeros(b, np.float32)
+        with table.lock:
+            status, live, nbytes, died = tk._sample_locked(
+                table.plan, False, table._repairs, table._words, slot.addresses, 0, keys, prob,
+                slot.mask_flat, 0.4, weights, 0,
+            )
+            assert (status, nbytes, died) == (tk._COPYING, b * SPEC.step_bytes, 0)
+            job = np.zeros(2, np.int64)
+            start = threading.Barrier(4)
+
+            def helper() -> None:
+                start.wait()
+                tk._copy_groups(job, table.plan, keys, slot.addresses, 1, b, False)
+
+            threads = [threading.Thread(target=helper) for _ in range(3)]
+            for t in threads:
+                t.start()
+            start.wait()
+            tk._copy_groups(job, table.plan, keys, slot.addresses, 1, b, True)
+            assert job[1] == b  # every group copied once the caller returns
+            for t in threads:
+                t.join()
+            assert job[0] >= b and job[1] == b
+            status, err, more = tk._release(table.plan, False, b)
+            assert (status, err, more) == (tk.DRAWN, 0, 0)
+        want = ref.sample(b, 1, beta=0.4)
+        for name in SPEC:
+            np.testing.assert_array_equal(slot.fields[name].numpy()[:b], want[name].numpy())
+        np.testing.assert_array_equal(keys, want.keys.numpy())
+        np.testing.assert_array_equal(weights, want.weights.numpy())
+        assert store.counters() == ref.counters()
+        poison = np.full(b * SPEC.step_bytes, 0xAB, np.uint8)  # a late helper: nothing left to claim
+        late = poison.ctypes.data + np.cumsum([0, b * 8, b * 4104, b * 4], dtype=np.int64)
+        tk._copy_groups(job, table.plan, keys, late, 1, b, False)
+        assert (poison == 0xAB).all()
+        slot.buffer.release()
+        want.release()
+        store.close()
+        ref.close()
+
+
+def test_a_copy_that_raises_releases_the_shards_and_counts_nothing(monkeypatch):
+    with MemoryManager() as mm:
+        store = make_store(mm, 2, False)
+        before = store.counters()
+
+        def broken(*args):
+            raise RuntimeError("copy failed")
+
+        with monkeypatch.context() as m:
+            force_split(m)
+            m.setattr(tk, "_copy_groups", broken)
+            with pytest.raises(RuntimeError, match="copy failed"):
+                store.sample(64, 1)
+        assert store.counters()["samples"] == before["samples"]
+        assert shards_free(store)
+        batch = store.sample(64, 1)  # and the store samples on
+        assert batch.mask.numpy().all()
+        batch.release()
+        assert store.counters()["samples"] == before["samples"] + 64
+        store.close()
+
+
+def test_only_batches_of_two_split_bytes_take_the_split_path(monkeypatch):
+    """The threshold: the one compiled call below ``2 * SPLIT_BYTES`` of output, the split path from
+    it (one thread when `graphrl.threads.threads_for` says so: no helper engaged)."""
+    calls = []
+    monkeypatch.setattr(tk, "engaged", lambda task, helpers: calls.append(helpers) or _null())
+    with MemoryManager() as mm:
+        store = make_store(mm, 1, False)
+        rows = 2 * tk.SPLIT_BYTES // SPEC.step_bytes  # just under the threshold
+        monkeypatch.setattr(tk, "SPLIT_BYTES", rows * SPEC.step_bytes // 2)
+        store.sample(rows - 1, 1).release()
+        assert calls == []
+        monkeypatch.setattr(tk, "threads_for", lambda work, chunk_work: 1)
+        store.sample(rows, 1).release()
+        assert calls == [0]
+        store.close()
+
+
+class _null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc) -> None:
+        return None
