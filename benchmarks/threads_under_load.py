@@ -15,6 +15,12 @@ between sessions, then between the threads of a session).
 - ``sampler``: ``NeighborSampler(fanouts=[15, 10, 5]).sample`` of batches of 1024 random seeds on a
   power-law graph (1M nodes / 10M edges by default). Metric: seconds per batch, the median over
   ``--repeats`` passes of ``--batches`` batches.
+- ``control``: what the scheduler allows in the same placement, with no code of ours in the way: a
+  fixed amount of register-only arithmetic (``--control-ms`` of one core, calibrated quiet), split into
+  16 equal chunks per thread of ``team_size``, claimed dynamically by `graphrl.kernels.parallel_for`
+  (with one thread: all on the calling thread), timed as the sampler is (per call, over passes of
+  ``--batches`` calls). Its ratio is the bound the other cases are read against (the ``x control``
+  column): a case can only beat it by getting more than its fair share.
 
 Variants: ``after`` (this tree, the policy in force: ``graphrl.threads.configure()``), ``threads=N``
 (``GRAPHRL_THREADS=N``), ``opt-out`` (``GRAPHRL_THREADS=off``), ``passive`` (as ``after``, with
@@ -25,7 +31,11 @@ CPU share (CPU / wall time) quiet and loaded, which separates a call that waits 
 the scheduler grants its runnable threads) from one that gets fewer cycles; the runnable tasks seen in
 ``/proc/loadavg`` (before each quiet phase, and during the loaded ones) and the 1-minute load average.
 
-Run ``python benchmarks/threads_under_load.py [--cases staged,sampler] [--variants after,threads=1]``;
+The output names the placement (who competes, in which session, and what that means for the CFS share
+of each thread of ours) and, for competitors in our session, the fair-share bound: with ``c`` cores,
+``n`` busy competitors and ``t`` busy threads of ours, each thread gets ``c / (n + t)`` of a core.
+
+Run ``python benchmarks/threads_under_load.py [--cases staged,sampler,control] [--variants after,threads=1]``;
 prints a table and writes ``benchmarks/results/threads_under_load.json``. Needs Linux (``/proc/loadavg``).
 """
 
@@ -152,6 +162,39 @@ def _sampler_step(args: dict):
     return step, {"batches": args["batches"]}
 
 
+def _control_step(args: dict):
+    import numba
+
+    from graphrl.kernels import parallel_for
+    from graphrl.threads import team_size
+
+    @numba.njit(nogil=True)
+    def chain(n):  # a dependent multiply-xorshift chain: no memory traffic, no vectorisation
+        x = numba.uint64(88172645463325252)
+        for _ in range(n):
+            x ^= x >> numba.uint64(13)
+            x *= numba.uint64(0x9E3779B97F4A7C15)
+        return x
+
+    chain(1000)
+    n = 1 << 20
+    while True:  # calibrate (quiet): iterations for --control-ms of one core
+        t = time.perf_counter()
+        chain(n)
+        took = time.perf_counter() - t
+        if took > 0.02:
+            break
+        n *= 2
+    total = max(1, int(n * args["control_ms"] / 1e3 / took))
+    threads = team_size()
+    chunks = 16 * threads
+    per = -(-total // chunks)
+    def step():  # a pass of --batches calls, like the sampler's: the metric is throughput, not one slice
+        for _ in range(args["batches"]):
+            parallel_for(lambda i: chain(per), chunks, threads)
+    return step, {"control_iterations": total}
+
+
 def worker(case: str, args: dict) -> dict:
     """Time ``case`` quiet and under load in this process; the result as a dict."""
     import numba
@@ -162,8 +205,8 @@ def worker(case: str, args: dict) -> dict:
         from graphrl import threads  # still find this tree's graphrl.threads: do not import it there)
     if threads is not None and os.environ.get("GRAPHRL_THREADS", "").strip().lower() != "off":
         threads.configure()
-    step, info = (_staged_step if case == "staged" else _sampler_step)(args)
-    per = args["batches"] if case == "sampler" else 1
+    step, info = {"staged": _staged_step, "sampler": _sampler_step, "control": _control_step}[case](args)
+    per = args["batches"] if case in ("sampler", "control") else 1
     med = statistics.median
     rounds, quiet_runnable, loaded_runnable = [], [], []
     for _ in range(args["rounds"]):  # quiet then loaded, in turn: other load on the machine drifts
@@ -213,7 +256,32 @@ def run_variant(case: str, variant: str, args: dict, baseline_tree: str | None) 
 
 
 CASE_NAMES = {"staged": "staged FullGraph, power-law {nodes_m}/{edges_m}, d={width}, {budget}",
-              "sampler": "NeighborSampler [15,10,5] b1024, power-law {s_nodes_m}/{s_edges_m}"}
+              "sampler": "NeighborSampler [15,10,5] b1024, power-law {s_nodes_m}/{s_edges_m}",
+              "control": "control: {control_ms:g} ms of arithmetic, 16 chunks a thread"}
+
+
+def placement(load: int, competitor: str, new_session: bool, autogroup: str | None, cores: int) -> str:
+    """The load's placement in words, and what the scheduler makes of it."""
+    who = (f"{load} busy single-threaded processes" if competitor == "processes"
+           else f"1 process with {load} busy threads")
+    if new_session and competitor == "processes":
+        where = "each in its own session"
+    elif new_session:
+        where = "in its own session"
+    else:
+        where = "in this benchmark's session"
+    if autogroup != "1":
+        rule = "autogroup off: CFS shares the cores per thread"
+    elif new_session:
+        rule = "autogroup on: CFS shares the cores between sessions first, then between a session's threads"
+    else:
+        rule = "autogroup on, one session: CFS shares the cores per thread"
+    text = f"{who}, {where} ({rule})"
+    if autogroup != "1" or not new_session:
+        shares = ", ".join(f"{t} thread{'s' if t > 1 else ''} of ours {cores}/{load + t} core each -> "
+                           f"at least {max(1.0, (load + t) / cores):.2f}x" for t in (1, 2))
+        text += f"; fair share on {cores} cores: {shares} (times any CPU-time growth)"
+    return text
 
 
 def _m(n: int) -> str:
@@ -221,8 +289,8 @@ def _m(n: int) -> str:
 
 
 @click.command()
-@click.option("--cases", default="staged,sampler", show_default=True,
-              help="Comma-separated: staged, sampler.")
+@click.option("--cases", default="staged,sampler,control", show_default=True,
+              help="Comma-separated: staged, sampler, control.")
 @click.option("--variants", default="after,opt-out,passive", show_default=True,
               help="Comma-separated: after, opt-out, passive (and before, added by --baseline-tree).")
 @click.option("--baseline-tree", type=click.Path(file_okay=False, exists=True), default=None,
@@ -235,6 +303,8 @@ def _m(n: int) -> str:
 @click.option("--sampler-nodes", default=1_000_000, show_default=True)
 @click.option("--sampler-edges", default=10_000_000, show_default=True)
 @click.option("--batches", default=30, show_default=True, help="Sampler batches per timed pass.")
+@click.option("--control-ms", default=3.0, show_default=True,
+              help="One core's milliseconds of arithmetic per control call (about a sampler batch).")
 @click.option("--repeats", default=5, show_default=True, help="Timed calls (passes) per phase; the median.")
 @click.option("--rounds", default=3, show_default=True, type=click.IntRange(min=1),
               help="Quiet and loaded phases, in turn, per variant; the row's ratio is the median round's.")
@@ -253,10 +323,11 @@ def _m(n: int) -> str:
                    "(negative needs root; run under setsid so that only this run's session changes). "
                    "Competitors in their own sessions (--new-session) get the same weight.")
 @click.option("--output", default=str(RESULTS), show_default=True)
-@click.option("--worker", "worker_case", type=click.Choice(["staged", "sampler"]), default=None, hidden=True)
+@click.option("--worker", "worker_case", type=click.Choice(["staged", "sampler", "control"]), default=None,
+              hidden=True)
 @click.option("--worker-args", default=None, hidden=True)
 def main(cases, variants, baseline_tree, load, nodes, edges, width, budget, sampler_nodes, sampler_edges,
-         batches, repeats, rounds, phase_seconds, new_session, competitor, autogroup_nice, output,
+         batches, control_ms, repeats, rounds, phase_seconds, new_session, competitor, autogroup_nice, output,
          worker_case, worker_args) -> None:
     if worker_case is not None:
         click.echo(json.dumps(worker(worker_case, json.loads(worker_args))))
@@ -264,8 +335,11 @@ def main(cases, variants, baseline_tree, load, nodes, edges, width, budget, samp
     sys.path.insert(0, str(HERE))
     from _report import machine, write_result
 
+    from graphrl.threads import available_cores
+
     args = {"nodes": nodes, "edges": edges, "width": width, "budget": budget, "sampler_nodes": sampler_nodes,
-            "sampler_edges": sampler_edges, "batches": batches, "repeats": repeats, "rounds": rounds,
+            "sampler_edges": sampler_edges, "batches": batches, "control_ms": control_ms, "repeats": repeats,
+            "rounds": rounds,
             "competitor": competitor, "autogroup_nice": autogroup_nice,
             "phase_seconds": phase_seconds, "load": load, "new_session": new_session}
     if autogroup_nice is not None:
@@ -278,26 +352,39 @@ def main(cases, variants, baseline_tree, load, nodes, edges, width, budget, samp
                            session_autogroup=Path("/proc/self/autogroup").read_text().strip(),
                            autogroup=Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip()
                            if Path("/proc/sys/kernel/sched_autogroup_enabled").exists() else None)
+    where = placement(load, competitor, new_session, machine_info["autogroup"], available_cores())
+    machine_info["placement"] = where
+    click.echo(f"load placement: {where}")
+    if autogroup_nice is not None:
+        click.echo(f"this run's session weighs as nice {autogroup_nice} against the machine's other sessions "
+                   "(--autogroup-nice); the quiet phases are quiet only if nothing else runs")
     results = []
     for case in [c for c in cases.split(",") if c]:
         for variant in names:
+            if case == "control" and variant == "before":
+                continue  # the control runs no code that the baseline tree changes
             r = run_variant(case, variant, args, baseline_tree)
             results.append(r)
             click.echo(f"{case:8s} {variant:10s} quiet {r['quiet_s'] * 1e3:9.2f} ms  loaded "
                        f"{r['loaded_s'] * 1e3:9.2f} ms  x{r['ratio']:5.2f} ({r['ratio_min']:.2f}-"
                        f"{r['ratio_max']:.2f})  CPU share {r['quiet_share']:.2f} -> {r['loaded_share']:.2f}  "
+                       f"CPU per call x{r['loaded_cpu_s'] / r['quiet_cpu_s']:.2f}  "
                        f"(runnable quiet {r['runnable_quiet_mean']:.1f}, loaded {r['runnable_mean']:.1f}; "
                        f"load1 {r['load_average_1min']:.1f}; team {r['team_size']})")
     label = {"nodes_m": _m(nodes), "edges_m": _m(edges), "width": width, "budget": budget,
-             "s_nodes_m": _m(sampler_nodes), "s_edges_m": _m(sampler_edges)}
-    click.echo(f"\n{'case':58s} {'variant':10s} {'quiet ms':>9s} {'loaded ms':>10s} {'ratio':>7s} "
-               f"{'spread':>11s} target {TARGET:g}x")
+             "s_nodes_m": _m(sampler_nodes), "s_edges_m": _m(sampler_edges), "control_ms": control_ms}
+    click.echo(f"\nload: {where}")
+    click.echo(f"{'case':58s} {'variant':10s} {'quiet ms':>9s} {'loaded ms':>10s} {'ratio':>7s} "
+               f"{'spread':>11s} {'x control':>9s} target {TARGET:g}x")
     rows = []
     for r in results:
         name = CASE_NAMES[r["case"]].format(**label) + f", load {load}"
         ok = "ok" if r["ratio"] <= TARGET else "MISSED"
+        control = next((c for c in results if c["case"] == "control" and c["variant"] == r["variant"]), None)
+        over = r["ratio"] / control["ratio"] if control and r is not control else None
         click.echo(f"{name:58s} {r['variant']:10s} {r['quiet_s'] * 1e3:9.2f} {r['loaded_s'] * 1e3:10.2f} "
-                   f"{r['ratio']:7.2f} {r['ratio_min']:5.2f}-{r['ratio_max']:<5.2f} {ok}")
+                   f"{r['ratio']:7.2f} {r['ratio_min']:5.2f}-{r['ratio_max']:<5.2f} "
+                   f"{'' if over is None else f'{over:.2f}':>9s} {ok}")
         base = next((b for b in results if b["case"] == r["case"] and b["variant"] == "before"), None)
         if r["variant"] == "before":
             continue
@@ -306,9 +393,12 @@ def main(cases, variants, baseline_tree, load, nodes, edges, width, budget, samp
                      "baseline": "before (--baseline-tree)" if base else None,
                      "baseline_value": base["ratio"] if base else None,
                      "ratio": (base["ratio"] / r["ratio"]) if base else None, "target": TARGET,
+                     "control_ratio": control["ratio"] if control else None, "over_control": over,
+                     "placement": where,
                      "quiet_s": r["quiet_s"], "loaded_s": r["loaded_s"], "ratio_min": r["ratio_min"],
                      "ratio_max": r["ratio_max"], "quiet_cpu_share": r["quiet_share"],
-                     "loaded_cpu_share": r["loaded_share"]})
+                     "loaded_cpu_share": r["loaded_share"],
+                     "cpu_growth": r["loaded_cpu_s"] / r["quiet_cpu_s"]})
     machine_info["uptime_after"] = Path("/proc/loadavg").read_text().strip()
     write_result("threads_under_load", rows, machine_info, output, config=args, cases=results)
 

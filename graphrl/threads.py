@@ -19,10 +19,11 @@ and says so in the log. The policy has two parts (docs/architecture.md#core-grap
   A loop of many small torch operations runs inside `serial_torch` (torch's count at 1 in the calling
   thread for the loop, then restored; nothing when opted out): the staged full-graph path's copies.
 
-What this module cannot do for you: OpenMP runtimes read ``OMP_WAIT_POLICY`` once, when they start, so
-graphrl does not set it. On a machine shared with busy processes, start Python with
-``OMP_WAIT_POLICY=PASSIVE`` to stop idle torch and numba workers from spinning (docs/performance.md,
-"Threads under load").
+The count does not drop when other processes load the cores: the scheduler shares the cores per thread (or
+per session), so a thread fewer is a share fewer (docs/performance.md, "Threads under load"). OpenMP
+runtimes read ``OMP_WAIT_POLICY`` once, when they start, so graphrl does not set it. On a machine shared
+with busy processes, start Python with ``OMP_WAIT_POLICY=PASSIVE`` to stop idle torch and numba workers from
+spinning.
 
 >>> from graphrl import threads
 >>> threads.configure(1).threads                       # doctest: +SKIP
