@@ -3,9 +3,11 @@
 `LocalOwners` holds the P `PartitionOwner`s in this process (tests, one host); `RayOwners` runs each as
 a Ray actor (one engine with the Ray replay store, `replay.distributed`). Both answer `call`: one
 request per owner, all in flight at once, the results keyed by part, and count the requests, the
-bytes sent and received and the seconds waited (`OwnerStats`). An owner that died fails the call with
-`OwnerError` naming the part, as soon as the engine knows (a Ray actor's death is reported when its
-process exits, not at a timeout); `restart` builds the owner again from the folder.
+bytes sent and received and the seconds waited (`OwnerStats`); `start`, `wait_any` and `finish` are
+`call` in three steps, so that one thread keeps several calls in flight (`OwnerCall`). An owner that
+died fails the call with `OwnerError` naming the part, as soon as the engine knows (a Ray actor's death
+is reported when its process exits, not at a timeout); `restart` builds the owner again from the
+folder.
 
 >>> owners = RayOwners("parts/", expect=graph_fingerprint(graph))   # doctest: +SKIP
 >>> owners.call("rows", {0: (ids0, "features"), 2: (ids2, "features")})  # {0: rows0, 2: rows2}
@@ -15,8 +17,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -24,7 +26,13 @@ import numpy as np
 from graphrl.partition import PartitionError, load_book
 from samplers.distributed.owner import PartitionOwner
 
-__all__ = ["LocalOwners", "OwnerError", "OwnerStats", "RayOwners", "check_owners", "payload_bytes"]
+__all__ = ["OWNER_ENV", "LocalOwners", "OwnerCall", "OwnerError", "OwnerStats", "RayOwners", "check_owners",
+           "payload_bytes"]
+
+OWNER_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(256 << 20)}
+"""glibc allocator settings of each owner's process (`RayOwners`): blocks up to 32 MiB come from the heap
+and up to 256 MiB of freed heap is kept, so an owner's per-request arrays reuse pages it already touched
+rather than fault in fresh zeroed ones each request (other allocators ignore them)."""
 
 
 class OwnerError(RuntimeError):
@@ -49,6 +57,29 @@ class OwnerStats:
     bytes_sent: int = 0
     bytes_received: int = 0
     seconds: float = 0.0
+
+
+@dataclass
+class OwnerCall:
+    """One request per owner in flight (`start`); `wait_any` and `finish` take its answers.
+
+    ``results``: the answers so far, by part; ``waiting``: the engine's handles not yet answered, to
+    their part; ``error``: the call's failure (`OwnerError`, ``TimeoutError``), raised by `finish`;
+    ``deadline``: `time.monotonic` seconds after which it fails, or None.
+    """
+
+    method: str
+    requests: Mapping[int, tuple]
+    started: float
+    results: dict[int, Any] = field(default_factory=dict)
+    waiting: dict[Any, int] = field(default_factory=dict)
+    error: BaseException | None = None
+    deadline: float | None = None
+
+    @property
+    def done(self) -> bool:
+        """Every owner answered, or the call failed."""
+        return self.error is not None or not self.waiting
 
 
 def payload_bytes(obj: Any) -> int:
@@ -102,14 +133,52 @@ class _Owners:
             if not 0 <= int(p) < self.num_parts:
                 raise ValueError(f"{name}: part {p} outside [0, {self.num_parts})")
 
-    def _count(self, requests: Mapping[int, tuple], results: dict[int, Any], t0: float) -> dict[int, Any]:
-        sent, received = payload_bytes(list(requests.values())), payload_bytes(list(results.values()))
+    def start(self, method: str, requests: Mapping[int, tuple]) -> OwnerCall:
+        """Send ``{part: args}``: ``owner.method(*args)`` on each part, all in flight at once."""
+        raise NotImplementedError
+
+    def wait_any(self, calls: Sequence[OwnerCall]) -> int:
+        """The index in ``calls`` of one that is `OwnerCall.done` (answered or failed), waiting for it."""
+        for i, c in enumerate(calls):
+            if c.done:
+                return i
+        raise ValueError("wait_any: no call of these owners is in flight")
+
+    def finish(self, call: OwnerCall) -> dict[int, Any]:
+        """The answers of a done call, ``{part: result}`` in its requests' order.
+
+        Raises
+        ------
+        OwnerError, TimeoutError
+            The call's failure (`call`).
+        """
+        if call.error is not None:
+            raise call.error
+        results = {p: call.results[p] for p in call.requests}
+        sent, received = payload_bytes(list(call.requests.values())), payload_bytes(list(results.values()))
         with self._stats_lock:
-            self.stats.requests += len(requests)
+            self.stats.requests += len(call.requests)
             self.stats.bytes_sent += sent
             self.stats.bytes_received += received
-            self.stats.seconds += time.perf_counter() - t0
+            self.stats.seconds += time.perf_counter() - call.started
         return results
+
+    def call(self, method: str, requests: Mapping[int, tuple]) -> dict[int, Any]:
+        """``{part: owner.method(*args)}`` for each ``{part: args}`` of ``requests``, all in flight at once.
+
+        Raises
+        ------
+        OwnerError
+            An owner died (named as soon as the engine reports its process gone) or raised (the part is
+            named; the owner's error is the cause).
+        TimeoutError
+            `RayOwners` that did not answer within ``timeout_s`` (named).
+        ValueError
+            Closed `RayOwners`.
+        """
+        started = self.start(method, requests)
+        self.wait_any([started])
+        return self.finish(started)
 
     def _checked(self, part: int, info: dict) -> dict:
         if info["fingerprint"] != self.fingerprint:
@@ -156,24 +225,22 @@ class LocalOwners(_Owners):
         """Each owner's `PartitionOwner.counters`."""
         return {p: o.counters() for p, o in enumerate(self.owners)}
 
-    def call(self, method: str, requests: Mapping[int, tuple]) -> dict[int, Any]:
-        """``{part: owner.method(*args)}`` for each ``{part: args}`` of ``requests``.
-
-        Raises
-        ------
-        OwnerError
-            An owner raised (the part is named; the owner's error is the cause).
-        """
+    def start(self, method: str, requests: Mapping[int, tuple]) -> OwnerCall:
+        """Run ``owner.method(*args)`` for each ``{part: args}`` now; a failure is kept for `finish`."""
         self._check_parts(requests)
-        t0 = time.perf_counter()
-        out = {}
+        out = OwnerCall(method, requests, time.perf_counter())
         with self._call_lock:
             for p, args in requests.items():
                 try:
-                    out[p] = getattr(self.owners[p], method)(*args)
-                except Exception as e:
-                    raise OwnerError(f"partition owner {p} ({self.folder}) failed {method}: {e}", p) from e
-        return self._count(requests, out, t0)
+                    try:
+                        out.results[p] = getattr(self.owners[p], method)(*args)
+                    except Exception as e:
+                        raise OwnerError(f"partition owner {p} ({self.folder}) failed {method}: {e}",
+                                         p) from e
+                except OwnerError as err:
+                    out.error = err
+                    break
+        return out
 
     def restart(self, part: int) -> None:
         """Build owner ``part`` again from the folder (verified; a folder written again since the book
@@ -201,7 +268,8 @@ class RayOwners(_Owners):
         The graph fingerprint the folder must hold.
     actor_options : dict or None
         ``ray.remote`` options of each owner (``num_cpus`` defaults to 0, so owners share CPUs with
-        trainers; ``resources`` or a ``scheduling_strategy`` place them on hosts).
+        trainers; ``resources`` or a ``scheduling_strategy`` place them on hosts). Its ``runtime_env``'s
+        ``env_vars`` are added to `OWNER_ENV` (theirs win).
     name : str or None
         Name the actors ``{name}.owner{p}`` in Ray's current namespace, so that other processes of the
         cluster `attach` to them.
@@ -234,7 +302,10 @@ class RayOwners(_Owners):
         self.timeout_s = timeout_s
         self.name = name
         self.threads = threads
-        self._options = {"num_cpus": 0, "max_restarts": 0, **(actor_options or {})}
+        options = dict(actor_options or {})
+        runtime_env = dict(options.pop("runtime_env", None) or {})
+        runtime_env["env_vars"] = {**OWNER_ENV, **(runtime_env.get("env_vars") or {})}
+        self._options = {"num_cpus": 0, "max_restarts": 0, "runtime_env": runtime_env, **options}
         self._actor = ray.remote(PartitionOwner)
         if attach:
             self.actors = [ray.get_actor(self._actor_name(p)) for p in range(self.num_parts)]
@@ -285,21 +356,59 @@ class RayOwners(_Owners):
         return self.infos[part]
 
     def _get(self, refs: dict[int, Any], method: str, timeout_s: float | None = None) -> dict[int, Any]:
-        ray = self._ray
-        out = {}
-        pending = {ref: p for p, ref in refs.items()}
+        pending = self._pending(method, {}, refs, timeout_s)
+        self.wait_any([pending])
+        if pending.error is not None:
+            raise pending.error
+        return {p: pending.results[p] for p in refs}
+
+    def _pending(self, method: str, requests: Mapping[int, tuple], refs: dict[int, Any],
+                 timeout_s: float | None) -> OwnerCall:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while pending:  # take results as they come, so the first failure surfaces at once
-            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-            done, _ = ray.wait(list(pending), num_returns=1, timeout=left)
+        return OwnerCall(method, requests, time.perf_counter(), waiting={ref: p for p, ref in refs.items()},
+                         deadline=deadline)
+
+    def start(self, method: str, requests: Mapping[int, tuple]) -> OwnerCall:
+        """Send ``owner.method(*args)`` to each ``{part: args}`` (`call` in steps: `wait_any`, `finish`).
+
+        Raises
+        ------
+        TypeError, ValueError
+            A bad part; the owners are closed.
+        """
+        self._check_parts(requests)
+        if self.closed:
+            raise ValueError(f"the owners of {self.folder} are closed: start new ones (RayOwners)")
+        refs = {p: getattr(self.actors[p], method).remote(*args) for p, args in requests.items()}
+        return self._pending(method, requests, refs, self.timeout_s)
+
+    def wait_any(self, calls: Sequence[OwnerCall]) -> int:
+        """The index in ``calls`` of one that is `OwnerCall.done`, taking answers as they come (so the
+        first failure of a call surfaces at once: a dead owner as soon as Ray reports its process gone;
+        a call past its ``timeout_s`` fails naming the owners that did not answer)."""
+        ray = self._ray
+        while True:
+            for i, c in enumerate(calls):
+                if c.done:
+                    return i
+            timed = [c for c in calls if c.deadline is not None]
+            first = min(timed, key=lambda c: c.deadline) if timed else None
+            left = None if first is None else max(first.deadline - time.monotonic(), 0.0)
+            done, _ = ray.wait([ref for c in calls for ref in c.waiting], num_returns=1, timeout=left)
             if not done:
-                late = sorted(pending.values())
-                raise TimeoutError(f"partition owners {late} ({self.folder}) did not answer {method} within "
-                                   f"timeout_s={timeout_s} (alive but hung or overloaded); restart them "
-                                   f"with restart(part)")
-            p = pending.pop(done[0])
+                late = sorted(first.waiting.values())
+                first.error = TimeoutError(
+                    f"partition owners {late} ({self.folder}) did not answer {first.method} within timeout_s="
+                    f"{self.timeout_s} (alive but hung or overloaded); restart them with restart(part)")
+                continue
+            self._answer(next(c for c in calls if done[0] in c.waiting), done[0])
+
+    def _answer(self, call: OwnerCall, ref: Any) -> None:
+        ray = self._ray
+        p = call.waiting.pop(ref)
+        try:
             try:
-                out[p] = ray.get(done[0])
+                call.results[p] = ray.get(ref)
             except ray.exceptions.RayActorError as e:
                 if e.actor_init_failed:  # its constructor raised: a damaged folder, a bad part, ...
                     cause = str(e).strip().splitlines()[-1]  # the constructor's error, after the traceback
@@ -307,30 +416,13 @@ class RayOwners(_Owners):
                                      p) from e
                 pid = self.infos[p]["pid"] if hasattr(self, "infos") else "?"
                 raise OwnerError(f"partition owner {p} (Ray actor, pid {pid}, {self.folder}) died during "
-                                 f"{method}: restart it with restart({p})", p) from e
+                                 f"{call.method}: restart it with restart({p})", p) from e
             except ray.exceptions.RayTaskError as e:
-                raise OwnerError(f"partition owner {p} ({self.folder}) failed {method}: {e.cause!r}",
+                raise OwnerError(f"partition owner {p} ({self.folder}) failed {call.method}: {e.cause!r}",
                                  p) from e
-        return {p: out[p] for p in refs}
-
-    def call(self, method: str, requests: Mapping[int, tuple]) -> dict[int, Any]:
-        """``{part: owner.method(*args)}`` for each ``{part: args}`` of ``requests``, all in flight at once.
-
-        Raises
-        ------
-        OwnerError
-            An owner died (named as soon as Ray reports its process gone) or raised.
-        TimeoutError
-            Owners did not answer within ``timeout_s`` (named).
-        ValueError
-            The owners are closed.
-        """
-        self._check_parts(requests)
-        if self.closed:
-            raise ValueError(f"the owners of {self.folder} are closed: start new ones (RayOwners)")
-        t0 = time.perf_counter()
-        refs = {p: getattr(self.actors[p], method).remote(*args) for p, args in requests.items()}
-        return self._count(requests, self._get(refs, method, self.timeout_s), t0)
+        except OwnerError as err:
+            call.error = err
+            call.waiting.clear()
 
     def restart(self, part: int) -> None:
         """Start owner ``part`` again from the folder (verified); the old actor is killed if alive.

@@ -17,9 +17,8 @@ import secrets
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Generator, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from itertools import islice
 
 import numpy as np
@@ -29,7 +28,7 @@ from samplers._checks import check_fanouts, check_seed_and_replace, check_seeds
 from samplers.block import Block, Blocks
 from samplers.distributed.assemble import assemble_layer, group_by_owner, unpack_reply
 from samplers.distributed.core import Workspace, layer_key
-from samplers.distributed.owners import check_owners
+from samplers.distributed.owners import OwnerCall, check_owners
 
 __all__ = ["DistNeighborSampler", "SampleProfile"]
 
@@ -56,6 +55,23 @@ class SampleProfile:
         self.wait_s += other.wait_s
         self.assemble_s += other.assemble_s
         self.calls += other.calls
+
+
+@dataclass
+class _Group:
+    """Batches sampled together by `DistNeighborSampler.sample_many`: their layers (a `_wave` generator),
+    the owners' call in flight, and the blocks or the error once finished."""
+
+    wave: Generator
+    workspaces: list
+    profile: SampleProfile
+    call: OwnerCall | None = None
+    blocks: list | None = None
+    error: BaseException | None = field(default=None)
+
+    @property
+    def finished(self) -> bool:
+        return self.blocks is not None or self.error is not None
 
 
 class DistNeighborSampler:
@@ -169,7 +185,7 @@ class DistNeighborSampler:
             if self._streaming:
                 raise RuntimeError("sample() while a sample_many() stream of this sampler is being read: "
                                    "finish or close the stream first (they share the call counter)")
-            (blocks,), profile = self._wave([dst], [self._calls], self._workspaces[:1])
+            (blocks,), profile = self._sample_group([dst], [self._calls], self._workspaces[:1])
             self.profile.add(profile)
             self._count(blocks)
         return blocks
@@ -182,8 +198,8 @@ class DistNeighborSampler:
                     in_flight: int = 2) -> Iterator[Blocks]:
         """Blocks for each batch of seeds in turn, as successive `sample` calls give them, drawn
         ``batches_per_request`` batches at a time (one request per owner per layer carries them all, so
-        the engine's cost per request is shared) with up to ``in_flight`` such groups at once (threads
-        of this process: the owners draw one group while the trainer assembles another).
+        the engine's cost per request is shared) with up to ``in_flight`` such groups at once (all on the
+        calling thread: the owners draw one group while it assembles another's answers).
 
         Parameters
         ----------
@@ -236,49 +252,88 @@ class DistNeighborSampler:
 
     def _stream(self, batches: Iterator, per: int, in_flight: int) -> Iterator[Blocks]:
         spare = self._workspaces  # relabelling maps not in flight, one per batch; made when first needed
-
-        def run(dsts: list[np.ndarray], calls: list[int],
-                workspaces: list[Workspace]) -> tuple[list[Blocks], SampleProfile]:
-            try:
-                return self._wave(dsts, calls, workspaces)
-            finally:
-                spare.extend(workspaces)  # workers give maps back; only the reader takes them
-
-        pending: deque = deque()
+        groups: deque[_Group] = deque()
         next_call = self._calls
         failed: Exception | None = None  # reading a batch failed: raised in its turn, after those before it
-        with ThreadPoolExecutor(in_flight, thread_name_prefix="dist-sampler") as pool:
-            try:
-                while True:
-                    while len(pending) < in_flight and failed is None:
-                        dsts = []
-                        try:
-                            for seeds in islice(batches, per):
-                                # copied: the caller may refill a batch's tensor before its blocks are drawn
-                                dsts.append(check_seeds(seeds, self.book.num_nodes).copy())
-                        except Exception as e:
-                            failed = e
-                        if not dsts:
-                            break
-                        workspaces = [spare.pop() if spare else self._workspace() for _ in dsts]
-                        calls = list(range(next_call, next_call + len(dsts)))
-                        pending.append((pool.submit(run, dsts, calls, workspaces), workspaces))
-                        next_call += len(dsts)
-                    if not pending:
-                        if failed is not None:
-                            raise failed
-                        return
-                    wave, profile = pending.popleft()[0].result()
+        try:
+            while True:
+                while len(groups) < in_flight and failed is None:
+                    dsts = []
+                    try:
+                        for seeds in islice(batches, per):
+                            # copied: the caller may refill a batch's tensor before its blocks are drawn
+                            dsts.append(check_seeds(seeds, self.book.num_nodes).copy())
+                    except Exception as e:
+                        failed = e
+                    if not dsts:
+                        break
+                    workspaces = [spare.pop() if spare else self._workspace() for _ in dsts]
+                    calls = list(range(next_call, next_call + len(dsts)))
+                    group = _Group(None, workspaces, SampleProfile(calls=len(dsts)))
+                    group.wave = self._wave(dsts, calls, workspaces, group.profile)
+                    groups.append(group)
+                    self._step(group, None)
+                    next_call += len(dsts)
+                if not groups:
+                    if failed is not None:
+                        raise failed
+                    return
+                head = groups[0]
+                while not head.finished:  # answers of any group in flight, as they come
+                    self._advance(groups)
+                groups.popleft()
+                spare.extend(head.workspaces)
+                if head.error is not None:
+                    raise head.error
+                with self._lock:
+                    self.profile.add(head.profile)
+                for blocks in head.blocks:
                     with self._lock:
-                        self.profile.add(profile)
-                    for blocks in wave:
-                        with self._lock:
-                            self._count(blocks)
-                        yield blocks
-            finally:
-                for f, workspaces in pending:
-                    if f.cancel():  # never run: its maps go back unused
-                        spare.extend(workspaces)
+                        self._count(blocks)
+                    yield blocks
+        finally:
+            for group in groups:  # abandoned between steps: their maps are consistent and go back
+                group.wave.close()
+                spare.extend(group.workspaces)
+
+    def _step(self, group: _Group, results: dict | None) -> None:
+        """Give a group its owners' answers (None: start it) and send its next layer's requests."""
+        group.call = None
+        try:
+            requests = next(group.wave) if results is None else group.wave.send(results)
+            group.call = self.owners.start("sample", requests)
+        except StopIteration as stop:
+            group.blocks = stop.value
+        except Exception as e:
+            group.error = e
+
+    def _advance(self, groups: Iterable[_Group]) -> None:
+        """Wait for the answers of one group's call in flight and step that group."""
+        live = [g for g in groups if g.call is not None]
+        t0 = time.perf_counter()
+        group = live[self.owners.wait_any([g.call for g in live])]
+        group.profile.wait_s += time.perf_counter() - t0
+        try:
+            results = self.owners.finish(group.call)
+        except Exception as e:
+            group.call, group.error = None, e
+            return
+        self._step(group, results)
+
+    def _sample_group(self, dsts: list[np.ndarray], calls: list[int],
+                      workspaces: list[Workspace]) -> tuple[list[Blocks], SampleProfile]:
+        """The blocks of the batches ``dsts``, each layer's call waited for in turn."""
+        profile = SampleProfile(calls=len(dsts))
+        wave = self._wave(dsts, calls, workspaces, profile)
+        try:
+            requests = next(wave)
+            while True:
+                t0 = time.perf_counter()
+                results = self.owners.call("sample", requests)
+                profile.wait_s += time.perf_counter() - t0
+                requests = wave.send(results)
+        except StopIteration as stop:
+            return stop.value, profile
 
     def _keys(self, call: int, layer: int) -> tuple[int, int]:
         """The layer key of one layer of one call, and its per-source variates' key (LABOR)."""
@@ -289,12 +344,11 @@ class DistNeighborSampler:
         """Whether blocks carry ``edge_weights`` (LABOR with weights); neighbour sampling's do not."""
         return False
 
-    def _wave(self, dsts: list[np.ndarray], calls: list[int],
-              workspaces: list[Workspace]) -> tuple[list[Blocks], SampleProfile]:
-        """The blocks of the batches ``dsts`` (int64 [B_b]), calls ``calls``: each layer one request per
-        owner for them all."""
+    def _wave(self, dsts: list[np.ndarray], calls: list[int], workspaces: list[Workspace],
+              profile: SampleProfile) -> Generator[dict, dict, list[Blocks]]:
+        """The blocks of the batches ``dsts`` (int64 [B_b]), calls ``calls``: yields each layer's requests
+        (one per owner for them all) and takes the owners' answers; assembling time goes to ``profile``."""
         book, k = self.book, len(dsts)
-        profile = SampleProfile(calls=k)
         blocks = [Blocks() for _ in dsts]
         dsts = list(dsts)
         for layer in range(self.num_layers - 1, -1, -1):
@@ -309,8 +363,8 @@ class DistNeighborSampler:
                 np.cumsum(rows[:, p], out=bounds[1:])
                 segs = [g[0][g[1][p]:g[1][p + 1]] for g in groups]
                 requests[p] = (segs[0] if k == 1 else np.concatenate(segs), bounds, *tail)
-            t1 = time.perf_counter()
-            results = self.owners.call("sample", requests)
+            profile.assemble_s += time.perf_counter() - t0
+            results = yield requests
             t2 = time.perf_counter()
             parts, weights = {}, {}
             for p, (reply, w) in results.items():
@@ -331,8 +385,7 @@ class DistNeighborSampler:
                                        edge_ids=torch.from_numpy(eids),
                                        edge_weights=None if w is None else torch.from_numpy(w)))
                 dsts[b] = src_nodes
-            profile.wait_s += t2 - t1
-            profile.assemble_s += (t1 - t0) + (time.perf_counter() - t2)
+            profile.assemble_s += time.perf_counter() - t2
         for x in blocks:
             x.reverse()
-        return blocks, profile
+        return blocks
