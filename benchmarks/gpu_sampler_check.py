@@ -98,27 +98,38 @@ def big_graph(n: int, per_node: int, seed: int):
 def time_gpu(cuda_graph, n: int, fanouts: list[int], batch: int, batches: int, weighted: bool,
              seed: int, deadline: float) -> dict:
     from samplers.kernels import cuda as ck
+    from samplers.kernels.cuda.layer import bounded_layer, read_blocks, start_rows
     from samplers.kernels.cuda.workspace import CudaWorkspace
     from samplers.kernels.reference import layer_key
 
     rng = np.random.default_rng(seed)
     seeds = [cuda.to_device(rng.integers(0, n, batch)) for _ in range(batches + 2)]
-    ws = CudaWorkspace()  # as a sampler's: scratch reused, one read-back per layer
+    ws = CudaWorkspace()  # as a sampler's: scratch reused, one read-back per batch (layers chained)
+    chained = all(bounded_layer(cuda_graph, f, weighted) for f in fanouts)
+
+    def one_batch(s, call: int) -> int:
+        if not chained:  # a layer that reads its sizes back (fanout -1 or above 64)
+            dst, sampled = s, 0
+            for layer in range(len(fanouts) - 1, -1, -1):
+                _, dst, local, _ = ck.sample_block_cuda(cuda_graph, dst, fanouts[layer], False,
+                                                        layer_key(seed, call, layer), weighted, ws=ws)
+                sampled += local.shape[0]
+            return sampled
+        rows, pending = start_rows(s, ws, len(fanouts)), []
+        for layer in range(len(fanouts) - 1, -1, -1):
+            pending.append(ck.sample_block_cuda(cuda_graph, rows, fanouts[layer], False,
+                                                layer_key(seed, call, layer), weighted, ws=ws))
+            rows = pending[-1].next_rows
+        return sum(int(block[2].shape[0]) for block in read_blocks(pending, ws))
+
     edges = 0
     for call, s in enumerate(seeds[:2]):  # warm-up: JIT of every kernel
-        dst = s
-        for layer in range(len(fanouts) - 1, -1, -1):
-            _, dst, local, _ = ck.sample_block_cuda(cuda_graph, dst, fanouts[layer], False,
-                                                    layer_key(seed, call, layer), weighted, ws=ws)
+        one_batch(s, call)
     cuda.synchronize()
     start = time.perf_counter()
     done = 0
     for call, s in enumerate(seeds[2:]):
-        dst = s
-        for layer in range(len(fanouts) - 1, -1, -1):
-            _, dst, local, _ = ck.sample_block_cuda(cuda_graph, dst, fanouts[layer], False,
-                                                    layer_key(seed, call + 2, layer), weighted, ws=ws)
-            edges += local.shape[0]
+        edges += one_batch(s, call + 2)
         cuda.synchronize()
         done += 1
         if time.perf_counter() > deadline:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -204,6 +204,7 @@ class LayerLoop:
         if self.typed_csc is not None and fused_excluded is None:
             fused_excluded = self.typed_csc.excluded({})
         out = []
+        pending: list = []  # plain CUDA layers chained on the device, their sizes not read yet
         for layer in range(num_layers - 1, -1, -1):
             vlayer = 0 if layer_dependency else layer
 
@@ -224,10 +225,24 @@ class LayerLoop:
                     continue
             if self.traffic is not None and times is None:  # a plain graph on CUDA: the mode's fused layer
                 (rel,) = self.relations
-                fused = self.modes[rel].sample_block_cuda(self.relations[rel], self.states[rel], request(rel),
-                                                          self.cuda_workspace())
+                ws = self.cuda_workspace()
+                if self.modes[rel].bounded_cuda(self.relations[rel], fanouts[rel][layer]):
+                    req = request(rel)
+                    if not pending:  # a chain starts: the rows' count goes to the device
+                        from samplers.kernels.cuda.layer import start_rows
+
+                        req = replace(req, dst=start_rows(req.dst, ws, layer + 1))
+                    pending.append(self.modes[rel].sample_block_cuda(self.relations[rel], self.states[rel],
+                                                                     req, ws))
+                    dst = {rel[2]: pending[-1].next_rows}
+                    continue
+                req = request(rel)
+                if pending:  # the chain before this layer is read first: its rows' count is needed here
+                    dst = self._read_pending(rel, pending, ws, out)
+                    req = replace(req, dst=dst[rel[2]])
+                fused = self.modes[rel].sample_block_cuda(self.relations[rel], self.states[rel], req, ws)
                 if fused is not None:
-                    block, dst = self._fused_cuda_layer(rel, dst[rel[2]], fused)
+                    block, dst = self._fused_cuda_layer(rel, int(dst[rel[2]].shape[0]), fused)
                     out.append(block)
                     continue
             fused, joined = self._sample_fused(dst, fanouts, layer, seed, call, fused_excluded)
@@ -235,8 +250,23 @@ class LayerLoop:
                        for rel in self.relations}
             block, dst, times = self._relabel(dst, times, sampled, joined)
             out.append(block)
+        if pending:
+            (rel,) = self.relations
+            self._read_pending(rel, pending, self.cuda_workspace(), out)
         out.reverse()
         return out
+
+    def _read_pending(self, rel, pending: list, ws: Any, out: list) -> dict:
+        """The chained layers' blocks, their sizes read back in one copy, appended to ``out`` (pending
+        emptied); returns the next layer's destinations."""
+        from samplers.kernels.cuda.layer import read_blocks
+
+        dst = None
+        for block in read_blocks(pending, ws):
+            layer, dst = self._fused_cuda_layer(rel, int(block[0].shape[0]) - 1, block)
+            out.append(layer)
+        pending.clear()
+        return dst
 
     def _sample_fused(self, dst: dict, fanouts: Mapping, layer: int, seed: int, call: int,
                       excluded: Any) -> tuple[dict, dict]:
@@ -272,13 +302,14 @@ class LayerLoop:
             ws = self.cuda_workspaces[handle] = CudaWorkspace(self.traffic)
         return ws
 
-    def _fused_cuda_layer(self, rel, dst: Any, fused: tuple) -> tuple:
-        """A plain graph's layer from a mode's fused CUDA layer: (the layer, next destinations)."""
+    def _fused_cuda_layer(self, rel, d_count: int, fused: tuple) -> tuple:
+        """A plain graph's layer of ``d_count`` rows from a mode's fused CUDA layer: (the layer, next
+        destinations)."""
         out_indptr, src_nodes, local, eids = fused
         t = rel[0]
         self.sampled_edges += int(local.shape[0])
         nodes = cuda_to_torch(src_nodes)
-        layer = TypedLayer(src_nodes={t: nodes}, dst_nodes={t: nodes[: int(dst.shape[0])]},
+        layer = TypedLayer(src_nodes={t: nodes}, dst_nodes={t: nodes[:d_count]},
                            indptr={rel: cuda_to_torch(out_indptr)}, indices={rel: cuda_to_torch(local)},
                            edge_ids={rel: cuda_to_torch(eids)})
         return layer, {t: src_nodes}

@@ -119,12 +119,18 @@ class Mode(ABC):
         return None
 
     def sample_block_cuda(self, relation: RelationArrays, state: Any, request: LayerRequest,
-                          workspace: Any) -> tuple | None:
+                          workspace: Any) -> Any:
         """A plain graph's CUDA layer sampled and relabelled through the sampler's workspace
-        (`samplers.kernels.cuda.sample_block_cuda`: one read-back per layer where the rows' output is
-        bounded by the fanout): ``(indptr, src_nodes, local, edge_ids)`` device arrays, or None (the
-        default) when the mode has none; the loop then samples and relabels apart."""
+        (`samplers.kernels.cuda.sample_block_cuda`): ``(indptr, src_nodes, local, edge_ids)`` device
+        arrays, or a `samplers.kernels.cuda.layer.PendingBlock` when ``request.dst`` is a chain's
+        `samplers.kernels.cuda.layer.DeviceRows` (`bounded_cuda` layers: nothing read back); None (the
+        default) when the mode has none: the loop then samples and relabels apart."""
         return None
+
+    def bounded_cuda(self, relation: RelationArrays, fanout: int) -> bool:
+        """Whether `sample_block_cuda` chains this layer on the device (its output bounded by ``fanout``
+        per row, its sizes kept on the device); False by default."""
+        return False
 
     @abstractmethod
     def sample_cuda(self, relation: RelationArrays, state: Any, request: LayerRequest) -> LayerEdges:

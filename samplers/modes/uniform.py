@@ -47,6 +47,11 @@ class UniformMode(Mode):
         return ck.sample_block_cuda(relation.cuda, request.dst, request.fanout, self.replace, request.key,
                                     False, request.excluded, ws=workspace)
 
+    def bounded_cuda(self, relation: RelationArrays, fanout: int) -> bool:
+        from samplers.kernels.cuda.layer import bounded_layer
+
+        return bounded_layer(relation.cuda, fanout, False)
+
     def sample_cuda(self, relation: RelationArrays, state: Any, request: LayerRequest) -> LayerEdges:
         from samplers.kernels import cuda as ck
 

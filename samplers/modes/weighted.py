@@ -63,6 +63,11 @@ class WeightedMode(Mode):
         return ck.sample_block_cuda(relation.cuda, request.dst, request.fanout, self.replace, request.key,
                                     True, request.excluded, ws=workspace)
 
+    def bounded_cuda(self, relation: RelationArrays, fanout: int) -> bool:
+        from samplers.kernels.cuda.layer import bounded_layer
+
+        return bounded_layer(relation.cuda, fanout, True)
+
     def sample_cuda(self, relation: RelationArrays, state: Any, request: LayerRequest) -> LayerEdges:
         from samplers.kernels import cuda as ck
 

@@ -4,18 +4,25 @@
 Uniform layers with 0 <= fanout <= `THREAD_FANOUT_MAX` run a thread per row in two kernels (count,
 then choose and gather); weighted rows without times a thread per row likewise; other layers a warp per
 row for plan and choose, a thread per edge for the gather. Reading the scan's total back (to size the
-outputs) is a layer's one synchronisation before relabelling; given a sampler's workspace
-(`samplers.kernels.cuda.workspace`), thread-per-row layers skip it and read back once per layer, after
-relabelling (outputs sized by the upper bound, ``D * fanout``).
+outputs) is a layer's one synchronisation before relabelling. Given a sampler's workspace
+(`samplers.kernels.cuda.workspace`), thread-per-row layers skip it: their outputs are sized by the upper
+bound (``D * fanout``) and their sizes stay on the device, so successive such layers chain without a
+read-back (`DeviceRows` in, `PendingBlock` out) and `read_blocks` reads all their sizes in one copy.
+
+>>> rows = start_rows(seeds, ws, layers=3)              # the seeds' count written on the device
+>>> first = sample_block_cuda(graph, rows, 10, False, key0, ws=ws)     # a PendingBlock: nothing read
+>>> second = sample_block_cuda(graph, first.next_rows, 5, False, key1, ws=ws)
+>>> (b1, b2) = read_blocks([first, second], ws)          # one read-back: (indptr, src_nodes, local, eids)
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from samplers.kernels.cuda.arrays import as_device_ids, copy_into, empty, no_excluded, to_device
+from samplers.kernels.cuda.arrays import as_device_ids, empty, fill_with, full, no_excluded, to_device
 from samplers.kernels.cuda.graph import CudaGraph
 from samplers.kernels.cuda.launch import EDGE_THREADS, ROW_THREADS, WARP, grid, kernel_stream, launch
 from samplers.kernels.cuda.plan import plan_masked, plan_rows, plan_rows_weighted, plan_uniform
@@ -25,7 +32,81 @@ from samplers.kernels.cuda.temporal import choose_masked
 from samplers.kernels.cuda.uniform import THREAD_FANOUT_MAX, choose_uniform, gather, sample_rows
 from samplers.kernels.cuda.weighted import sample_rows_weighted
 
-__all__ = ["bounded_layer", "sample_block_cuda", "sample_block_temporal_cuda", "sample_layer_cuda"]
+__all__ = ["DeviceRows", "PendingBlock", "bounded_layer", "read_blocks", "sample_block_cuda",
+           "sample_block_temporal_cuda", "sample_layer_cuda", "start_rows"]
+
+
+@dataclass
+class DeviceRows:
+    """A layer's destination rows on the device, their count not read back.
+
+    Attributes
+    ----------
+    ids : device int64 [Db]
+        The rows; the first ``chain[at]`` are valid (Db is an upper bound).
+    chain : device int64 [3 L + 1]
+        The sizes of a chain of layers: at ``at`` this layer's row count, then (edges, new sources, next
+        row count) written by the layer.
+    at : int
+    """
+
+    ids: Any
+    chain: Any
+    at: int
+
+    @property
+    def count(self) -> Any:
+        """The row count: a device int64 view [1]."""
+        return self.chain[self.at:self.at + 1]
+
+
+@dataclass
+class PendingBlock:
+    """A thread-per-row layer sampled and relabelled on the device, its sizes not read yet: device
+    arrays at their upper bounds (``out_indptr`` [Db + 1], ``src_nodes`` [Db + M], ``local`` [M],
+    ``eids`` [M], M = Db * fanout or 1), the true sizes in ``rows.chain`` after ``rows.at``."""
+
+    out_indptr: Any
+    src_nodes: Any
+    local: Any
+    eids: Any
+    rows: DeviceRows
+
+    @property
+    def next_rows(self) -> DeviceRows:
+        """The next layer's destinations: this block's sources, counted on the device."""
+        return DeviceRows(self.src_nodes, self.rows.chain, self.rows.at + 3)
+
+    def finish(self, sizes: list[int]) -> tuple[Any, Any, Any, Any]:
+        """(out_indptr [D + 1], src_nodes [S], local [nnz], eids [nnz]): views at the true ``sizes``,
+        (rows D, edges nnz, new sources S - D) as read back."""
+        d, nnz, new = sizes
+        return self.out_indptr[:d + 1], self.src_nodes[:d + new], self.local[:nnz], self.eids[:nnz]
+
+
+def start_rows(ids: Any, ws: Any, layers: int) -> DeviceRows:
+    """Host or device int64 ids [D] as the first rows of a chain of up to ``layers`` layers: on the
+    device through ``ws``'s staging buffer, their count written on the device (no read-back)."""
+    ids = ws.device_ids(ids)
+    chain = ws.scratch("layer_sizes", 3 * layers + 1, np.int64)
+    fill_with(chain[:1], int(ids.shape[0]), kernel_stream())
+    return DeviceRows(ids, chain, 0)
+
+
+def read_blocks(pending: list[PendingBlock], ws: Any) -> list[tuple[Any, Any, Any, Any]]:
+    """The blocks of successive pending layers of one chain, their sizes read back in one copy."""
+    chain, lo = pending[0].rows.chain, pending[0].rows.at
+    values = ws.read(chain[lo:pending[-1].rows.at + 4])
+    return [block.finish(values[block.rows.at - lo:block.rows.at - lo + 3]) for block in pending]
+
+
+def _row_count(d_count: int, ws: Any, stream: Any) -> Any:
+    """A device int64 [1] holding ``d_count`` (the plan kernels' row count)."""
+    if ws is None:
+        return full(1, d_count, stream)
+    nrow = ws.scratch("nrow", 1, np.int64)
+    fill_with(nrow, d_count, stream)
+    return nrow
 
 
 def sample_layer_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, key: int,
@@ -91,7 +172,8 @@ def sample_layer_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, ke
                              "without times (its per-row prefix sums)")
         if d_count:
             launch(plan_rows_weighted, (grid(d_count, EDGE_THREADS), EDGE_THREADS), graph.positive,
-                   graph.weights, graph.indptr, dst, fanout, replace, excl, counts, stream=stream)
+                   graph.weights, graph.indptr, dst, _row_count(d_count, ws, stream), fanout, replace, excl,
+                   counts, stream=stream)
         out_indptr, nnz = exclusive_scan(counts[:d_count], stream, ws, out(d_count + 1, np.int64))
         src = out(nnz, graph.indices.dtype)
         eids = out(nnz, np.int64)
@@ -103,8 +185,8 @@ def sample_layer_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, ke
     if not masked and 0 <= fanout <= THREAD_FANOUT_MAX:
         # plan, scan, then choose and gather in one pass: a thread per row
         if d_count:
-            launch(plan_rows, (grid(d_count, EDGE_THREADS), EDGE_THREADS), graph.indptr, dst, fanout,
-                   replace, excl, counts, stream=stream)
+            launch(plan_rows, (grid(d_count, EDGE_THREADS), EDGE_THREADS), graph.indptr, dst,
+                   _row_count(d_count, ws, stream), fanout, replace, excl, counts, stream=stream)
         out_indptr, nnz = exclusive_scan(counts[:d_count], stream, ws, out(d_count + 1, np.int64))
         src = out(nnz, graph.indices.dtype)
         eids = out(nnz, np.int64)
@@ -175,23 +257,36 @@ def sample_block_temporal_cuda(graph: CudaGraph, dst: Any, dst_times: Any, fanou
 
 def sample_block_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, key: int,
                       weighted: bool = False, excluded: Any = None,
-                      ws: Any = None) -> tuple[Any, Any, Any, Any]:
+                      ws: Any = None) -> tuple[Any, Any, Any, Any] | PendingBlock:
     """Sample one layer and relabel it on the GPU: the device arrays of one block.
 
-    With a workspace ``ws``, layers of thread-per-row rules (0 <= fanout, uniform up to
-    `THREAD_FANOUT_MAX` or weighted without times) read back once: the sampled edges and the relabelled
-    sources go into arrays sized by the upper bound ``D * fanout``, the counts stay on the device until
-    both sizes are read in one copy at the end (`bounded_layer`). Other layers read back twice (the
-    edges' total, then the new sources'). Scratch comes from ``ws``, which counts what it does.
+    With a workspace ``ws``, layers of thread-per-row rules (`bounded_layer`: 0 <= fanout, uniform up
+    to `THREAD_FANOUT_MAX` or weighted without times) size their outputs by the upper bound
+    ``D * fanout`` and keep their sizes on the device: given `DeviceRows` (a chain, `start_rows`), the
+    layer returns a `PendingBlock` without reading anything back (`read_blocks` reads a chain's sizes
+    in one copy); given ids, it reads its sizes back once. Other layers read back twice (the edges'
+    total, then the new sources') and take ids only. Scratch comes from ``ws``, which counts what it
+    does.
 
     Returns
     -------
     out_indptr : int64 [D + 1]; src_nodes : int64 [S]; local : int64 [nnz]; eids : int64 [nnz]
-        Device arrays (``src_nodes`` starts with ``dst``).
+        Device arrays (``src_nodes`` starts with ``dst``); or a `PendingBlock` for `DeviceRows`.
+
+    Raises
+    ------
+    ValueError
+        `DeviceRows` for a layer that is not `bounded_layer` (its count must be read first).
     """
-    dst = as_device_ids(dst, kernel_stream()) if ws is None else ws.device_ids(dst)
+    chained = isinstance(dst, DeviceRows)
     if ws is not None and bounded_layer(graph, fanout, weighted):
-        return _sample_block_bounded(graph, dst, fanout, replace, key, weighted, excluded, ws)
+        rows = dst if chained else start_rows(dst, ws, 1)
+        block = _sample_block_bounded(graph, rows, fanout, replace, key, weighted, excluded, ws)
+        return block if chained else read_blocks([block], ws)[0]
+    if chained:
+        raise ValueError(f"dst: DeviceRows need a workspace and a thread-per-row layer, got fanout={fanout}, "
+                         f"weighted={weighted}, ws={ws!r}: read the pending blocks first (read_blocks)")
+    dst = as_device_ids(dst, kernel_stream()) if ws is None else ws.device_ids(dst)
     out_indptr, src, eids = sample_layer_cuda(graph, dst, fanout, replace, key, weighted, excluded, ws=ws)
     src_nodes, local = relabel_cuda(dst, src, ws)
     return out_indptr, src_nodes, local, eids
@@ -199,48 +294,46 @@ def sample_block_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, ke
 
 def bounded_layer(graph: CudaGraph, fanout: int, weighted: bool) -> bool:
     """Whether a layer (without times) runs the thread-per-row kernels, whose output is bounded by
-    ``fanout`` per row: sampled and relabelled with one read-back by `sample_block_cuda`."""
+    ``fanout`` per row: chained without read-backs by `sample_block_cuda`."""
     if fanout < 0:
         return False
     return graph.prefix is not None if weighted else fanout <= THREAD_FANOUT_MAX
 
 
-def _sample_block_bounded(graph: CudaGraph, dst: Any, fanout: int, replace: bool, key: int, weighted: bool,
-                          excluded: Any, ws: Any) -> tuple[Any, Any, Any, Any]:
-    """One layer of `bounded_layer` rows: plan, scan, choose and gather, relabel, then one read-back of
-    (edges, new sources); the outputs are views of arrays of the upper bound."""
+def _sample_block_bounded(graph: CudaGraph, rows: DeviceRows, fanout: int, replace: bool, key: int,
+                          weighted: bool, excluded: Any, ws: Any) -> PendingBlock:
+    """One layer of `bounded_layer` rows: plan, scan, choose and gather, relabel; nothing read back
+    (the outputs are arrays of the upper bound, the sizes written after ``rows.at`` in its chain)."""
     if weighted and not graph.weighted:
         raise ValueError("weighted=True needs a CudaGraph built with weights")
     stream = kernel_stream()
-    d_count = dst.shape[0]
-    bound = d_count * int(fanout)
+    dst, nrow = rows.ids, rows.count
+    d_bound = dst.shape[0]
+    bound = d_bound * int(fanout)
     excl = no_excluded() if excluded is None else ws.device_ids(excluded, "excluded")
-    counts = ws.scratch("counts", max(d_count, 1), np.int64)
-    config = (grid(d_count, EDGE_THREADS), EDGE_THREADS)
-    if d_count:
+    counts = ws.scratch("counts", max(d_bound, 1), np.int64)
+    config = (grid(d_bound, EDGE_THREADS), EDGE_THREADS)
+    if d_bound:
         if weighted:
-            launch(plan_rows_weighted, config, graph.positive, graph.weights, graph.indptr, dst,
+            launch(plan_rows_weighted, config, graph.positive, graph.weights, graph.indptr, dst, nrow,
                    np.int64(fanout), bool(replace), excl, counts, stream=stream)
         else:
-            launch(plan_rows, config, graph.indptr, dst, np.int64(fanout), bool(replace), excl, counts,
+            launch(plan_rows, config, graph.indptr, dst, nrow, np.int64(fanout), bool(replace), excl, counts,
                    stream=stream)
-    out_indptr, _ = exclusive_scan(counts[:d_count], stream, ws, ws.output(d_count + 1, np.int64),
+    out_indptr, _ = exclusive_scan(counts[:d_bound], stream, ws, ws.output(d_bound + 1, np.int64),
                                    read_total=False)
-    if bound == 0:  # nothing drawn: the block's sources are its destinations
-        src_nodes = ws.output(d_count, np.int64)
-        if d_count:
-            copy_into(src_nodes, dst, stream)
-        return out_indptr, src_nodes, ws.output(0, np.int64), ws.output(0, np.int64)
-    src = ws.scratch("src", bound, graph.indices.dtype)
+    src = ws.scratch("src", max(bound, 1), graph.indices.dtype)  # one unused entry when nothing is drawn
     eids = ws.output(bound, np.int64)
-    rows = (grid(d_count, ROW_THREADS), ROW_THREADS)
-    if weighted:
-        launch(sample_rows_weighted, rows, graph.indptr, graph.indices, graph.edge_ids, graph.has_eids,
-               graph.weights, graph.prefix, graph.positive, dst, out_indptr, np.int64(fanout), bool(replace),
-               np.uint64(key), excl, src, eids, stream=stream)
-    else:
-        launch(sample_rows, rows, graph.indptr, graph.indices, graph.edge_ids, graph.has_eids, dst,
-               out_indptr, np.int64(fanout), bool(replace), np.uint64(key), excl, src, eids, stream=stream)
-    src_nodes, local, sizes = relabel_bounded(dst, src, out_indptr, ws)
-    nnz, new = ws.read(sizes)  # the layer's one read-back
-    return out_indptr, src_nodes[:d_count + new], local[:nnz], eids[:nnz]
+    if bound:
+        launch_rows = (grid(d_bound, ROW_THREADS), ROW_THREADS)
+        if weighted:
+            launch(sample_rows_weighted, launch_rows, graph.indptr, graph.indices, graph.edge_ids,
+                   graph.has_eids, graph.weights, graph.prefix, graph.positive, dst, out_indptr,
+                   np.int64(fanout), bool(replace), np.uint64(key), excl, src, eids, stream=stream)
+        else:
+            launch(sample_rows, launch_rows, graph.indptr, graph.indices, graph.edge_ids, graph.has_eids,
+                   dst, out_indptr, np.int64(fanout), bool(replace), np.uint64(key), excl, src, eids,
+                   stream=stream)
+    sizes = rows.chain[rows.at + 1:rows.at + 4]
+    src_nodes, local = relabel_bounded(dst, nrow, src, out_indptr, ws, sizes)
+    return PendingBlock(out_indptr, src_nodes, local, eids, rows)

@@ -1,8 +1,10 @@
 """Pass 1 on the GPU: each destination row's start, degree and output count.
 
 ``plan_rows`` (uniform) and ``plan_rows_weighted`` (weighted rows from the positive counts) run a thread
-per row and write counts only; ``plan_uniform`` and ``plan_masked`` (a warp per row, the eligible count
-by a warp reduction) also keep each row's start, degree and excluded range for the choosing kernels.
+per row and write counts only, for the first ``nrow[0]`` rows of a destination array that may be an
+upper bound (a row count that stays on the device; 0 for the rest). ``plan_uniform`` and
+``plan_masked`` (a warp per row, the eligible count by a warp reduction) also keep each row's start,
+degree and excluded range for the choosing kernels.
 """
 
 from __future__ import annotations
@@ -68,29 +70,40 @@ def plan_masked(indptr, dst, fanout, replace, weights, has_w, times, row_time, h
 
 
 @cuda.jit
-def plan_rows(indptr, dst, fanout, replace, excl, counts):  # pragma: no cover - device
-    """Output count of each row (uniform rules, excluded positions removed): one thread per row."""
+def plan_rows(indptr, dst, nrow, fanout, replace, excl, counts):  # pragma: no cover - device
+    """Output count of each of the first ``nrow[0]`` rows (uniform rules, excluded positions removed;
+    0 for the rest of ``dst``, an upper bound): one thread per row."""
     i = cuda.grid(1)
     stride = cuda.gridsize(1)
     n_excl = excl.shape[0]
+    n = nrow[0]
     while i < dst.shape[0]:
-        s, e, a, b = row_span(indptr, excl, n_excl, dst[i])
-        counts[i] = output_count(e - s - (b - a), fanout, replace)
+        if i < n:
+            s, e, a, b = row_span(indptr, excl, n_excl, dst[i])
+            counts[i] = output_count(e - s - (b - a), fanout, replace)
+        else:
+            counts[i] = 0
         i += stride
 
 
 @cuda.jit
-def plan_rows_weighted(positive, weights, indptr, dst, fanout, replace, excl, counts):  # pragma: no cover
-    """Output count of each weighted row: d_e = the row's positive weights (``positive``) minus its
-    excluded positions of positive weight; no other weight is read."""
+def plan_rows_weighted(positive, weights, indptr, dst, nrow, fanout, replace, excl,
+                       counts):  # pragma: no cover - device
+    """Output count of each of the first ``nrow[0]`` weighted rows (0 for the rest of ``dst``, an upper
+    bound): d_e = the row's positive weights (``positive``) minus its excluded positions of positive
+    weight; no other weight is read."""
     i = cuda.grid(1)
     stride = cuda.gridsize(1)
     n_excl = excl.shape[0]
+    n = nrow[0]
     while i < dst.shape[0]:
-        v = dst[i]
-        d = positive[v]
-        if n_excl:  # only then is indptr read
-            _, _, a, b = row_span(indptr, excl, n_excl, v)
-            d = eligible_weighted(weights, positive, excl, a, b, v)
-        counts[i] = output_count(d, fanout, replace)
+        if i < n:
+            v = dst[i]
+            d = positive[v]
+            if n_excl:  # only then is indptr read
+                _, _, a, b = row_span(indptr, excl, n_excl, v)
+                d = eligible_weighted(weights, positive, excl, a, b, v)
+            counts[i] = output_count(d, fanout, replace)
+        else:
+            counts[i] = 0
         i += stride

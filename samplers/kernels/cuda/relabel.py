@@ -106,11 +106,12 @@ def relabel_out(dst, src, first, flags, newid, src_nodes, local):  # pragma: no 
 
 
 @cuda.jit
-def hash_insert_upto(dst, src, out_indptr, keys, vals, mask):  # pragma: no cover - device
-    """`hash_insert` over the first ``out_indptr[-1]`` sources (``src`` may be longer: an upper bound)."""
+def hash_insert_upto(dst, nrow, src, out_indptr, keys, vals, mask):  # pragma: no cover - device
+    """`hash_insert` over the first ``nrow[0]`` destinations and the first ``out_indptr[-1]`` sources
+    (``dst`` and ``src`` may be longer: upper bounds)."""
     i = cuda.grid(1)
     stride = cuda.gridsize(1)
-    d_count = dst.shape[0]
+    d_count = nrow[0]
     total = d_count + out_indptr[out_indptr.shape[0] - 1]
     while i < total:
         _claim(keys, vals, mask, np.int64(dst[i]) if i < d_count else np.int64(src[i - d_count]), i)
@@ -118,10 +119,12 @@ def hash_insert_upto(dst, src, out_indptr, keys, vals, mask):  # pragma: no cove
 
 
 @cuda.jit
-def hash_first_upto(src, d_count, out_indptr, keys, vals, mask, first, flags):  # pragma: no cover - device
-    """`hash_first` over the first ``out_indptr[-1]`` sources; flags 0 past them (up to ``src``'s end)."""
+def hash_first_upto(src, nrow, out_indptr, keys, vals, mask, first, flags):  # pragma: no cover - device
+    """`hash_first` over the first ``out_indptr[-1]`` sources, ``nrow[0]`` destinations before them;
+    flags 0 past them (up to ``src``'s end)."""
     j = cuda.grid(1)
     stride = cuda.gridsize(1)
+    d_count = nrow[0]
     nnz = out_indptr[out_indptr.shape[0] - 1]
     while j < src.shape[0]:
         if j < nnz:
@@ -132,17 +135,19 @@ def hash_first_upto(src, d_count, out_indptr, keys, vals, mask, first, flags):  
 
 
 @cuda.jit
-def relabel_out_upto(dst, src, out_indptr, first, flags, newid, src_nodes, local,
+def relabel_out_upto(dst, nrow, src, out_indptr, first, flags, newid, src_nodes, local,
                      sizes):  # pragma: no cover - device
-    """`relabel_out` over the first ``out_indptr[-1]`` sources; thread 0 writes (edges, new nodes)
-    into ``sizes``, the layer's one read-back."""
+    """`relabel_out` over the first ``nrow[0]`` destinations and ``out_indptr[-1]`` sources; thread 0
+    writes (edges, new nodes, destinations + new nodes: the next layer's row count) into ``sizes``."""
     i = cuda.grid(1)
     stride = cuda.gridsize(1)
-    d_count = dst.shape[0]
+    d_count = nrow[0]
     nnz = out_indptr[out_indptr.shape[0] - 1]
     if i == 0:
+        new = newid[newid.shape[0] - 1]
         sizes[0] = nnz
-        sizes[1] = newid[newid.shape[0] - 1]
+        sizes[1] = new
+        sizes[2] = d_count + new
     total = d_count + nnz
     while i < total:
         _write_out(dst, src, first, flags, newid, src_nodes, local, d_count, i)
@@ -303,40 +308,42 @@ def relabel_cuda(dst: Any, src: Any, ws: Any = None) -> tuple[Any, Any]:
     return src_nodes, local
 
 
-def relabel_bounded(dst: Any, src: Any, out_indptr: Any, ws: Any) -> tuple[Any, Any, Any]:
-    """Relabel the first ``out_indptr[-1]`` of ``src`` (a count that stays on the device) without
-    reading anything back: outputs at their upper bounds, and the true sizes on the device.
+def relabel_bounded(dst: Any, nrow: Any, src: Any, out_indptr: Any, ws: Any, sizes: Any) -> tuple[Any, Any]:
+    """Relabel the first ``out_indptr[-1]`` of ``src`` after the first ``nrow[0]`` of ``dst`` (counts that
+    stay on the device) without reading anything back: outputs at their upper bounds, and the true sizes
+    written on the device.
 
     Parameters
     ----------
-    dst : device int64 [D]; src : device int32/int64 [M], M >= nnz (an upper bound; the rest unused)
-    out_indptr : device int64 [D + 1], nnz = ``out_indptr[D]``; ws : CudaWorkspace
+    dst : device int64 [Db], the first ``nrow[0]`` valid (Db an upper bound); nrow : device int64 [1]
+    src : device int32/int64 [M], M >= nnz (an upper bound; the rest unused)
+    out_indptr : device int64 [Db + 1], nnz = ``out_indptr[Db]``; ws : CudaWorkspace
+    sizes : device int64 [3], written: (nnz, new sources, ``nrow[0]`` + new)
 
     Returns
     -------
-    src_nodes : device int64 [D + M], the first D + new valid; local : device int64 [M], the first nnz
-    valid; sizes : device int64 [2], (nnz, new): read both back at once (``ws.read``)
+    src_nodes : device int64 [Db + M], the first ``nrow[0]`` + new valid; local : device int64 [M], the
+    first nnz valid
     """
     stream = kernel_stream()
-    d_count, bound = dst.shape[0], src.shape[0]
-    total = d_count + bound
+    bound = src.shape[0]
+    total = dst.shape[0] + bound
     cap = _capacity(total)
     keys, vals = _hash_table(cap, stream, ws)
     mask = np.int64(cap - 1)
     threads = EDGE_THREADS
-    launch(hash_insert_upto, (grid(total, threads), threads), dst, src, out_indptr, keys, vals, mask,
+    launch(hash_insert_upto, (grid(total, threads), threads), dst, nrow, src, out_indptr, keys, vals, mask,
            stream=stream)
-    first = ws.scratch("first", max(bound, 1), np.int64)
+    first = ws.scratch("first", bound, np.int64)
     flags = ws.scratch("flags", bound, np.int64)
-    launch(hash_first_upto, (grid(max(bound, 1), threads), threads), src, np.int64(d_count), out_indptr,
-           keys, vals, mask, first, flags, stream=stream)
+    launch(hash_first_upto, (grid(bound, threads), threads), src, nrow, out_indptr, keys, vals, mask, first,
+           flags, stream=stream)
     newid, _ = exclusive_scan(flags, stream, ws, ws.scratch("newid", bound + 1, np.int64), read_total=False)
     src_nodes = ws.output(total, np.int64)
     local = ws.output(bound, np.int64)
-    sizes = ws.scratch("sizes", 2, np.int64)
-    launch(relabel_out_upto, (grid(total, threads), threads), dst, src, out_indptr, first, flags, newid,
+    launch(relabel_out_upto, (grid(total, threads), threads), dst, nrow, src, out_indptr, first, flags, newid,
            src_nodes, local, sizes, stream=stream)
-    return src_nodes, local, sizes
+    return src_nodes, local
 
 
 UPTO_KERNELS = {"hash_insert_upto": hash_insert_upto, "hash_first_upto": hash_first_upto,
