@@ -11,10 +11,13 @@ which (``frames``).
 Columns: ``ratio`` = raw bytes / compressed bytes (steps held in the same memory); ``compress_MBps`` and
 ``decompress_MBps`` of raw bytes; ``sample_us_per_frame`` = the time to decompress one chunk divided by
 the frames a window of ``--window`` steps uses from it (the cost a sampled step pays, against
-``raw_copy_us_per_frame``, a ``memcpy`` of one frame), through numcodecs' Python call;
-``compiled_us_per_frame`` the same through the store's compiled decode (`replay.chunk_decode`, lz4 and
-zstd only). The machine is shared: the JSON records the
-1-minute load average. Run ``python benchmarks/replay_codecs.py --help``; results go to
+``raw_copy_us_per_frame``, a ``memcpy`` of one frame; ``lz4dict`` decodes each frame on its own, so its
+chunk time is divided by all its frames), through the codec's Python call; ``compiled_us_per_frame`` the
+same through the store's compiled decode (`replay.chunk_decode`; not blosc or XOR). ``lz4hc-L`` is
+numcodecs' LZ4 format compressed by its bundled LZ4 HC at level L (what the store's ``"lz4"`` writes,
+`replay.chunk_encode`); ``lz4dict-L`` the store's ``"lz4dict"`` at level L; ``-xor`` XORs each frame of a
+chunk with the one before first (a delta filter, undone after decoding). The machine is shared: the JSON
+records the 1-minute load average. Run ``python benchmarks/replay_codecs.py --help``; results go to
 ``benchmarks/results/replay_codecs.json``.
 """
 
@@ -34,14 +37,77 @@ import numpy as np  # noqa: E402
 from numcodecs import LZ4, Blosc, Zstd  # noqa: E402
 
 from replay.chunk_decode import LZ4 as LZ4_KIND  # noqa: E402
+from replay.chunk_decode import LZ4DICT as LZ4DICT_KIND  # noqa: E402
 from replay.chunk_decode import ZSTD as ZSTD_KIND  # noqa: E402
-from replay.chunk_decode import decode_jobs, free_zstd_context, new_zstd_context  # noqa: E402
+from replay.chunk_decode import (  # noqa: E402
+    decode_dict_chunk,
+    decode_jobs,
+    free_zstd_context,
+    new_zstd_context,
+)
+from replay.chunk_encode import ChunkEncode  # noqa: E402
 
 sys.path.append(str(Path(__file__).resolve().parent))
 from _report import machine, write_result  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "replay_codecs.json"
+class LZ4HC:
+    """numcodecs' LZ4 format compressed by its bundled LZ4 HC at ``level`` (`replay.chunk_encode`)."""
+
+    def __init__(self, level: int) -> None:
+        self.enc, self.dec = ChunkEncode("lz4", level), LZ4()
+
+    def encode(self, piece: np.ndarray) -> bytes:
+        return self.enc.encode(np.ascontiguousarray(piece), len(piece))[0].tobytes()
+
+    def decode(self, data: bytes, out: np.ndarray) -> np.ndarray:
+        return self.dec.decode(data, out=out)
+
+
+class LZ4Dict:
+    """The store's ``"lz4dict"`` chunks (`replay.chunk_encode`): the first frame raw, the others LZ4 HC at
+    ``level`` with it as dictionary."""
+
+    def __init__(self, level: int) -> None:
+        self.enc = ChunkEncode("lz4dict", level)
+
+    def encode(self, piece: np.ndarray) -> bytes:
+        return self.enc.encode(np.ascontiguousarray(piece), len(piece))[0].tobytes()
+
+    def decode(self, data: bytes, out: np.ndarray) -> np.ndarray:
+        steps = out.size // (84 * 84)
+        assert decode_dict_chunk(np.frombuffer(data, np.uint8), steps, 84 * 84, out.reshape(-1))
+        return out
+
+
+class XorDelta:
+    """Each frame of a chunk XORed with the one before (the first kept) before ``inner`` compresses it;
+    decoding undoes it with a running XOR (numpy)."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
+    def encode(self, piece: np.ndarray) -> bytes:
+        d = piece.copy()
+        d[1:] ^= piece[:-1]
+        return self.inner.encode(d)
+
+    def decode(self, data: bytes, out: np.ndarray) -> np.ndarray:
+        self.inner.decode(data, out=out)
+        view = out.reshape(-1, 84 * 84)
+        np.bitwise_xor.accumulate(view, axis=0, out=view)
+        return out
+
+
 CODECS = {
+    "lz4hc-2": lambda: LZ4HC(2),
+    "lz4hc-4": lambda: LZ4HC(4),
+    "lz4hc-9": lambda: LZ4HC(9),
+    "lz4hc-2-xor": lambda: XorDelta(LZ4HC(2)),
+    "lz4dict-2": lambda: LZ4Dict(2),
+    "lz4dict-9": lambda: LZ4Dict(9),
+    "lz4-xor": lambda: XorDelta(LZ4(acceleration=1)),
+    "blosc-lz4-bitshuffle": lambda: Blosc("lz4", 5, Blosc.BITSHUFFLE),
     "zstd-1": lambda: Zstd(level=1),
     "zstd-3": lambda: Zstd(level=3),
     "zstd-9": lambda: Zstd(level=9),
@@ -102,26 +168,28 @@ def synthetic_frames(n: int, seed: int) -> np.ndarray:
     return out
 
 
-def compiled_us(name: str, encoded: list, chunk_bytes: int) -> float | None:
-    """Microseconds a chunk of ``encoded`` (numcodecs lz4 or zstd) takes to decompress through the replay
-    store's compiled path (`replay.chunk_decode.decode_jobs`: the codec's C entry point called from numba,
-    no Python per chunk), best of 5 passes over all chunks; None for the blosc codecs."""
-    kind = {"lz4": LZ4_KIND, "zstd": ZSTD_KIND}.get(name.split("-")[0])
-    if kind is None or name.startswith("blosc"):
+def compiled_us(name: str, encoded: list, chunk_bytes: int, steps: int) -> float | None:
+    """Microseconds a chunk of ``encoded`` (``steps`` frames, numcodecs lz4 or zstd, or lz4dict) takes to
+    decompress through the replay store's compiled path (`replay.chunk_decode.decode_jobs`: the codec's C
+    entry point called from numba, no Python per chunk), best of 5 passes over all chunks; None for the
+    blosc codecs and the XOR filter."""
+    kind = {"lz4": LZ4_KIND, "lz4hc": LZ4_KIND, "zstd": ZSTD_KIND, "lz4dict": LZ4DICT_KIND}.get(
+        name.split("-")[0])
+    if kind is None or name.startswith("blosc") or name.endswith("xor"):
         return None
     blobs = [np.frombuffer(e, dtype=np.uint8) for e in encoded]
     arena = np.concatenate(blobs)
     jobs = np.zeros((len(blobs), 6), dtype=np.int64)
     jobs[:, 0] = np.concatenate([[0], np.cumsum([b.size for b in blobs])[:-1]])
     jobs[:, 1] = [b.size for b in blobs]
-    jobs[:, 4] = 1  # one row of chunk_bytes: the whole chunk, straight into the output
+    jobs[:, 4] = steps  # the whole chunk, straight into the output
     out = np.empty(chunk_bytes, dtype=np.uint8)
     ctx = new_zstd_context()
     try:
         best = float("inf")
         for _ in range(5):
             t0 = time.perf_counter()
-            assert decode_jobs(kind, ctx, arena, jobs, len(blobs), 1, chunk_bytes, out) == 0
+            assert decode_jobs(kind, ctx, arena, jobs, len(blobs), steps, chunk_bytes // steps, out) == 0
             best = min(best, time.perf_counter() - t0)
     finally:
         free_zstd_context(ctx)
@@ -166,12 +234,13 @@ def main(n_frames: int, game: str, chunks: str, window: int, synthetic: bool, ou
             t_dec = time.perf_counter() - t0
             ratio = raw / sum(len(e) for e in encoded)
             per_chunk_us = t_dec / len(encoded) * 1e6
-            compiled = compiled_us(name, encoded, pieces[0].nbytes)
+            compiled = compiled_us(name, encoded, pieces[0].nbytes, k)
+            used = k if name.startswith("lz4dict") else min(k, window)  # lz4dict decodes only the frames used
             rows.append({"case": f"{name} chunk={k}", "metric": "ratio", "ours": ratio,
                          "baseline": "raw", "baseline_value": 1.0, "ratio": ratio,
                          "compress_MBps": raw / t_enc / 1e6, "decompress_MBps": raw / t_dec / 1e6,
-                         "sample_us_per_frame": per_chunk_us / min(k, window),
-                         "compiled_us_per_frame": None if compiled is None else compiled / min(k, window),
+                         "sample_us_per_frame": per_chunk_us / used,
+                         "compiled_us_per_frame": None if compiled is None else compiled / used,
                          "raw_copy_us_per_frame": raw_us})
     load = (load_before, os.getloadavg()[0])
     click.echo(f"frames: {source}, {len(frames)} of 84x84; raw copy {raw_us:.2f} us a frame")

@@ -15,7 +15,12 @@ Rows:
   over compressed bytes a step (live chunks, the raw tail, the chunk table), ``baseline_value`` 1.
 - ``sample B,L``: batches a second, ``sample(B, window=L)``, compressed over raw (the same frames,
   capacity and seed), the raw store run in the same process as the baseline, single calls alternating
-  between the two, the fastest of each (`rates`).
+  between the two, the fastest of each (`rates`); ``cpu_ratio`` the same from this process's CPU time
+  (which other processes' load moves far less than wall time).
+- ``insert episodes``: steps a second written as whole episodes; ``cpu_ratio`` from CPU time.
+
+``--lz4-level`` sets `replay.chunk_encode.LZ4_LEVEL` and ``LZ4DICT_LEVEL`` for the run (0: LZ4's fast mode),
+to compare levels.
 
 ``python benchmarks/replay_compressed.py --help``; results go to
 ``benchmarks/results/replay_compressed.json``.
@@ -35,11 +40,12 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 import click  # noqa: E402
 import numpy as np  # noqa: E402
 
+import replay.chunk_encode  # noqa: E402
 from graphrl.memory import MemoryManager  # noqa: E402
 from replay import ReplayStore, TrajectorySpec  # noqa: E402
 
 sys.path.append(str(HERE))
-from _report import best_interleaved, machine, write_result  # noqa: E402
+from _report import best_interleaved_cpu, machine, write_result  # noqa: E402
 from replay_codecs import ale_frames, synthetic_frames  # noqa: E402
 
 RESULTS = HERE / "results" / "replay_compressed.json"
@@ -51,16 +57,16 @@ def spec(codec: str | None, ratio: float, chunk: int | None = None) -> Trajector
                            "done": ((), "bool")})
 
 
-def fill(store: ReplayStore, frames: np.ndarray, episode: int) -> float:
-    """Write ``frames`` as episodes of ``episode`` steps; return the seconds it took."""
-    t0 = time.perf_counter()
+def fill(store: ReplayStore, frames: np.ndarray, episode: int) -> tuple[float, float]:
+    """Write ``frames`` as episodes of ``episode`` steps; return the wall and CPU seconds it took."""
+    t0, c0 = time.perf_counter(), time.process_time()
     with store.writer(chunk_steps=episode) as w:
         for s in range(0, len(frames), episode):
             obs = frames[s : s + episode]
             n = len(obs)
             w.add_episode({"obs": np.ascontiguousarray(obs), "action": np.arange(n, dtype=np.int64) % 4,
                            "reward": np.ones(n, np.float32), "done": np.arange(n) == n - 1})
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, time.process_time() - c0
 
 
 def held_bytes(store: ReplayStore) -> int:
@@ -74,35 +80,39 @@ def held_bytes(store: ReplayStore) -> int:
     return total
 
 
-def rates(raw: ReplayStore, packed: ReplayStore, b: int, length: int, seconds: float) -> tuple[float, float]:
+def rates(raw: ReplayStore, packed: ReplayStore, b: int, length: int,
+          seconds: float) -> tuple[float, float, float, float]:
     """``sample(b, window=length)`` calls a second (each batch released) of ``raw`` and ``packed``: one
     over the fastest single call, the calls alternating between the two stores for about ``seconds``
-    (`_report.best_interleaved` with runs of one call: on a loaded machine the fastest call is the one
-    no other process interrupted, the same for both stores)."""
+    (`_report.best_interleaved_cpu` with runs of one call: on a loaded machine the fastest call is the
+    one no other process interrupted, the same for both stores); then the same from CPU seconds."""
     fns = [lambda st=st: st.sample(b, window=length).release() for st in (raw, packed)]
     t0 = time.perf_counter()
     for fn in fns * 3:
         fn()
     pair = (time.perf_counter() - t0) / 3
-    t_raw, t_packed = best_interleaved(fns, 1, max(20, int(seconds / pair)))
-    return 1 / t_raw, 1 / t_packed
+    (t_raw, t_packed), (c_raw, c_packed) = best_interleaved_cpu(fns, 1, max(20, int(seconds / pair)))
+    return 1 / t_raw, 1 / t_packed, 1 / c_raw, 1 / c_packed
 
 
 @click.command()
 @click.option("--frames", "n_frames", default=6000, show_default=True, help="Frames (steps) written.")
 @click.option("--game", default="ms_pacman", show_default=True, help="ALE game (when ale-py imports).")
-@click.option("--codec", default="lz4", type=click.Choice(["lz4", "zstd"]), show_default=True)
+@click.option("--codec", default="lz4", type=click.Choice(["lz4", "zstd", "lz4dict"]), show_default=True)
 @click.option("--chunk", default=None, type=int, help="Steps per compressed chunk (FieldSpec.chunk).")
 @click.option("--capacity", default=1024, show_default=True, help="Raw store's steps (one shard).")
 @click.option("--times", default=3.0, show_default=True, help="Compressed store's capacity / raw capacity.")
 @click.option("--episode", default=400, show_default=True, help="Steps per episode.")
 @click.option("--seconds", default=1.0, show_default=True, help="Seconds per sampling case and store.")
 @click.option("--synthetic", is_flag=True, help="Use the generated frames even when ale-py imports.")
+@click.option("--lz4-level", default=None, type=int, help="LZ4 HC level (0: fast mode); default the store's.")
 @click.option("--output", default=str(RESULTS), show_default=True)
 def main(n_frames: int, game: str, codec: str, chunk: int | None, capacity: int, times: float, episode: int,
-         seconds: float, synthetic: bool, output: str) -> None:
+         seconds: float, synthetic: bool, lz4_level: int | None, output: str) -> None:
     """Steps held in the same bytes and sampling speed of a compressed frame field against raw."""
     load_before = __import__("os").getloadavg()[0]
+    if lz4_level is not None:
+        replay.chunk_encode.LZ4_LEVEL = replay.chunk_encode.LZ4DICT_LEVEL = lz4_level
     frames = None if synthetic else ale_frames(n_frames, game, 0)
     source = f"ale-py {game}" if frames is not None else "synthetic"
     if frames is None:
@@ -114,8 +124,7 @@ def main(n_frames: int, game: str, codec: str, chunk: int | None, capacity: int,
         packed = ReplayStore(spec(codec, times, chunk), big, 1, memory=mm, seed=0, timeout=5.0)
         for store in (raw, packed):  # warm up (compiled paths, first touch of the rings)
             fill(store, frames[:episode], episode)
-        t_raw = fill(raw, frames, episode)
-        t_packed = fill(packed, frames, episode)  # raises MemoryBudgetError if the frames do not fit
+        (t_raw, c_raw), (t_packed, c_packed) = fill(raw, frames, episode), fill(packed, frames, episode)
         frame_ring = capacity * 84 * 84
         per_step = held_bytes(packed) / len(packed)
         arena = packed.storage.shards[0].chunks["obs"].arena_bytes
@@ -125,24 +134,27 @@ def main(n_frames: int, game: str, codec: str, chunk: int | None, capacity: int,
                      "held_steps": len(packed), "raw_steps": len(raw), "arena_bytes": arena,
                      "raw_frame_ring_bytes": frame_ring})
         rows.append({"case": "insert episodes", "metric": "steps_per_s", "ours": len(frames) / t_packed,
-                     "baseline": "raw", "baseline_value": len(frames) / t_raw, "ratio": t_raw / t_packed})
+                     "baseline": "raw", "baseline_value": len(frames) / t_raw, "ratio": t_raw / t_packed,
+                     "cpu_ratio": c_raw / c_packed})
         for b, length in ((32, 1), (256, 1), (32, 4), (32, 16), (32, 64)):
-            r_raw, r_packed = rates(raw, packed, b, length, seconds)
+            r_raw, r_packed, cr_raw, cr_packed = rates(raw, packed, b, length, seconds)
             rows.append({"case": f"sample B={b} L={length}", "metric": "batches_per_s", "ours": r_packed,
-                         "baseline": "raw", "baseline_value": r_raw, "ratio": r_packed / r_raw})
+                         "baseline": "raw", "baseline_value": r_raw, "ratio": r_packed / r_raw,
+                         "cpu_ratio": cr_packed / cr_raw})
         packed_chunk = packed.storage.shards[0].chunks["obs"].chunk
         raw.close()
         packed.close()
     info = machine(load_before=load_before)
     click.echo(f"frames: {source}, {len(frames)} of 84x84; raw capacity {capacity}, compressed {big} "
                f"({codec}, chunks of {packed_chunk})")
-    click.echo(f"{'case':<34} {'metric':<30} {'ours':>10} {'raw':>10} {'ratio':>7}")
+    click.echo(f"{'case':<34} {'metric':<30} {'ours':>10} {'raw':>10} {'ratio':>7} {'cpu':>6}")
     for r in rows:
+        cpu = f"{r['cpu_ratio']:.2f}" if "cpu_ratio" in r else "-"
         click.echo(f"{r['case']:<34} {r['metric']:<30} {r['ours']:>10.1f} {r['baseline_value']:>10.1f} "
-                   f"{r['ratio']:>7.2f}")
+                   f"{r['ratio']:>7.2f} {cpu:>6}")
     click.echo(f"1-min load average {load_before:.2f} before, {info['load_average_1min']:.2f} after")
     write_result("replay_compressed", rows, info, output, frames=source, codec=codec, capacity=capacity,
-                 times=times, chunk=packed_chunk)
+                 times=times, chunk=packed_chunk, lz4_level=lz4_level)
 
 
 if __name__ == "__main__":

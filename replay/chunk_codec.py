@@ -53,13 +53,15 @@ __all__ = [
     "CODECS", "ChunkRing", "ChunkRingHandle", "chunk_steps_for", "make_codec", "place_chunks", "store_chunks"
 ]
 
-CHUNK_STEPS = 1  # steps per chunk by default (lz4 on Atari frames: docs/performance.md, "Compressed fields")
+# steps per chunk by default, per codec (Atari frames: docs/performance.md, "Compressed fields")
+CHUNK_STEPS = {"lz4": 1, "zstd": 1, "lz4dict": 8}
 _META = 4  # table words before the chunk slots: next position, arena head
 _NEXT, _HEAD = 0, 1
 
 
 def make_codec(name: str) -> Any:
-    """The numcodecs codec of ``name`` (`CODECS`), which decodes its chunks: LZ4, or Zstd level 1.
+    """The numcodecs codec of ``name`` (`CODECS`), which decodes its chunks: LZ4, Zstd level 1, or None
+    for ``"lz4dict"`` (its chunks decode with `replay.chunk_decode.decode_dict_chunk`).
 
     Raises
     ------
@@ -70,12 +72,14 @@ def make_codec(name: str) -> Any:
         return LZ4(acceleration=1)
     if name == "zstd":
         return Zstd(level=1)
+    if name == "lz4dict":
+        return None
     raise ValueError(f"codec must be one of {CODECS} or None, got {name!r}")
 
 
-def chunk_steps_for(capacity: int, chunk: int | None = None, name: str = "") -> int:
+def chunk_steps_for(capacity: int, chunk: int | None = None, name: str = "", codec: str = "lz4") -> int:
     """Steps per chunk of field ``name`` for a ring of ``capacity`` steps: ``chunk``
-    (`replay.spec.FieldSpec`'s), or `CHUNK_STEPS` when None.
+    (`replay.spec.FieldSpec`'s), or the codec's `CHUNK_STEPS` when None.
 
     Raises
     ------
@@ -83,7 +87,7 @@ def chunk_steps_for(capacity: int, chunk: int | None = None, name: str = "") -> 
         ``capacity`` not a multiple of the chunk or below twice it (the message names the field, the
         chunk and the capacity).
     """
-    c = CHUNK_STEPS if chunk is None else int(chunk)
+    c = CHUNK_STEPS[codec] if chunk is None else int(chunk)
     if capacity % c or capacity < 2 * c:
         raise ValueError(
             f"field {name!r}: chunk={c} needs a shard capacity that is a multiple of it and at least "
@@ -400,9 +404,20 @@ class ChunkRing:
         if kk != k:
             raise ValueError(f"field {self.name!r}: chunk {k} is not held (its slot holds chunk {kk})")
         if self._decoded_id != k or self._decoded_at != off:
-            self.codec.decode(self.arena[off : off + n], out=self._decoded)
+            self._decode(self.arena[off : off + n])
             self._decoded_id, self._decoded_at = k, off
         return self._decoded
+
+    def _decode(self, data: np.ndarray) -> None:
+        """One chunk's bytes into the decoded chunk (raises ``RuntimeError``/``ValueError`` on bad bytes)."""
+        if self.codec is not None:
+            self.codec.decode(data, out=self._decoded)
+            return
+        from replay.chunk_decode import decode_dict_chunk  # it imports the shard, which imports this module
+
+        row_bytes = self.chunk_bytes // self.chunk
+        if not decode_dict_chunk(data, self.chunk, row_bytes, self._decoded.reshape(-1).view(np.uint8)):
+            raise ValueError(f"field {self.name!r}: the bytes are not an lz4dict chunk")
 
     # -- checkpoints (shard lock held)
     def state(self) -> dict[str, Any]:
@@ -437,7 +452,7 @@ class ChunkRing:
         for k, n in chunks.tolist():
             data = blob[off : off + n]
             try:
-                self.codec.decode(data, out=self._decoded)
+                self._decode(data)
             except Exception as exc:  # numcodecs raises RuntimeError/ValueError on bad bytes
                 raise ValueError(
                     f"field {self.name!r}: chunk {k} of the checkpoint does not decompress: {exc}"

@@ -4,9 +4,10 @@ For each shard, under its lock, `plan_windows` zeroes the windows' padding, copi
 chunk still being filled (`replay.chunk_codec.ChunkRing`'s raw tail) and lists one job per run of a
 window's steps inside one complete chunk (its arena offset and length, where its rows go); after the
 lock is released, `decode_jobs` decompresses the jobs with the codec library's own C entry points
-(numcodecs' bundled ``LZ4_decompress_safe`` and ``ZSTD_decompressDCtx``, called from numba: no Python
-per chunk). A job covering a whole chunk decompresses straight into the slot; others go through one
-scratch chunk, decoded once for consecutive jobs of the same chunk. Decoding outside the lock is safe
+(numcodecs' bundled ``LZ4_decompress_safe`` (``_partial``, ``_usingDict``) and ``ZSTD_decompressDCtx``,
+called from numba: no Python per chunk). A job covering a whole chunk decompresses straight into the
+slot; others go through one scratch chunk, decoded once for consecutive jobs of the same chunk
+("lz4dict" chunks decode each step on its own, straight into the slot). Decoding outside the lock is safe
 for the same reason as the raw rings' lock-free copy (docs/architecture.md#replay-composition): a
 chunk's arena bytes are reused only once all its positions are below the shard's floor, and the
 sampler's staleness check afterwards drops every window with a step below it. Bytes reused meanwhile
@@ -38,11 +39,13 @@ from replay.shard import ShardStorage
 from replay.storage import TrajectoryStorage
 
 __all__ = [
-    "ChunkDecode", "decode_anchors", "decode_jobs", "free_zstd_context", "new_zstd_context", "plan_windows"
+    "KINDS", "LZ4DICT", "ChunkDecode", "decode_anchors", "decode_dict_chunk", "decode_jobs",
+    "free_zstd_context", "new_zstd_context", "plan_windows",
 ]
 
-LZ4, ZSTD = 0, 1  # codec kinds of `decode_jobs`
-_KINDS = {"lz4": LZ4, "zstd": ZSTD}
+LZ4, ZSTD, LZ4DICT = 0, 1, 2  # codec kinds of `decode_jobs`
+KINDS = {"lz4": LZ4, "zstd": ZSTD, "lz4dict": LZ4DICT}  # codec name (`replay.spec.CODECS`) -> kind
+_KINDS = KINDS
 _LZ4_HEADER = 4  # numcodecs' LZ4 prefixes the block with its decompressed size (4 bytes)
 _POS_SHIFT = SHARD_BITS + BACK_BITS + INC_BITS  # a key's anchor position: key >> _POS_SHIFT
 _JOB = 6  # words a job: arena offset, length, output byte offset, first row in the chunk, rows, window
@@ -52,7 +55,8 @@ def _symbols() -> ctypes.CDLL:
     """Register the decoders of numcodecs' extension modules with the JIT's linker; the zstd library."""
     zstd = ctypes.CDLL(numcodecs.zstd.__file__)
     for lib, names in (
-        (ctypes.CDLL(numcodecs.lz4.__file__), ("LZ4_decompress_safe", "LZ4_decompress_safe_partial")),
+        (ctypes.CDLL(numcodecs.lz4.__file__),
+         ("LZ4_decompress_safe", "LZ4_decompress_safe_partial", "LZ4_decompress_safe_usingDict")),
         (zstd, ("ZSTD_decompressDCtx",)),
     ):
         for name in names:
@@ -69,6 +73,11 @@ _lz4_decompress = nb.types.ExternalFunction(
 _lz4_decompress_partial = nb.types.ExternalFunction(
     "LZ4_decompress_safe_partial",
     nb.types.int32(nb.types.voidptr, nb.types.voidptr, nb.types.int32, nb.types.int32, nb.types.int32),
+)
+_lz4_decompress_dict = nb.types.ExternalFunction(
+    "LZ4_decompress_safe_usingDict",
+    nb.types.int32(nb.types.voidptr, nb.types.voidptr, nb.types.int32, nb.types.int32, nb.types.voidptr,
+                   nb.types.int32),
 )
 _zstd_decompress = nb.types.ExternalFunction(
     "ZSTD_decompressDCtx",
@@ -105,6 +114,43 @@ def _decompress(kind, dctx, arena, off, size, out, at, nbytes):  # pragma: no co
                               size - _LZ4_HEADER, nbytes)
         return got == nbytes
     return _zstd_decompress(dctx, out[at:].ctypes.data, nbytes, arena[off:].ctypes.data, size) == nbytes
+
+
+@nb.njit(cache=True, nogil=True)
+def _u32(a, at):  # pragma: no cover - numba
+    return np.int64(a[at]) | np.int64(a[at + 1]) << 8 | np.int64(a[at + 2]) << 16 | np.int64(a[at + 3]) << 24
+
+
+@nb.njit(cache=True, nogil=True)
+def _dict_rows(arena, off, size, steps, row_bytes, w, r, out, at):  # pragma: no cover - numba
+    """Rows ``w .. w + r - 1`` of the "lz4dict" chunk ``arena[off : off + size]`` (`replay.chunk_encode`:
+    the raw key, then LZ4 blocks with it as dictionary) into ``out[at:]``; True when all decoded."""
+    hdr = 4 * steps
+    if off < 0 or size < hdr + row_bytes or off + size > arena.shape[0] or at + r * row_bytes > out.shape[0]:
+        return False
+    key = off + hdr
+    if _u32(arena, off) != row_bytes:
+        return False
+    for i in range(w, w + r):
+        o = at + (i - w) * row_bytes
+        if i == 0:
+            copy_bytes(out, o, arena, key, row_bytes)
+            continue
+        lo, hi = _u32(arena, off + 4 * (i - 1)), _u32(arena, off + 4 * i)
+        if lo < row_bytes or hi <= lo or hi > size - hdr:
+            return False
+        got = _lz4_decompress_dict(arena[key + lo :].ctypes.data, out[o:].ctypes.data, hi - lo, row_bytes,
+                                   arena[key:].ctypes.data, row_bytes)
+        if got != row_bytes:
+            return False
+    return True
+
+
+@nb.njit(cache=True, nogil=True)
+def decode_dict_chunk(blob, steps, row_bytes, out):  # pragma: no cover - numba
+    """A whole "lz4dict" chunk ``blob`` (uint8) of ``steps`` rows into ``out`` (flat uint8); True when
+    it decoded (False for bytes that are not such a chunk)."""
+    return _dict_rows(blob, 0, blob.shape[0], steps, row_bytes, 0, steps, out, 0)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -172,7 +218,8 @@ def decode_jobs(kind, dctx, arena, jobs, nj, chunk, row_bytes, out):  # pragma: 
     """The unlocked half: decompress ``jobs[:nj]`` (`plan_windows`) from ``arena`` into ``out``.
 
     A job of a whole chunk is decompressed in place; others through a scratch chunk, decoded once for
-    consecutive jobs of one chunk (LZ4: only up to the job's last row). A job whose bytes do not
+    consecutive jobs of one chunk (LZ4: only up to the job's last row); "lz4dict" rows decode one by
+    one, straight into ``out``. A job whose bytes do not
     decompress (reused meanwhile) has its
     rows zeroed and its row ``jobs[j, 5]`` set to -1 - window; returns how many failed.
     """
@@ -183,7 +230,9 @@ def decode_jobs(kind, dctx, arena, jobs, nj, chunk, row_bytes, out):  # pragma: 
     failed = 0
     for j in range(nj):
         off, size, o, w, r = jobs[j, 0], jobs[j, 1], jobs[j, 2], jobs[j, 3], jobs[j, 4]
-        if r == chunk:
+        if kind == LZ4DICT:  # each row on its own, straight into the output
+            ok = _dict_rows(arena, off, size, chunk, row_bytes, w, r, out, o)
+        elif r == chunk:
             ok = _decompress(kind, dctx, arena, off, size, out, o, chunk_bytes)
         else:
             need = (w + r) * row_bytes
@@ -227,7 +276,9 @@ def decode_anchors(
             copy_bytes(out, o, tail, w * row_bytes, row_bytes)
             continue
         ok = table[s, 0] == k
-        if ok and chunk == 1:
+        if ok and kind == LZ4DICT:
+            ok = _dict_rows(arena, table[s, 1], table[s, 2], chunk, row_bytes, w, 1, out, o)
+        elif ok and chunk == 1:
             ok = _decompress(kind, dctx, arena, table[s, 1], table[s, 2], out, o, row_bytes)
         elif ok:
             if held != table[s, 1] or have < (w + 1) * row_bytes:

@@ -1,12 +1,18 @@
-"""ChunkEncode: many chunks of steps compressed in one compiled call, in numcodecs' LZ4 and Zstd formats.
+"""ChunkEncode: many chunks of steps compressed in one compiled call, with numcodecs' bundled LZ4 and Zstd.
 
 `replay.chunk_codec.ChunkRing` compresses the chunks a commit fills with `ChunkEncode.encode`: one call
-of `encode_chunks` (numba) runs the codec library's own C entry points (numcodecs' bundled
-``LZ4_compress_HC_extStateHC_fastReset`` / ``LZ4_compress_fast_extState`` and
-``ZSTD_compressCCtx``) over every chunk, with no Python per chunk. The bytes are numcodecs' formats: an
-LZ4 chunk is its 4-byte little-endian decompressed size then one LZ4 block (what ``numcodecs.LZ4``
-writes and reads; LZ4 HC is the same block format, compressed harder), a Zstd chunk one zstd frame with
-its content size (what ``numcodecs.Zstd`` reads). `replay.chunk_decode` decompresses them.
+of `encode_chunks` (numba) runs the codec library's own C entry points (numcodecs' bundled LZ4 and LZ4
+HC, ``ZSTD_compressCCtx``) over every chunk, with no Python per chunk. Chunk formats, by codec:
+
+- ``"lz4"``: numcodecs' LZ4 format, the 4-byte little-endian decompressed size then one LZ4 block
+  (``numcodecs.LZ4`` reads it; LZ4 HC writes the same block format, compressed harder);
+- ``"zstd"``: one zstd frame with its content size (``numcodecs.Zstd`` reads it);
+- ``"lz4dict"``: the chunk's first step kept raw as a key, each later step one LZ4 block compressed with
+  the key as its dictionary (LZ4's own dictionary mode): ``C`` little-endian uint32 part ends (bytes
+  after the header), then the parts. A sampled step costs one raw copy or one dictionary decode, whose
+  matches into the key are long: busy frames that change little within a chunk decode fast.
+
+`replay.chunk_decode` decompresses them.
 
 Each `ChunkEncode` holds its codec state (the LZ4 state, or a ``ZSTD_CCtx`` freed by `close` or when
 the object is collected); use one per thread.
@@ -32,11 +38,13 @@ import numpy as np
 
 from replay.spec import CODECS
 
-__all__ = ["LZ4_LEVEL", "ZSTD_LEVEL", "ChunkEncode", "encode_chunks"]
+__all__ = ["LZ4DICT_LEVEL", "LZ4_LEVEL", "ZSTD_LEVEL", "ChunkEncode", "encode_chunks"]
 
 LZ4_LEVEL = 2  # LZ4 HC level for "lz4" (0: LZ4's fast mode, acceleration 1); docs/performance.md
 ZSTD_LEVEL = 1  # zstd level for "zstd"
-_LZ4, _ZSTD = 0, 1
+LZ4DICT_LEVEL = 2  # LZ4 HC level of "lz4dict"'s steps after the key (0: fast mode)
+_LZ4, _ZSTD, _LZ4DICT = 0, 1, 2
+_KIND = {"lz4": _LZ4, "zstd": _ZSTD, "lz4dict": _LZ4DICT}
 _HEADER = 4  # numcodecs' LZ4 prefix: the decompressed size, uint32 little-endian
 
 
@@ -45,7 +53,9 @@ def _symbols() -> tuple[ctypes.CDLL, ctypes.CDLL]:
     lz4 = ctypes.CDLL(numcodecs.lz4.__file__)
     zstd = ctypes.CDLL(numcodecs.zstd.__file__)
     for lib, names in (
-        (lz4, ("LZ4_compress_HC_extStateHC_fastReset", "LZ4_compress_fast_extState")),
+        (lz4, ("LZ4_compress_HC_extStateHC_fastReset", "LZ4_compress_fast_extState", "LZ4_loadDictHC",
+               "LZ4_compress_HC_continue", "LZ4_loadDict", "LZ4_compress_fast_continue",
+               "LZ4_resetStreamHC_fast")),
         (zstd, ("ZSTD_compressCCtx",)),
     ):
         for name in names:
@@ -71,6 +81,13 @@ _lz4_fast = nb.types.ExternalFunction(
     "LZ4_compress_fast_extState",
     _i32(nb.types.voidptr, nb.types.voidptr, nb.types.voidptr, _i32, _i32, _i32),
 )
+_vp = nb.types.voidptr
+_lz4_load_dict_hc = nb.types.ExternalFunction("LZ4_loadDictHC", _i32(_vp, _vp, _i32))
+_lz4_reset_hc = nb.types.ExternalFunction("LZ4_resetStreamHC_fast", nb.types.void(_vp, _i32))
+_lz4_hc_continue = nb.types.ExternalFunction("LZ4_compress_HC_continue", _i32(_vp, _vp, _vp, _i32, _i32))
+_lz4_load_dict = nb.types.ExternalFunction("LZ4_loadDict", _i32(_vp, _vp, _i32))
+_lz4_fast_continue = nb.types.ExternalFunction("LZ4_compress_fast_continue",
+                                               _i32(_vp, _vp, _vp, _i32, _i32, _i32))
 _zstd_compress = nb.types.ExternalFunction(
     "ZSTD_compressCCtx",
     nb.types.uint64(nb.types.uintp, nb.types.voidptr, nb.types.uint64, nb.types.voidptr, nb.types.uint64,
@@ -79,13 +96,46 @@ _zstd_compress = nb.types.ExternalFunction(
 
 
 @nb.njit(cache=True, nogil=True)
-def encode_chunks(kind, level, state, zctx, src, n, chunk_bytes, bound, dst, sizes):  # pragma: no cover
-    """Compress chunks ``src[i * chunk_bytes : (i + 1) * chunk_bytes]``, i < n, into ``dst`` (uint8,
-    at least ``n * bound`` bytes), one after another; ``sizes`` (int64 [n]) gets each one's bytes.
+def _encode_dict(level, state, src, steps, row_bytes, dst, cap):  # pragma: no cover - numba
+    """One "lz4dict" chunk of ``steps`` rows of ``src`` into ``dst`` (``cap`` bytes); its size, or -1."""
+    hdr = 4 * steps
+    at = hdr + row_bytes
+    if at > cap:
+        return -1
+    dst[hdr:at] = src[:row_bytes]
+    key = src.ctypes.data
+    for i in range(steps):
+        if i > 0:
+            s = src[i * row_bytes :].ctypes.data
+            d = dst[at:].ctypes.data
+            if level > 0:  # the key as dictionary (loading it resets the state, keeping the level)
+                _lz4_reset_hc(state.ctypes.data, level)
+                _lz4_load_dict_hc(state.ctypes.data, key, row_bytes)
+                got = _lz4_hc_continue(state.ctypes.data, s, d, row_bytes, cap - at)
+            else:
+                _lz4_load_dict(state.ctypes.data, key, row_bytes)
+                got = _lz4_fast_continue(state.ctypes.data, s, d, row_bytes, cap - at, 1)
+            if got <= 0:
+                return -1
+            at += got
+        end = at - hdr
+        for b in range(4):
+            dst[4 * i + b] = (end >> (8 * b)) & 0xFF
+    return at
+
+
+@nb.njit(cache=True, nogil=True)
+def encode_chunks(
+    kind, level, state, zctx, src, n, chunk_bytes, bound, dst, sizes, steps
+):  # pragma: no cover - numba
+    """Compress chunks ``src[i * chunk_bytes : (i + 1) * chunk_bytes]`` (``steps`` rows each), i < n,
+    into ``dst`` (uint8, at least ``n * bound`` bytes), one after another; ``sizes`` (int64 [n]) gets
+    each one's bytes.
 
     ``kind`` 0: LZ4 (``level`` > 0: HC at that level in the initialised HC ``state``; 0: fast mode,
     acceleration 1, in the initialised fast ``state``), with numcodecs' 4-byte size prefix; 1: Zstd at
-    ``level`` in the context ``zctx``. Returns the total bytes, or -1 - i when chunk i failed.
+    ``level`` in the context ``zctx``; 2: "lz4dict" (the module docstring) with ``state`` as for 0.
+    Returns the total bytes, or -1 - i when chunk i failed.
     """
     at = 0
     for i in range(n):
@@ -102,6 +152,10 @@ def encode_chunks(kind, level, state, zctx, src, n, chunk_bytes, bound, dst, siz
             if got <= 0:
                 return -1 - i
             size = got + 4
+        elif kind == 2:
+            size = _encode_dict(level, state, s, steps, chunk_bytes // steps, dst[at:], bound)
+            if size < 0:
+                return -1 - i
         else:
             r = _zstd_compress(zctx, dst[at:].ctypes.data, bound, s.ctypes.data, chunk_bytes, level)
             if r > bound:  # a zstd error code (a huge size_t)
@@ -122,22 +176,30 @@ class ChunkEncode:
     Parameters
     ----------
     codec : str
-        ``"lz4"`` (LZ4 HC level `LZ4_LEVEL`) or ``"zstd"`` (level `ZSTD_LEVEL`).
+        ``"lz4"`` (LZ4 HC level `LZ4_LEVEL`), ``"zstd"`` (level `ZSTD_LEVEL`) or ``"lz4dict"`` (LZ4 HC
+        level `LZ4DICT_LEVEL`).
+    level : int or None
+        Another level (LZ4: 0 for its fast mode, 1-12 HC; zstd: 1-22); None: the codec's default.
 
     Raises
     ------
     ValueError
-        ``codec`` not one of `replay.spec.CODECS`.
+        ``codec`` not one of `replay.spec.CODECS`, or ``level`` out of its range.
     MemoryError
         zstd could not allocate its context.
     """
 
-    def __init__(self, codec: str) -> None:
+    def __init__(self, codec: str, level: int | None = None) -> None:
         if codec not in CODECS:
             raise ValueError(f"codec must be one of {CODECS}, got {codec!r}")
         self.codec = codec
-        self.kind = _LZ4 if codec == "lz4" else _ZSTD
-        self.level = LZ4_LEVEL if codec == "lz4" else ZSTD_LEVEL
+        self.kind = _KIND[codec]
+        if level is None:
+            level = {"lz4": LZ4_LEVEL, "zstd": ZSTD_LEVEL, "lz4dict": LZ4DICT_LEVEL}[codec]
+        top = 22 if codec == "zstd" else 12
+        if not 0 <= level <= top or (codec == "zstd" and level == 0):
+            raise ValueError(f"level of {codec} must be in [{int(codec == 'zstd')}, {top}], got {level!r}")
+        self.level = int(level)
         self.zctx = 0
         self.state = np.zeros(0, np.uint64)
         if self.kind == _ZSTD:
@@ -153,10 +215,13 @@ class ChunkEncode:
             if not init(self.state.ctypes.data, size):
                 raise MemoryError(f"LZ4 could not initialise its state of {size} bytes")
 
-    def bound(self, chunk_bytes: int) -> int:
-        """The most bytes one compressed chunk of ``chunk_bytes`` raw bytes can take."""
+    def bound(self, chunk_bytes: int, steps: int = 1) -> int:
+        """The most bytes one compressed chunk of ``chunk_bytes`` raw bytes (``steps`` rows) can take."""
         if self.kind == _LZ4:
             return _HEADER + chunk_bytes + chunk_bytes // 255 + 16
+        if self.kind == _LZ4DICT:
+            row = chunk_bytes // steps
+            return 4 * steps + row + (steps - 1) * (row + row // 255 + 16)
         return int(_LIB_ZSTD.ZSTD_compressBound(chunk_bytes))
 
     def encode(self, rows: np.ndarray, chunk: int) -> tuple[np.ndarray, np.ndarray]:
@@ -178,13 +243,13 @@ class ChunkEncode:
         n = rows.shape[0] // chunk
         src = rows.reshape(-1).view(np.uint8)
         chunk_bytes = src.size // n if n else 0
-        bound = self.bound(chunk_bytes)
+        bound = self.bound(chunk_bytes, chunk)
         dst = np.empty(n * bound, np.uint8)
         sizes = np.empty(n, np.int64)
         if n == 0:
             return dst, sizes
         got = encode_chunks(self.kind, self.level, self.state, self.zctx, src, n, chunk_bytes, bound, dst,
-                            sizes)
+                            sizes, chunk)
         if got < 0:
             raise RuntimeError(f"{self.codec} failed to compress chunk {-1 - got} of {n}")
         return dst[:got], sizes

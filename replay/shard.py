@@ -182,7 +182,7 @@ class ShardStorage:
             for name, f in spec.items():
                 if f.codec is not None:
                     arena = max(1, int(capacity * f.row_bytes / f.arena_ratio))
-                    chunk = chunk_steps_for(capacity, f.chunk, name)
+                    chunk = chunk_steps_for(capacity, f.chunk, name, f.codec)
                     chunks[name] = ChunkRing.create(
                         memory, name, f.shape, f.dtype, f.codec, capacity, chunk, arena, tier, owner, fallback
                     )

@@ -55,7 +55,7 @@ def _parse_dtype(dtype: Any, name: str) -> np.dtype:
     return npd
 
 
-CODECS = ("lz4", "zstd")
+CODECS = ("lz4", "zstd", "lz4dict")
 
 
 @dataclass(frozen=True)
@@ -70,9 +70,10 @@ class FieldSpec:
     dtype : numpy.dtype
     codec : str or None
         None (default): the field's steps are stored raw. ``"lz4"`` (numcodecs' LZ4 format, compressed
-        by its bundled LZ4 HC, level 2) or ``"zstd"`` (numcodecs Zstd, level 1): stored as compressed
-        chunks of steps (`replay.chunk_codec.ChunkRing`), compressed by the writer at commit and
-        decompressed into the batch at sample time; for large, redundant steps (pixels).
+        by its bundled LZ4 HC, level 2), ``"zstd"`` (numcodecs Zstd, level 1) or ``"lz4dict"`` (each
+        chunk's first step raw, the others LZ4 with it as dictionary: `replay.chunk_encode`): stored
+        as compressed chunks of steps (`replay.chunk_codec.ChunkRing`), compressed by the writer at
+        commit and decompressed into the batch at sample time; for large, redundant steps (pixels).
     arena_ratio : float
         For a codec field, raw bytes of the shard's ring per byte of its compressed arena (> 0; the
         arena holds ``capacity * row_bytes / arena_ratio`` bytes per shard). A commit whose chunks do not
@@ -81,12 +82,13 @@ class FieldSpec:
         For a codec field, steps per compressed chunk: a sampled step decompresses its whole chunk,
         so short chunks sample faster and long ones compress better (docs/performance.md, "Compressed
         fields"). The shard capacity must be a multiple of it and at least twice it. None (default):
-        `replay.chunk_codec.CHUNK_STEPS` (one step). Unused when raw.
+        the codec's `replay.chunk_codec.CHUNK_STEPS` (one step; eight for ``"lz4dict"``). Unused when
+        raw.
 
     Raises
     ------
     ValueError
-        ``codec`` not None, ``"lz4"`` or ``"zstd"``, a codec on a zero-size shape, ``arena_ratio`` not a
+        ``codec`` not None or one of `CODECS`, a codec on a zero-size shape, ``arena_ratio`` not a
         positive finite number, or ``chunk`` not None or a positive int (the message names the argument
         and the value).
     """
@@ -100,7 +102,9 @@ class FieldSpec:
 
     def __post_init__(self) -> None:
         if self.codec is not None and self.codec not in CODECS:
-            raise ValueError(f"field {self.name!r}: codec must be None, 'lz4' or 'zstd', got {self.codec!r}")
+            raise ValueError(
+                f"field {self.name!r}: codec must be None, 'lz4', 'zstd' or 'lz4dict', got {self.codec!r}"
+            )
         if self.codec is not None and 0 in tuple(self.shape):
             raise ValueError(  # its chunks would be codec headers only, and never fit the empty arena
                 f"field {self.name!r}: codec {self.codec!r} on a field of shape {tuple(self.shape)} (zero "

@@ -65,7 +65,7 @@ def test_create_rejects_bad_sizes(memory):
 
 @settings(max_examples=15, deadline=None)
 @given(
-    codec=st.sampled_from(["lz4", "zstd"]),
+    codec=st.sampled_from(["lz4", "zstd", "lz4dict"]),
     chunk=st.sampled_from([1, 4, 8]),
     slots=st.integers(2, 6),
     ops=st.lists(st.tuples(st.integers(1, 30), st.integers(0, 3)), min_size=1, max_size=20),
@@ -132,12 +132,13 @@ def test_read_refuses_positions_not_held(memory):
         ring.read(np.array([3]), np.empty((1, *SHAPE), np.uint8))
 
 
-def test_corrupt_checkpoint_chunk_is_named(memory):
-    ring = ChunkRing.create(memory, "obs", SHAPE, np.uint8, "zstd", capacity=16, chunk=4, arena_bytes=4096)
+@pytest.mark.parametrize("codec", ["zstd", "lz4dict"])
+def test_corrupt_checkpoint_chunk_is_named(memory, codec):
+    ring = ChunkRing.create(memory, "obs", SHAPE, np.uint8, codec, capacity=16, chunk=4, arena_bytes=4096)
     ring.write(frames(0, 10), 0)
     state = ring.state()
     state["blob"] = state["blob"].copy()
     state["blob"][: state["chunks"][0, 1]] = 7
-    other = ChunkRing.create(memory, "obs", SHAPE, np.uint8, "zstd", capacity=16, chunk=4, arena_bytes=4096)
+    other = ChunkRing.create(memory, "obs", SHAPE, np.uint8, codec, capacity=16, chunk=4, arena_bytes=4096)
     with pytest.raises(ValueError, match="field 'obs': chunk 0 of the checkpoint does not decompress"):
         other.load_state(state)

@@ -44,7 +44,7 @@ def batches_equal(a, b) -> None:
 
 @settings(max_examples=10, deadline=None)
 @given(
-    codec=st.sampled_from(["lz4", "zstd"]),
+    codec=st.sampled_from(["lz4", "zstd", "lz4dict"]),
     chunk=st.sampled_from([1, 2, 4]),
     prioritized=st.booleans(),
     shards=st.sampled_from([1, 2]),
@@ -152,7 +152,7 @@ def test_the_chunk_option_is_checked_and_kept_in_the_config():
         store.close()
 
 
-@pytest.mark.parametrize("codec,chunk", [("zstd", 4), ("lz4", 2)])
+@pytest.mark.parametrize("codec,chunk", [("zstd", 4), ("lz4", 2), ("lz4dict", 4)])
 def test_a_checkpoint_of_multi_step_chunks_restores_the_same_batches(tmp_path, codec, chunk):
     with MemoryManager() as mm:
         store = ReplayStore(spec(codec, chunk), 24, 2, memory=mm, seed=1, tier="host", timeout=2.0,

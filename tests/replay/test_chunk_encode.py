@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from numcodecs import LZ4, Zstd
 
+from replay.chunk_decode import decode_dict_chunk
 from replay.chunk_encode import LZ4_LEVEL, ZSTD_LEVEL, ChunkEncode
 
 
@@ -21,11 +22,11 @@ def rows(n: int, seed: int) -> np.ndarray:
 
 
 @settings(max_examples=12, deadline=None)
-@given(codec=st.sampled_from(["lz4", "zstd"]), chunk=st.sampled_from([1, 3, 8]), n=st.integers(0, 5),
-       seed=st.integers(0, 2**31 - 1))
-def test_chunks_decode_with_numcodecs_to_the_rows(codec, chunk, n, seed):
+@given(codec=st.sampled_from(["lz4", "zstd"]), level=st.sampled_from([None, 0, 1, 3, 9]),
+       chunk=st.sampled_from([1, 3, 8]), n=st.integers(0, 5), seed=st.integers(0, 2**31 - 1))
+def test_chunks_decode_with_numcodecs_to_the_rows(codec, level, chunk, n, seed):
     data = rows(n * chunk, seed)
-    enc = ChunkEncode(codec)
+    enc = ChunkEncode(codec, None if codec == "zstd" and level == 0 else level)
     try:
         blob, sizes = enc.encode(data, chunk)
     finally:
@@ -47,9 +48,36 @@ def test_lz4_chunks_carry_numcodecs_size_prefix_and_compress():
     assert sizes.tolist()[0] < 40 and (LZ4_LEVEL, ZSTD_LEVEL) == (2, 1)
 
 
+@settings(max_examples=10, deadline=None)
+@given(level=st.sampled_from([None, 0, 9]), chunk=st.sampled_from([1, 2, 5]), n=st.integers(1, 4),
+       seed=st.integers(0, 2**31 - 1))
+def test_lz4dict_chunks_keep_the_first_step_raw_and_decode_to_the_rows(level, chunk, n, seed):
+    data = rows(n * chunk, seed)
+    enc = ChunkEncode("lz4dict", level)
+    blob, sizes = enc.encode(data, chunk)
+    row = data[0].nbytes
+    at = 0
+    for i, size in enumerate(sizes.tolist()):
+        one = blob[at : at + size]
+        ends = one[: 4 * chunk].view("<u4")
+        assert ends[0] == row and (np.diff(ends) > 0).all() and ends[-1] == size - 4 * chunk
+        assert np.array_equal(one[4 * chunk : 4 * chunk + row], data[i * chunk].reshape(-1))  # the key, raw
+        out = np.empty(chunk * row, np.uint8)
+        assert decode_dict_chunk(one, chunk, row, out)
+        assert np.array_equal(out, data[i * chunk : (i + 1) * chunk].reshape(-1))
+        bad = one.copy()
+        bad[4 : 4 * chunk] = 0xFF  # part ends past the chunk: refused, nothing read out of bounds
+        assert chunk == 1 or not decode_dict_chunk(bad, chunk, row, out)
+        at += size
+
+
 def test_bad_input_raises():
     with pytest.raises(ValueError, match="codec must be one of .*'snappy'"):
         ChunkEncode("snappy")
+    with pytest.raises(ValueError, match=r"level of lz4 must be in \[0, 12\], got 13"):
+        ChunkEncode("lz4", 13)
+    with pytest.raises(ValueError, match=r"level of zstd must be in \[1, 22\], got 0"):
+        ChunkEncode("zstd", 0)
     enc = ChunkEncode("zstd")
     with pytest.raises(ValueError, match=r"multiple of chunk=2 long, got shape \(3, 6, 7\)"):
         enc.encode(rows(3, 0), 2)

@@ -15,7 +15,7 @@ from replay import ReplayStore, TrajectorySpec
 from replay.spec import FieldSpec
 
 
-@pytest.mark.parametrize("codec", ["lz4", "zstd"])
+@pytest.mark.parametrize("codec", ["lz4", "zstd", "lz4dict"])
 @pytest.mark.parametrize("shape", [(0,), (2, 0, 3)])
 def test_a_codec_on_a_zero_size_field_is_refused_naming_it(codec, shape):
     # its chunks are codec headers only (5 or 9 bytes) and the arena is sized from zero raw bytes:

@@ -127,7 +127,7 @@ def test_codec_fields_parse_round_trip_and_name_bad_values():
     assert spec.codec_fields == ("obs", "b")
     assert TrajectorySpec.from_config(spec.to_config()) == spec
     assert spec != TrajectorySpec({"obs": ((2, 3), "uint8"), "b": ((4,), "uint8"), "r": ((), "float32")})
-    with pytest.raises(ValueError, match="field 'obs': codec must be None, 'lz4' or 'zstd', got 'gzip'"):
+    with pytest.raises(ValueError, match="'obs': codec must be None, 'lz4', 'zstd' or 'lz4dict', got 'gzip'"):
         TrajectorySpec({"obs": ((2,), "uint8", "gzip")})
     with pytest.raises(ValueError, match="field 'x': arena_ratio must be a positive number, got 0"):
         FieldSpec("x", (2,), np.dtype("uint8"), "lz4", 0)
