@@ -8,7 +8,8 @@ for one shard, without grouping the rows by shard first. The rings come as one s
 ``shard * F + field`` (a tuple for one shard, a numba typed list for more). `BatchCopy` holds those
 sequences for a storage and runs the copy on the process's thread team (`graphrl.kernels.parallel_for`)
 when the batch is large enough that a second thread pays (chunks of at least ``_CHUNK_BYTES`` of
-output). `replay.sampler.WindowSampler` uses it for host batches.
+output), with as many threads as the thread policy gives (`graphrl.threads`).
+`replay.sampler.WindowSampler` uses it for host batches.
 
 >>> copy = BatchCopy(storage)
 >>> copy.run(shard, first, n, dst, 0, b, flat, mask, length)
@@ -16,12 +17,11 @@ output). `replay.sampler.WindowSampler` uses it for host batches.
 
 from __future__ import annotations
 
-import os
-
 import numba as nb
 import numpy as np
 
 from graphrl.kernels import parallel_for, prefetch_l2, store_fence
+from graphrl.threads import threads_for
 from replay.storage import TrajectoryStorage
 from replay.windows import AHEAD, PAGE, STREAM_BATCH_BYTES, copy_window, mask_row, prefetch_pages
 
@@ -81,7 +81,8 @@ class BatchCopy:
     storage : TrajectoryStorage
         An owner's or an attached storage (only its rings are read).
     threads : int, optional
-        Threads that may copy, the caller included; default the CPUs this process may run on.
+        Threads that may copy, the caller included; default (None) the thread policy's count for each
+        batch (`graphrl.threads.threads_for`: a thread for every ``_CHUNK_BYTES`` of output).
     """
 
     def __init__(self, storage: TrajectoryStorage, threads: int | None = None) -> None:
@@ -93,10 +94,7 @@ class BatchCopy:
         self.row_bytes = np.array([spec[n].row_bytes for n in raw], dtype=np.int64)
         self.step_bytes = int(self.row_bytes.sum())
         self.capacity = storage.capacity
-        if threads is None:  # the CPUs this process may run on
-            has_affinity = hasattr(os, "sched_getaffinity")
-            threads = len(os.sched_getaffinity(0)) if has_affinity else os.cpu_count() or 1
-        self.threads = int(threads)
+        self.threads = None if threads is None else int(threads)
 
     def run(
         self,
@@ -117,11 +115,14 @@ class BatchCopy:
             flat = tuple(flat[j] for j in self.fields)
         total = (hi - lo) * length * self.step_bytes
         stream = total >= STREAM_BATCH_BYTES
-        if total < _PARALLEL_BYTES or self.threads <= 1 or hi - lo < 2:  # one chunk: on this thread
+        threads = 1
+        if total >= _PARALLEL_BYTES and hi - lo >= 2:
+            threads = threads_for(total // 4, _CHUNK_BYTES // 4) if self.threads is None else self.threads
+        if threads <= 1:  # one chunk: on this thread
             rings = (self.rings, flat, self.row_bytes, self.capacity)
             gather_rows(*rings, shard, first, n, dst, lo, hi, length, mask, stream)
             return
-        chunks = min(hi - lo, max(self.threads, total // _CHUNK_BYTES), 4 * self.threads)
+        chunks = min(hi - lo, max(threads, total // _CHUNK_BYTES), 4 * threads)
         args = (self.rings, flat, self.row_bytes, self.capacity, shard, first, n, dst)
         rows = hi - lo
 
@@ -129,4 +130,4 @@ class BatchCopy:
             a, b = lo + rows * i // chunks, lo + rows * (i + 1) // chunks
             gather_rows(*args, a, b, length, mask, stream)
 
-        parallel_for(chunk, chunks, self.threads)
+        parallel_for(chunk, chunks, threads)
