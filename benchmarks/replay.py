@@ -18,7 +18,9 @@ Cases (higher is better; ``ratio`` = ours / baseline):
   setting: trajectory bounds cached); copy: one ``numpy.copyto`` of B*L steps' bytes (the ceiling).
 - sample + update priorities (B=256 transitions, prioritized, alpha 0.6, beta 0.4): ours
   ``Prioritized`` with window 1 vs cpprb ``PrioritizedReplayBuffer``; and uniform transitions vs cpprb
-  ``ReplayBuffer``.
+  ``ReplayBuffer``. Each also ``, 1 thread``: ours with this thread's numba count at 1, so the copy
+  stays on the caller (`graphrl.threads`; a batch of 2 MiB and more is otherwise copied by the thread
+  team too, `replay.transition_kernel`), interleaved with the other two.
 - per call (``calls_per_s``, with ``us_per_call``): ``sample(32, 1)`` vs cpprb ``sample(32)`` and
   ``sample(B, L)`` vs TorchRL's ``sample()`` (one call each: the fixed cost of a call).
 - append: ``writer.append`` of single steps (one episode) vs cpprb ``add`` of single steps.
@@ -54,6 +56,7 @@ from pathlib import Path
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 import click  # noqa: E402
+import numba  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
@@ -108,6 +111,21 @@ def best(fn: Callable[[], object], iters: int, repeats: int) -> float:
             fn()
         times.append((time.perf_counter() - start) / iters)
     return min(times)
+
+
+def serial(fn: Callable[[], object]) -> Callable[[], None]:
+    """``fn`` with this thread's numba count at 1, so graphrl's kernels run on the caller alone
+    (`graphrl.threads.team_size` follows it): the one-thread arm of a case."""
+
+    def run() -> None:
+        n = numba.get_num_threads()
+        numba.set_num_threads(1)
+        try:
+            fn()
+        finally:
+            numba.set_num_threads(n)
+
+    return run
 
 
 def cpu_fields(cpu: list[float]) -> dict:
@@ -199,9 +217,10 @@ def cpprb_buffer(spec, episodes, capacity, prioritized: bool):
 
 
 def bench_layout(
-    layout: str, steps: int, batch: int, window: int, iters: int, repeats: int, versions: dict, tier: str
+    layout: str, steps: int, batch: int, window: int, iters: int, repeats: int, versions: dict, tier: str,
+    cases: str = "all",
 ) -> list[dict]:
-    """Every case for one step layout."""
+    """Every case for one step layout (``cases="cpprb"``: only the cases against cpprb)."""
     rows: list[dict] = []
     spec = spec_for(layout)
     episodes = make_episodes(spec, steps)
@@ -226,6 +245,8 @@ def bench_layout(
         )
         rb_torchrl = None
         try:
+            if cases == "cpprb":
+                raise ImportError("skipped")
             t_trl, rb_torchrl = torchrl_buffer(spec, episodes, steps, window, batch)
             import torchrl
 
@@ -242,7 +263,7 @@ def bench_layout(
                 )
             )
         except ImportError:
-            click.echo("torchrl not installed: skipped")
+            click.echo("torchrl not installed or --cases cpprb: skipped")
         rb_cpprb = None
         try:
             _, rb_cpprb = cpprb_buffer(spec, episodes, steps, prioritized=False)
@@ -278,68 +299,68 @@ def bench_layout(
         except ImportError:
             click.echo("cpprb not installed: skipped")
 
-        # sample windows
-        def ours_windows() -> None:
-            store.sample(batch, window).release()
+        if cases == "all":  # sample windows
+            def ours_windows() -> None:
+                store.sample(batch, window).release()
 
-        nbytes = batch * window * step_bytes
-        src = np.random.default_rng(1).integers(0, 256, nbytes, dtype=np.uint8)
-        dst = np.empty_like(src)
-        # ours and the copy alternate (the machine may be shared: both see the same load)
-        t_s, t_c = best_interleaved([ours_windows, lambda: np.copyto(dst, src)], iters, repeats)
-        rows.append(
-            row(
-                f"{tag} sample B={batch} L={window} vs copy",
-                "windows_per_s",
-                batch / t_s,
-                "numpy copyto (ceiling)",
-                batch / t_c,
-                ours_gb_per_s=nbytes / t_s / 1e9,
-                baseline_gb_per_s=nbytes / t_c / 1e9,
-            )
-        )
-        if rb_torchrl is not None:
-            t_s, t_t = best_interleaved([ours_windows, rb_torchrl.sample], iters, repeats)
+            nbytes = batch * window * step_bytes
+            src = np.random.default_rng(1).integers(0, 256, nbytes, dtype=np.uint8)
+            dst = np.empty_like(src)
+            # ours and the copy alternate (the machine may be shared: both see the same load)
+            t_s, t_c = best_interleaved([ours_windows, lambda: np.copyto(dst, src)], iters, repeats)
             rows.append(
                 row(
-                    f"{tag} sample B={batch} L={window} vs TorchRL",
+                    f"{tag} sample B={batch} L={window} vs copy",
                     "windows_per_s",
                     batch / t_s,
-                    "torchrl SliceSampler (cache_values)",
-                    batch / t_t,
+                    "numpy copyto (ceiling)",
+                    batch / t_c,
                     ours_gb_per_s=nbytes / t_s / 1e9,
-                    baseline_gb_per_s=nbytes / t_t / 1e9,
+                    baseline_gb_per_s=nbytes / t_c / 1e9,
                 )
             )
-            rows.append(
-                row(
-                    f"{tag} per call sample({batch}, {window}) vs TorchRL",
-                    "calls_per_s",
-                    1 / t_s,
-                    "torchrl SliceSampler sample()",
-                    1 / t_t,
-                    us_per_call=t_s * 1e6,
-                    baseline_us_per_call=t_t * 1e6,
+            if rb_torchrl is not None:
+                t_s, t_t = best_interleaved([ours_windows, rb_torchrl.sample], iters, repeats)
+                rows.append(
+                    row(
+                        f"{tag} sample B={batch} L={window} vs TorchRL",
+                        "windows_per_s",
+                        batch / t_s,
+                        "torchrl SliceSampler (cache_values)",
+                        batch / t_t,
+                        ours_gb_per_s=nbytes / t_s / 1e9,
+                        baseline_gb_per_s=nbytes / t_t / 1e9,
+                    )
                 )
-            )
-            del rb_torchrl
+                rows.append(
+                    row(
+                        f"{tag} per call sample({batch}, {window}) vs TorchRL",
+                        "calls_per_s",
+                        1 / t_s,
+                        "torchrl SliceSampler sample()",
+                        1 / t_t,
+                        us_per_call=t_s * 1e6,
+                        baseline_us_per_call=t_t * 1e6,
+                    )
+                )
+                del rb_torchrl
         store.close()
 
         # transitions: uniform vs cpprb ReplayBuffer, prioritized vs cpprb PrioritizedReplayBuffer
         if rb_cpprb is not None:
             _, store_u = ours_insert(spec, episodes, steps, mm, Uniform(), tier)
-            pair = [lambda: store_u.sample(batch, 1).release(), lambda: rb_cpprb.sample(batch)]
-            (t_u, t_cu), cpu = best_interleaved_cpu(pair, iters * 10, repeats)
-            rows.append(
-                row(
-                    f"{tag} sample B={batch} transitions vs cpprb",
-                    "samples_per_s",
-                    batch / t_u,
-                    "cpprb ReplayBuffer.sample",
-                    batch / t_cu,
-                    **cpu_fields(cpu),
+
+            def ours_u() -> None:
+                store_u.sample(batch, 1).release()
+
+            trio = [ours_u, serial(ours_u), lambda: rb_cpprb.sample(batch)]
+            (t_u, t_u1, t_cu), cpu = best_interleaved_cpu(trio, iters * 10, repeats)
+            for name, t, c in ((f"{tag} sample B={batch} transitions vs cpprb", t_u, cpu[0]),
+                               (f"{tag} sample B={batch} transitions, 1 thread, vs cpprb", t_u1, cpu[1])):
+                rows.append(
+                    row(name, "samples_per_s", batch / t, "cpprb ReplayBuffer.sample", batch / t_cu,
+                        **cpu_fields([c, cpu[2]]))
                 )
-            )
             (t_u32, t_c32), cpu = best_interleaved_cpu(
                 [lambda: store_u.sample(32, 1).release(), lambda: rb_cpprb.sample(32)], iters * 20, repeats
             )
@@ -396,17 +417,14 @@ def bench_layout(
                 s = rb_p.sample(batch, beta=0.4)
                 rb_p.update_priorities(s["indexes"], prios)
 
-            (t_op, t_cp), cpu = best_interleaved_cpu([ours_prio, cpprb_prio], iters * 10, repeats)
-            rows.append(
-                row(
-                    f"{tag} prioritized sample+update B={batch} vs cpprb",
-                    "samples_per_s",
-                    batch / t_op,
-                    "cpprb PrioritizedReplayBuffer",
-                    batch / t_cp,
-                    **cpu_fields(cpu),
+            trio = [ours_prio, serial(ours_prio), cpprb_prio]
+            (t_op, t_op1, t_cp), cpu = best_interleaved_cpu(trio, iters * 10, repeats)
+            for name, t, c in ((f"{tag} prioritized sample+update B={batch} vs cpprb", t_op, cpu[0]),
+                               (f"{tag} prioritized B={batch}, 1 thread, vs cpprb", t_op1, cpu[1])):
+                rows.append(
+                    row(name, "samples_per_s", batch / t, "cpprb PrioritizedReplayBuffer", batch / t_cp,
+                        **cpu_fields([c, cpu[2]]))
                 )
-            )
             store_p.close()
     return rows
 
@@ -421,6 +439,8 @@ def bench_layout(
 @click.option("--repeats", default=3, show_default=True)
 @click.option("--tier", default="shared", show_default=True, type=click.Choice(["shared", "host"]),
               help="The store's memory tier: shared (other processes attach) or host (private, as cpprb's).")
+@click.option("--cases", default="all", show_default=True, type=click.Choice(["all", "cpprb"]),
+              help="all, or only the cases against cpprb (no TorchRL, no B x L windows).")
 @click.option("--output", default=str(RESULTS), show_default=True)
 def main(
     layouts: str,
@@ -431,6 +451,7 @@ def main(
     iters: int,
     repeats: int,
     tier: str,
+    cases: str,
     output: str,
 ) -> None:
     """Insert and sample throughput of the replay store vs TorchRL, cpprb and a plain copy."""
@@ -441,7 +462,7 @@ def main(
     load_before = os.getloadavg()[0]
     for layout in [x.strip() for x in layouts.split(",") if x.strip()]:
         steps = small_steps if layout == "small" else image_steps
-        rows += bench_layout(layout, steps, batch, window, iters, repeats, versions, tier)
+        rows += bench_layout(layout, steps, batch, window, iters, repeats, versions, tier, cases)
     load = (load_before, os.getloadavg()[0])
     click.echo(
         f"\n1-min load average {load[0]:.2f} before, {load[1]:.2f} after, on {os.cpu_count()} CPUs "
