@@ -45,6 +45,7 @@ from numcodecs import LZ4, Zstd
 
 from graphrl.kernels.copies import copy_bytes
 from graphrl.memory import MemoryBudgetError, MemoryManager, Region, RegionHandle
+from replay.chunk_decode import decode_dict_chunk
 from replay.chunk_encode import ChunkEncode
 from replay.spec import CODECS
 from replay.sync_kernels import compiler_fence
@@ -413,8 +414,6 @@ class ChunkRing:
         if self.codec is not None:
             self.codec.decode(data, out=self._decoded)
             return
-        from replay.chunk_decode import decode_dict_chunk  # it imports the shard, which imports this module
-
         row_bytes = self.chunk_bytes // self.chunk
         if not decode_dict_chunk(data, self.chunk, row_bytes, self._decoded.reshape(-1).view(np.uint8)):
             raise ValueError(f"field {self.name!r}: the bytes are not an lz4dict chunk")

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from typing import TYPE_CHECKING
 
 import llvmlite.binding as llvm
 import numba as nb
@@ -35,8 +36,10 @@ import numpy as np
 
 from graphrl.kernels.copies import copy_bytes, zero_bytes
 from replay.keys import BACK_BITS, INC_BITS, SHARD_BITS, decode_keys
-from replay.shard import ShardStorage
-from replay.storage import TrajectoryStorage
+
+if TYPE_CHECKING:  # type hints only: the shard's module imports replay.chunk_codec, which imports this one
+    from replay.shard import ShardStorage
+    from replay.storage import TrajectoryStorage
 
 __all__ = [
     "KINDS", "LZ4DICT", "ChunkDecode", "decode_anchors", "decode_dict_chunk", "decode_jobs",
