@@ -278,7 +278,8 @@ def placement(load: int, competitor: str, new_session: bool, autogroup: str | No
         rule = "autogroup on, one session: CFS shares the cores per thread"
     text = f"{who}, {where} ({rule})"
     if autogroup != "1" or not new_session:
-        shares = ", ".join(f"{t} thread{'s' if t > 1 else ''} of ours {cores}/{load + t} core each -> "
+        shares = ", ".join(f"{t} thread{'s' if t > 1 else ''} of ours "
+                           f"{f'{cores}/{load + t} core' if load + t > cores else 'a core'} each -> "
                            f"at least {max(1.0, (load + t) / cores):.2f}x" for t in (1, 2))
         text += f"; fair share on {cores} cores: {shares} (times any CPU-time growth)"
     return text
