@@ -65,6 +65,15 @@ def skipped(weights, has_w, excl, q, b, j):
     return excluded or (has_w and not weights[j] > 0), q
 
 
+def edge_at(weights, has_w, pi, has_pi, p0, excl, q, b, s, j):
+    """(skip, q', w, f): `skipped`'s pair, then position j's weight (1.0 without weights) and `factor`
+    (``pi[p0 + j - s]`` with importance sampling): the head of the loops that weigh the row's eligible
+    edges (``q = a``, then per j in [s, e): ``skip, q, w, f = edge_at(..., q, b, s, j)``)."""
+    skip, q = skipped(weights, has_w, excl, q, b, j)
+    w = np.float64(weights[j]) if has_w else 1.0
+    return skip, q, w, factor(weights, has_w, pi, has_pi, p0 + j - s if has_pi else j)
+
+
 def row_sums(weights, has_w, excl, a, b, s, e):
     """(d, ds, sq): eligible edges, their weight sum (d without weights), sum of squared weights."""
     d = 0
@@ -114,11 +123,9 @@ def solve_c(c, fanout, weights, has_w, pi, has_pi, p0, excl, a, b, s, e):
         var1 = 0.0
         q = a
         for j in range(s, e):
-            skip, q = skipped(weights, has_w, excl, q, b, j)
+            skip, q, w, f = edge_at(weights, has_w, pi, has_pi, p0, excl, q, b, s, j)
             if skip:
                 continue
-            w = np.float64(weights[j]) if has_w else 1.0
-            f = factor(weights, has_w, pi, has_pi, p0 + j - s if has_pi else j)
             var1 += w * w / clip1(c * f)
         c = c * (var1 / target)
         low, high = (var1, target) if var1 < target else (target, var1)
@@ -132,10 +139,9 @@ def count_kept(indices, weights, has_w, pi, has_pi, p0, excl, a, b, s, e, c, vke
     n = 0
     q = a
     for j in range(s, e):
-        skip, q = skipped(weights, has_w, excl, q, b, j)
+        skip, q, _, f = edge_at(weights, has_w, pi, has_pi, p0, excl, q, b, s, j)
         if skip:
             continue
-        f = factor(weights, has_w, pi, has_pi, p0 + j - s if has_pi else j)
         if variate(vkey, indices[j]) < c * f:
             n += 1
     return n
@@ -148,11 +154,9 @@ def take_kept(indices, weights, has_w, pi, has_pi, p0, excl, a, b, s, e, c, vkey
     norm = 0.0
     q = a
     for j in range(s, e):
-        skip, q = skipped(weights, has_w, excl, q, b, j)
+        skip, q, w, f = edge_at(weights, has_w, pi, has_pi, p0, excl, q, b, s, j)
         if skip:
             continue
-        w = np.float64(weights[j]) if has_w else 1.0
-        f = factor(weights, has_w, pi, has_pi, p0 + j - s if has_pi else j)
         p = c * f
         if variate(vkey, indices[j]) < p:
             pos[w_at] = j
@@ -212,7 +216,7 @@ def hop_reset_row(indices, s, e, hop, owner):
         owner[u] = NO_OWNER
 
 
-FUNCTIONS = (clip1, variate, factor, skipped, row_sums, first_c, start_c, solve_c, count_kept,
+FUNCTIONS = (clip1, variate, factor, skipped, edge_at, row_sums, first_c, start_c, solve_c, count_kept,
              take_kept, raise_hop, hop_max_row, hop_apply_row, hop_reset_row)
 
 

@@ -169,15 +169,23 @@ def _draw_row(weights, prefix, s, e, state0, c, pos, o):
 
 
 @nb.njit(nogil=True, cache=True, _nrt=False)
-def _reject_mask(weights, s, e, state0, c, acc, pos, o):
-    """`_reject_bitmap` for a row of at most 64 edges: the chosen positions are the bits of a register,
-    and the row's prefix sums are summed afresh from its float32 weights into ``acc`` (the same float64
-    additions in the same order as `weight_prefix`, so the same numbers, from half the bytes)."""
+def _reject_fast(weights, prefix, s, e, state0, c, bits, acc, pos, o):
+    """Without replacement, a row of at most BITMAP_MAX edges and no excluded position: "chosen already"
+    is a bit of a register (rows up to 64 edges) or of ``bits`` (all 0 on entry and on return), emitted
+    in order at the end; a draw accepts or rejects without a branch (the next attempt's draw and search
+    do not wait for its outcome), and the REJECT_LIMIT-th rejection in a row makes the next draw the
+    output's exact fallback draw (which never returns a chosen position). A row of at most 64 edges
+    searches prefix sums summed afresh from its float32 weights into ``acc`` (the same float64 additions
+    in the same order as `weight_prefix`, so the same numbers, from half the bytes)."""
     d = e - s
-    total = 0.0
-    for i in range(d):
-        total += np.float64(weights[s + i])
-        acc[i] = total
+    in_register = d <= 64
+    if in_register:
+        total = 0.0
+        for i in range(d):
+            total += np.float64(weights[s + i])
+            acc[i] = total
+    else:
+        total = prefix[e - 1]
     one = np.uint64(1)
     mask = np.uint64(0)
     t = np.uint64(0)
@@ -186,61 +194,35 @@ def _reject_mask(weights, s, e, state0, c, acc, pos, o):
     while n < c:
         t += one
         r = draw(state0, t)
-        if rejects == REJECT_LIMIT:  # this draw is the output's exact fallback draw (rare)
-            p = _fallback_draw(weights, _NO_EXCL, 0, 0, s, e, r, False, _MEMBER_MASK, mask, _NO_BITS, pos, o,
-                               n, _NO_EXCL)
-            mask |= one << np.uint64(p - s)
-            rejects = 0
-            n += 1
-            continue
-        p = s + _count_le(acc, 0, d, unit(r) * total)
-        if p == e:
-            p = _last_positive(weights, s, e)
-        bit = one << np.uint64(p - s)
-        hit = np.int64((mask & bit) != 0)
-        mask |= bit
+        if rejects == REJECT_LIMIT:  # rare
+            kind = _MEMBER_MASK if in_register else _MEMBER_BITMAP
+            p = _fallback_draw(weights, _NO_EXCL, 0, 0, s, e, r, False, kind, mask, bits, pos, o, n, _NO_EXCL)
+        else:
+            frac = unit(r)
+            if in_register:
+                p = s + _count_le(acc, 0, d, frac * total)
+            else:
+                p = _search(prefix, s, e, frac * total, frac)
+            if p == e:
+                p = _last_positive(weights, s, e)
+        rel = p - s
+        bit = one << np.uint64(rel & 63)
+        word = mask if in_register else bits[rel >> 6]
+        hit = np.int64((word & bit) != 0)
+        if in_register:
+            mask = word | bit
+        else:
+            bits[rel >> 6] = word | bit
         n += 1 - hit
         rejects = (rejects + 1) * hit
+    if not in_register:
+        emit_bitmap(bits, d, s, pos, o)
+        return
     w = o
     while mask:
         pos[w] = s + lowest_bit_index(mask)
         w += 1
         mask &= mask - one
-
-
-@nb.njit(nogil=True, cache=True, _nrt=False)
-def _reject_bitmap(weights, prefix, s, e, state0, c, bits, pos, o):
-    """Without replacement, a row of 65..4096 edges and no excluded position: chosen positions are the
-    bits of ``bits`` (all 0 on entry and on return), emitted word by word in order; a draw accepts or
-    rejects without a branch (the next attempt's draw and search do not wait for its outcome)."""
-    d = e - s
-    total = prefix[e - 1]
-    one = np.uint64(1)
-    t = np.uint64(0)
-    n = 0
-    rejects = 0
-    while n < c:
-        t += one
-        r = draw(state0, t)
-        if rejects == REJECT_LIMIT:  # this draw is the output's exact fallback draw (rare)
-            rel = _fallback_draw(weights, _NO_EXCL, 0, 0, s, e, r, False, _MEMBER_BITMAP, np.uint64(0), bits,
-                                 pos, o, n, _NO_EXCL) - s
-            bits[rel >> 6] |= one << np.uint64(rel & 63)
-            rejects = 0
-            n += 1
-            continue
-        frac = unit(r)
-        p = _search(prefix, s, e, frac * total, frac)
-        if p == e:
-            p = _last_positive(weights, s, e)
-        rel = p - s
-        bit = one << np.uint64(rel & 63)
-        word = bits[rel >> 6]
-        hit = np.int64((word & bit) != 0)
-        bits[rel >> 6] = word | bit
-        n += 1 - hit
-        rejects = (rejects + 1) * hit
-    emit_bitmap(bits, d, s, pos, o)
 
 
 @nb.njit(inline="always", cache=True)
@@ -318,15 +300,12 @@ def _reject_row(weights, prefix, s, e, state0, c, replace, bitmap, acc, pos, o):
     ``replace``, by rejection over its prefix sums, into pos[o:o + c] (the reference's "weighted rows";
     c > 0, and c < the row's eligible count unless ``replace``). Other rows: `_reject_general`.
 
-    With replacement, outputs go to pos in draw order. Without, "chosen already" is a bit of a register
-    (rows up to 64 edges) or of the workspace's ``bitmap``, and the set bits are emitted in order at
-    the end."""
+    With replacement, outputs go to pos in draw order (`_draw_row`); without, `_reject_fast` with the
+    workspace's ``bitmap``."""
     if replace:
         _draw_row(weights, prefix, s, e, state0, c, pos, o)
-    elif e - s <= 64:
-        _reject_mask(weights, s, e, state0, c, acc, pos, o)
     else:
-        _reject_bitmap(weights, prefix, s, e, state0, c, bitmap, pos, o)
+        _reject_fast(weights, prefix, s, e, state0, c, bitmap, acc, pos, o)
 
 
 @nb.njit(nogil=True, cache=True, _nrt=False)
@@ -365,7 +344,7 @@ def _prefetch_weighted_row(weights, prefix, dst, key, row_start, row_end, row_de
             prefetch(weights, e - 1)
         return
     d = e - s
-    if not draws and d <= 64:  # `_reject_mask` and `short_row` read the weights, not the prefix sums
+    if not draws and d <= 64:  # `_reject_fast` and `short_row` read the weights, not the prefix sums
         for p in range(s, e, 16):
             prefetch(weights, p)
         prefetch(weights, e - 1)
@@ -390,7 +369,7 @@ def choose_rows_weighted(dst, row_start, row_deg, row_exlo, row_exhi, row_end, o
     """Pass 2 of weighted rows without times [lo, hi): rejection over the prefix sums ``prefix`` (the
     reference's "weighted rows"); ``draws``: with replacement and fanout >= 0."""
     bitmap = np.zeros(BITMAP_MAX // 64, dtype=np.uint64)  # all 0 between rows
-    acc = np.empty(SHORT_ROW_MAX, dtype=np.float64)  # a short row's running sums
+    acc = np.empty(SHORT_ROW_MAX, dtype=np.float64)  # the running or prefix sums of a row <= 64 edges
     for i in range(lo, min(lo + _WEIGHTED_AHEAD, hi)):
         _prefetch_weighted_row(weights, prefix, dst, key, row_start, row_end, row_deg, out_indptr, draws,
                                i)
