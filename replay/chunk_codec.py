@@ -327,7 +327,8 @@ class ChunkRing:
         else:
             src = np.empty((hi - lo, *self.shape), dtype=self.dtype)
             src[:head] = self.tail[np.arange(lo, lo + head) % c]
-            src[head:] = rows[: hi - position]
+            if hi > position:  # else every filled chunk lies before ``position`` (a skip past them)
+                src[head:] = rows[: hi - position]
         if self._encoder is None:
             self._encoder = ChunkEncode(self.codec_name)
         blob, sizes = self._encoder.encode(src, c)

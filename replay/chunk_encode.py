@@ -42,7 +42,7 @@ __all__ = ["LZ4DICT_LEVEL", "LZ4_LEVEL", "ZSTD_LEVEL", "ChunkEncode", "encode_ch
 
 LZ4_LEVEL = 2  # LZ4 HC level for "lz4" (0: LZ4's fast mode, acceleration 1); docs/performance.md
 ZSTD_LEVEL = 1  # zstd level for "zstd"
-LZ4DICT_LEVEL = 2  # LZ4 HC level of "lz4dict"'s steps after the key (0: fast mode)
+LZ4DICT_LEVEL = 6  # LZ4 HC level of "lz4dict"'s steps after the key (0: fast mode); docs/performance.md
 _LZ4, _ZSTD, _LZ4DICT = 0, 1, 2
 _KIND = {"lz4": _LZ4, "zstd": _ZSTD, "lz4dict": _LZ4DICT}
 _HEADER = 4  # numcodecs' LZ4 prefix: the decompressed size, uint32 little-endian

@@ -79,11 +79,11 @@ class FieldSpec:
         arena holds ``capacity * row_bytes / arena_ratio`` bytes per shard). A commit whose chunks do not
         fit beside the live ones raises `graphrl.memory.MemoryBudgetError`: lower it. Unused when raw.
     chunk : int or None
-        For a codec field, steps per compressed chunk: a sampled step decompresses its whole chunk,
-        so short chunks sample faster and long ones compress better (docs/performance.md, "Compressed
-        fields"). The shard capacity must be a multiple of it and at least twice it. None (default):
-        the codec's `replay.chunk_codec.CHUNK_STEPS` (one step; eight for ``"lz4dict"``). Unused when
-        raw.
+        For a codec field, steps per compressed chunk: a sampled step decompresses its whole chunk
+        (``"lz4dict"``: the step alone), so short chunks sample faster and long ones compress better
+        (docs/performance.md, "Compressed fields"). The shard capacity must be a multiple of it and at
+        least twice it. None (default): the codec's `replay.chunk_codec.CHUNK_STEPS` (one step; eight
+        for ``"lz4dict"``). Unused when raw.
 
     Raises
     ------

@@ -142,3 +142,15 @@ def test_corrupt_checkpoint_chunk_is_named(memory, codec):
     other = ChunkRing.create(memory, "obs", SHAPE, np.uint8, codec, capacity=16, chunk=4, arena_bytes=4096)
     with pytest.raises(ValueError, match="field 'obs': chunk 0 of the checkpoint does not decompress"):
         other.load_state(state)
+
+
+@pytest.mark.parametrize("codec", ["lz4", "lz4dict"])
+def test_a_skip_past_a_whole_chunk_keeps_the_rows_written_before_it(memory, codec):
+    # found by hypothesis: 6 rows, then 3 rows at position 9 fill chunk 0 (positions 0..7) from the tail
+    # alone; the rows of the write were once copied into it as well
+    ring = ChunkRing.create(memory, "obs", SHAPE, np.uint8, codec, capacity=16, chunk=8, arena_bytes=4096)
+    ring.write(frames(0, 6), 0)
+    ring.write(frames(9, 3), 9)
+    out = np.empty((9, *SHAPE), np.uint8)
+    ring.read(np.r_[0:6, 9:12], out)
+    np.testing.assert_array_equal(out, np.concatenate([frames(0, 6), frames(9, 3)]))
