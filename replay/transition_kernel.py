@@ -38,6 +38,7 @@ releasing one (`sample_transitions`' notes), as `graphrl.threads` allows.
 from __future__ import annotations
 
 import ctypes
+import os
 import platform
 
 import numba as nb
@@ -87,6 +88,7 @@ __all__ = [
     "STALE",
     "WORDS",
     "draw_transitions",
+    "idle_cores",
     "sample_transitions",
     "selector_words",
 ]
@@ -423,10 +425,10 @@ def sample_transitions(
     -----
     A batch of ``2 * SPLIT_BYTES`` and more takes three steps: one compiled call takes the locks and
     draws; the caller and up to ``threads_for(bytes / 4, SPLIT_BYTES / 4) - 1`` helpers of the thread
-    team (`graphrl.threads`, `graphrl.kernels.engaged`) copy groups of `GROUP_BYTES` of rows, each
-    claimed atomically, so the caller never waits for a helper that has not started (it waits only
-    for groups being copied, and the batch is whole when it returns); a second call releases the
-    shard mutexes and counts. Smaller batches take the one call.
+    team (`graphrl.threads`, `graphrl.kernels.engaged`; at most `idle_cores`) copy groups of
+    `GROUP_BYTES` of rows, each claimed atomically, so the caller never waits for a helper that has
+    not started (it waits only for groups being copied, and the batch is whole when it returns); a
+    second call releases the shard mutexes and counts. Smaller batches take the one call.
     """
     status, live, err, died = _sample_locked(
         plan, held, repairs, words, dst, incarnation, o_keys, o_prob, mask, beta, o_weights, 2 * SPLIT_BYTES
@@ -435,20 +437,44 @@ def sample_transitions(
         return status, live, err, died
     k = o_keys.shape[0]  # drawn, the shard mutexes held: the copy of ``err`` bytes is left
     threads = threads_for(err // 4, SPLIT_BYTES // 4)
+    if threads > 1:
+        threads = 1 + min(threads - 1, idle_cores(threads))
     counted = 0
     try:
-        job = np.zeros(2, dtype=np.int64)  # groups claimed, groups copied
-        group = max(1, min(k, GROUP_BYTES * k // err))  # rows a group
-        groups = -(-k // group)
-        # a chunk a thread, the caller's (0) taken here: the helpers' Python runs once each
-        task = Chunks(lambda i: _copy_groups(job, plan, o_keys, dst, group, groups, False), threads)
-        task.claim()
-        with engaged(task, threads - 1):  # a helper that comes late finds every group claimed
-            _copy_groups(job, plan, o_keys, dst, group, groups, True)
+        if threads <= 1:  # no idle core: the caller copies the whole batch
+            _copy_keys(plan, o_keys, dst, 0, k)
+        else:
+            job = np.zeros(2, dtype=np.int64)  # groups claimed, groups copied
+            group = max(1, min(k, GROUP_BYTES * k // err))  # rows a group
+            groups = -(-k // group)
+            # a chunk a thread, the caller's (0) taken here: the helpers' Python runs once each
+            task = Chunks(lambda i: _copy_groups(job, plan, o_keys, dst, group, groups, False), threads)
+            task.claim()
+            with engaged(task, threads - 1):  # a helper that comes late finds every group claimed
+                _copy_groups(job, plan, o_keys, dst, group, groups, True)
         counted = k
     finally:  # the shard mutexes are released even when the copy raised (nothing counted then)
         status, err, more = _release(plan, held, counted)
     return status, live, err, died + more
+
+
+def idle_cores(cores: int) -> int:
+    """How many of ``cores`` (the cores the caller may use, itself included) have nothing else to run at
+    this moment: ``cores`` less the machine's runnable tasks, this thread included (the running
+    count of ``/proc/loadavg``, read only when the 1-minute load average is under twice ``cores``;
+    above it, 0). Where ``/proc/loadavg`` cannot be read: ``cores - 1``.
+
+    A helper thread copies in parallel only on an idle core; on a busy one it takes the caller's
+    core or holds the interpreter lock the caller needs next (docs/performance.md).
+    """
+    if os.getloadavg()[0] >= 2 * cores:
+        return 0
+    try:
+        with open("/proc/loadavg", "rb") as f:
+            running = int(f.read().split()[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError):
+        return cores - 1
+    return max(0, cores - running)
 
 
 @nb.njit(cache=True, nogil=True)

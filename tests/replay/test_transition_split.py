@@ -71,6 +71,7 @@ def force_split(monkeypatch, threads: int = 2, group_bytes: int = 3 * 4129) -> N
     """Every batch takes the split path on ``threads`` threads, in groups of three rows."""
     monkeypatch.setattr(tk, "SPLIT_BYTES", 1)
     monkeypatch.setattr(tk, "threads_for", lambda work, chunk_work: threads)
+    monkeypatch.setattr(tk, "idle_cores", lambda cores: cores - 1)
     monkeypatch.setattr(tk, "GROUP_BYTES", group_bytes)
 
 
@@ -91,9 +92,9 @@ def test_the_split_copy_equals_the_one_call(monkeypatch, shards, prioritized):
         split, one = make_store(mm, shards, prioritized), make_store(mm, shards, prioritized)
         copied = []
         groups = tk._copy_groups
-        for b in (256, 7, 1, 100):
+        for b, threads in ((256, 2), (7, 2), (1, 2), (100, 2), (256, 1)):  # 1: the caller's copy alone
             with monkeypatch.context() as m:
-                force_split(m)
+                force_split(m, threads)
                 m.setattr(tk, "_copy_groups", lambda *a: a[6] and copied.append(a[5]) or groups(*a))
                 got = split.sample(b, 1, beta=0.4)
             want = one.sample(b, 1, beta=0.4)
@@ -191,7 +192,7 @@ def test_a_copy_that_raises_releases_the_shards_and_counts_nothing(monkeypatch):
 
 def test_only_batches_of_two_split_bytes_take_the_split_path(monkeypatch):
     """The threshold: the one compiled call below ``2 * SPLIT_BYTES`` of output, the split path from
-    it (one thread when `graphrl.threads.threads_for` says so: no helper engaged)."""
+    it (no team when `graphrl.threads.threads_for` says one thread; helpers only on idle cores)."""
     calls = []
     monkeypatch.setattr(tk, "engaged", lambda task, helpers: calls.append(helpers) or _null())
     with MemoryManager() as mm:
@@ -202,8 +203,16 @@ def test_only_batches_of_two_split_bytes_take_the_split_path(monkeypatch):
         assert calls == []
         monkeypatch.setattr(tk, "threads_for", lambda work, chunk_work: 1)
         store.sample(rows, 1).release()
-        assert calls == [0]
+        monkeypatch.setattr(tk, "threads_for", lambda work, chunk_work: 3)
+        monkeypatch.setattr(tk, "idle_cores", lambda cores: 1)  # helpers only on idle cores
+        store.sample(rows, 1).release()
+        assert calls == [1]  # one thread: the caller's copy alone, no team
         store.close()
+
+
+def test_idle_cores_counts_the_cores_with_nothing_else_to_run():
+    for cores in (1, 2, 64):
+        assert 0 <= tk.idle_cores(cores) <= cores - 1  # this thread is running
 
 
 class _null:
