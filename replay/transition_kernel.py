@@ -435,12 +435,12 @@ def sample_transitions(
     )
     if status != _COPYING:
         return status, live, err, died
-    k = o_keys.shape[0]  # drawn, the shard mutexes held: the copy of ``err`` bytes is left
-    threads = threads_for(err // 4, SPLIT_BYTES // 4)
-    if threads > 1:
-        threads = 1 + min(threads - 1, idle_cores(threads))
     counted = 0
-    try:
+    try:  # drawn, the shard mutexes held: the copy of ``err`` bytes is left
+        k = o_keys.shape[0]
+        threads = threads_for(err // 4, SPLIT_BYTES // 4)
+        if threads > 1:
+            threads = 1 + min(threads - 1, idle_cores(threads))
         if threads <= 1:  # no idle core: the caller copies the whole batch
             _copy_keys(plan, o_keys, dst, 0, k)
         else:
@@ -462,14 +462,14 @@ def idle_cores(cores: int) -> int:
     """How many of ``cores`` (the cores the caller may use, itself included) have nothing else to run at
     this moment: ``cores`` less the machine's runnable tasks, this thread included (the running
     count of ``/proc/loadavg``, read only when the 1-minute load average is under twice ``cores``;
-    above it, 0). Where ``/proc/loadavg`` cannot be read: ``cores - 1``.
+    above it, 0). Where neither can be read: ``cores - 1``.
 
     A helper thread copies in parallel only on an idle core; on a busy one it takes the caller's
     core or holds the interpreter lock the caller needs next (docs/performance.md).
     """
-    if os.getloadavg()[0] >= 2 * cores:
-        return 0
     try:
+        if os.getloadavg()[0] >= 2 * cores:
+            return 0
         with open("/proc/loadavg", "rb") as f:
             running = int(f.read().split()[3].split(b"/")[0])
     except (OSError, ValueError, IndexError):
