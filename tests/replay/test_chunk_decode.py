@@ -101,10 +101,10 @@ def write_until(store: ReplayStore, stop: threading.Event, errors: list[BaseExce
 
 def test_decoding_outside_the_lock_never_shows_an_overwritten_step():
     """Writers wrap a small ring while batches are drawn (fused transitions and windows): each real step's
-    frame is the one written with its position, in chunks of 1 and 4."""
-    for chunk in (1, 4):
+    frame is the one written with its position, in chunks of 1 and 4, and lz4dict chunks of 4."""
+    for codec, chunk in (("lz4", 1), ("lz4", 4), ("lz4dict", 4)):
         with MemoryManager() as mm:
-            store = ReplayStore(spec("lz4", chunk), 32, 1, memory=mm, seed=0, tier="host", timeout=5.0)
+            store = ReplayStore(spec(codec, chunk), 32, 1, memory=mm, seed=0, tier="host", timeout=5.0)
             with store.writer() as w:
                 w.extend(steps(0, 8))
             stop = threading.Event()
@@ -124,13 +124,14 @@ def test_decoding_outside_the_lock_never_shows_an_overwritten_step():
             store.close()
 
 
-def test_a_corrupt_live_chunk_raises_naming_the_field():
+@pytest.mark.parametrize("codec", ["lz4", "lz4dict"])
+def test_a_corrupt_live_chunk_raises_naming_the_field(codec):
     with MemoryManager() as mm:
-        store = ReplayStore(spec("lz4", 2), 16, 1, memory=mm, seed=0, tier="host", timeout=2.0)
+        store = ReplayStore(spec(codec, 2), 16, 1, memory=mm, seed=0, tier="host", timeout=2.0)
         with store.writer() as w:
             w.add_episode(steps(0, 10))
         ring = store.storage.shards[0].chunks["obs"]
-        ring.arena[:] = 0xFF  # every complete chunk's bytes: an LZ4 block that overruns
+        ring.arena[:] = 0xFF  # every complete chunk: an LZ4 block that overruns (lz4dict: bad part ends)
         with pytest.raises(RuntimeError, match=r"field 'obs': a compressed chunk of shard 0 holding live"):
             for _ in range(20):
                 store.sample(8, 3).release()
