@@ -120,6 +120,23 @@ def test_counting_rules_and_zero_weight_rows(small_graph):
     assert all(blk.num_edges == 0 for blk in zero)
 
 
+def test_rows_with_at_most_k_positive_edges_take_exactly_those_in_order():
+    # rows of 12 edges: zeros first, last, in runs; k = 7 >= every row's positive count
+    pattern = np.array([[0, 1, 1, 0, 0, 1, 1, 0, 1, 0, 0, 0], [1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+                        [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2], [3, 0, 1, 1, 1, 1, 1, 0, 0, 0, 1, 0]])
+    rows, degree = pattern.shape
+    graph = CSCGraph.from_edges(rows + np.tile(np.arange(degree), rows), np.repeat(np.arange(rows), degree),
+                                rows + degree)
+    w = torch.from_numpy(pattern.ravel().astype(np.float32))  # edge id = row * degree + position
+    sampler = NeighborSampler(graph, [7], weights=w, seed=2)
+    for excluded in (None, torch.tensor([1, 5, 36, 39, 46])):
+        b = sampler.sample(torch.arange(rows), exclude_eids=excluded)[0]
+        keep = pattern.ravel() > 0
+        if excluded is not None:
+            keep[excluded.numpy()] = False
+        assert b.edge_ids.tolist() == np.flatnonzero(keep).tolist()
+
+
 def test_weighted_exclusion_removes_edges_before_drawing(small_graph):
     w = torch.tensor([1.0, 1.0, 1.0, 5.0, 1.0, 1.0, 1.0])
     for replace in (False, True):
