@@ -461,8 +461,8 @@ def sample_transitions(
 def idle_cores(cores: int) -> int:
     """How many of ``cores`` (the cores the caller may use, itself included) have nothing else to run at
     this moment: ``cores`` less the machine's runnable tasks, this thread included (the running
-    count of ``/proc/loadavg``, read only when the 1-minute load average is under twice ``cores``;
-    above it, 0). Where neither can be read: ``cores - 1``.
+    count of ``/proc/loadavg``, read only when ``os.getloadavg()[0]``, the 1-minute mean, is under
+    twice ``cores``; above it, 0). Where neither can be read: ``cores - 1``.
 
     A helper thread copies in parallel only on an idle core; on a busy one it takes the caller's
     core or holds the interpreter lock the caller needs next (docs/performance.md).
