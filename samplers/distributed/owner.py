@@ -11,6 +11,7 @@ docs/architecture.md#partitioned-graphs), so the core's kernel reads it unchange
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 
@@ -67,6 +68,14 @@ class PartitionOwner:
         # replies in int32 where the graph's node ids, edge ids and counts fit it: half the bytes
         self._wide = max(p.num_nodes, int(p.edge_ids.max(initial=0)), p.indices.shape[0]) > _INT32_MAX
         self._busy = {"sample_s": 0.0, "sample_cpu_s": 0.0, "rows_s": 0.0, "requests": 0}
+
+    def freeze_gc(self) -> None:
+        """Exempt the objects alive now from Python's cyclic collector (`gc.freeze`), for an owner with
+        a process to itself (`RayOwners` calls it on each actor): that process keeps the part, the
+        engine and its libraries' modules for its whole life, and every full collection would walk them
+        all again. Objects made by later requests are collected as usual."""
+        gc.collect()
+        gc.freeze()
 
     def _threads(self) -> int:
         return team_size() if self.threads is None else min(self.threads, team_size())

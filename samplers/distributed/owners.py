@@ -312,6 +312,8 @@ class RayOwners(_Owners):
         else:
             self.actors = [self._start(p) for p in range(self.num_parts)]
         try:
+            if not attach:
+                self._get({p: a.freeze_gc.remote() for p, a in enumerate(self.actors)}, "freeze_gc")
             infos = self._get({p: a.info.remote() for p, a in enumerate(self.actors)}, "info")
             self.infos = [self._checked(p, infos[p]) for p in range(self.num_parts)]
         except BaseException:
@@ -437,6 +439,7 @@ class RayOwners(_Owners):
         self._check_parts({part: ()}, "part")
         self._ray.kill(self.actors[part], no_restart=True)
         self.actors[part] = self._start(part)
+        self._get({part: self.actors[part].freeze_gc.remote()}, "freeze_gc")
         info = self._get({part: self.actors[part].info.remote()}, "info")[part]
         self.infos[part] = self._checked(part, info)
 
