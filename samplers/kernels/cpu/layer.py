@@ -184,4 +184,4 @@ def sample_layer(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray |
         fn = _chunk_fn(indices, edge_ids, dst, rows, out_indptr, fanout, replace, key, excl, eids, src, masks,
                        row_time)
         parallel_chunks(lambda i: fn(bounds[i], bounds[i + 1]), bounds.shape[0] - 1, helpers)
-    return out_indptr, src.astype(np.int64), eids
+    return out_indptr, src.astype(np.int64, copy=False), eids
