@@ -3,11 +3,12 @@
 The 1M-node / 20M-edge power-law graph (`graphrl.datasets.synthetic_graph`) with seeded features and
 labels is split into ``--parts`` parts (a sealed partition folder, `graphrl.partition`); each part is
 served by a Ray actor (`samplers.distributed.RayOwners`). Every trainer rank samples its batches with
-`DistNeighborSampler` (one request per owner per layer) and reads features and labels through
-`DistFeatureStore` (one request per owner per batch, a hot-row cache): no rank holds the graph or its
-features. DDP averages the gradients. ``--sampler local`` is the single-machine run: every rank holds
-the whole graph and samples it with `NeighborSampler`. For the same ``--seed`` the two runs sample the
-same blocks and read the same rows, so they print the same losses and the same test accuracy.
+`DistNeighborSampler.sample_many` (one request per owner per layer for 8 batches) and reads features
+and labels through `DistFeatureStore` (one request per owner per batch, a hot-row cache): no rank holds
+the graph or its features. DDP averages the gradients. ``--sampler local`` is the single-machine run:
+every rank holds the whole graph and samples it with `NeighborSampler`. For the same ``--seed`` the two
+runs sample the same blocks and read the same rows, so they print the same losses and the same test
+accuracy.
 
     torchrun --nproc_per_node=2 examples/dist_graphsage.py                   # 4 owners, 2 trainers
     torchrun --nproc_per_node=2 examples/dist_graphsage.py --sampler local   # single machine, same seed
@@ -25,6 +26,8 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from collections.abc import Iterator
+from itertools import islice
 
 import click
 import numpy as np
@@ -53,6 +56,14 @@ def make_data(n: int, e: int, dim: int, classes: int, seed: int):
     w = rng.standard_normal((dim, classes), dtype=np.float32)
     y = np.argmax((x + mean) @ w, axis=1).astype(np.int64)
     return graph, torch.from_numpy(x), torch.from_numpy(y)
+
+
+def blocks_of(sampler, batches: list[torch.Tensor]) -> Iterator:
+    """Each batch's blocks in turn: `DistNeighborSampler.sample_many` (8 batches a request to each owner,
+    two such groups in flight) or one `NeighborSampler.sample` call a batch; the same blocks either way."""
+    if isinstance(sampler, DistNeighborSampler):
+        return sampler.sample_many(batches, batches_per_request=8, in_flight=2)
+    return map(sampler.sample, batches)
 
 
 class SAGE(nn.Module):
@@ -171,10 +182,11 @@ def main(size, parts, method, mode, fanouts, batch_size, steps, eval_nodes, dim,
     t_train = time.perf_counter()
     sample_s, losses, step = 0.0, [], 0
     while step < steps:
-        for idx in batches:
-            seeds = train_nodes[idx]
+        epoch = [train_nodes[idx] for idx in islice(batches, steps - step)]
+        stream = blocks_of(sampler, epoch)
+        for seeds in epoch:
             t0 = time.perf_counter()
-            blocks = sampler.sample(seeds)
+            blocks = next(stream)
             h, target = features(blocks[0].src_nodes), labels(seeds)
             sample_s += time.perf_counter() - t0
             loss = F.cross_entropy(model(blocks, h), target)
@@ -183,8 +195,6 @@ def main(size, parts, method, mode, fanouts, batch_size, steps, eval_nodes, dim,
             opt.step()
             losses.append(float(loss.detach()))
             step += 1
-            if step == steps:
-                break
     echo(f"trained {steps} steps in {time.perf_counter() - t_train:.1f} s ({sample_s:.1f} s sampling and "
          f"reading rows on rank 0); loss {losses[0]:.6f} -> {losses[-1]:.6f}")
 
@@ -193,9 +203,8 @@ def main(size, parts, method, mode, fanouts, batch_size, steps, eval_nodes, dim,
     correct = torch.zeros(2, dtype=torch.float64)
     with torch.no_grad():
         mine = test_nodes[:eval_nodes][ctx.rank:: ctx.world_size]
-        for lo in range(0, mine.numel(), batch_size):
-            seeds = mine[lo: lo + batch_size]
-            blocks = eval_sampler.sample(seeds)
+        chunks = [mine[lo: lo + batch_size] for lo in range(0, mine.numel(), batch_size)]
+        for seeds, blocks in zip(chunks, blocks_of(eval_sampler, chunks), strict=True):
             pred = model.module(blocks, features(blocks[0].src_nodes)).argmax(1)
             correct += torch.tensor([float((pred == labels(seeds)).sum()), float(seeds.numel())],
                                     dtype=torch.float64)
