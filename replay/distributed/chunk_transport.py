@@ -28,11 +28,11 @@ import numpy as np
 
 from graphrl.kernels import copy_bytes
 from replay.chunk_codec import ChunkRing
-from replay.chunk_decode import LZ4, ZSTD, decode_jobs
+from replay.chunk_decode import KINDS, decode_jobs
 
 __all__ = ["CODEC_KINDS", "FieldPack", "gather_chunks", "pack_field", "unpack_field"]
 
-CODEC_KINDS = {"lz4": LZ4, "zstd": ZSTD}  # codec name -> `replay.chunk_decode.decode_jobs` kind
+CODEC_KINDS = KINDS  # every codec name of `replay.spec.CODECS` -> its `decode_jobs` kind
 
 
 @dataclass
