@@ -183,7 +183,9 @@ class RayTrajectoryWriter:
         the one shipment `end_episode` would queue carries the validated columns themselves (no copy
         into the staging buffers; Ray copies them as the shipment is queued, so ``steps`` may be
         reused at once); otherwise it is `extend` + `end_episode`. Either way the shards store what
-        `replay.writer.TrajectoryWriter.add_episode` stores in a local store.
+        `replay.writer.TrajectoryWriter.add_episode` stores in a local store, but for the order: with
+        shipments in flight a shard may store two episodes of this writer in either order (its actor
+        threads run them at once), so a wrapped ring may keep the older one; ``max_inflight=0`` keeps it.
 
         Raises
         ------
@@ -281,6 +283,8 @@ class RayTrajectoryWriter:
             ) from exc
         except MemoryBudgetError as exc:  # a codec field's arena on the shard: its message, not Ray's, first
             self._inflight.popleft()
+            if not end:  # the shard ended the open episode at its last stored step: the next steps start
+                self._episode = None  # a new one (as the local writer's), not a continuation of it
             cause = getattr(exc, "cause", None)
             if isinstance(cause, MemoryBudgetError):
                 raise cause from exc

@@ -1,0 +1,155 @@
+"""The Ray store's codec fields under a demanding user (issue 29): an "lz4dict" field travels compressed
+through a shard and the client's batch equals a raw shard's byte for byte (chunks of 1, 4 and 8 steps,
+windows of 3, wrapped rings); a writer overwriting old windows while the shard samples never yields a
+torn window; after a shard's codec arena refuses a shipment the writer's next steps start a new
+episode, as in the local writer (not a continuation flagged as a Ray restart)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray", reason="the Ray backend needs ray: pip install 'graphrl[ray]'")
+
+from graphrl.memory import MemoryBudgetError  # noqa: E402
+from replay import MinSize, ReplayStore, TrajectorySpec, Uniform  # noqa: E402
+from replay.chunk_decode import free_zstd_context, new_zstd_context  # noqa: E402
+from replay.distributed import RayReplayStore  # noqa: E402
+from replay.distributed.shard import ShardActor  # noqa: E402
+from replay.distributed.transport import place  # noqa: E402
+
+
+def spec(codec: str | None, chunk: int | None) -> TrajectorySpec:
+    extra = (codec, 0.5, chunk) if codec else ()
+    return TrajectorySpec({"id": ((), "int64"), "img": ((3, 16), "uint8", *extra), "r": ((), "float32")})
+
+
+def steps(ids: np.ndarray) -> dict[str, np.ndarray]:
+    img = np.zeros((len(ids), 3, 16), np.uint8)
+    img[:, 0, :8] = (ids % 251)[:, None]
+    img[:, 1] = (ids[:, None] * 7 + np.arange(16)) % 13
+    img[:, 2] = 5
+    return {"id": ids, "img": img, "r": (ids * 0.5).astype(np.float32)}
+
+
+def shard_of(sp: TrajectorySpec, capacity: int) -> ShardActor:
+    config = {
+        "spec": sp.to_config(), "capacity": capacity, "num_shards": 1, "selector": Uniform().to_config(),
+        "rate_limiter": MinSize(1).to_config(), "max_times_sampled": 0, "chunk_steps": capacity,
+        "tier": "host", "timeout": 10.0, "staging_slots": 1, "seed": 5,
+    }
+    return ShardActor(0, config, None)
+
+
+def sample(shard: ShardActor, sp: TrajectorySpec, b: int, window: int) -> tuple[np.ndarray, dict, np.ndarray]:
+    rep = shard.sample(b, window, "tail", 10.0, None)
+    out = {n: np.full((b, window, *f.shape), 0xAB, f.dtype) for n, f in sp.items()}
+    mask = np.zeros((b, window), bool)
+    flat = tuple(out[n].reshape(-1).view(np.uint8) for n in sp)
+    row_bytes = np.array([f.row_bytes for f in sp.values()], np.int64)
+    place(rep, [ray.get(p[0]) for p in rep["parts"]], flat, mask, row_bytes, 0, window, False, 0)
+    return rep["keys"], out, mask
+
+
+@pytest.mark.parametrize("chunk", [1, 4, 8])
+def test_an_lz4dict_field_travels_through_a_shard_byte_for_byte(cluster, chunk):
+    # CODEC_KINDS knew lz4 and zstd only: sampling a shard with an "lz4dict" field raised KeyError
+    lengths = [5, 11, 3, 9, 12, 7, 10]  # 57 steps in a ring of 48: wrapped
+    got = []
+    for sp in (spec(None, None), spec("lz4dict", chunk)):
+        shard = shard_of(sp, 48)
+        try:
+            at = 0
+            for key, n in enumerate(lengths):
+                shard.insert(key, steps(np.arange(at, at + n, dtype=np.int64)), True, 10.0)
+                at += n
+            got.append([sample(shard, sp, 16, 3) for _ in range(2)])
+        finally:
+            shard.close()
+    for (k0, f0, m0), (k1, f1, m1) in zip(*got, strict=True):
+        assert (k0 == k1).all() and (m0 == m1).all()
+        for name in f0:
+            assert f0[name].tobytes() == f1[name].tobytes(), name
+
+
+@pytest.mark.parametrize("codec", ["zstd", "lz4dict"])
+def test_a_writer_overwriting_old_windows_never_yields_a_torn_window(cluster, codec):
+    sp = spec(codec, 4)
+    shard = shard_of(sp, 32)
+    stop = threading.Event()
+    written = [0]
+
+    def write() -> None:
+        k = 0
+        while not stop.is_set():
+            n = 1 + k % 7
+            shard.insert(k, steps(np.arange(written[0], written[0] + n, dtype=np.int64)), True, 10.0)
+            written[0] += n
+            k += 1
+
+    shard.insert(-1, steps(np.arange(0, 20, dtype=np.int64)), True, 10.0)
+    written[0] = 20
+    th = threading.Thread(target=write)
+    th.start()
+    try:
+        dctx = new_zstd_context()
+        try:
+            end, rounds = time.monotonic() + 0.6, 0
+            while time.monotonic() < end or rounds < 5:
+                rep = shard.sample(16, 4, "tail", 10.0, None)
+                out = {n: np.full((16, 4, *f.shape), 0xAB, f.dtype) for n, f in sp.items()}
+                mask = np.zeros((16, 4), bool)
+                flat = tuple(out[n].reshape(-1).view(np.uint8) for n in sp)
+                rb = np.array([f.row_bytes for f in sp.values()], np.int64)
+                place(rep, [ray.get(p[0]) for p in rep["parts"]], flat, mask, rb, 0, 4, False, dctx)
+                for b, n in enumerate(rep["n"].tolist()):
+                    ids = out["id"][b, :n]
+                    assert (np.diff(ids) == 1).all()
+                    want = steps(ids)
+                    for name in sp:
+                        assert (out[name][b, :n] == want[name]).all(), name
+                        assert (out[name][b, n:] == 0).all(), name
+                rounds += 1
+        finally:
+            free_zstd_context(dctx)
+    finally:
+        stop.set()
+        th.join()
+        shard.close()
+    assert written[0] > 64  # the ring of 32 wrapped while sampling
+
+
+def test_after_a_refused_shipment_the_next_steps_start_a_new_episode(cluster):
+    sp = TrajectorySpec({"id": ((), "int64"), "img": ((4, 16), "uint8", "lz4", 4.0, 2)})
+
+    def part(first: int, n: int, noise: bool = False) -> dict[str, np.ndarray]:
+        ids = np.arange(first, first + n, dtype=np.int64)
+        img = np.zeros((n, 4, 16), np.uint8)
+        img[:, 0, 0] = ids
+        if noise:  # incompressible: its chunks overflow the arena (a quarter of the raw ring)
+            img[:] = np.random.default_rng(first).integers(0, 256, img.shape)
+        return {"id": ids, "img": img}
+
+    far = RayReplayStore(sp, 32, 1, seed=1, timeout=10.0)
+    local = ReplayStore(sp, 32, 1, seed=1, timeout=10.0)
+    try:
+        fw, lw = far.writer(chunk_steps=4, max_inflight=0), local.writer(chunk_steps=4)
+        for w in (fw, lw):
+            w.extend(part(0, 4))
+            w.flush()
+            with pytest.raises(MemoryBudgetError, match="field 'img'"):
+                w.extend(part(4, 12, noise=True))
+                w.flush()
+            w.extend(part(16, 2))
+            w.end_episode()  # the Ray writer raised ShardError ("shard 0 was restarted by Ray")
+            w.close()
+        want = [(e.start, e.length, e.open, e.continuation, e.data["id"].tolist()) for e in local.episodes()]
+        got = [(e.start, e.length, e.open, e.continuation, e.data["id"].tolist()) for e in far.episodes()]
+        assert got == want
+        assert want[-1][2:] == (False, False, [16, 17])  # a new episode, whole
+    finally:
+        far.close()
+        local.close()
