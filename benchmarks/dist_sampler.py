@@ -15,7 +15,9 @@ session, owners and Ray's daemons; on a machine shared with other work the CPU r
 one); bytes and requests per batch; the cache's hit rate. What limits it, per batch (``limits``, one
 batch a call): waiting for owners, the owners' kernel seconds, the engine's round trips (requests x a
 measured empty round trip), serialization (a ``ray.put`` + ``ray.get`` of the reply bytes), and the
-trainer's assembling and relabelling; and the CPU seconds of each side.
+trainer's assembling and relabelling; and the CPU seconds of each side. This process (the trainer and the
+baseline) runs with the owners' allocator settings (`samplers.distributed.OWNER_ENV`, through ``mallopt``)
+unless ``--no-trainer-malloc``.
 
     python benchmarks/dist_sampler.py                       # 1M / 20M, 4 parts, [15, 10, 5], B=1024
     python benchmarks/dist_sampler.py --size 200000,4000000 --batches 12 --rounds 2
@@ -40,7 +42,7 @@ import torch
 from graphrl.datasets import synthetic_graph
 from graphrl.partition import PartitionError, graph_fingerprint, load_book, write_partitions
 from samplers import NeighborSampler
-from samplers.distributed import DistFeatureStore, DistNeighborSampler, RayOwners
+from samplers.distributed import OWNER_ENV, DistFeatureStore, DistNeighborSampler, RayOwners
 
 sys.path.append(str(Path(__file__).resolve().parent))
 from _report import machine, write_result  # noqa: E402
@@ -88,6 +90,22 @@ class _Clock:
         self.session_cpu += self._session() - s0
 
 
+def _reuse_freed_pages() -> bool:
+    """Give this process the owners' glibc allocator settings (`OWNER_ENV`) through ``mallopt``, so that
+    freed block arrays are reused rather than handed back and faulted in again; False where the C
+    library has no ``mallopt`` (not glibc). The single-process baseline runs under them too."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        mallopt = ctypes.CDLL(ctypes.util.find_library("c")).mallopt
+    except (OSError, AttributeError, TypeError):
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3  # glibc's malloc.h
+    return bool(mallopt(m_mmap_threshold, int(OWNER_ENV["MALLOC_MMAP_THRESHOLD_"]))
+                and mallopt(m_trim_threshold, int(OWNER_ENV["MALLOC_TRIM_THRESHOLD_"])))
+
+
 def _round_trip(owners, repeats: int = 50) -> float:
     """Median seconds of an empty request to owner 0 (the engine's round trip alone)."""
     import ray
@@ -131,11 +149,17 @@ def _serialization(nbytes: int, repeats: int = 10) -> float:
 @click.option("--folder", default=None,
               help="Partition folder: reused if it holds this graph, else written (default: a temporary).")
 @click.option("--seed", default=0, show_default=True)
+@click.option("--trainer-malloc/--no-trainer-malloc", default=True, show_default=True,
+              help="This process (trainer and baseline) with the owners' allocator settings (OWNER_ENV).")
 @click.option("--output", default=str(RESULTS), show_default=True)
 def main(size, parts, method, fanouts, batch, batches, rounds, per_request, in_flight, dim, cache_rows,
-         owner_threads, folder, seed, output) -> None:
+         owner_threads, folder, seed, trainer_malloc, output) -> None:
     """Distributed against single-process sampling and feature gathering on this machine."""
     import ray
+
+    if trainer_malloc and not _reuse_freed_pages():
+        click.echo("--trainer-malloc: this C library has no mallopt; running with its defaults")
+        trainer_malloc = False
 
     n, e = (int(x) for x in size.split(","))
     fan = [int(x) for x in fanouts.split(",")]
@@ -291,7 +315,7 @@ def main(size, parts, method, fanouts, batch, batches, rounds, per_request, in_f
                  partition={"method": body["method"], "balance": body["balance"], "seconds": t_part},
                  load_at_rounds=loads, load_at_end=os.getloadavg(),
                  config={"per_request": per_request, "in_flight": in_flight, "rounds": rounds,
-                         "owner_threads": owner_threads})
+                         "owner_threads": owner_threads, "trainer_malloc": trainer_malloc})
 
 
 if __name__ == "__main__":

@@ -14,8 +14,9 @@ with one request per owner per batch behind a hot-row cache.
 from samplers.distributed.features import DistFeatureStore, FetchStats
 from samplers.distributed.labor import DistLaborSampler
 from samplers.distributed.owner import PartitionOwner
-from samplers.distributed.owners import LocalOwners, OwnerError, OwnerStats, RayOwners
+from samplers.distributed.owners import OWNER_ENV, LocalOwners, OwnerCall, OwnerError, OwnerStats, RayOwners
 from samplers.distributed.sampler import DistNeighborSampler, SampleProfile
 
-__all__ = ["DistFeatureStore", "DistLaborSampler", "DistNeighborSampler", "FetchStats", "LocalOwners",
-           "OwnerError", "OwnerStats", "PartitionOwner", "RayOwners", "SampleProfile"]
+__all__ = ["OWNER_ENV", "DistFeatureStore", "DistLaborSampler", "DistNeighborSampler", "FetchStats",
+           "LocalOwners", "OwnerCall", "OwnerError", "OwnerStats", "PartitionOwner", "RayOwners",
+           "SampleProfile"]
