@@ -143,6 +143,7 @@ class RayTrajectoryWriter:
         self._shipped = 0  # steps of the open episode shipped so far
         # (ref, shard, steps, end, first shipment of its episode, steps of the episode shipped before it)
         self._inflight: deque[tuple[Any, int, int, bool, bool, int]] = deque()
+        self._refused = False  # the last shipment (max_inflight=0) was refused by its shard's rate limiter
         self._closed = False
 
     # -- writing
@@ -167,7 +168,8 @@ class RayTrajectoryWriter:
             rest is stored as a continuation record).
         TimeoutError
             An earlier shipment this call waited for was not admitted by its shard's insert allowance
-            (the rate limiter) within ``timeout``.
+            (the rate limiter) within ``timeout``; with ``max_inflight=0``, this call's own shipment (its
+            steps stay staged and the episode open, as in the local writer: call it again to retry).
         graphrl.memory.MemoryBudgetError
             A codec field's arena on its shard refused an earlier shipment this call waited for (its
             steps are dropped, as in the local writer); the message names the shard and field first.
@@ -192,7 +194,8 @@ class RayTrajectoryWriter:
         ValueError, TypeError, RuntimeError
             As `extend` (nothing of a bad call is staged or shipped).
         ShardError, TimeoutError, graphrl.memory.MemoryBudgetError
-            As `end_episode`: an earlier shipment this call waited for failed (this episode is queued).
+            As `end_episode`: an earlier shipment this call waited for failed (this episode is queued);
+            with ``max_inflight=0``, a TimeoutError of this episode's shipment leaves it staged.
         """
         self._check_open("add_episode")
         t, cols = self.spec.validate_steps(steps)
@@ -200,7 +203,13 @@ class RayTrajectoryWriter:
             self._stager.extend(cols)
             self.end_episode()
             return
-        self._ship_chunk(cols, t, end=True)
+        self._refused = False
+        try:
+            self._ship_chunk(cols, t, end=True)
+        except TimeoutError:
+            if self._refused:  # max_inflight=0 and the shard's rate limiter refused it: staged, as locally
+                self._stager.extend(cols)
+            raise
 
     def flush(self, timeout: float | None = None) -> None:
         """Ship the staged steps keeping the episode open, and wait for every queued shipment.
@@ -256,8 +265,26 @@ class RayTrajectoryWriter:
         self._inflight.append((ref, shard, n, end, first, self._shipped))
         self.shard_steps[shard] += n
         self._shipped += n
-        self._stager.clear()  # the rows are shipped: waiting for older shipments below may raise
         self._episode = None if end else (shard, key)
+        if self.max_inflight == 0:  # one at a time: a shipment its shard did not admit stays staged
+            try:
+                while self._inflight:
+                    self._resolve()
+            except TimeoutError:
+                if any(x[0] is ref for x in self._inflight):  # an older shipment's error: this one is queued
+                    self._stager.clear()
+                    raise
+                self.shard_steps[shard] -= n  # the rate limiter refused it: nothing of it was stored
+                self._shipped -= n
+                self._episode = None if first else (shard, key)
+                self._refused = True  # the rows stay staged (`hand_off`): end_episode retries, as locally
+                raise
+            except BaseException:
+                self._stager.clear()
+                raise
+            self._stager.clear()
+            return
+        self._stager.clear()  # the rows are shipped: waiting for older shipments below may raise
         while len(self._inflight) > self.max_inflight:
             self._resolve()
 

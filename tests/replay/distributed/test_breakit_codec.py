@@ -2,7 +2,8 @@
 through a shard and the client's batch equals a raw shard's byte for byte (chunks of 1, 4 and 8 steps,
 windows of 3, wrapped rings); a writer overwriting old windows while the shard samples never yields a
 torn window; after a shard's codec arena refuses a shipment the writer's next steps start a new
-episode, as in the local writer (not a continuation flagged as a Ray restart)."""
+episode, as in the local writer (not a continuation flagged as a Ray restart); with ``max_inflight=0`` an
+episode its shard's rate limiter refuses stays staged for a retry, as in the local writer."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 ray = pytest.importorskip("ray", reason="the Ray backend needs ray: pip install 'graphrl[ray]'")
 
 from graphrl.memory import MemoryBudgetError  # noqa: E402
-from replay import MinSize, ReplayStore, TrajectorySpec, Uniform  # noqa: E402
+from replay import Fifo, MinSize, Queue, ReplayStore, TrajectorySpec, Uniform  # noqa: E402
 from replay.chunk_decode import free_zstd_context, new_zstd_context  # noqa: E402
 from replay.distributed import RayReplayStore  # noqa: E402
 from replay.distributed.shard import ShardActor  # noqa: E402
@@ -153,3 +154,30 @@ def test_after_a_refused_shipment_the_next_steps_start_a_new_episode(cluster):
     finally:
         far.close()
         local.close()
+
+
+def test_an_episode_the_rate_limiter_refuses_stays_staged_as_in_the_local_writer(cluster):
+    # max_inflight=0: the shard's TimeoutError dropped the episode (pending 0, end_episode had nothing
+    # to retry); the local writer leaves it staged and end_episode stores it once sampling made room
+    sp = TrajectorySpec({"a": ((), "int32"), "img": ((8,), "uint8", "zstd", 1.0, 2)})
+
+    def ep(first: int, n: int) -> dict[str, np.ndarray]:
+        return {"a": np.arange(first, first + n, dtype=np.int32), "img": np.zeros((n, 8), np.uint8)}
+
+    held = []
+    for make, kw in ((ReplayStore, {}), (RayReplayStore, {"max_inflight": 0})):
+        s = make(sp, 16, 1, selector=Fifo(), rate_limiter=Queue(4), max_times_sampled=1, seed=1, timeout=0.2)
+        try:
+            w = s.writer(**kw)
+            w.add_episode(ep(0, 4))
+            with pytest.raises(TimeoutError):
+                w.add_episode(ep(10, 2))
+            assert w.pending == 2
+            with s.sample(4, 1, timeout=5.0) as b:
+                assert sorted(b["a"][:, 0].tolist()) == [0, 1, 2, 3]
+            w.end_episode()
+            w.close()
+            held.append([e.data["a"].tolist() for e in s.episodes()])
+        finally:
+            s.close()
+    assert held[0] == held[1] == [[0, 1, 2, 3], [10, 11]]
