@@ -28,7 +28,7 @@ import numpy as np
 
 from graphrl.kernels import copy_bytes
 from replay.chunk_codec import ChunkRing
-from replay.chunk_decode import KINDS, decode_jobs
+from replay.chunk_decode import KINDS, ZSTD, decode_jobs
 
 __all__ = ["CODEC_KINDS", "FieldPack", "gather_chunks", "pack_field", "unpack_field"]
 
@@ -158,7 +158,14 @@ def unpack_field(
     ------
     RuntimeError
         A chunk did not decompress (its bytes are corrupt: the shard ships only intact chunks).
+    ValueError
+        A zstd field with ``dctx`` 0 (zstd would read a null context).
     """
+    if pack.kind == ZSTD and len(pack.jobs) and not dctx:
+        raise ValueError(
+            f"field {pack.field}: a zstd field needs dctx, a context of "
+            f"replay.chunk_decode.new_zstd_context(), got {dctx!r}"
+        )
     base = row0 * length * row_bytes
     if len(pack.copies):
         _copy_rows(pack.tail, pack.copies, base, out)

@@ -181,3 +181,15 @@ def test_an_episode_the_rate_limiter_refuses_stays_staged_as_in_the_local_writer
         finally:
             s.close()
     assert held[0] == held[1] == [[0, 1, 2, 3], [10, 11]]
+
+
+def test_a_zstd_field_placed_without_a_context_is_refused_not_a_crash(cluster):
+    # place(..., dctx=0) on a zstd field crashed the process (ZSTD_decompressDCtx on a null context)
+    sp = spec("zstd", 4)
+    shard = shard_of(sp, 32)
+    try:
+        shard.insert(0, steps(np.arange(0, 20, dtype=np.int64)), True, 10.0)
+        with pytest.raises(ValueError, match=r"field 1: a zstd field needs dctx.*got 0"):
+            sample(shard, sp, 8, 2)
+    finally:
+        shard.close()
