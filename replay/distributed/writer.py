@@ -316,8 +316,11 @@ class RayTrajectoryWriter:
             if isinstance(cause, MemoryBudgetError):
                 raise cause from exc
             raise
-        except Exception:  # the shard's TimeoutError (rate limiter) or another error: this shipment is done
+        except Exception as exc:  # the shard's TimeoutError (rate limiter) or another error: it is over
             self._inflight.popleft()
+            cause = getattr(exc, "cause", None)
+            if isinstance(exc, TimeoutError) and isinstance(cause, TimeoutError):
+                raise cause from exc  # the shard's message, as the local writer's, not Ray's wrapper
             raise
         self._inflight.popleft()
         self.steps_written += stored
