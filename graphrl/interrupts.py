@@ -22,6 +22,9 @@ Details:
   calls the handler it found) still reaches ours; once the block is left, ours passes the signal on to
   the handler it replaced.
 - Outside the main thread `interrupts` installs nothing (Python runs signal handlers there only).
+- A handler that runs inside a finalizer or ``__del__`` (garbage collection can run them at any
+  bytecode) raises where Python ignores exceptions ("Exception ignored in ..."): within the block,
+  `sys.unraisablehook` sees that `Interrupted` and sends the signal again, so the run still stops.
 
 >>> with interrupts():                      # doctest: +SKIP
 ...     try:
@@ -32,11 +35,14 @@ Details:
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import logging
 import os
 import signal
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from types import FrameType
 
@@ -69,6 +75,14 @@ class Interrupted(KeyboardInterrupt):
     def exit_code(self) -> int:
         """128 + the signal number, the status a shell reports for a process the signal stopped."""
         return 128 + self.signum
+
+
+RESEND_DELAY = 0.01  # seconds: a signal lost in a finalizer is sent again this much later
+
+
+def _send_later(signum: int) -> None:
+    time.sleep(RESEND_DELAY)
+    os.kill(os.getpid(), signum)
 
 
 @contextlib.contextmanager
@@ -104,13 +118,28 @@ def interrupts() -> Iterator[None]:
         log.info("received %s", signal.Signals(signum).name)
         raise Interrupted(signum)
 
+    hook = sys.unraisablehook
+
+    def unraisable(args) -> None:
+        err = args.exc_value
+        if isinstance(err, Interrupted) and threading.current_thread() is threading.main_thread():
+            nonlocal active  # raised in a finalizer, where it was lost: arm ours again and send the signal
+            active = True  # again, from a thread this hook does not wait for (its handler must run after
+            signal.signal(err.signum, handle)  # the hook has returned, or it is lost again)
+            _thread.start_new_thread(_send_later, (err.signum,))
+            return
+        hook(args)
+
     for signum in SIGNALS:
         current = signal.getsignal(signum)
         if current is signal.SIG_IGN or current is None:
             continue
         previous[signum] = current
         signal.signal(signum, handle)
+    sys.unraisablehook = unraisable
     try:
         yield
     finally:
         restore()
+        if sys.unraisablehook is unraisable:
+            sys.unraisablehook = hook
