@@ -12,6 +12,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("GRAPHRL_DATA", str(REPO.parent / "shared" / "data"))
 DATA = Path(os.environ["GRAPHRL_DATA"])
+_WARM = pytest.StashKey[subprocess.Popen]()
 
 
 # Run before each simulated script. numba's simulator runs a Python thread per GPU thread and has three
@@ -154,6 +155,26 @@ def data_root() -> Path:
     """The real-data folder; tests using it skip with a reason when it is absent (CI always has it)."""
     _need("")
     return DATA
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Start `tests/_warm_kernels.py` in the background (niced: it takes the core the session leaves idle),
+    so that the sampler tests, which run last, load their kernels from numba's cache instead of compiling
+    them; ``GRAPHRL_TEST_WARM=0`` skips it."""
+    if os.environ.get("GRAPHRL_TEST_WARM", "1") == "0" or not hasattr(os, "nice"):
+        return
+    session.config.stash[_WARM] = subprocess.Popen(
+        [sys.executable, str(REPO / "tests" / "_warm_kernels.py")], cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        preexec_fn=lambda: os.nice(10))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Stop the warm-up if it is still running."""
+    proc = session.config.stash.get(_WARM, None)
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+        proc.wait()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
