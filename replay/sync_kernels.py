@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import platform
 
 import numba as nb
 import numpy as np
@@ -49,23 +50,27 @@ __all__ = [
     "compiler_fence",
     "cond_broadcast",
     "copy_at",
+    "fetch_add",
     "float64_at",
     "int64_at",
     "mutex_consistent",
     "mutex_lock",
     "mutex_lock_robust",
     "mutex_unlock",
+    "sched_yield",
+    "spin_pause",
     "uint8_at",
 ]
 
 EOWNERDEAD = errno.EOWNERDEAD
 
 _libc = ctypes.CDLL(None, use_errno=True)
-_NAMES = ("pthread_mutex_lock", "pthread_mutex_unlock", "pthread_mutex_consistent", "syscall")
+_NAMES = ("pthread_mutex_lock", "pthread_mutex_unlock", "pthread_mutex_consistent", "syscall", "sched_yield")
 for _name in _NAMES:  # the same functions (default symbol versions) ctypes calls in replay._sync
     llvm.add_symbol(_name, ctypes.cast(getattr(_libc, _name), ctypes.c_void_p).value)
 
 _I8P = ir.IntType(8).as_pointer()
+_X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")  # `spin_pause` emits x86 pause
 
 
 def _pointer_to(item):
@@ -193,6 +198,46 @@ def compiler_fence(typingctx):  # pragma: no cover - compiled
 
     def codegen(context, builder, signature, args):
         builder.fence("seq_cst", "singlethread")
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def fetch_add(typingctx, arr, i, v):  # pragma: no cover - compiled
+    """``arr[i] += v`` as one sequentially consistent atomic read-modify-write; returns the old value.
+    For int64 arrays (``v`` 0: an atomic load)."""
+    sig = types.int64(arr, types.int64, types.int64)
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        return builder.atomic_rmw("add", builder.gep(ary.data, [args[1]]), args[2], "seq_cst")
+
+    return sig, codegen
+
+
+@intrinsic
+def spin_pause(typingctx):  # pragma: no cover - compiled
+    """The x86 ``pause`` of a spin-wait loop (elsewhere nothing)."""
+    sig = types.void()
+
+    def codegen(context, builder, signature, args):
+        if _X86:
+            fnty = ir.FunctionType(ir.VoidType(), [])
+            builder.call(cgutils.get_or_insert_function(builder.module, fnty, "llvm.x86.sse2.pause"), [])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def sched_yield(typingctx):  # pragma: no cover - compiled
+    """libc's ``sched_yield()``: give the core to another runnable thread."""
+    sig = types.void()
+
+    def codegen(context, builder, signature, args):
+        fnty = ir.FunctionType(ir.IntType(32), [])
+        builder.call(cgutils.get_or_insert_function(builder.module, fnty, "sched_yield"), [])
         return context.get_dummy_value()
 
     return sig, codegen

@@ -39,13 +39,11 @@ from __future__ import annotations
 
 import ctypes
 import os
-import platform
 
 import numba as nb
 import numpy as np
-from llvmlite import binding as llvm
 from llvmlite import ir
-from numba.core import cgutils, types
+from numba.core import types
 from numba.extending import intrinsic
 
 from graphrl.kernels import Chunks, engaged
@@ -70,10 +68,13 @@ from replay.rate_limiter import SAMPLES
 from replay.shard_layout import META_LEN, WRITE_POS
 from replay.sync_kernels import (
     cond_broadcast,
+    fetch_add,
     float64_at,
     int64_at,
     mutex_lock_robust,
     mutex_unlock,
+    sched_yield,
+    spin_pause,
     uint8_at,
 )
 from replay.windows import AHEAD, PAGE, STREAM_BATCH_BYTES, copy_window, mask_row, prefetch_pages
@@ -106,49 +107,6 @@ LOCKED_COPY_BYTES = 4 << 20  # output bytes up to which a batch of transitions i
 SPLIT_BYTES = 1 << 20
 GROUP_BYTES = 128 << 10  # output bytes of a group of rows, the unit the copying threads claim
 _SPINS = 4096  # pauses before a thread waiting for another's group yields its core instead
-_X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
-# libc's sched_yield by address, so that cached kernels calling it load (as replay.sync_kernels does)
-llvm.add_symbol("sched_yield", ctypes.cast(ctypes.CDLL(None).sched_yield, ctypes.c_void_p).value)
-
-
-@intrinsic
-def _fetch_add(typingctx, arr, i, v):  # pragma: no cover - compiled
-    """``arr[i] += v`` as one sequentially consistent atomic read-modify-write; returns the old value.
-    For int64 arrays (``v`` 0: an atomic load)."""
-    sig = types.int64(arr, types.int64, types.int64)
-
-    def codegen(context, builder, signature, args):
-        ary = context.make_array(signature.args[0])(context, builder, args[0])
-        return builder.atomic_rmw("add", builder.gep(ary.data, [args[1]]), args[2], "seq_cst")
-
-    return sig, codegen
-
-
-@intrinsic
-def _pause(typingctx):  # pragma: no cover - compiled
-    """The x86 ``pause`` of a spin-wait loop (elsewhere nothing)."""
-    sig = types.void()
-
-    def codegen(context, builder, signature, args):
-        if _X86:
-            fnty = ir.FunctionType(ir.VoidType(), [])
-            builder.call(cgutils.get_or_insert_function(builder.module, fnty, "llvm.x86.sse2.pause"), [])
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
-@intrinsic
-def _sched_yield(typingctx):  # pragma: no cover - compiled
-    """libc's ``sched_yield()``: give the core to another runnable thread."""
-    sig = types.void()
-
-    def codegen(context, builder, signature, args):
-        fnty = ir.FunctionType(ir.IntType(32), [])
-        builder.call(cgutils.get_or_insert_function(builder.module, fnty, "sched_yield"), [])
-        return context.get_dummy_value()
-
-    return sig, codegen
 
 
 @nb.njit(cache=True, nogil=True)
@@ -246,19 +204,19 @@ def _copy_groups(job, plan, keys, dst, group, groups, wait):  # pragma: no cover
     every claimed group is copied (a short spin, then yields): the batch is whole on return."""
     k = keys.shape[0]
     while True:
-        g = _fetch_add(job, 0, 1)
+        g = fetch_add(job, 0, 1)
         if g >= groups:
             break
         lo = g * group
         _copy_keys(plan, keys, dst, lo, min(k, lo + group))
-        _fetch_add(job, 1, 1)
+        fetch_add(job, 1, 1)
     spins = 0
-    while wait and _fetch_add(job, 1, 0) < groups:
+    while wait and fetch_add(job, 1, 0) < groups:
         spins += 1
         if spins < _SPINS:
-            _pause()
+            spin_pause()
         else:
-            _sched_yield()
+            sched_yield()
 
 
 @nb.njit(cache=True, nogil=True)
