@@ -48,7 +48,6 @@ __all__ = [
 
 LZ4, ZSTD, LZ4DICT = 0, 1, 2  # codec kinds of `decode_jobs`
 KINDS = {"lz4": LZ4, "zstd": ZSTD, "lz4dict": LZ4DICT}  # codec name (`replay.spec.CODECS`) -> kind
-_KINDS = KINDS
 _LZ4_HEADER = 4  # numcodecs' LZ4 prefixes the block with its decompressed size (4 bytes)
 _POS_SHIFT = SHARD_BITS + BACK_BITS + INC_BITS  # a key's anchor position: key >> _POS_SHIFT
 _JOB = 6  # words a job: arena offset, length, output byte offset, first row in the chunk, rows, window
@@ -311,7 +310,7 @@ class ChunkDecode:
     def __init__(self, storage: TrajectoryStorage) -> None:
         spec = storage.spec
         self.storage = storage
-        self.fields = [(j, n, spec[n].row_bytes, _KINDS[spec[n].codec]) for j, n in enumerate(spec)
+        self.fields = [(j, n, spec[n].row_bytes, KINDS[spec[n].codec]) for j, n in enumerate(spec)
                        if spec[n].codec is not None]
         self.rings = [  # per shard, per codec field: the ring and its tail as flat bytes
             [(j, rb, kind, sh.chunks[n], sh.chunks[n].tail.reshape(-1).view(np.uint8))

@@ -143,6 +143,22 @@ def compile_ptx():
     return _compile_ptx
 
 
+def _load_script(path: Path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def load_script():
+    """``load_script(path)``: the Python file at ``path`` (an example or a benchmark) loaded as a module named
+    after its stem, without running its ``__main__`` block."""
+    return _load_script
+
+
 def _need(sub: str) -> Path:
     path = DATA / sub
     if not path.is_dir():

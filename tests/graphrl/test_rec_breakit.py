@@ -3,7 +3,6 @@ before Gowalla is loaded (the data root here is empty), and an unwritable --out 
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -13,11 +12,8 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "gowalla_chebycf.py
 
 
 @pytest.fixture(scope="module")
-def example():
-    spec = importlib.util.spec_from_file_location("gowalla_chebycf", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def example(load_script):
+    return load_script(EXAMPLE)
 
 
 @pytest.mark.parametrize(("args", "flag"), [

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -11,11 +10,8 @@ PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "threads_under_load.
 
 
 @pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("threads_under_load", PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def bench(load_script):
+    return load_script(PATH)
 
 
 def test_competitors_in_our_session_share_per_thread_with_the_bound(bench) -> None:

@@ -3,7 +3,6 @@ by the memory manager's accounting while sampled steps fit under it, and the com
 
 from __future__ import annotations
 
-import importlib.util
 import signal
 from pathlib import Path
 
@@ -22,11 +21,8 @@ EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "large_recommender.
 
 
 @pytest.fixture(scope="module")
-def example():
-    spec = importlib.util.spec_from_file_location("large_recommender", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def example(load_script):
+    return load_script(EXAMPLE)
 
 
 @pytest.fixture(scope="module")
