@@ -86,7 +86,14 @@ class PendingBlock:
 
 def start_rows(ids: Any, ws: Any, layers: int) -> DeviceRows:
     """Host or device int64 ids [D] as the first rows of a chain of up to ``layers`` layers: on the
-    device through ``ws``'s staging buffer, their count written on the device (no read-back)."""
+    device through ``ws``'s staging buffer, their count written on the device (no read-back).
+
+    Returns
+    -------
+    DeviceRows
+        ``ids`` device int64 [D]; ``chain`` the workspace's device int64 [3 * layers + 1] sizes (reused by
+        the next chain of this workspace); ``at`` 0.
+    """
     ids = ws.device_ids(ids)
     chain = ws.scratch("layer_sizes", 3 * layers + 1, np.int64)
     fill_with(chain[:1], int(ids.shape[0]), kernel_stream())
@@ -94,7 +101,14 @@ def start_rows(ids: Any, ws: Any, layers: int) -> DeviceRows:
 
 
 def read_blocks(pending: list[PendingBlock], ws: Any) -> list[tuple[Any, Any, Any, Any]]:
-    """The blocks of successive pending layers of one chain, their sizes read back in one copy."""
+    """The blocks of successive pending layers of one chain, their sizes read back in one copy.
+
+    Returns
+    -------
+    list of (out_indptr [D + 1], src_nodes [S], local [nnz], eids [nnz])
+        Device int64 views of each `PendingBlock`'s arrays at its true sizes, in the order given
+        (`PendingBlock.finish`); one counted read-back of the workspace for all of them.
+    """
     chain, lo = pending[0].rows.chain, pending[0].rows.at
     values = ws.read(chain[lo:pending[-1].rows.at + 4])
     return [block.finish(values[block.rows.at - lo:block.rows.at - lo + 3]) for block in pending]
