@@ -46,8 +46,8 @@ from pathlib import Path
 import numba
 import torch
 
-__all__ = ["ENV", "SERIAL_WORK", "ThreadPolicy", "available_cores", "cgroup_cpu_limit", "configure", "limit",
-           "policy", "serial_torch", "team_size", "threads_for"]
+__all__ = ["ENV", "SERIAL_WORK", "ThreadPolicy", "available_cores", "cgroup_cpu_limit", "configure",
+           "idle_cores", "limit", "policy", "serial_torch", "team_size", "threads_for"]
 
 logger = logging.getLogger(__name__)
 
@@ -280,6 +280,26 @@ def threads_for(work: int, chunk_work: int = SERIAL_WORK) -> int:
     if work < SERIAL_WORK:
         return 1
     return max(1, min(team_size(), int(work) // max(int(chunk_work), 1)))
+
+
+def idle_cores(cores: int) -> int:
+    """How many of ``cores`` (the cores the caller may use, itself included) have nothing else to run at
+    this moment: ``cores`` less the machine's runnable tasks, this thread included (the running
+    count of ``/proc/loadavg``, read only when ``os.getloadavg()[0]``, the 1-minute mean, is under
+    twice ``cores``; above it, 0). Where neither can be read: ``cores - 1``.
+
+    A helper thread works in parallel only on an idle core; on a busy one it takes the caller's core
+    or holds the interpreter lock the caller needs next (docs/performance.md, "Replay for pixel
+    steps"). `replay.transition_kernel.sample_transitions` asks it before waking copy helpers.
+    """
+    try:
+        if os.getloadavg()[0] >= 2 * cores:
+            return 0
+        with open("/proc/loadavg", "rb") as f:
+            running = int(f.read().split()[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError):
+        return cores - 1
+    return max(0, cores - running)
 
 
 @contextmanager

@@ -38,7 +38,6 @@ releasing one (`sample_transitions`' notes), as `graphrl.threads` allows.
 from __future__ import annotations
 
 import ctypes
-import os
 
 import numba as nb
 import numpy as np
@@ -49,7 +48,7 @@ from numba.extending import intrinsic
 from graphrl.kernels import Chunks, engaged
 from graphrl.kernels.copies import address, store_fence
 from graphrl.kernels.prefetch import prefetch_l2_at
-from graphrl.threads import threads_for
+from graphrl.threads import idle_cores, threads_for
 from replay.commit_kernel import (
     P_CAPACITY,
     P_CTL,
@@ -89,7 +88,6 @@ __all__ = [
     "STALE",
     "WORDS",
     "draw_transitions",
-    "idle_cores",
     "sample_transitions",
     "selector_words",
 ]
@@ -383,9 +381,9 @@ def sample_transitions(
     -----
     A batch of ``2 * SPLIT_BYTES`` and more takes three steps: one compiled call takes the locks and
     draws; the caller and up to ``threads_for(bytes / 4, SPLIT_BYTES / 4) - 1`` helpers of the thread
-    team (`graphrl.threads`, `graphrl.kernels.engaged`; at most `idle_cores`) copy groups of
-    `GROUP_BYTES` of rows, each claimed atomically, so the caller never waits for a helper that has
-    not started (it waits only for groups being copied, and the batch is whole when it returns); a
+    team (`graphrl.threads`, `graphrl.kernels.engaged`; at most `graphrl.threads.idle_cores`) copy
+    groups of `GROUP_BYTES` of rows, each claimed atomically, so the caller never waits for a helper
+    that has not started (it waits only for groups being copied, and the batch is whole when it returns); a
     second call releases the shard mutexes and counts. Smaller batches take the one call.
     """
     status, live, err, died = _sample_locked(
@@ -414,25 +412,6 @@ def sample_transitions(
     finally:  # the shard mutexes are released even when the copy raised (nothing counted then)
         status, err, more = _release(plan, held, counted)
     return status, live, err, died + more
-
-
-def idle_cores(cores: int) -> int:
-    """How many of ``cores`` (the cores the caller may use, itself included) have nothing else to run at
-    this moment: ``cores`` less the machine's runnable tasks, this thread included (the running
-    count of ``/proc/loadavg``, read only when ``os.getloadavg()[0]``, the 1-minute mean, is under
-    twice ``cores``; above it, 0). Where neither can be read: ``cores - 1``.
-
-    A helper thread copies in parallel only on an idle core; on a busy one it takes the caller's
-    core or holds the interpreter lock the caller needs next (docs/performance.md).
-    """
-    try:
-        if os.getloadavg()[0] >= 2 * cores:
-            return 0
-        with open("/proc/loadavg", "rb") as f:
-            running = int(f.read().split()[3].split(b"/")[0])
-    except (OSError, ValueError, IndexError):
-        return cores - 1
-    return max(0, cores - running)
 
 
 @nb.njit(cache=True, nogil=True)

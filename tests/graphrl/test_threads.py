@@ -213,3 +213,16 @@ def test_the_serial_spmm_kernels_never_start_openmp_threads():
         print(numba.threading_layer() is not None)
     """)
     assert out.splitlines() == ["serial", "True"]
+
+
+def test_idle_cores_counts_the_cores_with_nothing_else_to_run(monkeypatch):
+    for cores in (1, 2, 64):
+        assert 0 <= threads.idle_cores(cores) <= cores - 1  # this thread is running
+    monkeypatch.setattr(threads.os, "getloadavg", lambda: (9.0, 9.0, 9.0))
+    assert threads.idle_cores(4) == 0  # a load of twice the cores and more: busy, /proc/loadavg not read
+
+    def unavailable():
+        raise OSError("no load average")
+
+    monkeypatch.setattr(threads.os, "getloadavg", unavailable)
+    assert threads.idle_cores(4) == 3

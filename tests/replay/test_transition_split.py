@@ -210,19 +210,6 @@ def test_only_batches_of_two_split_bytes_take_the_split_path(monkeypatch):
         store.close()
 
 
-def test_idle_cores_counts_the_cores_with_nothing_else_to_run(monkeypatch):
-    for cores in (1, 2, 64):
-        assert 0 <= tk.idle_cores(cores) <= cores - 1  # this thread is running
-    monkeypatch.setattr(tk.os, "getloadavg", lambda: (9.0, 9.0, 9.0))
-    assert tk.idle_cores(4) == 0  # a load of twice the cores and more: busy, /proc/loadavg not read
-
-    def unavailable():
-        raise OSError("no load average")
-
-    monkeypatch.setattr(tk.os, "getloadavg", unavailable)
-    assert tk.idle_cores(4) == 3
-
-
 class _null:
     def __enter__(self) -> None:
         return None
