@@ -6,14 +6,29 @@ as Reverb's ``TrajectoryWriter`` (not thread-safe: one per thread): the first th
 writer; a call from another thread raises ``RuntimeError`` naming both threads. Ownership passes when the
 owner calls ``release()`` (the writer's ``release_thread``), or when the owner thread has ended (a writer
 made in one thread and used by one worker, or kept across a finished worker). The check on the fast path
-is one ``threading.get_ident()`` comparison. See docs/architecture.md#replay-composition.
+is one ``threading.get_ident()`` comparison. A writer belongs to the process that made it: in a child
+made by ``fork`` (where the forking thread's ident lives on) every call raises ``RuntimeError``, since its
+staged steps, open episode and writer id are the parent's; the child makes its own (``store.writer()``).
+See docs/architecture.md#replay-composition.
 """
 
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 
 __all__ = ["ThreadOwner"]
+
+_LIVE: weakref.WeakSet[ThreadOwner] = weakref.WeakSet()  # every owner of this process, for the fork hook
+
+
+def _after_fork_in_child() -> None:
+    for owner in list(_LIVE):
+        owner.forked()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class ThreadOwner:
@@ -27,14 +42,20 @@ class ThreadOwner:
         How to get a writer of one's own (``"store.writer()"``).
     """
 
-    __slots__ = ("ident", "thread", "what", "remedy", "_lock")
+    __slots__ = ("ident", "thread", "what", "remedy", "pid", "_lock", "__weakref__")
 
     def __init__(self, what: str, remedy: str) -> None:
         self.ident: int | None = None  # the owner's threading.get_ident(), None while unowned
         self.thread: threading.Thread | None = None
         self.what = what
         self.remedy = remedy
+        self.pid = os.getpid()  # the process that made the writer
         self._lock = threading.Lock()
+        _LIVE.add(self)
+
+    def forked(self) -> None:
+        """In a child made by ``fork``: no thread of this process owns the writer (every call raises)."""
+        self.ident, self.thread, self._lock = -1, None, threading.Lock()  # -1: no thread's ident
 
     def claim(self, call: str) -> None:
         """Make the calling thread the owner, or check that it is (callers compare ``ident`` first).
@@ -47,9 +68,16 @@ class ThreadOwner:
         Raises
         ------
         RuntimeError
-            Another thread, still alive, owns the writer: the message names both threads.
+            Another thread, still alive, owns the writer: the message names both threads. Or this
+            process is a fork of the one that made the writer.
         """
         me = threading.current_thread()
+        if self.pid != os.getpid():
+            raise RuntimeError(
+                f"{self.what}.{call}(): this {self.what} was made in process {self.pid}, and this is process "
+                f"{os.getpid()} (a fork of it): its staged steps, open episode and writer id are that "
+                f"process's; make a writer in this process ({self.remedy})"
+            )
         with self._lock:
             owner = self.thread
             if owner is None or self.ident == me.ident or not owner.is_alive():
@@ -67,9 +95,9 @@ class ThreadOwner:
         Raises
         ------
         RuntimeError
-            Another thread, still alive, owns the writer.
+            Another thread, still alive, owns the writer; or this process is a fork of its maker.
         """
-        if self.ident is not None and self.ident != threading.get_ident():
+        if self.pid != os.getpid() or (self.ident is not None and self.ident != threading.get_ident()):
             self.claim(call)  # raises unless the owner has ended
         with self._lock:
             self.ident, self.thread = None, None

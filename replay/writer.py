@@ -392,6 +392,12 @@ class TrajectoryWriter:
         finally:
             self.close()
 
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            "a TrajectoryWriter cannot be sent to another process (its staging buffers and open episode are "
+            "this process's): send store.handle() and write through ReplayStore.attach(handle).writer() there"
+        )
+
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"pending={self.pending}"
         return f"TrajectoryWriter(id={self.writer_id}, {state}, steps_written={self.steps_written})"
