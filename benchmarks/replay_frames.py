@@ -11,7 +11,10 @@ Cases (``ratio`` = ours / cpprb, higher is better):
 
 - insert: steps/s of a second fill, whole episodes (ours ``writer.add_episode`` of the frames;
   cpprb ``add`` of the stacks + ``on_episode_end``);
-- sample B (32 and 256): (s, s') stacks/s;
+- sample B (32 and 256): (s, s') stacks/s, and the CPU time per call of this process (``cpu_ratio`` = cpprb's
+  / ours; other processes' load moves it far less than wall time). ``sample(32, 5)`` of frames is a short
+  window batch of 1.1 MB: one compiled draw-and-copy call under the locks (`replay.transition_kernel`);
+  B=256 (9 MB) takes the lock-free window path;
 - memory per step and per million steps: ours the bytes of the store's regions (rings, step index, records,
   control; staging excluded), cpprb the resident growth of a fill (RSS; ours is given that way too).
 
@@ -39,7 +42,7 @@ from graphrl.memory import MemoryManager  # noqa: E402
 from replay import ReplayStore, TrajectorySpec, Uniform  # noqa: E402
 
 sys.path.append(str(Path(__file__).resolve().parent))
-from _report import best_interleaved, machine, write_result  # noqa: E402
+from _report import best_interleaved_cpu, machine, write_result  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "replay_frames.json"
 FRAME = (84, 84)
@@ -153,12 +156,13 @@ def main(steps: int, iters: int, repeats: int, tier: str, output: str) -> None:
                 assert obs.shape[1] == next_obs.shape[1] == STACK
                 batch.release()
 
-            t_o, t_c = best_interleaved([ours, lambda b=b: rb.sample(b)], iters, repeats)
+            (t_o, t_c), (c_o, c_c) = best_interleaved_cpu([ours, lambda b=b: rb.sample(b)], iters, repeats)
             rows.append({"case": f"84x84x{STACK} sample B={b} (s, s') stacks ({tier})",
                          "metric": "samples_per_s",
                          "ours": b / t_o, "baseline": "cpprb sample (stack_compress, next_of)",
                          "baseline_value": b / t_c, "ratio": t_c / t_o,
-                         "us_per_call": t_o * 1e6, "baseline_us_per_call": t_c * 1e6})
+                         "us_per_call": t_o * 1e6, "baseline_us_per_call": t_c * 1e6,
+                         "cpu_us": c_o * 1e6, "baseline_cpu_us": c_c * 1e6, "cpu_ratio": c_c / c_o})
         held = sum(r.nbytes for r in mm.regions() if r.owner.startswith(("replay.shard", "replay.control")))
         rows.append({"case": f"84x84x{STACK} bytes per step ({tier})", "metric": "bytes_per_step",
                      "ours": held / steps, "baseline": "cpprb stack_compress+next_of (RSS growth)",
@@ -168,10 +172,13 @@ def main(steps: int, iters: int, repeats: int, tier: str, output: str) -> None:
                      "ours_rss_bytes_per_step": mem_ours / steps})
         store.close()
     load = (load_before, os.getloadavg()[0])
-    click.echo(f"{'case':<52} {'metric':<14} {'ours':>10} {'cpprb':>10} {'ratio':>6}")
+    click.echo(f"{'case':<52} {'metric':<14} {'ours':>10} {'cpprb':>10} {'ratio':>6} "
+               f"{'CPU us ours/cpprb':>18} {'CPU ratio':>9}")
     for r in rows:
+        cpu = f"{r['cpu_us']:.0f}/{r['baseline_cpu_us']:.0f}" if "cpu_ratio" in r else ""
+        cpu_ratio = f"{r['cpu_ratio']:.2f}" if "cpu_ratio" in r else ""
         click.echo(f"{r['case']:<52} {r['metric']:<14} {r['ours']:>10.4g} {r['baseline_value']:>10.4g} "
-                   f"{r['ratio']:>6.2f}")
+                   f"{r['ratio']:>6.2f} {cpu:>18} {cpu_ratio:>9}")
     click.echo(f"1-min load average {load[0]:.2f} before, {load[1]:.2f} after, on {os.cpu_count()} CPUs")
     info = machine(cpprb=getattr(sys.modules["cpprb"], "__version__", "installed"), load_average_1min=load)
     write_result("replay_frames", rows, info, output)

@@ -12,7 +12,9 @@ Host batches of the owner's own `replay.table.Table` take a compiled path: the t
 window table and the keys into the slot's scratch arrays in one kernel call
 (`replay.draw_kernels`), `replay.batch_kernels.BatchCopy` copies every shard's windows and fills
 the mask in one more (on the thread team for large batches), `replay.chunk_decode.ChunkDecode`
-decompresses the codec fields, and the staleness check is one comparison per shard. Any other
+decompresses the codec fields, and the staleness check is one comparison per shard. Transitions
+and short windows (`MAX_WINDOW` steps, no codec field for windows) of a `fused` table are drawn and
+copied in one call under the locks (`replay.transition_kernel`; no staleness check). Any other
 table object (a learner process's proxy, offering ``draw``, ``keys``, ``prioritized``,
 ``incarnation``, ``update_priorities``) and GPU batches take the general loop; both give the
 same batches for the same draws.
@@ -34,8 +36,8 @@ from replay.gather import WindowGather
 from replay.rate_limiter import RateLimiterState
 from replay.storage import TrajectoryStorage
 from replay.table import META_FIELDS, Table
-from replay.transition_kernel import LOCKED_COPY_BYTES
-from replay.windows import WindowTable, window_mask
+from replay.transition_kernel import LOCKED_COPY_BYTES, LOCKED_WINDOW_BYTES, MAX_WINDOW
+from replay.windows import PAD_CODES, WindowTable, window_mask
 
 _KEYS_LENGTHS = [5, 3]  # the scratch rows of the keys and the real lengths (`StagedSlot.scratch`)
 
@@ -120,6 +122,10 @@ class WindowSampler:
         # the fused call counts the samples itself, in the control block: only for its own limiter
         if limiter.cond is not storage.control.cond or type(limiter).sample is not RateLimiterState.sample:
             self.locked_rows = 0
+        # likewise windows of 2 .. locked_window steps of up to LOCKED_WINDOW_BYTES: drawn and copied in one
+        # call (`replay.transition_kernel`); with codec fields they keep the lock-free path (the locked
+        # decode takes windows of one step), as they do with 0 here
+        self.locked_window = MAX_WINDOW if self.locked_rows and self.decode is None else 0
 
     def sample(
         self, b: int, length: int, pad: str, beta: float, target: torch.device | None, left: Deadline
@@ -156,6 +162,9 @@ class WindowSampler:
         if target is None and self.owner_table:
             if length == 1 and b <= self.locked_rows and self.table.fused:
                 return self._sample_transitions(b, beta, left, slot)
+            if (1 < length <= self.locked_window and b * length * self.step_bytes <= LOCKED_WINDOW_BYTES
+                    and self.table.fused):
+                return self._sample_windows(b, length, pad, beta, left, slot)
             return self._sample_owner(b, length, pad, beta, left, slot)
         try:
             meta, prob, table_size = self._draw_and_gather(b, length, pad, left, slot, target)
@@ -232,6 +241,41 @@ class WindowSampler:
                     break
                 self._check_drawable(b, 1, left)
             return Batch.from_draw(slot.fields, slot.mask, keys, prob, None, table_size, None, slot.buffer)
+        except BaseException:
+            slot.buffer.release()
+            raise
+
+    def _sample_windows(
+        self, b: int, length: int, pad: str, beta: float, left: Deadline, slot: StagedSlot
+    ) -> Batch:
+        """`sample` of B short windows for a host batch of the owner's `fused` `Table` without codec
+        fields: as `_sample_transitions`, one kernel call under the locks draws them (the same
+        uniforms, bounds and keys as `_sample_owner`'s draw), copies them and their mask, and counts
+        their real steps; the window table goes to the slot's scratch."""
+        try:
+            table = self.table
+            block = slot.scratch
+            window = (length, PAD_CODES[pad], block[:5])
+            prob = np.empty(b)
+            weights = np.empty(b, dtype=np.float32) if table.prioritized else None
+            while True:
+                self.limiter.await_sample(left(), given=left.timeout)
+                if weights is None:
+                    table_size = table.draw_transitions(
+                        b, slot.addresses, block[5], prob, slot.mask_flat, window=window
+                    )
+                else:
+                    table_size = table.draw_transitions(
+                        b, slot.addresses, block[5], prob, slot.mask_flat, beta, weights, window=window
+                    )
+                if table_size:
+                    break
+                self._check_drawable(b, length, left)
+            keys_lengths = block[_KEYS_LENGTHS]  # one copy of both rows (the batch keeps them)
+            return Batch.from_draw(
+                slot.fields, slot.mask, keys_lengths[0], prob, keys_lengths[1], table_size, None, slot.buffer,
+                weights,
+            )
         except BaseException:
             slot.buffer.release()
             raise

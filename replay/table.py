@@ -299,6 +299,7 @@ class Table:
         beta: float = 0.0,
         weights: np.ndarray = _NO_WEIGHTS,
         locked: Callable[[np.ndarray], None] | None = None,
+        window: tuple[int, int, np.ndarray] | None = None,
     ) -> int:
         """Draw k windows of one step and copy them into a batch under every shard lock, and count the
         k steps as sampled in the control block's rate-limiter counters, waking its waiters
@@ -328,6 +329,12 @@ class Table:
             Importance-weight exponent, for ``weights``.
         weights : numpy.ndarray, float32 [k], optional
             Gets the importance weights (empty: none). Nothing is checked.
+        locked : callable, optional
+            Decodes the codec fields of the drawn transitions (not with ``window``).
+        window : (int, int, numpy.ndarray), optional
+            ``(length, pad code, meta)``: windows of 2 .. `replay.transition_kernel.MAX_WINDOW` steps
+            instead, ``meta`` int64 [5, k] getting their window table (`META_FIELDS`), ``dst`` and
+            ``mask`` ``length`` steps a row, counted as their real steps (`sample_transitions`).
 
         Returns
         -------
@@ -344,7 +351,7 @@ class Table:
             status = STALE
             if locked is None:
                 status, live, err, died = sample_transitions(
-                    *self._draw_head, dst, self.incarnation, keys, prob, mask, beta, weights
+                    *self._draw_head, dst, self.incarnation, keys, prob, mask, beta, weights, window
                 )
                 if died:
                     self._report_dead_holders(died)
@@ -353,7 +360,7 @@ class Table:
                 try:
                     status, live, err, died = sample_transitions(
                         self.plan, True, self._repairs, self._words, dst, self.incarnation, keys, prob,
-                        mask, beta, weights,
+                        mask, beta, weights, window,
                     )
                     if status == DRAWN and locked is not None:
                         locked(keys)

@@ -1,4 +1,4 @@
-"""The owner's draw of single-step windows (transitions) and their copy into a batch, in one numba call.
+"""The owner's draw of transitions and short windows and their copy into a batch, in one numba call.
 
 `draw_transitions` is what `replay.draw_kernels.draw_windows` followed by
 `replay.batch_kernels.gather_rows` compute for windows of one step, fused: the selector's draw as
@@ -28,6 +28,10 @@ caller's). The plan is `replay.commit_kernel.build_plan`'s. A batch of ``2 * SPL
 copied by the caller and the thread team's helpers, by groups of rows, between the draw's call and a
 releasing one (`sample_transitions`' notes), as `graphrl.threads` allows.
 
+With ``window`` (windows of 2 .. `MAX_WINDOW` steps, batches of `LOCKED_WINDOW_BYTES` at most) the
+same call runs the lock-free path's own kernels under the locks instead: `draw_kernels.draw_windows`
+(bounds from `draw_kernels.window_rows`, the one rule) and `batch_kernels.gather_rows` (its copy).
+
 >>> live = draw_transitions(u, ctree, wtree, False, size, filled, times, written, capacity,
 ...                         rings, outs, row_bytes, incarnation, keys, prob, mask, 0.4, weights)
 >>> words = selector_words(generator, ctree, wtree, False, size, filled, times, written)
@@ -49,6 +53,7 @@ from graphrl.kernels import Chunks, engaged
 from graphrl.kernels.copies import address, store_fence
 from graphrl.kernels.prefetch import prefetch_l2_at
 from graphrl.threads import idle_cores, threads_for
+from replay.batch_kernels import gather_rows
 from replay.commit_kernel import (
     P_CAPACITY,
     P_CTL,
@@ -61,7 +66,7 @@ from replay.commit_kernel import (
     count_deletes_locked,
     repair_hole,
 )
-from replay.draw_kernels import draw_items, importance_weights_into
+from replay.draw_kernels import draw_items, draw_windows, importance_weights_into
 from replay.keys import BACK_BITS, INC_BITS, SHARD_BITS
 from replay.rate_limiter import SAMPLES
 from replay.shard_layout import META_LEN, WRITE_POS
@@ -83,6 +88,8 @@ __all__ = [
     "EMPTY",
     "FAILED",
     "LOCKED_COPY_BYTES",
+    "LOCKED_WINDOW_BYTES",
+    "MAX_WINDOW",
     "SPLIT_BYTES",
     "GROUP_BYTES",
     "STALE",
@@ -100,6 +107,10 @@ DRAWN, EMPTY, STALE, FAILED, _COPYING = 0, 1, 2, 3, 4
 WORDS = 10
 
 LOCKED_COPY_BYTES = 4 << 20  # output bytes up to which a batch of transitions is copied under the locks
+# batches of windows of 2 .. MAX_WINDOW steps of LOCKED_WINDOW_BYTES of output at most: drawn and copied
+# in one call under the locks too (docs/performance.md)
+MAX_WINDOW = 8
+LOCKED_WINDOW_BYTES = 2 << 20
 # `sample_transitions` copies a batch of 2 SPLIT_BYTES and more on a thread for every SPLIT_BYTES
 # (`graphrl.threads.threads_for`; docs/performance.md)
 SPLIT_BYTES = 1 << 20
@@ -343,9 +354,10 @@ def sample_transitions(
     mask: np.ndarray,
     beta: float,
     o_weights: np.ndarray,
+    window: tuple[int, int, np.ndarray] | None = None,
 ) -> tuple[int, int, int, int]:
     """`draw_transitions` under every shard mutex, then the sample count (see the module docstring).
-    The caller holds the table lock.
+    The caller holds the table lock. With ``window``, short windows instead of transitions.
 
     Parameters
     ----------
@@ -367,14 +379,23 @@ def sample_transitions(
         ``plan``).
     incarnation, o_keys, o_prob, mask, beta, o_weights
         As `draw_transitions` takes them.
+    window : (int, int, numpy.ndarray), optional
+        ``(length, pad, meta)``: draw windows of ``length`` (2 .. `MAX_WINDOW`) steps, ``pad`` 0 tail or
+        1 head (`replay.windows.PAD_CODES`), as the lock-free path draws them
+        (`replay.draw_kernels.draw_windows`: each window's bounds from `replay.draw_kernels.window_rows`),
+        and copy them with its copy (`replay.batch_kernels.gather_rows`: padding zeroed, ``mask`` bool
+        [>= B * length] filled); ``meta`` int64 [5, B] gets the window table (rows
+        `replay.table.META_FIELDS`), ``o_keys`` their keys. In one call, whatever the bytes: the
+        caller keeps the batch small (`LOCKED_WINDOW_BYTES`). Codec fields are not copied.
 
     Returns
     -------
     ``(status, live, err, died)``, all int: status `DRAWN` (``live`` items drawable, ``len(o_keys)``
-    steps counted as sampled), `EMPTY` (the table is empty: nothing drawn, written or counted),
-    `STALE` (a shard's write position is past ``written``: nothing drawn; only with ``held`` False)
-    or `FAILED` (a pthread call failed, its errno in ``err``: every mutex this call took is
-    released; the sample count is lost only when the control mutex failed, after the draw);
+    steps counted as sampled, or with ``window`` the windows' real steps), `EMPTY` (the table is
+    empty: nothing drawn, written or counted), `STALE` (a shard's write position is past ``written``:
+    nothing drawn; only with ``held`` False) or `FAILED` (a pthread call failed, its errno in
+    ``err``: every mutex this call took is released; the sample count is lost only when the control
+    mutex failed, after the draw);
     ``died`` counts the mutexes found with a dead holder.
 
     Notes
@@ -386,6 +407,12 @@ def sample_transitions(
     that has not started (it waits only for groups being copied, and the batch is whole when it returns); a
     second call releases the shard mutexes and counts. Smaller batches take the one call.
     """
+    if window is not None:
+        length, pad, meta = window
+        return _sample_windows_locked(
+            plan, held, repairs, words, dst, incarnation, length, pad, meta, o_keys, o_prob, mask, beta,
+            o_weights,
+        )
     status, live, err, died = _sample_locked(
         plan, held, repairs, words, dst, incarnation, o_keys, o_prob, mask, beta, o_weights, 2 * SPLIT_BYTES
     )
@@ -415,6 +442,75 @@ def sample_transitions(
 
 
 @nb.njit(cache=True, nogil=True)
+def _lock_shards(plan, held, repairs, written):  # pragma: no cover - numba
+    """Every shard mutex taken in shard order (unless ``held``), a dead holder's hole repaired, and the
+    check that the selector has ingested every commit (``written``). Returns ``(status, err, died)``:
+    `DRAWN` with every mutex held, or `STALE` / `FAILED` (errno in ``err``) with none held."""
+    s_count = plan[P_SHARDS]
+    nf = plan[P_FIELDS]
+    capacity = plan[P_CAPACITY]
+    died = 0
+    if held:
+        return DRAWN, 0, died
+    for s in range(s_count):  # an unlocked read, only a hint: commits to ingest, no lock taken
+        meta = int64_at(plan[P_ROW_BYTES + nf + s * (SHARD_WORDS + nf) + 1], META_LEN)
+        if meta[WRITE_POS] != written[s]:
+            return STALE, 0, died
+    for s in range(s_count):
+        base = P_ROW_BYTES + nf + s * (SHARD_WORDS + nf)
+        rc = mutex_lock_robust(plan[base])
+        if rc < 0:
+            _unlock_shards(plan, s)
+            return FAILED, -rc, died
+        if rc == 1:  # its holder died mid-commit: the reserved slots become a hole (repair_hole)
+            died += 1
+            hole_at, hole, lost = repair_hole(
+                int64_at(plan[base + 1], META_LEN), int64_at(plan[base + 2], 3 * capacity), capacity
+            )
+            repairs[2 * s], repairs[2 * s + 1] = hole_at, hole
+            if lost:  # the items the dead commit overwrote: deleted
+                rc = count_deletes_locked(plan, lost)
+                if rc < 0:
+                    _unlock_shards(plan, s + 1)
+                    return FAILED, -rc, died
+                died += rc
+    for s in range(s_count):
+        meta = int64_at(plan[P_ROW_BYTES + nf + s * (SHARD_WORDS + nf) + 1], META_LEN)
+        if meta[WRITE_POS] != written[s]:
+            _unlock_shards(plan, s_count)
+            return STALE, 0, died
+    return DRAWN, 0, died
+
+
+@nb.njit(cache=True, nogil=True)
+def _uniforms(words, k):  # pragma: no cover - numba
+    """``k`` uniforms in [0, 1) from the selector's generator, as ``Generator.random(k)`` fills them
+    (``next_double`` of its bit generator, in order)."""
+    u = np.empty(k)
+    fn, state = words[W_RNG_NEXT_DOUBLE], words[W_RNG_STATE]
+    for i in range(k):
+        u[i] = _call_double(fn, state)
+    return u
+
+
+@nb.njit(cache=True, nogil=True)
+def _selector(words, s_count, capacity):  # pragma: no cover - numba
+    """The selector's arrays from `selector_words`: ``(ctree, wtree, prioritized, size, filled, times,
+    written)`` as `draw_items` and `draw_transitions` take them."""
+    size = words[W_SIZE]
+    wcols = words[W_WTREE_COLS]
+    return (
+        float64_at(words[W_CTREE], s_count * 2 * size).reshape((s_count, 2 * size)),
+        float64_at(words[W_WTREE], s_count * wcols).reshape((s_count, wcols)),
+        words[W_PRIORITIZED] != 0,
+        size,
+        int64_at(words[W_FILLED], s_count),
+        int64_at(words[W_TIMES], s_count * capacity).reshape((s_count, capacity)),
+        int64_at(words[W_WRITTEN], s_count),
+    )
+
+
+@nb.njit(cache=True, nogil=True)
 def _sample_locked(
     plan, held, repairs, words, dst, incarnation, o_keys, o_prob, mask, beta, o_weights, split_bytes
 ):  # pragma: no cover - numba
@@ -424,57 +520,18 @@ def _sample_locked(
     s_count = plan[P_SHARDS]
     nf = plan[P_FIELDS]
     capacity = plan[P_CAPACITY]
-    size = words[W_SIZE]
-    wcols = words[W_WTREE_COLS]
-    written = int64_at(words[W_WRITTEN], s_count)
-    died = 0
-    if not held:
-        for s in range(s_count):  # an unlocked read, only a hint: commits to ingest, no lock taken
-            meta = int64_at(plan[P_ROW_BYTES + nf + s * (SHARD_WORDS + nf) + 1], META_LEN)
-            if meta[WRITE_POS] != written[s]:
-                return STALE, 0, 0, died
-        for s in range(s_count):
-            base = P_ROW_BYTES + nf + s * (SHARD_WORDS + nf)
-            rc = mutex_lock_robust(plan[base])
-            if rc < 0:
-                _unlock_shards(plan, s)
-                return FAILED, 0, -rc, died
-            if rc == 1:  # its holder died mid-commit: the reserved slots become a hole (repair_hole)
-                died += 1
-                hole_at, hole, lost = repair_hole(
-                    int64_at(plan[base + 1], META_LEN), int64_at(plan[base + 2], 3 * capacity), capacity
-                )
-                repairs[2 * s], repairs[2 * s + 1] = hole_at, hole
-                if lost:  # the items the dead commit overwrote: deleted
-                    rc = count_deletes_locked(plan, lost)
-                    if rc < 0:
-                        _unlock_shards(plan, s + 1)
-                        return FAILED, 0, -rc, died
-                    died += rc
-        for s in range(s_count):
-            meta = int64_at(plan[P_ROW_BYTES + nf + s * (SHARD_WORDS + nf) + 1], META_LEN)
-            if meta[WRITE_POS] != written[s]:
-                _unlock_shards(plan, s_count)
-                return STALE, 0, 0, died
+    ctree, wtree, prioritized, size, filled, times, written = _selector(words, s_count, capacity)
+    status, err, died = _lock_shards(plan, held, repairs, written)
+    if status != DRAWN:
+        return status, 0, err, died
     k = o_keys.shape[0]
-    u = np.empty(k)
-    fn, state = words[W_RNG_NEXT_DOUBLE], words[W_RNG_STATE]
-    for i in range(k):  # Generator.random's fill: next_double of the bit generator, in order
-        u[i] = _call_double(fn, state)
+    u = _uniforms(words, k)
     batch = 0  # the batch's bytes
     for j in range(nf):
         batch += k * plan[P_ROW_BYTES + j]
     copy = batch < split_bytes
     live = _draw_copy(
-        u,
-        float64_at(words[W_CTREE], s_count * 2 * size).reshape((s_count, 2 * size)),
-        float64_at(words[W_WTREE], s_count * wcols).reshape((s_count, wcols)),
-        words[W_PRIORITIZED] != 0,
-        size,
-        int64_at(words[W_FILLED], s_count),
-        int64_at(words[W_TIMES], s_count * capacity).reshape((s_count, capacity)),
-        written,
-        capacity,
+        u, ctree, wtree, prioritized, size, filled, times, written, capacity,
         plan[P_ROW_BYTES + nf + SHARD_WORDS :], SHARD_WORDS + nf, plan[P_ROW_BYTES : P_ROW_BYTES + nf], dst,
         incarnation, o_keys, o_prob, mask, beta, o_weights, copy,
     )
@@ -487,6 +544,88 @@ def _sample_locked(
         return _COPYING, n, batch, died
     status, err, more = _release(plan, held, k)
     return status, n, err, died + more
+
+
+@nb.njit(cache=True, nogil=True)
+def _sample_windows_locked(
+    plan, held, repairs, words, dst, incarnation, length, pad, meta, o_keys, o_prob, mask, beta, o_weights
+):  # pragma: no cover - numba
+    """`sample_transitions` of windows of ``length`` steps (its ``window``), in one call."""
+    s_count = plan[P_SHARDS]
+    capacity = plan[P_CAPACITY]
+    ctree, wtree, prioritized, size, filled, times, written = _selector(words, s_count, capacity)
+    status, err, died = _lock_shards(plan, held, repairs, written)
+    if status != DRAWN:
+        return status, 0, err, died
+    u = _uniforms(words, o_keys.shape[0])
+    live, real = _draw_window_copy(
+        u, ctree, wtree, prioritized, size, filled, times, written, plan, dst, length, pad, incarnation,
+        meta, o_keys, o_prob, mask, beta, o_weights,
+    )
+    if live < 0.5:
+        if not held:
+            _unlock_shards(plan, s_count)
+        return EMPTY, 0, 0, died
+    status, err, more = _release(plan, held, real)
+    return status, np.int64(live + 0.5), err, died + more
+
+
+@nb.njit(cache=True, nogil=True)
+def _draw_window_copy(
+    u, ctree, wtree, prioritized, size, filled, times, written, plan, dst, length, pad, incarnation,
+    meta, o_keys, o_prob, mask, beta, o_weights,
+):  # pragma: no cover - numba
+    """`replay.draw_kernels.draw_windows` (the draw, then each window's bounds from `window_rows`) into
+    ``meta`` (int64 [5, k], rows `replay.table.META_FIELDS`), ``o_keys`` and ``o_prob``, the importance
+    weights into ``o_weights`` (or empty for none), then `replay.batch_kernels.gather_rows` (the lock-free
+    window path's copy and mask) from the plan's rings into the slot at ``dst``, every field of a ring
+    (row bytes > 0). Returns ``(live, real)``: the live items (below 0.5 nothing is drawn or written)
+    and the windows' real steps."""
+    s_count = plan[P_SHARDS]
+    nf = plan[P_FIELDS]
+    capacity = plan[P_CAPACITY]
+    stride = SHARD_WORDS + nf
+    at = P_ROW_BYTES + nf  # shard 0's words
+    steps = [  # each shard's step index [C, 3] and record ring [C, 4], as `window_rows` reads them
+        int64_at(plan[at + s * stride + 2], 3 * capacity).reshape((capacity, 3)) for s in range(s_count)
+    ]
+    records = [
+        int64_at(plan[at + s * stride + 3], 4 * capacity).reshape((capacity, 4)) for s in range(s_count)
+    ]
+    k = u.shape[0]
+    live = draw_windows(
+        u, ctree, wtree, prioritized, size, filled, times, steps, records, written, capacity, length, pad, 0,
+        meta[0], meta[1], meta[2], meta[3], meta[4], o_prob, incarnation, o_keys,
+    )
+    if live < 0.5:
+        return live, 0
+    if o_weights.shape[0] > 0:
+        importance_weights_into(o_prob, np.int64(live + 0.5), beta, o_weights)
+    raw = 0  # fields with a ring (a codec field has row bytes 0 in the plan)
+    for j in range(nf):
+        raw += plan[P_ROW_BYTES + j] > 0
+    row_bytes = np.empty(raw, dtype=np.int64)
+    outs = []
+    r = 0
+    for j in range(nf):
+        rb = plan[P_ROW_BYTES + j]
+        if rb > 0:
+            row_bytes[r] = rb
+            outs.append(uint8_at(dst[j], k * length * rb))
+            r += 1
+    rings = []
+    for s in range(s_count):
+        for j in range(nf):
+            rb = plan[P_ROW_BYTES + j]
+            if rb > 0:
+                rings.append(uint8_at(plan[at + s * stride + SHARD_WORDS + j], capacity * rb))
+    stream = k * length * row_bytes.sum() >= STREAM_BATCH_BYTES  # as `replay.batch_kernels.BatchCopy`
+    window = (meta[0], meta[2], meta[3], meta[4])  # shard, first, n, dst
+    gather_rows(rings, outs, row_bytes, capacity, *window, 0, k, length, mask, stream)
+    real = 0
+    for i in range(k):
+        real += meta[3, i]
+    return live, real
 
 
 @nb.njit(cache=True, nogil=True)

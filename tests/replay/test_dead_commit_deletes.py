@@ -84,6 +84,8 @@ def repair_by(store: ReplayStore, how: str, written: list[int]):
     if how == "transition sample":  # replay.transition_kernel.sample_transitions
         return store.sample(64, 1)
     if how == "window sample":  # Table.draw under the shard locks taken in Python
+        return store.sample(64, 9)
+    if how == "short window sample":  # the same compiled call with windows (its ``window``)
         return store.sample(64, 2)
     if how == "len":  # ShardStorage.acquire in Python
         len(store)
@@ -95,7 +97,9 @@ def repair_by(store: ReplayStore, how: str, written: list[int]):
     raise AssertionError(how)
 
 
-@pytest.mark.parametrize("how", ["transition sample", "window sample", "len", "compiled commit"])
+@pytest.mark.parametrize(
+    "how", ["transition sample", "window sample", "short window sample", "len", "compiled commit"]
+)
 def test_the_items_a_dead_commit_overwrote_are_counted_deleted(how):
     with MemoryManager() as mm:
         store = ReplayStore(SPEC, 16, 1, memory=mm, seed=3, timeout=10.0)
