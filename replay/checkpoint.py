@@ -64,6 +64,7 @@ __all__ = [
     "fsync_dir",
     "latest",
     "load",
+    "reading",
     "root_lock",
     "save",
     "verify",
@@ -325,18 +326,19 @@ def _stale_temporaries(root: Path) -> list[Path]:
 
 
 @contextmanager
-def root_lock(root: Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on the checkpoint root folder itself (no lock file is left behind).
+def root_lock(root: Path, shared: bool = False) -> Iterator[None]:
+    """Hold a ``flock`` on the checkpoint root folder itself (no lock file is left behind).
 
-    Every `save` into ``root`` holds it, so saves of any threads, stores and processes of this host
-    into one root run one after the other. A file system that refuses ``flock`` on a folder (some
+    Every `save` into ``root`` holds it exclusively, so saves of any threads, stores and processes of
+    this host into one root run one after the other. A restore holds it shared (`reading`) while it
+    reads, so no save deletes the folder it reads. A file system that refuses ``flock`` on a folder (some
     network file systems) gets no cross-process lock: the store's own lock still serialises the
     calls of one store (`replay.store.ReplayStore.checkpoint`).
     """
     fd = os.open(root, os.O_RDONLY)
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         except OSError as exc:  # EBADF / ENOLCK / EOPNOTSUPP on file systems without folder locks
             logger.debug(
                 "checkpoint root %s: no flock (%s); saves of other processes are not serialised", root, exc
@@ -344,6 +346,22 @@ def root_lock(root: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # releases the flock
+
+
+@contextmanager
+def reading(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Hold the lock of the root of the checkpoint ``path`` names (`latest`), shared, for the block: a
+    restore reads its columns lazily after `load`, and a save's retention waits instead of deleting the
+    folder under it (zarr would read the missing chunks as zeros).
+
+    Raises
+    ------
+    FileNotFoundError, ValueError, CheckpointError
+        As `latest`.
+    """
+    folder, _ = latest(path)
+    with root_lock(folder.parent, shared=True):
+        yield
 
 
 def save(path: str | os.PathLike[str], snapshot: AbstractContextManager[dict[str, Any]]) -> str:
@@ -413,13 +431,23 @@ def _save_locked(root: Path, tmp: Path, snapshot: AbstractContextManager[dict[st
     for dirpath, _, _ in os.walk(tmp):
         fsync_dir(Path(dirpath))
     os.rename(tmp, final)  # a new number: nothing of another checkpoint is replaced
-    fsync_dir(root)
     marker_tmp = root / f".tmp-LATEST-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    with open(marker_tmp, "w") as fh:
-        fh.write(f"{final.name} {digest}\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(marker_tmp, root / "LATEST")
+    try:
+        fsync_dir(root)
+        with open(marker_tmp, "w") as fh:
+            fh.write(f"{final.name} {digest}\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(marker_tmp, root / "LATEST")
+    except BaseException:  # a full disk, a signal: the folder LATEST never named goes, with the marker
+        marker_tmp.unlink(missing_ok=True)
+        try:
+            named = _read_latest(root)[0] == final.name
+        except (OSError, CheckpointError):
+            named = False
+        if not named:
+            shutil.rmtree(final, ignore_errors=True)
+        raise
     fsync_dir(root)
     for old in _folders(root):
         if old.name not in (final.name, previous):

@@ -585,29 +585,30 @@ class ReplayStore(StorageViews, ReplayStoreBase):
             names the checkpoint, the file and the fault, and the older checkpoint that is intact.
         """
         check_restore_kwargs(kwargs, "ReplayStore", RESTORE_KEYWORDS)
-        state = ckpt.load(path)
-        cfg = state["config"]
-        options = {
-            "max_times_sampled": int(cfg["max_times_sampled"]),
-            "chunk_steps": int(cfg["chunk_steps"]),
-            "timeout": cfg["timeout"],
-        }
-        options.update(kwargs)
-        store = cls(
-            TrajectorySpec.from_config(cfg["spec"]),
-            int(cfg["capacity"]) * int(cfg["num_shards"]),
-            int(cfg["num_shards"]),
-            selector=selector_from_config(cfg["selector"]),
-            rate_limiter=rate_limiter_from_config(cfg["rate_limiter"]),
-            memory=memory,
-            **options,
-        )
-        state["table"]["rng"] = None if "seed" in kwargs else state["table"]["rng"]  # None: the new seed's
-        try:
-            load_parts(store.storage, store.table, state)
-        except BaseException:
-            store.close()
-            raise
+        with ckpt.reading(path):  # saves into the root wait: none deletes the folder read (lazily) here
+            state = ckpt.load(path)
+            cfg = state["config"]
+            options = {
+                "max_times_sampled": int(cfg["max_times_sampled"]),
+                "chunk_steps": int(cfg["chunk_steps"]),
+                "timeout": cfg["timeout"],
+            }
+            options.update(kwargs)
+            store = cls(
+                TrajectorySpec.from_config(cfg["spec"]),
+                int(cfg["capacity"]) * int(cfg["num_shards"]),
+                int(cfg["num_shards"]),
+                selector=selector_from_config(cfg["selector"]),
+                rate_limiter=rate_limiter_from_config(cfg["rate_limiter"]),
+                memory=memory,
+                **options,
+            )
+            state["table"]["rng"] = None if "seed" in kwargs else state["table"]["rng"]  # None: the seed's
+            try:
+                load_parts(store.storage, store.table, state)
+            except BaseException:
+                store.close()
+                raise
         return store
 
     # -- lifetime
