@@ -542,6 +542,7 @@ def test_windows_overwritten_during_the_copy_are_drawn_again(mm, monkeypatch):
     import replay.batch_kernels as gather_module  # the owner's path (the general loop: test_sampler_paths)
 
     store = make(mm, capacity=10, seed=0)
+    store._sampler.locked_window = 0  # the lock-free copy (short windows are otherwise copied under locks)
     w = store.writer()
     w.extend(cols(0, 0, 10))
     w.end_episode()
