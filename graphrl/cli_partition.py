@@ -46,7 +46,10 @@ def _size(ctx: click.Context, param: click.Parameter, text: str) -> tuple[int, i
 def partition(out: str, dataset: str, size: tuple[int, int], parts: int, method: str, seed: int,
               data_root: str | None) -> None:
     """Partition a graph into PARTS parts and write them to the new folder OUT."""
+    from graphrl.cli_checks import new_folder
     from graphrl.partition import write_partitions
+
+    new_folder(out, "OUT")  # before the graph is made or loaded
 
     features = labels = None
     if dataset == "synthetic":
