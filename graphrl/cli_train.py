@@ -14,7 +14,9 @@ bias, the plateau schedule). Example::
 ``--out`` is checked before any work (`graphrl.cli_checks.writable_folder`). SIGINT or SIGTERM
 (`graphrl.interrupts`) after an evaluation saves the best weights so far (``best.pt``) and the curve so
 far (``curve.json``, ``stopped_by`` the signal's name), prints one line saying so and where, and exits
-with 130 or 143.
+with 130 or 143; a signal while the final results are written lets them be written whole first. An
+earlier run's files in ``--out`` are removed before a run's are written, and ``curve.json`` is written
+last, so a save stopped part way (a second signal, a full disk) never pairs two runs' files.
 
 This module prints (through click); library code only logs.
 """
@@ -216,14 +218,21 @@ def recommend(data_root, loss, negatives, temperature, layers, embedding_dim, ba
                    f"({report.refit_cpu_seconds:.0f} CPU s); test recall@{k} {report.refit_test.recall:.4f}  "
                    f"NDCG@{k} {report.refit_test.ndcg:.4f}")
     if out_dir is not None:
-        paths = save_training_curve(report, out_dir, machine=_machine(machine0),
-                                    extra={"wall_seconds": time.perf_counter() - t_start,
-                                           "val_fraction": val_fraction})
-        saved = [*paths, _save_state(report.model.state_dict(), Path(out_dir) / "best.pt")]
-        if report.refit_model is not None:
-            saved.append(_save_state(report.refit_model.state_dict(), Path(out_dir) / "refit.pt"))
-        else:
-            _remove_stale_refit(out_dir)
+        def write() -> list[Path]:
+            states = {"best.pt": report.model.state_dict()}
+            if report.refit_model is not None:
+                states["refit.pt"] = report.refit_model.state_dict()
+            return _save_run(out_dir, states, lambda: save_training_curve(
+                report, out_dir, machine=_machine(machine0),
+                extra={"wall_seconds": time.perf_counter() - t_start, "val_fraction": val_fraction}))
+
+        try:
+            saved = write()
+        except Interrupted as err:  # the results are in memory: write them whole (a second signal stops it)
+            saved = write()
+            click.echo(f"interrupted by {err.name} while saving: saved "
+                       f"{', '.join(p.name for p in saved)} to {out_dir}")
+            raise click.exceptions.Exit(err.exit_code) from None
         for p in saved:
             click.echo(f"wrote {p}")
 
@@ -237,21 +246,36 @@ def _machine(machine0: dict) -> dict:
     return machine
 
 
+RUN_FILES = ("curve.json", "curve.png", "best.pt", "refit.pt")  # what a run writes into --out
+
+
+def _save_run(out_dir: str, states: dict[str, dict], write_curve) -> list[Path]:
+    """Write a run's weights (``states``: file name -> state dict), then its curve (``write_curve()``,
+    returning its paths), into ``out_dir``; return the paths written.
+
+    An earlier run's files go first and the curve, which names the run, comes last: whenever this stops
+    (a signal, a full disk), the folder holds files of one run only, each whole.
+    """
+    out = Path(out_dir)
+    if "refit.pt" not in states and (out / "refit.pt").exists():  # it would read as this run's refit
+        click.echo(f"removed {out / 'refit.pt'} (an earlier run's; this run has no refit)")
+    for name in RUN_FILES:
+        (out / name).unlink(missing_ok=True)
+    saved = [_save_state(state, out / name) for name, state in states.items()]
+    return [*write_curve(), *saved]
+
+
 def _save_state(state: dict, path: Path) -> Path:
-    """``torch.save`` through a temporary file: ``path`` holds a whole state or its previous content."""
+    """``torch.save`` through a temporary file: ``path`` holds a whole state or nothing new."""
     import torch
 
     tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    try:
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return path
-
-
-def _remove_stale_refit(out_dir: str) -> None:
-    refit_path = Path(out_dir) / "refit.pt"
-    if refit_path.exists():  # an earlier run's: it would read as this run's refit
-        refit_path.unlink()
-        click.echo(f"removed {refit_path} (an earlier run's; this run has no refit)")
 
 
 def _save_interrupted(err: Interrupted, out_dir: str | None, config, curve: list[dict], best: dict,
@@ -260,8 +284,7 @@ def _save_interrupted(err: Interrupted, out_dir: str | None, config, curve: list
     from graphrl.train.rec_curve import interrupted_curve_record, save_curve_record
 
     if not curve or "state" not in best:
-        names = ("best.pt", "refit.pt", "curve.json", "curve.png")
-        old = [] if out_dir is None else sorted(n for n in names if (Path(out_dir) / n).exists())
+        old = [] if out_dir is None else sorted(n for n in RUN_FILES if (Path(out_dir) / n).exists())
         left = f" ({', '.join(old)} in {out_dir} are an earlier run's, left as they were)" if old else ""
         click.echo(f"interrupted by {err.name} before the first evaluation: nothing to save{left}")
         return
@@ -272,7 +295,5 @@ def _save_interrupted(err: Interrupted, out_dir: str | None, config, curve: list
     record = interrupted_curve_record(config.__dict__, curve, err.name, machine=_machine(machine0),
                                       extra={"wall_seconds": time.perf_counter() - t_start,
                                              "val_fraction": val_fraction})
-    _remove_stale_refit(out_dir)
-    save_curve_record(record, out_dir)
-    _save_state(best["state"], Path(out_dir) / "best.pt")
+    _save_run(out_dir, {"best.pt": best["state"]}, lambda: save_curve_record(record, out_dir))
     click.echo(f"{at}: saved best.pt (epoch {best['epoch']:.2f}) and curve.json to {out_dir}")

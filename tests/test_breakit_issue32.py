@@ -9,12 +9,17 @@ interrupted run's save, and a thread count above what numba can run.
 
 from __future__ import annotations
 
+import json
+import signal
 import time
+from pathlib import Path
 
 import pytest
+import torch
 from click.testing import CliRunner
 
 from graphrl.cli import main
+from graphrl.interrupts import Interrupted
 
 
 def _invoke(args: list[str]):
@@ -49,3 +54,100 @@ def test_partition_into_an_empty_folder_and_a_new_one_under_new_parents(tmp_path
         result, _ = _invoke(["partition", str(out), "--size", "300,1500", "--parts", "2", "--method", "ldg"])
         assert result.exit_code == 0, result.output
         assert (out / "MANIFEST.json").is_file() or any(out.iterdir())
+
+
+# ------------------------------------------------------------------------------ a signal while saving
+
+
+EARLIER = b"an earlier run's"
+
+
+def _earlier_run(out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("best.pt", "refit.pt", "curve.json"):
+        (out / name).write_bytes(EARLIER)
+
+
+def _this_runs_files(out: Path) -> set[str]:
+    """The files of ``out`` that are not the earlier run's; fails on a half-written or temporary file."""
+    names = {p.name for p in out.iterdir()}
+    assert not [n for n in names if n.endswith(".tmp")], names
+    mine = {n for n in names if (out / n).read_bytes() != EARLIER}
+    for n in mine & {"best.pt", "refit.pt"}:
+        torch.load(out / n, weights_only=True)  # whole
+    if "curve.json" in mine:
+        json.loads((out / "curve.json").read_text())
+    return mine
+
+
+def _interrupt_nth_torch_save(monkeypatch, n: int, signum: int = signal.SIGTERM, then=None):
+    """torch.save raises Interrupted (as the signal handler would) on its ``n``-th call; ``then`` (an
+    exception class) on the call after it, as a second signal would."""
+    real = torch.save
+    calls = []
+
+    def save(obj, f, *args, **kw):
+        calls.append(str(f))
+        if len(calls) == n:
+            Path(f).write_bytes(b"half")  # a partial file, as torch.save leaves it when stopped
+            raise Interrupted(signum)
+        if then is not None and len(calls) == n + 1:
+            Path(f).write_bytes(b"half")
+            raise then()
+        return real(obj, f, *args, **kw)
+
+    monkeypatch.setattr(torch, "save", save)
+    return calls
+
+
+def _train(data: Path, out: Path, *extra: str):
+    return CliRunner().invoke(main, ["train", "recommend", "--data-root", str(data), "--epochs", "2",
+                                     "--eval-every", "1", "--dim", "8", "--no-progress", "--out", str(out),
+                                     *extra])
+
+
+@pytest.mark.parametrize("refit", ["--refit", "--no-refit"])
+def test_a_signal_during_the_final_save_still_saves_the_run_and_says_where(tmp_path, tiny_gowalla,
+                                                                           monkeypatch, refit):
+    out = tmp_path / "run"
+    _earlier_run(out)
+    _interrupt_nth_torch_save(monkeypatch, 1)
+    result = _train(tiny_gowalla, out, refit)
+    assert result.exit_code == 143, result.output
+    mine = _this_runs_files(out)
+    # this run's files, whole, and none of the earlier run's left beside them as if they were this run's
+    assert {"best.pt", "curve.json"} <= mine, (mine, result.output)
+    assert ("refit.pt" in mine) == (out / "refit.pt").exists() == (refit == "--refit")
+    assert "interrupted by SIGTERM while saving: saved " in result.output and str(out) in result.output
+
+
+def test_a_second_signal_during_an_interrupted_runs_save_leaves_no_mix_of_two_runs(tmp_path, tiny_gowalla,
+                                                                                    monkeypatch):
+    """First signal after an evaluation (the run saves best.pt and curve.json), a second one while it saves
+    best.pt: what is left must not pair this run's curve with an earlier run's weights."""
+    from graphrl.train import recommend
+
+    out = tmp_path / "run"
+    _earlier_run(out)
+    real_eval = recommend.train_recommender
+
+    def train_then_signal(*args, on_eval=None, **kw):
+        def eval_then_stop(entry, model):
+            on_eval(entry, model)
+            raise Interrupted(signal.SIGINT)
+        return real_eval(*args, on_eval=eval_then_stop, **kw)
+
+    monkeypatch.setattr(recommend, "train_recommender", train_then_signal)
+    real = torch.save
+
+    def save(obj, f, *args, **kw):
+        Path(f).write_bytes(b"half")
+        raise KeyboardInterrupt  # the second Ctrl-C (the handlers in place before are back)
+
+    monkeypatch.setattr(torch, "save", save)
+    result = _train(tiny_gowalla, out)
+    monkeypatch.setattr(torch, "save", real)
+    assert result.exit_code == 130, result.output
+    mine = _this_runs_files(out)
+    earlier = {p.name for p in out.iterdir()} - mine
+    assert not (mine and earlier), f"this run's {mine} beside an earlier run's {earlier}"
