@@ -13,7 +13,8 @@ Columns: ``ratio`` = raw bytes / compressed bytes (steps held in the same memory
 the frames a window of ``--window`` steps uses from it (the cost a sampled step pays, against
 ``raw_copy_us_per_frame``, a ``memcpy`` of one frame; ``lz4dict`` decodes each frame on its own, so its
 chunk time is divided by all its frames), through the codec's Python call; ``compiled_us_per_frame`` the
-same through the store's compiled decode (`replay.chunk_decode`; not blosc or XOR). ``lz4hc-L`` is
+same through the store's compiled decode (`replay.chunk_decode`; not blosc or XOR), and
+``verified_us_per_frame`` with its chunk checksum check (as a Ray learner decodes). ``lz4hc-L`` is
 numcodecs' LZ4 format compressed by its bundled LZ4 HC at level L (what the store's ``"lz4"`` writes,
 `replay.chunk_encode`); ``lz4dict-L`` the store's ``"lz4dict"`` at level L; ``-xor`` XORs each frame of a
 chunk with the one before first (a delta filter, undone after decoding). The machine is shared: the JSON
@@ -45,7 +46,7 @@ from replay.chunk_decode import (  # noqa: E402
     free_zstd_context,
     new_zstd_context,
 )
-from replay.chunk_encode import ChunkEncode  # noqa: E402
+from replay.chunk_encode import ChunkEncode, chunk_checksum  # noqa: E402
 
 sys.path.append(str(Path(__file__).resolve().parent))
 from _report import machine, write_result  # noqa: E402
@@ -168,32 +169,36 @@ def synthetic_frames(n: int, seed: int) -> np.ndarray:
     return out
 
 
-def compiled_us(name: str, encoded: list, chunk_bytes: int, steps: int) -> float | None:
+def compiled_us(name: str, encoded: list, chunk_bytes: int, steps: int) -> tuple[float, float] | None:
     """Microseconds a chunk of ``encoded`` (``steps`` frames, numcodecs lz4 or zstd, or lz4dict) takes to
     decompress through the replay store's compiled path (`replay.chunk_decode.decode_jobs`: the codec's C
-    entry point called from numba, no Python per chunk), best of 5 passes over all chunks; None for the
-    blosc codecs and the XOR filter."""
+    entry point called from numba, no Python per chunk), best of 5 passes over all chunks, without and
+    with its checksum check (``verify``); None for the blosc codecs and the XOR filter."""
     kind = {"lz4": LZ4_KIND, "lz4hc": LZ4_KIND, "zstd": ZSTD_KIND, "lz4dict": LZ4DICT_KIND}.get(
         name.split("-")[0])
     if kind is None or name.startswith("blosc") or name.endswith("xor"):
         return None
     blobs = [np.frombuffer(e, dtype=np.uint8) for e in encoded]
     arena = np.concatenate(blobs)
-    jobs = np.zeros((len(blobs), 6), dtype=np.int64)
+    jobs = np.zeros((len(blobs), 8), dtype=np.int64)
     jobs[:, 0] = np.concatenate([[0], np.cumsum([b.size for b in blobs])[:-1]])
     jobs[:, 1] = [b.size for b in blobs]
     jobs[:, 4] = steps  # the whole chunk, straight into the output
+    jobs[:, 6] = np.arange(len(blobs))
+    jobs[:, 7] = [chunk_checksum(arena, int(o), int(n), i) for i, (o, n) in enumerate(jobs[:, :2].tolist())]
     out = np.empty(chunk_bytes, dtype=np.uint8)
     ctx = new_zstd_context()
     try:
-        best = float("inf")
+        best = [float("inf"), float("inf")]
         for _ in range(5):
-            t0 = time.perf_counter()
-            assert decode_jobs(kind, ctx, arena, jobs, len(blobs), steps, chunk_bytes // steps, out) == 0
-            best = min(best, time.perf_counter() - t0)
+            for verify in (False, True):
+                t0 = time.perf_counter()
+                assert decode_jobs(kind, ctx, arena, jobs, len(blobs), steps, chunk_bytes // steps, out,
+                                   verify) == 0
+                best[verify] = min(best[verify], time.perf_counter() - t0)
     finally:
         free_zstd_context(ctx)
-    return best / len(blobs) * 1e6
+    return best[0] / len(blobs) * 1e6, best[1] / len(blobs) * 1e6
 
 
 @click.command()
@@ -234,23 +239,24 @@ def main(n_frames: int, game: str, chunks: str, window: int, synthetic: bool, ou
             t_dec = time.perf_counter() - t0
             ratio = raw / sum(len(e) for e in encoded)
             per_chunk_us = t_dec / len(encoded) * 1e6
-            compiled = compiled_us(name, encoded, pieces[0].nbytes, k)
+            compiled, verified = compiled_us(name, encoded, pieces[0].nbytes, k) or (None, None)
             used = k if name.startswith("lz4dict") else min(k, window)  # lz4dict decodes only the frames used
             rows.append({"case": f"{name} chunk={k}", "metric": "ratio", "ours": ratio,
                          "baseline": "raw", "baseline_value": 1.0, "ratio": ratio,
                          "compress_MBps": raw / t_enc / 1e6, "decompress_MBps": raw / t_dec / 1e6,
                          "sample_us_per_frame": per_chunk_us / used,
                          "compiled_us_per_frame": None if compiled is None else compiled / used,
+                         "verified_us_per_frame": None if verified is None else verified / used,
                          "raw_copy_us_per_frame": raw_us})
     load = (load_before, os.getloadavg()[0])
     click.echo(f"frames: {source}, {len(frames)} of 84x84; raw copy {raw_us:.2f} us a frame")
     click.echo(f"{'codec / chunk':<30} {'ratio':>6} {'comp MB/s':>10} {'dec MB/s':>9} {'us/frame':>9} "
-               f"{'compiled':>9}")
+               f"{'compiled':>9} {'verified':>9}")
     for r in rows:
-        c = r["compiled_us_per_frame"]
+        c, v = r["compiled_us_per_frame"], r["verified_us_per_frame"]
         click.echo(f"{r['case']:<30} {r['ratio']:>6.1f} {r['compress_MBps']:>10.0f} "
                    f"{r['decompress_MBps']:>9.0f} {r['sample_us_per_frame']:>9.2f} "
-                   f"{'-' if c is None else f'{c:.2f}':>9}")
+                   f"{'-' if c is None else f'{c:.2f}':>9} {'-' if v is None else f'{v:.2f}':>9}")
     click.echo(f"1-min load average {load[0]:.2f} before, {load[1]:.2f} after, on {os.cpu_count()} CPUs")
     import numcodecs
 

@@ -56,6 +56,7 @@ import numpy as np
 
 from replay._files import CheckpointError, check_files, file_table, fsync_dir, seal, unseal
 from replay.checkpoint_invariants import check_state, expected_counts
+from replay.chunk_codec import chunk_state_fault
 
 __all__ = [
     "INTEGRITY",
@@ -72,7 +73,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-VERSION = 2
+VERSION = 3  # 3: a codec field's chunk records carry their checksum (`replay.chunk_codec.chunk_state_fault`)
 FORMAT = "graphrl.replay"
 INTEGRITY = "INTEGRITY.json"
 _CHUNK_BYTES = 4 * 2**20
@@ -215,7 +216,9 @@ def verify(folder: str | os.PathLike[str], digest: str | None = None) -> dict[st
     if body.get("format") != FORMAT or body.get("version") != VERSION:
         raise CheckpointError(
             f"checkpoint {name}: {INTEGRITY} is of format {body.get('format')!r} version "
-            f"{body.get('version')}, expected {FORMAT!r} version {VERSION}",
+            f"{body.get('version')}, expected {FORMAT!r} version {VERSION}"
+            + (" (an older format: its compressed chunks carry no checksums, so this version cannot verify "
+               "or restore it)" if body.get("format") == FORMAT and body.get("version") == 2 else ""),
             name,
             (INTEGRITY,),
         )
@@ -518,9 +521,24 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any]:
         manifest = verify(folder, digest)
         state = _read_state(folder)
         check_state(str(folder), manifest["counts"], state)
+        _check_chunks(str(folder), state)
     except CheckpointError as e:
         raise _with_intact(e, root, folder) from None
     return state
+
+
+def _check_chunks(name: str, state: dict[str, Any]) -> None:
+    """Every codec field's compressed chunks against their records' checksums (chunks changed in memory
+    before the checkpoint sealed them, which the manifest cannot see)."""
+    for s, shard in enumerate(state["shards"]):
+        for field, c in shard["chunks"].items():
+            fault = chunk_state_fault(c["chunks"], c["blob"])
+            if fault is not None:
+                raise CheckpointError(
+                    f"checkpoint {name}: shard{s}/{field}.blob (field {field!r}): {fault}",
+                    name,
+                    (f"shard{s}/{field}.blob", f"shard{s}/{field}.chunks"),
+                )
 
 
 def _read_state(folder: Path) -> dict[str, Any]:

@@ -9,8 +9,9 @@ regions (the shared tier by default, so that learners in other processes attach 
 - a *tail* ``[C, *field_shape]``: the raw rows of the chunk being filled; a partial
   chunk (an episode's tail not yet C steps) stays raw here until the chunk fills, then is compressed;
 - an *arena* of ``arena_bytes`` bytes: the compressed chunks, written in chunk order as a circular log;
-- a *table* int64 ``[capacity / C, 3]``: per chunk slot the chunk index, arena offset and length, and
-  meta words (the next position the ring expects, the arena's head).
+- a *table* int64 ``[capacity / C, 4]``: per chunk slot the chunk index, arena offset, length and
+  checksum (`replay.chunk_encode`: a chunk that does not compress is stored raw, its length the raw
+  chunk's bytes), and meta words (the next position the ring expects, the arena's head).
 
 `ChunkRing.write` (the writer's process, shard lock held) copies rows into the tail and compresses
 each chunk that fills: the actor compresses. A chunk's arena bytes are reused only once every
@@ -21,7 +22,9 @@ naming a chunk it did not finish). `ChunkRing.read` (any process, shard lock hel
 chunks of the asked positions into the caller's rows, keeping the last decoded chunk (checkpoints, the
 Ray shard's put); samplers decode batches with `replay.chunk_decode.ChunkDecode` (compiled, mostly
 outside the lock). `ChunkRing.state` / `ChunkRing.load_state` give and
-take the live compressed chunks as they are (checkpoints), with the raw tail rows.
+take the live compressed chunks as they are (checkpoints), with the raw tail rows. `ChunkRing.read`
+checks a chunk's checksum before decoding it, and `load_state` (`chunk_state_fault`) every chunk's
+before it stores anything (samplers do not: `replay.chunk_decode`).
 
 >>> ring = ChunkRing.create(memory, "obs", (84, 84), np.uint8, "lz4", capacity=1024, chunk=16,
 ...                         arena_bytes=1 << 20)
@@ -46,18 +49,20 @@ from numcodecs import LZ4, Zstd
 from graphrl.kernels.copies import copy_bytes
 from graphrl.memory import MemoryBudgetError, MemoryManager, Region, RegionHandle
 from replay.chunk_decode import decode_dict_chunk
-from replay.chunk_encode import ChunkEncode
+from replay.chunk_encode import ChunkEncode, chunk_checksum, verify_chunks
 from replay.spec import CODECS
 from replay.sync_kernels import compiler_fence
 
 __all__ = [
-    "CODECS", "ChunkRing", "ChunkRingHandle", "chunk_steps_for", "make_codec", "place_chunks", "store_chunks"
+    "CODECS", "ChunkRing", "ChunkRingHandle", "chunk_state_fault", "chunk_steps_for", "make_codec",
+    "place_chunks", "store_chunks",
 ]
 
 # steps per chunk by default, per codec (Atari frames: docs/performance.md, "Compressed fields")
 CHUNK_STEPS = {"lz4": 1, "zstd": 1, "lz4dict": 8}
 _META = 4  # table words before the chunk slots: next position, arena head
 _NEXT, _HEAD = 0, 1
+_RECORD = 4  # words a chunk slot: chunk index, arena offset, length, checksum
 
 
 def make_codec(name: str) -> Any:
@@ -136,10 +141,10 @@ def place_chunks(table, head, size, oldest, first, sizes, offs):  # pragma: no c
 
 
 @nb.njit(cache=True, nogil=True)
-def store_chunks(arena, table, first, offs, sizes, blob):  # pragma: no cover - numba
-    """Copy chunks ``first ..`` (bytes ``blob``, one after another, ``sizes`` each) to arena offsets
-    ``offs`` and publish each table slot, its chunk index written last (a writer killed here leaves a
-    slot empty or whole, never a chunk index with another chunk's offset)."""
+def store_chunks(arena, table, first, offs, sizes, sums, blob):  # pragma: no cover - numba
+    """Copy chunks ``first ..`` (bytes ``blob``, one after another, ``sizes`` each, checksums ``sums``)
+    to arena offsets ``offs`` and publish each table slot, its chunk index written last (a writer
+    killed here leaves a slot empty or whole, never a chunk index with another chunk's offset)."""
     slots = table.shape[0]
     at = 0
     for i in range(offs.shape[0]):
@@ -150,6 +155,7 @@ def store_chunks(arena, table, first, offs, sizes, blob):  # pragma: no cover - 
         compiler_fence()
         table[s, 1] = offs[i]
         table[s, 2] = n
+        table[s, 3] = sums[i]
         compiler_fence()
         table[s, 0] = first + i
         at += n
@@ -206,7 +212,7 @@ class ChunkRing:
         table, tail, arena = regions
         raw = table.numpy()
         self.meta = raw[:_META]
-        self.table = raw[_META:].reshape(self.slots, 3)
+        self.table = raw[_META:].reshape(self.slots, _RECORD)
         self.tail = tail.numpy()
         self.arena = arena.numpy()
         self.arena_bytes = int(self.arena.shape[0])
@@ -253,7 +259,7 @@ class ChunkRing:
         made: list[Region] = []
         try:
             for shp, dt in (
-                ((_META + 3 * (capacity // chunk),), np.int64),
+                ((_META + _RECORD * (capacity // chunk),), np.int64),
                 ((chunk, *shape), np.dtype(dtype)),
                 ((int(arena_bytes),), np.uint8),
             ):
@@ -331,20 +337,20 @@ class ChunkRing:
                 src[head:] = rows[: hi - position]
         if self._encoder is None:
             self._encoder = ChunkEncode(self.codec_name)
-        blob, sizes = self._encoder.encode(src, c)
+        blob, sizes, sums = self._encoder.encode(src, c, ka)
         offs = np.empty(sizes.size, np.int64)
         got = place_chunks(self.table, int(self.meta[_HEAD]), self.arena_bytes, oldest, ka, sizes, offs)
         if got < 0:
             raise self._full(int(sizes[-1 - got]), int(offs[-1 - got]))
-        return rows, position, end, k1, (ka, offs, blob, sizes)
+        return rows, position, end, k1, (ka, offs, blob, sizes, sums)
 
     def apply(self, prepared: tuple[Any, ...]) -> None:
         """Store what `prepare` made (nothing written to the ring in between)."""
         rows, position, end, k1, placed = prepared
         c = self.chunk
         if placed is not None:
-            ka, offs, blob, sizes = placed
-            store_chunks(self.arena, self.table, ka, offs, sizes, blob)
+            ka, offs, blob, sizes, sums = placed
+            store_chunks(self.arena, self.table, ka, offs, sizes, sums, blob)
             self.meta[_HEAD] = (offs[-1] + sizes[-1]) % self.arena_bytes
         if k1 * c > self.meta[_NEXT]:  # the full chunks are readable before the tail is reused (a writer
             self.meta[_NEXT] = k1 * c  # that dies here leaves the earlier positions intact)
@@ -401,17 +407,31 @@ class ChunkRing:
                 out[dst] = self.decoded(k)[within]
 
     def decoded(self, k: int) -> np.ndarray:
-        """Chunk ``k`` (complete, live) decompressed: ``[chunk, *shape]``, valid until the next call."""
-        kk, off, n = (int(v) for v in self.table[k % self.slots])
+        """Chunk ``k`` (complete, live) decompressed: ``[chunk, *shape]``, valid until the next call.
+
+        Raises
+        ------
+        ValueError
+            Chunk ``k`` is not held, or its bytes fail their checksum (corrupt arena bytes).
+        """
+        kk, off, n, want = (int(v) for v in self.table[k % self.slots])
         if kk != k:
             raise ValueError(f"field {self.name!r}: chunk {k} is not held (its slot holds chunk {kk})")
         if self._decoded_id != k or self._decoded_at != off:
+            if not 0 <= off <= off + n <= self.arena_bytes or chunk_checksum(self.arena, off, n, k) != want:
+                raise ValueError(
+                    f"field {self.name!r}: chunk {k} fails its checksum (its arena bytes or its record "
+                    "changed after it was compressed)"
+                )
             self._decode(self.arena[off : off + n])
             self._decoded_id, self._decoded_at = k, off
         return self._decoded
 
     def _decode(self, data: np.ndarray) -> None:
         """One chunk's bytes into the decoded chunk (raises ``RuntimeError``/``ValueError`` on bad bytes)."""
+        if data.size == self.chunk_bytes:  # stored raw (`replay.chunk_encode`)
+            self._decoded.reshape(-1).view(np.uint8)[:] = data
+            return
         if self.codec is not None:
             self.codec.decode(data, out=self._decoded)
             return
@@ -421,14 +441,27 @@ class ChunkRing:
 
     # -- checkpoints (shard lock held)
     def state(self) -> dict[str, Any]:
-        """The live chunks as they are: ``chunks`` int64 [K, 2] (chunk index, length), ``blob`` uint8
-        (their bytes, concatenated), ``tail`` (the raw rows of the open chunk), ``next_position``."""
+        """The live chunks as they are: ``chunks`` int64 [K, 3] (chunk index, length, checksum), ``blob``
+        uint8 (their bytes, concatenated), ``tail`` (the raw rows of the open chunk), ``next_position``.
+
+        Raises
+        ------
+        ValueError
+            A complete chunk holding live positions is not in the chunk table (a corrupt table).
+        """
         nxt = self.next_position
         floor = max(0, nxt - self.capacity)
-        ks = [k for k in range(floor // self.chunk, nxt // self.chunk) if self.table[k % self.slots, 0] == k]
-        rows = self.table[[k % self.slots for k in ks]].reshape(-1, 3)
-        parts = [self.arena[off : off + n] for _, off, n in rows.tolist()]
-        chunks = np.stack([rows[:, 0], rows[:, 2]], axis=1)
+        ks = np.arange(floor // self.chunk, nxt // self.chunk)
+        rows = self.table[ks % self.slots].reshape(-1, _RECORD)
+        missing = np.flatnonzero(rows[:, 0] != ks)
+        if missing.size:
+            k = int(ks[missing[0]])
+            raise ValueError(
+                f"field {self.name!r}: chunk {k}, which holds live positions, is not in the chunk table (its "
+                f"slot names chunk {int(rows[missing[0], 0])}): the table is corrupt"
+            )
+        parts = [self.arena[off : off + n] for _, off, n, _ in rows.tolist()]
+        chunks = rows[:, [0, 2, 3]].copy()
         blob = np.concatenate(parts) if parts else np.zeros(0, np.uint8)
         return {"chunks": chunks, "blob": blob, "tail": self.tail.copy(),
                 "next_position": nxt}
@@ -436,32 +469,76 @@ class ChunkRing:
     def load_state(self, state: dict[str, Any]) -> None:
         """Put back what `state` gave (into an empty ring of the same capacity, chunk and codec).
 
+        Every chunk is checked (`chunk_state_fault`: records, checksums; then that it decompresses)
+        before anything is stored: a refused state leaves the ring as it was.
+
         Raises
         ------
         MemoryBudgetError
             The chunks do not fit in this ring's arena.
         ValueError
-            A chunk's bytes do not decompress to one chunk (a corrupt checkpoint).
+            A chunk fails its checksum, its record is malformed, a live chunk is missing, or its bytes
+            do not decompress to one chunk (a corrupt checkpoint); the message names the field and the
+            chunk.
         """
-        chunks = np.asarray(state["chunks"], dtype=np.int64).reshape(-1, 2)
+        chunks = np.asarray(state["chunks"])
         blob = np.asarray(state["blob"], dtype=np.uint8)
+        nxt = int(state["next_position"])
+        fault = chunk_state_fault(chunks, blob)
+        lo, hi = max(0, nxt - self.capacity) // self.chunk, nxt // self.chunk
+        if fault is None and (len(chunks) != hi - lo or len(chunks) and chunks[0, 0] != lo):
+            fault = f"chunks are not every live chunk {lo} .. {hi - 1} (it holds {len(chunks)})"
+        if fault is not None:
+            raise ValueError(f"field {self.name!r}: the checkpoint's {fault}")
         if int(chunks[:, 1].sum()) >= self.arena_bytes:
             raise self._full(int(chunks[:, 1].sum()), 0)
-        self.table[:, 0] = -1
-        off = 0
-        for k, n in chunks.tolist():
-            data = blob[off : off + n]
+        starts = np.cumsum(chunks[:, 1]) - chunks[:, 1]
+        for (k, n, _), at in zip(chunks.tolist(), starts.tolist(), strict=True):
             try:
-                self._decode(data)
+                self._decode(blob[at : at + n])
             except Exception as exc:  # numcodecs raises RuntimeError/ValueError on bad bytes
                 raise ValueError(
                     f"field {self.name!r}: chunk {k} of the checkpoint does not decompress: {exc}"
                 ) from exc
-            self.arena[off : off + n] = data
-            self.table[k % self.slots] = (k, off, n)
-            off += n
+        self.table[:, 0] = -1
+        self.arena[: blob.size] = blob
+        slots = chunks[:, 0] % self.slots
+        self.table[slots, 1] = starts
+        self.table[slots, 2] = chunks[:, 1]
+        self.table[slots, 3] = chunks[:, 2]
+        self.table[slots, 0] = chunks[:, 0]
         self._decoded_id = -1
-        nxt = int(state["next_position"])
         self.tail[...] = state["tail"]
         self.meta[_NEXT] = nxt
-        self.meta[_HEAD] = off % self.arena_bytes
+        self.meta[_HEAD] = blob.size % self.arena_bytes
+
+
+def chunk_state_fault(chunks: np.ndarray, blob: np.ndarray) -> str | None:
+    """What is wrong with a ring's checkpointed chunks (`ChunkRing.state`), or None when they hold.
+
+    Parameters
+    ----------
+    chunks : numpy.ndarray, int64 [K, 3]
+        Per live chunk, in chunk order: chunk index, length, checksum (`replay.chunk_encode.chunk_checksum`).
+    blob : numpy.ndarray, uint8 [sum of lengths]
+        Their bytes, one after another.
+
+    Returns
+    -------
+    str or None
+        The first fault, naming the chunk: records of another shape or dtype (an older format), a chunk
+        whose bytes fail its checksum or run past ``blob`` (its bytes or its record changed after it was
+        compressed), indices not increasing, or bytes left over.
+    """
+    if chunks.ndim != 2 or chunks.shape[1] != 3 or chunks.dtype != np.int64:
+        return (f"chunk records have shape {chunks.shape} {chunks.dtype}, expected (K, 3) int64 (chunk "
+                "index, length, checksum)")
+    bad = int(verify_chunks(blob, chunks[:, 0], chunks[:, 1], chunks[:, 2]))
+    if bad >= 0:
+        return (f"chunk {int(chunks[bad, 0])} (record {bad} of {len(chunks)}) fails its checksum: its bytes "
+                "or its record changed after it was compressed")
+    if len(chunks) and (chunks[0, 0] < 0 or (np.diff(chunks[:, 0]) <= 0).any()):
+        return "chunk records' indices are not increasing from 0 or more"
+    if int(chunks[:, 1].sum()) != blob.size:
+        return f"chunks' lengths sum to {int(chunks[:, 1].sum())} bytes, its blob holds {blob.size}"
+    return None

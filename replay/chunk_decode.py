@@ -12,14 +12,19 @@ for the same reason as the raw rings' lock-free copy (docs/architecture.md#repla
 chunk's arena bytes are reused only once all its positions are below the shard's floor, and the
 sampler's staleness check afterwards drops every window with a step below it. Bytes reused meanwhile
 may fail to decompress (both decoders bound their reads and writes); `ChunkDecode.run_shard` then
-checks that each window of a failed job is below the floor, and raises otherwise.
+checks that each window of a failed job is below the floor, and raises otherwise. A chunk stored raw
+is copied. Local samples do not check chunk checksums: that is one more pass over each sampled
+chunk, costlier than decoding the one row an "lz4dict" step needs (docs/performance.md); a chunk is
+verified where its bytes come from outside the memory its writer filled: at restore
+(`replay.chunk_codec.ChunkRing.load_state`) and in transit (`replay.distributed.chunk_transport`,
+``decode_jobs(..., verify=True)``).
 
 >>> decode = ChunkDecode(storage)                           # once per sampler
 >>> decode.run(rows, shard, first, n, dst, slot.flat, length)  # then the sampler's staleness check
 
 References
 ----------
-DeepMind Reverb's chunkers; LZ4 block format (lz4.org); Zstandard (RFC 8878); numcodecs.
+DeepMind Reverb's chunkers; LZ4 block format (lz4.org); Zstandard (RFC 8878); xxHash; numcodecs.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import numcodecs.zstd
 import numpy as np
 
 from graphrl.kernels.copies import copy_bytes, zero_bytes
+from replay.chunk_encode import chunk_checksum
 from replay.keys import BACK_BITS, INC_BITS, SHARD_BITS, decode_keys
 
 if TYPE_CHECKING:  # type hints only: the shard's module imports replay.chunk_codec, which imports this one
@@ -50,7 +56,8 @@ LZ4, ZSTD, LZ4DICT = 0, 1, 2  # codec kinds of `decode_jobs`
 KINDS = {"lz4": LZ4, "zstd": ZSTD, "lz4dict": LZ4DICT}  # codec name (`replay.spec.CODECS`) -> kind
 _LZ4_HEADER = 4  # numcodecs' LZ4 prefixes the block with its decompressed size (4 bytes)
 _POS_SHIFT = SHARD_BITS + BACK_BITS + INC_BITS  # a key's anchor position: key >> _POS_SHIFT
-_JOB = 6  # words a job: arena offset, length, output byte offset, first row in the chunk, rows, window
+_JOB = 8  # words a job: arena offset, length, output byte offset, first row in the chunk, rows, window,
+# chunk index, checksum (`replay.chunk_encode.chunk_checksum`)
 
 
 def _symbols() -> ctypes.CDLL:
@@ -108,8 +115,14 @@ def free_zstd_context(ctx: int) -> None:
 
 @nb.njit(cache=True, nogil=True)
 def _decompress(kind, dctx, arena, off, size, out, at, nbytes):  # pragma: no cover - numba
-    """Chunk bytes ``arena[off : off + size]`` into ``out[at : at + nbytes]``; True when whole."""
-    if off < 0 or size <= _LZ4_HEADER or off + size > arena.shape[0] or at + nbytes > out.shape[0]:
+    """Chunk bytes ``arena[off : off + size]`` (``nbytes`` raw: a chunk that long is stored raw) into
+    ``out[at : at + nbytes]``; True when whole."""
+    if off < 0 or off + size > arena.shape[0] or at + nbytes > out.shape[0]:
+        return False
+    if size == nbytes:
+        copy_bytes(out, at, arena, off, nbytes)
+        return True
+    if size <= _LZ4_HEADER:
         return False
     if kind == LZ4:
         got = _lz4_decompress(arena[off + _LZ4_HEADER :].ctypes.data, out[at:].ctypes.data,
@@ -126,9 +139,14 @@ def _u32(a, at):  # pragma: no cover - numba
 @nb.njit(cache=True, nogil=True)
 def _dict_rows(arena, off, size, steps, row_bytes, w, r, out, at):  # pragma: no cover - numba
     """Rows ``w .. w + r - 1`` of the "lz4dict" chunk ``arena[off : off + size]`` (`replay.chunk_encode`:
-    the raw key, then LZ4 blocks with it as dictionary) into ``out[at:]``; True when all decoded."""
+    the raw key, then LZ4 blocks with it as dictionary; or raw) into ``out[at:]``; True when all decoded."""
     hdr = 4 * steps
-    if off < 0 or size < hdr + row_bytes or off + size > arena.shape[0] or at + r * row_bytes > out.shape[0]:
+    if off < 0 or off + size > arena.shape[0] or at + r * row_bytes > out.shape[0]:
+        return False
+    if size == steps * row_bytes:  # stored raw
+        copy_bytes(out, at, arena, off + w * row_bytes, r * row_bytes)
+        return True
+    if size < hdr + row_bytes:
         return False
     key = off + hdr
     if _u32(arena, off) != row_bytes:
@@ -161,7 +179,7 @@ def _decompress_prefix(kind, dctx, arena, off, size, scratch, need):  # pragma: 
     chunk's bytes); returns how many bytes it holds, or -1 when they do not decompress. LZ4 stops
     after ``need`` bytes (its partial decode); zstd decodes the whole chunk."""
     nbytes = scratch.shape[0]
-    if kind == LZ4 and need < nbytes:
+    if kind == LZ4 and need < nbytes and size != nbytes:
         if off < 0 or size <= _LZ4_HEADER or off + size > arena.shape[0]:
             return -1
         got = _lz4_decompress_partial(arena[off + _LZ4_HEADER :].ctypes.data, scratch.ctypes.data,
@@ -181,8 +199,9 @@ def plan_windows(
     window's batch row, absolute first position, real steps and offset in the window; ``out`` is the
     slot's flat bytes of the field ([B * length * row_bytes]). Padding and steps below ``floor`` (a
     stale window) are zeroed, steps of the open chunk copied from ``tail``, and for each run of steps
-    in one complete chunk ``jobs`` (int64 [>= sum(n // chunk + 2), 6]) gets (arena offset, length,
-    output byte offset, first row in the chunk, rows, window).
+    in one complete chunk ``jobs`` (int64 [>= sum(n // chunk + 2), 8]) gets (arena offset, length,
+    output byte offset, first row in the chunk, rows, window, chunk index, checksum); offset -1 (a job
+    that fails) when the chunk's slot does not name it.
     """
     slots = table.shape[0]
     open_chunk = next_position // chunk
@@ -198,41 +217,57 @@ def plan_windows(
             hi = min(p0 + cnt, (k + 1) * chunk)
             o = base + (d + p - p0) * row_bytes
             w = p - k * chunk
-            if p < floor or hi > next_position or table[k % slots, 0] != k and k != open_chunk:
+            if p < floor or hi > next_position:
                 zero_bytes(out, o, (hi - p) * row_bytes)  # a stale window: dropped after the copy
             elif k == open_chunk:
                 copy_bytes(out, o, tail, w * row_bytes, (hi - p) * row_bytes)
-            else:
+            else:  # a live chunk its slot does not name (a corrupt table): a job that fails
                 s = k % slots
-                jobs[nj, 0] = table[s, 1]
+                held = table[s, 0] == k
+                jobs[nj, 0] = table[s, 1] if held else -1
                 jobs[nj, 1] = table[s, 2]
                 jobs[nj, 2] = o
                 jobs[nj, 3] = w
                 jobs[nj, 4] = hi - p
                 jobs[nj, 5] = i
+                jobs[nj, 6] = k
+                jobs[nj, 7] = table[s, 3]
                 nj += 1
             p = hi
     return nj
 
 
 @nb.njit(cache=True, nogil=True)
-def decode_jobs(kind, dctx, arena, jobs, nj, chunk, row_bytes, out):  # pragma: no cover - numba
+def decode_jobs(kind, dctx, arena, jobs, nj, chunk, row_bytes, out, verify):  # pragma: no cover - numba
     """The unlocked half: decompress ``jobs[:nj]`` (`plan_windows`) from ``arena`` into ``out``.
 
-    A job of a whole chunk is decompressed in place; others through a scratch chunk, decoded once for
-    consecutive jobs of one chunk (LZ4: only up to the job's last row); "lz4dict" rows decode one by
-    one, straight into ``out``. A job whose bytes do not
-    decompress (reused meanwhile) has its
-    rows zeroed and its row ``jobs[j, 5]`` set to -1 - window; returns how many failed.
+    With ``verify``, each job's chunk bytes are checked against its checksum first (once for
+    consecutive jobs of one chunk). A job of a whole chunk is decompressed in place; others through a
+    scratch chunk, decoded once for consecutive jobs of one chunk (LZ4: only up to the job's last
+    row); "lz4dict" rows decode one by one, straight into ``out``. A job whose bytes fail the checksum
+    or do not decompress (reused meanwhile, or damaged) has its rows zeroed and its row ``jobs[j, 5]``
+    set to -1 - window; returns how many failed.
     """
     chunk_bytes = chunk * row_bytes
     scratch = np.empty(chunk_bytes if chunk > 1 else 0, dtype=np.uint8)
     held = -1  # the arena offset whose chunk the scratch holds (its first ``have`` bytes)
     have = 0
+    checked = -1  # the arena offset of the last chunk whose checksum held, and its chunk index
+    checked_k = -1
     failed = 0
     for j in range(nj):
         off, size, o, w, r = jobs[j, 0], jobs[j, 1], jobs[j, 2], jobs[j, 3], jobs[j, 4]
-        if kind == LZ4DICT:  # each row on its own, straight into the output
+        ok = checked == off and checked_k == jobs[j, 6]
+        if not ok:
+            ok = off >= 0 and size >= 0 and off + size <= arena.shape[0] and (not verify or
+                chunk_checksum(arena, off, size, jobs[j, 6]) == jobs[j, 7])
+            if ok:
+                checked, checked_k = off, jobs[j, 6]
+            else:
+                checked = held = -1
+        if not ok:
+            pass
+        elif kind == LZ4DICT:  # each row on its own, straight into the output
             ok = _dict_rows(arena, off, size, chunk, row_bytes, w, r, out, o)
         elif r == chunk:
             ok = _decompress(kind, dctx, arena, off, size, out, o, chunk_bytes)
@@ -260,7 +295,7 @@ def decode_anchors(
 ):  # pragma: no cover - numba
     """One shard's steps at the anchors of ``keys`` (int64 [B], `replay.keys`) into rows ``0 .. B - 1``
     of ``out`` (flat bytes), plan and decode in one call, the shard lock held (every anchor live).
-    Returns the number of steps whose chunk did not decompress (their rows zeroed)."""
+    Returns the number of steps whose chunk is not held or did not decompress (their rows zeroed)."""
     slots = table.shape[0]
     open_chunk = next_position // chunk
     chunk_bytes = chunk * row_bytes
@@ -277,19 +312,19 @@ def decode_anchors(
         if k == open_chunk:
             copy_bytes(out, o, tail, w * row_bytes, row_bytes)
             continue
+        off, size = table[s, 1], table[s, 2]
         ok = table[s, 0] == k
         if ok and kind == LZ4DICT:
-            ok = _dict_rows(arena, table[s, 1], table[s, 2], chunk, row_bytes, w, 1, out, o)
+            ok = _dict_rows(arena, off, size, chunk, row_bytes, w, 1, out, o)
         elif ok and chunk == 1:
-            ok = _decompress(kind, dctx, arena, table[s, 1], table[s, 2], out, o, row_bytes)
+            ok = _decompress(kind, dctx, arena, off, size, out, o, row_bytes)
         elif ok:
-            if held != table[s, 1] or have < (w + 1) * row_bytes:
+            if held != off or have < (w + 1) * row_bytes:
                 held = -1
-                have = _decompress_prefix(kind, dctx, arena, table[s, 1], table[s, 2], scratch,
-                                          (w + 1) * row_bytes)
+                have = _decompress_prefix(kind, dctx, arena, off, size, scratch, (w + 1) * row_bytes)
                 ok = have >= 0
                 if ok:
-                    held = table[s, 1]
+                    held = off
             if ok:
                 copy_bytes(out, o, scratch, w * row_bytes, row_bytes)
         if not ok:
@@ -390,7 +425,7 @@ class ChunkDecode:
         """`decode_jobs` of what `_plan` listed; raise for a failed chunk of a window still live."""
         dctx = self._dctx() if any(p[3] == ZSTD for p in planned) else 0
         for j, name, rb, kind, ring, jobs, nj in planned:
-            if nj and decode_jobs(kind, dctx, ring.arena, jobs, nj, ring.chunk, rb, flat[j]):
+            if nj and decode_jobs(kind, dctx, ring.arena, jobs, nj, ring.chunk, rb, flat[j], False):
                 bad = -1 - jobs[:nj, 5][jobs[:nj, 5] < 0]
                 if locked:
                     live = first[bad] >= sh.floor

@@ -12,17 +12,25 @@ HC, ``ZSTD_compressCCtx``) over every chunk, with no Python per chunk. Chunk for
   after the header), then the parts. A sampled step costs one raw copy or one dictionary decode, whose
   matches into the key are long: busy frames that change little within a chunk decode fast.
 
+A chunk that compresses to its raw size or more is stored raw instead (its length is then exactly the
+raw chunk's bytes, which is how readers tell it: a compressed chunk is always shorter), so a chunk never
+takes more than its raw bytes. Each chunk's checksum is XXH64 (zstd's bundled ``ZSTD_XXH64``) of its
+stored bytes seeded with its chunk index (`chunk_checksum`): over the stored bytes, not the raw ones, as
+it is checked before decoding (restore, transport, sample: a partial decode cannot check the whole raw
+chunk) and costs a pass over the fewer bytes; the seed ties the bytes to the chunk they belong to.
+
 `replay.chunk_decode` decompresses them.
 
 Each `ChunkEncode` holds its codec state (the LZ4 state, or a ``ZSTD_CCtx`` freed by `close` or when
 the object is collected); use one per thread.
 
 >>> enc = ChunkEncode("lz4")
->>> blob, sizes = enc.encode(rows, chunk=4)   # rows [n * 4, *shape]: n chunks; blob uint8, sizes int64 [n]
+>>> blob, sizes, sums = enc.encode(rows, chunk=4, first=k)  # rows [n * 4, *shape]: chunks k .. k + n - 1
+>>> # blob uint8 (the chunks one after another), sizes and checksums int64 [n]
 
 References
 ----------
-LZ4 block format and LZ4 HC (lz4.org); Zstandard (RFC 8878); numcodecs.
+LZ4 block format and LZ4 HC (lz4.org); Zstandard (RFC 8878); xxHash (XXH64); numcodecs.
 """
 
 from __future__ import annotations
@@ -36,9 +44,13 @@ import numcodecs.lz4
 import numcodecs.zstd
 import numpy as np
 
+from graphrl.kernels.copies import copy_bytes
 from replay.spec import CODECS
 
-__all__ = ["LZ4DICT_LEVEL", "LZ4_LEVEL", "ZSTD_LEVEL", "ChunkEncode", "encode_chunks"]
+__all__ = [
+    "LZ4DICT_LEVEL", "LZ4_LEVEL", "ZSTD_LEVEL", "ChunkEncode", "chunk_checksum", "encode_chunks",
+    "verify_chunks",
+]
 
 LZ4_LEVEL = 2  # LZ4 HC level for "lz4" (0: LZ4's fast mode, acceleration 1); docs/performance.md
 ZSTD_LEVEL = 1  # zstd level for "zstd"
@@ -56,7 +68,7 @@ def _symbols() -> tuple[ctypes.CDLL, ctypes.CDLL]:
         (lz4, ("LZ4_compress_HC_extStateHC_fastReset", "LZ4_compress_fast_extState", "LZ4_loadDictHC",
                "LZ4_compress_HC_continue", "LZ4_loadDict", "LZ4_compress_fast_continue",
                "LZ4_resetStreamHC_fast")),
-        (zstd, ("ZSTD_compressCCtx",)),
+        (zstd, ("ZSTD_compressCCtx", "ZSTD_XXH64")),
     ):
         for name in names:
             llvm.add_symbol(name, ctypes.cast(getattr(lib, name), ctypes.c_void_p).value)
@@ -94,6 +106,30 @@ _zstd_compress = nb.types.ExternalFunction(
                     _i32),
 )
 
+_xxh64 = nb.types.ExternalFunction(
+    "ZSTD_XXH64", nb.types.uint64(nb.types.voidptr, nb.types.uintp, nb.types.uint64)
+)
+
+
+@nb.njit(cache=True, nogil=True)
+def chunk_checksum(data, at, size, k):  # pragma: no cover - numba
+    """The checksum of chunk ``k`` stored as ``data[at : at + size]`` (uint8): XXH64 seeded with ``k``, as
+    int64 (the bits of the uint64)."""
+    return np.int64(_xxh64(data[at:].ctypes.data, size, np.uint64(k)))
+
+
+@nb.njit(cache=True, nogil=True)
+def verify_chunks(blob, ks, sizes, sums):  # pragma: no cover - numba
+    """The first chunk record i (chunk ``ks[i]``, ``sizes[i]`` bytes of ``blob`` after the earlier ones)
+    whose bytes run past ``blob`` or whose `chunk_checksum` is not ``sums[i]``; -1 when all hold."""
+    at = 0
+    for i in range(ks.shape[0]):
+        n = sizes[i]
+        if n < 0 or at + n > blob.shape[0] or chunk_checksum(blob, at, n, ks[i]) != sums[i]:
+            return i
+        at += n
+    return -1
+
 
 @nb.njit(cache=True, nogil=True)
 def _encode_dict(level, state, src, steps, row_bytes, dst, cap):  # pragma: no cover - numba
@@ -126,11 +162,12 @@ def _encode_dict(level, state, src, steps, row_bytes, dst, cap):  # pragma: no c
 
 @nb.njit(cache=True, nogil=True)
 def encode_chunks(
-    kind, level, state, zctx, src, n, chunk_bytes, bound, dst, sizes, steps
+    kind, level, state, zctx, src, n, chunk_bytes, bound, dst, sizes, sums, steps, first
 ):  # pragma: no cover - numba
-    """Compress chunks ``src[i * chunk_bytes : (i + 1) * chunk_bytes]`` (``steps`` rows each), i < n,
-    into ``dst`` (uint8, at least ``n * bound`` bytes), one after another; ``sizes`` (int64 [n]) gets
-    each one's bytes.
+    """Compress chunks ``src[i * chunk_bytes : (i + 1) * chunk_bytes]`` (``steps`` rows each, chunk
+    index ``first + i``), i < n, into ``dst`` (uint8, at least ``n * bound`` bytes), one after another;
+    ``sizes`` (int64 [n]) gets each one's bytes and ``sums`` (int64 [n]) its `chunk_checksum`. A chunk
+    whose compressed form is not shorter than ``chunk_bytes`` is stored raw (``chunk_bytes`` long).
 
     ``kind`` 0: LZ4 (``level`` > 0: HC at that level in the initialised HC ``state``; 0: fast mode,
     acceleration 1, in the initialised fast ``state``), with numcodecs' 4-byte size prefix; 1: Zstd at
@@ -161,7 +198,11 @@ def encode_chunks(
             if r > bound:  # a zstd error code (a huge size_t)
                 return -1 - i
             size = np.int64(r)
+        if size >= chunk_bytes:  # incompressible: raw (the length tells readers)
+            copy_bytes(dst, at, s, 0, chunk_bytes)
+            size = chunk_bytes
         sizes[i] = size
+        sums[i] = chunk_checksum(dst, at, size, first + i)
         at += size
     return at
 
@@ -224,10 +265,14 @@ class ChunkEncode:
             return 4 * steps + row + (steps - 1) * (row + row // 255 + 16)
         return int(_LIB_ZSTD.ZSTD_compressBound(chunk_bytes))
 
-    def encode(self, rows: np.ndarray, chunk: int) -> tuple[np.ndarray, np.ndarray]:
-        """Compress ``rows`` ``[n * chunk, ...]`` (C-contiguous) as n chunks of ``chunk`` rows.
+    def encode(
+        self, rows: np.ndarray, chunk: int, first: int = 0
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Compress ``rows`` ``[n * chunk, ...]`` (C-contiguous) as n chunks of ``chunk`` rows, chunk
+        indices ``first .. first + n - 1`` (the checksums' seeds).
 
-        Returns the chunks' bytes one after another (uint8) and each one's length (int64 [n]).
+        Returns the chunks' bytes one after another (uint8), each one's length and each one's
+        `chunk_checksum` (int64 [n] both).
 
         Raises
         ------
@@ -246,13 +291,14 @@ class ChunkEncode:
         bound = self.bound(chunk_bytes, chunk)
         dst = np.empty(n * bound, np.uint8)
         sizes = np.empty(n, np.int64)
+        sums = np.empty(n, np.int64)
         if n == 0:
-            return dst, sizes
+            return dst, sizes, sums
         got = encode_chunks(self.kind, self.level, self.state, self.zctx, src, n, chunk_bytes, bound, dst,
-                            sizes, chunk)
+                            sizes, sums, chunk, first)
         if got < 0:
             raise RuntimeError(f"{self.codec} failed to compress chunk {-1 - got} of {n}")
-        return dst[:got], sizes
+        return dst[:got], sizes, sums
 
     def close(self) -> None:
         """Free the zstd context (no `encode` may run any more)."""

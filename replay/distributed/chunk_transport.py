@@ -13,6 +13,10 @@ compresses, the learner decompresses, and the bytes that travel are the compress
 The shard drops the jobs of windows overwritten during the copy (`FieldPack.take`), as it drops
 their windows: a kept window's chunks were intact while they were copied (a chunk's arena bytes are
 reused only once all its positions are below the shard's floor, docs/architecture.md#replay-composition).
+Each job carries its chunk's index and checksum (`replay.chunk_encode.chunk_checksum`, read from the
+chunk table under the lock), and the learner's decode checks the bytes it received against it before
+decoding them: a chunk damaged in transit (or in the shard's memory) raises naming the shard, the field
+and the chunk, never decodes as other rows.
 
 References
 ----------
@@ -43,13 +47,18 @@ class FieldPack:
     ----------
     field : int
         The field's index in the spec.
+    name : str
+        The field's name.
+    shard : int
+        The index of the shard that packed it (for messages).
     kind : int
         Codec kind (`CODEC_KINDS`).
     chunk : int
         Steps per chunk.
-    jobs : numpy.ndarray, int64 [J, 6]
+    jobs : numpy.ndarray, int64 [J, 8]
         Per run of a window's steps in one chunk: blob offset, compressed length, output byte offset
-        (from the reply's first window row), first row in the chunk, rows, window (`decode_jobs`).
+        (from the reply's first window row), first row in the chunk, rows, window, chunk index,
+        checksum (`decode_jobs`).
     copies : numpy.ndarray, int64 [M, 4]
         Per run of a window's steps in the open chunk: byte offset in the tail rows, bytes, output
         byte offset, window.
@@ -60,6 +69,8 @@ class FieldPack:
     """
 
     field: int
+    name: str
+    shard: int
     kind: int
     chunk: int
     jobs: np.ndarray
@@ -79,7 +90,8 @@ class FieldPack:
             a[:, w] = row[a[:, w]]
             out.append(a)
         jobs, copies = out
-        return FieldPack(self.field, self.kind, self.chunk, jobs, copies, self.offsets, self.sizes, self.tail)
+        return FieldPack(self.field, self.name, self.shard, self.kind, self.chunk, jobs, copies, self.offsets,
+                         self.sizes, self.tail)
 
     @property
     def blob_bytes(self) -> int:
@@ -88,14 +100,21 @@ class FieldPack:
 
 
 def pack_field(
-    ring: ChunkRing, field: int, kind: int, first: np.ndarray, n: np.ndarray, dst: np.ndarray, length: int
+    ring: ChunkRing, field: int, kind: int, first: np.ndarray, n: np.ndarray, dst: np.ndarray, length: int,
+    shard: int,
 ) -> FieldPack:
     """The jobs of one codec field for windows ``first``, ``n``, ``dst`` (int64 [W]: absolute first
-    position, real steps, offset in the window), each in its own row ``0 .. W - 1`` of ``length`` steps.
+    position, real steps, offset in the window), each in its own row ``0 .. W - 1`` of ``length`` steps,
+    packed by shard ``shard``.
 
     Call it with the shard lock held (it reads the ring's chunk table and copies its open chunk's
     rows). A step whose chunk is not held (below the floor: a stale window) gets no job; its window
     is dropped by the shard's staleness check.
+
+    Raises
+    ------
+    RuntimeError
+        A live step's chunk is not in the ring's chunk table (a corrupt table).
     """
     c, rb = ring.chunk, int(ring.chunk_bytes // ring.chunk)
     n = np.asarray(n, np.int64)
@@ -110,18 +129,27 @@ def pack_field(
     rows = np.minimum(f + n[win], (k + 1) * c) - lo
     within = lo - k * c
     out = (win * length + dst[win] + lo - f) * rb
-    is_open = k == ring.next_position // c
+    nxt = ring.next_position
+    is_open = k == nxt // c
     slot = ring.table[k % ring.slots]
     held = ~is_open & (slot[:, 0] == k)
+    lost = ~is_open & ~held & (lo >= max(0, nxt - ring.capacity)) & (lo + rows <= nxt)
+    if lost.any():  # live steps whose chunk the table does not name
+        raise RuntimeError(
+            f"shard {shard}, field {ring.name!r}: chunk {int(k[lost][0])}, which holds live positions, is "
+            "not in the chunk table (a corrupt table)"
+        )
     uk, inv = np.unique(k[held], return_inverse=True)
     entries = ring.table[uk % ring.slots]
     offsets, sizes = entries[:, 1].copy(), entries[:, 2].copy()
     blob_at = np.cumsum(sizes) - sizes
-    jobs = np.stack([blob_at[inv], sizes[inv], out[held], within[held], rows[held], win[held]], axis=1)
+    jobs = np.stack([blob_at[inv], sizes[inv], out[held], within[held], rows[held], win[held], uk[inv],
+                     entries[inv, 3]], axis=1).reshape(-1, 8)
     order = np.argsort(jobs[:, 0], kind="stable")  # jobs of one chunk in a row: decoded once
     copies = np.stack([within[is_open] * rb, rows[is_open] * rb, out[is_open], win[is_open]], axis=1)
     tail = ring.tail.reshape(-1).view(np.uint8).copy() if is_open.any() else np.zeros(0, np.uint8)
-    return FieldPack(field, kind, c, jobs[order], copies.reshape(-1, 4), offsets, sizes, tail)
+    return FieldPack(field, ring.name, shard, kind, c, jobs[order], copies.reshape(-1, 4), offsets, sizes,
+                     tail)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -157,7 +185,9 @@ def unpack_field(
     Raises
     ------
     RuntimeError
-        A chunk did not decompress (its bytes are corrupt: the shard ships only intact chunks).
+        A chunk failed its checksum or did not decompress (damaged in transit or in the shard's memory:
+        the shard ships only chunks that were intact while it copied them); the message names the
+        shard, the field and the chunk.
     ValueError
         A zstd field with ``dctx`` 0 (zstd would read a null context).
     """
@@ -172,7 +202,10 @@ def unpack_field(
     if len(pack.jobs):
         jobs = pack.jobs.copy()
         jobs[:, 2] += base
-        if decode_jobs(pack.kind, dctx, blob, jobs, len(jobs), pack.chunk, row_bytes, out):
+        if decode_jobs(pack.kind, dctx, blob, jobs, len(jobs), pack.chunk, row_bytes, out, True):
+            bad = jobs[jobs[:, 5] < 0]
             raise RuntimeError(
-                f"field {pack.field}: a compressed chunk a shard shipped did not decompress (corrupt bytes)"
+                f"shard {pack.shard}, field {pack.name!r}: compressed chunk {int(bad[0, 6])} it shipped "
+                f"failed its checksum or did not decompress ({len(bad)} of {len(jobs)} runs of steps; its "
+                "bytes were damaged in transit or in the shard's memory)"
             )

@@ -335,7 +335,7 @@ class ShardActor:
             packs = []
             if coded:
                 with sh:  # the chunk tables and open rows as the writers left them
-                    packs = [pack_field(ring, j, kind, table.first, table.n, table.dst, window)
+                    packs = [pack_field(ring, j, kind, table.first, table.n, table.dst, window, self.index)
                              for j, ring, kind in coded]
                 pieces += [gather_chunks(ring, pk) for (_, ring, _), pk in zip(coded, packs, strict=True)]
             t1 = time.perf_counter()

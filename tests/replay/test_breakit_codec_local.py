@@ -2,10 +2,15 @@
 two writers (append, extend + flush, add_episode, episodes left open), a store whose fields have codecs
 samples exactly the raw store's batches byte for byte (fields, mask, keys, probabilities, weights,
 prioritized with priority updates), before and after a checkpoint and restore; a checkpoint whose
-compressed chunk file was altered is refused naming the file; a chunk whose bytes changed before they
-were sealed must not restore to other rows (xfail: no codec checks its content)."""
+compressed chunk file was altered is refused naming the file; a chunk whose bytes or record changed in
+memory before a checkpoint sealed it (each codec) never restores as other rows: the restore is refused
+naming the file, the field and the chunk, and the older checkpoint restores intact; incompressible
+frames take no more arena bytes than raw ones and sample the raw store's bytes; a checkpoint of the
+format before chunk checksums is refused, saying so."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,7 +18,8 @@ import torch
 
 from graphrl.memory import MemoryManager
 from replay import Prioritized, ReplayStore, TrajectorySpec
-from replay.checkpoint import CheckpointError
+from replay._files import seal, unseal
+from replay.checkpoint import INTEGRITY, CheckpointError
 from replay.chunk_codec import ChunkRing
 
 
@@ -106,12 +112,6 @@ def test_an_altered_compressed_chunk_file_is_refused_naming_it(tmp_path, codec):
         ReplayStore.restore(tmp_path)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="replay.chunk_codec/chunk_encode: chunks carry no content checksum (LZ4 blocks, zstd frames "
-    "without checksum=True, lz4dict blocks): a byte changed in a chunk's literals before the checkpoint "
-    "sealed it restores (ChunkRing.load_state) and samples as other rows, silently",
-)
 def test_a_chunk_changed_before_it_was_sealed_never_restores_as_other_rows():
     memory = MemoryManager()
     frames = np.random.default_rng(0).integers(0, 3, (10, 3, 10)).astype(np.uint8)
@@ -134,3 +134,104 @@ def test_a_chunk_changed_before_it_was_sealed_never_restores_as_other_rows():
         if not np.array_equal(out, frames[:4]):
             silent.append(i)
     assert silent == []
+
+
+def frames_store(codec: str, ratio: float = 0.5) -> ReplayStore:
+    sp = TrajectorySpec({"obs": ((4, 40), "uint8", codec, ratio, 4), "a": ((), "int32")})
+    return ReplayStore(sp, 32, 1, seed=4)
+
+
+def frame_episode(first: int, n: int) -> dict[str, np.ndarray]:
+    obs = np.zeros((n, 4, 40), np.uint8)
+    obs[:, 0, :] = (np.arange(first, first + n) % 251)[:, None]
+    obs[:, 2, 5:9] = 7
+    return {"obs": obs, "a": np.arange(first, first + n, dtype=np.int32)}
+
+
+@pytest.mark.parametrize("codec", ["lz4", "zstd", "lz4dict"])
+@pytest.mark.parametrize("fault", ["blob", "length", "checksum"])
+def test_a_chunk_changed_in_memory_is_refused_at_restore_naming_it(tmp_path, codec, fault):
+    s = frames_store(codec)
+    with s.writer() as w:
+        w.add_episode(frame_episode(0, 22))
+    s.checkpoint(tmp_path)
+    ring = s.storage.shards[0].chunks["obs"]
+    slot = 2 % ring.slots  # chunk 2 (positions 8 .. 11)
+    assert ring.table[slot, 0] == 2 and ring.table[slot, 2] < ring.chunk_bytes  # compressed
+    with s.storage.shards[0]:
+        if fault == "blob":
+            ring.arena[ring.table[slot, 1] + ring.table[slot, 2] // 2] ^= 0x10
+        else:
+            ring.table[slot, 2 if fault == "length" else 3] += 1
+    s.checkpoint(tmp_path)
+    s.close()
+    with pytest.raises(CheckpointError, match=r"shard0/obs\.blob \(field 'obs'\): chunk 2 \(record 2 of 5\) "
+                       r"fails its checksum") as e:
+        ReplayStore.restore(tmp_path)
+    assert set(e.value.files) == {"shard0/obs.blob", "shard0/obs.chunks"}
+    assert e.value.intact.endswith("ckpt-000000")
+    s = ReplayStore.restore(e.value.intact)  # nothing stored is lost: the older checkpoint restores whole
+    (ep,) = s.episodes()
+    assert np.array_equal(ep.data["obs"], frame_episode(0, 22)["obs"])
+    with s.sample(8, 3) as b:
+        pos = b["a"].numpy()
+        real = b.mask.numpy()
+        assert np.array_equal(b["obs"].numpy()[real], frame_episode(0, 22)["obs"][pos[real]])
+    s.close()
+
+
+@pytest.mark.parametrize("codec", ["lz4", "zstd", "lz4dict"])
+def test_a_chunk_missing_from_the_table_refuses_the_checkpoint(tmp_path, codec):
+    s = frames_store(codec)
+    with s.writer() as w:
+        w.add_episode(frame_episode(0, 22))
+    ring = s.storage.shards[0].chunks["obs"]
+    ring.table[3 % ring.slots, 0] = 11  # chunk 3's record names another chunk
+    with pytest.raises(ValueError, match=r"field 'obs': chunk 3, which holds live positions, is not in"):
+        s.checkpoint(tmp_path)
+    with pytest.raises(RuntimeError, match="field 'obs': a compressed chunk of shard 0 holding live"):
+        for _ in range(30):
+            s.sample(8, 4).release()
+    s.close()
+
+
+@pytest.mark.parametrize("codec", ["lz4", "zstd", "lz4dict"])
+def test_incompressible_frames_take_no_more_than_their_raw_bytes(codec):
+    rng = np.random.default_rng(7)
+    eps = [{"obs": rng.integers(0, 256, (n, 4, 40), dtype=np.uint8), "a": np.arange(n, dtype=np.int32)}
+           for n in (9, 14, 11, 6)]  # 40 steps in a ring of 32: wrapped
+    raw, packed = (ReplayStore(TrajectorySpec({"obs": ((4, 40), "uint8", *extra), "a": ((), "int32")}), 32, 1,
+                               seed=4) for extra in ((), (codec, 0.8, 4)))
+    for st in (raw, packed):
+        with st.writer() as w:
+            for e in eps:
+                w.add_episode(e)
+    ring = packed.storage.shards[0].chunks["obs"]
+    with packed.storage.shards[0]:
+        state = ring.state()
+    row = 4 * 40
+    assert (state["chunks"][:, 1] == 4 * row).all()  # every chunk stored raw
+    record = ring.table.nbytes / ring.capacity
+    assert state["blob"].size / (4 * len(state["chunks"])) + record <= row + record
+    assert ring.arena_bytes <= 32 * row / 0.8  # an arena_ratio of 0.8 holds the raw chunks (and room to wrap)
+    for window in (1, 3):
+        with raw.sample(16, window) as a, packed.sample(16, window) as b:
+            assert torch.equal(a.keys, b.keys) and torch.equal(a.mask, b.mask)
+            assert torch.equal(a["obs"], b["obs"])
+    raw.close()
+    packed.close()
+
+
+def test_a_checkpoint_of_the_format_before_chunk_checksums_is_refused_clearly(tmp_path):
+    s = frames_store("lz4")
+    with s.writer() as w:
+        w.add_episode(frame_episode(0, 9))
+    folder = Path(s.checkpoint(tmp_path))
+    s.close()
+    body, _ = unseal(folder / INTEGRITY, str(folder))  # the same checkpoint, as format version 2 sealed it
+    body.pop("sha256", None)
+    digest = seal(folder / INTEGRITY, {**body, "version": 2})
+    (tmp_path / "LATEST").write_text(f"{folder.name} {digest}\n")
+    with pytest.raises(CheckpointError, match=r"version 2, expected 'graphrl.replay' version 3 \(an older "
+                       "format: its compressed chunks carry no checksums"):
+        ReplayStore.restore(tmp_path)

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from graphrl.memory import MemoryBudgetError, MemoryManager
 from replay.chunk_codec import ChunkRing, make_codec
+from replay.chunk_encode import chunk_checksum
 
 SHAPE = (3, 5)
 
@@ -138,10 +139,18 @@ def test_corrupt_checkpoint_chunk_is_named(memory, codec):
     ring.write(frames(0, 10), 0)
     state = ring.state()
     state["blob"] = state["blob"].copy()
-    state["blob"][: state["chunks"][0, 1]] = 7
+    n = int(state["chunks"][0, 1])
+    state["blob"][:n] = 7
     other = ChunkRing.create(memory, "obs", SHAPE, np.uint8, codec, capacity=16, chunk=4, arena_bytes=4096)
-    with pytest.raises(ValueError, match="field 'obs': chunk 0 of the checkpoint does not decompress"):
+    with pytest.raises(ValueError, match=r"'obs': the checkpoint's chunk 0 \(record 0 of 2\) fails its"):
         other.load_state(state)
+    if n < ring.chunk_bytes:  # compressed (lz4dict's 15-byte rows do not compress: stored raw)
+        state["chunks"] = state["chunks"].copy()  # garbage whose checksum holds: the decode refuses it
+        state["chunks"][0, 2] = chunk_checksum(state["blob"], 0, n, 0)
+        with pytest.raises(ValueError, match="field 'obs': chunk 0 of the checkpoint does not decompress"):
+            other.load_state(state)
+    assert codec == "lz4dict" or n < ring.chunk_bytes
+    assert (other.table[:, 0] == -1).all() and other.next_position == 0  # nothing stored
 
 
 @pytest.mark.parametrize("codec", ["lz4", "lz4dict"])

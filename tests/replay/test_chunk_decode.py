@@ -126,11 +126,14 @@ def test_decoding_outside_the_lock_never_shows_an_overwritten_step():
 
 @pytest.mark.parametrize("codec", ["lz4", "lz4dict"])
 def test_a_corrupt_live_chunk_raises_naming_the_field(codec):
+    # rows that compress (lz4dict too: its 12-byte rows of spec() are stored raw)
+    big = TrajectorySpec({"pos": ((), "int64"), "obs": ((3, 32), "uint8", codec, 0.25, 2)})
     with MemoryManager() as mm:
-        store = ReplayStore(spec(codec, 2), 16, 1, memory=mm, seed=0, tier="host", timeout=2.0)
+        store = ReplayStore(big, 16, 1, memory=mm, seed=0, tier="host", timeout=2.0)
         with store.writer() as w:
-            w.add_episode(steps(0, 10))
+            w.add_episode({"pos": np.arange(10), "obs": np.repeat(steps(0, 10)["obs"], 8, axis=2)})
         ring = store.storage.shards[0].chunks["obs"]
+        assert (ring.table[:4, 2] < ring.chunk_bytes).all()  # compressed, not stored raw
         ring.arena[:] = 0xFF  # every complete chunk: an LZ4 block that overruns (lz4dict: bad part ends)
         with pytest.raises(RuntimeError, match=r"field 'obs': a compressed chunk of shard 0 holding live"):
             for _ in range(20):

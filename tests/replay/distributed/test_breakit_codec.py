@@ -3,7 +3,9 @@ through a shard and the client's batch equals a raw shard's byte for byte (chunk
 windows of 3, wrapped rings); a writer overwriting old windows while the shard samples never yields a
 torn window; after a shard's codec arena refuses a shipment the writer's next steps start a new
 episode, as in the local writer (not a continuation flagged as a Ray restart); with ``max_inflight=0`` an
-episode its shard's rate limiter refuses stays staged for a retry, as in the local writer."""
+episode its shard's rate limiter refuses stays staged for a retry, as in the local writer; a chunk whose
+bytes or checksum changed in transit is refused by the learner's decode naming the shard, the field and
+the chunk (each codec)."""
 
 from __future__ import annotations
 
@@ -192,4 +194,31 @@ def test_a_zstd_field_placed_without_a_context_is_refused_not_a_crash(cluster):
         with pytest.raises(ValueError, match=r"field 1: a zstd field needs dctx.*got 0"):
             sample(shard, sp, 8, 2)
     finally:
+        shard.close()
+
+
+@pytest.mark.parametrize("codec", ["lz4", "zstd", "lz4dict"])
+@pytest.mark.parametrize("fault", ["bytes", "checksum"])
+def test_a_chunk_damaged_in_transit_raises_naming_the_shard_field_and_chunk(cluster, codec, fault):
+    sp = spec(codec, 4)
+    shard = shard_of(sp, 32)
+    dctx = new_zstd_context()
+    try:
+        shard.insert(0, steps(np.arange(0, 30, dtype=np.int64)), True, 10.0)
+        rep = shard.sample(8, 3, "tail", 10.0, None)
+        pieces = [[np.array(x) for x in ray.get(p[0])] for p in rep["parts"]]  # writable copies
+        (_, num_runs, _, (pack,)) = rep["parts"][0]
+        assert len(pack.jobs) and len(pieces[0]) == 2 * num_runs + 1  # raw fields' runs, then the blob
+        if fault == "bytes":  # a byte of the first chunk a job reads, as a bad link or buffer would change it
+            pieces[0][-1][pack.jobs[0, 0] + pack.jobs[0, 1] // 2] ^= 0x01
+        else:  # the chunk's record: its checksum
+            pack.jobs[pack.jobs[:, 0] == pack.jobs[0, 0], 7] += 1
+        out = {n: np.zeros((8, 3, *f.shape), f.dtype) for n, f in sp.items()}
+        flat = tuple(out[n].reshape(-1).view(np.uint8) for n in sp)
+        rb = np.array([f.row_bytes for f in sp.values()], np.int64)
+        k = int(pack.jobs[0, 6])
+        with pytest.raises(RuntimeError, match=rf"shard 0, field 'img': compressed chunk {k} it shipped"):
+            place(rep, pieces, flat, np.zeros((8, 3), bool), rb, 0, 3, False, dctx)
+    finally:
+        free_zstd_context(dctx)
         shard.close()
