@@ -16,7 +16,7 @@ A chunk that compresses to its raw size or more is stored raw instead (its lengt
 raw chunk's bytes, which is how readers tell it: a compressed chunk is always shorter), so a chunk never
 takes more than its raw bytes. Each chunk's checksum is XXH64 (zstd's bundled ``ZSTD_XXH64``) of its
 stored bytes seeded with its chunk index (`chunk_checksum`): over the stored bytes, not the raw ones, as
-it is checked before decoding (restore, transport, sample: a partial decode cannot check the whole raw
+it is checked before decoding (restore, Ray transport: a decode of some rows cannot check the whole raw
 chunk) and costs a pass over the fewer bytes; the seed ties the bytes to the chunk they belong to.
 
 `replay.chunk_decode` decompresses them.
