@@ -10,7 +10,10 @@ HC, ``ZSTD_compressCCtx``) over every chunk, with no Python per chunk. Chunk for
 - ``"lz4dict"``: the chunk's first step kept raw as a key, each later step one LZ4 block compressed with
   the key as its dictionary (LZ4's own dictionary mode): ``C`` little-endian uint32 part ends (bytes
   after the header), then the parts. A sampled step costs one raw copy or one dictionary decode, whose
-  matches into the key are long: busy frames that change little within a chunk decode fast.
+  matches into the key are long: busy frames that change little within a chunk decode fast. By default
+  the steps are written by `replay.aligned_lz4`'s parse (every match at the key's same byte; level
+  `ALIGNED`), not by LZ4 HC: it compresses Atari frames as well, several times faster, into blocks
+  that decode faster.
 
 A chunk that compresses to its raw size or more is stored raw instead (its length is then exactly the
 raw chunk's bytes, which is how readers tell it: a compressed chunk is always shorter), so a chunk never
@@ -45,6 +48,7 @@ import numcodecs.zstd
 import numpy as np
 
 from graphrl.kernels.copies import copy_bytes
+from replay.aligned_lz4 import ALIGNED, MIN_MATCH, encode_aligned
 from replay.spec import CODECS
 
 __all__ = [
@@ -54,7 +58,7 @@ __all__ = [
 
 LZ4_LEVEL = 2  # LZ4 HC level for "lz4" (0: LZ4's fast mode, acceleration 1); docs/performance.md
 ZSTD_LEVEL = 1  # zstd level for "zstd"
-LZ4DICT_LEVEL = 6  # LZ4 HC level of "lz4dict"'s steps after the key (0: fast mode); docs/performance.md
+LZ4DICT_LEVEL = ALIGNED  # "lz4dict" steps: ALIGNED (-1), 0 LZ4 fast, 1-12 LZ4 HC; docs/performance.md
 _LZ4, _ZSTD, _LZ4DICT = 0, 1, 2
 _KIND = {"lz4": _LZ4, "zstd": _ZSTD, "lz4dict": _LZ4DICT}
 _HEADER = 4  # numcodecs' LZ4 prefix: the decompressed size, uint32 little-endian
@@ -144,7 +148,10 @@ def _encode_dict(level, state, src, steps, row_bytes, dst, cap):  # pragma: no c
         if i > 0:
             s = src[i * row_bytes :].ctypes.data
             d = dst[at:].ctypes.data
-            if level > 0:  # the key as dictionary (loading it resets the state, keeping the level)
+            if level < 0:  # the aligned parse: matches at the key's same byte only
+                got = encode_aligned(src, i * row_bytes, src, 0, row_bytes, MIN_MATCH, dst, at, cap)
+                got = got - at if got >= 0 else -1
+            elif level > 0:  # the key as dictionary (loading it resets the state, keeping the level)
                 _lz4_reset_hc(state.ctypes.data, level)
                 _lz4_load_dict_hc(state.ctypes.data, key, row_bytes)
                 got = _lz4_hc_continue(state.ctypes.data, s, d, row_bytes, cap - at)
@@ -217,10 +224,11 @@ class ChunkEncode:
     Parameters
     ----------
     codec : str
-        ``"lz4"`` (LZ4 HC level `LZ4_LEVEL`), ``"zstd"`` (level `ZSTD_LEVEL`) or ``"lz4dict"`` (LZ4 HC
-        level `LZ4DICT_LEVEL`).
+        ``"lz4"`` (LZ4 HC level `LZ4_LEVEL`), ``"zstd"`` (level `ZSTD_LEVEL`) or ``"lz4dict"`` (level
+        `LZ4DICT_LEVEL`: the aligned parse).
     level : int or None
-        Another level (LZ4: 0 for its fast mode, 1-12 HC; zstd: 1-22); None: the codec's default.
+        Another level (LZ4: 0 for its fast mode, 1-12 HC; "lz4dict" also `ALIGNED`, -1; zstd: 1-22);
+        None: the codec's default.
 
     Raises
     ------
@@ -237,9 +245,9 @@ class ChunkEncode:
         self.kind = _KIND[codec]
         if level is None:
             level = {"lz4": LZ4_LEVEL, "zstd": ZSTD_LEVEL, "lz4dict": LZ4DICT_LEVEL}[codec]
-        top = 22 if codec == "zstd" else 12
-        if not 0 <= level <= top or (codec == "zstd" and level == 0):
-            raise ValueError(f"level of {codec} must be in [{int(codec == 'zstd')}, {top}], got {level!r}")
+        low, top = {"lz4": (0, 12), "zstd": (1, 22), "lz4dict": (ALIGNED, 12)}[codec]
+        if not low <= level <= top:
+            raise ValueError(f"level of {codec} must be in [{low}, {top}], got {level!r}")
         self.level = int(level)
         self.zctx = 0
         self.state = np.zeros(0, np.uint64)
