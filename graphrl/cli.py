@@ -83,8 +83,22 @@ class InterruptibleGroup(click.Group):
 
 @click.group(cls=InterruptibleGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(graphrl.__version__, prog_name="graphrl")
-def main() -> None:
+@click.pass_context
+def main(ctx: click.Context) -> None:
     """graphrl: GNN training fed by our own neighbour sampler, and trajectory replay for RL."""
+    if ctx.invoked_subcommand not in (None, "gc"):  # gc stays light: it computes nothing
+        _thread_policy()
+
+
+def _thread_policy() -> None:
+    """Apply `graphrl.threads.configure` (``$GRAPHRL_THREADS``, else the cores) before a command's work;
+    a bad ``GRAPHRL_THREADS`` is a usage error naming it. (``train recommend --threads`` sets it again.)"""
+    from graphrl.threads import configure
+
+    try:
+        configure()
+    except ValueError as err:
+        raise click.UsageError(str(err)) from None
 
 
 # demo tasks and their default --minutes (None: not timed); --task all runs them in this order

@@ -152,16 +152,24 @@ def _parse(value, name: str) -> int | None:
         raise TypeError(f"{name} must be an int, 'off' or None, got {type(value).__name__}")
     if value < 1:
         raise ValueError(f"{name} must be >= 1 (or 'off'), got {value}")
+    most = numba.config.NUMBA_NUM_THREADS
+    if value > most:  # torch would run more threads than numba and the team: not one count
+        raise ValueError(f"{name} must be at most {most} (numba.config.NUMBA_NUM_THREADS, the most numba can "
+                         f"run: the machine's cores unless NUMBA_NUM_THREADS is set), got {value}")
     return value
 
 
 def _apply(n: int) -> None:
-    """Set torch's intra-op pool and numba's count (in the calling thread) to ``n``."""
-    if torch.get_num_threads() != n:
-        torch.set_num_threads(n)
+    """Set torch's intra-op pool and numba's count (in the calling thread) to ``n``.
+
+    numba first: its first call starts its threading layer, whose OpenMP runtime (torch's, when both use
+    libgomp) then resets the calling thread's OpenMP count, so torch's count set before it was lost.
+    """
     nb_n = min(n, numba.config.NUMBA_NUM_THREADS)
     if numba.get_num_threads() != nb_n:
         numba.set_num_threads(nb_n)
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
 
 
 def configure(threads: int | str | None = None) -> ThreadPolicy:
@@ -180,7 +188,8 @@ def configure(threads: int | str | None = None) -> ThreadPolicy:
     Raises
     ------
     ValueError
-        ``threads`` (or ``$GRAPHRL_THREADS``) is not a positive integer or ``"off"``.
+        ``threads`` (or ``$GRAPHRL_THREADS``) is not a positive integer or ``"off"``, or is more than
+        ``numba.config.NUMBA_NUM_THREADS`` (numba could not follow: the pools would differ).
     TypeError
         ``threads`` is neither an int, a str nor None.
 
@@ -189,7 +198,7 @@ def configure(threads: int | str | None = None) -> ThreadPolicy:
     torch's and numba's counts are process settings (numba's, and torch's OpenMP count, are kept per
     thread: a thread started later begins with torch's last count and numba's default), so call this
     in the main thread before starting others. Idempotent: calling it again with the same count
-    changes and logs nothing. numba's count is capped at ``numba.config.NUMBA_NUM_THREADS``.
+    changes and logs nothing.
     """
     global _policy
     if threads is not None:

@@ -10,6 +10,7 @@ interrupted run's save, and a thread count above what numba can run.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from pathlib import Path
@@ -151,3 +152,54 @@ def test_a_second_signal_during_an_interrupted_runs_save_leaves_no_mix_of_two_ru
     mine = _this_runs_files(out)
     earlier = {p.name for p in out.iterdir()} - mine
     assert not (mine and earlier), f"this run's {mine} beside an earlier run's {earlier}"
+
+
+# ------------------------------------------------------------------------------ GRAPHRL_THREADS
+
+
+@pytest.mark.parametrize("value, says", [("0", "must be >= 1"), ("-1", "must be >= 1"),
+                                         ("abc", "must be a positive integer or 'off', got 'abc'"),
+                                         ("1000", "must be at most")])
+@pytest.mark.parametrize("command", [["info"], ["train", "recommend", "--epochs", "1"],
+                                     ["partition", "never-made", "--parts", "2"]])
+def test_a_bad_graphrl_threads_is_a_usage_error_naming_it_before_any_work(tmp_path, value, says, command):
+    before = torch.get_num_threads()
+    t0 = time.perf_counter()
+    result = CliRunner().invoke(main, command, env={"GRAPHRL_THREADS": value})
+    assert result.exit_code == 2, result.output  # it was ignored: the run went on with torch's own count
+    assert f"GRAPHRL_THREADS {says}" in result.output and value in result.output, result.output
+    assert time.perf_counter() - t0 < 1.0 and torch.get_num_threads() == before
+    assert not (tmp_path / "never-made").exists()
+
+
+def test_the_commands_apply_graphrl_threads_to_torch_and_numba(tmp_path):
+    """``GRAPHRL_THREADS=1 graphrl ...`` left torch at its default: the CLI applied no policy unless
+    ``train recommend --threads`` was given."""
+    import numba
+
+    from graphrl import threads
+
+    before = torch.get_num_threads(), threads.policy()
+    try:
+        result = CliRunner().invoke(main, ["partition", str(tmp_path / "p"), "--size", "200,800", "--parts",
+                                           "2", "--method", "ldg"], env={"GRAPHRL_THREADS": "1"})
+        assert result.exit_code == 0, result.output
+        assert (torch.get_num_threads(), numba.get_num_threads()) == (1, 1)
+        assert threads.policy().source == "GRAPHRL_THREADS"
+    finally:
+        threads.configure(before[1].threads if before[1] else before[0])
+        torch.set_num_threads(before[0])
+
+
+def test_configure_as_a_processs_first_call_sets_torch_too():
+    """numba's threading layer, started by `configure` after it had set torch's count, reset that count
+    (one OpenMP runtime): ``configure(1)`` left torch at the cores."""
+    import subprocess
+    import sys
+
+    code = ("from graphrl.threads import configure; import torch, numba; configure(1); "
+            "print(torch.get_num_threads(), numba.get_num_threads())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "GRAPHRL_THREADS": ""})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1", "1"], out.stdout
