@@ -38,8 +38,10 @@ __all__ = [
     "importance_weights_into",
     "leaf_weights",
     "set_weights",
+    "sum_levels",
     "updates_valid",
     "window_rows",
+    "write_updates",
 ]
 
 @nb.njit(cache=True, nogil=True)
@@ -228,39 +230,50 @@ def leaf_weights(priority, live, exponent, out):  # pragma: no cover - numba
 
 
 @nb.njit(cache=True, nogil=True)
+def sum_levels(wtree, size, nodes, m):  # pragma: no cover - numba
+    """Recompute the ancestors of the ``m`` leaves ``nodes[:m]`` of the sum trees ``wtree [S, 2 size]``
+    level by level, exact sums (as `replay.sumtree.sum_set`): each level's rows at once while a level
+    has more nodes than rows, then every node of the levels above, in order. ``nodes`` int64, each
+    ``leaf node << SHARD_BITS | shard`` (the leaf node of slot c is ``size + c``), is not changed."""
+    num_shards = wtree.shape[0]
+    low = (1 << SHARD_BITS) - 1
+    level = size >> 1  # the first node of the parents' level, and how many nodes it has
+    shift = SHARD_BITS + 1  # a row's node at this level: its leaf node >> (levels up)
+    while level >= 1 and num_shards * level > m:  # the rows' own ancestors
+        for i in range(m):
+            x = nodes[i]
+            s = x & low
+            j = x >> shift
+            wtree[s, j] = wtree[s, 2 * j] + wtree[s, 2 * j + 1]
+        level >>= 1
+        shift += 1
+    while level >= 1:  # levels of at most m nodes in all: every node, in order
+        for s in range(num_shards):
+            for j in range(level, 2 * level):
+                wtree[s, j] = wtree[s, 2 * j] + wtree[s, 2 * j + 1]
+        level >>= 1
+
+
+@nb.njit(cache=True, nogil=True)
 def set_weights(shard, slot, p, exponent, state, priority, weights, wtree, size):  # pragma: no cover
     """``priority[s, c] = p`` for each row (later duplicates win), then the weight tree's leaves
-    (``p ** exponent`` for live items, ``state == 1``; 0 for others) and their ancestors,
-    recomputed level by level (exact sums, as `replay.sumtree.sum_set`). Returns the largest
-    priority written (-1.0 for none)."""
+    (``p ** exponent`` for live items, ``state == 1``; 0 for others) and their ancestors
+    (`sum_levels`). Returns the largest priority written (-1.0 for none)."""
     k = shard.shape[0]
     top = -1.0
     for i in range(k):
         priority[shard[i], slot[i]] = p[i]
         if p[i] > top:
             top = p[i]
-    js = np.empty(k, dtype=np.int64)
+    nodes = np.empty(k, dtype=np.int64)
     for i in range(k):
         s = shard[i]
         c = slot[i]
         w = priority[s, c] ** exponent if state[s, c] == 1 else 0.0
         weights[s, c] = w
         wtree[s, size + c] = w
-        js[i] = size + c
-    num_shards = wtree.shape[0]
-    level = size >> 1  # the first node of the parents' level, and how many nodes it has
-    while level >= 1 and num_shards * level > k:  # the rows' own ancestors
-        for i in range(k):
-            j = js[i] >> 1
-            js[i] = j
-            s = shard[i]
-            wtree[s, j] = wtree[s, 2 * j] + wtree[s, 2 * j + 1]
-        level >>= 1
-    while level >= 1:  # levels of at most k nodes in all: every node, in order
-        for s in range(num_shards):
-            for j in range(level, 2 * level):
-                wtree[s, j] = wtree[s, 2 * j] + wtree[s, 2 * j + 1]
-        level >>= 1
+        nodes[i] = ((size + c) << SHARD_BITS) | s
+    sum_levels(wtree, size, nodes, k)
     return top
 
 
@@ -309,41 +322,58 @@ def updates_valid(keys, p, num_shards, limit):  # pragma: no cover - numba
 
 
 @nb.njit(cache=True, nogil=True)
+def write_updates(
+    keys, p, capacity, floors, ingested, incarnation, restored_at, state, priority, weights, wtree, size,
+    exponent, weighted, nodes,
+):  # pragma: no cover - numba
+    """`accept_updates` and, for the accepted keys, the writes of `set_weights` in one pass, without
+    allocating: ``priority[s, c] = p[i]`` (float32 or float64 [K]; later duplicates win) and, with
+    ``weighted``, the weight ``p[i] ** exponent`` into ``weights`` and the weight tree's leaf, then
+    the leaves' ancestors (`sum_levels`; ``nodes`` int64 [>= K] is its scratch). The same state as
+    `accept_updates` then `set_weights` of the accepted rows. Returns ``(applied, top)``."""
+    applied = 0
+    top = -1.0
+    prev = (incarnation - 1) % (1 << INC_BITS)
+    restored = restored_at.shape[0] > 0
+    for i in range(keys.shape[0]):
+        k = keys[i]
+        s = k & ((1 << SHARD_BITS) - 1)
+        back = (k >> SHARD_BITS) & ((1 << BACK_BITS) - 1)
+        inc = (k >> (SHARD_BITS + BACK_BITS)) & ((1 << INC_BITS) - 1)
+        anchor = k >> (SHARD_BITS + BACK_BITS + INC_BITS)
+        c = anchor % capacity
+        if anchor - back < floors[s] or anchor >= ingested[s]:
+            continue
+        if inc != incarnation and not (restored and inc == prev and anchor < restored_at[s]):
+            continue
+        if state[s, c] != 1:
+            continue
+        v = np.float64(p[i])
+        priority[s, c] = v
+        if v > top:
+            top = v
+        if weighted:
+            w = v ** exponent
+            weights[s, c] = w
+            wtree[s, size + c] = w
+            nodes[applied] = ((size + c) << SHARD_BITS) | s
+        applied += 1
+    if weighted and applied > 0:
+        sum_levels(wtree, size, nodes, applied)
+    return applied, top
+
+
+@nb.njit(cache=True, nogil=True)
 def apply_updates(
     keys, p, capacity, floors, ingested, incarnation, restored_at, state, priority, weights, wtree, size,
     exponent, weighted,
 ):  # pragma: no cover - numba
     """`accept_updates` then, for the accepted keys only, `set_weights` (``weighted``: the weight
-    tree too; else the priorities alone). Returns ``(applied, top)``: how many keys were accepted
-    and the largest priority written (-1.0 for none)."""
-    k = keys.shape[0]
-    shard = np.empty(k, dtype=np.int64)
-    slot = np.empty(k, dtype=np.int64)
-    ok = np.empty(k, dtype=np.bool_)
-    stamps = (capacity, floors, ingested, incarnation, restored_at)
-    applied = accept_updates(keys, *stamps, state, shard, slot, ok)
-    if applied < k:  # compact the accepted rows, in order (later duplicates still win)
-        m = 0
-        for i in range(k):
-            if ok[i]:
-                shard[m] = shard[i]
-                slot[m] = slot[i]
-                m += 1
-        shard = shard[:applied]
-        slot = slot[:applied]
-        q = np.empty(applied)
-        m = 0
-        for i in range(k):
-            if ok[i]:
-                q[m] = p[i]
-                m += 1
-    else:
-        q = p
-    if weighted:
-        return applied, set_weights(shard, slot, q, exponent, state, priority, weights, wtree, size)
-    top = -1.0
-    for i in range(applied):
-        priority[shard[i], slot[i]] = q[i]
-        if q[i] > top:
-            top = q[i]
-    return applied, top
+    tree too; else the priorities alone), as `write_updates` with its own scratch. Returns
+    ``(applied, top)``: how many keys were accepted and the largest priority written (-1.0 for
+    none)."""
+    nodes = np.empty(keys.shape[0], dtype=np.int64)
+    return write_updates(
+        keys, p, capacity, floors, ingested, incarnation, restored_at, state, priority, weights, wtree,
+        size, exponent, weighted, nodes,
+    )

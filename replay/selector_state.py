@@ -30,6 +30,7 @@ from replay.sumtree import (
     take_best,
     tree_size,
 )
+from replay.update_kernel import update_words
 
 __all__ = ["EMPTY", "EXHAUSTED", "LIVE", "Alloc", "SelectorState"]
 
@@ -266,6 +267,21 @@ class SelectorState:
         )
         self.max_priority = max(self.max_priority, top)
         return int(applied)
+
+    def update_words(
+        self, plan: np.ndarray, limit: float, ingested: np.ndarray, repairs: np.ndarray, scratch: np.ndarray
+    ) -> np.ndarray:
+        """This state's arrays and exponent as `replay.update_kernel.update_locked` takes them
+        (`replay.update_kernel.update_words`, with the table's ``plan``, priority ``limit``, ``ingested``,
+        ``repairs`` and ``scratch``); not for the deterministic selectors. Valid while this state
+        lives: `load_state_dict` writes into the same arrays."""
+        if self.deterministic:
+            raise ValueError("update_words: the deterministic selectors refresh their argmin trees per shard")
+        exponent = float(self.selector.exponent) if self._prioritized else 1.0
+        return update_words(
+            plan, self.state, self.priority, self.weights, self.wtree, self.size, exponent, self._prioritized,
+            limit, ingested, repairs, scratch,
+        )
 
     # -- drawing
 

@@ -34,7 +34,15 @@ from graphrl.memory import Region
 from replay._checks import check_keys
 from replay.commit_kernel import build_plan
 from replay.draw_kernels import accept_updates, draw_windows, updates_valid, window_rows
-from replay.keys import MAX_INCARNATIONS, MAX_LINEAGE, MAX_SHARDS, check_issuer, encode_keys, new_store_id
+from replay.keys import (
+    ISSUER,
+    MAX_INCARNATIONS,
+    MAX_LINEAGE,
+    MAX_SHARDS,
+    check_issuer,
+    encode_keys,
+    new_store_id,
+)
 from replay.selector_state import EXHAUSTED, SelectorState
 from replay.selectors import Selector, check_initial_priority, check_priorities, priority_limit
 from replay.shard import live_parts
@@ -42,6 +50,8 @@ from replay.shard_layout import EXHAUSTED as STEP_EXHAUSTED
 from replay.shard_layout import WRITE_POS
 from replay.storage import TrajectoryStorage
 from replay.transition_kernel import DRAWN, FAILED, STALE, sample_transitions, selector_words
+from replay.update_kernel import APPLIED, scratch_for, set_restore, update_args, update_locked
+from replay.update_kernel import FAILED as UPDATE_FAILED
 from replay.windows import PAD_CODES
 
 __all__ = ["META_FIELDS", "Table"]
@@ -138,6 +148,13 @@ class Table:
             st.rng, st.ctree, st.wtree, self.prioritized, st.size, self.filled, st.times, self.ingested
         )
         self._draw_head = (self.plan, False, self._repairs, self._words)  # the one-call path's
+        # update_priorities' compiled call (not for the deterministic selectors): the state by address
+        self._update_room = 0  # keys a call may take before the scratch grows
+        self._update_scratch = np.zeros(storage.num_shards, dtype=np.int64)
+        self._update_words = None if st.deterministic else st.update_words(
+            self.plan, self.priority_limit, self.ingested, self._repairs, self._update_scratch
+        )
+        self._restored = np.zeros(storage.num_shards, dtype=np.int64)  # restored_at, for the kernel
         self.lock = threading.Lock()
         self.incarnation = 0
         self.store_id = new_store_id()
@@ -393,7 +410,25 @@ class Table:
         """Set the priorities of the anchors named by ``keys``; stale keys are ignored; return how many
         applied. Raises as `replay.store.ReplayStore.update_priorities` (keys another store issued
         included: `replay.keys.check_issuer`)."""
-        check_issuer(keys, self.accepted, self.store_id)
+        issuer = getattr(keys, ISSUER, None)
+        if issuer is not None and issuer not in self.accepted:
+            check_issuer(keys, self.accepted, self.store_id)  # raises, naming both stores
+        words = self._update_words
+        raw = None if words is None else update_args(keys, priorities)
+        if raw is not None:  # one compiled call: the checks, the floors under the shard locks, the writes
+            with self.lock:
+                if raw[-1] > self._update_room:
+                    self._grow_update_scratch(raw[-1])
+                status, applied, top, err, died = update_locked(words, *raw)
+                if status == APPLIED and top > self.state.max_priority:
+                    self.state.max_priority = top
+                if died:
+                    self._report_dead_holders(died)
+            if status == APPLIED:
+                return applied
+            if status == UPDATE_FAILED:
+                raise OSError(err, f"a replay-store lock call failed: {errno.errorcode.get(err, err)}")
+            # INVALID: the checks below name the bad input; STALE: the commits are ingested below
         num_shards = self.storage.num_shards
         k, p = _plain_updates(keys, priorities)
         if k is None or not updates_valid(k, p, num_shards, self.priority_limit):  # the checks naming it
@@ -428,6 +463,12 @@ class Table:
             else:
                 self.state.set_priorities(shard[ok], slots[ok], p[ok])
             return int(applied)
+
+    def _grow_update_scratch(self, keys: int) -> None:
+        """A scratch for `update_locked` calls of up to ``keys`` keys (``lock`` held)."""
+        room = max(keys, 2 * self._update_room)
+        self._update_scratch = scratch_for(self._update_words, self.storage.num_shards, room)
+        self._update_room = room
 
     # -- checkpoints
     @contextmanager
@@ -509,6 +550,9 @@ class Table:
             self.lineage = tuple(ancestors[-MAX_LINEAGE:])
             self.accepted = frozenset((self.store_id, *self.lineage))
             self.restored_at = written.copy()
+            self._restored[:] = written
+            if self._update_words is not None:
+                set_restore(self._update_words, self.incarnation, self._restored)
 
     def close(self) -> None:
         """Free the selector's regions."""
@@ -539,3 +583,4 @@ def _plain_updates(keys: Any, priorities: Any) -> tuple[np.ndarray | None, np.nd
     if p.ndim != 1 or p.dtype != np.float64 or p.strides[0] != 8:
         p = np.ascontiguousarray(p.reshape(-1), dtype=np.float64)
     return (k, p) if k.size == p.size else (None, _NO_PRIORITIES)
+

@@ -1,0 +1,287 @@
+"""The owner's priority update in one numba call: the checks, the shard floors, the generation check and
+the writes.
+
+`update_locked` is what `replay.table.Table.update_priorities` does in Python around
+`replay.draw_kernels.apply_updates`, in one call and without allocating: the input check of
+`replay.draw_kernels.updates_valid` (keys >= 0 naming a shard, priorities finite, >= 0 and at most
+the limit), then for every shard a key names, in shard order, its mutex taken through
+`replay.sync_kernels` (a dead holder's commit repaired with `replay.commit_kernel.repair_hole`, as every
+locker does), the table's ingest checked against the shard's write position and its floor read, the
+mutex released; then `replay.draw_kernels.write_updates` (the generation rule of
+docs/architecture.md#keys, the priorities, ``p ** exponent`` into the weight tree and its ancestors).
+The caller holds the table lock. It changes nothing and returns `INVALID` on bad input (the caller's
+checks then name it) and `STALE` when a named shard has commits the table has not ingested (the caller
+ingests them under the shard locks in Python and applies the update there).
+
+The selector's arrays, the table's ``ingested`` and restore stamps, the plan and a scratch come by
+address in one int64 array (`update_words`); keys and priorities as arrays, or by address (a CPU
+tensor's ``data_ptr()``: int64 keys, float32 or float64 priorities), so a call converts nothing.
+
+>>> words = update_words(plan, state, priority, weights, wtree, size, 0.6, True, limit, ingested,
+...                      repairs, scratch)
+>>> status, applied, top, err, died = update_locked(words, keys, 0, p, 0, P_ARRAY, len(keys))
+
+References
+----------
+Schaul et al., "Prioritized Experience Replay", ICLR 2016 (proportional priorities, sum trees).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numba as nb
+import numpy as np
+import torch
+
+from replay.commit_kernel import (
+    P_CAPACITY,
+    P_FIELDS,
+    P_ROW_BYTES,
+    P_SHARDS,
+    SHARD_WORDS,
+    count_deletes_locked,
+    repair_hole,
+)
+from replay.draw_kernels import updates_valid, write_updates
+from replay.keys import MAX_INCARNATIONS, SHARD_BITS
+from replay.shard_layout import META_LEN, WRITE_POS
+from replay.sync_kernels import float64_at, int64_at, mutex_lock_robust, mutex_unlock, uint8_at
+
+__all__ = [
+    "APPLIED",
+    "FAILED",
+    "INVALID",
+    "P_ARRAY",
+    "P_FLOAT32",
+    "P_FLOAT64",
+    "STALE",
+    "scratch_for",
+    "set_restore",
+    "update_args",
+    "update_locked",
+    "update_words",
+]
+
+# update_locked's status
+APPLIED, INVALID, STALE, FAILED = 0, 1, 2, 3
+# where the priorities are: the array argument, or float64 / float32 at the address argument
+P_ARRAY, P_FLOAT64, P_FLOAT32 = 0, 1, 2
+_NO_KEYS = np.zeros(0, dtype=np.int64)
+_NO_PRIORITIES = np.zeros(0)
+# update_words' layout (U_EXPONENT and U_LIMIT hold float64 bits)
+(U_PLAN, U_PLAN_LEN, U_STATE, U_PRIORITY, U_WEIGHTS, U_WTREE, U_WTREE_COLS, U_SIZE, U_WEIGHTED,
+ U_EXPONENT, U_LIMIT, U_INGESTED, U_INCARNATION, U_RESTORED, U_RESTORED_ON, U_REPAIRS, U_SCRATCH,
+ U_SCRATCH_LEN) = range(18)
+_WORDS = 18
+
+
+def update_words(
+    plan: np.ndarray,
+    state: np.ndarray,
+    priority: np.ndarray,
+    weights: np.ndarray,
+    wtree: np.ndarray,
+    size: int,
+    exponent: float,
+    weighted: bool,
+    limit: float,
+    ingested: np.ndarray,
+    repairs: np.ndarray,
+    scratch: np.ndarray,
+) -> np.ndarray:
+    """The arrays and numbers `update_locked` takes, by address: int64 [18].
+
+    Parameters
+    ----------
+    plan : numpy.ndarray, int64
+        `replay.commit_kernel.build_plan`'s (every shard's mutex and meta).
+    state : numpy.ndarray, uint8 [S, C]
+        The selector's item states (1: live).
+    priority, weights : numpy.ndarray, float64 [S, C]
+        The selector's priorities and weight-tree leaves.
+    wtree : numpy.ndarray, float64 [S, 2 size] (or [S, 1] when not ``weighted``)
+        The selector's weight (sum) trees.
+    size : int
+        Leaves of a tree (`replay.sumtree.tree_size`).
+    exponent : float
+        The weight of priority p is ``p ** exponent``.
+    weighted : bool
+        Whether the weight tree is kept (a prioritized selector); else only ``priority`` is written.
+    limit : float
+        The largest priority taken (`replay.selectors.priority_limit`).
+    ingested : numpy.ndarray, int64 [S]
+        The table's ingested write position of each shard.
+    repairs : numpy.ndarray, int64 [2 S]
+        Gets each shard's repaired hole, as `replay.transition_kernel.sample_transitions` writes it.
+    scratch : numpy.ndarray, int64 [S + K]
+        `scratch_for`'s: a call takes at most K keys.
+
+    Valid while the arrays live and stay where they are (a restore writes into the same arrays and
+    calls `set_restore`). The incarnation starts at 0, with no restore.
+
+    Raises
+    ------
+    ValueError
+        An array is not C-contiguous or of another dtype.
+    """
+    for name, arr, dtype in (
+        ("plan", plan, np.int64), ("state", state, np.uint8), ("priority", priority, np.float64),
+        ("weights", weights, np.float64), ("wtree", wtree, np.float64), ("ingested", ingested, np.int64),
+        ("repairs", repairs, np.int64), ("scratch", scratch, np.int64),
+    ):
+        if arr.dtype != dtype or not arr.flags.c_contiguous:
+            raise ValueError(f"{name} must be a C-contiguous {np.dtype(dtype).name} array")
+    words = np.zeros(_WORDS, dtype=np.int64)
+    words[U_PLAN], words[U_PLAN_LEN] = plan.ctypes.data, plan.size
+    words[U_STATE], words[U_PRIORITY] = state.ctypes.data, priority.ctypes.data
+    words[U_WEIGHTS], words[U_WTREE] = weights.ctypes.data, wtree.ctypes.data
+    words[U_WTREE_COLS] = wtree.shape[1]
+    words[U_SIZE], words[U_WEIGHTED] = size, int(weighted)
+    floats = words.view(np.float64)
+    floats[U_EXPONENT], floats[U_LIMIT] = exponent, limit
+    words[U_INGESTED], words[U_REPAIRS] = ingested.ctypes.data, repairs.ctypes.data
+    words[U_SCRATCH], words[U_SCRATCH_LEN] = scratch.ctypes.data, scratch.size
+    return words
+
+
+def scratch_for(words: np.ndarray, num_shards: int, keys: int) -> np.ndarray:
+    """A scratch (int64 [S + keys]) for calls of up to ``keys`` keys, its address set in ``words``;
+    the caller keeps it alive while ``words`` is used."""
+    scratch = np.zeros(num_shards + max(0, keys), dtype=np.int64)
+    words[U_SCRATCH], words[U_SCRATCH_LEN] = scratch.ctypes.data, scratch.size
+    return scratch
+
+
+def set_restore(words: np.ndarray, incarnation: int, restored_at: np.ndarray | None) -> None:
+    """Set the table's incarnation and its restored write positions (int64 [S], kept alive by the
+    caller; None: no restore) in ``words``."""
+    words[U_INCARNATION] = int(incarnation) % MAX_INCARNATIONS
+    if restored_at is None:
+        words[U_RESTORED], words[U_RESTORED_ON] = 0, 0
+        return
+    if restored_at.dtype != np.int64 or not restored_at.flags.c_contiguous:
+        raise ValueError("restored_at must be a C-contiguous int64 array")
+    words[U_RESTORED], words[U_RESTORED_ON] = restored_at.ctypes.data, 1
+
+
+def update_args(keys: Any, priorities: Any) -> tuple[np.ndarray, int, np.ndarray, int, int, int] | None:
+    """`update_locked`'s arguments after ``words``, ``(keys, keys_at, p, p_at, p_kind, n)``, without
+    converting anything: int64 keys and float32 or float64 priorities of the same length, each a
+    contiguous CPU tensor (by address: valid while the caller holds it) or a C-contiguous numpy array
+    (float64 for priorities); else None (the caller converts and checks them)."""
+    if type(keys) is torch.Tensor:
+        if keys.dtype is not torch.int64 or keys.layout is not torch.strided or not keys.is_cpu:
+            return None
+        if not keys.is_contiguous():
+            return None
+        k, k_at, n = _NO_KEYS, keys.data_ptr(), keys.numel()
+    elif type(keys) is np.ndarray and keys.dtype == np.int64 and keys.flags.c_contiguous:
+        k, k_at, n = (keys if keys.ndim == 1 else keys.reshape(-1)), 0, keys.size
+    else:
+        return None
+    if type(priorities) is torch.Tensor:
+        dtype = priorities.dtype
+        kind = P_FLOAT32 if dtype is torch.float32 else P_FLOAT64 if dtype is torch.float64 else P_ARRAY
+        if kind == P_ARRAY or priorities.layout is not torch.strided or not priorities.is_cpu:
+            return None
+        if not priorities.is_contiguous() or priorities.numel() != n:
+            return None
+        return k, k_at, _NO_PRIORITIES, priorities.data_ptr(), kind, n
+    if (
+        type(priorities) is np.ndarray and priorities.dtype == np.float64 and priorities.flags.c_contiguous
+        and priorities.size == n
+    ):
+        return k, k_at, (priorities if priorities.ndim == 1 else priorities.reshape(-1)), 0, P_ARRAY, n
+    return None
+
+
+@nb.njit(cache=True, nogil=True)
+def update_locked(words, keys, keys_at, p, p_at, p_kind, n):  # pragma: no cover - numba
+    """Apply ``n`` priority updates (see the module docstring); the caller holds the table lock.
+
+    Parameters
+    ----------
+    words : numpy.ndarray, int64 [18]
+        `update_words`.
+    keys : numpy.ndarray, int64 [n]
+        The keys, unless ``keys_at`` is not 0: then ``n`` int64 keys at that address.
+    p : numpy.ndarray, float64 [n]
+        The priorities when ``p_kind`` is `P_ARRAY`; else ``n`` float64 (`P_FLOAT64`) or float32
+        (`P_FLOAT32`) priorities at address ``p_at``.
+    n : int
+        The number of updates, at most the scratch's K.
+
+    Returns
+    -------
+    ``(status, applied, top, err, died)``: status `APPLIED` (``applied`` updates were applied, a key
+    given twice counted twice; ``top`` the largest priority written, -1.0 for none), `INVALID` (a bad
+    key or priority: nothing taken or changed), `STALE` (a named shard has commits not ingested:
+    nothing changed) or `FAILED` (a pthread call failed, its errno in ``err``: the mutexes this call
+    took are released, nothing changed); ``died`` counts the mutexes found with a dead holder.
+    """
+    if keys_at != 0:
+        kk = int64_at(keys_at, n)
+    else:
+        kk = keys[:n]
+    if p_kind == P_FLOAT64:
+        return _update(words, kk, float64_at(p_at, n))
+    if p_kind == P_FLOAT32:
+        return _update(words, kk, uint8_at(p_at, 4 * n).view(np.float32))
+    return _update(words, kk, p[:n])
+
+
+@nb.njit(cache=True, nogil=True)
+def _update(words, keys, p):  # pragma: no cover - numba
+    """`update_locked` on arrays."""
+    plan = int64_at(words[U_PLAN], words[U_PLAN_LEN])
+    s_count = plan[P_SHARDS]
+    capacity = plan[P_CAPACITY]
+    nf = plan[P_FIELDS]
+    floats = words.view(np.float64)
+    if not updates_valid(keys, p, s_count, floats[U_LIMIT]):
+        return INVALID, 0, -1.0, 0, 0
+    scratch = int64_at(words[U_SCRATCH], words[U_SCRATCH_LEN])
+    floors = scratch[:s_count]  # -1: a shard no key names
+    floors[:] = -1
+    low = (1 << SHARD_BITS) - 1
+    for i in range(keys.shape[0]):
+        floors[keys[i] & low] = 0
+    ingested = int64_at(words[U_INGESTED], s_count)
+    repairs = int64_at(words[U_REPAIRS], 2 * s_count)
+    died = 0
+    for s in range(s_count):  # each named shard's floor, read under its mutex
+        if floors[s] < 0:
+            continue
+        base = P_ROW_BYTES + nf + s * (SHARD_WORDS + nf)
+        rc = mutex_lock_robust(plan[base])
+        if rc < 0:
+            return FAILED, 0, -1.0, -rc, died
+        meta = int64_at(plan[base + 1], META_LEN)
+        if rc == 1:  # its holder died mid-commit: the reserved slots become a hole (repair_hole)
+            died += 1
+            hole_at, hole, lost = repair_hole(meta, int64_at(plan[base + 2], 3 * capacity), capacity)
+            repairs[2 * s], repairs[2 * s + 1] = hole_at, hole
+            if lost:  # the items the dead commit overwrote: deleted
+                rc = count_deletes_locked(plan, lost)
+                if rc < 0:
+                    mutex_unlock(plan[base])
+                    return FAILED, 0, -1.0, -rc, died
+                died += rc
+        written = meta[WRITE_POS]
+        mutex_unlock(plan[base])
+        if written != ingested[s]:
+            return STALE, 0, -1.0, 0, died
+        floors[s] = max(0, written - capacity)
+    size = words[U_SIZE]
+    wcols = words[U_WTREE_COLS]
+    restored = int64_at(words[U_RESTORED], s_count if words[U_RESTORED_ON] else 0)
+    applied, top = write_updates(
+        keys, p, capacity, floors, ingested, words[U_INCARNATION], restored,
+        uint8_at(words[U_STATE], s_count * capacity).reshape((s_count, capacity)),
+        float64_at(words[U_PRIORITY], s_count * capacity).reshape((s_count, capacity)),
+        float64_at(words[U_WEIGHTS], s_count * capacity).reshape((s_count, capacity)),
+        float64_at(words[U_WTREE], s_count * wcols).reshape((s_count, wcols)),
+        size, floats[U_EXPONENT], words[U_WEIGHTED] != 0, scratch[s_count:],
+    )
+    return APPLIED, applied, top, 0, died
