@@ -239,12 +239,18 @@ def sum_levels(wtree, size, nodes, m):  # pragma: no cover - numba
     low = (1 << SHARD_BITS) - 1
     level = size >> 1  # the first node of the parents' level, and how many nodes it has
     shift = SHARD_BITS + 1  # a row's node at this level: its leaf node >> (levels up)
+    one = wtree[0]
     while level >= 1 and num_shards * level > m:  # the rows' own ancestors
-        for i in range(m):
-            x = nodes[i]
-            s = x & low
-            j = x >> shift
-            wtree[s, j] = wtree[s, 2 * j] + wtree[s, 2 * j + 1]
+        if num_shards == 1:
+            for i in range(m):
+                j = nodes[i] >> shift
+                one[j] = one[2 * j] + one[2 * j + 1]
+        else:
+            for i in range(m):
+                x = nodes[i]
+                s = x & low
+                j = x >> shift
+                wtree[s, j] = wtree[s, 2 * j] + wtree[s, 2 * j + 1]
         level >>= 1
         shift += 1
     while level >= 1:  # levels of at most m nodes in all: every node, in order
@@ -329,23 +335,30 @@ def write_updates(
     """`accept_updates` and, for the accepted keys, the writes of `set_weights` in one pass, without
     allocating: ``priority[s, c] = p[i]`` (float32 or float64 [K]; later duplicates win) and, with
     ``weighted``, the weight ``p[i] ** exponent`` into ``weights`` and the weight tree's leaf, then
-    the leaves' ancestors (`sum_levels`; ``nodes`` int64 [>= K] is its scratch). The same state as
-    `accept_updates` then `set_weights` of the accepted rows. Returns ``(applied, top)``."""
+    the leaves' ancestors (`sum_levels`; ``nodes`` int64 [>= K + S] is the scratch). The same state
+    as `accept_updates` then `set_weights` of the accepted rows. Returns ``(applied, top)``."""
     applied = 0
     top = -1.0
     prev = (incarnation - 1) % (1 << INC_BITS)
     restored = restored_at.shape[0] > 0
+    base = nodes[keys.shape[0] : keys.shape[0] + ingested.shape[0]]  # each shard's ingested - ingested % C
+    for s in range(ingested.shape[0]):
+        base[s] = ingested[s] - ingested[s] % capacity
     for i in range(keys.shape[0]):
         k = keys[i]
         s = k & ((1 << SHARD_BITS) - 1)
         back = (k >> SHARD_BITS) & ((1 << BACK_BITS) - 1)
         inc = (k >> (SHARD_BITS + BACK_BITS)) & ((1 << INC_BITS) - 1)
         anchor = k >> (SHARD_BITS + BACK_BITS + INC_BITS)
-        c = anchor % capacity
         if anchor - back < floors[s] or anchor >= ingested[s]:
             continue
         if inc != incarnation and not (restored and inc == prev and anchor < restored_at[s]):
             continue
+        c = anchor - base[s]  # anchor % capacity without a division: the ring's last lap or the one before
+        if c < 0:
+            c += capacity
+            if c < 0:
+                c = anchor % capacity
         if state[s, c] != 1:
             continue
         v = np.float64(p[i])
@@ -372,7 +385,7 @@ def apply_updates(
     tree too; else the priorities alone), as `write_updates` with its own scratch. Returns
     ``(applied, top)``: how many keys were accepted and the largest priority written (-1.0 for
     none)."""
-    nodes = np.empty(keys.shape[0], dtype=np.int64)
+    nodes = np.empty(keys.shape[0] + ingested.shape[0], dtype=np.int64)
     return write_updates(
         keys, p, capacity, floors, ingested, incarnation, restored_at, state, priority, weights, wtree,
         size, exponent, weighted, nodes,

@@ -116,10 +116,19 @@ class SelectorState:
         else:
             self.key = np.zeros((s, 1))
             self.mtree = np.zeros((s, 1), dtype=np.int64)
-        self.max_priority = 1.0
+        self._max_priority = np.ones(1)  # max_priority, where update_words' kernel raises it
         self.rng = np.random.Generator(np.random.PCG64(seed))
 
     # -- contents
+
+    @property
+    def max_priority(self) -> float:
+        """The largest priority set so far (1.0 at first): the initial priority ``"max"`` gives."""
+        return float(self._max_priority[0])
+
+    @max_priority.setter
+    def max_priority(self, value: float) -> None:
+        self._max_priority[0] = value
 
     @property
     def initial_priority(self) -> float:
@@ -273,14 +282,14 @@ class SelectorState:
     ) -> np.ndarray:
         """This state's arrays and exponent as `replay.update_kernel.update_locked` takes them
         (`replay.update_kernel.update_words`, with the table's ``plan``, priority ``limit``, ``ingested``,
-        ``repairs`` and ``scratch``); not for the deterministic selectors. Valid while this state
-        lives: `load_state_dict` writes into the same arrays."""
+        ``repairs`` and ``scratch``; the kernel raises `max_priority`); not for the deterministic
+        selectors. Valid while this state lives: `load_state_dict` writes into the same arrays."""
         if self.deterministic:
             raise ValueError("update_words: the deterministic selectors refresh their argmin trees per shard")
         exponent = float(self.selector.exponent) if self._prioritized else 1.0
         return update_words(
             plan, self.state, self.priority, self.weights, self.wtree, self.size, exponent, self._prioritized,
-            limit, ingested, repairs, scratch,
+            limit, ingested, repairs, scratch, self._max_priority,
         )
 
     # -- drawing

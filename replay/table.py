@@ -50,7 +50,7 @@ from replay.shard_layout import EXHAUSTED as STEP_EXHAUSTED
 from replay.shard_layout import WRITE_POS
 from replay.storage import TrajectoryStorage
 from replay.transition_kernel import DRAWN, FAILED, STALE, sample_transitions, selector_words
-from replay.update_kernel import APPLIED, scratch_for, set_restore, update_args, update_locked
+from replay.update_kernel import APPLIED, outcome, scratch_for, set_restore, update_args, update_locked
 from replay.update_kernel import FAILED as UPDATE_FAILED
 from replay.windows import PAD_CODES
 
@@ -154,6 +154,7 @@ class Table:
         self._update_words = None if st.deterministic else st.update_words(
             self.plan, self.priority_limit, self.ingested, self._repairs, self._update_scratch
         )
+        self._update_at = 0 if self._update_words is None else int(self._update_words.ctypes.data)
         self._restored = np.zeros(storage.num_shards, dtype=np.int64)  # restored_at, for the kernel
         self.lock = threading.Lock()
         self.incarnation = 0
@@ -413,15 +414,15 @@ class Table:
         issuer = getattr(keys, ISSUER, None)
         if issuer is not None and issuer not in self.accepted:
             check_issuer(keys, self.accepted, self.store_id)  # raises, naming both stores
-        words = self._update_words
-        raw = None if words is None else update_args(keys, priorities)
+        raw = None if self._update_at == 0 else update_args(keys, priorities)
         if raw is not None:  # one compiled call: the checks, the floors under the shard locks, the writes
             with self.lock:
                 if raw[-1] > self._update_room:
                     self._grow_update_scratch(raw[-1])
-                status, applied, top, err, died = update_locked(words, *raw)
-                if status == APPLIED and top > self.state.max_priority:
-                    self.state.max_priority = top
+                applied = update_locked(self._update_at, *raw)
+                if applied >= 0:
+                    return applied
+                status, applied, err, died = outcome(self._update_words)
                 if died:
                     self._report_dead_holders(died)
             if status == APPLIED:

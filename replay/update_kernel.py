@@ -9,17 +9,17 @@ the limit), then for every shard a key names, in shard order, its mutex taken th
 locker does), the table's ingest checked against the shard's write position and its floor read, the
 mutex released; then `replay.draw_kernels.write_updates` (the generation rule of
 docs/architecture.md#keys, the priorities, ``p ** exponent`` into the weight tree and its ancestors).
-The caller holds the table lock. It changes nothing and returns `INVALID` on bad input (the caller's
-checks then name it) and `STALE` when a named shard has commits the table has not ingested (the caller
-ingests them under the shard locks in Python and applies the update there).
+The caller holds the table lock. It changes nothing on bad input (status `INVALID`: the caller's
+checks then name it) and when a named shard has commits the table has not ingested (`STALE`: the
+caller ingests them under the shard locks in Python and applies the update there).
 
 The selector's arrays, the table's ``ingested`` and restore stamps, the plan and a scratch come by
 address in one int64 array (`update_words`); keys and priorities as arrays, or by address (a CPU
 tensor's ``data_ptr()``: int64 keys, float32 or float64 priorities), so a call converts nothing.
 
 >>> words = update_words(plan, state, priority, weights, wtree, size, 0.6, True, limit, ingested,
-...                      repairs, scratch)
->>> status, applied, top, err, died = update_locked(words, keys, 0, p, 0, P_ARRAY, len(keys))
+...                      repairs, scratch, max_priority)
+>>> applied = update_locked(words.ctypes.data, keys, 0, p, 0, P_ARRAY, len(keys))  # -1: outcome(words)
 
 References
 ----------
@@ -56,6 +56,8 @@ __all__ = [
     "P_FLOAT32",
     "P_FLOAT64",
     "STALE",
+    "WORDS",
+    "outcome",
     "scratch_for",
     "set_restore",
     "update_args",
@@ -69,11 +71,12 @@ APPLIED, INVALID, STALE, FAILED = 0, 1, 2, 3
 P_ARRAY, P_FLOAT64, P_FLOAT32 = 0, 1, 2
 _NO_KEYS = np.zeros(0, dtype=np.int64)
 _NO_PRIORITIES = np.zeros(0)
-# update_words' layout (U_EXPONENT and U_LIMIT hold float64 bits)
+_INT64, _FLOAT64 = np.dtype(np.int64), np.dtype(np.float64)  # native order: the dtype objects arrays carry
+# update_words' layout (U_EXPONENT and U_LIMIT hold float64 bits); U_STATUS .. U_DIED: a call's outcome
 (U_PLAN, U_PLAN_LEN, U_STATE, U_PRIORITY, U_WEIGHTS, U_WTREE, U_WTREE_COLS, U_SIZE, U_WEIGHTED,
  U_EXPONENT, U_LIMIT, U_INGESTED, U_INCARNATION, U_RESTORED, U_RESTORED_ON, U_REPAIRS, U_SCRATCH,
- U_SCRATCH_LEN) = range(18)
-_WORDS = 18
+ U_SCRATCH_LEN, U_MAX_PRIORITY, U_STATUS, U_APPLIED, U_ERR, U_DIED) = range(23)
+WORDS = 23
 
 
 def update_words(
@@ -89,8 +92,9 @@ def update_words(
     ingested: np.ndarray,
     repairs: np.ndarray,
     scratch: np.ndarray,
+    max_priority: np.ndarray,
 ) -> np.ndarray:
-    """The arrays and numbers `update_locked` takes, by address: int64 [18].
+    """The arrays and numbers `update_locked` takes, by address: int64 [`WORDS`].
 
     Parameters
     ----------
@@ -114,8 +118,10 @@ def update_words(
         The table's ingested write position of each shard.
     repairs : numpy.ndarray, int64 [2 S]
         Gets each shard's repaired hole, as `replay.transition_kernel.sample_transitions` writes it.
-    scratch : numpy.ndarray, int64 [S + K]
+    scratch : numpy.ndarray, int64 [2 S + K]
         `scratch_for`'s: a call takes at most K keys.
+    max_priority : numpy.ndarray, float64 [1]
+        The largest priority ever set: a call raises it to the largest it writes.
 
     Valid while the arrays live and stay where they are (a restore writes into the same arrays and
     calls `set_restore`). The incarnation starts at 0, with no restore.
@@ -129,10 +135,11 @@ def update_words(
         ("plan", plan, np.int64), ("state", state, np.uint8), ("priority", priority, np.float64),
         ("weights", weights, np.float64), ("wtree", wtree, np.float64), ("ingested", ingested, np.int64),
         ("repairs", repairs, np.int64), ("scratch", scratch, np.int64),
+        ("max_priority", max_priority, np.float64),
     ):
         if arr.dtype != dtype or not arr.flags.c_contiguous:
             raise ValueError(f"{name} must be a C-contiguous {np.dtype(dtype).name} array")
-    words = np.zeros(_WORDS, dtype=np.int64)
+    words = np.zeros(WORDS, dtype=np.int64)
     words[U_PLAN], words[U_PLAN_LEN] = plan.ctypes.data, plan.size
     words[U_STATE], words[U_PRIORITY] = state.ctypes.data, priority.ctypes.data
     words[U_WEIGHTS], words[U_WTREE] = weights.ctypes.data, wtree.ctypes.data
@@ -142,13 +149,21 @@ def update_words(
     floats[U_EXPONENT], floats[U_LIMIT] = exponent, limit
     words[U_INGESTED], words[U_REPAIRS] = ingested.ctypes.data, repairs.ctypes.data
     words[U_SCRATCH], words[U_SCRATCH_LEN] = scratch.ctypes.data, scratch.size
+    words[U_MAX_PRIORITY] = max_priority.ctypes.data
     return words
 
 
+def outcome(words: np.ndarray) -> tuple[int, int, int, int]:
+    """``(status, applied, err, died)`` of the last `update_locked` call with ``words`` (its return
+    value says whether it is needed)."""
+    status, applied, err, died = words[U_STATUS : U_DIED + 1].tolist()
+    return status, applied, err, died
+
+
 def scratch_for(words: np.ndarray, num_shards: int, keys: int) -> np.ndarray:
-    """A scratch (int64 [S + keys]) for calls of up to ``keys`` keys, its address set in ``words``;
+    """A scratch (int64 [2 S + keys]) for calls of up to ``keys`` keys, its address set in ``words``;
     the caller keeps it alive while ``words`` is used."""
-    scratch = np.zeros(num_shards + max(0, keys), dtype=np.int64)
+    scratch = np.zeros(2 * num_shards + max(0, keys), dtype=np.int64)
     words[U_SCRATCH], words[U_SCRATCH_LEN] = scratch.ctypes.data, scratch.size
     return scratch
 
@@ -176,7 +191,7 @@ def update_args(keys: Any, priorities: Any) -> tuple[np.ndarray, int, np.ndarray
         if not keys.is_contiguous():
             return None
         k, k_at, n = _NO_KEYS, keys.data_ptr(), keys.numel()
-    elif type(keys) is np.ndarray and keys.dtype == np.int64 and keys.flags.c_contiguous:
+    elif type(keys) is np.ndarray and keys.dtype is _INT64 and keys.flags.c_contiguous:
         k, k_at, n = (keys if keys.ndim == 1 else keys.reshape(-1)), 0, keys.size
     else:
         return None
@@ -189,7 +204,7 @@ def update_args(keys: Any, priorities: Any) -> tuple[np.ndarray, int, np.ndarray
             return None
         return k, k_at, _NO_PRIORITIES, priorities.data_ptr(), kind, n
     if (
-        type(priorities) is np.ndarray and priorities.dtype == np.float64 and priorities.flags.c_contiguous
+        type(priorities) is np.ndarray and priorities.dtype is _FLOAT64 and priorities.flags.c_contiguous
         and priorities.size == n
     ):
         return k, k_at, (priorities if priorities.ndim == 1 else priorities.reshape(-1)), 0, P_ARRAY, n
@@ -197,13 +212,13 @@ def update_args(keys: Any, priorities: Any) -> tuple[np.ndarray, int, np.ndarray
 
 
 @nb.njit(cache=True, nogil=True)
-def update_locked(words, keys, keys_at, p, p_at, p_kind, n):  # pragma: no cover - numba
+def update_locked(words_at, keys, keys_at, p, p_at, p_kind, n):  # pragma: no cover - numba
     """Apply ``n`` priority updates (see the module docstring); the caller holds the table lock.
 
     Parameters
     ----------
-    words : numpy.ndarray, int64 [18]
-        `update_words`.
+    words_at : int
+        The address of `update_words`' array (``words.ctypes.data``; the caller keeps it alive).
     keys : numpy.ndarray, int64 [n]
         The keys, unless ``keys_at`` is not 0: then ``n`` int64 keys at that address.
     p : numpy.ndarray, float64 [n]
@@ -214,12 +229,15 @@ def update_locked(words, keys, keys_at, p, p_at, p_kind, n):  # pragma: no cover
 
     Returns
     -------
-    ``(status, applied, top, err, died)``: status `APPLIED` (``applied`` updates were applied, a key
-    given twice counted twice; ``top`` the largest priority written, -1.0 for none), `INVALID` (a bad
-    key or priority: nothing taken or changed), `STALE` (a named shard has commits not ingested:
-    nothing changed) or `FAILED` (a pthread call failed, its errno in ``err``: the mutexes this call
-    took are released, nothing changed); ``died`` counts the mutexes found with a dead holder.
+    int
+        The updates applied (a key given twice counted twice) when the status is `APPLIED` and no
+        mutex had a dead holder; else -1, and `outcome` gives ``(status, applied, err, died)``:
+        status `APPLIED`, `INVALID` (a bad key or priority: nothing taken or changed), `STALE` (a
+        named shard has commits not ingested: nothing changed) or `FAILED` (a pthread call failed, its
+        errno in ``err``: the mutexes this call took are released, nothing changed); ``died`` counts
+        the mutexes found with a dead holder (their repairs are in ``repairs``).
     """
+    words = int64_at(words_at, WORDS)
     if keys_at != 0:
         kk = int64_at(keys_at, n)
     else:
@@ -240,7 +258,7 @@ def _update(words, keys, p):  # pragma: no cover - numba
     nf = plan[P_FIELDS]
     floats = words.view(np.float64)
     if not updates_valid(keys, p, s_count, floats[U_LIMIT]):
-        return INVALID, 0, -1.0, 0, 0
+        return _outcome(words, INVALID, 0, 0, 0)
     scratch = int64_at(words[U_SCRATCH], words[U_SCRATCH_LEN])
     floors = scratch[:s_count]  # -1: a shard no key names
     floors[:] = -1
@@ -256,7 +274,7 @@ def _update(words, keys, p):  # pragma: no cover - numba
         base = P_ROW_BYTES + nf + s * (SHARD_WORDS + nf)
         rc = mutex_lock_robust(plan[base])
         if rc < 0:
-            return FAILED, 0, -1.0, -rc, died
+            return _outcome(words, FAILED, 0, -rc, died)
         meta = int64_at(plan[base + 1], META_LEN)
         if rc == 1:  # its holder died mid-commit: the reserved slots become a hole (repair_hole)
             died += 1
@@ -266,12 +284,12 @@ def _update(words, keys, p):  # pragma: no cover - numba
                 rc = count_deletes_locked(plan, lost)
                 if rc < 0:
                     mutex_unlock(plan[base])
-                    return FAILED, 0, -1.0, -rc, died
+                    return _outcome(words, FAILED, 0, -rc, died)
                 died += rc
         written = meta[WRITE_POS]
         mutex_unlock(plan[base])
         if written != ingested[s]:
-            return STALE, 0, -1.0, 0, died
+            return _outcome(words, STALE, 0, 0, died)
         floors[s] = max(0, written - capacity)
     size = words[U_SIZE]
     wcols = words[U_WTREE_COLS]
@@ -284,4 +302,16 @@ def _update(words, keys, p):  # pragma: no cover - numba
         float64_at(words[U_WTREE], s_count * wcols).reshape((s_count, wcols)),
         size, floats[U_EXPONENT], words[U_WEIGHTED] != 0, scratch[s_count:],
     )
-    return APPLIED, applied, top, 0, died
+    top_at = float64_at(words[U_MAX_PRIORITY], 1)
+    if top > top_at[0]:
+        top_at[0] = top
+    if died:
+        return _outcome(words, APPLIED, applied, 0, died)
+    return applied
+
+
+@nb.njit(cache=True, nogil=True)
+def _outcome(words, status, applied, err, died):  # pragma: no cover - numba
+    """Record a call's outcome in ``words`` (`outcome` reads it); return -1."""
+    words[U_STATUS], words[U_APPLIED], words[U_ERR], words[U_DIED] = status, applied, err, died
+    return -1
