@@ -60,7 +60,9 @@ import numba  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from graphrl.kernels import copy_bytes, parallel_for  # noqa: E402
 from graphrl.memory import MemoryManager  # noqa: E402
+from graphrl.threads import team_size  # noqa: E402
 from replay import Prioritized, ReplayStore, TrajectorySpec, Uniform  # noqa: E402
 
 sys.path.append(str(Path(__file__).resolve().parent))
@@ -145,6 +147,66 @@ def row(case: str, metric: str, ours: float, baseline: str, value: float | None,
         "ratio": ratio,
         **extra,
     }
+
+
+@numba.njit(nogil=True)
+def _gather_rows(ring, idx, out, lo, hi):  # pragma: no cover - numba
+    """Rows ``idx[lo:hi]`` of ``ring`` (uint8 [N, R]) into rows ``lo:hi`` of ``out`` (uint8 [B, R]), one
+    memcpy a row."""
+    rb = ring.shape[1]
+    src = ring.reshape(-1)
+    dst = out.reshape(-1)
+    for i in range(lo, hi):
+        copy_bytes(dst, i * rb, src, idx[i] * rb, rb)
+
+
+def copy_limit(
+    tag: str, steps: int, step_bytes: int, batch: int, iters: int, repeats: int
+) -> tuple[dict, tuple[float, float]]:
+    """The physical limit of a sample of ``batch`` random steps: this machine's random-row read bandwidth.
+
+    ``batch`` random rows of ``step_bytes`` from a ring of ``steps`` rows (the store's size, far above the
+    caches; numpy memory, so huge pages where the kernel gives them) into one reused buffer, fresh rows
+    each call: numpy ``take`` (cpprb's gather), a compiled copy (one memcpy a row) on 1 thread and, where
+    `graphrl.threads.team_size` gives 2, on 2 threads (half the rows each, `graphrl.kernels.parallel_for`),
+    interleaved, best of ``repeats``. Returns the row (ours: the fastest arm's GB/s; baseline: numpy take)
+    and ``(wall, cpu)``: the fastest arm's seconds per batch, the least time any sample of these rows
+    can take here, and the 1-thread arms' least CPU seconds.
+    """
+    ring = np.ones((steps, step_bytes), dtype=np.uint8)  # written: mapped, not the zero page
+    out = np.empty((batch, step_bytes), dtype=np.uint8)
+    rng = np.random.default_rng(3)
+    rows = [rng.integers(0, steps, batch) for _ in range(64)]
+    turn = [0]
+
+    def idx() -> np.ndarray:
+        turn[0] = (turn[0] + 1) % len(rows)
+        return rows[turn[0]]
+
+    def take() -> None:
+        np.take(ring, idx(), axis=0, out=out)
+
+    def one() -> None:
+        _gather_rows(ring, idx(), out, 0, batch)
+
+    half = batch // 2
+
+    def two() -> None:
+        i = idx()
+        parallel_for(lambda c: _gather_rows(ring, i, out, c * half, batch if c else half), 2, 2)
+
+    arms = [take, one] + ([two] if team_size() >= 2 else [])
+    times, cpu = best_interleaved_cpu(arms, iters * 10, repeats)
+    nbytes = batch * step_bytes
+    names = ["numpy take 1 thread", "compiled 1 thread", "compiled 2 threads"]
+    us = {f"{n.replace(' ', '_')}_us": t * 1e6 for n, t in zip(names, times, strict=False)}
+    best = int(np.argmin(times))
+    limit, limit_cpu = times[best], min(cpu[:2])  # CPU: the 1-thread arms (2 threads add their CPU)
+    return row(
+        f"{tag} random-row read limit B={batch} ({names[best]})", "gb_per_s", nbytes / limit / 1e9,
+        "numpy take (cpprb's gather)", nbytes / times[0] / 1e9, limit_us=limit * 1e6,
+        limit_cpu_us=limit_cpu * 1e6, **us,
+    ), (limit, limit_cpu)
 
 
 # ---------------------------------------------------------------------------------------------- systems
@@ -347,6 +409,21 @@ def bench_layout(
         store.close()
 
         # transitions: uniform vs cpprb ReplayBuffer, prioritized vs cpprb PrioritizedReplayBuffer
+        limit = None  # the physical limit of a B-step sample (pixel steps: a memory-bound copy)
+        if rb_cpprb is not None and layout == "image":
+            limit_row, limit = copy_limit(tag, steps, step_bytes, batch, iters, repeats)
+            rows.append(limit_row)
+
+        def against_limit(r: dict, t: float, t_base: float) -> dict:
+            """``r`` with the limit's share of its time (1.0: at the limit) and the most ours / baseline
+            any sample could reach here (at the limit): 1.5x is reachable only where it is >= 1.5; the
+            same from CPU time (``cpu_*``, the 1-thread limit)."""
+            if limit is not None:
+                r.update(limit_us=limit[0] * 1e6, of_limit=limit[0] / t, reachable_ratio=t_base / limit[0],
+                         cpu_of_limit=limit[1] * 1e6 / r["cpu_us"],
+                         cpu_reachable_ratio=r["baseline_cpu_us"] / (limit[1] * 1e6))
+            return r
+
         if rb_cpprb is not None:
             _, store_u = ours_insert(spec, episodes, steps, mm, Uniform(), tier)
 
@@ -357,10 +434,10 @@ def bench_layout(
             (t_u, t_u1, t_cu), cpu = best_interleaved_cpu(trio, iters * 10, repeats)
             for name, t, c in ((f"{tag} sample B={batch} transitions vs cpprb", t_u, cpu[0]),
                                (f"{tag} sample B={batch} transitions, 1 thread, vs cpprb", t_u1, cpu[1])):
-                rows.append(
+                rows.append(against_limit(
                     row(name, "samples_per_s", batch / t, "cpprb ReplayBuffer.sample", batch / t_cu,
-                        **cpu_fields([c, cpu[2]]))
-                )
+                        **cpu_fields([c, cpu[2]])), t, t_cu,
+                ))
             (t_u32, t_c32), cpu = best_interleaved_cpu(
                 [lambda: store_u.sample(32, 1).release(), lambda: rb_cpprb.sample(32)], iters * 20, repeats
             )
@@ -421,10 +498,10 @@ def bench_layout(
             (t_op, t_op1, t_cp), cpu = best_interleaved_cpu(trio, iters * 10, repeats)
             for name, t, c in ((f"{tag} prioritized sample+update B={batch} vs cpprb", t_op, cpu[0]),
                                (f"{tag} prioritized B={batch}, 1 thread, vs cpprb", t_op1, cpu[1])):
-                rows.append(
+                rows.append(against_limit(
                     row(name, "samples_per_s", batch / t, "cpprb PrioritizedReplayBuffer", batch / t_cp,
-                        **cpu_fields([c, cpu[2]]))
-                )
+                        **cpu_fields([c, cpu[2]])), t, t_cp,
+                ))
             store_p.close()
     return rows
 
@@ -479,6 +556,12 @@ def main(
             gb = f"{r['us_per_call']:.1f}/{r['baseline_us_per_call']:.1f} us per call"
         if "cpu_ratio" in r:
             gb += f"  CPU {r['cpu_us']:.0f}/{r['baseline_cpu_us']:.0f} us = {r['cpu_ratio']:.2f}"
+        if "of_limit" in r:
+            gb += (f"  limit {r['limit_us']:.0f} us = {r['of_limit']:.2f} of it, at most "
+                   f"{r['reachable_ratio']:.2f}x (CPU {r['cpu_of_limit']:.2f}, "
+                   f"{r['cpu_reachable_ratio']:.2f}x)")
+        elif "limit_us" in r:
+            gb += f"  {r['limit_us']:.0f} us a batch (CPU {r['limit_cpu_us']:.0f} us, 1 thread)"
         click.echo(
             f"{r['case']:<62} {r['metric']:<14} {r['ours']:>10.3g} {r['baseline_value']:>10.3g} "
             f"{r['ratio']:>7.2f}  {gb}"
