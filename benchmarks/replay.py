@@ -24,6 +24,10 @@ Cases (higher is better; ``ratio`` = ours / baseline):
 - per call (``calls_per_s``, with ``us_per_call``): ``sample(32, 1)`` vs cpprb ``sample(32)`` and
   ``sample(B, L)`` vs TorchRL's ``sample()`` (one call each: the fixed cost of a call).
 - append: ``writer.append`` of single steps (one episode) vs cpprb ``add`` of single steps.
+- random-row read limit (image layout, against cpprb): `copy_limit`, B random step-sized rows of a ring
+  of the store's size into one buffer (numpy ``take``, a compiled copy on 1 and 2 threads); each B-step
+  case then gives ``of_limit`` (the limit's share of its time) and ``reachable_ratio`` (the baseline's
+  time over the limit: the most any sample could reach against it here), from wall and CPU time.
 
 Large windows copy at full bandwidth only with non-temporal (streaming) stores: the gather uses
 them for large batches (`graphrl.kernels.stream_bytes`, see `replay.windows`), where glibc's memcpy
