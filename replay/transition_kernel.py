@@ -229,6 +229,21 @@ def _copy_groups(job, plan, keys, dst, group, groups, wait):  # pragma: no cover
 
 
 @nb.njit(cache=True, nogil=True)
+def _abandon_groups(job, groups):  # pragma: no cover - numba
+    """Claim every group of ``job`` not yet claimed (`_copy_groups`' counters), so that no helper starts
+    one, then wait until each group claimed before is copied: from the return on, no thread reads the
+    rings or writes the slot for this batch."""
+    claimed = min(fetch_add(job, 0, groups), groups)
+    spins = 0
+    while fetch_add(job, 1, 0) < claimed:
+        spins += 1
+        if spins < _SPINS:
+            spin_pause()
+        else:
+            sched_yield()
+
+
+@nb.njit(cache=True, nogil=True)
 def _copy_range(src, n, dst, row_bytes, lo, k):  # pragma: no cover - numba
     """Rows ``lo .. lo + n - 1`` of a batch of k transitions: field j's row ``lo + i`` from address
     ``src[j * n + i]`` to ``dst[j] + (lo + i) * row_bytes[j]``. A field's page rows are streamed when
@@ -405,7 +420,9 @@ def sample_transitions(
     team (`graphrl.threads`, `graphrl.kernels.engaged`; at most `graphrl.threads.idle_cores`) copy
     groups of `GROUP_BYTES` of rows, each claimed atomically, so the caller never waits for a helper
     that has not started (it waits only for groups being copied, and the batch is whole when it returns); a
-    second call releases the shard mutexes and counts. Smaller batches take the one call.
+    second call releases the shard mutexes and counts. When the caller raises there (a signal's exception),
+    the groups left are claimed and those the helpers began are waited for before that release, so no
+    helper reads the rings or writes the slot after it. Smaller batches take the one call.
     """
     if window is not None:
         length, pad, meta = window
@@ -433,8 +450,12 @@ def sample_transitions(
             # a chunk a thread, the caller's (0) taken here: the helpers' Python runs once each
             task = Chunks(lambda i: _copy_groups(job, plan, o_keys, dst, group, groups, False), threads)
             task.claim()
-            with engaged(task, threads - 1):  # a helper that comes late finds every group claimed
-                _copy_groups(job, plan, o_keys, dst, group, groups, True)
+            try:
+                with engaged(task, threads - 1):  # a helper that comes late finds every group claimed
+                    _copy_groups(job, plan, o_keys, dst, group, groups, True)
+            except BaseException:  # (a signal's exception): no helper may copy after the release below
+                _abandon_groups(job, groups)
+                raise
         counted = k
     finally:  # the shard mutexes are released even when the copy raised (nothing counted then)
         status, err, more = _release(plan, held, counted)
