@@ -30,6 +30,7 @@ import time
 import numpy as np
 import torch
 
+from graphrl.memory import MemoryBudgetError
 from replay.batch import Batch, BatchStaging, StagedSlot, importance_weights
 from replay.batch_kernels import BatchCopy
 from replay.gather import WindowGather
@@ -158,6 +159,16 @@ class WindowSampler:
                 f"sample(batch_size={b}, window={length}): staging slots stayed held (all of this "
                 f"batch shape; timeout={left.timeout}); release batches (Batch.release or a with block) "
                 "or raise staging_slots"
+            ) from err
+        except MemoryBudgetError as err:  # name the call's batch first, the memory manager's figures after
+            lead = (
+                f"sample(batch_size={b}, window={length}): a staging pool of {self.staging.slots} batches of "
+                f"{b} x {length} steps ({b * length * self.step_bytes} bytes of fields each) does not fit; "
+                "sample smaller batches or lower staging_slots"
+            )
+            raise MemoryBudgetError(
+                err.tier, err.owner, err.asked, err.free, err.budget, err.attempts, err.note,
+                f"{lead}; {err.lead}" if err.lead else lead,
             ) from err
         if target is None and self.owner_table:
             if length == 1 and b <= self.locked_rows and self.table.fused:

@@ -25,7 +25,7 @@ import torch
 
 import replay.transition_kernel as tk
 from graphrl import GPUUnavailableError
-from graphrl.memory import MemoryManager
+from graphrl.memory import MemoryBudgetError, MemoryManager
 from graphrl.threads import limit
 from replay import Prioritized, ReplayStore, TrajectorySpec, Uniform
 from replay.batch import importance_weights
@@ -288,7 +288,7 @@ def test_learner_threads_of_different_batch_shapes_never_see_a_closed_staging_po
 
 
 def test_bad_arguments_name_the_argument_and_value():
-    """B=0, L=0, B past 2**31 - 1, a CUDA
+    """B=0, L=0, huge B (over the staging pool's budget: the message names the call's batch first), a CUDA
     device without CUDA; L=9 (past `MAX_WINDOW`) samples on the lock-free path, correctly."""
     with MemoryManager() as mm:
         store = filled_store(mm, shards=3, capacity=40)
@@ -298,6 +298,10 @@ def test_bad_arguments_name_the_argument_and_value():
             store.sample(4, 0)
         with pytest.raises(ValueError, match=r"batch_size must be in \[1, 2147483647\], got 2147483648"):
             store.sample(2**31, 2)
+        huge = (r"^sample\(batch_size=2147483647, window=2\): a staging pool of 4 batches of 2147483647 x 2 "
+                rf"steps \({(2**31 - 1) * 2 * STEP} bytes of fields each\) does not fit")
+        with pytest.raises(MemoryBudgetError, match=huge):
+            store.sample(2**31 - 1, 2)
         if not torch.cuda.is_available():
             with pytest.raises(GPUUnavailableError, match=r"device='cuda' but CUDA is not available"):
                 store.sample(4, 4, device="cuda")
