@@ -173,9 +173,9 @@ def copy_limit(
     caches; numpy memory, so huge pages where the kernel gives them) into one reused buffer, fresh rows
     each call: numpy ``take`` (cpprb's gather), a compiled copy (one memcpy a row) on 1 thread and, where
     `graphrl.threads.team_size` gives 2, on 2 threads (half the rows each, `graphrl.kernels.parallel_for`),
-    interleaved, best of ``repeats``. Returns the row (ours: the fastest arm's GB/s; baseline: numpy take)
-    and ``(wall, cpu)``: the fastest arm's seconds per batch, the least time any sample of these rows
-    can take here, and the 1-thread arms' least CPU seconds.
+    interleaved, best of ``max(9, 3 repeats)`` runs. Returns the row (ours: the fastest arm's GB/s;
+    baseline: numpy take) and ``(wall, cpu)``: the fastest arm's seconds per batch, the least time any
+    sample of these rows can take here, and the 1-thread arms' least CPU seconds.
     """
     ring = np.ones((steps, step_bytes), dtype=np.uint8)  # written: mapped, not the zero page
     out = np.empty((batch, step_bytes), dtype=np.uint8)
@@ -200,7 +200,7 @@ def copy_limit(
         parallel_for(lambda c: _gather_rows(ring, i, out, c * half, batch if c else half), 2, 2)
 
     arms = [take, one] + ([two] if team_size() >= 2 else [])
-    times, cpu = best_interleaved_cpu(arms, iters * 10, repeats)
+    times, cpu = best_interleaved_cpu(arms, iters * 10, max(9, 3 * repeats))  # cheap arms: more runs
     nbytes = batch * step_bytes
     names = ["numpy take 1 thread", "compiled 1 thread", "compiled 2 threads"]
     us = {f"{n.replace(' ', '_')}_us": t * 1e6 for n, t in zip(names, times, strict=False)}
