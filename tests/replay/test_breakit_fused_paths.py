@@ -358,3 +358,211 @@ def test_processes_killed_holding_the_locks_leave_the_store_working():
         assert c["samples"] == c0["samples"] + seen.steps and c["inserts"] == c0["inserts"] + written
         assert int(store.storage.shards[1].meta[HOLES]) == 4
         store.close()
+
+
+def test_the_rate_limiter_blocks_times_out_and_counts_fused_windows_exactly():
+    """``SampleToInsertRatio(2)``: three learner threads sample fused windows against one writer until the
+    limiter holds them past their timeout (the message quotes it); the counters are exactly the real steps
+    of the batches handed out, and the writer, blocked in turn, finishes."""
+    from replay import SampleToInsertRatio
+
+    with MemoryManager() as mm:
+        store = ReplayStore(SPEC, 2 * 200, 2, memory=mm, seed=1, timeout=10.0,
+                            rate_limiter=SampleToInsertRatio(2.0, min_size=20, error_buffer=(-100.0, 200.0)))
+        fused = []
+        inner = store._sampler._sample_windows
+        store._sampler._sample_windows = lambda *a: fused.append(1) or inner(*a)
+        seen = [Seen() for _ in range(3)]
+        timeouts, errors, written = [], [], []
+
+        def learner(i: int) -> None:
+            rng = np.random.default_rng(i)
+            while True:
+                b, length = int(rng.integers(1, 20)), int(rng.integers(2, 9))
+                pad = ("head", "tail")[i % 2]
+                try:
+                    with store.sample(b, length, pad=pad, timeout=0.3) as batch:
+                        seen[i].check(batch, length, pad)
+                except TimeoutError as err:
+                    if written:  # held past its timeout with nothing more to come
+                        timeouts.append(str(err))
+                        return
+                except BaseException as err:  # reported below
+                    errors.append(err)
+                    return
+
+        threads = [threading.Thread(target=lambda: written.append(write(store, 3, range(150))))]
+        threads += [threading.Thread(target=learner, args=(i,)) for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors and len(timeouts) == 3 and written, errors
+        assert all("timeout=0.3" in m and "sampling is ahead of inserting" in m for m in timeouts)
+        c = store.counters()
+        assert c["inserts"] == written[0] and c["samples"] == sum(s.steps for s in seen)
+        # held at the limit (2 inserts - samples - 1 < min_diff), overshot by at most one call a learner
+        assert 100 <= c["samples"] - 2 * c["inserts"] <= 99 + 3 * 19 * 8
+        assert len(fused) >= 3 + sum(s.steps > 0 for s in seen)
+        store.close()
+
+
+def test_close_while_learners_sample_fused_windows_and_split_batches(monkeypatch):
+    """``close()`` while threads sample fused windows, split batches and update priorities, and a writer
+    writes: every thread ends with the ValueError naming the closed store, none hangs."""
+    force_split(monkeypatch)
+    monkeypatch.setattr(tk, "threads_for", lambda work, chunk_work: 2)
+    with MemoryManager() as mm:
+        store = filled_store(mm, shards=3, capacity=100, selector=Prioritized(0.7))
+        started = threading.Barrier(5)
+        outcomes = []
+
+        def run(call) -> None:
+            started.wait()
+            try:
+                for _ in range(10**6):
+                    call()
+            except ValueError as err:
+                outcomes.append(str(err))
+
+        def updates() -> None:
+            with store.sample(8, 3, pad="tail") as b:
+                store.update_priorities(b.keys, np.ones(8))
+
+        calls = [lambda: store.sample(16, 4, pad="head").release(), lambda: store.sample(300, 1).release(),
+                 updates, lambda: write(store, 5, range(20))]
+        threads = [threading.Thread(target=run, args=(c,)) for c in calls]
+        for t in threads:
+            t.start()
+        started.wait()
+        time.sleep(0.2)
+        store.close()
+        for t in threads:
+            t.join(30)
+        assert not any(t.is_alive() for t in threads)
+        assert len(outcomes) == 4 and all("closed" in m for m in outcomes), outcomes
+
+
+def owner_samples_until_killed(queue, split: bool) -> None:  # forked: the owner, killed while it samples
+    store = ReplayStore(SPEC, 2 * 60, 2, seed=1, timeout=10.0)
+    write(store, 7, range(20))
+    if split:
+        tk.SPLIT_BYTES, tk.idle_cores = 1 << 10, lambda cores: cores - 1
+    for i in range(10**6):
+        store.sample(300, 1).release() if split else store.sample(60, 8, pad="head").release()
+        if i == 0:
+            queue.put(store.handle())
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_an_owner_killed_while_sampling_leaves_attached_writers_working(split):
+    """The learner owning the store is SIGKILLed while it samples in a loop (nearly all of it inside the
+    fused call, or the split copy, with the shard mutexes held): a writer attached by handle recovers
+    the mutexes and commits on."""
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=owner_samples_until_killed, args=(queue, split))
+    proc.start()
+    store = ReplayStore.attach(queue.get(timeout=60))  # sampling since its first batch
+    time.sleep(0.1)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.join(30)
+    before = store.counters()["inserts"]
+    written = write(store, 8, range(50))
+    assert store.counters()["inserts"] == before + written
+    store.close()
+
+
+def batches(store, k: int) -> list:
+    """``k`` fused window batches of changing shapes, as plain arrays (keys decoded: a restored store's
+    incarnation differs)."""
+    out = []
+    for i in range(k):
+        with store.sample(5 + i, 2 + i % 7, pad=("head", "tail")[i % 2], beta=0.6) as b:
+            out.append([b[n].numpy().copy() for n in SPEC] + list(decode_keys(b.keys.numpy()))
+                       + [b.mask.numpy().copy(), b.probabilities.numpy().copy(), b.weights.numpy().copy(),
+                          b.lengths.numpy().copy(), np.array(b.table_size)])
+    return out
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_a_restored_store_draws_the_fused_windows_the_saved_one_would_have(tmp_path, prioritized):
+    """Checkpoint after some fused samples: the restored store (no seed) draws the same next windows as the
+    original (bytes, mask, positions, probabilities, weights, lengths, use counts); two restores with one
+    seed agree between the fused call and the lock-free path."""
+    with MemoryManager() as mm:
+        selector = Prioritized(0.7) if prioritized else Uniform()
+        store = filled_store(mm, shards=3, capacity=30, selector=selector)
+        if prioritized:
+            with store.sample(30, 3) as b:
+                store.update_priorities(b.keys, np.linspace(0.1, 4, 30))
+        batches(store, 3)
+        store.checkpoint(tmp_path)
+        want = batches(store, 10)
+        restored = ReplayStore.restore(tmp_path, memory=mm)
+        for a, b in zip(want, batches(restored, 10), strict=True):
+            for x, y in zip(a, b, strict=True):
+                np.testing.assert_array_equal(x, y)
+        np.testing.assert_array_equal(store.table.state.times, restored.table.state.times)
+        assert store.counters() == restored.counters()
+        fused, plain = (ReplayStore.restore(tmp_path, memory=mm, seed=9) for _ in range(2))
+        plain._sampler.locked_window = 0
+        for a, b in zip(batches(fused, 10), batches(plain, 10), strict=True):
+            for x, y in zip(a, b, strict=True):
+                np.testing.assert_array_equal(x, y)
+        for s in (store, restored, fused, plain):
+            s.close()
+
+
+def test_torchrl_rollouts_with_open_episodes_sample_the_same_on_the_fused_call():
+    """`replay.torchrl.TorchRLWriter` writes batched-env rollouts whose episodes stay open across rollouts
+    (windows stop at the commit cursor); ``to_tensordict()`` of the fused call's batches equals the
+    lock-free path's (every entry), and ``td["keys"][:, 0]`` updates priorities alike."""
+    tensordict = pytest.importorskip("tensordict", reason="needs the torchrl extra (.[torchrl])")
+    from replay.torchrl import TorchRLWriter, torchrl_spec
+
+    rng = np.random.default_rng(0)
+
+    def rollout(t0: int):
+        g = torch.arange(t0, t0 + 7, dtype=torch.float32)
+        obs = torch.stack([torch.stack([e * 1000 + g, g * 0.5], -1) for e in range(3)])  # [3 envs, 7, 2]
+        done = torch.from_numpy(rng.random((3, 7, 1)) < 0.25)
+        return tensordict.TensorDict(
+            {"observation": obs, "action": torch.zeros(3, 7, 1), ("next", "observation"): obs + 1,
+             ("next", "reward"): obs[..., :1] * 2, ("next", "done"): done, ("next", "terminated"): done,
+             ("next", "truncated"): torch.zeros_like(done)}, [3, 7])
+
+    first = rollout(0)
+    with MemoryManager() as mm:
+        stores = [ReplayStore(torchrl_spec(first), 3 * 30, 3, memory=mm, seed=4, timeout=5.0,
+                              selector=Prioritized(0.6)) for _ in range(2)]
+        stores[1]._sampler.locked_window = 0
+        fused = []
+        inner = stores[0]._sampler._sample_windows
+        stores[0]._sampler._sample_windows = lambda *a: fused.append(1) or inner(*a)
+        writers = [TorchRLWriter(s) for s in stores]
+        for r in range(8):
+            td = first if r == 0 else rollout(7 * r)
+            for w in writers:
+                w.extend(td)
+            for length, pad in ((2, "head"), (5, "tail"), (8, "head"), (8, "tail")):
+                got, want = (s.sample(9, length, pad=pad, beta=0.5) for s in stores)
+                a, b = got.to_tensordict(), want.to_tensordict()
+                keys = sorted(a.keys(include_nested=True, leaves_only=True), key=str)
+                assert keys == sorted(b.keys(include_nested=True, leaves_only=True), key=str)
+                for k in keys:
+                    if k != "keys":  # the stores' ids differ
+                        assert torch.equal(a[k], b[k]), k
+                mask, obs = a["mask"], a["observation"][..., 0]
+                assert bool(((obs[:, 1:] - obs[:, :-1])[mask[:, 1:] & mask[:, :-1]] == 1).all())
+                assert torch.equal(a["next", "observation"][mask], a["observation"][mask] + 1)
+                priorities = torch.rand(9, generator=torch.Generator().manual_seed(r)) + 0.1
+                for s, t in zip(stores, (a, b), strict=True):
+                    assert s.update_priorities(t["keys"][:, 0], priorities) == 9
+                got.release()
+                want.release()
+        for w in writers:
+            w.close()
+        assert len(fused) == 32 and stores[0].counters() == stores[1].counters()
+        for s in stores:
+            s.close()
