@@ -159,6 +159,7 @@ def _dict_rows(arena, off, size, steps, row_bytes, w, r, out, at):  # pragma: no
         lo, hi = _u32(arena, off + 4 * (i - 1)), _u32(arena, off + 4 * i)
         if lo < row_bytes or hi <= lo or hi > size - hdr:
             return False
+        zero_bytes(out, o, row_bytes)  # memset claims the lines unread, so the decode writes cached lines
         got = _lz4_decompress_dict(arena[key + lo :].ctypes.data, out[o:].ctypes.data, hi - lo, row_bytes,
                                    arena[key:].ctypes.data, row_bytes)
         if got != row_bytes:
