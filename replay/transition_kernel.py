@@ -420,9 +420,10 @@ def sample_transitions(
     team (`graphrl.threads`, `graphrl.kernels.engaged`; at most `graphrl.threads.idle_cores`) copy
     groups of `GROUP_BYTES` of rows, each claimed atomically, so the caller never waits for a helper
     that has not started (it waits only for groups being copied, and the batch is whole when it returns); a
-    second call releases the shard mutexes and counts. When the caller raises there (a signal's exception),
-    the groups left are claimed and those the helpers began are waited for before that release, so no
-    helper reads the rings or writes the slot after it. Smaller batches take the one call.
+    second call releases the shard mutexes and counts; a signal's exception raised as the draw returns
+    (the return value lost) still releases them (`_draw_held` marks them held). When the caller raises
+    during the copy, the groups left are claimed and those the helpers began are waited for before that
+    release, so no helper reads the rings or writes the slot after it. Smaller batches take the one call.
     """
     if window is not None:
         length, pad, meta = window
@@ -430,13 +431,16 @@ def sample_transitions(
             plan, held, repairs, words, dst, incarnation, length, pad, meta, o_keys, o_prob, mask, beta,
             o_weights,
         )
-    status, live, err, died = _sample_locked(
-        plan, held, repairs, words, dst, incarnation, o_keys, o_prob, mask, beta, o_weights, 2 * SPLIT_BYTES
-    )
-    if status != _COPYING:
-        return status, live, err, died
+    job = np.zeros(3, dtype=np.int64)  # groups claimed, groups copied, 1 while the draw's mutexes are held
     counted = 0
-    try:  # drawn, the shard mutexes held: the copy of ``err`` bytes is left
+    try:  # from the draw on: a signal's exception is raised as a compiled call returns, held mutexes or not
+        status, live, err, died = _draw_held(
+            plan, held, repairs, words, dst, incarnation, o_keys, o_prob, mask, beta, o_weights,
+            2 * SPLIT_BYTES, job,
+        )
+        if status != _COPYING:
+            return status, live, err, died
+        # drawn, the shard mutexes held: the copy of ``err`` bytes is left
         k = o_keys.shape[0]
         threads = threads_for(err // 4, SPLIT_BYTES // 4)
         if threads > 1:
@@ -444,7 +448,6 @@ def sample_transitions(
         if threads <= 1:  # no idle core: the caller copies the whole batch
             _copy_keys(plan, o_keys, dst, 0, k)
         else:
-            job = np.zeros(2, dtype=np.int64)  # groups claimed, groups copied
             group = max(1, min(k, GROUP_BYTES * k // err))  # rows a group
             groups = -(-k // group)
             # a chunk a thread, the caller's (0) taken here: the helpers' Python runs once each
@@ -458,7 +461,8 @@ def sample_transitions(
                 raise
         counted = k
     finally:  # the shard mutexes are released even when the copy raised (nothing counted then)
-        status, err, more = _release(plan, held, counted)
+        if job[2]:
+            status, err, more = _release(plan, held, counted)
     return status, live, err, died + more
 
 
@@ -565,6 +569,20 @@ def _sample_locked(
         return _COPYING, n, batch, died
     status, err, more = _release(plan, held, k)
     return status, n, err, died + more
+
+
+@nb.njit(cache=True, nogil=True)
+def _draw_held(
+    plan, held, repairs, words, dst, incarnation, o_keys, o_prob, mask, beta, o_weights, split_bytes, job
+):  # pragma: no cover - numba
+    """`_sample_locked`, setting ``job[2]`` to 1 when it returns `_COPYING` (the shard mutexes held for the
+    copy): the caller releases them by that word even when a signal's exception takes the return value."""
+    out = _sample_locked(
+        plan, held, repairs, words, dst, incarnation, o_keys, o_prob, mask, beta, o_weights, split_bytes
+    )
+    if out[0] == _COPYING:
+        job[2] = 1
+    return out
 
 
 @nb.njit(cache=True, nogil=True)

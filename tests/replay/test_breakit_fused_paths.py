@@ -566,3 +566,54 @@ def test_torchrl_rollouts_with_open_episodes_sample_the_same_on_the_fused_call()
         assert len(fused) == 32 and stores[0].counters() == stores[1].counters()
         for s in stores:
             s.close()
+
+
+def shards_free(store, wait: float = 5.0) -> bool:
+    """Another thread takes and releases every shard mutex within ``wait`` seconds."""
+
+    def take() -> None:
+        for sh in store.storage.shards:
+            sh.acquire()
+            sh.release()
+
+    t = threading.Thread(target=take, daemon=True)
+    t.start()
+    t.join(wait)
+    return not t.is_alive()
+
+
+def test_a_signal_during_the_split_draw_leaves_no_shard_mutex_held(monkeypatch):
+    """SIGTERM under `graphrl.interrupts` while the learner's main thread samples split batches: the
+    handler's `Interrupted` is raised as soon as a compiled call returns, so one arriving during the
+    draw (which returns with every shard mutex held for the copy) came out of `sample_transitions`
+    before its ``try``: the mutexes stayed held by a live process, and every writer, sampler and
+    checkpoint of the store blocked for good. A prioritized draw of 60k rows makes the draw most of the
+    call, so most signals land in it."""
+    from graphrl.interrupts import Interrupted, interrupts
+
+    spec = TrajectorySpec({"v": ((), "int64")})
+    force_split(monkeypatch)
+    monkeypatch.setattr(tk, "SPLIT_BYTES", 1)
+    rng = np.random.default_rng(0)
+    with MemoryManager() as mm:
+        store = ReplayStore(spec, 2 * 4096, 2, memory=mm, seed=1, timeout=5.0, selector=Prioritized(0.6))
+        with store.writer() as w:
+            w.add_episode({"v": np.arange(8192)})
+        with store.sample(4096, 1) as b:
+            store.update_priorities(b.keys, rng.random(4096) + 0.1)
+        sampled = store.counters()["samples"]
+        for _ in range(6):
+            store.sample(60_000, 1).release()
+            sampled += 60_000
+            with interrupts():
+                timer = threading.Timer(rng.random() * 0.01, os.kill, (os.getpid(), signal.SIGTERM))
+                timer.start()
+                with pytest.raises(Interrupted):
+                    for _ in range(10**6):
+                        store.sample(60_000, 1).release()
+                        sampled += 60_000
+                timer.join()
+            assert shards_free(store), "a shard mutex stayed held after the interrupted sample"
+            assert store.counters()["samples"] in (sampled, sampled + 60_000)  # the last one counted or not
+            sampled = store.counters()["samples"]
+        store.close()
