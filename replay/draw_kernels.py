@@ -337,6 +337,8 @@ def write_updates(
     ``weighted``, the weight ``p[i] ** exponent`` into ``weights`` and the weight tree's leaf, then
     the leaves' ancestors (`sum_levels`; ``nodes`` int64 [>= K + S] is the scratch). The same state
     as `accept_updates` then `set_weights` of the accepted rows. Returns ``(applied, top)``."""
+    if nodes.shape[0] < keys.shape[0] + ingested.shape[0]:
+        raise ValueError("write_updates: nodes holds fewer than K + S words")
     applied = 0
     top = -1.0
     prev = (incarnation - 1) % (1 << INC_BITS)

@@ -150,7 +150,7 @@ class Table:
         self._draw_head = (self.plan, False, self._repairs, self._words)  # the one-call path's
         # update_priorities' compiled call (not for the deterministic selectors): the state by address
         self._update_room = 0  # keys a call may take before the scratch grows
-        self._update_scratch = np.zeros(storage.num_shards, dtype=np.int64)
+        self._update_scratch = np.zeros(2 * storage.num_shards, dtype=np.int64)  # `scratch_for`'s, of 0 keys
         self._update_words = None if st.deterministic else st.update_words(
             self.plan, self.priority_limit, self.ingested, self._repairs, self._update_scratch
         )

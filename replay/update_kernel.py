@@ -225,7 +225,7 @@ def update_locked(words_at, keys, keys_at, p, p_at, p_kind, n):  # pragma: no co
         The priorities when ``p_kind`` is `P_ARRAY`; else ``n`` float64 (`P_FLOAT64`) or float32
         (`P_FLOAT32`) priorities at address ``p_at``.
     n : int
-        The number of updates, at most the scratch's K.
+        The number of updates, at most the scratch's K (more raises ``ValueError``).
 
     Returns
     -------
@@ -259,12 +259,17 @@ def _update(words, keys, p):  # pragma: no cover - numba
     floats = words.view(np.float64)
     if not updates_valid(keys, p, s_count, floats[U_LIMIT]):
         return _outcome(words, INVALID, 0, 0, 0)
+    if words[U_SCRATCH_LEN] < 2 * s_count + keys.shape[0]:
+        raise ValueError("update_locked: the scratch holds fewer than 2 S + K words (see scratch_for)")
     scratch = int64_at(words[U_SCRATCH], words[U_SCRATCH_LEN])
     floors = scratch[:s_count]  # -1: a shard no key names
-    floors[:] = -1
-    low = (1 << SHARD_BITS) - 1
-    for i in range(keys.shape[0]):
-        floors[keys[i] & low] = 0
+    if s_count == 1:
+        floors[0] = 0 if keys.shape[0] > 0 else -1
+    else:
+        floors[:] = -1
+        low = (1 << SHARD_BITS) - 1
+        for i in range(keys.shape[0]):
+            floors[keys[i] & low] = 0
     ingested = int64_at(words[U_INGESTED], s_count)
     repairs = int64_at(words[U_REPAIRS], 2 * s_count)
     died = 0

@@ -169,6 +169,9 @@ def test_commits_not_ingested_take_the_checked_path_with_the_same_result(mm):
         assert_same(selector_arrays(fast), selector_arrays(slow))
         with table.lock:  # all ingested now: the call applies
             assert update_locked(words.ctypes.data, keys.numpy(), 0, p, 0, P_ARRAY, p.size) == got
+            with pytest.raises(ValueError, match="fewer than 2 S"):  # more keys than the scratch holds
+                update_locked(words.ctypes.data, np.zeros(keys.numel() + 1, np.int64), 0, np.ones(13), 0,
+                              P_ARRAY, keys.numel() + 1)
         for b in batches:
             b.release()
     finally:
@@ -179,6 +182,7 @@ def test_commits_not_ingested_take_the_checked_path_with_the_same_result(mm):
 def test_foreign_keys_are_refused_and_change_nothing(mm):
     a, b = twins(mm, 1, 32, Prioritized(0.6), 0, [20, 20])
     try:
+        assert a.update_priorities(torch.zeros(0, dtype=torch.int64), torch.zeros(0)) == 0  # first: none
         batch = b.sample(6)
         before = selector_arrays(a)
         with pytest.raises(ValueError, match=r"keys: 6 of 6 keys were issued by another replay store"):
