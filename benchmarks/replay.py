@@ -22,7 +22,8 @@ Cases (higher is better; ``ratio`` = ours / baseline):
   stays on the caller (`graphrl.threads`; a batch of 2 MiB and more is otherwise copied by the thread
   team too, `replay.transition_kernel`), interleaved with the other two.
 - per call (``calls_per_s``, with ``us_per_call``): ``sample(32, 1)`` vs cpprb ``sample(32)`` and
-  ``sample(B, L)`` vs TorchRL's ``sample()`` (one call each: the fixed cost of a call).
+  ``sample(B, L)`` vs TorchRL's ``sample()`` (one call each: the fixed cost of a call); and
+  ``update_priorities`` alone, B=32 and B, of one batch's keys (float64 numpy priorities, hot caches).
 - append: ``writer.append`` of single steps (one episode) vs cpprb ``add`` of single steps.
 - random-row read limit (image layout, against cpprb): `copy_limit`, B random step-sized rows of a ring
   of the store's size into one buffer (numpy ``take``, a compiled copy on 1 and 2 threads); each B-step
@@ -506,6 +507,20 @@ def bench_layout(
                     row(name, "samples_per_s", batch / t, "cpprb PrioritizedReplayBuffer", batch / t_cp,
                         **cpu_fields([c, cpu[2]])), t, t_cp,
                 ))
+            for k in sorted({32, batch}):  # the update alone, the same keys each call (hot caches)
+                b = store_p.sample(k, 1)
+                keys, p_k, idx = b.keys, prios[:k] if k <= batch else np.ones(k), rb_p.sample(k)["indexes"]
+                (t_ou, t_cu), cpu = best_interleaved_cpu(
+                    [lambda keys=keys, p_k=p_k: store_p.update_priorities(keys, p_k),
+                     lambda idx=idx, p_k=p_k: rb_p.update_priorities(idx, p_k)],
+                    iters * 200, max(repeats, 5),
+                )
+                b.release()
+                rows.append(
+                    row(f"{tag} update_priorities B={k} vs cpprb", "calls_per_s", 1 / t_ou,
+                        "cpprb PrioritizedReplayBuffer.update_priorities", 1 / t_cu, us_per_call=t_ou * 1e6,
+                        baseline_us_per_call=t_cu * 1e6, **cpu_fields(cpu))
+                )
             store_p.close()
     return rows
 
@@ -559,7 +574,7 @@ def main(
         elif "us_per_call" in r:
             gb = f"{r['us_per_call']:.1f}/{r['baseline_us_per_call']:.1f} us per call"
         if "cpu_ratio" in r:
-            gb += f"  CPU {r['cpu_us']:.0f}/{r['baseline_cpu_us']:.0f} us = {r['cpu_ratio']:.2f}"
+            gb += f"  CPU {r['cpu_us']:.3g}/{r['baseline_cpu_us']:.3g} us = {r['cpu_ratio']:.2f}"
         if "of_limit" in r:
             gb += (f"  limit {r['limit_us']:.0f} us = {r['of_limit']:.2f} of it, at most "
                    f"{r['reachable_ratio']:.2f}x (CPU {r['cpu_of_limit']:.2f}, "
