@@ -6,7 +6,9 @@ as Reverb's ``TrajectoryWriter`` (not thread-safe: one per thread): the first th
 writer; a call from another thread raises ``RuntimeError`` naming both threads. Ownership passes when the
 owner calls ``release()`` (the writer's ``release_thread``), or when the owner thread has ended (a writer
 made in one thread and used by one worker, or kept across a finished worker). The check on the fast path
-is one ``threading.get_ident()`` comparison. A writer belongs to the process that made it: in a child
+is one ``threading.get_ident()`` comparison; since a new thread may get the ident of one that ended, an
+owner thread's end makes the writer unowned (a guard in the thread's local storage), so the new thread
+claims it like any other. A writer belongs to the process that made it: in a child
 made by ``fork`` (where the forking thread's ident lives on) every call raises ``RuntimeError``, since its
 staged steps, open episode and writer id are the parent's; the child makes its own (``store.writer()``).
 See docs/architecture.md#replay-composition.
@@ -29,6 +31,24 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+_HELD = threading.local()  # per thread: guards of the writers it owns, dropped when the thread ends
+
+
+class _Guard:
+    """Kept in its owner thread's local storage: when that thread ends (its locals are cleared, before its
+    ident can be handed to a new thread) the writer becomes unowned, so a new thread that gets the same
+    ident does not pass the ident check without claiming it."""
+
+    __slots__ = ("ref", "ident")
+
+    def __init__(self, owner: ThreadOwner, ident: int) -> None:
+        self.ref, self.ident = weakref.ref(owner), ident
+
+    def __del__(self) -> None:
+        owner = self.ref()
+        if owner is not None and owner.ident == self.ident:
+            owner.ident, owner.thread = None, None
 
 
 class ThreadOwner:
@@ -81,6 +101,12 @@ class ThreadOwner:
         with self._lock:
             owner = self.thread
             if owner is None or self.ident == me.ident or not owner.is_alive():
+                if self.ident != me.ident:
+                    guards = _HELD.__dict__.setdefault("guards", {})
+                    if len(guards) >= 64:  # a long-lived thread that owned many writers: drop the freed ones'
+                        for key in [k for k, g in guards.items() if g.ref() is None]:
+                            del guards[key]
+                    guards[id(self)] = _Guard(self, me.ident)  # replaces a guard of a released claim
                 self.ident, self.thread = me.ident, me
                 return
         raise RuntimeError(

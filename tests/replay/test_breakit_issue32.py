@@ -157,6 +157,53 @@ def test_a_busy_owner_thread_keeps_the_writer_until_it_ends(mm):
     store.close()
 
 
+def test_a_new_thread_with_a_dead_owners_ident_does_not_own_the_writer_unclaimed(mm):
+    """Thread idents are reused (a new thread often gets the stack, and so the ident, of one that ended):
+    a thread with the dead owner's ident passed the one-comparison check without claiming the writer, a
+    second thread then claimed it from the "dead" owner, and both wrote into one episode with no error."""
+    import time
+    from pathlib import Path
+
+    store = ReplayStore(SPEC, capacity_steps=256, memory=mm, timeout=5.0)
+    w = store.writer(chunk_steps=64)
+    first = threading.Thread(target=lambda: w.append({"pos": np.int64(0)}))
+    first.start()
+    first.join()
+    gone = time.monotonic() + 5
+    while Path(f"/proc/self/task/{first.native_id}").exists() and time.monotonic() < gone:
+        time.sleep(0.01)  # the OS thread has exited: its stack (and ident) can be handed out again
+    a_wrote, b_tried = threading.Event(), threading.Event()
+    result: dict[str, str] = {}
+
+    def a():
+        w.append({"pos": np.int64(1)})
+        a_wrote.set()
+        b_tried.wait(10)  # alive while B tries
+
+    def b():
+        a_wrote.wait(10)
+        try:
+            w.append({"pos": np.int64(100)})
+            w.end_episode()
+            result["b"] = "wrote"
+        except RuntimeError as err:
+            result["b"] = str(err)
+        b_tried.set()
+
+    ta = threading.Thread(target=a, name="A")
+    ta.start()
+    a_wrote.wait(10)
+    tb = threading.Thread(target=b, name="B")
+    tb.start()
+    ta.join()
+    tb.join()
+    assert "belongs to thread 'A'" in result["b"], (result, ta.ident == first.ident)
+    w.end_episode()  # A has ended: this thread takes the writer
+    assert positions(store) == [[0, 1]]
+    w.close()
+    store.close()
+
+
 # ------------------------------------------------------------------------------ keys
 
 
