@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import numba as nb
 import numpy as np
+from llvmlite import ir
+from numba.core import types
+from numba.extending import intrinsic
 
-__all__ = ["BITMAP_MAX", "SCAN_MAX", "emit_bitmap", "emit_in_order", "lowest_bit_index"]
+__all__ = ["BITMAP_MAX", "SCAN_MAX", "emit_bitmap", "emit_in_order", "lowest_bit_index", "trailing_zeros"]
 
 BITMAP_MAX = 4096  # Floyd on rows of degree 65..4096 keeps the chosen slots in a bitmap
 SCAN_MAX = 64  # above 4096, Floyd scans the chosen slots up to this fanout, hashes above
@@ -31,6 +34,17 @@ _DEBRUIJN_TABLE = _debruijn_table()
 def lowest_bit_index(x):
     """Index of the lowest set bit of a non-zero uint64 (de Bruijn multiplication, no branch)."""
     return _DEBRUIJN_TABLE[((x & (~x + np.uint64(1))) * _DEBRUIJN64) >> np.uint64(58)]
+
+
+@intrinsic
+def trailing_zeros(typingctx, x):  # pragma: no cover - compiled
+    """Index of the lowest set bit of a non-zero uint64, as int64 (``llvm.cttz``: one instruction where
+    the CPU has one, as x86's ``tzcnt``); numba code only."""
+
+    def codegen(context, builder, signature, args):
+        return builder.cttz(args[0], ir.Constant(ir.IntType(1), 1))
+
+    return types.int64(types.uint64), codegen
 
 
 @nb.njit(nogil=True, cache=True)

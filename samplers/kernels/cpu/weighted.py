@@ -3,8 +3,9 @@ float64 prefix sums ``P`` computed once per sampler (`cpu.prefix.weight_prefix`)
 
 Rows of at most SHORT_ROW_MAX (64) positions without replacement whose k exceeds a third of their
 eligible count draw each output from running sums of the weights not chosen yet
-(`samplers.kernels.weighted_short`, shared with the GPU): one draw and one vectorised pass (subtract,
-count) per output, however much of the row k takes. Other rows
+(`samplers.kernels.weighted_short`, shared with the GPU): one draw and one whole-vector pass (subtract,
+count: `samplers.kernels.cpu.short_sums`) per output, however much of the row k takes, two such rows at
+a time (`short_pair`: each row's outputs wait on one another, the two rows' do not). Other rows
 draw by rejection: an output is the first position whose prefix sum exceeds a uniform fraction of the
 row's total, accepted unless excluded or chosen already, with an exact fallback draw after
 REJECT_LIMIT rejections (docs/architecture.md#sampling-rules); a row costs about k draws and searches,
@@ -26,17 +27,34 @@ import numpy as np
 from graphrl.kernels import prefetch
 from samplers.kernels import weighted_short
 from samplers.kernels.cpu import rng
-from samplers.kernels.cpu.bits import BITMAP_MAX, SCAN_MAX, emit_bitmap, lowest_bit_index
+from samplers.kernels.cpu.bits import BITMAP_MAX, SCAN_MAX, emit_bitmap, lowest_bit_index, trailing_zeros
 from samplers.kernels.cpu.eligible import take_eligible
 from samplers.kernels.cpu.rng import draw, row_state, unit
+from samplers.kernels.cpu.short_sums import subtract_count
 from samplers.kernels.reference import REJECT_LIMIT, SHORT_ROW_MAX, SHORT_SHARE
 
 __all__ = ["REJECT_LIMIT", "SHORT_ROW_MAX", "choose_rows_weighted"]
 
 _NO_EXCL = np.empty(0, dtype=np.int64)
 _NO_BITS = np.empty(0, dtype=np.uint64)
-# Without NRT, as `samplers.kernels.cpu.labor`'s row helpers (they take arrays and branch per output).
-short_row = weighted_short.compile_for(nb.njit(nogil=True, _nrt=False), rng, lowest_bit_index).short_row
+# Inlined into one another (`short_pair` interleaves two rows' steps only when `step` is inlined), inside
+# the two entry points below, which run without NRT as `samplers.kernels.cpu.labor`'s row helpers: inlined
+# into a function with NRT, the helpers' arrays would be reference-counted at every step.
+_short = weighted_short.compile_for(nb.njit(nogil=True, _nrt=False, inline="always"), rng, trailing_zeros,
+                                    subtract_count)
+_short_row, _short_pair = _short.short_row, _short.short_pair
+
+
+@nb.njit(nogil=True, cache=True, _nrt=False)
+def short_row(weights, excl, q, b, s, e, state0, c, acc, pos, o):
+    """`samplers.kernels.weighted_short.short_row` on the CPU."""
+    _short_row(weights, excl, q, b, s, e, state0, c, acc, pos, o)
+
+
+@nb.njit(nogil=True, cache=True, _nrt=False)
+def short_pair(weights, excl, q, b, s, e, state0, c, acc, pos, o, q2, b2, s2, e2, state2, c2, acc2, o2):
+    """`samplers.kernels.weighted_short.short_pair` on the CPU."""
+    _short_pair(weights, excl, q, b, s, e, state0, c, acc, pos, o, q2, b2, s2, e2, state2, c2, acc2, o2)
 
 
 _COUNT_MAX = 128  # rows up to this degree find a draw's position by counting (vectorised), not searching
@@ -369,7 +387,9 @@ def choose_rows_weighted(dst, row_start, row_deg, row_exlo, row_exhi, row_end, o
     """Pass 2 of weighted rows without times [lo, hi): rejection over the prefix sums ``prefix`` (the
     reference's "weighted rows"); ``draws``: with replacement and fanout >= 0."""
     bitmap = np.zeros(BITMAP_MAX // 64, dtype=np.uint64)  # all 0 between rows
-    acc = np.empty(SHORT_ROW_MAX, dtype=np.float64)  # the running or prefix sums of a row <= 64 edges
+    acc = np.zeros(SHORT_ROW_MAX, dtype=np.float64)  # the running or prefix sums of a row <= 64 edges
+    acc2 = np.zeros(SHORT_ROW_MAX, dtype=np.float64)  # those of a second short row (`short_pair`)
+    held = -1  # a short row waiting for a second one, to run the two with `short_pair`
     for i in range(lo, min(lo + _WEIGHTED_AHEAD, hi)):
         _prefetch_weighted_row(weights, prefix, dst, key, row_start, row_end, row_deg, out_indptr, draws,
                                i)
@@ -394,10 +414,20 @@ def choose_rows_weighted(dst, row_start, row_deg, row_exlo, row_exhi, row_end, o
             continue
         state0 = row_state(key, dst[i])
         if _is_short(draws, row_start[i], row_end[i], c, row_deg[i]):
-            short_row(weights, excl, row_exlo[i], row_exhi[i], row_start[i], row_end[i], state0, c, acc, pos,
-                      o)
+            if held < 0:
+                held = i
+                continue
+            h = held
+            held = -1
+            short_pair(weights, excl, row_exlo[h], row_exhi[h], row_start[h], row_end[h],
+                       row_state(key, dst[h]), out_indptr[h + 1] - out_indptr[h], acc, pos, out_indptr[h],
+                       row_exlo[i], row_exhi[i], row_start[i], row_end[i], state0, c, acc2, o)
         elif row_exlo[i] == row_exhi[i] and (draws or row_end[i] - row_start[i] <= BITMAP_MAX):
             _reject_row(weights, prefix, row_start[i], row_end[i], state0, c, draws, bitmap, acc, pos, o)
         else:
             _reject_general(weights, prefix, excl, row_exlo[i], row_exhi[i], row_start[i], row_end[i], state0,
                             c, draws, bitmap, pos, o)
+    if held >= 0:
+        h = held
+        short_row(weights, excl, row_exlo[h], row_exhi[h], row_start[h], row_end[h], row_state(key, dst[h]),
+                  out_indptr[h + 1] - out_indptr[h], acc, pos, out_indptr[h])

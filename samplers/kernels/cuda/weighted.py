@@ -35,7 +35,8 @@ def _lowest_bit_index(x):  # pragma: no cover - device
     return cuda.popc((x & (~x + np.uint64(1))) - np.uint64(1))
 
 
-_short_row = weighted_short.compile_for(cuda.jit(device=True), rng, _lowest_bit_index).short_row
+_short_row = weighted_short.compile_for(cuda.jit(device=True), rng, _lowest_bit_index,
+                                        cuda.jit(device=True)(weighted_short.subtract_count)).short_row
 
 
 @cuda.jit(device=True)

@@ -1,0 +1,75 @@
+"""The subtract-and-count pass of weighted short rows on the CPU, as whole-vector operations.
+
+A short row (`samplers.kernels.weighted_short`, at most 64 positions) keeps float64 running sums
+acc[0:d]; each output subtracts the last chosen weight ``wp`` from acc[p:d] and counts the entries of
+acc[0:d] that are <= x, and that count is the output's position, which the next output's pass waits
+for. `subtract_count` does the pass as one load, subtraction, store and compare over the first 8, 16, 32 or
+64 lanes (the fewest that hold d) and a population count of the compare's bit mask, lanes at or after
+d left out of it: the same subtractions and comparisons as the plain loop
+`samplers.kernels.weighted_short.subtract_count` (the GPU's), with no loop and no sum of per-lane
+counts on that wait. Lanes d and above are read and overwritten, so ``acc`` has 64 entries (plain,
+not masked, stores: the next output's load takes them straight from the store).
+
+>>> p = subtract_count(acc, d, p, wp, x)  # numba code only
+"""
+
+from __future__ import annotations
+
+import numba as nb
+from llvmlite import ir
+from numba.core import types
+from numba.extending import intrinsic
+
+__all__ = ["subtract_count"]
+
+def _splat(builder, value, vector_type):
+    undef = ir.Constant(vector_type, ir.Undefined)
+    one = builder.insert_element(undef, value, ir.Constant(ir.IntType(32), 0))
+    zeros = ir.Constant(ir.VectorType(ir.IntType(32), vector_type.count), [0] * vector_type.count)
+    return builder.shuffle_vector(one, undef, zeros)
+
+
+def _pass_codegen(lanes: int):
+    def codegen(context, builder, signature, args):
+        acc, d, p, wp, x = args
+        ary = context.make_array(signature.args[0])(context, builder, acc)
+        f64, i64 = ir.DoubleType(), ir.IntType(64)
+        vf = ir.VectorType(f64, lanes)
+        vi = ir.VectorType(i64, lanes)
+        ptr = builder.bitcast(ary.data, vf.as_pointer())
+        lane = ir.Constant(vi, list(range(lanes)))
+        sums = builder.load(ptr, align=8)
+        after = builder.icmp_signed(">=", lane, _splat(builder, p, vi))
+        sums = builder.select(after, builder.fsub(sums, _splat(builder, wp, vf)), sums)
+        builder.store(sums, ptr, align=8)
+        inside = builder.icmp_signed("<", lane, _splat(builder, d, vi))
+        below = builder.and_(inside, builder.fcmp_ordered("<=", sums, _splat(builder, x, vf)))
+        count = builder.ctpop(builder.bitcast(below, ir.IntType(lanes)))
+        return count if lanes == 64 else builder.zext(count, i64)
+
+    return codegen
+
+
+def _lanes_pass(lanes: int):
+    @intrinsic
+    def lanes_pass(typingctx, acc, d, p, wp, x):  # pragma: no cover - compiled
+        sig = types.int64(acc, types.int64, types.int64, types.float64, types.float64)
+        return sig, _pass_codegen(lanes)
+
+    return lanes_pass
+
+
+_pass8, _pass16, _pass32, _pass64 = (_lanes_pass(n) for n in (8, 16, 32, 64))
+
+
+@nb.njit(inline="always", cache=True)
+def subtract_count(acc, d, p, wp, x):
+    """Subtract ``wp`` from acc[p:d] and return the number of acc[0:d] <= x (float64 ``acc`` of 64 entries,
+    whose entries from d on are scratch; 0 < d <= 64, p >= 0, ``wp`` a float64; numba code only)."""
+    if d <= 8:
+        return _pass8(acc, d, p, wp, x)
+    if d <= 16:
+        return _pass16(acc, d, p, wp, x)
+    if d <= 32:
+        return _pass32(acc, d, p, wp, x)
+    return _pass64(acc, d, p, wp, x)
