@@ -7,7 +7,9 @@ their cache misses instead of waiting for one row's chain of 18), and is skipped
 count tree (every slot that holds a position is live: the leaf is ``floor(x)`` exactly, the
 descent's own answer). `window_rows` turns (shard, slot) into the window table from each shard's step
 and record index, each window's bounds from `replay.windows.window_of` (the one rule). `set_weights` writes
-priorities and the weight tree's leaves and recomputes the touched ancestors level by level.
+priorities and the weight tree's leaves and recomputes the touched ancestors level by level (`sum_levels`);
+`write_updates` is the generation check of priority updates (`accept_updates`) and those writes in one
+pass without allocating (`replay.update_kernel` calls it; `apply_updates` with its own scratch).
 `importance_weights_into` is PER's importance-weight formula, the one implementation every path uses.
 `replay.table.Table` calls them with every shard lock held; they take arrays and return nothing
 (outputs are filled in place).
