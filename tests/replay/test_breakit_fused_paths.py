@@ -7,8 +7,8 @@ function of (actor, episode, step), so a torn, stale, shifted or mixed row is ca
 positions they name across batches, probabilities and importance weights to the table, and the counters
 to the sum of what was written and sampled. Then: the rate limiter (blocking, timeouts, exact counts),
 ``close()`` while samples run, processes killed holding the locks (in the split copy, as the owner while
-sampling, mid-commit), a split copy interrupted by a signal's exception, bad arguments, the TorchRL
-adapter over open episodes, and checkpoint/restore replaying the fused stream.
+sampling, mid-commit), a split copy whose draw or copy a signal's exception interrupts, bad arguments,
+the TorchRL adapter over open episodes, and checkpoint/restore replaying the fused stream.
 """
 
 from __future__ import annotations
@@ -146,8 +146,7 @@ def writer_process(handle, actor: int, stop, queue) -> None:  # forked
     store.close()
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("prioritized", [False, True])
+@pytest.mark.parametrize("prioritized,threads", [(False, 1), (False, 2), (True, 2)])
 def test_writers_evict_while_learners_sample_fused_windows_and_split_batches(
     monkeypatch, threads, prioritized
 ):
@@ -196,11 +195,12 @@ def test_writers_evict_while_learners_sample_fused_windows_and_split_batches(
         threads_[2].join(60)
         proc.join(60)
         assert proc.exitcode == 0 and not errors, errors
-        written += totals[0] + queue.get(timeout=10)
+        during = totals[0] + queue.get(timeout=10)
+        written += during
         c = store.counters()
         sampled = seen[0].steps + seen[1].steps
         assert c == {"inserts": written, "samples": sampled, "deletes": written - len(store)}
-        assert len(fused) == 40 and written > 20 * 3 * 48  # the fused call each time; the rings wrapped
+        assert len(fused) == 40 and during > 2 * 3 * 48  # the fused call each time; the rings wrapped twice
         if threads == 2:  # the split copy's team path (the helper joins when it is scheduled in time)
             assert calls["caller"] == 12
         else:  # one thread: the caller copies alone, no group claimed
@@ -373,18 +373,20 @@ def test_the_rate_limiter_blocks_times_out_and_counts_fused_windows_exactly():
         inner = store._sampler._sample_windows
         store._sampler._sample_windows = lambda *a: fused.append(1) or inner(*a)
         seen = [Seen() for _ in range(3)]
-        timeouts, errors, written = [], [], []
+        timeouts, errors, written, calls = [], [], [], [0, 0, 0]
+        end = time.monotonic() + 30
 
         def learner(i: int) -> None:
             rng = np.random.default_rng(i)
             while True:
                 b, length = int(rng.integers(1, 20)), int(rng.integers(2, 9))
                 pad = ("head", "tail")[i % 2]
+                calls[i] += 1
                 try:
                     with store.sample(b, length, pad=pad, timeout=0.3) as batch:
                         seen[i].check(batch, length, pad)
                 except TimeoutError as err:
-                    if written:  # held past its timeout with nothing more to come
+                    if written or time.monotonic() > end:  # held past its timeout with nothing more to come
                         timeouts.append(str(err))
                         return
                 except BaseException as err:  # reported below
@@ -403,7 +405,7 @@ def test_the_rate_limiter_blocks_times_out_and_counts_fused_windows_exactly():
         assert c["inserts"] == written[0] and c["samples"] == sum(s.steps for s in seen)
         # held at the limit (2 inserts - samples - 1 < min_diff), overshot by at most one call a learner
         assert 100 <= c["samples"] - 2 * c["inserts"] <= 99 + 3 * 19 * 8
-        assert len(fused) >= 3 + sum(s.steps > 0 for s in seen)
+        assert len(fused) == sum(calls)  # every call, timed out or not, on the fused path
         store.close()
 
 
