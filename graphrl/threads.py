@@ -159,12 +159,18 @@ def _parse(value, name: str) -> int | None:
     return value
 
 
-def _apply(n: int) -> None:
-    """Set torch's intra-op pool and numba's count (in the calling thread) to ``n``.
+def _start_numba() -> None:
+    """Start numba's threading layer (its first count call does) keeping torch's count: the layer's OpenMP
+    runtime (torch's too, when both use libgomp) resets the calling thread's count as it starts."""
+    before = torch.get_num_threads()
+    numba.get_num_threads()
+    if torch.get_num_threads() != before:
+        torch.set_num_threads(before)
 
-    numba first: its first call starts its threading layer, whose OpenMP runtime (torch's, when both use
-    libgomp) then resets the calling thread's OpenMP count, so torch's count set before it was lost.
-    """
+
+def _apply(n: int) -> None:
+    """Set torch's intra-op pool and numba's count (in the calling thread) to ``n`` (numba first, as
+    starting its layer resets the OpenMP count)."""
     nb_n = min(n, numba.config.NUMBA_NUM_THREADS)
     if numba.get_num_threads() != nb_n:
         numba.set_num_threads(nb_n)
@@ -212,6 +218,8 @@ def configure(threads: int | str | None = None) -> ThreadPolicy:
         old, _policy = _policy, new
         if n is not None:
             _apply(n)
+        else:
+            _start_numba()  # opted out: torch's count stays whatever the program set
     if old is None or old.threads != new.threads:
         logger.info("graphrl.threads: %s", _describe(new))
     return new
@@ -227,6 +235,7 @@ def _describe(p: ThreadPolicy) -> str:
 def _implicit() -> ThreadPolicy:
     """The policy applied by the first kernel that asks: $GRAPHRL_THREADS, else align downward."""
     global _policy
+    _start_numba()
     env = os.environ.get(ENV, "").strip()
     if env:
         n = _parse(env, ENV)

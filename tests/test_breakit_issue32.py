@@ -191,15 +191,40 @@ def test_the_commands_apply_graphrl_threads_to_torch_and_numba(tmp_path):
         torch.set_num_threads(before[0])
 
 
-def test_configure_as_a_processs_first_call_sets_torch_too():
-    """numba's threading layer, started by `configure` after it had set torch's count, reset that count
-    (one OpenMP runtime): ``configure(1)`` left torch at the cores."""
+CASES = """
+import os, sys
+import numba, torch
+from graphrl import threads
+def case(fn):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            print(*fn(), flush=True)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+def configured():  # configure as the process's first call
+    threads.configure(1)
+    return "configure(1):", torch.get_num_threads(), numba.get_num_threads()
+def opted_out():  # the program's own torch count, then graphrl's first kernel, opted out
+    torch.set_num_threads(1)
+    os.environ["GRAPHRL_THREADS"] = "off"
+    threads.team_size()
+    return "off:", torch.get_num_threads()
+case(configured)
+case(opted_out)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_numbas_threading_layer_starting_keeps_torchs_count():
+    """numba's threading layer resets the OpenMP count of the thread that starts it: ``configure(1)`` as a
+    process's first call left torch at the cores, and with ``GRAPHRL_THREADS=off`` graphrl's first kernel
+    undid the program's ``torch.set_num_threads(1)``. Each case in a fresh fork (numba not yet started)."""
     import subprocess
     import sys
 
-    code = ("from graphrl.threads import configure; import torch, numba; configure(1); "
-            "print(torch.get_num_threads(), numba.get_num_threads())")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "GRAPHRL_THREADS": ""})
+    out = subprocess.run([sys.executable, "-c", CASES], capture_output=True, text=True, timeout=120,
+                         env={k: v for k, v in os.environ.items() if k != "GRAPHRL_THREADS"})
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["1", "1"], out.stdout
+    assert out.stdout.splitlines() == ["configure(1): 1 1", "off: 1"], out.stdout + out.stderr
