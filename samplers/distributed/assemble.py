@@ -2,8 +2,9 @@
 
 `group_by_owner` groups a frontier's ids by the part that owns each (a stable counting sort: within
 a part, frontier order is kept), one array to slice the requests from; `split_by_owner` gives the
-same grouping as an order (feature rows). An owner answers a layer of one or more batches with one
-buffer (`pack_reply`, `unpack_reply`: per batch its rows' counts, sources and edge ids, one dtype).
+same grouping as an order (feature rows). A layer's request to an owner for one or more batches is one
+buffer (`pack_request`, `unpack_request`: rows, bounds, keys and settings), and the owner answers with
+one buffer (`pack_reply`, `unpack_reply`: per batch its rows' counts, sources and edge ids, one dtype).
 `assemble_layer` walks the frontier once, in order, taking each row's edges from its owner's buffer
 (each owner's rows come in frontier order, so one cursor per owner finds them), and relabels the
 sources chunk by chunk while they are in cache with the sampling core's relabelling kernels
@@ -15,10 +16,10 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from samplers.distributed.core import Workspace, relabel_dst, relabel_src
+from samplers.distributed.core import KINDS, Workspace, relabel_dst, relabel_src
 
-__all__ = ["RELABEL_CHUNK", "assemble_layer", "group_by_owner", "pack_reply", "split_by_owner",
-           "unpack_reply"]
+__all__ = ["RELABEL_CHUNK", "assemble_layer", "group_by_owner", "pack_reply", "pack_request",
+           "split_by_owner", "unpack_reply", "unpack_request"]
 
 RELABEL_CHUNK = 1 << 13
 """Sampled edges copied into frontier order before the relabelling kernel runs over them (in cache)."""
@@ -78,6 +79,51 @@ def group_by_owner(ids: np.ndarray, node_part: np.ndarray,
     row_part = node_part[ids]  # one gather: numpy overlaps the cache misses a compiled loop here waits on
     bounds = _group_ids(ids, row_part, int(num_parts), grouped)
     return grouped, bounds, row_part
+
+
+_HEAD = 6  # int64 fields of a request before its arrays: K, fanout, replace, weighted, kind, row bytes
+
+
+def pack_request(dst: np.ndarray, bounds: np.ndarray, fanout: int, replace: bool, keys: np.ndarray,
+                 weighted: bool, kind: str, variate_keys: np.ndarray) -> np.ndarray:
+    """One layer's request to an owner for K batches as one uint8 buffer (one argument of one engine
+    call): six int64 fields, ``bounds`` (int64 [K + 1]), ``keys`` and ``variate_keys`` (uint64 [K]), then
+    ``dst`` (int32 or int64 [D], as given). Arguments as `PartitionOwner.sample_rows`; `unpack_request`
+    gives them back.
+
+    Raises
+    ------
+    ValueError
+        ``kind`` not one of `samplers.distributed.core.KINDS`, or ``dst`` neither int32 nor int64.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    if dst.dtype not in (np.int32, np.int64):
+        raise ValueError(f"dst must be int32 or int64, got {dst.dtype}")
+    k = keys.shape[0]
+    head = _HEAD + (k + 1) + 2 * k
+    out = np.empty(8 * head + dst.nbytes, dtype=np.uint8)
+    fields = out[:8 * head].view(np.int64)
+    fields[:_HEAD] = (k, fanout, bool(replace), bool(weighted), KINDS.index(kind), dst.dtype.itemsize)
+    fields[_HEAD:_HEAD + k + 1] = bounds
+    fields[_HEAD + k + 1:_HEAD + 2 * k + 1] = keys.view(np.int64)
+    fields[_HEAD + 2 * k + 1:] = variate_keys.view(np.int64)
+    out[8 * head:].view(dst.dtype)[:] = dst
+    return out
+
+
+def unpack_request(request: np.ndarray) -> tuple:
+    """The arguments of a `pack_request` buffer: ``(dst, bounds, fanout, replace, keys, weighted, kind,
+    variate_keys)``, arrays as views of it."""
+    fields = request[:8 * _HEAD].view(np.int64)
+    k, fanout, replace, weighted, kind, width = (int(x) for x in fields)
+    head = _HEAD + (k + 1) + 2 * k
+    fields = request[:8 * head].view(np.int64)
+    keys = fields[_HEAD + k + 1:_HEAD + 2 * k + 1].view(np.uint64)
+    variate_keys = fields[_HEAD + 2 * k + 1:].view(np.uint64)
+    dst = request[8 * head:].view(np.int64 if width == 8 else np.int32)
+    return (dst, fields[_HEAD:_HEAD + k + 1], fanout, bool(replace), keys, bool(weighted), KINDS[kind],
+            variate_keys)
 
 
 def pack_reply(draws: list[tuple], wide: bool) -> np.ndarray:

@@ -2,8 +2,9 @@
 
 `PartitionOwner` loads part ``p`` of a folder (verified: `graphrl.partition.load_partition`) and
 answers three requests, each for many nodes at once: `sample` (one layer's rows through the sampling
-core, `samplers.distributed.core`), `rows` (feature or label rows of owned nodes) and `hot_nodes` (its
-nodes of highest out-degree, for a feature cache). It is a plain class: `samplers.distributed.owners`
+core, `samplers.distributed.core`, asked in one buffer; `sample_rows` takes them unpacked), `rows`
+(feature or label rows of owned nodes) and `hot_nodes` (its nodes of highest out-degree, for a feature
+cache). It is a plain class: `samplers.distributed.owners`
 runs it in-process or as a Ray actor, built again from the folder when restarted. The owner holds its
 rows' CSC indexed by global node id (8 bytes per node of the graph, see
 docs/architecture.md#partitioned-graphs), so the core's kernel reads it unchanged.
@@ -19,7 +20,7 @@ import numpy as np
 
 from graphrl.partition import load_partition
 from graphrl.threads import team_size
-from samplers.distributed.assemble import pack_reply
+from samplers.distributed.assemble import pack_reply, unpack_request
 from samplers.distributed.core import KINDS, owner_loop, sample_owned_rows
 
 __all__ = ["PartitionOwner"]
@@ -95,8 +96,14 @@ class PartitionOwner:
                 "halo": int(p.halo.shape[0]), "weighted": p.weights is not None, "features": feats,
                 "labels": None if p.labels is None else str(p.labels.dtype)}
 
-    def sample(self, dst: np.ndarray, bounds: np.ndarray, fanout: int, replace: bool, keys: np.ndarray,
-               weighted: bool, kind: str = "neighbor", variate_keys: np.ndarray | None = None) -> tuple:
+    def sample(self, request: np.ndarray) -> tuple:
+        """`sample_rows` of one request packed by `samplers.distributed.assemble.pack_request` (uint8):
+        an engine call then carries one array rather than eight arguments. Returns and raises as
+        `sample_rows`."""
+        return self.sample_rows(*unpack_request(request))
+
+    def sample_rows(self, dst: np.ndarray, bounds: np.ndarray, fanout: int, replace: bool, keys: np.ndarray,
+                    weighted: bool, kind: str = "neighbor", variate_keys: np.ndarray | None = None) -> tuple:
         """One layer's draws for owned rows of one or more batches, by the neighbour sampler's rules or
         LABOR-0's (``kind="labor"``).
 

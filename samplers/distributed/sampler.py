@@ -26,7 +26,7 @@ import torch
 
 from samplers._checks import check_fanouts, check_seed_and_replace, check_seeds
 from samplers.block import Block, Blocks
-from samplers.distributed.assemble import assemble_layer, group_by_owner, unpack_reply
+from samplers.distributed.assemble import assemble_layer, group_by_owner, pack_request, unpack_reply
 from samplers.distributed.core import Workspace, layer_key
 from samplers.distributed.owners import OwnerCall, check_owners
 
@@ -362,7 +362,7 @@ class DistNeighborSampler:
                 bounds = np.zeros(k + 1, dtype=np.int64)
                 np.cumsum(rows[:, p], out=bounds[1:])
                 segs = [g[0][g[1][p]:g[1][p + 1]] for g in groups]
-                requests[p] = (segs[0] if k == 1 else np.concatenate(segs), bounds, *tail)
+                requests[p] = (pack_request(segs[0] if k == 1 else np.concatenate(segs), bounds, *tail),)
             profile.assemble_s += time.perf_counter() - t0
             results = yield requests
             t2 = time.perf_counter()

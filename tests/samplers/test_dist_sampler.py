@@ -287,3 +287,25 @@ def test_sample_many_refusals(owners):
     assert dist.profile.calls >= 1 and dist.sample(torch.arange(3))[0].num_edges >= 0
     with pytest.raises(ValueError, match="seeds"):
         list(dist.sample_many([torch.tensor([N])]))
+
+
+@settings(max_examples=25, deadline=None)
+@given(k=st.integers(0, 4), rows=st.integers(0, 30), wide=st.booleans(),
+       kind=st.sampled_from(["neighbor", "labor"]), fanout=st.integers(-1, 2**40),
+       flags=st.tuples(st.booleans(), st.booleans()), seed=st.integers(0, 2**32))
+def test_a_packed_request_unpacks_to_its_arguments(k, rows, wide, kind, fanout, flags, seed):
+    from samplers.distributed.assemble import pack_request, unpack_request
+
+    rng = np.random.default_rng(seed)
+    dst = rng.integers(0, 2**31 - 1, rows, dtype=np.int64 if wide else np.int32)
+    bounds = np.sort(rng.integers(0, rows + 1, k + 1))
+    keys = rng.integers(0, 2**64, (k, 2), dtype=np.uint64)  # columns: strided, as the sampler slices them
+    got = unpack_request(pack_request(dst, bounds, fanout, flags[0], keys[:, 0], flags[1], kind, keys[:, 1]))
+    want = (dst, bounds, fanout, flags[0], keys[:, 0], flags[1], kind, keys[:, 1])
+    for g, w in zip(got, want, strict=True):
+        if isinstance(w, np.ndarray):
+            assert g.dtype == w.dtype and np.array_equal(g, w)
+        else:
+            assert type(g) is type(w) and g == w
+    with pytest.raises(ValueError, match="kind must be one of"):
+        pack_request(dst, bounds, fanout, False, keys[:, 0], False, "uniform", keys[:, 1])
