@@ -93,7 +93,8 @@ class DemoCurves:
         """Write ``self.curves`` as JSON (folders created); return the path.
 
         ``merge``: keep the other tasks' curves of an existing file (a run of one task replaces that
-        task's curve only).
+        task's curve only). Written through a temporary file: a full disk or a signal leaves the file
+        as it was.
         """
         out = Path(path)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -103,7 +104,12 @@ class DemoCurves:
                 curves = {**json.loads(out.read_text()), **curves}
             except (OSError, json.JSONDecodeError):
                 pass  # not a curves file: replaced
-        out.write_text(json.dumps(curves, indent=1) + "\n")
+        tmp = out.with_name(f".{out.name}.tmp")  # whole or not at all: the other tasks' curves live here
+        try:
+            tmp.write_text(json.dumps(curves, indent=1) + "\n")
+            os.replace(tmp, out)
+        finally:
+            tmp.unlink(missing_ok=True)
         return out
 
 

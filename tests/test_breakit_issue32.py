@@ -228,3 +228,39 @@ def test_numbas_threading_layer_starting_keeps_torchs_count():
                          env={k: v for k, v in os.environ.items() if k != "GRAPHRL_THREADS"})
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["configure(1): 1 1", "off: 1"], out.stdout + out.stderr
+
+
+# ------------------------------------------------------------------------------ demo curves on a full disk
+
+
+def test_a_full_disk_while_saving_demo_curves_keeps_the_other_tasks_curves(tmp_path, monkeypatch):
+    """``demo --plot`` merges its task's curve into demo_curves.json, which keeps the other tasks' curves:
+    the file was truncated, then written, so a full disk (or a second Ctrl-C) between the two lost every
+    task's curve, and the next merge replaced the unreadable file without a word."""
+    import errno
+    import io
+
+    from graphrl.curves import DemoCurves
+
+    path = tmp_path / "demo_curves.json"
+    earlier = {"node-classification": {"epochs": [1, 2]}, "rl": {"returns": [9.0]}}
+    path.write_text(json.dumps(earlier))
+    curves = DemoCurves()
+    curves.curves["recommend"] = {"epochs": [1]}
+    real_open = io.open
+
+    def full_disk(file, mode="r", *args, **kw):
+        f = real_open(file, mode, *args, **kw)
+        if "w" in mode and "demo_curves" in str(file):
+            f.close()  # created or truncated, nothing written
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(file))
+        return f
+
+    monkeypatch.setattr(io, "open", full_disk)
+    with pytest.raises(OSError):
+        curves.save_json(path, merge=True)
+    monkeypatch.undo()
+    assert json.loads(path.read_text()) == earlier
+    assert [p.name for p in tmp_path.iterdir()] == ["demo_curves.json"]
+    curves.save_json(path, merge=True)
+    assert json.loads(path.read_text()) == {**earlier, "recommend": {"epochs": [1]}}
