@@ -619,3 +619,52 @@ def test_a_signal_during_the_split_draw_leaves_no_shard_mutex_held(monkeypatch):
             assert store.counters()["samples"] in (sampled, sampled + 60_000)  # the last one counted or not
             sampled = store.counters()["samples"]
         store.close()
+
+
+def parked_on_a_lock(tid: int) -> bool:
+    """Thread ``tid`` of this process sleeps in a futex wait (a mutex, or the interpreter lock)."""
+    from pathlib import Path
+
+    return Path(f"/proc/{os.getpid()}/task/{tid}/wchan").read_text() == "futex_do_wait"
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/wchan"), reason="needs /proc/<pid>/wchan (Linux)")
+@pytest.mark.xfail(strict=True, reason=(
+    "replay._sync.SharedMutex.acquire: a signal's exception is raised as pthread_mutex_lock's ctypes call "
+    "returns, after the mutex was taken and before acquire returns, so no caller can release it "
+    "(Table._hold_shards counts only the locks whose acquire returned); the fix belongs in replay/_sync.py "
+    "(release when the exception finds the mutex owned by this thread: a robust mutex's word holds the "
+    "owner's tid)"))
+def test_a_signal_while_the_fused_sample_waits_for_a_shard_lock_leaves_it_free():
+    """Commits are pending, so the fused sample takes the shard locks in Python (`Table._hold_shards`) and
+    waits there while a writer holds one; SIGTERM under `graphrl.interrupts` arrives during the wait. The
+    sample raises `Interrupted`, and the shard mutex must not stay held by the learner."""
+    from graphrl.interrupts import Interrupted, interrupts
+
+    with MemoryManager() as mm:
+        store = filled_store(mm, capacity=100)
+        store.sample(4, 3).release()
+        write(store, 5, range(3))  # not yet ingested: the next sample holds the shard locks in Python
+        sh = store.storage.shards[1]
+        main = threading.main_thread().native_id
+        taken = threading.Event()
+
+        def writer_mid_commit() -> None:  # holds the lock until the learner has slept on it a while
+            sh.acquire()
+            taken.set()
+            parked = 0
+            while parked < 20:
+                time.sleep(0.005)
+                parked = parked + 1 if parked_on_a_lock(main) else 0
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+            sh.release()
+
+        holder = threading.Thread(target=writer_mid_commit)
+        holder.start()
+        taken.wait(10)
+        with interrupts(), pytest.raises(Interrupted):
+            store.sample(16, 4, pad="head")
+        holder.join(10)
+        assert shards_free(store, 0.5), "the learner holds a shard mutex after its interrupted sample"
+        store.close()
