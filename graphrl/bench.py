@@ -156,7 +156,12 @@ def _write_record(record: dict, out: Path, t_all: float) -> None:
     """Finish the run's record (seconds, load now) and write it to ``out / FILE_NAME``."""
     record["seconds"] = round(time.perf_counter() - t_all, 1)
     record["machine"]["load_average_1min"] = [record["machine"]["load_average_1min"], os.getloadavg()[0]]
-    (out / FILE_NAME).write_text(json.dumps(record, indent=2) + "\n")
+    tmp = out / f".{FILE_NAME}.tmp"  # whole or not at all: a second signal may come while it is written
+    try:
+        tmp.write_text(json.dumps(record, indent=2) + "\n")
+        os.replace(tmp, out / FILE_NAME)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _stop(proc: subprocess.Popen, signum: int) -> None:

@@ -264,3 +264,27 @@ def test_a_full_disk_while_saving_demo_curves_keeps_the_other_tasks_curves(tmp_p
     assert [p.name for p in tmp_path.iterdir()] == ["demo_curves.json"]
     curves.save_json(path, merge=True)
     assert json.loads(path.read_text()) == {**earlier, "recommend": {"epochs": [1]}}
+
+
+def test_a_second_signal_while_bench_writes_its_record_leaves_the_earlier_one_whole(tmp_path, monkeypatch):
+    import io
+
+    from graphrl import bench
+
+    (tmp_path / bench.FILE_NAME).write_text('{"benchmarks": {"replay": {"returncode": 0}}}\n')
+    real_open = io.open
+
+    def second_ctrl_c(file, mode="r", *args, **kw):
+        f = real_open(file, mode, *args, **kw)
+        if "w" in mode and bench.FILE_NAME in str(file):
+            f.close()  # created or truncated, nothing written
+            raise KeyboardInterrupt
+        return f
+
+    monkeypatch.setattr(io, "open", second_ctrl_c)
+    record = {"machine": {"load_average_1min": 1.0}, "benchmarks": {}}
+    with pytest.raises(KeyboardInterrupt):
+        bench._write_record(record, tmp_path, time.perf_counter())
+    monkeypatch.undo()
+    assert json.loads((tmp_path / bench.FILE_NAME).read_text())["benchmarks"]["replay"]["returncode"] == 0
+    assert [p.name for p in tmp_path.iterdir()] == [bench.FILE_NAME]
