@@ -8,7 +8,10 @@ the TensorPipe backend). Cases, each the median of ``--repeats`` calls:
   node) and sources and edge ids (int64, ``--fanout`` per node): bytes moved (both ways) per second.
 - ``bulk``: 8 MiB out and 8 MiB back: bytes per second.
 
-``ratio`` = Ray / RPC for bytes per second (RPC / Ray for latency), so above 1 favours Ray. Run
+``ratio`` = Ray / RPC for bytes per second (RPC / Ray for latency), so above 1 favours Ray. The same
+cases run through a Ray Compiled Graph (``ray.dag``, ``experimental_compile``: shared-memory channels)
+against plain Ray actor calls, and ``wait_cpu``: the caller's CPU seconds per second spent waiting for
+an answer that takes ``--wait-ms`` (a compiled graph's reader polls its channel). Run
 ``python benchmarks/dist_engine.py``; results go to ``benchmarks/results/dist_engine.json``.
 """
 
@@ -53,6 +56,13 @@ class Server:
     def echo(self, x):
         return x
 
+    def call(self, request: tuple):
+        """One input of a compiled graph: ``("echo", x)``, ``("answer", ids, fanout)`` or ``("sleep", s)``."""
+        if request[0] == "sleep":
+            time.sleep(request[1])
+            return None
+        return self.echo(request[1]) if request[0] == "echo" else self.answer(*request[1:])
+
 
 def _median(fn, repeats: int) -> float:
     fn()
@@ -71,8 +81,19 @@ def _cases(call_empty, call_frontier, call_bulk, frontier: int, fanout: int, rep
             "bulk_bytes_per_s": 2 * 8 * 2**20 / _median(call_bulk, max(repeats // 10, 3))}
 
 
-def measure_ray(frontier: int, fanout: int, repeats: int) -> dict:
+def _wait_cpu(call, wait_s: float, repeats: int = 20) -> float:
+    """The caller's CPU seconds per wall second of ``call`` (an answer that takes ``wait_s``)."""
+    call(wait_s)
+    w0, c0 = time.perf_counter(), time.process_time()
+    for _ in range(repeats):
+        call(wait_s)
+    return (time.process_time() - c0) / (time.perf_counter() - w0)
+
+
+def measure_ray(frontier: int, fanout: int, repeats: int, wait_s: float) -> tuple[dict, dict]:
+    """Plain actor calls and a compiled graph on one actor: `_cases` and ``wait_cpu`` of each."""
     import ray
+    from ray.dag import InputNode
 
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
              configure_logging=False)
@@ -80,9 +101,24 @@ def measure_ray(frontier: int, fanout: int, repeats: int) -> dict:
         server = ray.remote(Server).options(num_cpus=0).remote()
         ids = np.arange(frontier, dtype=np.int64)
         bulk = np.zeros(2**20, dtype=np.int64)
-        return _cases(lambda: ray.get(server.echo.remote(None)),
-                      lambda: ray.get(server.answer.remote(ids, fanout)),
-                      lambda: ray.get(server.echo.remote(bulk)), frontier, fanout, repeats)
+        plain = _cases(lambda: ray.get(server.echo.remote(None)),
+                       lambda: ray.get(server.answer.remote(ids, fanout)),
+                       lambda: ray.get(server.echo.remote(bulk)), frontier, fanout, repeats)
+        plain["wait_cpu"] = _wait_cpu(lambda s: ray.get(server.call.remote(("sleep", s))), wait_s)
+        with InputNode() as inp:
+            dag = server.call.bind(inp)
+        graph = dag.experimental_compile()
+        try:
+            def run(request):
+                return graph.execute(request).get(timeout=-1)
+
+            run(("echo", None))  # the owners' loops start at the first execution
+            compiled = _cases(lambda: run(("echo", None)), lambda: run(("answer", ids, fanout)),
+                              lambda: run(("echo", bulk)), frontier, fanout, repeats)
+            compiled["wait_cpu"] = _wait_cpu(lambda s: run(("sleep", s)), wait_s)
+        finally:
+            graph.teardown()
+        return plain, compiled
     finally:
         ray.shutdown()
 
@@ -116,13 +152,14 @@ def measure_rpc(frontier: int, fanout: int, repeats: int, port: int) -> dict:
 @click.option("--fanout", default=10, show_default=True, help="Edges per node in the reply.")
 @click.option("--repeats", default=200, show_default=True)
 @click.option("--port", default=29533, show_default=True, help="The RPC group's rendezvous port.")
+@click.option("--wait-ms", default=50.0, show_default=True, help="The answer's delay of the wait_cpu case.")
 @click.option("--output", default=str(RESULTS), show_default=True)
-def main(frontier: int, fanout: int, repeats: int, port: int, output: str) -> None:
-    """Round trip and bytes/s of Ray actors and torch.distributed.rpc on this machine."""
+def main(frontier: int, fanout: int, repeats: int, port: int, wait_ms: float, output: str) -> None:
+    """Round trip and bytes/s of Ray actors, a Ray Compiled Graph and torch.distributed.rpc here."""
     torch.set_num_threads(1)
     info = machine(uptime=os.getloadavg())
     rpc = measure_rpc(frontier, fanout, repeats, port)
-    ray_ = measure_ray(frontier, fanout, repeats)
+    ray_, compiled = measure_ray(frontier, fanout, repeats, wait_ms / 1e3)
     rows = []
     for key, metric in (("empty_s", "round_trip_s"), ("frontier_bytes_per_s", "frontier_bytes_per_s"),
                         ("bulk_bytes_per_s", "bulk_bytes_per_s")):
@@ -136,7 +173,19 @@ def main(frontier: int, fanout: int, repeats: int, port: int, output: str) -> No
     for r in rows:
         click.echo(f"{r['case']:<28}{r['metric']:<24}{r['ours']:>12.4g}{r['baseline_value']:>12.4g}"
                    f"{r['ratio']:>9.2f}")
-    write_result("dist_engine", rows, info, output)
+    graph_rows = []
+    for key in ("empty_s", "frontier_bytes_per_s", "bulk_bytes_per_s", "wait_cpu"):
+        lower = key in ("empty_s", "wait_cpu")  # ratio above 1: the compiled graph wins
+        graph_rows.append({"case": key.split("_")[0] if key != "wait_cpu" else f"answer after {wait_ms} ms",
+                           "metric": "round_trip_s" if key == "empty_s" else key, "ours": compiled[key],
+                           "ours_engine": "ray compiled graph", "baseline": "ray actor call",
+                           "baseline_value": ray_[key],
+                           "ratio": ray_[key] / compiled[key] if lower else compiled[key] / ray_[key]})
+    click.echo(f"{'case':<28}{'metric':<24}{'compiled':>12}{'actor':>12}{'ratio':>9}  (above 1: compiled)")
+    for r in graph_rows:
+        click.echo(f"{r['case']:<28}{r['metric']:<24}{r['ours']:>12.4g}{r['baseline_value']:>12.4g}"
+                   f"{r['ratio']:>9.2f}")
+    write_result("dist_engine", rows + graph_rows, info, output)
 
 
 if __name__ == "__main__":
