@@ -232,6 +232,35 @@ def test_keys_after_close_and_keys_of_a_restored_store_back_on_its_origin(mm, tm
     r.close()
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_keys_of_a_twin_store_in_another_process_are_refused(mm):
+    """A store with the same spec, capacity and seed made in another process (a restarted learner, say):
+    its keys, pickled back, name the same windows but are another store's."""
+    a = filled(mm)
+    r, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        try:
+            os.close(r)
+            child_mm = MemoryManager()
+            twin = filled(child_mm)
+            os.write(wfd, pickle.dumps(twin.sample(8).keys))
+        finally:
+            os._exit(0)
+    os.close(wfd)
+    data = b""
+    while chunk := os.read(r, 1 << 16):
+        data += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    keys = pickle.loads(data)
+    mass = a.stats()["priority_mass"]
+    with pytest.raises(ValueError, match="8 of 8 keys were issued by another replay store"):
+        a.update_priorities(keys, np.full(8, 50.0))
+    assert a.stats()["priority_mass"] == mass
+    a.close()
+
+
 @pytest.mark.xfail(strict=True, reason="the issuer rides on the tensor object (docs/architecture.md#keys): a "
                    "slice, an index, a clone or .numpy() of another store's keys carries none and is applied "
                    "as this store's own; a fix puts the id in the keys (replay/table.py, replay/keys.py)")
