@@ -16,7 +16,8 @@ chunk time is divided by all its frames), through the codec's Python call; ``com
 same through the store's compiled decode (`replay.chunk_decode`; not blosc or XOR), and
 ``verified_us_per_frame`` with its chunk checksum check (as a Ray learner decodes). ``lz4hc-L`` is
 numcodecs' LZ4 format compressed by its bundled LZ4 HC at level L (what the store's ``"lz4"`` writes,
-`replay.chunk_encode`); ``lz4dict-L`` the store's ``"lz4dict"`` at level L; ``-xor`` XORs each frame of a
+`replay.chunk_encode`); ``lz4dict-L`` the store's ``"lz4dict"`` at LZ4 HC level L, ``lz4dict-aligned`` at its
+default, the aligned parse (`replay.aligned_lz4`); ``-xor`` XORs each frame of a
 chunk with the one before first (a delta filter, undone after decoding). The machine is shared: the JSON
 records the 1-minute load average. Run ``python benchmarks/replay_codecs.py --help``; results go to
 ``benchmarks/results/replay_codecs.json``.
@@ -37,6 +38,7 @@ import click  # noqa: E402
 import numpy as np  # noqa: E402
 from numcodecs import LZ4, Blosc, Zstd  # noqa: E402
 
+from replay.aligned_lz4 import ALIGNED  # noqa: E402
 from replay.chunk_decode import LZ4 as LZ4_KIND  # noqa: E402
 from replay.chunk_decode import LZ4DICT as LZ4DICT_KIND  # noqa: E402
 from replay.chunk_decode import ZSTD as ZSTD_KIND  # noqa: E402
@@ -66,8 +68,8 @@ class LZ4HC:
 
 
 class LZ4Dict:
-    """The store's ``"lz4dict"`` chunks (`replay.chunk_encode`): the first frame raw, the others LZ4 HC at
-    ``level`` with it as dictionary."""
+    """The store's ``"lz4dict"`` chunks (`replay.chunk_encode`): the first frame raw, the others LZ4 blocks
+    with it as dictionary, written by LZ4 HC at ``level`` or by the aligned parse (``ALIGNED``)."""
 
     def __init__(self, level: int) -> None:
         self.enc = ChunkEncode("lz4dict", level)
@@ -105,7 +107,9 @@ CODECS = {
     "lz4hc-4": lambda: LZ4HC(4),
     "lz4hc-9": lambda: LZ4HC(9),
     "lz4hc-2-xor": lambda: XorDelta(LZ4HC(2)),
+    "lz4dict-aligned": lambda: LZ4Dict(ALIGNED),
     "lz4dict-2": lambda: LZ4Dict(2),
+    "lz4dict-6": lambda: LZ4Dict(6),
     "lz4dict-9": lambda: LZ4Dict(9),
     "lz4-xor": lambda: XorDelta(LZ4(acceleration=1)),
     "blosc-lz4-bitshuffle": lambda: Blosc("lz4", 5, Blosc.BITSHUFFLE),
@@ -229,10 +233,11 @@ def main(n_frames: int, game: str, chunks: str, window: int, synthetic: bool, ou
         raw = sum(p.nbytes for p in pieces)
         for name, make in CODECS.items():
             codec = make()
+            buf = np.empty(pieces[0].nbytes, dtype=np.uint8)
+            codec.decode(codec.encode(pieces[0]), out=buf)  # untimed: compiled paths load or compile here
             t0 = time.perf_counter()
             encoded = [codec.encode(p) for p in pieces]
             t_enc = time.perf_counter() - t0
-            buf = np.empty(pieces[0].nbytes, dtype=np.uint8)
             t0 = time.perf_counter()
             for e in encoded:
                 codec.decode(e, out=buf)
