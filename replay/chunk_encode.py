@@ -129,7 +129,7 @@ def verify_chunks(blob, ks, sizes, sums):  # pragma: no cover - numba
     at = 0
     for i in range(ks.shape[0]):
         n = sizes[i]
-        if n < 0 or at + n > blob.shape[0] or chunk_checksum(blob, at, n, ks[i]) != sums[i]:
+        if n < 0 or n > blob.shape[0] - at or chunk_checksum(blob, at, n, ks[i]) != sums[i]:  # no overflow
             return i
         at += n
     return -1

@@ -149,7 +149,7 @@ def frame_episode(first: int, n: int) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.parametrize("codec", ["lz4", "zstd", "lz4dict"])
-@pytest.mark.parametrize("fault", ["blob", "length", "checksum"])
+@pytest.mark.parametrize("fault", ["blob", "length", "checksum", "huge length"])
 def test_a_chunk_changed_in_memory_is_refused_at_restore_naming_it(tmp_path, codec, fault):
     s = frames_store(codec)
     with s.writer() as w:
@@ -161,6 +161,8 @@ def test_a_chunk_changed_in_memory_is_refused_at_restore_naming_it(tmp_path, cod
     with s.storage.shards[0]:
         if fault == "blob":
             ring.arena[ring.table[slot, 1] + ring.table[slot, 2] // 2] ^= 0x10
+        elif fault == "huge length":  # the records' running offset plus it overflows int64
+            ring.table[slot, 2] = np.iinfo(np.int64).max
         else:
             ring.table[slot, 2 if fault == "length" else 3] += 1
     s.checkpoint(tmp_path)
