@@ -103,7 +103,7 @@ def update_words(
     state : numpy.ndarray, uint8 [S, C]
         The selector's item states (1: live).
     priority, weights : numpy.ndarray, float64 [S, C]
-        The selector's priorities and weight-tree leaves.
+        The selector's priorities and weight-tree leaves (``weights`` [S, 1] when not ``weighted``).
     wtree : numpy.ndarray, float64 [S, 2 size] (or [S, 1] when not ``weighted``)
         The selector's weight (sum) trees.
     size : int
@@ -298,12 +298,13 @@ def _update(words, keys, p):  # pragma: no cover - numba
         floors[s] = max(0, written - capacity)
     size = words[U_SIZE]
     wcols = words[U_WTREE_COLS]
+    leaves = capacity if words[U_WEIGHTED] else 1  # the weights' columns: [S, 1] when not weighted
     restored = int64_at(words[U_RESTORED], s_count if words[U_RESTORED_ON] else 0)
     applied, top = write_updates(
         keys, p, capacity, floors, ingested, words[U_INCARNATION], restored,
         uint8_at(words[U_STATE], s_count * capacity).reshape((s_count, capacity)),
         float64_at(words[U_PRIORITY], s_count * capacity).reshape((s_count, capacity)),
-        float64_at(words[U_WEIGHTS], s_count * capacity).reshape((s_count, capacity)),
+        float64_at(words[U_WEIGHTS], s_count * leaves).reshape((s_count, leaves)),
         float64_at(words[U_WTREE], s_count * wcols).reshape((s_count, wcols)),
         size, floats[U_EXPONENT], words[U_WEIGHTED] != 0, scratch[s_count:],
     )
