@@ -73,6 +73,27 @@ def assert_trees_rebuilt(store: ReplayStore) -> None:
         np.testing.assert_array_equal(t[1:], want[1:])
 
 
+def by_hand(store: ReplayStore, keys: np.ndarray, p: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:
+    """The count, priorities and touched (shard, slot) mask an update of a store of incarnation 0 with
+    every commit ingested must give: the key rule of docs/architecture.md#keys in numpy, from the
+    shards' write positions and floors and the item states (not the kernels under test)."""
+    st = store.table.state
+    cap = store.storage.capacity
+    wp = np.array([sh.write_pos for sh in store.storage.shards])
+    np.testing.assert_array_equal(store.table.ingested, wp)  # else ingesting would change the state
+    floor = np.array([sh.floor for sh in store.storage.shards])
+    shard, anchor, back = decode_keys(keys)
+    slot = anchor % cap
+    ok = (key_incarnations(keys) == 0) & (anchor < wp[shard]) & (anchor - back >= floor[shard])
+    ok &= st.state[shard, slot] == 1
+    priority = st.priority.copy()
+    touched = np.zeros(priority.shape, dtype=bool)
+    for s, c, v in zip(shard[ok].tolist(), slot[ok].tolist(), p[ok].tolist(), strict=True):
+        priority[s, c] = v  # in order: a later duplicate wins
+        touched[s, c] = True
+    return int(ok.sum()), priority, touched
+
+
 def twins(mm, shards: int, capacity: int, selector, mts: int, lengths: list[int]):
     stores = [
         ReplayStore(
@@ -124,10 +145,17 @@ def test_compiled_update_equals_the_checked_path(mm, shards, capacity, selector,
         rng.shuffle(mixed)
         p = rng.uniform(0.0, 5.0, mixed.size)
         p[rng.random(mixed.size) < 0.1] = 0.0
+        count, priority, touched = by_hand(fast, mixed, p)
         got = fast.update_priorities(torch.from_numpy(mixed.copy()), torch.from_numpy(p.copy()))
         want = slow.update_priorities(mixed, p.tolist())  # a list: the checked path
-        assert got == want <= mixed.size - 5  # the other incarnation and the unwritten: never
+        assert got == want == count <= mixed.size - 5  # the other incarnation and the unwritten: never
         assert_same(selector_arrays(fast), selector_arrays(slow))
+        state = fast.table.state
+        np.testing.assert_array_equal(state.priority, priority)
+        if state.wtree.shape[1] > 1:  # the touched leaves: p ** exponent (numpy's pow and libm's: 1 ulp)
+            np.testing.assert_allclose(
+                state.weights[touched], priority[touched] ** state.selector.exponent, rtol=1e-15, atol=0
+            )
         assert_trees_rebuilt(fast)
         for b in batches:
             b.release()
