@@ -4,7 +4,8 @@ Twin stores (same spec, seed and writes) take the same updates, one through the 
 and numpy arrays) and one through the checked Python path (priorities as a list, which the compiled
 call does not take): under hypothesis (shards, capacity, ring wraps, ``max_times_sampled``, Uniform or
 Prioritized, stale, repeated and other-incarnation keys) both return the same count and leave the same
-priorities, weights, weight trees and largest priority bit for bit, and every tree equals its full
+priorities, weights, weight trees and largest priority bit for bit, the count and priorities equal a
+numpy oracle of the key rule (both paths share `write_updates`), and every tree equals its full
 rebuild from its leaves. Also: float32 tensors, commits the table has not ingested (the call's `STALE`),
 keys of another store (refused, nothing changed) and of a restored store's checkpoint (accepted).
 """
