@@ -176,10 +176,11 @@ def demo(ctx: click.Context, task: str, dataset: str | None, minutes: float | No
     ``--task all``, ``--dataset``, ``--epochs`` and ``--lr`` apply to recommend, and node-classification
     runs with its defaults.
     """
-    for folder, option in ((plot_dir, "--plot"), (logdir, "--logdir")):
-        if folder is not None:
-            writable_folder(folder, option)
     tasks = list(DEMO_TASKS) if task == "all" else [task]
+    plot_files = ("demo_curves.json", *(f"demo_{t}.png" for t in tasks))
+    for folder, option, files in ((plot_dir, "--plot", plot_files), (logdir, "--logdir", ())):
+        if folder is not None:
+            writable_folder(folder, option, files)
     curves = _curve_sink(plot_dir, logdir)
     t_demo = time.perf_counter()
     name = tasks[0]
@@ -503,9 +504,12 @@ def bench(only: str, out_dir: str, plot_dir: str | None, from_json: str | None,
 
     if from_json is not None and plot_dir is None:
         raise click.UsageError("--from-json only plots: give --plot DIR too")
-    for folder, option in ((plot_dir, "--plot"), (None if from_json else out_dir, "--out")):
+    names = [n.strip() for n in only.split(",") if n.strip()]
+    outs = (bench_mod.FILE_NAME, *(f"{n}{ext}" for n in names for ext in (".json", ".log")))
+    for folder, option, files in ((plot_dir, "--plot", tuple(f"bench_{n}.png" for n in names)),
+                                  (None if from_json else out_dir, "--out", outs)):
         if folder is not None:
-            writable_folder(folder, option)
+            writable_folder(folder, option, files)
     if plot_dir is not None:
         from graphrl.plots import require_matplotlib
 
@@ -514,7 +518,6 @@ def bench(only: str, out_dir: str, plot_dir: str | None, from_json: str | None,
         except ImportError as err:
             raise click.ClickException(str(err)) from None
     if from_json is None:
-        names = [n.strip() for n in only.split(",") if n.strip()]
         try:
             record = bench_mod.run_benchmarks(names, out_dir, folder=bench_dir, echo=click.echo)
         except ValueError as err:

@@ -29,7 +29,7 @@ __all__ = ["new_folder", "writable_folder"]
 PROBE_PREFIX = ".graphrl-write-probe-"
 
 
-def writable_folder(path: str | os.PathLike, option: str) -> Path:
+def writable_folder(path: str | os.PathLike, option: str, files: tuple[str, ...] = ()) -> Path:
     """Create ``path`` and prove a file can be created in it, or refuse with a click error.
 
     Parameters
@@ -38,6 +38,8 @@ def writable_folder(path: str | os.PathLike, option: str) -> Path:
         The folder a command will write into.
     option : str
         The option that named it (``"--out"``), for the message.
+    files : tuple of str
+        Names of the files the command will write there (replacing earlier ones): none may be a folder.
 
     Returns
     -------
@@ -49,9 +51,14 @@ def writable_folder(path: str | os.PathLike, option: str) -> Path:
     click.BadParameter
         The folder cannot be created, or no file can be created in it; the message names ``option``,
         ``path`` and the OS's reason ("Permission denied", "Not a directory", "Read-only file system").
+        Or one of ``files`` is a folder there ("Is a directory").
     """
     folder = Path(path)
     _probe(folder, folder, option)
+    for name in files:
+        if (folder / name).is_dir():
+            raise click.BadParameter(f"cannot write to {str(folder / name)!r}: {os.strerror(errno.EISDIR)}",
+                                     param_hint=f"'{option}'")
     return folder
 
 

@@ -119,7 +119,7 @@ def recommend(data_root, loss, negatives, temperature, layers, embedding_dim, ba
               item_bias, propagation, fanouts, sampler, refit, threads, out_dir, progress) -> None:
     """LightGCN on Gowalla: full-graph propagation, validation split, early stopping, best model kept."""
     if out_dir is not None:  # refused now, not after an hour of training (nor after importing torch)
-        writable_folder(out_dir, "--out")
+        writable_folder(out_dir, "--out", RUN_FILES)
     try:
         fan = tuple(int(x) for x in fanouts.split(","))
     except ValueError:

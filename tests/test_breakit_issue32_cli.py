@@ -44,7 +44,7 @@ def test_partition_refuses_an_out_it_cannot_create_before_making_the_graph(tmp_p
     want = {"under a file": "Not a directory", "not empty": "exists and is not an empty folder",
             "a file": "is a file"}[case]
     assert want in result.output, result.output
-    assert seconds < 1.0, f"refused only after {seconds:.1f} s: {result.output}"
+    assert seconds < 2.0, f"refused only after {seconds:.1f} s: {result.output}"
     assert (tmp_path / "a_file").read_text() == "x\n"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith((".tmp-", ".graphrl-write-probe-"))]
 
@@ -55,6 +55,28 @@ def test_partition_into_an_empty_folder_and_a_new_one_under_new_parents(tmp_path
         result, _ = _invoke(["partition", str(out), "--size", "300,1500", "--parts", "2", "--method", "ldg"])
         assert result.exit_code == 0, result.output
         assert (out / "MANIFEST.json").is_file() or any(out.iterdir())
+
+
+@pytest.mark.parametrize("case", ["train best.pt", "train curve.json", "bench replay.json",
+                                  "bench bench.json", "bench --plot", "demo --plot"])
+def test_an_output_file_that_is_a_folder_is_refused_before_any_work(tmp_path, tiny_gowalla, case):
+    """The folder can be written, but a file the command will write there is a folder: it trained (or
+    ran the benchmarks) and failed only when it saved."""
+    out = tmp_path / "out"
+    command, name = case.split(" ")
+    blocked = {"--plot": "bench_replay.png" if command == "bench" else "demo_recommend.png"}.get(name, name)
+    (out / blocked).mkdir(parents=True)
+    option = "--plot" if name == "--plot" else "--out"
+    args = {"train": ["train", "recommend", "--data-root", str(tiny_gowalla), "--epochs", "1",
+                      "--out", str(out)],
+            "bench": ["bench", "--only", "replay", option, str(out)]
+            + ([] if option == "--out" else ["--out", str(tmp_path / "results")]),
+            "demo": ["demo", "--task", "recommend", "--plot", str(out)]}[command]
+    result, seconds = _invoke(args)
+    assert result.exit_code == 2, result.output
+    assert f"'{option}'" in result.output and "Is a directory" in result.output, result.output
+    assert str(out / blocked) in result.output.replace("\n", ""), result.output
+    assert seconds < 2.0, f"refused only after {seconds:.1f} s: {result.output}"
 
 
 # ------------------------------------------------------------------------------ a signal while saving
@@ -168,7 +190,7 @@ def test_a_bad_graphrl_threads_is_a_usage_error_naming_it_before_any_work(tmp_pa
     result = CliRunner().invoke(main, command, env={"GRAPHRL_THREADS": value})
     assert result.exit_code == 2, result.output  # it was ignored: the run went on with torch's own count
     assert f"GRAPHRL_THREADS {says}" in result.output and value in result.output, result.output
-    assert time.perf_counter() - t0 < 1.0 and torch.get_num_threads() == before
+    assert time.perf_counter() - t0 < 2.0 and torch.get_num_threads() == before
     assert not (tmp_path / "never-made").exists()
 
 
