@@ -129,7 +129,8 @@ def update_words(
     Raises
     ------
     ValueError
-        An array is not C-contiguous or of another dtype.
+        An array is not C-contiguous, of another dtype, or of another shape than the plan's S and C
+        give (the kernel reads and writes them by address).
     """
     for name, arr, dtype in (
         ("plan", plan, np.int64), ("state", state, np.uint8), ("priority", priority, np.float64),
@@ -139,6 +140,16 @@ def update_words(
     ):
         if arr.dtype != dtype or not arr.flags.c_contiguous:
             raise ValueError(f"{name} must be a C-contiguous {np.dtype(dtype).name} array")
+    s, c = int(plan[P_SHARDS]), int(plan[P_CAPACITY])
+    for name, arr, shape in (
+        ("state", state, (s, c)), ("priority", priority, (s, c)),
+        ("weights", weights, (s, c if weighted else 1)), ("wtree", wtree, (s, 2 * size if weighted else 1)),
+        ("ingested", ingested, (s,)), ("repairs", repairs, (2 * s,)), ("max_priority", max_priority, (1,)),
+    ):
+        if arr.shape != shape:
+            raise ValueError(f"{name} has shape {arr.shape}, expected {shape} (the plan's S={s}, C={c})")
+    if scratch.size < 2 * s:
+        raise ValueError(f"scratch holds {scratch.size} words, fewer than 2 S = {2 * s} (see scratch_for)")
     words = np.zeros(WORDS, dtype=np.int64)
     words[U_PLAN], words[U_PLAN_LEN] = plan.ctypes.data, plan.size
     words[U_STATE], words[U_PRIORITY] = state.ctypes.data, priority.ctypes.data

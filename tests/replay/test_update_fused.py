@@ -185,6 +185,8 @@ def test_commits_not_ingested_take_the_checked_path_with_the_same_result(mm):
         repairs = np.zeros(4, dtype=np.int64)
         scratch = np.zeros(4 + keys.numel(), dtype=np.int64)
         words = table.state.update_words(table.plan, table.priority_limit, table.ingested, repairs, scratch)
+        with pytest.raises(ValueError, match=r"ingested has shape \(3,\), expected \(2,\)"):  # by address
+            table.state.update_words(table.plan, 1.0, np.zeros(3, np.int64), repairs, scratch)
         p = np.linspace(0.5, 2.0, keys.numel())
         with table.lock:
             assert update_locked(words.ctypes.data, keys.numpy(), 0, p, 0, P_ARRAY, p.size) == -1
