@@ -6,7 +6,7 @@ episode: most of a step's bytes equal the key's byte at the same offset (the bac
 score), and the bytes that differ are a few short runs (the moving sprites). `encode_aligned` writes the
 step as literals for the differing runs and one match for each run of at least ``min_match`` equal
 bytes, its offset the row's length (the key's byte at the same position, in LZ4's dictionary mode).
-It searches nothing: one vectorised comparison and a pass over the differing bytes, several times
+It searches nothing: one pass comparing the step with the key a word at a time, several times
 faster than LZ4 HC; its blocks hold as few, long matches as the frames allow, which LZ4 decodes fastest
 (its cost is per sequence). The blocks are ordinary LZ4 blocks: ``LZ4_decompress_safe_usingDict``
 with the key decodes them, as it decodes LZ4 HC's.
@@ -21,6 +21,8 @@ Reverb's chunkers (the key-frame idea of compressing steps against one step of t
 
 from __future__ import annotations
 
+import sys
+
 import numba as nb
 import numpy as np
 
@@ -32,6 +34,7 @@ ALIGNED = -1  # `replay.chunk_encode`'s level of "lz4dict" for this parse (LZ4 H
 MIN_MATCH = 4  # equal runs shorter than this stay literals (LZ4's own minimum is 4)
 _LAST_LITERALS = 5  # LZ4: a block ends with at least 5 literals
 _MF_LIMIT = 12  # LZ4: the last match starts at least 12 bytes before the block's end
+_LITTLE = sys.byteorder == "little"
 
 
 @nb.njit(cache=True, nogil=True)
@@ -45,7 +48,7 @@ def _length(dst, at, v):  # pragma: no cover - numba
     return at + 1
 
 
-@nb.njit(cache=True, nogil=True)
+@nb.njit(cache=True, nogil=True, inline="always")
 def _sequence(src, s0, lit_from, lit_to, match, n, dst, at):  # pragma: no cover - numba
     """One sequence: literals ``src[s0 + lit_from : s0 + lit_to]`` then a match of ``match`` bytes at
     offset ``n`` (none when 0: the block's last literals); returns the byte after it."""
@@ -66,6 +69,31 @@ def _sequence(src, s0, lit_from, lit_to, match, n, dst, at):  # pragma: no cover
     return at
 
 
+@nb.njit(cache=True, nogil=True, inline="always")
+def _next_differing(a, b, src, s0, key, k0, p, n):  # pragma: no cover - numba
+    """The first ``q >= p`` with ``src[s0 + q] != key[k0 + q]``, or ``n``; ``a`` and ``b`` are the two
+    ranges' first ``n // 8`` words (uint64 views, little-endian: byte ``8 w + i`` is bits ``8 i ..``),
+    compared a word at a time."""
+    w = p // 8
+    if w < a.shape[0]:
+        x = (a[w] ^ b[w]) >> np.uint64(8 * (p % 8))
+        if x == 0:
+            w += 1
+            while w < a.shape[0] and a[w] == b[w]:
+                w += 1
+            p = 8 * w
+            if w < a.shape[0]:
+                x = a[w] ^ b[w]
+        if x != 0:
+            while x & np.uint64(0xFF) == 0:
+                x >>= np.uint64(8)
+                p += 1
+            return p
+    while p < n and src[s0 + p] == key[k0 + p]:
+        p += 1
+    return p
+
+
 @nb.njit(cache=True, nogil=True)
 def encode_aligned(src, s0, key, k0, n, min_match, dst, at, cap):  # pragma: no cover - numba
     """``src[s0 : s0 + n]`` (uint8) as one LZ4 block for the dictionary ``key[k0 : k0 + n]`` (the same
@@ -79,20 +107,22 @@ def encode_aligned(src, s0, key, k0, n, min_match, dst, at, cap):  # pragma: no 
     """
     if n >= 65536:
         return -1
-    diff = np.flatnonzero(src[s0 : s0 + n] != key[k0 : k0 + n])
+    words = n // 8 if _LITTLE else 0  # the word compare reads bytes in little-endian order
+    a = src[s0 : s0 + 8 * words].view(np.uint64)
+    b = key[k0 : k0 + 8 * words].view(np.uint64)
     need = max(min_match, 4)
     last = n - _LAST_LITERALS  # a match ends at or before this byte
     anchor = 0  # the first byte not yet written
     run = 0  # the first byte of the current run of equal bytes
-    for j in range(diff.shape[0] + 1):
-        stop = min(diff[j] if j < diff.shape[0] else n, last)
+    while run < n:
+        end = _next_differing(a, b, src, s0, key, k0, run, n)  # the equal run is [run, end)
+        stop = min(end, last)
         if run + _MF_LIMIT < n and stop - run >= need:
             if at + (run - anchor) + (run - anchor) // 255 + 4 + (stop - run) // 255 + 1 > cap:
                 return -1
             at = _sequence(src, s0, anchor, run, stop - run, n, dst, at)
             anchor = stop
-        if j < diff.shape[0]:
-            run = diff[j] + 1
+        run = end + 1
     if at + (n - anchor) + (n - anchor) // 255 + 2 > cap:
         return -1
     return _sequence(src, s0, anchor, n, 0, n, dst, at)

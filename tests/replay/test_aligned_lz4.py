@@ -52,12 +52,16 @@ def sequences(block: bytes) -> list[tuple[int, int, int]]:
     return out
 
 
-def encode(src: np.ndarray, key: np.ndarray, min_match: int = MIN_MATCH,
-           cap: int | None = None) -> np.ndarray | None:
+def encode(src: np.ndarray, key: np.ndarray, min_match: int = MIN_MATCH, cap: int | None = None,
+           shift: tuple[int, int] = (0, 0)) -> np.ndarray | None:
+    """`encode_aligned` of ``src`` against ``key``, each placed ``shift`` bytes into a larger array."""
     n = src.size
+    s0, k0 = shift
+    big_src, big_key = np.zeros(n + s0 + 3, np.uint8), np.zeros(n + k0 + 5, np.uint8)
+    big_src[s0 : s0 + n], big_key[k0 : k0 + n] = src, key
     dst = np.full(n + n // 255 + 16 + 8, 0xAB, np.uint8)
     cap = n + n // 255 + 16 if cap is None else cap
-    end = encode_aligned(src, 0, key, 0, n, min_match, dst, 0, cap)
+    end = encode_aligned(big_src, s0, big_key, k0, n, min_match, dst, 0, cap)
     assert (dst[max(cap, 0) :] == 0xAB).all()  # nothing written past cap
     return dst[:end] if end >= 0 else None
 
@@ -75,15 +79,15 @@ def test_a_hand_worked_block():
 
 @settings(max_examples=40, deadline=None)
 @given(n=st.integers(1, 3000), seed=st.integers(0, 2**31 - 1), runs=st.integers(0, 12),
-       min_match=st.sampled_from([1, 4, 16, 64]))
-def test_blocks_decode_with_lz4_to_the_step_and_match_only_the_same_byte(n, seed, runs, min_match):
+       min_match=st.sampled_from([1, 4, 16, 64]), shift=st.tuples(st.integers(0, 9), st.integers(0, 9)))
+def test_blocks_decode_with_lz4_to_the_step_and_match_only_the_same_byte(n, seed, runs, min_match, shift):
     rng = np.random.default_rng(seed)
     key = rng.integers(0, 4, n, dtype=np.uint8)  # few values: other offsets would match too
     src = key.copy()
     for _ in range(runs):  # runs of changed bytes, some of them at the ends
         a = int(rng.integers(0, n))
         src[a : a + int(rng.integers(1, 40))] = rng.integers(0, 256, dtype=np.uint8)
-    block = encode(src, key, min_match)
+    block = encode(src, key, min_match, shift=shift)  # the ranges anywhere in their arrays
     assert np.array_equal(lz4_decode(block, key), src)
     seqs = sequences(block.tobytes())
     assert seqs[-1][1:] == (0, 0) and (n < 13 or seqs[-1][0] >= 5)  # ends with 5 literals or more
