@@ -243,27 +243,27 @@ def decode_jobs(kind, dctx, arena, jobs, nj, chunk, row_bytes, out, verify):  # 
     """The unlocked half: decompress ``jobs[:nj]`` (`plan_windows`) from ``arena`` into ``out``.
 
     With ``verify``, each job's chunk bytes are checked against its checksum first (once for
-    consecutive jobs of one chunk). A job of a whole chunk is decompressed in place; others through a
-    scratch chunk, decoded once for consecutive jobs of one chunk (LZ4: only up to the job's last
-    row); "lz4dict" rows decode one by one, straight into ``out``. A job whose bytes fail the checksum
-    or do not decompress (reused meanwhile, or damaged) has its rows zeroed and its row ``jobs[j, 5]``
-    set to -1 - window; returns how many failed.
+    consecutive jobs of one chunk with equal records). A job of a whole chunk is decompressed in
+    place; others through a scratch chunk, decoded once for consecutive jobs of one chunk (LZ4: only
+    up to the job's last row); "lz4dict" rows decode one by one, straight into ``out``. A job whose
+    bytes fail the checksum or do not decompress (reused meanwhile, or damaged) has its rows zeroed
+    and its row ``jobs[j, 5]`` set to -1 - window; returns how many failed.
     """
     chunk_bytes = chunk * row_bytes
     scratch = np.empty(chunk_bytes if chunk > 1 else 0, dtype=np.uint8)
     held = -1  # the arena offset whose chunk the scratch holds (its first ``have`` bytes)
     have = 0
-    checked = -1  # the arena offset of the last chunk whose checksum held, and its chunk index
-    checked_k = -1
+    checked = -1  # the last job whose chunk record (offset, length, index, checksum) held
     failed = 0
     for j in range(nj):
         off, size, o, w, r = jobs[j, 0], jobs[j, 1], jobs[j, 2], jobs[j, 3], jobs[j, 4]
-        ok = checked == off and checked_k == jobs[j, 6]
-        if not ok:
-            ok = off >= 0 and size >= 0 and off + size <= arena.shape[0] and (not verify or
+        ok = checked >= 0 and (jobs[checked, 0] == off and jobs[checked, 1] == size
+                               and jobs[checked, 6] == jobs[j, 6] and jobs[checked, 7] == jobs[j, 7])
+        if not ok:  # the bound as size <= arena - off: off + size may overflow int64
+            ok = off >= 0 and size >= 0 and size <= arena.shape[0] - off and (not verify or
                 chunk_checksum(arena, off, size, jobs[j, 6]) == jobs[j, 7])
             if ok:
-                checked, checked_k = off, jobs[j, 6]
+                checked = j
             else:
                 checked = held = -1
         if not ok:

@@ -17,10 +17,12 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the Ray backend needs ray: pip install 'graphrl[ray]'")
 
-from graphrl.memory import MemoryBudgetError  # noqa: E402
+from graphrl.memory import MemoryBudgetError, MemoryManager  # noqa: E402
 from replay import Fifo, MinSize, Queue, ReplayStore, TrajectorySpec, Uniform  # noqa: E402
+from replay.chunk_codec import ChunkRing  # noqa: E402
 from replay.chunk_decode import free_zstd_context, new_zstd_context  # noqa: E402
 from replay.distributed import RayReplayStore  # noqa: E402
+from replay.distributed.chunk_transport import CODEC_KINDS, gather_chunks, pack_field, unpack_field  # noqa: E402
 from replay.distributed.shard import ShardActor  # noqa: E402
 from replay.distributed.transport import place  # noqa: E402
 
@@ -222,3 +224,26 @@ def test_a_chunk_damaged_in_transit_raises_naming_the_shard_field_and_chunk(clus
     finally:
         free_zstd_context(dctx)
         shard.close()
+
+
+@pytest.mark.parametrize("codec", ["lz4", "zstd", "lz4dict"])
+def test_a_later_run_whose_chunk_record_changed_in_transit_is_refused(codec):
+    # a chunk read by several runs is verified once; a later run whose length changed to the raw chunk's
+    # (its record differs from the verified run's) must be verified, not read as raw rows
+    ring = ChunkRing.create(MemoryManager(), "img", (3, 16), np.uint8, codec, capacity=32, chunk=4,
+                            arena_bytes=4096)
+    ring.write(steps(np.arange(22, dtype=np.int64))["img"], 0)
+    first = np.array([0, 2, 6, 10, 14, 17], np.int64)  # windows of 3 over chunks 0 .. 4, two runs in chunk 0
+    n, dst = np.full(6, 3, np.int64), np.zeros(6, np.int64)
+    pack = pack_field(ring, 1, CODEC_KINDS[codec], first, n, dst, 3, 0)
+    blob = gather_chunks(ring, pack)
+    runs = np.flatnonzero(pack.jobs[:, 6] == 0)
+    assert len(runs) == 2 and pack.jobs[runs[1], 0] + ring.chunk_bytes <= blob.size  # read raw, it fits
+    pack.jobs[runs[1], 1] = ring.chunk_bytes
+    out = np.zeros(6 * 3 * ring.chunk_bytes // 4, np.uint8)
+    dctx = new_zstd_context()
+    try:
+        with pytest.raises(RuntimeError, match=r"shard 0, field 'img': compressed chunk 0 it shipped failed"):
+            unpack_field(pack, blob, out, 0, 3, ring.chunk_bytes // 4, dctx)
+    finally:
+        free_zstd_context(dctx)
