@@ -112,3 +112,21 @@ def test_short_rows_choose_subsets_with_successive_sampling_probabilities():
     assert set(chosen) <= set(probs)
     observed = [chosen.count(s) for s in probs]
     assert chisquare(observed, [p * rows for p in probs.values()]).pvalue > 1e-4
+
+
+def test_short_pair_of_rows_with_different_counts_equals_each_row_alone():
+    rng = np.random.default_rng(5)
+    rows, k = 40, 12
+    indptr, weights, excl = short_layer(rng, rows, k)
+    bounds = np.searchsorted(excl, indptr)
+    acc, acc2 = np.zeros(ref.SHORT_ROW_MAX), np.zeros(ref.SHORT_ROW_MAX)
+    for r in range(0, rows, 2):
+        c, c2 = (k, int(rng.integers(1, k))) if r % 4 else (int(rng.integers(1, k)), k)
+        args = [(bounds[q], bounds[q + 1], indptr[q], indptr[q + 1], np.uint64(rng.integers(0, 2**63)), n)
+                for q, n in ((r, c), (r + 1, c2))]
+        alone = np.zeros(c + c2, dtype=np.int64)
+        short_row(weights, excl, *args[0], acc, alone, 0)
+        short_row(weights, excl, *args[1], acc, alone, c)
+        paired = np.zeros(c + c2, dtype=np.int64)
+        short_pair(weights, excl, *args[0], acc, paired, 0, *args[1], acc2, c)
+        assert np.array_equal(paired, alone)
