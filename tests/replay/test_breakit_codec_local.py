@@ -237,3 +237,23 @@ def test_a_checkpoint_of_the_format_before_chunk_checksums_is_refused_clearly(tm
     with pytest.raises(CheckpointError, match=r"version 2, expected 'graphrl.replay' version 3 \(an older "
                        "format: its compressed chunks carry no checksums"):
         ReplayStore.restore(tmp_path)
+
+
+@pytest.mark.parametrize("codec", ["lz4", "zstd", "lz4dict"])
+@pytest.mark.parametrize("noise", [False, True])  # True: every chunk stored raw
+def test_a_ring_read_of_a_chunk_whose_arena_bytes_changed_raises_naming_it(codec, noise):
+    frames = frame_episode(0, 12)["obs"]
+    if noise:
+        frames = np.random.default_rng(5).integers(0, 256, frames.shape, dtype=np.uint8)
+    ring = ChunkRing.create(MemoryManager(), "obs", (4, 40), np.uint8, codec, capacity=16, chunk=4,
+                            arena_bytes=8192)
+    ring.write(frames, 0)
+    out = np.empty((4, 4, 40), np.uint8)
+    ring.read(np.arange(4, 8), out)
+    assert np.array_equal(out, frames[4:8])
+    assert (ring.table[1, 2] == ring.chunk_bytes) == noise
+    ring.arena[ring.table[1, 1] + ring.table[1, 2] // 2] ^= 0x01
+    ring.read(np.arange(4, 8), out)  # the decoded chunk kept: its bytes are not read again
+    ring.read(np.arange(0, 4), out)
+    with pytest.raises(ValueError, match=r"field 'obs': chunk 1 fails its checksum"):
+        ring.read(np.arange(4, 8), out)
