@@ -16,7 +16,8 @@ reused only once all its positions are below the shard's floor, docs/architectur
 Each job carries its chunk's index and checksum (`replay.chunk_encode.chunk_checksum`, read from the
 chunk table under the lock), and the learner's decode checks the bytes it received against it before
 decoding them: a chunk damaged in transit (or in the shard's memory) raises naming the shard, the field
-and the chunk, never decodes as other rows.
+and the chunk, never decodes as other rows; a job or copy record pointing outside its window's row, its
+chunk or the tail rows raises too, before any copy.
 
 References
 ----------
@@ -174,6 +175,43 @@ def _copy_rows(tail, copies, base, out):  # pragma: no cover - numba
         copy_bytes(out, base + copies[i, 2], tail, copies[i, 0], copies[i, 1])
 
 
+def _check_records(pack: FieldPack, out_bytes: int, row0: int, length: int, row_bytes: int) -> None:
+    """Raise RuntimeError naming the shard, the field and the word when a job or copy record of ``pack``
+    would write outside its window's row of ``out`` (``out_bytes`` bytes, windows from row ``row0``) or
+    read outside its chunk or ``pack.tail``: the compiled copies check nothing."""
+    wb = length * row_bytes
+    windows = out_bytes // wb - row0  # window rows ``out`` holds from row0 on
+    j, c = pack.jobs, pack.copies
+    win_j, win_c = j[:, 5], c[:, 3]
+    first, rows = j[:, 3], j[:, 4]
+    # each check only on records whose earlier checks held (no int64 overflow in the later ones)
+    ok_wj = (win_j >= 0) & (win_j < windows)
+    ok_first = (first >= 0) & (first < pack.chunk)
+    ok_rows = ok_first & (rows >= 1) & (rows <= pack.chunk - first)
+    ok_out_j = ~(ok_wj & ok_rows) | ((j[:, 2] % row_bytes == 0) & (j[:, 2] >= win_j * wb)
+                                    & (j[:, 2] <= (win_j + 1) * wb - rows * row_bytes))
+    ok_wc = (win_c >= 0) & (win_c < windows)
+    at, nbytes, tail = c[:, 0], c[:, 1], pack.tail.shape[0]
+    ok_at = (at >= 0) & (at % row_bytes == 0) & (at < tail)
+    ok_nbytes = ok_at & (nbytes >= row_bytes) & (nbytes % row_bytes == 0) & (nbytes <= tail - at)
+    ok_out_c = ~(ok_wc & ok_nbytes) | ((c[:, 2] % row_bytes == 0) & (c[:, 2] >= win_c * wb)
+                                      & (c[:, 2] <= (win_c + 1) * wb - nbytes))
+    for what, rec, ok in (
+        ("window", j, ok_wj), ("first row in the chunk", j, ok_first), ("rows", j, ok_rows),
+        ("output byte offset", j, ok_out_j), ("window", c, ok_wc), ("tail byte offset", c, ok_at),
+        ("bytes", c, ok_nbytes), ("output byte offset", c, ok_out_c),
+    ):
+        if not ok.all():
+            i = int(np.flatnonzero(~ok)[0])
+            kind = f"job {i} (chunk {int(rec[i, 6])})" if rec is j else f"open-chunk copy {i}"
+            raise RuntimeError(
+                f"shard {pack.shard}, field {pack.name!r}: the {what} of {kind} it shipped is out of "
+                f"bounds (record {rec[i].tolist()}; chunks of {pack.chunk} steps of {row_bytes} bytes, "
+                f"windows of {length} steps, {windows} window rows from row {row0}, tail of "
+                f"{tail} bytes): the record was damaged in transit or in the shard's memory"
+            )
+
+
 def unpack_field(
     pack: FieldPack, blob: np.ndarray, out: np.ndarray, row0: int, length: int, row_bytes: int, dctx: int
 ) -> None:
@@ -187,7 +225,9 @@ def unpack_field(
     RuntimeError
         A chunk failed its checksum or did not decompress (damaged in transit or in the shard's memory:
         the shard ships only chunks that were intact while it copied them); the message names the
-        shard, the field and the chunk.
+        shard, the field and the chunk. Or a job or copy record would write outside its window's row of
+        ``out`` or read outside its chunk or the tail rows (checked before any copy); the message names
+        the shard, the field and the record's word.
     ValueError
         A zstd field with ``dctx`` 0 (zstd would read a null context).
     """
@@ -196,6 +236,7 @@ def unpack_field(
             f"field {pack.field}: a zstd field needs dctx, a context of "
             f"replay.chunk_decode.new_zstd_context(), got {dctx!r}"
         )
+    _check_records(pack, out.shape[0], row0, length, row_bytes)
     base = row0 * length * row_bytes
     if len(pack.copies):
         _copy_rows(pack.tail, pack.copies, base, out)

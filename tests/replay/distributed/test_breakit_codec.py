@@ -247,3 +247,52 @@ def test_a_later_run_whose_chunk_record_changed_in_transit_is_refused(codec):
             unpack_field(pack, blob, out, 0, 3, ring.chunk_bytes // 4, dctx)
     finally:
         free_zstd_context(dctx)
+
+
+@pytest.mark.parametrize(("table", "word", "damage", "what"), [
+    ("jobs", 2, "next window", "output byte offset"),  # rows of a window written into the next one's
+    ("jobs", 5, "far window", "window"),
+    ("jobs", 3, -1, "first row in the chunk"),
+    ("jobs", 4, "past the chunk", "rows"),
+    ("copies", 2, "next window", "output byte offset"),
+    ("copies", 3, "far window", "window"),
+    ("copies", 0, -1, "tail byte offset"),
+    ("copies", 1, "past the tail", "bytes"),
+])
+def test_a_job_or_copy_record_damaged_in_transit_is_refused_before_any_copy(
+    cluster, table, word, damage, what
+):
+    # the records' output offset, first row and rows went unchecked into compiled copies: a damaged one
+    # wrote out of bounds or put rows into another window, no error
+    sp = spec("lz4", 4)
+    shard = shard_of(sp, 32)
+    b, length, rb = 16, 3, sp["img"].row_bytes
+    try:
+        shard.insert(0, steps(np.arange(0, 30, dtype=np.int64)), True, 10.0)
+        rep = shard.sample(b, length, "tail", 10.0, None)
+        pieces = [[np.array(x) for x in ray.get(p[0])] for p in rep["parts"]]
+        pack = rep["parts"][0][3][0]
+        rec = getattr(pack, table)
+        win = 5 if table == "jobs" else 3
+        assert len(rec) and (rec[:, win] < b - 1).any()
+        i = int(np.flatnonzero(rec[:, win] < b - 1)[0])
+        if damage == "next window":
+            rec[i, word] += length * rb
+        elif damage == "far window":
+            rec[i, word] = b
+        elif damage == "past the chunk":
+            rec[i, word] = pack.chunk - rec[i, 3] + 1
+        elif damage == "past the tail":
+            rec[i, word] = pack.tail.size - rec[i, 0] + rb
+        else:
+            rec[i, word] = damage * rb if table == "copies" else damage
+        out = {n: np.zeros((b, length, *f.shape), f.dtype) for n, f in sp.items()}
+        flat = tuple(out[n].reshape(-1).view(np.uint8) for n in sp)
+        rows = np.array([f.row_bytes for f in sp.values()], np.int64)
+        name = rf"job {i} \(chunk \d+\)" if table == "jobs" else f"open-chunk copy {i}"
+        msg = rf"shard 0, field 'img': the {what} of {name} it shipped is out of bounds"
+        with pytest.raises(RuntimeError, match=msg):
+            place(rep, pieces, flat, np.zeros((b, length), bool), rows, 0, length, False, 0)
+        assert not out["img"].any()  # refused before any copy
+    finally:
+        shard.close()
