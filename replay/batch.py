@@ -181,16 +181,16 @@ class Batch(Mapping[str, torch.Tensor]):
     def stamp(self, issuer: int) -> Batch:
         """Record the store that drew this batch (its ``keys`` bear ``issuer``); return the batch."""
         self.issuer = issuer
-        if type(self._keys) is torch.Tensor:
-            stamp_keys(self._keys, issuer)
+        if isinstance(self._keys, torch.Tensor):
+            self._keys = stamp_keys(self._keys, issuer)
         return self
 
     @property
     def keys(self) -> torch.Tensor:
-        """int64 [B]: the window keys for `ReplayStore.update_priorities`, bearing the issuing store's
-        id (docs/architecture.md#keys)."""
+        """int64 [B]: the window keys for `ReplayStore.update_priorities`, a `replay.keys.ReplayKeys`
+        bearing the issuing store's id (docs/architecture.md#keys)."""
         k = self._keys
-        if type(k) is not torch.Tensor:
+        if isinstance(k, np.ndarray):
             k = self._keys = stamp_keys(torch.from_numpy(k), self.issuer)
         return k
 
@@ -522,6 +522,15 @@ class StagedSlot:
     addresses: np.ndarray | None = None
 
 
+@dataclass
+class _ShapePool:
+    """One shape's staging pool, its layout and the views made for its slots (slot -> views)."""
+
+    pool: StagingPool
+    layout: BatchLayout
+    views: dict[int, StagedSlot]
+
+
 class BatchStaging:
     """A store's staging pools: one per ``(B, L, device)``, at most a few shapes at a time.
 
@@ -553,8 +562,8 @@ class BatchStaging:
         self.slots = int(slots)
         self.timeout = timeout
         self._lock = threading.Lock()
-        self._pools: dict[tuple[int, int, str | None], tuple[StagingPool, BatchLayout]] = {}
-        self._views: dict[tuple[int, int], StagedSlot] = {}
+        self._pools: dict[tuple[int, int, str | None], _ShapePool] = {}
+        self._closed = False
 
     def acquire(
         self, batch: int, window: int, target: torch.device | None, timeout: float | None
@@ -566,21 +575,27 @@ class BatchStaging:
         TimeoutError
             Every slot of the shape stayed held for ``timeout`` seconds.
         ValueError
-            The memory manager's device tier places memory on another device than ``target``.
+            The memory manager's device tier places memory on another device than ``target``, or
+            `close` ran (a pool another thread's new shape evicted is retried, not raised).
         MemoryBudgetError
             A new pool does not fit its tier.
         """
-        entry = self._pools.get((batch, window, None if target is None else str(target)))
-        if entry is None:  # a new shape: made under the lock
-            with self._lock:
-                entry = self._pool(batch, window, target)
-        pool, layout = entry
-        buf = pool.acquire(timeout=timeout)
+        key = (batch, window, None if target is None else str(target))
+        while True:
+            entry = self._pools.get(key)
+            if entry is None:  # a new shape: made under the lock
+                with self._lock:
+                    entry = self._pool(batch, window, target)
+            try:
+                buf = entry.pool.acquire(timeout=timeout)
+                break
+            except ValueError:  # the pool closed: by `close`, or evicted by another thread's new shape
+                if self._closed or self._pools.get(key) is entry:
+                    raise
         try:
-            key = (id(pool), buf.slot)
-            staged = self._views.get(key)
-            if staged is None:
-                staged = self._views[key] = StagedSlot(buf, *self._make_views(layout, buf, target))
+            staged = entry.views.get(buf.slot)
+            if staged is None:  # views die with their pool's entry: no evicted pool's views are reused
+                staged = entry.views[buf.slot] = StagedSlot(buf, *self._make_views(entry.layout, buf, target))
         except BaseException:
             buf.release()
             raise
@@ -602,7 +617,9 @@ class BatchStaging:
         flat = tuple(flat_bytes(buf.tensor[off : off + nbytes]) for off, nbytes in layout.offsets.values())
         return fields, mask, None, flat, None, scratch, scratch_prob, meta, None
 
-    def _pool(self, batch: int, window: int, target: torch.device | None) -> tuple[StagingPool, BatchLayout]:
+    def _pool(self, batch: int, window: int, target: torch.device | None) -> _ShapePool:
+        if self._closed:
+            raise ValueError("the store's staging is closed")
         key = (batch, window, None if target is None else str(target))
         entry = self._pools.get(key)
         if entry is not None:
@@ -634,16 +651,14 @@ class BatchStaging:
             )
         zero_fill(pool.region.tensor())  # touch every page now, not inside the first gathers
         if len(self._pools) >= _MAX_SHAPES:  # keep a few shapes; older pools close (held buffers stay valid)
-            old_pool = self._pools.pop(next(iter(self._pools)))[0]
-            self._views = {k: v for k, v in self._views.items() if k[0] != id(old_pool)}
-            old_pool.close()
-        entry = self._pools[key] = (pool, layout)
+            self._pools.pop(next(iter(self._pools))).pool.close()  # an acquire racing it retries
+        entry = self._pools[key] = _ShapePool(pool, layout, {})
         return entry
 
     def close(self) -> None:
         """Close every pool (batches still held keep their memory until released)."""
         with self._lock:
-            for pool, _ in self._pools.values():
-                pool.close()
+            self._closed = True
+            for entry in self._pools.values():
+                entry.pool.close()
             self._pools.clear()
-            self._views.clear()

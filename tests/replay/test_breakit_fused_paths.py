@@ -257,10 +257,6 @@ def test_a_split_copy_interrupted_by_a_signal_leaves_no_helper_writing(monkeypat
         store.close()
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError, reason=(
-    "replay.batch.BatchStaging.acquire reads its pool outside the lock: another thread's new batch shape "
-    "(the 5th) evicts and closes it before pool.acquire, which raises ValueError('staging pool ... is "
-    "closed'); the fix (retry on a pool closed by eviction, or evict only idle pools) is in replay/batch.py"))
 def test_learner_threads_of_different_batch_shapes_never_see_a_closed_staging_pool(monkeypatch):
     """Learner threads sampling several batch shapes at once (seen in the stress run as a learner's
     ``ValueError: staging pool 'replay.staging' is closed``): here the interleaving is made exact, the
