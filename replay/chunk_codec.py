@@ -477,9 +477,9 @@ class ChunkRing:
         MemoryBudgetError
             The chunks do not fit in this ring's arena.
         ValueError
-            A chunk fails its checksum, its record is malformed, a live chunk is missing, or its bytes
-            do not decompress to one chunk (a corrupt checkpoint); the message names the field and the
-            chunk.
+            A chunk fails its checksum, its record is malformed, a live chunk is missing, its bytes
+            do not decompress to one chunk, or the tail's shape is not the ring's open chunk's (a corrupt
+            checkpoint); the message names the field and the chunk or the shapes.
         """
         chunks = np.asarray(state["chunks"])
         blob = np.asarray(state["blob"], dtype=np.uint8)
@@ -488,6 +488,9 @@ class ChunkRing:
         lo, hi = max(0, nxt - self.capacity) // self.chunk, nxt // self.chunk
         if fault is None and (len(chunks) != hi - lo or len(chunks) and chunks[0, 0] != lo):
             fault = f"chunks are not every live chunk {lo} .. {hi - 1} (it holds {len(chunks)})"
+        tail = np.asarray(state["tail"])
+        if fault is None and tail.shape != self.tail.shape:
+            fault = f"tail has shape {tail.shape}, expected {self.tail.shape} (the open chunk's raw rows)"
         if fault is not None:
             raise ValueError(f"field {self.name!r}: the checkpoint's {fault}")
         if int(chunks[:, 1].sum()) >= self.arena_bytes:
@@ -508,7 +511,7 @@ class ChunkRing:
         self.table[slots, 3] = chunks[:, 2]
         self.table[slots, 0] = chunks[:, 0]
         self._decoded_id = -1
-        self.tail[...] = state["tail"]
+        self.tail[...] = tail
         self.meta[_NEXT] = nxt
         self.meta[_HEAD] = blob.size % self.arena_bytes
 

@@ -3,6 +3,8 @@ positions, arena reuse and checkpoint state round trips (a spawned reader: test_
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -151,6 +153,23 @@ def test_corrupt_checkpoint_chunk_is_named(memory, codec):
             other.load_state(state)
     assert codec == "lz4dict" or n < ring.chunk_bytes
     assert (other.table[:, 0] == -1).all() and other.next_position == 0  # nothing stored
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (1, 3, 5), (4, 15)])
+def test_a_checkpoint_tail_of_another_shape_is_refused_storing_nothing(memory, shape):
+    # a tail of one row was broadcast over the open chunk's rows, no error; one of (4, 15) raised numpy's
+    # broadcast error after the arena and table were stored
+    ring = ChunkRing.create(memory, "obs", SHAPE, np.uint8, "lz4", capacity=16, chunk=4, arena_bytes=4096)
+    ring.write(frames(0, 10), 0)
+    state = ring.state()
+    state["tail"] = np.ones(shape, np.uint8)
+    other = ChunkRing.create(memory, "obs", SHAPE, np.uint8, "lz4", capacity=16, chunk=4, arena_bytes=4096)
+    other.tail[...] = 9
+    msg = rf"field 'obs': the checkpoint's tail has shape {re.escape(str(shape))}, expected \(4, 3, 5\)"
+    with pytest.raises(ValueError, match=msg):
+        other.load_state(state)
+    assert (other.table[:, 0] == -1).all() and other.next_position == 0 and (other.tail == 9).all()
+    assert not other.arena.any()
 
 
 @pytest.mark.parametrize("codec", ["lz4", "lz4dict"])
