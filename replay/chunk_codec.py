@@ -49,7 +49,7 @@ from numcodecs import LZ4, Zstd
 from graphrl.kernels.copies import copy_bytes
 from graphrl.memory import MemoryBudgetError, MemoryManager, Region, RegionHandle
 from replay.chunk_decode import decode_dict_chunk
-from replay.chunk_encode import ChunkEncode, chunk_checksum, verify_chunks
+from replay.chunk_encode import ChunkEncode, chunk_checksum, stored_raw, verify_chunks
 from replay.spec import CODECS
 from replay.sync_kernels import compiler_fence
 
@@ -429,7 +429,7 @@ class ChunkRing:
 
     def _decode(self, data: np.ndarray) -> None:
         """One chunk's bytes into the decoded chunk (raises ``RuntimeError``/``ValueError`` on bad bytes)."""
-        if data.size == self.chunk_bytes:  # stored raw (`replay.chunk_encode`)
+        if stored_raw(data.size, self.chunk_bytes):
             self._decoded.reshape(-1).view(np.uint8)[:] = data
             return
         if self.codec is not None:

@@ -40,7 +40,7 @@ import numcodecs.zstd
 import numpy as np
 
 from graphrl.kernels.copies import copy_bytes, zero_bytes
-from replay.chunk_encode import chunk_checksum
+from replay.chunk_encode import chunk_checksum, stored_raw
 from replay.keys import BACK_BITS, INC_BITS, SHARD_BITS, decode_keys
 
 if TYPE_CHECKING:  # type hints only: the shard's module imports replay.chunk_codec, which imports this one
@@ -119,7 +119,7 @@ def _decompress(kind, dctx, arena, off, size, out, at, nbytes):  # pragma: no co
     ``out[at : at + nbytes]``; True when whole."""
     if off < 0 or off + size > arena.shape[0] or at + nbytes > out.shape[0]:
         return False
-    if size == nbytes:
+    if stored_raw(size, nbytes):
         copy_bytes(out, at, arena, off, nbytes)
         return True
     if size <= _LZ4_HEADER:
@@ -143,7 +143,7 @@ def _dict_rows(arena, off, size, steps, row_bytes, w, r, out, at):  # pragma: no
     hdr = 4 * steps
     if off < 0 or off + size > arena.shape[0] or at + r * row_bytes > out.shape[0]:
         return False
-    if size == steps * row_bytes:  # stored raw
+    if stored_raw(size, steps * row_bytes):
         copy_bytes(out, at, arena, off + w * row_bytes, r * row_bytes)
         return True
     if size < hdr + row_bytes:
@@ -180,7 +180,7 @@ def _decompress_prefix(kind, dctx, arena, off, size, scratch, need):  # pragma: 
     chunk's bytes); returns how many bytes it holds, or -1 when they do not decompress. LZ4 stops
     after ``need`` bytes (its partial decode); zstd decodes the whole chunk."""
     nbytes = scratch.shape[0]
-    if kind == LZ4 and need < nbytes and size != nbytes:
+    if kind == LZ4 and need < nbytes and not stored_raw(size, nbytes):
         if off < 0 or size <= _LZ4_HEADER or off + size > arena.shape[0]:
             return -1
         got = _lz4_decompress_partial(arena[off + _LZ4_HEADER :].ctypes.data, scratch.ctypes.data,

@@ -16,11 +16,12 @@ HC, ``ZSTD_compressCCtx``) over every chunk, with no Python per chunk. Chunk for
   that decode faster.
 
 A chunk that compresses to its raw size or more is stored raw instead (its length is then exactly the
-raw chunk's bytes, which is how readers tell it: a compressed chunk is always shorter), so a chunk never
-takes more than its raw bytes. Each chunk's checksum is XXH64 (zstd's bundled ``ZSTD_XXH64``) of its
-stored bytes seeded with its chunk index (`chunk_checksum`): over the stored bytes, not the raw ones, as
-it is checked before decoding (restore, Ray transport: a decode of some rows cannot check the whole raw
-chunk) and costs a pass over the fewer bytes; the seed ties the bytes to the chunk they belong to.
+raw chunk's bytes, which is how readers tell it, `stored_raw`: a compressed chunk is always shorter), so
+a chunk never takes more than its raw bytes. Each chunk's checksum is XXH64 (zstd's bundled
+``ZSTD_XXH64``) of its stored bytes seeded with its chunk index (`chunk_checksum`): over the stored bytes,
+not the raw ones, as it is checked before decoding (restore, Ray transport: a decode of some rows cannot
+check the whole raw chunk) and costs a pass over the fewer bytes; the seed ties the bytes to the chunk
+they belong to.
 
 `replay.chunk_decode` decompresses them.
 
@@ -53,7 +54,7 @@ from replay.spec import CODECS
 
 __all__ = [
     "LZ4DICT_LEVEL", "LZ4_LEVEL", "ZSTD_LEVEL", "ChunkEncode", "chunk_checksum", "encode_chunks",
-    "verify_chunks",
+    "stored_raw", "verify_chunks",
 ]
 
 LZ4_LEVEL = 2  # LZ4 HC level for "lz4" (0: LZ4's fast mode, acceleration 1); docs/performance.md
@@ -120,6 +121,14 @@ def chunk_checksum(data, at, size, k):  # pragma: no cover - numba
     """The checksum of chunk ``k`` stored as ``data[at : at + size]`` (uint8): XXH64 seeded with ``k``, as
     int64 (the bits of the uint64)."""
     return np.int64(_xxh64(data[at:].ctypes.data, size, np.uint64(k)))
+
+
+@nb.njit(cache=True, nogil=True)
+def stored_raw(length, raw_bytes):  # pragma: no cover - numba
+    """Whether a chunk stored as ``length`` bytes is stored raw: `encode_chunks` stores a chunk that
+    does not compress shorter than its ``raw_bytes`` raw bytes as those bytes, and a compressed chunk
+    is always shorter. Numba-compiled; callable from Python and from compiled readers."""
+    return length == raw_bytes
 
 
 @nb.njit(cache=True, nogil=True)

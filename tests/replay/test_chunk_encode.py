@@ -16,7 +16,7 @@ except ImportError:  # pragma: no cover - the reference is optional
     xxhash = None
 
 from replay.chunk_decode import decode_dict_chunk
-from replay.chunk_encode import LZ4_LEVEL, ZSTD_LEVEL, ChunkEncode, chunk_checksum
+from replay.chunk_encode import LZ4_LEVEL, ZSTD_LEVEL, ChunkEncode, chunk_checksum, stored_raw
 
 
 def rows(n: int, seed: int) -> np.ndarray:
@@ -58,6 +58,7 @@ def test_a_chunk_that_does_not_compress_is_stored_raw(codec):
     assert np.array_equal(blob[:1200], noise[:4].reshape(-1))
     assert sums[0] != sums[1] and sums[0] == chunk_checksum(blob, 0, 1200, 2)
     assert chunk_checksum(blob, 0, 1200, 3) != sums[0]  # the seed ties the bytes to their chunk
+    assert stored_raw(sizes[0], 1200) and not stored_raw(sizes[1], 1200)  # the readers' one rule
 
 
 def test_lz4_chunks_carry_numcodecs_size_prefix_and_compress():
