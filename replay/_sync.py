@@ -28,6 +28,7 @@ import errno
 import logging
 import math
 import platform
+import threading
 import time
 from collections.abc import Callable
 
@@ -38,6 +39,7 @@ logger = logging.getLogger(__name__)
 SLOT_BYTES = 128  # room for a pthread_mutex_t (40 B on glibc) or a futex word, cache-line aligned
 _PTHREAD_PROCESS_SHARED = 1
 _PTHREAD_MUTEX_ROBUST = 1
+_FUTEX_TID_MASK = 0x3FFFFFFF  # a robust mutex's lock word: the owner's thread id, under two flag bits
 _MAX_WAIT_S = 3600.0  # waits without a timeout re-arm every hour (so no timespec overflows)
 _SLICE_S = 1.0  # wait_for re-checks at least this often (a blocked C call delays Python signal handlers)
 
@@ -87,18 +89,33 @@ class SharedMutex:
             _check(_libc.pthread_mutexattr_setrobust(attr, _PTHREAD_MUTEX_ROBUST), "setrobust")
             _check(_libc.pthread_mutex_init(self._ptr, attr), "pthread_mutex_init")
             _libc.pthread_mutexattr_destroy(attr)
+        self._word = buf[:4].view(np.int32)  # glibc's ``__lock``: the owner's tid (robust mutexes)
         self.owner_died = 0  # how many times this process recovered the mutex from a dead holder
 
     def acquire(self) -> bool:
-        """Lock; return True when the previous holder died while holding it (the state may need repair)."""
-        rc = _libc.pthread_mutex_lock(self._ptr)
-        if rc == errno.EOWNERDEAD:
-            _check(_libc.pthread_mutex_consistent(self._ptr), "pthread_mutex_consistent")
-            self.owner_died += 1
-            logger.warning("a process died while holding a replay-store lock; recovering it")
-            return True
-        _check(rc, "pthread_mutex_lock")
+        """Lock; return True when the previous holder died while holding it (the state may need repair).
+
+        A signal handler's exception (`graphrl.interrupts`, ``KeyboardInterrupt``) is raised as the lock
+        call returns, with the mutex taken: it is released again before the exception propagates, since
+        no caller learns that it holds it.
+        """
+        try:
+            rc = _libc.pthread_mutex_lock(self._ptr)
+            if rc == errno.EOWNERDEAD:
+                _check(_libc.pthread_mutex_consistent(self._ptr), "pthread_mutex_consistent")
+                self.owner_died += 1
+                logger.warning("a process died while holding a replay-store lock; recovering it")
+                return True
+            _check(rc, "pthread_mutex_lock")
+        except BaseException:
+            if self.held_here():
+                _libc.pthread_mutex_unlock(self._ptr)
+            raise
         return False
+
+    def held_here(self) -> bool:
+        """Whether this thread holds the mutex (the robust lock word names its owner's thread id)."""
+        return int(self._word[0]) & _FUTEX_TID_MASK == threading.get_native_id()
 
     def release(self) -> None:
         _check(_libc.pthread_mutex_unlock(self._ptr), "pthread_mutex_unlock")

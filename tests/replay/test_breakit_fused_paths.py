@@ -625,12 +625,6 @@ def parked_on_a_lock(tid: int) -> bool:
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/wchan"), reason="needs /proc/<pid>/wchan (Linux)")
-@pytest.mark.xfail(strict=True, reason=(
-    "replay._sync.SharedMutex.acquire: a signal's exception is raised as pthread_mutex_lock's ctypes call "
-    "returns, after the mutex was taken and before acquire returns, so no caller can release it "
-    "(Table._hold_shards counts only the locks whose acquire returned); the fix belongs in replay/_sync.py "
-    "(release when the exception finds the mutex owned by this thread: a robust mutex's word holds the "
-    "owner's tid)"))
 def test_a_signal_while_the_fused_sample_waits_for_a_shard_lock_leaves_it_free():
     """Commits are pending, so the fused sample takes the shard locks in Python (`Table._hold_shards`) and
     waits there while a writer holds one; SIGTERM under `graphrl.interrupts` arrives during the wait. The
