@@ -61,7 +61,7 @@ class LZ4HC:
         self.enc, self.dec = ChunkEncode("lz4", level), LZ4()
 
     def encode(self, piece: np.ndarray) -> bytes:
-        return self.enc.encode(np.ascontiguousarray(piece), len(piece))[0].tobytes()
+        return self.enc.encode(np.ascontiguousarray(piece), len(piece), 0)[0].tobytes()
 
     def decode(self, data: bytes, out: np.ndarray) -> np.ndarray:
         return self.dec.decode(data, out=out)
@@ -75,7 +75,7 @@ class LZ4Dict:
         self.enc = ChunkEncode("lz4dict", level)
 
     def encode(self, piece: np.ndarray) -> bytes:
-        return self.enc.encode(np.ascontiguousarray(piece), len(piece))[0].tobytes()
+        return self.enc.encode(np.ascontiguousarray(piece), len(piece), 0)[0].tobytes()
 
     def decode(self, data: bytes, out: np.ndarray) -> np.ndarray:
         steps = out.size // (84 * 84)

@@ -380,7 +380,8 @@ class ChunkRing:
         Raises
         ------
         ValueError
-            A position not held (below the floor or not yet written).
+            A position not held (below the floor or not yet written), or a chunk read fails its
+            checksum (its arena bytes or record changed; each decoded chunk is verified).
         """
         positions = np.asarray(positions, dtype=np.int64)
         nxt = self.next_position

@@ -15,9 +15,10 @@ may fail to decompress (both decoders bound their reads and writes); `ChunkDecod
 checks that each window of a failed job is below the floor, and raises otherwise. A chunk stored raw
 is copied. Local samples do not check chunk checksums: that is one more pass over each sampled
 chunk, costlier than decoding the one row an "lz4dict" step needs (docs/performance.md); a chunk is
-verified where its bytes come from outside the memory its writer filled: at restore
+verified where its bytes come from outside the memory its writer filled, at restore
 (`replay.chunk_codec.ChunkRing.load_state`) and in transit (`replay.distributed.chunk_transport`,
-``decode_jobs(..., verify=True)``).
+``decode_jobs(..., verify=True)``), and by `replay.chunk_codec.ChunkRing.read` (whole chunks, e.g. the
+store's ``episodes()``).
 
 >>> decode = ChunkDecode(storage)                           # once per sampler
 >>> decode.run(rows, shard, first, n, dst, slot.flat, length)  # then the sampler's staleness check

@@ -118,8 +118,28 @@ _xxh64 = nb.types.ExternalFunction(
 
 @nb.njit(cache=True, nogil=True)
 def chunk_checksum(data, at, size, k):  # pragma: no cover - numba
-    """The checksum of chunk ``k`` stored as ``data[at : at + size]`` (uint8): XXH64 seeded with ``k``, as
-    int64 (the bits of the uint64)."""
+    """The checksum of chunk ``k`` stored as ``data[at : at + size]``: XXH64 (zstd's ``ZSTD_XXH64``)
+    seeded with ``k``. Numba-compiled; callable from Python.
+
+    Parameters
+    ----------
+    data : numpy.ndarray, uint8, contiguous
+        Bytes holding the chunk (an arena, a blob).
+    at, size : int
+        The chunk's byte offset in ``data`` and its stored length in bytes.
+    k : int
+        The chunk's index (the seed: the same bytes as another chunk give another checksum).
+
+    Returns
+    -------
+    numpy.int64
+        The XXH64 digest's 64 bits as int64.
+
+    Raises
+    ------
+    Nothing: bounds are not checked (a compiled kernel trusts its input); the caller keeps
+    ``0 <= at``, ``0 <= size <= data.size - at`` (`verify_chunks` does).
+    """
     return np.int64(_xxh64(data[at:].ctypes.data, size, np.uint64(k)))
 
 
@@ -133,8 +153,26 @@ def stored_raw(length, raw_bytes):  # pragma: no cover - numba
 
 @nb.njit(cache=True, nogil=True)
 def verify_chunks(blob, ks, sizes, sums):  # pragma: no cover - numba
-    """The first chunk record i (chunk ``ks[i]``, ``sizes[i]`` bytes of ``blob`` after the earlier ones)
-    whose bytes run past ``blob`` or whose `chunk_checksum` is not ``sums[i]``; -1 when all hold."""
+    """The first chunk record whose bytes run past ``blob`` or fail their `chunk_checksum`.
+    Numba-compiled; callable from Python.
+
+    Parameters
+    ----------
+    blob : numpy.ndarray, uint8 [sum of sizes], contiguous
+        The chunks' stored bytes, one after another.
+    ks, sizes, sums : numpy.ndarray, int64 [K]
+        Per chunk, in blob order: chunk index, stored length in bytes, checksum.
+
+    Returns
+    -------
+    int
+        The first record ``i`` whose length is negative or runs past ``blob`` or whose checksum is not
+        ``sums[i]``; -1 when all hold (bytes left over after the last are not checked).
+
+    Raises
+    ------
+    Nothing: a bad record is reported by the returned index, never read past ``blob``.
+    """
     at = 0
     for i in range(ks.shape[0]):
         n = sizes[i]
@@ -283,10 +321,11 @@ class ChunkEncode:
         return int(_LIB_ZSTD.ZSTD_compressBound(chunk_bytes))
 
     def encode(
-        self, rows: np.ndarray, chunk: int, first: int = 0
+        self, rows: np.ndarray, chunk: int, first: int
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Compress ``rows`` ``[n * chunk, ...]`` (C-contiguous) as n chunks of ``chunk`` rows, chunk
-        indices ``first .. first + n - 1`` (the checksums' seeds).
+        indices ``first .. first + n - 1`` (the checksums' seeds: required, as a wrong one makes every
+        checksum fail where the chunk is read back).
 
         Returns the chunks' bytes one after another (uint8), each one's length and each one's
         `chunk_checksum` (int64 [n] both).

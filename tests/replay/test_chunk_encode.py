@@ -64,7 +64,7 @@ def test_a_chunk_that_does_not_compress_is_stored_raw(codec):
 def test_lz4_chunks_carry_numcodecs_size_prefix_and_compress():
     data = np.zeros((4, 100), np.uint8)
     enc = ChunkEncode("lz4")
-    blob, sizes, _ = enc.encode(data, 2)
+    blob, sizes, _ = enc.encode(data, 2, first=0)
     assert int.from_bytes(blob[:4].tobytes(), "little") == 200  # numcodecs' header: the raw size
     assert sizes.tolist()[0] < 40 and (LZ4_LEVEL, ZSTD_LEVEL) == (2, 1)
 
@@ -75,7 +75,7 @@ def test_lz4_chunks_carry_numcodecs_size_prefix_and_compress():
 def test_lz4dict_chunks_keep_the_first_step_raw_and_decode_to_the_rows(level, chunk, n, seed):
     data = rows(n * chunk, seed)
     enc = ChunkEncode("lz4dict", level)
-    blob, sizes, _ = enc.encode(data, chunk)
+    blob, sizes, _ = enc.encode(data, chunk, first=0)
     row = data[0].nbytes
     at = 0
     for i, size in enumerate(sizes.tolist()):
@@ -105,8 +105,10 @@ def test_bad_input_raises():
         ChunkEncode("zstd", 0)
     enc = ChunkEncode("zstd")
     with pytest.raises(ValueError, match=r"multiple of chunk=2 long, got shape \(3, 6, 7\)"):
-        enc.encode(rows(3, 0), 2)
+        enc.encode(rows(3, 0), 2, first=0)
     with pytest.raises(ValueError, match="C-contiguous"):
-        enc.encode(rows(4, 0)[::2], 1)
+        enc.encode(rows(4, 0)[::2], 1, first=0)
+    with pytest.raises(TypeError, match="first"):  # no default: a forgotten one seeded every checksum 0
+        enc.encode(rows(4, 0), 2)
     enc.close()
     enc.close()  # twice is harmless
