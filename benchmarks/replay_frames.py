@@ -13,7 +13,7 @@ Cases (``ratio`` = ours / cpprb, higher is better):
   cpprb ``add`` of the stacks + ``on_episode_end``);
 - sample B (32 and 256): (s, s') stacks/s, and the CPU time per call of this process (``cpu_ratio`` = cpprb's
   / ours; other processes' load moves it far less than wall time). ``sample(32, 5)`` of frames is a short
-  window batch of 1.1 MB: one compiled draw-and-copy call under the locks (`replay.transition_kernel`);
+  window batch of 1.1 MB: one compiled draw-and-copy call under the locks (`replay.window_kernel`);
   B=256 (9 MB) takes the lock-free window path;
 - memory per step and per million steps: ours the bytes of the store's regions (rings, step index, records,
   control; staging excluded), cpprb the resident growth of a fill (RSS; ours is given that way too).

@@ -14,10 +14,10 @@ window table and the keys into the slot's scratch arrays in one kernel call
 the mask in one more (on the thread team for large batches), `replay.chunk_decode.ChunkDecode`
 decompresses the codec fields, and the staleness check is one comparison per shard. Transitions
 and short windows (`MAX_WINDOW` steps, no codec field for windows) of a `fused` table are drawn and
-copied in one call under the locks (`replay.transition_kernel`; no staleness check). Any other
-table object (a learner process's proxy, offering ``draw``, ``keys``, ``prioritized``,
-``incarnation``, ``update_priorities``) and GPU batches take the general loop; both give the
-same batches for the same draws.
+copied in one call under the locks (`replay.transition_kernel`, `replay.window_kernel`; no
+staleness check). Any other table object (a learner process's proxy, offering ``draw``, ``keys``,
+``prioritized``, ``incarnation``, ``update_priorities``) and GPU batches take the general loop; both
+give the same batches for the same draws.
 
 >>> sampler = WindowSampler(storage, table, limiter, staging_slots=4)
 >>> batch = sampler.sample(256, 64, "tail", 0.4, None, lambda: 60.0)
@@ -37,7 +37,8 @@ from replay.gather import WindowGather
 from replay.rate_limiter import RateLimiterState
 from replay.storage import TrajectoryStorage
 from replay.table import META_FIELDS, Table
-from replay.transition_kernel import LOCKED_COPY_BYTES, LOCKED_WINDOW_BYTES, MAX_WINDOW
+from replay.transition_kernel import LOCKED_COPY_BYTES
+from replay.window_kernel import LOCKED_WINDOW_BYTES, MAX_WINDOW
 from replay.windows import PAD_CODES, WindowTable, window_mask
 
 _KEYS_LENGTHS = [5, 3]  # the scratch rows of the keys and the real lengths (`StagedSlot.scratch`)
@@ -124,7 +125,7 @@ class WindowSampler:
         if limiter.cond is not storage.control.cond or type(limiter).sample is not RateLimiterState.sample:
             self.locked_rows = 0
         # likewise windows of 2 .. locked_window steps of up to LOCKED_WINDOW_BYTES: drawn and copied in one
-        # call (`replay.transition_kernel`); with codec fields they keep the lock-free path (the locked
+        # call (`replay.window_kernel`); with codec fields they keep the lock-free path (the locked
         # decode takes windows of one step), as they do with 0 here
         self.locked_window = MAX_WINDOW if self.locked_rows and self.decode is None else 0
 
@@ -266,18 +267,18 @@ class WindowSampler:
         try:
             table = self.table
             block = slot.scratch
-            window = (length, PAD_CODES[pad], block[:5])
             prob = np.empty(b)
             weights = np.empty(b, dtype=np.float32) if table.prioritized else None
             while True:
                 self.limiter.await_sample(left(), given=left.timeout)
                 if weights is None:
-                    table_size = table.draw_transitions(
-                        b, slot.addresses, block[5], prob, slot.mask_flat, window=window
+                    table_size = table.draw_windows_locked(
+                        length, PAD_CODES[pad], block[:5], slot.addresses, block[5], prob, slot.mask_flat
                     )
                 else:
-                    table_size = table.draw_transitions(
-                        b, slot.addresses, block[5], prob, slot.mask_flat, beta, weights, window=window
+                    table_size = table.draw_windows_locked(
+                        length, PAD_CODES[pad], block[:5], slot.addresses, block[5], prob, slot.mask_flat,
+                        beta, weights,
                     )
                 if table_size:
                     break

@@ -43,15 +43,17 @@ from replay.keys import (
     encode_keys,
     new_store_id,
 )
+from replay.locked_draw import DRAWN, FAILED, STALE, selector_words
 from replay.selector_state import EXHAUSTED, SelectorState
 from replay.selectors import Selector, check_initial_priority, check_priorities, priority_limit
 from replay.shard import live_parts
 from replay.shard_layout import EXHAUSTED as STEP_EXHAUSTED
 from replay.shard_layout import WRITE_POS
 from replay.storage import TrajectoryStorage
-from replay.transition_kernel import DRAWN, FAILED, STALE, sample_transitions, selector_words
+from replay.transition_kernel import sample_transitions
 from replay.update_kernel import APPLIED, outcome, scratch_for, set_restore, update_args, update_locked
 from replay.update_kernel import FAILED as UPDATE_FAILED
+from replay.window_kernel import sample_windows
 from replay.windows import PAD_CODES
 
 __all__ = ["META_FIELDS", "Table"]
@@ -86,7 +88,7 @@ class Table:
         Serialises draws, updates and checkpoints.
     plan : numpy.ndarray, int64
         The control block's and every shard's addresses (`replay.commit_kernel.build_plan`), for the
-        compiled `draw_transitions`.
+        compiled `draw_transitions` and `draw_windows_locked`.
     incarnation : int
         Counted up (mod 16) by each restore; stamped into keys.
     store_id : int
@@ -105,7 +107,7 @@ class Table:
         The largest priority `update_priorities` takes (`replay.selectors.priority_limit`).
     fused : bool
         Whether a draw is one kernel call (Uniform or Prioritized, no ``max_times_sampled``): then
-        `draw_transitions` applies.
+        `draw_transitions` and `draw_windows_locked` apply.
     """
 
     def __init__(
@@ -134,7 +136,7 @@ class Table:
             (shards[0].records,) if len(shards) == 1 else nb.typed.List([sh.records for sh in shards]),
         )
         self.fused = not self.state.deterministic and self.state.max_times_sampled == 0
-        # the control block's and every shard's addresses (`draw_transitions`' compiled call)
+        # the control block's and every shard's addresses (the compiled locked draws')
         self.plan = build_plan(
             storage.control.addresses(),
             [sh.addresses() for sh in shards],
@@ -317,7 +319,6 @@ class Table:
         beta: float = 0.0,
         weights: np.ndarray = _NO_WEIGHTS,
         locked: Callable[[np.ndarray], None] | None = None,
-        window: tuple[int, int, np.ndarray] | None = None,
     ) -> int:
         """Draw k windows of one step and copy them into a batch under every shard lock, and count the
         k steps as sampled in the control block's rate-limiter counters, waking its waiters
@@ -348,11 +349,7 @@ class Table:
         weights : numpy.ndarray, float32 [k], optional
             Gets the importance weights (empty: none). Nothing is checked.
         locked : callable, optional
-            Decodes the codec fields of the drawn transitions (not with ``window``).
-        window : (int, int, numpy.ndarray), optional
-            ``(length, pad code, meta)``: windows of 2 .. `replay.transition_kernel.MAX_WINDOW` steps
-            instead, ``meta`` int64 [5, k] getting their window table (`META_FIELDS`), ``dst`` and
-            ``mask`` ``length`` steps a row, counted as their real steps (`sample_transitions`).
+            Decodes the codec fields of the drawn transitions.
 
         Returns
         -------
@@ -365,23 +362,64 @@ class Table:
         OSError
             A lock call failed (every lock this call took is released).
         """
+        after = None if locked is None else (lambda: locked(keys))
+        return self._draw_locked(
+            sample_transitions, (dst, self.incarnation, keys, prob, mask, beta, weights), after
+        )
+
+    def draw_windows_locked(
+        self,
+        length: int,
+        pad: int,
+        meta: np.ndarray,
+        dst: np.ndarray,
+        keys: np.ndarray,
+        prob: np.ndarray,
+        mask: np.ndarray,
+        beta: float = 0.0,
+        weights: np.ndarray = _NO_WEIGHTS,
+    ) -> int:
+        """`draw_transitions` for ``len(keys)`` windows of ``length`` steps (2 ..
+        `replay.window_kernel.MAX_WINDOW`), ``pad`` 0 tail or 1 head (`replay.windows.PAD_CODES`): drawn
+        and copied under every shard lock by `replay.window_kernel.sample_windows`, counted as their real
+        steps; `fused` tables without codec fields only.
+
+        ``meta`` int64 [5, B] gets the window table (`META_FIELDS`); ``dst`` (int64 [F], the batch's field
+        addresses) and ``mask`` (bool [>= B * length]) hold ``length`` steps a row; ``keys``, ``prob``,
+        ``beta`` and ``weights`` as `draw_transitions` takes them. Returns N as `draw_transitions` does
+        (0: the table is empty, nothing written or counted).
+
+        Raises
+        ------
+        OSError
+            A lock call failed (every lock this call took is released).
+        """
+        return self._draw_locked(
+            sample_windows, (dst, self.incarnation, length, pad, meta, keys, prob, mask, beta, weights), None
+        )
+
+    def _draw_locked(
+        self,
+        sample: Callable[..., tuple[int, int, int, int]],
+        args: tuple[Any, ...],
+        after: Callable[[], None] | None,
+    ) -> int:
+        """One locked draw: ``sample(plan, held, repairs, words, *args)`` (`sample_transitions` or
+        `sample_windows`) with the table lock held; when it finds commits not ingested (`STALE`), or
+        ``after`` is given, the shard locks in Python, the commits ingested, the same call with ``held``
+        and ``after()`` under them. Returns N (0: empty); raises OSError when a lock call failed."""
         with self.lock:
             status = STALE
-            if locked is None:
-                status, live, err, died = sample_transitions(
-                    *self._draw_head, dst, self.incarnation, keys, prob, mask, beta, weights, window
-                )
+            if after is None:
+                status, live, err, died = sample(*self._draw_head, *args)
                 if died:
                     self._report_dead_holders(died)
             if status == STALE:  # commits to ingest: the shard locks in Python, then the same draw
                 self._hold_shards()
                 try:
-                    status, live, err, died = sample_transitions(
-                        self.plan, True, self._repairs, self._words, dst, self.incarnation, keys, prob,
-                        mask, beta, weights, window,
-                    )
-                    if status == DRAWN and locked is not None:
-                        locked(keys)
+                    status, live, err, died = sample(self.plan, True, self._repairs, self._words, *args)
+                    if status == DRAWN and after is not None:
+                        after()
                 finally:
                     self._release_shards()
                 if died:
@@ -393,7 +431,7 @@ class Table:
         return 0
 
     def _report_dead_holders(self, died: int) -> None:
-        """Log what `replay.transition_kernel.sample_transitions` found: mutexes whose holder had died,
+        """Log what a locked draw (`_draw_locked`) found: mutexes whose holder had died,
         and the holes it repaired (``_repairs``, cleared)."""
         logger.warning("a process died while holding a replay-store lock; recovering it (%d)", died)
         rep = self._repairs

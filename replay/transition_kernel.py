@@ -1,4 +1,4 @@
-"""The owner's draw of transitions and short windows and their copy into a batch, in one numba call.
+"""The owner's draw of transitions and their copy into a batch, in one numba call.
 
 `draw_transitions` is what `replay.draw_kernels.draw_windows` followed by
 `replay.batch_kernels.gather_rows` compute for windows of one step, fused: the selector's draw as
@@ -12,15 +12,14 @@ It runs with the table lock and every shard lock held, so no writer can overwrit
 the copy: the batch needs no staleness check and no redraw. `replay.sampler.WindowSampler` takes this
 path only for host batches of transitions of `LOCKED_COPY_BYTES` of output at most (256 steps of
 3x64x64 uint8 frames fit), so a writer waits at most the copy of that many bytes (about 0.4 ms);
-larger batches keep the lock-free copy.
+larger batches keep the lock-free copy. Short windows take the same frame (`replay.window_kernel`).
 
 `sample_transitions` is the whole sample in one call (`replay.table.Table.draw_transitions` makes it,
-holding only the table lock): it takes every shard mutex in shard order through
-`replay.sync_kernels` (repairing a hole a dead writer's commit left with
-`replay.commit_kernel.repair_hole`, as every locker does), checks that the table has ingested every
-commit, draws the uniforms from the selector's generator (as ``Generator.random`` does), runs
-`draw_transitions` (the selector by address, `selector_words`; the rings and row sizes from the plan;
-the slot as addresses ``dst``), releases the shard mutexes and counts the sampled steps under the
+holding only the table lock) in the frame of `replay.locked_draw`: every shard mutex taken in shard
+order (a dead writer's hole repaired), the check that the table has ingested every commit, the
+uniforms drawn from the selector's generator (as ``Generator.random`` does), `draw_transitions` (the
+selector by address, `replay.locked_draw.selector_words`; the rings and row sizes from the plan; the
+slot as addresses ``dst``), then the shard mutexes released and the sampled steps counted under the
 control mutex with a wake-up (`replay.rate_limiter.RateLimiterState.sample`). When a shard has
 commits the table has not ingested it changes nothing and returns `STALE`: the caller takes the
 shard locks in Python, ingests, and calls it again with ``held`` True (the shard mutexes are then the
@@ -28,89 +27,52 @@ caller's). The plan is `replay.commit_kernel.build_plan`'s. A batch of ``2 * SPL
 copied by the caller and the thread team's helpers, by groups of rows, between the draw's call and a
 releasing one (`sample_transitions`' notes), as `graphrl.threads` allows.
 
-With ``window`` (windows of 2 .. `MAX_WINDOW` steps, batches of `LOCKED_WINDOW_BYTES` at most) the
-same call runs the lock-free path's own kernels under the locks instead: `draw_kernels.draw_windows`
-(bounds from `draw_kernels.window_rows`, the one rule) and `batch_kernels.gather_rows` (its copy).
-
 >>> live = draw_transitions(u, ctree, wtree, False, size, filled, times, written, capacity,
 ...                         rings, outs, row_bytes, incarnation, keys, prob, mask, 0.4, weights)
->>> words = selector_words(generator, ctree, wtree, False, size, filled, times, written)
 >>> status, n, err, died = sample_transitions(plan, False, repairs, words, dst, incarnation, keys, prob,
 ...                                           mask, 0.4, weights)
 """
 
 from __future__ import annotations
 
-import ctypes
-
 import numba as nb
 import numpy as np
-from llvmlite import ir
-from numba.core import types
-from numba.extending import intrinsic
 
 from graphrl.kernels import Chunks, engaged
 from graphrl.kernels.copies import address, store_fence
 from graphrl.kernels.prefetch import prefetch_l2_at
 from graphrl.threads import idle_cores, threads_for
-from replay.batch_kernels import gather_rows
-from replay.commit_kernel import (
-    P_CAPACITY,
-    P_CTL,
-    P_CTL_COND,
-    P_CTL_MUTEX,
-    P_FIELDS,
-    P_ROW_BYTES,
-    P_SHARDS,
-    SHARD_WORDS,
-    count_deletes_locked,
-    repair_hole,
-)
-from replay.draw_kernels import draw_items, draw_windows, importance_weights_into
+from replay.commit_kernel import P_CAPACITY, P_FIELDS, P_ROW_BYTES, P_SHARDS, SHARD_WORDS
+from replay.draw_kernels import draw_items, importance_weights_into
 from replay.keys import BACK_BITS, INC_BITS, SHARD_BITS
-from replay.rate_limiter import SAMPLES
-from replay.shard_layout import META_LEN, WRITE_POS
-from replay.sync_kernels import (
-    cond_broadcast,
-    fetch_add,
-    float64_at,
-    int64_at,
-    mutex_lock_robust,
-    mutex_unlock,
-    sched_yield,
-    spin_pause,
-    uint8_at,
+from replay.locked_draw import (
+    DRAWN,
+    EMPTY,
+    FAILED,
+    STALE,
+    lock_shards,
+    release,
+    selector,
+    uniforms,
+    unlock_shards,
 )
+from replay.sync_kernels import fetch_add, sched_yield, spin_pause, uint8_at
 from replay.windows import AHEAD, PAGE, STREAM_BATCH_BYTES, copy_window, mask_row, prefetch_pages
 
 __all__ = [
     "DRAWN",
     "EMPTY",
     "FAILED",
-    "LOCKED_COPY_BYTES",
-    "LOCKED_WINDOW_BYTES",
-    "MAX_WINDOW",
-    "SPLIT_BYTES",
     "GROUP_BYTES",
+    "LOCKED_COPY_BYTES",
+    "SPLIT_BYTES",
     "STALE",
-    "WORDS",
     "draw_transitions",
     "sample_transitions",
-    "selector_words",
 ]
 
-# sample_transitions' status (_COPYING: `_sample_locked`'s, drawn and not yet copied)
-DRAWN, EMPTY, STALE, FAILED, _COPYING = 0, 1, 2, 3, 4
-# selector_words' layout
-(W_RNG_NEXT_DOUBLE, W_RNG_STATE, W_CTREE, W_WTREE, W_WTREE_COLS, W_TIMES, W_FILLED, W_WRITTEN, W_SIZE,
- W_PRIORITIZED) = range(10)
-WORDS = 10
-
+_COPYING = 4  # `_sample_locked`'s status: drawn and not yet copied (after `replay.locked_draw`'s codes)
 LOCKED_COPY_BYTES = 4 << 20  # output bytes up to which a batch of transitions is copied under the locks
-# batches of windows of 2 .. MAX_WINDOW steps of LOCKED_WINDOW_BYTES of output at most: drawn and copied
-# in one call under the locks too (docs/performance.md)
-MAX_WINDOW = 8
-LOCKED_WINDOW_BYTES = 2 << 20
 # `sample_transitions` copies a batch of 2 SPLIT_BYTES and more on a thread for every SPLIT_BYTES
 # (`graphrl.threads.threads_for`; docs/performance.md)
 SPLIT_BYTES = 1 << 20
@@ -295,68 +257,6 @@ def _copy_rows(out, src, at, k, rb):  # pragma: no cover - numba
         copy_window(out, i * rb, uint8_at(src[at + i], rb), rb, 1, 0, 1, 0, 1, False)
 
 
-def selector_words(
-    generator: np.random.Generator,
-    ctree: np.ndarray,
-    wtree: np.ndarray,
-    prioritized: bool,
-    size: int,
-    filled: np.ndarray,
-    times: np.ndarray,
-    written: np.ndarray,
-) -> np.ndarray:
-    """The selector's side of a `sample_transitions` call, by address: int64 [`WORDS`].
-
-    ``generator``'s bit generator's ``next_double`` function and state (``bit_generator.ctypes``), then
-    the arrays and numbers `draw_transitions` takes (``ctree`` and ``wtree`` float64 [S, *], ``times``
-    int64 [S, C], ``filled`` and ``written`` int64 [S], all C-contiguous). Valid while they live and
-    stay where they are: a restore must write into the same arrays and the same generator.
-
-    Raises
-    ------
-    ValueError
-        An array is not C-contiguous or of another dtype.
-    """
-    for name, arr, dtype in (
-        ("ctree", ctree, np.float64), ("wtree", wtree, np.float64), ("times", times, np.int64),
-        ("filled", filled, np.int64), ("written", written, np.int64),
-    ):
-        if arr.dtype != dtype or not arr.flags.c_contiguous:
-            raise ValueError(f"{name} must be a C-contiguous {np.dtype(dtype).name} array")
-    words = np.zeros(WORDS, dtype=np.int64)
-    c = generator.bit_generator.ctypes
-    words[W_RNG_NEXT_DOUBLE] = ctypes.cast(c.next_double, ctypes.c_void_p).value
-    words[W_RNG_STATE] = c.state_address
-    words[W_CTREE], words[W_WTREE] = ctree.ctypes.data, wtree.ctypes.data
-    words[W_WTREE_COLS] = wtree.shape[1]
-    words[W_TIMES], words[W_FILLED] = times.ctypes.data, filled.ctypes.data
-    words[W_WRITTEN] = written.ctypes.data
-    words[W_SIZE], words[W_PRIORITIZED] = size, int(prioritized)
-    return words
-
-
-@intrinsic
-def _call_double(typingctx, fn, state):  # pragma: no cover - compiled
-    """``((double (*)(void *)) fn)(state)``: one ``next_double`` of a numpy bit generator."""
-    sig = types.float64(types.int64, types.int64)
-
-    def codegen(context, builder, signature, args):
-        i8p = ir.IntType(8).as_pointer()
-        fnty = ir.FunctionType(ir.DoubleType(), [i8p])
-        f = builder.inttoptr(args[0], fnty.as_pointer())
-        return builder.call(f, [builder.inttoptr(args[1], i8p)])
-
-    return sig, codegen
-
-
-@nb.njit(cache=True, nogil=True)
-def _unlock_shards(plan, n):  # pragma: no cover - numba
-    """Unlock the mutexes of shards ``n - 1 .. 0`` (in that order)."""
-    nf = plan[P_FIELDS]
-    for s in range(n - 1, -1, -1):
-        mutex_unlock(plan[P_ROW_BYTES + nf + s * (SHARD_WORDS + nf)])
-
-
 def sample_transitions(
     plan: np.ndarray,
     held: bool,
@@ -369,10 +269,9 @@ def sample_transitions(
     mask: np.ndarray,
     beta: float,
     o_weights: np.ndarray,
-    window: tuple[int, int, np.ndarray] | None = None,
 ) -> tuple[int, int, int, int]:
     """`draw_transitions` under every shard mutex, then the sample count (see the module docstring).
-    The caller holds the table lock. With ``window``, short windows instead of transitions.
+    The caller holds the table lock.
 
     Parameters
     ----------
@@ -383,34 +282,25 @@ def sample_transitions(
     repairs : numpy.ndarray, int64 [2 S]
         Gets, per shard s, ``repairs[2 s]`` the first position and ``repairs[2 s + 1]`` the length of
         the hole repaired after a dead holder (length 0: none; only written where a holder died).
-    words : numpy.ndarray, int64 [`WORDS`]
-        `selector_words`: the selector's generator, trees, use counts and the table's ``filled`` and
-        ``ingested`` (``written``) as `draw_transitions` takes them, by address. ``len(o_keys)``
-        uniforms are drawn from the generator at the draw, exactly as ``Generator.random(len(o_keys))``
-        draws them (none when `STALE` or `FAILED` is returned before the draw); the caller holds the
-        only lock that guards the generator and the selector.
+    words : numpy.ndarray, int64 [`replay.locked_draw.WORDS`]
+        `replay.locked_draw.selector_words`: the selector's generator, trees, use counts and the
+        table's ``filled`` and ``ingested`` (``written``) as `draw_transitions` takes them, by address.
+        ``len(o_keys)`` uniforms are drawn from the generator at the draw, exactly as
+        ``Generator.random(len(o_keys))`` draws them (none when `STALE` or `FAILED` is returned before
+        the draw); the caller holds the only lock that guards the generator and the selector.
     dst : numpy.ndarray, int64 [F]
         The address of the slot's flat bytes of each field (the rings and row sizes come from
         ``plan``).
     incarnation, o_keys, o_prob, mask, beta, o_weights
         As `draw_transitions` takes them.
-    window : (int, int, numpy.ndarray), optional
-        ``(length, pad, meta)``: draw windows of ``length`` (2 .. `MAX_WINDOW`) steps, ``pad`` 0 tail or
-        1 head (`replay.windows.PAD_CODES`), as the lock-free path draws them
-        (`replay.draw_kernels.draw_windows`: each window's bounds from `replay.draw_kernels.window_rows`),
-        and copy them with its copy (`replay.batch_kernels.gather_rows`: padding zeroed, ``mask`` bool
-        [>= B * length] filled); ``meta`` int64 [5, B] gets the window table (rows
-        `replay.table.META_FIELDS`), ``o_keys`` their keys. In one call, whatever the bytes: the
-        caller keeps the batch small (`LOCKED_WINDOW_BYTES`). Codec fields are not copied.
 
     Returns
     -------
     ``(status, live, err, died)``, all int: status `DRAWN` (``live`` items drawable, ``len(o_keys)``
-    steps counted as sampled, or with ``window`` the windows' real steps), `EMPTY` (the table is
-    empty: nothing drawn, written or counted), `STALE` (a shard's write position is past ``written``:
-    nothing drawn; only with ``held`` False) or `FAILED` (a pthread call failed, its errno in
-    ``err``: every mutex this call took is released; the sample count is lost only when the control
-    mutex failed, after the draw);
+    steps counted as sampled), `EMPTY` (the table is empty: nothing drawn, written or counted),
+    `STALE` (a shard's write position is past ``written``: nothing drawn; only with ``held`` False) or
+    `FAILED` (a pthread call failed, its errno in ``err``: every mutex this call took is released; the
+    sample count is lost only when the control mutex failed, after the draw);
     ``died`` counts the mutexes found with a dead holder.
 
     Notes
@@ -425,12 +315,6 @@ def sample_transitions(
     during the copy, the groups left are claimed and those the helpers began are waited for before that
     release, so no helper reads the rings or writes the slot after it. Smaller batches take the one call.
     """
-    if window is not None:
-        length, pad, meta = window
-        return _sample_windows_locked(
-            plan, held, repairs, words, dst, incarnation, length, pad, meta, o_keys, o_prob, mask, beta,
-            o_weights,
-        )
     job = np.zeros(3, dtype=np.int64)  # groups claimed, groups copied, 1 while the draw's mutexes are held
     counted = 0
     try:  # from the draw on: a signal's exception is raised as a compiled call returns, held mutexes or not
@@ -462,77 +346,8 @@ def sample_transitions(
         counted = k
     finally:  # the shard mutexes are released even when the copy raised (nothing counted then)
         if job[2]:
-            status, err, more = _release(plan, held, counted)
+            status, err, more = release(plan, held, counted)
     return status, live, err, died + more
-
-
-@nb.njit(cache=True, nogil=True)
-def _lock_shards(plan, held, repairs, written):  # pragma: no cover - numba
-    """Every shard mutex taken in shard order (unless ``held``), a dead holder's hole repaired, and the
-    check that the selector has ingested every commit (``written``). Returns ``(status, err, died)``:
-    `DRAWN` with every mutex held, or `STALE` / `FAILED` (errno in ``err``) with none held."""
-    s_count = plan[P_SHARDS]
-    nf = plan[P_FIELDS]
-    capacity = plan[P_CAPACITY]
-    died = 0
-    if held:
-        return DRAWN, 0, died
-    for s in range(s_count):  # an unlocked read, only a hint: commits to ingest, no lock taken
-        meta = int64_at(plan[P_ROW_BYTES + nf + s * (SHARD_WORDS + nf) + 1], META_LEN)
-        if meta[WRITE_POS] != written[s]:
-            return STALE, 0, died
-    for s in range(s_count):
-        base = P_ROW_BYTES + nf + s * (SHARD_WORDS + nf)
-        rc = mutex_lock_robust(plan[base])
-        if rc < 0:
-            _unlock_shards(plan, s)
-            return FAILED, -rc, died
-        if rc == 1:  # its holder died mid-commit: the reserved slots become a hole (repair_hole)
-            died += 1
-            hole_at, hole, lost = repair_hole(
-                int64_at(plan[base + 1], META_LEN), int64_at(plan[base + 2], 3 * capacity), capacity
-            )
-            repairs[2 * s], repairs[2 * s + 1] = hole_at, hole
-            if lost:  # the items the dead commit overwrote: deleted
-                rc = count_deletes_locked(plan, lost)
-                if rc < 0:
-                    _unlock_shards(plan, s + 1)
-                    return FAILED, -rc, died
-                died += rc
-    for s in range(s_count):
-        meta = int64_at(plan[P_ROW_BYTES + nf + s * (SHARD_WORDS + nf) + 1], META_LEN)
-        if meta[WRITE_POS] != written[s]:
-            _unlock_shards(plan, s_count)
-            return STALE, 0, died
-    return DRAWN, 0, died
-
-
-@nb.njit(cache=True, nogil=True)
-def _uniforms(words, k):  # pragma: no cover - numba
-    """``k`` uniforms in [0, 1) from the selector's generator, as ``Generator.random(k)`` fills them
-    (``next_double`` of its bit generator, in order)."""
-    u = np.empty(k)
-    fn, state = words[W_RNG_NEXT_DOUBLE], words[W_RNG_STATE]
-    for i in range(k):
-        u[i] = _call_double(fn, state)
-    return u
-
-
-@nb.njit(cache=True, nogil=True)
-def _selector(words, s_count, capacity):  # pragma: no cover - numba
-    """The selector's arrays from `selector_words`: ``(ctree, wtree, prioritized, size, filled, times,
-    written)`` as `draw_items` and `draw_transitions` take them."""
-    size = words[W_SIZE]
-    wcols = words[W_WTREE_COLS]
-    return (
-        float64_at(words[W_CTREE], s_count * 2 * size).reshape((s_count, 2 * size)),
-        float64_at(words[W_WTREE], s_count * wcols).reshape((s_count, wcols)),
-        words[W_PRIORITIZED] != 0,
-        size,
-        int64_at(words[W_FILLED], s_count),
-        int64_at(words[W_TIMES], s_count * capacity).reshape((s_count, capacity)),
-        int64_at(words[W_WRITTEN], s_count),
-    )
 
 
 @nb.njit(cache=True, nogil=True)
@@ -541,16 +356,16 @@ def _sample_locked(
 ):  # pragma: no cover - numba
     """`sample_transitions` in one call, or, for a batch of ``split_bytes`` and more, all of it but the
     copy and the release: `_COPYING` (live items, the batch's bytes in place of ``err``), the shard
-    mutexes still held and nothing counted; `_copy_keys` and `_release` finish the call."""
+    mutexes still held and nothing counted; `_copy_keys` and `replay.locked_draw.release` finish the call."""
     s_count = plan[P_SHARDS]
     nf = plan[P_FIELDS]
     capacity = plan[P_CAPACITY]
-    ctree, wtree, prioritized, size, filled, times, written = _selector(words, s_count, capacity)
-    status, err, died = _lock_shards(plan, held, repairs, written)
+    ctree, wtree, prioritized, size, filled, times, written = selector(words, s_count, capacity)
+    status, err, died = lock_shards(plan, held, repairs, written)
     if status != DRAWN:
         return status, 0, err, died
     k = o_keys.shape[0]
-    u = _uniforms(words, k)
+    u = uniforms(words, k)
     batch = 0  # the batch's bytes
     for j in range(nf):
         batch += k * plan[P_ROW_BYTES + j]
@@ -562,12 +377,12 @@ def _sample_locked(
     )
     if live < 0.5:
         if not held:
-            _unlock_shards(plan, s_count)
+            unlock_shards(plan, s_count)
         return EMPTY, 0, 0, died
     n = np.int64(live + 0.5)
     if not copy:
         return _COPYING, n, batch, died
-    status, err, more = _release(plan, held, k)
+    status, err, more = release(plan, held, k)
     return status, n, err, died + more
 
 
@@ -583,105 +398,3 @@ def _draw_held(
     if out[0] == _COPYING:
         job[2] = 1
     return out
-
-
-@nb.njit(cache=True, nogil=True)
-def _sample_windows_locked(
-    plan, held, repairs, words, dst, incarnation, length, pad, meta, o_keys, o_prob, mask, beta, o_weights
-):  # pragma: no cover - numba
-    """`sample_transitions` of windows of ``length`` steps (its ``window``), in one call."""
-    s_count = plan[P_SHARDS]
-    capacity = plan[P_CAPACITY]
-    ctree, wtree, prioritized, size, filled, times, written = _selector(words, s_count, capacity)
-    status, err, died = _lock_shards(plan, held, repairs, written)
-    if status != DRAWN:
-        return status, 0, err, died
-    u = _uniforms(words, o_keys.shape[0])
-    live, real = _draw_window_copy(
-        u, ctree, wtree, prioritized, size, filled, times, written, plan, dst, length, pad, incarnation,
-        meta, o_keys, o_prob, mask, beta, o_weights,
-    )
-    if live < 0.5:
-        if not held:
-            _unlock_shards(plan, s_count)
-        return EMPTY, 0, 0, died
-    status, err, more = _release(plan, held, real)
-    return status, np.int64(live + 0.5), err, died + more
-
-
-@nb.njit(cache=True, nogil=True)
-def _draw_window_copy(
-    u, ctree, wtree, prioritized, size, filled, times, written, plan, dst, length, pad, incarnation,
-    meta, o_keys, o_prob, mask, beta, o_weights,
-):  # pragma: no cover - numba
-    """`replay.draw_kernels.draw_windows` (the draw, then each window's bounds from `window_rows`) into
-    ``meta`` (int64 [5, k], rows `replay.table.META_FIELDS`), ``o_keys`` and ``o_prob``, the importance
-    weights into ``o_weights`` (or empty for none), then `replay.batch_kernels.gather_rows` (the lock-free
-    window path's copy and mask) from the plan's rings into the slot at ``dst``, every field of a ring
-    (row bytes > 0). Returns ``(live, real)``: the live items (below 0.5 nothing is drawn or written)
-    and the windows' real steps."""
-    s_count = plan[P_SHARDS]
-    nf = plan[P_FIELDS]
-    capacity = plan[P_CAPACITY]
-    stride = SHARD_WORDS + nf
-    at = P_ROW_BYTES + nf  # shard 0's words
-    steps = [  # each shard's step index [C, 3] and record ring [C, 4], as `window_rows` reads them
-        int64_at(plan[at + s * stride + 2], 3 * capacity).reshape((capacity, 3)) for s in range(s_count)
-    ]
-    records = [
-        int64_at(plan[at + s * stride + 3], 4 * capacity).reshape((capacity, 4)) for s in range(s_count)
-    ]
-    k = u.shape[0]
-    live = draw_windows(
-        u, ctree, wtree, prioritized, size, filled, times, steps, records, written, capacity, length, pad, 0,
-        meta[0], meta[1], meta[2], meta[3], meta[4], o_prob, incarnation, o_keys,
-    )
-    if live < 0.5:
-        return live, 0
-    if o_weights.shape[0] > 0:
-        importance_weights_into(o_prob, np.int64(live + 0.5), beta, o_weights)
-    raw = 0  # fields with a ring (a codec field has row bytes 0 in the plan)
-    for j in range(nf):
-        raw += plan[P_ROW_BYTES + j] > 0
-    row_bytes = np.empty(raw, dtype=np.int64)
-    outs = []
-    r = 0
-    for j in range(nf):
-        rb = plan[P_ROW_BYTES + j]
-        if rb > 0:
-            row_bytes[r] = rb
-            outs.append(uint8_at(dst[j], k * length * rb))
-            r += 1
-    rings = []
-    for s in range(s_count):
-        for j in range(nf):
-            rb = plan[P_ROW_BYTES + j]
-            if rb > 0:
-                rings.append(uint8_at(plan[at + s * stride + SHARD_WORDS + j], capacity * rb))
-    stream = k * length * row_bytes.sum() >= STREAM_BATCH_BYTES  # as `replay.batch_kernels.BatchCopy`
-    window = (meta[0], meta[2], meta[3], meta[4])  # shard, first, n, dst
-    gather_rows(rings, outs, row_bytes, capacity, *window, 0, k, length, mask, stream)
-    real = 0
-    for i in range(k):
-        real += meta[3, i]
-    return live, real
-
-
-@nb.njit(cache=True, nogil=True)
-def _release(plan, held, count):  # pragma: no cover - numba
-    """The end of `sample_transitions` after the copy: the shard mutexes unlocked (unless ``held``), then
-    ``count`` steps (> 0) counted as sampled under the control mutex with a wake-up. Returns
-    ``(status, err, died)``: `DRAWN`, or `FAILED` with the control mutex's errno."""
-    if not held:
-        _unlock_shards(plan, plan[P_SHARDS])
-    if count <= 0:
-        return DRAWN, 0, 0
-    ctl_mutex = plan[P_CTL_MUTEX]
-    rc = mutex_lock_robust(ctl_mutex)
-    if rc < 0:
-        return FAILED, -rc, 0
-    ctl = int64_at(plan[P_CTL], SAMPLES + 1)
-    ctl[SAMPLES] += count
-    cond_broadcast(plan[P_CTL_COND])
-    mutex_unlock(ctl_mutex)
-    return DRAWN, 0, rc

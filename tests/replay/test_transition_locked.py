@@ -358,7 +358,7 @@ def test_writer_processes_and_a_sampler_keep_exact_counts():
 
 
 def test_selector_words_refuses_arrays_it_cannot_address():
-    from replay.transition_kernel import WORDS, selector_words
+    from replay.locked_draw import WORDS, selector_words
 
     rng = np.random.default_rng(0)
     tree = np.zeros((2, 16))

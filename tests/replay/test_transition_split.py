@@ -14,6 +14,7 @@ import pytest
 import replay.transition_kernel as tk
 from graphrl.memory import MemoryManager
 from replay import Prioritized, ReplayStore, TrajectorySpec, Uniform
+from replay.locked_draw import release
 
 # a page-sized field (streamed, with the page prefetch) and small ones (the constant-size row copies)
 SPEC = TrajectorySpec(
@@ -150,7 +151,7 @@ def test_groups_copied_by_many_threads_at_once_make_the_same_batch():
             for t in threads:
                 t.join()
             assert job[0] >= b and job[1] == b
-            status, err, more = tk._release(table.plan, False, b)
+            status, err, more = release(table.plan, False, b)
             assert (status, err, more) == (tk.DRAWN, 0, 0)
         want = ref.sample(b, 1, beta=0.4)
         for name in SPEC:

@@ -1,6 +1,6 @@
-"""Short windows drawn and copied in one compiled call under the locks (`replay.transition_kernel`'s
-``window``, `replay.sampler.WindowSampler._sample_windows`), held against the lock-free window path
-it replaces for the same seed and writes.
+"""Short windows drawn and copied in one compiled call under the locks (`replay.window_kernel`,
+`replay.table.Table.draw_windows_locked`, `replay.sampler.WindowSampler._sample_windows`), held
+against the lock-free window path it replaces for the same seed and writes.
 
 Two stores get the same seed and the same writes; one samples on the fused path, the other with it
 switched off (``locked_window = 0``): the batches (every field's bytes, the mask, keys,
@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from graphrl.memory import MemoryManager
 from replay import Prioritized, ReplayStore, TrajectorySpec, Uniform
 from replay.keys import decode_keys
-from replay.transition_kernel import LOCKED_WINDOW_BYTES, MAX_WINDOW
+from replay.window_kernel import LOCKED_WINDOW_BYTES, MAX_WINDOW
 
 SPEC = TrajectorySpec(
     {"pos": ((), "int64"), "obs": ((3,), "float32"), "tag": ((), "int16"), "done": ((), "bool")}
