@@ -9,6 +9,9 @@
   the shard commit under the shard mutex (repairing a dead holder's commit first), the counts and the
   wake-up under the control mutex. A call the rate limiter does not admit returns `BLOCKED` having
   changed nothing; the caller then takes the Python path, which waits.
+- `lock_shard` takes a shard's mutex as every compiled locker does (a dead holder's commit repaired
+  by `repair_hole`); `lock_shard_counted` also counts that commit's lost items as deleted at once
+  (`replay.locked_draw`, `replay.update_kernel`).
 
 >>> overwritten = write_steps(rings, srcs, row_bytes, capacity, first, count, steps, record, seq, lo, hi)
 >>> status, shard, record, overwritten, died, hole_at, hole = commit_chunk(plan, sources, count, -1, -1,
@@ -73,6 +76,8 @@ __all__ = [
     "commit_chunk",
     "count_deletes_locked",
     "count_overwritten",
+    "lock_shard",
+    "lock_shard_counted",
     "plan_layout",
     "repair_hole",
     "write_steps",
@@ -201,6 +206,57 @@ def count_deletes_locked(plan, n):  # pragma: no cover - numba
 
 
 @nb.njit(cache=True, nogil=True)
+def lock_shard(plan, s):  # pragma: no cover - numba
+    """Take shard ``s``'s mutex (robust), and when its holder had died mid-commit repair the hole that
+    commit left (`repair_hole`): the one way every compiled locker of a shard takes it.
+
+    Returns
+    -------
+    ``(rc, hole_at, hole, lost)``, all int: ``rc`` 0 (taken), 1 (taken from a dead holder: ``hole``
+    steps from position ``hole_at`` repaired, ``lost`` the items the dead commit overwrote, which the
+    caller counts as deleted) or -errno (not taken, nothing changed; the rest 0).
+    """
+    nf = plan[P_FIELDS]
+    capacity = plan[P_CAPACITY]
+    base = P_ROW_BYTES + nf + s * (SHARD_WORDS + nf)
+    rc = mutex_lock_robust(plan[base])
+    if rc != 1:
+        return rc, 0, 0, 0
+    hole_at, hole, lost = repair_hole(
+        int64_at(plan[base + 1], META_LEN), int64_at(plan[base + 2], 3 * capacity), capacity
+    )
+    return rc, hole_at, hole, lost
+
+
+@nb.njit(cache=True, nogil=True)
+def lock_shard_counted(plan, s, repairs):  # pragma: no cover - numba
+    """`lock_shard`, then a dead holder's hole written to ``repairs[2 s]`` (first position) and
+    ``repairs[2 s + 1]`` (length; int64 [2 S]) and its lost items counted as deleted at once
+    (`count_deletes_locked`), for a locker that does not count in the control block itself.
+
+    Returns
+    -------
+    ``(err, died)``, both int: ``err`` 0 with the shard mutex held, or the errno of the failed lock
+    call with it not held; ``died`` counts the mutexes found with a dead holder (the shard's, the
+    control block's).
+    """
+    rc, hole_at, hole, lost = lock_shard(plan, s)
+    if rc < 0:
+        return -rc, 0
+    if rc == 0:
+        return 0, 0
+    repairs[2 * s], repairs[2 * s + 1] = hole_at, hole
+    if not lost:
+        return 0, 1
+    rc = count_deletes_locked(plan, lost)
+    if rc < 0:
+        nf = plan[P_FIELDS]
+        mutex_unlock(plan[P_ROW_BYTES + nf + s * (SHARD_WORDS + nf)])
+        return -rc, 1
+    return 0, 1 + rc
+
+
+@nb.njit(cache=True, nogil=True)
 def write_steps(
     rings, srcs, row_bytes, capacity, first, count, steps, record, seq_base, lo, hi
 ):  # pragma: no cover - numba
@@ -314,13 +370,10 @@ def commit_chunk(
     meta = int64_at(plan[base + 1], META_LEN)
     steps = int64_at(plan[base + 2], 3 * cap)
     recs = int64_at(plan[base + 3], 4 * cap)
-    rc = mutex_lock_robust(sh_mutex)
+    rc, hole_at, hole, lost = lock_shard(plan, shard)  # a dead holder's hole repaired (lost: deleted below)
     if rc < 0:
         return FAILED, shard, -1, -rc, died, 0, 0
-    hole_at, hole, lost = 0, 0, 0
-    if rc == 1:  # its holder died mid-commit: the reserved slots become a hole (lost: deleted below)
-        died += 1
-        hole_at, hole, lost = repair_hole(meta, steps, cap)
+    died += rc
     wp = meta[WRITE_POS]
     if wp + count >= MAX_POSITION:
         mutex_unlock(sh_mutex)

@@ -5,8 +5,8 @@ a batch in one numba call with the table lock (taken in Python) and every shard 
 writer overwrites a ring slot during the copy. This module is what both calls share around their own
 draw and copy:
 
-- `lock_shards` takes every shard mutex in shard order through `replay.sync_kernels` (repairing a
-  hole a dead writer's commit left with `replay.commit_kernel.repair_hole`, as every locker does) and
+- `lock_shards` takes every shard mutex in shard order (`replay.commit_kernel.lock_shard_counted`:
+  a hole a dead writer's commit left repaired, as every locker does) and
   checks that the table has ingested every commit (`STALE` otherwise: the caller takes the shard
   locks in Python, ingests, and calls again with ``held`` True); `unlock_shards` undoes it;
 - `selector_words` gives the selector's generator, trees and use counts by address, `selector` reads
@@ -33,7 +33,6 @@ from numba.core import types
 from numba.extending import intrinsic
 
 from replay.commit_kernel import (
-    P_CAPACITY,
     P_CTL,
     P_CTL_COND,
     P_CTL_MUTEX,
@@ -41,8 +40,7 @@ from replay.commit_kernel import (
     P_ROW_BYTES,
     P_SHARDS,
     SHARD_WORDS,
-    count_deletes_locked,
-    repair_hole,
+    lock_shard_counted,
 )
 from replay.rate_limiter import SAMPLES
 from replay.shard_layout import META_LEN, WRITE_POS
@@ -162,7 +160,6 @@ def lock_shards(plan, held, repairs, written):  # pragma: no cover - numba
     ``err``) with none held; ``died`` counts the mutexes found with a dead holder."""
     s_count = plan[P_SHARDS]
     nf = plan[P_FIELDS]
-    capacity = plan[P_CAPACITY]
     died = 0
     if held:
         return DRAWN, 0, died
@@ -171,23 +168,11 @@ def lock_shards(plan, held, repairs, written):  # pragma: no cover - numba
         if meta[WRITE_POS] != written[s]:
             return STALE, 0, died
     for s in range(s_count):
-        base = P_ROW_BYTES + nf + s * (SHARD_WORDS + nf)
-        rc = mutex_lock_robust(plan[base])
-        if rc < 0:
+        err, dead = lock_shard_counted(plan, s, repairs)
+        died += dead
+        if err:  # shard s's mutex not held
             unlock_shards(plan, s)
-            return FAILED, -rc, died
-        if rc == 1:  # its holder died mid-commit: the reserved slots become a hole (repair_hole)
-            died += 1
-            hole_at, hole, lost = repair_hole(
-                int64_at(plan[base + 1], META_LEN), int64_at(plan[base + 2], 3 * capacity), capacity
-            )
-            repairs[2 * s], repairs[2 * s + 1] = hole_at, hole
-            if lost:  # the items the dead commit overwrote: deleted
-                rc = count_deletes_locked(plan, lost)
-                if rc < 0:
-                    unlock_shards(plan, s + 1)
-                    return FAILED, -rc, died
-                died += rc
+            return FAILED, err, died
     for s in range(s_count):
         meta = int64_at(plan[P_ROW_BYTES + nf + s * (SHARD_WORDS + nf) + 1], META_LEN)
         if meta[WRITE_POS] != written[s]:

@@ -4,10 +4,10 @@ the writes.
 `update_locked` is what `replay.table.Table.update_priorities` does in Python around
 `replay.draw_kernels.apply_updates`, in one call and without allocating: the input check of
 `replay.draw_kernels.updates_valid` (keys >= 0 naming a shard, priorities finite, >= 0 and at most
-the limit), then for every shard a key names, in shard order, its mutex taken through
-`replay.sync_kernels` (a dead holder's commit repaired with `replay.commit_kernel.repair_hole`, as every
-locker does), the table's ingest checked against the shard's write position and its floor read, the
-mutex released; then `replay.draw_kernels.write_updates` (the generation rule of
+the limit), then for every shard a key names, in shard order, its mutex taken by
+`replay.commit_kernel.lock_shard_counted` (a dead holder's commit repaired, as every locker does),
+the table's ingest checked against the shard's write position and its floor read, the mutex released;
+then `replay.draw_kernels.write_updates` (the generation rule of
 docs/architecture.md#keys, the priorities, ``p ** exponent`` into the weight tree and its ancestors).
 The caller holds the table lock. It changes nothing on bad input (status `INVALID`: the caller's
 checks then name it) and when a named shard has commits the table has not ingested (`STALE`: the
@@ -40,13 +40,12 @@ from replay.commit_kernel import (
     P_ROW_BYTES,
     P_SHARDS,
     SHARD_WORDS,
-    count_deletes_locked,
-    repair_hole,
+    lock_shard_counted,
 )
 from replay.draw_kernels import updates_valid, write_updates
 from replay.keys import MAX_INCARNATIONS, SHARD_BITS
 from replay.shard_layout import META_LEN, WRITE_POS
-from replay.sync_kernels import float64_at, int64_at, mutex_lock_robust, mutex_unlock, uint8_at
+from replay.sync_kernels import float64_at, int64_at, mutex_unlock, uint8_at
 
 __all__ = [
     "APPLIED",
@@ -288,21 +287,11 @@ def _update(words, keys, p):  # pragma: no cover - numba
         if floors[s] < 0:
             continue
         base = P_ROW_BYTES + nf + s * (SHARD_WORDS + nf)
-        rc = mutex_lock_robust(plan[base])
-        if rc < 0:
-            return _outcome(words, FAILED, 0, -rc, died)
-        meta = int64_at(plan[base + 1], META_LEN)
-        if rc == 1:  # its holder died mid-commit: the reserved slots become a hole (repair_hole)
-            died += 1
-            hole_at, hole, lost = repair_hole(meta, int64_at(plan[base + 2], 3 * capacity), capacity)
-            repairs[2 * s], repairs[2 * s + 1] = hole_at, hole
-            if lost:  # the items the dead commit overwrote: deleted
-                rc = count_deletes_locked(plan, lost)
-                if rc < 0:
-                    mutex_unlock(plan[base])
-                    return _outcome(words, FAILED, 0, -rc, died)
-                died += rc
-        written = meta[WRITE_POS]
+        err, dead = lock_shard_counted(plan, s, repairs)  # a dead holder's hole repaired
+        died += dead
+        if err:  # the mutex not held
+            return _outcome(words, FAILED, 0, err, died)
+        written = int64_at(plan[base + 1], META_LEN)[WRITE_POS]
         mutex_unlock(plan[base])
         if written != ingested[s]:
             return _outcome(words, STALE, 0, 0, died)
