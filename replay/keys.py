@@ -10,10 +10,13 @@ every restore) and the anchor's absolute position in its shard (`POS_BITS`)::
 >>> shard, anchor, back = decode_keys(encode_keys([1], [1000], [3]))
 
 Keys also carry the identity of the store that issued them: every store has a random 64-bit
-``store_id``, and the ``batch.keys`` tensor a batch hands out bears it as the attribute `ISSUER`
-(`stamp_keys`; it survives pickling, not ``.numpy()``, slicing or ``torch.cat``). `check_issuer`
-refuses, by name, keys another store issued; keys that bear no issuer (numpy arrays, `encode_keys`,
-copies) are taken as the store's own, as before.
+``store_id``, and ``batch.keys`` is a `ReplayKeys` tensor bearing it as the attribute `ISSUER`
+(`stamp_keys`). Its slices, indexing, ``clone``, ``detach``, ``to``, ``torch.cat``/``stack`` and
+``.numpy()`` (an `IssuedKeys` array; numpy slices and copies) keep it, and pickling does; a ``cat``
+of two stores' keys bears both (`MIXED`). `check_issuer` refuses, by name, keys another store
+issued; keys that bear no issuer (plain arrays, `encode_keys`, ``tolist``) are taken as the store's
+own. Keys of an ancestor `STALE_GENERATIONS` or more restores back are stale (`issuer_windows`); keys
+with no issuer have only the incarnation, mod 16: 16 restores later an old key reads as current.
 
 See docs/architecture.md#keys for what the store does with each part (generation checks on absolute
 positions, the incarnation rule after a restore, issuers and checkpoints).
@@ -26,21 +29,27 @@ from collections.abc import Collection
 from typing import Any
 
 import numpy as np
+import torch
 
 __all__ = [
     "BACK_BITS",
     "INC_BITS",
     "ISSUER",
+    "IssuedKeys",
+    "MIXED",
     "MAX_LINEAGE",
     "MAX_INCARNATIONS",
     "MAX_POSITION",
     "MAX_SHARDS",
     "MAX_WINDOW",
     "POS_BITS",
+    "ReplayKeys",
+    "STALE_GENERATIONS",
     "SHARD_BITS",
     "check_issuer",
     "decode_keys",
     "encode_keys",
+    "issuer_windows",
     "key_incarnations",
     "new_store_id",
     "stamp_keys",
@@ -90,12 +99,98 @@ def new_store_id() -> int:
     return int.from_bytes(os.urandom(8), "little")
 
 
-def stamp_keys(keys: Any, store_id: int | None) -> Any:
-    """Mark a keys tensor as issued by the store ``store_id`` (nothing for None or a numpy array);
-    return it."""
-    if store_id is not None and not isinstance(keys, np.ndarray):
-        setattr(keys, ISSUER, store_id)
+STALE_GENERATIONS = 16  # keys of an ancestor this many restores back or more are stale (MAX_INCARNATIONS)
+MIXED = "mixed"  # an issuer ("mixed", id, id, ...): keys joined from several stores' (refused)
+
+
+def _issuer_of(items: Any, found: list[Any]) -> None:
+    """Append the issuers of the `ReplayKeys` among ``items`` (tensors, lists or tuples of them)."""
+    for x in items:
+        if type(x) is ReplayKeys:
+            found.append(getattr(x, ISSUER, None))
+        elif type(x) in (list, tuple):
+            _issuer_of(x, found)
+
+
+def _joined(found: list[Any]) -> Any:
+    """One issuer for keys derived from keys of the issuers ``found``: the one, or a `MIXED` marker."""
+    ids = set()
+    for i in found:
+        if type(i) is tuple:
+            ids.update(i[1:])
+        elif i is not None:
+            ids.add(i)
+    if len(ids) <= 1:
+        return next(iter(ids), None)
+    return (MIXED, *sorted(ids))
+
+
+class ReplayKeys(torch.Tensor):
+    """``batch.keys``: int64 [B] keys (`encode_keys`) bearing their store's id as the attribute `ISSUER`.
+
+    Every torch op whose result is an int64 tensor computed from them (indexing, slicing, ``clone``,
+    ``detach``, ``to``, ``cat``, ``stack``, ...) returns `ReplayKeys` bearing the same issuer (a
+    `MIXED` one for keys of several stores); ``numpy()`` returns an `IssuedKeys` view bearing it.
+    Other results are plain tensors.
+    """
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        with torch._C.DisableTorchFunctionSubclass():
+            out = func(*args, **(kwargs or {}))
+        if type(out) is torch.Tensor and out.dtype is torch.int64:
+            found: list[Any] = []
+            _issuer_of(args, found)
+            if kwargs:
+                _issuer_of(kwargs.values(), found)
+            return stamp_keys(out, _joined(found))
+        if type(out) in (list, tuple) and out and all(type(o) is torch.Tensor for o in out):
+            found = []
+            _issuer_of(args, found)
+            issuer = _joined(found)
+            return type(out)(stamp_keys(o, issuer) if o.dtype is torch.int64 else o for o in out)
+        return out
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> ReplayKeys:
+        with torch._C.DisableTorchFunctionSubclass():
+            out = torch.Tensor.clone(self)
+        return stamp_keys(out, getattr(self, ISSUER, None))
+
+    def numpy(self, *, force: bool = False) -> np.ndarray:
+        """The keys as an `IssuedKeys` array (a view, as ``torch.Tensor.numpy``) bearing the issuer."""
+        with torch._C.DisableTorchFunctionSubclass():
+            arr = torch.Tensor.numpy(self, force=force).view(IssuedKeys)
+        setattr(arr, ISSUER, getattr(self, ISSUER, None))
+        return arr
+
+
+class IssuedKeys(np.ndarray):
+    """``batch.keys.numpy()``: an int64 array bearing the issuing store's id as `ISSUER`; numpy slices,
+    indexing and copies keep it (int64 results only)."""
+
+    def __array_finalize__(self, obj: Any) -> None:
+        setattr(self, ISSUER, getattr(obj, ISSUER, None) if self.dtype == np.int64 else None)
+
+
+def stamp_keys(keys: Any, store_id: Any) -> Any:
+    """``keys`` (an int64 tensor, made `ReplayKeys` in place: pass a fresh one) issued by the store
+    ``store_id`` (a `MIXED` marker too); return it. Unchanged for None or a numpy array."""
+    if store_id is None or isinstance(keys, np.ndarray):
+        return keys
+    if type(keys) is torch.Tensor:
+        keys.__class__ = ReplayKeys  # the same object layout; a new view (as_subclass) costs ~1 us more
+    elif type(keys) is not ReplayKeys:
+        keys = keys.as_subclass(ReplayKeys)
+    setattr(keys, ISSUER, store_id)
     return keys
+
+
+def issuer_windows(store_id: int, lineage: tuple[int, ...]) -> tuple[frozenset[int], frozenset[int]]:
+    """``(fresh, stale)``: the issuers whose keys a store with id ``store_id``, restored from the stores
+    ``lineage`` (oldest first, its parent last), applies, and those whose keys it ignores as stale
+    (ancestors `STALE_GENERATIONS` or more restores back). Ids in neither are foreign."""
+    cut = max(0, len(lineage) - STALE_GENERATIONS + 1)
+    return frozenset((store_id, *lineage[cut:])), frozenset(lineage[:cut])
 
 
 def check_issuer(keys: Any, accepted: Collection[int], store_id: int) -> None:
@@ -104,8 +199,8 @@ def check_issuer(keys: Any, accepted: Collection[int], store_id: int) -> None:
     Parameters
     ----------
     keys : torch.Tensor or array
-        The ``keys`` argument of ``update_priorities``; only a tensor stamped by `stamp_keys` bears
-        an issuer.
+        The ``keys`` argument of ``update_priorities``; only `ReplayKeys` and `IssuedKeys` bear an
+        issuer.
     accepted : collection of int
         The store ids whose keys this store takes: its own and those of the stores it was restored
         from (docs/architecture.md#keys).
@@ -115,13 +210,19 @@ def check_issuer(keys: Any, accepted: Collection[int], store_id: int) -> None:
     Raises
     ------
     ValueError
-        ``keys`` bear the id of a store not in ``accepted``; the message names the argument, the count
-        of foreign keys and both stores.
+        ``keys`` bear the id of a store not in ``accepted``, or join several stores' keys (`MIXED`);
+        the message names the argument, the count of keys and the stores.
     """
     issuer = getattr(keys, ISSUER, None)
     if issuer is None or issuer in accepted:
         return
     n = int(keys.numel()) if hasattr(keys, "numel") else int(np.size(keys))
+    if type(issuer) is tuple:
+        names = " and ".join(f"store {i:#018x}" for i in issuer[1:])
+        raise ValueError(
+            f"keys: {n} keys join the keys of {len(issuer) - 1} replay stores ({names}; this one is store "
+            f"{store_id:#018x}): pass the keys of batches sampled from one store; nothing was changed"
+        )
     raise ValueError(
         f"keys: {n} of {n} keys were issued by another replay store (store {issuer:#018x}), not by this "
         f"one (store {store_id:#018x}): pass the keys of batches sampled from this store; nothing was changed"

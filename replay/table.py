@@ -41,6 +41,7 @@ from replay.keys import (
     MAX_SHARDS,
     check_issuer,
     encode_keys,
+    issuer_windows,
     new_store_id,
 )
 from replay.locked_draw import DRAWN, FAILED, STALE, selector_words
@@ -98,6 +99,9 @@ class Table:
         and go through the incarnation rule (docs/architecture.md#keys).
     accepted : frozenset of int
         ``store_id`` and ``lineage``: the issuers whose keys `update_priorities` takes.
+    fresh, stale : frozenset of int
+        ``accepted`` split by `replay.keys.issuer_windows`: issuers whose keys apply (the incarnation
+        rule), and ancestors 16 or more restores back, whose keys are all stale.
     restored_at : numpy.ndarray, int64 [S], or None
         Per shard, the write position a restore put back.
     ingested, filled : numpy.ndarray, int64 [S]
@@ -163,6 +167,7 @@ class Table:
         self.store_id = new_store_id()
         self.lineage: tuple[int, ...] = ()
         self.accepted = frozenset((self.store_id,))
+        self.fresh, self.stale = issuer_windows(self.store_id, self.lineage)  # accepted's two parts
         self.restored_at: np.ndarray | None = None
 
     def _alloc(self, shape: tuple[int, ...], dtype: Any, name: str) -> np.ndarray:
@@ -448,10 +453,15 @@ class Table:
     def update_priorities(self, keys: Any, priorities: Any) -> int:
         """Set the priorities of the anchors named by ``keys``; stale keys are ignored; return how many
         applied. Raises as `replay.store.ReplayStore.update_priorities` (keys another store issued
-        included: `replay.keys.check_issuer`)."""
+        included: `replay.keys.check_issuer`; those of an ancestor 16 or more restores back are stale:
+        `replay.keys.issuer_windows`)."""
         issuer = getattr(keys, ISSUER, None)
-        if issuer is not None and issuer not in self.accepted:
-            check_issuer(keys, self.accepted, self.store_id)  # raises, naming both stores
+        if issuer is not None and issuer not in self.fresh:
+            if issuer not in self.stale:
+                check_issuer(keys, self.accepted, self.store_id)  # raises, naming the stores
+            k = check_keys(keys)
+            check_priorities(priorities, k.size, limit=self.priority_limit)
+            return 0  # every key stale: the incarnation bits of so old an issuer no longer tell
         raw = None if self._update_at == 0 else update_args(keys, priorities)
         if raw is not None:  # one compiled call: the checks, the floors under the shard locks, the writes
             with self.lock:
@@ -588,6 +598,7 @@ class Table:
             ancestors = [int(i) for i in state.get("lineage", ())] + ([] if saved is None else [int(saved)])
             self.lineage = tuple(ancestors[-MAX_LINEAGE:])
             self.accepted = frozenset((self.store_id, *self.lineage))
+            self.fresh, self.stale = issuer_windows(self.store_id, self.lineage)
             self.restored_at = written.copy()
             self._restored[:] = written
             if self._update_words is not None:

@@ -43,7 +43,7 @@ from replay.commit_kernel import (
     lock_shard_counted,
 )
 from replay.draw_kernels import updates_valid, write_updates
-from replay.keys import MAX_INCARNATIONS, SHARD_BITS
+from replay.keys import MAX_INCARNATIONS, SHARD_BITS, IssuedKeys, ReplayKeys
 from replay.shard_layout import META_LEN, WRITE_POS
 from replay.sync_kernels import float64_at, int64_at, mutex_unlock, uint8_at
 
@@ -194,8 +194,19 @@ def update_args(keys: Any, priorities: Any) -> tuple[np.ndarray, int, np.ndarray
     """`update_locked`'s arguments after ``words``, ``(keys, keys_at, p, p_at, p_kind, n)``, without
     converting anything: int64 keys and float32 or float64 priorities of the same length, each a
     contiguous CPU tensor (by address: valid while the caller holds it) or a C-contiguous numpy array
-    (float64 for priorities); else None (the caller converts and checks them)."""
-    if type(keys) is torch.Tensor:
+    (float64 for priorities); else None (the caller converts and checks them). `replay.keys.ReplayKeys`
+    and `replay.keys.IssuedKeys` keys count as tensors and arrays (their issuer is not checked here)."""
+    if type(keys) is ReplayKeys:  # its accessors without its __torch_function__
+        with torch._C.DisableTorchFunctionSubclass():
+            return _update_args(keys, priorities)
+    if type(keys) is IssuedKeys:
+        return _update_args(keys.view(np.ndarray), priorities)
+    return _update_args(keys, priorities)
+
+
+def _update_args(keys: Any, priorities: Any) -> tuple[np.ndarray, int, np.ndarray, int, int, int] | None:
+    """`update_args` of plain keys (or of `ReplayKeys` with its torch functions off)."""
+    if type(keys) is torch.Tensor or type(keys) is ReplayKeys:
         if keys.dtype is not torch.int64 or keys.layout is not torch.strided or not keys.is_cpu:
             return None
         if not keys.is_contiguous():

@@ -261,9 +261,6 @@ def test_keys_of_a_twin_store_in_another_process_are_refused(mm):
     a.close()
 
 
-@pytest.mark.xfail(strict=True, reason="the issuer rides on the tensor object (docs/architecture.md#keys): a "
-                   "slice, an index, a clone or .numpy() of another store's keys carries none and is applied "
-                   "as this store's own; a fix puts the id in the keys (replay/table.py, replay/keys.py)")
 def test_a_slice_of_another_stores_keys_is_refused(mm):
     a, d = filled(mm), filled(mm)
     mass = a.stats()["priority_mass"]
@@ -278,12 +275,6 @@ def test_a_slice_of_another_stores_keys_is_refused(mm):
     assert not changed
 
 
-@pytest.mark.xfail(strict=True, reason="incarnations count mod 16 (replay/keys.py INC_BITS): after 16 "
-                   "restores a key of the first store's data written after its checkpoint reads as the "
-                   "current incarnation's and is applied to other data at that position, though its issuer "
-                   "is a "
-                   "16-generation ancestor in the lineage; a fix ties the incarnation rule to the issuer "
-                   "(replay/table.py)")
 def test_a_key_of_data_lost_at_a_restore_never_applies_after_16_restores(mm, tmp_path):
     from replay.keys import decode_keys
 

@@ -131,13 +131,13 @@ def test_compiled_update_equals_the_checked_path(mm, shards, capacity, selector,
         for s in (fast, slow):
             fill(s, more, pos)
         batches = [s.sample(16) for s in (fast, slow)]
-        keys = batches[0].keys.numpy()
-        np.testing.assert_array_equal(keys, batches[1].keys.numpy())
+        keys = np.asarray(batches[0].keys)  # plain arrays (no issuer): both twins take them as their own
+        np.testing.assert_array_equal(keys, np.asarray(batches[1].keys))
         shard, anchor, back = decode_keys(keys)
         mixed = np.concatenate(
             [
                 keys,
-                old_keys[0].numpy(),
+                np.asarray(old_keys[0]),
                 keys[rng.integers(0, keys.size, 6)],  # repeated: the later value wins
                 encode_keys(shard[:3], anchor[:3], back[:3], incarnation=1),  # another incarnation
                 encode_keys(shard[:2], anchor[:2] + 10 * capacity, back[:2]),  # not yet written
@@ -194,7 +194,7 @@ def test_commits_not_ingested_take_the_checked_path_with_the_same_result(mm):
         np.testing.assert_array_equal(table.ingested, before)
         assert_same(selector_arrays(fast), selector_arrays(slow))
         got = fast.update_priorities(keys, p)
-        want = slow.update_priorities(keys.numpy(), p.tolist())
+        want = slow.update_priorities(np.asarray(keys), p.tolist())  # fast's keys, as a plain array
         assert 0 < got == want < keys.numel()
         assert (table.ingested > before).any()
         assert_same(selector_arrays(fast), selector_arrays(slow))
@@ -219,7 +219,9 @@ def test_foreign_keys_are_refused_and_change_nothing(mm):
         with pytest.raises(ValueError, match=r"keys: 6 of 6 keys were issued by another replay store"):
             a.update_priorities(batch.keys, torch.ones(6))
         assert_same(before, selector_arrays(a))
-        assert a.update_priorities(batch.keys.numpy(), np.ones(6)) == 6  # no issuer: taken as its own
+        with pytest.raises(ValueError, match=r"keys: 2 of 2 keys were issued by another replay store"):
+            a.update_priorities(batch.keys.numpy()[:2], np.ones(2))  # a numpy slice keeps the issuer
+        assert a.update_priorities(np.asarray(batch.keys), np.ones(6)) == 6  # no issuer: taken as its own
         batch.release()
         with pytest.raises(ValueError, match="NaN, infinite or negative"):  # the checks name bad input
             a.update_priorities(np.zeros(2, np.int64), torch.tensor([1.0, -1.0]))
