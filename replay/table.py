@@ -300,14 +300,19 @@ class Table:
             for s in range(held):
                 self.ingest(s)
         except BaseException:
-            for sh in reversed(shards[:held]):
-                sh.release()
+            self._release_shards(held)
             raise
 
-    def _release_shards(self) -> None:
-        """Undo `_hold_shards`."""
-        for sh in reversed(self.storage.shards):
-            sh.release()
+    def _release_shards(self, held: int | None = None) -> None:
+        """Undo `_hold_shards` (its first ``held`` shard locks; default all), the last shard first. Each
+        unlock runs in the ``finally`` of the one after it: an exception one raises (a signal handler's, as
+        its unlock returns) propagates only after every shard is unlocked."""
+        n = len(self.storage.shards) if held is None else held
+        if n:
+            try:
+                self.storage.shards[n - 1].release()
+            finally:
+                self._release_shards(n - 1)
 
     def _release_all(self) -> None:
         """Undo `_hold_all`."""

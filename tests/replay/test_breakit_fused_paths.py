@@ -660,11 +660,6 @@ def test_a_signal_while_the_fused_sample_waits_for_a_shard_lock_leaves_it_free()
         store.close()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "replay.table.Table._release_shards releases the shard mutexes in a plain loop: a signal's exception "
-    "raised as one pthread_mutex_unlock returns ends the loop, and the shards after it stay locked by the "
-    "learner (seen with real SIGTERMs under graphrl.interrupts while writers commit); the fix belongs in "
-    "replay/table.py (release every shard whatever one raises, or one compiled unlock call)"))
 def test_a_signal_while_the_fused_sample_releases_its_shard_locks_leaves_none_held(monkeypatch):
     """The fused sample's fallback under the Python locks: the exception a signal handler raises as the
     first unlock (shard 2's) returns must not leave shards 0 and 1 locked."""
