@@ -5,7 +5,7 @@ team, and SpMM.
   `copy_auto`, `store_fence`, `address`, and `copy`, the checked Python entry.
 - `graphrl.kernels.prefetch`: `prefetch`, `prefetch_l2` and `prefetch_l2_at` hints for loops of random
   reads.
-- `graphrl.kernels.huge_pages`: `advise_huge_pages`, `huge_page_bytes`, `HUGE_PAGE`.
+- `graphrl.kernels.huge_pages`: `advise_huge_pages`, `huge_page_bytes`, `huge_pages_advised`, `HUGE_PAGE`.
 - `graphrl.kernels.team`: `parallel_for`, `Chunks` and `engaged` (dynamic chunk claiming by the
   caller and daemon helper threads; no OpenMP fork-join).
 - `graphrl.kernels.spmm`: sparse (CSR) times dense products, `spmm_partition`, `csr_transpose`,
@@ -34,7 +34,7 @@ from graphrl.kernels.copies import (
     stream_line_nofence,
     zero_bytes,
 )
-from graphrl.kernels.huge_pages import HUGE_PAGE, advise_huge_pages, huge_page_bytes
+from graphrl.kernels.huge_pages import HUGE_PAGE, advise_huge_pages, huge_page_bytes, huge_pages_advised
 from graphrl.kernels.prefetch import prefetch, prefetch_l2
 from graphrl.kernels.team import Chunks, engaged, parallel_for
 
@@ -50,6 +50,7 @@ __all__ = [
     "copy_bytes",
     "engaged",
     "huge_page_bytes",
+    "huge_pages_advised",
     "parallel_for",
     "prefetch",
     "prefetch_l2",

@@ -1,5 +1,5 @@
-"""Transparent huge pages (2 MiB) for large arrays: `advise_huge_pages` asks for them, `huge_page_bytes`
-checks them, `HUGE_PAGE` is their size.
+"""Transparent huge pages (2 MiB) for large arrays: `advise_huge_pages` asks for them, `huge_pages_advised`
+checks the request, `huge_page_bytes` what Linux gave, `HUGE_PAGE` is their size.
 
 Random reads from a table of GiBs miss the TLB on almost every row with 4 KiB pages; with 2 MiB
 pages a 1 GiB table needs 512 TLB entries, which the second-level TLB holds.
@@ -17,7 +17,7 @@ import logging
 import os
 import platform
 
-__all__ = ["HUGE_PAGE", "advise_huge_pages", "huge_page_bytes"]
+__all__ = ["HUGE_PAGE", "advise_huge_pages", "huge_page_bytes", "huge_pages_advised"]
 
 logger = logging.getLogger(__name__)
 
@@ -129,25 +129,48 @@ def advise_huge_pages(ptr: int, nbytes: int, collapse: bool = False) -> int:
     return hi - lo
 
 
+def _smaps_fields(ptr: int, nbytes: int):
+    """``(overlap bytes, field name, rest of line)`` for every field line of every ``/proc/self/smaps``
+    mapping that overlaps ``[ptr, ptr + nbytes)``."""
+    lo, hi = int(ptr), int(ptr) + int(nbytes)
+    with open("/proc/self/smaps") as f:
+        overlap = 0
+        for line in f:
+            parts = line.split(maxsplit=1)
+            if not parts:
+                continue
+            head = parts[0]
+            if "-" in head and not head.endswith(":"):
+                start, end = (int(x, 16) for x in head.split("-"))
+                overlap = max(0, min(hi, end) - max(lo, start))
+            elif overlap:
+                yield overlap, head, parts[1] if len(parts) > 1 else ""
+
+
 def huge_page_bytes(ptr: int, nbytes: int) -> int:
     """Bytes of ``[ptr, ptr + nbytes)`` that Linux backs with transparent huge pages (0 elsewhere).
 
     Read from ``/proc/self/smaps``: the ``AnonHugePages`` (or ``ShmemPmdMapped``/``FilePmdMapped``)
     of every mapping that overlaps the range, capped by the overlap (smaps counts per mapping, so a
-    mapping larger than the range may be over-counted up to the overlap).
+    mapping larger than the range may be over-counted up to the overlap). 0 where smaps cannot be read.
     """
-    lo, hi = int(ptr), int(ptr) + int(nbytes)
     total = 0
     try:
-        with open("/proc/self/smaps") as f:
-            overlap = 0
-            for line in f:
-                head = line.split(maxsplit=1)[0]
-                if "-" in head and not head.endswith(":"):
-                    start, end = (int(x, 16) for x in head.split("-"))
-                    overlap = max(0, min(hi, end) - max(lo, start))
-                elif overlap and head in ("AnonHugePages:", "ShmemPmdMapped:", "FilePmdMapped:"):
-                    total += min(overlap, int(line.split()[1]) * 1024)
+        for overlap, head, rest in _smaps_fields(ptr, nbytes):
+            if head in ("AnonHugePages:", "ShmemPmdMapped:", "FilePmdMapped:"):
+                total += min(overlap, int(rest.split()[0]) * 1024)
     except OSError:
         return 0
     return total
+
+
+def huge_pages_advised(ptr: int, nbytes: int) -> bool:
+    """Whether every mapping that overlaps ``[ptr, ptr + nbytes)`` carries ``MADV_HUGEPAGE`` (``hg`` in
+    its smaps ``VmFlags``): what `advise_huge_pages` asks for. Whether Linux then backs the range with huge
+    pages (`huge_page_bytes`) depends on the free memory at that moment. False where smaps cannot be read
+    or no mapping overlaps."""
+    try:
+        flags = [("hg" in rest.split()) for _, head, rest in _smaps_fields(ptr, nbytes) if head == "VmFlags:"]
+    except OSError:
+        return False
+    return bool(flags) and all(flags)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from graphrl.graph import CSCGraph
-from graphrl.kernels import huge_page_bytes
+from graphrl.kernels import huge_page_bytes, huge_pages_advised
 from graphrl.memory import MemoryBudgetError, MemoryManager
 from samplers import feature_table
 from samplers.features import FeatureStore
@@ -98,24 +98,9 @@ def _table_huge_bytes(store: FeatureStore) -> int:
     return huge_page_bytes(t.data_ptr(), t.numel() * t.element_size())
 
 
-def _advised_huge(ptr: int, nbytes: int) -> bool:
-    """Whether every mapping overlapping ``[ptr, ptr + nbytes)`` carries MADV_HUGEPAGE (``hg`` in its
-    smaps ``VmFlags``): what the store asks for. Whether Linux then backs it with huge pages depends on the
-    machine's free memory at that moment (none may be free on a fragmented one)."""
-    lo, hi, overlapping, flags = ptr, ptr + nbytes, False, []
-    for line in Path("/proc/self/smaps").read_text().splitlines():
-        head = line.split(maxsplit=1)[0] if line.strip() else ""
-        if "-" in head and not head.endswith(":"):
-            start, end = (int(x, 16) for x in head.split("-"))
-            overlapping = min(hi, end) > max(lo, start)
-        elif overlapping and head == "VmFlags:":
-            flags.append("hg" in line.split()[1:])
-    return bool(flags) and all(flags)
-
-
 def _on_huge_pages(ptr: int, nbytes: int) -> bool:
     """Backed by huge pages, or advised so (the kernel may lack a free one at that moment)."""
-    return huge_page_bytes(ptr, nbytes) > 0 or _advised_huge(ptr, nbytes)
+    return huge_page_bytes(ptr, nbytes) > 0 or huge_pages_advised(ptr, nbytes)
 
 
 @pytest.mark.skipif(_thp_mode() not in ("always", "madvise"), reason="transparent huge pages are off")

@@ -41,6 +41,19 @@ def test_advise_huge_pages_covers_only_whole_huge_pages():
 
 
 @pytest.mark.skipif(_thp_mode() not in ("always", "madvise"), reason="transparent huge pages are off")
+def test_huge_pages_advised_reads_the_advice_of_every_overlapping_mapping():
+    buf, arr = _fresh_mapping(4 * K.HUGE_PAGE)
+    ptr = arr.ctypes.data
+    assert not K.huge_pages_advised(ptr, arr.nbytes)  # a fresh private mapping carries no advice
+    assert K.advise_huge_pages(ptr, 2 * K.HUGE_PAGE) == 2 * K.HUGE_PAGE  # the first half only
+    assert K.huge_pages_advised(ptr, 2 * K.HUGE_PAGE)  # untouched, yet advised
+    assert not K.huge_pages_advised(ptr, arr.nbytes)  # the second half's mapping is not
+    assert not K.huge_pages_advised(ptr + arr.nbytes + 64 * K.HUGE_PAGE, 0)  # nothing overlaps
+    del arr
+    buf.close()
+
+
+@pytest.mark.skipif(_thp_mode() not in ("always", "madvise"), reason="transparent huge pages are off")
 def test_advised_fresh_memory_faults_in_as_huge_pages_with_the_same_contents():
     buf, arr = _fresh_mapping(4 * K.HUGE_PAGE)
     assert K.advise_huge_pages(arr.ctypes.data, arr.nbytes) == arr.nbytes
