@@ -38,6 +38,7 @@ __all__ = [
     "draw_items",
     "draw_windows",
     "importance_weights_into",
+    "key_current",
     "leaf_weights",
     "set_weights",
     "sum_levels",
@@ -286,6 +287,23 @@ def set_weights(shard, slot, p, exponent, state, priority, weights, wtree, size)
 
 
 @nb.njit(cache=True, nogil=True)
+def key_current(k, floors, ingested, incarnation, prev, restored, restored_at):  # pragma: no cover - numba
+    """The generation rule of one key (int64; docs/architecture.md#keys) shared by `accept_updates`
+    and `write_updates`: ``(shard, anchor, current)``, ``current`` when its window still has every
+    step stored (``anchor - back >= floors[s]``, ``anchor < ingested[s]``) and its incarnation is
+    ``incarnation`` or ``prev`` (the one before, only with ``restored`` and ``anchor <
+    restored_at[s]``). The key's shard must be < S (``floors``, ``ingested`` int64 [S])."""
+    s = k & ((1 << SHARD_BITS) - 1)
+    back = (k >> SHARD_BITS) & ((1 << BACK_BITS) - 1)
+    inc = (k >> (SHARD_BITS + BACK_BITS)) & ((1 << INC_BITS) - 1)
+    anchor = k >> (SHARD_BITS + BACK_BITS + INC_BITS)
+    good = anchor - back >= floors[s] and anchor < ingested[s]
+    if good:
+        good = inc == incarnation or (restored and inc == prev and anchor < restored_at[s])
+    return s, anchor, good
+
+
+@nb.njit(cache=True, nogil=True)
 def accept_updates(
     keys, capacity, floors, ingested, incarnation, restored_at, state, out_shard, out_slot, ok
 ):  # pragma: no cover - numba
@@ -298,17 +316,10 @@ def accept_updates(
     prev = (incarnation - 1) % (1 << INC_BITS)
     restored = restored_at.shape[0] > 0
     for i in range(keys.shape[0]):
-        k = keys[i]
-        s = k & ((1 << SHARD_BITS) - 1)
-        back = (k >> SHARD_BITS) & ((1 << BACK_BITS) - 1)
-        inc = (k >> (SHARD_BITS + BACK_BITS)) & ((1 << INC_BITS) - 1)
-        anchor = k >> (SHARD_BITS + BACK_BITS + INC_BITS)
+        s, anchor, good = key_current(keys[i], floors, ingested, incarnation, prev, restored, restored_at)
         c = anchor % capacity
         out_shard[i] = s
         out_slot[i] = c
-        good = anchor - back >= floors[s] and anchor < ingested[s]
-        if good:
-            good = inc == incarnation or (restored and inc == prev and anchor < restored_at[s])
         if good:
             good = state[s, c] == 1
         ok[i] = good
@@ -349,14 +360,8 @@ def write_updates(
     for s in range(ingested.shape[0]):
         base[s] = ingested[s] - ingested[s] % capacity
     for i in range(keys.shape[0]):
-        k = keys[i]
-        s = k & ((1 << SHARD_BITS) - 1)
-        back = (k >> SHARD_BITS) & ((1 << BACK_BITS) - 1)
-        inc = (k >> (SHARD_BITS + BACK_BITS)) & ((1 << INC_BITS) - 1)
-        anchor = k >> (SHARD_BITS + BACK_BITS + INC_BITS)
-        if anchor - back < floors[s] or anchor >= ingested[s]:
-            continue
-        if inc != incarnation and not (restored and inc == prev and anchor < restored_at[s]):
+        s, anchor, good = key_current(keys[i], floors, ingested, incarnation, prev, restored, restored_at)
+        if not good:
             continue
         c = anchor - base[s]  # anchor % capacity without a division: the ring's last lap or the one before
         if c < 0:
