@@ -131,7 +131,8 @@ class ReplayKeys(torch.Tensor):
     Every torch op whose result is an int64 tensor computed from them (indexing, slicing, ``clone``,
     ``detach``, ``to``, ``cat``, ``stack``, ...) returns `ReplayKeys` bearing the same issuer (a
     `MIXED` one for keys of several stores); ``numpy()`` returns an `IssuedKeys` view bearing it.
-    Other results are plain tensors.
+    Other results, and a plain tensor written in place from them (``add_``, ``copy_``, ``out=``), are
+    plain tensors.
     """
 
     @classmethod
@@ -139,6 +140,8 @@ class ReplayKeys(torch.Tensor):
         with torch._C.DisableTorchFunctionSubclass():
             out = func(*args, **(kwargs or {}))
         if type(out) is torch.Tensor and out.dtype is torch.int64:
+            if any(out is x for x in args) or (kwargs and any(out is x for x in kwargs.values())):
+                return out  # a caller's tensor written in place (add_, copy_, out=): kept plain
             found: list[Any] = []
             _issuer_of(args, found)
             if kwargs:

@@ -74,6 +74,10 @@ def test_numpy_views_and_copies_keep_the_issuer_and_other_results_are_plain():
     assert type(keys == 3) is torch.Tensor and type(keys.float()) is torch.Tensor
     assert getattr(arr > 3, ISSUER) is None
     assert type(np.asarray(keys)) is np.ndarray  # what decode_keys and the checks read
+    buf = torch.zeros(8, dtype=torch.int64)
+    buf.add_(keys)
+    torch.add(keys, 1, out=buf)
+    assert type(buf) is torch.Tensor and not hasattr(buf, ISSUER)  # a caller's tensor is never re-classed
 
 
 def test_a_cat_of_two_issuers_bears_both_and_ignores_plain_keys():
