@@ -19,29 +19,15 @@ import threading
 
 import numpy as np
 import pytest
+from _stores import SPEC, steps
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from graphrl.memory import MemoryManager
-from replay import Prioritized, ReplayStore, TrajectorySpec, Uniform
+from replay import Prioritized, ReplayStore, Uniform
 from replay.keys import decode_keys
 from replay.shard_layout import HOLES, RESERVE_POS, WRITE_POS
 from replay.transition_kernel import DRAWN, STALE, draw_transitions, sample_transitions
-
-SPEC = TrajectorySpec(
-    {"pos": ((), "int64"), "obs": ((3,), "float32"), "tag": ((), "int16"), "done": ((), "bool")}
-)
-
-
-def steps(start: int, n: int) -> dict[str, np.ndarray]:
-    """``n`` steps whose every field is a function of ``pos`` (a torn row would not match)."""
-    p = np.arange(start, start + n, dtype=np.int64)
-    return {
-        "pos": p,
-        "obs": (p[:, None] * 10 + np.arange(3)).astype(np.float32),
-        "tag": (p % 30000).astype(np.int16),
-        "done": p % 3 == 0,
-    }
 
 
 def check_rows(batch) -> np.ndarray:

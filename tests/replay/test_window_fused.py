@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _stores import SPEC, steps
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,21 +25,6 @@ from graphrl.memory import MemoryManager
 from replay import Prioritized, ReplayStore, TrajectorySpec, Uniform
 from replay.keys import decode_keys
 from replay.window_kernel import LOCKED_WINDOW_BYTES, MAX_WINDOW
-
-SPEC = TrajectorySpec(
-    {"pos": ((), "int64"), "obs": ((3,), "float32"), "tag": ((), "int16"), "done": ((), "bool")}
-)
-
-
-def steps(start: int, n: int) -> dict[str, np.ndarray]:
-    """``n`` steps whose every field is a function of ``pos``."""
-    p = np.arange(start, start + n, dtype=np.int64)
-    return {
-        "pos": p,
-        "obs": (p[:, None] * 10 + np.arange(3)).astype(np.float32),
-        "tag": (p % 30000).astype(np.int16),
-        "done": p % 3 == 0,
-    }
 
 
 def fill(store: ReplayStore, lengths: list[int], start: int, episodes: dict[int, tuple[int, int]]) -> int:
