@@ -34,6 +34,8 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from graphrl.atomic_write import write_whole
+
 __all__ = ["BENCHMARKS", "QUICK_ARGS", "benchmarks_dir", "load_results", "machine_record", "run_benchmarks"]
 
 BENCHMARKS = ("sampler", "replay", "features", "full_graph")
@@ -156,12 +158,8 @@ def _write_record(record: dict, out: Path, t_all: float) -> None:
     """Finish the run's record (seconds, load now) and write it to ``out / FILE_NAME``."""
     record["seconds"] = round(time.perf_counter() - t_all, 1)
     record["machine"]["load_average_1min"] = [record["machine"]["load_average_1min"], os.getloadavg()[0]]
-    tmp = out / f".{FILE_NAME}.tmp"  # whole or not at all: a second signal may come while it is written
-    try:
-        tmp.write_text(json.dumps(record, indent=2) + "\n")
-        os.replace(tmp, out / FILE_NAME)
-    finally:
-        tmp.unlink(missing_ok=True)
+    text = json.dumps(record, indent=2) + "\n"  # whole or not at all: a second signal may come meanwhile
+    write_whole(out / FILE_NAME, lambda tmp: tmp.write_text(text))
 
 
 def _stop(proc: subprocess.Popen, signum: int) -> None:

@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import time
 from pathlib import Path
 
 import click
 
+from graphrl.atomic_write import write_whole
 from graphrl.cli_checks import writable_folder
 from graphrl.interrupts import Interrupted
 
@@ -269,13 +269,7 @@ def _save_state(state: dict, path: Path) -> Path:
     """``torch.save`` through a temporary file: ``path`` holds a whole state or nothing new."""
     import torch
 
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        torch.save(state, tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+    return write_whole(path, lambda tmp: torch.save(state, tmp))
 
 
 def _save_interrupted(err: Interrupted, out_dir: str | None, config, curve: list[dict], best: dict,

@@ -21,6 +21,7 @@ import math
 import os
 from pathlib import Path
 
+from graphrl.atomic_write import write_whole
 from graphrl.bench import machine_record
 
 __all__ = ["DemoCurves", "write_tensorboard"]
@@ -104,13 +105,8 @@ class DemoCurves:
                 curves = {**json.loads(out.read_text()), **curves}
             except (OSError, json.JSONDecodeError):
                 pass  # not a curves file: replaced
-        tmp = out.with_name(f".{out.name}.tmp")  # whole or not at all: the other tasks' curves live here
-        try:
-            tmp.write_text(json.dumps(curves, indent=1) + "\n")
-            os.replace(tmp, out)
-        finally:
-            tmp.unlink(missing_ok=True)
-        return out
+        text = json.dumps(curves, indent=1) + "\n"  # whole or not at all: the other tasks' curves live here
+        return write_whole(out, lambda tmp: tmp.write_text(text))
 
 
 def write_tensorboard(curves: dict[str, dict], logdir: str | os.PathLike) -> Path:
