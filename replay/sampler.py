@@ -26,6 +26,7 @@ give the same batches for the same draws.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -220,6 +221,22 @@ class WindowSampler:
                 f"limiter counts {self.limiter.size} sampleable items but the table held none to draw"
             )
 
+    def _draw_locked(self, b: int, length: int, left: Deadline, draw: Callable[[], int]) -> int:
+        """Wait for the rate limiter and call ``draw`` (one locked draw of all B windows; returns N,
+        0 when it found the table empty and drew nothing) until it draws; returns N.
+
+        Raises
+        ------
+        TimeoutError
+            The rate limiter or an empty table outlasted ``left`` (`_check_drawable`).
+        """
+        while True:
+            self.limiter.await_sample(left(), given=left.timeout)
+            table_size = draw()
+            if table_size:  # counted as the batch's sampled steps under the locks
+                return table_size
+            self._check_drawable(b, length, left)
+
     def _sample_transitions(self, b: int, beta: float, left: Deadline, slot: StagedSlot) -> Batch:
         """`sample` of B windows of one step for a host batch of the owner's `fused` `Table`: one
         kernel call under the locks draws and copies them, for a prioritized table computes the
@@ -233,25 +250,15 @@ class WindowSampler:
             locked = None if self.decode is None else (lambda k: self.decode.run_locked(k, slot.flat))
             if table.prioritized:
                 weights = np.empty(b, dtype=np.float32)
-                while True:
-                    self.limiter.await_sample(left(), given=left.timeout)
-                    table_size = table.draw_transitions(
-                        b, slot.addresses, keys, prob, slot.mask_flat, beta, weights, locked
-                    )
-                    if table_size:  # counted as b sampled steps (each window is its live anchor)
-                        break
-                    self._check_drawable(b, 1, left)
+                table_size = self._draw_locked(b, 1, left, lambda: table.draw_transitions(
+                    b, slot.addresses, keys, prob, slot.mask_flat, beta, weights, locked
+                ))
                 return Batch.from_draw(
                     slot.fields, slot.mask, keys, prob, None, table_size, beta, slot.buffer, weights
                 )
-            while True:
-                self.limiter.await_sample(left(), given=left.timeout)
-                table_size = table.draw_transitions(
-                    b, slot.addresses, keys, prob, slot.mask_flat, locked=locked
-                )
-                if table_size:
-                    break
-                self._check_drawable(b, 1, left)
+            table_size = self._draw_locked(b, 1, left, lambda: table.draw_transitions(
+                b, slot.addresses, keys, prob, slot.mask_flat, locked=locked
+            ))
             return Batch.from_draw(slot.fields, slot.mask, keys, prob, None, table_size, None, slot.buffer)
         except BaseException:
             slot.buffer.release()
@@ -269,20 +276,10 @@ class WindowSampler:
             block = slot.scratch
             prob = np.empty(b)
             weights = np.empty(b, dtype=np.float32) if table.prioritized else None
-            while True:
-                self.limiter.await_sample(left(), given=left.timeout)
-                if weights is None:
-                    table_size = table.draw_windows_locked(
-                        length, PAD_CODES[pad], block[:5], slot.addresses, block[5], prob, slot.mask_flat
-                    )
-                else:
-                    table_size = table.draw_windows_locked(
-                        length, PAD_CODES[pad], block[:5], slot.addresses, block[5], prob, slot.mask_flat,
-                        beta, weights,
-                    )
-                if table_size:
-                    break
-                self._check_drawable(b, length, left)
+            more = () if weights is None else (beta, weights)
+            table_size = self._draw_locked(b, length, left, lambda: table.draw_windows_locked(
+                length, PAD_CODES[pad], block[:5], slot.addresses, block[5], prob, slot.mask_flat, *more
+            ))
             keys_lengths = block[_KEYS_LENGTHS]  # one copy of both rows (the batch keeps them)
             return Batch.from_draw(
                 slot.fields, slot.mask, keys_lengths[0], prob, keys_lengths[1], table_size, None, slot.buffer,
