@@ -97,7 +97,7 @@ def successive_subsets(w: np.ndarray, k: int) -> dict[tuple, float]:
 
 
 def test_short_rows_choose_subsets_with_successive_sampling_probabilities():
-    # 12 identical rows of 6 edges (weights 1..5 and one 0), k = 3: short (3k > 5 eligible); every row
+    # 30 000 identical rows of 6 edges (weights 1..5 and one 0), k = 3: short (3k > 5 eligible); every row
     # draws its own stream. Each of the 10 subsets of the 5 positive edges against its exact probability.
     wts = np.array([1.0, 0.0, 2.0, 3.0, 4.0, 5.0], dtype=np.float32)
     rows, k = 30_000, 3
