@@ -3,8 +3,8 @@
 `write_whole` has the caller write into a temporary file beside the target (``.<name>.tmp``) and then
 ``os.replace``s it onto the target, so a signal, a full disk or a crash while writing leaves the target
 as it was (or absent), never half written; the temporary file is removed whatever happens. Used by
-``bench.json`` (`graphrl.bench`), the demo curves (`graphrl.curves`) and ``train recommend``'s weights
-(`graphrl.cli_train`).
+``bench.json`` (`graphrl.bench`), the demo curves (`graphrl.curves`), ``train recommend``'s weights
+(`graphrl.cli_train`) and the learning-curve records (`graphrl.train.rec_curve`).
 
 >>> write_whole(Path("out/curve.json"), lambda tmp: tmp.write_text("{}"))  # doctest: +SKIP
 """

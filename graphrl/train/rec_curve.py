@@ -23,6 +23,7 @@ import os
 from dataclasses import asdict
 from pathlib import Path
 
+from graphrl.atomic_write import write_whole
 from graphrl.plots import machine_caption, require_matplotlib
 
 __all__ = ["curve_record", "interrupted_curve_record", "plot_training_curve", "save_curve_record",
@@ -132,9 +133,7 @@ def save_curve_record(record: dict, out_dir: str | os.PathLike, name: str = "cur
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{name}.json"]
-    tmp = out / f".{name}.json.tmp"
-    tmp.write_text(json.dumps(record, indent=1) + "\n")
-    os.replace(tmp, paths[0])
+    write_whole(paths[0], lambda tmp: tmp.write_text(json.dumps(record, indent=1) + "\n"))
     try:
         paths.append(plot_training_curve(record, out / f"{name}.png"))
     except ImportError as err:
