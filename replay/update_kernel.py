@@ -138,7 +138,10 @@ def update_words(
         ("max_priority", max_priority, np.float64),
     ):
         if arr.dtype != dtype or not arr.flags.c_contiguous:
-            raise ValueError(f"{name} must be a C-contiguous {np.dtype(dtype).name} array")
+            raise ValueError(
+                f"{name} must be a C-contiguous {np.dtype(dtype).name} array, got {arr.dtype} "
+                f"(C-contiguous: {arr.flags.c_contiguous})"
+            )
     s, c = int(plan[P_SHARDS]), int(plan[P_CAPACITY])
     for name, arr, shape in (
         ("state", state, (s, c)), ("priority", priority, (s, c)),
@@ -180,13 +183,22 @@ def scratch_for(words: np.ndarray, num_shards: int, keys: int) -> np.ndarray:
 
 def set_restore(words: np.ndarray, incarnation: int, restored_at: np.ndarray | None) -> None:
     """Set the table's incarnation and its restored write positions (int64 [S], kept alive by the
-    caller; None: no restore) in ``words``."""
+    caller; None: no restore) in ``words``.
+
+    Raises
+    ------
+    ValueError
+        ``restored_at`` is not a C-contiguous int64 array (the kernel reads it by address).
+    """
     words[U_INCARNATION] = int(incarnation) % MAX_INCARNATIONS
     if restored_at is None:
         words[U_RESTORED], words[U_RESTORED_ON] = 0, 0
         return
     if restored_at.dtype != np.int64 or not restored_at.flags.c_contiguous:
-        raise ValueError("restored_at must be a C-contiguous int64 array")
+        raise ValueError(
+            f"restored_at must be a C-contiguous int64 array, got {restored_at.dtype} "
+            f"(C-contiguous: {restored_at.flags.c_contiguous})"
+        )
     words[U_RESTORED], words[U_RESTORED_ON] = restored_at.ctypes.data, 1
 
 
