@@ -20,6 +20,8 @@ import os
 import threading
 import weakref
 
+from graphrl.process_origin import check_made_here, made_here
+
 __all__ = ["ThreadOwner"]
 
 _LIVE: weakref.WeakSet[ThreadOwner] = weakref.WeakSet()  # every owner of this process, for the fork hook
@@ -92,12 +94,11 @@ class ThreadOwner:
             process is a fork of the one that made the writer.
         """
         me = threading.current_thread()
-        if self.pid != os.getpid():
-            raise RuntimeError(
-                f"{self.what}.{call}(): this {self.what} was made in process {self.pid}, and this is process "
-                f"{os.getpid()} (a fork of it): its staged steps, open episode and writer id are that "
-                f"process's; make a writer in this process ({self.remedy})"
-            )
+        check_made_here(
+            self.pid, f"{self.what}.{call}()", self.what,
+            f"its staged steps, open episode and writer id are that process's; make a writer in this process "
+            f"({self.remedy})",
+        )
         with self._lock:
             owner = self.thread
             if owner is None or self.ident == me.ident or not owner.is_alive():
@@ -123,7 +124,7 @@ class ThreadOwner:
         RuntimeError
             Another thread, still alive, owns the writer; or this process is a fork of its maker.
         """
-        if self.pid != os.getpid() or (self.ident is not None and self.ident != threading.get_ident()):
+        if not made_here(self.pid) or (self.ident is not None and self.ident != threading.get_ident()):
             self.claim(call)  # raises unless the owner has ended
         with self._lock:
             self.ident, self.thread = None, None

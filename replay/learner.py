@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from graphrl.process_origin import made_here
 from replay._checks import (
     check_beta,
     check_device,
@@ -221,7 +222,7 @@ class StoreLearner(ReplayLearnerBase):
         if self._closed:
             raise ValueError(f"StoreLearner.{call}(): this learner is closed")
         with self._lock:
-            if self._state is None or self._state.pid != os.getpid():  # first use here, or a forked copy
+            if self._state is None or not made_here(self._state.pid):  # first use here, or a forked copy
                 self._state = _Attached(self.handle)
             st = self._state
         if st.storage.control.closed:  # the mapping outlives the owner's close: never count freed regions
@@ -298,5 +299,5 @@ class StoreLearner(ReplayLearnerBase):
         self._closed = True
         with self._lock:
             st, self._state = self._state, None
-        if st is not None and st.pid == os.getpid():
+        if st is not None and made_here(st.pid):
             st.close()

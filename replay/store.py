@@ -48,6 +48,7 @@ import numpy as np
 import torch
 
 from graphrl.memory import MemoryManager
+from graphrl.process_origin import check_made_here, made_here
 from replay import checkpoint as ckpt
 from replay._checks import (
     check_beta,
@@ -271,11 +272,11 @@ class ReplayStore(StorageViews, ReplayStoreBase):
 
     def _check_owner(self, what: str) -> None:
         self._check_open(what)
-        if os.getpid() != self._owner_pid:
-            raise ValueError(
-                f"{what}() runs in the store's owning process; this store was attached by handle and "
-                "can only write (store.writer()) and count (len(store))"
-            )
+        check_made_here(
+            self._owner_pid, f"ReplayStore.{what}()", "ReplayStore",
+            f"{what}() runs in the store's owning process; write from here through "
+            "ReplayStore.attach(store.handle()) and sample through store.learner()", error=ValueError,
+        )
 
     # -- learners in other processes
     def learner(self) -> StoreLearner:
@@ -411,7 +412,7 @@ class ReplayStore(StorageViews, ReplayStoreBase):
             The first GPU sample could not register the rings within the pinned budget, or a new
             staging pool does not fit its tier.
         """
-        if self._closed or os.getpid() != self._owner_pid:
+        if self._closed or not made_here(self._owner_pid):
             self._check_owner("sample")  # raises
         plain = type(batch_size) is int and type(window) is int and type(pad) is str and type(beta) in _PLAIN
         sig = (batch_size, window, pad, type(beta), beta) if plain else None

@@ -28,6 +28,7 @@ from graphrl.memory import cudart
 from graphrl.memory.backing import Backing, ShmBacking, TensorBacking, ZarrBacking
 from graphrl.memory.dtypes import TORCH_TO_NUMPY
 from graphrl.memory.shm import SHM_DIR, ExitCleanup, ShmSegment
+from graphrl.process_origin import made_here
 
 __all__ = ["DeviceResource", "DiskResource", "HostResource", "MemoryResource", "PinnedResource",
            "SharedResource"]
@@ -225,7 +226,7 @@ class DiskResource:
         unlinked by their creator only). A folder already gone is logged, not raised: its bytes are
         returned all the same."""
         assert isinstance(backing, ZarrBacking)
-        if backing.creator_pid == os.getpid():
+        if made_here(backing.creator_pid):
             try:
                 shutil.rmtree(backing.path, ignore_errors=False)
             except FileNotFoundError:

@@ -24,6 +24,7 @@ import threading
 from pathlib import Path
 
 from graphrl.memory.sizes import format_size
+from graphrl.process_origin import made_here
 
 __all__ = ["SHM_DIR", "ExitCleanup", "ShmSegment"]
 
@@ -84,7 +85,7 @@ class ShmSegment:
     def unlink(self) -> None:
         """Remove the name from /dev/shm (creator only, once); mappings stay valid until closed."""
         with self._lock:
-            if self._unlinked or self.creator_pid != os.getpid():
+            if self._unlinked or not made_here(self.creator_pid):
                 return
             self._unlinked = True
         try:
@@ -94,7 +95,7 @@ class ShmSegment:
 
     def unlink_unlocked(self) -> None:
         """`unlink` without taking a lock, for a signal handler that may interrupt a lock's holder."""
-        if self._unlinked or self.creator_pid != os.getpid():
+        if self._unlinked or not made_here(self.creator_pid):
             return
         self._unlinked = True
         try:
@@ -122,7 +123,7 @@ class ExitCleanup:
         self.lock = threading.Lock()
 
     def __call__(self) -> None:
-        if os.getpid() != self.pid:
+        if not made_here(self.pid):
             return
         with self.lock:
             segments, paths = list(self.segments.values()), list(self.paths)
@@ -140,7 +141,7 @@ class ExitCleanup:
 
         Takes no lock: the handler runs in the main thread, which may hold one. Mappings stay valid.
         """
-        if os.getpid() != self.pid:
+        if not made_here(self.pid):
             return
         for segment in list(self.segments.values()):
             segment.unlink_unlocked()

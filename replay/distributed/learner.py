@@ -39,6 +39,7 @@ import torch
 
 from graphrl.errors import GPUUnavailableError
 from graphrl.memory import MemoryManager
+from graphrl.process_origin import made_here
 from replay._checks import check_beta, check_device, check_keys, check_sample_args, check_timeout
 from replay.distributed.group import ShardGroup
 from replay.distributed.handle import RayStoreHandle
@@ -154,7 +155,7 @@ class RayLearner(ReplayLearnerBase):
         if self._closed:
             raise ValueError(f"RayLearner.{call}(): this learner is closed")
         with self._lock:
-            if self._client is None or self._client.pid != os.getpid():
+            if self._client is None or not made_here(self._client.pid):
                 self._client = _Client(self.handle)
             return self._client
 
@@ -233,5 +234,5 @@ class RayLearner(ReplayLearnerBase):
         self._closed = True
         with self._lock:
             client, self._client = self._client, None
-        if client is not None and client.pid == os.getpid():
+        if client is not None and made_here(client.pid):
             client.close()

@@ -3,6 +3,7 @@ distributions (chi-square), rate limiting, bounded memory (batches and staging: 
 
 from __future__ import annotations
 
+import os
 import pickle
 
 import numpy as np
@@ -665,3 +666,29 @@ def check_ring_invariants(spec, capacity, chunk, ops):
                 assert (wid == wid[0]).all() and (e == e[0]).all()
                 assert torch.equal(tt, torch.arange(int(tt[0]), int(tt[0]) + len(tt)))
         store.close()
+
+
+def test_a_forked_copy_of_the_store_refuses_to_sample_naming_both_processes(mm):
+    store = make(mm, capacity=64, shards=1)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report the error, never return into pytest
+        try:
+            try:
+                store.sample(1)
+                msg = "no error"
+            except ValueError as err:
+                msg = str(err)
+            os.write(w, msg.encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    out = b""
+    while chunk := os.read(r, 4096):
+        out += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    assert out.decode().startswith(
+        f"ReplayStore.sample(): this ReplayStore was made in process {os.getpid()}, and this is process "
+        f"{pid} (a fork of it): sample() runs in the store's owning process"
+    ), out
