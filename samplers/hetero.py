@@ -19,6 +19,7 @@ from __future__ import annotations
 import secrets
 import threading
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -149,6 +150,12 @@ class HeteroNeighborSampler:
         """Kernel launches of the fused typed path so far (CUDA), by kernel: ``"plan"``, ``"scan"`` and
         ``"rows"``, each at most once per layer whatever the number of relations; empty on the CPU."""
         return dict(self._loop.launches)
+
+    @property
+    def traffic(self) -> Any:
+        """CUDA: the `samplers.kernels.cuda.workspace.HostTraffic` of this sampler's chained layers
+        (read-backs, allocations, copies); None on the CPU."""
+        return self._loop.traffic
 
     def _mode_kind(self, rel: Relation) -> type:
         """The mode of a sampled relation: temporal with times, weighted with weights, else uniform."""

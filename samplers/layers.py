@@ -10,6 +10,9 @@ take the time of the row that drew them. `LayerLoop.run` runs every layer, inner
 returns the layers outermost first (`TypedLayer`; the samplers wrap them into blocks). On CUDA, a typed
 graph given a `samplers.kernels.cuda.typed.TypedCsc` samples its uniform and weighted relations in one
 launch per kernel and layer over all of them (`sample_typed_layer`), the others relation by relation.
+Successive CUDA layers whose outputs are bounded by their fanouts (a plain graph's thread-per-row
+layers; a typed graph's layers that the `TypedCsc` takes whole at fanouts >= 0) chain on the device:
+their sizes stay there and are read back once, when the chain ends (counted in `traffic`).
 
 Keys: relation r of layer l of call c has the key ``mix(layer_key(seed, c, l) ^ (r + 1))`` (plain
 graphs: ``layer_key(seed, c, l)``); the per-source variates of source type S (LABOR) use
@@ -126,10 +129,10 @@ class LayerLoop:
             (arr,) = self.relations.values()
             self.workspace = cpu.Workspace(next(iter(self.num_nodes.values())), arr.indices.dtype)
         self.traffic = None
-        """A plain graph on CUDA: the `samplers.kernels.cuda.workspace.HostTraffic` of this loop's calls
+        """On CUDA: the `samplers.kernels.cuda.workspace.HostTraffic` of this loop's chained layers
         (read-backs, allocations, copies), counted by its workspaces, one per stream it ran on."""
         self.cuda_workspaces: dict[int, Any] = {}
-        if device == "cuda" and not typed:
+        if device == "cuda":
             from samplers.kernels.cuda.workspace import HostTraffic
 
             self.traffic = HostTraffic()
@@ -204,7 +207,7 @@ class LayerLoop:
         if self.typed_csc is not None and fused_excluded is None:
             fused_excluded = self.typed_csc.excluded({})
         out = []
-        pending: list = []  # plain CUDA layers chained on the device, their sizes not read yet
+        pending: list = []  # CUDA layers chained on the device, their sizes not read yet
         for layer in range(num_layers - 1, -1, -1):
             vlayer = 0 if layer_dependency else layer
 
@@ -223,7 +226,16 @@ class LayerLoop:
                     block, dst, times = self._fused_layer(rel, dst[rel[2]], fused)
                     out.append(block)
                     continue
-            if self.traffic is not None and times is None:  # a plain graph on CUDA: the mode's fused layer
+            if self.typed_csc is not None and times is None:  # a typed graph on CUDA: chained if bounded
+                requests = self._typed_requests(fanouts, layer, seed, call)
+                if len(requests) == len(self.relations) and all(
+                        self.typed_csc.bounded(r.relation, r.fanout, r.replace) for r in requests):
+                    pending.append(self._typed_chain_layer(dst, pending, requests, fused_excluded, layer))
+                    dst = pending[-1].next_rows
+                    continue
+                if pending:  # the chain before this layer is read first: its rows' counts are needed here
+                    dst = self._read_typed(pending, out)
+            if not self.typed and self.traffic is not None and times is None:  # a plain graph on CUDA
                 (rel,) = self.relations
                 ws = self.cuda_workspace()
                 if self.modes[rel].bounded_cuda(self.relations[rel], fanouts[rel][layer]):
@@ -250,11 +262,55 @@ class LayerLoop:
                        for rel in self.relations}
             block, dst, times = self._relabel(dst, times, sampled, joined)
             out.append(block)
-        if pending:
+        if pending and self.typed:
+            self._read_typed(pending, out)
+        elif pending:
             (rel,) = self.relations
             self._read_pending(rel, pending, self.cuda_workspace(), out)
         out.reverse()
         return out
+
+    def _typed_requests(self, fanouts: Mapping, layer: int, seed: int, call: int) -> list:
+        """The `samplers.kernels.cuda.typed.TypedRequest` of each relation of the typed CSC that takes
+        this layer's fanout, grouped by source type (graph order within a type)."""
+        from samplers.kernels.cuda.typed import TypedRequest
+
+        csc = self.typed_csc
+        requests = [TypedRequest(rel, fanouts[rel][layer], self.relation_key(rel, seed, call, layer),
+                                 self.modes[rel].replace)
+                    for rel in csc.relations if csc.fits(rel, fanouts[rel][layer], self.modes[rel].replace)]
+        requests.sort(key=lambda req: self.type_index[req.relation[0]])  # stable: graph order within a type
+        return requests
+
+    def _typed_chain_layer(self, dst: dict, pending: list, requests: list, excluded: Any, layer: int) -> Any:
+        """A typed layer chained on the device (`samplers.kernels.cuda.typed.sample_typed_bounded`);
+        ``dst`` the seeds' device ids when the chain starts, else the previous layer's rows."""
+        from samplers.kernels.cuda.typed import sample_typed_bounded, start_typed_rows
+
+        ws = self.cuda_workspace()
+        if not pending:  # a chain starts: the rows' counts go to the device
+            dst = start_typed_rows({t: dst[t] for t in self.num_nodes}, ws, len(requests), layer + 1)
+            at = len(self.num_nodes)
+        else:
+            at = pending[-1].end
+        return sample_typed_bounded(self.typed_csc, dst, requests, excluded, ws, at, self.launches)
+
+    def _read_typed(self, pending: list, out: list) -> dict:
+        """The chained typed layers, their sizes read back in one copy, appended to ``out`` (pending
+        emptied); returns the next layer's destinations (device ids per type)."""
+        from samplers.kernels.cuda.typed import read_typed
+
+        dst = {}
+        for src_nodes, count, indptr, local, eids in read_typed(pending, self.cuda_workspace()):
+            self.sampled_edges += sum(int(v.shape[0]) for v in local.values())
+            nodes = {t: cuda_to_torch(v) for t, v in src_nodes.items()}
+            out.append(TypedLayer(src_nodes=nodes, dst_nodes={t: v[:count[t]] for t, v in nodes.items()},
+                                  indptr={rel: cuda_to_torch(v) for rel, v in indptr.items()},
+                                  indices={rel: cuda_to_torch(v) for rel, v in local.items()},
+                                  edge_ids={rel: cuda_to_torch(v) for rel, v in eids.items()}))
+            dst = src_nodes
+        pending.clear()
+        return dst
 
     def _read_pending(self, rel, pending: list, ws: Any, out: list) -> dict:
         """The chained layers' blocks, their sizes read back in one copy, appended to ``out`` (pending
@@ -276,14 +332,11 @@ class LayerLoop:
         csc = self.typed_csc
         if csc is None:
             return {}, {}
-        from samplers.kernels.cuda.typed import TypedRequest, sample_typed_layer
+        from samplers.kernels.cuda.typed import sample_typed_layer
 
-        requests = [TypedRequest(rel, fanouts[rel][layer], self.relation_key(rel, seed, call, layer),
-                                 self.modes[rel].replace)
-                    for rel in csc.relations if csc.fits(rel, fanouts[rel][layer], self.modes[rel].replace)]
+        requests = self._typed_requests(fanouts, layer, seed, call)
         if not requests:
             return {}, {}
-        requests.sort(key=lambda req: self.type_index[req.relation[0]])  # stable: graph order within a type
         out = sample_typed_layer(csc, dst, requests, excluded, self.launches)
         return {rel: LayerEdges(*edges) for rel, edges in out.edges.items()}, out.sources
 

@@ -44,6 +44,32 @@ SIM_SCRIPT = textwrap.dedent(
     item_seeds = dict(seeds={"item": torch.tensor([0, 3, 3, 7])})  # no user rows in the outer layer
     mixed = dict(seeds={"user": torch.tensor([1, 2]), "item": torch.tensor([5])}, exclude_eids=excl)
 
+    # independent read-back counter: the simulator's device-to-host copies and host-side scalar reads of
+    # device arrays (kernels run in other threads), blocks' conversion to host tensors not counted
+    import threading
+    import samplers.layers as layers_mod
+    from numba.cuda.simulator.cudadrv import devicearray as fake
+    seen, quiet = [0], [0]
+    def host_side():
+        return threading.current_thread() is threading.main_thread() and not quiet[0]
+    copy_to_host, getitem, to_torch = fake.FakeCUDAArray.copy_to_host, fake.FakeCUDAArray.__getitem__, \
+        layers_mod.cuda_to_torch
+    def counted_copy(self, *a, **k):
+        seen[0] += host_side()
+        return copy_to_host(self, *a, **k)
+    def scalar_read(self, idx):
+        out = getitem(self, idx)
+        seen[0] += host_side() and not isinstance(out, fake.FakeCUDAArray)
+        return out
+    def quiet_to_torch(arr):
+        quiet[0] += 1
+        try:
+            return to_torch(arr)
+        finally:
+            quiet[0] -= 1
+    fake.FakeCUDAArray.copy_to_host, fake.FakeCUDAArray.__getitem__ = counted_copy, scalar_read
+    layers_mod.cuda_to_torch = quiet_to_torch
+
     per_relation = [0]  # layers of one relation sampled by the per-relation launches
     own = ck.sample_layer_cuda
     def counted(*args, **kwargs):
@@ -61,12 +87,20 @@ SIM_SCRIPT = textwrap.dedent(
                     assert dx[k].dtype == dy[k].dtype, (what, f, k, dx[k].dtype, dy[k].dtype)
                     assert torch.equal(dx[k], dy[k]), (what, f, k, dx[k], dy[k])
 
-    def compare(fanouts, calls, what, **kw):
+    def compare(fanouts, calls, what, chains=0, unchained=True, **kw):
         cpu_s = HeteroNeighborSampler(graph, fanouts, seed=5, **kw)
         gpu_s = HeteroNeighborSampler(graph, fanouts, seed=5, device="cuda", **kw)
         per_relation[0] = 0
         for i, call in enumerate(calls):
-            same(cpu_s.sample(**call), gpu_s.sample(**call), (what, i))
+            want = cpu_s.sample(**call)
+            seen[0] = 0
+            before = gpu_s.traffic.snapshot()
+            same(want, gpu_s.sample(**call), (what, i))
+            used = gpu_s.traffic.since(before)
+            # a chain of layers: their sizes in one read-back (the library's count); an unchained layer reads
+            # back four times at least (the fused layer's bounds, each type's relabelling)
+            assert used.readbacks == chains, (what, i, used)
+            assert seen[0] >= chains + 4 if unchained else seen[0] == chains, (what, i, seen)
         assert cpu_s.sampled_edges == gpu_s.sampled_edges > 0, (what, gpu_s.sampled_edges)
         layers = len(next(iter(fanouts.values()))) * len(calls)
         assert gpu_s.launches == {"plan": layers, "scan": layers, "rows": layers}, (what, gpu_s.launches)
@@ -88,12 +122,16 @@ SIM_SCRIPT = textwrap.dedent(
     s, own_layers = compare(fan, [mixed], "replace", replace=True)
     assert own_layers == 0, own_layers
     # weighted on two relations (random fanouts, zero weights, exclusions) beside two uniform ones
-    s, own_layers = compare({CLICKS: [3, 2], BY: [2, 2], FOLLOWS: [2, 3], TAGS: [1, 2]}, [mixed], "weighted",
+    s, own_layers = compare({CLICKS: [3, 2], BY: [2, 2], FOLLOWS: [2, 3], TAGS: [1, 2]}, [mixed, item_seeds],
+                            "weighted", chains=1, unchained=False,
                             weights=True)
     assert own_layers == 0 and s.typed_csc.weighted == {CLICKS: True, BY: False, FOLLOWS: False, TAGS: True}
     # as many launches with one relation as with four
-    s, own_layers = compare({CLICKS: [3, 2]}, [item_seeds], "one relation")
+    s, own_layers = compare({CLICKS: [3, 2]}, [item_seeds], "one relation", chains=1, unchained=False)
     assert s.typed_csc.relations == [CLICKS]
+    # a chain of uniform layers (0 draws nothing), read before an unbounded layer, then a chain again
+    fan = {CLICKS: [2, -1, 0], BY: [3, 2, 2], FOLLOWS: [1, 2, 0], TAGS: [2, 1, 3]}
+    s, own_layers = compare(fan, [mixed], "chain, -1, chain", chains=2)
     print("OK")
     """
 )
@@ -107,8 +145,8 @@ PTX_SCRIPT = textwrap.dedent(
     disp.get_current_device = lambda: types.SimpleNamespace(compute_capability=(9, 0))
     from samplers.kernels.cuda import typed
     i64 = t.int64[::1]; i32 = t.int32[::1]; f32 = t.float32[::1]; f64 = t.float64[::1]
-    sigs = {"typed_plan": (i64, f32, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64),
-            "typed_rows": (i64, i32, i64, f32, f64, *[i64] * 9, i32, i64, i64)}
+    sigs = {"typed_plan": (i64, f32, *[i64] * 12),
+            "typed_rows": (i64, i32, i64, f32, f64, *[i64] * 9, i32, *[i64] * 6)}
     for name, sig in sigs.items():
         ptx, _ = cuda.compile_ptx(getattr(typed, name).py_func, sig, cc=(9, 0))
         assert ".entry" in ptx and "sm_90" in ptx, name

@@ -349,5 +349,5 @@ def _sample_block_bounded(graph: CudaGraph, rows: DeviceRows, fanout: int, repla
                    dst, out_indptr, np.int64(fanout), bool(replace), np.uint64(key), excl, src, eids,
                    stream=stream)
     sizes = rows.chain[rows.at + 1:rows.at + 4]
-    src_nodes, local = relabel_bounded(dst, nrow, src, out_indptr, ws, sizes)
+    src_nodes, local = relabel_bounded(dst, nrow, src, out_indptr[d_bound:], ws, sizes)
     return PendingBlock(out_indptr, src_nodes, local, eids, rows)

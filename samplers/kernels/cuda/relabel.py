@@ -106,28 +106,28 @@ def relabel_out(dst, src, first, flags, newid, src_nodes, local):  # pragma: no 
 
 
 @cuda.jit
-def hash_insert_upto(dst, nrow, src, out_indptr, keys, vals, mask):  # pragma: no cover - device
-    """`hash_insert` over the first ``nrow[0]`` destinations and the first ``out_indptr[-1]`` sources
-    (``dst`` and ``src`` may be longer: upper bounds)."""
+def hash_insert_upto(dst, nrow, src, nnz, keys, vals, mask):  # pragma: no cover - device
+    """`hash_insert` over the first ``nrow[0]`` destinations and the first ``nnz[0]`` sources (``dst``
+    and ``src`` may be longer: upper bounds)."""
     i = cuda.grid(1)
     stride = cuda.gridsize(1)
     d_count = nrow[0]
-    total = d_count + out_indptr[out_indptr.shape[0] - 1]
+    total = d_count + nnz[0]
     while i < total:
         _claim(keys, vals, mask, np.int64(dst[i]) if i < d_count else np.int64(src[i - d_count]), i)
         i += stride
 
 
 @cuda.jit
-def hash_first_upto(src, nrow, out_indptr, keys, vals, mask, first, flags):  # pragma: no cover - device
-    """`hash_first` over the first ``out_indptr[-1]`` sources, ``nrow[0]`` destinations before them;
-    flags 0 past them (up to ``src``'s end)."""
+def hash_first_upto(src, nrow, nnz, keys, vals, mask, first, flags):  # pragma: no cover - device
+    """`hash_first` over the first ``nnz[0]`` sources, ``nrow[0]`` destinations before them; flags 0
+    past them (up to ``src``'s end)."""
     j = cuda.grid(1)
     stride = cuda.gridsize(1)
     d_count = nrow[0]
-    nnz = out_indptr[out_indptr.shape[0] - 1]
+    n_src = nnz[0]
     while j < src.shape[0]:
-        if j < nnz:
+        if j < n_src:
             _first_of(src, d_count, keys, vals, mask, first, flags, j)
         else:
             flags[j] = 0
@@ -135,20 +135,21 @@ def hash_first_upto(src, nrow, out_indptr, keys, vals, mask, first, flags):  # p
 
 
 @cuda.jit
-def relabel_out_upto(dst, nrow, src, out_indptr, first, flags, newid, src_nodes, local,
+def relabel_out_upto(dst, nrow, src, nnz, first, flags, newid, src_nodes, local,
                      sizes):  # pragma: no cover - device
-    """`relabel_out` over the first ``nrow[0]`` destinations and ``out_indptr[-1]`` sources; thread 0
-    writes (edges, new nodes, destinations + new nodes: the next layer's row count) into ``sizes``."""
+    """`relabel_out` over the first ``nrow[0]`` destinations and ``nnz[0]`` sources; thread 0 writes
+    (edges, new nodes, destinations + new nodes: the next layer's row count) into ``sizes`` (``nnz``
+    may be ``sizes[:1]``: the same value is written back)."""
     i = cuda.grid(1)
     stride = cuda.gridsize(1)
     d_count = nrow[0]
-    nnz = out_indptr[out_indptr.shape[0] - 1]
+    n_src = nnz[0]
     if i == 0:
         new = newid[newid.shape[0] - 1]
-        sizes[0] = nnz
+        sizes[0] = n_src
         sizes[1] = new
         sizes[2] = d_count + new
-    total = d_count + nnz
+    total = d_count + n_src
     while i < total:
         _write_out(dst, src, first, flags, newid, src_nodes, local, d_count, i)
         i += stride
@@ -308,16 +309,18 @@ def relabel_cuda(dst: Any, src: Any, ws: Any = None) -> tuple[Any, Any]:
     return src_nodes, local
 
 
-def relabel_bounded(dst: Any, nrow: Any, src: Any, out_indptr: Any, ws: Any, sizes: Any) -> tuple[Any, Any]:
-    """Relabel the first ``out_indptr[-1]`` of ``src`` after the first ``nrow[0]`` of ``dst`` (counts that
-    stay on the device) without reading anything back: outputs at their upper bounds, and the true sizes
-    written on the device.
+def relabel_bounded(dst: Any, nrow: Any, src: Any, nnz: Any, ws: Any, sizes: Any) -> tuple[Any, Any]:
+    """Relabel the first ``nnz[0]`` of ``src`` after the first ``nrow[0]`` of ``dst`` (counts that stay
+    on the device) without reading anything back: outputs at their upper bounds, and the true sizes
+    written on the device. Plain chains (`samplers.kernels.cuda.layer`) and typed chains
+    (`samplers.kernels.cuda.typed`, once per source type) relabel through it.
 
     Parameters
     ----------
     dst : device int64 [Db], the first ``nrow[0]`` valid (Db an upper bound); nrow : device int64 [1]
     src : device int32/int64 [M], M >= nnz (an upper bound; the rest unused)
-    out_indptr : device int64 [Db + 1], nnz = ``out_indptr[Db]``; ws : CudaWorkspace
+    nnz : device int64 [1], the sources' count (e.g. a layer's ``out_indptr[Db:]``, or ``sizes[:1]``)
+    ws : CudaWorkspace
     sizes : device int64 [3], written: (nnz, new sources, ``nrow[0]`` + new)
 
     Returns
@@ -332,16 +335,16 @@ def relabel_bounded(dst: Any, nrow: Any, src: Any, out_indptr: Any, ws: Any, siz
     keys, vals = _hash_table(cap, stream, ws)
     mask = np.int64(cap - 1)
     threads = EDGE_THREADS
-    launch(hash_insert_upto, (grid(total, threads), threads), dst, nrow, src, out_indptr, keys, vals, mask,
+    launch(hash_insert_upto, (grid(total, threads), threads), dst, nrow, src, nnz, keys, vals, mask,
            stream=stream)
     first = ws.scratch("first", bound, np.int64)
     flags = ws.scratch("flags", bound, np.int64)
-    launch(hash_first_upto, (grid(bound, threads), threads), src, nrow, out_indptr, keys, vals, mask, first,
-           flags, stream=stream)
+    launch(hash_first_upto, (grid(bound, threads), threads), src, nrow, nnz, keys, vals, mask, first, flags,
+           stream=stream)
     newid, _ = exclusive_scan(flags, stream, ws, ws.scratch("newid", bound + 1, np.int64), read_total=False)
     src_nodes = ws.output(total, np.int64)
     local = ws.output(bound, np.int64)
-    launch(relabel_out_upto, (grid(total, threads), threads), dst, nrow, src, out_indptr, first, flags, newid,
+    launch(relabel_out_upto, (grid(total, threads), threads), dst, nrow, src, nnz, first, flags, newid,
            src_nodes, local, sizes, stream=stream)
     return src_nodes, local
 

@@ -15,8 +15,19 @@ launches' and the CPU's. Uniform relations take the fused path at fanout -1, wit
 fanouts up to `THREAD_FANOUT_MAX`; weighted relations (without edge times) at every fanout; temporal
 and LABOR relations keep their per-relation launches.
 
+When every relation of a layer takes the fused path at a fanout >= 0 (`TypedCsc.bounded`), the layer
+chains on the device as the plain graph's do (`samplers.kernels.cuda.layer`): `sample_typed_bounded`
+sizes its outputs by the upper bound ``D_t * fanout``, keeps every size in the call's chain, and
+relabels each source type with the plain chain's `...cuda.relabel.relabel_bounded`; `read_typed` reads
+a chain's sizes in one copy.
+
 >>> csc = TypedCsc.build(indptr, indices, edge_ids, weights, uva=False)
 >>> out = sample_typed_layer(csc, frontier, [TypedRequest(rel, 10, key, False)], csc.excluded({}))
+>>> rows = start_typed_rows(frontier, ws, relations=1, layers=2)
+>>> first = sample_typed_bounded(csc, rows, [TypedRequest(rel, 10, key0, False)], excl, ws, at=len(rows))
+>>> second = sample_typed_bounded(csc, first.next_rows, [TypedRequest(rel, 5, key1, False)], excl, ws,
+...                               at=first.end)
+>>> (b1, b2) = read_typed([first, second], ws)          # one read-back for both layers
 
 References
 ----------
@@ -36,17 +47,20 @@ import numpy as np
 import torch
 from numba import cuda
 
-from samplers.kernels.cuda.arrays import concat, empty, no_excluded
+from samplers.kernels.cuda.arrays import concat, empty, fill_with, no_excluded
 from samplers.kernels.cuda.device import torch_dtypes
 from samplers.kernels.cuda.graph import CudaGraph
 from samplers.kernels.cuda.launch import EDGE_THREADS, ROW_THREADS, grid, kernel_stream, launch
+from samplers.kernels.cuda.layer import DeviceRows
+from samplers.kernels.cuda.relabel import relabel_bounded
 from samplers.kernels.cuda.rows import lower_bound, output_count, row_span
 from samplers.kernels.cuda.scan import exclusive_scan
 from samplers.kernels.cuda.uniform import THREAD_FANOUT_MAX, uniform_row
 from samplers.kernels.cuda.weighted import eligible_weighted, weighted_row
 from samplers.kernels.reference import SHORT_ROW_MAX
 
-__all__ = ["TypedCsc", "TypedEdges", "TypedRequest", "sample_typed_layer", "typed_plan", "typed_rows"]
+__all__ = ["PendingTyped", "TypedCsc", "TypedEdges", "TypedRequest", "read_typed", "sample_typed_bounded",
+           "sample_typed_layer", "start_typed_rows", "typed_plan", "typed_rows"]
 
 WEIGHTED = np.int64(1)
 """Item flag: the relation draws by weight."""
@@ -55,20 +69,25 @@ DRAWS = np.int64(2)
 
 
 @cuda.jit(device=True)
-def _item(item_off, row_base, dst_base, frontier, n_rel, j):  # pragma: no cover - device
-    """Work item j: (its relation's slot k, its row in the concatenated CSC, its node id, its row i
-    within the relation)."""
+def _item(item_off, n_rel, j):  # pragma: no cover - device
+    """Work item j: (its relation's slot k, its row i within the relation)."""
     k = lower_bound(item_off, 0, n_rel + 1, j + 1) - 1
-    i = j - item_off[k]
-    v = frontier[dst_base[k] + i]
-    return k, row_base[k] + v, v, i
+    return k, j - item_off[k]
+
+
+@cuda.jit(device=True)
+def _valid(nrows, nrow_at, k, i):  # pragma: no cover - device
+    """Whether row i of relation slot k is a row: all are where ``nrow_at[k] < 0`` (exact sizes), else
+    the first ``nrows[nrow_at[k]]`` (a chain's count on the device; the rest of an upper bound)."""
+    return nrow_at[k] < 0 or i < nrows[nrow_at[k]]
 
 
 @cuda.jit
 def typed_plan(indptr, weights, positive, frontier, item_off, row_base, dst_base, fanout, flags, excl, counts,
-               rel_indptr):  # pragma: no cover - device
+               rel_indptr, nrows, nrow_at):  # pragma: no cover - device
     """Each item's output count (a thread per item): uniform rows from the degree, weighted rows from
-    the positive count, excluded positions removed; writes the leading 0 of each relation's indptr."""
+    the positive count, excluded positions removed, 0 past a relation's row count (`_valid`); writes
+    the leading 0 of each relation's indptr."""
     n_rel = row_base.shape[0]
     n_items = item_off[n_rel]
     n_excl = excl.shape[0]
@@ -79,21 +98,29 @@ def typed_plan(indptr, weights, positive, frontier, item_off, row_base, dst_base
         rel_indptr[item_off[k] + k] = 0
         k += stride
     while j < n_items:
-        k, g, _v, _i = _item(item_off, row_base, dst_base, frontier, n_rel, j)
-        s, e, a, b = row_span(indptr, excl, n_excl, g)
-        if flags[k] & WEIGHTED:
-            d = eligible_weighted(weights, positive, excl, a, b, g)
+        k, i = _item(item_off, n_rel, j)
+        if _valid(nrows, nrow_at, k, i):
+            g = row_base[k] + frontier[dst_base[k] + i]
+            s, e, a, b = row_span(indptr, excl, n_excl, g)
+            if flags[k] & WEIGHTED:
+                d = eligible_weighted(weights, positive, excl, a, b, g)
+            else:
+                d = e - s - (b - a)
+            counts[j] = output_count(d, fanout[k], (flags[k] & DRAWS) != 0)
         else:
-            d = e - s - (b - a)
-        counts[j] = output_count(d, fanout[k], (flags[k] & DRAWS) != 0)
+            counts[j] = 0
         j += stride
 
 
 @cuda.jit
 def typed_rows(indptr, indices, edge_ids, weights, prefix, positive, frontier, item_off, row_base, dst_base,
-               flags, keys, excl, out_indptr, src, eids, rel_indptr):  # pragma: no cover - device
-    """Choose and gather every item's outputs (a thread per item) with its relation's key and rule,
-    and write each relation's own indptr (rebased to 0) into ``rel_indptr``."""
+               flags, keys, excl, out_indptr, src, eids, rel_indptr, out_base, scan_base, sizes,
+               size_at):  # pragma: no cover - device
+    """Choose and gather every item's outputs (a thread per item) with its relation's key and rule at
+    ``out_base[k] + out_indptr[j] - out_indptr[scan_base[k]]`` (packed: both 0), and write each
+    relation's own indptr (rebased to 0) into ``rel_indptr``. Where ``size_at[k] >= 0`` (a chain), thread
+    0 writes relation k's edge count at ``sizes[size_at[k]]`` and its source group's (the relations
+    from ``scan_base[k]`` to ``size_at[n_rel + k]``'s item) at ``sizes[size_at[2 n_rel + k]]``."""
     sub = cuda.local.array(THREAD_FANOUT_MAX, numba.int64)
     sums = cuda.local.array(SHORT_ROW_MAX, numba.float64)
     n_rel = row_base.shape[0]
@@ -101,11 +128,19 @@ def typed_rows(indptr, indices, edge_ids, weights, prefix, positive, frontier, i
     n_excl = excl.shape[0]
     j = cuda.grid(1)
     stride = cuda.gridsize(1)
+    if j == 0:
+        for k in range(n_rel):
+            if size_at[k] >= 0:
+                sizes[size_at[k]] = out_indptr[item_off[k + 1]] - out_indptr[item_off[k]]
+                sizes[size_at[2 * n_rel + k]] = out_indptr[size_at[n_rel + k]] - out_indptr[scan_base[k]]
     while j < n_items:
-        k, g, v, i = _item(item_off, row_base, dst_base, frontier, n_rel, j)
+        k, i = _item(item_off, n_rel, j)
         o = out_indptr[j]
         c = out_indptr[j + 1] - o
         if c > 0:
+            o += out_base[k] - out_indptr[scan_base[k]]
+            v = frontier[dst_base[k] + i]
+            g = row_base[k] + v
             draws = (flags[k] & DRAWS) != 0
             key = np.uint64(keys[k])
             if flags[k] & WEIGHTED:
@@ -265,6 +300,11 @@ class TypedCsc:
         with replacement, or at fanouts up to `THREAD_FANOUT_MAX` (its per-thread Floyd subset)."""
         return rel in self.weighted and (self.weighted[rel] or replace or fanout <= THREAD_FANOUT_MAX)
 
+    def bounded(self, rel, fanout: int, replace: bool) -> bool:
+        """Whether relation ``rel``'s layer at ``fanout`` chains on the device (`sample_typed_bounded`):
+        it `fits` and draws at most ``fanout`` edges per row (fanout >= 0)."""
+        return fanout >= 0 and self.fits(rel, fanout, replace)
+
     def excluded(self, excluded: Mapping) -> Any:
         """The excluded positions of every relation in concatenated positions: a device int64 array
         (sorted; ``excluded`` maps relations to sorted CSC positions, host or device arrays, which are
@@ -318,6 +358,58 @@ class TypedEdges:
     sources: dict
 
 
+def _plan_and_scan(csc: TypedCsc, frontier: Mapping[str, Any], requests: list[TypedRequest], excluded: Any,
+                   launches: Counter, extra: np.ndarray, nrows: Any = None) -> tuple:
+    """Launch ``typed_plan`` and scan its counts for ``requests`` over ``frontier`` (exact sizes, or a
+    chain's upper bounds with ``nrows``): (item_off host int64 [R + 1], the device parameters, the
+    flat frontier, out_indptr device int64 [items + 1], rel_indptr device int64 [items + R]).
+
+    ``extra`` holds the per-relation columns after keys (nrow_at, out_base, scan_base, size_at [3 R])."""
+    n_rel = len(requests)
+    types = list(dict.fromkeys(req.relation[2] for req in requests))
+    type_base, at = {}, 0
+    for t in types:
+        type_base[t] = at
+        at += int(frontier[t].shape[0])
+    sizes = [int(frontier[req.relation[2]].shape[0]) for req in requests]
+    item_off = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+    cols = np.zeros((5, n_rel), dtype=np.int64)
+    for k, req in enumerate(requests):
+        rel = req.relation
+        draws = req.replace and req.fanout >= 0
+        cols[:4, k] = (csc.row_base[rel], type_base[rel[2]], req.fanout,
+                       (WEIGHTED if csc.weighted[rel] else 0) | (DRAWS if draws else 0))
+    cols[4] = np.array([req.key for req in requests], dtype=np.uint64).view(np.int64)
+    dev = _to_device(np.concatenate([item_off, cols.ravel(), extra]))
+    params = (dev[:n_rel + 1], *(dev[q * n_rel + 1:(q + 1) * n_rel + 1] for q in range(1, 9)),
+              dev[9 * n_rel + 1:12 * n_rel + 1])
+    d_item_off, d_row_base, d_dst_base, d_fanout, d_flags, _keys, d_nrow_at = params[:7]
+    flat = _frontier([frontier[t] for t in types if frontier[t].shape[0]])
+    n_items = int(item_off[-1])
+    g = csc.graph
+    counts = empty(max(n_items, 1), np.int64)
+    rel_indptr = empty(n_items + n_rel, np.int64)
+    stream = kernel_stream()
+    launch(typed_plan, (grid(max(n_items, n_rel), EDGE_THREADS), EDGE_THREADS), g.indptr, g.weights,
+           csc.positive, flat, d_item_off, d_row_base, d_dst_base, d_fanout, d_flags, excluded, counts,
+           rel_indptr, dev if nrows is None else nrows, d_nrow_at, stream=stream)
+    launches["plan"] += 1
+    out_indptr, _ = exclusive_scan(counts[:n_items], stream, read_total=False)
+    launches["scan"] += 1
+    return item_off, params, flat, out_indptr, rel_indptr
+
+
+def _launch_rows(csc: TypedCsc, params: tuple, flat: Any, excluded: Any, out_indptr: Any, src: Any, eids: Any,
+                 rel_indptr: Any, n_items: int, launches: Counter, sizes: Any) -> None:
+    """Launch ``typed_rows`` (``sizes``: a chain's array, or any int64 array where no size is written)."""
+    item_off, row_base, dst_base, _fanout, flags, keys, _nrow_at, out_base, scan_base, size_at = params
+    g = csc.graph
+    launch(typed_rows, (grid(n_items, ROW_THREADS), ROW_THREADS), g.indptr, g.indices, g.edge_ids, g.weights,
+           csc.prefix, csc.positive, flat, item_off, row_base, dst_base, flags, keys, excluded, out_indptr,
+           src, eids, rel_indptr, out_base, scan_base, sizes, size_at, stream=kernel_stream())
+    launches["rows"] += 1
+
+
 def sample_typed_layer(csc: TypedCsc, frontier: Mapping[str, Any], requests: list[TypedRequest],
                        excluded: Any, launches: Counter | None = None) -> TypedEdges:
     """One layer of several relations in one launch per kernel.
@@ -343,50 +435,19 @@ def sample_typed_layer(csc: TypedCsc, frontier: Mapping[str, Any], requests: lis
         The edges per relation (each relation's key gives the per-relation launches' edges).
     """
     launches = Counter() if launches is None else launches
-    stream = kernel_stream()
     n_rel = len(requests)
-    types = list(dict.fromkeys(req.relation[2] for req in requests))
-    type_base, at = {}, 0
-    for t in types:
-        type_base[t] = at
-        at += int(frontier[t].shape[0])
-    sizes = [int(frontier[req.relation[2]].shape[0]) for req in requests]
-    params = np.zeros(6 * n_rel + 1, dtype=np.int64)
-    item_off = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
-    params[:n_rel + 1] = item_off
-    for k, req in enumerate(requests):
-        rel = req.relation
-        draws = req.replace and req.fanout >= 0
-        params[n_rel + 1 + k] = csc.row_base[rel]
-        params[2 * n_rel + 1 + k] = type_base[rel[2]]
-        params[3 * n_rel + 1 + k] = req.fanout
-        params[4 * n_rel + 1 + k] = (WEIGHTED if csc.weighted[rel] else 0) | (DRAWS if draws else 0)
-    params[5 * n_rel + 1:] = np.array([req.key for req in requests], dtype=np.uint64).view(np.int64)
-    dev = _to_device(params)
-    d_item_off, d_row_base, d_dst_base, d_fanout, d_flags, d_keys = (
-        dev[:n_rel + 1], *(dev[q * n_rel + 1:(q + 1) * n_rel + 1] for q in range(1, 6)))
-    flat = _frontier([frontier[t] for t in types if frontier[t].shape[0]])
+    extra = np.concatenate([np.full(n_rel, -1), np.zeros(2 * n_rel), np.full(3 * n_rel, -1)]).astype(np.int64)
+    item_off, params, flat, out_indptr, rel_indptr = _plan_and_scan(csc, frontier, requests, excluded,
+                                                                    launches, extra)
     n_items = int(item_off[-1])
-    g = csc.graph
-    positive, prefix = csc.positive, csc.prefix
-    counts = empty(max(n_items, 1), np.int64)
-    rel_indptr = empty(n_items + n_rel, np.int64)
-    launch(typed_plan, (grid(max(n_items, n_rel), EDGE_THREADS), EDGE_THREADS), g.indptr, g.weights, positive,
-           flat, d_item_off, d_row_base, d_dst_base, d_fanout, d_flags, excluded, counts, rel_indptr,
-           stream=stream)
-    launches["plan"] += 1
-    out_indptr, _ = exclusive_scan(counts[:n_items], stream, read_total=False)
-    launches["scan"] += 1
     # the layer's one read-back: each relation's first output (the last one's end is the total)
-    bounds = _read_at(out_indptr, d_item_off, item_off) if n_items else np.zeros(n_rel + 1, np.int64)
+    bounds = _read_at(out_indptr, params[0], item_off) if n_items else np.zeros(n_rel + 1, np.int64)
     nnz = int(bounds[-1])
-    src = empty(nnz, g.indices.dtype)
+    src = empty(nnz, csc.graph.indices.dtype)
     eids = empty(nnz, np.int64)
     if n_items:
-        launch(typed_rows, (grid(n_items, ROW_THREADS), ROW_THREADS), g.indptr, g.indices, g.edge_ids,
-               g.weights, prefix, positive, flat, d_item_off, d_row_base, d_dst_base, d_flags, d_keys,
-               excluded, out_indptr, src, eids, rel_indptr, stream=stream)
-        launches["rows"] += 1
+        _launch_rows(csc, params, flat, excluded, out_indptr, src, eids, rel_indptr, n_items, launches,
+                     params[0])
     out, runs = {}, {}
     for k, req in enumerate(requests):
         lo, hi = int(bounds[k]), int(bounds[k + 1])
@@ -395,3 +456,144 @@ def sample_typed_layer(csc: TypedCsc, frontier: Mapping[str, Any], requests: lis
     sources = {t: (tuple(requests[k].relation for k in ks), src[int(bounds[ks[0]]):int(bounds[ks[-1] + 1])])
                for t, ks in runs.items() if ks[-1] - ks[0] == len(ks) - 1}
     return TypedEdges(out, sources)
+
+
+def start_typed_rows(frontier: Mapping[str, Any], ws: Any, relations: int,
+                     layers: int) -> dict[str, DeviceRows]:
+    """Device int64 ids per node type [D_t] as the first rows of a typed chain of up to ``layers`` layers
+    over ``relations`` relations: their counts written on the device (no read-back).
+
+    Returns
+    -------
+    dict str -> DeviceRows
+        Per type (in ``frontier``'s order, type i's count at ``chain[i]``), over one chain: the workspace's
+        device int64 [T + layers (R + 3 T)] sizes (reused by the next chain of this workspace).
+    """
+    n_types = len(frontier)
+    chain = ws.scratch("layer_sizes", n_types + layers * (relations + 3 * n_types), np.int64)
+    rows = {}
+    for i, (t, ids) in enumerate(frontier.items()):
+        ids = ws.device_ids(ids, f"ids_{t}")
+        fill_with(chain[i:i + 1], int(ids.shape[0]), kernel_stream())
+        rows[t] = DeviceRows(ids, chain, i)
+    return rows
+
+
+@dataclass
+class PendingTyped:
+    """A typed layer sampled and relabelled on the device, its sizes not read yet (`sample_typed_bounded`).
+
+    Attributes
+    ----------
+    rows : dict str -> DeviceRows
+        The layer's destinations per node type.
+    next_rows : dict str -> DeviceRows
+        The next layer's destinations: a type's sources (its destinations and new nodes), counted on the
+        device; a type that no relation draws from keeps its rows.
+    relations : list
+        The sampled relations (requests' order).
+    rel_indptr, eids : dict Relation -> device int64 [Db_r + 1], [M_r] views at upper bounds
+    local : dict str -> device int64 [M_t]: each source type's local ids, its relations one after another
+    nnz_at : dict Relation -> int; end : int
+        Where each relation's edge count is in the chain; the chain's first unused entry.
+    """
+
+    rows: dict
+    next_rows: dict
+    relations: list
+    rel_indptr: dict
+    eids: dict
+    local: dict
+    nnz_at: dict
+    end: int
+
+    def finish(self, values: Any) -> tuple[dict, dict, dict, dict, dict]:
+        """Views at the true sizes, ``values`` the chain's entries read back: (src_nodes per type [S_t],
+        dst counts per type, indptr [D + 1], local [nnz] and edge ids [nnz] per relation)."""
+        count = {t: int(values[r.at]) for t, r in self.rows.items()}
+        src_nodes = {t: r.ids[:int(values[r.at])] for t, r in self.next_rows.items()}
+        indptr, local, eids, start = {}, {}, {}, {}
+        for rel in self.relations:
+            n, at = int(values[self.nnz_at[rel]]), start.get(rel[0], 0)
+            start[rel[0]] = at + n
+            indptr[rel] = self.rel_indptr[rel][:count[rel[2]] + 1]
+            local[rel] = self.local[rel[0]][at:at + n]
+            eids[rel] = self.eids[rel][at:at + n]
+        return src_nodes, count, indptr, local, eids
+
+
+def sample_typed_bounded(csc: TypedCsc, rows: Mapping[str, DeviceRows], requests: list[TypedRequest],
+                         excluded: Any, ws: Any, at: int, launches: Counter | None = None) -> PendingTyped:
+    """One typed layer sampled and relabelled per source type on the device, nothing read back: as
+    `sample_typed_layer` (one launch per kernel), then `relabel.relabel_bounded` per source type (the
+    plain chain's relabelling), outputs at upper bounds (``D_t * fanout`` edges per relation).
+
+    Parameters
+    ----------
+    csc : TypedCsc
+    rows : mapping str -> DeviceRows
+        Every node type's destinations (`start_typed_rows`, or the previous layer's
+        `PendingTyped.next_rows`), in the graph's type order.
+    requests : list of TypedRequest
+        One per relation, grouped by source type (`TypedCsc.bounded`: fanout >= 0).
+    excluded : device int64 [X]; ws : CudaWorkspace
+    at : int
+        The chain's first unused entry (this layer writes R + 3 T entries from there).
+    launches : Counter or None
+
+    Returns
+    -------
+    PendingTyped
+    """
+    launches = Counter() if launches is None else launches
+    n_rel = len(requests)
+    chain = next(iter(rows.values())).chain
+    bound = [int(rows[req.relation[2]].ids.shape[0]) * req.fanout for req in requests]
+    groups: dict[str, list[int]] = {}
+    for k, req in enumerate(requests):
+        groups.setdefault(req.relation[0], []).append(k)
+    nrow_at = np.array([rows[req.relation[2]].at for req in requests], dtype=np.int64)
+    out_base, scan_base, size_at = (np.zeros(n_rel, np.int64), np.zeros(n_rel, np.int64),
+                                    np.zeros(3 * n_rel, np.int64))
+    frontier = {t: r.ids for t, r in rows.items()}
+    sizes = [int(frontier[req.relation[2]].shape[0]) for req in requests]
+    item_off = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+    size_at[:n_rel] = at + np.arange(n_rel)
+    triple, base, region = {}, 0, {}
+    for i, (t, ks) in enumerate(groups.items()):
+        triple[t] = at + n_rel + 3 * i
+        region[t] = (base, max(sum(bound[k] for k in ks), 1))
+        out_base[ks] = base
+        scan_base[ks] = item_off[ks[0]]
+        size_at[n_rel + np.array(ks)] = item_off[ks[-1] + 1]
+        size_at[2 * n_rel + np.array(ks)] = triple[t]
+        base += region[t][1]
+    extra = np.concatenate([nrow_at, out_base, scan_base, size_at])
+    item_off, params, flat, out_indptr, rel_indptr = _plan_and_scan(csc, frontier, requests, excluded,
+                                                                    launches, extra, nrows=chain)
+    src = ws.scratch("src", base, csc.graph.indices.dtype)
+    eids = ws.output(base, np.int64)
+    _launch_rows(csc, params, flat, excluded, out_indptr, src, eids, rel_indptr, max(int(item_off[-1]), 1),
+                 launches, chain)
+    next_rows, local, rel_eids = dict(rows), {}, {}
+    for t, (lo, n) in region.items():
+        r = rows[t]
+        sizes_t = chain[triple[t]:triple[t] + 3]
+        nodes, local[t] = relabel_bounded(r.ids, r.count, src[lo:lo + n], sizes_t[:1], ws, sizes_t)
+        next_rows[t] = DeviceRows(nodes, chain, triple[t] + 2)
+        for k in groups[t]:
+            rel_eids[requests[k].relation] = eids[lo:lo + n]
+    rel_ip = {req.relation: rel_indptr[item_off[k] + k:item_off[k + 1] + k + 1]
+              for k, req in enumerate(requests)}
+    return PendingTyped(rows=dict(rows), next_rows=next_rows, relations=[req.relation for req in requests],
+                        rel_indptr=rel_ip, eids=rel_eids, local=local,
+                        nnz_at={req.relation: at + k for k, req in enumerate(requests)},
+                        end=at + n_rel + 3 * len(groups))
+
+
+def read_typed(pending: list[PendingTyped], ws: Any) -> list[tuple]:
+    """The layers of one typed chain, all their sizes read back in one copy: `PendingTyped.finish` of
+    each, in the order given."""
+    chain = next(iter(pending[0].rows.values())).chain
+    values = ws.read(chain[:pending[-1].end])
+    return [block.finish(values) for block in pending]
