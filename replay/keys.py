@@ -13,10 +13,11 @@ Keys also carry the identity of the store that issued them: every store has a ra
 ``store_id``, and ``batch.keys`` is a `ReplayKeys` tensor bearing it as the attribute `ISSUER`
 (`stamp_keys`). Its slices, indexing, ``clone``, ``detach``, ``to``, ``torch.cat``/``stack`` and
 ``.numpy()`` (an `IssuedKeys` array; numpy slices and copies) keep it, and pickling does; a ``cat``
-of two stores' keys bears both (`MIXED`). `check_issuer` refuses, by name, keys another store
-issued; keys that bear no issuer (plain arrays, `encode_keys`, ``tolist``) are taken as the store's
-own. Keys of an ancestor `STALE_GENERATIONS` or more restores back are stale (`issuer_windows`); keys
-with no issuer have only the incarnation, mod 16: 16 restores later an old key reads as current.
+of two stores' keys bears both (`MIXED`). `issuer_applies`, the one issuer rule of every
+``update_priorities``, refuses by name keys another store issued, and tells keys of an ancestor
+`STALE_GENERATIONS` or more restores back (stale: `issuer_windows`); keys that bear no issuer (plain
+arrays, `encode_keys`, ``tolist``) are taken as the store's own and have only the incarnation, mod 16:
+16 restores later an old key reads as current.
 
 See docs/architecture.md#keys for what the store does with each part (generation checks on absolute
 positions, the incarnation rule after a restore, issuers and checkpoints).
@@ -46,9 +47,9 @@ __all__ = [
     "ReplayKeys",
     "STALE_GENERATIONS",
     "SHARD_BITS",
-    "check_issuer",
     "decode_keys",
     "encode_keys",
+    "issuer_applies",
     "issuer_windows",
     "key_incarnations",
     "new_store_id",
@@ -196,37 +197,51 @@ def issuer_windows(store_id: int, lineage: tuple[int, ...]) -> tuple[frozenset[i
     return frozenset((store_id, *lineage[cut:])), frozenset(lineage[:cut])
 
 
-def check_issuer(keys: Any, accepted: Collection[int], store_id: int) -> None:
-    """Refuse keys issued by another store.
+def issuer_applies(keys: Any, fresh: Collection[int], stale: Collection[int], store_id: int) -> bool:
+    """The issuer rule of every ``update_priorities`` (docs/architecture.md#keys): whether ``keys`` may
+    change priorities (then the generation and incarnation checks decide key by key), or are all stale.
 
     Parameters
     ----------
     keys : torch.Tensor or array
-        The ``keys`` argument of ``update_priorities``; only `ReplayKeys` and `IssuedKeys` bear an
-        issuer.
-    accepted : collection of int
-        The store ids whose keys this store takes: its own and those of the stores it was restored
-        from (docs/architecture.md#keys).
+        The ``keys`` argument; only `ReplayKeys` and `IssuedKeys` bear an issuer (keys without one are
+        taken as the store's own).
+    fresh, stale : collection of int
+        `issuer_windows` of the store: issuers whose keys apply, and ancestors `STALE_GENERATIONS` or
+        more restores back, whose keys are all ignored.
     store_id : int
         This store's id (named in the error).
+
+    Returns
+    -------
+    bool
+        True for keys without an issuer or of a fresh one; False for a stale issuer's (the caller
+        still checks the arguments, then applies none).
 
     Raises
     ------
     ValueError
-        ``keys`` bear the id of a store not in ``accepted``, or join several stores' keys (`MIXED`);
-        the message names the argument, the count of keys and the stores.
+        ``keys`` bear the id of a store in neither set (another store's), or join several stores' keys
+        (`MIXED`); the message names the argument, the count of keys and the stores.
     """
     issuer = getattr(keys, ISSUER, None)
-    if issuer is None or issuer in accepted:
-        return
+    if issuer is None or issuer in fresh:
+        return True
+    if issuer in stale:
+        return False
+    raise _foreign(keys, issuer, store_id)
+
+
+def _foreign(keys: Any, issuer: Any, store_id: int) -> ValueError:
+    """The error for keys of the issuer ``issuer`` (another store's id, or a `MIXED` marker)."""
     n = int(keys.numel()) if hasattr(keys, "numel") else int(np.size(keys))
     if type(issuer) is tuple:
         names = " and ".join(f"store {i:#018x}" for i in issuer[1:])
-        raise ValueError(
+        return ValueError(
             f"keys: {n} keys join the keys of {len(issuer) - 1} replay stores ({names}; this one is store "
             f"{store_id:#018x}): pass the keys of batches sampled from one store; nothing was changed"
         )
-    raise ValueError(
+    return ValueError(
         f"keys: {n} of {n} keys were issued by another replay store (store {issuer:#018x}), not by this "
         f"one (store {store_id:#018x}): pass the keys of batches sampled from this store; nothing was changed"
     )

@@ -49,7 +49,7 @@ from replay._checks import (
     check_timeout,
 )
 from replay.interface import DEFAULT, ReplayLearnerBase
-from replay.keys import check_issuer, encode_keys
+from replay.keys import encode_keys, issuer_applies, issuer_windows
 from replay.rate_limiter import RateLimiterState
 from replay.sampler import DEVICE_GATHER_MIN_BYTES, Deadline, WindowSampler
 from replay.selectors import check_priorities
@@ -97,7 +97,7 @@ class RemoteTable:
         self.incarnation = int(hello["incarnation"])
         self.max_times_sampled = int(hello["max_times_sampled"])
         self.store_id = int(hello["store_id"])  # the owner's: this learner's batches bear it
-        self.accepted = frozenset(int(i) for i in hello["accepted"])
+        self.fresh, self.stale = issuer_windows(self.store_id, tuple(int(i) for i in hello["lineage"]))
 
     def call(self, op: str, *args: Any) -> Any:
         """Send one request and return its value (re-raising the owner's exception)."""
@@ -266,9 +266,10 @@ class StoreLearner(ReplayLearnerBase):
         applied (stale keys, whichever learner drew them, are ignored). Errors as
         `replay.store.ReplayStore.update_priorities`; nothing is changed on a bad argument."""
         st = self._attached("update_priorities")
-        check_issuer(keys, st.table.accepted, st.table.store_id)  # another store's keys, by name
+        applies = issuer_applies(keys, st.table.fresh, st.table.stale, st.table.store_id)  # raises if foreign
         k = check_keys(keys)
-        return st.table.update_priorities(k, check_priorities(priorities, k.size))
+        p = check_priorities(priorities, k.size)
+        return st.table.update_priorities(k, p) if applies else 0  # a stale issuer's keys: none apply
 
     def counters(self) -> dict[str, int]:
         """The store's rate-limiter counters (all learners' samples, all writers' inserts)."""

@@ -35,12 +35,11 @@ from replay._checks import check_keys
 from replay.commit_kernel import build_plan
 from replay.draw_kernels import accept_updates, draw_windows, updates_valid, window_rows
 from replay.keys import (
-    ISSUER,
     MAX_INCARNATIONS,
     MAX_LINEAGE,
     MAX_SHARDS,
-    check_issuer,
     encode_keys,
+    issuer_applies,
     issuer_windows,
     new_store_id,
 )
@@ -458,12 +457,8 @@ class Table:
     def update_priorities(self, keys: Any, priorities: Any) -> int:
         """Set the priorities of the anchors named by ``keys``; stale keys are ignored; return how many
         applied. Raises as `replay.store.ReplayStore.update_priorities` (keys another store issued
-        included: `replay.keys.check_issuer`; those of an ancestor 16 or more restores back are stale:
-        `replay.keys.issuer_windows`)."""
-        issuer = getattr(keys, ISSUER, None)
-        if issuer is not None and issuer not in self.fresh:
-            if issuer not in self.stale:
-                check_issuer(keys, self.accepted, self.store_id)  # raises, naming the stores
+        included; those of an ancestor 16 or more restores back are stale: `replay.keys.issuer_applies`)."""
+        if not issuer_applies(keys, self.fresh, self.stale, self.store_id):  # raises for another store's
             k = check_keys(keys)
             check_priorities(priorities, k.size, limit=self.priority_limit)
             return 0  # every key stale: the incarnation bits of so old an issuer no longer tell

@@ -49,7 +49,7 @@ from replay.distributed.shard import ShardActor
 from replay.distributed.staging import BatchAssembler
 from replay.distributed.writer import RayTrajectoryWriter, open_writer
 from replay.interface import DEFAULT, ReplayStoreBase
-from replay.keys import MAX_LINEAGE, check_issuer, new_store_id
+from replay.keys import MAX_LINEAGE, issuer_applies, issuer_windows, new_store_id
 from replay.rate_limiter import RateLimiter
 from replay.selectors import Selector, check_initial_priority, check_priorities, priority_limit
 from replay.spec import TrajectorySpec
@@ -165,7 +165,7 @@ class RayReplayStore(ReplayStoreBase):
         restore = _restore or {}
         self.store_id = new_store_id()  # the keys' issuer: this store's batches' keys bear it
         self.lineage = tuple(restore.get("lineage", ()))[-MAX_LINEAGE:]  # the stores it was restored from
-        self.accepted = frozenset((self.store_id, *self.lineage))
+        self.fresh, self.stale = issuer_windows(self.store_id, self.lineage)  # whose keys apply, are stale
         rng = np.random.Generator(np.random.PCG64(seed))
         if restore.get("rng"):
             rng.bit_generator.state = restore["rng"]
@@ -327,7 +327,7 @@ class RayReplayStore(ReplayStoreBase):
         handle = RayLearnerHandle(
             self.handle(), self._counter, tuple(self.rate_limiter.to_config().items()),
             bool(self.selector.prioritized), self.staging_slots, self.prefetch, seed,
-            self._priority_limit, self.store_id, tuple(sorted(self.accepted)),
+            self._priority_limit, self.store_id, self.lineage,
         )
         return RayLearner(handle)
 
@@ -431,9 +431,11 @@ class RayReplayStore(ReplayStoreBase):
         also `ShardError` when a shard's actor died.
         """
         self._check_open("update_priorities")
-        check_issuer(keys, self.accepted, self.store_id)  # another store's keys, by name
+        applies = issuer_applies(keys, self.fresh, self.stale, self.store_id)  # raises if foreign
         k = check_keys(keys)
         p = check_priorities(priorities, k.size, limit=self._priority_limit)  # as every shard's
+        if not applies:
+            return 0  # a stale issuer's keys: none apply
         routes = split_keys(k, self.num_shards)
         calls = [(s, "update_priorities", (local, p[rows])) for s, rows, local in routes]
         with self._lock:

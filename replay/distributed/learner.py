@@ -48,7 +48,7 @@ from replay.distributed.routing import split_keys
 from replay.distributed.sampler import ShardSampler
 from replay.distributed.staging import BatchAssembler
 from replay.interface import DEFAULT, ReplayLearnerBase
-from replay.keys import check_issuer
+from replay.keys import issuer_applies, issuer_windows
 from replay.rate_limiter import rate_limiter_from_config
 from replay.selectors import check_priorities
 
@@ -92,7 +92,7 @@ class RayLearnerHandle:
     seed: int | None
     priority_limit: float = float("inf")  # the shards' (replay.selectors.priority_limit)
     store_id: int | None = None  # the store's key issuer id: this learner's batches bear it
-    accepted: tuple[int, ...] = ()  # the issuers whose keys the store takes (its own and its lineage)
+    lineage: tuple[int, ...] = ()  # the stores it was restored from, oldest first (keys.issuer_windows)
 
 
 class _Client:
@@ -190,10 +190,16 @@ class RayLearner(ReplayLearnerBase):
 
     def update_priorities(self, keys: Any, priorities: Any) -> int:
         """As `replay.distributed.RayReplayStore.update_priorities` (routed by the shard in each key)."""
-        if self.handle.store_id is not None:
-            check_issuer(keys, self.handle.accepted, self.handle.store_id)
+        h = self.handle
+        if h.store_id is None:
+            applies = True
+        else:
+            fresh, stale = issuer_windows(h.store_id, h.lineage)
+            applies = issuer_applies(keys, fresh, stale, h.store_id)  # raises for another store's keys
         k = check_keys(keys)
-        p = check_priorities(priorities, k.size, limit=self.handle.priority_limit)  # before any shard changes
+        p = check_priorities(priorities, k.size, limit=h.priority_limit)  # before any shard changes
+        if not applies:
+            return 0  # a stale issuer's keys: none apply
         client = self._get("update_priorities")
         routes = split_keys(k, len(client.shards))
         calls = [(s, "update_priorities", (local, p[rows])) for s, rows, local in routes]

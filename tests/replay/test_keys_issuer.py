@@ -2,7 +2,8 @@
 
 Slices, indexing, copies, ``torch.cat`` and ``.numpy()`` of ``batch.keys`` keep the issuer, so another
 store refuses them by name; keys joined from two stores are refused naming both; an ancestor 16 or
-more restores back issues only stale keys (`replay.keys.issuer_windows`).
+more restores back issues only stale keys (`replay.keys.issuer_windows`), for the owner and its learners
+alike (`replay.keys.issuer_applies`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,16 @@ import torch
 
 from graphrl.memory import MemoryManager
 from replay import Prioritized, ReplayStore, TrajectorySpec
-from replay.keys import ISSUER, MIXED, IssuedKeys, ReplayKeys, encode_keys, issuer_windows, stamp_keys
+from replay.keys import (
+    ISSUER,
+    MIXED,
+    IssuedKeys,
+    ReplayKeys,
+    encode_keys,
+    issuer_applies,
+    issuer_windows,
+    stamp_keys,
+)
 
 SPEC = TrajectorySpec({"pos": ((), "int64")})
 
@@ -133,6 +143,52 @@ def test_issuer_windows_make_ancestors_16_or_more_restores_back_stale():
     assert stale == frozenset(range(100, 105))  # 20 .. 16 restores back
     assert fresh == frozenset((1, *range(105, 120)))  # 15 .. 1 restores back, and the store itself
     assert issuer_windows(1, lineage[:15]) == (frozenset((1, *lineage[:15])), frozenset())
+
+
+def test_issuer_applies_tells_fresh_stale_plain_and_refuses_foreign_and_mixed_keys():
+    fresh, stale = issuer_windows(1, tuple(range(100, 120)))
+    keys = encode_keys([0, 0], [5, 6], [0, 0])
+
+    def of(issuer):
+        return stamp_keys(torch.from_numpy(keys.copy()), issuer)
+    assert issuer_applies(keys, fresh, stale, 1)  # no issuer: the store's own
+    assert issuer_applies(of(1), fresh, stale, 1) and issuer_applies(of(105), fresh, stale, 1)
+    assert not issuer_applies(of(104), fresh, stale, 1)  # 16 restores back
+    assert not issuer_applies(of(100).numpy(), fresh, stale, 1)
+    with pytest.raises(ValueError, match="2 of 2 keys were issued by another replay store"):
+        issuer_applies(of(999), fresh, stale, 1)
+    with pytest.raises(ValueError, match="join the keys of 2 replay stores"):
+        issuer_applies(torch.cat([of(1), of(100)]), fresh, stale, 1)
+
+
+def test_keys_16_restores_back_are_stale_for_the_owner_and_its_learners(mm, tmp_path):
+    """After 16 restores the incarnation bits of the first store's keys read as current: their issuer
+    alone tells them stale, and a `store.learner()` applies the same rule as the owner (it applied them)."""
+    store = ReplayStore(SPEC, capacity_steps=64, memory=mm, selector=Prioritized(1.0), seed=3, timeout=5.0)
+    with store.writer() as w:
+        w.add_episode({"pos": np.arange(20)})
+    old = store.sample(8).keys
+    for i in range(16):
+        store.checkpoint(tmp_path / f"c{i}")
+        restored = ReplayStore.restore(tmp_path / f"c{i}", memory=mm)
+        if i == 14:
+            recent = restored.sample(8).keys  # 1 restore back at the end: fresh
+        store.close()
+        store = restored
+    try:
+        learner = store.learner()
+        mass = store.stats()["priority_mass"]
+        assert store.stats()["incarnation"] % 16 == 0  # the first store's incarnation again
+        assert store.update_priorities(old, np.full(8, 9.0)) == 0
+        assert learner.update_priorities(old, np.full(8, 9.0)) == 0
+        assert learner.update_priorities(old[:2].numpy(), np.full(2, 9.0)) == 0
+        assert store.stats()["priority_mass"] == mass
+        with pytest.raises(ValueError, match="priorit"):  # the arguments are still checked
+            learner.update_priorities(old, np.full(3, 9.0))
+        assert learner.update_priorities(recent, np.full(8, 9.0)) > 0
+        learner.close()
+    finally:
+        store.close()
 
 
 def test_torchrl_tensordict_keys_update_priorities(mm):

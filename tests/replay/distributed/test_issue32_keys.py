@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 ray = pytest.importorskip("ray", reason="the Ray backend needs ray: pip install 'graphrl[ray]'")
 
 from replay import Prioritized, TrajectorySpec  # noqa: E402
 from replay.distributed import RayReplayStore  # noqa: E402
+from replay.keys import stamp_keys  # noqa: E402
 
 pytestmark = pytest.mark.slow  # a Ray cluster and stores (tens of seconds on 2 cores)
 
@@ -57,3 +59,28 @@ def test_ray_store_refuses_another_stores_keys(cluster, tmp_path):
         for s in (a, d, restored):
             if s is not None:
                 s.close()
+
+
+def test_ray_store_and_its_learners_ignore_keys_of_an_ancestor_16_restores_back(cluster):
+    """The issuer rule of the local store (`replay.keys.issuer_applies`): the client and its learners
+    apply it before routing, where the keys' issuer is still known (the shards see plain keys)."""
+    lineage = list(range(100, 120))  # as restored: 100 is 20 restores back, 104 16, 105 15
+    a = RayReplayStore(SPEC, 400, num_shards=2, selector=Prioritized(1.0), seed=4,
+                       _restore={"lineage": lineage})
+    try:
+        fill(a)
+        mass = a.stats()["priority_mass"]
+        keys = a.sample(8, timeout=60).keys
+        plain = keys.as_subclass(torch.Tensor)
+        learner = a.learner()
+        for owner in (a, learner):
+            assert owner.update_priorities(stamp_keys(plain.clone(), 104), np.full(8, 50.0)) == 0
+            with pytest.raises(ValueError, match="priorit"):  # the arguments are still checked
+                owner.update_priorities(stamp_keys(plain.clone(), 100), np.full(3, 50.0))
+            with pytest.raises(ValueError, match="8 of 8"):
+                owner.update_priorities(stamp_keys(plain.clone(), 99), np.full(8, 50.0))
+        assert a.stats()["priority_mass"] == mass
+        assert learner.update_priorities(stamp_keys(plain.clone(), 105), np.full(8, 2.0)) == 8  # fresh
+        learner.close()
+    finally:
+        a.close()
