@@ -1,7 +1,8 @@
 """Per-edge arrays in CSC order, and the arrays a sampling step hands over, for the samplers.
 
 `csc_weights` and `csc_times` check a tensor given by edge id and put it in CSC order (the order the
-kernels read); `excluded_positions` turns excluded edge ids into sorted CSC positions through
+kernels read); `edge_pairs` packs each edge's source and edge id side by side for the CPU gather;
+`excluded_positions` turns excluded edge ids into sorted CSC positions through
 `inverse_permutation` of the graph's edge ids; `blocks_dst_count` and `cuda_to_torch` turn a layer's
 output (numpy, torch or numba device arrays) into what a block holds. See
 docs/architecture.md#graph-storage for the CSC layout and docs/architecture.md#sampling-rules for
@@ -13,10 +14,53 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from graphrl.kernels import advise_huge_pages
 from samplers._checks import check_int64_range, check_seeds, edge_array
 
-__all__ = ["blocks_dst_count", "csc_times", "csc_weights", "cuda_to_torch", "excluded_positions",
-           "inverse_permutation"]
+__all__ = ["PAIR_HUGE_BYTES", "PAIR_LIMIT", "blocks_dst_count", "csc_times", "csc_weights", "cuda_to_torch",
+           "edge_pairs", "excluded_positions", "inverse_permutation"]
+
+PAIR_LIMIT = 1 << 31
+"""`edge_pairs` packs relations of fewer edges than this and at most this many source nodes (int32 ids)."""
+PAIR_HUGE_BYTES = 32 << 20
+"""`edge_pairs` puts pair arrays of at least this many bytes on transparent huge pages (read at random: on
+4 KiB pages nearly every read of a large array misses the TLB)."""
+
+
+def edge_pairs(indices: np.ndarray, edge_ids: np.ndarray | None, num_src: int) -> np.ndarray | None:
+    """Each CSC position's source and edge id side by side, ``[src_0, eid_0, src_1, eid_1, ...]``, for the
+    CPU gather.
+
+    The CPU kernels' gather (`samplers.kernels.cpu.uniform.gather_edges`) reads the source and the edge
+    id of every chosen position, at random: from this one array that is one cache line per edge, where
+    ``indices`` and ``edge_ids`` cost two (docs/performance.md, "Why Gowalla's margin is smaller"). It is
+    a copy: 8 bytes per edge beside the graph's own arrays, which stay as they are.
+
+    Parameters
+    ----------
+    indices : numpy.ndarray, int32 or int64, shape [E]
+        Source of each CSC position, in [0, num_src).
+    edge_ids : numpy.ndarray or None, int64, shape [E]
+        Edge id of each CSC position, in [0, E); None when ids are the positions.
+    num_src : int
+        Nodes of the source type.
+
+    Returns
+    -------
+    numpy.ndarray, int32, shape [2E], or None
+        None when the gather gains nothing from it: edge ids are the positions (the gather then reads
+        ``indices`` alone), or ``E`` or ``num_src`` reaches `PAIR_LIMIT` (2**31: int32 cannot hold
+        the ids; the gather then reads ``indices`` and ``edge_ids``).
+    """
+    num = int(indices.shape[0])
+    if edge_ids is None or num >= PAIR_LIMIT or int(num_src) > PAIR_LIMIT:
+        return None
+    pairs = np.empty(2 * num, dtype=np.int32)
+    if pairs.nbytes >= PAIR_HUGE_BYTES:
+        advise_huge_pages(pairs.ctypes.data, pairs.nbytes)  # before the first write: faulted in huge
+    pairs[0::2] = indices
+    pairs[1::2] = edge_ids
+    return pairs
 
 
 def csc_weights(name: str, weights, num_edges: int, csc_eids: np.ndarray) -> np.ndarray:

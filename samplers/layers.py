@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from samplers._csc import cuda_to_torch
+from samplers._csc import cuda_to_torch, edge_pairs
 from samplers.block import Block, Blocks
 from samplers.kernels import cpu
 from samplers.kernels.reference import GOLDEN, MASK64, layer_key, mix
@@ -120,6 +120,9 @@ class LayerLoop:
         self.index = dict(relation_index) if relation_index is not None else \
             {rel: r for r, rel in enumerate(self.relations)}
         self.type_index = {t: i for i, t in enumerate(self.num_nodes)}
+        if device == "cpu":  # the CPU gather's (source, edge id) pairs, once (8 bytes per edge)
+            for arr in self.relations.values():
+                arr.pairs = edge_pairs(arr.indices, arr.edge_ids, arr.num_src)
         self.states = {rel: self.modes[rel].prepare(arr, device) for rel, arr in self.relations.items()}
         self.maps: dict[str, np.ndarray] = {}
         """CPU relabelling maps per node type (int32 [N_t], all -1 between layers), made on first use."""

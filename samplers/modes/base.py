@@ -33,6 +33,10 @@ class RelationArrays:
         Edge times in CSC order.
     cuda : CudaGraph or None
         The device copy (``device="cuda"``), weights and times included.
+    pairs : numpy int32 [2E] or None
+        CPU: each position's source and edge id side by side (`samplers._csc.edge_pairs`, 8 bytes per
+        edge), which the CPU gather reads in place of ``indices`` and ``edge_ids``; a CPU
+        `samplers.layers.LayerLoop` builds them once. None: the gather reads ``indices`` and ``edge_ids``.
     """
 
     indptr: np.ndarray
@@ -42,6 +46,7 @@ class RelationArrays:
     weights: np.ndarray | None = None
     times: np.ndarray | None = None
     cuda: Any = None
+    pairs: np.ndarray | None = None
 
 
 @dataclass

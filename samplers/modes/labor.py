@@ -56,7 +56,7 @@ class LaborMode(Mode):
         out_indptr, src, eids, weights = labor_layer(
             relation.indptr, relation.indices, relation.edge_ids, request.dst, request.fanout,
             request.variate_key, request.excluded, relation.weights, self.importance_sampling,
-            self.want_weights, state, request.threads)
+            self.want_weights, state, request.threads, pairs=relation.pairs)
         return LayerEdges(out_indptr, src, eids, weights)
 
     def sample_cuda(self, relation: RelationArrays, state: Any, request: LayerRequest) -> LayerEdges:

@@ -37,14 +37,14 @@ class TemporalMode(Mode):
         out_indptr, src, eids = cpu.sample_layer(
             relation.indptr, relation.indices, relation.edge_ids, request.dst, request.fanout, self.replace,
             request.key, request.excluded, request.threads, relation.weights, relation.times,
-            request.dst_times)
+            request.dst_times, pairs=relation.pairs)
         return LayerEdges(out_indptr, src, eids)
 
     def sample_block_cpu(self, relation: RelationArrays, state: Any, request: LayerRequest,
                          workspace: Any) -> tuple:
         return cpu.sample_block(relation.indptr, relation.indices, relation.edge_ids, request.dst,
                                 request.fanout, self.replace, request.key, request.excluded, workspace,
-                                request.threads, state, request.dst_times)
+                                request.threads, state, request.dst_times, pairs=relation.pairs)
 
     def sample_cuda(self, relation: RelationArrays, state: Any, request: LayerRequest) -> LayerEdges:
         from samplers.kernels import cuda as ck

@@ -31,14 +31,14 @@ class UniformMode(Mode):
     def sample_cpu(self, relation: RelationArrays, state: Any, request: LayerRequest) -> LayerEdges:
         out_indptr, src, eids = cpu.sample_layer(
             relation.indptr, relation.indices, relation.edge_ids, request.dst, request.fanout, self.replace,
-            request.key, request.excluded, request.threads)
+            request.key, request.excluded, request.threads, pairs=relation.pairs)
         return LayerEdges(out_indptr, src, eids)
 
     def sample_block_cpu(self, relation: RelationArrays, state: Any, request: LayerRequest,
                          workspace: Any) -> tuple:
         return cpu.sample_block(relation.indptr, relation.indices, relation.edge_ids, request.dst,
                                 request.fanout, self.replace, request.key, request.excluded, workspace,
-                                request.threads, None, request.dst_times)
+                                request.threads, None, request.dst_times, pairs=relation.pairs)
 
     def sample_block_cuda(self, relation: RelationArrays, state: Any, request: LayerRequest,
                           workspace: Any) -> tuple:

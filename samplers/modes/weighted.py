@@ -47,14 +47,14 @@ class WeightedMode(Mode):
         out_indptr, src, eids = cpu.sample_layer(
             relation.indptr, relation.indices, relation.edge_ids, request.dst, request.fanout, self.replace,
             request.key, request.excluded, request.threads, relation.weights, prefix=prefix,
-            positive=positive)
+            positive=positive, pairs=relation.pairs)
         return LayerEdges(out_indptr, src, eids)
 
     def sample_block_cpu(self, relation: RelationArrays, state: Any, request: LayerRequest,
                          workspace: Any) -> tuple:
         return cpu.sample_block(relation.indptr, relation.indices, relation.edge_ids, request.dst,
                                 request.fanout, self.replace, request.key, request.excluded, workspace,
-                                request.threads, state, request.dst_times)
+                                request.threads, state, request.dst_times, pairs=relation.pairs)
 
     def sample_block_cuda(self, relation: RelationArrays, state: Any, request: LayerRequest,
                           workspace: Any) -> tuple:

@@ -39,6 +39,7 @@ hop_reset_row = _ROWS.hop_reset_row
 _CHUNK_ROWS = 2048
 _NO_PI = np.zeros(1, dtype=np.float64)
 _NO_W = np.zeros(1, dtype=np.float32)
+_NO_PAIRS = np.empty(0, dtype=np.int32)
 
 
 class LaborScratch:
@@ -104,15 +105,15 @@ def _count_rows(indices, weights, has_w, pi, has_pi, excl, row_s, row_e, row_a, 
 
 
 @nb.njit(nogil=True, cache=True)
-def _take_rows(indices, edge_ids, has_eids, weights, has_w, pi, has_pi, excl, row_s, row_e, row_a, row_b,
-               raw_off, cs, vkey, out_indptr, pos, ew, want_w, src, lo, hi):
+def _take_rows(indices, edge_ids, has_eids, pairs, has_pairs, weights, has_w, pi, has_pi, excl, row_s, row_e,
+               row_a, row_b, raw_off, cs, vkey, out_indptr, pos, ew, want_w, src, lo, hi):
     for i in range(lo, hi):
         o = out_indptr[i]
         n = out_indptr[i + 1] - o
         if n > 0:
             take_kept(indices, weights, has_w, pi, has_pi, raw_off[i], excl, row_a[i], row_b[i], row_s[i],
                       row_e[i], cs[i], vkey, pos, ew, want_w, o, n)
-    gather_edges(indices, edge_ids, has_eids, pos, src, out_indptr[lo], out_indptr[hi])
+    gather_edges(indices, edge_ids, has_eids, pairs, has_pairs, pos, src, out_indptr[lo], out_indptr[hi])
 
 
 def _run(fn, d_count: int, helpers: int) -> None:
@@ -126,7 +127,8 @@ def _run(fn, d_count: int, helpers: int) -> None:
 def labor_layer(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray | None, dst: np.ndarray,
                 fanout: int, vkey: int, excluded: np.ndarray | None, weights: np.ndarray | None,
                 importance_sampling: int, want_weights: bool, scratch: LaborScratch | None,
-                threads: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+                threads: int = 1, *, pairs: np.ndarray | None = None,
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
     """One LABOR layer of one relation (DGL's ``CSRLaborPick``), unrelabelled.
 
     Parameters
@@ -141,6 +143,8 @@ def labor_layer(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray | 
     want_weights : bool, return the kept edges' weights
     scratch : LaborScratch over the source ids (needed when importance sampling runs)
     threads : int, threads that may work on the row passes (the caller included)
+    pairs : int32 [2E] or None, the (source, edge id) pairs of `samplers._csc.edge_pairs`: the gather
+        reads them in place of ``indices`` and ``edge_ids``
 
     Returns
     -------
@@ -202,7 +206,9 @@ def labor_layer(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray | 
     has_eids = edge_ids is not None
     eids_arr = edge_ids if has_eids else np.empty(0, np.int64)
     want = bool(want_weights)
-    _run(lambda lo, hi: _take_rows(indices, eids_arr, has_eids, w, has_w, pi, keep_pi, excl, row_s, row_e,
-                                   row_a, row_b, raw_off, cs, key, out_indptr, pos, ew, want, src, lo, hi),
-         d_count, helpers)
+    has_pairs = pairs is not None
+    pair_arr = pairs if has_pairs else _NO_PAIRS
+    _run(lambda lo, hi: _take_rows(indices, eids_arr, has_eids, pair_arr, has_pairs, w, has_w, pi, keep_pi,
+                                   excl, row_s, row_e, row_a, row_b, raw_off, cs, key, out_indptr, pos, ew,
+                                   want, src, lo, hi), d_count, helpers)
     return out_indptr, src, pos, (ew if want_weights else None)

@@ -31,6 +31,7 @@ __all__ = ["CHUNK_EDGES", "sample_block", "sample_layer"]
 
 CHUNK_EDGES = 1 << 15  # sampled edges per chunk of work (one to a few hundred microseconds)
 _NO_EXCL = np.empty(0, dtype=np.int64)
+_NO_PAIRS = np.empty(0, dtype=np.int32)
 
 
 def _chunk_bounds(out_indptr: np.ndarray, nnz: int) -> np.ndarray:
@@ -43,11 +44,13 @@ def _chunk_bounds(out_indptr: np.ndarray, nnz: int) -> np.ndarray:
 
 
 def _chunk_fn(indices, edge_ids, dst, rows, out_indptr, fanout, replace, key, excl, eids, src,
-              masks: Masks | None, row_time) -> Callable[[int, int], None]:
+              masks: Masks | None, row_time, pairs=None) -> Callable[[int, int], None]:
     """The kernel call that samples (chooses and gathers) the rows [lo, hi)."""
     has_eids = edge_ids is not None
-    head = (indices, edge_ids if has_eids else _NO_EXCL, has_eids, dst, *rows, out_indptr, np.int64(fanout),
-            bool(replace), np.uint64(key), excl)
+    has_pairs = pairs is not None
+    gather = (indices, edge_ids if has_eids else _NO_EXCL, has_eids, pairs if has_pairs else _NO_PAIRS,
+              has_pairs)
+    head = (*gather, dst, *rows, out_indptr, np.int64(fanout), bool(replace), np.uint64(key), excl)
     if masks is None:
         args = (*head, eids, src)
         return lambda lo, hi: sample_rows(*args, lo, hi)
@@ -59,7 +62,7 @@ def _chunk_fn(indices, edge_ids, dst, rows, out_indptr, fanout, replace, key, ex
 def sample_block(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray | None, dst: np.ndarray,
                  fanout: int, replace: bool, key: int, excluded: Exclusion | np.ndarray | None,
                  workspace: Workspace, threads: int = 1, masks: Masks | None = None,
-                 dst_times: np.ndarray | None = None,
+                 dst_times: np.ndarray | None = None, *, pairs: np.ndarray | None = None,
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
     """Sample one layer and relabel it: the arrays of one block.
 
@@ -87,6 +90,9 @@ def sample_block(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray |
         Edge weights and/or times: rows follow the masked rules.
     dst_times : [D] or None
         The rows' times (required when ``masks`` has times).
+    pairs : int32 [2E] or None
+        The (source, edge id) pairs of `samplers._csc.edge_pairs`: the gather reads them in place of
+        ``indices`` and ``edge_ids``.
 
     Returns
     -------
@@ -106,7 +112,7 @@ def sample_block(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray |
     if nnz:
         bounds = _chunk_bounds(out_indptr, nnz)
         fn = _chunk_fn(indices, edge_ids, dst, rows, out_indptr, fanout, replace, key, excl, eids, src, masks,
-                       row_time)
+                       row_time, pairs)
     if masks is not None and masks.has_times:
         if nnz:
             parallel_chunks(lambda i: fn(bounds[i], bounds[i + 1]), bounds.shape[0] - 1, helpers)
@@ -146,7 +152,8 @@ def sample_layer(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray |
                  fanout: int, replace: bool, key: int, excluded: np.ndarray | None = None,
                  threads: int = 1, weights: np.ndarray | None = None, edge_times: np.ndarray | None = None,
                  dst_times: np.ndarray | None = None, *, prefix: np.ndarray | None = None,
-                 positive: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                 positive: np.ndarray | None = None, pairs: np.ndarray | None = None,
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Sample the in-edges of each destination, without relabelling (as `reference.sample_layer`).
 
     Parameters
@@ -164,6 +171,7 @@ def sample_layer(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray |
         Weights without times: ``weight_prefix(indptr, weights)``, computed once by a caller that samples
         the same weights many times. Without them, they are computed for the rows of ``dst`` alone (the
         O(sum of their degrees) pass that the precomputed arrays save).
+    pairs : int32 [2E] or None, `samplers._csc.edge_pairs` (as in `sample_block`)
 
     Returns
     -------
@@ -182,6 +190,6 @@ def sample_layer(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray |
     if nnz:
         bounds = _chunk_bounds(out_indptr, nnz)
         fn = _chunk_fn(indices, edge_ids, dst, rows, out_indptr, fanout, replace, key, excl, eids, src, masks,
-                       row_time)
+                       row_time, pairs)
         parallel_chunks(lambda i: fn(bounds[i], bounds[i + 1]), bounds.shape[0] - 1, helpers)
     return out_indptr, src.astype(np.int64, copy=False), eids

@@ -111,10 +111,10 @@ def choose_rows_masked(dst, row_start, row_deg, row_exlo, row_exhi, row_end, out
 
 
 @nb.njit(nogil=True, cache=True)
-def sample_rows_masked(indices, edge_ids, has_eids, dst, row_start, row_deg, row_exlo, row_exhi, row_end,
-                       out_indptr, fanout, replace, key, excl, weights, has_w, times, row_time, has_t,
-                       prefix, has_prefix, eids, src, lo, hi):
+def sample_rows_masked(indices, edge_ids, has_eids, pairs, has_pairs, dst, row_start, row_deg, row_exlo,
+                       row_exhi, row_end, out_indptr, fanout, replace, key, excl, weights, has_w, times,
+                       row_time, has_t, prefix, has_prefix, eids, src, lo, hi):
     """Passes 2 and 3 of masked rows [lo, hi) (one chunk of work)."""
     choose_rows_masked(dst, row_start, row_deg, row_exlo, row_exhi, row_end, out_indptr, fanout, replace,
                        key, excl, weights, has_w, times, row_time, has_t, prefix, has_prefix, eids, lo, hi)
-    gather_edges(indices, edge_ids, has_eids, eids, src, out_indptr[lo], out_indptr[hi])
+    gather_edges(indices, edge_ids, has_eids, pairs, has_pairs, eids, src, out_indptr[lo], out_indptr[hi])

@@ -174,10 +174,19 @@ def _choose_rows(dst, row_start, row_deg, row_exlo, row_exhi, out_indptr, fanout
 
 
 @nb.njit(nogil=True, cache=True)
-def gather_edges(indices, edge_ids, has_eids, pos_eid, src, lo, hi):
+def gather_edges(indices, edge_ids, has_eids, pairs, has_pairs, pos_eid, src, lo, hi):
     """Pass 3 over edges [lo, hi): sources and edge ids (in place of the positions) of chosen edges,
-    prefetching the edges 48 ahead."""
-    if has_eids:
+    prefetching the edges 48 ahead. With ``has_pairs`` both come from ``pairs`` (int32 [2E],
+    `samplers._csc.edge_pairs`: one cache line per edge), else from ``indices`` and ``edge_ids``
+    (identity without ``has_eids``). Every CPU mode gathers here."""
+    if has_pairs:
+        for j in range(lo, hi):
+            if j + _GATHER_AHEAD < hi:
+                prefetch(pairs, 2 * pos_eid[j + _GATHER_AHEAD])
+            p = 2 * pos_eid[j]
+            src[j] = pairs[p]
+            pos_eid[j] = pairs[p + 1]
+    elif has_eids:
         for j in range(lo, hi):
             if j + _GATHER_AHEAD < hi:
                 q = pos_eid[j + _GATHER_AHEAD]
@@ -194,9 +203,9 @@ def gather_edges(indices, edge_ids, has_eids, pos_eid, src, lo, hi):
 
 
 @nb.njit(nogil=True, cache=True)
-def sample_rows(indices, edge_ids, has_eids, dst, row_start, row_deg, row_exlo, row_exhi, out_indptr, fanout,
-                replace, key, excl, eids, src, lo, hi):
+def sample_rows(indices, edge_ids, has_eids, pairs, has_pairs, dst, row_start, row_deg, row_exlo, row_exhi,
+                out_indptr, fanout, replace, key, excl, eids, src, lo, hi):
     """Passes 2 and 3 for the rows [lo, hi) (one chunk of work)."""
     _choose_rows(dst, row_start, row_deg, row_exlo, row_exhi, out_indptr, fanout, replace, key, excl, eids,
                  lo, hi)
-    gather_edges(indices, edge_ids, has_eids, eids, src, out_indptr[lo], out_indptr[hi])
+    gather_edges(indices, edge_ids, has_eids, pairs, has_pairs, eids, src, out_indptr[lo], out_indptr[hi])
