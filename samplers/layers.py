@@ -238,7 +238,7 @@ class LayerLoop:
                     continue
                 if pending:  # the chain before this layer is read first: its rows' counts are needed here
                     dst = self._read_typed(pending, out)
-            if not self.typed and self.traffic is not None and times is None:  # a plain graph on CUDA
+            if not self.typed and self.traffic is not None:  # a plain graph on CUDA: the mode's fused layer
                 (rel,) = self.relations
                 ws = self.cuda_workspace()
                 if self.modes[rel].bounded_cuda(self.relations[rel], fanouts[rel][layer]):
@@ -246,23 +246,23 @@ class LayerLoop:
                     if not pending:  # a chain starts: the rows' count goes to the device
                         from samplers.kernels.cuda.layer import start_rows
 
-                        req = replace(req, dst=start_rows(req.dst, ws, layer + 1))
+                        req = replace(req, dst=start_rows(req.dst, ws, layer + 1, req.dst_times))
                     pending.append(self.modes[rel].sample_block_cuda(self.relations[rel], self.states[rel],
                                                                      req, ws))
                     dst = {rel[2]: pending[-1].next_rows}
+                    times = None if times is None else {rel[2]: pending[-1].src_times}
                     continue
-                req = request(rel)
                 if pending:  # the chain before this layer is read first: its rows' count is needed here
-                    dst = self._read_pending(rel, pending, ws, out)
-                    req = replace(req, dst=dst[rel[2]])
-                fused = self.modes[rel].sample_block_cuda(self.relations[rel], self.states[rel], req, ws)
+                    dst, times = self._read_pending(rel, pending, ws, out)
+                fused = self.modes[rel].sample_block_cuda(self.relations[rel], self.states[rel],
+                                                          request(rel, dst, times), ws)
                 if fused is not None:
-                    block, dst = self._fused_cuda_layer(rel, int(dst[rel[2]].shape[0]), fused)
+                    block, dst, times = self._fused_cuda_layer(rel, int(dst[rel[2]].shape[0]), fused)
                     out.append(block)
                     continue
             fused, joined = self._sample_fused(dst, fanouts, layer, seed, call, fused_excluded)
-            sampled = {rel: fused[rel] if rel in fused else self.sample_relation(rel, request(rel))
-                       for rel in self.relations}
+            sampled = {rel: fused[rel] if rel in fused else
+                       self.sample_relation(rel, request(rel, dst, times)) for rel in self.relations}
             block, dst, times = self._relabel(dst, times, sampled, joined)
             out.append(block)
         if pending and self.typed:
@@ -315,17 +315,17 @@ class LayerLoop:
         pending.clear()
         return dst
 
-    def _read_pending(self, rel, pending: list, ws: Any, out: list) -> dict:
+    def _read_pending(self, rel, pending: list, ws: Any, out: list) -> tuple[dict, dict | None]:
         """The chained layers' blocks, their sizes read back in one copy, appended to ``out`` (pending
-        emptied); returns the next layer's destinations."""
+        emptied); returns the next layer's destinations and their times (temporal) or None."""
         from samplers.kernels.cuda.layer import read_blocks
 
-        dst = None
+        dst = times = None
         for block in read_blocks(pending, ws):
-            layer, dst = self._fused_cuda_layer(rel, int(block[0].shape[0]) - 1, block)
+            layer, dst, times = self._fused_cuda_layer(rel, int(block[0].shape[0]) - 1, block)
             out.append(layer)
         pending.clear()
-        return dst
+        return dst, times
 
     def _sample_fused(self, dst: dict, fanouts: Mapping, layer: int, seed: int, call: int,
                       excluded: Any) -> tuple[dict, dict]:
@@ -359,16 +359,19 @@ class LayerLoop:
         return ws
 
     def _fused_cuda_layer(self, rel, d_count: int, fused: tuple) -> tuple:
-        """A plain graph's layer of ``d_count`` rows from a mode's fused CUDA layer: (the layer, next
-        destinations)."""
-        out_indptr, src_nodes, local, eids = fused
+        """A plain graph's layer of ``d_count`` rows from a mode's fused CUDA layer (``(out_indptr,
+        src_nodes, local, eids)``, and ``src_times`` or None): (the layer, next destinations, their times
+        or None)."""
+        out_indptr, src_nodes, local, eids, *rest = fused
+        src_times = rest[0] if rest else None
         t = rel[0]
         self.sampled_edges += int(local.shape[0])
         nodes = cuda_to_torch(src_nodes)
         layer = TypedLayer(src_nodes={t: nodes}, dst_nodes={t: nodes[:d_count]},
                            indptr={rel: cuda_to_torch(out_indptr)}, indices={rel: cuda_to_torch(local)},
-                           edge_ids={rel: cuda_to_torch(eids)})
-        return layer, {t: src_nodes}
+                           edge_ids={rel: cuda_to_torch(eids)},
+                           src_times=None if src_times is None else {t: cuda_to_torch(src_times)})
+        return layer, {t: src_nodes}, None if src_times is None else {t: src_times}
 
     def _fused_layer(self, rel, dst: np.ndarray, fused: tuple) -> tuple:
         """A plain graph's layer from a mode's fused CPU pass: (the layer, next destinations, times)."""

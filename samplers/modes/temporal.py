@@ -46,6 +46,24 @@ class TemporalMode(Mode):
                                 request.fanout, self.replace, request.key, request.excluded, workspace,
                                 request.threads, state, request.dst_times, pairs=relation.pairs)
 
+    def sample_block_cuda(self, relation: RelationArrays, state: Any, request: LayerRequest,
+                          workspace: Any) -> Any:
+        """A chained layer (``request.dst`` a `samplers.kernels.cuda.layer.DeviceRows` with times): its
+        `samplers.kernels.cuda.layer.PendingBlock`; None otherwise (the loop samples and relabels apart)."""
+        from samplers.kernels import cuda as ck
+        from samplers.kernels.cuda.layer import DeviceRows
+
+        if not isinstance(request.dst, DeviceRows):
+            return None
+        return ck.sample_block_cuda(relation.cuda, request.dst, request.fanout, self.replace, request.key,
+                                    relation.weights is not None, request.excluded, ws=workspace)
+
+    def bounded_cuda(self, relation: RelationArrays, fanout: int) -> bool:
+        from samplers.kernels.cuda.layer import bounded_layer
+
+        return bounded_layer(relation.cuda, fanout, relation.weights is not None, timed=True,
+                             replace=self.replace)
+
     def sample_cuda(self, relation: RelationArrays, state: Any, request: LayerRequest) -> LayerEdges:
         from samplers.kernels import cuda as ck
 

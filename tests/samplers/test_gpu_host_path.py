@@ -5,9 +5,9 @@ numba.cuda is first imported), and the script counts, independently of the libra
 (`samplers.kernels.cuda.workspace.HostTraffic`), every device-to-host copy and host-side scalar read of
 a device array, every device allocation and every page-locked or mapped host allocation. It asserts:
 
-- successive layers of thread-per-row rules (uniform with 0 <= fanout <= 64, weighted) read back once
-  per call, all their sizes in one copy; a layer of fanout -1 twice (after the layers before it are
-  read); the library's count equals the independent one;
+- successive layers of thread-per-row rules (uniform with 0 <= fanout <= 64, weighted), and temporal
+  layers without replacement, read back once per call, all their sizes in one copy; a layer of fanout -1
+  twice (after the layers before it are read); the library's count equals the independent one;
 - once warm (after a call at least as large), a call allocates no scratch on the device and registers
   no host memory: its only device allocations are the arrays its blocks keep (4 per layer);
 - the blocks equal the CPU sampler's for the same seed, with and without excluded edges;
@@ -114,6 +114,25 @@ SCRIPT = textwrap.dedent(
             assert used.scratch_allocations == 0 and used.registrations == 0, (call, used)
             assert seen["host_register"] == 0, seen
             assert seen["device_alloc"] == used.output_allocations, (used, seen)
+
+    # temporal layers without replacement chain too (uniform and weighted rows by edge time): one
+    # read-back a call; with replacement a layer reads its sizes back (not chained: the library counts none)
+    etimes = torch.from_numpy(rng.integers(0, 20, e))
+    seed_times = torch.from_numpy(rng.integers(5, 25, batches[0].shape[0]))
+    for fanouts, kw, per_call in (([3, 2], {}, 1), ([2, 2], {"weights": weights}, 1),
+                                  ([2], {"replace": True}, 0)):
+        cpu_s = NeighborSampler(graph, fanouts, seed=5, edge_times=etimes, **kw)
+        gpu_s = NeighborSampler(graph, fanouts, seed=5, device="cuda", edge_times=etimes, **kw)
+        want = cpu_s.sample(batches[0], seed_times=seed_times)
+        seen.clear()
+        before = gpu_s.loop.traffic.snapshot()
+        got = gpu_s.sample(batches[0], seed_times=seed_times)
+        used = gpu_s.loop.traffic.since(before)
+        same(want, got, ("temporal", fanouts))
+        for x, y in zip(want, got):
+            assert torch.equal(x.src_times, y.src_times), ("temporal", fanouts, x.src_times, y.src_times)
+        assert used.readbacks == per_call, (fanouts, used)
+        assert seen["readback"] == per_call if per_call else seen["readback"] >= 2, (fanouts, seen)
 
     # UVA: the graph is mapped once, when the sampler is built; batches register nothing
     seen.clear()

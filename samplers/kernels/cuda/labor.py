@@ -219,5 +219,5 @@ def labor_layer_cuda(graph: CudaGraph, dst: Any, fanout: int, vkey: int, exclude
     eids = empty(nnz, np.int64)
     if nnz:
         launch(gather, (grid(nnz, EDGE_THREADS), EDGE_THREADS), graph.indices, graph.edge_ids, graph.has_eids,
-               pos, src, eids, stream=stream)
+               pos, out_indptr[d_count:], src, eids, stream=stream)
     return out_indptr, src, eids, (ew[:nnz] if want_weights else None)

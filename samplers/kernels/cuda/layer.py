@@ -26,7 +26,13 @@ from samplers.kernels.cuda.arrays import as_device_ids, empty, fill_with, full, 
 from samplers.kernels.cuda.graph import CudaGraph
 from samplers.kernels.cuda.launch import EDGE_THREADS, ROW_THREADS, WARP, grid, kernel_stream, launch
 from samplers.kernels.cuda.plan import plan_masked, plan_rows, plan_rows_weighted, plan_uniform
-from samplers.kernels.cuda.relabel import relabel_bounded, relabel_cuda, relabel_temporal_cuda
+from samplers.kernels.cuda.relabel import (
+    edge_time_keys_cuda,
+    relabel_bounded,
+    relabel_cuda,
+    relabel_pairs_bounded,
+    relabel_temporal_cuda,
+)
 from samplers.kernels.cuda.scan import exclusive_scan
 from samplers.kernels.cuda.temporal import choose_masked
 from samplers.kernels.cuda.uniform import THREAD_FANOUT_MAX, choose_uniform, gather, sample_rows
@@ -48,11 +54,14 @@ class DeviceRows:
         The sizes of a chain of layers: at ``at`` this layer's row count, then (edges, new sources, next
         row count) written by the layer.
     at : int
+    times : device int64/float64 [Db] or None
+        Temporal sampling: each row's time (no -0.0).
     """
 
     ids: Any
     chain: Any
     at: int
+    times: Any = None
 
     @property
     def count(self) -> Any:
@@ -62,29 +71,32 @@ class DeviceRows:
 
 @dataclass
 class PendingBlock:
-    """A thread-per-row layer sampled and relabelled on the device, its sizes not read yet: device
+    """A `bounded_layer` layer sampled and relabelled on the device, its sizes not read yet: device
     arrays at their upper bounds (``out_indptr`` [Db + 1], ``src_nodes`` [Db + M], ``local`` [M],
-    ``eids`` [M], M = Db * fanout or 1), the true sizes in ``rows.chain`` after ``rows.at``."""
+    ``eids`` [M], M = Db * fanout or 1; temporal: ``src_times`` [Db + M], else None), the true sizes in
+    ``rows.chain`` after ``rows.at``."""
 
     out_indptr: Any
     src_nodes: Any
     local: Any
     eids: Any
     rows: DeviceRows
+    src_times: Any = None
 
     @property
     def next_rows(self) -> DeviceRows:
-        """The next layer's destinations: this block's sources, counted on the device."""
-        return DeviceRows(self.src_nodes, self.rows.chain, self.rows.at + 3)
+        """The next layer's destinations: this block's sources (and their times), counted on the device."""
+        return DeviceRows(self.src_nodes, self.rows.chain, self.rows.at + 3, self.src_times)
 
-    def finish(self, sizes: list[int]) -> tuple[Any, Any, Any, Any]:
-        """(out_indptr [D + 1], src_nodes [S], local [nnz], eids [nnz]): views at the true ``sizes``,
-        (rows D, edges nnz, new sources S - D) as read back."""
+    def finish(self, sizes: list[int]) -> tuple[Any, Any, Any, Any, Any]:
+        """(out_indptr [D + 1], src_nodes [S], local [nnz], eids [nnz], src_times [S] or None): views at
+        the true ``sizes``, (rows D, edges nnz, new sources S - D) as read back."""
         d, nnz, new = sizes
-        return self.out_indptr[:d + 1], self.src_nodes[:d + new], self.local[:nnz], self.eids[:nnz]
+        times = None if self.src_times is None else self.src_times[:d + new]
+        return self.out_indptr[:d + 1], self.src_nodes[:d + new], self.local[:nnz], self.eids[:nnz], times
 
 
-def start_rows(ids: Any, ws: Any, layers: int) -> DeviceRows:
+def start_rows(ids: Any, ws: Any, layers: int, times: Any = None) -> DeviceRows:
     """Host or device int64 ids [D] as the first rows of a chain of up to ``layers`` layers: on the
     device through ``ws``'s staging buffer, their count written on the device (no read-back).
 
@@ -92,12 +104,13 @@ def start_rows(ids: Any, ws: Any, layers: int) -> DeviceRows:
     -------
     DeviceRows
         ``ids`` device int64 [D]; ``chain`` the workspace's device int64 [3 * layers + 1] sizes (reused by
-        the next chain of this workspace); ``at`` 0.
+        the next chain of this workspace); ``at`` 0; ``times`` the rows' device times [D] (temporal) or
+        None.
     """
     ids = ws.device_ids(ids)
     chain = ws.scratch("layer_sizes", 3 * layers + 1, np.int64)
     fill_with(chain[:1], int(ids.shape[0]), kernel_stream())
-    return DeviceRows(ids, chain, 0)
+    return DeviceRows(ids, chain, 0, times)
 
 
 def read_blocks(pending: list[PendingBlock], ws: Any) -> list[tuple[Any, Any, Any, Any]]:
@@ -105,8 +118,8 @@ def read_blocks(pending: list[PendingBlock], ws: Any) -> list[tuple[Any, Any, An
 
     Returns
     -------
-    list of (out_indptr [D + 1], src_nodes [S], local [nnz], eids [nnz])
-        Device int64 views of each `PendingBlock`'s arrays at its true sizes, in the order given
+    list of (out_indptr [D + 1], src_nodes [S], local [nnz], eids [nnz], src_times [S] or None)
+        Device views of each `PendingBlock`'s arrays at its true sizes, in the order given
         (`PendingBlock.finish`); one counted read-back of the workspace for all of them.
     """
     chain, lo = pending[0].rows.chain, pending[0].rows.at
@@ -215,9 +228,9 @@ def sample_layer_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, ke
     row_blocks = grid(d_count, 1)
     if d_count:
         if masked:
-            launch(plan_masked, (row_blocks, WARP), graph.indptr, dst, fanout, replace, graph.weights,
-                   bool(weighted), graph.times, row_time, timed, excl, row_start, row_raw, row_deg, row_exlo,
-                   row_exhi, counts, stream=stream)
+            launch(plan_masked, (row_blocks, WARP), graph.indptr, dst, _row_count(d_count, ws, stream),
+                   fanout, replace, graph.weights, bool(weighted), graph.times, row_time, timed, excl,
+                   row_start, row_raw, row_deg, row_exlo, row_exhi, counts, stream=stream)
         else:
             launch(plan_uniform, (grid(d_count, EDGE_THREADS), EDGE_THREADS), graph.indptr, dst, fanout,
                    replace, excl, row_start, row_deg, row_exlo, row_exhi, counts, stream=stream)
@@ -239,7 +252,7 @@ def sample_layer_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, ke
     eids = out(nnz, np.int64)
     if nnz:
         launch(gather, (grid(nnz, EDGE_THREADS), EDGE_THREADS), graph.indices, graph.edge_ids,
-               graph.has_eids, pos, src, eids, stream=stream)
+               graph.has_eids, pos, out_indptr[d_count:], src, eids, stream=stream)
     return out_indptr, src, eids
 
 
@@ -293,10 +306,12 @@ def sample_block_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, ke
         `DeviceRows` for a layer that is not `bounded_layer` (its count must be read first).
     """
     chained = isinstance(dst, DeviceRows)
-    if ws is not None and bounded_layer(graph, fanout, weighted):
+    timed = chained and dst.times is not None
+    if ws is not None and bounded_layer(graph, fanout, weighted, timed, replace):
         rows = dst if chained else start_rows(dst, ws, 1)
-        block = _sample_block_bounded(graph, rows, fanout, replace, key, weighted, excluded, ws)
-        return block if chained else read_blocks([block], ws)[0]
+        sample = _sample_block_masked_bounded if timed else _sample_block_bounded
+        block = sample(graph, rows, fanout, replace, key, weighted, excluded, ws)
+        return block if chained else read_blocks([block], ws)[0][:4]
     if chained:
         raise ValueError(f"dst: DeviceRows need a workspace and a thread-per-row layer, got fanout={fanout}, "
                          f"weighted={weighted}, ws={ws!r}: read the pending blocks first (read_blocks)")
@@ -306,11 +321,17 @@ def sample_block_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, ke
     return out_indptr, src_nodes, local, eids
 
 
-def bounded_layer(graph: CudaGraph, fanout: int, weighted: bool) -> bool:
-    """Whether a layer (without times) runs the thread-per-row kernels, whose output is bounded by
-    ``fanout`` per row: chained without read-backs by `sample_block_cuda`."""
+def bounded_layer(graph: CudaGraph, fanout: int, weighted: bool, timed: bool = False,
+                  replace: bool = False) -> bool:
+    """Whether a layer's output is bounded by ``fanout`` per row and needs no other size from the host,
+    so that `sample_block_cuda` chains it without read-backs: without times, the thread-per-row kernels
+    (uniform up to `THREAD_FANOUT_MAX`, weighted with prefix sums); with times (``timed``), the masked
+    rows without replacement (with replacement, their prefix-sum scratch is sized by the rows' raw
+    degrees, read back)."""
     if fanout < 0:
         return False
+    if timed:
+        return not replace
     return graph.prefix is not None if weighted else fanout <= THREAD_FANOUT_MAX
 
 
@@ -351,3 +372,43 @@ def _sample_block_bounded(graph: CudaGraph, rows: DeviceRows, fanout: int, repla
     sizes = rows.chain[rows.at + 1:rows.at + 4]
     src_nodes, local = relabel_bounded(dst, nrow, src, out_indptr[d_bound:], ws, sizes)
     return PendingBlock(out_indptr, src_nodes, local, eids, rows)
+
+
+def _sample_block_masked_bounded(graph: CudaGraph, rows: DeviceRows, fanout: int, replace: bool, key: int,
+                                 weighted: bool, excluded: Any, ws: Any) -> PendingBlock:
+    """One temporal layer of `bounded_layer` rows (masked rows without replacement, a warp per row):
+    plan, scan, choose, gather, relabel by (node, time) (`relabel_pairs_bounded`); nothing read back."""
+    if not graph.timed:
+        raise ValueError("dst_times needs a CudaGraph built with times")
+    stream = kernel_stream()
+    dst, nrow, dst_times = rows.ids, rows.count, rows.times
+    d_bound = int(dst.shape[0])
+    bound = d_bound * int(fanout)
+    m = max(d_bound, 1)
+    excl = no_excluded() if excluded is None else ws.device_ids(excluded, "excluded")
+    counts = ws.scratch("counts", m, np.int64)
+    plan = ws.scratch("rows", 5 * m, np.int64)
+    row_start, row_raw, row_deg, row_exlo, row_exhi = (plan[q * m:(q + 1) * m] for q in range(5))
+    row_blocks = grid(d_bound, 1)
+    fanout, weighted = np.int64(fanout), bool(weighted)
+    if d_bound:
+        launch(plan_masked, (row_blocks, WARP), graph.indptr, dst, nrow, fanout, False, graph.weights,
+               weighted, graph.times, dst_times, True, excl, row_start, row_raw, row_deg, row_exlo, row_exhi,
+               counts, stream=stream)
+    out_indptr, _ = exclusive_scan(counts[:d_bound], stream, ws, ws.output(d_bound + 1, np.int64),
+                                   read_total=False)
+    nnz = out_indptr[d_bound:]
+    pos = ws.scratch("pos", max(bound, 1), np.int64)
+    src = ws.scratch("src", max(bound, 1), graph.indices.dtype)  # one unused entry when nothing is drawn
+    eids = ws.output(bound, np.int64)
+    edge_tkey = ws.scratch("edge_tkey", max(bound, 1), np.int64)
+    if bound:
+        launch(choose_masked, (row_blocks, WARP), dst, row_start, row_raw, row_deg, row_exlo, row_exhi,
+               out_indptr, fanout, False, np.uint64(key), graph.weights, weighted, graph.times, dst_times,
+               True, excl, pos, ws.scratch("draws", 1, np.float64), counts, stream=stream)
+        launch(gather, (grid(bound, EDGE_THREADS), EDGE_THREADS), graph.indices, graph.edge_ids,
+               graph.has_eids, pos, nnz, src, eids, stream=stream)
+        edge_time_keys_cuda(out_indptr, dst_times, edge_tkey)
+    sizes = rows.chain[rows.at + 1:rows.at + 4]
+    src_nodes, src_times, local = relabel_pairs_bounded(dst, dst_times, nrow, src, edge_tkey, nnz, ws, sizes)
+    return PendingBlock(out_indptr, src_nodes, local, eids, rows, src_times)

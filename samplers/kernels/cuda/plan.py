@@ -37,14 +37,21 @@ def plan_uniform(indptr, dst, fanout, replace, excl, row_start, row_deg, row_exl
 
 
 @cuda.jit
-def plan_masked(indptr, dst, fanout, replace, weights, has_w, times, row_time, has_t, excl, row_start,
+def plan_masked(indptr, dst, nrow, fanout, replace, weights, has_w, times, row_time, has_t, excl, row_start,
                 row_raw, row_deg, row_exlo, row_exhi, counts):  # pragma: no cover - device
-    """Masked rows (weights and/or times): each row's eligible count by a warp reduction."""
+    """Masked rows (weights and/or times): each of the first ``nrow[0]`` rows' eligible count by a warp
+    reduction (0 for the rest of ``dst``, an upper bound)."""
     part = cuda.shared.array(WARP, numba.int64)
     lane = cuda.threadIdx.x
     row = cuda.blockIdx.x
     n_excl = excl.shape[0]
+    n = nrow[0]
     while row < dst.shape[0]:
+        if row >= n:
+            if lane == 0:
+                counts[row] = 0
+            row += cuda.gridDim.x
+            continue
         s, e, a, b = row_span(indptr, excl, n_excl, dst[row])
         t_row = row_time[row] if has_t else row_time[0]
         c = 0

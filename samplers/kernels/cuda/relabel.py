@@ -23,7 +23,8 @@ from samplers.kernels.cuda.scan import exclusive_scan
 
 __all__ = ["UPTO_KERNELS", "edge_time_keys_cuda", "edge_tkeys", "hash_first", "hash_first_pairs",
            "hash_first_upto", "hash_insert", "hash_insert_pairs", "hash_insert_upto", "relabel_bounded",
-           "relabel_cuda", "relabel_out", "relabel_out_pairs", "relabel_out_upto", "relabel_pairs_cuda",
+           "relabel_cuda", "relabel_out", "relabel_out_pairs", "relabel_out_upto", "relabel_pairs_bounded",
+           "relabel_pairs_cuda",
            "relabel_temporal_cuda"]
 
 _EMPTY = np.int64(-1)
@@ -177,32 +178,35 @@ def _pair_slot0(v, t, mask):  # pragma: no cover - device
 
 
 @cuda.jit(device=True)
-def _pair_at(dst, dst_tkey, src, edge_tkey, i):  # pragma: no cover - device
-    """(node, time key) of entry i of (destinations, sampled sources)."""
-    d_count = dst.shape[0]
+def _pair_at(dst, dst_tkey, src, edge_tkey, d_count, i):  # pragma: no cover - device
+    """(node, time key) of entry i of (the first ``d_count`` destinations, sampled sources)."""
     if i < d_count:
         return np.int64(dst[i]), dst_tkey[i]
     return np.int64(src[i - d_count]), edge_tkey[i - d_count]
 
 
 @cuda.jit
-def hash_insert_pairs(dst, dst_tkey, src, edge_tkey, keys, vals, mask):  # pragma: no cover - device
-    """Claim a slot per distinct (node, time key) pair; keep the smallest index of its occurrences.
+def hash_insert_pairs(dst, dst_tkey, nrow, src, edge_tkey, nnz, keys, vals,
+                      mask):  # pragma: no cover - device
+    """Claim a slot per distinct (node, time key) pair of the first ``nrow[0]`` destinations and
+    ``nnz[0]`` sources (the arrays may be longer: upper bounds); keep the smallest index of its
+    occurrences.
 
     A slot's key is the index of the entry that claimed it (the pair itself is two words, too wide for
     one compare-and-swap); pairs are compared through the (immutable) input arrays."""
     i = cuda.grid(1)
     stride = cuda.gridsize(1)
-    total = dst.shape[0] + src.shape[0]
+    d_count = nrow[0]
+    total = d_count + nnz[0]
     while i < total:
-        v, t = _pair_at(dst, dst_tkey, src, edge_tkey, i)
+        v, t = _pair_at(dst, dst_tkey, src, edge_tkey, d_count, i)
         h = _pair_slot0(v, t, mask)
         while True:
             prev = cuda.atomic.cas(keys, h, _EMPTY, np.int64(i))
             if prev == _EMPTY:
                 cuda.atomic.min(vals, h, np.int64(i))
                 break
-            pv, pt = _pair_at(dst, dst_tkey, src, edge_tkey, prev)
+            pv, pt = _pair_at(dst, dst_tkey, src, edge_tkey, d_count, prev)
             if pv == v and pt == t:
                 cuda.atomic.min(vals, h, np.int64(i))
                 break
@@ -211,33 +215,46 @@ def hash_insert_pairs(dst, dst_tkey, src, edge_tkey, keys, vals, mask):  # pragm
 
 
 @cuda.jit
-def hash_first_pairs(dst, dst_tkey, src, edge_tkey, keys, vals, mask, first, flags):  # pragma: no cover
-    """first[j]: smallest index of edge j's (node, time) pair; flags[j] = 1 iff j is that first one."""
+def hash_first_pairs(dst, dst_tkey, nrow, src, edge_tkey, nnz, keys, vals, mask, first,
+                     flags):  # pragma: no cover - device
+    """first[j]: smallest index of edge j's (node, time) pair; flags[j] = 1 iff j is that first one
+    (0 past the first ``nnz[0]`` sources, up to ``src``'s end)."""
     j = cuda.grid(1)
     stride = cuda.gridsize(1)
-    d_count = dst.shape[0]
+    d_count = nrow[0]
+    n_src = nnz[0]
     while j < src.shape[0]:
-        v = np.int64(src[j])
-        t = edge_tkey[j]
-        h = _pair_slot0(v, t, mask)
-        while True:
-            pv, pt = _pair_at(dst, dst_tkey, src, edge_tkey, keys[h])
-            if pv == v and pt == t:
-                break
-            h = (h + 1) & mask
-        f = vals[h]
-        first[j] = f
-        flags[j] = 1 if f == d_count + j else 0
+        if j < n_src:
+            v = np.int64(src[j])
+            t = edge_tkey[j]
+            h = _pair_slot0(v, t, mask)
+            while True:
+                pv, pt = _pair_at(dst, dst_tkey, src, edge_tkey, d_count, keys[h])
+                if pv == v and pt == t:
+                    break
+                h = (h + 1) & mask
+            f = vals[h]
+            first[j] = f
+            flags[j] = 1 if f == d_count + j else 0
+        else:
+            flags[j] = 0
         j += stride
 
 
 @cuda.jit
-def relabel_out_pairs(dst, dst_tkey, src, edge_tkey, first, flags, newid, src_nodes, src_tkey,
-                      local):  # pragma: no cover - device
+def relabel_out_pairs(dst, dst_tkey, nrow, src, edge_tkey, nnz, first, flags, newid, src_nodes, src_tkey,
+                      local, sizes):  # pragma: no cover - device
+    """`relabel_out_upto` for (node, time key) pairs, the sources' time keys written too."""
     i = cuda.grid(1)
     stride = cuda.gridsize(1)
-    d_count = dst.shape[0]
-    total = d_count + src.shape[0]
+    d_count = nrow[0]
+    n_src = nnz[0]
+    if i == 0:
+        new = newid[newid.shape[0] - 1]
+        sizes[0] = n_src
+        sizes[1] = new
+        sizes[2] = d_count + new
+    total = d_count + n_src
     while i < total:
         _write_out(dst, src, first, flags, newid, src_nodes, local, d_count, i)
         if i < d_count:
@@ -417,31 +434,53 @@ def relabel_pairs_cuda(dst: Any, dst_times: Any, src: Any, edge_tkey: Any) -> tu
     """
     stream = kernel_stream()
     dst = as_device_ids(dst, stream)
-    d_count, nnz = dst.shape[0], src.shape[0]
-    total = d_count + nnz
+    d_count, nnz = int(dst.shape[0]), int(src.shape[0])
+    return _relabel_pairs(dst, dst_times, full(1, d_count, stream), src, edge_tkey, full(1, nnz, stream))
+
+
+def relabel_pairs_bounded(dst: Any, dst_times: Any, nrow: Any, src: Any, edge_tkey: Any, nnz: Any, ws: Any,
+                          sizes: Any) -> tuple[Any, Any, Any]:
+    """`relabel_pairs_cuda` over the first ``nrow[0]`` destinations and ``nnz[0]`` sources (counts that
+    stay on the device, as `relabel_bounded`): nothing read back, outputs at their upper bounds
+    (``src_nodes``, ``src_times`` [Db + M], ``local`` [M]), the true sizes written into ``sizes``
+    (device int64 [3]: nnz, new sources, ``nrow[0]`` + new); scratch from ``ws``."""
+    return _relabel_pairs(dst, dst_times, nrow, src, edge_tkey, nnz, ws, sizes)
+
+
+def _relabel_pairs(dst: Any, dst_times: Any, nrow: Any, src: Any, edge_tkey: Any, nnz: Any, ws: Any = None,
+                   sizes: Any = None) -> tuple[Any, Any, Any]:
+    """The pair relabelling of `relabel_pairs_cuda` (exact sizes: ``src_nodes`` sized by the new
+    sources' count, read back) and `relabel_pairs_bounded` (``ws`` given: upper bounds, nothing read)."""
+    stream = kernel_stream()
+    bounded = ws is not None
+    d_bound, m = int(dst.shape[0]), int(src.shape[0])
+    total = d_bound + m
     dst_tkey = _time_keys(dst_times)
-    if nnz == 0:
+    if m == 0:
         edge_tkey = empty(1, np.int64)
-    local = empty(nnz, np.int64)
-    cap = 16
-    while cap < 2 * total:
-        cap *= 2
-    keys, vals = _hash_table(cap, stream)
-    mask = np.int64(cap - 1)
+    scratch = ws.scratch if bounded else (lambda name, n, dtype: empty(n, dtype))
+    out = ws.output if bounded else empty
+    local = out(m, np.int64)
+    keys, vals = _hash_table(_capacity(total), stream, ws)
+    mask = np.int64(keys.shape[0] - 1)
     threads = EDGE_THREADS
     if total:
-        launch(hash_insert_pairs, (grid(total, threads), threads), dst, dst_tkey, src, edge_tkey, keys,
-               vals, mask, stream=stream)
-    first = empty(max(nnz, 1), np.int64)
-    flags = empty(nnz, np.int64)
-    if nnz:
-        launch(hash_first_pairs, (grid(nnz, threads), threads), dst, dst_tkey, src, edge_tkey, keys, vals,
-               mask, first, flags, stream=stream)
-    newid, new_count = exclusive_scan(flags, stream)
-    src_nodes = empty(d_count + new_count, np.int64)
-    src_tkey = empty(d_count + new_count, np.int64)
+        launch(hash_insert_pairs, (grid(total, threads), threads), dst, dst_tkey, nrow, src, edge_tkey, nnz,
+               keys, vals, mask, stream=stream)
+    first = scratch("first", max(m, 1), np.int64)
+    flags = scratch("flags", m, np.int64)
+    if m:
+        launch(hash_first_pairs, (grid(m, threads), threads), dst, dst_tkey, nrow, src, edge_tkey, nnz, keys,
+               vals, mask, first, flags, stream=stream)
+    newid, new_count = exclusive_scan(flags, stream, ws, scratch("newid", m + 1, np.int64),
+                                      read_total=not bounded)
+    size = total if bounded else d_bound + new_count
+    src_nodes = out(size, np.int64)
+    src_tkey = out(size, np.int64)
+    if sizes is None:
+        sizes = empty(3, np.int64)
     if total:
-        launch(relabel_out_pairs, (grid(total, threads), threads), dst, dst_tkey, src, edge_tkey, first,
-               flags, newid, src_nodes, src_tkey, local, stream=stream)
+        launch(relabel_out_pairs, (grid(total, threads), threads), dst, dst_tkey, nrow, src, edge_tkey, nnz,
+               first, flags, newid, src_nodes, src_tkey, local, sizes, stream=stream)
     src_times = view_as(src_tkey, np.float64) if is_float64(dst_times) else src_tkey
     return src_nodes, src_times, local

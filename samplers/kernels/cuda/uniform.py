@@ -176,10 +176,12 @@ def sample_rows(indptr, indices, edge_ids, has_eids, dst, out_indptr, fanout, re
 
 
 @cuda.jit
-def gather(indices, edge_ids, has_eids, pos, src, eids):  # pragma: no cover - device
+def gather(indices, edge_ids, has_eids, pos, nnz, src, eids):  # pragma: no cover - device
+    """The sources and edge ids of the first ``nnz[0]`` positions (``pos`` may be longer: a bound)."""
     j = cuda.grid(1)
     stride = cuda.gridsize(1)
-    while j < pos.shape[0]:
+    n = nnz[0]
+    while j < n:
         p = pos[j]
         src[j] = indices[p]
         eids[j] = edge_ids[p] if has_eids else p
