@@ -56,7 +56,7 @@ import numpy as np
 
 from replay._files import CheckpointError, check_files, file_table, fsync_dir, seal, unseal
 from replay.checkpoint_invariants import check_state, expected_counts
-from replay.chunk_codec import chunk_state_fault
+from replay.chunk_codec import ChunkState
 
 __all__ = [
     "INTEGRITY",
@@ -529,16 +529,18 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 def _check_chunks(name: str, state: dict[str, Any]) -> None:
     """Every codec field's compressed chunks against their records' checksums (chunks changed in memory
-    before the checkpoint sealed them, which the manifest cannot see)."""
+    before the checkpoint sealed them, which the manifest cannot see), each replaced by its checked
+    `replay.chunk_codec.ChunkState`, which the ring's ``load_state`` does not check again."""
     for s, shard in enumerate(state["shards"]):
         for field, c in shard["chunks"].items():
-            fault = chunk_state_fault(c["chunks"], c["blob"])
-            if fault is not None:
+            try:
+                shard["chunks"][field] = ChunkState.of(c)
+            except ValueError as exc:
                 raise CheckpointError(
-                    f"checkpoint {name}: shard{s}/{field}.blob (field {field!r}): {fault}",
+                    f"checkpoint {name}: shard{s}/{field}.blob (field {field!r}): {exc}",
                     name,
                     (f"shard{s}/{field}.blob", f"shard{s}/{field}.chunks"),
-                )
+                ) from None
 
 
 def _read_state(folder: Path) -> dict[str, Any]:

@@ -23,8 +23,9 @@ chunks of the asked positions into the caller's rows, keeping the last decoded c
 Ray shard's put); samplers decode batches with `replay.chunk_decode.ChunkDecode` (compiled, mostly
 outside the lock). `ChunkRing.state` / `ChunkRing.load_state` give and
 take the live compressed chunks as they are (checkpoints), with the raw tail rows. `ChunkRing.read`
-checks a chunk's checksum before decoding it, and `load_state` (`chunk_state_fault`) every chunk's
-before it stores anything (samplers do not: `replay.chunk_decode`).
+checks a chunk's checksum before decoding it; a `ChunkState` (what `load_state` takes) checks every
+chunk's when it is made (`chunk_state_fault`), once, before anything is stored (samplers do not:
+`replay.chunk_decode`).
 
 >>> ring = ChunkRing.create(memory, "obs", (84, 84), np.uint8, "lz4", capacity=1024, chunk=16,
 ...                         arena_bytes=1 << 20)
@@ -54,8 +55,8 @@ from replay.spec import CODECS
 from replay.sync_kernels import compiler_fence
 
 __all__ = [
-    "CODECS", "ChunkRing", "ChunkRingHandle", "chunk_state_fault", "chunk_steps_for", "make_codec",
-    "place_chunks", "store_chunks",
+    "CODECS", "ChunkRing", "ChunkRingHandle", "ChunkState", "chunk_state_fault", "chunk_steps_for",
+    "make_codec", "place_chunks", "store_chunks",
 ]
 
 # steps per chunk by default, per codec (Atari frames: docs/performance.md, "Compressed fields")
@@ -467,11 +468,12 @@ class ChunkRing:
         return {"chunks": chunks, "blob": blob, "tail": self.tail.copy(),
                 "next_position": nxt}
 
-    def load_state(self, state: dict[str, Any]) -> None:
+    def load_state(self, state: ChunkState | dict[str, Any]) -> None:
         """Put back what `state` gave (into an empty ring of the same capacity, chunk and codec).
 
-        Every chunk is checked (`chunk_state_fault`: records, checksums; then that it decompresses)
-        before anything is stored: a refused state leaves the ring as it was.
+        Every chunk is checked before anything is stored (a refused state leaves the ring as it was):
+        its record and checksum by `ChunkState` (made here from a dict; `replay.checkpoint.load` gives
+        one already checked), then that it decompresses, its position range and the tail's shape here.
 
         Raises
         ------
@@ -482,14 +484,16 @@ class ChunkRing:
             do not decompress to one chunk, or the tail's shape is not the ring's open chunk's (a corrupt
             checkpoint); the message names the field and the chunk or the shapes.
         """
-        chunks = np.asarray(state["chunks"])
-        blob = np.asarray(state["blob"], dtype=np.uint8)
-        nxt = int(state["next_position"])
-        fault = chunk_state_fault(chunks, blob)
+        if not isinstance(state, ChunkState):
+            try:
+                state = ChunkState.of(state)
+            except ValueError as exc:
+                raise ValueError(f"field {self.name!r}: the checkpoint's {exc}") from None
+        chunks, blob, tail, nxt = state.chunks, state.blob, state.tail, state.next_position
+        fault = None
         lo, hi = max(0, nxt - self.capacity) // self.chunk, nxt // self.chunk
-        if fault is None and (len(chunks) != hi - lo or len(chunks) and chunks[0, 0] != lo):
+        if len(chunks) != hi - lo or len(chunks) and chunks[0, 0] != lo:
             fault = f"chunks are not every live chunk {lo} .. {hi - 1} (it holds {len(chunks)})"
-        tail = np.asarray(state["tail"])
         if fault is None and tail.shape != self.tail.shape:
             fault = f"tail has shape {tail.shape}, expected {self.tail.shape} (the open chunk's raw rows)"
         if fault is not None:
@@ -515,6 +519,47 @@ class ChunkRing:
         self.tail[...] = tail
         self.meta[_NEXT] = nxt
         self.meta[_HEAD] = blob.size % self.arena_bytes
+
+
+@dataclass(frozen=True, eq=False)
+class ChunkState:
+    """A ring's checkpointed chunks (`ChunkRing.state`) whose records and checksums hold: making one runs
+    `chunk_state_fault` (raising ``ValueError`` with the fault), so any `ChunkState` was checked, once;
+    `ChunkRing.load_state` takes it without checking the checksums again.
+
+    Parameters
+    ----------
+    chunks : numpy.ndarray, int64 [K, 3]
+        Per live chunk, in chunk order: chunk index, length, checksum.
+    blob : numpy.ndarray, uint8 [sum of lengths]
+        Their bytes, one after another.
+    tail : numpy.ndarray, the field's dtype [C, *field_shape]
+        The raw rows of the open chunk.
+    next_position : int
+        The ring's next position.
+
+    Raises
+    ------
+    ValueError
+        The fault `chunk_state_fault` names (the message is the fault alone; callers name the field).
+    """
+
+    chunks: np.ndarray
+    blob: np.ndarray
+    tail: np.ndarray
+    next_position: int
+
+    def __post_init__(self) -> None:
+        fault = chunk_state_fault(self.chunks, self.blob)
+        if fault is not None:
+            raise ValueError(fault)
+
+    @classmethod
+    def of(cls, state: dict[str, Any]) -> ChunkState:
+        """The checked form of a `ChunkRing.state` dict (``chunks``, ``blob``, ``tail``, ``next_position``);
+        raises as the class."""
+        return cls(np.asarray(state["chunks"]), np.asarray(state["blob"], dtype=np.uint8),
+                   np.asarray(state["tail"]), int(state["next_position"]))
 
 
 def chunk_state_fault(chunks: np.ndarray, blob: np.ndarray) -> str | None:

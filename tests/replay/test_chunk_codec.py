@@ -182,3 +182,35 @@ def test_a_skip_past_a_whole_chunk_keeps_the_rows_written_before_it(memory, code
     out = np.empty((9, *SHAPE), np.uint8)
     ring.read(np.r_[0:6, 9:12], out)
     np.testing.assert_array_equal(out, np.concatenate([frames(0, 6), frames(9, 3)]))
+
+
+def test_a_restore_checks_each_chunk_once_and_a_checked_state_cannot_be_made_bad(tmp_path, monkeypatch):
+    """`replay.checkpoint.load` checks the checksums (a `ChunkState`); the ring's load_state decodes, and
+    checks them again only for a plain dict (the fault-injection tests: test_breakit_codec_local.py)."""
+    import replay.chunk_codec as codec_module
+    from replay import ReplayStore, TrajectorySpec
+
+    spec = TrajectorySpec({"obs": (SHAPE, "uint8", "lz4", 0.5, 2), "a": ((), "int32")})
+    store = ReplayStore(spec, 64, 2, seed=1)
+    with store.writer() as w:
+        w.add_episode({"obs": frames(0, 21), "a": np.arange(21, dtype=np.int32)})
+    store.checkpoint(tmp_path)
+    store.close()
+    calls, real = [], codec_module.verify_chunks
+    monkeypatch.setattr(codec_module, "verify_chunks", lambda *a: calls.append(len(a[1])) or real(*a))
+    restored = ReplayStore.restore(tmp_path)
+    try:
+        assert len(calls) == 2 and sum(calls) == 10  # one check of each shard's chunks (it was two)
+        (ep,) = restored.episodes()
+        assert np.array_equal(ep.data["obs"], frames(0, 21))
+    finally:
+        restored.close()
+    state = ChunkRing.create(MemoryManager(), "obs", SHAPE, np.uint8, "lz4", capacity=16, chunk=4,
+                             arena_bytes=4096)
+    state.write(frames(0, 10), 0)
+    good = state.state()
+    bad = dict(good, blob=good["blob"].copy())
+    bad["blob"][0] ^= 1
+    with pytest.raises(ValueError, match=r"^chunk 0 \(record 0 of 2\) fails its checksum"):
+        codec_module.ChunkState.of(bad)
+    assert codec_module.ChunkState.of(good).next_position == 10
