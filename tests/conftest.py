@@ -173,6 +173,16 @@ def data_root() -> Path:
     return DATA
 
 
+@pytest.fixture
+def mm():
+    """A default `graphrl.memory.MemoryManager` for one test, closed after it (a file that needs another scope
+    or a host-memory device tier defines its own ``mm``)."""
+    from graphrl.memory import MemoryManager  # here, not at import: collecting must not import torch
+
+    with MemoryManager() as manager:
+        yield manager
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Start `tests/_warm_kernels.py` in the background (niced: it takes the core the session leaves idle),
     so that the sampler tests, which run last, load their kernels from numba's cache instead of compiling

@@ -15,13 +15,6 @@ from graphrl.tensors import StagingPool, as_tensor, to_device, to_dlpack
 CUDA = torch.cuda.is_available()
 
 
-@pytest.fixture
-def mm():
-    manager = MemoryManager()
-    yield manager
-    manager.close()
-
-
 # ---------------------------------------------------------------------------------------------- dlpack
 
 

@@ -9,18 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from graphrl.memory import MemoryManager
 from replay import ReplayStore, TrajectorySpec
 from replay.batch import BatchStaging, importance_weights
 
 SPEC = TrajectorySpec({"pos": ((), "int64"), "obs": ((2, 3), "float32")})
-
-
-@pytest.fixture
-def mm():
-    manager = MemoryManager()
-    yield manager
-    manager.close()
 
 
 def make(mm, capacity=64, **kw):

@@ -23,13 +23,6 @@ from replay.checkpoint import latest, verify
 SPEC = TrajectorySpec({"pos": ((), "int64")})
 
 
-@pytest.fixture
-def mm():
-    manager = MemoryManager()
-    yield manager
-    manager.close()
-
-
 def positions(store: ReplayStore) -> list[list[int]]:
     return [ep.data["pos"].tolist() for ep in store.episodes()]
 

@@ -19,18 +19,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from graphrl.memory import MemoryManager
 from replay import Prioritized, ReplayStore, TrajectorySpec
 from replay.checkpoint import latest, verify
 
 SPEC = TrajectorySpec({"pos": ((), "int64"), "obs": ((4,), "float32")})
-
-
-@pytest.fixture
-def mm():
-    manager = MemoryManager()
-    yield manager
-    manager.close()
 
 
 def steps(start: int, n: int) -> dict[str, np.ndarray]:

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 import torch
 
-from graphrl.memory import MemoryManager
 from replay import Prioritized, ReplayStore, TrajectorySpec
 from replay.keys import (
     ISSUER,
@@ -29,13 +28,6 @@ from replay.keys import (
 )
 
 SPEC = TrajectorySpec({"pos": ((), "int64")})
-
-
-@pytest.fixture
-def mm():
-    manager = MemoryManager()
-    yield manager
-    manager.close()
 
 
 def filled(mm) -> ReplayStore:

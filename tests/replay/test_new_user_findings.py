@@ -16,16 +16,8 @@ import numpy as np
 import pytest
 import torch
 
-from graphrl.memory import MemoryManager
 from replay import Prioritized, ReplayStore
 from replay.batch import importance_weights
-
-
-@pytest.fixture
-def mm():
-    manager = MemoryManager()
-    yield manager
-    manager.close()
 
 
 def _keys_by_x(store: ReplayStore, n: int) -> np.ndarray:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from graphrl.memory import MemoryManager
 from replay import ReplayStore, TrajectorySpec
 
 SPEC = TrajectorySpec({"x": ((2,), "float32")})
@@ -14,13 +13,6 @@ SPEC = TrajectorySpec({"x": ((2,), "float32")})
 
 def step(i: float) -> dict[str, np.ndarray]:
     return {"x": np.full(2, i, np.float32)}
-
-
-@pytest.fixture
-def mm():
-    manager = MemoryManager()
-    yield manager
-    manager.close()
 
 
 def test_a_writer_refuses_appends_after_its_store_closed_and_the_committed_episode_survives(mm, tmp_path):

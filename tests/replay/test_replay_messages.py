@@ -8,19 +8,11 @@ import pytest
 import torch
 
 from graphrl import GPUUnavailableError
-from graphrl.memory import MemoryManager
 from replay import MinSize, ReplayStore, TrajectorySpec
 from replay._checks import check_device
 from replay.distributed.routing import split_keys
 
 SPEC = TrajectorySpec({"x": ((2,), "float32")})
-
-
-@pytest.fixture
-def mm():
-    manager = MemoryManager()
-    yield manager
-    manager.close()
 
 
 def filled(mm, n=4, **kw):

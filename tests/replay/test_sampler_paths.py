@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from graphrl.memory import MemoryManager
 from replay import Prioritized, ReplayStore, TrajectorySpec, Uniform
 from replay.batch_kernels import BatchCopy
 from replay.draw_kernels import draw_anchors, set_weights
@@ -54,13 +53,6 @@ class ProxyTable:
 
     def update_priorities(self, keys, priorities):
         return self.inner.update_priorities(keys, priorities)
-
-
-@pytest.fixture
-def mm():
-    manager = MemoryManager()
-    yield manager
-    manager.close()
 
 
 def fill(store, lengths, wrap=0):

@@ -45,13 +45,6 @@ def rows(c: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
     return [{k: v[i] for k, v in c.items()} for i in range(n)]
 
 
-@pytest.fixture
-def mm():
-    manager = MemoryManager()
-    yield manager
-    manager.close()
-
-
 def make(mm, capacity=64, shards=1, spec=None, **kw):
     kw.setdefault("timeout", 5.0)
     return ReplayStore(spec or SPEC, capacity_steps=capacity, num_shards=shards, memory=mm, **kw)

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import torch
 
-from graphrl.memory import MemoryManager
 from replay import ReplayStore, TrajectorySpec
 from replay.torchrl import DEFAULT_KEYS, TorchRLWriter, torchrl_keys, torchrl_spec
 
@@ -16,13 +15,6 @@ torchrl = pytest.importorskip("torchrl", reason="needs the torchrl extra: pip in
 pytest.importorskip("gymnasium", reason="needs gymnasium (a core dependency)")
 
 from tensordict import TensorDict  # noqa: E402
-
-
-@pytest.fixture
-def mm():
-    manager = MemoryManager()
-    yield manager
-    manager.close()
 
 
 def collector_class():

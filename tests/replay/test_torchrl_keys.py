@@ -9,7 +9,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graphrl.memory import MemoryManager
 from replay import ReplayStore
 from replay.torchrl import TorchRLWriter, torchrl_spec
 
@@ -18,13 +17,6 @@ tensordict = pytest.importorskip("tensordict", reason="needs the torchrl extra: 
 from tensordict import TensorDict  # noqa: E402
 
 EPISODES, LENGTH = 4, 25
-
-
-@pytest.fixture
-def mm():
-    manager = MemoryManager()
-    yield manager
-    manager.close()
 
 
 def flat_rollout(with_ids: bool = True, with_done: bool = True, done_key="done") -> TensorDict:

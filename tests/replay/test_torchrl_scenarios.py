@@ -10,20 +10,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graphrl.memory import MemoryManager
 from replay import ReplayStore
 from replay.torchrl import TorchRLWriter, torchrl_spec
 
 tensordict = pytest.importorskip("tensordict", reason="needs the torchrl extra: pip install -e '.[torchrl]'")
 
 from tensordict import TensorDict  # noqa: E402
-
-
-@pytest.fixture
-def mm():
-    manager = MemoryManager()
-    yield manager
-    manager.close()
 
 
 def _last(key, name):

@@ -10,18 +10,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graphrl.memory import MemoryManager
 from replay import ReplayStore, TrajectorySpec
 from replay.batch import Batch
 
 tensordict = pytest.importorskip("tensordict", reason="needs the torchrl extra: pip install -e '.[torchrl]'")
-
-
-@pytest.fixture
-def mm():
-    manager = MemoryManager()
-    yield manager
-    manager.close()
 
 
 def hand_batch(masks: list[list[int]], stored_init: list[list[int]] | None = None) -> Batch:

@@ -15,7 +15,6 @@ import pytest
 import torch
 from scipy import stats
 
-from graphrl.memory import MemoryManager
 from replay import Prioritized, ReplayStore, TrajectorySpec, Uniform
 from replay.batch import importance_weights
 from replay.draw_kernels import accept_updates, apply_updates, set_weights
@@ -24,13 +23,6 @@ from replay.rate_limiter import RateLimiterState
 from replay.sampler import Deadline, WindowSampler
 
 SPEC = TrajectorySpec({"pos": ((), "int64"), "ep": ((), "int32"), "obs": ((3,), "float32")})
-
-
-@pytest.fixture
-def mm():
-    manager = MemoryManager()
-    yield manager
-    manager.close()
 
 
 def fill(store, lengths, start=0):

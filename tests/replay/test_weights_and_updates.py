@@ -15,7 +15,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from graphrl.memory import MemoryManager
 from replay import Prioritized, ReplayStore, TrajectorySpec
 from replay.batch import importance_weights
 from replay.draw_kernels import importance_weights_into
@@ -29,13 +28,6 @@ def reference(prob: np.ndarray, n: int, beta: float) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         w = (max(n, 1) * prob) ** (-beta)
         return (w / w.max()).astype(np.float32)
-
-
-@pytest.fixture
-def mm():
-    manager = MemoryManager()
-    yield manager
-    manager.close()
 
 
 def fill(store: ReplayStore, lengths: list[int], start: int = 0) -> int:

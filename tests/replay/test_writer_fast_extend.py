@@ -28,13 +28,6 @@ def cols(start: int, n: int) -> dict[str, np.ndarray]:
     }
 
 
-@pytest.fixture
-def mm():
-    manager = MemoryManager()
-    yield manager
-    manager.close()
-
-
 def twin_stores(mm: MemoryManager, chunk: int) -> tuple[ReplayStore, ReplayStore]:
     """Two empty stores of 23 steps (episodes of the tests span the ring's wrap), ``chunk`` steps a chunk."""
     a, b = (ReplayStore(SPEC, capacity_steps=23, num_shards=1, memory=mm, chunk_steps=chunk, timeout=5.0)

@@ -2,17 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
 import torch
 
-from graphrl.memory import MemoryManager
 from samplers.staging import RowStaging
-
-
-@pytest.fixture
-def mm():
-    with MemoryManager() as manager:
-        yield manager
 
 
 def test_row_staging_grows_and_frees_old_pools_when_released(mm):
