@@ -29,6 +29,16 @@ def best_interleaved_cpu(
     """`best_interleaved`'s wall seconds per call, and the best CPU seconds per call of this process
     (``time.process_time``: all its threads) over the same runs, which other processes' load moves far
     less than wall time."""
+    wall, cpu = interleaved_cpu(fns, iters, repeats)
+    return [min(ts) for ts in wall], [min(ts) for ts in cpu]
+
+
+def interleaved_cpu(
+    fns: list[Callable[[], object]], iters: int, repeats: int
+) -> tuple[list[list[float]], list[list[float]]]:
+    """Each function's wall and CPU seconds per call of every one of ``repeats`` runs of ``iters`` calls,
+    the runs interleaved (each function called once first, untimed): `best_interleaved_cpu`'s samples,
+    for a benchmark that reports their medians too."""
     for fn in fns:
         fn()
     wall: list[list[float]] = [[] for _ in fns]
@@ -40,7 +50,7 @@ def best_interleaved_cpu(
                 fn()
             ws.append((time.perf_counter() - w0) / iters)
             cs.append((time.process_time() - c0) / iters)
-    return [min(ts) for ts in wall], [min(ts) for ts in cpu]
+    return wall, cpu
 
 
 def machine(**extra) -> dict:

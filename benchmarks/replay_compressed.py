@@ -47,7 +47,7 @@ from graphrl.memory import MemoryManager  # noqa: E402
 from replay import ReplayStore, TrajectorySpec  # noqa: E402
 
 sys.path.append(str(HERE))
-from _report import machine, write_result  # noqa: E402
+from _report import interleaved_cpu, machine, write_result  # noqa: E402
 from replay_codecs import ale_frames, synthetic_frames  # noqa: E402
 
 RESULTS = HERE / "results" / "replay_compressed.json"
@@ -85,22 +85,16 @@ def held_bytes(store: ReplayStore) -> int:
 def rates(raw: ReplayStore, packed: ReplayStore, b: int, length: int,
           seconds: float) -> tuple[float, float, float, float, float]:
     """``sample(b, window=length)`` calls a second (each batch released) of ``raw`` and ``packed``: one
-    over the fastest single call, the calls alternating between the two stores for about ``seconds`` (on
-    a loaded machine the fastest call is the one no other process interrupted, the same for both
-    stores); then the same from CPU seconds; last the ratio packed / raw of the median calls' CPU rates."""
+    over the fastest single call, the calls alternating between the two stores for about ``seconds``
+    (`_report.interleaved_cpu`; on a loaded machine the fastest call is the one no other process
+    interrupted, the same for both stores); then the same from CPU seconds; last the ratio packed / raw
+    of the median calls' CPU rates."""
     fns = [lambda st=st: st.sample(b, window=length).release() for st in (raw, packed)]
     t0 = time.perf_counter()
     for fn in fns * 3:
         fn()
     pair = (time.perf_counter() - t0) / 3
-    wall: list[list[float]] = [[], []]
-    cpu: list[list[float]] = [[], []]
-    for _ in range(max(20, int(seconds / pair))):
-        for fn, ws, cs in zip(fns, wall, cpu, strict=True):
-            c0, w0 = time.process_time(), time.perf_counter()
-            fn()
-            ws.append(time.perf_counter() - w0)
-            cs.append(time.process_time() - c0)
+    wall, cpu = interleaved_cpu(fns, 1, max(20, int(seconds / pair)))
     (t_raw, t_packed), (c_raw, c_packed) = (min(ts) for ts in wall), (min(ts) for ts in cpu)
     return 1 / t_raw, 1 / t_packed, 1 / c_raw, 1 / c_packed, float(np.median(cpu[0]) / np.median(cpu[1]))
 
