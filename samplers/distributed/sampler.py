@@ -63,7 +63,6 @@ class _Group:
     the owners' call in flight, and the blocks or the error once finished."""
 
     wave: Generator
-    workspaces: list
     profile: SampleProfile
     call: OwnerCall | None = None
     blocks: list | None = None
@@ -94,8 +93,8 @@ class DistNeighborSampler:
     -----
     Requests per call: at most P per layer (`sample_many`: per group of batches). Bytes per batch: 4 per
     frontier node sent, 4 per row and 8 per sampled edge received (below 2^31 nodes and edges; 8, 8 and
-    16 above). The trainer holds the book (4 bytes per node) and a relabelling map (4 bytes per node;
-    one per batch in flight).
+    16 above). The trainer holds the book (4 bytes per node) and one relabelling map (4 bytes per node),
+    which every batch in flight shares (each layer is relabelled in one pass on the calling thread).
     ``sampled_edges`` counts edges drawn; ``owners.stats`` the requests and bytes.
 
     Raises
@@ -131,7 +130,7 @@ class DistNeighborSampler:
         """Time spent per part of a call (`SampleProfile`); ``owners.stats`` has requests and bytes."""
         self.kind = "neighbor"
         """The owners' sampling rule (`samplers.distributed.core.KINDS`)."""
-        self._workspaces = [self._workspace()]  # relabelling maps: one per batch in flight
+        self._ws = self._workspace()  # the relabelling map, shared by every batch in flight
         self._streaming = False
         self._lock = threading.Lock()
 
@@ -139,17 +138,17 @@ class DistNeighborSampler:
         return Workspace(self.book.num_nodes, np.int32 if self.book.num_nodes <= _INT32_MAX else np.int64)
 
     def __getstate__(self) -> dict:
-        """The sampler without its lock and relabelling maps (rebuilt by `__setstate__`)."""
+        """The sampler without its lock and relabelling map (rebuilt by `__setstate__`)."""
         with self._lock:
             state = self.__dict__.copy()
-        del state["_lock"], state["_workspaces"]
+        del state["_lock"], state["_ws"]
         state["_streaming"] = False  # a stream being read stays with this sampler; the copy has none
         return state
 
     def __setstate__(self, state: dict) -> None:
         """Restore a pickled sampler (`__getstate__`)."""
         self.__dict__.update(state)
-        self._workspaces = [self._workspace()]
+        self._ws = self._workspace()
         self._lock = threading.Lock()
 
     @property
@@ -185,7 +184,7 @@ class DistNeighborSampler:
             if self._streaming:
                 raise RuntimeError("sample() while a sample_many() stream of this sampler is being read: "
                                    "finish or close the stream first (they share the call counter)")
-            (blocks,), profile = self._sample_group([dst], [self._calls], self._workspaces[:1])
+            (blocks,), profile = self._sample_group([dst], [self._calls])
             self.profile.add(profile)
             self._count(blocks)
         return blocks
@@ -207,7 +206,6 @@ class DistNeighborSampler:
             Read up to ``batches_per_request * in_flight`` ahead of the blocks yielded.
         batches_per_request : int >= 1
         in_flight : int >= 1
-            Each batch in flight holds a relabelling map (4 bytes per node).
 
         Yields
         ------
@@ -251,7 +249,6 @@ class DistNeighborSampler:
                 self._streaming = False
 
     def _stream(self, batches: Iterator, per: int, in_flight: int) -> Iterator[Blocks]:
-        spare = self._workspaces  # relabelling maps not in flight, one per batch; made when first needed
         groups: deque[_Group] = deque()
         next_call = self._calls
         failed: Exception | None = None  # reading a batch failed: raised in its turn, after those before it
@@ -267,10 +264,9 @@ class DistNeighborSampler:
                         failed = e
                     if not dsts:
                         break
-                    workspaces = [spare.pop() if spare else self._workspace() for _ in dsts]
                     calls = list(range(next_call, next_call + len(dsts)))
-                    group = _Group(None, workspaces, SampleProfile(calls=len(dsts)))
-                    group.wave = self._wave(dsts, calls, workspaces, group.profile)
+                    group = _Group(None, SampleProfile(calls=len(dsts)))
+                    group.wave = self._wave(dsts, calls, group.profile)
                     groups.append(group)
                     self._step(group, None)
                     next_call += len(dsts)
@@ -282,7 +278,6 @@ class DistNeighborSampler:
                 while not head.finished:  # answers of any group in flight, as they come
                     self._advance(groups)
                 groups.popleft()
-                spare.extend(head.workspaces)
                 if head.error is not None:
                     raise head.error
                 with self._lock:
@@ -292,9 +287,8 @@ class DistNeighborSampler:
                         self._count(blocks)
                     yield blocks
         finally:
-            for group in groups:  # abandoned between steps: their maps are consistent and go back
+            for group in groups:  # abandoned between steps (no layer half assembled)
                 group.wave.close()
-                spare.extend(group.workspaces)
 
     def _step(self, group: _Group, results: dict | None) -> None:
         """Give a group its owners' answers (None: start it) and send its next layer's requests."""
@@ -320,11 +314,10 @@ class DistNeighborSampler:
             return
         self._step(group, results)
 
-    def _sample_group(self, dsts: list[np.ndarray], calls: list[int],
-                      workspaces: list[Workspace]) -> tuple[list[Blocks], SampleProfile]:
+    def _sample_group(self, dsts: list[np.ndarray], calls: list[int]) -> tuple[list[Blocks], SampleProfile]:
         """The blocks of the batches ``dsts``, each layer's call waited for in turn."""
         profile = SampleProfile(calls=len(dsts))
-        wave = self._wave(dsts, calls, workspaces, profile)
+        wave = self._wave(dsts, calls, profile)
         try:
             requests = next(wave)
             while True:
@@ -344,10 +337,12 @@ class DistNeighborSampler:
         """Whether blocks carry ``edge_weights`` (LABOR with weights); neighbour sampling's do not."""
         return False
 
-    def _wave(self, dsts: list[np.ndarray], calls: list[int], workspaces: list[Workspace],
+    def _wave(self, dsts: list[np.ndarray], calls: list[int],
               profile: SampleProfile) -> Generator[dict, dict, list[Blocks]]:
         """The blocks of the batches ``dsts`` (int64 [B_b]), calls ``calls``: yields each layer's requests
-        (one per owner for them all) and takes the owners' answers; assembling time goes to ``profile``."""
+        (one per owner for them all) and takes the owners' answers; assembling time goes to ``profile``.
+        Every layer of every batch is relabelled through the one map (``_ws``), each in one
+        `assemble_layer` call: its entries are valid only during that call (`Workspace.reserve`)."""
         book, k = self.book, len(dsts)
         blocks = [Blocks() for _ in dsts]
         dsts = list(dsts)
@@ -377,7 +372,7 @@ class DistNeighborSampler:
                 replies = [parts[p][b] if p in parts else empty for p in range(book.num_parts)]
                 w_b = [weights[p][b] if p in weights else no_weights for p in range(book.num_parts)] \
                     if weights or self._returns_weights() else None  # no owner asked: an empty frontier
-                layer_b = assemble_layer(dsts[b], groups[b][2], rows[b], replies, w_b, workspaces[b])
+                layer_b = assemble_layer(dsts[b], groups[b][2], rows[b], replies, w_b, self._ws)
                 out_indptr, src_nodes, local, eids, w = layer_b
                 src_t = torch.from_numpy(src_nodes)
                 blocks[b].append(Block(src_nodes=src_t, dst_nodes=src_t[: dsts[b].shape[0]],

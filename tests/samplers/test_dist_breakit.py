@@ -69,23 +69,28 @@ def test_sample_many_copies_each_batch_as_it_reads_it(graph, owners):
         _same(ref.sample(seeds), blocks)
 
 
-def test_sample_many_allocates_relabelling_maps_only_for_the_groups_it_forms(tmp_path):
+def test_sample_many_holds_one_relabelling_map_for_every_batch_in_flight(tmp_path):
     import tracemalloc
 
     n = 40_000  # a map is 4 bytes per node: 160 KB here
     path = tmp_path / "parts"
-    write_partitions(synthetic_graph(n, 40_000, "powerlaw", seed=1), path, 2, method="ldg")
-    dist = DistNeighborSampler(LocalOwners(str(path)), [3], seed=0)
-    batches = [torch.arange(50), torch.arange(9)]  # one group, far fewer than in_flight allows
-    for per, in_flight in ((4, 64), (256, 1)):
+    graph = synthetic_graph(n, 40_000, "powerlaw", seed=1)
+    write_partitions(graph, path, 2, method="ldg")
+    dist = DistNeighborSampler(LocalOwners(str(path)), [3, 2], seed=0)
+    ref = NeighborSampler(graph, [3, 2], seed=0)
+    batches = [torch.arange(k, 5 * k + 9) for k in range(64)]  # 16 groups of 4 in flight at once
+    for per, in_flight in ((4, 16), (64, 1)):
         tracemalloc.start()
         try:
-            got = list(dist.sample_many(batches, batches_per_request=per, in_flight=in_flight))
-            peak = tracemalloc.get_traced_memory()[1]
+            blocks = []
+            for got in dist.sample_many(batches, batches_per_request=per, in_flight=in_flight):
+                blocks.append(got)
+                peak = tracemalloc.get_traced_memory()[1]
         finally:
             tracemalloc.stop()
-        assert len(got) == 2
-        assert peak < 8 << 20  # 2 maps (320 KB) and the blocks; maps for 256 batches would be 40 MB
+        for seeds, got in zip(batches, blocks, strict=True):
+            _same(ref.sample(seeds), got)
+        assert peak < 4 << 20  # the blocks and one map; a map per batch in flight would be 10 MB
 
 
 def test_weighted_labor0_blocks_of_an_empty_batch_carry_empty_edge_weights(graph, owners, tmp_path):
