@@ -3,7 +3,8 @@
 `draw_anchors` draws the anchors of one batch as from one table over S shards, from uniforms
 ``u`` in [0, 1): the shard of each row in proportion to its root mass, then the leaf. The descent
 runs level by level over all rows at once (each level's loads are independent, so the CPU overlaps
-their cache misses instead of waiting for one row's chain of 18), and is skipped for a *dense*
+their cache misses instead of waiting for one row's chain of 18; each row's next pair of children is
+prefetched as the row steps down), and is skipped for a *dense*
 count tree (every slot that holds a position is live: the leaf is ``floor(x)`` exactly, the
 descent's own answer). `window_rows` turns (shard, slot) into the window table from each shard's step
 and record index, each window's bounds from `replay.windows.window_of` (the one rule). `set_weights` writes
@@ -28,6 +29,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from graphrl.kernels.prefetch import prefetch
 from replay.keys import BACK_BITS, INC_BITS, SHARD_BITS
 from replay.windows import window_of
 
@@ -88,16 +90,22 @@ def draw_anchors(u, tree, size, filled, times, count, out_shard, out_slot, out_p
         for i in range(k):
             js[i] = size + np.int64(xs[i])
     else:
+        flat = tree.reshape(-1)  # shard s's node j at s * row + j
+        row = tree.shape[1] if num_shards > 1 else 0
         width = 1
         while width < size:  # one level for every row, then the next; selects, not branches
+            ahead = 2 * width < size
             for i in range(k):
-                s = out_shard[i]
+                b = out_shard[i] * row
                 j = js[i]
                 x = xs[i]
-                left = tree[s, 2 * j]
-                right = (x >= left) & (tree[s, 2 * j + 1] > 0.0)
-                js[i] = 2 * j + np.int64(right)
+                left = flat[b + 2 * j]
+                right = (x >= left) & (flat[b + 2 * j + 1] > 0.0)
+                j = 2 * j + np.int64(right)
+                js[i] = j
                 xs[i] = x - (left if right else 0.0)
+                if ahead:  # the row's next pair of children, asked for a level ahead of its read
+                    prefetch(flat, b + 2 * j)
             width *= 2
     for i in range(k):
         s = out_shard[i]
