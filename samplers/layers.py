@@ -10,9 +10,10 @@ take the time of the row that drew them. `LayerLoop.run` runs every layer, inner
 returns the layers outermost first (`TypedLayer`; the samplers wrap them into blocks). On CUDA, a typed
 graph given a `samplers.kernels.cuda.typed.TypedCsc` samples its uniform and weighted relations in one
 launch per kernel and layer over all of them (`sample_typed_layer`), the others relation by relation.
-Successive CUDA layers whose outputs are bounded by their fanouts (a plain graph's thread-per-row
-layers; a typed graph's layers that the `TypedCsc` takes whole at fanouts >= 0) chain on the device:
-their sizes stay there and are read back once, when the chain ends (counted in `traffic`).
+Successive CUDA layers whose outputs are bounded (a plain graph's thread-per-row, temporal without
+replacement and LABOR-0 layers: the modes' ``bounded_cuda``; a typed graph's layers that the `TypedCsc`
+takes whole at fanouts >= 0) chain on the device: their sizes stay there and are read back once, when
+the chain ends (counted in `traffic`).
 
 Keys: relation r of layer l of call c has the key ``mix(layer_key(seed, c, l) ^ (r + 1))`` (plain
 graphs: ``layer_key(seed, c, l)``); the per-source variates of source type S (LABOR) use
@@ -193,8 +194,27 @@ class LayerLoop:
 
         ``excluded`` maps relations to sorted CSC positions never drawn (host or device arrays; on CUDA
         copied to the device once per call); ``seed_times`` maps types to the seeds' times (temporal
-        sampling; -0.0 folded into 0.0 by the caller).
+        sampling; -0.0 folded into 0.0 by the caller). On CUDA, a chain whose layer kept more edges than
+        its capacity (`samplers.kernels.cuda.layer.ChainOverflow`: a chained LABOR layer) is sampled
+        again without chaining, the same edges (counted in ``traffic.chain_overflows``).
         """
+        args = (seeds, fanouts, seed, call, excluded, seed_times, threads, layer_dependency)
+        if self.device != "cuda":
+            return self._run(*args, chain=False)
+        from samplers.kernels.cuda.layer import ChainOverflow
+
+        before = self.sampled_edges
+        try:
+            return self._run(*args, chain=True)
+        except ChainOverflow:
+            self.sampled_edges = before
+            self.traffic.chain_overflows += 1
+            return self._run(*args, chain=False)
+
+    def _run(self, seeds: Mapping[str, Any], fanouts: Mapping[Any, list[int]], seed: int, call: int,
+             excluded: Mapping | None, seed_times: Mapping | None, threads: int, layer_dependency: bool, *,
+             chain: bool) -> list[TypedLayer]:
+        """`run`; ``chain``: bounded CUDA layers chain on the device (else each reads its sizes back)."""
         num_layers = len(next(iter(fanouts.values())))
         dst = {t: seeds[t] for t in self.num_nodes}
         times = None if seed_times is None else {t: seed_times[t] for t in self.num_nodes}
@@ -229,7 +249,7 @@ class LayerLoop:
                     block, dst, times = self._fused_layer(rel, dst[rel[2]], fused)
                     out.append(block)
                     continue
-            if self.typed_csc is not None and times is None:  # a typed graph on CUDA: chained if bounded
+            if chain and self.typed_csc is not None and times is None:  # a typed graph on CUDA, bounded
                 requests = self._typed_requests(fanouts, layer, seed, call)
                 if len(requests) == len(self.relations) and all(
                         self.typed_csc.bounded(r.relation, r.fanout, r.replace) for r in requests):
@@ -241,7 +261,7 @@ class LayerLoop:
             if not self.typed and self.traffic is not None:  # a plain graph on CUDA: the mode's fused layer
                 (rel,) = self.relations
                 ws = self.cuda_workspace()
-                if self.modes[rel].bounded_cuda(self.relations[rel], fanouts[rel][layer]):
+                if chain and self.modes[rel].bounded_cuda(self.relations[rel], fanouts[rel][layer]):
                     req = request(rel)
                     if not pending:  # a chain starts: the rows' count goes to the device
                         from samplers.kernels.cuda.layer import start_rows

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from samplers.kernels.cpu.labor import LaborScratch, labor_layer
 from samplers.modes.base import LayerEdges, LayerRequest, Mode, RelationArrays
 
@@ -43,14 +45,15 @@ class LaborMode(Mode):
         self.want_weights = bool(want_weights)
 
     def prepare(self, relation: RelationArrays, device: str) -> Any:
-        """The importance-sampling scratch over the relation's source ids (None at LABOR-0)."""
-        if self.importance_sampling == 0:
-            return None
+        """CPU: the importance-sampling scratch over the relation's source ids (None at LABOR-0); CUDA:
+        a `samplers.kernels.cuda.labor.LaborCudaState` (that scratch, and the largest in-degree)."""
         if device == "cpu":
-            return LaborScratch(relation.num_src)
-        from samplers.kernels.cuda.labor import LaborScratchCuda
+            return None if self.importance_sampling == 0 else LaborScratch(relation.num_src)
+        from samplers.kernels.cuda.labor import LaborCudaState, LaborScratchCuda
 
-        return LaborScratchCuda(relation.num_src)
+        degree = np.diff(relation.indptr)
+        return LaborCudaState(None if self.importance_sampling == 0 else LaborScratchCuda(relation.num_src),
+                              int(degree.max()) if degree.shape[0] else 0)
 
     def sample_cpu(self, relation: RelationArrays, state: Any, request: LayerRequest) -> LayerEdges:
         out_indptr, src, eids, weights = labor_layer(
@@ -64,5 +67,24 @@ class LaborMode(Mode):
 
         out_indptr, src, eids, weights = labor_layer_cuda(
             relation.cuda, request.dst, request.fanout, request.variate_key, request.excluded,
-            self.importance_sampling, self.want_weights, state)
+            self.importance_sampling, self.want_weights, state.scratch)
         return LayerEdges(out_indptr, src, eids, weights)
+
+    def bounded_cuda(self, relation: RelationArrays, fanout: int) -> bool:
+        """LABOR-0 without weights chains on the device (`samplers.kernels.cuda.labor.chains`)."""
+        from samplers.kernels.cuda.labor import chains
+
+        return chains(self.importance_sampling, relation.weights is not None, self.want_weights, fanout)
+
+    def sample_block_cuda(self, relation: RelationArrays, state: Any, request: LayerRequest,
+                          workspace: Any) -> Any:
+        """A chained layer (``request.dst`` a `samplers.kernels.cuda.layer.DeviceRows`): its
+        `samplers.kernels.cuda.layer.PendingBlock` (`samplers.kernels.cuda.labor.labor_block_bounded`);
+        None otherwise (the loop samples and relabels apart)."""
+        from samplers.kernels.cuda.labor import labor_block_bounded
+        from samplers.kernels.cuda.layer import DeviceRows
+
+        if not isinstance(request.dst, DeviceRows):
+            return None
+        return labor_block_bounded(relation.cuda, request.dst, request.fanout, request.variate_key,
+                                   request.excluded, workspace, state.max_degree)

@@ -245,6 +245,51 @@ def test_gpu_sample_reads_back_once_per_call_and_allocates_no_scratch_when_warm(
 
 
 @pytest.mark.gpu
+def test_gpu_typed_temporal_and_labor_chains_read_back_once_per_call() -> None:
+    """On a GPU: typed layers (uniform and weighted relations), temporal layers and LABOR-0 layers chain
+    on the device (one read-back a call, the library's count) and give the CPU's blocks."""
+    from graphrl.graph import CSCGraph
+    from samplers import LaborSampler
+    from samplers.hetero import HeteroGraph, HeteroNeighborSampler
+    from samplers.neighbor import NeighborSampler
+
+    rng = np.random.default_rng(3)
+    n, e = 4000, 48000
+    graph = CSCGraph.from_edges(rng.integers(0, n, e), rng.integers(0, n, e), n)
+    times = torch.from_numpy(rng.integers(0, 100, e))
+    clicks, by = ("user", "clicks", "item"), ("item", "clicked_by", "user")
+    src, dst = rng.integers(0, 3000, 30000), rng.integers(0, 1000, 30000)
+    hetero = HeteroGraph.from_edges({"user": 3000, "item": 1000}, {clicks: (src, dst), by: (dst, src)},
+                                    weights={clicks: torch.from_numpy(rng.random(30000))})
+    samplers = [(NeighborSampler(graph, [10, 5], seed=1, edge_times=times, device=d), "temporal")
+                for d in ("cpu", "cuda")]
+    samplers += [(LaborSampler(graph, [10, 5], seed=1, device=d), "labor") for d in ("cpu", "cuda")]
+    samplers += [(HeteroNeighborSampler(hetero, [10, 5], seed=1, weights={clicks: True}, device=d), "typed")
+                 for d in ("cpu", "cuda")]
+    for (cpu_s, kind), (gpu_s, _) in zip(samplers[::2], samplers[1::2], strict=True):
+        traffic = gpu_s.traffic if kind == "typed" else gpu_s.loop.traffic
+        for _ in range(2):
+            seeds = torch.from_numpy(rng.integers(0, 1000, 256))
+            kw = {"seed_times": torch.from_numpy(rng.integers(50, 150, 256))} if kind == "temporal" else {}
+            if kind == "typed":
+                seeds = {"item": seeds}
+            before = traffic.snapshot()
+            got = gpu_s.sample(seeds, **kw)
+            used = traffic.since(before)
+            want = cpu_s.sample(seeds, **kw)
+            assert used.readbacks == 1 and used.chain_overflows == 0, (kind, used)
+            for x, y in zip(want, got, strict=True):
+                if kind == "typed":
+                    for rel in x.indices:
+                        assert torch.equal(x.edge_ids[rel], y.edge_ids[rel].cpu()), (kind, rel)
+                    for t in x.src_nodes:
+                        assert torch.equal(x.src_nodes[t], y.src_nodes[t].cpu()), (kind, t)
+                else:
+                    assert torch.equal(x.edge_ids, y.edge_ids.cpu()), kind
+                    assert torch.equal(x.src_nodes, y.src_nodes.cpu()), kind
+
+
+@pytest.mark.gpu
 def test_gpu_loader_samples_on_its_side_stream_and_hands_out_ready_batches() -> None:
     from graphrl.graph import CSCGraph
     from samplers.loader import NeighborLoader

@@ -224,15 +224,53 @@ SIM_SCRIPT = textwrap.dedent(
     g = CSCGraph.from_edges(rng.integers(0, 30, 160), rng.integers(0, 30, 160), 30)
     w = torch.from_numpy(rng.random(160) * (rng.random(160) < 0.8))
     seeds, ex = torch.tensor([0, 1, 5, 5, 9]), torch.tensor([0, 3, 7, 50])
-    cases = (dict(), dict(weights=w, importance_sampling=2),
-             dict(importance_sampling=-1, layer_dependency=True))
-    for kw in cases:
+    # independent read-back counter: the simulator's device-to-host copies and scalar reads on the host
+    import threading
+    import samplers.layers as layers_mod
+    from numba.cuda.simulator.cudadrv import devicearray as fake
+    from samplers.kernels.cuda import labor as labor_cuda
+    seen, quiet = [0], [0]
+    def host_side():
+        return threading.current_thread() is threading.main_thread() and not quiet[0]
+    copy_to_host, getitem, to_torch = fake.FakeCUDAArray.copy_to_host, fake.FakeCUDAArray.__getitem__, \
+        layers_mod.cuda_to_torch
+    def counted_copy(self, *a, **k):
+        seen[0] += host_side()
+        return copy_to_host(self, *a, **k)
+    def scalar_read(self, idx):
+        out = getitem(self, idx)
+        seen[0] += host_side() and not isinstance(out, fake.FakeCUDAArray)
+        return out
+    def quiet_to_torch(arr):  # blocks' conversion to host tensors (the simulator's CUDA tensors)
+        quiet[0] += 1
+        try:
+            return to_torch(arr)
+        finally:
+            quiet[0] -= 1
+    fake.FakeCUDAArray.copy_to_host, fake.FakeCUDAArray.__getitem__ = counted_copy, scalar_read
+    layers_mod.cuda_to_torch = quiet_to_torch
+
+    # (options, capacity slack, read-backs per call: LABOR-0 chains, one; a chain past its capacity is
+    # sampled again without chaining; importance sampling and weights read back per layer and iteration)
+    cases = ((dict(), None, 1), (dict(), 0.0, None), (dict(weights=w, importance_sampling=2), None, None),
+             (dict(importance_sampling=-1, layer_dependency=True), None, None))
+    for kw, slack, per_call in cases:
         a = LaborSampler(g, [3, 2], seed=4, **kw).sample(seeds, exclude_eids=ex)
-        b = LaborSampler(g, [3, 2], seed=4, device="cuda", **kw).sample(seeds, exclude_eids=ex)
+        gpu_s = LaborSampler(g, [3, 2], seed=4, device="cuda", **kw)
+        labor_cuda.LABOR_SLACK, labor_cuda.LABOR_EXTRA = (2.0, 1024) if slack is None else (slack, 1)
+        seen[0] = 0
+        b = gpu_s.sample(seeds, exclude_eids=ex)
         for x, y in zip(a, b):
             for f in ("src_nodes", "indptr", "indices", "edge_ids", "edge_weights"):
                 assert (getattr(x, f) is None) == (getattr(y, f) is None), (kw, f)
                 assert getattr(x, f) is None or torch.equal(getattr(x, f), getattr(y, f)), (kw, f)
+        traffic = gpu_s.loop.traffic
+        assert traffic.chain_overflows == (slack is not None), (kw, traffic)
+        if per_call is not None:
+            assert traffic.readbacks == per_call == seen[0], (kw, traffic, seen)
+        else:
+            assert seen[0] >= 4, (kw, seen)  # at least two per layer
+    labor_cuda.LABOR_SLACK, labor_cuda.LABOR_EXTRA = 2.0, 1024
     rels = {("u", "l", "a"): (rng.integers(0, 20, 60), rng.integers(0, 10, 60)),
             ("a", "h", "u"): (rng.integers(0, 10, 60), rng.integers(0, 20, 60))}
     hg = HeteroGraph.from_edges({"u": 20, "a": 10}, rels)

@@ -288,7 +288,7 @@ PTX_SCRIPT = textwrap.dedent(
     anyf = t.Array(t.float64, 1, "A")
     rows = (i64, any64, any64, any64, any64, i64)  # excl, row_s, row_e, row_a, row_b, raw_off
     labor_sigs = {
-        "labor_init": (i64, i64, t.int64, i64, f32, t.boolean, any64, any64, any64, any64, any64, anyf),
+        "labor_init": (i64, i64, i64, t.int64, i64, f32, t.boolean, any64, any64, any64, any64, any64, anyf),
         "labor_hop_max": (i32, f32, t.boolean, t.boolean, *rows, anyf, f64, i64),
         "labor_hop_apply": (i32, f32, t.boolean, *rows, f64, i64, f64, t.boolean, anyf),
         "labor_hop_reset": (i32, any64, any64, f64, i64),

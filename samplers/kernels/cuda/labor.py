@@ -4,12 +4,20 @@ arithmetic (`samplers.kernels.labor_rows`), so the same seed keeps the same edge
 Importance sampling takes the max of c_t per source with an atomic max, marks each source's first
 edge with an atomic min (both order-independent), and reads the expected source count back once per
 iteration (its fixed point decides on the host, as on the CPU).
+
+LABOR-0 without weights chains on the device (`labor_block_bounded`, `chains`): a row keeps each edge
+with probability min(1, k / d), so a layer of D rows keeps min(k, d) per row in expectation, but up to
+its whole degree. Its outputs are sized by a capacity, ``min(D * max_degree, LABOR_SLACK * D * k +
+LABOR_EXTRA)`` (exact when the first is smaller); rows past it are not written and the chain's read-back
+shows the overflow (`samplers.kernels.cuda.layer.ChainOverflow`), after which the caller samples the
+call again without chaining (the same edges).
 """
 
 from __future__ import annotations
 
 import math
 import types
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,11 +28,19 @@ from samplers.kernels.cuda import rng
 from samplers.kernels.cuda.arrays import as_device_ids, empty, full, no_excluded
 from samplers.kernels.cuda.graph import CudaGraph
 from samplers.kernels.cuda.launch import EDGE_THREADS, ROW_THREADS, grid, kernel_stream, launch
+from samplers.kernels.cuda.layer import DeviceRows, PendingBlock
+from samplers.kernels.cuda.relabel import relabel_bounded
 from samplers.kernels.cuda.rows import row_span
 from samplers.kernels.cuda.scan import exclusive_scan
 from samplers.kernels.cuda.uniform import gather
 
-__all__ = ["KERNELS", "labor_layer_cuda"]
+__all__ = ["KERNELS", "LABOR_EXTRA", "LABOR_SLACK", "LaborCudaState", "LaborScratchCuda", "chains",
+           "labor_block_bounded", "labor_layer_cuda"]
+
+LABOR_SLACK = 2.0
+"""A chained LABOR layer's capacity per expected edge (see the module)."""
+LABOR_EXTRA = 1024
+"""Edges a chained LABOR layer's capacity adds to ``LABOR_SLACK * D * k``."""
 
 @cuda.jit(device=True)
 def _raise_hop_atomic(hop, owner, u, ct, f):  # pragma: no cover - device
@@ -45,11 +61,23 @@ _hop_reset_row = _ROWS.hop_reset_row
 
 
 @cuda.jit
-def labor_init(indptr, dst, fanout, excl, weights, has_w, row_s, row_e, row_a, row_b, raw,
+def labor_init(indptr, dst, nrow, fanout, excl, weights, has_w, row_s, row_e, row_a, row_b, raw,
                cs):  # pragma: no cover - device
+    """Each of the first ``nrow[0]`` rows' span and starting c_t; the rest of ``dst`` (an upper bound)
+    an empty row with c_t = 0 (nothing kept)."""
     i = cuda.grid(1)
     n_excl = excl.shape[0]
+    n = nrow[0]
     while i < dst.shape[0]:
+        if i >= n:
+            row_s[i] = 0
+            row_e[i] = 0
+            row_a[i] = 0
+            row_b[i] = 0
+            raw[i] = 0
+            cs[i] = 0.0
+            i += cuda.gridsize(1)
+            continue
         s, e, a, b = row_span(indptr, excl, n_excl, dst[i])
         row_s[i] = s
         row_e[i] = e
@@ -119,7 +147,10 @@ def labor_take(indices, weights, has_w, pi, has_pi, excl, row_s, row_e, row_a, r
     while i < row_s.shape[0]:
         o = out_indptr[i]
         n = out_indptr[i + 1] - o
-        if n > 0:
+        if n > 0 and o + n > pos.shape[0]:  # past a chain's capacity (an overflow, sampled again): safe
+            for x in range(o, pos.shape[0]):  # positions for the gather (o + n is past the end)
+                pos[x] = 0
+        elif n > 0:
             _take_kept(indices, weights, has_w, pi, has_pi, raw_off[i], excl, row_a[i], row_b[i], row_s[i],
                        row_e[i], cs[i], vkey, pos, ew, want_w, o, n)
         i += cuda.gridsize(1)
@@ -138,6 +169,82 @@ class LaborScratchCuda:
         n = max(num_src, 1)
         self.hop = cuda.to_device(np.zeros(n, dtype=np.float64))
         self.owner = cuda.to_device(np.full(n, labor_rows.NO_OWNER, dtype=np.int64))
+
+
+@dataclass
+class LaborCudaState:
+    """A LABOR relation's state on the GPU (`samplers.modes.LaborMode.prepare`).
+
+    Attributes
+    ----------
+    scratch : LaborScratchCuda or None
+        Importance sampling's scratch (None at LABOR-0).
+    max_degree : int
+        The relation's largest in-degree (a chained layer's exact capacity bound).
+    """
+
+    scratch: LaborScratchCuda | None
+    max_degree: int
+
+
+def chains(importance_sampling: int, weighted: bool, want_weights: bool, fanout: int) -> bool:
+    """Whether a LABOR layer chains on the device (`labor_block_bounded`): LABOR-0 without weights and
+    without edge weights out, at a fanout >= 0 (its rows' keep probabilities need nothing from the host)."""
+    return importance_sampling == 0 and not weighted and not want_weights and fanout >= 0
+
+
+def capacity(d_bound: int, fanout: int, max_degree: int) -> int:
+    """A chained LABOR layer's output capacity for ``d_bound`` rows (see the module)."""
+    return max(min(d_bound * max_degree, int(LABOR_SLACK * d_bound * fanout) + LABOR_EXTRA), 1)
+
+
+def labor_block_bounded(graph: CudaGraph, rows: DeviceRows, fanout: int, vkey: int, excluded: Any, ws: Any,
+                        max_degree: int) -> PendingBlock:
+    """One LABOR-0 layer (`chains`) sampled and relabelled on the device, nothing read back (as
+    `samplers.kernels.cuda.layer.sample_block_cuda` for a chain's `DeviceRows`).
+
+    Parameters
+    ----------
+    graph : CudaGraph; rows : DeviceRows (the chain's rows); fanout : int (k >= 0); vkey : int (the
+    layer's variate key); excluded : device int64 [X] sorted CSC positions or None; ws : CudaWorkspace;
+    max_degree : int (the graph's largest in-degree)
+
+    Returns
+    -------
+    PendingBlock
+        Outputs at the capacity M (`capacity`); its edge count, read back with the chain's sizes, may
+        exceed M (an overflow: `samplers.kernels.cuda.layer.read_blocks` raises ChainOverflow).
+    """
+    stream = kernel_stream()
+    dst, nrow = rows.ids, rows.count
+    d_bound = int(dst.shape[0])
+    m = max(d_bound, 1)
+    cap = capacity(d_bound, fanout, max_degree)
+    excl = no_excluded() if excluded is None else ws.device_ids(excluded, "excluded")
+    plan = ws.scratch("rows", 5 * m, np.int64)
+    row_s, row_e, row_a, row_b, raw = (plan[q * m:q * m + d_bound] for q in range(5))
+    cs = ws.scratch("labor_c", m, np.float64)[:d_bound]
+    counts = ws.scratch("counts", m, np.int64)[:d_bound]
+    cfg = (grid(d_bound, ROW_THREADS), ROW_THREADS)
+    w, key, fanout = graph.weights, np.uint64(vkey), np.int64(fanout)
+    if d_bound:  # raw stands in for the pi offsets (no pi at LABOR-0), cs for pi
+        launch(labor_init, cfg, graph.indptr, dst, nrow, fanout, excl, w, False, row_s, row_e, row_a, row_b,
+               raw, cs, stream=stream)
+        launch(labor_count, cfg, graph.indices, w, False, cs, False, excl, row_s, row_e, row_a, row_b, raw,
+               cs, key, counts, stream=stream)
+    out_indptr, _ = exclusive_scan(counts, stream, ws, ws.output(d_bound + 1, np.int64), read_total=False)
+    nnz = out_indptr[d_bound:]
+    pos = ws.scratch("pos", cap, np.int64)
+    src = ws.scratch("src", cap, graph.indices.dtype)
+    eids = ws.output(cap, np.int64)
+    if d_bound:
+        launch(labor_take, cfg, graph.indices, w, False, cs, False, excl, row_s, row_e, row_a, row_b, raw, cs,
+               key, out_indptr, pos, ws.scratch("labor_ew", 1, np.float64), False, stream=stream)
+        launch(gather, (grid(cap, EDGE_THREADS), EDGE_THREADS), graph.indices, graph.edge_ids, graph.has_eids,
+               pos, nnz, src, eids, stream=stream)
+    sizes = rows.chain[rows.at + 1:rows.at + 4]
+    src_nodes, local = relabel_bounded(dst, nrow, src, nnz, ws, sizes)
+    return PendingBlock(out_indptr, src_nodes, local, eids, rows)
 
 
 def _copy_to_host(arr: Any) -> np.ndarray:
@@ -173,8 +280,8 @@ def labor_layer_cuda(graph: CudaGraph, dst: Any, fanout: int, vkey: int, exclude
     cs = empty(m, np.float64)[:d_count]
     cfg = (grid(d_count, ROW_THREADS), ROW_THREADS)
     if d_count:
-        launch(labor_init, cfg, graph.indptr, dst, fanout, excl, w, has_w, row_s, row_e, row_a, row_b, raw,
-               cs, stream=stream)
+        launch(labor_init, cfg, graph.indptr, dst, full(1, d_count, stream), fanout, excl, w, has_w, row_s,
+               row_e, row_a, row_b, raw, cs, stream=stream)
     raw_off, total = exclusive_scan(raw, stream)
     pi, has_pi = cs, False  # a float64 placeholder until pi exists
     rounds = importance_sampling + has_w if importance_sampling >= 0 else -1

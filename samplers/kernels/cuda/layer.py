@@ -7,7 +7,10 @@ row for plan and choose, a thread per edge for the gather. Reading the scan's to
 outputs) is a layer's one synchronisation before relabelling. Given a sampler's workspace
 (`samplers.kernels.cuda.workspace`), thread-per-row layers skip it: their outputs are sized by the upper
 bound (``D * fanout``) and their sizes stay on the device, so successive such layers chain without a
-read-back (`DeviceRows` in, `PendingBlock` out) and `read_blocks` reads all their sizes in one copy.
+read-back (`DeviceRows` in, `PendingBlock` out) and `read_blocks` reads all their sizes in one copy;
+temporal layers without replacement chain likewise (warp-per-row masked rows, relabelled by (node, time)),
+and LABOR-0 layers through `samplers.kernels.cuda.labor.labor_block_bounded` (by a capacity:
+`ChainOverflow` when a layer kept more).
 
 >>> rows = start_rows(seeds, ws, layers=3)              # the seeds' count written on the device
 >>> first = sample_block_cuda(graph, rows, 10, False, key0, ws=ws)     # a PendingBlock: nothing read
@@ -38,8 +41,13 @@ from samplers.kernels.cuda.temporal import choose_masked
 from samplers.kernels.cuda.uniform import THREAD_FANOUT_MAX, choose_uniform, gather, sample_rows
 from samplers.kernels.cuda.weighted import sample_rows_weighted
 
-__all__ = ["DeviceRows", "PendingBlock", "bounded_layer", "read_blocks", "sample_block_cuda",
+__all__ = ["ChainOverflow", "DeviceRows", "PendingBlock", "bounded_layer", "read_blocks", "sample_block_cuda",
            "sample_block_temporal_cuda", "sample_layer_cuda", "start_rows"]
+
+
+class ChainOverflow(RuntimeError):
+    """A chained layer kept more edges than its capacity (`PendingBlock.finish`); its chain's blocks are
+    incomplete and the call must be sampled again without chaining."""
 
 
 @dataclass
@@ -90,8 +98,17 @@ class PendingBlock:
 
     def finish(self, sizes: list[int]) -> tuple[Any, Any, Any, Any, Any]:
         """(out_indptr [D + 1], src_nodes [S], local [nnz], eids [nnz], src_times [S] or None): views at
-        the true ``sizes``, (rows D, edges nnz, new sources S - D) as read back."""
+        the true ``sizes``, (rows D, edges nnz, new sources S - D) as read back.
+
+        Raises
+        ------
+        ChainOverflow
+            nnz exceeds the block's capacity (a chained LABOR layer's: its rows were not all written).
+        """
         d, nnz, new = sizes
+        if nnz > self.local.shape[0]:
+            raise ChainOverflow(f"a chained layer kept {nnz} edges, past its capacity of "
+                                f"{self.local.shape[0]}: sample the call again without chaining")
         times = None if self.src_times is None else self.src_times[:d + new]
         return self.out_indptr[:d + 1], self.src_nodes[:d + new], self.local[:nnz], self.eids[:nnz], times
 

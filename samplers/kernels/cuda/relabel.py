@@ -109,11 +109,12 @@ def relabel_out(dst, src, first, flags, newid, src_nodes, local):  # pragma: no 
 @cuda.jit
 def hash_insert_upto(dst, nrow, src, nnz, keys, vals, mask):  # pragma: no cover - device
     """`hash_insert` over the first ``nrow[0]`` destinations and the first ``nnz[0]`` sources (``dst``
-    and ``src`` may be longer: upper bounds)."""
+    and ``src`` may be longer: upper bounds; a count past ``src``'s end, a chain's overflow, is clamped
+    to it by the three bounded kernels)."""
     i = cuda.grid(1)
     stride = cuda.gridsize(1)
     d_count = nrow[0]
-    total = d_count + nnz[0]
+    total = d_count + (nnz[0] if nnz[0] < src.shape[0] else src.shape[0])
     while i < total:
         _claim(keys, vals, mask, np.int64(dst[i]) if i < d_count else np.int64(src[i - d_count]), i)
         i += stride
@@ -126,7 +127,7 @@ def hash_first_upto(src, nrow, nnz, keys, vals, mask, first, flags):  # pragma: 
     j = cuda.grid(1)
     stride = cuda.gridsize(1)
     d_count = nrow[0]
-    n_src = nnz[0]
+    n_src = nnz[0] if nnz[0] < src.shape[0] else src.shape[0]
     while j < src.shape[0]:
         if j < n_src:
             _first_of(src, d_count, keys, vals, mask, first, flags, j)
@@ -144,10 +145,11 @@ def relabel_out_upto(dst, nrow, src, nnz, first, flags, newid, src_nodes, local,
     i = cuda.grid(1)
     stride = cuda.gridsize(1)
     d_count = nrow[0]
-    n_src = nnz[0]
+    n_true = nnz[0]
+    n_src = n_true if n_true < src.shape[0] else src.shape[0]
     if i == 0:
         new = newid[newid.shape[0] - 1]
-        sizes[0] = n_src
+        sizes[0] = n_true  # past src's end: the caller sees the overflow
         sizes[1] = new
         sizes[2] = d_count + new
     total = d_count + n_src

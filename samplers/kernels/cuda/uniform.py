@@ -177,10 +177,11 @@ def sample_rows(indptr, indices, edge_ids, has_eids, dst, out_indptr, fanout, re
 
 @cuda.jit
 def gather(indices, edge_ids, has_eids, pos, nnz, src, eids):  # pragma: no cover - device
-    """The sources and edge ids of the first ``nnz[0]`` positions (``pos`` may be longer: a bound)."""
+    """The sources and edge ids of the first ``nnz[0]`` positions (``pos`` may be longer: a bound; a count
+    past its end, a chain's overflow, is clamped to it)."""
     j = cuda.grid(1)
     stride = cuda.gridsize(1)
-    n = nnz[0]
+    n = nnz[0] if nnz[0] < pos.shape[0] else pos.shape[0]  # (builtin min does not compile to PTX here)
     while j < n:
         p = pos[j]
         src[j] = indices[p]

@@ -52,6 +52,9 @@ class HostTraffic:
         Host buffers page-locked for the device (the staging and read-back buffers: once, then grown).
     pinned_copies : int
         Host-to-device copies through a staging buffer (host ids never go from pageable memory).
+    chain_overflows : int
+        Calls sampled again without chaining after a chained layer overflowed its capacity
+        (`samplers.kernels.cuda.layer.ChainOverflow`).
     """
 
     readbacks: int = 0
@@ -59,6 +62,7 @@ class HostTraffic:
     output_allocations: int = 0
     registrations: int = 0
     pinned_copies: int = 0
+    chain_overflows: int = 0
 
     def snapshot(self) -> HostTraffic:
         """A copy of the counts now (subtract two with `since`)."""
