@@ -95,7 +95,9 @@ class NeighborSampler:
     that claim chunks of work dynamically; see `samplers.kernels.cpu`); the result does not depend on
     it. A sampler holds scratch memory and serves one `sample` call at a time (concurrent calls from
     several threads are serialised by a lock); to sample in parallel, use one sampler per thread. The
-    first call in a process pays numba's compilation (cached on disk afterwards).
+    first call in a process pays numba's compilation (cached on disk afterwards). Memory: a CPU sampler
+    keeps each edge's source and edge id side by side for its gather (int32, 8 bytes per edge,
+    `samplers._csc.edge_pairs`), except on graphs of 2**31 edges or more.
 
     Raises
     ------
