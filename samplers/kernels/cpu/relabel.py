@@ -105,10 +105,10 @@ def relabel_dst(dst, node_map, base, src_nodes):
     for i in range(d_count):
         if i + _PREFETCH_AHEAD < d_count:
             prefetch(node_map, dst[i + _PREFETCH_AHEAD])
-        v = dst[i]
+        v = np.uint64(dst[i])  # unsigned indices: no negative-index wraparound code
         m = node_map[v]
         node_map[v] = base + i if m < base else m
-        src_nodes[i] = v
+        src_nodes[np.uint64(i)] = v
     return d_count
 
 
@@ -124,14 +124,14 @@ def relabel_src(src, node_map, base, n, src_nodes, local, lo, hi):
     for j in range(lo, hi):
         if j + _PREFETCH_AHEAD < hi:
             prefetch(node_map, src[j + _PREFETCH_AHEAD])
-        v = src[j]
+        v = np.uint64(src[j])  # unsigned indices: no negative-index wraparound code
         m = node_map[v]
         new = m < base
         m = base + n if new else m
         node_map[v] = m
-        src_nodes[n] = v  # unconditional: overwritten next time unless v is new
+        src_nodes[np.uint64(n)] = v  # unconditional: overwritten next time unless v is new
         n += new
-        local[j] = m - base
+        local[np.uint64(j)] = m - base
     return n
 
 
