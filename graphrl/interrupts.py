@@ -22,6 +22,10 @@ Details:
   calls the handler it found) still reaches ours; once the block is left, ours passes the signal on to
   the handler it replaced.
 - Outside the main thread `interrupts` installs nothing (Python runs signal handlers there only).
+- A signal that lands while the main thread is inside numba's compiler (it holds numba's global compiler
+  lock: a kernel's first call, or loading it from the cache) raises only once the compiler is left: an
+  exception raised between two of the compiler's Python lines can leave LLVM objects half made, which
+  llvmlite may crash on later. The handler sends the signal again every `RESEND_DELAY` until then.
 - A handler that runs inside a finalizer or ``__del__`` (garbage collection can run them at any
   bytecode) raises where Python ignores exceptions ("Exception ignored in ..."): within the block,
   `sys.unraisablehook` sees that `Interrupted` and sends the signal again, so the run still stops.
@@ -85,6 +89,13 @@ def _send_later(signum: int) -> None:
     os.kill(os.getpid(), signum)
 
 
+def _compiling() -> bool:
+    """Whether this thread is inside numba's compiler (holds its global compiler lock); False where numba
+    was never imported."""
+    lock = sys.modules.get("numba.core.compiler_lock")
+    return lock is not None and lock.global_compiler_lock.is_locked()
+
+
 @contextlib.contextmanager
 def interrupts() -> Iterator[None]:
     """Within the block, SIGINT and SIGTERM raise `Interrupted` in the main thread (once; see the module).
@@ -113,6 +124,9 @@ def interrupts() -> Iterator[None]:
             elif before is signal.SIG_DFL:
                 signal.signal(signum, signal.SIG_DFL)
                 os.kill(os.getpid(), signum)
+            return
+        if _compiling():  # raise once numba's compiler is left, never between its lines (see the module)
+            _thread.start_new_thread(_send_later, (signum,))
             return
         restore()
         log.info("received %s", signal.Signals(signum).name)
