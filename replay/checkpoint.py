@@ -528,9 +528,8 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def _check_chunks(name: str, state: dict[str, Any]) -> None:
-    """Every codec field's compressed chunks against their records' checksums (chunks changed in memory
-    before the checkpoint sealed them, which the manifest cannot see), each replaced by its checked
-    `replay.chunk_codec.ChunkState`, which the ring's ``load_state`` does not check again."""
+    """Check every codec field's chunks against their records' checksums (chunks changed in memory before
+    the seal, which the manifest cannot see): each becomes a `replay.chunk_codec.ChunkState`, checked once."""
     for s, shard in enumerate(state["shards"]):
         for field, c in shard["chunks"].items():
             try:
