@@ -100,6 +100,8 @@ SIM_SCRIPT = textwrap.dedent(
             # a chain of layers: their sizes in one read-back (the library's count); an unchained layer reads
             # back four times at least (the fused layer's bounds, each type's relabelling)
             assert used.readbacks == chains, (what, i, used)
+            if not unchained:  # each chained layer's parameters staged through a page-locked buffer
+                assert used.pinned_copies == len(next(iter(fanouts.values()))), (what, i, used)
             assert seen[0] >= chains + 4 if unchained else seen[0] == chains, (what, i, seen)
         assert cpu_s.sampled_edges == gpu_s.sampled_edges > 0, (what, gpu_s.sampled_edges)
         layers = len(next(iter(fanouts.values()))) * len(calls)

@@ -359,12 +359,15 @@ class TypedEdges:
 
 
 def _plan_and_scan(csc: TypedCsc, frontier: Mapping[str, Any], requests: list[TypedRequest], excluded: Any,
-                   launches: Counter, extra: np.ndarray, nrows: Any = None) -> tuple:
+                   launches: Counter, extra: np.ndarray, nrows: Any = None, ws: Any = None,
+                   staging: str = "") -> tuple:
     """Launch ``typed_plan`` and scan its counts for ``requests`` over ``frontier`` (exact sizes, or a
     chain's upper bounds with ``nrows``): (item_off host int64 [R + 1], the device parameters, the
     flat frontier, out_indptr device int64 [items + 1], rel_indptr device int64 [items + R]).
 
-    ``extra`` holds the per-relation columns after keys (nrow_at, out_base, scan_base, size_at [3 R])."""
+    ``extra`` holds the per-relation columns after keys (nrow_at, out_base, scan_base, size_at [3 R]).
+    With ``ws`` the parameters go through its page-locked staging buffer ``staging`` (an asynchronous
+    copy: a chain's layers each take their own, so none waits for the one before)."""
     n_rel = len(requests)
     types = list(dict.fromkeys(req.relation[2] for req in requests))
     type_base, at = {}, 0
@@ -380,7 +383,8 @@ def _plan_and_scan(csc: TypedCsc, frontier: Mapping[str, Any], requests: list[Ty
         cols[:4, k] = (csc.row_base[rel], type_base[rel[2]], req.fanout,
                        (WEIGHTED if csc.weighted[rel] else 0) | (DRAWS if draws else 0))
     cols[4] = np.array([req.key for req in requests], dtype=np.uint64).view(np.int64)
-    dev = _to_device(np.concatenate([item_off, cols.ravel(), extra]))
+    host = np.concatenate([item_off, cols.ravel(), extra])
+    dev = _to_device(host) if ws is None else ws.device_ids(host, staging)
     params = (dev[:n_rel + 1], *(dev[q * n_rel + 1:(q + 1) * n_rel + 1] for q in range(1, 9)),
               dev[9 * n_rel + 1:12 * n_rel + 1])
     d_item_off, d_row_base, d_dst_base, d_fanout, d_flags, _keys, d_nrow_at = params[:7]
@@ -570,7 +574,8 @@ def sample_typed_bounded(csc: TypedCsc, rows: Mapping[str, DeviceRows], requests
         base += region[t][1]
     extra = np.concatenate([nrow_at, out_base, scan_base, size_at])
     item_off, params, flat, out_indptr, rel_indptr = _plan_and_scan(csc, frontier, requests, excluded,
-                                                                    launches, extra, nrows=chain)
+                                                                    launches, extra, chain, ws,
+                                                                    f"typed_params_{at}")
     src = ws.scratch("src", base, csc.graph.indices.dtype)
     eids = ws.output(base, np.int64)
     _launch_rows(csc, params, flat, excluded, out_indptr, src, eids, rel_indptr, max(int(item_off[-1]), 1),
