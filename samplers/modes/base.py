@@ -133,8 +133,9 @@ class Mode(ABC):
         return None
 
     def bounded_cuda(self, relation: RelationArrays, fanout: int) -> bool:
-        """Whether `sample_block_cuda` chains this layer on the device (its output bounded by ``fanout``
-        per row, its sizes kept on the device); False by default."""
+        """Whether `sample_block_cuda` chains this layer on the device (its outputs sized without a
+        read-back: by ``fanout`` per row, or by a capacity that the chain's read-back checks, LABOR's; its
+        sizes kept on the device); False by default."""
         return False
 
     @abstractmethod
