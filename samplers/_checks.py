@@ -69,7 +69,7 @@ def check_seeds(seeds, num_nodes: int, name: str = "seeds", bound: str = "num_no
     if isinstance(seeds, torch.Tensor):
         if seeds.dtype.is_floating_point or seeds.dtype.is_complex or seeds.dtype == torch.bool:
             raise TypeError(f"{name} must be an integer tensor, got dtype {seeds.dtype}")
-        arr = seeds.detach().cpu().numpy()
+        arr = seeds.numpy() if seeds.device.type == "cpu" else seeds.cpu().numpy()  # integers carry no grad
     else:
         arr = np.asarray(seeds)
         if arr.size == 0 and arr.dtype == np.float64:  # np.asarray([]) is float64: treat as empty ids
@@ -78,12 +78,12 @@ def check_seeds(seeds, num_nodes: int, name: str = "seeds", bound: str = "num_no
             raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
     if arr.ndim != 1:
         raise ValueError(f"{name} must be 1-D, got shape {tuple(arr.shape)}")
-    if arr.size:  # compared in the ids' own dtype: a uint64 id above 2**63 is reported as given
+    # compared in the ids' own dtype: a uint64 id above 2**63 is reported as given
+    if arr.size and (arr.min() < 0 or arr.max() >= num_nodes):
         bad = (arr < 0) | (arr >= num_nodes)
-        if bad.any():
-            first = int(arr[np.argmax(bad)])
-            raise ValueError(f"{name}: {int(bad.sum())} of {arr.size} ids outside [0, {bound}={num_nodes}), "
-                             f"first {first}")
+        first = int(arr[np.argmax(bad)])
+        raise ValueError(f"{name}: {int(bad.sum())} of {arr.size} ids outside [0, {bound}={num_nodes}), "
+                         f"first {first}")
     return np.ascontiguousarray(arr, dtype=np.int64)
 
 

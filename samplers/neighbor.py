@@ -147,6 +147,7 @@ class NeighborSampler:
         self._indptr = graph.indptr.numpy()
         self._indices = graph.indices.numpy()
         self._edge_ids = None if graph.edge_ids is None else graph.edge_ids.numpy()
+        self._view_ptrs = self._graph_ptrs()
         self._weights = self._csc_weights(graph, weights)
         self._times = self._csc_times(graph, edge_times)
         self.weighted = self._weights is not None
@@ -194,7 +195,7 @@ class NeighborSampler:
             raise TypeError("a NeighborSampler on device='cuda' cannot be pickled: build one in each process")
         with self._lock:  # a consistent snapshot while another thread samples
             state = self.__dict__.copy()
-        for name in ("_lock", "_indptr", "_indices", "_edge_ids", "loop", "_eid_to_pos"):
+        for name in ("_lock", "_indptr", "_indices", "_edge_ids", "_view_ptrs", "loop", "_eid_to_pos"):
             del state[name]
         for name in ("_weights", "_times"):
             if state[name] is not None:
@@ -209,7 +210,7 @@ class NeighborSampler:
                 state[name] = state[name].numpy()
         self.__dict__.update(state)
         self._lock = threading.Lock()
-        self._indptr = self._indices = self._edge_ids = None
+        self._indptr = self._indices = self._edge_ids = self._view_ptrs = None
         self._refresh_views()
         self.loop = self._build_loop()
         self._eid_to_pos = None
@@ -222,15 +223,21 @@ class NeighborSampler:
         leave views taken before pointing at freed memory; every `sample` therefore checks the views.
         """
         g = self.graph
-        if (self._indptr is None or self._indptr.ctypes.data != g.indptr.data_ptr()
-                or self._indices.ctypes.data != g.indices.data_ptr()
-                or (g.edge_ids is not None and self._edge_ids.ctypes.data != g.edge_ids.data_ptr())):
+        ptrs = self._graph_ptrs()
+        if ptrs != self._view_ptrs:
+            self._view_ptrs = ptrs
             self._indptr = g.indptr.numpy()
             self._indices = g.indices.numpy()
             self._edge_ids = None if g.edge_ids is None else g.edge_ids.numpy()
             if "loop" in self.__dict__:
                 arr = self.loop.relations[PLAIN_RELATION]
                 arr.indptr, arr.indices, arr.edge_ids = self._indptr, self._indices, self._edge_ids
+
+    def _graph_ptrs(self) -> tuple:
+        """The addresses of the graph's indptr, indices and edge ids (None without edge ids)."""
+        g = self.graph
+        eids = None if g.edge_ids is None else g.edge_ids.data_ptr()
+        return g.indptr.data_ptr(), g.indices.data_ptr(), eids
 
     def _build_loop(self) -> LayerLoop:
         """The layer loop over the graph as one relation, with the sampler's mode; a CPU loop computes

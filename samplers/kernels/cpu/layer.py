@@ -34,15 +34,6 @@ _NO_EXCL = np.empty(0, dtype=np.int64)
 _NO_PAIRS = np.empty(0, dtype=np.int32)
 
 
-def _chunk_bounds(out_indptr: np.ndarray, nnz: int) -> np.ndarray:
-    """Row boundaries of chunks of about CHUNK_EDGES sampled edges (first 0, last D)."""
-    d_count = out_indptr.shape[0] - 1
-    if nnz <= CHUNK_EDGES:
-        return np.array([0, d_count], dtype=np.int64)
-    cuts = np.searchsorted(out_indptr, np.arange(CHUNK_EDGES, nnz, CHUNK_EDGES), side="left")
-    return np.unique(np.concatenate(([0], cuts, [d_count]))).astype(np.int64)
-
-
 def _chunk_fn(indices, edge_ids, dst, rows, out_indptr, fanout, replace, key, excl, eids, src,
               masks: Masks | None, row_time, pairs=None) -> Callable[[int, int], None]:
     """The kernel call that samples (chooses and gathers) the rows [lo, hi)."""
@@ -102,15 +93,14 @@ def sample_block(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray |
     """
     helpers = max(int(threads) - 1, 0)
     row_time = None if masks is None else masks.row_times(dst_times)
-    out_indptr, rows, excl, nnz = plan(indptr, dst, fanout, replace, excluded, workspace, helpers, masks,
-                                       row_time)
+    out_indptr, rows, excl, nnz, bounds = plan(indptr, dst, fanout, replace, excluded, workspace, helpers,
+                                               masks, row_time, CHUNK_EDGES)
     d_count = dst.shape[0]
     eids = np.empty(nnz, dtype=np.int64)
     src = workspace.src(nnz)
     src_nodes = np.empty(d_count + nnz, dtype=np.int64)
     local = np.empty(nnz, dtype=np.int64)
     if nnz:
-        bounds = _chunk_bounds(out_indptr, nnz)
         fn = _chunk_fn(indices, edge_ids, dst, rows, out_indptr, fanout, replace, key, excl, eids, src, masks,
                        row_time, pairs)
     if masks is not None and masks.has_times:
@@ -128,7 +118,12 @@ def sample_block(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray |
     # cannot read half-written entries as valid.
     workspace.base = base + d_count + nnz
     n = relabel_dst(dst, node_map, base, src_nodes)
-    if nnz:
+    if nnz and (helpers == 0 or bounds.shape[0] == 2):  # the calling thread alone
+        for r in range(bounds.shape[0] - 1):
+            fn(bounds[r], bounds[r + 1])
+            n = relabel_src(src, node_map, base, n, src_nodes, local, out_indptr[bounds[r]],
+                            out_indptr[bounds[r + 1]])
+    elif nnz:
         task = Chunks(lambda i: fn(bounds[i], bounds[i + 1]), bounds.shape[0] - 1)
         with engaged(task, helpers):
             # Relabel chunk r as soon as it is sampled; sample chunks here rather than wait.
@@ -183,12 +178,11 @@ def sample_layer(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray |
         masks = Masks(weights, edge_times, indptr, rows=dst, prefix=prefix, positive=positive)
     row_time = None if masks is None else masks.row_times(dst_times)
     workspace = Workspace(0, indices.dtype)
-    out_indptr, rows, excl, nnz = plan(indptr, dst, fanout, replace, excluded, workspace, helpers, masks,
-                                       row_time)
+    out_indptr, rows, excl, nnz, bounds = plan(indptr, dst, fanout, replace, excluded, workspace, helpers,
+                                               masks, row_time, CHUNK_EDGES)
     eids = np.empty(nnz, dtype=np.int64)
     src = np.empty(nnz, dtype=indices.dtype)
     if nnz:
-        bounds = _chunk_bounds(out_indptr, nnz)
         fn = _chunk_fn(indices, edge_ids, dst, rows, out_indptr, fanout, replace, key, excl, eids, src, masks,
                        row_time, pairs)
         parallel_chunks(lambda i: fn(bounds[i], bounds[i + 1]), bounds.shape[0] - 1, helpers)

@@ -82,14 +82,32 @@ def plan_rows(indptr, dst, fanout, replace, excl, excl_rows, weights, node_count
 
 
 @nb.njit(nogil=True, cache=True)
-def _prefix_sum(out_indptr):
-    """Turn per-row counts in out_indptr[1:] into offsets; return the total."""
+def _prefix_sum(out_indptr, chunk_edges):
+    """Turn per-row counts in out_indptr[1:] into offsets; return the total and the row bounds of
+    chunks of about ``chunk_edges`` edges: 0, then for each multiple m of ``chunk_edges`` below the
+    total the first row i with out_indptr[i] >= m (repeats dropped), then D."""
+    d_count = out_indptr.shape[0] - 1
+    bounds = np.empty(d_count + 2, dtype=np.int64)
+    bounds[0] = 0
+    k = 1
     out_indptr[0] = 0
     total = 0
-    for i in range(1, out_indptr.shape[0]):
+    cut = chunk_edges  # the next multiple
+    last = 0  # the smallest multiple of the last bound
+    for i in range(1, d_count + 1):
         total += out_indptr[i]
         out_indptr[i] = total
-    return total
+        if total >= cut:
+            bounds[k] = i
+            k += 1
+            last = cut
+            cut += chunk_edges * ((total - cut) // chunk_edges + 1)
+    if k > 1 and last >= total:  # a multiple equal to the total is no cut
+        k -= 1
+    if bounds[k - 1] < d_count or k == 1:
+        bounds[k] = d_count
+        k += 1
+    return total, bounds[:k]
 
 
 @nb.njit(nogil=True, cache=True)
@@ -117,7 +135,7 @@ def plan_rows_masked(indptr, dst, fanout, replace, excl, excl_rows, weights, has
 
 
 def plan(indptr, dst, fanout, replace, excluded, workspace: Workspace, helpers: int,
-         masks: Masks | None = None, row_time: np.ndarray | None = None):
+         masks: Masks | None = None, row_time: np.ndarray | None = None, chunk_edges: int = 1 << 15):
     d_count = dst.shape[0]
     rows = workspace.rows(d_count)
     row_start, row_deg, row_exlo, row_exhi, row_end = rows
@@ -140,5 +158,5 @@ def plan(indptr, dst, fanout, replace, excluded, workspace: Workspace, helpers: 
         parallel_chunks(lambda i: fn(*args, bounds[i], bounds[i + 1]), bounds.shape[0] - 1, helpers)
     else:
         fn(*args, 0, d_count)
-    nnz = _prefix_sum(out_indptr)
-    return out_indptr, rows, excl, nnz
+    nnz, bounds = _prefix_sum(out_indptr, chunk_edges)
+    return out_indptr, rows, excl, nnz, bounds
