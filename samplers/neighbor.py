@@ -97,7 +97,8 @@ class NeighborSampler:
     several threads are serialised by a lock); to sample in parallel, use one sampler per thread. The
     first call in a process pays numba's compilation (cached on disk afterwards). Memory: a CPU sampler
     keeps each edge's source and edge id side by side for its gather (int32, 8 bytes per edge,
-    `samplers._csc.edge_pairs`), except on graphs of 2**31 edges or more.
+    `samplers._csc.edge_pairs`; its own copy in each process, unlike the graph's shared tensors), except
+    on graphs of 2**31 edges or more.
 
     Raises
     ------
