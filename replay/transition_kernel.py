@@ -23,9 +23,10 @@ slot as addresses ``dst``), then the shard mutexes released and the sampled step
 control mutex with a wake-up (`replay.rate_limiter.RateLimiterState.sample`). When a shard has
 commits the table has not ingested it changes nothing and returns `STALE`: the caller takes the
 shard locks in Python, ingests, and calls it again with ``held`` True (the shard mutexes are then the
-caller's). The plan is `replay.commit_kernel.build_plan`'s. A batch of ``2 * SPLIT_BYTES`` and more is
-copied by the caller and the thread team's helpers, by groups of rows, between the draw's call and a
-releasing one (`sample_transitions`' notes), as `graphrl.threads` allows.
+caller's). The plan is `replay.commit_kernel.build_plan`'s. A batch of ``2 * SPLIT_BYTES`` and more,
+when `graphrl.threads` gives it a second thread on an idle core, is copied by the caller and the thread
+team's helpers, by groups of rows, between the draw's call and a releasing one (`sample_transitions`'
+notes); every other batch takes the one call.
 
 >>> live = draw_transitions(u, ctree, wtree, False, size, filled, times, written, capacity,
 ...                         rings, outs, row_bytes, incarnation, keys, prob, mask, 0.4, weights)
@@ -77,6 +78,7 @@ LOCKED_COPY_BYTES = 4 << 20  # output bytes up to which a batch of transitions i
 # (`graphrl.threads.threads_for`; docs/performance.md)
 SPLIT_BYTES = 1 << 20
 GROUP_BYTES = 128 << 10  # output bytes of a group of rows, the unit the copying threads claim
+_NO_SPLIT = 1 << 62  # `_sample_locked`'s split_bytes when the batch is copied in the one call
 _SPINS = 4096  # pauses before a thread waiting for another's group yields its core instead
 
 
@@ -305,9 +307,10 @@ def sample_transitions(
 
     Notes
     -----
-    A batch of ``2 * SPLIT_BYTES`` and more takes three steps: one compiled call takes the locks and
-    draws; the caller and up to ``threads_for(bytes / 4, SPLIT_BYTES / 4) - 1`` helpers of the thread
-    team (`graphrl.threads`, `graphrl.kernels.engaged`; at most `graphrl.threads.idle_cores`) copy
+    The copy's threads are chosen before the draw: ``threads_for(bytes / 4, SPLIT_BYTES / 4)`` for a batch
+    of ``2 * SPLIT_BYTES`` and more, helpers only on idle cores (`graphrl.threads.idle_cores`); one thread
+    takes the one call (draw and copy). Two and more take three steps: one compiled call takes the locks
+    and draws; the caller and the helpers of the thread team (`graphrl.kernels.engaged`) copy
     groups of `GROUP_BYTES` of rows, each claimed atomically, so the caller never waits for a helper
     that has not started (it waits only for groups being copied, and the batch is whole when it returns); a
     second call releases the shard mutexes and counts; a signal's exception raised as the draw returns
@@ -315,39 +318,48 @@ def sample_transitions(
     during the copy, the groups left are claimed and those the helpers began are waited for before that
     release, so no helper reads the rings or writes the slot after it. Smaller batches take the one call.
     """
+    k = o_keys.shape[0]
+    threads = 1  # the copy's threads, chosen before the draw: on one, the batch takes the one call
+    batch = _batch_bytes(plan, k)
+    if batch >= 2 * SPLIT_BYTES:
+        threads = threads_for(batch // 4, SPLIT_BYTES // 4)
+        if threads > 1:
+            threads = 1 + min(threads - 1, idle_cores(threads))
     job = np.zeros(3, dtype=np.int64)  # groups claimed, groups copied, 1 while the draw's mutexes are held
     counted = 0
     try:  # from the draw on: a signal's exception is raised as a compiled call returns, held mutexes or not
         status, live, err, died = _draw_held(
             plan, held, repairs, words, dst, incarnation, o_keys, o_prob, mask, beta, o_weights,
-            2 * SPLIT_BYTES, job,
+            2 * SPLIT_BYTES if threads > 1 else _NO_SPLIT, job,
         )
         if status != _COPYING:
             return status, live, err, died
-        # drawn, the shard mutexes held: the copy of ``err`` bytes is left
-        k = o_keys.shape[0]
-        threads = threads_for(err // 4, SPLIT_BYTES // 4)
-        if threads > 1:
-            threads = 1 + min(threads - 1, idle_cores(threads))
-        if threads <= 1:  # no idle core: the caller copies the whole batch
-            _copy_keys(plan, o_keys, dst, 0, k)
-        else:
-            group = max(1, min(k, GROUP_BYTES * k // err))  # rows a group
-            groups = -(-k // group)
-            # a chunk a thread, the caller's (0) taken here: the helpers' Python runs once each
-            task = Chunks(lambda i: _copy_groups(job, plan, o_keys, dst, group, groups, False), threads)
-            task.claim()
-            try:
-                with engaged(task, threads - 1):  # a helper that comes late finds every group claimed
-                    _copy_groups(job, plan, o_keys, dst, group, groups, True)
-            except BaseException:  # (a signal's exception): no helper may copy after the release below
-                _abandon_groups(job, groups)
-                raise
+        # drawn, the shard mutexes held: the copy of ``err`` bytes is left, on ``threads`` threads
+        group = max(1, min(k, GROUP_BYTES * k // err))  # rows a group
+        groups = -(-k // group)
+        # a chunk a thread, the caller's (0) taken here: the helpers' Python runs once each
+        task = Chunks(lambda i: _copy_groups(job, plan, o_keys, dst, group, groups, False), threads)
+        task.claim()
+        try:
+            with engaged(task, threads - 1):  # a helper that comes late finds every group claimed
+                _copy_groups(job, plan, o_keys, dst, group, groups, True)
+        except BaseException:  # (a signal's exception): no helper may copy after the release below
+            _abandon_groups(job, groups)
+            raise
         counted = k
     finally:  # the shard mutexes are released even when the copy raised (nothing counted then)
         if job[2]:
             status, err, more = release(plan, held, counted)
     return status, live, err, died + more
+
+
+@nb.njit(cache=True, nogil=True)
+def _batch_bytes(plan, k):  # pragma: no cover - numba
+    """The output bytes of a batch of ``k`` transitions: ``k`` steps of the plan's fields."""
+    batch = 0
+    for j in range(plan[P_FIELDS]):
+        batch += k * plan[P_ROW_BYTES + j]
+    return batch
 
 
 @nb.njit(cache=True, nogil=True)
@@ -366,9 +378,7 @@ def _sample_locked(
         return status, 0, err, died
     k = o_keys.shape[0]
     u = uniforms(words, k)
-    batch = 0  # the batch's bytes
-    for j in range(nf):
-        batch += k * plan[P_ROW_BYTES + j]
+    batch = _batch_bytes(plan, k)
     copy = batch < split_bytes
     live = _draw_copy(
         u, ctree, wtree, prioritized, size, filled, times, written, capacity,

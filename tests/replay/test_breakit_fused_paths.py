@@ -203,7 +203,7 @@ def test_writers_evict_while_learners_sample_fused_windows_and_split_batches(
         assert len(fused) == 40 and during > 2 * 3 * 48  # the fused call each time; the rings wrapped twice
         if threads == 2:  # the split copy's team path (the helper joins when it is scheduled in time)
             assert calls["caller"] == 12
-        else:  # one thread: the caller copies alone, no group claimed
+        else:  # one thread: the one call (draw and copy), no group claimed
             assert calls == {"caller": 0, "helper": 0}
         store.close()
 

@@ -93,7 +93,7 @@ def test_the_split_copy_equals_the_one_call(monkeypatch, shards, prioritized):
         split, one = make_store(mm, shards, prioritized), make_store(mm, shards, prioritized)
         copied = []
         groups = tk._copy_groups
-        for b, threads in ((256, 2), (7, 2), (1, 2), (100, 2), (256, 1)):  # 1: the caller's copy alone
+        for b, threads in ((256, 2), (7, 2), (1, 2), (100, 2), (256, 1)):  # 1 thread: the one call
             with monkeypatch.context() as m:
                 force_split(m, threads)
                 m.setattr(tk, "_copy_groups", lambda *a: a[6] and copied.append(a[5]) or groups(*a))
@@ -193,9 +193,12 @@ def test_a_copy_that_raises_releases_the_shards_and_counts_nothing(monkeypatch):
 
 def test_only_batches_of_two_split_bytes_take_the_split_path(monkeypatch):
     """The threshold: the one compiled call below ``2 * SPLIT_BYTES`` of output, the split path from
-    it (no team when `graphrl.threads.threads_for` says one thread; helpers only on idle cores)."""
-    calls = []
+    it (the one call, no team, when `graphrl.threads.threads_for` says one thread or no core is idle;
+    helpers only on idle cores)."""
+    calls, splits = [], []
     monkeypatch.setattr(tk, "engaged", lambda task, helpers: calls.append(helpers) or _null())
+    draw = tk._draw_held
+    monkeypatch.setattr(tk, "_draw_held", lambda *a: splits.append(a[11]) or draw(*a))
     with MemoryManager() as mm:
         store = make_store(mm, 1, False)
         rows = 2 * tk.SPLIT_BYTES // SPEC.step_bytes  # just under the threshold
@@ -205,9 +208,13 @@ def test_only_batches_of_two_split_bytes_take_the_split_path(monkeypatch):
         monkeypatch.setattr(tk, "threads_for", lambda work, chunk_work: 1)
         store.sample(rows, 1).release()
         monkeypatch.setattr(tk, "threads_for", lambda work, chunk_work: 3)
+        monkeypatch.setattr(tk, "idle_cores", lambda cores: 0)  # no idle core: one thread
+        store.sample(rows, 1).release()
         monkeypatch.setattr(tk, "idle_cores", lambda cores: 1)  # helpers only on idle cores
         store.sample(rows, 1).release()
-        assert calls == [1]  # one thread: the caller's copy alone, no team
+        assert calls == [1]  # one thread: the one call (draw and copy), no team
+        # the first sample ingests the commits first (its draw is called again, the shard locks held)
+        assert splits == [tk._NO_SPLIT] * 4 + [2 * tk.SPLIT_BYTES]
         store.close()
 
 
