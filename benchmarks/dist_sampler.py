@@ -2,12 +2,13 @@
 
 The power-law graph of `graphrl.datasets.synthetic_graph` (1M nodes / 20M edges by default) with
 float32 features is split into ``--parts`` parts (`graphrl.partition.write_partitions`), each served by a
-Ray actor (`samplers.distributed.RayOwners`) on this machine. The batches are sampled in rounds, each
-round in turn by `NeighborSampler` on the whole graph (features gathered from one tensor: the
-single-process baseline), by `DistNeighborSampler.sample_many` (``--per-request`` batches a request,
+Ray actor (`samplers.distributed.RayOwners`) on this machine. Every batch is first checked, untimed,
+identical to the baseline's (blocks and feature rows). Then the batches are sampled in rounds, each
+round in turn by `NeighborSampler` on the whole graph (with features gathered from one tensor: the
+single-process baselines), by `DistNeighborSampler.sample_many` (``--per-request`` batches a request,
 ``--in-flight`` groups at once; features from `DistFeatureStore` with a hot-row cache), and by
-`DistNeighborSampler.sample` (one batch a call), so all see the same load; every distributed batch is
-checked identical to the baseline's.
+`DistNeighborSampler.sample` (one batch a call), so all see the same load; each timed loop takes one
+batch at a time and drops it, as a training loop does.
 
 Rows: sampled edges/s (``ratio`` = distributed / single process, wall time) and CPU seconds per batch
 (``cpu_ratio`` = single process / distributed: the trainer's process plus every process of the Ray
@@ -139,9 +140,11 @@ def _serialization(nbytes: int, repeats: int = 10) -> float:
 @click.option("--method", type=click.Choice(["auto", "metis", "ldg"]), default="ldg", show_default=True)
 @click.option("--fanouts", default="15,10,5", show_default=True)
 @click.option("--batch", default=1024, show_default=True)
-@click.option("--batches", default=48, show_default=True, help="Timed batches, split into --rounds.")
-@click.option("--rounds", default=3, show_default=True, help="Rounds; each runs every sampler in turn.")
-@click.option("--per-request", default=8, show_default=True, help="Batches a request of sample_many.")
+@click.option("--batches", default=128, show_default=True, help="Timed batches, split into --rounds.")
+@click.option("--rounds", default=2, show_default=True,
+              help="Rounds; each runs every sampler in turn (keep --per-request x --in-flight batches in "
+                   "a round, so that the groups overlap).")
+@click.option("--per-request", default=32, show_default=True, help="Batches a request of sample_many.")
 @click.option("--in-flight", default=2, show_default=True, help="Groups in flight in sample_many.")
 @click.option("--dim", default=32, show_default=True, help="Feature columns (float32).")
 @click.option("--cache-rows", default=50_000, show_default=True, help="Hot rows cached by the trainer.")
@@ -188,19 +191,29 @@ def main(size, parts, method, fanouts, batch, batches, rounds, per_request, in_f
              configure_logging=False)
     try:
         owners = RayOwners(folder, expect=graph_fingerprint(graph), threads=owner_threads)
-        ref = NeighborSampler(graph, fan, seed=seed)
-        many = DistNeighborSampler(owners, fan, seed=seed)  # sample_many
-        many_feat = DistNeighborSampler(owners, fan, seed=seed)  # sample_many + feature rows
-        one = DistNeighborSampler(owners, fan, seed=seed)  # sample, one batch a call
-        store = DistFeatureStore(owners, cache_rows=cache_rows)
         rng = np.random.default_rng(seed + 1)
         seeds = [torch.from_numpy(rng.integers(0, n, batch)) for _ in range(batches + 1)]
+
+        def samplers():  # fresh ones: call k of each is batch k
+            return NeighborSampler(graph, fan, seed=seed), DistNeighborSampler(owners, fan, seed=seed)
+
+        store = DistFeatureStore(owners, cache_rows=cache_rows)
+        ref, one = samplers()
         warm = ref.sample(seeds[0])  # warm-up: compilation, the owners' first calls
-        identical = all([_same(warm, s.sample(seeds[0])) for s in (many, many_feat, one)])
+        identical = _same(warm, one.sample(seeds[0]))
         store.fetch(warm[0].src_nodes)
+        ref, many = samplers()
+        one = DistNeighborSampler(owners, fan, seed=seed)
+        for s, b in zip(seeds[1:], many.sample_many(seeds[1:], per_request, in_flight), strict=True):
+            a = ref.sample(s)  # untimed check of every batch, one at a time
+            identical &= _same(a, b) and _same(a, one.sample(s))
+            identical &= torch.equal(store.fetch(b[0].src_nodes), feats[a[0].src_nodes])
+        ref, many = samplers()
+        ref_feat, many_feat = samplers()
+        one = DistNeighborSampler(owners, fan, seed=seed)
         prof0 = (one.profile.wait_s, one.profile.assemble_s)
         fetch0 = (store.stats.hits, store.stats.misses, store.stats.requests, store.stats.bytes_moved)
-        clocks = {k: _Clock() for k in ("ref", "gather", "many", "many_feat", "one")}
+        clocks = {k: _Clock() for k in ("ref", "ref_feat", "many", "many_feat", "one")}
         traffic = {k: [0, 0] for k in ("many", "one")}  # requests, bytes
 
         def counted(name: str, fn):
@@ -210,6 +223,14 @@ def main(size, parts, method, fanouts, batch, batches, rounds, per_request, in_f
             traffic[name][1] += owners.stats.bytes_sent + owners.stats.bytes_received - b0
             return out
 
+        def drain(stream, features: bool = False) -> int:
+            got = 0
+            for b in stream:
+                got += 1
+                if features:
+                    store.fetch(b[0].src_nodes)
+            return got
+
         one_kernel = {"sample_s": 0.0, "sample_cpu_s": 0.0, "process_cpu_s": 0.0}
         edges = 0
         slowest = 0.0
@@ -218,29 +239,24 @@ def main(size, parts, method, fanouts, batch, batches, rounds, per_request, in_f
             part = seeds[1 + r * batches // rounds: 1 + (r + 1) * batches // rounds]
             loads.append(os.getloadavg()[0])
             with clocks["ref"]:
-                want = [ref.sample(s) for s in part]
-            with clocks["gather"]:
-                want_x = [feats[a[0].src_nodes] for a in want]
-            edges += sum(x.num_edges for a in want for x in a)
+                for s in part:
+                    edges += sum(x.num_edges for x in ref.sample(s))
+            with clocks["ref_feat"]:
+                for s in part:
+                    feats[ref_feat.sample(s)[0].src_nodes]
             with clocks["many"]:
-                got = counted("many", lambda part=part: list(many.sample_many(part, per_request, in_flight)))
-            identical &= all(_same(a, b) for a, b in zip(want, got, strict=True))
-            del got
+                got = counted("many", lambda part=part: drain(many.sample_many(part, per_request, in_flight)))
             with clocks["many_feat"]:
-                stream = many_feat.sample_many(part, per_request, in_flight)
-                got = [(b, store.fetch(b[0].src_nodes)) for b in stream]
-            identical &= all(_same(a, b) and torch.equal(xa, xb)
-                             for a, xa, (b, xb) in zip(want, want_x, got, strict=True))
-            del got
-            for s, a in zip(part, want, strict=True):
+                got += drain(many_feat.sample_many(part, per_request, in_flight), features=True)
+            identical &= got == 2 * len(part)
+            for s in part:
                 k_before = owners.counters()
                 with clocks["one"]:
-                    b = counted("one", lambda s=s: one.sample(s))
+                    counted("one", lambda s=s: one.sample(s))
                 k_after = owners.counters()
                 for key in one_kernel:
                     one_kernel[key] += _delta(k_before, k_after, key)
                 slowest += max(k_after[p]["sample_s"] - k_before[p]["sample_s"] for p in k_after)
-                identical &= _same(a, b)
         per = float(batches)
         hits, misses = store.stats.hits - fetch0[0], store.stats.misses - fetch0[1]
         feat_requests = (store.stats.requests - fetch0[2]) / per
@@ -275,8 +291,7 @@ def main(size, parts, method, fanouts, batch, batches, rounds, per_request, in_f
         c = clocks[name]
         base_wall, base_cpu = clocks["ref"].wall, clocks["ref"].cpu / per
         if name == "many_feat":  # the baseline samples and gathers rows
-            base_wall += clocks["gather"].wall
-            base_cpu += clocks["gather"].cpu / per
+            base_wall, base_cpu = clocks["ref_feat"].wall, clocks["ref_feat"].cpu / per
         ours_cpu = (c.cpu + c.session_cpu) / per
         return {"case": case, "metric": "sampled_edges_per_s", "ours": edges / c.wall, "baseline": baseline,
                 "baseline_value": edges / base_wall, "ratio": base_wall / c.wall, "cpu_per_batch_s": ours_cpu,

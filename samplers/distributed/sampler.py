@@ -205,6 +205,8 @@ class DistNeighborSampler:
         batches : iterable of torch.Tensor, integer, shape [B_k], in [0, N)
             Read up to ``batches_per_request * in_flight`` ahead of the blocks yielded.
         batches_per_request : int >= 1
+            G: a batch costs L·P/G requests (L layers, P owners), and the engine's cost per request is
+            most of a small group's CPU, so G should grow with P (docs/architecture.md#partitioned-graphs).
         in_flight : int >= 1
 
         Yields
