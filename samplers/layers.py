@@ -10,10 +10,11 @@ take the time of the row that drew them. `LayerLoop.run` runs every layer, inner
 returns the layers outermost first (`TypedLayer`; the samplers wrap them into blocks). On CUDA, a typed
 graph given a `samplers.kernels.cuda.typed.TypedCsc` samples its uniform and weighted relations in one
 launch per kernel and layer over all of them (`sample_typed_layer`), the others relation by relation.
-Successive CUDA layers whose outputs are bounded (a plain graph's thread-per-row, temporal without
-replacement and LABOR-0 layers: the modes' ``bounded_cuda``; a typed graph's layers that the `TypedCsc`
-takes whole at fanouts >= 0) chain on the device: their sizes stay there and are read back once, when
-the chain ends (counted in `traffic`).
+Successive CUDA layers whose outputs are bounded (the modes' ``bounded_cuda``: thread-per-row,
+temporal without replacement and LABOR-0 layers) chain on the device: their sizes stay there and are
+read back once, when the chain ends (counted in `traffic`). A typed graph's chained layer runs in one
+launch per kernel where the `TypedCsc` takes every relation, else relation by relation
+(`samplers.kernels.cuda.relation_chain`).
 
 Keys: relation r of layer l of call c has the key ``mix(layer_key(seed, c, l) ^ (r + 1))`` (plain
 graphs: ``layer_key(seed, c, l)``); the per-source variates of source type S (LABOR) use
@@ -249,15 +250,16 @@ class LayerLoop:
                     block, dst, times = self._fused_layer(rel, dst[rel[2]], fused)
                     out.append(block)
                     continue
-            if chain and self.typed_csc is not None and times is None:  # a typed graph on CUDA, bounded
-                requests = self._typed_requests(fanouts, layer, seed, call)
-                if len(requests) == len(self.relations) and all(
-                        self.typed_csc.bounded(r.relation, r.fanout, r.replace) for r in requests):
-                    pending.append(self._typed_chain_layer(dst, pending, requests, fused_excluded, layer))
-                    dst = pending[-1].next_rows
+            if chain and self.typed and self.device == "cuda":  # a typed graph on CUDA: chained if bounded
+                block = self._typed_chain_layer(dst, times, pending, fanouts, layer, seed, call, request,
+                                                fused_excluded)
+                if block is not None:
+                    pending.append(block)
+                    dst = block.next_rows
+                    times = None if times is None else {t: r.times for t, r in dst.items()}
                     continue
                 if pending:  # the chain before this layer is read first: its rows' counts are needed here
-                    dst = self._read_typed(pending, out)
+                    dst, times = self._read_typed(pending, out)
             if not self.typed and self.traffic is not None:  # a plain graph on CUDA: the mode's fused layer
                 (rel,) = self.relations
                 ws = self.cuda_workspace()
@@ -286,7 +288,7 @@ class LayerLoop:
             block, dst, times = self._relabel(dst, times, sampled, joined)
             out.append(block)
         if pending and self.typed:
-            self._read_typed(pending, out)
+            self._read_typed(pending, out)  # (the last layer's sources are not needed)
         elif pending:
             (rel,) = self.relations
             self._read_pending(rel, pending, self.cuda_workspace(), out)
@@ -305,35 +307,60 @@ class LayerLoop:
         requests.sort(key=lambda req: self.type_index[req.relation[0]])  # stable: graph order within a type
         return requests
 
-    def _typed_chain_layer(self, dst: dict, pending: list, requests: list, excluded: Any, layer: int) -> Any:
-        """A typed layer chained on the device (`samplers.kernels.cuda.typed.sample_typed_bounded`);
-        ``dst`` the seeds' device ids when the chain starts, else the previous layer's rows."""
+    def _typed_chain_layer(self, dst: dict, times: dict | None, pending: list, fanouts: Mapping, layer: int,
+                           seed: int, call: int, request: Any, excluded: Any) -> Any:
+        """A typed layer chained on the device, or None where one of its relations cannot chain: in one
+        launch per kernel where the typed CSC takes every relation (`samplers.kernels.cuda.typed.
+        sample_typed_bounded`), else relation by relation through the modes (`samplers.kernels.cuda.
+        relation_chain`). ``dst`` (and ``times``) the seeds' when the chain starts, else the previous
+        layer's rows."""
+        from samplers.kernels.cuda.relation_chain import sample_relations_bounded
         from samplers.kernels.cuda.typed import sample_typed_bounded, start_typed_rows
 
+        csc, requests = self.typed_csc, None
+        if csc is not None and times is None:
+            requests = self._typed_requests(fanouts, layer, seed, call)
+            if len(requests) != len(self.relations) or not all(
+                    csc.bounded(r.relation, r.fanout, r.replace) for r in requests):
+                requests = None
+        rels = sorted(self.relations, key=lambda rel: self.type_index[rel[0]])  # stable: graph order by type
+        if requests is None and not all(self.modes[rel].bounded_cuda(self.relations[rel], fanouts[rel][layer])
+                                        for rel in rels):
+            return None
         ws = self.cuda_workspace()
         if not pending:  # a chain starts: the rows' counts go to the device
-            dst = start_typed_rows({t: dst[t] for t in self.num_nodes}, ws, len(requests), layer + 1)
+            dst = start_typed_rows({t: dst[t] for t in self.num_nodes}, ws, len(self.relations), layer + 1,
+                                   None if times is None else {t: times[t] for t in self.num_nodes})
             at = len(self.num_nodes)
         else:
             at = pending[-1].end
-        return sample_typed_bounded(self.typed_csc, dst, requests, excluded, ws, at, self.launches)
+        if requests is not None:
+            return sample_typed_bounded(csc, dst, requests, excluded, ws, at, self.launches)
 
-    def _read_typed(self, pending: list, out: list) -> dict:
+        def sample(k: int, rel: Any, scratch: str) -> Any:
+            req = replace(request(rel), dst=dst[rel[2]])
+            return self.modes[rel].sample_edges_cuda(self.relations[rel], self.states[rel], req, ws, scratch)
+
+        return sample_relations_bounded(rels, sample, dst, ws, at)
+
+    def _read_typed(self, pending: list, out: list) -> tuple[dict, dict | None]:
         """The chained typed layers, their sizes read back in one copy, appended to ``out`` (pending
-        emptied); returns the next layer's destinations (device ids per type)."""
+        emptied); returns the next layer's destinations (device ids per type) and their times or None."""
         from samplers.kernels.cuda.typed import read_typed
 
-        dst = {}
-        for src_nodes, count, indptr, local, eids in read_typed(pending, self.cuda_workspace()):
+        dst, times = {}, None
+        for src_nodes, count, indptr, local, eids, src_times in read_typed(pending, self.cuda_workspace()):
             self.sampled_edges += sum(int(v.shape[0]) for v in local.values())
             nodes = {t: cuda_to_torch(v) for t, v in src_nodes.items()}
             out.append(TypedLayer(src_nodes=nodes, dst_nodes={t: v[:count[t]] for t, v in nodes.items()},
                                   indptr={rel: cuda_to_torch(v) for rel, v in indptr.items()},
                                   indices={rel: cuda_to_torch(v) for rel, v in local.items()},
-                                  edge_ids={rel: cuda_to_torch(v) for rel, v in eids.items()}))
-            dst = src_nodes
+                                  edge_ids={rel: cuda_to_torch(v) for rel, v in eids.items()},
+                                  src_times=None if src_times is None else
+                                  {t: cuda_to_torch(v) for t, v in src_times.items()}))
+            dst, times = src_nodes, src_times
         pending.clear()
-        return dst
+        return dst, times
 
     def _read_pending(self, rel, pending: list, ws: Any, out: list) -> tuple[dict, dict | None]:
         """The chained layers' blocks, their sizes read back in one copy, appended to ``out`` (pending

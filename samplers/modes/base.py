@@ -132,6 +132,20 @@ class Mode(ABC):
         default) when the mode has none: the loop then samples and relabels apart."""
         return None
 
+    def sample_edges_cuda(self, relation: RelationArrays, state: Any, request: LayerRequest,
+                          workspace: Any, scratch: str = "src") -> Any:
+        """A chained layer's sampled edges, not relabelled (a typed graph's chain relabels per source
+        type): `samplers.kernels.cuda.layer.BoundedEdges` for ``request.dst`` a chain's
+        `samplers.kernels.cuda.layer.DeviceRows`, its sources in the workspace's scratch array ``scratch``.
+        Called only where `bounded_cuda` holds.
+
+        Raises
+        ------
+        NotImplementedError
+            The mode does not chain (its `bounded_cuda` is False).
+        """
+        raise NotImplementedError(f"mode {self.name!r} does not chain on the device (bounded_cuda is False)")
+
     def bounded_cuda(self, relation: RelationArrays, fanout: int) -> bool:
         """Whether `sample_block_cuda` chains this layer on the device (its outputs sized without a
         read-back: by ``fanout`` per row, or by a capacity that the chain's read-back checks, LABOR's; its

@@ -79,12 +79,18 @@ class LaborMode(Mode):
     def sample_block_cuda(self, relation: RelationArrays, state: Any, request: LayerRequest,
                           workspace: Any) -> Any:
         """A chained layer (``request.dst`` a `samplers.kernels.cuda.layer.DeviceRows`): its
-        `samplers.kernels.cuda.layer.PendingBlock` (`samplers.kernels.cuda.labor.labor_block_bounded`);
+        `samplers.kernels.cuda.layer.PendingBlock` (`samplers.kernels.cuda.labor.labor_edges_bounded`);
         None otherwise (the loop samples and relabels apart)."""
-        from samplers.kernels.cuda.labor import labor_block_bounded
-        from samplers.kernels.cuda.layer import DeviceRows
+        from samplers.kernels.cuda.layer import DeviceRows, relabel_chained
 
         if not isinstance(request.dst, DeviceRows):
             return None
-        return labor_block_bounded(relation.cuda, request.dst, request.fanout, request.variate_key,
-                                   request.excluded, workspace, state.max_degree)
+        return relabel_chained(request.dst, self.sample_edges_cuda(relation, state, request, workspace),
+                               workspace)
+
+    def sample_edges_cuda(self, relation: RelationArrays, state: Any, request: LayerRequest,
+                          workspace: Any, scratch: str = "src") -> Any:
+        from samplers.kernels.cuda.labor import labor_edges_bounded
+
+        return labor_edges_bounded(relation.cuda, request.dst, request.fanout, request.variate_key,
+                                   request.excluded, workspace, state.max_degree, scratch)

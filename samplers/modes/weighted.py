@@ -63,6 +63,13 @@ class WeightedMode(Mode):
         return ck.sample_block_cuda(relation.cuda, request.dst, request.fanout, self.replace, request.key,
                                     True, request.excluded, ws=workspace)
 
+    def sample_edges_cuda(self, relation: RelationArrays, state: Any, request: LayerRequest,
+                          workspace: Any, scratch: str = "src") -> Any:
+        from samplers.kernels.cuda.layer import sample_edges_bounded
+
+        return sample_edges_bounded(relation.cuda, request.dst, request.fanout, self.replace, request.key,
+                                    True, request.excluded, workspace, scratch)
+
     def bounded_cuda(self, relation: RelationArrays, fanout: int) -> bool:
         from samplers.kernels.cuda.layer import bounded_layer
 

@@ -246,8 +246,9 @@ def test_gpu_sample_reads_back_once_per_call_and_allocates_no_scratch_when_warm(
 
 @pytest.mark.gpu
 def test_gpu_typed_temporal_and_labor_chains_read_back_once_per_call() -> None:
-    """On a GPU: typed layers (uniform and weighted relations), temporal layers and LABOR-0 layers chain
-    on the device (one read-back a call, the library's count) and give the CPU's blocks."""
+    """On a GPU: typed layers (uniform and weighted relations in one launch per kernel; LABOR-0 relation by
+    relation), temporal layers and LABOR-0 layers chain on the device (one read-back a call, the library's
+    count) and give the CPU's blocks."""
     from graphrl.graph import CSCGraph
     from samplers import LaborSampler
     from samplers.hetero import HeteroGraph, HeteroNeighborSampler
@@ -266,8 +267,9 @@ def test_gpu_typed_temporal_and_labor_chains_read_back_once_per_call() -> None:
     samplers += [(LaborSampler(graph, [10, 5], seed=1, device=d), "labor") for d in ("cpu", "cuda")]
     samplers += [(HeteroNeighborSampler(hetero, [10, 5], seed=1, weights={clicks: True}, device=d), "typed")
                  for d in ("cpu", "cuda")]
+    samplers += [(LaborSampler(hetero, [10, 5], seed=1, device=d), "typed") for d in ("cpu", "cuda")]
     for (cpu_s, kind), (gpu_s, _) in zip(samplers[::2], samplers[1::2], strict=True):
-        traffic = gpu_s.traffic if kind == "typed" else gpu_s.loop.traffic
+        traffic = gpu_s.traffic if isinstance(gpu_s, HeteroNeighborSampler) else gpu_s.loop.traffic
         for _ in range(2):
             seeds = torch.from_numpy(rng.integers(0, 1000, 256))
             kw = {"seed_times": torch.from_numpy(rng.integers(50, 150, 256))} if kind == "temporal" else {}

@@ -98,6 +98,12 @@ TEMPORAL_SCRIPT = COMMON + textwrap.dedent(
     for b in blocks:  # no future edge
         row_t = b.dst_times["artist"][b.edge_dst(LISTENS)].numpy()
         assert (t_listen[b.edge_ids[LISTENS].numpy()] <= row_t).all()
+    # chained on the device relation by relation (temporal masked rows, the static relation's thread-per-row
+    # rows): fanouts >= 0 without replacement, one read-back a call
+    s, blocks = compare({LISTENS: [2, 3], HEARD: [2, 1], FRIENDS: [3, 2]},
+                        [dict(seeds=seeds, seed_times=st, exclude_eids=excluded)], "temporal chained",
+                        edge_times=times)
+    assert s.traffic.readbacks == 1 and s.traffic.chain_overflows == 0, s.traffic
     # float times (then float64 for all) with replacement, -0.0 among the seed times, one layer
     ft = {LISTENS: times[LISTENS].double() - 0.5, FRIENDS: times[FRIENDS]}
     st = {"user": torch.tensor([-0.0, 2.5, 0.0, 9.0])}

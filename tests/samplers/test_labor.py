@@ -274,6 +274,18 @@ SIM_SCRIPT = textwrap.dedent(
     rels = {("u", "l", "a"): (rng.integers(0, 20, 60), rng.integers(0, 10, 60)),
             ("a", "h", "u"): (rng.integers(0, 10, 60), rng.integers(0, 20, 60))}
     hg = HeteroGraph.from_edges({"u": 20, "a": 10}, rels)
+    # LABOR-0 on a typed graph chains relation by relation: the CPU's blocks, one read-back a call
+    a = LaborSampler(hg, [2, 2], seed=0).sample({"u": torch.tensor([0, 1, 7])})
+    gpu_s = LaborSampler(hg, [2, 2], seed=0, device="cuda")
+    seen[0] = 0
+    b = gpu_s.sample({"u": torch.tensor([0, 1, 7])})
+    assert gpu_s.loop.traffic.readbacks == 1 == seen[0], (gpu_s.loop.traffic, seen)
+    for x, y in zip(a, b):
+        for r in x.indices:
+            assert torch.equal(x.indices[r], y.indices[r]) and torch.equal(x.edge_ids[r], y.edge_ids[r])
+            assert torch.equal(x.indptr[r], y.indptr[r])
+        for t in x.src_nodes:
+            assert torch.equal(x.src_nodes[t], y.src_nodes[t])
     a = LaborSampler(hg, [2, 2], seed=0, importance_sampling=1).sample({"u": torch.tensor([0, 1])})
     b = LaborSampler(hg, [2, 2], seed=0, importance_sampling=1, device="cuda").sample(
         {"u": torch.tensor([0, 1])})

@@ -152,6 +152,10 @@ PTX_SCRIPT = textwrap.dedent(
     for name, sig in sigs.items():
         ptx, _ = cuda.compile_ptx(getattr(typed, name).py_func, sig, cc=(9, 0))
         assert ".entry" in ptx and "sm_90" in ptx, name
+    from samplers.kernels.cuda.relation_chain import pack_edges
+    sig = (i32, i64, i64, t.boolean, i64, i64, t.int64, t.int64, t.int64, i64, i64, i64)
+    ptx, _ = cuda.compile_ptx(pack_edges.py_func, sig, cc=(9, 0))
+    assert ".entry" in ptx and "sm_90" in ptx
     print("OK")
     """
 )

@@ -5,7 +5,7 @@ Importance sampling takes the max of c_t per source with an atomic max, marks ea
 edge with an atomic min (both order-independent), and reads the expected source count back once per
 iteration (its fixed point decides on the host, as on the CPU).
 
-LABOR-0 without weights chains on the device (`labor_block_bounded`, `chains`): a row keeps each edge
+LABOR-0 without weights chains on the device (`labor_edges_bounded`, `chains`): a row keeps each edge
 with probability min(1, k / d), so a layer of D rows keeps min(k, d) per row in expectation, but up to
 its whole degree. Its outputs are sized by a capacity, ``min(D * max_degree, LABOR_SLACK * D * k +
 LABOR_EXTRA)`` (exact when the first is smaller); rows past it are not written and the chain's read-back
@@ -28,14 +28,13 @@ from samplers.kernels.cuda import rng
 from samplers.kernels.cuda.arrays import as_device_ids, empty, full, no_excluded
 from samplers.kernels.cuda.graph import CudaGraph
 from samplers.kernels.cuda.launch import EDGE_THREADS, ROW_THREADS, grid, kernel_stream, launch
-from samplers.kernels.cuda.layer import DeviceRows, PendingBlock
-from samplers.kernels.cuda.relabel import relabel_bounded
+from samplers.kernels.cuda.layer import BoundedEdges, DeviceRows
 from samplers.kernels.cuda.rows import row_span
 from samplers.kernels.cuda.scan import exclusive_scan
 from samplers.kernels.cuda.uniform import gather
 
 __all__ = ["KERNELS", "LABOR_EXTRA", "LABOR_SLACK", "LaborCudaState", "LaborScratchCuda", "chains",
-           "labor_block_bounded", "labor_layer_cuda"]
+           "labor_edges_bounded", "labor_layer_cuda"]
 
 LABOR_SLACK = 2.0
 """A chained LABOR layer's capacity per expected edge (see the module)."""
@@ -188,7 +187,7 @@ class LaborCudaState:
 
 
 def chains(importance_sampling: int, weighted: bool, want_weights: bool, fanout: int) -> bool:
-    """Whether a LABOR layer chains on the device (`labor_block_bounded`): LABOR-0 without weights and
+    """Whether a LABOR layer chains on the device (`labor_edges_bounded`): LABOR-0 without weights and
     without edge weights out, at a fanout >= 0 (its rows' keep probabilities need nothing from the host)."""
     return importance_sampling == 0 and not weighted and not want_weights and fanout >= 0
 
@@ -198,22 +197,21 @@ def capacity(d_bound: int, fanout: int, max_degree: int) -> int:
     return max(min(d_bound * max_degree, int(LABOR_SLACK * d_bound * fanout) + LABOR_EXTRA), 1)
 
 
-def labor_block_bounded(graph: CudaGraph, rows: DeviceRows, fanout: int, vkey: int, excluded: Any, ws: Any,
-                        max_degree: int) -> PendingBlock:
-    """One LABOR-0 layer (`chains`) sampled and relabelled on the device, nothing read back (as
-    `samplers.kernels.cuda.layer.sample_block_cuda` for a chain's `DeviceRows`).
+def labor_edges_bounded(graph: CudaGraph, rows: DeviceRows, fanout: int, vkey: int, excluded: Any, ws: Any,
+                        max_degree: int, scratch: str = "src") -> BoundedEdges:
+    """One LABOR-0 layer (`chains`) sampled on the device, not relabelled, nothing read back.
 
     Parameters
     ----------
     graph : CudaGraph; rows : DeviceRows (the chain's rows); fanout : int (k >= 0); vkey : int (the
     layer's variate key); excluded : device int64 [X] sorted CSC positions or None; ws : CudaWorkspace;
-    max_degree : int (the graph's largest in-degree)
+    max_degree : int (the graph's largest in-degree); scratch : str (the sources' scratch array)
 
     Returns
     -------
-    PendingBlock
-        Outputs at the capacity M (`capacity`); its edge count, read back with the chain's sizes, may
-        exceed M (an overflow: `samplers.kernels.cuda.layer.read_blocks` raises ChainOverflow).
+    BoundedEdges
+        At the capacity M (`capacity`); its edge count, read back with the chain's sizes, may exceed M
+        (an overflow: `samplers.kernels.cuda.layer.ChainOverflow` when the chain is read).
     """
     stream = kernel_stream()
     dst, nrow = rows.ids, rows.count
@@ -235,16 +233,14 @@ def labor_block_bounded(graph: CudaGraph, rows: DeviceRows, fanout: int, vkey: i
     out_indptr, _ = exclusive_scan(counts, stream, ws, ws.output(d_bound + 1, np.int64), read_total=False)
     nnz = out_indptr[d_bound:]
     pos = ws.scratch("pos", cap, np.int64)
-    src = ws.scratch("src", cap, graph.indices.dtype)
+    src = ws.scratch(scratch, cap, graph.indices.dtype)
     eids = ws.output(cap, np.int64)
     if d_bound:
         launch(labor_take, cfg, graph.indices, w, False, cs, False, excl, row_s, row_e, row_a, row_b, raw, cs,
                key, out_indptr, pos, ws.scratch("labor_ew", 1, np.float64), False, stream=stream)
         launch(gather, (grid(cap, EDGE_THREADS), EDGE_THREADS), graph.indices, graph.edge_ids, graph.has_eids,
                pos, nnz, src, eids, stream=stream)
-    sizes = rows.chain[rows.at + 1:rows.at + 4]
-    src_nodes, local = relabel_bounded(dst, nrow, src, nnz, ws, sizes)
-    return PendingBlock(out_indptr, src_nodes, local, eids, rows)
+    return BoundedEdges(out_indptr, src, eids, nnz)
 
 
 def _copy_to_host(arr: Any) -> np.ndarray:

@@ -9,7 +9,7 @@ outputs) is a layer's one synchronisation before relabelling. Given a sampler's 
 bound (``D * fanout``) and their sizes stay on the device, so successive such layers chain without a
 read-back (`DeviceRows` in, `PendingBlock` out) and `read_blocks` reads all their sizes in one copy;
 temporal layers without replacement chain likewise (warp-per-row masked rows, relabelled by (node, time)),
-and LABOR-0 layers through `samplers.kernels.cuda.labor.labor_block_bounded` (by a capacity:
+and LABOR-0 layers through `samplers.kernels.cuda.labor.labor_edges_bounded` (by a capacity:
 `ChainOverflow` when a layer kept more).
 
 >>> rows = start_rows(seeds, ws, layers=3)              # the seeds' count written on the device
@@ -41,7 +41,8 @@ from samplers.kernels.cuda.temporal import choose_masked
 from samplers.kernels.cuda.uniform import THREAD_FANOUT_MAX, choose_uniform, gather, sample_rows
 from samplers.kernels.cuda.weighted import sample_rows_weighted
 
-__all__ = ["ChainOverflow", "DeviceRows", "PendingBlock", "bounded_layer", "read_blocks", "sample_block_cuda",
+__all__ = ["BoundedEdges", "ChainOverflow", "DeviceRows", "PendingBlock", "relabel_chained",
+           "sample_edges_bounded", "bounded_layer", "read_blocks", "sample_block_cuda",
            "sample_block_temporal_cuda", "sample_layer_cuda", "start_rows"]
 
 
@@ -326,8 +327,8 @@ def sample_block_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, ke
     timed = chained and dst.times is not None
     if ws is not None and bounded_layer(graph, fanout, weighted, timed, replace):
         rows = dst if chained else start_rows(dst, ws, 1)
-        sample = _sample_block_masked_bounded if timed else _sample_block_bounded
-        block = sample(graph, rows, fanout, replace, key, weighted, excluded, ws)
+        block = relabel_chained(rows, sample_edges_bounded(graph, rows, fanout, replace, key, weighted,
+                                                           excluded, ws), ws)
         return block if chained else read_blocks([block], ws)[0][:4]
     if chained:
         raise ValueError(f"dst: DeviceRows need a workspace and a thread-per-row layer, got fanout={fanout}, "
@@ -352,12 +353,28 @@ def bounded_layer(graph: CudaGraph, fanout: int, weighted: bool, timed: bool = F
     return graph.prefix is not None if weighted else fanout <= THREAD_FANOUT_MAX
 
 
-def _sample_block_bounded(graph: CudaGraph, rows: DeviceRows, fanout: int, replace: bool, key: int,
-                          weighted: bool, excluded: Any, ws: Any) -> PendingBlock:
-    """One layer of `bounded_layer` rows: plan, scan, choose and gather, relabel; nothing read back
-    (the outputs are arrays of the upper bound, the sizes written after ``rows.at`` in its chain)."""
+@dataclass
+class BoundedEdges:
+    """A chained layer's sampled edges before relabelling (`sample_edges_bounded`): device arrays at
+    their capacity M (``out_indptr`` [Db + 1] and ``eids`` [M] kept by the block, ``src`` [M] the
+    workspace's scratch, valid until its next layer), the edge count ``nnz`` a device int64 view [1]
+    (past M only after a LABOR layer's overflow)."""
+
+    out_indptr: Any
+    src: Any
+    eids: Any
+    nnz: Any
+
+
+def sample_edges_bounded(graph: CudaGraph, rows: DeviceRows, fanout: int, replace: bool, key: int,
+                         weighted: bool, excluded: Any, ws: Any, scratch: str = "src") -> BoundedEdges:
+    """One `bounded_layer` layer of a chain sampled, not relabelled, nothing read back: thread-per-row
+    rules, or masked rows by time (a graph built with times and rows with times); the sources in the
+    workspace's scratch array ``scratch``."""
     if weighted and not graph.weighted:
         raise ValueError("weighted=True needs a CudaGraph built with weights")
+    if graph.timed and rows.times is not None:
+        return _masked_edges(graph, rows, fanout, key, weighted, excluded, ws, scratch)
     stream = kernel_stream()
     dst, nrow = rows.ids, rows.count
     d_bound = dst.shape[0]
@@ -374,7 +391,7 @@ def _sample_block_bounded(graph: CudaGraph, rows: DeviceRows, fanout: int, repla
                    stream=stream)
     out_indptr, _ = exclusive_scan(counts[:d_bound], stream, ws, ws.output(d_bound + 1, np.int64),
                                    read_total=False)
-    src = ws.scratch("src", max(bound, 1), graph.indices.dtype)  # one unused entry when nothing is drawn
+    src = ws.scratch(scratch, max(bound, 1), graph.indices.dtype)  # one unused entry when nothing is drawn
     eids = ws.output(bound, np.int64)
     if bound:
         launch_rows = (grid(d_bound, ROW_THREADS), ROW_THREADS)
@@ -386,17 +403,12 @@ def _sample_block_bounded(graph: CudaGraph, rows: DeviceRows, fanout: int, repla
             launch(sample_rows, launch_rows, graph.indptr, graph.indices, graph.edge_ids, graph.has_eids,
                    dst, out_indptr, np.int64(fanout), bool(replace), np.uint64(key), excl, src, eids,
                    stream=stream)
-    sizes = rows.chain[rows.at + 1:rows.at + 4]
-    src_nodes, local = relabel_bounded(dst, nrow, src, out_indptr[d_bound:], ws, sizes)
-    return PendingBlock(out_indptr, src_nodes, local, eids, rows)
+    return BoundedEdges(out_indptr, src, eids, out_indptr[d_bound:])
 
 
-def _sample_block_masked_bounded(graph: CudaGraph, rows: DeviceRows, fanout: int, replace: bool, key: int,
-                                 weighted: bool, excluded: Any, ws: Any) -> PendingBlock:
-    """One temporal layer of `bounded_layer` rows (masked rows without replacement, a warp per row):
-    plan, scan, choose, gather, relabel by (node, time) (`relabel_pairs_bounded`); nothing read back."""
-    if not graph.timed:
-        raise ValueError("dst_times needs a CudaGraph built with times")
+def _masked_edges(graph: CudaGraph, rows: DeviceRows, fanout: int, key: int, weighted: bool, excluded: Any,
+                  ws: Any, scratch: str) -> BoundedEdges:
+    """`sample_edges_bounded`'s masked rows by time without replacement (a warp per row)."""
     stream = kernel_stream()
     dst, nrow, dst_times = rows.ids, rows.count, rows.times
     d_bound = int(dst.shape[0])
@@ -416,16 +428,27 @@ def _sample_block_masked_bounded(graph: CudaGraph, rows: DeviceRows, fanout: int
                                    read_total=False)
     nnz = out_indptr[d_bound:]
     pos = ws.scratch("pos", max(bound, 1), np.int64)
-    src = ws.scratch("src", max(bound, 1), graph.indices.dtype)  # one unused entry when nothing is drawn
+    src = ws.scratch(scratch, max(bound, 1), graph.indices.dtype)  # one unused entry when nothing is drawn
     eids = ws.output(bound, np.int64)
-    edge_tkey = ws.scratch("edge_tkey", max(bound, 1), np.int64)
     if bound:
         launch(choose_masked, (row_blocks, WARP), dst, row_start, row_raw, row_deg, row_exlo, row_exhi,
                out_indptr, fanout, False, np.uint64(key), graph.weights, weighted, graph.times, dst_times,
                True, excl, pos, ws.scratch("draws", 1, np.float64), counts, stream=stream)
         launch(gather, (grid(bound, EDGE_THREADS), EDGE_THREADS), graph.indices, graph.edge_ids,
                graph.has_eids, pos, nnz, src, eids, stream=stream)
-        edge_time_keys_cuda(out_indptr, dst_times, edge_tkey)
+    return BoundedEdges(out_indptr, src, eids, nnz)
+
+
+def relabel_chained(rows: DeviceRows, edges: BoundedEdges, ws: Any) -> PendingBlock:
+    """A plain chain's layer relabelled on the device (by (node, time) when the rows have times: each
+    edge takes its row's time), its sizes written after ``rows.at`` in its chain."""
+    dst, nrow = rows.ids, rows.count
     sizes = rows.chain[rows.at + 1:rows.at + 4]
-    src_nodes, src_times, local = relabel_pairs_bounded(dst, dst_times, nrow, src, edge_tkey, nnz, ws, sizes)
-    return PendingBlock(out_indptr, src_nodes, local, eids, rows, src_times)
+    if rows.times is None:
+        src_nodes, local = relabel_bounded(dst, nrow, edges.src, edges.nnz, ws, sizes)
+        return PendingBlock(edges.out_indptr, src_nodes, local, edges.eids, rows)
+    tkey = ws.scratch("edge_tkey", edges.src.shape[0], np.int64)
+    edge_time_keys_cuda(edges.out_indptr, rows.times, tkey)
+    src_nodes, src_times, local = relabel_pairs_bounded(dst, rows.times, nrow, edges.src, tkey, edges.nnz, ws,
+                                                        sizes)
+    return PendingBlock(edges.out_indptr, src_nodes, local, edges.eids, rows, src_times)

@@ -51,7 +51,7 @@ from samplers.kernels.cuda.arrays import concat, empty, fill_with, no_excluded
 from samplers.kernels.cuda.device import torch_dtypes
 from samplers.kernels.cuda.graph import CudaGraph
 from samplers.kernels.cuda.launch import EDGE_THREADS, ROW_THREADS, grid, kernel_stream, launch
-from samplers.kernels.cuda.layer import DeviceRows
+from samplers.kernels.cuda.layer import ChainOverflow, DeviceRows
 from samplers.kernels.cuda.relabel import relabel_bounded
 from samplers.kernels.cuda.rows import lower_bound, output_count, row_span
 from samplers.kernels.cuda.scan import exclusive_scan
@@ -462,24 +462,25 @@ def sample_typed_layer(csc: TypedCsc, frontier: Mapping[str, Any], requests: lis
     return TypedEdges(out, sources)
 
 
-def start_typed_rows(frontier: Mapping[str, Any], ws: Any, relations: int,
-                     layers: int) -> dict[str, DeviceRows]:
-    """Device int64 ids per node type [D_t] as the first rows of a typed chain of up to ``layers`` layers
-    over ``relations`` relations: their counts written on the device (no read-back).
+def start_typed_rows(frontier: Mapping[str, Any], ws: Any, relations: int, layers: int,
+                     times: Mapping[str, Any] | None = None) -> dict[str, DeviceRows]:
+    """Device int64 ids per node type [D_t] (and their device times, temporal) as the first rows of a
+    typed chain of up to ``layers`` layers over ``relations`` relations: their counts written on the
+    device (no read-back).
 
     Returns
     -------
     dict str -> DeviceRows
         Per type (in ``frontier``'s order, type i's count at ``chain[i]``), over one chain: the workspace's
-        device int64 [T + layers (R + 3 T)] sizes (reused by the next chain of this workspace).
+        device int64 [T + layers (2 R + 3 T)] sizes (reused by the next chain of this workspace).
     """
     n_types = len(frontier)
-    chain = ws.scratch("layer_sizes", n_types + layers * (relations + 3 * n_types), np.int64)
+    chain = ws.scratch("layer_sizes", n_types + layers * (2 * relations + 3 * n_types), np.int64)
     rows = {}
     for i, (t, ids) in enumerate(frontier.items()):
         ids = ws.device_ids(ids, f"ids_{t}")
         fill_with(chain[i:i + 1], int(ids.shape[0]), kernel_stream())
-        rows[t] = DeviceRows(ids, chain, i)
+        rows[t] = DeviceRows(ids, chain, i, None if times is None else times[t])
     return rows
 
 
@@ -500,6 +501,8 @@ class PendingTyped:
     local : dict str -> device int64 [M_t]: each source type's local ids, its relations one after another
     nnz_at : dict Relation -> int; end : int
         Where each relation's edge count is in the chain; the chain's first unused entry.
+    capacity : dict Relation -> int or None
+        Each relation's output capacity where it may overflow (a LABOR relation's), else None.
     """
 
     rows: dict
@@ -510,20 +513,33 @@ class PendingTyped:
     local: dict
     nnz_at: dict
     end: int
+    capacity: dict | None = None
 
-    def finish(self, values: Any) -> tuple[dict, dict, dict, dict, dict]:
+    def finish(self, values: Any) -> tuple[dict, dict, dict, dict, dict, dict | None]:
         """Views at the true sizes, ``values`` the chain's entries read back: (src_nodes per type [S_t],
-        dst counts per type, indptr [D + 1], local [nnz] and edge ids [nnz] per relation)."""
+        dst counts per type, indptr [D + 1], local [nnz] and edge ids [nnz] per relation, src_times per
+        type [S_t] or None).
+
+        Raises
+        ------
+        samplers.kernels.cuda.layer.ChainOverflow
+            A relation kept more edges than its capacity.
+        """
         count = {t: int(values[r.at]) for t, r in self.rows.items()}
         src_nodes = {t: r.ids[:int(values[r.at])] for t, r in self.next_rows.items()}
+        timed = any(r.times is not None for r in self.next_rows.values())
+        src_times = {t: r.times[:int(values[r.at])] for t, r in self.next_rows.items()} if timed else None
         indptr, local, eids, start = {}, {}, {}, {}
         for rel in self.relations:
             n, at = int(values[self.nnz_at[rel]]), start.get(rel[0], 0)
+            if self.capacity is not None and n > self.capacity[rel]:
+                raise ChainOverflow(f"relation {rel!r} kept {n} edges in a chained layer, past its capacity "
+                                    f"of {self.capacity[rel]}: sample the call again without chaining")
             start[rel[0]] = at + n
             indptr[rel] = self.rel_indptr[rel][:count[rel[2]] + 1]
             local[rel] = self.local[rel[0]][at:at + n]
             eids[rel] = self.eids[rel][at:at + n]
-        return src_nodes, count, indptr, local, eids
+        return src_nodes, count, indptr, local, eids, src_times
 
 
 def sample_typed_bounded(csc: TypedCsc, rows: Mapping[str, DeviceRows], requests: list[TypedRequest],

@@ -1,0 +1,123 @@
+"""Typed layers chained on the device relation by relation: the relations that the concatenated CSC
+(`samplers.kernels.cuda.typed`) does not take whole (temporal, LABOR-0) or a mix of them and others.
+
+Each relation's mode samples its edges at their capacity (`samplers.modes.Mode.sample_edges_cuda`:
+``D_t * fanout``, LABOR's capacity), nothing read back; `pack_edges` copies each relation's valid prefix
+(and each edge's time key, from its row) into its source type's region, after the relations before it
+(their running total kept on the device), and each source type is relabelled by the plain chain's
+`samplers.kernels.cuda.relabel.relabel_bounded`, or `relabel_pairs_bounded` with times. The sizes go
+into the call's chain (`samplers.kernels.cuda.typed.PendingTyped`, read by `read_typed` in one copy).
+
+>>> rows = start_typed_rows(frontier, ws, relations=len(rels), layers=2, times=seed_times)
+>>> first = sample_relations_bounded(rels, lambda k, rel, scratch: mode_edges(...), rows, ws, at=len(rows))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from numba import cuda
+
+from samplers.kernels.cuda.launch import EDGE_THREADS, grid, kernel_stream, launch
+from samplers.kernels.cuda.layer import BoundedEdges, DeviceRows
+from samplers.kernels.cuda.relabel import edge_time_keys_cuda, relabel_bounded, relabel_pairs_bounded
+from samplers.kernels.cuda.typed import PendingTyped
+
+__all__ = ["pack_edges", "sample_relations_bounded"]
+
+
+@cuda.jit
+def pack_edges(src, eids, tkey, has_t, nnz, sizes, base_at, end_at, count_at, out_src, out_eids,
+               out_tkey):  # pragma: no cover - device
+    """Copy the first ``nnz[0]`` edges (clamped to ``src``'s end) to ``out_*`` from ``sizes[base_at]``
+    (0 where ``base_at < 0``); thread 0 writes the running total ``base + nnz[0]`` at ``sizes[end_at]``
+    and the count at ``sizes[count_at]``. Positions past ``out_src``'s end (an overflow) are dropped."""
+    i = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    base = sizes[base_at] if base_at >= 0 else 0
+    n_true = nnz[0]
+    n = n_true if n_true < src.shape[0] else src.shape[0]
+    if i == 0:
+        sizes[end_at] = base + n_true
+        sizes[count_at] = n_true
+    while i < n:
+        o = base + i
+        if o < out_src.shape[0]:
+            out_src[o] = src[i]
+            out_eids[o] = eids[i]
+            if has_t:
+                out_tkey[o] = tkey[i]
+        i += stride
+
+
+def sample_relations_bounded(relations: list, sample: Callable[[int, Any, str], BoundedEdges],
+                             rows: dict[str, DeviceRows], ws: Any, at: int) -> PendingTyped:
+    """One typed layer chained relation by relation (see the module), nothing read back.
+
+    Parameters
+    ----------
+    relations : list
+        Every relation of the layer, grouped by source type (graph order within a type).
+    sample : callable (k, relation, scratch name) -> BoundedEdges
+        Relation k's edges for its destination type's rows, its sources in the workspace's scratch array
+        of the given name (`samplers.modes.Mode.sample_edges_cuda`).
+    rows : dict str -> DeviceRows
+        Every node type's rows (with times: temporal sampling, each edge takes its row's time).
+    ws : CudaWorkspace; at : int
+        The chain's first unused entry (this layer writes 2 R + 3 T entries from there).
+
+    Returns
+    -------
+    PendingTyped
+        Its ``capacity`` per relation (the read-back checks each relation's count against it).
+    """
+    chain = next(iter(rows.values())).chain
+    timed = any(r.times is not None for r in rows.values())
+    n_rel = len(relations)
+    edges, tkeys = [], []
+    for k, rel in enumerate(relations):
+        e = sample(k, rel, f"src_{k}")
+        edges.append(e)
+        tk = ws.scratch(f"tkey_{k}", max(int(e.src.shape[0]), 1), np.int64)
+        if timed:
+            edge_time_keys_cuda(e.out_indptr, rows[rel[2]].times, tk)
+        tkeys.append(tk)
+    groups: dict[str, list[int]] = {}
+    for k, rel in enumerate(relations):
+        groups.setdefault(rel[0], []).append(k)
+    size = {t: max(sum(int(edges[k].src.shape[0]) for k in ks), 1) for t, ks in groups.items()}
+    total = sum(size.values())
+    group_src = ws.scratch("group_src", total, np.int64)
+    group_tkey = ws.scratch("group_tkey", total if timed else 1, np.int64)
+    group_eids = ws.output(total, np.int64)
+    stream = kernel_stream()
+    next_rows, local, eids, lo = dict(rows), {}, {}, 0
+    for i, (t, ks) in enumerate(groups.items()):
+        triple = at + 2 * n_rel + 3 * i
+        region = slice(lo, lo + size[t])
+        prev = -1
+        for k in ks:
+            e, end_at = edges[k], at + n_rel + k
+            m = int(e.src.shape[0])
+            launch(pack_edges, (grid(m, EDGE_THREADS), EDGE_THREADS), e.src, e.eids, tkeys[k], timed, e.nnz,
+                   chain, np.int64(prev), np.int64(end_at), np.int64(at + k), group_src[region],
+                   group_eids[region], group_tkey[region] if timed else group_tkey, stream=stream)
+            prev = end_at
+            eids[relations[k]] = group_eids[region]
+        r, sizes = rows[t], chain[triple:triple + 3]
+        nnz = chain[prev:prev + 1]
+        if timed:
+            nodes, times, local[t] = relabel_pairs_bounded(r.ids, r.times, r.count, group_src[region],
+                                                           group_tkey[region], nnz, ws, sizes)
+        else:
+            nodes, local[t] = relabel_bounded(r.ids, r.count, group_src[region], nnz, ws, sizes)
+            times = None
+        next_rows[t] = DeviceRows(nodes, chain, triple + 2, times)
+        lo += size[t]
+    return PendingTyped(rows=dict(rows), next_rows=next_rows, relations=list(relations),
+                        rel_indptr={rel: edges[k].out_indptr for k, rel in enumerate(relations)}, eids=eids,
+                        local=local, nnz_at={rel: at + k for k, rel in enumerate(relations)},
+                        end=at + 2 * n_rel + 3 * len(groups),
+                        capacity={rel: int(edges[k].src.shape[0]) for k, rel in enumerate(relations)})
