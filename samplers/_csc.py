@@ -2,6 +2,8 @@
 
 `csc_weights` and `csc_times` check a tensor given by edge id and put it in CSC order (the order the
 kernels read); `edge_pairs` packs each edge's source and edge id side by side for the CPU gather;
+`share_loop` and `attach_derived` carry a CPU loop's weights, times and derived arrays (`DERIVED`: those
+pairs and the weighted rows' prefix sums) through pickling in shared memory, built once per host;
 `excluded_positions` turns excluded edge ids into sorted CSC positions through
 `inverse_permutation` of the graph's edge ids; `blocks_dst_count` and `cuda_to_torch` turn a layer's
 output (numpy, torch or numba device arrays) into what a block holds. See
@@ -17,8 +19,9 @@ import torch
 from graphrl.kernels import advise_huge_pages
 from samplers._checks import check_int64_range, check_seeds, edge_array
 
-__all__ = ["PAIR_HUGE_BYTES", "PAIR_LIMIT", "blocks_dst_count", "csc_times", "csc_weights", "cuda_to_torch",
-           "edge_pairs", "excluded_positions", "inverse_permutation"]
+__all__ = ["DERIVED", "PAIR_HUGE_BYTES", "PAIR_LIMIT", "SHARED", "attach_derived", "blocks_dst_count",
+           "csc_times", "csc_weights", "cuda_to_torch", "edge_pairs", "excluded_positions", "held_derived",
+           "inverse_permutation", "share_loop"]
 
 PAIR_LIMIT = 1 << 31
 """`edge_pairs` packs relations of fewer edges than this and at most this many source nodes (int32 ids)."""
@@ -61,6 +64,89 @@ def edge_pairs(indices: np.ndarray, edge_ids: np.ndarray | None, num_src: int) -
     pairs[0::2] = indices
     pairs[1::2] = edge_ids
     return pairs
+
+
+DERIVED = {"pairs": (torch.int32, 2, 0), "prefix": (torch.float64, 1, 0), "positive": (torch.int64, 0, 1)}
+"""A CPU relation's arrays derived from its CSC (fields of `samplers.modes.RelationArrays`), each with
+its dtype and length ``a * E + b * N_dst``: ``pairs`` (`edge_pairs`, int32 [2E]), the weighted rows'
+prefix sums ``prefix`` (float64 [E]) and positive counts ``positive`` (int64 [N_dst])
+(`samplers.kernels.cpu.weight_prefix`)."""
+
+
+def held_derived(relation) -> dict[str, np.ndarray]:
+    """The `DERIVED` arrays a `samplers.modes.RelationArrays` holds (those built), by name: handed to
+    another relation over the same rows (``RelationArrays(..., **held)``), it builds none of them again."""
+    return {name: getattr(relation, name) for name in DERIVED if getattr(relation, name) is not None}
+
+
+SHARED = ("weights", "times", *DERIVED)
+"""What `share_loop` puts in shared memory: a CPU relation's weights, times and `DERIVED` arrays."""
+
+
+def share_loop(loop) -> dict:
+    """A CPU layer loop's per-edge arrays (each relation's `SHARED`: weights, times, `DERIVED`) as tensors
+    in shared memory, by relation and name, for a sampler's pickled state: unpickled by torch's
+    multiprocessing pickler (a spawned ``DataLoader`` worker, ``mp.spawn``), they attach that memory,
+    and `attach_derived` hands the derived ones to the new sampler's relations.
+
+    The first call moves each array into shared memory, points the relation at the shared copy and
+    prepares the modes' states again over it (`samplers.modes.Mode.prepare`; nothing is recomputed), so
+    this process's private copies are freed; later calls, here or in a process that unpickled the
+    sampler, return the same memory. A sampler's pairs therefore take 8 bytes per edge, and its prefix
+    sums 8 per edge and per row, once per host, however many processes sample with it (on 4 KiB pages:
+    shared memory gets no transparent huge pages). The tensors stay alive with the loop, as a spawned
+    process's start needs (it is handed their file descriptors after the pickling).
+
+    Parameters
+    ----------
+    loop : samplers.layers.LayerLoop
+        A CPU loop: its ``relations`` (`samplers.modes.RelationArrays`), ``modes`` and ``states``.
+    """
+    out, moved = {}, False
+    for rel, relation in loop.relations.items():
+        out[rel] = {}
+        for name in SHARED:
+            arr = getattr(relation, name)
+            if arr is None:
+                continue
+            base = arr.base
+            if not (isinstance(base, torch.Tensor) and base.is_shared() and base.data_ptr() == arr.ctypes.data
+                    and base.numel() == arr.size and base.is_contiguous()):
+                base = torch.from_numpy(np.ascontiguousarray(arr)).share_memory_()
+                setattr(relation, name, base.numpy())
+                moved = True
+            out[rel][name] = base
+    if moved:
+        loop.states = {rel: loop.modes[rel].prepare(arr, "cpu") for rel, arr in loop.relations.items()}
+    return out
+
+
+def attach_derived(name: str, shared, num_edges: int, num_dst: int) -> dict[str, np.ndarray]:
+    """`share_loop`'s derived tensors of one relation (unpickled) checked, as numpy views by name (no
+    copy): the keyword arguments of `samplers.modes.RelationArrays` for a relation of ``num_edges``
+    edges and ``num_dst`` rows, whose loop then builds none of them. ``shared`` None (or empty):
+    nothing handed in.
+
+    Raises
+    ------
+    ValueError
+        ``shared`` holds a name outside `DERIVED`, or an array that is not a contiguous CPU tensor of
+        its dtype and length (a state that does not belong to this graph).
+    """
+    out = {}
+    for key, tensor in (shared or {}).items():
+        if key not in DERIVED:
+            raise ValueError(f"{name}: unknown derived array {key!r}, expected one of {sorted(DERIVED)}")
+        dtype, per_edge, per_row = DERIVED[key]
+        length = per_edge * int(num_edges) + per_row * int(num_dst)
+        if (not isinstance(tensor, torch.Tensor) or tensor.device.type != "cpu" or tensor.dtype != dtype
+                or tuple(tensor.shape) != (length,) or not tensor.is_contiguous()):
+            got = (f"{tensor.dtype} {tuple(tensor.shape)} on {tensor.device}"
+                   if isinstance(tensor, torch.Tensor) else type(tensor).__name__)
+            raise ValueError(f"{name}[{key!r}]: expected a contiguous CPU {dtype} tensor of shape "
+                             f"({length},) for {num_edges} edges and {num_dst} rows, got {got}")
+        out[key] = tensor.numpy()
+    return out
 
 
 def csc_weights(name: str, weights, num_edges: int, csc_eids: np.ndarray) -> np.ndarray:

@@ -35,7 +35,14 @@ from samplers._checks import (
     edge_array,
     require_gpu,
 )
-from samplers._csc import csc_times, csc_weights, excluded_positions, inverse_permutation
+from samplers._csc import (
+    attach_derived,
+    csc_times,
+    csc_weights,
+    excluded_positions,
+    inverse_permutation,
+    share_loop,
+)
 from samplers.hetero_block import HeteroBlock
 from samplers.hetero_graph import HeteroGraph, Relation, lastfm_hetero_graph
 from samplers.layers import LayerLoop
@@ -165,15 +172,19 @@ class HeteroNeighborSampler:
             return WeightedMode
         return UniformMode
 
-    def _build_loop(self) -> LayerLoop:
+    def _build_loop(self, derived: dict | None = None) -> LayerLoop:
         """The layer loop over the sampled relations: each relation's mode (temporal with times, weighted
-        with weights, else uniform) and arrays; its scratch (relabelling maps, weighted prefix sums) is
-        built once here."""
+        with weights, else uniform) and arrays; its scratch (relabelling maps) and, on the CPU, each
+        relation's gather pairs and weighted prefix sums (8 bytes per edge each) are built once here,
+        unless ``derived`` (`__getstate__`'s shared tensors by relation) hands the latter in."""
         arrays, modes = {}, {}
+        derived = derived or {}
         for rel, (indptr, indices, eids) in self._arrays.items():
             arrays[rel] = RelationArrays(indptr, indices, eids, self.graph.num_nodes[rel[0]],
                                          weights=self._weights.get(rel), times=self._times.get(rel),
-                                         cuda=self._cuda_graphs.get(rel))
+                                         cuda=self._cuda_graphs.get(rel),
+                                         **attach_derived(f"_derived[{rel!r}]", derived.get(rel),
+                                                          indices.shape[0], indptr.shape[0] - 1))
             modes[rel] = self._mode_kind(rel)(self.replace)
         index = {rel: r for r, rel in enumerate(self.graph.relations)}
         return LayerLoop(arrays, self.graph.num_nodes, modes, self.device.type, typed=True,
@@ -233,9 +244,12 @@ class HeteroNeighborSampler:
 
         Kept: the graph (its tensors by value; torch's multiprocessing pickler shares them through
         shared memory), fanouts, seed, the call counter, ``sampled_edges``, weights and times (as tensors,
-        shared the same way). Rebuilt by `__setstate__`, not copied: the lock, the numpy views of the
-        graph, the relabelling maps, the prefix sums and the inverse edge-id maps. A copy continues the
-        original's random stream (its next `sample` returns what the original's next would).
+        shared the same way), and each relation's derived arrays (the gather's pairs and the weighted
+        prefix sums, 8 bytes per edge each: moved into shared memory at the first pickling, so processes
+        attach one copy per host, `samplers._csc.share_loop`; the weights and times likewise). Rebuilt
+        by `__setstate__`, not copied: the lock, the numpy views of the graph, the relabelling maps and
+        the inverse edge-id maps. A copy continues the original's random stream (its next `sample`
+        returns what the original's next would).
 
         Raises
         ------
@@ -247,15 +261,27 @@ class HeteroNeighborSampler:
                             "process")
         with self._lock:  # a consistent snapshot while another thread samples
             state = self.__dict__.copy()
+            shared = share_loop(self._loop)  # the weights and times too, kept alive with the loop
+            rels = self._loop.relations
+            self._weights = {rel: rels[rel].weights for rel in self._weights}  # the shared copies
+            self._times = {rel: rels[rel].times for rel in self._times}
+        state["_weights"] = {rel: shared[rel].pop("weights") for rel in self._weights}
+        state["_times"] = {rel: shared[rel].pop("times") for rel in self._times}
+        state["_derived"] = shared
         for name in ("_lock", "_arrays", "_loop", "_eid_to_pos"):
             del state[name]
-        state["_weights"] = {rel: torch.from_numpy(w) for rel, w in self._weights.items()}
-        state["_times"] = {rel: torch.from_numpy(t) for rel, t in self._times.items()}
         return state
 
     def __setstate__(self, state: dict) -> None:
-        """Restore a pickled sampler, rebuilding its lock, views, maps and caches (see `__getstate__`)."""
+        """Restore a pickled sampler, rebuilding its lock, views, maps and caches (see `__getstate__`).
+
+        Raises
+        ------
+        ValueError
+            A relation's derived arrays do not fit its graph (`samplers._csc.attach_derived`).
+        """
         state = dict(state)
+        derived = state.pop("_derived", None)
         state["_weights"] = {rel: w.numpy() for rel, w in state["_weights"].items()}
         state["_times"] = {rel: t.numpy() for rel, t in state["_times"].items()}
         self.__dict__.update(state)
@@ -263,7 +289,7 @@ class HeteroNeighborSampler:
         g = self.graph
         self._arrays = {rel: (g.indptr[rel].numpy(), g.indices[rel].numpy(), g.edge_ids[rel].numpy())
                         for rel in self.fanouts}
-        self._loop = self._build_loop()
+        self._loop = self._build_loop(derived)
         self._eid_to_pos = {}
 
     def _relation_weights(self, weights) -> dict[Relation, np.ndarray]:

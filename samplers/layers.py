@@ -124,7 +124,8 @@ class LayerLoop:
         self.type_index = {t: i for i, t in enumerate(self.num_nodes)}
         if device == "cpu":  # the CPU gather's (source, edge id) pairs, once (8 bytes per edge)
             for arr in self.relations.values():
-                arr.pairs = edge_pairs(arr.indices, arr.edge_ids, arr.num_src)
+                if arr.pairs is None:  # else handed in: a pickled sampler's, or another loop's
+                    arr.pairs = edge_pairs(arr.indices, arr.edge_ids, arr.num_src)
         self.states = {rel: self.modes[rel].prepare(arr, device) for rel, arr in self.relations.items()}
         self.maps: dict[str, np.ndarray] = {}
         """CPU relabelling maps per node type (int32 [N_t], all -1 between layers), made on first use."""

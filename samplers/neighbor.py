@@ -21,11 +21,13 @@ from samplers._checks import (
     require_gpu,
 )
 from samplers._csc import (
+    attach_derived,
     blocks_dst_count,
     csc_times,
     csc_weights,
     excluded_positions,
     inverse_permutation,
+    share_loop,
 )
 from samplers.block import Blocks
 from samplers.kernels import cpu
@@ -97,8 +99,9 @@ class NeighborSampler:
     several threads are serialised by a lock); to sample in parallel, use one sampler per thread. The
     first call in a process pays numba's compilation (cached on disk afterwards). Memory: a CPU sampler
     keeps each edge's source and edge id side by side for its gather (int32, 8 bytes per edge,
-    `samplers._csc.edge_pairs`; its own copy in each process, unlike the graph's shared tensors), except
-    on graphs of 2**31 edges or more.
+    `samplers._csc.edge_pairs`), except on graphs of 2**31 edges or more; pickled (spawned loader
+    workers, ``mp.spawn``), those pairs and the weighted prefix sums are shared like the graph's tensors:
+    once per host per sampler (`__getstate__`).
 
     Raises
     ------
@@ -182,8 +185,11 @@ class NeighborSampler:
 
         Kept: the graph (its tensors by value; torch's multiprocessing pickler shares them through
         shared memory), fanouts, seed, the call counter and ``sampled_edges``, and the weights and times
-        (as tensors, shared the same way). Not kept, rebuilt by `__setstate__`: the lock, the numpy views
-        of the graph, the workspace, the weighted rows' prefix sums and the inverse edge-id map. A copy
+        (as tensors, shared the same way), and the derived arrays (the gather's pairs, 8 bytes per edge,
+        and the weighted rows' prefix sums, 8 per edge and per node: moved into shared memory at the first
+        pickling, so processes attach one copy per host, `samplers._csc.share_loop`; the weights and
+        times likewise). Not kept, rebuilt by `__setstate__`: the lock, the numpy views of the graph,
+        the workspace and the inverse edge-id map. A copy
         therefore continues the original's random stream: its next `sample` returns what the
         original's next `sample` would (see docs/architecture.md#pyg-and-dgl-loaders).
 
@@ -196,16 +202,25 @@ class NeighborSampler:
             raise TypeError("a NeighborSampler on device='cuda' cannot be pickled: build one in each process")
         with self._lock:  # a consistent snapshot while another thread samples
             state = self.__dict__.copy()
+            shared = share_loop(self.loop)[PLAIN_RELATION]  # the weights and times too, kept alive
+            rel = self.loop.relations[PLAIN_RELATION]
+            self._weights, self._times = rel.weights, rel.times  # the shared copies (share_loop)
+        state["_weights"], state["_times"] = shared.pop("weights", None), shared.pop("times", None)
+        state["_derived"] = shared
         for name in ("_lock", "_indptr", "_indices", "_edge_ids", "_view_ptrs", "loop", "_eid_to_pos"):
             del state[name]
-        for name in ("_weights", "_times"):
-            if state[name] is not None:
-                state[name] = torch.from_numpy(state[name])
         return state
 
     def __setstate__(self, state: dict) -> None:
-        """Restore a pickled sampler; its lock, views, workspace and caches are rebuilt (`__getstate__`)."""
+        """Restore a pickled sampler; its lock, views, workspace and caches are rebuilt (`__getstate__`).
+
+        Raises
+        ------
+        ValueError
+            The derived arrays do not fit the graph (`samplers._csc.attach_derived`).
+        """
         state = dict(state)
+        derived = state.pop("_derived", None)
         for name in ("_weights", "_times"):
             if state[name] is not None:
                 state[name] = state[name].numpy()
@@ -213,7 +228,7 @@ class NeighborSampler:
         self._lock = threading.Lock()
         self._indptr = self._indices = self._edge_ids = self._view_ptrs = None
         self._refresh_views()
-        self.loop = self._build_loop()
+        self.loop = self._build_loop(derived)
         self._eid_to_pos = None
 
     def _refresh_views(self) -> None:
@@ -240,16 +255,19 @@ class NeighborSampler:
         eids = None if g.edge_ids is None else g.edge_ids.data_ptr()
         return g.indptr.data_ptr(), g.indices.data_ptr(), eids
 
-    def _build_loop(self) -> LayerLoop:
+    def _build_loop(self, derived: dict | None = None) -> LayerLoop:
         """The layer loop over the graph as one relation, with the sampler's mode; a CPU loop computes
-        the weighted rows' prefix sums here, once (8 bytes per edge and per node)."""
+        the gather's pairs and the weighted rows' prefix sums here, once (8 bytes per edge, and 8 per
+        edge and per node), unless ``derived`` (`__getstate__`'s shared tensors) hands them in."""
         mode = UniformMode
         if self.temporal:
             mode = TemporalMode
         elif self.weighted:
             mode = WeightedMode
-        arrays = RelationArrays(self._indptr, self._indices, self._edge_ids, self.graph.num_nodes,
-                                weights=self._weights, times=self._times, cuda=self._cuda_graph)
+        g = self.graph
+        arrays = RelationArrays(self._indptr, self._indices, self._edge_ids, g.num_nodes,
+                                weights=self._weights, times=self._times, cuda=self._cuda_graph,
+                                **attach_derived("_derived", derived, g.num_edges, g.num_nodes))
         return LayerLoop({PLAIN_RELATION: arrays}, {PLAIN_NODE: self.graph.num_nodes},
                          {PLAIN_RELATION: mode(self.replace)}, self.device.type, typed=False)
 

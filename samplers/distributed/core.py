@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from samplers._csc import held_derived
 from samplers.kernels import cpu
 from samplers.kernels.cpu import Workspace
 from samplers.kernels.cpu.relabel import relabel_dst, relabel_src
@@ -39,7 +40,8 @@ def layer_key(seed: int, call: int, layer: int) -> int:
 
 
 def owner_loop(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray, num_nodes: int,
-               weights: np.ndarray | None, replace: bool, kind: str = "neighbor") -> LayerLoop:
+               weights: np.ndarray | None, replace: bool, kind: str = "neighbor",
+               derived: dict | None = None) -> LayerLoop:
     """The core's layer loop over an owner's rows as one plain relation.
 
     Parameters
@@ -51,13 +53,20 @@ def owner_loop(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray, nu
     replace : bool
         Neighbour sampling with replacement.
     kind : {"neighbor", "labor"}
+    derived : dict or None
+        The derived arrays (`samplers._csc.DERIVED`: the gather's pairs, the weighted prefix sums) of
+        the owner's other loops over the same rows and weights: this loop reads them and adds the ones
+        it builds, so the loops share one copy (8 bytes per edge each) rather than one per loop.
     """
     if kind == "labor":
         mode = LaborMode(0, want_weights=weights is not None)  # as LaborSampler(importance_sampling=0)
     else:
         mode = UniformMode(replace) if weights is None else WeightedMode(replace)
-    relation = RelationArrays(indptr, indices, edge_ids, num_nodes, weights=weights)
-    return LayerLoop({RELATION: relation}, {NODE: num_nodes}, {RELATION: mode}, "cpu", typed=False)
+    relation = RelationArrays(indptr, indices, edge_ids, num_nodes, weights=weights, **(derived or {}))
+    loop = LayerLoop({RELATION: relation}, {NODE: num_nodes}, {RELATION: mode}, "cpu", typed=False)
+    if derived is not None:
+        derived.update(held_derived(relation))
+    return loop
 
 
 def sample_owned_rows(loop: LayerLoop, dst: np.ndarray, fanout: int, key: int, variate_key: int,

@@ -66,6 +66,7 @@ class PartitionOwner:
         self.indptr = np.zeros(p.num_nodes + 1, dtype=np.int64)
         np.cumsum(counts, out=self.indptr[1:])
         self._loops: dict[tuple, object] = {}  # the core's layer loop per (kind, weighted, replace)
+        self._derived: dict = {}  # the loops' one copy of the pairs and prefix sums (core.owner_loop)
         # replies in int32 where the graph's node ids, edge ids and counts fit it: half the bytes
         self._wide = max(p.num_nodes, int(p.edge_ids.max(initial=0)), p.indices.shape[0]) > _INT32_MAX
         self._busy = {"sample_s": 0.0, "sample_cpu_s": 0.0, "rows_s": 0.0, "requests": 0}
@@ -136,7 +137,8 @@ class PartitionOwner:
             if kind not in KINDS:
                 raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
             self._loops[mode] = owner_loop(self.indptr, p.indices, p.edge_ids, p.num_nodes,
-                                           p.weights if weighted else None, bool(replace), kind)
+                                           p.weights if weighted else None, bool(replace), kind,
+                                           self._derived)
         vkeys = keys if variate_keys is None else variate_keys
         dst = np.asarray(dst, dtype=np.int64)
         threads = self._threads()

@@ -36,7 +36,14 @@ class RelationArrays:
     pairs : numpy int32 [2E] or None
         CPU: each position's source and edge id side by side (`samplers._csc.edge_pairs`, 8 bytes per
         edge), which the CPU gather reads in place of ``indices`` and ``edge_ids``; a CPU
-        `samplers.layers.LayerLoop` builds them once. None: the gather reads ``indices`` and ``edge_ids``.
+        `samplers.layers.LayerLoop` builds them once unless handed in. None: the gather reads ``indices``
+        and ``edge_ids``.
+    prefix, positive : numpy float64 [E] and int64 [N_dst], or None
+        CPU, weighted mode: each row's prefix sums of the weights and positive-weight counts
+        (`samplers.kernels.cpu.weight_prefix`, 8 bytes per edge and per row), which its `Mode.prepare`
+        builds once unless handed in. The derived arrays (``pairs``, ``prefix``, ``positive``:
+        `samplers._csc.DERIVED`) are handed in by a pickled sampler (shared memory,
+        `samplers._csc.share_loop`) or by loops over the same rows (`samplers._csc.held_derived`).
     """
 
     indptr: np.ndarray
@@ -47,6 +54,8 @@ class RelationArrays:
     times: np.ndarray | None = None
     cuda: Any = None
     pairs: np.ndarray | None = None
+    prefix: np.ndarray | None = None
+    positive: np.ndarray | None = None
 
 
 @dataclass

@@ -31,12 +31,16 @@ class WeightedMode(Mode):
 
     def prepare(self, relation: RelationArrays, device: str) -> Any:
         """CPU: the weights' `samplers.kernels.cpu.Masks` with the per-row prefix sums and positive
-        counts, computed once, on transparent huge pages when an array is `HUGE_TABLE_BYTES` or more
-        (every row reads its own random span of them: with 4 KiB pages nearly each one misses the TLB);
-        the GPU's are built with the relation's `CudaGraph`."""
+        counts (``relation.prefix`` and ``positive``: computed here once unless handed in, and kept there),
+        on transparent huge pages when an array is `HUGE_TABLE_BYTES` or more (every row reads its own
+        random span of them: with 4 KiB pages nearly each one misses the TLB); the GPU's are built with
+        the relation's `CudaGraph`."""
         if device != "cpu":
             return None
-        masks = cpu.Masks(relation.weights, None, relation.indptr, threads=team_size())
+        if relation.prefix is None or relation.positive is None:
+            relation.prefix, relation.positive = cpu.weight_prefix(relation.indptr, relation.weights,
+                                                                   team_size())
+        masks = cpu.Masks(relation.weights, None, prefix=relation.prefix, positive=relation.positive)
         for arr in (masks.prefix, masks.weights, masks.node_count):
             if arr.nbytes >= HUGE_TABLE_BYTES:
                 advise_huge_pages(arr.ctypes.data, arr.nbytes, collapse=True)
