@@ -3,12 +3,12 @@
 The 1M-node / 20M-edge power-law graph (`graphrl.datasets.synthetic_graph`) with seeded features and
 labels is split into ``--parts`` parts (a sealed partition folder, `graphrl.partition`); each part is
 served by a Ray actor (`samplers.distributed.RayOwners`). Every trainer rank samples its batches with
-`DistNeighborSampler.sample_many` (one request per owner per layer for 8 batches) and reads features
-and labels through `DistFeatureStore` (one request per owner per batch, a hot-row cache): no rank holds
-the graph or its features. DDP averages the gradients. ``--sampler local`` is the single-machine run:
-every rank holds the whole graph and samples it with `NeighborSampler`. For the same ``--seed`` the two
-runs sample the same blocks and read the same rows, so they print the same losses and the same test
-accuracy.
+`DistNeighborSampler.sample_many` (one request per owner per layer for ``--per-request`` batches) and
+reads features and labels through `DistFeatureStore` (one request per owner per batch, a hot-row
+cache): no rank holds the graph or its features. DDP averages the gradients. ``--sampler local`` is the
+single-machine run: every rank holds the whole graph and samples it with `NeighborSampler`. For the same
+``--seed`` the two runs sample the same blocks and read the same rows, so they print the same losses and
+the same test accuracy.
 
     torchrun --nproc_per_node=2 examples/dist_graphsage.py                   # 4 owners, 2 trainers
     torchrun --nproc_per_node=2 examples/dist_graphsage.py --sampler local   # single machine, same seed
@@ -58,11 +58,12 @@ def make_data(n: int, e: int, dim: int, classes: int, seed: int):
     return graph, torch.from_numpy(x), torch.from_numpy(y)
 
 
-def blocks_of(sampler, batches: list[torch.Tensor]) -> Iterator:
-    """Each batch's blocks in turn: `DistNeighborSampler.sample_many` (8 batches a request to each owner,
-    two such groups in flight) or one `NeighborSampler.sample` call a batch; the same blocks either way."""
+def blocks_of(sampler, batches: list[torch.Tensor], per_request: int) -> Iterator:
+    """Each batch's blocks in turn: `DistNeighborSampler.sample_many` (``per_request`` batches a request to
+    each owner, two such groups in flight) or one `NeighborSampler.sample` call a batch; the same blocks
+    either way."""
     if isinstance(sampler, DistNeighborSampler):
-        return sampler.sample_many(batches, batches_per_request=8, in_flight=2)
+        return sampler.sample_many(batches, batches_per_request=per_request, in_flight=2)
     return map(sampler.sample, batches)
 
 
@@ -108,11 +109,13 @@ class SAGE(nn.Module):
 @click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=0.01, show_default=True)
 @click.option("--cache-rows", type=click.IntRange(min=0), default=50_000, show_default=True,
               help="Hot feature rows each rank caches (dist).")
+@click.option("--per-request", type=click.IntRange(min=1), default=32, show_default=True,
+              help="Batches a request of sample_many (benchmarks/dist_sampler.py's default).")
 @click.option("--folder", default=None, help="Partition folder (default: under the temporary folder).")
 @click.option("--ray-address", default=None, help="Join this Ray cluster (default: rank 0 starts one).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 def main(size, parts, method, mode, fanouts, batch_size, steps, eval_nodes, dim, classes, hidden, lr,
-         cache_rows, folder, ray_address, seed) -> None:
+         cache_rows, per_request, folder, ray_address, seed) -> None:
     """Train GraphSAGE on a partitioned graph (launch with torchrun) and print the test accuracy."""
     t_start = time.perf_counter()
     n, e = (int(x) for x in size.split(","))
@@ -183,7 +186,7 @@ def main(size, parts, method, mode, fanouts, batch_size, steps, eval_nodes, dim,
     sample_s, losses, step = 0.0, [], 0
     while step < steps:
         epoch = [train_nodes[idx] for idx in islice(batches, steps - step)]
-        stream = blocks_of(sampler, epoch)
+        stream = blocks_of(sampler, epoch, per_request)
         for seeds in epoch:
             t0 = time.perf_counter()
             blocks = next(stream)
@@ -204,7 +207,7 @@ def main(size, parts, method, mode, fanouts, batch_size, steps, eval_nodes, dim,
     with torch.no_grad():
         mine = test_nodes[:eval_nodes][ctx.rank:: ctx.world_size]
         chunks = [mine[lo: lo + batch_size] for lo in range(0, mine.numel(), batch_size)]
-        for seeds, blocks in zip(chunks, blocks_of(eval_sampler, chunks), strict=True):
+        for seeds, blocks in zip(chunks, blocks_of(eval_sampler, chunks, per_request), strict=True):
             pred = model.module(blocks, features(blocks[0].src_nodes)).argmax(1)
             correct += torch.tensor([float((pred == labels(seeds)).sum()), float(seeds.numel())],
                                     dtype=torch.float64)
