@@ -94,7 +94,7 @@ def sample_block(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray |
     helpers = max(int(threads) - 1, 0)
     row_time = None if masks is None else masks.row_times(dst_times)
     out_indptr, rows, excl, nnz, bounds = plan(indptr, dst, fanout, replace, excluded, workspace, helpers,
-                                               masks, row_time, CHUNK_EDGES)
+                                               masks, row_time, chunk_edges=CHUNK_EDGES)
     d_count = dst.shape[0]
     eids = np.empty(nnz, dtype=np.int64)
     src = workspace.src(nnz)
@@ -179,7 +179,7 @@ def sample_layer(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray |
     row_time = None if masks is None else masks.row_times(dst_times)
     workspace = Workspace(0, indices.dtype)
     out_indptr, rows, excl, nnz, bounds = plan(indptr, dst, fanout, replace, excluded, workspace, helpers,
-                                               masks, row_time, CHUNK_EDGES)
+                                               masks, row_time, chunk_edges=CHUNK_EDGES)
     eids = np.empty(nnz, dtype=np.int64)
     src = np.empty(nnz, dtype=indices.dtype)
     if nnz:

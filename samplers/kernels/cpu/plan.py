@@ -135,7 +135,21 @@ def plan_rows_masked(indptr, dst, fanout, replace, excl, excl_rows, weights, has
 
 
 def plan(indptr, dst, fanout, replace, excluded, workspace: Workspace, helpers: int,
-         masks: Masks | None = None, row_time: np.ndarray | None = None, chunk_edges: int = 1 << 15):
+         masks: Masks | None = None, row_time: np.ndarray | None = None, *, chunk_edges: int):
+    """Pass 1 of a layer over the destinations ``dst`` (int64 [D]): each row's start, degree and output
+    count, the output offsets, and the chunks of rows that passes 2 and 3 run.
+
+    ``indptr`` (int64 [N+1]), ``fanout``, ``replace``, ``excluded`` and ``masks``/``row_time`` are as in
+    `samplers.kernels.cpu.sample_block`; ``helpers`` threads beside the caller plan a large layer;
+    ``chunk_edges`` is the sampled edges a chunk aims at (`samplers.kernels.cpu.CHUNK_EDGES`).
+
+    Returns
+    -------
+    out_indptr : int64 [D+1], output offsets; rows : the workspace's int64 [5 or 4, D] row scratch
+    (`Workspace.rows`: starts, degrees, excluded ranges, ends); excl : int64, the excluded CSC
+    positions; nnz : int, sampled edges; bounds : int64 [k+1], row bounds of k chunks (0, then for each
+    multiple m of ``chunk_edges`` below nnz the first row whose offset reaches m, then D; repeats dropped).
+    """
     d_count = dst.shape[0]
     rows = workspace.rows(d_count)
     row_start, row_deg, row_exlo, row_exhi, row_end = rows
