@@ -184,7 +184,9 @@ def test_a_skip_past_a_whole_chunk_keeps_the_rows_written_before_it(memory, code
     np.testing.assert_array_equal(out, np.concatenate([frames(0, 6), frames(9, 3)]))
 
 
-def test_a_restore_checks_each_chunk_once_and_a_checked_state_cannot_be_made_bad(tmp_path, monkeypatch):
+def test_a_restore_checks_each_chunk_once_and_a_checked_state_cannot_be_made_bad(
+    memory, tmp_path, monkeypatch
+):
     """`replay.checkpoint.load` checks the checksums (a `ChunkState`); the ring's load_state decodes, and
     checks them again only for a plain dict (the fault-injection tests: test_breakit_codec_local.py)."""
     import replay.chunk_codec as codec_module
@@ -205,8 +207,7 @@ def test_a_restore_checks_each_chunk_once_and_a_checked_state_cannot_be_made_bad
         assert np.array_equal(ep.data["obs"], frames(0, 21))
     finally:
         restored.close()
-    state = ChunkRing.create(MemoryManager(), "obs", SHAPE, np.uint8, "lz4", capacity=16, chunk=4,
-                             arena_bytes=4096)
+    state = ChunkRing.create(memory, "obs", SHAPE, np.uint8, "lz4", capacity=16, chunk=4, arena_bytes=4096)
     state.write(frames(0, 10), 0)
     good = state.state()
     bad = dict(good, blob=good["blob"].copy())
