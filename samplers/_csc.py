@@ -52,8 +52,8 @@ def edge_pairs(indices: np.ndarray, edge_ids: np.ndarray | None, num_src: int) -
     -------
     numpy.ndarray, int32, shape [2E], or None
         None when the gather gains nothing from it: edge ids are the positions (the gather then reads
-        ``indices`` alone), or ``E`` or ``num_src`` reaches `PAIR_LIMIT` (2**31: int32 cannot hold
-        the ids; the gather then reads ``indices`` and ``edge_ids``).
+        ``indices`` alone), or ``E`` reaches `PAIR_LIMIT` or ``num_src`` exceeds it (2**31: int32
+        cannot hold the ids; the gather then reads ``indices`` and ``edge_ids``).
     """
     num = int(indices.shape[0])
     if edge_ids is None or num >= PAIR_LIMIT or int(num_src) > PAIR_LIMIT:

@@ -99,9 +99,9 @@ class NeighborSampler:
     several threads are serialised by a lock); to sample in parallel, use one sampler per thread. The
     first call in a process pays numba's compilation (cached on disk afterwards). Memory: a CPU sampler
     keeps each edge's source and edge id side by side for its gather (int32, 8 bytes per edge,
-    `samplers._csc.edge_pairs`), except on graphs of 2**31 edges or more; pickled (spawned loader
-    workers, ``mp.spawn``), those pairs and the weighted prefix sums are shared like the graph's tensors:
-    once per host per sampler (`__getstate__`).
+    `samplers._csc.edge_pairs`), except on graphs without edge ids or of 2**31 edges or more; pickled
+    (spawned loader workers, ``mp.spawn``), those pairs and the weighted prefix sums are shared like the
+    graph's tensors: once per host per sampler (`__getstate__`).
 
     Raises
     ------
