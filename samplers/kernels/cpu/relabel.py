@@ -98,7 +98,8 @@ def relabel_pairs(dst: np.ndarray, dst_tkey: np.ndarray, src: np.ndarray,
 
 @nb.njit(nogil=True, cache=True)
 def relabel_dst(dst, node_map, base, src_nodes):
-    """Local ids of the destinations: their positions (the first one for duplicates)."""
+    """Local ids of the destinations: their positions (the first one for duplicates). Ids must lie in
+    [0, len(node_map)): unchecked, indexed as unsigned (a negative id reads far out of bounds)."""
     d_count = dst.shape[0]
     for i in range(min(_PREFETCH_AHEAD, d_count)):
         prefetch(node_map, dst[i])
@@ -115,6 +116,7 @@ def relabel_dst(dst, node_map, base, src_nodes):
 @nb.njit(nogil=True, cache=True)
 def relabel_src(src, node_map, base, n, src_nodes, local, lo, hi):
     """Local ids of the sampled sources src[lo:hi]; new nodes are appended at src_nodes[n:]; return n.
+    Ids must lie in [0, len(node_map)), unchecked (as in `relabel_dst`).
 
     The map entry of the source 16 places ahead is prefetched: the store to the map in every iteration
     keeps the core from overlapping enough of these random reads."""
