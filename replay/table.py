@@ -96,11 +96,9 @@ class Table:
     lineage : tuple of int
         The ids of the stores this one was restored from (oldest first): their keys are accepted too,
         and go through the incarnation rule (docs/architecture.md#keys).
-    accepted : frozenset of int
-        ``store_id`` and ``lineage``: the issuers whose keys `update_priorities` takes.
     fresh, stale : frozenset of int
-        ``accepted`` split by `replay.keys.issuer_windows`: issuers whose keys apply (the incarnation
-        rule), and ancestors 16 or more restores back, whose keys are all stale.
+        ``store_id`` and ``lineage`` split by `replay.keys.issuer_windows`: issuers whose keys apply (the
+        incarnation rule), and ancestors 16 or more restores back, whose keys are all stale.
     restored_at : numpy.ndarray, int64 [S], or None
         Per shard, the write position a restore put back.
     ingested, filled : numpy.ndarray, int64 [S]
@@ -165,8 +163,7 @@ class Table:
         self.incarnation = 0
         self.store_id = new_store_id()
         self.lineage: tuple[int, ...] = ()
-        self.accepted = frozenset((self.store_id,))
-        self.fresh, self.stale = issuer_windows(self.store_id, self.lineage)  # accepted's two parts
+        self.fresh, self.stale = issuer_windows(self.store_id, self.lineage)  # whose keys apply, are stale
         self.restored_at: np.ndarray | None = None
 
     def _alloc(self, shape: tuple[int, ...], dtype: Any, name: str) -> np.ndarray:
@@ -597,7 +594,6 @@ class Table:
             saved = state.get("store_id")
             ancestors = [int(i) for i in state.get("lineage", ())] + ([] if saved is None else [int(saved)])
             self.lineage = tuple(ancestors[-MAX_LINEAGE:])
-            self.accepted = frozenset((self.store_id, *self.lineage))
             self.fresh, self.stale = issuer_windows(self.store_id, self.lineage)
             self.restored_at = written.copy()
             self._restored[:] = written
