@@ -98,6 +98,7 @@ class RemoteTable:
         self.max_times_sampled = int(hello["max_times_sampled"])
         self.store_id = int(hello["store_id"])  # the owner's: this learner's batches bear it
         self.fresh, self.stale = issuer_windows(self.store_id, tuple(int(i) for i in hello["lineage"]))
+        self.priority_limit = float(hello["priority_limit"])  # the owner's (`replay.table.Table`)
 
     def call(self, op: str, *args: Any) -> Any:
         """Send one request and return its value (re-raising the owner's exception)."""
@@ -268,7 +269,7 @@ class StoreLearner(ReplayLearnerBase):
         st = self._attached("update_priorities")
         applies = issuer_applies(keys, st.table.fresh, st.table.stale, st.table.store_id)  # raises if foreign
         k = check_keys(keys)
-        p = check_priorities(priorities, k.size)
+        p = check_priorities(priorities, k.size, limit=st.table.priority_limit)  # the owner's, stale keys too
         return st.table.update_priorities(k, p) if applies else 0  # a stale issuer's keys: none apply
 
     def counters(self) -> dict[str, int]:

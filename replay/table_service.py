@@ -160,7 +160,8 @@ class TableService:
             if op == "hello":
                 return "ok", {"prioritized": self.table.prioritized, "incarnation": self.table.incarnation,
                              "max_times_sampled": self.table.max_times_sampled,
-                             "store_id": self.table.store_id, "lineage": list(self.table.lineage)}
+                             "store_id": self.table.store_id, "lineage": list(self.table.lineage),
+                             "priority_limit": self.table.priority_limit}
             raise ValueError(f"unknown table request {op!r}")
         except Exception as exc:  # noqa: BLE001 - the learner re-raises it as its own call's error
             return "error", exc

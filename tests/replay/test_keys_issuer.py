@@ -177,6 +177,9 @@ def test_keys_16_restores_back_are_stale_for_the_owner_and_its_learners(mm, tmp_
         assert store.stats()["priority_mass"] == mass
         with pytest.raises(ValueError, match="priorit"):  # the arguments are still checked
             learner.update_priorities(old, np.full(3, 9.0))
+        for owner in (store, learner):  # the owner's priority limit included
+            with pytest.raises(ValueError, match="priorit"):
+                owner.update_priorities(old, np.full(8, 1e308))
         assert learner.update_priorities(recent, np.full(8, 9.0)) > 0
         learner.close()
     finally:
