@@ -56,6 +56,10 @@ class HeteroNeighborSampler:
 
     Each relation is sampled by the homogeneous kernels with the options of `samplers.NeighborSampler`,
     checked by the same functions and following the same rules (docs/architecture.md#sampling-rules).
+    Memory, on the CPU: each sampled relation's (source, edge id) pairs for the gather (int32, 8 bytes
+    per edge, none at 2**31 edges or more; `samplers._csc.edge_pairs`) and each weighted relation's
+    prefix sums (8 bytes per edge and per row), beside the graph; pickled, shared once per host
+    (`__getstate__`).
 
     Parameters
     ----------
