@@ -499,9 +499,9 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The state saved in the latest complete checkpoint under ``path`` (or in the checkpoint folder
     ``path``), as `save` was given it, verified.
 
-    ``config`` and ``control`` are plain data; per shard, ``shards[s]`` (for
-    `replay.shard.ShardStorage.load_state_dict`) holds ``steps`` and ``records`` as numpy arrays and the
-    field columns as zarr arrays (read when indexed, ``[...]``); ``table["shards"][s]`` numpy arrays.
+    ``config`` and ``control`` are plain data; ``shards[s]`` (`replay.shard.ShardStorage.load_state_dict`)
+    holds ``steps`` and ``records`` as numpy arrays, field columns as zarr arrays (read when indexed,
+    ``[...]``), codec fields' chunks as checked `replay.chunk_codec.ChunkState`; ``table["shards"][s]`` numpy.
     Every file is verified against the manifest before anything is read, and the state against the
     manifest's counts and the episode index's invariants before it is returned.
 
