@@ -18,16 +18,14 @@ import torch
 
 from graphrl.kernels import advise_huge_pages
 from samplers._checks import check_int64_range, check_seeds, edge_array
+from samplers.feature_table import HUGE_TABLE_BYTES
 
-__all__ = ["DERIVED", "PAIR_HUGE_BYTES", "PAIR_LIMIT", "SHARED", "attach_derived", "blocks_dst_count",
+__all__ = ["DERIVED", "PAIR_LIMIT", "SHARED", "attach_derived", "blocks_dst_count",
            "csc_times", "csc_weights", "cuda_to_torch", "edge_pairs", "excluded_positions", "held_derived",
            "inverse_permutation", "share_loop"]
 
 PAIR_LIMIT = 1 << 31
 """`edge_pairs` packs relations of fewer edges than this and at most this many source nodes (int32 ids)."""
-PAIR_HUGE_BYTES = 32 << 20
-"""`edge_pairs` puts pair arrays of at least this many bytes on transparent huge pages (read at random: on
-4 KiB pages nearly every read of a large array misses the TLB)."""
 
 
 def edge_pairs(indices: np.ndarray, edge_ids: np.ndarray | None, num_src: int) -> np.ndarray | None:
@@ -37,7 +35,8 @@ def edge_pairs(indices: np.ndarray, edge_ids: np.ndarray | None, num_src: int) -
     The CPU kernels' gather (`samplers.kernels.cpu.uniform.gather_edges`) reads the source and the edge
     id of every chosen position, at random: from this one array that is one cache line per edge, where
     ``indices`` and ``edge_ids`` cost two (docs/performance.md, "Why Gowalla's margin is smaller"). It is
-    a copy: 8 bytes per edge beside the graph's own arrays, which stay as they are.
+    a copy: 8 bytes per edge beside the graph's own arrays, which stay as they are; on transparent huge
+    pages from `samplers.feature_table.HUGE_TABLE_BYTES` (32 MiB) up.
 
     Parameters
     ----------
@@ -59,7 +58,7 @@ def edge_pairs(indices: np.ndarray, edge_ids: np.ndarray | None, num_src: int) -
     if edge_ids is None or num >= PAIR_LIMIT or int(num_src) > PAIR_LIMIT:
         return None
     pairs = np.empty(2 * num, dtype=np.int32)
-    if pairs.nbytes >= PAIR_HUGE_BYTES:
+    if pairs.nbytes >= HUGE_TABLE_BYTES:  # read at random: on 4 KiB pages nearly every read misses the TLB
         advise_huge_pages(pairs.ctypes.data, pairs.nbytes)  # before the first write: faulted in huge
     pairs[0::2] = indices
     pairs[1::2] = edge_ids
