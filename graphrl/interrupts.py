@@ -25,7 +25,8 @@ Details:
 - A signal that lands while the main thread is inside numba's compiler (it holds numba's global compiler
   lock: a kernel's first call, or loading it from the cache) raises only once the compiler is left: an
   exception raised between two of the compiler's Python lines can leave LLVM objects half made, which
-  llvmlite may crash on later. The handler sends the signal again every `RESEND_DELAY` until then.
+  llvmlite may crash on later. The handler sends the signal again every `RESEND_DELAY` until then; a
+  second signal waits as well, so a compile that never ends is stopped only by SIGKILL.
 - A handler that runs inside a finalizer or ``__del__`` (garbage collection can run them at any
   bytecode) raises where Python ignores exceptions ("Exception ignored in ..."): within the block,
   `sys.unraisablehook` sees that `Interrupted` and sends the signal again, so the run still stops.
@@ -81,7 +82,7 @@ class Interrupted(KeyboardInterrupt):
         return 128 + self.signum
 
 
-RESEND_DELAY = 0.01  # seconds: a signal lost in a finalizer is sent again this much later
+RESEND_DELAY = 0.01  # seconds until a signal deferred in numba's compiler or lost in a finalizer is resent
 
 
 def _send_later(signum: int) -> None:
