@@ -286,6 +286,36 @@ SIM_SCRIPT = textwrap.dedent(
             assert torch.equal(x.indptr[r], y.indptr[r])
         for t in x.src_nodes:
             assert torch.equal(x.src_nodes[t], y.src_nodes[t])
+    # past the capacity (1 edge a relation): two relations from one source type both overflow, the second
+    # packed past its type's region, the relabelling's count past its sources; sampled again unchained
+    rels[("u", "f", "u")] = (rng.integers(0, 20, 60), rng.integers(0, 20, 60))
+    hg2 = HeteroGraph.from_edges({"u": 20, "a": 10}, rels)
+    seeds2 = {"u": torch.tensor([0, 1, 7]), "a": torch.tensor([2, 3])}
+    a = LaborSampler(hg2, [2, 2], seed=0).sample(seeds2)
+    gpu_s = LaborSampler(hg2, [2, 2], seed=0, device="cuda")
+    labor_cuda.LABOR_SLACK, labor_cuda.LABOR_EXTRA = 0.0, 1
+    b = gpu_s.sample(seeds2)
+    labor_cuda.LABOR_SLACK, labor_cuda.LABOR_EXTRA = 2.0, 1024
+    assert gpu_s.loop.traffic.chain_overflows == 1, gpu_s.loop.traffic
+    for x, y in zip(a, b):
+        for r in x.indices:
+            assert torch.equal(x.indices[r], y.indices[r]) and torch.equal(x.edge_ids[r], y.edge_ids[r])
+        for t in x.src_nodes:
+            assert torch.equal(x.src_nodes[t], y.src_nodes[t])
+    # the pair relabelling (a typed chain with times) past its sources' capacity: the first 3 relabelled,
+    # the true count written for the read-back, nothing written past the arrays (the simulator checks)
+    from numba import cuda
+    from samplers.kernels.cuda.relabel import edge_time_keys_cuda, relabel_pairs_bounded
+    from samplers.kernels.cuda.workspace import CudaWorkspace
+    dev = lambda *v: cuda.to_device(np.array(v, np.int64))
+    row_t, tkey, sizes = dev(3, 5, 0), dev(0, 0, 0), dev(0, 0, 0)
+    edge_time_keys_cuda(dev(0, 2, 5, 5), row_t, tkey)  # 5 edges kept, 3 fit
+    nodes, st, local = relabel_pairs_bounded(dev(4, 7, 9), row_t, dev(2), dev(7, 1, 1), tkey, dev(5),
+                                             CudaWorkspace(), sizes)
+    assert tkey.copy_to_host().tolist() == [3, 3, 5] and sizes.copy_to_host().tolist() == [5, 3, 5]
+    assert nodes.copy_to_host()[:5].tolist() == [4, 7, 7, 1, 1]
+    assert st.copy_to_host()[:5].tolist() == [3, 5, 3, 3, 5]
+    assert local.copy_to_host().tolist() == [2, 3, 4]
     a = LaborSampler(hg, [2, 2], seed=0, importance_sampling=1).sample({"u": torch.tensor([0, 1])})
     b = LaborSampler(hg, [2, 2], seed=0, importance_sampling=1, device="cuda").sample(
         {"u": torch.tensor([0, 1])})

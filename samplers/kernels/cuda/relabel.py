@@ -160,13 +160,16 @@ def relabel_out_upto(dst, nrow, src, nnz, first, flags, newid, src_nodes, local,
 
 @cuda.jit
 def edge_tkeys(out_indptr, dst_tkey, edge_tkey):  # pragma: no cover - device
-    """Each sampled edge takes the time key of the row that drew it (a warp per row)."""
+    """Each sampled edge takes the time key of the row that drew it (a warp per row); edges past
+    ``edge_tkey``'s end (a chained layer's overflow, seen at its read-back) are dropped."""
     lane = cuda.threadIdx.x
     row = cuda.blockIdx.x
     while row < dst_tkey.shape[0]:
         t = dst_tkey[row]
         j = out_indptr[row] + lane
         end = out_indptr[row + 1]
+        if end > edge_tkey.shape[0]:
+            end = edge_tkey.shape[0]
         while j < end:
             edge_tkey[j] = t
             j += WARP
@@ -191,15 +194,15 @@ def _pair_at(dst, dst_tkey, src, edge_tkey, d_count, i):  # pragma: no cover - d
 def hash_insert_pairs(dst, dst_tkey, nrow, src, edge_tkey, nnz, keys, vals,
                       mask):  # pragma: no cover - device
     """Claim a slot per distinct (node, time key) pair of the first ``nrow[0]`` destinations and
-    ``nnz[0]`` sources (the arrays may be longer: upper bounds); keep the smallest index of its
-    occurrences.
+    ``nnz[0]`` sources (the arrays may be longer: upper bounds; a count past ``src``'s end, a chain's
+    overflow, is clamped to it, as by `hash_insert_upto`); keep the smallest index of its occurrences.
 
     A slot's key is the index of the entry that claimed it (the pair itself is two words, too wide for
     one compare-and-swap); pairs are compared through the (immutable) input arrays."""
     i = cuda.grid(1)
     stride = cuda.gridsize(1)
     d_count = nrow[0]
-    total = d_count + nnz[0]
+    total = d_count + (nnz[0] if nnz[0] < src.shape[0] else src.shape[0])
     while i < total:
         v, t = _pair_at(dst, dst_tkey, src, edge_tkey, d_count, i)
         h = _pair_slot0(v, t, mask)
@@ -250,10 +253,11 @@ def relabel_out_pairs(dst, dst_tkey, nrow, src, edge_tkey, nnz, first, flags, ne
     i = cuda.grid(1)
     stride = cuda.gridsize(1)
     d_count = nrow[0]
-    n_src = nnz[0]
+    n_true = nnz[0]
+    n_src = n_true if n_true < src.shape[0] else src.shape[0]
     if i == 0:
         new = newid[newid.shape[0] - 1]
-        sizes[0] = n_src
+        sizes[0] = n_true  # past src's end: the caller sees the overflow
         sizes[1] = new
         sizes[2] = d_count + new
     total = d_count + n_src
@@ -445,7 +449,8 @@ def relabel_pairs_bounded(dst: Any, dst_times: Any, nrow: Any, src: Any, edge_tk
     """`relabel_pairs_cuda` over the first ``nrow[0]`` destinations and ``nnz[0]`` sources (counts that
     stay on the device, as `relabel_bounded`): nothing read back, outputs at their upper bounds
     (``src_nodes``, ``src_times`` [Db + M], ``local`` [M]), the true sizes written into ``sizes``
-    (device int64 [3]: nnz, new sources, ``nrow[0]`` + new); scratch from ``ws``."""
+    (device int64 [3]: nnz, new sources, ``nrow[0]`` + new; an nnz past M, a chain's overflow, relabels
+    the first M and is written as it is); scratch from ``ws``."""
     return _relabel_pairs(dst, dst_times, nrow, src, edge_tkey, nnz, ws, sizes)
 
 
