@@ -15,6 +15,7 @@ folder.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -110,8 +111,9 @@ class _Owners:
     """What both groups share: the book, the checks of a request, the stats."""
 
     def __init__(self, folder: str, expect: str | None) -> None:
+        folder = os.path.abspath(folder)  # owners (re)started later, or in a process of another cwd
         self.book = load_book(folder, expect)
-        self.folder = str(folder)
+        self.folder = folder
         self.fingerprint = self.book.fingerprint
         self.num_parts = self.book.num_parts
         self.stats = OwnerStats()
@@ -196,7 +198,8 @@ class LocalOwners(_Owners):
 
     Parameters
     ----------
-    folder : str; expect : str or None (the graph fingerprint the folder must hold)
+    folder : str or os.PathLike; expect : str or None (the graph fingerprint the folder must hold)
+        A relative ``folder`` is taken from the current directory when the owners are made.
 
     Raises
     ------
@@ -262,8 +265,8 @@ class RayOwners(_Owners):
 
     Parameters
     ----------
-    folder : str
-        A path every Ray node can read.
+    folder : str or os.PathLike
+        A path every Ray node can read (a relative one is taken from the current directory here).
     expect : str or None
         The graph fingerprint the folder must hold.
     actor_options : dict or None

@@ -1,0 +1,90 @@
+"""Issue 31 under a new user's hands: partitioned graphs sampled through `samplers.distributed`.
+
+Relative folders and owners restarted from another directory; every part file damaged in turn and
+named; a part with no nodes; feature rows and the store's counters by hand.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from graphrl.datasets import synthetic_graph
+from graphrl.partition import PartitionError, load_partition, write_partitions
+from samplers import NeighborSampler
+from samplers.distributed import DistFeatureStore, DistNeighborSampler, LocalOwners
+
+N, E = 500, 4000
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return synthetic_graph(N, E, "powerlaw", seed=3)
+
+
+def _same(a, b) -> None:
+    for x, y in zip(a, b, strict=True):
+        for f in ("src_nodes", "dst_nodes", "indptr", "indices", "edge_ids"):
+            assert torch.equal(getattr(x, f), getattr(y, f)), f
+
+
+def test_a_relative_folder_is_the_one_of_when_the_owners_were_made(graph, tmp_path, monkeypatch):
+    write_partitions(graph, tmp_path / "parts", 3, method="ldg")
+    monkeypatch.chdir(tmp_path)
+    owners = LocalOwners("parts")
+    monkeypatch.chdir("/")  # a trainer that moved on; restarted owners still read the same folder
+    assert owners.folder == str(tmp_path / "parts")
+    owners.restart(1)
+    seeds = torch.arange(0, N, 4)
+    _same(NeighborSampler(graph, [3, 2], seed=1).sample(seeds),
+          DistNeighborSampler(owners, [3, 2], seed=1).sample(seeds))
+
+
+def test_each_damaged_file_of_a_part_is_named(graph, tmp_path):
+    import shutil
+
+    src = tmp_path / "parts"
+    write_partitions(graph, src, 2, method="ldg", features=torch.randn(N, 2), labels=torch.arange(N))
+    names = sorted(p.name for p in (src / "part1").iterdir())
+    assert {"indptr.npy", "indices.npy", "edge_ids.npy", "halo.npy", "features.npy", "labels.npy"} <= {*names}
+    for name in names:
+        copy = shutil.copytree(src, tmp_path / f"d_{name}")
+        path = copy / "part1" / name
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2 + 1] ^= 1  # one bit, the size unchanged
+        path.write_bytes(bytes(data))
+        load_partition(copy, 0)  # the other part is whole
+        with pytest.raises(PartitionError, match=f"part1/{name}"):
+            load_partition(copy, 1)
+        with pytest.raises(PartitionError, match=f"part1/{name}"):  # the book is whole; part 1 is not
+            LocalOwners(str(copy))
+
+
+def test_a_part_with_no_nodes_samples_and_fetches_as_the_whole_graph(graph, tmp_path):
+    owner = np.where(np.arange(N) < 200, 0, 2)  # part 1 owns nothing
+    x = torch.arange(N * 3, dtype=torch.float32).reshape(N, 3)
+    write_partitions(graph, tmp_path / "parts", 3, owner=owner, features=x, labels=torch.arange(N))
+    owners = LocalOwners(str(tmp_path / "parts"))
+    ref, dist = NeighborSampler(graph, [3, -1], seed=2), DistNeighborSampler(owners, [3, -1], seed=2)
+    batches = [torch.arange(k, N, 9) for k in range(5)]
+    for seeds, blocks in zip(batches, dist.sample_many(batches, batches_per_request=2), strict=True):
+        _same(ref.sample(seeds), blocks)
+    assert torch.equal(DistFeatureStore(owners, "labels").fetch(torch.arange(N)), torch.arange(N))
+
+
+def test_feature_store_rows_hits_and_bytes_by_hand(graph, tmp_path):
+    x = torch.randn(N, 5)
+    write_partitions(graph, tmp_path / "parts", 3, method="ldg", features=x)
+    owners = LocalOwners(str(tmp_path / "parts"))
+    store = DistFeatureStore(owners, cache_ids=torch.tensor([7, 3, 7], dtype=torch.int32))
+    ids = torch.tensor([3, 7, 3, 8, 9, 8, 499, 0])
+    assert torch.equal(store.fetch(ids), x[ids])
+    book = owners.book.node_part
+    misses = ids.numpy()[~np.isin(ids.numpy(), [3, 7])]
+    s = store.stats
+    assert (s.hits, s.misses) == (3, 5) and s.hit_rate == 3 / 8
+    assert s.requests == len(np.unique(book[misses]))  # one request per owner of a miss
+    assert s.bytes_moved == misses.size * (5 * 4 + 8)  # float32 rows back, int64 ids out
+    assert store.fetch(torch.empty(0, dtype=torch.int64)).shape == (0, 5)
+    assert store.stats.requests == s.requests
