@@ -44,13 +44,6 @@ class Reference:
         return np.array([p for p in range(floor, self.next) if p in self.rows], dtype=np.int64)
 
 
-@pytest.fixture
-def memory():
-    m = MemoryManager()
-    yield m
-    m.close()
-
-
 @pytest.mark.parametrize("codec", ["lz4", "zstd"])
 def test_codec_names_and_errors(codec):
     c = make_codec(codec)  # the module docstring's settings: LZ4 acceleration 1, Zstd level 1
@@ -59,11 +52,11 @@ def test_codec_names_and_errors(codec):
         make_codec("snappy")
 
 
-def test_create_rejects_bad_sizes(memory):
+def test_create_rejects_bad_sizes(mm):
     with pytest.raises(ValueError, match="capacity=24, chunk=16"):
-        ChunkRing.create(memory, "obs", SHAPE, np.uint8, "lz4", capacity=24, chunk=16, arena_bytes=1000)
+        ChunkRing.create(mm, "obs", SHAPE, np.uint8, "lz4", capacity=24, chunk=16, arena_bytes=1000)
     with pytest.raises(ValueError, match="arena_bytes must be >= 1, got 0"):
-        ChunkRing.create(memory, "obs", SHAPE, np.uint8, "lz4", capacity=32, chunk=16, arena_bytes=0)
+        ChunkRing.create(mm, "obs", SHAPE, np.uint8, "lz4", capacity=32, chunk=16, arena_bytes=0)
 
 
 @settings(max_examples=15, deadline=None)
@@ -114,8 +107,8 @@ def test_reads_match_a_raw_ring(codec, chunk, slots, ops, seed):
         memory.close()
 
 
-def test_arena_overflow_raises_and_writes_nothing(memory):
-    ring = ChunkRing.create(memory, "obs", (64,), np.uint8, "lz4", capacity=64, chunk=4, arena_bytes=300)
+def test_arena_overflow_raises_and_writes_nothing(mm):
+    ring = ChunkRing.create(mm, "obs", (64,), np.uint8, "lz4", capacity=64, chunk=4, arena_bytes=300)
     noise = np.random.default_rng(0).integers(0, 256, (64, 64), dtype=np.uint8)  # does not compress
     ring.write(noise[:4], 0)
     before = (ring.meta.copy(), ring.table.copy(), ring.arena.copy())
@@ -128,22 +121,22 @@ def test_arena_overflow_raises_and_writes_nothing(memory):
     np.testing.assert_array_equal(out, noise[:4])
 
 
-def test_read_refuses_positions_not_held(memory):
-    ring = ChunkRing.create(memory, "obs", SHAPE, np.uint8, "lz4", capacity=16, chunk=4, arena_bytes=4096)
+def test_read_refuses_positions_not_held(mm):
+    ring = ChunkRing.create(mm, "obs", SHAPE, np.uint8, "lz4", capacity=16, chunk=4, arena_bytes=4096)
     ring.write(frames(0, 20), 0)
     with pytest.raises(ValueError, match=r"positions must be in \[4, 20\)"):
         ring.read(np.array([3]), np.empty((1, *SHAPE), np.uint8))
 
 
 @pytest.mark.parametrize("codec", ["zstd", "lz4dict"])
-def test_corrupt_checkpoint_chunk_is_named(memory, codec):
-    ring = ChunkRing.create(memory, "obs", SHAPE, np.uint8, codec, capacity=16, chunk=4, arena_bytes=4096)
+def test_corrupt_checkpoint_chunk_is_named(mm, codec):
+    ring = ChunkRing.create(mm, "obs", SHAPE, np.uint8, codec, capacity=16, chunk=4, arena_bytes=4096)
     ring.write(frames(0, 10), 0)
     state = ring.state()
     state["blob"] = state["blob"].copy()
     n = int(state["chunks"][0, 1])
     state["blob"][:n] = 7
-    other = ChunkRing.create(memory, "obs", SHAPE, np.uint8, codec, capacity=16, chunk=4, arena_bytes=4096)
+    other = ChunkRing.create(mm, "obs", SHAPE, np.uint8, codec, capacity=16, chunk=4, arena_bytes=4096)
     with pytest.raises(ValueError, match=r"'obs': the checkpoint's chunk 0 \(record 0 of 2\) fails its"):
         other.load_state(state)
     if n < ring.chunk_bytes:  # compressed (lz4dict's 15-byte rows do not compress: stored raw)
@@ -156,14 +149,14 @@ def test_corrupt_checkpoint_chunk_is_named(memory, codec):
 
 
 @pytest.mark.parametrize("shape", [(3, 5), (1, 3, 5), (4, 15)])
-def test_a_checkpoint_tail_of_another_shape_is_refused_storing_nothing(memory, shape):
+def test_a_checkpoint_tail_of_another_shape_is_refused_storing_nothing(mm, shape):
     # a tail of one row was broadcast over the open chunk's rows, no error; one of (4, 15) raised numpy's
     # broadcast error after the arena and table were stored
-    ring = ChunkRing.create(memory, "obs", SHAPE, np.uint8, "lz4", capacity=16, chunk=4, arena_bytes=4096)
+    ring = ChunkRing.create(mm, "obs", SHAPE, np.uint8, "lz4", capacity=16, chunk=4, arena_bytes=4096)
     ring.write(frames(0, 10), 0)
     state = ring.state()
     state["tail"] = np.ones(shape, np.uint8)
-    other = ChunkRing.create(memory, "obs", SHAPE, np.uint8, "lz4", capacity=16, chunk=4, arena_bytes=4096)
+    other = ChunkRing.create(mm, "obs", SHAPE, np.uint8, "lz4", capacity=16, chunk=4, arena_bytes=4096)
     other.tail[...] = 9
     msg = rf"field 'obs': the checkpoint's tail has shape {re.escape(str(shape))}, expected \(4, 3, 5\)"
     with pytest.raises(ValueError, match=msg):
@@ -173,10 +166,10 @@ def test_a_checkpoint_tail_of_another_shape_is_refused_storing_nothing(memory, s
 
 
 @pytest.mark.parametrize("codec", ["lz4", "lz4dict"])
-def test_a_skip_past_a_whole_chunk_keeps_the_rows_written_before_it(memory, codec):
+def test_a_skip_past_a_whole_chunk_keeps_the_rows_written_before_it(mm, codec):
     # found by hypothesis: 6 rows, then 3 rows at position 9 fill chunk 0 (positions 0..7) from the tail
     # alone; the rows of the write were once copied into it as well
-    ring = ChunkRing.create(memory, "obs", SHAPE, np.uint8, codec, capacity=16, chunk=8, arena_bytes=4096)
+    ring = ChunkRing.create(mm, "obs", SHAPE, np.uint8, codec, capacity=16, chunk=8, arena_bytes=4096)
     ring.write(frames(0, 6), 0)
     ring.write(frames(9, 3), 9)
     out = np.empty((9, *SHAPE), np.uint8)
@@ -185,7 +178,7 @@ def test_a_skip_past_a_whole_chunk_keeps_the_rows_written_before_it(memory, code
 
 
 def test_a_restore_checks_each_chunk_once_and_a_checked_state_cannot_be_made_bad(
-    memory, tmp_path, monkeypatch
+    mm, tmp_path, monkeypatch
 ):
     """`replay.checkpoint.load` checks the checksums (a `ChunkState`); the ring's load_state decodes, and
     checks them again only for a plain dict (the fault-injection tests: test_breakit_codec_local.py)."""
@@ -207,7 +200,7 @@ def test_a_restore_checks_each_chunk_once_and_a_checked_state_cannot_be_made_bad
         assert np.array_equal(ep.data["obs"], frames(0, 21))
     finally:
         restored.close()
-    state = ChunkRing.create(memory, "obs", SHAPE, np.uint8, "lz4", capacity=16, chunk=4, arena_bytes=4096)
+    state = ChunkRing.create(mm, "obs", SHAPE, np.uint8, "lz4", capacity=16, chunk=4, arena_bytes=4096)
     state.write(frames(0, 10), 0)
     good = state.state()
     bad = dict(good, blob=good["blob"].copy())
