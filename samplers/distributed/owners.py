@@ -432,6 +432,10 @@ class RayOwners(_Owners):
     def restart(self, part: int) -> None:
         """Start owner ``part`` again from the folder (verified); the old actor is killed if alive.
 
+        Named owners (``name``, `attach`): when another process of the cluster already started a new
+        owner ``part`` under the name, this group attaches to it instead, so every trainer that saw the
+        owner die calls ``restart`` and goes on, whichever called it first.
+
         Raises
         ------
         TypeError, ValueError
@@ -440,11 +444,30 @@ class RayOwners(_Owners):
             The new owner failed to start (a damaged part, a folder written again: named).
         """
         self._check_parts({part: ()}, "part")
+        if self.name is not None and self._attach_new(part):
+            return
         self._ray.kill(self.actors[part], no_restart=True)
         self.actors[part] = self._start(part)
         self._get({part: self.actors[part].freeze_gc.remote()}, "freeze_gc")
         info = self._get({part: self.actors[part].info.remote()}, "info")[part]
         self.infos[part] = self._checked(part, info)
+
+    def _attach_new(self, part: int) -> bool:
+        """Attach the live actor named for ``part`` if it is not this group's (another process restarted
+        it); False when the name is free, or held by this group's actor or a dead one."""
+        try:
+            actor = self._ray.get_actor(self._actor_name(part))
+        except ValueError:
+            return False
+        if actor == self.actors[part]:
+            return False
+        try:
+            info = self._get({part: actor.info.remote()}, "info")[part]
+        except OwnerError:  # a dead actor whose name Ray has not freed yet
+            return False
+        self.infos[part] = self._checked(part, info)
+        self.actors[part] = actor
+        return True
 
     def close(self) -> None:
         """Kill every owner actor; calls then raise ``ValueError`` (closed)."""

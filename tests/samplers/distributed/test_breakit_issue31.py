@@ -1,19 +1,24 @@
 """Issue 31 under a new user's hands: partitioned graphs sampled through `samplers.distributed`.
 
 Relative folders and owners restarted from another directory; every part file damaged in turn and
-named; a part with no nodes; feature rows and the store's counters by hand.
+named; a part with no nodes; feature rows and the store's counters by hand; several trainers
+(attached by name) that each restart a killed Ray owner and go on with the same blocks.
 """
 
 from __future__ import annotations
+
+import os
+import signal
+import time
 
 import numpy as np
 import pytest
 import torch
 
 from graphrl.datasets import synthetic_graph
-from graphrl.partition import PartitionError, load_partition, write_partitions
+from graphrl.partition import PartitionError, graph_fingerprint, load_partition, write_partitions
 from samplers import NeighborSampler
-from samplers.distributed import DistFeatureStore, DistNeighborSampler, LocalOwners
+from samplers.distributed import DistFeatureStore, DistNeighborSampler, LocalOwners, OwnerError
 
 N, E = 500, 4000
 
@@ -88,3 +93,42 @@ def test_feature_store_rows_hits_and_bytes_by_hand(graph, tmp_path):
     assert s.bytes_moved == misses.size * (5 * 4 + 8)  # float32 rows back, int64 ids out
     assert store.fetch(torch.empty(0, dtype=torch.int64)).shape == (0, 5)
     assert store.stats.requests == s.requests
+
+
+@pytest.mark.slow  # a Ray session and two owner processes
+def test_every_attached_trainer_restarts_a_killed_owner_and_goes_on(graph, tmp_path):
+    ray = pytest.importorskip("ray", reason="the Ray owners need ray: pip install 'graphrl[ray]'")
+    from samplers.distributed import RayOwners
+
+    write_partitions(graph, tmp_path / "parts", 2, method="ldg")
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address="local", num_cpus=2, namespace="breakit31", include_dashboard=False,
+                 log_to_driver=False, configure_logging=False)
+    first = second = None
+    try:
+        first = RayOwners(str(tmp_path / "parts"), expect=graph_fingerprint(graph), name="breakit31")
+        second = RayOwners.attach(str(tmp_path / "parts"), "breakit31")  # another trainer's view
+        seeds = torch.arange(0, N, 3)
+        trainers = [(NeighborSampler(graph, [4, 3], seed=s), DistNeighborSampler(o, [4, 3], seed=s))
+                    for s, o in ((0, first), (1, second))]
+        for ref, dist in trainers:
+            _same(ref.sample(seeds), dist.sample(seeds))
+        os.kill(first.info(1)["pid"], signal.SIGKILL)
+        for _, dist in trainers:
+            t0 = time.perf_counter()
+            with pytest.raises(OwnerError, match=r"partition owner 1 .*died.*restart\(1\)"):
+                dist.sample(seeds)
+            assert time.perf_counter() - t0 < 1.0
+        t0 = time.perf_counter()
+        second.restart(1)  # the attached trainer starts the new owner ...
+        first.restart(1)  # ... and the one that started the first attaches it (was: name taken after 5 s)
+        assert time.perf_counter() - t0 < 4.0
+        assert first.info(1)["pid"] == second.info(1)["pid"]
+        for ref, dist in trainers:  # the failed batch comes again, whole
+            _same(ref.sample(seeds), dist.sample(seeds))
+    finally:
+        if first is not None:
+            first.close()
+        if started:
+            ray.shutdown()
