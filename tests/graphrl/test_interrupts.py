@@ -43,7 +43,7 @@ def test_a_signal_while_another_thread_compiles_raises_at_once():
     worker = threading.Thread(target=compile_elsewhere)
     worker.start()
     try:
-        holding.wait(5.0)
+        assert holding.wait(5.0)  # the other thread holds the compiler lock
         t0 = time.perf_counter()
         with pytest.raises(Interrupted), interrupts():
             os.kill(os.getpid(), signal.SIGINT)
