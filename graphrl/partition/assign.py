@@ -167,6 +167,11 @@ def _fill_empty_parts(owner: np.ndarray, parts: int) -> None:
         counts[p] += 1
 
 
+def _imbalance(counts: np.ndarray) -> float:
+    """max / mean of per-part counts; 1.0 (balanced) when every part has none."""
+    return float(counts.max() / counts.mean()) if counts.max() > 0 else 1.0
+
+
 def balance(graph: CSCGraph, owner: np.ndarray, num_parts: int) -> dict:
     """How balanced an assignment is, and what it cuts.
 
@@ -174,8 +179,8 @@ def balance(graph: CSCGraph, owner: np.ndarray, num_parts: int) -> dict:
     -------
     dict
         ``nodes`` and ``edges`` (in-edges owned) per part (lists of int), ``node_imbalance`` and
-        ``edge_imbalance`` (max over mean), ``edge_cut`` (edges whose source lies in another part than
-        their destination) and ``cut_fraction`` (edge_cut / E).
+        ``edge_imbalance`` (max over mean; 1.0 with no edges), ``edge_cut`` (edges whose source lies in
+        another part than their destination) and ``cut_fraction`` (edge_cut / E).
     """
     owner = np.asarray(owner)
     deg = graph.in_degrees().numpy()
@@ -187,8 +192,8 @@ def balance(graph: CSCGraph, owner: np.ndarray, num_parts: int) -> dict:
     return {
         "nodes": nodes.tolist(),
         "edges": edges.tolist(),
-        "node_imbalance": float(nodes.max() / max(nodes.mean(), 1e-12)),
-        "edge_imbalance": float(edges.max() / max(edges.mean(), 1e-12)),
+        "node_imbalance": _imbalance(nodes),
+        "edge_imbalance": _imbalance(edges),
         "edge_cut": cut,
         "cut_fraction": cut / e,
     }

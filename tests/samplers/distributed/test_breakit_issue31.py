@@ -78,6 +78,16 @@ def test_a_part_with_no_nodes_samples_and_fetches_as_the_whole_graph(graph, tmp_
     assert torch.equal(DistFeatureStore(owners, "labels").fetch(torch.arange(N)), torch.arange(N))
 
 
+def test_a_graph_with_no_edges_is_balanced_and_samples_empty_blocks(tmp_path):
+    from graphrl.graph import CSCGraph
+
+    empty = CSCGraph.from_edges(torch.empty(0, dtype=torch.int64), torch.empty(0, dtype=torch.int64), 6)
+    body = write_partitions(empty, tmp_path / "parts", 3, method="ldg")
+    assert body["balance"]["edge_imbalance"] == 1.0 and body["balance"]["node_imbalance"] == 1.0  # was 0.0
+    dist = DistNeighborSampler(LocalOwners(str(tmp_path / "parts")), [2, -1], seed=0)
+    _same(NeighborSampler(empty, [2, -1], seed=0).sample(torch.arange(6)), dist.sample(torch.arange(6)))
+
+
 def test_feature_store_rows_hits_and_bytes_by_hand(graph, tmp_path):
     x = torch.randn(N, 5)
     write_partitions(graph, tmp_path / "parts", 3, method="ldg", features=x)
