@@ -80,7 +80,7 @@ def sample_relations_bounded(relations: list, sample: Callable[[int, Any, str], 
     for k, rel in enumerate(relations):
         e = sample(k, rel, f"src_{k}")
         edges.append(e)
-        tk = ws.scratch(f"tkey_{k}", max(int(e.src.shape[0]), 1), np.int64)
+        tk = ws.scratch(f"tkey_{k}", max(int(e.src.shape[0]), 1) if timed else 1, np.int64)
         if timed:
             edge_time_keys_cuda(e.out_indptr, rows[rel[2]].times, tk)
         tkeys.append(tk)
