@@ -120,24 +120,28 @@ def share_loop(loop) -> dict:
     return out
 
 
-def attach_derived(name: str, shared, num_edges: int, num_dst: int) -> dict[str, np.ndarray]:
+def attach_derived(name: str, shared, indices: np.ndarray, edge_ids: np.ndarray | None,
+                   num_dst: int) -> dict[str, np.ndarray]:
     """`share_loop`'s derived tensors of one relation (unpickled) checked, as numpy views by name (no
-    copy): the keyword arguments of `samplers.modes.RelationArrays` for a relation of ``num_edges``
-    edges and ``num_dst`` rows, whose loop then builds none of them. ``shared`` None (or empty):
-    nothing handed in.
+    copy): the keyword arguments of `samplers.modes.RelationArrays` for a relation of ``num_dst`` rows
+    whose CSC holds ``indices`` and ``edge_ids`` ([E] each; None: ids are the positions), whose loop then
+    builds none of them. ``shared`` None (or empty): nothing handed in. Checked: each array's dtype and
+    length, and the pairs against ``indices`` and ``edge_ids`` at 64 positions spread over the CSC.
 
     Raises
     ------
     ValueError
-        ``shared`` holds a name outside `DERIVED`, or an array that is not a contiguous CPU tensor of
-        its dtype and length (a state that does not belong to this graph).
+        ``shared`` holds a name outside `DERIVED`, an array that is not a contiguous CPU tensor of its
+        dtype and length, or pairs where the graph has no edge ids or that differ from its CSC at a
+        probed position (a state that does not belong to this graph).
     """
+    num_edges = int(indices.shape[0])
     out = {}
     for key, tensor in (shared or {}).items():
         if key not in DERIVED:
             raise ValueError(f"{name}: unknown derived array {key!r}, expected one of {sorted(DERIVED)}")
         dtype, per_edge, per_row = DERIVED[key]
-        length = per_edge * int(num_edges) + per_row * int(num_dst)
+        length = per_edge * num_edges + per_row * int(num_dst)
         if (not isinstance(tensor, torch.Tensor) or tensor.device.type != "cpu" or tensor.dtype != dtype
                 or tuple(tensor.shape) != (length,) or not tensor.is_contiguous()):
             got = (f"{tensor.dtype} {tuple(tensor.shape)} on {tensor.device}"
@@ -145,7 +149,26 @@ def attach_derived(name: str, shared, num_edges: int, num_dst: int) -> dict[str,
             raise ValueError(f"{name}[{key!r}]: expected a contiguous CPU {dtype} tensor of shape "
                              f"({length},) for {num_edges} edges and {num_dst} rows, got {got}")
         out[key] = tensor.numpy()
+    if "pairs" in out:
+        _check_pairs(f"{name}['pairs']", out["pairs"], indices, edge_ids)
     return out
+
+
+_PAIR_PROBES = 64  # positions, spread over the CSC, where attach_derived compares pairs with the graph
+
+
+def _check_pairs(name: str, pairs: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray | None) -> None:
+    """Raise ValueError unless ``pairs`` could be `edge_pairs` of this CSC (probed, not read whole)."""
+    if edge_ids is None:
+        raise ValueError(f"{name}: the graph has no edge ids, so it takes no pairs (edge_pairs builds none)")
+    num = indices.shape[0]
+    at = np.unique(np.linspace(0, num - 1, min(num, _PAIR_PROBES)).astype(np.int64))
+    bad = (pairs[2 * at] != indices[at]) | (pairs[2 * at + 1] != edge_ids[at])
+    if bad.any():
+        pos = int(at[np.argmax(bad)])
+        raise ValueError(f"{name}: position {pos} holds ({pairs[2 * pos]}, {pairs[2 * pos + 1]}) where "
+                         f"the graph has source {indices[pos]} and edge id {edge_ids[pos]}: pairs of another "
+                         "graph")
 
 
 def csc_weights(name: str, weights, num_edges: int, csc_eids: np.ndarray) -> np.ndarray:

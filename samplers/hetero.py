@@ -187,8 +187,8 @@ class HeteroNeighborSampler:
             arrays[rel] = RelationArrays(indptr, indices, eids, self.graph.num_nodes[rel[0]],
                                          weights=self._weights.get(rel), times=self._times.get(rel),
                                          cuda=self._cuda_graphs.get(rel),
-                                         **attach_derived(f"_derived[{rel!r}]", derived.get(rel),
-                                                          indices.shape[0], indptr.shape[0] - 1))
+                                         **attach_derived(f"_derived[{rel!r}]", derived.get(rel), indices,
+                                                          eids, indptr.shape[0] - 1))
             modes[rel] = self._mode_kind(rel)(self.replace)
         index = {rel: r for r, rel in enumerate(self.graph.relations)}
         return LayerLoop(arrays, self.graph.num_nodes, modes, self.device.type, typed=True,

@@ -267,7 +267,8 @@ class NeighborSampler:
         g = self.graph
         arrays = RelationArrays(self._indptr, self._indices, self._edge_ids, g.num_nodes,
                                 weights=self._weights, times=self._times, cuda=self._cuda_graph,
-                                **attach_derived("_derived", derived, g.num_edges, g.num_nodes))
+                                **attach_derived("_derived", derived, self._indices, self._edge_ids,
+                                                 g.num_nodes))
         return LayerLoop({PLAIN_RELATION: arrays}, {PLAIN_NODE: self.graph.num_nodes},
                          {PLAIN_RELATION: mode(self.replace)}, self.device.type, typed=False)
 

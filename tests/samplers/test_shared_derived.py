@@ -112,6 +112,29 @@ def test_a_state_whose_derived_arrays_do_not_fit_is_refused():
         NeighborSampler.__new__(NeighborSampler).__setstate__(state)
 
 
+def test_pairs_of_another_graph_are_refused():
+    s = NeighborSampler(graph(), [4], seed=1)
+    other = NeighborSampler(graph(), [4], seed=1)
+    pairs = other.loop.relations[PLAIN_RELATION].pairs
+    moved = np.roll(pairs.reshape(-1, 2), 1, axis=0).ravel()  # right shape and dtype, shifted by one edge
+    want = int(s.graph.indices[0]), int(s.graph.edge_ids[0])
+    assert tuple(moved[:2]) != want  # so position 0 alone differs from the graph
+    state = s.__getstate__()
+    state["_derived"] = {"pairs": torch.from_numpy(moved)}
+    with pytest.raises(ValueError, match=rf"_derived\['pairs'\]: position 0 holds .* where the graph has "
+                                         rf"source {want[0]} and edge id {want[1]}: pairs of another graph"):
+        NeighborSampler.__new__(NeighborSampler).__setstate__(state)
+    state["_derived"] = {"pairs": torch.from_numpy(pairs.copy())}  # the same graph's: attached
+    copy = NeighborSampler.__new__(NeighborSampler)
+    copy.__setstate__(state)
+    assert np.array_equal(copy.loop.relations[PLAIN_RELATION].pairs, pairs)
+    bare = NeighborSampler(CSCGraph(s.graph.indptr, s.graph.indices), [4])  # no edge ids: no pairs taken
+    assert bare.loop.relations[PLAIN_RELATION].pairs is None
+    state = dict(bare.__getstate__(), _derived={"pairs": torch.from_numpy(pairs.copy())})
+    with pytest.raises(ValueError, match="has no edge ids, so it takes no pairs"):
+        NeighborSampler.__new__(NeighborSampler).__setstate__(state)
+
+
 def test_a_hetero_copy_attaches_each_relations_arrays(builds):
     rng = np.random.default_rng(2)
     u, a = rng.integers(0, 30, 200), rng.integers(0, 20, 200)
