@@ -3,11 +3,11 @@
 `csc_weights` and `csc_times` check a tensor given by edge id and put it in CSC order (the order the
 kernels read); `edge_pairs` packs each edge's source and edge id side by side for the CPU gather;
 `share_loop` and `attach_derived` carry a CPU loop's weights, times and derived arrays (`DERIVED`: those
-pairs and the weighted rows' prefix sums) through pickling in shared memory, built once per host;
-`excluded_positions` turns excluded edge ids into sorted CSC positions through
-`inverse_permutation` of the graph's edge ids; `blocks_dst_count` and `cuda_to_torch` turn a layer's
-output (numpy, torch or numba device arrays) into what a block holds. See
-docs/architecture.md#graph-storage for the CSC layout and docs/architecture.md#sampling-rules for
+pairs and the weighted rows' prefix sums) through pickling in shared memory, built once per host, and
+`held_derived` hands them to another loop over the same rows; `excluded_positions` turns excluded edge
+ids into sorted CSC positions through `inverse_permutation` of the graph's edge ids; `blocks_dst_count`
+and `cuda_to_torch` turn a layer's output (numpy, torch or numba device arrays) into what a block holds.
+See docs/architecture.md#graph-storage for the CSC layout and docs/architecture.md#sampling-rules for
 what exclusion, weights and times mean.
 """
 
