@@ -93,8 +93,9 @@ class DistNeighborSampler:
     -----
     Requests per call: at most P per layer (`sample_many`: per group of batches). Bytes per batch: 4 per
     frontier node sent, 4 per row and 8 per sampled edge received (below 2^31 nodes and edges; 8, 8 and
-    16 above). The trainer holds the book (4 bytes per node) and one relabelling map (4 bytes per node),
-    which every batch in flight shares (each layer is relabelled in one pass on the calling thread).
+    16 above), and per request a header of 8 (7 + 3K) bytes sent and 4K received (K batches a request).
+    The trainer holds the book (4 bytes per node) and one relabelling map (4 bytes per node), which
+    every batch in flight shares (each layer is relabelled in one pass on the calling thread).
     ``sampled_edges`` counts edges drawn; ``owners.stats`` the requests and bytes.
 
     Raises

@@ -88,6 +88,19 @@ def test_a_graph_with_no_edges_is_balanced_and_samples_empty_blocks(tmp_path):
     _same(NeighborSampler(empty, [2, -1], seed=0).sample(torch.arange(6)), dist.sample(torch.arange(6)))
 
 
+@pytest.mark.parametrize("per", [1, 3])
+def test_owner_bytes_of_a_layer_by_hand(graph, tmp_path, per):
+    write_partitions(graph, tmp_path / "parts", 3, method="ldg")
+    owners = LocalOwners(str(tmp_path / "parts"))
+    batches = [torch.arange(k, N, 7) for k in range(per)]  # distinct seeds: the frontier is the seeds
+    got = list(DistNeighborSampler(owners, [4], seed=1).sample_many(batches, batches_per_request=per))
+    s, frontier = owners.stats, sum(b.numel() for b in batches)
+    edges = sum(blocks[0].num_edges for blocks in got)
+    assert s.requests == len(np.unique(owners.book.node_part[: N])) == 3
+    assert s.bytes_sent == 4 * frontier + s.requests * 8 * (7 + 3 * per)  # int32 ids and the header
+    assert s.bytes_received == 4 * frontier + s.requests * 4 * per + 8 * edges  # rows, offsets, edges
+
+
 def test_feature_store_rows_hits_and_bytes_by_hand(graph, tmp_path):
     x = torch.randn(N, 5)
     write_partitions(graph, tmp_path / "parts", 3, method="ldg", features=x)
