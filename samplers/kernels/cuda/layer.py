@@ -369,11 +369,30 @@ class BoundedEdges:
 def sample_edges_bounded(graph: CudaGraph, rows: DeviceRows, fanout: int, replace: bool, key: int,
                          weighted: bool, excluded: Any, ws: Any, scratch: str = "src") -> BoundedEdges:
     """One `bounded_layer` layer of a chain sampled, not relabelled, nothing read back: thread-per-row
-    rules, or masked rows by time (a graph built with times and rows with times); the sources in the
-    workspace's scratch array ``scratch``."""
+    rules, or masked rows by time (a graph built with times and rows with times, without replacement).
+
+    Parameters
+    ----------
+    graph : CudaGraph; rows : DeviceRows (the chain's rows, Db an upper bound); fanout : int (>= 0);
+    replace : bool; key : int (the layer's key); weighted : bool; excluded : device int64 [X] sorted CSC
+    positions or None; ws : CudaWorkspace; scratch : str (the workspace's scratch array for the sources)
+
+    Returns
+    -------
+    BoundedEdges
+        At the upper bound M = Db * fanout (or 1).
+
+    Raises
+    ------
+    ValueError
+        ``weighted`` on a graph without weights, or ``replace`` with masked rows by time (not bounded).
+    """
     if weighted and not graph.weighted:
         raise ValueError("weighted=True needs a CudaGraph built with weights")
     if graph.timed and rows.times is not None:
+        if replace:
+            raise ValueError("replace=True: masked rows by time chain without replacement only "
+                             "(bounded_layer(timed=True, replace=True) is False)")
         return _masked_edges(graph, rows, fanout, key, weighted, excluded, ws, scratch)
     stream = kernel_stream()
     dst, nrow = rows.ids, rows.count
@@ -441,7 +460,9 @@ def _masked_edges(graph: CudaGraph, rows: DeviceRows, fanout: int, key: int, wei
 
 def relabel_chained(rows: DeviceRows, edges: BoundedEdges, ws: Any) -> PendingBlock:
     """A plain chain's layer relabelled on the device (by (node, time) when the rows have times: each
-    edge takes its row's time), its sizes written after ``rows.at`` in its chain."""
+    edge takes its row's time), its sizes (edges, new sources, next rows) written after ``rows.at`` in
+    its chain, nothing read back: a `PendingBlock` at the upper bounds of ``edges`` (M = ``edges.src``'s
+    length; an edge count past M, a LABOR overflow, raises `ChainOverflow` when the block is read)."""
     dst, nrow = rows.ids, rows.count
     sizes = rows.chain[rows.at + 1:rows.at + 4]
     if rows.times is None:
