@@ -131,7 +131,7 @@ def start_rows(ids: Any, ws: Any, layers: int, times: Any = None) -> DeviceRows:
     return DeviceRows(ids, chain, 0, times)
 
 
-def read_blocks(pending: list[PendingBlock], ws: Any) -> list[tuple[Any, Any, Any, Any]]:
+def read_blocks(pending: list[PendingBlock], ws: Any) -> list[tuple[Any, Any, Any, Any, Any]]:
     """The blocks of successive pending layers of one chain, their sizes read back in one copy.
 
     Returns
@@ -139,6 +139,11 @@ def read_blocks(pending: list[PendingBlock], ws: Any) -> list[tuple[Any, Any, An
     list of (out_indptr [D + 1], src_nodes [S], local [nnz], eids [nnz], src_times [S] or None)
         Device views of each `PendingBlock`'s arrays at its true sizes, in the order given
         (`PendingBlock.finish`); one counted read-back of the workspace for all of them.
+
+    Raises
+    ------
+    ChainOverflow
+        A layer kept more edges than its capacity (a chained LABOR layer): sample the call again unchained.
     """
     chain, lo = pending[0].rows.chain, pending[0].rows.at
     values = ws.read(chain[lo:pending[-1].rows.at + 4])

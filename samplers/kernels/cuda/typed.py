@@ -614,7 +614,7 @@ def sample_typed_bounded(csc: TypedCsc, rows: Mapping[str, DeviceRows], requests
 
 def read_typed(pending: list[PendingTyped], ws: Any) -> list[tuple]:
     """The layers of one typed chain, all their sizes read back in one copy: `PendingTyped.finish` of
-    each, in the order given."""
+    each, in the order given (raises its `samplers.kernels.cuda.layer.ChainOverflow`)."""
     chain = next(iter(pending[0].rows.values())).chain
     values = ws.read(chain[:pending[-1].end])
     return [block.finish(values) for block in pending]
