@@ -41,7 +41,7 @@ from samplers.kernels.cuda.temporal import choose_masked
 from samplers.kernels.cuda.uniform import THREAD_FANOUT_MAX, choose_uniform, gather, sample_rows
 from samplers.kernels.cuda.weighted import sample_rows_weighted
 
-__all__ = ["BoundedEdges", "ChainOverflow", "DeviceRows", "PendingBlock", "relabel_chained",
+__all__ = ["BoundedEdges", "ChainOverflow", "DeviceRows", "PendingBlock", "relabel_chained", "relabel_rows",
            "sample_edges_bounded", "bounded_layer", "read_blocks", "sample_block_cuda",
            "sample_block_temporal_cuda", "sample_layer_cuda", "start_rows"]
 
@@ -468,13 +468,34 @@ def relabel_chained(rows: DeviceRows, edges: BoundedEdges, ws: Any) -> PendingBl
     edge takes its row's time), its sizes (edges, new sources, next rows) written after ``rows.at`` in
     its chain, nothing read back: a `PendingBlock` at the upper bounds of ``edges`` (M = ``edges.src``'s
     length; an edge count past M, a LABOR overflow, raises `ChainOverflow` when the block is read)."""
-    dst, nrow = rows.ids, rows.count
-    sizes = rows.chain[rows.at + 1:rows.at + 4]
-    if rows.times is None:
-        src_nodes, local = relabel_bounded(dst, nrow, edges.src, edges.nnz, ws, sizes)
-        return PendingBlock(edges.out_indptr, src_nodes, local, edges.eids, rows)
-    tkey = ws.scratch("edge_tkey", edges.src.shape[0], np.int64)
-    edge_time_keys_cuda(edges.out_indptr, rows.times, tkey)
-    src_nodes, src_times, local = relabel_pairs_bounded(dst, rows.times, nrow, edges.src, tkey, edges.nnz, ws,
-                                                        sizes)
+    tkey = None
+    if rows.times is not None:
+        tkey = edge_time_keys_cuda(edges.out_indptr, rows.times,
+                                   ws.scratch("edge_tkey", edges.src.shape[0], np.int64))
+    src_nodes, src_times, local = relabel_rows(rows, edges.src, tkey, edges.nnz, ws,
+                                               rows.chain[rows.at + 1:rows.at + 4])
     return PendingBlock(edges.out_indptr, src_nodes, local, edges.eids, rows, src_times)
+
+
+def relabel_rows(rows: DeviceRows, src: Any, edge_tkey: Any, nnz: Any, ws: Any,
+                 sizes: Any) -> tuple[Any, Any, Any]:
+    """A chain's sources relabelled after its rows on the device, nothing read back: by (node, time key)
+    when the rows have times (`relabel.relabel_pairs_bounded`), else by node (`relabel.relabel_bounded`).
+    Plain chains (`relabel_chained`) and typed chains (`samplers.kernels.cuda.relation_chain`, once per
+    source type) relabel through it.
+
+    Parameters
+    ----------
+    rows : DeviceRows; src : device int32/int64 [M] (the first ``nnz[0]`` valid, M an upper bound);
+    edge_tkey : device int64 [M], each source's time key (`relabel.edge_time_keys_cuda`), or None
+    without times; nnz : device int64 [1]; ws : CudaWorkspace; sizes : device int64 [3], written (nnz,
+    new sources, rows + new)
+
+    Returns
+    -------
+    (src_nodes [Db + M], src_times [Db + M] or None, local [M]): device arrays at their upper bounds.
+    """
+    if rows.times is None:
+        src_nodes, local = relabel_bounded(rows.ids, rows.count, src, nnz, ws, sizes)
+        return src_nodes, None, local
+    return relabel_pairs_bounded(rows.ids, rows.times, rows.count, src, edge_tkey, nnz, ws, sizes)

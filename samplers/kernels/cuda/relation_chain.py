@@ -4,9 +4,10 @@
 Each relation's mode samples its edges at their capacity (`samplers.modes.Mode.sample_edges_cuda`:
 ``D_t * fanout``, LABOR's capacity), nothing read back; `pack_edges` copies each relation's valid prefix
 (and each edge's time key, from its row) into its source type's region, after the relations before it
-(their running total kept on the device), and each source type is relabelled by the plain chain's
-`samplers.kernels.cuda.relabel.relabel_bounded`, or `relabel_pairs_bounded` with times. The sizes go
-into the call's chain (`samplers.kernels.cuda.typed.PendingTyped`, read by `read_typed` in one copy).
+(their running total kept on the device), and each source type is relabelled as the plain chain's
+layers are (`samplers.kernels.cuda.layer.relabel_rows`: by node, or by (node, time) with times). The
+sizes go into the call's chain (`samplers.kernels.cuda.typed.PendingTyped`, read by `read_typed` in one
+copy).
 
 >>> rows = start_typed_rows(frontier, ws, relations=len(rels), layers=2, times=seed_times)
 >>> first = sample_relations_bounded(rels, lambda k, rel, scratch: mode_edges(...), rows, ws, at=len(rows))
@@ -21,8 +22,8 @@ import numpy as np
 from numba import cuda
 
 from samplers.kernels.cuda.launch import EDGE_THREADS, grid, kernel_stream, launch
-from samplers.kernels.cuda.layer import BoundedEdges, DeviceRows
-from samplers.kernels.cuda.relabel import edge_time_keys_cuda, relabel_bounded, relabel_pairs_bounded
+from samplers.kernels.cuda.layer import BoundedEdges, DeviceRows, relabel_rows
+from samplers.kernels.cuda.relabel import edge_time_keys_cuda
 from samplers.kernels.cuda.typed import PendingTyped
 
 __all__ = ["pack_edges", "sample_relations_bounded"]
@@ -106,14 +107,9 @@ def sample_relations_bounded(relations: list, sample: Callable[[int, Any, str], 
                    group_eids[region], group_tkey[region] if timed else group_tkey, stream=stream)
             prev = end_at
             eids[relations[k]] = group_eids[region]
-        r, sizes = rows[t], chain[triple:triple + 3]
-        nnz = chain[prev:prev + 1]
-        if timed:
-            nodes, times, local[t] = relabel_pairs_bounded(r.ids, r.times, r.count, group_src[region],
-                                                           group_tkey[region], nnz, ws, sizes)
-        else:
-            nodes, local[t] = relabel_bounded(r.ids, r.count, group_src[region], nnz, ws, sizes)
-            times = None
+        tkey = group_tkey[region] if timed else None
+        nodes, times, local[t] = relabel_rows(rows[t], group_src[region], tkey, chain[prev:prev + 1], ws,
+                                              chain[triple:triple + 3])
         next_rows[t] = DeviceRows(nodes, chain, triple + 2, times)
         lo += size[t]
     return PendingTyped(rows=dict(rows), next_rows=next_rows, relations=list(relations),
