@@ -238,9 +238,10 @@ class LayerLoop:
 
             def request(rel, dst=dst, times=times, layer=layer, vlayer=vlayer) -> LayerRequest:
                 rel_times = None if times is None or self.relations[rel].times is None else times[rel[2]]
-                return LayerRequest(dst=dst[rel[2]], fanout=fanouts[rel][layer],
-                                    key=self.relation_key(rel, seed, call, layer),
-                                    variate_key=self.variate_key(rel[0], seed, call, vlayer),
+                key = self.relation_key(rel, seed, call, layer)  # a plain graph's variates share it
+                return LayerRequest(dst=dst[rel[2]], fanout=fanouts[rel][layer], key=key,
+                                    variate_key=key if vlayer == layer and not self.typed else
+                                    self.variate_key(rel[0], seed, call, vlayer),
                                     excluded=excluded.get(rel), dst_times=rel_times, threads=threads)
 
             if self.workspace is not None:  # a plain graph on the CPU: the mode's fused pass, if it has one
@@ -248,7 +249,7 @@ class LayerLoop:
                 fused = self.modes[rel].sample_block_cpu(self.relations[rel], self.states[rel], request(rel),
                                                          self.workspace)
                 if fused is not None:
-                    block, dst, times = self._fused_layer(rel, dst[rel[2]], fused)
+                    block, dst, times = self._fused_layer(rel, dst[rel[2]].shape[0], fused)
                     out.append(block)
                     continue
             if chain and self.typed and self.device == "cuda":  # a typed graph on CUDA: chained if bounded
@@ -421,16 +422,17 @@ class LayerLoop:
                            src_times=None if src_times is None else {t: cuda_to_torch(src_times)})
         return layer, {t: src_nodes}, None if src_times is None else {t: src_times}
 
-    def _fused_layer(self, rel, dst: np.ndarray, fused: tuple) -> tuple:
-        """A plain graph's layer from a mode's fused CPU pass: (the layer, next destinations, times)."""
+    def _fused_layer(self, rel, d_count: int, fused: tuple) -> tuple:
+        """A plain graph's layer of ``d_count`` rows from a mode's fused CPU pass: (the layer, next
+        destinations, times). The destinations wrap the sources' host prefix view (the same memory)."""
         out_indptr, src_nodes, local, eids, src_times = fused
         t = rel[0]
-        self.sampled_edges += int(local.shape[0])
-        nodes = torch.from_numpy(src_nodes)
-        layer = TypedLayer(src_nodes={t: nodes}, dst_nodes={t: nodes[: dst.shape[0]]},
-                           indptr={rel: torch.from_numpy(out_indptr)}, indices={rel: torch.from_numpy(local)},
-                           edge_ids={rel: torch.from_numpy(eids)},
-                           src_times=None if src_times is None else {t: torch.from_numpy(src_times)})
+        self.sampled_edges += local.shape[0]
+        wrap = torch.from_numpy
+        layer = TypedLayer(src_nodes={t: wrap(src_nodes)}, dst_nodes={t: wrap(src_nodes[:d_count])},
+                           indptr={rel: wrap(out_indptr)}, indices={rel: wrap(local)},
+                           edge_ids={rel: wrap(eids)},
+                           src_times=None if src_times is None else {t: wrap(src_times)})
         return layer, {t: src_nodes}, None if src_times is None else {t: src_times}
 
     def _relabel(self, dst: dict, times: dict | None, sampled: dict[Any, LayerEdges],
