@@ -3,7 +3,8 @@
 `csc_weights` and `csc_times` check a tensor given by edge id and put it in CSC order (the order the
 kernels read); `edge_pairs` packs each edge's source and edge id side by side for the CPU gather;
 `share_loop` and `attach_derived` carry a CPU loop's weights, times and derived arrays (`DERIVED`: those
-pairs and the weighted rows' prefix sums) through pickling in shared memory, built once per host, and
+pairs and the weighted rows' prefix sums) through pickling in shared memory, built once per host
+(`pickle_loop` and `unpickle_loop`: a sampler's `__getstate__` and `__setstate__` steps), and
 `held_derived` hands them to another loop over the same rows; `excluded_positions` turns excluded edge
 ids into sorted CSC positions through `inverse_permutation` of the graph's edge ids; `blocks_dst_count`
 and `cuda_to_torch` turn a layer's output (numpy, torch or numba device arrays) into what a block holds.
@@ -20,9 +21,9 @@ from graphrl.kernels import advise_huge_pages
 from samplers._checks import check_int64_range, check_seeds, edge_array
 from samplers.feature_table import HUGE_TABLE_BYTES
 
-__all__ = ["DERIVED", "PAIR_LIMIT", "SHARED", "attach_derived", "blocks_dst_count",
+__all__ = ["DERIVED", "INPUTS", "PAIR_LIMIT", "SHARED", "attach_derived", "blocks_dst_count",
            "csc_times", "csc_weights", "cuda_to_torch", "edge_pairs", "excluded_positions", "held_derived",
-           "inverse_permutation", "share_loop"]
+           "inverse_permutation", "pickle_loop", "share_loop", "unpickle_loop"]
 
 PAIR_LIMIT = 1 << 31
 """`edge_pairs` packs relations of fewer edges than this and at most this many source nodes (int32 ids)."""
@@ -118,6 +119,64 @@ def share_loop(loop) -> dict:
     if moved:
         loop.states = {rel: loop.modes[rel].prepare(arr, "cpu") for rel, arr in loop.relations.items()}
     return out
+
+
+INPUTS = ("weights", "times")
+"""The sampler's own per-edge arrays among `SHARED` (the others are `DERIVED` from the CSC)."""
+
+
+def pickle_loop(loop) -> tuple[dict, dict[str, dict]]:
+    """A CPU sampler's `__getstate__` step: `share_loop` of its layer loop, and where the sampler's own
+    weights and times must point from now on.
+
+    Returns
+    -------
+    shared : dict
+        By relation, name -> tensor in shared memory (`SHARED`); the pickled state holds it as is, and
+        `unpickle_loop` takes it apart in the copy.
+    inputs : dict
+        ``{"weights": {relation: numpy}, "times": {relation: numpy}}`` (`INPUTS`; relations that hold
+        them): the loop's views of the shared copies. The sampler replaces its own references with these,
+        so this process keeps no private copy (the weights and times are shared like the graph's tensors).
+    """
+    shared = share_loop(loop)
+    inputs = {name: {rel: getattr(arr, name) for rel, arr in loop.relations.items()
+                     if getattr(arr, name) is not None} for name in INPUTS}
+    return shared, inputs
+
+
+def unpickle_loop(shared: dict) -> tuple[dict[str, dict], dict]:
+    """A CPU sampler's `__setstate__` step: `pickle_loop`'s ``shared`` (unpickled) taken apart into the
+    sampler's weights and times and each relation's derived tensors.
+
+    Returns
+    -------
+    inputs : dict
+        ``{"weights": {relation: numpy}, "times": {relation: numpy}}``: views of the shared memory (no
+        copy), as `pickle_loop` returns them.
+    derived : dict
+        By relation, name -> tensor: the rest, for `attach_derived` (which checks them against the graph).
+
+    Raises
+    ------
+    ValueError
+        A weight or time array that is not a contiguous CPU tensor.
+    """
+    inputs: dict[str, dict] = {name: {} for name in INPUTS}
+    derived = {}
+    for rel, tensors in shared.items():
+        rest = dict(tensors)
+        for name in INPUTS:
+            tensor = rest.pop(name, None)
+            if tensor is None:
+                continue
+            if (not isinstance(tensor, torch.Tensor) or tensor.device.type != "cpu"
+                    or not tensor.is_contiguous()):
+                raise ValueError(f"_shared[{rel!r}][{name!r}]: expected a contiguous CPU tensor, got "
+                                 f"{type(tensor).__name__}")
+            inputs[name][rel] = tensor.numpy()
+        derived[rel] = rest
+    return inputs, derived
 
 
 def attach_derived(name: str, shared, indices: np.ndarray, edge_ids: np.ndarray | None,

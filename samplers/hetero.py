@@ -41,7 +41,8 @@ from samplers._csc import (
     csc_weights,
     excluded_positions,
     inverse_permutation,
-    share_loop,
+    pickle_loop,
+    unpickle_loop,
 )
 from samplers.hetero_block import HeteroBlock
 from samplers.hetero_graph import HeteroGraph, Relation, lastfm_hetero_graph
@@ -187,7 +188,7 @@ class HeteroNeighborSampler:
             arrays[rel] = RelationArrays(indptr, indices, eids, self.graph.num_nodes[rel[0]],
                                          weights=self._weights.get(rel), times=self._times.get(rel),
                                          cuda=self._cuda_graphs.get(rel),
-                                         **attach_derived(f"_derived[{rel!r}]", derived.get(rel), indices,
+                                         **attach_derived(f"_shared[{rel!r}]", derived.get(rel), indices,
                                                           eids, indptr.shape[0] - 1))
             modes[rel] = self._mode_kind(rel)(self.replace)
         index = {rel: r for r, rel in enumerate(self.graph.relations)}
@@ -250,10 +251,10 @@ class HeteroNeighborSampler:
         shared memory), fanouts, seed, the call counter, ``sampled_edges``, weights and times (as tensors,
         shared the same way), and each relation's derived arrays (the gather's pairs and the weighted
         prefix sums, 8 bytes per edge each: moved into shared memory at the first pickling, so processes
-        attach one copy per host, `samplers._csc.share_loop`; the weights and times likewise). Rebuilt
-        by `__setstate__`, not copied: the lock, the numpy views of the graph, the relabelling maps and
-        the inverse edge-id maps. A copy continues the original's random stream (its next `sample`
-        returns what the original's next would).
+        attach one copy per host, `samplers._csc.share_loop`; the weights and times likewise:
+        `samplers._csc.pickle_loop`). Rebuilt by `__setstate__`, not copied: the lock, the numpy views of
+        the graph, the relabelling maps and the inverse edge-id maps. A copy continues the original's
+        random stream (its next `sample` returns what the original's next would).
 
         Raises
         ------
@@ -265,14 +266,9 @@ class HeteroNeighborSampler:
                             "process")
         with self._lock:  # a consistent snapshot while another thread samples
             state = self.__dict__.copy()
-            shared = share_loop(self._loop)  # the weights and times too, kept alive with the loop
-            rels = self._loop.relations
-            self._weights = {rel: rels[rel].weights for rel in self._weights}  # the shared copies
-            self._times = {rel: rels[rel].times for rel in self._times}
-        state["_weights"] = {rel: shared[rel].pop("weights") for rel in self._weights}
-        state["_times"] = {rel: shared[rel].pop("times") for rel in self._times}
-        state["_derived"] = shared
-        for name in ("_lock", "_arrays", "_loop", "_eid_to_pos"):
+            state["_shared"], inputs = pickle_loop(self._loop)  # kept alive with the loop
+            self._weights, self._times = inputs["weights"], inputs["times"]
+        for name in ("_lock", "_arrays", "_loop", "_eid_to_pos", "_weights", "_times"):
             del state[name]
         return state
 
@@ -285,10 +281,9 @@ class HeteroNeighborSampler:
             A relation's derived arrays do not fit its graph (`samplers._csc.attach_derived`).
         """
         state = dict(state)
-        derived = state.pop("_derived", None)
-        state["_weights"] = {rel: w.numpy() for rel, w in state["_weights"].items()}
-        state["_times"] = {rel: t.numpy() for rel, t in state["_times"].items()}
+        inputs, derived = unpickle_loop(state.pop("_shared"))
         self.__dict__.update(state)
+        self._weights, self._times = inputs["weights"], inputs["times"]
         self._lock = threading.Lock()
         g = self.graph
         self._arrays = {rel: (g.indptr[rel].numpy(), g.indices[rel].numpy(), g.edge_ids[rel].numpy())

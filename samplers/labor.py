@@ -26,7 +26,14 @@ from samplers._checks import (
     check_seeds,
     require_gpu,
 )
-from samplers._csc import csc_weights, excluded_positions, inverse_permutation
+from samplers._csc import (
+    attach_derived,
+    csc_weights,
+    excluded_positions,
+    inverse_permutation,
+    pickle_loop,
+    unpickle_loop,
+)
 from samplers.block import Blocks
 from samplers.hetero_block import HeteroBlock
 from samplers.hetero_graph import HeteroGraph
@@ -75,6 +82,11 @@ class LaborSampler:
     ``edata["edge_weights"]``; else None. Variates of a typed graph are per source type, shared by
     every relation out of it (DGL's one seed for all edge types); pi and c_t are per relation.
 
+    Memory: a CPU sampler keeps each relation's sources and edge ids side by side for its gather (int32,
+    8 bytes per edge, `samplers._csc.edge_pairs`; none on a graph without edge ids) and the weights in
+    CSC order (float32, 4 bytes per edge). Pickled (spawned loader workers, ``mp.spawn``), those arrays
+    are shared like the graph's tensors, once per host per sampler (`__getstate__`).
+
     Raises
     ------
     TypeError
@@ -99,8 +111,6 @@ class LaborSampler:
     def __init__(self, graph: CSCGraph | HeteroGraph, fanouts, *, importance_sampling: int = 0,
                  layer_dependency: bool = False, weights=None, seed: int = 0, device="cpu",
                  uva: bool | None = None) -> None:
-        self._args = (graph, fanouts, dict(importance_sampling=importance_sampling,
-                                           layer_dependency=layer_dependency, weights=weights, seed=seed))
         self.importance_sampling = check_int("importance_sampling", importance_sampling, -(2**31), 2**31 - 1)
         self.layer_dependency = bool(layer_dependency)
         self.seed = check_seed("seed", seed)
@@ -110,44 +120,78 @@ class LaborSampler:
         if self.typed:
             self._fanouts = check_relation_fanouts(fanouts, graph.relations)
             self.fanouts = self._fanouts
-            rel_weights = self._typed_weights(graph, weights)
-            arrays = {rel: RelationArrays(graph.indptr[rel].numpy(), graph.indices[rel].numpy(),
-                                          graph.edge_ids[rel].numpy(), graph.num_nodes[rel[0]],
-                                          weights=rel_weights.get(rel))
-                      for rel in graph.relations if rel in self._fanouts}
-            num_nodes = dict(graph.num_nodes)
-            index = {rel: r for r, rel in enumerate(graph.relations)}
+            self._weights = self._typed_weights(graph, weights)
         elif isinstance(graph, CSCGraph):
             check_regions(graph.regions, "graph")
             graph.validate()
             self.fanouts = check_fanouts("fanouts", fanouts)
             self._fanouts = {PLAIN_RELATION: self.fanouts}
             w = self._plain_weights(graph, weights)
-            eids = None if graph.edge_ids is None else graph.edge_ids.numpy()
-            arrays = {PLAIN_RELATION: RelationArrays(graph.indptr.numpy(), graph.indices.numpy(), eids,
-                                             graph.num_nodes, weights=w)}
-            num_nodes = {PLAIN_NODE: graph.num_nodes}
-            index = None
+            self._weights = {} if w is None else {PLAIN_RELATION: w}
         else:
             raise TypeError(f"graph must be a CSCGraph or a HeteroGraph, got {type(graph).__name__}")
-        self.weighted = any(a.weights is not None for a in arrays.values())
+        self.weighted = bool(self._weights)
         """Whether kept edges follow edge weights."""
         self.num_layers = len(next(iter(self._fanouts.values())))
         """Blocks per sample."""
-        if self.device.type == "cuda":
-            self._place_on_cuda(arrays, uva)
-        want = self.weighted or self.importance_sampling != 0
-        mode = LaborMode(self.importance_sampling, want_weights=want)
-        self.loop = LayerLoop(arrays, num_nodes, {rel: mode for rel in arrays}, self.device.type,
-                              typed=self.typed, relation_index=index)
+        self.loop = self._build_loop(uva)
         """The `samplers.layers.LayerLoop` running `samplers.modes.LaborMode` on every relation."""
         self._eid_to_pos: dict = {}
         self._calls = 0
         self._lock = threading.Lock()
 
+    def _graph_tensors(self) -> dict:
+        """By sampled relation (the graph's order): its indptr, indices and edge ids (None: the
+        positions) as the graph holds them, and its number of source nodes."""
+        g = self.graph
+        if not self.typed:
+            return {PLAIN_RELATION: (g.indptr, g.indices, g.edge_ids, g.num_nodes)}
+        return {rel: (g.indptr[rel], g.indices[rel], g.edge_ids[rel], g.num_nodes[rel[0]])
+                for rel in g.relations if rel in self._fanouts}
+
+    def _build_loop(self, uva: bool | None = None, derived: dict | None = None) -> LayerLoop:
+        """The layer loop with `samplers.modes.LaborMode` on every sampled relation; on the CPU each
+        relation's gather pairs are built here (8 bytes per edge) unless ``derived`` (`__getstate__`'s
+        shared tensors by relation, `samplers._csc.attach_derived`) hands them in."""
+        arrays = {}
+        for rel, (indptr, indices, eids, num_src) in self._graph_tensors().items():
+            eids = None if eids is None else eids.numpy()
+            name = "_shared" if not self.typed else f"_shared[{rel!r}]"
+            arrays[rel] = RelationArrays(indptr.numpy(), indices.numpy(), eids, num_src,
+                                         weights=self._weights.get(rel),
+                                         **attach_derived(name, (derived or {}).get(rel), indices.numpy(),
+                                                          eids, indptr.shape[0] - 1))
+        if self.device.type == "cuda":
+            self._place_on_cuda(arrays, uva)
+        want = self.weighted or self.importance_sampling != 0
+        mode = LaborMode(self.importance_sampling, want_weights=want)
+        num_nodes = dict(self.graph.num_nodes) if self.typed else {PLAIN_NODE: self.graph.num_nodes}
+        index = {rel: r for r, rel in enumerate(self.graph.relations)} if self.typed else None
+        return LayerLoop(arrays, num_nodes, {rel: mode for rel in arrays}, self.device.type,
+                         typed=self.typed, relation_index=index)
+
+    def _refresh_views(self) -> None:
+        """(Re)take the loop's numpy views of the graph's tensors where their memory moved: torch's
+        multiprocessing pickler (``mp.spawn`` arguments, a spawned worker's dataset) moves a CPU tensor
+        into shared memory and frees the old block, so every CPU `sample` checks the views."""
+        for rel, (indptr, indices, eids, _) in self._graph_tensors().items():
+            arr = self.loop.relations[rel]
+            if (arr.indptr.ctypes.data != indptr.data_ptr() or arr.indices.ctypes.data != indices.data_ptr()
+                    or eids is not None and arr.edge_ids.ctypes.data != eids.data_ptr()):
+                arr.indptr, arr.indices = indptr.numpy(), indices.numpy()
+                arr.edge_ids = None if eids is None else eids.numpy()
+
     def __getstate__(self) -> dict:
-        """The sampler's arguments and call counter for pickling (``mp.spawn``, DataLoader workers); the
-        copy rebuilds its kernels' state and continues the original's calls.
+        """The sampler's state for pickling (``mp.spawn``, spawned ``DataLoader`` workers), without what
+        a process rebuilds.
+
+        Kept: the graph (its tensors by value; torch's multiprocessing pickler shares them through
+        shared memory), fanouts, seed, the call counter, ``sampled_edges``, and each relation's weights
+        (CSC order) and gather pairs: moved into shared memory at the first pickling, so processes attach
+        one copy per host (`samplers._csc.pickle_loop`). Rebuilt by `__setstate__`: the lock, the loop
+        (around the shared arrays: nothing is computed again) and the inverse edge-id maps. A copy
+        continues the original's random stream (its next `sample` returns what the original's next
+        would).
 
         Raises
         ------
@@ -156,15 +200,33 @@ class LaborSampler:
         """
         if self.device.type == "cuda":
             raise TypeError("a LaborSampler on device='cuda' cannot be pickled: build one in each process")
-        with self._lock:
-            return {"args": self._args, "calls": self._calls, "sampled_edges": self.sampled_edges}
+        with self._lock:  # a consistent snapshot while another thread samples
+            state = self.__dict__.copy()
+            state["_shared"], inputs = pickle_loop(self.loop)  # kept alive with the loop
+            state["sampled_edges"] = self.loop.sampled_edges
+            self._weights = inputs["weights"]
+        for name in ("_lock", "loop", "_eid_to_pos", "_weights"):
+            del state[name]
+        return state
 
     def __setstate__(self, state: dict) -> None:
-        """Rebuild from `__getstate__`'s arguments and restore the call counter."""
-        graph, fanouts, kwargs = state["args"]
-        self.__init__(graph, fanouts, **kwargs)
-        self._calls = state["calls"]
-        self.loop.sampled_edges = state["sampled_edges"]
+        """Restore a pickled sampler around the shared arrays, rebuilding its lock, loop and caches (see
+        `__getstate__`).
+
+        Raises
+        ------
+        ValueError
+            A relation's pairs do not fit its graph (`samplers._csc.attach_derived`).
+        """
+        state = dict(state)
+        inputs, derived = unpickle_loop(state.pop("_shared"))
+        sampled = state.pop("sampled_edges")
+        self.__dict__.update(state)
+        self._weights = inputs["weights"]
+        self._lock = threading.Lock()
+        self.loop = self._build_loop(derived=derived)
+        self.loop.sampled_edges = sampled
+        self._eid_to_pos = {}
 
     @property
     def sampled_edges(self) -> int:
@@ -289,6 +351,8 @@ class LaborSampler:
                              "NeighborSampler(edge_times=...))")
         dst = self._seeds(seeds)
         with self._lock:
+            if self.device.type == "cpu":
+                self._refresh_views()
             excluded = self._excluded(exclude_eids)
             call = self._calls
             self._calls += 1

@@ -27,7 +27,8 @@ from samplers._csc import (
     csc_weights,
     excluded_positions,
     inverse_permutation,
-    share_loop,
+    pickle_loop,
+    unpickle_loop,
 )
 from samplers.block import Blocks
 from samplers.kernels import cpu
@@ -188,9 +189,9 @@ class NeighborSampler:
         (as tensors, shared the same way), and the derived arrays (the gather's pairs, 8 bytes per edge,
         and the weighted rows' prefix sums, 8 per edge and per node: moved into shared memory at the first
         pickling, so processes attach one copy per host, `samplers._csc.share_loop`; the weights and
-        times likewise). Not kept, rebuilt by `__setstate__`: the lock, the numpy views of the graph,
-        the workspace and the inverse edge-id map. A copy
-        therefore continues the original's random stream: its next `sample` returns what the
+        times likewise: `samplers._csc.pickle_loop`). Not kept, rebuilt by `__setstate__`: the lock,
+        the numpy views of the graph, the workspace and the inverse edge-id map. A copy therefore
+        continues the original's random stream: its next `sample` returns what the
         original's next `sample` would (see docs/architecture.md#pyg-and-dgl-loaders).
 
         Raises
@@ -202,12 +203,10 @@ class NeighborSampler:
             raise TypeError("a NeighborSampler on device='cuda' cannot be pickled: build one in each process")
         with self._lock:  # a consistent snapshot while another thread samples
             state = self.__dict__.copy()
-            shared = share_loop(self.loop)[PLAIN_RELATION]  # the weights and times too, kept alive
-            rel = self.loop.relations[PLAIN_RELATION]
-            self._weights, self._times = rel.weights, rel.times  # the shared copies (share_loop)
-        state["_weights"], state["_times"] = shared.pop("weights", None), shared.pop("times", None)
-        state["_derived"] = shared
-        for name in ("_lock", "_indptr", "_indices", "_edge_ids", "_view_ptrs", "loop", "_eid_to_pos"):
+            state["_shared"], inputs = pickle_loop(self.loop)  # kept alive with the loop
+            self._weights, self._times = (inputs[name].get(PLAIN_RELATION) for name in ("weights", "times"))
+        for name in ("_lock", "_indptr", "_indices", "_edge_ids", "_view_ptrs", "loop", "_eid_to_pos",
+                     "_weights", "_times"):
             del state[name]
         return state
 
@@ -220,15 +219,13 @@ class NeighborSampler:
             The derived arrays do not fit the graph (`samplers._csc.attach_derived`).
         """
         state = dict(state)
-        derived = state.pop("_derived", None)
-        for name in ("_weights", "_times"):
-            if state[name] is not None:
-                state[name] = state[name].numpy()
+        inputs, derived = unpickle_loop(state.pop("_shared"))
         self.__dict__.update(state)
+        self._weights, self._times = (inputs[name].get(PLAIN_RELATION) for name in ("weights", "times"))
         self._lock = threading.Lock()
         self._indptr = self._indices = self._edge_ids = self._view_ptrs = None
         self._refresh_views()
-        self.loop = self._build_loop(derived)
+        self.loop = self._build_loop(derived.get(PLAIN_RELATION))
         self._eid_to_pos = None
 
     def _refresh_views(self) -> None:
@@ -267,7 +264,7 @@ class NeighborSampler:
         g = self.graph
         arrays = RelationArrays(self._indptr, self._indices, self._edge_ids, g.num_nodes,
                                 weights=self._weights, times=self._times, cuda=self._cuda_graph,
-                                **attach_derived("_derived", derived, self._indices, self._edge_ids,
+                                **attach_derived("_shared", derived, self._indices, self._edge_ids,
                                                  g.num_nodes))
         return LayerLoop({PLAIN_RELATION: arrays}, {PLAIN_NODE: self.graph.num_nodes},
                          {PLAIN_RELATION: mode(self.replace)}, self.device.type, typed=False)

@@ -1,7 +1,8 @@
 """A CPU sampler's derived per-edge arrays (the gather's (source, edge id) pairs, the weighted rows'
-prefix sums: `samplers._csc.DERIVED`) are built once per host: a sampler pickled by torch's
-multiprocessing pickler carries them in shared memory and its copy attaches them, building nothing
-again and sampling the same blocks; a bad state is refused; a partition owner's loops share one copy."""
+prefix sums: `samplers._csc.DERIVED`) are built once per host: a `NeighborSampler`,
+`HeteroNeighborSampler` or `LaborSampler` pickled by torch's multiprocessing pickler carries them (and its
+weights) in shared memory and its copy attaches them, building nothing again and sampling the same blocks;
+a bad state is refused; a partition owner's loops share one copy."""
 
 from __future__ import annotations
 
@@ -15,10 +16,11 @@ import torch.multiprocessing as mp
 import torch.multiprocessing.reductions  # noqa: F401  (registers the shared-memory reductions)
 
 import samplers.kernels.cpu
+import samplers.labor
 import samplers.layers
 from graphrl.graph import CSCGraph
 from graphrl.partition import write_partitions
-from samplers import HeteroNeighborSampler, NeighborSampler
+from samplers import HeteroNeighborSampler, LaborSampler, NeighborSampler
 from samplers._csc import edge_pairs
 from samplers.distributed.owner import PartitionOwner
 from samplers.hetero_graph import HeteroGraph
@@ -99,16 +101,21 @@ def test_a_copy_attaches_the_shared_derived_arrays_and_samples_the_same_blocks(w
 
 def test_a_state_whose_derived_arrays_do_not_fit_is_refused():
     s = NeighborSampler(graph(), [4], seed=1, weights=weights())
-    for name, bad, match in [("pairs", lambda t: t[:-2], r"_derived\['pairs'\].*shape \(1400,\)"),
-                             ("prefix", lambda t: t.float(), r"_derived\['prefix'\].*torch.float64"),
-                             ("positive", lambda t: t[1:], r"_derived\['positive'\].*for 700 edges and 90")]:
+    for name, bad, match in [("pairs", lambda t: t[:-2], r"_shared\['pairs'\].*shape \(1400,\)"),
+                             ("prefix", lambda t: t.float(), r"_shared\['prefix'\].*torch.float64"),
+                             ("positive", lambda t: t[1:], r"_shared\['positive'\].*for 700 edges and 90")]:
         state = s.__getstate__()
-        state["_derived"] = dict(state["_derived"], **{name: bad(state["_derived"][name])})
+        arrays = state["_shared"][PLAIN_RELATION]
+        state["_shared"] = {PLAIN_RELATION: dict(arrays, **{name: bad(arrays[name])})}
         with pytest.raises(ValueError, match=match):
             NeighborSampler.__new__(NeighborSampler).__setstate__(state)
     state = s.__getstate__()
-    state["_derived"]["extra"] = state["_derived"]["prefix"]
+    state["_shared"][PLAIN_RELATION]["extra"] = state["_shared"][PLAIN_RELATION]["prefix"]
     with pytest.raises(ValueError, match="unknown derived array 'extra'"):
+        NeighborSampler.__new__(NeighborSampler).__setstate__(state)
+    state = s.__getstate__()
+    state["_shared"][PLAIN_RELATION]["weights"] = state["_shared"][PLAIN_RELATION]["weights"][::2]
+    with pytest.raises(ValueError, match=r"_shared\[.*\]\['weights'\]: expected a contiguous CPU tensor"):
         NeighborSampler.__new__(NeighborSampler).__setstate__(state)
 
 
@@ -120,17 +127,17 @@ def test_pairs_of_another_graph_are_refused():
     want = int(s.graph.indices[0]), int(s.graph.edge_ids[0])
     assert tuple(moved[:2]) != want  # so position 0 alone differs from the graph
     state = s.__getstate__()
-    state["_derived"] = {"pairs": torch.from_numpy(moved)}
-    with pytest.raises(ValueError, match=rf"_derived\['pairs'\]: position 0 holds .* where the graph has "
+    state["_shared"] = {PLAIN_RELATION: {"pairs": torch.from_numpy(moved)}}
+    with pytest.raises(ValueError, match=rf"_shared\['pairs'\]: position 0 holds .* where the graph has "
                                          rf"source {want[0]} and edge id {want[1]}: pairs of another graph"):
         NeighborSampler.__new__(NeighborSampler).__setstate__(state)
-    state["_derived"] = {"pairs": torch.from_numpy(pairs.copy())}  # the same graph's: attached
+    state["_shared"] = {PLAIN_RELATION: {"pairs": torch.from_numpy(pairs.copy())}}  # the same graph's
     copy = NeighborSampler.__new__(NeighborSampler)
     copy.__setstate__(state)
     assert np.array_equal(copy.loop.relations[PLAIN_RELATION].pairs, pairs)
     bare = NeighborSampler(CSCGraph(s.graph.indptr, s.graph.indices), [4])  # no edge ids: no pairs taken
     assert bare.loop.relations[PLAIN_RELATION].pairs is None
-    state = dict(bare.__getstate__(), _derived={"pairs": torch.from_numpy(pairs.copy())})
+    state = dict(bare.__getstate__(), _shared={PLAIN_RELATION: {"pairs": torch.from_numpy(pairs.copy())}})
     with pytest.raises(ValueError, match="has no edge ids, so it takes no pairs"):
         NeighborSampler.__new__(NeighborSampler).__setstate__(state)
 
@@ -160,6 +167,81 @@ def test_a_hetero_copy_attaches_each_relations_arrays(builds):
             assert repr(got) == repr(want)
             assert all(torch.equal(x.edge_ids[r], y.edge_ids[r]) for x, y in zip(got, want, strict=True)
                        for r in x.edge_ids)
+
+
+def labor_graph(kind: str):
+    if kind == "plain":
+        return graph()
+    rng = np.random.default_rng(3)
+    u, a, f = rng.integers(0, 30, 200), rng.integers(0, 20, 200), rng.integers(0, 30, (2, 90))
+    return HeteroGraph.from_edges({"user": 30, "artist": 20},
+                                  {("user", "listens", "artist"): (u, a),
+                                   ("artist", "heard_by", "user"): (a, u),
+                                   ("user", "friends", "user"): (f[0], f[1])})
+
+
+@pytest.mark.parametrize("kind,weighted", [("plain", False), ("plain", True), ("typed", True)])
+def test_a_labor_copy_attaches_the_shared_pairs_and_weights(kind, weighted, builds, monkeypatch):
+    g, ref_g = labor_graph(kind), labor_graph(kind)
+    if not weighted:
+        kw = {}
+    elif kind == "plain":
+        kw = {"weights": weights()}
+    else:
+        kw = {"weights": {rel: torch.rand(g.num_edges(rel), generator=torch.Generator().manual_seed(r))
+                          for r, rel in enumerate(g.relations)}}
+    seeds = SEEDS if kind == "plain" else [{"user": torch.tensor([0, 3, 7]), "artist": torch.tensor([1, 2])},
+                                           {"user": torch.arange(30)}]
+    s = LaborSampler(g, [4, 3], importance_sampling=1, seed=4, **kw)
+    ref = LaborSampler(ref_g, [4, 3], importance_sampling=1, seed=4, **kw)  # never pickled
+    rels = list(s.loop.relations)
+    assert builds["pairs"] == 2 * len(rels)
+    csc = {"weights": 0}
+
+    def counted(*args, **kwargs):
+        csc["weights"] += 1
+        return samplers.labor.csc_weights(*args, **kwargs)
+
+    monkeypatch.setattr(samplers.labor, "csc_weights", counted)
+    s.sample(seeds[0]), ref.sample(seeds[0])
+    want = {rel: (s.loop.relations[rel].pairs.copy(), s.loop.relations[rel].weights) for rel in rels}
+    before = g.indptr.data_ptr() if kind == "plain" else None
+    copy = pickle.loads(ForkingPickler.dumps(s))  # moves the pairs and weights into shared memory, once
+    again = pickle.loads(ForkingPickler.dumps(s))
+    assert builds["pairs"] == 2 * len(rels) and csc["weights"] == 0  # nothing built again
+    if kind == "plain":
+        assert g.indptr.data_ptr() != before  # the graph moved: the original must retake its views
+        torch.empty(10 * (N + E), dtype=torch.int64).fill_(-7)  # likely reuses the freed blocks
+    for rel, (pairs, w) in want.items():
+        mine, theirs, third = (x.loop.relations[rel] for x in (s, copy, again))
+        assert all(shared(x.pairs) for x in (mine, theirs, third)), rel
+        assert theirs.pairs.ctypes.data == mine.pairs.ctypes.data == third.pairs.ctypes.data, rel
+        assert np.array_equal(theirs.pairs, pairs), rel
+        assert (w is None) == (not weighted)
+        if weighted:
+            assert shared(mine.weights) and theirs.weights.ctypes.data == mine.weights.ctypes.data
+            assert np.array_equal(theirs.weights, w) and theirs.weights.dtype == np.float32
+    assert copy.sampled_edges == s.sampled_edges > 0
+    names = ("src_nodes", "dst_nodes", "indptr", "indices", "edge_ids", "edge_weights")
+    for batch in seeds:
+        want_blocks = ref.sample(batch)
+        for got in (s.sample(batch), copy.sample(batch), again.sample(batch)):
+            assert len(got) == len(want_blocks)
+            for x, y in zip(got, want_blocks, strict=True):
+                for n in names:
+                    a, b = getattr(x, n), getattr(y, n)
+                    if isinstance(a, dict):
+                        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), n
+                    else:
+                        assert torch.equal(a, b), n
+
+
+def test_a_labor_state_whose_pairs_do_not_fit_is_refused():
+    s = LaborSampler(graph(), [4], seed=1)
+    state = s.__getstate__()
+    state["_shared"] = {PLAIN_RELATION: {"pairs": state["_shared"][PLAIN_RELATION]["pairs"][:-2]}}
+    with pytest.raises(ValueError, match=r"_shared\['pairs'\].*shape \(1400,\)"):
+        LaborSampler.__new__(LaborSampler).__setstate__(state)
 
 
 def _child(rank: int, sampler: NeighborSampler, out: str) -> None:
