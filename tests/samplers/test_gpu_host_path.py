@@ -246,9 +246,9 @@ def test_gpu_sample_reads_back_once_per_call_and_allocates_no_scratch_when_warm(
 
 @pytest.mark.gpu
 def test_gpu_typed_temporal_and_labor_chains_read_back_once_per_call() -> None:
-    """On a GPU: typed layers (uniform and weighted relations in one launch per kernel; LABOR-0 relation by
-    relation), temporal layers and LABOR-0 layers chain on the device (one read-back a call, the library's
-    count) and give the CPU's blocks."""
+    """On a GPU: typed layers (uniform and weighted relations in one launch per kernel; LABOR-0 and temporal
+    relation by relation), temporal layers and LABOR-0 layers chain on the device (one read-back a call, the
+    library's count) and give the CPU's blocks."""
     from graphrl.graph import CSCGraph
     from samplers import LaborSampler
     from samplers.hetero import HeteroGraph, HeteroNeighborSampler
@@ -268,20 +268,26 @@ def test_gpu_typed_temporal_and_labor_chains_read_back_once_per_call() -> None:
     samplers += [(HeteroNeighborSampler(hetero, [10, 5], seed=1, weights={clicks: True}, device=d), "typed")
                  for d in ("cpu", "cuda")]
     samplers += [(LaborSampler(hetero, [10, 5], seed=1, device=d), "typed") for d in ("cpu", "cuda")]
+    # typed temporal: relation by relation (masked rows by time, a static weighted relation), by (node, time)
+    by_times = {by: torch.from_numpy(rng.integers(0, 100, 30000))}
+    samplers += [(HeteroNeighborSampler(hetero, [10, 5], seed=1, weights={clicks: True}, device=d,
+                                        edge_times=by_times), "typed temporal") for d in ("cpu", "cuda")]
     for (cpu_s, kind), (gpu_s, _) in zip(samplers[::2], samplers[1::2], strict=True):
         traffic = gpu_s.traffic if isinstance(gpu_s, HeteroNeighborSampler) else gpu_s.loop.traffic
         for _ in range(2):
             seeds = torch.from_numpy(rng.integers(0, 1000, 256))
-            kw = {"seed_times": torch.from_numpy(rng.integers(50, 150, 256))} if kind == "temporal" else {}
-            if kind == "typed":
+            timed = kind.endswith("temporal")
+            kw = {"seed_times": torch.from_numpy(rng.integers(50, 150, 256))} if timed else {}
+            if kind.startswith("typed"):
                 seeds = {"item": seeds}
+                kw = {"seed_times": {"item": kw["seed_times"]}} if kw else kw
             before = traffic.snapshot()
             got = gpu_s.sample(seeds, **kw)
             used = traffic.since(before)
             want = cpu_s.sample(seeds, **kw)
             assert used.readbacks == 1 and used.chain_overflows == 0, (kind, used)
             for x, y in zip(want, got, strict=True):
-                if kind == "typed":  # the local ids too: the device relabelling's result
+                if kind.startswith("typed"):  # the local ids too: the device relabelling's result
                     for rel in x.indices:
                         for f in ("indptr", "indices", "edge_ids"):
                             assert torch.equal(getattr(x, f)[rel], getattr(y, f)[rel].cpu()), (kind, rel, f)
