@@ -2,7 +2,8 @@
 
 `owner_loop` builds the core's layer loop (`samplers.layers.LayerLoop`) over an owner's rows as one
 plain relation with the uniform, weighted or LABOR-0 mode (`samplers.modes`); `sample_owned_rows` runs its
-per-layer entry point, `LayerLoop.sample_relation`, for a frontier; `relabel_dst`, `relabel_src` and
+per-layer entry point, `LayerLoop.sample_relation`, for a frontier (`sample_owned_into`: a uniform
+loop's draws written into the caller's buffers); `relabel_dst`, `relabel_src` and
 `Workspace` are the core's relabelling kernels and their map (`samplers.kernels.cpu`), which the
 trainer runs as it assembles a layer (`samplers.distributed.assemble`). A row's draws
 are keyed by (layer key, global node id) and the row's CSC positions (docs/architecture.md#sampling-rules),
@@ -12,6 +13,8 @@ by (variate key, global source id) and its rows need nothing from other rows, so
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
@@ -23,7 +26,7 @@ from samplers.layers import LayerLoop
 from samplers.modes import LaborMode, LayerRequest, RelationArrays, UniformMode, WeightedMode
 
 __all__ = ["KINDS", "NODE", "RELATION", "Workspace", "layer_key", "owner_loop", "relabel_dst", "relabel_src",
-           "sample_owned_rows"]
+           "sample_owned_into", "sample_owned_rows"]
 
 KINDS = ("neighbor", "labor")
 """The samplers owners serve: neighbour sampling (uniform or weighted) and LABOR-0."""
@@ -82,3 +85,23 @@ def sample_owned_rows(loop: LayerLoop, dst: np.ndarray, fanout: int, key: int, v
     weights = None if edges.weights is None else np.asarray(edges.weights).astype(np.float32)
     return np.diff(edges.indptr), edges.src, edges.edge_ids, weights
 
+
+
+def sample_owned_into(loop: LayerLoop, dst: np.ndarray, fanout: int, key: int, threads: int,
+                      into: Callable[[int], tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """`sample_owned_rows` of a uniform loop, the sources and edge ids written into ``into(nnz)``'s two
+    [nnz] arrays (int32 or int64, as `samplers.kernels.cpu.sample_layer`'s ``into``) rather than fresh
+    int64 ones: the same draws. Returns the rows' counts, int64 [D].
+
+    Raises
+    ------
+    ValueError
+        A weighted or LABOR loop.
+    """
+    mode, relation = loop.modes[RELATION], loop.relations[RELATION]
+    if not isinstance(mode, UniformMode):
+        raise ValueError(f"sample_owned_into samples uniform loops; got a {mode.name} loop")
+    out_indptr, _, _ = cpu.sample_layer(  # the kernel call of UniformMode.sample_cpu
+        relation.indptr, relation.indices, relation.edge_ids, dst, int(fanout), mode.replace, int(key), None,
+        threads, pairs=relation.pairs, into=into)
+    return np.diff(out_indptr)

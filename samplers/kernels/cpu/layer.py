@@ -148,6 +148,7 @@ def sample_layer(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray |
                  threads: int = 1, weights: np.ndarray | None = None, edge_times: np.ndarray | None = None,
                  dst_times: np.ndarray | None = None, *, prefix: np.ndarray | None = None,
                  positive: np.ndarray | None = None, pairs: np.ndarray | None = None,
+                 into: Callable[[int], tuple[np.ndarray, np.ndarray]] | None = None,
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Sample the in-edges of each destination, without relabelling (as `reference.sample_layer`).
 
@@ -167,10 +168,16 @@ def sample_layer(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray |
         the same weights many times. Without them, they are computed for the rows of ``dst`` alone (the
         O(sum of their degrees) pass that the precomputed arrays save).
     pairs : int32 [2E] or None, `samplers._csc.edge_pairs` (as in `sample_block`)
+    into : callable or None
+        ``into(nnz)`` gives the two [nnz] arrays the sources and edge ids are written into and returned
+        (e.g. views of a reply buffer), int64 or int32 each; int32 edge ids need E and every edge id
+        below 2^31 (they hold CSC positions first) and no weights or times, int32 sources every node
+        id below 2^31. None: fresh int64.
 
     Returns
     -------
     out_indptr : int64 [D + 1]; src : int64 [nnz] global sources; eids : int64 [nnz] edge ids
+    (``into``'s arrays with ``into``)
     """
     helpers = max(int(threads) - 1, 0)
     masks = None
@@ -180,10 +187,15 @@ def sample_layer(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray |
     workspace = Workspace(0, indices.dtype)
     out_indptr, rows, excl, nnz, bounds = plan(indptr, dst, fanout, replace, excluded, workspace, helpers,
                                                masks, row_time, chunk_edges=CHUNK_EDGES)
-    eids = np.empty(nnz, dtype=np.int64)
-    src = np.empty(nnz, dtype=indices.dtype)
+    if into is None:
+        eids = np.empty(nnz, dtype=np.int64)
+        src = np.empty(nnz, dtype=indices.dtype)
+    else:
+        src, eids = into(nnz)
+        if masks is not None and eids.dtype != np.int64:
+            raise ValueError(f"into's edge ids must be int64 with weights or times, got {eids.dtype}")
     if nnz:
         fn = _chunk_fn(indices, edge_ids, dst, rows, out_indptr, fanout, replace, key, excl, eids, src, masks,
                        row_time, pairs)
         parallel_chunks(lambda i: fn(bounds[i], bounds[i + 1]), bounds.shape[0] - 1, helpers)
-    return out_indptr, src.astype(np.int64, copy=False), eids
+    return out_indptr, src if into is not None else src.astype(np.int64, copy=False), eids
