@@ -1,15 +1,15 @@
 """The one place the distributed sampler calls the sampling core: its layer loop on an owner's rows.
 
-`owner_loop` builds the core's layer loop (`samplers.layers.LayerLoop`) over an owner's rows as one
-plain relation with the uniform, weighted or LABOR-0 mode (`samplers.modes`); `sample_owned_rows` runs its
-per-layer entry point, `LayerLoop.sample_relation`, for a frontier (`sample_owned_into`: a uniform
-loop's draws written into the caller's buffers); `relabel_dst`, `relabel_src` and
-`Workspace` are the core's relabelling kernels and their map (`samplers.kernels.cpu`), which the
-trainer runs as it assembles a layer (`samplers.distributed.assemble`). A row's draws
-are keyed by (layer key, global node id) and the row's CSC positions (docs/architecture.md#sampling-rules),
-so an owner that keeps each owned row's in-edges in the graph's CSC order, indexed by global node id,
-draws exactly what the whole-graph sampler draws for that row. LABOR-0's per-source variates are keyed
-by (variate key, global source id) and its rows need nothing from other rows, so the same holds.
+`owner_loop` builds the core's layer loop (`samplers.layers.LayerLoop`) over an owner's rows as one plain
+relation with the uniform, weighted or LABOR-0 mode (`samplers.modes`); `sample_owned_rows` runs its
+per-layer entry point, `LayerLoop.sample_relation`, for a frontier (`sample_owned_segments`: a uniform
+loop's K batches at once, written into the caller's buffers); `relabel_dst`, `relabel_src` and `Workspace`
+are the core's relabelling kernels and their map (`samplers.kernels.cpu`), which the trainer runs as it
+assembles a layer (`samplers.distributed.assemble`). A row's draws are keyed by (layer key, global node
+id) and the row's CSC positions (docs/architecture.md#sampling-rules), so an owner that keeps each owned
+row's in-edges in the graph's CSC order, indexed by global node id, draws exactly what the whole-graph
+sampler draws for that row. LABOR-0's per-source variates are keyed by (variate key, global source id) and
+its rows need nothing from other rows, so the same holds.
 """
 
 from __future__ import annotations
@@ -21,12 +21,14 @@ import numpy as np
 from samplers._csc import held_derived
 from samplers.kernels import cpu
 from samplers.kernels.cpu import Workspace
+from samplers.kernels.cpu.layer import sample_layer_segments
 from samplers.kernels.cpu.relabel import relabel_dst, relabel_src
 from samplers.layers import LayerLoop
 from samplers.modes import LaborMode, LayerRequest, RelationArrays, UniformMode, WeightedMode
 
 __all__ = ["KINDS", "NODE", "RELATION", "Workspace", "layer_key", "owner_loop", "relabel_dst", "relabel_src",
-           "sample_owned_into", "sample_owned_rows"]
+           "sample_owned_rows",
+           "sample_owned_segments"]
 
 KINDS = ("neighbor", "labor")
 """The samplers owners serve: neighbour sampling (uniform or weighted) and LABOR-0."""
@@ -87,11 +89,14 @@ def sample_owned_rows(loop: LayerLoop, dst: np.ndarray, fanout: int, key: int, v
 
 
 
-def sample_owned_into(loop: LayerLoop, dst: np.ndarray, fanout: int, key: int, threads: int,
-                      into: Callable[[int], tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
-    """`sample_owned_rows` of a uniform loop, the sources and edge ids written into ``into(nnz)``'s two
-    [nnz] arrays (int32 or int64, as `samplers.kernels.cpu.sample_layer`'s ``into``) rather than fresh
-    int64 ones: the same draws. Returns the rows' counts, int64 [D].
+def sample_owned_segments(loop: LayerLoop, dst: np.ndarray, segments: np.ndarray, fanout: int,
+                          keys: np.ndarray, threads: int,
+                          into: Callable[[np.ndarray], list]) -> np.ndarray:
+    """`sample_owned_rows` of a uniform loop for K batches at once, with one set-up: batch b's rows
+    ``dst[segments[b]:segments[b + 1]]`` (int64, owned) with ``keys[b]`` (uint64 [K]), its sources and
+    edge ids written into the int32 or int64 arrays ``into(nnz)`` gives per batch for the batches' edge
+    counts (int64 [K]) (`samplers.kernels.cpu.layer.sample_layer_segments`). Returns the rows' counts,
+    int64 [D].
 
     Raises
     ------
@@ -100,8 +105,7 @@ def sample_owned_into(loop: LayerLoop, dst: np.ndarray, fanout: int, key: int, t
     """
     mode, relation = loop.modes[RELATION], loop.relations[RELATION]
     if not isinstance(mode, UniformMode):
-        raise ValueError(f"sample_owned_into samples uniform loops; got a {mode.name} loop")
-    out_indptr, _, _ = cpu.sample_layer(  # the kernel call of UniformMode.sample_cpu
-        relation.indptr, relation.indices, relation.edge_ids, dst, int(fanout), mode.replace, int(key), None,
-        threads, pairs=relation.pairs, into=into)
+        raise ValueError(f"sample_owned_segments samples uniform loops; got a {mode.name} loop")
+    out_indptr = sample_layer_segments(relation.indptr, relation.indices, relation.edge_ids, dst, segments,
+                                       int(fanout), mode.replace, keys, into, threads, pairs=relation.pairs)
     return np.diff(out_indptr)

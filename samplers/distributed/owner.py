@@ -21,7 +21,7 @@ import numpy as np
 from graphrl.partition import load_partition
 from graphrl.threads import team_size
 from samplers.distributed.assemble import pack_reply, unpack_request
-from samplers.distributed.core import KINDS, owner_loop, sample_owned_into, sample_owned_rows
+from samplers.distributed.core import KINDS, owner_loop, sample_owned_rows, sample_owned_segments
 
 __all__ = ["PartitionOwner"]
 
@@ -67,7 +67,6 @@ class PartitionOwner:
         np.cumsum(counts, out=self.indptr[1:])
         self._loops: dict[tuple, object] = {}  # the core's layer loop per (kind, weighted, replace)
         self._derived: dict = {}  # the loops' one copy of the pairs and prefix sums (core.owner_loop)
-        self._edges_per_row: dict[tuple, float] = {}  # per (fanout, replace): sizes _sample_into's buffer
         # replies in int32 where the graph's node ids, edge ids and counts fit it: half the bytes
         self._wide = max(p.num_nodes, int(p.edge_ids.max(initial=0)), p.indices.shape[0]) > _INT32_MAX
         self._busy = {"sample_s": 0.0, "sample_cpu_s": 0.0, "rows_s": 0.0, "requests": 0}
@@ -144,7 +143,7 @@ class PartitionOwner:
         dst = np.asarray(dst, dtype=np.int64)
         threads = self._threads()
         if kind == "neighbor" and not weighted and not self._wide and fanout <= _INT32_MAX:
-            out = self._sample_into(self._loops[mode], dst, bounds, fanout, replace, keys, threads)
+            out = self._sample_into(self._loops[mode], dst, bounds, fanout, keys, threads)
             weights = None
         else:
             draws = [sample_owned_rows(self._loops[mode], dst[bounds[b]:bounds[b + 1]], fanout, int(keys[b]),
@@ -156,36 +155,30 @@ class PartitionOwner:
         self._busy["requests"] += 1
         return out, weights
 
-    def _sample_into(self, loop, dst: np.ndarray, bounds: np.ndarray, fanout: int, replace: bool,
-                     keys: np.ndarray, threads: int) -> np.ndarray:
+    def _sample_into(self, loop, dst: np.ndarray, bounds: np.ndarray, fanout: int, keys: np.ndarray,
+                     threads: int) -> np.ndarray:
         """A uniform loop's int32 `pack_reply` buffer, each batch's sources and edge ids written in
-        place by the kernel (`sample_owned_into`): no int64 arrays to cast and copy. The buffer is sized
-        by the edges a row drew in this owner's last request of the same fanout (10% more), and grown
-        (copied) in the rare request that draws more."""
-        k, rows_all = len(keys), dst.shape[0]
-        rate = self._edges_per_row.get((fanout, replace), float(fanout) if fanout >= 0 else 0.0)
-        box = [np.empty(k + rows_all + 2 * int(rows_all * rate * 1.1) + 2 * k, dtype=np.int32)]
+        place by the kernel (`sample_owned_segments`: one set-up for the K batches): no int64 arrays to
+        cast and copy."""
+        k, rows = len(keys), np.diff(bounds)
+        starts = np.empty(k + 1, dtype=np.int64)  # batch b's part of the buffer begins at starts[b]
+        box = []
 
-        def into(nnz: int, lo: int) -> tuple[np.ndarray, np.ndarray]:
-            if lo + 2 * nnz > box[0].shape[0]:
-                grown = np.empty(max(lo + 2 * nnz + rows_all, 2 * box[0].shape[0]), dtype=np.int32)
-                grown[:lo] = box[0][:lo]
-                box[0] = grown
-            return box[0][lo:lo + nnz], box[0][lo + nnz:lo + 2 * nnz]
+        def into(nnz: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+            starts[0] = k
+            np.cumsum(rows + 2 * nnz, out=starts[1:])
+            starts[1:] += k
+            out = np.empty(int(starts[k]), dtype=np.int32)
+            out[:k] = nnz
+            box.append(out)
+            lo = (starts[:-1] + rows).tolist()
+            return [(out[a:a + n], out[a + n:a + 2 * n]) for a, n in zip(lo, nnz.tolist(), strict=True)]
 
-        at = k
+        counts = sample_owned_segments(loop, dst, bounds, fanout, keys, threads, into)
+        out = box[0]
         for b in range(k):
-            rows = dst[bounds[b]:bounds[b + 1]]
-            d = rows.shape[0]
-            counts = sample_owned_into(loop, rows, fanout, int(keys[b]), threads,
-                                       lambda nnz, lo=at + d: into(nnz, lo))
-            nnz = int(counts.sum())
-            box[0][b] = nnz
-            box[0][at:at + d] = counts
-            at += d + 2 * nnz
-        if rows_all:
-            self._edges_per_row[(fanout, replace)] = (at - k - rows_all) / (2 * rows_all)
-        return box[0][:at]
+            out[starts[b]:starts[b] + rows[b]] = counts[bounds[b]:bounds[b + 1]]
+        return out
 
     def rows(self, ids: np.ndarray, name: str = "features") -> np.ndarray:
         """Rows of owned nodes ``ids`` (int64 [K], global) of ``"features"`` ([K, F]) or ``"labels"`` ([K]).

@@ -27,7 +27,7 @@ from samplers.kernels.cpu.threads import parallel_chunks
 from samplers.kernels.cpu.uniform import sample_rows
 from samplers.kernels.cpu.workspace import Exclusion, Workspace
 
-__all__ = ["CHUNK_EDGES", "sample_block", "sample_layer"]
+__all__ = ["CHUNK_EDGES", "sample_block", "sample_layer", "sample_layer_segments"]
 
 CHUNK_EDGES = 1 << 15  # sampled edges per chunk of work (one to a few hundred microseconds)
 _NO_EXCL = np.empty(0, dtype=np.int64)
@@ -148,7 +148,6 @@ def sample_layer(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray |
                  threads: int = 1, weights: np.ndarray | None = None, edge_times: np.ndarray | None = None,
                  dst_times: np.ndarray | None = None, *, prefix: np.ndarray | None = None,
                  positive: np.ndarray | None = None, pairs: np.ndarray | None = None,
-                 into: Callable[[int], tuple[np.ndarray, np.ndarray]] | None = None,
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Sample the in-edges of each destination, without relabelling (as `reference.sample_layer`).
 
@@ -168,16 +167,10 @@ def sample_layer(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray |
         the same weights many times. Without them, they are computed for the rows of ``dst`` alone (the
         O(sum of their degrees) pass that the precomputed arrays save).
     pairs : int32 [2E] or None, `samplers._csc.edge_pairs` (as in `sample_block`)
-    into : callable or None
-        ``into(nnz)`` gives the two [nnz] arrays the sources and edge ids are written into and returned
-        (e.g. views of a reply buffer), int64 or int32 each; int32 edge ids need E and every edge id
-        below 2^31 (they hold CSC positions first) and no weights or times, int32 sources every node
-        id below 2^31. None: fresh int64.
 
     Returns
     -------
     out_indptr : int64 [D + 1]; src : int64 [nnz] global sources; eids : int64 [nnz] edge ids
-    (``into``'s arrays with ``into``)
     """
     helpers = max(int(threads) - 1, 0)
     masks = None
@@ -187,15 +180,58 @@ def sample_layer(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray |
     workspace = Workspace(0, indices.dtype)
     out_indptr, rows, excl, nnz, bounds = plan(indptr, dst, fanout, replace, excluded, workspace, helpers,
                                                masks, row_time, chunk_edges=CHUNK_EDGES)
-    if into is None:
-        eids = np.empty(nnz, dtype=np.int64)
-        src = np.empty(nnz, dtype=indices.dtype)
-    else:
-        src, eids = into(nnz)
-        if masks is not None and eids.dtype != np.int64:
-            raise ValueError(f"into's edge ids must be int64 with weights or times, got {eids.dtype}")
+    eids = np.empty(nnz, dtype=np.int64)
+    src = np.empty(nnz, dtype=indices.dtype)
     if nnz:
         fn = _chunk_fn(indices, edge_ids, dst, rows, out_indptr, fanout, replace, key, excl, eids, src, masks,
                        row_time, pairs)
         parallel_chunks(lambda i: fn(bounds[i], bounds[i + 1]), bounds.shape[0] - 1, helpers)
-    return out_indptr, src if into is not None else src.astype(np.int64, copy=False), eids
+    return out_indptr, src.astype(np.int64, copy=False), eids
+
+
+def sample_layer_segments(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray | None,
+                          dst: np.ndarray, segments: np.ndarray, fanout: int, replace: bool, keys: np.ndarray,
+                          into: Callable[[np.ndarray], list], threads: int = 1, *,
+                          pairs: np.ndarray | None = None) -> np.ndarray:
+    """Uniform draws of K batches' rows of one layer, each batch with its own key, planned in one pass:
+    batch b's edges are those of `sample_layer` of its rows with ``keys[b]`` (no weights, times or
+    exclusions), for one call's set-up rather than K.
+
+    Parameters
+    ----------
+    indptr, indices, edge_ids, fanout, replace, threads, pairs : as `sample_layer`
+    dst : int64 [D], trusted in range: the K batches' rows one after another
+    segments : int64 [K + 1], batch b's rows are ``dst[segments[b]:segments[b + 1]]``
+    keys : uint64 [K], each batch's ``layer_key``
+    into : callable
+        ``into(nnz)``, given the K batches' edge counts (int64 [K]), gives per batch the two [nnz_b]
+        arrays its sources and edge ids are written into (e.g. views of a reply buffer), int64 or int32
+        each: int32 edge ids need E and every edge id below 2^31 (they hold CSC positions first),
+        int32 sources every node id.
+
+    Returns
+    -------
+    out_indptr : int64 [D + 1], over all rows: batch b's rows drew ``np.diff(out_indptr)[segments[b]:
+    segments[b + 1]]`` edges each.
+    """
+    helpers = max(int(threads) - 1, 0)
+    out_indptr, rows, excl, _, _ = plan(indptr, dst, fanout, replace, None, Workspace(0, indices.dtype),
+                                        helpers, None, None, chunk_edges=CHUNK_EDGES)
+    ends = out_indptr[segments]
+    outs = into(np.diff(ends))
+    tasks = []
+    for b in range(keys.shape[0]):
+        lo, hi = int(segments[b]), int(segments[b + 1])
+        first = out_indptr[lo]
+        src, eids = outs[b]
+        if out_indptr[hi] > first:
+            fn = _chunk_fn(indices, edge_ids, dst[lo:hi], tuple(r[lo:hi] for r in rows),
+                           out_indptr[lo:hi + 1] - first, fanout, replace, int(keys[b]), excl, eids, src,
+                           None, None, pairs)
+            tasks.append((fn, hi - lo))
+    if helpers == 0 or len(tasks) < 2:
+        for fn, d in tasks:
+            fn(0, d)
+    else:
+        parallel_chunks(lambda i: tasks[i][0](0, tasks[i][1]), len(tasks), helpers)
+    return out_indptr

@@ -1,8 +1,9 @@
 """An owner's int32 reply written in place by the kernel (uniform loops) equals the packed fresh draws.
 
-`PartitionOwner.sample_rows` sizes a uniform loop's reply by the edges a row drew in its last request
-of the same fanout and grows it when a request draws more: low-degree rows first, then hubs (the
-buffer grows), then low-degree rows again, each reply equal to `pack_reply` of `sample_owned_rows`.
+`PartitionOwner.sample_rows` samples a uniform loop's K batches with one set-up
+(`samplers.distributed.core.sample_owned_segments`), each batch's draws written into its part of the
+reply: low-degree rows, hubs, then low-degree rows again (two batches a request, keys far apart), each
+reply equal to `pack_reply` of `sample_owned_rows` batch by batch.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import pytest
 from graphrl.datasets import synthetic_graph
 from graphrl.partition import write_partitions
 from samplers.distributed.assemble import pack_reply
-from samplers.distributed.core import owner_loop, sample_owned_into, sample_owned_rows
+from samplers.distributed.core import owner_loop, sample_owned_rows, sample_owned_segments
 from samplers.distributed.owner import PartitionOwner
 
 N, E = 400, 6000
@@ -27,7 +28,7 @@ def owner(tmp_path_factory):
 
 
 @pytest.mark.parametrize(("fanout", "replace"), [(3, False), (-1, False), (4, True)])
-def test_the_reply_grows_and_equals_the_packed_draws(owner, fanout, replace):
+def test_the_reply_equals_the_packed_draws(owner, fanout, replace):
     p = owner.partition
     deg = np.diff(p.indptr)
     low, hubs = p.owned[np.argsort(deg, kind="stable")[:30]], p.owned[np.argsort(-deg, kind="stable")[:30]]
@@ -48,4 +49,4 @@ def test_only_uniform_loops_are_written_in_place(owner):
     p = owner.partition
     loop = owner_loop(owner.indptr, p.indices, p.edge_ids, p.num_nodes, None, False, "labor")
     with pytest.raises(ValueError, match="uniform loops; got a labor loop"):
-        sample_owned_into(loop, p.owned[:3], 2, 1, 1, lambda nnz: (np.empty(nnz), np.empty(nnz)))
+        sample_owned_segments(loop, p.owned[:3], np.array([0, 3]), 2, np.array([1], dtype=np.uint64), 1, list)
