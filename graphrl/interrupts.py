@@ -22,11 +22,12 @@ Details:
   calls the handler it found) still reaches ours; once the block is left, ours passes the signal on to
   the handler it replaced.
 - Outside the main thread `interrupts` installs nothing (Python runs signal handlers there only).
-- A signal that lands while the main thread is inside numba's compiler (it holds numba's global compiler
-  lock: a kernel's first call, or loading it from the cache) raises only once the compiler is left: an
-  exception raised between two of the compiler's Python lines can leave LLVM objects half made, which
-  llvmlite may crash on later. The handler sends the signal again every `RESEND_DELAY` until then; a
-  second signal waits as well, so a compile that never ends is stopped only by SIGKILL.
+- A signal that lands while the main thread is inside numba's compiler (holds its global compiler lock:
+  a kernel's first call or cache load) raises only once the compiler is left (an exception between two
+  of its lines can leave LLVM objects half made, which llvmlite may crash on): the handler sends it again
+  every `RESEND_DELAY` until then. A second SIGINT or SIGTERM from the user meanwhile (not a re-send)
+  stops the process at once, as in most CLIs: shared segments are unlinked, the signal raised again at
+  its default action (shell status 130 / 143, nothing saved).
 - A handler that runs inside a finalizer or ``__del__`` (garbage collection can run them at any
   bytecode) raises where Python ignores exceptions ("Exception ignored in ..."): within the block,
   `sys.unraisablehook` sees that `Interrupted` and sends the signal again, so the run still stops.
@@ -82,12 +83,25 @@ class Interrupted(KeyboardInterrupt):
         return 128 + self.signum
 
 
-RESEND_DELAY = 0.01  # seconds until a signal deferred in numba's compiler or lost in a finalizer is resent
+RESEND_DELAY = 0.05  # seconds until a signal deferred in numba's compiler or lost in a finalizer is resent
+# (a user's signal that lands while a re-send is pending merges with it: the rarer, the longer the delay)
 
 
 def _send_later(signum: int) -> None:
     time.sleep(RESEND_DELAY)
     os.kill(os.getpid(), signum)
+
+
+def _stop_now(signum: int) -> None:
+    """End the process at once by ``signum``'s default action (the shell reports 128 + ``signum``), as a
+    second Ctrl-C does; this process's shared segments are unlinked first (`graphrl.memory.signals`)."""
+    log.warning("second %s while numba compiles: stopping now, nothing saved", signal.Signals(signum).name)
+    shm_signals = sys.modules.get("graphrl.memory.signals")  # not imported: no segment was made
+    if shm_signals is not None:
+        shm_signals.unlink_shared_segments(remove_spill=True)
+    signal.signal(signum, signal.SIG_DFL)
+    signal.raise_signal(signum)  # dies here, of the signal
+    os._exit(128 + signum)  # reached only where the main thread blocks signum (pthread_sigmask)
 
 
 def _compiling() -> bool:
@@ -109,6 +123,14 @@ def interrupts() -> Iterator[None]:
         return
     previous: dict[int, object] = {}
     active = True
+    waiting = False  # a signal landed in numba's compiler and waits for it to be left
+    resent: list[int] = []  # the re-sends of a waiting signal sent and not yet seen by the handler
+
+    def resend(signum: int) -> None:  # from a thread: the handler must return for the compiler to go on
+        time.sleep(RESEND_DELAY)
+        if waiting:  # else it was raised already (a signal of the user's after the compiler was left)
+            resent.append(signum)  # counted before it is sent: one that the handler sees uncounted is
+            os.kill(os.getpid(), signum)  # the user's (see handle)
 
     def restore() -> None:
         nonlocal active
@@ -118,6 +140,7 @@ def interrupts() -> Iterator[None]:
                 signal.signal(signum, handler)
 
     def handle(signum: int, frame: FrameType | None) -> None:
+        nonlocal waiting
         if not active:  # reached through a handler installed on top of ours, after the block
             before = previous.get(signum, signal.SIG_DFL)
             if callable(before):
@@ -126,9 +149,18 @@ def interrupts() -> Iterator[None]:
                 signal.signal(signum, signal.SIG_DFL)
                 os.kill(os.getpid(), signum)
             return
+        try:  # one of our re-sends? A user's signal seen between a re-send's count and its sending takes
+            resent.remove(signum)  # its place (the re-send then counts as the user's: the same outcome);
+            ours = True  # one that merges with a pending re-send (the main thread in one long call into
+        except ValueError:  # LLVM, where handlers wait) is taken for it: the next one stops the process
+            ours = False
         if _compiling():  # raise once numba's compiler is left, never between its lines (see the module)
-            _thread.start_new_thread(_send_later, (signum,))
+            if waiting and not ours:  # the user's second signal while the first waits
+                _stop_now(signum)
+            waiting = True
+            _thread.start_new_thread(resend, (signum,))
             return
+        waiting = False
         restore()
         log.info("received %s", signal.Signals(signum).name)
         raise Interrupted(signum)

@@ -1,11 +1,15 @@
 """graphrl.interrupts while numba compiles: a signal that lands inside numba's compiler raises `Interrupted`
 only once the compiler is left (an exception between two of the compiler's lines can leave LLVM objects half
-made, which llvmlite crashed on later); one that lands elsewhere raises at once."""
+made, which llvmlite crashed on later); one that lands elsewhere raises at once. A second signal from the user
+while the first waits (not one of the handler's re-sends) ends the process at once, of the signal."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -96,9 +100,6 @@ def test_sigterm_landing_in_llvmlites_link_while_numba_compiles_stops_the_run_wi
     """Raised between LLVM's link and its wrapper's detach (``detached False``), `Interrupted` left a wrapper
     that frees the linked-in module a second time: a store's first sample died of SIGSEGV so. Deferred, the
     compile ends whole, then the run stops with the signal's status."""
-    import subprocess
-    import sys
-
     script = tmp_path / "compile_under_sigterm.py"
     script.write_text(COMPILE_UNDER_SIGTERM)
     repo = str(Path(__file__).resolve().parents[2])
@@ -106,3 +107,84 @@ def test_sigterm_landing_in_llvmlites_link_while_numba_compiles_stops_the_run_wi
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 143, (proc.returncode, proc.stdout, proc.stderr[-2000:])
     assert proc.stdout.splitlines() == ["interrupted SIGTERM detached True then 4"], proc.stdout
+
+
+# graphrl.interrupts loaded from its file, without graphrl's package (whose import loads torch: seconds)
+HOLD_THE_COMPILER_LOCK = r'''
+import importlib.util, os, signal, sys, time
+from numba.core.compiler_lock import global_compiler_lock
+
+spec = importlib.util.spec_from_file_location("graphrl_interrupts", sys.argv[1])
+interrupts_module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(interrupts_module)
+hold = float(sys.argv[2])
+seen = []
+with interrupts_module.interrupts():
+    ours = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, lambda s, f: (seen.append(s), ours(s, f)))  # counts, then calls ours
+    try:
+        with global_compiler_lock:  # as a kernel's first call holds it while it compiles
+            print("holding", os.getpid(), flush=True)
+            if hold < 0:
+                os.kill(os.getpid(), signal.SIGTERM)  # the run's only signal
+                hold = -hold
+            end = time.monotonic() + hold
+            while time.monotonic() < end:  # running Python, as the compiler does: a handler runs at once
+                pass  # (a sleep here would wait for a signal that another thread received)
+        print("released", flush=True)
+        time.sleep(5.0)  # the deferred signal raises here
+        print("not interrupted", flush=True)
+    except interrupts_module.Interrupted as err:
+        print("interrupted", err.name, "SIGTERMs handled", len(seen), flush=True)
+        sys.exit(err.exit_code)
+'''
+
+
+def _hold_the_compiler_lock(tmp_path: Path, hold: float) -> subprocess.Popen:
+    """The script above under ``bash``, which prints its status as a shell reports it (``status N``)."""
+    script = tmp_path / "hold_the_compiler_lock.py"
+    script.write_text(HOLD_THE_COMPILER_LOCK)
+    module = Path(__file__).resolve().parents[2] / "graphrl" / "interrupts.py"
+    # SIGINT at its default in the child whatever the test run inherited (a background job ignores it)
+    return subprocess.Popen(["bash", "-c", '"$0" "$@"; echo "status $?"', sys.executable, str(script),
+                             str(module), str(hold)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_second_signal_inside_numbas_compiler_stops_the_process_at_once(tmp_path, signum):
+    proc = _hold_the_compiler_lock(tmp_path, 30.0)
+    try:
+        first = proc.stdout.readline().split()
+        assert first[:1] == ["holding"], (first, proc.stderr.read() if proc.poll() is not None else "")
+        pid = int(first[1])
+        os.kill(pid, signum)
+        time.sleep(0.3)  # deferred (sent again every RESEND_DELAY meanwhile), not raised
+        assert proc.poll() is None
+        t0 = time.perf_counter()
+        os.kill(pid, signum)  # the user's second: the process dies of it
+        out, err = proc.communicate(timeout=10)
+        elapsed = time.perf_counter() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert out.splitlines() == [f"status {128 + signum}"], (out, err)  # 130 / 143, no Interrupted
+    assert f"second {signal.Signals(signum).name} while numba compiles" in err
+    assert elapsed < 2.0
+
+
+def test_the_handlers_own_resends_are_not_taken_for_a_second_signal(tmp_path):
+    # one SIGTERM while the lock is held 0.5 s: sent again every RESEND_DELAY, each counted as ours
+    proc = _hold_the_compiler_lock(tmp_path, -0.5)
+    try:
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    lines = out.splitlines()
+    assert lines[:2] == [lines[0], "released"] and lines[0].startswith("holding"), (out, err)
+    handled = re.fullmatch(r"interrupted SIGTERM SIGTERMs handled (\d+)", lines[2])
+    assert handled and int(handled.group(1)) >= 4, (out, err)  # the signal and its re-sends
+    assert lines[3:] == ["status 143"], (out, err)
