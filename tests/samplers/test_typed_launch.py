@@ -134,6 +134,34 @@ SIM_SCRIPT = textwrap.dedent(
     # a chain of uniform layers (0 draws nothing), read before an unbounded layer, then a chain again
     fan = {CLICKS: [2, -1, 0], BY: [3, 2, 2], FOLLOWS: [1, 2, 0], TAGS: [2, 1, 3]}
     s, own_layers = compare(fan, [mixed], "chain, -1, chain", chains=2)
+
+    # a warm typed chain (fused, and relation by relation with times) allocates on the device only the
+    # arrays its blocks keep (the workspace's outputs): counted by wrapping the simulator's allocator
+    from numba import cuda
+    allocs = [0]
+    device_array = cuda.device_array
+    def counted_array(*a, **k):
+        allocs[0] += host_side()
+        return device_array(*a, **k)
+    cuda.device_array = counted_array
+    by_times = {BY: torch.from_numpy(rng.integers(0, 100, 40))}
+    mixed_times = dict(seeds=mixed["seeds"], seed_times={"user": torch.tensor([50, 60]),
+                                                         "item": torch.tensor([70])})
+    fan = {CLICKS: [3, 2], BY: [2, 2], FOLLOWS: [2, 3], TAGS: [1, 2]}
+    for kw, call in (({"weights": True}, mixed), ({"edge_times": by_times}, mixed_times)):
+        cpu_s = HeteroNeighborSampler(graph, fan, seed=5, **kw)
+        gpu_s = HeteroNeighborSampler(graph, fan, seed=5, device="cuda", **kw)
+        for i in range(2):
+            allocs[0] = 0
+            want = cpu_s.sample(**call)
+            before = gpu_s.traffic.snapshot()
+            same(want, gpu_s.sample(**call), ("warm", list(kw), i))
+            used = gpu_s.traffic.since(before)
+            assert used.readbacks == 1 and used.chain_overflows == 0, (kw, i, used)
+            if i:  # warm: no scratch grown, no host memory registered, no allocation outside the workspace
+                assert used.scratch_allocations == 0 and used.registrations == 0, (list(kw), used)
+                assert allocs[0] == used.output_allocations > 0, (list(kw), allocs, used)
+    cuda.device_array = device_array
     print("OK")
     """
 )

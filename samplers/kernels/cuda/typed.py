@@ -47,7 +47,7 @@ import numpy as np
 import torch
 from numba import cuda
 
-from samplers.kernels.cuda.arrays import concat, empty, fill_with, no_excluded
+from samplers.kernels.cuda.arrays import concat, copy_into, empty, fill_with, no_excluded
 from samplers.kernels.cuda.device import torch_dtypes
 from samplers.kernels.cuda.graph import CudaGraph
 from samplers.kernels.cuda.launch import EDGE_THREADS, ROW_THREADS, grid, kernel_stream, launch
@@ -325,8 +325,17 @@ def _to_device(arr: np.ndarray) -> Any:
     return cuda.to_device(arr, stream=kernel_stream())
 
 
-def _frontier(parts: list) -> Any:
-    """The destination arrays of several node types as one device int64 array."""
+def _frontier(parts: list, ws: Any = None) -> Any:
+    """The destination arrays of several node types as one device int64 array (with ``ws``: copied into
+    its scratch array ``typed_flat``, no allocation; a single part as it is)."""
+    if ws is not None and len(parts) > 1:
+        out, at = ws.scratch("typed_flat", sum(int(p.shape[0]) for p in parts), np.int64), 0
+        for part in parts:
+            copy_into(out[at:at + int(part.shape[0])], part, kernel_stream())
+            at += int(part.shape[0])
+        return out
+    if ws is not None and not parts:
+        return ws.scratch("typed_flat", 1, np.int64)
     if torch_dtypes() and len(parts) > 1:
         return torch.cat([torch.as_tensor(p, device="cuda") for p in parts])
     if not parts:
@@ -388,17 +397,20 @@ def _plan_and_scan(csc: TypedCsc, frontier: Mapping[str, Any], requests: list[Ty
     params = (dev[:n_rel + 1], *(dev[q * n_rel + 1:(q + 1) * n_rel + 1] for q in range(1, 9)),
               dev[9 * n_rel + 1:12 * n_rel + 1])
     d_item_off, d_row_base, d_dst_base, d_fanout, d_flags, _keys, d_nrow_at = params[:7]
-    flat = _frontier([frontier[t] for t in types if frontier[t].shape[0]])
+    flat = _frontier([frontier[t] for t in types if frontier[t].shape[0]], ws)
     n_items = int(item_off[-1])
     g = csc.graph
-    counts = empty(max(n_items, 1), np.int64)
-    rel_indptr = empty(n_items + n_rel, np.int64)
+    # with ws (a chain): counts and offsets are scratch; rel_indptr is kept by the blocks (an output)
+    counts = empty(max(n_items, 1), np.int64) if ws is None else ws.scratch("typed_counts", max(n_items, 1),
+                                                                           np.int64)
+    rel_indptr = empty(n_items + n_rel, np.int64) if ws is None else ws.output(n_items + n_rel, np.int64)
     stream = kernel_stream()
     launch(typed_plan, (grid(max(n_items, n_rel), EDGE_THREADS), EDGE_THREADS), g.indptr, g.weights,
            csc.positive, flat, d_item_off, d_row_base, d_dst_base, d_fanout, d_flags, excluded, counts,
            rel_indptr, dev if nrows is None else nrows, d_nrow_at, stream=stream)
     launches["plan"] += 1
-    out_indptr, _ = exclusive_scan(counts[:n_items], stream, read_total=False)
+    scan_out = None if ws is None else ws.scratch("typed_out_indptr", n_items + 1, np.int64)
+    out_indptr, _ = exclusive_scan(counts[:n_items], stream, ws, scan_out, read_total=False)
     launches["scan"] += 1
     return item_off, params, flat, out_indptr, rel_indptr
 
