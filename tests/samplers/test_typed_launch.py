@@ -162,6 +162,15 @@ SIM_SCRIPT = textwrap.dedent(
                 assert used.scratch_allocations == 0 and used.registrations == 0, (list(kw), used)
                 assert allocs[0] == used.output_allocations > 0, (list(kw), allocs, used)
     cuda.device_array = device_array
+
+    # the unbounded pair relabelling (a typed temporal layer read back) equals the CPU one
+    from samplers.kernels.cpu import relabel_pairs
+    from samplers.kernels.cuda.relabel import relabel_pairs_cuda
+    dst, dt = rng.choice(20, 6, replace=False), rng.integers(0, 3, 6)
+    src, st = rng.integers(0, 20, 30), rng.integers(0, 3, 30)
+    got = relabel_pairs_cuda(*(cuda.to_device(a.astype(np.int64)) for a in (dst, dt, src, st)))
+    for g, w in zip(got, relabel_pairs(dst, dt, src, st), strict=True):
+        assert (g.copy_to_host() == w).all(), (g.copy_to_host(), w)
     print("OK")
     """
 )

@@ -441,7 +441,8 @@ def relabel_pairs_cuda(dst: Any, dst_times: Any, src: Any, edge_tkey: Any) -> tu
     stream = kernel_stream()
     dst = as_device_ids(dst, stream)
     d_count, nnz = int(dst.shape[0]), int(src.shape[0])
-    return _relabel_pairs(dst, dst_times, full(1, d_count, stream), src, edge_tkey, full(1, nnz, stream))
+    sizes = full(3, nnz, stream)  # nnz at sizes[:1], written back unchanged with the other sizes
+    return _relabel_pairs(dst, dst_times, full(1, d_count, stream), src, edge_tkey, sizes[:1], None, sizes)
 
 
 def relabel_pairs_bounded(dst: Any, dst_times: Any, nrow: Any, src: Any, edge_tkey: Any, nnz: Any, ws: Any,
@@ -454,8 +455,8 @@ def relabel_pairs_bounded(dst: Any, dst_times: Any, nrow: Any, src: Any, edge_tk
     return _relabel_pairs(dst, dst_times, nrow, src, edge_tkey, nnz, ws, sizes)
 
 
-def _relabel_pairs(dst: Any, dst_times: Any, nrow: Any, src: Any, edge_tkey: Any, nnz: Any, ws: Any = None,
-                   sizes: Any = None) -> tuple[Any, Any, Any]:
+def _relabel_pairs(dst: Any, dst_times: Any, nrow: Any, src: Any, edge_tkey: Any, nnz: Any, ws: Any,
+                   sizes: Any) -> tuple[Any, Any, Any]:
     """The pair relabelling of `relabel_pairs_cuda` (exact sizes: ``src_nodes`` sized by the new
     sources' count, read back) and `relabel_pairs_bounded` (``ws`` given: upper bounds, nothing read)."""
     stream = kernel_stream()
@@ -484,8 +485,6 @@ def _relabel_pairs(dst: Any, dst_times: Any, nrow: Any, src: Any, edge_tkey: Any
     size = total if bounded else d_bound + new_count
     src_nodes = out(size, np.int64)
     src_tkey = out(size, np.int64)
-    if sizes is None:
-        sizes = empty(3, np.int64)
     if total:
         launch(relabel_out_pairs, (grid(total, threads), threads), dst, dst_tkey, nrow, src, edge_tkey, nnz,
                first, flags, newid, src_nodes, src_tkey, local, sizes, stream=stream)
