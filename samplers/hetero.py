@@ -415,16 +415,12 @@ class HeteroNeighborSampler:
             excluded = self._excluded(exclude_eids)
             call = self._calls
             self._calls += 1
-            if self._cuda_graphs:
-                from numba import cuda
-
-                from graphrl.cuda import launch_stream
-
-                stream = launch_stream()  # host -> device copies on the launch stream (docs/architecture.md)
-                dst = {t: cuda.to_device(v, stream=stream) for t, v in dst.items()}
+            if self._cuda_graphs:  # host arrays go through the workspace's page-locked staging buffers
+                ws = self._loop.cuda_workspace()
+                dst = {t: ws.device_ids(v, f"ids_{t}", keep=True) for t, v in dst.items()}
                 # -0.0 -> 0.0 once (inner layers inherit these): equal times, equal relabelling keys
-                times = None if times is None else {t: cuda.to_device(v + v.dtype.type(0), stream=stream)
-                                                    for t, v in times.items()}
+                times = None if times is None else {
+                    t: ws.device_ids(v + v.dtype.type(0), f"times_{t}", keep=True) for t, v in times.items()}
             before = self._loop.sampled_edges
             layers = self._loop.run(dst, self.fanouts, self.seed, call, excluded=excluded, seed_times=times,
                                     threads=team_size() if not self._cuda_graphs else 1)

@@ -356,14 +356,10 @@ class LaborSampler:
             excluded = self._excluded(exclude_eids)
             call = self._calls
             self._calls += 1
-            if self.device.type == "cuda":
-                from numba import cuda
-
-                from graphrl.cuda import launch_stream
-
-                stream = launch_stream()
-                dst = {t: cuda.to_device(v, stream=stream) for t, v in dst.items()}
-                excluded = {rel: cuda.to_device(v, stream=stream) for rel, v in excluded.items()}
+            if self.device.type == "cuda":  # host arrays go through the workspace's page-locked staging
+                ws = self.loop.cuda_workspace()
+                dst = {t: ws.device_ids(v, f"ids_{t}", keep=self.typed) for t, v in dst.items()}
+                excluded = {rel: ws.device_ids(v, f"excluded_{rel}") for rel, v in excluded.items()}
             layers = self.loop.run(dst, self._fanouts, self.seed, call, excluded=excluded,
                                     threads=team_size() if self.device.type == "cpu" else 1,
                                     layer_dependency=self.layer_dependency)

@@ -222,13 +222,11 @@ class LayerLoop:
         times = None if seed_times is None else {t: seed_times[t] for t in self.num_nodes}
         excluded = excluded or {}
         fused_excluded = None
-        if self.device == "cuda" and excluded:  # on the device once per call (host arrays are copied)
-            from samplers.kernels.cuda.arrays import as_device_ids
-            from samplers.kernels.cuda.launch import kernel_stream
-
+        if self.device == "cuda" and excluded:  # on the device once per call (host arrays staged page-locked)
+            ws = self.cuda_workspace()
             if self.typed_csc is not None:
-                fused_excluded = self.typed_csc.excluded(excluded)  # concatenated positions
-            excluded = {rel: as_device_ids(pos, kernel_stream()) for rel, pos in excluded.items()}
+                fused_excluded = self.typed_csc.excluded(excluded, ws)  # concatenated positions
+            excluded = {rel: ws.device_ids(pos, f"excluded_{rel}") for rel, pos in excluded.items()}
         if self.typed_csc is not None and fused_excluded is None:
             fused_excluded = self.typed_csc.excluded({})
         out = []

@@ -100,8 +100,12 @@ SIM_SCRIPT = textwrap.dedent(
             # a chain of layers: their sizes in one read-back (the library's count); an unchained layer reads
             # back four times at least (the fused layer's bounds, each type's relabelling)
             assert used.readbacks == chains, (what, i, used)
-            if not unchained:  # each chained layer's parameters staged through a page-locked buffer
-                assert used.pinned_copies == len(next(iter(fanouts.values()))), (what, i, used)
+            if not unchained:  # each chained layer's parameters staged through a page-locked buffer, and the
+                # call's inputs: the seeds of each seeded type, each sampled relation's excluded positions and
+                # their concatenation (the fused layer's)
+                excluded = sum(rel in fanouts for rel in call.get("exclude_eids", {}))
+                inputs = sum(v.numel() > 0 for v in call["seeds"].values()) + excluded + (excluded > 0)
+                assert used.pinned_copies == len(next(iter(fanouts.values()))) + inputs, (what, i, used)
             assert seen[0] >= chains + 4 if unchained else seen[0] == chains, (what, i, seen)
         assert cpu_s.sampled_edges == gpu_s.sampled_edges > 0, (what, gpu_s.sampled_edges)
         layers = len(next(iter(fanouts.values()))) * len(calls)
@@ -136,23 +140,32 @@ SIM_SCRIPT = textwrap.dedent(
     s, own_layers = compare(fan, [mixed], "chain, -1, chain", chains=2)
 
     # a warm typed chain (fused, and relation by relation with times) allocates on the device only the
-    # arrays its blocks keep (the workspace's outputs): counted by wrapping the simulator's allocator
+    # arrays its blocks keep (the workspace's outputs), and copies no pageable host memory to the device
+    # (seeds, seed times and excluded ids go through the workspace's page-locked staging): counted by
+    # wrapping the simulator's allocator, its to_device and its kernels' host-array arguments
     from numba import cuda
-    allocs = [0]
-    device_array = cuda.device_array
+    from numba.cuda.simulator import kernel as sim_kernel
+    allocs, pageable = [0], [0]
+    device_array, to_device, wrap_arg = cuda.device_array, cuda.to_device, sim_kernel.wrap_arg
     def counted_array(*a, **k):
         allocs[0] += host_side()
         return device_array(*a, **k)
-    cuda.device_array = counted_array
-    by_times = {BY: torch.from_numpy(rng.integers(0, 100, 40))}
-    mixed_times = dict(seeds=mixed["seeds"], seed_times={"user": torch.tensor([50, 60]),
-                                                         "item": torch.tensor([70])})
+    def counted_to_device(*a, **k):
+        pageable[0] += host_side()
+        return to_device(*a, **k)
+    def counted_arg(value, *a, **k):  # a host array handed to a kernel: copied there and back
+        pageable[0] += 1
+        return wrap_arg(value, *a, **k)
+    cuda.device_array, cuda.to_device, sim_kernel.wrap_arg = counted_array, counted_to_device, counted_arg
+    by_times = {BY: torch.from_numpy(rng.integers(0, 100, 40) + 0.5)}  # float times: staged as float64
+    mixed_times = dict(seeds=mixed["seeds"], exclude_eids=excl,
+                       seed_times={"user": torch.tensor([50.0, -0.0]), "item": torch.tensor([70.5])})
     fan = {CLICKS: [3, 2], BY: [2, 2], FOLLOWS: [2, 3], TAGS: [1, 2]}
     for kw, call in (({"weights": True}, mixed), ({"edge_times": by_times}, mixed_times)):
         cpu_s = HeteroNeighborSampler(graph, fan, seed=5, **kw)
         gpu_s = HeteroNeighborSampler(graph, fan, seed=5, device="cuda", **kw)
         for i in range(2):
-            allocs[0] = 0
+            allocs[0] = pageable[0] = 0
             want = cpu_s.sample(**call)
             before = gpu_s.traffic.snapshot()
             same(want, gpu_s.sample(**call), ("warm", list(kw), i))
@@ -161,7 +174,8 @@ SIM_SCRIPT = textwrap.dedent(
             if i:  # warm: no scratch grown, no host memory registered, no allocation outside the workspace
                 assert used.scratch_allocations == 0 and used.registrations == 0, (list(kw), used)
                 assert allocs[0] == used.output_allocations > 0, (list(kw), allocs, used)
-    cuda.device_array = device_array
+                assert pageable[0] == 0 and used.pinned_copies >= 5, (list(kw), pageable, used)
+    cuda.device_array, cuda.to_device, sim_kernel.wrap_arg = device_array, to_device, wrap_arg
 
     # the unbounded pair relabelling (a typed temporal layer read back) equals the CPU one
     from samplers.kernels.cpu import relabel_pairs

@@ -305,15 +305,19 @@ class TypedCsc:
         it `fits` and draws at most ``fanout`` edges per row (fanout >= 0)."""
         return fanout >= 0 and self.fits(rel, fanout, replace)
 
-    def excluded(self, excluded: Mapping) -> Any:
+    def excluded(self, excluded: Mapping, ws: Any = None) -> Any:
         """The excluded positions of every relation in concatenated positions: a device int64 array
         (sorted; ``excluded`` maps relations to sorted CSC positions, host or device arrays, which are
-        read on the host once), or the shared empty array."""
+        read on the host once), or the shared empty array. With a `CudaWorkspace` ``ws`` the array is
+        staged through its page-locked buffer ``typed_excluded`` (its scratch: valid until the next call
+        of this workspace); without, a fresh device copy."""
         parts = [np.asarray(_host(excluded[rel]), dtype=np.int64) + self.edge_base[rel]
                  for rel in self.relations if excluded.get(rel) is not None]
         parts = [p for p in parts if p.shape[0]]
         if not parts:
             return no_excluded()
+        if ws is not None:
+            return ws.device_ids(np.concatenate(parts), "typed_excluded")
         return cuda.to_device(np.concatenate(parts), stream=kernel_stream())
 
 

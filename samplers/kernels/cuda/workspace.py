@@ -140,10 +140,18 @@ class CudaWorkspace:
             self.traffic.readbacks += 1
         return out
 
-    def device_ids(self, ids: Any, name: str = "ids") -> Any:
-        """Device int64 ids: device arrays and CUDA tensors as they are; host ids (numpy, or a CPU tensor
-        outside the simulator) copied through the page-locked staging buffer ``name`` into the scratch
-        array ``name`` (valid until this workspace's next use of that name)."""
+    def device_ids(self, ids: Any, name: str = "ids", keep: bool = False) -> Any:
+        """Device ids (int64) or times (int64 or float64, the 8-byte dtypes of seed times): device arrays
+        and CUDA tensors as they are; host arrays (numpy, or a CPU tensor outside the simulator) copied in
+        their dtype through the page-locked staging buffer ``name`` into the scratch array ``name``
+        (valid until this workspace's next use of that name), or with ``keep`` into a fresh `output`
+        array (blocks may hold it: a typed chain keeps the seeds of a type that no relation draws from).
+
+        Raises
+        ------
+        TypeError
+            A host array of another dtype (``ids`` of itemsize other than 8).
+        """
         if isinstance(ids, torch.Tensor):
             if ids.device.type == "cuda":
                 return ids
@@ -154,19 +162,24 @@ class CudaWorkspace:
             ids = ids.numpy()
         if not isinstance(ids, np.ndarray):
             return ids
+        dtype = np.dtype(np.int64) if ids.dtype.kind in "iub" else ids.dtype
+        if dtype.itemsize != 8:
+            raise TypeError(f"ids ({name!r}): host items of 8 bytes (int64 or float64), got {ids.dtype}")
         n = int(ids.shape[0])
-        out = self.scratch(name, max(n, 1), np.int64)[:n]
+        out = self.output(n, dtype) if keep and n else self.scratch(name, max(n, 1), dtype)[:n]
         if n:
             staged = self._staged.get(name)
             if staged is not None:
                 staged.synchronize()  # the previous copy out of this staging buffer is done
-            host = self._pinned(name, n)[:n]
+            host = self._pinned(name, n)[:n]  # int64 words, viewed in ``dtype``
             if isinstance(out, torch.Tensor):
-                host.copy_(torch.from_numpy(np.asarray(ids, dtype=np.int64)))
+                host = host.view(out.dtype)
+                host.copy_(torch.from_numpy(np.asarray(ids, dtype=dtype)))
                 out.copy_(host, non_blocking=True)
                 event = self._staged[name] = torch.cuda.Event()
                 event.record()
             else:
+                host = host.view(dtype)
                 host[:] = ids
                 out.copy_to_device(host, stream=kernel_stream())
             self.traffic.pinned_copies += 1
