@@ -40,7 +40,11 @@ def _pass_codegen(lanes: int):
         lane = ir.Constant(vi, list(range(lanes)))
         sums = builder.load(ptr, align=8)
         after = builder.icmp_signed(">=", lane, _splat(builder, p, vi))
-        sums = builder.select(after, builder.fsub(sums, _splat(builder, wp, vf)), sums)
+        # acc - (wp after p, else +0.0): the same numbers as a select of acc - wp (x - 0.0 is x), and a
+        # store of every lane; LLVM makes a select between the loaded and the new values a masked store,
+        # which the next output's load cannot take straight from the store
+        zero = ir.Constant(vf, [0.0] * lanes)
+        sums = builder.fsub(sums, builder.select(after, _splat(builder, wp, vf), zero))
         builder.store(sums, ptr, align=8)
         inside = builder.icmp_signed("<", lane, _splat(builder, d, vi))
         below = builder.and_(inside, builder.fcmp_ordered("<=", sums, _splat(builder, x, vf)))
