@@ -8,9 +8,11 @@ for. `subtract_count` does the pass as one load, subtraction, store and compare 
 d left out of it: the same subtractions and comparisons as the plain loop
 `samplers.kernels.weighted_short.subtract_count` (the GPU's), with no loop and no sum of per-lane
 counts on that wait. Lanes d and above are read and overwritten, so ``acc`` has 64 entries (plain,
-not masked, stores: the next output's load takes them straight from the store).
+not masked, stores: the next output's load takes them straight from the store). `count_le` is the
+count alone, for the prefix sums that rejection searches (`samplers.kernels.cpu.weighted`).
 
 >>> p = subtract_count(acc, d, p, wp, x)  # numba code only
+>>> c = count_le(prefix, lo, 64, x)
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
-__all__ = ["subtract_count"]
+__all__ = ["count_le", "subtract_count"]
 
 def _splat(builder, value, vector_type):
     undef = ir.Constant(vector_type, ir.Undefined)
@@ -77,3 +79,46 @@ def subtract_count(acc, d, p, wp, x):
     if d <= 32:
         return _pass32(acc, d, p, wp, x)
     return _pass64(acc, d, p, wp, x)
+
+
+def _count_codegen(lanes: int):
+    def codegen(context, builder, signature, args):
+        arr, lo, n, x = args
+        ary = context.make_array(signature.args[0])(context, builder, arr)
+        f64, i64 = ir.DoubleType(), ir.IntType(64)
+        vf = ir.VectorType(f64, lanes)
+        vi = ir.VectorType(i64, lanes)
+        ptr = builder.bitcast(builder.gep(ary.data, [lo]), vf.as_pointer())
+        sums = builder.load(ptr, align=8)
+        lane = ir.Constant(vi, list(range(lanes)))
+        inside = builder.icmp_signed("<", lane, _splat(builder, n, vi))
+        below = builder.and_(inside, builder.fcmp_ordered("<=", sums, _splat(builder, x, vf)))
+        count = builder.ctpop(builder.bitcast(below, ir.IntType(lanes)))
+        return count if lanes == 64 else builder.zext(count, i64)
+
+    return codegen
+
+
+def _lanes_count(lanes: int):
+    @intrinsic
+    def lanes_count(typingctx, arr, lo, n, x):  # pragma: no cover - compiled
+        sig = types.int64(arr, types.int64, types.int64, types.float64)
+        return sig, _count_codegen(lanes)
+
+    return lanes_count
+
+
+_count8, _count16, _count32, _count64 = (_lanes_count(n) for n in (8, 16, 32, 64))
+
+
+@nb.njit(inline="always", cache=True)
+def count_le(arr, lo, n, x):
+    """The number of arr[lo:lo + n] <= x (float64 ``arr``; 0 < n <= 64), reading the 8, 16, 32 or 64
+    entries from lo (the fewest that hold n), which must all lie inside ``arr`` (numba code only)."""
+    if n <= 8:
+        return _count8(arr, lo, n, x)
+    if n <= 16:
+        return _count16(arr, lo, n, x)
+    if n <= 32:
+        return _count32(arr, lo, n, x)
+    return _count64(arr, lo, n, x)

@@ -9,8 +9,9 @@ a time (`short_pair`: each row's outputs wait on one another, the two rows' do n
 draw by rejection: an output is the first position whose prefix sum exceeds a uniform fraction of the
 row's total, accepted unless excluded or chosen already, with an exact fallback draw after
 REJECT_LIMIT rejections (docs/architecture.md#sampling-rules); a row costs about k draws and searches,
-not the O(d) logarithms of exponential keys. The search counts the prefix sums <= x in a vectorised
-loop for rows up to 128 edges, and inside a 64-entry window around the equal-weights guess above; rows
+not the O(d) logarithms of exponential keys. The search counts the prefix sums <= x (whole-vector
+counts, `samplers.kernels.cpu.short_sums.count_le`) over rows up to 128 edges, and inside a 64-entry
+window around the equal-weights guess above; rows
 without excluded edges up to 4096 edges accept or reject without a branch (chosen positions in a
 bitmap). The choosing pass prefetches the prefix sums (and a short row's weights) of the row 4 ahead.
 
@@ -30,7 +31,7 @@ from samplers.kernels.cpu import rng
 from samplers.kernels.cpu.bits import BITMAP_MAX, SCAN_MAX, emit_bitmap, lowest_bit_index, trailing_zeros
 from samplers.kernels.cpu.eligible import take_eligible
 from samplers.kernels.cpu.rng import draw, row_state, unit
-from samplers.kernels.cpu.short_sums import subtract_count
+from samplers.kernels.cpu.short_sums import count_le, subtract_count
 from samplers.kernels.reference import REJECT_LIMIT, SHORT_ROW_MAX, SHORT_SHARE
 
 __all__ = ["REJECT_LIMIT", "SHORT_ROW_MAX", "choose_rows_weighted"]
@@ -85,11 +86,16 @@ def _search(prefix, s, e, x, unit):
     are non-decreasing), so this choice is free of the specification."""
     d = e - s
     if d <= _COUNT_MAX:
-        return _count_le(prefix, s, e, x)
+        if s + _COUNT_MAX > prefix.shape[0]:  # the whole-vector counts below would read past the end
+            return _count_le(prefix, s, e, x)
+        c = count_le(prefix, s, min(d, 64), x)
+        if d > 64:
+            c += count_le(prefix, s + 64, d - 64, x)
+        return s + c
     lo = min(max(s + np.int64(unit * d) - (_COUNT_WINDOW >> 1), s), e - _COUNT_WINDOW)
     hi = lo + _COUNT_WINDOW
     if (lo == s or prefix[np.uint64(lo - 1)] <= x) and (hi == e or prefix[np.uint64(hi - 1)] > x):
-        return _count_le(prefix, lo, hi, x)
+        return lo + count_le(prefix, lo, _COUNT_WINDOW, x)
     lo = s
     n = d
     while n > _COUNT_WINDOW:
@@ -97,7 +103,9 @@ def _search(prefix, s, e, x, unit):
         if prefix[np.uint64(lo + half - 1)] <= x:
             lo += half
         n -= half
-    return _count_le(prefix, lo, lo + n, x)
+    if lo + _COUNT_WINDOW > prefix.shape[0]:
+        return _count_le(prefix, lo, lo + n, x)
+    return lo + count_le(prefix, lo, n, x)
 
 
 @nb.njit(inline="always", cache=True)
@@ -218,7 +226,7 @@ def _reject_fast(weights, prefix, s, e, state0, c, bits, acc, pos, o):
         else:
             frac = unit(r)
             if in_register:
-                p = s + _count_le(acc, 0, d, frac * total)
+                p = s + count_le(acc, 0, d, frac * total)
             else:
                 p = _search(prefix, s, e, frac * total, frac)
             if p == e:

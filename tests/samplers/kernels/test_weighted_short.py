@@ -12,7 +12,7 @@ from scipy.stats import chisquare
 
 from samplers.kernels import cpu, weighted_short
 from samplers.kernels import reference as ref
-from samplers.kernels.cpu.short_sums import subtract_count
+from samplers.kernels.cpu.short_sums import count_le, subtract_count
 from samplers.kernels.cpu.weighted import short_pair, short_row
 
 
@@ -38,6 +38,18 @@ def test_cpu_pass_equals_the_plain_loop(d):
         got = acc.copy()
         assert subtract_count(got, d, p, wp, x) == want_count
         assert np.array_equal(got[:d].view(np.int64), want[:d].view(np.int64))
+
+
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 16, 17, 31, 32, 33, 63, 64])
+def test_whole_vector_count_equals_the_count(n):
+    # count_le (rejection's search) reads the 8/16/32/64 entries from lo and counts only the first n
+    rng = np.random.default_rng(100 + n)
+    for trial in range(40):
+        lo = int(rng.integers(0, 9))
+        arr = np.full(lo + 64, [np.nan, -1.0][trial % 2])  # past n: left out whatever they hold
+        arr[lo:lo + n] = rounding_sums(rng, n)
+        x = [arr[lo + rng.integers(0, n)], rng.random() * arr[lo + n - 1], 1e300, -0.5][trial % 4]
+        assert count_le(arr, lo, n, x) == int((arr[lo:lo + n] <= x).sum())
 
 
 def short_layer(rng: np.random.Generator, rows: int, k: int):
