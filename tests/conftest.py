@@ -231,3 +231,15 @@ def tiny_gowalla(tmp_path) -> Path:
     (folder / "train.txt").write_text("".join(" ".join(map(str, [u, *i[:6]])) + "\n" for u, i in rows))
     (folder / "test.txt").write_text("".join(" ".join(map(str, [u, *i[6:]])) + "\n" for u, i in rows))
     return root
+
+
+@pytest.fixture
+def sigint_default():
+    """SIGINT with Python's default handler during the test, restored after: a job that a
+    non-interactive shell starts in the background inherits SIGINT ignored, and `graphrl.interrupts`
+    leaves an ignored signal ignored (as ``nohup`` wants), so a test sending itself SIGINT needs this."""
+    import signal
+
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)

@@ -237,6 +237,7 @@ def test_interrupts_turns_sigterm_into_interrupted_and_restores_the_handlers():
     assert {s: signal.getsignal(s) for s in before} == before
 
 
+@pytest.mark.usefixtures("sigint_default")
 def test_a_signal_handled_inside_a_finalizer_still_interrupts_the_run():
     # Python ignores what a finalizer raises ("Exception ignored in: <finalize object>"): a Ctrl-C whose
     # handler ran there was lost and the demo ran to its end with status 0 (seen once in CI)

@@ -34,6 +34,7 @@ def test_a_signal_inside_numbas_compiler_raises_once_the_compiler_is_left():
     assert {s: signal.getsignal(s) for s in before} == before
 
 
+@pytest.mark.usefixtures("sigint_default")
 def test_a_signal_while_another_thread_compiles_raises_at_once():
     import threading
 
