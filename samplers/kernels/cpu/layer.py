@@ -1,10 +1,11 @@
 """One layer on the CPU: plan, choose and gather in chunks on the helper threads, relabel pipelined.
 
-Passes 2 and 3 (choose, gather) run per chunk of rows (about `CHUNK_EDGES` sampled edges each) on the
-calling thread and `graphrl.kernels.parallel_for`'s helper team, which claim chunks dynamically;
-relabelling is sequential and pipelined with them: the calling thread relabels chunk r as soon as it
-is sampled and samples chunks itself when it would otherwise wait, and never waits for a chunk that no
-helper has claimed.
+Passes 2 and 3 (choose, gather) run per chunk of rows (about `CHUNK_EDGES` sampled edges each; a
+smaller layer on several threads in about `CHUNKS_PER_THREAD` chunks a thread) on the calling thread
+and `graphrl.kernels.parallel_for`'s helper team, which claim chunks dynamically; relabelling is
+sequential and pipelined with them: the calling thread relabels the destinations while the helpers
+start, then chunk r as soon as it is sampled, and samples chunks itself when it would otherwise wait
+(it never waits for a chunk that no helper has claimed).
 """
 
 from __future__ import annotations
@@ -30,8 +31,19 @@ from samplers.kernels.cpu.workspace import Exclusion, Workspace
 __all__ = ["CHUNK_EDGES", "sample_block", "sample_layer", "sample_layer_segments"]
 
 CHUNK_EDGES = 1 << 15  # sampled edges per chunk of work (one to a few hundred microseconds)
+MIN_CHUNK_EDGES = 1 << 13  # the smallest chunk a layer is cut into for several threads
+CHUNKS_PER_THREAD = 4  # chunks per thread a smaller layer aims at (from its bound of d * fanout edges)
 _NO_EXCL = np.empty(0, dtype=np.int64)
 _NO_PAIRS = np.empty(0, dtype=np.int32)
+
+
+def _chunk_edges(d_count: int, fanout: int, threads: int) -> int:
+    """Sampled edges a chunk of a layer aims at: `CHUNK_EDGES`, or for several threads and a layer of
+    at most ``d_count * fanout`` edges below ``threads * CHUNKS_PER_THREAD`` chunks of that size,
+    that bound over ``threads * CHUNKS_PER_THREAD`` (at least `MIN_CHUNK_EDGES`)."""
+    if threads <= 1 or fanout < 0:
+        return CHUNK_EDGES
+    return int(min(CHUNK_EDGES, max(MIN_CHUNK_EDGES, d_count * fanout // (threads * CHUNKS_PER_THREAD))))
 
 
 def _chunk_fn(indices, edge_ids, dst, rows, out_indptr, fanout, replace, key, excl, eids, src,
@@ -93,19 +105,20 @@ def sample_block(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray |
     """
     helpers = max(int(threads) - 1, 0)
     row_time = None if masks is None else masks.row_times(dst_times)
-    out_indptr, rows, excl, nnz, bounds = plan(indptr, dst, fanout, replace, excluded, workspace, helpers,
-                                               masks, row_time, chunk_edges=CHUNK_EDGES)
     d_count = dst.shape[0]
+    out_indptr, rows, excl, nnz, bounds = plan(indptr, dst, fanout, replace, excluded, workspace, helpers,
+                                               masks, row_time,
+                                               chunk_edges=_chunk_edges(d_count, fanout, helpers + 1))
     eids = np.empty(nnz, dtype=np.int64)
     src = workspace.src(nnz)
-    src_nodes = np.empty(d_count + nnz, dtype=np.int64)
-    local = np.empty(nnz, dtype=np.int64)
     if nnz:
         fn = _chunk_fn(indices, edge_ids, dst, rows, out_indptr, fanout, replace, key, excl, eids, src, masks,
                        row_time, pairs)
     if masks is not None and masks.has_times:
         if nnz:
             parallel_chunks(lambda i: fn(bounds[i], bounds[i + 1]), bounds.shape[0] - 1, helpers)
+        src_nodes = np.empty(d_count + nnz, dtype=np.int64)
+        local = np.empty(nnz, dtype=np.int64)
         tkeys = np.empty(d_count + nnz, dtype=np.int64)
         dst_tkey = time_keys(row_time)
         edge_tkey = np.repeat(dst_tkey, np.diff(out_indptr))  # a source takes the time of its row
@@ -117,28 +130,35 @@ def sample_block(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray |
     # helper's error, KeyboardInterrupt between chunks), advance past that whole range so the next call
     # cannot read half-written entries as valid.
     workspace.base = base + d_count + nnz
-    n = relabel_dst(dst, node_map, base, src_nodes)
-    if nnz and (helpers == 0 or bounds.shape[0] == 2):  # the calling thread alone
-        for r in range(bounds.shape[0] - 1):
+    if not nnz or helpers == 0 or bounds.shape[0] == 2:  # the calling thread alone
+        src_nodes = np.empty(d_count + nnz, dtype=np.int64)
+        local = np.empty(nnz, dtype=np.int64)
+        n = relabel_dst(dst, node_map, base, src_nodes)
+        for r in range(bounds.shape[0] - 1 if nnz else 0):
             fn(bounds[r], bounds[r + 1])
             n = relabel_src(src, node_map, base, n, src_nodes, local, out_indptr[bounds[r]],
                             out_indptr[bounds[r + 1]])
-    elif nnz:
+    else:
         task = Chunks(lambda i: fn(bounds[i], bounds[i + 1]), bounds.shape[0] - 1)
-        with engaged(task, helpers):
-            # Relabel chunk r as soon as it is sampled; sample chunks here rather than wait.
-            for r in range(task.num_chunks):
-                while not task.done[r]:
-                    i = task.claim()
-                    if i < 0:
-                        task.wait(r)
+        with engaged(task, helpers):  # the helpers start sampling while the destinations are relabelled
+            try:
+                src_nodes = np.empty(d_count + nnz, dtype=np.int64)
+                local = np.empty(nnz, dtype=np.int64)
+                n = relabel_dst(dst, node_map, base, src_nodes)
+                # Relabel chunk r as soon as it is sampled; sample chunks here rather than wait.
+                for r in range(task.num_chunks):
+                    while not task.done[r]:
+                        i = task.claim()
+                        if i < 0:
+                            task.wait(r)
+                            break
+                        task.run(i)
+                    if task.error is not None:
                         break
-                    task.run(i)
-                if task.error is not None:
-                    break
-                n = relabel_src(src, node_map, base, n, src_nodes, local, out_indptr[bounds[r]],
-                                out_indptr[bounds[r + 1]])
-            task.finish()
+                    n = relabel_src(src, node_map, base, n, src_nodes, local, out_indptr[bounds[r]],
+                                    out_indptr[bounds[r + 1]])
+            finally:  # no helper writes into the buffers once this returns or raises
+                task.finish()
     workspace.base = base + n
     return out_indptr, src_nodes[:n], local, eids, None
 
