@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from _forked import run_in_fork
 
 from graphrl.process_origin import check_made_here, made_here
 
@@ -18,26 +19,17 @@ def test_made_here_in_the_maker_and_never_for_none():
 
 def test_a_forked_child_is_not_the_maker_and_the_error_names_both_processes():
     parent = os.getpid()
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: report, never return into pytest
+
+    def child() -> str:
         try:
-            try:
-                check_made_here(parent, "X.f()", "X", "make one here", error=ValueError)
-                msg = "no error"
-            except ValueError as err:
-                msg = f"{made_here(parent)}|{os.getpid()}|{err}"
-            os.write(w, msg.encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    out = b""
-    while chunk := os.read(r, 4096):
-        out += chunk
-    os.close(r)
-    os.waitpid(pid, 0)
-    here, child, msg = out.decode().split("|", 2)
-    assert here == "False" and int(child) == pid
+            check_made_here(parent, "X.f()", "X", "make one here", error=ValueError)
+            return "no error"
+        except ValueError as err:
+            return f"{made_here(parent)}|{os.getpid()}|{err}"
+
+    pid, out = run_in_fork(child)
+    here, child_pid, msg = out.split("|", 2)
+    assert here == "False" and int(child_pid) == pid
     assert msg == (f"X.f(): this X was made in process {parent}, and this is process {pid} (a fork of it): "
                    "make one here")
 

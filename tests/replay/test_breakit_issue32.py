@@ -15,6 +15,7 @@ import threading
 
 import numpy as np
 import pytest
+from _forked import run_in_fork
 
 from graphrl.memory import MemoryManager
 from replay import Prioritized, ReplayStore, TrajectorySpec
@@ -36,34 +37,24 @@ def test_a_forked_child_cannot_use_its_parents_writer(mm):
     w = store.writer(chunk_steps=4)
     for i in range(6):  # one chunk of 4 committed (the episode is open), 2 staged
         w.append({"pos": np.int64(i)})
-    r, wfd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child reports through the pipe
+
+    def child() -> str:
         try:
-            os.close(r)
-            try:
-                w.append({"pos": np.int64(100)})
-                w.end_episode()
-                msg = "wrote"
-            except RuntimeError as err:
-                msg = str(err)
-            try:
-                w.close()
-            except RuntimeError as err:
-                msg += " | close: " + type(err).__name__
-            own = store.writer(chunk_steps=4)  # a writer of its own works
-            own.add_episode({"pos": np.arange(200, 203)})
-            own.close()
-            os.write(wfd, msg.encode())
-        finally:
-            os._exit(0)
-    os.close(wfd)
-    msg = b""
-    while chunk := os.read(r, 4096):
-        msg += chunk
-    os.close(r)
-    os.waitpid(pid, 0)
-    msg = msg.decode()
+            w.append({"pos": np.int64(100)})
+            w.end_episode()
+            msg = "wrote"
+        except RuntimeError as err:
+            msg = str(err)
+        try:
+            w.close()
+        except RuntimeError as err:
+            msg += " | close: " + type(err).__name__
+        own = store.writer(chunk_steps=4)  # a writer of its own works
+        own.add_episode({"pos": np.arange(200, 203)})
+        own.close()
+        return msg
+
+    _, msg = run_in_fork(child)
     assert f"made in process {os.getpid()}" in msg and "a fork of it" in msg, msg
     assert "make a writer in this process (store.writer())" in msg and "close: RuntimeError" in msg
     for i in range(6, 9):

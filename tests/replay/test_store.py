@@ -9,6 +9,7 @@ import pickle
 import numpy as np
 import pytest
 import torch
+from _forked import run_in_fork
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
@@ -663,25 +664,16 @@ def check_ring_invariants(spec, capacity, chunk, ops):
 
 def test_a_forked_copy_of_the_store_refuses_to_sample_naming_both_processes(mm):
     store = make(mm, capacity=64, shards=1)
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: report the error, never return into pytest
+
+    def child() -> str:
         try:
-            try:
-                store.sample(1)
-                msg = "no error"
-            except ValueError as err:
-                msg = str(err)
-            os.write(w, msg.encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    out = b""
-    while chunk := os.read(r, 4096):
-        out += chunk
-    os.close(r)
-    os.waitpid(pid, 0)
-    assert out.decode().startswith(
+            store.sample(1)
+            return "no error"
+        except ValueError as err:
+            return str(err)
+
+    pid, out = run_in_fork(child)
+    assert out.startswith(
         f"ReplayStore.sample(): this ReplayStore was made in process {os.getpid()}, and this is process "
         f"{pid} (a fork of it): sample() runs in the store's owning process"
     ), out

@@ -1,0 +1,30 @@
+"""Run a function in a ``fork`` child and read what it reports: for tests of the fork rule
+(`graphrl.process_origin`). Imported as ``from _forked import run_in_fork`` (``tests/`` holds the root
+conftest, so pytest puts it on ``sys.path``)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+
+def run_in_fork(child: Callable[[], str]) -> tuple[int, str]:
+    """Fork; the child runs ``child()`` and writes the string it returns into a pipe, then leaves with
+    ``os._exit(0)`` (never returning into pytest). Returns (the child's pid, that string), once the child
+    has ended. ``child`` catches the errors it expects itself; any other ends the child with an empty
+    report."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        try:
+            os.close(r)
+            os.write(w, child().encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    out = b""
+    while chunk := os.read(r, 4096):
+        out += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    return pid, out.decode()
