@@ -18,7 +18,7 @@ from samplers.kernels import labor_rows
 from samplers.kernels.cpu import rng
 from samplers.kernels.cpu.eligible import excl_range
 from samplers.kernels.cpu.threads import parallel_chunks
-from samplers.kernels.cpu.uniform import gather_edges
+from samplers.kernels.cpu.uniform import NO_PAIRS, gather_edges
 from samplers.kernels.cpu.workspace import exclusion_arrays
 
 __all__ = ["LaborScratch", "labor_layer"]
@@ -39,7 +39,6 @@ hop_reset_row = _ROWS.hop_reset_row
 _CHUNK_ROWS = 2048
 _NO_PI = np.zeros(1, dtype=np.float64)
 _NO_W = np.zeros(1, dtype=np.float32)
-_NO_PAIRS = np.empty(0, dtype=np.int32)
 
 
 class LaborScratch:
@@ -207,7 +206,7 @@ def labor_layer(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray | 
     eids_arr = edge_ids if has_eids else np.empty(0, np.int64)
     want = bool(want_weights)
     has_pairs = pairs is not None
-    pair_arr = pairs if has_pairs else _NO_PAIRS
+    pair_arr = pairs if has_pairs else NO_PAIRS
     _run(lambda lo, hi: _take_rows(indices, eids_arr, has_eids, pair_arr, has_pairs, w, has_w, pi, keep_pi,
                                    excl, row_s, row_e, row_a, row_b, raw_off, cs, key, out_indptr, pos, ew,
                                    want, src, lo, hi), d_count, helpers)

@@ -25,7 +25,7 @@ from samplers.kernels.cpu.relabel import (
     time_keys,
 )
 from samplers.kernels.cpu.threads import parallel_chunks
-from samplers.kernels.cpu.uniform import sample_rows
+from samplers.kernels.cpu.uniform import NO_PAIRS, sample_rows
 from samplers.kernels.cpu.workspace import Exclusion, Workspace
 
 __all__ = ["CHUNK_EDGES", "sample_block", "sample_layer", "sample_layer_segments"]
@@ -34,7 +34,6 @@ CHUNK_EDGES = 1 << 15  # sampled edges per chunk of work (one to a few hundred m
 MIN_CHUNK_EDGES = 1 << 13  # the smallest chunk a layer is cut into for several threads
 CHUNKS_PER_THREAD = 4  # chunks per thread a smaller layer aims at (from its bound of d * fanout edges)
 _NO_EXCL = np.empty(0, dtype=np.int64)
-_NO_PAIRS = np.empty(0, dtype=np.int32)
 
 
 def _chunk_edges(d_count: int, fanout: int, threads: int) -> int:
@@ -51,7 +50,7 @@ def _chunk_fn(indices, edge_ids, dst, rows, out_indptr, fanout, replace, key, ex
     """The kernel call that samples (chooses and gathers) the rows [lo, hi)."""
     has_eids = edge_ids is not None
     has_pairs = pairs is not None
-    gather = (indices, edge_ids if has_eids else _NO_EXCL, has_eids, pairs if has_pairs else _NO_PAIRS,
+    gather = (indices, edge_ids if has_eids else _NO_EXCL, has_eids, pairs if has_pairs else NO_PAIRS,
               has_pairs)
     head = (*gather, dst, *rows, out_indptr, np.int64(fanout), bool(replace), np.uint64(key), excl)
     if masks is None:

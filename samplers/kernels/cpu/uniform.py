@@ -20,8 +20,9 @@ from graphrl.kernels import prefetch
 from samplers.kernels.cpu.bits import BITMAP_MAX, SCAN_MAX, lowest_bit_index
 from samplers.kernels.cpu.rng import GOLDEN, bounded, mix, row_state
 
-__all__ = ["gather_edges", "sample_rows"]
+__all__ = ["NO_PAIRS", "gather_edges", "sample_rows"]
 
+NO_PAIRS = np.empty(0, dtype=np.int32)  # `gather_edges`' ``pairs`` when ``has_pairs`` is False
 _GATHER_AHEAD = 48  # prefetch distance of the gathering loop
 
 
