@@ -136,6 +136,22 @@ def hash_first_upto(src, nrow, nnz, keys, vals, mask, first, flags):  # pragma: 
         j += stride
 
 
+@cuda.jit(device=True)
+def _bounded_sizes(i, nrow, nnz, n_max, newid, sizes):  # pragma: no cover - device
+    """The bounded output passes' counts: (``nrow[0]`` destinations, entries to write: those and the first
+    ``min(nnz[0], n_max)`` sources); the thread of grid index ``i`` = 0 writes (``nnz[0]``, new nodes:
+    ``newid``'s last entry, ``nrow[0]`` + new) into ``sizes``, an ``nnz[0]`` past ``n_max`` (a chain's
+    overflow) as it is."""
+    d_count = nrow[0]
+    n_true = nnz[0]  # read before the write: ``nnz`` may be ``sizes[:1]`` (the same value is written back)
+    if i == 0:
+        new = newid[newid.shape[0] - 1]
+        sizes[0] = n_true
+        sizes[1] = new
+        sizes[2] = d_count + new
+    return d_count, d_count + (n_true if n_true < n_max else n_max)
+
+
 @cuda.jit
 def relabel_out_upto(dst, nrow, src, nnz, first, flags, newid, src_nodes, local,
                      sizes):  # pragma: no cover - device
@@ -144,15 +160,7 @@ def relabel_out_upto(dst, nrow, src, nnz, first, flags, newid, src_nodes, local,
     may be ``sizes[:1]``: the same value is written back)."""
     i = cuda.grid(1)
     stride = cuda.gridsize(1)
-    d_count = nrow[0]
-    n_true = nnz[0]
-    n_src = n_true if n_true < src.shape[0] else src.shape[0]
-    if i == 0:
-        new = newid[newid.shape[0] - 1]
-        sizes[0] = n_true  # past src's end: the caller sees the overflow
-        sizes[1] = new
-        sizes[2] = d_count + new
-    total = d_count + n_src
+    d_count, total = _bounded_sizes(i, nrow, nnz, src.shape[0], newid, sizes)
     while i < total:
         _write_out(dst, src, first, flags, newid, src_nodes, local, d_count, i)
         i += stride
@@ -252,15 +260,7 @@ def relabel_out_pairs(dst, dst_tkey, nrow, src, edge_tkey, nnz, first, flags, ne
     """`relabel_out_upto` for (node, time key) pairs, the sources' time keys written too."""
     i = cuda.grid(1)
     stride = cuda.gridsize(1)
-    d_count = nrow[0]
-    n_true = nnz[0]
-    n_src = n_true if n_true < src.shape[0] else src.shape[0]
-    if i == 0:
-        new = newid[newid.shape[0] - 1]
-        sizes[0] = n_true  # past src's end: the caller sees the overflow
-        sizes[1] = new
-        sizes[2] = d_count + new
-    total = d_count + n_src
+    d_count, total = _bounded_sizes(i, nrow, nnz, src.shape[0], newid, sizes)
     while i < total:
         _write_out(dst, src, first, flags, newid, src_nodes, local, d_count, i)
         if i < d_count:
