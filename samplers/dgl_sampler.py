@@ -43,7 +43,7 @@ from samplers._optional import LazyBase
 from samplers.hetero import HeteroGraph, HeteroNeighborSampler
 from samplers.interop import block_to_dgl, hetero_block_to_dgl
 from samplers.neighbor import NeighborSampler
-from samplers.protocol import check_sampler
+from samplers.protocol import check_same_edges, check_sampler
 
 __all__ = ["DglSampler"]
 
@@ -120,6 +120,9 @@ class DglSampler(LazyBase):
         self.mask = mask
         self.fixed = None if sampler is None else check_sampler("sampler", sampler)
         """The ``sampler`` given to the constructor, or None."""
+        self.fixed_checked = None
+        """Weak references to the DGL graph (and its structure object) whose edges were last checked
+        against ``fixed``'s graph, or None."""
         self.output_device = None
         """None: blocks stay on the sampled graph's device (read by DGL's ``EdgePredictionSampler``)."""
         self.samplers: dict[int, tuple[tuple, object]] = {}
@@ -172,7 +175,8 @@ class DglSampler(LazyBase):
             ``g`` is not a DGL graph.
         ValueError
             ``prob`` / ``mask`` names no edge feature of ``g`` (of any edge type), or its weights are
-            not [E] non-negative numbers; ``g`` is not the graph of the constructor's ``sampler``.
+            not [E] non-negative numbers; ``g`` is not the graph of the constructor's ``sampler`` (another
+            size, or an edge id joining other nodes: checked edge by edge once per graph).
         """
         from graphrl.dglshim import import_dgl
 
@@ -185,6 +189,11 @@ class DglSampler(LazyBase):
                 raise ValueError(f"g ({g.num_nodes()} nodes, {g.num_edges()} edges, edge types {g.etypes}) "
                                  f"is not the graph of the sampler ({ours.num_nodes} nodes, {ours.num_edges} "
                                  f"edges)")
+            # edge by edge, once per DGL graph and structure (see the module's note on DGLGraph._graph)
+            checked = self.fixed_checked
+            if checked is None or checked[0]() is not g or checked[1]() is not g._graph:
+                check_same_edges("sampler", self.fixed, *g.edges(order="eid"), g.num_nodes(), "g")
+                self.fixed_checked = (weakref.ref(g), weakref.ref(g._graph))
             if torch.utils.data.get_worker_info() is not None:
                 self.fixed.seed = self._draw_seed()
             return self.fixed
@@ -354,11 +363,13 @@ class DglSampler(LazyBase):
         state = self.__dict__.copy()
         del state["lock"]
         state["samplers"] = {}
+        state["fixed_checked"] = None
         return state
 
     def __setstate__(self, state: dict) -> None:
         """Restore a pickled sampler with a new lock and an empty cache (see `__getstate__`)."""
         state.setdefault("mask", None)
+        state.setdefault("fixed_checked", None)
         self.__dict__.update(state)
         self.samplers = {}
         self.lock = threading.Lock()

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["Sampler", "check_sampler"]
+import numpy as np
+import torch
+
+__all__ = ["Sampler", "check_same_edges", "check_sampler", "edges_by_id"]
 
 
 @runtime_checkable
@@ -35,10 +38,62 @@ class Sampler(Protocol):
 
 
 def check_sampler(name: str, sampler: Any) -> Any:
-    """``sampler`` if it follows `Sampler` over a plain graph, else TypeError naming ``name``."""
+    """``sampler`` if it follows `Sampler` over a plain graph, else TypeError naming ``name``, the
+    sampler's type and what it lacks (members of the protocol, or a graph of another type, such as a
+    `samplers.HeteroGraph`)."""
     from graphrl.graph import CSCGraph
 
-    if not isinstance(sampler, Sampler) or not isinstance(getattr(sampler, "graph", None), CSCGraph):
-        raise TypeError(f"{name} must be a Sampler over a CSCGraph (NeighborSampler, LaborSampler, ...), "
-                        f"got {type(sampler).__name__}")
+    missing = [m for m in ("graph", "num_layers", "sampled_edges", "sample") if not hasattr(sampler, m)]
+    if missing:
+        raise TypeError(f"{name} must be a Sampler over a CSCGraph (NeighborSampler, LaborSampler, ...): "
+                        f"{type(sampler).__name__} has no {', '.join(missing)}")
+    if not callable(sampler.sample):
+        raise TypeError(f"{name} must be a Sampler over a CSCGraph: {type(sampler).__name__}.sample is not "
+                        f"callable")
+    if not isinstance(sampler.graph, CSCGraph):
+        raise TypeError(f"{name} must be a Sampler over a CSCGraph (a plain graph): the "
+                        f"{type(sampler).__name__}'s graph is a {type(sampler.graph).__name__}")
     return sampler
+
+
+def edges_by_id(graph) -> tuple[np.ndarray, np.ndarray]:
+    """(source, destination) of every edge id of a `CSCGraph`, int64 [E] each."""
+    indptr = graph.indptr.numpy()
+    eids = graph.csc_edge_ids().numpy()
+    src = np.empty(graph.num_edges, dtype=np.int64)
+    dst = np.empty(graph.num_edges, dtype=np.int64)
+    src[eids] = graph.indices.numpy()
+    dst[eids] = np.repeat(np.arange(graph.num_nodes, dtype=np.int64), np.diff(indptr))
+    return src, dst
+
+
+def check_same_edges(name: str, sampler: Any, src, dst, num_nodes: int, what: str) -> None:
+    """ValueError naming ``name`` unless ``sampler.graph`` has ``num_nodes`` nodes and its edge ``j`` is
+    ``src[j] -> dst[j]`` for every j (the edge ids the adapters report are the caller's).
+
+    Parameters
+    ----------
+    src, dst : torch.Tensor or numpy.ndarray, integer [E]
+        The caller's edges in edge-id order (PyG: ``edge_index`` columns; DGL: ``g.edges(order="eid")``).
+    what : str
+        The caller's graph in words, for the message.
+
+    Raises
+    ------
+    ValueError
+        Another node or edge count, or the first edge id whose endpoints differ (with both pairs).
+    """
+    ours = sampler.graph
+    src = np.asarray(src.cpu() if isinstance(src, torch.Tensor) else src, dtype=np.int64).reshape(-1)
+    dst = np.asarray(dst.cpu() if isinstance(dst, torch.Tensor) else dst, dtype=np.int64).reshape(-1)
+    if (ours.num_nodes, ours.num_edges) != (int(num_nodes), int(src.shape[0])):
+        raise ValueError(f"{name}'s graph has {ours.num_nodes} nodes and {ours.num_edges} edges, {what} "
+                         f"{int(num_nodes)} and {int(src.shape[0])}")
+    s, d = edges_by_id(ours)
+    bad = np.flatnonzero((s != src) | (d != dst))
+    if bad.size:
+        j = int(bad[0])
+        raise ValueError(f"{name}'s graph is not {what}: {bad.size} of {src.shape[0]} edge ids join other "
+                         f"nodes, first edge {j}: {s[j]} -> {d[j]} in the sampler's graph, "
+                         f"{src[j]} -> {dst[j]} in {what} (build it as CSCGraph.from_edges(src, dst, "
+                         f"num_nodes) with the edges in edge-id order)")

@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from samplers._optional import LazyBase, import_pyg
-from samplers.protocol import check_sampler
+from samplers.protocol import check_same_edges, check_sampler, edges_by_id
 from samplers.pyg_draw import PygDraw
 from samplers.pyg_graph import HOMO, read_pyg_graph
 from samplers.pyg_hetero import check_num_neighbors, hetero_num_neighbors
@@ -96,8 +96,11 @@ class PygSampler(LazyBase):
     sampler : Sampler or None
         A `samplers.Sampler` (a `LaborSampler`, say) that draws the blocks instead of a `NeighborSampler`
         (``num_neighbors`` and ``replace`` then unused): built on
-        ``CSCGraph.from_edges(edge_index[0], edge_index[1], num_nodes)``, so edge j is column j. A
-        homogeneous graph, directional forward sampling, neither disjoint nor temporal.
+        ``CSCGraph.from_edges(edge_index[0], edge_index[1], num_nodes)``, so edge j is column j (checked
+        edge by edge once, here). A homogeneous graph, directional forward sampling, neither disjoint nor
+        temporal. PyG's ``SamplerOutput`` has no per-edge weights: blocks' ``edge_weights`` (a
+        `LaborSampler` with ``importance_sampling`` or ``weights``) do not reach the batches; use
+        `DglSampler` (``edata["edge_weights"]``) or `NeighborLoader` (``block.edge_weights``) for those.
 
     Raises
     ------
@@ -110,8 +113,9 @@ class PygSampler(LazyBase):
         A bad ``edge_index``; ``num_neighbors`` with a value below -1, or (heterogeneous) naming an
         unknown edge type or leaving one out; ``weight_attr`` or ``time_attr`` naming nothing usable
         (PyG's wording for the latter); an unknown ``subgraph_type``, ``temporal_strategy`` or
-        ``sample_direction``; ``disjoint`` with ``"induced"``; a ``sampler`` with another graph size or with
-        options it cannot serve (typed graph, induced, backward, disjoint, times).
+        ``sample_direction``; ``disjoint`` with ``"induced"``; a ``sampler`` whose graph is not ``data``'s
+        (another size, or an edge id joining other nodes) or with options it cannot serve (typed graph,
+        induced, backward, disjoint, times, ``weight_attr``: weight the ``sampler`` itself).
     NotImplementedError
         ``sample_direction="backward"`` with ``time_attr`` (PyG's wording).
 
@@ -184,10 +188,11 @@ class PygSampler(LazyBase):
                     or self.sample_direction != "forward":
                 raise ValueError("sampler= serves a homogeneous graph sampled directionally forward, neither "
                                  "disjoint nor temporal")
-            ours = (self.graph.num_nodes, self.graph.num_edges)
-            if (sampler.graph.num_nodes, sampler.graph.num_edges) != ours:
-                raise ValueError(f"sampler's graph has {sampler.graph.num_nodes} nodes and "
-                                 f"{sampler.graph.num_edges} edges, data {ours[0]} and {ours[1]}")
+            if weight_attr is not None:
+                raise ValueError(f"weight_attr={weight_attr!r} with sampler=: the sampler draws by its own "
+                                 f"weights (e.g. LaborSampler(..., weights=data[{weight_attr!r}]))")
+            check_same_edges("sampler", sampler, *edges_by_id(self.graph), self.graph.num_nodes,
+                             "data's graph (edge j = edge_index[:, j])")
             self.draw.sampler = self.sampler = sampler
 
     @property

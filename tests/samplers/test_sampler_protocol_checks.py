@@ -1,0 +1,96 @@
+"""The `Sampler` protocol at the loaders' and adapters' boundary: a sampler given to `PygSampler` /
+`DglSampler` must sample the caller's graph edge by edge (else the batches' edge ids and edge features
+would name other edges, silently), and a rejected sampler's message says what it lacks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from graphrl.dglshim import dgl_available, import_dgl
+from graphrl.graph import CSCGraph
+from samplers import LaborSampler, NeighborLoader, NeighborSampler
+from samplers.hetero_graph import HeteroGraph
+from samplers.protocol import check_same_edges, edges_by_id
+
+
+def random_edges(n: int = 60, e: int = 400, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    rng = np.random.default_rng(seed)
+    return torch.from_numpy(rng.integers(0, n, e)), torch.from_numpy(rng.integers(0, n, e))
+
+
+def test_edges_by_id_inverts_from_edges():
+    src, dst = random_edges()
+    s, d = edges_by_id(CSCGraph.from_edges(src, dst, 60))
+    assert np.array_equal(s, src.numpy()) and np.array_equal(d, dst.numpy())
+
+
+def test_check_same_edges_names_the_first_edge_that_differs():
+    src, dst = random_edges()
+    perm = torch.arange(400)
+    perm[[7, 9]] = perm[[9, 7]]
+    sampler = NeighborSampler(CSCGraph.from_edges(src[perm], dst[perm], 60), [3], seed=0)
+    if (src[7], dst[7]) == (src[9], dst[9]):
+        pytest.skip("edges 7 and 9 are parallel")
+    with pytest.raises(ValueError, match=r"first edge 7: .* in the sampler's graph"):
+        check_same_edges("sampler", sampler, src, dst, 60, "g")
+    with pytest.raises(ValueError, match="61 and 400"):
+        check_same_edges("sampler", sampler, src, dst, 61, "g")
+    check_same_edges("sampler", NeighborSampler(CSCGraph.from_edges(src, dst, 60), [3]), src, dst, 60, "g")
+
+
+def test_a_rejected_sampler_message_says_what_it_lacks():
+    src, dst = random_edges()
+    graph = CSCGraph.from_edges(src, dst, 60)
+
+    class NoCounters:
+        def __init__(self) -> None:
+            self.graph = graph
+
+        def sample(self, seeds, exclude_eids=None, seed_times=None):
+            return []
+
+    with pytest.raises(TypeError, match="NoCounters has no num_layers, sampled_edges"):
+        NeighborLoader(graph, torch.arange(10), batch_size=4, sampler=NoCounters())
+    typed = HeteroGraph.from_edges({"a": 5}, {("a", "r", "a"): ([0, 1], [1, 2])})
+    with pytest.raises(TypeError, match="LaborSampler's graph is a HeteroGraph"):
+        NeighborLoader(graph, torch.arange(10), batch_size=4, sampler=LaborSampler(typed, [2]))
+
+
+def test_pyg_sampler_refuses_a_sampler_of_a_reordered_graph_and_weight_attr():
+    pyg = pytest.importorskip("torch_geometric")
+    from samplers import PygSampler
+
+    src, dst = random_edges()
+    data = pyg.data.Data(edge_index=torch.stack([src, dst]), num_nodes=60, w=torch.rand(400))
+    perm = torch.from_numpy(np.random.default_rng(3).permutation(400))
+    shuffled = LaborSampler(CSCGraph.from_edges(src[perm], dst[perm], 60), [3], seed=0)
+    with pytest.raises(ValueError, match="edge ids join other nodes"):
+        PygSampler(data, sampler=shuffled)
+    same = LaborSampler(CSCGraph.from_edges(src, dst, 60), [3], seed=0)
+    with pytest.raises(ValueError, match="weight_attr='w' with sampler="):
+        PygSampler(data, weight_attr="w", sampler=same)
+    out = PygSampler(data, sampler=same).sample_nodes(torch.arange(5))
+    assert torch.equal(src[out.edge], out.node[out.row]) and torch.equal(dst[out.edge], out.node[out.col])
+
+
+def test_dgl_sampler_refuses_a_dgl_graph_of_other_edges_once_per_graph():
+    if not dgl_available():
+        pytest.skip("DGL not installed (install the 'dgl' extra)")
+    from samplers import DglSampler
+
+    dgl = import_dgl()
+    src, dst = random_edges()
+    adapter = DglSampler(sampler=LaborSampler(CSCGraph.from_edges(src, dst, 60), [3], seed=0))
+    perm = torch.from_numpy(np.random.default_rng(3).permutation(400))
+    with pytest.raises(ValueError, match="edge ids join other nodes"):
+        adapter.sample(dgl.graph((src[perm], dst[perm]), num_nodes=60), torch.arange(5))
+    g = dgl.graph((src, dst), num_nodes=60)
+    _, _, blocks = adapter.sample(g, torch.arange(5))
+    eids = blocks[-1].edata[dgl.EID]
+    assert torch.equal(blocks[-1].srcdata[dgl.NID][blocks[-1].edges()[0].long()], src[eids])
+    assert adapter.fixed_checked[0]() is g
+    g.add_edges(torch.tensor([0]), torch.tensor([1]))  # a new structure: checked again (and refused)
+    with pytest.raises(ValueError, match="401 edges"):
+        adapter.sample(g, torch.arange(5))
