@@ -525,7 +525,9 @@ class ChunkRing:
 class ChunkState:
     """A ring's checkpointed chunks (`ChunkRing.state`) whose records and checksums hold: making one runs
     `chunk_state_fault` (raising ``ValueError`` with the fault), so any `ChunkState` was checked, once;
-    `ChunkRing.load_state` takes it without checking the checksums again.
+    `ChunkRing.load_state` takes it without checking the checksums again. It cannot be changed after the
+    check: its fields are frozen and its arrays are read-only views of those given (their maker hands
+    them over: `of` and `replay.checkpoint.load` keep no other reference they write through).
 
     Parameters
     ----------
@@ -550,6 +552,10 @@ class ChunkState:
     next_position: int
 
     def __post_init__(self) -> None:
+        for name in ("chunks", "blob", "tail"):
+            view = np.asarray(getattr(self, name)).view()
+            view.flags.writeable = False
+            object.__setattr__(self, name, view)  # the frozen dataclass's own way to set a field once
         fault = chunk_state_fault(self.chunks, self.blob)
         if fault is not None:
             raise ValueError(fault)

@@ -3,6 +3,7 @@ positions, arena reuse and checkpoint state round trips (a spawned reader: test_
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import numpy as np
@@ -207,4 +208,11 @@ def test_a_restore_checks_each_chunk_once_and_a_checked_state_cannot_be_made_bad
     bad["blob"][0] ^= 1
     with pytest.raises(ValueError, match=r"^chunk 0 \(record 0 of 2\) fails its checksum"):
         codec_module.ChunkState.of(bad)
-    assert codec_module.ChunkState.of(good).next_position == 10
+    checked = codec_module.ChunkState.of(good)
+    assert checked.next_position == 10
+    for name in ("chunks", "blob", "tail"):  # nothing changes it after its check
+        with pytest.raises(ValueError, match="read-only"):
+            getattr(checked, name)[0] ^= 1
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(checked, name, bad[name])
+    assert (good["blob"] == checked.blob).all() and good["blob"].flags.writeable  # the given arrays unchanged
