@@ -183,17 +183,19 @@ class DglSampler(LazyBase):
         dgl = import_dgl()
         if not isinstance(g, dgl.DGLGraph):
             raise TypeError(f"g must be a dgl.DGLGraph, got {type(g).__name__}")
+        # DGL has no public change signal; its in-place mutations each assign a new structure object to
+        # DGLGraph._graph (dgl/heterograph.py, DGL 2.1), so a weak reference to it tells a changed graph
+        structure = g._graph
         if self.fixed is not None:
             ours = self.fixed.graph
             if not g.is_homogeneous or (g.num_nodes(), g.num_edges()) != (ours.num_nodes, ours.num_edges):
                 raise ValueError(f"g ({g.num_nodes()} nodes, {g.num_edges()} edges, edge types {g.etypes}) "
                                  f"is not the graph of the sampler ({ours.num_nodes} nodes, {ours.num_edges} "
                                  f"edges)")
-            # edge by edge, once per DGL graph and structure (see the module's note on DGLGraph._graph)
-            checked = self.fixed_checked
-            if checked is None or checked[0]() is not g or checked[1]() is not g._graph:
+            checked = self.fixed_checked  # edge by edge, once per DGL graph and structure
+            if checked is None or checked[0]() is not g or checked[1]() is not structure:
                 check_same_edges("sampler", self.fixed, *g.edges(order="eid"), g.num_nodes(), "g")
-                self.fixed_checked = (weakref.ref(g), weakref.ref(g._graph))
+                self.fixed_checked = (weakref.ref(g), weakref.ref(structure))
             if torch.utils.data.get_worker_info() is not None:
                 self.fixed.seed = self._draw_seed()
             return self.fixed
@@ -205,9 +207,6 @@ class DglSampler(LazyBase):
                              f"(edge features: {sorted({k for f in frames.values() for k in f.keys()})})")
         weights = {rel: self._weights(f, column) for rel, f in frames.items()}
         sources = tuple(None if column is None or column not in f else f[column] for f in frames.values())
-        # DGL has no public change signal; its in-place mutations each assign a new structure object to
-        # DGLGraph._graph (dgl/heterograph.py, DGL 2.1), so a weak reference to it tells a changed graph
-        structure = g._graph
         seed = self._draw_seed()
         with self.lock:
             entry = self.samplers.get(id(g))
