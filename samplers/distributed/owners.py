@@ -7,7 +7,8 @@ bytes sent and received and the seconds waited (`OwnerStats`); `start`, `wait_an
 `call` in three steps, so that one thread keeps several calls in flight (`OwnerCall`). An owner that
 died fails the call with `OwnerError` naming the part, as soon as the engine knows (a Ray actor's death
 is reported when its process exits, not at a timeout); `restart` builds the owner again from the
-folder.
+folder (for a group that `attach`ed to named owners, through the `OwnerKeeper` started beside them, so
+that the new owner lives as long as the first ones, not as long as the trainer that restarted it).
 
 >>> owners = RayOwners("parts/", expect=graph_fingerprint(graph))   # doctest: +SKIP
 >>> owners.call("rows", {0: (ids0, "features"), 2: (ids2, "features")})  # {0: rows0, 2: rows2}
@@ -27,8 +28,8 @@ import numpy as np
 from graphrl.partition import PartitionError, load_book
 from samplers.distributed.owner import PartitionOwner
 
-__all__ = ["OWNER_ENV", "LocalOwners", "OwnerCall", "OwnerError", "OwnerStats", "RayOwners", "check_owners",
-           "payload_bytes"]
+__all__ = ["OWNER_ENV", "LocalOwners", "OwnerCall", "OwnerError", "OwnerKeeper", "OwnerStats", "RayOwners",
+           "check_owners", "payload_bytes"]
 
 OWNER_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(256 << 20)}
 """glibc allocator settings of each owner's process (`RayOwners`): blocks up to 32 MiB come from the heap
@@ -193,6 +194,77 @@ class _Owners:
         return info
 
 
+def _owner_name(name: str, part: int) -> str:
+    """The Ray actor name of owner ``part`` of the owners named ``name``."""
+    return f"{name}.owner{part}"
+
+
+def _remote(actor: Any, options: dict, args: tuple) -> Any:
+    """``actor.options(**options).remote(*args)``; a ``name`` in ``options`` that a killed actor still
+    holds (Ray frees it asynchronously) is waited for, up to 5 s (then Ray's ``ValueError``)."""
+    deadline = time.monotonic() + 5.0
+    while True:
+        try:
+            return actor.options(**options).remote(*args)
+        except ValueError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+class OwnerKeeper:
+    """Starts named owners again for the groups that `RayOwners.attach`ed to them (a Ray actor).
+
+    Ray ends an actor that is not detached with the process that created it: an owner that an attached
+    trainer started itself would end with that trainer, whereas the first owners live as long as the
+    group that started them. That group starts this keeper beside them (``{name}.keeper``, with their
+    ``lifetime``, ``namespace`` and ``runtime_env``), and an attached group's `RayOwners.restart` has it
+    start the owner with the first owners' options: the new owner then lives as long as they do.
+
+    Parameters
+    ----------
+    name : str; options : dict (the owners' ``ray.remote`` options)
+    args : tuple
+        ``(folder, fingerprint, threads, manifest)``: `PartitionOwner`'s arguments but the part.
+    """
+
+    def __init__(self, name: str, options: dict, args: tuple) -> None:
+        import ray
+
+        self._ray = ray
+        self._actor = ray.remote(PartitionOwner)
+        self.name, self.options, self.args = name, dict(options), tuple(args)
+        self.started: dict[int, Any] = {}  # part -> the owner started last (held, so that it lives on)
+
+    def pid(self) -> int:
+        """The keeper's process id (its answer also says it is up)."""
+        return os.getpid()
+
+    def start(self, part: int) -> Any:
+        """Owner ``part``'s actor handle: the live one under its name when another group started it
+        again already, else a new one (the caller killed the old one; the new one may still be loading).
+
+        Raises
+        ------
+        ValueError
+            The name still held by another actor after 5 s (Ray's error).
+        """
+        ray, name = self._ray, _owner_name(self.name, part)
+        try:
+            live = ray.get_actor(name)
+            ray.get(live.info.remote())
+            return live
+        except ValueError:  # no actor of that name
+            pass
+        except ray.exceptions.RayActorError:  # a dead one whose name Ray has not freed yet
+            pass
+        folder, fingerprint, threads, manifest = self.args
+        actor = _remote(self._actor, {**self.options, "name": name}, (folder, part, fingerprint, threads,
+                                                                      manifest))
+        self.started[part] = actor
+        return actor
+
+
 class LocalOwners(_Owners):
     """The P owners of a partition folder, in this process.
 
@@ -275,7 +347,8 @@ class RayOwners(_Owners):
         ``env_vars`` are added to `OWNER_ENV` (theirs win).
     name : str or None
         Name the actors ``{name}.owner{p}`` in Ray's current namespace, so that other processes of the
-        cluster `attach` to them.
+        cluster `attach` to them; an `OwnerKeeper` ``{name}.keeper`` is started beside them, which starts
+        an owner again for an attached group (`restart`).
     threads : int or None
         Kernel threads of each owner (`PartitionOwner`).
     timeout_s : float or None
@@ -310,13 +383,25 @@ class RayOwners(_Owners):
         runtime_env["env_vars"] = {**OWNER_ENV, **(runtime_env.get("env_vars") or {})}
         self._options = {"num_cpus": 0, "max_restarts": 0, "runtime_env": runtime_env, **options}
         self._actor = ray.remote(PartitionOwner)
+        self.attached = bool(attach)
+        self._keeper = None  # the OwnerKeeper of named owners
         if attach:
             self.actors = [ray.get_actor(self._actor_name(p)) for p in range(self.num_parts)]
+            self._keeper = ray.get_actor(f"{name}.keeper")
         else:
+            if name is not None:
+                keep = {k: self._options[k] for k in ("lifetime", "namespace", "runtime_env")
+                        if k in self._options}
+                self._keeper = _remote(ray.remote(OwnerKeeper),
+                                       {"num_cpus": 0, "max_restarts": 0, "name": f"{name}.keeper", **keep},
+                                       (name, self._options, (self.folder, self.fingerprint, threads,
+                                                              self.book.digest)))
             self.actors = [self._start(p) for p in range(self.num_parts)]
         try:
             if not attach:
                 self._get({p: a.freeze_gc.remote() for p, a in enumerate(self.actors)}, "freeze_gc")
+                if self._keeper is not None:  # up now: a restart does not wait for its process
+                    ray.get(self._keeper.pid.remote())
             infos = self._get({p: a.info.remote() for p, a in enumerate(self.actors)}, "info")
             self.infos = [self._checked(p, infos[p]) for p in range(self.num_parts)]
         except BaseException:
@@ -336,21 +421,27 @@ class RayOwners(_Owners):
         return cls(folder, expect, name=name, attach=True)
 
     def _actor_name(self, part: int) -> str:
-        return f"{self.name}.owner{part}"
+        return _owner_name(self.name, part)
 
     def _start(self, part: int):
         options = dict(self._options)
         if self.name is not None:
             options["name"] = self._actor_name(part)
-        deadline = time.monotonic() + 5.0
-        while True:
-            try:
-                return self._actor.options(**options).remote(self.folder, part, self.fingerprint,
-                                                             self.threads, self.book.digest)
-            except ValueError:  # the name of a killed actor is freed asynchronously
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+        return _remote(self._actor, options, (self.folder, part, self.fingerprint, self.threads,
+                                              self.book.digest))
+
+    def _start_by_keeper(self, part: int):
+        """Owner ``part`` started again by the `OwnerKeeper` of the group that started the owners."""
+        ray = self._ray
+        try:
+            return ray.get(self._keeper.start.remote(part))
+        except ray.exceptions.RayActorError as e:
+            raise OwnerError(f"partition owner {part} ({self.folder}) cannot be started again: the keeper "
+                             f"{self.name}.keeper is gone (the group that started the owners closed or "
+                             f"ended); start them again with RayOwners(..., name={self.name!r})", part) from e
+        except ray.exceptions.RayTaskError as e:
+            raise OwnerError(f"partition owner {part} ({self.folder}) failed to start again: {e.cause!r}",
+                             part) from e
 
     def counters(self) -> dict[int, dict]:
         """Each owner's `PartitionOwner.counters` (one request per owner, not counted in `stats`)."""
@@ -434,20 +525,23 @@ class RayOwners(_Owners):
 
         Named owners (``name``, `attach`): when another process of the cluster already started a new
         owner ``part`` under the name, this group attaches to it instead, so every trainer that saw the
-        owner die calls ``restart`` and goes on, whichever called it first.
+        owner die calls ``restart`` and goes on, whichever called it first. A group that attached has the
+        `OwnerKeeper` start the new owner, so that it outlives this group's process as the first owners
+        do (it lives as long as the group that started them, or on if they are detached).
 
         Raises
         ------
         TypeError, ValueError
             ``part`` not an int in [0, P) (no owner is touched).
         OwnerError
-            The new owner failed to start (a damaged part, a folder written again: named).
+            The new owner failed to start (a damaged part, a folder written again: named), or the keeper
+            is gone (the group that started the owners closed or ended).
         """
         self._check_parts({part: ()}, "part")
         if self.name is not None and self._attach_new(part):
             return
         self._ray.kill(self.actors[part], no_restart=True)
-        self.actors[part] = self._start(part)
+        self.actors[part] = self._start_by_keeper(part) if self.attached else self._start(part)
         self._get({part: self.actors[part].freeze_gc.remote()}, "freeze_gc")
         info = self._get({part: self.actors[part].info.remote()}, "info")[part]
         self.infos[part] = self._checked(part, info)
@@ -470,10 +564,19 @@ class RayOwners(_Owners):
         return True
 
     def close(self) -> None:
-        """Kill every owner actor; calls then raise ``ValueError`` (closed)."""
+        """Kill every owner actor (named: those under the names, which another group may have started
+        again, and the keeper); calls then raise ``ValueError`` (closed)."""
         self.closed = True
+        ray = self._ray
         for a in self.actors:
-            self._ray.kill(a, no_restart=True)
+            ray.kill(a, no_restart=True)
+        if self._keeper is not None:
+            ray.kill(self._keeper, no_restart=True)
+        for p in range(self.num_parts) if self.name is not None else ():
+            try:
+                ray.kill(ray.get_actor(self._actor_name(p)), no_restart=True)
+            except ValueError:  # none under the name
+                pass
 
     def __getstate__(self) -> dict:
         """Refused: Ray's actor handles belong to this driver.

@@ -2,13 +2,15 @@
 
 Relative folders and owners restarted from another directory; every part file damaged in turn and
 named; a part with no nodes; feature rows and the store's counters by hand; several trainers
-(attached by name) that each restart a killed Ray owner and go on with the same blocks.
+(attached by name) that each restart a killed Ray owner and go on with the same blocks; an owner
+restarted by an attached trainer (a Ray actor) outlives that trainer, as the first owners do.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 
 import numpy as np
@@ -118,16 +120,24 @@ def test_feature_store_rows_hits_and_bytes_by_hand(graph, tmp_path):
     assert store.stats.requests == s.requests
 
 
-@pytest.mark.slow  # a Ray session and two owner processes
-def test_every_attached_trainer_restarts_a_killed_owner_and_goes_on(graph, tmp_path):
+@pytest.fixture(scope="module")
+def ray_session():
+    """One local Ray session for this module's Ray tests (started here unless one is running)."""
     ray = pytest.importorskip("ray", reason="the Ray owners need ray: pip install 'graphrl[ray]'")
-    from samplers.distributed import RayOwners
-
-    write_partitions(graph, tmp_path / "parts", 2, method="ldg")
     started = not ray.is_initialized()
     if started:
         ray.init(address="local", num_cpus=2, namespace="breakit31", include_dashboard=False,
                  log_to_driver=False, configure_logging=False)
+    yield ray
+    if started:
+        ray.shutdown()
+
+
+@pytest.mark.slow  # a Ray session and two owner processes
+def test_every_attached_trainer_restarts_a_killed_owner_and_goes_on(graph, tmp_path, ray_session):
+    from samplers.distributed import RayOwners
+
+    write_partitions(graph, tmp_path / "parts", 2, method="ldg")
     first = second = None
     try:
         first = RayOwners(str(tmp_path / "parts"), expect=graph_fingerprint(graph), name="breakit31")
@@ -153,5 +163,61 @@ def test_every_attached_trainer_restarts_a_killed_owner_and_goes_on(graph, tmp_p
     finally:
         if first is not None:
             first.close()
-        if started:
-            ray.shutdown()
+
+
+class _Trainer:
+    """A trainer in a process of its own (a Ray actor) that attaches to named owners and restarts one."""
+
+    def __init__(self, folder: str, name: str) -> None:
+        from samplers.distributed import RayOwners
+
+        self.owners = RayOwners.attach(folder, name)
+
+    def pid(self, part: int) -> int:
+        return self.owners.info(part)["pid"]
+
+    def restart(self, part: int) -> int:
+        self.owners.restart(part)
+        return self.pid(part)
+
+
+def _gone(ray, name: str, within_s: float) -> bool:
+    """Whether no live actor holds ``name`` within ``within_s`` seconds (Ray frees names asynchronously)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            ray.get_actor(name)
+        except ValueError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.slow  # a Ray session, two owner processes and a trainer's
+def test_an_owner_restarted_by_an_attached_trainer_outlives_that_trainer(graph, tmp_path, ray_session):
+    from samplers.distributed import RayOwners
+
+    ray = ray_session
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # _Trainer travels by value
+    write_partitions(graph, tmp_path / "parts", 2, method="ldg")
+    folder, seeds = str(tmp_path / "parts"), torch.arange(0, N, 3)
+    first = RayOwners(folder, expect=graph_fingerprint(graph), name="life31")
+    try:
+        trainer = ray.remote(num_cpus=0)(_Trainer).remote(folder, "life31")
+        assert ray.get(trainer.pid.remote(1)) == first.info(1)["pid"]  # attached
+        os.kill(first.info(1)["pid"], signal.SIGKILL)
+        pid = ray.get(trainer.restart.remote(1))  # the trainer that did not start the owners restarts one
+        ray.kill(trainer, no_restart=True)  # ... and ends (its job done, or it failed)
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(trainer.restart.remote(1))
+        later = RayOwners.attach(folder, "life31")  # was: owner 1 died with the trainer
+        assert later.info(1)["pid"] == pid
+        first.restart(1)  # the first group attaches the live owner the trainer started
+        assert first.info(1)["pid"] == pid
+        for owners in (first, later):
+            _same(NeighborSampler(graph, [4, 3], seed=5).sample(seeds),
+                  DistNeighborSampler(owners, [4, 3], seed=5).sample(seeds))
+    finally:
+        first.close()
+    for part in (0, 1):  # closing the first group ends the restarted owner too: nothing left running
+        assert _gone(ray, f"life31.owner{part}", 5.0)
