@@ -1,8 +1,9 @@
 """Link-prediction minibatches for BPR: positive edges, uniform or degree-biased negatives, sampled blocks.
 
 The sampler knows only graphs (as PyG's link samplers do): the positive pairs come in as node-id
-arrays, negatives are drawn from a node-id range, and the blocks come from a `NeighborSampler` run on
-the batch's unique seed nodes. Data sets and models live above it.
+arrays, negatives are drawn from a node-id range, and the blocks come from a `samplers.Sampler` (a
+`NeighborSampler`, a `LaborSampler`, ...) run on the batch's unique seed nodes. Data sets and models
+live above it.
 """
 
 from __future__ import annotations
@@ -168,9 +169,9 @@ class LinkSampler:
     in-degree in the graph to the power 0.75 (``negative="degree"``), conditioned on not being a
     positive of ``u`` (rejection against a sorted key array of all pairs, vectorised; a user's allowed
     items are enumerated exactly, with the same weights, if rejection keeps failing). It then
-    samples blocks for the unique nodes of the batch (``torch.unique``) with the given
-    `NeighborSampler`, optionally removing the batch's target edges (and their reverses) from the
-    candidates, so that a model cannot read the answer off the graph.
+    samples blocks for the unique nodes of the batch (``torch.unique``) with the given sampler,
+    optionally removing the batch's target edges (and their reverses) from the candidates, so that a
+    model cannot read the answer off the graph.
 
     Parameters
     ----------
@@ -206,7 +207,7 @@ class LinkSampler:
         Drop the last batch of an epoch when it has fewer than ``batch_size`` pairs.
     seed : int or None
         Seed of the sampler's own stream (order and negatives); ``None`` draws one from the OS. The
-        blocks also depend on the `NeighborSampler`'s seed.
+        blocks also depend on ``sampler``'s seed.
 
     Attributes
     ----------

@@ -490,8 +490,8 @@ class NeighborLoader(_Loader):
     drop_last : bool
         Drop the last, shorter batch.
     seed : int or None
-        Seeds the order and the `NeighborSampler`; ``None`` draws one from the OS. Same seed, same
-        batches (whatever ``prefetch`` is).
+        Seeds the order and the default `NeighborSampler` (not a given ``sampler``, which keeps its own
+        seed); ``None`` draws one from the OS. Same seed, same batches (whatever ``prefetch`` is).
     prefetch : int
         Batches the background thread keeps ready (0: no thread, everything in the caller).
     replace : bool
