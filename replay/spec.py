@@ -66,8 +66,9 @@ class FieldSpec:
     ----------
     name : str
     shape : tuple of int
-        Per-step shape (``()`` for scalars).
+        Per-step shape (``()`` for scalars; an int or a list of ints is taken as that tuple).
     dtype : numpy.dtype
+        Given as a numpy dtype or type, a torch dtype or a name (``"uint8"``); kept as a numpy dtype.
     codec : str or None
         None (default): the field's steps are stored raw. ``"lz4"`` (numcodecs' LZ4 format, compressed
         by its bundled LZ4 HC, level 2), ``"zstd"`` (numcodecs Zstd, level 1) or ``"lz4dict"`` (each
@@ -90,7 +91,14 @@ class FieldSpec:
     ValueError
         ``codec`` not None or one of `CODECS`, a codec on a zero-size shape, ``arena_ratio`` not a
         positive finite number, or ``chunk`` not None or a positive int (the message names the argument
-        and the value).
+        and the value); a negative size in ``shape``.
+    TypeError
+        ``shape`` not an int or a sequence of ints; an unknown or unsupported ``dtype``.
+
+    Examples
+    --------
+    >>> spec = TrajectorySpec({"obs": FieldSpec("obs", (3, 84, 84), "uint8", codec="lz4"),
+    ...                        "action": ((), "int64")})
     """
 
     name: str
@@ -101,6 +109,17 @@ class FieldSpec:
     chunk: int | None = None
 
     def __post_init__(self) -> None:
+        shape = self.shape
+        if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+            shape = (int(shape),)
+        if not isinstance(shape, (tuple, list, torch.Size)) or not all(
+            isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in shape
+        ):
+            raise TypeError(f"field {self.name!r}: shape must be a tuple of ints, got {shape!r}")
+        if any(d < 0 for d in shape):
+            raise ValueError(f"field {self.name!r}: shape {tuple(shape)} has a negative size")
+        object.__setattr__(self, "shape", tuple(int(d) for d in shape))
+        object.__setattr__(self, "dtype", _parse_dtype(self.dtype, self.name))
         if self.codec is not None and self.codec not in CODECS:
             raise ValueError(
                 f"field {self.name!r}: codec must be None, 'lz4', 'zstd' or 'lz4dict', got {self.codec!r}"
@@ -217,7 +236,8 @@ class TrajectorySpec(Mapping[str, FieldSpec]):
     Raises
     ------
     ValueError
-        No fields, a bad or reserved name, a negative size, or a bad codec.
+        No fields, a bad or reserved name, a `FieldSpec` under another name than its own, a negative
+        size, or a bad codec.
     TypeError
         A malformed entry or an unsupported dtype (bfloat16 has no numpy view).
 
@@ -243,6 +263,9 @@ class TrajectorySpec(Mapping[str, FieldSpec]):
                 raise ValueError(f"field name {name!r} is reserved for the batch ({sorted(_RESERVED)})")
             codec, ratio, chunk = None, FieldSpec.arena_ratio, None
             if isinstance(entry, FieldSpec):
+                if entry.name != name:
+                    raise ValueError(f"field {name!r}: its FieldSpec is named {entry.name!r} "
+                                     f"(name it {name!r})")
                 codec, ratio, chunk = entry.codec, entry.arena_ratio, entry.chunk
                 entry = (entry.shape, entry.dtype)
             elif isinstance(entry, (tuple, list)) and len(entry) in (3, 4, 5):
@@ -254,17 +277,7 @@ class TrajectorySpec(Mapping[str, FieldSpec]):
                 raise TypeError(
                     f"field {name!r}: expected (shape, dtype) or (shape, dtype, codec), got {entry!r}"
                 )
-            shape, dtype = entry
-            if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
-                shape = (int(shape),)
-            if not isinstance(shape, (tuple, list, torch.Size)) or not all(
-                isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in shape
-            ):
-                raise TypeError(f"field {name!r}: shape must be a tuple of ints, got {shape!r}")
-            if any(d < 0 for d in shape):
-                raise ValueError(f"field {name!r}: shape {tuple(shape)} has a negative size")
-            shape = tuple(int(d) for d in shape)
-            parsed[name] = FieldSpec(name, shape, _parse_dtype(dtype, name), codec, ratio, chunk)
+            parsed[name] = FieldSpec(name, *entry, codec, ratio, chunk)
         self._fields = parsed
 
     # -- Mapping
