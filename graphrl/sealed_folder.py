@@ -94,24 +94,27 @@ def check_files(
     *,
     written_by: str = "writer",
     recorded_at: str = "write",
+    listing: bool = False,
 ) -> list[str]:
     """What is wrong with ``folder``'s files against ``table`` (from `file_table`): one line per file
     (missing, truncated / grown, altered or holding another file's bytes, unexpected, not a regular file);
     empty when all match.
 
     ``only``: check these paths of the table alone, and no stray files (an owner verifying its own files);
-    ``None`` checks every file under ``folder`` but ``skip``. ``written_by`` and ``recorded_at`` word the
-    lines: "unexpected file (not written by the {written_by})", "sha256 differs from the one recorded at
-    {recorded_at}".
+    ``None`` checks every file under ``folder`` but ``skip``. ``listing`` with ``only``: also compare the
+    names of every file under ``folder`` but ``skip`` with the table (missing and unexpected files named),
+    reading ``only``'s files alone. ``written_by`` and ``recorded_at`` word the lines: "unexpected file
+    (not written by the {written_by})", "sha256 differs from the one recorded at {recorded_at}".
     """
     folder = Path(folder)
     wanted = set(table) if only is None else set(only)
-    if only is None:
-        found = set(_files(folder)) - set(skip)
-    else:
-        found = {r for r in wanted if (folder / r).exists()}
+    listed = set(_files(folder)) - set(skip) if only is None or listing else set()
+    found = listed if only is None else {r for r in wanted if (folder / r).exists()}
     owner = {digest: rel for rel, (_, digest) in table.items()}
     problems = [f"{rel}: missing" for rel in sorted(wanted - found)]
+    if only is not None and listing:  # the rest of the folder by name: missing files, files not in the table
+        problems += [f"{rel}: missing" for rel in sorted(set(table) - wanted - listed)]
+        found |= listed - set(table)
     for rel in sorted(found):
         p = folder / rel
         if rel not in table:

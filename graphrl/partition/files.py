@@ -27,12 +27,14 @@ class PartitionError(SealError):
 
 
 def check_files(folder: str | os.PathLike[str], table: dict[str, Any], only: tuple[str, ...] | None = None,
-                skip: tuple[str, ...] = ()) -> list[str]:
+                skip: tuple[str, ...] = (), listing: bool = False) -> list[str]:
     """What is wrong with ``folder``'s files against ``table``: one line per file; empty when all match.
 
-    ``only``: check these paths of the table alone (a partition owner verifies its own files).
+    ``only``: check these paths of the table alone (a partition owner verifies its own files); with
+    ``listing``, the other files by name too (missing, unexpected), unread.
     """
-    return sealed_folder.check_files(folder, table, only, skip, written_by="partitioner", recorded_at="write")
+    return sealed_folder.check_files(folder, table, only, skip, written_by="partitioner", recorded_at="write",
+                                     listing=listing)
 
 
 def unseal(path: str | os.PathLike[str], folder: str) -> tuple[dict[str, Any], str]:

@@ -276,8 +276,8 @@ def _manifest(folder: Path) -> tuple[dict, str]:
     return body, digest
 
 
-def _check(folder: Path, body: dict, only: tuple[str, ...] | None) -> None:
-    problems = check_files(folder, body["files"], only=only, skip=(MANIFEST,))
+def _check(folder: Path, body: dict, only: tuple[str, ...] | None, listing: bool = False) -> None:
+    problems = check_files(folder, body["files"], only=only, skip=(MANIFEST,), listing=listing)
     if problems:
         files = tuple(p.split(":", 1)[0] for p in problems)
         raise PartitionError(f"partition folder {folder}: " + "; ".join(problems), str(folder), files)
@@ -309,17 +309,19 @@ def verify(folder: str | os.PathLike[str], expect: str | None = None) -> dict:
 
 
 def load_book(folder: str | os.PathLike[str], expect: str | None = None) -> PartitionBook:
-    """The partition book of a folder (its manifest and ``node_part.npy`` verified).
+    """The partition book of a folder (its manifest and ``node_part.npy`` verified, and the folder's
+    files exactly those the manifest lists, by name: the part files are read by their owners).
 
     Raises
     ------
     PartitionError
-        As `verify`, for the manifest and ``node_part.npy``; a book that is not int32 [N] in [0, P).
+        As `verify`, for the manifest and ``node_part.npy``; a file missing or not in the manifest (named);
+        a book that is not int32 [N] in [0, P).
     """
     folder = Path(folder)
     body, digest = _manifest(folder)
     _expect(folder, body, expect)
-    _check(folder, body, (BOOK,))
+    _check(folder, body, (BOOK,), listing=True)
     node_part = np.load(folder / BOOK)
     n, parts = int(body["num_nodes"]), int(body["num_parts"])
     ok = node_part.dtype == np.int32 and node_part.shape == (n,)
