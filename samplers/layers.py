@@ -324,8 +324,10 @@ class LayerLoop:
                     csc.bounded(r.relation, r.fanout, r.replace) for r in requests):
                 requests = None
         rels = sorted(self.relations, key=lambda rel: self.type_index[rel[0]])  # stable: graph order by type
-        if requests is None and not all(self.modes[rel].bounded_cuda(self.relations[rel], fanouts[rel][layer])
-                                        for rel in rels):
+        if requests is None and not all(  # a relation of the typed CSC chains only where the CSC bounds it
+                csc.bounded(rel, fanouts[rel][layer], self.modes[rel].replace)
+                if csc is not None and rel in csc.relations
+                else self.modes[rel].bounded_cuda(self.relations[rel], fanouts[rel][layer]) for rel in rels):
             return None
         ws = self.cuda_workspace()
         if not pending:  # a chain starts: the rows' counts go to the device

@@ -383,18 +383,13 @@ class NeighborSampler:
         else:
             dst = check_seeds(seeds, self.graph.num_nodes)
         times = self._check_seed_times(seed_times, blocks_dst_count(dst))
-        if times is not None:
-            from numba import cuda
-
-            from graphrl.cuda import launch_stream
-
-            # -0.0 -> 0.0 once (inner layers inherit these): equal times, equal relabelling keys
-            times = cuda.to_device(times + times.dtype.type(0), stream=launch_stream())
         with self._lock:  # kernels launch on torch's current stream (docs/architecture.md#the-stream-rule)
             self._refresh_views()
             excluded = self._excluded_positions(exclude_eids)
             excl = None if excluded is None else excluded.positions  # sorted CSC positions
             ws = self.loop.cuda_workspace()  # host arrays go through its page-locked staging buffers
+            if times is not None:  # -0.0 -> 0.0 once (inner layers inherit these): equal times, equal keys
+                times = ws.device_ids(times + times.dtype.type(0), "seed_times")
             if excl is not None:
                 excl = ws.device_ids(excl, "excluded")
             dst = ws.device_ids(dst)

@@ -28,9 +28,13 @@ class TemporalMode(Mode):
         self.replace = bool(replace)
 
     def prepare(self, relation: RelationArrays, device: str) -> Any:
-        """CPU: the edge times' (and weights') `samplers.kernels.cpu.Masks` for the fused layer."""
+        """CPU: the edge times' (and weights') `samplers.kernels.cpu.Masks` for the fused layer; CUDA: the
+        relation's `samplers.kernels.cuda.layer.DegreeBound` (a chained layer of fanout -1 sizes its
+        outputs by it)."""
         if device != "cpu":
-            return None
+            from samplers.kernels.cuda.layer import DegreeBound
+
+            return DegreeBound.of(relation.indptr)
         return cpu.Masks(relation.weights, relation.times, relation.indptr)
 
     def sample_cpu(self, relation: RelationArrays, state: Any, request: LayerRequest) -> LayerEdges:
@@ -56,16 +60,20 @@ class TemporalMode(Mode):
         if not isinstance(request.dst, DeviceRows):
             return None
         return ck.sample_block_cuda(relation.cuda, request.dst, request.fanout, self.replace, request.key,
-                                    relation.weights is not None, request.excluded, ws=workspace)
+                                    relation.weights is not None, request.excluded, ws=workspace,
+                                    degrees=state)
 
     def sample_edges_cuda(self, relation: RelationArrays, state: Any, request: LayerRequest,
                           workspace: Any, scratch: str = "src") -> Any:
         from samplers.kernels.cuda.layer import sample_edges_bounded
 
         return sample_edges_bounded(relation.cuda, request.dst, request.fanout, self.replace, request.key,
-                                    relation.weights is not None, request.excluded, workspace, scratch)
+                                    relation.weights is not None, request.excluded, workspace, scratch,
+                                    degrees=state)
 
     def bounded_cuda(self, relation: RelationArrays, fanout: int) -> bool:
+        """Every temporal layer chains on the device (masked rows by time, with or without replacement; at
+        fanout -1 by a capacity from the degrees: `samplers.kernels.cuda.layer.bounded_layer`)."""
         from samplers.kernels.cuda.layer import bounded_layer
 
         return bounded_layer(relation.cuda, fanout, relation.weights is not None, timed=True,

@@ -28,6 +28,15 @@ class UniformMode(Mode):
     def __init__(self, replace: bool = False) -> None:
         self.replace = bool(replace)
 
+    def prepare(self, relation: RelationArrays, device: str) -> Any:
+        """CUDA: the relation's `samplers.kernels.cuda.layer.DegreeBound` (a chained layer of fanout -1
+        sizes its outputs by it); None on the CPU."""
+        if device == "cpu":
+            return None
+        from samplers.kernels.cuda.layer import DegreeBound
+
+        return DegreeBound.of(relation.indptr)
+
     def sample_cpu(self, relation: RelationArrays, state: Any, request: LayerRequest) -> LayerEdges:
         out_indptr, src, eids = cpu.sample_layer(
             relation.indptr, relation.indices, relation.edge_ids, request.dst, request.fanout, self.replace,
@@ -45,16 +54,18 @@ class UniformMode(Mode):
         from samplers.kernels import cuda as ck
 
         return ck.sample_block_cuda(relation.cuda, request.dst, request.fanout, self.replace, request.key,
-                                    False, request.excluded, ws=workspace)
+                                    False, request.excluded, ws=workspace, degrees=state)
 
     def sample_edges_cuda(self, relation: RelationArrays, state: Any, request: LayerRequest,
                           workspace: Any, scratch: str = "src") -> Any:
         from samplers.kernels.cuda.layer import sample_edges_bounded
 
         return sample_edges_bounded(relation.cuda, request.dst, request.fanout, self.replace, request.key,
-                                    False, request.excluded, workspace, scratch)
+                                    False, request.excluded, workspace, scratch, degrees=state)
 
     def bounded_cuda(self, relation: RelationArrays, fanout: int) -> bool:
+        """Every uniform layer chains on the device: at fanout >= 0 by ``D * fanout``, at -1 by a capacity
+        from the degrees (`samplers.kernels.cuda.layer.bounded_layer`)."""
         from samplers.kernels.cuda.layer import bounded_layer
 
         return bounded_layer(relation.cuda, fanout, False)

@@ -56,7 +56,7 @@ from samplers.kernels.cuda.scan import (
     scan_blocks,
 )
 from samplers.kernels.cuda.temporal import choose_masked
-from samplers.kernels.cuda.uniform import THREAD_FANOUT_MAX, choose_uniform, gather, sample_rows
+from samplers.kernels.cuda.uniform import THREAD_FANOUT_MAX, choose_uniform, gather, sample_rows, take_all
 from samplers.kernels.cuda.weighted import REJECT_LIMIT, row_prefix, sample_rows_weighted
 from samplers.kernels.reference import layer_key
 
@@ -71,7 +71,8 @@ KERNELS = {
     "sample_rows": sample_rows, "row_prefix": row_prefix, "plan_rows_weighted": plan_rows_weighted,
     "sample_rows_weighted": sample_rows_weighted, "plan_uniform": plan_uniform,
     "plan_masked": plan_masked, "choose_uniform": choose_uniform, "choose_masked": choose_masked,
-    "gather": gather, "hash_insert": hash_insert, "hash_first": hash_first, "relabel_out": relabel_out,
+    "gather": gather, "take_all": take_all, "hash_insert": hash_insert, "hash_first": hash_first,
+    "relabel_out": relabel_out,
     "edge_tkeys": edge_tkeys, "hash_insert_pairs": hash_insert_pairs, "hash_first_pairs": hash_first_pairs,
     "relabel_out_pairs": relabel_out_pairs,
 }

@@ -38,12 +38,18 @@ from samplers.kernels.cuda.relabel import (
 )
 from samplers.kernels.cuda.scan import exclusive_scan
 from samplers.kernels.cuda.temporal import choose_masked
-from samplers.kernels.cuda.uniform import THREAD_FANOUT_MAX, choose_uniform, gather, sample_rows
+from samplers.kernels.cuda.uniform import THREAD_FANOUT_MAX, choose_uniform, gather, sample_rows, take_all
 from samplers.kernels.cuda.weighted import sample_rows_weighted
 
-__all__ = ["BoundedEdges", "ChainOverflow", "DeviceRows", "PendingBlock", "relabel_chained", "relabel_rows",
-           "sample_edges_bounded", "bounded_layer", "read_blocks", "sample_block_cuda",
-           "sample_block_temporal_cuda", "sample_layer_cuda", "start_rows"]
+__all__ = ["FULL_EXTRA", "FULL_SLACK", "BoundedEdges", "ChainOverflow", "DegreeBound", "DeviceRows",
+           "PendingBlock", "bounded_layer", "full_capacity", "read_blocks", "relabel_chained", "relabel_rows",
+           "sample_block_cuda", "sample_block_temporal_cuda", "sample_edges_bounded", "sample_layer_cuda",
+           "start_rows"]
+
+FULL_SLACK = 2.0
+"""A chained layer of fanout -1 sizes its outputs at this many times its rows' expected edges."""
+FULL_EXTRA = 1024
+"""Edges a chained layer of fanout -1 adds to its capacity (see `full_capacity`)."""
 
 
 class ChainOverflow(RuntimeError):
@@ -91,6 +97,9 @@ class PendingBlock:
     eids: Any
     rows: DeviceRows
     src_times: Any = None
+    rate: str | None = None
+    """A capacity-sized layer's (fanout -1) name for its workspace's edge rate (`CudaWorkspace.
+    observe_rate`): `read_blocks` records its edges per row there, which later calls size by."""
 
     @property
     def next_rows(self) -> DeviceRows:
@@ -147,7 +156,11 @@ def read_blocks(pending: list[PendingBlock], ws: Any) -> list[tuple[Any, Any, An
     """
     chain, lo = pending[0].rows.chain, pending[0].rows.at
     values = ws.read(chain[lo:pending[-1].rows.at + 4])
-    return [block.finish(values[block.rows.at - lo:block.rows.at - lo + 3]) for block in pending]
+    sizes = [values[block.rows.at - lo:block.rows.at - lo + 3] for block in pending]
+    for block, (d, nnz, _) in zip(pending, sizes, strict=True):
+        if block.rate is not None:  # before an overflow raises: the next call sizes by it
+            ws.observe_rate(block.rate, nnz / max(d, 1))
+    return [block.finish(size) for block, size in zip(pending, sizes, strict=True)]
 
 
 def _row_count(d_count: int, ws: Any, stream: Any) -> Any:
@@ -255,18 +268,16 @@ def sample_layer_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, ke
                    fanout, replace, graph.weights, bool(weighted), graph.times, row_time, timed, excl,
                    row_start, row_raw, row_deg, row_exlo, row_exhi, counts, stream=stream)
         else:
-            launch(plan_uniform, (grid(d_count, EDGE_THREADS), EDGE_THREADS), graph.indptr, dst, fanout,
-                   replace, excl, row_start, row_deg, row_exlo, row_exhi, counts, stream=stream)
+            launch(plan_uniform, (grid(d_count, EDGE_THREADS), EDGE_THREADS), graph.indptr, dst,
+                   _row_count(d_count, ws, stream), fanout, replace, excl, row_start, row_deg, row_exlo,
+                   row_exhi, counts, stream=stream)
     out_indptr, nnz = exclusive_scan(counts[:d_count], stream, ws, out(d_count + 1, np.int64))
     pos = scratch("pos", max(nnz, 1), np.int64)
     if nnz:
         if masked:
-            scratch_off, scratch_len = (exclusive_scan(row_raw[:d_count], stream, ws)
-                                        if replace and fanout >= 0 else (counts, 0))
-            draws = scratch("draws", max(scratch_len, 1), np.float64)
             launch(choose_masked, (row_blocks, WARP), dst, row_start, row_raw, row_deg, row_exlo, row_exhi,
                    out_indptr, fanout, replace, key, graph.weights, bool(weighted), graph.times, row_time,
-                   timed, excl, pos, draws, scratch_off, stream=stream)
+                   timed, excl, pos, stream=stream)
         else:
             aux = scratch("aux", nnz, np.int64)
             launch(choose_uniform, (row_blocks, WARP), dst, row_start, row_deg, row_exlo, row_exhi,
@@ -306,17 +317,20 @@ def sample_block_temporal_cuda(graph: CudaGraph, dst: Any, dst_times: Any, fanou
 
 
 def sample_block_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, key: int,
-                      weighted: bool = False, excluded: Any = None,
-                      ws: Any = None) -> tuple[Any, Any, Any, Any] | PendingBlock:
+                      weighted: bool = False, excluded: Any = None, ws: Any = None,
+                      degrees: DegreeBound | None = None) -> tuple[Any, Any, Any, Any] | PendingBlock:
     """Sample one layer and relabel it on the GPU: the device arrays of one block.
 
-    With a workspace ``ws``, layers of thread-per-row rules (`bounded_layer`: 0 <= fanout, uniform up
-    to `THREAD_FANOUT_MAX` or weighted without times) size their outputs by the upper bound
-    ``D * fanout`` and keep their sizes on the device: given `DeviceRows` (a chain, `start_rows`), the
-    layer returns a `PendingBlock` without reading anything back (`read_blocks` reads a chain's sizes
-    in one copy); given ids, it reads its sizes back once. Other layers read back twice (the edges'
-    total, then the new sources') and take ids only. Scratch comes from ``ws``, which counts what it
-    does.
+    With a workspace ``ws``, `bounded_layer` layers keep their sizes on the device: given `DeviceRows`
+    (a chain, `start_rows`), the layer returns a `PendingBlock` without reading anything back
+    (`read_blocks` reads a chain's sizes in one copy); given ids, a layer of fanout >= 0 (outputs sized
+    by ``D * fanout``) reads its sizes back once. Other layers read back twice (the edges' total, then
+    the new sources') and take ids only. Scratch comes from ``ws``, which counts what it does.
+
+    Parameters
+    ----------
+    degrees : DegreeBound or None
+        The graph's in-degrees: a chained layer of fanout -1 sizes its outputs by them (`full_capacity`).
 
     Returns
     -------
@@ -326,17 +340,18 @@ def sample_block_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, ke
     Raises
     ------
     ValueError
-        `DeviceRows` for a layer that is not `bounded_layer` (its count must be read first).
+        `DeviceRows` for a layer that is not `bounded_layer` (its count must be read first), or of fanout
+        -1 without ``degrees``.
     """
     chained = isinstance(dst, DeviceRows)
     timed = chained and dst.times is not None
-    if ws is not None and bounded_layer(graph, fanout, weighted, timed, replace):
+    if ws is not None and bounded_layer(graph, fanout, weighted, timed, replace) and (chained or fanout >= 0):
         rows = dst if chained else start_rows(dst, ws, 1)
         block = relabel_chained(rows, sample_edges_bounded(graph, rows, fanout, replace, key, weighted,
-                                                           excluded, ws), ws)
+                                                           excluded, ws, degrees=degrees), ws)
         return block if chained else read_blocks([block], ws)[0][:4]
     if chained:
-        raise ValueError(f"dst: DeviceRows need a workspace and a thread-per-row layer, got fanout={fanout}, "
+        raise ValueError(f"dst: DeviceRows need a workspace and a bounded layer, got fanout={fanout}, "
                          f"weighted={weighted}, ws={ws!r}: read the pending blocks first (read_blocks)")
     dst = as_device_ids(dst, kernel_stream()) if ws is None else ws.device_ids(dst)
     out_indptr, src, eids = sample_layer_cuda(graph, dst, fanout, replace, key, weighted, excluded, ws=ws)
@@ -346,16 +361,52 @@ def sample_block_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, ke
 
 def bounded_layer(graph: CudaGraph, fanout: int, weighted: bool, timed: bool = False,
                   replace: bool = False) -> bool:
-    """Whether a layer's output is bounded by ``fanout`` per row and needs no other size from the host,
-    so that `sample_block_cuda` chains it without read-backs: without times, the thread-per-row kernels
-    (uniform up to `THREAD_FANOUT_MAX`, weighted with prefix sums); with times (``timed``), the masked
-    rows without replacement (with replacement, their prefix-sum scratch is sized by the rows' raw
-    degrees, read back)."""
-    if fanout < 0:
-        return False
+    """Whether a layer's outputs are sized without a size from the host, so that `sample_block_cuda`
+    chains it without read-backs: by ``fanout`` per row (uniform rows, with or without replacement;
+    weighted rows with prefix sums; masked rows by time (``timed``), with or without replacement), or,
+    at fanout -1 (uniform rows, or masked rows by time), by a capacity from the rows' degrees
+    (`full_capacity`) that the chain's read-back checks. Weighted rows without times chain at fanout
+    >= 0 only, on a graph with prefix sums. (``replace`` does not change the answer.)"""
     if timed:
-        return not replace
-    return graph.prefix is not None if weighted else fanout <= THREAD_FANOUT_MAX
+        return True
+    if weighted:
+        return fanout >= 0 and graph.prefix is not None
+    return True
+
+
+@dataclass(frozen=True)
+class DegreeBound:
+    """A relation's in-degrees as a chained layer of fanout -1 sizes its outputs (`full_capacity`).
+
+    Attributes
+    ----------
+    max_degree : int; edges : int (E); mean_degree : float (E / N)
+    """
+
+    max_degree: int
+    edges: int
+    mean_degree: float
+
+    @classmethod
+    def of(cls, indptr: np.ndarray) -> DegreeBound:
+        """The bound of a CSC's host ``indptr`` (int64 [N + 1])."""
+        indptr = np.asarray(indptr)
+        n = max(int(indptr.shape[0]) - 1, 0)
+        edges = int(indptr[-1] - indptr[0]) if n else 0
+        return cls(int(np.diff(indptr).max()) if n else 0, edges, edges / max(n, 1))
+
+
+def full_capacity(d_bound: int, degrees: DegreeBound, distinct_rows: bool, rate: float = 0.0) -> int:
+    """The output capacity of a chained layer of fanout -1 over ``d_bound`` rows (an upper bound of its
+    row count): ``min(bound, FULL_SLACK * d_bound * max(mean_degree, rate) + FULL_EXTRA)``, where bound
+    is ``d_bound * max_degree``, and at most E where the rows are distinct nodes (``distinct_rows``:
+    without times; repeated seeds may pass it). ``rate`` is the edges per row a previous call's layer
+    kept (`CudaWorkspace.edge_rate`). A layer past it overflows (`ChainOverflow` at the chain's read)."""
+    bound = d_bound * degrees.max_degree
+    if distinct_rows:
+        bound = min(bound, degrees.edges)
+    guess = int(FULL_SLACK * d_bound * max(degrees.mean_degree, rate)) + FULL_EXTRA
+    return max(min(bound, guess), 1)
 
 
 @dataclass
@@ -363,42 +414,57 @@ class BoundedEdges:
     """A chained layer's sampled edges before relabelling (`sample_edges_bounded`): device arrays at
     their capacity M (``out_indptr`` [Db + 1] and ``eids`` [M] kept by the block, ``src`` [M] the
     workspace's scratch, valid until its next layer), the edge count ``nnz`` a device int64 view [1]
-    (past M only after a LABOR layer's overflow)."""
+    (past M only after an overflow: a LABOR layer's, or one of fanout -1); ``rate`` the workspace's edge
+    rate name of a capacity-sized layer of fanout -1 (`PendingBlock.rate`), else None."""
 
     out_indptr: Any
     src: Any
     eids: Any
     nnz: Any
+    rate: str | None = None
 
 
 def sample_edges_bounded(graph: CudaGraph, rows: DeviceRows, fanout: int, replace: bool, key: int,
-                         weighted: bool, excluded: Any, ws: Any, scratch: str = "src") -> BoundedEdges:
-    """One `bounded_layer` layer of a chain sampled, not relabelled, nothing read back: thread-per-row
-    rules, or masked rows by time (a graph built with times and rows with times, without replacement).
+                         weighted: bool, excluded: Any, ws: Any, scratch: str = "src",
+                         degrees: DegreeBound | None = None) -> BoundedEdges:
+    """One `bounded_layer` layer of a chain sampled, not relabelled, nothing read back: uniform rows (a
+    thread per row up to `THREAD_FANOUT_MAX`, else a warp per row; fanout -1 a thread per edge),
+    weighted rows (a thread per row), or masked rows by time (a graph built with times and rows with
+    times; a warp per row).
 
     Parameters
     ----------
-    graph : CudaGraph; rows : DeviceRows (the chain's rows, Db an upper bound); fanout : int (>= 0);
-    replace : bool; key : int (the layer's key); weighted : bool; excluded : device int64 [X] sorted CSC
-    positions or None; ws : CudaWorkspace; scratch : str (the workspace's scratch array for the sources)
+    graph : CudaGraph; rows : DeviceRows (the chain's rows, Db an upper bound); fanout : int (>= 0, or -1
+    for every eligible in-edge); replace : bool; key : int (the layer's key); weighted : bool; excluded :
+    device int64 [X] sorted CSC positions or None; ws : CudaWorkspace; scratch : str (the workspace's
+    scratch array for the sources); degrees : DegreeBound (fanout -1: the graph's in-degrees) or None
 
     Returns
     -------
     BoundedEdges
-        At the upper bound M = Db * fanout (or 1).
+        At the upper bound M = Db * fanout (or 1); at fanout -1 at `full_capacity` (an edge count past
+        it raises `ChainOverflow` when the chain is read).
 
     Raises
     ------
     ValueError
-        ``weighted`` on a graph without weights, or ``replace`` with masked rows by time (not bounded).
+        ``weighted`` on a graph without weights, weighted rows without times at fanout -1 (not bounded),
+        or fanout -1 without ``degrees``.
     """
     if weighted and not graph.weighted:
         raise ValueError("weighted=True needs a CudaGraph built with weights")
+    if fanout < 0 and degrees is None:
+        raise ValueError("fanout -1 in a chain needs the graph's DegreeBound (degrees=...) to size its "
+                         "outputs")
     if graph.timed and rows.times is not None:
-        if replace:
-            raise ValueError("replace=True: masked rows by time chain without replacement only "
-                             "(bounded_layer(timed=True, replace=True) is False)")
-        return _masked_edges(graph, rows, fanout, key, weighted, excluded, ws, scratch)
+        return _masked_edges(graph, rows, fanout, replace, key, weighted, excluded, ws, scratch, degrees)
+    if fanout < 0:
+        if weighted:
+            raise ValueError("weighted rows without times chain at fanout >= 0 only, got fanout=-1 "
+                             "(bounded_layer is False): read the pending blocks first")
+        return _all_edges(graph, rows, excluded, ws, scratch, degrees)
+    if not weighted and fanout > THREAD_FANOUT_MAX:
+        return _warp_edges(graph, rows, fanout, replace, key, excluded, ws, scratch)
     stream = kernel_stream()
     dst, nrow = rows.ids, rows.count
     d_bound = dst.shape[0]
@@ -430,22 +496,89 @@ def sample_edges_bounded(graph: CudaGraph, rows: DeviceRows, fanout: int, replac
     return BoundedEdges(out_indptr, src, eids, out_indptr[d_bound:])
 
 
-def _masked_edges(graph: CudaGraph, rows: DeviceRows, fanout: int, key: int, weighted: bool, excluded: Any,
-                  ws: Any, scratch: str) -> BoundedEdges:
-    """`sample_edges_bounded`'s masked rows by time without replacement (a warp per row)."""
+def _capacity(rows: DeviceRows, ws: Any, scratch: str, degrees: DegreeBound,
+              distinct_rows: bool) -> tuple[int, str]:
+    """A chained fanout -1 layer's capacity and its edge rate's name (by scratch array and chain slot)."""
+    rate = f"{scratch}@{rows.at}"
+    return full_capacity(int(rows.ids.shape[0]), degrees, distinct_rows, ws.edge_rate(rate)), rate
+
+
+def _all_edges(graph: CudaGraph, rows: DeviceRows, excluded: Any, ws: Any, scratch: str,
+               degrees: DegreeBound) -> BoundedEdges:
+    """`sample_edges_bounded`'s uniform rows of fanout -1: every non-excluded in-edge, at the capacity."""
+    stream = kernel_stream()
+    dst, nrow = rows.ids, rows.count
+    d_bound = int(dst.shape[0])
+    cap, rate = _capacity(rows, ws, scratch, degrees, True)
+    excl = no_excluded() if excluded is None else ws.device_ids(excluded, "excluded")
+    counts = ws.scratch("counts", max(d_bound, 1), np.int64)
+    if d_bound:
+        launch(plan_rows, (grid(d_bound, EDGE_THREADS), EDGE_THREADS), graph.indptr, dst, nrow, np.int64(-1),
+               False, excl, counts, stream=stream)
+    out_indptr, _ = exclusive_scan(counts[:d_bound], stream, ws, ws.output(d_bound + 1, np.int64),
+                                   read_total=False)
+    nnz = out_indptr[d_bound:]
+    src = ws.scratch(scratch, cap, graph.indices.dtype)
+    eids = ws.output(cap, np.int64)
+    if d_bound:
+        launch(take_all, (grid(cap, EDGE_THREADS), EDGE_THREADS), graph.indptr, graph.indices, graph.edge_ids,
+               graph.has_eids, dst, out_indptr, excl, nnz, src, eids, stream=stream)
+    return BoundedEdges(out_indptr, src, eids, nnz, rate)
+
+
+def _warp_edges(graph: CudaGraph, rows: DeviceRows, fanout: int, replace: bool, key: int, excluded: Any,
+                ws: Any, scratch: str) -> BoundedEdges:
+    """`sample_edges_bounded`'s uniform rows above `THREAD_FANOUT_MAX`: a warp per row chooses
+    positions (Floyd's subset, or draws), a thread per edge gathers; at the bound ``Db * fanout``."""
+    stream = kernel_stream()
+    dst, nrow = rows.ids, rows.count
+    d_bound = int(dst.shape[0])
+    bound = d_bound * int(fanout)
+    m = max(d_bound, 1)
+    excl = no_excluded() if excluded is None else ws.device_ids(excluded, "excluded")
+    counts = ws.scratch("counts", m, np.int64)
+    plan = ws.scratch("rows", 4 * m, np.int64)
+    row_start, row_deg, row_exlo, row_exhi = (plan[q * m:(q + 1) * m] for q in range(4))
+    fanout, replace = np.int64(fanout), bool(replace)
+    if d_bound:
+        launch(plan_uniform, (grid(d_bound, EDGE_THREADS), EDGE_THREADS), graph.indptr, dst, nrow, fanout,
+               replace, excl, row_start, row_deg, row_exlo, row_exhi, counts, stream=stream)
+    out_indptr, _ = exclusive_scan(counts[:d_bound], stream, ws, ws.output(d_bound + 1, np.int64),
+                                   read_total=False)
+    nnz = out_indptr[d_bound:]
+    pos = ws.scratch("pos", max(bound, 1), np.int64)
+    src = ws.scratch(scratch, max(bound, 1), graph.indices.dtype)  # one unused entry when nothing is drawn
+    eids = ws.output(bound, np.int64)
+    if bound:
+        launch(choose_uniform, (grid(d_bound, 1), WARP), dst, row_start, row_deg, row_exlo, row_exhi,
+               out_indptr, fanout, replace, np.uint64(key), excl, pos, ws.scratch("aux", bound, np.int64),
+               stream=stream)
+        launch(gather, (grid(bound, EDGE_THREADS), EDGE_THREADS), graph.indices, graph.edge_ids,
+               graph.has_eids, pos, nnz, src, eids, stream=stream)
+    return BoundedEdges(out_indptr, src, eids, nnz)
+
+
+def _masked_edges(graph: CudaGraph, rows: DeviceRows, fanout: int, replace: bool, key: int, weighted: bool,
+                  excluded: Any, ws: Any, scratch: str, degrees: DegreeBound | None) -> BoundedEdges:
+    """`sample_edges_bounded`'s masked rows by time (a warp per row): at ``Db * fanout``, or at fanout
+    -1 at the capacity (rows by time repeat nodes: the bound is not capped by E)."""
     stream = kernel_stream()
     dst, nrow, dst_times = rows.ids, rows.count, rows.times
     d_bound = int(dst.shape[0])
-    bound = d_bound * int(fanout)
+    rate = None
+    if fanout < 0:
+        bound, rate = _capacity(rows, ws, scratch, degrees, False)
+    else:
+        bound = d_bound * int(fanout)
     m = max(d_bound, 1)
     excl = no_excluded() if excluded is None else ws.device_ids(excluded, "excluded")
     counts = ws.scratch("counts", m, np.int64)
     plan = ws.scratch("rows", 5 * m, np.int64)
     row_start, row_raw, row_deg, row_exlo, row_exhi = (plan[q * m:(q + 1) * m] for q in range(5))
     row_blocks = grid(d_bound, 1)
-    fanout, weighted = np.int64(fanout), bool(weighted)
+    fanout, weighted, replace = np.int64(fanout), bool(weighted), bool(replace)
     if d_bound:
-        launch(plan_masked, (row_blocks, WARP), graph.indptr, dst, nrow, fanout, False, graph.weights,
+        launch(plan_masked, (row_blocks, WARP), graph.indptr, dst, nrow, fanout, replace, graph.weights,
                weighted, graph.times, dst_times, True, excl, row_start, row_raw, row_deg, row_exlo, row_exhi,
                counts, stream=stream)
     out_indptr, _ = exclusive_scan(counts[:d_bound], stream, ws, ws.output(d_bound + 1, np.int64),
@@ -454,13 +587,13 @@ def _masked_edges(graph: CudaGraph, rows: DeviceRows, fanout: int, key: int, wei
     pos = ws.scratch("pos", max(bound, 1), np.int64)
     src = ws.scratch(scratch, max(bound, 1), graph.indices.dtype)  # one unused entry when nothing is drawn
     eids = ws.output(bound, np.int64)
-    if bound:
+    if bound and d_bound:
         launch(choose_masked, (row_blocks, WARP), dst, row_start, row_raw, row_deg, row_exlo, row_exhi,
-               out_indptr, fanout, False, np.uint64(key), graph.weights, weighted, graph.times, dst_times,
-               True, excl, pos, ws.scratch("draws", 1, np.float64), counts, stream=stream)
+               out_indptr, fanout, replace, np.uint64(key), graph.weights, weighted, graph.times, dst_times,
+               True, excl, pos, stream=stream)
         launch(gather, (grid(bound, EDGE_THREADS), EDGE_THREADS), graph.indices, graph.edge_ids,
                graph.has_eids, pos, nnz, src, eids, stream=stream)
-    return BoundedEdges(out_indptr, src, eids, nnz)
+    return BoundedEdges(out_indptr, src, eids, nnz, rate)
 
 
 def relabel_chained(rows: DeviceRows, edges: BoundedEdges, ws: Any) -> PendingBlock:
@@ -474,7 +607,7 @@ def relabel_chained(rows: DeviceRows, edges: BoundedEdges, ws: Any) -> PendingBl
                                    ws.scratch("edge_tkey", edges.src.shape[0], np.int64))
     src_nodes, src_times, local = relabel_rows(rows, edges.src, tkey, edges.nnz, ws,
                                                rows.chain[rows.at + 1:rows.at + 4])
-    return PendingBlock(edges.out_indptr, src_nodes, local, edges.eids, rows, src_times)
+    return PendingBlock(edges.out_indptr, src_nodes, local, edges.eids, rows, src_times, edges.rate)
 
 
 def relabel_rows(rows: DeviceRows, src: Any, edge_tkey: Any, nnz: Any, ws: Any,

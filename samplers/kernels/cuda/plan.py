@@ -1,10 +1,10 @@
 """Pass 1 on the GPU: each destination row's start, degree and output count.
 
 ``plan_rows`` (uniform) and ``plan_rows_weighted`` (weighted rows from the positive counts) run a thread
-per row and write counts only, for the first ``nrow[0]`` rows of a destination array that may be an
-upper bound (a row count that stays on the device; 0 for the rest). ``plan_uniform`` and
-``plan_masked`` (a warp per row, the eligible count by a warp reduction) also keep each row's start,
-degree and excluded range for the choosing kernels.
+per row and write counts only. ``plan_uniform`` (a thread per row) and ``plan_masked`` (a warp per row,
+the eligible count by a warp reduction) also keep each row's start, degree and excluded range for the
+choosing kernels. Each plans the first ``nrow[0]`` rows of a destination array that may be an upper
+bound (a row count that stays on the device, a chain's); the rest count 0.
 """
 
 from __future__ import annotations
@@ -20,12 +20,23 @@ __all__ = ["plan_masked", "plan_rows", "plan_rows_weighted", "plan_uniform"]
 
 
 @cuda.jit
-def plan_uniform(indptr, dst, fanout, replace, excl, row_start, row_deg, row_exlo, row_exhi,
+def plan_uniform(indptr, dst, nrow, fanout, replace, excl, row_start, row_deg, row_exlo, row_exhi,
                  counts):  # pragma: no cover - device
+    """Uniform rows for the warp-per-row choice (`...cuda.uniform.choose_uniform`): each of the first
+    ``nrow[0]`` rows' span, degree and output count (the rest of ``dst``, an upper bound, count 0)."""
     i = cuda.grid(1)
     stride = cuda.gridsize(1)
     n_excl = excl.shape[0]
+    n = nrow[0]
     while i < dst.shape[0]:
+        if i >= n:
+            row_start[i] = 0
+            row_deg[i] = 0
+            row_exlo[i] = 0
+            row_exhi[i] = 0
+            counts[i] = 0
+            i += stride
+            continue
         s, e, a, b = row_span(indptr, excl, n_excl, dst[i])
         d = e - s - (b - a)
         row_start[i] = s

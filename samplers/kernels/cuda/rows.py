@@ -7,7 +7,7 @@ import numpy as np
 from numba import cuda
 
 __all__ = ["NO_INDEX", "is_eligible", "is_excluded", "key_less", "lower_bound", "output_count", "row_span",
-           "sort_range", "virtual_to_real"]
+           "sort_range", "upper_bound", "virtual_to_real"]
 
 NO_INDEX = np.int64(np.iinfo(np.int64).max)
 
@@ -44,6 +44,18 @@ def lower_bound(arr, lo, hi, x):  # pragma: no cover - device
     while lo < hi:
         mid = (lo + hi) >> 1
         if arr[mid] < x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@cuda.jit(device=True)
+def upper_bound(arr, lo, hi, x):  # pragma: no cover - device
+    """First index in [lo, hi) of the sorted arr whose value is > x (hi if none)."""
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if arr[mid] <= x:
             lo = mid + 1
         else:
             hi = mid

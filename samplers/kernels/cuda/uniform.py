@@ -4,7 +4,8 @@
 choosing and gathering in one pass (Floyd's subset in a per-thread array); ``choose_uniform`` (other
 fanouts) runs a warp per row: take-all rows copied by all lanes, draws with replacement one per lane,
 Floyd's algorithm run by lane 0 keeping the subset sorted; ``gather`` then reads a thread per edge.
-The subsets are the reference's, so the blocks equal the CPU's.
+``take_all`` (fanout -1 in a chain) writes every non-excluded in-edge a thread per output edge, each
+finding its row in the output offsets. The subsets are the reference's, so the blocks equal the CPU's.
 
 References
 ----------
@@ -19,9 +20,9 @@ from numba import cuda
 
 from samplers.kernels.cuda.launch import WARP
 from samplers.kernels.cuda.rng import GOLDEN, bounded, draw, mix, row_state
-from samplers.kernels.cuda.rows import row_span, virtual_to_real
+from samplers.kernels.cuda.rows import row_span, upper_bound, virtual_to_real
 
-__all__ = ["THREAD_FANOUT_MAX", "choose_uniform", "gather", "sample_rows", "uniform_row"]
+__all__ = ["THREAD_FANOUT_MAX", "choose_uniform", "gather", "sample_rows", "take_all", "uniform_row"]
 
 THREAD_FANOUT_MAX = 64  # uniform layers with 0 <= fanout <= this run one thread per row (`sample_rows`)
 
@@ -186,4 +187,23 @@ def gather(indices, edge_ids, has_eids, pos, nnz, src, eids):  # pragma: no cove
         p = pos[j]
         src[j] = indices[p]
         eids[j] = edge_ids[p] if has_eids else p
+        j += stride
+
+
+@cuda.jit
+def take_all(indptr, indices, edge_ids, has_eids, dst, out_indptr, excl, nnz, src,
+             eids):  # pragma: no cover - device
+    """Every non-excluded in-edge of each row (fanout -1), a thread per output edge: output j belongs to
+    the last row whose offset is <= j (rows past a chain's count are empty) and is that row's virtual
+    position ``j - out_indptr[row]``. Outputs past ``src``'s end (a chain's capacity: an overflow, read
+    back with the chain's sizes) are not written."""
+    j = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    n = nnz[0] if nnz[0] < src.shape[0] else src.shape[0]
+    n_excl = excl.shape[0]
+    rows = dst.shape[0]
+    while j < n:
+        row = upper_bound(out_indptr, 0, rows + 1, j) - 1
+        s, e, a, b = row_span(indptr, excl, n_excl, dst[row])
+        _emit(indices, edge_ids, has_eids, excl, a, b, s, j - out_indptr[row], src, eids, j)
         j += stride

@@ -91,6 +91,17 @@ class CudaWorkspace:
         self._host: dict[str, Any] = {}
         self._read_lock = threading.Lock()  # one page-locked read buffer: one read at a time
         self._staged: dict[str, Any] = {}  # torch: per buffer, the event after its last copy (free then)
+        self._rates: dict[str, float] = {}
+
+    def edge_rate(self, name: str) -> float:
+        """The most edges per row that the chained layer ``name`` kept in this workspace's calls (0.0 before
+        any): a chained layer of fanout -1 sizes its outputs by it (`samplers.kernels.cuda.layer.
+        full_capacity`)."""
+        return self._rates.get(name, 0.0)
+
+    def observe_rate(self, name: str, rate: float) -> None:
+        """Record that the chained layer ``name`` kept ``rate`` edges per row (read back with its chain)."""
+        self._rates[name] = max(self._rates.get(name, 0.0), float(rate))
 
     def scratch(self, name: str, n: int, dtype: Any) -> Any:
         """A device array [n] of ``dtype`` (numpy), uninitialised, reused across layers and calls: the

@@ -1,0 +1,182 @@
+"""Plain-graph CUDA layers that once read their sizes back every layer now chain on the device: fanout -1
+(every in-edge, sized by a capacity from the degrees), uniform fanouts above the thread-per-row limit
+(a warp per row), and temporal layers with replacement (the prefix-sum inversion without per-edge
+scratch). Under numba's CUDA simulator in a subprocess (it must be chosen before numba.cuda is first
+imported), the script asserts for each:
+
+- the blocks equal the CPU sampler's for the same seed (exact, times included);
+- one read-back a call, counted by the library (`HostTraffic.readbacks`) and by wrapping the simulator's
+  device-to-host copies and host-side scalar reads;
+- a warm call copies no pageable host memory to the device (seed ids, seed times and excluded ids are
+  staged page-locked): `cuda.to_device` and kernels' host-array arguments counted, zero;
+- a fanout -1 layer past its capacity is sampled again unchained (the same blocks, counted in
+  `chain_overflows`), and the edges per row it kept size the next call's capacity.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+SCRIPT = textwrap.dedent(
+    """
+    import threading
+    import warnings
+    warnings.simplefilter("ignore", RuntimeWarning)  # numpy scalar uint64 wrap-around in simulated kernels
+    import numpy as np
+    import torch
+    from numba import config, cuda
+    from numba.cuda.simulator import kernel as sim_kernel
+    from numba.cuda.simulator.cudadrv import devicearray as fake
+    assert config.ENABLE_CUDASIM
+    import samplers.layers as layers_mod
+    from graphrl.graph import CSCGraph
+    from samplers.kernels.cuda import layer as layer_mod
+    from samplers.neighbor import NeighborSampler
+
+    # independent counters: read-backs (device-to-host copies, host-side scalar reads) and pageable copies
+    # to the device (cuda.to_device, host arrays handed to kernels); blocks' conversion to host tensors quiet
+    seen = {"readback": 0, "pageable": 0}
+    quiet = [0]
+    def host_side():
+        return threading.current_thread() is threading.main_thread() and not quiet[0]
+    copy_to_host, getitem, to_torch = fake.FakeCUDAArray.copy_to_host, fake.FakeCUDAArray.__getitem__, \\
+        layers_mod.cuda_to_torch
+    to_device, wrap_arg = cuda.to_device, sim_kernel.wrap_arg
+    def counted_copy(self, *a, **k):
+        seen["readback"] += host_side()
+        return copy_to_host(self, *a, **k)
+    def scalar_read(self, idx):
+        out = getitem(self, idx)
+        seen["readback"] += host_side() and not isinstance(out, fake.FakeCUDAArray)
+        return out
+    def counted_to_device(*a, **k):
+        seen["pageable"] += host_side()
+        return to_device(*a, **k)
+    def counted_arg(value, *a, **k):
+        seen["pageable"] += 1
+        return wrap_arg(value, *a, **k)
+    def quiet_to_torch(arr):
+        quiet[0] += 1
+        try:
+            return to_torch(arr)
+        finally:
+            quiet[0] -= 1
+    fake.FakeCUDAArray.copy_to_host, fake.FakeCUDAArray.__getitem__ = counted_copy, scalar_read
+    cuda.to_device, sim_kernel.wrap_arg = counted_to_device, counted_arg
+    layers_mod.cuda_to_torch = quiet_to_torch
+
+    rng = np.random.default_rng(0)
+    n = 12  # node 0 has 80 in-edges (above the thread-per-row limit of 64), the rest a few each
+    dst = np.concatenate([np.zeros(80, np.int64), rng.integers(1, n, 40)])
+    graph = CSCGraph.from_edges(rng.integers(0, n, dst.shape[0]), dst, n)
+    e = graph.num_edges
+    etimes = torch.from_numpy(rng.integers(0, 20, e) + 0.5)  # float times: staged as float64
+    weights = torch.from_numpy(rng.random(e) * (rng.random(e) < 0.8))
+    excluded = torch.from_numpy(rng.integers(0, e, 12))
+    seeds = torch.tensor([0, 3, 3, 7])
+    seed_times = torch.tensor([9.0, -0.0, 15.5, 30.0])
+
+    def same(want, got, what, timed):
+        assert len(want) == len(got), what
+        fields = ("src_nodes", "dst_nodes", "indptr", "indices", "edge_ids") + (("src_times",) * timed)
+        for x, y in zip(want, got):
+            for f in fields:
+                assert torch.equal(getattr(x, f), getattr(y, f)), (what, f, getattr(x, f), getattr(y, f))
+
+    def check(fanouts, what, calls=2, overflows=0, **kw):
+        timed = "edge_times" in kw
+        cpu_s = NeighborSampler(graph, fanouts, seed=3, **kw)
+        gpu_s = NeighborSampler(graph, fanouts, seed=3, device="cuda", **kw)
+        call = dict(exclude_eids=excluded, seed_times=seed_times if timed else None)
+        for i in range(calls):
+            want = cpu_s.sample(seeds, **call)
+            seen["readback"] = seen["pageable"] = 0
+            before = gpu_s.loop.traffic.snapshot()
+            got = gpu_s.sample(seeds, **call)
+            used = gpu_s.loop.traffic.since(before)
+            same(want, got, (what, i), timed)
+            if not overflows:
+                assert used.readbacks == 1 == seen["readback"], (what, i, used, seen)
+                assert used.chain_overflows == 0, (what, i, used)
+            if i:  # warm: no pageable copy to the device, no scratch grown
+                assert seen["pageable"] == 0, (what, seen)
+                assert used.pinned_copies == 2 + timed and used.scratch_allocations == 0, (what, used)
+        assert gpu_s.loop.traffic.chain_overflows == overflows, (what, gpu_s.loop.traffic)
+        return gpu_s
+
+    check([-1, 2], "fanout -1 first")
+    check([2, -1], "fanout -1 inner", calls=1)
+    check([70, 1], "fanout 70", calls=1)  # node 0: Floyd's subset by a warp's lane 0; the others take all
+    check([70], "fanout 70 with replacement", calls=1, replace=True)
+    check([2, 3], "temporal with replacement", edge_times=etimes, replace=True)
+    check([3], "temporal weighted with replacement", calls=1, edge_times=etimes, weights=weights,
+          replace=True)
+    check([-1], "temporal fanout -1", calls=1, edge_times=etimes)
+
+    # past the capacity: sampled again unchained (the same blocks); the kept edges per row are recorded
+    layer_mod.FULL_SLACK, layer_mod.FULL_EXTRA = 0.0, 1
+    s = check([-1, 1], "overflow", calls=1, overflows=1)
+    (ws,) = s.loop.cuda_workspaces.values()
+    assert ws.edge_rate("src@3") > 1, ws.edge_rate("src@3")  # the layer after the seeds' (3 sizes a layer)
+    layer_mod.FULL_SLACK, layer_mod.FULL_EXTRA = 2.0, 1024
+    print("OK")
+    """
+)
+
+
+def test_unbounded_layers_chain_under_the_simulator(simulate) -> None:
+    proc = simulate(SCRIPT, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("OK"), \
+        proc.stdout[-3000:] + proc.stderr[-6000:]
+
+
+def test_full_capacity_is_bounded_by_the_degrees_and_learns_the_rate() -> None:
+    from samplers.kernels.cuda.layer import FULL_EXTRA, FULL_SLACK, DegreeBound, full_capacity
+    from samplers.kernels.cuda.workspace import CudaWorkspace
+
+    deg = DegreeBound.of(np.array([0, 3, 3, 10, 12]))  # degrees 3, 0, 7, 2
+    assert deg == DegreeBound(7, 12, 3.0)
+    assert DegreeBound.of(np.array([0])) == DegreeBound(0, 0, 0.0)
+    assert full_capacity(1, deg, True) == 7  # one row: its degree at most
+    assert full_capacity(4, deg, True) == 12  # distinct rows: every edge at most
+    assert full_capacity(4, deg, False) == 28  # rows by time repeat nodes: 4 x the max degree
+    big = DegreeBound(10_000, 10**9, 5.0)
+    assert full_capacity(100, big, True) == int(FULL_SLACK * 100 * 5.0) + FULL_EXTRA
+    assert full_capacity(100, big, True, rate=50.0) == int(FULL_SLACK * 100 * 50.0) + FULL_EXTRA
+    assert full_capacity(0, big, True) == 1
+    ws = CudaWorkspace()
+    assert ws.edge_rate("src@0") == 0.0
+    ws.observe_rate("src@0", 4.5)
+    ws.observe_rate("src@0", 2.0)
+    assert ws.edge_rate("src@0") == 4.5 and ws.edge_rate("src@3") == 0.0
+
+
+@pytest.mark.gpu
+def test_gpu_unbounded_layers_read_back_once_per_call() -> None:
+    """On a GPU: fanout -1, a fanout above 64 and temporal layers with replacement chain on the device (one
+    read-back a call) and give the CPU's blocks."""
+    from graphrl.graph import CSCGraph
+    from samplers.neighbor import NeighborSampler
+
+    rng = np.random.default_rng(4)
+    n, e = 3000, 60000
+    graph = CSCGraph.from_edges(rng.integers(0, n, e), rng.integers(0, n, e), n)
+    times = torch.from_numpy(rng.integers(0, 100, e))
+    cases = [([-1, 5], {}), ([100, 3], {}), ([5, -1], {}), ([10, 5], {"edge_times": times, "replace": True})]
+    for fanouts, kw in cases:
+        cpu_s = NeighborSampler(graph, fanouts, seed=1, **kw)
+        gpu_s = NeighborSampler(graph, fanouts, seed=1, device="cuda", **kw)
+        for _ in range(2):
+            seeds = torch.from_numpy(rng.integers(0, n, 64))
+            call = {"seed_times": torch.from_numpy(rng.integers(50, 150, 64))} if kw else {}
+            before = gpu_s.loop.traffic.snapshot()
+            got = gpu_s.sample(seeds, **call)
+            used = gpu_s.loop.traffic.since(before)
+            assert used.readbacks == 1, (fanouts, used)
+            for x, y in zip(cpu_s.sample(seeds, **call), got, strict=True):
+                for f in ("indptr", "indices", "edge_ids", "src_nodes"):
+                    assert torch.equal(getattr(x, f), getattr(y, f).cpu()), (fanouts, f)
