@@ -25,14 +25,12 @@ import torch
 
 SCRIPT = textwrap.dedent(
     """
-    import threading
+    import sys
     import warnings
-    from collections import Counter
     warnings.simplefilter("ignore", RuntimeWarning)  # numpy scalar uint64 wrap-around in simulated kernels
     import numpy as np
     import torch
     from numba import config, cuda
-    from numba.cuda.simulator.cudadrv import devicearray as fake
     assert config.ENABLE_CUDASIM
     import samplers.layers as layers
     from graphrl.graph import CSCGraph
@@ -40,38 +38,16 @@ SCRIPT = textwrap.dedent(
     from samplers.neighbor import NeighborSampler
 
     # --- independent counters: wrap the simulator's API (host-side calls only: kernels run in threads)
-    seen = Counter()
-    quiet = [0]  # block conversion to host tensors (the simulator's stand-in for CUDA tensors) not counted
-    def host_side():
-        return threading.current_thread() is threading.main_thread() and not quiet[0]
-    def counting(name, fn):
-        def wrapped(*a, **k):
-            if host_side():
-                seen[name] += 1
-            return fn(*a, **k)
-        return wrapped
-    fake.FakeCUDAArray.copy_to_host = counting("readback", fake.FakeCUDAArray.copy_to_host)
-    getitem = fake.FakeCUDAArray.__getitem__
-    def scalar_read(self, idx):
-        out = getitem(self, idx)
-        if not isinstance(out, fake.FakeCUDAArray) and host_side():
-            seen["readback"] += 1
-        return out
-    fake.FakeCUDAArray.__getitem__ = scalar_read
+    sys.path.insert(0, "tests")
+    from _cuda_copies import count_host_copies
+    copies = count_host_copies()  # read-backs, under seen["readback"]
+    seen = copies.seen
     for name in ("device_array", "to_device"):
-        setattr(cuda, name, counting("device_alloc", getattr(cuda, name)))
+        setattr(cuda, name, copies.counting("device_alloc", getattr(cuda, name)))
     for name in ("pinned_array", "mapped_array", "pinned"):
-        setattr(cuda, name, counting("host_register", getattr(cuda, name)))
+        setattr(cuda, name, copies.counting("host_register", getattr(cuda, name)))
     for name in ("synchronize",):
-        setattr(cuda, name, counting("synchronize", getattr(cuda, name)))
-    to_torch = layers.cuda_to_torch
-    def quiet_to_torch(arr):
-        quiet[0] += 1
-        try:
-            return to_torch(arr)
-        finally:
-            quiet[0] -= 1
-    layers.cuda_to_torch = quiet_to_torch
+        setattr(cuda, name, copies.counting("synchronize", getattr(cuda, name)))
 
     def same(a, b, what):
         assert len(a) == len(b), what

@@ -225,30 +225,11 @@ SIM_SCRIPT = textwrap.dedent(
     w = torch.from_numpy(rng.random(160) * (rng.random(160) < 0.8))
     seeds, ex = torch.tensor([0, 1, 5, 5, 9]), torch.tensor([0, 3, 7, 50])
     # independent read-back counter: the simulator's device-to-host copies and scalar reads on the host
-    import threading
-    import samplers.layers as layers_mod
-    from numba.cuda.simulator.cudadrv import devicearray as fake
+    import sys
+    sys.path.insert(0, "tests")
+    from _cuda_copies import count_host_copies
     from samplers.kernels.cuda import labor as labor_cuda
-    seen, quiet = [0], [0]
-    def host_side():
-        return threading.current_thread() is threading.main_thread() and not quiet[0]
-    copy_to_host, getitem, to_torch = fake.FakeCUDAArray.copy_to_host, fake.FakeCUDAArray.__getitem__, \
-        layers_mod.cuda_to_torch
-    def counted_copy(self, *a, **k):
-        seen[0] += host_side()
-        return copy_to_host(self, *a, **k)
-    def scalar_read(self, idx):
-        out = getitem(self, idx)
-        seen[0] += host_side() and not isinstance(out, fake.FakeCUDAArray)
-        return out
-    def quiet_to_torch(arr):  # blocks' conversion to host tensors (the simulator's CUDA tensors)
-        quiet[0] += 1
-        try:
-            return to_torch(arr)
-        finally:
-            quiet[0] -= 1
-    fake.FakeCUDAArray.copy_to_host, fake.FakeCUDAArray.__getitem__ = counted_copy, scalar_read
-    layers_mod.cuda_to_torch = quiet_to_torch
+    copies = count_host_copies()
 
     # (options, capacity slack, read-backs per call: LABOR-0 chains, one; a chain past its capacity is
     # sampled again without chaining; importance sampling and weights read back per layer and iteration)
@@ -258,7 +239,7 @@ SIM_SCRIPT = textwrap.dedent(
         a = LaborSampler(g, [3, 2], seed=4, **kw).sample(seeds, exclude_eids=ex)
         gpu_s = LaborSampler(g, [3, 2], seed=4, device="cuda", **kw)
         labor_cuda.LABOR_SLACK, labor_cuda.LABOR_EXTRA = (2.0, 1024) if slack is None else (slack, 1)
-        seen[0] = 0
+        copies.clear()
         b = gpu_s.sample(seeds, exclude_eids=ex)
         for x, y in zip(a, b):
             for f in ("src_nodes", "indptr", "indices", "edge_ids", "edge_weights"):
@@ -267,9 +248,9 @@ SIM_SCRIPT = textwrap.dedent(
         traffic = gpu_s.loop.traffic
         assert traffic.chain_overflows == (slack is not None), (kw, traffic)
         if per_call is not None:
-            assert traffic.readbacks == per_call == seen[0], (kw, traffic, seen)
+            assert traffic.readbacks == per_call == copies.readbacks, (kw, traffic, copies.seen)
         else:
-            assert seen[0] >= 4, (kw, seen)  # at least two per layer
+            assert copies.readbacks >= 4, (kw, copies.seen)  # at least two per layer
     labor_cuda.LABOR_SLACK, labor_cuda.LABOR_EXTRA = 2.0, 1024
     rels = {("u", "l", "a"): (rng.integers(0, 20, 60), rng.integers(0, 10, 60)),
             ("a", "h", "u"): (rng.integers(0, 10, 60), rng.integers(0, 20, 60))}
@@ -277,9 +258,9 @@ SIM_SCRIPT = textwrap.dedent(
     # LABOR-0 on a typed graph chains relation by relation: the CPU's blocks, one read-back a call
     a = LaborSampler(hg, [2, 2], seed=0).sample({"u": torch.tensor([0, 1, 7])})
     gpu_s = LaborSampler(hg, [2, 2], seed=0, device="cuda")
-    seen[0] = 0
+    copies.clear()
     b = gpu_s.sample({"u": torch.tensor([0, 1, 7])})
-    assert gpu_s.loop.traffic.readbacks == 1 == seen[0], (gpu_s.loop.traffic, seen)
+    assert gpu_s.loop.traffic.readbacks == 1 == copies.readbacks, (gpu_s.loop.traffic, copies.seen)
     for x, y in zip(a, b):
         for r in x.indices:
             assert torch.equal(x.indices[r], y.indices[r]) and torch.equal(x.edge_ids[r], y.edge_ids[r])

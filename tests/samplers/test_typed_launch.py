@@ -46,29 +46,9 @@ SIM_SCRIPT = textwrap.dedent(
 
     # independent read-back counter: the simulator's device-to-host copies and host-side scalar reads of
     # device arrays (kernels run in other threads), blocks' conversion to host tensors not counted
-    import threading
-    import samplers.layers as layers_mod
-    from numba.cuda.simulator.cudadrv import devicearray as fake
-    seen, quiet = [0], [0]
-    def host_side():
-        return threading.current_thread() is threading.main_thread() and not quiet[0]
-    copy_to_host, getitem, to_torch = fake.FakeCUDAArray.copy_to_host, fake.FakeCUDAArray.__getitem__, \
-        layers_mod.cuda_to_torch
-    def counted_copy(self, *a, **k):
-        seen[0] += host_side()
-        return copy_to_host(self, *a, **k)
-    def scalar_read(self, idx):
-        out = getitem(self, idx)
-        seen[0] += host_side() and not isinstance(out, fake.FakeCUDAArray)
-        return out
-    def quiet_to_torch(arr):
-        quiet[0] += 1
-        try:
-            return to_torch(arr)
-        finally:
-            quiet[0] -= 1
-    fake.FakeCUDAArray.copy_to_host, fake.FakeCUDAArray.__getitem__ = counted_copy, scalar_read
-    layers_mod.cuda_to_torch = quiet_to_torch
+    sys.path.insert(0, "tests")
+    from _cuda_copies import count_host_copies
+    copies = count_host_copies()
 
     per_relation = [0]  # layers of one relation sampled by the per-relation launches
     own = ck.sample_layer_cuda
@@ -93,7 +73,7 @@ SIM_SCRIPT = textwrap.dedent(
         per_relation[0] = 0
         for i, call in enumerate(calls):
             want = cpu_s.sample(**call)
-            seen[0] = 0
+            copies.clear()
             before = gpu_s.traffic.snapshot()
             same(want, gpu_s.sample(**call), (what, i))
             used = gpu_s.traffic.since(before)
@@ -106,7 +86,8 @@ SIM_SCRIPT = textwrap.dedent(
                 excluded = sum(rel in fanouts for rel in call.get("exclude_eids", {}))
                 inputs = sum(v.numel() > 0 for v in call["seeds"].values()) + excluded + (excluded > 0)
                 assert used.pinned_copies == len(next(iter(fanouts.values()))) + inputs, (what, i, used)
-            assert seen[0] >= chains + 4 if unchained else seen[0] == chains, (what, i, seen)
+            reads = copies.readbacks
+            assert reads >= chains + 4 if unchained else reads == chains, (what, i, copies.seen)
         assert cpu_s.sampled_edges == gpu_s.sampled_edges > 0, (what, gpu_s.sampled_edges)
         layers = len(next(iter(fanouts.values()))) * len(calls)
         assert gpu_s.launches == {"plan": layers, "scan": layers, "rows": layers}, (what, gpu_s.launches)
@@ -148,10 +129,10 @@ SIM_SCRIPT = textwrap.dedent(
     allocs, pageable = [0], [0]
     device_array, to_device, wrap_arg = cuda.device_array, cuda.to_device, sim_kernel.wrap_arg
     def counted_array(*a, **k):
-        allocs[0] += host_side()
+        allocs[0] += copies.host_side()
         return device_array(*a, **k)
     def counted_to_device(*a, **k):
-        pageable[0] += host_side()
+        pageable[0] += copies.host_side()
         return to_device(*a, **k)
     def counted_arg(value, *a, **k):  # a host array handed to a kernel: copied there and back
         pageable[0] += 1
