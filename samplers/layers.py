@@ -10,8 +10,8 @@ take the time of the row that drew them. `LayerLoop.run` runs every layer, inner
 returns the layers outermost first (`TypedLayer`; the samplers wrap them into blocks). On CUDA, a typed
 graph given a `samplers.kernels.cuda.typed.TypedCsc` samples its uniform and weighted relations in one
 launch per kernel and layer over all of them (`sample_typed_layer`), the others relation by relation.
-Successive CUDA layers whose outputs are bounded (the modes' ``bounded_cuda``: thread-per-row,
-temporal without replacement and LABOR-0 layers) chain on the device: their sizes stay there and are
+Successive CUDA layers whose outputs are bounded (the modes' ``bounded_cuda``: uniform, temporal,
+weighted at fanout >= 0 and LABOR-0 layers) chain on the device: their sizes stay there and are
 read back once, when the chain ends (counted in `traffic`). A typed graph's chained layer runs in one
 launch per kernel where the `TypedCsc` takes every relation, else relation by relation
 (`samplers.kernels.cuda.relation_chain`).

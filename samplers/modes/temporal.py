@@ -29,10 +29,10 @@ class TemporalMode(Mode):
 
     def prepare(self, relation: RelationArrays, device: str) -> Any:
         """CPU: the edge times' (and weights') `samplers.kernels.cpu.Masks` for the fused layer; CUDA: the
-        relation's `samplers.kernels.cuda.layer.DegreeBound` (a chained layer of fanout -1 sizes its
+        relation's `samplers.kernels.cuda.bounded.DegreeBound` (a chained layer of fanout -1 sizes its
         outputs by it)."""
         if device != "cpu":
-            from samplers.kernels.cuda.layer import DegreeBound
+            from samplers.kernels.cuda.bounded import DegreeBound
 
             return DegreeBound.of(relation.indptr)
         return cpu.Masks(relation.weights, relation.times, relation.indptr)
@@ -65,7 +65,7 @@ class TemporalMode(Mode):
 
     def sample_edges_cuda(self, relation: RelationArrays, state: Any, request: LayerRequest,
                           workspace: Any, scratch: str = "src") -> Any:
-        from samplers.kernels.cuda.layer import sample_edges_bounded
+        from samplers.kernels.cuda.bounded import sample_edges_bounded
 
         return sample_edges_bounded(relation.cuda, request.dst, request.fanout, self.replace, request.key,
                                     relation.weights is not None, request.excluded, workspace, scratch,
@@ -73,8 +73,8 @@ class TemporalMode(Mode):
 
     def bounded_cuda(self, relation: RelationArrays, fanout: int) -> bool:
         """Every temporal layer chains on the device (masked rows by time, with or without replacement; at
-        fanout -1 by a capacity from the degrees: `samplers.kernels.cuda.layer.bounded_layer`)."""
-        from samplers.kernels.cuda.layer import bounded_layer
+        fanout -1 by a capacity from the degrees: `samplers.kernels.cuda.bounded.bounded_layer`)."""
+        from samplers.kernels.cuda.bounded import bounded_layer
 
         return bounded_layer(relation.cuda, fanout, relation.weights is not None, timed=True,
                              replace=self.replace)

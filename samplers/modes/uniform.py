@@ -29,11 +29,11 @@ class UniformMode(Mode):
         self.replace = bool(replace)
 
     def prepare(self, relation: RelationArrays, device: str) -> Any:
-        """CUDA: the relation's `samplers.kernels.cuda.layer.DegreeBound` (a chained layer of fanout -1
+        """CUDA: the relation's `samplers.kernels.cuda.bounded.DegreeBound` (a chained layer of fanout -1
         sizes its outputs by it); None on the CPU."""
         if device == "cpu":
             return None
-        from samplers.kernels.cuda.layer import DegreeBound
+        from samplers.kernels.cuda.bounded import DegreeBound
 
         return DegreeBound.of(relation.indptr)
 
@@ -58,15 +58,15 @@ class UniformMode(Mode):
 
     def sample_edges_cuda(self, relation: RelationArrays, state: Any, request: LayerRequest,
                           workspace: Any, scratch: str = "src") -> Any:
-        from samplers.kernels.cuda.layer import sample_edges_bounded
+        from samplers.kernels.cuda.bounded import sample_edges_bounded
 
         return sample_edges_bounded(relation.cuda, request.dst, request.fanout, self.replace, request.key,
                                     False, request.excluded, workspace, scratch, degrees=state)
 
     def bounded_cuda(self, relation: RelationArrays, fanout: int) -> bool:
         """Every uniform layer chains on the device: at fanout >= 0 by ``D * fanout``, at -1 by a capacity
-        from the degrees (`samplers.kernels.cuda.layer.bounded_layer`)."""
-        from samplers.kernels.cuda.layer import bounded_layer
+        from the degrees (`samplers.kernels.cuda.bounded.bounded_layer`)."""
+        from samplers.kernels.cuda.bounded import bounded_layer
 
         return bounded_layer(relation.cuda, fanout, False)
 

@@ -34,7 +34,7 @@ SCRIPT = textwrap.dedent(
     assert config.ENABLE_CUDASIM
     import samplers.layers as layers_mod
     from graphrl.graph import CSCGraph
-    from samplers.kernels.cuda import layer as layer_mod
+    from samplers.kernels.cuda import bounded
     from samplers.neighbor import NeighborSampler
 
     # independent counters: read-backs (device-to-host copies, host-side scalar reads) and pageable copies
@@ -118,11 +118,11 @@ SCRIPT = textwrap.dedent(
     check([-1], "temporal fanout -1", calls=1, edge_times=etimes)
 
     # past the capacity: sampled again unchained (the same blocks); the kept edges per row are recorded
-    layer_mod.FULL_SLACK, layer_mod.FULL_EXTRA = 0.0, 1
+    bounded.FULL_SLACK, bounded.FULL_EXTRA = 0.0, 1
     s = check([-1, 1], "overflow", calls=1, overflows=1)
     (ws,) = s.loop.cuda_workspaces.values()
     assert ws.edge_rate("src@3") > 1, ws.edge_rate("src@3")  # the layer after the seeds' (3 sizes a layer)
-    layer_mod.FULL_SLACK, layer_mod.FULL_EXTRA = 2.0, 1024
+    bounded.FULL_SLACK, bounded.FULL_EXTRA = 2.0, 1024
     print("OK")
     """
 )
@@ -135,7 +135,7 @@ def test_unbounded_layers_chain_under_the_simulator(simulate) -> None:
 
 
 def test_full_capacity_is_bounded_by_the_degrees_and_learns_the_rate() -> None:
-    from samplers.kernels.cuda.layer import FULL_EXTRA, FULL_SLACK, DegreeBound, full_capacity
+    from samplers.kernels.cuda.bounded import FULL_EXTRA, FULL_SLACK, DegreeBound, full_capacity
     from samplers.kernels.cuda.workspace import CudaWorkspace
 
     deg = DegreeBound.of(np.array([0, 3, 3, 10, 12]))  # degrees 3, 0, 7, 2
