@@ -20,7 +20,7 @@ from samplers.kernels.cpu.workspace import Workspace, exclusion_arrays
 if TYPE_CHECKING:
     from samplers.kernels.cpu.masks import Masks
 
-__all__ = ["plan", "plan_rows", "plan_rows_masked"]
+__all__ = ["plan", "plan_rows", "plan_rows_masked", "plan_rows_summed"]
 
 _PLAN_CHUNK_ROWS = 1 << 15  # destinations per chunk of the planning pass
 _PREFETCH_AHEAD = 16  # prefetch distance of the planning loops
@@ -38,6 +38,110 @@ def _out_count(fanout, replace, deg):
     return fanout
 
 
+@nb.njit(inline="always", cache=True)
+def _plan_row(indptr, dst, fanout, replace, excl, excl_rows, weights, node_count, has_count, has_excl,
+              row_start, row_deg, row_exlo, row_exhi, row_end, hi, i):
+    """Row i of `plan_rows` (the row 16 ahead prefetched); returns its output count. Inlined with
+    ``has_count`` and ``has_excl`` constant, so that each combination compiles to its own loop."""
+    if i + _PREFETCH_AHEAD < hi:  # the stores per row keep the core from running ahead
+        prefetch(indptr, dst[i + _PREFETCH_AHEAD])
+        if has_count:
+            prefetch(node_count, dst[i + _PREFETCH_AHEAD])
+    v = dst[i]
+    s = indptr[v]
+    e = indptr[v + 1]
+    deg = node_count[v] if has_count else e - s
+    a = 0
+    b = 0
+    if has_excl and (excl_rows[v >> 6] >> np.uint64(v & 63)) & np.uint64(1):
+        a = np.searchsorted(excl, s)
+        b = np.searchsorted(excl, e)
+        if has_count:
+            for x in range(a, b):
+                deg -= weights[excl[x]] > 0
+        else:
+            deg -= b - a
+    row_exlo[i] = a
+    row_exhi[i] = b
+    row_start[i] = s
+    if has_count:
+        row_end[i] = e
+    row_deg[i] = deg
+    return _out_count(fanout, replace, deg)
+
+
+@nb.njit(inline="always", cache=True)
+def _plan_loop(indptr, dst, fanout, replace, excl, excl_rows, weights, node_count, has_count, has_excl,
+               row_start, row_deg, row_exlo, row_exhi, row_end, out_indptr, lo, hi, summed, chunk_edges,
+               bounds):
+    """`_plan_row` over rows [lo, hi) into ``out_indptr[i + 1]``: the counts, or (``summed``, for
+    lo = 0 and hi = D) the offsets and chunk bounds of `_prefix_sum` in the same pass; returns
+    (total, number of bounds) when ``summed``."""
+    for i in range(lo, min(lo + _PREFETCH_AHEAD, hi)):
+        prefetch(indptr, dst[i])
+        if has_count:
+            prefetch(node_count, dst[i])
+    total = 0
+    k = 1
+    cut = chunk_edges  # the next multiple of chunk_edges
+    last = 0  # the smallest multiple of the last bound
+    for i in range(lo, hi):
+        c = _plan_row(indptr, dst, fanout, replace, excl, excl_rows, weights, node_count, has_count,
+                      has_excl, row_start, row_deg, row_exlo, row_exhi, row_end, hi, i)
+        if summed:
+            total += c
+            out_indptr[i + 1] = total
+            if total >= cut:
+                k, cut, last = _cut_at(bounds, k, cut, total, i + 1, chunk_edges)
+        else:
+            out_indptr[i + 1] = c
+    return total, _close_bounds(bounds, k, last, total, hi) if summed else 0
+
+
+@nb.njit(cache=True, _nrt=False)  # no numba inlining: arrays in an inlined branch get reference-counted
+def _cut_at(bounds, k, cut, total, i, chunk_edges):
+    """Row i starts chunk k (see `_prefix_sum`): the offset before it, ``total``, has reached the next
+    multiple ``cut``; returns (k + 1, the next multiple above ``total``, ``cut``)."""
+    bounds[k] = i
+    return k + 1, cut + chunk_edges * ((total - cut) // chunk_edges + 1), cut
+
+
+@nb.njit(cache=True, _nrt=False)
+def _close_bounds(bounds, k, last, total, d_count):
+    """The number of chunk bounds once the last row is counted (see `_prefix_sum`)."""
+    if k > 1 and last >= total:  # a multiple equal to the total is no cut
+        k -= 1
+    if bounds[k - 1] < d_count or k == 1:
+        bounds[k] = d_count
+        k += 1
+    return k
+
+
+@nb.njit(inline="always", cache=True)
+def _plan_any(indptr, dst, fanout, replace, excl, excl_rows, weights, node_count, has_count, row_start,
+              row_deg, row_exlo, row_exhi, row_end, out_indptr, lo, hi, summed, chunk_edges, bounds):
+    """`_plan_loop` compiled once per combination of ``has_count`` and exclusions (constant inside)."""
+    has_excl = excl.shape[0] > 0
+    if has_count:
+        if has_excl:
+            return _plan_loop(indptr, dst, fanout, replace, excl, excl_rows, weights, node_count, True, True,
+                              row_start, row_deg, row_exlo, row_exhi, row_end, out_indptr, lo, hi,
+                              summed, chunk_edges, bounds)
+        return _plan_loop(indptr, dst, fanout, replace, excl, excl_rows, weights, node_count, True, False,
+                          row_start, row_deg, row_exlo, row_exhi, row_end, out_indptr, lo, hi,
+                          summed, chunk_edges, bounds)
+    if has_excl:
+        return _plan_loop(indptr, dst, fanout, replace, excl, excl_rows, weights, node_count, False, True,
+                          row_start, row_deg, row_exlo, row_exhi, row_end, out_indptr, lo, hi,
+                          summed, chunk_edges, bounds)
+    return _plan_loop(indptr, dst, fanout, replace, excl, excl_rows, weights, node_count, False, False,
+                      row_start, row_deg, row_exlo, row_exhi, row_end, out_indptr, lo, hi,
+                      summed, chunk_edges, bounds)
+
+
+_NO_BOUNDS = np.empty(0, dtype=np.int64)
+
+
 @nb.njit(nogil=True, cache=True)
 def plan_rows(indptr, dst, fanout, replace, excl, excl_rows, weights, node_count, has_count, row_start,
               row_deg, row_exlo, row_exhi, row_end, out_indptr, lo, hi):
@@ -48,37 +152,22 @@ def plan_rows(indptr, dst, fanout, replace, excl, excl_rows, weights, node_count
     (weights without times) a row's degree is the node's count of positive weights ``node_count[v]``
     minus its excluded positive-weight positions, and its end goes to ``row_end``: the pass then reads
     no weights (but those of excluded positions)."""
-    has_excl = excl.shape[0] > 0
-    for i in range(lo, min(lo + _PREFETCH_AHEAD, hi)):
-        prefetch(indptr, dst[i])
-        if has_count:
-            prefetch(node_count, dst[i])
-    for i in range(lo, hi):
-        if i + _PREFETCH_AHEAD < hi:  # the five stores per row keep the core from running ahead
-            prefetch(indptr, dst[i + _PREFETCH_AHEAD])
-            if has_count:
-                prefetch(node_count, dst[i + _PREFETCH_AHEAD])
-        v = dst[i]
-        s = indptr[v]
-        e = indptr[v + 1]
-        deg = node_count[v] if has_count else e - s
-        a = 0
-        b = 0
-        if has_excl and (excl_rows[v >> 6] >> np.uint64(v & 63)) & np.uint64(1):
-            a = np.searchsorted(excl, s)
-            b = np.searchsorted(excl, e)
-            if has_count:
-                for x in range(a, b):
-                    deg -= weights[excl[x]] > 0
-            else:
-                deg -= b - a
-        row_exlo[i] = a
-        row_exhi[i] = b
-        row_start[i] = s
-        if has_count:
-            row_end[i] = e
-        row_deg[i] = deg
-        out_indptr[i + 1] = _out_count(fanout, replace, deg)
+    _plan_any(indptr, dst, fanout, replace, excl, excl_rows, weights, node_count, has_count, row_start,
+              row_deg, row_exlo, row_exhi, row_end, out_indptr, lo, hi, False, 1, _NO_BOUNDS)
+
+
+@nb.njit(nogil=True, cache=True)
+def plan_rows_summed(indptr, dst, fanout, replace, excl, excl_rows, weights, node_count, has_count,
+                     row_start, row_deg, row_exlo, row_exhi, row_end, out_indptr, chunk_edges):
+    """`plan_rows` over every row followed by `_prefix_sum`, in one pass: returns (total, bounds)."""
+    d_count = dst.shape[0]
+    bounds = np.empty(d_count + 2, dtype=np.int64)
+    bounds[0] = 0
+    out_indptr[0] = 0
+    total, k = _plan_any(indptr, dst, fanout, replace, excl, excl_rows, weights, node_count, has_count,
+                         row_start, row_deg, row_exlo, row_exhi, row_end, out_indptr, 0, d_count, True,
+                         chunk_edges, bounds)
+    return total, bounds[:k]
 
 
 @nb.njit(nogil=True, cache=True)
@@ -98,16 +187,8 @@ def _prefix_sum(out_indptr, chunk_edges):
         total += out_indptr[i]
         out_indptr[i] = total
         if total >= cut:
-            bounds[k] = i
-            k += 1
-            last = cut
-            cut += chunk_edges * ((total - cut) // chunk_edges + 1)
-    if k > 1 and last >= total:  # a multiple equal to the total is no cut
-        k -= 1
-    if bounds[k - 1] < d_count or k == 1:
-        bounds[k] = d_count
-        k += 1
-    return total, bounds[:k]
+            k, cut, last = _cut_at(bounds, k, cut, total, i, chunk_edges)
+    return total, bounds[:_close_bounds(bounds, k, last, total, d_count)]
 
 
 @nb.njit(nogil=True, cache=True)
@@ -170,6 +251,9 @@ def plan(indptr, dst, fanout, replace, excluded, workspace: Workspace, helpers: 
     if d_count > _PLAN_CHUNK_ROWS and helpers > 0:
         bounds = np.arange(0, d_count + _PLAN_CHUNK_ROWS, _PLAN_CHUNK_ROWS).clip(max=d_count)
         parallel_chunks(lambda i: fn(*args, bounds[i], bounds[i + 1]), bounds.shape[0] - 1, helpers)
+    elif fn is plan_rows:  # one pass: the counts, offsets and chunk bounds
+        nnz, bounds = plan_rows_summed(*args, np.int64(chunk_edges))
+        return out_indptr, rows, excl, nnz, bounds
     else:
         fn(*args, 0, d_count)
     nnz, bounds = _prefix_sum(out_indptr, chunk_edges)
