@@ -23,51 +23,29 @@ import torch
 
 SCRIPT = textwrap.dedent(
     """
-    import threading
+    import sys
     import warnings
     warnings.simplefilter("ignore", RuntimeWarning)  # numpy scalar uint64 wrap-around in simulated kernels
     import numpy as np
     import torch
     from numba import config, cuda
     from numba.cuda.simulator import kernel as sim_kernel
-    from numba.cuda.simulator.cudadrv import devicearray as fake
     assert config.ENABLE_CUDASIM
-    import samplers.layers as layers_mod
     from graphrl.graph import CSCGraph
     from samplers.kernels.cuda import bounded
     from samplers.neighbor import NeighborSampler
+    sys.path.insert(0, "tests")
+    from _cuda_copies import count_host_copies
 
-    # independent counters: read-backs (device-to-host copies, host-side scalar reads) and pageable copies
-    # to the device (cuda.to_device, host arrays handed to kernels); blocks' conversion to host tensors quiet
-    seen = {"readback": 0, "pageable": 0}
-    quiet = [0]
-    def host_side():
-        return threading.current_thread() is threading.main_thread() and not quiet[0]
-    copy_to_host, getitem, to_torch = fake.FakeCUDAArray.copy_to_host, fake.FakeCUDAArray.__getitem__, \\
-        layers_mod.cuda_to_torch
-    to_device, wrap_arg = cuda.to_device, sim_kernel.wrap_arg
-    def counted_copy(self, *a, **k):
-        seen["readback"] += host_side()
-        return copy_to_host(self, *a, **k)
-    def scalar_read(self, idx):
-        out = getitem(self, idx)
-        seen["readback"] += host_side() and not isinstance(out, fake.FakeCUDAArray)
-        return out
-    def counted_to_device(*a, **k):
-        seen["pageable"] += host_side()
-        return to_device(*a, **k)
+    # independent counters: read-backs (the shared simulator counter) and pageable copies to the device
+    # (cuda.to_device on the host, host arrays handed to kernels)
+    copies = count_host_copies()
+    cuda.to_device = copies.counting("pageable", cuda.to_device)
+    wrap_arg = sim_kernel.wrap_arg
     def counted_arg(value, *a, **k):
-        seen["pageable"] += 1
+        copies.seen["pageable"] += 1
         return wrap_arg(value, *a, **k)
-    def quiet_to_torch(arr):
-        quiet[0] += 1
-        try:
-            return to_torch(arr)
-        finally:
-            quiet[0] -= 1
-    fake.FakeCUDAArray.copy_to_host, fake.FakeCUDAArray.__getitem__ = counted_copy, scalar_read
-    cuda.to_device, sim_kernel.wrap_arg = counted_to_device, counted_arg
-    layers_mod.cuda_to_torch = quiet_to_torch
+    sim_kernel.wrap_arg = counted_arg
 
     rng = np.random.default_rng(0)
     n = 12  # node 0 has 80 in-edges (above the thread-per-row limit of 64), the rest a few each
@@ -94,16 +72,16 @@ SCRIPT = textwrap.dedent(
         call = dict(exclude_eids=excluded, seed_times=seed_times if timed else None)
         for i in range(calls):
             want = cpu_s.sample(seeds, **call)
-            seen["readback"] = seen["pageable"] = 0
+            copies.clear()
             before = gpu_s.loop.traffic.snapshot()
             got = gpu_s.sample(seeds, **call)
             used = gpu_s.loop.traffic.since(before)
             same(want, got, (what, i), timed)
             if not overflows:
-                assert used.readbacks == 1 == seen["readback"], (what, i, used, seen)
+                assert used.readbacks == 1 == copies.readbacks, (what, i, used, copies.seen)
                 assert used.chain_overflows == 0, (what, i, used)
             if i:  # warm: no pageable copy to the device, no scratch grown
-                assert seen["pageable"] == 0, (what, seen)
+                assert copies.seen["pageable"] == 0, (what, copies.seen)
                 assert used.pinned_copies == 2 + timed and used.scratch_allocations == 0, (what, used)
         assert gpu_s.loop.traffic.chain_overflows == overflows, (what, gpu_s.loop.traffic)
         return gpu_s
