@@ -98,7 +98,8 @@ def big_graph(n: int, per_node: int, seed: int):
 def time_gpu(cuda_graph, n: int, fanouts: list[int], batch: int, batches: int, weighted: bool,
              seed: int, deadline: float) -> dict:
     from samplers.kernels import cuda as ck
-    from samplers.kernels.cuda.layer import bounded_layer, read_blocks, start_rows
+    from samplers.kernels.cuda.bounded import DegreeBound
+    from samplers.kernels.cuda.layer import ChainOverflow, bounded_layer, read_blocks, start_rows
     from samplers.kernels.cuda.workspace import CudaWorkspace
     from samplers.kernels.reference import layer_key
 
@@ -106,9 +107,10 @@ def time_gpu(cuda_graph, n: int, fanouts: list[int], batch: int, batches: int, w
     seeds = [cuda.to_device(rng.integers(0, n, batch)) for _ in range(batches + 2)]
     ws = CudaWorkspace()  # as a sampler's: scratch reused, one read-back per batch (layers chained)
     chained = all(bounded_layer(cuda_graph, f, weighted) for f in fanouts)
+    degrees = DegreeBound.of(cuda_graph.indptr.copy_to_host())  # fanout -1 layers' capacity
 
-    def one_batch(s, call: int) -> int:
-        if not chained:  # a layer that reads its sizes back (fanout -1 or above 64)
+    def one_batch(s, call: int, chain: bool = chained) -> int:
+        if not chain:  # a layer that reads its sizes back (weighted at fanout -1), or an overflowed chain
             dst, sampled = s, 0
             for layer in range(len(fanouts) - 1, -1, -1):
                 _, dst, local, _ = ck.sample_block_cuda(cuda_graph, dst, fanouts[layer], False,
@@ -118,9 +120,13 @@ def time_gpu(cuda_graph, n: int, fanouts: list[int], batch: int, batches: int, w
         rows, pending = start_rows(s, ws, len(fanouts)), []
         for layer in range(len(fanouts) - 1, -1, -1):
             pending.append(ck.sample_block_cuda(cuda_graph, rows, fanouts[layer], False,
-                                                layer_key(seed, call, layer), weighted, ws=ws))
+                                                layer_key(seed, call, layer), weighted, ws=ws,
+                                                degrees=degrees))
             rows = pending[-1].next_rows
-        return sum(int(block[2].shape[0]) for block in read_blocks(pending, ws))
+        try:
+            return sum(int(block[2].shape[0]) for block in read_blocks(pending, ws))
+        except ChainOverflow:  # past a fanout -1 layer's capacity: sampled again unchained, as a sampler does
+            return one_batch(s, call, chain=False)
 
     edges = 0
     for call, s in enumerate(seeds[:2]):  # warm-up: JIT of every kernel
