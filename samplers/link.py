@@ -20,7 +20,7 @@ import torch
 from graphrl.graph import CSCGraph
 from samplers._checks import MAX_BATCH, MAX_FANOUT, check_int, check_int64_range, check_seed
 from samplers.block import Block
-from samplers.protocol import Sampler, check_sampler
+from samplers.protocol import Sampler, check_blocks, check_sampler
 
 __all__ = ["LinkBatch", "LinkSampler", "bipartite_reverse_eids"]
 
@@ -509,6 +509,7 @@ class LinkSampler:
             blocks = self.sampler.sample(seeds, exclude_eids=excluded)
         else:
             blocks = self.sampler.sample(seeds)
+        check_blocks(self.sampler, blocks, seeds)  # the index tensors are positions in ``seeds``
         batch = LinkBatch(users=users_t, pos_items=pos_t, neg_items=neg_t, blocks=blocks,
                           user_index=inverse[:b], pos_index=inverse[b:2 * b],
                           neg_index=inverse[2 * b:].reshape(b, k), pair_ids=torch.from_numpy(ids),

@@ -57,7 +57,7 @@ from samplers.block import Block
 from samplers.features import FeatureStore
 from samplers.link import LinkBatch, LinkSampler
 from samplers.neighbor import NeighborSampler
-from samplers.protocol import Sampler, check_sampler
+from samplers.protocol import Sampler, check_blocks, check_sampler
 from samplers.staging import RowStaging, StagingLease
 
 __all__ = ["LinkLoader", "LoadedLinkBatch", "NeighborLoader", "NodeBatch"]
@@ -600,7 +600,7 @@ class NeighborLoader(_Loader):
         def produce(i: int) -> NodeBatch:
             seeds = torch.from_numpy(order[i * b:(i + 1) * b])
             with flight.side():
-                blocks = self.sampler.sample(seeds)
+                blocks = check_blocks(self.sampler, self.sampler.sample(seeds), seeds)
                 ready = flight.mark()
             feats, lease = self._gather(blocks[0].src_nodes)
             labels = None

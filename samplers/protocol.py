@@ -6,12 +6,13 @@ members; `NeighborLoader`, `LinkSampler` / `LinkLoader`, `PygSampler` and `DglSa
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
 
-__all__ = ["Sampler", "check_same_edges", "check_sampler", "edges_by_id"]
+__all__ = ["Sampler", "check_blocks", "check_same_edges", "check_sampler", "edges_by_id"]
 
 
 @runtime_checkable
@@ -54,6 +55,44 @@ def check_sampler(name: str, sampler: Any) -> Any:
         raise TypeError(f"{name} must be a Sampler over a CSCGraph (a plain graph): the "
                         f"{type(sampler).__name__}'s graph is a {type(sampler.graph).__name__}")
     return sampler
+
+
+def check_blocks(sampler: Any, blocks: Any, seeds: torch.Tensor) -> Any:
+    """``blocks`` if they keep the `Sampler` contract for ``seeds``, as loaders rely on it (labels and link
+    indices are positions in ``seeds``), else an error naming the sampler's type.
+
+    The contract: a sequence of ``sampler.num_layers`` blocks, outermost first, whose last block's
+    ``dst_nodes`` are ``seeds`` in order (compared where they lie on the host; blocks on a GPU are not
+    read back for it).
+
+    Raises
+    ------
+    TypeError
+        ``blocks`` is not a non-empty sequence of blocks (objects with ``src_nodes`` and ``dst_nodes``).
+    ValueError
+        Another number of blocks than ``num_layers``, or last destinations other than ``seeds``.
+    """
+    name = type(sampler).__name__
+    if isinstance(blocks, (str, bytes)) or not isinstance(blocks, Sequence) or not blocks or not all(
+            hasattr(b, "src_nodes") and hasattr(b, "dst_nodes") for b in blocks):
+        got = f"an empty {type(blocks).__name__}" if isinstance(blocks, Sequence) and not blocks \
+            else type(blocks).__name__
+        raise TypeError(f"{name}.sample must return its blocks (a list of samplers.Block, outermost first), "
+                        f"got {got}")
+    if len(blocks) != sampler.num_layers:
+        raise ValueError(f"{name}.sample returned {len(blocks)} blocks, but its num_layers is "
+                         f"{sampler.num_layers}")
+    dst = blocks[-1].dst_nodes
+    if isinstance(dst, torch.Tensor) and dst.device.type == "cpu":
+        want = seeds.reshape(-1).to(torch.int64)
+        if tuple(dst.shape) != tuple(want.shape) or not torch.equal(dst.to(torch.int64), want):
+            same = min(int(dst.numel()), int(want.numel()))
+            diff = torch.nonzero(dst.reshape(-1)[:same].to(torch.int64) != want[:same]).reshape(-1)
+            where = (f"first at position {int(diff[0])}: {int(dst.reshape(-1)[diff[0]])} for seed "
+                     f"{int(want[diff[0]])}") if diff.numel() else f"{int(dst.numel())} of them"
+            raise ValueError(f"{name}.sample broke the Sampler contract: blocks[-1].dst_nodes must be the "
+                             f"{int(want.numel())} seeds in order, got {where}")
+    return blocks
 
 
 def edges_by_id(graph) -> tuple[np.ndarray, np.ndarray]:

@@ -94,3 +94,51 @@ def test_dgl_sampler_refuses_a_dgl_graph_of_other_edges_once_per_graph():
     g.add_edges(torch.tensor([0]), torch.tensor([1]))  # a new structure: checked again (and refused)
     with pytest.raises(ValueError, match="401 edges"):
         adapter.sample(g, torch.arange(5))
+
+
+class Scripted:
+    """A user-written sampler over ``graph`` whose ``sample`` returns what ``make(seeds)`` builds."""
+
+    def __init__(self, graph: CSCGraph, make, num_layers: int = 1) -> None:
+        self.graph, self.make, self.num_layers, self.sampled_edges = graph, make, num_layers, 0
+
+    def sample(self, seeds, exclude_eids=None, seed_times=None):
+        return self.make(seeds)
+
+
+@pytest.mark.parametrize("prefetch", [0, 1])
+def test_loaders_refuse_blocks_that_break_the_contract_instead_of_misaligning_labels(prefetch):
+    """A sampler whose last destinations are not the seeds in order would pair batch.labels (labels of
+    the seeds) with other nodes' outputs; its blocks are refused naming it, as are a wrong block count
+    and a non-list."""
+    src, dst = random_edges()
+    graph = CSCGraph.from_edges(src, dst, 60)
+    inner = NeighborSampler(graph, [3], seed=0)
+    labels = torch.arange(60)
+    cases = [(lambda s: inner.sample(s.flip(0)), ValueError, r"Scripted.sample broke the Sampler contract: "
+              r"blocks\[-1\].dst_nodes must be the 8 seeds in order, got first at position 0"),
+             (lambda s: inner.sample(s) + inner.sample(s), ValueError,
+              "returned 2 blocks, but its num_layers is 1"),
+             (lambda s: None, TypeError, "must return its blocks .* got NoneType"),
+             (lambda s: [], TypeError, "got an empty list")]
+    for make, error, match in cases:
+        loader = NeighborLoader(graph, torch.arange(16), batch_size=8, sampler=Scripted(graph, make),
+                                labels=labels, shuffle=False, prefetch=prefetch)
+        with pytest.raises(error, match=match):
+            next(iter(loader))
+    batch = next(iter(NeighborLoader(graph, torch.arange(16), batch_size=8, labels=labels, shuffle=False,
+                                     sampler=Scripted(graph, lambda s: tuple(inner.sample(s))))))
+    assert torch.equal(batch.labels, batch.seeds) and torch.equal(batch.seeds, torch.arange(8))
+
+
+def test_link_sampler_refuses_blocks_of_other_seeds():
+    from samplers import LinkSampler
+
+    src, dst = random_edges()
+    graph = CSCGraph.from_edges(src, dst, 60)
+    inner = NeighborSampler(graph, [3], seed=0)
+    users, items = torch.tensor([0, 1, 2]), torch.tensor([40, 41, 42])
+    link = LinkSampler(Scripted(graph, lambda s: inner.sample(s[1:])), users, items, batch_size=3,
+                       item_range=(30, 60), seed=0)
+    with pytest.raises(ValueError, match="must be the .* seeds in order"):
+        next(iter(link))
