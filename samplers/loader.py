@@ -515,7 +515,7 @@ class NeighborLoader(_Loader):
         Seeds outside [0, N) or a mask of another length; ``batch_size`` outside [1, `samplers.MAX_BATCH`];
         ``prefetch`` outside [0, `samplers.MAX_BATCH`]; ``seed`` outside [0, 2**64); features or labels
         with another number of rows than N; bad fanouts (from `NeighborSampler`); both or neither of
-        ``fanouts`` and ``sampler``; a ``sampler`` of another graph.
+        ``fanouts`` and ``sampler``; a ``sampler`` of another graph, or with ``replace=True``.
 
     References
     ----------
@@ -548,6 +548,9 @@ class NeighborLoader(_Loader):
             check_sampler("sampler", sampler)
             if sampler.graph is not graph:
                 raise ValueError("sampler samples another graph than graph")
+            if replace:
+                raise ValueError(f"replace={replace!r} with sampler=: replace is for the default "
+                                 f"NeighborSampler; build the sampler with it")
         n = graph.num_nodes
         self.batch_size = check_int("batch_size", batch_size, 1, MAX_BATCH)
         if seed is not None:

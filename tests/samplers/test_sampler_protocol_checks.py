@@ -142,3 +142,10 @@ def test_link_sampler_refuses_blocks_of_other_seeds():
                        item_range=(30, 60), seed=0)
     with pytest.raises(ValueError, match="must be the .* seeds in order"):
         next(iter(link))
+
+
+def test_neighbor_loader_refuses_replace_with_a_sampler():
+    src, dst = random_edges()
+    graph = CSCGraph.from_edges(src, dst, 60)
+    with pytest.raises(ValueError, match="replace=True with sampler="):
+        NeighborLoader(graph, torch.arange(8), batch_size=4, replace=True, sampler=LaborSampler(graph, [2]))
