@@ -6,17 +6,11 @@ through the device one at a time, so the device memory a propagation needs is bo
 (``partition_bytes``, and the memory manager's device budget), not by the graph. Gradients are exact:
 the backward pass is the transposed propagation, partitioned the same way.
 
-What a partition holds on the device tier (its *working set*, one memory-manager region reused by all
-partitions): the partition's rows of the matrix (row pointer, column indices, float32 weights) and its
-output rows. Source rows are read in place from the host vertex data (zero-copy, as a GPU kernel reads
-pinned memory through UVA; docs/architecture.md#memory-tiers), so a partition's size does not depend on
-how many distinct sources it touches. The number of partitions therefore follows from ``partition_bytes``
-and the feature width d: a partition of r rows and e entries needs ``8 (r + 1) + (s + 4) e + r d b``
-bytes (s: index size, b: feature itemsize) plus 192 bytes of alignment.
-
-Without CUDA the device tier is host memory and the kernels are numba CPU kernels
-(`samplers.kernels.spmm.spmm_partition`: parallel over chunks of destination rows, each row summed in
-a fixed order, so results are bitwise the same for any number of threads).
+The *host* path (the default on the CPU) reads source rows in place from the host vertex data
+(zero-copy); a partition's working set on the device tier holds its rows of the matrix and its output
+rows, so the number of partitions follows from ``partition_bytes`` and the feature width: the cut and
+the run are `samplers.full_graph_host`; the normalised adjacency is built by
+`samplers.full_graph_adjacency`.
 
 The *staged* path (``device="cuda"``, or ``dedup=True/False`` on the CPU) moves data as HongTu does:
 each partition's distinct source rows are gathered into a device buffer, multiply-read rows once per
@@ -37,12 +31,12 @@ import numpy as np
 import torch
 
 from graphrl.graph import CSCGraph
-from graphrl.kernels.spmm import spmm_partition
-from graphrl.memory import MemoryBudgetError, MemoryManager, Region, Tier, free_quietly, parse_size
+from graphrl.memory import MemoryManager, Region, Tier, free_quietly, parse_size
 from graphrl.memory.transfers import Transfers
 from graphrl.threads import team_size
 from samplers._checks import check_bool, check_open, check_share
-from samplers.full_graph_adjacency import SLACK, Operator, align, build_operators, greedy_bounds
+from samplers.full_graph_adjacency import Operator, build_operators
+from samplers.full_graph_host import HostExecutor
 from samplers.full_graph_plan import (
     DEFAULT_CACHE_SHARE,
     PartitionPlan,
@@ -220,8 +214,7 @@ class FullGraph:
         self.num_nodes = graph.num_nodes
         self._host_tier = Tier.PINNED if torch.cuda.is_available() else Tier.HOST
         self._lock = threading.Lock()
-        self._workspace: Region | None = None
-        self._ws_box: list[Region] = []  # the workspace, for the finalizer (which must not hold self)
+        self._host = HostExecutor(self.memory, OWNER)  # the host path's working set
         self.last_partitions = 0
         self._closed = False
         self._order: np.ndarray | None = None
@@ -235,7 +228,7 @@ class FullGraph:
                                                         self._alloc, OWNER_ADJ)
         self.symmetric = self._backward is self._forward
         self.num_entries = self._forward.nnz
-        self._finalizer = weakref.finalize(self, _free_all, self._forward, self._backward, self._ws_box,
+        self._finalizer = weakref.finalize(self, _free_all, self._forward, self._backward, self._host,
                                            self._executor, self.memory if self._own_memory else None)
 
     def _check_tier(self, on: str) -> None:
@@ -260,7 +253,12 @@ class FullGraph:
     # ------------------------------------------------------------------ planning
     @property
     def partition_bytes(self) -> int | None:
-        """Most bytes of one partition's working set (None: the device tier's free bytes); settable."""
+        """Most bytes of one partition's working set (None: the device tier's free bytes); settable.
+
+        Set to an int (bytes), a size string (``"256MiB"``, `graphrl.memory.parse_size`) or None; a
+        value that does not parse is a `ValueError` or `TypeError`, one <= 0 a `ValueError`, each
+        naming ``partition_bytes``.
+        """
         return self._partition_bytes
 
     @partition_bytes.setter
@@ -275,10 +273,7 @@ class FullGraph:
 
     def _device_room(self) -> int:
         """The device tier's free bytes, counting the working set this FullGraph holds as free."""
-        free = self.memory.free_bytes(Tier.DEVICE)
-        ws = self._workspace
-        if ws is not None and not ws.freed:
-            free += ws.nbytes
+        free = self.memory.free_bytes(Tier.DEVICE) + self._host.working_bytes
         if self._executor is not None:
             free += self._executor.working_bytes
         return free
@@ -289,21 +284,8 @@ class FullGraph:
         return free if self.partition_bytes is None else min(self.partition_bytes, free)
 
     def _bounds(self, op: Operator, width: int, itemsize: int, cap: int) -> np.ndarray:
-        edge_bytes = op.indices.dtype.itemsize + 4
-        row_bytes = 8 + width * itemsize
-        bounds, bad = greedy_bounds(op.indptr, np.int64(edge_bytes), np.int64(row_bytes), np.int64(cap))
-        if bad >= 0:
-            degrees = np.diff(op.indptr)
-            need = 16 + SLACK + row_bytes + edge_bytes * int(degrees.max())
-            which, mm = ("destination" if op is self._forward else "source"), self.memory
-            raise MemoryBudgetError(  # the tier's free bytes (partition_bytes is in the note)
-                Tier.DEVICE, OWNER, need, mm.free_bytes(Tier.DEVICE), mm.budget(Tier.DEVICE),
-                note=f"one partition cannot fit: {which} row {int(bad)} ({int(degrees[bad])} entries) at "
-                     f"feature width {width} x {itemsize} B needs more than the {cap} bytes allowed "
-                     f"(partition_bytes={self.partition_bytes}, device tier free bytes included); "
-                     f"partition_bytes and free device memory of at least {need} bytes fit every row "
-                     "at this width")
-        return bounds
+        which = "destination" if op is self._forward else "source"
+        return self._host.bounds(op, width, itemsize, cap, which, self.partition_bytes)
 
     def partitions(self, width: int, dtype: torch.dtype = torch.float32,
                    transpose: bool = False) -> np.ndarray:
@@ -359,6 +341,15 @@ class FullGraph:
         (its entries in plan order, read counts) is kept in a `samplers.full_graph_plan.PlanCache`
         (about 12 bytes per entry) until `close`.
 
+        Parameters
+        ----------
+        width : int
+            Feature width d (columns of the vertex data).
+        dtype : torch.dtype
+            The vertex data's dtype (its itemsize counts).
+        transpose : bool
+            The backward propagation's plan (``P^T``; P's when P is symmetric).
+
         Returns
         -------
         samplers.full_graph_plan.PartitionPlan
@@ -368,7 +359,7 @@ class FullGraph:
         ValueError
             Not the staged path (``dedup`` None on the CPU).
         MemoryBudgetError
-            One destination row does not fit half the device budget.
+            Not even one entry of a row fits half the device budget, or ``partitions`` ranges do not fit.
         """
         if not self.staged:
             raise ValueError("plan() needs the staged path: FullGraph(..., dedup=True or False) or "
@@ -396,6 +387,11 @@ class FullGraph:
 
     def traffic(self, reset: bool = False) -> dict:
         """Host-device bytes the staged propagations moved since the last reset.
+
+        Parameters
+        ----------
+        reset : bool
+            Start counting afresh after this report (calls, transfer counts and registrations).
 
         Returns
         -------
@@ -495,24 +491,6 @@ class FullGraph:
         if h.device.type != "cpu":
             raise ValueError(f"h must be host (CPU) vertex data, got a tensor on {h.device}")
 
-    def _workspace_for(self, nbytes: int, cap: int) -> np.ndarray:
-        ws = self._workspace
-        if ws is not None and (ws.nbytes < nbytes or ws.nbytes > cap):
-            ws.free()
-            self._workspace = ws = None
-            self._ws_box.clear()
-        if ws is None:
-            try:
-                ws = self.memory.allocate(nbytes, torch.uint8, Tier.DEVICE, owner=OWNER)
-            except MemoryBudgetError as err:
-                raise MemoryBudgetError(
-                    err.tier, err.owner, err.asked, err.free, err.budget, err.attempts,
-                    note=f"the largest partition needs {nbytes} bytes of the device tier; free device "
-                         "memory or raise its budget by the shortfall, or lower partition_bytes") from err
-            self._workspace = ws
-            self._ws_box.append(ws)
-        return ws.numpy()
-
     def multiply(self, h: torch.Tensor, transpose: bool = False) -> torch.Tensor:
         """``P @ h`` (or ``P^T @ h``), partition by partition, outside autograd (what `propagate` runs).
 
@@ -538,35 +516,19 @@ class FullGraph:
         h = h.detach()
         if not h.is_contiguous():
             h = h.contiguous()
-        n, d = h.shape
-        itemsize = h.element_size()
-        np_dtype = h.numpy().dtype
         if self.staged:
             return self._multiply_staged(h, transpose)
+        n, d = h.shape
         with self._lock:
             self._check_open()
             cap = self._cap()
-            bounds = self._bounds(op, d, itemsize, cap) if n else np.zeros(1, np.int64)
+            bounds = self._bounds(op, d, h.element_size(), cap) if n else np.zeros(1, np.int64)
             region = self._alloc((n, d), h.dtype, OWNER_VERTEX)
             out = region.tensor()
             weakref.finalize(out, free_quietly, region)
             if n == 0:
                 return out
-            sizes = [self._layout(op, int(bounds[i]), int(bounds[i + 1]), d, itemsize)[-1]
-                     for i in range(bounds.shape[0] - 1)]
-            buf = self._workspace_for(max(sizes), cap)
-            h_np, out_np = h.numpy(), out.numpy()
-            threads = team_size()
-            for i in range(bounds.shape[0] - 1):
-                r0, r1 = int(bounds[i]), int(bounds[i + 1])
-                o_ind, o_w, o_out, _ = self._layout(op, r0, r1, d, itemsize)
-                rows, e = r1 - r0, int(op.indptr[r1] - op.indptr[r0])
-                ws_indptr = buf[:8 * (rows + 1)].view(np.int64)
-                ws_indices = buf[o_ind:o_ind + e * op.indices.dtype.itemsize].view(op.indices.dtype)
-                ws_weights = buf[o_w:o_w + 4 * e].view(np.float32)
-                ws_out = buf[o_out:o_out + rows * d * itemsize].view(np_dtype).reshape(rows, d)
-                spmm_partition(op.indptr, op.indices, op.weights, h_np, out_np, r0, r1, ws_indptr,
-                               ws_indices, ws_weights, ws_out, threads)
+            self._host.run(op, bounds, h, out, cap, team_size())
             self.last_partitions = bounds.shape[0] - 1
         return out
 
@@ -588,23 +550,11 @@ class FullGraph:
             self.last_partitions = plan.num_partitions
         return out
 
-    @staticmethod
-    def _layout(op: Operator, r0: int, r1: int, d: int, itemsize: int) -> tuple[int, int, int, int]:
-        """Byte offsets of indices, weights and output rows in the working set, and its total size."""
-        rows, e = r1 - r0, int(op.indptr[r1] - op.indptr[r0])
-        o_ind = align(8 * (rows + 1))
-        o_w = align(o_ind + e * op.indices.dtype.itemsize)
-        o_out = align(o_w + 4 * e)
-        return o_ind, o_w, o_out, max(o_out + rows * d * itemsize, 1)
-
     # ------------------------------------------------------------------ lifetime
     def release(self) -> None:
         """Free the device-tier working set now (the next propagation allocates it again)."""
         with self._lock:
-            if self._workspace is not None:
-                free_quietly(self._workspace)
-                self._workspace = None
-                self._ws_box.clear()
+            self._host.release()
             if self._executor is not None:
                 self._executor.release()
 
@@ -615,7 +565,6 @@ class FullGraph:
         """
         with self._lock:
             self._closed = True
-            self._workspace = None
             self._plans.clear()  # their pinned local CSRs go with them
             self._plan_caches.clear()
         self._finalizer()
@@ -632,12 +581,10 @@ class FullGraph:
                 f"partition_bytes={self.partition_bytes}, symmetric={self.symmetric})")
 
 
-def _free_all(fwd: Operator, bwd: Operator, ws_box: list, executor: StagedExecutor | None,
+def _free_all(fwd: Operator, bwd: Operator, host: HostExecutor, executor: StagedExecutor | None,
               own: MemoryManager | None) -> None:
-    """The finalizer of a `FullGraph`: free its working set and adjacency (and close a private manager)."""
-    for ws in ws_box:
-        free_quietly(ws)
-    ws_box.clear()
+    """The finalizer of a `FullGraph`: free its working sets and adjacency (and close a private manager)."""
+    host.release()
     if executor is not None and not executor.memory.closed:
         executor.release()
     for op in (fwd, bwd):

@@ -1,10 +1,10 @@
-"""The normalised adjacency of a `FullGraph` in memory-manager regions, and the host path's partition cut.
+"""The normalised adjacency of a `samplers.full_graph.FullGraph` in memory-manager regions.
 
 `build_operators(graph, normalization, add_self_loops, alloc, owner)` returns ``(P, P^T)`` as two
 `Operator` s (CSR: row pointer, column indices, float32 weights, each a host- or pinned-tier region);
-when P is symmetric (entries and order) one `Operator` serves both. `greedy_bounds` cuts the rows of a
-matrix into maximal consecutive partitions whose zero-copy working set fits a byte cap (the host path
-of `samplers.full_graph`; the staged path plans with `samplers.full_graph_plan`).
+when P is symmetric (entries and order) one `Operator` serves both. The host path cuts and runs them
+with `samplers.full_graph_host`, the staged path with `samplers.full_graph_plan` and
+`samplers.full_graph_stream`.
 
 References
 ----------
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import numba as nb
 import numpy as np
 import torch
 
@@ -24,43 +23,21 @@ from graphrl.graph import CSCGraph
 from graphrl.kernels.spmm import csr_transpose, normalized_adjacency
 from graphrl.memory import Region
 
-__all__ = ["ALIGN", "SLACK", "Operator", "align", "build_operators", "greedy_bounds", "scale"]
-
-ALIGN = 64
-SLACK = 3 * ALIGN  # alignment padding of the four arrays of a partition's working set
-
-
-def align(n: int) -> int:
-    return -(-n // ALIGN) * ALIGN
-
-
-@nb.njit(nogil=True, cache=True)
-def greedy_bounds(indptr, edge_bytes, row_bytes, cap):  # pragma: no cover - compiled
-    """Cut rows into maximal consecutive partitions of cost <= cap; (bounds, -1) or (empty, bad row)."""
-    n = indptr.shape[0] - 1
-    bounds = np.empty(n + 1, np.int64)
-    bounds[0] = 0
-    k = 0
-    r0 = 0
-    while r0 < n:
-        cost = 8 + SLACK  # the row pointer's extra entry and the alignment
-        r = r0
-        while r < n:
-            c = row_bytes + edge_bytes * (indptr[r + 1] - indptr[r])
-            if cost + c > cap:
-                break
-            cost += c
-            r += 1
-        if r == r0:
-            return bounds[:0], r0
-        k += 1
-        bounds[k] = r
-        r0 = r
-    return bounds[: k + 1], -1
+__all__ = ["Operator", "build_operators", "scale"]
 
 
 class Operator:
-    """One CSR matrix (the normalised adjacency or its transpose) in host-tier regions."""
+    """One CSR matrix (the normalised adjacency or its transpose) in host-tier regions.
+
+    Attributes
+    ----------
+    regions : tuple of 3 Region
+        The memory-manager regions the arrays view (freed by `free`).
+    indptr : numpy.ndarray, int64, shape [N + 1]
+    indices : numpy.ndarray, int32 or int64 (the graph's), shape [nnz]
+        Column of each entry, increasing within a row.
+    weights : numpy.ndarray, float32, shape [nnz]
+    """
 
     def __init__(self, regions: tuple[Region, Region, Region]) -> None:
         self.regions = regions
@@ -78,7 +55,31 @@ class Operator:
 
 def build_operators(graph: CSCGraph, normalization: str, add_self_loops: bool,
                     alloc: Callable[..., Region], owner: str) -> tuple[Operator, Operator]:
-    """``(P, P^T)`` of ``graph`` (see `samplers.full_graph.FullGraph`), each array a region from ``alloc``."""
+    """``(P, P^T)`` of ``graph`` (see `samplers.full_graph.FullGraph`), each array a region from ``alloc``.
+
+    Parameters
+    ----------
+    graph : CSCGraph
+        N nodes; its ``weights`` (float32 [E], if any) are the values of A.
+    normalization : {"sym", "left", "right", "none"}
+        As `samplers.full_graph.FullGraph` (checked there).
+    add_self_loops : bool
+        Use ``A + I`` rather than ``A``.
+    alloc : callable
+        ``alloc(shape, dtype, owner) -> Region``: where the six arrays live.
+    owner : str
+        The regions' owner.
+
+    Returns
+    -------
+    (Operator, Operator)
+        P and P^T (CSR, nnz = E, + N with self-loops); the same object twice when P is symmetric.
+
+    Raises
+    ------
+    MemoryBudgetError
+        From ``alloc``: no room for the arrays (those taken already are freed).
+    """
     n = graph.num_nodes
     indptr = graph.indptr.numpy()
     indices = graph.indices.numpy()
@@ -123,6 +124,7 @@ def build_operators(graph: CSCGraph, normalization: str, add_self_loops: bool,
 
 
 def scale(degrees: np.ndarray, power: float) -> np.ndarray:
+    """``degrees ** power`` (float64 [N] in and out), 0 where a degree is <= 0; all ones for power 0."""
     if power == 0.0:
         return np.ones_like(degrees)
     with np.errstate(divide="ignore"):

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 
 import numba as nb
 import numpy as np
+from numba.extending import register_jitable
 
 from graphrl.kernels.ordering import rcm_order
 from graphrl.kernels.prefetch import prefetch
@@ -60,8 +61,9 @@ from samplers.kernels.cpu.partition import (
     remap_partitions,
 )
 
-__all__ = ["ALIGN", "DEFAULT_CACHE_SHARE", "PartitionPlan", "PlanCache", "PlanPart", "arena_offsets",
-           "locality_order", "plan_propagation"]
+__all__ = ["ALIGN", "DEFAULT_CACHE_SHARE", "PartitionPlan", "PlanCache", "PlanPart", "align", "arena_offsets",
+           "locality_order", "moved_bytes", "plan_propagation", "slot_cost", "source_bytes",
+           "working_set_bytes"]
 
 ALIGN = 64
 # Largest share of the device budget a dedup candidate reserves for the most-read rows.
@@ -69,8 +71,11 @@ DEFAULT_CACHE_SHARE = 0.5
 _FIXED = 8 + 6 * ALIGN  # a slot's extra row-pointer entry and the alignment of its arrays
 
 
-def _align(n: int) -> int:
-    return -(-int(n) // ALIGN) * ALIGN
+@register_jitable
+def align(n):
+    """``n`` bytes rounded up to a multiple of `ALIGN` (int, or numpy int64 array elementwise); planning
+    kernels compile the same function."""
+    return -(-n // ALIGN) * ALIGN
 
 
 @dataclass
@@ -150,8 +155,8 @@ class PartitionPlan:
 
     def moved_bytes(self) -> int:
         """All bytes one propagation moves: vertex rows and local CSRs in, output rows (and pieces) back."""
-        structure = sum(p.indptr.nbytes + p.cols.nbytes + p.weights.nbytes for p in self.parts)
-        return self.vertex_bytes() + structure + sum(p.rows.shape[0] for p in self.parts) * self.row_bytes
+        return moved_bytes(self.vertex_bytes(), sum(p.rows.shape[0] for p in self.parts), len(self.parts),
+                           sum(p.cols.shape[0] for p in self.parts), self.row_bytes)
 
     def arena_offsets(self, part: PlanPart) -> tuple[int, int, int, int]:
         """Byte offsets of ``part``'s indptr, cols, weights and output rows in its slot's arena."""
@@ -160,15 +165,58 @@ class PartitionPlan:
     @property
     def src_bytes(self) -> int:
         """Bytes of the source buffer: cache rows, then two slots of ``max_stream`` rows."""
-        return _align((len(self.cache) + 2 * self.max_stream) * self.row_bytes)
+        return source_bytes(len(self.cache), self.max_stream, self.row_bytes)
 
 
-def arena_offsets(rows: int, entries: int, row_bytes: int) -> tuple[int, int, int, int, int]:
-    """Offsets of indptr, cols, weights, out rows in a slot arena, and the arena's size (bytes)."""
-    o_cols = _align(8 * (rows + 1))
-    o_w = o_cols + _align(4 * entries)
-    o_out = o_w + _align(4 * entries)
-    return 0, o_cols, o_w, o_out, o_out + _align(rows * row_bytes)
+@register_jitable
+def arena_offsets(rows, entries, row_bytes):
+    """Offsets of indptr, cols, weights, out rows in a slot arena, and the arena's size.
+
+    Parameters
+    ----------
+    rows, entries : int, or numpy.ndarray of int64 (elementwise)
+        A partition's rows and local CSR entries.
+    row_bytes : int
+        Bytes of one output row (width x itemsize).
+
+    Returns
+    -------
+    tuple of 5 int (or int64 arrays)
+        Byte offsets of the int64 row pointer (0), the int32 columns, the float32 weights and the output
+        rows, each aligned to `ALIGN`, and the arena's size in bytes. Planning kernels compile the same
+        function.
+    """
+    o_cols = align(8 * (rows + 1))
+    o_w = o_cols + align(4 * entries)
+    o_out = o_w + align(4 * entries)
+    return 0, o_cols, o_w, o_out, o_out + align(rows * row_bytes)
+
+
+@register_jitable
+def source_bytes(cache_rows, stream_rows, row_bytes):
+    """Bytes of the device source buffer ``[cache rows | slot 0 | slot 1]``, slots of ``stream_rows`` rows."""
+    return align((cache_rows + 2 * stream_rows) * row_bytes)
+
+
+@register_jitable
+def working_set_bytes(arena, cache_rows, stream_rows, row_bytes):
+    """Bytes of the device working set: the source buffer (`source_bytes`) and two slot arenas of
+    ``arena`` bytes (`arena_offsets`); a plan's ``device_bytes`` and what a budget bounds."""
+    return source_bytes(cache_rows, stream_rows, row_bytes) + 2 * arena
+
+
+@register_jitable
+def slot_cost(arena, stream_rows, row_bytes):
+    """Bytes one partition takes of its slot: its arena and its ``stream_rows`` streamed source rows; at
+    most ``slot_bytes`` (`plan_propagation`)."""
+    return arena + stream_rows * row_bytes
+
+
+def moved_bytes(vertex: int, rows: int, parts: int, entries: int, row_bytes: int) -> int:
+    """Bytes one propagation moves: ``vertex`` bytes of source rows, the local CSRs of ``parts``
+    partitions (``rows`` rows and ``entries`` entries in all: int64 row pointers, int32 columns, float32
+    weights) in, and ``rows`` output rows of ``row_bytes`` back."""
+    return vertex + 8 * (rows + parts) + 8 * entries + rows * row_bytes
 
 
 def locality_order(indptr: np.ndarray, indices: np.ndarray, num_nodes: int,
@@ -191,13 +239,6 @@ def locality_order(indptr: np.ndarray, indices: np.ndarray, num_nodes: int,
         A permutation of ``0 .. N-1`` (`graphrl.kernels.ordering.rcm_order`).
     """
     return rcm_order(indptr, indices, int(num_nodes), transpose)
-
-
-@nb.njit(nogil=True, cache=True)
-def _arena(rows, entries, row_bytes):  # pragma: no cover - compiled
-    """Bytes of a slot arena (`arena_offsets`) for ``rows`` rows and ``entries`` entries."""
-    return (-(-8 * (rows + 1) // ALIGN) * ALIGN + 2 * (-(-4 * entries // ALIGN) * ALIGN)
-            + -(-rows * row_bytes // ALIGN) * ALIGN)
 
 
 @nb.njit(nogil=True, cache=True)
@@ -235,12 +276,11 @@ def _greedy(lo, hi, indices, row_bytes, cap, budget, hubs, cached, bits, fresh):
                     fresh[nf] = u
                     nf += 1
             deg = hi[p] - lo[p]
-            a = _arena(rows + 1, entries + deg, row_bytes)
+            a = arena_offsets(rows + 1, entries + deg, row_bytes)[4]
             s = sources + nf
-            ok = a + s * row_bytes <= cap
+            ok = slot_cost(a, s, row_bytes) <= cap
             if ok:
-                total = 2 * max(amax, a) + -(-(hubs + 2 * max(smax, s)) * row_bytes // ALIGN) * ALIGN
-                ok = total <= budget
+                ok = working_set_bytes(max(amax, a), hubs, max(smax, s), row_bytes) <= budget
             if not ok:
                 for i in range(nf):
                     u = fresh[i]
@@ -565,8 +605,7 @@ def _sizes(lo, hi, bounds, row_bytes):
     rows_of = np.diff(bounds)
     ends = np.concatenate(([0], np.cumsum(hi - lo, dtype=np.int64)))
     entries = ends[bounds[1:]] - ends[bounds[:-1]]
-    arenas = _align_all(8 * (rows_of + 1)) + 2 * _align_all(4 * entries) + _align_all(rows_of * row_bytes)
-    return rows_of, entries, arenas
+    return rows_of, entries, arena_offsets(rows_of, entries, row_bytes)[4]
 
 
 def _plan(ctx, indptr, indices, order, width, row_bytes, budget, slot, owner, dedup, hubs) -> _Layout | None:
@@ -583,7 +622,7 @@ def _plan(ctx, indptr, indices, order, width, row_bytes, budget, slot, owner, de
     if hubs is not None:
         cached[hubs] = True
         nh = hubs.shape[0]
-        reserve = _align(nh * row_bytes)
+        reserve = align(nh * row_bytes)
     cbits = _bitmap(n, hubs)
     bits = np.empty_like(cbits)
     slot_cap = min((budget - reserve) // 2, slot)
@@ -617,8 +656,8 @@ def _plan(ctx, indptr, indices, order, width, row_bytes, budget, slot, owner, de
             u2, o2 = _distinct(ctx, lo, hi, indices, better, n)
             _, _, arenas = _sizes(lo, hi, better, row_bytes)
             streams = _streamed(u2, o2, cached)
-            total = 2 * int(arenas.max()) + _align((nh + 2 * int(streams.max())) * row_bytes)
-            if int((arenas + streams * row_bytes).max()) <= slot_cap and total <= budget:
+            total = working_set_bytes(int(arenas.max()), nh, int(streams.max()), row_bytes)
+            if int(slot_cost(arenas, streams, row_bytes).max()) <= slot_cap and total <= budget:
                 bounds, uniq, offsets = better, u2, o2
         if uniq is None:
             uniq, offsets = _distinct(ctx, lo, hi, indices, bounds, n, whole=not split.shape[0])
@@ -753,25 +792,22 @@ def _layout(ctx, lo, hi, vrow, indices, bounds, uniq, offsets, n, row_bytes, bud
             trial[:] = cached
             trial[shared[:size]] = True
             widest = int(_streamed(uniq, offsets, trial).max(initial=0))
+            # working_set_bytes(arena, fixed + size, widest, row_bytes) <= budget, alignment at its most
             room = budget - 2 * arena - ALIGN - 2 * widest * row_bytes - fixed * row_bytes
             size = int(min(shared.shape[0], max(room // row_bytes, 0)))
         cached[shared[:size]] = True
     cache = np.flatnonzero(cached).astype(np.int64)
     streams = _streamed(uniq, offsets, cached) if k else np.zeros(0, np.int64)
     max_stream = int(streams.max(initial=0))
-    total = max(_align((cache.shape[0] + 2 * max_stream) * row_bytes) + 2 * arena, 1)
+    total = max(working_set_bytes(arena, cache.shape[0], max_stream, row_bytes), 1)
     if total > budget:
         return None
     vertex = (cache.shape[0] + int(streams.sum())) * row_bytes
-    moved = vertex + 8 * (int(rows_of.sum()) + k) + 8 * nnz + int(rows_of.sum()) * row_bytes
+    moved = moved_bytes(vertex, int(rows_of.sum()), k, nnz, row_bytes)
     whole = k == 1 and not cache.shape[0] and not split.shape[0] and lo.shape[0] == n
     return _Layout(lo=lo, hi=hi, vrow=vrow, bounds=bounds, uniq=uniq, offsets=offsets, cache=cache,
                    cached=cached, streams=streams, max_stream=max_stream, max_rows=max_rows, arena=arena,
                    total=total, split=split, row_bytes=row_bytes, vertex=vertex, moved=moved, whole=whole)
-
-
-def _align_all(n: np.ndarray) -> np.ndarray:
-    return -(-n // ALIGN) * ALIGN
 
 
 def _finish(ctx, lay: _Layout, indices: np.ndarray, weights: np.ndarray) -> PartitionPlan:

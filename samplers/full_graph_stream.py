@@ -44,7 +44,7 @@ from graphrl.kernels.spmm import chunk_bounds, csr_spmm_serial
 from graphrl.memory import MemoryManager, Region, Tier, free_quietly
 from graphrl.memory.transfers import Transfers
 from graphrl.threads import serial_torch, threads_for
-from samplers.full_graph_plan import PartitionPlan, PlanPart
+from samplers.full_graph_plan import PartitionPlan, PlanPart, align
 from samplers.kernels.gather import gather_rows
 
 __all__ = ["CallTraffic", "StagedExecutor"]
@@ -135,12 +135,10 @@ class StagedExecutor:
     Parameters
     ----------
     memory : MemoryManager
+        Where the working set (``device`` tier) and the staging buffers (``pinned``) come from.
     owner : str
-
-    Raises
-    ------
-    ValueError
-        (from `multiply`) Tensors of the wrong shape or device.
+        The working set's owner in ``memory``'s statistics (``owner + ".staging"`` and
+        ``owner + ".structure"`` for the pinned buffers).
     """
 
     def __init__(self, memory: MemoryManager, owner: str) -> None:
@@ -206,7 +204,7 @@ class StagedExecutor:
             o = []
             for a in (p.indptr, p.cols, p.weights):
                 o.append(total)
-                total = _align(total + a.nbytes)
+                total = align(total + a.nbytes)
             offsets.append(o)
         region = self.memory.allocate(max(total, 1), torch.uint8, Tier.PINNED,
                                       owner=self.owner + ".structure", fallback=(Tier.HOST,))
@@ -240,6 +238,11 @@ class StagedExecutor:
         -------
         CallTraffic
             Logical bytes, and the pageable transfers and host waits this call made.
+
+        Raises
+        ------
+        MemoryBudgetError
+            The device tier has no room for ``plan.device_bytes`` (planned for more room than is free).
         """
         d = h.shape[1]
         itemsize = h.element_size()
@@ -352,10 +355,6 @@ class StagedExecutor:
 
 _TORCH_OF = {np.dtype(np.int64).str: torch.int64, np.dtype(np.int32).str: torch.int32,
              np.dtype(np.float32).str: torch.float32, np.dtype(np.float64).str: torch.float64}
-
-
-def _align(n: int) -> int:
-    return -(-int(n) // 64) * 64
 
 
 _NUMBA_FLOATS = (torch.float32, torch.float64)
