@@ -147,6 +147,7 @@ class PartitionPlan:
 
     @property
     def num_partitions(self) -> int:
+        """Partitions of the plan (split pieces of a row each counted)."""
         return len(self.parts)
 
     def vertex_bytes(self) -> int:

@@ -94,6 +94,7 @@ class CallTraffic:
     host_waits: int = 0
 
     def as_dict(self) -> dict:
+        """The fields as a plain dict (ints and strings: JSON-ready)."""
         return asdict(self)
 
 
