@@ -70,8 +70,8 @@ class LaborSampler:
         Seed of the variates; call n of `sample` with a given seed returns the same blocks on every run,
         on either device.
     device : str or torch.device
-        ``"cpu"`` or ``"cuda"`` (same blocks for a seed; importance sampling reads one float per
-        iteration back).
+        ``"cpu"`` or ``"cuda"`` (same blocks for a seed; on CUDA, layers of fanout >= 0 chain on the
+        device, importance sampling's fixed point included: one read-back a call).
     uva : bool or None
         CUDA: read the graph from page-locked host memory (as `NeighborSampler`).
 

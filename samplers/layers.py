@@ -11,7 +11,7 @@ returns the layers outermost first (`TypedLayer`; the samplers wrap them into bl
 graph given a `samplers.kernels.cuda.typed.TypedCsc` samples its uniform and weighted relations in one
 launch per kernel and layer over all of them (`sample_typed_layer`), the others relation by relation.
 Successive CUDA layers whose outputs are bounded (the modes' ``bounded_cuda``: uniform, temporal,
-weighted at fanout >= 0 and LABOR-0 layers) chain on the device: their sizes stay there and are
+weighted at fanout >= 0 and LABOR layers) chain on the device: their sizes stay there and are
 read back once, when the chain ends (counted in `traffic`). A typed graph's chained layer runs in one
 launch per kernel where the `TypedCsc` takes every relation, else relation by relation
 (`samplers.kernels.cuda.relation_chain`).
@@ -351,13 +351,16 @@ class LayerLoop:
         from samplers.kernels.cuda.typed import read_typed
 
         dst, times = {}, None
-        for src_nodes, count, indptr, local, eids, src_times in read_typed(pending, self.cuda_workspace()):
+        for src_nodes, count, indptr, local, eids, src_times, weights in read_typed(pending,
+                                                                                     self.cuda_workspace()):
             self.sampled_edges += sum(int(v.shape[0]) for v in local.values())
             nodes = {t: cuda_to_torch(v) for t, v in src_nodes.items()}
             out.append(TypedLayer(src_nodes=nodes, dst_nodes={t: v[:count[t]] for t, v in nodes.items()},
                                   indptr={rel: cuda_to_torch(v) for rel, v in indptr.items()},
                                   indices={rel: cuda_to_torch(v) for rel, v in local.items()},
                                   edge_ids={rel: cuda_to_torch(v) for rel, v in eids.items()},
+                                  edge_weights=None if weights is None else
+                                  {rel: cuda_to_torch(v).to(torch.float32) for rel, v in weights.items()},
                                   src_times=None if src_times is None else
                                   {t: cuda_to_torch(v) for t, v in src_times.items()}))
             dst, times = src_nodes, src_times
@@ -389,7 +392,7 @@ class LayerLoop:
         requests = self._typed_requests(fanouts, layer, seed, call)
         if not requests:
             return {}, {}
-        out = sample_typed_layer(csc, dst, requests, excluded, self.launches)
+        out = sample_typed_layer(csc, dst, requests, excluded, self.launches, self.cuda_workspace())
         return {rel: LayerEdges(*edges) for rel, edges in out.edges.items()}, out.sources
 
     def cuda_workspace(self) -> Any:
@@ -409,16 +412,19 @@ class LayerLoop:
 
     def _fused_cuda_layer(self, rel, d_count: int, fused: tuple) -> tuple:
         """A plain graph's layer of ``d_count`` rows from a mode's fused CUDA layer (``(out_indptr,
-        src_nodes, local, eids)``, and ``src_times`` or None): (the layer, next destinations, their times
-        or None)."""
+        src_nodes, local, eids)``, then ``src_times`` or None and device float64 edge weights or None):
+        (the layer, next destinations, their times or None)."""
         out_indptr, src_nodes, local, eids, *rest = fused
         src_times = rest[0] if rest else None
+        weights = rest[1] if len(rest) > 1 else None
         t = rel[0]
         self.sampled_edges += int(local.shape[0])
         nodes = cuda_to_torch(src_nodes)
         layer = TypedLayer(src_nodes={t: nodes}, dst_nodes={t: nodes[:d_count]},
                            indptr={rel: cuda_to_torch(out_indptr)}, indices={rel: cuda_to_torch(local)},
                            edge_ids={rel: cuda_to_torch(eids)},
+                           edge_weights=None if weights is None else
+                           {rel: cuda_to_torch(weights).to(torch.float32)},
                            src_times=None if src_times is None else {t: cuda_to_torch(src_times)})
         return layer, {t: src_nodes}, None if src_times is None else {t: src_times}
 

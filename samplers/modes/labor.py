@@ -16,8 +16,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from samplers.kernels.cpu.labor import LaborScratch, labor_layer
 from samplers.modes.base import LayerEdges, LayerRequest, Mode, RelationArrays
 
@@ -46,14 +44,12 @@ class LaborMode(Mode):
 
     def prepare(self, relation: RelationArrays, device: str) -> Any:
         """CPU: the importance-sampling scratch over the relation's source ids (None at LABOR-0); CUDA:
-        a `samplers.kernels.cuda.labor.LaborCudaState` (that scratch, and the largest in-degree)."""
+        a `samplers.kernels.cuda.labor.LaborCudaState` (that scratch, and the in-degrees' bounds)."""
         if device == "cpu":
             return None if self.importance_sampling == 0 else LaborScratch(relation.num_src)
-        from samplers.kernels.cuda.labor import LaborCudaState, LaborScratchCuda
+        from samplers.kernels.cuda.labor import LaborCudaState
 
-        degree = np.diff(relation.indptr)
-        return LaborCudaState(None if self.importance_sampling == 0 else LaborScratchCuda(relation.num_src),
-                              int(degree.max()) if degree.shape[0] else 0)
+        return LaborCudaState.of(relation.indptr, relation.num_src, self.importance_sampling)
 
     def sample_cpu(self, relation: RelationArrays, state: Any, request: LayerRequest) -> LayerEdges:
         out_indptr, src, eids, weights = labor_layer(
@@ -71,7 +67,8 @@ class LaborMode(Mode):
         return LayerEdges(out_indptr, src, eids, weights)
 
     def bounded_cuda(self, relation: RelationArrays, fanout: int) -> bool:
-        """LABOR-0 without weights chains on the device (`samplers.kernels.cuda.labor.chains`)."""
+        """LABOR chains on the device at a fanout >= 0, importance sampling and weights included
+        (`samplers.kernels.cuda.labor.chains`)."""
         from samplers.kernels.cuda.labor import chains
 
         return chains(self.importance_sampling, relation.weights is not None, self.want_weights, fanout)
@@ -79,18 +76,25 @@ class LaborMode(Mode):
     def sample_block_cuda(self, relation: RelationArrays, state: Any, request: LayerRequest,
                           workspace: Any) -> Any:
         """A chained layer (``request.dst`` a `samplers.kernels.cuda.layer.DeviceRows`): its
-        `samplers.kernels.cuda.layer.PendingBlock` (`samplers.kernels.cuda.labor.labor_edges_bounded`);
-        None otherwise (the loop samples and relabels apart)."""
+        `samplers.kernels.cuda.labor.LaborPendingBlock` (`samplers.kernels.cuda.labor.labor_edges_bounded`,
+        with its edge weights); None otherwise (the loop samples and relabels apart)."""
+        from dataclasses import fields
+
+        from samplers.kernels.cuda.labor import LaborPendingBlock
         from samplers.kernels.cuda.layer import DeviceRows, relabel_chained
 
         if not isinstance(request.dst, DeviceRows):
             return None
-        return relabel_chained(request.dst, self.sample_edges_cuda(relation, state, request, workspace),
-                               workspace)
+        edges = self.sample_edges_cuda(relation, state, request, workspace)
+        block = relabel_chained(request.dst, edges, workspace)
+        return LaborPendingBlock(**{f.name: getattr(block, f.name) for f in fields(block)},
+                                 edge_weights=edges.edge_weights)
 
     def sample_edges_cuda(self, relation: RelationArrays, state: Any, request: LayerRequest,
                           workspace: Any, scratch: str = "src") -> Any:
+        """A chained layer's `samplers.kernels.cuda.labor.LaborEdges` (edge weights where wanted)."""
         from samplers.kernels.cuda.labor import labor_edges_bounded
 
         return labor_edges_bounded(relation.cuda, request.dst, request.fanout, request.variate_key,
-                                   request.excluded, workspace, state.max_degree, scratch)
+                                   request.excluded, workspace, state, self.importance_sampling,
+                                   self.want_weights, scratch)

@@ -231,10 +231,10 @@ SIM_SCRIPT = textwrap.dedent(
     from samplers.kernels.cuda import labor as labor_cuda
     copies = count_host_copies()
 
-    # (options, capacity slack, read-backs per call: LABOR-0 chains, one; a chain past its capacity is
-    # sampled again without chaining; importance sampling and weights read back per layer and iteration)
-    cases = ((dict(), None, 1), (dict(), 0.0, None), (dict(weights=w, importance_sampling=2), None, None),
-             (dict(importance_sampling=-1, layer_dependency=True), None, None))
+    # (options, capacity slack, read-backs per call: LABOR chains, one, importance sampling and weights
+    # included; a chain past its capacity is sampled again without chaining)
+    cases = ((dict(), None, 1), (dict(), 0.0, None), (dict(weights=w, importance_sampling=2), None, 1),
+             (dict(importance_sampling=-1, layer_dependency=True), None, 1))
     for kw, slack, per_call in cases:
         a = LaborSampler(g, [3, 2], seed=4, **kw).sample(seeds, exclude_eids=ex)
         gpu_s = LaborSampler(g, [3, 2], seed=4, device="cuda", **kw)

@@ -185,7 +185,7 @@ PTX_SCRIPT = textwrap.dedent(
         ptx, _ = cuda.compile_ptx(getattr(typed, name).py_func, sig, cc=(9, 0))
         assert ".entry" in ptx and "sm_90" in ptx, name
     from samplers.kernels.cuda.relation_chain import pack_edges
-    sig = (i32, i64, i64, t.boolean, i64, i64, t.int64, t.int64, t.int64, i64, i64, i64)
+    sig = (i32, i64, t.boolean, i64, i64, t.int64, t.int64, t.int64, i32, i64)
     ptx, _ = cuda.compile_ptx(pack_edges.py_func, sig, cc=(9, 0))
     assert ".entry" in ptx and "sm_90" in ptx
     print("OK")

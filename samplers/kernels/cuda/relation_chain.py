@@ -1,10 +1,11 @@
 """Typed layers chained on the device relation by relation: the relations that the concatenated CSC
-(`samplers.kernels.cuda.typed`) does not take whole (temporal, LABOR-0) or a mix of them and others.
+(`samplers.kernels.cuda.typed`) does not take whole (temporal, LABOR) or a mix of them and others.
 
 Each relation's mode samples its edges at their capacity (`samplers.modes.Mode.sample_edges_cuda`:
-``D_t * fanout``, LABOR's capacity), nothing read back; `pack_edges` copies each relation's valid prefix
-(and each edge's time key, from its row) into its source type's region, after the relations before it
-(their running total kept on the device), and each source type is relabelled as the plain chain's
+``D_t * fanout``, LABOR's capacity), nothing read back; `pack_edges` copies each relation's valid
+sources (and each edge's time key, from its row) into its source type's region, after the relations
+before it (their running total kept on the device; the edge ids and LABOR's edge weights stay in the
+relation's own outputs), and each source type is relabelled as the plain chain's
 layers are (`samplers.kernels.cuda.layer.relabel_rows`: by node, or by (node, time) with times). The
 sizes go into the call's chain (`samplers.kernels.cuda.typed.PendingTyped`, read by `read_typed` in one
 copy).
@@ -24,17 +25,18 @@ from numba import cuda
 from samplers.kernels.cuda.launch import EDGE_THREADS, grid, kernel_stream, launch
 from samplers.kernels.cuda.layer import BoundedEdges, DeviceRows, relabel_rows
 from samplers.kernels.cuda.relabel import edge_time_keys_cuda
-from samplers.kernels.cuda.typed import PendingTyped
+from samplers.kernels.cuda.typed import PendingTyped, source_groups
 
 __all__ = ["pack_edges", "sample_relations_bounded"]
 
 
 @cuda.jit
-def pack_edges(src, eids, tkey, has_t, nnz, sizes, base_at, end_at, count_at, out_src, out_eids,
+def pack_edges(src, tkey, has_t, nnz, sizes, base_at, end_at, count_at, out_src,
                out_tkey):  # pragma: no cover - device
-    """Copy the first ``nnz[0]`` edges (clamped to ``src``'s end) to ``out_*`` from ``sizes[base_at]``
-    (0 where ``base_at < 0``); thread 0 writes the running total ``base + nnz[0]`` at ``sizes[end_at]``
-    and the count at ``sizes[count_at]``. Positions past ``out_src``'s end (an overflow) are dropped."""
+    """Copy the first ``nnz[0]`` sources (clamped to ``src``'s end) and, with ``has_t``, their time keys to
+    ``out_*`` from ``sizes[base_at]`` (0 where ``base_at < 0``); thread 0 writes the running total ``base +
+    nnz[0]`` at ``sizes[end_at]`` and the count at ``sizes[count_at]``. Positions past ``out_src``'s end (an
+    overflow) are dropped."""
     i = cuda.grid(1)
     stride = cuda.gridsize(1)
     base = sizes[base_at] if base_at >= 0 else 0
@@ -47,7 +49,6 @@ def pack_edges(src, eids, tkey, has_t, nnz, sizes, base_at, end_at, count_at, ou
         o = base + i
         if o < out_src.shape[0]:
             out_src[o] = src[i]
-            out_eids[o] = eids[i]
             if has_t:
                 out_tkey[o] = tkey[i]
         i += stride
@@ -63,7 +64,8 @@ def sample_relations_bounded(relations: list, sample: Callable[[int, Any, str], 
         Every relation of the layer, grouped by source type (graph order within a type).
     sample : callable (k, relation, scratch name) -> BoundedEdges
         Relation k's edges for its destination type's rows, its sources in the workspace's scratch array
-        of the given name (`samplers.modes.Mode.sample_edges_cuda`).
+        of the given name (`samplers.modes.Mode.sample_edges_cuda`); with an ``edge_weights`` attribute
+        (a LABOR relation's, `samplers.kernels.cuda.labor.LaborEdges`) the block keeps those too.
     rows : dict str -> DeviceRows
         Every node type's rows (with times: temporal sampling, each edge takes its row's time).
     ws : CudaWorkspace; at : int
@@ -72,7 +74,8 @@ def sample_relations_bounded(relations: list, sample: Callable[[int, Any, str], 
     Returns
     -------
     PendingTyped
-        Its ``capacity`` per relation (the read-back checks each relation's count against it).
+        Its ``capacity`` per relation (the read-back checks each relation's count against it); each
+        relation's edge ids are its own output (``grouped_eids`` False: nothing copied).
     """
     chain = next(iter(rows.values())).chain
     timed = any(r.times is not None for r in rows.values())
@@ -85,16 +88,13 @@ def sample_relations_bounded(relations: list, sample: Callable[[int, Any, str], 
         if timed:
             edge_time_keys_cuda(e.out_indptr, rows[rel[2]].times, tk)
         tkeys.append(tk)
-    groups: dict[str, list[int]] = {}
-    for k, rel in enumerate(relations):
-        groups.setdefault(rel[0], []).append(k)
+    groups = source_groups(relations)
     size = {t: max(sum(int(edges[k].src.shape[0]) for k in ks), 1) for t, ks in groups.items()}
     total = sum(size.values())
     group_src = ws.scratch("group_src", total, np.int64)
     group_tkey = ws.scratch("group_tkey", total if timed else 1, np.int64)
-    group_eids = ws.output(total, np.int64)
     stream = kernel_stream()
-    next_rows, local, eids, lo = dict(rows), {}, {}, 0
+    next_rows, local, lo = dict(rows), {}, 0
     for i, (t, ks) in enumerate(groups.items()):
         triple = at + 2 * n_rel + 3 * i
         region = slice(lo, lo + size[t])
@@ -102,18 +102,21 @@ def sample_relations_bounded(relations: list, sample: Callable[[int, Any, str], 
         for k in ks:
             e, end_at = edges[k], at + n_rel + k
             m = int(e.src.shape[0])
-            launch(pack_edges, (grid(m, EDGE_THREADS), EDGE_THREADS), e.src, e.eids, tkeys[k], timed, e.nnz,
-                   chain, np.int64(prev), np.int64(end_at), np.int64(at + k), group_src[region],
-                   group_eids[region], group_tkey[region] if timed else group_tkey, stream=stream)
+            launch(pack_edges, (grid(m, EDGE_THREADS), EDGE_THREADS), e.src, tkeys[k], timed, e.nnz, chain,
+                   np.int64(prev), np.int64(end_at), np.int64(at + k), group_src[region],
+                   group_tkey[region] if timed else group_tkey, stream=stream)
             prev = end_at
-            eids[relations[k]] = group_eids[region]
         tkey = group_tkey[region] if timed else None
         nodes, times, local[t] = relabel_rows(rows[t], group_src[region], tkey, chain[prev:prev + 1], ws,
                                               chain[triple:triple + 3])
         next_rows[t] = DeviceRows(nodes, chain, triple + 2, times)
         lo += size[t]
+    weights = {rel: getattr(edges[k], "edge_weights", None) for k, rel in enumerate(relations)}
     return PendingTyped(rows=dict(rows), next_rows=next_rows, relations=list(relations),
-                        rel_indptr={rel: edges[k].out_indptr for k, rel in enumerate(relations)}, eids=eids,
-                        local=local, nnz_at={rel: at + k for k, rel in enumerate(relations)},
+                        rel_indptr={rel: edges[k].out_indptr for k, rel in enumerate(relations)},
+                        eids={rel: edges[k].eids for k, rel in enumerate(relations)}, local=local,
+                        nnz_at={rel: at + k for k, rel in enumerate(relations)},
                         end=at + 2 * n_rel + 3 * len(groups),
-                        capacity={rel: int(edges[k].src.shape[0]) for k, rel in enumerate(relations)})
+                        capacity={rel: int(edges[k].src.shape[0]) for k, rel in enumerate(relations)},
+                        grouped_eids=False,
+                        edge_weights=weights if any(w is not None for w in weights.values()) else None)

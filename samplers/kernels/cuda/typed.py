@@ -38,7 +38,7 @@ edge types.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,7 +60,7 @@ from samplers.kernels.cuda.weighted import eligible_weighted, weighted_row
 from samplers.kernels.reference import SHORT_ROW_MAX
 
 __all__ = ["PendingTyped", "TypedCsc", "TypedEdges", "TypedRequest", "read_typed", "sample_typed_bounded",
-           "sample_typed_layer", "start_typed_rows", "typed_plan", "typed_rows"]
+           "sample_typed_layer", "source_groups", "start_typed_rows", "typed_plan", "typed_rows"]
 
 WEIGHTED = np.int64(1)
 """Item flag: the relation draws by weight."""
@@ -371,6 +371,17 @@ class TypedEdges:
     sources: dict
 
 
+def source_groups(relations: Sequence) -> dict[Any, list[int]]:
+    """The positions of ``relations`` (relations, or anything with a ``relation``) by source type: types
+    in first-occurrence order, positions in order. The one grouping of a typed layer's relations: the
+    fused layer's joined sources (`sample_typed_layer`), a chained layer's per-type regions
+    (`sample_typed_bounded`, `...cuda.relation_chain`)."""
+    groups: dict[Any, list[int]] = {}
+    for k, rel in enumerate(relations):
+        groups.setdefault(getattr(rel, "relation", rel)[0], []).append(k)
+    return groups
+
+
 def _plan_and_scan(csc: TypedCsc, frontier: Mapping[str, Any], requests: list[TypedRequest], excluded: Any,
                    launches: Counter, extra: np.ndarray, nrows: Any = None, ws: Any = None,
                    staging: str = "") -> tuple:
@@ -431,7 +442,7 @@ def _launch_rows(csc: TypedCsc, params: tuple, flat: Any, excluded: Any, out_ind
 
 
 def sample_typed_layer(csc: TypedCsc, frontier: Mapping[str, Any], requests: list[TypedRequest],
-                       excluded: Any, launches: Counter | None = None) -> TypedEdges:
+                       excluded: Any, launches: Counter | None = None, ws: Any = None) -> TypedEdges:
     """One layer of several relations in one launch per kernel.
 
     Parameters
@@ -448,6 +459,9 @@ def sample_typed_layer(csc: TypedCsc, frontier: Mapping[str, Any], requests: lis
         `TypedCsc.excluded`'s positions.
     launches : Counter or None
         Counts each launch by name (``"plan"``, ``"scan"``, ``"rows"``).
+    ws : CudaWorkspace or None
+        The sampler's workspace: the parameters go through its page-locked staging (no pageable copy),
+        scratch and outputs come from it (counted).
 
     Returns
     -------
@@ -458,23 +472,23 @@ def sample_typed_layer(csc: TypedCsc, frontier: Mapping[str, Any], requests: lis
     n_rel = len(requests)
     extra = np.concatenate([np.full(n_rel, -1), np.zeros(2 * n_rel), np.full(3 * n_rel, -1)]).astype(np.int64)
     item_off, params, flat, out_indptr, rel_indptr = _plan_and_scan(csc, frontier, requests, excluded,
-                                                                    launches, extra)
+                                                                    launches, extra, ws=ws,
+                                                                    staging="typed_params")
     n_items = int(item_off[-1])
     # the layer's one read-back: each relation's first output (the last one's end is the total)
     bounds = _read_at(out_indptr, params[0], item_off) if n_items else np.zeros(n_rel + 1, np.int64)
     nnz = int(bounds[-1])
-    src = empty(nnz, csc.graph.indices.dtype)
-    eids = empty(nnz, np.int64)
+    out_array = empty if ws is None else ws.output
+    src = out_array(nnz, csc.graph.indices.dtype)
+    eids = out_array(nnz, np.int64)
     if n_items:
         _launch_rows(csc, params, flat, excluded, out_indptr, src, eids, rel_indptr, n_items, launches,
                      params[0])
-    out, runs = {}, {}
-    for k, req in enumerate(requests):
-        lo, hi = int(bounds[k]), int(bounds[k + 1])
-        out[req.relation] = (rel_indptr[item_off[k] + k:item_off[k + 1] + k + 1], src[lo:hi], eids[lo:hi])
-        runs.setdefault(req.relation[0], []).append(k)
+    out = {req.relation: (rel_indptr[item_off[k] + k:item_off[k + 1] + k + 1],
+                          src[int(bounds[k]):int(bounds[k + 1])], eids[int(bounds[k]):int(bounds[k + 1])])
+           for k, req in enumerate(requests)}
     sources = {t: (tuple(requests[k].relation for k in ks), src[int(bounds[ks[0]]):int(bounds[ks[-1] + 1])])
-               for t, ks in runs.items() if ks[-1] - ks[0] == len(ks) - 1}
+               for t, ks in source_groups(requests).items() if ks[-1] - ks[0] == len(ks) - 1}
     return TypedEdges(out, sources)
 
 
@@ -519,6 +533,12 @@ class PendingTyped:
         Where each relation's edge count is in the chain; the chain's first unused entry.
     capacity : dict Relation -> int or None
         Each relation's output capacity where it may overflow (a LABOR relation's), else None.
+    grouped_eids : bool
+        ``eids`` are views of one array per source type, each relation's after the relations before it
+        in its type (`sample_typed_bounded`); False: each relation's own array, from its first edge
+        (`...cuda.relation_chain`).
+    edge_weights : dict Relation -> device float64 [M_r] or None
+        Each relation's edge weights from its first edge (a LABOR relation's, `...cuda.labor`), or None.
     """
 
     rows: dict
@@ -530,11 +550,13 @@ class PendingTyped:
     nnz_at: dict
     end: int
     capacity: dict | None = None
+    grouped_eids: bool = True
+    edge_weights: dict | None = None
 
-    def finish(self, values: Any) -> tuple[dict, dict, dict, dict, dict, dict | None]:
+    def finish(self, values: Any) -> tuple[dict, dict, dict, dict, dict, dict | None, dict | None]:
         """Views at the true sizes, ``values`` the chain's entries read back: (src_nodes per type [S_t],
         dst counts per type, indptr [D + 1], local [nnz] and edge ids [nnz] per relation, src_times per
-        type [S_t] or None).
+        type [S_t] or None, edge weights [nnz] (float64) per weighting relation or None).
 
         Raises
         ------
@@ -545,7 +567,7 @@ class PendingTyped:
         src_nodes = {t: r.ids[:int(values[r.at])] for t, r in self.next_rows.items()}
         timed = any(r.times is not None for r in self.next_rows.values())
         src_times = {t: r.times[:int(values[r.at])] for t, r in self.next_rows.items()} if timed else None
-        indptr, local, eids, start = {}, {}, {}, {}
+        indptr, local, eids, start, weights = {}, {}, {}, {}, {}
         for rel in self.relations:
             n, at = int(values[self.nnz_at[rel]]), start.get(rel[0], 0)
             if self.capacity is not None and n > self.capacity[rel]:
@@ -554,8 +576,10 @@ class PendingTyped:
             start[rel[0]] = at + n
             indptr[rel] = self.rel_indptr[rel][:count[rel[2]] + 1]
             local[rel] = self.local[rel[0]][at:at + n]
-            eids[rel] = self.eids[rel][at:at + n]
-        return src_nodes, count, indptr, local, eids, src_times
+            eids[rel] = self.eids[rel][at:at + n] if self.grouped_eids else self.eids[rel][:n]
+            if self.edge_weights is not None and self.edge_weights.get(rel) is not None:
+                weights[rel] = self.edge_weights[rel][:n]
+        return src_nodes, count, indptr, local, eids, src_times, weights or None
 
 
 def sample_typed_bounded(csc: TypedCsc, rows: Mapping[str, DeviceRows], requests: list[TypedRequest],
@@ -585,9 +609,7 @@ def sample_typed_bounded(csc: TypedCsc, rows: Mapping[str, DeviceRows], requests
     n_rel = len(requests)
     chain = next(iter(rows.values())).chain
     bound = [int(rows[req.relation[2]].ids.shape[0]) * req.fanout for req in requests]
-    groups: dict[str, list[int]] = {}
-    for k, req in enumerate(requests):
-        groups.setdefault(req.relation[0], []).append(k)
+    groups = source_groups(requests)
     nrow_at = np.array([rows[req.relation[2]].at for req in requests], dtype=np.int64)
     out_base, scan_base, size_at = (np.zeros(n_rel, np.int64), np.zeros(n_rel, np.int64),
                                     np.zeros(3 * n_rel, np.int64))
