@@ -18,6 +18,9 @@ same objects, so Python callers and compiled callers exclude each other as befor
 - `copy_at(dst, src, nbytes)`: one ``llvm.memcpy`` between addresses.
 - `compiler_fence()`: no load or store moves across it at compile time (a commit publishes its reserve
   position before its copy, as the Python path does between its numpy stores and its kernel call).
+- `compare_exchange(arr, i, expected, new)`: an int64 compare-and-swap; `futex_wait(addr, expected)` and
+  `futex_wake(addr, n)`: a thread's sleep on a 32-bit word of this process and its wake-up (the
+  copy helper of `replay.transition_kernel` waits for a batch in compiled code with them).
 
 The libc symbols are registered with LLVM by address at import, so functions using them stay cacheable
 (``cache=True``: the object code names the symbols, resolved when it is loaded). Addresses come from the
@@ -43,15 +46,18 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-from replay._sync import FUTEX_WAKE, SYS_FUTEX
+from replay._sync import FUTEX_WAIT, FUTEX_WAKE, SYS_FUTEX
 
 __all__ = [
     "EOWNERDEAD",
+    "compare_exchange",
     "compiler_fence",
     "cond_broadcast",
     "copy_at",
     "fetch_add",
     "float64_at",
+    "futex_wait",
+    "futex_wake",
     "int64_at",
     "mutex_consistent",
     "mutex_lock",
@@ -241,3 +247,45 @@ def sched_yield(typingctx):  # pragma: no cover - compiled
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+@intrinsic
+def compare_exchange(typingctx, arr, i, expected, new):  # pragma: no cover - compiled
+    """``arr[i] = new`` if ``arr[i] == expected``, as one sequentially consistent atomic compare-and-swap;
+    returns the old value (the swap happened when it equals ``expected``). For int64 arrays."""
+    sig = types.int64(arr, types.int64, types.int64, types.int64)
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        pair = builder.cmpxchg(builder.gep(ary.data, [args[1]]), args[2], args[3], "seq_cst", "seq_cst")
+        return builder.extract_value(pair, 0)
+
+    return sig, codegen
+
+
+_FUTEX_PRIVATE = 128  # futex(2)'s FUTEX_PRIVATE_FLAG: the word is this process's only
+
+
+def _futex_call(op: int):
+    """An intrinsic ``syscall(SYS_futex, addr, op | FUTEX_PRIVATE_FLAG, value, NULL, NULL, 0)``."""
+
+    @intrinsic
+    def call(typingctx, addr, value):  # pragma: no cover - compiled
+        sig = types.int64(types.int64, types.int64)
+
+        def codegen(context, builder, signature, args):
+            i64, i32 = ir.IntType(64), ir.IntType(32)
+            fnty = ir.FunctionType(i64, [i64], var_arg=True)
+            fn = cgutils.get_or_insert_function(builder.module, fnty, "syscall")
+            null = ir.Constant(_I8P, None)
+            return builder.call(fn, [ir.Constant(i64, SYS_FUTEX), builder.inttoptr(args[0], _I8P),
+                                     ir.Constant(i32, op | _FUTEX_PRIVATE), builder.trunc(args[1], i32),
+                                     null, null, ir.Constant(i32, 0)])
+
+        return sig, codegen
+
+    return call
+
+
+futex_wait = _futex_call(FUTEX_WAIT)  # (addr, expected): sleep while the int32 word holds expected
+futex_wake = _futex_call(FUTEX_WAKE)  # (addr, n): wake up to n sleepers; the number woken

@@ -24,9 +24,10 @@ control mutex with a wake-up (`replay.rate_limiter.RateLimiterState.sample`). Wh
 commits the table has not ingested it changes nothing and returns `STALE`: the caller takes the
 shard locks in Python, ingests, and calls it again with ``held`` True (the shard mutexes are then the
 caller's). The plan is `replay.commit_kernel.build_plan`'s. A batch of ``2 * SPLIT_BYTES`` and more,
-when `graphrl.threads` gives it a second thread on an idle core, is copied by the caller and the thread
-team's helpers, by groups of rows, between the draw's call and a releasing one (`sample_transitions`'
-notes); every other batch takes the one call.
+when `graphrl.threads` gives it a second thread on an idle core, is copied by the caller and the
+process's copy helpers (`CopyHelpers`: threads that stay in compiled code between batches), by groups
+of rows, between the draw's call and a releasing one (`sample_transitions`' notes); every other batch
+takes the one call.
 
 >>> live = draw_transitions(u, ctree, wtree, False, size, filled, times, written, capacity,
 ...                         rings, outs, row_bytes, incarnation, keys, prob, mask, 0.4, weights)
@@ -36,10 +37,12 @@ notes); every other batch takes the one call.
 
 from __future__ import annotations
 
+import os
+import threading
+
 import numba as nb
 import numpy as np
 
-from graphrl.kernels import Chunks, engaged
 from graphrl.kernels.copies import address, store_fence
 from graphrl.kernels.prefetch import prefetch_l2_at
 from graphrl.threads import idle_cores, threads_for
@@ -57,7 +60,16 @@ from replay.locked_draw import (
     uniforms,
     unlock_shards,
 )
-from replay.sync_kernels import fetch_add, sched_yield, spin_pause, uint8_at
+from replay.sync_kernels import (
+    compare_exchange,
+    fetch_add,
+    futex_wait,
+    futex_wake,
+    int64_at,
+    sched_yield,
+    spin_pause,
+    uint8_at,
+)
 from replay.windows import AHEAD, PAGE, STREAM_BATCH_BYTES, copy_window, mask_row, prefetch_pages
 
 __all__ = [
@@ -171,43 +183,6 @@ def _copy_keys(plan, keys, dst, lo, hi):  # pragma: no cover - numba
 
 
 @nb.njit(cache=True, nogil=True)
-def _copy_groups(job, plan, keys, dst, group, groups, wait):  # pragma: no cover - numba
-    """Claim groups of ``group`` rows (`_copy_keys`) from ``job[0]`` until all ``groups`` are claimed,
-    counting each copied group in ``job[1]`` (int64 [2], updated atomically). ``wait``: then wait until
-    every claimed group is copied (a short spin, then yields): the batch is whole on return."""
-    k = keys.shape[0]
-    while True:
-        g = fetch_add(job, 0, 1)
-        if g >= groups:
-            break
-        lo = g * group
-        _copy_keys(plan, keys, dst, lo, min(k, lo + group))
-        fetch_add(job, 1, 1)
-    spins = 0
-    while wait and fetch_add(job, 1, 0) < groups:
-        spins += 1
-        if spins < _SPINS:
-            spin_pause()
-        else:
-            sched_yield()
-
-
-@nb.njit(cache=True, nogil=True)
-def _abandon_groups(job, groups):  # pragma: no cover - numba
-    """Claim every group of ``job`` not yet claimed (`_copy_groups`' counters), so that no helper starts
-    one, then wait until each group claimed before is copied: from the return on, no thread reads the
-    rings or writes the slot for this batch."""
-    claimed = min(fetch_add(job, 0, groups), groups)
-    spins = 0
-    while fetch_add(job, 1, 0) < claimed:
-        spins += 1
-        if spins < _SPINS:
-            spin_pause()
-        else:
-            sched_yield()
-
-
-@nb.njit(cache=True, nogil=True)
 def _copy_range(src, n, dst, row_bytes, lo, k):  # pragma: no cover - numba
     """Rows ``lo .. lo + n - 1`` of a batch of k transitions: field j's row ``lo + i`` from address
     ``src[j * n + i]`` to ``dst[j] + (lo + i) * row_bytes[j]``. A field's page rows are streamed when
@@ -257,6 +232,215 @@ def _copy_rows(out, src, at, k, rb):  # pragma: no cover - numba
     the one CPU ring gather (`replay.windows.copy_window`, on a view of the step as a ring of one slot)."""
     for i in range(k):
         copy_window(out, i * rb, uint8_at(src[at + i], rb), rb, 1, 0, 1, 0, 1, False)
+
+
+# `CopyHelpers`' control words (int64): the batch bell (its low 32 bits the futex word), the claim word
+# (batch tag << 40 | groups << 20 | next group), groups copied, sleeping helpers, quit, then the batch
+(_C_BELL, _C_WORD, _C_DONE, _C_SLEEP, _C_QUIT, _C_PLAN, _C_PLAN_N, _C_KEYS, _C_K, _C_DST, _C_NF,
+ _C_GROUP) = range(12)
+_C_WORDS = 16
+_TAG_MASK = (1 << 23) - 1  # the claim word's batch tag: the bell's low bits
+_FIELD_MASK = (1 << 20) - 1  # groups and next group: at most 2**20 - 1 groups a batch
+_IDLE_SPINS = 2000  # pauses a helper waits for the next batch before it sleeps on the bell
+
+
+@nb.njit(cache=True, nogil=True)
+def _claim(ctl, bell):  # pragma: no cover - numba
+    """The next group of batch ``bell`` claimed by this thread: >= 0, -1 when every group is claimed,
+    -2 when batch ``bell`` is not published (not yet, or no longer)."""
+    tag = bell & _TAG_MASK
+    while True:
+        w = fetch_add(ctl, _C_WORD, 0)
+        if (w >> 40) != tag:
+            return -2
+        nxt = w & _FIELD_MASK
+        if nxt >= (w >> 20) & _FIELD_MASK:
+            return -1
+        if compare_exchange(ctl, _C_WORD, w, w + 1) == w:
+            return nxt
+
+
+@nb.njit(cache=True, nogil=True)
+def _copy_claimed(ctl, bell):  # pragma: no cover - numba
+    """Claim and copy groups of batch ``bell`` (`_copy_keys`; the batch read from ``ctl`` after each
+    claim) until none is left; each copied group counted. Returns `_claim`'s last answer (-1 or -2)."""
+    while True:
+        g = _claim(ctl, bell)
+        if g < 0:
+            return g
+        plan = int64_at(ctl[_C_PLAN], ctl[_C_PLAN_N])
+        keys = int64_at(ctl[_C_KEYS], ctl[_C_K])
+        dst = int64_at(ctl[_C_DST], ctl[_C_NF])
+        lo = g * ctl[_C_GROUP]
+        _copy_keys(plan, keys, dst, lo, min(keys.shape[0], lo + ctl[_C_GROUP]))
+        fetch_add(ctl, _C_DONE, 1)
+
+
+@nb.njit(cache=True, nogil=True)
+def _helper_loop(ctl, idle_spins):  # pragma: no cover - numba
+    """A copy helper's whole life in compiled code: wait for the bell to ring (``idle_spins`` pauses,
+    then a futex sleep), copy groups of that batch once it is published, and again, until quit."""
+    seen = fetch_add(ctl, _C_BELL, 0)
+    bell_at = address(ctl, _C_BELL)
+    while True:
+        spins = 0
+        while fetch_add(ctl, _C_BELL, 0) == seen:
+            if spins < idle_spins:
+                spin_pause()
+                spins += 1
+            else:
+                fetch_add(ctl, _C_SLEEP, 1)
+                futex_wait(bell_at, seen)  # returns at once if the bell rang meanwhile
+                fetch_add(ctl, _C_SLEEP, -1)
+        if fetch_add(ctl, _C_QUIT, 0):
+            return
+        seen = fetch_add(ctl, _C_BELL, 0)
+        spins = 0
+        while _copy_claimed(ctl, seen) == -2 and fetch_add(ctl, _C_BELL, 0) == seen:
+            spins += 1  # rung before the draw: published after it
+            if spins < _SPINS:
+                spin_pause()
+            else:
+                sched_yield()
+
+
+@nb.njit(cache=True, nogil=True)
+def _ring(ctl):  # pragma: no cover - numba
+    """Ring the bell for a new batch (waking sleeping helpers); returns the batch's bell."""
+    bell = fetch_add(ctl, _C_BELL, 1) + 1
+    if fetch_add(ctl, _C_SLEEP, 0) > 0:
+        futex_wake(address(ctl, _C_BELL), 1 << 30)
+    return bell
+
+
+@nb.njit(cache=True, nogil=True)
+def _publish(ctl, bell, groups, nxt):  # pragma: no cover - numba
+    """Set the claim word to batch ``bell`` with ``groups`` groups, ``nxt`` the next to claim."""
+    new = ((bell & _TAG_MASK) << 40) | (groups << 20) | nxt
+    w = fetch_add(ctl, _C_WORD, 0)
+    while True:
+        old = compare_exchange(ctl, _C_WORD, w, new)
+        if old == w:
+            return
+        w = old
+
+
+@nb.njit(cache=True, nogil=True)
+def _post(ctl, bell, plan, keys, dst, group, groups):  # pragma: no cover - numba
+    """Publish batch ``bell`` to the helpers: ``groups`` groups of ``group`` rows of ``keys`` to copy
+    (`_copy_keys` with ``plan`` and ``dst``), none copied yet."""
+    ctl[_C_PLAN] = address(plan, 0)
+    ctl[_C_PLAN_N] = plan.shape[0]
+    ctl[_C_KEYS] = address(keys, 0)
+    ctl[_C_K] = keys.shape[0]
+    ctl[_C_DST] = address(dst, 0)
+    ctl[_C_NF] = dst.shape[0]
+    ctl[_C_GROUP] = group
+    fetch_add(ctl, _C_DONE, -fetch_add(ctl, _C_DONE, 0))  # no helper counts while none is published
+    _publish(ctl, bell, groups, 0)
+
+
+@nb.njit(cache=True, nogil=True)
+def _copy_batch(ctl, bell, plan, keys, dst, group, groups):  # pragma: no cover - numba
+    """`_post` the batch, copy groups of it alongside the helpers, and wait until every group is
+    copied."""
+    _post(ctl, bell, plan, keys, dst, group, groups)
+    _copy_claimed(ctl, bell)
+    spins = 0
+    while fetch_add(ctl, _C_DONE, 0) < groups:
+        spins += 1
+        if spins < _SPINS:
+            spin_pause()
+        else:
+            sched_yield()
+
+
+@nb.njit(cache=True, nogil=True)
+def _close_batch(ctl, bell):  # pragma: no cover - numba
+    """End batch ``bell``: every group not yet claimed claimed (none if it was never published), then
+    wait until each claimed group is copied: from the return on, no helper touches the batch."""
+    tag = bell & _TAG_MASK
+    while True:
+        w = fetch_add(ctl, _C_WORD, 0)
+        if (w >> 40) != tag:  # never published: an empty batch
+            _publish(ctl, bell, 0, 0)
+            return
+        claimed = min(w & _FIELD_MASK, (w >> 20) & _FIELD_MASK)
+        if compare_exchange(ctl, _C_WORD, w, (tag << 40) | (claimed << 20) | claimed) == w:
+            break  # the batch is now its claimed groups, all claimed (a second close finds the same)
+    spins = 0
+    while fetch_add(ctl, _C_DONE, 0) < claimed:
+        spins += 1
+        if spins < _SPINS:
+            spin_pause()
+        else:
+            sched_yield()
+
+
+class CopyHelpers:
+    """Threads that copy groups of a split batch alongside the caller, each kept in compiled code
+    (`_helper_loop`) between batches: no interpreter lock and no Python per batch. A helper waits for
+    the bell ``idle_spins`` pauses (about 25 ns each), then sleeps on it (a futex). One batch at a time:
+    `ring` returns None while another thread's batch holds them. Started by the first `ring`; the
+    process's (`sample_transitions`') are made anew in a forked child (threads do not survive ``fork``).
+
+    Parameters
+    ----------
+    idle_spins : int
+        Pauses a helper spins on the bell after a batch before it sleeps.
+    """
+
+    def __init__(self, idle_spins: int = _IDLE_SPINS) -> None:
+        self.ctl = np.zeros(_C_WORDS, dtype=np.int64)
+        self.idle_spins = int(idle_spins)
+        self.threads: list[threading.Thread] = []
+        self.busy = threading.Lock()
+
+    def ring(self, helpers: int) -> int | None:
+        """Take the helpers for one batch (at least ``helpers`` of them started) and ring the bell; the
+        batch's bell, or None when another batch holds them. The caller ends the batch with `close`."""
+        if not self.busy.acquire(blocking=False):
+            return None
+        try:
+            if len(self.threads) < helpers:  # compiled or loaded here: no helper holds the compiler lock
+                _helper_loop.compile((nb.typeof(self.ctl), nb.int64))
+            while len(self.threads) < helpers:
+                t = threading.Thread(
+                    target=_helper_loop, args=(self.ctl, self.idle_spins), name="replay-copy", daemon=True
+                )
+                t.start()
+                self.threads.append(t)
+            return _ring(self.ctl)
+        except BaseException:  # (a signal's exception as `_ring` returns): its batch closed, empty
+            self.close(int(self.ctl[_C_BELL]))
+            raise
+
+    def stop(self) -> None:
+        """End the helper threads (they finish the batch they copy, if any) and wait for them."""
+        self.ctl[_C_QUIT] = 1
+        _ring(self.ctl)
+        for t in self.threads:
+            t.join()
+        self.threads.clear()
+
+    def close(self, bell: int) -> None:
+        """End batch ``bell`` (`_close_batch`) and free the helpers for the next."""
+        try:
+            _close_batch(self.ctl, bell)
+        finally:
+            self.busy.release()
+
+
+_HELPERS = CopyHelpers()  # the process's copy helpers, as `graphrl.kernels.team`'s team is the process's
+
+
+def _new_helpers_after_fork() -> None:  # helper threads do not survive fork()
+    global _HELPERS
+    _HELPERS = CopyHelpers()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_helpers_after_fork)
 
 
 def sample_transitions(
@@ -309,14 +493,16 @@ def sample_transitions(
     -----
     The copy's threads are chosen before the draw: ``threads_for(bytes / 4, SPLIT_BYTES / 4)`` for a batch
     of ``2 * SPLIT_BYTES`` and more, helpers only on idle cores (`graphrl.threads.idle_cores`); one thread
-    takes the one call (draw and copy). Two and more take three steps: one compiled call takes the locks
-    and draws; the caller and the helpers of the thread team (`graphrl.kernels.engaged`) copy
-    groups of `GROUP_BYTES` of rows, each claimed atomically, so the caller never waits for a helper
-    that has not started (it waits only for groups being copied, and the batch is whole when it returns); a
-    second call releases the shard mutexes and counts; a signal's exception raised as the draw returns
-    (the return value lost) still releases them (`_draw_held` marks them held). When the caller raises
-    during the copy, the groups left are claimed and those the helpers began are waited for before that
-    release, so no helper reads the rings or writes the slot after it. Smaller batches take the one call.
+    (or the helpers busy with another thread's batch) takes the one call (draw and copy). Two and more
+    ring the helpers' bell (`CopyHelpers.ring`) before the draw, so that they wake while it runs; one
+    compiled call takes the locks and draws; a second publishes the batch and copies groups of
+    `GROUP_BYTES` of rows alongside the helpers, each group claimed atomically, so the caller never waits
+    for a helper that has not started (only for groups being copied: the batch is whole when it
+    returns); then the batch is closed (`CopyHelpers.close`: groups not claimed are withdrawn and those
+    claimed waited for, so no helper reads the rings or writes the slot after it) and a third call
+    releases the shard mutexes and counts. A signal's exception raised as a compiled call returns (the
+    return value lost) still closes the batch and releases the mutexes (`_draw_held` marks them held).
+    Smaller batches take the one call.
     """
     k = o_keys.shape[0]
     threads = 1  # the copy's threads, chosen before the draw: on one, the batch takes the one call
@@ -325,31 +511,29 @@ def sample_transitions(
         threads = threads_for(batch // 4, SPLIT_BYTES // 4)
         if threads > 1:
             threads = 1 + min(threads - 1, idle_cores(threads))
-    job = np.zeros(3, dtype=np.int64)  # groups claimed, groups copied, 1 while the draw's mutexes are held
+    helpers, bell = _HELPERS, None
+    if threads > 1:  # rung before the draw: the helpers wake while it runs (None: another batch has them)
+        bell = helpers.ring(threads - 1)
+    job = np.zeros(1, dtype=np.int64)  # 1 while the draw's shard mutexes are held for the copy
     counted = 0
     try:  # from the draw on: a signal's exception is raised as a compiled call returns, held mutexes or not
         status, live, err, died = _draw_held(
             plan, held, repairs, words, dst, incarnation, o_keys, o_prob, mask, beta, o_weights,
-            2 * SPLIT_BYTES if threads > 1 else _NO_SPLIT, job,
+            2 * SPLIT_BYTES if bell is not None else _NO_SPLIT, job,
         )
         if status != _COPYING:
             return status, live, err, died
-        # drawn, the shard mutexes held: the copy of ``err`` bytes is left, on ``threads`` threads
-        group = max(1, min(k, GROUP_BYTES * k // err))  # rows a group
-        groups = -(-k // group)
-        # a chunk a thread, the caller's (0) taken here: the helpers' Python runs once each
-        task = Chunks(lambda i: _copy_groups(job, plan, o_keys, dst, group, groups, False), threads)
-        task.claim()
-        try:
-            with engaged(task, threads - 1):  # a helper that comes late finds every group claimed
-                _copy_groups(job, plan, o_keys, dst, group, groups, True)
-        except BaseException:  # (a signal's exception): no helper may copy after the release below
-            _abandon_groups(job, groups)
-            raise
+        # drawn, the shard mutexes held: the copy of ``err`` bytes is left, to the caller and the helpers
+        group = max(1, -(-k // _FIELD_MASK), min(k, GROUP_BYTES * k // err))  # rows a group
+        _copy_batch(helpers.ctl, bell, plan, o_keys, dst, group, -(-k // group))
         counted = k
-    finally:  # the shard mutexes are released even when the copy raised (nothing counted then)
-        if job[2]:
-            status, err, more = release(plan, held, counted)
+    finally:  # the batch closed (no helper copies after), then the shard mutexes released, even on a raise
+        try:
+            if bell is not None:
+                helpers.close(bell)
+        finally:
+            if job[0]:
+                status, err, more = release(plan, held, counted)
     return status, live, err, died + more
 
 
@@ -400,11 +584,12 @@ def _sample_locked(
 def _draw_held(
     plan, held, repairs, words, dst, incarnation, o_keys, o_prob, mask, beta, o_weights, split_bytes, job
 ):  # pragma: no cover - numba
-    """`_sample_locked`, setting ``job[2]`` to 1 when it returns `_COPYING` (the shard mutexes held for the
+    """`_sample_locked`, setting ``job[0]`` to 1 when it returns `_COPYING` (the shard mutexes held for the
     copy): the caller releases them by that word even when a signal's exception takes the return value."""
     out = _sample_locked(
         plan, held, repairs, words, dst, incarnation, o_keys, o_prob, mask, beta, o_weights, split_bytes
     )
     if out[0] == _COPYING:
-        job[2] = 1
+        job[0] = 1
     return out
+

@@ -113,15 +113,15 @@ def force_split(mp_, group_rows: int = 3) -> None:
 
 
 def spy_groups(mp_) -> dict[str, int]:
-    """Count the split copy's `_copy_groups` calls: the caller's and the helpers'."""
-    calls = {"caller": 0, "helper": 0}
-    real = tk._copy_groups
+    """Count the split copy's `_copy_batch` calls (the caller's; the helpers copy in compiled code)."""
+    calls = {"caller": 0}
+    real = tk._copy_batch
 
-    def spy(job, plan, keys, dst, group, groups, wait):
-        real(job, plan, keys, dst, group, groups, wait)
-        calls["caller" if wait else "helper"] += 1
+    def spy(*args):
+        real(*args)
+        calls["caller"] += 1
 
-    mp_.setattr(tk, "_copy_groups", spy)
+    mp_.setattr(tk, "_copy_batch", spy)
     return calls
 
 
@@ -201,10 +201,10 @@ def test_writers_evict_while_learners_sample_fused_windows_and_split_batches(
         sampled = seen[0].steps + seen[1].steps
         assert c == {"inserts": written, "samples": sampled, "deletes": written - len(store)}
         assert len(fused) == 40 and during > 2 * 3 * 48  # the fused call each time; the rings wrapped twice
-        if threads == 2:  # the split copy's team path (the helper joins when it is scheduled in time)
+        if threads == 2:  # the split copy (the helper joins when it is scheduled in time)
             assert calls["caller"] == 12
         else:  # one thread: the one call (draw and copy), no group claimed
-            assert calls == {"caller": 0, "helper": 0}
+            assert calls == {"caller": 0}
         store.close()
 
 
@@ -215,44 +215,34 @@ def filled_store(mm, shards: int = 2, capacity: int = 300, **kwargs) -> ReplaySt
 
 
 def test_a_split_copy_interrupted_by_a_signal_leaves_no_helper_writing(monkeypatch):
-    """A signal's exception (KeyboardInterrupt, `graphrl.interrupts`) lands in the caller just after the
-    helper took the copy: the sample raises, its slot and the shard mutexes are released, and the helper
-    must not copy a group after that (it read the rings unlocked and wrote the aborted draw's rows over
-    the next batch, which reuses the slot: all 120 rows of it)."""
+    """A signal's exception (KeyboardInterrupt, `graphrl.interrupts`) lands in the caller just after it
+    published the batch to the helper: the sample raises, its slot and the shard mutexes are released,
+    and the helper must not copy a group after that (it would read the rings unlocked and write the
+    aborted draw's rows over the next batch, which reuses the slot: all 120 rows of it)."""
     force_split(monkeypatch)
     monkeypatch.setattr(tk, "threads_for", lambda work, chunk_work: 2)
-    real = tk._copy_groups
-    entered, go, done = threading.Event(), threading.Event(), threading.Event()
+    real = tk._copy_batch
     first = []
 
-    def copy_groups(job, plan, keys, dst, group, groups, wait):
-        if wait and not first:  # the caller of the first sample, once its helper is in
+    def copy_batch(ctl, bell, plan, keys, dst, group, groups):
+        if not first:  # the first sample: published, the helper copying, then the signal
             first.append(1)
-            entered.wait(10)
+            tk._post(ctl, bell, plan, keys, dst, group, groups)
+            time.sleep(0.002)
             raise KeyboardInterrupt
-        if not wait and not entered.is_set():  # that sample's helper, running late
-            entered.set()
-            go.wait(10)
-            real(job, plan, keys, dst, group, groups, wait)
-            done.set()
-            return
-        real(job, plan, keys, dst, group, groups, wait)
+        real(ctl, bell, plan, keys, dst, group, groups)
 
-    monkeypatch.setattr(tk, "_copy_groups", copy_groups)
+    monkeypatch.setattr(tk, "_copy_batch", copy_batch)
     with MemoryManager() as mm:
         store = filled_store(mm, staging_slots=1)  # one slot: the next batch of the shape reuses it
-        try:
-            with pytest.raises(KeyboardInterrupt):
-                store.sample(120, 1)
-            assert store.counters()["samples"] == 0
-            seen = Seen()
-            with store.sample(120, 1) as batch:
-                seen.check(batch, 1, "tail")
-                go.set()  # the first sample's helper goes on, if it still may
-                done.wait(10)
-                seen.check(batch, 1, "tail")  # the user's batch is still its own keys' steps
-        finally:
-            go.set()
+        with pytest.raises(KeyboardInterrupt):
+            store.sample(120, 1)
+        assert first and store.counters()["samples"] == 0
+        seen = Seen()
+        with store.sample(120, 1) as batch:
+            seen.check(batch, 1, "tail")
+            time.sleep(0.05)  # a helper still copying the first batch would write now
+            seen.check(batch, 1, "tail")  # the user's batch is still its own keys' steps
         assert store.counters()["samples"] == 120
         store.close()
 

@@ -1,8 +1,8 @@
 """The split copy of a large batch of transitions (`replay.transition_kernel.sample_transitions` above
 ``2 * SPLIT_BYTES``): drawn in one compiled call under the shard mutexes, copied by groups of rows that
-the caller and the thread team's helpers claim, then released and counted. Byte for byte the batch of
-the one-call path, whoever copies which group; a helper that comes late writes nothing; a copy that
-raises releases the mutexes and counts nothing; small batches keep the one call."""
+the caller and the copy helpers (`replay.transition_kernel.CopyHelpers`) claim, then released and counted.
+Byte for byte the batch of the one-call path, whoever copies which group; a helper that comes late writes
+nothing; a copy that raises releases the mutexes and counts nothing; small batches keep the one call."""
 
 from __future__ import annotations
 
@@ -92,17 +92,17 @@ def test_the_split_copy_equals_the_one_call(monkeypatch, shards, prioritized):
     with MemoryManager() as mm:
         split, one = make_store(mm, shards, prioritized), make_store(mm, shards, prioritized)
         copied = []
-        groups = tk._copy_groups
+        batch = tk._copy_batch
         for b, threads in ((256, 2), (7, 2), (1, 2), (100, 2), (256, 1)):  # 1 thread: the one call
             with monkeypatch.context() as m:
                 force_split(m, threads)
-                m.setattr(tk, "_copy_groups", lambda *a: a[6] and copied.append(a[5]) or groups(*a))
+                m.setattr(tk, "_copy_batch", lambda *a: copied.append(a[6]) or batch(*a))
                 got = split.sample(b, 1, beta=0.4)
             want = one.sample(b, 1, beta=0.4)
             assert_same(got, want)
             got.release()
             want.release()
-        assert copied == [86, 3, 1, 34]  # the caller's groups of 3 rows: the split path each time
+        assert copied == [86, 3, 1, 34]  # groups of 3 rows: the split path each time
         with monkeypatch.context() as m:  # commits pending: the held path (shard locks taken in Python)
             force_split(m)
             for s in (split, one):
@@ -120,49 +120,48 @@ def test_the_split_copy_equals_the_one_call(monkeypatch, shards, prioritized):
 
 
 def test_groups_copied_by_many_threads_at_once_make_the_same_batch():
-    """The protocol itself: `_sample_locked` draws and leaves the copy; four threads claim groups of
-    one row concurrently; `_release` unlocks and counts. A helper that comes after the last group
-    writes nothing."""
+    """The protocol itself: `_sample_locked` draws and leaves the copy; three compiled helpers and the
+    caller claim groups of one row concurrently; the batch is closed, then `release` unlocks and counts.
+    A helper that comes after the close writes nothing."""
     with MemoryManager() as mm:
         store, ref = make_store(mm, 2, True), make_store(mm, 2, True)
         table = store.table
         b = 120
         slot = store._sampler.staging.acquire(b, 1, None, None)
         keys, prob, weights = np.zeros(b, np.int64), np.zeros(b), np.zeros(b, np.float32)
-        with table.lock:
-            status, live, nbytes, died = tk._sample_locked(
-                table.plan, False, table._repairs, table._words, slot.addresses, 0, keys, prob,
-                slot.mask_flat, 0.4, weights, 0,
-            )
-            assert (status, nbytes, died) == (tk._COPYING, b * SPEC.step_bytes, 0)
-            job = np.zeros(2, np.int64)
-            start = threading.Barrier(4)
-
-            def helper() -> None:
-                start.wait()
-                tk._copy_groups(job, table.plan, keys, slot.addresses, 1, b, False)
-
-            threads = [threading.Thread(target=helper) for _ in range(3)]
-            for t in threads:
-                t.start()
-            start.wait()
-            tk._copy_groups(job, table.plan, keys, slot.addresses, 1, b, True)
-            assert job[1] == b  # every group copied once the caller returns
-            for t in threads:
-                t.join()
-            assert job[0] >= b and job[1] == b
-            status, err, more = release(table.plan, False, b)
-            assert (status, err, more) == (tk.DRAWN, 0, 0)
-        want = ref.sample(b, 1, beta=0.4)
-        for name in SPEC:
-            np.testing.assert_array_equal(slot.fields[name].numpy()[:b], want[name].numpy())
-        np.testing.assert_array_equal(keys, want.keys.numpy())
-        np.testing.assert_array_equal(weights, want.weights.numpy())
-        assert store.counters() == ref.counters()
-        poison = np.full(b * SPEC.step_bytes, 0xAB, np.uint8)  # a late helper: nothing left to claim
-        late = poison.ctypes.data + np.cumsum([0, b * 8, b * 4104, b * 4], dtype=np.int64)
-        tk._copy_groups(job, table.plan, keys, late, 1, b, False)
-        assert (poison == 0xAB).all()
+        helpers = tk.CopyHelpers(idle_spins=0)
+        try:
+            with table.lock:
+                bell = helpers.ring(3)
+                assert len(helpers.threads) == 3 and helpers.ring(1) is None  # one batch at a time
+                status, live, nbytes, died = tk._sample_locked(
+                    table.plan, False, table._repairs, table._words, slot.addresses, 0, keys, prob,
+                    slot.mask_flat, 0.4, weights, 0,
+                )
+                assert (status, nbytes, died) == (tk._COPYING, b * SPEC.step_bytes, 0)
+                tk._copy_batch(helpers.ctl, bell, table.plan, keys, slot.addresses, 1, b)
+                assert helpers.ctl[tk._C_DONE] == b  # every group copied once the caller returns
+                helpers.close(bell)
+                status, err, more = release(table.plan, False, b)
+                assert (status, err, more) == (tk.DRAWN, 0, 0)
+            want = ref.sample(b, 1, beta=0.4)
+            for name in SPEC:
+                np.testing.assert_array_equal(slot.fields[name].numpy()[:b], want[name].numpy())
+            np.testing.assert_array_equal(keys, want.keys.numpy())
+            np.testing.assert_array_equal(weights, want.weights.numpy())
+            assert store.counters() == ref.counters()
+            poison = np.full(b * SPEC.step_bytes, 0xAB, np.uint8)  # a late helper: nothing left to claim
+            late = poison.ctypes.data + np.cumsum([0, b * 8, b * 4104, b * 4], dtype=np.int64)
+            helpers.ctl[tk._C_DST] = late.ctypes.data
+            assert tk._copy_claimed(helpers.ctl, bell) == -1
+            assert (poison == 0xAB).all()
+            bell = helpers.ring(3)  # a batch closed before it was published: an empty one
+            helpers.close(bell)
+            assert tk._copy_claimed(helpers.ctl, bell) == -1 and helpers.ring(1) == bell + 1
+            helpers.close(bell + 1)
+        finally:
+            helpers.stop()
+        assert helpers.threads == []
         slot.buffer.release()
         want.release()
         store.close()
@@ -179,7 +178,7 @@ def test_a_copy_that_raises_releases_the_shards_and_counts_nothing(monkeypatch):
 
         with monkeypatch.context() as m:
             force_split(m)
-            m.setattr(tk, "_copy_groups", broken)
+            m.setattr(tk, "_copy_batch", broken)
             with pytest.raises(RuntimeError, match="copy failed"):
                 store.sample(64, 1)
         assert store.counters()["samples"] == before["samples"]
@@ -196,7 +195,8 @@ def test_only_batches_of_two_split_bytes_take_the_split_path(monkeypatch):
     it (the one call, no team, when `graphrl.threads.threads_for` says one thread or no core is idle;
     helpers only on idle cores)."""
     calls, splits = [], []
-    monkeypatch.setattr(tk, "engaged", lambda task, helpers: calls.append(helpers) or _null())
+    ring = tk.CopyHelpers.ring
+    monkeypatch.setattr(tk.CopyHelpers, "ring", lambda self, n: calls.append(n) or ring(self, n))
     draw = tk._draw_held
     monkeypatch.setattr(tk, "_draw_held", lambda *a: splits.append(a[11]) or draw(*a))
     with MemoryManager() as mm:
@@ -212,15 +212,8 @@ def test_only_batches_of_two_split_bytes_take_the_split_path(monkeypatch):
         store.sample(rows, 1).release()
         monkeypatch.setattr(tk, "idle_cores", lambda cores: 1)  # helpers only on idle cores
         store.sample(rows, 1).release()
-        assert calls == [1]  # one thread: the one call (draw and copy), no team
+        assert calls == [1]  # one thread: the one call (draw and copy), no helper
         # the first sample ingests the commits first (its draw is called again, the shard locks held)
         assert splits == [tk._NO_SPLIT] * 4 + [2 * tk.SPLIT_BYTES]
         store.close()
 
-
-class _null:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc) -> None:
-        return None
