@@ -552,7 +552,7 @@ def _sample_locked(
 ):  # pragma: no cover - numba
     """`sample_transitions` in one call, or, for a batch of ``split_bytes`` and more, all of it but the
     copy and the release: `_COPYING` (live items, the batch's bytes in place of ``err``), the shard
-    mutexes still held and nothing counted; `_copy_groups` and `replay.locked_draw.release` finish it."""
+    mutexes still held and nothing counted; `_copy_batch` and `replay.locked_draw.release` finish it."""
     s_count = plan[P_SHARDS]
     nf = plan[P_FIELDS]
     capacity = plan[P_CAPACITY]
