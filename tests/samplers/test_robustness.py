@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+import samplers.neighbor
 from graphrl import CSCGraph
 from samplers import NeighborSampler
 from samplers.kernels.cpu import layer as cpu_layer
@@ -47,6 +48,9 @@ def test_a_call_interrupted_between_chunks_leaves_the_next_call_correct(monkeypa
         return out
 
     monkeypatch.setattr(cpu_layer, "relabel_src", interrupted)
+    # Chunks are relabelled one call at a time only when several threads share a layer (on one thread
+    # a uniform layer is one kernel call), so the sampler is given two whatever the policy says.
+    monkeypatch.setattr(samplers.neighbor, "team_size", lambda: 2)
     with pytest.raises(KeyboardInterrupt):
         sampler.sample(seeds)
     assert calls["n"] == 2  # the interruption really happened inside the layer

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numba as nb
 import numpy as np
 
 from graphrl.kernels import Chunks, engaged
@@ -45,20 +46,40 @@ def _chunk_edges(d_count: int, fanout: int, threads: int) -> int:
     return int(min(CHUNK_EDGES, max(MIN_CHUNK_EDGES, d_count * fanout // (threads * CHUNKS_PER_THREAD))))
 
 
+def _gather_args(indices, edge_ids, pairs) -> tuple:
+    """The gather's leading kernel arguments (`samplers.kernels.cpu.uniform.gather_edges`)."""
+    has_eids = edge_ids is not None
+    has_pairs = pairs is not None
+    return (indices, edge_ids if has_eids else _NO_EXCL, has_eids, pairs if has_pairs else NO_PAIRS,
+            has_pairs)
+
+
 def _chunk_fn(indices, edge_ids, dst, rows, out_indptr, fanout, replace, key, excl, eids, src,
               masks: Masks | None, row_time, pairs=None) -> Callable[[int, int], None]:
     """The kernel call that samples (chooses and gathers) the rows [lo, hi)."""
-    has_eids = edge_ids is not None
-    has_pairs = pairs is not None
-    gather = (indices, edge_ids if has_eids else _NO_EXCL, has_eids, pairs if has_pairs else NO_PAIRS,
-              has_pairs)
-    head = (*gather, dst, *rows, out_indptr, np.int64(fanout), bool(replace), np.uint64(key), excl)
+    head = (*_gather_args(indices, edge_ids, pairs), dst, *rows, out_indptr, np.int64(fanout), bool(replace),
+            np.uint64(key), excl)
     if masks is None:
         args = (*head, eids, src)
         return lambda lo, hi: sample_rows(*args, lo, hi)
     args = (*head, masks.weights, masks.has_weights, masks.times, row_time, masks.has_times, masks.prefix,
             masks.has_prefix, eids, src)
     return lambda lo, hi: sample_rows_masked(*args, lo, hi)
+
+
+@nb.njit(nogil=True, cache=True)
+def _uniform_alone(indices, edge_ids, has_eids, pairs, has_pairs, dst, row_start, row_deg, row_exlo,
+                   row_exhi, out_indptr, fanout, replace, key, excl, eids, src, bounds, node_map, base,
+                   src_nodes, local):
+    """A uniform layer on the calling thread alone, in one call: the destinations relabelled, then
+    each chunk of rows sampled and its sources relabelled; returns the source count."""
+    n = relabel_dst(dst, node_map, base, src_nodes)
+    for r in range(bounds.shape[0] - 1):
+        lo, hi = bounds[r], bounds[r + 1]
+        sample_rows(indices, edge_ids, has_eids, pairs, has_pairs, dst, row_start, row_deg, row_exlo,
+                    row_exhi, out_indptr, fanout, replace, key, excl, eids, src, lo, hi)
+        n = relabel_src(src, node_map, base, n, src_nodes, local, out_indptr[lo], out_indptr[hi])
+    return n
 
 
 def sample_block(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray | None, dst: np.ndarray,
@@ -129,7 +150,13 @@ def sample_block(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray |
     # helper's error, KeyboardInterrupt between chunks), advance past that whole range so the next call
     # cannot read half-written entries as valid.
     workspace.base = base + d_count + nnz
-    if not nnz or helpers == 0 or bounds.shape[0] == 2:  # the calling thread alone
+    if masks is None and (helpers == 0 or bounds.shape[0] == 2):  # the calling thread alone, one call
+        src_nodes = np.empty(d_count + nnz, dtype=np.int64)
+        local = np.empty(nnz, dtype=np.int64)
+        n = _uniform_alone(*_gather_args(indices, edge_ids, pairs), dst, *rows, out_indptr, np.int64(fanout),
+                           bool(replace), np.uint64(key), excl, eids, src, bounds, node_map, base, src_nodes,
+                           local)
+    elif not nnz or helpers == 0 or bounds.shape[0] == 2:  # the calling thread alone
         src_nodes = np.empty(d_count + nnz, dtype=np.int64)
         local = np.empty(nnz, dtype=np.int64)
         n = relabel_dst(dst, node_map, base, src_nodes)
