@@ -16,7 +16,9 @@ regions (the shared tier by default, so that learners in other processes attach 
 `ChunkRing.write` (the writer's process, shard lock held) copies rows into the tail and compresses
 each chunk that fills: the actor compresses. A chunk's arena bytes are reused only once every
 position of it is below the shard's floor (``write_pos - capacity``); a chunk that does not fit in the
-arena beside the live ones raises `graphrl.memory.MemoryBudgetError` before anything is written.
+arena beside the live ones raises `graphrl.memory.MemoryBudgetError` before anything is written (a
+chunk never takes more than its raw bytes, so an arena of the ring's raw bytes, ``arena_ratio <= 1``,
+holds incompressible steps as a ring: `place_chunks`).
 A table slot is published by its chunk index, written last (a writer killed mid-commit leaves no slot
 naming a chunk it did not finish). `ChunkRing.read` (any process, shard lock held) decompresses the
 chunks of the asked positions into the caller's rows, keeping the last decoded chunk (checkpoints, the
@@ -111,9 +113,12 @@ def place_chunks(table, head, size, oldest, first, sizes, offs):  # pragma: no c
     the new head, or ``-1 - i`` when chunk i does not fit (``offs[i]`` then holds the live bytes).
 
     The live chunks occupy the circular byte range from the oldest live chunk's offset to the head (the
-    oldest slot still naming its chunk in ``[oldest, first)``); a chunk goes at the head,
-    or at 0 when it does not fit before the arena's end. The head never reaches the oldest live chunk
-    (so head == that offset means empty).
+    oldest slot still naming its chunk in ``[oldest, first)``); a chunk goes at the head, or at 0 when
+    it does not fit before the arena's end. A chunk may end exactly at the oldest live chunk or at the
+    arena's end (the head wraps to 0): with live chunks, head == that offset means the arena is full
+    (with none, the arena is empty and the head restarts at 0). So chunks of equal size ``s`` (raw,
+    incompressible ones) fit whenever the arena holds ``slots`` of them: an arena of at least
+    ``slots * s`` bytes is a ring of whole chunks that never refuses one.
     """
     slots = table.shape[0]
     tail_off = -1
@@ -121,23 +126,29 @@ def place_chunks(table, head, size, oldest, first, sizes, offs):  # pragma: no c
         if table[k % slots, 0] == k:
             tail_off = table[k % slots, 1]
             break
+    full = tail_off >= 0 and head == tail_off
     if tail_off < 0:
         head = 0
     for i in range(sizes.shape[0]):
         n = sizes[i]
         if tail_off < 0:  # nothing live
-            off, ok = 0, n < size
+            off, ok = 0, n <= size
             tail_off = 0
+        elif full:
+            off, ok = head, False
         elif head >= tail_off:  # live bytes [tail_off, head): free [head, size) and [0, tail_off)
-            off = head if head + n < size else 0
-            ok = head + n < size or n < tail_off
+            off = head if head + n <= size else 0
+            ok = head + n <= size or n <= tail_off
         else:  # live bytes wrap: free [head, tail_off)
-            off, ok = head, head + n < tail_off
+            off, ok = head, head + n <= tail_off
         if not ok:
-            offs[i] = (head - tail_off) % size
+            offs[i] = size if full else (head - tail_off) % size
             return -1 - i
         offs[i] = off
         head = off + n
+        if head == size:
+            head = 0
+        full = head == tail_off
     return head
 
 
@@ -498,7 +509,7 @@ class ChunkRing:
             fault = f"tail has shape {tail.shape}, expected {self.tail.shape} (the open chunk's raw rows)"
         if fault is not None:
             raise ValueError(f"field {self.name!r}: the checkpoint's {fault}")
-        if int(chunks[:, 1].sum()) >= self.arena_bytes:
+        if int(chunks[:, 1].sum()) > self.arena_bytes:
             raise self._full(int(chunks[:, 1].sum()), 0)
         starts = np.cumsum(chunks[:, 1]) - chunks[:, 1]
         for (k, n, _), at in zip(chunks.tolist(), starts.tolist(), strict=True):
