@@ -87,21 +87,29 @@ def check_gather_min_bytes(value: Any) -> int:
 
 
 def check_keys(keys: Any) -> np.ndarray:
-    """``keys`` (``batch.keys``: a tensor or array of ints) as int64 [K], each >= 0.
+    """``keys`` (``batch.keys``: a tensor or array of 64-bit ints, or Python ints) as int64 [K], each >= 0.
 
-    Values are compared as given before the int64 cast, so a uint64 key 2**64 - 1 is quoted as
-    18446744073709551615, never as its int64 wrap -1.
+    A key packs the anchor's position above bit 28 (`replay.keys.encode_keys`), so a key cast to a
+    narrower integer type names another window (int32: the anchor's low bits, often step 0's): such
+    keys are refused, not cast back. Values are compared as given before the int64 cast, so a uint64
+    key 2**64 - 1 is quoted as 18446744073709551615, never as its int64 wrap -1.
 
     Raises
     ------
     TypeError
-        Not integers.
+        Not integers, or integers of fewer than 64 bits (int8 .. int32, uint8 .. uint32: the message
+        names ``keys`` and the dtype).
     ValueError
         A negative key, or one above 2**63 - 1 (the message names the first).
     """
     k = np.asarray(keys.detach().cpu().numpy() if isinstance(keys, torch.Tensor) else keys).reshape(-1)
     if k.size and k.dtype.kind not in "iu":
         raise TypeError(f"keys must be integers (batch.keys), got {k.dtype}")
+    if k.size and k.dtype.itemsize != 8:
+        raise TypeError(
+            f"keys must be 64-bit integers (batch.keys, int64), got {k.dtype}: a key cast to fewer bits "
+            "names another window; nothing was changed"
+        )
     if k.size and k.dtype.kind == "u" and k.max() > np.iinfo(np.int64).max:
         raise ValueError(
             f"key {int(k.max())} is above 2**63 - 1: keys are the int64 values of batch.keys; "
