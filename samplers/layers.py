@@ -315,7 +315,8 @@ class LayerLoop:
         relation_chain`). ``dst`` (and ``times``) the seeds' when the chain starts, else the previous
         layer's rows."""
         from samplers.kernels.cuda.relation_chain import sample_relations_bounded
-        from samplers.kernels.cuda.typed import sample_typed_bounded, start_typed_rows
+        from samplers.kernels.cuda.typed import sample_typed_bounded
+        from samplers.kernels.cuda.typed_chain import start_typed_rows
 
         csc, requests = self.typed_csc, None
         if csc is not None and times is None:
@@ -348,7 +349,7 @@ class LayerLoop:
     def _read_typed(self, pending: list, out: list) -> tuple[dict, dict | None]:
         """The chained typed layers, their sizes read back in one copy, appended to ``out`` (pending
         emptied); returns the next layer's destinations (device ids per type) and their times or None."""
-        from samplers.kernels.cuda.typed import read_typed
+        from samplers.kernels.cuda.typed_chain import read_typed
 
         dst, times = {}, None
         for src_nodes, count, indptr, local, eids, src_times, weights in read_typed(pending,

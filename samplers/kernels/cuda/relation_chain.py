@@ -7,7 +7,7 @@ sources (and each edge's time key, from its row) into its source type's region, 
 before it (their running total kept on the device; the edge ids and LABOR's edge weights stay in the
 relation's own outputs), and each source type is relabelled as the plain chain's
 layers are (`samplers.kernels.cuda.layer.relabel_rows`: by node, or by (node, time) with times). The
-sizes go into the call's chain (`samplers.kernels.cuda.typed.PendingTyped`, read by `read_typed` in one
+sizes go into the call's chain (`samplers.kernels.cuda.typed_chain.PendingTyped`, read by `read_typed` in one
 copy).
 
 >>> rows = start_typed_rows(frontier, ws, relations=len(rels), layers=2, times=seed_times)
@@ -25,7 +25,7 @@ from numba import cuda
 from samplers.kernels.cuda.launch import EDGE_THREADS, grid, kernel_stream, launch
 from samplers.kernels.cuda.layer import BoundedEdges, DeviceRows, relabel_rows
 from samplers.kernels.cuda.relabel import edge_time_keys_cuda
-from samplers.kernels.cuda.typed import PendingTyped, source_groups
+from samplers.kernels.cuda.typed_chain import PendingTyped, source_groups
 
 __all__ = ["pack_edges", "sample_relations_bounded"]
 

@@ -18,8 +18,8 @@ and LABOR relations keep their per-relation launches.
 When every relation of a layer takes the fused path at a fanout >= 0 (`TypedCsc.bounded`), the layer
 chains on the device as the plain graph's do (`samplers.kernels.cuda.layer`): `sample_typed_bounded`
 sizes its outputs by the upper bound ``D_t * fanout``, keeps every size in the call's chain, and
-relabels each source type with the plain chain's `...cuda.relabel.relabel_bounded`; `read_typed` reads
-a chain's sizes in one copy.
+relabels each source type with the plain chain's `...cuda.relabel.relabel_bounded`; the chain's record
+(`start_typed_rows`, `PendingTyped`, `read_typed`: its sizes in one copy) is `...cuda.typed_chain`.
 
 >>> csc = TypedCsc.build(indptr, indices, edge_ids, weights, uva=False)
 >>> out = sample_typed_layer(csc, frontier, [TypedRequest(rel, 10, key, False)], csc.excluded({}))
@@ -38,7 +38,7 @@ edge types.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,20 +47,21 @@ import numpy as np
 import torch
 from numba import cuda
 
-from samplers.kernels.cuda.arrays import concat, copy_into, empty, fill_with, no_excluded
+from samplers.kernels.cuda.arrays import concat, copy_into, empty, no_excluded
 from samplers.kernels.cuda.device import torch_dtypes
 from samplers.kernels.cuda.graph import CudaGraph
 from samplers.kernels.cuda.launch import EDGE_THREADS, ROW_THREADS, grid, kernel_stream, launch
-from samplers.kernels.cuda.layer import ChainOverflow, DeviceRows
+from samplers.kernels.cuda.layer import DeviceRows
 from samplers.kernels.cuda.relabel import relabel_bounded
 from samplers.kernels.cuda.rows import lower_bound, output_count, row_span
 from samplers.kernels.cuda.scan import exclusive_scan
+from samplers.kernels.cuda.typed_chain import PendingTyped, source_groups
 from samplers.kernels.cuda.uniform import THREAD_FANOUT_MAX, uniform_row
 from samplers.kernels.cuda.weighted import eligible_weighted, weighted_row
 from samplers.kernels.reference import SHORT_ROW_MAX
 
-__all__ = ["PendingTyped", "TypedCsc", "TypedEdges", "TypedRequest", "read_typed", "sample_typed_bounded",
-           "sample_typed_layer", "source_groups", "start_typed_rows", "typed_plan", "typed_rows"]
+__all__ = ["TypedCsc", "TypedEdges", "TypedRequest", "sample_typed_bounded", "sample_typed_layer",
+           "typed_plan", "typed_rows"]
 
 WEIGHTED = np.int64(1)
 """Item flag: the relation draws by weight."""
@@ -371,17 +372,6 @@ class TypedEdges:
     sources: dict
 
 
-def source_groups(relations: Sequence) -> dict[Any, list[int]]:
-    """The positions of ``relations`` (relations, or anything with a ``relation``) by source type: types
-    in first-occurrence order, positions in order. The one grouping of a typed layer's relations: the
-    fused layer's joined sources (`sample_typed_layer`), a chained layer's per-type regions
-    (`sample_typed_bounded`, `...cuda.relation_chain`)."""
-    groups: dict[Any, list[int]] = {}
-    for k, rel in enumerate(relations):
-        groups.setdefault(getattr(rel, "relation", rel)[0], []).append(k)
-    return groups
-
-
 def _plan_and_scan(csc: TypedCsc, frontier: Mapping[str, Any], requests: list[TypedRequest], excluded: Any,
                    launches: Counter, extra: np.ndarray, nrows: Any = None, ws: Any = None,
                    staging: str = "") -> tuple:
@@ -492,96 +482,6 @@ def sample_typed_layer(csc: TypedCsc, frontier: Mapping[str, Any], requests: lis
     return TypedEdges(out, sources)
 
 
-def start_typed_rows(frontier: Mapping[str, Any], ws: Any, relations: int, layers: int,
-                     times: Mapping[str, Any] | None = None) -> dict[str, DeviceRows]:
-    """Device int64 ids per node type [D_t] (and their device times, temporal) as the first rows of a
-    typed chain of up to ``layers`` layers over ``relations`` relations: their counts written on the
-    device (no read-back).
-
-    Returns
-    -------
-    dict str -> DeviceRows
-        Per type (in ``frontier``'s order, type i's count at ``chain[i]``), over one chain: the workspace's
-        device int64 [T + layers (2 R + 3 T)] sizes (reused by the next chain of this workspace).
-    """
-    n_types = len(frontier)
-    chain = ws.scratch("layer_sizes", n_types + layers * (2 * relations + 3 * n_types), np.int64)
-    rows = {}
-    for i, (t, ids) in enumerate(frontier.items()):
-        ids = ws.device_ids(ids, f"ids_{t}")
-        fill_with(chain[i:i + 1], int(ids.shape[0]), kernel_stream())
-        rows[t] = DeviceRows(ids, chain, i, None if times is None else times[t])
-    return rows
-
-
-@dataclass
-class PendingTyped:
-    """A typed layer sampled and relabelled on the device, its sizes not read yet (`sample_typed_bounded`).
-
-    Attributes
-    ----------
-    rows : dict str -> DeviceRows
-        The layer's destinations per node type.
-    next_rows : dict str -> DeviceRows
-        The next layer's destinations: a type's sources (its destinations and new nodes), counted on the
-        device; a type that no relation draws from keeps its rows.
-    relations : list
-        The sampled relations (requests' order).
-    rel_indptr, eids : dict Relation -> device int64 [Db_r + 1], [M_r] views at upper bounds
-    local : dict str -> device int64 [M_t]: each source type's local ids, its relations one after another
-    nnz_at : dict Relation -> int; end : int
-        Where each relation's edge count is in the chain; the chain's first unused entry.
-    capacity : dict Relation -> int or None
-        Each relation's output capacity where it may overflow (a LABOR relation's), else None.
-    grouped_eids : bool
-        ``eids`` are views of one array per source type, each relation's after the relations before it
-        in its type (`sample_typed_bounded`); False: each relation's own array, from its first edge
-        (`...cuda.relation_chain`).
-    edge_weights : dict Relation -> device float64 [M_r] or None
-        Each relation's edge weights from its first edge (a LABOR relation's, `...cuda.labor`), or None.
-    """
-
-    rows: dict
-    next_rows: dict
-    relations: list
-    rel_indptr: dict
-    eids: dict
-    local: dict
-    nnz_at: dict
-    end: int
-    capacity: dict | None = None
-    grouped_eids: bool = True
-    edge_weights: dict | None = None
-
-    def finish(self, values: Any) -> tuple[dict, dict, dict, dict, dict, dict | None, dict | None]:
-        """Views at the true sizes, ``values`` the chain's entries read back: (src_nodes per type [S_t],
-        dst counts per type, indptr [D + 1], local [nnz] and edge ids [nnz] per relation, src_times per
-        type [S_t] or None, edge weights [nnz] (float64) per weighting relation or None).
-
-        Raises
-        ------
-        samplers.kernels.cuda.layer.ChainOverflow
-            A relation kept more edges than its capacity.
-        """
-        count = {t: int(values[r.at]) for t, r in self.rows.items()}
-        src_nodes = {t: r.ids[:int(values[r.at])] for t, r in self.next_rows.items()}
-        timed = any(r.times is not None for r in self.next_rows.values())
-        src_times = {t: r.times[:int(values[r.at])] for t, r in self.next_rows.items()} if timed else None
-        indptr, local, eids, start, weights = {}, {}, {}, {}, {}
-        for rel in self.relations:
-            n, at = int(values[self.nnz_at[rel]]), start.get(rel[0], 0)
-            if self.capacity is not None and n > self.capacity[rel]:
-                raise ChainOverflow(f"relation {rel!r} kept {n} edges in a chained layer, past its capacity "
-                                    f"of {self.capacity[rel]}: sample the call again without chaining")
-            start[rel[0]] = at + n
-            indptr[rel] = self.rel_indptr[rel][:count[rel[2]] + 1]
-            local[rel] = self.local[rel[0]][at:at + n]
-            eids[rel] = self.eids[rel][at:at + n] if self.grouped_eids else self.eids[rel][:n]
-            if self.edge_weights is not None and self.edge_weights.get(rel) is not None:
-                weights[rel] = self.edge_weights[rel][:n]
-        return src_nodes, count, indptr, local, eids, src_times, weights or None
-
-
 def sample_typed_bounded(csc: TypedCsc, rows: Mapping[str, DeviceRows], requests: list[TypedRequest],
                          excluded: Any, ws: Any, at: int, launches: Counter | None = None) -> PendingTyped:
     """One typed layer sampled and relabelled per source type on the device, nothing read back: as
@@ -648,11 +548,3 @@ def sample_typed_bounded(csc: TypedCsc, rows: Mapping[str, DeviceRows], requests
                         rel_indptr=rel_ip, eids=rel_eids, local=local,
                         nnz_at={req.relation: at + k for k, req in enumerate(requests)},
                         end=at + n_rel + 3 * len(groups))
-
-
-def read_typed(pending: list[PendingTyped], ws: Any) -> list[tuple]:
-    """The layers of one typed chain, all their sizes read back in one copy: `PendingTyped.finish` of
-    each, in the order given (raises its `samplers.kernels.cuda.layer.ChainOverflow`)."""
-    chain = next(iter(pending[0].rows.values())).chain
-    values = ws.read(chain[:pending[-1].end])
-    return [block.finish(values) for block in pending]
