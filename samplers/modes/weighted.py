@@ -33,10 +33,13 @@ class WeightedMode(Mode):
         """CPU: the weights' `samplers.kernels.cpu.Masks` with the per-row prefix sums and positive
         counts (``relation.prefix`` and ``positive``: computed here once unless handed in, and kept there),
         on transparent huge pages when an array is `HUGE_TABLE_BYTES` or more (every row reads its own
-        random span of them: with 4 KiB pages nearly each one misses the TLB); the GPU's are built with
-        the relation's `CudaGraph`."""
+        random span of them: with 4 KiB pages nearly each one misses the TLB). CUDA: the relation's
+        `samplers.kernels.cuda.bounded.DegreeBound` (a chained layer of fanout -1 sizes its outputs by
+        it; the GPU's prefix sums are built with the relation's `CudaGraph`)."""
         if device != "cpu":
-            return None
+            from samplers.kernels.cuda.bounded import DegreeBound
+
+            return DegreeBound.of(relation.indptr)
         if relation.prefix is None or relation.positive is None:
             relation.prefix, relation.positive = cpu.weight_prefix(relation.indptr, relation.weights,
                                                                    team_size())
@@ -65,17 +68,19 @@ class WeightedMode(Mode):
         from samplers.kernels import cuda as ck
 
         return ck.sample_block_cuda(relation.cuda, request.dst, request.fanout, self.replace, request.key,
-                                    True, request.excluded, ws=workspace)
+                                    True, request.excluded, ws=workspace, degrees=state)
 
     def sample_edges_cuda(self, relation: RelationArrays, state: Any, request: LayerRequest,
                           workspace: Any, scratch: str = "src") -> Any:
-        from samplers.kernels.cuda.layer import sample_edges_bounded
+        from samplers.kernels.cuda.bounded import sample_edges_bounded
 
         return sample_edges_bounded(relation.cuda, request.dst, request.fanout, self.replace, request.key,
-                                    True, request.excluded, workspace, scratch)
+                                    True, request.excluded, workspace, scratch, degrees=state)
 
     def bounded_cuda(self, relation: RelationArrays, fanout: int) -> bool:
-        from samplers.kernels.cuda.layer import bounded_layer
+        """Every weighted layer chains on the device: at fanout >= 0 by ``D * fanout`` (the graph's prefix
+        sums), at -1 by a capacity from the degrees (`samplers.kernels.cuda.bounded.bounded_layer`)."""
+        from samplers.kernels.cuda.bounded import bounded_layer
 
         return bounded_layer(relation.cuda, fanout, True)
 

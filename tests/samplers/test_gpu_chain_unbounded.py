@@ -1,8 +1,8 @@
 """Plain-graph CUDA layers that once read their sizes back every layer now chain on the device: fanout -1
-(every in-edge, sized by a capacity from the degrees), uniform fanouts above the thread-per-row limit
-(a warp per row), and temporal layers with replacement (the prefix-sum inversion without per-edge
-scratch). Under numba's CUDA simulator in a subprocess (it must be chosen before numba.cuda is first
-imported), the script asserts for each:
+(every in-edge, sized by a capacity from the degrees; weighted rows: every edge of positive weight),
+uniform fanouts above the thread-per-row limit (a warp per row), and temporal layers with replacement
+(the prefix-sum inversion without per-edge scratch). Under numba's CUDA simulator in a subprocess (it
+must be chosen before numba.cuda is first imported), the script asserts for each:
 
 - the blocks equal the CPU sampler's for the same seed (exact, times included);
 - one read-back a call, counted by the library (`HostTraffic.readbacks`) and by wrapping the simulator's
@@ -10,7 +10,11 @@ imported), the script asserts for each:
 - a warm call copies no pageable host memory to the device (seed ids, seed times and excluded ids are
   staged page-locked): `cuda.to_device` and kernels' host-array arguments counted, zero;
 - a fanout -1 layer past its capacity is sampled again unchained (the same blocks, counted in
-  `chain_overflows`), and the edges per row it kept size the next call's capacity.
+  `chain_overflows`), and the edges per row it kept size the next call's capacity;
+- weighted fanout -1 keeps the uniform fanout -1 edges where every weight is positive;
+- the layer after a fanout -1 layer has at most N + (seeds - 1) rows (N nodes; the seeds may repeat,
+  every later row is a distinct node), however large the capacity, and that bound is met exactly with
+  the same seed repeated; rows that repeat more than their bound says read as an overflow.
 """
 
 from __future__ import annotations
@@ -65,7 +69,7 @@ SCRIPT = textwrap.dedent(
             for f in fields:
                 assert torch.equal(getattr(x, f), getattr(y, f)), (what, f, getattr(x, f), getattr(y, f))
 
-    def check(fanouts, what, calls=2, overflows=0, **kw):
+    def check(fanouts, what, calls=2, overflows=0, seeds=seeds, **kw):
         timed = "edge_times" in kw
         cpu_s = NeighborSampler(graph, fanouts, seed=3, **kw)
         gpu_s = NeighborSampler(graph, fanouts, seed=3, device="cuda", **kw)
@@ -84,7 +88,7 @@ SCRIPT = textwrap.dedent(
                 assert copies.seen["pageable"] == 0, (what, copies.seen)
                 assert used.pinned_copies == 2 + timed and used.scratch_allocations == 0, (what, used)
         assert gpu_s.loop.traffic.chain_overflows == overflows, (what, gpu_s.loop.traffic)
-        return gpu_s
+        return gpu_s, got
 
     check([-1, 2], "fanout -1 first")
     check([2, -1], "fanout -1 inner", calls=1)
@@ -94,10 +98,42 @@ SCRIPT = textwrap.dedent(
     check([3], "temporal weighted with replacement", calls=1, edge_times=etimes, weights=weights,
           replace=True)
     check([-1], "temporal fanout -1", calls=1, edge_times=etimes)
+    check([-1, 2], "weighted fanout -1 first", weights=weights)  # zero weights: never kept
+    check([2, -1], "weighted fanout -1 inner", calls=1, weights=weights)
+    _, got = check([-1, -1], "weighted fanout -1, positive weights", calls=1, weights=weights + 0.5)
+    _, want = check([-1, -1], "uniform fanout -1", calls=1)
+    same(want, got, "weighted fanout -1 = uniform fanout -1", False)
+    check([2, -1], "repeated seeds, fanout -1 first", calls=1, seeds=torch.zeros(4, dtype=torch.int64))
+
+    # the rows after a fanout -1 layer: capped at N + repeats (here 12 + 3), not the seeds + the capacity
+    from dataclasses import replace as with_
+    from samplers.kernels.cuda.graph import CudaGraph
+    from samplers.kernels.cuda.layer import ChainOverflow, read_blocks, sample_block_cuda, start_rows
+    from samplers.kernels.cuda.workspace import CudaWorkspace
+    cg, ws = CudaGraph.build(graph.indptr, graph.indices), CudaWorkspace()
+    deg = bounded.DegreeBound.of(graph.indptr.numpy())
+    rows = start_rows(np.zeros(4, np.int64), ws, 2)
+    first = sample_block_cuda(cg, rows, -1, False, 11, ws=ws, degrees=deg)
+    second = sample_block_cuda(cg, first.next_rows, 2, False, 12, ws=ws, degrees=deg)
+    assert first.local.shape[0] == 4 * 80 and first.src_nodes.shape[0] == n + 3, first.src_nodes.shape
+    assert second.local.shape[0] == (n + 3) * 2, second.local.shape  # not (4 + 320) * 2
+    (_, nodes, local, _, _), (indptr2, _, _, _, _) = read_blocks([first, second], ws)
+    assert nodes.shape[0] == n + 3 and indptr2.shape[0] == n + 4  # every node reached: the bound is met
+    nodes, local = nodes.copy_to_host(), local.copy_to_host()
+    assert sorted(nodes[4:]) == list(range(1, n))
+    assert np.array_equal(nodes[local], np.tile(graph.indices.numpy()[:80], 4))  # every edge of node 0
+    rows = with_(start_rows(np.zeros(4, np.int64), ws, 1), repeats=0)  # a wrong bound: an overflow
+    block = sample_block_cuda(cg, rows, 60, False, 11, ws=ws)  # 60 of node 0's 80 edges, 4 times
+    assert block.src_nodes.shape[0] == n  # 4 rows + 11 new nodes do not fit: nothing written past it
+    try:
+        read_blocks([block], ws)
+        raise AssertionError("no ChainOverflow")
+    except ChainOverflow as err:
+        assert "past its capacity of 12" in str(err), err
 
     # past the capacity: sampled again unchained (the same blocks); the kept edges per row are recorded
     bounded.FULL_SLACK, bounded.FULL_EXTRA = 0.0, 1
-    s = check([-1, 1], "overflow", calls=1, overflows=1)
+    s, _ = check([-1, 1], "overflow", calls=1, overflows=1)
     (ws,) = s.loop.cuda_workspaces.values()
     assert ws.edge_rate("src@3") > 1, ws.edge_rate("src@3")  # the layer after the seeds' (3 sizes a layer)
     bounded.FULL_SLACK, bounded.FULL_EXTRA = 2.0, 1024
@@ -122,6 +158,8 @@ def test_full_capacity_is_bounded_by_the_degrees_and_learns_the_rate() -> None:
     assert full_capacity(1, deg, True) == 7  # one row: its degree at most
     assert full_capacity(4, deg, True) == 12  # distinct rows: every edge at most
     assert full_capacity(4, deg, False) == 28  # rows by time repeat nodes: 4 x the max degree
+    assert full_capacity(4, deg, True, repeats=1) == 12 + 7  # one repeated row: E + its max degree
+    assert full_capacity(4, deg, True, repeats=3) == 28
     big = DegreeBound(10_000, 10**9, 5.0)
     assert full_capacity(100, big, True) == int(FULL_SLACK * 100 * 5.0) + FULL_EXTRA
     assert full_capacity(100, big, True, rate=50.0) == int(FULL_SLACK * 100 * 50.0) + FULL_EXTRA

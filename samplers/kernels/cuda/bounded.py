@@ -5,7 +5,8 @@ A layer of a chain (`samplers.kernels.cuda.layer.DeviceRows` in: rows whose coun
 sizes its outputs without a size from the host: by ``D * fanout`` (D the rows' upper bound) for uniform
 rows (a thread per row up to `THREAD_FANOUT_MAX`, else a warp per row and a thread per edge to gather),
 weighted rows (a thread per row) and masked rows by time (a warp per row, with or without replacement);
-at fanout -1 by a capacity from the rows' degrees (`full_capacity`, `DegreeBound`), past which the
+at fanout -1 (uniform rows a thread per edge; weighted rows, whose zero weights are never kept, and rows
+by time a warp per row) by a capacity from the rows' degrees (`full_capacity`, `DegreeBound`), past which the
 chain's read-back shows an overflow (`samplers.kernels.cuda.layer.ChainOverflow`) and the caller samples
 the call again unchained. The edges are relabelled by `samplers.kernels.cuda.layer.relabel_chained`
 (plain chains) or per source type (`samplers.kernels.cuda.relation_chain`).
@@ -47,13 +48,13 @@ def bounded_layer(graph: CudaGraph, fanout: int, weighted: bool, timed: bool = F
     """Whether a layer's outputs are sized without a size from the host, so that `sample_block_cuda`
     chains it without read-backs: by ``fanout`` per row (uniform rows, with or without replacement;
     weighted rows with prefix sums; masked rows by time (``timed``), with or without replacement), or,
-    at fanout -1 (uniform rows, or masked rows by time), by a capacity from the rows' degrees
-    (`full_capacity`) that the chain's read-back checks. Weighted rows without times chain at fanout
-    >= 0 only, on a graph with prefix sums. (``replace`` does not change the answer.)"""
+    at fanout -1 (uniform, weighted or masked rows by time), by a capacity from the rows' degrees
+    (`full_capacity`) that the chain's read-back checks. Weighted rows without times at fanout >= 0
+    need a graph with prefix sums. (``replace`` does not change the answer.)"""
     if timed:
         return True
     if weighted:
-        return fanout >= 0 and graph.prefix is not None
+        return fanout < 0 or graph.prefix is not None
     return True
 
 
@@ -79,15 +80,18 @@ class DegreeBound:
         return cls(int(np.diff(indptr).max()) if n else 0, edges, edges / max(n, 1))
 
 
-def full_capacity(d_bound: int, degrees: DegreeBound, distinct_rows: bool, rate: float = 0.0) -> int:
+def full_capacity(d_bound: int, degrees: DegreeBound, distinct_rows: bool, rate: float = 0.0,
+                  repeats: int = 0) -> int:
     """The output capacity of a chained layer of fanout -1 over ``d_bound`` rows (an upper bound of its
     row count): ``min(bound, FULL_SLACK * d_bound * max(mean_degree, rate) + FULL_EXTRA)``, where bound
-    is ``d_bound * max_degree``, and at most E where the rows are distinct nodes (``distinct_rows``:
-    without times; repeated seeds may pass it). ``rate`` is the edges per row a previous call's layer
-    kept (`CudaWorkspace.edge_rate`). A layer past it overflows (`ChainOverflow` at the chain's read)."""
+    is ``d_bound * max_degree``, and at most ``E + repeats * max_degree`` where the rows are nodes
+    (``distinct_rows``: without times), ``repeats`` an upper bound of their repeated entries
+    (`samplers.kernels.cuda.layer.DeviceRows.repeats`; 0 where unknown: repeated rows may pass it).
+    ``rate`` is the edges per row a previous call's layer kept (`CudaWorkspace.edge_rate`). A layer past
+    it overflows (`ChainOverflow` at the chain's read)."""
     bound = d_bound * degrees.max_degree
     if distinct_rows:
-        bound = min(bound, degrees.edges)
+        bound = min(bound, degrees.edges + repeats * degrees.max_degree)
     guess = int(FULL_SLACK * d_bound * max(degrees.mean_degree, rate)) + FULL_EXTRA
     return max(min(bound, guess), 1)
 
@@ -131,20 +135,16 @@ def sample_edges_bounded(graph: CudaGraph, rows: DeviceRows, fanout: int, replac
     Raises
     ------
     ValueError
-        ``weighted`` on a graph without weights, weighted rows without times at fanout -1 (not bounded),
-        or fanout -1 without ``degrees``.
+        ``weighted`` on a graph without weights, or fanout -1 without ``degrees``.
     """
     if weighted and not graph.weighted:
         raise ValueError("weighted=True needs a CudaGraph built with weights")
     if fanout < 0 and degrees is None:
         raise ValueError("fanout -1 in a chain needs the graph's DegreeBound (degrees=...) to size its "
                          "outputs")
-    if graph.timed and rows.times is not None:
+    if (graph.timed and rows.times is not None) or (weighted and fanout < 0):
         return _masked_edges(graph, rows, fanout, replace, key, weighted, excluded, ws, scratch, degrees)
     if fanout < 0:
-        if weighted:
-            raise ValueError("weighted rows without times chain at fanout >= 0 only, got fanout=-1 "
-                             "(bounded_layer is False): read the pending blocks first")
         return _all_edges(graph, rows, excluded, ws, scratch, degrees)
     if not weighted and fanout > THREAD_FANOUT_MAX:
         return _warp_edges(graph, rows, fanout, replace, key, excluded, ws, scratch)
@@ -183,7 +183,8 @@ def _capacity(rows: DeviceRows, ws: Any, scratch: str, degrees: DegreeBound,
               distinct_rows: bool) -> tuple[int, str]:
     """A chained fanout -1 layer's capacity and its edge rate's name (by scratch array and chain slot)."""
     rate = f"{scratch}@{rows.at}"
-    return full_capacity(int(rows.ids.shape[0]), degrees, distinct_rows, ws.edge_rate(rate)), rate
+    return full_capacity(int(rows.ids.shape[0]), degrees, distinct_rows, ws.edge_rate(rate),
+                         rows.repeats or 0), rate
 
 
 def _all_edges(graph: CudaGraph, rows: DeviceRows, excluded: Any, ws: Any, scratch: str,
@@ -243,14 +244,17 @@ def _warp_edges(graph: CudaGraph, rows: DeviceRows, fanout: int, replace: bool, 
 
 def _masked_edges(graph: CudaGraph, rows: DeviceRows, fanout: int, replace: bool, key: int, weighted: bool,
                   excluded: Any, ws: Any, scratch: str, degrees: DegreeBound | None) -> BoundedEdges:
-    """`sample_edges_bounded`'s masked rows by time (a warp per row): at ``Db * fanout``, or at fanout
-    -1 at the capacity (rows by time repeat nodes: the bound is not capped by E)."""
+    """`sample_edges_bounded`'s masked rows (a warp per row): by time, or weighted rows without times at
+    fanout -1 (every eligible edge: positive weight, not excluded); at ``Db * fanout``, or at fanout -1
+    at the capacity (rows by time repeat nodes: the bound is not capped by E)."""
     stream = kernel_stream()
-    dst, nrow, dst_times = rows.ids, rows.count, rows.times
+    dst, nrow = rows.ids, rows.count
+    timed = graph.timed and rows.times is not None
+    dst_times = rows.times if timed else graph.times[:1]
     d_bound = int(dst.shape[0])
     rate = None
     if fanout < 0:
-        bound, rate = _capacity(rows, ws, scratch, degrees, False)
+        bound, rate = _capacity(rows, ws, scratch, degrees, not timed)
     else:
         bound = d_bound * int(fanout)
     m = max(d_bound, 1)
@@ -262,8 +266,8 @@ def _masked_edges(graph: CudaGraph, rows: DeviceRows, fanout: int, replace: bool
     fanout, weighted, replace = np.int64(fanout), bool(weighted), bool(replace)
     if d_bound:
         launch(plan_masked, (row_blocks, WARP), graph.indptr, dst, nrow, fanout, replace, graph.weights,
-               weighted, graph.times, dst_times, True, excl, row_start, row_raw, row_deg, row_exlo, row_exhi,
-               counts, stream=stream)
+               weighted, graph.times, dst_times, timed, excl, row_start, row_raw, row_deg, row_exlo,
+               row_exhi, counts, stream=stream)
     out_indptr, _ = exclusive_scan(counts[:d_bound], stream, ws, ws.output(d_bound + 1, np.int64),
                                    read_total=False)
     nnz = out_indptr[d_bound:]
@@ -273,7 +277,7 @@ def _masked_edges(graph: CudaGraph, rows: DeviceRows, fanout: int, replace: bool
     if bound and d_bound:
         launch(choose_masked, (row_blocks, WARP), dst, row_start, row_raw, row_deg, row_exlo, row_exhi,
                out_indptr, fanout, replace, np.uint64(key), graph.weights, weighted, graph.times, dst_times,
-               True, excl, pos, stream=stream)
+               timed, excl, pos, stream=stream)
         launch(gather, (grid(bound, EDGE_THREADS), EDGE_THREADS), graph.indices, graph.edge_ids,
                graph.has_eids, pos, nnz, src, eids, stream=stream)
     return BoundedEdges(out_indptr, src, eids, nnz, rate)

@@ -68,12 +68,17 @@ class DeviceRows:
     at : int
     times : device int64/float64 [Db] or None
         Temporal sampling: each row's time (no -0.0).
+    repeats : int or None
+        An upper bound of the rows' repeated entries (entries less distinct nodes), or None (unknown): a
+        plain chain's rows are its seeds, then distinct nodes not among them, so at most ``seeds - 1``.
+        Without times the next rows number at most N + repeats (`relabel_chained`'s cap).
     """
 
     ids: Any
     chain: Any
     at: int
     times: Any = None
+    repeats: int | None = None
 
     @property
     def count(self) -> Any:
@@ -84,9 +89,10 @@ class DeviceRows:
 @dataclass
 class PendingBlock:
     """A `bounded_layer` layer sampled and relabelled on the device, its sizes not read yet: device
-    arrays at their upper bounds (``out_indptr`` [Db + 1], ``src_nodes`` [Db + M], ``local`` [M],
-    ``eids`` [M], M = Db * fanout or 1; temporal: ``src_times`` [Db + M], else None), the true sizes in
-    ``rows.chain`` after ``rows.at``."""
+    arrays at their upper bounds (``out_indptr`` [Db + 1], ``src_nodes`` [Db + M] or fewer (capped by
+    the graph's nodes: `relabel_chained`), ``local`` [M], ``eids`` [M], M = Db * fanout or 1, or a
+    capacity; temporal: ``src_times`` [Db + M], else None), the true sizes in ``rows.chain`` after
+    ``rows.at``."""
 
     out_indptr: Any
     src_nodes: Any
@@ -101,7 +107,8 @@ class PendingBlock:
     @property
     def next_rows(self) -> DeviceRows:
         """The next layer's destinations: this block's sources (and their times), counted on the device."""
-        return DeviceRows(self.src_nodes, self.rows.chain, self.rows.at + 3, self.src_times)
+        return DeviceRows(self.src_nodes, self.rows.chain, self.rows.at + 3, self.src_times,
+                          self.rows.repeats)
 
     def finish(self, sizes: list[int]) -> tuple[Any, Any, Any, Any, Any]:
         """(out_indptr [D + 1], src_nodes [S], local [nnz], eids [nnz], src_times [S] or None): views at
@@ -110,12 +117,16 @@ class PendingBlock:
         Raises
         ------
         ChainOverflow
-            nnz exceeds the block's capacity (a chained LABOR layer's: its rows were not all written).
+            nnz exceeds the block's capacity (a chained LABOR or fanout -1 layer's: its rows were not all
+            written), or D + new its sources' (``src_nodes``' length: not all written).
         """
         d, nnz, new = sizes
         if nnz > self.local.shape[0]:
             raise ChainOverflow(f"a chained layer kept {nnz} edges, past its capacity of "
                                 f"{self.local.shape[0]}: sample the call again without chaining")
+        if d + new > self.src_nodes.shape[0]:
+            raise ChainOverflow(f"a chained layer has {d + new} sources, past its capacity of "
+                                f"{self.src_nodes.shape[0]}: sample the call again without chaining")
         times = None if self.src_times is None else self.src_times[:d + new]
         return self.out_indptr[:d + 1], self.src_nodes[:d + new], self.local[:nnz], self.eids[:nnz], times
 
@@ -129,12 +140,13 @@ def start_rows(ids: Any, ws: Any, layers: int, times: Any = None) -> DeviceRows:
     DeviceRows
         ``ids`` device int64 [D]; ``chain`` the workspace's device int64 [3 * layers + 1] sizes (reused by
         the next chain of this workspace); ``at`` 0; ``times`` the rows' device times [D] (temporal) or
-        None.
+        None; ``repeats`` D - 1 (the seeds may repeat).
     """
     ids = ws.device_ids(ids)
     chain = ws.scratch("layer_sizes", 3 * layers + 1, np.int64)
-    fill_with(chain[:1], int(ids.shape[0]), kernel_stream())
-    return DeviceRows(ids, chain, 0, times)
+    count = int(ids.shape[0])
+    fill_with(chain[:1], count, kernel_stream())
+    return DeviceRows(ids, chain, 0, times, max(count - 1, 0))
 
 
 def read_blocks(pending: list[PendingBlock], ws: Any) -> list[tuple[Any, Any, Any, Any, Any]]:
@@ -345,7 +357,8 @@ def sample_block_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, ke
     if ws is not None and bounded_layer(graph, fanout, weighted, timed, replace) and (chained or fanout >= 0):
         rows = dst if chained else start_rows(dst, ws, 1)
         block = relabel_chained(rows, sample_edges_bounded(graph, rows, fanout, replace, key, weighted,
-                                                           excluded, ws, degrees=degrees), ws)
+                                                           excluded, ws, degrees=degrees), ws,
+                                num_nodes=int(graph.indptr.shape[0]) - 1)
         return block if chained else read_blocks([block], ws)[0][:4]
     if chained:
         raise ValueError(f"dst: DeviceRows need a workspace and a bounded layer, got fanout={fanout}, "
@@ -356,22 +369,26 @@ def sample_block_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, ke
     return out_indptr, src_nodes, local, eids
 
 
-def relabel_chained(rows: DeviceRows, edges: BoundedEdges, ws: Any) -> PendingBlock:
+def relabel_chained(rows: DeviceRows, edges: BoundedEdges, ws: Any,
+                    num_nodes: int | None = None) -> PendingBlock:
     """A plain chain's layer relabelled on the device (by (node, time) when the rows have times: each
     edge takes its row's time), its sizes (edges, new sources, next rows) written after ``rows.at`` in
     its chain, nothing read back: a `PendingBlock` at the upper bounds of ``edges`` (M = ``edges.src``'s
-    length; an edge count past M, a LABOR overflow, raises `ChainOverflow` when the block is read)."""
+    length; an edge count past M, a LABOR or fanout -1 overflow, raises `ChainOverflow` when the block is
+    read). Given the graph's node count N (``num_nodes``), rows without times and with known
+    ``rows.repeats`` cap the sources (the next layer's rows) at N + repeats, however large M is (a layer
+    of fanout -1: M its capacity); a count past it (not possible for valid ids) reads as an overflow."""
     tkey = None
     if rows.times is not None:
         tkey = edge_time_keys_cuda(edges.out_indptr, rows.times,
                                    ws.scratch("edge_tkey", edges.src.shape[0], np.int64))
     src_nodes, src_times, local = relabel_rows(rows, edges.src, tkey, edges.nnz, ws,
-                                               rows.chain[rows.at + 1:rows.at + 4])
+                                               rows.chain[rows.at + 1:rows.at + 4], num_nodes)
     return PendingBlock(edges.out_indptr, src_nodes, local, edges.eids, rows, src_times, edges.rate)
 
 
-def relabel_rows(rows: DeviceRows, src: Any, edge_tkey: Any, nnz: Any, ws: Any,
-                 sizes: Any) -> tuple[Any, Any, Any]:
+def relabel_rows(rows: DeviceRows, src: Any, edge_tkey: Any, nnz: Any, ws: Any, sizes: Any,
+                 num_nodes: int | None = None) -> tuple[Any, Any, Any]:
     """A chain's sources relabelled after its rows on the device, nothing read back: by (node, time key)
     when the rows have times (`relabel.relabel_pairs_bounded`), else by node (`relabel.relabel_bounded`).
     Plain chains (`relabel_chained`) and typed chains (`samplers.kernels.cuda.relation_chain`, once per
@@ -382,13 +399,15 @@ def relabel_rows(rows: DeviceRows, src: Any, edge_tkey: Any, nnz: Any, ws: Any,
     rows : DeviceRows; src : device int32/int64 [M] (the first ``nnz[0]`` valid, M an upper bound);
     edge_tkey : device int64 [M], each source's time key (`relabel.edge_time_keys_cuda`), or None
     without times; nnz : device int64 [1]; ws : CudaWorkspace; sizes : device int64 [3], written (nnz,
-    new sources, rows + new)
+    new sources, rows + new); num_nodes : int or None (the sources' id range N: without times, caps
+    ``src_nodes`` at N + ``rows.repeats`` where known, `relabel.relabel_bounded`)
 
     Returns
     -------
-    (src_nodes [Db + M], src_times [Db + M] or None, local [M]): device arrays at their upper bounds.
+    (src_nodes [Db + M] or fewer, src_times [Db + M] or None, local [M]): device arrays at their upper
+    bounds.
     """
     if rows.times is None:
-        src_nodes, local = relabel_bounded(rows.ids, rows.count, src, nnz, ws, sizes)
+        src_nodes, local = relabel_bounded(rows.ids, rows.count, src, nnz, ws, sizes, num_nodes, rows.repeats)
         return src_nodes, None, local
     return relabel_pairs_bounded(rows.ids, rows.times, rows.count, src, edge_tkey, nnz, ws, sizes)

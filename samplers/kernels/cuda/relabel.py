@@ -84,14 +84,16 @@ def hash_first(src, d_count, keys, vals, mask, first, flags):  # pragma: no cove
 @cuda.jit(device=True)
 def _write_out(dst, src, first, flags, newid, src_nodes, local, d_count, i):  # pragma: no cover - device
     """Entry i of (destinations, sources): a destination copied to its own place; a source's local id,
-    and the node itself at its new id if this is its first occurrence."""
+    and the node itself at its new id if this is its first occurrence. Nodes past ``src_nodes``' end (a
+    bounded relabelling's overflow, seen when its sizes are read) are not written."""
     if i < d_count:
-        src_nodes[i] = dst[i]
+        if i < src_nodes.shape[0]:
+            src_nodes[i] = dst[i]
     else:
         j = i - d_count
         f = first[j]
         local[j] = f if f < d_count else d_count + newid[f - d_count]
-        if flags[j]:
+        if flags[j] and d_count + newid[j] < src_nodes.shape[0]:
             src_nodes[d_count + newid[j]] = src[j]
 
 
@@ -332,7 +334,8 @@ def relabel_cuda(dst: Any, src: Any, ws: Any = None) -> tuple[Any, Any]:
     return src_nodes, local
 
 
-def relabel_bounded(dst: Any, nrow: Any, src: Any, nnz: Any, ws: Any, sizes: Any) -> tuple[Any, Any]:
+def relabel_bounded(dst: Any, nrow: Any, src: Any, nnz: Any, ws: Any, sizes: Any,
+                    num_nodes: int | None = None, repeats: int | None = None) -> tuple[Any, Any]:
     """Relabel the first ``nnz[0]`` of ``src`` after the first ``nrow[0]`` of ``dst`` (counts that stay
     on the device) without reading anything back: outputs at their upper bounds, and the true sizes
     written on the device. Plain chains (`samplers.kernels.cuda.layer`) and typed chains
@@ -345,16 +348,22 @@ def relabel_bounded(dst: Any, nrow: Any, src: Any, nnz: Any, ws: Any, sizes: Any
     nnz : device int64 [1], the sources' count (e.g. a layer's ``out_indptr[Db:]``, or ``sizes[:1]``)
     ws : CudaWorkspace
     sizes : device int64 [3], written: (nnz, new sources, ``nrow[0]`` + new)
+    num_nodes : int or None
+        The nodes' id range N (every id in [0, N)): at most N distinct nodes size the hash table.
+    repeats : int or None
+        With ``num_nodes``, an upper bound of the rows' repeated entries (entries less distinct nodes):
+        ``nrow[0]`` + new <= N + repeats sizes ``src_nodes``; None: ``Db + M``. A count past it is
+        written into ``sizes`` as it is, its nodes past the end not written (the caller's overflow).
 
     Returns
     -------
-    src_nodes : device int64 [Db + M], the first ``nrow[0]`` + new valid; local : device int64 [M], the
-    first nnz valid
+    src_nodes : device int64 [min(Db + M, N + repeats)], the first ``nrow[0]`` + new valid; local :
+    device int64 [M], the first nnz valid
     """
     stream = kernel_stream()
     bound = src.shape[0]
     total = dst.shape[0] + bound
-    cap = _capacity(total)
+    cap = _capacity(total if num_nodes is None else min(total, num_nodes))
     keys, vals = _hash_table(cap, stream, ws)
     mask = np.int64(cap - 1)
     threads = EDGE_THREADS
@@ -365,7 +374,8 @@ def relabel_bounded(dst: Any, nrow: Any, src: Any, nnz: Any, ws: Any, sizes: Any
     launch(hash_first_upto, (grid(bound, threads), threads), src, nrow, nnz, keys, vals, mask, first, flags,
            stream=stream)
     newid, _ = exclusive_scan(flags, stream, ws, ws.scratch("newid", bound + 1, np.int64), read_total=False)
-    src_nodes = ws.output(total, np.int64)
+    rows_out = total if num_nodes is None or repeats is None else min(total, num_nodes + repeats)
+    src_nodes = ws.output(rows_out, np.int64)
     local = ws.output(bound, np.int64)
     launch(relabel_out_upto, (grid(total, threads), threads), dst, nrow, src, nnz, first, flags, newid,
            src_nodes, local, sizes, stream=stream)
