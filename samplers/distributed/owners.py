@@ -236,10 +236,6 @@ class OwnerKeeper:
         self.name, self.options, self.args = name, dict(options), tuple(args)
         self.started: dict[int, Any] = {}  # part -> the owner started last (held, so that it lives on)
 
-    def pid(self) -> int:
-        """The keeper's process id (its answer also says it is up)."""
-        return os.getpid()
-
     def start(self, part: int) -> Any:
         """Owner ``part``'s actor handle: the live one under its name when another group started it
         again already, else a new one (the caller killed the old one; the new one may still be loading).
@@ -400,8 +396,6 @@ class RayOwners(_Owners):
         try:
             if not attach:
                 self._get({p: a.freeze_gc.remote() for p, a in enumerate(self.actors)}, "freeze_gc")
-                if self._keeper is not None:  # up now: a restart does not wait for its process
-                    ray.get(self._keeper.pid.remote())
             infos = self._get({p: a.info.remote() for p, a in enumerate(self.actors)}, "info")
             self.infos = [self._checked(p, infos[p]) for p in range(self.num_parts)]
         except BaseException:
