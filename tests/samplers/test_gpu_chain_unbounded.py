@@ -173,8 +173,8 @@ def test_full_capacity_is_bounded_by_the_degrees_and_learns_the_rate() -> None:
 
 @pytest.mark.gpu
 def test_gpu_unbounded_layers_read_back_once_per_call() -> None:
-    """On a GPU: fanout -1, a fanout above 64 and temporal layers with replacement chain on the device (one
-    read-back a call) and give the CPU's blocks."""
+    """On a GPU: fanout -1 (uniform and weighted), a fanout above 64 and temporal layers with replacement
+    chain on the device (one read-back a call) and give the CPU's blocks."""
     from graphrl.graph import CSCGraph
     from samplers.neighbor import NeighborSampler
 
@@ -182,13 +182,15 @@ def test_gpu_unbounded_layers_read_back_once_per_call() -> None:
     n, e = 3000, 60000
     graph = CSCGraph.from_edges(rng.integers(0, n, e), rng.integers(0, n, e), n)
     times = torch.from_numpy(rng.integers(0, 100, e))
-    cases = [([-1, 5], {}), ([100, 3], {}), ([5, -1], {}), ([10, 5], {"edge_times": times, "replace": True})]
+    weights = torch.from_numpy(rng.random(e) * (rng.random(e) < 0.9))
+    cases = [([-1, 5], {}), ([100, 3], {}), ([5, -1], {}), ([10, 5], {"edge_times": times, "replace": True}),
+             ([5, -1, -1], {"weights": weights})]
     for fanouts, kw in cases:
         cpu_s = NeighborSampler(graph, fanouts, seed=1, **kw)
         gpu_s = NeighborSampler(graph, fanouts, seed=1, device="cuda", **kw)
         for _ in range(2):
             seeds = torch.from_numpy(rng.integers(0, n, 64))
-            call = {"seed_times": torch.from_numpy(rng.integers(50, 150, 64))} if kw else {}
+            call = {"seed_times": torch.from_numpy(rng.integers(50, 150, 64))} if "edge_times" in kw else {}
             before = gpu_s.loop.traffic.snapshot()
             got = gpu_s.sample(seeds, **call)
             used = gpu_s.loop.traffic.since(before)
