@@ -5,7 +5,8 @@ smaller layer on several threads in about `CHUNKS_PER_THREAD` chunks a thread) o
 and `graphrl.kernels.parallel_for`'s helper team, which claim chunks dynamically; relabelling is
 sequential and pipelined with them: the calling thread relabels the destinations while the helpers
 start, then chunk r as soon as it is sampled, and samples chunks itself when it would otherwise wait
-(it never waits for a chunk that no helper has claimed).
+(it never waits for a chunk that no helper has claimed). A uniform layer on the calling thread alone
+(one thread, or one chunk) runs as one kernel call.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
 """Pass 1 of a layer: each destination row's start, degree (minus excluded or ineligible edges) and
 output count, and the prefix sum that turns counts into output offsets.
 
-`plan` runs it over a layer (in chunks of rows on the helper threads when the layer is large); the
-row loops prefetch the row pointer of the row 16 ahead.
+`plan` runs it over a layer (in chunks of rows on the helper threads when the layer is large; on one
+thread the counts, offsets and chunk bounds come out of one pass, `plan_rows_summed`); the row loops
+prefetch the row pointer of the row 16 ahead and are compiled once per combination of weight counts and
+exclusions.
 """
 
 from __future__ import annotations
