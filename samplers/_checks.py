@@ -116,24 +116,28 @@ def check_seed_and_replace(seed, replace) -> None:
     ValueError
         ``seed`` outside [0, 2**64).
     """
-    if seed is not None:
-        check_seed("seed", seed)
+    check_seed("seed", seed, allow_none=True)
     if not isinstance(replace, (bool, np.bool_)):
         raise TypeError(f"replace must be a bool, got {replace!r}")
 
 
-def check_seed(name: str, value) -> int:
-    """An RNG seed: an int in [0, 2**64) (`SEED_LIMIT`; bools rejected), as a Python int.
+def check_seed(name: str, value, allow_none: bool = False) -> int | None:
+    """An RNG seed: an int in [0, 2**64) (`SEED_LIMIT`; bools rejected), as a Python int; None passes
+    through where ``allow_none`` (an argument whose None means "unseeded").
 
     Raises
     ------
     TypeError
-        Not an int (bools, floats and strings included).
+        Not an int (bools, floats and strings included), or None without ``allow_none``; the message
+        offers None only where it is accepted.
     ValueError
         Outside [0, 2**64).
     """
+    if value is None and allow_none:
+        return None
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int or None, got {value!r}")
+        allowed = "an int or None" if allow_none else "an int"
+        raise TypeError(f"{name} must be {allowed}, got {value!r}")
     value = int(value)
     if not 0 <= value < SEED_LIMIT:
         raise ValueError(f"{name} must be in [0, 2**64), got {value}")

@@ -43,7 +43,7 @@ from samplers._optional import LazyBase
 from samplers.hetero import HeteroGraph, HeteroNeighborSampler
 from samplers.interop import block_to_dgl, hetero_block_to_dgl
 from samplers.neighbor import NeighborSampler
-from samplers.protocol import check_same_edges, check_sampler
+from samplers.protocol import check_same_edges, check_same_typed_edges, check_sampler
 
 __all__ = ["DglSampler"]
 
@@ -68,10 +68,14 @@ class DglSampler(LazyBase):
     mask : str or None
         Name of a boolean edge feature: only edges where it is true are drawn (DGL's ``mask``).
     sampler : Sampler or None
-        A `samplers.Sampler` (a `LaborSampler`, say) over the `CSCGraph` of the homogeneous DGL graph
-        that will be sampled, built as ``CSCGraph.from_edges(*g.edges(order="eid"), g.num_nodes())`` so
-        the edge ids agree; it then draws every batch (``fanouts``, ``replace``, ``prob``, ``mask`` are
-        not used; in a DataLoader worker its seed is mixed as above). None: our samplers per DGL graph.
+        A `samplers.Sampler` (a `LaborSampler`, say) over the graph of the DGL graph that will be
+        sampled: for a homogeneous one, the `CSCGraph` built as ``CSCGraph.from_edges(*g.edges(
+        order="eid"), g.num_nodes())``; for a heterograph, the `HeteroGraph` built as
+        ``HeteroGraph.from_edges({t: g.num_nodes(t)}, {et: g.edges(order="eid", etype=et)})`` over
+        ``g.ntypes`` and ``g.canonical_etypes`` in DGL's order, so the edge ids agree (checked edge by
+        edge once per graph); it then draws every batch (``fanouts``, ``replace``, ``prob``, ``mask``
+        are not used; in a DataLoader worker its seed is mixed as above). Blocks' ``edge_weights`` come
+        as ``edata["edge_weights"]``. None: our samplers per DGL graph.
 
     Raises
     ------
@@ -118,8 +122,10 @@ class DglSampler(LazyBase):
             raise ValueError(f"prob={prob!r} and mask={mask!r}: give at most one (as DGL)")
         self.prob = prob
         self.mask = mask
-        self.fixed = None if sampler is None else check_sampler("sampler", sampler)
+        self.fixed = None if sampler is None else check_sampler("sampler", sampler, typed=True)
         """The ``sampler`` given to the constructor, or None."""
+        self.fixed_typed = sampler is not None and isinstance(sampler.graph, HeteroGraph)
+        """Whether ``fixed`` samples a `HeteroGraph` (blocks of a heterograph)."""
         self.fixed_checked = None
         """Weak references to the DGL graph (and its structure object) whose edges were last checked
         against ``fixed``'s graph, or None."""
@@ -188,13 +194,19 @@ class DglSampler(LazyBase):
         structure = g._graph
         if self.fixed is not None:
             ours = self.fixed.graph
-            if not g.is_homogeneous or (g.num_nodes(), g.num_edges()) != (ours.num_nodes, ours.num_edges):
+            if not self.fixed_typed and (not g.is_homogeneous or (g.num_nodes(), g.num_edges())
+                                         != (ours.num_nodes, ours.num_edges)):
                 raise ValueError(f"g ({g.num_nodes()} nodes, {g.num_edges()} edges, edge types {g.etypes}) "
                                  f"is not the graph of the sampler ({ours.num_nodes} nodes, {ours.num_edges} "
                                  f"edges)")
             checked = self.fixed_checked  # edge by edge, once per DGL graph and structure
             if checked is None or checked[0]() is not g or checked[1]() is not structure:
-                check_same_edges("sampler", self.fixed, *g.edges(order="eid"), g.num_nodes(), "g")
+                if self.fixed_typed:
+                    edges = {rel: g.edges(order="eid", etype=rel) for rel in g.canonical_etypes}
+                    check_same_typed_edges("sampler", self.fixed, {t: g.num_nodes(t) for t in g.ntypes},
+                                           edges, "g")
+                else:
+                    check_same_edges("sampler", self.fixed, *g.edges(order="eid"), g.num_nodes(), "g")
                 self.fixed_checked = (weakref.ref(g), weakref.ref(structure))
             if torch.utils.data.get_worker_info() is not None:
                 self.fixed.seed = self._draw_seed()
@@ -278,7 +290,7 @@ class DglSampler(LazyBase):
             edge type ``g`` lacks.
         """
         sampler = self.sampler_for(g)
-        if isinstance(sampler, NeighborSampler) or sampler is self.fixed:
+        if isinstance(sampler, NeighborSampler) or sampler is self.fixed and not self.fixed_typed:
             if isinstance(indices, Mapping):
                 (indices,) = indices.values()
             excl = None

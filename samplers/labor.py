@@ -16,6 +16,7 @@ import torch
 from graphrl.graph import CSCGraph
 from graphrl.threads import team_size
 from samplers._checks import (
+    check_bool,
     check_device,
     check_fanouts,
     check_int,
@@ -112,7 +113,7 @@ class LaborSampler:
                  layer_dependency: bool = False, weights=None, seed: int = 0, device="cpu",
                  uva: bool | None = None) -> None:
         self.importance_sampling = check_int("importance_sampling", importance_sampling, -(2**31), 2**31 - 1)
-        self.layer_dependency = bool(layer_dependency)
+        self.layer_dependency = check_bool("layer_dependency", layer_dependency)
         self.seed = check_seed("seed", seed)
         self.device = check_device(device)
         self.graph = graph

@@ -260,8 +260,7 @@ class LinkSampler:
         self.sampler = sampler
         self.batch_size = check_int("batch_size", batch_size, 1, MAX_BATCH)
         self.num_negatives = check_int("num_negatives", num_negatives, 1, MAX_FANOUT)
-        if seed is not None:
-            check_seed("seed", seed)
+        check_seed("seed", seed, allow_none=True)
         if exclude not in _EXCLUDE_MODES:
             raise ValueError(f"exclude must be one of {_EXCLUDE_MODES}, got {exclude!r}")
         if negative not in _NEGATIVE_MODES:

@@ -553,8 +553,7 @@ class NeighborLoader(_Loader):
                                  f"NeighborSampler; build the sampler with it")
         n = graph.num_nodes
         self.batch_size = check_int("batch_size", batch_size, 1, MAX_BATCH)
-        if seed is not None:
-            check_seed("seed", seed)
+        check_seed("seed", seed, allow_none=True)
         if isinstance(seeds, torch.Tensor) and seeds.dtype == torch.bool or \
                 isinstance(seeds, np.ndarray) and seeds.dtype == np.bool_:
             mask = torch.as_tensor(seeds)

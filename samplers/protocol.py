@@ -1,7 +1,9 @@
 """The `Sampler` protocol: what loaders and adapters need of a sampler (PyG's ``BaseSampler`` idea).
 
-`NeighborSampler`, `LaborSampler` (plain graphs) satisfy it, and so does any object with these
-members; `NeighborLoader`, `LinkSampler` / `LinkLoader`, `PygSampler` and `DglSampler` take one.
+`NeighborSampler`, `HeteroNeighborSampler`, `LaborSampler` (plain or typed) satisfy it, and so does any
+object with these members; `NeighborLoader`, `LinkSampler` / `LinkLoader`, `PygSampler` and
+`DglSampler` take one (``sampler=``), over a plain graph or, where they sample typed graphs, a
+`samplers.HeteroGraph`.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import torch
 
-__all__ = ["Sampler", "check_blocks", "check_same_edges", "check_sampler", "edges_by_id"]
+__all__ = ["Sampler", "check_blocks", "check_same_edges", "check_same_typed_edges", "check_sampler",
+           "edges_by_id"]
 
 
 @runtime_checkable
@@ -38,23 +41,67 @@ class Sampler(Protocol):
         edge ids ``exclude_eids``; ``seed_times`` only for temporal samplers."""
 
 
-def check_sampler(name: str, sampler: Any) -> Any:
-    """``sampler`` if it follows `Sampler` over a plain graph, else TypeError naming ``name``, the
-    sampler's type and what it lacks (members of the protocol, or a graph of another type, such as a
-    `samplers.HeteroGraph`)."""
+def check_sampler(name: str, sampler: Any, typed: bool = False) -> Any:
+    """``sampler`` if it follows `Sampler` over a plain graph (or, with ``typed``, over a plain graph or a
+    `samplers.HeteroGraph`), else TypeError naming ``name``, the sampler's type and what it lacks
+    (members of the protocol, or a graph of another type)."""
     from graphrl.graph import CSCGraph
+    from samplers.hetero_graph import HeteroGraph
 
+    want = "a CSCGraph or a HeteroGraph" if typed else "a CSCGraph"
     missing = [m for m in ("graph", "num_layers", "sampled_edges", "sample") if not hasattr(sampler, m)]
     if missing:
-        raise TypeError(f"{name} must be a Sampler over a CSCGraph (NeighborSampler, LaborSampler, ...): "
+        raise TypeError(f"{name} must be a Sampler over {want} (NeighborSampler, LaborSampler, ...): "
                         f"{type(sampler).__name__} has no {', '.join(missing)}")
     if not callable(sampler.sample):
-        raise TypeError(f"{name} must be a Sampler over a CSCGraph: {type(sampler).__name__}.sample is not "
+        raise TypeError(f"{name} must be a Sampler over {want}: {type(sampler).__name__}.sample is not "
                         f"callable")
-    if not isinstance(sampler.graph, CSCGraph):
-        raise TypeError(f"{name} must be a Sampler over a CSCGraph (a plain graph): the "
+    kinds = (CSCGraph, HeteroGraph) if typed else (CSCGraph,)
+    if not isinstance(sampler.graph, kinds):
+        raise TypeError(f"{name} must be a Sampler over {want}{'' if typed else ' (a plain graph)'}: the "
                         f"{type(sampler).__name__}'s graph is a {type(sampler.graph).__name__}")
     return sampler
+
+
+def check_same_typed_edges(name: str, sampler: Any, num_nodes: dict, edges: dict, what: str) -> None:
+    """ValueError naming ``name`` unless ``sampler.graph`` (a `samplers.HeteroGraph`) has the node types
+    and counts ``num_nodes``, the relations of ``edges`` in that order, and edge ``j`` of each relation
+    ``rel`` is ``edges[rel][0][j] -> edges[rel][1][j]`` (the typed form of `check_same_edges`).
+
+    Parameters
+    ----------
+    num_nodes : dict str -> int
+    edges : dict (src type, name, dst type) -> (src, dst), integer [E_r] each, in edge-id order
+
+    Raises
+    ------
+    ValueError
+        Other node types or counts, other relations, another edge count, or the first edge id of a
+        relation whose endpoints differ (with both pairs).
+    """
+    ours = sampler.graph
+    if dict(ours.num_nodes) != {t: int(n) for t, n in num_nodes.items()}:
+        raise ValueError(f"{name}'s graph has nodes {dict(ours.num_nodes)}, {what} {dict(num_nodes)}")
+    if list(ours.relations) != list(edges):
+        raise ValueError(f"{name}'s graph has relations {list(ours.relations)}, {what} {list(edges)} (build "
+                         f"the HeteroGraph with the same edge types in the same order)")
+    for rel, (src, dst) in edges.items():
+        indptr, indices = ours.indptr[rel].numpy(), ours.indices[rel].numpy()
+        eids = ours.edge_ids[rel].numpy()
+        src = np.asarray(src.cpu() if isinstance(src, torch.Tensor) else src, dtype=np.int64).reshape(-1)
+        dst = np.asarray(dst.cpu() if isinstance(dst, torch.Tensor) else dst, dtype=np.int64).reshape(-1)
+        if eids.shape[0] != src.shape[0]:
+            raise ValueError(f"{name}'s graph has {eids.shape[0]} edges of {rel!r}, {what} {src.shape[0]}")
+        s, d = np.empty_like(src), np.empty_like(dst)
+        s[eids] = indices
+        d[eids] = np.repeat(np.arange(indptr.shape[0] - 1, dtype=np.int64), np.diff(indptr))
+        bad = np.flatnonzero((s != src) | (d != dst))
+        if bad.size:
+            j = int(bad[0])
+            raise ValueError(f"{name}'s graph is not {what}: {bad.size} of {src.shape[0]} edge ids of "
+                             f"{rel!r} join other nodes, first edge {j}: {s[j]} -> {d[j]} in the sampler's "
+                             f"graph, {src[j]} -> {dst[j]} in {what} (build it as HeteroGraph.from_edges("
+                             f"num_nodes, {{edge type: (src, dst)}}) each type's edges in edge-id order)")
 
 
 def check_blocks(sampler: Any, blocks: Any, seeds: torch.Tensor) -> Any:

@@ -188,6 +188,7 @@ class PygDraw:
         """
         seeds = {t: s.to(torch.int64).cpu() for t, s in seeds.items()}
         node_types = self.pyg.node_types
+        edge_weight = None
         if self.sampler is None:
             blocks = None
         elif self.pyg.hetero:
@@ -208,17 +209,20 @@ class PygDraw:
                 dict.fromkeys(rels, empty)
             nodes, edges = {t: [v.numel()] for t, v in ids.items()}, {r: [] for r in rels}
         else:
-            layers, src_nodes, src_keys, num_seeds = self._layers(blocks)
+            layers, src_nodes, src_keys, num_seeds, eids, weights = self._layers(blocks)
             positions = {t: torch.arange(v.numel()) for t, v in src_nodes.items()}
             rels = list(self.relations)
-            pos, row, col, edge, nodes, edges = expand_once(layers, positions, num_seeds, rels)
+            pos, row, col, at, nodes, edges = expand_once(layers, positions, num_seeds, rels)
             node = {t: src_nodes[t][p] for t, p in pos.items()}
             keys = None if src_keys is None else {t: src_keys[t][p] for t, p in pos.items()}
+            edge = {r: torch.from_numpy(eids[r])[a] for r, a in at.items()}
+            if weights is not None:
+                edge_weight = {r: torch.from_numpy(weights[r])[a] for r, a in at.items()}
         edge = {r: torch.from_numpy(self.perm[r])[e] if r in self.perm else e for r, e in edge.items()}
         batch = None if not self.disjoint else {t: k & (_BATCH - 1) for t, k in keys.items()}
         if self.induced:
             row, col, edge = self._induced(node)
-            nodes = edges = None
+            nodes = edges = edge_weight = None
         if self.backward:
             row, col = col, row
         forward = self.relations
@@ -226,33 +230,52 @@ class PygDraw:
                 "row": {forward[r]: v for r, v in row.items()},
                 "col": {forward[r]: v for r, v in col.items()},
                 "edge": {forward[r]: v for r, v in edge.items()},
-                "num_sampled_edges": None if edges is None else {forward[r]: v for r, v in edges.items()}}
+                "num_sampled_edges": None if edges is None else {forward[r]: v for r, v in edges.items()},
+                "edge_weight": None if edge_weight is None else {forward[r]: w
+                                                                 for r, w in edge_weight.items()}}
 
     def _layers(self, blocks) -> tuple:
-        """Hop-1-first layers of numpy CSCs per relation (the ``last`` cut applied), the outermost
-        sources (ids and disjoint keys) per node type and the seed counts."""
+        """Hop-1-first layers of numpy CSCs per relation (the ``last`` cut applied) whose edge "ids" are
+        positions into the per-relation concatenation of every layer's edges, the outermost sources
+        (ids and disjoint keys) per node type, the seed counts, and per relation that concatenation's
+        graph edge ids (int64) and ``edge_weights`` (float32; None when the blocks carry none)."""
+        weighted = getattr(blocks[0], "edge_weights", None) is not None
         if self.pyg.hetero:
-            raw = [{rel: (b.indptr[rel], b.indices[rel], b.edge_ids[rel]) for rel in b.indptr}
+            raw = [{rel: (b.indptr[rel], b.indices[rel], b.edge_ids[rel],
+                          b.edge_weights[rel] if weighted else None) for rel in b.indptr}
                    for b in reversed(blocks)]
             src_nodes = dict(blocks[0].src_nodes)
             src_keys = None if blocks[0].src_times is None else dict(blocks[0].src_times)
             num_seeds = {t: int(v.shape[0]) for t, v in blocks[-1].dst_nodes.items()}
         else:
-            raw = [{HOMO: (b.indptr, b.indices, b.edge_ids)} for b in reversed(blocks)]
+            raw = [{HOMO: (b.indptr, b.indices, b.edge_ids, b.edge_weights if weighted else None)}
+                   for b in reversed(blocks)]
             src_nodes = {"node": blocks[0].src_nodes}
             src_keys = None if blocks[0].src_times is None else {"node": blocks[0].src_times}
             num_seeds = {"node": blocks[-1].num_dst_nodes}
         layers = []
+        eid_parts, weight_parts, sizes = {}, {}, {}
         for hop, layer in enumerate(raw):
             out = {}
-            for rel, (indptr, indices, eids) in layer.items():
+            for rel, (indptr, indices, eids, w) in layer.items():
                 arrays = (indptr.cpu().numpy(), indices.cpu().numpy(), eids.cpu().numpy())
-                k = self.hops[rel][hop]
-                if self.last and k >= 0:
-                    arrays = _keep_last(*arrays, k, self.times.get(rel))
-                out[rel] = arrays
+                if self.last and self.hops[rel][hop] >= 0:  # temporal: never a sampler= with weights
+                    arrays = _keep_last(*arrays, self.hops[rel][hop], self.times.get(rel))
+                nnz, start = int(arrays[2].shape[0]), sizes.get(rel, 0)
+                eid_parts.setdefault(rel, []).append(arrays[2].astype(np.int64, copy=False))
+                if weighted:
+                    weight_parts.setdefault(rel, []).append(w.cpu().numpy())
+                sizes[rel] = start + nnz
+                out[rel] = (arrays[0], arrays[1], np.arange(start, start + nnz, dtype=np.int64))
             layers.append(out)
-        return layers, src_nodes, src_keys, num_seeds
+        eids = {rel: np.concatenate(p) for rel, p in eid_parts.items()}
+        for rel in self.relations:
+            eids.setdefault(rel, np.empty(0, dtype=np.int64))
+        weights = None
+        if weighted:
+            weights = {rel: np.concatenate(weight_parts[rel]) if rel in weight_parts
+                       else np.empty(0, dtype=np.float32) for rel in self.relations}
+        return layers, src_nodes, src_keys, num_seeds, eids, weights
 
     def _induced(self, node: dict) -> tuple:
         """Every edge of each sampled relation among ``node`` (local ids), by destination then CSC order."""

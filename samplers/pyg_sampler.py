@@ -41,7 +41,8 @@ import numpy as np
 import torch
 
 from samplers._optional import LazyBase, import_pyg
-from samplers.protocol import check_same_edges, check_sampler, edges_by_id
+from samplers.hetero_graph import HeteroGraph
+from samplers.protocol import check_same_edges, check_same_typed_edges, check_sampler, edges_by_id
 from samplers.pyg_draw import PygDraw
 from samplers.pyg_graph import HOMO, read_pyg_graph
 from samplers.pyg_hetero import check_num_neighbors, hetero_num_neighbors
@@ -94,13 +95,16 @@ class PygSampler(LazyBase):
     sample_direction : {"forward", "backward"}
         ``"backward"``: nodes sample their out-edges (not with ``time_attr``, as in PyG).
     sampler : Sampler or None
-        A `samplers.Sampler` (a `LaborSampler`, say) that draws the blocks instead of a `NeighborSampler`
-        (``num_neighbors`` and ``replace`` then unused): built on
-        ``CSCGraph.from_edges(edge_index[0], edge_index[1], num_nodes)``, so edge j is column j (checked
-        edge by edge once, here). A homogeneous graph, directional forward sampling, neither disjoint nor
-        temporal. PyG's ``SamplerOutput`` has no per-edge weights: blocks' ``edge_weights`` (a
-        `LaborSampler` with ``importance_sampling`` or ``weights``) do not reach the batches; use
-        `DglSampler` (``edata["edge_weights"]``) or `NeighborLoader` (``block.edge_weights``) for those.
+        A `samplers.Sampler` (a `LaborSampler`, say) that draws the blocks instead of our neighbour
+        sampler (``num_neighbors`` and ``replace`` then unused): for a ``Data``, one built on
+        ``CSCGraph.from_edges(edge_index[0], edge_index[1], num_nodes)``; for a ``HeteroData``, one on
+        ``HeteroGraph.from_edges({type: num_nodes}, {edge_type: (edge_index[0], edge_index[1])})`` (the
+        data's node types and edge types, in its order), so edge j is column j (checked edge by edge
+        once, here). Directional forward sampling, neither disjoint nor temporal. Blocks'
+        ``edge_weights`` (a `LaborSampler` with ``importance_sampling`` or ``weights``) come as the
+        output's ``edge_weight`` (float32 [nnz] aligned with ``edge``; per edge type for ``HeteroData``;
+        None without them); `keep_edge_weight` carries them into a loader's batches as
+        ``batch.edge_weight`` aligned with ``e_id``.
 
     Raises
     ------
@@ -115,7 +119,8 @@ class PygSampler(LazyBase):
         (PyG's wording for the latter); an unknown ``subgraph_type``, ``temporal_strategy`` or
         ``sample_direction``; ``disjoint`` with ``"induced"``; a ``sampler`` whose graph is not ``data``'s
         (another size, or an edge id joining other nodes) or with options it cannot serve (typed graph,
-        induced, backward, disjoint, times, ``weight_attr``: weight the ``sampler`` itself).
+        induced, backward, disjoint, times, ``weight_attr``: weight the ``sampler`` itself; a typed one
+        for a ``Data`` or a plain one for a ``HeteroData``).
     NotImplementedError
         ``sample_direction="backward"`` with ``time_attr`` (PyG's wording).
 
@@ -183,16 +188,24 @@ class PygSampler(LazyBase):
         """The `NeighborSampler` / `HeteroNeighborSampler` that draws (fanouts outermost first); None
         with ``num_neighbors=[]``; the ``sampler`` argument when given."""
         if sampler is not None:
-            check_sampler("sampler", sampler)
-            if graph.hetero or self.disjoint or self.draw.temporal or self.subgraph_type != "directional" \
+            check_sampler("sampler", sampler, typed=True)
+            if self.disjoint or self.draw.temporal or self.subgraph_type != "directional" \
                     or self.sample_direction != "forward":
-                raise ValueError("sampler= serves a homogeneous graph sampled directionally forward, neither "
-                                 "disjoint nor temporal")
+                raise ValueError("sampler= serves a graph sampled directionally forward, neither disjoint "
+                                 "nor temporal")
             if weight_attr is not None:
                 raise ValueError(f"weight_attr={weight_attr!r} with sampler=: the sampler draws by its own "
                                  f"weights (e.g. LaborSampler(..., weights=data[{weight_attr!r}]))")
-            check_same_edges("sampler", sampler, *edges_by_id(self.graph), self.graph.num_nodes,
-                             "data's graph (edge j = edge_index[:, j])")
+            if isinstance(sampler.graph, HeteroGraph) != graph.hetero:
+                raise ValueError(f"sampler= over a {type(sampler.graph).__name__} for "
+                                 f"{'heterogeneous' if graph.hetero else 'homogeneous'} data (a HeteroData "
+                                 f"takes a sampler over a HeteroGraph, a Data one over a CSCGraph)")
+            if graph.hetero:
+                check_same_typed_edges("sampler", sampler, graph.num_nodes, graph.edges,
+                                       "data's graph (edge j of each type = its edge_index[:, j])")
+            else:
+                check_same_edges("sampler", sampler, *edges_by_id(self.graph), self.graph.num_nodes,
+                                 "data's graph (edge j = edge_index[:, j])")
             self.draw.sampler = self.sampler = sampler
 
     @property
@@ -241,14 +254,17 @@ class PygSampler(LazyBase):
         if self.is_temporal:
             seed_time = self._seed_times(seeds, seed_time)
         got = self.draw.sample(seeds, seed_time)
+        weight = got.pop("edge_weight")
         if self.is_hetero:
             out = pyg.sampler.HeteroSamplerOutput(**got)
         else:
             key = {"node": "node", "batch": "node", "num_sampled_nodes": "node"}
             out = pyg.sampler.SamplerOutput(**{name: None if value is None else value[key.get(name, HOMO)]
                                                for name, value in got.items()})
+            weight = None if weight is None else weight[HOMO]
         if self.subgraph_type == "bidirectional":
             out = out.to_bidirectional(keep_orig_edges=False)
+        out.edge_weight = weight  # sampler= only, which is directional: aligned with out.edge
         return out
 
     def _seed_times(self, seeds: dict, seed_time: dict | None) -> dict:
@@ -398,6 +414,17 @@ class PygSampler(LazyBase):
         out.metadata = (index.input_id, src_index, dst_pos, dst_neg, src_time)
         return out
 
+    @staticmethod
+    def keep_edge_weight(loader):
+        """``loader`` (a PyG ``NodeLoader`` / ``LinkLoader`` over a `PygSampler`) made to carry each
+        output's ``edge_weight`` into its batches: ``batch.edge_weight`` (``batch[edge_type].edge_weight``
+        for ``HeteroData``), float32 [nnz] aligned with ``e_id`` / ``edge_index``, set after the loader's
+        ``transform`` and replacing a graph attribute of that name; nothing is set where the output has
+        none. PyG's loaders copy only the output fields they know, hence this hook (it wraps the
+        loader's ``filter_fn``, in workers too). Returns ``loader``."""
+        loader.filter_fn = _EdgeWeightFilter(loader)
+        return loader
+
     def _reseed_in_worker(self) -> None:
         """In a torch ``DataLoader`` worker, seed the draws from the user's seed and the worker's
         ``torch.initial_seed()`` (new per worker and per epoch); outside workers, change nothing."""
@@ -458,3 +485,23 @@ class PygSampler(LazyBase):
         return (f"PygSampler(num_nodes={self.num_nodes}, num_neighbors={self.num_neighbors}, "
                 f"replace={self.replace}, seed={self.seed}, disjoint={self.disjoint}, "
                 f"subgraph_type={self.subgraph_type!r})")
+
+
+class _EdgeWeightFilter:
+    """A loader's ``filter_fn`` that adds the output's ``edge_weight`` to the batch (`keep_edge_weight`);
+    a plain object holding the loader, so the loader pickles into spawned workers."""
+
+    def __init__(self, loader) -> None:
+        self.loader = loader
+
+    def __call__(self, out):
+        data = type(self.loader).filter_fn(self.loader, out)
+        weight = getattr(out, "edge_weight", None)
+        if weight is None:
+            return data
+        if isinstance(weight, dict):
+            for edge_type, w in weight.items():
+                data[edge_type].edge_weight = w
+        else:
+            data.edge_weight = weight
+        return data
