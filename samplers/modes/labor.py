@@ -86,7 +86,7 @@ class LaborMode(Mode):
         if not isinstance(request.dst, DeviceRows):
             return None
         edges = self.sample_edges_cuda(relation, state, request, workspace)
-        block = relabel_chained(request.dst, edges, workspace)
+        block = relabel_chained(request.dst, edges, workspace, relation.num_src)  # at most N + repeats rows
         return LaborPendingBlock(**{f.name: getattr(block, f.name) for f in fields(block)},
                                  edge_weights=edges.edge_weights)
 

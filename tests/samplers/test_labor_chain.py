@@ -101,7 +101,7 @@ SIM_SCRIPT = textwrap.dedent(
           "plain, weights and importance sampling")
     check(lambda d: LaborSampler(g, [2], seed=1, weights=w, device=d), [call], "plain, weights only")
     own = labor_cuda.pi_capacity
-    labor_cuda.pi_capacity = lambda d_bound, state: 1  # pi past its capacity: sampled again unchained
+    labor_cuda.pi_capacity = lambda *args: 1  # pi past its capacity: sampled again unchained
     check(lambda d: LaborSampler(g, [2], seed=2, importance_sampling=2, device=d), [call], "pi", overflows=1)
     labor_cuda.pi_capacity = own
     labor_cuda.LABOR_ROUNDS = 1  # iterating until convergence, not converged in one launched iteration

@@ -354,6 +354,8 @@ class LaborCudaState:
     reach_degree : float
         sum d**2 / sum d over the relation's in-degrees d: the mean in-degree of a row reached through an
         edge (a chained layer's capacity of pi, `pi_capacity`).
+    edges : int
+        The relation's edges E (distinct rows have at most E candidate edges).
     running : device int64 [1] or None
         `RUNNING`: the status of a chained layer without a fixed point.
     """
@@ -362,6 +364,7 @@ class LaborCudaState:
     max_degree: int
     reach_degree: float = 0.0
     running: Any = None
+    edges: int = 0
 
     @classmethod
     def of(cls, indptr: np.ndarray, num_src: int, importance_sampling: int) -> LaborCudaState:
@@ -371,7 +374,7 @@ class LaborCudaState:
         return cls(None if importance_sampling == 0 else LaborScratchCuda(num_src),
                    int(degree.max()) if degree.shape[0] else 0,
                    float(degree @ degree) / total if total > 0 else 0.0,
-                   cuda.to_device(np.full(1, RUNNING, dtype=np.int64)))
+                   cuda.to_device(np.full(1, RUNNING, dtype=np.int64)), int(total))
 
 
 @dataclass
@@ -412,11 +415,16 @@ def capacity(d_bound: int, fanout: int, max_degree: int) -> int:
     return max(min(d_bound * max_degree, int(LABOR_SLACK * d_bound * fanout) + LABOR_EXTRA), 1)
 
 
-def pi_capacity(d_bound: int, state: LaborCudaState) -> int:
+def pi_capacity(d_bound: int, state: LaborCudaState, repeats: int | None = None) -> int:
     """A chained importance-sampling layer's capacity of pi (one float64 per candidate edge of its rows):
-    ``min(d_bound * max_degree, LABOR_SLACK * d_bound * reach_degree + LABOR_EXTRA)``."""
+    ``min(bound, LABOR_SLACK * d_bound * reach_degree + LABOR_EXTRA)``, bound ``d_bound * max_degree``,
+    and at most ``E + repeats * max_degree`` where the rows' repeated entries are known (``repeats``,
+    `samplers.kernels.cuda.layer.DeviceRows.repeats`)."""
+    bound = d_bound * state.max_degree
+    if repeats is not None:
+        bound = min(bound, state.edges + repeats * state.max_degree)
     guess = int(LABOR_SLACK * d_bound * state.reach_degree) + LABOR_EXTRA
-    return max(min(d_bound * state.max_degree, guess), 1)
+    return max(min(bound, guess), 1)
 
 
 def labor_edges_bounded(graph: CudaGraph, rows: DeviceRows, fanout: int, vkey: int, excluded: Any, ws: Any,
@@ -466,7 +474,7 @@ def labor_edges_bounded(graph: CudaGraph, rows: DeviceRows, fanout: int, vkey: i
     if rounds and d_bound:
         raw_off, _ = exclusive_scan(raw, stream, ws, ws.scratch("labor_raw_off", d_bound + 1, np.int64),
                                     read_total=False)
-        pi_cap = pi_capacity(d_bound, state) if importance_sampling else np.iinfo(np.int64).max
+        pi_cap = pi_capacity(d_bound, state, rows.repeats) if importance_sampling else np.iinfo(np.int64).max
         pi = ws.scratch("labor_pi", pi_cap if importance_sampling else 1, np.float64)
         prev, acc = ws.scratch("labor_prev", 1, np.float64), ws.scratch("labor_acc", SUM_WORDS, np.int64)
         contrib = ws.scratch("labor_contrib", m, np.float64)[:d_bound]
