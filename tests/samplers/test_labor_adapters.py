@@ -82,6 +82,17 @@ def test_typed_labor_through_pyg_sampler_and_node_loader(lastfm):
     for rel in edges:
         assert torch.equal(batch[rel].e_id, out.edge[rel])
         assert torch.equal(batch[rel].edge_weight, out.edge_weight[rel])
+    listens = ("user", "listens", "artist")
+    links = PygSampler.keep_edge_weight(pyg.loader.LinkLoader(
+        data, link_sampler=PygSampler(data, sampler=labor(graph)),
+        edge_label_index=(listens, torch.stack(edges[listens])[:, :6]), batch_size=6))
+    batch = next(iter(links))  # the links' users and artists are the seeds, sorted (torch.unique)
+    ends = {"user": edges[listens][0][:6].unique(), "artist": edges[listens][1][:6].unique()}
+    direct = PygSampler(data, sampler=labor(graph)).sample_nodes(ends)
+    check_pyg_output(direct, labor(graph).sample(ends), edges, ends, typed=True)
+    for rel in edges:
+        assert torch.equal(batch[rel].e_id, direct.edge[rel])
+        assert torch.equal(batch[rel].edge_weight, direct.edge_weight[rel])
     with pytest.raises(ValueError, match="HeteroGraph"):  # a plain sampler for HeteroData
         PygSampler(data, sampler=LaborSampler(CSCGraph.from_edges(*edges[("user", "friends", "user")],
                                                                   graph.num_nodes["user"]), [2]))
