@@ -268,7 +268,7 @@ def copy_fields(rings, srcs, row_bytes, capacity, first, count):  # pragma: no c
     raise TypeError("copy_fields is a numba kernel: call it from compiled code")
 
 
-@overload(copy_fields, jit_options={"nogil": True})
+@overload(copy_fields, inline="always")
 def _copy_fields_impl(rings, srcs, row_bytes, capacity, first, count):  # pragma: no cover - numba
     if isinstance(rings, types.BaseTuple) and len(rings) == 0:  # no raw field: nothing to index
 

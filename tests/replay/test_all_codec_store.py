@@ -52,6 +52,18 @@ def test_a_store_of_only_codec_fields_commits_samples_updates_and_restores(tmp_p
         assert store.update_priorities(batch.keys[:1], np.array([1e4])) == 1
         counts = np.bincount(store.sample(256)["g"][:, 0].numpy(), minlength=60)
         assert counts.argmax() == target and counts[target] > 200  # 1e4 of < 1e4 + 64 mass
+        learner = store.learner()  # windows through `replay.windows.gather_fields` (no raw field to copy)
+        try:
+            for pad in ("tail", "head"):
+                w = learner.sample(32, window=3, pad=pad)
+                g, m = w["g"].numpy(), w.mask.numpy()
+                assert m.any(axis=1).all() and (w["obs"][..., 0].numpy()[m] == _obs(g[m])[:, 0]).all()
+                for row, keep in zip(g, m, strict=True):  # a window's real steps: consecutive, one episode
+                    real = row[keep]
+                    assert (np.diff(real) == 1).all() and len({int(x) // 12 for x in real}) == 1
+                    assert np.count_nonzero(np.diff(keep.astype(np.int8))) <= 1  # padding at one end
+        finally:
+            learner.close()
         store.checkpoint(tmp_path)
     finally:
         store.close()
