@@ -13,7 +13,7 @@ not the O(d) logarithms of exponential keys. The search counts the prefix sums <
 counts, `samplers.kernels.cpu.short_sums.count_le`) over rows up to 128 edges, and inside a 64-entry
 window around the equal-weights guess above; rows
 without excluded edges up to 4096 edges accept or reject without a branch (chosen positions in a
-bitmap). The choosing pass prefetches the prefix sums (and a short row's weights) of the row 4 ahead.
+bitmap). The choosing pass prefetches what the row 8 ahead reads first (`_prefetch_weighted_row`).
 
 References
 ----------
@@ -354,11 +354,12 @@ _WEIGHTED_LINES = 16  # rows of up to this many cache lines of prefix sums are p
 
 
 @nb.njit(nogil=True, cache=True, _nrt=False)
-def _prefetch_weighted_row(weights, prefix, dst, key, row_start, row_end, row_deg, out_indptr, draws, i):
-    """Start fetching what choosing weighted row i reads: its weights when it takes every eligible edge;
-    else all of its prefix sums when they span at most _WEIGHTED_LINES cache lines (and the weights of a
-    short row without replacement), and otherwise the
-    entries where its first c draws would land if its weights were equal (where `_search` starts)."""
+def _prefetch_weighted_row(weights, prefix, row_start, row_end, row_deg, out_indptr, draws, i):
+    """Start fetching what choosing weighted row i reads: its weights when it takes every eligible edge
+    or is drawn without replacement from at most 64 positions; else its last prefix sum (the total that
+    every draw scales), and all of its prefix sums when they span at most _WEIGHTED_LINES cache lines.
+    A longer row's draw positions are left to the out-of-order core (its draws do not wait on one
+    another): fetching them here as well made the whole pass slower."""
     c = out_indptr[i + 1] - out_indptr[i]
     if c == 0:
         return
@@ -378,15 +379,7 @@ def _prefetch_weighted_row(weights, prefix, dst, key, row_start, row_end, row_de
     if d <= 8 * _WEIGHTED_LINES:
         for p in range(s, e, 8):
             prefetch(prefix, p)
-        prefetch(prefix, e - 1)
-        return
     prefetch(prefix, e - 1)
-    state0 = row_state(key, dst[i])
-    t = np.uint64(0)
-    for _ in range(c):
-        t += np.uint64(1)
-        frac = unit(draw(state0, t))
-        prefetch(prefix, s + np.int64(frac * d))
 
 
 @nb.njit(nogil=True, cache=True)
@@ -399,12 +392,11 @@ def choose_rows_weighted(dst, row_start, row_deg, row_exlo, row_exhi, row_end, o
     acc2 = np.zeros(SHORT_ROW_MAX, dtype=np.float64)  # those of a second short row (`short_pair`)
     held = -1  # a short row waiting for a second one, to run the two with `short_pair`
     for i in range(lo, min(lo + _WEIGHTED_AHEAD, hi)):
-        _prefetch_weighted_row(weights, prefix, dst, key, row_start, row_end, row_deg, out_indptr, draws,
-                               i)
+        _prefetch_weighted_row(weights, prefix, row_start, row_end, row_deg, out_indptr, draws, i)
     for i in range(lo, hi):
         if i + _WEIGHTED_AHEAD < hi:
-            _prefetch_weighted_row(weights, prefix, dst, key, row_start, row_end, row_deg, out_indptr,
-                                   draws, i + _WEIGHTED_AHEAD)
+            _prefetch_weighted_row(weights, prefix, row_start, row_end, row_deg, out_indptr, draws,
+                                   i + _WEIGHTED_AHEAD)
         o = out_indptr[i]
         c = out_indptr[i + 1] - o
         if c == 0:
