@@ -183,8 +183,9 @@ class PygDraw:
         """Draw one subgraph; ``seeds`` / ``seed_time``: node type -> int64 [B_t] / times [B_t].
 
         Returns a dict of PyG's ``SamplerOutput`` fields, keyed by node type (``node``, ``batch``,
-        ``num_sampled_nodes``) or forward edge type (``row``, ``col``, ``edge``, ``num_sampled_edges``);
-        ``batch`` None unless disjoint.
+        ``num_sampled_nodes``) or forward edge type (``row``, ``col``, ``edge``, ``num_sampled_edges``,
+        ``edge_weight``: float32 aligned with ``edge``); ``batch`` None unless disjoint, ``edge_weight``
+        None unless the blocks carry ``edge_weights`` (a `LaborSampler` given as ``sampler=``).
         """
         seeds = {t: s.to(torch.int64).cpu() for t, s in seeds.items()}
         node_types = self.pyg.node_types

@@ -239,7 +239,9 @@ class PygSampler(LazyBase):
             ``node`` int64 [n] (global ids, seeds first), ``row``/``col`` int64 [nnz] (local source /
             target of each edge), ``edge`` int64 [nnz] (edge ids), ``batch`` int64 [n] (disjoint) or
             None, ``num_sampled_nodes`` (L + 1 ints), ``num_sampled_edges`` (L ints), both None for
-            ``"induced"``; per node type / edge type for a heterogeneous graph.
+            ``"induced"``; per node type / edge type for a heterogeneous graph. Attribute ``edge_weight``:
+            float32 [nnz] aligned with ``edge`` (per edge type) where a ``sampler=``'s blocks carry
+            ``edge_weights``, else None.
 
         Raises
         ------
