@@ -5,7 +5,8 @@ real steps, offset in the window) out of the rings of all shards into the flat b
 staging slot, zeroes the padding and fills the mask, with the one CPU ring gather
 (`replay.windows.copy_window`, `replay.windows.mask_row`) as `replay.windows.gather_fields` uses it
 for one shard, without grouping the rows by shard first. The rings come as one sequence indexed
-``shard * F + field`` (a tuple for one shard, a numba typed list for more). `BatchCopy` holds those
+``shard * F + field`` (a tuple for one shard, a numba typed list for more, an empty tuple when every
+field has a codec: then only the mask is filled, `replay.chunk_decode` decodes). `BatchCopy` holds those
 sequences for a storage and runs the copy on the process's thread team (`graphrl.kernels.parallel_for`)
 when the batch is large enough that a second thread pays (chunks of at least ``_CHUNK_BYTES`` of
 output), with as many threads as the thread policy gives (`graphrl.threads`).
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 import numba as nb
 import numpy as np
+from numba.core import types
+from numba.extending import overload
 
 from graphrl.kernels import parallel_for, prefetch_l2, store_fence
 from graphrl.threads import threads_for
@@ -32,41 +35,65 @@ _PARALLEL_BYTES = 2 * _CHUNK_BYTES  # batches of at least this many bytes are co
 _PREFETCH_BYTES = 256  # a field's windows of at most this many bytes get their first line prefetched
 
 
+def _copy_rows(
+    rings, outs, row_bytes, capacity, shard, first, n, dst, lo, hi, length, stream
+):  # pragma: no cover - numba
+    """`copy_window` of windows ``lo .. hi - 1`` of each raw field (`gather_rows`; ``rings`` an empty tuple
+    when every field has a codec, decoded by `replay.chunk_decode`). Compiled code only."""
+    raise TypeError("_copy_rows is a numba kernel: call it from compiled code")
+
+
+@overload(_copy_rows, inline="always")
+def _copy_rows_impl(
+    rings, outs, row_bytes, capacity, shard, first, n, dst, lo, hi, length, stream
+):  # pragma: no cover - numba
+    if isinstance(rings, types.BaseTuple) and len(rings) == 0:  # no raw field: nothing to index
+        return lambda rings, outs, row_bytes, capacity, shard, first, n, dst, lo, hi, length, stream: None
+
+    def copy(rings, outs, row_bytes, capacity, shard, first, n, dst, lo, hi, length, stream):
+        nf = row_bytes.shape[0]
+        slots = np.empty(hi - lo, dtype=np.int64)
+        for b in range(lo, hi):
+            slots[b - lo] = first[b] % capacity
+        for j in range(nf):  # a field's short runs at random places: ask for all of them before any copy
+            rb = row_bytes[j]
+            if length * rb <= _PREFETCH_BYTES:
+                for b in range(lo, hi):
+                    prefetch_l2(rings[shard[b] * nf + j], slots[b - lo] * rb)
+        for j in range(nf):
+            rb = row_bytes[j]
+            out = outs[j]
+            last = -1
+            src = rings[j]
+            ahead = AHEAD if rb >= PAGE else 0
+            for b in range(lo, min(lo + ahead, hi)):
+                prefetch_pages(rings[shard[b] * nf + j], rb, capacity, slots[b - lo], n[b])
+            for b in range(lo, hi):
+                if ahead and b + ahead < hi:
+                    a = b + ahead
+                    prefetch_pages(rings[shard[a] * nf + j], rb, capacity, slots[a - lo], n[a])
+                if shard[b] != last:
+                    last = shard[b]
+                    src = rings[last * nf + j]
+                copy_window(
+                    out, b * length * rb, src, rb, capacity, slots[b - lo], n[b], dst[b], length, stream
+                )
+
+    return copy
+
+
 @nb.njit(cache=True, nogil=True)
 def gather_rows(
     rings, outs, row_bytes, capacity, shard, first, n, dst, lo, hi, length, mask, stream
 ):  # pragma: no cover - numba
     """Copy windows ``lo .. hi - 1`` into ``outs`` (per field, uint8 [R * length * row_bytes[j]]).
 
-    ``rings[s * F + j]``: shard s's field j as flat bytes; ``first`` absolute positions (the slot is
+    ``rings[s * F + j]``: shard s's field j as flat bytes (an empty tuple and ``outs``, ``row_bytes``
+    empty when no field is raw: only the mask is filled); ``first`` absolute positions (the slot is
     ``first % capacity``); ``mask`` (bool [R * length]) gets ``dst <= j < dst + n``. ``stream``:
     streaming stores for runs of ``_STREAM_PIECE`` bytes and more.
     """
-    nf = row_bytes.shape[0]
-    slots = np.empty(hi - lo, dtype=np.int64)
-    for b in range(lo, hi):
-        slots[b - lo] = first[b] % capacity
-    for j in range(nf):  # a field's short runs at random places: ask for all of them before any copy
-        rb = row_bytes[j]
-        if length * rb <= _PREFETCH_BYTES:
-            for b in range(lo, hi):
-                prefetch_l2(rings[shard[b] * nf + j], slots[b - lo] * rb)
-    for j in range(nf):
-        rb = row_bytes[j]
-        out = outs[j]
-        last = -1
-        src = rings[j]
-        ahead = AHEAD if rb >= PAGE else 0
-        for b in range(lo, min(lo + ahead, hi)):
-            prefetch_pages(rings[shard[b] * nf + j], rb, capacity, slots[b - lo], n[b])
-        for b in range(lo, hi):
-            if ahead and b + ahead < hi:
-                a = b + ahead
-                prefetch_pages(rings[shard[a] * nf + j], rb, capacity, slots[a - lo], n[a])
-            if shard[b] != last:
-                last = shard[b]
-                src = rings[last * nf + j]
-            copy_window(out, b * length * rb, src, rb, capacity, slots[b - lo], n[b], dst[b], length, stream)
+    _copy_rows(rings, outs, row_bytes, capacity, shard, first, n, dst, lo, hi, length, stream)
     for b in range(lo, hi):
         mask_row(mask, b * length, n[b], dst[b], length)
     if stream:
@@ -90,7 +117,8 @@ class BatchCopy:
         raw = [n for n in spec if spec[n].codec is None]  # a codec field has no ring (`replay.chunk_decode`)
         self.fields = None if len(raw) == len(spec) else [j for j, n in enumerate(spec) if n in raw]
         flat = [sh.columns[n].reshape(-1).view(np.uint8) for sh in storage.shards for n in raw]
-        self.rings = tuple(flat) if storage.num_shards == 1 else nb.typed.List(flat)
+        # an empty tuple when no field is raw (a typed list needs an item to be typed)
+        self.rings = tuple(flat) if storage.num_shards == 1 or not flat else nb.typed.List(flat)
         self.row_bytes = np.array([spec[n].row_bytes for n in raw], dtype=np.int64)
         self.step_bytes = int(self.row_bytes.sum())
         self.capacity = storage.capacity

@@ -10,6 +10,7 @@ import pytest
 
 from replay import Prioritized, ReplayStore, TrajectorySpec
 from replay.commit_kernel import write_steps
+from replay.keys import decode_keys
 
 
 def test_write_steps_with_no_raw_field_writes_the_step_index():
@@ -79,3 +80,71 @@ def test_a_store_of_only_codec_fields_commits_samples_updates_and_restores(tmp_p
         assert restored.stats()["inserts"] == 64
     finally:
         restored.close()
+
+
+def _expected_windows(store, keys: np.ndarray, length: int, pad: str) -> tuple[np.ndarray, np.ndarray]:
+    """Each key's window by hand from `ReplayStore.episodes`: ``g`` int64 [B, L] (0 at padding) and the
+    ring slot of each window's first real step plus its real steps ([B, 2])."""
+    shard, anchor, _ = decode_keys(keys)
+    steps = {}  # (shard, absolute position) -> (episode, g)
+    for i, ep in enumerate(store.episodes()):
+        for t, x in enumerate(ep.data["g"].tolist()):
+            steps[(ep.shard, ep.start + t)] = (i, x)
+    g = np.zeros((len(keys), length), np.int64)
+    runs = np.zeros((len(keys), 2), np.int64)
+    for b, (s, a) in enumerate(zip(shard.tolist(), anchor.tolist(), strict=True)):
+        ep = steps[(s, a)][0]
+        step = 1 if pad == "tail" else -1
+        real = [a]
+        while len(real) < length and steps.get((s, real[-1] + step), (None,))[0] == ep:
+            real.append(real[-1] + step)
+        real.sort()
+        at = 0 if pad == "tail" else length - len(real)
+        g[b, at : at + len(real)] = [steps[(s, p)][1] for p in real]
+        runs[b] = real[0] % store.storage.capacity, len(real)
+    return g, runs
+
+
+@pytest.mark.parametrize(("codec", "shards"), [("lz4", 1), ("lz4", 2), ("zstd", 1), ("zstd", 2)])
+def test_the_owner_samples_exact_windows_of_a_store_of_only_codec_fields(codec, shards):
+    """`replay.batch_kernels.BatchCopy` with no raw ring (it raised TypingError ``getitem(Tuple(), int64)``
+    with one shard, ``invalid operation on untyped list`` with two): the codec fields decoded into the
+    staging slot, the mask filled, every frame and padding exact, windows across the ring's end too,
+    and prioritized draws follow `update_priorities`."""
+    spec = TrajectorySpec({"obs": ((4,), "uint8", codec, 0.5, 2), "g": ((), "int64", codec, 0.5, 2)})
+    store = ReplayStore(spec, capacity_steps=32, num_shards=shards, seed=0, selector=Prioritized(1.0))
+    try:
+        g0 = 1
+        with store.writer() as w:  # 65 steps into 32: the rings wrap, the oldest heads are overwritten
+            for n in (5, 12, 3, 9, 12, 2, 11, 7, 4):
+                g = np.arange(g0, g0 + n)  # never 0 (padding), obs never 0 below 251
+                w.extend({"obs": _obs(g), "g": g})
+                w.end_episode()
+                g0 += n
+        wraps = 0
+        for pad in ("tail", "head"):
+            for _ in range(2):
+                batch = store.sample(128, window=4, pad=pad)
+                want, runs = _expected_windows(store, batch.keys.numpy(), 4, pad)
+                got, mask = batch["g"].numpy(), batch.mask.numpy()
+                assert (got == want).all() and (mask == (want > 0)).all()
+                assert (batch["obs"].numpy() == _obs(want.ravel()).reshape(128, 4, 4) * mask[..., None]).all()
+                assert (batch.lengths.numpy() == runs[:, 1]).all()
+                wraps += int((runs.sum(axis=1) > store.storage.capacity).sum())
+            assert not mask.all()  # padding drawn (short episodes, episode ends, overwritten heads)
+        assert wraps > 0  # some windows run past the ring's last slot into its first
+        assert np.allclose(batch.probabilities.numpy(), 1 / 32)  # 32 live steps, priority 1 each
+        hot = batch.keys.numpy()[:1]
+        assert store.update_priorities(hot, np.array([31.0])) == 1  # half the mass: 31 of 31 + 31 * 1
+        batch = store.sample(256, window=4, pad="tail")
+        want, _ = _expected_windows(store, batch.keys.numpy(), 4, "tail")
+        assert (batch["g"].numpy() == want).all() and (batch.mask.numpy() == (want > 0)).all()
+        s, a, _ = decode_keys(batch.keys.numpy())
+        s0, a0, _ = decode_keys(hot)
+        drew = (s == s0[0]) & (a == a0[0])
+        assert 88 <= drew.sum() <= 168  # binomial(256, 1/2): 128 +- 5 sigma
+        prob, weights = batch.probabilities.numpy(), batch.weights.numpy()
+        assert np.allclose(prob[drew], 1 / 2) and np.allclose(prob[~drew], 1 / 62)
+        assert np.allclose(weights[~drew] / weights[drew][0], 31)  # (N p)^-beta, beta 1
+    finally:
+        store.close()
