@@ -136,6 +136,9 @@ SCRIPT = textwrap.dedent(
     s, _ = check([-1, 1], "overflow", calls=1, overflows=1)
     (ws,) = s.loop.cuda_workspaces.values()
     assert ws.edge_rate("src@3") > 1, ws.edge_rate("src@3")  # the layer after the seeds' (3 sizes a layer)
+    # masked rows (a warp per row) past the capacity: rows that run past it write nothing beyond it
+    check([-1], "temporal fanout -1 overflow", calls=1, overflows=1, edge_times=etimes)
+    check([-1], "weighted fanout -1 overflow", calls=1, overflows=1, weights=weights)
     bounded.FULL_SLACK, bounded.FULL_EXTRA = 2.0, 1024
     print("OK")
     """
