@@ -360,14 +360,22 @@ class NeighborSampler:
         if self._cuda_graph is not None:
             return self._sample_cuda(seeds, exclude_eids, seed_times)
         dst = check_seeds(seeds, self.graph.num_nodes)
-        times = self._check_seed_times(seed_times, dst.shape[0])
+        times = None if seed_times is None and not self.temporal else \
+            self._check_seed_times(seed_times, dst.shape[0])
         threads = team_size()
         with self._lock:
             self._refresh_views()
-            excluded = self._excluded_positions(exclude_eids)
+            excluded = None if exclude_eids is None else self._excluded_positions(exclude_eids)
             call = self._calls
             self._calls += 1
-            return self._run(dst, excluded, call, threads, times)
+            loop = self.loop
+            before = loop.sampled_edges
+            blocks = loop.plain_cpu_blocks(dst, self.fanouts, self.seed, call, excluded=excluded,
+                                           seed_times=times, threads=threads)
+            if blocks is None:  # a mode without a fused CPU pass
+                return self._run(dst, excluded, call, threads, times)
+            self.sampled_edges += loop.sampled_edges - before
+            return blocks
 
     def _sample_cuda(self, seeds, exclude_eids, seed_times) -> Blocks:
         if isinstance(seeds, torch.Tensor) and seeds.device.type == "cuda":
