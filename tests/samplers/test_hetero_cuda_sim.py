@@ -104,6 +104,19 @@ TEMPORAL_SCRIPT = COMMON + textwrap.dedent(
                         [dict(seeds=seeds, seed_times=st, exclude_eids=excluded)], "temporal chained",
                         edge_times=times)
     assert s.traffic.readbacks == 1 and s.traffic.chain_overflows == 0, s.traffic
+    # relations of fanout -1 past their capacity (sized without the degrees' guess: a mean degree of 0):
+    # sampled again unchained, their edges per row learned, so the same call chains the second time
+    import dataclasses
+    from samplers.kernels.cuda import bounded
+    own_of = bounded.DegreeBound.of
+    bounded.DegreeBound.of = classmethod(lambda cls, indptr: dataclasses.replace(own_of(indptr),
+                                                                                 mean_degree=0.0))
+    bounded.FULL_SLACK, bounded.FULL_EXTRA = 1.0, 1
+    call = dict(seeds=seeds, seed_times=st, exclude_eids=excluded)
+    s, _ = compare({LISTENS: [-1], HEARD: [2], FRIENDS: [-1]}, [call, call], "temporal -1 overflow",
+                   edge_times=times)
+    assert s.traffic.chain_overflows == 1, s.traffic
+    bounded.FULL_SLACK, bounded.FULL_EXTRA, bounded.DegreeBound.of = 2.0, 1024, own_of
     # a chain's masked rows by time draw with replacement too: k draws a row with an eligible edge, at the
     # bound D * k, nothing read back
     from numba import cuda

@@ -119,4 +119,5 @@ def sample_relations_bounded(relations: list, sample: Callable[[int, Any, str], 
                         end=at + 2 * n_rel + 3 * len(groups),
                         capacity={rel: int(edges[k].src.shape[0]) for k, rel in enumerate(relations)},
                         grouped_eids=False,
-                        edge_weights=weights if any(w is not None for w in weights.values()) else None)
+                        edge_weights=weights if any(w is not None for w in weights.values()) else None,
+                        rates={rel: edges[k].rate for k, rel in enumerate(relations) if edges[k].rate})

@@ -87,6 +87,9 @@ class PendingTyped:
         (`...cuda.relation_chain`).
     edge_weights : dict Relation -> device float64 [M_r] or None
         Each relation's edge weights from its first edge (a LABOR relation's, `...cuda.labor`), or None.
+    rates : dict Relation -> str or None
+        The workspace's edge rate name of each capacity-sized relation (fanout -1,
+        `samplers.kernels.cuda.bounded.BoundedEdges.rate`): `read_typed` records its edges per row there.
     """
 
     rows: dict
@@ -100,6 +103,7 @@ class PendingTyped:
     capacity: dict | None = None
     grouped_eids: bool = True
     edge_weights: dict | None = None
+    rates: dict | None = None
 
     def finish(self, values: Any) -> tuple[dict, dict, dict, dict, dict, dict | None, dict | None]:
         """Views at the true sizes, ``values`` the chain's entries read back: (src_nodes per type [S_t],
@@ -132,7 +136,13 @@ class PendingTyped:
 
 def read_typed(pending: list[PendingTyped], ws: Any) -> list[tuple]:
     """The layers of one typed chain, all their sizes read back in one copy: `PendingTyped.finish` of
-    each, in the order given (raises its `samplers.kernels.cuda.layer.ChainOverflow`)."""
+    each, in the order given (raises its `samplers.kernels.cuda.layer.ChainOverflow`). A capacity-sized
+    relation's edges per row go to the workspace's edge rate first (`PendingTyped.rates`), as
+    `samplers.kernels.cuda.layer.read_blocks` does."""
     chain = next(iter(pending[0].rows.values())).chain
     values = ws.read(chain[:pending[-1].end])
+    for block in pending:
+        for rel, name in (block.rates or {}).items():  # before an overflow raises: the next call sizes by it
+            rows = int(values[block.rows[rel[2]].at])
+            ws.observe_rate(name, int(values[block.nnz_at[rel]]) / max(rows, 1))
     return [block.finish(values) for block in pending]
