@@ -76,7 +76,7 @@ DONE = 1
 OVERFLOW = 2
 """A chained layer's fixed point cannot finish on the device: sampled again unchained."""
 SUM_WORDS = 68
-"""32-bit digits of the exact sum of up to 2**30 non-negative doubles (`exact_digits`)."""
+"""32-bit digits of the exact sum of up to 2**30 non-negative doubles (`_add_exact`)."""
 LABOR_ROUNDS = 16
 """Iterations a chained layer launches for importance_sampling < 0 (until convergence); one that has not
 converged by then is an overflow (sampled again unchained)."""
@@ -251,7 +251,7 @@ def labor_start(raw_off, pi_cap, status, prev, acc):  # pragma: no cover - devic
 
 @cuda.jit
 def labor_sum(contrib, status, acc):  # pragma: no cover - device
-    """Add ``contrib`` (non-negative finite float64 [D]) to the exact sum ``acc`` (`exact_digits`): per
+    """Add ``contrib`` (non-negative finite float64 [D]) to the exact sum ``acc`` (`_add_exact`): per
     block in shared memory, then one atomic add per digit (integer adds: the same sum in any order)."""
     part = cuda.shared.array(SUM_WORDS, numba.int64)
     w = cuda.threadIdx.x
