@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from graphrl.memory import NUMPY_TO_TORCH, TORCH_TO_NUMPY
+from graphrl.memory.dtypes import parse_dtype
 
 __all__ = ["FieldSpec", "TrajectorySpec"]
 
@@ -37,22 +38,13 @@ _RESERVED = frozenset({"mask", "keys", "probabilities", "weights", "lengths"})
 
 
 def _parse_dtype(dtype: Any, name: str) -> np.dtype:
-    if isinstance(dtype, torch.dtype):
-        if dtype not in TORCH_TO_NUMPY:
-            raise TypeError(f"field {name!r}: dtype {dtype} is not supported (it has no numpy equivalent)")
-        return TORCH_TO_NUMPY[dtype]
-    if isinstance(dtype, str):
-        dtype = dtype.strip().removeprefix("torch.")
-    try:
-        npd = np.dtype(dtype)
+    try:  # the core's one table of dtypes (None, unknown names, big-endian and object dtypes refused)
+        parsed = parse_dtype(dtype)
     except TypeError as exc:
-        raise TypeError(f"field {name!r}: unknown dtype {dtype!r}") from exc
-    if npd not in NUMPY_TO_TORCH:
-        raise TypeError(
-            f"field {name!r}: dtype {npd} is not supported: use bool, (u)int8-64, float16-64 "
-            "or complex64/128 in native byte order"
-        )
-    return npd
+        raise TypeError(f"field {name!r}: {exc}") from None
+    if parsed.numpy is None:
+        raise TypeError(f"field {name!r}: dtype {parsed.torch} is not supported (it has no numpy equivalent)")
+    return parsed.numpy
 
 
 CODECS = ("lz4", "zstd", "lz4dict")

@@ -37,8 +37,13 @@ def test_fieldspec_bad_shape_and_dtype_name_the_field():
         FieldSpec("obs", (2, -1), "uint8")
     with pytest.raises(TypeError, match=r"field 'obs': unknown dtype 'uint9'"):
         FieldSpec("obs", (2,), "uint9")
-    with pytest.raises(TypeError, match=r"field 'obs': dtype torch.bfloat16 is not supported"):
-        FieldSpec("obs", (2,), torch.bfloat16)
+    for bf16 in (torch.bfloat16, "bfloat16", "torch.bfloat16"):  # no numpy view, whichever way named
+        with pytest.raises(TypeError, match=r"field .obs.: dtype torch.bfloat16 is not supported \(it has"):
+            FieldSpec("obs", (2,), bf16)
+    with pytest.raises(TypeError, match=r"field 'obs': dtype must be given"):  # not numpy's float64
+        FieldSpec("obs", (2,), None)
+    with pytest.raises(TypeError, match=r"field 'obs': dtype '>i4' \(>i4\) is not supported: .*native order"):
+        FieldSpec("obs", (2,), ">i4")
 
 
 def test_a_fieldspec_under_another_name_is_refused():
