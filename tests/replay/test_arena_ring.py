@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from graphrl.memory import MemoryBudgetError, MemoryManager
 from replay import FieldSpec, ReplayStore, TrajectorySpec
 from replay.chunk_codec import ChunkRing
+from replay.chunk_encode import ChunkEncode
 
 ROW = (16,)
 
@@ -98,3 +99,75 @@ def test_a_store_at_arena_ratio_one_or_below_runs_as_a_ring_and_restores(tmp_pat
         assert all((ep.data["obs"] == frames[ep.data["a"]]).all() for ep in eps)
     finally:
         restored.close()
+
+
+def _model_place(live: list[tuple[int, int]], size: int, sizes: list[int]) -> list[int] | None:
+    """Offsets of new chunks by byte extents alone (no head/tail offsets compared): at the end of the newest
+    live chunk if it fits before the arena's end and overlaps no live chunk, else at 0 if that overlaps
+    none; None when one fits neither way. ``live``: (offset, bytes) oldest first."""
+    live, offs = list(live), []
+    for n in sizes:
+        head = live[-1][0] + live[-1][1] if live else 0
+        for off in (head, 0):
+            if off + n <= size and not any(off < o + m and o < off + n for o, m in live):
+                break
+        else:
+            return None
+        offs.append(off)
+        live.append((off, n))
+    return offs
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    codec=st.sampled_from(["lz4", "zstd", "lz4dict"]),
+    chunk=st.sampled_from([1, 2, 4]),
+    slots=st.integers(2, 5),
+    arena_rows=st.integers(1, 24),
+    ops=st.lists(st.tuples(st.integers(1, 20), st.booleans(), st.booleans()), min_size=1, max_size=25),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_full_and_empty_arenas_match_a_byte_extent_model_through_evictions_and_restores(
+    codec, chunk, slots, arena_rows, ops, seed
+):
+    """Each commit is accepted or refused as the extent model says, at its offsets (a full arena taken
+    for empty would overwrite live bytes; an empty one taken for full would refuse), and a checkpoint
+    restored mid-run (full ones included) goes on as the model's chunks laid out from 0."""
+    capacity, arena = chunk * slots, arena_rows * ROW[0]  # often a whole number of raw chunks: full
+    rng = np.random.default_rng(seed)
+    enc = ChunkEncode(codec)
+    with MemoryManager() as memory:
+        def make() -> ChunkRing:
+            return ChunkRing.create(memory, "obs", ROW, np.uint8, codec, capacity, chunk, arena_bytes=arena)
+
+        ring = make()
+        data, live = np.zeros((0, *ROW), np.uint8), []  # live: (chunk index, offset, bytes)
+        for n, noisy, restore in ops:
+            n, pos = min(n, capacity), len(data)
+            rows = rng.integers(0, 256 if noisy else 2, (n, *ROW), dtype=np.uint8)
+            grown = np.concatenate([data, rows])
+            oldest = max(0, len(grown) - capacity) // chunk
+            new = range(max(pos // chunk, oldest), len(grown) // chunk)
+            sizes = [int(enc.encode(grown[k * chunk : (k + 1) * chunk], chunk, k)[1][0]) for k in new]
+            kept = [c for c in live if c[0] >= oldest]
+            offs = _model_place([c[1:] for c in kept], arena, sizes)
+            before = ring.arena.copy()
+            try:
+                ring.write(rows, pos)
+            except MemoryBudgetError:
+                assert offs is None and (ring.arena == before).all()
+                continue
+            assert offs is not None
+            live, data = kept + list(zip(new, offs, sizes, strict=True)), grown
+            assert [tuple(ring.table[k % slots, :3]) for k, _, _ in live] == live
+            if restore:
+                other = make()
+                other.load_state(ring.state())
+                ring.free()
+                ring = other
+                starts = np.cumsum([0] + [s for _, _, s in live])
+                live = [(k, int(at), s) for (k, _, s), at in zip(live, starts, strict=False)]
+            at = np.arange(max(0, len(data) - capacity), len(data))
+            out = np.empty((at.size, *ROW), np.uint8)
+            ring.read(at, out)
+            np.testing.assert_array_equal(out, data[at])
