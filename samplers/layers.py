@@ -175,40 +175,6 @@ class LayerLoop:
         return mix(base ^ (((self.type_index[src_type] + 1) * GOLDEN) & MASK64)) if self.typed else base
 
     # ------------------------------------------------------------------------------------------------
-    # a plain graph on the CPU: blocks straight from the mode's fused pass
-
-    def plain_cpu_blocks(self, dst: np.ndarray, fanouts: list[int], seed: int, call: int, *,
-                         excluded: Any = None, seed_times: np.ndarray | None = None,
-                         threads: int = 1) -> Blocks | None:
-        """A plain graph's CPU layers as `Blocks`, outermost first, each through its mode's fused pass
-        (`Mode.sample_block_cpu`): the blocks `plain_blocks` makes of `run`'s layers for the same
-        arguments (keys ``layer_key(seed, call, layer)``; ``excluded``: the relation's sorted CSC
-        positions or an `samplers.kernels.cpu.Exclusion`; ``seed_times``: the seeds' times). None, with
-        nothing sampled, where the loop is not a plain CPU loop or its mode has no fused pass (use
-        `run`)."""
-        if self.workspace is None:
-            return None
-        (rel,) = self.relations
-        arr, mode, state, ws = self.relations[rel], self.modes[rel], self.states[rel], self.workspace
-        times = seed_times if arr.times is not None else None
-        wrap = torch.from_numpy
-        out = Blocks()
-        for layer in range(len(fanouts) - 1, -1, -1):
-            key = layer_key(seed, call, layer)
-            fused = mode.sample_block_cpu(arr, state, LayerRequest(dst, fanouts[layer], key, key, excluded,
-                                                                   times, threads), ws)
-            if fused is None:  # a mode without a fused pass has none at any layer: nothing sampled yet
-                return None
-            out_indptr, src_nodes, local, eids, src_times = fused
-            self.sampled_edges += local.shape[0]
-            out.append(Block(src_nodes=wrap(src_nodes), dst_nodes=wrap(src_nodes[:dst.shape[0]]),
-                             indptr=wrap(out_indptr), indices=wrap(local), edge_ids=wrap(eids),
-                             src_times=None if src_times is None else wrap(src_times)))
-            dst, times = src_nodes, src_times
-        out.reverse()
-        return out
-
-    # ------------------------------------------------------------------------------------------------
     # one relation, one layer: the per-layer entry point
 
     def sample_relation(self, rel, request: LayerRequest) -> LayerEdges:

@@ -368,14 +368,7 @@ class NeighborSampler:
             excluded = None if exclude_eids is None else self._excluded_positions(exclude_eids)
             call = self._calls
             self._calls += 1
-            loop = self.loop
-            before = loop.sampled_edges
-            blocks = loop.plain_cpu_blocks(dst, self.fanouts, self.seed, call, excluded=excluded,
-                                           seed_times=times, threads=threads)
-            if blocks is None:  # a mode without a fused CPU pass
-                return self._run(dst, excluded, call, threads, times)
-            self.sampled_edges += loop.sampled_edges - before
-            return blocks
+            return self._run(dst, excluded, call, threads, times)
 
     def _sample_cuda(self, seeds, exclude_eids, seed_times) -> Blocks:
         if isinstance(seeds, torch.Tensor) and seeds.device.type == "cuda":
