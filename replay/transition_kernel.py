@@ -235,9 +235,10 @@ def _copy_rows(out, src, at, k, rb):  # pragma: no cover - numba
 
 
 # `CopyHelpers`' control words (int64): the batch bell (its low 32 bits the futex word), the claim word
-# (batch tag << 40 | groups << 20 | next group), groups copied, sleeping helpers, quit, then the batch
+# (batch tag << 40 | groups << 20 | next group), groups copied, sleeping helpers, quit, then the batch,
+# then the holder (the native id of the thread whose batch holds the helpers; 0: none)
 (_C_BELL, _C_WORD, _C_DONE, _C_SLEEP, _C_QUIT, _C_PLAN, _C_PLAN_N, _C_KEYS, _C_K, _C_DST, _C_NF,
- _C_GROUP) = range(12)
+ _C_GROUP, _C_HOLDER) = range(13)
 _C_WORDS = 16
 _TAG_MASK = (1 << 23) - 1  # the claim word's batch tag: the bell's low bits
 _FIELD_MASK = (1 << 20) - 1  # groups and next group: at most 2**20 - 1 groups a batch
@@ -314,6 +315,12 @@ def _ring(ctl):  # pragma: no cover - numba
 
 
 @nb.njit(cache=True, nogil=True)
+def _hold(ctl, holder, new):  # pragma: no cover - numba
+    """Set the holder word to ``new`` if it is ``holder``; whether it was."""
+    return compare_exchange(ctl, _C_HOLDER, holder, new) == holder
+
+
+@nb.njit(cache=True, nogil=True)
 def _publish(ctl, bell, groups, nxt):  # pragma: no cover - numba
     """Set the claim word to batch ``bell`` with ``groups`` groups, ``nxt`` the next to claim."""
     new = ((bell & _TAG_MASK) << 40) | (groups << 20) | nxt
@@ -381,8 +388,10 @@ class CopyHelpers:
     """Threads that copy groups of a split batch alongside the caller, each kept in compiled code
     (`_helper_loop`) between batches: no interpreter lock and no Python per batch. A helper waits for
     the bell ``idle_spins`` pauses (about 25 ns each), then sleeps on it (a futex). One batch at a time:
-    `ring` returns None while another thread's batch holds them. Started by the first `ring`; the
-    process's (`sample_transitions`') are made anew in a forked child (threads do not survive ``fork``).
+    `ring` returns None while another batch holds them. The batch is held by its thread (its native id
+    in the control words, taken by compare-and-swap), so `close` finds it even when a signal's exception
+    took `ring`'s return value. Started by the first `ring`; the process's (`sample_transitions`') are
+    made anew in a forked child (threads do not survive ``fork``).
 
     Parameters
     ----------
@@ -394,14 +403,14 @@ class CopyHelpers:
         self.ctl = np.zeros(_C_WORDS, dtype=np.int64)
         self.idle_spins = int(idle_spins)
         self.threads: list[threading.Thread] = []
-        self.busy = threading.Lock()
 
     def ring(self, helpers: int) -> int | None:
-        """Take the helpers for one batch (at least ``helpers`` of them started) and ring the bell; the
-        batch's bell, or None when another batch holds them. The caller ends the batch with `close`."""
-        if not self.busy.acquire(blocking=False):
-            return None
+        """Take the helpers for one batch of this thread (at least ``helpers`` of them started) and ring
+        the bell; the batch's bell, or None when another batch holds them. The caller ends the batch with
+        `close`, also when this call raises."""
         try:
+            if not _hold(self.ctl, 0, threading.get_native_id()):
+                return None
             if len(self.threads) < helpers:  # compiled or loaded here: no helper holds the compiler lock
                 _helper_loop.compile((nb.typeof(self.ctl), nb.int64))
             while len(self.threads) < helpers:
@@ -411,24 +420,30 @@ class CopyHelpers:
                 t.start()
                 self.threads.append(t)
             return _ring(self.ctl)
-        except BaseException:  # (a signal's exception as `_ring` returns): its batch closed, empty
-            self.close(int(self.ctl[_C_BELL]))
+        except BaseException:  # (a signal's exception as a call returns): its batch closed, empty
+            self.close()
             raise
 
     def stop(self) -> None:
-        """End the helper threads (they finish the batch they copy, if any) and wait for them."""
+        """End the helper threads (they finish the batch they copy, if any) and wait for them; a later
+        `ring` starts new ones."""
         self.ctl[_C_QUIT] = 1
         _ring(self.ctl)
         for t in self.threads:
             t.join()
         self.threads.clear()
+        self.ctl[_C_QUIT] = 0
 
-    def close(self, bell: int) -> None:
-        """End batch ``bell`` (`_close_batch`) and free the helpers for the next."""
+    def close(self, bell: int | None = None) -> None:
+        """End this thread's batch (`_close_batch`; ``bell`` its bell, None: the bell last rung, which is
+        its own) and free the helpers for the next; nothing when this thread's batch does not hold them."""
+        me = threading.get_native_id()
+        if self.ctl[_C_HOLDER] != me:
+            return
         try:
-            _close_batch(self.ctl, bell)
+            _close_batch(self.ctl, int(self.ctl[_C_BELL]) if bell is None else bell)
         finally:
-            self.busy.release()
+            _hold(self.ctl, me, 0)
 
 
 _HELPERS = CopyHelpers()  # the process's copy helpers, as `graphrl.kernels.team`'s team is the process's
@@ -512,11 +527,11 @@ def sample_transitions(
         if threads > 1:
             threads = 1 + min(threads - 1, idle_cores(threads))
     helpers, bell = _HELPERS, None
-    if threads > 1:  # rung before the draw: the helpers wake while it runs (None: another batch has them)
-        bell = helpers.ring(threads - 1)
     job = np.zeros(1, dtype=np.int64)  # 1 while the draw's shard mutexes are held for the copy
     counted = 0
-    try:  # from the draw on: a signal's exception is raised as a compiled call returns, held mutexes or not
+    try:  # from the bell on: a signal's exception is raised as a call returns, held mutexes or not
+        if threads > 1:  # rung before the draw: the helpers wake while it runs (None: another batch has them)
+            bell = helpers.ring(threads - 1)
         status, live, err, died = _draw_held(
             plan, held, repairs, words, dst, incarnation, o_keys, o_prob, mask, beta, o_weights,
             2 * SPLIT_BYTES if bell is not None else _NO_SPLIT, job,
@@ -529,7 +544,7 @@ def sample_transitions(
         counted = k
     finally:  # the batch closed (no helper copies after), then the shard mutexes released, even on a raise
         try:
-            if bell is not None:
+            if threads > 1:  # this thread's batch, if it holds the helpers (its bell lost or not)
                 helpers.close(bell)
         finally:
             if job[0]:

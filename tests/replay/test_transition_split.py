@@ -7,6 +7,7 @@ nothing; a copy that raises releases the mutexes and counts nothing; small batch
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -167,6 +168,39 @@ def test_groups_copied_by_many_threads_at_once_make_the_same_batch():
         store.close()
         ref.close()
 
+
+
+def test_a_signal_as_the_bell_rings_still_frees_the_helpers(monkeypatch):
+    """A signal's exception raised as `CopyHelpers.ring` returns, its bell lost to the caller: the batch
+    is still closed, so the helper goes back to sleep (not spinning on a batch never published) and the
+    next batch gets the helpers (not the one call for good)."""
+    force_split(monkeypatch)
+    helpers = tk.CopyHelpers()
+    monkeypatch.setattr(tk, "_HELPERS", helpers)
+    ring, rung = tk.CopyHelpers.ring, []
+
+    def ring_then_signal(self, n):
+        ring(self, n)
+        raise KeyboardInterrupt  # what the handler raises at the caller's next call
+
+    try:
+        with MemoryManager() as mm:
+            store = make_store(mm, 2, True)
+            with monkeypatch.context() as m:
+                m.setattr(tk.CopyHelpers, "ring", ring_then_signal)
+                with pytest.raises(KeyboardInterrupt):
+                    store.sample(120, 1)
+            assert shards_free(store)
+            deadline = time.monotonic() + 5.0
+            while helpers.ctl[tk._C_SLEEP] < 1 and time.monotonic() < deadline:
+                time.sleep(0.001)
+            assert helpers.ctl[tk._C_SLEEP] == 1, "the helper spins on a batch that is never published"
+            monkeypatch.setattr(tk.CopyHelpers, "ring", lambda s, n: rung.append(ring(s, n)) or rung[-1])
+            store.sample(120, 1).release()
+            assert rung and rung[0] is not None, "the helpers stay held by the interrupted batch"
+            store.close()
+    finally:
+        helpers.stop()
 
 def test_a_copy_that_raises_releases_the_shards_and_counts_nothing(monkeypatch):
     with MemoryManager() as mm:
