@@ -170,6 +170,24 @@ def test_groups_copied_by_many_threads_at_once_make_the_same_batch():
 
 
 
+
+def test_a_batch_closed_midway_withdraws_the_groups_not_claimed():
+    """`CopyHelpers.close` of a batch whose groups are partly claimed (the caller raised mid-copy) waits
+    for the claimed ones only and withdraws the rest: a helper claiming after it gets nothing (it would
+    copy the aborted batch's rows over the slot's next batch)."""
+    helpers = tk.CopyHelpers()  # no thread started: the claims are this test's
+    plan, keys, dst = np.zeros(8, np.int64), np.zeros(10, np.int64), np.zeros(1, np.int64)
+    bell = helpers.ring(0)
+    assert tk._claim(helpers.ctl, bell) == -2  # rung, not yet published
+    tk._post(helpers.ctl, bell, plan, keys, dst, 1, 10)
+    assert [tk._claim(helpers.ctl, bell) for _ in range(3)] == [0, 1, 2]
+    helpers.ctl[tk._C_DONE] = 3  # the three claimed groups copied
+    helpers.close(bell)
+    assert tk._claim(helpers.ctl, bell) == -1 and tk._copy_claimed(helpers.ctl, bell) == -1
+    assert helpers.ctl[tk._C_HOLDER] == 0 and helpers.ring(0) == bell + 1
+    helpers.close()
+    assert helpers.ctl[tk._C_HOLDER] == 0
+
 def test_a_signal_as_the_bell_rings_still_frees_the_helpers(monkeypatch):
     """A signal's exception raised as `CopyHelpers.ring` returns, its bell lost to the caller: the batch
     is still closed, so the helper goes back to sleep (not spinning on a batch never published) and the
