@@ -353,13 +353,7 @@ def _copy_batch(ctl, bell, plan, keys, dst, group, groups):  # pragma: no cover 
     copied."""
     _post(ctl, bell, plan, keys, dst, group, groups)
     _copy_claimed(ctl, bell)
-    spins = 0
-    while fetch_add(ctl, _C_DONE, 0) < groups:
-        spins += 1
-        if spins < _SPINS:
-            spin_pause()
-        else:
-            sched_yield()
+    _wait_copied(ctl, groups)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -375,8 +369,14 @@ def _close_batch(ctl, bell):  # pragma: no cover - numba
         claimed = min(w & _FIELD_MASK, (w >> 20) & _FIELD_MASK)
         if compare_exchange(ctl, _C_WORD, w, (tag << 40) | (claimed << 20) | claimed) == w:
             break  # the batch is now its claimed groups, all claimed (a second close finds the same)
+    _wait_copied(ctl, claimed)
+
+
+@nb.njit(cache=True, nogil=True)
+def _wait_copied(ctl, groups):  # pragma: no cover - numba
+    """Wait until ``groups`` groups of the batch are copied (a short spin, then yields)."""
     spins = 0
-    while fetch_add(ctl, _C_DONE, 0) < claimed:
+    while fetch_add(ctl, _C_DONE, 0) < groups:
         spins += 1
         if spins < _SPINS:
             spin_pause()
