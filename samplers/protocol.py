@@ -86,22 +86,13 @@ def check_same_typed_edges(name: str, sampler: Any, num_nodes: dict, edges: dict
         raise ValueError(f"{name}'s graph has relations {list(ours.relations)}, {what} {list(edges)} (build "
                          f"the HeteroGraph with the same edge types in the same order)")
     for rel, (src, dst) in edges.items():
-        indptr, indices = ours.indptr[rel].numpy(), ours.indices[rel].numpy()
+        src, dst = _int64(src), _int64(dst)
         eids = ours.edge_ids[rel].numpy()
-        src = np.asarray(src.cpu() if isinstance(src, torch.Tensor) else src, dtype=np.int64).reshape(-1)
-        dst = np.asarray(dst.cpu() if isinstance(dst, torch.Tensor) else dst, dtype=np.int64).reshape(-1)
         if eids.shape[0] != src.shape[0]:
             raise ValueError(f"{name}'s graph has {eids.shape[0]} edges of {rel!r}, {what} {src.shape[0]}")
-        s, d = np.empty_like(src), np.empty_like(dst)
-        s[eids] = indices
-        d[eids] = np.repeat(np.arange(indptr.shape[0] - 1, dtype=np.int64), np.diff(indptr))
-        bad = np.flatnonzero((s != src) | (d != dst))
-        if bad.size:
-            j = int(bad[0])
-            raise ValueError(f"{name}'s graph is not {what}: {bad.size} of {src.shape[0]} edge ids of "
-                             f"{rel!r} join other nodes, first edge {j}: {s[j]} -> {d[j]} in the sampler's "
-                             f"graph, {src[j]} -> {dst[j]} in {what} (build it as HeteroGraph.from_edges("
-                             f"num_nodes, {{edge type: (src, dst)}}) each type's edges in edge-id order)")
+        _check_pairs(name, _by_id(ours.indptr[rel].numpy(), ours.indices[rel].numpy(), eids), (src, dst),
+                     what, f" of {rel!r}", "HeteroGraph.from_edges(num_nodes, {edge type: (src, dst)}) each "
+                     "type's edges in edge-id order")
 
 
 def check_blocks(sampler: Any, blocks: Any, seeds: torch.Tensor) -> Any:
@@ -144,13 +135,34 @@ def check_blocks(sampler: Any, blocks: Any, seeds: torch.Tensor) -> Any:
 
 def edges_by_id(graph) -> tuple[np.ndarray, np.ndarray]:
     """(source, destination) of every edge id of a `CSCGraph`, int64 [E] each."""
-    indptr = graph.indptr.numpy()
-    eids = graph.csc_edge_ids().numpy()
-    src = np.empty(graph.num_edges, dtype=np.int64)
-    dst = np.empty(graph.num_edges, dtype=np.int64)
-    src[eids] = graph.indices.numpy()
-    dst[eids] = np.repeat(np.arange(graph.num_nodes, dtype=np.int64), np.diff(indptr))
+    return _by_id(graph.indptr.numpy(), graph.indices.numpy(), graph.csc_edge_ids().numpy())
+
+
+def _by_id(indptr: np.ndarray, indices: np.ndarray, eids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(source, destination) int64 [E] of a CSC's edges (``indptr`` [N + 1], ``indices`` / ``eids`` [E]),
+    each at its edge id."""
+    src = np.empty(eids.shape[0], dtype=np.int64)
+    dst = np.empty(eids.shape[0], dtype=np.int64)
+    src[eids] = indices
+    dst[eids] = np.repeat(np.arange(indptr.shape[0] - 1, dtype=np.int64), np.diff(indptr))
     return src, dst
+
+
+def _int64(v) -> np.ndarray:
+    """A tensor or array of ids as int64 numpy [n] on the host."""
+    return np.asarray(v.cpu() if isinstance(v, torch.Tensor) else v, dtype=np.int64).reshape(-1)
+
+
+def _check_pairs(name: str, ours: tuple, theirs: tuple, what: str, of: str, build: str) -> None:
+    """ValueError naming the first edge id whose (source, destination) differs between ``ours`` (the
+    sampler's) and ``theirs`` (``what``'s), int64 [E] pairs of equal length; ``of`` / ``build`` word it."""
+    (s, d), (src, dst) = ours, theirs
+    bad = np.flatnonzero((s != src) | (d != dst))
+    if bad.size:
+        j = int(bad[0])
+        raise ValueError(f"{name}'s graph is not {what}: {bad.size} of {src.shape[0]} edge ids{of} join "
+                         f"other nodes, first edge {j}: {s[j]} -> {d[j]} in the sampler's graph, {src[j]} -> "
+                         f"{dst[j]} in {what} (build it as {build})")
 
 
 def check_same_edges(name: str, sampler: Any, src, dst, num_nodes: int, what: str) -> None:
@@ -170,16 +182,9 @@ def check_same_edges(name: str, sampler: Any, src, dst, num_nodes: int, what: st
         Another node or edge count, or the first edge id whose endpoints differ (with both pairs).
     """
     ours = sampler.graph
-    src = np.asarray(src.cpu() if isinstance(src, torch.Tensor) else src, dtype=np.int64).reshape(-1)
-    dst = np.asarray(dst.cpu() if isinstance(dst, torch.Tensor) else dst, dtype=np.int64).reshape(-1)
+    src, dst = _int64(src), _int64(dst)
     if (ours.num_nodes, ours.num_edges) != (int(num_nodes), int(src.shape[0])):
         raise ValueError(f"{name}'s graph has {ours.num_nodes} nodes and {ours.num_edges} edges, {what} "
                          f"{int(num_nodes)} and {int(src.shape[0])}")
-    s, d = edges_by_id(ours)
-    bad = np.flatnonzero((s != src) | (d != dst))
-    if bad.size:
-        j = int(bad[0])
-        raise ValueError(f"{name}'s graph is not {what}: {bad.size} of {src.shape[0]} edge ids join other "
-                         f"nodes, first edge {j}: {s[j]} -> {d[j]} in the sampler's graph, "
-                         f"{src[j]} -> {dst[j]} in {what} (build it as CSCGraph.from_edges(src, dst, "
-                         f"num_nodes) with the edges in edge-id order)")
+    _check_pairs(name, edges_by_id(ours), (src, dst), what, "",
+                 "CSCGraph.from_edges(src, dst, num_nodes) with the edges in edge-id order")
