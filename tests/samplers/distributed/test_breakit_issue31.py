@@ -221,3 +221,4 @@ def test_an_owner_restarted_by_an_attached_trainer_outlives_that_trainer(graph, 
         first.close()
     for part in (0, 1):  # closing the first group ends the restarted owner too: nothing left running
         assert _gone(ray, f"life31.owner{part}", 5.0)
+    assert _gone(ray, "life31.keeper", 5.0)  # nor the keeper (a leaked actor, else)
