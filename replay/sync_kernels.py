@@ -209,10 +209,17 @@ def compiler_fence(typingctx):  # pragma: no cover - compiled
     return sig, codegen
 
 
+def _int64_array(arr) -> bool:
+    """Whether numba type ``arr`` is an array of int64 items (the atomics' one type)."""
+    return isinstance(arr, types.Array) and arr.dtype == types.int64
+
+
 @intrinsic
 def fetch_add(typingctx, arr, i, v):  # pragma: no cover - compiled
     """``arr[i] += v`` as one sequentially consistent atomic read-modify-write; returns the old value.
-    For int64 arrays (``v`` 0: an atomic load)."""
+    For int64 arrays (``v`` 0: an atomic load); another array type is a typing error."""
+    if not _int64_array(arr):
+        return None  # (a wider or narrower item would be read and written as 8 bytes at the wrong place)
     sig = types.int64(arr, types.int64, types.int64)
 
     def codegen(context, builder, signature, args):
@@ -252,7 +259,10 @@ def sched_yield(typingctx):  # pragma: no cover - compiled
 @intrinsic
 def compare_exchange(typingctx, arr, i, expected, new):  # pragma: no cover - compiled
     """``arr[i] = new`` if ``arr[i] == expected``, as one sequentially consistent atomic compare-and-swap;
-    returns the old value (the swap happened when it equals ``expected``). For int64 arrays."""
+    returns the old value (the swap happened when it equals ``expected``). For int64 arrays; another
+    array type is a typing error."""
+    if not _int64_array(arr):
+        return None
     sig = types.int64(arr, types.int64, types.int64, types.int64)
 
     def codegen(context, builder, signature, args):
