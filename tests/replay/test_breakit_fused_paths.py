@@ -22,6 +22,7 @@ import time
 import numpy as np
 import pytest
 import torch
+from _forked import run_in_fork
 
 import replay.transition_kernel as tk
 from graphrl import GPUUnavailableError
@@ -575,36 +576,54 @@ def test_a_signal_during_the_split_draw_leaves_no_shard_mutex_held(monkeypatch):
     handler's `Interrupted` is raised as soon as a compiled call returns, so one arriving during the
     draw (which returns with every shard mutex held for the copy) came out of `sample_transitions`
     before its ``try``: the mutexes stayed held by a live process, and every writer, sampler and
-    checkpoint of the store blocked for good. A prioritized draw of 60k rows makes the draw most of the
-    call, so most signals land in it."""
+    checkpoint of the store blocked for good. The signal is raised in the main thread as the draw
+    returns (its handler runs there, the return value lost), every other sample; in a forked child, so
+    that a signal taking its default action ends the child, never pytest."""
     from graphrl.interrupts import Interrupted, interrupts
 
     spec = TrajectorySpec({"v": ((), "int64")})
     force_split(monkeypatch)
     monkeypatch.setattr(tk, "SPLIT_BYTES", 1)
-    rng = np.random.default_rng(0)
-    with MemoryManager() as mm:
-        store = ReplayStore(spec, 2 * 4096, 2, memory=mm, seed=1, timeout=5.0, selector=Prioritized(0.6))
-        with store.writer() as w:
-            w.add_episode({"v": np.arange(8192)})
-        with store.sample(4096, 1) as b:
-            store.update_priorities(b.keys, rng.random(4096) + 0.1)
-        sampled = store.counters()["samples"]
-        for _ in range(6):
-            store.sample(60_000, 1).release()
-            sampled += 60_000
-            with interrupts():
-                timer = threading.Timer(rng.random() * 0.01, os.kill, (os.getpid(), signal.SIGTERM))
-                timer.start()
-                with pytest.raises(Interrupted):
-                    for _ in range(10**6):
-                        store.sample(60_000, 1).release()
-                        sampled += 60_000
-                timer.join()
-            assert shards_free(store), "a shard mutex stayed held after the interrupted sample"
-            assert store.counters()["samples"] in (sampled, sampled + 60_000)  # the last one counted or not
-            sampled = store.counters()["samples"]
-        store.close()
+    real = tk._draw_held
+    held_at_signal: list[int] = []
+
+    def draw_then_signal(*args):
+        out = real(*args)
+        held_at_signal.append(int(args[-1][0]))  # the job word: the shard mutexes held for the copy
+        signal.raise_signal(signal.SIGTERM)  # handled before raise_signal returns: Interrupted here
+        return out
+
+    def child() -> str:
+        try:
+            rng = np.random.default_rng(0)
+            with MemoryManager() as mm:
+                store = ReplayStore(spec, 2 * 4096, 2, memory=mm, seed=1, timeout=5.0,
+                                    selector=Prioritized(0.6))
+                with store.writer() as w:
+                    w.add_episode({"v": np.arange(8192)})
+                with store.sample(4096, 1) as b:
+                    store.update_priorities(b.keys, rng.random(4096) + 0.1)
+                sampled = store.counters()["samples"]
+                for _ in range(4):
+                    store.sample(60_000, 1).release()
+                    sampled += 60_000
+                    with interrupts(), pytest.raises(Interrupted) as info:
+                        with monkeypatch.context() as m:
+                            m.setattr(tk, "_draw_held", draw_then_signal)
+                            store.sample(60_000, 1)
+                    assert info.value.name == "SIGTERM" and signal.SIGTERM not in signal.sigpending()
+                    assert shards_free(store), "a shard mutex stayed held after the interrupted sample"
+                    assert store.counters()["samples"] == sampled  # the interrupted draw is not counted
+                assert held_at_signal == [1] * 4
+                store.close()
+            return "ok"
+        except BaseException:  # noqa: BLE001 - reported to the parent, which fails the test with it
+            import traceback
+
+            return traceback.format_exc()
+
+    _, report = run_in_fork(child)
+    assert report == "ok", report or "the child died (of the signal?) before it reported"
 
 
 def parked_on_a_lock(tid: int) -> bool:
