@@ -385,14 +385,19 @@ class RayOwners(_Owners):
             self.actors = [ray.get_actor(self._actor_name(p)) for p in range(self.num_parts)]
             self._keeper = ray.get_actor(f"{name}.keeper")
         else:
-            if name is not None:
-                keep = {k: self._options[k] for k in ("lifetime", "namespace", "runtime_env")
-                        if k in self._options}
-                self._keeper = _remote(ray.remote(OwnerKeeper),
-                                       {"num_cpus": 0, "max_restarts": 0, "name": f"{name}.keeper", **keep},
-                                       (name, self._options, (self.folder, self.fingerprint, threads,
-                                                              self.book.digest)))
-            self.actors = [self._start(p) for p in range(self.num_parts)]
+            self.actors = []
+            try:  # a refused start (bad actor_options) kills what started (a detached keeper holds its name)
+                if name is not None:
+                    keep = {k: self._options[k] for k in ("lifetime", "namespace", "runtime_env")
+                            if k in self._options}
+                    keep.update(num_cpus=0, max_restarts=0, name=f"{name}.keeper")
+                    self._keeper = _remote(ray.remote(OwnerKeeper), keep, (name, self._options, (
+                        self.folder, self.fingerprint, threads, self.book.digest)))
+                for p in range(self.num_parts):
+                    self.actors.append(self._start(p))
+            except BaseException:
+                self._kill_started()
+                raise
         try:
             if not attach:
                 self._get({p: a.freeze_gc.remote() for p, a in enumerate(self.actors)}, "freeze_gc")
@@ -562,15 +567,19 @@ class RayOwners(_Owners):
         again, and the keeper); calls then raise ``ValueError`` (closed)."""
         self.closed = True
         ray = self._ray
-        for a in self.actors:
-            ray.kill(a, no_restart=True)
-        if self._keeper is not None:
-            ray.kill(self._keeper, no_restart=True)
+        self._kill_started()
         for p in range(self.num_parts) if self.name is not None else ():
             try:
                 ray.kill(ray.get_actor(self._actor_name(p)), no_restart=True)
             except ValueError:  # none under the name
                 pass
+
+    def _kill_started(self) -> None:
+        """Kill this group's owner actors and the keeper (not other actors under the names)."""
+        for a in self.actors:
+            self._ray.kill(a, no_restart=True)
+        if self._keeper is not None:
+            self._ray.kill(self._keeper, no_restart=True)
 
     def __getstate__(self) -> dict:
         """Refused: Ray's actor handles belong to this driver.

@@ -222,3 +222,15 @@ def test_an_owner_restarted_by_an_attached_trainer_outlives_that_trainer(graph, 
     for part in (0, 1):  # closing the first group ends the restarted owner too: nothing left running
         assert _gone(ray, f"life31.owner{part}", 5.0)
     assert _gone(ray, "life31.keeper", 5.0)  # nor the keeper (a leaked actor, else)
+
+
+@pytest.mark.slow  # a Ray session and two owner processes
+def test_a_refused_start_leaves_no_keeper_behind(graph, tmp_path, ray_session):
+    from samplers.distributed import RayOwners
+
+    ray = ray_session
+    write_partitions(graph, tmp_path / "parts", 2, method="ldg")
+    folder = str(tmp_path / "parts")
+    with pytest.raises(TypeError, match="max_restarts"):  # the keeper starts, then the owners are refused
+        RayOwners(folder, name="refused31", actor_options={"lifetime": "detached", "max_restarts": "x"})
+    assert _gone(ray, "refused31.keeper", 5.0)  # was: a detached keeper left running, holding the name
