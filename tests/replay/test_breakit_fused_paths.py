@@ -584,6 +584,7 @@ def test_a_signal_during_the_split_draw_leaves_no_shard_mutex_held(monkeypatch):
     spec = TrajectorySpec({"v": ((), "int64")})
     force_split(monkeypatch)
     monkeypatch.setattr(tk, "SPLIT_BYTES", 1)
+    monkeypatch.setattr(tk, "threads_for", lambda work, chunk_work: 2)  # split on one core too
     real = tk._draw_held
     held_at_signal: list[int] = []
 
