@@ -216,8 +216,9 @@ class PygDraw:
             pos, row, col, at, nodes, edges = expand_once(layers, positions, num_seeds, rels)
             node = {t: src_nodes[t][p] for t, p in pos.items()}
             keys = None if src_keys is None else {t: src_keys[t][p] for t, p in pos.items()}
-            edge = {r: torch.from_numpy(eids[r])[a] for r, a in at.items()}
-            if weights is not None:
+            edge = at
+            if weights is not None:  # ``at`` are positions into the layers' concatenated edges
+                edge = {r: torch.from_numpy(eids[r])[a] for r, a in at.items()}
                 edge_weight = {r: torch.from_numpy(weights[r])[a] for r, a in at.items()}
         edge = {r: torch.from_numpy(self.perm[r])[e] if r in self.perm else e for r, e in edge.items()}
         batch = None if not self.disjoint else {t: k & (_BATCH - 1) for t, k in keys.items()}
@@ -236,10 +237,11 @@ class PygDraw:
                                                                  for r, w in edge_weight.items()}}
 
     def _layers(self, blocks) -> tuple:
-        """Hop-1-first layers of numpy CSCs per relation (the ``last`` cut applied) whose edge "ids" are
-        positions into the per-relation concatenation of every layer's edges, the outermost sources
-        (ids and disjoint keys) per node type, the seed counts, and per relation that concatenation's
-        graph edge ids (int64) and ``edge_weights`` (float32; None when the blocks carry none)."""
+        """Hop-1-first layers of numpy CSCs per relation (the ``last`` cut applied), the outermost sources
+        (ids and disjoint keys) per node type, the seed counts, and, when the blocks carry
+        ``edge_weights``, per relation the concatenation of every layer's graph edge ids (int64) and
+        weights (float32), the layers' edge "ids" then being positions into it (else None, None and
+        the layers hold the graph edge ids)."""
         weighted = getattr(blocks[0], "edge_weights", None) is not None
         if self.pyg.hetero:
             raw = [{rel: (b.indptr[rel], b.indices[rel], b.edge_ids[rel],
@@ -262,20 +264,20 @@ class PygDraw:
                 arrays = (indptr.cpu().numpy(), indices.cpu().numpy(), eids.cpu().numpy())
                 if self.last and self.hops[rel][hop] >= 0:  # temporal: never a sampler= with weights
                     arrays = _keep_last(*arrays, self.hops[rel][hop], self.times.get(rel))
-                nnz, start = int(arrays[2].shape[0]), sizes.get(rel, 0)
-                eid_parts.setdefault(rel, []).append(arrays[2].astype(np.int64, copy=False))
                 if weighted:
+                    nnz, start = int(arrays[2].shape[0]), sizes.get(rel, 0)
+                    eid_parts.setdefault(rel, []).append(arrays[2].astype(np.int64, copy=False))
                     weight_parts.setdefault(rel, []).append(w.cpu().numpy())
-                sizes[rel] = start + nnz
-                out[rel] = (arrays[0], arrays[1], np.arange(start, start + nnz, dtype=np.int64))
+                    sizes[rel] = start + nnz
+                    arrays = (arrays[0], arrays[1], np.arange(start, start + nnz, dtype=np.int64))
+                out[rel] = arrays
             layers.append(out)
-        eids = {rel: np.concatenate(p) for rel, p in eid_parts.items()}
-        for rel in self.relations:
-            eids.setdefault(rel, np.empty(0, dtype=np.int64))
-        weights = None
-        if weighted:
-            weights = {rel: np.concatenate(weight_parts[rel]) if rel in weight_parts
-                       else np.empty(0, dtype=np.float32) for rel in self.relations}
+        if not weighted:
+            return layers, src_nodes, src_keys, num_seeds, None, None
+        eids = {rel: np.concatenate(eid_parts[rel]) if rel in eid_parts else np.empty(0, dtype=np.int64)
+                for rel in self.relations}
+        weights = {rel: np.concatenate(weight_parts[rel]) if rel in weight_parts
+                   else np.empty(0, dtype=np.float32) for rel in self.relations}
         return layers, src_nodes, src_keys, num_seeds, eids, weights
 
     def _induced(self, node: dict) -> tuple:
