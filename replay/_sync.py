@@ -28,6 +28,7 @@ import errno
 import logging
 import math
 import platform
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -47,7 +48,20 @@ _libc = ctypes.CDLL(None, use_errno=True)
 for _name in ("pthread_mutex_lock", "pthread_mutex_unlock", "pthread_mutex_consistent"):
     getattr(_libc, _name).restype = ctypes.c_int
 # futex(2): the condition's word; not FUTEX_PRIVATE (the word is shared between processes)
-SYS_FUTEX = {"x86_64": 202, "aarch64": 98}.get(platform.machine(), 202)
+_FUTEX_NUMBERS = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}  # SYS_futex, little-endian
+
+
+def futex_syscall(machine: str | None = None, byteorder: str | None = None) -> int | None:
+    """The futex(2) syscall number of ``machine`` (default ``platform.machine()``) with ``byteorder``
+    (default ``sys.byteorder``), or None where futex support is not known: only little-endian x86-64
+    and aarch64 are (elsewhere another number could be another call, e.g. riscv64's 202 is ``accept``,
+    and a big-endian int64 word's futex half is not its low 32 bits)."""
+    machine = platform.machine() if machine is None else machine
+    byteorder = sys.byteorder if byteorder is None else byteorder
+    return _FUTEX_NUMBERS.get(machine.lower()) if byteorder == "little" else None
+
+
+SYS_FUTEX = futex_syscall()  # None: no futex here (`SharedCondition` refuses; no copy helpers start)
 FUTEX_WAIT, FUTEX_WAKE = 0, 1
 _futex = _libc.syscall
 _futex.restype = ctypes.c_long
@@ -168,6 +182,9 @@ class SharedCondition:
         create: bool,
         on_owner_died: Callable[[], None] | None = None,
     ) -> None:
+        if SYS_FUTEX is None:
+            raise OSError(errno.ENOSYS, f"no known futex(2) on machine {platform.machine()!r} "
+                          f"({sys.byteorder}-endian): a shared condition needs one")
         self._buf = buf
         self._ptr = ctypes.c_void_p(_address(buf))
         self._seq = buf[:4].view(np.int32)

@@ -48,6 +48,8 @@ from numba.extending import intrinsic
 
 from replay._sync import FUTEX_WAIT, FUTEX_WAKE, SYS_FUTEX
 
+_SYS_FUTEX = -1 if SYS_FUTEX is None else SYS_FUTEX  # -1: syscall fails with ENOSYS (never called then)
+
 __all__ = [
     "EOWNERDEAD",
     "compare_exchange",
@@ -126,7 +128,7 @@ def _futex_wake_all(typingctx, addr):  # pragma: no cover - compiled
         fnty = ir.FunctionType(i64, [i64], var_arg=True)
         fn = cgutils.get_or_insert_function(builder.module, fnty, "syscall")
         null = ir.Constant(_I8P, None)
-        return builder.call(fn, [ir.Constant(i64, SYS_FUTEX), builder.inttoptr(args[0], _I8P),
+        return builder.call(fn, [ir.Constant(i64, _SYS_FUTEX), builder.inttoptr(args[0], _I8P),
                                  ir.Constant(i32, FUTEX_WAKE), ir.Constant(i32, 2**31 - 1), null, null,
                                  ir.Constant(i32, 0)])
 
@@ -288,7 +290,7 @@ def _futex_call(op: int):
             fnty = ir.FunctionType(i64, [i64], var_arg=True)
             fn = cgutils.get_or_insert_function(builder.module, fnty, "syscall")
             null = ir.Constant(_I8P, None)
-            return builder.call(fn, [ir.Constant(i64, SYS_FUTEX), builder.inttoptr(args[0], _I8P),
+            return builder.call(fn, [ir.Constant(i64, _SYS_FUTEX), builder.inttoptr(args[0], _I8P),
                                      ir.Constant(i32, op | _FUTEX_PRIVATE), builder.trunc(args[1], i32),
                                      null, null, ir.Constant(i32, 0)])
 

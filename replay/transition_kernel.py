@@ -38,7 +38,10 @@ takes the one call.
 from __future__ import annotations
 
 import os
+import platform
+import sys
 import threading
+import warnings
 
 import numba as nb
 import numpy as np
@@ -46,6 +49,7 @@ import numpy as np
 from graphrl.kernels.copies import address, store_fence
 from graphrl.kernels.prefetch import prefetch_l2_at
 from graphrl.threads import idle_cores, threads_for
+from replay._sync import futex_syscall
 from replay.commit_kernel import P_CAPACITY, P_FIELDS, P_ROW_BYTES, P_SHARDS, SHARD_WORDS
 from replay.draw_kernels import draw_items, importance_weights_into
 from replay.keys import BACK_BITS, INC_BITS, SHARD_BITS
@@ -391,7 +395,9 @@ class CopyHelpers:
     `ring` returns None while another batch holds them. The batch is held by its thread (its native id
     in the control words, taken by compare-and-swap), so `close` finds it even when a signal's exception
     took `ring`'s return value. Started by the first `ring`; the process's (`sample_transitions`') are
-    made anew in a forked child (threads do not survive ``fork``).
+    made anew in a forked child (threads do not survive ``fork``). On a machine without a known futex
+    (`replay._sync.futex_syscall` None) none is ever started: `ring` returns None (the one-thread copy)
+    and warns once, naming the machine.
 
     Parameters
     ----------
@@ -403,11 +409,21 @@ class CopyHelpers:
         self.ctl = np.zeros(_C_WORDS, dtype=np.int64)
         self.idle_spins = int(idle_spins)
         self.threads: list[threading.Thread] = []
+        self.supported = futex_syscall() is not None
+        self._warned = False
 
     def ring(self, helpers: int) -> int | None:
         """Take the helpers for one batch of this thread (at least ``helpers`` of them started) and ring
         the bell; the batch's bell, or None when another batch holds them. The caller ends the batch with
-        `close`, also when this call raises."""
+        `close`, also when this call raises. None too on a machine without a known futex (warned once)."""
+        if not self.supported:
+            if not self._warned:
+                self._warned = True
+                warnings.warn(
+                    f"no known futex(2) on machine {platform.machine()!r} ({sys.byteorder}-endian): "
+                    "replay batches are copied by one thread (no copy helpers)", RuntimeWarning, stacklevel=2,
+                )
+            return None
         try:
             if not _hold(self.ctl, 0, threading.get_native_id()):
                 return None

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from numba.core.errors import TypingError
 
+from replay._sync import futex_syscall
 from replay.sync_kernels import compare_exchange, fetch_add
 
 
@@ -36,3 +37,12 @@ def test_the_atomics_refuse_other_item_types(dtype):
         with pytest.raises(TypingError):
             call()
     assert (a == 0).all()
+
+
+@pytest.mark.parametrize(
+    "machine,byteorder,number",
+    [("x86_64", "little", 202), ("aarch64", "little", 98), ("riscv64", "little", None),
+     ("x86_64", "big", None), ("s390x", "big", None), ("ppc64le", "little", None)],
+)
+def test_the_futex_number_is_known_only_for_little_endian_x86_64_and_aarch64(machine, byteorder, number):
+    assert futex_syscall(machine, byteorder) == number

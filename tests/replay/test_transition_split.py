@@ -269,3 +269,33 @@ def test_only_batches_of_two_split_bytes_take_the_split_path(monkeypatch):
         assert splits == [tk._NO_SPLIT] * 4 + [2 * tk.SPLIT_BYTES]
         store.close()
 
+
+
+@pytest.mark.parametrize("machine,byteorder", [("riscv64", "little"), ("x86_64", "big")])
+def test_no_copy_helper_starts_without_a_known_futex(monkeypatch, machine, byteorder):
+    """On a machine whose futex number (or the byte order of its word) is not known, the split batch
+    takes the one-thread copy: no helper thread starts, the batch is the one call's, one warning."""
+    import replay._sync as sync
+
+    monkeypatch.setattr(sync.platform, "machine", lambda: machine)
+    monkeypatch.setattr(sync.sys, "byteorder", byteorder)
+    helpers = tk.CopyHelpers()
+    monkeypatch.undo()
+    monkeypatch.setattr(tk.platform, "machine", lambda: machine)
+    monkeypatch.setattr(tk, "_HELPERS", helpers)
+    draws = []
+    draw = tk._draw_held
+    monkeypatch.setattr(tk, "_draw_held", lambda *a: draws.append(a[11]) or draw(*a))
+    with MemoryManager() as mm:
+        split, one = make_store(mm, 2, True), make_store(mm, 2, True)
+        force_split(monkeypatch)
+        with pytest.warns(RuntimeWarning, match=machine) as said:
+            for _ in range(3):
+                got, want = split.sample(120, 1, beta=0.4), one.sample(120, 1, beta=0.4)
+                assert_same(got, want)
+                got.release()
+                want.release()
+        assert len(said) == 1 and helpers.threads == [] and helpers.ctl[tk._C_HOLDER] == 0
+        assert draws[-3:] == [tk._NO_SPLIT] * 3
+        split.close()
+        one.close()
