@@ -42,7 +42,7 @@ import torch
 
 from samplers._optional import LazyBase, import_pyg
 from samplers.hetero_graph import HeteroGraph
-from samplers.protocol import check_same_edges, check_same_typed_edges, check_sampler, edges_by_id
+from samplers.protocol import check_same_edges, check_same_typed_edges, check_sampler
 from samplers.pyg_draw import PygDraw
 from samplers.pyg_graph import HOMO, read_pyg_graph
 from samplers.pyg_hetero import check_num_neighbors, hetero_num_neighbors
@@ -204,7 +204,7 @@ class PygSampler(LazyBase):
                 check_same_typed_edges("sampler", sampler, graph.num_nodes, graph.edges,
                                        "data's graph (edge j of each type = its edge_index[:, j])")
             else:
-                check_same_edges("sampler", sampler, *edges_by_id(self.graph), self.graph.num_nodes,
+                check_same_edges("sampler", sampler, *graph.edges[HOMO], graph.num_nodes["node"],
                                  "data's graph (edge j = edge_index[:, j])")
             self.draw.sampler = self.sampler = sampler
 
