@@ -240,10 +240,14 @@ def _copy_rows(out, src, at, k, rb):  # pragma: no cover - numba
 
 # `CopyHelpers`' control words (int64): the batch bell (its low 32 bits the futex word), the claim word
 # (batch tag << 40 | groups << 20 | next group), groups copied, sleeping helpers, quit, then the batch,
-# then the holder (the native id of the thread whose batch holds the helpers; 0: none)
+# then the holder (the native id of the thread whose batch holds the helpers; 0: none), the wake tickets
+# left (a rung batch's helpers: each woken helper takes one or sleeps on), then helper i's counter of
+# batches it was woken for at _C_COUNTS + 2 i
 (_C_BELL, _C_WORD, _C_DONE, _C_SLEEP, _C_QUIT, _C_PLAN, _C_PLAN_N, _C_KEYS, _C_K, _C_DST, _C_NF,
- _C_GROUP, _C_HOLDER) = range(13)
-_C_WORDS = 16
+ _C_GROUP, _C_HOLDER, _C_TICKETS) = range(14)
+_C_COUNTS = 16
+MAX_HELPERS = 256  # copy helpers a process starts at most
+_C_WORDS = _C_COUNTS + 2 * MAX_HELPERS
 _TAG_MASK = (1 << 23) - 1  # the claim word's batch tag: the bell's low bits
 _FIELD_MASK = (1 << 20) - 1  # groups and next group: at most 2**20 - 1 groups a batch
 _IDLE_SPINS = 2000  # pauses a helper waits for the next batch before it sleeps on the bell
@@ -282,24 +286,30 @@ def _copy_claimed(ctl, bell):  # pragma: no cover - numba
 
 
 @nb.njit(cache=True, nogil=True)
-def _helper_loop(ctl, idle_spins):  # pragma: no cover - numba
-    """A copy helper's whole life in compiled code: wait for the bell to ring (``idle_spins`` pauses,
-    then a futex sleep), copy groups of that batch once it is published, and again, until quit."""
+def _helper_loop(ctl, idle_spins, me):  # pragma: no cover - numba
+    """Copy helper ``me``'s whole life in compiled code: wait for the bell to ring (``idle_spins`` pauses,
+    then a futex sleep) with a wake ticket left for it (`_take_ticket`; none: wait for the next bell),
+    count the batch, copy groups of it once it is published, and again, until quit."""
     seen = fetch_add(ctl, _C_BELL, 0)
     bell_at = address(ctl, _C_BELL)
     while True:
         spins = 0
-        while fetch_add(ctl, _C_BELL, 0) == seen:
-            if spins < idle_spins:
+        while True:
+            bell = fetch_add(ctl, _C_BELL, 0)
+            if bell != seen:
+                if fetch_add(ctl, _C_QUIT, 0):
+                    return
+                seen = bell
+                if _take_ticket(ctl):
+                    break
+            elif spins < idle_spins:
                 spin_pause()
                 spins += 1
             else:
                 fetch_add(ctl, _C_SLEEP, 1)
                 futex_wait(bell_at, seen)  # returns at once if the bell rang meanwhile
                 fetch_add(ctl, _C_SLEEP, -1)
-        if fetch_add(ctl, _C_QUIT, 0):
-            return
-        seen = fetch_add(ctl, _C_BELL, 0)
+        fetch_add(ctl, _C_COUNTS + 2 * me, 1)
         spins = 0
         while _copy_claimed(ctl, seen) == -2 and fetch_add(ctl, _C_BELL, 0) == seen:
             spins += 1  # rung before the draw: published after it
@@ -310,12 +320,31 @@ def _helper_loop(ctl, idle_spins):  # pragma: no cover - numba
 
 
 @nb.njit(cache=True, nogil=True)
-def _ring(ctl):  # pragma: no cover - numba
-    """Ring the bell for a new batch (waking sleeping helpers); returns the batch's bell."""
+def _ring(ctl, n):  # pragma: no cover - numba
+    """Ring the bell for a new batch with ``n`` wake tickets (waking up to ``n`` sleeping helpers: the
+    others sleep on); returns the batch's bell."""
+    t = fetch_add(ctl, _C_TICKETS, 0)
+    while True:
+        old = compare_exchange(ctl, _C_TICKETS, t, n)
+        if old == t:
+            break
+        t = old
     bell = fetch_add(ctl, _C_BELL, 1) + 1
     if fetch_add(ctl, _C_SLEEP, 0) > 0:
-        futex_wake(address(ctl, _C_BELL), 1 << 30)
+        futex_wake(address(ctl, _C_BELL), n)
     return bell
+
+
+@nb.njit(cache=True, nogil=True)
+def _take_ticket(ctl):  # pragma: no cover - numba
+    """Take one of the rung batch's wake tickets; whether one was left."""
+    t = fetch_add(ctl, _C_TICKETS, 0)
+    while t > 0:
+        old = compare_exchange(ctl, _C_TICKETS, t, t - 1)
+        if old == t:
+            return True
+        t = old
+    return False
 
 
 @nb.njit(cache=True, nogil=True)
@@ -412,10 +441,17 @@ class CopyHelpers:
         self.supported = futex_syscall() is not None
         self._warned = False
 
+    def woken(self) -> list[int]:
+        """The batches each started helper was woken for (took a wake ticket of), in start order."""
+        return [int(self.ctl[_C_COUNTS + 2 * i]) for i in range(len(self.threads))]
+
     def ring(self, helpers: int) -> int | None:
         """Take the helpers for one batch of this thread (at least ``helpers`` of them started) and ring
-        the bell; the batch's bell, or None when another batch holds them. The caller ends the batch with
+        the bell, waking ``helpers`` of them (at most `MAX_HELPERS`; the others sleep on); the batch's
+        bell, or None when another batch holds them. The caller ends the batch with
         `close`, also when this call raises. None too on a machine without a known futex (warned once)."""
+        if not 0 <= helpers <= MAX_HELPERS:
+            raise ValueError(f"helpers must be in [0, {MAX_HELPERS}], got {helpers}")
         if not self.supported:
             if not self._warned:
                 self._warned = True
@@ -428,14 +464,15 @@ class CopyHelpers:
             if not _hold(self.ctl, 0, threading.get_native_id()):
                 return None
             if len(self.threads) < helpers:  # compiled or loaded here: no helper holds the compiler lock
-                _helper_loop.compile((nb.typeof(self.ctl), nb.int64))
+                _helper_loop.compile((nb.typeof(self.ctl), nb.int64, nb.int64))
             while len(self.threads) < helpers:
                 t = threading.Thread(
-                    target=_helper_loop, args=(self.ctl, self.idle_spins), name="replay-copy", daemon=True
+                    target=_helper_loop, args=(self.ctl, self.idle_spins, len(self.threads)),
+                    name="replay-copy", daemon=True,
                 )
                 t.start()
                 self.threads.append(t)
-            return _ring(self.ctl)
+            return _ring(self.ctl, helpers)
         except BaseException:  # (a signal's exception as a call returns): its batch closed, empty
             self.close()
             raise
@@ -444,7 +481,7 @@ class CopyHelpers:
         """End the helper threads (they finish the batch they copy, if any) and wait for them; a later
         `ring` starts new ones."""
         self.ctl[_C_QUIT] = 1
-        _ring(self.ctl)
+        _ring(self.ctl, 1 << 30)
         for t in self.threads:
             t.join()
         self.threads.clear()
@@ -541,7 +578,7 @@ def sample_transitions(
     if batch >= 2 * SPLIT_BYTES:
         threads = threads_for(batch // 4, SPLIT_BYTES // 4)
         if threads > 1:
-            threads = 1 + min(threads - 1, idle_cores(threads))
+            threads = 1 + min(threads - 1, idle_cores(threads), MAX_HELPERS)
     helpers, bell = _HELPERS, None
     job = np.zeros(1, dtype=np.int64)  # 1 while the draw's shard mutexes are held for the copy
     counted = 0

@@ -299,3 +299,30 @@ def test_no_copy_helper_starts_without_a_known_futex(monkeypatch, machine, byteo
         assert draws[-3:] == [tk._NO_SPLIT] * 3
         split.close()
         one.close()
+
+
+def wait_asleep(helpers, n: int) -> None:
+    deadline = time.monotonic() + 5.0
+    while helpers.ctl[tk._C_SLEEP] < n and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert helpers.ctl[tk._C_SLEEP] == n
+
+
+def test_a_ring_wakes_only_the_helpers_it_asks_for():
+    """After a batch of three helpers, a batch of one wakes one: the other two sleep on (each woken
+    helper counts the batch in its own word)."""
+    helpers = tk.CopyHelpers(idle_spins=0)
+    try:
+        helpers.close(helpers.ring(3))
+        wait_asleep(helpers, 3)
+        for n in (1, 2, 1, 3, 0):
+            before = helpers.woken()
+            helpers.close(helpers.ring(n))
+            deadline = time.monotonic() + 5.0
+            while helpers.ctl[tk._C_TICKETS] and time.monotonic() < deadline:  # every ticket taken
+                time.sleep(0.001)
+            wait_asleep(helpers, 3)  # (a woken helper counts its batch before it sleeps again)
+            assert sum(helpers.woken()) - sum(before) == n
+    finally:
+        helpers.stop()
+    assert helpers.threads == []
