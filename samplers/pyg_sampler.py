@@ -420,11 +420,14 @@ class PygSampler(LazyBase):
     def keep_edge_weight(loader):
         """``loader`` (a PyG ``NodeLoader`` / ``LinkLoader`` over a `PygSampler`) made to carry each
         output's ``edge_weight`` into its batches: ``batch.edge_weight`` (``batch[edge_type].edge_weight``
-        for ``HeteroData``), float32 [nnz] aligned with ``e_id`` / ``edge_index``, set after the loader's
-        ``transform`` and replacing a graph attribute of that name; nothing is set where the output has
-        none. PyG's loaders copy only the output fields they know, hence this hook (it wraps the
-        loader's ``filter_fn``, in workers too). Returns ``loader``."""
-        loader.filter_fn = _EdgeWeightFilter(loader)
+        for ``HeteroData``), float32 [nnz] aligned with ``e_id`` / ``edge_index``, set before the loader's
+        ``transform`` (which it moves into the hook: call this before iterating) and replacing a graph
+        attribute of that name; nothing is set where the output has none. PyG's loaders copy only the
+        output fields they know, hence this hook (it wraps the loader's ``filter_fn``, in workers too).
+        Calling it again changes nothing. Returns ``loader``."""
+        if not isinstance(vars(loader).get("filter_fn"), _EdgeWeightFilter):
+            loader.filter_fn = _EdgeWeightFilter(loader, loader.transform)
+            loader.transform = None
         return loader
 
     def _reseed_in_worker(self) -> None:
@@ -491,19 +494,19 @@ class PygSampler(LazyBase):
 
 class _EdgeWeightFilter:
     """A loader's ``filter_fn`` that adds the output's ``edge_weight`` to the batch (`keep_edge_weight`);
-    a plain object holding the loader, so the loader pickles into spawned workers."""
+    a plain object holding the loader and its ``transform`` (applied after the weights are set), so the
+    loader pickles into spawned workers."""
 
-    def __init__(self, loader) -> None:
+    def __init__(self, loader, transform) -> None:
         self.loader = loader
+        self.transform = transform
 
     def __call__(self, out):
         data = type(self.loader).filter_fn(self.loader, out)
         weight = getattr(out, "edge_weight", None)
-        if weight is None:
-            return data
         if isinstance(weight, dict):
             for edge_type, w in weight.items():
                 data[edge_type].edge_weight = w
-        else:
+        elif weight is not None:
             data.edge_weight = weight
-        return data
+        return data if self.transform is None else self.transform(data)

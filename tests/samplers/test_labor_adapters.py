@@ -116,6 +116,11 @@ def test_plain_labor_edge_weight_reaches_pyg_batches():
         data, node_sampler=PygSampler(data, sampler=labor(ours)), input_nodes=seeds, batch_size=10))
     batch = next(iter(loader))
     assert torch.equal(batch.e_id, out.edge) and torch.equal(batch.edge_weight, out.edge_weight)
+    loader = PygSampler.keep_edge_weight(PygSampler.keep_edge_weight(pyg.loader.NodeLoader(
+        data, node_sampler=PygSampler(data, sampler=labor(ours)), input_nodes=seeds, batch_size=10,
+        transform=pyg.transforms.ToUndirected())))  # the transform sees the weights (was: added after it)
+    batch = next(iter(loader))
+    assert batch.edge_weight.shape == batch.e_id.shape and batch.edge_index.shape[1] > out.edge.numel()
     assert PygSampler(data, sampler=LaborSampler(ours, [3], seed=0)).sample_nodes(seeds).edge_weight is None
     assert PygSampler(data, [3]).sample_nodes(seeds).edge_weight is None  # our neighbour sampler: none
 
