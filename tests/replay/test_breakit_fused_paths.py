@@ -638,36 +638,47 @@ def parked_on_a_lock(tid: int) -> bool:
 def test_a_signal_while_the_fused_sample_waits_for_a_shard_lock_leaves_it_free():
     """Commits are pending, so the fused sample takes the shard locks in Python (`Table._hold_shards`) and
     waits there while a writer holds one; SIGTERM under `graphrl.interrupts` arrives during the wait. The
-    sample raises `Interrupted`, and the shard mutex must not stay held by the learner."""
+    sample raises `Interrupted`, and the shard mutex must not stay held by the learner. In a forked child, so
+    that a signal landing after the block (at its default action) ends the child, never pytest."""
     from graphrl.interrupts import Interrupted, interrupts
 
-    with MemoryManager() as mm:
-        store = filled_store(mm, capacity=100)
-        store.sample(4, 3).release()
-        write(store, 5, range(3))  # not yet ingested: the next sample holds the shard locks in Python
-        sh = store.storage.shards[1]
-        main = threading.main_thread().native_id
-        taken = threading.Event()
+    def child() -> str:  # forked: a signal that came after the block ends the child, never pytest
+        try:
+            with MemoryManager() as mm:
+                store = filled_store(mm, capacity=100)
+                store.sample(4, 3).release()
+                write(store, 5, range(3))  # not yet ingested: the next sample holds the shard locks
+                sh = store.storage.shards[1]
+                main = threading.get_native_id()  # (main_thread().native_id is the parent's in a fork)
+                taken = threading.Event()
 
-        def writer_mid_commit() -> None:  # holds the lock until the learner has slept on it a while
-            sh.acquire()
-            taken.set()
-            parked = 0
-            while parked < 20:
-                time.sleep(0.005)
-                parked = parked + 1 if parked_on_a_lock(main) else 0
-            os.kill(os.getpid(), signal.SIGTERM)
-            time.sleep(0.05)
-            sh.release()
+                def writer_mid_commit() -> None:  # holds the lock until the learner has slept on it a while
+                    sh.acquire()
+                    taken.set()
+                    parked = 0
+                    while parked < 20:
+                        time.sleep(0.005)
+                        parked = parked + 1 if parked_on_a_lock(main) else 0
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    time.sleep(0.05)
+                    sh.release()
 
-        holder = threading.Thread(target=writer_mid_commit)
-        holder.start()
-        taken.wait(10)
-        with interrupts(), pytest.raises(Interrupted):
-            store.sample(16, 4, pad="head")
-        holder.join(10)
-        assert shards_free(store, 0.5), "the learner holds a shard mutex after its interrupted sample"
-        store.close()
+                holder = threading.Thread(target=writer_mid_commit)
+                holder.start()
+                taken.wait(10)
+                with interrupts(), pytest.raises(Interrupted):
+                    store.sample(16, 4, pad="head")
+                holder.join(10)
+                assert shards_free(store, 0.5), "the learner holds a shard mutex after its interrupted sample"
+                store.close()
+            return "ok"
+        except BaseException:  # noqa: BLE001 - reported to the parent, which fails the test with it
+            import traceback
+
+            return traceback.format_exc()
+
+    _, report = run_in_fork(child)
+    assert report == "ok", report or "the child died (of the signal?) before it reported"
 
 
 def test_a_signal_while_the_fused_sample_releases_its_shard_locks_leaves_none_held(monkeypatch):
