@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from graphrl.memory import MemoryBudgetError
+from graphrl.tensors import StagingBuffer
 from replay.batch import Batch, BatchStaging, StagedSlot, importance_weights
 from replay.batch_kernels import BatchCopy
 from replay.gather import WindowGather
@@ -45,6 +46,14 @@ from replay.windows import PAD_CODES, WindowTable, window_mask
 _KEYS_LENGTHS = [5, 3]  # the scratch rows of the keys and the real lengths (`StagedSlot.scratch`)
 
 __all__ = ["DEVICE_GATHER_MIN_BYTES", "Deadline", "WindowSampler", "gathers_on_device"]
+
+
+def release_unless_released(buffer: StagingBuffer) -> None:
+    """Give back a failed sample's staging buffer unless the batch made from it already has: a signal's
+    exception raised inside `Batch.from_draw` (or the `Batch` constructor) drops the batch that took the
+    buffer, and its collection releases the buffer before the sample's ``except`` runs."""
+    if not buffer.released:
+        buffer.release()
 
 
 class Deadline:
@@ -203,7 +212,7 @@ class WindowSampler:
                 slot.buffer,
             )
         except BaseException:
-            slot.buffer.release()
+            release_unless_released(slot.buffer)
             raise
 
     def _check_drawable(self, b: int, length: int, left: Deadline) -> None:
@@ -261,7 +270,7 @@ class WindowSampler:
             ))
             return Batch.from_draw(slot.fields, slot.mask, keys, prob, None, table_size, None, slot.buffer)
         except BaseException:
-            slot.buffer.release()
+            release_unless_released(slot.buffer)
             raise
 
     def _sample_windows(
@@ -286,7 +295,7 @@ class WindowSampler:
                 weights,
             )
         except BaseException:
-            slot.buffer.release()
+            release_unless_released(slot.buffer)
             raise
 
     def _sample_owner(
@@ -336,7 +345,7 @@ class WindowSampler:
                 beta if table.prioritized else None, slot.buffer,
             )
         except BaseException:
-            slot.buffer.release()
+            release_unless_released(slot.buffer)
             raise
 
     def _stale(self, shard: np.ndarray, first: np.ndarray, lo: int, hi: int) -> np.ndarray | None:
