@@ -241,16 +241,18 @@ def _copy_rows(out, src, at, k, rb):  # pragma: no cover - numba
 # `CopyHelpers`' control words (int64): the batch bell (its low 32 bits the futex word), the claim word
 # (batch tag << 40 | groups << 20 | next group), groups copied, sleeping helpers, quit, then the batch,
 # then the holder (the native id of the thread whose batch holds the helpers; 0: none), the wake tickets
-# left (a rung batch's helpers: each woken helper takes one or sleeps on), then helper i's counter of
-# batches it was woken for at _C_COUNTS + 2 i
+# left (a rung batch's helpers: each woken helper takes one or sleeps on), the publication count (its
+# low 32 bits the futex word a woken helper sleeps on while the draw runs long), helpers sleeping on it,
+# then helper i's counter of batches it was woken for at _C_COUNTS + 2 i
 (_C_BELL, _C_WORD, _C_DONE, _C_SLEEP, _C_QUIT, _C_PLAN, _C_PLAN_N, _C_KEYS, _C_K, _C_DST, _C_NF,
- _C_GROUP, _C_HOLDER, _C_TICKETS) = range(14)
+ _C_GROUP, _C_HOLDER, _C_TICKETS, _C_PUB, _C_PUB_SLEEP) = range(16)
 _C_COUNTS = 16
 MAX_HELPERS = 256  # copy helpers a process starts at most
 _C_WORDS = _C_COUNTS + 2 * MAX_HELPERS
 _TAG_MASK = (1 << 23) - 1  # the claim word's batch tag: the bell's low bits
 _FIELD_MASK = (1 << 20) - 1  # groups and next group: at most 2**20 - 1 groups a batch
 _IDLE_SPINS = 2000  # pauses a helper waits for the next batch before it sleeps on the bell
+_PUBLISH_SPINS = 2000  # pauses (about 50 us) a woken helper waits for the draw before it sleeps
 
 
 @nb.njit(cache=True, nogil=True)
@@ -310,13 +312,36 @@ def _helper_loop(ctl, idle_spins, me):  # pragma: no cover - numba
                 futex_wait(bell_at, seen)  # returns at once if the bell rang meanwhile
                 fetch_add(ctl, _C_SLEEP, -1)
         fetch_add(ctl, _C_COUNTS + 2 * me, 1)
-        spins = 0
-        while _copy_claimed(ctl, seen) == -2 and fetch_add(ctl, _C_BELL, 0) == seen:
-            spins += 1  # rung before the draw: published after it
-            if spins < _SPINS:
-                spin_pause()
-            else:
-                sched_yield()
+        _wait_published(ctl, seen)
+        _copy_claimed(ctl, seen)
+
+
+@nb.njit(cache=True, nogil=True)
+def _wait_published(ctl, bell):  # pragma: no cover - numba
+    """Wait until batch ``bell`` is published (or closed, or the bell rings again): `_PUBLISH_SPINS`
+    pauses, then futex sleeps on the publication count, so a draw blocked on a writer's shard lock
+    does not keep a core busy."""
+    tag = bell & _TAG_MASK
+    pub_at = address(ctl, _C_PUB)
+    spins = 0
+    while (fetch_add(ctl, _C_WORD, 0) >> 40) != tag and fetch_add(ctl, _C_BELL, 0) == bell:
+        if spins < _PUBLISH_SPINS:
+            spin_pause()
+            spins += 1
+        else:
+            seen = fetch_add(ctl, _C_PUB, 0)
+            fetch_add(ctl, _C_PUB_SLEEP, 1)
+            if (fetch_add(ctl, _C_WORD, 0) >> 40) != tag and fetch_add(ctl, _C_BELL, 0) == bell:
+                futex_wait(pub_at, seen)  # returns at once if a publication came meanwhile
+            fetch_add(ctl, _C_PUB_SLEEP, -1)
+
+
+@nb.njit(cache=True, nogil=True)
+def _announce(ctl):  # pragma: no cover - numba
+    """Count a publication (or a quit) and wake the helpers sleeping on it."""
+    fetch_add(ctl, _C_PUB, 1)
+    if fetch_add(ctl, _C_PUB_SLEEP, 0) > 0:
+        futex_wake(address(ctl, _C_PUB), 1 << 30)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -361,6 +386,7 @@ def _publish(ctl, bell, groups, nxt):  # pragma: no cover - numba
     while True:
         old = compare_exchange(ctl, _C_WORD, w, new)
         if old == w:
+            _announce(ctl)
             return
         w = old
 
@@ -482,6 +508,7 @@ class CopyHelpers:
         `ring` starts new ones."""
         self.ctl[_C_QUIT] = 1
         _ring(self.ctl, 1 << 30)
+        _announce(self.ctl)
         for t in self.threads:
             t.join()
         self.threads.clear()

@@ -326,3 +326,46 @@ def test_a_ring_wakes_only_the_helpers_it_asks_for():
     finally:
         helpers.stop()
     assert helpers.threads == []
+
+
+def test_a_woken_helper_sleeps_while_the_draw_waits_for_a_shard_lock(monkeypatch):
+    """A batch whose draw waits 0.3 s for a writer's shard lock: the helper rung before the draw spins
+    about 50 us, then sleeps until the batch is published (it spun or yielded the whole wait: a core a
+    writer on a small machine needs). The process's CPU time beyond the caller's stays small."""
+    helpers = tk.CopyHelpers()
+    monkeypatch.setattr(tk, "_HELPERS", helpers)
+    try:
+        with MemoryManager() as mm:
+            store, ref = make_store(mm, 2, True), make_store(mm, 2, True)
+            force_split(monkeypatch)
+            store.sample(120, 1, beta=0.4).release()  # helper started, everything compiled
+            ref.sample(120, 1, beta=0.4).release()
+            taken = threading.Event()
+
+            def writer() -> None:
+                for sh in store.storage.shards:
+                    sh.acquire()
+                taken.set()
+                time.sleep(0.3)
+                for sh in store.storage.shards:
+                    sh.release()
+
+            t = threading.Thread(target=writer)
+            t.start()
+            taken.wait(5.0)
+            woken = sum(helpers.woken())
+            cpu, mine, start = time.process_time(), time.thread_time(), time.monotonic()
+            got = store.sample(120, 1, beta=0.4)
+            others = (time.process_time() - cpu) - (time.thread_time() - mine)
+            waited = time.monotonic() - start
+            t.join()
+            assert waited >= 0.25 and sum(helpers.woken()) == woken + 1
+            assert others < 0.1, f"{others:.3f} s of CPU beside the caller in a {waited:.3f} s wait"
+            want = ref.sample(120, 1, beta=0.4)
+            assert_same(got, want)
+            got.release()
+            want.release()
+            store.close()
+            ref.close()
+    finally:
+        helpers.stop()
