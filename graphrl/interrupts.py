@@ -16,8 +16,7 @@ Details:
 
 - The first signal restores the handlers that were in place before, so a second Ctrl-C interrupts the
   saving itself (Python's `KeyboardInterrupt`) and a second SIGTERM kills.
-- A signal that was ignored (``SIG_IGN``, as ``nohup`` or a background shell job sets) or handled outside
-  Python keeps its disposition.
+- A signal ignored (``SIG_IGN``: ``nohup``, a background shell job) or handled outside Python stays so.
 - A handler installed on top of ours (`graphrl.memory.signals` unlinks shared memory on SIGTERM, then
   calls the handler it found) still reaches ours; once the block is left, ours passes the signal on to
   the handler it replaced.
@@ -31,6 +30,7 @@ Details:
 - A handler that runs inside a finalizer or ``__del__`` (garbage collection can run them at any
   bytecode) raises where Python ignores exceptions ("Exception ignored in ..."): within the block,
   `sys.unraisablehook` sees that `Interrupted` and sends the signal again, so the run still stops.
+- A signal still waiting (as above) when the block is left raises `Interrupted` there, its re-send dropped.
 
 >>> with interrupts():                      # doctest: +SKIP
 ...     try:
@@ -87,11 +87,6 @@ RESEND_DELAY = 0.05  # seconds until a signal deferred in numba's compiler or lo
 # (a user's signal that lands while a re-send is pending merges with it: the rarer, the longer the delay)
 
 
-def _send_later(signum: int) -> None:
-    time.sleep(RESEND_DELAY)
-    os.kill(os.getpid(), signum)
-
-
 def _stop_now(signum: int) -> None:
     """End the process at once by ``signum``'s default action (the shell reports 128 + ``signum``), as a
     second Ctrl-C does; this process's shared segments are unlinked first (`graphrl.memory.signals`)."""
@@ -123,14 +118,17 @@ def interrupts() -> Iterator[None]:
         return
     previous: dict[int, object] = {}
     active = True
-    waiting = False  # a signal landed in numba's compiler and waits for it to be left
+    closing = False  # the block is being left: the handler swallows re-sends already on their way
+    waiting: int | None = None  # a signal deferred (in numba's compiler, or lost in a finalizer)
     resent: list[int] = []  # the re-sends of a waiting signal sent and not yet seen by the handler
+    lock = _thread.allocate_lock()  # a re-send is sent only while its signal waits and the block is open
 
     def resend(signum: int) -> None:  # from a thread: the handler must return for the compiler to go on
         time.sleep(RESEND_DELAY)
-        if waiting:  # else it was raised already (a signal of the user's after the compiler was left)
-            resent.append(signum)  # counted before it is sent: one that the handler sees uncounted is
-            os.kill(os.getpid(), signum)  # the user's (see handle)
+        with lock:
+            if waiting is not None and not closing:  # else raised already, or at the block's end
+                resent.append(signum)  # counted before it is sent: one that the handler sees uncounted
+                os.kill(os.getpid(), signum)  # is the user's (see handle)
 
     def restore() -> None:
         nonlocal active
@@ -154,13 +152,15 @@ def interrupts() -> Iterator[None]:
             ours = True  # one that merges with a pending re-send (the main thread in one long call into
         except ValueError:  # LLVM, where handlers wait) is taken for it: the next one stops the process
             ours = False
+        if closing and ours:  # the block's end raises the waiting signal itself
+            return
         if _compiling():  # raise once numba's compiler is left, never between its lines (see the module)
-            if waiting and not ours:  # the user's second signal while the first waits
+            if waiting is not None and not ours:  # the user's second signal while the first waits
                 _stop_now(signum)
-            waiting = True
+            waiting = signum
             _thread.start_new_thread(resend, (signum,))
             return
-        waiting = False
+        waiting = None
         restore()
         log.info("received %s", signal.Signals(signum).name)
         raise Interrupted(signum)
@@ -170,10 +170,11 @@ def interrupts() -> Iterator[None]:
     def unraisable(args) -> None:
         err = args.exc_value
         if isinstance(err, Interrupted) and threading.current_thread() is threading.main_thread():
-            nonlocal active  # raised in a finalizer, where it was lost: arm ours again and send the signal
-            active = True  # again, from a thread this hook does not wait for (its handler must run after
-            signal.signal(err.signum, handle)  # the hook has returned, or it is lost again)
-            _thread.start_new_thread(_send_later, (err.signum,))
+            nonlocal active, waiting  # raised in a finalizer, where it was lost: arm ours again and send
+            active = True  # the signal again, from a thread this hook does not wait for (its handler must
+            signal.signal(err.signum, handle)  # run after the hook has returned, or it is lost again)
+            waiting = err.signum
+            _thread.start_new_thread(resend, (err.signum,))
             return
         hook(args)
 
@@ -187,6 +188,18 @@ def interrupts() -> Iterator[None]:
     try:
         yield
     finally:
-        restore()
-        if sys.unraisablehook is unraisable:
-            sys.unraisablehook = hook
+        deferred = None
+        try:
+            with lock:  # no re-send is sent after this; the waiting signal is raised here instead
+                closing = True
+                deferred, waiting = waiting, None
+            deadline = time.monotonic() + 1.0
+            while resent and time.monotonic() < deadline:  # re-sends sent before: seen while ours is in
+                time.sleep(0.001)  # place (a user's signal meanwhile raises here)
+        finally:
+            restore()
+            if sys.unraisablehook is unraisable:
+                sys.unraisablehook = hook
+        if deferred is not None:
+            log.info("received %s", signal.Signals(deferred).name)
+            raise Interrupted(deferred)
