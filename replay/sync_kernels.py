@@ -299,5 +299,37 @@ def _futex_call(op: int):
     return call
 
 
-futex_wait = _futex_call(FUTEX_WAIT)  # (addr, expected): sleep while the int32 word holds expected
-futex_wake = _futex_call(FUTEX_WAKE)  # (addr, n): wake up to n sleepers; the number woken
+futex_wait = _futex_call(FUTEX_WAIT)
+futex_wait.__doc__ = """``futex_wait(addr, expected) -> int64`` (numba code only): sleep while the 32-bit word
+at ``addr`` holds ``expected`` (``FUTEX_WAIT | FUTEX_PRIVATE_FLAG``, no timeout).
+
+Parameters
+----------
+addr : int64
+    The address of a 4-byte aligned int32 word of this process (an int64 word's low half on the
+    little-endian machines `replay._sync.futex_syscall` knows; elsewhere the call is never made).
+expected : int64
+    Truncated to int32: the word's value to sleep on.
+
+Returns
+-------
+int64: 0 when woken (`futex_wake`, or spuriously: callers re-check their condition), -1 with errno
+``EAGAIN`` when the word did not hold ``expected`` (it changed before the sleep), ``EINTR`` when a
+signal interrupted it; -1 with ``ENOSYS`` on a machine without a known futex. Nothing is raised.
+"""
+futex_wake = _futex_call(FUTEX_WAKE)
+futex_wake.__doc__ = """``futex_wake(addr, n) -> int64`` (numba code only): wake up to ``n`` threads sleeping
+in `futex_wait` on the word at ``addr`` (``FUTEX_WAKE | FUTEX_PRIVATE_FLAG``).
+
+Parameters
+----------
+addr : int64
+    The address of the int32 word the sleepers wait on.
+n : int64
+    How many to wake at most (truncated to int32; ``1 << 30``: all).
+
+Returns
+-------
+int64: the number of threads woken (>= 0), or -1 with errno ``EINVAL`` (a misaligned address) or
+``ENOSYS`` (a machine without a known futex). Nothing is raised.
+"""

@@ -243,12 +243,14 @@ def _copy_rows(out, src, at, k, rb):  # pragma: no cover - numba
 # then the holder (the native id of the thread whose batch holds the helpers; 0: none), the wake tickets
 # left (a rung batch's helpers: each woken helper takes one or sleeps on), the publication count (its
 # low 32 bits the futex word a woken helper sleeps on while the draw runs long), helpers sleeping on it,
-# then helper i's counter of batches it was woken for at _C_COUNTS + 2 i
+# then helper i's counters of batches it was woken for and groups it copied at _C_COUNTS + 2 i and + 1,
+# then the groups copied by the batches' threads (`_C_MINE`)
 (_C_BELL, _C_WORD, _C_DONE, _C_SLEEP, _C_QUIT, _C_PLAN, _C_PLAN_N, _C_KEYS, _C_K, _C_DST, _C_NF,
  _C_GROUP, _C_HOLDER, _C_TICKETS, _C_PUB, _C_PUB_SLEEP) = range(16)
 _C_COUNTS = 16
 MAX_HELPERS = 256  # copy helpers a process starts at most
-_C_WORDS = _C_COUNTS + 2 * MAX_HELPERS
+_C_MINE = _C_COUNTS + 2 * MAX_HELPERS
+_C_WORDS = _C_MINE + 8
 _TAG_MASK = (1 << 23) - 1  # the claim word's batch tag: the bell's low bits
 _FIELD_MASK = (1 << 20) - 1  # groups and next group: at most 2**20 - 1 groups a batch
 _IDLE_SPINS = 2000  # pauses a helper waits for the next batch before it sleeps on the bell
@@ -272,9 +274,10 @@ def _claim(ctl, bell):  # pragma: no cover - numba
 
 
 @nb.njit(cache=True, nogil=True)
-def _copy_claimed(ctl, bell):  # pragma: no cover - numba
+def _copy_claimed(ctl, bell, mine):  # pragma: no cover - numba
     """Claim and copy groups of batch ``bell`` (`_copy_keys`; the batch read from ``ctl`` after each
-    claim) until none is left; each copied group counted. Returns `_claim`'s last answer (-1 or -2)."""
+    claim) until none is left; each copied group counted (and in ``ctl[mine]``, this thread's count).
+    Returns `_claim`'s last answer (-1 or -2)."""
     while True:
         g = _claim(ctl, bell)
         if g < 0:
@@ -284,6 +287,7 @@ def _copy_claimed(ctl, bell):  # pragma: no cover - numba
         dst = int64_at(ctl[_C_DST], ctl[_C_NF])
         lo = g * ctl[_C_GROUP]
         _copy_keys(plan, keys, dst, lo, min(keys.shape[0], lo + ctl[_C_GROUP]))
+        fetch_add(ctl, mine, 1)
         fetch_add(ctl, _C_DONE, 1)
 
 
@@ -313,7 +317,7 @@ def _helper_loop(ctl, idle_spins, me):  # pragma: no cover - numba
                 fetch_add(ctl, _C_SLEEP, -1)
         fetch_add(ctl, _C_COUNTS + 2 * me, 1)
         _wait_published(ctl, seen)
-        _copy_claimed(ctl, seen)
+        _copy_claimed(ctl, seen, _C_COUNTS + 2 * me + 1)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -411,7 +415,7 @@ def _copy_batch(ctl, bell, plan, keys, dst, group, groups):  # pragma: no cover 
     """`_post` the batch, copy groups of it alongside the helpers, and wait until every group is
     copied."""
     _post(ctl, bell, plan, keys, dst, group, groups)
-    _copy_claimed(ctl, bell)
+    _copy_claimed(ctl, bell, _C_MINE)
     _wait_copied(ctl, groups)
 
 
@@ -470,6 +474,11 @@ class CopyHelpers:
     def woken(self) -> list[int]:
         """The batches each started helper was woken for (took a wake ticket of), in start order."""
         return [int(self.ctl[_C_COUNTS + 2 * i]) for i in range(len(self.threads))]
+
+    def copied(self) -> list[int]:
+        """The groups each started helper copied, in start order (the batches' own threads' in
+        ``ctl[_C_MINE]``)."""
+        return [int(self.ctl[_C_COUNTS + 2 * i + 1]) for i in range(len(self.threads))]
 
     def ring(self, helpers: int) -> int | None:
         """Take the helpers for one batch of this thread (at least ``helpers`` of them started) and ring

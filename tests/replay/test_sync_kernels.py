@@ -10,7 +10,7 @@ import pytest
 from numba.core.errors import TypingError
 
 from replay._sync import futex_syscall
-from replay.sync_kernels import compare_exchange, fetch_add
+from replay.sync_kernels import compare_exchange, fetch_add, futex_wait, futex_wake
 
 
 @nb.njit
@@ -46,3 +46,14 @@ def test_the_atomics_refuse_other_item_types(dtype):
 )
 def test_the_futex_number_is_known_only_for_little_endian_x86_64_and_aarch64(machine, byteorder, number):
     assert futex_syscall(machine, byteorder) == number
+
+
+@nb.njit
+def _wait_wake(arr, expected, n):
+    addr = arr.ctypes.data
+    return futex_wait(addr, expected), futex_wake(addr, n)
+
+
+def test_futex_wait_returns_at_once_on_a_changed_word_and_wake_counts_none_woken():
+    a = np.array([7, 0], dtype=np.int64)
+    assert _wait_wake(a, 6, 5) == (-1, 0)  # the word holds 7, not 6: EAGAIN; nobody sleeps: 0 woken

@@ -154,11 +154,11 @@ def test_groups_copied_by_many_threads_at_once_make_the_same_batch():
             poison = np.full(b * SPEC.step_bytes, 0xAB, np.uint8)  # a late helper: nothing left to claim
             late = poison.ctypes.data + np.cumsum([0, b * 8, b * 4104, b * 4], dtype=np.int64)
             helpers.ctl[tk._C_DST] = late.ctypes.data
-            assert tk._copy_claimed(helpers.ctl, bell) == -1
+            assert tk._copy_claimed(helpers.ctl, bell, tk._C_MINE) == -1
             assert (poison == 0xAB).all()
             bell = helpers.ring(3)  # a batch closed before it was published: an empty one
             helpers.close(bell)
-            assert tk._copy_claimed(helpers.ctl, bell) == -1 and helpers.ring(1) == bell + 1
+            assert tk._copy_claimed(helpers.ctl, bell, tk._C_MINE) == -1 and helpers.ring(1) == bell + 1
             helpers.close(bell + 1)
         finally:
             helpers.stop()
@@ -183,7 +183,7 @@ def test_a_batch_closed_midway_withdraws_the_groups_not_claimed():
     assert [tk._claim(helpers.ctl, bell) for _ in range(3)] == [0, 1, 2]
     helpers.ctl[tk._C_DONE] = 3  # the three claimed groups copied
     helpers.close(bell)
-    assert tk._claim(helpers.ctl, bell) == -1 and tk._copy_claimed(helpers.ctl, bell) == -1
+    assert tk._claim(helpers.ctl, bell) == -1 and tk._copy_claimed(helpers.ctl, bell, tk._C_MINE) == -1
     assert helpers.ctl[tk._C_HOLDER] == 0 and helpers.ring(0) == bell + 1
     helpers.close()
     assert helpers.ctl[tk._C_HOLDER] == 0
@@ -367,5 +367,34 @@ def test_a_woken_helper_sleeps_while_the_draw_waits_for_a_shard_lock(monkeypatch
             want.release()
             store.close()
             ref.close()
+    finally:
+        helpers.stop()
+
+
+def test_a_compiled_helper_copies_groups_of_a_split_batch(monkeypatch):
+    """On two threads (the caller and one helper), the helper, woken before the draw, copies groups of
+    the batch (counted in its own word), and the batch is the one call's; each group copied once."""
+    helpers = tk.CopyHelpers()
+    monkeypatch.setattr(tk, "_HELPERS", helpers)
+    try:
+        with MemoryManager() as mm:
+            split, one = make_store(mm, 2, True), make_store(mm, 2, True)
+            force_split(monkeypatch, threads=2, group_bytes=4129)  # a group a row: 240 groups
+            for _ in range(20):  # the helper is on another core only when the scheduler says so
+                before, mine = sum(helpers.copied()), int(helpers.ctl[tk._C_MINE])
+                got = split.sample(240, 1, beta=0.4)
+                by_helper = sum(helpers.copied()) - before
+                assert by_helper + int(helpers.ctl[tk._C_MINE]) - mine == 240
+                with monkeypatch.context() as m:
+                    m.setattr(tk, "threads_for", lambda work, chunk_work: 1)  # the one call
+                    want = one.sample(240, 1, beta=0.4)
+                assert_same(got, want)
+                got.release()
+                want.release()
+                if by_helper > 0:
+                    break
+            assert len(helpers.threads) == 1 and by_helper > 0, "the helper copied no group in 20 batches"
+            split.close()
+            one.close()
     finally:
         helpers.stop()
