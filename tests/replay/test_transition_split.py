@@ -313,9 +313,10 @@ def test_a_ring_wakes_only_the_helpers_it_asks_for():
     helper counts the batch in its own word)."""
     helpers = tk.CopyHelpers(idle_spins=0)
     try:
-        helpers.close(helpers.ring(3))
+        helpers.close(helpers.ring(3))  # started: a helper that read the bell after it rang waits on
+        time.sleep(0.2)
         wait_asleep(helpers, 3)
-        for n in (1, 2, 1, 3, 0):
+        for n in (3, 1, 2, 1, 3, 0):  # from here every helper sleeps on the current bell before a ring
             before = helpers.woken()
             helpers.close(helpers.ring(n))
             deadline = time.monotonic() + 5.0
