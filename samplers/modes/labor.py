@@ -71,7 +71,7 @@ class LaborMode(Mode):
         (`samplers.kernels.cuda.labor.chains`)."""
         from samplers.kernels.cuda.labor import chains
 
-        return chains(self.importance_sampling, relation.weights is not None, self.want_weights, fanout)
+        return chains(fanout)
 
     def sample_block_cuda(self, relation: RelationArrays, state: Any, request: LayerRequest,
                           workspace: Any) -> Any:
