@@ -118,21 +118,31 @@ mutex_unlock = _pthread_call("pthread_mutex_unlock")
 mutex_consistent = _pthread_call("pthread_mutex_consistent")
 
 
-@intrinsic
-def _futex_wake_all(typingctx, addr):  # pragma: no cover - compiled
-    """``syscall(SYS_futex, addr, FUTEX_WAKE, INT_MAX, NULL, NULL, 0)``: wake every waiter on the word."""
-    sig = types.int64(types.int64)
+_FUTEX_PRIVATE = 128  # futex(2)'s FUTEX_PRIVATE_FLAG: the word is this process's only
 
-    def codegen(context, builder, signature, args):
-        i64, i32 = ir.IntType(64), ir.IntType(32)
-        fnty = ir.FunctionType(i64, [i64], var_arg=True)
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "syscall")
-        null = ir.Constant(_I8P, None)
-        return builder.call(fn, [ir.Constant(i64, _SYS_FUTEX), builder.inttoptr(args[0], _I8P),
-                                 ir.Constant(i32, FUTEX_WAKE), ir.Constant(i32, 2**31 - 1), null, null,
-                                 ir.Constant(i32, 0)])
 
-    return sig, codegen
+def _futex_call(op: int):
+    """An intrinsic ``syscall(SYS_futex, addr, op, value, NULL, NULL, 0)`` (``op`` with its flags)."""
+
+    @intrinsic
+    def call(typingctx, addr, value):  # pragma: no cover - compiled
+        sig = types.int64(types.int64, types.int64)
+
+        def codegen(context, builder, signature, args):
+            i64, i32 = ir.IntType(64), ir.IntType(32)
+            fnty = ir.FunctionType(i64, [i64], var_arg=True)
+            fn = cgutils.get_or_insert_function(builder.module, fnty, "syscall")
+            null = ir.Constant(_I8P, None)
+            return builder.call(fn, [ir.Constant(i64, _SYS_FUTEX), builder.inttoptr(args[0], _I8P),
+                                     ir.Constant(i32, op), builder.trunc(args[1], i32),
+                                     null, null, ir.Constant(i32, 0)])
+
+        return sig, codegen
+
+    return call
+
+
+_futex_wake_shared = _futex_call(FUTEX_WAKE)  # a word other processes may wait on too
 
 
 _int32_ptr = _pointer_to(types.int32)
@@ -145,7 +155,7 @@ def cond_broadcast(addr):  # pragma: no cover - compiled
     words[0] = words[0] + np.int32(1)  # wraps; waiters only compare it with what they read
     compiler_fence()
     if words[1] > 0:
-        _futex_wake_all(addr)
+        _futex_wake_shared(addr, 2**31 - 1)  # every waiter
     return np.int32(0)
 
 
@@ -275,31 +285,7 @@ def compare_exchange(typingctx, arr, i, expected, new):  # pragma: no cover - co
     return sig, codegen
 
 
-_FUTEX_PRIVATE = 128  # futex(2)'s FUTEX_PRIVATE_FLAG: the word is this process's only
-
-
-def _futex_call(op: int):
-    """An intrinsic ``syscall(SYS_futex, addr, op | FUTEX_PRIVATE_FLAG, value, NULL, NULL, 0)``."""
-
-    @intrinsic
-    def call(typingctx, addr, value):  # pragma: no cover - compiled
-        sig = types.int64(types.int64, types.int64)
-
-        def codegen(context, builder, signature, args):
-            i64, i32 = ir.IntType(64), ir.IntType(32)
-            fnty = ir.FunctionType(i64, [i64], var_arg=True)
-            fn = cgutils.get_or_insert_function(builder.module, fnty, "syscall")
-            null = ir.Constant(_I8P, None)
-            return builder.call(fn, [ir.Constant(i64, _SYS_FUTEX), builder.inttoptr(args[0], _I8P),
-                                     ir.Constant(i32, op | _FUTEX_PRIVATE), builder.trunc(args[1], i32),
-                                     null, null, ir.Constant(i32, 0)])
-
-        return sig, codegen
-
-    return call
-
-
-futex_wait = _futex_call(FUTEX_WAIT)
+futex_wait = _futex_call(FUTEX_WAIT | _FUTEX_PRIVATE)
 futex_wait.__doc__ = """``futex_wait(addr, expected) -> int64`` (numba code only): sleep while the 32-bit word
 at ``addr`` holds ``expected`` (``FUTEX_WAIT | FUTEX_PRIVATE_FLAG``, no timeout).
 
@@ -317,7 +303,7 @@ int64: 0 when woken (`futex_wake`, or spuriously: callers re-check their conditi
 ``EAGAIN`` when the word did not hold ``expected`` (it changed before the sleep), ``EINTR`` when a
 signal interrupted it; -1 with ``ENOSYS`` on a machine without a known futex. Nothing is raised.
 """
-futex_wake = _futex_call(FUTEX_WAKE)
+futex_wake = _futex_call(FUTEX_WAKE | _FUTEX_PRIVATE)
 futex_wake.__doc__ = """``futex_wake(addr, n) -> int64`` (numba code only): wake up to ``n`` threads sleeping
 in `futex_wait` on the word at ``addr`` (``FUTEX_WAKE | FUTEX_PRIVATE_FLAG``).
 
