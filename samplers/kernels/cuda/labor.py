@@ -404,9 +404,9 @@ class LaborPendingBlock(PendingBlock):
         return (*out, None if self.edge_weights is None else self.edge_weights[:sizes[1]])
 
 
-def chains(importance_sampling: int, weighted: bool, want_weights: bool, fanout: int) -> bool:
-    """Whether a LABOR layer chains on the device (`labor_edges_bounded`): at a fanout >= 0, with or
-    without importance sampling, weights and edge weights out (the fixed point runs on the device)."""
+def chains(fanout: int) -> bool:
+    """Whether a LABOR layer chains on the device (`labor_edges_bounded`): at a fanout >= 0, whatever its
+    importance sampling, weights and edge weights out (the fixed point runs on the device)."""
     return fanout >= 0
 
 
