@@ -35,7 +35,7 @@ from numba import cuda
 from samplers.kernels import labor_rows
 from samplers.kernels.cuda import rng
 from samplers.kernels.cuda.arrays import as_device_ids, empty, full, no_excluded
-from samplers.kernels.cuda.bounded import BoundedEdges
+from samplers.kernels.cuda.bounded import BoundedEdges, DegreeBound
 from samplers.kernels.cuda.graph import CudaGraph
 from samplers.kernels.cuda.launch import EDGE_THREADS, ROW_THREADS, grid, kernel_stream, launch
 from samplers.kernels.cuda.layer import DeviceRows, PendingBlock
@@ -369,12 +369,11 @@ class LaborCudaState:
     @classmethod
     def of(cls, indptr: np.ndarray, num_src: int, importance_sampling: int) -> LaborCudaState:
         """The state of a relation of host ``indptr`` (int64 [N + 1]) over ``num_src`` source ids."""
+        bound = DegreeBound.of(indptr)
         degree = np.diff(np.asarray(indptr)).astype(np.float64)
-        total = float(degree.sum())
-        return cls(None if importance_sampling == 0 else LaborScratchCuda(num_src),
-                   int(degree.max()) if degree.shape[0] else 0,
-                   float(degree @ degree) / total if total > 0 else 0.0,
-                   cuda.to_device(np.full(1, RUNNING, dtype=np.int64)), int(total))
+        return cls(None if importance_sampling == 0 else LaborScratchCuda(num_src), bound.max_degree,
+                   float(degree @ degree) / bound.edges if bound.edges > 0 else 0.0,
+                   cuda.to_device(np.full(1, RUNNING, dtype=np.int64)), bound.edges)
 
 
 @dataclass
