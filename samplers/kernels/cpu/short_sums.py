@@ -31,6 +31,17 @@ def _splat(builder, value, vector_type):
     return builder.shuffle_vector(one, undef, zeros)
 
 
+def _count_below(builder, sums, n, x, lanes: int):
+    """The number (i64) of the first ``n`` lanes of the float64 vector ``sums`` that are <= ``x``: one
+    compare, the lanes from ``n`` on masked off, and a population count of the bit mask."""
+    vi = ir.VectorType(ir.IntType(64), lanes)
+    lane = ir.Constant(vi, list(range(lanes)))
+    inside = builder.icmp_signed("<", lane, _splat(builder, n, vi))
+    below = builder.and_(inside, builder.fcmp_ordered("<=", sums, _splat(builder, x, sums.type)))
+    count = builder.ctpop(builder.bitcast(below, ir.IntType(lanes)))
+    return count if lanes == 64 else builder.zext(count, ir.IntType(64))
+
+
 def _pass_codegen(lanes: int):
     def codegen(context, builder, signature, args):
         acc, d, p, wp, x = args
@@ -48,10 +59,7 @@ def _pass_codegen(lanes: int):
         zero = ir.Constant(vf, [0.0] * lanes)
         sums = builder.fsub(sums, builder.select(after, _splat(builder, wp, vf), zero))
         builder.store(sums, ptr, align=8)
-        inside = builder.icmp_signed("<", lane, _splat(builder, d, vi))
-        below = builder.and_(inside, builder.fcmp_ordered("<=", sums, _splat(builder, x, vf)))
-        count = builder.ctpop(builder.bitcast(below, ir.IntType(lanes)))
-        return count if lanes == 64 else builder.zext(count, i64)
+        return _count_below(builder, sums, d, x, lanes)
 
     return codegen
 
@@ -85,16 +93,10 @@ def _count_codegen(lanes: int):
     def codegen(context, builder, signature, args):
         arr, lo, n, x = args
         ary = context.make_array(signature.args[0])(context, builder, arr)
-        f64, i64 = ir.DoubleType(), ir.IntType(64)
-        vf = ir.VectorType(f64, lanes)
-        vi = ir.VectorType(i64, lanes)
+        vf = ir.VectorType(ir.DoubleType(), lanes)
         ptr = builder.bitcast(builder.gep(ary.data, [lo]), vf.as_pointer())
         sums = builder.load(ptr, align=8)
-        lane = ir.Constant(vi, list(range(lanes)))
-        inside = builder.icmp_signed("<", lane, _splat(builder, n, vi))
-        below = builder.and_(inside, builder.fcmp_ordered("<=", sums, _splat(builder, x, vf)))
-        count = builder.ctpop(builder.bitcast(below, ir.IntType(lanes)))
-        return count if lanes == 64 else builder.zext(count, i64)
+        return _count_below(builder, sums, n, x, lanes)
 
     return codegen
 
