@@ -424,7 +424,16 @@ class PygSampler(LazyBase):
         ``transform`` (which it moves into the hook: call this before iterating) and replacing a graph
         attribute of that name; nothing is set where the output has none. PyG's loaders copy only the
         output fields they know, hence this hook (it wraps the loader's ``filter_fn``, in workers too).
-        Calling it again changes nothing. Returns ``loader``."""
+        Calling it again changes nothing. Returns ``loader``.
+
+        Raises
+        ------
+        TypeError
+            ``loader`` has no ``node_sampler`` / ``link_sampler`` that is a `PygSampler`."""
+        sampler = getattr(loader, "node_sampler", None) or getattr(loader, "link_sampler", None)
+        if not isinstance(sampler, PygSampler):
+            raise TypeError(f"loader={type(loader).__name__} samples with {type(sampler).__name__}, not a "
+                            f"PygSampler (keep_edge_weight serves a loader over a PygSampler)")
         if not isinstance(vars(loader).get("filter_fn"), _EdgeWeightFilter):
             loader.filter_fn = _EdgeWeightFilter(loader, loader.transform)
             loader.transform = None

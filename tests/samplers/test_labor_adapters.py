@@ -123,6 +123,10 @@ def test_plain_labor_edge_weight_reaches_pyg_batches():
     assert batch.edge_weight.shape == batch.e_id.shape and batch.edge_index.shape[1] > out.edge.numel()
     assert PygSampler(data, sampler=LaborSampler(ours, [3], seed=0)).sample_nodes(seeds).edge_weight is None
     assert PygSampler(data, [3]).sample_nodes(seeds).edge_weight is None  # our neighbour sampler: none
+    theirs = pyg.loader.NodeLoader(data, node_sampler=pyg.sampler.NeighborSampler(data, [3]),
+                                   input_nodes=seeds)
+    with pytest.raises(TypeError, match="NeighborSampler, not a PygSampler"):
+        PygSampler.keep_edge_weight(theirs)
 
 
 def test_typed_labor_through_dgl_sampler(lastfm):
