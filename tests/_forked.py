@@ -28,3 +28,21 @@ def run_in_fork(child: Callable[[], str]) -> tuple[int, str]:
     os.close(r)
     os.waitpid(pid, 0)
     return pid, out.decode()
+
+
+def check_in_fork(child: Callable[[], object]) -> None:
+    """Run ``child()`` in a fork child (`run_in_fork`): the test passes when it returns, and fails here with
+    the child's traceback when it raised (an assertion, an unexpected error), or when the child died before
+    it reported (of a signal at its default action, say)."""
+
+    def reporting() -> str:
+        try:
+            child()
+            return "ok"
+        except BaseException:  # noqa: BLE001 - reported to the parent, which fails the test with it
+            import traceback
+
+            return traceback.format_exc()
+
+    _, report = run_in_fork(reporting)
+    assert report == "ok", report or "the child died (of a signal?) before it reported"

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from _forked import run_in_fork
+from _forked import check_in_fork
 from numba.core.compiler_lock import global_compiler_lock
 
 from graphrl.interrupts import Interrupted, interrupts
@@ -22,28 +22,21 @@ from graphrl.interrupts import Interrupted, interrupts
 
 def test_a_signal_inside_numbas_compiler_raises_once_the_compiler_is_left():
     # in a forked child: a re-send that came after the block (on a loaded machine) ends the child, not pytest
-    def child() -> str:
-        try:
-            before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-            reached = []
-            with pytest.raises(Interrupted) as info, interrupts():
-                with global_compiler_lock:  # as a kernel's first call holds it while it compiles
-                    signal.raise_signal(signal.SIGTERM)
-                    for _ in range(20):
-                        time.sleep(0.01)  # the handler runs (more than once: it is sent again) and defers
-                    reached.append("compiled")
-                time.sleep(2.0)  # the signal sent again after the lock is released raises here
-                reached.append("slept through")
-            assert reached == ["compiled"] and info.value.name == "SIGTERM"
-            assert {s: signal.getsignal(s) for s in before} == before
-            return "ok"
-        except BaseException:  # noqa: BLE001 - reported to the parent, which fails the test with it
-            import traceback
+    def child() -> None:
+        before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        reached = []
+        with pytest.raises(Interrupted) as info, interrupts():
+            with global_compiler_lock:  # as a kernel's first call holds it while it compiles
+                signal.raise_signal(signal.SIGTERM)
+                for _ in range(20):
+                    time.sleep(0.01)  # the handler runs (more than once: it is sent again) and defers
+                reached.append("compiled")
+            time.sleep(2.0)  # the signal sent again after the lock is released raises here
+            reached.append("slept through")
+        assert reached == ["compiled"] and info.value.name == "SIGTERM"
+        assert {s: signal.getsignal(s) for s in before} == before
 
-            return traceback.format_exc()
-
-    _, report = run_in_fork(child)
-    assert report == "ok", report or "the child died (of the signal?) before it reported"
+    check_in_fork(child)
 
 
 @pytest.mark.usefixtures("sigint_default")
@@ -203,7 +196,7 @@ def test_the_handlers_own_resends_are_not_taken_for_a_second_signal(tmp_path):
     assert lines[3:] == ["status 143"], (out, err)
 
 
-def deferred_across_the_block_end(defer: str) -> str:
+def deferred_across_the_block_end(defer: str) -> None:
     """In a forked child: a SIGTERM deferred (numba's compiler) or lost (a finalizer) just before the block
     ends, so its re-send is due after the block: it must raise `Interrupted` as the block is left, and no
     re-send may land later (SIGTERM at its default action would end the process, nothing saved)."""
@@ -212,32 +205,25 @@ def deferred_across_the_block_end(defer: str) -> str:
     class Resource:
         pass
 
-    try:
-        before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-        reached = []
-        with pytest.raises(Interrupted) as info:
-            with interrupts():
-                if defer == "compiler":
-                    with global_compiler_lock:  # as a kernel's first call holds it while it compiles
-                        signal.raise_signal(signal.SIGTERM)  # handled here: deferred, a re-send due in 50 ms
-                else:
-                    resource = Resource()
-                    weakref.finalize(resource, signal.raise_signal, signal.SIGTERM)
-                    del resource  # the handler's Interrupted raised in the finalizer, where it is lost
-                reached.append("block done")  # the block ends before the re-send is due
-            reached.append("after the block")
-        time.sleep(10 * 0.05)  # a re-send that came now would end this child, of SIGTERM
-        assert reached == ["block done"] and info.value.name == "SIGTERM"
-        assert {s: signal.getsignal(s) for s in before} == before
-        assert signal.SIGTERM not in signal.sigpending()
-        return "ok"
-    except BaseException:  # noqa: BLE001 - reported to the parent, which fails the test with it
-        import traceback
-
-        return traceback.format_exc()
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    reached = []
+    with pytest.raises(Interrupted) as info:
+        with interrupts():
+            if defer == "compiler":
+                with global_compiler_lock:  # as a kernel's first call holds it while it compiles
+                    signal.raise_signal(signal.SIGTERM)  # handled here: deferred, a re-send due in 50 ms
+            else:
+                resource = Resource()
+                weakref.finalize(resource, signal.raise_signal, signal.SIGTERM)
+                del resource  # the handler's Interrupted raised in the finalizer, where it is lost
+            reached.append("block done")  # the block ends before the re-send is due
+        reached.append("after the block")
+    time.sleep(10 * 0.05)  # a re-send that came now would end this child, of SIGTERM
+    assert reached == ["block done"] and info.value.name == "SIGTERM"
+    assert {s: signal.getsignal(s) for s in before} == before
+    assert signal.SIGTERM not in signal.sigpending()
 
 
 @pytest.mark.parametrize("defer", ["compiler", "finalizer"])
 def test_a_signal_still_deferred_when_the_block_ends_raises_there(defer):
-    _, report = run_in_fork(lambda: deferred_across_the_block_end(defer))
-    assert report == "ok", report or "the child died (of the re-sent signal?) before it reported"
+    check_in_fork(lambda: deferred_across_the_block_end(defer))

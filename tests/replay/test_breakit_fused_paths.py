@@ -22,7 +22,7 @@ import time
 import numpy as np
 import pytest
 import torch
-from _forked import run_in_fork
+from _forked import check_in_fork
 
 import replay.transition_kernel as tk
 from graphrl import GPUUnavailableError
@@ -594,37 +594,30 @@ def test_a_signal_during_the_split_draw_leaves_no_shard_mutex_held(monkeypatch):
         signal.raise_signal(signal.SIGTERM)  # handled before raise_signal returns: Interrupted here
         return out
 
-    def child() -> str:
-        try:
-            rng = np.random.default_rng(0)
-            with MemoryManager() as mm:
-                store = ReplayStore(spec, 2 * 4096, 2, memory=mm, seed=1, timeout=5.0,
-                                    selector=Prioritized(0.6))
-                with store.writer() as w:
-                    w.add_episode({"v": np.arange(8192)})
-                with store.sample(4096, 1) as b:
-                    store.update_priorities(b.keys, rng.random(4096) + 0.1)
-                sampled = store.counters()["samples"]
-                for _ in range(4):
-                    store.sample(60_000, 1).release()
-                    sampled += 60_000
-                    with interrupts(), pytest.raises(Interrupted) as info:
-                        with monkeypatch.context() as m:
-                            m.setattr(tk, "_draw_held", draw_then_signal)
-                            store.sample(60_000, 1)
-                    assert info.value.name == "SIGTERM" and signal.SIGTERM not in signal.sigpending()
-                    assert shards_free(store), "a shard mutex stayed held after the interrupted sample"
-                    assert store.counters()["samples"] == sampled  # the interrupted draw is not counted
-                assert held_at_signal == [1] * 4
-                store.close()
-            return "ok"
-        except BaseException:  # noqa: BLE001 - reported to the parent, which fails the test with it
-            import traceback
+    def child() -> None:
+        rng = np.random.default_rng(0)
+        with MemoryManager() as mm:
+            store = ReplayStore(spec, 2 * 4096, 2, memory=mm, seed=1, timeout=5.0,
+                                selector=Prioritized(0.6))
+            with store.writer() as w:
+                w.add_episode({"v": np.arange(8192)})
+            with store.sample(4096, 1) as b:
+                store.update_priorities(b.keys, rng.random(4096) + 0.1)
+            sampled = store.counters()["samples"]
+            for _ in range(4):
+                store.sample(60_000, 1).release()
+                sampled += 60_000
+                with interrupts(), pytest.raises(Interrupted) as info:
+                    with monkeypatch.context() as m:
+                        m.setattr(tk, "_draw_held", draw_then_signal)
+                        store.sample(60_000, 1)
+                assert info.value.name == "SIGTERM" and signal.SIGTERM not in signal.sigpending()
+                assert shards_free(store), "a shard mutex stayed held after the interrupted sample"
+                assert store.counters()["samples"] == sampled  # the interrupted draw is not counted
+            assert held_at_signal == [1] * 4
+            store.close()
 
-            return traceback.format_exc()
-
-    _, report = run_in_fork(child)
-    assert report == "ok", report or "the child died (of the signal?) before it reported"
+    check_in_fork(child)
 
 
 def parked_on_a_lock(tid: int) -> bool:
@@ -642,43 +635,36 @@ def test_a_signal_while_the_fused_sample_waits_for_a_shard_lock_leaves_it_free()
     that a signal landing after the block (at its default action) ends the child, never pytest."""
     from graphrl.interrupts import Interrupted, interrupts
 
-    def child() -> str:  # forked: a signal that came after the block ends the child, never pytest
-        try:
-            with MemoryManager() as mm:
-                store = filled_store(mm, capacity=100)
-                store.sample(4, 3).release()
-                write(store, 5, range(3))  # not yet ingested: the next sample holds the shard locks
-                sh = store.storage.shards[1]
-                main = threading.get_native_id()  # (main_thread().native_id is the parent's in a fork)
-                taken = threading.Event()
+    def child() -> None:  # forked: a signal that came after the block ends the child, never pytest
+        with MemoryManager() as mm:
+            store = filled_store(mm, capacity=100)
+            store.sample(4, 3).release()
+            write(store, 5, range(3))  # not yet ingested: the next sample holds the shard locks
+            sh = store.storage.shards[1]
+            main = threading.get_native_id()  # (main_thread().native_id is the parent's in a fork)
+            taken = threading.Event()
 
-                def writer_mid_commit() -> None:  # holds the lock until the learner has slept on it a while
-                    sh.acquire()
-                    taken.set()
-                    parked = 0
-                    while parked < 20:
-                        time.sleep(0.005)
-                        parked = parked + 1 if parked_on_a_lock(main) else 0
-                    os.kill(os.getpid(), signal.SIGTERM)
-                    time.sleep(0.05)
-                    sh.release()
+            def writer_mid_commit() -> None:  # holds the lock until the learner has slept on it a while
+                sh.acquire()
+                taken.set()
+                parked = 0
+                while parked < 20:
+                    time.sleep(0.005)
+                    parked = parked + 1 if parked_on_a_lock(main) else 0
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.05)
+                sh.release()
 
-                holder = threading.Thread(target=writer_mid_commit)
-                holder.start()
-                taken.wait(10)
-                with interrupts(), pytest.raises(Interrupted):
-                    store.sample(16, 4, pad="head")
-                holder.join(10)
-                assert shards_free(store, 0.5), "the learner holds a shard mutex after its interrupted sample"
-                store.close()
-            return "ok"
-        except BaseException:  # noqa: BLE001 - reported to the parent, which fails the test with it
-            import traceback
+            holder = threading.Thread(target=writer_mid_commit)
+            holder.start()
+            taken.wait(10)
+            with interrupts(), pytest.raises(Interrupted):
+                store.sample(16, 4, pad="head")
+            holder.join(10)
+            assert shards_free(store, 0.5), "the learner holds a shard mutex after its interrupted sample"
+            store.close()
 
-            return traceback.format_exc()
-
-    _, report = run_in_fork(child)
-    assert report == "ok", report or "the child died (of the signal?) before it reported"
+    check_in_fork(child)
 
 
 def test_a_signal_while_the_fused_sample_releases_its_shard_locks_leaves_none_held(monkeypatch):
