@@ -201,12 +201,15 @@ def _owner_name(name: str, part: int) -> str:
 
 def _remote(actor: Any, options: dict, args: tuple) -> Any:
     """``actor.options(**options).remote(*args)``; a ``name`` in ``options`` that a killed actor still
-    holds (Ray frees it asynchronously) is waited for, up to 5 s (then Ray's ``ValueError``)."""
+    holds (Ray frees it asynchronously) is waited for, up to 5 s (then Ray's ``ActorAlreadyExistsError``,
+    a ``ValueError``); any other error of Ray's (an invalid option: ``ValueError``) is raised at once."""
+    from ray.exceptions import ActorAlreadyExistsError
+
     deadline = time.monotonic() + 5.0
     while True:
         try:
             return actor.options(**options).remote(*args)
-        except ValueError:
+        except ActorAlreadyExistsError:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.05)

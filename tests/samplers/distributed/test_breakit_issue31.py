@@ -120,6 +120,16 @@ def test_feature_store_rows_hits_and_bytes_by_hand(graph, tmp_path):
     assert store.stats.requests == s.requests
 
 
+def test_an_invalid_actor_option_is_raised_at_once_not_retried_as_a_held_name():
+    ray = pytest.importorskip("ray", reason="the Ray owners need ray: pip install 'graphrl[ray]'")
+    from samplers.distributed.owners import _remote
+
+    start = time.monotonic()
+    with pytest.raises(ValueError, match="bogus_option"):  # checked by .options(), no session needed
+        _remote(ray.remote(LocalOwners), {"bogus_option": 1}, ())
+    assert time.monotonic() - start < 2.0  # the held-name wait is 5 s
+
+
 @pytest.fixture(scope="module")
 def ray_session():
     """One local Ray session for this module's Ray tests (started here unless one is running)."""
