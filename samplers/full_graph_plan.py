@@ -195,28 +195,31 @@ def arena_offsets(rows, entries, row_bytes):
 
 @register_jitable
 def source_bytes(cache_rows, stream_rows, row_bytes):
-    """Bytes of the device source buffer ``[cache rows | slot 0 | slot 1]``, slots of ``stream_rows`` rows."""
+    """Bytes of the device source buffer ``[cache rows | slot 0 | slot 1]``, slots of ``stream_rows`` rows
+    (ints: rows, and bytes a row); raises nothing."""
     return align((cache_rows + 2 * stream_rows) * row_bytes)
 
 
 @register_jitable
 def working_set_bytes(arena, cache_rows, stream_rows, row_bytes):
     """Bytes of the device working set: the source buffer (`source_bytes`) and two slot arenas of
-    ``arena`` bytes (`arena_offsets`); a plan's ``device_bytes`` and what a budget bounds."""
+    ``arena`` bytes (`arena_offsets`); a plan's ``device_bytes`` and what a budget bounds. Ints (rows and
+    bytes); raises nothing."""
     return source_bytes(cache_rows, stream_rows, row_bytes) + 2 * arena
 
 
 @register_jitable
 def slot_cost(arena, stream_rows, row_bytes):
     """Bytes one partition takes of its slot: its arena and its ``stream_rows`` streamed source rows; at
-    most ``slot_bytes`` (`plan_propagation`)."""
+    most ``slot_bytes`` (`plan_propagation`). Ints, or int64 arrays elementwise (one per partition); raises
+    nothing."""
     return arena + stream_rows * row_bytes
 
 
 def moved_bytes(vertex: int, rows: int, parts: int, entries: int, row_bytes: int) -> int:
     """Bytes one propagation moves: ``vertex`` bytes of source rows, the local CSRs of ``parts``
     partitions (``rows`` rows and ``entries`` entries in all: int64 row pointers, int32 columns, float32
-    weights) in, and ``rows`` output rows of ``row_bytes`` back."""
+    weights) in, and ``rows`` output rows of ``row_bytes`` back (ints); raises nothing."""
     return vertex + 8 * (rows + parts) + 8 * entries + rows * row_bytes
 
 
