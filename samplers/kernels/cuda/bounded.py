@@ -162,10 +162,7 @@ def sample_edges_bounded(graph: CudaGraph, rows: DeviceRows, fanout: int, replac
         else:
             launch(plan_rows, config, graph.indptr, dst, nrow, np.int64(fanout), bool(replace), excl, counts,
                    stream=stream)
-    out_indptr, _ = exclusive_scan(counts[:d_bound], stream, ws, ws.output(d_bound + 1, np.int64),
-                                   read_total=False)
-    src = ws.scratch(scratch, max(bound, 1), graph.indices.dtype)  # one unused entry when nothing is drawn
-    eids = ws.output(bound, np.int64)
+    out_indptr, src, eids = _edge_outputs(graph, counts, d_bound, bound, ws, scratch, stream)
     if bound:
         launch_rows = (grid(d_bound, ROW_THREADS), ROW_THREADS)
         if weighted:
@@ -177,6 +174,16 @@ def sample_edges_bounded(graph: CudaGraph, rows: DeviceRows, fanout: int, replac
                    dst, out_indptr, np.int64(fanout), bool(replace), np.uint64(key), excl, src, eids,
                    stream=stream)
     return BoundedEdges(out_indptr, src, eids, out_indptr[d_bound:])
+
+
+def _edge_outputs(graph: CudaGraph, counts: Any, d_bound: int, size: int, ws: Any, scratch: str,
+                  stream: Any) -> tuple[Any, Any, Any]:
+    """A bounded layer's ``out_indptr`` (device int64 [Db + 1], the exclusive scan of its rows' ``counts``
+    with the edge count at [Db], not read back), source scratch ``src`` (``graph.indices.dtype``
+    [max(size, 1)]: one unused entry when nothing is drawn) and ``eids`` (int64 [size])."""
+    out_indptr, _ = exclusive_scan(counts[:d_bound], stream, ws, ws.output(d_bound + 1, np.int64),
+                                   read_total=False)
+    return out_indptr, ws.scratch(scratch, max(size, 1), graph.indices.dtype), ws.output(size, np.int64)
 
 
 def _capacity(rows: DeviceRows, ws: Any, scratch: str, degrees: DegreeBound,
@@ -199,11 +206,8 @@ def _all_edges(graph: CudaGraph, rows: DeviceRows, excluded: Any, ws: Any, scrat
     if d_bound:
         launch(plan_rows, (grid(d_bound, EDGE_THREADS), EDGE_THREADS), graph.indptr, dst, nrow, np.int64(-1),
                False, excl, counts, stream=stream)
-    out_indptr, _ = exclusive_scan(counts[:d_bound], stream, ws, ws.output(d_bound + 1, np.int64),
-                                   read_total=False)
+    out_indptr, src, eids = _edge_outputs(graph, counts, d_bound, cap, ws, scratch, stream)
     nnz = out_indptr[d_bound:]
-    src = ws.scratch(scratch, cap, graph.indices.dtype)
-    eids = ws.output(cap, np.int64)
     if d_bound:
         launch(take_all, (grid(cap, EDGE_THREADS), EDGE_THREADS), graph.indptr, graph.indices, graph.edge_ids,
                graph.has_eids, dst, out_indptr, excl, nnz, src, eids, stream=stream)
@@ -227,12 +231,9 @@ def _warp_edges(graph: CudaGraph, rows: DeviceRows, fanout: int, replace: bool, 
     if d_bound:
         launch(plan_uniform, (grid(d_bound, EDGE_THREADS), EDGE_THREADS), graph.indptr, dst, nrow, fanout,
                replace, excl, row_start, row_deg, row_exlo, row_exhi, counts, stream=stream)
-    out_indptr, _ = exclusive_scan(counts[:d_bound], stream, ws, ws.output(d_bound + 1, np.int64),
-                                   read_total=False)
+    out_indptr, src, eids = _edge_outputs(graph, counts, d_bound, bound, ws, scratch, stream)
     nnz = out_indptr[d_bound:]
     pos = ws.scratch("pos", max(bound, 1), np.int64)
-    src = ws.scratch(scratch, max(bound, 1), graph.indices.dtype)  # one unused entry when nothing is drawn
-    eids = ws.output(bound, np.int64)
     if bound:
         launch(choose_uniform, (grid(d_bound, 1), WARP), dst, row_start, row_deg, row_exlo, row_exhi,
                out_indptr, fanout, replace, np.uint64(key), excl, pos, ws.scratch("aux", bound, np.int64),
@@ -268,12 +269,9 @@ def _masked_edges(graph: CudaGraph, rows: DeviceRows, fanout: int, replace: bool
         launch(plan_masked, (row_blocks, WARP), graph.indptr, dst, nrow, fanout, replace, graph.weights,
                weighted, graph.times, dst_times, timed, excl, row_start, row_raw, row_deg, row_exlo,
                row_exhi, counts, stream=stream)
-    out_indptr, _ = exclusive_scan(counts[:d_bound], stream, ws, ws.output(d_bound + 1, np.int64),
-                                   read_total=False)
+    out_indptr, src, eids = _edge_outputs(graph, counts, d_bound, bound, ws, scratch, stream)
     nnz = out_indptr[d_bound:]
     pos = ws.scratch("pos", max(bound, 1), np.int64)
-    src = ws.scratch(scratch, max(bound, 1), graph.indices.dtype)  # one unused entry when nothing is drawn
-    eids = ws.output(bound, np.int64)
     if bound and d_bound:
         launch(choose_masked, (row_blocks, WARP), dst, row_start, row_raw, row_deg, row_exlo, row_exhi,
                out_indptr, fanout, replace, np.uint64(key), graph.weights, weighted, graph.times, dst_times,
