@@ -350,21 +350,3 @@ def test_labor_through_dgl_sampler_and_pickling():
     with pytest.raises(ValueError, match="nodes"):
         adapter.sample(dgl.graph(([0], [1]), num_nodes=2), torch.tensor([0]))
 
-
-def test_labor_through_pyg_sampler():
-    pyg = pytest.importorskip("torch_geometric")
-    from samplers import PygSampler
-
-    rng = np.random.default_rng(1)
-    src, dst = torch.from_numpy(rng.integers(0, 200, 2_000)), torch.from_numpy(rng.integers(0, 200, 2_000))
-    data = pyg.data.Data(edge_index=torch.stack([src, dst]), num_nodes=200)
-    ours = CSCGraph.from_edges(src, dst, 200)
-    adapter = PygSampler(data, sampler=LaborSampler(ours, [4, 4], seed=0))
-    out = adapter.sample_nodes(torch.arange(10))
-    want = LaborSampler(ours, [4, 4], seed=0).sample(torch.arange(10))
-    assert torch.equal(out.node[:10], torch.arange(10))
-    got = set(out.edge.tolist())  # PyG's layout expands each node once: a subset of the blocks' edges
-    assert set(want[-1].edge_ids.tolist()) <= got <= set(torch.cat([b.edge_ids for b in want]).tolist())
-    assert torch.equal(dst[out.edge], out.node[out.col]) and torch.equal(src[out.edge], out.node[out.row])
-    with pytest.raises(ValueError, match="disjoint"):
-        PygSampler(data, disjoint=True, sampler=LaborSampler(ours, [4], seed=0))

@@ -121,12 +121,20 @@ def test_plain_labor_edge_weight_reaches_pyg_batches():
         transform=pyg.transforms.ToUndirected())))  # the transform sees the weights (was: added after it)
     batch = next(iter(loader))
     assert batch.edge_weight.shape == batch.e_id.shape and batch.edge_index.shape[1] > out.edge.numel()
-    assert PygSampler(data, sampler=LaborSampler(ours, [3], seed=0)).sample_nodes(seeds).edge_weight is None
+    plain = PygSampler(data, sampler=LaborSampler(ours, [4, 4], seed=0)).sample_nodes(seeds)  # unweighted
+    want = LaborSampler(ours, [4, 4], seed=0).sample(seeds)
+    assert plain.edge_weight is None and torch.equal(plain.node[:10], seeds)
+    got = set(plain.edge.tolist())  # PyG's layout expands each node once: a subset of the blocks' edges
+    assert set(want[-1].edge_ids.tolist()) <= got <= set(torch.cat([b.edge_ids for b in want]).tolist())
+    assert torch.equal(dst[plain.edge], plain.node[plain.col])
+    assert torch.equal(src[plain.edge], plain.node[plain.row])
     assert PygSampler(data, [3]).sample_nodes(seeds).edge_weight is None  # our neighbour sampler: none
     theirs = pyg.loader.NodeLoader(data, node_sampler=pyg.sampler.NeighborSampler(data, [3]),
                                    input_nodes=seeds)
     with pytest.raises(TypeError, match="NeighborSampler, not a PygSampler"):
         PygSampler.keep_edge_weight(theirs)
+    with pytest.raises(ValueError, match="disjoint"):
+        PygSampler(data, disjoint=True, sampler=labor(ours))
 
 
 def test_typed_labor_through_dgl_sampler(lastfm):
