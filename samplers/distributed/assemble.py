@@ -19,7 +19,7 @@ import numpy as np
 from samplers.distributed.core import KINDS, Workspace, relabel_dst, relabel_src
 
 __all__ = ["RELABEL_CHUNK", "assemble_layer", "group_by_owner", "pack_reply", "pack_request",
-           "split_by_owner", "unpack_reply", "unpack_request"]
+           "reply_buffer", "split_by_owner", "unpack_reply", "unpack_request"]
 
 RELABEL_CHUNK = 1 << 13
 """Sampled edges copied into frontier order before the relabelling kernel runs over them (in cache)."""
@@ -126,20 +126,28 @@ def unpack_request(request: np.ndarray) -> tuple:
             variate_keys)
 
 
+def reply_buffer(rows, nnz, wide: bool) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
+    """An empty `pack_reply` buffer for K batches of ``rows[b]`` rows and ``nnz[b]`` edges (int sequences
+    of length K), its header of edge counts written, and each batch's (counts [D_b], sources [nnz_b],
+    edge ids [nnz_b]) views into it, to be filled by the caller (int32, or int64 with ``wide``)."""
+    k = len(rows)
+    rows, nnz = np.asarray(rows, dtype=np.int64).tolist(), np.asarray(nnz, dtype=np.int64).tolist()
+    out = np.empty(k + sum(rows) + 2 * sum(nnz), dtype=np.int64 if wide else np.int32)
+    out[:k] = nnz
+    parts, at = [], k
+    for d, m in zip(rows, nnz, strict=True):
+        parts.append((out[at:at + d], out[at + d:at + d + m], out[at + d + m:at + d + 2 * m]))
+        at += d + 2 * m
+    return out, parts
+
+
 def pack_reply(draws: list[tuple], wide: bool) -> np.ndarray:
     """An owner's answer for K batches' rows as one buffer, in int32 (``wide`` False: every value below
     2^31) or int64: the K batches' edge counts nnz_b, then per batch its rows' counts [D_b], sources
-    [nnz_b] and edge ids [nnz_b]. ``draws``: per batch (counts, sources, edge ids, ...)."""
-    size = len(draws) + sum(d[0].shape[0] + 2 * d[1].shape[0] for d in draws)
-    out = np.empty(size, dtype=np.int64 if wide else np.int32)
-    at = len(draws)
-    for b, (counts, src, eids, *_) in enumerate(draws):
-        d, nnz = counts.shape[0], src.shape[0]
-        out[b] = nnz
-        out[at:at + d] = counts
-        out[at + d:at + d + nnz] = src
-        out[at + d + nnz:at + d + 2 * nnz] = eids
-        at += d + 2 * nnz
+    [nnz_b] and edge ids [nnz_b] (`reply_buffer`). ``draws``: per batch (counts, sources, edge ids, ...)."""
+    out, parts = reply_buffer([d[0].shape[0] for d in draws], [d[1].shape[0] for d in draws], wide)
+    for (counts, src, eids, *_), (c, s, e) in zip(draws, parts, strict=True):
+        c[:], s[:], e[:] = counts, src, eids
     return out
 
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from graphrl.partition import load_partition
 from graphrl.threads import team_size
-from samplers.distributed.assemble import pack_reply, unpack_request
+from samplers.distributed.assemble import pack_reply, reply_buffer, unpack_request
 from samplers.distributed.core import KINDS, owner_loop, sample_owned_rows, sample_owned_segments
 
 __all__ = ["PartitionOwner"]
@@ -160,24 +160,16 @@ class PartitionOwner:
         """A uniform loop's int32 `pack_reply` buffer, each batch's sources and edge ids written in
         place by the kernel (`sample_owned_segments`: one set-up for the K batches): no int64 arrays to
         cast and copy."""
-        k, rows = len(keys), np.diff(bounds)
-        starts = np.empty(k + 1, dtype=np.int64)  # batch b's part of the buffer begins at starts[b]
         box = []
 
         def into(nnz: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
-            starts[0] = k
-            np.cumsum(rows + 2 * nnz, out=starts[1:])
-            starts[1:] += k
-            out = np.empty(int(starts[k]), dtype=np.int32)
-            out[:k] = nnz
-            box.append(out)
-            lo = (starts[:-1] + rows).tolist()
-            return [(out[a:a + n], out[a + n:a + 2 * n]) for a, n in zip(lo, nnz.tolist(), strict=True)]
+            box.append(reply_buffer(np.diff(bounds), nnz, wide=False))
+            return [(src, eids) for _, src, eids in box[0][1]]
 
         counts = sample_owned_segments(loop, dst, bounds, fanout, keys, threads, into)
-        out = box[0]
-        for b in range(k):
-            out[starts[b]:starts[b] + rows[b]] = counts[bounds[b]:bounds[b + 1]]
+        out, parts = box[0]
+        for b, (row_counts, _, _) in enumerate(parts):
+            row_counts[:] = counts[bounds[b]:bounds[b + 1]]
         return out
 
     def rows(self, ids: np.ndarray, name: str = "features") -> np.ndarray:
