@@ -70,8 +70,17 @@ def check_same_typed_edges(name: str, sampler: Any, num_nodes: dict, edges: dict
 
     Parameters
     ----------
+    name : str
+        The sampler's argument name, for the message.
+    sampler : Sampler
+        A sampler whose ``graph`` is a `samplers.HeteroGraph`.
     num_nodes : dict str -> int
-    edges : dict (src type, name, dst type) -> (src, dst), integer [E_r] each, in edge-id order
+        Nodes of each type of the caller's graph.
+    edges : dict (src type, name, dst type) -> (src, dst), torch.Tensor or numpy.ndarray, integer [E_r] each
+        The caller's edges of each relation in edge-id order (PyG: ``data[et].edge_index``; DGL:
+        ``g.edges(order="eid", etype=et)``).
+    what : str
+        The caller's graph in words, for the message.
 
     Raises
     ------
@@ -102,6 +111,20 @@ def check_blocks(sampler: Any, blocks: Any, seeds: torch.Tensor) -> Any:
     The contract: a sequence of ``sampler.num_layers`` blocks, outermost first, whose last block's
     ``dst_nodes`` are ``seeds`` in order (compared where they lie on the host; blocks on a GPU are not
     read back for it).
+
+    Parameters
+    ----------
+    sampler : Sampler
+        The sampler that returned ``blocks`` (its ``num_layers`` and type name are read).
+    blocks : list of samplers.Block
+        What ``sampler.sample(seeds, ...)`` returned.
+    seeds : torch.Tensor, integer [B]
+        The seeds it was called with (compared as int64).
+
+    Returns
+    -------
+    list of samplers.Block
+        ``blocks``, unchanged.
 
     Raises
     ------
