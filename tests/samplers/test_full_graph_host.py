@@ -20,6 +20,7 @@ def test_greedy_partitions_fit_the_exact_layout_and_are_maximal(degrees, width, 
 
     if bad >= 0:  # that row alone does not fit, every row before it does
         assert bounds.shape[0] == 0 and cost(bad, bad + 1) > cap
+        assert all(cost(r, r + 1) <= cap for r in range(bad))
         return
     assert bounds[0] == 0 and bounds[-1] == len(degrees) and (np.diff(bounds) > 0).all()
     for r0, r1 in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
