@@ -75,6 +75,17 @@ class Chunks:
         while (i := self.claim()) >= 0:
             self.run(i)
 
+    def help_until(self, r: int) -> None:
+        """Return once chunk ``r`` is done, running unclaimed chunks here meanwhile (in order, so ``r``
+        is claimed by this thread or already was); used to consume chunks in order while helpers run
+        later ones."""
+        while not self.done[r]:
+            i = self.claim()
+            if i < 0:
+                self.wait(r)
+                return
+            self.run(i)
+
     def wait(self, i: int) -> None:
         """Block until chunk ``i`` (already claimed) is done."""
         if self.done[i]:

@@ -174,12 +174,7 @@ def sample_block(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray |
                 n = relabel_dst(dst, node_map, base, src_nodes)
                 # Relabel chunk r as soon as it is sampled; sample chunks here rather than wait.
                 for r in range(task.num_chunks):
-                    while not task.done[r]:
-                        i = task.claim()
-                        if i < 0:
-                            task.wait(r)
-                            break
-                        task.run(i)
+                    task.help_until(r)
                     if task.error is not None:
                         break
                     n = relabel_src(src, node_map, base, n, src_nodes, local, out_indptr[bounds[r]],
