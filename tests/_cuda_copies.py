@@ -19,13 +19,18 @@ repository root)::
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 READBACK = "readback"
 """The key of `HostCopies.seen` that counts read-backs."""
+ALLOCATION = "device_alloc"
+"""The key of `HostCopies.seen` that counts the host's device allocations (`HostCopies.device_traffic`)."""
+PAGEABLE = "pageable"
+"""The key of `HostCopies.seen` that counts pageable copies to the device (`HostCopies.device_traffic`)."""
 
 
 class HostCopies:
@@ -57,6 +62,28 @@ class HostCopies:
             return fn(*args, **kwargs)
 
         return counted
+
+    @contextlib.contextmanager
+    def device_traffic(self) -> Iterator[None]:
+        """While the block runs, count the host's ``cuda.device_array`` calls under `ALLOCATION`, and its
+        ``cuda.to_device`` calls and every host array handed to a kernel (the simulator copies it there and
+        back) under `PAGEABLE`; the simulator's functions are restored on leaving."""
+        from numba import cuda
+        from numba.cuda.simulator import kernel as sim_kernel
+
+        device_array, to_device, wrap_arg = cuda.device_array, cuda.to_device, sim_kernel.wrap_arg
+
+        def counted_arg(value: Any, *args: Any, **kwargs: Any) -> Any:
+            self.seen[PAGEABLE] += 1
+            return wrap_arg(value, *args, **kwargs)
+
+        cuda.device_array = self.counting(ALLOCATION, device_array)
+        cuda.to_device = self.counting(PAGEABLE, to_device)
+        sim_kernel.wrap_arg = counted_arg
+        try:
+            yield
+        finally:
+            cuda.device_array, cuda.to_device, sim_kernel.wrap_arg = device_array, to_device, wrap_arg
 
     def quiet(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``fn``, nothing counted while it runs."""

@@ -20,14 +20,13 @@ SIM_SCRIPT = textwrap.dedent(
     import torch
     from numba import config, cuda
     assert config.ENABLE_CUDASIM
-    from numba.cuda.simulator import kernel as sim_kernel
     from graphrl.graph import CSCGraph
     from samplers import LaborSampler
     from samplers.hetero import HeteroNeighborSampler
     from samplers.hetero_graph import HeteroGraph
     from samplers.kernels.cuda import labor as labor_cuda
     sys.path.insert(0, "tests")
-    from _cuda_copies import count_host_copies
+    from _cuda_copies import ALLOCATION, PAGEABLE, count_host_copies
     copies = count_host_copies()
 
     # the exact sum (per-block digits, one rounding) against math.fsum: ties, sticky bits far below,
@@ -48,19 +47,6 @@ SIM_SCRIPT = textwrap.dedent(
         rounded[1, 1](acc, out)
         assert out.copy_to_host()[0] == math.fsum(values), (values, out.copy_to_host()[0], math.fsum(values))
 
-    # pageable host-to-device copies (to_device, host arrays handed to kernels) and allocations
-    allocs, pageable = [0], [0]
-    device_array, to_device, wrap_arg = cuda.device_array, cuda.to_device, sim_kernel.wrap_arg
-    def counted_array(*a, **k):
-        allocs[0] += copies.host_side()
-        return device_array(*a, **k)
-    def counted_to_device(*a, **k):
-        pageable[0] += copies.host_side()
-        return to_device(*a, **k)
-    def counted_arg(value, *a, **k):
-        pageable[0] += 1
-        return wrap_arg(value, *a, **k)
-
     def same(want, got, what):
         for x, y in zip(want, got, strict=True):
             for f in ("src_nodes", "indptr", "indices", "edge_ids", "edge_weights"):
@@ -77,14 +63,9 @@ SIM_SCRIPT = textwrap.dedent(
         for i, call in enumerate(calls):
             want = cpu_s.sample(*call)
             copies.clear()
-            allocs[0] = pageable[0] = 0
             before = gpu_s.loop.traffic.snapshot()
-            cuda.device_array, cuda.to_device = counted_array, counted_to_device
-            sim_kernel.wrap_arg = counted_arg
-            try:
+            with copies.device_traffic():  # pageable copies to the device and allocations
                 got = gpu_s.sample(*call)
-            finally:
-                cuda.device_array, cuda.to_device, sim_kernel.wrap_arg = device_array, to_device, wrap_arg
             same(want, got, (what, i))
             used = gpu_s.loop.traffic.since(before)
             assert used.chain_overflows == (overflows if i == 0 else 0), (what, i, used)
@@ -92,7 +73,8 @@ SIM_SCRIPT = textwrap.dedent(
                 assert used.readbacks == 1 == copies.readbacks, (what, i, used, copies.seen)
             if i and not overflows:  # warm: only the blocks' arrays, no pageable copy
                 assert used.scratch_allocations == 0 and used.registrations == 0, (what, used)
-                assert allocs[0] == used.output_allocations > 0 and pageable[0] == 0, (what, allocs, pageable)
+                assert copies.seen[ALLOCATION] == used.output_allocations > 0, (what, copies.seen)
+                assert copies.seen[PAGEABLE] == 0, (what, copies.seen)
 
     g = CSCGraph.from_edges(rng.integers(0, 30, 160), rng.integers(0, 30, 160), 30)
     w = torch.from_numpy(rng.random(160) * (rng.random(160) < 0.8))
@@ -124,14 +106,12 @@ SIM_SCRIPT = textwrap.dedent(
     cpu_s, gpu_s = (HeteroNeighborSampler(hg, fan, seed=5, device=d) for d in ("cpu", "cuda"))
     for i in range(2):
         want = cpu_s.sample(seeds)
-        pageable[0] = 0
-        cuda.to_device, sim_kernel.wrap_arg = counted_to_device, counted_arg
-        try:
+        copies.clear()
+        with copies.device_traffic():
             got = gpu_s.sample(seeds)
-        finally:
-            cuda.to_device, sim_kernel.wrap_arg = to_device, wrap_arg
         same(want, got, ("unbounded typed", i))
-        assert gpu_s.launches["rows"] == i + 1 and (i == 0 or pageable[0] == 0), (gpu_s.launches, pageable)
+        assert gpu_s.launches["rows"] == i + 1 and (i == 0 or copies.seen[PAGEABLE] == 0), (gpu_s.launches,
+                                                                                  copies.seen)
     print("OK")
     """
 )

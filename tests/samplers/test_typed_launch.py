@@ -47,7 +47,7 @@ SIM_SCRIPT = textwrap.dedent(
     # independent read-back counter: the simulator's device-to-host copies and host-side scalar reads of
     # device arrays (kernels run in other threads), blocks' conversion to host tensors not counted
     sys.path.insert(0, "tests")
-    from _cuda_copies import count_host_copies
+    from _cuda_copies import ALLOCATION, PAGEABLE, count_host_copies
     copies = count_host_copies()
 
     per_relation = [0]  # layers of one relation sampled by the per-relation launches
@@ -125,38 +125,26 @@ SIM_SCRIPT = textwrap.dedent(
     # (seeds, seed times and excluded ids go through the workspace's page-locked staging): counted by
     # wrapping the simulator's allocator, its to_device and its kernels' host-array arguments
     from numba import cuda
-    from numba.cuda.simulator import kernel as sim_kernel
-    allocs, pageable = [0], [0]
-    device_array, to_device, wrap_arg = cuda.device_array, cuda.to_device, sim_kernel.wrap_arg
-    def counted_array(*a, **k):
-        allocs[0] += copies.host_side()
-        return device_array(*a, **k)
-    def counted_to_device(*a, **k):
-        pageable[0] += copies.host_side()
-        return to_device(*a, **k)
-    def counted_arg(value, *a, **k):  # a host array handed to a kernel: copied there and back
-        pageable[0] += 1
-        return wrap_arg(value, *a, **k)
-    cuda.device_array, cuda.to_device, sim_kernel.wrap_arg = counted_array, counted_to_device, counted_arg
-    by_times = {BY: torch.from_numpy(rng.integers(0, 100, 40) + 0.5)}  # float times: staged as float64
-    mixed_times = dict(seeds=mixed["seeds"], exclude_eids=excl,
-                       seed_times={"user": torch.tensor([50.0, -0.0]), "item": torch.tensor([70.5])})
-    fan = {CLICKS: [3, 2], BY: [2, 2], FOLLOWS: [2, 3], TAGS: [1, 2]}
-    for kw, call in (({"weights": True}, mixed), ({"edge_times": by_times}, mixed_times)):
-        cpu_s = HeteroNeighborSampler(graph, fan, seed=5, **kw)
-        gpu_s = HeteroNeighborSampler(graph, fan, seed=5, device="cuda", **kw)
-        for i in range(2):
-            allocs[0] = pageable[0] = 0
-            want = cpu_s.sample(**call)
-            before = gpu_s.traffic.snapshot()
-            same(want, gpu_s.sample(**call), ("warm", list(kw), i))
-            used = gpu_s.traffic.since(before)
-            assert used.readbacks == 1 and used.chain_overflows == 0, (kw, i, used)
-            if i:  # warm: no scratch grown, no host memory registered, no allocation outside the workspace
-                assert used.scratch_allocations == 0 and used.registrations == 0, (list(kw), used)
-                assert allocs[0] == used.output_allocations > 0, (list(kw), allocs, used)
-                assert pageable[0] == 0 and used.pinned_copies >= 5, (list(kw), pageable, used)
-    cuda.device_array, cuda.to_device, sim_kernel.wrap_arg = device_array, to_device, wrap_arg
+    with copies.device_traffic():
+        by_times = {BY: torch.from_numpy(rng.integers(0, 100, 40) + 0.5)}  # float times: staged as float64
+        mixed_times = dict(seeds=mixed["seeds"], exclude_eids=excl,
+                           seed_times={"user": torch.tensor([50.0, -0.0]), "item": torch.tensor([70.5])})
+        fan = {CLICKS: [3, 2], BY: [2, 2], FOLLOWS: [2, 3], TAGS: [1, 2]}
+        for kw, call in (({"weights": True}, mixed), ({"edge_times": by_times}, mixed_times)):
+            cpu_s = HeteroNeighborSampler(graph, fan, seed=5, **kw)
+            gpu_s = HeteroNeighborSampler(graph, fan, seed=5, device="cuda", **kw)
+            for i in range(2):
+                copies.clear()
+                want = cpu_s.sample(**call)
+                before = gpu_s.traffic.snapshot()
+                same(want, gpu_s.sample(**call), ("warm", list(kw), i))
+                used = gpu_s.traffic.since(before)
+                assert used.readbacks == 1 and used.chain_overflows == 0, (kw, i, used)
+                if i:  # warm: no scratch grown, no host memory registered, no allocation outside the
+                    # workspace
+                    assert used.scratch_allocations == 0 and used.registrations == 0, (list(kw), used)
+                    assert copies.seen[ALLOCATION] == used.output_allocations > 0, (list(kw), copies.seen)
+                    assert copies.seen[PAGEABLE] == 0 and used.pinned_copies >= 5, (list(kw), copies.seen)
 
     # the unbounded pair relabelling (a typed temporal layer read back) equals the CPU one
     from samplers.kernels.cpu import relabel_pairs
