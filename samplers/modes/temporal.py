@@ -76,8 +76,7 @@ class TemporalMode(Mode):
         fanout -1 by a capacity from the degrees: `samplers.kernels.cuda.bounded.bounded_layer`)."""
         from samplers.kernels.cuda.bounded import bounded_layer
 
-        return bounded_layer(relation.cuda, fanout, relation.weights is not None, timed=True,
-                             replace=self.replace)
+        return bounded_layer(relation.cuda, fanout, relation.weights is not None, timed=True)
 
     def sample_cuda(self, relation: RelationArrays, state: Any, request: LayerRequest) -> LayerEdges:
         from samplers.kernels import cuda as ck

@@ -193,7 +193,7 @@ def test_bounded_layers_are_the_thread_per_row_rules() -> None:
     weighted = SimpleNamespace(prefix=np.zeros(1))
     assert bounded_layer(plain, 0, False) and bounded_layer(plain, THREAD_FANOUT_MAX, False)
     assert bounded_layer(plain, THREAD_FANOUT_MAX + 1, False) and bounded_layer(plain, -1, False)
-    assert bounded_layer(plain, -1, False, timed=True, replace=True) and bounded_layer(weighted, -1, True)
+    assert bounded_layer(plain, -1, False, timed=True) and bounded_layer(weighted, -1, True)
     assert bounded_layer(weighted, 500, True) and not bounded_layer(plain, 5, True)
 
 

@@ -43,14 +43,13 @@ FULL_EXTRA = 1024
 """Edges a chained layer of fanout -1 adds to its capacity (see `full_capacity`)."""
 
 
-def bounded_layer(graph: CudaGraph, fanout: int, weighted: bool, timed: bool = False,
-                  replace: bool = False) -> bool:
+def bounded_layer(graph: CudaGraph, fanout: int, weighted: bool, timed: bool = False) -> bool:
     """Whether a layer's outputs are sized without a size from the host, so that `sample_block_cuda`
     chains it without read-backs: by ``fanout`` per row (uniform rows, with or without replacement;
     weighted rows with prefix sums; masked rows by time (``timed``), with or without replacement), or,
     at fanout -1 (uniform, weighted or masked rows by time), by a capacity from the rows' degrees
     (`full_capacity`) that the chain's read-back checks. Weighted rows without times at fanout >= 0
-    need a graph with prefix sums. (``replace`` does not change the answer.)"""
+    need a graph with prefix sums."""
     if timed:
         return True
     if weighted:

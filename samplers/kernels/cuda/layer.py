@@ -354,7 +354,7 @@ def sample_block_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, ke
     """
     chained = isinstance(dst, DeviceRows)
     timed = chained and dst.times is not None
-    if ws is not None and bounded_layer(graph, fanout, weighted, timed, replace) and (chained or fanout >= 0):
+    if ws is not None and bounded_layer(graph, fanout, weighted, timed) and (chained or fanout >= 0):
         rows = dst if chained else start_rows(dst, ws, 1)
         block = relabel_chained(rows, sample_edges_bounded(graph, rows, fanout, replace, key, weighted,
                                                            excluded, ws, degrees=degrees), ws,
