@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from samplers.kernels.cuda.layer import DeviceRows
 
 __all__ = ["FULL_EXTRA", "FULL_SLACK", "BoundedEdges", "DegreeBound", "bounded_layer", "full_capacity",
-           "sample_edges_bounded"]
+           "row_bound", "sample_edges_bounded", "slack_capacity"]
 
 FULL_SLACK = 2.0
 """A chained layer of fanout -1 sizes its outputs at this many times its rows' expected edges."""
@@ -79,6 +79,21 @@ class DegreeBound:
         return cls(int(np.diff(indptr).max()) if n else 0, edges, edges / max(n, 1))
 
 
+def row_bound(d_bound: int, max_degree: int, edges: int, repeats: int | None) -> int:
+    """The most candidate edges of ``d_bound`` rows of a relation of ``edges`` edges (E) and largest
+    in-degree ``max_degree``: ``d_bound * max_degree``, and at most ``E + repeats * max_degree`` where the
+    rows are nodes with at most ``repeats`` repeated entries (None: not bounded so, rows by time)."""
+    bound = d_bound * max_degree
+    return bound if repeats is None else min(bound, edges + repeats * max_degree)
+
+
+def slack_capacity(bound: int, d_bound: int, per_row: float, slack: float, extra: int) -> int:
+    """A chained layer's capacity rule (edges, >= 1): ``min(bound, slack * d_bound * per_row + extra)``,
+    ``bound`` its exact upper bound, ``per_row`` the expected edges a row (`full_capacity`,
+    `samplers.kernels.cuda.labor.capacity` and ``pi_capacity``)."""
+    return max(min(bound, int(slack * d_bound * per_row) + extra), 1)
+
+
 def full_capacity(d_bound: int, degrees: DegreeBound, distinct_rows: bool, rate: float = 0.0,
                   repeats: int = 0) -> int:
     """The output capacity of a chained layer of fanout -1 over ``d_bound`` rows (an upper bound of its
@@ -88,11 +103,9 @@ def full_capacity(d_bound: int, degrees: DegreeBound, distinct_rows: bool, rate:
     (`samplers.kernels.cuda.layer.DeviceRows.repeats`; 0 where unknown: repeated rows may pass it).
     ``rate`` is the edges per row a previous call's layer kept (`CudaWorkspace.edge_rate`). A layer past
     it overflows (`ChainOverflow` at the chain's read)."""
-    bound = d_bound * degrees.max_degree
-    if distinct_rows:
-        bound = min(bound, degrees.edges + repeats * degrees.max_degree)
-    guess = int(FULL_SLACK * d_bound * max(degrees.mean_degree, rate)) + FULL_EXTRA
-    return max(min(bound, guess), 1)
+    return slack_capacity(row_bound(d_bound, degrees.max_degree, degrees.edges,
+                                    repeats if distinct_rows else None), d_bound,
+                          max(degrees.mean_degree, rate), FULL_SLACK, FULL_EXTRA)
 
 
 @dataclass

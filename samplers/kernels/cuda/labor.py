@@ -35,7 +35,7 @@ from numba import cuda
 from samplers.kernels import labor_rows
 from samplers.kernels.cuda import rng
 from samplers.kernels.cuda.arrays import as_device_ids, empty, full, no_excluded
-from samplers.kernels.cuda.bounded import BoundedEdges, DegreeBound
+from samplers.kernels.cuda.bounded import BoundedEdges, DegreeBound, row_bound, slack_capacity
 from samplers.kernels.cuda.graph import CudaGraph
 from samplers.kernels.cuda.launch import EDGE_THREADS, ROW_THREADS, grid, kernel_stream, launch
 from samplers.kernels.cuda.layer import DeviceRows, PendingBlock
@@ -411,7 +411,7 @@ def chains(fanout: int) -> bool:
 
 def capacity(d_bound: int, fanout: int, max_degree: int) -> int:
     """A chained LABOR layer's output capacity for ``d_bound`` rows (see the module)."""
-    return max(min(d_bound * max_degree, int(LABOR_SLACK * d_bound * fanout) + LABOR_EXTRA), 1)
+    return slack_capacity(d_bound * max_degree, d_bound, fanout, LABOR_SLACK, LABOR_EXTRA)
 
 
 def pi_capacity(d_bound: int, state: LaborCudaState, repeats: int | None = None) -> int:
@@ -419,11 +419,8 @@ def pi_capacity(d_bound: int, state: LaborCudaState, repeats: int | None = None)
     ``min(bound, LABOR_SLACK * d_bound * reach_degree + LABOR_EXTRA)``, bound ``d_bound * max_degree``,
     and at most ``E + repeats * max_degree`` where the rows' repeated entries are known (``repeats``,
     `samplers.kernels.cuda.layer.DeviceRows.repeats`)."""
-    bound = d_bound * state.max_degree
-    if repeats is not None:
-        bound = min(bound, state.edges + repeats * state.max_degree)
-    guess = int(LABOR_SLACK * d_bound * state.reach_degree) + LABOR_EXTRA
-    return max(min(bound, guess), 1)
+    return slack_capacity(row_bound(d_bound, state.max_degree, state.edges, repeats), d_bound,
+                          state.reach_degree, LABOR_SLACK, LABOR_EXTRA)
 
 
 def labor_edges_bounded(graph: CudaGraph, rows: DeviceRows, fanout: int, vkey: int, excluded: Any, ws: Any,
