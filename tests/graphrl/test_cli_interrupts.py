@@ -199,6 +199,11 @@ def test_demo_rl_sigterm_saves_the_curve_so_far_and_leaves_no_shared_memory(tmp_
     assert (plots / "demo_rl.png").is_file()
     assert "Traceback" not in cmd.output
     assert cmd.segments() == []
+    # the actors are joined before the demo exits; its other children (multiprocessing's resource tracker)
+    # leave once their pipe from the demo closes, just after it: a child alive 10 s on outlived the demo
+    deadline = time.monotonic() + 10.0
+    while any(_alive(p) for p in cmd.children) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert not any(_alive(p) for p in cmd.children), "an actor outlived the demo"
 
 
