@@ -19,14 +19,14 @@ Details:
 - A signal ignored (``SIG_IGN``: ``nohup``, a background shell job) or handled outside Python stays so.
 - A handler installed on top of ours (`graphrl.memory.signals` unlinks shared memory on SIGTERM, then
   calls the handler it found) still reaches ours; once the block is left, ours passes the signal on to
-  the handler it replaced.
+  the handler it replaced (`graphrl.memory.signals.pass_on`: at the default action the process dies).
 - Outside the main thread `interrupts` installs nothing (Python runs signal handlers there only).
 - A signal that lands while the main thread is inside numba's compiler (holds its global compiler lock:
   a kernel's first call or cache load) raises only once the compiler is left (an exception between two
   of its lines can leave LLVM objects half made, which llvmlite may crash on): the handler sends it again
   every `RESEND_DELAY` until then. A second SIGINT or SIGTERM from the user meanwhile (not a re-send)
-  stops the process at once, as in most CLIs: shared segments are unlinked, the signal raised again at
-  its default action (shell status 130 / 143, nothing saved).
+  stops the process at once, as in most CLIs (`graphrl.memory.signals.die_of`: shared segments are
+  unlinked, the signal raised again at its default action; shell status 130 / 143, nothing saved).
 - A handler that runs inside a finalizer or ``__del__`` (garbage collection can run them at any
   bytecode) raises where Python ignores exceptions ("Exception ignored in ..."): within the block,
   `sys.unraisablehook` sees that `Interrupted` and sends the signal again, so the run still stops.
@@ -51,6 +51,8 @@ import threading
 import time
 from collections.abc import Iterator
 from types import FrameType
+
+from graphrl.memory.signals import die_of, pass_on
 
 __all__ = ["SIGNALS", "Interrupted", "interrupts"]
 
@@ -88,15 +90,10 @@ RESEND_DELAY = 0.05  # seconds until a signal deferred in numba's compiler or lo
 
 
 def _stop_now(signum: int) -> None:
-    """End the process at once by ``signum``'s default action (the shell reports 128 + ``signum``), as a
-    second Ctrl-C does; this process's shared segments are unlinked first (`graphrl.memory.signals`)."""
+    """End the process at once by ``signum``'s default action (`graphrl.memory.signals.die_of`: shared
+    segments unlinked, the shell reports 128 + ``signum``), as a second Ctrl-C does."""
     log.warning("second %s while numba compiles: stopping now, nothing saved", signal.Signals(signum).name)
-    shm_signals = sys.modules.get("graphrl.memory.signals")  # not imported: no segment was made
-    if shm_signals is not None:
-        shm_signals.unlink_shared_segments(remove_spill=True)
-    signal.signal(signum, signal.SIG_DFL)
-    signal.raise_signal(signum)  # dies here, of the signal
-    os._exit(128 + signum)  # reached only where the main thread blocks signum (pthread_sigmask)
+    die_of(signum)
 
 
 def _compiling() -> bool:
@@ -140,12 +137,7 @@ def interrupts() -> Iterator[None]:
     def handle(signum: int, frame: FrameType | None) -> None:
         nonlocal waiting
         if not active:  # reached through a handler installed on top of ours, after the block
-            before = previous.get(signum, signal.SIG_DFL)
-            if callable(before):
-                before(signum, frame)
-            elif before is signal.SIG_DFL:
-                signal.signal(signum, signal.SIG_DFL)
-                os.kill(os.getpid(), signum)
+            pass_on(previous.get(signum, signal.SIG_DFL), signum, frame)
             return
         try:  # one of our re-sends? A user's signal seen between a re-send's count and its sending takes
             resent.remove(signum)  # its place (the re-send then counts as the user's: the same outcome);

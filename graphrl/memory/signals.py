@@ -6,10 +6,13 @@ SIGHUP (a closed terminal) kill a process without running Python's exit, so `ins
 puts a handler on both that first unlinks every shared segment the process's managers created, then:
 
 - the handler in place before (an application's Python handler) is called with the same arguments;
-- with the default action before, the default action is restored and the signal raised again with
-  ``os.kill``, so the process dies of it and its exit status says "killed by SIGTERM" (spill arrays
-  on the disk tier are removed too, as at exit);
+- with the default action before, the process dies of the signal (`die_of`: spill arrays on the disk
+  tier removed too, as at exit, the default action restored, the signal raised again), so its exit
+  status says "killed by SIGTERM";
 - a signal that was ignored (``nohup`` ignores SIGHUP) or has a handler outside Python is left alone.
+
+`pass_on` (to the handler found) and `die_of` are the one rule every graphrl handler follows to let a
+signal act (`graphrl.interrupts` too).
 
 The rule: handlers are installed once per process (a forked child inherits them), only from the main
 thread, at the first shared-tier allocation (or by calling `install_signal_handlers`). A handler the
@@ -28,11 +31,11 @@ import signal
 import threading
 import weakref
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
 
 from graphrl.memory.shm import ExitCleanup
 
-__all__ = ["SIGNALS", "install_signal_handlers", "track", "unlink_shared_segments"]
+__all__ = ["SIGNALS", "die_of", "install_signal_handlers", "pass_on", "track", "unlink_shared_segments"]
 
 SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
@@ -56,14 +59,35 @@ def unlink_shared_segments(remove_spill: bool = False) -> None:
         cleanup.on_signal(remove_spill)
 
 
-def _handle(signum: int, frame: FrameType | None) -> None:
-    previous = _previous.get(signum, signal.SIG_DFL)
-    unlink_shared_segments(remove_spill=not callable(previous))
+def die_of(signum: int) -> NoReturn:
+    """End this process by ``signum``'s default action, so that its status says so (a shell reports
+    128 + ``signum``): every shared segment is unlinked and its spill arrays removed first
+    (`unlink_shared_segments`), then the default action is restored and the signal raised again.
+
+    The one way a graphrl handler lets a signal kill (this module's, and `graphrl.interrupts` at a second
+    signal). Safe in a signal handler. Where the calling thread blocks ``signum`` (``pthread_sigmask``)
+    the signal cannot act at once: the process leaves with ``os._exit(128 + signum)`` instead.
+    """
+    unlink_shared_segments(remove_spill=True)
+    signal.signal(signum, signal.SIG_DFL)
+    signal.raise_signal(signum)  # dies here, of the signal
+    os._exit(128 + signum)  # reached only where this thread blocks signum
+
+
+def pass_on(previous: Any, signum: int, frame: FrameType | None) -> None:
+    """Give a signal to the handler that was in place before one's own (``previous``, as
+    `signal.getsignal` returned it): a Python handler is called with ``signum`` and ``frame``; at the
+    default action (``SIG_DFL``) the process dies of it (`die_of`); an ignored signal (``SIG_IGN``) or one
+    handled outside Python (None) is dropped."""
     if callable(previous):
         previous(signum, frame)
-        return
-    signal.signal(signum, signal.SIG_DFL)
-    os.kill(os.getpid(), signum)  # dies here, of the signal
+    elif previous is signal.SIG_DFL:
+        die_of(signum)
+
+
+def _handle(signum: int, frame: FrameType | None) -> None:
+    unlink_shared_segments()  # before the previous handler runs (die_of also removes the spill arrays)
+    pass_on(_previous.get(signum, signal.SIG_DFL), signum, frame)
 
 
 def install_signal_handlers() -> bool:

@@ -115,15 +115,12 @@ def test_sigterm_landing_in_llvmlites_link_while_numba_compiles_stops_the_run_wi
     assert proc.stdout.splitlines() == ["interrupted SIGTERM detached True then 4"], proc.stdout
 
 
-# graphrl.interrupts loaded from its file, without graphrl's package (whose import loads torch: seconds)
 HOLD_THE_COMPILER_LOCK = r'''
-import importlib.util, os, signal, sys, time
+import os, signal, sys, time
 from numba.core.compiler_lock import global_compiler_lock
+from graphrl import interrupts as interrupts_module
 
-spec = importlib.util.spec_from_file_location("graphrl_interrupts", sys.argv[1])
-interrupts_module = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(interrupts_module)
-hold = float(sys.argv[2])
+hold = float(sys.argv[1])
 seen = []
 with interrupts_module.interrupts():
     ours = signal.getsignal(signal.SIGTERM)
@@ -150,10 +147,11 @@ def _hold_the_compiler_lock(tmp_path: Path, hold: float) -> subprocess.Popen:
     """The script above under ``bash``, which prints its status as a shell reports it (``status N``)."""
     script = tmp_path / "hold_the_compiler_lock.py"
     script.write_text(HOLD_THE_COMPILER_LOCK)
-    module = Path(__file__).resolve().parents[2] / "graphrl" / "interrupts.py"
+    repo = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": repo}
     # SIGINT at its default in the child whatever the test run inherited (a background job ignores it)
     return subprocess.Popen(["bash", "-c", '"$0" "$@"; echo "status $?"', sys.executable, str(script),
-                             str(module), str(hold)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             str(hold)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                             text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
