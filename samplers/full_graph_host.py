@@ -29,7 +29,7 @@ import torch
 from graphrl.kernels.spmm import spmm_partition
 from graphrl.memory import MemoryBudgetError, MemoryManager, Region, Tier, free_quietly
 from samplers.full_graph_adjacency import Operator
-from samplers.full_graph_plan import ALIGN, align
+from samplers.full_graph_plan import ALIGN, csr_offsets
 
 __all__ = ["SLACK", "HostExecutor", "greedy_bounds", "working_set_layout"]
 
@@ -80,6 +80,9 @@ def working_set_layout(rows: int, entries: int, index_bytes: int,
                        row_bytes: int) -> tuple[int, int, int, int]:
     """Byte offsets of a partition's indices, weights and output rows in the working set, and its size.
 
+    The staged path's layout (`samplers.full_graph_plan.csr_offsets`), its end not padded: nothing
+    follows the output rows.
+
     Parameters
     ----------
     rows, entries : int
@@ -93,10 +96,8 @@ def working_set_layout(rows: int, entries: int, index_bytes: int,
         Offsets (bytes) of the indices, the float32 weights and the output rows (the int64 row pointer
         is at 0), and the working set's size in bytes (at least 1).
     """
-    o_ind = align(8 * (rows + 1))
-    o_w = align(o_ind + entries * index_bytes)
-    o_out = align(o_w + 4 * entries)
-    return o_ind, o_w, o_out, max(o_out + rows * row_bytes, 1)
+    _, o_ind, o_w, o_out, end = csr_offsets(rows, entries, index_bytes, row_bytes)
+    return o_ind, o_w, o_out, max(end, 1)
 
 
 class HostExecutor:

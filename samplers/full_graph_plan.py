@@ -62,7 +62,7 @@ from samplers.kernels.cpu.partition import (
 )
 
 __all__ = ["ALIGN", "DEFAULT_CACHE_SHARE", "PartitionPlan", "PlanCache", "PlanPart", "align", "arena_offsets",
-           "locality_order", "moved_bytes", "plan_propagation", "slot_cost", "source_bytes",
+           "csr_offsets", "locality_order", "moved_bytes", "plan_propagation", "slot_cost", "source_bytes",
            "working_set_bytes"]
 
 ALIGN = 64
@@ -170,6 +170,34 @@ class PartitionPlan:
 
 
 @register_jitable
+def csr_offsets(rows, entries, index_bytes, row_bytes):
+    """Byte layout of a partition's local CSR and output rows packed in one buffer: the one rule of the
+    staged path's slot arenas (`arena_offsets`) and the host path's working set
+    (`samplers.full_graph_host.working_set_layout`).
+
+    Parameters
+    ----------
+    rows, entries : int, or numpy.ndarray of int64 (elementwise)
+        A partition's rows and local CSR entries.
+    index_bytes : int
+        Bytes of one column index (4 or 8).
+    row_bytes : int
+        Bytes of one output row (width x itemsize).
+
+    Returns
+    -------
+    tuple of 5 int (or int64 arrays)
+        Byte offsets of the int64 row pointer (0), the columns, the float32 weights and the output rows,
+        each aligned to `ALIGN`, and the end of the output rows (not aligned). Planning kernels compile
+        the same function.
+    """
+    o_cols = align(8 * (rows + 1))
+    o_w = o_cols + align(index_bytes * entries)
+    o_out = o_w + align(4 * entries)
+    return 0, o_cols, o_w, o_out, o_out + rows * row_bytes
+
+
+@register_jitable
 def arena_offsets(rows, entries, row_bytes):
     """Offsets of indptr, cols, weights, out rows in a slot arena, and the arena's size.
 
@@ -183,14 +211,11 @@ def arena_offsets(rows, entries, row_bytes):
     Returns
     -------
     tuple of 5 int (or int64 arrays)
-        Byte offsets of the int64 row pointer (0), the int32 columns, the float32 weights and the output
-        rows, each aligned to `ALIGN`, and the arena's size in bytes. Planning kernels compile the same
-        function.
+        `csr_offsets` with int32 columns, its end aligned to `ALIGN`: the arena's size in bytes (two
+        arenas sit back to back). Planning kernels compile the same function.
     """
-    o_cols = align(8 * (rows + 1))
-    o_w = o_cols + align(4 * entries)
-    o_out = o_w + align(4 * entries)
-    return 0, o_cols, o_w, o_out, o_out + align(rows * row_bytes)
+    o_ptr, o_cols, o_w, o_out, end = csr_offsets(rows, entries, 4, row_bytes)
+    return o_ptr, o_cols, o_w, o_out, align(end)
 
 
 @register_jitable

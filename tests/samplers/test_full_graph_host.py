@@ -1,10 +1,12 @@
 """The host path's cut (`greedy_bounds`) against the exact working-set layout it bounds."""
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from samplers.full_graph_host import SLACK, greedy_bounds, working_set_layout
+from samplers.full_graph_plan import ALIGN, arena_offsets, csr_offsets
 
 
 @settings(max_examples=40, deadline=None)
@@ -35,3 +37,16 @@ def test_layout_offsets_are_aligned_and_disjoint():
     o_ind, o_w, o_out, total = working_set_layout(3, 10, 4, 40)
     assert (o_ind, o_w, o_out, total) == (64, 128, 192, 312)  # 32 B of row pointer, 40 of indices, 40 weights
     assert working_set_layout(0, 0, 8, 16)[3] == 64  # an empty partition's row pointer entry, aligned
+    assert arena_offsets(3, 10, 40) == (0, 64, 128, 192, 320)  # the staged arena: its end aligned
+
+
+@pytest.mark.parametrize("rows, entries, row_bytes", [(0, 0, 16), (1, 1, 4), (3, 10, 40), (7, 33, 12),
+                                                      (64, 1000, 256), (5, 0, 8)])
+def test_the_host_working_set_and_the_staged_arena_share_one_layout(rows, entries, row_bytes):
+    """Both paths pack a partition's CSR and output rows by `csr_offsets`: the same offsets at int32
+    columns; the arena's size is the working set's end, aligned (arenas sit back to back)."""
+    o_ind, o_w, o_out, total = working_set_layout(rows, entries, 4, row_bytes)
+    arena = arena_offsets(rows, entries, row_bytes)
+    assert arena[:4] == (0, o_ind, o_w, o_out)
+    assert arena[4] == -(-total // ALIGN) * ALIGN
+    assert working_set_layout(rows, entries, 8, row_bytes) == csr_offsets(rows, entries, 8, row_bytes)[1:]
