@@ -10,13 +10,13 @@ from samplers.hetero import HeteroBlock, HeteroGraph, HeteroNeighborSampler
 from samplers.interop import PygSubgraph
 from samplers.labor import LaborSampler
 from samplers.link import LinkBatch, LinkSampler, bipartite_reverse_eids
-from samplers.loader import LinkLoader, LoadedLinkBatch, NeighborLoader, NodeBatch
+from samplers.loader import HeteroNodeBatch, LinkLoader, LoadedLinkBatch, NeighborLoader, NodeBatch
 from samplers.neighbor import NeighborSampler
 from samplers.protocol import Sampler
 from samplers.pyg_sampler import PygSampler  # imports torch_geometric only when one is built
 
 __all__ = ["MAX_BATCH", "MAX_FANOUT", "Block", "Blocks", "DglSampler", "DistFeatureStore", "DistLaborSampler",
-           "DistNeighborSampler", "FeatureStore", "FullGraph",
-           "HeteroBlock", "HeteroGraph", "HeteroNeighborSampler", "LaborSampler", "LinkBatch", "LinkLoader",
+           "DistNeighborSampler", "FeatureStore", "FullGraph", "HeteroBlock", "HeteroGraph",
+           "HeteroNeighborSampler", "HeteroNodeBatch", "LaborSampler", "LinkBatch", "LinkLoader",
            "LinkSampler", "LoadedLinkBatch", "NeighborLoader", "NeighborSampler", "NodeBatch", "PygSampler",
            "PygSubgraph", "Sampler", "bipartite_reverse_eids"]

@@ -1,7 +1,9 @@
 """Minibatch loaders: iteration, batching and prefetch around the samplers (PyG's loader style).
 
 A loader knows how to cut seeds into batches and how to keep the next batches ready; the sampling is
-the samplers' (`NeighborSampler`, `LinkSampler`) and the feature gather the `FeatureStore`'s.
+the samplers' (`NeighborSampler`, `LinkSampler`) and the feature gather the `FeatureStore`'s. Over a
+`HeteroGraph`, `NeighborLoader` batches seeds of one node type into `HeteroNodeBatch` es (typed blocks,
+features per node type), as PyG's ``NeighborLoader(hetero_data, input_nodes=("paper", idx))``.
 
 Prefetch
 --------
@@ -43,7 +45,7 @@ import secrets
 import threading
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,12 +57,15 @@ from graphrl.graph import CSCGraph
 from samplers._checks import MAX_BATCH, check_int, check_open, check_prefetch, check_seed, check_seeds
 from samplers.block import Block
 from samplers.features import FeatureStore
+from samplers.hetero import HeteroNeighborSampler
+from samplers.hetero_block import HeteroBlock
+from samplers.hetero_graph import HeteroGraph
 from samplers.link import LinkBatch, LinkSampler
 from samplers.neighbor import NeighborSampler
 from samplers.protocol import Sampler, check_blocks, check_sampler
 from samplers.staging import RowStaging, StagingLease
 
-__all__ = ["LinkLoader", "LoadedLinkBatch", "NeighborLoader", "NodeBatch"]
+__all__ = ["HeteroNodeBatch", "LinkLoader", "LoadedLinkBatch", "NeighborLoader", "NodeBatch"]
 
 logger = logging.getLogger(__name__)
 
@@ -68,16 +73,17 @@ _JOIN_SECONDS = 60.0
 
 
 class _Lease:
-    """The staging lease of one batch, released once (by the loader or by ``batch.release()``)."""
+    """The staging leases of one batch (one per gathered store), released once (by the loader or by
+    ``batch.release()``)."""
 
-    __slots__ = ("lease",)
+    __slots__ = ("leases",)
 
-    def __init__(self, lease: StagingLease | None) -> None:
-        self.lease = lease
+    def __init__(self, *leases: StagingLease) -> None:
+        self.leases = leases
 
     def release(self) -> None:
-        lease, self.lease = self.lease, None
-        if lease is not None:
+        leases, self.leases = self.leases, ()
+        for lease in leases:
             lease.release()
 
 
@@ -108,7 +114,7 @@ class NodeBatch:
     blocks: list[Block]
     input_features: torch.Tensor | None = None
     labels: torch.Tensor | None = None
-    _lease: _Lease = dataclasses.field(default_factory=lambda: _Lease(None), repr=False)
+    _lease: _Lease = dataclasses.field(default_factory=_Lease, repr=False)
     ready: Any = dataclasses.field(default=None, repr=False)
 
     @property
@@ -123,6 +129,59 @@ class NodeBatch:
 
     def release(self) -> None:
         """Give the staging buffer back now (``input_features`` may then be overwritten); idempotent."""
+        self._lease.release()
+
+
+@dataclass(eq=False)
+class HeteroNodeBatch:
+    """One node-classification minibatch of a typed graph: `NodeBatch`'s fields, typed.
+
+    The seeds are of one node type (PyG's ``input_nodes=("paper", idx)``); blocks, input nodes and input
+    features are per node type (PyG's ``batch[t].n_id`` / ``batch[t].x``, DGL's ``input_nodes`` dict and
+    ``blocks[0].srcdata``); labels are the seeds' (PyG's ``batch["paper"].y[:batch_size]``).
+
+    Attributes
+    ----------
+    index : int
+        Position of the batch in its epoch (0, 1, ...).
+    seed_type : str
+        The node type of the seeds.
+    seeds : torch.Tensor, int64, shape [B]
+        Seed nodes (ids within ``seed_type``), ``blocks[-1].dst_nodes[seed_type]``; DGL's
+        ``output_nodes`` is ``{seed_type: seeds}``.
+    blocks : list[HeteroBlock]
+        As the typed sampler returns them, outermost first.
+    input_features : dict[str, torch.Tensor] or None
+        For each node type with features, the rows of ``input_nodes[t]``, shape [S_t, *row_t] (every
+        such type, [0, *row_t] where the batch reads none), each a view of a reusable staging buffer:
+        valid until the next batch is fetched (see the module docstring). None without features.
+    labels : torch.Tensor or None, shape [B, ...]
+        ``labels[seeds]`` of the seed type (a fresh tensor). None without labels.
+    ready : torch.cuda.Event or None
+        As `NodeBatch.ready`.
+    """
+
+    index: int
+    seed_type: str
+    seeds: torch.Tensor
+    blocks: list[HeteroBlock]
+    input_features: dict[str, torch.Tensor] | None = None
+    labels: torch.Tensor | None = None
+    _lease: _Lease = dataclasses.field(default_factory=_Lease, repr=False)
+    ready: Any = dataclasses.field(default=None, repr=False)
+
+    @property
+    def input_nodes(self) -> dict[str, torch.Tensor]:
+        """Nodes whose features the first layer reads, per node type: ``blocks[0].src_nodes``, int64 [S_t]."""
+        return self.blocks[0].src_nodes
+
+    @property
+    def batch_size(self) -> int:
+        """B."""
+        return int(self.seeds.shape[0])
+
+    def release(self) -> None:
+        """Give the staging buffers back now (``input_features`` may then be overwritten); idempotent."""
         self._lease.release()
 
 
@@ -141,7 +200,7 @@ class LoadedLinkBatch(LinkBatch):
 
     index: int = 0
     input_features: torch.Tensor | None = None
-    _lease: _Lease = dataclasses.field(default_factory=lambda: _Lease(None), repr=False)
+    _lease: _Lease = dataclasses.field(default_factory=_Lease, repr=False)
 
     @property
     def input_nodes(self) -> torch.Tensor:
@@ -352,8 +411,9 @@ class _InFlight:
         return event
 
     def deliver(self, batch: Any) -> None:
-        """In the caller's thread: its stream waits for the batch; the blocks' tensors are recorded
-        on it, so their memory is not reused while its kernels may still read them."""
+        """In the caller's thread: its stream waits for the batch; the blocks' tensors (per node type
+        and relation in typed blocks) are recorded on it, so their memory is not reused while its
+        kernels may still read them."""
         if batch.ready is None:
             return
         current = torch.cuda.current_stream(self.stream.device)
@@ -361,46 +421,113 @@ class _InFlight:
         for block in batch.blocks:
             for field in dataclasses.fields(block) if dataclasses.is_dataclass(block) else ():
                 value = getattr(block, field.name)
-                if isinstance(value, torch.Tensor) and value.is_cuda:
-                    value.record_stream(current)
+                for tensor in value.values() if isinstance(value, Mapping) else (value,):
+                    if isinstance(tensor, torch.Tensor) and tensor.is_cuda:
+                        tensor.record_stream(current)
 
 
 class _Loader:
-    """What both loaders share: the prefetch setting, the staging buffers, one live iterator."""
+    """What both loaders share: the prefetch setting, the feature stores and their staging buffers, one
+    live iterator."""
 
     _name = "graphrl-loader"
 
-    def __init__(self, features: FeatureStore | torch.Tensor | None, prefetch: int) -> None:
+    def __init__(self, features: Any, prefetch: int, num_rows: int | Mapping[str, int]) -> None:
+        """``num_rows``: the graph's node count (``features`` one store or tensor), or its node counts
+        per type (``features`` a dict of them, a `HeteroGraph`)."""
         self.prefetch = check_prefetch(prefetch)
         self.closed = False  # True once `close` ran: iterating then raises ValueError
-        self._own_features = isinstance(features, (torch.Tensor, np.ndarray))
-        if self._own_features:
-            features = FeatureStore(features)
-        if features is not None and not isinstance(features, FeatureStore):
-            raise TypeError(f"features must be a FeatureStore, a tensor or None, "
-                            f"got {type(features).__name__}")
-        self.features = features
+        self._owned: list[FeatureStore] = []  # stores made here from tensors: closed by `close`
         self._staging: RowStaging | None = None
+        self._typed_staging: dict[str, RowStaging] = {}
         self._iterator: weakref.ref[_LoaderIterator] | None = None
         self._lock = threading.Lock()
-
-    def _gather(self, input_nodes: torch.Tensor) -> tuple[torch.Tensor | None, _Lease]:
-        if self.features is None:
-            return None, _Lease(None)
-        if self._staging is None:
-            self._staging = self.features.staging(slots=self.prefetch + 2)
-        lease = self._staging.acquire(int(input_nodes.shape[0]))
+        self.features: FeatureStore | dict[str, FeatureStore] | None = None
         try:
-            feats = self.features.gather_into(input_nodes, lease.tensor)  # a CUDA sampler's ids too
+            if features is None:
+                pass
+            elif not isinstance(num_rows, Mapping):
+                self.features = self._store("features", features, num_rows, "the graph has {n} nodes")
+            elif not isinstance(features, Mapping):
+                raise TypeError(f"features must be a dict node type -> FeatureStore or tensor for a "
+                                f"HeteroGraph, got {type(features).__name__}")
+            else:
+                self.features = {}
+                for t, value in features.items():
+                    if t not in num_rows:
+                        raise ValueError(f"features: unknown node type {t!r} (the graph has "
+                                         f"{sorted(num_rows)})")
+                    self.features[t] = self._store(f"features[{t!r}]", value, num_rows[t],
+                                                   f"the graph has {{n}} {t!r} nodes")
+        except BaseException:
+            self._close_owned()
+            raise
+
+    def _store(self, name: str, value: Any, n: int, has: str) -> FeatureStore:
+        """``value`` as a `FeatureStore` of ``n`` rows (a tensor or array is wrapped, without a cache)."""
+        if isinstance(value, (torch.Tensor, np.ndarray)):
+            if value.ndim >= 1 and value.shape[0] != n:
+                raise ValueError(f"{name} has {value.shape[0]} rows but {has.format(n=n)}")
+            store = FeatureStore(value)
+            self._owned.append(store)
+            return store
+        if not isinstance(value, FeatureStore):
+            raise TypeError(f"{name} must be a FeatureStore, a tensor or None, got {type(value).__name__}")
+        if value.num_rows != n:
+            raise ValueError(f"{name} has {value.num_rows} rows but {has.format(n=n)}")
+        return value
+
+    def _close_owned(self) -> None:
+        owned, self._owned = self._owned, []
+        for store in owned:
+            store.close()
+
+    def _lease_rows(self, store: FeatureStore, staging: RowStaging,
+                    ids: torch.Tensor) -> tuple[torch.Tensor, StagingLease]:
+        lease = staging.acquire(int(ids.shape[0]))
+        try:
+            return store.gather_into(ids, lease.tensor), lease  # a CUDA sampler's ids too
         except BaseException:
             lease.release()
             raise
+
+    def _gather(self, input_nodes: torch.Tensor) -> tuple[torch.Tensor | None, _Lease]:
+        """Rows of ``input_nodes`` from the one store, in a staging buffer (None without features)."""
+        if self.features is None:
+            return None, _Lease()
+        if self._staging is None:
+            self._staging = self.features.staging(slots=self.prefetch + 2)
+        feats, lease = self._lease_rows(self.features, self._staging, input_nodes)
         return feats, _Lease(lease)
 
+    def _gather_typed(self, input_nodes: Mapping[str, torch.Tensor]) -> tuple[dict | None, _Lease]:
+        """Rows of ``input_nodes[t]`` from the store of every type t with features, each in a staging
+        buffer of its type (None without features)."""
+        if self.features is None:
+            return None, _Lease()
+        feats, leases = {}, []
+        try:
+            for t, store in self.features.items():
+                ids = input_nodes.get(t)
+                if ids is None:
+                    ids = torch.empty(0, dtype=torch.int64)
+                if t not in self._typed_staging:
+                    self._typed_staging[t] = store.staging(slots=self.prefetch + 2)
+                feats[t], lease = self._lease_rows(store, self._typed_staging[t], ids)
+                leases.append(lease)
+        except BaseException:
+            for lease in leases:
+                lease.release()
+            raise
+        return feats, _Lease(*leases)
+
     def check_open(self) -> None:
-        """Raise ValueError if this loader (or the `FeatureStore` it gathers from) is closed."""
+        """Raise ValueError if this loader (or a `FeatureStore` it gathers from) is closed."""
         check_open(self.closed, f"this {type(self).__name__}")
-        if self.features is not None:
+        if isinstance(self.features, dict):
+            for t, store in self.features.items():
+                check_open(store.closed, f"the FeatureStore of node type {t!r} of this {type(self).__name__}")
+        elif self.features is not None:
             check_open(self.features.closed, f"the FeatureStore of this {type(self).__name__}")
 
     def _start(self, produce: Callable[[int], Any], count: int,
@@ -423,11 +550,12 @@ class _Loader:
             self._iterator = None
         if previous is not None:
             previous.close()
-        if self._staging is not None:
-            self._staging.close()
-            self._staging = None
-        if self._own_features and self.features is not None:
-            self.features.close()
+        stagings = [self._staging, *self._typed_staging.values()]
+        self._staging, self._typed_staging = None, {}
+        for staging in stagings:
+            if staging is not None:
+                staging.close()
+        self._close_owned()
 
     def __getstate__(self) -> dict:
         """The loader's state for pickling (``mp.spawn``, a ``DataLoader`` worker's dataset): its lock, its
@@ -436,7 +564,7 @@ class _Loader:
         is the original's next epoch. Features pickle as their `FeatureStore` does.
         """
         state = self.__dict__.copy()
-        for name in ("_lock", "_iterator", "_staging"):
+        for name in ("_lock", "_iterator", "_staging", "_typed_staging"):
             del state[name]
         state.pop("_flight", None)
         return state
@@ -448,6 +576,7 @@ class _Loader:
         self._lock = threading.Lock()
         self._iterator = None
         self._staging = None
+        self._typed_staging = {}
         self._flight = None
 
     def __enter__(self):
@@ -461,6 +590,54 @@ class _Loader:
 # Node classification
 
 
+def _seed_ids(seeds: Any, n: int, name: str, bound: str) -> np.ndarray:
+    """``seeds`` (int ids in [0, n) or a bool mask [n]) as int64 ids, checked; ``name`` / ``bound`` word the
+    errors (``"seeds"`` / ``"num_nodes"``, or ``"seeds['paper']"`` / ``"num_nodes['paper']"``)."""
+    if isinstance(seeds, torch.Tensor) and seeds.dtype == torch.bool or \
+            isinstance(seeds, np.ndarray) and seeds.dtype == np.bool_:
+        mask = torch.as_tensor(seeds)
+        if tuple(mask.shape) != (n,):
+            raise ValueError(f"{name} as a mask must have shape [{bound}={n}], got {tuple(mask.shape)}")
+        seeds = torch.nonzero(mask).reshape(-1)
+    return check_seeds(seeds, n, name=name, bound=bound)
+
+
+def _typed_seeds(graph: HeteroGraph, seeds: Any) -> tuple[str, Any]:
+    """The node type and the ids (or mask) of typed seeds: ``(type, ids)`` or ``{type: ids}``."""
+    if isinstance(seeds, Mapping):
+        if len(seeds) != 1:
+            raise ValueError(f"seeds must name one node type, got {len(seeds)}: {list(seeds)} (a batch "
+                             f"holds seeds of one type, as PyG's input_nodes=(type, ids))")
+        (t, ids), = seeds.items()
+    elif isinstance(seeds, tuple) and len(seeds) == 2 and isinstance(seeds[0], str):
+        t, ids = seeds
+    else:
+        raise TypeError(f"seeds over a HeteroGraph must be (node type, ids or mask) or {{node type: ids or "
+                        f"mask}}, got {type(seeds).__name__}")
+    if t not in graph.num_nodes:
+        raise ValueError(f"seeds: unknown node type {t!r} (the graph has {graph.node_types})")
+    return t, ids
+
+
+def _check_typed_blocks(sampler: Any, blocks: Any, seed_type: str, seeds: torch.Tensor) -> Any:
+    """`check_blocks` for a typed sampler: also that the blocks are typed (``dst_nodes`` a dict) and the
+    last block's ``dst_nodes[seed_type]`` are ``seeds`` in order (host blocks; GPU blocks are not read
+    back). TypeError / ValueError naming the sampler's type."""
+    check_blocks(sampler, blocks, seeds)
+    name = type(sampler).__name__
+    dst = blocks[-1].dst_nodes
+    if not isinstance(dst, Mapping) or seed_type not in dst:
+        got = f"no {seed_type!r} key" if isinstance(dst, Mapping) else type(dst).__name__
+        raise TypeError(f"{name}.sample must return typed blocks (samplers.HeteroBlock: dst_nodes a dict by "
+                        f"node type with the seed type {seed_type!r}), got dst_nodes {got}")
+    got = dst[seed_type]
+    if isinstance(got, torch.Tensor) and got.device.type == "cpu" and (
+            tuple(got.shape) != tuple(seeds.shape) or not torch.equal(got.to(torch.int64), seeds)):
+        raise ValueError(f"{name}.sample broke the Sampler contract: blocks[-1].dst_nodes[{seed_type!r}] "
+                         f"must be the {int(seeds.numel())} seeds in order")
+    return blocks
+
+
 class NeighborLoader(_Loader):
     """Minibatches of seed nodes with their sampled blocks, input features and labels.
 
@@ -471,56 +648,78 @@ class NeighborLoader(_Loader):
     block's source nodes gathered by ``features`` into a reusable staging buffer, and the seeds'
     labels. See the module docstring for prefetching and for how long ``input_features`` stay valid.
 
+    Over a `HeteroGraph` (PyG's ``NeighborLoader(hetero_data, input_nodes=("paper", idx))``, DGL's
+    ``DataLoader(g, {"paper": idx}, sampler)``) the seeds are of one node type, the sampler is typed
+    (by default a `HeteroNeighborSampler` of ``fanouts``: one list for every relation or a dict per
+    relation; or ``sampler=`` a typed `LaborSampler`, `HeteroNeighborSampler` or any `Sampler` over
+    ``graph`` returning `HeteroBlock` s), ``features`` is a dict by node type, and each batch is a
+    `HeteroNodeBatch`: ``sampler.sample({seed_type: seeds})``'s blocks, the rows of each featured type's
+    source nodes of the first block, and the seeds' labels. Order, prefetch and staging are the same.
+
     Parameters
     ----------
-    graph : CSCGraph
+    graph : CSCGraph or HeteroGraph
         The graph to sample from.
     seeds : torch.Tensor or array-like, int64 [M] node ids, or bool [N] mask
-        The training nodes.
-    fanouts : sequence of int, or None
-        As for `NeighborSampler`, outermost layer first (None when ``sampler`` is given).
+        The training nodes. Over a `HeteroGraph`: ``(node_type, ids or mask)`` or ``{node_type: ids or
+        mask}`` with one type (ids within the type, a mask of length ``graph.num_nodes[node_type]``).
+    fanouts : sequence of int, mapping Relation -> sequence of int (HeteroGraph), or None
+        As for `NeighborSampler` (`HeteroNeighborSampler`), outermost layer first (None when ``sampler``
+        is given).
     batch_size : int
         Seeds per batch, >= 1 (required).
-    features : FeatureStore, torch.Tensor or None
-        Node features, [N, *row] (a tensor is wrapped in a `FeatureStore` without a cache).
-    labels : torch.Tensor or None, shape [N, ...]
-        Per-node labels; a batch gets ``labels[seeds]``.
+    features : FeatureStore, torch.Tensor, dict str -> (FeatureStore or torch.Tensor), or None
+        Node features, [N, *row] (a tensor is wrapped in a `FeatureStore` without a cache). Over a
+        `HeteroGraph` a dict by node type, each [num_nodes[t], *row_t]; types left out get no features.
+    labels : torch.Tensor, dict str -> torch.Tensor (HeteroGraph), or None
+        Per-node labels, [N, ...]; a batch gets ``labels[seeds]``. Over a `HeteroGraph` the seed type's,
+        [num_nodes[seed_type], ...], or a dict by node type holding it (the other types are unused).
     shuffle : bool
         Shuffle the seeds every epoch.
     drop_last : bool
         Drop the last, shorter batch.
     seed : int or None
-        Seeds the order and the default `NeighborSampler` (not a given ``sampler``, which keeps its own
-        seed); ``None`` draws one from the OS. Same seed, same batches (whatever ``prefetch`` is).
+        Seeds the order and the default sampler (not a given ``sampler``, which keeps its own seed);
+        ``None`` draws one from the OS. Same seed, same batches (whatever ``prefetch`` is).
     prefetch : int
         Batches the background thread keeps ready (0: no thread, everything in the caller).
     replace : bool
-        Sample with replacement (the default `NeighborSampler`).
+        Sample with replacement (the default sampler).
     sampler : Sampler or None
         The sampler behind the batches (`samplers.protocol.Sampler` over ``graph``); None builds a
-        `NeighborSampler(graph, fanouts, replace=replace, seed=seed)`.
+        `NeighborSampler(graph, fanouts, replace=replace, seed=seed)` (a `HeteroNeighborSampler` over a
+        `HeteroGraph`).
 
     Attributes
     ----------
     sampler : Sampler
         The sampler behind the batches.
+    seed_type : str or None
+        The seeds' node type over a `HeteroGraph`; None over a `CSCGraph`.
+    seeds : numpy.ndarray, int64, shape [M]
+        The seeds (ids within ``seed_type``).
 
     Raises
     ------
     TypeError
-        ``graph`` is not a `CSCGraph`; ``seeds`` is not integer or bool; ``features`` or ``labels``
-        of the wrong type; a non-int ``batch_size``, ``prefetch`` or ``seed``; ``sampler`` is not a
-        `Sampler`, or ``batch_size`` is missing.
+        ``graph`` is neither a `CSCGraph` nor a `HeteroGraph`; ``seeds`` is not integer or bool (typed:
+        neither a (type, ids) pair nor a dict); ``features`` or ``labels`` of the wrong type (typed: not
+        a dict of stores or tensors); a non-int ``batch_size``, ``prefetch`` or ``seed``; ``sampler`` is
+        not a `Sampler` (over a `CSCGraph`: a sampler of a `HeteroGraph`), or ``batch_size`` is missing;
+        a typed sampler whose blocks are not typed.
     ValueError
-        Seeds outside [0, N) or a mask of another length; ``batch_size`` outside [1, `samplers.MAX_BATCH`];
-        ``prefetch`` outside [0, `samplers.MAX_BATCH`]; ``seed`` outside [0, 2**64); features or labels
-        with another number of rows than N; bad fanouts (from `NeighborSampler`); both or neither of
-        ``fanouts`` and ``sampler``; a ``sampler`` of another graph, or with ``replace=True``.
+        Seeds outside [0, N) (typed: outside the type's [0, num_nodes[t])) or a mask of another length;
+        typed seeds naming an unknown node type or several types; ``features`` or ``labels`` naming an
+        unknown node type, or with another number of rows than their type's nodes (labels: of the seed
+        type, which a dict must hold); ``batch_size`` outside [1, `samplers.MAX_BATCH`]; ``prefetch``
+        outside [0, `samplers.MAX_BATCH`]; ``seed`` outside [0, 2**64); bad fanouts (from the default
+        sampler); both or neither of ``fanouts`` and ``sampler``; a ``sampler`` of another graph, or with
+        ``replace=True``. Each message names the argument and the bad value.
 
     References
     ----------
-    PyG's ``NeighborLoader`` and DGL's ``DataLoader`` with a ``NeighborSampler`` (the same batches:
-    seeds, blocks, input features, labels).
+    PyG's ``NeighborLoader`` (``input_nodes=(node_type, idx)`` on ``HeteroData``) and DGL's ``DataLoader``
+    with a ``NeighborSampler`` (the same batches: seeds, blocks, input features, labels).
 
     Examples
     --------
@@ -529,55 +728,73 @@ class NeighborLoader(_Loader):
     >>> for batch in loader:
     ...     logits = model(batch.blocks, batch.input_features)   # input_features: valid until next()
     ...     loss = F.cross_entropy(logits, batch.labels)
+    >>> typed = NeighborLoader(hetero_graph, ("user", train_users), batch_size=256, seed=0,
+    ...                        sampler=LaborSampler(hetero_graph, [10, 10], seed=0),
+    ...                        features={"user": x_user, "artist": x_artist}, labels=y_user)
+    >>> batch = next(iter(typed))   # HeteroNodeBatch: batch.input_features["artist"], batch.labels
     """
 
     _name = "graphrl-neighbor-loader"
 
-    def __init__(self, graph: CSCGraph, seeds: Any, fanouts: Sequence[int] | None = None,
-                 batch_size: int | None = None, features: FeatureStore | torch.Tensor | None = None,
-                 labels: torch.Tensor | None = None, shuffle: bool = True, drop_last: bool = False,
-                 seed: int | None = None, prefetch: int = 1, *, replace: bool = False,
-                 sampler: Sampler | None = None) -> None:
-        if not isinstance(graph, CSCGraph):
-            raise TypeError(f"graph must be a CSCGraph, got {type(graph).__name__}")
+    def __init__(self, graph: CSCGraph | HeteroGraph, seeds: Any, fanouts: Any = None,
+                 batch_size: int | None = None, features: Any = None,
+                 labels: torch.Tensor | Mapping[str, torch.Tensor] | None = None, shuffle: bool = True,
+                 drop_last: bool = False, seed: int | None = None, prefetch: int = 1, *,
+                 replace: bool = False, sampler: Sampler | None = None) -> None:
+        typed = isinstance(graph, HeteroGraph)
+        if not typed and not isinstance(graph, CSCGraph):
+            raise TypeError(f"graph must be a CSCGraph or a HeteroGraph, got {type(graph).__name__}")
         if batch_size is None:
             raise TypeError("batch_size is required")
         if (fanouts is None) == (sampler is None):
             raise ValueError("give fanouts (a NeighborSampler is built) or sampler, not both or neither")
         if sampler is not None:
-            check_sampler("sampler", sampler)
+            check_sampler("sampler", sampler, typed=typed)
             if sampler.graph is not graph:
                 raise ValueError("sampler samples another graph than graph")
             if replace:
                 raise ValueError(f"replace={replace!r} with sampler=: replace is for the default "
                                  f"NeighborSampler; build the sampler with it")
-        n = graph.num_nodes
         self.batch_size = check_int("batch_size", batch_size, 1, MAX_BATCH)
         check_seed("seed", seed, allow_none=True)
-        if isinstance(seeds, torch.Tensor) and seeds.dtype == torch.bool or \
-                isinstance(seeds, np.ndarray) and seeds.dtype == np.bool_:
-            mask = torch.as_tensor(seeds)
-            if tuple(mask.shape) != (n,):
-                raise ValueError(f"seeds as a mask must have shape [num_nodes={n}], got {tuple(mask.shape)}")
-            seeds = torch.nonzero(mask).reshape(-1)
-        self.seeds = check_seeds(seeds, n, name="seeds")
-        super().__init__(features, prefetch)
-        if self.features is not None and self.features.num_rows != n:
-            raise ValueError(f"features has {self.features.num_rows} rows but the graph has {n} nodes")
+        if typed:
+            self.seed_type, seeds = _typed_seeds(graph, seeds)
+            n = graph.num_nodes[self.seed_type]
+            self.seeds = _seed_ids(seeds, n, f"seeds[{self.seed_type!r}]", f"num_nodes[{self.seed_type!r}]")
+            labels = self._typed_labels(graph, labels)
+        else:
+            self.seed_type, n = None, graph.num_nodes
+            self.seeds = _seed_ids(seeds, n, "seeds", "num_nodes")
         if labels is not None:
             if not isinstance(labels, torch.Tensor):
                 raise TypeError(f"labels must be a torch.Tensor or None, got {type(labels).__name__}")
+            at = "num_nodes" if not typed else f"num_nodes[{self.seed_type!r}]"
             if labels.dim() < 1 or labels.shape[0] != n:
-                raise ValueError(f"labels must have shape [num_nodes={n}, ...], got {tuple(labels.shape)}")
+                raise ValueError(f"labels must have shape [{at}={n}, ...], got {tuple(labels.shape)}")
         self.graph = graph
         self.labels = labels
         self.shuffle = bool(shuffle)
         self.drop_last = bool(drop_last)
         self.seed = int(seed) if seed is not None else secrets.randbits(63)
         self._rng = np.random.Generator(np.random.PCG64(self.seed))
-        self.sampler = sampler if sampler is not None else \
-            NeighborSampler(graph, fanouts, replace=replace, seed=self.seed)
+        if sampler is None:
+            kind = HeteroNeighborSampler if typed else NeighborSampler
+            sampler = kind(graph, fanouts, replace=replace, seed=self.seed)
+        self.sampler = sampler
         self._flight: _InFlight | None = None
+        super().__init__(features, prefetch, dict(graph.num_nodes) if typed else n)
+
+    def _typed_labels(self, graph: HeteroGraph, labels: Any) -> Any:
+        """The seed type's labels from a dict by node type (a tensor or None as given)."""
+        if not isinstance(labels, Mapping):
+            return labels
+        for t in labels:
+            if t not in graph.num_nodes:
+                raise ValueError(f"labels: unknown node type {t!r} (the graph has {graph.node_types})")
+        if self.seed_type not in labels:
+            raise ValueError(f"labels has no entry for the seed type {self.seed_type!r} (it has "
+                             f"{list(labels)})")
+        return labels[self.seed_type]
 
     @property
     def num_seeds(self) -> int:
@@ -590,26 +807,34 @@ class NeighborLoader(_Loader):
         return m // b if self.drop_last else -(-m // b)
 
     def __iter__(self) -> _LoaderIterator:
-        """One epoch of `NodeBatch` es (closes this loader's previous iterator); ValueError once closed."""
+        """One epoch of `NodeBatch` es (`HeteroNodeBatch` es over a `HeteroGraph`); closes this loader's
+        previous iterator; ValueError once closed."""
         self.check_open()
         order = self.seeds[self._rng.permutation(self.num_seeds)] if self.shuffle else self.seeds
-        b = self.batch_size
+        b, t = self.batch_size, self.seed_type
 
         if self._flight is None:
             self._flight = _InFlight.for_sampler(self.sampler)  # one side stream for every epoch
         flight = self._flight
 
-        def produce(i: int) -> NodeBatch:
+        def produce(i: int) -> NodeBatch | HeteroNodeBatch:
             seeds = torch.from_numpy(order[i * b:(i + 1) * b])
             with flight.side():
-                blocks = check_blocks(self.sampler, self.sampler.sample(seeds), seeds)
+                if t is None:
+                    blocks = check_blocks(self.sampler, self.sampler.sample(seeds), seeds)
+                else:
+                    blocks = _check_typed_blocks(self.sampler, self.sampler.sample({t: seeds}), t, seeds)
                 ready = flight.mark()
-            feats, lease = self._gather(blocks[0].src_nodes)
             labels = None
             if self.labels is not None:
                 labels = torch.index_select(self.labels, 0, seeds.to(self.labels.device))
-            return NodeBatch(index=i, seeds=blocks[-1].dst_nodes, blocks=blocks, input_features=feats,
-                             labels=labels, _lease=lease, ready=ready)
+            if t is None:
+                feats, lease = self._gather(blocks[0].src_nodes)
+                return NodeBatch(index=i, seeds=blocks[-1].dst_nodes, blocks=blocks, input_features=feats,
+                                 labels=labels, _lease=lease, ready=ready)
+            feats, lease = self._gather_typed(blocks[0].src_nodes)
+            return HeteroNodeBatch(index=i, seed_type=t, seeds=blocks[-1].dst_nodes[t], blocks=blocks,
+                                   input_features=feats, labels=labels, _lease=lease, ready=ready)
 
         return self._start(produce, len(self), flight.deliver if flight.stream is not None else None)
 
@@ -664,10 +889,7 @@ class LinkLoader(_Loader):
                  prefetch: int = 1) -> None:
         if not isinstance(link_sampler, LinkSampler):
             raise TypeError(f"link_sampler must be a LinkSampler, got {type(link_sampler).__name__}")
-        super().__init__(features, prefetch)
-        n = link_sampler.sampler.graph.num_nodes
-        if self.features is not None and self.features.num_rows != n:
-            raise ValueError(f"features has {self.features.num_rows} rows but the graph has {n} nodes")
+        super().__init__(features, prefetch, link_sampler.sampler.graph.num_nodes)
         self.link_sampler = link_sampler
 
     @property
