@@ -63,6 +63,9 @@ class PygDraw:
     temporal_strategy : {"uniform", "last"}
     induced : bool
     backward : bool
+    sampler : Sampler or None
+        Draws instead of ours, over its own graph (``graph`` attribute; the caller checks it is
+        ``graph``'s): then no graph or sampler is built here.
 
     Raises
     ------
@@ -72,7 +75,7 @@ class PygDraw:
     """
 
     def __init__(self, graph: PygGraph, num_neighbors: dict, replace: bool, seed: int, disjoint: bool,
-                 temporal_strategy: str, induced: bool, backward: bool) -> None:
+                 temporal_strategy: str, induced: bool, backward: bool, sampler=None) -> None:
         if temporal_strategy not in ("uniform", "last"):
             raise ValueError(f"temporal_strategy must be 'uniform' or 'last', got {temporal_strategy!r}")
         self.pyg = graph
@@ -114,8 +117,11 @@ class PygDraw:
         fanouts = {rel: ([-1] * len(ks) if self.last else ks)[::-1] for rel, ks in hops.items()}
         self.hops = hops
         self.sampler = None
-        """Our `NeighborSampler` (homogeneous) or `HeteroNeighborSampler`; None with 0 hops."""
-        if graph.hetero:
+        """Our `NeighborSampler` (homogeneous) or `HeteroNeighborSampler`; None with 0 hops; the
+        ``sampler`` argument when given."""
+        if sampler is not None:
+            self.graph, self.sampler = sampler.graph, sampler
+        elif graph.hetero:
             self.graph = HeteroGraph.from_edges(graph.num_nodes, edges, weights=weights or None)
             if self.num_hops:
                 self.sampler = HeteroNeighborSampler(self.graph, fanouts, replace=replace, seed=seed,

@@ -172,8 +172,10 @@ class PygSampler(LazyBase):
             hops = {HOMO: check_num_neighbors("num_neighbors", values, allow_empty=True)}
         self.num_neighbors = hops if graph.hetero else hops[HOMO]
         """Hop 1 first; ``{edge_type: [...]}`` for a heterogeneous graph."""
+        if sampler is not None:
+            check_sampler("sampler", sampler, typed=True)
         self.draw = PygDraw(graph, hops, self.replace, self.seed, disjoint, temporal_strategy,
-                            self.subgraph_type == "induced", self.sample_direction == "backward")
+                            self.subgraph_type == "induced", self.sample_direction == "backward", sampler)
         """The `samplers.pyg_draw.PygDraw` that draws the subgraphs."""
         self.num_nodes = graph.num_nodes if graph.hetero else graph.num_nodes["node"]
         """N, the number of nodes (a dict per node type for a heterogeneous graph)."""
@@ -183,12 +185,12 @@ class PygSampler(LazyBase):
         self.edge_time = graph.edge_time[HOMO] if homo and graph.edge_time else graph.edge_time
         """Edge-level times (PyG's attribute), or None."""
         self.graph = self.draw.graph
-        """Our `CSCGraph` (or `HeteroGraph`) of ``data``, reversed for ``sample_direction="backward"``."""
+        """Our `CSCGraph` (or `HeteroGraph`) of ``data``, reversed for ``sample_direction="backward"``;
+        the ``sampler``'s graph when given (checked below to be ``data``'s)."""
         self.sampler = self.draw.sampler
         """The `NeighborSampler` / `HeteroNeighborSampler` that draws (fanouts outermost first); None
         with ``num_neighbors=[]``; the ``sampler`` argument when given."""
         if sampler is not None:
-            check_sampler("sampler", sampler, typed=True)
             if self.disjoint or self.draw.temporal or self.subgraph_type != "directional" \
                     or self.sample_direction != "forward":
                 raise ValueError("sampler= serves a graph sampled directionally forward, neither disjoint "
@@ -206,7 +208,6 @@ class PygSampler(LazyBase):
             else:
                 check_same_edges("sampler", sampler, *graph.edges[HOMO], graph.num_nodes["node"],
                                  "data's graph (edge j = edge_index[:, j])")
-            self.draw.sampler = self.sampler = sampler
 
     @property
     def disjoint(self) -> bool:
