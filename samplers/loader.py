@@ -3,7 +3,8 @@
 A loader knows how to cut seeds into batches and how to keep the next batches ready; the sampling is
 the samplers' (`NeighborSampler`, `LinkSampler`) and the feature gather the `FeatureStore`'s. Over a
 `HeteroGraph`, `NeighborLoader` batches seeds of one node type into `HeteroNodeBatch` es (typed blocks,
-features per node type), as PyG's ``NeighborLoader(hetero_data, input_nodes=("paper", idx))``.
+features per node type), as PyG's ``NeighborLoader(hetero_data, input_nodes=("paper", idx))``. The
+batches in flight (the thread, its queue, the leases, the CUDA side stream) are `samplers.prefetch`'s.
 
 Prefetch
 --------
@@ -38,21 +39,17 @@ parallel numba code running in the caller at the same time.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import logging
 import secrets
 import threading
 import weakref
-from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from graphrl import cuda as gcuda
 from graphrl.graph import CSCGraph
 from samplers._checks import MAX_BATCH, check_int, check_open, check_prefetch, check_seed, check_seeds
 from samplers.block import Block
@@ -62,29 +59,11 @@ from samplers.hetero_block import HeteroBlock
 from samplers.hetero_graph import HeteroGraph
 from samplers.link import LinkBatch, LinkSampler
 from samplers.neighbor import NeighborSampler
+from samplers.prefetch import BatchIterator, BatchLease, InFlight
 from samplers.protocol import Sampler, check_blocks, check_sampler
 from samplers.staging import RowStaging, StagingLease
 
 __all__ = ["HeteroNodeBatch", "LinkLoader", "LoadedLinkBatch", "NeighborLoader", "NodeBatch"]
-
-logger = logging.getLogger(__name__)
-
-_JOIN_SECONDS = 60.0
-
-
-class _Lease:
-    """The staging leases of one batch (one per gathered store), released once (by the loader or by
-    ``batch.release()``)."""
-
-    __slots__ = ("leases",)
-
-    def __init__(self, *leases: StagingLease) -> None:
-        self.leases = leases
-
-    def release(self) -> None:
-        leases, self.leases = self.leases, ()
-        for lease in leases:
-            lease.release()
 
 
 @dataclass(eq=False)
@@ -114,7 +93,7 @@ class NodeBatch:
     blocks: list[Block]
     input_features: torch.Tensor | None = None
     labels: torch.Tensor | None = None
-    _lease: _Lease = dataclasses.field(default_factory=_Lease, repr=False)
+    _lease: BatchLease = dataclasses.field(default_factory=BatchLease, repr=False)
     ready: Any = dataclasses.field(default=None, repr=False)
 
     @property
@@ -167,7 +146,7 @@ class HeteroNodeBatch:
     blocks: list[HeteroBlock]
     input_features: dict[str, torch.Tensor] | None = None
     labels: torch.Tensor | None = None
-    _lease: _Lease = dataclasses.field(default_factory=_Lease, repr=False)
+    _lease: BatchLease = dataclasses.field(default_factory=BatchLease, repr=False)
     ready: Any = dataclasses.field(default=None, repr=False)
 
     @property
@@ -200,7 +179,7 @@ class LoadedLinkBatch(LinkBatch):
 
     index: int = 0
     input_features: torch.Tensor | None = None
-    _lease: _Lease = dataclasses.field(default_factory=_Lease, repr=False)
+    _lease: BatchLease = dataclasses.field(default_factory=BatchLease, repr=False)
 
     @property
     def input_nodes(self) -> torch.Tensor:
@@ -213,217 +192,7 @@ class LoadedLinkBatch(LinkBatch):
 
 
 # --------------------------------------------------------------------------------------------------
-# The background thread and the iterator
-
-
-class _Failure:
-    __slots__ = ("error",)
-
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
-
-
-_END = object()
-
-
-class _Channel:
-    """A bounded queue between the producer thread and the iterator; closing it wakes both sides."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.items: deque[Any] = deque()
-        self.cv = threading.Condition()
-        self.closed = False
-
-    def put(self, item: Any) -> bool:
-        """Queue ``item``, waiting for room; False (item not queued) once the channel is closed."""
-        with self.cv:
-            self.cv.wait_for(lambda: self.closed or len(self.items) < self.capacity)
-            if self.closed:
-                return False
-            self.items.append(item)
-            self.cv.notify_all()
-            return True
-
-    def get(self) -> Any:
-        with self.cv:
-            self.cv.wait_for(lambda: self.items or self.closed)
-            if not self.items:
-                return _END
-            item = self.items.popleft()
-            self.cv.notify_all()
-            return item
-
-    def close(self) -> list[Any]:
-        """Close and return what was still queued."""
-        with self.cv:
-            self.closed = True
-            left = list(self.items)
-            self.items.clear()
-            self.cv.notify_all()
-            return left
-
-
-def _release(item: Any) -> None:
-    release = getattr(item, "release", None)
-    if release is not None:
-        release()
-
-
-def _produce(produce: Callable[[int], Any], count: int, channel: _Channel) -> None:
-    """The background thread: make batches 0..count-1 in order and queue them."""
-    try:
-        for i in range(count):
-            if channel.closed:
-                return
-            item = produce(i)
-            if not channel.put(item):
-                _release(item)
-                return
-        channel.put(_END)
-    except BaseException as err:  # delivered to the consumer in order
-        channel.put(_Failure(err))
-
-
-class _State:
-    """What the iterator's finaliser needs (never the iterator itself)."""
-
-    def __init__(self) -> None:
-        self.channel: _Channel | None = None
-        self.thread: threading.Thread | None = None
-        self.current: Any = None
-        self.closed = False
-
-    def shutdown(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        current, self.current = self.current, None
-        if current is not None:
-            _release(current)
-        if self.channel is not None:
-            for item in self.channel.close():
-                _release(item)
-        thread = self.thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(_JOIN_SECONDS)
-            if thread.is_alive():  # pragma: no cover - a batch took over a minute
-                logger.warning("loader thread %s still running after %.0f s", thread.name, _JOIN_SECONDS)
-            if self.channel is not None:  # a batch finished while we waited
-                for item in self.channel.close():
-                    _release(item)
-
-
-class _LoaderIterator(Iterator):
-    """One epoch of a loader: batches 0..count-1, from a background thread when prefetching."""
-
-    def __init__(self, produce: Callable[[int], Any], count: int, prefetch: int, name: str,
-                 deliver: Callable[[Any], Any] | None = None) -> None:
-        self._produce = produce
-        self._deliver = deliver
-        self._count = count
-        self._next = 0
-        self._state = _State()
-        self._finalizer = weakref.finalize(self, _State.shutdown, self._state)
-        if prefetch > 0 and count > 0:
-            channel = _Channel(prefetch)
-            thread = threading.Thread(target=_produce, args=(produce, count, channel), name=name, daemon=True)
-            self._state.channel, self._state.thread = channel, thread
-            thread.start()
-
-    @property
-    def thread(self) -> threading.Thread | None:
-        """The background thread (None without prefetch)."""
-        return self._state.thread
-
-    def __len__(self) -> int:
-        return self._count - self._next
-
-    def __next__(self) -> Any:
-        state = self._state
-        current, state.current = state.current, None
-        if current is not None:  # the staging reuse rule: the previous batch is done
-            _release(current)
-        if state.closed or self._next >= self._count:
-            self.close()
-            raise StopIteration
-        if state.channel is None:
-            try:
-                item = self._produce(self._next)
-            except BaseException:
-                self.close()
-                raise
-        else:
-            item = state.channel.get()
-            if item is _END:
-                self.close()
-                raise StopIteration
-            if isinstance(item, _Failure):
-                self.close()
-                raise item.error
-        self._next += 1
-        state.current = item
-        if self._deliver is not None:
-            self._deliver(item)
-        return item
-
-    def close(self) -> None:
-        """Stop the background thread and release every batch this iterator holds; idempotent."""
-        self._finalizer()
-
-    def __enter__(self) -> _LoaderIterator:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class _InFlight:
-    """Batches in flight on CUDA: a sampler on a CUDA device samples on a side stream of its own, so
-    the host steps of batch k+1 (and their read-backs, which wait only for that stream) run while the
-    kernels the caller queued for batch k run on its stream; each batch carries an event, and
-    `deliver` makes the caller's stream wait for it and marks the blocks' memory as used there
-    (``record_stream``). Elsewhere (the CPU, the simulator) every step is a no-op."""
-
-    def __init__(self, stream: Any) -> None:
-        self.stream = stream
-
-    @classmethod
-    def for_sampler(cls, sampler: Any) -> _InFlight:
-        device = getattr(sampler, "device", None)
-        on_cuda = isinstance(device, torch.device) and device.type == "cuda" and gcuda.has_cuda()
-        return cls(torch.cuda.Stream(device) if on_cuda else None)
-
-    def side(self) -> Any:
-        """The context that makes the side stream current. It does not wait for the caller's stream:
-        sampling reads only the graph (ready since the sampler was built) and host seeds, so the
-        read-backs of batch k+1 never wait for the training kernels of batch k."""
-        if self.stream is None:
-            return contextlib.nullcontext()
-        return torch.cuda.stream(self.stream)
-
-    def mark(self) -> Any:
-        """An event after the work queued on the side stream so far (None without one)."""
-        if self.stream is None:
-            return None
-        event = torch.cuda.Event()
-        event.record(self.stream)
-        return event
-
-    def deliver(self, batch: Any) -> None:
-        """In the caller's thread: its stream waits for the batch; the blocks' tensors (per node type
-        and relation in typed blocks) are recorded on it, so their memory is not reused while its
-        kernels may still read them."""
-        if batch.ready is None:
-            return
-        current = torch.cuda.current_stream(self.stream.device)
-        current.wait_event(batch.ready)
-        for block in batch.blocks:
-            for field in dataclasses.fields(block) if dataclasses.is_dataclass(block) else ():
-                value = getattr(block, field.name)
-                for tensor in value.values() if isinstance(value, Mapping) else (value,):
-                    if isinstance(tensor, torch.Tensor) and tensor.is_cuda:
-                        tensor.record_stream(current)
+# What both loaders share
 
 
 class _Loader:
@@ -440,7 +209,7 @@ class _Loader:
         self._owned: list[FeatureStore] = []  # stores made here from tensors: closed by `close`
         self._staging: RowStaging | None = None
         self._typed_staging: dict[str, RowStaging] = {}
-        self._iterator: weakref.ref[_LoaderIterator] | None = None
+        self._iterator: weakref.ref[BatchIterator] | None = None
         self._lock = threading.Lock()
         self.features: FeatureStore | dict[str, FeatureStore] | None = None
         try:
@@ -491,20 +260,20 @@ class _Loader:
             lease.release()
             raise
 
-    def _gather(self, input_nodes: torch.Tensor) -> tuple[torch.Tensor | None, _Lease]:
+    def _gather(self, input_nodes: torch.Tensor) -> tuple[torch.Tensor | None, BatchLease]:
         """Rows of ``input_nodes`` from the one store, in a staging buffer (None without features)."""
         if self.features is None:
-            return None, _Lease()
+            return None, BatchLease()
         if self._staging is None:
             self._staging = self.features.staging(slots=self.prefetch + 2)
         feats, lease = self._lease_rows(self.features, self._staging, input_nodes)
-        return feats, _Lease(lease)
+        return feats, BatchLease(lease)
 
-    def _gather_typed(self, input_nodes: Mapping[str, torch.Tensor]) -> tuple[dict | None, _Lease]:
+    def _gather_typed(self, input_nodes: Mapping[str, torch.Tensor]) -> tuple[dict | None, BatchLease]:
         """Rows of ``input_nodes[t]`` from the store of every type t with features, each in a staging
         buffer of its type (None without features)."""
         if self.features is None:
-            return None, _Lease()
+            return None, BatchLease()
         feats, leases = {}, []
         try:
             for t, store in self.features.items():
@@ -519,7 +288,7 @@ class _Loader:
             for lease in leases:
                 lease.release()
             raise
-        return feats, _Lease(*leases)
+        return feats, BatchLease(*leases)
 
     def check_open(self) -> None:
         """Raise ValueError if this loader (or a `FeatureStore` it gathers from) is closed."""
@@ -531,12 +300,12 @@ class _Loader:
             check_open(self.features.closed, f"the FeatureStore of this {type(self).__name__}")
 
     def _start(self, produce: Callable[[int], Any], count: int,
-               deliver: Callable[[Any], Any] | None = None) -> _LoaderIterator:
+               deliver: Callable[[Any], Any] | None = None) -> BatchIterator:
         with self._lock:
             previous = self._iterator() if self._iterator is not None else None
             if previous is not None:
                 previous.close()
-            it = _LoaderIterator(produce, count, self.prefetch, self._name, deliver)
+            it = BatchIterator(produce, count, self.prefetch, self._name, deliver)
             self._iterator = weakref.ref(it)
             return it
 
@@ -781,7 +550,7 @@ class NeighborLoader(_Loader):
             kind = HeteroNeighborSampler if typed else NeighborSampler
             sampler = kind(graph, fanouts, replace=replace, seed=self.seed)
         self.sampler = sampler
-        self._flight: _InFlight | None = None
+        self._flight: InFlight | None = None
         super().__init__(features, prefetch, dict(graph.num_nodes) if typed else n)
 
     def _typed_labels(self, graph: HeteroGraph, labels: Any) -> Any:
@@ -806,7 +575,7 @@ class NeighborLoader(_Loader):
         m, b = self.num_seeds, self.batch_size
         return m // b if self.drop_last else -(-m // b)
 
-    def __iter__(self) -> _LoaderIterator:
+    def __iter__(self) -> BatchIterator:
         """One epoch of `NodeBatch` es (`HeteroNodeBatch` es over a `HeteroGraph`); closes this loader's
         previous iterator; ValueError once closed."""
         self.check_open()
@@ -814,7 +583,7 @@ class NeighborLoader(_Loader):
         b, t = self.batch_size, self.seed_type
 
         if self._flight is None:
-            self._flight = _InFlight.for_sampler(self.sampler)  # one side stream for every epoch
+            self._flight = InFlight.for_sampler(self.sampler)  # one side stream for every epoch
         flight = self._flight
 
         def produce(i: int) -> NodeBatch | HeteroNodeBatch:
@@ -906,7 +675,7 @@ class LinkLoader(_Loader):
         """Batches per epoch."""
         return len(self.link_sampler)
 
-    def __iter__(self) -> _LoaderIterator:
+    def __iter__(self) -> BatchIterator:
         """One epoch of `LoadedLinkBatch` es (closes this loader's previous iterator); ValueError once
         closed."""
         self.check_open()
