@@ -8,17 +8,17 @@ import os
 from collections.abc import Callable
 
 
-def run_in_fork(child: Callable[[], str]) -> tuple[int, str]:
-    """Fork; the child runs ``child()`` and writes the string it returns into a pipe, then leaves with
-    ``os._exit(0)`` (never returning into pytest). Returns (the child's pid, that string), once the child
-    has ended. ``child`` catches the errors it expects itself; any other ends the child with an empty
-    report."""
+def fork_and_wait(child: Callable[[int], object]) -> tuple[int, int, str]:
+    """Fork; the child runs ``child(fd)`` (``fd``: the write end of a pipe, for it to report into), then
+    leaves with ``os._exit(0)`` (never returning into pytest). Returns (the child's pid, its wait status as
+    `os.waitpid` gives it, what it wrote), once the child has ended: for children that may die of a signal.
+    """
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child reports through the pipe
         try:
             os.close(r)
-            os.write(w, child().encode())
+            child(w)
         finally:
             os._exit(0)
     os.close(w)
@@ -26,8 +26,17 @@ def run_in_fork(child: Callable[[], str]) -> tuple[int, str]:
     while chunk := os.read(r, 4096):
         out += chunk
     os.close(r)
-    os.waitpid(pid, 0)
-    return pid, out.decode()
+    _, status = os.waitpid(pid, 0)
+    return pid, status, out.decode()
+
+
+def run_in_fork(child: Callable[[], str]) -> tuple[int, str]:
+    """Fork; the child runs ``child()`` and writes the string it returns into a pipe, then leaves with
+    ``os._exit(0)`` (never returning into pytest). Returns (the child's pid, that string), once the child
+    has ended. ``child`` catches the errors it expects itself; any other ends the child with an empty
+    report."""
+    pid, _, out = fork_and_wait(lambda fd: os.write(fd, child().encode()))
+    return pid, out
 
 
 def check_in_fork(child: Callable[[], object]) -> None:

@@ -1,14 +1,15 @@
 """graphrl.memory.signals.die_of and pass_on, the one rule by which a graphrl handler lets a signal act
 (the memory module's SIGTERM / SIGHUP handler and graphrl.interrupts both call them). The deadly cases run
-in fork children, whose wait status the parent reads; the children report through a pipe."""
+in fork children (`_forked.fork_and_wait`), whose wait status the parent reads; the children report through
+a pipe (a child that returns instead of dying leaves with status 0)."""
 
 from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable
 
 import pytest
+from _forked import fork_and_wait
 
 from graphrl.interrupts import interrupts
 from graphrl.memory import signals
@@ -22,26 +23,6 @@ class _Cleanup:
 
     def on_signal(self, remove_paths: bool) -> None:
         os.write(self.fd, f"unlinked spill={remove_paths};".encode())
-
-
-def _fork(child: Callable[[int], None]) -> tuple[int, str]:
-    """Run ``child(fd)`` in a fork child (``fd``: the write end of a pipe); returns the child's wait status
-    and what it wrote. A child that returns leaves with status 99 (it should have died)."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child reports through the pipe and its status
-        try:
-            os.close(r)
-            child(w)
-        finally:
-            os._exit(99)
-    os.close(w)
-    out = b""
-    while chunk := os.read(r, 4096):
-        out += chunk
-    os.close(r)
-    _, status = os.waitpid(pid, 0)
-    return status, out.decode()
 
 
 def _killed_by(status: int) -> int | None:
@@ -65,7 +46,7 @@ def test_die_of_unlinks_with_the_spill_then_the_process_dies_of_the_signal(signu
         signal.signal(signum, lambda s, f: os.write(fd, b"python handler ran;"))  # die_of restores SIG_DFL
         signals.die_of(signum)
 
-    status, report = _fork(child)
+    _, status, report = fork_and_wait(child)
     assert _killed_by(status) == signum, status
     assert report == "unlinked spill=True;"
 
@@ -76,7 +57,7 @@ def test_pass_on_at_the_default_action_dies_of_the_signal():
         signals.track(cleanup)
         signals.pass_on(signal.SIG_DFL, signal.SIGHUP, None)
 
-    status, report = _fork(child)
+    _, status, report = fork_and_wait(child)
     assert _killed_by(status) == signal.SIGHUP, status
     assert report == "unlinked spill=True;"
 
@@ -86,7 +67,7 @@ def test_die_of_where_the_thread_blocks_the_signal_exits_with_128_plus_its_numbe
         signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])  # the fork child's only thread
         signals.die_of(signal.SIGTERM)
 
-    status, report = _fork(child)
+    _, status, report = fork_and_wait(child)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 128 + signal.SIGTERM, status
     assert report == ""
 
@@ -104,6 +85,6 @@ def test_interrupts_handler_after_its_block_passes_the_signal_on_through_the_sha
             signal.signal(signal.SIGTERM, lambda s, f: (os.write(fd, b"on top;"), ours(s, f)))
         signal.raise_signal(signal.SIGTERM)
 
-    status, report = _fork(child)
+    _, status, report = fork_and_wait(child)
     assert _killed_by(status) == signal.SIGTERM, status
     assert report == "on top;unlinked spill=True;"
