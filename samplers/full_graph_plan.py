@@ -199,21 +199,9 @@ def csr_offsets(rows, entries, index_bytes, row_bytes):
 
 @register_jitable
 def arena_offsets(rows, entries, row_bytes):
-    """Offsets of indptr, cols, weights, out rows in a slot arena, and the arena's size.
-
-    Parameters
-    ----------
-    rows, entries : int, or numpy.ndarray of int64 (elementwise)
-        A partition's rows and local CSR entries.
-    row_bytes : int
-        Bytes of one output row (width x itemsize).
-
-    Returns
-    -------
-    tuple of 5 int (or int64 arrays)
-        `csr_offsets` with int32 columns, its end aligned to `ALIGN`: the arena's size in bytes (two
-        arenas sit back to back). Planning kernels compile the same function.
-    """
+    """Offsets of indptr, cols, weights, out rows in a slot arena, and the arena's size: `csr_offsets` at
+    int32 columns, its end aligned to `ALIGN` (two arenas sit back to back). Ints, or int64 arrays
+    elementwise (``rows``, ``entries``); planning kernels compile the same function."""
     o_ptr, o_cols, o_w, o_out, end = csr_offsets(rows, entries, 4, row_bytes)
     return o_ptr, o_cols, o_w, o_out, align(end)
 
