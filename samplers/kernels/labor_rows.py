@@ -27,10 +27,11 @@ import numpy as np
 # plain Python here; compile_for swaps in the target's compiled ones
 from samplers.kernels.rng import compile_functions, draw, row_state, unit
 
-__all__ = ["EPS", "MAX_SOLVE_STEPS", "NO_OWNER", "compile_for"]
+__all__ = ["EPS", "MAX_ITERATIONS", "MAX_SOLVE_STEPS", "NO_OWNER", "compile_for", "converged"]
 
 EPS = 1e-4  # relative tolerance of the fixed points (DGL's eps)
 MAX_SOLVE_STEPS = 100  # cap on the fixed-point steps of one row's c_t
+MAX_ITERATIONS = 1000  # cap on the importance-sampling iterations of a layer (``converged``)
 NO_OWNER = np.int64(np.iinfo(np.int64).max)  # owner[u] of a source no edge has claimed
 
 
@@ -39,9 +40,25 @@ def clip1(x):
     return x if x < 1.0 else 1.0
 
 
+def converged(prev, expected, it):
+    """Whether importance sampling's fixed point stops after iteration ``it`` (0-based): the expected
+    source count ``expected`` (the rows' contributions summed exactly, rounded once) no longer shrinks
+    by a relative `EPS` from ``prev`` (the previous one; at first the rows' candidate edges), or ``it``
+    reached `MAX_ITERATIONS`. The one rule of both devices' loops (the CPU's and the GPU's host loop
+    call it, the GPU's ``labor_decide`` runs it compiled)."""
+    return prev <= 0 or expected / prev >= 1 - EPS or it >= MAX_ITERATIONS
+
+
 def variate(vkey, u):
     """r_u in [0, 1): the first draw of source u's stream under the layer's variate key."""
     return unit(draw(row_state(vkey, u), 1))
+
+
+def pi_index(indices, slots, p0, s, j):
+    """Where ``pi`` holds the importance of the row's edge j (CSC position, row start s): ``p0 + j - s``,
+    pi per candidate edge, ``p0`` the row's first (the CPU's; ``indices`` and ``slots`` unused). A target
+    may pass its own to `compile_for` (the GPU's: per unique source of the layer, through ``slots``)."""
+    return p0 + j - s
 
 
 def factor(weights, has_w, pi, has_pi, q):
@@ -65,13 +82,16 @@ def skipped(weights, has_w, excl, q, b, j):
     return excluded or (has_w and not weights[j] > 0), q
 
 
-def edge_at(weights, has_w, pi, has_pi, p0, excl, q, b, s, j):
+def edge_at(indices, slots, weights, has_w, pi, has_pi, p0, excl, q, b, s, j):
     """(skip, q', w, f): `skipped`'s pair, then position j's weight (1.0 without weights) and `factor`
-    (``pi[p0 + j - s]`` with importance sampling): the head of the loops that weigh the row's eligible
-    edges (``q = a``, then per j in [s, e): ``skip, q, w, f = edge_at(..., q, b, s, j)``)."""
+    (``pi[pi_index(indices, slots, p0, s, j)]`` with importance sampling; w and f 0.0 where skipped):
+    the head of the loops that weigh the row's eligible edges (``q = a``, then per j in [s, e):
+    ``skip, q, w, f = edge_at(..., q, b, s, j)``)."""
     skip, q = skipped(weights, has_w, excl, q, b, j)
+    if skip:
+        return skip, q, 0.0, 0.0
     w = np.float64(weights[j]) if has_w else 1.0
-    return skip, q, w, factor(weights, has_w, pi, has_pi, p0 + j - s if has_pi else j)
+    return skip, q, w, factor(weights, has_w, pi, has_pi, pi_index(indices, slots, p0, s, j) if has_pi else j)
 
 
 def row_sums(weights, has_w, excl, a, b, s, e):
@@ -109,9 +129,9 @@ def start_c(fanout, weights, has_w, excl, a, b, s, e):
     return first_c(fanout, d, ds)
 
 
-def solve_c(c, fanout, weights, has_w, pi, has_pi, p0, excl, a, b, s, e):
+def solve_c(c, fanout, indices, slots, weights, has_w, pi, has_pi, p0, excl, a, b, s, e):
     """c_t such that the row's estimator has the variance of k draws (Eq. 22), by DGL's fixed point
-    ``c *= var_1 / var_target`` from ``c``; ``pi[p0 + j - s]`` is edge j's pi."""
+    ``c *= var_1 / var_target`` from ``c``; edge j's pi is at `pi_index` (``indices``, ``slots``, ``p0``)."""
     d, ds, sq = row_sums(weights, has_w, excl, a, b, s, e)
     if d == 0 or fanout < 0:
         return first_c(fanout, d, ds)
@@ -123,7 +143,7 @@ def solve_c(c, fanout, weights, has_w, pi, has_pi, p0, excl, a, b, s, e):
         var1 = 0.0
         q = a
         for j in range(s, e):
-            skip, q, w, f = edge_at(weights, has_w, pi, has_pi, p0, excl, q, b, s, j)
+            skip, q, w, f = edge_at(indices, slots, weights, has_w, pi, has_pi, p0, excl, q, b, s, j)
             if skip:
                 continue
             var1 += w * w / clip1(c * f)
@@ -134,12 +154,12 @@ def solve_c(c, fanout, weights, has_w, pi, has_pi, p0, excl, a, b, s, e):
     return c
 
 
-def count_kept(indices, weights, has_w, pi, has_pi, p0, excl, a, b, s, e, c, vkey):
-    """Edges of the row kept at c_t = c."""
+def count_kept(indices, slots, weights, has_w, pi, has_pi, p0, excl, a, b, s, e, c, vkey):
+    """Edges of the row kept at c_t = c (pi at `pi_index`)."""
     n = 0
     q = a
     for j in range(s, e):
-        skip, q, _, f = edge_at(weights, has_w, pi, has_pi, p0, excl, q, b, s, j)
+        skip, q, _, f = edge_at(indices, slots, weights, has_w, pi, has_pi, p0, excl, q, b, s, j)
         if skip:
             continue
         if variate(vkey, indices[j]) < c * f:
@@ -147,14 +167,16 @@ def count_kept(indices, weights, has_w, pi, has_pi, p0, excl, a, b, s, e, c, vke
     return n
 
 
-def take_kept(indices, weights, has_w, pi, has_pi, p0, excl, a, b, s, e, c, vkey, pos, ew, want_w, o, n):
+def take_kept(indices, slots, weights, has_w, pi, has_pi, p0, excl, a, b, s, e, c, vkey, pos, ew, want_w, o,
+              n):
     """Write the n kept CSC positions of the row to pos[o:o + n] (in CSC order) and, with ``want_w``,
-    their edge weights ``w / p`` scaled so that the row's mean is 1 (DGL's ``edge_weights``)."""
+    their edge weights ``w / p`` scaled so that the row's mean is 1 (DGL's ``edge_weights``; pi at
+    `pi_index`)."""
     w_at = o
     norm = 0.0
     q = a
     for j in range(s, e):
-        skip, q, w, f = edge_at(weights, has_w, pi, has_pi, p0, excl, q, b, s, j)
+        skip, q, w, f = edge_at(indices, slots, weights, has_w, pi, has_pi, p0, excl, q, b, s, j)
         if skip:
             continue
         p = c * f
@@ -191,6 +213,12 @@ def hop_max_row(indices, weights, has_w, use_w, excl, a, b, s, e, off, ct, hop, 
         raise_hop(hop, owner, indices[j], ct * np.float64(weights[j]) if use_w else ct, off + j - s)
 
 
+def next_pi(pi, hop, first):
+    """A source's pi after an iteration whose max c_t over its edges is ``hop``: ``hop`` at the first
+    iteration, else ``pi * hop`` (Eq. 18's product over the layers' iterations)."""
+    return hop if first else pi * hop
+
+
 def hop_apply_row(indices, weights, has_w, excl, a, b, s, e, off, hop, owner, pi, first):
     """pi (or pi *= ) hop[u] on the row's eligible edges (pi[off + j - s] for edge j); returns the sum of
     min(1, pi_u) over the sources whose first edge (``owner``) is in this row."""
@@ -202,7 +230,7 @@ def hop_apply_row(indices, weights, has_w, excl, a, b, s, e, off, hop, owner, pi
             continue
         u = indices[j]
         f = off + j - s
-        pi[f] = hop[u] if first else pi[f] * hop[u]
+        pi[f] = next_pi(pi[f], hop[u], first)
         if owner[u] == f:
             total += clip1(pi[f])
     return total
@@ -216,21 +244,21 @@ def hop_reset_row(indices, s, e, hop, owner):
         owner[u] = NO_OWNER
 
 
-FUNCTIONS = (clip1, variate, factor, skipped, edge_at, row_sums, first_c, start_c, solve_c, count_kept,
-             take_kept, raise_hop, hop_max_row, hop_apply_row, hop_reset_row)
+FUNCTIONS = (clip1, converged, variate, pi_index, factor, skipped, edge_at, row_sums, first_c, start_c,
+             solve_c, count_kept, take_kept, raise_hop, hop_max_row, next_pi, hop_apply_row, hop_reset_row)
 
 
 def compile_for(jit: Callable[[Callable], Callable], rng: types.SimpleNamespace,
-                raise_hop: Callable | None = None) -> types.SimpleNamespace:
+                raise_hop: Callable | None = None, pi_index: Callable | None = None) -> types.SimpleNamespace:
     """Every function of `FUNCTIONS` compiled by ``jit``, calling ``rng``'s compiled stream (the
     namespace `samplers.kernels.rng.compile_for` returns for the same target) and, when given, the
-    target's compiled ``raise_hop`` in place of this module's."""
+    target's compiled ``raise_hop`` and ``pi_index`` in place of this module's."""
     scope = dict(globals(), row_state=rng.row_state, draw=rng.draw, unit=rng.unit)
-    functions = FUNCTIONS
-    if raise_hop is not None:
-        scope["raise_hop"] = raise_hop
-        functions = tuple(fn for fn in FUNCTIONS if fn.__name__ != "raise_hop")
+    own = {"raise_hop": raise_hop, "pi_index": pi_index}
+    own = {name: fn for name, fn in own.items() if fn is not None}
+    scope.update(own)
+    functions = tuple(fn for fn in FUNCTIONS if fn.__name__ not in own)
     rows = compile_functions(functions, jit, scope)
-    if raise_hop is not None:
-        rows.raise_hop = raise_hop
+    for name, fn in own.items():
+        setattr(rows, name, fn)
     return rows

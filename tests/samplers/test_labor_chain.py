@@ -24,7 +24,7 @@ SIM_SCRIPT = textwrap.dedent(
     from samplers import LaborSampler
     from samplers.hetero import HeteroNeighborSampler
     from samplers.hetero_graph import HeteroGraph
-    from samplers.kernels.cuda import labor as labor_cuda
+    from samplers.kernels.cuda import exact_sum, labor as labor_cuda
     sys.path.insert(0, "tests")
     from _cuda_copies import ALLOCATION, PAGEABLE, count_host_copies
     copies = count_host_copies()
@@ -34,15 +34,15 @@ SIM_SCRIPT = textwrap.dedent(
     @cuda.jit
     def rounded(acc, out):
         if cuda.grid(1) == 0:
-            out[0] = labor_cuda._round_exact(acc)
+            out[0] = exact_sum.round_exact(acc)
     rng = np.random.default_rng(3)
     sums = [[1.0, 2.0 ** -53], [1.0, 2.0 ** -53, 2.0 ** -1000], [3.0, 3 * 2.0 ** -52], [5e-324, 1e-310],
             [0.0, 0.0], [0.1] * 10] + [rng.random(6) * 2.0 ** rng.integers(-1080, 1000, 6).astype(float)
                                        for _ in range(12)]
     for values in sums:
-        acc = cuda.to_device(np.zeros(labor_cuda.SUM_WORDS, np.int64))
+        acc = cuda.to_device(np.zeros(exact_sum.SUM_WORDS, np.int64))
         status = cuda.to_device(np.zeros(1, np.int64))
-        labor_cuda.labor_sum[2, 4](cuda.to_device(np.array(values)), status, acc)
+        exact_sum.sum_exact[2, 4](cuda.to_device(np.array(values)), status, acc)
         out = cuda.to_device(np.zeros(1))
         rounded[1, 1](acc, out)
         assert out.copy_to_host()[0] == math.fsum(values), (values, out.copy_to_host()[0], math.fsum(values))

@@ -290,15 +290,18 @@ PTX_SCRIPT = textwrap.dedent(
     rows = (i64, any64, any64, any64, any64, i64)  # excl, row_s, row_e, row_a, row_b, raw_off
     labor_sigs = {
         "labor_init": (i64, i64, i64, t.int64, i64, f32, t.boolean, any64, any64, any64, any64, any64, anyf),
+        "labor_claim": (i32, f32, t.boolean, *rows, i64),
+        "labor_owners": (i32, f32, t.boolean, *rows, i64, any64, t.boolean),
         "labor_hop_max": (i32, f32, t.boolean, t.boolean, *rows, anyf, f64, i64, i64),
         "labor_hop_apply": (i32, f32, t.boolean, *rows, f64, i64, f64, t.boolean, anyf, i64),
-        "labor_hop_reset": (i32, any64, any64, f64, i64, i64),
-        "labor_solve": (t.int64, f32, t.boolean, f64, t.boolean, *rows, anyf, i64),
-        "labor_count": (i32, f32, t.boolean, f64, t.boolean, *rows, anyf, t.uint64, anyf, i64, t.boolean,
+        "labor_release": (i32, any64, any64, f64, i64),
+        "labor_solve": (t.int64, i32, i64, f32, t.boolean, f64, t.boolean, *rows, anyf, i64),
+        "labor_count": (i32, i64, f32, t.boolean, f64, t.boolean, *rows, anyf, t.uint64, anyf, i64, t.boolean,
                         t.int64),
-        "labor_take": (i32, f32, t.boolean, f64, t.boolean, *rows, anyf, t.uint64, i64, i64, f64, t.boolean),
-        "labor_start": (any64, t.int64, i64, f64, i64),
-        "labor_sum": (anyf, i64, i64),
+        "labor_take": (i32, i64, f32, t.boolean, f64, t.boolean, *rows, anyf, t.uint64, i64, i64, f64,
+                       t.boolean),
+        "labor_start": (any64, i64, t.int64, i64, f64, i64),
+        "sum_exact": (anyf, i64, i64),
         "labor_decide": (i64, i64, f64, t.int64),
     }
     assert set(labor_sigs) == set(labor.KERNELS)

@@ -39,6 +39,7 @@ hop_reset_row = _ROWS.hop_reset_row
 _CHUNK_ROWS = 2048
 _NO_PI = np.zeros(1, dtype=np.float64)
 _NO_W = np.zeros(1, dtype=np.float32)
+_NO_SLOTS = np.zeros(1, dtype=np.int64)  # `labor_rows.pi_index`'s slots: pi is per candidate edge here
 
 
 class LaborScratch:
@@ -88,19 +89,21 @@ def _hop_reset(indices, row_s, row_e, hop, owner):
 
 
 @nb.njit(nogil=True, cache=True)
-def _solve_rows(fanout, weights, has_w, pi, has_pi, excl, row_s, row_e, row_a, row_b, raw_off, cs, lo, hi):
+def _solve_rows(fanout, indices, weights, has_w, pi, has_pi, excl, row_s, row_e, row_a, row_b, raw_off, cs,
+                lo, hi):
     for i in range(lo, hi):
         if cs[i] > 0:
-            cs[i] = solve_c(cs[i], fanout, weights, has_w, pi, has_pi, raw_off[i], excl, row_a[i], row_b[i],
-                            row_s[i], row_e[i])
+            cs[i] = solve_c(cs[i], fanout, indices, _NO_SLOTS, weights, has_w, pi, has_pi, raw_off[i], excl,
+                            row_a[i], row_b[i], row_s[i], row_e[i])
 
 
 @nb.njit(nogil=True, cache=True)
 def _count_rows(indices, weights, has_w, pi, has_pi, excl, row_s, row_e, row_a, row_b, raw_off, cs, vkey,
                 counts, lo, hi):
     for i in range(lo, hi):
-        counts[i + 1] = 0 if cs[i] == 0 else count_kept(indices, weights, has_w, pi, has_pi, raw_off[i], excl,
-                                                        row_a[i], row_b[i], row_s[i], row_e[i], cs[i], vkey)
+        counts[i + 1] = 0 if cs[i] == 0 else count_kept(indices, _NO_SLOTS, weights, has_w, pi, has_pi,
+                                                        raw_off[i], excl, row_a[i], row_b[i], row_s[i],
+                                                        row_e[i], cs[i], vkey)
 
 
 @nb.njit(nogil=True, cache=True)
@@ -110,8 +113,8 @@ def _take_rows(indices, edge_ids, has_eids, pairs, has_pairs, weights, has_w, pi
         o = out_indptr[i]
         n = out_indptr[i + 1] - o
         if n > 0:
-            take_kept(indices, weights, has_w, pi, has_pi, raw_off[i], excl, row_a[i], row_b[i], row_s[i],
-                      row_e[i], cs[i], vkey, pos, ew, want_w, o, n)
+            take_kept(indices, _NO_SLOTS, weights, has_w, pi, has_pi, raw_off[i], excl, row_a[i], row_b[i],
+                      row_s[i], row_e[i], cs[i], vkey, pos, ew, want_w, o, n)
     gather_edges(indices, edge_ids, has_eids, pairs, has_pairs, pos, src, out_indptr[lo], out_indptr[hi])
 
 
@@ -184,11 +187,11 @@ def labor_layer(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray | 
                 _hop_reset(indices, row_s, row_e, scratch.hop, scratch.owner)
                 has_pi = True
             _run(lambda lo, hi, has_pi=has_pi: _solve_rows(
-                fanout, w, has_w, pi, has_pi, excl, row_s, row_e, row_a, row_b, raw_off, cs, lo, hi),
+                fanout, indices, w, has_w, pi, has_pi, excl, row_s, row_e, row_a, row_b, raw_off, cs, lo, hi),
                 d_count, helpers)
             if update:
                 expected = math.fsum(contrib)
-                if prev <= 0 or expected / prev >= 1 - labor_rows.EPS or it >= 1000:
+                if labor_rows.converged(prev, expected, it):
                     break
                 prev = expected
             it += 1

@@ -1,24 +1,24 @@
 """LABOR rows on the GPU, a thread per row: the passes of `samplers.kernels.cpu.labor` with the same
 arithmetic (`samplers.kernels.labor_rows`), so the same seed keeps the same edges on both devices.
 
-Importance sampling takes the max of c_t per source with an atomic max and marks each source's first
-edge with an atomic min (both order-independent). Its fixed point stops when the expected source count
-(the per-row contributions summed exactly and rounded once, as the CPU's ``math.fsum``) stops
-shrinking: `labor_layer_cuda` reads the contributions back once per iteration and tests on the host;
-a chained layer (`labor_edges_bounded`) sums them on the device (`labor_sum`: 32-bit digits in int64
-words, integer atomics, so the order of the adds does not matter) and tests there (`labor_decide`), the
-next iterations' kernels skipping once it is done. The two take the same decisions, so they keep the
-same edges and edge weights.
+Importance sampling numbers the layer's unique sources once (`labor_claim`: each source's first eligible
+edge by an atomic min; `labor_owners` counts them per row and, after a scan, numbers them), so pi holds one
+float64 per unique source (every edge of a source has the same pi). Each iteration takes the max of c_t per
+source (an atomic max), and the owning row updates the source's pi and its share of the expected source
+count. The fixed point
+stops by the CPU's rule (`labor_rows.converged`) on that count summed exactly and rounded once, as the
+CPU's ``math.fsum``: `labor_layer_cuda` reads the shares back once per iteration and tests on the host; a
+chained layer (`labor_edges_bounded`) sums them on the device (`samplers.kernels.cuda.exact_sum`) and tests
+there (`labor_decide`, which counts the iterations run), nothing read back: the later iterations' kernels
+exit at once. Both keep the CPU's edges and edge weights.
 
-A chained layer (`chains`: every LABOR layer at a fanout >= 0, importance sampling, weights and edge
-weights included) keeps each edge with its probability, so D rows keep about k each but up to their
-whole degrees. Its outputs are sized by a capacity, ``min(D * max_degree, LABOR_SLACK * D * k +
-LABOR_EXTRA)`` (exact when the first is smaller), and pi (one float64 per candidate edge) by
-`pi_capacity`; rows past the capacity are not written, and a layer whose pi does not fit, or (until
-convergence, importance_sampling < 0) whose fixed point has not converged in `LABOR_ROUNDS` launched
-iterations, reports an edge count past its capacity. The chain's read-back shows the overflow
-(`samplers.kernels.cuda.layer.ChainOverflow`), after which the caller samples the call again without
-chaining (the same edges).
+A chained layer (`chains`: a fanout >= 0) keeps each edge with its probability, so D rows keep about k
+each but up to their whole degrees. Its outputs are sized by ``min(D * max_degree, LABOR_SLACK * D * k +
+LABOR_EXTRA)`` (exact when the first is smaller) and pi by `pi_capacity` (at most the source ids); rows
+past the capacity are not written, and a layer whose unique sources pass pi's capacity, or (importance
+sampling < 0) whose fixed point has not converged in `LABOR_ROUNDS` launched iterations, reports an edge
+count past its capacity: the chain's read-back shows the overflow (`samplers.kernels.cuda.layer.
+ChainOverflow`), and the caller samples the call again without chaining (the same edges).
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ import types
 from dataclasses import dataclass
 from typing import Any
 
-import numba
 import numpy as np
 from numba import cuda
 
@@ -36,6 +35,7 @@ from samplers.kernels import labor_rows
 from samplers.kernels.cuda import rng
 from samplers.kernels.cuda.arrays import as_device_ids, empty, full, no_excluded
 from samplers.kernels.cuda.bounded import BoundedEdges, DegreeBound, row_bound, slack_capacity
+from samplers.kernels.cuda.exact_sum import SUM_WORDS, round_exact, sum_exact
 from samplers.kernels.cuda.graph import CudaGraph
 from samplers.kernels.cuda.launch import EDGE_THREADS, ROW_THREADS, grid, kernel_stream, launch
 from samplers.kernels.cuda.layer import DeviceRows, PendingBlock
@@ -44,7 +44,7 @@ from samplers.kernels.cuda.scan import exclusive_scan
 from samplers.kernels.cuda.uniform import gather
 
 __all__ = ["DONE", "KERNELS", "LABOR_EXTRA", "LABOR_ROUNDS", "LABOR_SLACK", "OVERFLOW", "RUNNING",
-           "SUM_WORDS", "LaborCudaState", "LaborEdges", "LaborPendingBlock", "LaborScratchCuda", "capacity",
+           "LaborCudaState", "LaborEdges", "LaborPendingBlock", "LaborScratchCuda", "capacity",
            "chains", "labor_edges_bounded", "labor_layer_cuda", "pi_capacity"]
 
 LABOR_SLACK = 2.0
@@ -53,20 +53,30 @@ LABOR_EXTRA = 1024
 """Edges a chained LABOR layer's capacity adds to ``LABOR_SLACK * D * k``."""
 
 @cuda.jit(device=True)
-def _raise_hop_atomic(hop, owner, u, ct, f):  # pragma: no cover - device
-    """`labor_rows.raise_hop` with atomics: rows of the layer run concurrently and share sources."""
+def _raise_hop_max(hop, owner, u, ct, f):  # pragma: no cover - device
+    """`labor_rows.raise_hop`'s max, atomic (rows of the layer run concurrently and share sources); the
+    owners were claimed once for the layer (`labor_claim`), so ``owner`` and ``f`` are not used."""
     cuda.atomic.max(hop, u, ct)
-    cuda.atomic.min(owner, u, f)
+
+
+@cuda.jit(device=True)
+def _pi_slot(indices, slots, p0, s, j):  # pragma: no cover - device
+    """`labor_rows.pi_index` on the GPU: pi per unique source of the layer, source u at slot
+    ``-1 - slots[u]`` (`labor_owners`; ``p0`` and ``s`` not used)."""
+    return -1 - slots[indices[j]]
 
 
 _ROWS = labor_rows.compile_for(cuda.jit(device=True), types.SimpleNamespace(
-    row_state=rng.row_state, draw=rng.draw, unit=rng.unit), raise_hop=_raise_hop_atomic)
+    row_state=rng.row_state, draw=rng.draw, unit=rng.unit), raise_hop=_raise_hop_max, pi_index=_pi_slot)
 _start_c = _ROWS.start_c
 _solve_c = _ROWS.solve_c
 _count_kept = _ROWS.count_kept
 _take_kept = _ROWS.take_kept
+_skipped = _ROWS.skipped
+_clip1 = _ROWS.clip1
+_next_pi = _ROWS.next_pi
+_converged = _ROWS.converged
 _hop_max_row = _ROWS.hop_max_row
-_hop_apply_row = _ROWS.hop_apply_row
 _hop_reset_row = _ROWS.hop_reset_row
 
 RUNNING = 0
@@ -75,91 +85,9 @@ DONE = 1
 """A chained layer's fixed point has converged (the host's loop would have left)."""
 OVERFLOW = 2
 """A chained layer's fixed point cannot finish on the device: sampled again unchained."""
-SUM_WORDS = 68
-"""32-bit digits of the exact sum of up to 2**30 non-negative doubles (`_add_exact`)."""
 LABOR_ROUNDS = 16
 """Iterations a chained layer launches for importance_sampling < 0 (until convergence); one that has not
-converged by then is an overflow (sampled again unchained)."""
-_MASK32 = np.int64(0xFFFFFFFF)
-_TWO_60 = 2.0 ** 60
-_TWO_M60 = 2.0 ** -60
-
-
-@cuda.jit(device=True)
-def _add_exact(acc, x):  # pragma: no cover - device
-    """acc += x exactly: x (a non-negative finite float64) is m 2**(p - 1074) with m < 2**53 and p >= 0;
-    its digits go to acc[p // 32 ...] (32 bits each, atomically: a block's threads share acc)."""
-    if not x > 0:
-        return
-    f, e = math.frexp(x)  # x = f 2**e, 0.5 <= f < 1
-    m = np.int64(f * 9007199254740992.0)  # f 2**53: an integer below 2**53
-    p = e + 1021
-    if p < 0:  # a subnormal: m's low bits are zeros
-        m = m >> -p
-        p = 0
-    w = p >> 5
-    sh = p & 31
-    lo = (m & _MASK32) << sh
-    hi = (m >> 32) << sh
-    cuda.atomic.add(acc, w, lo & _MASK32)
-    cuda.atomic.add(acc, w + 1, (lo >> 32) + (hi & _MASK32))
-    cuda.atomic.add(acc, w + 2, hi >> 32)
-
-
-@cuda.jit(device=True)
-def _times_pow2(x, k):  # pragma: no cover - device
-    """x 2**k, exact wherever the result is representable (steps of 2**60, one direction)."""
-    while k >= 60:
-        x *= _TWO_60
-        k -= 60
-    while k <= -60:
-        x *= _TWO_M60
-        k += 60
-    if k >= 0:
-        return x * np.float64(np.int64(1) << k)
-    return x / np.float64(np.int64(1) << -k)
-
-
-@cuda.jit(device=True)
-def _round_exact(acc):  # pragma: no cover - device
-    """The float64 nearest (ties to even) to the exact sum held by ``acc`` (value sum acc[w] 2**(32 w -
-    1074)), as ``math.fsum`` rounds it; ``acc`` is cleared."""
-    carry = np.int64(0)
-    top = -1
-    for w in range(SUM_WORDS):
-        v = acc[w] + carry
-        acc[w] = v & _MASK32
-        carry = v >> 32
-        if acc[w] != 0:
-            top = w
-    out = 0.0
-    if top >= 0:
-        h = 32 * top + 31
-        while (acc[h >> 5] >> (h & 31)) & 1 == 0:
-            h -= 1
-        if h <= 52:  # fits 53 bits: exact (a subnormal, or the smallest normal binade)
-            out = _times_pow2(np.float64(acc[0] | (acc[1] << 32)), -1074)
-        else:
-            shift = h - 52
-            m = np.int64(0)
-            for b in range(h, shift - 1, -1):
-                m = (m << 1) | ((acc[b >> 5] >> (b & 31)) & 1)
-            r = shift - 1
-            half = (acc[r >> 5] >> (r & 31)) & 1
-            sticky = (acc[r >> 5] & ((np.int64(1) << (r & 31)) - 1)) != 0
-            for w in range(r >> 5):
-                if acc[w] != 0:
-                    sticky = True
-            if half == 1 and (sticky or (m & 1) == 1):
-                m += 1
-                if m == np.int64(9007199254740992):
-                    m = m >> 1
-                    shift += 1
-            out = _times_pow2(np.float64(m), shift - 1074)
-    for w in range(SUM_WORDS):
-        acc[w] = 0
-    return out
-
+converged by then is an overflow (sampled again unchained). Those after convergence exit at once."""
 
 @cuda.jit
 def labor_init(indptr, dst, nrow, fanout, excl, weights, has_w, row_s, row_e, row_a, row_b, raw,
@@ -190,8 +118,45 @@ def labor_init(indptr, dst, nrow, fanout, excl, weights, has_w, row_s, row_e, ro
 
 
 @cuda.jit
+def labor_claim(indices, weights, has_w, excl, row_s, row_e, row_a, row_b, raw_off,
+                owner):  # pragma: no cover - device
+    """owner[u] = the first (lowest frontier index ``raw_off[i] + j - s``) of source u's eligible edges in
+    the rows (an atomic min: any order), once per layer (eligibility does not change between iterations)."""
+    i = cuda.grid(1)
+    while i < row_s.shape[0]:
+        s, q, b, off = row_s[i], row_a[i], row_b[i], raw_off[i]
+        for j in range(s, row_e[i]):
+            skip, q = _skipped(weights, has_w, excl, q, b, j)
+            if not skip:
+                cuda.atomic.min(owner, indices[j], off + j - s)
+        i += cuda.gridsize(1)
+
+
+@cuda.jit
+def labor_owners(indices, weights, has_w, excl, row_s, row_e, row_a, row_b, raw_off, owner, slot,
+                 number):  # pragma: no cover - device
+    """Row i's owned sources (their first eligible edge in row i, `labor_claim`): counted into slot[i];
+    with ``number`` (``slot`` their offsets [D + 1]) numbered in CSC order from slot[i], owner[u] =
+    ``-1 - slot`` (negative: no row's edge index equals it, so the rows beside still see their owners)."""
+    i = cuda.grid(1)
+    while i < row_s.shape[0]:
+        s, q, b, off = row_s[i], row_a[i], row_b[i], raw_off[i]
+        k = slot[i] if number else 0
+        for j in range(s, row_e[i]):
+            skip, q = _skipped(weights, has_w, excl, q, b, j)
+            if not skip and owner[indices[j]] == off + j - s:
+                if number:
+                    owner[indices[j]] = -1 - k
+                k += 1
+        if not number:
+            slot[i] = k
+        i += cuda.gridsize(1)
+
+
+@cuda.jit
 def labor_hop_max(indices, weights, has_w, use_w, excl, row_s, row_e, row_a, row_b, raw_off, cs, hop, owner,
                   status):  # pragma: no cover - device
+    """hop[u] = the max of c_t (times A with ``use_w``) over source u's eligible edges (atomic max)."""
     if status[0] != RUNNING:
         return
     i = cuda.grid(1)
@@ -202,21 +167,35 @@ def labor_hop_max(indices, weights, has_w, use_w, excl, row_s, row_e, row_a, row
 
 
 @cuda.jit
-def labor_hop_apply(indices, weights, has_w, excl, row_s, row_e, row_a, row_b, raw_off, hop, owner, pi, first,
-                    contrib, status):  # pragma: no cover - device
+def labor_hop_apply(indices, weights, has_w, excl, row_s, row_e, row_a, row_b, slot_off, hop, owner, pi,
+                    first, contrib, status):  # pragma: no cover - device
+    """`labor_rows.hop_apply_row` per unique source: row i's owned sources (slots ``slot_off[i]...`` in CSC
+    order) take their pi (`labor_rows.next_pi`) and clear their hop; contrib[i] sums min(1, pi) over them in
+    that order (the CPU's sum)."""
     if status[0] != RUNNING:
         return
     i = cuda.grid(1)
     while i < row_s.shape[0]:
-        contrib[i] = _hop_apply_row(indices, weights, has_w, excl, row_a[i], row_b[i], row_s[i], row_e[i],
-                                    raw_off[i], hop, owner, pi, first)
+        q, b = row_a[i], row_b[i]
+        k, end = slot_off[i], slot_off[i + 1]
+        total = 0.0
+        for j in range(row_s[i], row_e[i]):
+            if k == end:
+                break
+            skip, q = _skipped(weights, has_w, excl, q, b, j)
+            u = indices[j]
+            if not skip and owner[u] == -1 - k:
+                pi[k] = _next_pi(pi[k], hop[u], first)
+                hop[u] = 0.0
+                total += _clip1(pi[k])
+                k += 1
+        contrib[i] = total
         i += cuda.gridsize(1)
 
 
 @cuda.jit
-def labor_hop_reset(indices, row_s, row_e, hop, owner, status):  # pragma: no cover - device
-    if status[0] != RUNNING:
-        return
+def labor_release(indices, row_s, row_e, hop, owner):  # pragma: no cover - device
+    """The scratch restored after a layer: hop[u] = 0 and owner[u] = NO_OWNER for the rows' sources."""
     i = cuda.grid(1)
     while i < row_s.shape[0]:
         _hop_reset_row(indices, row_s[i], row_e[i], hop, owner)
@@ -224,74 +203,51 @@ def labor_hop_reset(indices, row_s, row_e, hop, owner, status):  # pragma: no co
 
 
 @cuda.jit
-def labor_solve(fanout, weights, has_w, pi, has_pi, excl, row_s, row_e, row_a, row_b, raw_off,
+def labor_solve(fanout, indices, slots, weights, has_w, pi, has_pi, excl, row_s, row_e, row_a, row_b, raw_off,
                 cs, status):  # pragma: no cover - device
     if status[0] != RUNNING:
         return
     i = cuda.grid(1)
     while i < row_s.shape[0]:
         if cs[i] > 0:
-            cs[i] = _solve_c(cs[i], fanout, weights, has_w, pi, has_pi, raw_off[i], excl, row_a[i], row_b[i],
-                             row_s[i], row_e[i])
+            cs[i] = _solve_c(cs[i], fanout, indices, slots, weights, has_w, pi, has_pi, raw_off[i], excl,
+                             row_a[i], row_b[i], row_s[i], row_e[i])
         i += cuda.gridsize(1)
 
 
 @cuda.jit
-def labor_start(raw_off, pi_cap, status, prev, acc):  # pragma: no cover - device
+def labor_start(raw_off, slot_off, pi_cap, status, prev, acc):  # pragma: no cover - device
     """A chained layer's fixed point starts (one thread): the expected source count at its bound (the
-    rows' edges, ``raw_off``'s last entry), running, or an overflow where the rows' edges pass the
-    capacity ``pi_cap`` of pi; the exact sum cleared."""
+    rows' edges, ``raw_off``'s last entry), no iteration run (``status[1]``), running, or an overflow where
+    the layer's sources (``slot_off``'s last entry) pass the capacity ``pi_cap`` of pi; the exact sum
+    cleared."""
     if cuda.grid(1) == 0:
-        total = raw_off[raw_off.shape[0] - 1]
-        prev[0] = np.float64(total)
-        status[0] = RUNNING if total <= pi_cap else OVERFLOW
+        prev[0] = np.float64(raw_off[raw_off.shape[0] - 1])
+        status[0] = RUNNING if slot_off[slot_off.shape[0] - 1] <= pi_cap else OVERFLOW
+        status[1] = 0
         for w in range(SUM_WORDS):
             acc[w] = 0
 
 
 @cuda.jit
-def labor_sum(contrib, status, acc):  # pragma: no cover - device
-    """Add ``contrib`` (non-negative finite float64 [D]) to the exact sum ``acc`` (`_add_exact`): per
-    block in shared memory, then one atomic add per digit (integer adds: the same sum in any order)."""
-    part = cuda.shared.array(SUM_WORDS, numba.int64)
-    w = cuda.threadIdx.x
-    while w < SUM_WORDS:
-        part[w] = 0
-        w += cuda.blockDim.x
-    cuda.syncthreads()
-    if status[0] == RUNNING:
-        i = cuda.grid(1)
-        while i < contrib.shape[0]:
-            _add_exact(part, contrib[i])
-            i += cuda.gridsize(1)
-    cuda.syncthreads()
-    w = cuda.threadIdx.x
-    while w < SUM_WORDS:
-        if part[w] != 0:
-            cuda.atomic.add(acc, w, part[w])
-        w += cuda.blockDim.x
-
-
-@cuda.jit
 def labor_decide(acc, status, prev, it):  # pragma: no cover - device
-    """The fixed point's test after iteration ``it`` (one thread), as the host's: the expected source count
-    (``acc`` rounded once, as ``math.fsum``) against the previous one; done, or the next iteration's
-    previous count; ``acc`` cleared."""
-    if cuda.grid(1) != 0:
+    """The fixed point's test after iteration ``it`` (one thread), the CPU's (`labor_rows.converged`): the
+    expected source count (``acc`` rounded once, as ``math.fsum``; then cleared) against the previous one;
+    done, or the next iteration's previous count; ``status[1]`` = the iterations run (``it + 1``). A fixed
+    point no longer running returns at once (``acc`` is clear: `sum_exact` added nothing)."""
+    if cuda.grid(1) != 0 or status[0] != RUNNING:
         return
-    expected = _round_exact(acc)
-    if status[0] != RUNNING:
-        return
-    last = prev[0]
-    if last <= 0 or expected / last >= 1 - labor_rows.EPS or it >= 1000:
+    expected = round_exact(acc)
+    status[1] = it + 1
+    if _converged(prev[0], expected, it):
         status[0] = DONE
     else:
         prev[0] = expected
 
 
 @cuda.jit
-def labor_count(indices, weights, has_w, pi, has_pi, excl, row_s, row_e, row_a, row_b, raw_off, cs, vkey,
-                counts, status, capped, cap):  # pragma: no cover - device
+def labor_count(indices, slots, weights, has_w, pi, has_pi, excl, row_s, row_e, row_a, row_b, raw_off, cs,
+                vkey, counts, status, capped, cap):  # pragma: no cover - device
     """Each row's kept count; a chained layer whose fixed point did not finish on the device (``status``
     an overflow: pi past its capacity; or, with ``capped``, still running after the launched iterations)
     writes ``cap + 1`` for its first row and 0 for the others, an overflow of its edges' capacity ``cap``
@@ -303,15 +259,15 @@ def labor_count(indices, weights, has_w, pi, has_pi, excl, row_s, row_e, row_a, 
         if bad:
             n = cap + 1 if i == 0 else 0
         elif cs[i] > 0:
-            n = _count_kept(indices, weights, has_w, pi, has_pi, raw_off[i], excl, row_a[i], row_b[i],
+            n = _count_kept(indices, slots, weights, has_w, pi, has_pi, raw_off[i], excl, row_a[i], row_b[i],
                             row_s[i], row_e[i], cs[i], vkey)
         counts[i] = n
         i += cuda.gridsize(1)
 
 
 @cuda.jit
-def labor_take(indices, weights, has_w, pi, has_pi, excl, row_s, row_e, row_a, row_b, raw_off, cs, vkey,
-               out_indptr, pos, ew, want_w):  # pragma: no cover - device
+def labor_take(indices, slots, weights, has_w, pi, has_pi, excl, row_s, row_e, row_a, row_b, raw_off, cs,
+               vkey, out_indptr, pos, ew, want_w):  # pragma: no cover - device
     i = cuda.grid(1)
     while i < row_s.shape[0]:
         o = out_indptr[i]
@@ -320,20 +276,23 @@ def labor_take(indices, weights, has_w, pi, has_pi, excl, row_s, row_e, row_a, r
             for x in range(o, pos.shape[0]):  # positions for the gather (o + n is past the end)
                 pos[x] = 0
         elif n > 0:
-            _take_kept(indices, weights, has_w, pi, has_pi, raw_off[i], excl, row_a[i], row_b[i], row_s[i],
-                       row_e[i], cs[i], vkey, pos, ew, want_w, o, n)
+            _take_kept(indices, slots, weights, has_w, pi, has_pi, raw_off[i], excl, row_a[i], row_b[i],
+                       row_s[i], row_e[i], cs[i], vkey, pos, ew, want_w, o, n)
         i += cuda.gridsize(1)
 
 
-KERNELS = {"labor_init": labor_init, "labor_hop_max": labor_hop_max, "labor_hop_apply": labor_hop_apply,
-           "labor_hop_reset": labor_hop_reset, "labor_solve": labor_solve, "labor_count": labor_count,
-           "labor_take": labor_take, "labor_start": labor_start, "labor_sum": labor_sum,
+KERNELS = {"labor_init": labor_init, "labor_claim": labor_claim, "labor_owners": labor_owners,
+           "labor_hop_max": labor_hop_max, "labor_hop_apply": labor_hop_apply,
+           "labor_release": labor_release, "labor_solve": labor_solve, "labor_count": labor_count,
+           "labor_take": labor_take, "labor_start": labor_start, "sum_exact": sum_exact,
            "labor_decide": labor_decide}
 """The LABOR kernels by name."""
 
 
 class LaborScratchCuda:
-    """Device scratch of importance sampling over a source-id space (see `samplers.kernels.cpu.labor`)."""
+    """Device scratch of importance sampling over a source-id space: ``hop`` (float64, zeros) and
+    ``owner`` (int64, `labor_rows.NO_OWNER`; during a layer each source's first edge, then its slot in pi),
+    both restored after each layer (`labor_release`)."""
 
     def __init__(self, num_src: int) -> None:
         n = max(num_src, 1)
@@ -358,6 +317,8 @@ class LaborCudaState:
         The relation's edges E (distinct rows have at most E candidate edges).
     running : device int64 [1] or None
         `RUNNING`: the status of a chained layer without a fixed point.
+    num_src : int
+        The relation's source ids (a layer has at most as many unique sources: `pi_capacity`).
     """
 
     scratch: LaborScratchCuda | None
@@ -365,6 +326,7 @@ class LaborCudaState:
     reach_degree: float = 0.0
     running: Any = None
     edges: int = 0
+    num_src: int = 0
 
     @classmethod
     def of(cls, indptr: np.ndarray, num_src: int, importance_sampling: int) -> LaborCudaState:
@@ -373,15 +335,19 @@ class LaborCudaState:
         degree = np.diff(np.asarray(indptr)).astype(np.float64)
         return cls(None if importance_sampling == 0 else LaborScratchCuda(num_src), bound.max_degree,
                    float(degree @ degree) / bound.edges if bound.edges > 0 else 0.0,
-                   cuda.to_device(np.full(1, RUNNING, dtype=np.int64)), bound.edges)
+                   cuda.to_device(np.full(1, RUNNING, dtype=np.int64)), bound.edges, int(num_src))
 
 
 @dataclass
 class LaborEdges(BoundedEdges):
     """`BoundedEdges` of a chained LABOR layer, with its edge weights: device float64 [M] (DGL's
-    ``edge_weights``, each row's mean 1) or None."""
+    ``edge_weights``, each row's mean 1) or None; and, with importance sampling, ``fixed_point``: device
+    int64 [2], its state (`RUNNING`, `DONE` or `OVERFLOW`) and the iterations it ran (the CPU's count:
+    those after convergence launched but not run; a workspace scratch, valid until its next LABOR layer),
+    else None."""
 
     edge_weights: Any = None
+    fixed_point: Any = None
 
 
 @dataclass
@@ -415,12 +381,16 @@ def capacity(d_bound: int, fanout: int, max_degree: int) -> int:
 
 
 def pi_capacity(d_bound: int, state: LaborCudaState, repeats: int | None = None) -> int:
-    """A chained importance-sampling layer's capacity of pi (one float64 per candidate edge of its rows):
-    ``min(bound, LABOR_SLACK * d_bound * reach_degree + LABOR_EXTRA)``, bound ``d_bound * max_degree``,
-    and at most ``E + repeats * max_degree`` where the rows' repeated entries are known (``repeats``,
-    `samplers.kernels.cuda.layer.DeviceRows.repeats`)."""
-    return slack_capacity(row_bound(d_bound, state.max_degree, state.edges, repeats), d_bound,
-                          state.reach_degree, LABOR_SLACK, LABOR_EXTRA)
+    """A chained importance-sampling layer's capacity of pi, one float64 per unique source of its rows:
+    ``min(num_src, LABOR_SLACK * d_bound * reach_degree + LABOR_EXTRA, bound)``, the bound of the rows'
+    candidate edges ``d_bound * max_degree``, and at most ``E + repeats * max_degree`` where the rows'
+    repeated entries are known (``repeats``, `samplers.kernels.cuda.layer.DeviceRows.repeats`). So at most
+    8 bytes a source id (80 MB on a graph of 10M nodes), whatever the edges. A layer whose sources pass it
+    overflows (sampled again unchained); one within it but past the estimate of its candidate edges does
+    not."""
+    estimate = slack_capacity(row_bound(d_bound, state.max_degree, state.edges, repeats), d_bound,
+                              state.reach_degree, LABOR_SLACK, LABOR_EXTRA)
+    return max(min(estimate, state.num_src), 1)
 
 
 def labor_edges_bounded(graph: CudaGraph, rows: DeviceRows, fanout: int, vkey: int, excluded: Any, ws: Any,
@@ -428,10 +398,11 @@ def labor_edges_bounded(graph: CudaGraph, rows: DeviceRows, fanout: int, vkey: i
                         scratch: str = "src") -> LaborEdges:
     """One LABOR layer (`chains`) sampled on the device, not relabelled, nothing read back.
 
-    The rows' c_t and, with importance sampling, the fixed point over pi run on the device: each
-    iteration's kernels skip once the device's test (`labor_decide`, the host loop's test on the
-    exactly rounded expected source count) has ended it, so the blocks and edge weights equal the
-    unchained path's and the CPU's.
+    The rows' c_t and, with importance sampling, the fixed point over pi run on the device (see the module):
+    each iteration's kernels exit at once after the device's test (`labor_decide`, the CPU's rule) has
+    ended it, nothing read back, so the blocks and edge weights equal the unchained path's and the CPU's.
+    Scratch: pi is one float64 per unique source of the rows (`pi_capacity`: at most num_src), beside
+    per-row arrays (about 13 words a row) and the relation's ``hop``/``owner`` over its source ids.
 
     Parameters
     ----------
@@ -445,8 +416,14 @@ def labor_edges_bounded(graph: CudaGraph, rows: DeviceRows, fanout: int, vkey: i
     LaborEdges
         At the capacity M (`capacity`); its edge count, read back with the chain's sizes, may exceed M
         (an overflow: `samplers.kernels.cuda.layer.ChainOverflow` when the chain is read), as it does
-        where pi passes `pi_capacity` or, iterating until convergence, the fixed point has not
-        converged in `LABOR_ROUNDS` iterations.
+        where the rows' unique sources pass `pi_capacity` or, iterating until convergence, the fixed point
+        has not converged in `LABOR_ROUNDS` iterations. ``fixed_point`` (importance sampling) holds the
+        fixed point's state and the iterations it ran.
+
+    Raises
+    ------
+    ValueError
+        Importance sampling without a `LaborScratchCuda` (``state.scratch`` None).
     """
     stream = kernel_stream()
     dst, nrow = rows.ids, rows.count
@@ -461,41 +438,50 @@ def labor_edges_bounded(graph: CudaGraph, rows: DeviceRows, fanout: int, vkey: i
     cfg = (grid(d_bound, ROW_THREADS), ROW_THREADS)
     has_w = bool(graph.weighted)
     w, key, fanout = graph.weights, np.uint64(vkey), np.int64(fanout)
-    raw_off, pi, has_pi = raw, cs, False  # without pi: raw stands in for its offsets, cs for pi
+    # without pi: raw stands in for its offsets and the sources' slots, cs for pi
+    raw_off, slots, pi, has_pi = raw, raw, cs, False
     rounds = importance_sampling + has_w if importance_sampling >= 0 else LABOR_ROUNDS
-    status = ws.scratch("labor_status", 1, np.int64)
+    status = ws.scratch("labor_status", 2, np.int64)
+    if importance_sampling and state.scratch is None:
+        raise ValueError("importance sampling needs a LaborScratchCuda over the source ids")
     if d_bound:
         launch(labor_init, cfg, graph.indptr, dst, nrow, fanout, excl, w, has_w, row_s, row_e, row_a, row_b,
                raw, cs, stream=stream)
     if rounds and d_bound:
         raw_off, _ = exclusive_scan(raw, stream, ws, ws.scratch("labor_raw_off", d_bound + 1, np.int64),
                                     read_total=False)
-        pi_cap = pi_capacity(d_bound, state, rows.repeats) if importance_sampling else np.iinfo(np.int64).max
-        pi = ws.scratch("labor_pi", pi_cap if importance_sampling else 1, np.float64)
+        slot_off, pi_cap = raw_off, np.iinfo(np.int64).max
+        if importance_sampling:
+            hop, slots = state.scratch.hop, state.scratch.owner
+            owned = ws.scratch("labor_owned", m, np.int64)[:d_bound]
+            edge_rows = (graph.indices, w, has_w, excl, row_s, row_e, row_a, row_b, raw_off, slots)
+            launch(labor_claim, cfg, *edge_rows, stream=stream)
+            launch(labor_owners, cfg, *edge_rows, owned, False, stream=stream)
+            slot_off = ws.scratch("labor_slot_off", d_bound + 1, np.int64)
+            exclusive_scan(owned, stream, ws, slot_off, read_total=False)
+            launch(labor_owners, cfg, *edge_rows, slot_off, True, stream=stream)
+            pi_cap = pi_capacity(d_bound, state, rows.repeats)
+            pi = ws.scratch("labor_pi", pi_cap, np.float64)
         prev, acc = ws.scratch("labor_prev", 1, np.float64), ws.scratch("labor_acc", SUM_WORDS, np.int64)
         contrib = ws.scratch("labor_contrib", m, np.float64)[:d_bound]
-        launch(labor_start, (1, 1), raw_off, np.int64(pi_cap), status, prev, acc, stream=stream)
+        launch(labor_start, (1, 1), raw_off, slot_off, np.int64(pi_cap), status, prev, acc, stream=stream)
         for it in range(rounds):
             update = not has_w or it > 0
             if update:
-                if state.scratch is None:
-                    raise ValueError("importance sampling needs a LaborScratchCuda over the source ids")
-                hop, owner = state.scratch.hop, state.scratch.owner
                 launch(labor_hop_max, cfg, graph.indices, w, has_w, has_w and it == 1, excl, row_s, row_e,
-                       row_a, row_b, raw_off, cs, hop, owner, status, stream=stream)
+                       row_a, row_b, raw_off, cs, hop, slots, status, stream=stream)
                 launch(labor_hop_apply, cfg, graph.indices, w, has_w, excl, row_s, row_e, row_a, row_b,
-                       raw_off, hop, owner, pi, not has_pi, contrib, status, stream=stream)
-                launch(labor_hop_reset, cfg, graph.indices, row_s, row_e, hop, owner, status, stream=stream)
+                       slot_off, hop, slots, pi, not has_pi, contrib, status, stream=stream)
                 has_pi = True
-            launch(labor_solve, cfg, fanout, w, has_w, pi, has_pi, excl, row_s, row_e, row_a, row_b, raw_off,
-                   cs, status, stream=stream)
+            launch(labor_solve, cfg, fanout, graph.indices, slots, w, has_w, pi, has_pi, excl, row_s, row_e,
+                   row_a, row_b, raw_off, cs, status, stream=stream)
             if update:
-                launch(labor_sum, cfg, contrib, status, acc, stream=stream)
+                launch(sum_exact, cfg, contrib, status, acc, stream=stream)
                 launch(labor_decide, (1, 1), acc, status, prev, np.int64(it), stream=stream)
     keep_pi = has_pi and importance_sampling != 0
     if d_bound:
-        launch(labor_count, cfg, graph.indices, w, has_w, pi, keep_pi, excl, row_s, row_e, row_a, row_b,
-               raw_off, cs, key, counts, status if rounds else state.running, importance_sampling < 0,
+        launch(labor_count, cfg, graph.indices, slots, w, has_w, pi, keep_pi, excl, row_s, row_e, row_a,
+               row_b, raw_off, cs, key, counts, status if rounds else state.running, importance_sampling < 0,
                np.int64(cap), stream=stream)
     out_indptr, _ = exclusive_scan(counts, stream, ws, ws.output(d_bound + 1, np.int64), read_total=False)
     nnz = out_indptr[d_bound:]
@@ -504,11 +490,14 @@ def labor_edges_bounded(graph: CudaGraph, rows: DeviceRows, fanout: int, vkey: i
     eids = ws.output(cap, np.int64)
     ew = ws.output(cap, np.float64) if want_weights else ws.scratch("labor_ew", 1, np.float64)
     if d_bound:
-        launch(labor_take, cfg, graph.indices, w, has_w, pi, keep_pi, excl, row_s, row_e, row_a, row_b,
+        launch(labor_take, cfg, graph.indices, slots, w, has_w, pi, keep_pi, excl, row_s, row_e, row_a, row_b,
                raw_off, cs, key, out_indptr, pos, ew, bool(want_weights), stream=stream)
+        if importance_sampling:
+            launch(labor_release, cfg, graph.indices, row_s, row_e, hop, slots, stream=stream)
         launch(gather, (grid(cap, EDGE_THREADS), EDGE_THREADS), graph.indices, graph.edge_ids, graph.has_eids,
                pos, nnz, src, eids, stream=stream)
-    return LaborEdges(out_indptr, src, eids, nnz, edge_weights=ew if want_weights else None)
+    return LaborEdges(out_indptr, src, eids, nnz, edge_weights=ew if want_weights else None,
+                      fixed_point=status if importance_sampling else None)
 
 
 def _copy_to_host(arr: Any) -> np.ndarray:
@@ -550,30 +539,37 @@ def labor_layer_cuda(graph: CudaGraph, dst: Any, fanout: int, vkey: int, exclude
         launch(labor_init, cfg, graph.indptr, dst, full(1, d_count, stream), fanout, excl, w, has_w, row_s,
                row_e, row_a, row_b, raw, cs, stream=stream)
     raw_off, total = exclusive_scan(raw, stream)
-    pi, has_pi = cs, False  # a float64 placeholder until pi exists
+    slots, pi, has_pi = raw, cs, False  # placeholders until the sources have slots in pi
     rounds = importance_sampling + has_w if importance_sampling >= 0 else -1
+    if importance_sampling and scratch is None:
+        raise ValueError("importance sampling needs a LaborScratchCuda over the source ids")
     if rounds != 0 and d_count:
-        pi = empty(max(total, 1), np.float64)
+        if importance_sampling:
+            slots = scratch.owner
+            edge_rows = (graph.indices, w, has_w, excl, row_s, row_e, row_a, row_b, raw_off, slots)
+            owned = empty(m, np.int64)[:d_count]
+            launch(labor_claim, cfg, *edge_rows, stream=stream)
+            launch(labor_owners, cfg, *edge_rows, owned, False, stream=stream)
+            slot_off, _ = exclusive_scan(owned, stream, read_total=False)
+            launch(labor_owners, cfg, *edge_rows, slot_off, True, stream=stream)
+            # one float64 per unique source: at most the rows' edges and the source ids
+            pi = empty(max(min(total, int(slots.shape[0])), 1), np.float64)
         contrib = empty(m, np.float64)[:d_count]
         prev = float(total)
         it = 0
         while rounds < 0 or it < rounds:
             update = not has_w or it > 0
-            if update and scratch is None:
-                raise ValueError("importance sampling needs a LaborScratchCuda over the source ids")
             if update:
                 launch(labor_hop_max, cfg, graph.indices, w, has_w, has_w and it == 1, excl, row_s, row_e,
-                       row_a, row_b, raw_off, cs, scratch.hop, scratch.owner, running, stream=stream)
+                       row_a, row_b, raw_off, cs, scratch.hop, slots, running, stream=stream)
                 launch(labor_hop_apply, cfg, graph.indices, w, has_w, excl, row_s, row_e, row_a, row_b,
-                       raw_off, scratch.hop, scratch.owner, pi, not has_pi, contrib, running, stream=stream)
-                launch(labor_hop_reset, cfg, graph.indices, row_s, row_e, scratch.hop, scratch.owner, running,
-                       stream=stream)
+                       slot_off, scratch.hop, slots, pi, not has_pi, contrib, running, stream=stream)
                 has_pi = True
-            launch(labor_solve, cfg, fanout, w, has_w, pi, has_pi, excl, row_s, row_e, row_a, row_b, raw_off,
-                   cs, running, stream=stream)
+            launch(labor_solve, cfg, fanout, graph.indices, slots, w, has_w, pi, has_pi, excl, row_s, row_e,
+                   row_a, row_b, raw_off, cs, running, stream=stream)
             if update:
                 expected = math.fsum(_copy_to_host(contrib).tolist())
-                if prev <= 0 or expected / prev >= 1 - labor_rows.EPS or it >= 1000:
+                if labor_rows.converged(prev, expected, it):
                     break
                 prev = expected
             it += 1
@@ -581,14 +577,16 @@ def labor_layer_cuda(graph: CudaGraph, dst: Any, fanout: int, vkey: int, exclude
     key = np.uint64(vkey)
     counts = full(m, 0, stream)[:d_count]
     if d_count:
-        launch(labor_count, cfg, graph.indices, w, has_w, pi, keep_pi, excl, row_s, row_e, row_a, row_b,
-               raw_off, cs, key, counts, running, False, np.int64(0), stream=stream)
+        launch(labor_count, cfg, graph.indices, slots, w, has_w, pi, keep_pi, excl, row_s, row_e, row_a,
+               row_b, raw_off, cs, key, counts, running, False, np.int64(0), stream=stream)
     out_indptr, nnz = exclusive_scan(counts, stream)
     pos = empty(max(nnz, 1), np.int64)
     ew = empty(max(nnz, 1) if want_weights else 1, np.float64)
     if nnz:
-        launch(labor_take, cfg, graph.indices, w, has_w, pi, keep_pi, excl, row_s, row_e, row_a, row_b,
+        launch(labor_take, cfg, graph.indices, slots, w, has_w, pi, keep_pi, excl, row_s, row_e, row_a, row_b,
                raw_off, cs, key, out_indptr, pos, ew, bool(want_weights), stream=stream)
+    if importance_sampling and rounds != 0 and d_count:
+        launch(labor_release, cfg, graph.indices, row_s, row_e, scratch.hop, slots, stream=stream)
     src = empty(nnz, graph.indices.dtype)
     eids = empty(nnz, np.int64)
     if nnz:

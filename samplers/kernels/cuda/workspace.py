@@ -45,6 +45,9 @@ class HostTraffic:
         wait on the stream).
     scratch_allocations : int
         Scratch arrays allocated or grown (0 per call once the workspace is warm).
+    scratch_bytes : int
+        Bytes of those scratch arrays (each allocated or grown array's size; a grown one's old array is
+        freed).
     output_allocations : int
         Arrays handed out in blocks (fresh per call: the caller keeps them; torch's caching allocator
         where torch has CUDA).
@@ -59,6 +62,7 @@ class HostTraffic:
 
     readbacks: int = 0
     scratch_allocations: int = 0
+    scratch_bytes: int = 0
     output_allocations: int = 0
     registrations: int = 0
     pinned_copies: int = 0
@@ -112,6 +116,7 @@ class CudaWorkspace:
             size = max(int(n * _GROWTH), 16)
             buf = self._scratch[key] = empty(size, dtype)
             self.traffic.scratch_allocations += 1
+            self.traffic.scratch_bytes += size * np.dtype(dtype).itemsize
         return buf[:n]
 
     def output(self, n: int, dtype: Any) -> Any:
