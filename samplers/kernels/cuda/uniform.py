@@ -22,9 +22,75 @@ from samplers.kernels.cuda.launch import WARP
 from samplers.kernels.cuda.rng import GOLDEN, bounded, draw, mix, row_state
 from samplers.kernels.cuda.rows import row_span, upper_bound, virtual_to_real
 
-__all__ = ["THREAD_FANOUT_MAX", "choose_uniform", "gather", "sample_rows", "take_all", "uniform_row"]
+__all__ = ["THREAD_FANOUT_MAX", "choose_row", "choose_uniform", "gather", "sample_rows", "take_all",
+           "take_position", "uniform_row"]
 
 THREAD_FANOUT_MAX = 64  # uniform layers with 0 <= fanout <= this run one thread per row (`sample_rows`)
+
+
+@cuda.jit(device=True)
+def choose_row(lane, node, s, deg, a, b, o, c, draws, key, excl, pos, aux):  # pragma: no cover - device
+    """A warp's uniform row (``lane`` its lane, every lane of the block calls it): the CSC positions of the
+    row's c > 0 outputs into pos[o:o + c], drawn with the stream of node ``node``; the row spans CSC
+    positions [s, ...) with ``deg`` eligible ones and its excluded positions at excl[a:b]. Take-all rows
+    are copied by all lanes, draws with replacement one per lane, Floyd's subset by lane 0, kept sorted
+    (aux[o:o + c] holds the left-out positions). `choose_uniform` and the typed graphs' warp rows
+    (`...cuda.typed`) choose through it."""
+    shift = s if a == b else 0  # rows with excluded edges choose virtual positions, mapped below
+    if c == deg and not draws:
+        j = lane
+        while j < c:
+            pos[o + j] = shift + j
+            j += WARP
+    elif draws:
+        state0 = row_state(key, node)
+        j = lane
+        while j < c:
+            pos[o + j] = shift + bounded(draw(state0, j + 1), np.uint64(deg))
+            j += WARP
+    elif lane == 0:
+        # Floyd's m-subset, kept sorted in out[o:o + m]; m = k, or the d - k left out
+        state = row_state(key, node)
+        m = c if 2 * c <= deg else deg - c
+        take = m == c
+        for n in range(m):
+            j = deg - m + n
+            state += GOLDEN
+            t = bounded(mix(state), np.uint64(j + 1))
+            taken = False
+            for q in range(o, o + n):
+                if (pos[q] if take else aux[q]) == t:
+                    taken = True
+            x = j if taken else t
+            q = o + n
+            if take:
+                while q > o and pos[q - 1] > x:
+                    pos[q] = pos[q - 1]
+                    q -= 1
+                pos[q] = x
+            else:
+                while q > o and aux[q - 1] > x:
+                    aux[q] = aux[q - 1]
+                    q -= 1
+                aux[q] = x
+        if take:
+            for q in range(o, o + c):
+                pos[q] += shift
+        else:
+            q = o
+            w = o
+            for p in range(deg):
+                if q < o + m and aux[q] == p:
+                    q += 1
+                else:
+                    pos[w] = shift + p
+                    w += 1
+    if a < b:  # map virtual positions to CSC positions, each lane its own outputs
+        cuda.syncthreads()
+        j = lane
+        while j < c:
+            pos[o + j] = virtual_to_real(excl, a, b, s, pos[o + j])
+            j += WARP
 
 
 @cuda.jit
@@ -36,76 +102,25 @@ def choose_uniform(dst, row_start, row_deg, row_exlo, row_exhi, out_indptr, fano
     while row < dst.shape[0]:
         o = out_indptr[row]
         c = out_indptr[row + 1] - o
-        deg = row_deg[row]
-        s = row_start[row]
-        a = row_exlo[row]
-        b = row_exhi[row]
-        shift = s if a == b else 0  # rows with excluded edges choose virtual positions, mapped below
         if c > 0:
-            if c == deg and not draws:
-                j = lane
-                while j < c:
-                    pos[o + j] = shift + j
-                    j += WARP
-            elif draws:
-                state0 = row_state(key, dst[row])
-                j = lane
-                while j < c:
-                    pos[o + j] = shift + bounded(draw(state0, j + 1), np.uint64(deg))
-                    j += WARP
-            elif lane == 0:
-                # Floyd's m-subset, kept sorted in out[o:o + m]; m = k, or the d - k left out
-                state = row_state(key, dst[row])
-                m = c if 2 * c <= deg else deg - c
-                take = m == c
-                for n in range(m):
-                    j = deg - m + n
-                    state += GOLDEN
-                    t = bounded(mix(state), np.uint64(j + 1))
-                    taken = False
-                    for q in range(o, o + n):
-                        if (pos[q] if take else aux[q]) == t:
-                            taken = True
-                    x = j if taken else t
-                    q = o + n
-                    if take:
-                        while q > o and pos[q - 1] > x:
-                            pos[q] = pos[q - 1]
-                            q -= 1
-                        pos[q] = x
-                    else:
-                        while q > o and aux[q - 1] > x:
-                            aux[q] = aux[q - 1]
-                            q -= 1
-                        aux[q] = x
-                if take:
-                    for q in range(o, o + c):
-                        pos[q] += shift
-                else:
-                    q = o
-                    w = o
-                    for p in range(deg):
-                        if q < o + m and aux[q] == p:
-                            q += 1
-                        else:
-                            pos[w] = shift + p
-                            w += 1
-            if a < b:  # map virtual positions to CSC positions, each lane its own outputs
-                cuda.syncthreads()
-                j = lane
-                while j < c:
-                    pos[o + j] = virtual_to_real(excl, a, b, s, pos[o + j])
-                    j += WARP
+            choose_row(lane, dst[row], row_start[row], row_deg[row], row_exlo[row], row_exhi[row], o, c,
+                       draws, key, excl, pos, aux)
         cuda.syncthreads()
         row += cuda.gridDim.x
+
+
+@cuda.jit(device=True)
+def take_position(indices, edge_ids, has_eids, q, src, eids, j):  # pragma: no cover - device
+    """Write output j from CSC position q: its source and edge id (q itself without edge ids)."""
+    src[j] = indices[q]
+    eids[j] = edge_ids[q] if has_eids else q
 
 
 @cuda.jit(device=True)
 def _emit(indices, edge_ids, has_eids, excl, a, b, s, p, src, eids, j):  # pragma: no cover - device
     """Write output j for virtual position p of a row starting at CSC position s."""
     q = s + p if a == b else virtual_to_real(excl, a, b, s, p)
-    src[j] = indices[q]
-    eids[j] = edge_ids[q] if has_eids else q
+    take_position(indices, edge_ids, has_eids, q, src, eids, j)
 
 
 @cuda.jit(device=True)
@@ -184,9 +199,7 @@ def gather(indices, edge_ids, has_eids, pos, nnz, src, eids):  # pragma: no cove
     stride = cuda.gridsize(1)
     n = nnz[0] if nnz[0] < pos.shape[0] else pos.shape[0]  # (builtin min does not compile to PTX here)
     while j < n:
-        p = pos[j]
-        src[j] = indices[p]
-        eids[j] = edge_ids[p] if has_eids else p
+        take_position(indices, edge_ids, has_eids, pos[j], src, eids, j)
         j += stride
 
 
