@@ -159,8 +159,10 @@ class HeteroNeighborSampler:
 
     @property
     def launches(self) -> dict[str, int]:
-        """Kernel launches of the fused typed path so far (CUDA), by kernel: ``"plan"``, ``"scan"`` and
-        ``"rows"``, each at most once per layer whatever the number of relations; empty on the CPU."""
+        """Kernel launches of the fused typed path so far (CUDA), by kernel: ``"plan"``, ``"scan"``,
+        ``"rows"`` and ``"choose"`` (uniform rows a warp each: fanout -1 or above the thread-per-row subset,
+        without replacement), each at most once per layer whatever the number of relations; empty on the
+        CPU."""
         return dict(self._loop.launches)
 
     @property

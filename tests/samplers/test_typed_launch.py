@@ -1,9 +1,10 @@
 """Typed graphs on the GPU in one launch per kernel and layer (`samplers.kernels.cuda.typed`), under numba's
 CUDA simulator in a subprocess (the simulator must be chosen before numba.cuda is first imported): the fused
 path's blocks equal the CPU typed sampler's for uniform draws (with and without replacement, exclusions,
-fanout -1, a relation whose fanout leaves the fused path) and weighted draws; the launch counter shows one
-plan, one scan and one rows launch per layer whatever the number of relations; the typed kernels compile to
-sm_90 PTX; the layer loop refuses a concatenated CSC on the CPU or with a relation of another mode."""
+fanout -1, a fanout above the thread-per-row subset) and weighted draws; the launch counter shows one plan,
+one scan and one rows launch per layer (and one warp-rows launch where a relation takes a warp per row)
+whatever the number of relations; the typed kernels compile to sm_90 PTX; the layer loop refuses a
+concatenated CSC on the CPU or with a relation of another mode."""
 
 from __future__ import annotations
 
@@ -67,7 +68,7 @@ SIM_SCRIPT = textwrap.dedent(
                     assert dx[k].dtype == dy[k].dtype, (what, f, k, dx[k].dtype, dy[k].dtype)
                     assert torch.equal(dx[k], dy[k]), (what, f, k, dx[k], dy[k])
 
-    def compare(fanouts, calls, what, chains=0, unchained=True, **kw):
+    def compare(fanouts, calls, what, chains=0, unchained=True, choose=0, **kw):
         cpu_s = HeteroNeighborSampler(graph, fanouts, seed=5, **kw)
         gpu_s = HeteroNeighborSampler(graph, fanouts, seed=5, device="cuda", **kw)
         per_relation[0] = 0
@@ -90,14 +91,16 @@ SIM_SCRIPT = textwrap.dedent(
             assert reads >= chains + 4 if unchained else reads == chains, (what, i, copies.seen)
         assert cpu_s.sampled_edges == gpu_s.sampled_edges > 0, (what, gpu_s.sampled_edges)
         layers = len(next(iter(fanouts.values()))) * len(calls)
-        assert gpu_s.launches == {"plan": layers, "scan": layers, "rows": layers}, (what, gpu_s.launches)
+        want = {"plan": layers, "scan": layers, "rows": layers}
+        want.update({"choose": choose * len(calls)} if choose else {})
+        assert gpu_s.launches == want, (what, gpu_s.launches)
         return gpu_s, per_relation[0]
 
     # uniform: fanouts below and above the degrees, -1, and follows at 70 in the inner layer (above the
-    # thread-per-row Floyd subset: that relation's layer takes its own launches)
+    # thread-per-row Floyd subset: a warp per row, as -1), all fused and chained
     fan = {CLICKS: [3, 2], BY: [2, -1], FOLLOWS: [-1, 70], TAGS: [1, 2]}
-    s, own_layers = compare(fan, [item_seeds, mixed], "uniform")
-    assert own_layers == 2, own_layers
+    s, own_layers = compare(fan, [item_seeds, mixed], "uniform", chains=1, unchained=False, choose=2)
+    assert own_layers == 0, own_layers
     csc = s.typed_csc
     assert csc.relations == [CLICKS, BY, FOLLOWS, TAGS] and not any(csc.weighted.values())
     cat = csc.graph.indptr.copy_to_host()
@@ -106,7 +109,7 @@ SIM_SCRIPT = textwrap.dedent(
         assert (rows - csc.edge_base[rel] == graph.indptr[rel].numpy()).all(), rel
         assert (csc.relation_graph(rel).indptr.copy_to_host() == graph.indptr[rel].numpy()).all(), rel
     # with replacement, every relation fused (follows at 70 too: draws need no subset)
-    s, own_layers = compare(fan, [mixed], "replace", replace=True)
+    s, own_layers = compare(fan, [mixed], "replace", chains=1, unchained=False, choose=2, replace=True)
     assert own_layers == 0, own_layers
     # weighted on two relations (random fanouts, zero weights, exclusions) beside two uniform ones
     s, own_layers = compare({CLICKS: [3, 2], BY: [2, 2], FOLLOWS: [2, 3], TAGS: [1, 2]}, [mixed, item_seeds],
@@ -116,9 +119,9 @@ SIM_SCRIPT = textwrap.dedent(
     # as many launches with one relation as with four
     s, own_layers = compare({CLICKS: [3, 2]}, [item_seeds], "one relation", chains=1, unchained=False)
     assert s.typed_csc.relations == [CLICKS]
-    # a chain of uniform layers (0 draws nothing), read before an unbounded layer, then a chain again
+    # three uniform layers (0 draws nothing, -1 in the middle) in one chain
     fan = {CLICKS: [2, -1, 0], BY: [3, 2, 2], FOLLOWS: [1, 2, 0], TAGS: [2, 1, 3]}
-    s, own_layers = compare(fan, [mixed], "chain, -1, chain", chains=2)
+    s, own_layers = compare(fan, [mixed], "chain with -1", chains=1, unchained=False, choose=1)
 
     # a warm typed chain (fused, and relation by relation with times) allocates on the device only the
     # arrays its blocks keep (the workspace's outputs), and copies no pageable host memory to the device
@@ -168,7 +171,8 @@ PTX_SCRIPT = textwrap.dedent(
     from samplers.kernels.cuda import typed
     i64 = t.int64[::1]; i32 = t.int32[::1]; f32 = t.float32[::1]; f64 = t.float64[::1]
     sigs = {"typed_plan": (i64, f32, *[i64] * 12),
-            "typed_rows": (i64, i32, i64, f32, f64, *[i64] * 9, i32, *[i64] * 6)}
+            "typed_rows": (i64, i32, i64, f32, f64, *[i64] * 9, i32, *[i64] * 7),
+            "typed_choose": (i64, i32, i64, *[i64] * 13, i32, i64)}
     for name, sig in sigs.items():
         ptx, _ = cuda.compile_ptx(getattr(typed, name).py_func, sig, cc=(9, 0))
         assert ".entry" in ptx and "sm_90" in ptx, name

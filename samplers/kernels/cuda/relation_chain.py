@@ -1,5 +1,6 @@
 """Typed layers chained on the device relation by relation: the relations that the concatenated CSC
-(`samplers.kernels.cuda.typed`) does not take whole (temporal, LABOR) or a mix of them and others.
+(`samplers.kernels.cuda.typed`) does not take (temporal, LABOR) or a mix of them and others (its uniform
+and weighted relations then chain at every fanout through their modes, as on plain graphs).
 
 Each relation's mode samples its edges at their capacity (`samplers.modes.Mode.sample_edges_cuda`:
 ``D_t * fanout``, LABOR's capacity), nothing read back; `pack_edges` copies each relation's valid
@@ -109,7 +110,7 @@ def sample_relations_bounded(relations: list, sample: Callable[[int, Any, str], 
         tkey = group_tkey[region] if timed else None
         nodes, times, local[t] = relabel_rows(rows[t], group_src[region], tkey, chain[prev:prev + 1], ws,
                                               chain[triple:triple + 3])
-        next_rows[t] = DeviceRows(nodes, chain, triple + 2, times)
+        next_rows[t] = DeviceRows(nodes, chain, triple + 2, times, rows[t].repeats)
         lo += size[t]
     weights = {rel: getattr(edges[k], "edge_weights", None) for k, rel in enumerate(relations)}
     return PendingTyped(rows=dict(rows), next_rows=next_rows, relations=list(relations),

@@ -7,19 +7,23 @@ indices in one dtype, edge ids (positions where a relation has none), and with a
 the weights and their per-row prefix sums. `TypedCsc.relation_graph` is one relation's `CudaGraph`
 over the same memory (its own small indptr), for layers a relation cannot take through the fused
 path. A layer then launches ``typed_plan`` (each item's output count) once, scans once, reads each
-relation's first output back in one copy, and launches ``typed_rows`` (choose and gather) once, whatever
-the number of relations; the outputs are split per relation into views. Each item draws with its
-relation's key and its node id, through the per-row device functions of the homogeneous kernels
-(`...cuda.uniform.uniform_row`, `...cuda.weighted.weighted_row`), so the blocks equal the per-relation
-launches' and the CPU's. Uniform relations take the fused path at fanout -1, with replacement, or at
-fanouts up to `THREAD_FANOUT_MAX`; weighted relations (without edge times) at every fanout; temporal
-and LABOR relations keep their per-relation launches.
+relation's first output back in one copy, and launches ``typed_rows`` (choose and gather, a thread per
+row) once, whatever the number of relations, and ``typed_choose`` once where a uniform relation draws
+without replacement at fanout -1 or above `THREAD_FANOUT_MAX` (a warp per row, as the plain layers'
+``choose_uniform``); the outputs are split per relation into views. Each item draws with its relation's
+key and its node id, through the per-row device functions of the homogeneous kernels
+(`...cuda.uniform.uniform_row`, `...cuda.uniform.choose_row`, `...cuda.weighted.weighted_row`), so the
+blocks equal the per-relation launches' and the CPU's. Every uniform and weighted relation (without edge
+times) takes the fused path at every fanout; temporal and LABOR relations keep their per-relation
+launches (`...cuda.relation_chain` chains them).
 
-When every relation of a layer takes the fused path at a fanout >= 0 (`TypedCsc.bounded`), the layer
-chains on the device as the plain graph's do (`samplers.kernels.cuda.layer`): `sample_typed_bounded`
-sizes its outputs by the upper bound ``D_t * fanout``, keeps every size in the call's chain, and
-relabels each source type with the plain chain's `...cuda.relabel.relabel_bounded`; the chain's record
-(`start_typed_rows`, `PendingTyped`, `read_typed`: its sizes in one copy) is `...cuda.typed_chain`.
+When every relation of a layer takes the fused path (`TypedCsc.bounded`), the layer chains on the device
+as the plain graph's do (`samplers.kernels.cuda.layer`): `sample_typed_bounded` sizes its outputs by the
+upper bound ``D_t * fanout``, at fanout -1 by the plain chain's degree capacity
+(`...cuda.bounded.full_capacity`; past it, `ChainOverflow` at the read), keeps every size in the call's
+chain, and relabels each source type with the plain chain's `...cuda.relabel.relabel_bounded`; the
+chain's record (`start_typed_rows`, `PendingTyped`, `read_typed`: its sizes in one copy) is
+`...cuda.typed_chain`.
 
 >>> csc = TypedCsc.build(indptr, indices, edge_ids, weights, uva=False)
 >>> out = sample_typed_layer(csc, frontier, [TypedRequest(rel, 10, key, False)], csc.excluded({}))
@@ -48,25 +52,31 @@ import torch
 from numba import cuda
 
 from samplers.kernels.cuda.arrays import concat, copy_into, empty, no_excluded
+from samplers.kernels.cuda.bounded import DegreeBound, full_capacity
 from samplers.kernels.cuda.device import torch_dtypes
 from samplers.kernels.cuda.graph import CudaGraph
-from samplers.kernels.cuda.launch import EDGE_THREADS, ROW_THREADS, grid, kernel_stream, launch
+from samplers.kernels.cuda.launch import EDGE_THREADS, ROW_THREADS, WARP, grid, kernel_stream, launch
 from samplers.kernels.cuda.layer import DeviceRows
 from samplers.kernels.cuda.relabel import relabel_bounded
-from samplers.kernels.cuda.rows import lower_bound, output_count, row_span
+from samplers.kernels.cuda.rows import lower_bound, output_count, row_span, upper_bound
 from samplers.kernels.cuda.scan import exclusive_scan
 from samplers.kernels.cuda.typed_chain import PendingTyped, source_groups
-from samplers.kernels.cuda.uniform import THREAD_FANOUT_MAX, uniform_row
+from samplers.kernels.cuda.uniform import THREAD_FANOUT_MAX, choose_row, take_position, uniform_row
 from samplers.kernels.cuda.weighted import eligible_weighted, weighted_row
 from samplers.kernels.reference import SHORT_ROW_MAX
 
 __all__ = ["TypedCsc", "TypedEdges", "TypedRequest", "sample_typed_bounded", "sample_typed_layer",
-           "typed_plan", "typed_rows"]
+           "typed_choose", "typed_plan", "typed_rows"]
 
 WEIGHTED = np.int64(1)
 """Item flag: the relation draws by weight."""
 DRAWS = np.int64(2)
 """Item flag: the relation draws with replacement (replace and fanout >= 0)."""
+WARP_ROWS = np.int64(4)
+"""Item flag: a uniform relation without draws at fanout -1 or above `THREAD_FANOUT_MAX`: a warp per row
+(``typed_choose``) instead of a thread (``typed_rows``)."""
+NO_END = np.int64(np.iinfo(np.int64).max)
+"""A relation's output end where its outputs are exact (nothing can pass it)."""
 
 
 @cuda.jit(device=True)
@@ -81,6 +91,19 @@ def _valid(nrows, nrow_at, k, i):  # pragma: no cover - device
     """Whether row i of relation slot k is a row: all are where ``nrow_at[k] < 0`` (exact sizes), else
     the first ``nrows[nrow_at[k]]`` (a chain's count on the device; the rest of an upper bound)."""
     return nrow_at[k] < 0 or i < nrows[nrow_at[k]]
+
+
+@cuda.jit(device=True)
+def _outputs(out_indptr, out_base, scan_base, out_end, k, j):  # pragma: no cover - device
+    """Item j's first output and output count (relation slot k): from ``out_base[k] + out_indptr[j] -
+    out_indptr[scan_base[k]]``; count 0 where they would pass ``out_end[k]`` (a chain's capacity: the item
+    is skipped, an overflow that the chain's read reports)."""
+    o = out_indptr[j]
+    c = out_indptr[j + 1] - o
+    o += out_base[k] - out_indptr[scan_base[k]]
+    if o + c > out_end[k]:
+        c = np.int64(0)
+    return o, c
 
 
 @cuda.jit
@@ -115,13 +138,15 @@ def typed_plan(indptr, weights, positive, frontier, item_off, row_base, dst_base
 
 @cuda.jit
 def typed_rows(indptr, indices, edge_ids, weights, prefix, positive, frontier, item_off, row_base, dst_base,
-               flags, keys, excl, out_indptr, src, eids, rel_indptr, out_base, scan_base, sizes,
+               flags, keys, excl, out_indptr, src, eids, rel_indptr, out_base, scan_base, out_end, sizes,
                size_at):  # pragma: no cover - device
-    """Choose and gather every item's outputs (a thread per item) with its relation's key and rule at
-    ``out_base[k] + out_indptr[j] - out_indptr[scan_base[k]]`` (packed: both 0), and write each
-    relation's own indptr (rebased to 0) into ``rel_indptr``. Where ``size_at[k] >= 0`` (a chain), thread
-    0 writes relation k's edge count at ``sizes[size_at[k]]`` and its source group's (the relations
-    from ``scan_base[k]`` to ``size_at[n_rel + k]``'s item) at ``sizes[size_at[2 n_rel + k]]``."""
+    """Choose and gather every item's outputs (a thread per item; `WARP_ROWS` items are left to
+    ``typed_choose``) with its relation's key and rule at ``out_base[k] + out_indptr[j] -
+    out_indptr[scan_base[k]]`` (packed: both 0), items past ``out_end[k]`` skipped (`_outputs`), and write
+    each relation's own indptr (rebased to 0) into ``rel_indptr``. Where ``size_at[k] >= 0`` (a chain),
+    thread 0 writes relation k's edge count at ``sizes[size_at[k]]`` and its source group's (the relations
+    from ``scan_base[k]`` to ``size_at[n_rel + k]``'s item: the items written, a prefix of them where
+    one passes ``out_end[k]``) at ``sizes[size_at[2 n_rel + k]]``."""
     sub = cuda.local.array(THREAD_FANOUT_MAX, numba.int64)
     sums = cuda.local.array(SHORT_ROW_MAX, numba.float64)
     n_rel = row_base.shape[0]
@@ -132,14 +157,15 @@ def typed_rows(indptr, indices, edge_ids, weights, prefix, positive, frontier, i
     if j == 0:
         for k in range(n_rel):
             if size_at[k] >= 0:
+                lo = out_indptr[scan_base[k]]
                 sizes[size_at[k]] = out_indptr[item_off[k + 1]] - out_indptr[item_off[k]]
-                sizes[size_at[2 * n_rel + k]] = out_indptr[size_at[n_rel + k]] - out_indptr[scan_base[k]]
+                cap = lo + out_end[k] - out_base[k]
+                q = upper_bound(out_indptr, scan_base[k], size_at[n_rel + k] + 1, cap) - 1
+                sizes[size_at[2 * n_rel + k]] = out_indptr[q] - lo
     while j < n_items:
         k, i = _item(item_off, n_rel, j)
-        o = out_indptr[j]
-        c = out_indptr[j + 1] - o
-        if c > 0:
-            o += out_base[k] - out_indptr[scan_base[k]]
+        o, c = _outputs(out_indptr, out_base, scan_base, out_end, k, j)
+        if c > 0 and (flags[k] & WARP_ROWS) == 0:
             v = frontier[dst_base[k] + i]
             g = row_base[k] + v
             draws = (flags[k] & DRAWS) != 0
@@ -152,6 +178,34 @@ def typed_rows(indptr, indices, edge_ids, weights, prefix, positive, frontier, i
                             sub)
         rel_indptr[item_off[k] + k + i + 1] = out_indptr[j + 1] - out_indptr[item_off[k]]
         j += stride
+
+
+@cuda.jit
+def typed_choose(indptr, indices, edge_ids, frontier, item_off, row_base, dst_base, flags, keys, excl,
+                 out_indptr, out_base, scan_base, out_end, pos, aux, src, eids):  # pragma: no cover - device
+    """The `WARP_ROWS` items' outputs, a warp (one block) per item, placed as ``typed_rows`` places them:
+    positions chosen by `...cuda.uniform.choose_row` (the plain warp rows' rule) into ``pos`` (``aux``
+    its scratch), then gathered by the lanes (`...cuda.uniform.take_position`)."""
+    lane = cuda.threadIdx.x
+    n_rel = row_base.shape[0]
+    n_items = item_off[n_rel]
+    n_excl = excl.shape[0]
+    j = cuda.blockIdx.x
+    while j < n_items:
+        k, i = _item(item_off, n_rel, j)
+        o, c = _outputs(out_indptr, out_base, scan_base, out_end, k, j)
+        if c > 0 and (flags[k] & WARP_ROWS) != 0:
+            v = frontier[dst_base[k] + i]
+            s, e, a, b = row_span(indptr, excl, n_excl, row_base[k] + v)
+            choose_row(lane, v, s, e - s - (b - a), a, b, o, c, (flags[k] & DRAWS) != 0, np.uint64(keys[k]),
+                       excl, pos, aux)
+            cuda.syncthreads()
+            q = lane
+            while q < c:
+                take_position(indices, edge_ids, True, pos[o + q], src, eids, o + q)
+                q += WARP
+        cuda.syncthreads()
+        j += cuda.gridDim.x
 
 
 @dataclass
@@ -213,6 +267,8 @@ class TypedCsc:
     prefix, positive : device float64 and int64 arrays
         ``graph.prefix`` and ``graph.positive``, or 1-element stand-ins without weighted relations (so
         the kernels compile for one signature).
+    degrees : dict Relation -> `samplers.kernels.cuda.bounded.DegreeBound`
+        Each relation's in-degrees: a chained layer of fanout -1 sizes its outputs by them.
     """
 
     graph: CudaGraph
@@ -225,6 +281,7 @@ class TypedCsc:
     indptr: dict
     prefix: Any
     positive: Any
+    degrees: dict
 
     @classmethod
     def build(cls, indptr: Mapping, indices: Mapping, edge_ids: Mapping, weights: Mapping,
@@ -282,7 +339,8 @@ class TypedCsc:
         return cls(graph=graph, relations=relations, row_base=row_base, edge_base=edge_base,
                    num_rows=num_rows, num_edges=num_edges, weighted=weighted, indptr=own,
                    prefix=graph.prefix if weights else cuda.to_device(np.zeros(1, np.float64)),
-                   positive=graph.positive if weights else cuda.to_device(np.zeros(1, np.int64)))
+                   positive=graph.positive if weights else cuda.to_device(np.zeros(1, np.int64)),
+                   degrees={rel: DegreeBound.of(host[rel]) for rel in relations})
 
     def relation_graph(self, rel) -> CudaGraph:
         """Relation ``rel``'s `CudaGraph`: its own indptr, the rest views of the concatenation (no copy)."""
@@ -297,14 +355,16 @@ class TypedCsc:
                          positive=g.positive[r0:r1] if weighted else None)
 
     def fits(self, rel, fanout: int, replace: bool) -> bool:
-        """Whether relation ``rel`` takes the fused path at ``fanout``: weighted always; uniform at -1,
-        with replacement, or at fanouts up to `THREAD_FANOUT_MAX` (its per-thread Floyd subset)."""
-        return rel in self.weighted and (self.weighted[rel] or replace or fanout <= THREAD_FANOUT_MAX)
+        """Whether relation ``rel`` takes the fused path at ``fanout`` (with ``replace``): every relation
+        of the concatenation does, at every fanout (weighted rows a thread per row; uniform rows a thread
+        per row, or a warp per row at fanout -1 and above `THREAD_FANOUT_MAX` without replacement)."""
+        return rel in self.weighted
 
     def bounded(self, rel, fanout: int, replace: bool) -> bool:
         """Whether relation ``rel``'s layer at ``fanout`` chains on the device (`sample_typed_bounded`):
-        it `fits` and draws at most ``fanout`` edges per row (fanout >= 0)."""
-        return fanout >= 0 and self.fits(rel, fanout, replace)
+        wherever it `fits` (outputs sized by ``D * fanout``, at fanout -1 by the degree capacity
+        `samplers.kernels.cuda.bounded.full_capacity`)."""
+        return self.fits(rel, fanout, replace)
 
     def excluded(self, excluded: Mapping, ws: Any = None) -> Any:
         """The excluded positions of every relation in concatenated positions: a device int64 array
@@ -379,7 +439,8 @@ def _plan_and_scan(csc: TypedCsc, frontier: Mapping[str, Any], requests: list[Ty
     chain's upper bounds with ``nrows``): (item_off host int64 [R + 1], the device parameters, the
     flat frontier, out_indptr device int64 [items + 1], rel_indptr device int64 [items + R]).
 
-    ``extra`` holds the per-relation columns after keys (nrow_at, out_base, scan_base, size_at [3 R]).
+    ``extra`` holds the per-relation columns after keys (nrow_at, out_base, scan_base, out_end, size_at
+    [3 R]).
     With ``ws`` the parameters go through its page-locked staging buffer ``staging`` (an asynchronous
     copy: a chain's layers each take their own, so none waits for the one before)."""
     n_rel = len(requests)
@@ -395,12 +456,13 @@ def _plan_and_scan(csc: TypedCsc, frontier: Mapping[str, Any], requests: list[Ty
         rel = req.relation
         draws = req.replace and req.fanout >= 0
         cols[:4, k] = (csc.row_base[rel], type_base[rel[2]], req.fanout,
-                       (WEIGHTED if csc.weighted[rel] else 0) | (DRAWS if draws else 0))
+                       (WEIGHTED if csc.weighted[rel] else 0) | (DRAWS if draws else 0)
+                       | (WARP_ROWS if _warp_rows(csc, req) else 0))
     cols[4] = np.array([req.key for req in requests], dtype=np.uint64).view(np.int64)
     host = np.concatenate([item_off, cols.ravel(), extra])
     dev = _to_device(host) if ws is None else ws.device_ids(host, staging)
-    params = (dev[:n_rel + 1], *(dev[q * n_rel + 1:(q + 1) * n_rel + 1] for q in range(1, 9)),
-              dev[9 * n_rel + 1:12 * n_rel + 1])
+    params = (dev[:n_rel + 1], *(dev[q * n_rel + 1:(q + 1) * n_rel + 1] for q in range(1, 10)),
+              dev[10 * n_rel + 1:13 * n_rel + 1])
     d_item_off, d_row_base, d_dst_base, d_fanout, d_flags, _keys, d_nrow_at = params[:7]
     flat = _frontier([frontier[t] for t in types if frontier[t].shape[0]], ws)
     n_items = int(item_off[-1])
@@ -420,15 +482,35 @@ def _plan_and_scan(csc: TypedCsc, frontier: Mapping[str, Any], requests: list[Ty
     return item_off, params, flat, out_indptr, rel_indptr
 
 
-def _launch_rows(csc: TypedCsc, params: tuple, flat: Any, excluded: Any, out_indptr: Any, src: Any, eids: Any,
-                 rel_indptr: Any, n_items: int, launches: Counter, sizes: Any) -> None:
-    """Launch ``typed_rows`` (``sizes``: a chain's array, or any int64 array where no size is written)."""
-    item_off, row_base, dst_base, _fanout, flags, keys, _nrow_at, out_base, scan_base, size_at = params
+def _warp_rows(csc: TypedCsc, req: TypedRequest) -> bool:
+    """Whether ``req``'s rows take a warp each (`WARP_ROWS`): uniform rows without draws at fanout -1 or
+    above `THREAD_FANOUT_MAX`, as the plain layers choose (`samplers.kernels.cuda.layer`)."""
+    draws = req.replace and req.fanout >= 0
+    return not csc.weighted[req.relation] and not draws and not 0 <= req.fanout <= THREAD_FANOUT_MAX
+
+
+def _launch_rows(csc: TypedCsc, requests: list[TypedRequest], params: tuple, flat: Any, excluded: Any,
+                 out_indptr: Any, src: Any, eids: Any, rel_indptr: Any, n_items: int, launches: Counter,
+                 sizes: Any, ws: Any = None) -> None:
+    """Launch ``typed_rows``, and ``typed_choose`` where a request takes a warp per row (`_warp_rows`; its
+    positions in ``ws``'s scratch, or fresh arrays without) (``sizes``: a chain's array, or any int64
+    array where no size is written)."""
+    (item_off, row_base, dst_base, _fanout, flags, keys, _nrow_at, out_base, scan_base, out_end,
+     size_at) = params
     g = csc.graph
+    stream = kernel_stream()
     launch(typed_rows, (grid(n_items, ROW_THREADS), ROW_THREADS), g.indptr, g.indices, g.edge_ids, g.weights,
            csc.prefix, csc.positive, flat, item_off, row_base, dst_base, flags, keys, excluded, out_indptr,
-           src, eids, rel_indptr, out_base, scan_base, sizes, size_at, stream=kernel_stream())
+           src, eids, rel_indptr, out_base, scan_base, out_end, sizes, size_at, stream=stream)
     launches["rows"] += 1
+    if any(_warp_rows(csc, req) for req in requests):
+        m = max(int(src.shape[0]), 1)
+        pos, aux = (empty(m, np.int64), empty(m, np.int64)) if ws is None else (
+            ws.scratch("pos", m, np.int64), ws.scratch("aux", m, np.int64))
+        launch(typed_choose, (grid(n_items, 1), WARP), g.indptr, g.indices, g.edge_ids, flat, item_off,
+               row_base, dst_base, flags, keys, excluded, out_indptr, out_base, scan_base, out_end, pos, aux,
+               src, eids, stream=stream)
+        launches["choose"] += 1
 
 
 def sample_typed_layer(csc: TypedCsc, frontier: Mapping[str, Any], requests: list[TypedRequest],
@@ -460,7 +542,8 @@ def sample_typed_layer(csc: TypedCsc, frontier: Mapping[str, Any], requests: lis
     """
     launches = Counter() if launches is None else launches
     n_rel = len(requests)
-    extra = np.concatenate([np.full(n_rel, -1), np.zeros(2 * n_rel), np.full(3 * n_rel, -1)]).astype(np.int64)
+    extra = np.concatenate([np.full(n_rel, -1, np.int64), np.zeros(2 * n_rel, np.int64),
+                            np.full(n_rel, NO_END, np.int64), np.full(3 * n_rel, -1, np.int64)])
     item_off, params, flat, out_indptr, rel_indptr = _plan_and_scan(csc, frontier, requests, excluded,
                                                                     launches, extra, ws=ws,
                                                                     staging="typed_params")
@@ -472,8 +555,8 @@ def sample_typed_layer(csc: TypedCsc, frontier: Mapping[str, Any], requests: lis
     src = out_array(nnz, csc.graph.indices.dtype)
     eids = out_array(nnz, np.int64)
     if n_items:
-        _launch_rows(csc, params, flat, excluded, out_indptr, src, eids, rel_indptr, n_items, launches,
-                     params[0])
+        _launch_rows(csc, requests, params, flat, excluded, out_indptr, src, eids, rel_indptr, n_items,
+                     launches, params[0], ws)
     out = {req.relation: (rel_indptr[item_off[k] + k:item_off[k + 1] + k + 1],
                           src[int(bounds[k]):int(bounds[k + 1])], eids[int(bounds[k]):int(bounds[k + 1])])
            for k, req in enumerate(requests)}
@@ -486,7 +569,11 @@ def sample_typed_bounded(csc: TypedCsc, rows: Mapping[str, DeviceRows], requests
                          excluded: Any, ws: Any, at: int, launches: Counter | None = None) -> PendingTyped:
     """One typed layer sampled and relabelled per source type on the device, nothing read back: as
     `sample_typed_layer` (one launch per kernel), then `relabel.relabel_bounded` per source type (the
-    plain chain's relabelling), outputs at upper bounds (``D_t * fanout`` edges per relation).
+    plain chain's relabelling), outputs at upper bounds: ``D_t * fanout`` edges per relation, at fanout
+    -1 the plain chain's degree capacity (`samplers.kernels.cuda.bounded.full_capacity` over the
+    relation's `TypedCsc.degrees`, the rows' repeats and the workspace's edge rate for this layer), past
+    which the chain's read raises `samplers.kernels.cuda.layer.ChainOverflow` (rows past their source
+    type's region are not written).
 
     Parameters
     ----------
@@ -495,7 +582,7 @@ def sample_typed_bounded(csc: TypedCsc, rows: Mapping[str, DeviceRows], requests
         Every node type's destinations (`start_typed_rows`, or the previous layer's
         `PendingTyped.next_rows`), in the graph's type order.
     requests : list of TypedRequest
-        One per relation, grouped by source type (`TypedCsc.bounded`: fanout >= 0).
+        One per relation, grouped by source type (`TypedCsc.bounded`).
     excluded : device int64 [X]; ws : CudaWorkspace
     at : int
         The chain's first unused entry (this layer writes R + 3 T entries from there).
@@ -504,15 +591,18 @@ def sample_typed_bounded(csc: TypedCsc, rows: Mapping[str, DeviceRows], requests
     Returns
     -------
     PendingTyped
+        Its ``capacity`` per relation (the read checks each relation's edge count against it) and the
+        edge rate name of each relation of fanout -1 (``rates``).
     """
     launches = Counter() if launches is None else launches
     n_rel = len(requests)
     chain = next(iter(rows.values())).chain
-    bound = [int(rows[req.relation[2]].ids.shape[0]) * req.fanout for req in requests]
+    rates = {req.relation: f"typed {req.relation}@{at}" for req in requests if req.fanout < 0}
+    bound = [_capacity(csc, rows[req.relation[2]], req, ws, rates) for req in requests]
     groups = source_groups(requests)
     nrow_at = np.array([rows[req.relation[2]].at for req in requests], dtype=np.int64)
-    out_base, scan_base, size_at = (np.zeros(n_rel, np.int64), np.zeros(n_rel, np.int64),
-                                    np.zeros(3 * n_rel, np.int64))
+    out_base, scan_base, out_end, size_at = (np.zeros(n_rel, np.int64), np.zeros(n_rel, np.int64),
+                                             np.zeros(n_rel, np.int64), np.zeros(3 * n_rel, np.int64))
     frontier = {t: r.ids for t, r in rows.items()}
     sizes = [int(frontier[req.relation[2]].shape[0]) for req in requests]
     item_off = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
@@ -522,24 +612,25 @@ def sample_typed_bounded(csc: TypedCsc, rows: Mapping[str, DeviceRows], requests
         triple[t] = at + n_rel + 3 * i
         region[t] = (base, max(sum(bound[k] for k in ks), 1))
         out_base[ks] = base
+        out_end[ks] = base + region[t][1]
         scan_base[ks] = item_off[ks[0]]
         size_at[n_rel + np.array(ks)] = item_off[ks[-1] + 1]
         size_at[2 * n_rel + np.array(ks)] = triple[t]
         base += region[t][1]
-    extra = np.concatenate([nrow_at, out_base, scan_base, size_at])
+    extra = np.concatenate([nrow_at, out_base, scan_base, out_end, size_at])
     item_off, params, flat, out_indptr, rel_indptr = _plan_and_scan(csc, frontier, requests, excluded,
                                                                     launches, extra, chain, ws,
                                                                     f"typed_params_{at}")
     src = ws.scratch("src", base, csc.graph.indices.dtype)
     eids = ws.output(base, np.int64)
-    _launch_rows(csc, params, flat, excluded, out_indptr, src, eids, rel_indptr, max(int(item_off[-1]), 1),
-                 launches, chain)
+    _launch_rows(csc, requests, params, flat, excluded, out_indptr, src, eids, rel_indptr,
+                 max(int(item_off[-1]), 1), launches, chain, ws)
     next_rows, local, rel_eids = dict(rows), {}, {}
     for t, (lo, n) in region.items():
         r = rows[t]
         sizes_t = chain[triple[t]:triple[t] + 3]
         nodes, local[t] = relabel_bounded(r.ids, r.count, src[lo:lo + n], sizes_t[:1], ws, sizes_t)
-        next_rows[t] = DeviceRows(nodes, chain, triple[t] + 2)
+        next_rows[t] = DeviceRows(nodes, chain, triple[t] + 2, repeats=r.repeats)
         for k in groups[t]:
             rel_eids[requests[k].relation] = eids[lo:lo + n]
     rel_ip = {req.relation: rel_indptr[item_off[k] + k:item_off[k + 1] + k + 1]
@@ -547,4 +638,15 @@ def sample_typed_bounded(csc: TypedCsc, rows: Mapping[str, DeviceRows], requests
     return PendingTyped(rows=dict(rows), next_rows=next_rows, relations=[req.relation for req in requests],
                         rel_indptr=rel_ip, eids=rel_eids, local=local,
                         nnz_at={req.relation: at + k for k, req in enumerate(requests)},
-                        end=at + n_rel + 3 * len(groups))
+                        end=at + n_rel + 3 * len(groups),
+                        capacity={req.relation: bound[k] for k, req in enumerate(requests)}, rates=rates)
+
+
+def _capacity(csc: TypedCsc, rows: DeviceRows, req: TypedRequest, ws: Any, rates: dict) -> int:
+    """A chained relation's output capacity over ``rows`` (its destination type's): ``D_t * fanout``, at
+    fanout -1 `samplers.kernels.cuda.bounded.full_capacity` (sized by the edge rate ``rates[relation]``)."""
+    d_bound = int(rows.ids.shape[0])
+    if req.fanout >= 0:
+        return d_bound * req.fanout
+    return full_capacity(d_bound, csc.degrees[req.relation], True, ws.edge_rate(rates[req.relation]),
+                         rows.repeats or 0)

@@ -50,15 +50,17 @@ def start_typed_rows(frontier: Mapping[str, Any], ws: Any, relations: int, layer
     -------
     dict str -> DeviceRows
         Per type (in ``frontier``'s order, type i's count at ``chain[i]``), over one chain: the workspace's
-        device int64 [T + layers (2 R + 3 T)] sizes (reused by the next chain of this workspace).
+        device int64 [T + layers (2 R + 3 T)] sizes (reused by the next chain of this workspace); each
+        type's ``repeats`` D_t - 1 (its seeds may repeat; a layer of fanout -1 sizes its capacity by it).
     """
     n_types = len(frontier)
     chain = ws.scratch("layer_sizes", n_types + layers * (2 * relations + 3 * n_types), np.int64)
     rows = {}
     for i, (t, ids) in enumerate(frontier.items()):
         ids = ws.device_ids(ids, f"ids_{t}")
-        fill_with(chain[i:i + 1], int(ids.shape[0]), kernel_stream())
-        rows[t] = DeviceRows(ids, chain, i, None if times is None else times[t])
+        count = int(ids.shape[0])
+        fill_with(chain[i:i + 1], count, kernel_stream())
+        rows[t] = DeviceRows(ids, chain, i, None if times is None else times[t], max(count - 1, 0))
     return rows
 
 
