@@ -7,16 +7,25 @@ from samplers.distributed import DistFeatureStore, DistLaborSampler, DistNeighbo
 from samplers.features import FeatureStore
 from samplers.full_graph import FullGraph
 from samplers.hetero import HeteroBlock, HeteroGraph, HeteroNeighborSampler
+from samplers.hetero_link import HeteroLinkBatch, HeteroLinkSampler
 from samplers.interop import PygSubgraph
 from samplers.labor import LaborSampler
 from samplers.link import LinkBatch, LinkSampler, bipartite_reverse_eids
-from samplers.loader import HeteroNodeBatch, LinkLoader, LoadedLinkBatch, NeighborLoader, NodeBatch
+from samplers.loader import (
+    HeteroNodeBatch,
+    LinkLoader,
+    LoadedHeteroLinkBatch,
+    LoadedLinkBatch,
+    NeighborLoader,
+    NodeBatch,
+)
 from samplers.neighbor import NeighborSampler
 from samplers.protocol import Sampler
 from samplers.pyg_sampler import PygSampler  # imports torch_geometric only when one is built
 
 __all__ = ["MAX_BATCH", "MAX_FANOUT", "Block", "Blocks", "DglSampler", "DistFeatureStore", "DistLaborSampler",
            "DistNeighborSampler", "FeatureStore", "FullGraph", "HeteroBlock", "HeteroGraph",
-           "HeteroNeighborSampler", "HeteroNodeBatch", "LaborSampler", "LinkBatch", "LinkLoader",
-           "LinkSampler", "LoadedLinkBatch", "NeighborLoader", "NeighborSampler", "NodeBatch", "PygSampler",
-           "PygSubgraph", "Sampler", "bipartite_reverse_eids"]
+           "HeteroLinkBatch", "HeteroLinkSampler", "HeteroNeighborSampler", "HeteroNodeBatch", "LaborSampler",
+           "LinkBatch", "LinkLoader", "LinkSampler", "LoadedHeteroLinkBatch", "LoadedLinkBatch",
+           "NeighborLoader", "NeighborSampler", "NodeBatch", "PygSampler", "PygSubgraph", "Sampler",
+           "bipartite_reverse_eids"]

@@ -3,7 +3,8 @@
 The sampler knows only graphs (as PyG's link samplers do): the positive pairs come in as node-id
 arrays, negatives are drawn from a node-id range, and the blocks come from a `samplers.Sampler` (a
 `NeighborSampler`, a `LaborSampler`, ...) run on the batch's unique seed nodes. Data sets and models
-live above it.
+live above it. The negative rule and the id checks are `samplers.link_pairs`'; `samplers.hetero_link`'s
+`HeteroLinkSampler` is the typed form (seed edges of one relation of a `HeteroGraph`).
 """
 
 from __future__ import annotations
@@ -18,17 +19,22 @@ import numpy as np
 import torch
 
 from graphrl.graph import CSCGraph
-from samplers._checks import MAX_BATCH, MAX_FANOUT, check_int, check_int64_range, check_seed
+from samplers._checks import MAX_BATCH, MAX_FANOUT, check_int, check_seed
 from samplers.block import Block
+from samplers.link_pairs import (
+    DEGREE_EXPONENT,
+    EXCLUDE_MODES,
+    NEGATIVE_MODES,
+    PairNegatives,
+    check_id_range,
+    check_target_edges,
+    epoch_batches,
+    id_array,
+    id_vector,
+)
 from samplers.protocol import Sampler, check_blocks, check_sampler
 
-__all__ = ["LinkBatch", "LinkSampler", "bipartite_reverse_eids"]
-
-_EXCLUDE_MODES = (None, "self", "reverse")
-_NEGATIVE_MODES = ("uniform", "degree")
-DEGREE_EXPONENT = 0.75
-"""Degree-biased negatives draw item i with probability proportional to degree(i) ** 0.75."""
-_MAX_REJECTION_ROUNDS = 64
+__all__ = ["DEGREE_EXPONENT", "LinkBatch", "LinkSampler", "bipartite_reverse_eids"]
 
 
 def bipartite_reverse_eids(num_interactions: int) -> torch.Tensor:
@@ -113,39 +119,6 @@ class LinkBatch:
     def num_sampled_edges(self) -> int:
         """Edges in all blocks together."""
         return sum(b.num_edges for b in self.blocks)
-
-
-def _as_id_array(name: str, value) -> np.ndarray:
-    """An integer tensor/array of any shape as a contiguous int64 numpy array; TypeError/ValueError
-    naming it."""
-    if isinstance(value, torch.Tensor):
-        if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
-            raise TypeError(f"{name} must be an integer tensor, got dtype {value.dtype}")
-        arr = value.detach().cpu().numpy()
-    else:
-        arr = np.asarray(value)
-        if arr.size and not np.issubdtype(arr.dtype, np.integer):
-            raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
-    check_int64_range(name, arr.reshape(-1))  # reported as given, before the int64 cast wraps them
-    return np.ascontiguousarray(arr, dtype=np.int64)
-
-
-def _as_ids(name: str, value) -> np.ndarray:
-    """A 1-D integer tensor/array as a contiguous int64 numpy array; TypeError/ValueError naming it."""
-    arr = _as_id_array(name, value)
-    if arr.ndim != 1:
-        raise ValueError(f"{name} must be 1-D, got shape {tuple(arr.shape)}")
-    return arr
-
-
-def _check_range(name: str, arr: np.ndarray, lo: int, hi: int, what: str) -> None:
-    if arr.size == 0:
-        return
-    bad = (arr < lo) | (arr >= hi)
-    if bad.any():
-        first = int(arr[np.argmax(bad)])
-        raise ValueError(f"{name}: {int(bad.sum())} of {arr.size} ids outside [{lo}, {hi}) ({what}), "
-                         f"first {first}")
 
 
 def _item_range_from_graph(graph: CSCGraph) -> tuple[int, int]:
@@ -261,14 +234,14 @@ class LinkSampler:
         self.batch_size = check_int("batch_size", batch_size, 1, MAX_BATCH)
         self.num_negatives = check_int("num_negatives", num_negatives, 1, MAX_FANOUT)
         check_seed("seed", seed, allow_none=True)
-        if exclude not in _EXCLUDE_MODES:
-            raise ValueError(f"exclude must be one of {_EXCLUDE_MODES}, got {exclude!r}")
-        if negative not in _NEGATIVE_MODES:
-            raise ValueError(f"negative must be one of {_NEGATIVE_MODES}, got {negative!r}")
+        if exclude not in EXCLUDE_MODES:
+            raise ValueError(f"exclude must be one of {EXCLUDE_MODES}, got {exclude!r}")
+        if negative not in NEGATIVE_MODES:
+            raise ValueError(f"negative must be one of {NEGATIVE_MODES}, got {negative!r}")
         self.negative = negative
 
-        u = _as_ids("users", users)
-        i = _as_ids("items", items)
+        u = id_vector("users", users)
+        i = id_vector("items", items)
         if u.shape != i.shape:
             raise ValueError(f"users and items must have the same length, got {u.size} and {i.size}")
         if item_range is None:
@@ -282,84 +255,45 @@ class LinkSampler:
                 raise TypeError(f"item_range must be a pair of ints (lo, hi), got {item_range!r}") from None
             if not 0 <= lo < hi <= n:
                 raise ValueError(f"item_range=({lo}, {hi}) must satisfy 0 <= lo < hi <= num_nodes={n}")
-        _check_range("users", u, 0, n, f"num_nodes={n}")
-        _check_range("items", i, lo, hi, "item_range")
+        check_id_range("users", u, 0, n, f"num_nodes={n}")
+        check_id_range("items", i, lo, hi, "item_range")
         self.item_range = (lo, hi)
 
         self._target = None
         self._reverse = None
         if target_eids is not None:
-            t = _as_ids("target_eids", target_eids)
+            t = id_vector("target_eids", target_eids)
             if t.shape != u.shape:
                 raise ValueError(f"target_eids must have one edge id per pair ([{u.size}]), got [{t.size}]")
-            _check_range("target_eids", t, 0, graph.num_edges, f"num_edges={graph.num_edges}")
+            check_id_range("target_eids", t, 0, graph.num_edges, f"num_edges={graph.num_edges}")
             self._target = t
         if reverse_eids is not None:
-            r = _as_ids("reverse_eids", reverse_eids)
+            r = id_vector("reverse_eids", reverse_eids)
             if r.shape != (graph.num_edges,):
                 raise ValueError(f"reverse_eids must have one entry per edge ([{graph.num_edges}]), "
                                  f"got [{r.size}]")
-            _check_range("reverse_eids", r, 0, graph.num_edges, f"num_edges={graph.num_edges}")
+            check_id_range("reverse_eids", r, 0, graph.num_edges, f"num_edges={graph.num_edges}")
             self._reverse = r
         if exclude is not None and self._target is None:
             raise ValueError(f"exclude={exclude!r} needs target_eids (the edge id of each pair)")
         if exclude == "reverse" and self._reverse is None:
             raise ValueError("exclude='reverse' needs reverse_eids (e.g. bipartite_reverse_eids(M))")
         if self._target is not None:
-            self._check_target_edges(graph, u, i, self._target)
+            check_target_edges("target_eids", graph.indptr.numpy(), graph.indices.numpy(),
+                               graph.csc_edge_ids().numpy(), u, i, self._target)
         self.exclude = exclude
 
         self.users = u
         self.items = i
-        span = hi - lo
-        keys = np.unique(u * span + (i - lo))
-        self._keys = keys
-        self._span = span
-        counts = np.bincount(keys // span, minlength=n)
-        if (counts >= span).any():
-            bad = int(np.argmax(counts >= span))
-            raise ValueError(f"users: user node {bad} has all {span} items of item_range as positives, "
-                             "so no negative can be drawn for it")
-        self._item_cdf = None
-        if negative == "degree":
-            deg = graph.in_degrees().numpy()[lo:hi].astype(np.float64)
-            weight = deg ** DEGREE_EXPONENT
-            if not (weight > 0).any():
-                raise ValueError(f"negative='degree': every item of item_range=({lo}, {hi}) has in-degree 0, "
-                                 "so no negative can be drawn")
-            self._item_weight = weight
-            self._item_cdf = np.cumsum(weight)
-            # a user whose positives hold every item of positive degree has no negative either
-            mass = np.bincount(keys // span, weights=weight[keys % span] > 0, minlength=n)
-            if (mass >= np.count_nonzero(weight)).any():
-                bad = int(np.argmax(mass >= np.count_nonzero(weight)))
-                raise ValueError(f"users: user node {bad} has every item of positive in-degree as a "
-                                 "positive, so no degree-biased negative can be drawn for it")
+        deg = graph.in_degrees().numpy()[lo:hi] if negative == "degree" else None
+        self._negative_rule = PairNegatives(u, i, n, (lo, hi), negative, deg,
+                                            dst_where=f"of item_range=({lo}, {hi})")
         self.shuffle = bool(shuffle)
         self.drop_last = bool(drop_last)
         self.seed = int(seed) if seed is not None else secrets.randbits(63)
         self._rng = np.random.Generator(np.random.PCG64(self.seed))
         self.sampled_edges = 0
         self.sample_seconds = 0.0
-
-    @staticmethod
-    def _check_target_edges(graph: CSCGraph, u: np.ndarray, i: np.ndarray, t: np.ndarray) -> None:
-        """Check that edge ``t[j]`` really is ``u[j] -> i[j]`` (one vectorised pass over the graph)."""
-        if t.size == 0:
-            return
-        indptr = graph.indptr.numpy()
-        eids = graph.csc_edge_ids().numpy()
-        pos_of_eid = np.empty(graph.num_edges, dtype=np.int64)
-        pos_of_eid[eids] = np.arange(graph.num_edges, dtype=np.int64)
-        pos = pos_of_eid[t]
-        src = graph.indices.numpy()[pos].astype(np.int64)
-        dst = np.searchsorted(indptr, pos, side="right") - 1
-        bad = (src != u) | (dst != i)
-        if bad.any():
-            j = int(np.argmax(bad))
-            raise ValueError(f"target_eids: {int(bad.sum())} of {t.size} edge ids are not their pair's edge, "
-                             f"first pair {j}: edge {int(t[j])} is {int(src[j])}->{int(dst[j])}, "
-                             f"pair is {int(u[j])}->{int(i[j])}")
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -392,19 +326,10 @@ class LinkSampler:
         ValueError
             Shapes that differ.
         """
-        u, it = (_as_id_array(name, v) for name, v in (("users", users), ("items", items)))
+        u, it = (id_array(name, v) for name, v in (("users", users), ("items", items)))
         if u.shape != it.shape:
             raise ValueError(f"users and items must have the same shape, got {u.shape} and {it.shape}")
-        return torch.from_numpy(self._is_pos(u, it))
-
-    def _is_pos(self, u: np.ndarray, it: np.ndarray) -> np.ndarray:
-        lo, hi = self.item_range
-        inside = (it >= lo) & (it < hi)
-        q = u * self._span + (np.clip(it, lo, hi - 1) - lo)
-        pos = np.searchsorted(self._keys, q)
-        if self._keys.size == 0:
-            return np.zeros_like(inside)
-        return (self._keys[np.minimum(pos, self._keys.size - 1)] == q) & inside
+        return torch.from_numpy(self._negative_rule.is_positive(u, it))
 
     def negatives(self, users) -> torch.Tensor:
         """Draw ``num_negatives`` non-positive items for each user, uniform or degree-biased as the sampler
@@ -427,48 +352,10 @@ class LinkSampler:
         ValueError
             ``users`` not 1-D, or holding ids outside [0, num_nodes).
         """
-        u = _as_ids("users", users)
+        u = id_vector("users", users)
         n = self.sampler.graph.num_nodes
-        _check_range("users", u, 0, n, f"num_nodes={n}")
-        return torch.from_numpy(self._negatives(u))
-
-    def _draw_items(self, size) -> np.ndarray:
-        """Items (node ids) from the negative distribution, ignoring positives."""
-        lo, hi = self.item_range
-        if self._item_cdf is None:
-            return self._rng.integers(lo, hi, size=size, dtype=np.int64)
-        x = self._rng.random(size) * self._item_cdf[-1]
-        idx = np.searchsorted(self._item_cdf, x, side="right")  # first item whose cdf exceeds x
-        return lo + np.minimum(idx, self._item_cdf.size - 1)
-
-    def _negatives(self, u: np.ndarray) -> np.ndarray:
-        lo, hi = self.item_range
-        k = self.num_negatives
-        out = self._draw_items((u.size, k))
-        uu = np.repeat(u, k).reshape(u.size, k)
-        bad = np.flatnonzero(self._is_pos(uu.ravel(), out.ravel()))
-        flat = out.reshape(-1)
-        rounds = 0
-        while bad.size:
-            rounds += 1
-            if rounds > _MAX_REJECTION_ROUNDS:
-                # Users with almost every item positive: draw from their allowed items explicitly.
-                for j in bad:
-                    user = int(uu.flat[j])
-                    a = np.searchsorted(self._keys, user * self._span)
-                    b = np.searchsorted(self._keys, (user + 1) * self._span)
-                    allowed = np.setdiff1d(np.arange(self._span), self._keys[a:b] - user * self._span)
-                    if self._item_cdf is None:
-                        flat[j] = lo + int(allowed[self._rng.integers(allowed.size)])
-                    else:
-                        cdf = np.cumsum(self._item_weight[allowed])
-                        pick = np.searchsorted(cdf, self._rng.random() * cdf[-1], side="right")
-                        flat[j] = lo + int(allowed[min(pick, allowed.size - 1)])
-                break
-            flat[bad] = self._draw_items(bad.size)
-            still = self._is_pos(uu.ravel()[bad], flat[bad])
-            bad = bad[still]
-        return out
+        check_id_range("users", u, 0, n, f"num_nodes={n}")
+        return torch.from_numpy(self._negative_rule.draw(self._rng, u, self.num_negatives))
 
     def sample(self, pair_ids) -> LinkBatch:
         """Build the batch of the given positive pairs: negatives, unique seeds, blocks, index tensors.
@@ -487,15 +374,15 @@ class LinkSampler:
         TypeError, ValueError
             ``pair_ids`` is not a 1-D integer array in [0, M).
         """
-        ids = _as_ids("pair_ids", pair_ids)
-        _check_range("pair_ids", ids, 0, self.num_pairs, f"num_pairs={self.num_pairs}")
+        ids = id_vector("pair_ids", pair_ids)
+        check_id_range("pair_ids", ids, 0, self.num_pairs, f"num_pairs={self.num_pairs}")
         return self._sample(ids)
 
     def _sample(self, ids: np.ndarray) -> LinkBatch:
         t0 = time.perf_counter()
         u = self.users[ids]
         p = self.items[ids]
-        neg = self._negatives(u)
+        neg = self._negative_rule.draw(self._rng, u, self.num_negatives)
         b, k = neg.shape
         users_t, pos_t, neg_t = torch.from_numpy(u), torch.from_numpy(p), torch.from_numpy(neg)
         seeds, inverse = torch.unique(torch.cat([users_t, pos_t, neg_t.reshape(-1)]), return_inverse=True)
@@ -519,11 +406,8 @@ class LinkSampler:
 
     def __iter__(self) -> Iterator[LinkBatch]:
         """One epoch of batches: every pair exactly once (the last batch may be short unless drop_last)."""
-        m = self.num_pairs
-        order = self._rng.permutation(m) if self.shuffle else np.arange(m, dtype=np.int64)
-        stop = (m // self.batch_size) * self.batch_size if self.drop_last else m
-        for start in range(0, stop, self.batch_size):
-            yield self._sample(order[start:start + self.batch_size])
+        for ids in epoch_batches(self._rng, self.num_pairs, self.batch_size, self.shuffle, self.drop_last):
+            yield self._sample(ids)
 
     @property
     def sampled_edges_per_second(self) -> float:

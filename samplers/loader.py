@@ -3,7 +3,8 @@
 A loader knows how to cut seeds into batches and how to keep the next batches ready; the sampling is
 the samplers' (`NeighborSampler`, `LinkSampler`) and the feature gather the `FeatureStore`'s. Over a
 `HeteroGraph`, `NeighborLoader` batches seeds of one node type into `HeteroNodeBatch` es (typed blocks,
-features per node type), as PyG's ``NeighborLoader(hetero_data, input_nodes=("paper", idx))``. The
+features per node type), as PyG's ``NeighborLoader(hetero_data, input_nodes=("paper", idx))``, and
+`LinkLoader` over a `HeteroLinkSampler` gives `LoadedHeteroLinkBatch` es (typed link prediction). The
 batches in flight (the thread, its queue, the leases, the CUDA side stream) are `samplers.prefetch`'s.
 
 Prefetch
@@ -57,13 +58,15 @@ from samplers.features import FeatureStore
 from samplers.hetero import HeteroNeighborSampler
 from samplers.hetero_block import HeteroBlock
 from samplers.hetero_graph import HeteroGraph
+from samplers.hetero_link import HeteroLinkBatch, HeteroLinkSampler
 from samplers.link import LinkBatch, LinkSampler
 from samplers.neighbor import NeighborSampler
 from samplers.prefetch import BatchIterator, BatchLease, InFlight
-from samplers.protocol import Sampler, check_blocks, check_sampler
+from samplers.protocol import Sampler, check_blocks, check_sampler, check_typed_blocks
 from samplers.staging import RowStaging, StagingLease
 
-__all__ = ["HeteroNodeBatch", "LinkLoader", "LoadedLinkBatch", "NeighborLoader", "NodeBatch"]
+__all__ = ["HeteroNodeBatch", "LinkLoader", "LoadedHeteroLinkBatch", "LoadedLinkBatch", "NeighborLoader",
+           "NodeBatch"]
 
 
 @dataclass(eq=False)
@@ -188,6 +191,35 @@ class LoadedLinkBatch(LinkBatch):
 
     def release(self) -> None:
         """Give the staging buffer back now; idempotent."""
+        self._lease.release()
+
+
+@dataclass(frozen=True, eq=False)
+class LoadedHeteroLinkBatch(HeteroLinkBatch):
+    """A `HeteroLinkBatch` from a `LinkLoader` over a `HeteroLinkSampler`: the same fields, plus features of
+    its input nodes per node type.
+
+    Attributes
+    ----------
+    index : int
+        Position of the batch in its epoch.
+    input_features : dict[str, torch.Tensor] or None
+        For each node type with features, the rows of ``input_nodes[t]``, shape [S_t, *row_t] ([0, *row_t]
+        where the batch reads none), each a view of a reusable staging buffer: valid until the next batch
+        is fetched (see the module docstring). None without features.
+    """
+
+    index: int = 0
+    input_features: dict[str, torch.Tensor] | None = None
+    _lease: BatchLease = dataclasses.field(default_factory=BatchLease, repr=False)
+
+    @property
+    def input_nodes(self) -> dict[str, torch.Tensor]:
+        """``blocks[0].src_nodes``: int64 [S_t] per node type."""
+        return self.blocks[0].src_nodes
+
+    def release(self) -> None:
+        """Give the staging buffers back now; idempotent."""
         self._lease.release()
 
 
@@ -388,25 +420,6 @@ def _typed_seeds(graph: HeteroGraph, seeds: Any) -> tuple[str, Any]:
     return t, ids
 
 
-def _check_typed_blocks(sampler: Any, blocks: Any, seed_type: str, seeds: torch.Tensor) -> Any:
-    """`check_blocks` for a typed sampler: also that the blocks are typed (``dst_nodes`` a dict) and the
-    last block's ``dst_nodes[seed_type]`` are ``seeds`` in order (host blocks; GPU blocks are not read
-    back). TypeError / ValueError naming the sampler's type."""
-    check_blocks(sampler, blocks, seeds)
-    name = type(sampler).__name__
-    dst = blocks[-1].dst_nodes
-    if not isinstance(dst, Mapping) or seed_type not in dst:
-        got = f"no {seed_type!r} key" if isinstance(dst, Mapping) else type(dst).__name__
-        raise TypeError(f"{name}.sample must return typed blocks (samplers.HeteroBlock: dst_nodes a dict by "
-                        f"node type with the seed type {seed_type!r}), got dst_nodes {got}")
-    got = dst[seed_type]
-    if isinstance(got, torch.Tensor) and got.device.type == "cpu" and (
-            tuple(got.shape) != tuple(seeds.shape) or not torch.equal(got.to(torch.int64), seeds)):
-        raise ValueError(f"{name}.sample broke the Sampler contract: blocks[-1].dst_nodes[{seed_type!r}] "
-                         f"must be the {int(seeds.numel())} seeds in order")
-    return blocks
-
-
 class NeighborLoader(_Loader):
     """Minibatches of seed nodes with their sampled blocks, input features and labels.
 
@@ -592,7 +605,7 @@ class NeighborLoader(_Loader):
                 if t is None:
                     blocks = check_blocks(self.sampler, self.sampler.sample(seeds), seeds)
                 else:
-                    blocks = _check_typed_blocks(self.sampler, self.sampler.sample({t: seeds}), t, seeds)
+                    blocks = check_typed_blocks(self.sampler, self.sampler.sample({t: seeds}), {t: seeds})
                 ready = flight.mark()
             labels = None
             if self.labels is not None:
@@ -613,19 +626,24 @@ class NeighborLoader(_Loader):
 
 
 class LinkLoader(_Loader):
-    """BPR minibatches of a `LinkSampler`, prepared ahead in a background thread, with optional features.
+    """BPR minibatches of a `LinkSampler` (or a `HeteroLinkSampler`), prepared ahead in a background thread,
+    with optional features.
 
     An epoch is one pass of ``link_sampler`` (its batching, order and negatives: the same batches as
     iterating the sampler itself), each batch a `LoadedLinkBatch` (a `LinkBatch` plus
-    ``input_features`` of ``blocks[0].src_nodes``). See the module docstring for prefetching and for
-    how long ``input_features`` stay valid.
+    ``input_features`` of ``blocks[0].src_nodes``). Over a `HeteroLinkSampler` (typed link prediction, as
+    PyG's ``LinkNeighborLoader(hetero_data, edge_label_index=(edge_type, idx))``) each batch is a
+    `LoadedHeteroLinkBatch` and ``features`` a dict by node type, gathered for every featured type of
+    the first block's sources. See the module docstring for prefetching and for how long
+    ``input_features`` stay valid.
 
     Parameters
     ----------
-    link_sampler : LinkSampler
+    link_sampler : LinkSampler or HeteroLinkSampler
         Batches, negatives and blocks.
-    features : FeatureStore, torch.Tensor or None
-        Node features, [N, *row]; None for models that embed node ids (LightGCN).
+    features : FeatureStore, torch.Tensor, dict str -> (FeatureStore or torch.Tensor), or None
+        Node features, [N, *row]; over a `HeteroLinkSampler` a dict by node type, each
+        [num_nodes[t], *row_t] (types left out get none); None for models that embed node ids (LightGCN).
     prefetch : int
         Batches the background thread keeps ready (0: no thread).
 
@@ -638,11 +656,11 @@ class LinkLoader(_Loader):
     Raises
     ------
     TypeError
-        ``link_sampler`` is not a `LinkSampler`; ``features`` of the wrong type; a non-int
-        ``prefetch``.
+        ``link_sampler`` is neither a `LinkSampler` nor a `HeteroLinkSampler`; ``features`` of the wrong
+        type (typed: not a dict); a non-int ``prefetch``.
     ValueError
         ``prefetch`` outside [0, `samplers.MAX_BATCH`]; features with another number of rows than the
-        graph has nodes.
+        graph has nodes (typed: than their type has, or naming an unknown node type).
 
     Examples
     --------
@@ -650,16 +668,24 @@ class LinkLoader(_Loader):
     ...                                 batch_size=8192, seed=1), prefetch=1)
     >>> for batch in loader:
     ...     loss = bpr(model(batch.blocks), batch.user_index, batch.pos_index, batch.neg_index)
+    >>> typed = LinkLoader(HeteroLinkSampler(HeteroNeighborSampler(hetero, [10, 10], seed=0),
+    ...                                      ("user", "listens", "artist"), users, artists, seed=1),
+    ...                    features={"user": x_user, "artist": x_artist})
+    >>> batch = next(iter(typed))   # LoadedHeteroLinkBatch: batch.input_features["artist"]
     """
 
     _name = "graphrl-link-loader"
 
-    def __init__(self, link_sampler: LinkSampler, features: FeatureStore | torch.Tensor | None = None,
+    def __init__(self, link_sampler: LinkSampler | HeteroLinkSampler, features: Any = None,
                  prefetch: int = 1) -> None:
-        if not isinstance(link_sampler, LinkSampler):
-            raise TypeError(f"link_sampler must be a LinkSampler, got {type(link_sampler).__name__}")
-        super().__init__(features, prefetch, link_sampler.sampler.graph.num_nodes)
+        if not isinstance(link_sampler, (LinkSampler, HeteroLinkSampler)):
+            raise TypeError(f"link_sampler must be a LinkSampler or a HeteroLinkSampler, got "
+                            f"{type(link_sampler).__name__}")
+        graph = link_sampler.sampler.graph
+        typed = isinstance(link_sampler, HeteroLinkSampler)
+        super().__init__(features, prefetch, dict(graph.num_nodes) if typed else graph.num_nodes)
         self.link_sampler = link_sampler
+        self.typed = typed
 
     @property
     def sampled_edges(self) -> int:
@@ -676,16 +702,19 @@ class LinkLoader(_Loader):
         return len(self.link_sampler)
 
     def __iter__(self) -> BatchIterator:
-        """One epoch of `LoadedLinkBatch` es (closes this loader's previous iterator); ValueError once
-        closed."""
+        """One epoch of `LoadedLinkBatch` es (`LoadedHeteroLinkBatch` es over a `HeteroLinkSampler`); closes
+        this loader's previous iterator; ValueError once closed."""
         self.check_open()
         epoch = iter(self.link_sampler)
-        names = [f.name for f in dataclasses.fields(LinkBatch)]
+        typed = self.typed
+        kind, loaded = (HeteroLinkBatch, LoadedHeteroLinkBatch) if typed else (LinkBatch, LoadedLinkBatch)
+        gather = self._gather_typed if typed else self._gather
+        names = [f.name for f in dataclasses.fields(kind)]
 
-        def produce(i: int) -> LoadedLinkBatch:
+        def produce(i: int) -> LoadedLinkBatch | LoadedHeteroLinkBatch:
             batch = next(epoch)
-            feats, lease = self._gather(batch.blocks[0].src_nodes)
-            return LoadedLinkBatch(**{k: getattr(batch, k) for k in names}, index=i, input_features=feats,
-                                   _lease=lease)
+            feats, lease = gather(batch.blocks[0].src_nodes)
+            fields = {k: getattr(batch, k) for k in names}
+            return loaded(**fields, index=i, input_features=feats, _lease=lease)
 
         return self._start(produce, len(self))

@@ -8,14 +8,14 @@ object with these members; `NeighborLoader`, `LinkSampler` / `LinkLoader`, `PygS
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
 
 __all__ = ["Sampler", "check_blocks", "check_same_edges", "check_same_typed_edges", "check_sampler",
-           "edges_by_id"]
+           "check_typed_blocks", "edges_by_id"]
 
 
 @runtime_checkable
@@ -153,6 +153,52 @@ def check_blocks(sampler: Any, blocks: Any, seeds: torch.Tensor) -> Any:
                      f"{int(want[diff[0]])}") if diff.numel() else f"{int(dst.numel())} of them"
             raise ValueError(f"{name}.sample broke the Sampler contract: blocks[-1].dst_nodes must be the "
                              f"{int(want.numel())} seeds in order, got {where}")
+    return blocks
+
+
+def check_typed_blocks(sampler: Any, blocks: Any, seeds: Mapping[str, torch.Tensor]) -> Any:
+    """`check_blocks` for a typed sampler: also that the blocks are typed (``dst_nodes`` a dict holding every
+    seeded type) and that the last block's ``dst_nodes[t]`` are ``seeds[t]`` in order for each seeded type t
+    (host blocks; GPU blocks are not read back).
+
+    Parameters
+    ----------
+    sampler : Sampler
+        The sampler that returned ``blocks``.
+    blocks : list of samplers.HeteroBlock
+        What ``sampler.sample(seeds, ...)`` returned.
+    seeds : mapping str -> torch.Tensor, integer [B_t]
+        The seeds it was called with, per node type (at least one type).
+
+    Returns
+    -------
+    list of samplers.HeteroBlock
+        ``blocks``, unchanged.
+
+    Raises
+    ------
+    TypeError
+        `check_blocks`'s; blocks that are not typed, or lack a seeded type (named with the sampler's type).
+    ValueError
+        `check_blocks`'s; last destinations of a type other than its seeds.
+    """
+    check_blocks(sampler, blocks, next(iter(seeds.values())))
+    name = type(sampler).__name__
+    dst = blocks[-1].dst_nodes
+    if not isinstance(dst, Mapping) or any(t not in dst for t in seeds):
+        types = ", ".join(repr(t) for t in seeds)
+        missing = [t for t in seeds if t not in dst] if isinstance(dst, Mapping) else []
+        got = f"no {missing[0]!r} key" if missing else type(dst).__name__
+        kind = "seed types" if len(seeds) > 1 else "seed type"
+        raise TypeError(f"{name}.sample must return typed blocks (samplers.HeteroBlock: dst_nodes a dict by "
+                        f"node type with the {kind} {types}), got dst_nodes {got}")
+    for t, want in seeds.items():
+        got = dst[t]
+        want = want.reshape(-1).to(torch.int64)
+        if isinstance(got, torch.Tensor) and got.device.type == "cpu" and (
+                tuple(got.shape) != tuple(want.shape) or not torch.equal(got.to(torch.int64), want)):
+            raise ValueError(f"{name}.sample broke the Sampler contract: blocks[-1].dst_nodes[{t!r}] must be "
+                             f"the {int(want.numel())} seeds in order")
     return blocks
 
 

@@ -1,0 +1,452 @@
+"""Typed link prediction: seed edges of one relation of a `HeteroGraph`, negatives of the destination type,
+typed blocks.
+
+`HeteroLinkSampler` is `LinkSampler` over a `HeteroGraph`, as PyG's ``LinkNeighborLoader(hetero_data,
+edge_label_index=(("user", "to", "artist"), idx), neg_sampling=...)`` and DGL's
+``as_edge_prediction_sampler`` on a heterograph: positive pairs (src of ``edge_type[0]``, dst of
+``edge_type[2]``), negatives among the destination type's nodes by `samplers.link_pairs.PairNegatives`
+(the plain sampler's rule and stream), the seed edges (and their reverses in a reverse relation) excluded
+from the candidates, and the blocks of ``{src_type: ..., dst_type: ...}`` from a typed sampler
+(`HeteroNeighborSampler`, a typed `LaborSampler`, any `Sampler` over the graph returning `HeteroBlock` s).
+Each batch is a `HeteroLinkBatch`; `samplers.LinkLoader` prefetches them with features per node type.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from samplers._checks import MAX_BATCH, MAX_FANOUT, check_int, check_seed
+from samplers.hetero_block import HeteroBlock
+from samplers.hetero_graph import HeteroGraph, Relation
+from samplers.link_pairs import (
+    EXCLUDE_MODES,
+    NEGATIVE_MODES,
+    PairNegatives,
+    check_id_range,
+    check_target_edges,
+    epoch_batches,
+    id_array,
+    id_vector,
+)
+from samplers.protocol import Sampler, check_sampler, check_typed_blocks
+
+__all__ = ["HeteroLinkBatch", "HeteroLinkSampler"]
+
+
+@dataclass(frozen=True, eq=False)
+class HeteroLinkBatch:
+    """One typed link minibatch: B positive edges of ``edge_type``, k negatives each, and typed blocks.
+
+    The fields are `LinkBatch`'s (so one BPR step reads either), typed: ``users`` are sources of
+    ``edge_type[0]``, the items destinations of ``edge_type[2]``, ids within their type.
+
+    Attributes
+    ----------
+    edge_type : Relation
+        The seed edges' relation (src type, name, dst type).
+    users : torch.Tensor, int64, shape [B]
+        Source ids (of the source type).
+    pos_items : torch.Tensor, int64, shape [B]
+        Destination ids (of the destination type); ``users[b] -> pos_items[b]`` is a positive pair.
+    neg_items : torch.Tensor, int64, shape [B, k]
+        Negative destination ids, in [0, num_nodes[dst_type]); none is a positive of ``users[b]``.
+    blocks : list[HeteroBlock]
+        Typed blocks of the seeds (outermost first); ``blocks[-1].dst_nodes`` are `seeds`.
+    user_index : torch.Tensor, int64, shape [B]
+        Positions of ``users`` in ``blocks[-1].dst_nodes[src_type]``.
+    pos_index : torch.Tensor, int64, shape [B]
+        Positions of ``pos_items`` in ``blocks[-1].dst_nodes[dst_type]``.
+    neg_index : torch.Tensor, int64, shape [B, k]
+        Positions of ``neg_items`` in ``blocks[-1].dst_nodes[dst_type]``.
+    pair_ids : torch.Tensor, int64, shape [B]
+        Index of each positive pair in the sampler's input arrays.
+    excluded_eids : dict[Relation, torch.Tensor] or None, int64 [X_r] each
+        Relation edge ids removed from the blocks' candidates (the targets in ``edge_type`` and, with
+        ``exclude="reverse"``, their reverses in the reverse relation); None when nothing was excluded.
+    """
+
+    edge_type: Relation
+    users: torch.Tensor
+    pos_items: torch.Tensor
+    neg_items: torch.Tensor
+    blocks: list[HeteroBlock]
+    user_index: torch.Tensor
+    pos_index: torch.Tensor
+    neg_index: torch.Tensor
+    pair_ids: torch.Tensor
+    excluded_eids: dict[Relation, torch.Tensor] | None = None
+
+    @property
+    def src_type(self) -> str:
+        """The sources' node type, ``edge_type[0]``."""
+        return self.edge_type[0]
+
+    @property
+    def dst_type(self) -> str:
+        """The destinations' (and negatives') node type, ``edge_type[2]``."""
+        return self.edge_type[2]
+
+    @property
+    def seeds(self) -> dict[str, torch.Tensor]:
+        """The unique seeds per node type, ``blocks[-1].dst_nodes``: int64 [S_t] each (sorted)."""
+        return self.blocks[-1].dst_nodes
+
+    @property
+    def batch_size(self) -> int:
+        """B, the number of positive pairs."""
+        return int(self.users.shape[0])
+
+    @property
+    def num_negatives(self) -> int:
+        """k, negatives per positive."""
+        return int(self.neg_items.shape[1])
+
+    @property
+    def num_sampled_edges(self) -> int:
+        """Edges in all blocks together, every relation."""
+        return sum(b.num_edges() for b in self.blocks)
+
+
+def _relation(name: str, value, graph: HeteroGraph) -> Relation:
+    """``value`` if it is one of the graph's relations, else ValueError naming ``name`` and the relations."""
+    rel = tuple(value) if isinstance(value, (tuple, list)) else value
+    if rel not in graph.relations:
+        raise ValueError(f"{name}: unknown relation {value!r} (the graph has {graph.relations})")
+    return rel
+
+
+class HeteroLinkSampler:
+    """Minibatches of positive edges of one relation of a `HeteroGraph`, k negatives each, and typed blocks.
+
+    Each epoch visits every positive pair once, in a seeded random order (input order with
+    ``shuffle=False``), cut into batches of ``batch_size``: `LinkSampler`'s epochs, with its negative rule
+    and stream over the destination type, ``item_range = (0, num_nodes[dst_type])`` (the same ``seed`` and
+    pairs give the negatives a `LinkSampler` gives over a bipartite graph whose items are those nodes,
+    offset). For a batch it draws ``num_negatives`` destinations per pair that are not positives of its
+    source (uniform, or by in-degree in ``edge_type`` to the power 0.75), takes the unique seeds per node
+    type (sources and destinations and negatives merged when the types are the same, as PyG's
+    ``edge_sample``), and samples ``sampler.sample({src_type: ..., dst_type: ...})``, optionally with the
+    batch's target edges (and their reverses) excluded from the candidates.
+
+    Parameters
+    ----------
+    sampler : Sampler over a `HeteroGraph`
+        A `HeteroNeighborSampler`, a typed `LaborSampler`, or any `samplers.Sampler` whose graph is a
+        `HeteroGraph` and whose ``sample`` returns `HeteroBlock` s.
+    edge_type : Relation
+        The seed edges' relation ``(src_type, name, dst_type)``, one of ``sampler.graph.relations``.
+    src : torch.Tensor or array-like, integer, shape [M]
+        Source of each positive pair, in [0, num_nodes[src_type]).
+    dst : torch.Tensor or array-like, integer, shape [M]
+        Destination of each positive pair, in [0, num_nodes[dst_type]).
+    batch_size : int
+        Pairs per batch, >= 1.
+    num_negatives : int
+        k, negatives per pair, >= 1.
+    negative : {"uniform", "degree"}
+        Uniform over the destination type's nodes, or proportional to their in-degree in ``edge_type`` to
+        the power 0.75 (nodes of in-degree 0 are then never drawn).
+    exclude : {None, "self", "reverse"}
+        Remove from the blocks' candidates nothing, the batch's target edges of ``edge_type``, or those and
+        their reverses in ``reverse_edge_type`` (DGL's ``exclude="reverse_types"``). By edge id.
+    target_eids : torch.Tensor or array-like or None, integer, shape [M]
+        Edge id (in ``edge_type``) of each pair's edge; checked against the pairs. Required when
+        ``exclude`` is set.
+    reverse_edge_type : Relation or None
+        The reverse relation ``(dst_type, name, src_type)``; required for ``exclude="reverse"``.
+    reverse_eids : torch.Tensor or array-like or None, integer, shape [E_r]
+        For every edge of ``edge_type``, the id of its reverse in ``reverse_edge_type``; None: the same id
+        (as `lastfm_hetero_graph` builds, and DGL's ``reverse_etypes`` assume). The targets' reverses are
+        checked to be the reversed pairs.
+    shuffle, drop_last : bool
+        Fresh random order each epoch; drop the last, shorter batch.
+    seed : int or None
+        Seed of the order and negatives stream; None draws one from the OS. The blocks also depend on
+        ``sampler``'s seed.
+
+    Attributes
+    ----------
+    sampled_edges : int
+        Edges in all blocks sampled so far.
+    sample_seconds : float
+        Wall time spent sampling batches so far (negatives, unique, neighbour sampling).
+
+    Raises
+    ------
+    TypeError
+        ``sampler`` is not a `Sampler`, or samples a `CSCGraph` (use `LinkSampler`); an id array holds
+        non-integers; an int argument is not an int; typed-blocks contract broken at `sample` time.
+    ValueError
+        ``edge_type`` or ``reverse_edge_type`` not a relation of the graph, or a reverse relation whose
+        types are not ``edge_type``'s swapped; mismatched lengths; ids out of their type's range (edge ids
+        out of their relation's); ``batch_size`` outside [1, `samplers.MAX_BATCH`], ``num_negatives``
+        outside [1, `samplers.MAX_FANOUT`]; ``seed`` outside [0, 2**64); an unknown ``exclude`` or
+        ``negative``; ``exclude`` without ``target_eids`` (or without ``reverse_edge_type`` for
+        "reverse"); ``reverse_eids`` None where the two relations' edge counts differ; a target edge that
+        is not its pair's edge, or a reverse that is not the reversed pair; a source whose positives cover
+        every destination (with ``negative="degree"``: every one of in-degree > 0).
+
+    References
+    ----------
+    PyG's ``LinkNeighborLoader`` on ``HeteroData`` (``edge_label_index=(edge_type, index)``,
+    ``neg_sampling``); DGL's ``as_edge_prediction_sampler(exclude="reverse_types", reverse_etypes=...,
+    negative_sampler=Uniform(k))``; Rendle et al., BPR (UAI 2009).
+
+    Examples
+    --------
+    >>> graph = lastfm_hetero_graph(ds)
+    >>> listens, heard = ("user", "listens", "artist"), ("artist", "heard_by", "user")
+    >>> link = HeteroLinkSampler(HeteroNeighborSampler(graph, [10, 10], seed=0), listens, ds.train_users,
+    ...                          ds.train_items, batch_size=1024, exclude="reverse",
+    ...                          target_eids=torch.arange(len(ds.train_users)), reverse_edge_type=heard,
+    ...                          seed=0)
+    >>> for batch in link:                      # HeteroLinkBatch
+    ...     h = model(batch.blocks)             # {"user": [S_user, d], "artist": [S_artist, d]}
+    ...     u, p = h["user"][batch.user_index], h["artist"][batch.pos_index]
+    """
+
+    def __init__(self, sampler: Sampler, edge_type: Relation, src, dst, *, batch_size: int = 2048,
+                 num_negatives: int = 1, negative: str = "uniform", exclude: str | None = None,
+                 target_eids=None, reverse_edge_type: Relation | None = None, reverse_eids=None,
+                 shuffle: bool = True, drop_last: bool = False, seed: int | None = None) -> None:
+        check_sampler("sampler", sampler, typed=True)
+        graph = sampler.graph
+        if not isinstance(graph, HeteroGraph):
+            raise TypeError(f"sampler must be a Sampler over a HeteroGraph: the {type(sampler).__name__}'s "
+                            f"graph is a {type(graph).__name__} (use LinkSampler for a plain graph)")
+        self.sampler = sampler
+        self.edge_type = rel = _relation("edge_type", edge_type, graph)
+        s_type, _, d_type = rel
+        n_src, n_dst = graph.num_nodes[s_type], graph.num_nodes[d_type]
+        self.batch_size = check_int("batch_size", batch_size, 1, MAX_BATCH)
+        self.num_negatives = check_int("num_negatives", num_negatives, 1, MAX_FANOUT)
+        check_seed("seed", seed, allow_none=True)
+        if exclude not in EXCLUDE_MODES:
+            raise ValueError(f"exclude must be one of {EXCLUDE_MODES}, got {exclude!r}")
+        if negative not in NEGATIVE_MODES:
+            raise ValueError(f"negative must be one of {NEGATIVE_MODES}, got {negative!r}")
+        self.negative = negative
+
+        u, i = id_vector("src", src), id_vector("dst", dst)
+        if u.shape != i.shape:
+            raise ValueError(f"src and dst must have the same length, got {u.size} and {i.size}")
+        check_id_range("src", u, 0, n_src, f"num_nodes[{s_type!r}]={n_src}")
+        check_id_range("dst", i, 0, n_dst, f"num_nodes[{d_type!r}]={n_dst}")
+        if n_dst == 0:
+            raise ValueError(f"edge_type {rel!r}: the destination type {d_type!r} has no nodes, so no "
+                             f"negative can be drawn")
+
+        self.reverse_edge_type: Relation | None = None
+        if reverse_edge_type is not None:
+            rev = _relation("reverse_edge_type", reverse_edge_type, graph)
+            if (rev[0], rev[2]) != (d_type, s_type):
+                raise ValueError(f"reverse_edge_type {rev!r} must run from {d_type!r} to {s_type!r} (the "
+                                 f"reverse of edge_type {rel!r})")
+            self.reverse_edge_type = rev
+        self._target = None
+        if target_eids is not None:
+            t = id_vector("target_eids", target_eids)
+            if t.shape != u.shape:
+                raise ValueError(f"target_eids must have one edge id per pair ([{u.size}]), got [{t.size}]")
+            e = graph.num_edges(rel)
+            check_id_range("target_eids", t, 0, e, f"num_edges({rel!r})={e}")
+            check_target_edges("target_eids", graph.indptr[rel].numpy(), graph.indices[rel].numpy(),
+                               graph.edge_ids[rel].numpy(), u, i, t)
+            self._target = t
+        self._reverse = self._reverse_ids(graph, reverse_eids, u, i)
+        if exclude is not None and self._target is None:
+            raise ValueError(f"exclude={exclude!r} needs target_eids (the edge id in {rel!r} of each pair)")
+        if exclude == "reverse" and self.reverse_edge_type is None:
+            raise ValueError("exclude='reverse' needs reverse_edge_type (the relation holding the reverse "
+                             "edges, e.g. ('artist', 'heard_by', 'user'))")
+        self.exclude = exclude
+
+        self.users, self.items = u, i
+        deg = np.diff(graph.indptr[rel].numpy()) if negative == "degree" else None
+        self._negative_rule = PairNegatives(u, i, n_src, (0, n_dst), negative, deg, src_arg="src",
+                                            src_name=f"{s_type!r} node", dst_noun=f"{d_type!r} node",
+                                            dst_where=f"(the destinations of {rel!r})")
+        self.shuffle = bool(shuffle)
+        self.drop_last = bool(drop_last)
+        self.seed = int(seed) if seed is not None else secrets.randbits(63)
+        self._rng = np.random.Generator(np.random.PCG64(self.seed))
+        self.sampled_edges = 0
+        self.sample_seconds = 0.0
+
+    def _reverse_ids(self, graph: HeteroGraph, reverse_eids, u: np.ndarray,
+                     i: np.ndarray) -> np.ndarray | None:
+        """The reverse edge id of every edge of ``edge_type`` (None without a reverse relation), checked: in
+        the reverse relation's range, and each target's reverse the reversed pair."""
+        rel, rev = self.edge_type, self.reverse_edge_type
+        if rev is None:
+            if reverse_eids is not None:
+                raise ValueError("reverse_eids given without reverse_edge_type (the relation they index)")
+            return None
+        e, e_rev = graph.num_edges(rel), graph.num_edges(rev)
+        if reverse_eids is None:
+            if e != e_rev:
+                raise ValueError(f"reverse_eids is required: {rel!r} has {e} edges and {rev!r} {e_rev}, so "
+                                 f"edge ids cannot be the same in both")
+            r = np.arange(e, dtype=np.int64)
+        else:
+            r = id_vector("reverse_eids", reverse_eids)
+            if r.shape != (e,):
+                raise ValueError(f"reverse_eids must have one entry per edge of {rel!r} ([{e}]), "
+                                 f"got [{r.size}]")
+            check_id_range("reverse_eids", r, 0, e_rev, f"num_edges({rev!r})={e_rev}")
+        if self._target is not None:
+            check_target_edges("reverse_eids", graph.indptr[rev].numpy(), graph.indices[rev].numpy(),
+                               graph.edge_ids[rev].numpy(), i, u, r[self._target])
+        return r
+
+    # ------------------------------------------------------------------ sizes
+    @property
+    def src_type(self) -> str:
+        """The sources' node type."""
+        return self.edge_type[0]
+
+    @property
+    def dst_type(self) -> str:
+        """The destinations' (and negatives') node type."""
+        return self.edge_type[2]
+
+    @property
+    def num_pairs(self) -> int:
+        """M, positive pairs per epoch."""
+        return int(self.users.shape[0])
+
+    def __len__(self) -> int:
+        """Batches per epoch."""
+        m, b = self.num_pairs, self.batch_size
+        return m // b if self.drop_last else -(-m // b)
+
+    # --------------------------------------------------------------- sampling
+    def is_positive(self, src, dst) -> torch.Tensor:
+        """Whether each (src, dst) pair is one of the sampler's positive pairs.
+
+        Parameters
+        ----------
+        src, dst : torch.Tensor or array-like, integer, same shape
+            Ids of the source and destination types (destinations outside the type are never positive).
+
+        Returns
+        -------
+        torch.Tensor, bool, same shape as ``src``
+
+        Raises
+        ------
+        TypeError
+            ``src`` or ``dst`` not integers.
+        ValueError
+            Shapes that differ.
+        """
+        u, it = id_array("src", src), id_array("dst", dst)
+        if u.shape != it.shape:
+            raise ValueError(f"src and dst must have the same shape, got {u.shape} and {it.shape}")
+        return torch.from_numpy(self._negative_rule.is_positive(u, it))
+
+    def negatives(self, src) -> torch.Tensor:
+        """Draw ``num_negatives`` non-positive destinations for each source (advances the stream).
+
+        Parameters
+        ----------
+        src : torch.Tensor or array-like, integer, shape [B]
+            Source ids, in [0, num_nodes[src_type]).
+
+        Returns
+        -------
+        torch.Tensor, int64, shape [B, k]
+            Destination ids in [0, num_nodes[dst_type]); ``out[b, j]`` is not a positive of ``src[b]``.
+
+        Raises
+        ------
+        TypeError
+            ``src`` not integers.
+        ValueError
+            ``src`` not 1-D, or holding ids outside the source type's range.
+        """
+        u = id_vector("src", src)
+        n = self.sampler.graph.num_nodes[self.src_type]
+        check_id_range("src", u, 0, n, f"num_nodes[{self.src_type!r}]={n}")
+        return torch.from_numpy(self._negative_rule.draw(self._rng, u, self.num_negatives))
+
+    def sample(self, pair_ids) -> HeteroLinkBatch:
+        """Build the batch of the given positive pairs: negatives, unique seeds per type, typed blocks.
+
+        Parameters
+        ----------
+        pair_ids : torch.Tensor or array-like, integer, shape [B]
+            Indices into the sampler's ``users`` / ``items`` (its ``src`` / ``dst``) arrays.
+
+        Returns
+        -------
+        HeteroLinkBatch
+
+        Raises
+        ------
+        TypeError, ValueError
+            ``pair_ids`` is not a 1-D integer array in [0, M); the typed sampler broke its contract
+            (`samplers.protocol.check_typed_blocks`).
+        """
+        ids = id_vector("pair_ids", pair_ids)
+        check_id_range("pair_ids", ids, 0, self.num_pairs, f"num_pairs={self.num_pairs}")
+        return self._sample(ids)
+
+    def _excluded(self, ids: np.ndarray) -> dict[Relation, torch.Tensor] | None:
+        """The relation edge ids a batch excludes (None without ``exclude``)."""
+        if self.exclude is None:
+            return None
+        t = self._target[ids]
+        out = {self.edge_type: t}
+        if self.exclude == "reverse":
+            rev = self._reverse[t]
+            out[self.reverse_edge_type] = np.concatenate([out[self.reverse_edge_type], rev]) \
+                if self.reverse_edge_type in out else rev
+        return {r: torch.from_numpy(v) for r, v in out.items()}
+
+    def _sample(self, ids: np.ndarray) -> HeteroLinkBatch:
+        t0 = time.perf_counter()
+        u, p = self.users[ids], self.items[ids]
+        neg = self._negative_rule.draw(self._rng, u, self.num_negatives)
+        b, k = neg.shape
+        users_t, pos_t, neg_t = torch.from_numpy(u), torch.from_numpy(p), torch.from_numpy(neg)
+        s_type, d_type = self.src_type, self.dst_type
+        if s_type == d_type:
+            every = torch.cat([users_t, pos_t, neg_t.reshape(-1)])
+            merged, inverse = torch.unique(every, return_inverse=True)
+            seeds = {s_type: merged}
+            user_index, dst_index = inverse[:b], inverse[b:]
+        else:
+            src_seeds, user_index = torch.unique(users_t, return_inverse=True)
+            dst_seeds, dst_index = torch.unique(torch.cat([pos_t, neg_t.reshape(-1)]), return_inverse=True)
+            seeds = {s_type: src_seeds, d_type: dst_seeds}
+        excluded = self._excluded(ids)
+        if excluded is None:
+            blocks = self.sampler.sample(seeds)
+        else:
+            blocks = self.sampler.sample(seeds, exclude_eids=excluded)
+        check_typed_blocks(self.sampler, blocks, seeds)  # the index tensors are positions in ``seeds``
+        batch = HeteroLinkBatch(edge_type=self.edge_type, users=users_t, pos_items=pos_t, neg_items=neg_t,
+                                blocks=blocks, user_index=user_index, pos_index=dst_index[:b],
+                                neg_index=dst_index[b:].reshape(b, k), pair_ids=torch.from_numpy(ids),
+                                excluded_eids=excluded)
+        self.sampled_edges += batch.num_sampled_edges
+        self.sample_seconds += time.perf_counter() - t0
+        return batch
+
+    def __iter__(self) -> Iterator[HeteroLinkBatch]:
+        """One epoch of batches: every pair exactly once (the last batch may be short unless drop_last)."""
+        for ids in epoch_batches(self._rng, self.num_pairs, self.batch_size, self.shuffle, self.drop_last):
+            yield self._sample(ids)
+
+    @property
+    def sampled_edges_per_second(self) -> float:
+        """``sampled_edges / sample_seconds`` (0.0 before the first batch)."""
+        return self.sampled_edges / self.sample_seconds if self.sample_seconds > 0 else 0.0
+

@@ -1,0 +1,233 @@
+"""Positive pairs and their negatives for link prediction: the rules `LinkSampler` and `HeteroLinkSampler`
+share.
+
+`PairNegatives` holds a sampler's positive (source, destination) pairs as sorted keys and draws negatives
+for sources from a destination range: uniformly, or by destination in-degree to the power 0.75, never a
+positive of the source (vectorised rejection against the keys; a source's allowed destinations enumerated
+exactly, with the same weights, when rejection keeps failing). The caller owns the random stream and passes
+it in, so one seeded generator orders its epochs and draws its negatives. Over a plain graph the
+destinations are a node-id range (the items of a bipartite graph); over a `HeteroGraph` they are every node
+of the destination type, ``[0, num_nodes[dst_type])``. `id_array`, `id_vector`, `check_id_range` and
+`check_target_edges` check the id arrays both samplers take.
+
+References
+----------
+Rendle et al., "BPR: Bayesian Personalized Ranking from Implicit Feedback" (UAI 2009) for uniform negatives;
+Mikolov et al., "Distributed Representations of Words and Phrases" (NeurIPS 2013) for the 0.75 exponent;
+Ying et al., PinSage (KDD 2018) for degree-biased negatives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+
+from samplers._checks import check_int64_range
+
+__all__ = ["DEGREE_EXPONENT", "EXCLUDE_MODES", "NEGATIVE_MODES", "PairNegatives", "check_id_range",
+           "check_target_edges", "epoch_batches", "id_array", "id_vector"]
+
+EXCLUDE_MODES = (None, "self", "reverse")
+"""What a link sampler removes from the blocks' candidates: nothing, the targets, the targets and reverses."""
+NEGATIVE_MODES = ("uniform", "degree")
+"""How negatives are drawn."""
+DEGREE_EXPONENT = 0.75
+"""Degree-biased negatives draw destination i with probability proportional to degree(i) ** 0.75."""
+_MAX_REJECTION_ROUNDS = 64
+
+
+def id_array(name: str, value) -> np.ndarray:
+    """An integer tensor/array of any shape as a contiguous int64 numpy array; TypeError (not integers) or
+    ValueError (outside int64, reported as given) naming ``name``."""
+    if isinstance(value, torch.Tensor):
+        if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
+            raise TypeError(f"{name} must be an integer tensor, got dtype {value.dtype}")
+        arr = value.detach().cpu().numpy()
+    else:
+        arr = np.asarray(value)
+        if arr.size and not np.issubdtype(arr.dtype, np.integer):
+            raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
+    check_int64_range(name, arr.reshape(-1))  # reported as given, before the int64 cast wraps them
+    return np.ascontiguousarray(arr, dtype=np.int64)
+
+
+def id_vector(name: str, value) -> np.ndarray:
+    """A 1-D integer tensor/array as a contiguous int64 numpy array [n]; `id_array`'s errors, and ValueError
+    when it is not 1-D."""
+    arr = id_array(name, value)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {tuple(arr.shape)}")
+    return arr
+
+
+def check_id_range(name: str, arr: np.ndarray, lo: int, hi: int, what: str) -> None:
+    """ValueError naming ``name``, the count and the first id of ``arr`` (int64) outside ``[lo, hi)``;
+    ``what`` names the bound (``"num_nodes=70839"``)."""
+    if arr.size == 0:
+        return
+    bad = (arr < lo) | (arr >= hi)
+    if bad.any():
+        first = int(arr[np.argmax(bad)])
+        raise ValueError(f"{name}: {int(bad.sum())} of {arr.size} ids outside [{lo}, {hi}) ({what}), "
+                         f"first {first}")
+
+
+def check_target_edges(name: str, indptr: np.ndarray, indices: np.ndarray, eids: np.ndarray, src: np.ndarray,
+                       dst: np.ndarray, target: np.ndarray) -> None:
+    """ValueError naming ``name`` unless edge ``target[j]`` of a CSC is ``src[j] -> dst[j]`` for every j.
+
+    Parameters
+    ----------
+    indptr : numpy.ndarray, int64 [N_dst + 1]
+    indices, eids : numpy.ndarray, integer [E]
+        The CSC's source and edge id at each position.
+    src, dst, target : numpy.ndarray, int64 [M]
+        The pairs and their edge ids (in [0, E), checked before).
+    """
+    if target.size == 0:
+        return
+    pos_of_eid = np.empty(eids.shape[0], dtype=np.int64)
+    pos_of_eid[eids] = np.arange(eids.shape[0], dtype=np.int64)
+    pos = pos_of_eid[target]
+    s = indices[pos].astype(np.int64)
+    d = np.searchsorted(indptr, pos, side="right") - 1
+    bad = (s != src) | (d != dst)
+    if bad.any():
+        j = int(np.argmax(bad))
+        raise ValueError(f"{name}: {int(bad.sum())} of {target.size} edge ids are not their pair's edge, "
+                         f"first pair {j}: edge {int(target[j])} is {int(s[j])}->{int(d[j])}, "
+                         f"pair is {int(src[j])}->{int(dst[j])}")
+
+
+def epoch_batches(rng: np.random.Generator, num_pairs: int, batch_size: int, shuffle: bool,
+                  drop_last: bool) -> Iterator[np.ndarray]:
+    """One epoch's pair ids, batch by batch: every pair once, in ``rng.permutation(num_pairs)`` order
+    (drawn at the first batch) or in input order without ``shuffle``; int64 [batch_size] each, the last
+    shorter unless ``drop_last`` drops it."""
+    order = rng.permutation(num_pairs) if shuffle else np.arange(num_pairs, dtype=np.int64)
+    stop = (num_pairs // batch_size) * batch_size if drop_last else num_pairs
+    for start in range(0, stop, batch_size):
+        yield order[start:start + batch_size]
+
+
+class PairNegatives:
+    """The positive pairs of a link sampler and its negative rule.
+
+    Parameters
+    ----------
+    src : numpy.ndarray, int64 [M]
+        Source of each positive pair, in [0, num_src) (checked by the caller).
+    dst : numpy.ndarray, int64 [M]
+        Destination of each positive pair, in ``dst_range`` (checked by the caller).
+    num_src : int
+        Sources that may be asked for negatives: [0, num_src).
+    dst_range : tuple[int, int]
+        Negatives are ids in ``[lo, hi)``.
+    negative : {"uniform", "degree"}
+        Uniform over ``dst_range``, or proportional to ``in_degree ** 0.75`` (destinations of in-degree 0 are
+        then never drawn).
+    in_degree : numpy.ndarray, integer [hi - lo], or None
+        In-degree of each destination of the range (required for ``negative="degree"``).
+    src_arg, src_name, dst_noun, dst_where : str
+        Words for the messages: the sources' argument and noun (``"users"``, ``"user node"``), the
+        destinations' noun and where they lie (``"item"``, ``"of item_range=(lo, hi)"``).
+
+    Raises
+    ------
+    ValueError
+        A source whose positives cover the whole range (with ``negative="degree"``: every destination of
+        in-degree > 0), or no destination of in-degree > 0, so that no negative can be drawn.
+    """
+
+    def __init__(self, src: np.ndarray, dst: np.ndarray, num_src: int, dst_range: tuple[int, int],
+                 negative: str = "uniform", in_degree: np.ndarray | None = None, *,
+                 src_arg: str = "users", src_name: str = "user node", dst_noun: str = "item",
+                 dst_where: str = "of item_range") -> None:
+        lo, hi = dst_range
+        self.dst_range = (int(lo), int(hi))
+        self.negative = negative
+        span = hi - lo
+        keys = np.unique(src * span + (dst - lo))
+        self._keys = keys
+        self._span = span
+        counts = np.bincount(keys // span, minlength=num_src)
+        if (counts >= span).any():
+            bad = int(np.argmax(counts >= span))
+            raise ValueError(f"{src_arg}: {src_name} {bad} has all {span} {dst_noun}s {dst_where} as "
+                             "positives, so no negative can be drawn for it")
+        self._cdf = None
+        self._weight = None
+        if negative == "degree":
+            weight = np.asarray(in_degree, dtype=np.float64) ** DEGREE_EXPONENT
+            if not (weight > 0).any():
+                raise ValueError(f"negative='degree': every {dst_noun} {dst_where} has in-degree 0, so no "
+                                 "negative can be drawn")
+            self._weight = weight
+            self._cdf = np.cumsum(weight)
+            # a source whose positives hold every destination of positive degree has no negative either
+            mass = np.bincount(keys // span, weights=weight[keys % span] > 0, minlength=num_src)
+            if (mass >= np.count_nonzero(weight)).any():
+                bad = int(np.argmax(mass >= np.count_nonzero(weight)))
+                raise ValueError(f"{src_arg}: {src_name} {bad} has every {dst_noun} of positive in-degree "
+                                 "as a positive, so no degree-biased negative can be drawn for it")
+
+    def is_positive(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """Whether each (src, dst) pair is a positive pair: bool, the shape of ``src`` (int64 arrays of one
+        shape; destinations outside the range are never positive)."""
+        lo, hi = self.dst_range
+        inside = (dst >= lo) & (dst < hi)
+        q = src * self._span + (np.clip(dst, lo, hi - 1) - lo)
+        pos = np.searchsorted(self._keys, q)
+        if self._keys.size == 0:
+            return np.zeros_like(inside)
+        return (self._keys[np.minimum(pos, self._keys.size - 1)] == q) & inside
+
+    def _draw(self, rng: np.random.Generator, size) -> np.ndarray:
+        """Destinations from the negative distribution, ignoring positives."""
+        lo, hi = self.dst_range
+        if self._cdf is None:
+            return rng.integers(lo, hi, size=size, dtype=np.int64)
+        x = rng.random(size) * self._cdf[-1]
+        idx = np.searchsorted(self._cdf, x, side="right")  # first destination whose cdf exceeds x
+        return lo + np.minimum(idx, self._cdf.size - 1)
+
+    def draw(self, rng: np.random.Generator, src: np.ndarray, k: int) -> np.ndarray:
+        """``k`` negatives for each source: int64 [len(src), k] in the range, none a positive of its source.
+
+        Parameters
+        ----------
+        rng : numpy.random.Generator
+            The caller's stream (advanced).
+        src : numpy.ndarray, int64 [B]
+            Sources in [0, num_src) (checked by the caller).
+        k : int
+            Negatives per source, >= 1.
+        """
+        lo, _ = self.dst_range
+        out = self._draw(rng, (src.size, k))
+        uu = np.repeat(src, k).reshape(src.size, k)
+        bad = np.flatnonzero(self.is_positive(uu.ravel(), out.ravel()))
+        flat = out.reshape(-1)
+        rounds = 0
+        while bad.size:
+            rounds += 1
+            if rounds > _MAX_REJECTION_ROUNDS:
+                # Sources with almost every destination positive: draw from their allowed ones explicitly.
+                for j in bad:
+                    user = int(uu.flat[j])
+                    a = np.searchsorted(self._keys, user * self._span)
+                    b = np.searchsorted(self._keys, (user + 1) * self._span)
+                    allowed = np.setdiff1d(np.arange(self._span), self._keys[a:b] - user * self._span)
+                    if self._cdf is None:
+                        flat[j] = lo + int(allowed[rng.integers(allowed.size)])
+                    else:
+                        cdf = np.cumsum(self._weight[allowed])
+                        pick = np.searchsorted(cdf, rng.random() * cdf[-1], side="right")
+                        flat[j] = lo + int(allowed[min(pick, allowed.size - 1)])
+                break
+            flat[bad] = self._draw(rng, bad.size)
+            still = self.is_positive(uu.ravel()[bad], flat[bad])
+            bad = bad[still]
+        return out
