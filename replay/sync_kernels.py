@@ -20,7 +20,7 @@ same objects, so Python callers and compiled callers exclude each other as befor
   position before its copy, as the Python path does between its numpy stores and its kernel call).
 - `compare_exchange(arr, i, expected, new)`: an int64 compare-and-swap; `futex_wait(addr, expected)` and
   `futex_wake(addr, n)`: a thread's sleep on a 32-bit word of this process and its wake-up (the
-  copy helper of `replay.transition_kernel` waits for a batch in compiled code with them).
+  copy helper of `replay.copy_helpers` waits for a batch in compiled code with them).
 
 The libc symbols are registered with LLVM by address at import, so functions using them stay cacheable
 (``cache=True``: the object code names the symbols, resolved when it is loaded). Addresses come from the

@@ -24,6 +24,7 @@ import pytest
 import torch
 from _forked import check_in_fork
 
+import replay.copy_helpers as ch
 import replay.transition_kernel as tk
 from graphrl import GPUUnavailableError
 from graphrl.memory import MemoryBudgetError, MemoryManager
@@ -114,15 +115,15 @@ def force_split(mp_, group_rows: int = 3) -> None:
 
 
 def spy_groups(mp_) -> dict[str, int]:
-    """Count the split copy's `_copy_batch` calls (the caller's; the helpers copy in compiled code)."""
+    """Count the split copy's `copy_batch` calls (the caller's; the helpers copy in compiled code)."""
     calls = {"caller": 0}
-    real = tk._copy_batch
+    real = tk.copy_batch
 
     def spy(*args):
         real(*args)
         calls["caller"] += 1
 
-    mp_.setattr(tk, "_copy_batch", spy)
+    mp_.setattr(tk, "copy_batch", spy)
     return calls
 
 
@@ -222,18 +223,18 @@ def test_a_split_copy_interrupted_by_a_signal_leaves_no_helper_writing(monkeypat
     aborted draw's rows over the next batch, which reuses the slot: all 120 rows of it)."""
     force_split(monkeypatch)
     monkeypatch.setattr(tk, "threads_for", lambda work, chunk_work: 2)
-    real = tk._copy_batch
+    real = tk.copy_batch
     first = []
 
     def copy_batch(ctl, bell, plan, keys, dst, group, groups):
         if not first:  # the first sample: published, the helper copying, then the signal
             first.append(1)
-            tk._post(ctl, bell, plan, keys, dst, group, groups)
+            ch._post(ctl, bell, plan, keys, dst, group, groups)
             time.sleep(0.002)
             raise KeyboardInterrupt
         real(ctl, bell, plan, keys, dst, group, groups)
 
-    monkeypatch.setattr(tk, "_copy_batch", copy_batch)
+    monkeypatch.setattr(tk, "copy_batch", copy_batch)
     with MemoryManager() as mm:
         store = filled_store(mm, staging_slots=1)  # one slot: the next batch of the shape reuses it
         with pytest.raises(KeyboardInterrupt):

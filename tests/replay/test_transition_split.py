@@ -1,6 +1,6 @@
 """The split copy of a large batch of transitions (`replay.transition_kernel.sample_transitions` above
 ``2 * SPLIT_BYTES``): drawn in one compiled call under the shard mutexes, copied by groups of rows that
-the caller and the copy helpers (`replay.transition_kernel.CopyHelpers`) claim, then released and counted.
+the caller and the copy helpers (`replay.copy_helpers.CopyHelpers`) claim, then released and counted.
 Byte for byte the batch of the one-call path, whoever copies which group; a helper that comes late writes
 nothing; a copy that raises releases the mutexes and counts nothing; small batches keep the one call."""
 
@@ -11,7 +11,9 @@ import time
 
 import numpy as np
 import pytest
+from _forked import check_in_fork
 
+import replay.copy_helpers as ch
 import replay.transition_kernel as tk
 from graphrl.memory import MemoryManager
 from replay import Prioritized, ReplayStore, TrajectorySpec, Uniform
@@ -93,11 +95,11 @@ def test_the_split_copy_equals_the_one_call(monkeypatch, shards, prioritized):
     with MemoryManager() as mm:
         split, one = make_store(mm, shards, prioritized), make_store(mm, shards, prioritized)
         copied = []
-        batch = tk._copy_batch
+        batch = tk.copy_batch
         for b, threads in ((256, 2), (7, 2), (1, 2), (100, 2), (256, 1)):  # 1 thread: the one call
             with monkeypatch.context() as m:
                 force_split(m, threads)
-                m.setattr(tk, "_copy_batch", lambda *a: copied.append(a[6]) or batch(*a))
+                m.setattr(tk, "copy_batch", lambda *a: copied.append(a[6]) or batch(*a))
                 got = split.sample(b, 1, beta=0.4)
             want = one.sample(b, 1, beta=0.4)
             assert_same(got, want)
@@ -130,7 +132,7 @@ def test_groups_copied_by_many_threads_at_once_make_the_same_batch():
         b = 120
         slot = store._sampler.staging.acquire(b, 1, None, None)
         keys, prob, weights = np.zeros(b, np.int64), np.zeros(b), np.zeros(b, np.float32)
-        helpers = tk.CopyHelpers(idle_spins=0)
+        helpers = ch.CopyHelpers(idle_spins=0)
         try:
             with table.lock:
                 bell = helpers.ring(3)
@@ -140,8 +142,8 @@ def test_groups_copied_by_many_threads_at_once_make_the_same_batch():
                     slot.mask_flat, 0.4, weights, 0,
                 )
                 assert (status, nbytes, died) == (tk._COPYING, b * SPEC.step_bytes, 0)
-                tk._copy_batch(helpers.ctl, bell, table.plan, keys, slot.addresses, 1, b)
-                assert helpers.ctl[tk._C_DONE] == b  # every group copied once the caller returns
+                ch.copy_batch(helpers.ctl, bell, table.plan, keys, slot.addresses, 1, b)
+                assert helpers.ctl[ch._C_DONE] == b  # every group copied once the caller returns
                 helpers.close(bell)
                 status, err, more = release(table.plan, False, b)
                 assert (status, err, more) == (tk.DRAWN, 0, 0)
@@ -153,12 +155,12 @@ def test_groups_copied_by_many_threads_at_once_make_the_same_batch():
             assert store.counters() == ref.counters()
             poison = np.full(b * SPEC.step_bytes, 0xAB, np.uint8)  # a late helper: nothing left to claim
             late = poison.ctypes.data + np.cumsum([0, b * 8, b * 4104, b * 4], dtype=np.int64)
-            helpers.ctl[tk._C_DST] = late.ctypes.data
-            assert tk._copy_claimed(helpers.ctl, bell, tk._C_MINE) == -1
+            helpers.ctl[ch._C_DST] = late.ctypes.data
+            assert ch._copy_claimed(helpers.ctl, bell, ch._C_MINE) == -1
             assert (poison == 0xAB).all()
             bell = helpers.ring(3)  # a batch closed before it was published: an empty one
             helpers.close(bell)
-            assert tk._copy_claimed(helpers.ctl, bell, tk._C_MINE) == -1 and helpers.ring(1) == bell + 1
+            assert ch._copy_claimed(helpers.ctl, bell, ch._C_MINE) == -1 and helpers.ring(1) == bell + 1
             helpers.close(bell + 1)
         finally:
             helpers.stop()
@@ -175,27 +177,27 @@ def test_a_batch_closed_midway_withdraws_the_groups_not_claimed():
     """`CopyHelpers.close` of a batch whose groups are partly claimed (the caller raised mid-copy) waits
     for the claimed ones only and withdraws the rest: a helper claiming after it gets nothing (it would
     copy the aborted batch's rows over the slot's next batch)."""
-    helpers = tk.CopyHelpers()  # no thread started: the claims are this test's
+    helpers = ch.CopyHelpers()  # no thread started: the claims are this test's
     plan, keys, dst = np.zeros(8, np.int64), np.zeros(10, np.int64), np.zeros(1, np.int64)
     bell = helpers.ring(0)
-    assert tk._claim(helpers.ctl, bell) == -2  # rung, not yet published
-    tk._post(helpers.ctl, bell, plan, keys, dst, 1, 10)
-    assert [tk._claim(helpers.ctl, bell) for _ in range(3)] == [0, 1, 2]
-    helpers.ctl[tk._C_DONE] = 3  # the three claimed groups copied
+    assert ch._claim(helpers.ctl, bell) == -2  # rung, not yet published
+    ch._post(helpers.ctl, bell, plan, keys, dst, 1, 10)
+    assert [ch._claim(helpers.ctl, bell) for _ in range(3)] == [0, 1, 2]
+    helpers.ctl[ch._C_DONE] = 3  # the three claimed groups copied
     helpers.close(bell)
-    assert tk._claim(helpers.ctl, bell) == -1 and tk._copy_claimed(helpers.ctl, bell, tk._C_MINE) == -1
-    assert helpers.ctl[tk._C_HOLDER] == 0 and helpers.ring(0) == bell + 1
+    assert ch._claim(helpers.ctl, bell) == -1 and ch._copy_claimed(helpers.ctl, bell, ch._C_MINE) == -1
+    assert helpers.ctl[ch._C_HOLDER] == 0 and helpers.ring(0) == bell + 1
     helpers.close()
-    assert helpers.ctl[tk._C_HOLDER] == 0
+    assert helpers.ctl[ch._C_HOLDER] == 0
 
 def test_a_signal_as_the_bell_rings_still_frees_the_helpers(monkeypatch):
     """A signal's exception raised as `CopyHelpers.ring` returns, its bell lost to the caller: the batch
     is still closed, so the helper goes back to sleep (not spinning on a batch never published) and the
     next batch gets the helpers (not the one call for good)."""
     force_split(monkeypatch)
-    helpers = tk.CopyHelpers()
-    monkeypatch.setattr(tk, "_HELPERS", helpers)
-    ring, rung = tk.CopyHelpers.ring, []
+    helpers = ch.CopyHelpers()
+    monkeypatch.setattr(ch, "_HELPERS", helpers)
+    ring, rung = ch.CopyHelpers.ring, []
 
     def ring_then_signal(self, n):
         ring(self, n)
@@ -205,15 +207,15 @@ def test_a_signal_as_the_bell_rings_still_frees_the_helpers(monkeypatch):
         with MemoryManager() as mm:
             store = make_store(mm, 2, True)
             with monkeypatch.context() as m:
-                m.setattr(tk.CopyHelpers, "ring", ring_then_signal)
+                m.setattr(ch.CopyHelpers, "ring", ring_then_signal)
                 with pytest.raises(KeyboardInterrupt):
                     store.sample(120, 1)
             assert shards_free(store)
             deadline = time.monotonic() + 5.0
-            while helpers.ctl[tk._C_SLEEP] < 1 and time.monotonic() < deadline:
+            while helpers.ctl[ch._C_SLEEP] < 1 and time.monotonic() < deadline:
                 time.sleep(0.001)
-            assert helpers.ctl[tk._C_SLEEP] == 1, "the helper spins on a batch that is never published"
-            monkeypatch.setattr(tk.CopyHelpers, "ring", lambda s, n: rung.append(ring(s, n)) or rung[-1])
+            assert helpers.ctl[ch._C_SLEEP] == 1, "the helper spins on a batch that is never published"
+            monkeypatch.setattr(ch.CopyHelpers, "ring", lambda s, n: rung.append(ring(s, n)) or rung[-1])
             store.sample(120, 1).release()
             assert rung and rung[0] is not None, "the helpers stay held by the interrupted batch"
             store.close()
@@ -230,7 +232,7 @@ def test_a_copy_that_raises_releases_the_shards_and_counts_nothing(monkeypatch):
 
         with monkeypatch.context() as m:
             force_split(m)
-            m.setattr(tk, "_copy_batch", broken)
+            m.setattr(tk, "copy_batch", broken)
             with pytest.raises(RuntimeError, match="copy failed"):
                 store.sample(64, 1)
         assert store.counters()["samples"] == before["samples"]
@@ -247,8 +249,8 @@ def test_only_batches_of_two_split_bytes_take_the_split_path(monkeypatch):
     it (the one call, no team, when `graphrl.threads.threads_for` says one thread or no core is idle;
     helpers only on idle cores)."""
     calls, splits = [], []
-    ring = tk.CopyHelpers.ring
-    monkeypatch.setattr(tk.CopyHelpers, "ring", lambda self, n: calls.append(n) or ring(self, n))
+    ring = ch.CopyHelpers.ring
+    monkeypatch.setattr(ch.CopyHelpers, "ring", lambda self, n: calls.append(n) or ring(self, n))
     draw = tk._draw_held
     monkeypatch.setattr(tk, "_draw_held", lambda *a: splits.append(a[11]) or draw(*a))
     with MemoryManager() as mm:
@@ -279,10 +281,10 @@ def test_no_copy_helper_starts_without_a_known_futex(monkeypatch, machine, byteo
 
     monkeypatch.setattr(sync.platform, "machine", lambda: machine)
     monkeypatch.setattr(sync.sys, "byteorder", byteorder)
-    helpers = tk.CopyHelpers()
+    helpers = ch.CopyHelpers()
     monkeypatch.undo()
-    monkeypatch.setattr(tk.platform, "machine", lambda: machine)
-    monkeypatch.setattr(tk, "_HELPERS", helpers)
+    monkeypatch.setattr(ch.platform, "machine", lambda: machine)
+    monkeypatch.setattr(ch, "_HELPERS", helpers)
     draws = []
     draw = tk._draw_held
     monkeypatch.setattr(tk, "_draw_held", lambda *a: draws.append(a[11]) or draw(*a))
@@ -295,7 +297,7 @@ def test_no_copy_helper_starts_without_a_known_futex(monkeypatch, machine, byteo
                 assert_same(got, want)
                 got.release()
                 want.release()
-        assert len(said) == 1 and helpers.threads == [] and helpers.ctl[tk._C_HOLDER] == 0
+        assert len(said) == 1 and helpers.threads == [] and helpers.ctl[ch._C_HOLDER] == 0
         assert draws[-3:] == [tk._NO_SPLIT] * 3
         split.close()
         one.close()
@@ -303,15 +305,15 @@ def test_no_copy_helper_starts_without_a_known_futex(monkeypatch, machine, byteo
 
 def wait_asleep(helpers, n: int) -> None:
     deadline = time.monotonic() + 5.0
-    while helpers.ctl[tk._C_SLEEP] < n and time.monotonic() < deadline:
+    while helpers.ctl[ch._C_SLEEP] < n and time.monotonic() < deadline:
         time.sleep(0.001)
-    assert helpers.ctl[tk._C_SLEEP] == n
+    assert helpers.ctl[ch._C_SLEEP] == n
 
 
 def test_a_ring_wakes_only_the_helpers_it_asks_for():
     """After a batch of three helpers, a batch of one wakes one: the other two sleep on (each woken
     helper counts the batch in its own word)."""
-    helpers = tk.CopyHelpers(idle_spins=0)
+    helpers = ch.CopyHelpers(idle_spins=0)
     try:
         helpers.close(helpers.ring(3))  # started: a helper that read the bell after it rang waits on
         time.sleep(0.2)
@@ -320,7 +322,7 @@ def test_a_ring_wakes_only_the_helpers_it_asks_for():
             before = helpers.woken()
             helpers.close(helpers.ring(n))
             deadline = time.monotonic() + 5.0
-            while helpers.ctl[tk._C_TICKETS] and time.monotonic() < deadline:  # every ticket taken
+            while helpers.ctl[ch._C_TICKETS] and time.monotonic() < deadline:  # every ticket taken
                 time.sleep(0.001)
             wait_asleep(helpers, 3)  # (a woken helper counts its batch before it sleeps again)
             assert sum(helpers.woken()) - sum(before) == n
@@ -333,8 +335,8 @@ def test_a_woken_helper_sleeps_while_the_draw_waits_for_a_shard_lock(monkeypatch
     """A batch whose draw waits 0.3 s for a writer's shard lock: the helper rung before the draw spins
     about 50 us, then sleeps until the batch is published (it spun or yielded the whole wait: a core a
     writer on a small machine needs). The process's CPU time beyond the caller's stays small."""
-    helpers = tk.CopyHelpers()
-    monkeypatch.setattr(tk, "_HELPERS", helpers)
+    helpers = ch.CopyHelpers()
+    monkeypatch.setattr(ch, "_HELPERS", helpers)
     try:
         with MemoryManager() as mm:
             store, ref = make_store(mm, 2, True), make_store(mm, 2, True)
@@ -375,17 +377,17 @@ def test_a_woken_helper_sleeps_while_the_draw_waits_for_a_shard_lock(monkeypatch
 def test_a_compiled_helper_copies_groups_of_a_split_batch(monkeypatch):
     """On two threads (the caller and one helper), the helper, woken before the draw, copies groups of
     the batch (counted in its own word), and the batch is the one call's; each group copied once."""
-    helpers = tk.CopyHelpers()
-    monkeypatch.setattr(tk, "_HELPERS", helpers)
+    helpers = ch.CopyHelpers()
+    monkeypatch.setattr(ch, "_HELPERS", helpers)
     try:
         with MemoryManager() as mm:
             split, one = make_store(mm, 2, True), make_store(mm, 2, True)
             force_split(monkeypatch, threads=2, group_bytes=4129)  # a group a row: 240 groups
             for _ in range(20):  # the helper is on another core only when the scheduler says so
-                before, mine = sum(helpers.copied()), int(helpers.ctl[tk._C_MINE])
+                before, mine = sum(helpers.copied()), int(helpers.ctl[ch._C_MINE])
                 got = split.sample(240, 1, beta=0.4)
                 by_helper = sum(helpers.copied()) - before
-                assert by_helper + int(helpers.ctl[tk._C_MINE]) - mine == 240
+                assert by_helper + int(helpers.ctl[ch._C_MINE]) - mine == 240
                 with monkeypatch.context() as m:
                     m.setattr(tk, "threads_for", lambda work, chunk_work: 1)  # the one call
                     want = one.sample(240, 1, beta=0.4)
@@ -399,3 +401,37 @@ def test_a_compiled_helper_copies_groups_of_a_split_batch(monkeypatch):
             one.close()
     finally:
         helpers.stop()
+
+
+def test_a_forked_child_gets_its_own_copy_helpers_made_once(monkeypatch):
+    """Helper threads do not survive ``fork``: the child's process helpers (`replay.copy_helpers.
+    process_helpers`) are new ones, made exactly once by the module's fork hook, none started and not
+    held, and they start in the child (where the machine has a known futex); the parent's stay its own."""
+    made = []
+
+    class Counted(ch.CopyHelpers):
+        def __init__(self, *args, **kwargs) -> None:
+            made.append(1)
+            super().__init__(*args, **kwargs)
+
+    parent = ch.process_helpers()
+    monkeypatch.setattr(ch, "CopyHelpers", Counted)
+
+    def child() -> None:
+        mine = ch.process_helpers()
+        assert len(made) == 1, f"the fork hook made {len(made)} CopyHelpers"
+        assert isinstance(mine, Counted) and mine is not parent
+        assert mine.threads == [] and not mine.ctl.any()
+        if not mine.supported:
+            return
+        try:
+            bell = mine.ring(1)
+            assert bell == 1 and len(mine.threads) == 1
+            mine.close(bell)
+            assert mine.ctl[ch._C_HOLDER] == 0
+            wait_asleep(mine, 1)  # the helper runs in the child
+        finally:
+            mine.stop()
+
+    check_in_fork(child)
+    assert ch.process_helpers() is parent and made == []
