@@ -201,8 +201,12 @@ def _copy_claimed(ctl, bell, mine):  # pragma: no cover - numba
 def _helper_loop(ctl, idle_spins, me):  # pragma: no cover - numba
     """Copy helper ``me``'s whole life in compiled code: wait for the bell to ring (``idle_spins`` pauses,
     then a futex sleep) with a wake ticket left for it (`_take_ticket`; none: wait for the next bell),
-    count the batch, copy groups of it once it is published, and again, until quit."""
+    count the batch, copy groups of it once it is published, and again, until quit. Quit is read after
+    the first bell too: a helper that reaches this loop after `CopyHelpers.stop` rang (its thread
+    scheduled late) quits at once instead of waiting for a next bell (stop sets quit before it rings)."""
     seen = fetch_add(ctl, _C_BELL, 0)
+    if fetch_add(ctl, _C_QUIT, 0):
+        return
     bell_at = address(ctl, _C_BELL)
     while True:
         spins = 0

@@ -435,3 +435,30 @@ def test_a_forked_child_gets_its_own_copy_helpers_made_once(monkeypatch):
 
     check_in_fork(child)
     assert ch.process_helpers() is parent and made == []
+
+
+def test_a_helper_that_reaches_its_loop_after_stop_rang_still_quits(monkeypatch):
+    """`CopyHelpers.stop` right after `ring` on a loaded machine: the helper thread started, but reached
+    its compiled loop only after stop's quit bell rang, so the first bell it read was that one. It must
+    quit all the same (it waited for a next bell for good, and stop waited for it in ``join``)."""
+    real, go = ch._helper_loop, threading.Event()
+
+    class Late:  # the thread is scheduled late: the loop starts once stop has rung
+        compile = staticmethod(real.compile)
+
+        def __call__(self, ctl, idle_spins, me):
+            go.wait(5.0)
+            real(ctl, idle_spins, me)
+
+    monkeypatch.setattr(ch, "_helper_loop", Late())
+    helpers = ch.CopyHelpers(idle_spins=0)
+    helpers.close(helpers.ring(1))
+    stopper = threading.Thread(target=helpers.stop, daemon=True)
+    stopper.start()
+    deadline = time.monotonic() + 5.0
+    while helpers.ctl[ch._C_BELL] < 2 and time.monotonic() < deadline:  # stop's quit bell rang
+        time.sleep(0.001)
+    go.set()
+    stopper.join(5.0)
+    assert not stopper.is_alive(), "stop waits for a helper that never saw the quit"
+    assert helpers.threads == []
