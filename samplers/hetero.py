@@ -233,7 +233,7 @@ class HeteroNeighborSampler:
             self.typed_csc = TypedCsc.build({rel: self._arrays[rel][0] for rel in fused},
                                              {rel: g.indices[rel].to(dtype) for rel in fused},
                                              {rel: self._arrays[rel][2] for rel in fused}, weights,
-                                             uva=fused_uva)
+                                             uva=fused_uva, num_nodes=g.num_nodes)
             out = {rel: self.typed_csc.relation_graph(rel) for rel in fused}
         for rel in self.fanouts:
             if rel in out:

@@ -137,6 +137,9 @@ class TypedCsc:
         the kernels compile for one signature).
     degrees : dict Relation -> `samplers.kernels.cuda.bounded.DegreeBound`
         Each relation's in-degrees: a chained layer of fanout -1 sizes its outputs by them.
+    num_nodes : dict str -> int
+        The node count of each type given to `build` (a chained layer caps a source type's next rows at
+        its count plus the rows' repeats, as the plain chain does); empty where none was given.
     """
 
     graph: CudaGraph
@@ -150,10 +153,12 @@ class TypedCsc:
     prefix: Any
     positive: Any
     degrees: dict
+    num_nodes: dict
 
     @classmethod
     def build(cls, indptr: Mapping, indices: Mapping, edge_ids: Mapping, weights: Mapping,
-              uva: bool = False, index_dtype: Any = None) -> TypedCsc:
+              uva: bool = False, index_dtype: Any = None,
+              num_nodes: Mapping[str, int] | None = None) -> TypedCsc:
         """Concatenate the relations' CSCs (numpy arrays or CPU torch tensors, CSC order) and place them
         for the kernels.
 
@@ -166,6 +171,8 @@ class TypedCsc:
             Place the concatenation in mapped host memory (read through UVA) instead of device memory.
         index_dtype : numpy dtype or None
             The indices' dtype (default: the relations' common one, int64 where they differ).
+        num_nodes : mapping str -> int, or None
+            The node count of each type (`num_nodes`).
 
         Raises
         ------
@@ -208,7 +215,8 @@ class TypedCsc:
                    num_rows=num_rows, num_edges=num_edges, weighted=weighted, indptr=own,
                    prefix=graph.prefix if weights else cuda.to_device(np.zeros(1, np.float64)),
                    positive=graph.positive if weights else cuda.to_device(np.zeros(1, np.int64)),
-                   degrees={rel: DegreeBound.of(host[rel]) for rel in relations})
+                   degrees={rel: DegreeBound.of(host[rel]) for rel in relations},
+                   num_nodes={t: int(n) for t, n in (num_nodes or {}).items()})
 
     def relation_graph(self, rel) -> CudaGraph:
         """Relation ``rel``'s `CudaGraph`: its own indptr, the rest views of the concatenation (no copy)."""
@@ -497,7 +505,8 @@ def sample_typed_bounded(csc: TypedCsc, rows: Mapping[str, DeviceRows], requests
     for t, (lo, n) in region.items():
         r = rows[t]
         sizes_t = chain[triple[t]:triple[t] + 3]
-        nodes, local[t] = relabel_bounded(r.ids, r.count, src[lo:lo + n], sizes_t[:1], ws, sizes_t)
+        nodes, local[t] = relabel_bounded(r.ids, r.count, src[lo:lo + n], sizes_t[:1], ws, sizes_t,
+                                          csc.num_nodes.get(t), r.repeats)
         next_rows[t] = DeviceRows(nodes, chain, triple[t] + 2, repeats=r.repeats)
         for k in groups[t]:
             rel_eids[requests[k].relation] = eids[lo:lo + n]

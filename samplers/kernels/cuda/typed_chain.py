@@ -115,8 +115,14 @@ class PendingTyped:
         Raises
         ------
         samplers.kernels.cuda.layer.ChainOverflow
-            A relation kept more edges than its capacity.
+            A relation kept more edges than its capacity, or a type more sources than its next rows'
+            length (capped by its node count: `samplers.kernels.cuda.relabel.relabel_bounded`).
         """
+        for t, r in self.next_rows.items():
+            if int(values[r.at]) > r.ids.shape[0]:
+                raise ChainOverflow(f"node type {t!r} has {int(values[r.at])} sources in a chained layer, "
+                                    f"past its capacity of {r.ids.shape[0]}: sample the call again without "
+                                    "chaining")
         count = {t: int(values[r.at]) for t, r in self.rows.items()}
         src_nodes = {t: r.ids[:int(values[r.at])] for t, r in self.next_rows.items()}
         timed = any(r.times is not None for r in self.next_rows.values())
