@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import numba as nb
 import numpy as np
-from numba.core import types
-from numba.extending import overload
 
 from graphrl.kernels import parallel_for, prefetch_l2, store_fence
 from graphrl.threads import threads_for
@@ -35,22 +33,18 @@ _PARALLEL_BYTES = 2 * _CHUNK_BYTES  # batches of at least this many bytes are co
 _PREFETCH_BYTES = 256  # a field's windows of at most this many bytes get their first line prefetched
 
 
-def _copy_rows(
-    rings, outs, row_bytes, capacity, shard, first, n, dst, lo, hi, length, stream
+@nb.njit(cache=True, nogil=True)
+def gather_rows(
+    rings, outs, row_bytes, capacity, shard, first, n, dst, lo, hi, length, mask, stream
 ):  # pragma: no cover - numba
-    """`copy_window` of windows ``lo .. hi - 1`` of each raw field (`gather_rows`; ``rings`` an empty tuple
-    when every field has a codec, decoded by `replay.chunk_decode`). Compiled code only."""
-    raise TypeError("_copy_rows is a numba kernel: call it from compiled code")
+    """Copy windows ``lo .. hi - 1`` into ``outs`` (per field, uint8 [R * length * row_bytes[j]]).
 
-
-@overload(_copy_rows, inline="always")
-def _copy_rows_impl(
-    rings, outs, row_bytes, capacity, shard, first, n, dst, lo, hi, length, stream
-):  # pragma: no cover - numba
-    if isinstance(rings, types.BaseTuple) and len(rings) == 0:  # no raw field: nothing to index
-        return lambda rings, outs, row_bytes, capacity, shard, first, n, dst, lo, hi, length, stream: None
-
-    def copy(rings, outs, row_bytes, capacity, shard, first, n, dst, lo, hi, length, stream):
+    ``rings[s * F + j]``: shard s's field j as flat bytes (an empty tuple and ``outs``, ``row_bytes``
+    empty when no field is raw: only the mask is filled); ``first`` absolute positions (the slot is
+    ``first % capacity``); ``mask`` (bool [R * length]) gets ``dst <= j < dst + n``. ``stream``:
+    streaming stores for runs of ``_STREAM_PIECE`` bytes and more.
+    """
+    if len(rings) > 0:  # an empty tuple (no raw field): skipped untyped (`replay.commit_kernel.write_steps`)
         nf = row_bytes.shape[0]
         slots = np.empty(hi - lo, dtype=np.int64)
         for b in range(lo, hi):
@@ -78,22 +72,6 @@ def _copy_rows_impl(
                 copy_window(
                     out, b * length * rb, src, rb, capacity, slots[b - lo], n[b], dst[b], length, stream
                 )
-
-    return copy
-
-
-@nb.njit(cache=True, nogil=True)
-def gather_rows(
-    rings, outs, row_bytes, capacity, shard, first, n, dst, lo, hi, length, mask, stream
-):  # pragma: no cover - numba
-    """Copy windows ``lo .. hi - 1`` into ``outs`` (per field, uint8 [R * length * row_bytes[j]]).
-
-    ``rings[s * F + j]``: shard s's field j as flat bytes (an empty tuple and ``outs``, ``row_bytes``
-    empty when no field is raw: only the mask is filled); ``first`` absolute positions (the slot is
-    ``first % capacity``); ``mask`` (bool [R * length]) gets ``dst <= j < dst + n``. ``stream``:
-    streaming stores for runs of ``_STREAM_PIECE`` bytes and more.
-    """
-    _copy_rows(rings, outs, row_bytes, capacity, shard, first, n, dst, lo, hi, length, stream)
     for b in range(lo, hi):
         mask_row(mask, b * length, n[b], dst[b], length)
     if stream:

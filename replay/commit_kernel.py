@@ -3,7 +3,7 @@
 - `write_steps` is the data half of `replay.shard.ShardStorage.commit` (called with the shard lock
   held, after the reserve position is published): it counts the live items the chunk overwrites,
   copies the chunk's rows of every raw field into the rings as one flat byte run each (two when the run
-  wraps past the ring's end; `copy_fields`: none when every field has a codec) and writes each slot's
+  wraps past the ring's end; none when every field has a codec) and writes each slot's
   record id, commit sequence number and flags.
 - `commit_chunk` runs the three steps of `replay.storage.TrajectoryStorage.commit` in one call, with the
   same locks (through `replay.sync_kernels`): admission and shard choice under the control mutex,
@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import numba as nb
 import numpy as np
-from numba.core import types
-from numba.extending import overload
 
 from graphrl.kernels import copy_bytes, store_fence, stream_bytes_nofence
 from replay.control import CTL_FIXED, GSEQ
@@ -78,7 +76,6 @@ __all__ = [
     "build_plan",
     "commit_chunk",
     "count_deletes_locked",
-    "copy_fields",
     "count_overwritten",
     "lock_shard",
     "lock_shard_counted",
@@ -260,45 +257,32 @@ def lock_shard_counted(plan, s, repairs):  # pragma: no cover - numba
     return 0, 1 + rc
 
 
-def copy_fields(rings, srcs, row_bytes, capacity, first, count):  # pragma: no cover - numba
-    """Copy rows ``[0, count)`` of each field's ``srcs[j]`` to slot ``first`` of ``rings[j]`` (flat uint8,
-    ``row_bytes[j]`` bytes a row; the run wraps past ``capacity``). ``rings`` and ``srcs`` are tuples or
-    typed lists, possibly empty (a store whose every field has a codec: `replay.chunk_codec` stores them).
-    Callable from compiled code only (`write_steps`)."""
-    raise TypeError("copy_fields is a numba kernel: call it from compiled code")
-
-
-@overload(copy_fields, inline="always")
-def _copy_fields_impl(rings, srcs, row_bytes, capacity, first, count):  # pragma: no cover - numba
-    if isinstance(rings, types.BaseTuple) and len(rings) == 0:  # no raw field: nothing to index
-
-        def copy_none(rings, srcs, row_bytes, capacity, first, count):
-            return None
-
-        return copy_none
-
-    def copy_each(rings, srcs, row_bytes, capacity, first, count):
-        n1 = min(count, capacity - first)
-        for j in range(row_bytes.shape[0]):
-            rb = row_bytes[j]
-            copy_bytes(rings[j], first * rb, srcs[j], 0, n1 * rb)
-            if count > n1:
-                copy_bytes(rings[j], 0, srcs[j], n1 * rb, (count - n1) * rb)
-
-    return copy_each
-
-
 @nb.njit(cache=True, nogil=True)
 def write_steps(
     rings, srcs, row_bytes, capacity, first, count, steps, record, seq_base, lo, hi
 ):  # pragma: no cover - numba
     """Commit rows ``[0, count)`` of ``srcs`` at slot ``first`` of ``rings`` (flat uint8, per field).
 
-    ``steps`` (int64 [C, 3]): per slot record id, sequence number, flags. Positions ``lo .. hi - 1``
-    are the live ones being overwritten; returns how many of them were items (`count_overwritten`).
+    ``rings`` and ``srcs`` are tuples (or typed lists) of each raw field's bytes, ``row_bytes[j]`` a row,
+    the run wrapping past ``capacity``; empty tuples when every field has a codec (`replay.chunk_codec`
+    stores them). ``steps`` (int64 [C, 3]): per slot record id, sequence number, flags. Positions
+    ``lo .. hi - 1`` are the live ones being overwritten; returns how many of them were items
+    (`count_overwritten`).
+
+    Numba reads ``len`` of a tuple argument as a constant and drops the branch it rules out before
+    typing, so the ``len(rings) > 0`` test keeps the copy of an empty tuple from being typed
+    (``getitem(Tuple(), int64)`` does not exist). Every raw-field loop of the replay kernels takes the
+    empty case so (`replay.windows.gather_fields`, `replay.batch_kernels.gather_rows`); the test sits in
+    the function that receives the tuple: an ``inline="always"`` callee is typed before it is dropped.
     """
     overwritten = count_overwritten(steps, capacity, lo, hi)
-    copy_fields(rings, srcs, row_bytes, capacity, first, count)
+    if len(rings) > 0:  # an empty tuple (no raw field): a constant, so numba drops the loop untyped
+        n1 = min(count, capacity - first)
+        for j in range(row_bytes.shape[0]):
+            rb = row_bytes[j]
+            copy_bytes(rings[j], first * rb, srcs[j], 0, n1 * rb)
+            if count > n1:
+                copy_bytes(rings[j], 0, srcs[j], n1 * rb, (count - n1) * rb)
     for i in range(count):
         c = first + i
         if c >= capacity:

@@ -34,8 +34,6 @@ from dataclasses import dataclass
 
 import numba as nb
 import numpy as np
-from numba.core import types
-from numba.extending import overload
 
 from graphrl.kernels import (
     STREAM_THRESHOLD,
@@ -260,28 +258,6 @@ def _copy(out, o, src, s, nbytes, stream):  # pragma: no cover - numba
         copy_bytes(out, o, src, s, nbytes)
 
 
-def _gather_each(
-    srcs, outs, row_bytes, capacity, first_slot, n, dst, rows, length, stream
-):  # pragma: no cover
-    """`_gather` of each field of ``srcs`` (a tuple or typed list; an empty tuple when every field has a
-    codec, decoded by `replay.chunk_decode`). Compiled code only (`_gather_fields`)."""
-    raise TypeError("_gather_each is a numba kernel: call it from compiled code")
-
-
-@overload(_gather_each, inline="always")
-def _gather_each_impl(
-    srcs, outs, row_bytes, capacity, first_slot, n, dst, rows, length, stream
-):  # pragma: no cover
-    if isinstance(srcs, types.BaseTuple) and len(srcs) == 0:
-        return lambda srcs, outs, row_bytes, capacity, first_slot, n, dst, rows, length, stream: None
-
-    def each(srcs, outs, row_bytes, capacity, first_slot, n, dst, rows, length, stream):
-        for j in range(len(srcs)):
-            _gather(srcs[j], row_bytes[j], capacity, first_slot, n, dst, rows, length, outs[j], stream)
-
-    return each
-
-
 @nb.njit(cache=True, nogil=True)
 def _gather_fields(
     srcs, outs, row_bytes, capacity, first_slot, n, dst, rows, length, mask, stream, threshold
@@ -291,7 +267,9 @@ def _gather_fields(
         for j in range(row_bytes.shape[0]):
             total += row_bytes[j]
         stream = 1 if first_slot.shape[0] * length * total >= threshold else 0
-    _gather_each(srcs, outs, row_bytes, capacity, first_slot, n, dst, rows, length, stream)
+    if len(srcs) > 0:  # an empty tuple (no raw field): skipped untyped (`replay.commit_kernel.write_steps`)
+        for j in range(len(srcs)):
+            _gather(srcs[j], row_bytes[j], capacity, first_slot, n, dst, rows, length, outs[j], stream)
     if mask.shape[0]:
         for b in range(first_slot.shape[0]):
             mask_row(mask, rows[b] * length, n[b], dst[b], length)
@@ -316,9 +294,10 @@ def gather_fields(
     Parameters
     ----------
     srcs : tuple of numpy.ndarray, uint8 [capacity * row_bytes[j]]
-        Each field's ring as flat bytes.
+        Each raw field's ring as flat bytes; empty when every field has a codec (only the mask is filled,
+        `replay.chunk_decode` decodes).
     outs : tuple of numpy.ndarray, uint8 [R * length * row_bytes[j]]
-        Each field's batch as flat bytes.
+        Each raw field's batch as flat bytes.
     row_bytes : numpy.ndarray, int64 [F]
     capacity : int
     first_slot, n, dst, rows : numpy.ndarray, int64 [B]

@@ -1,5 +1,5 @@
 """A store whose every field has a codec (no raw ring at all): commits (`replay.commit_kernel.write_steps`
-with no raw field, `copy_fields`), draws, priority updates and a checkpoint round trip, as a store
+with no raw field: its copy skipped untyped), draws, priority updates and a checkpoint round trip, as a store
 with a raw field. The break-it repro: ``end_episode`` raised numba's TypingError ``getitem(Tuple(),
 int64)``."""
 
