@@ -126,13 +126,14 @@ SIM_SCRIPT = textwrap.dedent(
     # a warm typed chain (fused, and relation by relation with times) allocates on the device only the
     # arrays its blocks keep (the workspace's outputs), and copies no pageable host memory to the device
     # (seeds, seed times and excluded ids go through the workspace's page-locked staging): counted by
-    # wrapping the simulator's allocator, its to_device and its kernels' host-array arguments
+    # wrapping the simulator's allocator, its to_device and its kernels' host-array arguments; follows at -1
+    # and 70 (a warp per row in the fused chain, its mode's capacity and warp rows relation by relation)
     from numba import cuda
     with copies.device_traffic():
         by_times = {BY: torch.from_numpy(rng.integers(0, 100, 40) + 0.5)}  # float times: staged as float64
         mixed_times = dict(seeds=mixed["seeds"], exclude_eids=excl,
                            seed_times={"user": torch.tensor([50.0, -0.0]), "item": torch.tensor([70.5])})
-        fan = {CLICKS: [3, 2], BY: [2, 2], FOLLOWS: [2, 3], TAGS: [1, 2]}
+        fan = {CLICKS: [3, 2], BY: [2, 2], FOLLOWS: [-1, 70], TAGS: [1, 2]}
         for kw, call in (({"weights": True}, mixed), ({"edge_times": by_times}, mixed_times)):
             cpu_s = HeteroNeighborSampler(graph, fan, seed=5, **kw)
             gpu_s = HeteroNeighborSampler(graph, fan, seed=5, device="cuda", **kw)

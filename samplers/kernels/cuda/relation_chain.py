@@ -110,7 +110,9 @@ def sample_relations_bounded(relations: list, sample: Callable[[int, Any, str], 
         tkey = group_tkey[region] if timed else None
         nodes, times, local[t] = relabel_rows(rows[t], group_src[region], tkey, chain[prev:prev + 1], ws,
                                               chain[triple:triple + 3])
-        next_rows[t] = DeviceRows(nodes, chain, triple + 2, times, rows[t].repeats)
+        # (node, time) rows repeat nodes: at most all their entries (a static relation's fanout -1 capacity)
+        repeats = rows[t].repeats if times is None else max(int(nodes.shape[0]) - 1, 0)
+        next_rows[t] = DeviceRows(nodes, chain, triple + 2, times, repeats)
         lo += size[t]
     weights = {rel: getattr(edges[k], "edge_weights", None) for k, rel in enumerate(relations)}
     return PendingTyped(rows=dict(rows), next_rows=next_rows, relations=list(relations),
