@@ -50,6 +50,7 @@ from replay._checks import (
 )
 from replay.interface import DEFAULT, ReplayLearnerBase
 from replay.keys import encode_keys, issuer_applies, issuer_windows
+from replay.owner_watch import owner_lost
 from replay.rate_limiter import RateLimiterState
 from replay.sampler import DEVICE_GATHER_MIN_BYTES, Deadline, WindowSampler
 from replay.selectors import check_priorities
@@ -107,9 +108,9 @@ class RemoteTable:
                 self.conn.send((op, *args))
                 status, value = self.conn.recv()
             except (EOFError, OSError) as exc:
-                raise ValueError(
-                    f"replay learner: lost the connection to the store's owner during {op!r} ({exc!r}): "
-                    "the store was closed or its process ended"
+                raise owner_lost(
+                    "replay learner", None,
+                    f"{op!r} failed ({exc!r}): the store was closed or its process ended",
                 ) from exc
         if status == "error":
             raise value

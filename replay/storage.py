@@ -50,6 +50,7 @@ from graphrl.memory import MemoryManager, RegionHandle
 from replay.commit_kernel import FAILED, OK, OVERFLOW, build_plan, commit_chunk
 from replay.control import GSEQ, WRITERS, Control
 from replay.keys import MAX_POSITION
+from replay.owner_watch import OwnerWatch, owner_lost
 from replay.rate_limiter import DELETES, INSERTS, RateLimiter, rate_limiter_from_config
 from replay.shard import ShardHandle, ShardStorage
 from replay.spec import TrajectorySpec
@@ -84,6 +85,7 @@ class StoreHandle:
     rate_limiter: tuple[tuple[str, Any], ...]
     chunk_steps: int
     timeout: float | None
+    owner_pid: int = 0  # the process that made the regions (0: unknown, not watched)
 
     def spec_object(self) -> TrajectorySpec:
         return TrajectorySpec({n: tuple(entry) for n, *entry in self.spec})
@@ -141,6 +143,9 @@ class TrajectoryStorage:
     plan : numpy.ndarray, int64, or None
         Addresses and sizes for `replay.commit_kernel.commit_chunk` (None: a rate limiter whose
         admission is its own; commits take the Python steps).
+    owner : replay.owner_watch.OwnerWatch
+        The owner process (the one that made the regions), watched in an attached process: `commit`
+        raises `ValueError` once it has ended (`check_owner`).
     """
 
     def __init__(
@@ -154,6 +159,7 @@ class TrajectoryStorage:
         owns_memory: bool,
         chunk_steps: int,
         timeout: float | None,
+        owner_pid: int = 0,
     ) -> None:
         self.spec = spec
         self.capacity = capacity
@@ -165,6 +171,7 @@ class TrajectoryStorage:
         self.chunk_steps = chunk_steps
         self.timeout = timeout
         self.closed = False  # this object's close() ran (its regions are freed or unmapped)
+        self.owner = OwnerWatch(owner_pid)
         self._next_sweep = 0.0  # new_writer_id's next release_dead_writers (time.monotonic)
         self.plan = None  # a rate limiter with an admission of its own: commits take the Python steps
         # the compiled commit copies raw rings only: a spec with a codec field commits in Python
@@ -182,6 +189,34 @@ class TrajectoryStorage:
         """Whether the store is closed: this object's ``close`` ran, or the owner closed the store
         (the rate limiter's cancelled flag in the control block, seen from any process)."""
         return self.closed or self.control.closed
+
+    @property
+    def owner_gone(self) -> bool:
+        """Whether this (attached) process has found the store's owner process ended (no new check)."""
+        return self.owner.known_gone
+
+    def check_owner(self, who: str, count: int) -> None:
+        """Raise once the store's owner process has ended (an attached process's view; the owner's own
+        storage never raises). Checks at most every `replay.owner_watch.CHECK_EVERY_S` seconds.
+
+        Parameters
+        ----------
+        who : str
+            The object and call, for the message.
+        count : int
+            Steps the caller could not commit (named in the message).
+
+        Raises
+        ------
+        ValueError
+            The owner has ended (`replay.owner_watch.owner_lost`, naming its pid).
+        """
+        if self.owner.gone():
+            raise owner_lost(
+                who, self.owner.pid,
+                f"its process has ended, so the store is gone: nothing more can be written ({count} steps "
+                "were not committed); what it held survives only in its checkpoints",
+            )
 
     @classmethod
     def create(
@@ -216,7 +251,7 @@ class TrajectoryStorage:
             if owns:
                 memory.close()
             raise
-        return cls(spec, capacity, control, shards, limiter, memory, owns, chunk_steps, timeout)
+        return cls(spec, capacity, control, shards, limiter, memory, owns, chunk_steps, timeout, _pid)
 
     @classmethod
     def attach(cls, handle: StoreHandle, memory: MemoryManager | None = None) -> TrajectoryStorage:
@@ -242,7 +277,8 @@ class TrajectoryStorage:
             raise
         limiter = rate_limiter_from_config(dict(handle.rate_limiter))
         return cls(
-            spec, handle.capacity, control, shards, limiter, memory, owns, handle.chunk_steps, handle.timeout
+            spec, handle.capacity, control, shards, limiter, memory, owns, handle.chunk_steps, handle.timeout,
+            handle.owner_pid,
         )
 
     def handle(self) -> StoreHandle:
@@ -270,6 +306,7 @@ class TrajectoryStorage:
             tuple(self.limiter.to_config().items()),
             self.chunk_steps,
             self.timeout,
+            self.owner.pid,
         )
 
     @property
@@ -344,15 +381,20 @@ class TrajectoryStorage:
         writer) lets an admissible commit run as one compiled call (`replay.commit_kernel.commit_chunk`,
         the same locks and steps); without it, or when the insert must wait, the steps below run in Python.
 
+        In an attached process the owner is checked first and while waiting (`check_owner`).
+
         Raises
         ------
         TimeoutError
             The rate limiter did not admit the insert within ``timeout`` seconds (nothing stored).
         ValueError
-            The store was closed.
+            The store was closed, or (attached) its owner process has ended (nothing stored).
         OverflowError
             The shard would reach 2^35 positions (`replay.keys.MAX_POSITION`, the key layout's limit).
         """
+        owner = self.owner
+        if owner.active:
+            self.check_owner("replay writer", count)
         plan = self.plan
         if sources is not None and plan is not None and 0 < count <= sources[0] and count <= self.capacity:
             shard, record = (-1, -1) if episode is None else episode
@@ -384,9 +426,14 @@ class TrajectoryStorage:
             return shard, record
         start = time.monotonic()
         with ctl.cond:
-            ok = ctl.cond.wait_for(lambda: ctl.closed or self.limiter.can_insert(ctl.counters), timeout)
+            ok = ctl.cond.wait_for(
+                lambda: ctl.closed or owner.gone() or self.limiter.can_insert(ctl.counters), timeout
+            )
             if ctl.closed:
                 raise ValueError("the replay store was closed; nothing more can be written")
+            if owner.gone(fresh=not ok):  # a timeout asks afresh: the owner's death, not the ratio, to blame
+                waited = time.monotonic() - start
+                self.check_owner(f"replay writer (after {waited:.3g} s of rate-limiter wait)", count)
             if not ok:
                 raise TimeoutError(
                     f"insert waited {time.monotonic() - start:.3g} s (timeout={timeout}): "
@@ -494,6 +541,7 @@ class TrajectoryStorage:
     def close(self) -> None:
         """Close the private memory manager, or free (owner) / unmap (attached) the regions."""
         self.closed = True
+        self.owner.close()
         if self.owns_memory:
             self.memory.close()
         else:

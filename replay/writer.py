@@ -20,6 +20,13 @@ staged, so calling ``end_episode`` again retries). A commit that a codec field's
 the next steps start a new episode. As a context manager the writer ends the open
 episode when the block exits normally; after an exception, staged steps are dropped.
 
+In a process attached to the store by handle, a writer notices the owner process's death (SIGKILL,
+SIGTERM, a crash: the shared regions stay mapped, so writes alone would succeed unread): every commit
+(a full chunk, ``flush``, ``end_episode``, ``add_episode``) and every rate-limiter wait asks whether the
+owner lives, at most twice a second (`replay.owner_watch.OwnerWatch`), and then raises ``ValueError``
+("lost the connection to the store's owner (pid N)", as a learner's), nothing of the commit stored; every
+later call raises it too. Steps staged since the last commit are not checked until the next one.
+
 References
 ----------
 DeepMind Reverb's ``TrajectoryWriter`` (append, end_episode, chunking, flush on exit); TorchRL's
@@ -326,8 +333,9 @@ class TrajectoryWriter:
     # -- lifetime
     @property
     def closed(self) -> bool:
-        """Whether this writer can no longer write: it was closed, or its store was."""
-        return self._closed or self._storage.store_closed
+        """Whether this writer can no longer write: it was closed, or its store was, or (in an attached
+        process) a commit found the store's owner process ended."""
+        return self._closed or self._storage.store_closed or self._storage.owner_gone
 
     def release_thread(self) -> None:
         """Hand the writer over: the calling thread (its owner) gives it up, and the next thread that
@@ -351,6 +359,8 @@ class TrajectoryWriter:
                 f"more can be written ({self._stager.pending} staged steps were not committed); what it "
                 "committed before stays in the store's checkpoints"
             )
+        if self._storage.owner_gone:  # found by an earlier commit (`TrajectoryStorage.check_owner`)
+            self._storage.check_owner(f"TrajectoryWriter.{call}()", self._stager.pending)
 
     def close(self) -> None:
         """Drop staged steps, close the open episode in the store (best effort; not once the store is

@@ -13,6 +13,7 @@ the TorchRL adapter over open episodes, and checkpoint/restore replaying the fus
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
 import os
 import signal
@@ -453,7 +454,10 @@ def test_an_owner_killed_while_sampling_leaves_attached_writers_working(split):
     queue = ctx.Queue()
     proc = ctx.Process(target=owner_samples_until_killed, args=(queue, split))
     proc.start()
-    store = ReplayStore.attach(queue.get(timeout=60))  # sampling since its first batch
+    # owner_pid=0: a writer not watching the owner (whose death it would report, test_owner_death_actor), so
+    # that its commits take the dead owner's mutexes and recover them
+    handle = queue.get(timeout=60)  # sampling since its first batch
+    store = ReplayStore.attach(dataclasses.replace(handle, owner_pid=0))
     time.sleep(0.1)
     os.kill(proc.pid, signal.SIGKILL)
     proc.join(30)

@@ -1,0 +1,132 @@
+"""An actor's writer notices its store's owner process dying: SIGKILL, or SIGTERM with no handler, leave the
+shared regions mapped in the actor, where commits used to go on, unread, for good (and a writer blocked on a
+`SampleToInsertRatio` timed out blaming the ratio). Now a commit raises ``ValueError`` naming the owner's
+pid ("lost the connection to the store's owner", the learner's words, `replay.owner_watch.owner_lost`),
+nothing of it stored, and every later call of the writer raises it too.
+
+The owner is a forked child of the test (never reaped before the writer looks: a zombie counts as gone);
+the test process attaches by handle and writes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pickle
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from replay import ReplayStore, SampleToInsertRatio, TrajectorySpec
+from replay.owner_watch import CHECK_EVERY_S, OwnerWatch
+
+SPEC = TrajectorySpec({"obs": ((4,), "float32"), "done": ((), "bool")})
+
+
+def episode(n: int = 5) -> dict[str, np.ndarray]:
+    return {"obs": np.ones((n, 4), np.float32), "done": np.arange(n) == n - 1}
+
+
+def fork_owner(ratio: bool) -> tuple[int, object, int]:
+    """Fork an owner that makes a store, sends its handle and then waits to be killed; returns (pid, handle,
+    the fd to close at the end)."""
+    r, w = os.pipe()
+    go_r, go_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the owner; ends by a signal (or os._exit if the test went away)
+        try:
+            os.close(r)
+            limiter = SampleToInsertRatio(1.0, 5, 10) if ratio else None
+            store = ReplayStore(SPEC, capacity_steps=64, seed=0, rate_limiter=limiter, tier="shared")
+            os.write(w, pickle.dumps(store.handle()))
+            os.close(w)
+            os.read(go_r, 1)  # the test closes its end (or dies): stay until then
+            time.sleep(60)
+        finally:
+            os._exit(0)
+    os.close(w)
+    os.close(go_r)
+    data = b""
+    while chunk := os.read(r, 65536):
+        data += chunk
+    os.close(r)
+    return pid, pickle.loads(data), go_w
+
+
+def write_until_error(writer, limit_s: float = 8.0) -> tuple[Exception, int]:
+    """``add_episode`` until it raises (or ``limit_s`` passes: the test then fails); returns the error and
+    the episodes written before it."""
+    end = time.monotonic() + limit_s
+    n = 0
+    while time.monotonic() < end:
+        try:
+            writer.add_episode(episode())
+        except (ValueError, TimeoutError) as exc:
+            return exc, n
+        n += 1
+        time.sleep(0.005)
+    raise AssertionError(f"the writer wrote {n} episodes for {limit_s} s after its owner died, with no error")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+@pytest.mark.parametrize("ratio", [False, True])
+def test_an_attached_writer_raises_once_the_owner_process_dies(sig, ratio):
+    pid, handle, go = fork_owner(ratio)
+    assert handle.owner_pid == pid
+    store = ReplayStore.attach(handle)
+    try:
+        writer = store.writer(timeout=30.0)  # longer than the test: only the owner's death may end a wait
+        for _ in range(3):
+            writer.add_episode(episode())  # before the death: committed (the ratio admits 15 unsampled steps)
+        assert store.counters()["inserts"] == 15
+        os.kill(pid, sig)
+        exc, _ = write_until_error(writer)
+        assert isinstance(exc, ValueError), exc
+        msg = str(exc)
+        assert f"lost the connection to the store's owner (pid {pid})" in msg and "ended" in msg, msg
+        if ratio:  # blocked on the ratio (15 inserts, no samples): the wait says the owner, not the ratio
+            assert "rate-limiter wait" in msg and "5 steps were not committed" in msg, msg
+            assert store.counters()["inserts"] == 15
+        assert writer.closed
+        lost = f"TrajectoryWriter.append\\(\\): lost the connection .*pid {pid}"
+        with pytest.raises(ValueError, match=lost):
+            writer.append({"obs": np.zeros(4, np.float32), "done": False})
+        writer.close()  # quiet: nothing to end (the open episode's commit fails, logged)
+    finally:
+        os.close(go)
+        store.close()
+        _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == sig
+
+
+def test_a_live_owner_is_not_reported_gone_and_an_unknown_one_is_not_watched():
+    """A live owner (this process's parent) is never gone; pid 0 (a handle of unknown owner) and this process
+    itself are not watched; a dead one is found at the next check."""
+    live = OwnerWatch(os.getppid())
+    assert live.active and not live.gone(fresh=True) and not live.gone()
+    live.close()
+    assert not OwnerWatch(0).active and not OwnerWatch(0).gone(fresh=True)
+    assert not OwnerWatch(os.getpid()).active
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover
+        os._exit(0)
+    watch = OwnerWatch(pid)
+    try:
+        deadline = time.monotonic() + 5.0
+        while not watch.gone() and time.monotonic() < deadline:  # a zombie: exited, not yet reaped
+            time.sleep(CHECK_EVERY_S / 5)
+        assert watch.gone() and watch.known_gone
+    finally:
+        watch.close()
+        os.waitpid(pid, 0)
+
+
+def test_a_handle_without_an_owner_pid_is_not_watched():
+    """``owner_pid=0`` (unknown): the attached writer commits as before, whatever the pid."""
+    with ReplayStore(SPEC, capacity_steps=64, seed=0, tier="shared") as owner:
+        handle = dataclasses.replace(owner.handle(), owner_pid=0)
+        with ReplayStore.attach(handle) as store, store.writer() as w:
+            w.add_episode(episode())
+        assert len(owner) == 5
