@@ -134,7 +134,9 @@ with interrupts_module.interrupts():
             end = time.monotonic() + hold
             while time.monotonic() < end:  # running Python, as the compiler does: a handler runs at once
                 pass  # (a sleep here would wait for a signal that another thread received)
-        print("released", flush=True)
+        sys.stdout.write("released\n")  # one write: a re-send can raise as soon as the lock is released, and
+        sys.stdout.flush()  # print() may be interrupted between its text and its end (an exception in flush
+        # leaves the line buffered, written before the next)
         time.sleep(5.0)  # the deferred signal raises here
         print("not interrupted", flush=True)
     except interrupts_module.Interrupted as err:
