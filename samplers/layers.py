@@ -240,7 +240,8 @@ class LayerLoop:
                 return LayerRequest(dst=dst[rel[2]], fanout=fanouts[rel][layer], key=key,
                                     variate_key=key if vlayer == layer and not self.typed else
                                     self.variate_key(rel[0], seed, call, vlayer),
-                                    excluded=excluded.get(rel), dst_times=rel_times, threads=threads)
+                                    excluded=excluded.get(rel), dst_times=rel_times, threads=threads,
+                                    next_fanout=fanouts[rel][layer - 1] if layer else None)
 
             if self.workspace is not None:  # a plain graph on the CPU: the mode's fused pass, if it has one
                 (rel,) = self.relations

@@ -77,6 +77,9 @@ class LayerRequest:
     dst_times : the rows' times ([D], the edge times' dtype; host or device), or None
     threads : int
         CPU threads that may work on the layer (the caller included).
+    next_fanout : int or None
+        The fanout of the next layer, whose destinations are this layer's sources (None: the last
+        layer). A fused CPU layer may plan that layer while relabelling (`samplers.kernels.cpu.sample_block`).
     """
 
     dst: Any
@@ -86,6 +89,7 @@ class LayerRequest:
     excluded: Any = None
     dst_times: Any = None
     threads: int = 1
+    next_fanout: int | None = None
 
 
 @dataclass

@@ -47,7 +47,8 @@ class UniformMode(Mode):
                          workspace: Any) -> tuple:
         return cpu.sample_block(relation.indptr, relation.indices, relation.edge_ids, request.dst,
                                 request.fanout, self.replace, request.key, request.excluded, workspace,
-                                request.threads, None, request.dst_times, pairs=relation.pairs)
+                                request.threads, None, request.dst_times, pairs=relation.pairs,
+                                next_fanout=request.next_fanout)
 
     def sample_block_cuda(self, relation: RelationArrays, state: Any, request: LayerRequest,
                           workspace: Any) -> tuple:

@@ -6,7 +6,8 @@ order, so the tests demand equality with the reference. A layer runs in flat pas
 of independent iterations (so the core keeps many cache misses in flight):
 
 1. plan (`samplers.kernels.cpu.plan`): each destination's start, degree (minus excluded or ineligible
-   edges) and output count; a prefix sum gives the output offsets.
+   edges) and output count; a prefix sum gives the output offsets. In `sample_block` a uniform or weighted
+   layer without exclusions is planned by the relabelling of the layer before it (``next_fanout``).
 2. choose, by arithmetic alone: uniform rows (`...cpu.uniform`: Floyd's algorithm), weighted rows
    (`...cpu.weighted`: rejection over per-row prefix sums), temporal rows (`...cpu.temporal`:
    exponential keys, prefix-sum inversion); positions go into the edge-id output array.

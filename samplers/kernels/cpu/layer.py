@@ -6,7 +6,10 @@ and `graphrl.kernels.parallel_for`'s helper team, which claim chunks dynamically
 sequential and pipelined with them: the calling thread relabels the destinations while the helpers
 start, then chunk r as soon as it is sampled, and samples chunks itself when it would otherwise wait
 (it never waits for a chunk that no helper has claimed). A uniform layer on the calling thread alone
-(one thread, or one chunk) runs as one kernel call.
+(one thread, or one chunk) runs as one kernel call. Given the next layer's fanout, a uniform or weighted
+layer without exclusions plans the next layer as it relabels (each chunk's new sources, the next layer's
+rows, in the workspace's spare row scratch): the next layer then starts its helpers at once, with no
+planning pass of its own on the calling thread (where, at 2 threads, the helpers would wait for it).
 """
 
 from __future__ import annotations
@@ -18,17 +21,19 @@ import numpy as np
 
 from graphrl.kernels import Chunks, engaged
 from samplers.kernels.cpu.masks import Masks, sample_rows_masked
-from samplers.kernels.cpu.plan import plan
+from samplers.kernels.cpu.plan import chunk_bounds, plan
 from samplers.kernels.cpu.relabel import (
     from_time_keys,
     relabel_dst,
+    relabel_dst_planned,
     relabel_pairs_into,
     relabel_src,
+    relabel_src_planned,
     time_keys,
 )
 from samplers.kernels.cpu.threads import parallel_chunks
 from samplers.kernels.cpu.uniform import NO_PAIRS, sample_rows
-from samplers.kernels.cpu.workspace import Exclusion, Workspace
+from samplers.kernels.cpu.workspace import Exclusion, NextPlan, Workspace
 
 __all__ = ["CHUNK_EDGES", "sample_block", "sample_layer", "sample_layer_segments"]
 
@@ -36,6 +41,7 @@ CHUNK_EDGES = 1 << 15  # sampled edges per chunk of work (one to a few hundred m
 MIN_CHUNK_EDGES = 1 << 13  # the smallest chunk a layer is cut into for several threads
 CHUNKS_PER_THREAD = 4  # chunks per thread a smaller layer aims at (from its bound of d * fanout edges)
 _NO_EXCL = np.empty(0, dtype=np.int64)
+_NO_ROWS = np.empty((5, 0), dtype=np.int64)
 
 
 def _chunk_edges(d_count: int, fanout: int, threads: int) -> int:
@@ -71,22 +77,49 @@ def _chunk_fn(indices, edge_ids, dst, rows, out_indptr, fanout, replace, key, ex
 @nb.njit(nogil=True, cache=True)
 def _uniform_alone(indices, edge_ids, has_eids, pairs, has_pairs, dst, row_start, row_deg, row_exlo,
                    row_exhi, out_indptr, fanout, replace, key, excl, eids, src, bounds, node_map, base,
-                   src_nodes, local):
+                   src_nodes, local, planned, indptr, node_count, has_count, next_fanout, next_rows,
+                   next_offs):
     """A uniform layer on the calling thread alone, in one call: the destinations relabelled, then
-    each chunk of rows sampled and its sources relabelled; returns the source count."""
-    n = relabel_dst(dst, node_map, base, src_nodes)
+    each chunk of rows sampled and its sources relabelled (with ``planned``, planning the next layer:
+    `relabel_src_planned`); returns the source count."""
+    if planned:
+        n = relabel_dst_planned(dst, node_map, base, src_nodes, indptr, node_count, has_count, next_fanout,
+                                replace, next_rows, next_offs)
+    else:
+        n = relabel_dst(dst, node_map, base, src_nodes)
     for r in range(bounds.shape[0] - 1):
         lo, hi = bounds[r], bounds[r + 1]
         sample_rows(indices, edge_ids, has_eids, pairs, has_pairs, dst, row_start, row_deg, row_exlo,
                     row_exhi, out_indptr, fanout, replace, key, excl, eids, src, lo, hi)
-        n = relabel_src(src, node_map, base, n, src_nodes, local, out_indptr[lo], out_indptr[hi])
+        if planned:
+            n = relabel_src_planned(src, node_map, base, n, src_nodes, local, out_indptr[lo], out_indptr[hi],
+                                    indptr, node_count, has_count, next_fanout, replace, next_rows, next_offs)
+        else:
+            n = relabel_src(src, node_map, base, n, src_nodes, local, out_indptr[lo], out_indptr[hi])
     return n
+
+
+def _layer_plan(indptr, dst, fanout, replace, excluded, workspace: Workspace, helpers: int,
+                masks: Masks | None, row_time, chunk_edges: int) -> tuple:
+    """`plan`'s outputs for this layer: taken from the workspace when the layer before planned it
+    (`Workspace.take_plan`; the chunk bounds then from its offsets), else planned here."""
+    counted = masks is not None and masks.has_count
+    planned = workspace.take_plan(dst, fanout, replace, counted)
+    if planned is None or excluded is not None:
+        return plan(indptr, dst, fanout, replace, excluded, workspace, helpers, masks, row_time,
+                    chunk_edges=chunk_edges)
+    d_count = dst.shape[0]
+    out_indptr = planned.out_indptr
+    rows = workspace.rows(d_count)
+    return (out_indptr, rows if counted else rows[:4], _NO_EXCL, int(out_indptr[d_count]),
+            chunk_bounds(out_indptr, np.int64(chunk_edges)))
 
 
 def sample_block(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray | None, dst: np.ndarray,
                  fanout: int, replace: bool, key: int, excluded: Exclusion | np.ndarray | None,
                  workspace: Workspace, threads: int = 1, masks: Masks | None = None,
                  dst_times: np.ndarray | None = None, *, pairs: np.ndarray | None = None,
+                 next_fanout: int | None = None,
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
     """Sample one layer and relabel it: the arrays of one block.
 
@@ -117,19 +150,25 @@ def sample_block(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray |
     pairs : int32 [2E] or None
         The (source, edge id) pairs of `samplers._csc.edge_pairs`: the gather reads them in place of
         ``indices`` and ``edge_ids``.
+    next_fanout : int or None
+        The fanout of the next layer, whose destinations are this layer's ``src_nodes``: uniform and
+        weighted layers without exclusions then plan it while relabelling (`relabel_src_planned`) and keep
+        the plan in ``workspace``, which the next call takes when given those ``src_nodes`` (the same
+        array), ``next_fanout`` and ``replace``; it then skips its planning pass. The blocks are the same.
 
     Returns
     -------
     out_indptr : int64 [D + 1]; src_nodes : int64 [S]; local : int64 [nnz]; eids : int64 [nnz];
     src_times : [S] in the edge times' dtype, or None without times
-        Fresh arrays (``src_nodes`` is a view of a fresh array of D + nnz entries).
+        Fresh arrays (``src_nodes`` is a view of a fresh array of D + nnz entries; a planned layer's
+        ``out_indptr`` a view of a fresh array of the planning layer's D + nnz + 1).
     """
     helpers = max(int(threads) - 1, 0)
     row_time = None if masks is None else masks.row_times(dst_times)
     d_count = dst.shape[0]
-    out_indptr, rows, excl, nnz, bounds = plan(indptr, dst, fanout, replace, excluded, workspace, helpers,
-                                               masks, row_time,
-                                               chunk_edges=_chunk_edges(d_count, fanout, helpers + 1))
+    out_indptr, rows, excl, nnz, bounds = _layer_plan(indptr, dst, fanout, replace, excluded, workspace,
+                                                      helpers, masks, row_time,
+                                                      _chunk_edges(d_count, fanout, helpers + 1))
     eids = np.empty(nnz, dtype=np.int64)
     src = workspace.src(nnz)
     if nnz:
@@ -151,38 +190,51 @@ def sample_block(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray |
     # helper's error, KeyboardInterrupt between chunks), advance past that whole range so the next call
     # cannot read half-written entries as valid.
     workspace.base = base + d_count + nnz
+    counted = masks is not None and masks.has_count
+    planning = next_fanout is not None and excluded is None and (masks is None or counted)
+    # The next layer's plan: its rows go to the spare row scratch, its offsets to next_offs.
+    next_rows = workspace.spare_rows(d_count + nnz) if planning else _NO_ROWS
+    next_offs = np.empty(d_count + nnz + 1 if planning else 1, dtype=np.int64)
+    plan_args = (indptr, masks.node_count if counted else _NO_EXCL, counted,
+                 np.int64(next_fanout if planning else 0), bool(replace), next_rows, next_offs)
+    relabel_d, relabel_s, extra = (relabel_dst_planned, relabel_src_planned, plan_args) if planning else \
+        (relabel_dst, relabel_src, ())
     if masks is None and (helpers == 0 or bounds.shape[0] == 2):  # the calling thread alone, one call
         src_nodes = np.empty(d_count + nnz, dtype=np.int64)
         local = np.empty(nnz, dtype=np.int64)
         n = _uniform_alone(*_gather_args(indices, edge_ids, pairs), dst, *rows, out_indptr, np.int64(fanout),
                            bool(replace), np.uint64(key), excl, eids, src, bounds, node_map, base, src_nodes,
-                           local)
+                           local, planning, plan_args[0], plan_args[1], plan_args[2], plan_args[3],
+                           next_rows, next_offs)
     elif not nnz or helpers == 0 or bounds.shape[0] == 2:  # the calling thread alone
         src_nodes = np.empty(d_count + nnz, dtype=np.int64)
         local = np.empty(nnz, dtype=np.int64)
-        n = relabel_dst(dst, node_map, base, src_nodes)
+        n = relabel_d(dst, node_map, base, src_nodes, *extra)
         for r in range(bounds.shape[0] - 1 if nnz else 0):
             fn(bounds[r], bounds[r + 1])
-            n = relabel_src(src, node_map, base, n, src_nodes, local, out_indptr[bounds[r]],
-                            out_indptr[bounds[r + 1]])
+            n = relabel_s(src, node_map, base, n, src_nodes, local, out_indptr[bounds[r]],
+                          out_indptr[bounds[r + 1]], *extra)
     else:
         task = Chunks(lambda i: fn(bounds[i], bounds[i + 1]), bounds.shape[0] - 1)
         with engaged(task, helpers):  # the helpers start sampling while the destinations are relabelled
             try:
                 src_nodes = np.empty(d_count + nnz, dtype=np.int64)
                 local = np.empty(nnz, dtype=np.int64)
-                n = relabel_dst(dst, node_map, base, src_nodes)
+                n = relabel_d(dst, node_map, base, src_nodes, *extra)
                 # Relabel chunk r as soon as it is sampled; sample chunks here rather than wait.
                 for r in range(task.num_chunks):
                     task.help_until(r)
                     if task.error is not None:
                         break
-                    n = relabel_src(src, node_map, base, n, src_nodes, local, out_indptr[bounds[r]],
-                                    out_indptr[bounds[r + 1]])
+                    n = relabel_s(src, node_map, base, n, src_nodes, local, out_indptr[bounds[r]],
+                                  out_indptr[bounds[r + 1]], *extra)
             finally:  # no helper writes into the buffers once this returns or raises
                 task.finish()
     workspace.base = base + n
-    return out_indptr, src_nodes[:n], local, eids, None
+    src_nodes = src_nodes[:n]
+    if planning:
+        workspace.keep_plan(NextPlan(src_nodes, int(next_fanout), bool(replace), counted, next_offs[:n + 1]))
+    return out_indptr, src_nodes, local, eids, None
 
 
 def sample_layer(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray | None, dst: np.ndarray,

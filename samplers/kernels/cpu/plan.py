@@ -22,7 +22,8 @@ from samplers.kernels.cpu.workspace import Workspace, exclusion_arrays
 if TYPE_CHECKING:
     from samplers.kernels.cpu.masks import Masks
 
-__all__ = ["plan", "plan_rows", "plan_rows_masked", "plan_rows_summed"]
+__all__ = ["chunk_bounds", "out_count", "plan", "plan_new_rows", "plan_rows", "plan_rows_masked",
+           "plan_rows_summed"]
 
 _PLAN_CHUNK_ROWS = 1 << 15  # destinations per chunk of the planning pass
 _PREFETCH_AHEAD = 16  # prefetch distance of the planning loops
@@ -31,13 +32,13 @@ _NO_COUNT = np.empty(0, dtype=np.int64)
 
 
 @nb.njit(inline="always", cache=True)
-def _out_count(fanout, replace, deg):
-    """A row's output count: every eligible edge for fanout -1 or (without replacement) deg <= fanout."""
-    if fanout < 0 or (not replace and deg <= fanout):
-        return deg
-    if deg == 0:
-        return 0
-    return fanout
+def out_count(fanout, replace, deg):
+    """A row's output count: every eligible edge for fanout -1 or (without replacement) deg <= fanout,
+    else ``fanout`` (0 when deg = 0). Without branches (selects): in a loop over rows of random degrees a
+    branch here is mispredicted about as often as taken."""
+    take_all = (fanout < 0) | ((deg <= fanout) & (not replace))
+    c = deg if take_all else fanout
+    return c if deg > 0 else 0
 
 
 @nb.njit(inline="always", cache=True)
@@ -69,7 +70,7 @@ def _plan_row(indptr, dst, fanout, replace, excl, excl_rows, weights, node_count
     if has_count:
         row_end[i] = e
     row_deg[i] = deg
-    return _out_count(fanout, replace, deg)
+    return out_count(fanout, replace, deg)
 
 
 @nb.njit(inline="always", cache=True)
@@ -142,6 +143,8 @@ def _plan_any(indptr, dst, fanout, replace, excl, excl_rows, weights, node_count
 
 
 _NO_BOUNDS = np.empty(0, dtype=np.int64)
+_NO_ROW_BITS = np.empty(0, dtype=np.uint64)  # no row holds an excluded position
+_NO_CUTS = np.iinfo(np.int64).max  # a chunk size no total reaches
 
 
 @nb.njit(nogil=True, cache=True)
@@ -194,6 +197,50 @@ def _prefix_sum(out_indptr, chunk_edges):
 
 
 @nb.njit(nogil=True, cache=True)
+def plan_new_rows(nodes, lo, hi, indptr, node_count, has_count, fanout, replace, rows, offs):
+    """Plan rows [lo, hi) of a layer whose destinations ``nodes`` are being appended (a relabelling's new
+    sources, `samplers.kernels.cpu.relabel.relabel_src_planned`), without exclusions, as `plan_rows` does
+    (with ``has_count``, weighted rows: degrees from ``node_count``): the rows into ``rows`` (int64 [5, >=
+    hi], `Workspace.rows`' layout) and their offsets into ``offs[lo + 1:hi + 1]``, summed on from offs[lo]
+    (already the offset of row lo)."""
+    if hi <= lo:
+        return
+    start = offs[lo]
+    # The summing loop of `plan_rows_summed` over the piece (faster than counts and a second pass), its
+    # offsets from 0, then moved on by the piece's start; no chunk bounds (one chunk of every edge).
+    _plan_any(indptr, nodes, fanout, replace, _NO_COUNT, _NO_ROW_BITS, _NO_WEIGHTS, node_count, has_count,
+              rows[0], rows[1], rows[2], rows[3], rows[4], offs, lo, hi, True, _NO_CUTS,
+              np.empty(2, dtype=np.int64))
+    offs[lo] = start
+    if start:
+        for i in range(lo + 1, hi + 1):  # rows of this piece, in cache
+            offs[i] += start
+
+
+@nb.njit(nogil=True, cache=True)
+def chunk_bounds(out_indptr, chunk_edges):
+    """The chunk bounds of `_prefix_sum` from offsets already summed (int64 [D + 1], out_indptr[0] = 0):
+    0, then for each multiple m of ``chunk_edges`` below the total the first row i with out_indptr[i] >= m
+    (repeats dropped), then D; each found by binary search."""
+    d_count = out_indptr.shape[0] - 1
+    total = out_indptr[d_count]
+    bounds = np.empty(min(d_count, total // chunk_edges + 1) + 2, dtype=np.int64)
+    bounds[0] = 0
+    k = 1
+    m = chunk_edges
+    while m < total:
+        i = np.searchsorted(out_indptr, m)  # the first row whose offset reaches m
+        if i > bounds[k - 1]:
+            bounds[k] = i
+            k += 1
+        m = (out_indptr[i] // chunk_edges + 1) * chunk_edges  # the next multiple above that row's offset
+    if bounds[k - 1] < d_count or k == 1:
+        bounds[k] = d_count
+        k += 1
+    return bounds[:k]
+
+
+@nb.njit(nogil=True, cache=True)
 def plan_rows_masked(indptr, dst, fanout, replace, excl, excl_rows, weights, has_w, times, row_time, has_t,
                      row_start, row_deg, row_exlo, row_exhi, row_end, out_indptr, lo, hi):
     """Pass 1 of masked rows [lo, hi) with edge times: start, end, eligible count (read from the row's
@@ -214,7 +261,7 @@ def plan_rows_masked(indptr, dst, fanout, replace, excl, excl_rows, weights, has
         t_row = row_time[i] if has_t else 0
         count = count_eligible(weights, has_w, times, has_t, t_row, excl, a, b, s, e)
         row_deg[i] = count
-        out_indptr[i + 1] = _out_count(fanout, replace, count)
+        out_indptr[i + 1] = out_count(fanout, replace, count)
 
 
 def plan(indptr, dst, fanout, replace, excluded, workspace: Workspace, helpers: int,

@@ -12,10 +12,11 @@ import numba as nb
 import numpy as np
 
 from graphrl.kernels import prefetch
+from samplers.kernels.cpu.plan import plan_new_rows
 from samplers.kernels.cpu.rng import GOLDEN, mix
 
-__all__ = ["from_time_keys", "relabel", "relabel_dst", "relabel_pairs", "relabel_pairs_into", "relabel_src",
-           "time_keys"]
+__all__ = ["from_time_keys", "relabel", "relabel_dst", "relabel_dst_planned", "relabel_pairs",
+           "relabel_pairs_into", "relabel_src", "relabel_src_planned", "time_keys"]
 
 _PREFETCH_AHEAD = 16  # prefetch distance of the relabelling loops
 
@@ -135,6 +136,28 @@ def relabel_src(src, node_map, base, n, src_nodes, local, lo, hi):
         n += new
         local[np.uint64(j)] = m - base
     return n
+
+
+@nb.njit(nogil=True, cache=True)
+def relabel_dst_planned(dst, node_map, base, src_nodes, indptr, node_count, has_count, fanout, replace, rows,
+                        offs):
+    """`relabel_dst`, then each destination planned as a row of the next layer (`plan_new_rows`; offs[0]
+    set to 0)."""
+    n = relabel_dst(dst, node_map, base, src_nodes)
+    offs[0] = 0
+    plan_new_rows(src_nodes, 0, n, indptr, node_count, has_count, fanout, replace, rows, offs)
+    return n
+
+
+@nb.njit(nogil=True, cache=True)
+def relabel_src_planned(src, node_map, base, n, src_nodes, local, lo, hi, indptr, node_count, has_count,
+                        fanout, replace, rows, offs):
+    """`relabel_src`, then the sources it found new (``src_nodes[n:]``) planned as rows of the next layer
+    (`plan_new_rows`): a layer's relabelling, chunk by chunk, plans the next layer, whose destinations are
+    its sources in this order, so that the next layer has no planning pass of its own."""
+    n1 = relabel_src(src, node_map, base, n, src_nodes, local, lo, hi)
+    plan_new_rows(src_nodes, n, n1, indptr, node_count, has_count, fanout, replace, rows, offs)
+    return n1
 
 
 def relabel(dst: np.ndarray, src: np.ndarray, node_map: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -2,12 +2,38 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-__all__ = ["Exclusion", "Workspace", "exclusion_arrays"]
+__all__ = ["Exclusion", "NextPlan", "Workspace", "exclusion_arrays"]
 
 _INT32_MAX = np.iinfo(np.int32).max
 _NO_EXCL = np.empty(0, dtype=np.int64)
+
+
+@dataclass
+class NextPlan:
+    """A layer planned by the relabelling of the layer before it (`samplers.kernels.cpu.relabel.
+    relabel_src_planned`): its rows lie in the workspace's spare row scratch (`Workspace.spare_rows`).
+
+    Attributes
+    ----------
+    dst : numpy.ndarray, int64, shape [D]
+        The planned layer's destinations: the earlier layer's ``src_nodes``, this very object.
+    fanout : int
+    replace : bool
+    counted : bool
+        Degrees are positive-weight counts (weighted rows), not row lengths.
+    out_indptr : numpy.ndarray, int64, shape [D + 1]
+        The planned output offsets.
+    """
+
+    dst: np.ndarray
+    fanout: int
+    replace: bool
+    counted: bool
+    out_indptr: np.ndarray
 
 
 class Workspace:
@@ -22,7 +48,9 @@ class Workspace:
         Smallest valid map entry; advanced past every layer's ids, so nothing needs resetting.
 
     Per-destination and per-edge intermediates grow geometrically and are reused across calls, so a
-    steady-state `sample` call allocates only its outputs.
+    steady-state `sample` call allocates only its outputs. The row scratch is double: a layer's
+    relabelling can plan the next layer's rows into the spare one (`spare_rows`, `keep_plan`) while its
+    own rows are still read, and the next layer takes them (`take_plan`).
     """
 
     def __init__(self, num_nodes: int, index_dtype=np.int64) -> None:
@@ -30,6 +58,8 @@ class Workspace:
         self.base = 0
         self._index_dtype = np.dtype(index_dtype)
         self._rows = np.empty((5, 0), dtype=np.int64)
+        self._spare = np.empty((5, 0), dtype=np.int64)
+        self._plan: NextPlan | None = None
         self._src = np.empty(0, dtype=self._index_dtype)
 
     def rows(self, n: int) -> np.ndarray:
@@ -38,6 +68,28 @@ class Workspace:
         if self._rows.shape[1] < n:
             self._rows = np.empty((5, max(n, 2 * self._rows.shape[1])), dtype=np.int64)
         return self._rows[:, :n]
+
+    def spare_rows(self, n: int) -> np.ndarray:
+        """The spare row scratch, int64 [5, >= n] (C-contiguous, laid out as `rows`), for the next layer's
+        plan; it drops any plan kept there."""
+        self._plan = None
+        if self._spare.shape[1] < n:
+            self._spare = np.empty((5, max(n, 2 * self._spare.shape[1])), dtype=np.int64)
+        return self._spare
+
+    def keep_plan(self, plan: NextPlan) -> None:
+        """Keep ``plan``, whose rows were written into `spare_rows`, for the layer of ``plan.dst``."""
+        self._plan = plan
+
+    def take_plan(self, dst: np.ndarray, fanout: int, replace: bool, counted: bool) -> NextPlan | None:
+        """The kept plan when it was made for these destinations (the same array object) and rule, its rows
+        then the current row scratch (`rows`); else None. Either way no plan is kept afterwards."""
+        plan, self._plan = self._plan, None
+        if plan is None or plan.dst is not dst or (plan.fanout, plan.replace, plan.counted) != (
+                fanout, bool(replace), counted):
+            return None
+        self._rows, self._spare = self._spare, self._rows
+        return plan
 
     def src(self, n: int) -> np.ndarray:
         """A scratch array of length n for sampled sources, in the graph's index dtype."""

@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from samplers.kernels.cpu.plan import plan
+from samplers.kernels.cpu.plan import chunk_bounds, plan
 from samplers.kernels.cpu.workspace import Workspace
 
 
@@ -45,3 +45,11 @@ def test_bounds_equal_searchsorted(degrees, chunk):
     assert nnz == sum(degrees)
     assert out_indptr.tolist() == np.concatenate(([0], np.cumsum(degrees))).astype(int).tolist()
     assert bounds.tolist() == _searchsorted_bounds(out_indptr, nnz, chunk).tolist()
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(0, 12), max_size=40), st.integers(1, 20))
+def test_bounds_from_summed_offsets_equal_the_planning_pass(degrees, chunk):
+    # a layer planned ahead (by the relabelling before it) finds its bounds from the offsets alone
+    out_indptr, nnz, bounds = _plan_all_edges(degrees, chunk)
+    assert chunk_bounds(out_indptr, np.int64(chunk)).tolist() == bounds.tolist()
