@@ -27,6 +27,11 @@ _WARM = pytest.StashKey[subprocess.Popen]()
 #   module loaded from source gets its registry before it runs.
 # With those closed, a 20-us switch interval is safe; it halves the simulated tests' CPU time (the simulator
 # polls its threads in a loop that otherwise holds the GIL 5 ms at a time).
+# A block's barrier is the simulator's own rule, kept without its polling: ``syncthreads`` releases a block's
+# threads once every thread still running waits at it (a thread that returned no longer counts), and the
+# first exception of a thread aborts the block (threads waiting at the barrier raise, the launch raises it).
+# numba polls every thread in a loop until all have ended, and burns the CPU the threads wait for; here a
+# launch waits on one condition instead (a 32-thread block with two barriers: 4 ms of CPU instead of 13).
 SIMULATOR_PRELUDE = """
 import contextlib
 import importlib.abc
@@ -102,8 +107,76 @@ def _swapped_cuda_module(fn, fake):
                 scope.update(entry[1])
 
 
+class _BlockBarrier:  # one simulated block's syncthreads: released when every live thread waits at it
+
+    def __init__(self, live):
+        self.cond = threading.Condition(threading.Lock())
+        self.live, self.waiting, self.generation, self.error = live, 0, 0, None
+
+    def _release_if_all_wait(self):
+        if self.waiting and self.waiting == self.live:
+            self.waiting = 0
+            self.generation += 1
+            self.cond.notify_all()
+
+    def wait(self):
+        with self.cond:
+            if self.error is not None:
+                raise RuntimeError("abort flag set on syncthreads call")
+            generation = self.generation
+            self.waiting += 1
+            self._release_if_all_wait()
+            while generation == self.generation and self.error is None:
+                self.cond.wait()
+            if self.error is not None:
+                raise RuntimeError("abort flag set on syncthreads clear")
+
+    def leave(self, error):
+        with self.cond:
+            self.live -= 1
+            if error is not None and self.error is None:
+                self.error = error
+            self._release_if_all_wait()
+            self.cond.notify_all()
+
+
+def _thread_run(self):
+    error = None
+    try:
+        self._target()
+    except Exception as e:  # numba's message: the thread and block indices, then the error
+        where = "tid=%s ctaid=%s" % (list(self.threadIdx), list(self.blockIdx))
+        message = where if str(e) == "" else "%s: %s" % (where, e)
+        error = self.exception = (type(e)(message), sys.exc_info()[2])
+    finally:
+        self._manager.barrier.leave(error)
+
+
+def _thread_syncthreads(self):
+    self._manager.barrier.wait()
+
+
+def _block_run(self, grid_point, *args):
+    def target():
+        self._f(*args)
+
+    self.barrier = barrier = _BlockBarrier(int(_np.prod(self._block_dim)))
+    threads = [_sim_kernel.BlockThread(target, self, grid_point, point, self._debug)
+               for point in _np.ndindex(*self._block_dim)]
+    for t in threads:
+        t.start()
+    with barrier.cond:
+        while barrier.live and barrier.error is None:
+            barrier.cond.wait()
+    if barrier.error is not None:
+        raise barrier.error[0].with_traceback(barrier.error[1])
+
+
 _sim_api.FakeCUDAShared.array = _shared_array
 _sim_api.swapped_cuda_module = _sim_kernel.swapped_cuda_module = _swapped_cuda_module
+_sim_kernel.BlockThread.run = _thread_run
+_sim_kernel.BlockThread.syncthreads = _thread_syncthreads
+_sim_kernel.BlockManager.run = _block_run
 sys.setswitchinterval(2e-5)
 """
 

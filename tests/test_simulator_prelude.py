@@ -1,7 +1,10 @@
 """The simulator prelude of `tests/conftest.py` (run before every simulated script) keeps numba's CUDA
 simulator faithful under thread switches: a block's threads share one ``cuda.shared.array`` even when the
 allocation lookup is slowed so that threads interleave inside it (numba's own check-then-set made each
-thread its own array in 8 launches of 20 this way, so a block scan read other threads' stale memory)."""
+thread its own array in 8 launches of 20 this way, so a block scan read other threads' stale memory).
+Its barrier keeps numba's rule: ``syncthreads`` releases the block once every thread still running waits
+(threads that returned early no longer count), and a thread's exception aborts the launch with the thread
+named, threads waiting at the barrier released."""
 
 from __future__ import annotations
 
@@ -47,6 +50,41 @@ SCRIPT = textwrap.dedent(
         out = np.zeros(64, np.int64)
         block_sum[2, 32](out)
         assert (out == 496).all(), (launch, out)
+
+    @cuda.jit
+    def rounds(out):  # threads 0..7 return before the barriers; the others meet at three of them
+        tmp = cuda.shared.array(32, numba.int64)
+        t = cuda.threadIdx.x
+        if t < 8:
+            return
+        tmp[t] = t
+        for r in range(3):
+            cuda.syncthreads()
+            v = tmp[(t + 1) % 32] if t < 31 else tmp[8]
+            cuda.syncthreads()
+            tmp[t] = v
+        out[cuda.blockIdx.x * 32 + t] = tmp[t]
+
+    out = np.full(64, -1, np.int64)
+    rounds[2, 32](out)
+    want = np.full(32, -1)
+    want[8:] = np.roll(np.arange(8, 32), -3)  # each round reads the next live thread's value
+    assert np.array_equal(out, np.tile(want, 2)), out
+
+    @cuda.jit
+    def fails(out):
+        t = cuda.threadIdx.x
+        if t == 5:
+            raise ValueError("thread five")
+        cuda.syncthreads()
+        out[t] = t
+
+    try:
+        fails[1, 32](np.zeros(32, np.int64))
+    except ValueError as err:
+        assert "tid=[5, 0, 0] ctaid=[0, 0, 0]: thread five" in str(err), err
+    else:
+        raise AssertionError("no exception from the simulated thread")
     print("OK")
     """
 )
