@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -194,6 +196,53 @@ def simulate():
     ``PYTHONPATH`` and the repository root as working folder; returns the ``subprocess.CompletedProcess``
     (text output captured)."""
     return _simulate
+
+
+@dataclass(frozen=True)
+class SimulatedPart:
+    """What one script of `simulate_parts` did: ``ok`` (it ran to its end) and ``output`` (what it printed,
+    then its traceback if it raised, or the interpreter's output if that died)."""
+
+    ok: bool
+    output: str
+
+
+_PARTS_MARK = "=== simulated parts: "
+_PARTS_RUNNER = """
+import contextlib, io, json, linecache, traceback
+_results = {}
+for _name, _code in _PARTS:
+    _file = "<simulated part " + _name + ">"
+    linecache.cache[_file] = (len(_code), None, _code.splitlines(True), _file)  # tracebacks show the lines
+    _out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(_out):
+            exec(compile(_code, _file, "exec"), {"__name__": "__main__"})
+        _results[_name] = [True, _out.getvalue()]
+    except BaseException:
+        _results[_name] = [False, _out.getvalue() + traceback.format_exc()]
+print(_MARK + json.dumps(_results))
+"""
+
+
+def _simulate_parts(scripts: dict[str, str], timeout: float = 600) -> dict[str, SimulatedPart]:
+    header = f"_PARTS = {list(scripts.items())!r}\n_MARK = {_PARTS_MARK!r}\n"
+    proc = _simulate(header + _PARTS_RUNNER, timeout)
+    _, mark, tail = proc.stdout.rpartition(_PARTS_MARK)
+    if not mark:  # the interpreter died: every part reports its output
+        said = f"exit status {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+        return {name: SimulatedPart(False, said) for name in scripts}
+    return {name: SimulatedPart(ok, output) for name, (ok, output) in json.loads(tail).items()}
+
+
+@pytest.fixture(scope="session")
+def simulate_parts():
+    """``simulate_parts(scripts, timeout=600)``: run several scripts (a dict, name to source) one after
+    another in one interpreter under numba's CUDA simulator, as `simulate` runs one, each in a namespace of
+    its own (what one patches at module level stays patched for the next: order them so); returns
+    ``{name: SimulatedPart}``. One interpreter pays the imports and numba's cache loads once: a module's
+    simulated tests share it through a module-scoped fixture and each asserts its own part."""
+    return _simulate_parts
 
 
 def _compile_ptx(script: str, timeout: float = 600) -> subprocess.CompletedProcess:
