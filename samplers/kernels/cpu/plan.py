@@ -77,9 +77,9 @@ def _plan_row(indptr, dst, fanout, replace, excl, excl_rows, weights, node_count
 def _plan_loop(indptr, dst, fanout, replace, excl, excl_rows, weights, node_count, has_count, has_excl,
                row_start, row_deg, row_exlo, row_exhi, row_end, out_indptr, lo, hi, summed, chunk_edges,
                bounds):
-    """`_plan_row` over rows [lo, hi) into ``out_indptr[i + 1]``: the counts, or (``summed``, for
-    lo = 0 and hi = D) the offsets and chunk bounds of `_prefix_sum` in the same pass; returns
-    (total, number of bounds) when ``summed``."""
+    """`_plan_row` over rows [lo, hi) into ``out_indptr[i + 1]``: the counts, or (``summed``) the offsets
+    counted from 0 at row lo and the chunk bounds of `_prefix_sum` (rows of [lo, hi), then hi; lo = 0 and
+    hi = D for a whole layer) in the same pass; returns (total, number of bounds) when ``summed``."""
     for i in range(lo, min(lo + _PREFETCH_AHEAD, hi)):
         prefetch(indptr, dst[i])
         if has_count:
