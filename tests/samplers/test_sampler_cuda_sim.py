@@ -285,6 +285,17 @@ PTX_SCRIPT = textwrap.dedent(
     for name, kernel in ck.KERNELS.items():
         ptx, _ = cuda.compile_ptx(kernel.py_func, sigs[name], cc=(9, 0))
         assert ".entry" in ptx and "sm_90" in ptx, name
+    # the bounded relabelling of the chained layers (test_gpu_host_path runs them under the simulator)
+    from samplers.kernels.cuda.relabel import UPTO_KERNELS
+    upto_sigs = {
+        "hash_insert_upto": (i64, i64, i32, i64, i64, i64, t.int64),
+        "hash_first_upto": (i32, i64, i64, i64, i64, t.int64, i64, i64),
+        "relabel_out_upto": (i64, i64, i32, i64, i64, i64, i64, i64, i64, i64),
+    }
+    assert set(upto_sigs) == set(UPTO_KERNELS)
+    for name, kernel in UPTO_KERNELS.items():
+        ptx, _ = cuda.compile_ptx(kernel.py_func, upto_sigs[name], cc=(9, 0))
+        assert ".entry" in ptx and "sm_90" in ptx, name
     from samplers.kernels.cuda import labor
     anyf = t.Array(t.float64, 1, "A")
     rows = (i64, any64, any64, any64, any64, i64)  # excl, row_s, row_e, row_a, row_b, raw_off
