@@ -19,6 +19,7 @@ import torch
 
 from graphrl.errors import GPUUnavailableError
 from graphrl.memory import MemoryManager
+from replay.chunk_codec import CHUNK_STEPS, chunk_steps_for
 from replay.keys import MAX_SHARDS, MAX_WINDOW, POS_BITS
 from replay.rate_limiter import MinSize, RateLimiter
 from replay.selectors import Selector, Uniform
@@ -185,6 +186,42 @@ def check_chunk_steps(spec: TrajectorySpec, shard_capacity: int, chunk_steps: An
     return min(check_int("chunk_steps", chunk_steps, 1, MAX_INT64), shard_capacity)
 
 
+def check_codec_capacity(spec: TrajectorySpec, capacity_steps: int, num_shards: int) -> None:
+    """Each shard's share of ``capacity_steps`` (``capacity_steps // num_shards``) must hold whole chunks of
+    every codec field: a multiple of its chunk (`replay.chunk_codec.chunk_steps_for`), at least two of them.
+
+    Raises
+    ------
+    ValueError
+        It does not: the message names the field, its chunk, the share and the ``capacity_steps`` values
+        that work for every codec field (the nearest below and above the one given).
+    """
+    share = capacity_steps // num_shards
+    chunks, bad = {}, []
+    for n in spec.codec_fields:
+        f = spec[n]
+        chunks[n] = CHUNK_STEPS[f.codec] if f.chunk is None else int(f.chunk)
+        try:
+            chunk_steps_for(share, f.chunk, n, f.codec)  # the rule, where the shards apply it
+        except ValueError:
+            bad.append(n)
+    if not bad:
+        return
+    unit = math.lcm(*chunks.values())  # a share that is a multiple of every chunk
+    least = -(-2 * max(chunks.values()) // unit) * unit
+    step = num_shards * unit
+    below = capacity_steps // step * step
+    above = max(below + step, least * num_shards)
+    near = f"{below} or {above}" if below >= least * num_shards else f"{above}"
+    name, c = bad[0], chunks[bad[0]]
+    raise ValueError(
+        f"field {name!r}: chunk={c} needs each shard's capacity, capacity_steps // num_shards = "
+        f"{capacity_steps} // {num_shards} = {share}, to be a multiple of {c} and at least {2 * c}: pass "
+        f"capacity_steps a multiple of {step} (num_shards * {unit}, every codec field's chunks) of at least "
+        f"{least * num_shards}, e.g. {near}"
+    )
+
+
 @dataclass(frozen=True)
 class StoreArgs:
     """A store constructor's arguments, checked and normalised by `check_store_args`."""
@@ -232,7 +269,8 @@ def check_store_args(
         A spec, selector, rate limiter, memory manager, timeout or int argument of the wrong type.
     ValueError
         Bad sizes (capacity below the shard count, more than 256 shards, more than 2**35 steps a
-        shard), a rate limiter that could never admit a sample at this capacity, a bad tier, timeout,
+        shard; a codec field's chunk not dividing each shard's share, `check_codec_capacity`), a rate
+        limiter that could never admit a sample at this capacity, a bad tier, timeout,
         chunk_steps, seed (0 .. 2**64 - 1), staging_slots (1 .. 2**31 - 1) or max_times_sampled.
     """
     if not isinstance(spec, (TrajectorySpec, Mapping)):
@@ -264,6 +302,7 @@ def check_store_args(
             "the rings must be host memory the writers can view"
         )
     shard_capacity = capacity_steps // num_shards
+    check_codec_capacity(spec, capacity_steps, num_shards)
     rate_limiter.check_capacity(shard_capacity * num_shards)
     check_timeout(timeout)
     max_times_sampled = check_int("max_times_sampled", max_times_sampled, 0, MAX_INT64)

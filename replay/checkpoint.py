@@ -262,13 +262,12 @@ def _intact_older(root: Path, skip: Path | None) -> str | None:
 
 
 def _with_intact(err: CheckpointError, root: Path, skip: Path | None) -> CheckpointError:
-    older = _intact_older(root, skip)
-    hint = (
-        f"; the older checkpoint {older} is intact: ReplayStore.restore({older!r}) restores it"
-        if older
-        else f"; no older intact checkpoint under {root}"
-    )
-    return CheckpointError(str(err) + hint, err.checkpoint, err.files, older)
+    """``err`` naming the newest intact checkpoint but ``skip`` ("older" only beside a damaged ``skip``)."""
+    found = _intact_older(root, skip)
+    which = f"the older checkpoint {found}" if skip else f"checkpoint {found} (the newest that verifies)"
+    hint = f"; {which} is intact: ReplayStore.restore({found!r}) restores it" if found else (
+        f"; no {'older ' if skip else ''}intact checkpoint under {root}")
+    return CheckpointError(str(err) + hint, err.checkpoint, err.files, found)
 
 
 def latest(path: str | os.PathLike[str]) -> tuple[Path, str | None]:

@@ -100,7 +100,7 @@ def chunk_steps_for(capacity: int, chunk: int | None = None, name: str = "", cod
     if capacity % c or capacity < 2 * c:
         raise ValueError(
             f"field {name!r}: chunk={c} needs a shard capacity that is a multiple of it and at least "
-            f"{2 * c}, got capacity={capacity}"
+            f"{2 * c}, got a shard capacity of {capacity}"
         )
     return c
 

@@ -92,7 +92,11 @@ class ReplayStore(StorageViews, ReplayStoreBase):
         The fields of a step (a mapping is passed to `TrajectorySpec`).
     capacity_steps : int
         Steps the store holds in all; each of the ``num_shards`` shards holds
-        ``capacity_steps // num_shards`` as a ring (the oldest steps are overwritten).
+        ``capacity_steps // num_shards`` as a ring (the oldest steps are overwritten). The store holds
+        ``num_shards * (capacity_steps // num_shards)`` steps: a remainder is dropped (``capacity_steps=100,
+        num_shards=3`` holds 99; ``store.capacity_steps`` says what it holds), so pass a multiple of
+        ``num_shards``. With a codec field each shard's share must also be a multiple of the field's
+        ``chunk`` and at least two chunks (else ``ValueError``, naming values that work).
     num_shards : int
         Shards, 1 <= num_shards <= 256. Episodes go whole to one shard; writers spread over shards.
     selector : Selector
