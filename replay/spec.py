@@ -69,8 +69,13 @@ class FieldSpec:
         commit and decompressed into the batch at sample time; for large, redundant steps (pixels).
     arena_ratio : float
         For a codec field, raw bytes of the shard's ring per byte of its compressed arena (> 0; the
-        arena holds ``capacity * row_bytes / arena_ratio`` bytes per shard). A commit whose chunks do not
-        fit beside the live ones raises `graphrl.memory.MemoryBudgetError`: lower it. Unused when raw.
+        arena holds ``capacity * row_bytes / arena_ratio`` bytes per shard). Data that compresses less
+        than ``arena_ratio`` fills the arena before the ring wraps: a writer's commit then raises
+        `graphrl.memory.MemoryBudgetError` (that commit's steps dropped), at run time, not here. Choose it
+        below the ratio your busiest data reaches with the codec and chunk (measure raw bytes / compressed
+        bytes of sample chunks, or for Atari frames ``benchmarks/replay_codecs.py``'s ``ratio``), with
+        headroom (e.g. 0.75 of it); ``arena_ratio <= 1`` never fills (a chunk takes at most its raw bytes)
+        but saves no memory. Default 4.0: frames with large static areas. Unused when raw.
     chunk : int or None
         For a codec field, steps per compressed chunk: a sampled step decompresses its whole chunk
         (``"lz4dict"``: the step alone), so short chunks sample faster and long ones compress better
