@@ -42,8 +42,7 @@ def fork_owner(ratio: bool) -> tuple[int, object, int]:
             store = ReplayStore(SPEC, capacity_steps=64, seed=0, rate_limiter=limiter, tier="shared")
             os.write(w, pickle.dumps(store.handle()))
             os.close(w)
-            os.read(go_r, 1)  # the test closes its end (or dies): stay until then
-            time.sleep(60)
+            os.read(go_r, 1)  # blocks until killed, or until the test closes its end (it failed first)
         finally:
             os._exit(0)
     os.close(w)
@@ -74,9 +73,10 @@ def write_until_error(writer, limit_s: float = 8.0) -> tuple[Exception, int]:
 @pytest.mark.parametrize("ratio", [False, True])
 def test_an_attached_writer_raises_once_the_owner_process_dies(sig, ratio):
     pid, handle, go = fork_owner(ratio)
-    assert handle.owner_pid == pid
-    store = ReplayStore.attach(handle)
+    store = None
     try:
+        assert handle.owner_pid == pid
+        store = ReplayStore.attach(handle)
         writer = store.writer(timeout=30.0)  # longer than the test: only the owner's death may end a wait
         for _ in range(3):
             writer.add_episode(episode())  # before the death: committed (the ratio admits 15 unsampled steps)
@@ -95,8 +95,9 @@ def test_an_attached_writer_raises_once_the_owner_process_dies(sig, ratio):
             writer.append({"obs": np.zeros(4, np.float32), "done": False})
         writer.close()  # quiet: nothing to end (the open episode's commit fails, logged)
     finally:
-        os.close(go)
-        store.close()
+        os.close(go)  # an owner still alive (the test failed before the kill) leaves now
+        if store is not None:
+            store.close()
         _, status = os.waitpid(pid, 0)
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == sig
 
