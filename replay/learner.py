@@ -161,7 +161,8 @@ class _Attached:
                 "the store was closed or its process ended"
             ) from exc
         control = self.storage.control
-        self.limiter = RateLimiterState(self.storage.limiter, control.counters, control.cond)
+        owner = self.storage.owner  # a wait for the limiter ends when the owner's process has
+        self.limiter = RateLimiterState(self.storage.limiter, control.counters, control.cond, owner)
         try:
             self.table = RemoteTable(conn, handle.prioritized)
             self.sampler = WindowSampler(self.storage, self.table, self.limiter, handle.staging_slots)

@@ -48,6 +48,8 @@ from typing import Any
 
 import numpy as np
 
+from replay.owner_watch import OwnerWatch, owner_lost
+
 __all__ = [
     "MinSize",
     "Queue",
@@ -334,6 +336,10 @@ class RateLimiterState:
     condition : threading.Condition-like, optional
         Guards ``counters``; the store passes a process-shared one. Default a new
         ``threading.Condition``.
+    owner : replay.owner_watch.OwnerWatch, optional
+        In a process attached to a store (a learner): a wait also ends when the store's owner process has
+        ended, with `replay.owner_watch.owner_lost`'s ``ValueError`` instead of a ``TimeoutError`` blaming
+        the limiter (or, without a timeout, waiting for good).
 
     Examples
     --------
@@ -343,23 +349,34 @@ class RateLimiterState:
     """
 
     def __init__(
-        self, limiter: RateLimiter, counters: np.ndarray | None = None, condition: Any = None
+        self, limiter: RateLimiter, counters: np.ndarray | None = None, condition: Any = None,
+        owner: OwnerWatch | None = None,
     ) -> None:
         self.limiter = limiter
         self.counters = np.zeros(4, dtype=np.int64) if counters is None else counters
         self.cond = condition if condition is not None else threading.Condition()
+        self.owner = owner if owner is not None and owner.active else None
 
     # -- waiting
     def _wait(
         self, predicate: Any, timeout: float | None, explain: Any, what: str, given: float | None
     ) -> None:
         start = time.monotonic()
+        owner = self.owner
         with self.cond:
-            ok = self.cond.wait_for(lambda: predicate() or self.counters[CANCELLED] != 0, timeout)
+            ok = self.cond.wait_for(
+                lambda: predicate() or self.counters[CANCELLED] != 0 or (owner is not None and owner.gone()),
+                timeout,
+            )
             if self.counters[CANCELLED]:
                 raise ValueError(f"{what}: the store was closed")
+            waited = time.monotonic() - start
+            if owner is not None and owner.gone(fresh=not ok):  # not the limiter's fault
+                raise owner_lost(
+                    f"{what} (after {waited:.3g} s of rate-limiter wait)", owner.pid,
+                    f"its process has ended, so the store is gone: no {what} can be admitted any more",
+                )
             if not ok:
-                waited = time.monotonic() - start
                 raise TimeoutError(
                     f"{what} waited {waited:.3g} s (timeout={timeout if given is None else given}): "
                     f"{explain(self.counters)}"

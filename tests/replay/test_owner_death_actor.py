@@ -2,7 +2,8 @@
 shared regions mapped in the actor, where commits used to go on, unread, for good (and a writer blocked on a
 `SampleToInsertRatio` timed out blaming the ratio). Now a commit raises ``ValueError`` naming the owner's
 pid ("lost the connection to the store's owner", the learner's words, `replay.owner_watch.owner_lost`),
-nothing of it stored, and every later call of the writer raises it too.
+nothing of it stored, and every later call of the writer raises it too. A learner blocked on the limiter says
+the same, not (after its timeout) that too few steps are stored.
 
 The owner is a forked child of the test (never reaped before the writer looks: a zombie counts as gone);
 the test process attaches by handle and writes.
@@ -14,6 +15,7 @@ import dataclasses
 import os
 import pickle
 import signal
+import threading
 import time
 
 import numpy as np
@@ -29,9 +31,9 @@ def episode(n: int = 5) -> dict[str, np.ndarray]:
     return {"obs": np.ones((n, 4), np.float32), "done": np.arange(n) == n - 1}
 
 
-def fork_owner(ratio: bool) -> tuple[int, object, int]:
-    """Fork an owner that makes a store, sends its handle and then waits to be killed; returns (pid, handle,
-    the fd to close at the end)."""
+def fork_owner(ratio: bool, learner: bool = False) -> tuple[int, object, int]:
+    """Fork an owner that makes a store, sends its handle (``learner``: a learner of it) and then waits to be
+    killed; returns (pid, handle or learner, the fd to close at the end)."""
     r, w = os.pipe()
     go_r, go_w = os.pipe()
     pid = os.fork()
@@ -40,7 +42,7 @@ def fork_owner(ratio: bool) -> tuple[int, object, int]:
             os.close(r)
             limiter = SampleToInsertRatio(1.0, 5, 10) if ratio else None
             store = ReplayStore(SPEC, capacity_steps=64, seed=0, rate_limiter=limiter, tier="shared")
-            os.write(w, pickle.dumps(store.handle()))
+            os.write(w, pickle.dumps(store.learner() if learner else store.handle()))
             os.close(w)
             os.read(go_r, 1)  # blocks until killed, or until the test closes its end (it failed first)
         finally:
@@ -100,6 +102,25 @@ def test_an_attached_writer_raises_once_the_owner_process_dies(sig, ratio):
             store.close()
         _, status = os.waitpid(pid, 0)
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == sig
+
+
+def test_a_learner_waiting_on_the_rate_limiter_says_the_owner_died_not_the_limiter():
+    """A learner blocked on the limiter (an empty store: fewer than min_size steps) when the owner dies: a
+    ``ValueError`` naming the owner, not (after the timeout) a ``TimeoutError`` blaming min_size."""
+    pid, learner, go = fork_owner(ratio=True, learner=True)
+    try:
+        with pytest.raises(TimeoutError, match="fewer than min_size"):
+            learner.sample(4, 1, timeout=0.2)  # the owner alive: the limiter's own words
+        threading.Timer(0.3, os.kill, (pid, signal.SIGKILL)).start()
+        lost = r"sample \(after .* rate-limiter wait\): lost the connection to the store's owner "
+        lost += rf"\(pid {pid}\)"
+        with pytest.raises(ValueError, match=lost + ": its process has ended"):
+            learner.sample(4, 1, timeout=30.0)  # longer than the test: only the owner's death ends it
+    finally:
+        os.close(go)
+        learner.close()
+        _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
 
 
 def test_a_live_owner_is_not_reported_gone_and_an_unknown_one_is_not_watched():
