@@ -27,10 +27,12 @@ import numpy as np
 # plain Python here; compile_for swaps in the target's compiled ones
 from samplers.kernels.rng import compile_functions, draw, row_state, unit
 
-__all__ = ["EPS", "MAX_ITERATIONS", "MAX_SOLVE_STEPS", "NO_OWNER", "compile_for", "converged", "iterations"]
+__all__ = ["EPS", "MAX_ITERATIONS", "MAX_SOLVE_STEPS", "NO_OWNER", "compile_for", "converged"]
 
 EPS = 1e-4  # relative tolerance of the fixed points (DGL's eps)
-MAX_SOLVE_STEPS = 100  # cap on the fixed-point steps of one row's c_t
+MAX_SOLVE_STEPS = 100  # DGL's fixed-point steps of one row's c_t before `solve_c` brackets the rest
+BRACKET_STEPS = 2100  # doublings (halvings) of c in `solve_c`'s bracket: past float64's range
+SOLVE_TOL = 1e-9  # relative width at which `solve_c`'s bisection stops (well inside EPS)
 MAX_ITERATIONS = 1000  # cap on the importance-sampling iterations of a layer (``converged``)
 NO_OWNER = np.int64(np.iinfo(np.int64).max)  # owner[u] of a source no edge has claimed
 
@@ -47,22 +49,6 @@ def converged(prev, expected, it):
     reached `MAX_ITERATIONS`. The one rule of both devices' loops (the CPU's and the GPU's host loop
     call it, the GPU's ``labor_decide`` runs it compiled)."""
     return prev <= 0 or expected / prev >= 1 - EPS or it >= MAX_ITERATIONS
-
-
-def iterations(importance_sampling: int, has_w: bool, max_updates: int = -1) -> int:
-    """The iterations a layer's importance-sampling loop runs at most, counted as pi's updates plus, with
-    weights (``has_w``), iteration 0, which solves c_t over the weights without updating pi (so LABOR-i
-    updates pi i times, weighted or not). The updates are ``importance_sampling`` (LABOR-i, i >= 0), or,
-    until convergence (i < 0), ``max_updates``; -1 where that is -1 (no cap: the loop stops at
-    `converged`, at most `MAX_ITERATIONS`). The one rule of the CPU's loop, the GPU's host loop
-    (``max_updates`` -1) and the GPU's chained layer (``samplers.kernels.cuda.labor.LABOR_ROUNDS``
-    updates). Host code, not compiled by `compile_for`.
-
-    Examples: ``iterations(2, False) == 2``, ``iterations(2, True) == 3``, ``iterations(-1, True) == -1``,
-    ``iterations(-1, True, 16) == 17``, ``iterations(0, True) == 1`` (c_t over the weights, pi never).
-    """
-    updates = importance_sampling if importance_sampling >= 0 else max_updates
-    return updates + int(has_w) if updates >= 0 else -1
 
 
 def variate(vkey, u):
@@ -145,9 +131,39 @@ def start_c(fanout, weights, has_w, excl, a, b, s, e):
     return first_c(fanout, d, ds)
 
 
+def row_var(c, indices, slots, weights, has_w, pi, has_pi, p0, excl, a, b, s, e):
+    """var_1 of Eq. 22 at c_t = c: the sum of ``w^2 / min(1, c f)`` over the row's eligible edges (pi at
+    `pi_index`)."""
+    var1 = 0.0
+    q = a
+    for j in range(s, e):
+        skip, q, w, f = edge_at(indices, slots, weights, has_w, pi, has_pi, p0, excl, q, b, s, j)
+        if skip:
+            continue
+        var1 += w * w / clip1(c * f)
+    return var1
+
+
+def agrees(var1, target):
+    """Whether var_1 and the target agree to a relative `EPS` (DGL's stopping test)."""
+    low, high = (var1, target) if var1 < target else (target, var1)
+    return low / high >= 1.0 - EPS
+
+
 def solve_c(c, fanout, indices, slots, weights, has_w, pi, has_pi, p0, excl, a, b, s, e):
-    """c_t such that the row's estimator has the variance of k draws (Eq. 22), by DGL's fixed point
-    ``c *= var_1 / var_target`` from ``c``; edge j's pi is at `pi_index` (``indices``, ``slots``, ``p0``)."""
+    """c_t such that the row's estimator has the variance of k draws (Eq. 22): where DGL's fixed point
+    ``c *= var_1 / var_target`` from ``c`` stops (var_1 and the target agree to `EPS`, no cap on its
+    steps); edge j's pi is at `pi_index` (``indices``, ``slots``, ``p0``).
+
+    The iteration is monotone (``c var_1(c)`` does not decrease in c; var_1 does not increase) and stops
+    at its first step inside the band where var_1 is within `EPS` of the target. Its first
+    `MAX_SOLVE_STEPS` steps run as DGL's; a row still outside the band then (it creeps towards the band,
+    e.g. a weighted row with d <= k, whose target ``sum A^2`` only keeping every edge meets, can take
+    thousands of steps) finds the band's edge on its side, var_1 = target / (1 - EPS) when c rises
+    (target * (1 - EPS) when it falls), by doubling (halving) c until var_1 crosses it and bisecting to a
+    relative `SOLVE_TOL`, and takes DGL's last step from there. DGL's own stopping point lies within a
+    relative ~EPS of that edge (its steps there change c by a factor within 1 / (1 - EPS)), so the
+    kept probabilities differ from DGL's uncapped iteration by a relative ~EPS."""
     d, ds, sq = row_sums(weights, has_w, excl, a, b, s, e)
     if d == 0 or fanout < 0:
         return first_c(fanout, d, ds)
@@ -156,18 +172,36 @@ def solve_c(c, fanout, indices, slots, weights, has_w, pi, has_pi, p0, excl, a, 
     if has_w:
         target = target - ds * ds / np.float64(d) + sq
     for _ in range(MAX_SOLVE_STEPS):
-        var1 = 0.0
-        q = a
-        for j in range(s, e):
-            skip, q, w, f = edge_at(indices, slots, weights, has_w, pi, has_pi, p0, excl, q, b, s, j)
-            if skip:
-                continue
-            var1 += w * w / clip1(c * f)
+        var1 = row_var(c, indices, slots, weights, has_w, pi, has_pi, p0, excl, a, b, s, e)
         c = c * (var1 / target)
-        low, high = (var1, target) if var1 < target else (target, var1)
-        if low / high >= 1.0 - EPS:
-            break
-    return c
+        if agrees(var1, target):
+            return c
+    var1 = row_var(c, indices, slots, weights, has_w, pi, has_pi, p0, excl, a, b, s, e)
+    if agrees(var1, target):
+        return c * (var1 / target)
+    rising = var1 > target
+    edge = target / (1.0 - EPS) if rising else target * (1.0 - EPS)
+    lo = c  # invariant: var_1(lo) > edge >= var_1(hi)
+    hi = c
+    for _ in range(BRACKET_STEPS):
+        if rising:
+            lo = hi
+            hi = hi * 2.0
+            if not row_var(hi, indices, slots, weights, has_w, pi, has_pi, p0, excl, a, b, s, e) > edge:
+                break
+        else:
+            hi = lo
+            lo = lo * 0.5
+            if row_var(lo, indices, slots, weights, has_w, pi, has_pi, p0, excl, a, b, s, e) > edge:
+                break
+    while hi - lo > SOLVE_TOL * hi:
+        mid = 0.5 * (lo + hi)
+        if row_var(mid, indices, slots, weights, has_w, pi, has_pi, p0, excl, a, b, s, e) > edge:
+            lo = mid
+        else:
+            hi = mid
+    c = hi if rising else lo
+    return c * (row_var(c, indices, slots, weights, has_w, pi, has_pi, p0, excl, a, b, s, e) / target)
 
 
 def count_kept(indices, slots, weights, has_w, pi, has_pi, p0, excl, a, b, s, e, c, vkey):
@@ -261,7 +295,8 @@ def hop_reset_row(indices, s, e, hop, owner):
 
 
 FUNCTIONS = (clip1, converged, variate, pi_index, factor, skipped, edge_at, row_sums, first_c, start_c,
-             solve_c, count_kept, take_kept, raise_hop, hop_max_row, next_pi, hop_apply_row, hop_reset_row)
+             row_var, agrees, solve_c, count_kept, take_kept, raise_hop, hop_max_row, next_pi, hop_apply_row,
+             hop_reset_row)
 
 
 def compile_for(jit: Callable[[Callable], Callable], rng: types.SimpleNamespace,
