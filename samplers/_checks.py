@@ -2,8 +2,8 @@
 
 `check_seeds` (node or edge ids), `check_seed_times`, `check_int64_range`, `edge_array` (a per-edge
 tensor), `check_seed_and_replace`, `check_seed`, `check_device`, `require_gpu`, `check_int`,
-`check_fanouts`, `check_prefetch`, `check_open`, `check_regions`, `check_relation_dict` and
-`check_relation_fanouts` raise the project's errors
+`check_fanouts`, `check_layer_fanouts`, `check_prefetch`, `check_open`, `check_regions`,
+`check_relation_dict` and `check_relation_fanouts` raise the project's errors
 (docs/architecture.md#errors): ``TypeError`` for a bad type, ``ValueError`` for a bad value,
 `graphrl.GPUUnavailableError` for a GPU asked for and absent, each message naming the argument,
 summarising the bad values and, where there is one, the remedy.
@@ -27,9 +27,9 @@ import torch
 from graphrl.errors import GPUUnavailableError
 
 __all__ = ["MAX_BATCH", "MAX_FANOUT", "MAX_NODES", "SEED_LIMIT", "check_device", "check_fanouts",
-           "check_int", "check_int64_range", "check_open", "check_prefetch", "check_regions",
-           "check_relation_dict", "check_relation_fanouts", "check_seed", "check_seed_and_replace",
-           "check_seed_times", "check_seeds", "edge_array", "require_gpu"]
+           "check_int", "check_int64_range", "check_layer_fanouts", "check_open", "check_prefetch",
+           "check_regions", "check_relation_dict", "check_relation_fanouts", "check_seed",
+           "check_seed_and_replace", "check_seed_times", "check_seeds", "edge_array", "require_gpu"]
 
 MAX_FANOUT = 2**31 - 1
 """Largest fanout (and number of negatives per pair): the largest int32 local id of a block."""
@@ -64,12 +64,21 @@ def check_seeds(seeds, num_nodes: int, name: str = "seeds", bound: str = "num_no
     TypeError
         ``seeds`` is not an integer tensor or array (a float or bool tensor, for instance).
     ValueError
-        ``seeds`` is not 1-D, or holds ids outside [0, num_nodes).
+        ``seeds`` is not 1-D, or holds ids outside [0, num_nodes), or lies on a device whose values
+        cannot be read (``"meta"``).
     """
     if isinstance(seeds, torch.Tensor):
         if seeds.dtype.is_floating_point or seeds.dtype.is_complex or seeds.dtype == torch.bool:
             raise TypeError(f"{name} must be an integer tensor, got dtype {seeds.dtype}")
-        arr = seeds.numpy() if seeds.device.type == "cpu" else seeds.cpu().numpy()  # integers carry no grad
+        if seeds.device.type == "cpu":
+            arr = seeds.numpy()  # integers carry no grad
+        else:
+            try:
+                arr = seeds.cpu().numpy()
+            except (NotImplementedError, RuntimeError) as err:  # meta tensors hold no values to read
+                raise ValueError(f"{name} is on device {str(seeds.device)!r}, which the sampler cannot read "
+                                 f"({type(err).__name__}: {str(err).splitlines()[0][:120]}); give {name} on "
+                                 f"the CPU or a CUDA device") from None
     else:
         arr = np.asarray(seeds)
         if arr.size == 0 and arr.dtype == np.float64:  # np.asarray([]) is float64: treat as empty ids
@@ -378,33 +387,118 @@ def check_relation_dict(name: str, value, relations) -> dict:
     return dict(value)
 
 
-def check_relation_fanouts(fanouts, relations) -> dict:
-    """Per-relation fanouts of a heterogeneous sampler, checked, as ``{relation: [int, ...]}``.
-
-    Parameters
-    ----------
-    fanouts : sequence of int, or mapping relation -> sequence of int
-        One list for every relation, or one list per relation (relations left out draw nothing).
-    relations : sequence of relations
-        The graph's relations, in order (the order of the returned dict).
+def check_layer_fanouts(name: str, fanouts) -> list:
+    """The graph-independent check of a typed sampler's ``fanouts``: a sequence of ints (every relation),
+    or DGL's per-layer form, a sequence of dicts ``{edge type: int}`` (an edge type a canonical triple or a
+    bare name), outermost layer first; returned as a list of ints or of dicts. `check_relation_fanouts`
+    resolves the edge types against a graph.
 
     Raises
     ------
     TypeError
-        A fanout that is not an int.
+        Not a sequence; dicts mixed with ints; a key that is neither a str nor a 3-tuple; a fanout that is
+        not an int.
     ValueError
-        An unknown relation; lists of different lengths, or empty; a fanout below -1 or above
-        `MAX_FANOUT`.
+        No layer; a fanout below -1 or above `MAX_FANOUT`.
     """
+    if isinstance(fanouts, (str, bytes)) or not isinstance(fanouts, Sequence):
+        raise TypeError(f"{name} must be a sequence of ints such as [15, 10], or of per-layer dicts "
+                        f"{{edge type: int}} (DGL's form), got {fanouts!r}")
+    fanouts = list(fanouts)
+    if not any(isinstance(f, Mapping) for f in fanouts):
+        return check_fanouts(name, fanouts)
+    if not all(isinstance(f, Mapping) for f in fanouts):
+        raise TypeError(f"{name} mixes per-layer dicts and ints: {fanouts!r} (give every layer as a dict "
+                        f"{{edge type: int}}, or every layer as an int)")
+    out = []
+    for i, layer in enumerate(fanouts):
+        for key in layer:
+            if not (isinstance(key, str) or (isinstance(key, tuple) and len(key) == 3)):
+                raise TypeError(f"{name}[{i}]: edge type {key!r} must be a name (str) or a canonical "
+                                f"(src_type, name, dst_type) triple")
+        out.append({key: _fanout(f"{name}[{i}][{key!r}]", k) for key, k in layer.items()})
+    return out
+
+
+def _resolve_relation(name: str, key, relations: Sequence):
+    """The relation of ``relations`` that ``key`` names: itself, or the one relation whose name (middle of
+    the triple) is ``key``; ValueError naming ``name`` and ``key`` for an unknown or ambiguous one."""
+    if key in relations:
+        return key
+    matches = [rel for rel in relations if isinstance(key, str) and rel[1] == key]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        raise ValueError(f"{name}: edge type name {key!r} is ambiguous, relations {matches} share it (give "
+                         f"the canonical (src_type, name, dst_type) triple)")
+    raise ValueError(f"{name}: unknown relations [{key!r}] (the graph has {list(relations)})")
+
+
+def _resolve_keys(name: str, mapping: Mapping, relations: Sequence) -> dict:
+    """``mapping`` re-keyed by canonical relation (`_resolve_relation`); ValueError when two keys name one
+    relation (a triple and its name)."""
+    unknown = [key for key in mapping if key not in relations
+               and not any(isinstance(key, str) and rel[1] == key for rel in relations)]
+    if unknown:
+        raise ValueError(f"{name}: unknown relations {unknown} (the graph has {list(relations)})")
+    out: dict = {}
+    for key, value in mapping.items():
+        rel = _resolve_relation(name, key, relations)
+        if rel in out:
+            raise ValueError(f"{name}: relation {rel!r} is given twice (as {rel!r} or its name {rel[1]!r})")
+        out[rel] = value
+    return out
+
+
+def check_relation_fanouts(fanouts, relations, name: str = "fanouts") -> dict:
+    """Per-relation fanouts of a heterogeneous sampler, checked, as ``{relation: [int, ...]}`` (the one
+    normaliser of typed fanouts: `HeteroNeighborSampler`, `LaborSampler`, `DglSampler`).
+
+    Parameters
+    ----------
+    fanouts : sequence of int; mapping edge type -> sequence of int; or sequence of mapping edge type -> int
+        Outermost layer first. One list for every relation; one list per relation (ours); or DGL's form,
+        one dict per layer ``[{etype: k}, ...]``. An edge type is a canonical (src_type, name, dst_type)
+        triple or, where one relation has that name, its bare name ("listens"). A relation left out (of
+        every layer) draws nothing; in DGL's form a relation given must be in every layer's dict.
+    relations : sequence of relations
+        The graph's relations, in order (the order of the returned dict).
+    name : str
+        The argument's name, for the messages.
+
+    Raises
+    ------
+    TypeError
+        Not one of the forms above; a fanout that is not an int.
+    ValueError
+        An unknown or ambiguous edge type, or one given twice; lists of different lengths, or empty; in
+        DGL's form, a relation missing from some layers' dicts; a fanout below -1 or above `MAX_FANOUT`.
+    """
+    relations = list(relations)
     if isinstance(fanouts, Mapping):
-        unknown = [r for r in fanouts if r not in relations]
-        if unknown:
-            raise ValueError(f"fanouts: unknown relations {unknown} (the graph has {relations})")
-        per_rel = {rel: list(fanouts[rel]) for rel in relations if rel in fanouts}
+        per_rel = {rel: ks for rel, ks in _resolve_keys(name, fanouts, relations).items()}
+        for rel, ks in per_rel.items():
+            if isinstance(ks, (str, bytes)) or not isinstance(ks, Sequence):
+                raise TypeError(f"{name}[{rel!r}] must be a sequence of ints (one per layer), got {ks!r}")
+        per_rel = {rel: list(per_rel[rel]) for rel in relations if rel in per_rel}
     else:
-        per_rel = {rel: list(fanouts) for rel in relations}
+        layers = check_layer_fanouts(name, fanouts)
+        if layers and isinstance(layers[0], Mapping):
+            resolved = [_resolve_keys(f"{name}[{i}]", layer, relations) for i, layer in enumerate(layers)]
+            given = [rel for rel in relations if any(rel in layer for layer in resolved)]
+            for i, layer in enumerate(resolved):
+                missing = [rel for rel in given if rel not in layer]
+                if missing:
+                    raise ValueError(f"{name}[{i}] has no fanout for {missing[0]!r}, which other layers give "
+                                     f"(give every layer a fanout for each relation it samples; 0 draws "
+                                     f"none)")
+            per_rel = {rel: [layer[rel] for layer in resolved] for rel in given}
+        else:
+            per_rel = {rel: list(layers) for rel in relations}
     lengths = {len(v) for v in per_rel.values()}
-    if len(lengths) != 1 or 0 in lengths:
-        raise ValueError(f"fanouts: every relation needs the same number (>= 1) of layers, got {per_rel}")
-    return {rel: [_fanout(f"fanouts[{rel}][{i}]", k) for i, k in enumerate(ks)]
+    if len(lengths) > 1 or 0 in lengths:
+        raise ValueError(f"{name}: every relation needs the same number (>= 1) of layers, got {per_rel}")
+    if not per_rel:
+        raise ValueError(f"{name}: no relation to sample (got {fanouts!r})")
+    return {rel: [_fanout(f"{name}[{rel!r}][{i}]", k) for i, k in enumerate(ks)]
             for rel, ks in per_rel.items()}

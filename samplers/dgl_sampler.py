@@ -8,7 +8,8 @@ with ``srcdata[dgl.NID]``, ``dstdata[dgl.NID]`` and ``edata[dgl.EID]`` holding g
 and, as DGL's own blocks, every node feature in ``srcdata`` / ``dstdata`` and every edge feature in
 ``edata`` (rows of the blocks' nodes and edges); ids and blocks are of ``g.idtype``. ``fanouts`` follow
 DGL's order (the last entry is drawn for the seeds); an entry may be a dict per edge type (name or
-canonical triple; an edge type left out draws nothing). ``prob="w"`` draws by the edge feature ``w`` (an
+canonical triple; an edge type left out of every layer draws nothing), normalised as our typed samplers'
+(`samplers._checks.check_relation_fanouts`). ``prob="w"`` draws by the edge feature ``w`` (an
 edge of weight 0 is never drawn), ``mask="m"`` only among edges whose feature ``m`` is true (per edge
 type on a heterograph; an edge type without the feature draws uniformly).
 ``dgl.dataloading.as_edge_prediction_sampler(DglSampler(...))`` excludes edges through ``exclude_eids``;
@@ -38,7 +39,7 @@ import numpy as np
 import torch
 
 from graphrl.graph import CSCGraph
-from samplers._checks import check_fanouts, check_seed_and_replace
+from samplers._checks import check_layer_fanouts, check_relation_fanouts, check_seed_and_replace
 from samplers._optional import LazyBase
 from samplers.hetero import HeteroGraph, HeteroNeighborSampler
 from samplers.interop import block_to_dgl, hetero_block_to_dgl
@@ -56,8 +57,9 @@ class DglSampler(LazyBase):
     fanouts : sequence of int, or sequence of dict (edge type -> int)
         Neighbours drawn per node, one entry per layer, outermost layer first (as DGL's
         ``NeighborSampler``): ``fanouts[-1]`` is drawn for the seeds. ``-1`` takes every in-neighbour.
-        A dict gives each edge type (name or canonical triple) its own fanout; an edge type left out
-        draws nothing.
+        A dict gives each edge type (canonical triple, or a name one edge type of ``g`` has) its own
+        fanout, DGL's ``[{etype: k}, ...]``; an edge type left out of every layer draws nothing, one
+        given in some layers must be given in all (0 draws none).
     replace : bool
         Draw with replacement.
     seed : int
@@ -72,10 +74,11 @@ class DglSampler(LazyBase):
         sampled: for a homogeneous one, the `CSCGraph` built as ``CSCGraph.from_edges(*g.edges(
         order="eid"), g.num_nodes())``; for a heterograph, the `HeteroGraph` built as
         ``HeteroGraph.from_edges({t: g.num_nodes(t)}, {et: g.edges(order="eid", etype=et)})`` over
-        ``g.ntypes`` and ``g.canonical_etypes`` in DGL's order, so the edge ids agree (checked edge by
-        edge once per graph); it then draws every batch (``fanouts``, ``replace``, ``prob``, ``mask``
-        are not used; in a DataLoader worker its seed is mixed as above). Blocks' ``edge_weights`` come
-        as ``edata["edge_weights"]``. None: our samplers per DGL graph.
+        ``g.ntypes`` and ``g.canonical_etypes``, in any order (relations are matched by canonical triple:
+        DGL sorts them, a `HeteroGraph` keeps its own order), so the edge ids of each relation agree
+        (checked edge by edge once per graph); it then draws every batch (``fanouts``, ``replace``,
+        ``prob``, ``mask`` are not used; in a DataLoader worker its seed is mixed as above). Blocks'
+        ``edge_weights`` come as ``edata["edge_weights"]``. None: our samplers per DGL graph.
 
     Raises
     ------
@@ -83,7 +86,8 @@ class DglSampler(LazyBase):
         DGL is not installed (see `graphrl.dglshim.import_dgl`).
     TypeError, ValueError
         Bad ``fanouts``, ``replace`` or ``seed``, as `NeighborSampler` raises them (checked here, so the
-        error comes at construction); ``prob`` / ``mask`` not a str; both given (DGL's rule).
+        error comes at construction; a dict's edge types are resolved against each graph sampled);
+        ``prob`` / ``mask`` not a str; both given (DGL's rule).
 
     References
     ----------
@@ -103,15 +107,7 @@ class DglSampler(LazyBase):
                  prob: str | None = None, mask: str | None = None, *, sampler=None) -> None:
         if seed is None:
             raise TypeError("seed must be an int, got None (DglSampler batches are reproducible)")
-        if isinstance(fanouts, Sequence) and not isinstance(fanouts, str) and any(
-                isinstance(f, Mapping) for f in fanouts):
-            for f in fanouts:
-                if not isinstance(f, Mapping):
-                    raise TypeError(f"fanouts mixes dicts and ints: {list(fanouts)!r}")
-                check_fanouts("fanouts", list(f.values()) or [0])
-            self.fanouts = [dict(f) for f in fanouts]
-        else:
-            self.fanouts = check_fanouts("fanouts", fanouts)
+        self.fanouts = check_layer_fanouts("fanouts", fanouts)
         check_seed_and_replace(seed, replace)
         self.replace = bool(replace)
         self.seed = int(seed)
@@ -152,19 +148,10 @@ class DglSampler(LazyBase):
         return value.to(torch.float32) if self.mask is not None else value
 
     def _layer_fanouts(self, g) -> dict:
-        """Per canonical edge type, the fanouts of every layer (outermost first); ValueError for a dict
-        key that names no edge type of ``g`` (DGL refuses it too)."""
-        known = set(g.canonical_etypes) | {rel[1] for rel in g.canonical_etypes}
-        for i, f in enumerate(self.fanouts):
-            bad = [k for k in f if k not in known] if isinstance(f, Mapping) else []
-            if bad:
-                raise ValueError(f"fanouts[{i}] names edge types {bad} that g does not have (edge types: "
-                                 f"{g.canonical_etypes})")
-        out = {}
-        for rel in g.canonical_etypes:
-            out[rel] = [f if not isinstance(f, Mapping) else int(f.get(rel, f.get(rel[1], 0)))
-                        for f in self.fanouts]
-        return out
+        """Per canonical edge type of ``g``, the fanouts of every layer (outermost first), by
+        `samplers._checks.check_relation_fanouts` (ValueError for an edge type ``g`` lacks or an ambiguous
+        name, as DGL refuses them; a relation missing from some layers' dicts)."""
+        return check_relation_fanouts(self.fanouts, g.canonical_etypes)
 
     def sampler_for(self, g):
         """Our `NeighborSampler` (`HeteroNeighborSampler` for a heterograph) of DGL graph ``g``, built
@@ -287,7 +274,8 @@ class DglSampler(LazyBase):
             ``exclude_eids`` not a dict on a graph of several edge types (DGL's rule).
         ValueError
             ``indices`` is not 1-D or holds ids outside [0, g.num_nodes()); a ``fanouts`` dict naming an
-            edge type ``g`` lacks.
+            edge type ``g`` lacks, or a name several of its edge types share; a relation missing from
+            some layers' dicts.
         """
         sampler = self.sampler_for(g)
         if isinstance(sampler, NeighborSampler) or sampler is self.fixed and not self.fixed_typed:

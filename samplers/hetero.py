@@ -65,9 +65,11 @@ class HeteroNeighborSampler:
     Parameters
     ----------
     graph : HeteroGraph
-    fanouts : sequence of int, or mapping Relation -> sequence of int
-        Per layer, outermost first (as `NeighborSampler`); one list for every relation, or one list per
-        relation (all of one length; a relation left out draws nothing). -1 takes every in-edge.
+    fanouts : sequence of int, mapping Relation -> sequence of int, or sequence of mapping Relation -> int
+        Per layer, outermost first (as `NeighborSampler`); one list for every relation, one list per
+        relation (all of one length; a relation left out draws nothing), or DGL's one dict per layer
+        ``[{etype: k}, ...]``; a relation is a canonical triple or a name only it has ("listens")
+        (`samplers._checks.check_relation_fanouts`). -1 takes every in-edge.
     replace : bool
         Draw with replacement.
     seed : int or None

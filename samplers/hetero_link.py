@@ -3,35 +3,31 @@ typed blocks.
 
 `HeteroLinkSampler` is `LinkSampler` over a `HeteroGraph`, as PyG's ``LinkNeighborLoader(hetero_data,
 edge_label_index=(("user", "to", "artist"), idx), neg_sampling=...)`` and DGL's
-``as_edge_prediction_sampler`` on a heterograph: positive pairs (src of ``edge_type[0]``, dst of
-``edge_type[2]``), negatives among the destination type's nodes by `samplers.link_pairs.PairNegatives`
-(the plain sampler's rule and stream), the seed edges (and their reverses in a reverse relation) excluded
-from the candidates, and the blocks of ``{src_type: ..., dst_type: ...}`` from a typed sampler
-(`HeteroNeighborSampler`, a typed `LaborSampler`, any `Sampler` over the graph returning `HeteroBlock` s).
-Each batch is a `HeteroLinkBatch`; `samplers.LinkLoader` prefetches them with features per node type.
+``as_edge_prediction_sampler`` on a heterograph (both are `samplers.link_pairs.SeedEdgeSampler` s, which
+hold the pairs, epochs, negatives, length and throughput; this module adds the typed checks and blocks):
+positive pairs (src of ``edge_type[0]``, dst of ``edge_type[2]``), negatives among the destination type's
+nodes by `samplers.link_pairs.PairNegatives` (the plain sampler's rule and stream), the seed edges (and
+their reverses in a reverse relation) excluded from the candidates, and the blocks of ``{src_type: ...,
+dst_type: ...}`` from a typed sampler (`HeteroNeighborSampler`, a typed `LaborSampler`, any `Sampler` over
+the graph returning `HeteroBlock` s). Each batch is a `HeteroLinkBatch`; `samplers.LinkLoader` prefetches
+them with features per node type.
 """
 
 from __future__ import annotations
 
-import secrets
-import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from samplers._checks import MAX_BATCH, MAX_FANOUT, check_int, check_seed
 from samplers.hetero_block import HeteroBlock
 from samplers.hetero_graph import HeteroGraph, Relation
 from samplers.link_pairs import (
-    EXCLUDE_MODES,
-    NEGATIVE_MODES,
     PairNegatives,
+    SeedEdgeBatch,
+    SeedEdgeSampler,
     check_id_range,
     check_target_edges,
-    epoch_batches,
-    id_array,
     id_vector,
 )
 from samplers.protocol import Sampler, check_sampler, check_typed_blocks
@@ -39,8 +35,24 @@ from samplers.protocol import Sampler, check_sampler, check_typed_blocks
 __all__ = ["HeteroLinkBatch", "HeteroLinkSampler"]
 
 
+class _RelationEnds:
+    """``src_type`` and ``dst_type`` of an object's ``edge_type`` (a batch's, a sampler's)."""
+
+    edge_type: Relation
+
+    @property
+    def src_type(self) -> str:
+        """The sources' node type, ``edge_type[0]``."""
+        return self.edge_type[0]
+
+    @property
+    def dst_type(self) -> str:
+        """The destinations' (and negatives') node type, ``edge_type[2]``."""
+        return self.edge_type[2]
+
+
 @dataclass(frozen=True, eq=False)
-class HeteroLinkBatch:
+class HeteroLinkBatch(_RelationEnds, SeedEdgeBatch):
     """One typed link minibatch: B positive edges of ``edge_type``, k negatives each, and typed blocks.
 
     The fields are `LinkBatch`'s (so one BPR step reads either), typed: ``users`` are sources of
@@ -83,29 +95,9 @@ class HeteroLinkBatch:
     excluded_eids: dict[Relation, torch.Tensor] | None = None
 
     @property
-    def src_type(self) -> str:
-        """The sources' node type, ``edge_type[0]``."""
-        return self.edge_type[0]
-
-    @property
-    def dst_type(self) -> str:
-        """The destinations' (and negatives') node type, ``edge_type[2]``."""
-        return self.edge_type[2]
-
-    @property
     def seeds(self) -> dict[str, torch.Tensor]:
         """The unique seeds per node type, ``blocks[-1].dst_nodes``: int64 [S_t] each (sorted)."""
         return self.blocks[-1].dst_nodes
-
-    @property
-    def batch_size(self) -> int:
-        """B, the number of positive pairs."""
-        return int(self.users.shape[0])
-
-    @property
-    def num_negatives(self) -> int:
-        """k, negatives per positive."""
-        return int(self.neg_items.shape[1])
 
     @property
     def num_sampled_edges(self) -> int:
@@ -121,7 +113,7 @@ def _relation(name: str, value, graph: HeteroGraph) -> Relation:
     return rel
 
 
-class HeteroLinkSampler:
+class HeteroLinkSampler(_RelationEnds, SeedEdgeSampler[HeteroLinkBatch]):
     """Minibatches of positive edges of one relation of a `HeteroGraph`, k negatives each, and typed blocks.
 
     Each epoch visits every positive pair once, in a seeded random order (input order with
@@ -211,6 +203,9 @@ class HeteroLinkSampler:
     ...     u, p = h["user"][batch.user_index], h["artist"][batch.pos_index]
     """
 
+    src_arg = "src"
+    dst_arg = "dst"
+
     def __init__(self, sampler: Sampler, edge_type: Relation, src, dst, *, batch_size: int = 2048,
                  num_negatives: int = 1, negative: str = "uniform", exclude: str | None = None,
                  target_eids=None, reverse_edge_type: Relation | None = None, reverse_eids=None,
@@ -220,18 +215,11 @@ class HeteroLinkSampler:
         if not isinstance(graph, HeteroGraph):
             raise TypeError(f"sampler must be a Sampler over a HeteroGraph: the {type(sampler).__name__}'s "
                             f"graph is a {type(graph).__name__} (use LinkSampler for a plain graph)")
-        self.sampler = sampler
         self.edge_type = rel = _relation("edge_type", edge_type, graph)
+        super().__init__(sampler, batch_size=batch_size, num_negatives=num_negatives, negative=negative,
+                         exclude=exclude, shuffle=shuffle, drop_last=drop_last, seed=seed)
         s_type, _, d_type = rel
         n_src, n_dst = graph.num_nodes[s_type], graph.num_nodes[d_type]
-        self.batch_size = check_int("batch_size", batch_size, 1, MAX_BATCH)
-        self.num_negatives = check_int("num_negatives", num_negatives, 1, MAX_FANOUT)
-        check_seed("seed", seed, allow_none=True)
-        if exclude not in EXCLUDE_MODES:
-            raise ValueError(f"exclude must be one of {EXCLUDE_MODES}, got {exclude!r}")
-        if negative not in NEGATIVE_MODES:
-            raise ValueError(f"negative must be one of {NEGATIVE_MODES}, got {negative!r}")
-        self.negative = negative
 
         u, i = id_vector("src", src), id_vector("dst", dst)
         if u.shape != i.shape:
@@ -265,19 +253,12 @@ class HeteroLinkSampler:
         if exclude == "reverse" and self.reverse_edge_type is None:
             raise ValueError("exclude='reverse' needs reverse_edge_type (the relation holding the reverse "
                              "edges, e.g. ('artist', 'heard_by', 'user'))")
-        self.exclude = exclude
 
-        self.users, self.items = u, i
         deg = np.diff(graph.indptr[rel].numpy()) if negative == "degree" else None
-        self._negative_rule = PairNegatives(u, i, n_src, (0, n_dst), negative, deg, src_arg="src",
-                                            src_name=f"{s_type!r} node", dst_noun=f"{d_type!r} node",
-                                            dst_where=f"(the destinations of {rel!r})")
-        self.shuffle = bool(shuffle)
-        self.drop_last = bool(drop_last)
-        self.seed = int(seed) if seed is not None else secrets.randbits(63)
-        self._rng = np.random.Generator(np.random.PCG64(self.seed))
-        self.sampled_edges = 0
-        self.sample_seconds = 0.0
+        rule = PairNegatives(u, i, n_src, (0, n_dst), negative, deg, src_arg="src",
+                             src_name=f"{s_type!r} node", dst_noun=f"{d_type!r} node",
+                             dst_where=f"(the destinations of {rel!r})")
+        self._set_pairs(u, i, rule, n_src, f"num_nodes[{s_type!r}]={n_src}")
 
     def _reverse_ids(self, graph: HeteroGraph, reverse_eids, u: np.ndarray,
                      i: np.ndarray) -> np.ndarray | None:
@@ -305,99 +286,6 @@ class HeteroLinkSampler:
                                graph.edge_ids[rev].numpy(), i, u, r[self._target])
         return r
 
-    # ------------------------------------------------------------------ sizes
-    @property
-    def src_type(self) -> str:
-        """The sources' node type."""
-        return self.edge_type[0]
-
-    @property
-    def dst_type(self) -> str:
-        """The destinations' (and negatives') node type."""
-        return self.edge_type[2]
-
-    @property
-    def num_pairs(self) -> int:
-        """M, positive pairs per epoch."""
-        return int(self.users.shape[0])
-
-    def __len__(self) -> int:
-        """Batches per epoch."""
-        m, b = self.num_pairs, self.batch_size
-        return m // b if self.drop_last else -(-m // b)
-
-    # --------------------------------------------------------------- sampling
-    def is_positive(self, src, dst) -> torch.Tensor:
-        """Whether each (src, dst) pair is one of the sampler's positive pairs.
-
-        Parameters
-        ----------
-        src, dst : torch.Tensor or array-like, integer, same shape
-            Ids of the source and destination types (destinations outside the type are never positive).
-
-        Returns
-        -------
-        torch.Tensor, bool, same shape as ``src``
-
-        Raises
-        ------
-        TypeError
-            ``src`` or ``dst`` not integers.
-        ValueError
-            Shapes that differ.
-        """
-        u, it = id_array("src", src), id_array("dst", dst)
-        if u.shape != it.shape:
-            raise ValueError(f"src and dst must have the same shape, got {u.shape} and {it.shape}")
-        return torch.from_numpy(self._negative_rule.is_positive(u, it))
-
-    def negatives(self, src) -> torch.Tensor:
-        """Draw ``num_negatives`` non-positive destinations for each source (advances the stream).
-
-        Parameters
-        ----------
-        src : torch.Tensor or array-like, integer, shape [B]
-            Source ids, in [0, num_nodes[src_type]).
-
-        Returns
-        -------
-        torch.Tensor, int64, shape [B, k]
-            Destination ids in [0, num_nodes[dst_type]); ``out[b, j]`` is not a positive of ``src[b]``.
-
-        Raises
-        ------
-        TypeError
-            ``src`` not integers.
-        ValueError
-            ``src`` not 1-D, or holding ids outside the source type's range.
-        """
-        u = id_vector("src", src)
-        n = self.sampler.graph.num_nodes[self.src_type]
-        check_id_range("src", u, 0, n, f"num_nodes[{self.src_type!r}]={n}")
-        return torch.from_numpy(self._negative_rule.draw(self._rng, u, self.num_negatives))
-
-    def sample(self, pair_ids) -> HeteroLinkBatch:
-        """Build the batch of the given positive pairs: negatives, unique seeds per type, typed blocks.
-
-        Parameters
-        ----------
-        pair_ids : torch.Tensor or array-like, integer, shape [B]
-            Indices into the sampler's ``users`` / ``items`` (its ``src`` / ``dst``) arrays.
-
-        Returns
-        -------
-        HeteroLinkBatch
-
-        Raises
-        ------
-        TypeError, ValueError
-            ``pair_ids`` is not a 1-D integer array in [0, M); the typed sampler broke its contract
-            (`samplers.protocol.check_typed_blocks`).
-        """
-        ids = id_vector("pair_ids", pair_ids)
-        check_id_range("pair_ids", ids, 0, self.num_pairs, f"num_pairs={self.num_pairs}")
-        return self._sample(ids)
-
     def _excluded(self, ids: np.ndarray) -> dict[Relation, torch.Tensor] | None:
         """The relation edge ids a batch excludes (None without ``exclude``)."""
         if self.exclude is None:
@@ -410,12 +298,11 @@ class HeteroLinkSampler:
                 if self.reverse_edge_type in out else rev
         return {r: torch.from_numpy(v) for r, v in out.items()}
 
-    def _sample(self, ids: np.ndarray) -> HeteroLinkBatch:
-        t0 = time.perf_counter()
-        u, p = self.users[ids], self.items[ids]
-        neg = self._negative_rule.draw(self._rng, u, self.num_negatives)
+    def _batch(self, ids: np.ndarray, src: np.ndarray, dst: np.ndarray, neg: np.ndarray) -> HeteroLinkBatch:
+        """The `HeteroLinkBatch` of pairs ``ids``: unique seeds per node type, their typed blocks (the
+        targets, and their reverses, excluded as set up), positions in the seeds."""
         b, k = neg.shape
-        users_t, pos_t, neg_t = torch.from_numpy(u), torch.from_numpy(p), torch.from_numpy(neg)
+        users_t, pos_t, neg_t = torch.from_numpy(src), torch.from_numpy(dst), torch.from_numpy(neg)
         s_type, d_type = self.src_type, self.dst_type
         if s_type == d_type:
             every = torch.cat([users_t, pos_t, neg_t.reshape(-1)])
@@ -432,21 +319,7 @@ class HeteroLinkSampler:
         else:
             blocks = self.sampler.sample(seeds, exclude_eids=excluded)
         check_typed_blocks(self.sampler, blocks, seeds)  # the index tensors are positions in ``seeds``
-        batch = HeteroLinkBatch(edge_type=self.edge_type, users=users_t, pos_items=pos_t, neg_items=neg_t,
-                                blocks=blocks, user_index=user_index, pos_index=dst_index[:b],
-                                neg_index=dst_index[b:].reshape(b, k), pair_ids=torch.from_numpy(ids),
-                                excluded_eids=excluded)
-        self.sampled_edges += batch.num_sampled_edges
-        self.sample_seconds += time.perf_counter() - t0
-        return batch
-
-    def __iter__(self) -> Iterator[HeteroLinkBatch]:
-        """One epoch of batches: every pair exactly once (the last batch may be short unless drop_last)."""
-        for ids in epoch_batches(self._rng, self.num_pairs, self.batch_size, self.shuffle, self.drop_last):
-            yield self._sample(ids)
-
-    @property
-    def sampled_edges_per_second(self) -> float:
-        """``sampled_edges / sample_seconds`` (0.0 before the first batch)."""
-        return self.sampled_edges / self.sample_seconds if self.sample_seconds > 0 else 0.0
-
+        return HeteroLinkBatch(edge_type=self.edge_type, users=users_t, pos_items=pos_t, neg_items=neg_t,
+                               blocks=blocks, user_index=user_index, pos_index=dst_index[:b],
+                               neg_index=dst_index[b:].reshape(b, k), pair_ids=torch.from_numpy(ids),
+                               excluded_eids=excluded)

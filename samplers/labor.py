@@ -11,7 +11,6 @@ import threading
 from collections.abc import Mapping
 
 import numpy as np
-import torch
 
 from graphrl.graph import CSCGraph
 from graphrl.threads import team_size
@@ -57,7 +56,9 @@ class LaborSampler:
     graph : CSCGraph or HeteroGraph
     fanouts : sequence of int, or (HeteroGraph) mapping Relation -> sequence of int
         k per layer, outermost first (as `NeighborSampler`); -1 keeps every in-edge. On a
-        `HeteroGraph` one list serves every relation, or one list per relation (others draw nothing).
+        `HeteroGraph` one list serves every relation, or one list per relation (others draw nothing), or
+        DGL's one dict per layer ``[{etype: k}, ...]``, a relation a canonical triple or a name only it has
+        (`samplers._checks.check_relation_fanouts`).
     importance_sampling : int
         DGL's meaning: i of LABOR-i; 0 uniform variates, i > 0 runs i fixed-point iterations of the
         importance-sampling probabilities pi (fewer sources for the same variance), i < 0 iterates
@@ -312,16 +313,14 @@ class LaborSampler:
 
     def _seeds(self, seeds) -> dict:
         if not self.typed:
-            return {PLAIN_NODE: check_seeds(seeds.cpu() if isinstance(seeds, torch.Tensor) else seeds,
-                                       self.graph.num_nodes)}
+            return {PLAIN_NODE: check_seeds(seeds, self.graph.num_nodes)}  # copies a tensor to the host
         if not isinstance(seeds, Mapping):
             raise TypeError(f"seeds must be a dict keyed by node type, got {type(seeds).__name__}")
         out = {t: np.empty(0, dtype=np.int64) for t in self.graph.num_nodes}
         for t, s in seeds.items():
             if t not in self.graph.num_nodes:
                 raise ValueError(f"seeds: unknown node type {t!r} (the graph has {self.graph.node_types})")
-            out[t] = check_seeds(s.cpu() if isinstance(s, torch.Tensor) else s, self.graph.num_nodes[t],
-                                 name=f"seeds[{t!r}]", bound=f"num_nodes[{t!r}]")
+            out[t] = check_seeds(s, self.graph.num_nodes[t], name=f"seeds[{t!r}]", bound=f"num_nodes[{t!r}]")
         return out
 
     def sample(self, seeds, exclude_eids=None, seed_times=None) -> Blocks | list[HeteroBlock]:

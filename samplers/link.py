@@ -3,33 +3,29 @@
 The sampler knows only graphs (as PyG's link samplers do): the positive pairs come in as node-id
 arrays, negatives are drawn from a node-id range, and the blocks come from a `samplers.Sampler` (a
 `NeighborSampler`, a `LaborSampler`, ...) run on the batch's unique seed nodes. Data sets and models
-live above it. The negative rule and the id checks are `samplers.link_pairs`'; `samplers.hetero_link`'s
-`HeteroLinkSampler` is the typed form (seed edges of one relation of a `HeteroGraph`).
+live above it. The pairs, epochs, negatives, length and throughput are `samplers.link_pairs`'
+`SeedEdgeSampler`'s, which `LinkSampler` extends with its pair checks and how a batch's seeds become
+blocks; `samplers.hetero_link`'s `HeteroLinkSampler` is the typed form (seed edges of one relation of a
+`HeteroGraph`).
 """
 
 from __future__ import annotations
 
 import operator
-import secrets
-import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from graphrl.graph import CSCGraph
-from samplers._checks import MAX_BATCH, MAX_FANOUT, check_int, check_seed
 from samplers.block import Block
 from samplers.link_pairs import (
     DEGREE_EXPONENT,
-    EXCLUDE_MODES,
-    NEGATIVE_MODES,
     PairNegatives,
+    SeedEdgeBatch,
+    SeedEdgeSampler,
     check_id_range,
     check_target_edges,
-    epoch_batches,
-    id_array,
     id_vector,
 )
 from samplers.protocol import Sampler, check_blocks, check_sampler
@@ -66,7 +62,7 @@ def bipartite_reverse_eids(num_interactions: int) -> torch.Tensor:
 
 
 @dataclass(frozen=True, eq=False)
-class LinkBatch:
+class LinkBatch(SeedEdgeBatch):
     """One BPR minibatch: B positive (user, item) pairs, k negatives each, and the blocks of their nodes.
 
     Attributes
@@ -106,16 +102,6 @@ class LinkBatch:
         return self.blocks[-1].dst_nodes
 
     @property
-    def batch_size(self) -> int:
-        """B, the number of positive pairs."""
-        return int(self.users.shape[0])
-
-    @property
-    def num_negatives(self) -> int:
-        """k, negatives per positive."""
-        return int(self.neg_items.shape[1])
-
-    @property
     def num_sampled_edges(self) -> int:
         """Edges in all blocks together."""
         return sum(b.num_edges for b in self.blocks)
@@ -132,7 +118,7 @@ def _item_range_from_graph(graph: CSCGraph) -> tuple[int, int]:
     return int(items[0]), int(items[-1]) + 1
 
 
-class LinkSampler:
+class LinkSampler(SeedEdgeSampler[LinkBatch]):
     """Minibatches of positive edges with k negatives each (uniform or degree-biased), plus blocks for all
     their nodes.
 
@@ -228,18 +214,10 @@ class LinkSampler:
                  negative: str = "uniform", exclude: str | None = None, target_eids=None, reverse_eids=None,
                  shuffle: bool = True, drop_last: bool = False, seed: int | None = None) -> None:
         check_sampler("sampler", sampler)
+        super().__init__(sampler, batch_size=batch_size, num_negatives=num_negatives, negative=negative,
+                         exclude=exclude, shuffle=shuffle, drop_last=drop_last, seed=seed)
         graph = sampler.graph
         n = graph.num_nodes
-        self.sampler = sampler
-        self.batch_size = check_int("batch_size", batch_size, 1, MAX_BATCH)
-        self.num_negatives = check_int("num_negatives", num_negatives, 1, MAX_FANOUT)
-        check_seed("seed", seed, allow_none=True)
-        if exclude not in EXCLUDE_MODES:
-            raise ValueError(f"exclude must be one of {EXCLUDE_MODES}, got {exclude!r}")
-        if negative not in NEGATIVE_MODES:
-            raise ValueError(f"negative must be one of {NEGATIVE_MODES}, got {negative!r}")
-        self.negative = negative
-
         u = id_vector("users", users)
         i = id_vector("items", items)
         if u.shape != i.shape:
@@ -281,110 +259,16 @@ class LinkSampler:
         if self._target is not None:
             check_target_edges("target_eids", graph.indptr.numpy(), graph.indices.numpy(),
                                graph.csc_edge_ids().numpy(), u, i, self._target)
-        self.exclude = exclude
 
-        self.users = u
-        self.items = i
         deg = graph.in_degrees().numpy()[lo:hi] if negative == "degree" else None
-        self._negative_rule = PairNegatives(u, i, n, (lo, hi), negative, deg,
-                                            dst_where=f"of item_range=({lo}, {hi})")
-        self.shuffle = bool(shuffle)
-        self.drop_last = bool(drop_last)
-        self.seed = int(seed) if seed is not None else secrets.randbits(63)
-        self._rng = np.random.Generator(np.random.PCG64(self.seed))
-        self.sampled_edges = 0
-        self.sample_seconds = 0.0
+        self._set_pairs(u, i, PairNegatives(u, i, n, (lo, hi), negative, deg,
+                                            dst_where=f"of item_range=({lo}, {hi})"), n, f"num_nodes={n}")
 
-    # ------------------------------------------------------------------ sizes
-    @property
-    def num_pairs(self) -> int:
-        """M, positive pairs per epoch."""
-        return int(self.users.shape[0])
-
-    def __len__(self) -> int:
-        """Batches per epoch."""
-        m, b = self.num_pairs, self.batch_size
-        return m // b if self.drop_last else -(-m // b)
-
-    # --------------------------------------------------------------- sampling
-    def is_positive(self, users, items) -> torch.Tensor:
-        """Whether each (user, item) node pair is one of the sampler's positive pairs.
-
-        Parameters
-        ----------
-        users, items : torch.Tensor, int64, same shape
-            Node ids; items outside ``item_range`` are never positive.
-
-        Returns
-        -------
-        torch.Tensor, bool, same shape as ``users``
-
-        Raises
-        ------
-        TypeError
-            ``users`` or ``items`` not integers.
-        ValueError
-            Shapes that differ.
-        """
-        u, it = (id_array(name, v) for name, v in (("users", users), ("items", items)))
-        if u.shape != it.shape:
-            raise ValueError(f"users and items must have the same shape, got {u.shape} and {it.shape}")
-        return torch.from_numpy(self._negative_rule.is_positive(u, it))
-
-    def negatives(self, users) -> torch.Tensor:
-        """Draw ``num_negatives`` non-positive items for each user, uniform or degree-biased as the sampler
-        is set up (advances the sampler's stream).
-
-        Parameters
-        ----------
-        users : torch.Tensor, int64, shape [B]
-            User node ids.
-
-        Returns
-        -------
-        torch.Tensor, int64, shape [B, k]
-            Item node ids in ``item_range``; ``out[b, j]`` is not a positive of ``users[b]``.
-
-        Raises
-        ------
-        TypeError
-            ``users`` not integers.
-        ValueError
-            ``users`` not 1-D, or holding ids outside [0, num_nodes).
-        """
-        u = id_vector("users", users)
-        n = self.sampler.graph.num_nodes
-        check_id_range("users", u, 0, n, f"num_nodes={n}")
-        return torch.from_numpy(self._negative_rule.draw(self._rng, u, self.num_negatives))
-
-    def sample(self, pair_ids) -> LinkBatch:
-        """Build the batch of the given positive pairs: negatives, unique seeds, blocks, index tensors.
-
-        Parameters
-        ----------
-        pair_ids : torch.Tensor or array-like, integer, shape [B]
-            Indices into the sampler's ``users`` / ``items`` arrays.
-
-        Returns
-        -------
-        LinkBatch
-
-        Raises
-        ------
-        TypeError, ValueError
-            ``pair_ids`` is not a 1-D integer array in [0, M).
-        """
-        ids = id_vector("pair_ids", pair_ids)
-        check_id_range("pair_ids", ids, 0, self.num_pairs, f"num_pairs={self.num_pairs}")
-        return self._sample(ids)
-
-    def _sample(self, ids: np.ndarray) -> LinkBatch:
-        t0 = time.perf_counter()
-        u = self.users[ids]
-        p = self.items[ids]
-        neg = self._negative_rule.draw(self._rng, u, self.num_negatives)
+    def _batch(self, ids: np.ndarray, src: np.ndarray, dst: np.ndarray, neg: np.ndarray) -> LinkBatch:
+        """The `LinkBatch` of pairs ``ids``: unique seeds of users, positives and negatives, their blocks
+        (the targets, and their reverses, excluded as set up), positions in the seeds."""
         b, k = neg.shape
-        users_t, pos_t, neg_t = torch.from_numpy(u), torch.from_numpy(p), torch.from_numpy(neg)
+        users_t, pos_t, neg_t = torch.from_numpy(src), torch.from_numpy(dst), torch.from_numpy(neg)
         seeds, inverse = torch.unique(torch.cat([users_t, pos_t, neg_t.reshape(-1)]), return_inverse=True)
         excluded = None
         if self.exclude is not None:
@@ -396,20 +280,7 @@ class LinkSampler:
         else:
             blocks = self.sampler.sample(seeds)
         check_blocks(self.sampler, blocks, seeds)  # the index tensors are positions in ``seeds``
-        batch = LinkBatch(users=users_t, pos_items=pos_t, neg_items=neg_t, blocks=blocks,
-                          user_index=inverse[:b], pos_index=inverse[b:2 * b],
-                          neg_index=inverse[2 * b:].reshape(b, k), pair_ids=torch.from_numpy(ids),
-                          excluded_eids=excluded)
-        self.sampled_edges += batch.num_sampled_edges
-        self.sample_seconds += time.perf_counter() - t0
-        return batch
-
-    def __iter__(self) -> Iterator[LinkBatch]:
-        """One epoch of batches: every pair exactly once (the last batch may be short unless drop_last)."""
-        for ids in epoch_batches(self._rng, self.num_pairs, self.batch_size, self.shuffle, self.drop_last):
-            yield self._sample(ids)
-
-    @property
-    def sampled_edges_per_second(self) -> float:
-        """``sampled_edges / sample_seconds`` (0.0 before the first batch)."""
-        return self.sampled_edges / self.sample_seconds if self.sample_seconds > 0 else 0.0
+        return LinkBatch(users=users_t, pos_items=pos_t, neg_items=neg_t, blocks=blocks,
+                         user_index=inverse[:b], pos_index=inverse[b:2 * b],
+                         neg_index=inverse[2 * b:].reshape(b, k), pair_ids=torch.from_numpy(ids),
+                         excluded_eids=excluded)

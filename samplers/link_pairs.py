@@ -1,6 +1,11 @@
 """Positive pairs and their negatives for link prediction: the rules `LinkSampler` and `HeteroLinkSampler`
 share.
 
+`SeedEdgeSampler` is their base: the checked arguments, the positive pairs, the seeded stream, epochs
+(`samplers.epochs`), negatives, `is_positive`, length and throughput; a subclass checks its own pairs and
+says how a batch's seeds become blocks and its batch record (``_batch``), as PyG's ``LinkLoader`` runs any
+sampler's ``sample_from_edges`` and GraphBolt subclasses its sampler per mode.
+
 `PairNegatives` holds a sampler's positive (source, destination) pairs as sorted keys and draws negatives
 for sources from a destination range: uniformly, or by destination in-degree to the power 0.75, never a
 positive of the source (vectorised rejection against the keys; a source's allowed destinations enumerated
@@ -19,15 +24,24 @@ Ying et al., PinSage (KDD 2018) for degree-biased negatives.
 
 from __future__ import annotations
 
+import secrets
+import time
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
+from typing import Generic, TypeVar
 
 import numpy as np
 import torch
 
-from samplers._checks import check_int64_range
+from samplers._checks import MAX_BATCH, MAX_FANOUT, check_int, check_int64_range, check_seed
+from samplers.epochs import epoch_batches, num_batches
+from samplers.protocol import Sampler
 
-__all__ = ["DEGREE_EXPONENT", "EXCLUDE_MODES", "NEGATIVE_MODES", "PairNegatives", "check_id_range",
-           "check_target_edges", "epoch_batches", "id_array", "id_vector"]
+__all__ = ["DEGREE_EXPONENT", "EXCLUDE_MODES", "NEGATIVE_MODES", "PairNegatives", "SeedEdgeBatch",
+           "SeedEdgeSampler", "check_id_range", "check_target_edges", "id_array", "id_vector"]
+
+BatchT = TypeVar("BatchT")
+"""A seed-edge sampler's batch record (`LinkBatch`, `HeteroLinkBatch`)."""
 
 EXCLUDE_MODES = (None, "self", "reverse")
 """What a link sampler removes from the blocks' candidates: nothing, the targets, the targets and reverses."""
@@ -99,17 +113,6 @@ def check_target_edges(name: str, indptr: np.ndarray, indices: np.ndarray, eids:
         raise ValueError(f"{name}: {int(bad.sum())} of {target.size} edge ids are not their pair's edge, "
                          f"first pair {j}: edge {int(target[j])} is {int(s[j])}->{int(d[j])}, "
                          f"pair is {int(src[j])}->{int(dst[j])}")
-
-
-def epoch_batches(rng: np.random.Generator, num_pairs: int, batch_size: int, shuffle: bool,
-                  drop_last: bool) -> Iterator[np.ndarray]:
-    """One epoch's pair ids, batch by batch: every pair once, in ``rng.permutation(num_pairs)`` order
-    (drawn at the first batch) or in input order without ``shuffle``; int64 [batch_size] each, the last
-    shorter unless ``drop_last`` drops it."""
-    order = rng.permutation(num_pairs) if shuffle else np.arange(num_pairs, dtype=np.int64)
-    stop = (num_pairs // batch_size) * batch_size if drop_last else num_pairs
-    for start in range(0, stop, batch_size):
-        yield order[start:start + batch_size]
 
 
 class PairNegatives:
@@ -231,3 +234,181 @@ class PairNegatives:
             still = self.is_positive(uu.ravel()[bad], flat[bad])
             bad = bad[still]
         return out
+
+
+class SeedEdgeBatch:
+    """Sizes of a link batch record (`LinkBatch`, `HeteroLinkBatch`), from its ``users`` (int64 [B]) and
+    ``neg_items`` (int64 [B, k]) fields."""
+
+    users: torch.Tensor
+    neg_items: torch.Tensor
+
+    @property
+    def batch_size(self) -> int:
+        """B, the number of positive pairs."""
+        return int(self.users.shape[0])
+
+    @property
+    def num_negatives(self) -> int:
+        """k, negatives per positive."""
+        return int(self.neg_items.shape[1])
+
+
+class SeedEdgeSampler(ABC, Generic[BatchT]):
+    """Base of the link samplers: minibatches of positive (source, destination) pairs, k negatives each.
+
+    Holds what `LinkSampler` and `HeteroLinkSampler` share: ``batch_size``, ``num_negatives``,
+    ``negative``, ``exclude``, ``shuffle``, ``drop_last``, ``seed`` (checked here), the pairs ``users`` /
+    ``items`` and their `PairNegatives` rule (set by the subclass through `_set_pairs`), one seeded stream
+    for the epochs' order and the negatives, and the counters ``sampled_edges`` / ``sample_seconds``. A
+    subclass validates its pairs, calls `_set_pairs`, and implements ``_batch(ids, src, dst, neg)``: the
+    batch record of pairs ``ids`` (its seeds' blocks, index tensors; anything with ``num_sampled_edges``).
+    The names ``src_arg`` / ``dst_arg`` (``"users"`` / ``"items"``) are the arguments' names in messages.
+
+    Raises
+    ------
+    TypeError
+        An int argument is not an int.
+    ValueError
+        ``batch_size`` outside [1, `samplers.MAX_BATCH`], ``num_negatives`` outside [1,
+        `samplers.MAX_FANOUT`]; ``seed`` outside [0, 2**64); an unknown ``exclude`` or ``negative``.
+    """
+
+    src_arg = "users"
+    dst_arg = "items"
+
+    def __init__(self, sampler: Sampler, *, batch_size: int, num_negatives: int, negative: str,
+                 exclude: str | None, shuffle: bool, drop_last: bool, seed: int | None) -> None:
+        self.sampler = sampler
+        self.batch_size = check_int("batch_size", batch_size, 1, MAX_BATCH)
+        self.num_negatives = check_int("num_negatives", num_negatives, 1, MAX_FANOUT)
+        check_seed("seed", seed, allow_none=True)
+        if exclude not in EXCLUDE_MODES:
+            raise ValueError(f"exclude must be one of {EXCLUDE_MODES}, got {exclude!r}")
+        if negative not in NEGATIVE_MODES:
+            raise ValueError(f"negative must be one of {NEGATIVE_MODES}, got {negative!r}")
+        self.negative = negative
+        self.exclude = exclude
+        self.shuffle = bool(shuffle)
+        self.drop_last = bool(drop_last)
+        self.seed = int(seed) if seed is not None else secrets.randbits(63)
+        self._rng = np.random.Generator(np.random.PCG64(self.seed))
+        self.sampled_edges = 0
+        self.sample_seconds = 0.0
+
+    def _set_pairs(self, src: np.ndarray, dst: np.ndarray, rule: PairNegatives, num_src: int,
+                   src_bound: str) -> None:
+        """Store the checked pairs (int64 [M] each), their negative rule, and the sources' range
+        ``[0, num_src)`` (``src_bound`` names it in messages: ``"num_nodes=70839"``)."""
+        self.users, self.items = src, dst
+        self._negative_rule = rule
+        self._num_src, self._src_bound = num_src, src_bound
+
+    # ------------------------------------------------------------------ sizes
+    @property
+    def num_pairs(self) -> int:
+        """M, positive pairs per epoch."""
+        return int(self.users.shape[0])
+
+    def __len__(self) -> int:
+        """Batches per epoch (`samplers.epochs.num_batches`)."""
+        return num_batches(self.num_pairs, self.batch_size, self.drop_last)
+
+    @property
+    def sampled_edges_per_second(self) -> float:
+        """``sampled_edges / sample_seconds`` (0.0 before the first batch)."""
+        return self.sampled_edges / self.sample_seconds if self.sample_seconds > 0 else 0.0
+
+    # --------------------------------------------------------------- sampling
+    def is_positive(self, src, dst) -> torch.Tensor:
+        """Whether each (source, destination) pair is one of the sampler's positive pairs.
+
+        Parameters
+        ----------
+        src, dst : torch.Tensor or array-like, integer, same shape
+            Source and destination ids (node ids of a plain graph; ids within their type of a typed one);
+            destinations outside the negatives' range are never positive.
+
+        Returns
+        -------
+        torch.Tensor, bool, same shape as ``src``
+
+        Raises
+        ------
+        TypeError
+            ``src`` or ``dst`` not integers.
+        ValueError
+            Shapes that differ.
+        """
+        a, b = self.src_arg, self.dst_arg
+        u, it = id_array(a, src), id_array(b, dst)
+        if u.shape != it.shape:
+            raise ValueError(f"{a} and {b} must have the same shape, got {u.shape} and {it.shape}")
+        return torch.from_numpy(self._negative_rule.is_positive(u, it))
+
+    def negatives(self, src) -> torch.Tensor:
+        """Draw ``num_negatives`` non-positive destinations for each source, uniform or degree-biased as the
+        sampler is set up (advances the sampler's stream).
+
+        Parameters
+        ----------
+        src : torch.Tensor or array-like, integer, shape [B]
+            Source ids.
+
+        Returns
+        -------
+        torch.Tensor, int64, shape [B, k]
+            Destination ids in the negatives' range; ``out[b, j]`` is not a positive of ``src[b]``.
+
+        Raises
+        ------
+        TypeError
+            ``src`` not integers.
+        ValueError
+            ``src`` not 1-D, or holding ids outside the sources' range.
+        """
+        u = id_vector(self.src_arg, src)
+        check_id_range(self.src_arg, u, 0, self._num_src, self._src_bound)
+        return torch.from_numpy(self._negative_rule.draw(self._rng, u, self.num_negatives))
+
+    def sample(self, pair_ids) -> BatchT:
+        """Build the batch of the given positive pairs: negatives, unique seeds, blocks, index tensors.
+
+        Parameters
+        ----------
+        pair_ids : torch.Tensor or array-like, integer, shape [B]
+            Indices into the sampler's ``users`` / ``items`` arrays.
+
+        Returns
+        -------
+        The subclass's batch record (`LinkBatch`, `HeteroLinkBatch`).
+
+        Raises
+        ------
+        TypeError, ValueError
+            ``pair_ids`` is not a 1-D integer array in [0, M); the sampler broke its blocks' contract
+            (`samplers.protocol`).
+        """
+        ids = id_vector("pair_ids", pair_ids)
+        check_id_range("pair_ids", ids, 0, self.num_pairs, f"num_pairs={self.num_pairs}")
+        return self._sample(ids)
+
+    def __iter__(self) -> Iterator[BatchT]:
+        """One epoch of batches: every pair exactly once (the last batch may be short unless drop_last)."""
+        for ids in epoch_batches(self._rng, self.num_pairs, self.batch_size, self.shuffle, self.drop_last):
+            yield self._sample(ids)
+
+    def _sample(self, ids: np.ndarray) -> BatchT:
+        """The batch of checked pair ids: negatives from the stream, then the subclass's ``_batch``."""
+        t0 = time.perf_counter()
+        u, p = self.users[ids], self.items[ids]
+        neg = self._negative_rule.draw(self._rng, u, self.num_negatives)
+        batch = self._batch(ids, u, p, neg)
+        self.sampled_edges += batch.num_sampled_edges
+        self.sample_seconds += time.perf_counter() - t0
+        return batch
+
+    @abstractmethod
+    def _batch(self, ids: np.ndarray, src: np.ndarray, dst: np.ndarray, neg: np.ndarray) -> BatchT:
+        """The batch record of pairs ``ids`` (int64 [B]) with sources/destinations ``src``/``dst`` (int64
+        [B]) and negatives ``neg`` (int64 [B, k]): its seeds, their blocks, the index tensors."""

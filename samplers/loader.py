@@ -54,6 +54,7 @@ import torch
 from graphrl.graph import CSCGraph
 from samplers._checks import MAX_BATCH, check_int, check_open, check_prefetch, check_seed, check_seeds
 from samplers.block import Block
+from samplers.epochs import num_batches
 from samplers.features import FeatureStore
 from samplers.hetero import HeteroNeighborSampler
 from samplers.hetero_block import HeteroBlock
@@ -584,9 +585,8 @@ class NeighborLoader(_Loader):
         return int(self.seeds.shape[0])
 
     def __len__(self) -> int:
-        """Batches per epoch."""
-        m, b = self.num_seeds, self.batch_size
-        return m // b if self.drop_last else -(-m // b)
+        """Batches per epoch (`samplers.epochs.num_batches`)."""
+        return num_batches(self.num_seeds, self.batch_size, self.drop_last)
 
     def __iter__(self) -> BatchIterator:
         """One epoch of `NodeBatch` es (`HeteroNodeBatch` es over a `HeteroGraph`); closes this loader's

@@ -65,7 +65,8 @@ def check_sampler(name: str, sampler: Any, typed: bool = False) -> Any:
 
 def check_same_typed_edges(name: str, sampler: Any, num_nodes: dict, edges: dict, what: str) -> None:
     """ValueError naming ``name`` unless ``sampler.graph`` (a `samplers.HeteroGraph`) has the node types
-    and counts ``num_nodes``, the relations of ``edges`` in that order, and edge ``j`` of each relation
+    and counts ``num_nodes``, the relations of ``edges`` (matched by canonical triple, in any order: DGL
+    sorts ``canonical_etypes``, a `HeteroGraph` keeps its own order), and edge ``j`` of each relation
     ``rel`` is ``edges[rel][0][j] -> edges[rel][1][j]`` (the typed form of `check_same_edges`).
 
     Parameters
@@ -85,15 +86,19 @@ def check_same_typed_edges(name: str, sampler: Any, num_nodes: dict, edges: dict
     Raises
     ------
     ValueError
-        Other node types or counts, other relations, another edge count, or the first edge id of a
-        relation whose endpoints differ (with both pairs).
+        Other node types or counts, another set of relations (those of one side only named), another
+        edge count of a relation, or the first edge id of a relation whose endpoints differ (with both
+        pairs).
     """
     ours = sampler.graph
     if dict(ours.num_nodes) != {t: int(n) for t, n in num_nodes.items()}:
         raise ValueError(f"{name}'s graph has nodes {dict(ours.num_nodes)}, {what} {dict(num_nodes)}")
-    if list(ours.relations) != list(edges):
-        raise ValueError(f"{name}'s graph has relations {list(ours.relations)}, {what} {list(edges)} (build "
-                         f"the HeteroGraph with the same edge types in the same order)")
+    if set(ours.relations) != set(edges):
+        only_ours = [rel for rel in ours.relations if rel not in edges]
+        only_theirs = [rel for rel in edges if rel not in ours.relations]
+        raise ValueError(f"{name}'s graph has relations {list(ours.relations)}, {what} {list(edges)}: "
+                         f"{only_ours} only in the sampler's, {only_theirs} only in {what} (build the "
+                         f"HeteroGraph with the same edge types; their order may differ)")
     for rel, (src, dst) in edges.items():
         src, dst = _int64(src), _int64(dst)
         eids = ours.edge_ids[rel].numpy()

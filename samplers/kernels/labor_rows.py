@@ -27,7 +27,7 @@ import numpy as np
 # plain Python here; compile_for swaps in the target's compiled ones
 from samplers.kernels.rng import compile_functions, draw, row_state, unit
 
-__all__ = ["EPS", "MAX_ITERATIONS", "MAX_SOLVE_STEPS", "NO_OWNER", "compile_for", "converged"]
+__all__ = ["EPS", "MAX_ITERATIONS", "MAX_SOLVE_STEPS", "NO_OWNER", "compile_for", "converged", "iterations"]
 
 EPS = 1e-4  # relative tolerance of the fixed points (DGL's eps)
 MAX_SOLVE_STEPS = 100  # DGL's fixed-point steps of one row's c_t before `solve_c` brackets the rest
@@ -49,6 +49,22 @@ def converged(prev, expected, it):
     reached `MAX_ITERATIONS`. The one rule of both devices' loops (the CPU's and the GPU's host loop
     call it, the GPU's ``labor_decide`` runs it compiled)."""
     return prev <= 0 or expected / prev >= 1 - EPS or it >= MAX_ITERATIONS
+
+
+def iterations(importance_sampling: int, has_w: bool, max_updates: int = -1) -> int:
+    """The iterations a layer's importance-sampling loop runs at most, counted as pi's updates plus, with
+    weights (``has_w``), iteration 0, which solves c_t over the weights without updating pi (so LABOR-i
+    updates pi i times, weighted or not). The updates are ``importance_sampling`` (LABOR-i, i >= 0), or,
+    until convergence (i < 0), ``max_updates``; -1 where that is -1 (no cap: the loop stops at
+    `converged`, at most `MAX_ITERATIONS`). The one rule of the CPU's loop, the GPU's host loop
+    (``max_updates`` -1) and the GPU's chained layer (``samplers.kernels.cuda.labor.LABOR_ROUNDS``
+    updates). Host code, not compiled by `compile_for`.
+
+    Examples: ``iterations(2, False) == 2``, ``iterations(2, True) == 3``, ``iterations(-1, True) == -1``,
+    ``iterations(-1, True, 16) == 17``, ``iterations(0, True) == 1`` (c_t over the weights, pi never).
+    """
+    updates = importance_sampling if importance_sampling >= 0 else max_updates
+    return updates + int(has_w) if updates >= 0 else -1
 
 
 def variate(vkey, u):

@@ -311,7 +311,7 @@ PTX_SCRIPT = textwrap.dedent(
                         t.int64),
         "labor_take": (i32, i64, f32, t.boolean, f64, t.boolean, *rows, anyf, t.uint64, i64, i64, f64,
                        t.boolean),
-        "labor_start": (any64, i64, t.int64, i64, f64, i64),
+        "labor_start": (any64, i64, t.int64, i64, i64, f64, i64),
         "sum_exact": (anyf, i64, i64),
         "labor_decide": (i64, i64, f64, t.int64),
     }

@@ -167,7 +167,7 @@ def labor_layer(indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray | 
     raw_off = np.zeros(d_count + 1, dtype=np.int64)
     np.cumsum(row_e - row_s, out=raw_off[1:])
     pi, has_pi = _NO_PI, False
-    rounds = importance_sampling + has_w if importance_sampling >= 0 else -1
+    rounds = labor_rows.iterations(importance_sampling, has_w)
     if rounds != 0 and d_count:
         pi = np.empty(max(int(raw_off[-1]), 1), dtype=np.float64)
         contrib = np.empty(d_count, dtype=np.float64)

@@ -16,7 +16,7 @@ A chained layer (`chains`: a fanout >= 0) keeps each edge with its probability, 
 each but up to their whole degrees. Its outputs are sized by ``min(D * max_degree, LABOR_SLACK * D * k +
 LABOR_EXTRA)`` (exact when the first is smaller) and pi by `pi_capacity` (at most the source ids); rows
 past the capacity are not written, and a layer whose unique sources pass pi's capacity, or (importance
-sampling < 0) whose fixed point has not converged in `LABOR_ROUNDS` launched iterations, reports an edge
+sampling < 0) whose fixed point has not converged in `LABOR_ROUNDS` updates of pi, reports an edge
 count past its capacity: the chain's read-back shows the overflow (`samplers.kernels.cuda.layer.
 ChainOverflow`), and the caller samples the call again without chaining (the same edges).
 """
@@ -86,8 +86,8 @@ DONE = 1
 OVERFLOW = 2
 """A chained layer's fixed point cannot finish on the device: sampled again unchained."""
 LABOR_ROUNDS = 16
-"""Iterations a chained layer launches for importance_sampling < 0 (until convergence); one that has not
-converged by then is an overflow (sampled again unchained). Those after convergence exit at once."""
+"""Updates of pi a chained layer launches for importance_sampling < 0 (`labor_rows.iterations`: weighted, one
+iteration more); not converged by then, an overflow (sampled again unchained). Those after it exit at once."""
 
 @cuda.jit
 def labor_init(indptr, dst, nrow, fanout, excl, weights, has_w, row_s, row_e, row_a, row_b, raw,
@@ -216,17 +216,19 @@ def labor_solve(fanout, indices, slots, weights, has_w, pi, has_pi, excl, row_s,
 
 
 @cuda.jit
-def labor_start(raw_off, slot_off, pi_cap, status, prev, acc):  # pragma: no cover - device
-    """A chained layer's fixed point starts (one thread): the expected source count at its bound (the
-    rows' edges, ``raw_off``'s last entry), no iteration run (``status[1]``), running, or an overflow where
-    the layer's sources (``slot_off``'s last entry) pass the capacity ``pi_cap`` of pi; the exact sum
-    cleared."""
-    if cuda.grid(1) == 0:
+def labor_start(raw_off, slot_off, pi_cap, nrow, status, prev, acc):  # pragma: no cover - device
+    """A chained layer's fixed point starts (one thread), no iteration run (``status[1]``), the exact sum
+    cleared: running, the expected source count at its bound (the rows' edges, ``raw_off``'s last entry),
+    or an overflow where its sources (``slot_off``'s last) pass pi's capacity ``pi_cap``; no rows
+    (``nrow[0]`` 0; ``raw_off``, ``slot_off`` unread, may be empty): done, as the CPU's loop runs none."""
+    if cuda.grid(1) != 0:
+        return
+    for w in range(SUM_WORDS):
+        acc[w] = 0
+    status[0], status[1] = DONE, 0
+    if nrow[0] > 0:
         prev[0] = np.float64(raw_off[raw_off.shape[0] - 1])
         status[0] = RUNNING if slot_off[slot_off.shape[0] - 1] <= pi_cap else OVERFLOW
-        status[1] = 0
-        for w in range(SUM_WORDS):
-            acc[w] = 0
 
 
 @cuda.jit
@@ -343,8 +345,8 @@ class LaborEdges(BoundedEdges):
     """`BoundedEdges` of a chained LABOR layer, with its edge weights: device float64 [M] (DGL's
     ``edge_weights``, each row's mean 1) or None; and, with importance sampling, ``fixed_point``: device
     int64 [2], its state (`RUNNING`, `DONE` or `OVERFLOW`) and the iterations it ran (the CPU's count:
-    those after convergence launched but not run; a workspace scratch, valid until its next LABOR layer),
-    else None."""
+    those after convergence launched but not run; no rows: `DONE` and 0; a workspace scratch, valid until
+    its next LABOR layer), else None."""
 
     edge_weights: Any = None
     fixed_point: Any = None
@@ -417,7 +419,7 @@ def labor_edges_bounded(graph: CudaGraph, rows: DeviceRows, fanout: int, vkey: i
         At the capacity M (`capacity`); its edge count, read back with the chain's sizes, may exceed M
         (an overflow: `samplers.kernels.cuda.layer.ChainOverflow` when the chain is read), as it does
         where the rows' unique sources pass `pi_capacity` or, iterating until convergence, the fixed point
-        has not converged in `LABOR_ROUNDS` iterations. ``fixed_point`` (importance sampling) holds the
+        has not converged in `LABOR_ROUNDS` updates of pi. ``fixed_point`` (importance sampling) holds the
         fixed point's state and the iterations it ran.
 
     Raises
@@ -440,10 +442,13 @@ def labor_edges_bounded(graph: CudaGraph, rows: DeviceRows, fanout: int, vkey: i
     w, key, fanout = graph.weights, np.uint64(vkey), np.int64(fanout)
     # without pi: raw stands in for its offsets and the sources' slots, cs for pi
     raw_off, slots, pi, has_pi = raw, raw, cs, False
-    rounds = importance_sampling + has_w if importance_sampling >= 0 else LABOR_ROUNDS
+    rounds = labor_rows.iterations(importance_sampling, has_w, LABOR_ROUNDS)
     status = ws.scratch("labor_status", 2, np.int64)
+    prev, acc = ws.scratch("labor_prev", 1, np.float64), ws.scratch("labor_acc", SUM_WORDS, np.int64)
     if importance_sampling and state.scratch is None:
         raise ValueError("importance sampling needs a LaborScratchCuda over the source ids")
+    if rounds and not d_bound:  # no rows: the fixed point is done (``fixed_point``), nothing else runs
+        launch(labor_start, (1, 1), raw, raw, np.int64(0), nrow, status, prev, acc, stream=stream)
     if d_bound:
         launch(labor_init, cfg, graph.indptr, dst, nrow, fanout, excl, w, has_w, row_s, row_e, row_a, row_b,
                raw, cs, stream=stream)
@@ -462,9 +467,9 @@ def labor_edges_bounded(graph: CudaGraph, rows: DeviceRows, fanout: int, vkey: i
             launch(labor_owners, cfg, *edge_rows, slot_off, True, stream=stream)
             pi_cap = pi_capacity(d_bound, state, rows.repeats)
             pi = ws.scratch("labor_pi", pi_cap, np.float64)
-        prev, acc = ws.scratch("labor_prev", 1, np.float64), ws.scratch("labor_acc", SUM_WORDS, np.int64)
         contrib = ws.scratch("labor_contrib", m, np.float64)[:d_bound]
-        launch(labor_start, (1, 1), raw_off, slot_off, np.int64(pi_cap), status, prev, acc, stream=stream)
+        launch(labor_start, (1, 1), raw_off, slot_off, np.int64(pi_cap), nrow, status, prev, acc,
+               stream=stream)
         for it in range(rounds):
             update = not has_w or it > 0
             if update:
@@ -540,7 +545,7 @@ def labor_layer_cuda(graph: CudaGraph, dst: Any, fanout: int, vkey: int, exclude
                row_e, row_a, row_b, raw, cs, stream=stream)
     raw_off, total = exclusive_scan(raw, stream)
     slots, pi, has_pi = raw, cs, False  # placeholders until the sources have slots in pi
-    rounds = importance_sampling + has_w if importance_sampling >= 0 else -1
+    rounds = labor_rows.iterations(importance_sampling, has_w)
     if importance_sampling and scratch is None:
         raise ValueError("importance sampling needs a LaborScratchCuda over the source ids")
     if rounds != 0 and d_count:

@@ -75,6 +75,18 @@ SIM_SCRIPT = textwrap.dedent(
     assert state == lc.DONE and ran == cpu_ran == 7, (state, ran, cpu_ran)
     (state, ran), cpu_ran, *_ = layer(n, indptr, indices, w, dst, 3, -1)
     assert state == lc.DONE and ran == cpu_ran and 2 < ran < lc.LABOR_ROUNDS, (state, ran, cpu_ran)
+    # weighted, settled at the 16th update of pi (iteration 16: iteration 0 updates nothing): LABOR_ROUNDS
+    # updates reach it, as unweighted (not an overflow sampled again unchained)
+    picks = np.random.default_rng(5)
+    for _ in range(200):  # rows the CPU settles at update 16 (on this graph [0, 1, 7] among the first)
+        rows = np.sort(picks.choice(n, int(picks.integers(1, 10)), replace=False)).astype(np.int64)
+        tested.clear()
+        labor_layer(indptr, indices, None, rows, 3, 7, None, w, -1, True, LaborScratch(n))
+        if tested[-1] == lc.LABOR_ROUNDS:
+            break
+    assert tested[-1] == lc.LABOR_ROUNDS, tested
+    (state, ran), cpu_ran, *_ = layer(n, indptr, indices, w, rows, 3, -1)
+    assert state == lc.DONE and ran == cpu_ran == lc.LABOR_ROUNDS + 1, (state, ran, cpu_ran)
     # a fixed count of 12: converged after 7, the 5 launched after change nothing
     (state, ran), cpu_ran, *_ = layer(n, indptr, indices, None, dst, 3, 12)
     assert state == lc.DONE and ran == cpu_ran == 7, (state, ran, cpu_ran)
@@ -94,9 +106,17 @@ SIM_SCRIPT = textwrap.dedent(
     assert ws.took["labor_pi"] == took(n) < took(480), (ws.took, took(n), took(480))
     assert ws.traffic.scratch_bytes == sum(ws.took.values()), (ws.traffic, ws.took)
     assert lc.pi_capacity(n, lc.LaborCudaState.of(indptr, n, 1), 0) == n
+    # no rows after a layer that ran one iteration (ws's status scratch): done, none run, nothing kept
+    graph = CudaGraph.build(indptr, indices)
+    for bound in (0, 3):  # no row at all; three rows' room, a count of 0
+        rows = DeviceRows(cuda.to_device(np.zeros(bound, np.int64)), cuda.to_device(np.zeros(4, np.int64)), 0,
+                          repeats=0)
+        got = lc.labor_edges_bounded(graph, rows, 5, 7, None, ws, lc.LaborCudaState.of(indptr, n, -1), -1,
+                                     True)
+        assert got.fixed_point.copy_to_host().tolist() == [lc.DONE, 0], (bound, got.fixed_point)
+        assert int(got.nnz.copy_to_host()[0]) == 0, bound
 
     # the unchained layer (its host loop) keeps the same edges and restores the scratch
-    graph = CudaGraph.build(indptr, indices)
     scratch = lc.LaborScratchCuda(n)
     dst = np.arange(n, dtype=np.int64)
     got = lc.labor_layer_cuda(graph, cuda.to_device(dst), 5, 7, None, -1, True, scratch)
@@ -114,3 +134,14 @@ def test_device_rounds_stop_with_the_cpu_and_pi_is_per_source(simulate):
     proc = simulate(SIM_SCRIPT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().endswith("OK")
+
+
+def test_iterations_count_the_updates_of_pi() -> None:
+    from samplers.kernels.labor_rows import iterations
+
+    # LABOR-i updates pi i times; weighted, iteration 0 solves c_t over the weights and updates nothing
+    assert [iterations(i, False) for i in (0, 1, 2)] == [0, 1, 2]
+    assert [iterations(i, True) for i in (0, 1, 2)] == [1, 2, 3]
+    # until convergence: no cap (-1), or a cap of updates, one more iteration weighted
+    assert iterations(-1, False) == iterations(-1, True) == -1
+    assert (iterations(-1, False, 16), iterations(-1, True, 16)) == (16, 17)
