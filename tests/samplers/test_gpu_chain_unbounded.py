@@ -158,15 +158,18 @@ def test_full_capacity_is_bounded_by_the_degrees_and_learns_the_rate() -> None:
     deg = DegreeBound.of(np.array([0, 3, 3, 10, 12]))  # degrees 3, 0, 7, 2
     assert deg == DegreeBound(7, 12, 3.0)
     assert DegreeBound.of(np.array([0])) == DegreeBound(0, 0, 0.0)
-    assert full_capacity(1, deg, True) == 7  # one row: its degree at most
-    assert full_capacity(4, deg, True) == 12  # distinct rows: every edge at most
-    assert full_capacity(4, deg, False) == 28  # rows by time repeat nodes: 4 x the max degree
+    assert full_capacity(1, deg, True, repeats=0) == 7  # one row: its degree at most
+    assert full_capacity(4, deg, True, repeats=0) == 12  # distinct rows: every edge at most
+    assert full_capacity(4, deg, True, repeats=None) == 28  # repeats unknown: 4 x the max degree
+    assert full_capacity(4, deg, False, repeats=0) == 28  # rows by time repeat nodes: 4 x the max degree
+    with pytest.raises(TypeError, match="repeats"):
+        full_capacity(4, deg, True)  # unknown (None) or known: the caller says which
     assert full_capacity(4, deg, True, repeats=1) == 12 + 7  # one repeated row: E + its max degree
     assert full_capacity(4, deg, True, repeats=3) == 28
     big = DegreeBound(10_000, 10**9, 5.0)
-    assert full_capacity(100, big, True) == int(FULL_SLACK * 100 * 5.0) + FULL_EXTRA
-    assert full_capacity(100, big, True, rate=50.0) == int(FULL_SLACK * 100 * 50.0) + FULL_EXTRA
-    assert full_capacity(0, big, True) == 1
+    assert full_capacity(100, big, True, repeats=0) == int(FULL_SLACK * 100 * 5.0) + FULL_EXTRA
+    assert full_capacity(100, big, True, rate=50.0, repeats=0) == int(FULL_SLACK * 100 * 50.0) + FULL_EXTRA
+    assert full_capacity(0, big, True, repeats=0) == 1
     ws = CudaWorkspace()
     assert ws.edge_rate("src@0") == 0.0
     ws.observe_rate("src@0", 4.5)

@@ -94,15 +94,16 @@ def slack_capacity(bound: int, d_bound: int, per_row: float, slack: float, extra
     return max(min(bound, int(slack * d_bound * per_row) + extra), 1)
 
 
-def full_capacity(d_bound: int, degrees: DegreeBound, distinct_rows: bool, rate: float = 0.0,
-                  repeats: int = 0) -> int:
+def full_capacity(d_bound: int, degrees: DegreeBound, distinct_rows: bool, rate: float = 0.0, *,
+                  repeats: int | None) -> int:
     """The output capacity of a chained layer of fanout -1 over ``d_bound`` rows (an upper bound of its
     row count): ``min(bound, FULL_SLACK * d_bound * max(mean_degree, rate) + FULL_EXTRA)``, where bound
     is ``d_bound * max_degree``, and at most ``E + repeats * max_degree`` where the rows are nodes
-    (``distinct_rows``: without times), ``repeats`` an upper bound of their repeated entries
-    (`samplers.kernels.cuda.layer.DeviceRows.repeats`; 0 where unknown: repeated rows may pass it).
-    ``rate`` is the edges per row a previous call's layer kept (`CudaWorkspace.edge_rate`). A layer past
-    it overflows (`ChainOverflow` at the chain's read)."""
+    (``distinct_rows``: without times) and ``repeats``, an upper bound of their repeated entries
+    (`samplers.kernels.cuda.layer.DeviceRows.repeats`), is known; None where it is not (``d_bound *
+    max_degree`` then; 0 means distinct rows, not unknown: a caller must say which). ``rate`` is the edges
+    per row a previous call's layer kept (`CudaWorkspace.edge_rate`). A layer past it overflows
+    (`ChainOverflow` at the chain's read)."""
     return slack_capacity(row_bound(d_bound, degrees.max_degree, degrees.edges,
                                     repeats if distinct_rows else None), d_bound,
                           max(degrees.mean_degree, rate), FULL_SLACK, FULL_EXTRA)
@@ -203,7 +204,7 @@ def _capacity(rows: DeviceRows, ws: Any, scratch: str, degrees: DegreeBound,
     """A chained fanout -1 layer's capacity and its edge rate's name (by scratch array and chain slot)."""
     rate = f"{scratch}@{rows.at}"
     return full_capacity(int(rows.ids.shape[0]), degrees, distinct_rows, ws.edge_rate(rate),
-                         rows.repeats or 0), rate
+                         repeats=rows.repeats), rate
 
 
 def _all_edges(graph: CudaGraph, rows: DeviceRows, excluded: Any, ws: Any, scratch: str,

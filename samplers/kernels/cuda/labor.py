@@ -382,14 +382,14 @@ def capacity(d_bound: int, fanout: int, max_degree: int) -> int:
     return slack_capacity(d_bound * max_degree, d_bound, fanout, LABOR_SLACK, LABOR_EXTRA)
 
 
-def pi_capacity(d_bound: int, state: LaborCudaState, repeats: int | None = None) -> int:
+def pi_capacity(d_bound: int, state: LaborCudaState, repeats: int | None) -> int:
     """A chained importance-sampling layer's capacity of pi, one float64 per unique source of its rows:
     ``min(num_src, LABOR_SLACK * d_bound * reach_degree + LABOR_EXTRA, bound)``, the bound of the rows'
     candidate edges ``d_bound * max_degree``, and at most ``E + repeats * max_degree`` where the rows'
-    repeated entries are known (``repeats``, `samplers.kernels.cuda.layer.DeviceRows.repeats`). So at most
-    8 bytes a source id (80 MB on a graph of 10M nodes), whatever the edges. A layer whose sources pass it
-    overflows (sampled again unchained); one within it but past the estimate of its candidate edges does
-    not."""
+    repeated entries are known (``repeats``, `samplers.kernels.cuda.layer.DeviceRows.repeats`; None where
+    not, as `...bounded.full_capacity`). So at most 8 bytes a source id (80 MB on a graph of 10M nodes),
+    whatever the edges. A layer whose sources pass it overflows (sampled again unchained); one within it
+    but past the estimate of its candidate edges does not."""
     estimate = slack_capacity(row_bound(d_bound, state.max_degree, state.edges, repeats), d_bound,
                               state.reach_degree, LABOR_SLACK, LABOR_EXTRA)
     return max(min(estimate, state.num_src), 1)

@@ -526,4 +526,4 @@ def _capacity(csc: TypedCsc, rows: DeviceRows, req: TypedRequest, ws: Any, rates
     if req.fanout >= 0:
         return d_bound * req.fanout
     return full_capacity(d_bound, csc.degrees[req.relation], True, ws.edge_rate(rates[req.relation]),
-                         rows.repeats or 0)
+                         repeats=rows.repeats)
