@@ -3,9 +3,13 @@
 listens), blocks right relation by relation; DGL's typed fanouts (``[{etype: k}, ...]``, bare etype names)
 reach the typed samplers through the one normaliser (`samplers._checks.check_relation_fanouts`), with
 messages naming the argument and the bad value; seeds on a device without values (``meta``) are refused
-naming ``seeds`` and the device."""
+naming ``seeds`` and the device; the README's PyG LABOR example runs, and its batches have ``edge_weight``
+only through ``PygSampler.keep_edge_weight``."""
 
 from __future__ import annotations
+
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -181,3 +185,13 @@ def test_seeds_on_the_meta_device_are_refused_naming_seeds_and_device(lastfm):
     for sampler in (HeteroNeighborSampler(graph, [2]), LaborSampler(graph, [2])):
         with pytest.raises(ValueError, match=r"seeds\['user'\] is on device 'meta'"):
             sampler.sample({"user": meta})
+
+
+def test_readme_pyg_labor_example_runs_and_needs_keep_edge_weight():
+    pytest.importorskip("torch_geometric")
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    (block,) = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "keep_edge_weight(" in b]
+    exec(compile(block, "README.md", "exec"), {})  # asserts one weight per edge of each batch
+    without = block.replace("PygSampler.keep_edge_weight(", "(")
+    without = re.sub(r"assert batch\.edge_weight.*", "assert 'edge_weight' not in batch", without)
+    exec(compile(without, "README.md (no keep_edge_weight)", "exec"), {})  # PyG's loader drops the weights
