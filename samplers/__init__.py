@@ -1,6 +1,7 @@
 """Minibatch and full-graph data for GNN trainers: neighbour sampling into blocks, link sampling."""
 
 from samplers._checks import MAX_BATCH, MAX_FANOUT
+from samplers.batches import HeteroNodeBatch, LoadedHeteroLinkBatch, LoadedLinkBatch, NodeBatch
 from samplers.block import Block, Blocks
 from samplers.dgl_sampler import DglSampler  # imports dgl only when one is built
 from samplers.distributed import DistFeatureStore, DistLaborSampler, DistNeighborSampler  # ray: when used
@@ -11,14 +12,7 @@ from samplers.hetero_link import HeteroLinkBatch, HeteroLinkSampler
 from samplers.interop import PygSubgraph
 from samplers.labor import LaborSampler
 from samplers.link import LinkBatch, LinkSampler, bipartite_reverse_eids
-from samplers.loader import (
-    HeteroNodeBatch,
-    LinkLoader,
-    LoadedHeteroLinkBatch,
-    LoadedLinkBatch,
-    NeighborLoader,
-    NodeBatch,
-)
+from samplers.loader import LinkLoader, NeighborLoader
 from samplers.neighbor import NeighborSampler
 from samplers.protocol import Sampler
 from samplers.pyg_sampler import PygSampler  # imports torch_geometric only when one is built

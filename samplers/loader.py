@@ -1,11 +1,12 @@
 """Minibatch loaders: iteration, batching and prefetch around the samplers (PyG's loader style).
 
 A loader knows how to cut seeds into batches and how to keep the next batches ready; the sampling is
-the samplers' (`NeighborSampler`, `LinkSampler`) and the feature gather the `FeatureStore`'s. Over a
-`HeteroGraph`, `NeighborLoader` batches seeds of one node type into `HeteroNodeBatch` es (typed blocks,
-features per node type), as PyG's ``NeighborLoader(hetero_data, input_nodes=("paper", idx))``, and
-`LinkLoader` over a `HeteroLinkSampler` gives `LoadedHeteroLinkBatch` es (typed link prediction). The
-batches in flight (the thread, its queue, the leases, the CUDA side stream) are `samplers.prefetch`'s.
+the samplers' (`NeighborSampler`, `LinkSampler`), the feature gather the `FeatureStore`'s, the batch
+records `samplers.batches`'. Over a `HeteroGraph`, `NeighborLoader` batches seeds of one node type into
+`HeteroNodeBatch` es (typed blocks, features per node type), as PyG's ``NeighborLoader(hetero_data,
+input_nodes=("paper", idx))``, and `LinkLoader` over a `HeteroLinkSampler` gives `LoadedHeteroLinkBatch` es
+(typed link prediction). The batches in flight (the thread, its queue, the leases, the CUDA side stream)
+are `samplers.prefetch`'s.
 
 Prefetch
 --------
@@ -45,7 +46,6 @@ import secrets
 import threading
 import weakref
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -53,11 +53,10 @@ import torch
 
 from graphrl.graph import CSCGraph
 from samplers._checks import MAX_BATCH, check_int, check_open, check_prefetch, check_seed, check_seeds
-from samplers.block import Block
+from samplers.batches import HeteroNodeBatch, LoadedHeteroLinkBatch, LoadedLinkBatch, NodeBatch
 from samplers.epochs import num_batches
 from samplers.features import FeatureStore
 from samplers.hetero import HeteroNeighborSampler
-from samplers.hetero_block import HeteroBlock
 from samplers.hetero_graph import HeteroGraph
 from samplers.hetero_link import HeteroLinkBatch, HeteroLinkSampler
 from samplers.link import LinkBatch, LinkSampler
@@ -66,162 +65,7 @@ from samplers.prefetch import BatchIterator, BatchLease, InFlight
 from samplers.protocol import Sampler, check_blocks, check_sampler, check_typed_blocks
 from samplers.staging import RowStaging, StagingLease
 
-__all__ = ["HeteroNodeBatch", "LinkLoader", "LoadedHeteroLinkBatch", "LoadedLinkBatch", "NeighborLoader",
-           "NodeBatch"]
-
-
-@dataclass(eq=False)
-class NodeBatch:
-    """One node-classification minibatch.
-
-    Attributes
-    ----------
-    index : int
-        Position of the batch in its epoch (0, 1, ...).
-    seeds : torch.Tensor, int64, shape [B]
-        Seed nodes, ``blocks[-1].dst_nodes``.
-    blocks : list[Block]
-        As `NeighborSampler.sample` returns them, outermost first.
-    input_features : torch.Tensor or None, shape [S, *row]
-        Features of ``input_nodes``, a view of a reusable staging buffer: valid until the next batch
-        is fetched (see the module docstring). None without a feature store.
-    labels : torch.Tensor or None, shape [B, ...]
-        ``labels[seeds]`` (a fresh tensor). None without labels.
-    ready : torch.cuda.Event or None
-        With a CUDA sampler: recorded after the batch's sampling on the loader's side stream (the
-        loader makes the caller's stream wait for it before handing the batch out); else None.
-    """
-
-    index: int
-    seeds: torch.Tensor
-    blocks: list[Block]
-    input_features: torch.Tensor | None = None
-    labels: torch.Tensor | None = None
-    _lease: BatchLease = dataclasses.field(default_factory=BatchLease, repr=False)
-    ready: Any = dataclasses.field(default=None, repr=False)
-
-    @property
-    def input_nodes(self) -> torch.Tensor:
-        """Nodes whose features the first layer reads, ``blocks[0].src_nodes``: int64, shape [S]."""
-        return self.blocks[0].src_nodes
-
-    @property
-    def batch_size(self) -> int:
-        """B."""
-        return int(self.seeds.shape[0])
-
-    def release(self) -> None:
-        """Give the staging buffer back now (``input_features`` may then be overwritten); idempotent."""
-        self._lease.release()
-
-
-@dataclass(eq=False)
-class HeteroNodeBatch:
-    """One node-classification minibatch of a typed graph: `NodeBatch`'s fields, typed.
-
-    The seeds are of one node type (PyG's ``input_nodes=("paper", idx)``); blocks, input nodes and input
-    features are per node type (PyG's ``batch[t].n_id`` / ``batch[t].x``, DGL's ``input_nodes`` dict and
-    ``blocks[0].srcdata``); labels are the seeds' (PyG's ``batch["paper"].y[:batch_size]``).
-
-    Attributes
-    ----------
-    index : int
-        Position of the batch in its epoch (0, 1, ...).
-    seed_type : str
-        The node type of the seeds.
-    seeds : torch.Tensor, int64, shape [B]
-        Seed nodes (ids within ``seed_type``), ``blocks[-1].dst_nodes[seed_type]``; DGL's
-        ``output_nodes`` is ``{seed_type: seeds}``.
-    blocks : list[HeteroBlock]
-        As the typed sampler returns them, outermost first.
-    input_features : dict[str, torch.Tensor] or None
-        For each node type with features, the rows of ``input_nodes[t]``, shape [S_t, *row_t] (every
-        such type, [0, *row_t] where the batch reads none), each a view of a reusable staging buffer:
-        valid until the next batch is fetched (see the module docstring). None without features.
-    labels : torch.Tensor or None, shape [B, ...]
-        ``labels[seeds]`` of the seed type (a fresh tensor). None without labels.
-    ready : torch.cuda.Event or None
-        As `NodeBatch.ready`.
-    """
-
-    index: int
-    seed_type: str
-    seeds: torch.Tensor
-    blocks: list[HeteroBlock]
-    input_features: dict[str, torch.Tensor] | None = None
-    labels: torch.Tensor | None = None
-    _lease: BatchLease = dataclasses.field(default_factory=BatchLease, repr=False)
-    ready: Any = dataclasses.field(default=None, repr=False)
-
-    @property
-    def input_nodes(self) -> dict[str, torch.Tensor]:
-        """Nodes whose features the first layer reads, per node type: ``blocks[0].src_nodes``, int64 [S_t]."""
-        return self.blocks[0].src_nodes
-
-    @property
-    def batch_size(self) -> int:
-        """B."""
-        return int(self.seeds.shape[0])
-
-    def release(self) -> None:
-        """Give the staging buffers back now (``input_features`` may then be overwritten); idempotent."""
-        self._lease.release()
-
-
-@dataclass(frozen=True, eq=False)
-class LoadedLinkBatch(LinkBatch):
-    """A `LinkBatch` from a `LinkLoader`: the same fields, plus features of its input nodes.
-
-    Attributes
-    ----------
-    index : int
-        Position of the batch in its epoch.
-    input_features : torch.Tensor or None, shape [S, *row]
-        Features of ``blocks[0].src_nodes``, a view of a reusable staging buffer: valid until the next
-        batch is fetched (see the module docstring). None without a feature store.
-    """
-
-    index: int = 0
-    input_features: torch.Tensor | None = None
-    _lease: BatchLease = dataclasses.field(default_factory=BatchLease, repr=False)
-
-    @property
-    def input_nodes(self) -> torch.Tensor:
-        """``blocks[0].src_nodes``: int64, shape [S]."""
-        return self.blocks[0].src_nodes
-
-    def release(self) -> None:
-        """Give the staging buffer back now; idempotent."""
-        self._lease.release()
-
-
-@dataclass(frozen=True, eq=False)
-class LoadedHeteroLinkBatch(HeteroLinkBatch):
-    """A `HeteroLinkBatch` from a `LinkLoader` over a `HeteroLinkSampler`: the same fields, plus features of
-    its input nodes per node type.
-
-    Attributes
-    ----------
-    index : int
-        Position of the batch in its epoch.
-    input_features : dict[str, torch.Tensor] or None
-        For each node type with features, the rows of ``input_nodes[t]``, shape [S_t, *row_t] ([0, *row_t]
-        where the batch reads none), each a view of a reusable staging buffer: valid until the next batch
-        is fetched (see the module docstring). None without features.
-    """
-
-    index: int = 0
-    input_features: dict[str, torch.Tensor] | None = None
-    _lease: BatchLease = dataclasses.field(default_factory=BatchLease, repr=False)
-
-    @property
-    def input_nodes(self) -> dict[str, torch.Tensor]:
-        """``blocks[0].src_nodes``: int64 [S_t] per node type."""
-        return self.blocks[0].src_nodes
-
-    def release(self) -> None:
-        """Give the staging buffers back now; idempotent."""
-        self._lease.release()
+__all__ = ["LinkLoader", "NeighborLoader"]
 
 
 # --------------------------------------------------------------------------------------------------

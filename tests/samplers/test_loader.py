@@ -12,9 +12,10 @@ import torch
 
 from graphrl.graph import CSCGraph
 from graphrl.memory import MemoryBudgetError, MemoryManager
+from samplers.batches import LoadedLinkBatch, NodeBatch
 from samplers.features import FeatureStore
 from samplers.link import LinkSampler, bipartite_reverse_eids
-from samplers.loader import LinkLoader, LoadedLinkBatch, NeighborLoader, NodeBatch
+from samplers.loader import LinkLoader, NeighborLoader
 from samplers.neighbor import NeighborSampler
 
 N = 400

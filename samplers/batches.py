@@ -1,0 +1,159 @@
+"""The loaders' batch records: what `NeighborLoader` and `LinkLoader` deliver.
+
+`NodeBatch` / `HeteroNodeBatch` (node classification, plain and typed) and `LoadedLinkBatch` /
+`LoadedHeteroLinkBatch` (a link sampler's `LinkBatch` / `HeteroLinkBatch` plus features) each carry their
+blocks, ``input_features`` of ``input_nodes`` (``blocks[0].src_nodes``) in a reusable staging buffer, and
+``release()``, which gives that buffer back early (`samplers.loader`'s module docstring has the staging
+reuse rule: a batch's features stay valid until the next batch is fetched). Import them from `samplers`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from samplers.block import Block
+from samplers.hetero_block import HeteroBlock
+from samplers.hetero_link import HeteroLinkBatch
+from samplers.link import LinkBatch
+from samplers.prefetch import BatchLease
+
+__all__ = ["HeteroNodeBatch", "LoadedHeteroLinkBatch", "LoadedLinkBatch", "NodeBatch"]
+
+
+class _Staged:
+    """A loader batch's ``input_nodes`` and ``release``, from its ``blocks`` and staging lease."""
+
+    blocks: list[Block] | list[HeteroBlock]
+    _lease: BatchLease
+
+    @property
+    def input_nodes(self) -> torch.Tensor | dict[str, torch.Tensor]:
+        """Nodes whose features the first layer reads, ``blocks[0].src_nodes``: int64 [S] (a dict by node
+        type, int64 [S_t] each, for typed blocks)."""
+        return self.blocks[0].src_nodes
+
+    def release(self) -> None:
+        """Give the staging buffer(s) back now (``input_features`` may then be overwritten); idempotent."""
+        self._lease.release()
+
+
+@dataclass(eq=False)
+class NodeBatch(_Staged):
+    """One node-classification minibatch.
+
+    Attributes
+    ----------
+    index : int
+        Position of the batch in its epoch (0, 1, ...).
+    seeds : torch.Tensor, int64, shape [B]
+        Seed nodes, ``blocks[-1].dst_nodes``.
+    blocks : list[Block]
+        As `NeighborSampler.sample` returns them, outermost first.
+    input_features : torch.Tensor or None, shape [S, *row]
+        Features of ``input_nodes``, a view of a reusable staging buffer: valid until the next batch
+        is fetched (see the module docstring). None without a feature store.
+    labels : torch.Tensor or None, shape [B, ...]
+        ``labels[seeds]`` (a fresh tensor). None without labels.
+    ready : torch.cuda.Event or None
+        With a CUDA sampler: recorded after the batch's sampling on the loader's side stream (the
+        loader makes the caller's stream wait for it before handing the batch out); else None.
+    """
+
+    index: int
+    seeds: torch.Tensor
+    blocks: list[Block]
+    input_features: torch.Tensor | None = None
+    labels: torch.Tensor | None = None
+    _lease: BatchLease = dataclasses.field(default_factory=BatchLease, repr=False)
+    ready: Any = dataclasses.field(default=None, repr=False)
+
+    @property
+    def batch_size(self) -> int:
+        """B."""
+        return int(self.seeds.shape[0])
+
+
+@dataclass(eq=False)
+class HeteroNodeBatch(_Staged):
+    """One node-classification minibatch of a typed graph: `NodeBatch`'s fields, typed.
+
+    The seeds are of one node type (PyG's ``input_nodes=("paper", idx)``); blocks, input nodes and input
+    features are per node type (PyG's ``batch[t].n_id`` / ``batch[t].x``, DGL's ``input_nodes`` dict and
+    ``blocks[0].srcdata``); labels are the seeds' (PyG's ``batch["paper"].y[:batch_size]``).
+
+    Attributes
+    ----------
+    index : int
+        Position of the batch in its epoch (0, 1, ...).
+    seed_type : str
+        The node type of the seeds.
+    seeds : torch.Tensor, int64, shape [B]
+        Seed nodes (ids within ``seed_type``), ``blocks[-1].dst_nodes[seed_type]``; DGL's
+        ``output_nodes`` is ``{seed_type: seeds}``.
+    blocks : list[HeteroBlock]
+        As the typed sampler returns them, outermost first.
+    input_features : dict[str, torch.Tensor] or None
+        For each node type with features, the rows of ``input_nodes[t]``, shape [S_t, *row_t] (every
+        such type, [0, *row_t] where the batch reads none), each a view of a reusable staging buffer:
+        valid until the next batch is fetched (see the module docstring). None without features.
+    labels : torch.Tensor or None, shape [B, ...]
+        ``labels[seeds]`` of the seed type (a fresh tensor). None without labels.
+    ready : torch.cuda.Event or None
+        As `NodeBatch.ready`.
+    """
+
+    index: int
+    seed_type: str
+    seeds: torch.Tensor
+    blocks: list[HeteroBlock]
+    input_features: dict[str, torch.Tensor] | None = None
+    labels: torch.Tensor | None = None
+    _lease: BatchLease = dataclasses.field(default_factory=BatchLease, repr=False)
+    ready: Any = dataclasses.field(default=None, repr=False)
+
+    @property
+    def batch_size(self) -> int:
+        """B."""
+        return int(self.seeds.shape[0])
+
+
+@dataclass(frozen=True, eq=False)
+class LoadedLinkBatch(_Staged, LinkBatch):
+    """A `LinkBatch` from a `LinkLoader`: the same fields, plus features of its input nodes.
+
+    Attributes
+    ----------
+    index : int
+        Position of the batch in its epoch.
+    input_features : torch.Tensor or None, shape [S, *row]
+        Features of ``blocks[0].src_nodes``, a view of a reusable staging buffer: valid until the next
+        batch is fetched (see the module docstring). None without a feature store.
+    """
+
+    index: int = 0
+    input_features: torch.Tensor | None = None
+    _lease: BatchLease = dataclasses.field(default_factory=BatchLease, repr=False)
+
+
+@dataclass(frozen=True, eq=False)
+class LoadedHeteroLinkBatch(_Staged, HeteroLinkBatch):
+    """A `HeteroLinkBatch` from a `LinkLoader` over a `HeteroLinkSampler`: the same fields, plus features of
+    its input nodes per node type.
+
+    Attributes
+    ----------
+    index : int
+        Position of the batch in its epoch.
+    input_features : dict[str, torch.Tensor] or None
+        For each node type with features, the rows of ``input_nodes[t]``, shape [S_t, *row_t] ([0, *row_t]
+        where the batch reads none), each a view of a reusable staging buffer: valid until the next batch
+        is fetched (see the module docstring). None without features.
+    """
+
+    index: int = 0
+    input_features: dict[str, torch.Tensor] | None = None
+    _lease: BatchLease = dataclasses.field(default_factory=BatchLease, repr=False)
