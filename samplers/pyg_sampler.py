@@ -99,8 +99,8 @@ class PygSampler(LazyBase):
         sampler (``num_neighbors`` and ``replace`` then unused): for a ``Data``, one built on
         ``CSCGraph.from_edges(edge_index[0], edge_index[1], num_nodes)``; for a ``HeteroData``, one on
         ``HeteroGraph.from_edges({type: num_nodes}, {edge_type: (edge_index[0], edge_index[1])})`` (the
-        data's node types and edge types, in its order), so edge j is column j (checked edge by edge
-        once, here). Directional forward sampling, neither disjoint nor temporal. Blocks'
+        data's node types and edge types; their order need not match, relations are matched by name),
+        so edge j of each edge type is column j (checked edge by edge once, here). Directional forward sampling, neither disjoint nor temporal. Blocks'
         ``edge_weights`` (a `LaborSampler` with ``importance_sampling`` or ``weights``) come as the
         output's ``edge_weight`` (float32 [nnz] aligned with ``edge``; per edge type for ``HeteroData``;
         None without them); `keep_edge_weight` carries them into a loader's batches as
