@@ -29,6 +29,7 @@ from samplers.link_pairs import (
     check_id_range,
     check_target_edges,
     id_vector,
+    target_vector,
 )
 from samplers.protocol import Sampler, check_sampler, check_typed_blocks
 
@@ -239,11 +240,8 @@ class HeteroLinkSampler(_RelationEnds, SeedEdgeSampler[HeteroLinkBatch]):
             self.reverse_edge_type = rev
         self._target = None
         if target_eids is not None:
-            t = id_vector("target_eids", target_eids)
-            if t.shape != u.shape:
-                raise ValueError(f"target_eids must have one edge id per pair ([{u.size}]), got [{t.size}]")
             e = graph.num_edges(rel)
-            check_id_range("target_eids", t, 0, e, f"num_edges({rel!r})={e}")
+            t = target_vector(target_eids, u.size, e, f"num_edges({rel!r})={e}")
             check_target_edges("target_eids", graph.indptr[rel].numpy(), graph.indices[rel].numpy(),
                                graph.edge_ids[rel].numpy(), u, i, t)
             self._target = t

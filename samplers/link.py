@@ -27,6 +27,7 @@ from samplers.link_pairs import (
     check_id_range,
     check_target_edges,
     id_vector,
+    target_vector,
 )
 from samplers.protocol import Sampler, check_blocks, check_sampler
 
@@ -240,11 +241,7 @@ class LinkSampler(SeedEdgeSampler[LinkBatch]):
         self._target = None
         self._reverse = None
         if target_eids is not None:
-            t = id_vector("target_eids", target_eids)
-            if t.shape != u.shape:
-                raise ValueError(f"target_eids must have one edge id per pair ([{u.size}]), got [{t.size}]")
-            check_id_range("target_eids", t, 0, graph.num_edges, f"num_edges={graph.num_edges}")
-            self._target = t
+            self._target = target_vector(target_eids, u.size, graph.num_edges, f"num_edges={graph.num_edges}")
         if reverse_eids is not None:
             r = id_vector("reverse_eids", reverse_eids)
             if r.shape != (graph.num_edges,):

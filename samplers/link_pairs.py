@@ -12,8 +12,8 @@ positive of the source (vectorised rejection against the keys; a source's allowe
 exactly, with the same weights, when rejection keeps failing). The caller owns the random stream and passes
 it in, so one seeded generator orders its epochs and draws its negatives. Over a plain graph the
 destinations are a node-id range (the items of a bipartite graph); over a `HeteroGraph` they are every node
-of the destination type, ``[0, num_nodes[dst_type])``. `id_array`, `id_vector`, `check_id_range` and
-`check_target_edges` check the id arrays both samplers take.
+of the destination type, ``[0, num_nodes[dst_type])``. `id_array`, `id_vector`, `check_id_range`,
+`target_vector` and `check_target_edges` check the id arrays both samplers take.
 
 References
 ----------
@@ -38,7 +38,8 @@ from samplers.epochs import epoch_batches, num_batches
 from samplers.protocol import Sampler
 
 __all__ = ["DEGREE_EXPONENT", "EXCLUDE_MODES", "NEGATIVE_MODES", "PairNegatives", "SeedEdgeBatch",
-           "SeedEdgeSampler", "check_id_range", "check_target_edges", "id_array", "id_vector"]
+           "SeedEdgeSampler", "check_id_range", "check_target_edges", "id_array", "id_vector",
+           "target_vector"]
 
 BatchT = TypeVar("BatchT")
 """A seed-edge sampler's batch record (`LinkBatch`, `HeteroLinkBatch`)."""
@@ -86,6 +87,17 @@ def check_id_range(name: str, arr: np.ndarray, lo: int, hi: int, what: str) -> N
         first = int(arr[np.argmax(bad)])
         raise ValueError(f"{name}: {int(bad.sum())} of {arr.size} ids outside [{lo}, {hi}) ({what}), "
                          f"first {first}")
+
+
+def target_vector(value, num_pairs: int, num_edges: int, what: str) -> np.ndarray:
+    """``target_eids`` (one edge id per pair) as int64 [num_pairs] in ``[0, num_edges)``; `id_vector`'s
+    errors, and ValueError naming ``target_eids`` for another length or an id out of range (``what`` names
+    the bound: ``"num_edges=1620970"``)."""
+    t = id_vector("target_eids", value)
+    if t.shape != (num_pairs,):
+        raise ValueError(f"target_eids must have one edge id per pair ([{num_pairs}]), got [{t.size}]")
+    check_id_range("target_eids", t, 0, num_edges, what)
+    return t
 
 
 def check_target_edges(name: str, indptr: np.ndarray, indices: np.ndarray, eids: np.ndarray, src: np.ndarray,
