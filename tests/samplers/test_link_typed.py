@@ -13,6 +13,7 @@ import pickle
 import numpy as np
 import pytest
 import torch
+from _typed_blocks import same_blocks
 from scipy.stats import chisquare
 
 from graphrl.graph import CSCGraph
@@ -54,16 +55,6 @@ def typed_link(graph: HeteroGraph, users, items, sampler=None, **kw) -> HeteroLi
     kw.setdefault("seed", 1)
     sampler = sampler if sampler is not None else HeteroNeighborSampler(graph, FANOUTS, seed=2)
     return HeteroLinkSampler(sampler, LISTENS, users, items, **kw)
-
-
-def same_blocks(got: list, want: list) -> None:
-    assert len(got) == len(want)
-    for a, b in zip(got, want, strict=True):
-        for field in ("src_nodes", "dst_nodes", "indptr", "indices", "edge_ids", "edge_weights"):
-            u, v = getattr(a, field), getattr(b, field)
-            assert (u is None) == (v is None), field
-            if u is not None:
-                assert u.keys() == v.keys() and all(torch.equal(u[k], v[k]) for k in u), field
 
 
 def check_contract(batch: HeteroLinkBatch) -> None:

@@ -13,6 +13,7 @@ import threading
 import numpy as np
 import pytest
 import torch
+from _typed_blocks import same_blocks
 
 from graphrl.memory import MemoryManager
 from samplers import FeatureStore, HeteroNeighborSampler, HeteroNodeBatch, LaborSampler, NeighborLoader
@@ -41,18 +42,6 @@ def lastfm(data_root):
 
 def loader_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("graphrl-") and "loader" in t.name]
-
-
-def same_blocks(got: list, want: list) -> None:
-    """Every field of every typed block equal (node types, relations, edge weights where present)."""
-    assert len(got) == len(want)
-    for a, b in zip(got, want, strict=True):
-        for field in ("src_nodes", "dst_nodes", "indptr", "indices", "edge_ids", "edge_weights"):
-            u, v = getattr(a, field), getattr(b, field)
-            assert (u is None) == (v is None), field
-            if u is not None:
-                assert u.keys() == v.keys(), field
-                assert all(torch.equal(u[k], v[k]) for k in u), field
 
 
 def snapshot(batch: HeteroNodeBatch) -> tuple:
