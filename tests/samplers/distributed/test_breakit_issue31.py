@@ -143,36 +143,52 @@ def ray_session():
         ray.shutdown()
 
 
-@pytest.mark.slow  # a Ray session and two owner processes
-def test_every_attached_trainer_restarts_a_killed_owner_and_goes_on(graph, tmp_path, ray_session):
+@pytest.fixture(scope="module")
+def owner_group(graph, tmp_path_factory, ray_session):
+    """``owner_group()``: (folder, the RayOwners group that started two owners of ``graph``'s partitions),
+    shared by this module's tests that kill and restart an owner (each starts from live owners; starting a
+    group costs seconds): the one started earlier while it is open, else a new one."""
     from samplers.distributed import RayOwners
 
-    write_partitions(graph, tmp_path / "parts", 2, method="ldg")
-    first = second = None
-    try:
-        first = RayOwners(str(tmp_path / "parts"), expect=graph_fingerprint(graph), name="breakit31")
-        second = RayOwners.attach(str(tmp_path / "parts"), "breakit31")  # another trainer's view
-        seeds = torch.arange(0, N, 3)
-        trainers = [(NeighborSampler(graph, [4, 3], seed=s), DistNeighborSampler(o, [4, 3], seed=s))
-                    for s, o in ((0, first), (1, second))]
-        for ref, dist in trainers:
-            _same(ref.sample(seeds), dist.sample(seeds))
-        os.kill(first.info(1)["pid"], signal.SIGKILL)
-        for _, dist in trainers:
-            t0 = time.perf_counter()
-            with pytest.raises(OwnerError, match=r"partition owner 1 .*died.*restart\(1\)"):
-                dist.sample(seeds)
-            assert time.perf_counter() - t0 < 1.0
+    folder = tmp_path_factory.mktemp("breakit31") / "parts"
+    write_partitions(graph, folder, 2, method="ldg")
+    held: list = []
+
+    def group():
+        if not held or held[-1].closed:
+            held.append(RayOwners(str(folder), expect=graph_fingerprint(graph), name="breakit31"))
+        return str(folder), held[-1]
+
+    yield group
+    for owners in held:
+        if not owners.closed:
+            owners.close()
+
+
+@pytest.mark.slow  # a Ray session and two owner processes
+def test_every_attached_trainer_restarts_a_killed_owner_and_goes_on(graph, owner_group):
+    from samplers.distributed import RayOwners
+
+    folder, first = owner_group()
+    second = RayOwners.attach(folder, first.name)  # another trainer's view
+    seeds = torch.arange(0, N, 3)
+    trainers = [(NeighborSampler(graph, [4, 3], seed=s), DistNeighborSampler(o, [4, 3], seed=s))
+                for s, o in ((0, first), (1, second))]
+    for ref, dist in trainers:
+        _same(ref.sample(seeds), dist.sample(seeds))
+    os.kill(first.info(1)["pid"], signal.SIGKILL)
+    for _, dist in trainers:
         t0 = time.perf_counter()
-        second.restart(1)  # the attached trainer starts the new owner ...
-        first.restart(1)  # ... and the one that started the first attaches it (was: name taken after 5 s)
-        assert time.perf_counter() - t0 < 30.0  # no hang (two process starts: 3-13 s on a loaded 2-core box)
-        assert first.info(1)["pid"] == second.info(1)["pid"]
-        for ref, dist in trainers:  # the failed batch comes again, whole
-            _same(ref.sample(seeds), dist.sample(seeds))
-    finally:
-        if first is not None:
-            first.close()
+        with pytest.raises(OwnerError, match=r"partition owner 1 .*died.*restart\(1\)"):
+            dist.sample(seeds)
+        assert time.perf_counter() - t0 < 1.0
+    t0 = time.perf_counter()
+    second.restart(1)  # the attached trainer starts the new owner ...
+    first.restart(1)  # ... and the one that started the first attaches it (was: name taken after 5 s)
+    assert time.perf_counter() - t0 < 30.0  # no hang (two process starts: 3-13 s on a loaded 2-core box)
+    assert first.info(1)["pid"] == second.info(1)["pid"]
+    for ref, dist in trainers:  # the failed batch comes again, whole
+        _same(ref.sample(seeds), dist.sample(seeds))
 
 
 class _Trainer:
@@ -204,23 +220,22 @@ def _gone(ray, name: str, within_s: float) -> bool:
 
 
 @pytest.mark.slow  # a Ray session, two owner processes and a trainer's
-def test_an_owner_restarted_by_an_attached_trainer_outlives_that_trainer(graph, tmp_path, ray_session):
+def test_an_owner_restarted_by_an_attached_trainer_outlives_that_trainer(graph, owner_group, ray_session):
     from samplers.distributed import RayOwners
 
     ray = ray_session
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # _Trainer travels by value
-    write_partitions(graph, tmp_path / "parts", 2, method="ldg")
-    folder, seeds = str(tmp_path / "parts"), torch.arange(0, N, 3)
-    first = RayOwners(folder, expect=graph_fingerprint(graph), name="life31")
+    (folder, first), seeds = owner_group(), torch.arange(0, N, 3)
+    name = first.name
     try:
-        trainer = ray.remote(num_cpus=0)(_Trainer).remote(folder, "life31")
+        trainer = ray.remote(num_cpus=0)(_Trainer).remote(folder, name)
         assert ray.get(trainer.pid.remote(1)) == first.info(1)["pid"]  # attached
         os.kill(first.info(1)["pid"], signal.SIGKILL)
         pid = ray.get(trainer.restart.remote(1))  # the trainer that did not start the owners restarts one
         ray.kill(trainer, no_restart=True)  # ... and ends (its job done, or it failed)
         with pytest.raises(ray.exceptions.RayActorError):  # a harmless call: gone
             ray.get(trainer.pid.remote(1))
-        later = RayOwners.attach(folder, "life31")  # was: owner 1 died with the trainer
+        later = RayOwners.attach(folder, name)  # was: owner 1 died with the trainer
         assert later.info(1)["pid"] == pid
         first.restart(1)  # the first group attaches the live owner the trainer started
         assert first.info(1)["pid"] == pid
@@ -230,8 +245,8 @@ def test_an_owner_restarted_by_an_attached_trainer_outlives_that_trainer(graph, 
     finally:
         first.close()
     for part in (0, 1):  # closing the first group ends the restarted owner too: nothing left running
-        assert _gone(ray, f"life31.owner{part}", 5.0)
-    assert _gone(ray, "life31.keeper", 5.0)  # nor the keeper (a leaked actor, else)
+        assert _gone(ray, f"{name}.owner{part}", 5.0)
+    assert _gone(ray, f"{name}.keeper", 5.0)  # nor the keeper (a leaked actor, else)
 
 
 @pytest.mark.slow  # a Ray session and two owner processes
