@@ -88,3 +88,75 @@ def test_interrupts_handler_after_its_block_passes_the_signal_on_through_the_sha
     _, status, report = fork_and_wait(child)
     assert _killed_by(status) == signal.SIGTERM, status
     assert report == "on top;unlinked spill=True;"
+
+
+@pytest.mark.parametrize("name", ["SIGWINCH", "SIGCHLD", "SIGURG"])
+def test_pass_on_at_a_default_action_that_ignores_drops_the_signal(name):
+    """Raised again at its default action such a signal returns: the process goes on (it left with
+    128 + signum before), nothing unlinked."""
+    signum = getattr(signal, name)
+
+    def child(fd):
+        signals.track(_Cleanup(fd))
+        signals.pass_on(signal.SIG_DFL, signum, None)
+        os.write(fd, b"went on;")
+
+    _, status, report = fork_and_wait(child)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    assert report == "went on;"
+
+
+@pytest.mark.parametrize("name", ["SIGWINCH", "SIGCONT"])  # SIGTSTP: default_action (would stop the child)
+def test_die_of_refuses_a_signal_that_does_not_end_a_process(name):
+    signum = getattr(signal, name)
+
+    def child(fd):
+        signals.track(_Cleanup(fd))
+        try:
+            signals.die_of(signum)
+        except ValueError as err:
+            os.write(fd, str(err).encode())
+
+    _, status, report = fork_and_wait(child)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    assert f"signum {signum} ({name})" in report and "unlinked" not in report, report
+    assert signals.default_action(signum) in report
+
+
+def test_default_action_follows_posix():
+    def actions(*names):
+        return [signals.default_action(getattr(signal, n)) for n in names]
+
+    assert actions("SIGTERM", "SIGINT", "SIGSEGV", "SIGUSR1", "SIGHUP") == ["terminate"] * 5
+    assert actions("SIGCHLD", "SIGWINCH", "SIGURG", "SIGCONT") == ["ignore"] * 4
+    assert actions("SIGTSTP", "SIGTTIN", "SIGTTOU", "SIGSTOP") == ["stop"] * 4
+
+
+def test_pass_on_at_a_default_action_that_stops_stops_then_puts_the_handler_back():
+    """SIGTSTP at its default action stops the child (it left with 128 + 20 once continued before); on
+    SIGCONT pass_on returns with the child's own handler back in place."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        try:
+            os.close(r)
+            os.setpgid(0, 0)  # a process group of its own with a parent outside: not orphaned, so it stops
+            own = lambda s, f: None  # noqa: E731
+            signal.signal(signal.SIGTSTP, own)
+            signals.pass_on(signal.SIG_DFL, signal.SIGTSTP, None)
+            os.write(w, f"back={signal.getsignal(signal.SIGTSTP) is own};".encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    try:
+        _, status = os.waitpid(pid, os.WUNTRACED)
+        assert os.WIFSTOPPED(status) and os.WSTOPSIG(status) == signal.SIGTSTP, status
+        os.kill(pid, signal.SIGCONT)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        out = b""
+        while chunk := os.read(r, 4096):
+            out += chunk
+        os.close(r)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    assert out == b"back=True;"
