@@ -319,6 +319,18 @@ PTX_SCRIPT = textwrap.dedent(
     for name, kernel in labor.KERNELS.items():
         ptx, _ = cuda.compile_ptx(kernel.py_func, labor_sigs[name], cc=(9, 0))
         assert ".entry" in ptx and "sm_90" in ptx, name
+    # the typed kernels and the relation chain's edge packing (test_typed_launch runs them simulated)
+    from samplers.kernels.cuda import typed
+    typed_sigs = {"typed_plan": (i64, f32, *[i64] * 12),
+                  "typed_rows": (i64, i32, i64, f32, f64, *[i64] * 9, i32, *[i64] * 7),
+                  "typed_choose": (i64, i32, i64, *[i64] * 13, i32, i64)}
+    for name, sig in typed_sigs.items():
+        ptx, _ = cuda.compile_ptx(getattr(typed, name).py_func, sig, cc=(9, 0))
+        assert ".entry" in ptx and "sm_90" in ptx, name
+    from samplers.kernels.cuda.relation_chain import pack_edges
+    sig = (i32, i64, t.boolean, i64, i64, t.int64, t.int64, t.int64, i32, i64)
+    ptx, _ = cuda.compile_ptx(pack_edges.py_func, sig, cc=(9, 0))
+    assert ".entry" in ptx and "sm_90" in ptx
     print("OK")
     """
 )
