@@ -29,7 +29,7 @@ import torch
 from graphrl.kernels.spmm import spmm_partition
 from graphrl.memory import MemoryBudgetError, MemoryManager, Region, Tier, free_quietly
 from samplers.full_graph_adjacency import Operator
-from samplers.full_graph_plan import ALIGN, csr_offsets
+from samplers.full_graph_bytes import ALIGN, csr_offsets
 
 __all__ = ["SLACK", "HostExecutor", "greedy_bounds", "working_set_layout"]
 
@@ -80,7 +80,7 @@ def working_set_layout(rows: int, entries: int, index_bytes: int,
                        row_bytes: int) -> tuple[int, int, int, int]:
     """Byte offsets of a partition's indices, weights and output rows in the working set, and its size.
 
-    The staged path's layout (`samplers.full_graph_plan.csr_offsets`), its end not padded: nothing
+    The staged path's layout (`samplers.full_graph_bytes.csr_offsets`), its end not padded: nothing
     follows the output rows.
 
     Parameters

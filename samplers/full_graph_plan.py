@@ -24,10 +24,10 @@ back to the host. `plan_propagation` decides, for one matrix, feature width and 
 
 The device buffer of sources is ``[cache rows | slot 0 | slot 1]``; a partition's local columns point
 into the cache or into its slot (``slot = k % 2``), so one SpMM per partition reads both. Each slot
-also has an arena for the partition's local CSR and output rows, packed at offsets of its own. Plans are
-host arrays (numpy); `samplers.full_graph_stream` runs them. Planning reads M's entries once in plan
-order, then front to back, on several threads (bitwise the same plan for any count); a `PlanCache`
-passed to the plans of one matrix shares that work and the single-partition layout between them.
+also has an arena for the partition's local CSR and output rows (byte rules: `samplers.full_graph_bytes`).
+Plans are host arrays (numpy); `samplers.full_graph_stream` runs them. Planning reads M's entries once
+in plan order, then front to back, on several threads (bitwise the same plan for any count); a
+`PlanCache` passed to the plans of one matrix shares that work and the single-partition layout.
 
 References
 ----------
@@ -45,13 +45,22 @@ from dataclasses import dataclass, field
 
 import numba as nb
 import numpy as np
-from numba.extending import register_jitable
 
 from graphrl.kernels.ordering import rcm_order
 from graphrl.kernels.prefetch import prefetch
 from graphrl.kernels.team import parallel_for
 from graphrl.memory import MemoryBudgetError, Tier
 from graphrl.threads import team_size
+from samplers.full_graph_bytes import (
+    ALIGN,
+    SLOT_OVERHEAD,
+    align,
+    arena_offsets,
+    moved_bytes,
+    slot_cost,
+    source_bytes,
+    working_set_bytes,
+)
 from samplers.kernels.cpu.partition import (
     compact_chunks,
     distinct_chunks,
@@ -61,21 +70,11 @@ from samplers.kernels.cpu.partition import (
     remap_partitions,
 )
 
-__all__ = ["ALIGN", "DEFAULT_CACHE_SHARE", "PartitionPlan", "PlanCache", "PlanPart", "align", "arena_offsets",
-           "csr_offsets", "locality_order", "moved_bytes", "plan_propagation", "slot_cost", "source_bytes",
-           "working_set_bytes"]
+__all__ = ["DEFAULT_CACHE_SHARE", "PartitionPlan", "PlanCache", "PlanPart", "locality_order",
+           "plan_propagation"]
 
-ALIGN = 64
 # Largest share of the device budget a dedup candidate reserves for the most-read rows.
 DEFAULT_CACHE_SHARE = 0.5
-_FIXED = 8 + 6 * ALIGN  # a slot's extra row-pointer entry and the alignment of its arrays
-
-
-@register_jitable
-def align(n):
-    """``n`` bytes rounded up to a multiple of `ALIGN` (int, or numpy int64 array elementwise); planning
-    kernels compile the same function."""
-    return -(-n // ALIGN) * ALIGN
 
 
 @dataclass
@@ -167,73 +166,6 @@ class PartitionPlan:
     def src_bytes(self) -> int:
         """Bytes of the source buffer: cache rows, then two slots of ``max_stream`` rows."""
         return source_bytes(len(self.cache), self.max_stream, self.row_bytes)
-
-
-@register_jitable
-def csr_offsets(rows, entries, index_bytes, row_bytes):
-    """Byte layout of a partition's local CSR and output rows packed in one buffer: the one rule of the
-    staged path's slot arenas (`arena_offsets`) and the host path's working set
-    (`samplers.full_graph_host.working_set_layout`).
-
-    Parameters
-    ----------
-    rows, entries : int, or numpy.ndarray of int64 (elementwise)
-        A partition's rows and local CSR entries.
-    index_bytes : int
-        Bytes of one column index (4 or 8).
-    row_bytes : int
-        Bytes of one output row (width x itemsize).
-
-    Returns
-    -------
-    tuple of 5 int (or int64 arrays)
-        Byte offsets of the int64 row pointer (0), the columns, the float32 weights and the output rows,
-        each aligned to `ALIGN`, and the end of the output rows (not aligned). Planning kernels compile
-        the same function.
-    """
-    o_cols = align(8 * (rows + 1))
-    o_w = o_cols + align(index_bytes * entries)
-    o_out = o_w + align(4 * entries)
-    return 0, o_cols, o_w, o_out, o_out + rows * row_bytes
-
-
-@register_jitable
-def arena_offsets(rows, entries, row_bytes):
-    """Offsets of indptr, cols, weights, out rows in a slot arena, and the arena's size: `csr_offsets` at
-    int32 columns, its end aligned to `ALIGN` (two arenas sit back to back). Ints, or int64 arrays
-    elementwise (``rows``, ``entries``); planning kernels compile the same function."""
-    o_ptr, o_cols, o_w, o_out, end = csr_offsets(rows, entries, 4, row_bytes)
-    return o_ptr, o_cols, o_w, o_out, align(end)
-
-
-@register_jitable
-def source_bytes(cache_rows, stream_rows, row_bytes):
-    """Bytes of the device source buffer ``[cache rows | slot 0 | slot 1]``, slots of ``stream_rows`` rows
-    (ints: rows, and bytes a row); raises nothing."""
-    return align((cache_rows + 2 * stream_rows) * row_bytes)
-
-
-@register_jitable
-def working_set_bytes(arena, cache_rows, stream_rows, row_bytes):
-    """Bytes of the device working set: the source buffer (`source_bytes`) and two slot arenas of
-    ``arena`` bytes (`arena_offsets`); a plan's ``device_bytes`` and what a budget bounds. Ints (rows and
-    bytes); raises nothing."""
-    return source_bytes(cache_rows, stream_rows, row_bytes) + 2 * arena
-
-
-@register_jitable
-def slot_cost(arena, stream_rows, row_bytes):
-    """Bytes one partition takes of its slot: its arena and its ``stream_rows`` streamed source rows; at
-    most ``slot_bytes`` (`plan_propagation`). Ints, or int64 arrays elementwise (one per partition); raises
-    nothing."""
-    return arena + stream_rows * row_bytes
-
-
-def moved_bytes(vertex: int, rows: int, parts: int, entries: int, row_bytes: int) -> int:
-    """Bytes one propagation moves: ``vertex`` bytes of source rows, the local CSRs of ``parts``
-    partitions (``rows`` rows and ``entries`` entries in all: int64 row pointers, int32 columns, float32
-    weights) in, and ``rows`` output rows of ``row_bytes`` back (ints); raises nothing."""
-    return vertex + 8 * (rows + parts) + 8 * entries + rows * row_bytes
 
 
 def locality_order(indptr: np.ndarray, indices: np.ndarray, num_nodes: int,
@@ -338,11 +270,12 @@ def _rows(lo, hi, order, row_bytes, cap):
     Returns (lo, hi, vrow, split rows), or None when not even one entry fits a slot.
     """
     deg = hi - lo
-    lone = _FIXED + 16 + 8 * deg + (deg + 1) * row_bytes  # one row alone, its sources bounded by its entries
+    # one row alone, its sources bounded by its entries
+    lone = SLOT_OVERHEAD + 16 + 8 * deg + (deg + 1) * row_bytes
     big = lone > cap
     if not big.any():
         return lo, hi, order, np.zeros(0, np.int64)
-    m = (cap - _FIXED - 16 - row_bytes) // (8 + row_bytes)  # entries of a piece
+    m = (cap - SLOT_OVERHEAD - 16 - row_bytes) // (8 + row_bytes)  # entries of a piece
     if m < 1:
         return None
     pieces = np.where(big, -(-deg // m), 1)
@@ -648,7 +581,7 @@ def _plan(ctx, indptr, indices, order, width, row_bytes, budget, slot, owner, de
         if rows is None and hubs is not None:
             return None
         if rows is None:
-            need = 2 * (_FIXED + 16 + 8 + 2 * row_bytes)
+            need = 2 * (SLOT_OVERHEAD + 16 + 8 + 2 * row_bytes)
             raise MemoryBudgetError(
                 Tier.DEVICE, owner, need, budget, budget,
                 note=f"one partition cannot fit: one entry at feature width {width} x {row_bytes // width} B "
@@ -656,7 +589,7 @@ def _plan(ctx, indptr, indices, order, width, row_bytes, budget, slot, owner, de
                      f"take; a device budget of at least {need} bytes fits every row at this width")
         lo, hi, vrow, split = rows
         nnz = int(indptr[n])
-        whole = _FIXED + 8 * (n + 1) + 8 * nnz + 2 * n * row_bytes
+        whole = SLOT_OVERHEAD + 8 * (n + 1) + 8 * nnz + 2 * n * row_bytes
         if hubs is None and not split.shape[0] and whole <= slot_cap:
             bounds = np.array([0, n], np.int64)  # all of M fits one slot (what _greedy finds, sooner)
         else:

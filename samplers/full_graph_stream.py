@@ -44,7 +44,8 @@ from graphrl.kernels.spmm import chunk_bounds, csr_spmm_serial
 from graphrl.memory import MemoryManager, Region, Tier, free_quietly
 from graphrl.memory.transfers import Transfers
 from graphrl.threads import serial_torch, threads_for
-from samplers.full_graph_plan import PartitionPlan, PlanPart, align
+from samplers.full_graph_bytes import align
+from samplers.full_graph_plan import PartitionPlan, PlanPart
 from samplers.kernels.gather import gather_rows
 
 __all__ = ["CallTraffic", "StagedExecutor"]

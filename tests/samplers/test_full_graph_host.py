@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from samplers.full_graph_bytes import ALIGN, arena_offsets, csr_offsets
 from samplers.full_graph_host import SLACK, greedy_bounds, working_set_layout
-from samplers.full_graph_plan import ALIGN, arena_offsets, csr_offsets
 
 
 @settings(max_examples=40, deadline=None)

@@ -13,7 +13,8 @@ from graphrl.datasets import load_gowalla
 from graphrl.kernels.ordering import rcm_order
 from graphrl.kernels.spmm import normalized_adjacency
 from graphrl.memory import MemoryBudgetError
-from samplers.full_graph_plan import PlanCache, arena_offsets, locality_order, plan_propagation
+from samplers.full_graph_bytes import arena_offsets
+from samplers.full_graph_plan import PlanCache, locality_order, plan_propagation
 
 
 def sym_p(src: np.ndarray, dst: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
