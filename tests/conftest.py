@@ -245,6 +245,58 @@ def simulate_parts():
     return _simulate_parts
 
 
+_BATCH = pytest.StashKey["_SimulatedSession"]()
+
+
+class _SimulatedSession:
+    """The scripts of a session's tests marked ``simulated``, run lazily when the first of them asks: one
+    interpreter runs every script that patches nothing, then (last, so its patches reach no other script)
+    the asking test's script or the first one that patches; each other patching script runs alone when its
+    test asks. Results are kept by test id."""
+
+    def __init__(self, items: list[pytest.Item]) -> None:
+        self._marked = [item for item in items if item.get_closest_marker("simulated") is not None]
+        self._results: dict[str, SimulatedPart] = {}
+
+    def result(self, item: pytest.Item) -> SimulatedPart:
+        if item.nodeid not in self._results:
+            self._run(item)
+        return self._results[item.nodeid]
+
+    def _run(self, asking: pytest.Item) -> None:
+        pending = [item for item in self._marked if item.nodeid not in self._results]
+        if asking not in pending:  # not collected with the session (a test run some other way)
+            pending.append(asking)
+        patches = [item for item in pending if item.get_closest_marker("simulated").kwargs.get("patches")]
+        batch = [item for item in pending if item not in patches]
+        batch += [asking] if asking in patches else patches[:1]
+        marks = [item.get_closest_marker("simulated") for item in batch]
+        timeout = sum(mark.kwargs.get("timeout", 600) for mark in marks)
+        scripts = {item.nodeid: mark.args[0] for item, mark in zip(batch, marks, strict=True)}
+        self._results.update(_simulate_parts(scripts, timeout))
+
+
+@pytest.fixture
+def simulated_part(request: pytest.FixtureRequest) -> SimulatedPart:
+    """What the test's script did under numba's CUDA simulator (`SimulatedPart`: ``ok``, ``output``), the
+    script given by the test's mark ``@pytest.mark.simulated(script, patches=False, timeout=600)``. The
+    session's marked scripts share interpreters (imports and numba's cache loads paid once): each runs in a
+    namespace of its own, but what it patches at module level stays patched, so a script that patches
+    anything (``count_host_copies`` included) says ``patches=True`` and then runs last in its interpreter,
+    the only patching one there. A failing script fails only its own test, with its output and traceback."""
+    if request.node.get_closest_marker("simulated") is None:
+        raise pytest.UsageError(f"{request.node.nodeid} uses simulated_part without a simulated(script) mark")
+    session = request.session
+    if _BATCH not in session.stash:
+        session.stash[_BATCH] = _SimulatedSession(session.items)
+    return session.stash[_BATCH].result(request.node)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "simulated(script, patches=False, timeout=600): the script the "
+                            "`simulated_part` fixture runs under numba's CUDA simulator for this test")
+
+
 def _compile_ptx(script: str, timeout: float = 600) -> subprocess.CompletedProcess:
     try:
         from numba.cuda.cudadrv.nvvm import NVVM
