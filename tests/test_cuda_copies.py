@@ -49,10 +49,9 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def test_counts_host_copies_and_scalar_reads_only(simulate) -> None:
-    proc = simulate(SCRIPT, timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.strip().endswith("OK")
+@pytest.mark.simulated(SCRIPT, patches=True, timeout=120)
+def test_counts_host_copies_and_scalar_reads_only(simulated_part) -> None:
+    assert simulated_part.ok and simulated_part.output.strip().endswith("OK"), simulated_part.output
 
 
 @pytest.mark.skipif(bool(config.ENABLE_CUDASIM), reason="this process runs under the simulator")
