@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
+
 SCRIPT = textwrap.dedent(
     """
     import numpy as np
@@ -42,7 +44,6 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def test_cuda_gather_matches_the_reference_under_the_simulator(simulate):
-    proc = simulate(SCRIPT)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.strip().endswith("OK")
+@pytest.mark.simulated(SCRIPT)
+def test_cuda_gather_matches_the_reference_under_the_simulator(simulated_part):
+    assert simulated_part.ok and simulated_part.output.strip().endswith("OK"), simulated_part.output
