@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
+
 SCRIPT = textwrap.dedent(
     """
     import multiprocessing as mp
@@ -59,7 +61,7 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def test_a_learner_process_gathers_on_the_simulated_gpu(simulate):
-    proc = simulate(SCRIPT)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.split()[-2:] == ["OK", "20"]
+@pytest.mark.simulated(SCRIPT)
+def test_a_learner_process_gathers_on_the_simulated_gpu(simulated_part):
+    part = simulated_part
+    assert part.ok and part.output.split()[-2:] == ["OK", "20"], part.output[-3000:]
