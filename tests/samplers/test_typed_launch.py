@@ -163,10 +163,9 @@ SIM_SCRIPT = textwrap.dedent(
     """
 )
 
-def test_fused_typed_blocks_equal_the_cpu_blocks_in_one_launch_per_kernel_and_layer(simulate):
-    proc = simulate(SIM_SCRIPT)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.strip().endswith("OK")
+@pytest.mark.simulated(SIM_SCRIPT, patches=True)
+def test_fused_typed_blocks_equal_the_cpu_blocks_in_one_launch_per_kernel_and_layer(simulated_part):
+    assert simulated_part.ok and simulated_part.output.strip().endswith("OK"), simulated_part.output
 
 
 REL = ("n", "e", "n")
