@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
+
 SIM_SCRIPT = textwrap.dedent(
     """
     import math
@@ -117,7 +119,6 @@ SIM_SCRIPT = textwrap.dedent(
 )
 
 
-def test_chained_labor_equals_the_cpu_with_one_read_back_and_no_pageable_copy(simulate):
-    proc = simulate(SIM_SCRIPT)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.strip().endswith("OK")
+@pytest.mark.simulated(SIM_SCRIPT, patches=True)
+def test_chained_labor_equals_the_cpu_with_one_read_back_and_no_pageable_copy(simulated_part):
+    assert simulated_part.ok and simulated_part.output.strip().endswith("OK"), simulated_part.output
