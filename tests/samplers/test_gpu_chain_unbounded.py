@@ -145,10 +145,9 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def test_unbounded_layers_chain_under_the_simulator(simulate) -> None:
-    proc = simulate(SCRIPT, timeout=300)
-    assert proc.returncode == 0 and proc.stdout.strip().endswith("OK"), \
-        proc.stdout[-3000:] + proc.stderr[-6000:]
+@pytest.mark.simulated(SCRIPT, patches=True, timeout=300)
+def test_unbounded_layers_chain_under_the_simulator(simulated_part) -> None:
+    assert simulated_part.ok and simulated_part.output.strip().endswith("OK"), simulated_part.output
 
 
 def test_full_capacity_is_bounded_by_the_degrees_and_learns_the_rate() -> None:
