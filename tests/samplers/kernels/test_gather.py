@@ -121,7 +121,6 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def test_cuda_gather_kernel_under_the_simulator(simulate):
-    proc = simulate(SCRIPT)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.strip().endswith("OK")
+@pytest.mark.simulated(SCRIPT)
+def test_cuda_gather_kernel_under_the_simulator(simulated_part):
+    assert simulated_part.ok and simulated_part.output.strip().endswith("OK"), simulated_part.output
