@@ -252,8 +252,7 @@ SIM_SCRIPT = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_cpu_and_cuda_simulator_solve_creeping_rows_alike(simulate):
+@pytest.mark.simulated(SIM_SCRIPT)
+def test_cpu_and_cuda_simulator_solve_creeping_rows_alike(simulated_part):
     """The bracketing solve runs compiled on the GPU as on the CPU: the same blocks and edge weights."""
-    proc = simulate(SIM_SCRIPT)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.strip().endswith("OK")
+    assert simulated_part.ok and simulated_part.output.strip().endswith("OK"), simulated_part.output
