@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
+
 SIM_SCRIPT = textwrap.dedent(
     """
     import numpy as np
@@ -34,7 +36,6 @@ SIM_SCRIPT = textwrap.dedent(
 )
 
 
-def test_unknown_repeats_size_by_the_degrees(simulate):
-    proc = simulate(SIM_SCRIPT)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.strip().endswith("OK")
+@pytest.mark.simulated(SIM_SCRIPT)
+def test_unknown_repeats_size_by_the_degrees(simulated_part):
+    assert simulated_part.ok and simulated_part.output.strip().endswith("OK"), simulated_part.output
