@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
+
 SIM_SCRIPT = textwrap.dedent(
     """
     import warnings
@@ -130,10 +132,9 @@ SIM_SCRIPT = textwrap.dedent(
 )
 
 
-def test_device_rounds_stop_with_the_cpu_and_pi_is_per_source(simulate):
-    proc = simulate(SIM_SCRIPT)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.strip().endswith("OK")
+@pytest.mark.simulated(SIM_SCRIPT, patches=True)
+def test_device_rounds_stop_with_the_cpu_and_pi_is_per_source(simulated_part):
+    assert simulated_part.ok and simulated_part.output.strip().endswith("OK"), simulated_part.output
 
 
 def test_iterations_count_the_updates_of_pi() -> None:
