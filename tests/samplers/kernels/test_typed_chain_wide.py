@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
+
 SIM_SCRIPT = textwrap.dedent(
     """
     import warnings
@@ -80,7 +82,6 @@ SIM_SCRIPT = textwrap.dedent(
 )
 
 
-def test_typed_chain_of_full_and_wide_layers_reads_back_once_and_equals_the_cpu(simulate):
-    proc = simulate(SIM_SCRIPT)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.strip().endswith("OK")
+@pytest.mark.simulated(SIM_SCRIPT)
+def test_typed_chain_of_full_and_wide_layers_reads_back_once_and_equals_the_cpu(simulated_part):
+    assert simulated_part.ok and simulated_part.output.strip().endswith("OK"), simulated_part.output
