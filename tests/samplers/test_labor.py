@@ -312,10 +312,9 @@ SIM_SCRIPT = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_cpu_and_cuda_simulator_keep_the_same_edges(simulate):
-    proc = simulate(SIM_SCRIPT)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.strip().endswith("OK")
+@pytest.mark.simulated(SIM_SCRIPT, patches=True)
+def test_cpu_and_cuda_simulator_keep_the_same_edges(simulated_part):
+    assert simulated_part.ok and simulated_part.output.strip().endswith("OK"), simulated_part.output
 
 
 def test_labor_through_dgl_sampler_and_pickling():
