@@ -142,10 +142,9 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def test_gpu_host_path_under_the_simulator(simulate) -> None:
-    proc = simulate(SCRIPT, timeout=240)
-    assert proc.returncode == 0 and proc.stdout.strip().endswith("OK"), \
-        proc.stdout[-3000:] + proc.stderr[-6000:]
+@pytest.mark.simulated(SCRIPT, patches=True, timeout=240)
+def test_gpu_host_path_under_the_simulator(simulated_part) -> None:
+    assert simulated_part.ok and simulated_part.output.strip().endswith("OK"), simulated_part.output
 
 
 def test_host_traffic_counts_and_differences() -> None:
