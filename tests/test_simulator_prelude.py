@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
+
 SCRIPT = textwrap.dedent(
     """
     import time
@@ -90,7 +92,6 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def test_a_blocks_threads_share_one_shared_array_under_thread_switches(simulate) -> None:
-    proc = simulate(SCRIPT, timeout=120)
-    assert proc.returncode == 0 and proc.stdout.strip().endswith("OK"), \
-        proc.stdout[-2000:] + proc.stderr[-4000:]
+@pytest.mark.simulated(SCRIPT, patches=True, timeout=120)
+def test_a_blocks_threads_share_one_shared_array_under_thread_switches(simulated_part) -> None:
+    assert simulated_part.ok and simulated_part.output.strip().endswith("OK"), simulated_part.output
