@@ -141,24 +141,19 @@ TEMPORAL_SCRIPT = COMMON + textwrap.dedent(
 )
 
 
-@pytest.fixture(scope="module")
-def simulated(simulate_parts):
-    """The module's two simulated scripts, run in one interpreter (it pays the imports and numba's cache
-    loads once; neither patches anything)."""
-    return simulate_parts({"static": STATIC_SCRIPT, "temporal": TEMPORAL_SCRIPT})
-
-
 @pytest.mark.slow
-def test_hetero_cuda_blocks_equal_the_cpu_blocks_under_the_simulator(simulated):
+@pytest.mark.simulated(STATIC_SCRIPT)
+def test_hetero_cuda_blocks_equal_the_cpu_blocks_under_the_simulator(simulated_part):
     """Uniform with and without replacement, weighted on deterministic fanouts, exclusions, UVA."""
-    part = simulated["static"]
+    part = simulated_part
     assert part.ok and part.output.strip().endswith("OK"), part.output
 
 
 @pytest.mark.slow
-def test_hetero_temporal_cuda_blocks_equal_the_cpu_blocks_under_the_simulator(simulated):
+@pytest.mark.simulated(TEMPORAL_SCRIPT)
+def test_hetero_temporal_cuda_blocks_equal_the_cpu_blocks_under_the_simulator(simulated_part):
     """Integer and float edge times (a static relation among them), -0.0 seed times, exclusions."""
-    part = simulated["temporal"]
+    part = simulated_part
     assert part.ok and part.output.strip().endswith("OK"), part.output
 
 
