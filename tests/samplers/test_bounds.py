@@ -91,11 +91,11 @@ def test_any_fanout_is_accepted_iff_in_range(k):
 
 def test_hetero_fanouts_are_bounded_per_relation():
     assert HeteroNeighborSampler(_hetero(), [MAX_FANOUT], seed=0).fanouts[CLICKS] == [MAX_FANOUT]
-    with pytest.raises(ValueError, match=r"fanouts\[\('user', 'clicks', 'item'\)\]\[0\]=2147483648"):
+    with pytest.raises(ValueError, match=r"fanouts\[0\]=2147483648"):  # one list for all relations: its index
         HeteroNeighborSampler(_hetero(), [MAX_FANOUT + 1])
     with pytest.raises(ValueError, match=r"fanouts\[.*\]\[1\]=9223372036854775808"):
         HeteroNeighborSampler(_hetero(), {CLICKS: [1, 2**63]})
-    with pytest.raises(TypeError, match=r"fanouts\[.*\]\[0\] must be an int"):
+    with pytest.raises(TypeError, match=r"fanouts\[0\] must be an int"):
         HeteroNeighborSampler(_hetero(), [True])
 
 
