@@ -5,12 +5,20 @@ An attached process (an actor's `replay.attach.AttachedStore`, a learner's `repl
 maps the owner's shared regions: they stay mapped, and writable, after the owner dies, so nothing fails on
 its own. A learner finds out through its connection to the owner's table service (EOF); a writer has no
 connection, so its storage asks the kernel instead: `OwnerWatch.gone` polls a pidfd of the owner
-(``os.pidfd_open``, taken at attach time: it becomes readable when the owner exits, zombie or not, and a
-reused pid cannot fool it), or without pidfds ``os.kill(pid, 0)`` plus the ``/proc/<pid>/stat`` state
-(a zombie counts as gone). It asks at most every `CHECK_EVERY_S` seconds (one ``time.monotonic`` per call
-in between), so callers may ask at every commit and in every rate-limiter wait slice.
+(``os.pidfd_open``, taken in the first process that asks: it becomes readable when the owner exits, zombie
+or not), or without pidfds ``os.kill(pid, 0)`` plus the ``/proc/<pid>/stat`` state (a zombie counts as
+gone). It asks at most every `CHECK_EVERY_S` seconds (one ``time.monotonic`` per call in between), so
+callers may ask at every commit and in every rate-limiter wait slice.
 
->>> watch = OwnerWatch(handle.owner_pid)       # in the attached process
+The owner's pid alone names it only in its own PID namespace and only while it lives, so the handle also
+carries the owner's `process_identity` (its PID namespace and start time). A process in another PID
+namespace (a container sharing ``/dev/shm`` but not the PID namespace) cannot see the owner and does not
+watch (it learns of the owner's end only through a learner's connection, or a closed store); a pid already
+reused by another process when the watch arms (the owner ended before) counts as gone. The watch arms in
+the process that asks, so a store attached in the owner and inherited by a forked child watches from
+the child.
+
+>>> watch = OwnerWatch(handle.owner_pid, handle.owner_identity)       # in the attached process
 >>> if watch.gone():
 ...     raise owner_lost("TrajectoryWriter.append()", watch.pid, "its process has ended")
 """
@@ -21,7 +29,7 @@ import os
 import select
 import time
 
-__all__ = ["CHECK_EVERY_S", "OwnerWatch", "owner_lost"]
+__all__ = ["CHECK_EVERY_S", "OwnerWatch", "owner_lost", "process_identity"]
 
 CHECK_EVERY_S = 0.5  # an attached process asks whether the owner lives at most this often
 
@@ -47,39 +55,103 @@ def owner_lost(who: str, pid: int | None, how: str) -> ValueError:
     return ValueError(f"{who}: lost the connection to {owner}: {how}")
 
 
+def _start_time(pid: int) -> str:
+    """Field 22 of ``/proc/<pid>/stat``: the process's start time in clock ticks since boot (OSError when
+    /proc cannot say)."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        fields = f.read().rsplit(b")", 1)[1].split()
+    if len(fields) < 20:
+        raise OSError(f"/proc/{pid}/stat has {len(fields) + 2} fields")
+    return fields[19].decode()
+
+
+def process_identity(pid: int | None = None) -> str:
+    """``"<PID namespace>@<start time>"`` of process ``pid`` (this process by default) as this process
+    sees it: with its pid, it names one process for good (a reused pid has another start time, another
+    namespace other pids); ``""`` where /proc cannot say (not Linux)."""
+    try:
+        return f"{os.readlink('/proc/self/ns/pid')}@{_start_time(os.getpid() if pid is None else pid)}"
+    except (OSError, ValueError, IndexError):
+        return ""
+
+
+def _pid_namespace() -> str:
+    """This process's PID namespace (``"pid:[4026531836]"``), ``""`` where /proc cannot say."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
 class OwnerWatch:
     """Whether the owner process ``pid`` has ended (see the module docstring).
 
     Parameters
     ----------
     pid : int
-        The owner's pid; 0 (unknown) or this process's own watch nothing (`gone` is always False).
+        The owner's pid; 0 (unknown) or the asking process's own watch nothing (`gone` is always False).
+    identity : str
+        The owner's `process_identity` (``""``: unknown, the pid alone is trusted).
     """
 
-    def __init__(self, pid: int) -> None:
+    def __init__(self, pid: int, identity: str = "") -> None:
         self.pid = int(pid)
-        self.active = self.pid > 0 and self.pid != os.getpid()
+        self.identity = str(identity)
         self.known_gone = False  # once True, stays True
         self.next_check = 0.0  # time.monotonic() of the next real check
         self.fd = -1
-        if self.active:
+        self.armed_in = 0  # the process whose view `watching` holds (0: none yet)
+        self.watching = False
+
+    @property
+    def active(self) -> bool:
+        """Whether this process watches the owner: another process than the owner, in its PID namespace."""
+        if self.armed_in != os.getpid():
+            self._arm()
+        return self.watching
+
+    def _arm(self) -> None:
+        """Decide, in this process, whether and how to watch (after a fork: anew, in the child)."""
+        me = os.getpid()
+        self.armed_in = me
+        self.watching = False
+        if self.fd >= 0:  # inherited from the parent: this process opens its own
+            os.close(self.fd)
+            self.fd = -1
+        if self.pid <= 0 or self.pid == me or self.known_gone:
+            return
+        if self.identity:
+            namespace, _, started = self.identity.rpartition("@")
+            mine = _pid_namespace()
+            if mine and namespace != mine:
+                return  # another PID namespace: the owner's pid means nothing here
+        self.watching = True
+        try:
+            self.fd = os.pidfd_open(self.pid)
+        except ProcessLookupError:
+            self.known_gone = True
+            return
+        except (OSError, AttributeError):  # no pidfd_open (kernel < 5.3, or not Linux): os.kill + /proc
+            self.fd = -1
+        if self.identity:
             try:
-                self.fd = os.pidfd_open(self.pid)
-            except ProcessLookupError:
-                self.known_gone = True
-            except (OSError, AttributeError):  # no pidfd_open (kernel < 5.3, or not Linux): os.kill + /proc
-                self.fd = -1
+                if _start_time(self.pid) != started:
+                    self.known_gone = True  # the pid is another process's now
+            except (OSError, ValueError, IndexError):
+                pass  # /proc cannot say: the pid alone is trusted
 
     def gone(self, fresh: bool = False) -> bool:
         """Whether the owner has ended: a real check at most every `CHECK_EVERY_S` seconds (or now when
         ``fresh``), else the last answer."""
-        if not self.active or self.known_gone:
-            return self.known_gone
+        if self.known_gone:
+            return True
         now = time.monotonic()
         if now < self.next_check and not fresh:
             return False
         self.next_check = now + CHECK_EVERY_S
-        self.known_gone = not self._alive()
+        if not self.active:  # (re)armed here in a forked child
+            return self.known_gone
+        self.known_gone = self.known_gone or not self._alive()
         return self.known_gone
 
     def _alive(self) -> bool:

@@ -355,7 +355,7 @@ class RateLimiterState:
         self.limiter = limiter
         self.counters = np.zeros(4, dtype=np.int64) if counters is None else counters
         self.cond = condition if condition is not None else threading.Condition()
-        self.owner = owner if owner is not None and owner.active else None
+        self.owner = owner  # (its `gone` is False where this process does not watch: the owner itself)
 
     # -- waiting
     def _wait(

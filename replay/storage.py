@@ -50,7 +50,7 @@ from graphrl.memory import MemoryManager, RegionHandle
 from replay.commit_kernel import FAILED, OK, OVERFLOW, build_plan, commit_chunk
 from replay.control import GSEQ, WRITERS, Control
 from replay.keys import MAX_POSITION
-from replay.owner_watch import OwnerWatch, owner_lost
+from replay.owner_watch import OwnerWatch, owner_lost, process_identity
 from replay.rate_limiter import DELETES, INSERTS, RateLimiter, rate_limiter_from_config
 from replay.shard import ShardHandle, ShardStorage
 from replay.spec import TrajectorySpec
@@ -86,6 +86,7 @@ class StoreHandle:
     chunk_steps: int
     timeout: float | None
     owner_pid: int = 0  # the process that made the regions (0: unknown, not watched)
+    owner_identity: str = ""  # its replay.owner_watch.process_identity ("": unknown, the pid alone trusted)
 
     def spec_object(self) -> TrajectorySpec:
         return TrajectorySpec({n: tuple(entry) for n, *entry in self.spec})
@@ -160,6 +161,7 @@ class TrajectoryStorage:
         chunk_steps: int,
         timeout: float | None,
         owner_pid: int = 0,
+        owner_identity: str = "",
     ) -> None:
         self.spec = spec
         self.capacity = capacity
@@ -171,7 +173,7 @@ class TrajectoryStorage:
         self.chunk_steps = chunk_steps
         self.timeout = timeout
         self.closed = False  # this object's close() ran (its regions are freed or unmapped)
-        self.owner = OwnerWatch(owner_pid)
+        self.owner = OwnerWatch(owner_pid, owner_identity)
         self._next_sweep = 0.0  # new_writer_id's next release_dead_writers (time.monotonic)
         self.plan = None  # a rate limiter with an admission of its own: commits take the Python steps
         # the compiled commit copies raw rings only: a spec with a codec field commits in Python
@@ -251,7 +253,8 @@ class TrajectoryStorage:
             if owns:
                 memory.close()
             raise
-        return cls(spec, capacity, control, shards, limiter, memory, owns, chunk_steps, timeout, _pid)
+        return cls(spec, capacity, control, shards, limiter, memory, owns, chunk_steps, timeout, _pid,
+                   process_identity())
 
     @classmethod
     def attach(cls, handle: StoreHandle, memory: MemoryManager | None = None) -> TrajectoryStorage:
@@ -278,7 +281,7 @@ class TrajectoryStorage:
         limiter = rate_limiter_from_config(dict(handle.rate_limiter))
         return cls(
             spec, handle.capacity, control, shards, limiter, memory, owns, handle.chunk_steps, handle.timeout,
-            handle.owner_pid,
+            handle.owner_pid, handle.owner_identity,
         )
 
     def handle(self) -> StoreHandle:
@@ -307,6 +310,7 @@ class TrajectoryStorage:
             self.chunk_steps,
             self.timeout,
             self.owner.pid,
+            self.owner.identity,
         )
 
     @property

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from replay import ReplayStore, SampleToInsertRatio, TrajectorySpec
-from replay.owner_watch import CHECK_EVERY_S, OwnerWatch
+from replay.owner_watch import CHECK_EVERY_S, OwnerWatch, process_identity
 
 SPEC = TrajectorySpec({"obs": ((4,), "float32"), "done": ((), "bool")})
 
@@ -152,3 +152,70 @@ def test_a_handle_without_an_owner_pid_is_not_watched():
         with ReplayStore.attach(handle) as store, store.writer() as w:
             w.add_episode(episode())
         assert len(owner) == 5
+
+
+def test_the_handle_names_the_owner_by_namespace_and_start_time():
+    """The owner's identity rides in the handle; a watch in another PID namespace does not watch (the pid
+    names another process there: it must not report a live owner gone), and a pid whose start time is not
+    the owner's (the pid reused after the owner ended) is gone at once."""
+    with ReplayStore(SPEC, capacity_steps=64, seed=0, tier="shared") as owner:
+        handle = owner.handle()
+    assert handle.owner_pid == os.getpid() and handle.owner_identity == process_identity()
+    namespace, _, started = process_identity(os.getppid()).rpartition("@")
+    assert namespace.startswith("pid:[") and int(started) > 0
+    same = OwnerWatch(os.getppid(), f"{namespace}@{started}")
+    assert same.active and not same.gone(fresh=True)
+    same.close()
+    other_namespace = OwnerWatch(os.getppid(), f"pid:[1]@{started}")
+    assert not other_namespace.active and not other_namespace.gone(fresh=True)
+    reused = OwnerWatch(os.getppid(), f"{namespace}@{int(started) + 1}")
+    assert reused.gone(fresh=True) and reused.known_gone
+    reused.close()
+
+
+def test_a_store_attached_in_the_owner_watches_from_a_forked_child():
+    """A store attached inside the owner's process (not watched there: it is the owner) and inherited by a
+    forked child: the child watches the owner and its writer raises once the owner is killed."""
+    r, w = os.pipe()
+    go_r, go_w = os.pipe()
+    owner_pid = os.fork()
+    if owner_pid == 0:  # pragma: no cover - the owner; ends by SIGKILL
+        try:
+            os.close(r)
+            os.close(go_w)
+            store = ReplayStore(SPEC, capacity_steps=64, seed=0, tier="shared")
+            attached = ReplayStore.attach(store.handle())
+            with attached.writer() as first:  # a commit in the owner: its watch decided there (not watching)
+                first.add_episode(episode())
+            if os.fork() == 0:  # the actor: a child of the owner, with the attached store
+                try:
+                    writer = attached.writer(timeout=30.0)
+                    os.write(w, b"ready\n")
+                    exc, n = write_until_error(writer, limit_s=10.0)
+                    os.write(w, f"{type(exc).__name__}: {exc}".encode())
+                except BaseException as exc:  # noqa: BLE001 - reported to the test
+                    os.write(w, f"FAILED {exc!r}".encode())
+                finally:
+                    os._exit(0)
+            os.close(w)
+            os.read(go_r, 1)  # blocks until killed
+        finally:
+            os._exit(0)
+    os.close(w)
+    os.close(go_r)
+    try:
+        data = b""
+        while not data.endswith(b"ready\n"):
+            chunk = os.read(r, 65536)
+            assert chunk, data
+            data += chunk
+        time.sleep(0.2)  # the actor commits while the owner lives
+        os.kill(owner_pid, signal.SIGKILL)
+        os.waitpid(owner_pid, 0)
+        while chunk := os.read(r, 65536):
+            data += chunk
+    finally:
+        os.close(r)
+        os.close(go_w)
+    report = data.decode().split("ready\n", 1)[1]
+    assert report.startswith("ValueError") and f"store's owner (pid {owner_pid})" in report, report
