@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-__all__ = ["epoch_batches", "num_batches"]
+__all__ = ["epoch_batches", "epoch_order", "num_batches"]
 
 
 def num_batches(n: int, batch_size: int, drop_last: bool) -> int:
@@ -21,11 +21,18 @@ def num_batches(n: int, batch_size: int, drop_last: bool) -> int:
     return n // batch_size if drop_last else -(-n // batch_size)
 
 
+def epoch_order(rng: np.random.Generator, n: int, shuffle: bool) -> np.ndarray:
+    """One epoch's order of the items ``[0, n)``: int64 [n], ``rng.permutation(n)`` (one draw of ``rng``)
+    with ``shuffle``, else ``arange(n)``; batch j is ``order[j * batch_size:(j + 1) * batch_size]`` for j
+    below `num_batches`."""
+    return rng.permutation(n) if shuffle else np.arange(n, dtype=np.int64)
+
+
 def epoch_batches(rng: np.random.Generator, n: int, batch_size: int, shuffle: bool,
                   drop_last: bool) -> Iterator[np.ndarray]:
     """One epoch's item ids, batch by batch: every id of ``[0, n)`` once, in ``rng.permutation(n)`` order
     (drawn at the first batch) or in input order without ``shuffle``; int64 [batch_size] each, the last
     shorter unless ``drop_last`` drops it (`num_batches` of them)."""
-    order = rng.permutation(n) if shuffle else np.arange(n, dtype=np.int64)
+    order = epoch_order(rng, n, shuffle)
     for j in range(num_batches(n, batch_size, drop_last)):
         yield order[j * batch_size:(j + 1) * batch_size]

@@ -54,7 +54,7 @@ import torch
 from graphrl.graph import CSCGraph
 from samplers._checks import MAX_BATCH, check_int, check_open, check_prefetch, check_seed, check_seeds
 from samplers.batches import HeteroNodeBatch, LoadedHeteroLinkBatch, LoadedLinkBatch, NodeBatch
-from samplers.epochs import num_batches
+from samplers.epochs import epoch_order, num_batches
 from samplers.features import FeatureStore
 from samplers.hetero import HeteroNeighborSampler
 from samplers.hetero_graph import HeteroGraph
@@ -436,7 +436,7 @@ class NeighborLoader(_Loader):
         """One epoch of `NodeBatch` es (`HeteroNodeBatch` es over a `HeteroGraph`); closes this loader's
         previous iterator; ValueError once closed."""
         self.check_open()
-        order = self.seeds[self._rng.permutation(self.num_seeds)] if self.shuffle else self.seeds
+        order = self.seeds[epoch_order(self._rng, self.num_seeds, self.shuffle)]
         b, t = self.batch_size, self.seed_type
 
         if self._flight is None:
