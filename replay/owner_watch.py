@@ -29,6 +29,8 @@ import os
 import select
 import time
 
+from graphrl.memory.owners import Owner, owner_of, owner_state, pid_namespace
+
 __all__ = ["CHECK_EVERY_S", "OwnerWatch", "owner_lost", "process_identity"]
 
 CHECK_EVERY_S = 0.5  # an attached process asks whether the owner lives at most this often
@@ -55,32 +57,12 @@ def owner_lost(who: str, pid: int | None, how: str) -> ValueError:
     return ValueError(f"{who}: lost the connection to {owner}: {how}")
 
 
-def _start_time(pid: int) -> str:
-    """Field 22 of ``/proc/<pid>/stat``: the process's start time in clock ticks since boot (OSError when
-    /proc cannot say)."""
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        fields = f.read().rsplit(b")", 1)[1].split()
-    if len(fields) < 20:
-        raise OSError(f"/proc/{pid}/stat has {len(fields) + 2} fields")
-    return fields[19].decode()
-
-
 def process_identity(pid: int | None = None) -> str:
-    """``"<PID namespace>@<start time>"`` of process ``pid`` (this process by default) as this process
-    sees it: with its pid, it names one process for good (a reused pid has another start time, another
-    namespace other pids); ``""`` where /proc cannot say (not Linux)."""
-    try:
-        return f"{os.readlink('/proc/self/ns/pid')}@{_start_time(os.getpid() if pid is None else pid)}"
-    except (OSError, ValueError, IndexError):
-        return ""
-
-
-def _pid_namespace() -> str:
-    """This process's PID namespace (``"pid:[4026531836]"``), ``""`` where /proc cannot say."""
-    try:
-        return os.readlink("/proc/self/ns/pid")
-    except OSError:
-        return ""
+    """``"<PID namespace inode>@<start time>"`` of process ``pid`` (this process by default) as this process
+    sees it (`graphrl.memory.owners.owner_of`): with its pid, it names one process for good (a reused pid
+    has another start time, another namespace other pids); ``""`` where /proc cannot say (not Linux)."""
+    owner = owner_of(pid)
+    return f"{owner.pidns}@{owner.start}" if owner.pidns and owner.start else ""
 
 
 class OwnerWatch:
@@ -101,6 +83,7 @@ class OwnerWatch:
         self.next_check = 0.0  # time.monotonic() of the next real check
         self.fd = -1
         self.armed_in = 0  # the process whose view `watching` holds (0: none yet)
+        self.record = Owner(self.pid, 0, 0)  # the owner as graphrl.memory.owners records it (0: unknown)
         self.watching = False
 
     @property
@@ -122,8 +105,9 @@ class OwnerWatch:
             return
         if self.identity:
             namespace, _, started = self.identity.rpartition("@")
-            mine = _pid_namespace()
-            if mine and namespace != mine:
+            self.record = Owner(self.pid, int(started), int(namespace))
+            mine = pid_namespace()
+            if mine and self.record.pidns != mine:
                 return  # another PID namespace: the owner's pid means nothing here
         self.watching = True
         try:
@@ -133,12 +117,8 @@ class OwnerWatch:
             return
         except (OSError, AttributeError):  # no pidfd_open (kernel < 5.3, or not Linux): os.kill + /proc
             self.fd = -1
-        if self.identity:
-            try:
-                if _start_time(self.pid) != started:
-                    self.known_gone = True  # the pid is another process's now
-            except (OSError, ValueError, IndexError):
-                pass  # /proc cannot say: the pid alone is trusted
+        if owner_state(self.record) is not None:
+            self.known_gone = True  # ended, or the pid is another process's now
 
     def gone(self, fresh: bool = False) -> bool:
         """Whether the owner has ended: a real check at most every `CHECK_EVERY_S` seconds (or now when
@@ -159,18 +139,7 @@ class OwnerWatch:
             poller = select.poll()
             poller.register(self.fd, select.POLLIN)
             return not poller.poll(0)  # a pidfd is readable once its process exits
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        try:
-            with open(f"/proc/{self.pid}/stat", "rb") as f:
-                state = f.read().rsplit(b")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            return True  # no /proc: os.kill said it exists
-        return state not in (b"Z", b"X")
+        return owner_state(self.record) is None  # no pidfd: the pid, its /proc state and start time
 
     def close(self) -> None:
         """Close the pidfd (idempotent)."""

@@ -31,7 +31,8 @@ from pathlib import Path
 from graphrl.memory.shm import SHM_DIR
 from graphrl.memory.sizes import format_size
 
-__all__ = ["PREFIX", "Owner", "Reclaimed", "owner_state", "parse_name", "reclaim", "segment_prefix"]
+__all__ = ["PREFIX", "Owner", "Reclaimed", "owner_of", "owner_state", "parse_name", "pid_namespace",
+           "reclaim", "segment_prefix"]
 
 logger = logging.getLogger(__name__)
 
@@ -78,22 +79,26 @@ def _stat_fields(pid: int) -> list[str] | None:
     return text[text.rindex(")") + 2:].split()
 
 
-def _pidns(pid: int | str = "self") -> int:
+def pid_namespace(pid: int | str = "self") -> int:
+    """The inode of process ``pid``'s PID namespace (``/proc/<pid>/ns/pid``; this process's by default), 0
+    where /proc cannot say."""
     try:
         return os.stat(f"/proc/{pid}/ns/pid").st_ino
     except OSError:
         return 0
 
 
-def _identity() -> Owner:
-    pid = os.getpid()
+def owner_of(pid: int | None = None) -> Owner:
+    """The `Owner` record of process ``pid`` (this process by default) as this process sees it: its start
+    time (0 where /proc cannot say) and PID namespace (0 likewise)."""
+    pid = os.getpid() if pid is None else pid
     fields = _stat_fields(pid)
-    return Owner(pid, int(fields[19]) if fields else 0, _pidns())
+    return Owner(pid, int(fields[19]) if fields else 0, pid_namespace(pid if pid != os.getpid() else "self"))
 
 
 def segment_prefix() -> str:
     """A fresh name prefix for this process's segments: ``graphrl_<pid>_<start>_<pidns>_<token>_``."""
-    me = _identity()
+    me = owner_of()
     return f"{PREFIX}{me.pid}_{_base36(me.start)}_{_base36(me.pidns)}_{secrets.token_hex(4)}_"
 
 
@@ -149,7 +154,7 @@ def reclaim(dry_run: bool = False, shm_dir: str | os.PathLike[str] = SHM_DIR) ->
     root = Path(shm_dir)
     if not root.is_dir():
         return []
-    uid, pidns = os.getuid(), _pidns()
+    uid, pidns = os.getuid(), pid_namespace()
     verdicts: dict[Owner, str | None] = {}
     out: list[Reclaimed] = []
     with os.scandir(root) as entries:

@@ -162,11 +162,11 @@ def test_the_handle_names_the_owner_by_namespace_and_start_time():
         handle = owner.handle()
     assert handle.owner_pid == os.getpid() and handle.owner_identity == process_identity()
     namespace, _, started = process_identity(os.getppid()).rpartition("@")
-    assert namespace.startswith("pid:[") and int(started) > 0
+    assert int(namespace) > 0 and int(started) > 0
     same = OwnerWatch(os.getppid(), f"{namespace}@{started}")
     assert same.active and not same.gone(fresh=True)
     same.close()
-    other_namespace = OwnerWatch(os.getppid(), f"pid:[1]@{started}")
+    other_namespace = OwnerWatch(os.getppid(), f"1@{started}")
     assert not other_namespace.active and not other_namespace.gone(fresh=True)
     reused = OwnerWatch(os.getppid(), f"{namespace}@{int(started) + 1}")
     assert reused.gone(fresh=True) and reused.known_gone
