@@ -1,11 +1,12 @@
 """Argument checks the samplers share, at their public boundary (kernels trust what passes them).
 
-`check_seeds` (node or edge ids), `check_seed_times`, `check_int64_range`, `edge_array` (a per-edge
-tensor), `check_seed_and_replace`, `check_seed`, `check_device`, `require_gpu`, `check_int`,
-`check_fanouts`, `check_layer_fanouts`, `check_prefetch`, `check_open`, `check_regions`,
-`check_relation_dict` and `check_relation_fanouts` raise the project's errors
-(docs/architecture.md#errors): ``TypeError`` for a bad type, ``ValueError`` for a bad value,
-`graphrl.GPUUnavailableError` for a GPU asked for and absent, each message naming the argument,
+`check_seeds` (node or edge ids), `id_array` / `id_vector` (ids of any shape / 1-D, unbounded but for
+int64), `check_id_range` (the one range rule of ids, which `check_seeds` and the link samplers apply),
+`check_seed_times`, `check_int64_range`, `edge_array` (a per-edge tensor), `check_seed_and_replace`,
+`check_seed`, `check_device`, `require_gpu`, `check_int`, `check_fanouts`, `check_layer_fanouts`,
+`check_prefetch`, `check_open`, `check_regions`, `check_relation_dict` and `check_relation_fanouts` raise
+the project's errors (docs/architecture.md#errors): ``TypeError`` for a bad type, ``ValueError`` for a bad
+value, `graphrl.GPUUnavailableError` for a GPU asked for and absent, each message naming the argument,
 summarising the bad values and, where there is one, the remedy.
 
 Bounds of the integers that reach a kernel: `MAX_FANOUT` (a fanout, a number of negatives) and
@@ -27,9 +28,10 @@ import torch
 from graphrl.errors import GPUUnavailableError
 
 __all__ = ["MAX_BATCH", "MAX_FANOUT", "MAX_NODES", "SEED_LIMIT", "check_device", "check_fanouts",
-           "check_int", "check_int64_range", "check_layer_fanouts", "check_open", "check_prefetch",
-           "check_regions", "check_relation_dict", "check_relation_fanouts", "check_seed",
-           "check_seed_and_replace", "check_seed_times", "check_seeds", "edge_array", "require_gpu"]
+           "check_id_range", "check_int", "check_int64_range", "check_layer_fanouts", "check_open",
+           "check_prefetch", "check_regions", "check_relation_dict", "check_relation_fanouts", "check_seed",
+           "check_seed_and_replace", "check_seed_times", "check_seeds", "edge_array", "id_array", "id_vector",
+           "require_gpu"]
 
 MAX_FANOUT = 2**31 - 1
 """Largest fanout (and number of negatives per pair): the largest int32 local id of a block."""
@@ -39,6 +41,116 @@ SEED_LIMIT = 2**64
 """RNG seeds are in [0, SEED_LIMIT): the kernels derive their streams from a uint64 (splitmix64)."""
 MAX_NODES = 2**63 - 1
 """Most nodes of a graph (of a node type): node ids and ``indptr`` are int64."""
+
+
+def _host_ids(name: str, value) -> np.ndarray:
+    """``value`` (a tensor or array-like of integer ids, any shape) as a host numpy array in its own integer
+    dtype (not yet cast: a uint64 id is compared and reported as given); an empty ``np.asarray([])``
+    (float64) counts as empty ids. TypeError for non-integers, ValueError for a device whose values cannot be
+    read, each naming ``name``."""
+    if isinstance(value, torch.Tensor):
+        if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
+            raise TypeError(f"{name} must be an integer tensor, got dtype {value.dtype}")
+        if value.device.type == "cpu":
+            return value.numpy()  # integers carry no grad
+        try:
+            return value.cpu().numpy()
+        except (NotImplementedError, RuntimeError) as err:  # meta tensors hold no values to read
+            raise ValueError(f"{name} is on device {str(value.device)!r}, which the sampler cannot read "
+                             f"({type(err).__name__}: {str(err).splitlines()[0][:120]}); give {name} on "
+                             f"the CPU or a CUDA device") from None
+    arr = np.asarray(value)
+    if arr.size == 0 and arr.dtype == np.float64:  # np.asarray([]) is float64: treat as empty ids
+        return arr.astype(np.int64)
+    if not np.issubdtype(arr.dtype, np.integer):
+        raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
+    return arr
+
+
+def check_id_range(name: str, arr: np.ndarray, lo: int, hi: int, what: str | None = None, *,
+                   interval: str | None = None) -> None:
+    """Raise unless every id of ``arr`` lies in ``[lo, hi)``, compared in the ids' own dtype (the one range
+    rule of node, edge and pair ids: `check_seeds`, the link samplers).
+
+    Parameters
+    ----------
+    name : str
+        The argument's name, for the message.
+    arr : numpy.ndarray, integer, any shape
+        The ids (a uint64 id above 2**63 - 1 is reported as given, not as its int64 wrap).
+    lo, hi : int
+        The ids' range, ``[lo, hi)``.
+    what : str or None
+        The bound in words, after the interval: ``"num_nodes=70839"`` gives ``[0, 70839) (num_nodes=70839)``.
+    interval : str or None
+        The interval in words instead (``"[0, num_nodes=70839)"``, `check_seeds`' wording).
+
+    Raises
+    ------
+    ValueError
+        An id outside the range: ``"{name}: 3 of 1024 ids outside [0, 70839) (num_nodes=70839), first
+        70840"``.
+    """
+    if arr.size == 0 or (arr.min() >= lo and arr.max() < hi):
+        return
+    if interval is None:
+        interval = f"[{lo}, {hi})" + (f" ({what})" if what else "")
+    bad = (arr < lo) | (arr >= hi)
+    raise ValueError(f"{name}: {int(bad.sum())} of {arr.size} ids outside {interval}, "
+                     f"first {int(arr.reshape(-1)[np.argmax(bad.reshape(-1))])}")
+
+
+def id_array(name: str, value) -> np.ndarray:
+    """Integer ids of any shape (a tensor on any readable device, or array-like) as a contiguous int64 numpy
+    array, unbounded but for int64 (`is_positive`'s pairs, any shape).
+
+    Parameters
+    ----------
+    name : str
+        The argument's name, for the messages.
+    value : torch.Tensor or array-like, integer, any shape
+
+    Returns
+    -------
+    numpy.ndarray, int64, the shape of ``value``, C-contiguous
+
+    Raises
+    ------
+    TypeError
+        Not integers (a float or bool tensor or array).
+    ValueError
+        A uint64 id above 2**63 - 1 (quoted as given, before the int64 cast would wrap it); a tensor on a
+        device whose values cannot be read (``"meta"``).
+    """
+    arr = _host_ids(name, value)
+    check_int64_range(name, arr.reshape(-1))
+    return np.ascontiguousarray(arr, dtype=np.int64)
+
+
+def id_vector(name: str, value) -> np.ndarray:
+    """`id_array` of 1-D ids: int64 numpy [n], C-contiguous.
+
+    Parameters
+    ----------
+    name : str
+        The argument's name, for the messages.
+    value : torch.Tensor or array-like, integer, shape [n]
+
+    Returns
+    -------
+    numpy.ndarray, int64, shape [n], C-contiguous
+
+    Raises
+    ------
+    TypeError
+        `id_array`'s: not integers.
+    ValueError
+        `id_array`'s; ``value`` not 1-D.
+    """
+    arr = id_array(name, value)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {tuple(arr.shape)}")
+    return arr
 
 
 def check_seeds(seeds, num_nodes: int, name: str = "seeds", bound: str = "num_nodes") -> np.ndarray:
@@ -64,35 +176,13 @@ def check_seeds(seeds, num_nodes: int, name: str = "seeds", bound: str = "num_no
     TypeError
         ``seeds`` is not an integer tensor or array (a float or bool tensor, for instance).
     ValueError
-        ``seeds`` is not 1-D, or holds ids outside [0, num_nodes), or lies on a device whose values
-        cannot be read (``"meta"``).
+        ``seeds`` is not 1-D, or holds ids outside [0, num_nodes) (`check_id_range`, in the ids' own dtype:
+        a uint64 id is reported as given), or lies on a device whose values cannot be read (``"meta"``).
     """
-    if isinstance(seeds, torch.Tensor):
-        if seeds.dtype.is_floating_point or seeds.dtype.is_complex or seeds.dtype == torch.bool:
-            raise TypeError(f"{name} must be an integer tensor, got dtype {seeds.dtype}")
-        if seeds.device.type == "cpu":
-            arr = seeds.numpy()  # integers carry no grad
-        else:
-            try:
-                arr = seeds.cpu().numpy()
-            except (NotImplementedError, RuntimeError) as err:  # meta tensors hold no values to read
-                raise ValueError(f"{name} is on device {str(seeds.device)!r}, which the sampler cannot read "
-                                 f"({type(err).__name__}: {str(err).splitlines()[0][:120]}); give {name} on "
-                                 f"the CPU or a CUDA device") from None
-    else:
-        arr = np.asarray(seeds)
-        if arr.size == 0 and arr.dtype == np.float64:  # np.asarray([]) is float64: treat as empty ids
-            arr = arr.astype(np.int64)
-        if not np.issubdtype(arr.dtype, np.integer):
-            raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
+    arr = _host_ids(name, seeds)
     if arr.ndim != 1:
         raise ValueError(f"{name} must be 1-D, got shape {tuple(arr.shape)}")
-    # compared in the ids' own dtype: a uint64 id above 2**63 is reported as given
-    if arr.size and (arr.min() < 0 or arr.max() >= num_nodes):
-        bad = (arr < 0) | (arr >= num_nodes)
-        first = int(arr[np.argmax(bad)])
-        raise ValueError(f"{name}: {int(bad.sum())} of {arr.size} ids outside [0, {bound}={num_nodes}), "
-                         f"first {first}")
+    check_id_range(name, arr, 0, num_nodes, interval=f"[0, {bound}={num_nodes})")
     return np.ascontiguousarray(arr, dtype=np.int64)
 
 

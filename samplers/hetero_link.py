@@ -20,15 +20,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from samplers._checks import check_id_range, id_vector
 from samplers.hetero_block import HeteroBlock
 from samplers.hetero_graph import HeteroGraph, Relation
 from samplers.link_pairs import (
     PairNegatives,
     SeedEdgeBatch,
     SeedEdgeSampler,
-    check_id_range,
     check_target_edges,
-    id_vector,
     target_vector,
 )
 from samplers.protocol import Sampler, check_sampler, check_typed_blocks

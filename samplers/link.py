@@ -18,15 +18,14 @@ import numpy as np
 import torch
 
 from graphrl.graph import CSCGraph
+from samplers._checks import check_id_range, id_vector
 from samplers.block import Block
 from samplers.link_pairs import (
     DEGREE_EXPONENT,
     PairNegatives,
     SeedEdgeBatch,
     SeedEdgeSampler,
-    check_id_range,
     check_target_edges,
-    id_vector,
     target_vector,
 )
 from samplers.protocol import Sampler, check_blocks, check_sampler

@@ -12,8 +12,9 @@ positive of the source (vectorised rejection against the keys; a source's allowe
 exactly, with the same weights, when rejection keeps failing). The caller owns the random stream and passes
 it in, so one seeded generator orders its epochs and draws its negatives. Over a plain graph the
 destinations are a node-id range (the items of a bipartite graph); over a `HeteroGraph` they are every node
-of the destination type, ``[0, num_nodes[dst_type])``. `id_array`, `id_vector`, `check_id_range`,
-`target_vector` and `check_target_edges` check the id arrays both samplers take.
+of the destination type, ``[0, num_nodes[dst_type])``. `target_vector` and `check_target_edges` check the
+target edge ids both samplers take (their other id arrays go through `samplers._checks`' `id_vector` and
+`check_id_range`, the samplers' one reading and range rule of ids).
 
 References
 ----------
@@ -33,13 +34,12 @@ from typing import Generic, TypeVar
 import numpy as np
 import torch
 
-from samplers._checks import MAX_BATCH, MAX_FANOUT, check_int, check_int64_range, check_seed
+from samplers._checks import MAX_BATCH, MAX_FANOUT, check_id_range, check_int, check_seed, id_array, id_vector
 from samplers.epochs import epoch_batches, num_batches
 from samplers.protocol import Sampler
 
 __all__ = ["DEGREE_EXPONENT", "EXCLUDE_MODES", "NEGATIVE_MODES", "PairNegatives", "SeedEdgeBatch",
-           "SeedEdgeSampler", "check_id_range", "check_target_edges", "id_array", "id_vector",
-           "target_vector"]
+           "SeedEdgeSampler", "check_target_edges", "target_vector"]
 
 BatchT = TypeVar("BatchT")
 """A seed-edge sampler's batch record (`LinkBatch`, `HeteroLinkBatch`)."""
@@ -53,46 +53,32 @@ DEGREE_EXPONENT = 0.75
 _MAX_REJECTION_ROUNDS = 64
 
 
-def id_array(name: str, value) -> np.ndarray:
-    """An integer tensor/array of any shape as a contiguous int64 numpy array; TypeError (not integers) or
-    ValueError (outside int64, reported as given) naming ``name``."""
-    if isinstance(value, torch.Tensor):
-        if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
-            raise TypeError(f"{name} must be an integer tensor, got dtype {value.dtype}")
-        arr = value.detach().cpu().numpy()
-    else:
-        arr = np.asarray(value)
-        if arr.size and not np.issubdtype(arr.dtype, np.integer):
-            raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
-    check_int64_range(name, arr.reshape(-1))  # reported as given, before the int64 cast wraps them
-    return np.ascontiguousarray(arr, dtype=np.int64)
-
-
-def id_vector(name: str, value) -> np.ndarray:
-    """A 1-D integer tensor/array as a contiguous int64 numpy array [n]; `id_array`'s errors, and ValueError
-    when it is not 1-D."""
-    arr = id_array(name, value)
-    if arr.ndim != 1:
-        raise ValueError(f"{name} must be 1-D, got shape {tuple(arr.shape)}")
-    return arr
-
-
-def check_id_range(name: str, arr: np.ndarray, lo: int, hi: int, what: str) -> None:
-    """ValueError naming ``name``, the count and the first id of ``arr`` (int64) outside ``[lo, hi)``;
-    ``what`` names the bound (``"num_nodes=70839"``)."""
-    if arr.size == 0:
-        return
-    bad = (arr < lo) | (arr >= hi)
-    if bad.any():
-        first = int(arr[np.argmax(bad)])
-        raise ValueError(f"{name}: {int(bad.sum())} of {arr.size} ids outside [{lo}, {hi}) ({what}), "
-                         f"first {first}")
-
-
 def target_vector(value, num_pairs: int, num_edges: int, what: str) -> np.ndarray:
-    """``target_eids`` (one edge id per pair) as int64 [num_pairs] in ``[0, num_edges)``; `id_vector`'s
-    errors, and ValueError naming ``target_eids`` for another length or an id out of range (``what`` names
-    the bound: ``"num_edges=1620970"``)."""
+    """A link sampler's ``target_eids``, the edge id of each positive pair, checked.
+
+    Parameters
+    ----------
+    value : torch.Tensor or array-like, integer, shape [M]
+        The caller's ``target_eids``.
+    num_pairs : int
+        M, the positive pairs.
+    num_edges : int
+        Edges of the relation the ids index (the ids lie in ``[0, num_edges)``).
+    what : str
+        The bound in words, for the message (``"num_edges=1620970"``).
+
+    Returns
+    -------
+    numpy.ndarray, int64, shape [M], C-contiguous
+
+    Raises
+    ------
+    TypeError
+        Not integers (`samplers._checks.id_vector`).
+    ValueError
+        Not 1-D, another length than M, or an id outside ``[0, num_edges)``; each message names
+        ``target_eids`` and the bad length or the first bad id.
+    """
     t = id_vector("target_eids", value)
     if t.shape != (num_pairs,):
         raise ValueError(f"target_eids must have one edge id per pair ([{num_pairs}]), got [{t.size}]")

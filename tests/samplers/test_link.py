@@ -345,3 +345,22 @@ def test_bad_arguments_name_the_argument():
         ls.is_positive(torch.tensor([0, 1]), torch.tensor([5]))
     pos = ls.is_positive(u.reshape(-1, 1), i.reshape(-1, 1))  # any shape, as documented
     assert pos.shape == (m, 1) and bool(pos.all())
+
+
+def test_id_arrays_are_read_by_the_samplers_one_id_rule():
+    """users / items / pair ids go through samplers._checks (as seeds do): a tensor whose values cannot be
+    read, 2-D ids and uint64 ids past int64 are refused naming the argument and the value."""
+    users, items = random_interactions(5, 6, 0.4, 9)
+    graph = CSCGraph.bipartite(users, items, 5, 6)
+    ns = NeighborSampler(graph, [2], seed=0)
+    u, i = torch.from_numpy(users), torch.from_numpy(items + 5)
+    with pytest.raises(ValueError, match=r"users is on device 'meta', which the sampler cannot read"):
+        LinkSampler(ns, u.to("meta"), i)
+    with pytest.raises(ValueError, match=r"items must be 1-D, got shape \(1, \d+\)"):
+        LinkSampler(ns, u, i.reshape(1, -1))
+    link = LinkSampler(ns, u, i, seed=0)
+    with pytest.raises(ValueError, match=rf"pair_ids: 1 of 1 ids above 2\*\*63 - 1 .*first {2**64 - 1}"):
+        link.sample(np.array([2**64 - 1], dtype=np.uint64))
+    with pytest.raises(ValueError, match=rf"pair_ids: 1 of 2 ids outside \[0, {users.size}\) "
+                                         rf"\(num_pairs={users.size}\), first {users.size}"):
+        link.sample([0, users.size])
