@@ -296,7 +296,7 @@ PTX_SCRIPT = textwrap.dedent(
     for name, kernel in UPTO_KERNELS.items():
         ptx, _ = cuda.compile_ptx(kernel.py_func, upto_sigs[name], cc=(9, 0))
         assert ".entry" in ptx and "sm_90" in ptx, name
-    from samplers.kernels.cuda import labor
+    from samplers.kernels.cuda import labor_kernels as labor
     anyf = t.Array(t.float64, 1, "A")
     rows = (i64, any64, any64, any64, any64, i64)  # excl, row_s, row_e, row_a, row_b, raw_off
     labor_sigs = {

@@ -4,7 +4,8 @@ simulator in a subprocess: a chained layer stops at the CPU's iteration (the dev
 later launched iterations change nothing (the blocks and edge weights equal the CPU's); pi is one float64 per
 unique source of the layer, so on a dense graph its scratch is the source ids', not the candidate edges'
 (counted in bytes by `HostTraffic.scratch_bytes`); the relation's hop/owner scratch is restored after each
-layer, chained or not."""
+layer, chained or not; the unchained layer runs the same body, reading its status back once a batch of
+`LABOR_ROUNDS` iterations, never once an iteration."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ SIM_SCRIPT = textwrap.dedent(
     from samplers.kernels import labor_rows
     from samplers.kernels.cpu.labor import LaborScratch, labor_layer
     from samplers.kernels.cuda import labor as lc
+    from samplers.kernels.cuda.labor_kernels import DONE, RUNNING
     from samplers.kernels.cuda.graph import CudaGraph
     from samplers.kernels.cuda.layer import DeviceRows
     from samplers.kernels.cuda.workspace import CudaWorkspace
@@ -74,9 +76,9 @@ SIM_SCRIPT = textwrap.dedent(
     dst = np.array([0, 3, 5, 8, 13, 21, 34], np.int64)
     # until convergence: LABOR_ROUNDS launched, the CPU's count run (converged), the rest exit at once
     (state, ran), cpu_ran, *_ = layer(n, indptr, indices, None, dst, 3, -1)
-    assert state == lc.DONE and ran == cpu_ran == 7, (state, ran, cpu_ran)
+    assert state == DONE and ran == cpu_ran == 7, (state, ran, cpu_ran)
     (state, ran), cpu_ran, *_ = layer(n, indptr, indices, w, dst, 3, -1)
-    assert state == lc.DONE and ran == cpu_ran and 2 < ran < lc.LABOR_ROUNDS, (state, ran, cpu_ran)
+    assert state == DONE and ran == cpu_ran and 2 < ran < lc.LABOR_ROUNDS, (state, ran, cpu_ran)
     # weighted, settled at the 16th update of pi (iteration 16: iteration 0 updates nothing): LABOR_ROUNDS
     # updates reach it, as unweighted (not an overflow sampled again unchained)
     picks = np.random.default_rng(5)
@@ -88,19 +90,20 @@ SIM_SCRIPT = textwrap.dedent(
             break
     assert tested[-1] == lc.LABOR_ROUNDS, tested
     (state, ran), cpu_ran, *_ = layer(n, indptr, indices, w, rows, 3, -1)
-    assert state == lc.DONE and ran == cpu_ran == lc.LABOR_ROUNDS + 1, (state, ran, cpu_ran)
+    assert state == DONE and ran == cpu_ran == lc.LABOR_ROUNDS + 1, (state, ran, cpu_ran)
+    first = (n, indptr, indices, w, dst, rows)
     # a fixed count of 12: converged after 7, the 5 launched after change nothing
     (state, ran), cpu_ran, *_ = layer(n, indptr, indices, None, dst, 3, 12)
-    assert state == lc.DONE and ran == cpu_ran == 7, (state, ran, cpu_ran)
+    assert state == DONE and ran == cpu_ran == 7, (state, ran, cpu_ran)
     # not converged in 2: both stop at the count
     (state, ran), cpu_ran, *_ = layer(n, indptr, indices, None, dst, 3, 2)
-    assert state == lc.RUNNING and ran == cpu_ran == 2, (state, ran, cpu_ran)
+    assert state == RUNNING and ran == cpu_ran == 2, (state, ran, cpu_ran)
 
     # dense: 12 source ids, 480 candidate edges; pi takes the bytes of 12 float64, not 480
     n = 12
     indptr, indices, _ = csc(n, rng.integers(0, n, 480), np.repeat(np.arange(n), 40))
     (state, ran), cpu_ran, ws, _, want = layer(n, indptr, indices, None, np.arange(n, dtype=np.int64), 5, 1)
-    assert state == lc.RUNNING and ran == cpu_ran == 1, (state, ran, cpu_ran)
+    assert state == RUNNING and ran == cpu_ran == 1, (state, ran, cpu_ran)
     def took(count):
         probe = CudaWorkspace()
         probe.scratch("pi", count, np.float64)
@@ -115,18 +118,32 @@ SIM_SCRIPT = textwrap.dedent(
                           repeats=0)
         got = lc.labor_edges_bounded(graph, rows, 5, 7, None, ws, lc.LaborCudaState.of(indptr, n, -1), -1,
                                      True)
-        assert got.fixed_point.copy_to_host().tolist() == [lc.DONE, 0], (bound, got.fixed_point)
+        assert got.fixed_point.copy_to_host().tolist() == [DONE, 0], (bound, got.fixed_point)
         assert int(got.nnz.copy_to_host()[0]) == 0, bound
 
-    # the unchained layer (its host loop) keeps the same edges and restores the scratch
-    scratch = lc.LaborScratchCuda(n)
-    dst = np.arange(n, dtype=np.int64)
-    got = lc.labor_layer_cuda(graph, cuda.to_device(dst), 5, 7, None, -1, True, scratch)
-    want = labor_layer(indptr, indices, None, dst, 5, 7, None, None, -1, True, LaborScratch(n))
-    for a, b in zip(got, want):
-        assert a.copy_to_host().tolist() == b.tolist()
-    assert (scratch.hop.copy_to_host() == 0).all()
-    assert (scratch.owner.copy_to_host() == labor_rows.NO_OWNER).all()
+    # the unchained layer (the chained one's body, run until converged) keeps the same edges, restores the
+    # scratch, and reads back once per LABOR_ROUNDS iterations launched and once its edge count (per
+    # iteration, as before, would be 7 + 2 and 17 + 2): 7 iterations one batch, the settled rows' 17 two
+    import sys
+    sys.path.insert(0, "tests")
+    from _cuda_copies import count_host_copies
+    copies = count_host_copies()
+    n, indptr, indices, w, dst, settled = first
+    for weights, rows, cpu_iterations in ((None, dst, 7), (w, settled, lc.LABOR_ROUNDS + 1)):
+        scratch = lc.LaborScratchCuda(n)
+        g = CudaGraph.build(indptr, indices, weights=weights)
+        tested.clear()
+        want = labor_layer(indptr, indices, None, rows, 3, 7, None, weights, -1, True, LaborScratch(n))
+        assert tested[-1] + 1 == cpu_iterations, tested
+        d_rows = cuda.to_device(rows)
+        copies.clear()
+        got = lc.labor_layer_cuda(g, d_rows, 3, 7, None, -1, True, scratch)
+        batches = -(-cpu_iterations // lc.LABOR_ROUNDS)
+        assert copies.readbacks == batches + 1, (copies.seen, cpu_iterations)
+        for a, b in zip(got, want):
+            assert a.copy_to_host().tolist() == b.tolist()
+        assert (scratch.hop.copy_to_host() == 0).all()
+        assert (scratch.owner.copy_to_host() == labor_rows.NO_OWNER).all()
     print("OK")
     """
 )
