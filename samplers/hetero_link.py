@@ -30,7 +30,7 @@ from samplers.link_pairs import (
     check_target_edges,
     target_vector,
 )
-from samplers.protocol import Sampler, check_sampler, check_typed_blocks
+from samplers.protocol import Sampler, check_sampler, check_typed_blocks, edges_by_id
 
 __all__ = ["HeteroLinkBatch", "HeteroLinkSampler"]
 
@@ -241,8 +241,7 @@ class HeteroLinkSampler(_RelationEnds, SeedEdgeSampler[HeteroLinkBatch]):
         if target_eids is not None:
             e = graph.num_edges(rel)
             t = target_vector(target_eids, u.size, e, f"num_edges({rel!r})={e}")
-            check_target_edges("target_eids", graph.indptr[rel].numpy(), graph.indices[rel].numpy(),
-                               graph.edge_ids[rel].numpy(), u, i, t)
+            check_target_edges("target_eids", edges_by_id(graph, rel), u, i, t)
             self._target = t
         self._reverse = self._reverse_ids(graph, reverse_eids, u, i)
         if exclude is not None and self._target is None:
@@ -279,8 +278,7 @@ class HeteroLinkSampler(_RelationEnds, SeedEdgeSampler[HeteroLinkBatch]):
                                  f"got [{r.size}]")
             check_id_range("reverse_eids", r, 0, e_rev, f"num_edges({rev!r})={e_rev}")
         if self._target is not None:
-            check_target_edges("reverse_eids", graph.indptr[rev].numpy(), graph.indices[rev].numpy(),
-                               graph.edge_ids[rev].numpy(), i, u, r[self._target])
+            check_target_edges("reverse_eids", edges_by_id(graph, rev), i, u, r[self._target])
         return r
 
     def _excluded(self, ids: np.ndarray) -> dict[Relation, torch.Tensor] | None:

@@ -28,7 +28,7 @@ from samplers.link_pairs import (
     check_target_edges,
     target_vector,
 )
-from samplers.protocol import Sampler, check_blocks, check_sampler
+from samplers.protocol import Sampler, check_blocks, check_sampler, edges_by_id
 
 __all__ = ["DEGREE_EXPONENT", "LinkBatch", "LinkSampler", "bipartite_reverse_eids"]
 
@@ -253,8 +253,7 @@ class LinkSampler(SeedEdgeSampler[LinkBatch]):
         if exclude == "reverse" and self._reverse is None:
             raise ValueError("exclude='reverse' needs reverse_eids (e.g. bipartite_reverse_eids(M))")
         if self._target is not None:
-            check_target_edges("target_eids", graph.indptr.numpy(), graph.indices.numpy(),
-                               graph.csc_edge_ids().numpy(), u, i, self._target)
+            check_target_edges("target_eids", edges_by_id(graph), u, i, self._target)
 
         deg = graph.in_degrees().numpy()[lo:hi] if negative == "degree" else None
         self._set_pairs(u, i, PairNegatives(u, i, n, (lo, hi), negative, deg,

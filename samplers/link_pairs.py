@@ -86,25 +86,31 @@ def target_vector(value, num_pairs: int, num_edges: int, what: str) -> np.ndarra
     return t
 
 
-def check_target_edges(name: str, indptr: np.ndarray, indices: np.ndarray, eids: np.ndarray, src: np.ndarray,
-                       dst: np.ndarray, target: np.ndarray) -> None:
-    """ValueError naming ``name`` unless edge ``target[j]`` of a CSC is ``src[j] -> dst[j]`` for every j.
+def check_target_edges(name: str, edges: tuple[np.ndarray, np.ndarray], src: np.ndarray, dst: np.ndarray,
+                       target: np.ndarray) -> None:
+    """Raise unless edge ``target[j]`` is ``src[j] -> dst[j]`` for every pair j.
 
     Parameters
     ----------
-    indptr : numpy.ndarray, int64 [N_dst + 1]
-    indices, eids : numpy.ndarray, integer [E]
-        The CSC's source and edge id at each position.
-    src, dst, target : numpy.ndarray, int64 [M]
-        The pairs and their edge ids (in [0, E), checked before).
+    name : str
+        The argument the edge ids came in (``"target_eids"``), for the message.
+    edges : (numpy.ndarray, numpy.ndarray), int64 [E] each
+        Source and destination of every edge id of the graph (or relation) the ids index, as
+        `samplers.protocol.edges_by_id` gives them.
+    src, dst : numpy.ndarray, int64 [M]
+        The pairs.
+    target : numpy.ndarray, int64 [M]
+        Their edge ids, in [0, E) (checked before, `target_vector`).
+
+    Raises
+    ------
+    ValueError
+        An edge id whose edge is not its pair's; the message names ``name``, the count and the first pair with
+        both ends of its edge and of the pair.
     """
     if target.size == 0:
         return
-    pos_of_eid = np.empty(eids.shape[0], dtype=np.int64)
-    pos_of_eid[eids] = np.arange(eids.shape[0], dtype=np.int64)
-    pos = pos_of_eid[target]
-    s = indices[pos].astype(np.int64)
-    d = np.searchsorted(indptr, pos, side="right") - 1
+    s, d = edges[0][target], edges[1][target]
     bad = (s != src) | (d != dst)
     if bad.any():
         j = int(np.argmax(bad))

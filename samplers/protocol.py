@@ -101,12 +101,12 @@ def check_same_typed_edges(name: str, sampler: Any, num_nodes: dict, edges: dict
                          f"HeteroGraph with the same edge types; their order may differ)")
     for rel, (src, dst) in edges.items():
         src, dst = _int64(src), _int64(dst)
-        eids = ours.edge_ids[rel].numpy()
-        if eids.shape[0] != src.shape[0]:
-            raise ValueError(f"{name}'s graph has {eids.shape[0]} edges of {rel!r}, {what} {src.shape[0]}")
-        _check_pairs(name, _by_id(ours.indptr[rel].numpy(), ours.indices[rel].numpy(), eids), (src, dst),
-                     what, f" of {rel!r}", "HeteroGraph.from_edges(num_nodes, {edge type: (src, dst)}) each "
-                     "type's edges in edge-id order")
+        by_id = edges_by_id(ours, rel)
+        if by_id[0].shape[0] != src.shape[0]:
+            raise ValueError(f"{name}'s graph has {by_id[0].shape[0]} edges of {rel!r}, {what} "
+                             f"{src.shape[0]}")
+        _check_pairs(name, by_id, (src, dst), what, f" of {rel!r}", "HeteroGraph.from_edges(num_nodes, "
+                     "{edge type: (src, dst)}) each type's edges in edge-id order")
 
 
 def check_blocks(sampler: Any, blocks: Any, seeds: torch.Tensor) -> Any:
@@ -207,9 +207,21 @@ def check_typed_blocks(sampler: Any, blocks: Any, seeds: Mapping[str, torch.Tens
     return blocks
 
 
-def edges_by_id(graph) -> tuple[np.ndarray, np.ndarray]:
-    """(source, destination) of every edge id of a `CSCGraph`, int64 [E] each."""
-    return _by_id(graph.indptr.numpy(), graph.indices.numpy(), graph.csc_edge_ids().numpy())
+def edges_by_id(graph, relation=None) -> tuple[np.ndarray, np.ndarray]:
+    """(source, destination) of every edge id of a `CSCGraph`, or of ``relation`` of a `samplers.HeteroGraph`
+    (ids within their node types), int64 [E] each: edge ``e`` is ``src[e] -> dst[e]``.
+
+    Raises
+    ------
+    ValueError
+        A `samplers.HeteroGraph` without ``relation``.
+    """
+    if relation is None:
+        if isinstance(graph.indptr, Mapping):
+            raise ValueError("edges_by_id: a HeteroGraph's edge ids are per relation; give relation=")
+        return _by_id(graph.indptr.numpy(), graph.indices.numpy(), graph.csc_edge_ids().numpy())
+    return _by_id(graph.indptr[relation].numpy(), graph.indices[relation].numpy(),
+                  graph.edge_ids[relation].numpy())
 
 
 def _by_id(indptr: np.ndarray, indices: np.ndarray, eids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

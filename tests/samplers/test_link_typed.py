@@ -28,6 +28,7 @@ from samplers import (
     NeighborSampler,
 )
 from samplers.hetero_graph import HeteroGraph, lastfm_hetero_graph
+from samplers.protocol import edges_by_id
 
 LISTENS, HEARD = ("user", "listens", "artist"), ("artist", "heard_by", "user")
 FRIENDS = ("user", "friends", "user")
@@ -115,6 +116,18 @@ def in_edges(graph: HeteroGraph, rel, dst: torch.Tensor) -> set[int]:
     """Edge ids of every in-edge of the nodes ``dst`` in ``rel``."""
     ptr, eids = graph.indptr[rel].numpy(), graph.edge_ids[rel].numpy()
     return {int(e) for v in dst.tolist() for e in eids[ptr[v]:ptr[v + 1]]}
+
+
+def test_edges_by_id_of_a_relation_are_its_pairs(lastfm):
+    """The endpoints the target and reverse checks read (protocol.edges_by_id of a relation): listens edge i
+    is training pair i, heard_by edge i its reverse, by lastfm_hetero_graph's construction."""
+    graph, users, items, _ = lastfm
+    s, d = edges_by_id(graph, LISTENS)
+    assert np.array_equal(s, users) and np.array_equal(d, items)
+    s, d = edges_by_id(graph, HEARD)
+    assert np.array_equal(s, items) and np.array_equal(d, users)
+    with pytest.raises(ValueError, match="per relation; give relation="):
+        edges_by_id(graph)
 
 
 @pytest.mark.parametrize("exclude", ["self", "reverse"])
