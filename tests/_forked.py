@@ -4,14 +4,20 @@ conftest, so pytest puts it on ``sys.path``)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 from collections.abc import Callable
 
 
-def fork_and_wait(child: Callable[[int], object]) -> tuple[int, int, str]:
+def fork_and_wait(child: Callable[[int], object],
+                  while_running: Callable[[int], object] | None = None) -> tuple[int, int, str]:
     """Fork; the child runs ``child(fd)`` (``fd``: the write end of a pipe, for it to report into), then
     leaves with ``os._exit(0)`` (never returning into pytest). Returns (the child's pid, its wait status as
     `os.waitpid` gives it, what it wrote), once the child has ended: for children that may die of a signal.
+    ``while_running(pid)``, where given, runs in the parent before it reads the report: to watch the child
+    stop (``os.waitpid(pid, os.WUNTRACED)``) and continue it, say; it must leave the child able to end. If
+    it raises, the child is killed and reaped, and the error goes on.
     """
     r, w = os.pipe()
     pid = os.fork()
@@ -22,10 +28,19 @@ def fork_and_wait(child: Callable[[int], object]) -> tuple[int, int, str]:
         finally:
             os._exit(0)
     os.close(w)
-    out = b""
-    while chunk := os.read(r, 4096):
-        out += chunk
-    os.close(r)
+    try:
+        if while_running is not None:
+            while_running(pid)
+        out = b""
+        while chunk := os.read(r, 4096):
+            out += chunk
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError, ChildProcessError):  # reaped by while_running
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        raise
+    finally:
+        os.close(r)
     _, status = os.waitpid(pid, 0)
     return pid, status, out.decode()
 

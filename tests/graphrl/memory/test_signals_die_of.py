@@ -135,28 +135,19 @@ def test_default_action_follows_posix():
 def test_pass_on_at_a_default_action_that_stops_stops_then_puts_the_handler_back():
     """SIGTSTP at its default action stops the child (it left with 128 + 20 once continued before); on
     SIGCONT pass_on returns with the child's own handler back in place."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child reports through the pipe
-        try:
-            os.close(r)
-            os.setpgid(0, 0)  # a process group of its own with a parent outside: not orphaned, so it stops
-            own = lambda s, f: None  # noqa: E731
-            signal.signal(signal.SIGTSTP, own)
-            signals.pass_on(signal.SIG_DFL, signal.SIGTSTP, None)
-            os.write(w, f"back={signal.getsignal(signal.SIGTSTP) is own};".encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    try:
+
+    def child(fd):
+        os.setpgid(0, 0)  # a process group of its own with a parent outside: not orphaned, so it stops
+        own = lambda s, f: None  # noqa: E731
+        signal.signal(signal.SIGTSTP, own)
+        signals.pass_on(signal.SIG_DFL, signal.SIGTSTP, None)
+        os.write(fd, f"back={signal.getsignal(signal.SIGTSTP) is own};".encode())
+
+    def continue_once_stopped(pid):
         _, status = os.waitpid(pid, os.WUNTRACED)
         assert os.WIFSTOPPED(status) and os.WSTOPSIG(status) == signal.SIGTSTP, status
         os.kill(pid, signal.SIGCONT)
-        _, status = os.waitpid(pid, 0)
-    finally:
-        out = b""
-        while chunk := os.read(r, 4096):
-            out += chunk
-        os.close(r)
+
+    _, status, report = fork_and_wait(child, continue_once_stopped)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
-    assert out == b"back=True;"
+    assert report == "back=True;"
