@@ -40,23 +40,27 @@ import numcodecs.lz4
 import numcodecs.zstd
 import numpy as np
 
+from graphrl.kernels import parallel_for
 from graphrl.kernels.copies import copy_bytes, zero_bytes
+from graphrl.threads import threads_for
 from replay.chunk_encode import chunk_checksum, stored_raw
 from replay.keys import BACK_BITS, INC_BITS, SHARD_BITS, decode_keys
 
 if TYPE_CHECKING:  # type hints only: the shard's module imports replay.chunk_codec, which imports this one
+    from replay.chunk_codec import ChunkRing
     from replay.shard import ShardStorage
     from replay.storage import TrajectoryStorage
 
 __all__ = [
-    "KINDS", "LZ4DICT", "ChunkDecode", "decode_anchors", "decode_dict_chunk", "decode_jobs",
-    "free_zstd_context", "new_zstd_context", "plan_windows",
+    "DECODE_CHUNK_BYTES", "KINDS", "LZ4DICT", "ChunkDecode", "decode_anchors", "decode_dict_chunk",
+    "copy_shared", "decode_jobs", "free_zstd_context", "new_zstd_context", "plan_windows", "share_jobs",
 ]
 
 LZ4, ZSTD, LZ4DICT = 0, 1, 2  # codec kinds of `decode_jobs`
 KINDS = {"lz4": LZ4, "zstd": ZSTD, "lz4dict": LZ4DICT}  # codec name (`replay.spec.CODECS`) -> kind
 _LZ4_HEADER = 4  # numcodecs' LZ4 prefixes the block with its decompressed size (4 bytes)
 _POS_SHIFT = SHARD_BITS + BACK_BITS + INC_BITS  # a key's anchor position: key >> _POS_SHIFT
+DECODE_CHUNK_BYTES = 1 << 20  # output bytes a thread of a threaded decode takes at least (performance.md)
 _JOB = 8  # words a job: arena offset, length, output byte offset, first row in the chunk, rows, window,
 # chunk index, checksum (`replay.chunk_encode.chunk_checksum`)
 
@@ -292,6 +296,63 @@ def decode_jobs(kind, dctx, arena, jobs, nj, chunk, row_bytes, out, verify):  # 
 
 
 @nb.njit(cache=True, nogil=True)
+def share_jobs(jobs, nj, chunk, copies):  # pragma: no cover - numba
+    """Keep one decode per chunk of a batch: compact ``jobs[:nj]`` (`plan_windows`) in place to the jobs
+    to decode and list in ``copies`` (int64 [>= nj, 5]) the others, to copy from the slot afterwards
+    (`copy_shared`); returns (jobs kept, copies).
+
+    A job is a copy when an earlier job of the batch decodes its chunk whole (``chunk`` rows) from the
+    same arena offset (overlapping windows share steps): its copy row is (the whole job's index among
+    the kept jobs, output byte offset, first row in the chunk, rows, window). Kept jobs keep their
+    order, so a kept whole job precedes its copies.
+    """
+    size = 16
+    while size < 2 * nj:
+        size *= 2
+    slot_chunk = np.full(size, -1, dtype=np.int64)  # open addressing: chunk index -> kept whole job
+    slot_job = np.empty(size, dtype=np.int64)
+    kept = nc = 0
+    for j in range(nj):
+        k = jobs[j, 6]
+        h = (k * 40503) & (size - 1)
+        while slot_chunk[h] != -1 and slot_chunk[h] != k:
+            h = (h + 1) & (size - 1)
+        if slot_chunk[h] == k and jobs[slot_job[h], 0] == jobs[j, 0]:
+            copies[nc, 0] = slot_job[h]
+            copies[nc, 1] = jobs[j, 2]
+            copies[nc, 2] = jobs[j, 3]
+            copies[nc, 3] = jobs[j, 4]
+            copies[nc, 4] = jobs[j, 5]
+            nc += 1
+            continue
+        if slot_chunk[h] == -1 and jobs[j, 4] == chunk:
+            slot_chunk[h] = k
+            slot_job[h] = kept
+        if kept != j:
+            for w in range(jobs.shape[1]):
+                jobs[kept, w] = jobs[j, w]
+        kept += 1
+    return kept, nc
+
+
+@nb.njit(cache=True, nogil=True)
+def copy_shared(jobs, copies, nc, row_bytes, out):  # pragma: no cover - numba
+    """The copies of `share_jobs`, once ``jobs`` are decoded into ``out``: each copy's rows from its
+    whole job's rows in ``out``. A copy of a job that failed (``jobs[s, 5] < 0``) fails too: its rows
+    zeroed and ``copies[c, 4]`` set to -1 - window; returns how many failed."""
+    failed = 0
+    for c in range(nc):
+        s, o, w, r = copies[c, 0], copies[c, 1], copies[c, 2], copies[c, 3]
+        if jobs[s, 5] < 0:
+            zero_bytes(out, o, r * row_bytes)
+            copies[c, 4] = -1 - copies[c, 4]
+            failed += 1
+        else:
+            copy_bytes(out, o, out, jobs[s, 2] + w * row_bytes, r * row_bytes)
+    return failed
+
+
+@nb.njit(cache=True, nogil=True)
 def decode_anchors(
     kind, dctx, table, tail, arena, next_position, chunk, row_bytes, keys, out
 ):  # pragma: no cover - numba
@@ -342,11 +403,21 @@ class ChunkDecode:
     ----------
     storage : TrajectoryStorage
         An owner's or an attached storage with at least one codec field.
+    threads : int, optional
+        Threads that may decode a field's jobs, the caller included; default (None) the thread
+        policy's count for each field's jobs (`graphrl.threads.threads_for`: a thread for every
+        ``chunk_bytes`` of output).
+    chunk_bytes : int
+        Output bytes a thread decodes at least: a field's jobs of twice this and more are decoded on
+        the thread team (default `DECODE_CHUNK_BYTES`).
     """
 
-    def __init__(self, storage: TrajectoryStorage) -> None:
+    def __init__(self, storage: TrajectoryStorage, threads: int | None = None,
+                 chunk_bytes: int = DECODE_CHUNK_BYTES) -> None:
         spec = storage.spec
         self.storage = storage
+        self.threads = None if threads is None else int(threads)
+        self.chunk_bytes = int(chunk_bytes)
         self.fields = [(j, n, spec[n].row_bytes, KINDS[spec[n].codec]) for j, n in enumerate(spec)
                        if spec[n].codec is not None]
         self.rings = [  # per shard, per codec field: the ring and its tail as flat bytes
@@ -424,11 +495,19 @@ class ChunkDecode:
 
     def _decode(self, s: int, sh: ShardStorage, planned: list[tuple], first: np.ndarray,
                 flat: tuple[np.ndarray, ...], locked: bool) -> None:
-        """`decode_jobs` of what `_plan` listed; raise for a failed chunk of a window still live."""
-        dctx = self._dctx() if any(p[3] == ZSTD for p in planned) else 0
+        """`decode_jobs` of what `_plan` listed, a chunk the batch's windows share decoded once
+        (`share_jobs`, `copy_shared`); raise for a failed chunk of a window still live."""
         for j, name, rb, kind, ring, jobs, nj in planned:
-            if nj and decode_jobs(kind, dctx, ring.arena, jobs, nj, ring.chunk, rb, flat[j], False):
-                bad = -1 - jobs[:nj, 5][jobs[:nj, 5] < 0]
+            if nj == 0:
+                continue
+            copies = np.empty((nj, 5), np.int64)
+            nj, nc = share_jobs(jobs, nj, ring.chunk, copies)
+            failed = self._decode_jobs(kind, ring, jobs, nj, rb, flat[j])  # the copies' sources first
+            if nc:
+                failed += copy_shared(jobs, copies, nc, rb, flat[j])
+            if failed:
+                windows = np.concatenate((jobs[:nj, 5], copies[:nc, 4]))
+                bad = -1 - windows[windows < 0]
                 if locked:
                     live = first[bad] >= sh.floor
                 else:
@@ -439,6 +518,37 @@ class ChunkDecode:
                         f"field {name!r}: a compressed chunk of shard {s} holding live position "
                         f"{int(first[bad][live][0])} did not decompress (corrupt arena bytes)"
                     )
+
+    def _decode_jobs(self, kind: int, ring: ChunkRing, jobs: np.ndarray, nj: int, rb: int,
+                     out: np.ndarray) -> int:
+        """`decode_jobs` of one field's ``jobs[:nj]`` into ``out``, on the process's thread team when
+        their output is at least twice ``chunk_bytes`` (ranges of jobs of about equal output bytes, one
+        call of `decode_jobs` each: a chunk whose jobs straddle two ranges is decoded in both); returns
+        how many jobs failed."""
+        rows = jobs[:nj, 4]
+        total = int(rows.sum()) * rb
+        threads = 1
+        if total >= 2 * self.chunk_bytes and nj >= 2:
+            threads = (threads_for(total // 4, self.chunk_bytes // 4) if self.threads is None
+                       else self.threads)
+        if threads <= 1:
+            dctx = self._dctx() if kind == ZSTD else 0
+            return int(decode_jobs(kind, dctx, ring.arena, jobs, nj, ring.chunk, rb, out, False))
+        parts = min(nj, max(threads, total // self.chunk_bytes), 4 * threads)
+        ends = np.cumsum(rows)  # job i's output ends at ends[i] rows: cut where a part's share is reached
+        cuts = np.searchsorted(ends, ends[-1] * np.arange(1, parts) // parts, side="right")
+        bounds = np.concatenate(([0], cuts, [nj])).tolist()
+        failed = [0] * parts
+
+        def part(i: int) -> None:
+            a, b = bounds[i], bounds[i + 1]
+            if b > a:
+                dctx = self._dctx() if kind == ZSTD else 0  # the thread's own context
+                failed[i] = int(decode_jobs(kind, dctx, ring.arena, jobs[a:b], b - a, ring.chunk, rb, out,
+                                            False))
+
+        parallel_for(part, parts, threads)
+        return sum(failed)
 
     def run_shard(self, s: int, rows: np.ndarray, first: np.ndarray, n: np.ndarray, dst: np.ndarray,
                   flat: tuple[np.ndarray, ...], length: int) -> None:
