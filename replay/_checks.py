@@ -19,7 +19,7 @@ import torch
 
 from graphrl.errors import GPUUnavailableError
 from graphrl.memory import MemoryManager
-from replay.chunk_codec import CHUNK_STEPS, chunk_steps_for
+from replay.chunk_codec import chunk_fits, field_chunk
 from replay.keys import MAX_SHARDS, MAX_WINDOW, POS_BITS
 from replay.rate_limiter import MinSize, RateLimiter
 from replay.selectors import Selector, Uniform
@@ -188,7 +188,8 @@ def check_chunk_steps(spec: TrajectorySpec, shard_capacity: int, chunk_steps: An
 
 def check_codec_capacity(spec: TrajectorySpec, capacity_steps: int, num_shards: int) -> None:
     """Each shard's share of ``capacity_steps`` (``capacity_steps // num_shards``) must hold whole chunks of
-    every codec field: a multiple of its chunk (`replay.chunk_codec.chunk_steps_for`), at least two of them.
+    every codec field: a multiple of its chunk (`replay.chunk_codec.field_chunk`), at least two of them
+    (`replay.chunk_codec.chunk_fits`, the rule the shards apply).
 
     Raises
     ------
@@ -197,14 +198,8 @@ def check_codec_capacity(spec: TrajectorySpec, capacity_steps: int, num_shards: 
         that work for every codec field (the nearest below and above the one given).
     """
     share = capacity_steps // num_shards
-    chunks, bad = {}, []
-    for n in spec.codec_fields:
-        f = spec[n]
-        chunks[n] = CHUNK_STEPS[f.codec] if f.chunk is None else int(f.chunk)
-        try:
-            chunk_steps_for(share, f.chunk, n, f.codec)  # the rule, where the shards apply it
-        except ValueError:
-            bad.append(n)
+    chunks = {n: field_chunk(spec[n].codec, spec[n].chunk) for n in spec.codec_fields}
+    bad = [n for n, c in chunks.items() if not chunk_fits(share, c)]
     if not bad:
         return
     unit = math.lcm(*chunks.values())  # a share that is a multiple of every chunk

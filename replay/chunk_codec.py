@@ -57,8 +57,8 @@ from replay.spec import CODECS
 from replay.sync_kernels import compiler_fence
 
 __all__ = [
-    "CODECS", "ChunkRing", "ChunkRingHandle", "ChunkState", "chunk_state_fault", "chunk_steps_for",
-    "make_codec", "place_chunks", "store_chunks",
+    "CODECS", "ChunkRing", "ChunkRingHandle", "ChunkState", "chunk_fits", "chunk_state_fault",
+    "chunk_steps_for", "field_chunk", "make_codec", "place_chunks", "store_chunks",
 ]
 
 # steps per chunk by default, per codec (Atari frames: docs/performance.md, "Compressed fields")
@@ -86,9 +86,21 @@ def make_codec(name: str) -> Any:
     raise ValueError(f"codec must be one of {CODECS} or None, got {name!r}")
 
 
+def field_chunk(codec: str, chunk: int | None = None) -> int:
+    """Steps per chunk of a field of ``codec``: ``chunk`` (`replay.spec.FieldSpec`'s, already checked),
+    or the codec's `CHUNK_STEPS` when None."""
+    return CHUNK_STEPS[codec] if chunk is None else int(chunk)
+
+
+def chunk_fits(capacity: int, chunk: int) -> bool:
+    """Whether a ring of ``capacity`` steps holds chunks of ``chunk`` steps: a whole number of them, at
+    least two (the chunk being filled and at least one complete one)."""
+    return chunk >= 1 and capacity % chunk == 0 and capacity >= 2 * chunk
+
+
 def chunk_steps_for(capacity: int, chunk: int | None = None, name: str = "", codec: str = "lz4") -> int:
-    """Steps per chunk of field ``name`` for a ring of ``capacity`` steps: ``chunk``
-    (`replay.spec.FieldSpec`'s), or the codec's `CHUNK_STEPS` when None.
+    """Steps per chunk of field ``name`` for a ring of ``capacity`` steps (`field_chunk`), checked
+    against the capacity (`chunk_fits`).
 
     Raises
     ------
@@ -96,8 +108,8 @@ def chunk_steps_for(capacity: int, chunk: int | None = None, name: str = "", cod
         ``capacity`` not a multiple of the chunk or below twice it (the message names the field, the
         chunk and the capacity).
     """
-    c = CHUNK_STEPS[codec] if chunk is None else int(chunk)
-    if capacity % c or capacity < 2 * c:
+    c = field_chunk(codec, chunk)
+    if not chunk_fits(capacity, c):
         raise ValueError(
             f"field {name!r}: chunk={c} needs a shard capacity that is a multiple of it and at least "
             f"{2 * c}, got a shard capacity of {capacity}"
@@ -261,7 +273,7 @@ class ChunkRing:
             ``2 * chunk``, or ``arena_bytes < 1``.
         """
         make_codec(codec)
-        if chunk < 1 or capacity % chunk or capacity < 2 * chunk:
+        if not chunk_fits(capacity, chunk):
             raise ValueError(
                 f"capacity must be a multiple of chunk and at least 2 * chunk, got capacity={capacity}, "
                 f"chunk={chunk}"

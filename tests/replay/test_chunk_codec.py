@@ -216,3 +216,33 @@ def test_a_restore_checks_each_chunk_once_and_a_checked_state_cannot_be_made_bad
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(checked, name, bad[name])
     assert (good["blob"] == checked.blob).all() and good["blob"].flags.writeable  # the given arrays unchanged
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    codec=st.sampled_from(["lz4", "zstd", "lz4dict"]),
+    chunk=st.one_of(st.none(), st.integers(1, 12)),
+    capacity=st.integers(1, 200),
+    num_shards=st.integers(1, 4),
+)
+def test_the_store_check_and_the_shards_apply_one_chunk_rule(codec, chunk, capacity, num_shards):
+    """`replay._checks.check_codec_capacity` refuses exactly the shares that `chunk_steps_for` (what the
+    shards call) refuses, with the chunk `field_chunk` gives."""
+    from replay._checks import check_codec_capacity
+    from replay.chunk_codec import CHUNK_STEPS, chunk_fits, chunk_steps_for, field_chunk
+    from replay.spec import TrajectorySpec
+
+    c = CHUNK_STEPS[codec] if chunk is None else chunk
+    assert field_chunk(codec, chunk) == c
+    share = capacity // num_shards
+    fits = share % c == 0 and share >= 2 * c  # the rule, by hand
+    assert chunk_fits(share, c) == fits
+    spec = TrajectorySpec({"obs": ((4, 4), "uint8", codec, 1.0, chunk)})
+    if fits:
+        assert chunk_steps_for(share, chunk, "obs", codec) == c
+        check_codec_capacity(spec, capacity, num_shards)
+    else:
+        with pytest.raises(ValueError, match=rf"field 'obs': chunk={c} "):
+            chunk_steps_for(share, chunk, "obs", codec)
+        with pytest.raises(ValueError, match=rf"field 'obs': chunk={c} needs each shard's capacity"):
+            check_codec_capacity(spec, capacity, num_shards)
