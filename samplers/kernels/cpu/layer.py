@@ -101,11 +101,16 @@ def _uniform_alone(indices, edge_ids, has_eids, pairs, has_pairs, dst, row_start
 
 def _layer_plan(indptr, dst, fanout, replace, excluded, workspace: Workspace, helpers: int,
                 masks: Masks | None, row_time, chunk_edges: int) -> tuple:
-    """`plan`'s outputs for this layer: taken from the workspace when the layer before planned it
-    (`Workspace.take_plan`; the chunk bounds then from its offsets), else planned here."""
+    """`plan`'s outputs for this layer: taken from the workspace when the layer before planned it and this
+    layer excludes nothing (`Workspace.take_plan`; the chunk bounds then from its offsets), else planned
+    here (a kept plan dropped: `Workspace.drop_plan`)."""
     counted = masks is not None and masks.has_count
-    planned = workspace.take_plan(dst, fanout, replace, counted)
-    if planned is None or excluded is not None:
+    planned = None
+    if excluded is None:  # a plan ahead knows no exclusions: check, then take
+        planned = workspace.take_plan(dst, fanout, replace, counted)
+    else:
+        workspace.drop_plan()
+    if planned is None:
         return plan(indptr, dst, fanout, replace, excluded, workspace, helpers, masks, row_time,
                     chunk_edges=chunk_edges)
     d_count = dst.shape[0]

@@ -2,7 +2,8 @@
 output count, and the prefix sum that turns counts into output offsets.
 
 `plan` runs it over a layer (in chunks of rows on the helper threads when the layer is large; on one
-thread the counts, offsets and chunk bounds come out of one pass, `plan_rows_summed`); the row loops
+thread the counts and offsets come out of one pass, `plan_rows_summed`); `chunk_bounds` cuts every layer's
+rows into the chunks that passes 2 and 3 run, from its offsets; the row loops
 prefetch the row pointer of the row 16 ahead and are compiled once per combination of weight counts and
 exclusions.
 """
@@ -75,76 +76,48 @@ def _plan_row(indptr, dst, fanout, replace, excl, excl_rows, weights, node_count
 
 @nb.njit(inline="always", cache=True)
 def _plan_loop(indptr, dst, fanout, replace, excl, excl_rows, weights, node_count, has_count, has_excl,
-               row_start, row_deg, row_exlo, row_exhi, row_end, out_indptr, lo, hi, summed, chunk_edges,
-               bounds):
+               row_start, row_deg, row_exlo, row_exhi, row_end, out_indptr, lo, hi, summed):
     """`_plan_row` over rows [lo, hi) into ``out_indptr[i + 1]``: the counts, or (``summed``) the offsets
-    counted from 0 at row lo and the chunk bounds of `_prefix_sum` (rows of [lo, hi), then hi; lo = 0 and
-    hi = D for a whole layer) in the same pass; returns (total, number of bounds) when ``summed``."""
+    counted from 0 at row lo, in the same pass; returns the total when ``summed`` (else 0)."""
     for i in range(lo, min(lo + _PREFETCH_AHEAD, hi)):
         prefetch(indptr, dst[i])
         if has_count:
             prefetch(node_count, dst[i])
     total = 0
-    k = 1
-    cut = chunk_edges  # the next multiple of chunk_edges
-    last = 0  # the smallest multiple of the last bound
     for i in range(lo, hi):
         c = _plan_row(indptr, dst, fanout, replace, excl, excl_rows, weights, node_count, has_count,
                       has_excl, row_start, row_deg, row_exlo, row_exhi, row_end, hi, i)
         if summed:
             total += c
             out_indptr[i + 1] = total
-            if total >= cut:
-                k, cut, last = _cut_at(bounds, k, cut, total, i + 1, chunk_edges)
         else:
             out_indptr[i + 1] = c
-    return total, _close_bounds(bounds, k, last, total, hi) if summed else 0
-
-
-@nb.njit(cache=True, _nrt=False)  # no numba inlining: arrays in an inlined branch get reference-counted
-def _cut_at(bounds, k, cut, total, i, chunk_edges):
-    """Row i starts chunk k (see `_prefix_sum`): the offset before it, ``total``, has reached the next
-    multiple ``cut``; returns (k + 1, the next multiple above ``total``, ``cut``)."""
-    bounds[k] = i
-    return k + 1, cut + chunk_edges * ((total - cut) // chunk_edges + 1), cut
-
-
-@nb.njit(cache=True, _nrt=False)
-def _close_bounds(bounds, k, last, total, d_count):
-    """The number of chunk bounds once the last row is counted (see `_prefix_sum`)."""
-    if k > 1 and last >= total:  # a multiple equal to the total is no cut
-        k -= 1
-    if bounds[k - 1] < d_count or k == 1:
-        bounds[k] = d_count
-        k += 1
-    return k
+    return total
 
 
 @nb.njit(inline="always", cache=True)
 def _plan_any(indptr, dst, fanout, replace, excl, excl_rows, weights, node_count, has_count, row_start,
-              row_deg, row_exlo, row_exhi, row_end, out_indptr, lo, hi, summed, chunk_edges, bounds):
+              row_deg, row_exlo, row_exhi, row_end, out_indptr, lo, hi, summed):
     """`_plan_loop` compiled once per combination of ``has_count`` and exclusions (constant inside)."""
     has_excl = excl.shape[0] > 0
     if has_count:
         if has_excl:
             return _plan_loop(indptr, dst, fanout, replace, excl, excl_rows, weights, node_count, True, True,
                               row_start, row_deg, row_exlo, row_exhi, row_end, out_indptr, lo, hi,
-                              summed, chunk_edges, bounds)
+                              summed)
         return _plan_loop(indptr, dst, fanout, replace, excl, excl_rows, weights, node_count, True, False,
                           row_start, row_deg, row_exlo, row_exhi, row_end, out_indptr, lo, hi,
-                          summed, chunk_edges, bounds)
+                          summed)
     if has_excl:
         return _plan_loop(indptr, dst, fanout, replace, excl, excl_rows, weights, node_count, False, True,
                           row_start, row_deg, row_exlo, row_exhi, row_end, out_indptr, lo, hi,
-                          summed, chunk_edges, bounds)
+                          summed)
     return _plan_loop(indptr, dst, fanout, replace, excl, excl_rows, weights, node_count, False, False,
                       row_start, row_deg, row_exlo, row_exhi, row_end, out_indptr, lo, hi,
-                      summed, chunk_edges, bounds)
+                      summed)
 
 
-_NO_BOUNDS = np.empty(0, dtype=np.int64)
 _NO_ROW_BITS = np.empty(0, dtype=np.uint64)  # no row holds an excluded position
-_NO_CUTS = np.iinfo(np.int64).max  # a chunk size no total reaches
 
 
 @nb.njit(nogil=True, cache=True)
@@ -158,70 +131,28 @@ def plan_rows(indptr, dst, fanout, replace, excl, excl_rows, weights, node_count
     minus its excluded positive-weight positions, and its end goes to ``row_end``: the pass then reads
     no weights (but those of excluded positions)."""
     _plan_any(indptr, dst, fanout, replace, excl, excl_rows, weights, node_count, has_count, row_start,
-              row_deg, row_exlo, row_exhi, row_end, out_indptr, lo, hi, False, 1, _NO_BOUNDS)
-
-
-@nb.njit(nogil=True, cache=True)
-def plan_rows_summed(indptr, dst, fanout, replace, excl, excl_rows, weights, node_count, has_count,
-                     row_start, row_deg, row_exlo, row_exhi, row_end, out_indptr, chunk_edges):
-    """`plan_rows` over every row followed by `_prefix_sum`, in one pass: returns (total, bounds)."""
-    d_count = dst.shape[0]
-    bounds = np.empty(d_count + 2, dtype=np.int64)
-    bounds[0] = 0
-    out_indptr[0] = 0
-    total, k = _plan_any(indptr, dst, fanout, replace, excl, excl_rows, weights, node_count, has_count,
-                         row_start, row_deg, row_exlo, row_exhi, row_end, out_indptr, 0, d_count, True,
-                         chunk_edges, bounds)
-    return total, bounds[:k]
-
-
-@nb.njit(nogil=True, cache=True)
-def _prefix_sum(out_indptr, chunk_edges):
-    """Turn per-row counts in out_indptr[1:] into offsets; return the total and the row bounds of
-    chunks of about ``chunk_edges`` edges: 0, then for each multiple m of ``chunk_edges`` below the
-    total the first row i with out_indptr[i] >= m (repeats dropped), then D."""
-    d_count = out_indptr.shape[0] - 1
-    bounds = np.empty(d_count + 2, dtype=np.int64)
-    bounds[0] = 0
-    k = 1
-    out_indptr[0] = 0
-    total = 0
-    cut = chunk_edges  # the next multiple
-    last = 0  # the smallest multiple of the last bound
-    for i in range(1, d_count + 1):
-        total += out_indptr[i]
-        out_indptr[i] = total
-        if total >= cut:
-            k, cut, last = _cut_at(bounds, k, cut, total, i, chunk_edges)
-    return total, bounds[:_close_bounds(bounds, k, last, total, d_count)]
-
-
-@nb.njit(nogil=True, cache=True)
-def plan_new_rows(nodes, lo, hi, indptr, node_count, has_count, fanout, replace, rows, offs):
-    """Plan rows [lo, hi) of a layer whose destinations ``nodes`` are being appended (a relabelling's new
-    sources, `samplers.kernels.cpu.relabel.relabel_src_planned`), without exclusions, as `plan_rows` does
-    (with ``has_count``, weighted rows: degrees from ``node_count``): the rows into ``rows`` (int64 [5, >=
-    hi], `Workspace.rows`' layout) and their offsets into ``offs[lo + 1:hi + 1]``, summed on from offs[lo]
-    (already the offset of row lo)."""
-    if hi <= lo:
-        return
-    start = offs[lo]
-    # The summing loop of `plan_rows_summed` over the piece (faster than counts and a second pass), its
-    # offsets from 0, then moved on by the piece's start; no chunk bounds (one chunk of every edge).
-    _plan_any(indptr, nodes, fanout, replace, _NO_COUNT, _NO_ROW_BITS, _NO_WEIGHTS, node_count, has_count,
-              rows[0], rows[1], rows[2], rows[3], rows[4], offs, lo, hi, True, _NO_CUTS,
-              np.empty(2, dtype=np.int64))
-    offs[lo] = start
-    if start:
-        for i in range(lo + 1, hi + 1):  # rows of this piece, in cache
-            offs[i] += start
+              row_deg, row_exlo, row_exhi, row_end, out_indptr, lo, hi, False)
 
 
 @nb.njit(nogil=True, cache=True)
 def chunk_bounds(out_indptr, chunk_edges):
-    """The chunk bounds of `_prefix_sum` from offsets already summed (int64 [D + 1], out_indptr[0] = 0):
-    0, then for each multiple m of ``chunk_edges`` below the total the first row i with out_indptr[i] >= m
-    (repeats dropped), then D; each found by binary search."""
+    """The row bounds of a layer's chunks of about ``chunk_edges`` sampled edges, the one rule of the
+    planning pass (`plan`) and of a layer planned ahead (`plan_new_rows`).
+
+    Parameters
+    ----------
+    out_indptr : numpy.ndarray, int64, shape [D + 1]
+        Output offsets, out_indptr[0] = 0, non-decreasing.
+    chunk_edges : numpy.int64
+        Edges a chunk aims at (> 0).
+
+    Returns
+    -------
+    numpy.ndarray, int64, shape [k + 1]
+        0, then for each multiple m of ``chunk_edges`` below the total the first row i with
+        out_indptr[i] >= m (repeats dropped), then D: k chunks, one ([0, D]) when the total is at most
+        ``chunk_edges``. Each bound is found by a binary search (k of them, not a pass over the rows).
+    """
     d_count = out_indptr.shape[0] - 1
     total = out_indptr[d_count]
     bounds = np.empty(min(d_count, total // chunk_edges + 1) + 2, dtype=np.int64)
@@ -238,6 +169,70 @@ def chunk_bounds(out_indptr, chunk_edges):
         bounds[k] = d_count
         k += 1
     return bounds[:k]
+
+
+@nb.njit(nogil=True, cache=True)
+def plan_rows_summed(indptr, dst, fanout, replace, excl, excl_rows, weights, node_count, has_count,
+                     row_start, row_deg, row_exlo, row_exhi, row_end, out_indptr, chunk_edges):
+    """`plan_rows` over every row, its offsets summed in the same pass (no second pass over the counts),
+    then `chunk_bounds`: returns (total, bounds)."""
+    out_indptr[0] = 0
+    total = _plan_any(indptr, dst, fanout, replace, excl, excl_rows, weights, node_count, has_count,
+                      row_start, row_deg, row_exlo, row_exhi, row_end, out_indptr, 0, dst.shape[0], True)
+    return total, chunk_bounds(out_indptr, chunk_edges)
+
+
+@nb.njit(nogil=True, cache=True)
+def _prefix_sum(out_indptr, chunk_edges):
+    """Turn per-row counts in out_indptr[1:] into offsets; return the total and `chunk_bounds`."""
+    out_indptr[0] = 0
+    total = 0
+    for i in range(1, out_indptr.shape[0]):
+        total += out_indptr[i]
+        out_indptr[i] = total
+    return total, chunk_bounds(out_indptr, chunk_edges)
+
+
+@nb.njit(nogil=True, cache=True)
+def plan_new_rows(nodes, lo, hi, indptr, node_count, has_count, fanout, replace, rows, offs):
+    """Plan rows [lo, hi) of a layer whose destinations ``nodes`` are being appended (a relabelling's new
+    sources, `samplers.kernels.cpu.relabel.relabel_src_planned`), without exclusions, as `plan_rows` does:
+    each row's start, degree and output count, the offsets summed on from offs[lo].
+
+    Parameters
+    ----------
+    nodes : numpy.ndarray, int64, shape [>= hi]
+        The next layer's destinations (rows [lo, hi) read), in [0, N) (unchecked).
+    lo, hi : int
+        The rows to plan (none when hi <= lo).
+    indptr : numpy.ndarray, int64, shape [N + 1]
+    node_count : numpy.ndarray, int64, shape [N]
+        With ``has_count`` (weighted rows) each node's positive-weight count, the rows' degrees; else
+        unread (may be empty).
+    has_count : bool
+    fanout : numpy.int64
+        k >= 0, or -1 for every edge.
+    replace : bool
+    rows : numpy.ndarray, int64, shape [5, >= hi]
+        `samplers.kernels.cpu.workspace.Workspace.rows`' layout (starts, degrees, excluded ranges, ends);
+        columns [lo, hi) written.
+    offs : numpy.ndarray, int64, shape [>= hi + 1]
+        Output offsets: offs[lo] already the offset of row lo; offs[lo + 1:hi + 1] written.
+
+    Raises nothing: a kernel trusts its inputs (ids out of range read out of bounds; the public boundary,
+    `samplers.kernels.cpu.layer.sample_block`'s caller, validates them).
+    """
+    if hi <= lo:
+        return
+    start = offs[lo]
+    # The summing loop of `plan_rows_summed` over the piece (faster than counts and a second pass), its
+    # offsets from 0, then moved on by the piece's start; the taking layer finds its chunk bounds.
+    _plan_any(indptr, nodes, fanout, replace, _NO_COUNT, _NO_ROW_BITS, _NO_WEIGHTS, node_count, has_count,
+              rows[0], rows[1], rows[2], rows[3], rows[4], offs, lo, hi, True)
+    offs[lo] = start
+    if start:
+        for i in range(lo + 1, hi + 1):  # rows of this piece, in cache
+            offs[i] += start
 
 
 @nb.njit(nogil=True, cache=True)

@@ -82,14 +82,37 @@ class Workspace:
         self._plan = plan
 
     def take_plan(self, dst: np.ndarray, fanout: int, replace: bool, counted: bool) -> NextPlan | None:
-        """The kept plan when it was made for these destinations (the same array object) and rule, its rows
-        then the current row scratch (`rows`); else None. Either way no plan is kept afterwards."""
+        """The kept plan (`keep_plan`) when it was made for this layer, its rows then the current row
+        scratch (`rows`); else None. Either way no plan is kept afterwards.
+
+        Parameters
+        ----------
+        dst : numpy.ndarray, int64, shape [D]
+            The layer's destinations: a plan is taken only for the very array it was made for (``is``).
+        fanout : int
+            The layer's fanout (k >= 0, or -1), as the plan's.
+        replace : bool
+            As the plan's.
+        counted : bool
+            Degrees are positive-weight counts (weighted rows), as the plan's.
+
+        Returns
+        -------
+        NextPlan or None
+            The plan (its ``out_indptr``, int64 [D + 1]; its rows in `rows`, int64 [5, >= D]), or None
+            where none was kept or it was made for other destinations or another rule. A layer with
+            excluded positions takes none (a plan ahead knows no exclusions): `drop_plan`.
+        """
         plan, self._plan = self._plan, None
         if plan is None or plan.dst is not dst or (plan.fanout, plan.replace, plan.counted) != (
                 fanout, bool(replace), counted):
             return None
         self._rows, self._spare = self._spare, self._rows
         return plan
+
+    def drop_plan(self) -> None:
+        """Forget the kept plan, if any (a layer that plans its own rows)."""
+        self._plan = None
 
     def src(self, n: int) -> np.ndarray:
         """A scratch array of length n for sampled sources, in the graph's index dtype."""

@@ -113,3 +113,20 @@ def test_a_plan_serves_only_the_destinations_and_rule_it_was_made_for(monkeypatc
     assert second_layer(lambda src: src.copy(), 4)  # equal destinations in another array: planned afresh
     assert second_layer(lambda src: src, 5)  # another fanout
     assert second_layer(lambda src: src, 4, excl)  # exclusions
+
+
+def test_a_layer_with_exclusions_checks_before_it_takes_and_drops_the_plan(monkeypatch):
+    # the order is check, then take: a layer with excluded positions never takes a kept plan (which would swap
+    # its row scratch for nothing), and drops it, so no later layer can take it
+    indptr, indices, _ = _graph(7, num_nodes=500)
+    seeds = np.arange(0, 500, 5, dtype=np.int64)
+    ws = Workspace(500, indices.dtype)
+    taken = []
+    own = Workspace.take_plan
+    monkeypatch.setattr(Workspace, "take_plan", lambda self, *a: taken.append(a[1]) or own(self, *a))
+    first = sample_block(indptr, indices, None, seeds, 3, False, 11, None, ws, 1, next_fanout=4)
+    assert taken == [3]  # the seeds' layer, without exclusions, looked for a plan
+    taken.clear()
+    sample_block(indptr, indices, None, first[1], 4, False, 12, np.array([0, 5], np.int64), ws, 1)
+    assert taken == []
+    assert own(ws, first[1], 4, False, False) is None  # dropped
