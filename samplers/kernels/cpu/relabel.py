@@ -141,8 +141,39 @@ def relabel_src(src, node_map, base, n, src_nodes, local, lo, hi):
 @nb.njit(nogil=True, cache=True)
 def relabel_dst_planned(dst, node_map, base, src_nodes, indptr, node_count, has_count, fanout, replace, rows,
                         offs):
-    """`relabel_dst`, then each destination planned as a row of the next layer (`plan_new_rows`; offs[0]
-    set to 0)."""
+    """`relabel_dst`, then its destinations planned as the first rows of the next layer (`plan_new_rows`
+    over ``src_nodes[0:n]``, offs[0] set to 0): the first step of a layer that plans the next one while it
+    relabels (`samplers.kernels.cpu.layer.sample_block` with ``next_fanout``). One compiled call, so the
+    layer's Python loop pays one dispatch for both.
+
+    Parameters
+    ----------
+    dst : numpy.ndarray, int64, shape [D]
+        The layer's destinations, in [0, len(node_map)) (unchecked).
+    node_map : numpy.ndarray, int32, shape [N]; base : int
+        As `relabel_dst`.
+    src_nodes : numpy.ndarray, int64, shape [>= D]
+        The layer's local ids' nodes; [0, n) written.
+    indptr : numpy.ndarray, int64, shape [N + 1]
+        The graph's row pointer (the next layer's rows).
+    node_count : numpy.ndarray, int64, shape [N]; has_count : bool
+        Weighted rows: each node's positive-weight count, the rows' degrees (``has_count``); else unread.
+    fanout : numpy.int64; replace : bool
+        The next layer's fanout (>= 0 or -1) and rule.
+    rows : numpy.ndarray, int64, shape [5, >= D + nnz]
+        The next layer's row scratch (`samplers.kernels.cpu.workspace.Workspace.spare_rows`); columns
+        [0, n) written.
+    offs : numpy.ndarray, int64, shape [>= D + nnz + 1]
+        The next layer's output offsets; [0, n] written.
+
+    Returns
+    -------
+    int
+        n, the local ids so far (the destinations' count D).
+
+    Raises nothing: a kernel trusts its inputs (ids out of range read and write out of bounds; the public
+    boundary, `samplers.kernels.cpu.layer.sample_block`'s caller, validates them).
+    """
     n = relabel_dst(dst, node_map, base, src_nodes)
     offs[0] = 0
     plan_new_rows(src_nodes, 0, n, indptr, node_count, has_count, fanout, replace, rows, offs)
@@ -152,9 +183,29 @@ def relabel_dst_planned(dst, node_map, base, src_nodes, indptr, node_count, has_
 @nb.njit(nogil=True, cache=True)
 def relabel_src_planned(src, node_map, base, n, src_nodes, local, lo, hi, indptr, node_count, has_count,
                         fanout, replace, rows, offs):
-    """`relabel_src`, then the sources it found new (``src_nodes[n:]``) planned as rows of the next layer
-    (`plan_new_rows`): a layer's relabelling, chunk by chunk, plans the next layer, whose destinations are
-    its sources in this order, so that the next layer has no planning pass of its own."""
+    """`relabel_src` over src[lo:hi], then the sources it found new (``src_nodes[n:n1]``) planned as rows of
+    the next layer (`plan_new_rows`): a layer's relabelling, chunk by chunk, plans the next layer, whose
+    destinations are its sources in this order, so that the next layer has no planning pass of its own. One
+    compiled call a chunk (one dispatch from the layer's Python loop).
+
+    Parameters
+    ----------
+    src : numpy.ndarray, int32 or int64, shape [nnz]
+        The layer's sampled sources, in [0, len(node_map)) (unchecked).
+    node_map, base, n, src_nodes, local, lo, hi
+        As `relabel_src` (``local`` int64 [nnz]; ``src_nodes`` int64 [>= D + nnz]).
+    indptr, node_count, has_count, fanout, replace, rows, offs
+        As `relabel_dst_planned`; rows and offsets [n, n1) of the next layer written (offs[n] already
+        written by the chunk before).
+
+    Returns
+    -------
+    int
+        n1, the local ids after this chunk.
+
+    Raises nothing: a kernel trusts its inputs (ids out of range read and write out of bounds; the public
+    boundary, `samplers.kernels.cpu.layer.sample_block`'s caller, validates them).
+    """
     n1 = relabel_src(src, node_map, base, n, src_nodes, local, lo, hi)
     plan_new_rows(src_nodes, n, n1, indptr, node_count, has_count, fanout, replace, rows, offs)
     return n1
