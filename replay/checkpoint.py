@@ -56,7 +56,7 @@ import numpy as np
 
 from replay._files import CheckpointError, check_files, file_table, fsync_dir, seal, unseal
 from replay.checkpoint_invariants import check_state, expected_counts
-from replay.chunk_codec import ChunkState
+from replay.chunk_state import ChunkState
 
 __all__ = [
     "INTEGRITY",
@@ -73,7 +73,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-VERSION = 3  # 3: a codec field's chunk records carry their checksum (`replay.chunk_codec.chunk_state_fault`)
+VERSION = 3  # 3: a codec field's chunk records carry their checksum (`replay.chunk_state.chunk_state_fault`)
 FORMAT = "graphrl.replay"
 INTEGRITY = "INTEGRITY.json"
 _CHUNK_BYTES = 4 * 2**20
@@ -500,7 +500,7 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any]:
 
     ``config`` and ``control`` are plain data; ``shards[s]`` (`replay.shard.ShardStorage.load_state_dict`)
     holds ``steps`` and ``records`` as numpy arrays, field columns as zarr arrays (read when indexed,
-    ``[...]``), codec fields' chunks as checked `replay.chunk_codec.ChunkState`; ``table["shards"][s]`` numpy.
+    ``[...]``), codec fields' chunks as checked `replay.chunk_state.ChunkState`; ``table["shards"][s]`` numpy.
     Every file is verified against the manifest before anything is read, and the state against the
     manifest's counts and the episode index's invariants before it is returned.
 
@@ -528,7 +528,7 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 def _check_chunks(name: str, state: dict[str, Any]) -> None:
     """Check every codec field's chunks against their records' checksums (chunks changed in memory before
-    the seal, which the manifest cannot see): each becomes a `replay.chunk_codec.ChunkState`, checked once."""
+    the seal, which the manifest cannot see): each becomes a `replay.chunk_state.ChunkState`, checked once."""
     for s, shard in enumerate(state["shards"]):
         for field, c in shard["chunks"].items():
             try:

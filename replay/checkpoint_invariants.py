@@ -124,7 +124,7 @@ def _check_shard(
     _count(folder, f"{g} commits", got["commits"], 0, wp + got["n_records"])
     for name, (shape, dtype, *codec) in spec.items():
         if codec:  # compressed chunks: checked against their checksums by `replay.checkpoint.load`
-            continue  # (`replay.chunk_codec.chunk_state_fault`), then decompressed by the ring's load_state
+            continue  # (`replay.chunk_state.chunk_state_fault`), then decompressed by the ring's load_state
         arr = sh["columns"][name]
         if tuple(arr.shape) != (live, *shape) or np.dtype(arr.dtype) != np.dtype(dtype):
             _fail(folder, f"{g}/{name}", f"shape {arr.shape} {arr.dtype}, expected {(live, *shape)} {dtype}")

@@ -25,8 +25,8 @@ chunks of the asked positions into the caller's rows, keeping the last decoded c
 Ray shard's put); samplers decode batches with `replay.chunk_decode.ChunkDecode` (compiled, mostly
 outside the lock). `ChunkRing.state` / `ChunkRing.load_state` give and
 take the live compressed chunks as they are (checkpoints), with the raw tail rows. `ChunkRing.read`
-checks a chunk's checksum before decoding it; a `ChunkState` (what `load_state` takes) checks every
-chunk's when it is made (`chunk_state_fault`), once, before anything is stored (samplers do not:
+checks a chunk's checksum before decoding it; a `replay.chunk_state.ChunkState` (what `load_state`
+takes) checks every chunk's when it is made, once, before anything is stored (samplers do not:
 `replay.chunk_decode`).
 
 >>> ring = ChunkRing.create(memory, "obs", (84, 84), np.uint8, "lz4", capacity=1024, chunk=16,
@@ -52,13 +52,14 @@ from numcodecs import LZ4, Zstd
 from graphrl.kernels.copies import copy_bytes
 from graphrl.memory import MemoryBudgetError, MemoryManager, Region, RegionHandle
 from replay.chunk_decode import decode_dict_chunk
-from replay.chunk_encode import ChunkEncode, chunk_checksum, stored_raw, verify_chunks
+from replay.chunk_encode import ChunkEncode, chunk_checksum, stored_raw
+from replay.chunk_state import ChunkState
 from replay.spec import CODECS
 from replay.sync_kernels import compiler_fence
 
 __all__ = [
-    "CODECS", "ChunkRing", "ChunkRingHandle", "ChunkState", "chunk_fits", "chunk_state_fault",
-    "chunk_steps_for", "field_chunk", "make_codec", "place_chunks", "store_chunks",
+    "CODECS", "ChunkRing", "ChunkRingHandle", "chunk_fits", "chunk_steps_for", "field_chunk", "make_codec",
+    "place_chunks", "store_chunks",
 ]
 
 # steps per chunk by default, per codec (Atari frames: docs/performance.md, "Compressed fields")
@@ -542,81 +543,3 @@ class ChunkRing:
         self.tail[...] = tail
         self.meta[_NEXT] = nxt
         self.meta[_HEAD] = blob.size % self.arena_bytes
-
-
-@dataclass(frozen=True, eq=False)
-class ChunkState:
-    """A ring's checkpointed chunks (`ChunkRing.state`) whose records and checksums hold: making one runs
-    `chunk_state_fault` (raising ``ValueError`` with the fault), so any `ChunkState` was checked, once;
-    `ChunkRing.load_state` takes it without checking the checksums again. It cannot be changed after the
-    check: its fields are frozen and its arrays are read-only views of those given (their maker hands
-    them over: `of` and `replay.checkpoint.load` keep no other reference they write through).
-
-    Parameters
-    ----------
-    chunks : numpy.ndarray, int64 [K, 3]
-        Per live chunk, in chunk order: chunk index, length, checksum.
-    blob : numpy.ndarray, uint8 [sum of lengths]
-        Their bytes, one after another.
-    tail : numpy.ndarray, the field's dtype [C, *field_shape]
-        The raw rows of the open chunk.
-    next_position : int
-        The ring's next position.
-
-    Raises
-    ------
-    ValueError
-        The fault `chunk_state_fault` names (the message is the fault alone; callers name the field).
-    """
-
-    chunks: np.ndarray
-    blob: np.ndarray
-    tail: np.ndarray
-    next_position: int
-
-    def __post_init__(self) -> None:
-        for name in ("chunks", "blob", "tail"):
-            view = np.asarray(getattr(self, name)).view()
-            view.flags.writeable = False
-            object.__setattr__(self, name, view)  # the frozen dataclass's own way to set a field once
-        fault = chunk_state_fault(self.chunks, self.blob)
-        if fault is not None:
-            raise ValueError(fault)
-
-    @classmethod
-    def of(cls, state: dict[str, Any]) -> ChunkState:
-        """The checked form of a `ChunkRing.state` dict (``chunks``, ``blob``, ``tail``, ``next_position``);
-        raises as the class."""
-        return cls(np.asarray(state["chunks"]), np.asarray(state["blob"], dtype=np.uint8),
-                   np.asarray(state["tail"]), int(state["next_position"]))
-
-
-def chunk_state_fault(chunks: np.ndarray, blob: np.ndarray) -> str | None:
-    """What is wrong with a ring's checkpointed chunks (`ChunkRing.state`), or None when they hold.
-
-    Parameters
-    ----------
-    chunks : numpy.ndarray, int64 [K, 3]
-        Per live chunk, in chunk order: chunk index, length, checksum (`replay.chunk_encode.chunk_checksum`).
-    blob : numpy.ndarray, uint8 [sum of lengths]
-        Their bytes, one after another.
-
-    Returns
-    -------
-    str or None
-        The first fault, naming the chunk: records of another shape or dtype (an older format), a chunk
-        whose bytes fail its checksum or run past ``blob`` (its bytes or its record changed after it was
-        compressed), indices not increasing, or bytes left over.
-    """
-    if chunks.ndim != 2 or chunks.shape[1] != 3 or chunks.dtype != np.int64:
-        return (f"chunk records have shape {chunks.shape} {chunks.dtype}, expected (K, 3) int64 (chunk "
-                "index, length, checksum)")
-    bad = int(verify_chunks(blob, chunks[:, 0], chunks[:, 1], chunks[:, 2]))
-    if bad >= 0:
-        return (f"chunk {int(chunks[bad, 0])} (record {bad} of {len(chunks)}) fails its checksum: its bytes "
-                "or its record changed after it was compressed")
-    if len(chunks) and (chunks[0, 0] < 0 or (np.diff(chunks[:, 0]) <= 0).any()):
-        return "chunk records' indices are not increasing from 0 or more"
-    if int(chunks[:, 1].sum()) != blob.size:
-        return f"chunks' lengths sum to {int(chunks[:, 1].sum())} bytes, its blob holds {blob.size}"
-    return None

@@ -183,7 +183,7 @@ def test_a_restore_checks_each_chunk_once_and_a_checked_state_cannot_be_made_bad
 ):
     """`replay.checkpoint.load` checks the checksums (a `ChunkState`); the ring's load_state decodes, and
     checks them again only for a plain dict (the fault-injection tests: test_breakit_codec_local.py)."""
-    import replay.chunk_codec as codec_module
+    import replay.chunk_state as state_module
     from replay import ReplayStore, TrajectorySpec
 
     spec = TrajectorySpec({"obs": (SHAPE, "uint8", "lz4", 0.5, 2), "a": ((), "int32")})
@@ -192,8 +192,8 @@ def test_a_restore_checks_each_chunk_once_and_a_checked_state_cannot_be_made_bad
         w.add_episode({"obs": frames(0, 21), "a": np.arange(21, dtype=np.int32)})
     store.checkpoint(tmp_path)
     store.close()
-    calls, real = [], codec_module.verify_chunks
-    monkeypatch.setattr(codec_module, "verify_chunks", lambda *a: calls.append(len(a[1])) or real(*a))
+    calls, real = [], state_module.verify_chunks
+    monkeypatch.setattr(state_module, "verify_chunks", lambda *a: calls.append(len(a[1])) or real(*a))
     restored = ReplayStore.restore(tmp_path)
     try:
         assert len(calls) == 2 and sum(calls) == 10  # one check of each shard's chunks (it was two)
@@ -207,8 +207,8 @@ def test_a_restore_checks_each_chunk_once_and_a_checked_state_cannot_be_made_bad
     bad = dict(good, blob=good["blob"].copy())
     bad["blob"][0] ^= 1
     with pytest.raises(ValueError, match=r"^chunk 0 \(record 0 of 2\) fails its checksum"):
-        codec_module.ChunkState.of(bad)
-    checked = codec_module.ChunkState.of(good)
+        state_module.ChunkState.of(bad)
+    checked = state_module.ChunkState.of(good)
     assert checked.next_position == 10
     for name in ("chunks", "blob", "tail"):  # nothing changes it after its check
         with pytest.raises(ValueError, match="read-only"):
