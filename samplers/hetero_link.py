@@ -28,6 +28,7 @@ from samplers.link_pairs import (
     SeedEdgeBatch,
     SeedEdgeSampler,
     check_target_edges,
+    reverse_vector,
     target_vector,
 )
 from samplers.protocol import Sampler, check_sampler, check_typed_blocks, edges_by_id
@@ -152,10 +153,11 @@ class HeteroLinkSampler(_RelationEnds, SeedEdgeSampler[HeteroLinkBatch]):
         ``exclude`` is set.
     reverse_edge_type : Relation or None
         The reverse relation ``(dst_type, name, src_type)``; required for ``exclude="reverse"``.
-    reverse_eids : torch.Tensor or array-like or None, integer, shape [E_r]
+    reverse_eids : torch.Tensor or array-like or None, integer, shape [E] (the edges of ``edge_type``)
         For every edge of ``edge_type``, the id of its reverse in ``reverse_edge_type``; None: the same id
-        (as `lastfm_hetero_graph` builds, and DGL's ``reverse_etypes`` assume). The targets' reverses are
-        checked to be the reversed pairs.
+        (as `lastfm_hetero_graph` builds, and DGL's ``reverse_etypes`` assume). Checked as `LinkSampler`'s
+        (`samplers.link_pairs.reverse_vector`): every edge's reverse joins its endpoints swapped, and, for
+        a relation that is its own reverse, each edge is the reverse of its reverse.
     shuffle, drop_last : bool
         Fresh random order each epoch; drop the last, shorter batch.
     seed : int or None
@@ -181,8 +183,9 @@ class HeteroLinkSampler(_RelationEnds, SeedEdgeSampler[HeteroLinkBatch]):
         outside [1, `samplers.MAX_FANOUT`]; ``seed`` outside [0, 2**64); an unknown ``exclude`` or
         ``negative``; ``exclude`` without ``target_eids`` (or without ``reverse_edge_type`` for
         "reverse"); ``reverse_eids`` None where the two relations' edge counts differ; a target edge that
-        is not its pair's edge, or a reverse that is not the reversed pair; a source whose positives cover
-        every destination (with ``negative="degree"``: every one of in-degree > 0).
+        is not its pair's edge; an edge whose reverse is not the edge reversed (``reverse_eids`` given or
+        None), or, in a relation that is its own reverse, not the reverse of its reverse; a source whose
+        positives cover every destination (with ``negative="degree"``: every one of in-degree > 0).
 
     References
     ----------
@@ -238,12 +241,13 @@ class HeteroLinkSampler(_RelationEnds, SeedEdgeSampler[HeteroLinkBatch]):
                                  f"reverse of edge_type {rel!r})")
             self.reverse_edge_type = rev
         self._target = None
+        edges = edges_by_id(graph, rel)
         if target_eids is not None:
             e = graph.num_edges(rel)
             t = target_vector(target_eids, u.size, e, f"num_edges({rel!r})={e}")
-            check_target_edges("target_eids", edges_by_id(graph, rel), u, i, t)
+            check_target_edges("target_eids", edges, u, i, t)
             self._target = t
-        self._reverse = self._reverse_ids(graph, reverse_eids, u, i)
+        self._reverse = self._reverse_ids(graph, reverse_eids, edges)
         if exclude is not None and self._target is None:
             raise ValueError(f"exclude={exclude!r} needs target_eids (the edge id in {rel!r} of each pair)")
         if exclude == "reverse" and self.reverse_edge_type is None:
@@ -256,30 +260,26 @@ class HeteroLinkSampler(_RelationEnds, SeedEdgeSampler[HeteroLinkBatch]):
                              dst_where=f"(the destinations of {rel!r})")
         self._set_pairs(u, i, rule, n_src, f"num_nodes[{s_type!r}]={n_src}")
 
-    def _reverse_ids(self, graph: HeteroGraph, reverse_eids, u: np.ndarray,
-                     i: np.ndarray) -> np.ndarray | None:
-        """The reverse edge id of every edge of ``edge_type`` (None without a reverse relation), checked: in
-        the reverse relation's range, and each target's reverse the reversed pair."""
+    def _reverse_ids(self, graph: HeteroGraph, reverse_eids,
+                     edges: tuple[np.ndarray, np.ndarray]) -> np.ndarray | None:
+        """The reverse edge id of every edge of ``edge_type`` (None without a reverse relation), checked by
+        `samplers.link_pairs.reverse_vector` (``edges``: ``edge_type``'s endpoints by edge id); None means the
+        same ids in both relations."""
         rel, rev = self.edge_type, self.reverse_edge_type
         if rev is None:
             if reverse_eids is not None:
                 raise ValueError("reverse_eids given without reverse_edge_type (the relation they index)")
             return None
         e, e_rev = graph.num_edges(rel), graph.num_edges(rev)
+        name = "reverse_eids"
         if reverse_eids is None:
             if e != e_rev:
                 raise ValueError(f"reverse_eids is required: {rel!r} has {e} edges and {rev!r} {e_rev}, so "
                                  f"edge ids cannot be the same in both")
-            r = np.arange(e, dtype=np.int64)
-        else:
-            r = id_vector("reverse_eids", reverse_eids)
-            if r.shape != (e,):
-                raise ValueError(f"reverse_eids must have one entry per edge of {rel!r} ([{e}]), "
-                                 f"got [{r.size}]")
-            check_id_range("reverse_eids", r, 0, e_rev, f"num_edges({rev!r})={e_rev}")
-        if self._target is not None:
-            check_target_edges("reverse_eids", edges_by_id(graph, rev), i, u, r[self._target])
-        return r
+            reverse_eids, name = np.arange(e, dtype=np.int64), "reverse_eids (None: the same edge ids)"
+        return reverse_vector(reverse_eids, edges, edges if rev == rel else edges_by_id(graph, rev),
+                              f"num_edges({rev!r})={e_rev}", involution=rev == rel, of=f" of {rel!r}",
+                              name=name)
 
     def _excluded(self, ids: np.ndarray) -> dict[Relation, torch.Tensor] | None:
         """The relation edge ids a batch excludes (None without ``exclude``)."""

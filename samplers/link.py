@@ -26,6 +26,7 @@ from samplers.link_pairs import (
     SeedEdgeBatch,
     SeedEdgeSampler,
     check_target_edges,
+    reverse_vector,
     target_vector,
 )
 from samplers.protocol import Sampler, check_blocks, check_sampler, edges_by_id
@@ -160,6 +161,9 @@ class LinkSampler(SeedEdgeSampler[LinkBatch]):
         ``exclude`` is set.
     reverse_eids : torch.Tensor or array-like or None, integer, shape [E]
         Reverse edge id of every edge (see `bipartite_reverse_eids`). Required for ``exclude="reverse"``.
+        Checked (`samplers.link_pairs.reverse_vector`, `HeteroLinkSampler`'s rule): edge ``reverse[e]`` is
+        edge ``e`` with its endpoints swapped, and ``reverse[reverse[e]] == e`` (a permutation that is its own
+        inverse), so every edge needs a reverse edge.
     shuffle : bool
         Visit pairs in a fresh random order each epoch.
     drop_last : bool
@@ -186,7 +190,9 @@ class LinkSampler(SeedEdgeSampler[LinkBatch]):
         `samplers.MAX_FANOUT`]; ``seed`` outside [0, 2**64); an unknown ``exclude`` or ``negative``;
         ``exclude`` without ``target_eids`` (or without ``reverse_eids`` for "reverse"); a user whose
         positives cover the whole item range (with ``negative="degree"``: every item of in-degree > 0),
-        so that no negative exists; a ``target_eids`` entry whose edge is not the pair's.
+        so that no negative exists; a ``target_eids`` entry whose edge is not the pair's; a
+        ``reverse_eids`` of another length than E, with an id outside [0, E), an entry whose edge is not
+        the edge reversed, or an edge that is not the reverse of its reverse.
 
     References
     ----------
@@ -239,21 +245,18 @@ class LinkSampler(SeedEdgeSampler[LinkBatch]):
 
         self._target = None
         self._reverse = None
+        edges = edges_by_id(graph) if target_eids is not None or reverse_eids is not None else None
         if target_eids is not None:
             self._target = target_vector(target_eids, u.size, graph.num_edges, f"num_edges={graph.num_edges}")
         if reverse_eids is not None:
-            r = id_vector("reverse_eids", reverse_eids)
-            if r.shape != (graph.num_edges,):
-                raise ValueError(f"reverse_eids must have one entry per edge ([{graph.num_edges}]), "
-                                 f"got [{r.size}]")
-            check_id_range("reverse_eids", r, 0, graph.num_edges, f"num_edges={graph.num_edges}")
-            self._reverse = r
+            self._reverse = reverse_vector(reverse_eids, edges, edges, f"num_edges={graph.num_edges}",
+                                           involution=True)
         if exclude is not None and self._target is None:
             raise ValueError(f"exclude={exclude!r} needs target_eids (the edge id of each pair)")
         if exclude == "reverse" and self._reverse is None:
             raise ValueError("exclude='reverse' needs reverse_eids (e.g. bipartite_reverse_eids(M))")
         if self._target is not None:
-            check_target_edges("target_eids", edges_by_id(graph), u, i, self._target)
+            check_target_edges("target_eids", edges, u, i, self._target)
 
         deg = graph.in_degrees().numpy()[lo:hi] if negative == "degree" else None
         self._set_pairs(u, i, PairNegatives(u, i, n, (lo, hi), negative, deg,

@@ -12,9 +12,9 @@ positive of the source (vectorised rejection against the keys; a source's allowe
 exactly, with the same weights, when rejection keeps failing). The caller owns the random stream and passes
 it in, so one seeded generator orders its epochs and draws its negatives. Over a plain graph the
 destinations are a node-id range (the items of a bipartite graph); over a `HeteroGraph` they are every node
-of the destination type, ``[0, num_nodes[dst_type])``. `target_vector` and `check_target_edges` check the
-target edge ids both samplers take (their other id arrays go through `samplers._checks`' `id_vector` and
-`check_id_range`, the samplers' one reading and range rule of ids).
+of the destination type, ``[0, num_nodes[dst_type])``. `target_vector`, `check_target_edges` and
+`reverse_vector` check the target and reverse edge ids both samplers take (their other id arrays go through
+`samplers._checks`' `id_vector` and `check_id_range`, the samplers' one reading and range rule of ids).
 
 References
 ----------
@@ -39,7 +39,7 @@ from samplers.epochs import epoch_batches, num_batches
 from samplers.protocol import Sampler
 
 __all__ = ["DEGREE_EXPONENT", "EXCLUDE_MODES", "NEGATIVE_MODES", "PairNegatives", "SeedEdgeBatch",
-           "SeedEdgeSampler", "check_target_edges", "target_vector"]
+           "SeedEdgeSampler", "check_target_edges", "reverse_vector", "target_vector"]
 
 BatchT = TypeVar("BatchT")
 """A seed-edge sampler's batch record (`LinkBatch`, `HeteroLinkBatch`)."""
@@ -117,6 +117,64 @@ def check_target_edges(name: str, edges: tuple[np.ndarray, np.ndarray], src: np.
         raise ValueError(f"{name}: {int(bad.sum())} of {target.size} edge ids are not their pair's edge, "
                          f"first pair {j}: edge {int(target[j])} is {int(s[j])}->{int(d[j])}, "
                          f"pair is {int(src[j])}->{int(dst[j])}")
+
+
+def reverse_vector(value, edges: tuple[np.ndarray, np.ndarray], reverse_edges: tuple[np.ndarray, np.ndarray],
+                   what: str, *, involution: bool, of: str = "", name: str = "reverse_eids") -> np.ndarray:
+    """A link sampler's ``reverse_eids``, the id of every seed-relation edge's reverse, checked: the one rule
+    of `LinkSampler` and `HeteroLinkSampler` (DGL's ``exclude="reverse_id"`` / ``"reverse_types"`` maps).
+
+    Parameters
+    ----------
+    value : torch.Tensor or array-like, integer, shape [E]
+        ``reverse[e]`` is the reverse of edge ``e``: an edge id of the graph holding the reverses.
+    edges : (numpy.ndarray, numpy.ndarray), int64 [E] each
+        Source and destination of every edge of the graph (or relation) the seed edges are in
+        (`samplers.protocol.edges_by_id`).
+    reverse_edges : (numpy.ndarray, numpy.ndarray), int64 [E_r] each
+        The same for the graph (or relation) holding the reverses: ``edges`` itself for a plain graph.
+    what : str
+        The reverse ids' bound in words (``"num_edges=1620970"``), for the messages.
+    involution : bool
+        Whether the map is into the seed edges' own graph (a plain graph, or a relation that is its own
+        reverse), so that the reverse of the reverse must be the edge itself.
+    of, name : str
+        Words for the messages: the seed relation (``" of ('user', 'listens', 'artist')"``) and the argument.
+
+    Returns
+    -------
+    numpy.ndarray, int64, shape [E], C-contiguous
+
+    Raises
+    ------
+    TypeError
+        Not integers (`samplers._checks.id_vector`).
+    ValueError
+        Not 1-D or not one id per edge; an id outside ``[0, E_r)``; an edge whose reverse does not join its
+        endpoints swapped (a graph edge without a reverse edge cannot be mapped); with ``involution``, an
+        edge that is not the reverse of its reverse. Each names ``name`` and the first bad edge and value.
+    """
+    r = id_vector(name, value)
+    e = edges[0].shape[0]
+    if r.shape != (e,):
+        raise ValueError(f"{name} must have one entry per edge{of} ([{e}]), got [{r.size}]")
+    check_id_range(name, r, 0, reverse_edges[0].shape[0], what)
+    (s, d), (rs, rd) = edges, (reverse_edges[0][r], reverse_edges[1][r])
+    bad = (rs != d) | (rd != s)
+    if bad.any():
+        j = int(np.argmax(bad))
+        raise ValueError(f"{name}: {int(bad.sum())} of {e} edges{of} have a reverse that is not the edge "
+                         f"reversed, first edge {j} ({int(s[j])}->{int(d[j])}): {name}[{j}]={int(r[j])} is "
+                         f"{int(rs[j])}->{int(rd[j])}, not {int(d[j])}->{int(s[j])}")
+    if involution:
+        bad = r[r] != np.arange(e, dtype=np.int64)
+        if bad.any():
+            j = int(np.argmax(bad))
+            raise ValueError(f"{name} is not its own inverse: {int(bad.sum())} of {e} edges e have "
+                             f"{name}[{name}[e]] != e, first edge {j}: {name}[{j}]={int(r[j])}, "
+                             f"{name}[{int(r[j])}]={int(r[r[j]])} (each edge must be the reverse of its "
+                             f"reverse: a parallel edge needs its own reverse edge)")
+    return r
 
 
 class PairNegatives:

@@ -364,3 +364,52 @@ def test_id_arrays_are_read_by_the_samplers_one_id_rule():
     with pytest.raises(ValueError, match=rf"pair_ids: 1 of 2 ids outside \[0, {users.size}\) "
                                          rf"\(num_pairs={users.size}\), first {users.size}"):
         link.sample([0, users.size])
+
+
+def test_bad_reverse_eids_are_named_with_the_bad_value():
+    """reverse_eids is checked whole (samplers.link_pairs.reverse_vector, HeteroLinkSampler's rule): one id
+    per edge, in range, each the edge reversed, each edge the reverse of its reverse."""
+    users, items = random_interactions(6, 5, 0.4, 2)
+    graph = CSCGraph.bipartite(users, items, 6, 5)
+    ns = NeighborSampler(graph, [2], seed=0)
+    m = users.size
+    e = 2 * m
+    rev = bipartite_reverse_eids(m)
+    u, i = torch.from_numpy(users), torch.from_numpy(items + 6)
+
+    def make(r):
+        return LinkSampler(ns, u, i, exclude="reverse", target_eids=torch.arange(m), reverse_eids=r, seed=0)
+
+    assert torch.equal(torch.from_numpy(make(rev)._reverse), rev)  # the graph's own map passes
+    with pytest.raises(ValueError, match=rf"reverse_eids must have one entry per edge \(\[{e}\]\), got "
+                                         rf"\[{e - 1}\]"):
+        make(rev[:-1])
+    out_of_range = rev.clone()
+    out_of_range[3] = e + 4
+    with pytest.raises(ValueError, match=rf"reverse_eids: 1 of {e} ids outside \[0, {e}\) \(num_edges={e}\), "
+                                         rf"first {e + 4}"):
+        make(out_of_range)
+    not_swapped = rev.clone()
+    not_swapped[0] = m + 1  # edge 0 is user 0 -> its item; edge m + 1 is pair 1 reversed
+    a, b = int(users[0]), int(items[0]) + 6
+    c, d = int(items[1]) + 6, int(users[1])
+    with pytest.raises(ValueError, match=rf"reverse_eids: 1 of {e} edges have a reverse that is not the "
+                                         rf"edge reversed, first edge 0 \({a}->{b}\): reverse_eids\[0\]="
+                                         rf"{m + 1} is {c}->{d}, not {b}->{a}"):
+        make(not_swapped)
+    self_map = torch.arange(e)  # every edge its own reverse: no edge of a bipartite graph is
+    with pytest.raises(ValueError, match=rf"reverse_eids: {e} of {e} edges have a reverse"):
+        make(self_map)
+    with pytest.raises(TypeError, match="reverse_eids must be an integer tensor, got dtype torch.float32"):
+        make(rev.float())
+    with pytest.raises(ValueError, match=r"reverse_eids must be 1-D"):
+        make(rev.reshape(2, -1))
+    # a parallel (duplicated) interaction: both copies may point at one reverse edge, but then that reverse's
+    # reverse is one of them only
+    dup = CSCGraph.bipartite([0, 0], [0, 0], 1, 2)  # edges 0, 1: 0 -> 1; edges 2, 3: 1 -> 0
+    with pytest.raises(ValueError, match=r"reverse_eids is not its own inverse: 2 of 4 edges e have "
+                                         r"reverse_eids\[reverse_eids\[e\]\] != e, first edge 1: "
+                                         r"reverse_eids\[1\]=2, reverse_eids\[2\]=0"):
+        LinkSampler(NeighborSampler(dup, [1]), [0, 0], [1, 1], reverse_eids=[2, 2, 0, 1])
+    ok = LinkSampler(NeighborSampler(dup, [1]), [0, 0], [1, 1], reverse_eids=[2, 3, 0, 1])
+    assert ok._reverse.tolist() == [2, 3, 0, 1]

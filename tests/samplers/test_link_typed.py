@@ -271,7 +271,14 @@ def test_bad_inputs_raise_naming_the_argument_and_value(lastfm):
                                                       r"run from 'artist' to 'user'"),
         (dict(reverse_eids=np.arange(m)), ValueError, "reverse_eids given without reverse_edge_type"),
         (dict(reverse_edge_type=HEARD, target_eids=np.arange(m), reverse_eids=shifted), ValueError,
-         r"reverse_eids: \d+ of \d+ edge ids are not their pair's edge"),
+         rf"reverse_eids: {m} of {m} edges of \('user', 'listens', 'artist'\) have a reverse that is not the "
+         rf"edge reversed, first edge 0 \({users[0]}->{items[0]}\): reverse_eids\[0\]={m - 1} is "
+         rf"{items[-1]}->{users[-1]}, not {items[0]}->{users[0]}"),
+        (dict(reverse_edge_type=HEARD, reverse_eids=shifted), ValueError,  # checked without targets too
+         r"reverse_eids: \d+ of \d+ edges of .* have a reverse that is not the edge reversed"),
+        (dict(reverse_edge_type=HEARD, reverse_eids=np.arange(m) + 1), ValueError,
+         rf"reverse_eids: 1 of {m} ids outside \[0, {m}\) \(num_edges\(\('artist', 'heard_by', "
+         rf"'user'\)\)={m}\), first {m}"),
         (dict(reverse_edge_type=HEARD, reverse_eids=np.arange(3)), ValueError,
          rf"reverse_eids must have one entry per edge of .* \(\[{m}\]\), got \[3\]"),
     ]
@@ -292,6 +299,26 @@ def test_bad_inputs_raise_naming_the_argument_and_value(lastfm):
     tiny = HeteroGraph.from_edges({"u": 2, "a": 2}, {("u", "r", "a"): ([0, 0, 1], [0, 1, 0])})
     with pytest.raises(ValueError, match=r"src: 'u' node 0 has all 2 'a' nodes .* as positives"):
         HeteroLinkSampler(HeteroNeighborSampler(tiny, [1]), ("u", "r", "a"), [0, 0, 1], [0, 1, 0])
+    # a relation that is its own reverse: each edge must be the reverse of its reverse (LinkSampler's rule),
+    # and reverse_eids=None (the same ids) is checked as a given map is
+    f = ("u", "f", "u")
+    sym = HeteroGraph.from_edges({"u": 2}, {f: ([0, 1, 0], [1, 0, 1])})  # edge 2 parallels edge 0
+
+    def own_reverse(r):
+        return HeteroLinkSampler(HeteroNeighborSampler(sym, [1]), f, [0, 1, 0], [1, 0, 1],
+                                 reverse_edge_type=f, reverse_eids=r)
+
+    with pytest.raises(ValueError, match=r"reverse_eids is not its own inverse: 1 of 3 edges e have "
+                                         r"reverse_eids\[reverse_eids\[e\]\] != e, first edge 2: "
+                                         r"reverse_eids\[2\]=1, reverse_eids\[1\]=0"):
+        own_reverse([1, 0, 1])
+    with pytest.raises(ValueError, match=r"reverse_eids \(None: the same edge ids\): 3 of 3 edges of "
+                                         r"\('u', 'f', 'u'\) have a reverse that is not the edge reversed, "
+                                         r"first edge 0 \(0->1\)"):
+        own_reverse(None)
+    with pytest.raises(ValueError, match=r"reverse_eids: 1 of 3 edges of .* first edge 2 \(0->1\): "
+                                         r"reverse_eids\[2\]=2 is 0->1, not 1->0"):
+        own_reverse([1, 0, 2])
     # the loader: features by node type, checked
     with pytest.raises(TypeError, match="features must be a dict node type"):
         LinkLoader(link, features=x["user"])
