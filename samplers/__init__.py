@@ -1,7 +1,13 @@
 """Minibatch and full-graph data for GNN trainers: neighbour sampling into blocks, link sampling."""
 
 from samplers._checks import MAX_BATCH, MAX_FANOUT
-from samplers.batches import HeteroNodeBatch, LoadedHeteroLinkBatch, LoadedLinkBatch, NodeBatch
+from samplers.batches import (
+    HeteroNodeBatch,
+    LoadedHeteroLinkBatch,
+    LoadedLinkBatch,
+    MultiTypeNodeBatch,
+    NodeBatch,
+)
 from samplers.block import Block, Blocks
 from samplers.dgl_sampler import DglSampler  # imports dgl only when one is built
 from samplers.distributed import DistFeatureStore, DistLaborSampler, DistNeighborSampler  # ray: when used
@@ -21,5 +27,5 @@ __all__ = ["MAX_BATCH", "MAX_FANOUT", "Block", "Blocks", "DglSampler", "DistFeat
            "DistNeighborSampler", "FeatureStore", "FullGraph", "HeteroBlock", "HeteroGraph",
            "HeteroLinkBatch", "HeteroLinkSampler", "HeteroNeighborSampler", "HeteroNodeBatch", "LaborSampler",
            "LinkBatch", "LinkLoader", "LinkSampler", "LoadedHeteroLinkBatch", "LoadedLinkBatch",
-           "NeighborLoader", "NeighborSampler", "NodeBatch", "PygSampler", "PygSubgraph", "Sampler",
-           "bipartite_reverse_eids"]
+           "MultiTypeNodeBatch", "NeighborLoader", "NeighborSampler", "NodeBatch", "PygSampler",
+           "PygSubgraph", "Sampler", "bipartite_reverse_eids"]

@@ -1,6 +1,7 @@
 """The loaders' batch records: what `NeighborLoader` and `LinkLoader` deliver.
 
-`NodeBatch` / `HeteroNodeBatch` (node classification, plain and typed) and `LoadedLinkBatch` /
+`NodeBatch` / `HeteroNodeBatch` / `MultiTypeNodeBatch` (node classification: plain, typed with seeds of one
+node type, typed with seeds of several) and `LoadedLinkBatch` /
 `LoadedHeteroLinkBatch` (a link sampler's `LinkBatch` / `HeteroLinkBatch` plus features) each carry their
 blocks, ``input_features`` of ``input_nodes`` (``blocks[0].src_nodes``) in a reusable staging buffer, and
 ``release()``, which gives that buffer back early (`samplers.loader`'s module docstring has the staging
@@ -21,7 +22,7 @@ from samplers.hetero_link import HeteroLinkBatch
 from samplers.link import LinkBatch
 from samplers.prefetch import BatchLease
 
-__all__ = ["HeteroNodeBatch", "LoadedHeteroLinkBatch", "LoadedLinkBatch", "NodeBatch"]
+__all__ = ["HeteroNodeBatch", "LoadedHeteroLinkBatch", "LoadedLinkBatch", "MultiTypeNodeBatch", "NodeBatch"]
 
 
 class _Staged:
@@ -119,6 +120,45 @@ class HeteroNodeBatch(_Staged):
     def batch_size(self) -> int:
         """B."""
         return int(self.seeds.shape[0])
+
+
+@dataclass(eq=False)
+class MultiTypeNodeBatch(_Staged):
+    """One node-classification minibatch of a typed graph with seeds of several node types (DGL's
+    ``DataLoader(g, {"user": u, "artist": a}, sampler)``): `HeteroNodeBatch`'s fields with seeds and labels
+    per type.
+
+    Attributes
+    ----------
+    index : int
+        Position of the batch in its epoch (0, 1, ...).
+    seeds : dict[str, torch.Tensor], int64, shape [B_t] each
+        The batch's seeds of each seed type of the loader (in the loader's ``seed_types`` order; a type the
+        batch has none of maps to an empty tensor), in batch order within a type;
+        ``blocks[-1].dst_nodes[t]``. DGL's ``output_nodes``.
+    blocks : list[HeteroBlock]
+        ``sampler.sample(seeds)``'s, outermost first.
+    input_features : dict[str, torch.Tensor] or None
+        As `HeteroNodeBatch.input_features` (rows of ``input_nodes[t]`` for every featured type, views of
+        reusable staging buffers: valid until the next batch is fetched). None without features.
+    labels : dict[str, torch.Tensor] or None
+        ``labels[t][seeds[t]]`` for every seed type, shape [B_t, ...] (fresh tensors). None without labels.
+    ready : torch.cuda.Event or None
+        As `NodeBatch.ready`.
+    """
+
+    index: int
+    seeds: dict[str, torch.Tensor]
+    blocks: list[HeteroBlock]
+    input_features: dict[str, torch.Tensor] | None = None
+    labels: dict[str, torch.Tensor] | None = None
+    _lease: BatchLease = dataclasses.field(default_factory=BatchLease, repr=False)
+    ready: Any = dataclasses.field(default=None, repr=False)
+
+    @property
+    def batch_size(self) -> int:
+        """B, the seeds of all types (sum of B_t)."""
+        return sum(int(v.shape[0]) for v in self.seeds.values())
 
 
 @dataclass(frozen=True, eq=False)

@@ -1,12 +1,11 @@
 """Minibatch loaders: iteration, batching and prefetch around the samplers (PyG's loader style).
 
-A loader knows how to cut seeds into batches and how to keep the next batches ready; the sampling is
-the samplers' (`NeighborSampler`, `LinkSampler`), the feature gather the `FeatureStore`'s, the batch
-records `samplers.batches`'. Over a `HeteroGraph`, `NeighborLoader` batches seeds of one node type into
-`HeteroNodeBatch` es (typed blocks, features per node type), as PyG's ``NeighborLoader(hetero_data,
-input_nodes=("paper", idx))``, and `LinkLoader` over a `HeteroLinkSampler` gives `LoadedHeteroLinkBatch` es
-(typed link prediction). The batches in flight (the thread, its queue, the leases, the CUDA side stream)
-are `samplers.prefetch`'s.
+A loader cuts seeds into batches and keeps the next batches ready; the sampling is the samplers', the
+feature gather the `FeatureStore`'s, the batch records `samplers.batches`', the seed checks
+`samplers.loader_seeds`'. Over a `HeteroGraph`, `NeighborLoader` gives `HeteroNodeBatch` es for seeds of one
+node type (PyG's ``NeighborLoader(hetero_data, input_nodes=("paper", idx))``) and `MultiTypeNodeBatch` es
+for several (DGL's ``DataLoader(g, {"user": u, "artist": a}, sampler)``); `LinkLoader` over a
+`HeteroLinkSampler` gives `LoadedHeteroLinkBatch` es. The batches in flight are `samplers.prefetch`'s.
 
 Prefetch
 --------
@@ -52,14 +51,21 @@ import numpy as np
 import torch
 
 from graphrl.graph import CSCGraph
-from samplers._checks import MAX_BATCH, check_int, check_open, check_prefetch, check_seed, check_seeds
-from samplers.batches import HeteroNodeBatch, LoadedHeteroLinkBatch, LoadedLinkBatch, NodeBatch
+from samplers._checks import MAX_BATCH, check_int, check_open, check_prefetch, check_seed
+from samplers.batches import (
+    HeteroNodeBatch,
+    LoadedHeteroLinkBatch,
+    LoadedLinkBatch,
+    MultiTypeNodeBatch,
+    NodeBatch,
+)
 from samplers.epochs import epoch_order, num_batches
 from samplers.features import FeatureStore
 from samplers.hetero import HeteroNeighborSampler
 from samplers.hetero_graph import HeteroGraph
 from samplers.hetero_link import HeteroLinkBatch, HeteroLinkSampler
 from samplers.link import LinkBatch, LinkSampler
+from samplers.loader_seeds import group_by_type, loader_seeds
 from samplers.neighbor import NeighborSampler
 from samplers.prefetch import BatchIterator, BatchLease, InFlight
 from samplers.protocol import Sampler, check_blocks, check_sampler, check_typed_blocks
@@ -236,35 +242,6 @@ class _Loader:
 # Node classification
 
 
-def _seed_ids(seeds: Any, n: int, name: str, bound: str) -> np.ndarray:
-    """``seeds`` (int ids in [0, n) or a bool mask [n]) as int64 ids, checked; ``name`` / ``bound`` word the
-    errors (``"seeds"`` / ``"num_nodes"``, or ``"seeds['paper']"`` / ``"num_nodes['paper']"``)."""
-    if isinstance(seeds, torch.Tensor) and seeds.dtype == torch.bool or \
-            isinstance(seeds, np.ndarray) and seeds.dtype == np.bool_:
-        mask = torch.as_tensor(seeds)
-        if tuple(mask.shape) != (n,):
-            raise ValueError(f"{name} as a mask must have shape [{bound}={n}], got {tuple(mask.shape)}")
-        seeds = torch.nonzero(mask).reshape(-1)
-    return check_seeds(seeds, n, name=name, bound=bound)
-
-
-def _typed_seeds(graph: HeteroGraph, seeds: Any) -> tuple[str, Any]:
-    """The node type and the ids (or mask) of typed seeds: ``(type, ids)`` or ``{type: ids}``."""
-    if isinstance(seeds, Mapping):
-        if len(seeds) != 1:
-            raise ValueError(f"seeds must name one node type, got {len(seeds)}: {list(seeds)} (a batch "
-                             f"holds seeds of one type, as PyG's input_nodes=(type, ids))")
-        (t, ids), = seeds.items()
-    elif isinstance(seeds, tuple) and len(seeds) == 2 and isinstance(seeds[0], str):
-        t, ids = seeds
-    else:
-        raise TypeError(f"seeds over a HeteroGraph must be (node type, ids or mask) or {{node type: ids or "
-                        f"mask}}, got {type(seeds).__name__}")
-    if t not in graph.num_nodes:
-        raise ValueError(f"seeds: unknown node type {t!r} (the graph has {graph.node_types})")
-    return t, ids
-
-
 class NeighborLoader(_Loader):
     """Minibatches of seed nodes with their sampled blocks, input features and labels.
 
@@ -283,13 +260,20 @@ class NeighborLoader(_Loader):
     `HeteroNodeBatch`: ``sampler.sample({seed_type: seeds})``'s blocks, the rows of each featured type's
     source nodes of the first block, and the seeds' labels. Order, prefetch and staging are the same.
 
+    Seeds of several node types (DGL's ``DataLoader(g, {"user": idx_u, "artist": idx_a}, sampler)``) are
+    visited as DGL visits them: the types' ids concatenated in the dict's order, shuffled together and cut
+    into batches of ``batch_size`` seeds of any types; each batch is a `MultiTypeNodeBatch` whose seeds are
+    grouped by type (in batch order within a type, every seed type present, empty where the batch has
+    none), its blocks ``sampler.sample(batch.seeds)``'s and its labels a dict by seed type.
+
     Parameters
     ----------
     graph : CSCGraph or HeteroGraph
         The graph to sample from.
     seeds : torch.Tensor or array-like, int64 [M] node ids, or bool [N] mask
         The training nodes. Over a `HeteroGraph`: ``(node_type, ids or mask)`` or ``{node_type: ids or
-        mask}`` with one type (ids within the type, a mask of length ``graph.num_nodes[node_type]``).
+        mask, ...}`` with one or several types (ids within the type, a mask of length
+        ``graph.num_nodes[node_type]``).
     fanouts : sequence of int, mapping Relation -> sequence of int (HeteroGraph), or None
         As for `NeighborSampler` (`HeteroNeighborSampler`), outermost layer first (None when ``sampler``
         is given).
@@ -300,7 +284,8 @@ class NeighborLoader(_Loader):
         `HeteroGraph` a dict by node type, each [num_nodes[t], *row_t]; types left out get no features.
     labels : torch.Tensor, dict str -> torch.Tensor (HeteroGraph), or None
         Per-node labels, [N, ...]; a batch gets ``labels[seeds]``. Over a `HeteroGraph` the seed type's,
-        [num_nodes[seed_type], ...], or a dict by node type holding it (the other types are unused).
+        [num_nodes[seed_type], ...], or a dict by node type holding it (the other types are unused); with
+        seeds of several types a dict holding each seed type's, [num_nodes[t], ...].
     shuffle : bool
         Shuffle the seeds every epoch.
     drop_last : bool
@@ -322,22 +307,28 @@ class NeighborLoader(_Loader):
     sampler : Sampler
         The sampler behind the batches.
     seed_type : str or None
-        The seeds' node type over a `HeteroGraph`; None over a `CSCGraph`.
+        The seeds' node type over a `HeteroGraph`; None over a `CSCGraph` or with several seed types.
+    seed_types : tuple of str
+        The seed node types in the order given (one for one type); ``()`` over a `CSCGraph`.
     seeds : numpy.ndarray, int64, shape [M]
-        The seeds (ids within ``seed_type``).
+        The seeds (ids within their type; with several types, each type's ids one after the other in
+        ``seed_types`` order).
+    seed_type_index : numpy.ndarray, int64, shape [M], or None
+        ``seed_types[seed_type_index[i]]`` is the type of ``seeds[i]`` (over a `HeteroGraph`).
 
     Raises
     ------
     TypeError
         ``graph`` is neither a `CSCGraph` nor a `HeteroGraph`; ``seeds`` is not integer or bool (typed:
         neither a (type, ids) pair nor a dict); ``features`` or ``labels`` of the wrong type (typed: not
-        a dict of stores or tensors); a non-int ``batch_size``, ``prefetch`` or ``seed``; ``sampler`` is
-        not a `Sampler` (over a `CSCGraph`: a sampler of a `HeteroGraph`), or ``batch_size`` is missing;
-        a typed sampler whose blocks are not typed.
+        a dict of stores or tensors; with several seed types, labels not a dict); a non-int
+        ``batch_size``, ``prefetch`` or ``seed``; ``sampler`` is not a `Sampler` (over a `CSCGraph`: a
+        sampler of a `HeteroGraph`), or ``batch_size`` is missing; a typed sampler whose blocks are not
+        typed.
     ValueError
         Seeds outside [0, N) (typed: outside the type's [0, num_nodes[t])) or a mask of another length;
-        typed seeds naming an unknown node type or several types; ``features`` or ``labels`` naming an
-        unknown node type, or with another number of rows than their type's nodes (labels: of the seed
+        typed seeds naming an unknown node type, or none; ``features`` or ``labels`` naming an
+        unknown node type, or with another number of rows than their type's nodes (labels: of each seed
         type, which a dict must hold); ``batch_size`` outside [1, `samplers.MAX_BATCH`]; ``prefetch``
         outside [0, `samplers.MAX_BATCH`]; ``seed`` outside [0, 2**64); bad fanouts (from the default
         sampler); both or neither of ``fanouts`` and ``sampler``; a ``sampler`` of another graph, or with
@@ -359,6 +350,9 @@ class NeighborLoader(_Loader):
     ...                        sampler=LaborSampler(hetero_graph, [10, 10], seed=0),
     ...                        features={"user": x_user, "artist": x_artist}, labels=y_user)
     >>> batch = next(iter(typed))   # HeteroNodeBatch: batch.input_features["artist"], batch.labels
+    >>> mixed = NeighborLoader(hetero_graph, {"user": users, "artist": artists}, [10, 10], batch_size=256,
+    ...                        labels={"user": y_user, "artist": y_artist}, seed=0)
+    >>> batch = next(iter(mixed))   # MultiTypeNodeBatch: batch.seeds["artist"], batch.labels["artist"]
     """
 
     _name = "graphrl-neighbor-loader"
@@ -384,20 +378,9 @@ class NeighborLoader(_Loader):
                                  f"NeighborSampler; build the sampler with it")
         self.batch_size = check_int("batch_size", batch_size, 1, MAX_BATCH)
         check_seed("seed", seed, allow_none=True)
-        if typed:
-            self.seed_type, seeds = _typed_seeds(graph, seeds)
-            n = graph.num_nodes[self.seed_type]
-            self.seeds = _seed_ids(seeds, n, f"seeds[{self.seed_type!r}]", f"num_nodes[{self.seed_type!r}]")
-            labels = self._typed_labels(graph, labels)
-        else:
-            self.seed_type, n = None, graph.num_nodes
-            self.seeds = _seed_ids(seeds, n, "seeds", "num_nodes")
-        if labels is not None:
-            if not isinstance(labels, torch.Tensor):
-                raise TypeError(f"labels must be a torch.Tensor or None, got {type(labels).__name__}")
-            at = "num_nodes" if not typed else f"num_nodes[{self.seed_type!r}]"
-            if labels.dim() < 1 or labels.shape[0] != n:
-                raise ValueError(f"labels must have shape [{at}={n}, ...], got {tuple(labels.shape)}")
+        chosen = loader_seeds(graph, seeds, labels)
+        self.seed_type, self.seed_types = chosen.seed_type, chosen.seed_types
+        self.seeds, self.seed_type_index, labels = chosen.seeds, chosen.type_index, chosen.labels
         self.graph = graph
         self.labels = labels
         self.shuffle = bool(shuffle)
@@ -409,19 +392,7 @@ class NeighborLoader(_Loader):
             sampler = kind(graph, fanouts, replace=replace, seed=self.seed)
         self.sampler = sampler
         self._flight: InFlight | None = None
-        super().__init__(features, prefetch, dict(graph.num_nodes) if typed else n)
-
-    def _typed_labels(self, graph: HeteroGraph, labels: Any) -> Any:
-        """The seed type's labels from a dict by node type (a tensor or None as given)."""
-        if not isinstance(labels, Mapping):
-            return labels
-        for t in labels:
-            if t not in graph.num_nodes:
-                raise ValueError(f"labels: unknown node type {t!r} (the graph has {graph.node_types})")
-        if self.seed_type not in labels:
-            raise ValueError(f"labels has no entry for the seed type {self.seed_type!r} (it has "
-                             f"{list(labels)})")
-        return labels[self.seed_type]
+        super().__init__(features, prefetch, dict(graph.num_nodes) if typed else graph.num_nodes)
 
     @property
     def num_seeds(self) -> int:
@@ -433,9 +404,11 @@ class NeighborLoader(_Loader):
         return num_batches(self.num_seeds, self.batch_size, self.drop_last)
 
     def __iter__(self) -> BatchIterator:
-        """One epoch of `NodeBatch` es (`HeteroNodeBatch` es over a `HeteroGraph`); closes this loader's
-        previous iterator; ValueError once closed."""
+        """One epoch of `NodeBatch` es (`HeteroNodeBatch` es over a `HeteroGraph`, `MultiTypeNodeBatch` es
+        with seeds of several types); closes this loader's previous iterator; ValueError once closed."""
         self.check_open()
+        if self.seed_types and self.seed_type is None:
+            return self._iter_multi()
         order = self.seeds[epoch_order(self._rng, self.num_seeds, self.shuffle)]
         b, t = self.batch_size, self.seed_type
 
@@ -461,6 +434,30 @@ class NeighborLoader(_Loader):
             feats, lease = self._gather_typed(blocks[0].src_nodes)
             return HeteroNodeBatch(index=i, seed_type=t, seeds=blocks[-1].dst_nodes[t], blocks=blocks,
                                    input_features=feats, labels=labels, _lease=lease, ready=ready)
+
+        return self._start(produce, len(self), flight.deliver if flight.stream is not None else None)
+
+    def _iter_multi(self) -> BatchIterator:
+        """`__iter__` with seeds of several types: DGL's order (positions in `seeds`, shuffled together),
+        each batch's seeds grouped by type."""
+        order = epoch_order(self._rng, self.num_seeds, self.shuffle)
+        b, types = self.batch_size, self.seed_types
+        if self._flight is None:
+            self._flight = InFlight.for_sampler(self.sampler)
+        flight = self._flight
+
+        def produce(i: int) -> MultiTypeNodeBatch:
+            seeds = group_by_type(self.seeds, self.seed_type_index, types, order[i * b:(i + 1) * b])
+            with flight.side():
+                blocks = check_typed_blocks(self.sampler, self.sampler.sample(seeds), seeds)
+                ready = flight.mark()
+            labels = None
+            if self.labels is not None:
+                labels = {t: torch.index_select(y, 0, seeds[t].to(y.device)) for t, y in self.labels.items()}
+            feats, lease = self._gather_typed(blocks[0].src_nodes)
+            return MultiTypeNodeBatch(index=i, seeds={t: blocks[-1].dst_nodes[t] for t in types},
+                                      blocks=blocks, input_features=feats, labels=labels, _lease=lease,
+                                      ready=ready)
 
         return self._start(produce, len(self), flight.deliver if flight.stream is not None else None)
 
