@@ -42,7 +42,7 @@ import numpy as np
 
 from graphrl.kernels import parallel_for
 from graphrl.kernels.copies import copy_bytes, zero_bytes
-from graphrl.threads import threads_for
+from graphrl.threads import idle_cores, threads_for
 from replay.chunk_encode import chunk_checksum, stored_raw
 from replay.keys import BACK_BITS, INC_BITS, SHARD_BITS, decode_keys
 
@@ -406,7 +406,7 @@ class ChunkDecode:
     threads : int, optional
         Threads that may decode a field's jobs, the caller included; default (None) the thread
         policy's count for each field's jobs (`graphrl.threads.threads_for`: a thread for every
-        ``chunk_bytes`` of output).
+        ``chunk_bytes`` of output), helpers only on idle cores (`graphrl.threads.idle_cores`).
     chunk_bytes : int
         Output bytes a thread decodes at least: a field's jobs of twice this and more are decoded on
         the thread team (default `DECODE_CHUNK_BYTES`).
@@ -529,8 +529,11 @@ class ChunkDecode:
         total = int(rows.sum()) * rb
         threads = 1
         if total >= 2 * self.chunk_bytes and nj >= 2:
-            threads = (threads_for(total // 4, self.chunk_bytes // 4) if self.threads is None
-                       else self.threads)
+            if self.threads is not None:
+                threads = self.threads
+            else:  # helpers only on idle cores (a busy one slows the caller: graphrl.threads)
+                threads = threads_for(total // 4, self.chunk_bytes // 4)
+                threads = 1 + min(threads - 1, idle_cores(threads)) if threads > 1 else 1
         if threads <= 1:
             dctx = self._dctx() if kind == ZSTD else 0
             return int(decode_jobs(kind, dctx, ring.arena, jobs, nj, ring.chunk, rb, out, False))
