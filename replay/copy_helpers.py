@@ -50,7 +50,7 @@ from graphrl.kernels.copies import address, store_fence
 from graphrl.kernels.prefetch import prefetch_l2_at
 from replay._sync import futex_syscall
 from replay.commit_kernel import P_CAPACITY, P_FIELDS, P_ROW_BYTES, SHARD_WORDS
-from replay.keys import BACK_BITS, INC_BITS, SHARD_BITS
+from replay.keys import key_anchor, key_shard
 from replay.sync_kernels import (
     compare_exchange,
     fetch_add,
@@ -82,8 +82,8 @@ def _copy_keys(plan, keys, dst, lo, hi):  # pragma: no cover - numba
     src = np.empty(nf * n, dtype=np.int64)
     for i in range(n):
         key = keys[lo + i]
-        s = key & ((1 << SHARD_BITS) - 1)
-        c = (key >> (SHARD_BITS + BACK_BITS + INC_BITS)) % capacity
+        s = key_shard(key)
+        c = key_anchor(key) % capacity
         for j in range(nf):
             a = bases[s * stride + j] + c * row_bytes[j]
             src[j * n + i] = a

@@ -30,7 +30,16 @@ import numba as nb
 import numpy as np
 
 from graphrl.kernels.prefetch import prefetch
-from replay.keys import BACK_BITS, INC_BITS, SHARD_BITS
+from replay.keys import (
+    INC_MASK,
+    SHARD_BITS,
+    SHARD_MASK,
+    key_anchor,
+    key_back,
+    key_incarnation,
+    key_shard,
+    pack_key,
+)
 from replay.windows import window_of
 
 __all__ = [
@@ -153,7 +162,6 @@ def window_rows(
     of the rows written.
     """
     steps_total = 0
-    inc_bits = (incarnation % (1 << INC_BITS)) << (SHARD_BITS + BACK_BITS)
     with_keys = o_keys.shape[0] > 0
     k = shard.shape[0]
     rec = np.empty(k, dtype=np.int64)
@@ -176,9 +184,7 @@ def window_rows(
         o_dst[row] = dst
         steps_total += n
         if with_keys:
-            back = anchor - o_first[row]
-            pos_bits = anchor << (SHARD_BITS + BACK_BITS + INC_BITS)
-            o_keys[row] = pos_bits | inc_bits | (back << SHARD_BITS) | s
+            o_keys[row] = pack_key(anchor, anchor - first, incarnation, s)
     return steps_total
 
 
@@ -247,7 +253,7 @@ def sum_levels(wtree, size, nodes, m):  # pragma: no cover - numba
     has more nodes than rows, then every node of the levels above, in order. ``nodes`` int64, each
     ``leaf node << SHARD_BITS | shard`` (the leaf node of slot c is ``size + c``), is not changed."""
     num_shards = wtree.shape[0]
-    low = (1 << SHARD_BITS) - 1
+    low = SHARD_MASK
     level = size >> 1  # the first node of the parents' level, and how many nodes it has
     shift = SHARD_BITS + 1  # a row's node at this level: its leaf node >> (levels up)
     one = wtree[0]
@@ -301,10 +307,10 @@ def key_current(k, floors, ingested, incarnation, prev, restored, restored_at): 
     step stored (``anchor - back >= floors[s]``, ``anchor < ingested[s]``) and its incarnation is
     ``incarnation`` or ``prev`` (the one before, only with ``restored`` and ``anchor <
     restored_at[s]``). The key's shard must be < S (``floors``, ``ingested`` int64 [S])."""
-    s = k & ((1 << SHARD_BITS) - 1)
-    back = (k >> SHARD_BITS) & ((1 << BACK_BITS) - 1)
-    inc = (k >> (SHARD_BITS + BACK_BITS)) & ((1 << INC_BITS) - 1)
-    anchor = k >> (SHARD_BITS + BACK_BITS + INC_BITS)
+    s = key_shard(k)
+    back = key_back(k)
+    inc = key_incarnation(k)
+    anchor = key_anchor(k)
     good = anchor - back >= floors[s] and anchor < ingested[s]
     if good:
         good = inc == incarnation or (restored and inc == prev and anchor < restored_at[s])
@@ -321,7 +327,7 @@ def accept_updates(
     empty: no restore) and its item is live (``state == 1``). Fills the shard and slot of each key;
     every key's shard must be < S. Returns how many are ok."""
     count = 0
-    prev = (incarnation - 1) % (1 << INC_BITS)
+    prev = (incarnation - 1) & INC_MASK
     restored = restored_at.shape[0] > 0
     for i in range(keys.shape[0]):
         s, anchor, good = key_current(keys[i], floors, ingested, incarnation, prev, restored, restored_at)
@@ -341,7 +347,7 @@ def updates_valid(keys, p, num_shards, limit):  # pragma: no cover - numba
     >= 0 and <= ``limit`` (``keys`` int64 [K], ``p`` float64 [K]; ``limit`` from
     `replay.selectors.priority_limit`); the caller's checks name the first bad one."""
     for i in range(keys.shape[0]):
-        if keys[i] < 0 or (keys[i] & ((1 << SHARD_BITS) - 1)) >= num_shards:
+        if keys[i] < 0 or key_shard(keys[i]) >= num_shards:
             return False
         if not (p[i] >= 0.0 and p[i] < np.inf and p[i] <= limit):
             return False
@@ -362,7 +368,7 @@ def write_updates(
         raise ValueError("write_updates: nodes holds fewer than K + S words")
     applied = 0
     top = -1.0
-    prev = (incarnation - 1) % (1 << INC_BITS)
+    prev = (incarnation - 1) & INC_MASK
     restored = restored_at.shape[0] > 0
     base = nodes[keys.shape[0] : keys.shape[0] + ingested.shape[0]]  # each shard's ingested - ingested % C
     for s in range(ingested.shape[0]):

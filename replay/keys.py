@@ -6,6 +6,11 @@ every restore) and the anchor's absolute position in its shard (`POS_BITS`)::
 
     key = anchor << 28 | incarnation << 24 | back << 8 | shard
 
+This module is the layout's one home: `encode_keys` / `decode_keys` / `key_incarnations` for numpy
+arrays, and for compiled code the shifts and masks (`POS_SHIFT`, `INC_SHIFT`, `BACK_SHIFT`,
+`SHARD_MASK`, `BACK_MASK`, `INC_MASK`) with the numba functions `pack_key`, `key_shard`, `key_back`,
+`key_incarnation` and `key_anchor` (inlined where a kernel calls them).
+
 >>> from replay.keys import encode_keys, decode_keys
 >>> shard, anchor, back = decode_keys(encode_keys([1], [1000], [3]))
 
@@ -29,12 +34,17 @@ import os
 from collections.abc import Collection
 from typing import Any
 
+import numba as nb
 import numpy as np
 import torch
 
 __all__ = [
     "BACK_BITS",
+    "BACK_MASK",
+    "BACK_SHIFT",
     "INC_BITS",
+    "INC_MASK",
+    "INC_SHIFT",
     "ISSUER",
     "IssuedKeys",
     "MIXED",
@@ -44,15 +54,22 @@ __all__ = [
     "MAX_SHARDS",
     "MAX_WINDOW",
     "POS_BITS",
+    "POS_SHIFT",
     "ReplayKeys",
     "STALE_GENERATIONS",
     "SHARD_BITS",
+    "SHARD_MASK",
     "decode_keys",
     "encode_keys",
     "issuer_applies",
     "issuer_windows",
+    "key_anchor",
+    "key_back",
+    "key_incarnation",
     "key_incarnations",
+    "key_shard",
     "new_store_id",
+    "pack_key",
     "stamp_keys",
 ]
 
@@ -61,6 +78,41 @@ MAX_SHARDS = 1 << SHARD_BITS
 MAX_WINDOW = 1 << BACK_BITS
 MAX_INCARNATIONS = 1 << INC_BITS
 MAX_POSITION = 1 << POS_BITS  # a shard's positions are 0 .. MAX_POSITION - 1: an anchor fits POS_BITS bits
+# where each part sits: ``(key >> *_SHIFT) & *_MASK`` (the shard at bit 0, the anchor the top bits)
+SHARD_MASK = MAX_SHARDS - 1
+BACK_SHIFT, BACK_MASK = SHARD_BITS, MAX_WINDOW - 1
+INC_SHIFT, INC_MASK = SHARD_BITS + BACK_BITS, MAX_INCARNATIONS - 1
+POS_SHIFT = SHARD_BITS + BACK_BITS + INC_BITS
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def pack_key(anchor, back, incarnation, shard):  # pragma: no cover - numba
+    """One key (int64) in compiled code: `encode_keys` of one window (``incarnation`` mod 16)."""
+    return (anchor << POS_SHIFT) | ((incarnation & INC_MASK) << INC_SHIFT) | (back << BACK_SHIFT) | shard
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def key_shard(key):  # pragma: no cover - numba
+    """A key's shard, in compiled code (`decode_keys`)."""
+    return key & SHARD_MASK
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def key_back(key):  # pragma: no cover - numba
+    """A key's distance from its anchor back to its first real step, in compiled code (`decode_keys`)."""
+    return (key >> BACK_SHIFT) & BACK_MASK
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def key_incarnation(key):  # pragma: no cover - numba
+    """A key's store incarnation (0..15), in compiled code (`key_incarnations`)."""
+    return (key >> INC_SHIFT) & INC_MASK
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def key_anchor(key):  # pragma: no cover - numba
+    """A key's anchor position in its shard, in compiled code (`decode_keys`)."""
+    return key >> POS_SHIFT
 
 
 def encode_keys(
@@ -68,9 +120,9 @@ def encode_keys(
 ) -> np.ndarray:
     """Keys (int64 [B]) of windows: ``anchor << 28 | incarnation << 24 | back << 8 | shard``."""
     return (
-        (np.asarray(anchors, np.int64) << (SHARD_BITS + BACK_BITS + INC_BITS))
-        | np.int64((int(incarnation) % MAX_INCARNATIONS) << (SHARD_BITS + BACK_BITS))
-        | (np.asarray(back, np.int64) << SHARD_BITS)
+        (np.asarray(anchors, np.int64) << POS_SHIFT)
+        | np.int64((int(incarnation) % MAX_INCARNATIONS) << INC_SHIFT)
+        | (np.asarray(back, np.int64) << BACK_SHIFT)
         | np.asarray(shards, np.int64)
     )
 
@@ -78,16 +130,12 @@ def encode_keys(
 def decode_keys(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(shard, anchor position, back)`` of each key (see `encode_keys`; `key_incarnations` for the rest)."""
     keys = np.asarray(keys, dtype=np.int64)
-    return (
-        keys & (MAX_SHARDS - 1),
-        keys >> (SHARD_BITS + BACK_BITS + INC_BITS),
-        (keys >> SHARD_BITS) & (MAX_WINDOW - 1),
-    )
+    return keys & SHARD_MASK, keys >> POS_SHIFT, (keys >> BACK_SHIFT) & BACK_MASK
 
 
 def key_incarnations(keys: np.ndarray) -> np.ndarray:
     """The store incarnation (0..15) each key was drawn in (see `encode_keys`)."""
-    return (np.asarray(keys, dtype=np.int64) >> (SHARD_BITS + BACK_BITS)) & (MAX_INCARNATIONS - 1)
+    return (np.asarray(keys, dtype=np.int64) >> INC_SHIFT) & INC_MASK
 
 
 MAX_LINEAGE = 64  # ancestor store ids a restored store keeps (keys of older ones are refused as foreign)

@@ -46,7 +46,7 @@ from graphrl.threads import idle_cores, threads_for
 from replay.commit_kernel import P_CAPACITY, P_FIELDS, P_ROW_BYTES, P_SHARDS, SHARD_WORDS
 from replay.copy_helpers import MAX_GROUPS, MAX_HELPERS, copy_batch, copy_range, process_helpers
 from replay.draw_kernels import draw_items, importance_weights_into
-from replay.keys import BACK_BITS, INC_BITS, SHARD_BITS
+from replay.keys import pack_key
 from replay.locked_draw import (
     DRAWN,
     EMPTY,
@@ -135,12 +135,11 @@ def _draw_copy(
                 a = bases[shard[i] * stride + j] + slot[i] * rb
                 src[j * k + i] = a
                 prefetch_l2_at(a)
-    inc_bits = (incarnation % (1 << INC_BITS)) << (SHARD_BITS + BACK_BITS)
     for i in range(k):
         s = shard[i]
         c = slot[i]
         anchor = c + capacity * ((written[s] - 1 - c) // capacity)
-        o_keys[i] = (anchor << (SHARD_BITS + BACK_BITS + INC_BITS)) | inc_bits | s
+        o_keys[i] = pack_key(anchor, 0, incarnation, s)
         mask_row(mask, i, 1, 0, 1)
     if copy:
         copy_range(src, k, dst, row_bytes, 0, k)
