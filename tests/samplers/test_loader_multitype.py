@@ -7,6 +7,8 @@ labels per type, prefetch 0 and 2 equal, pickling, and bad input named by argume
 from __future__ import annotations
 
 import pickle
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -166,3 +168,10 @@ def test_bad_multi_type_inputs_raise_naming_the_argument_and_value(lastfm):
         make(labels={"user": y["user"], "artist": y["user"]})
     with pytest.raises(ValueError, match=r"labels: unknown node type 'song'"):
         make(labels={**y, "song": y["user"]})
+
+
+def test_the_readme_typed_example_runs(data_root, monkeypatch):
+    monkeypatch.setenv("GRAPHRL_DATA", str(data_root))
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    (block,) = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "MultiTypeNodeBatch" in b]
+    exec(compile(block, "README.md", "exec"), {})  # asserts the typed seeds and labels of every batch
