@@ -7,7 +7,8 @@ copy that overlaps compute because the source is page-locked.
 
 The staging reuse rule
 ----------------------
-A `StagingPool` of N slots hands out buffers round-robin: slot 0, 1, ..., N-1, 0, ... A slot is
+A `StagingPool` of N slots hands out buffers round-robin: slot 0, 1, ..., N-1, 0, ... (or, with
+``reuse="recent"``, the slot released last, whose lines are still in the caches). A slot is
 handed out again only after its previous holder released it (`StagingBuffer.release` or the end
 of its ``with`` block); it is never reused while held. When all N slots are held, `acquire`
 waits for a release, up to ``timeout`` seconds, then raises ``TimeoutError`` rather than deadlock
@@ -239,11 +240,16 @@ class StagingPool:
         Tiers to try when ``tier`` has no room (see `MemoryManager.allocate`).
     timeout : float or None
         Default seconds `acquire` waits for a free slot; None waits forever.
+    reuse : "round-robin" or "recent"
+        Which free slot `acquire` hands out: the least recently released (round-robin), or the most
+        recently released (its memory still in the caches: for a consumer that releases each buffer
+        before it acquires the next).
 
     Raises
     ------
     ValueError
-        ``slots < 1``, a negative timeout, the disk tier, or what `MemoryManager.allocate` raises.
+        ``slots < 1``, a negative timeout, the disk tier, an unknown ``reuse``, or what
+        `MemoryManager.allocate` raises.
     MemoryBudgetError
         No tier tried has room for ``slots * prod(shape) * itemsize`` bytes.
 
@@ -268,9 +274,12 @@ class StagingPool:
         owner: str = "staging",
         fallback: tuple[Tier | str, ...] = (),
         timeout: float | None = 60.0,
+        reuse: str = "round-robin",
     ) -> None:
         if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
             raise ValueError(f"slots must be an int >= 1, got {slots!r}")
+        if reuse not in ("round-robin", "recent"):
+            raise ValueError(f"reuse must be 'round-robin' or 'recent', got {reuse!r}")
         if timeout is not None and timeout < 0:
             raise ValueError(f"timeout must be >= 0 seconds or None, got {timeout}")
         tiers = [Tier.parse(t) for t in (tier, *fallback)]
@@ -283,6 +292,7 @@ class StagingPool:
         self._base = self._region.tensor()
         self._views = [self._base[i] for i in range(slots)]  # one view per slot, made once
         self._free: deque[int] = deque(range(slots))
+        self._recent = reuse == "recent"  # hand out the free slot released last (right end of _free)
         self._held: set[int] = set()
         self._steps = 0
         self._cond = threading.Condition()
@@ -326,7 +336,8 @@ class StagingPool:
         Returns
         -------
         StagingBuffer
-            The least recently released free slot (round-robin when released in order).
+            The least recently released free slot (round-robin when released in order), or with
+            ``reuse="recent"`` the most recently released one.
 
         Raises
         ------
@@ -348,7 +359,7 @@ class StagingPool:
                     )
                 if self._closed:
                     raise ValueError(f"staging pool {self.owner!r} was closed while waiting")
-            slot = self._free.popleft()
+            slot = self._free.pop() if self._recent else self._free.popleft()
             self._held.add(slot)
             step = self._steps
             self._steps += 1

@@ -300,11 +300,13 @@ def threads_for(work: int, chunk_work: int = SERIAL_WORK) -> int:
     return max(1, min(team_size(), int(work) // max(int(chunk_work), 1)))
 
 
-def idle_cores(cores: int) -> int:
+def idle_cores(cores: int, own: int = 0) -> int:
     """How many of ``cores`` (the cores the caller may use, itself included) have nothing else to run at
     this moment: ``cores`` less the machine's runnable tasks, this thread included (the running
     count of ``/proc/loadavg``, read only when ``os.getloadavg()[0]``, the 1-minute mean, is under
-    twice ``cores``; above it, 0). Where neither can be read: ``cores - 1``.
+    twice ``cores``; above it, 0), plus ``own``: the caller's own threads that count as running there
+    but hold their core for it (copy helpers spinning between batches); at most ``cores - 1``. Where
+    neither can be read: ``cores - 1``.
 
     A helper thread works in parallel only on an idle core; on a busy one it takes the caller's core
     or holds the interpreter lock the caller needs next (docs/performance.md, "Replay for pixel
@@ -317,7 +319,7 @@ def idle_cores(cores: int) -> int:
             running = int(f.read().split()[3].split(b"/")[0])
     except (OSError, ValueError, IndexError):
         return cores - 1
-    return max(0, cores - running)
+    return max(0, min(cores - 1, cores - running + own))
 
 
 @contextmanager

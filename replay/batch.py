@@ -534,6 +534,10 @@ class _ShapePool:
 class BatchStaging:
     """A store's staging pools: one per ``(B, L, device)``, at most a few shapes at a time.
 
+    A host pool hands out the free slot released last (`graphrl.tensors.StagingPool`'s
+    ``reuse="recent"``): a learner that releases each batch before the next sample gets the same slot,
+    whose lines are still in the caches, so the gather writes it without reading it from memory first.
+
     Parameters
     ----------
     spec : TrajectorySpec
@@ -641,6 +645,9 @@ class BatchStaging:
                 fallback=fallback,
                 owner=owner,
                 timeout=self.timeout,
+                # host slots: the slot released last, its lines still in the caches (the gather writes it
+                # without fetching it from memory); a device slot's order does not matter
+                reuse="recent" if target is None else "round-robin",
             )
         placed = pool.region.tensor().device
         if target is not None and placed != target:

@@ -385,6 +385,12 @@ class CopyHelpers:
         self.supported = futex_syscall() is not None
         self._warned = False
 
+    def awake(self) -> int:
+        """Started helpers not asleep on the bell: spinning for the next batch (`_IDLE_SPINS` pauses after
+        the last one) or copying. ``/proc/loadavg`` counts them as running, yet their cores are this
+        process's to use (`graphrl.threads.idle_cores`' ``own``). A racy read: a hint, not a count."""
+        return max(0, len(self.threads) - int(self.ctl[_C_SLEEP]))
+
     def woken(self) -> list[int]:
         """The batches each started helper was woken for (took a wake ticket of), in start order."""
         return [int(self.ctl[_C_COUNTS + 2 * i]) for i in range(len(self.threads))]

@@ -195,7 +195,8 @@ def sample_transitions(
     Notes
     -----
     The copy's threads are chosen before the draw: ``threads_for(bytes / 4, SPLIT_BYTES / 4)`` for a batch
-    of ``2 * SPLIT_BYTES`` and more, helpers only on idle cores (`graphrl.threads.idle_cores`); one thread
+    of ``2 * SPLIT_BYTES`` and more, helpers only on idle cores (`graphrl.threads.idle_cores`, which counts
+    the cores of helpers still spinning after the last batch as idle: `CopyHelpers.awake`); one thread
     (or the helpers busy with another thread's batch) takes the one call (draw and copy). Two and more
     ring the helpers' bell (`replay.copy_helpers.CopyHelpers.ring`) before the draw, so that they wake
     while it runs; one compiled call takes the locks and draws; a second publishes the batch and copies
@@ -210,12 +211,12 @@ def sample_transitions(
     """
     k = o_keys.shape[0]
     threads = 1  # the copy's threads, chosen before the draw: on one, the batch takes the one call
+    helpers, bell = process_helpers(), None
     batch = _batch_bytes(plan, k)
     if batch >= 2 * SPLIT_BYTES:
         threads = threads_for(batch // 4, SPLIT_BYTES // 4)
-        if threads > 1:
-            threads = 1 + min(threads - 1, idle_cores(threads), MAX_HELPERS)
-    helpers, bell = process_helpers(), None
+        if threads > 1:  # helpers still spinning after the last batch run on cores that are ours
+            threads = 1 + min(threads - 1, idle_cores(threads, own=helpers.awake()), MAX_HELPERS)
     job = np.zeros(1, dtype=np.int64)  # 1 while the draw's shard mutexes are held for the copy
     counted = 0
     try:  # from the bell on: a signal's exception is raised as a call returns, held mutexes or not

@@ -102,6 +102,25 @@ def test_staging_round_robin_when_released_in_order(mm):
         assert ptrs[0] == ptrs[3] == ptrs[6] and len(set(ptrs)) == 3  # the same memory, reused
 
 
+def test_staging_reuse_recent_hands_out_the_slot_released_last(mm):
+    with StagingPool(mm, 16, "int64", slots=3, tier="host", owner="o", reuse="recent") as pool:
+        order = []
+        for _ in range(4):
+            with pool.acquire() as buf:
+                order.append(buf.slot)
+        assert order == [2, 2, 2, 2]  # released before the next acquire: the same (cache-warm) slot
+        a, b = pool.acquire(), pool.acquire()
+        assert a.slot != b.slot
+        a.release()
+        c = pool.acquire()
+        assert c.slot == a.slot and c.slot != b.slot  # never a held slot
+        b.release()
+        c.release()
+        assert pool.acquire().slot == c.slot
+    with pytest.raises(ValueError, match="reuse must be 'round-robin' or 'recent', got 'lifo'"):
+        StagingPool(mm, 4, "int64", slots=2, tier="host", reuse="lifo")
+
+
 def test_a_held_slot_is_never_handed_out_again(mm):
     with StagingPool(mm, 32, "float32", slots=2, owner="o") as pool:
         held = pool.acquire()

@@ -55,6 +55,28 @@ def test_staging_is_reused_and_released_on_gc(mm):
     )
 
 
+def test_a_host_batch_gets_the_slot_released_last_and_never_a_held_one(mm):
+    """Host staging hands out the slot released last (its lines still cached); a held slot never."""
+    store = make(mm, staging_slots=3)
+    fill_shards(store, [10])
+    for window in (1, 3):  # transitions (the fused call) and windows
+        first = store.sample(4, window=window)
+        ptr = first["obs"].data_ptr()
+        first.release()
+        for _ in range(3):
+            with store.sample(4, window=window) as b:
+                assert b["obs"].data_ptr() == ptr
+        held = store.sample(4, window=window)
+        other = store.sample(4, window=window)
+        assert other["obs"].data_ptr() != held["obs"].data_ptr()
+        np.testing.assert_array_equal(  # the held batch is intact after the other's gather
+            held["obs"].numpy()[..., 0, 0], held["pos"].numpy() * 10 * held.mask.numpy()
+        )
+        other.release()
+        held.release()
+    store.close()
+
+
 def test_copies_keep_the_staging_slot_until_released(mm):
     store = make(mm, staging_slots=1)
     fill_shards(store, [6])

@@ -111,7 +111,7 @@ def force_split(mp_, group_rows: int = 3) -> None:
     """Every transition batch of 64 KiB and more takes the split copy, its helper allowed (an idle
     core reported); the thread count stays the policy's (`graphrl.threads.threads_for`)."""
     mp_.setattr(tk, "SPLIT_BYTES", 32 << 10)
-    mp_.setattr(tk, "idle_cores", lambda cores: cores - 1)
+    mp_.setattr(tk, "idle_cores", lambda cores, own=0: cores - 1)
     mp_.setattr(tk, "GROUP_BYTES", group_rows * STEP)
 
 
@@ -438,7 +438,7 @@ def owner_samples_until_killed(queue, split: bool) -> None:  # forked: the owner
     store = ReplayStore(SPEC, 2 * 60, 2, seed=1, timeout=10.0)
     write(store, 7, range(20))
     if split:
-        tk.SPLIT_BYTES, tk.idle_cores = 1 << 10, lambda cores: cores - 1
+        tk.SPLIT_BYTES, tk.idle_cores = 1 << 10, lambda cores, own=0: cores - 1
     for i in range(10**6):
         store.sample(300, 1).release() if split else store.sample(60, 8, pad="head").release()
         if i == 0:

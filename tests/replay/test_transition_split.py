@@ -75,7 +75,7 @@ def force_split(monkeypatch, threads: int = 2, group_bytes: int = 3 * 4129) -> N
     """Every batch takes the split path on ``threads`` threads, in groups of three rows."""
     monkeypatch.setattr(tk, "SPLIT_BYTES", 1)
     monkeypatch.setattr(tk, "threads_for", lambda work, chunk_work: threads)
-    monkeypatch.setattr(tk, "idle_cores", lambda cores: cores - 1)
+    monkeypatch.setattr(tk, "idle_cores", lambda cores, own=0: cores - 1)
     monkeypatch.setattr(tk, "GROUP_BYTES", group_bytes)
 
 
@@ -262,9 +262,9 @@ def test_only_batches_of_two_split_bytes_take_the_split_path(monkeypatch):
         monkeypatch.setattr(tk, "threads_for", lambda work, chunk_work: 1)
         store.sample(rows, 1).release()
         monkeypatch.setattr(tk, "threads_for", lambda work, chunk_work: 3)
-        monkeypatch.setattr(tk, "idle_cores", lambda cores: 0)  # no idle core: one thread
+        monkeypatch.setattr(tk, "idle_cores", lambda cores, own=0: 0)  # no idle core: one thread
         store.sample(rows, 1).release()
-        monkeypatch.setattr(tk, "idle_cores", lambda cores: 1)  # helpers only on idle cores
+        monkeypatch.setattr(tk, "idle_cores", lambda cores, own=0: 1)  # helpers only on idle cores
         store.sample(rows, 1).release()
         assert calls == [1]  # one thread: the one call (draw and copy), no helper
         # the first sample ingests the commits first (its draw is called again, the shard locks held)
@@ -329,6 +329,39 @@ def test_a_ring_wakes_only_the_helpers_it_asks_for():
     finally:
         helpers.stop()
     assert helpers.threads == []
+
+
+def test_helpers_spinning_after_a_batch_count_as_awake_until_they_sleep():
+    """`CopyHelpers.awake`: a helper spinning for the next batch is awake (its core is the process's), one
+    asleep on the bell is not."""
+    spinning = ch.CopyHelpers(idle_spins=1 << 62)  # spins between batches until stopped
+    sleeping = ch.CopyHelpers(idle_spins=0)
+    try:
+        assert spinning.awake() == 0 and sleeping.awake() == 0  # none started
+        spinning.close(spinning.ring(2))
+        sleeping.close(sleeping.ring(2))
+        wait_asleep(sleeping, 2)
+        assert sleeping.awake() == 0
+        time.sleep(0.05)
+        assert spinning.ctl[ch._C_SLEEP] == 0 and spinning.awake() == 2
+    finally:
+        spinning.stop()
+        sleeping.stop()
+    assert spinning.awake() == 0 and sleeping.awake() == 0
+
+
+def test_the_split_asks_for_idle_cores_counting_its_awake_helpers(monkeypatch):
+    """`sample_transitions` passes the helpers awake right now as `graphrl.threads.idle_cores`' ``own``:
+    /proc/loadavg counts a helper spinning after the last batch as running, yet its core is the batch's."""
+    asked = []
+    force_split(monkeypatch)
+    monkeypatch.setattr(tk, "idle_cores", lambda cores, own=0: asked.append((cores, own)) or cores - 1)
+    monkeypatch.setattr(ch.CopyHelpers, "awake", lambda self: 7)
+    with MemoryManager() as mm:
+        store = make_store(mm, 1, False)
+        store.sample(64, 1).release()
+        store.close()
+    assert asked and all(a == (2, 7) for a in asked)
 
 
 def test_a_woken_helper_sleeps_while_the_draw_waits_for_a_shard_lock(monkeypatch):
