@@ -209,24 +209,51 @@ class SimulatedPart:
 
 _PARTS_MARK = "=== simulated parts: "
 _PARTS_RUNNER = """
-import contextlib, io, json, linecache, traceback
-_results = {}
-for _name, _code in _PARTS:
-    _file = "<simulated part " + _name + ">"
-    linecache.cache[_file] = (len(_code), None, _code.splitlines(True), _file)  # tracebacks show the lines
-    _out = io.StringIO()
+import contextlib, io, json, linecache, os, traceback
+
+
+def _run_part(name, code):
+    file = "<simulated part " + name + ">"
+    linecache.cache[file] = (len(code), None, code.splitlines(True), file)  # tracebacks show the lines
+    out = io.StringIO()
     try:
-        with contextlib.redirect_stdout(_out):
-            exec(compile(_code, _file, "exec"), {"__name__": "__main__"})
-        _results[_name] = [True, _out.getvalue()]
+        with contextlib.redirect_stdout(out):
+            exec(compile(code, file, "exec"), {"__name__": "__main__"})
+        return [True, out.getvalue()]
     except BaseException:
-        _results[_name] = [False, _out.getvalue() + traceback.format_exc()]
+        return [False, out.getvalue() + traceback.format_exc()]
+
+
+def _run_forked(name, code):  # in a fork child: what the script patches ends with the child
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            with os.fdopen(w, "w") as pipe:
+                pipe.write(json.dumps(_run_part(name, code)))
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as pipe:
+        said = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    if not said:
+        return [False, "the fork child died before it reported: wait status %d" % status]
+    return json.loads(said)
+
+
+_results = {name: _run_part(name, code) for name, code in _PARTS}
+_results.update((name, _run_forked(name, code)) for name, code in _FORKED)
 print(_MARK + json.dumps(_results))
 """
 
 
-def _simulate_parts(scripts: dict[str, str], timeout: float = 600) -> dict[str, SimulatedPart]:
-    header = f"_PARTS = {list(scripts.items())!r}\n_MARK = {_PARTS_MARK!r}\n"
+def _simulate_parts(scripts: dict[str, str], timeout: float = 600,
+                    forked: frozenset[str] = frozenset()) -> dict[str, SimulatedPart]:
+    in_turn = [(name, code) for name, code in scripts.items() if name not in forked]
+    alone = [(name, code) for name, code in scripts.items() if name in forked]
+    header = f"_PARTS = {in_turn!r}\n_FORKED = {alone!r}\n_MARK = {_PARTS_MARK!r}\n"
     proc = _simulate(header + _PARTS_RUNNER, timeout)
     _, mark, tail = proc.stdout.rpartition(_PARTS_MARK)
     if not mark:  # the interpreter died: every part reports its output
@@ -237,11 +264,13 @@ def _simulate_parts(scripts: dict[str, str], timeout: float = 600) -> dict[str, 
 
 @pytest.fixture(scope="session")
 def simulate_parts():
-    """``simulate_parts(scripts, timeout=600)``: run several scripts (a dict, name to source) one after
-    another in one interpreter under numba's CUDA simulator, as `simulate` runs one, each in a namespace of
-    its own (what one patches at module level stays patched for the next: order them so); returns
-    ``{name: SimulatedPart}``. One interpreter pays the imports and numba's cache loads once: a module's
-    simulated tests share it through a module-scoped fixture and each asserts its own part."""
+    """``simulate_parts(scripts, timeout=600, forked=frozenset())``: run several scripts (a dict, name to
+    source) in one interpreter under numba's CUDA simulator, as `simulate` runs one, each in a namespace of
+    its own: first, one after another, those not named in ``forked`` (what one patches at module level stays
+    patched for the next: order them so), then each one named in ``forked`` in a fork child of that
+    interpreter (what it patches ends with the child); returns ``{name: SimulatedPart}``. One interpreter
+    pays the imports and numba's cache loads once: a module's simulated tests share it through a
+    module-scoped fixture and each asserts its own part."""
     return _simulate_parts
 
 
@@ -249,10 +278,10 @@ _BATCH = pytest.StashKey["_SimulatedSession"]()
 
 
 class _SimulatedSession:
-    """The scripts of a session's tests marked ``simulated``, run lazily when the first of them asks: one
-    interpreter runs every script that patches nothing, then (last, so its patches reach no other script)
-    the asking test's script or the first one that patches; each other patching script runs alone when its
-    test asks. Results are kept by test id."""
+    """The scripts of a session's tests marked ``simulated``, run when the first of them asks, in one
+    interpreter: every script that patches nothing one after another, then each script that patches in a
+    fork child of that interpreter (its patches reach no other script; the fork costs no second import of
+    numba, torch and the library). Results are kept by test id."""
 
     def __init__(self, items: list[pytest.Item]) -> None:
         self._marked = [item for item in items if item.get_closest_marker("simulated") is not None]
@@ -267,23 +296,23 @@ class _SimulatedSession:
         pending = [item for item in self._marked if item.nodeid not in self._results]
         if asking not in pending:  # not collected with the session (a test run some other way)
             pending.append(asking)
-        patches = [item for item in pending if item.get_closest_marker("simulated").kwargs.get("patches")]
-        batch = [item for item in pending if item not in patches]
-        batch += [asking] if asking in patches else patches[:1]
-        marks = [item.get_closest_marker("simulated") for item in batch]
+        marks = [item.get_closest_marker("simulated") for item in pending]
         timeout = sum(mark.kwargs.get("timeout", 600) for mark in marks)
-        scripts = {item.nodeid: mark.args[0] for item, mark in zip(batch, marks, strict=True)}
-        self._results.update(_simulate_parts(scripts, timeout))
+        scripts = {item.nodeid: mark.args[0] for item, mark in zip(pending, marks, strict=True)}
+        forked = frozenset(item.nodeid for item, mark in zip(pending, marks, strict=True)
+                           if mark.kwargs.get("patches"))
+        self._results.update(_simulate_parts(scripts, timeout, forked))
 
 
 @pytest.fixture
 def simulated_part(request: pytest.FixtureRequest) -> SimulatedPart:
     """What the test's script did under numba's CUDA simulator (`SimulatedPart`: ``ok``, ``output``), the
     script given by the test's mark ``@pytest.mark.simulated(script, patches=False, timeout=600)``. The
-    session's marked scripts share interpreters (imports and numba's cache loads paid once): each runs in a
-    namespace of its own, but what it patches at module level stays patched, so a script that patches
-    anything (``count_host_copies`` included) says ``patches=True`` and then runs last in its interpreter,
-    the only patching one there. A failing script fails only its own test, with its output and traceback."""
+    session's marked scripts share one interpreter (imports and numba's cache loads paid once): each runs in
+    a namespace of its own, but what it patches at module level would stay patched, so a script that patches
+    anything (``count_host_copies`` included) says ``patches=True`` and then runs in a fork child of that
+    interpreter, after the others. A failing script fails only its own test, with its output and
+    traceback."""
     if request.node.get_closest_marker("simulated") is None:
         raise pytest.UsageError(f"{request.node.nodeid} uses simulated_part without a simulated(script) mark")
     session = request.session

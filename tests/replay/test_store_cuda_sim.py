@@ -206,34 +206,29 @@ RULE = COMMON + textwrap.dedent(
 )
 
 
-@pytest.fixture(scope="module")
-def simulated(simulate_parts):
-    """The three scripts run in one simulated interpreter (it pays the imports once), RULE last: it leaves
-    ``replay.cuda.gather_fields_cuda`` wrapped (STALE restores its own wrapper)."""
-    return simulate_parts({"equal": EQUAL, "stale": STALE, "rule": RULE})
-
-
-def run(simulated, name: str) -> str:
+def run(part) -> str:
     """A script's output, stripped, once it ran to its end."""
-    part = simulated[name]
     assert part.ok, part.output
     return part.output.strip()
 
 
 @pytest.mark.slow
-def test_simulated_gpu_batches_equal_the_cpu_batches_byte_for_byte(simulated):
-    assert run(simulated, "equal").startswith("OK 40")
+@pytest.mark.simulated(EQUAL)
+def test_simulated_gpu_batches_equal_the_cpu_batches_byte_for_byte(simulated_part):
+    assert run(simulated_part).startswith("OK 40")
 
 
 @pytest.mark.slow
-def test_simulated_gpu_gather_redraws_windows_overwritten_during_the_copy(simulated):
-    assert run(simulated, "stale").startswith("OK")
+@pytest.mark.simulated(STALE, patches=True)  # replay.cuda.gather_fields_cuda (restored) and a store's stale
+def test_simulated_gpu_gather_redraws_windows_overwritten_during_the_copy(simulated_part):
+    assert run(simulated_part).startswith("OK")
 
 
-def test_small_gpu_batches_are_gathered_on_the_host_and_copied_up(simulated):
+@pytest.mark.simulated(RULE, patches=True)  # leaves replay.cuda.gather_fields_cuda wrapped
+def test_small_gpu_batches_are_gathered_on_the_host_and_copied_up(simulated_part):
     """`replay.sampler.gathers_on_device`: below ``device_gather_min_bytes`` no kernel is launched and the
     batch (the same bytes) comes from a host slot copied up; from it on, the GPU kernel gathers."""
-    assert run(simulated, "rule").startswith("OK")
+    assert run(simulated_part).startswith("OK")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error raised without CUDA")

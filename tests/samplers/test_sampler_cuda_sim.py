@@ -336,27 +336,20 @@ PTX_SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.fixture(scope="module")
-def simulated(simulate_parts):
-    """The module's three simulated scripts, run in one interpreter (it pays the imports and numba's cache
-    loads once); the stream script last: it patches the simulator's kernel configuration and the launch
-    stream for the rest of the interpreter."""
-    scripts = {"kernels": SIM_SCRIPT, "temporal": TEMPORAL_SIM_SCRIPT, "streams": STREAM_SIM_SCRIPT}
-    return simulate_parts(scripts, timeout=900)
-
-
 @pytest.mark.slow
-def test_cuda_kernels_equal_the_cpu_kernels_under_the_simulator(simulated):
-    part = simulated["kernels"]
+@pytest.mark.simulated(SIM_SCRIPT, timeout=900)
+def test_cuda_kernels_equal_the_cpu_kernels_under_the_simulator(simulated_part):
+    part = simulated_part
     assert part.ok and part.output.strip().endswith("OK"), part.output
 
 
 @pytest.mark.slow
-def test_temporal_cuda_kernels_under_the_simulator(simulated):
+@pytest.mark.simulated(TEMPORAL_SIM_SCRIPT, timeout=900)
+def test_temporal_cuda_kernels_under_the_simulator(simulated_part):
     """Temporal sampling on the (simulated) GPU: test_temporal.py's future-edge leak test, blocks equal to
     the CPU's (weights, exclusions, int and float times), counts of eligible edges, and uniform draws over
     the eligible edges (chi-square)."""
-    part = simulated["temporal"]
+    part = simulated_part
     assert part.ok and part.output.strip().endswith("OK"), part.output
 
 
@@ -544,8 +537,9 @@ STREAM_SIM_SCRIPT = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_kernels_launch_on_graphrl_cuda_launch_stream_under_the_simulator(simulated):
+@pytest.mark.simulated(STREAM_SIM_SCRIPT, patches=True)  # the simulator's kernel configuration, the stream
+def test_kernels_launch_on_graphrl_cuda_launch_stream_under_the_simulator(simulated_part):
     """The stream rule: every kernel of a sample (plan, scan, choose, gather, relabel; uniform, weighted,
     temporal) launches on the stream `graphrl.cuda.launch_stream` gives (torch's current stream)."""
-    part = simulated["streams"]
+    part = simulated_part
     assert part.ok and part.output.strip().split()[0] == "OK", part.output
