@@ -1,11 +1,11 @@
 """Typed graphs on the GPU in one launch per kernel and layer (`samplers.kernels.cuda.typed`), under numba's
 CUDA simulator in a subprocess (the simulator must be chosen before numba.cuda is first imported): the fused
 path's blocks equal the CPU typed sampler's for uniform draws (with and without replacement, exclusions,
-fanout -1, a fanout above the thread-per-row subset) and weighted draws; the launch counter shows one plan,
-one scan and one rows launch per layer (and one warp-rows launch where a relation takes a warp per row)
-whatever the number of relations; the layer loop refuses a concatenated CSC on the CPU or with a relation
-of another mode. (The typed kernels compile to sm_90 PTX in test_sampler_cuda_sim's PTX script, with every
-other sampling kernel.)"""
+fanout -1, a fanout above the thread-per-row limit, with replacement too) and weighted draws; the launch
+counter shows one plan, one scan and one rows launch per layer (and one warp-rows launch where a relation
+takes a warp per row) whatever the number of relations; the layer loop refuses a concatenated CSC on the
+CPU or with a relation of another mode. (The typed kernels compile to sm_90 PTX in test_sampler_cuda_sim's
+PTX script, with every other sampling kernel.)"""
 
 from __future__ import annotations
 
@@ -109,8 +109,15 @@ SIM_SCRIPT = textwrap.dedent(
         rows = cat[csc.row_base[rel]:csc.row_base[rel] + csc.num_rows[rel] + 1]
         assert (rows - csc.edge_base[rel] == graph.indptr[rel].numpy()).all(), rel
         assert (csc.relation_graph(rel).indptr.copy_to_host() == graph.indptr[rel].numpy()).all(), rel
-    # with replacement, every relation fused (follows at 70 too: draws need no subset)
+    # with replacement, every relation fused
     s, own_layers = compare(fan, [mixed], "replace", chains=1, unchained=False, choose=2, replace=True)
+    assert own_layers == 0, own_layers
+    # with replacement at 70, the only relation above the thread-per-row limit in its layer: a warp per row,
+    # as the plain layers (uniform.warp_per_row): one warp-rows launch in that layer (a thread per row
+    # before, 70 draws each; the same draws)
+    fan70 = {CLICKS: [3, 2], BY: [2, 2], FOLLOWS: [2, 70], TAGS: [1, 2]}
+    s, own_layers = compare(fan70, [mixed, item_seeds], "replace 70", chains=1, unchained=False, choose=1,
+                            replace=True)
     assert own_layers == 0, own_layers
     # weighted on two relations (random fanouts, zero weights, exclusions) beside two uniform ones
     s, own_layers = compare({CLICKS: [3, 2], BY: [2, 2], FOLLOWS: [2, 3], TAGS: [1, 2]}, [mixed, item_seeds],

@@ -28,7 +28,7 @@ from samplers.kernels.cuda.launch import EDGE_THREADS, ROW_THREADS, WARP, grid, 
 from samplers.kernels.cuda.plan import plan_masked, plan_rows, plan_rows_weighted, plan_uniform
 from samplers.kernels.cuda.scan import exclusive_scan
 from samplers.kernels.cuda.temporal import choose_masked
-from samplers.kernels.cuda.uniform import THREAD_FANOUT_MAX, choose_uniform, gather, sample_rows, take_all
+from samplers.kernels.cuda.uniform import choose_uniform, gather, sample_rows, take_all, warp_per_row
 from samplers.kernels.cuda.weighted import sample_rows_weighted
 
 if TYPE_CHECKING:
@@ -159,7 +159,7 @@ def sample_edges_bounded(graph: CudaGraph, rows: DeviceRows, fanout: int, replac
         return _masked_edges(graph, rows, fanout, replace, key, weighted, excluded, ws, scratch, degrees)
     if fanout < 0:
         return _all_edges(graph, rows, excluded, ws, scratch, degrees)
-    if not weighted and fanout > THREAD_FANOUT_MAX:
+    if not weighted and warp_per_row(fanout):
         return _warp_edges(graph, rows, fanout, replace, key, excluded, ws, scratch)
     stream = kernel_stream()
     dst, nrow = rows.ids, rows.count

@@ -1,9 +1,10 @@
 """One layer on the GPU: plan, scan, choose and gather (`sample_layer_cuda`), then relabel
 (`sample_block_cuda`, `sample_block_temporal_cuda`). Each picks the kernels of its rows' rule.
 
-Uniform layers with 0 <= fanout <= `THREAD_FANOUT_MAX` run a thread per row in two kernels (count,
-then choose and gather); weighted rows without times a thread per row likewise; other layers a warp per
-row for plan and choose, a thread per edge for the gather. Reading the scan's total back (to size the
+Uniform layers at 0 <= fanout <= `...cuda.uniform.THREAD_FANOUT_MAX` (`...cuda.uniform.warp_per_row`, the
+rule of every layer) run a thread per row in two kernels (count, then choose and gather); weighted rows
+without times a thread per row likewise; other layers a warp per row for plan and choose, a thread per edge
+for the gather. Reading the scan's total back (to size the
 outputs) is a layer's one synchronisation before relabelling. Given a sampler's workspace
 (`samplers.kernels.cuda.workspace`), layers that `samplers.kernels.cuda.bounded.bounded_layer` admits
 skip it: their outputs are sized by an upper bound (``D * fanout``, or at fanout -1 a capacity from the
@@ -41,7 +42,7 @@ from samplers.kernels.cuda.relabel import (
 )
 from samplers.kernels.cuda.scan import exclusive_scan
 from samplers.kernels.cuda.temporal import choose_masked
-from samplers.kernels.cuda.uniform import THREAD_FANOUT_MAX, choose_uniform, gather, sample_rows
+from samplers.kernels.cuda.uniform import choose_uniform, gather, sample_rows, warp_per_row
 from samplers.kernels.cuda.weighted import sample_rows_weighted
 
 __all__ = ["BoundedEdges", "ChainOverflow", "DeviceRows", "PendingBlock", "bounded_layer", "read_blocks",
@@ -254,7 +255,7 @@ def sample_layer_cuda(graph: CudaGraph, dst: Any, fanout: int, replace: bool, ke
                    graph.indices, graph.edge_ids, graph.has_eids, graph.weights, graph.prefix,
                    graph.positive, dst, out_indptr, fanout, replace, key, excl, src, eids, stream=stream)
         return out_indptr, src, eids
-    if not masked and 0 <= fanout <= THREAD_FANOUT_MAX:
+    if not masked and not warp_per_row(fanout):
         # plan, scan, then choose and gather in one pass: a thread per row
         if d_count:
             launch(plan_rows, (grid(d_count, EDGE_THREADS), EDGE_THREADS), graph.indptr, dst,

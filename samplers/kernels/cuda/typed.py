@@ -8,8 +8,9 @@ the weights and their per-row prefix sums. `TypedCsc.relation_graph` is one rela
 over the same memory (its own small indptr), for layers sampled relation by relation. A layer then
 launches ``typed_plan`` (each item's output count) once, scans once, reads each relation's first output
 back in one copy, and launches ``typed_rows`` (choose and gather, a thread per row) once, whatever the
-number of relations, and ``typed_choose`` once where a uniform relation draws without replacement at
-fanout -1 or above `THREAD_FANOUT_MAX` (a warp per row, as the plain layers' ``choose_uniform``); the
+number of relations, and ``typed_choose`` once where a uniform relation takes a warp per row (fanout -1 or
+above the thread-per-row limit, with or without replacement: the plain layers' rule, `...cuda.uniform.
+warp_per_row`); the
 outputs are split per relation into views (the kernels: `...cuda.typed_kernels`). Each item draws with
 its relation's key and its node id, through the per-row device functions of the homogeneous kernels
 (`...cuda.uniform.uniform_row`, `...cuda.uniform.choose_row`, `...cuda.weighted.weighted_row`), so the
@@ -67,7 +68,7 @@ from samplers.kernels.cuda.typed_kernels import (
     typed_plan,
     typed_rows,
 )
-from samplers.kernels.cuda.uniform import THREAD_FANOUT_MAX
+from samplers.kernels.cuda.uniform import warp_per_row
 
 __all__ = ["TypedCsc", "TypedEdges", "TypedRequest", "sample_typed_bounded", "sample_typed_layer",
            "typed_choose", "typed_plan", "typed_rows"]
@@ -233,7 +234,7 @@ class TypedCsc:
     def fits(self, rel, fanout: int, replace: bool) -> bool:
         """Whether relation ``rel`` takes the fused path at ``fanout`` (with ``replace``): every relation
         of the concatenation does, at every fanout (weighted rows a thread per row; uniform rows a thread
-        per row, or a warp per row at fanout -1 and above `THREAD_FANOUT_MAX` without replacement)."""
+        per row, or a warp per row where `samplers.kernels.cuda.uniform.warp_per_row` says so)."""
         return rel in self.weighted
 
     def bounded(self, rel, fanout: int, replace: bool) -> bool:
@@ -359,10 +360,9 @@ def _plan_and_scan(csc: TypedCsc, frontier: Mapping[str, Any], requests: list[Ty
 
 
 def _warp_rows(csc: TypedCsc, req: TypedRequest) -> bool:
-    """Whether ``req``'s rows take a warp each (`WARP_ROWS`): uniform rows without draws at fanout -1 or
-    above `THREAD_FANOUT_MAX`, as the plain layers choose (`samplers.kernels.cuda.layer`)."""
-    draws = req.replace and req.fanout >= 0
-    return not csc.weighted[req.relation] and not draws and not 0 <= req.fanout <= THREAD_FANOUT_MAX
+    """Whether ``req``'s rows take a warp each (`WARP_ROWS`): uniform rows where the plain layers' rule,
+    `samplers.kernels.cuda.uniform.warp_per_row`, says so (weighted rows take a thread each)."""
+    return not csc.weighted[req.relation] and warp_per_row(req.fanout)
 
 
 def _launch_rows(csc: TypedCsc, requests: list[TypedRequest], params: tuple, flat: Any, excluded: Any,

@@ -33,8 +33,8 @@ WEIGHTED = np.int64(1)
 DRAWS = np.int64(2)
 """Item flag: the relation draws with replacement (replace and fanout >= 0)."""
 WARP_ROWS = np.int64(4)
-"""Item flag: a uniform relation without draws at fanout -1 or above `THREAD_FANOUT_MAX`: a warp per row
-(``typed_choose``) instead of a thread (``typed_rows``)."""
+"""Item flag: a uniform relation whose rows take a warp each (``typed_choose``) instead of a thread
+(``typed_rows``): `...cuda.uniform.warp_per_row`, fanout -1 or above `THREAD_FANOUT_MAX`."""
 
 
 @cuda.jit(device=True)

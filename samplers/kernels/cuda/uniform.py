@@ -23,9 +23,19 @@ from samplers.kernels.cuda.rng import GOLDEN, bounded, draw, mix, row_state
 from samplers.kernels.cuda.rows import row_span, upper_bound, virtual_to_real
 
 __all__ = ["THREAD_FANOUT_MAX", "choose_row", "choose_uniform", "gather", "sample_rows", "take_all",
-           "take_position", "uniform_row"]
+           "take_position", "uniform_row", "warp_per_row"]
 
 THREAD_FANOUT_MAX = 64  # uniform layers with 0 <= fanout <= this run one thread per row (`sample_rows`)
+
+
+def warp_per_row(fanout: int) -> bool:
+    """Whether uniform rows at ``fanout`` take a warp each (`choose_uniform`, `choose_row`) rather than a
+    thread each (`sample_rows`, `uniform_row`): at fanout -1 or above `THREAD_FANOUT_MAX`, with or without
+    replacement (a thread keeps Floyd's subset in a local array of `THREAD_FANOUT_MAX` entries; with
+    replacement a row makes ``fanout`` draws, which a warp's lanes share). The one rule of the plain layers
+    (`...cuda.layer`, `...cuda.bounded`; a chain's fanout -1 takes a thread per edge) and the typed ones
+    (`...cuda.typed`); either way the positions are the same, so only the work per thread differs."""
+    return not 0 <= fanout <= THREAD_FANOUT_MAX
 
 
 @cuda.jit(device=True)
