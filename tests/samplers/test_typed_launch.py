@@ -59,15 +59,7 @@ SIM_SCRIPT = textwrap.dedent(
         return own(*args, **kwargs)
     ck.sample_layer_cuda = counted
 
-    def same(want, got, what):
-        assert len(want) == len(got), what
-        for x, y in zip(want, got):
-            for f in ("src_nodes", "dst_nodes", "indptr", "indices", "edge_ids"):
-                dx, dy = getattr(x, f), getattr(y, f)
-                assert dx.keys() == dy.keys(), (what, f)
-                for k in dx:
-                    assert dx[k].dtype == dy[k].dtype, (what, f, k, dx[k].dtype, dy[k].dtype)
-                    assert torch.equal(dx[k], dy[k]), (what, f, k, dx[k], dy[k])
+    from _typed_blocks import same_blocks
 
     def compare(fanouts, calls, what, chains=0, unchained=True, choose=0, **kw):
         cpu_s = HeteroNeighborSampler(graph, fanouts, seed=5, **kw)
@@ -77,7 +69,7 @@ SIM_SCRIPT = textwrap.dedent(
             want = cpu_s.sample(**call)
             copies.clear()
             before = gpu_s.traffic.snapshot()
-            same(want, gpu_s.sample(**call), (what, i))
+            same_blocks(gpu_s.sample(**call), want, (what, i))
             used = gpu_s.traffic.since(before)
             # a chain of layers: their sizes in one read-back (the library's count); an unchained layer reads
             # back four times at least (the fused layer's bounds, each type's relabelling)
@@ -149,7 +141,7 @@ SIM_SCRIPT = textwrap.dedent(
                 copies.clear()
                 want = cpu_s.sample(**call)
                 before = gpu_s.traffic.snapshot()
-                same(want, gpu_s.sample(**call), ("warm", list(kw), i))
+                same_blocks(gpu_s.sample(**call), want, ("warm", list(kw), i))
                 used = gpu_s.traffic.since(before)
                 assert used.readbacks == 1 and used.chain_overflows == 0, (kw, i, used)
                 if i:  # warm: no scratch grown, no host memory registered, no allocation outside the

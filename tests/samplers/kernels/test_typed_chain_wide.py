@@ -13,6 +13,7 @@ import pytest
 
 SIM_SCRIPT = textwrap.dedent(
     """
+    import sys
     import warnings
     import numpy as np
     import torch
@@ -32,21 +33,14 @@ SIM_SCRIPT = textwrap.dedent(
     graph = HeteroGraph.from_edges({"user": U, "item": I}, {CLICKS: (cu, ci), BY: (bi, bu)})
     deg = {rel: np.diff(graph.indptr[rel].numpy()) for rel in (CLICKS, BY)}
 
-    def same(want, got, what):
-        assert len(want) == len(got), what
-        for x, y in zip(want, got):
-            for f in ("src_nodes", "dst_nodes", "indptr", "indices", "edge_ids"):
-                dx, dy = getattr(x, f), getattr(y, f)
-                assert dx.keys() == dy.keys(), (what, f)
-                for k in dx:
-                    assert dx[k].dtype == dy[k].dtype, (what, f, k)
-                    assert torch.equal(dx[k], dy[k]), (what, f, k, dx[k], dy[k])
+    sys.path.insert(0, "tests")
+    from _typed_blocks import same_blocks
 
     def compare(cpu_s, gpu_s, call, what):
         want = cpu_s.sample(**call)
         before = gpu_s.traffic.snapshot()
         got = gpu_s.sample(**call)
-        same(want, got, what)
+        same_blocks(got, want, what)
         return got, gpu_s.traffic.since(before)
 
     # fanout -1 in both layers (the inner one over repeated seeds), cold then warm: one read-back each
