@@ -20,6 +20,10 @@ Rows:
   calls' CPU time (the typical call, where the fastest is the one least disturbed).
 - ``insert episodes``: steps a second written as whole episodes; ``cpu_ratio`` from CPU time.
 
+``--threads`` runs the whole benchmark under `graphrl.threads.limit` (both stores: the raw store's batch copy
+and the compressed store's decode split large batches over that many threads, helpers on idle cores for the
+decode); the default is the thread policy's count. The JSON records the count (``threads``).
+
 ``--lz4-level`` sets `replay.chunk_encode.LZ4_LEVEL` and ``LZ4DICT_LEVEL`` for the run (0: LZ4's fast mode;
 -1, lz4dict only: the aligned parse, `replay.aligned_lz4`, its default), to compare levels; the JSON records
 both (``lz4_level``, ``lz4dict_level``).
@@ -44,6 +48,7 @@ import numpy as np  # noqa: E402
 
 import replay.chunk_encode  # noqa: E402
 from graphrl.memory import MemoryManager  # noqa: E402
+from graphrl.threads import limit, team_size  # noqa: E402
 from replay import ReplayStore, TrajectorySpec  # noqa: E402
 
 sys.path.append(str(HERE))
@@ -111,10 +116,22 @@ def rates(raw: ReplayStore, packed: ReplayStore, b: int, length: int,
 @click.option("--synthetic", is_flag=True, help="Use the generated frames even when ale-py imports.")
 @click.option("--lz4-level", default=None, type=int,
               help="LZ4 HC level (0: fast mode; -1, lz4dict: the aligned parse); default the store's.")
+@click.option("--threads", default=None, type=click.IntRange(1),
+              help="Threads a batch copy or decode may use (default: the thread policy's).")
 @click.option("--output", default=str(RESULTS), show_default=True)
 def main(n_frames: int, game: str, codec: str, chunk: int | None, capacity: int, times: float, episode: int,
-         seconds: float, synthetic: bool, lz4_level: int | None, output: str) -> None:
+         seconds: float, synthetic: bool, lz4_level: int | None, threads: int | None, output: str) -> None:
     """Steps held in the same bytes and sampling speed of a compressed frame field against raw."""
+    if threads is None:
+        run(n_frames, game, codec, chunk, capacity, times, episode, seconds, synthetic, lz4_level, output)
+        return
+    with limit(threads):
+        run(n_frames, game, codec, chunk, capacity, times, episode, seconds, synthetic, lz4_level, output)
+
+
+def run(n_frames: int, game: str, codec: str, chunk: int | None, capacity: int, times: float, episode: int,
+        seconds: float, synthetic: bool, lz4_level: int | None, output: str) -> None:
+    """`main` under the thread count in force."""
     load_before = __import__("os").getloadavg()[0]
     if lz4_level is not None:
         replay.chunk_encode.LZ4_LEVEL = replay.chunk_encode.LZ4DICT_LEVEL = lz4_level
@@ -151,7 +168,7 @@ def main(n_frames: int, game: str, codec: str, chunk: int | None, capacity: int,
         packed.close()
     info = machine(load_before=load_before)
     click.echo(f"frames: {source}, {len(frames)} of 84x84; raw capacity {capacity}, compressed {big} "
-               f"({codec}, chunks of {packed_chunk})")
+               f"({codec}, chunks of {packed_chunk}); threads {team_size()}")
     click.echo(f"{'case':<34} {'metric':<30} {'ours':>10} {'raw':>10} {'ratio':>7} {'cpu':>6} {'cpu med':>7}")
     for r in rows:
         cpu = f"{r['cpu_ratio']:.2f}" if "cpu_ratio" in r else "-"
@@ -160,8 +177,8 @@ def main(n_frames: int, game: str, codec: str, chunk: int | None, capacity: int,
                    f"{r['ratio']:>7.2f} {cpu:>6} {med:>7}")
     click.echo(f"1-min load average {load_before:.2f} before, {info['load_average_1min']:.2f} after")
     write_result("replay_compressed", rows, info, output, frames=source, codec=codec, capacity=capacity,
-                 times=times, chunk=packed_chunk, lz4_level=replay.chunk_encode.LZ4_LEVEL,
-                 lz4dict_level=replay.chunk_encode.LZ4DICT_LEVEL)
+                 times=times, chunk=packed_chunk, threads=team_size(),
+                 lz4_level=replay.chunk_encode.LZ4_LEVEL, lz4dict_level=replay.chunk_encode.LZ4DICT_LEVEL)
 
 
 if __name__ == "__main__":
