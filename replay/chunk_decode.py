@@ -7,7 +7,11 @@ lock is released, `decode_jobs` decompresses the jobs with the codec library's o
 (numcodecs' bundled ``LZ4_decompress_safe`` (``_partial``, ``_usingDict``) and ``ZSTD_decompressDCtx``,
 called from numba: no Python per chunk). A job covering a whole chunk decompresses straight into the
 slot; others go through one scratch chunk, decoded once for consecutive jobs of the same chunk
-("lz4dict" chunks decode each step on its own, straight into the slot). Decoding outside the lock is safe
+("lz4dict" chunks decode each step on its own, straight into the slot). A chunk several windows of the
+batch read is decoded once (`share_jobs`) and copied from the slot for the others (`copy_shared`); a
+field's jobs of twice `DECODE_CHUNK_BYTES` of output and more are split over the process's thread team
+(`graphrl.kernels.parallel_for`, helpers on idle cores), as `replay.batch_kernels.BatchCopy` splits
+the raw rings' copy. Decoding outside the lock is safe
 for the same reason as the raw rings' lock-free copy (docs/architecture.md#replay-composition): a
 chunk's arena bytes are reused only once all its positions are below the shard's floor, and the
 sampler's staleness check afterwards drops every window with a step below it. Bytes reused meanwhile
