@@ -45,8 +45,13 @@ _MAX_WAIT_S = 3600.0  # waits without a timeout re-arm every hour (so no timespe
 _SLICE_S = 1.0  # wait_for re-checks at least this often (a blocked C call delays Python signal handlers)
 
 _libc = ctypes.CDLL(None, use_errno=True)
-for _name in ("pthread_mutex_lock", "pthread_mutex_unlock", "pthread_mutex_consistent"):
+for _name in ("pthread_mutex_lock", "pthread_mutex_timedlock", "pthread_mutex_unlock",
+              "pthread_mutex_consistent"):
     getattr(_libc, _name).restype = ctypes.c_int
+# timed locks: pthread_mutex_clocklock on CLOCK_MONOTONIC (glibc >= 2.30), else timedlock's CLOCK_REALTIME
+_CLOCKLOCK = getattr(_libc, "pthread_mutex_clocklock", None)
+if _CLOCKLOCK is not None:
+    _CLOCKLOCK.restype = ctypes.c_int
 # futex(2): the condition's word; not FUTEX_PRIVATE (the word is shared between processes)
 _FUTEX_NUMBERS = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}  # SYS_futex, little-endian
 
@@ -113,8 +118,30 @@ class SharedMutex:
         call returns, with the mutex taken: it is released again before the exception propagates, since
         no caller learns that it holds it.
         """
+        return bool(self._lock(None))
+
+    def acquire_within(self, timeout: float) -> bool | None:
+        """Lock, waiting at most ``timeout`` seconds: None when it timed out (the mutex not taken), else
+        as `acquire` (True: the previous holder died holding it). The deadline is on ``CLOCK_MONOTONIC``
+        (``pthread_mutex_clocklock``; before glibc 2.30 ``pthread_mutex_timedlock``'s wall clock)."""
+        return self._lock(max(0.0, float(timeout)))
+
+    def _lock(self, timeout: float | None) -> bool | None:
+        """Lock for good (``timeout`` None) or for at most ``timeout`` seconds (None returned: timed out);
+        a dead holder's mutex is made consistent (True)."""
         try:
-            rc = _libc.pthread_mutex_lock(self._ptr)
+            if timeout is None:
+                rc = _libc.pthread_mutex_lock(self._ptr)
+            else:
+                clock = time.CLOCK_MONOTONIC if _CLOCKLOCK is not None else time.CLOCK_REALTIME
+                deadline = time.clock_gettime(clock) + timeout
+                ts = ctypes.byref(_Timespec(int(deadline), int((deadline - math.floor(deadline)) * 1e9)))
+                if _CLOCKLOCK is not None:
+                    rc = _CLOCKLOCK(self._ptr, ctypes.c_int(clock), ts)
+                else:
+                    rc = _libc.pthread_mutex_timedlock(self._ptr, ts)
+                if rc == errno.ETIMEDOUT:
+                    return None
             if rc == errno.EOWNERDEAD:
                 _check(_libc.pthread_mutex_consistent(self._ptr), "pthread_mutex_consistent")
                 self.owner_died += 1

@@ -28,7 +28,7 @@ import numba as nb
 import numpy as np
 
 from graphrl.kernels import copy_bytes, store_fence, stream_bytes_nofence
-from replay.control import CTL_FIXED, GSEQ
+from replay.control import CTL_FIXED, GSEQ, QUIESCE
 from replay.keys import MAX_POSITION
 from replay.rate_limiter import CANCELLED, DELETES, INSERTS, SAMPLES
 from replay.shard_layout import (
@@ -335,11 +335,12 @@ def commit_chunk(
     Returns
     -------
     ``(status, shard, record, overwritten, died, hole_at, hole)``, all int: status `OK`, `BLOCKED`
-    (not admitted or closed: nothing changed), `OVERFLOW` (the shard would reach 2^35 positions,
-    `replay.keys.MAX_POSITION`: the control block took the steps, nothing was written, as the Python
-    path) or `FAILED` (a pthread call failed: its errno in ``overwritten``); ``died`` counts mutexes
-    found with a dead holder, and ``hole`` steps from position ``hole_at`` are the hole a dead
-    writer's commit left (repaired; the items that commit had overwritten are counted as deleted).
+    (not admitted, closed, or a checkpoint holds the writers, `replay.control.QUIESCE`: nothing
+    changed), `OVERFLOW` (the shard would reach 2^35 positions, `replay.keys.MAX_POSITION`: the
+    control block took the steps, nothing was written, as the Python path) or `FAILED` (a pthread
+    call failed: its errno in ``overwritten``); ``died`` counts mutexes found with a dead holder, and
+    ``hole`` steps from position ``hole_at`` are the hole a dead writer's commit left (repaired; the
+    items that commit had overwritten are counted as deleted).
     """
     s_count = plan[P_SHARDS]
     cap = plan[P_CAPACITY]
@@ -353,7 +354,7 @@ def commit_chunk(
         return FAILED, -1, -1, -rc, died, 0, 0
     died += rc
     ins, smp, dels = ctl[INSERTS], ctl[SAMPLES], ctl[DELETES]
-    admitted = ctl[CANCELLED] == 0 and (
+    admitted = ctl[CANCELLED] == 0 and ctl[QUIESCE] == 0 and (  # QUIESCE: a checkpoint holds writers
         ins + 1 - dels <= plan[P_MIN_SIZE] or (ins + 1) * samples_per_insert - smp <= max_diff
     )
     if not admitted:

@@ -1,10 +1,18 @@
-"""Control: a replay store's control block: its mutex and condition, the rate limiter's counters, the
-global commit sequence, writers made, and per shard the steps assigned and the episodes left open.
+"""Control: a replay store's control block: its mutex and condition, the writers' turnstile, the rate
+limiter's counters, the global commit sequence, writers made, and per shard the steps assigned and the
+episodes left open.
 
 One region for the whole store (the shared tier by default, so that actor processes attach it by
 name); `replay.storage.TrajectoryStorage` makes or maps it, and every commit takes its mutex twice
 (admission and shard choice; counts and wake-up: the commit protocol of `replay.storage`), as does the
 rate limiter's wait (`replay.rate_limiter.RateLimiterState` over ``counters`` and ``cond``).
+
+The turnstile lets a checkpoint take the store from writers that commit back to back (a process-shared
+mutex is not fair: a writer that unlocks and locks again wins over a waiter). `Control.hold_writers`
+locks it and raises ``ctl[QUIESCE]`` in one call; a commit that finds ``QUIESCE`` raised at admission
+(under the mutex) takes no lock and waits at the turnstile (`Control.pass_turnstile`) until
+`Control.release_writers`. The turnstile is a robust mutex: if the holder dies, the next writer to
+pass finds its holder dead, lowers ``QUIESCE`` and goes on.
 
 >>> control = Control.create(memory, num_shards)
 >>> with control.cond:
@@ -17,20 +25,37 @@ DeepMind Reverb: a table's rate limiter over insert and sample counts.
 
 from __future__ import annotations
 
+import errno
+import logging
 from typing import Any
 
+import numba as nb
 import numpy as np
 
 from graphrl.memory import MemoryManager, Region
 from replay._sync import SLOT_BYTES, SharedCondition, SharedMutex
 from replay.rate_limiter import CANCELLED, DELETES, INSERTS, SAMPLES
+from replay.sync_kernels import mutex_lock_robust
 
-__all__ = ["CTL_FIXED", "GSEQ", "WRITERS", "Control"]
+__all__ = ["CTL_FIXED", "GSEQ", "QUIESCE", "WRITERS", "Control"]
+
+logger = logging.getLogger(__name__)
 
 # control fields (int64) after the rate limiter's four counters
-GSEQ, WRITERS = 4, 5
+GSEQ, WRITERS, QUIESCE = 4, 5, 6
 CTL_FIXED = 8  # int64 words before the per-shard ``assigned`` and ``open``
-_CTL_OFF = 2 * SLOT_BYTES
+_CTL_OFF = 3 * SLOT_BYTES  # the mutex, the condition, the turnstile
+
+
+@nb.njit(cache=True, nogil=True)
+def _close_turnstile(turnstile, ctl):  # pragma: no cover - numba
+    """Lock the turnstile mutex at address ``turnstile`` and raise ``ctl[QUIESCE]``, in one call (no
+    Python, so no wait for the GIL, between the two): 0, 1 when its holder had died, or -errno (not
+    locked, nothing raised)."""
+    rc = mutex_lock_robust(turnstile)
+    if rc >= 0:
+        ctl[QUIESCE] = 1
+    return rc
 
 
 class Control:
@@ -40,10 +65,14 @@ class Control:
     ----------
     cond : SharedCondition
         Guards everything below; notified on every counter change.
+    turnstile : SharedMutex
+        Held by a checkpoint from before it takes the shard locks until it lets them go
+        (`hold_writers`, `release_writers`); writers pass it while ``ctl[QUIESCE]`` is raised.
     counters : numpy.ndarray, int64 [4]
         The rate limiter's ``[inserts, samples, deletes, cancelled]``.
     ctl : numpy.ndarray, int64 [8 + 2 S]
         ``ctl[GSEQ]`` next global sequence number; ``ctl[WRITERS]`` writers ever made;
+        ``ctl[QUIESCE]`` 1 while the turnstile's holder holds the writers (written by it alone);
         ``assigned`` (steps per shard) and ``open`` (open episodes per shard) follow.
     """
 
@@ -53,6 +82,7 @@ class Control:
         raw = region.numpy()
         self.mutex = SharedMutex(raw[:SLOT_BYTES], create=create)
         self.cond = SharedCondition(raw[SLOT_BYTES : 2 * SLOT_BYTES], self.mutex, create=create)
+        self.turnstile = SharedMutex(raw[2 * SLOT_BYTES : 3 * SLOT_BYTES], create=create)
         self.ctl = raw[_CTL_OFF : _CTL_OFF + 8 * (CTL_FIXED + 2 * num_shards)].view(np.int64)
         self.counters = self.ctl[:4]
         self.assigned = self.ctl[CTL_FIXED : CTL_FIXED + num_shards]
@@ -74,7 +104,7 @@ class Control:
 
     @staticmethod
     def nbytes(num_shards: int) -> int:
-        """Bytes of the control block of a store of ``num_shards`` shards (two sync slots, then
+        """Bytes of the control block of a store of ``num_shards`` shards (three sync slots, then
         ``CTL_FIXED + 2 * num_shards`` int64 words)."""
         return _CTL_OFF + 8 * (CTL_FIXED + 2 * num_shards)
 
@@ -124,6 +154,56 @@ class Control:
         with self.cond:
             self.counters[DELETES] += int(n)
             self.cond.notify_all()
+
+    # -- the writers' turnstile (lock order: turnstile, shard locks, this mutex)
+    def hold_writers(self) -> None:
+        """Lock the turnstile and raise ``ctl[QUIESCE]``: from their next admission on, writers wait at
+        the turnstile (`pass_turnstile`) holding no lock, until `release_writers`. A writer's commit
+        already admitted finishes. Call it holding no shard lock or this mutex.
+
+        Raises
+        ------
+        OSError
+            The lock call failed (nothing held).
+        """
+        rc = _close_turnstile(self.turnstile.pointer.value, self.ctl)
+        if rc < 0:
+            raise OSError(-rc, f"locking the writers' turnstile failed: {errno.errorcode.get(-rc, -rc)}")
+        if rc == 1:
+            self.turnstile.owner_died += 1
+            logger.warning("a process died while holding a replay store's writers; recovering the turnstile")
+
+    def release_writers(self) -> None:
+        """Lower ``ctl[QUIESCE]`` and unlock the turnstile (after `hold_writers`, in the same thread)."""
+        self.ctl[QUIESCE] = 0
+        self.turnstile.release()
+
+    @property
+    def writers_held(self) -> bool:
+        """Whether a checkpoint holds the writers (``ctl[QUIESCE]``; read without the mutex: a hint)."""
+        return bool(self.ctl[QUIESCE])
+
+    def pass_turnstile(self, timeout: float) -> bool:
+        """Wait, holding no lock, until no checkpoint holds the writers: lock and unlock the turnstile.
+
+        Parameters
+        ----------
+        timeout : float
+            Seconds to wait at most.
+
+        Returns
+        -------
+        bool
+            Passed (False: the turnstile stayed held ``timeout`` seconds). A holder that died is
+            recovered: ``ctl[QUIESCE]`` is lowered and the writer passes.
+        """
+        died = self.turnstile.acquire_within(timeout)
+        if died is None:
+            return False
+        if died:
+            self.ctl[QUIESCE] = 0  # its holder is gone, so nothing holds the writers
+        self.turnstile.release()
+        return True
 
     @property
     def closed(self) -> bool:

@@ -7,7 +7,9 @@ to one shard in three steps:
 1. Under the control block's mutex (`replay.control.Control`): wait until the rate limiter admits the insert,
    pick the shard (an episode's later chunks go to the shard of its first; a new episode to the
    shard with the fewest open episodes, then the fewest steps assigned) and take a range of global
-   commit sequence numbers.
+   commit sequence numbers. While a checkpoint holds the writers (``QUIESCE``), the commit instead
+   lets the mutex go and waits at the writers' turnstile (`TrajectoryStorage.await_checkpoint`),
+   holding no lock, then starts over.
 2. Under the shard's mutex (`replay.shard.ShardStorage.commit`): publish ``reserve_pos``, copy the
    chunk into the rings, stamp the slots, extend or create the episode record, publish ``write_pos``.
    A chunk extends its record only if it lands right after it; otherwise it starts a record flagged
@@ -17,6 +19,10 @@ to one shard in three steps:
 A writer's commit runs the three steps as one compiled call (`replay.commit_kernel.commit_chunk`: the
 same locks, through `replay.sync_kernels`) when the rate limiter admits it at once; a commit that must
 wait, and a caller without a writer's `TrajectoryStorage.sources`, run them in Python.
+
+A checkpoint takes the store by `TrajectoryStorage.quiesced`: the turnstile, the shard locks in
+order, the control mutex (the store's lock order). The turnstile keeps writers that commit back to
+back from taking the shard locks again and again while it waits for one (mutexes are not fair).
 
 Steps become visible to samplers at step 2's end. A sampler copies windows without a lock and then
 re-checks the shard's floor under its mutex (`TrajectoryStorage.stale`); both the writer's copy and
@@ -40,7 +46,8 @@ import errno
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +66,8 @@ __all__ = ["GSEQ", "WRITERS", "Control", "Episode", "StorageViews", "StoreHandle
 
 logger = logging.getLogger(__name__)
 SWEEP_EVERY_S = 1.0  # new writers look for episodes left open by dead writer processes at most this often
+_CLOSED = "the replay store was closed; nothing more can be written"
+WAIT_SLICE_S = 1.0  # a writer waiting for a checkpoint checks for a closed store and a dead owner this often
 _pid = os.getpid()  # this process (kept current in forked children): stamped on the records writers open
 
 
@@ -400,6 +409,7 @@ class TrajectoryStorage:
         if owner.active:
             self.check_owner("replay writer", count)
         plan = self.plan
+        ctl = self.control
         if sources is not None and plan is not None and 0 < count <= sources[0] and count <= self.capacity:
             shard, record = (-1, -1) if episode is None else episode
             lim = self.limiter
@@ -416,11 +426,12 @@ class TrajectoryStorage:
             if status == FAILED:
                 what = errno.errorcode.get(overwritten, overwritten)
                 raise OSError(overwritten, f"a replay-store lock call failed: {what}")
-            # BLOCKED: the Python steps below wait for the rate limiter
-        ctl = self.control
+            # BLOCKED: the Python steps below wait (for the rate limiter, or at the writers' turnstile)
         if count == 0:
             if episode is None:
                 return -1, -1
+            if ctl.writers_held:
+                self.await_checkpoint("replay writer", count)
             shard, record = episode
             with self.shards[shard] as sh:
                 sh.commit(buffers, 0, 0, record, end=True)
@@ -429,29 +440,35 @@ class TrajectoryStorage:
                 ctl.cond.notify_all()
             return shard, record
         start = time.monotonic()
-        with ctl.cond:
-            ok = ctl.cond.wait_for(
-                lambda: ctl.closed or owner.gone() or self.limiter.can_insert(ctl.counters), timeout
-            )
-            if ctl.closed:
-                raise ValueError("the replay store was closed; nothing more can be written")
-            if owner.gone(fresh=not ok):  # a timeout asks afresh: the owner's death, not the ratio, to blame
-                waited = time.monotonic() - start
-                self.check_owner(f"replay writer (after {waited:.3g} s of rate-limiter wait)", count)
-            if not ok:
-                raise TimeoutError(
-                    f"insert waited {time.monotonic() - start:.3g} s (timeout={timeout}): "
-                    f"{self.limiter.explain_insert_block(ctl.counters)}; {count} steps stay staged"
+        while True:
+            left = None if timeout is None else max(0.0, start + timeout - time.monotonic())
+            with ctl.cond:
+                ok = ctl.cond.wait_for(
+                    lambda: ctl.closed or owner.gone() or self.limiter.can_insert(ctl.counters), left
                 )
-            if episode is None:
-                shard = ctl.choose_shard(writer_id)
-                if not end:
-                    ctl.open[shard] += 1
-            else:
-                shard = episode[0]
-            ctl.assigned[shard] += count
-            seq_base = int(ctl.ctl[GSEQ])
-            ctl.ctl[GSEQ] += count
+                if ctl.closed:
+                    raise ValueError(_CLOSED)
+                # a timeout asks afresh: the owner's death, not the ratio, to blame
+                if owner.gone(fresh=not ok):
+                    waited = time.monotonic() - start
+                    self.check_owner(f"replay writer (after {waited:.3g} s of rate-limiter wait)", count)
+                if not ok:
+                    raise TimeoutError(
+                        f"insert waited {time.monotonic() - start:.3g} s (timeout={timeout}): "
+                        f"{self.limiter.explain_insert_block(ctl.counters)}; {count} steps stay staged"
+                    )
+                if not ctl.writers_held:
+                    if episode is None:
+                        shard = ctl.choose_shard(writer_id)
+                        if not end:
+                            ctl.open[shard] += 1
+                    else:
+                        shard = episode[0]
+                    ctl.assigned[shard] += count
+                    seq_base = int(ctl.ctl[GSEQ])
+                    ctl.ctl[GSEQ] += count
+                    break
+            self.await_checkpoint("replay writer", count)  # holding no lock
         with self.shards[shard] as sh:
             record, overwritten = sh.commit(
                 buffers, count, seq_base, None if episode is None else episode[1], end, _pid
@@ -463,6 +480,44 @@ class TrajectoryStorage:
                 ctl.open[shard] -= 1
             ctl.cond.notify_all()
         return shard, record
+
+    def await_checkpoint(self, who: str, count: int) -> None:
+        """Wait, holding no lock, while a checkpoint holds the writers (`replay.control.Control.
+        pass_turnstile`, in slices of `WAIT_SLICE_S` seconds so that signals, a closed store and the
+        owner's end are seen): a commit calls it instead of taking a lock while ``control.writers_held``.
+        The wait has no deadline of its own: a checkpoint ends, or its process dies and the turnstile is
+        recovered (a robust mutex).
+
+        Raises
+        ------
+        ValueError
+            The store was closed, or (attached) its owner process has ended while waiting (`check_owner`).
+        """
+        while not self.control.pass_turnstile(WAIT_SLICE_S):
+            if self.store_closed:
+                raise ValueError(_CLOSED)
+            if self.owner.active:
+                self.check_owner(f"{who} (waiting for a checkpoint)", count)
+
+    @contextmanager
+    def quiesced(self) -> Iterator[None]:
+        """Hold the store still for a checkpoint: the writers' turnstile (`replay.control.Control.
+        hold_writers`: writers stop before their next admission, so a writer committing back to back
+        cannot keep the locks from it), then every shard lock in shard order, then the control mutex.
+        Everything is let go in reverse order on exit, whatever raised.
+
+        The lock order of the store is: (a table's lock,) the turnstile, shard locks in index order, the
+        control mutex; a writer waits at the turnstile holding none of them.
+        """
+        ctl = self.control
+        with ExitStack() as held:
+            ctl.hold_writers()
+            held.callback(ctl.release_writers)
+            for sh in self.shards:
+                sh.acquire()
+                held.callback(sh.release)
+            held.enter_context(ctl.cond)
+            yield
 
     def _report_dead_holder(self, shard: int, died: int, hole_at: int, hole: int) -> None:
         """Log what `commit_chunk` found: mutexes whose holder had died, the hole it repaired."""

@@ -519,21 +519,14 @@ class Table:
     # -- checkpoints
     @contextmanager
     def quiesced(self) -> Iterator[None]:
-        """Hold ``lock``, every shard lock and the control block's mutex (writers and samplers wait),
-        with every commit ingested: the state `state_dict` and the parts' ``state_dict()`` then give
-        is one consistent snapshot."""
-        shards = self.storage.shards
-        with self.lock:
-            for sh in shards:
-                sh.acquire()
-            try:
-                with self.storage.control.cond:
-                    for s in range(len(shards)):
-                        self.ingest(s)
-                    yield
-            finally:
-                for sh in reversed(shards):
-                    sh.release()
+        """Hold ``lock`` and the store (`replay.storage.TrajectoryStorage.quiesced`: the writers'
+        turnstile, every shard lock, the control block's mutex; writers and samplers wait), with every
+        commit ingested: the state `state_dict` and the parts' ``state_dict()`` then give is one
+        consistent snapshot."""
+        with self.lock, self.storage.quiesced():
+            for s in range(self.storage.num_shards):
+                self.ingest(s)
+            yield
 
     def state_dict(self) -> dict[str, Any]:
         """Per shard the live items' ``priority``, ``times_sampled`` and ``state`` (row blocks, views),
