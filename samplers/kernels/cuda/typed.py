@@ -8,10 +8,9 @@ the weights and their per-row prefix sums. `TypedCsc.relation_graph` is one rela
 over the same memory (its own small indptr), for layers sampled relation by relation. A layer then
 launches ``typed_plan`` (each item's output count) once, scans once, reads each relation's first output
 back in one copy, and launches ``typed_rows`` (choose and gather, a thread per row) once, whatever the
-number of relations, and ``typed_choose`` once where a uniform relation takes a warp per row (fanout -1 or
-above the thread-per-row limit, with or without replacement: the plain layers' rule, `...cuda.uniform.
-warp_per_row`); the
-outputs are split per relation into views (the kernels: `...cuda.typed_kernels`). Each item draws with
+number of relations, and ``typed_choose`` once where a uniform relation takes a warp per row (the plain
+layers' rule, `...cuda.uniform.warp_per_row`); the outputs are split per relation into views (the kernels:
+`...cuda.typed_kernels`). Each item draws with
 its relation's key and its node id, through the per-row device functions of the homogeneous kernels
 (`...cuda.uniform.uniform_row`, `...cuda.uniform.choose_row`, `...cuda.weighted.weighted_row`), so the
 blocks equal the per-relation launches' and the CPU's. Every uniform and weighted relation (without edge
