@@ -406,9 +406,56 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         proc.wait()
 
 
+_RAY_STARTED = pytest.StashKey[bool]()
+_RAY_LAST = pytest.StashKey[str]()
+
+
+def _uses_ray(item: pytest.Item) -> bool:
+    return "ray_cluster" in getattr(item, "fixturenames", ())
+
+
+def _ray_shutdown(config: pytest.Config) -> None:
+    if config.stash.get(_RAY_STARTED, False):
+        import ray
+
+        ray.shutdown()
+        config.stash[_RAY_STARTED] = False
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(request: pytest.FixtureRequest):
+    """A local Ray cluster of this machine (2 CPUs, namespace ``graphrl_tests``), shared by every test that
+    asks for it (``ray`` is what it gives). Starting one costs seconds (a head process, a raylet, workers
+    importing torch): it starts when the first such test asks and shuts down as soon as the last one is done
+    (`pytest_runtest_teardown`); those tests run last, one after another (`pytest_collection_modifyitems`),
+    so that no other test runs, or forks, beside a Ray driver. Each test still makes (and closes) its own
+    stores, owners and actors. A cluster someone started before the tests is used and left running."""
+    ray = pytest.importorskip("ray", reason="the Ray backends need ray: pip install 'graphrl[ray]'")
+    if not ray.is_initialized():
+        # address="local": a cluster of its own, even where someone runs `ray start --head` on this machine
+        ray.init(address="local", num_cpus=2, namespace="graphrl_tests", include_dashboard=False,
+                 log_to_driver=False, configure_logging=False)
+        request.config.stash[_RAY_STARTED] = True
+    yield ray
+    _ray_shutdown(request.config)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Shut the shared Ray cluster down after the last test that uses it (and its module fixtures' teardown:
+    this runs after pytest's own)."""
+    if _RAY_LAST not in item.config.stash:
+        users = [i.nodeid for i in item.session.items if _uses_ray(i)]
+        item.config.stash[_RAY_LAST] = users[-1] if users else ""
+    if nextitem is None or item.nodeid == item.config.stash[_RAY_LAST]:
+        _ray_shutdown(item.config)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip the tests marked ``gpu`` where torch finds no CUDA, with the reason said once (the count is in
-    pytest's short summary: ``SKIPPED [N] ... no CUDA device``)."""
+    """Run the tests that use the shared Ray cluster (`ray_cluster`) last, in their order, so that one
+    cluster serves them all. Skip the tests marked ``gpu`` where torch finds no CUDA, with the reason said
+    once (the count is in pytest's short summary: ``SKIPPED [N] ... no CUDA device``)."""
+    items[:] = [item for item in items if not _uses_ray(item)] + [item for item in items if _uses_ray(item)]
     gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not gpu_items:
         return

@@ -32,10 +32,12 @@ def _local(tmp_path: Path) -> str:
     return result.output
 
 
-def test_dist_run_prints_the_local_runs_losses_and_accuracy(tmp_path):
+def test_dist_run_prints_the_local_runs_losses_and_accuracy(tmp_path, ray_cluster):
+    # the example joins the session's cluster (as with `--ray-address auto` on a cluster of its own)
+    address = ray_cluster.get_runtime_context().gcs_address
     out = subprocess.run([sys.executable, str(EXAMPLE), *SMALL, "--sampler", "dist", "--folder",
-                          str(tmp_path / "parts")], capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "RAY_DISABLE_USAGE_STATS": "1"})
+                          str(tmp_path / "parts"), "--ray-address", address], capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "RAY_DISABLE_USAGE_STATS": "1"})
     assert out.returncode == 0, out.stderr[-2000:]
     dist, local = out.stdout, _local(tmp_path)
     loss = re.compile(r"loss (\d+\.\d+) -> (\d+\.\d+)")

@@ -1,7 +1,7 @@
 """samplers.distributed on Ray: owners as actors give NeighborSampler's blocks; a killed owner is named
 within a second; an owner restarted from the folder lets sampling go on with no batch lost or short.
 
-One local Ray session serves the whole module (started here unless one is running, shut down after).
+The session's one local Ray cluster (``ray_cluster`` of tests/conftest.py) serves the whole module.
 The same code paths but Ray's run in-process in tests/samplers/test_dist_sampler.py."""
 
 from __future__ import annotations
@@ -26,18 +26,7 @@ N, E = 800, 8000
 
 
 @pytest.fixture(scope="module")
-def session():
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False)
-    yield
-    if started:
-        ray.shutdown()
-
-
-@pytest.fixture(scope="module")
-def setup(session, tmp_path_factory):
+def setup(ray_cluster, tmp_path_factory):
     graph = synthetic_graph(N, E, "powerlaw", seed=3)
     path = tmp_path_factory.mktemp("ray") / "parts"
     write_partitions(graph, path, 2, method="ldg", features=np.arange(N, dtype=np.float32)[:, None])

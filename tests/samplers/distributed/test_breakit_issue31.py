@@ -131,20 +131,7 @@ def test_an_invalid_actor_option_is_raised_at_once_not_retried_as_a_held_name():
 
 
 @pytest.fixture(scope="module")
-def ray_session():
-    """One local Ray session for this module's Ray tests (started here unless one is running)."""
-    ray = pytest.importorskip("ray", reason="the Ray owners need ray: pip install 'graphrl[ray]'")
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address="local", num_cpus=2, namespace="breakit31", include_dashboard=False,
-                 log_to_driver=False, configure_logging=False)
-    yield ray
-    if started:
-        ray.shutdown()
-
-
-@pytest.fixture(scope="module")
-def owner_group(graph, tmp_path_factory, ray_session):
+def owner_group(graph, tmp_path_factory, ray_cluster):
     """``owner_group()``: (folder, the RayOwners group that started two owners of ``graph``'s partitions),
     shared by this module's tests that kill and restart an owner (each starts from live owners; starting a
     group costs seconds): the one started earlier while it is open, else a new one."""
@@ -220,10 +207,10 @@ def _gone(ray, name: str, within_s: float) -> bool:
 
 
 @pytest.mark.slow  # a Ray session, two owner processes and a trainer's
-def test_an_owner_restarted_by_an_attached_trainer_outlives_that_trainer(graph, owner_group, ray_session):
+def test_an_owner_restarted_by_an_attached_trainer_outlives_that_trainer(graph, owner_group, ray_cluster):
     from samplers.distributed import RayOwners
 
-    ray = ray_session
+    ray = ray_cluster
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # _Trainer travels by value
     (folder, first), seeds = owner_group(), torch.arange(0, N, 3)
     name = first.name
@@ -250,10 +237,10 @@ def test_an_owner_restarted_by_an_attached_trainer_outlives_that_trainer(graph, 
 
 
 @pytest.mark.slow  # a Ray session and two owner processes
-def test_a_refused_start_leaves_no_keeper_behind(graph, tmp_path, ray_session):
+def test_a_refused_start_leaves_no_keeper_behind(graph, tmp_path, ray_cluster):
     from samplers.distributed import RayOwners
 
-    ray = ray_session
+    ray = ray_cluster
     write_partitions(graph, tmp_path / "parts", 2, method="ldg")
     folder = str(tmp_path / "parts")
     with pytest.raises(TypeError, match="max_restarts"):  # the keeper starts, then the owners are refused
