@@ -25,7 +25,8 @@ Use::
 
 PyG is imported when the first `PygSampler` is built, never by ``import samplers``.
 Negatives are drawn from the sampler's own seeded generator, not from global RNG state (with node times,
-PyG's rule: a negative's time is <= its link's, redrawn up to 5 times, then the earliest node). Inside a
+PyG's rule: a negative's time is <= its link's, redrawn up to 5 times, then the earliest node; PyG's redraws
+also reject a time equal to the link's, ours keep it, as its first draw does). Inside a
 torch ``DataLoader`` worker (``num_workers > 0``) the draws' seed is the user's seed mixed with the
 worker's ``torch.initial_seed()`` (distinct per worker and per epoch), so workers and epochs differ, as
 PyG's own sampler's do; pass ``generator=torch.Generator().manual_seed(s)`` to the loader for
@@ -100,8 +101,9 @@ class PygSampler(LazyBase):
         ``CSCGraph.from_edges(edge_index[0], edge_index[1], num_nodes)``; for a ``HeteroData``, one on
         ``HeteroGraph.from_edges({type: num_nodes}, {edge_type: (edge_index[0], edge_index[1])})`` (the
         data's node types and edge types; their order need not match, relations are matched by name),
-        so edge j of each edge type is column j (checked edge by edge once, here). Directional forward sampling, neither disjoint nor temporal. Blocks'
-        ``edge_weights`` (a `LaborSampler` with ``importance_sampling`` or ``weights``) come as the
+        so edge j of each edge type is column j (checked edge by edge once, here). Directional forward
+        sampling, neither disjoint nor temporal. Blocks' ``edge_weights`` (a `LaborSampler` with
+        ``importance_sampling`` or ``weights``) come as the
         output's ``edge_weight`` (float32 [nnz] aligned with ``edge``; per edge type for ``HeteroData``;
         None without them); `keep_edge_weight` carries them into a loader's batches as
         ``batch.edge_weight`` aligned with ``e_id``.

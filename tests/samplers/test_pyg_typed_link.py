@@ -171,3 +171,35 @@ def test_typed_labor_behind_link_loader_gives_its_own_blocks(lastfm):
         assert torch.equal(batch[et].edge_weight, direct.edge_weight[et])
         inner = blocks[-1].edge_ids[et]  # hop 1 is the innermost block, whole
         assert torch.equal(batch[et].e_id[:inner.numel()].sort().values, inner.sort().values)
+
+
+@pytest.mark.parametrize("neg", ["binary", "triplet"])
+def test_temporal_sample_from_edges_is_pygs_own_where_no_time_ties(lastfm, neg):
+    """Node-level float times (no two equal, so PyG's retry rule, which also rejects a negative whose time
+    equals its link's, cannot differ from ours, which keeps it): PyG's own edge_sample, disjoint."""
+    _, base = lastfm
+    data = base.clone()
+    gen = torch.Generator().manual_seed(3)
+    for t in data.node_types:
+        data[t].time = torch.rand(data[t].num_nodes, generator=gen, dtype=torch.float64) * 50
+    inputs = links(data, LISTENS, 20)
+    inputs.time = torch.rand(20, generator=gen, dtype=torch.float64) * 50
+    ours = PygSampler(data, [3, 2], seed=5, time_attr="time")
+    twin = PygSampler(data, [3, 2], seed=5, time_attr="time")
+    ours.negatives = torch.Generator().manual_seed(11)
+    got = ours.sample_from_edges(inputs, negative(neg))
+    torch.manual_seed(11)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = pyg.sampler.NeighborSampler(data, [1], time_attr="time")
+    theirs._sample = lambda seed, seed_time=None, **kw: twin.sample_nodes(seed, seed_time)
+    want = theirs.sample_from_edges(inputs, negative(neg))
+    for field in ("node", "row", "col", "edge", "batch", "num_sampled_nodes", "num_sampled_edges"):
+        same(getattr(got, field), getattr(want, field))
+    same(got.metadata, want.metadata)
+    artists = got.node["artist"]  # disjoint: the links' artists, then the negatives, then what they drew
+    amount = NEGATIVES[neg][1]
+    negs = artists[20:20 + 20 * amount]
+    limit = inputs.time.repeat(amount)
+    ok = data["artist"].time[negs] <= limit
+    assert bool((ok | (negs == data["artist"].time.argmin())).all())  # PyG's rule: never later than its link
