@@ -16,7 +16,9 @@ namespace (a container sharing ``/dev/shm`` but not the PID namespace) cannot se
 watch (it learns of the owner's end only through a learner's connection, or a closed store); a pid already
 reused by another process when the watch arms (the owner ended before) counts as gone. The watch arms in
 the process that asks, so a store attached in the owner and inherited by a forked child watches from
-the child.
+the child: each watch registers an ``os.register_at_fork`` hook (through a weak reference: it does not
+keep the watch alive) that, in the child, closes the parent's pidfd copy at once and has the watch
+decide anew at its next question; `OwnerWatch.process` is this process's pid, kept current the same way.
 
 >>> watch = OwnerWatch(handle.owner_pid, handle.owner_identity)       # in the attached process
 >>> if watch.gone():
@@ -25,9 +27,11 @@ the child.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import time
+import weakref
 
 from graphrl.memory.owners import Owner, owner_of, owner_state, pid_namespace
 
@@ -65,6 +69,17 @@ def process_identity(pid: int | None = None) -> str:
     return f"{owner.pidns}@{owner.start}" if owner.pidns and owner.start else ""
 
 
+def _in_forked_child(ref: weakref.ref[OwnerWatch]):
+    """The at-fork hook of the watch ``ref`` names: `OwnerWatch.forked`, if the watch still exists."""
+
+    def hook() -> None:
+        watch = ref()
+        if watch is not None:
+            watch.forked()
+
+    return hook
+
+
 class OwnerWatch:
     """Whether the owner process ``pid`` has ended (see the module docstring).
 
@@ -82,26 +97,36 @@ class OwnerWatch:
         self.known_gone = False  # once True, stays True
         self.next_check = 0.0  # time.monotonic() of the next real check
         self.fd = -1
-        self.armed_in = 0  # the process whose view `watching` holds (0: none yet)
+        self.process = os.getpid()  # this process (a forked child's own: `forked`)
+        self.armed = False  # `watching` is decided in this process (a forked child decides anew)
         self.record = Owner(self.pid, 0, 0)  # the owner as graphrl.memory.owners records it (0: unknown)
         self.watching = False
+        os.register_at_fork(after_in_child=_in_forked_child(weakref.ref(self)))
 
     @property
     def active(self) -> bool:
         """Whether this process watches the owner: another process than the owner, in its PID namespace."""
-        if self.armed_in != os.getpid():
+        if not self.armed:
             self._arm()
         return self.watching
 
+    def forked(self) -> None:
+        """In a forked child, right after the fork (the at-fork hook): close the pidfd copy the child got
+        from its parent (before the child's own code can reuse its number) and decide anew at the next
+        question."""
+        self.process = os.getpid()
+        self.armed = False
+        self.watching = False
+        if self.fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = -1
+
     def _arm(self) -> None:
         """Decide, in this process, whether and how to watch (after a fork: anew, in the child)."""
-        me = os.getpid()
-        self.armed_in = me
+        self.armed = True
         self.watching = False
-        if self.fd >= 0:  # inherited from the parent: this process opens its own
-            os.close(self.fd)
-            self.fd = -1
-        if self.pid <= 0 or self.pid == me or self.known_gone:
+        if self.pid <= 0 or self.pid == self.process or self.known_gone:
             return
         if self.identity:
             namespace, _, started = self.identity.rpartition("@")

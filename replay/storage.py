@@ -68,15 +68,6 @@ logger = logging.getLogger(__name__)
 SWEEP_EVERY_S = 1.0  # new writers look for episodes left open by dead writer processes at most this often
 _CLOSED = "the replay store was closed; nothing more can be written"
 WAIT_SLICE_S = 1.0  # a writer waiting for a checkpoint checks for a closed store and a dead owner this often
-_pid = os.getpid()  # this process (kept current in forked children): stamped on the records writers open
-
-
-def _after_fork() -> None:
-    global _pid
-    _pid = os.getpid()
-
-
-os.register_at_fork(after_in_child=_after_fork)
 
 
 @dataclass(frozen=True)
@@ -155,7 +146,8 @@ class TrajectoryStorage:
         admission is its own; commits take the Python steps).
     owner : replay.owner_watch.OwnerWatch
         The owner process (the one that made the regions), watched in an attached process: `commit`
-        raises `ValueError` once it has ended (`check_owner`).
+        raises `ValueError` once it has ended (`check_owner`). Its ``process`` (this process's pid,
+        a forked child's own) is stamped on the records this process's writers open.
     """
 
     def __init__(
@@ -262,7 +254,7 @@ class TrajectoryStorage:
             if owns:
                 memory.close()
             raise
-        return cls(spec, capacity, control, shards, limiter, memory, owns, chunk_steps, timeout, _pid,
+        return cls(spec, capacity, control, shards, limiter, memory, owns, chunk_steps, timeout, os.getpid(),
                    process_identity())
 
     @classmethod
@@ -415,7 +407,7 @@ class TrajectoryStorage:
             lim = self.limiter
             status, shard, record, overwritten, died, hole_at, hole = commit_chunk(
                 plan, sources, count, shard, record, end, writer_id, lim.samples_per_insert, lim.max_diff,
-                _pid,
+                owner.process,
             )
             if died:
                 self._report_dead_holder(shard, died, hole_at, hole)
@@ -471,7 +463,7 @@ class TrajectoryStorage:
             self.await_checkpoint("replay writer", count)  # holding no lock
         with self.shards[shard] as sh:
             record, overwritten = sh.commit(
-                buffers, count, seq_base, None if episode is None else episode[1], end, _pid
+                buffers, count, seq_base, None if episode is None else episode[1], end, owner.process
             )
         with ctl.cond:
             ctl.counters[INSERTS] += count
