@@ -24,6 +24,7 @@ from samplers._checks import check_id_range, id_vector
 from samplers.hetero_block import HeteroBlock
 from samplers.hetero_graph import HeteroGraph, Relation
 from samplers.link_pairs import (
+    BatchEnds,
     PairNegatives,
     SeedEdgeBatch,
     SeedEdgeSampler,
@@ -285,28 +286,30 @@ class HeteroLinkSampler(_RelationEnds, SeedEdgeSampler[HeteroLinkBatch]):
         """The relation edge ids a batch excludes (None without ``exclude``)."""
         if self.exclude is None:
             return None
-        t = self._target[ids]
-        out = {self.edge_type: t}
-        if self.exclude == "reverse":
-            rev = self._reverse[t]
-            out[self.reverse_edge_type] = np.concatenate([out[self.reverse_edge_type], rev]) \
-                if self.reverse_edge_type in out else rev
-        return {r: torch.from_numpy(v) for r, v in out.items()}
+        reverse = self.exclude == "reverse"
+        b = ids.size
+        t = np.empty(2 * b if reverse else b, dtype=np.int64)  # targets, then their reverses
+        np.take(self._target, ids, out=t[:b], mode="clip")  # checked ids: "clip" only skips a buffer
+        if not reverse:
+            return {self.edge_type: torch.from_numpy(t)}
+        np.take(self._reverse, t[:b], out=t[b:], mode="clip")
+        if self.reverse_edge_type == self.edge_type:  # one relation: targets and reverses in one tensor
+            return {self.edge_type: torch.from_numpy(t)}
+        return {self.edge_type: torch.from_numpy(t[:b]), self.reverse_edge_type: torch.from_numpy(t[b:])}
 
-    def _batch(self, ids: np.ndarray, src: np.ndarray, dst: np.ndarray, neg: np.ndarray) -> HeteroLinkBatch:
-        """The `HeteroLinkBatch` of pairs ``ids``: unique seeds per node type, their typed blocks (the
-        targets, and their reverses, excluded as set up), positions in the seeds."""
-        b, k = neg.shape
-        users_t, pos_t, neg_t = torch.from_numpy(src), torch.from_numpy(dst), torch.from_numpy(neg)
+    def _batch(self, ids: np.ndarray, ends: BatchEnds) -> HeteroLinkBatch:
+        """The `HeteroLinkBatch` of pairs ``ids``: unique seeds per node type (one `torch.unique` of
+        ``ends.every`` where both ends are one type, else of the sources and of the destinations), their
+        typed blocks (the targets, and their reverses, excluded as set up), positions in the seeds."""
+        b, k = ends.batch_size, ends.num_negatives
         s_type, d_type = self.src_type, self.dst_type
         if s_type == d_type:
-            every = torch.cat([users_t, pos_t, neg_t.reshape(-1)])
-            merged, inverse = torch.unique(every, return_inverse=True)
+            merged, inverse = torch.unique(ends.every, return_inverse=True)
             seeds = {s_type: merged}
             user_index, dst_index = inverse[:b], inverse[b:]
         else:
-            src_seeds, user_index = torch.unique(users_t, return_inverse=True)
-            dst_seeds, dst_index = torch.unique(torch.cat([pos_t, neg_t.reshape(-1)]), return_inverse=True)
+            src_seeds, user_index = torch.unique(ends.src, return_inverse=True)
+            dst_seeds, dst_index = torch.unique(ends.destinations, return_inverse=True)
             seeds = {s_type: src_seeds, d_type: dst_seeds}
         excluded = self._excluded(ids)
         if excluded is None:
@@ -314,7 +317,7 @@ class HeteroLinkSampler(_RelationEnds, SeedEdgeSampler[HeteroLinkBatch]):
         else:
             blocks = self.sampler.sample(seeds, exclude_eids=excluded)
         check_typed_blocks(self.sampler, blocks, seeds)  # the index tensors are positions in ``seeds``
-        return HeteroLinkBatch(edge_type=self.edge_type, users=users_t, pos_items=pos_t, neg_items=neg_t,
-                               blocks=blocks, user_index=user_index, pos_index=dst_index[:b],
-                               neg_index=dst_index[b:].reshape(b, k), pair_ids=torch.from_numpy(ids),
-                               excluded_eids=excluded)
+        return HeteroLinkBatch(edge_type=self.edge_type, users=ends.src, pos_items=ends.dst,
+                               neg_items=ends.neg, blocks=blocks, user_index=user_index,
+                               pos_index=dst_index[:b], neg_index=dst_index[b:].reshape(b, k),
+                               pair_ids=torch.from_numpy(ids), excluded_eids=excluded)

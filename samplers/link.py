@@ -22,6 +22,7 @@ from samplers._checks import check_id_range, id_vector
 from samplers.block import Block
 from samplers.link_pairs import (
     DEGREE_EXPONENT,
+    BatchEnds,
     PairNegatives,
     SeedEdgeBatch,
     SeedEdgeSampler,
@@ -65,6 +66,9 @@ def bipartite_reverse_eids(num_interactions: int) -> torch.Tensor:
 @dataclass(frozen=True, eq=False)
 class LinkBatch(SeedEdgeBatch):
     """One BPR minibatch: B positive (user, item) pairs, k negatives each, and the blocks of their nodes.
+
+    ``users``, ``pos_items`` and ``neg_items`` are views of one int64 buffer (`samplers.link_pairs.BatchEnds`,
+    whose unique is ``seeds``); pickling or sharing one of them carries the whole [B * (2 + k)] buffer.
 
     Attributes
     ----------
@@ -262,23 +266,25 @@ class LinkSampler(SeedEdgeSampler[LinkBatch]):
         self._set_pairs(u, i, PairNegatives(u, i, n, (lo, hi), negative, deg,
                                             dst_where=f"of item_range=({lo}, {hi})"), n, f"num_nodes={n}")
 
-    def _batch(self, ids: np.ndarray, src: np.ndarray, dst: np.ndarray, neg: np.ndarray) -> LinkBatch:
-        """The `LinkBatch` of pairs ``ids``: unique seeds of users, positives and negatives, their blocks
-        (the targets, and their reverses, excluded as set up), positions in the seeds."""
-        b, k = neg.shape
-        users_t, pos_t, neg_t = torch.from_numpy(src), torch.from_numpy(dst), torch.from_numpy(neg)
-        seeds, inverse = torch.unique(torch.cat([users_t, pos_t, neg_t.reshape(-1)]), return_inverse=True)
+    def _batch(self, ids: np.ndarray, ends: BatchEnds) -> LinkBatch:
+        """The `LinkBatch` of pairs ``ids``: unique seeds of users, positives and negatives (one
+        `torch.unique` of ``ends.every``), their blocks (the targets, and their reverses, excluded as set
+        up), positions in the seeds."""
+        b, k = ends.batch_size, ends.num_negatives
+        seeds, inverse = torch.unique(ends.every, return_inverse=True)
         excluded = None
         if self.exclude is not None:
-            t = self._target[ids]
+            b_t = b if self.exclude == "self" else 2 * b
+            t = np.empty(b_t, dtype=np.int64)  # targets, then their reverses
+            np.take(self._target, ids, out=t[:b], mode="clip")  # checked ids: "clip" only skips a buffer
             if self.exclude == "reverse":
-                t = np.concatenate([t, self._reverse[t]])
+                np.take(self._reverse, t[:b], out=t[b:], mode="clip")
             excluded = torch.from_numpy(t)
             blocks = self.sampler.sample(seeds, exclude_eids=excluded)
         else:
             blocks = self.sampler.sample(seeds)
         check_blocks(self.sampler, blocks, seeds)  # the index tensors are positions in ``seeds``
-        return LinkBatch(users=users_t, pos_items=pos_t, neg_items=neg_t, blocks=blocks,
+        return LinkBatch(users=ends.src, pos_items=ends.dst, neg_items=ends.neg, blocks=blocks,
                          user_index=inverse[:b], pos_index=inverse[b:2 * b],
                          neg_index=inverse[2 * b:].reshape(b, k), pair_ids=torch.from_numpy(ids),
                          excluded_eids=excluded)

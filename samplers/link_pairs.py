@@ -29,6 +29,7 @@ import secrets
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 import numpy as np
@@ -38,8 +39,8 @@ from samplers._checks import MAX_BATCH, MAX_FANOUT, check_id_range, check_int, c
 from samplers.epochs import epoch_batches, num_batches
 from samplers.protocol import Sampler
 
-__all__ = ["DEGREE_EXPONENT", "EXCLUDE_MODES", "NEGATIVE_MODES", "PairNegatives", "SeedEdgeBatch",
-           "SeedEdgeSampler", "check_target_edges", "reverse_vector", "target_vector"]
+__all__ = ["DEGREE_EXPONENT", "EXCLUDE_MODES", "NEGATIVE_MODES", "BatchEnds", "PairNegatives",
+           "SeedEdgeBatch", "SeedEdgeSampler", "check_target_edges", "reverse_vector", "target_vector"]
 
 BatchT = TypeVar("BatchT")
 """A seed-edge sampler's batch record (`LinkBatch`, `HeteroLinkBatch`)."""
@@ -258,7 +259,8 @@ class PairNegatives:
         idx = np.searchsorted(self._cdf, x, side="right")  # first destination whose cdf exceeds x
         return lo + np.minimum(idx, self._cdf.size - 1)
 
-    def draw(self, rng: np.random.Generator, src: np.ndarray, k: int) -> np.ndarray:
+    def draw(self, rng: np.random.Generator, src: np.ndarray, k: int,
+             out: np.ndarray | None = None) -> np.ndarray:
         """``k`` negatives for each source: int64 [len(src), k] in the range, none a positive of its source.
 
         Parameters
@@ -269,9 +271,19 @@ class PairNegatives:
             Sources in [0, num_src) (checked by the caller).
         k : int
             Negatives per source, >= 1.
+        out : numpy.ndarray, int64 [B, k], C-contiguous, or None
+            Where to write them (not overlapping ``src``); None allocates.
+
+        Returns
+        -------
+        numpy.ndarray, int64 [B, k]
+            ``out`` (or a new array), the same draws either way.
         """
         lo, _ = self.dst_range
-        out = self._draw(rng, (src.size, k))
+        if out is None:
+            out = self._draw(rng, (src.size, k))
+        else:
+            out[...] = self._draw(rng, (src.size, k))
         uu = np.repeat(src, k).reshape(src.size, k)
         bad = np.flatnonzero(self.is_positive(uu.ravel(), out.ravel()))
         flat = out.reshape(-1)
@@ -296,6 +308,46 @@ class PairNegatives:
             still = self.is_positive(uu.ravel()[bad], flat[bad])
             bad = bad[still]
         return out
+
+
+@dataclass(frozen=True)
+class BatchEnds:
+    """A link batch's pair ends and negatives in one int64 buffer, so that its seeds are one `torch.unique`
+    of the buffer (or of its destinations), never a concatenation; the batch's fields are views of it.
+
+    Attributes
+    ----------
+    every : torch.Tensor, int64, shape [B * (2 + k)], CPU, contiguous
+        Sources [B], destinations [B], then the negatives [B, k] row by row.
+    batch_size : int
+        B, the pairs.
+    num_negatives : int
+        k, negatives per pair.
+    """
+
+    every: torch.Tensor
+    batch_size: int
+    num_negatives: int
+
+    @property
+    def src(self) -> torch.Tensor:
+        """Sources, int64 [B] (a view of ``every``)."""
+        return self.every[:self.batch_size]
+
+    @property
+    def dst(self) -> torch.Tensor:
+        """Positive destinations, int64 [B] (a view)."""
+        return self.every[self.batch_size:2 * self.batch_size]
+
+    @property
+    def neg(self) -> torch.Tensor:
+        """Negatives, int64 [B, k] (a view)."""
+        return self.every[2 * self.batch_size:].view(self.batch_size, self.num_negatives)
+
+    @property
+    def destinations(self) -> torch.Tensor:
+        """Positives then negatives, int64 [B * (1 + k)] (a view)."""
+        return self.every[self.batch_size:]
 
 
 class SeedEdgeBatch:
@@ -323,8 +375,9 @@ class SeedEdgeSampler(ABC, Generic[BatchT]):
     ``negative``, ``exclude``, ``shuffle``, ``drop_last``, ``seed`` (checked here), the pairs ``users`` /
     ``items`` and their `PairNegatives` rule (set by the subclass through `_set_pairs`), one seeded stream
     for the epochs' order and the negatives, and the counters ``sampled_edges`` / ``sample_seconds``. A
-    subclass validates its pairs, calls `_set_pairs`, and implements ``_batch(ids, src, dst, neg)``: the
-    batch record of pairs ``ids`` (its seeds' blocks, index tensors; anything with ``num_sampled_edges``).
+    subclass validates its pairs, calls `_set_pairs`, and implements ``_batch(ids, ends)``: the batch record
+    of pairs ``ids`` whose ends and negatives are `BatchEnds` ``ends`` (its seeds' blocks, index tensors;
+    anything with ``num_sampled_edges``).
     The names ``src_arg`` / ``dst_arg`` (``"users"`` / ``"items"``) are the arguments' names in messages.
 
     Raises
@@ -461,16 +514,20 @@ class SeedEdgeSampler(ABC, Generic[BatchT]):
             yield self._sample(ids)
 
     def _sample(self, ids: np.ndarray) -> BatchT:
-        """The batch of checked pair ids: negatives from the stream, then the subclass's ``_batch``."""
+        """The batch of checked pair ids: their ends and negatives from the stream in one buffer
+        (`BatchEnds`), then the subclass's ``_batch``."""
         t0 = time.perf_counter()
-        u, p = self.users[ids], self.items[ids]
-        neg = self._negative_rule.draw(self._rng, u, self.num_negatives)
-        batch = self._batch(ids, u, p, neg)
+        b, k = ids.size, self.num_negatives
+        every = np.empty(b * (2 + k), dtype=np.int64)
+        np.take(self.users, ids, out=every[:b], mode="clip")  # ids are checked: "clip" only skips a buffer
+        np.take(self.items, ids, out=every[b:2 * b], mode="clip")
+        self._negative_rule.draw(self._rng, every[:b], k, out=every[2 * b:].reshape(b, k))
+        batch = self._batch(ids, BatchEnds(torch.from_numpy(every), b, k))
         self.sampled_edges += batch.num_sampled_edges
         self.sample_seconds += time.perf_counter() - t0
         return batch
 
     @abstractmethod
-    def _batch(self, ids: np.ndarray, src: np.ndarray, dst: np.ndarray, neg: np.ndarray) -> BatchT:
-        """The batch record of pairs ``ids`` (int64 [B]) with sources/destinations ``src``/``dst`` (int64
-        [B]) and negatives ``neg`` (int64 [B, k]): its seeds, their blocks, the index tensors."""
+    def _batch(self, ids: np.ndarray, ends: BatchEnds) -> BatchT:
+        """The batch record of pairs ``ids`` (int64 [B]) with their sources, destinations and negatives
+        ``ends``: its seeds, their blocks, the index tensors."""

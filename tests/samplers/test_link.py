@@ -413,3 +413,23 @@ def test_bad_reverse_eids_are_named_with_the_bad_value():
         LinkSampler(NeighborSampler(dup, [1]), [0, 0], [1, 1], reverse_eids=[2, 2, 0, 1])
     ok = LinkSampler(NeighborSampler(dup, [1]), [0, 0], [1, 1], reverse_eids=[2, 3, 0, 1])
     assert ok._reverse.tolist() == [2, 3, 0, 1]
+
+
+@pytest.mark.parametrize("exclude", [None, "self", "reverse"])
+def test_batch_fields_are_the_pairs_their_unique_and_their_excluded_edges(exclude):
+    """The one-buffer batch (samplers.link_pairs.BatchEnds) against a reference built by hand: the pairs'
+    ends, seeds the unique of ends and negatives, exclusions the targets then their reverses."""
+    graph, users, items, link = make(num_users=25, num_items=18, seed=4, exclude=exclude, num_negatives=3)
+    rev = bipartite_reverse_eids(users.size).numpy()
+    for batch in link:
+        ids = batch.pair_ids.numpy()
+        assert np.array_equal(batch.users.numpy(), users[ids])
+        assert np.array_equal(batch.pos_items.numpy(), items[ids] + 25)
+        every = torch.cat([batch.users, batch.pos_items, batch.neg_items.reshape(-1)])
+        assert torch.equal(batch.seeds, torch.unique(every))
+        if exclude is None:
+            assert batch.excluded_eids is None
+        else:
+            want = ids if exclude == "self" else np.concatenate([ids, rev[ids]])
+            assert np.array_equal(batch.excluded_eids.numpy(), want)
+        check_batch_contract(batch)

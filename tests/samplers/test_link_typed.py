@@ -178,21 +178,34 @@ def test_batches_equal_calling_the_typed_sampler_directly(lastfm, kind):
     assert link.sampled_edges > 0 and link.sample_seconds > 0
 
 
-def test_one_node_type_merges_sources_and_destinations(lastfm):
-    """user -friends-> user: one seed set (as PyG's edge_sample), negatives among users, not friends."""
+@pytest.mark.parametrize("exclude", ["self", "reverse"])
+def test_one_node_type_merges_sources_and_destinations(lastfm, exclude):
+    """user -friends-> user: one seed set (as PyG's edge_sample), the unique of sources, positives and
+    negatives; negatives among users, not friends; with "reverse" (friends is its own reverse relation) the
+    targets then their reverses excluded in one tensor."""
     graph, _, _, _ = lastfm
-    ptr, idx, eids = (graph.indptr[FRIENDS].numpy(), graph.indices[FRIENDS].numpy(),
-                      graph.edge_ids[FRIENDS].numpy())
-    src = np.empty(eids.size, np.int64)
-    dst = np.empty(eids.size, np.int64)
-    src[eids], dst[eids] = idx, np.repeat(np.arange(ptr.size - 1), np.diff(ptr))
+    src, dst = edges_by_id(graph, FRIENDS)
+    key = src * graph.num_nodes["user"] + dst
+    order = np.argsort(key)
+    rev = order[np.searchsorted(key[order], dst * graph.num_nodes["user"] + src)]  # friendship is mutual
+    assert np.array_equal(src[rev], dst) and np.array_equal(dst[rev], src)
+    extra = dict(reverse_edge_type=FRIENDS, reverse_eids=rev) if exclude == "reverse" else {}
     link = HeteroLinkSampler(HeteroNeighborSampler(graph, FANOUTS, seed=0), FRIENDS, src, dst, batch_size=300,
-                             num_negatives=2, exclude="self", target_eids=np.arange(eids.size), seed=0)
-    friends = set((src * graph.num_nodes["user"] + dst).tolist())
+                             num_negatives=2, exclude=exclude, target_eids=np.arange(src.size), seed=0,
+                             **extra)
+    friends = set(key.tolist())
     twin = HeteroNeighborSampler(graph, FANOUTS, seed=0)
     for batch in itertools.islice(link, 2):
         check_contract(batch)
         assert set(batch.seeds) == {"user"} or batch.seeds["artist"].numel() == 0
+        every = torch.cat([batch.users, batch.pos_items, batch.neg_items.reshape(-1)])
+        assert torch.equal(batch.seeds["user"], torch.unique(every))
+        assert torch.equal(batch.users, torch.from_numpy(src[batch.pair_ids.numpy()]))
+        assert torch.equal(batch.pos_items, torch.from_numpy(dst[batch.pair_ids.numpy()]))
+        t = batch.pair_ids.numpy()
+        want = np.concatenate([t, rev[t]]) if exclude == "reverse" else t
+        assert list(batch.excluded_eids) == [FRIENDS]
+        assert np.array_equal(batch.excluded_eids[FRIENDS].numpy(), want)
         keys = (batch.users[:, None] * graph.num_nodes["user"] + batch.neg_items).reshape(-1).tolist()
         assert not friends.intersection(keys)
         want = twin.sample({"user": batch.seeds["user"]}, exclude_eids=batch.excluded_eids)
