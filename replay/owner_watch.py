@@ -22,7 +22,7 @@ decide anew at its next question; `OwnerWatch.process` is this process's pid, ke
 
 >>> watch = OwnerWatch(handle.owner_pid, handle.owner_identity)       # in the attached process
 >>> if watch.gone():
-...     raise owner_lost("TrajectoryWriter.append()", watch.pid, "its process has ended")
+...     raise watch.ended("TrajectoryWriter.append()", "nothing more can be written")
 """
 
 from __future__ import annotations
@@ -165,6 +165,11 @@ class OwnerWatch:
             poller.register(self.fd, select.POLLIN)
             return not poller.poll(0)  # a pidfd is readable once its process exits
         return owner_state(self.record) is None  # no pidfd: the pid, its /proc state and start time
+
+    def ended(self, who: str, consequence: str) -> ValueError:
+        """The error once `gone`: `owner_lost` naming the owner's pid, ``"its process has ended, so the store
+        is gone: <consequence>"`` (what the caller cannot do, what it lost); raise it."""
+        return owner_lost(who, self.pid, f"its process has ended, so the store is gone: {consequence}")
 
     def close(self) -> None:
         """Close the pidfd (idempotent)."""

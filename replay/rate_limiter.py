@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from replay.owner_watch import OwnerWatch, owner_lost
+from replay.owner_watch import OwnerWatch
 
 __all__ = [
     "MinSize",
@@ -338,8 +338,8 @@ class RateLimiterState:
         ``threading.Condition``.
     owner : replay.owner_watch.OwnerWatch, optional
         In a process attached to a store (a learner): a wait also ends when the store's owner process has
-        ended, with `replay.owner_watch.owner_lost`'s ``ValueError`` instead of a ``TimeoutError`` blaming
-        the limiter (or, without a timeout, waiting for good).
+        ended, with `replay.owner_watch.OwnerWatch.ended`'s ``ValueError`` instead of a ``TimeoutError``
+        blaming the limiter (or, without a timeout, waiting for good).
 
     Examples
     --------
@@ -372,9 +372,9 @@ class RateLimiterState:
                 raise ValueError(f"{what}: the store was closed")
             waited = time.monotonic() - start
             if owner is not None and owner.gone(fresh=not ok):  # not the limiter's fault
-                raise owner_lost(
-                    f"{what} (after {waited:.3g} s of rate-limiter wait)", owner.pid,
-                    f"its process has ended, so the store is gone: no {what} can be admitted any more",
+                raise owner.ended(
+                    f"{what} (after {waited:.3g} s of rate-limiter wait)",
+                    f"no {what} can be admitted any more",
                 )
             if not ok:
                 raise TimeoutError(

@@ -57,7 +57,7 @@ from graphrl.memory import MemoryManager, RegionHandle
 from replay.commit_kernel import FAILED, OK, OVERFLOW, build_plan, commit_chunk
 from replay.control import GSEQ, WRITERS, Control
 from replay.keys import MAX_POSITION
-from replay.owner_watch import OwnerWatch, owner_lost, process_identity
+from replay.owner_watch import OwnerWatch, process_identity
 from replay.rate_limiter import DELETES, INSERTS, RateLimiter, rate_limiter_from_config
 from replay.shard import ShardHandle, ShardStorage
 from replay.spec import TrajectorySpec
@@ -212,13 +212,12 @@ class TrajectoryStorage:
         Raises
         ------
         ValueError
-            The owner has ended (`replay.owner_watch.owner_lost`, naming its pid).
+            The owner has ended (`replay.owner_watch.OwnerWatch.ended`, naming its pid).
         """
         if self.owner.gone():
-            raise owner_lost(
-                who, self.owner.pid,
-                f"its process has ended, so the store is gone: nothing more can be written ({count} steps "
-                "were not committed); what it held survives only in its checkpoints",
+            raise self.owner.ended(
+                who, f"nothing more can be written ({count} steps were not committed); what it held survives "
+                "only in its checkpoints",
             )
 
     @classmethod
