@@ -242,7 +242,7 @@ class HeteroLinkSampler(_RelationEnds, SeedEdgeSampler[HeteroLinkBatch]):
                                  f"reverse of edge_type {rel!r})")
             self.reverse_edge_type = rev
         self._target = None
-        edges = edges_by_id(graph, rel)
+        edges = edges_by_id(graph, rel) if target_eids is not None or reverse_edge_type is not None else None
         if target_eids is not None:
             e = graph.num_edges(rel)
             t = target_vector(target_eids, u.size, e, f"num_edges({rel!r})={e}")
@@ -262,10 +262,10 @@ class HeteroLinkSampler(_RelationEnds, SeedEdgeSampler[HeteroLinkBatch]):
         self._set_pairs(u, i, rule, n_src, f"num_nodes[{s_type!r}]={n_src}")
 
     def _reverse_ids(self, graph: HeteroGraph, reverse_eids,
-                     edges: tuple[np.ndarray, np.ndarray]) -> np.ndarray | None:
+                     edges: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray | None:
         """The reverse edge id of every edge of ``edge_type`` (None without a reverse relation), checked by
-        `samplers.link_pairs.reverse_vector` (``edges``: ``edge_type``'s endpoints by edge id); None means the
-        same ids in both relations."""
+        `samplers.link_pairs.reverse_vector` (``edges``: ``edge_type``'s endpoints by edge id, given where
+        there is a reverse relation); ``reverse_eids`` None means the same ids in both relations."""
         rel, rev = self.edge_type, self.reverse_edge_type
         if rev is None:
             if reverse_eids is not None:
