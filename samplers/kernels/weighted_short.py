@@ -10,13 +10,15 @@ two rows with their steps interleaved (a CPU core overlaps the two rows' chains 
 As `samplers.kernels.rng`, the functions below are plain Python that `compile_for` compiles with a
 target's decorator (`samplers.kernels.cpu.weighted`, `samplers.kernels.cuda.weighted`), so both
 devices run the same additions, subtractions and comparisons in the same order and choose the same
-edges. The pass that subtracts the last chosen weight and counts the next draw's position is the
-target's: the plain loop `subtract_count` on the GPU, whole-vector operations on the CPU
-(`samplers.kernels.cpu.short_sums`); both compute the same numbers.
+edges. Three steps are the target's, each computing the same numbers as the plain version here: the
+pass that subtracts the last chosen weight and counts the next draw's position (the plain loop
+`subtract_count` on the GPU, whole-vector operations on the CPU: `samplers.kernels.cpu.short_sums`),
+and, where a target gives them, `start_row` and `chosen_weight` (the CPU's copy the row's prefix sums
+``P`` and its weights widened to float64 into its scratch, so that no step waits on a conversion).
 
 >>> device = numba.cuda.jit(device=True)
 >>> short = compile_for(device, rng, lowest_bit, device(subtract_count))
->>> short.short_row(weights, excl, a, b, s, e, state0, c, acc, pos, o)
+>>> short.short_row(weights, prefix, excl, a, b, s, e, state0, c, acc, pos, o)
 """
 
 from __future__ import annotations
@@ -73,10 +75,10 @@ def subtract_count(acc, d, p, wp, x):
     return c
 
 
-def start_row(weights, excl, q, b, s, d, acc):
+def start_row(weights, prefix, excl, q, b, s, d, acc):
     """Row [s, s + d)'s running sums into acc[0:d], and the mask of its excluded positions ``excl[q:b]``.
-    Without excluded positions the sums are the row's prefix sums (`weight_prefix`'s additions, summed
-    here from the float32 weights: the same numbers from half the bytes)."""
+    Without excluded positions the sums are the row's prefix sums prefix[s:s + d] (`weight_prefix`'s
+    additions, summed here from the float32 weights: the same numbers from half the bytes)."""
     one = np.uint64(1)
     gone = np.uint64(0)
     for x in range(q, b):
@@ -89,6 +91,11 @@ def start_row(weights, excl, q, b, s, d, acc):
     else:
         running_sums(weights, s, d, gone, acc)
     return gone
+
+
+def chosen_weight(weights, s, p, acc):
+    """The float64 weight of row position p (CSC position s + p), the one a step subtracts."""
+    return np.float64(weights[np.uint64(s + p)])
 
 
 def step(weights, s, d, acc, u, gone, total, base, p, wp):
@@ -116,15 +123,15 @@ def emit(chosen, s, c, pos, o):
         chosen &= chosen - np.uint64(1)
 
 
-def short_row(weights, excl, q, b, s, e, state0, c, acc, pos, o):
+def short_row(weights, prefix, excl, q, b, s, e, state0, c, acc, pos, o):
     """The c outputs of short row [s, e) with excluded positions ``excl[q:b]``, written to pos[o:o + c] in
     increasing order; draw t (t = 1..c) of the row's stream picks output t (`step`): choosing p subtracts
     its weight from acc[p:] in the pass that counts the next draw's position, and the sums are summed
-    afresh when they fall below REBASE_FRACTION of the last fresh total. ``acc``: float64 scratch of
-    SHORT_ROW_MAX entries."""
+    afresh when they fall below REBASE_FRACTION of the last fresh total. ``prefix``: the per-row prefix
+    sums (`weight_prefix`); ``acc``: float64 scratch of the target's size (SHORT_ROW_MAX entries here)."""
     d = e - s
     one = np.uint64(1)
-    gone = start_row(weights, excl, q, b, s, d, acc)
+    gone = start_row(weights, prefix, excl, q, b, s, d, acc)
     total = acc[d - 1]
     base = total
     chosen = np.uint64(0)
@@ -135,19 +142,20 @@ def short_row(weights, excl, q, b, s, e, state0, c, acc, pos, o):
         bit = one << np.uint64(p)
         gone |= bit
         chosen |= bit
-        wp = np.float64(weights[np.uint64(s + p)])
+        wp = chosen_weight(weights, s, p, acc)
     emit(chosen, s, c, pos, o)
 
 
-def short_pair(weights, excl, q, b, s, e, state0, c, acc, pos, o, q2, b2, s2, e2, state2, c2, acc2, o2):
+def short_pair(weights, prefix, excl, q, b, s, e, state0, c, acc, pos, o, q2, b2, s2, e2, state2, c2, acc2,
+               o2):
     """`short_row` of two rows at once (the second's arguments suffixed 2), their steps interleaved:
     each row's outputs form one chain of dependent steps, and a core's out-of-order execution runs the
     two chains side by side."""
     d = e - s
     d2 = e2 - s2
     one = np.uint64(1)
-    gone = start_row(weights, excl, q, b, s, d, acc)
-    gone2 = start_row(weights, excl, q2, b2, s2, d2, acc2)
+    gone = start_row(weights, prefix, excl, q, b, s, d, acc)
+    gone2 = start_row(weights, prefix, excl, q2, b2, s2, d2, acc2)
     total = acc[d - 1]
     total2 = acc2[d2 - 1]
     base = total
@@ -164,28 +172,42 @@ def short_pair(weights, excl, q, b, s, e, state0, c, acc, pos, o, q2, b2, s2, e2
             bit = one << np.uint64(p)
             gone |= bit
             chosen |= bit
-            wp = np.float64(weights[np.uint64(s + p)])
+            wp = chosen_weight(weights, s, p, acc)
         if t <= c2:
             p2, total2, base2 = step(weights, s2, d2, acc2, unit(draw(state2, t)), gone2, total2, base2, p2,
                                      wp2)
             bit2 = one << np.uint64(p2)
             gone2 |= bit2
             chosen2 |= bit2
-            wp2 = np.float64(weights[np.uint64(s2 + p2)])
+            wp2 = chosen_weight(weights, s2, p2, acc2)
     emit(chosen, s, c, pos, o)
     emit(chosen2, s2, c2, pos, o2)
 
 
 # each calls only those before (and the target's pass)
-FUNCTIONS = (available, running_sums, advance, start_row, step, emit, short_row, short_pair)
+FUNCTIONS = (available, running_sums, advance, start_row, chosen_weight, step, emit, short_row, short_pair)
 
 
 def compile_for(jit: Callable[[Callable], Callable], rng: types.SimpleNamespace, lowest_bit: Callable,
-                pass_fn: Callable) -> types.SimpleNamespace:
+                pass_fn: Callable, rows: dict[str, Callable] | None = None,
+                helpers: dict[str, Callable] | None = None) -> types.SimpleNamespace:
     """Every function of `FUNCTIONS` compiled by ``jit``, calling ``rng``'s compiled stream (the
     namespace `samplers.kernels.rng.compile_for` returns for the same target), the target's compiled
     ``lowest_bit`` (the index of a non-zero uint64's lowest set bit, as
     `samplers.kernels.cpu.bits.lowest_bit_index`) and the target's compiled ``pass_fn`` (the
-    arguments and result of `subtract_count`, and its numbers)."""
-    return compile_functions(FUNCTIONS, jit, dict(globals(), draw=rng.draw, unit=rng.unit,
+    arguments and result of `subtract_count`, and its numbers). ``rows`` may replace `start_row` and
+    `chosen_weight` by plain Python functions of the same name, arguments and numbers, compiled here in
+    their place with this module's names in scope plus ``helpers`` (the target's compiled functions and
+    constants that they call or read, by name).
+
+    Raises
+    ------
+    ValueError
+        ``rows`` names a function other than `start_row` and `chosen_weight`.
+    """
+    rows = dict(rows or {})
+    if set(rows) - {"start_row", "chosen_weight"}:
+        raise ValueError(f"rows may replace start_row and chosen_weight, not {sorted(set(rows))}")
+    functions = tuple(rows.get(fn.__name__, fn) for fn in FUNCTIONS)
+    return compile_functions(functions, jit, dict(globals(), **(helpers or {}), draw=rng.draw, unit=rng.unit,
                                                   lowest_bit_index=lowest_bit, subtract_count=pass_fn))

@@ -27,14 +27,17 @@ import numpy as np
 
 from graphrl.kernels import prefetch
 from samplers.kernels import weighted_short
-from samplers.kernels.cpu import rng
+from samplers.kernels.cpu import rng, short_sums
 from samplers.kernels.cpu.bits import BITMAP_MAX, SCAN_MAX, emit_bitmap, lowest_bit_index, trailing_zeros
 from samplers.kernels.cpu.eligible import take_eligible
 from samplers.kernels.cpu.rng import draw, row_state, unit
-from samplers.kernels.cpu.short_sums import count_le, subtract_count
+from samplers.kernels.cpu.short_sums import count_le, count_le64, subtract_count
 from samplers.kernels.reference import REJECT_LIMIT, SHORT_ROW_MAX, SHORT_SHARE
 
-__all__ = ["REJECT_LIMIT", "SHORT_ROW_MAX", "choose_rows_weighted"]
+__all__ = ["REJECT_LIMIT", "SHORT_ROW_MAX", "SHORT_SCRATCH", "choose_rows_weighted", "short_pair",
+           "short_row"]
+
+SHORT_SCRATCH = 2 * SHORT_ROW_MAX  # float64 scratch of a short row: its running sums, then its weights
 
 _NO_EXCL = np.empty(0, dtype=np.int64)
 _NO_BITS = np.empty(0, dtype=np.uint64)
@@ -42,20 +45,24 @@ _NO_BITS = np.empty(0, dtype=np.uint64)
 # the two entry points below, which run without NRT as `samplers.kernels.cpu.labor`'s row helpers: inlined
 # into a function with NRT, the helpers' arrays would be reference-counted at every step.
 _short = weighted_short.compile_for(nb.njit(nogil=True, _nrt=False, inline="always"), rng, trailing_zeros,
-                                    subtract_count)
+                                    subtract_count, {"start_row": short_sums.start_row,
+                                                     "chosen_weight": short_sums.chosen_weight},
+                                    {"fill_row": short_sums.fill_row, "SHORT_ROW_MAX": SHORT_ROW_MAX})
 _short_row, _short_pair = _short.short_row, _short.short_pair
 
 
 @nb.njit(nogil=True, cache=True, _nrt=False)
-def short_row(weights, excl, q, b, s, e, state0, c, acc, pos, o):
-    """`samplers.kernels.weighted_short.short_row` on the CPU."""
-    _short_row(weights, excl, q, b, s, e, state0, c, acc, pos, o)
+def short_row(weights, prefix, excl, q, b, s, e, state0, c, acc, pos, o):
+    """`samplers.kernels.weighted_short.short_row` on the CPU (``acc``: SHORT_SCRATCH float64 entries)."""
+    _short_row(weights, prefix, excl, q, b, s, e, state0, c, acc, pos, o)
 
 
 @nb.njit(nogil=True, cache=True, _nrt=False)
-def short_pair(weights, excl, q, b, s, e, state0, c, acc, pos, o, q2, b2, s2, e2, state2, c2, acc2, o2):
-    """`samplers.kernels.weighted_short.short_pair` on the CPU."""
-    _short_pair(weights, excl, q, b, s, e, state0, c, acc, pos, o, q2, b2, s2, e2, state2, c2, acc2, o2)
+def short_pair(weights, prefix, excl, q, b, s, e, state0, c, acc, pos, o, q2, b2, s2, e2, state2, c2, acc2,
+               o2):
+    """`samplers.kernels.weighted_short.short_pair` on the CPU (``acc``, ``acc2``: SHORT_SCRATCH entries)."""
+    _short_pair(weights, prefix, excl, q, b, s, e, state0, c, acc, pos, o, q2, b2, s2, e2, state2, c2, acc2,
+                o2)
 
 
 _COUNT_MAX = 128  # rows up to this degree find a draw's position by counting (vectorised), not searching
@@ -88,10 +95,12 @@ def _search(prefix, s, e, x, unit):
     if d <= _COUNT_MAX:
         if s + _COUNT_MAX > prefix.shape[0]:  # the whole-vector counts below would read past the end
             return _count_le(prefix, s, e, x)
-        c = count_le(prefix, s, min(d, 64), x)
-        if d > 64:
-            c += count_le(prefix, s + 64, d - 64, x)
-        return s + c
+        if d <= 64:
+            return s + count_le(prefix, s, d, x)
+        # the first 64 are all <= x exactly when the 64th is: then count in the last 64 (all of those
+        # before them are <= x too), else in the first 64, chosen without a branch
+        lo = e - 64 if prefix[np.uint64(s + 63)] <= x else s
+        return lo + count_le64(prefix, lo, x)
     lo = min(max(s + np.int64(unit * d) - (_COUNT_WINDOW >> 1), s), e - _COUNT_WINDOW)
     hi = lo + _COUNT_WINDOW
     if (lo == s or prefix[np.uint64(lo - 1)] <= x) and (hi == e or prefix[np.uint64(hi - 1)] > x):
@@ -195,23 +204,15 @@ def _draw_row(weights, prefix, s, e, state0, c, pos, o):
 
 
 @nb.njit(nogil=True, cache=True, _nrt=False)
-def _reject_fast(weights, prefix, s, e, state0, c, bits, acc, pos, o):
+def _reject_fast(weights, prefix, s, e, state0, c, bits, pos, o):
     """Without replacement, a row of at most BITMAP_MAX edges and no excluded position: "chosen already"
     is a bit of a register (rows up to 64 edges) or of ``bits`` (all 0 on entry and on return), emitted
     in order at the end; a draw accepts or rejects without a branch (the next attempt's draw and search
     do not wait for its outcome), and the REJECT_LIMIT-th rejection in a row makes the next draw the
-    output's exact fallback draw (which never returns a chosen position). A row of at most 64 edges
-    searches prefix sums summed afresh from its float32 weights into ``acc`` (the same float64 additions
-    in the same order as `weight_prefix`, so the same numbers, from half the bytes)."""
+    output's exact fallback draw (which never returns a chosen position)."""
     d = e - s
     in_register = d <= 64
-    if in_register:
-        total = 0.0
-        for i in range(d):
-            total += np.float64(weights[s + i])
-            acc[i] = total
-    else:
-        total = prefix[e - 1]
+    total = prefix[e - 1]
     one = np.uint64(1)
     mask = np.uint64(0)
     t = np.uint64(0)
@@ -225,10 +226,7 @@ def _reject_fast(weights, prefix, s, e, state0, c, bits, acc, pos, o):
             p = _fallback_draw(weights, _NO_EXCL, 0, 0, s, e, r, False, kind, mask, bits, pos, o, n, _NO_EXCL)
         else:
             frac = unit(r)
-            if in_register:
-                p = s + count_le(acc, 0, d, frac * total)
-            else:
-                p = _search(prefix, s, e, frac * total, frac)
+            p = _search(prefix, s, e, frac * total, frac)
             if p == e:
                 p = _last_positive(weights, s, e)
         rel = p - s
@@ -321,7 +319,7 @@ def _reject_general(weights, prefix, excl, q, b, s, e, state0, c, replace, bitma
 
 
 @nb.njit(nogil=True, cache=True, _nrt=False)
-def _reject_row(weights, prefix, s, e, state0, c, replace, bitmap, acc, pos, o):
+def _reject_row(weights, prefix, s, e, state0, c, replace, bitmap, pos, o):
     """c outputs of a weighted row [s, e) without excluded positions, up to BITMAP_MAX edges unless
     ``replace``, by rejection over its prefix sums, into pos[o:o + c] (the reference's "weighted rows";
     c > 0, and c < the row's eligible count unless ``replace``). Other rows: `_reject_general`.
@@ -331,7 +329,7 @@ def _reject_row(weights, prefix, s, e, state0, c, replace, bitmap, acc, pos, o):
     if replace:
         _draw_row(weights, prefix, s, e, state0, c, pos, o)
     else:
-        _reject_fast(weights, prefix, s, e, state0, c, bitmap, acc, pos, o)
+        _reject_fast(weights, prefix, s, e, state0, c, bitmap, pos, o)
 
 
 @nb.njit(nogil=True, cache=True, _nrt=False)
@@ -356,10 +354,11 @@ _WEIGHTED_LINES = 16  # rows of up to this many cache lines of prefix sums are p
 @nb.njit(nogil=True, cache=True, _nrt=False)
 def _prefetch_weighted_row(weights, prefix, row_start, row_end, row_deg, out_indptr, draws, i):
     """Start fetching what choosing weighted row i reads: its weights when it takes every eligible edge
-    or is drawn without replacement from at most 64 positions; else its last prefix sum (the total that
-    every draw scales), and all of its prefix sums when they span at most _WEIGHTED_LINES cache lines.
-    A longer row's draw positions are left to the out-of-order core (its draws do not wait on one
-    another): fetching them here as well made the whole pass slower."""
+    (and has weight-0 positions); its weights too when it is short (`short_row`); its prefix sums up to
+    the last entry its 8-lane reads reach when they span at most _WEIGHTED_LINES cache lines, else its
+    last prefix sum (the total that every draw scales). A longer row's draw positions are left to the
+    out-of-order core (its draws do not wait on one another): fetching them here as well made the whole
+    pass slower."""
     c = out_indptr[i + 1] - out_indptr[i]
     if c == 0:
         return
@@ -371,15 +370,14 @@ def _prefetch_weighted_row(weights, prefix, row_start, row_end, row_deg, out_ind
             prefetch(weights, e - 1)
         return
     d = e - s
-    if not draws and d <= 64:  # `_reject_fast` and `short_row` read the weights, not the prefix sums
+    if _is_short(draws, s, e, c, row_deg[i]):  # `short_row` reads the weights too
         for p in range(s, e, 16):
             prefetch(weights, p)
         prefetch(weights, e - 1)
-        return
     if d <= 8 * _WEIGHTED_LINES:
         for p in range(s, e, 8):
             prefetch(prefix, p)
-    prefetch(prefix, e - 1)
+    prefetch(prefix, s + ((d + 7) & ~7) - 1 if d <= 64 else e - 1)  # the 8-lane reads' last entry
 
 
 @nb.njit(nogil=True, cache=True)
@@ -388,8 +386,8 @@ def choose_rows_weighted(dst, row_start, row_deg, row_exlo, row_exhi, row_end, o
     """Pass 2 of weighted rows without times [lo, hi): rejection over the prefix sums ``prefix`` (the
     reference's "weighted rows"); ``draws``: with replacement and fanout >= 0."""
     bitmap = np.zeros(BITMAP_MAX // 64, dtype=np.uint64)  # all 0 between rows
-    acc = np.zeros(SHORT_ROW_MAX, dtype=np.float64)  # the running or prefix sums of a row <= 64 edges
-    acc2 = np.zeros(SHORT_ROW_MAX, dtype=np.float64)  # those of a second short row (`short_pair`)
+    acc = np.zeros(SHORT_SCRATCH, dtype=np.float64)  # the running or prefix sums of a row <= 64 edges
+    acc2 = np.zeros(SHORT_SCRATCH, dtype=np.float64)  # those of a second short row (`short_pair`)
     held = -1  # a short row waiting for a second one, to run the two with `short_pair`
     for i in range(lo, min(lo + _WEIGHTED_AHEAD, hi)):
         _prefetch_weighted_row(weights, prefix, row_start, row_end, row_deg, out_indptr, draws, i)
@@ -419,15 +417,15 @@ def choose_rows_weighted(dst, row_start, row_deg, row_exlo, row_exhi, row_end, o
                 continue
             h = held
             held = -1
-            short_pair(weights, excl, row_exlo[h], row_exhi[h], row_start[h], row_end[h],
+            short_pair(weights, prefix, excl, row_exlo[h], row_exhi[h], row_start[h], row_end[h],
                        row_state(key, dst[h]), out_indptr[h + 1] - out_indptr[h], acc, pos, out_indptr[h],
                        row_exlo[i], row_exhi[i], row_start[i], row_end[i], state0, c, acc2, o)
         elif row_exlo[i] == row_exhi[i] and (draws or row_end[i] - row_start[i] <= BITMAP_MAX):
-            _reject_row(weights, prefix, row_start[i], row_end[i], state0, c, draws, bitmap, acc, pos, o)
+            _reject_row(weights, prefix, row_start[i], row_end[i], state0, c, draws, bitmap, pos, o)
         else:
             _reject_general(weights, prefix, excl, row_exlo[i], row_exhi[i], row_start[i], row_end[i], state0,
                             c, draws, bitmap, pos, o)
     if held >= 0:
         h = held
-        short_row(weights, excl, row_exlo[h], row_exhi[h], row_start[h], row_end[h], row_state(key, dst[h]),
-                  out_indptr[h + 1] - out_indptr[h], acc, pos, out_indptr[h])
+        short_row(weights, prefix, excl, row_exlo[h], row_exhi[h], row_start[h], row_end[h],
+                  row_state(key, dst[h]), out_indptr[h + 1] - out_indptr[h], acc, pos, out_indptr[h])

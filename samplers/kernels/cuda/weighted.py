@@ -65,7 +65,7 @@ def weighted_row(indptr, indices, edge_ids, has_eids, weights, prefix, positive,
                 eids[j] = p
                 j += 1
     elif not replace and e - s <= SHORT_ROW_MAX and SHORT_SHARE * c > d_e:
-        _short_row(weights, excl, a, b, s, e, row_state(key, node), c, sums, eids, o)
+        _short_row(weights, prefix, excl, a, b, s, e, row_state(key, node), c, sums, eids, o)
     else:
         state0 = row_state(key, node)
         total = prefix[e - 1]

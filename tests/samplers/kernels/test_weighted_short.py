@@ -12,8 +12,8 @@ from scipy.stats import chisquare
 
 from samplers.kernels import cpu, weighted_short
 from samplers.kernels import reference as ref
-from samplers.kernels.cpu.short_sums import count_le, subtract_count
-from samplers.kernels.cpu.weighted import short_pair, short_row
+from samplers.kernels.cpu.short_sums import count_le, count_le64, subtract_count
+from samplers.kernels.cpu.weighted import SHORT_SCRATCH, short_pair, short_row
 
 
 def rounding_sums(rng: np.random.Generator, d: int) -> np.ndarray:
@@ -50,6 +50,8 @@ def test_whole_vector_count_equals_the_count(n):
         arr[lo:lo + n] = rounding_sums(rng, n)
         x = [arr[lo + rng.integers(0, n)], rng.random() * arr[lo + n - 1], 1e300, -0.5][trial % 4]
         assert count_le(arr, lo, n, x) == int((arr[lo:lo + n] <= x).sum())
+        if n == 64:
+            assert count_le64(arr, lo, x) == int((arr[lo:lo + n] <= x).sum())
 
 
 def short_layer(rng: np.random.Generator, rows: int, k: int):
@@ -82,16 +84,17 @@ def test_short_row_and_short_pair_equal_the_reference(k):
     assert np.array_equal(want_ptr, np.arange(rows + 1) * k)
     bounds = np.searchsorted(excl, indptr)  # row r's excluded positions: excl[bounds[r]:bounds[r + 1]]
     states = [np.uint64(ref.mix(key ^ ((r * ref.GOLDEN) & ref.MASK64))) for r in range(rows)]
-    acc, acc2 = np.zeros(ref.SHORT_ROW_MAX), np.zeros(ref.SHORT_ROW_MAX)
+    prefix, _ = cpu.weight_prefix(indptr, weights)
+    acc, acc2 = np.zeros(SHORT_SCRATCH), np.zeros(SHORT_SCRATCH)
     single = np.zeros(rows * k, dtype=np.int64)
     paired = np.zeros(rows * k, dtype=np.int64)
     for r in range(rows):
-        short_row(weights, excl, bounds[r], bounds[r + 1], indptr[r], indptr[r + 1], states[r], k, acc,
-                  single, r * k)
+        short_row(weights, prefix, excl, bounds[r], bounds[r + 1], indptr[r], indptr[r + 1], states[r], k,
+                  acc, single, r * k)
     for r in range(0, rows, 2):  # rows side by side
-        short_pair(weights, excl, bounds[r], bounds[r + 1], indptr[r], indptr[r + 1], states[r], k, acc,
-                   paired, r * k, bounds[r + 1], bounds[r + 2], indptr[r + 1], indptr[r + 2], states[r + 1],
-                   k, acc2, (r + 1) * k)
+        short_pair(weights, prefix, excl, bounds[r], bounds[r + 1], indptr[r], indptr[r + 1], states[r], k,
+                   acc, paired, r * k, bounds[r + 1], bounds[r + 2], indptr[r + 1], indptr[r + 2],
+                   states[r + 1], k, acc2, (r + 1) * k)
     assert np.array_equal(single, want)
     assert np.array_equal(paired, want)
 
@@ -131,14 +134,20 @@ def test_short_pair_of_rows_with_different_counts_equals_each_row_alone():
     rows, k = 40, 12
     indptr, weights, excl = short_layer(rng, rows, k)
     bounds = np.searchsorted(excl, indptr)
-    acc, acc2 = np.zeros(ref.SHORT_ROW_MAX), np.zeros(ref.SHORT_ROW_MAX)
+    prefix, _ = cpu.weight_prefix(indptr, weights)
+    acc, acc2 = np.zeros(SHORT_SCRATCH), np.zeros(SHORT_SCRATCH)
     for r in range(0, rows, 2):
         c, c2 = (k, int(rng.integers(1, k))) if r % 4 else (int(rng.integers(1, k)), k)
         args = [(bounds[q], bounds[q + 1], indptr[q], indptr[q + 1], np.uint64(rng.integers(0, 2**63)), n)
                 for q, n in ((r, c), (r + 1, c2))]
         alone = np.zeros(c + c2, dtype=np.int64)
-        short_row(weights, excl, *args[0], acc, alone, 0)
-        short_row(weights, excl, *args[1], acc, alone, c)
+        short_row(weights, prefix, excl, *args[0], acc, alone, 0)
+        short_row(weights, prefix, excl, *args[1], acc, alone, c)
         paired = np.zeros(c + c2, dtype=np.int64)
-        short_pair(weights, excl, *args[0], acc, paired, 0, *args[1], acc2, c)
+        short_pair(weights, prefix, excl, *args[0], acc, paired, 0, *args[1], acc2, c)
         assert np.array_equal(paired, alone)
+
+
+def test_compile_for_replaces_only_the_row_start_and_the_chosen_weight():
+    with pytest.raises(ValueError, match=r"not \['step'\]"):
+        weighted_short.compile_for(lambda fn: fn, None, None, None, {"step": weighted_short.step})
