@@ -300,6 +300,28 @@ def decode_jobs(kind, dctx, arena, jobs, nj, chunk, row_bytes, out, verify):  # 
 
 
 @nb.njit(cache=True, nogil=True)
+def _ranges_overlap(jobs, nj):  # pragma: no cover - numba
+    """Whether two windows of ``jobs[:nj]`` (listed window by window, chunk indices rising within one)
+    read a chunk in common: their chunk ranges, sorted by start, overlap."""
+    lo = np.empty(nj, dtype=np.int64)
+    hi = np.empty(nj, dtype=np.int64)
+    nw = 0
+    for j in range(nj):
+        if j == 0 or jobs[j, 5] != jobs[j - 1, 5]:
+            lo[nw] = jobs[j, 6]
+            nw += 1
+        hi[nw - 1] = jobs[j, 6]
+    order = np.argsort(lo[:nw])
+    reach = -1
+    for t in range(nw):
+        w = order[t]
+        if t > 0 and lo[w] <= reach:
+            return True
+        reach = max(reach, hi[w])
+    return False
+
+
+@nb.njit(cache=True, nogil=True)
 def share_jobs(jobs, nj, chunk, copies):  # pragma: no cover - numba
     """Keep one decode per chunk of a batch: compact ``jobs[:nj]`` (`plan_windows`) in place to the jobs
     to decode and list in ``copies`` (int64 [>= nj, 5]) the others, to copy from the slot afterwards
@@ -308,8 +330,11 @@ def share_jobs(jobs, nj, chunk, copies):  # pragma: no cover - numba
     A job is a copy when an earlier job of the batch decodes its chunk whole (``chunk`` rows) from the
     same arena offset (overlapping windows share steps): its copy row is (the whole job's index among
     the kept jobs, output byte offset, first row in the chunk, rows, window). Kept jobs keep their
-    order, so a kept whole job precedes its copies.
+    order, so a kept whole job precedes its copies. Windows whose chunk ranges do not overlap (the
+    common case in a large buffer) are found first, by their ranges alone, and leave ``jobs`` as it is.
     """
+    if not _ranges_overlap(jobs, nj):
+        return nj, 0
     size = 16
     while size < 2 * nj:
         size *= 2

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from graphrl.memory import MemoryManager
 from replay import ReplayStore, TrajectorySpec
@@ -92,3 +94,24 @@ def test_share_jobs_keeps_one_decode_a_whole_chunk_and_copies_the_rest():
     assert copy_shared(jobs, copies, nc, 1, out) == 1
     assert copies[0, 4] == -2 and (out[40:44] == 0).all()
     assert out[56:59].tolist() == [25, 26, 27] and copies[1, 4] == 2
+
+
+@settings(max_examples=60, deadline=None)
+@given(windows=st.lists(st.tuples(st.integers(0, 60), st.integers(1, 12)), min_size=1, max_size=8))
+def test_share_jobs_copies_every_repeated_chunk_and_nothing_else(windows):
+    """Chunks of one step (every job whole): the copies are exactly the jobs of a chunk an earlier job
+    holds; windows that share no chunk leave the jobs as they were."""
+    rows = [(k, w) for w, (first, n) in enumerate(windows) for k in range(first, first + n)]
+    jobs = np.zeros((len(rows), 8), np.int64)
+    for j, (k, w) in enumerate(rows):
+        jobs[j] = [10 * k, 5, j, 0, 1, w, k, 99]
+    before = jobs.copy()
+    copies = np.zeros((len(rows), 5), np.int64)
+    kept, nc = share_jobs(jobs, len(rows), 1, copies)
+    unique = len({k for k, _ in rows})
+    assert (kept, nc) == (unique, len(rows) - unique)
+    assert sorted(jobs[:kept, 6].tolist()) == sorted({k for k, _ in rows})
+    for c in range(nc):  # each copy's source decodes the same chunk
+        assert jobs[copies[c, 0], 6] == rows[int(copies[c, 1])][0]
+    if nc == 0:
+        np.testing.assert_array_equal(jobs, before)
