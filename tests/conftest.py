@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -249,17 +253,84 @@ print(_MARK + json.dumps(_results))
 """
 
 
-def _simulate_parts(scripts: dict[str, str], timeout: float = 600,
-                    forked: frozenset[str] = frozenset()) -> dict[str, SimulatedPart]:
+# Put before a script started in the background: it waits for process PID (the kernels' warm-up) to end
+_AFTER = """
+import time as _time
+
+
+def _running(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")  # a zombie has ended
+    except OSError:
+        return False
+
+
+while _running(PID):
+    _time.sleep(0.2)
+"""
+
+
+@dataclass
+class _Parts:
+    """An interpreter started on `_PARTS_RUNNER`: its process, its scripts' names, its timeout (counted from
+    when its results are asked for) and the files its output goes to (a pipe nobody reads could fill)."""
+
+    proc: subprocess.Popen
+    names: list[str]
+    timeout: float
+    out: IO[str]
+    err: IO[str]
+
+
+def _start_parts(scripts: dict[str, str], timeout: float = 600, forked: frozenset[str] = frozenset(),
+                 after: int | None = None) -> _Parts:
+    """Start `_PARTS_RUNNER` on ``scripts`` under the simulator; with ``after`` (a pid), niced and once that
+    process has ended (in the background: it takes the core the session leaves idle)."""
     in_turn = [(name, code) for name, code in scripts.items() if name not in forked]
     alone = [(name, code) for name, code in scripts.items() if name in forked]
     header = f"_PARTS = {in_turn!r}\n_FORKED = {alone!r}\n_MARK = {_PARTS_MARK!r}\n"
-    proc = _simulate(header + _PARTS_RUNNER, timeout)
-    _, mark, tail = proc.stdout.rpartition(_PARTS_MARK)
+    wait = "" if after is None else _AFTER.replace("PID", str(int(after)))
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": str(REPO)}
+    out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+    code = wait + SIMULATOR_PRELUDE + header + _PARTS_RUNNER
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=out, stderr=err, text=True,
+                            cwd=REPO, start_new_session=True,
+                            preexec_fn=None if after is None else lambda: os.nice(10))
+    return _Parts(proc, list(scripts), timeout, out, err)
+
+
+def _stop_parts(parts: _Parts) -> None:
+    """Kill the interpreter and its fork children (its own session's process group)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(parts.proc.pid, signal.SIGKILL)
+    parts.proc.wait()
+
+
+def _parts_results(parts: _Parts) -> dict[str, SimulatedPart]:
+    """Wait for ``parts`` (at most its timeout: then it is killed and `subprocess.TimeoutExpired` raised, as
+    on any other error or an interrupt meanwhile); ``{name: SimulatedPart}``."""
+    try:
+        parts.proc.wait(timeout=parts.timeout)
+    except BaseException:
+        _stop_parts(parts)
+        raise
+    finally:
+        parts.out.seek(0)
+        parts.err.seek(0)
+        stdout, stderr = parts.out.read(), parts.err.read()
+        parts.out.close()
+        parts.err.close()
+    _, mark, tail = stdout.rpartition(_PARTS_MARK)
     if not mark:  # the interpreter died: every part reports its output
-        said = f"exit status {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
-        return {name: SimulatedPart(False, said) for name in scripts}
+        said = f"exit status {parts.proc.returncode}\n{stdout[-3000:]}\n{stderr[-6000:]}"
+        return {name: SimulatedPart(False, said) for name in parts.names}
     return {name: SimulatedPart(ok, output) for name, (ok, output) in json.loads(tail).items()}
+
+
+def _simulate_parts(scripts: dict[str, str], timeout: float = 600,
+                    forked: frozenset[str] = frozenset()) -> dict[str, SimulatedPart]:
+    return _parts_results(_start_parts(scripts, timeout, forked))
 
 
 @pytest.fixture(scope="session")
@@ -278,30 +349,50 @@ _BATCH = pytest.StashKey["_SimulatedSession"]()
 
 
 class _SimulatedSession:
-    """The scripts of a session's tests marked ``simulated``, run when the first of them asks, in one
-    interpreter: every script that patches nothing one after another, then each script that patches in a
-    fork child of that interpreter (its patches reach no other script; the fork costs no second import of
-    numba, torch and the library). Results are kept by test id."""
+    """The scripts of a session's tests marked ``simulated``, run in one interpreter: every script that
+    patches nothing one after another, then each script that patches in a fork child of that interpreter
+    (its patches reach no other script; the fork costs no second import of numba, torch and the library).
+    The interpreter starts in the background with the session (`start`), or when the first of them asks.
+    Results are kept by test id."""
 
     def __init__(self, items: list[pytest.Item]) -> None:
         self._marked = [item for item in items if item.get_closest_marker("simulated") is not None]
         self._results: dict[str, SimulatedPart] = {}
+        self._started: _Parts | None = None
+
+    def start(self, after: int | None) -> None:
+        """Start every marked script now, in the background (niced), once process ``after`` has ended."""
+        if self._marked:
+            self._started = _start_parts(*self._batch(self._marked), after=after)
+
+    def stop(self) -> None:
+        """Kill the interpreter started by `start` if it is still running, its results never asked for."""
+        if self._started is not None:
+            _stop_parts(self._started)
+            self._started.out.close()
+            self._started.err.close()
+            self._started = None
 
     def result(self, item: pytest.Item) -> SimulatedPart:
+        if item.nodeid not in self._results and self._started is not None:
+            started, self._started = self._started, None
+            self._results.update(_parts_results(started))
         if item.nodeid not in self._results:
-            self._run(item)
+            pending = [item for item in self._marked if item.nodeid not in self._results]
+            if item not in pending:  # not collected with the session (a test run some other way)
+                pending.append(item)
+            self._results.update(_simulate_parts(*self._batch(pending)))
         return self._results[item.nodeid]
 
-    def _run(self, asking: pytest.Item) -> None:
-        pending = [item for item in self._marked if item.nodeid not in self._results]
-        if asking not in pending:  # not collected with the session (a test run some other way)
-            pending.append(asking)
-        marks = [item.get_closest_marker("simulated") for item in pending]
+    @staticmethod
+    def _batch(items: list[pytest.Item]) -> tuple[dict[str, str], float, frozenset[str]]:
+        """The scripts of ``items`` by test id, their timeouts' sum, and the ids of those that patch."""
+        marks = [item.get_closest_marker("simulated") for item in items]
+        scripts = {item.nodeid: mark.args[0] for item, mark in zip(items, marks, strict=True)}
         timeout = sum(mark.kwargs.get("timeout", 600) for mark in marks)
-        scripts = {item.nodeid: mark.args[0] for item, mark in zip(pending, marks, strict=True)}
-        forked = frozenset(item.nodeid for item, mark in zip(pending, marks, strict=True)
+        forked = frozenset(item.nodeid for item, mark in zip(items, marks, strict=True)
                            if mark.kwargs.get("patches"))
-        self._results.update(_simulate_parts(scripts, timeout, forked))
+        return scripts, timeout, forked
 
 
 @pytest.fixture
@@ -312,7 +403,8 @@ def simulated_part(request: pytest.FixtureRequest) -> SimulatedPart:
     a namespace of its own, but what it patches at module level would stay patched, so a script that patches
     anything (``count_host_copies`` included) says ``patches=True`` and then runs in a fork child of that
     interpreter, after the others. A failing script fails only its own test, with its output and
-    traceback."""
+    traceback. With the kernels' warm-up (``GRAPHRL_TEST_WARM`` not 0) the interpreter starts when the
+    session's tests are collected, in the background once the warm-up ends; else when the first asks."""
     if request.node.get_closest_marker("simulated") is None:
         raise pytest.UsageError(f"{request.node.nodeid} uses simulated_part without a simulated(script) mark")
     session = request.session
@@ -398,12 +490,23 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         preexec_fn=lambda: os.nice(10))
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """With the warm-up running, start the session's simulated scripts in the background too (niced), to
+    run on the idle core once the warm-up has ended (`_SimulatedSession.start`)."""
+    warm = session.config.stash.get(_WARM, None)
+    if warm is not None and not session.config.option.collectonly:
+        session.stash[_BATCH] = _SimulatedSession(session.items)
+        session.stash[_BATCH].start(after=warm.pid)
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Stop the warm-up if it is still running."""
+    """Stop the warm-up and the simulated scripts' interpreter if they are still running."""
     proc = session.config.stash.get(_WARM, None)
     if proc is not None and proc.poll() is None:
         proc.kill()
         proc.wait()
+    if _BATCH in session.stash:
+        session.stash[_BATCH].stop()
 
 
 _RAY_STARTED = pytest.StashKey[bool]()
