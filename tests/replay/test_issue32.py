@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 import pickle
 import re
@@ -205,26 +206,34 @@ def test_learner_keys_are_the_owners(mm):
 # ------------------------------------------------------------------------------ 3. concurrent checkpoints
 
 
-def writer_running(store: ReplayStore, stop: threading.Event) -> threading.Thread:
-    def run():
-        w = store.writer()
-        i = 0
-        while not stop.is_set():
-            w.extend(steps(i, 7))
-            w.end_episode()
-            i += 7
-        w.close()
+def _write_until(handle, stop) -> None:  # a forked actor process: 7-step episodes until ``stop``
+    store = ReplayStore.attach(handle)
+    w = store.writer()
+    i = 0
+    while not stop.is_set():
+        w.extend(steps(i, 7))
+        w.end_episode()
+        i += 7
+    w.close()
+    store.close()
 
-    t = threading.Thread(target=run, name="writer")
-    t.start()
-    return t
+
+def writer_running(store: ReplayStore, stop) -> mp.process.BaseProcess:
+    """A writer committing back to back into ``store`` from another process (attached by handle), as actors
+    do, until ``stop`` (a ``multiprocessing`` event). Not a thread of this process: one that holds the GIL
+    between its commits makes every GIL-releasing call of a checkpoint's file work wait for it (about 5 ms
+    each, CPython's switch interval), which slowed each checkpoint several times over and is not what these
+    tests check."""
+    proc = mp.get_context("fork").Process(target=_write_until, args=(store.handle(), stop), name="writer")
+    proc.start()
+    return proc
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("threads", [2, 4])
 def test_concurrent_checkpoints_are_serialised(mm, tmp_path, threads):
     store = make(mm, capacity_steps=2048, num_shards=2, timeout=30.0)
-    stop = threading.Event()
+    stop = mp.get_context("fork").Event()
     wt = writer_running(store, stop)
     seen: list[str] = []
     try:
@@ -258,6 +267,9 @@ def test_concurrent_checkpoints_are_serialised(mm, tmp_path, threads):
     finally:
         stop.set()
         wt.join(60)
+        if wt.is_alive():
+            wt.kill()
+    assert wt.exitcode == 0  # the writer committed until told to stop
     store.close()
 
 
