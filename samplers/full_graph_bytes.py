@@ -15,6 +15,9 @@ Main names:
   packed in one buffer; `arena_offsets`: the same at int32 columns, the end aligned (a slot arena).
 - `source_bytes`: the device source buffer ``[cache rows | slot 0 | slot 1]``; `working_set_bytes`: it
   and two slot arenas (what a device budget bounds); `slot_cost`: what one partition takes of its slot.
+- `slot_bound`: an upper bound of `slot_cost` that needs no layout (whether a row, or all of M, fits a
+  slot); `piece_entries`: its inverse, the most entries of one row alone in a slot; `cache_rows_within`:
+  the inverse of `working_set_bytes`, the cache rows a budget surely holds beside two slots.
 - `moved_bytes`: host-device bytes of one propagation (vertex rows and local CSRs in, outputs back).
 
 All take ints (bytes, rows, entries), most also int64 numpy arrays elementwise, and raise nothing.
@@ -28,8 +31,8 @@ from __future__ import annotations
 
 from numba.extending import register_jitable
 
-__all__ = ["ALIGN", "SLOT_OVERHEAD", "align", "arena_offsets", "csr_offsets", "moved_bytes", "slot_cost",
-           "source_bytes", "working_set_bytes"]
+__all__ = ["ALIGN", "SLOT_OVERHEAD", "align", "arena_offsets", "cache_rows_within", "csr_offsets",
+           "moved_bytes", "piece_entries", "slot_bound", "slot_cost", "source_bytes", "working_set_bytes"]
 
 ALIGN = 64
 SLOT_OVERHEAD = 8 + 6 * ALIGN  # a slot's extra row-pointer entry and the alignment of its arrays
@@ -100,6 +103,29 @@ def slot_cost(arena, stream_rows, row_bytes):
     most ``slot_bytes`` (`plan_propagation`). Ints, or int64 arrays elementwise (one per partition); raises
     nothing."""
     return arena + stream_rows * row_bytes
+
+
+@register_jitable
+def slot_bound(rows, entries, sources, row_bytes):
+    """At least `slot_cost` of a partition of ``rows`` rows, ``entries`` entries and ``sources`` streamed
+    rows, whatever its alignment: its arrays' bytes and `SLOT_OVERHEAD`. Ints, or int64 arrays
+    elementwise; raises nothing."""
+    return SLOT_OVERHEAD + 8 * (rows + 1) + 8 * entries + (rows + sources) * row_bytes
+
+
+@register_jitable
+def piece_entries(cap, row_bytes):
+    """The most entries ``e`` of one row that fit a slot of ``cap`` bytes alone with their ``e`` sources
+    (``slot_bound(1, e, e, row_bytes) <= cap``); below 1 when not even one does. Ints; raises nothing."""
+    return (cap - SLOT_OVERHEAD - 16 - row_bytes) // (8 + row_bytes)
+
+
+@register_jitable
+def cache_rows_within(budget, arena, stream_rows, row_bytes):
+    """The most cache rows that surely fit ``budget`` beside two slot arenas of ``arena`` bytes and two
+    slots of ``stream_rows`` rows (`working_set_bytes` with its alignment at its most); may be negative.
+    Ints, ``row_bytes`` > 0; raises nothing."""
+    return (budget - 2 * arena - ALIGN - 2 * stream_rows * row_bytes) // row_bytes
 
 
 def moved_bytes(vertex: int, rows: int, parts: int, entries: int, row_bytes: int) -> int:

@@ -25,9 +25,9 @@ back to the host. `plan_propagation` decides, for one matrix, feature width and 
 The device buffer of sources is ``[cache rows | slot 0 | slot 1]``; a partition's local columns point
 into the cache or into its slot (``slot = k % 2``), so one SpMM per partition reads both. Each slot
 also has an arena for the partition's local CSR and output rows (byte rules: `samplers.full_graph_bytes`).
-Plans are host arrays (numpy); `samplers.full_graph_stream` runs them. Planning reads M's entries once
-in plan order, then front to back, on several threads (bitwise the same plan for any count); a
-`PlanCache` passed to the plans of one matrix shares that work and the single-partition layout.
+Plans are host arrays (numpy); `samplers.full_graph_stream` runs them. The passes over M's entries in
+plan order (threaded, bitwise the same plan for any count) live in `samplers.full_graph_entries`, whose
+`PlanCache` (importable here too) shares that work and the single-partition layout among plans of M.
 
 References
 ----------
@@ -47,28 +47,32 @@ import numba as nb
 import numpy as np
 
 from graphrl.kernels.ordering import rcm_order
-from graphrl.kernels.prefetch import prefetch
-from graphrl.kernels.team import parallel_for
 from graphrl.memory import MemoryBudgetError, Tier
-from graphrl.threads import team_size
 from samplers.full_graph_bytes import (
-    ALIGN,
-    SLOT_OVERHEAD,
     align,
     arena_offsets,
+    cache_rows_within,
     moved_bytes,
+    piece_entries,
+    slot_bound,
     slot_cost,
     source_bytes,
     working_set_bytes,
 )
-from samplers.kernels.cpu.partition import (
-    compact_chunks,
-    distinct_chunks,
-    fill_columns,
-    merge_chunks,
-    number_sources,
-    remap_partitions,
+from samplers.full_graph_entries import (
+    PlanCache,
+    by_count,
+    count_ids,
+    distinct,
+    permuted,
+    range_chunks,
+    ranked,
+    run_parallel,
+    streamed,
+    whole_rows,
+    work_groups,
 )
+from samplers.kernels.cpu.partition import fill_columns, number_sources, remap_partitions
 
 __all__ = ["DEFAULT_CACHE_SHARE", "PartitionPlan", "PlanCache", "PlanPart", "locality_order",
            "plan_propagation"]
@@ -270,12 +274,10 @@ def _rows(lo, hi, order, row_bytes, cap):
     Returns (lo, hi, vrow, split rows), or None when not even one entry fits a slot.
     """
     deg = hi - lo
-    # one row alone, its sources bounded by its entries
-    lone = SLOT_OVERHEAD + 16 + 8 * deg + (deg + 1) * row_bytes
-    big = lone > cap
+    big = slot_bound(1, deg, deg, row_bytes) > cap  # one row alone, its sources bounded by its entries
     if not big.any():
         return lo, hi, order, np.zeros(0, np.int64)
-    m = (cap - SLOT_OVERHEAD - 16 - row_bytes) // (8 + row_bytes)  # entries of a piece
+    m = piece_entries(cap, row_bytes)  # entries of a piece
     if m < 1:
         return None
     pieces = np.where(big, -(-deg // m), 1)
@@ -286,60 +288,6 @@ def _rows(lo, hi, order, row_bytes, cap):
     vlo = np.repeat(lo, pieces) + j * step
     vhi = np.minimum(vlo + step, np.repeat(hi, pieces))
     return vlo, vhi, vrow, np.sort(order[big])
-
-
-class PlanCache:
-    """Work the plans of one matrix share (any width, budget or dedup): its entries in plan order
-    (whose values every plan's parts view), its read counts and ranking, and the single-partition
-    local CSR; and the threads planning may use.
-
-    Pass the same object to every `plan_propagation` of one ``(indptr, indices, weights, order)``
-    (both directions of a symmetric matrix passed as the same arrays included); it keeps references
-    to them and refuses others. It holds about ``nnz * 8`` bytes besides: drop it once planned.
-
-    Parameters
-    ----------
-    threads : int or None
-        Threads the planning kernels may use, the caller included (None: `graphrl.threads.team_size`);
-        plans are bitwise the same for any count.
-    min_chunk : int
-        Fewest entries of one piece of parallel work.
-
-    Raises
-    ------
-    ValueError
-        ``threads`` or ``min_chunk`` < 1 (here), or arrays other than the first planned for (on use).
-
-    Example
-    -------
-    >>> cache = PlanCache()   # doctest: +SKIP
-    >>> plans = [plan_propagation(*op, order, d, 4, budget, True, cache=cache) for d in (64, 256)]
-    """
-
-    def __init__(self, threads: int | None = None, min_chunk: int = 1 << 16) -> None:
-        threads = team_size() if threads is None else int(threads)
-        if threads < 1 or int(min_chunk) < 1:
-            raise ValueError(f"threads={threads} and min_chunk={min_chunk} must be >= 1")
-        self.threads = threads
-        self.min_chunk = int(min_chunk)
-        self.arrays: tuple | None = None
-        self.store: dict = {}
-
-    def bind(self, indptr, indices, weights, order) -> None:
-        """Tie the cache to one operator and order on first use; a different one is a `ValueError`."""
-        arrays = (indptr, indices, weights, order)
-        if self.arrays is None:
-            self.arrays = arrays
-        elif any(a is not b for a, b in zip(self.arrays, arrays, strict=True)):
-            raise ValueError("cache: a PlanCache serves the (indptr, indices, weights, order) it first "
-                             "planned "
-                             "for; pass a new PlanCache() for another operator or order")
-
-    def get(self, key, make):
-        """The value kept under ``key``, made by ``make()`` on first use."""
-        if key not in self.store:
-            self.store[key] = make()
-        return self.store[key]
 
 
 def plan_propagation(indptr: np.ndarray, indices: np.ndarray, weights: np.ndarray, order: np.ndarray,
@@ -391,15 +339,15 @@ def plan_propagation(indptr: np.ndarray, indices: np.ndarray, weights: np.ndarra
     """
     ctx = PlanCache() if cache is None else cache
     ctx.bind(indptr, indices, weights, order)
-    pind, pw, _ = _permuted(ctx)
+    pind, pw, _ = permuted(ctx)
     row_bytes = int(width) * int(itemsize)
     budget = int(budget)
     n = order.shape[0]
     if partitions is not None:
         k = min(int(partitions), max(n, 1))
-        lo, hi = _whole_rows(ctx, indptr, order)
+        lo, hi = whole_rows(ctx)
         bounds = _cut(lo, hi, k, row_bytes)
-        uniq, offsets = _distinct(ctx, lo, hi, pind, bounds, n, whole=True)
+        uniq, offsets = distinct(ctx, lo, hi, pind, bounds, n, whole=True)
         lay = _layout(ctx, lo, hi, order, pind, bounds, uniq, offsets, n, row_bytes, budget, bool(dedup),
                       None, np.zeros(0, np.int64))
         if lay is None:
@@ -414,100 +362,19 @@ def plan_propagation(indptr: np.ndarray, indices: np.ndarray, weights: np.ndarra
         # Candidates that reserve part of the budget for the most-read rows (by in-degree of the
         # transposed pattern) before cutting: partitions do not count them, so they grow, and the one
         # moving the fewest bytes wins, never more vertex bytes than the plan without reserve.
-        ranked, floor = ctx.get("ranked", lambda: _ranked(_readers(ctx, indices, n)))
+        top, floor = ranked(ctx, indices, n)
         floor *= row_bytes  # every row read moves once
         for share in _shares(float(cache_share)) if base.vertex > floor else ():
-            c = min(int(share * budget) // row_bytes, ranked.shape[0])
+            c = min(int(share * budget) // row_bytes, top.shape[0])
             if c == 0:
                 continue
             lay = _plan(ctx, indptr, pind, order, int(width), row_bytes, budget, slot, owner, True,
-                        ranked[:c])
+                        top[:c])
             if lay is not None and lay.moved < best.moved and lay.vertex <= base.vertex:
                 best = lay
             if best.vertex <= floor:  # nothing moves less
                 break
     return _finish(ctx, best, pind, pw)
-
-
-def _readers(ctx, indices, n):
-    """Destinations that read each source row (``np.bincount(indices, minlength=n)``)."""
-    return ctx.get("readers", lambda: _count(indices, n))
-
-
-def _ranked(readers):
-    """Rows read by more than one destination, most-read first (stable), and the count of rows read."""
-    return _by_count(readers, readers > 1), int(np.count_nonzero(readers))
-
-
-@nb.njit(nogil=True, cache=True)
-def _count(ids, n):  # pragma: no cover - compiled
-    """``np.bincount(ids, minlength=n)`` as int64, without a converted copy of ``ids``."""
-    out = np.zeros(n, np.int64)
-    for e in range(ids.shape[0]):
-        out[ids[e]] += 1
-    return out
-
-
-@nb.njit(nogil=True, cache=True)
-def _by_count(counts, keep):  # pragma: no cover - compiled
-    """The ids u with ``keep[u]``, by decreasing ``counts[u]``, ties by id (a stable counting sort)."""
-    top = 0
-    m = 0
-    for u in range(counts.shape[0]):
-        if keep[u]:
-            top = max(top, counts[u])
-            m += 1
-    start = np.zeros(top + 2, np.int64)
-    for u in range(counts.shape[0]):
-        if keep[u]:
-            start[top - counts[u] + 1] += 1
-    for c in range(top + 1):
-        start[c + 1] += start[c]
-    out = np.empty(m, np.int64)
-    for u in range(counts.shape[0]):
-        if keep[u]:
-            out[start[top - counts[u]]] = u
-            start[top - counts[u]] += 1
-    return out
-
-
-def _whole_rows(ctx, indptr, order):
-    """``lo, hi`` of the rows in plan order (no row split), in the entries in plan order (`_permuted`)."""
-    start = _permuted(ctx)[2]
-    return start[:-1], start[1:]
-
-
-def _permuted(ctx):
-    """The entries of M in plan order (rows by ``order``, each in its own entry order): columns,
-    values and row starts. Every later pass then reads them front to back."""
-    def make():
-        indptr, indices, weights, order = ctx.arrays
-        start = np.concatenate(([0], np.cumsum(indptr[order + 1] - indptr[order], dtype=np.int64)))
-        cols = np.empty(int(start[-1]), indices.dtype)
-        vals = np.empty(int(start[-1]), np.float32)
-        threads = ctx.threads
-        groups = _groups(np.diff(start) + 1, 4 * threads)
-
-        def run(g):
-            _gather(indptr, indices, weights, order, start, groups[g], groups[g + 1], cols, vals)
-
-        _parallel(run, groups.shape[0] - 1, threads)
-        return cols, vals, start
-    return ctx.get("permuted", make)
-
-
-@nb.njit(nogil=True, cache=True)
-def _gather(indptr, indices, weights, order, start, r0, r1, cols, vals):  # pragma: no cover - compiled
-    """Entries of rows ``order[r0:r1]`` to ``cols``/``vals`` at ``start``."""
-    for r in range(r0, r1):
-        if r + 8 < r1:
-            prefetch(indices, indptr[order[r + 8]])
-            prefetch(weights, indptr[order[r + 8]])
-        o = start[r]
-        for e in range(indptr[order[r]], indptr[order[r] + 1]):
-            cols[o] = indices[e]
-            vals[o] = weights[e]
-            o += 1
 
 
 def _shares(top: float) -> list[float]:
@@ -577,11 +444,11 @@ def _plan(ctx, indptr, indices, order, width, row_bytes, budget, slot, owner, de
     bits = np.empty_like(cbits)
     slot_cap = min((budget - reserve) // 2, slot)
     for _ in range(60):  # shrink the slot cap until both slots of the largest parts fit
-        rows = _rows(*_whole_rows(ctx, indptr, order), order, row_bytes, slot_cap) if slot_cap > 0 else None
+        rows = _rows(*whole_rows(ctx), order, row_bytes, slot_cap) if slot_cap > 0 else None
         if rows is None and hubs is not None:
             return None
         if rows is None:
-            need = 2 * (SLOT_OVERHEAD + 16 + 8 + 2 * row_bytes)
+            need = 2 * slot_bound(1, 1, 1, row_bytes)
             raise MemoryBudgetError(
                 Tier.DEVICE, owner, need, budget, budget,
                 note=f"one partition cannot fit: one entry at feature width {width} x {row_bytes // width} B "
@@ -589,8 +456,7 @@ def _plan(ctx, indptr, indices, order, width, row_bytes, budget, slot, owner, de
                      f"take; a device budget of at least {need} bytes fits every row at this width")
         lo, hi, vrow, split = rows
         nnz = int(indptr[n])
-        whole = SLOT_OVERHEAD + 8 * (n + 1) + 8 * nnz + 2 * n * row_bytes
-        if hubs is None and not split.shape[0] and whole <= slot_cap:
+        if hubs is None and not split.shape[0] and slot_bound(n, nnz, n, row_bytes) <= slot_cap:
             bounds = np.array([0, n], np.int64)  # all of M fits one slot (what _greedy finds, sooner)
         else:
             fresh = np.empty(max(int((hi - lo).max(initial=0)), 1), np.int64)
@@ -603,14 +469,14 @@ def _plan(ctx, indptr, indices, order, width, row_bytes, budget, slot, owner, de
         uniq = offsets = None
         if k > 1:  # re-cut to balance edges and bytes over the same count where every range still fits
             better = _cut(lo, hi, k, row_bytes)
-            u2, o2 = _distinct(ctx, lo, hi, indices, better, n)
+            u2, o2 = distinct(ctx, lo, hi, indices, better, n)
             _, _, arenas = _sizes(lo, hi, better, row_bytes)
-            streams = _streamed(u2, o2, cached)
+            streams = streamed(u2, o2, cached)
             total = working_set_bytes(int(arenas.max()), nh, int(streams.max()), row_bytes)
             if int(slot_cost(arenas, streams, row_bytes).max()) <= slot_cap and total <= budget:
                 bounds, uniq, offsets = better, u2, o2
         if uniq is None:
-            uniq, offsets = _distinct(ctx, lo, hi, indices, bounds, n, whole=not split.shape[0])
+            uniq, offsets = distinct(ctx, lo, hi, indices, bounds, n, whole=not split.shape[0])
         lay = _layout(ctx, lo, hi, vrow, indices, bounds, uniq, offsets, n, row_bytes, budget, dedup, hubs,
                       split, cached)
         if lay is not None:
@@ -620,102 +486,6 @@ def _plan(ctx, indptr, indices, order, width, row_bytes, budget, slot, owner, de
         return None
     raise MemoryBudgetError(Tier.DEVICE, owner, budget + 1, budget, budget,
                             note=f"no partitioning of width {width} fits {budget} device bytes")
-
-
-def _groups(work: np.ndarray, parts: int) -> np.ndarray:
-    """Boundaries of at most ``parts`` consecutive groups of items of about equal ``work``."""
-    m = work.shape[0]
-    if m == 0:
-        return np.zeros(1, np.int64)
-    cum = np.cumsum(work, dtype=np.float64)
-    cuts = np.searchsorted(cum, cum[-1] * np.arange(1, parts) / parts, side="right")
-    return np.unique(np.concatenate(([0], np.minimum(cuts, m), [m]))).astype(np.int64)
-
-
-def _chunks(lo, hi, bounds, threads, min_chunk):
-    """Row ranges that split every range ``bounds[i]:bounds[i+1]`` into pieces of about equal entries
-    (only ranges larger than a share of the work are split), and each range's first chunk."""
-    ends = np.concatenate(([0], np.cumsum(hi - lo, dtype=np.int64)))
-    k = bounds.shape[0] - 1
-    entries = ends[bounds[1:]] - ends[bounds[:-1]]
-    target = max(int(ends[-1]) // (4 * threads), min_chunk) if threads > 1 else 1 << 62
-    pieces = np.maximum(-(-entries // target), 1)
-    first = np.concatenate(([0], np.cumsum(pieces)))
-    rows = np.empty(int(first[-1]) + 1, np.int64)
-    for i in range(k):
-        a, b, m = int(bounds[i]), int(bounds[i + 1]), int(pieces[i])
-        if m == 1:
-            rows[first[i]] = a
-            continue
-        cut = np.searchsorted(ends[a:b + 1], ends[a] + entries[i] * np.arange(m) // m, side="left") + a
-        rows[first[i]:first[i + 1]] = np.minimum(np.maximum.accumulate(cut), b)
-    rows[-1] = bounds[-1]
-    return rows, first, ends
-
-
-def _distinct(ctx, lo, hi, indices, bounds, n, whole=False):
-    """Distinct sources of each range in first-seen order: ``uniq[offsets[i]:offsets[i+1]]`` (int32 or
-    the dtype of ``indices``). Chunks of rows run on the cache's threads; the result does not depend
-    on how many."""
-    k = bounds.shape[0] - 1
-    if k == 1 and whole and lo.shape[0] == n:  # all of M, whole rows: its sources, ascending
-        uniq = ctx.get("sources", lambda: np.flatnonzero(_readers(ctx, indices, n)).astype(indices.dtype))
-        return uniq, np.array([0, uniq.shape[0]], np.int64)
-    threads = ctx.threads
-    rows, first, ends = _chunks(lo, hi, bounds, threads, ctx.min_chunk)
-    nc = rows.shape[0] - 1
-    starts = ends[rows[:-1]]
-    out = ctx.store.pop("scratch", None)  # kept between calls (not shared by concurrent ones)
-    if out is None or out.shape[0] < max(int(ends[-1]), 1):
-        out = np.empty(max(int(ends[-1]), 1), indices.dtype)
-    counts = np.zeros(nc, np.int64)
-    words = (n >> 6) + 1
-    groups = _groups(np.diff(ends[rows]), 4 * threads)
-
-    def run(g):
-        distinct_chunks(lo, hi, indices, rows, starts, groups[g], groups[g + 1], np.zeros(words, np.int64),
-                         out, counts)
-
-    _parallel(run, groups.shape[0] - 1, threads)
-    if nc > k:  # ranges of several chunks: merge their lists in order
-        part = np.zeros(k, np.int64)
-        multi = np.flatnonzero(np.diff(first) > 1)
-
-        def merge(j):
-            i = int(multi[j])
-            part[i] = merge_chunks(starts, counts, first[i], first[i + 1], np.zeros(words, np.int64), out)
-
-        _parallel(merge, multi.shape[0], threads)
-        rc = counts[first[:-1]].copy()
-        rc[multi] = part[multi]
-        starts, counts = starts[first[:-1]], rc
-    uniq = np.empty(int(counts.sum()), indices.dtype)
-    offsets = np.empty(k + 1, np.int64)
-    compact_chunks(out, starts, counts, uniq, offsets)
-    ctx.store["scratch"] = out
-    return uniq, offsets
-
-
-def _parallel(fn, n, threads):
-    if threads <= 1 or n <= 1:
-        for i in range(n):
-            fn(i)
-    else:
-        parallel_for(fn, n, threads)
-
-
-@nb.njit(nogil=True, cache=True)
-def _streamed(uniq, offsets, cached):  # pragma: no cover - compiled
-    """Per partition, its distinct sources that are not ``cached``."""
-    k = offsets.shape[0] - 1
-    out = np.zeros(k, np.int64)
-    for i in range(k):
-        c = 0
-        for j in range(offsets[i], offsets[i + 1]):
-            if not cached[uniq[j]]:
-                c += 1
-        out[i] = c
-    return out
 
 
 def _layout(ctx, lo, hi, vrow, indices, bounds, uniq, offsets, n, row_bytes, budget, dedup, hubs, split,
@@ -731,23 +501,22 @@ def _layout(ctx, lo, hi, vrow, indices, bounds, uniq, offsets, n, row_bytes, bud
         if hubs is not None:
             cached[hubs] = True
     if dedup and k > 1 and row_bytes > 0:
-        readers = _count(uniq, n)
+        reads = count_ids(uniq, n)
         cached = cached.copy()
         fixed = int(np.count_nonzero(cached))
-        shared = _by_count(readers, (readers > 1) & ~cached)
+        shared = by_count(reads, (reads > 1) & ~cached)
         # grow the cache while the room left (after slots sized for the remaining streams) allows
         size = 0
         trial = cached.copy()
         for _ in range(3):
             trial[:] = cached
             trial[shared[:size]] = True
-            widest = int(_streamed(uniq, offsets, trial).max(initial=0))
-            # working_set_bytes(arena, fixed + size, widest, row_bytes) <= budget, alignment at its most
-            room = budget - 2 * arena - ALIGN - 2 * widest * row_bytes - fixed * row_bytes
-            size = int(min(shared.shape[0], max(room // row_bytes, 0)))
+            widest = int(streamed(uniq, offsets, trial).max(initial=0))
+            room = cache_rows_within(budget, arena, widest, row_bytes) - fixed  # beside the fixed rows
+            size = int(min(shared.shape[0], max(room, 0)))
         cached[shared[:size]] = True
     cache = np.flatnonzero(cached).astype(np.int64)
-    streams = _streamed(uniq, offsets, cached) if k else np.zeros(0, np.int64)
+    streams = streamed(uniq, offsets, cached) if k else np.zeros(0, np.int64)
     max_stream = int(streams.max(initial=0))
     total = max(working_set_bytes(arena, cache.shape[0], max_stream, row_bytes), 1)
     if total > budget:
@@ -798,15 +567,15 @@ def _local(ctx, lay, indices, weights):
     base, ms = np.int64(cache.shape[0]), np.int64(lay.max_stream)
     threads = ctx.threads
     if k >= 4 * threads or threads == 1:  # many partitions: groups of them, each with its own scratch
-        groups = _groups(ends[bounds[1:]] - ends[bounds[:-1]], 4 * threads)
+        groups = work_groups(ends[bounds[1:]] - ends[bounds[:-1]], 4 * threads)
 
         def run(g):
             remap_partitions(indices, bounds, lay.uniq, lay.offsets, groups[g], groups[g + 1], ends,
                              s_offsets, slot_of.copy(), base, ms, cols, stream, cache_reads)
 
-        _parallel(run, groups.shape[0] - 1, threads)
+        run_parallel(run, groups.shape[0] - 1, threads)
     else:  # few large partitions: number each, then fill its rows in parallel chunks
-        rows, first, _ = _chunks(lo, hi, bounds, threads, ctx.min_chunk)
+        rows, first, _ = range_chunks(lo, hi, bounds, threads, ctx.min_chunk)
         for i in range(k):
             cache_reads[i] = number_sources(lay.uniq, lay.offsets[i], lay.offsets[i + 1], slot_of, stream,
                                      s_offsets[i])
@@ -816,6 +585,6 @@ def _local(ctx, lay, indices, weights):
             def run(c, c0=c0, fst=fst):
                 fill_columns(indices, ends[rows[c0 + c]], ends[rows[c0 + c + 1]], slot_of, fst, cols)
 
-            _parallel(run, int(first[i + 1]) - c0, threads)
+            run_parallel(run, int(first[i + 1]) - c0, threads)
             slot_of[stream[s_offsets[i]:s_offsets[i + 1]]] = -1
     return ends, cols, w_out, stream[:int(s_offsets[-1])] if s_offsets[-1] else stream[:0], cache_reads
