@@ -554,9 +554,12 @@ class ChunkDecode:
         their output is at least twice ``chunk_bytes`` (ranges of jobs of about equal output bytes, one
         call of `decode_jobs` each: a chunk whose jobs straddle two ranges is decoded in both); returns
         how many jobs failed."""
-        rows = jobs[:nj, 4]
-        total = int(rows.sum()) * rb
         threads = 1
+        if nj * ring.chunk * rb < 2 * self.chunk_bytes:  # at most chunk rows a job: too small to split
+            total = 0
+        else:
+            rows = jobs[:nj, 4]
+            total = int(rows.sum()) * rb
         if total >= 2 * self.chunk_bytes and nj >= 2:
             if self.threads is not None:
                 threads = self.threads
