@@ -555,10 +555,12 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Run the tests that use the shared Ray cluster (`ray_cluster`) last, in their order, so that one
-    cluster serves them all. Skip the tests marked ``gpu`` where torch finds no CUDA, with the reason said
-    once (the count is in pytest's short summary: ``SKIPPED [N] ... no CUDA device``)."""
-    items[:] = [item for item in items if not _uses_ray(item)] + [item for item in items if _uses_ray(item)]
+    """Run the tests marked ``simulated`` after the others (their scripts have the whole session to run in
+    the background: `pytest_collection_finish`), then those that use the shared Ray cluster (`ray_cluster`),
+    each group in its order, so that one cluster serves them all. Skip the tests marked ``gpu`` where torch
+    finds no CUDA, with the reason said once (the count is in pytest's short summary: ``SKIPPED [N] ... no
+    CUDA device``)."""
+    items.sort(key=lambda item: 2 if _uses_ray(item) else item.get_closest_marker("simulated") is not None)
     gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not gpu_items:
         return
