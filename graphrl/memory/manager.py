@@ -12,7 +12,6 @@ RMM's memory resources and resource adaptors (limiting, statistics, pool).
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import logging
 import math
@@ -29,6 +28,7 @@ import torch
 
 from graphrl.memory import cudart, signals
 from graphrl.memory.accounts import Account
+from graphrl.memory.address_index import AddressIndex
 from graphrl.memory.backing import Backing, TensorBacking
 from graphrl.memory.dtypes import parse_dtype
 from graphrl.memory.errors import MemoryBudgetError
@@ -146,9 +146,7 @@ class MemoryManager:
         self._direct: dict[Tier, PoolStats] = {t: PoolStats() for t in POOLED_TIERS}
         self._registered: dict[int, tuple[Tier, int]] = {}  # register()ed regions: tier, bytes
         self._registered_bytes: dict[Tier, int] = {t: 0 for t in Tier}
-        self._spans: list[tuple[int, int, int, Tier]] = []  # (start, end, id(region), tier), by start
-        self._longest_span = 0  # bytes of the longest span ever tracked (bounds tier_of's search)
-        self._span_of: dict[int, tuple[int, int, int, Tier]] = {}
+        self._addresses = AddressIndex()  # live regions' address ranges, for tier_of
         self._accounts: dict[Tier, Account] = {}
         self._live: dict[int, Region] = {}
         self._attached: dict[int, Region] = {}
@@ -347,8 +345,8 @@ class MemoryManager:
                 path=getattr(backing, "path", None),
             )
             with self._lock:
-                if t in self._direct and t not in self._pools and nbytes:
-                    direct = self._direct[t]
+                direct = self._unpooled(t, nbytes)
+                if direct is not None:
                     direct.registrations += 1
                     direct.pool_misses += 1
                     direct.held_bytes += nbytes
@@ -481,9 +479,7 @@ class MemoryManager:
         key = id(region)
         with self._lock:
             registered = self._registered.pop(key, None)
-            span = self._span_of.pop(key, None)
-            if span is not None:
-                del self._spans[bisect.bisect_left(self._spans, span)]
+            self._addresses.remove(key)
         try:
             if registered is not None:  # a user's buffer: unpin it, nothing to give back
                 ptr = getattr(backing, "registered_ptr", None)
@@ -496,31 +492,32 @@ class MemoryManager:
             with self._lock:
                 self._accounts[tier].release(region.owner, region.nbytes)
                 self._live.pop(key, None)
-                direct = self._direct.get(tier)
                 if registered is not None:
                     self._registered_bytes[tier] -= region.nbytes
                     self._limit_pool(tier)
-                    if direct is not None:
-                        direct.unregistrations += 1
-                elif direct is not None and tier not in self._pools and region.nbytes:
+                    if tier in self._direct:
+                        self._direct[tier].unregistrations += 1
+                elif (direct := self._unpooled(tier, region.nbytes)) is not None:
                     direct.unregistrations += 1
                     direct.held_bytes -= region.nbytes
+
+    def _unpooled(self, tier: Tier, nbytes: int) -> PoolStats | None:
+        """The counters an allocation of ``nbytes`` on ``tier`` outside a pool goes to (a pooled tier
+        whose pool is off: each allocation a registration and a miss), or None. Lock held."""
+        return self._direct[tier] if tier in self._direct and tier not in self._pools and nbytes else None
 
     def _track(self, region: Region, backing: Backing) -> None:
         """Index ``region``'s address range for `tier_of` (not disk, not empty). Lock held."""
         if backing.copies or region.nbytes == 0:
             return
-        start = backing.tensor().data_ptr()
-        span = (start, start + region.nbytes, id(region), region.tier)
-        bisect.insort(self._spans, span)
-        self._span_of[id(region)] = span
-        self._longest_span = max(self._longest_span, region.nbytes)
+        self._addresses.add(id(region), backing.tensor().data_ptr(), region.nbytes, region.tier)
 
     def tier_of(self, tensor: torch.Tensor) -> Tier | None:
         """The tier of the live region (allocated or registered) that holds ``tensor``'s first byte.
 
-        A view anywhere inside a region counts. Cheap (a binary search over the live regions'
-        address ranges), so it may be asked per copy.
+        A view anywhere inside a region counts; a buffer registered inside a region gives the inner
+        one's tier. Cheap (a binary search over the live regions' address ranges,
+        `graphrl.memory.address_index.AddressIndex`), so it may be asked per copy.
 
         Parameters
         ----------
@@ -542,16 +539,8 @@ class MemoryManager:
             raise TypeError(f"tier_of() takes a torch.Tensor, got {type(tensor).__name__}")
         if tensor.numel() == 0:
             return None
-        ptr = tensor.data_ptr()
         with self._lock:
-            # the innermost span holding ptr: the one starting last at or below it (a buffer registered
-            # inside a region nests); spans starting more than the longest span below ptr cannot hold it
-            i = bisect.bisect_right(self._spans, (ptr, math.inf)) - 1
-            while i >= 0 and self._spans[i][0] >= ptr - self._longest_span:
-                if ptr < self._spans[i][1]:
-                    return self._spans[i][3]
-                i -= 1
-        return None
+            return self._addresses.tier_at(tensor.data_ptr())
 
     def trim(self, tier: Tier | str | None = None) -> int:
         """Release the idle blocks of the pinned and device pools (or of ``tier``'s) upstream.
