@@ -20,9 +20,8 @@ A writer's commit runs the three steps as one compiled call (`replay.commit_kern
 same locks, through `replay.sync_kernels`) when the rate limiter admits it at once; a commit that must
 wait, and a caller without a writer's `TrajectoryStorage.sources`, run them in Python.
 
-A checkpoint takes the store by `TrajectoryStorage.quiesced`: the turnstile, the shard locks in
-order, the control mutex (the store's lock order). The turnstile keeps writers that commit back to
-back from taking the shard locks again and again while it waits for one (mutexes are not fair).
+A checkpoint takes the turnstile, the shard locks in order, then the control mutex (the store's lock
+order, `TrajectoryStorage.quiesced`): writers committing back to back cannot keep the locks from it.
 
 Steps become visible to samplers at step 2's end. A sampler copies windows without a lock and then
 re-checks the shard's floor under its mutex (`TrajectoryStorage.stale`); both the writer's copy and
@@ -48,19 +47,18 @@ import os
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
-from graphrl.memory import MemoryManager, RegionHandle
+from graphrl.memory import MemoryManager
 from replay.commit_kernel import FAILED, OK, OVERFLOW, build_plan, commit_chunk
 from replay.control import GSEQ, WRITERS, Control
 from replay.keys import MAX_POSITION
 from replay.owner_watch import OwnerWatch, process_identity
 from replay.rate_limiter import DELETES, INSERTS, RateLimiter, rate_limiter_from_config
-from replay.shard import ShardHandle, ShardStorage
+from replay.shard import ShardStorage
 from replay.spec import TrajectorySpec
+from replay.storage_records import Episode, StoreHandle
 
 __all__ = ["GSEQ", "WRITERS", "Control", "Episode", "StorageViews", "StoreHandle", "TrajectoryStorage"]
 
@@ -68,55 +66,6 @@ logger = logging.getLogger(__name__)
 SWEEP_EVERY_S = 1.0  # new writers look for episodes left open by dead writer processes at most this often
 _CLOSED = "the replay store was closed; nothing more can be written"
 WAIT_SLICE_S = 1.0  # a writer waiting for a checkpoint checks for a closed store and a dead owner this often
-
-
-@dataclass(frozen=True)
-class StoreHandle:
-    """What another process needs to attach a store: region names and settings, no step data.
-
-    Picklable (a few hundred bytes); send it to actor processes as an argument or through a queue.
-    """
-
-    spec: tuple[tuple[Any, ...], ...]  # (name, shape, dtype[, codec, arena_ratio])
-    capacity: int
-    num_shards: int
-    control: RegionHandle
-    shards: tuple[ShardHandle, ...]
-    rate_limiter: tuple[tuple[str, Any], ...]
-    chunk_steps: int
-    timeout: float | None
-    owner_pid: int = 0  # the process that made the regions (0: unknown, not watched)
-    owner_identity: str = ""  # its replay.owner_watch.process_identity ("": unknown, the pid alone trusted)
-
-    def spec_object(self) -> TrajectorySpec:
-        return TrajectorySpec({n: tuple(entry) for n, *entry in self.spec})
-
-
-@dataclass
-class Episode:
-    """A live episode (or segment) of one shard, for inspection: `ReplayStore.episodes`.
-
-    Attributes
-    ----------
-    shard : int
-    start : int
-        Absolute position of its oldest stored step.
-    length : int
-        Stored steps.
-    open : bool
-        Its writer has not ended it (more steps may follow).
-    continuation : bool
-        It continues an episode whose earlier part is a separate record (a cut windows do not cross).
-    data : dict of str to numpy.ndarray
-        Copies of its steps ``[length, *field_shape]``.
-    """
-
-    shard: int
-    start: int
-    length: int
-    open: bool
-    continuation: bool
-    data: dict[str, np.ndarray]
 
 
 class TrajectoryStorage:
