@@ -220,8 +220,11 @@ def test_an_owner_restarted_by_an_attached_trainer_outlives_that_trainer(graph, 
         os.kill(first.info(1)["pid"], signal.SIGKILL)
         pid = ray.get(trainer.restart.remote(1))  # the trainer that did not start the owners restarts one
         ray.kill(trainer, no_restart=True)  # ... and ends (its job done, or it failed)
+        deadline = time.monotonic() + 10.0  # ray.kill returns at once: a call may still reach the trainer
         with pytest.raises(ray.exceptions.RayActorError):  # a harmless call: gone
-            ray.get(trainer.pid.remote(1))
+            while time.monotonic() < deadline:
+                ray.get(trainer.pid.remote(1))
+                time.sleep(0.05)
         later = RayOwners.attach(folder, name)  # was: owner 1 died with the trainer
         assert later.info(1)["pid"] == pid
         first.restart(1)  # the first group attaches the live owner the trainer started
