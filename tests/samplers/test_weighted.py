@@ -196,6 +196,25 @@ def test_weighted_kernels_equal_the_reference_on_long_rows():
         check_weighted_blocks(graph, blocks, np.arange(rows), [k], w, replace)
 
 
+
+@pytest.mark.parametrize("degree", [65, 100, 128, 129, 300, 512, 513, 1500])
+@pytest.mark.parametrize("skew", [False, True])
+def test_every_search_of_the_prefix_sums_equals_the_reference(degree, skew):
+    # rows of 65-128 edges count in one half, longer ones in a window around the equal-weights guess
+    # (narrower up to 512 edges) or bisect to it when the guess misses: skewed weights make it miss
+    rows = 8
+    dst = np.repeat(np.arange(rows), degree)
+    src = rows + np.tile(np.arange(degree), rows)
+    graph = CSCGraph.from_edges(src, dst, rows + degree)
+    rng = np.random.default_rng(degree)
+    w = rng.pareto(0.7, dst.size) if skew else rng.random(dst.size)
+    w[rng.random(dst.size) < 0.1] = 0.0
+    for replace, k in ((True, 40), (False, 20)):
+        blocks = NeighborSampler(graph, [k], replace=replace, weights=torch.from_numpy(w), seed=3).sample(
+            torch.arange(rows))
+        assert blocks_equal(blocks, reference_blocks(graph, np.arange(rows), [k], replace, 3, 0, weights=w))
+
+
 # ------------------------------------------------------------------------------ draws follow weights
 def _star(rows: int, weights: np.ndarray) -> tuple[CSCGraph, torch.Tensor]:
     """``rows`` destinations 0..rows-1, each with len(weights) in-edges weighted ``weights``."""

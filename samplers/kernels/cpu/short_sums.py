@@ -3,18 +3,21 @@
 A short row (`samplers.kernels.weighted_short`, at most 64 positions) keeps float64 running sums
 acc[0:d]; each output subtracts the last chosen weight ``wp`` from acc[p:d] and counts the entries of
 acc[0:d] that are <= x, and that count is the output's position, which the next output's pass waits
-for. `subtract_count` does the pass as one load, subtraction, store and compare over the first 8, 16, 32 or
-64 lanes (the fewest that hold d) and a population count of the compare's bit mask, lanes at or after
-d left out of it: the same subtractions and comparisons as the plain loop
-`samplers.kernels.weighted_short.subtract_count` (the GPU's), with no loop and no sum of per-lane
-counts on that wait. Lanes d and above are read and overwritten, so ``acc`` has 64 entries (plain,
-not masked, stores: the next output's load takes them straight from the store). `count_le` is the
-count alone, for the prefix sums that rejection searches (`samplers.kernels.cpu.weighted`).
+for. `subtract_count` does the pass over 8-lane chunks up to d rounded up to a multiple of 8: per chunk
+one load, subtraction, store and compare and a population count of the compare's 8 bits, the counts
+added in pairs: the same subtractions and comparisons as the plain loop
+`samplers.kernels.weighted_short.subtract_count` (the GPU's), with no loop, no lane mask and no chain
+of mask concatenations on that wait. The lanes from d to the next multiple of 8 hold NaN (which is
+never <= x and stays NaN), as `start_row` leaves them; plain, not masked, stores, so the next output's
+load takes them straight from the store. `start_row` and `chosen_weight` are the CPU's versions of
+those of `weighted_short` (`compile_for` compiles them in their place): the sums start as a copy of the
+row's prefix sums (`fill_row`) and the weights sit beside them widened to float64, so a step's chosen
+weight is one load. `count_le` and `count_le64` are the count alone, for the prefix sums that rejection
+searches (`samplers.kernels.cpu.weighted`).
 
 >>> p = subtract_count(acc, d, p, wp, x)  # numba code only
 >>> c = count_le(prefix, lo, 64, x)
 """
-
 from __future__ import annotations
 
 import numba as nb

@@ -3,16 +3,18 @@ float64 prefix sums ``P`` computed once per sampler (`cpu.prefix.weight_prefix`)
 
 Rows of at most SHORT_ROW_MAX (64) positions without replacement whose k exceeds a third of their
 eligible count draw each output from running sums of the weights not chosen yet
-(`samplers.kernels.weighted_short`, shared with the GPU): one draw and one whole-vector pass (subtract,
-count: `samplers.kernels.cpu.short_sums`) per output, however much of the row k takes, two such rows at
-a time (`short_pair`: each row's outputs wait on one another, the two rows' do not). Other rows
-draw by rejection: an output is the first position whose prefix sum exceeds a uniform fraction of the
-row's total, accepted unless excluded or chosen already, with an exact fallback draw after
-REJECT_LIMIT rejections (docs/architecture.md#sampling-rules); a row costs about k draws and searches,
-not the O(d) logarithms of exponential keys. The search counts the prefix sums <= x (whole-vector
-counts, `samplers.kernels.cpu.short_sums.count_le`) over rows up to 128 edges, and inside a 64-entry
-window around the equal-weights guess above; rows
-without excluded edges up to 4096 edges accept or reject without a branch (chosen positions in a
+(`samplers.kernels.weighted_short`, shared with the GPU; on the CPU the sums start as a copy of the
+row's slice of ``P`` and sit beside its weights widened to float64, in SHORT_SCRATCH entries): one draw
+and one whole-vector pass (subtract, count: `samplers.kernels.cpu.short_sums`) per output, however much
+of the row k takes, two such rows at a time (`short_pair`: each row's outputs wait on one another, the
+two rows' do not). Other rows draw by rejection: an output is the first position whose prefix sum
+exceeds a uniform fraction of the row's total, accepted unless excluded or chosen already, with an
+exact fallback draw after REJECT_LIMIT rejections (docs/architecture.md#sampling-rules); a row costs
+about k draws and searches, not the O(d) logarithms of exponential keys. The search counts the prefix
+sums <= x (whole-vector counts, `samplers.kernels.cpu.short_sums.count_le`): over the row up to 64
+edges, over one half of it picked by ``P[s + 63]`` up to 128, else inside a window around the
+equal-weights guess (32 entries up to _NARROW_MAX edges, 64 above; `_search`); rows without excluded
+edges up to 4096 edges accept or reject without a branch (chosen positions in a register or a
 bitmap). The choosing pass prefetches what the row 8 ahead reads first (`_prefetch_weighted_row`).
 
 References
@@ -67,6 +69,7 @@ def short_pair(weights, prefix, excl, q, b, s, e, state0, c, acc, pos, o, q2, b2
 
 _COUNT_MAX = 128  # rows up to this degree find a draw's position by counting (vectorised), not searching
 _COUNT_WINDOW = 64  # longer rows count inside a window of this many prefix sums once it is found
+_NARROW_MAX = 512  # ... of half as many in rows up to this degree (their guess strays less)
 _MEMBER_MASK, _MEMBER_BITMAP, _MEMBER_SORTED = 0, 1, 2  # how a row without replacement tests "chosen"
 
 
@@ -86,11 +89,13 @@ def _search(prefix, s, e, x, unit):
     """The smallest p in [s, e) with prefix[p] > x (e if none), for x = unit * prefix[e - 1].
 
     Rows up to _COUNT_MAX edges count the prefix sums <= x (a binary search pays a dependent load and a
-    mispredicted branch per level). Longer rows count
-    inside the window of _COUNT_WINDOW entries centred where x would fall if the weights were equal (s +
-    unit * d), when the answer is inside it (for weights of similar size it nearly always is); else they
-    bisect the row down to such a window and count in it. Any search gives the same position (the sums
-    are non-decreasing), so this choice is free of the specification."""
+    mispredicted branch per level): all of them up to 64 edges, else the first or the last 64, picked
+    without a branch by whether prefix[s + 63] <= x. Longer rows count inside the window of
+    _COUNT_WINDOW entries (half as many up to _NARROW_MAX edges: fewer cache lines per draw) centred
+    where x would fall if the weights were equal (s + unit * d), when the answer is inside it (for
+    weights of similar size it nearly always is); else they bisect the row down to such a window and
+    count in it. Any search gives the same position (the sums are non-decreasing), so this choice is
+    free of the specification."""
     d = e - s
     if d <= _COUNT_MAX:
         if s + _COUNT_MAX > prefix.shape[0]:  # the whole-vector counts below would read past the end
@@ -101,18 +106,19 @@ def _search(prefix, s, e, x, unit):
         # before them are <= x too), else in the first 64, chosen without a branch
         lo = e - 64 if prefix[np.uint64(s + 63)] <= x else s
         return lo + count_le64(prefix, lo, x)
-    lo = min(max(s + np.int64(unit * d) - (_COUNT_WINDOW >> 1), s), e - _COUNT_WINDOW)
-    hi = lo + _COUNT_WINDOW
+    win = _COUNT_WINDOW >> (d <= _NARROW_MAX)
+    lo = min(max(s + np.int64(unit * d) - (win >> 1), s), e - win)
+    hi = lo + win
     if (lo == s or prefix[np.uint64(lo - 1)] <= x) and (hi == e or prefix[np.uint64(hi - 1)] > x):
-        return lo + count_le(prefix, lo, _COUNT_WINDOW, x)
+        return lo + count_le(prefix, lo, win, x)
     lo = s
     n = d
-    while n > _COUNT_WINDOW:
+    while n > win:
         half = n >> 1
         if prefix[np.uint64(lo + half - 1)] <= x:
             lo += half
         n -= half
-    if lo + _COUNT_WINDOW > prefix.shape[0]:
+    if lo + win > prefix.shape[0]:
         return _count_le(prefix, lo, lo + n, x)
     return lo + count_le(prefix, lo, n, x)
 
