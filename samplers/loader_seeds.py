@@ -59,7 +59,8 @@ def loader_seeds(graph: CSCGraph | HeteroGraph, seeds: Any, labels: Any) -> Load
         (several seed types: not a dict).
     ValueError
         Ids outside [0, N) of their type or a mask of another length; an unknown node type, or none; labels
-        with another number of rows than their type's nodes, naming an unknown type, or lacking a seed type.
+        with another number of rows than their type's nodes, naming an unknown type, or a dict lacking a seed
+        type's (absent or None), with one seed type or several.
     """
     if not isinstance(graph, HeteroGraph):
         ids = _seed_ids(seeds, graph.num_nodes, "seeds", "num_nodes")
@@ -69,11 +70,8 @@ def loader_seeds(graph: CSCGraph | HeteroGraph, seeds: Any, labels: Any) -> Load
     ids = [_seed_ids(v, graph.num_nodes[t], f"seeds[{t!r}]", f"num_nodes[{t!r}]") for t, v in pairs]
     type_index = np.repeat(np.arange(len(ids), dtype=np.int64), [len(v) for v in ids])
     flat = np.concatenate(ids) if len(ids) > 1 else ids[0]
-    if len(types) == 1:
-        (t,) = types
-        one = _check_labels(_one_type_labels(graph, t, labels), graph.num_nodes[t], f"num_nodes[{t!r}]")
-        return LoaderSeeds(flat, t, types, type_index, one)
-    return LoaderSeeds(flat, None, types, type_index, _multi_labels(graph, types, labels))
+    return LoaderSeeds(flat, types[0] if len(types) == 1 else None, types, type_index,
+                       _typed_labels(graph, types, labels))
 
 
 def group_by_type(seeds: np.ndarray, type_index: np.ndarray, types: tuple[str, ...],
@@ -131,27 +129,26 @@ def _known_types(graph: HeteroGraph, labels: Mapping) -> None:
             raise ValueError(f"labels: unknown node type {t!r} (the graph has {graph.node_types})")
 
 
-def _one_type_labels(graph: HeteroGraph, seed_type: str, labels: Any) -> Any:
-    """The seed type's labels from a dict by node type (a tensor or None as given)."""
-    if not isinstance(labels, Mapping):
-        return labels
-    _known_types(graph, labels)
-    if seed_type not in labels:
-        raise ValueError(f"labels has no entry for the seed type {seed_type!r} (it has {list(labels)})")
-    return labels[seed_type]
-
-
-def _multi_labels(graph: HeteroGraph, types: tuple[str, ...], labels: Any) -> dict[str, torch.Tensor] | None:
-    """The labels of seeds of several types: a dict holding every seed type's [num_nodes[t], ...]."""
+def _typed_labels(graph: HeteroGraph, types: tuple[str, ...],
+                  labels: Any) -> torch.Tensor | dict[str, torch.Tensor] | None:
+    """The labels of typed seeds, by one rule for one seed type or several: None; with one seed type its
+    tensor [num_nodes[t], ...]; or a dict by node type holding a tensor for every seed type (entries of
+    other types unused). A dict whose entry for a seed type is None or absent is refused, never read as no
+    labels (that is ``labels=None``), so a batch never lacks labels silently. Returns the seed type's tensor
+    with one seed type, a dict of every seed type's with several, or None."""
     if labels is None:
         return None
     if not isinstance(labels, Mapping):
-        raise TypeError(f"labels must be a dict node type -> tensor (or None) with seeds of several types "
-                        f"{list(types)}, got {type(labels).__name__}")
+        if len(types) > 1:
+            raise TypeError(f"labels must be a dict node type -> tensor (or None) with seeds of several "
+                            f"types {list(types)}, got {type(labels).__name__}")
+        return _check_labels(labels, graph.num_nodes[types[0]], f"num_nodes[{types[0]!r}]")
     _known_types(graph, labels)
     missing = [t for t in types if labels.get(t) is None]
     if missing:
-        raise ValueError(f"labels has no labels for the seed types {missing} (it has {list(labels)}; give "
-                         f"every seed type's labels, or labels=None)")
-    return {t: _check_labels(labels[t], graph.num_nodes[t], f"num_nodes[{t!r}]", f"labels[{t!r}]")
-            for t in types}
+        have = [t for t, v in labels.items() if v is not None]
+        raise ValueError(f"labels has no labels for the seed types {missing} (it has {have}; an entry None "
+                         f"is none: give every seed type's labels, or labels=None)")
+    checked = {t: _check_labels(labels[t], graph.num_nodes[t], f"num_nodes[{t!r}]", f"labels[{t!r}]")
+               for t in types}
+    return checked[types[0]] if len(types) == 1 else checked

@@ -144,6 +144,23 @@ def test_without_labels_and_one_type_in_a_dict_keeps_the_one_type_batches(lastfm
     assert type(next(iter(one))).__name__ == "HeteroNodeBatch"
 
 
+@pytest.mark.parametrize("types", [("user",), ("user", "artist")])
+def test_a_seed_types_labels_none_in_a_dict_is_refused_with_one_seed_type_or_several(lastfm, types):
+    """One rule for one seed type and several (loader_seeds._typed_labels): a dict whose entry for a seed
+    type is None is refused naming labels and the type, never read as "no labels" (labels=None says that);
+    a None entry for a type that is not a seed type is unused."""
+    graph, _, y, train = lastfm
+    seeds = {t: train[t][:8] for t in types}
+    with pytest.raises(ValueError, match=r"labels has no labels for the seed types \['user'\] \(it has "
+                                         r"\['artist'\]; an entry None is none"):
+        NeighborLoader(graph, seeds, [2], batch_size=4, labels={"user": None, "artist": y["artist"]})
+    if types == ("user",):
+        loader = NeighborLoader(graph, seeds, [2], batch_size=4, prefetch=0,
+                                labels={"user": y["user"], "artist": None}, seed=0)
+        batch = next(iter(loader))
+        assert torch.equal(batch.labels, y["user"][batch.seeds])
+
+
 def test_bad_multi_type_inputs_raise_naming_the_argument_and_value(lastfm):
     graph, _, y, train = lastfm
     nu, na = graph.num_nodes["user"], graph.num_nodes["artist"]
@@ -161,7 +178,8 @@ def test_bad_multi_type_inputs_raise_naming_the_argument_and_value(lastfm):
                                         r"of several types \['user', 'artist'\], got Tensor"):
         make(labels=y["user"])
     with pytest.raises(ValueError, match=r"labels has no labels for the seed types \['artist'\] \(it has "
-                                         r"\['user'\]; give every seed type's labels, or labels=None\)"):
+                                         r"\['user'\]; an entry None is none: give every seed type's labels, "
+                                         r"or labels=None\)"):
         make(labels={"user": y["user"]})
     with pytest.raises(ValueError, match=rf"labels\['artist'\] must have shape \[num_nodes\['artist'\]={na}, "
                                          rf"\.\.\.\], got \({nu},\)"):

@@ -260,8 +260,8 @@ def test_bad_typed_inputs_raise_naming_the_argument_and_value(lastfm):
     with pytest.raises(ValueError, match=rf"labels must have shape \[num_nodes\['user'\]={nu}, \.\.\.\], "
                                          rf"got \({na},\)"):
         make(labels=torch.zeros(na))
-    with pytest.raises(ValueError, match=r"labels has no entry for the seed type 'user' \(it has "
-                                         r"\['artist'\]\)"):
+    with pytest.raises(ValueError, match=r"labels has no labels for the seed types \['user'\] \(it has "
+                                         r"\['artist'\]; an entry None is none"):
         make(labels={"artist": torch.zeros(na)})
     with pytest.raises(ValueError, match=r"labels: unknown node type 'song'"):
         make(labels={"user": y, "song": y})
