@@ -5,7 +5,6 @@ No timing here: the figures under load are benchmarks/threads_under_load.py's (d
 
 from __future__ import annotations
 
-import io
 import logging
 import subprocess
 import sys
@@ -223,21 +222,15 @@ def test_idle_cores_counts_the_cores_with_nothing_else_to_run(monkeypatch):
     assert threads.idle_cores(4) == 0  # a load of twice the cores and more: busy, /proc/loadavg not read
     assert threads.idle_cores(4, own=2) == 0  # the caller's spinning helpers too
     monkeypatch.setattr(threads.os, "getloadavg", lambda: (0.5, 0.5, 0.5))
-    real_open = open
 
-    def loadavg(running: int):  # open() whose /proc/loadavg has ``running`` runnable tasks
-        def fake(path, *args):
-            if path == "/proc/loadavg":
-                return io.BytesIO(f"0.5 0.5 0.5 {running}/300 99\n".encode())
-            return real_open(path, *args)
+    def loadavg(running: int):  # /proc/loadavg read back with ``running`` runnable tasks
+        return lambda fd, n: f"0.5 0.5 0.5 {running}/300 99\n".encode()[:n]
 
-        return fake
-
-    monkeypatch.setattr(threads, "open", loadavg(3), raising=False)
+    monkeypatch.setattr(threads.os, "read", loadavg(3))
     assert threads.idle_cores(4) == 1  # 3 running, this thread among them
     assert threads.idle_cores(4, own=2) == 3  # two of them the caller's helpers, spinning on their cores
     assert threads.idle_cores(4, own=5) == 3  # never more than the cores beside the caller's
-    monkeypatch.setattr(threads, "open", loadavg(9), raising=False)
+    monkeypatch.setattr(threads.os, "read", loadavg(9))
     assert threads.idle_cores(4, own=1) == 0
 
     def unavailable():
