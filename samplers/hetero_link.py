@@ -123,7 +123,10 @@ class HeteroLinkSampler(_RelationEnds, SeedEdgeSampler[HeteroLinkBatch]):
     and stream over the destination type, ``item_range = (0, num_nodes[dst_type])`` (the same ``seed`` and
     pairs give the negatives a `LinkSampler` gives over a bipartite graph whose items are those nodes,
     offset). For a batch it draws ``num_negatives`` destinations per pair that are not positives of its
-    source (uniform, or by in-degree in ``edge_type`` to the power 0.75), takes the unique seeds per node
+    source (uniform, or by in-degree in ``edge_type`` to the power 0.75; only the given pairs are avoided,
+    not every edge of the graph, and on a relation whose both ends are one node type a source can be drawn
+    as its own negative, as with PyG's negatives and unlike DGL's ``GlobalUniform``, which excludes
+    self-pairs by default: `samplers.link_pairs.PairNegatives.draw`), takes the unique seeds per node
     type (sources and destinations and negatives merged when the types are the same, as PyG's
     ``edge_sample``), and samples ``sampler.sample({src_type: ..., dst_type: ...})``, optionally with the
     batch's target edges (and their reverses) excluded from the candidates.
@@ -157,8 +160,8 @@ class HeteroLinkSampler(_RelationEnds, SeedEdgeSampler[HeteroLinkBatch]):
     reverse_eids : torch.Tensor or array-like or None, integer, shape [E] (the edges of ``edge_type``)
         For every edge of ``edge_type``, the id of its reverse in ``reverse_edge_type``; None: the same id
         (as `lastfm_hetero_graph` builds, and DGL's ``reverse_etypes`` assume). Checked as `LinkSampler`'s
-        (`samplers.link_pairs.reverse_vector`): every edge's reverse joins its endpoints swapped, and, for
-        a relation that is its own reverse, each edge is the reverse of its reverse.
+        (`samplers.link_pairs.reverse_vector`): every edge's reverse joins its endpoints swapped; parallel
+        edges may share one reverse (DGL's rule), in a relation that is its own reverse too.
     shuffle, drop_last : bool
         Fresh random order each epoch; drop the last, shorter batch.
     seed : int or None
@@ -185,7 +188,7 @@ class HeteroLinkSampler(_RelationEnds, SeedEdgeSampler[HeteroLinkBatch]):
         ``negative``; ``exclude`` without ``target_eids`` (or without ``reverse_edge_type`` for
         "reverse"); ``reverse_eids`` None where the two relations' edge counts differ; a target edge that
         is not its pair's edge; an edge whose reverse is not the edge reversed (``reverse_eids`` given or
-        None), or, in a relation that is its own reverse, not the reverse of its reverse; a source whose
+        None); a source whose
         positives cover every destination (with ``negative="degree"``: every one of in-degree > 0).
 
     References
@@ -279,8 +282,7 @@ class HeteroLinkSampler(_RelationEnds, SeedEdgeSampler[HeteroLinkBatch]):
                                  f"edge ids cannot be the same in both")
             reverse_eids, name = np.arange(e, dtype=np.int64), "reverse_eids (None: the same edge ids)"
         return reverse_vector(reverse_eids, edges, edges if rev == rel else edges_by_id(graph, rev),
-                              f"num_edges({rev!r})={e_rev}", involution=rev == rel, of=f" of {rel!r}",
-                              name=name)
+                              f"num_edges({rev!r})={e_rev}", of=f" of {rel!r}", name=name)
 
     def _excluded(self, ids: np.ndarray) -> dict[Relation, torch.Tensor] | None:
         """The relation edge ids a batch excludes (None without ``exclude``)."""

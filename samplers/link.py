@@ -132,7 +132,10 @@ class LinkSampler(SeedEdgeSampler[LinkBatch]):
     that are not positives of ``u``: uniformly, or with probability proportional to the item's
     in-degree in the graph to the power 0.75 (``negative="degree"``), conditioned on not being a
     positive of ``u`` (rejection against a sorted key array of all pairs, vectorised; a user's allowed
-    items are enumerated exactly, with the same weights, if rejection keeps failing). It then
+    items are enumerated exactly, with the same weights, if rejection keeps failing). Negatives avoid
+    only the given pairs, not every edge of the graph, and where ``item_range`` holds users' ids too a user
+    can be drawn as its own negative (as PyG's negatives; DGL's ``GlobalUniform`` excludes self-pairs and
+    every edge: `samplers.link_pairs.PairNegatives.draw`). It then
     samples blocks for the unique nodes of the batch (``torch.unique``) with the given sampler,
     optionally removing the batch's target edges (and their reverses) from the candidates, so that a
     model cannot read the answer off the graph.
@@ -166,8 +169,8 @@ class LinkSampler(SeedEdgeSampler[LinkBatch]):
     reverse_eids : torch.Tensor or array-like or None, integer, shape [E]
         Reverse edge id of every edge (see `bipartite_reverse_eids`). Required for ``exclude="reverse"``.
         Checked (`samplers.link_pairs.reverse_vector`, `HeteroLinkSampler`'s rule): edge ``reverse[e]`` is
-        edge ``e`` with its endpoints swapped, and ``reverse[reverse[e]] == e`` (a permutation that is its own
-        inverse), so every edge needs a reverse edge.
+        edge ``e`` with its endpoints swapped, so every edge needs a reverse edge; parallel edges may share
+        one (as DGL's ``exclude="reverse_id"``), the map need not be its own inverse.
     shuffle : bool
         Visit pairs in a fresh random order each epoch.
     drop_last : bool
@@ -195,8 +198,8 @@ class LinkSampler(SeedEdgeSampler[LinkBatch]):
         ``exclude`` without ``target_eids`` (or without ``reverse_eids`` for "reverse"); a user whose
         positives cover the whole item range (with ``negative="degree"``: every item of in-degree > 0),
         so that no negative exists; a ``target_eids`` entry whose edge is not the pair's; a
-        ``reverse_eids`` of another length than E, with an id outside [0, E), an entry whose edge is not
-        the edge reversed, or an edge that is not the reverse of its reverse.
+        ``reverse_eids`` of another length than E, with an id outside [0, E), or an entry whose edge is not
+        the edge reversed.
 
     References
     ----------
@@ -253,8 +256,7 @@ class LinkSampler(SeedEdgeSampler[LinkBatch]):
         if target_eids is not None:
             self._target = target_vector(target_eids, u.size, graph.num_edges, f"num_edges={graph.num_edges}")
         if reverse_eids is not None:
-            self._reverse = reverse_vector(reverse_eids, edges, edges, f"num_edges={graph.num_edges}",
-                                           involution=True)
+            self._reverse = reverse_vector(reverse_eids, edges, edges, f"num_edges={graph.num_edges}")
         if exclude is not None and self._target is None:
             raise ValueError(f"exclude={exclude!r} needs target_eids (the edge id of each pair)")
         if exclude == "reverse" and self._reverse is None:

@@ -12,7 +12,9 @@ positive of the source (vectorised rejection against the keys; a source's allowe
 exactly, with the same weights, when rejection keeps failing). The caller owns the random stream and passes
 it in, so one seeded generator orders its epochs and draws its negatives. Over a plain graph the
 destinations are a node-id range (the items of a bipartite graph); over a `HeteroGraph` they are every node
-of the destination type, ``[0, num_nodes[dst_type])``. `target_vector`, `check_target_edges` and
+of the destination type, ``[0, num_nodes[dst_type])``. A negative avoids only the sampler's own positive
+pairs, not every edge of the graph, and may be its source itself where sources and destinations share ids
+(`PairNegatives.draw`). `target_vector`, `check_target_edges` and
 `reverse_vector` check the target and reverse edge ids both samplers take (their other id arrays go through
 `samplers._checks`' `id_vector` and `check_id_range`, the samplers' one reading and range rule of ids).
 
@@ -121,9 +123,16 @@ def check_target_edges(name: str, edges: tuple[np.ndarray, np.ndarray], src: np.
 
 
 def reverse_vector(value, edges: tuple[np.ndarray, np.ndarray], reverse_edges: tuple[np.ndarray, np.ndarray],
-                   what: str, *, involution: bool, of: str = "", name: str = "reverse_eids") -> np.ndarray:
+                   what: str, *, of: str = "", name: str = "reverse_eids") -> np.ndarray:
     """A link sampler's ``reverse_eids``, the id of every seed-relation edge's reverse, checked: the one rule
     of `LinkSampler` and `HeteroLinkSampler` (DGL's ``exclude="reverse_id"`` / ``"reverse_types"`` maps).
+
+    What exclusion needs, and no more: reverse exclusion removes ``reverse[t]`` for each target ``t``, by
+    edge id, so each entry must be an edge id joining ``t``'s endpoints swapped. The map need not be its own
+    inverse: parallel edges may share one reverse (two ``0 -> 1`` edges both mapped to one ``1 -> 0`` edge,
+    which DGL's ``exclude="reverse_id"`` accepts), and the reverse of a reverse may be another parallel copy;
+    an excluded reverse is still an edge between the target's endpoints, and the other parallel copies stay
+    candidates as a parallel edge of a target does (exclusion is by edge id).
 
     Parameters
     ----------
@@ -136,9 +145,6 @@ def reverse_vector(value, edges: tuple[np.ndarray, np.ndarray], reverse_edges: t
         The same for the graph (or relation) holding the reverses: ``edges`` itself for a plain graph.
     what : str
         The reverse ids' bound in words (``"num_edges=1620970"``), for the messages.
-    involution : bool
-        Whether the map is into the seed edges' own graph (a plain graph, or a relation that is its own
-        reverse), so that the reverse of the reverse must be the edge itself.
     of, name : str
         Words for the messages: the seed relation (``" of ('user', 'listens', 'artist')"``) and the argument.
 
@@ -152,29 +158,25 @@ def reverse_vector(value, edges: tuple[np.ndarray, np.ndarray], reverse_edges: t
         Not integers (`samplers._checks.id_vector`).
     ValueError
         Not 1-D or not one id per edge; an id outside ``[0, E_r)``; an edge whose reverse does not join its
-        endpoints swapped (a graph edge without a reverse edge cannot be mapped); with ``involution``, an
-        edge that is not the reverse of its reverse. Each names ``name`` and the first bad edge and value.
+        endpoints swapped (a graph edge without a reverse edge cannot be mapped). Each names ``name`` and the
+        first bad edge and value.
     """
     r = id_vector(name, value)
     e = edges[0].shape[0]
     if r.shape != (e,):
         raise ValueError(f"{name} must have one entry per edge{of} ([{e}]), got [{r.size}]")
     check_id_range(name, r, 0, reverse_edges[0].shape[0], what)
-    (s, d), (rs, rd) = edges, (reverse_edges[0][r], reverse_edges[1][r])
-    bad = (rs != d) | (rd != s)
+    s, d = edges
+    # the reverse's source must be the edge's destination and its destination the edge's source
+    bad = np.take(reverse_edges[0], r) != d
+    bad |= np.take(reverse_edges[1], r) != s
     if bad.any():
         j = int(np.argmax(bad))
-        raise ValueError(f"{name}: {int(bad.sum())} of {e} edges{of} have a reverse that is not the edge "
-                         f"reversed, first edge {j} ({int(s[j])}->{int(d[j])}): {name}[{j}]={int(r[j])} is "
-                         f"{int(rs[j])}->{int(rd[j])}, not {int(d[j])}->{int(s[j])}")
-    if involution:
-        bad = r[r] != np.arange(e, dtype=np.int64)
-        if bad.any():
-            j = int(np.argmax(bad))
-            raise ValueError(f"{name} is not its own inverse: {int(bad.sum())} of {e} edges e have "
-                             f"{name}[{name}[e]] != e, first edge {j}: {name}[{j}]={int(r[j])}, "
-                             f"{name}[{int(r[j])}]={int(r[r[j]])} (each edge must be the reverse of its "
-                             f"reverse: a parallel edge needs its own reverse edge)")
+        rs, rd = int(reverse_edges[0][r[j]]), int(reverse_edges[1][r[j]])
+        a, b = int(s[j]), int(d[j])
+        raise ValueError(f"{name}: {int(np.count_nonzero(bad))} of {e} edges{of} have a reverse that is not "
+                         f"the edge reversed, first edge {j} ({a}->{b}): {name}[{j}]={int(r[j])} is "
+                         f"{rs}->{rd}, not {b}->{a}")
     return r
 
 
@@ -262,6 +264,23 @@ class PairNegatives:
     def draw(self, rng: np.random.Generator, src: np.ndarray, k: int,
              out: np.ndarray | None = None) -> np.ndarray:
         """``k`` negatives for each source: int64 [len(src), k] in the range, none a positive of its source.
+
+        What a negative avoids is the positive pairs this rule holds (the sampler's ``users`` / ``items``, or
+        ``src`` / ``dst``) and nothing else:
+
+        - not every edge of the graph: an edge that is not among the pairs (a held-out or test interaction
+          left in the graph, an edge of another relation) can be drawn as a negative;
+        - not the source itself: where the destinations' ids are the sources' too (a relation whose both
+          ends are one node type, such as ``("user", "friends", "user")``, or an ``item_range`` covering
+          the sources of a plain graph), source ``u`` can be drawn as its own negative ``(u, u)``, unless
+          ``(u, u)`` is a positive pair: with uniform negatives, each of ``u``'s draws is ``u`` with
+          probability ``1 / (hi - lo - p_u)``, ``p_u`` the positives of ``u``.
+
+        DGL's ``GlobalUniform`` excludes both: self-pairs by default (``exclude_self_loops=True``) and every
+        edge of the relation in the graph. DGL's ``Uniform`` (``PerSourceUniform``) and PyG's
+        ``LinkNeighborLoader`` (``neg_sampling``) exclude neither, nor the positive pairs. A caller who needs
+        self-pairs or other edges excluded filters the returned negatives (`SeedEdgeSampler.is_positive`
+        tests the pairs).
 
         Parameters
         ----------
@@ -473,7 +492,9 @@ class SeedEdgeSampler(ABC, Generic[BatchT]):
         Returns
         -------
         torch.Tensor, int64, shape [B, k]
-            Destination ids in the negatives' range; ``out[b, j]`` is not a positive of ``src[b]``.
+            Destination ids in the negatives' range; ``out[b, j]`` is not a positive of ``src[b]``, but may
+            be an edge of the graph outside the pairs, or ``src[b]`` itself where sources and destinations
+            are one node type (`PairNegatives.draw`).
 
         Raises
         ------

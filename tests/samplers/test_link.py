@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from graphrl.graph import CSCGraph
 from samplers import LinkBatch, LinkSampler, NeighborSampler, bipartite_reverse_eids
+from samplers.protocol import edges_by_id
 
 
 def random_interactions(num_users: int, num_items: int, density: float, seed: int):
@@ -368,7 +369,8 @@ def test_id_arrays_are_read_by_the_samplers_one_id_rule():
 
 def test_bad_reverse_eids_are_named_with_the_bad_value():
     """reverse_eids is checked whole (samplers.link_pairs.reverse_vector, HeteroLinkSampler's rule): one id
-    per edge, in range, each the edge reversed, each edge the reverse of its reverse."""
+    per edge, in range, each the edge reversed (the map need not be its own inverse: see the parallel-edge
+    test below)."""
     users, items = random_interactions(6, 5, 0.4, 2)
     graph = CSCGraph.bipartite(users, items, 6, 5)
     ns = NeighborSampler(graph, [2], seed=0)
@@ -404,15 +406,45 @@ def test_bad_reverse_eids_are_named_with_the_bad_value():
         make(rev.float())
     with pytest.raises(ValueError, match=r"reverse_eids must be 1-D"):
         make(rev.reshape(2, -1))
-    # a parallel (duplicated) interaction: both copies may point at one reverse edge, but then that reverse's
-    # reverse is one of them only
+    # a parallel (duplicated) interaction: the copies may have a reverse each, or share one (DGL's rule)
     dup = CSCGraph.bipartite([0, 0], [0, 0], 1, 2)  # edges 0, 1: 0 -> 1; edges 2, 3: 1 -> 0
-    with pytest.raises(ValueError, match=r"reverse_eids is not its own inverse: 2 of 4 edges e have "
-                                         r"reverse_eids\[reverse_eids\[e\]\] != e, first edge 1: "
-                                         r"reverse_eids\[1\]=2, reverse_eids\[2\]=0"):
-        LinkSampler(NeighborSampler(dup, [1]), [0, 0], [1, 1], reverse_eids=[2, 2, 0, 1])
-    ok = LinkSampler(NeighborSampler(dup, [1]), [0, 0], [1, 1], reverse_eids=[2, 3, 0, 1])
-    assert ok._reverse.tolist() == [2, 3, 0, 1]
+    for r in ([2, 3, 0, 1], [2, 2, 0, 1], [2, 2, 1, 0]):
+        ok = LinkSampler(NeighborSampler(dup, [1]), [0, 0], [1, 1], reverse_eids=r)
+        assert ok._reverse.tolist() == r
+    with pytest.raises(ValueError, match=r"reverse_eids: 1 of 4 edges have a reverse that is not the edge "
+                                         r"reversed, first edge 1 \(0->1\): reverse_eids\[1\]=0 is 0->1, "
+                                         r"not 1->0"):
+        LinkSampler(NeighborSampler(dup, [1]), [0, 0], [1, 1], reverse_eids=[2, 0, 0, 1])
+
+
+@pytest.mark.parametrize("exclude", [None, "self", "reverse"])
+def test_parallel_edges_sharing_one_reverse_as_dgls_reverse_id(exclude):
+    """Two parallel 0 -> 1 edges share one 1 -> 0 reverse (a map DGL's exclude="reverse_id" accepts, not
+    its own inverse): accepted with every exclude mode, and reverse exclusion removes each target and the
+    reverse it maps to, by edge id: the other parallel copy stays a candidate (as a parallel edge of a
+    target always does) and no edge between other nodes is removed."""
+    graph = CSCGraph.from_edges(torch.tensor([0, 0, 1, 2, 3]), torch.tensor([1, 1, 0, 3, 2]), 4)
+    src, dst = edges_by_id(graph)
+    first = {}
+    for e, (a, b) in enumerate(zip(src.tolist(), dst.tolist(), strict=True)):
+        first.setdefault((a, b), e)
+    rev = [first[(b, a)] for a, b in zip(src.tolist(), dst.tolist(), strict=True)]
+    copies = [e for e in range(5) if (src[e], dst[e]) == (0, 1)]
+    back = first[(1, 0)]
+    assert len(copies) == 2 and rev[copies[0]] == rev[copies[1]] == back and rev[back] == copies[0]
+    link = LinkSampler(NeighborSampler(graph, [-1], seed=0), [0, 0], [1, 1], item_range=(0, 4),
+                       batch_size=1, shuffle=False, exclude=exclude,
+                       target_eids=None if exclude is None else copies, reverse_eids=rev, seed=0)
+    for j, batch in enumerate(link):
+        target, other = copies[j], copies[1 - j]
+        seen = all_block_eids(batch)
+        assert other in seen  # node 1 is a seed: with fanout -1 its other in-edge is always read
+        if exclude is None:
+            assert batch.excluded_eids is None and {target, back} <= seen
+        elif exclude == "self":
+            assert batch.excluded_eids.tolist() == [target] and target not in seen and back in seen
+        else:
+            assert batch.excluded_eids.tolist() == [target, back] and not {target, back} & seen
 
 
 @pytest.mark.parametrize("exclude", [None, "self", "reverse"])
