@@ -341,3 +341,20 @@ def test_bad_inputs_raise_naming_the_argument_and_value(lastfm):
     with pytest.raises(TypeError, match="link_sampler must be a LinkSampler or a HeteroLinkSampler, got "
                                         "HeteroNeighborSampler"):
         LinkLoader(hs)
+
+
+def test_a_source_can_be_its_own_negative_and_an_edge_outside_the_pairs_a_negative():
+    """What PairNegatives.draw documents: negatives avoid only the given pairs, so on a relation whose ends
+    are one node type a source is its own negative with probability 1 / (num_nodes - its positives) per
+    uniform draw (PyG's negatives; DGL's GlobalUniform would exclude it), and an edge of the graph that is
+    not among the pairs can be drawn; each source's draws are uniform over the rest (chi-square)."""
+    f = ("u", "f", "u")
+    graph = HeteroGraph.from_edges({"u": 5}, {f: ([0, 0, 1, 0], [1, 2, 3, 4])})  # edge 0 -> 4: not a pair
+    link = HeteroLinkSampler(HeteroNeighborSampler(graph, [1], seed=0), f, [0, 0, 1], [1, 2, 3],
+                             num_negatives=1, seed=0)
+    draws = 6000
+    neg = link.negatives(np.repeat([0, 1], draws)).reshape(2, draws).numpy()
+    for row, allowed in ((neg[0], [0, 3, 4]), (neg[1], [0, 1, 2, 4])):
+        counts = np.bincount(row, minlength=5)
+        assert set(np.flatnonzero(counts).tolist()) == set(allowed)  # the source itself among them
+        assert chisquare(counts[allowed]).pvalue > 1e-4
