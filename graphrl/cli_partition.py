@@ -16,14 +16,13 @@ import time
 
 import click
 
+from graphrl.cli_options import int_list
+
 __all__ = ["partition"]
 
 
 def _size(ctx: click.Context, param: click.Parameter, text: str) -> tuple[int, int]:
-    try:
-        nodes, edges = (int(x) for x in text.split(","))
-    except ValueError:
-        raise click.BadParameter(f"expected NODES,EDGES (two integers), got {text!r}") from None
+    nodes, edges = int_list(text, None, count=2, names="NODES,EDGES (two integers)")
     if nodes < 1 or edges < 0:
         raise click.BadParameter(f"expected NODES >= 1 and EDGES >= 0, got {text!r}")
     return nodes, edges

@@ -32,6 +32,7 @@ import click
 
 from graphrl.atomic_write import write_whole
 from graphrl.cli_checks import writable_folder
+from graphrl.cli_options import int_list
 from graphrl.interrupts import Interrupted
 
 __all__ = ["RECIPE_TEMPERATURE", "train"]
@@ -120,11 +121,7 @@ def recommend(data_root, loss, negatives, temperature, layers, embedding_dim, ba
     """LightGCN on Gowalla: full-graph propagation, validation split, early stopping, best model kept."""
     if out_dir is not None:  # refused now, not after an hour of training (nor after importing torch)
         writable_folder(out_dir, "--out", RUN_FILES)
-    try:
-        fan = tuple(int(x) for x in fanouts.split(","))
-    except ValueError:
-        raise click.BadParameter(f"a comma-separated list of ints, got {fanouts!r}",
-                                 param_hint="--fanouts") from None
+    fan = tuple(int_list(fanouts, "--fanouts"))
     from graphrl.bench import machine_record
     from graphrl.datasets import load_gowalla
     from graphrl.datasets.validation import holdout_validation
