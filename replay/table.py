@@ -138,10 +138,12 @@ class Table:
         )
         self.fused = not self.state.deterministic and self.state.max_times_sampled == 0
         # the control block's and every shard's addresses (the compiled locked draws')
+        rows = [0 if f.codec else f.row_bytes for f in storage.spec.values()]  # codec: `locked` decodes
+        self.step_bytes = sum(rows)  # the bytes of a step the compiled draws copy (the plan's row bytes)
         self.plan = build_plan(
             storage.control.addresses(),
             [sh.addresses() for sh in shards],
-            [0 if f.codec else f.row_bytes for f in storage.spec.values()],  # codec: `locked` decodes
+            rows,
             storage.capacity,
             storage.limiter.min_size,
         )
@@ -370,7 +372,9 @@ class Table:
         """
         after = None if locked is None else (lambda: locked(keys))
         return self._draw_locked(
-            sample_transitions, (dst, self.incarnation, keys, prob, mask, beta, weights), after
+            sample_transitions,
+            (dst, self.incarnation, keys, prob, mask, beta, weights, self.step_bytes),
+            after,
         )
 
     def draw_windows_locked(

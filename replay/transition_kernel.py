@@ -79,6 +79,8 @@ LOCKED_COPY_BYTES = 4 << 20  # output bytes up to which a batch of transitions i
 SPLIT_BYTES = 1 << 20
 GROUP_BYTES = 128 << 10  # output bytes of a group of rows, the unit the copying threads claim
 _NO_SPLIT = 1 << 62  # `_sample_locked`'s split_bytes when the batch is copied in the one call
+# `_draw_held`'s job word with `_NO_SPLIT`: never written (the one call never returns `_COPYING`)
+_NO_JOB = np.zeros(1, dtype=np.int64)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -158,6 +160,7 @@ def sample_transitions(
     mask: np.ndarray,
     beta: float,
     o_weights: np.ndarray,
+    step_bytes: int = -1,
 ) -> tuple[int, int, int, int]:
     """`draw_transitions` under every shard mutex, then the sample count (see the module docstring).
     The caller holds the table lock.
@@ -182,6 +185,9 @@ def sample_transitions(
         ``plan``).
     incarnation, o_keys, o_prob, mask, beta, o_weights
         As `draw_transitions` takes them.
+    step_bytes : int, optional
+        The bytes of one step of the plan's fields (the sum of its row bytes), as the caller knows it
+        (`replay.table.Table.step_bytes`); -1 (default): read from ``plan``.
 
     Returns
     -------
@@ -210,13 +216,17 @@ def sample_transitions(
     the one call.
     """
     k = o_keys.shape[0]
-    threads = 1  # the copy's threads, chosen before the draw: on one, the batch takes the one call
+    batch = k * step_bytes if step_bytes >= 0 else _batch_bytes(plan, k)
+    if batch < 2 * SPLIT_BYTES:  # one thread: the one call draws, copies, releases and counts
+        return _draw_held(
+            plan, held, repairs, words, dst, incarnation, o_keys, o_prob, mask, beta, o_weights, _NO_SPLIT,
+            _NO_JOB,
+        )
+    # the copy's threads, chosen before the draw: on one, the batch takes the one call
     helpers, bell = process_helpers(), None
-    batch = _batch_bytes(plan, k)
-    if batch >= 2 * SPLIT_BYTES:
-        threads = threads_for(batch // 4, SPLIT_BYTES // 4)
-        if threads > 1:  # helpers still spinning after the last batch run on cores that are ours
-            threads = 1 + min(threads - 1, idle_cores(threads, own=helpers.awake()), MAX_HELPERS)
+    threads = threads_for(batch // 4, SPLIT_BYTES // 4)
+    if threads > 1:  # helpers still spinning after the last batch run on cores that are ours
+        threads = 1 + min(threads - 1, idle_cores(threads, own=helpers.awake()), MAX_HELPERS)
     job = np.zeros(1, dtype=np.int64)  # 1 while the draw's shard mutexes are held for the copy
     counted = 0
     try:  # from the bell on: a signal's exception is raised as a call returns, held mutexes or not
