@@ -22,6 +22,12 @@ our uniform sampler's (the issue-27 target is at most 2), both on the same batch
 of the repeats, timed by this process's CPU time (``time.process_time``: a loaded machine moves it far
 less than wall time); run it with ``--threads 1`` for the cost of one core's work.
 
+Mode ``choose`` (no DGL): our weighted choosing pass alone
+(`samplers.kernels.cpu.weighted.choose_rows_weighted`, one thread), replayed over the rows that the weighted
+sampler's layers visit on the same batches, by class of row (take every positive edge; short rows; rejection
+up to 64, 65-128 and above 128 edges) and all rows in their order: CPU microseconds a batch, best of the
+repeats, and an md5 of all chosen positions (equal before and after a change that keeps the draws).
+
 Run ``python benchmarks/sampler.py --help``; results go to ``benchmarks/results/sampler.json``.
 """
 
@@ -42,6 +48,9 @@ from graphrl.datasets import load_gowalla
 from graphrl.datasets.synthetic import synthetic_graph
 from graphrl.dglshim import import_dgl
 from graphrl.graph import CSCGraph
+from samplers.kernels.cpu import weight_prefix
+from samplers.kernels.cpu.weighted import choose_rows_weighted
+from samplers.kernels.reference import SHORT_ROW_MAX, SHORT_SHARE, layer_key
 from samplers.neighbor import NeighborSampler
 
 REPO = Path(__file__).resolve().parents[1]
@@ -156,6 +165,62 @@ def bench_cost(name: str, graph: CSCGraph, fanouts: list[int], batch_size: int, 
     }
 
 
+CHOOSE_CLASSES = ("every positive edge", "short rows", "rejection <= 64", "rejection 65-128",
+                  "rejection > 128")
+
+
+def bench_choose(name: str, graph: CSCGraph, fanouts: list[int], batch_size: int, num_batches: int,
+                 repeats: int, seed: int) -> dict:
+    """Our weighted choosing pass alone (mode ``choose``): the destination rows of every layer of the
+    weighted sampler's blocks on the benchmark's batches, replayed through `choose_rows_weighted` (no
+    exclusions, without replacement) by class of row and all in their order; CPU us a batch."""
+    import hashlib
+
+    rng = np.random.default_rng(seed)
+    batches = [torch.from_numpy(rng.integers(0, graph.num_nodes, batch_size)) for _ in range(num_batches)]
+    weights = edge_weights(graph.num_edges, seed).numpy()
+    indptr = graph.indptr.numpy().astype(np.int64)
+    prefix, positive = weight_prefix(indptr, weights)
+    sampler = NeighborSampler(graph, fanouts, weights=torch.from_numpy(weights), seed=seed)
+    layers = [(b.dst_nodes.numpy().astype(np.int64), k) for seeds in batches
+              for b, k in zip(sampler.sample(seeds), fanouts, strict=True)]
+    none, no_times = np.empty(0, np.int64), np.empty(0, np.int64)
+
+    def args(dst: np.ndarray, k: np.ndarray, layer: int) -> tuple:
+        count = np.minimum(k, positive[dst])
+        out_indptr = np.concatenate([[0], np.cumsum(count)]).astype(np.int64)
+        zero = np.zeros(dst.size, np.int64)
+        return (dst, indptr[dst], positive[dst], zero, zero, indptr[dst + 1], out_indptr, False,
+                np.uint64(layer_key(seed, layer, 0)), none, weights, no_times, prefix,
+                np.empty(out_indptr[-1], np.int64), 0, dst.size)
+
+    every = [args(dst, np.full(dst.size, k), i) for i, (dst, k) in enumerate(layers)]
+    dst = np.concatenate([a[0] for a in every])
+    k = np.concatenate([np.full(a[0].size, kk) for a, (_, kk) in zip(every, layers, strict=True)])
+    deg, pos = np.diff(indptr)[dst], positive[dst]
+    cls = np.select([pos <= k, (deg <= SHORT_ROW_MAX) & (SHORT_SHARE * k > pos), deg <= 64, deg <= 128],
+                    [0, 1, 2, 3], 4)
+    runs = {cname: [args(dst[cls == c], k[cls == c], c)] for c, cname in enumerate(CHOOSE_CLASSES)}
+    runs["all rows"] = every
+    for calls in runs.values():
+        for a in calls:
+            choose_rows_weighted(*a)
+    best = dict.fromkeys(runs, float("inf"))
+    for _ in range(repeats):
+        for run, calls in runs.items():
+            start = time.process_time()
+            for a in calls:
+                choose_rows_weighted(*a)
+            best[run] = min(best[run], time.process_time() - start)
+    md5 = hashlib.md5(np.concatenate([a[13] for a in every]).tobytes()).hexdigest()
+    fan = ",".join(str(k) for k in fanouts)
+    return {"case": f"{name} [{fan}] b{batch_size} weighted choose", "metric": "cpu_us_per_batch",
+            "ours": best["all rows"] * 1e6 / num_batches, "baseline": None,
+            "classes_us_per_batch": {n: best[n] * 1e6 / num_batches for n in CHOOSE_CLASSES},
+            "rows_per_class": {n: int((cls == c).sum()) for c, n in enumerate(CHOOSE_CLASSES)},
+            "positions_md5": md5}
+
+
 def _millions(n: int) -> str:
     return f"{n / 1e6:g}M" if n >= 1_000_000 else f"{n:,}"
 
@@ -172,7 +237,8 @@ def _millions(n: int) -> str:
 @click.option("--repeats", default=3, show_default=True, help="Timed repeats; the best one is reported.")
 @click.option("--modes", default="uniform,weighted", show_default=True,
               help="Comma-separated subset of uniform, weighted (edge weights; DGL with prob=), cost (our "
-                   "weighted against our uniform sampler in CPU time; no DGL).")
+                   "weighted against our uniform sampler in CPU time; no DGL), choose (our weighted choosing "
+                   "pass alone by class of row; no DGL).")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--data", "data_dir", default=None,
               help="Data folder with gowalla/ (default $GRAPHRL_DATA, else ../shared/data).")
@@ -185,10 +251,10 @@ def main(graphs: str, num_nodes: int, num_edges: int, fanouts: str, batch_size: 
     """Sampled edges/s of our NeighborSampler and DGL's CPU NeighborSampler on the same graphs."""
     os.environ.setdefault("GRAPHRL_DATA", str(REPO.parent / "shared" / "data"))
     mode_list = [m.strip() for m in modes.split(",") if m.strip()]
-    if set(mode_list) - {"uniform", "weighted", "cost"}:
-        raise click.BadParameter(f"unknown modes {sorted(set(mode_list) - {'uniform', 'weighted', 'cost'})}",
-                                 param_hint="--modes")
-    dgl_modes = [m for m in mode_list if m != "cost"]
+    known = {"uniform", "weighted", "cost", "choose"}
+    if set(mode_list) - known:
+        raise click.BadParameter(f"unknown modes {sorted(set(mode_list) - known)}", param_hint="--modes")
+    dgl_modes = [m for m in mode_list if m not in ("cost", "choose")]
     dgl = import_dgl() if dgl_modes else None
     threads = threads or os.cpu_count() or 1
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
@@ -201,6 +267,7 @@ def main(graphs: str, num_nodes: int, num_edges: int, fanouts: str, batch_size: 
         raise click.BadParameter(f"unknown graphs {sorted(unknown)}", param_hint="--graphs")
     rows = []
     costs = []
+    chooses = []
     for name in names:
         if name == "gowalla":
             try:
@@ -215,6 +282,8 @@ def main(graphs: str, num_nodes: int, num_edges: int, fanouts: str, batch_size: 
         click.echo(f"{label}: max in-degree {int(graph.in_degrees().max()):,}", err=True)
         if "cost" in mode_list:
             costs.append(bench_cost(label, graph, fans, batch_size, num_batches, repeats, seed))
+        if "choose" in mode_list:
+            chooses.append(bench_choose(label, graph, fans, batch_size, num_batches, repeats, seed))
         if not dgl_modes:
             continue
         dgl_graph = to_dgl(dgl, graph)
@@ -241,8 +310,15 @@ def main(graphs: str, num_nodes: int, num_edges: int, fanouts: str, batch_size: 
         for row in costs:
             click.echo(f"{row['case']:<62} {row['uniform_m_edges_per_cpu_s']:>8.1f} "
                        f"{row['weighted_m_edges_per_cpu_s']:>9.1f} {row['ours']:>6.2f}")
-    write_result("sampler", rows + costs, machine(threads=threads, numba_threads=numba.get_num_threads(),
-                                     numba_threading_layer=numba.threading_layer()), output)
+    for row in chooses:
+        click.echo(f"\n{row['case']}: CPU us a batch, 1 thread (load {os.getloadavg()[0]:.1f}), "
+                   f"positions md5 {row['positions_md5']}")
+        for name, us in row["classes_us_per_batch"].items():
+            click.echo(f"  {name:<22} {us:>9,.0f}  ({row['rows_per_class'][name]:,} rows)")
+        click.echo(f"  {'all rows':<22} {row['ours']:>9,.0f}")
+    write_result("sampler", rows + costs + chooses,
+                 machine(threads=threads, numba_threads=numba.get_num_threads(),
+                         numba_threading_layer=numba.threading_layer()), output)
 
 
 if __name__ == "__main__":

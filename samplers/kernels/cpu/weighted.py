@@ -392,7 +392,7 @@ def choose_rows_weighted(dst, row_start, row_deg, row_exlo, row_exhi, row_end, o
     """Pass 2 of weighted rows without times [lo, hi): rejection over the prefix sums ``prefix`` (the
     reference's "weighted rows"); ``draws``: with replacement and fanout >= 0."""
     bitmap = np.zeros(BITMAP_MAX // 64, dtype=np.uint64)  # all 0 between rows
-    acc = np.zeros(SHORT_SCRATCH, dtype=np.float64)  # the running or prefix sums of a row <= 64 edges
+    acc = np.zeros(SHORT_SCRATCH, dtype=np.float64)  # a short row's running sums and weights
     acc2 = np.zeros(SHORT_SCRATCH, dtype=np.float64)  # those of a second short row (`short_pair`)
     held = -1  # a short row waiting for a second one, to run the two with `short_pair`
     for i in range(lo, min(lo + _WEIGHTED_AHEAD, hi)):
