@@ -1,11 +1,13 @@
-"""Numba kernels of a staged full-graph plan (`samplers.full_graph_plan`): distinct sources and local columns.
+"""Numba kernels of a staged full-graph plan: distinct sources and local columns.
 
 `distinct_chunks` lists the distinct source columns of chunks of rows in first-seen order (a bitmap of
 seen ids, left zeroed), `merge_chunks` merges the chunks of one partition in place and `compact_chunks`
-packs them into one array with offsets; `remap_partitions` numbers each partition's streamed sources
-(`number_sources`) and rewrites its entries' columns into the device buffer (`fill_columns`). Each
-works on a range of chunks or partitions, so `samplers.full_graph_plan` runs them on the thread team
-(`graphrl.kernels.team.parallel_for`); the results do not depend on the thread count. Inputs are
+packs them into one array with offsets: `samplers.full_graph_entries.distinct` calls these three.
+`remap_partitions` numbers each partition's streamed sources (`number_sources`) and rewrites its
+entries' columns into the device buffer (`fill_columns`): `samplers.full_graph_plan` calls these
+three when it builds a plan's local CSRs. Each kernel but `compact_chunks` works on a range of chunks
+or partitions, so its caller runs it on the thread team (`samplers.full_graph_entries.run_parallel`,
+over `graphrl.kernels.team.parallel_for`); the results do not depend on the thread count. Inputs are
 trusted (the plan builds them).
 """
 
