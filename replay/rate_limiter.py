@@ -324,6 +324,9 @@ def rate_limiter_from_config(config: dict[str, Any]) -> RateLimiter:
     raise ValueError(f"unknown rate limiter kind {kind!r}")
 
 
+_BASE_CAN_SAMPLE = RateLimiter.can_sample  # `RateLimiterState.await_sample` inlines it where it cannot bind
+
+
 class RateLimiterState:
     """A rate limiter bound to counters and a condition variable: blocking admission with timeouts.
 
@@ -354,6 +357,8 @@ class RateLimiterState:
     ) -> None:
         self.limiter = limiter
         self.counters = np.zeros(4, dtype=np.int64) if counters is None else counters
+        # the four counters as Python ints, read in index order (a memoryview's tolist: no slice, no array)
+        self._read_counts = memoryview(self.counters[:4]).tolist
         self.cond = condition if condition is not None else threading.Condition()
         self.owner = owner  # (its `gone` is False where this process does not watch: the owner itself)
 
@@ -425,9 +430,15 @@ class RateLimiterState:
         ValueError
             The limiter was cancelled (the store closed).
         """
-        counts = self.counters[:4].tolist()  # inserts, samples, deletes, cancelled: read in index order
-        if not counts[CANCELLED] and self.limiter.can_sample(counts) and counts[0] - counts[2] >= need:
-            return
+        counts = self._read_counts()  # inserts, samples, deletes, cancelled: read in index order
+        if not counts[CANCELLED]:
+            limiter = self.limiter
+            if limiter.min_diff == -UNLIMITED and type(limiter).can_sample is _BASE_CAN_SAMPLE:
+                # MinSize's rule (the ratio never binds: counts are int64): `can_sample` is the size check
+                if counts[0] - counts[2] >= max(limiter.min_size, need):
+                    return
+            elif limiter.can_sample(counts) and counts[0] - counts[2] >= need:
+                return
 
         def explain(c: Sequence[int]) -> str:
             size = int(c[0]) - int(c[2])
