@@ -391,14 +391,9 @@ def _demo_rl(minutes: float, seed: int, curves=None) -> None:
 
 
 def _memory_summary(stats: dict) -> str:
-    """One line of `MemoryManager.stats()`: per tier, the bytes in use of each owner and in all."""
-
-    def size(n: int) -> str:
-        for unit in ("B", "KiB", "MiB", "GiB"):
-            if n < 1024 or unit == "GiB":
-                return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"
-            n /= 1024
-        return ""  # unreachable
+    """One line of `MemoryManager.stats()`: per tier, the bytes in use of each owner and in all (sizes as
+    `graphrl.memory.sizes.format_size` writes them)."""
+    from graphrl.memory.sizes import format_size
 
     parts = []
     for tier, owners in stats.items():
@@ -406,7 +401,7 @@ def _memory_summary(stats: dict) -> str:
             continue
         live = {o: u for o, u in owners.items() if u["peak"]}
         if live:
-            used = ", ".join(f"{o} {size(u['bytes'])}" for o, u in live.items())
-            parts.append(f"{tier}: {used} (in all {size(sum(u['bytes'] for u in live.values()))} in "
+            used = ", ".join(f"{o} {format_size(u['bytes'])}" for o, u in live.items())
+            parts.append(f"{tier}: {used} (in all {format_size(sum(u['bytes'] for u in live.values()))} in "
                          f"{sum(u['regions'] for u in live.values())} regions)")
     return "; ".join(parts) or "no regions"

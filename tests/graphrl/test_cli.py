@@ -42,6 +42,11 @@ def test_demo_on_synthetic_prints_the_metric_lines():
     assert re.search(r"^popularity baseline recall@20: 0\.\d{4}  NDCG@20: 0\.\d{4}", out, re.M)
     assert re.search(r"^sampler throughput: [\d,]+ sampled edges/s", out, re.M)
     assert "stopped by epochs" in out
+    # the memory line writes sizes as graphrl.memory.sizes.format_size does: '5.5 KiB (5608 bytes)'
+    memory = re.search(r"^memory: (.*)$", out, re.M).group(1)
+    sizes = re.findall(r"([\d.]+) KiB \((\d+) bytes\)", memory)
+    assert sizes, memory
+    assert all(f"{int(n) / 1024:.1f}" == human for human, n in sizes), memory
 
 
 def test_demo_without_data_says_so_once_and_uses_synthetic(tmp_path):
