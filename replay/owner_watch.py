@@ -35,7 +35,7 @@ import weakref
 
 from graphrl.memory.owners import Owner, owner_of, owner_state, pid_namespace
 
-__all__ = ["CHECK_EVERY_S", "OwnerWatch", "owner_lost", "process_identity"]
+__all__ = ["CHECK_EVERY_S", "ForkMark", "OwnerWatch", "owner_lost", "process_identity"]
 
 CHECK_EVERY_S = 0.5  # an attached process asks whether the owner lives at most this often
 
@@ -69,8 +69,9 @@ def process_identity(pid: int | None = None) -> str:
     return f"{owner.pidns}@{owner.start}" if owner.pidns and owner.start else ""
 
 
-def _in_forked_child(ref: weakref.ref[OwnerWatch]):
-    """The at-fork hook of the watch ``ref`` names: `OwnerWatch.forked`, if the watch still exists."""
+def _in_forked_child(ref: weakref.ref[OwnerWatch] | weakref.ref[ForkMark]):
+    """The at-fork hook of the object ``ref`` names (an `OwnerWatch` or a `ForkMark`): its ``forked``, if
+    the object still exists."""
 
     def hook() -> None:
         watch = ref()
@@ -78,6 +79,26 @@ def _in_forked_child(ref: weakref.ref[OwnerWatch]):
             watch.forked()
 
     return hook
+
+
+class ForkMark:
+    """Whether this process is a ``fork`` child of the one that made the mark: ``child`` is False where it
+    was made and True in every process forked from it (and their forks), set by an ``os.register_at_fork``
+    hook (through a weak reference, as `OwnerWatch`'s) instead of an ``os.getpid()`` per question.
+
+    >>> mark = ForkMark()                 # in the owner, beside its os.getpid()
+    >>> if mark.child: ...                # a forked copy: refuse (graphrl.process_origin.check_made_here)
+    """
+
+    __slots__ = ("__weakref__", "child")
+
+    def __init__(self) -> None:
+        self.child = False
+        os.register_at_fork(after_in_child=_in_forked_child(weakref.ref(self)))
+
+    def forked(self) -> None:
+        """In a forked child, right after the fork (the at-fork hook): mark it."""
+        self.child = True
 
 
 class OwnerWatch:
