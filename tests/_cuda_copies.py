@@ -1,6 +1,6 @@
 """Count the host's device-to-host read-backs under numba's CUDA simulator, independently of the
 library's own counter (`samplers.kernels.cuda.workspace.HostTraffic`): for scripts that tests run in a
-subprocess with ``NUMBA_ENABLE_CUDASIM=1`` (the ``simulate`` fixture of ``tests/conftest.py``).
+subprocess with ``NUMBA_ENABLE_CUDASIM=1`` (the ``simulated`` mark of ``tests/conftest.py``).
 
 A read-back is a ``copy_to_host`` of a simulated device array, or an index that yields a scalar (not a
 view), made on the main thread (kernels run in other threads) outside a quiet section. Blocks' conversion

@@ -187,24 +187,9 @@ sys.setswitchinterval(2e-5)
 """
 
 
-def _simulate(script: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-c", SIMULATOR_PRELUDE + script], env=env, capture_output=True,
-                          text=True, timeout=timeout, cwd=REPO)
-
-
-@pytest.fixture(scope="session")
-def simulate():
-    """``simulate(script, timeout=600)``: run a Python script in a fresh interpreter under numba's CUDA
-    simulator (``NUMBA_ENABLE_CUDASIM=1`` must be set before numba is imported), with the repository on
-    ``PYTHONPATH`` and the repository root as working folder; returns the ``subprocess.CompletedProcess``
-    (text output captured)."""
-    return _simulate
-
-
 @dataclass(frozen=True)
 class SimulatedPart:
-    """What one script of `simulate_parts` did: ``ok`` (it ran to its end) and ``output`` (what it printed,
+    """What one script of `_simulate_parts` did: ``ok`` (it ran to its end) and ``output`` (what it printed,
     then its traceback if it raised, or the interpreter's output if that died)."""
 
     ok: bool
@@ -331,18 +316,6 @@ def _parts_results(parts: _Parts) -> dict[str, SimulatedPart]:
 def _simulate_parts(scripts: dict[str, str], timeout: float = 600,
                     forked: frozenset[str] = frozenset()) -> dict[str, SimulatedPart]:
     return _parts_results(_start_parts(scripts, timeout, forked))
-
-
-@pytest.fixture(scope="session")
-def simulate_parts():
-    """``simulate_parts(scripts, timeout=600, forked=frozenset())``: run several scripts (a dict, name to
-    source) in one interpreter under numba's CUDA simulator, as `simulate` runs one, each in a namespace of
-    its own: first, one after another, those not named in ``forked`` (what one patches at module level stays
-    patched for the next: order them so), then each one named in ``forked`` in a fork child of that
-    interpreter (what it patches ends with the child); returns ``{name: SimulatedPart}``. One interpreter
-    pays the imports and numba's cache loads once: a module's simulated tests share it through a
-    module-scoped fixture and each asserts its own part."""
-    return _simulate_parts
 
 
 _BATCH = pytest.StashKey["_SimulatedSession"]()
