@@ -30,6 +30,7 @@ import numba
 import torch
 import torch.distributed as dist
 
+from graphrl.cli_options import int_list
 from graphrl.datasets import load_gowalla
 from graphrl.memory import MemoryManager
 from graphrl.nn import LightGCN
@@ -49,15 +50,9 @@ PAPER = {"recall": 0.1830, "ndcg": 0.1554}  # LightGCN (He et al., SIGIR 2020), 
 
 
 def parse_fanouts(ctx: click.Context, param: click.Parameter, value: str) -> list[int]:
-    """``"10,10"`` -> ``[10, 10]``: comma-separated ints, each >= 0 or -1 (all); else a usage error."""
-    fan = []
-    for part in (p.strip() for p in value.split(",")):
-        try:
-            fan.append(int(part))
-        except ValueError:
-            what = "an empty entry" if not part else f"{part!r} is not an integer"
-            raise click.BadParameter(f"{value!r}: {what}; give comma-separated neighbour counts, e.g. 10,10",
-                                     ctx, param) from None
+    """``"10,10"`` -> ``[10, 10]``: comma-separated ints (`graphrl.cli_options.int_list`), each >= 0 or -1
+    (all); else a usage error."""
+    fan = int_list(value, None)
     if any(k < -1 for k in fan):
         raise click.BadParameter(f"{value!r}: each fanout must be >= 0, or -1 for all neighbours", ctx, param)
     return fan
