@@ -43,7 +43,7 @@ import math
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -408,8 +408,14 @@ class RateLimiterState:
             given,
         )
 
-    def await_sample(self, timeout: float | None, given: float | None = None, need: int = 1) -> None:
+    def await_sample(
+        self, timeout: float | None | Callable[[], float | None], given: float | None = None, need: int = 1
+    ) -> None:
         """Block until one step may be sampled and the store holds at least ``need`` sampleable items.
+
+        ``timeout``: seconds, None (no limit), or a function giving the seconds left (such as
+        `replay.sampler.Deadline`), called only when the sample is not admitted at once (an admitted one
+        reads no clock).
 
         ``given``: the timeout the caller's user gave (quoted by the ``TimeoutError``; default
         ``timeout``), when ``timeout`` is what is left of it. ``need`` > 1 is for a table whose
@@ -447,6 +453,8 @@ class RateLimiterState:
                         "(max_times_sampled removes what it draws): insert more steps")
             return self.limiter.explain_sample_block(c)
 
+        if callable(timeout):
+            timeout = timeout()
         self._wait(
             lambda: self.limiter.can_sample(self.counters) and self.counters[0] - self.counters[2] >= need,
             timeout,

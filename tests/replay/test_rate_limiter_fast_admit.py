@@ -40,3 +40,20 @@ def test_a_cancelled_limiter_admits_nothing():
     state.counters[:4] = (10, 0, 0, 1)
     with pytest.raises(ValueError, match="closed"):
         state.await_sample(0.0)
+
+
+def test_a_timeout_function_is_asked_only_when_the_sample_waits():
+    state = RateLimiterState(MinSize(3))
+    asked = []
+
+    def left() -> float:
+        asked.append(1)
+        return 0.0
+
+    state.counters[:3] = (3, 0, 0)
+    state.await_sample(left, given=5.0)
+    assert asked == []  # admitted: no clock read
+    state.counters[:3] = (2, 0, 0)
+    with pytest.raises(TimeoutError, match=r"timeout=5.0"):
+        state.await_sample(left, given=5.0)
+    assert asked == [1]
