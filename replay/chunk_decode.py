@@ -48,7 +48,7 @@ from graphrl.kernels import parallel_for
 from graphrl.kernels.copies import copy_bytes, zero_bytes
 from graphrl.threads import idle_cores, threads_for
 from replay.chunk_encode import chunk_checksum, stored_raw
-from replay.keys import BACK_BITS, INC_BITS, SHARD_BITS, decode_keys
+from replay.keys import decode_keys, key_anchor
 
 if TYPE_CHECKING:  # type hints only: the shard's module imports replay.chunk_codec, which imports this one
     from replay.chunk_codec import ChunkRing
@@ -63,7 +63,6 @@ __all__ = [
 LZ4, ZSTD, LZ4DICT = 0, 1, 2  # codec kinds of `decode_jobs`
 KINDS = {"lz4": LZ4, "zstd": ZSTD, "lz4dict": LZ4DICT}  # codec name (`replay.spec.CODECS`) -> kind
 _LZ4_HEADER = 4  # numcodecs' LZ4 prefixes the block with its decompressed size (4 bytes)
-_POS_SHIFT = SHARD_BITS + BACK_BITS + INC_BITS  # a key's anchor position: key >> _POS_SHIFT
 DECODE_CHUNK_BYTES = 1 << 20  # output bytes a thread of a threaded decode takes at least (performance.md)
 _JOB = 8  # words a job: arena offset, length, output byte offset, first row in the chunk, rows, window,
 # chunk index, checksum (`replay.chunk_encode.chunk_checksum`)
@@ -396,7 +395,7 @@ def decode_anchors(
     have = 0
     failed = 0
     for i in range(keys.shape[0]):
-        p = keys[i] >> _POS_SHIFT
+        p = key_anchor(keys[i])
         k = p // chunk
         w = p - k * chunk
         o = i * row_bytes

@@ -43,7 +43,7 @@ from replay.commit_kernel import (
     lock_shard_counted,
 )
 from replay.draw_kernels import updates_valid, write_updates
-from replay.keys import MAX_INCARNATIONS, SHARD_BITS, IssuedKeys, ReplayKeys
+from replay.keys import MAX_INCARNATIONS, IssuedKeys, ReplayKeys, key_shard
 from replay.shard_layout import META_LEN, WRITE_POS
 from replay.sync_kernels import float64_at, int64_at, mutex_unlock, uint8_at
 
@@ -300,9 +300,8 @@ def _update(words, keys, p):  # pragma: no cover - numba
         floors[0] = 0 if keys.shape[0] > 0 else -1
     else:
         floors[:] = -1
-        low = (1 << SHARD_BITS) - 1
         for i in range(keys.shape[0]):
-            floors[keys[i] & low] = 0
+            floors[key_shard(keys[i])] = 0
     ingested = int64_at(words[U_INGESTED], s_count)
     repairs = int64_at(words[U_REPAIRS], 2 * s_count)
     died = 0
