@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import math
 import multiprocessing.util
 import os
 import threading
@@ -45,7 +44,7 @@ from graphrl.memory.resources import (
     SharedResource,
 )
 from graphrl.memory.shm import ExitCleanup
-from graphrl.memory.sizes import Tier, check_owner, format_size, parse_shape, parse_size
+from graphrl.memory.sizes import Tier, check_owner, format_size, parse_shape, parse_size, shape_bytes
 
 __all__ = ["MemoryManager"]
 
@@ -301,7 +300,7 @@ class MemoryManager:
                 )
             if dt.numpy is None:
                 raise TypeError(f"dtype {dt.name} cannot be stored on the disk tier (zarr has no {dt.name})")
-        nbytes = math.prod(shp) * dt.itemsize
+        nbytes = shape_bytes(shp, dt.itemsize)
         attempts: list[tuple[Tier, int]] = []
         failure: BaseException | None = None
         first: Account | None = None
@@ -427,7 +426,7 @@ class MemoryManager:
         else:
             raise TypeError(f"register() takes a numpy array or a torch tensor, got {type(array).__name__}")
         shp = tuple(data.shape)
-        nbytes = math.prod(shp) * dt.itemsize
+        nbytes = shape_bytes(shp, dt.itemsize)
         with self._lock:
             self._check_open()
             account = self._account(tier)

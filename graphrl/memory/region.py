@@ -10,7 +10,6 @@ region's memory is page-locked for CUDA in `graphrl.memory.cudart` (``cudaHostRe
 from __future__ import annotations
 
 import logging
-import math
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,7 @@ import torch
 from graphrl.memory.backing import Backing, ShmBacking, ZarrBacking
 from graphrl.memory.dtypes import DType, parse_dtype
 from graphrl.memory.shm import ShmSegment
-from graphrl.memory.sizes import Tier, parse_shape
+from graphrl.memory.sizes import Tier, parse_shape, shape_bytes
 
 if TYPE_CHECKING:
     from graphrl.memory.manager import MemoryManager
@@ -71,7 +70,8 @@ class Region:
     dtype : torch.dtype
         Element type of the views.
     nbytes : int
-        ``prod(shape) * itemsize``: what the region counts against its tier's budget.
+        ``prod(shape) * itemsize`` (`graphrl.memory.sizes.shape_bytes`): what the region counts against its
+        tier's budget.
     tier : Tier
         Where it lives (the tier that had room, after any fallback).
     owner : str
@@ -112,7 +112,7 @@ class Region:
         self.shape = shape
         self.dtype = dtype.torch
         self._dt = dtype
-        self.nbytes = math.prod(shape) * dtype.itemsize
+        self.nbytes = shape_bytes(shape, dtype.itemsize)
         self.tier = tier
         self.owner = owner
         self.device = backing.device
@@ -167,7 +167,7 @@ class Region:
             handle = RegionHandle(handle, parse_shape(shape), parse_dtype(dtype).name)
         dt = parse_dtype(handle.dtype)
         shp = parse_shape(handle.shape)
-        nbytes = math.prod(shp) * dt.itemsize
+        nbytes = shape_bytes(shp, dt.itemsize)
         segment = ShmSegment.open(handle.name, nbytes)
         backing = ShmBacking(segment, dt.torch, shp, nbytes)
         return cls(shape=shp, dtype=dt, tier=Tier.SHARED, owner=handle.owner or "attached", backing=backing,

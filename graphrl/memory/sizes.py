@@ -1,4 +1,4 @@
-"""Memory tiers and byte counts: `Tier`, `parse_size`, `format_size`, shape and owner checks.
+"""Memory tiers and byte counts: `Tier`, `parse_size`, `format_size`, `shape_bytes`, shape and owner checks.
 
 Budgets are bytes per tier, given as ints or strings with IEC units (``"8GiB"``, ``"512MiB"``: powers
 of 1024) or SI units (``"1.5GB"``, ``"100kB"``: powers of 1000); `parse_size` reads them and
@@ -8,6 +8,7 @@ of 1024) or SI units (``"1.5GB"``, ``"100kB"``: powers of 1000); `parse_size` re
 from __future__ import annotations
 
 import enum
+import math
 import re
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["Tier", "check_owner", "format_size", "parse_shape", "parse_size"]
+__all__ = ["Tier", "check_owner", "format_size", "parse_shape", "parse_size", "shape_bytes"]
 
 
 class Tier(enum.Enum):
@@ -159,6 +160,17 @@ def parse_shape(shape: Any, itemsize: int = 1) -> tuple[int, ...]:
         raise ValueError(f"shape {tuple(dims)} of {itemsize}-byte items spans {span} bytes (sizes of 0 "
                          f"counted as 1), more than a tensor can address (2**63 - 1)")
     return tuple(dims)
+
+
+def shape_bytes(shape: tuple[int, ...], itemsize: int) -> int:
+    """``prod(shape) * itemsize``: the bytes a region, or a registered buffer, of ``shape`` counts against
+    its tier's budget (``Region.nbytes``). A size 0 gives 0 bytes (unlike `parse_shape`'s span, which
+    counts it as 1). ``shape`` is trusted: check it with `parse_shape` first.
+
+    >>> shape_bytes((3, 4), 8)
+    96
+    """
+    return math.prod(shape) * itemsize
 
 
 def check_owner(owner: Any) -> str:

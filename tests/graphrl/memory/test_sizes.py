@@ -1,11 +1,12 @@
-"""graphrl.memory.sizes: parse_size in IEC and SI units, Tier names."""
+"""graphrl.memory.sizes: parse_size in IEC and SI units, Tier names, shape_bytes."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from graphrl.memory import Tier, parse_size
+from graphrl.memory import MemoryManager, Tier, parse_size
+from graphrl.memory.sizes import shape_bytes
 
 
 @pytest.mark.parametrize(
@@ -52,3 +53,16 @@ def test_tier_parse():
     assert Tier.parse(Tier.DISK) is Tier.DISK
     with pytest.raises(TypeError):
         Tier.parse(3)
+
+
+@pytest.mark.parametrize(("shape", "dtype"), [((), "float32"), ((0, 5), "int64"), ((3, 4), "float64"),
+                                              ((2, 3, 5), "uint8"), ((7,), "int16")])
+def test_shape_bytes_is_what_regions_and_registered_buffers_count(shape, dtype):
+    want = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize  # by hand: numpy's nbytes
+    assert shape_bytes(shape, np.dtype(dtype).itemsize) == want == np.empty(shape, dtype).nbytes
+    with MemoryManager(budgets={"host": "1MiB"}) as memory:
+        region = memory.allocate(shape, dtype, tier="host", owner="t")
+        assert region.nbytes == want
+        assert memory.stats()["host"]["t"]["bytes"] == want
+        memory.register(np.zeros(shape, dtype), "host", owner="r")
+        assert memory.stats()["host"]["r"]["bytes"] == want
