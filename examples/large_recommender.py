@@ -31,9 +31,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from graphrl.cli_options import check_size, int_list
 from graphrl.datasets.synthetic import synthetic_communities
 from graphrl.interrupts import Interrupted, interrupts
-from graphrl.memory import MemoryBudgetError, MemoryManager, Region, Tier, free_quietly, parse_size
+from graphrl.memory import MemoryBudgetError, MemoryManager, Region, Tier, free_quietly
 from graphrl.train.link_prediction import evaluate_popularity
 from graphrl.train.metrics import csr_from_pairs, evaluate_ranking
 from graphrl.train.rec_step import RecommenderSteps
@@ -106,22 +107,14 @@ class StagedSampler:
 
 
 def parse_fanouts(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:
-    """``--fanouts`` as a tuple checked by `RecommendConfig` (a usage error names the option)."""
+    """``--fanouts`` as a tuple: comma-separated integers (`graphrl.cli_options.int_list`) checked by
+    `RecommendConfig` (a usage error names the option)."""
+    fanouts = tuple(int_list(value, None))
     try:
-        fanouts = tuple(int(f) for f in value.split(","))
         RecommendConfig(loss="softmax", propagation="sampled", fanouts=fanouts)
     except ValueError as err:
         raise click.BadParameter(f"{value!r}: {err}", ctx, param) from None
     return fanouts
-
-
-def check_size(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    """``--device-budget`` checked by `parse_size` (a usage error names the option)."""
-    try:
-        parse_size(value)
-    except (TypeError, ValueError) as err:
-        raise click.BadParameter(str(err), ctx, param) from None
-    return value
 
 
 @click.command()
