@@ -402,6 +402,6 @@ def _memory_summary(stats: dict) -> str:
         live = {o: u for o, u in owners.items() if u["peak"]}
         if live:
             used = ", ".join(f"{o} {format_size(u['bytes'])}" for o, u in live.items())
-            parts.append(f"{tier}: {used} (in all {format_size(sum(u['bytes'] for u in live.values()))} in "
-                         f"{sum(u['regions'] for u in live.values())} regions)")
-    return "; ".join(parts) or "no regions"
+            parts.append(f"{tier}: {used}; in all {format_size(sum(u['bytes'] for u in live.values()))}, "
+                         f"{sum(u['regions'] for u in live.values())} regions")
+    return " | ".join(parts) or "no regions"
