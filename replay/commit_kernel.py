@@ -8,8 +8,8 @@
 - `commit_chunk` runs the three steps of `replay.storage.TrajectoryStorage.commit` in one call, with the
   same locks (through `replay.sync_kernels`): admission and shard choice under the control mutex,
   the shard commit under the shard mutex (repairing a dead holder's commit first), the counts and the
-  wake-up under the control mutex. A call the rate limiter does not admit returns `BLOCKED` having
-  changed nothing; the caller then takes the Python path, which waits.
+  wake-up under the control mutex with the shard mutex still held. A call the rate limiter does not
+  admit returns `BLOCKED` having changed nothing; the caller then takes the Python path, which waits.
 - `lock_shard` takes a shard's mutex as every compiled locker does (a dead holder's commit repaired
   by `repair_hole`); `lock_shard_counted` also counts that commit's lost items as deleted at once
   (`replay.locked_draw`, `replay.update_kernel`).
@@ -337,10 +337,10 @@ def commit_chunk(
     ``(status, shard, record, overwritten, died, hole_at, hole)``, all int: status `OK`, `BLOCKED`
     (not admitted, closed, or a checkpoint holds the writers, `replay.control.QUIESCE`: nothing
     changed), `OVERFLOW` (the shard would reach 2^35 positions, `replay.keys.MAX_POSITION`: the
-    control block took the steps, nothing was written, as the Python path) or `FAILED` (a pthread
-    call failed: its errno in ``overwritten``); ``died`` counts mutexes found with a dead holder, and
-    ``hole`` steps from position ``hole_at`` are the hole a dead writer's commit left (repaired; the
-    items that commit had overwritten are counted as deleted).
+    control block gave out the sequence numbers, nothing was written or counted, as the Python path)
+    or `FAILED` (a pthread call failed: its errno in ``overwritten``); ``died`` counts mutexes found
+    with a dead holder, and ``hole`` steps from position ``hole_at`` are the hole a dead writer's
+    commit left (repaired; the items that commit had overwritten are counted as deleted).
     """
     s_count = plan[P_SHARDS]
     cap = plan[P_CAPACITY]
@@ -372,7 +372,6 @@ def commit_chunk(
                     shard = i
         if not end:
             ctl[CTL_FIXED + s_count + shard] += 1
-    ctl[CTL_FIXED + shard] += count
     seq_base = ctl[GSEQ]
     ctl[GSEQ] = seq_base + count
     mutex_unlock(ctl_mutex)
@@ -447,16 +446,19 @@ def commit_chunk(
     meta[WRITE_POS] = wp + count
     meta[RESERVE_DELETES] = 0  # after the publish: a repair never sees it cleared while reserved
     meta[COMMITS] += 1
-    mutex_unlock(sh_mutex)
-    # 3. the counts and the wake-up (control mutex)
+    # 3. the counts and the wake-up (control mutex; the shard mutex still held, so a checkpoint, which
+    # takes every shard mutex and then the control mutex, sees the steps and their counts together)
     rc = mutex_lock_robust(ctl_mutex)
     if rc < 0:
+        mutex_unlock(sh_mutex)
         return FAILED, shard, record, -rc, died, hole_at, hole
     died += rc
+    ctl[CTL_FIXED + shard] += count
     ctl[INSERTS] += count
     ctl[DELETES] += overwritten + lost
     if end and not new_episode:
         ctl[CTL_FIXED + s_count + shard] -= 1
     cond_broadcast(plan[P_CTL_COND])
     mutex_unlock(ctl_mutex)
+    mutex_unlock(sh_mutex)
     return OK, shard, record, overwritten, died, hole_at, hole

@@ -73,7 +73,8 @@ class Control:
     ctl : numpy.ndarray, int64 [8 + 2 S]
         ``ctl[GSEQ]`` next global sequence number; ``ctl[WRITERS]`` writers ever made;
         ``ctl[QUIESCE]`` 1 while the turnstile's holder holds the writers (written by it alone);
-        ``assigned`` (steps per shard) and ``open`` (open episodes per shard) follow.
+        ``assigned`` (steps committed per shard, counted with the shard's lock held) and ``open``
+        (open episodes per shard) follow.
     """
 
     def __init__(self, region: Region, num_shards: int, create: bool) -> None:

@@ -9,12 +9,16 @@ to one shard in three steps:
    shard with the fewest open episodes, then the fewest steps assigned) and take a range of global
    commit sequence numbers. While a checkpoint holds the writers (``QUIESCE``), the commit instead
    lets the mutex go and waits at the writers' turnstile (`TrajectoryStorage.await_checkpoint`),
-   holding no lock, then starts over.
+   holding no lock, then starts over. One deadline (``timeout``) bounds both waits.
 2. Under the shard's mutex (`replay.shard.ShardStorage.commit`): publish ``reserve_pos``, copy the
    chunk into the rings, stamp the slots, extend or create the episode record, publish ``write_pos``.
    A chunk extends its record only if it lands right after it; otherwise it starts a record flagged
    as a continuation, and windows never cross the cut.
-3. Under the control mutex: count the inserted and overwritten steps and wake waiters.
+3. Still under the shard's mutex, under the control mutex: count the steps assigned to the shard, the
+   inserted and overwritten steps, and wake waiters. A checkpoint (every shard mutex, then the control
+   mutex) so sees a commit's steps and its counts together or neither, whenever it came: a commit
+   admitted before it held the writers and not yet at its shard is not in the snapshot, and only
+   its sequence numbers are (``global_seq`` is past them: a gap, as a dead writer leaves).
 
 A writer's commit runs the three steps as one compiled call (`replay.commit_kernel.commit_chunk`: the
 same locks, through `replay.sync_kernels`) when the rate limiter admits it at once; a commit that must
@@ -339,7 +343,8 @@ class TrajectoryStorage:
         Raises
         ------
         TimeoutError
-            The rate limiter did not admit the insert within ``timeout`` seconds (nothing stored).
+            Within ``timeout`` seconds the rate limiter did not admit the insert, or a checkpoint
+            held the writers (`await_checkpoint`; the two waits share the deadline): nothing stored.
         ValueError
             The store was closed, or (attached) its owner process has ended (nothing stored).
         OverflowError
@@ -371,7 +376,7 @@ class TrajectoryStorage:
             if episode is None:
                 return -1, -1
             if ctl.writers_held:
-                self.await_checkpoint("replay writer", count)
+                self.await_checkpoint("replay writer", count, time.monotonic(), timeout)
             shard, record = episode
             with self.shards[shard] as sh:
                 sh.commit(buffers, 0, 0, record, end=True)
@@ -404,40 +409,58 @@ class TrajectoryStorage:
                             ctl.open[shard] += 1
                     else:
                         shard = episode[0]
-                    ctl.assigned[shard] += count
                     seq_base = int(ctl.ctl[GSEQ])
                     ctl.ctl[GSEQ] += count
                     break
-            self.await_checkpoint("replay writer", count)  # holding no lock
+            self.await_checkpoint("replay writer", count, start, timeout)  # holding no lock
         with self.shards[shard] as sh:
             record, overwritten = sh.commit(
                 buffers, count, seq_base, None if episode is None else episode[1], end, owner.process
             )
-        with ctl.cond:
-            ctl.counters[INSERTS] += count
-            ctl.counters[DELETES] += overwritten
-            if end and episode is not None:
-                ctl.open[shard] -= 1
-            ctl.cond.notify_all()
+            with ctl.cond:  # the shard still locked: a checkpoint sees the steps and their counts together
+                ctl.assigned[shard] += count
+                ctl.counters[INSERTS] += count
+                ctl.counters[DELETES] += overwritten
+                if end and episode is not None:
+                    ctl.open[shard] -= 1
+                ctl.cond.notify_all()
         return shard, record
 
-    def await_checkpoint(self, who: str, count: int) -> None:
+    def await_checkpoint(self, who: str, count: int, start: float, timeout: float | None) -> None:
         """Wait, holding no lock, while a checkpoint holds the writers (`replay.control.Control.
-        pass_turnstile`, in slices of `WAIT_SLICE_S` seconds so that signals, a closed store and the
-        owner's end are seen): a commit calls it instead of taking a lock while ``control.writers_held``.
-        The wait has no deadline of its own: a checkpoint ends, or its process dies and the turnstile is
-        recovered (a robust mutex).
+        pass_turnstile`, in slices of at most `WAIT_SLICE_S` seconds so that signals, a closed store and
+        the owner's end are seen): a commit calls it instead of taking a lock while
+        ``control.writers_held``.
+
+        The wait counts against the commit's deadline, ``start + timeout`` (``start``: the commit's
+        `time.monotonic` when its waits began, the rate limiter's included; ``timeout`` None: no
+        deadline, a checkpoint ends or its process dies and the turnstile is recovered, a robust mutex).
 
         Raises
         ------
+        TimeoutError
+            The deadline passed with the writers still held (the commit took nothing: the steps stay
+            staged, or the episode open).
         ValueError
             The store was closed, or (attached) its owner process has ended while waiting (`check_owner`).
         """
-        while not self.control.pass_turnstile(WAIT_SLICE_S):
+        end = None if timeout is None else start + timeout
+        held_since = time.monotonic()
+        while True:
+            left = WAIT_SLICE_S if end is None else min(WAIT_SLICE_S, max(0.0, end - time.monotonic()))
+            if self.control.pass_turnstile(left):
+                return
             if self.store_closed:
                 raise ValueError(_CLOSED)
             if self.owner.active:
                 self.check_owner(f"{who} (waiting for a checkpoint)", count)
+            now = time.monotonic()
+            if end is not None and now >= end:
+                kept = f"{count} steps stay staged" if count else "the episode stays open"
+                raise TimeoutError(
+                    f"insert waited {now - start:.3g} s (timeout={timeout}): a checkpoint held the writers "
+                    f"(the store's turnstile) for the last {now - held_since:.3g} s of it; {kept}"
+                )
 
     @contextmanager
     def quiesced(self) -> Iterator[None]:
@@ -447,7 +470,9 @@ class TrajectoryStorage:
         Everything is let go in reverse order on exit, whatever raised.
 
         The lock order of the store is: (a table's lock,) the turnstile, shard locks in index order, the
-        control mutex; a writer waits at the turnstile holding none of them.
+        control mutex; a writer waits at the turnstile holding none of them. A commit admitted before
+        the writers were held counts its steps under its shard's mutex (the module docstring, step 3),
+        so what is held here is one consistent state: its steps and counts are both in it or neither.
         """
         ctl = self.control
         with ExitStack() as held:

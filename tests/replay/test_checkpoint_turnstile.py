@@ -181,3 +181,62 @@ def test_a_dead_holder_of_the_turnstile_blocks_no_writer(mm, compiled):
         assert control.writers_held
     assert not control.writers_held
     store.close()
+
+
+def _hold_writers_until(handle, held, release) -> None:  # forked: holds the turnstile until told, alive
+    store = ReplayStore.attach(handle)
+    control = store.storage.control
+    control.hold_writers()
+    held.set()
+    release.wait(120)
+    control.release_writers()
+    store.close()
+
+
+@pytest.mark.parametrize("commit", ["add_episode", "flush", "end_episode"])
+def test_a_writers_timeout_bounds_its_wait_for_a_hung_checkpoint(mm, commit):
+    """A live process holds the writers and does not let go (a checkpoint stalled on its filesystem): a
+    writer with ``timeout=1`` raises TimeoutError, nothing it had is lost, and once the writers are let
+    go it commits again. A watchdog lets them go after 60 s: a wait the timeout does not bound then
+    ends in a commit, not the TimeoutError."""
+    store = ReplayStore(SPEC, memory=mm, capacity_steps=256, num_shards=2, timeout=30.0)
+    control = store.storage.control
+    control.hold_writers()  # compiled here, before the fork
+    control.release_writers()
+    w = store.writer(timeout=1.0)
+    if commit == "end_episode":
+        w.extend(steps(0, 5))
+        w.flush()  # committed; the episode stays open: end_episode commits no steps
+    ctx = mp.get_context("fork")
+    held, release = ctx.Event(), ctx.Event()
+    proc = ctx.Process(target=_hold_writers_until, args=(store.handle(), held, release))
+    proc.start()
+    watchdog = threading.Timer(60.0, release.set)
+    try:
+        assert held.wait(60)
+        watchdog.start()
+        with pytest.raises(TimeoutError, match=r"\(timeout=1.0\): a checkpoint held the writers"):
+            if commit == "add_episode":
+                w.add_episode(steps(0, 5))  # the compiled commit finds QUIESCE raised, then waits
+            elif commit == "flush":
+                w.extend(steps(0, 5))
+                w.flush()
+            else:
+                w.end_episode()
+        assert control.writers_held and proc.is_alive()
+        assert len(store) == (5 if commit == "end_episode" else 0)
+        assert w.pending == (0 if commit == "end_episode" else 5)  # staged: nothing lost
+    finally:
+        watchdog.cancel()
+        release.set()
+        proc.join(60)
+    assert proc.exitcode == 0 and not control.writers_held
+    w.end_episode()  # the staged steps, or the end alone, commit now
+    w.add_episode(steps(5, 3))
+    assert len(store) == 8 and w.pending == 0
+    c = control.counters
+    assert (int(c[0]), int(c[2]), int(control.assigned.sum()), int(control.open.sum())) == (8, 0, 8, 0)
+    eps = store.episodes()
+    assert sorted(e.length for e in eps) == [3, 5] and not any(e.open for e in eps)
+    np.testing.assert_array_equal(np.sort(np.concatenate([e.data["pos"] for e in eps])), np.arange(8))
+    store.close()
