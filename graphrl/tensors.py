@@ -16,6 +16,13 @@ silently. So a producer thread can run at most N batches ahead of the trainer, a
 owns batch t until it releases it. Tensors taken from a buffer alias the slot: after the release
 they may be overwritten by the next holder; the buffer's own ``tensor`` refuses use after release.
 
+A holder that cannot know whether its user still reads the slot (a batch dropped without being
+released) calls `StagingBuffer.release_when_unused` instead: the slot returns to the pool only once
+no tensor views it beyond the views its user recorded as its own cache (`StagingBuffer.own_views`).
+On the CPU each slot's tensor has its own storage, so its views are counted by the storage's
+reference count (torch's ``_storage_Use_Count``); `acquire` and `available` take back such slots once
+their count falls. A slot on a GPU shares the region's storage: there it is released at once.
+
 References
 ----------
 Min et al., "Large Graph Convolutional Network Training with GPU-Oriented Data Communication
@@ -27,12 +34,15 @@ DLPack: the array-exchange protocol behind ``torch.from_dlpack`` and ``np.from_d
 from __future__ import annotations
 
 import logging
+import sys
 import threading
+import time
 from collections import deque
 from typing import Any
 
 import numpy as np
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from graphrl.memory import MemoryManager, Region, Tier
 
@@ -56,6 +66,8 @@ def zero_fill(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 _DEFAULT = object()
+_POLL_S = 0.005  # how often a full pool's `acquire` looks again at slots waiting for their views to go
+_storage_users = torch._C._storage_Use_Count  # strong references to a storage, by a weak ref's cdata
 
 
 def as_tensor(obj: Region | torch.Tensor | np.ndarray) -> torch.Tensor:
@@ -203,6 +215,33 @@ class StagingBuffer:
         self._view = None
         self._pool.release_slot(self.slot)
 
+    def own_views(self, objects: tuple = ()) -> None:
+        """Record the tensors viewing the slot now as its user's own (views it caches across hand-outs).
+
+        Call it right after making them, holding no other view. `release_when_unused` then waits
+        only for views beyond these, and for references to ``objects`` (the cached tensors it hands
+        to its own users, which they may keep) beyond those alive now.
+        """
+        self._pool.own_views(self.slot, objects)
+
+    def release_when_unused(self) -> None:
+        """Give the slot back once no tensor views it beyond the views recorded by `own_views`.
+
+        For a holder dropped by a user who may still read tensors taken from it: the slot stays
+        held (never handed out) while such a tensor lives, and `StagingPool.acquire` takes it back
+        after the last one is gone. A slot on a GPU (whose views cannot be counted) is released at
+        once, as by `release`. The buffer counts as released on return.
+
+        Raises
+        ------
+        ValueError
+            The buffer was already released.
+        """
+        if self._view is None:
+            raise ValueError(f"staging buffer of slot {self.slot} (step {self.step}) was already released")
+        self._view = None
+        self._pool.release_slot_when_unused(self.slot)
+
     def __enter__(self) -> StagingBuffer:
         return self
 
@@ -290,7 +329,17 @@ class StagingPool:
         self.timeout = timeout
         self._region = memory.allocate((slots, *shape), dtype, tier, owner=owner, fallback=fallback)
         self._base = self._region.tensor()
-        self._views = [self._base[i] for i in range(slots)]  # one view per slot, made once
+        if self._base.device.type == "cpu":  # one view per slot, made once, each with its own storage
+            self._views = [torch.from_dlpack(self._base[i]) for i in range(slots)]
+            self._storage_refs = [StorageWeakRef(v.untyped_storage()) for v in self._views]
+            self._storages: list[int] | None = [r.cdata for r in self._storage_refs]
+        else:  # a GPU slot shares the region's storage: its views are not counted
+            self._views = [self._base[i] for i in range(slots)]
+            self._storages = None
+        self._own = [_storage_users(c) for c in self._storages] if self._storages else []
+        self._own_objects: list[tuple] = [()] * slots  # per slot: the user's cached tensors, their references
+        self._own_refs = [0] * slots
+        self._unused: list[int] = []  # slots released when unused, still viewed by a user's tensor
         self._free: deque[int] = deque(range(slots))
         self._recent = reuse == "recent"  # hand out the free slot released last (right end of _free)
         self._held: set[int] = set()
@@ -321,9 +370,19 @@ class StagingPool:
 
     @property
     def available(self) -> int:
-        """Slots free right now."""
+        """Slots free right now (taking back those `StagingBuffer.release_when_unused` left)."""
         with self._cond:
+            if self._unused:
+                self._take_back_unused()
             return len(self._free)
+
+    @property
+    def waiting_for_views(self) -> int:
+        """Slots released by `StagingBuffer.release_when_unused` that a user's tensor still views."""
+        with self._cond:
+            if self._unused:
+                self._take_back_unused()
+            return len(self._unused)
 
     def acquire(self, timeout: float | None | object = _DEFAULT) -> StagingBuffer:
         """Hand out the next free slot, waiting for a release if every slot is held.
@@ -350,8 +409,10 @@ class StagingPool:
         with self._cond:
             if self._closed:
                 raise ValueError(f"staging pool {self.owner!r} is closed")
+            if self._unused:
+                self._take_back_unused()
             if not self._free:  # a free slot is handed out at once; only a full pool waits
-                if not self._cond.wait_for(lambda: self._free or self._closed, timeout=wait):  # type: ignore[arg-type]
+                if not self._wait_free(wait):
                     raise TimeoutError(
                         f"staging pool {self.owner!r}: all {self.slots} slots stayed held for {wait} s; "
                         "release buffers (buffer.release() or a with-block) before acquiring more, or use "
@@ -364,6 +425,60 @@ class StagingPool:
             step = self._steps
             self._steps += 1
         return StagingBuffer(self, slot, step, self._views[slot])
+
+    def _wait_free(self, wait: float | None) -> bool:
+        """Wait (lock held) until a slot is free or the pool closes; False after ``wait`` seconds.
+
+        Slots waiting for their views to go are polled (nothing signals their last view's end).
+        """
+        end = None if wait is None else time.monotonic() + wait
+        while not (self._free or self._closed):
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            if self._unused:
+                self._cond.wait(_POLL_S if left is None else min(left, _POLL_S))
+                self._take_back_unused()
+            else:
+                self._cond.wait(left)
+        return True
+
+    def _take_back_unused(self) -> None:
+        """Free the slots left by `release_when_unused` that no user's tensor views any more (lock held)."""
+        still = []
+        for slot in self._unused:
+            if self._viewed(slot):
+                still.append(slot)
+            else:
+                self.release_slot(slot)  # the condition's lock is reentrant
+        self._unused = still
+
+    def _viewed(self, slot: int) -> bool:
+        """Whether a tensor beyond the user's own views ``slot`` (CPU pools only)."""
+        # no reference to the user's objects goes while the pool is open: only a new one raises the sum
+        return (
+            _storage_users(self._storages[slot]) > self._own[slot]  # type: ignore[index]
+            or sum(map(sys.getrefcount, self._own_objects[slot])) > self._own_refs[slot]
+        )
+
+    def own_views(self, slot: int, objects: tuple = ()) -> None:
+        """Record the views of ``slot`` alive now as its user's own (`StagingBuffer.own_views`: use that)."""
+        if self._storages is not None:
+            with self._cond:
+                self._own_objects[slot] = objects = tuple(objects)
+                self._own_refs[slot] = sum(map(sys.getrefcount, objects))
+                self._own[slot] = _storage_users(self._storages[slot])
+
+    def release_slot_when_unused(self, slot: int) -> None:
+        """`release_slot` once no tensor views ``slot`` beyond its user's own views; called once per
+        hand-out by `StagingBuffer.release_when_unused` (use that)."""
+        if self._storages is not None and self._viewed(slot):  # the caller holds the slot: no lock needed
+            with self._cond:
+                if not self._closed:
+                    self._unused.append(slot)  # still held; `acquire` takes it back once its views are gone
+                    self._cond.notify()  # a waiting `acquire` starts polling it
+            return
+        self.release_slot(slot)
 
     def release_slot(self, slot: int) -> None:
         """Make ``slot`` free again; called once per hand-out by `StagingBuffer.release` (use that)."""

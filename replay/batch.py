@@ -4,8 +4,12 @@ A `Batch` maps each field name to a tensor ``[B, L, *field_shape]`` and carries 
 ``keys`` for `update_priorities`, the draw ``probabilities``, the importance ``weights`` and the
 ``lengths``. Its tensors view one slot of a `graphrl.tensors.StagingPool` (laid out by
 `replay.layout.BatchLayout`): pinned host memory with CUDA, host memory without, or device memory for
-``sample(device="cuda")``. A slot returns to its pool on `Batch.release`, at the end of a ``with``
-block, or when the batch is garbage-collected; until then the pool never hands it out again.
+``sample(device="cuda")``. A slot returns to its pool on `Batch.release` or at the end of a ``with``
+block (the user's word that the batch's tensors are no longer read: they may then be overwritten by
+the next sample; ``clone()`` what you keep), or, for a batch dropped without either, once the batch
+and every tensor taken from it (``batch["obs"]``, `Batch.to_tensordict`'s entries, their views) are
+gone (`graphrl.tensors.StagingBuffer.release_when_unused`); until then the pool never hands it out
+again. A device slot (``sample(device="cuda")``) returns when its batch is collected.
 
 `BatchStaging` keeps a store's pools (one per batch shape and device, a few shapes at a time) and the
 views of each slot (made once per slot: tensors, numpy views, flat byte views for the gathers).
@@ -90,11 +94,14 @@ def importance_weights(probabilities: np.ndarray, table_size: int, beta: float) 
     return torch.from_numpy(out)
 
 
-def _release_buffer(buffer: StagingBuffer, events: list) -> None:
+def _release_buffer(buffer: StagingBuffer, events: list, when_unused: bool = False) -> None:
     for ev in events:
         ev.synchronize()
     if not buffer.released:
-        buffer.release()
+        if when_unused:  # a dropped batch: its slot waits for the tensors the user took from it
+            buffer.release_when_unused()
+        else:
+            buffer.release()
 
 
 class Batch(Mapping[str, torch.Tensor]):
@@ -103,8 +110,11 @@ class Batch(Mapping[str, torch.Tensor]):
     The tensors view a reusable staging buffer (pinned with CUDA; on the device for
     ``sample(device="cuda")``, whose ``keys``, ``probabilities`` and ``lengths`` stay on the CPU and whose
     ``mask`` and ``weights`` are on the device). The buffer returns to its pool on
-    `release`, at the end of a ``with`` block, or when the batch is garbage-collected; keep the batch
-    alive while you use its tensors (or copy them: `to`, ``tensor.clone()``).
+    `release` or at the end of a ``with`` block, after which the tensors taken from the batch may be
+    overwritten by the next sample (``clone()`` what you keep past it); a batch dropped without a
+    release holds its host buffer until it and every tensor taken from it (and their views) are gone,
+    so ``obs = store.sample(64, 4)["obs"]`` keeps its data (a device buffer returns when the batch is
+    collected: keep the batch while you use its tensors).
 
     Attributes
     ----------
@@ -126,7 +136,7 @@ class Batch(Mapping[str, torch.Tensor]):
     """
 
     __slots__ = (
-        "_fields", "mask", "_keys", "_probabilities", "_weights", "_lengths", "table_size", "_beta",
+        "_fields", "_mask", "_keys", "_probabilities", "_weights", "_lengths", "table_size", "_beta",
         "_buffer", "_source", "_events", "_held", "issuer", "__weakref__",
     )
 
@@ -141,15 +151,19 @@ class Batch(Mapping[str, torch.Tensor]):
         table_size: int,
         buffer: StagingBuffer | None = None,
         source: Batch | None = None,
+        *,
+        beta: float | None = None,
     ) -> None:
         self._fields = fields
-        self.mask = mask
+        # a slot's mask is read through its fields (`_SlotFields`): a released batch kept alive holds
+        # no reference of its own to it, which would hold the slot (`StagingBuffer.release_when_unused`)
+        self._mask = None if getattr(fields, "mask", None) is mask else mask
         self._keys: torch.Tensor | np.ndarray = keys
         self._probabilities: torch.Tensor | np.ndarray = probabilities
         self._weights: torch.Tensor | np.ndarray | None = weights
         self._lengths: torch.Tensor | np.ndarray | None = lengths
         self.table_size = table_size
-        self._beta: float | None = None
+        self._beta = beta  # host batches made by `from_draw`: weights computed on first access
         self._buffer = buffer
         self._source = source  # a batch made by `to` keeps its source's staging slot held
         self._events: list = []
@@ -174,9 +188,7 @@ class Batch(Mapping[str, torch.Tensor]):
         windows of one real step each, and the weights from ``weights`` (float32 [B], computed with
         the draw), else `importance_weights` (``beta`` given: a prioritized draw) or ones (``beta``
         None)."""
-        batch = cls(fields, mask, keys, probabilities, weights, lengths, table_size, buffer)  # type: ignore[arg-type]
-        batch._beta = beta
-        return batch
+        return cls(fields, mask, keys, probabilities, weights, lengths, table_size, buffer, beta=beta)  # type: ignore[arg-type]
 
     def stamp(self, issuer: int) -> Batch:
         """Record the store that drew this batch (its ``keys`` bear ``issuer``); return the batch."""
@@ -237,6 +249,12 @@ class Batch(Mapping[str, torch.Tensor]):
         return len(self._fields)
 
     @property
+    def mask(self) -> torch.Tensor:
+        """bool [B, L]: True for real steps, False for padding."""
+        m = self._mask
+        return self._fields.mask if m is None else m  # type: ignore[attr-defined]
+
+    @property
     def batch_size(self) -> int:
         return int(self.mask.shape[0])
 
@@ -261,8 +279,8 @@ class Batch(Mapping[str, torch.Tensor]):
 
     def __del__(self) -> None:
         held = getattr(self, "_held", None)  # unset when __init__ did not finish
-        if held:
-            _release_buffer(held.pop(), self._events)
+        if held:  # the user may still read tensors taken from the batch: the slot waits for them
+            _release_buffer(held.pop(), self._events, when_unused=True)
 
     @property
     def released(self) -> bool:
@@ -351,9 +369,10 @@ class Batch(Mapping[str, torch.Tensor]):
         method returned before it had the TorchRL layout).
 
         The fields and ``mask`` are views, not copies (except when ``strict_length`` drops windows):
-        the TensorDict views the batch's staging slot, so keep the batch held while you use it (a
-        ``with`` block) or ``clone()`` it. With ``layout="torchrl"`` every entry is on the fields'
-        device (``keys``, ``probabilities`` and ``lengths`` copied there from the CPU;
+        the TensorDict views the batch's staging slot, which a dropped batch keeps held while the
+        TensorDict (or a tensor of it) lives; after `release` or a ``with`` block's end the slot may be
+        overwritten, so ``clone()`` what you keep past it. With ``layout="torchrl"`` every entry is on
+        the fields' device (``keys``, ``probabilities`` and ``lengths`` copied there from the CPU;
         `ReplayStore.update_priorities` takes them from any device); with ``layout="batch"`` they stay
         on the CPU.
 
@@ -481,6 +500,12 @@ class Batch(Mapping[str, torch.Tensor]):
 
 
 
+class _SlotFields(dict):
+    """A slot's field views (name -> tensor), shared by every batch of the slot, and its ``mask``."""
+
+    __slots__ = ("mask",)
+
+
 @dataclass
 class StagedSlot:
     """One acquired staging slot and its views (made once per slot; ``buffer`` is the current hand-out).
@@ -600,6 +625,8 @@ class BatchStaging:
             staged = entry.views.get(buf.slot)
             if staged is None:  # views die with their pool's entry: no evicted pool's views are reused
                 staged = entry.views[buf.slot] = StagedSlot(buf, *self._make_views(entry.layout, buf, target))
+                # a batch dropped later waits only for views and references beyond these
+                buf.own_views((*staged.fields.values(), staged.mask))
         except BaseException:
             buf.release()
             raise
@@ -608,6 +635,8 @@ class BatchStaging:
 
     def _make_views(self, layout: BatchLayout, buf: StagingBuffer, target: torch.device | None) -> tuple:
         fields, mask = layout.views(self.spec, buf.tensor)
+        fields = _SlotFields(fields)
+        fields.mask = mask
         scratch = np.zeros((6, layout.batch), dtype=np.int64)
         scratch_prob = np.zeros(layout.batch)
         meta = dict(zip(self.scratch_names, scratch, strict=False))

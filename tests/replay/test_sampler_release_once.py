@@ -48,8 +48,10 @@ def test_a_signal_inside_from_draw_returns_the_staging_buffer_once(monkeypatch, 
             m.setattr(Batch, "from_draw", classmethod(from_draw_then_signal))
             with pytest.raises(KeyboardInterrupt):  # not a ValueError from a second release
                 store.sample(4, window)
-        assert taken == [path, path] and len(released) == 1, (taken, released)  # the buffer went back once
-        with store.sample(4, window) as b:  # and the pool hands it out again
+        assert taken == [path, path] and len(released) <= 1, (taken, released)  # not twice
+        # the buffer went back once: at the collection, or (the signal's frame still holding the slot's
+        # mask then: release_when_unused) when the next sample takes it back; and it is handed out again
+        with store.sample(4, window) as b:
             assert b.batch_size == 4 and b.window == window
         assert len(released) == 2
         store.close()
