@@ -1,8 +1,7 @@
 """TrajectoryStorage: a store's shards and control block, and the commit protocol writers follow.
 
-Both the store's owner and the processes that attach it by handle hold one. It is what a
-`replay.writer.TrajectoryWriter` writes to: `TrajectoryStorage.commit` appends a chunk of staged steps
-to one shard in three steps:
+Held by the store's owner and by processes attaching it by handle; `replay.writer.TrajectoryWriter`
+writes to it: `TrajectoryStorage.commit` appends a chunk of staged steps to one shard in three steps:
 
 1. Under the control block's mutex (`replay.control.Control`): wait until the rate limiter admits the insert,
    pick the shard (an episode's later chunks go to the shard of its first; a new episode to the
@@ -15,23 +14,19 @@ to one shard in three steps:
    A chunk extends its record only if it lands right after it; otherwise it starts a record flagged
    as a continuation, and windows never cross the cut.
 3. Still under the shard's mutex, under the control mutex: count the steps assigned to the shard, the
-   inserted and overwritten steps, and wake waiters. A checkpoint (every shard mutex, then the control
-   mutex) so sees a commit's steps and its counts together or neither, whenever it came: a commit
-   admitted before it held the writers and not yet at its shard is not in the snapshot, and only
-   its sequence numbers are (``global_seq`` is past them: a gap, as a dead writer leaves).
+   inserted and overwritten steps, and wake waiters; so a checkpoint sees a commit's steps and its
+   counts together or neither (``global_seq`` may pass an unfinished commit's numbers: a gap).
 
 A writer's commit runs the three steps as one compiled call (`replay.commit_kernel.commit_chunk`: the
 same locks, through `replay.sync_kernels`) when the rate limiter admits it at once; a commit that must
-wait, and a caller without a writer's `TrajectoryStorage.sources`, run them in Python.
-
-A checkpoint takes the turnstile, the shard locks in order, then the control mutex (the store's lock
-order, `TrajectoryStorage.quiesced`): writers committing back to back cannot keep the locks from it.
+wait, and a caller without a writer's `TrajectoryStorage.sources`, run them in Python. A checkpoint
+takes the turnstile, the shard locks in order, then the control mutex (`TrajectoryStorage.quiesced`).
 
 Steps become visible to samplers at step 2's end. A sampler copies windows without a lock and then
 re-checks the shard's floor under its mutex (`TrajectoryStorage.stale`); both the writer's copy and
 the re-check happen under that mutex, so this holds on any memory model, with no sleeps. Mutexes are
-robust: a writer that dies mid-commit leaves a hole that the next locker repairs.
-See docs/architecture.md#replay-composition.
+robust: a writer that dies mid-commit leaves a hole that the next locker repairs. See
+docs/architecture.md#replay-composition.
 
 >>> storage = TrajectoryStorage.create(spec, capacity, num_shards, limiter, memory, chunk_steps=1024)
 >>> handle = storage.handle()                         # in another process:
