@@ -1,7 +1,7 @@
 """WindowSampler: a store's sampling loop: draw windows, copy them, drop and redraw torn ones, batch.
 
 `WindowSampler.sample` waits for the rate limiter, draws windows from the `replay.table.Table`,
-copies them into a `replay.batch.BatchStaging` slot with `replay.gather.WindowGather` (no lock held),
+copies them into a `replay.batch_staging.BatchStaging` slot with `replay.gather.WindowGather` (no lock held),
 asks `replay.storage.TrajectoryStorage.stale` which windows a writer overwrote during the copy,
 compacts the intact ones to the front and draws again for the rest, then writes the mask
 (`replay.windows.window_mask`), the keys and the importance weights into a `replay.batch.Batch`.
@@ -33,8 +33,9 @@ import torch
 
 from graphrl.memory import MemoryBudgetError
 from graphrl.tensors import StagingBuffer
-from replay.batch import Batch, BatchStaging, StagedSlot, importance_weights
+from replay.batch import Batch, importance_weights
 from replay.batch_kernels import BatchCopy
+from replay.batch_staging import BatchStaging, StagedSlot
 from replay.gather import WindowGather
 from replay.rate_limiter import RateLimiterState
 from replay.storage import TrajectoryStorage

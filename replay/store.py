@@ -19,7 +19,7 @@ and Reverb Table / Selector / RateLimiter:
   windows (`replay.windows`) and the priority updates with their generation checks (`replay.keys`);
 - `replay.rate_limiter.RateLimiterState`: inserts and samples balanced through the control block;
 - `replay.gather.WindowGather`: the lock-free copy of windows into a staging slot, on the CPU or on a
-  GPU in place through UVA (`replay.cuda`); `replay.batch.BatchStaging`: the slots a `Batch` views;
+  GPU in place through UVA (`replay.cuda`); `replay.batch_staging.BatchStaging`: the slots a `Batch` views;
 - `replay.attach.AttachedStore`: what `attach` gives actor processes (write-only);
 - `replay.checkpoint`: the files of `checkpoint` / `restore`, from each part's ``state_dict()``.
 

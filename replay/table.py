@@ -345,7 +345,7 @@ class Table:
             Windows to draw.
         dst : numpy.ndarray, int64 [F]
             The address of the batch's flat bytes of each field, in spec order
-            (`replay.batch.StagedSlot.addresses`): ``k`` rows of each field's row bytes.
+            (`replay.batch_staging.StagedSlot.addresses`): ``k`` rows of each field's row bytes.
         keys : numpy.ndarray, int64 [k]
             Gets the keys.
         prob : numpy.ndarray, float64 [k]

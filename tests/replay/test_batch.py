@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from replay import ReplayStore, TrajectorySpec
-from replay.batch import BatchStaging, importance_weights
+from replay.batch import importance_weights
+from replay.batch_staging import BatchStaging
 
 SPEC = TrajectorySpec({"pos": ((), "int64"), "obs": ((2, 3), "float32")})
 
