@@ -210,9 +210,7 @@ class StagingBuffer:
         ValueError
             The buffer was already released.
         """
-        if self._view is None:
-            raise ValueError(f"staging buffer of slot {self.slot} (step {self.step}) was already released")
-        self._view = None
+        self._drop_view()
         self._pool.release_slot(self.slot)
 
     def own_views(self, objects: tuple = ()) -> None:
@@ -237,10 +235,14 @@ class StagingBuffer:
         ValueError
             The buffer was already released.
         """
+        self._drop_view()
+        self._pool.release_slot_when_unused(self.slot)
+
+    def _drop_view(self) -> None:
+        """Count the buffer as released (a second release raises `ValueError` naming the slot)."""
         if self._view is None:
             raise ValueError(f"staging buffer of slot {self.slot} (step {self.step}) was already released")
         self._view = None
-        self._pool.release_slot_when_unused(self.slot)
 
     def __enter__(self) -> StagingBuffer:
         return self
