@@ -117,7 +117,8 @@ class ReplayStore(StorageViews, ReplayStoreBase):
         Tier of the shard regions: ``"shared"`` (default; needed for `handle` / `attach`), ``"host"``
         or ``"pinned"``.
     timeout : float or None
-        Default seconds that `sample` and writer commits wait (rate limiter, staging); None forever.
+        Default seconds that `sample` and writer commits wait (rate limiter, staging, a checkpoint holding
+        the writers); None forever.
     staging_slots : int
         Batches that may be held at once per batch shape (`graphrl.tensors.StagingPool` slots).
     backend : str
@@ -335,7 +336,8 @@ class ReplayStore(StorageViews, ReplayStoreBase):
         chunk_steps : int, optional
             Staging rows (default the store's ``chunk_steps``), capped at the shard capacity.
         timeout : float or None, optional
-            Seconds a commit waits for the rate limiter (finite, >= 0; None: forever); default the
+            Seconds a commit waits for the rate limiter and a checkpoint holding the writers, together
+            (finite, >= 0; None: forever); default the
             store's ``timeout``.
 
         Raises

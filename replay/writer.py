@@ -14,8 +14,8 @@ the episode ends or the buffers fill (the commit protocol of `replay.storage`). 
 - a writer that never calls ``end_episode`` uses bounded memory: its buffers hold at most
   ``chunk_steps`` steps, and the shard's ring overwrites the oldest steps of the endless episode.
 
-Commits wait for the rate limiter (``timeout`` seconds, then ``TimeoutError`` with the steps still
-staged, so calling ``end_episode`` again retries). A commit that a codec field's arena refuses
+Commits wait for the rate limiter and for a checkpoint holding the writers (``timeout`` seconds in
+all, then ``TimeoutError`` with the steps still staged, so calling ``end_episode`` again retries). A commit that a codec field's arena refuses
 (`graphrl.memory.MemoryBudgetError`) drops its steps and ends the episode at its last committed step:
 the next steps start a new episode. As a context manager the writer ends the open
 episode when the block exits normally; after an exception, staged steps are dropped.
@@ -63,7 +63,8 @@ class TrajectoryWriter:
     chunk_steps : int
         Rows of the private staging buffers, 1 <= chunk_steps <= the shard capacity.
     timeout : float or None
-        Seconds a commit waits for the rate limiter; None waits forever.
+        Seconds a commit waits for the rate limiter and a checkpoint holding the writers, together; None
+        waits forever.
 
     Notes
     -----
@@ -129,7 +130,8 @@ class TrajectoryWriter:
         TypeError
             A wrong dtype (naming the field); the step is not stored.
         TimeoutError
-            The buffers were full and the commit waited ``timeout`` seconds for the rate limiter.
+            The buffers were full and the commit waited ``timeout`` seconds for the rate limiter or a
+            checkpoint.
         MemoryBudgetError
             A codec field's arena refused the commit: its steps are dropped, the episode ends (see above).
         RuntimeError
@@ -146,7 +148,8 @@ class TrajectoryWriter:
         ValueError, TypeError
             As `append`, for any column (nothing of the call is stored).
         TimeoutError
-            A commit waited ``timeout`` seconds for the rate limiter (the steps up to it are staged or
+            A commit waited ``timeout`` seconds for the rate limiter or a checkpoint (the steps up to it are
+            staged or
             committed; the rest are not).
         MemoryBudgetError
             A codec field's arena refused the commit: its steps are dropped, the episode ends (see above).
@@ -190,7 +193,8 @@ class TrajectoryWriter:
         Raises
         ------
         TimeoutError
-            The rate limiter did not admit the commit within ``timeout`` (steps stay staged; retry).
+            The rate limiter did not admit the commit, or a checkpoint held the writers, for ``timeout``
+            seconds (steps stay staged; retry).
         MemoryBudgetError
             A codec field's arena refused the commit: its steps are dropped, the episode ends (see above).
         ValueError
@@ -261,7 +265,8 @@ class TrajectoryWriter:
         Raises
         ------
         TimeoutError
-            The rate limiter did not admit the commit within ``timeout`` (steps stay staged).
+            The rate limiter did not admit the commit, or a checkpoint held the writers, for ``timeout``
+            seconds (steps stay staged).
         MemoryBudgetError
             A codec field's arena refused the commit: its steps are dropped, the episode ends (see above).
         ValueError
