@@ -15,10 +15,11 @@ the episode ends or the buffers fill (the commit protocol of `replay.storage`). 
   ``chunk_steps`` steps, and the shard's ring overwrites the oldest steps of the endless episode.
 
 Commits wait for the rate limiter and for a checkpoint holding the writers (``timeout`` seconds in
-all, then ``TimeoutError`` with the steps still staged, so calling ``end_episode`` again retries). A commit that a codec field's arena refuses
-(`graphrl.memory.MemoryBudgetError`) drops its steps and ends the episode at its last committed step:
-the next steps start a new episode. As a context manager the writer ends the open
-episode when the block exits normally; after an exception, staged steps are dropped.
+all, then ``TimeoutError`` with the steps still staged, so calling ``end_episode`` again retries). A
+commit that a codec field's arena refuses (`graphrl.memory.MemoryBudgetError`) drops its steps and ends
+the episode at its last committed step: the next steps start a new episode. As a context manager the
+writer ends the open episode when the block exits normally; after an exception, staged steps are
+dropped.
 
 In a process attached to the store by handle, a writer notices the owner process's death (SIGKILL,
 SIGTERM, a crash: the shared regions stay mapped, so writes alone would succeed unread): every commit
