@@ -551,7 +551,9 @@ class ReplayStore(StorageViews, ReplayStoreBase):
         generations are saved; steps still staged in writers are not. Writers and samplers wait while
         it is written. Concurrent calls (of any threads, and of other stores or processes of this host
         into the same ``path``) run one after the other, each into its own new folder; ``LATEST``
-        always names a complete checkpoint (docs/architecture.md#checkpoints).
+        always names a complete checkpoint (docs/architecture.md#checkpoints). A writer thread of this
+        process committing meanwhile slows the checkpoint's file work (each call that releases the GIL
+        waits to take it back); writers in other processes, as actors are, do not.
 
         Raises
         ------
