@@ -398,11 +398,14 @@ def main(minutes: float, actors: int, learners: int, rate: float, checkpoint_eve
         if now >= next_sample:
             seg, seg_bytes = shm_segments()
             ours, ours_bytes = shm_segments(pids)
+            # stored first: a commit counts its inserts before it lets its shard go, and len() reads each
+            # shard under its lock, so the steps read then are all counted in the inserts read after
+            stored = len(store)
             counters = store.counters()
             if full_at is None and counters["deletes"]:
                 full_at = now
             point = {"t_s": round(now, 1), "committed": int(sum(report[3 * a] for a in range(next_aid))),
-                     "stored": len(store), **counters,
+                     "stored": stored, **counters,
                      "batches": int(sum(learned[0::2])), "shm_segments": seg, "shm_bytes": seg_bytes,
                      "shm_segments_ours": ours, "shm_bytes_ours": ours_bytes,
                      "checkpoints": len(checkpoints), "kills": len(kills), "rss_mib": {}, "private_mib": {}}
