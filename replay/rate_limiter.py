@@ -106,10 +106,12 @@ class RateLimiter:
 
     def can_sample(self, counts: Sequence[int], n: int = 1) -> bool:
         """Whether ``n`` more steps may be sampled given ``counts = (inserts, samples, deletes)``."""
-        inserts, samples, deletes = int(counts[0]), int(counts[1]), int(counts[2])
+        inserts, deletes = int(counts[0]), int(counts[2])
         if inserts - deletes < self.min_size:
             return False
-        return inserts * self.samples_per_insert - samples - n >= self.min_diff
+        if self.min_diff == -UNLIMITED:  # MinSize: the ratio never binds (counts are int64)
+            return True
+        return inserts * self.samples_per_insert - int(counts[1]) - n >= self.min_diff
 
     def check_capacity(self, capacity_steps: int) -> None:
         """Reject a ``min_size`` the store can never hold.
@@ -324,9 +326,6 @@ def rate_limiter_from_config(config: dict[str, Any]) -> RateLimiter:
     raise ValueError(f"unknown rate limiter kind {kind!r}")
 
 
-_BASE_CAN_SAMPLE = RateLimiter.can_sample  # `RateLimiterState.await_sample` inlines it where it cannot bind
-
-
 class RateLimiterState:
     """A rate limiter bound to counters and a condition variable: blocking admission with timeouts.
 
@@ -437,14 +436,8 @@ class RateLimiterState:
             The limiter was cancelled (the store closed).
         """
         counts = self._read_counts()  # inserts, samples, deletes, cancelled: read in index order
-        if not counts[CANCELLED]:
-            limiter = self.limiter
-            if limiter.min_diff == -UNLIMITED and type(limiter).can_sample is _BASE_CAN_SAMPLE:
-                # MinSize's rule (the ratio never binds: counts are int64): `can_sample` is the size check
-                if counts[0] - counts[2] >= max(limiter.min_size, need):
-                    return
-            elif limiter.can_sample(counts) and counts[0] - counts[2] >= need:
-                return
+        if not counts[CANCELLED] and self.limiter.can_sample(counts) and counts[0] - counts[2] >= need:
+            return
 
         def explain(c: Sequence[int]) -> str:
             size = int(c[0]) - int(c[2])

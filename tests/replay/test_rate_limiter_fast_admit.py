@@ -1,5 +1,6 @@
 """`RateLimiterState.await_sample`'s lock-free admission admits exactly what `RateLimiter.can_sample` plus the
-``need`` check admit: MinSize's inlined size rule included, and a subclass's own ``can_sample`` obeyed."""
+``need`` check admit: MinSize's short cut in `RateLimiter.can_sample` included, and a subclass's own
+``can_sample`` obeyed."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from replay.rate_limiter import MinSize, Queue, RateLimiter, RateLimiterState, S
 
 
 class _Odd(MinSize):
-    """A MinSize whose own rule admits only an even number of inserts (the inlined rule must not apply)."""
+    """A MinSize whose own rule admits only an even number of inserts (its override must be obeyed)."""
 
     def can_sample(self, counts, n=1):
         return super().can_sample(counts, n) and int(counts[0]) % 2 == 0
