@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
@@ -19,6 +18,7 @@ from graphrl.graph import CSCGraph
 from samplers import HeteroNeighborSampler, LaborSampler, NeighborSampler
 from samplers._checks import check_relation_fanouts
 from samplers.hetero_graph import HeteroGraph, lastfm_hetero_graph
+from samplers.protocol import edges_by_id
 
 SEEDS = torch.tensor([0, 1, 100, 1500, 7])
 LISTENS, HEARD = ("user", "listens", "artist"), ("artist", "heard_by", "user")
@@ -35,11 +35,8 @@ def lastfm(data_root) -> tuple[HeteroGraph, dict]:
     assert list(graph.relations) == [LISTENS, HEARD, FRIENDS]
     edges = {}
     for rel in graph.relations:
-        indptr, eids = graph.indptr[rel].numpy(), graph.edge_ids[rel].numpy()
-        src, dst = np.empty_like(eids), np.empty_like(eids)
-        src[eids] = graph.indices[rel].numpy()
-        dst[eids] = np.repeat(np.arange(indptr.shape[0] - 1), np.diff(indptr))
-        edges[rel] = (torch.from_numpy(src).to(torch.int64), torch.from_numpy(dst).to(torch.int64))
+        src, dst = edges_by_id(graph, rel)
+        edges[rel] = (torch.from_numpy(src), torch.from_numpy(dst))
     return graph, edges
 
 

@@ -14,6 +14,7 @@ import torch
 
 from samplers import DglSampler, HeteroNeighborSampler, LaborSampler
 from samplers.hetero_graph import HeteroGraph, lastfm_hetero_graph
+from samplers.protocol import edges_by_id
 
 pytestmark = pytest.mark.dgl
 
@@ -38,10 +39,7 @@ def lastfm(data_root, dgl):
     ours = lastfm_hetero_graph(load_lastfm(data_root))
     edges = {}
     for rel in ours.relations:
-        indptr, eids = ours.indptr[rel].numpy(), ours.edge_ids[rel].numpy()
-        src, dst = np.empty_like(eids), np.empty_like(eids)
-        src[eids] = ours.indices[rel].numpy()
-        dst[eids] = np.repeat(np.arange(indptr.shape[0] - 1), np.diff(indptr))
+        src, dst = edges_by_id(ours, rel)
         edges[rel] = (torch.from_numpy(src), torch.from_numpy(dst))
     g = dgl.heterograph(edges, num_nodes_dict=dict(ours.num_nodes))
     graph = HeteroGraph.from_edges(dict(ours.num_nodes), {rel: edges[rel] for rel in g.canonical_etypes})

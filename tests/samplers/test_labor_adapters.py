@@ -13,6 +13,7 @@ from graphrl.graph import CSCGraph
 from samplers import LaborSampler, NeighborLoader
 from samplers._checks import check_seed
 from samplers.hetero_graph import HeteroGraph, lastfm_hetero_graph
+from samplers.protocol import edges_by_id
 
 SEEDS = torch.tensor([0, 1, 100, 1500, 7])
 
@@ -25,10 +26,7 @@ def lastfm(data_root) -> tuple[HeteroGraph, dict]:
     graph = lastfm_hetero_graph(load_lastfm(data_root))
     edges = {}
     for rel in graph.relations:
-        indptr, eids = graph.indptr[rel].numpy(), graph.edge_ids[rel].numpy()
-        src, dst = np.empty_like(eids), np.empty_like(eids)
-        src[eids] = graph.indices[rel].numpy()
-        dst[eids] = np.repeat(np.arange(indptr.shape[0] - 1), np.diff(indptr))
+        src, dst = edges_by_id(graph, rel)
         edges[rel] = (torch.from_numpy(src), torch.from_numpy(dst))
     return graph, edges
 

@@ -17,6 +17,7 @@ import torch
 
 from samplers import LaborSampler, PygSampler
 from samplers.hetero_graph import lastfm_hetero_graph
+from samplers.protocol import edges_by_id
 
 pyg = pytest.importorskip("torch_geometric", reason="torch_geometric not installed (install the 'pyg' extra)")
 from torch_geometric.sampler import EdgeSamplerInput, NegativeSampling  # noqa: E402
@@ -38,10 +39,7 @@ def lastfm(data_root):
     for t, n in graph.num_nodes.items():
         data[t].num_nodes = n
     for rel in graph.relations:
-        indptr, eids = graph.indptr[rel].numpy(), graph.edge_ids[rel].numpy()
-        src, dst = np.empty_like(eids), np.empty_like(eids)
-        src[eids] = graph.indices[rel].numpy()
-        dst[eids] = np.repeat(np.arange(indptr.shape[0] - 1), np.diff(indptr))
+        src, dst = edges_by_id(graph, rel)
         data[rel].edge_index = torch.from_numpy(np.stack([src, dst]))
     return graph, data
 
