@@ -94,6 +94,15 @@ def checkpoint_while_shard_0_is_held(store: ReplayStore, writer_started) -> int:
     return inside[0] - asked
 
 
+def writer_held_back_then_goes_on(store: ReplayStore, start_writer) -> None:
+    """A checkpoint waiting for shard 0 lets the shard-1 writer complete at most `IN_FLIGHT` commits, and the
+    writer goes on (50 more episodes) once the checkpoint is done."""
+    meanwhile = checkpoint_while_shard_0_is_held(store, start_writer)
+    assert meanwhile <= IN_FLIGHT, meanwhile
+    after = shard_commits(store, 1)
+    wait_until(lambda: shard_commits(store, 1) >= after + 50, "the writer to go on after the checkpoint")
+
+
 def test_a_writer_thread_waits_for_a_checkpoint_that_waits_for_a_lock(mm):
     store = ReplayStore(SPEC, memory=mm, capacity_steps=4096, num_shards=2, timeout=30.0)
     keep_open = store.writer()
@@ -103,10 +112,7 @@ def test_a_writer_thread_waits_for_a_checkpoint_that_waits_for_a_lock(mm):
     written: list[int] = []
     writer = threading.Thread(target=lambda: written.append(episodes_on_shard_1(w, stop)), name="writer")
     try:
-        meanwhile = checkpoint_while_shard_0_is_held(store, writer.start)
-        assert meanwhile <= IN_FLIGHT, meanwhile
-        after = shard_commits(store, 1)
-        wait_until(lambda: shard_commits(store, 1) >= after + 50, "the writer to go on after the checkpoint")
+        writer_held_back_then_goes_on(store, writer.start)
     finally:
         stop.set()
         writer.join(60)
@@ -137,10 +143,7 @@ def test_a_writer_process_waits_for_a_checkpoint_that_waits_for_a_lock(mm):
     proc.start()
     try:
         assert ready.wait(60)  # its writer is made (before shard 0 is held: see above)
-        meanwhile = checkpoint_while_shard_0_is_held(store, lambda: None)
-        assert meanwhile <= IN_FLIGHT, meanwhile
-        after = shard_commits(store, 1)
-        wait_until(lambda: shard_commits(store, 1) >= after + 50, "the writer to go on after the checkpoint")
+        writer_held_back_then_goes_on(store, lambda: None)
     finally:
         stop.set()
         proc.join(60)
