@@ -11,6 +11,7 @@ owner thread's end makes the writer unowned (a guard in the thread's local stora
 claims it like any other. A writer belongs to the process that made it: in a child
 made by ``fork`` (where the forking thread's ident lives on) every call raises ``RuntimeError``, since its
 staged steps, open episode and writer id are the parent's; the child makes its own (``store.writer()``).
+The fork is found by the replay package's one at-fork hook (`replay._fork.register_forked`).
 See docs/architecture.md#replay-composition.
 """
 
@@ -21,18 +22,9 @@ import threading
 import weakref
 
 from graphrl.process_origin import check_made_here, made_here
+from replay._fork import register_forked
 
 __all__ = ["ThreadOwner"]
-
-_LIVE: weakref.WeakSet[ThreadOwner] = weakref.WeakSet()  # every owner of this process, for the fork hook
-
-
-def _after_fork_in_child() -> None:
-    for owner in list(_LIVE):
-        owner.forked()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
 
 _HELD = threading.local()  # per thread: guards of the writers it owns, dropped when the thread ends
 
@@ -73,7 +65,7 @@ class ThreadOwner:
         self.remedy = remedy
         self.pid = os.getpid()  # the process that made the writer
         self._lock = threading.Lock()
-        _LIVE.add(self)
+        register_forked(self)  # forked() runs in a fork child (the replay package's one at-fork hook)
 
     def forked(self) -> None:
         """In a child made by ``fork``: no thread of this process owns the writer (every call raises)."""

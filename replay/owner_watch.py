@@ -16,9 +16,10 @@ namespace (a container sharing ``/dev/shm`` but not the PID namespace) cannot se
 watch (it learns of the owner's end only through a learner's connection, or a closed store); a pid already
 reused by another process when the watch arms (the owner ended before) counts as gone. The watch arms in
 the process that asks, so a store attached in the owner and inherited by a forked child watches from
-the child: each watch registers an ``os.register_at_fork`` hook (through a weak reference: it does not
-keep the watch alive) that, in the child, closes the parent's pidfd copy at once and has the watch
-decide anew at its next question; `OwnerWatch.process` is this process's pid, kept current the same way.
+the child: each watch registers with the replay package's one at-fork hook (`replay._fork.register_forked`,
+through a weak reference: it does not keep the watch alive), which, in the child, closes the parent's
+pidfd copy at once and has the watch decide anew at its next question; `OwnerWatch.process` is this
+process's pid, kept current the same way.
 
 >>> watch = OwnerWatch(handle.owner_pid, handle.owner_identity)       # in the attached process
 >>> if watch.gone():
@@ -31,9 +32,9 @@ import contextlib
 import os
 import select
 import time
-import weakref
 
 from graphrl.memory.owners import Owner, owner_of, owner_state, pid_namespace
+from replay._fork import register_forked
 
 __all__ = ["CHECK_EVERY_S", "ForkMark", "OwnerWatch", "owner_lost", "process_identity"]
 
@@ -69,22 +70,11 @@ def process_identity(pid: int | None = None) -> str:
     return f"{owner.pidns}@{owner.start}" if owner.pidns and owner.start else ""
 
 
-def _in_forked_child(ref: weakref.ref[OwnerWatch] | weakref.ref[ForkMark]):
-    """The at-fork hook of the object ``ref`` names (an `OwnerWatch` or a `ForkMark`): its ``forked``, if
-    the object still exists."""
-
-    def hook() -> None:
-        watch = ref()
-        if watch is not None:
-            watch.forked()
-
-    return hook
-
-
 class ForkMark:
     """Whether this process is a ``fork`` child of the one that made the mark: ``child`` is False where it
-    was made and True in every process forked from it (and their forks), set by an ``os.register_at_fork``
-    hook (through a weak reference, as `OwnerWatch`'s) instead of an ``os.getpid()`` per question.
+    was made and True in every process forked from it (and their forks), set by the replay package's one
+    at-fork hook (`replay._fork.register_forked`, through a weak reference, as `OwnerWatch`'s) instead of an
+    ``os.getpid()`` per question.
 
     >>> mark = ForkMark()                 # in the owner, beside its os.getpid()
     >>> if mark.child: ...                # a forked copy: refuse (graphrl.process_origin.check_made_here)
@@ -94,7 +84,7 @@ class ForkMark:
 
     def __init__(self) -> None:
         self.child = False
-        os.register_at_fork(after_in_child=_in_forked_child(weakref.ref(self)))
+        register_forked(self)
 
     def forked(self) -> None:
         """In a forked child, right after the fork (the at-fork hook): mark it."""
@@ -122,7 +112,7 @@ class OwnerWatch:
         self.armed = False  # `watching` is decided in this process (a forked child decides anew)
         self.record = Owner(self.pid, 0, 0)  # the owner as graphrl.memory.owners records it (0: unknown)
         self.watching = False
-        os.register_at_fork(after_in_child=_in_forked_child(weakref.ref(self)))
+        register_forked(self)
 
     @property
     def active(self) -> bool:
