@@ -1,4 +1,8 @@
-"""What every benchmark writes: the machine record and benchmarks/results/NAME.json (CONVENTIONS.md format).
+"""What benchmarks share: interleaved timing, result rows, the machine record, benchmarks/results/NAME.json.
+
+Timing: `best_interleaved` (and `best_interleaved_cpu`, `interleaved_cpu` with CPU time) runs the arms of a
+case in turn, so each sees the same load; `serial` makes a one-thread arm. A row (CONVENTIONS.md format):
+`row`, with `cpu_fields` for CPU times. The file: `machine`, `write_result`.
 
 Benchmarks run as scripts (``python benchmarks/NAME.py``), so this module is imported as ``_report``.
 """
@@ -51,6 +55,40 @@ def interleaved_cpu(
             ws.append((time.perf_counter() - w0) / iters)
             cs.append((time.process_time() - c0) / iters)
     return wall, cpu
+
+
+def serial(fn: Callable[[], object]) -> Callable[[], None]:
+    """``fn`` with this thread's numba count at 1, so graphrl's kernels run on the caller alone
+    (`graphrl.threads.team_size` follows it): the one-thread arm of a case."""
+
+    def run() -> None:
+        n = numba.get_num_threads()
+        numba.set_num_threads(1)
+        try:
+            fn()
+        finally:
+            numba.set_num_threads(n)
+
+    return run
+
+
+def row(case: str, metric: str, ours: float, baseline: str, value: float | None, **extra: object) -> dict:
+    """A result row: ``ratio`` = ours / baseline value (None without one); ``extra`` adds fields."""
+    return {
+        "case": case,
+        "metric": metric,
+        "ours": ours,
+        "baseline": baseline,
+        "baseline_value": value,
+        "ratio": ours / value if value else None,
+        **extra,
+    }
+
+
+def cpu_fields(cpu: list[float]) -> dict:
+    """CPU seconds per call of ours and the baseline (``cpu[0]``, ``cpu[1]``: `best_interleaved_cpu`) as
+    row fields, with ``cpu_ratio`` = baseline / ours CPU time (higher is better, as ``ratio``)."""
+    return {"cpu_us": cpu[0] * 1e6, "baseline_cpu_us": cpu[1] * 1e6, "cpu_ratio": cpu[1] / cpu[0]}
 
 
 def machine(**extra) -> dict:

@@ -52,7 +52,7 @@ import numpy as np  # noqa: E402
 from replay import ReplayStore, TrajectorySpec, Uniform  # noqa: E402
 
 sys.path.append(str(_HERE))
-from _report import machine, write_result  # noqa: E402
+from _report import machine, row, write_result  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "distributed.json"
 SPEC = TrajectorySpec(
@@ -116,18 +116,6 @@ def sample_rate(store, batch: int, window: int, iters: int, repeats: int, warmup
         if rate > best:
             best, best_profile = rate, prof
     return best, best_profile
-
-
-def row(case: str, metric: str, ours: float, baseline: str, value: float | None, **extra: object) -> dict:
-    return {
-        "case": case,
-        "metric": metric,
-        "ours": ours,
-        "baseline": baseline,
-        "baseline_value": value,
-        "ratio": ours / value if value else None,
-        **extra,
-    }
 
 
 def task_writers(store, tasks: int, steps: int) -> tuple[float, int]:

@@ -24,30 +24,16 @@ import click
 import numba
 import numpy as np
 import torch
+from _dgl import to_dgl
 from _report import machine, write_result
 
 from graphrl.datasets.synthetic import synthetic_graph
 from graphrl.dglshim import import_dgl
-from graphrl.graph import CSCGraph
 from samplers.features import FeatureStore
 from samplers.loader import NeighborLoader
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "loader.json"
-
-
-def to_dgl(dgl, graph: CSCGraph):
-    """The same graph as a DGL graph with the same edge ids, all sparse formats built up front."""
-    num_edges = graph.num_edges
-    dst_at_pos = torch.repeat_interleave(torch.arange(graph.num_nodes, dtype=torch.int64), graph.in_degrees())
-    src = torch.empty(num_edges, dtype=torch.int64)
-    dst = torch.empty(num_edges, dtype=torch.int64)
-    eids = graph.csc_edge_ids()
-    src[eids] = graph.indices.to(torch.int64)
-    dst[eids] = dst_at_pos
-    g = dgl.graph((src, dst), num_nodes=graph.num_nodes)
-    g.create_formats_()
-    return g
 
 
 def epoch_ours(loader: NeighborLoader) -> tuple[int, int, float]:

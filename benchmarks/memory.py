@@ -3,6 +3,8 @@
 Cases (all timed as the best of ``--repeats`` runs of ``--iters`` operations; seconds per operation,
 lower is better; ``ratio`` is baseline / ours, so above 1 means ours is faster):
 
+Ours and the baseline of a case alternate run by run (`_report.best_interleaved`: both see the same load).
+
 - hand-off of a batch: what a sampler or replay store gives its trainer. Ours: a zero-copy view of a
   region (``region.tensor()``). Baseline: a fresh copy of the same bytes (``tensor.clone()``), the
   cost a copying API pays. The copy's bandwidth is also reported: it is the machine's ceiling.
@@ -20,7 +22,6 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import time
 from collections.abc import Callable
 from multiprocessing import shared_memory
 from pathlib import Path
@@ -28,25 +29,13 @@ from pathlib import Path
 import click
 import torch
 import zarr
-from _report import machine, write_result
+from _report import best_interleaved, machine, write_result
 from zarr.storage import LocalStore
 
 from graphrl.memory import MemoryManager
 from graphrl.tensors import StagingPool
 
 RESULTS = Path(__file__).resolve().parent / "results" / "memory.json"
-
-
-def best_time(fn: Callable[[], object], iters: int, repeats: int) -> float:
-    """Best over ``repeats`` of the mean seconds per call over ``iters`` calls."""
-    fn()  # warm up
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        best = min(best, (time.perf_counter() - start) / iters)
-    return best
 
 
 def row(case: str, ours: float, baseline: str, baseline_value: float, **extra: object) -> dict:
@@ -71,8 +60,7 @@ def main(batch_mib: int, staging_mib: int, alloc_kib: int, iters: int, repeats: 
             region = mm.allocate((nbytes // 4,), torch.float32, "pinned", owner="bench.batch")
             region.tensor().normal_()
             src = region.tensor()
-            ours = best_time(region.tensor, iters, repeats)
-            base = best_time(src.clone, iters, repeats)
+            ours, base = best_interleaved([region.tensor, src.clone], iters, repeats)
             rows.append(row(f"hand-off {batch_mib} MiB batch: view vs copy", ours, "torch clone", base,
                             copy_gb_per_s=nbytes / base / 1e9, bytes_not_copied=nbytes))
             region.free()
@@ -83,8 +71,10 @@ def main(batch_mib: int, staging_mib: int, alloc_kib: int, iters: int, repeats: 
                     with pool.acquire() as buf:
                         buf.tensor.fill_(1.0)
 
-                ours = best_time(staged, iters, repeats)
-            base = best_time(lambda: torch.empty(shape, dtype=torch.float32).fill_(1.0), iters, repeats)
+                def fresh() -> None:
+                    torch.empty(shape, dtype=torch.float32).fill_(1.0)
+
+                ours, base = best_interleaved([staged, fresh], iters, repeats)
             rows.append(row(f"stage {staging_mib} MiB batch: pool slot vs fresh buffer", ours,
                             "torch.empty + fill", base))
 
@@ -116,8 +106,7 @@ def main(batch_mib: int, staging_mib: int, alloc_kib: int, iters: int, repeats: 
             for tier, (name, fn) in baselines.items():
                 if tier in ("pinned", "device") and torch.cuda.is_available():
                     continue  # the baseline would be a different kind of memory
-                ours = best_time(through_manager(tier), iters, repeats)
-                base = best_time(fn, iters, repeats)
+                ours, base = best_interleaved([through_manager(tier), fn], iters, repeats)
                 rows.append(row(f"allocate+free {alloc_kib} KiB on {tier}", ours, name, base))
     finally:
         shutil.rmtree(spill, ignore_errors=True)

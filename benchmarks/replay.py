@@ -2,7 +2,7 @@
 
 Two step layouts (docs/architecture.md#replay-composition): ``small`` (obs of 4 float32, action
 int64, reward float32, done bool: 29 bytes a step) and ``image`` (obs 3x64x64 uint8 plus the same
-scalars: 12301 bytes a step).
+scalars: 12301 bytes a step), from `_replay_workload`.
 The same episodes (random lengths in [64, 512]) go into every system.
 
 Cases (higher is better; ``ratio`` = ours / baseline):
@@ -47,14 +47,11 @@ Run ``python benchmarks/replay.py --help``; results go to ``benchmarks/results/r
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import platform
 import sys
 import time
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 
 # run as a script, this file's folder comes first on sys.path and this file would shadow the package
@@ -68,90 +65,21 @@ import torch  # noqa: E402
 from graphrl.kernels import copy_bytes, parallel_for  # noqa: E402
 from graphrl.memory import MemoryManager  # noqa: E402
 from graphrl.threads import team_size  # noqa: E402
-from replay import Prioritized, ReplayStore, TrajectorySpec, Uniform  # noqa: E402
+from replay import Prioritized, ReplayStore, Uniform  # noqa: E402
 
 sys.path.append(str(Path(__file__).resolve().parent))
-from _report import best_interleaved, best_interleaved_cpu  # noqa: E402
+from _replay_workload import make_episodes, spec_for  # noqa: E402
+from _report import (  # noqa: E402
+    best_interleaved,
+    best_interleaved_cpu,
+    cpu_fields,
+    machine,
+    row,
+    serial,
+    write_result,
+)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "replay.json"
-LAYOUTS = {"small": (4,), "image": (3, 64, 64)}
-
-
-def spec_for(layout: str) -> TrajectorySpec:
-    obs_dtype = "float32" if layout == "small" else "uint8"
-    return TrajectorySpec(
-        {
-            "obs": (LAYOUTS[layout], obs_dtype),
-            "action": ((), "int64"),
-            "reward": ((), "float32"),
-            "done": ((), "bool"),
-        }
-    )
-
-
-def make_episodes(spec: TrajectorySpec, steps: int, seed: int = 0) -> list[dict[str, np.ndarray]]:
-    rng = np.random.default_rng(seed)
-    out, total = [], 0
-    while total < steps:
-        n = int(min(rng.integers(64, 513), steps - total)) if steps - total >= 64 else steps - total
-        ep: dict[str, np.ndarray] = {}
-        for name, f in spec.items():
-            if f.dtype == np.uint8:
-                ep[name] = rng.integers(0, 256, (n, *f.shape), dtype=np.uint8)
-            elif f.dtype == np.bool_:
-                ep[name] = np.zeros(n, dtype=bool)
-                ep[name][-1] = True
-            else:
-                ep[name] = rng.standard_normal((n, *f.shape)).astype(f.dtype)
-        out.append(ep)
-        total += n
-    return out
-
-
-def best(fn: Callable[[], object], iters: int, repeats: int) -> float:
-    """Best over ``repeats`` of the mean seconds per call over ``iters`` calls (after one warm-up)."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        times.append((time.perf_counter() - start) / iters)
-    return min(times)
-
-
-def serial(fn: Callable[[], object]) -> Callable[[], None]:
-    """``fn`` with this thread's numba count at 1, so graphrl's kernels run on the caller alone
-    (`graphrl.threads.team_size` follows it): the one-thread arm of a case."""
-
-    def run() -> None:
-        n = numba.get_num_threads()
-        numba.set_num_threads(1)
-        try:
-            fn()
-        finally:
-            numba.set_num_threads(n)
-
-    return run
-
-
-def cpu_fields(cpu: list[float]) -> dict:
-    """CPU seconds per call of ours and the baseline (`_report.best_interleaved_cpu`) as row fields, with
-    ``cpu_ratio`` = baseline / ours CPU time (higher is better, as ``ratio``)."""
-    return {"cpu_us": cpu[0] * 1e6, "baseline_cpu_us": cpu[1] * 1e6, "cpu_ratio": cpu[1] / cpu[0]}
-
-
-def row(case: str, metric: str, ours: float, baseline: str, value: float | None, **extra: object) -> dict:
-    ratio = ours / value if value else None
-    return {
-        "case": case,
-        "metric": metric,
-        "ours": ours,
-        "baseline": baseline,
-        "baseline_value": value,
-        "ratio": ratio,
-        **extra,
-    }
 
 
 @numba.njit(nogil=True)
@@ -585,24 +513,8 @@ def main(
             f"{r['case']:<62} {r['metric']:<14} {r['ours']:>10.3g} {r['baseline_value']:>10.3g} "
             f"{r['ratio']:>7.2f}  {gb}"
         )
-    result = {
-        "benchmark": "replay",
-        "machine": {
-            "cpus": os.cpu_count(),
-            "torch": torch.__version__.split("+")[0],
-            "cuda": torch.version.cuda if torch.cuda.is_available() else None,
-            "python": platform.python_version(),
-            "glibc_tunables": os.environ.get("GLIBC_TUNABLES"),
-            "load_average_1min": load,
-            **versions,
-        },
-        "rows": rows,
-    }
-    out = Path(output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    click.echo(f"wrote {out}")
-
+    info = machine(glibc_tunables=os.environ.get("GLIBC_TUNABLES"), load_average_1min=load, **versions)
+    write_result("replay", rows, info, output)
 
 if __name__ == "__main__":
     main()

@@ -42,7 +42,7 @@ from graphrl.memory import MemoryManager  # noqa: E402
 from replay import ReplayStore, TrajectorySpec, Uniform  # noqa: E402
 
 sys.path.append(str(Path(__file__).resolve().parent))
-from _report import best_interleaved_cpu, machine, write_result  # noqa: E402
+from _report import best_interleaved_cpu, cpu_fields, machine, write_result  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "replay_frames.json"
 FRAME = (84, 84)
@@ -162,7 +162,7 @@ def main(steps: int, iters: int, repeats: int, tier: str, output: str) -> None:
                          "ours": b / t_o, "baseline": "cpprb sample (stack_compress, next_of)",
                          "baseline_value": b / t_c, "ratio": t_c / t_o,
                          "us_per_call": t_o * 1e6, "baseline_us_per_call": t_c * 1e6,
-                         "cpu_us": c_o * 1e6, "baseline_cpu_us": c_c * 1e6, "cpu_ratio": c_c / c_o})
+                         **cpu_fields([c_o, c_c])})
         held = sum(r.nbytes for r in mm.regions() if r.owner.startswith(("replay.shard", "replay.control")))
         rows.append({"case": f"84x84x{STACK} bytes per step ({tier})", "metric": "bytes_per_step",
                      "ours": held / steps, "baseline": "cpprb stack_compress+next_of (RSS growth)",

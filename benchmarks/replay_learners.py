@@ -1,8 +1,8 @@
 """Many learners, one replay store: aggregate windows/s and GB/s with 1, 2 and 4 learner processes.
 
-Two step layouts, as ``benchmarks/replay.py``: ``small`` (obs 4 float32 + action, reward, done: 29
-bytes a step) and ``image`` (obs 3x64x64 uint8 + the same: 12301 bytes a step), episodes of random
-lengths in [64, 512]. Cases (higher is better):
+Two step layouts (`_replay_workload`, as ``benchmarks/replay.py``): ``small`` (obs 4 float32 + action,
+reward, done: 29 bytes a step) and ``image`` (obs 3x64x64 uint8 + the same: 12301 bytes a step), episodes
+of random lengths in [64, 512]. Cases (higher is better):
 
 - local store, N learner processes (``store.learner()`` in forked processes, started together at a
   barrier, each sampling ``sample(B, L)`` for ``--seconds``): aggregate windows/s and GB/s of gathered
@@ -29,44 +29,24 @@ from pathlib import Path
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 import click  # noqa: E402
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from graphrl.memory import MemoryManager  # noqa: E402
 from replay import ReplayStore, TrajectorySpec  # noqa: E402
 
 sys.path.append(str(Path(__file__).resolve().parent))
+from _replay_workload import make_episodes, spec_for  # noqa: E402
 from _report import machine, write_result  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "replay_learners.json"
-LAYOUTS = {"small": (4,), "image": (3, 64, 64)}
-
-
-def spec_for(layout: str) -> TrajectorySpec:
-    obs_dtype = "float32" if layout == "small" else "uint8"
-    return TrajectorySpec(
-        {"obs": (LAYOUTS[layout], obs_dtype), "action": ((), "int64"), "reward": ((), "float32"),
-         "done": ((), "bool")}
-    )
 
 
 def fill(store, spec: TrajectorySpec, steps: int, seed: int = 0) -> None:
-    rng = np.random.default_rng(seed)
-    total = 0
+    """Write `_replay_workload.make_episodes` of ``spec`` (``steps`` steps) into ``store``."""
     with store.writer() as w:
-        while total < steps:
-            n = int(rng.integers(64, 513))
-            ep = {}
-            for name, f in spec.items():
-                if f.dtype == np.uint8:
-                    ep[name] = rng.integers(0, 255, (n, *f.shape), dtype=np.uint8)
-                elif f.dtype == np.bool_:
-                    ep[name] = np.zeros((n, *f.shape), bool)
-                else:
-                    ep[name] = rng.standard_normal((n, *f.shape)).astype(f.dtype)
+        for ep in make_episodes(spec, steps, seed):
             w.extend(ep)
             w.end_episode()
-            total += n
 
 
 def sample_loop(sample, seconds: float, batch: int, window: int) -> tuple[int, int, float]:

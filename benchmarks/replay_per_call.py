@@ -1,9 +1,10 @@
 """Fixed cost of one replay `sample` call on small observations, in microseconds, against cpprb.
 
 A store of ``--steps`` small steps (obs of 4 float32, action int64, reward float32, done bool: 29 bytes a
-step, episodes of 64-512 steps, one shard, as in ``benchmarks/replay.py``) and a cpprb ``ReplayBuffer`` /
-``PrioritizedReplayBuffer`` with the same steps. Cases, each timed as ``--calls`` calls per sample and
-``--samples`` samples, all cases interleaved sample by sample so that each sees the same load:
+step, episodes of 64-512 steps: `_replay_workload`'s ``small``; one shard, as in ``benchmarks/replay.py``)
+and a cpprb ``ReplayBuffer`` / ``PrioritizedReplayBuffer`` with the same steps. Cases, each timed as
+``--calls`` calls per sample and ``--samples`` samples, all cases interleaved sample by sample so that each
+sees the same load:
 
 - ``sample(32, 1)``, ``sample(256, 1)``, ``sample(256, 64)`` (+ ``release``), uniform;
 - prioritized ``sample(256, 1, beta=0.4)`` + ``update_priorities``;
@@ -32,33 +33,17 @@ import click  # noqa: E402
 import numpy as np  # noqa: E402
 
 from graphrl.memory import MemoryManager  # noqa: E402
-from replay import Prioritized, ReplayStore, TrajectorySpec, Uniform  # noqa: E402
+from replay import Prioritized, ReplayStore, Uniform  # noqa: E402
+
+sys.path.append(str(Path(__file__).resolve().parent))
+from _replay_workload import make_episodes, spec_for  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "replay_per_call.json"
-SPEC = TrajectorySpec(
-    {"obs": ((4,), "float32"), "action": ((), "int64"), "reward": ((), "float32"), "done": ((), "bool")}
-)
-
-
-def episodes(steps: int, seed: int = 0) -> list[dict[str, np.ndarray]]:
-    rng = np.random.default_rng(seed)
-    out, total = [], 0
-    while total < steps:
-        n = int(min(rng.integers(64, 513), steps - total))
-        out.append(
-            {
-                "obs": rng.standard_normal((n, 4)).astype(np.float32),
-                "action": rng.integers(0, 4, n),
-                "reward": rng.standard_normal(n).astype(np.float32),
-                "done": np.arange(n) == n - 1,
-            }
-        )
-        total += n
-    return out
+SPEC = spec_for("small")
 
 
 def cases(steps: int, mm: MemoryManager) -> dict[str, Callable[[], object]]:
-    eps = episodes(steps)
+    eps = make_episodes(SPEC, steps)
 
     def store(selector):
         st = ReplayStore(SPEC, steps, 1, selector=selector, memory=mm, seed=0, timeout=60)

@@ -41,6 +41,7 @@ import click
 import numba
 import numpy as np
 import torch
+from _dgl import to_dgl
 from _pyg import bench_pyg, print_pyg, pyg_status
 from _report import best_interleaved_cpu, machine, write_result
 
@@ -52,29 +53,10 @@ from samplers.kernels.cpu import weight_prefix
 from samplers.kernels.cpu.weighted import choose_rows_weighted
 from samplers.kernels.reference import SHORT_ROW_MAX, SHORT_SHARE, layer_key
 from samplers.neighbor import NeighborSampler
+from samplers.protocol import edges_by_id
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "sampler.json"
-
-
-def coo_by_edge_id(graph: CSCGraph) -> tuple[torch.Tensor, torch.Tensor]:
-    """Source and destination of every edge, indexed by edge id (DGL's ``graph((src, dst))`` order)."""
-    num_edges = graph.num_edges
-    dst_at_pos = torch.repeat_interleave(torch.arange(graph.num_nodes, dtype=torch.int64), graph.in_degrees())
-    src = torch.empty(num_edges, dtype=torch.int64)
-    dst = torch.empty(num_edges, dtype=torch.int64)
-    eids = graph.csc_edge_ids()
-    src[eids] = graph.indices.to(torch.int64)
-    dst[eids] = dst_at_pos
-    return src, dst
-
-
-def to_dgl(dgl, graph: CSCGraph):
-    """The same graph as a DGL graph with the same edge ids, all sparse formats built up front."""
-    src, dst = coo_by_edge_id(graph)
-    g = dgl.graph((src, dst), num_nodes=graph.num_nodes)
-    g.create_formats_()
-    return g
 
 
 def time_ours(sampler: NeighborSampler, batches: list[torch.Tensor]) -> tuple[int, float]:
@@ -287,7 +269,8 @@ def main(graphs: str, num_nodes: int, num_edges: int, fanouts: str, batch_size: 
         if not dgl_modes:
             continue
         dgl_graph = to_dgl(dgl, graph)
-        coo = coo_by_edge_id(graph) if pyg_status()[0] else None  # PyG baseline (benchmarks/_pyg.py)
+        # PyG baseline (benchmarks/_pyg.py): source and destination of every edge id
+        coo = tuple(map(torch.from_numpy, edges_by_id(graph))) if pyg_status()[0] else None
         for mode in dgl_modes:
             rows.append(bench_graph(dgl, label, graph, fans, batch_size, num_batches, warmup, repeats, seed,
                                     mode, dgl_graph))
