@@ -38,6 +38,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -173,6 +174,8 @@ class StagingBuffer:
 
     A context manager: leaving the ``with`` block releases it.
     """
+
+    __slots__ = ("slot", "step", "_pool", "_view", "__weakref__")
 
     def __init__(self, pool: StagingPool, slot: int, step: int, view: torch.Tensor) -> None:
         self.slot = slot
@@ -346,7 +349,10 @@ class StagingPool:
         self._recent = reuse == "recent"  # hand out the free slot released last (right end of _free)
         self._held: set[int] = set()
         self._steps = 0
-        self._cond = threading.Condition()
+        # the condition's lock, entered directly where nothing waits (no Python frame of Condition's)
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
+        self._waiting = 0  # `acquire` calls waiting for a slot: a release notifies only when one does
         self._closed = False
 
     @property
@@ -386,13 +392,17 @@ class StagingPool:
                 self._take_back_unused()
             return len(self._unused)
 
-    def acquire(self, timeout: float | None | object = _DEFAULT) -> StagingBuffer:
+    def acquire(
+        self, timeout: float | None | Callable[[], float | None] | object = _DEFAULT
+    ) -> StagingBuffer:
         """Hand out the next free slot, waiting for a release if every slot is held.
 
         Parameters
         ----------
-        timeout : float or None, optional
-            Seconds to wait; 0 fails at once; None waits forever; default the pool's ``timeout``.
+        timeout : float, None or callable, optional
+            Seconds to wait; 0 fails at once; None waits forever; default the pool's ``timeout``. A
+            function giving the seconds left (such as ``replay.sampler.Deadline``) is called only when
+            every slot is held (a free slot is handed out without reading a clock).
 
         Returns
         -------
@@ -407,13 +417,13 @@ class StagingPool:
         ValueError
             The pool is closed.
         """
-        wait = self.timeout if timeout is _DEFAULT else timeout
-        with self._cond:
+        with self._lock:
             if self._closed:
                 raise ValueError(f"staging pool {self.owner!r} is closed")
             if self._unused:
                 self._take_back_unused()
             if not self._free:  # a free slot is handed out at once; only a full pool waits
+                wait = self.timeout if timeout is _DEFAULT else timeout() if callable(timeout) else timeout
                 if not self._wait_free(wait):
                     raise TimeoutError(
                         f"staging pool {self.owner!r}: all {self.slots} slots stayed held for {wait} s; "
@@ -434,16 +444,20 @@ class StagingPool:
         Slots waiting for their views to go are polled (nothing signals their last view's end).
         """
         end = None if wait is None else time.monotonic() + wait
-        while not (self._free or self._closed):
-            left = None if end is None else end - time.monotonic()
-            if left is not None and left <= 0:
-                return False
-            if self._unused:
-                self._cond.wait(_POLL_S if left is None else min(left, _POLL_S))
-                self._take_back_unused()
-            else:
-                self._cond.wait(left)
-        return True
+        self._waiting += 1
+        try:
+            while not (self._free or self._closed):
+                left = None if end is None else end - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                if self._unused:
+                    self._cond.wait(_POLL_S if left is None else min(left, _POLL_S))
+                    self._take_back_unused()
+                else:
+                    self._cond.wait(left)
+            return True
+        finally:
+            self._waiting -= 1
 
     def _take_back_unused(self) -> None:
         """Free the slots left by `release_when_unused` that no user's tensor views any more (lock held)."""
@@ -484,12 +498,13 @@ class StagingPool:
 
     def release_slot(self, slot: int) -> None:
         """Make ``slot`` free again; called once per hand-out by `StagingBuffer.release` (use that)."""
-        with self._cond:
+        with self._lock:
             if self._closed:
                 return
             self._held.discard(slot)
             self._free.append(slot)
-            self._cond.notify()
+            if self._waiting:
+                self._cond.notify()
 
     def close(self) -> None:
         """Free the pool's region; idempotent. Waiting `acquire` calls raise ``ValueError``.

@@ -13,6 +13,7 @@ window table's scratch). A sampler acquires a `StagedSlot`, fills it and hands i
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 
@@ -124,9 +125,14 @@ class BatchStaging:
         self._closed = False
 
     def acquire(
-        self, batch: int, window: int, target: torch.device | None, timeout: float | None
+        self, batch: int, window: int, target: torch.device | None,
+        timeout: float | None | Callable[[], float | None],
     ) -> StagedSlot:
         """A free slot for a [B, L] batch on ``target`` (None: host), with its views.
+
+        ``timeout``: seconds, None (no limit), or a function giving the seconds left (such as
+        `replay.sampler.Deadline`), called only when every slot of the shape is held
+        (`graphrl.tensors.StagingPool.acquire`).
 
         Raises
         ------

@@ -165,7 +165,7 @@ class WindowSampler:
         self, b: int, length: int, pad: str, beta: float, target: torch.device | None, left: Deadline
     ) -> Batch:
         try:
-            slot = self.staging.acquire(b, length, target, left())
+            slot = self.staging.acquire(b, length, target, left)  # the clock read only if it waits
         except TimeoutError as err:  # quote the caller's timeout, not the time left at this wait
             raise TimeoutError(
                 f"sample(batch_size={b}, window={length}): staging slots stayed held (all of this "
@@ -231,9 +231,11 @@ class WindowSampler:
                 f"limiter counts {self.limiter.size} sampleable items but the table held none to draw"
             )
 
-    def _draw_locked(self, b: int, length: int, left: Deadline, draw: Callable[[], int]) -> int:
-        """Wait for the rate limiter and call ``draw`` (one locked draw of all B windows; returns N,
-        0 when it found the table empty and drew nothing) until it draws; returns N.
+    def _draw_locked(
+        self, b: int, length: int, left: Deadline, draw: Callable[..., int], *args: object
+    ) -> int:
+        """Wait for the rate limiter and call ``draw(*args)`` (one locked draw of all B windows; returns
+        N, 0 when it found the table empty and drew nothing) until it draws; returns N.
 
         Raises
         ------
@@ -242,7 +244,7 @@ class WindowSampler:
         """
         while True:
             self.limiter.await_sample(left, given=left.timeout)  # the clock read only if it waits
-            table_size = draw()
+            table_size = draw(*args)
             if table_size:  # counted as the batch's sampled steps under the locks
                 return table_size
             self._check_drawable(b, length, left)
@@ -260,15 +262,16 @@ class WindowSampler:
             locked = None if self.decode is None else (lambda k: self.decode.run_locked(k, slot.flat))
             if table.prioritized:
                 weights = np.empty(b, dtype=np.float32)
-                table_size = self._draw_locked(b, 1, left, lambda: table.draw_transitions(
-                    b, slot.addresses, keys, prob, slot.mask_flat, beta, weights, locked
-                ))
+                table_size = self._draw_locked(
+                    b, 1, left, table.draw_transitions, b, slot.addresses, keys, prob, slot.mask_flat, locked,
+                    beta, weights,
+                )
                 return Batch.from_draw(
                     slot.fields, slot.mask, keys, prob, None, table_size, beta, slot.buffer, weights
                 )
-            table_size = self._draw_locked(b, 1, left, lambda: table.draw_transitions(
-                b, slot.addresses, keys, prob, slot.mask_flat, locked=locked
-            ))
+            table_size = self._draw_locked(
+                b, 1, left, table.draw_transitions, b, slot.addresses, keys, prob, slot.mask_flat, locked
+            )
             return Batch.from_draw(slot.fields, slot.mask, keys, prob, None, table_size, None, slot.buffer)
         except BaseException:
             release_unless_released(slot.buffer)
@@ -287,9 +290,10 @@ class WindowSampler:
             prob = np.empty(b)
             weights = np.empty(b, dtype=np.float32) if table.prioritized else None
             more = () if weights is None else (beta, weights)
-            table_size = self._draw_locked(b, length, left, lambda: table.draw_windows_locked(
-                length, PAD_CODES[pad], block[:5], slot.addresses, block[5], prob, slot.mask_flat, *more
-            ))
+            table_size = self._draw_locked(
+                b, length, left, table.draw_windows_locked, length, PAD_CODES[pad], block[:5], slot.addresses,
+                block[5], prob, slot.mask_flat, *more,
+            )
             keys_lengths = block[_KEYS_LENGTHS]  # one copy of both rows (the batch keeps them)
             return Batch.from_draw(
                 slot.fields, slot.mask, keys_lengths[0], prob, keys_lengths[1], table_size, None, slot.buffer,

@@ -324,9 +324,9 @@ class Table:
         keys: np.ndarray,
         prob: np.ndarray,
         mask: np.ndarray,
+        locked: Callable[[np.ndarray], None] | None = None,
         beta: float = 0.0,
         weights: np.ndarray = _NO_WEIGHTS,
-        locked: Callable[[np.ndarray], None] | None = None,
     ) -> int:
         """Draw k windows of one step and copy them into a batch under every shard lock, and count the
         k steps as sampled in the control block's rate-limiter counters, waking its waiters
@@ -352,12 +352,12 @@ class Table:
             Gets the draw probabilities.
         mask : numpy.ndarray, bool [>= k]
             Rows ``0 .. k - 1`` set True.
+        locked : callable, optional
+            Decodes the codec fields of the drawn transitions.
         beta : float
             Importance-weight exponent, for ``weights``.
         weights : numpy.ndarray, float32 [k], optional
             Gets the importance weights (empty: none). Nothing is checked.
-        locked : callable, optional
-            Decodes the codec fields of the drawn transitions.
 
         Returns
         -------
