@@ -49,6 +49,7 @@ from graphrl.kernels.copies import copy_bytes, zero_bytes
 from graphrl.threads import idle_cores, threads_for
 from replay.chunk_encode import chunk_checksum, stored_raw
 from replay.keys import decode_keys, key_anchor
+from replay.windows import zero_padding
 
 if TYPE_CHECKING:  # type hints only: the shard's module imports replay.chunk_codec, which imports this one
     from replay.chunk_codec import ChunkRing
@@ -218,8 +219,7 @@ def plan_windows(
     for i in range(rows.shape[0]):
         base = rows[i] * length * row_bytes
         d, cnt, p0 = dst[i], n[i], first[i]
-        zero_bytes(out, base, d * row_bytes)
-        zero_bytes(out, base + (d + cnt) * row_bytes, (length - d - cnt) * row_bytes)
+        zero_padding(out, base, row_bytes, cnt, d, length)
         p = p0
         while p < p0 + cnt:
             k = p // chunk

@@ -17,9 +17,11 @@ ring has overwritten an episode's head, head-padded windows stop at the oldest s
 
 Each rule has one home here: `window_of` (numba, one window) gives a window's bounds, and the draw
 kernel (`replay.draw_kernels.window_rows`) and `window_bounds` (arrays) call it; `copy_window` is the
-CPU ring gather (each run one ``memcpy``, or streaming stores for runs of ``_STREAM_PIECE`` bytes and
-more when a gather writes at least `graphrl.kernels.STREAM_THRESHOLD` bytes), which `gather_fields`,
-`replay.batch_kernels` and `replay.transition_kernel` call; `mask_row` writes a window's mask row.
+CPU ring gather, which `gather_fields`, `replay.batch_kernels` and `replay.transition_kernel` call, made
+of three parts the Ray client's copy out of shipped runs (`replay.distributed.transport`) calls too:
+`first_run` (where a window wraps past the ring's end), `copy_run` (one run: a ``memcpy``, or streaming
+stores for runs of `STREAM_PIECE` bytes and more when a gather writes at least
+`graphrl.kernels.STREAM_THRESHOLD` bytes) and `zero_padding`; `mask_row` writes a window's mask row.
 `WindowTable` lists windows drawn and not yet gathered. See docs/architecture.md#windows.
 
 References
@@ -52,8 +54,11 @@ __all__ = [
     "PAD_CODES",
     "PAGE",
     "STREAM_BATCH_BYTES",
+    "STREAM_PIECE",
     "WindowTable",
+    "copy_run",
     "copy_window",
+    "first_run",
     "gather_fields",
     "gather_windows",
     "mask_row",
@@ -62,11 +67,12 @@ __all__ = [
     "window_bounds",
     "window_mask",
     "window_of",
+    "zero_padding",
 ]
 
 PADS = ("tail", "head")
 PAD_CODES = {"tail": 0, "head": 1}  # the pad argument of the kernels (`window_of`)
-_STREAM_PIECE = 1024  # in a streamed batch, runs shorter than this still go through memcpy
+STREAM_PIECE = 1024  # in a streamed batch, runs shorter than this still go through memcpy
 # an owner's host batch (`replay.batch_kernels`, `replay.transition_kernel`) of this many bytes and more is
 # written with streaming stores: larger than L2, it would only evict the caller's working set
 # (docs/performance.md)
@@ -201,24 +207,52 @@ def _fill_mask(n, dst, out, length):  # pragma: no cover - numba
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
+def first_run(slot, n, capacity):  # pragma: no cover - numba
+    """Steps of windows in their first run of ring slots: ``min(n, capacity - slot)`` (int64, or arrays).
+
+    A window of ``n`` real steps from ring ``slot`` is one run of slots, or two when it wraps past the
+    ring's end: ``slot .. slot + n1 - 1``, then ``0 .. n - n1 - 1``. Scalars in numba code, int64 arrays
+    [B] from Python (`replay.distributed.transport.ring_runs`).
+    """
+    return np.minimum(n, capacity - slot)
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def copy_run(out, o, src, s, nbytes, stream):  # pragma: no cover - numba
+    """``out[o : o + nbytes] = src[s : s + nbytes]`` (flat bytes): one ``memcpy``, or streaming stores
+    when ``stream`` and ``nbytes >= STREAM_PIECE`` (then the caller ends with
+    `graphrl.kernels.store_fence`)."""
+    if stream and nbytes >= STREAM_PIECE:
+        stream_bytes_nofence(out, o, src, s, nbytes)
+    elif nbytes > 0:
+        copy_bytes(out, o, src, s, nbytes)
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def zero_padding(out, base, row_bytes, n, dst, length):  # pragma: no cover - numba
+    """Zero the padding of one window row of ``out`` (flat bytes from ``base``): its ``length`` steps of
+    ``row_bytes`` outside the real steps ``dst .. dst + n - 1``."""
+    if dst > 0:
+        zero_bytes(out, base, dst * row_bytes)
+    if dst + n < length:
+        zero_bytes(out, base + (dst + n) * row_bytes, (length - dst - n) * row_bytes)
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
 def copy_window(out, base, src, row_bytes, capacity, slot, n, dst, length, stream):  # pragma: no cover
     """One window out of a ring: the CPU ring gather (every CPU copy of windows calls this).
 
     ``src`` a field's ring as flat bytes (``capacity`` rows of ``row_bytes``), ``out`` flat bytes whose
     window row starts at byte ``base``; the ``n`` real steps from ring slot ``slot`` (one run, or two
-    when they wrap past the ring's end: each one ``memcpy``, or streaming stores for runs of
-    ``_STREAM_PIECE`` bytes and more when ``stream``) go to steps ``dst .. dst + n - 1``; the other
-    steps of the ``length`` are zeroed.
+    when they wrap past the ring's end, `first_run`; each `copy_run`) go to steps ``dst .. dst + n - 1``;
+    the other steps of the ``length`` are zeroed (`zero_padding`).
     """
-    n1 = min(n, capacity - slot)
+    n1 = first_run(slot, n, capacity)
     o = base + dst * row_bytes
-    _copy(out, o, src, slot * row_bytes, n1 * row_bytes, stream)
+    copy_run(out, o, src, slot * row_bytes, n1 * row_bytes, stream)
     if n > n1:
-        _copy(out, o + n1 * row_bytes, src, 0, (n - n1) * row_bytes, stream)
-    if dst > 0:
-        zero_bytes(out, base, dst * row_bytes)
-    if dst + n < length:
-        zero_bytes(out, base + (dst + n) * row_bytes, (length - dst - n) * row_bytes)
+        copy_run(out, o + n1 * row_bytes, src, 0, (n - n1) * row_bytes, stream)
+    zero_padding(out, base, row_bytes, n, dst, length)
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
@@ -229,7 +263,7 @@ def prefetch_pages(src, row_bytes, capacity, slot, n):  # pragma: no cover - num
     prefetcher follows a run only within a 4 KiB page, so each page's first miss (and its TLB walk)
     would otherwise stall the copy. No effect on results.
     """
-    n1 = min(n, capacity - slot)
+    n1 = first_run(slot, n, capacity)
     for o in range(slot * row_bytes, (slot + n1) * row_bytes, PAGE):
         prefetch_l2(src, o)
     for o in range(0, (n - n1) * row_bytes, PAGE):
@@ -248,14 +282,6 @@ def _gather(src, row_bytes, capacity, first_slot, n, dst, rows, length, out, str
         copy_window(out, base, src, row_bytes, capacity, first_slot[b], n[b], dst[b], length, stream)
     if stream:
         store_fence()
-
-
-@nb.njit(cache=True, nogil=True, inline="always")
-def _copy(out, o, src, s, nbytes, stream):  # pragma: no cover - numba
-    if stream and nbytes >= _STREAM_PIECE:
-        stream_bytes_nofence(out, o, src, s, nbytes)
-    elif nbytes > 0:
-        copy_bytes(out, o, src, s, nbytes)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -306,7 +332,7 @@ def gather_fields(
     mask : numpy.ndarray, bool [R * length], optional
         Filled with ``dst <= j < dst + n`` for each window's row.
     stream : bool or None
-        Copy runs of ``_STREAM_PIECE`` bytes and more with streaming stores (see `graphrl.kernels`);
+        Copy runs of `STREAM_PIECE` bytes and more with streaming stores (see `graphrl.kernels`);
         default: when the windows' output is at least `graphrl.kernels.STREAM_THRESHOLD` bytes.
     threads : int
         Threads that may copy, the caller included (windows are split into chunks of at least

@@ -4,9 +4,11 @@ A shard gives its drawn windows (`replay.windows.WindowTable`) to `ring_runs`, w
 they read into runs (windows that overlap or touch share one run, so a ring byte travels once however
 many windows read it); the shard puts the runs' flat byte views into Ray's object store with one
 ``ray.put``. The client maps them zero-copy (``ray.get`` on the same node) and `place` copies each
-window's one or two pieces into its rows of the staging slot (streaming stores for large batches,
-`graphrl.kernels`), zeroes the padding and writes the mask: the batch holds the bytes a local gather of
-the same windows gives (`replay.windows.gather_fields`). A codec field travels as compressed chunks and
+window's one or two pieces into its rows of the staging slot, zeroes the padding and writes the mask
+with the CPU ring gather's own parts (`replay.windows.first_run` splits a wrapped window,
+`replay.windows.copy_run` copies a piece, streaming stores for large batches; `replay.windows.zero_padding`,
+`replay.windows.window_mask`): the batch holds the bytes a local gather of the same windows gives
+(`replay.windows.gather_fields`). A codec field travels as compressed chunks and
 is decompressed into the batch here (`replay.distributed.chunk_transport`). See docs/architecture.md#windows.
 """
 
@@ -15,13 +17,11 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from graphrl.kernels import copy_bytes, store_fence, stream_bytes_nofence, zero_bytes
+from graphrl.kernels import store_fence
 from replay.distributed.chunk_transport import unpack_field
-from replay.windows import WindowTable, window_mask
+from replay.windows import WindowTable, copy_run, first_run, window_mask, zero_padding
 
-__all__ = ["STREAM_PIECE", "concat_tables", "place", "ring_runs"]
-
-STREAM_PIECE = 1024  # in a streamed batch, runs shorter than this still go through memcpy (replay.windows)
+__all__ = ["concat_tables", "place", "ring_runs"]
 
 
 def ring_runs(
@@ -47,7 +47,7 @@ def ring_runs(
         ``window`` (index in the B windows), ``run``, ``off`` (first step in the run), ``wdst`` (first
         step in the window), ``len`` (steps).
     """
-    n1 = np.minimum(n, capacity - slots)
+    n1 = first_run(slots, n, capacity)
     wrap = np.flatnonzero(n > n1)
     start = np.concatenate([slots, np.zeros(len(wrap), np.int64)])
     length = np.concatenate([n1, n[wrap] - n1[wrap]])
@@ -82,35 +82,24 @@ def concat_tables(tables: list[WindowTable]) -> WindowTable:
 
 
 @nb.njit(cache=True, nogil=True)
-def copy_run(pieces, outs, row_bytes, off, dst, n, stream):  # pragma: no cover - numba
-    """Copy segments of one run (``pieces[j]``: field j's bytes) to steps ``dst`` of the batch ``outs``."""
+def copy_segments(pieces, outs, row_bytes, off, dst, n, stream):  # pragma: no cover - numba
+    """Copy segments of one run (``pieces[j]``: field j's bytes) to steps ``dst`` of the batch ``outs``
+    (each one `replay.windows.copy_run`)."""
     for j in range(len(outs)):
         rb = row_bytes[j]
-        src = pieces[j]
-        out = outs[j]
         for i in range(off.shape[0]):
-            nbytes = n[i] * rb
-            if stream and nbytes >= STREAM_PIECE:
-                stream_bytes_nofence(out, dst[i] * rb, src, off[i] * rb, nbytes)
-            elif nbytes > 0:
-                copy_bytes(out, dst[i] * rb, src, off[i] * rb, nbytes)
+            copy_run(outs[j], dst[i] * rb, pieces[j], off[i] * rb, n[i] * rb, stream)
     if stream:
         store_fence()
 
 
 @nb.njit(cache=True, nogil=True)
 def zero_pads(outs, row_bytes, row0, n, dst, length):  # pragma: no cover - numba
-    """Zero the padding of windows ``row0 ..`` (steps outside ``[dst, dst + n)``) in every field."""
+    """Zero the padding of windows ``row0 ..`` in every field (`replay.windows.zero_padding`)."""
     for j in range(len(outs)):
         rb = row_bytes[j]
-        out = outs[j]
         for b in range(n.shape[0]):
-            base = (row0 + b) * length * rb
-            if dst[b] > 0:
-                zero_bytes(out, base, dst[b] * rb)
-            tail = dst[b] + n[b]
-            if tail < length:
-                zero_bytes(out, base + tail * rb, (length - tail) * rb)
+            zero_padding(outs[j], (row0 + b) * length * rb, rb, n[b], dst[b], length)
 
 
 def place(
@@ -148,7 +137,7 @@ def place(
         for r in range(num_runs if f else 0):
             lo, hi = bounds[r], bounds[r + 1]
             if hi > lo:
-                copy_run(
+                copy_segments(
                     tuple(got[r * f : (r + 1) * f]),
                     raw_outs,
                     raw_bytes,
