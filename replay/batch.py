@@ -86,7 +86,7 @@ def importance_weights(probabilities: np.ndarray, table_size: int, beta: float) 
     return torch.from_numpy(out)
 
 
-def _release_buffer(buffer: StagingBuffer, events: list, when_unused: bool = False) -> None:
+def _release_buffer(buffer: StagingBuffer, events: tuple, when_unused: bool = False) -> None:
     for ev in events:
         ev.synchronize()
     if not buffer.released:
@@ -143,7 +143,6 @@ class Batch(Mapping[str, torch.Tensor]):
         table_size: int,
         buffer: StagingBuffer | None = None,
         source: Batch | None = None,
-        *,
         beta: float | None = None,
     ) -> None:
         self._fields = fields
@@ -158,7 +157,7 @@ class Batch(Mapping[str, torch.Tensor]):
         self._beta = beta  # host batches made by `from_draw`: weights computed on first access
         self._buffer = buffer
         self._source = source  # a batch made by `to` keeps its source's staging slot held
-        self._events: list = []
+        self._events: tuple = ()  # CUDA events of copies made by `to` (a new tuple each: no list per batch)
         self._held = [buffer] if buffer else []  # popped once: by `release` or at garbage collection
         self.issuer: int | None = None
 
@@ -180,12 +179,13 @@ class Batch(Mapping[str, torch.Tensor]):
         windows of one real step each, and the weights from ``weights`` (float32 [B], computed with
         the draw), else `importance_weights` (``beta`` given: a prioritized draw) or ones (``beta``
         None)."""
-        return cls(fields, mask, keys, probabilities, weights, lengths, table_size, buffer, beta=beta)  # type: ignore[arg-type]
+        # positional: a keyword argument costs a dict per call
+        return cls(fields, mask, keys, probabilities, weights, lengths, table_size, buffer, None, beta)  # type: ignore[arg-type]
 
     def stamp(self, issuer: int) -> Batch:
         """Record the store that drew this batch (its ``keys`` bear ``issuer``); return the batch."""
         self.issuer = issuer
-        if isinstance(self._keys, torch.Tensor):
+        if type(self._keys) is not np.ndarray:  # numpy keys are stamped as they become a tensor (`keys`)
             self._keys = stamp_keys(self._keys, issuer)
         return self
 
@@ -306,7 +306,7 @@ class Batch(Mapping[str, torch.Tensor]):
         if device.type == "cuda" and non_blocking:
             ev = torch.cuda.Event()
             ev.record()
-            self._events.append(ev)
+            self._events = (*self._events, ev)
         return out
 
     def to_tensordict(

@@ -79,8 +79,6 @@ LOCKED_COPY_BYTES = 4 << 20  # output bytes up to which a batch of transitions i
 SPLIT_BYTES = 1 << 20
 GROUP_BYTES = 128 << 10  # output bytes of a group of rows, the unit the copying threads claim
 _NO_SPLIT = 1 << 62  # `_sample_locked`'s split_bytes when the batch is copied in the one call
-# `_draw_held`'s job word with `_NO_SPLIT`: never written (the one call never returns `_COPYING`)
-_NO_JOB = np.zeros(1, dtype=np.int64)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -218,9 +216,9 @@ def sample_transitions(
     k = o_keys.shape[0]
     batch = k * step_bytes if step_bytes >= 0 else _batch_bytes(plan, k)
     if batch < 2 * SPLIT_BYTES:  # one thread: the one call draws, copies, releases and counts
-        return _draw_held(
-            plan, held, repairs, words, dst, incarnation, o_keys, o_prob, mask, beta, o_weights, _NO_SPLIT,
-            _NO_JOB,
+        # (`_sample_locked` itself: with `_NO_SPLIT` it never returns holding a mutex, so no job word)
+        return _sample_locked(
+            plan, held, repairs, words, dst, incarnation, o_keys, o_prob, mask, beta, o_weights, _NO_SPLIT
         )
     # the copy's threads, chosen before the draw: on one, the batch takes the one call
     helpers, bell = process_helpers(), None

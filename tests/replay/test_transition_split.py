@@ -251,8 +251,9 @@ def test_only_batches_of_two_split_bytes_take_the_split_path(monkeypatch):
     calls, splits = [], []
     ring = ch.CopyHelpers.ring
     monkeypatch.setattr(ch.CopyHelpers, "ring", lambda self, n: calls.append(n) or ring(self, n))
-    draw = tk._draw_held
+    draw, once = tk._draw_held, tk._sample_locked  # the split path's draw, the one call
     monkeypatch.setattr(tk, "_draw_held", lambda *a: splits.append(a[11]) or draw(*a))
+    monkeypatch.setattr(tk, "_sample_locked", lambda *a: splits.append(a[11]) or once(*a))
     with MemoryManager() as mm:
         store = make_store(mm, 1, False)
         rows = 2 * tk.SPLIT_BYTES // SPEC.step_bytes  # just under the threshold
@@ -286,8 +287,9 @@ def test_no_copy_helper_starts_without_a_known_futex(monkeypatch, machine, byteo
     monkeypatch.setattr(ch.platform, "machine", lambda: machine)
     monkeypatch.setattr(ch, "_HELPERS", helpers)
     draws = []
-    draw = tk._draw_held
+    draw, once = tk._draw_held, tk._sample_locked  # the split path's draw, the one call
     monkeypatch.setattr(tk, "_draw_held", lambda *a: draws.append(a[11]) or draw(*a))
+    monkeypatch.setattr(tk, "_sample_locked", lambda *a: draws.append(a[11]) or once(*a))
     with MemoryManager() as mm:
         split, one = make_store(mm, 2, True), make_store(mm, 2, True)
         force_split(monkeypatch)
