@@ -300,7 +300,7 @@ def set_weights(shard, slot, p, exponent, state, priority, weights, wtree, size)
     return top
 
 
-@nb.njit(cache=True, nogil=True)
+@nb.njit(cache=True, nogil=True, inline="always")  # a call would count the arrays' references per key
 def key_current(k, floors, ingested, incarnation, prev, restored, restored_at):  # pragma: no cover - numba
     """The generation rule of one key (int64; docs/architecture.md#keys) shared by `accept_updates`
     and `write_updates`: ``(shard, anchor, current)``, ``current`` when its window still has every
@@ -389,7 +389,7 @@ def write_updates(
         if v > top:
             top = v
         if weighted:
-            w = v ** exponent
+            w = v if exponent == 1.0 else v ** exponent  # pow(v, 1) is v exactly: the same weight
             weights[s, c] = w
             wtree[s, size + c] = w
             nodes[applied] = ((size + c) << SHARD_BITS) | s

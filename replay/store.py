@@ -532,7 +532,8 @@ class ReplayStore(StorageViews, ReplayStoreBase):
             keys were issued by another replay store (store 0x...)"); nothing is changed. Also a
             store attached by handle.
         """
-        self._check_owner("update_priorities")
+        if self._closed or self._fork.child:
+            self._check_owner("update_priorities")  # raises
         return self.table.update_priorities(keys, priorities)
 
     def episodes(self, shard: int | None = None) -> list[Episode]:

@@ -15,11 +15,12 @@ caller ingests them under the shard locks in Python and applies the update there
 
 The selector's arrays, the table's ``ingested`` and restore stamps, the plan and a scratch come by
 address in one int64 array (`update_words`); keys and priorities as arrays, or by address (a CPU
-tensor's ``data_ptr()``: int64 keys, float32 or float64 priorities), so a call converts nothing.
+tensor's ``data_ptr()``: int64 keys, float32 or float64 priorities), so a call converts nothing
+(`update_args` gives them; numba compiles one variant per kind of each).
 
 >>> words = update_words(plan, state, priority, weights, wtree, size, 0.6, True, limit, ingested,
 ...                      repairs, scratch, max_priority)
->>> applied = update_locked(words.ctypes.data, keys, 0, p, 0, P_ARRAY, len(keys))  # -1: outcome(words)
+>>> applied = update_locked(words.ctypes.data, *update_args(keys, p))  # -1: outcome(words)
 
 References
 ----------
@@ -33,6 +34,8 @@ from typing import Any
 import numba as nb
 import numpy as np
 import torch
+from numba.core import types
+from numba.extending import overload
 
 from replay.commit_kernel import (
     P_CAPACITY,
@@ -68,8 +71,6 @@ __all__ = [
 APPLIED, INVALID, STALE, FAILED = 0, 1, 2, 3
 # where the priorities are: the array argument, or float64 / float32 at the address argument
 P_ARRAY, P_FLOAT64, P_FLOAT32 = 0, 1, 2
-_NO_KEYS = np.zeros(0, dtype=np.int64)
-_NO_PRIORITIES = np.zeros(0)
 _INT64, _FLOAT64 = np.dtype(np.int64), np.dtype(np.float64)  # native order: the dtype objects arrays carry
 # update_words' layout (U_EXPONENT and U_LIMIT hold float64 bits); U_STATUS .. U_DIED: a call's outcome
 (U_PLAN, U_PLAN_LEN, U_STATE, U_PRIORITY, U_WEIGHTS, U_WTREE, U_WTREE_COLS, U_SIZE, U_WEIGHTED,
@@ -202,61 +203,88 @@ def set_restore(words: np.ndarray, incarnation: int, restored_at: np.ndarray | N
     words[U_RESTORED], words[U_RESTORED_ON] = restored_at.ctypes.data, 1
 
 
-def update_args(keys: Any, priorities: Any) -> tuple[np.ndarray, int, np.ndarray, int, int, int] | None:
-    """`update_locked`'s arguments after ``words``, ``(keys, keys_at, p, p_at, p_kind, n)``, without
-    converting anything: int64 keys and float32 or float64 priorities of the same length, each a
-    contiguous CPU tensor (by address: valid while the caller holds it) or a C-contiguous numpy array
-    (float64 for priorities); else None (the caller converts and checks them). `replay.keys.ReplayKeys`
+def update_args(keys: Any, priorities: Any) -> tuple[Any, Any, int, int] | None:
+    """`update_locked`'s arguments after ``words``, ``(keys, p, p_kind, n)``, without converting
+    anything: int64 keys and float32 or float64 priorities of the same length, each a contiguous CPU
+    tensor (its address: valid while the caller holds it) or a numpy array (1-D, or C-contiguous;
+    float64 for priorities); else None (the caller converts and checks them). `replay.keys.ReplayKeys`
     and `replay.keys.IssuedKeys` keys count as tensors and arrays (their issuer is not checked here)."""
-    if type(keys) is ReplayKeys:  # its accessors without its __torch_function__
-        with torch._C.DisableTorchFunctionSubclass():
-            return _update_args(keys, priorities)
-    if type(keys) is IssuedKeys:
-        return _update_args(keys.view(np.ndarray), priorities)
-    return _update_args(keys, priorities)
-
-
-def _update_args(keys: Any, priorities: Any) -> tuple[np.ndarray, int, np.ndarray, int, int, int] | None:
-    """`update_args` of plain keys (or of `ReplayKeys` with its torch functions off)."""
-    if type(keys) is torch.Tensor or type(keys) is ReplayKeys:
-        if keys.dtype is not torch.int64 or keys.layout is not torch.strided or not keys.is_cpu:
+    tk = type(keys)
+    if tk is ReplayKeys or tk is torch.Tensor:
+        if tk is ReplayKeys:  # its accessors without its __torch_function__
+            with torch._C.DisableTorchFunctionSubclass():
+                at = _tensor_at(keys)
+        else:
+            at = _tensor_at(keys)
+        if at is None:
             return None
-        if not keys.is_contiguous():
-            return None
-        k, k_at, n = _NO_KEYS, keys.data_ptr(), keys.numel()
-    elif type(keys) is np.ndarray and keys.dtype is _INT64 and keys.flags.c_contiguous:
-        k, k_at, n = (keys if keys.ndim == 1 else keys.reshape(-1)), 0, keys.size
+        k, n = at
     else:
-        return None
-    if type(priorities) is torch.Tensor:
+        if tk is IssuedKeys:
+            keys = keys.view(np.ndarray)
+        elif tk is not np.ndarray:
+            return None
+        if keys.dtype is not _INT64:
+            return None
+        if keys.ndim != 1:
+            if not keys.flags.c_contiguous:
+                return None
+            keys = keys.reshape(-1)
+        k, n = keys, keys.shape[0]
+    tp = type(priorities)
+    if tp is np.ndarray:
+        if priorities.dtype is not _FLOAT64 or priorities.size != n:
+            return None
+        if priorities.ndim != 1:
+            if not priorities.flags.c_contiguous:
+                return None
+            priorities = priorities.reshape(-1)
+        return k, priorities, P_ARRAY, n
+    if tp is torch.Tensor:
         dtype = priorities.dtype
         kind = P_FLOAT32 if dtype is torch.float32 else P_FLOAT64 if dtype is torch.float64 else P_ARRAY
         if kind == P_ARRAY or priorities.layout is not torch.strided or not priorities.is_cpu:
             return None
-        if not priorities.is_contiguous() or priorities.numel() != n:
+        if priorities.numel() != n or not priorities.is_contiguous():
             return None
-        return k, k_at, _NO_PRIORITIES, priorities.data_ptr(), kind, n
-    if (
-        type(priorities) is np.ndarray and priorities.dtype is _FLOAT64 and priorities.flags.c_contiguous
-        and priorities.size == n
-    ):
-        return k, k_at, (priorities if priorities.ndim == 1 else priorities.reshape(-1)), 0, P_ARRAY, n
+        return k, priorities.data_ptr(), kind, n
     return None
 
 
+def _tensor_at(keys: torch.Tensor) -> tuple[int, int] | None:
+    """``(address, numel)`` of int64 keys in a contiguous CPU tensor; else None."""
+    if keys.dtype is not torch.int64 or keys.layout is not torch.strided or not keys.is_cpu:
+        return None
+    if not keys.is_contiguous():
+        return None
+    return keys.data_ptr(), keys.numel()
+
+
+def _view(x: Any, n: int) -> Any:  # pragma: no cover - its compiled overload runs
+    """In compiled code: ``x[:n]`` of an array, or the ``n`` int64 items at the address ``x``."""
+    raise NotImplementedError("compiled only")
+
+
+@overload(_view, jit_options={"nogil": True}, inline="always")
+def _view_impl(x, n):  # pragma: no cover - numba
+    if isinstance(x, types.Integer):
+        return lambda x, n: int64_at(x, n)
+    return lambda x, n: x[:n]
+
+
 @nb.njit(cache=True, nogil=True)
-def update_locked(words_at, keys, keys_at, p, p_at, p_kind, n):  # pragma: no cover - numba
+def update_locked(words_at, keys, p, p_kind, n):  # pragma: no cover - numba
     """Apply ``n`` priority updates (see the module docstring); the caller holds the table lock.
 
     Parameters
     ----------
     words_at : int
         The address of `update_words`' array (``words.ctypes.data``; the caller keeps it alive).
-    keys : numpy.ndarray, int64 [n]
-        The keys, unless ``keys_at`` is not 0: then ``n`` int64 keys at that address.
-    p : numpy.ndarray, float64 [n]
-        The priorities when ``p_kind`` is `P_ARRAY`; else ``n`` float64 (`P_FLOAT64`) or float32
-        (`P_FLOAT32`) priorities at address ``p_at``.
+    keys : numpy.ndarray, int64 [n], or int
+        The keys, or the address of ``n`` int64 keys.
+    p : numpy.ndarray, float64 [n], or int
+        The priorities (``p_kind`` `P_ARRAY`), or the address of ``n`` float64 (`P_FLOAT64`) or
+        float32 (`P_FLOAT32`) priorities.
     n : int
         The number of updates, at most the scratch's K (more raises ``ValueError``).
 
@@ -270,16 +298,23 @@ def update_locked(words_at, keys, keys_at, p, p_at, p_kind, n):  # pragma: no co
         errno in ``err``: the mutexes this call took are released, nothing changed); ``died`` counts
         the mutexes found with a dead holder (their repairs are in ``repairs``).
     """
-    words = int64_at(words_at, WORDS)
-    if keys_at != 0:
-        kk = int64_at(keys_at, n)
-    else:
-        kk = keys[:n]
-    if p_kind == P_FLOAT64:
-        return _update(words, kk, float64_at(p_at, n))
-    if p_kind == P_FLOAT32:
-        return _update(words, kk, uint8_at(p_at, 4 * n).view(np.float32))
-    return _update(words, kk, p[:n])
+    return _update_on(int64_at(words_at, WORDS), _view(keys, n), p, p_kind, n)
+
+
+def _update_on(words: Any, keys: Any, p: Any, p_kind: int, n: int) -> int:  # pragma: no cover - compiled
+    """In compiled code: `_update` on the priorities ``p`` as `update_locked` takes them."""
+    raise NotImplementedError("compiled only")
+
+
+@overload(_update_on, jit_options={"nogil": True}, inline="always")
+def _update_on_impl(words, keys, p, p_kind, n):  # pragma: no cover - numba
+    if isinstance(p, types.Integer):
+        def at(words, keys, p, p_kind, n):
+            if p_kind == P_FLOAT32:
+                return _update(words, keys, uint8_at(p, 4 * n).view(np.float32))
+            return _update(words, keys, float64_at(p, n))
+        return at
+    return lambda words, keys, p, p_kind, n: _update(words, keys, p[:n])
 
 
 @nb.njit(cache=True, nogil=True)

@@ -189,7 +189,7 @@ def test_commits_not_ingested_take_the_checked_path_with_the_same_result(mm):
             table.state.update_words(table.plan, 1.0, np.zeros(3, np.int64), repairs, scratch)
         p = np.linspace(0.5, 2.0, keys.numel())
         with table.lock:
-            assert update_locked(words.ctypes.data, keys.numpy(), 0, p, 0, P_ARRAY, p.size) == -1
+            assert update_locked(words.ctypes.data, keys.numpy(), p, P_ARRAY, p.size) == -1
         assert outcome(words) == (STALE, 0, 0, 0)  # nothing changed
         np.testing.assert_array_equal(table.ingested, before)
         assert_same(selector_arrays(fast), selector_arrays(slow))
@@ -199,10 +199,10 @@ def test_commits_not_ingested_take_the_checked_path_with_the_same_result(mm):
         assert (table.ingested > before).any()
         assert_same(selector_arrays(fast), selector_arrays(slow))
         with table.lock:  # all ingested now: the call applies
-            assert update_locked(words.ctypes.data, keys.numpy(), 0, p, 0, P_ARRAY, p.size) == got
+            assert update_locked(words.ctypes.data, keys.numpy(), p, P_ARRAY, p.size) == got
             with pytest.raises(ValueError, match="fewer than 2 S"):  # more keys than the scratch holds
-                update_locked(words.ctypes.data, np.zeros(keys.numel() + 1, np.int64), 0, np.ones(13), 0,
-                              P_ARRAY, keys.numel() + 1)
+                update_locked(words.ctypes.data, np.zeros(keys.numel() + 1, np.int64), np.ones(13), P_ARRAY,
+                              keys.numel() + 1)
         for b in batches:
             b.release()
     finally:
