@@ -20,9 +20,9 @@ Rows:
   calls' CPU time (the typical call, where the fastest is the one least disturbed).
 - ``insert episodes``: steps a second written as whole episodes; ``cpu_ratio`` from CPU time.
 
-``--threads`` runs the whole benchmark under `graphrl.threads.limit` (both stores: the raw store's batch copy
-and the compressed store's decode split large batches over that many threads, helpers on idle cores for the
-decode); the default is the thread policy's count. The JSON records the count (``threads``).
+``--threads`` runs the whole benchmark under `graphrl.threads.limit` (both stores' batch copies of raw fields
+split large batches over that many threads; a codec field decodes on the calling thread); the default is the
+thread policy's count. The JSON records the count (``threads``).
 
 ``--lz4-level`` sets `replay.chunk_encode.LZ4_LEVEL` and ``LZ4DICT_LEVEL`` for the run (0: LZ4's fast mode;
 -1, lz4dict only: the aligned parse, `replay.aligned_lz4`, its default), to compare levels; the JSON records

@@ -9,20 +9,17 @@ called from numba: no Python per chunk). A job covering a whole chunk decompress
 slot; others go through one scratch chunk, decoded once for consecutive jobs of the same chunk
 ("lz4dict" chunks decode each step on its own, straight into the slot). A chunk several windows of the
 batch read is decoded once (`share_jobs`) and copied from the slot for the others (`copy_shared`); a
-field's jobs of twice `DECODE_CHUNK_BYTES` of output and more are split over the process's thread team
-(`graphrl.kernels.parallel_for`, helpers on idle cores), as `replay.batch_kernels.BatchCopy` splits
-the raw rings' copy. Decoding outside the lock is safe
-for the same reason as the raw rings' lock-free copy (docs/architecture.md#replay-composition): a
-chunk's arena bytes are reused only once all its positions are below the shard's floor, and the
-sampler's staleness check afterwards drops every window with a step below it. Bytes reused meanwhile
-may fail to decompress (both decoders bound their reads and writes); `ChunkDecode.run_shard` then
-checks that each window of a failed job is below the floor, and raises otherwise. A chunk stored raw
-is copied. Local samples do not check chunk checksums: that is one more pass over each sampled
-chunk, costlier than decoding the one row an "lz4dict" step needs (docs/performance.md); a chunk is
-verified where its bytes come from outside the memory its writer filled, at restore
-(`replay.chunk_codec.ChunkRing.load_state`) and in transit (`replay.distributed.chunk_transport`,
-``decode_jobs(..., verify=True)``), and by `replay.chunk_codec.ChunkRing.read` (whole chunks, e.g. the
-store's ``episodes()``).
+field's jobs are decoded in one call on the calling thread. Decoding outside the lock is safe for the
+same reason as the raw rings' lock-free copy (docs/architecture.md#replay-composition): a chunk's arena
+bytes are reused only once all its positions are below the shard's floor, and the sampler's staleness
+check afterwards drops every window with a step below it. Bytes reused meanwhile may fail to decompress
+(both decoders bound their reads and writes); `ChunkDecode.run_shard` then checks that each window of a
+failed job is below the floor, and raises otherwise. A chunk stored raw is copied. Local samples do not
+check chunk checksums: that is one more pass over each sampled chunk, costlier than decoding the one row
+an "lz4dict" step needs (docs/performance.md); a chunk is verified where its bytes come from outside the
+memory its writer filled, at restore (`replay.chunk_codec.ChunkRing.load_state`) and in transit
+(`replay.distributed.chunk_transport`, ``decode_jobs(..., verify=True)``), and by
+`replay.chunk_codec.ChunkRing.read` (whole chunks, e.g. the store's ``episodes()``).
 
 >>> decode = ChunkDecode(storage)                           # once per sampler
 >>> decode.run(rows, shard, first, n, dst, slot.flat, length)  # then the sampler's staleness check
@@ -44,27 +41,23 @@ import numcodecs.lz4
 import numcodecs.zstd
 import numpy as np
 
-from graphrl.kernels import parallel_for
 from graphrl.kernels.copies import copy_bytes, zero_bytes
-from graphrl.threads import idle_cores, threads_for
 from replay.chunk_encode import chunk_checksum, stored_raw
 from replay.keys import decode_keys, key_anchor
 from replay.windows import zero_padding
 
 if TYPE_CHECKING:  # type hints only: the shard's module imports replay.chunk_codec, which imports this one
-    from replay.chunk_codec import ChunkRing
     from replay.shard import ShardStorage
     from replay.storage import TrajectoryStorage
 
 __all__ = [
-    "DECODE_CHUNK_BYTES", "KINDS", "LZ4DICT", "ChunkDecode", "decode_anchors", "decode_dict_chunk",
+    "KINDS", "LZ4DICT", "ChunkDecode", "decode_anchors", "decode_dict_chunk",
     "copy_shared", "decode_jobs", "free_zstd_context", "new_zstd_context", "plan_windows", "share_jobs",
 ]
 
 LZ4, ZSTD, LZ4DICT = 0, 1, 2  # codec kinds of `decode_jobs`
 KINDS = {"lz4": LZ4, "zstd": ZSTD, "lz4dict": LZ4DICT}  # codec name (`replay.spec.CODECS`) -> kind
 _LZ4_HEADER = 4  # numcodecs' LZ4 prefixes the block with its decompressed size (4 bytes)
-DECODE_CHUNK_BYTES = 1 << 20  # output bytes a thread of a threaded decode takes at least (performance.md)
 _JOB = 8  # words a job: arena offset, length, output byte offset, first row in the chunk, rows, window,
 # chunk index, checksum (`replay.chunk_encode.chunk_checksum`)
 
@@ -431,21 +424,11 @@ class ChunkDecode:
     ----------
     storage : TrajectoryStorage
         An owner's or an attached storage with at least one codec field.
-    threads : int, optional
-        Threads that may decode a field's jobs, the caller included; default (None) the thread
-        policy's count for each field's jobs (`graphrl.threads.threads_for`: a thread for every
-        ``chunk_bytes`` of output), helpers only on idle cores (`graphrl.threads.idle_cores`).
-    chunk_bytes : int
-        Output bytes a thread decodes at least: a field's jobs of twice this and more are decoded on
-        the thread team (default `DECODE_CHUNK_BYTES`).
     """
 
-    def __init__(self, storage: TrajectoryStorage, threads: int | None = None,
-                 chunk_bytes: int = DECODE_CHUNK_BYTES) -> None:
+    def __init__(self, storage: TrajectoryStorage) -> None:
         spec = storage.spec
         self.storage = storage
-        self.threads = None if threads is None else int(threads)
-        self.chunk_bytes = int(chunk_bytes)
         self.fields = [(j, n, spec[n].row_bytes, KINDS[spec[n].codec]) for j, n in enumerate(spec)
                        if spec[n].codec is not None]
         self.rings = [  # per shard, per codec field: the ring and its tail as flat bytes
@@ -530,7 +513,8 @@ class ChunkDecode:
                 continue
             copies = np.empty((nj, 5), np.int64)
             nj, nc = share_jobs(jobs, nj, ring.chunk, copies)
-            failed = self._decode_jobs(kind, ring, jobs, nj, rb, flat[j])  # the copies' sources first
+            dctx = self._dctx() if kind == ZSTD else 0  # the copies' sources first, then the copies
+            failed = int(decode_jobs(kind, dctx, ring.arena, jobs, nj, ring.chunk, rb, flat[j], False))
             if nc:
                 failed += copy_shared(jobs, copies, nc, rb, flat[j])
             if failed:
@@ -546,43 +530,6 @@ class ChunkDecode:
                         f"field {name!r}: a compressed chunk of shard {s} holding live position "
                         f"{int(first[bad][live][0])} did not decompress (corrupt arena bytes)"
                     )
-
-    def _decode_jobs(self, kind: int, ring: ChunkRing, jobs: np.ndarray, nj: int, rb: int,
-                     out: np.ndarray) -> int:
-        """`decode_jobs` of one field's ``jobs[:nj]`` into ``out``, on the process's thread team when
-        their output is at least twice ``chunk_bytes`` (ranges of jobs of about equal output bytes, one
-        call of `decode_jobs` each: a chunk whose jobs straddle two ranges is decoded in both); returns
-        how many jobs failed."""
-        threads = 1
-        if nj * ring.chunk * rb < 2 * self.chunk_bytes:  # at most chunk rows a job: too small to split
-            total = 0
-        else:
-            rows = jobs[:nj, 4]
-            total = int(rows.sum()) * rb
-        if total >= 2 * self.chunk_bytes and nj >= 2:
-            if self.threads is not None:
-                threads = self.threads
-            else:  # helpers only on idle cores (a busy one slows the caller: graphrl.threads)
-                threads = threads_for(total // 4, self.chunk_bytes // 4)
-                threads = 1 + min(threads - 1, idle_cores(threads)) if threads > 1 else 1
-        if threads <= 1:
-            dctx = self._dctx() if kind == ZSTD else 0
-            return int(decode_jobs(kind, dctx, ring.arena, jobs, nj, ring.chunk, rb, out, False))
-        parts = min(nj, max(threads, total // self.chunk_bytes), 4 * threads)
-        ends = np.cumsum(rows)  # job i's output ends at ends[i] rows: cut where a part's share is reached
-        cuts = np.searchsorted(ends, ends[-1] * np.arange(1, parts) // parts, side="right")
-        bounds = np.concatenate(([0], cuts, [nj])).tolist()
-        failed = [0] * parts
-
-        def part(i: int) -> None:
-            a, b = bounds[i], bounds[i + 1]
-            if b > a:
-                dctx = self._dctx() if kind == ZSTD else 0  # the thread's own context
-                failed[i] = int(decode_jobs(kind, dctx, ring.arena, jobs[a:b], b - a, ring.chunk, rb, out,
-                                            False))
-
-        parallel_for(part, parts, threads)
-        return sum(failed)
 
     def run_shard(self, s: int, rows: np.ndarray, first: np.ndarray, n: np.ndarray, dst: np.ndarray,
                   flat: tuple[np.ndarray, ...], length: int) -> None:

@@ -1,7 +1,7 @@
-"""A batch's shared chunks and the threaded decode (`replay.chunk_decode`): windows that share steps decode
-each shared chunk once and copy it (`share_jobs`, `copy_shared`), and a field's jobs split over the thread
-team (`ChunkDecode`'s ``threads``, ``chunk_bytes``) give byte for byte the frames written, padding zeroed,
-for every codec and chunk size; a copy of a chunk that failed to decode fails with it."""
+"""A batch's shared chunks (`replay.chunk_decode`): windows that share steps decode each shared chunk once
+and copy it (`share_jobs`, `copy_shared`), giving byte for byte the frames written, padding zeroed, for
+every codec and chunk size, as a decode of one window a call does; a copy of a chunk that failed to decode
+fails with it."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def expected(data: np.ndarray, first: np.ndarray, n: np.ndarray, dst: np.ndarray
 
 
 @pytest.mark.parametrize("codec,chunk", [("lz4", 1), ("lz4", 4), ("zstd", 1), ("zstd", 2), ("lz4dict", 4)])
-def test_shared_and_threaded_decodes_give_the_frames_written(codec, chunk):
+def test_shared_decodes_give_the_frames_written(codec, chunk):
     capacity, written = 64, 150  # past wrap-around: live positions [86, 150), the open chunk in the tail
     data = frames(written)
     spec = TrajectorySpec({"obs": (SHAPE, "uint8", codec, 1.0, chunk), "pos": ((), "int64")})
@@ -56,13 +56,12 @@ def test_shared_and_threaded_decodes_give_the_frames_written(codec, chunk):
         want = expected(data, first, n, dst, length)
         b = first.size
         rows, shard = np.arange(b), np.zeros(b, np.int64)
-        for decode in (ChunkDecode(storage, threads=1), ChunkDecode(storage, threads=2, chunk_bytes=ROW),
-                       ChunkDecode(storage, threads=3, chunk_bytes=3 * ROW)):
-            obs = np.full((b, length, *SHAPE), 0xAB, np.uint8)  # every byte must be written
-            pos = np.zeros(b * length, np.int64)
-            decode.run(rows, shard, first, n, dst, (obs.reshape(-1), pos.view(np.uint8)), length)
-            np.testing.assert_array_equal(obs, want)
-            decode.close()
+        decode = ChunkDecode(storage)
+        obs = np.full((b, length, *SHAPE), 0xAB, np.uint8)  # every byte must be written
+        pos = np.zeros(b * length, np.int64)
+        decode.run(rows, shard, first, n, dst, (obs.reshape(-1), pos.view(np.uint8)), length)
+        np.testing.assert_array_equal(obs, want)
+        decode.close()
         alone = np.full((b, length, *SHAPE), 0xAB, np.uint8)  # one window a call: nothing shared
         decode = ChunkDecode(storage)
         for i in range(b):
