@@ -347,7 +347,6 @@ class StagingPool:
         self._unused: list[int] = []  # slots released when unused, still viewed by a user's tensor
         self._free: deque[int] = deque(range(slots))
         self._recent = reuse == "recent"  # hand out the free slot released last (right end of _free)
-        self._held: set[int] = set()
         self._steps = 0
         # the condition's lock, entered directly where nothing waits (no Python frame of Condition's)
         self._lock = threading.RLock()
@@ -433,7 +432,6 @@ class StagingPool:
                 if self._closed:
                     raise ValueError(f"staging pool {self.owner!r} was closed while waiting")
             slot = self._free.pop() if self._recent else self._free.popleft()
-            self._held.add(slot)
             step = self._steps
             self._steps += 1
         return StagingBuffer(self, slot, step, self._views[slot])
@@ -501,7 +499,6 @@ class StagingPool:
         with self._lock:
             if self._closed:
                 return
-            self._held.discard(slot)
             self._free.append(slot)
             if self._waiting:
                 self._cond.notify()
@@ -515,7 +512,7 @@ class StagingPool:
             if self._closed:
                 return
             self._closed = True
-            held = len(self._held)
+            held = self.slots - len(self._free)  # handed out, or waiting for their views to go
             self._cond.notify_all()
         if held:
             logger.debug("staging pool %r closed with %d buffers still held", self.owner, held)
