@@ -36,7 +36,7 @@ TorchRL's collectors (rollout layout, ``("collector", "traj_ids")``) and ``Slice
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -175,6 +175,12 @@ class TorchRLWriter:
         ``SliceSampler(end_key=..., truncated_key=..., traj_key=...)``), whether or not the spec stores
         those fields. ``None`` for one of these four stops storing it but not cutting on it: the
         default key is still read when the rollout has it.
+    final_fields : sequence of str, optional
+        Fields of the spec (``("observation",)``) whose value after an episode's last step, read from
+        the rollout under ``("next", keys[field])``, is stored when the episode ends, through
+        ``end_episode(final=...)`` (one more step, every other field zero: `replay.writer.final_step`).
+        Frame stacks need it to sample an episode's terminal transition
+        (docs/architecture.md#windows, stacked frames). Default none.
     **writer_kwargs
         Passed to ``target.writer`` (``chunk_steps``, ``timeout``).
 
@@ -195,7 +201,8 @@ class TorchRLWriter:
     ValueError
         ``keys`` maps a field that is neither in the store's spec nor one of ``"done"``,
         ``"terminated"``, ``"truncated"``, ``"traj_ids"`` (the writer could not honour it; the message
-        names the field and its key); two fields mapped to one key (`torchrl_keys`).
+        names the field and its key); two fields mapped to one key (`torchrl_keys`); a name of
+        ``final_fields`` not in the spec.
     TypeError
         ``target`` is neither a store nor a writer; a key not a str or a tuple of str.
 
@@ -214,7 +221,12 @@ class TorchRLWriter:
     """
 
     def __init__(
-        self, target: Any, keys: Mapping[str, NestedKey | None] | None = None, **writer_kwargs: Any
+        self,
+        target: Any,
+        keys: Mapping[str, NestedKey | None] | None = None,
+        *,
+        final_fields: Sequence[str] = (),
+        **writer_kwargs: Any,
     ) -> None:
         self._store = None if hasattr(target, "append") and hasattr(target, "end_episode") else target
         self._writers: dict[int, TrajectoryWriter] = {}
@@ -239,6 +251,16 @@ class TorchRLWriter:
                     "so the writer cannot honour it; drop it or add the field to the spec"
                 )
         self.keys = {field: mapping.get(field, field) for field in self.spec}
+        if isinstance(final_fields, str) or any(f not in self.spec for f in final_fields):
+            raise ValueError(
+                f"final_fields={final_fields!r}: give a sequence of the spec's fields {list(self.spec)}"
+            )
+        #: field -> rollout key of its value after each step, for the final step of an episode
+        self.final_keys: dict[str, NestedKey] = {
+            f: ("next", *k) if isinstance(k, tuple) else ("next", k)
+            for f, k in ((f, self.keys[f]) for f in dict.fromkeys(final_fields))
+        }
+        self._final: dict[int, dict[str, np.ndarray]] = {}  # env -> final fields after its last written step
         self.end_keys: tuple[NestedKey, ...] = tuple(
             mapping[f] if f in given else DEFAULT_KEYS[f] for f in END_FIELDS
         )
@@ -307,6 +329,15 @@ class TorchRLWriter:
                 "give it the store instead"
             )
         arrays = {field: f.check(cols[field], (n_env, t)) for field, f in self.spec.items()}  # all, first
+        finals = {}
+        for field, key in self.final_keys.items():
+            value = rollout.get(key, None)
+            if value is None:
+                raise ValueError(
+                    f"rollout has no {key!r}, the value after each step of field {field!r} that "
+                    "final_fields asks for"
+                )
+            finals[field] = self.spec[field].check(value if dims == 2 else value.unsqueeze(0), (n_env, t))
         ends = torch.zeros(n_env, t, dtype=torch.bool)
         for key in self.end_keys:
             if _has(rollout, key):
@@ -324,6 +355,7 @@ class TorchRLWriter:
             written += self._write_env(
                 env,
                 {n: a[env] for n, a in arrays.items()},
+                {n: a[env] for n, a in finals.items()},
                 ends_np[env],
                 None if traj is None else traj[env],
                 None if valid is None else valid[env],
@@ -334,6 +366,7 @@ class TorchRLWriter:
         self,
         env: int,
         cols: dict[str, np.ndarray],
+        finals: dict[str, np.ndarray],
         ends: np.ndarray,
         traj: np.ndarray | None,
         valid: np.ndarray | None,
@@ -358,6 +391,8 @@ class TorchRLWriter:
             w.extend({n: c[sel] for n, c in cols.items()})
             self.steps_written += sel.size
             self._open_envs.add(env)
+            if finals:  # copies: a collector may reuse the rollout's memory
+                self._final[env] = {n: c[sel[-1]].copy() for n, c in finals.items()}
             if traj is not None:
                 self._last_traj[env] = int(traj[sel[-1]])
             if cut_after[stop - 1]:
@@ -366,7 +401,8 @@ class TorchRLWriter:
         return int(rows.size)
 
     def _end(self, env: int) -> None:
-        self._writers[env].end_episode()
+        self._writers[env].end_episode(final=self._final.get(env))  # kept for a retry if it raises
+        self._final.pop(env, None)
         self._open_envs.discard(env)
         self._last_traj.pop(env, None)
         self.episodes_written += 1

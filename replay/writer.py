@@ -11,6 +11,9 @@ the episode ends or the buffers fill (the commit protocol of `replay.storage`). 
 - steps become visible to samplers when committed: at ``end_episode()``, or ``chunk_steps`` at a time
   for long episodes (each chunk extends the episode when nothing else was committed to its shard in
   between; otherwise the episode continues in a new segment and windows do not cross the cut);
+- ``end_episode(final={"obs": frame})`` stores the observation after the last step as one more step
+  (every other field zero, `final_step`): what windows need to sample an episode's terminal
+  transition (docs/architecture.md#windows, stacked frames);
 - a writer that never calls ``end_episode`` uses bounded memory: its buffers hold at most
   ``chunk_steps`` steps, and the shard's ring overwrites the oldest steps of the endless episode.
 
@@ -46,12 +49,100 @@ import numpy as np
 from graphrl.memory import MemoryBudgetError
 from replay._owner import ThreadOwner
 from replay.shard_layout import LOST_RECORD
-from replay.staging_steps import StepStager
+from replay.spec import TrajectorySpec
+from replay.staging_steps import Send, StepStager
 from replay.storage import TrajectoryStorage
 
-__all__ = ["TrajectoryWriter"]
+__all__ = ["TrajectoryWriter", "end_with_final", "final_step"]
 
 logger = logging.getLogger(__name__)
+
+
+def final_step(spec: TrajectorySpec, final: Mapping[str, Any], has_steps: bool) -> dict[str, np.ndarray]:
+    """The step ``end_episode(final=...)`` stores after an episode's last step: ``final``'s fields, zeros.
+
+    The writers' one rule for an episode's final observation (`TrajectoryWriter.end_episode`, the Ray
+    writer's, `replay.torchrl.TorchRLWriter`'s ``final_fields``): every field of ``spec`` that
+    ``final`` gives, checked as `replay.spec.FieldSpec.check`; every other field zero of its shape and
+    dtype (action, reward, done of the placeholder: it is no transition of its own; with
+    ``sample(B, 5, pad="head")`` it only ever sits at a window's last index, never at the anchor).
+
+    Parameters
+    ----------
+    spec : TrajectorySpec
+        The store's fields.
+    final : mapping of str to array-like
+        Some of ``spec``'s fields, each of the field's per-step shape and dtype (``{"obs": frame}``).
+    has_steps : bool
+        Whether the episode has a step (staged or committed) for ``final`` to follow.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        A whole step, in the spec's field order.
+
+    Raises
+    ------
+    ValueError
+        ``final`` names a field not in ``spec``, gives a wrong shape, is empty, or ``has_steps`` is
+        False (an episode of no steps has no observation after its last step).
+    TypeError
+        ``final`` is not a mapping, or a field has a wrong dtype.
+
+    References
+    ----------
+    DeepMind Acme's ``EpisodeAdapter`` / Reverb adders: the final observation as one more step with
+    zero-padded action and reward.
+    """
+    if not isinstance(final, Mapping):
+        raise TypeError(
+            "end_episode(final=...): final must be a mapping of field name -> value, got "
+            f"{type(final).__name__}"
+        )
+    unknown = [n for n in final if n not in spec]
+    if unknown or not final:
+        raise ValueError(
+            f"end_episode(final=...): final must give some of the spec's fields {list(spec)}, got "
+            f"{list(final)}" + (f" (unknown {unknown})" if unknown else "")
+        )
+    if not has_steps:
+        raise ValueError(
+            f"end_episode(final=...): final (fields {list(final)}) given to an episode with no steps: the "
+            "observation after an episode's last step needs a step before it (append the steps first)"
+        )
+    step = {}
+    for name, f in spec.items():
+        if name in final:
+            try:
+                step[name] = f.check(final[name])
+            except (TypeError, ValueError) as exc:
+                raise type(exc)(f"end_episode(final=...): {exc}") from None
+        else:
+            step[name] = np.zeros(f.shape, f.dtype)
+    return step
+
+
+def end_with_final(stager: StepStager, final: Mapping[str, Any], episode_open: bool, send: Send) -> None:
+    """Stage `final_step` of ``final`` as the episode's last step and hand the rows to ``send``.
+
+    If ``send`` raises and leaves the rows staged (a rate limiter's timeout), the final step is
+    unstaged again, so retrying ``end_episode(final=...)`` stores it once. ``episode_open``: whether
+    the episode has committed steps (then it has a step even with none staged).
+
+    Raises
+    ------
+    ValueError, TypeError
+        As `final_step` (nothing staged); whatever the stager's ``on_full`` or ``send`` raises.
+    """
+    step = final_step(stager.spec, final, episode_open or stager.pending > 0)
+    stager.append(step)
+    row = stager.pending
+    try:
+        stager.hand_off(send)
+    except BaseException:
+        if stager.pending == row:  # still staged: drop the final step, keep the episode's own steps
+            stager.pending = row - 1
+        raise
 
 
 class TrajectoryWriter:
@@ -188,23 +279,40 @@ class TrajectoryWriter:
             return
         stager.extend(steps)
 
-    def end_episode(self) -> None:
+    def end_episode(self, final: Mapping[str, Any] | None = None) -> None:
         """Commit the staged steps and close the episode; the next step starts a new one.
+
+        Parameters
+        ----------
+        final : mapping of field name to value, optional
+            The fields of the observation after the episode's last step (``{"obs": last_frame}``),
+            stored as one more step of the episode before it closes; every field not given is zero
+            (see `final_step`). Windows over an episode then reach its terminal transition: with
+            ``sample(B, 5, pad="head")``, ``obs[:, 1:]`` of the window ending at this step is the
+            next stack of the last step (docs/architecture.md#windows, stacked frames). This is DeepMind
+            Acme's adders' rule (the final observation written with zero-padded action and reward).
 
         Raises
         ------
         TimeoutError
             The rate limiter did not admit the commit, or a checkpoint held the writers, for ``timeout``
-            seconds (steps stay staged; retry).
+            seconds (steps stay staged, ``final`` does not; retry the same call).
         MemoryBudgetError
             A codec field's arena refused the commit: its steps are dropped, the episode ends (see above).
         ValueError
-            The writer or the store is closed.
+            ``final`` names an unknown field, has a wrong shape, or is given to an episode with no
+            steps (nothing staged nor committed since the last end); nothing is staged or stored.
+            Also the writer or the store is closed.
+        TypeError
+            ``final`` is not a mapping or has a wrong dtype; nothing is staged or stored.
         RuntimeError
             Another thread owns this writer.
         """
         self._check_open("end_episode")
-        if self._stager.pending or self._episode is not None:
+        if final is not None:
+            end_with_final(self._stager, final, self._episode is not None, self._commit_end)
+            self.episodes_written += 1
+        elif self._stager.pending or self._episode is not None:
             self._stager.hand_off(self._commit_end)
             self.episodes_written += 1
 

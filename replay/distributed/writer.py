@@ -30,6 +30,7 @@ from replay.distributed.errors import ShardError, actor_errors, secs, shard_erro
 from replay.distributed.routing import least_loaded
 from replay.interface import DEFAULT
 from replay.staging_steps import StepStager
+from replay.writer import end_with_final
 
 if TYPE_CHECKING:
     from replay.distributed.handle import RayStoreHandle
@@ -157,11 +158,16 @@ class RayTrajectoryWriter:
         self._check_open("extend")
         self._stager.extend(steps)
 
-    def end_episode(self) -> None:
+    def end_episode(self, final: Mapping[str, Any] | None = None) -> None:
         """Queue the staged steps for shipping and close the episode (asynchronous: see the class).
+
+        ``final``: the observation after the last step, stored as one more step of the episode, every
+        other field zero (`replay.writer.final_step`, as `replay.writer.TrajectoryWriter.end_episode`).
 
         Raises
         ------
+        ValueError, TypeError
+            A bad ``final`` (as `replay.writer.final_step`; nothing staged or shipped).
         ShardError
             An earlier shipment this call waited for met a dead shard (its steps are lost), or the
             shard was restarted while this writer's episode was open (its earlier part is lost; the
@@ -175,7 +181,9 @@ class RayTrajectoryWriter:
             steps are dropped, as in the local writer); the message names the shard and field first.
         """
         self._check_open("end_episode")
-        if self._stager.pending or self._episode is not None:
+        if final is not None:
+            end_with_final(self._stager, final, self._episode is not None, self._ship_end)
+        elif self._stager.pending or self._episode is not None:
             self._stager.hand_off(self._ship_end)
 
     def add_episode(self, steps: Mapping[str, Any]) -> None:
