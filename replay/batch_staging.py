@@ -151,7 +151,7 @@ class BatchStaging:
                 with self._lock:
                     entry = self._pool(batch, window, target)
             try:
-                buf = entry.pool.acquire(timeout=timeout)
+                buf = entry.pool.acquire(timeout)
                 break
             except ValueError:  # the pool closed: by `close`, or evicted by another thread's new shape
                 if self._closed or self._pools.get(key) is entry:

@@ -243,7 +243,7 @@ class WindowSampler:
             The rate limiter or an empty table outlasted ``left`` (`_check_drawable`).
         """
         while True:
-            self.limiter.await_sample(left, given=left.timeout)  # the clock read only if it waits
+            self.limiter.await_sample(left, left.timeout)  # (left, given): the clock read only if it waits
             table_size = draw(*args)
             if table_size:  # counted as the batch's sampled steps under the locks
                 return table_size
