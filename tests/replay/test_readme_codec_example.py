@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from graphrl.memory import MemoryBudgetError
 from replay import FieldSpec, ReplayStore, TrajectorySpec
@@ -48,6 +49,7 @@ def test_the_readme_codec_example_wraps_its_ring_on_frames_that_compress_poorly(
     scope = {
         "sample_frames": busy_frames(rng, 400, noise),
         "frames": frames, "actions": np.zeros(100, np.int64), "rewards": np.zeros(100, np.float32),
+        "dones": np.arange(100) == 99, "last_frame": busy_frames(rng, 1, noise)[0],
     }
     code = codec_example().replace("ReplayStore(spec", "small_store(spec")
     scope["small_store"] = small_store
@@ -55,10 +57,14 @@ def test_the_readme_codec_example_wraps_its_ring_on_frames_that_compress_poorly(
     store = made[0]
     try:
         assert scope["obs"].shape == (32, 4, 84, 84)
+        valid = scope["valid"]
+        (ep,) = store.episodes()  # the final frame stored after the 100 steps: the terminal transition
+        assert ep.length == 101 and (ep.data["obs"][100] == scope["last_frame"]).all()
+        assert scope["done"].dtype == torch.bool and valid.dtype == torch.bool
         with store.writer() as w:
             for _ in range(4 * CAPACITY // 100):  # four ring wraps of busy frames: no MemoryBudgetError
                 w.add_episode({"obs": busy_frames(rng, 100, noise), "action": np.zeros(100, np.int64),
-                               "reward": np.zeros(100, np.float32)})
+                               "reward": np.zeros(100, np.float32), "done": np.arange(100) == 99})
         assert len(store) == CAPACITY
     finally:
         store.close()
