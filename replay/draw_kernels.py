@@ -248,32 +248,42 @@ def leaf_weights(priority, live, exponent, out):  # pragma: no cover - numba
 
 @nb.njit(cache=True, nogil=True)
 def sum_levels(wtree, size, nodes, m):  # pragma: no cover - numba
-    """Recompute the ancestors of the ``m`` leaves ``nodes[:m]`` of the sum trees ``wtree [S, 2 size]``
-    level by level, exact sums (as `replay.sumtree.sum_set`): each level's rows at once while a level
-    has more nodes than rows, then every node of the levels above, in order. ``nodes`` int64, each
-    ``leaf node << SHARD_BITS | shard`` (the leaf node of slot c is ``size + c``), is not changed."""
+    """Recompute the ancestors of the ``m`` leaves ``nodes[:m]`` of the sum trees ``wtree [S, 2 size]``,
+    exact sums (as `replay.sumtree.sum_set`): from each leaf in turn, its ancestors up through the
+    levels that have more nodes than rows; then every node of the levels above, in order. ``nodes``
+    int64, each ``leaf node << SHARD_BITS | shard`` (the leaf node of slot c is ``size + c``), is not
+    changed. An ancestor of several leaves is last recomputed by the last of their walks, when both its
+    children are final (each changed leaf under it has walked up to it by then), so every node gets the
+    sum of its final children, as a level-by-level pass gives it."""
     num_shards = wtree.shape[0]
-    low = SHARD_MASK
+    cols = wtree.shape[1]
+    flat = wtree.reshape(num_shards * cols)  # row s, node j at s * cols + j (unsigned: no wraparound code)
     level = size >> 1  # the first node of the parents' level, and how many nodes it has
-    shift = SHARD_BITS + 1  # a row's node at this level: its leaf node >> (levels up)
-    one = wtree[0]
-    while level >= 1 and num_shards * level > m:  # the rows' own ancestors
-        if num_shards == 1:
-            for i in range(m):
-                j = nodes[i] >> shift
-                one[j] = one[2 * j] + one[2 * j + 1]
-        else:
-            for i in range(m):
-                x = nodes[i]
-                s = x & low
-                j = x >> shift
-                wtree[s, j] = wtree[s, 2 * j] + wtree[s, 2 * j + 1]
+    depth = 0  # levels each leaf walks up
+    while level >= 1 and num_shards * level > m:
         level >>= 1
-        shift += 1
+        depth += 1
+    one = np.uint64(1)
+    bits = np.uint64(SHARD_BITS)
+    low = np.uint64(SHARD_MASK)
+    ucols = np.uint64(cols)
+    leaves = nodes.view(np.uint64)
+    if depth > 0:
+        for i in range(m):  # the rows' own ancestors
+            x = leaves[i]
+            row = (x & low) * ucols
+            j = x >> bits
+            for _ in range(depth):
+                j >>= one
+                at = row + (j << one)
+                flat[row + j] = flat[at] + flat[at + one]
     while level >= 1:  # levels of at most m nodes in all: every node, in order
+        width = np.uint64(level)
         for s in range(num_shards):
-            for j in range(level, 2 * level):
-                wtree[s, j] = wtree[s, 2 * j] + wtree[s, 2 * j + 1]
+            row = np.uint64(s) * ucols
+            for j in range(row + width, row + width + width):
+                at = j + j - row
+                flat[j] = flat[at] + flat[at + one]
         level >>= 1
 
 

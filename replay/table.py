@@ -35,6 +35,7 @@ from replay._checks import check_keys
 from replay.commit_kernel import build_plan
 from replay.draw_kernels import accept_updates, draw_windows, updates_valid, window_rows
 from replay.keys import (
+    ISSUER,
     MAX_INCARNATIONS,
     MAX_LINEAGE,
     MAX_SHARDS,
@@ -459,15 +460,18 @@ class Table:
         """Set the priorities of the anchors named by ``keys``; stale keys are ignored; return how many
         applied. Raises as `replay.store.ReplayStore.update_priorities` (keys another store issued
         included; those of an ancestor 16 or more restores back are stale: `replay.keys.issuer_applies`)."""
-        if not issuer_applies(keys, self.fresh, self.stale, self.store_id):  # raises for another store's
+        fresh = self.fresh  # keys of a fresh issuer apply; issuer_applies rules on the others (or raises)
+        if getattr(keys, ISSUER, None) not in fresh and not issuer_applies(
+            keys, fresh, self.stale, self.store_id
+        ):
             k = check_keys(keys)
             check_priorities(priorities, k.size, limit=self.priority_limit)
             return 0  # every key stale: the incarnation bits of so old an issuer no longer tell
-        raw = None if self._update_at == 0 else update_args(keys, priorities)
+        raw = update_args(keys, priorities) if self._update_at else None
         if raw is not None:  # one compiled call: the checks, the floors under the shard locks, the writes
             with self.lock:
-                if raw[-1] > self._update_room:
-                    self._grow_update_scratch(raw[-1])
+                if raw[3] > self._update_room:
+                    self._grow_update_scratch(raw[3])
                 applied = update_locked(self._update_at, *raw)
                 if applied >= 0:
                     return applied

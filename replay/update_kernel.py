@@ -211,14 +211,12 @@ def update_args(keys: Any, priorities: Any) -> tuple[Any, Any, int, int] | None:
     and `replay.keys.IssuedKeys` keys count as tensors and arrays (their issuer is not checked here)."""
     tk = type(keys)
     if tk is ReplayKeys or tk is torch.Tensor:
-        if tk is ReplayKeys:  # its accessors without its __torch_function__
-            with torch._C.DisableTorchFunctionSubclass():
-                at = _tensor_at(keys)
-        else:
-            at = _tensor_at(keys)
-        if at is None:
-            return None
-        k, n = at
+        with torch._C.DisableTorchFunctionSubclass():  # ReplayKeys' accessors without its __torch_function__
+            if keys.dtype is not torch.int64 or keys.layout is not torch.strided or not keys.is_cpu:
+                return None
+            if not keys.is_contiguous():
+                return None
+            k, n = keys.data_ptr(), keys.numel()
     else:
         if tk is IssuedKeys:
             keys = keys.view(np.ndarray)
@@ -249,15 +247,6 @@ def update_args(keys: Any, priorities: Any) -> tuple[Any, Any, int, int] | None:
             return None
         return k, priorities.data_ptr(), kind, n
     return None
-
-
-def _tensor_at(keys: torch.Tensor) -> tuple[int, int] | None:
-    """``(address, numel)`` of int64 keys in a contiguous CPU tensor; else None."""
-    if keys.dtype is not torch.int64 or keys.layout is not torch.strided or not keys.is_cpu:
-        return None
-    if not keys.is_contiguous():
-        return None
-    return keys.data_ptr(), keys.numel()
 
 
 def _view(x: Any, n: int) -> Any:  # pragma: no cover - its compiled overload runs
@@ -359,10 +348,10 @@ def _update(words, keys, p):  # pragma: no cover - numba
     restored = int64_at(words[U_RESTORED], s_count if words[U_RESTORED_ON] else 0)
     applied, top = write_updates(
         keys, p, capacity, floors, ingested, words[U_INCARNATION], restored,
-        uint8_at(words[U_STATE], s_count * capacity).reshape((s_count, capacity)),
-        float64_at(words[U_PRIORITY], s_count * capacity).reshape((s_count, capacity)),
-        float64_at(words[U_WEIGHTS], s_count * leaves).reshape((s_count, leaves)),
-        float64_at(words[U_WTREE], s_count * wcols).reshape((s_count, wcols)),
+        uint8_at(words[U_STATE], (s_count, capacity)),
+        float64_at(words[U_PRIORITY], (s_count, capacity)),
+        float64_at(words[U_WEIGHTS], (s_count, leaves)),
+        float64_at(words[U_WTREE], (s_count, wcols)),
         size, floats[U_EXPONENT], words[U_WEIGHTED] != 0, scratch[s_count:],
     )
     top_at = float64_at(words[U_MAX_PRIORITY], 1)
