@@ -104,6 +104,35 @@ class RateLimiter:
             return True
         return (inserts + n) * self.samples_per_insert - samples <= self.max_diff
 
+    def insert_headroom(self, counts: Sequence[int]) -> float:
+        """Steps that may be inserted one after another given ``counts = (inserts, samples, deletes)``.
+
+        The number of k = 0, 1, ... in a row for which `can_insert` admits a step at ``(inserts + k,
+        samples, deletes)``, so it follows `can_insert`, a subclass's included (which must admit no
+        step once it refuses one as inserts grow); ``math.inf`` when it admits up to 2**63 - 1 inserts
+        (`MinSize`). O(log) calls: doubling, then bisection. The Ray store splits it over its shards
+        (`replay.distributed.routing.allowances`).
+        """
+        inserts, samples, deletes = int(counts[0]), int(counts[1]), int(counts[2])
+
+        def admits(k: int) -> bool:
+            return self.can_insert((inserts + k, samples, deletes), 1)
+
+        if not admits(0):
+            return 0
+        lo, limit = 0, MAX_STEPS - 1 - inserts  # admits(lo); past limit the counters would overflow
+        while True:
+            if lo >= limit:
+                return math.inf
+            hi = min(2 * lo + 1, limit)
+            if not admits(hi):
+                break
+            lo = hi
+        while hi - lo > 1:  # admits(lo), not admits(hi)
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if admits(mid) else (lo, mid)
+        return lo + 1
+
     def can_sample(self, counts: Sequence[int], n: int = 1) -> bool:
         """Whether ``n`` more steps may be sampled given ``counts = (inserts, samples, deletes)``."""
         inserts, deletes = int(counts[0]), int(counts[2])

@@ -176,6 +176,8 @@ class RayReplayStore(ReplayStoreBase):
             "num_shards": num_shards,
             "selector": selector.to_config(),
             "rate_limiter": rate_limiter.to_config(),
+            "insert_headroom": rate_limiter.insert_headroom((0, 0, 0)),
+            "rate_limiter_repr": repr(rate_limiter),
             "max_times_sampled": max_times_sampled,
             "chunk_steps": chunk,
             "tier": args.tier,
@@ -325,7 +327,7 @@ class RayReplayStore(ReplayStoreBase):
         if seed is None and self.seed is not None:
             seed = int(np.random.SeedSequence([self.seed, self._learners]).generate_state(1)[0])
         handle = RayLearnerHandle(
-            self.handle(), self._counter, tuple(self.rate_limiter.to_config().items()),
+            self.handle(), self._counter, self.rate_limiter,
             bool(self.selector.prioritized), self.staging_slots, self.prefetch, seed,
             self._priority_limit, self.store_id, self.lineage,
         )

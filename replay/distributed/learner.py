@@ -49,7 +49,7 @@ from replay.distributed.sampler import ShardSampler
 from replay.distributed.staging import BatchAssembler
 from replay.interface import DEFAULT, ReplayLearnerBase
 from replay.keys import issuer_applies, issuer_windows
-from replay.rate_limiter import rate_limiter_from_config
+from replay.rate_limiter import RateLimiter
 from replay.selectors import check_priorities
 
 if TYPE_CHECKING:
@@ -85,7 +85,7 @@ class RayLearnerHandle:
 
     store: RayStoreHandle
     counter: Any
-    rate_limiter: tuple[tuple[str, Any], ...]
+    rate_limiter: RateLimiter  # the store's own object: a subclass's rules hold in every learner
     prioritized: bool
     staging_slots: int
     prefetch: int
@@ -103,8 +103,7 @@ class _Client:
         self.pid = os.getpid()
         self.memory = MemoryManager()
         self.shards = ShardGroup(list(h.shards), h.max_restarts, reloads=False)
-        limiter = rate_limiter_from_config(dict(handle.rate_limiter))
-        self.limiter = GlobalLimiter(limiter, self.shards, handle.counter)
+        self.limiter = GlobalLimiter(handle.rate_limiter, self.shards, handle.counter)
         self.staging = BatchAssembler(
             h.spec_object(), self.memory, handle.staging_slots, h.timeout, handle.prioritized, h.max_restarts
         )

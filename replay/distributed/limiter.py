@@ -2,14 +2,15 @@
 
 Inserts and deletes are the sums of the shards' counts (fresh from the stats round trip of every
 `sample`); samples are counted in one `SampleCounter` actor that every sampling client adds to (the
-store's own client and each of its learners, `replay.distributed.learner.RayLearner`), read in the
-same round trip, so samples per insert is global over all learners. A sample waits (no polling: blocking
+store's own client and each of its learners, `replay.distributed.learner.RayLearner`), read in the same
+round trip, so samples per insert is global over all learners. A sample waits (no polling: blocking
 calls on the shards that return when a shard's insert count moves) until the limiter admits it. On the
-insert side the client turns the global counters into a headroom of steps
-(`replay.distributed.routing.headroom`), splits it evenly and pushes each shard an allowance with every
-call; a shard admits a shipment while its own inserts are below its allowance, then charges all its
-steps, so the global ratio holds to within the error buffer plus one shipment per shard. The shards'
-local stores run ``MinSize(1)``. Reverb's rate limiters (``reverb/cc/rate_limiter.cc``) are the model.
+insert side the client turns the global counters into a headroom of steps (the limiter's own
+`replay.rate_limiter.RateLimiter.insert_headroom`, from its ``can_insert``: a subclass's rule holds as
+in the local store), splits it evenly and pushes each shard an allowance with every call; a shard admits
+a shipment while its own inserts are below its allowance, then charges all its steps, so the global
+ratio holds to within the error buffer plus one shipment per shard. The shards' local stores run
+``MinSize(1)``. Reverb's rate limiters (``reverb/cc/rate_limiter.cc``) are the model.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import ray
 
 from replay.distributed.errors import ShardError, actor_errors, secs
 from replay.distributed.group import ShardGroup
-from replay.distributed.routing import allowances, headroom
+from replay.distributed.routing import allowances
 from replay.rate_limiter import RateLimiter
 
 __all__ = ["GlobalLimiter", "SampleCounter", "stats_timeout"]
@@ -66,7 +67,7 @@ class GlobalLimiter:
         self.shards = shards
         self.counter = counter
         self.samples = 0
-        self.limited = not math.isinf(headroom(limiter, 0, 0, 0))  # False for MinSize: inserts never wait
+        self.limited = not math.isinf(limiter.insert_headroom((0, 0, 0)))  # MinSize: inserts never wait
 
     def add_samples(self, n: int) -> None:
         """Count ``n`` sampled steps of this client (sent without waiting for the reply)."""

@@ -9,37 +9,28 @@
   shard's share into parallel calls.
 - keys: a shard's local key (shard bits 0) or'ed with the shard's index (`replay.keys` layout);
   `split_keys` routes priority updates back by those bits.
-- inserts: the store's rate limiter applies at the client with global counters; `headroom` turns them
-  into the steps the limiter admits now and `allowances` splits that evenly over the shards.
+- inserts: the store's rate limiter applies at the client with global counters; its own
+  `replay.rate_limiter.RateLimiter.insert_headroom` (counted from its ``can_insert``, a subclass's
+  included) turns them into the steps it admits now and `allowances` splits that evenly over the shards.
 See docs/architecture.md#replay-composition.
 """
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from replay.keys import MAX_SHARDS
-from replay.rate_limiter import UNLIMITED, RateLimiter
+from replay.rate_limiter import RateLimiter
 
-__all__ = ["allowances", "headroom", "least_loaded", "shard_seed", "shares", "split_calls", "split_keys"]
-
-
-def headroom(limiter: RateLimiter, inserts: int, samples: int, deletes: int) -> float:
-    """Steps the limiter admits now given global counters (may be <= 0, or inf for MinSize)."""
-    if limiter.max_diff >= UNLIMITED / 2:
-        return math.inf
-    fill = limiter.min_size + deletes - inserts
-    ratio = (limiter.max_diff + samples) / limiter.samples_per_insert - inserts
-    return max(fill, ratio)
+__all__ = ["allowances", "least_loaded", "shard_seed", "shares", "split_calls", "split_keys"]
 
 
 def allowances(limiter: RateLimiter, stats: list[dict], samples: int) -> list[float]:
-    """Each shard's insert allowance: its inserts plus an even share of the global headroom."""
+    """Each shard's insert allowance: its inserts plus an even share of the global headroom
+    (`replay.rate_limiter.RateLimiter.insert_headroom` of the global counters)."""
     inserts = sum(st["inserts"] for st in stats)
     deletes = sum(st["deletes"] for st in stats)
-    h = max(0.0, headroom(limiter, inserts, samples, deletes)) / len(stats)
+    h = limiter.insert_headroom((inserts, samples, deletes)) / len(stats)
     return [st["inserts"] + h for st in stats]
 
 

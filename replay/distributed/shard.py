@@ -29,9 +29,8 @@ import ray
 from graphrl.memory import MemoryBudgetError
 from replay.distributed.chunk_transport import CODEC_KINDS, gather_chunks, pack_field
 from replay.distributed.errors import AwaitingRestore, secs
-from replay.distributed.routing import headroom
 from replay.distributed.transport import concat_tables, ring_runs
-from replay.rate_limiter import MinSize, rate_limiter_from_config
+from replay.rate_limiter import MinSize
 from replay.selectors import selector_from_config
 from replay.spec import TrajectorySpec
 from replay.storage import Episode
@@ -59,8 +58,10 @@ class ShardActor:
     index : int
         The shard's index in the store (for messages and keys).
     config : dict
-        spec, capacity (steps of this shard), selector, rate limiter (the user's, for the insert
-        allowance), num_shards, max_times_sampled, seed, chunk_steps, tier, timeout, staging_slots;
+        spec, capacity (steps of this shard), selector, rate_limiter (the user's, its config),
+        insert_headroom (its `replay.rate_limiter.RateLimiter.insert_headroom` of empty counters: the
+        insert allowance until the client pushes one) and rate_limiter_repr (for messages), num_shards,
+        max_times_sampled, seed, chunk_steps, tier, timeout, staging_slots;
         reseed (optional): a restore draws from ``seed``, not from the checkpoint's generator state.
     restore_from : str, optional
         A local checkpoint root to start from (`replay.distributed.RayReplayStore.restore`).
@@ -72,7 +73,8 @@ class ShardActor:
     def __init__(self, index: int, config: dict, restore_from: str | None) -> None:
         self.index = index
         self.incarnation = uuid.uuid4().hex
-        self.limiter = rate_limiter_from_config(config["rate_limiter"])
+        self.headroom = float(config["insert_headroom"])
+        self.limiter_repr = str(config["rate_limiter_repr"])
         self.num_shards = int(config["num_shards"])
         self.chunk_steps = int(config["chunk_steps"])
         folder = restore_from
@@ -108,7 +110,7 @@ class ShardActor:
             )
         self.cond = threading.Condition()
         inserts = self.store.counters()["inserts"]
-        self.allow = inserts + headroom(self.limiter, 0, 0, 0) / self.num_shards
+        self.allow = inserts + self.headroom / self.num_shards
         self.paused = False
         self.active = 0
         self.woken: deque[str] = deque(maxlen=1024)
@@ -130,7 +132,7 @@ class ShardActor:
                 self.store = ReplayStore.restore(folder, **self.kwargs)
                 old.close()
                 inserts = self.store.counters()["inserts"]
-                self.allow = inserts + headroom(self.limiter, 0, 0, 0) / self.num_shards
+                self.allow = inserts + self.headroom / self.num_shards
             self.restored_from = folder
             self.awaiting = False
             self.cond.notify_all()
@@ -213,7 +215,7 @@ class ShardActor:
                         if self.awaiting
                         else f"inserting is ahead of sampling: this shard holds {inserts} inserted steps "
                         f"and may take {self.allow:.6g} until the store samples more (the rate limiter "
-                        f"{self.limiter!r}, split over {self.num_shards} shards)"
+                        f"{self.limiter_repr}, split over {self.num_shards} shards)"
                     )
                     + "; nothing of this shipment was stored"
                 )

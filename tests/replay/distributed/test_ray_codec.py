@@ -16,6 +16,7 @@ ray = pytest.importorskip("ray", reason="the Ray backend needs ray: pip install 
 
 from graphrl.memory import MemoryBudgetError  # noqa: E402
 from replay import MinSize, ReplayStore, TrajectorySpec, Uniform  # noqa: E402
+from replay.chunk_codec import arena_size  # noqa: E402
 from replay.chunk_decode import free_zstd_context, new_zstd_context  # noqa: E402
 from replay.distributed import RayReplayStore  # noqa: E402
 from replay.distributed.shard import ShardActor  # noqa: E402
@@ -51,6 +52,7 @@ def test_a_shard_ships_compressed_chunks_that_the_client_decompresses(cluster):
     config = {
         "spec": CODEC.to_config(), "capacity": 40, "num_shards": 1, "selector": Uniform().to_config(),
         "rate_limiter": MinSize(1).to_config(), "max_times_sampled": 0, "chunk_steps": 40, "tier": "host",
+        "insert_headroom": float("inf"), "rate_limiter_repr": "MinSize(1)",
         "timeout": 10.0, "staging_slots": 1, "seed": 5,
     }
     shard = ShardActor(0, config, None)
@@ -105,7 +107,7 @@ def test_a_ray_store_with_a_compressed_field_samples_exact_batches_and_names_a_f
         with pytest.raises(MemoryBudgetError) as info:  # the shard's error, not Ray's wrapper, first
             w.add_episode(noise)
             w.wait()
-        want = "shard 0 of the RayReplayStore: " + lead("img", 64 * 192 * 2 // 3, "1.5")
+        want = "shard 0 of the RayReplayStore: " + lead("img", arena_size(64, 192, 2, 1.5), "1.5")
         assert re.match(want, str(info.value))
         w.close()
 
@@ -116,7 +118,7 @@ def test_a_full_arena_names_the_store_the_field_and_the_remedy_first():
     local = ReplayStore(spec, 64, 1)
     with local.writer() as w, pytest.raises(MemoryBudgetError) as info:
         w.add_episode(noise)
-    assert re.match(lead("img", 512, "8"), str(info.value)), str(info.value)
+    assert re.match(lead("img", 512 + 8, "8"), str(info.value)), str(info.value)  # arena_size: one chunk more
     assert "(memory manager: owner 'replay.shard0' asked for" in str(info.value)
     assert str(pickle.loads(pickle.dumps(info.value))) == str(info.value)  # as Ray ships it
     local.close()

@@ -1,20 +1,28 @@
 """The Ray store follows the local store's rules from their one home, not from copies of them.
 
 Ray-sampled windows, wrapped ones included, are the local store's CPU ring gather of the same windows
-byte for byte (`replay.windows`: padding zeroed over stale bytes, masks).
+byte for byte (`replay.windows`: padding zeroed over stale bytes, masks); a rate limiter subclass with
+an insert rule of its own admits and refuses the Ray store's writers exactly as the local store's (its
+``can_insert``, through `replay.rate_limiter.RateLimiter.insert_headroom`), learners included.
 """
 
 from __future__ import annotations
+
+import contextlib
+import sys
 
 import numpy as np
 import pytest
 
 ray = pytest.importorskip("ray", reason="the Ray backend needs ray: pip install 'graphrl[ray]'")
 
-from replay import ReplayStore, TrajectorySpec  # noqa: E402
+from replay import MinSize, ReplayStore, TrajectorySpec  # noqa: E402
 from replay.distributed import RayReplayStore  # noqa: E402
 from replay.keys import decode_keys  # noqa: E402
 from replay.windows import gather_fields  # noqa: E402
+
+# a learner's handle carries the store's rate limiter (a class of this file) to wherever it samples
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 SPEC = TrajectorySpec({"id": ((), "int64"), "img": ((4, 300), "uint8"), "r": ((), "float32")})
 
@@ -33,6 +41,8 @@ def write(store, lengths) -> None:
         for n in lengths:
             w.extend(steps(first, n))
             w.end_episode()
+            if isinstance(store, RayReplayStore):
+                w.wait()  # stored before the next ships: a threaded shard actor may run two in any order
             first += n
 
 
@@ -83,3 +93,55 @@ def test_ray_windows_that_wrap_the_ring_are_the_local_gather_of_the_same_keys(cl
                 wrapped += int(((anchor - back) % 100 + n > 100).sum())
                 padded += int((n < 16).sum())
         assert wrapped > 0 and padded > 0
+
+
+class InsertsAheadOfSamples(MinSize):
+    """Inserts at most 30 steps ahead of samples: a ``can_insert`` of its own (MinSize's admits all)."""
+
+    def can_insert(self, counts, n=1):
+        return int(counts[0]) + n <= 30 + int(counts[1])
+
+
+def episode_admitted(store, first: int, n: int) -> bool:
+    """Whether the rate limiter admits one episode of ``n`` steps within 2 s (one writer each)."""
+    w = store.writer(timeout=2.0)
+    w.extend(steps(first, n))
+    try:
+        w.end_episode()
+        w.close()  # the Ray writer's shipment: refused by its shard's allowance within the timeout
+        return True
+    except TimeoutError as exc:
+        assert "inserting is ahead of sampling" in str(exc) or "rate limiter" in str(exc), exc
+        with contextlib.suppress(TimeoutError):
+            w.close()
+        return False
+
+
+def test_a_rate_limiter_subclass_admits_the_ray_stores_inserts_as_the_local_stores(cluster):
+    # 7-step episodes: 0, 7, .. 28 inserted steps admit one more (28 + 1 <= 30), 35 does not; 8 sampled
+    # steps admit one more (35 + 1 <= 38), 42 does not; 8 more sampled (a Ray learner's) admit one more
+    limiter = InsertsAheadOfSamples(1)
+    want = [True] * 5 + [False, "sample", True, False, "sample", True, False]
+    got = {}
+    with RayReplayStore(SPEC, 1000, num_shards=1, rate_limiter=limiter, seed=2) as store, ReplayStore(
+        SPEC, 1000, num_shards=1, rate_limiter=limiter, tier="host"
+    ) as local:
+        learner = store.learner()
+        for name, st in (("ray", store), ("local", local)):
+            seen, first, samples = [], 0, 0
+            for step in want:
+                if step == "sample":
+                    # the second sample: the Ray store's learner (its own client, the handle's limiter)
+                    sampler = learner if name == "ray" and samples else st
+                    with sampler.sample(8, window=1, timeout=10) as b:
+                        assert int(b.lengths.sum()) == 8
+                    samples += 8
+                    seen.append("sample")
+                    continue
+                ok = episode_admitted(st, first, 7)
+                first += 7 * ok
+                seen.append(ok)
+            got[name] = (seen, st.counters())
+        learner.close()
+    assert got["ray"] == got["local"]
+    assert got["local"] == (want, {"inserts": 49, "samples": 16, "deletes": 0})

@@ -50,6 +50,8 @@ def shard_config(spec: TrajectorySpec) -> dict:
         "num_shards": 1,
         "selector": Uniform().to_config(),
         "rate_limiter": MinSize(1).to_config(),
+        "insert_headroom": float("inf"),
+        "rate_limiter_repr": "MinSize(1)",
         "max_times_sampled": 0,
         "chunk_steps": 100,
         "tier": "host",

@@ -1,8 +1,9 @@
 """replay.distributed's pure parts, without a cluster: routing, ring runs, the checkpoint manifest.
 
 Which shard a writer picks, how a draw splits over shards (masses that overflow included), how keys
-route back, the insert allowance; ring runs merge windows that overlap or touch and split those that
-wrap; the manifest is numbered, published atomically (older folders pruned) and read back.
+route back, the insert allowance (the rate limiter's own ``insert_headroom``, a subclass's included);
+ring runs merge windows that overlap or touch and split those that wrap; the manifest is numbered,
+published atomically (older folders pruned) and read back.
 """
 
 from __future__ import annotations
@@ -14,10 +15,9 @@ import pytest
 
 pytest.importorskip("ray", reason="the Ray backend needs ray: pip install 'graphrl[ray]'")
 
-from replay import MinSize, SampleToInsertRatio  # noqa: E402
+from replay import MinSize, Queue, RateLimiter, SampleToInsertRatio  # noqa: E402
 from replay.distributed.routing import (  # noqa: E402
     allowances,
-    headroom,
     least_loaded,
     shard_seed,
     shares,
@@ -57,11 +57,47 @@ def test_keys_route_back_to_their_shards():
 
 
 def test_the_insert_budget_splits_evenly():
-    assert math.isinf(headroom(MinSize(1), 0, 0, 0))
-    limiter = SampleToInsertRatio(1.0, min_size=20, error_buffer=40)
+    assert math.isinf(MinSize(1).insert_headroom((0, 0, 0)))
+    assert allowances(MinSize(1), [{"inserts": 3, "deletes": 0}], 0) == [math.inf]
+    limiter = SampleToInsertRatio(1.0, min_size=20, error_buffer=40)  # max_diff 60
     stats = [{"inserts": 10, "deletes": 0}, {"inserts": 30, "deletes": 0}]
-    h = headroom(limiter, 40, 0, 0)
-    assert allowances(limiter, stats, 0) == [10 + h / 2, 30 + h / 2]
+    assert limiter.insert_headroom((40, 0, 0)) == 20  # (40 + k + 1) - 0 <= 60 for k = 0..19
+    assert allowances(limiter, stats, 0) == [20, 40]
+    assert allowances(limiter, stats, 1000) == [10 + 510, 30 + 510]
+
+
+class CapAboveSamples(MinSize):
+    """Inserts at most ``cap`` steps ahead of samples: a ``can_insert`` of its own (MinSize's admits all)."""
+
+    def __init__(self, cap: int) -> None:
+        super().__init__(1)
+        self.cap = cap
+
+    def can_insert(self, counts, n=1):
+        return int(counts[0]) + n <= self.cap + int(counts[1])
+
+
+def test_insert_headroom_counts_the_steps_can_insert_admits_in_a_row():
+    # every limiter kind (ratios that round), a subclass with a rule of its own: the count by hand
+    rng = np.random.default_rng(0)
+    limiters = [
+        SampleToInsertRatio(1.0, 20, 40),
+        SampleToInsertRatio(0.3, 7, 5.5),
+        SampleToInsertRatio(2.7, 3, (-10.0, 13.3)),
+        Queue(9),
+        RateLimiter(1 / 3, 4, -2.0, 2.0),
+        CapAboveSamples(30),
+    ]
+    for limiter in limiters:
+        for _ in range(200):
+            inserts, samples = (int(x) for x in rng.integers(0, 60, 2))
+            deletes = int(rng.integers(0, inserts + 1))
+            k = 0
+            while limiter.can_insert((inserts + k, samples, deletes)):
+                k += 1
+            assert limiter.insert_headroom((inserts, samples, deletes)) == k, (limiter, inserts, samples)
+    assert CapAboveSamples(30).insert_headroom((28, 5, 0)) == 7
+    assert math.isinf(MinSize(5).insert_headroom((2**62, 0, 0)))
     assert shard_seed(None, 3) is None and shard_seed(7, 0) != shard_seed(7, 1)
 
 
