@@ -42,7 +42,7 @@ def gather_rows(
     ``rings[s * F + j]``: shard s's field j as flat bytes (an empty tuple and ``outs``, ``row_bytes``
     empty when no field is raw: only the mask is filled); ``first`` absolute positions (the slot is
     ``first % capacity``); ``mask`` (bool [R * length]) gets ``dst <= j < dst + n``. ``stream``:
-    streaming stores for runs of ``_STREAM_PIECE`` bytes and more.
+    streaming stores for runs of `replay.windows.STREAM_PIECE` bytes and more.
     """
     if len(rings) > 0:  # an empty tuple (no raw field): skipped untyped (`replay.commit_kernel.write_steps`)
         nf = row_bytes.shape[0]
