@@ -16,9 +16,9 @@ regions (the shared tier by default, so that learners in other processes attach 
 `ChunkRing.write` (the writer's process, shard lock held) copies rows into the tail and compresses
 each chunk that fills: the actor compresses. A chunk's arena bytes are reused only once every
 position of it is below the shard's floor (``write_pos - capacity``); a chunk that does not fit in the
-arena beside the live ones raises `graphrl.memory.MemoryBudgetError` before anything is written (a
-chunk never takes more than its raw bytes, so an arena of the ring's raw bytes, ``arena_ratio <= 1``,
-holds incompressible steps as a ring: `place_chunks`).
+arena beside the live ones raises `graphrl.memory.MemoryBudgetError` before anything is written (the
+store's arena, `arena_size`, has a chunk's room for the bytes skipped at its end: at ``arena_ratio <= 1``
+it never refuses one, as a chunk never takes more than its raw bytes).
 A table slot is published by its chunk index, written last (a writer killed mid-commit leaves no slot
 naming a chunk it did not finish). `ChunkRing.read` (any process, shard lock held) decompresses the
 chunks of the asked positions into the caller's rows, keeping the last decoded chunk (checkpoints, the
@@ -41,6 +41,7 @@ DeepMind Reverb's chunkers (compressed chunks of steps, decompressed at sample t
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -58,8 +59,8 @@ from replay.spec import CODECS
 from replay.sync_kernels import compiler_fence
 
 __all__ = [
-    "CODECS", "ChunkRing", "ChunkRingHandle", "chunk_fits", "chunk_steps_for", "field_chunk", "make_codec",
-    "place_chunks", "store_chunks",
+    "CODECS", "ChunkRing", "ChunkRingHandle", "arena_ratio_of", "arena_size", "chunk_fits", "chunk_steps_for",
+    "field_chunk", "make_codec", "place_chunks", "store_chunks",
 ]
 
 # steps per chunk by default, per codec (Atari frames: docs/performance.md, "Compressed fields")
@@ -118,6 +119,52 @@ def chunk_steps_for(capacity: int, chunk: int | None = None, name: str = "", cod
     return c
 
 
+def arena_size(capacity: int, row_bytes: int, chunk: int, arena_ratio: float) -> int:
+    """Bytes of a codec field's arena: ``capacity * row_bytes / arena_ratio`` for the live chunks, plus
+    one chunk of ``chunk * row_bytes / max(1, arena_ratio)`` bytes for the bytes `place_chunks` skips.
+
+    Parameters
+    ----------
+    capacity : int
+        Steps of the shard's ring, ``slots * chunk``.
+    row_bytes : int
+        Bytes of one step of the field.
+    chunk : int
+        Steps per chunk; ``R = chunk * row_bytes`` is a raw chunk's bytes.
+    arena_ratio : float
+        Raw bytes per arena byte (`replay.spec.FieldSpec.arena_ratio`), > 0.
+
+    Returns
+    -------
+    int
+        ``max(1, int(capacity * row_bytes / arena_ratio)) + ceil(R / max(1, arena_ratio))``.
+
+    Notes
+    -----
+    The bound: let every stored chunk take at most ``m = R / max(1, arena_ratio)`` bytes (always so
+    for ``arena_ratio <= 1``: a chunk that does not compress is stored raw, ``R`` bytes). A chunk is
+    placed beside at most ``slots - 1`` live ones (a write's chunks end at its end, and the positions
+    ``capacity`` back are the floor), so at most ``(slots - 1) * m`` live bytes; the live range of the
+    circular log holds at most one skipped gap, the bytes before the arena's end that a chunk did not
+    fit in, under ``m``. An arena of ``A >= (slots + 1) * m`` bytes so always leaves room: unwrapped,
+    the new chunk fits at the head or at 0 (``tail_off > A - (slots - 1) m - m >= m``); wrapped, the
+    free bytes ``A - live - gap > m``. Without the extra chunk, ``arena_ratio=1`` refused commits of
+    chunks of varying sizes. Its cost: one chunk per shard and codec field (``1 / slots`` of the arena
+    at ``arena_ratio >= 1``).
+    """
+    nominal = max(1, int(capacity * row_bytes / arena_ratio))
+    return nominal + math.ceil(chunk * row_bytes / max(1.0, arena_ratio))
+
+
+def arena_ratio_of(capacity: int, row_bytes: int, chunk: int, arena_bytes: int) -> float:
+    """The ``arena_ratio`` that `arena_size` turns into ``arena_bytes`` (about: sizes are whole bytes),
+    for messages; an arena below one raw chunk's bytes gives ``capacity * row_bytes / arena_bytes``."""
+    raw, r = capacity * row_bytes, chunk * row_bytes
+    if (raw + r) / arena_bytes >= 1.0:  # arena_ratio >= 1: arena = (raw + r) / ratio
+        return (raw + r) / arena_bytes
+    return raw / (arena_bytes - r) if arena_bytes > r else raw / arena_bytes
+
+
 @nb.njit(cache=True, nogil=True)
 def place_chunks(table, head, size, oldest, first, sizes, offs):  # pragma: no cover - numba
     """Arena offsets ``offs`` (int64 [n]) for new chunks ``first .. first + n - 1`` of ``sizes`` bytes, in
@@ -130,8 +177,9 @@ def place_chunks(table, head, size, oldest, first, sizes, offs):  # pragma: no c
     it does not fit before the arena's end. A chunk may end exactly at the oldest live chunk or at the
     arena's end (the head wraps to 0): with live chunks, head == that offset means the arena is full
     (with none, the arena is empty and the head restarts at 0). So chunks of equal size ``s`` (raw,
-    incompressible ones) fit whenever the arena holds ``slots`` of them: an arena of at least
-    ``slots * s`` bytes is a ring of whole chunks that never refuses one.
+    incompressible ones) fit whenever the arena holds ``slots`` of them; chunks of sizes up to ``m``
+    always fit in an arena of ``(slots + 1) * m`` bytes (the bytes skipped at the arena's end are under
+    one chunk: `arena_size`).
     """
     slots = table.shape[0]
     tail_off = -1
@@ -386,12 +434,12 @@ class ChunkRing:
 
     def _full(self, asked: int, used: int) -> MemoryBudgetError:
         arena = self.regions[2]
-        ratio = self.capacity * self.chunk_bytes / self.chunk / self.arena_bytes
+        ratio = arena_ratio_of(self.capacity, self.chunk_bytes // self.chunk, self.chunk, self.arena_bytes)
         lead = (  # the store, the field and its remedy first; the memory manager's figures after
             f"replay store ({arena.owner}), field {self.name!r}: a compressed chunk of {asked} bytes does "
             f"not fit in the arena of {self.arena_bytes} bytes beside {used} bytes of live chunks; lower the "
-            f"field's arena_ratio (now {ratio:.3g}: the arena is capacity * row bytes / arena_ratio; its "
-            f"raw chunk is {self.chunk_bytes} bytes)"
+            f"field's arena_ratio (now {ratio:.3g}: the arena is capacity * row bytes / arena_ratio and one "
+            f"chunk; its raw chunk is {self.chunk_bytes} bytes)"
         )
         return MemoryBudgetError(
             arena.tier, arena.owner, asked, self.arena_bytes - used, self.arena_bytes, lead=lead

@@ -38,7 +38,7 @@ import numpy as np
 from graphrl.kernels import advise_huge_pages
 from graphrl.memory import MemoryManager, Region, RegionHandle, Tier
 from replay._sync import SLOT_BYTES, SharedMutex
-from replay.chunk_codec import ChunkRing, ChunkRingHandle, chunk_steps_for
+from replay.chunk_codec import ChunkRing, ChunkRingHandle, arena_size, chunk_steps_for
 from replay.commit_kernel import count_overwritten, repair_hole, write_steps
 from replay.keys import MAX_POSITION
 from replay.shard_layout import (
@@ -181,8 +181,8 @@ class ShardStorage:
             chunks = {}
             for name, f in spec.items():
                 if f.codec is not None:
-                    arena = max(1, int(capacity * f.row_bytes / f.arena_ratio))
                     chunk = chunk_steps_for(capacity, f.chunk, name, f.codec)
+                    arena = arena_size(capacity, f.row_bytes, chunk, f.arena_ratio)
                     chunks[name] = ChunkRing.create(
                         memory, name, f.shape, f.dtype, f.codec, capacity, chunk, arena, tier, owner, fallback
                     )

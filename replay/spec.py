@@ -69,13 +69,17 @@ class FieldSpec:
         commit and decompressed into the batch at sample time; for large, redundant steps (pixels).
     arena_ratio : float
         For a codec field, raw bytes of the shard's ring per byte of its compressed arena (> 0; the
-        arena holds ``capacity * row_bytes / arena_ratio`` bytes per shard). Data that compresses less
+        arena holds ``capacity * row_bytes / arena_ratio`` bytes per shard, and one chunk of
+        ``chunk * row_bytes / max(1, arena_ratio)`` more for the bytes its circular log skips at its
+        end: `replay.chunk_codec.arena_size`). Data that compresses less
         than ``arena_ratio`` fills the arena before the ring wraps: a writer's commit then raises
         `graphrl.memory.MemoryBudgetError` (that commit's steps dropped), at run time, not here. Choose it
         below the ratio your busiest data reaches with the codec and chunk (measure raw bytes / compressed
         bytes of sample chunks, or for Atari frames ``benchmarks/replay_codecs.py``'s ``ratio``), with
-        headroom (e.g. 0.75 of it); ``arena_ratio <= 1`` never fills (a chunk takes at most its raw bytes)
-        but saves no memory. Default 4.0: frames with large static areas. Unused when raw.
+        headroom (e.g. 0.75 of it). A commit is never refused while every chunk compresses by at least
+        ``max(1, arena_ratio)``, so ``arena_ratio <= 1`` never fills (a chunk takes at most its raw bytes,
+        whatever the mix of sizes) but saves no memory. Default 4.0: frames with large static areas.
+        Unused when raw.
     chunk : int or None
         For a codec field, steps per compressed chunk: a sampled step decompresses its whole chunk
         (``"lz4dict"``: the step alone), so short chunks sample faster and long ones compress better

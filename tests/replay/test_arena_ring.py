@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from graphrl.memory import MemoryBudgetError, MemoryManager
 from replay import FieldSpec, ReplayStore, TrajectorySpec
-from replay.chunk_codec import ChunkRing
+from replay.chunk_codec import ChunkRing, arena_size
 from replay.chunk_encode import ChunkEncode
 
 ROW = (16,)
@@ -28,10 +28,10 @@ ROW = (16,)
     seed=st.integers(0, 2**31 - 1),
 )
 def test_an_arena_of_the_raw_ring_never_refuses_incompressible_commits(codec, chunk, slots, ratio, ops, seed):
-    """The store's arena size (`replay.shard.ShardStorage.create`: capacity * row bytes / ratio)."""
+    """The store's arena size (`replay.chunk_codec.arena_size`, as `ShardStorage.create` makes it)."""
     capacity = chunk * slots
     row_bytes = int(np.prod(ROW))
-    arena = max(1, int(capacity * row_bytes / ratio))
+    arena = arena_size(capacity, row_bytes, chunk, ratio)
     rng = np.random.default_rng(seed)
     with MemoryManager() as memory:
         ring = ChunkRing.create(memory, "obs", ROW, np.uint8, codec, capacity, chunk, arena_bytes=arena)

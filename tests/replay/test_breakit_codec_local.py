@@ -20,7 +20,7 @@ from graphrl.memory import MemoryManager
 from replay import Prioritized, ReplayStore, TrajectorySpec
 from replay._files import seal, unseal
 from replay.checkpoint import INTEGRITY, CheckpointError
-from replay.chunk_codec import ChunkRing
+from replay.chunk_codec import ChunkRing, arena_size
 
 
 def spec(codec: str | None, chunk: int | None) -> TrajectorySpec:
@@ -214,7 +214,7 @@ def test_incompressible_frames_take_no_more_than_their_raw_bytes(codec):
     row = 4 * 40
     assert state["chunks"][:, 0].tolist() == list(range(2, 10))  # positions 8..39 live: chunks 2..9
     assert (state["chunks"][:, 1] == 4 * row).all()  # every chunk stored raw
-    assert ring.arena_bytes <= 32 * row / 0.8  # an arena_ratio of 0.8 holds the raw chunks (and room to wrap)
+    assert ring.arena_bytes == arena_size(32, row, 4, 0.8)  # the raw chunks, room to wrap and one chunk more
     for window in (1, 3):
         with raw.sample(16, window) as a, packed.sample(16, window) as b:
             assert torch.equal(a.keys, b.keys) and torch.equal(a.mask, b.mask)
