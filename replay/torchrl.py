@@ -193,6 +193,8 @@ class TorchRLWriter:
         The rollout keys whose True value ends an episode after its step.
     traj_key : TorchRL key
         The rollout key of the trajectory ids.
+    final_keys : dict of str to TorchRL key
+        Per field of ``final_fields``, the rollout key of its value after each step (``("next", key)``).
     steps_written, episodes_written : int
         Steps handed to the writers, episodes ended.
 

@@ -209,3 +209,19 @@ def test_timeout_leaves_final_unstaged() -> None:
             assert w.episodes_written == 2 and w.steps_written == 4
         obs = [ep.data["obs"][:, 0, 0].tolist() for ep in store.episodes()]
         assert [9] in [o[1:] for o in obs] and [7, 9] in obs
+
+
+def test_final_step_through_an_attached_store() -> None:
+    """An actor process's writer (`ReplayStore.attach(handle).writer()`) is the same writer: same rule."""
+    eps = episodes([1, 3])
+    with ReplayStore(SPEC, capacity_steps=64, seed=0) as store:
+        with ReplayStore.attach(store.handle()) as attached, attached.writer() as w:
+            for ep in eps:
+                t = len(ep["action"])
+                w.extend({"obs": ep["obs"][:t], **{k: ep[k] for k in ("action", "reward", "done")}})
+                w.end_episode(final={"obs": ep["obs"][t]})
+            with pytest.raises(ValueError, match="episode with no steps"):
+                w.end_episode(final={"obs": eps[0]["obs"][0]})
+        assert len(store) == 6
+        got, _ = sampled(store, 40)
+    assert got == expected(eps)
