@@ -1,11 +1,14 @@
 """ReplayStore.checkpoint beside a busy writer: no writer (the baseline), a writer thread of the checkpointing
-process, a writer process attached by handle.
+process, a writer process attached by handle, and a pure-Python busy thread (the worst case of a thread).
 
 A writer thread in the learner's process (TorchRL collectors and Reverb clients often run so) keeps the GIL
 busy between its commits: each time the checkpoint's thread releases the GIL (a file write, an fsync, a hash
 update, zarr's hand-offs to its I/O threads) it may wait up to ``sys.getswitchinterval()`` (5 ms) to get it
 back. A writer process shares no GIL with the checkpoint. The writer is an actor's loop: ``append`` of one
-step (a dict of the fields) at a time, ``end_episode`` every 50 steps, until the cases end.
+step (a dict of the fields) at a time, ``end_episode`` every 50 steps, until the cases end; it releases the
+GIL itself now and then (numpy copies, the compiled commit). The busy thread (case ``busy``) runs Python
+bytecode without a pause (an environment's step in Python, say): each GIL release of the checkpoint's
+thread costs it a whole switch interval, so ``busy`` minus ``none`` is about the releases times 5 ms.
 
 Stores (1 shard, uniform, full to capacity before the first checkpoint):
 
@@ -14,8 +17,9 @@ Stores (1 shard, uniform, full to capacity before the first checkpoint):
 - small: ``--small-steps`` steps of obs float32 [8], action int64, reward float32, done bool.
 
 Each case is ``--repeats`` checkpoints into one root (``--root``, a folder on the disk by default: the
-fsyncs are part of a checkpoint), the cases interleaved (none, thread, process, none, ...): rows give the
-median and the best, ``ratio`` = the case's median / no writer's median (lower is better; 1 is no slowdown).
+fsyncs are part of a checkpoint; /dev/shm leaves the disk out), the cases interleaved (none, thread,
+process, busy, none, ...) over ``--rounds``: rows give the median and the best, ``ratio`` = the case's
+median / no writer's median (lower is better; 1 is no slowdown).
 Run ``python benchmarks/checkpoint_writer.py --help``; results go to
 ``benchmarks/results/checkpoint_writer.json``.
 """
@@ -88,6 +92,14 @@ def actor(store, kind: str, stop, written: list[int]) -> None:
     written.append(i)
 
 
+def busy(stop) -> None:
+    """Python bytecode until ``stop``, never releasing the GIL but when the interpreter makes it."""
+    x = 0
+    while not stop.is_set():
+        for _ in range(1000):
+            x += 1
+
+
 def actor_process(handle, kind: str, stop, ready) -> None:  # forked
     store = ReplayStore.attach(handle)
     ready.set()
@@ -101,6 +113,10 @@ def run_case(store: ReplayStore, kind: str, case: str, root: str, repeats: int) 
     if case == "thread":
         stop = threading.Event()
         th = threading.Thread(target=actor, args=(store, kind, stop, written), name="actor")
+        th.start()
+    elif case == "busy":
+        stop = threading.Event()
+        th = threading.Thread(target=busy, args=(stop,), name="busy")
         th.start()
     elif case == "process":
         ctx = mp.get_context("fork")
@@ -116,7 +132,7 @@ def run_case(store: ReplayStore, kind: str, case: str, root: str, repeats: int) 
         t0 = time.perf_counter()
         store.checkpoint(root)
         times.append(time.perf_counter() - t0)
-    if case == "thread":
+    if case in ("thread", "busy"):
         stop.set()
         th.join(60)
     elif case == "process":
@@ -133,11 +149,15 @@ def run_case(store: ReplayStore, kind: str, case: str, root: str, repeats: int) 
 @click.option("--small-steps", default=20000, show_default=True, help="steps of the small-step store")
 @click.option("--repeats", default=3, show_default=True, help="checkpoints per case and round")
 @click.option("--rounds", default=2, show_default=True, help="rounds of the interleaved cases")
+@click.option("--cases", default="none,thread,process,busy", show_default=True,
+              help="comma-separated, of none, thread, process, busy (none is the baseline: keep it)")
 @click.option("--root", default=None, help="folder for the checkpoint roots (default: a new one in /tmp)")
 @click.option("--output", default=str(RESULTS), show_default=True)
 def main(
-    frame_steps: int, small_steps: int, repeats: int, rounds: int, root: str | None, output: str
+    frame_steps: int, small_steps: int, repeats: int, rounds: int, cases: str, root: str | None, output: str
 ) -> None:
+    if "none" not in cases.split(","):
+        raise click.BadParameter(f"{cases!r} lacks none, the baseline", param_hint="--cases")
     load_before = os.getloadavg()[0]
     base = Path(tempfile.mkdtemp(prefix="checkpoint-writer-", dir=root or "/tmp"))
     rows, raw = [], {}
@@ -146,13 +166,13 @@ def main(
             with MemoryManager() as mm:
                 store = ReplayStore(spec(kind), n, 1, selector=Uniform(), memory=mm, seed=0, timeout=600)
                 fill(store, kind, n)
-                times: dict[str, list[float]] = {"none": [], "thread": [], "process": []}
+                times: dict[str, list[float]] = {c: [] for c in cases.split(",")}
                 for _ in range(rounds):
                     for case in times:
                         got, _ = run_case(store, kind, case, str(base / kind), repeats)
                         times[case].extend(got)
                 store.close()
-            base_med = statistics.median(times["none"])
+            base_med = statistics.median(times["none"])  # the rounds interleave the cases
             for case, ts in times.items():
                 med = statistics.median(ts)
                 rows.append({"case": f"{kind} {n} steps, writer: {case}", "metric": "checkpoint_s",
