@@ -356,12 +356,12 @@ def updates_valid(keys, p, num_shards, limit):  # pragma: no cover - numba
     """True when every key is >= 0 and names a shard < ``num_shards`` and every priority is finite,
     >= 0 and <= ``limit`` (``keys`` int64 [K], ``p`` float64 [K]; ``limit`` from
     `replay.selectors.priority_limit`); the caller's checks name the first bad one."""
-    for i in range(keys.shape[0]):
-        if keys[i] < 0 or key_shard(keys[i]) >= num_shards:
-            return False
-        if not (p[i] >= 0.0 and p[i] < np.inf and p[i] <= limit):
-            return False
-    return True
+    ok = True
+    for i in range(keys.shape[0]):  # no branch per key: a vectorised loop
+        k = keys[i]
+        x = p[i]
+        ok &= (k >= 0) & (key_shard(k) < num_shards) & (x >= 0.0) & (x < np.inf) & (x <= limit)
+    return ok
 
 
 @nb.njit(cache=True, nogil=True)
