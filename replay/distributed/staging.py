@@ -1,13 +1,14 @@
-"""BatchAssembler: the Ray client's staging slots, and a `replay.batch.Batch` built from shards' replies.
+"""BatchAssembler: a `replay.batch.Batch` built from shards' replies in the Ray client's staging slots.
 
-Each shard reply names its windows (keys, probabilities, lengths, offsets) and the object-store refs
-of the ring runs that hold them (`replay.distributed.transport`). `BatchAssembler.assemble` maps the
-runs zero-copy (``ray.get``), copies every reply into its rows of one pinned staging slot (two replies
-at once in two threads: the copy kernels release the GIL; codec fields are decompressed there), then
-builds the same `Batch` the local store returns: keys carry the shard, probabilities are
-``P(shard) * P(window | shard)`` and the importance weights are the local store's
-(`replay.batch.importance_weights`) over the global table size (Schaul et al., "Prioritized
-Experience Replay", 2016).
+The slots are the local store's (`replay.batch_staging.BatchStaging`: one pool per batch shape, a few
+shapes at a time, the slot released last handed out first). Each shard reply names its windows (keys,
+probabilities, lengths, offsets) and the object-store refs of the ring runs that hold them
+(`replay.distributed.transport`). `BatchAssembler.assemble` maps the runs zero-copy (``ray.get``),
+copies every reply into its rows of one pinned staging slot (two replies at once in two threads: the
+copy kernels release the GIL; codec fields are decompressed there), then builds the same `Batch` the
+local store returns: keys carry the shard, probabilities are ``P(shard) * P(window | shard)`` and the
+importance weights are the local store's (`replay.batch.importance_weights`) over the global table size
+(Schaul et al., "Prioritized Experience Replay", 2016).
 """
 
 from __future__ import annotations
@@ -22,28 +23,26 @@ import torch
 
 from graphrl import kernels
 from graphrl.memory import MemoryManager
-from graphrl.tensors import StagingPool, zero_fill
 from replay.batch import Batch, importance_weights
+from replay.batch_staging import BatchStaging
 from replay.chunk_decode import free_zstd_context, new_zstd_context
 from replay.distributed.errors import actor_errors, secs, shard_error
 from replay.distributed.transport import place
-from replay.layout import BatchLayout
 from replay.spec import TrajectorySpec
 
 __all__ = ["BatchAssembler"]
 
-MAX_SHAPES = 4  # staging pools kept at once (one per batch shape); the oldest is closed past this
-
 
 class BatchAssembler:
-    """Staging pools (one per batch shape, pinned with a host fallback) and the copy of replies into them.
+    """Staging slots (`replay.batch_staging.BatchStaging`, host) and the copy of replies into them.
 
     Parameters
     ----------
     spec : TrajectorySpec
         The store's spec.
     memory : MemoryManager
-        Where the staging slots come from (owner ``replay.staging``).
+        Where the staging slots come from (tier ``pinned`` falling back to ``host``, owner
+        ``replay.staging``).
     slots : int
         Batches of one shape that may be held at once.
     timeout : float or None
@@ -64,13 +63,10 @@ class BatchAssembler:
         max_restarts: int,
     ) -> None:
         self.spec = spec
-        self.memory = memory
-        self.slots = slots
-        self.timeout = timeout
+        self.staging = BatchStaging(spec, memory, slots, timeout)
         self.prioritized = prioritized
         self.max_restarts = max_restarts
         self.row_bytes = np.array([f.row_bytes for f in spec.values()], dtype=np.int64)
-        self._pools: dict[tuple[int, int], tuple[StagingPool, BatchLayout]] = {}
         self._copy_pool: ThreadPoolExecutor | None = None
         self._zstd = any(f.codec == "zstd" for f in spec.values())
         self._local = threading.local()  # a zstd decompression context per copying thread
@@ -87,27 +83,6 @@ class BatchAssembler:
             with self._lock:
                 self._contexts.append(ctx)
         return ctx
-
-    def _pool(self, batch: int, window: int) -> tuple[StagingPool, BatchLayout]:
-        key = (batch, window)
-        entry = self._pools.get(key)
-        if entry is None:
-            layout = BatchLayout(self.spec, batch, window)
-            pool = StagingPool(
-                self.memory,
-                (layout.nbytes,),
-                torch.uint8,
-                slots=self.slots,
-                tier="pinned",
-                fallback=("host",),
-                owner="replay.staging",
-                timeout=self.timeout,
-            )
-            zero_fill(pool.region.tensor())
-            if len(self._pools) >= MAX_SHAPES:
-                self._pools.pop(next(iter(self._pools)))[0].close()
-            entry = self._pools[key] = (pool, layout)
-        return entry
 
     def _copier(self) -> ThreadPoolExecutor:
         if self._copy_pool is None:
@@ -135,12 +110,11 @@ class BatchAssembler:
             The runs were not readable, or no staging slot was free, within ``left``.
         """
         b, length, _ = pending["key"]
-        pool, layout = self._pool(b, length)
-        buf = pool.acquire(timeout=left)
+        slot = self.staging.acquire(b, length, None, left)
+        buf = slot.buffer
         try:
-            fields, mask = layout.views(self.spec, buf.tensor)
-            outs = tuple(t.numpy().reshape(-1).view(np.uint8) for t in fields.values())
-            mask_np = mask.numpy()
+            outs = slot.flat
+            mask_np = slot.mask_flat.reshape(b, length)
             keys = np.empty(b, np.int64)
             prob = np.empty(b, np.float64)
             lengths = np.empty(b, np.int64)
@@ -183,8 +157,8 @@ class BatchAssembler:
                 else torch.ones(b, dtype=torch.float32)
             )
             return Batch(
-                fields,
-                mask,
+                slot.fields,
+                slot.mask,
                 torch.from_numpy(keys),
                 torch.from_numpy(prob),
                 weights,
@@ -197,13 +171,11 @@ class BatchAssembler:
             raise
 
     def close(self) -> None:
-        """Wait for the copy threads and free every staging pool."""
+        """Wait for the copy threads and close the staging pools (batches still held keep their memory)."""
         if self._copy_pool is not None:
             self._copy_pool.shutdown(wait=True)
             self._copy_pool = None
-        for pool, _ in self._pools.values():
-            pool.close()
-        self._pools = {}
+        self.staging.close()
         with self._lock:
             for ctx in self._contexts:
                 free_zstd_context(ctx)

@@ -3,7 +3,9 @@
 Ray-sampled windows, wrapped ones included, are the local store's CPU ring gather of the same windows
 byte for byte (`replay.windows`: padding zeroed over stale bytes, masks); a rate limiter subclass with
 an insert rule of its own admits and refuses the Ray store's writers exactly as the local store's (its
-``can_insert``, through `replay.rate_limiter.RateLimiter.insert_headroom`), learners included.
+``can_insert``, through `replay.rate_limiter.RateLimiter.insert_headroom`), learners included; the Ray
+client's staging slots are handed out by the local store's rule (`replay.batch_staging.BatchStaging`:
+the free slot released last first).
 """
 
 from __future__ import annotations
@@ -72,27 +74,34 @@ def local_windows(local: ReplayStore, keys: np.ndarray, n: np.ndarray, length: i
     return outs
 
 
-def test_ray_windows_that_wrap_the_ring_are_the_local_gather_of_the_same_keys(cluster):
-    # one shard of 100 steps, 163 written: the ring has wrapped (an episode straddles its end) and the
-    # oldest live episode lost its head; the local store holds the same steps at the same positions
+@pytest.fixture(scope="module")
+def twins(cluster):
+    """A Ray store of one shard of 100 steps and a local store, 163 steps written to each: the ring has
+    wrapped (an episode straddles its end) and the oldest live episode lost its head; both hold the same
+    steps at the same positions. Three staging slots each."""
     lengths = (13, 40, 7, 25, 31, 18, 29)
-    with RayReplayStore(SPEC, 100, num_shards=1, seed=11) as store, ReplayStore(
-        SPEC, 100, num_shards=1, tier="host"
+    with RayReplayStore(SPEC, 100, num_shards=1, seed=11, staging_slots=3) as store, ReplayStore(
+        SPEC, 100, num_shards=1, tier="host", staging_slots=3
     ) as local:
         write(store, lengths)
         write(local, lengths)
-        wrapped = padded = 0
-        for pad, b_size in (("tail", 64), ("head", 64), ("tail", 480), ("head", 8)):  # 480: streamed
-            with store.sample(b_size, window=16, pad=pad) as b:
-                keys, n = b.keys.numpy(), b.lengths.numpy()
-                want = local_windows(local, keys, n, 16, pad)
-                for name in SPEC:
-                    assert b[name].numpy().tobytes() == want[name].tobytes(), (name, pad)
-                assert np.array_equal(b.mask.numpy(), want["mask"])
-                _, anchor, back = decode_keys(keys)
-                wrapped += int(((anchor - back) % 100 + n > 100).sum())
-                padded += int((n < 16).sum())
-        assert wrapped > 0 and padded > 0
+        yield store, local
+
+
+def test_ray_windows_that_wrap_the_ring_are_the_local_gather_of_the_same_keys(twins):
+    store, local = twins
+    wrapped = padded = 0
+    for pad, b_size in (("tail", 64), ("head", 64), ("tail", 480), ("head", 8)):  # 480: streamed
+        with store.sample(b_size, window=16, pad=pad) as b:
+            keys, n = b.keys.numpy(), b.lengths.numpy()
+            want = local_windows(local, keys, n, 16, pad)
+            for name in SPEC:
+                assert b[name].numpy().tobytes() == want[name].tobytes(), (name, pad)
+            assert np.array_equal(b.mask.numpy(), want["mask"])
+            _, anchor, back = decode_keys(keys)
+            wrapped += int(((anchor - back) % 100 + n > 100).sum())
+            padded += int((n < 16).sum())
+    assert wrapped > 0 and padded > 0
 
 
 class InsertsAheadOfSamples(MinSize):
@@ -145,3 +154,26 @@ def test_a_rate_limiter_subclass_admits_the_ray_stores_inserts_as_the_local_stor
         learner.close()
     assert got["ray"] == got["local"]
     assert got["local"] == (want, {"inserts": 49, "samples": 16, "deletes": 0})
+
+
+def slots_of(store) -> list[int]:
+    """The staging slot (numbered by first use) of each batch of one script of holds and releases."""
+    numbers: dict[int, int] = {}
+    order, held = [], {}
+    for step in ("a", "b", "-a", "-b", "c", "d", "e", "-d", "f", "-c", "-e", "-f", "g", "h"):
+        if step[0] == "-":
+            held.pop(step[1:]).release()
+            continue
+        b = store.sample(16, window=4, timeout=10)
+        order.append(numbers.setdefault(b.mask.data_ptr(), len(numbers)))
+        held[step] = b
+    for b in held.values():
+        b.release()
+    return order
+
+
+def test_the_ray_clients_staging_slots_are_handed_out_as_the_local_stores(twins):
+    store, local = twins
+    order = slots_of(local)
+    assert order[2] == order[1] and order[3] == order[0]  # the free slot released last comes first
+    assert slots_of(store) == order
