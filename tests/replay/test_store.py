@@ -677,3 +677,33 @@ def test_a_forked_copy_of_the_store_refuses_to_sample_naming_both_processes(mm):
         f"ReplayStore.sample(): this ReplayStore was made in process {os.getpid()}, and this is process "
         f"{pid} (a fork of it): sample() runs in the store's owning process"
     ), out
+
+
+def test_a_forked_copy_of_the_store_refuses_priority_updates_naming_both_processes(mm):
+    store = make(mm, capacity=64, shards=1, selector=Prioritized(0.6))
+    w = store.writer()
+    w.extend(cols(0, 0, 10))
+    w.end_episode()
+    w.close()
+    batch = store.sample(4)
+    keys = batch.keys.clone()
+    batch.release()
+    before = store.table.state.priority.copy()
+
+    def child() -> str:
+        try:
+            store.update_priorities(keys, np.full(4, 3.0))
+            return "no error"
+        except ValueError as err:
+            return str(err)
+
+    pid, out = run_in_fork(child)
+    assert out.startswith(
+        f"ReplayStore.update_priorities(): this ReplayStore was made in process {os.getpid()}, and this is "
+        f"process {pid} (a fork of it): update_priorities() runs in the store's owning process"
+    ), out
+    np.testing.assert_array_equal(store.table.state.priority, before)
+    assert store.update_priorities(keys, np.full(4, 3.0)) == 4  # the owner still updates
+    store.close()
+    with pytest.raises(ValueError, match=r"ReplayStore.update_priorities\(\): this ReplayStore is closed"):
+        store.update_priorities(keys, np.full(4, 3.0))
