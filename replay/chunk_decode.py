@@ -192,24 +192,6 @@ def _decompress_prefix(kind, dctx, arena, off, size, scratch, need):  # pragma: 
 
 
 @nb.njit(cache=True, nogil=True)
-def _scratch_rows(
-    kind, dctx, arena, off, size, scratch, held, have, w, r, row_bytes, out, at
-):  # pragma: no cover - numba
-    """Rows ``w .. w + r - 1`` of the chunk ``arena[off : off + size]`` into ``out[at:]`` through ``scratch``,
-    which holds the first ``have`` bytes of the chunk at arena offset ``held`` (-1: none) and is decoded
-    again (`_decompress_prefix`) only when that is another chunk or too few bytes; returns (whether the rows
-    were copied, ``held``, ``have``) for the next call."""
-    need = (w + r) * row_bytes
-    if held != off or have < need:
-        have = _decompress_prefix(kind, dctx, arena, off, size, scratch, need)
-        if have < 0:
-            return False, -1, have
-        held = off
-    copy_bytes(out, at, scratch, w * row_bytes, r * row_bytes)
-    return True, held, have
-
-
-@nb.njit(cache=True, nogil=True)
 def plan_windows(
     table, tail, next_position, floor, chunk, row_bytes, rows, first, n, dst, length, out, jobs
 ):  # pragma: no cover - numba
@@ -292,8 +274,16 @@ def decode_jobs(kind, dctx, arena, jobs, nj, chunk, row_bytes, out, verify):  # 
         elif r == chunk:
             ok = _decompress(kind, dctx, arena, off, size, out, o, chunk_bytes)
         else:
-            ok, held, have = _scratch_rows(kind, dctx, arena, off, size, scratch, held, have, w, r, row_bytes,
-                                           out, o)
+            need = (w + r) * row_bytes
+            ok = held == off and have >= need
+            if not ok:
+                held = -1
+                have = _decompress_prefix(kind, dctx, arena, off, size, scratch, need)
+                ok = have >= 0
+                if ok:
+                    held = off
+            if ok:
+                copy_bytes(out, o, scratch, w * row_bytes, r * row_bytes)
         if not ok:
             zero_bytes(out, o, r * row_bytes)
             jobs[j, 5] = -1 - jobs[j, 5]
@@ -413,8 +403,14 @@ def decode_anchors(
         elif ok and chunk == 1:
             ok = _decompress(kind, dctx, arena, off, size, out, o, row_bytes)
         elif ok:
-            ok, held, have = _scratch_rows(kind, dctx, arena, off, size, scratch, held, have, w, 1, row_bytes,
-                                           out, o)
+            if held != off or have < (w + 1) * row_bytes:
+                held = -1
+                have = _decompress_prefix(kind, dctx, arena, off, size, scratch, (w + 1) * row_bytes)
+                ok = have >= 0
+                if ok:
+                    held = off
+            if ok:
+                copy_bytes(out, o, scratch, w * row_bytes, row_bytes)
         if not ok:
             zero_bytes(out, o, row_bytes)
             failed += 1
