@@ -22,7 +22,7 @@ from graphrl.memory import MemoryManager
 from replay import Prioritized, ReplayStore, TrajectorySpec, Uniform
 from replay.keys import decode_keys, encode_keys, key_incarnations
 from replay.sumtree import sum_build
-from replay.update_kernel import P_ARRAY, STALE, outcome, update_locked
+from replay.update_kernel import P_ARRAY, STALE, outcome, update_args, update_locked
 
 SPEC = TrajectorySpec({"pos": ((), "int64"), "obs": ((2,), "float32")})
 
@@ -166,6 +166,11 @@ def test_compiled_update_equals_the_checked_path(mm, shards, capacity, selector,
         assert_same(selector_arrays(fast), selector_arrays(slow))
         q64 = rng.uniform(0.0, 3.0, keys.size)
         assert fast.update_priorities(keys, q64) == slow.update_priorities(keys.tolist(), q64.tolist())
+        assert_same(selector_arrays(fast), selector_arrays(slow))
+        strided = rng.uniform(0.0, 3.0, 2 * mixed.size)[::2]  # strided 1-D arrays: the compiled call too
+        assert update_args(mixed[::-1], strided) is not None
+        got = fast.update_priorities(mixed[::-1], strided)
+        assert got == slow.update_priorities(mixed[::-1].tolist(), strided.tolist())
         assert_same(selector_arrays(fast), selector_arrays(slow))
         assert_trees_rebuilt(fast)
     finally:
