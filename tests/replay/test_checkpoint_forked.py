@@ -3,8 +3,9 @@ are bounded whatever the store holds, and the forked process's failures come bac
 
 - the calls into C that release the GIL which the checkpointing thread makes (a file write, an fsync, a
   hash update, a wait for zarr's I/O threads: after each it may wait for the GIL behind a busy writer
-  thread) are the same for a store of 40 episodes in one chunk per array as for one of 2,000 episodes in
-  hundreds of chunks, and a few dozen (before: hundreds, and more per chunk and per MiB hashed);
+  thread) are the same (give or take a read of the pipe) for a store of 40 episodes in one chunk per array
+  as for one of 2,000 episodes in hundreds of chunks, and at most 40 (before: hundreds, and more per chunk
+  and per MiB hashed);
 - the forked process killed part way: the caller raises OSError naming it, the store is let go, LATEST
   still names the previous checkpoint, no temporary is left, the next checkpoint is whole;
 - an exception in the forked process is raised by the caller with its type and errno (and the child's
@@ -75,8 +76,11 @@ def test_the_checkpointing_threads_calls_into_c_do_not_grow_with_the_store(mm, t
     chunks = sum(1 for p in Path(latest(tmp_path / "b")[0]).rglob("c/*") if p.is_file())
     assert chunks > 150  # the files the forked process wrote
     releasing = [{name: n for name, n in c.items() if name in RELEASING} for c in (few, many)]
-    assert releasing[0] == releasing[1]  # the same calls, however many episodes and chunks
-    assert sum(releasing[1].values()) <= 40, releasing[1]
+    # the same calls, however many episodes and chunks (the pipe's reads: the child's two messages may
+    # come in one read or two, whatever the store)
+    for name in set(releasing[0]) | set(releasing[1]):
+        assert abs(releasing[0].get(name, 0) - releasing[1].get(name, 0)) <= 1, (name, releasing)
+    assert max(sum(r.values()) for r in releasing) <= 40, releasing
     for store in (small, big):
         store.close()
 
