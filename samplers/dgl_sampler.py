@@ -34,6 +34,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -41,12 +42,55 @@ import torch
 from graphrl.graph import CSCGraph
 from samplers._checks import check_layer_fanouts, check_relation_fanouts, check_seed_and_replace
 from samplers._optional import LazyBase
+from samplers._stamp import TensorStamp
 from samplers.hetero import HeteroGraph, HeteroNeighborSampler
 from samplers.interop import block_to_dgl, hetero_block_to_dgl
 from samplers.neighbor import NeighborSampler
 from samplers.protocol import check_same_edges, check_same_typed_edges, check_sampler
 
 __all__ = ["DglSampler"]
+
+
+@dataclass
+class CachedSampler:
+    """What `DglSampler.sampler_for` keeps per DGL graph: the graph's state when ``sampler`` was built,
+    our graph of it and the sampler.
+
+    Attributes
+    ----------
+    graph_ref, structure_ref : weakref.ref
+        The DGL graph and its structure object.
+    num_nodes, num_edges : int
+        Its totals then.
+    stamps : tuple of (TensorStamp or None)
+        Per canonical edge type, the ``prob`` / ``mask`` column's stamp (None: no such column).
+    graph : CSCGraph or HeteroGraph
+        Our graph of the DGL graph, kept across rebuilds for new weights.
+    sampler : NeighborSampler or HeteroNeighborSampler
+        The sampler drawing its batches.
+    generation : int
+        How many times the sampler was rebuilt over ``graph`` for new weights.
+    """
+
+    graph_ref: weakref.ref
+    structure_ref: weakref.ref
+    num_nodes: int
+    num_edges: int
+    stamps: tuple
+    graph: CSCGraph | HeteroGraph
+    sampler: NeighborSampler | HeteroNeighborSampler
+    generation: int
+
+    def same_graph(self, g, structure) -> bool:
+        """Whether ``g`` (with structure object ``structure``) is the graph stamped, unchanged in shape."""
+        return (self.graph_ref() is g and self.structure_ref() is structure
+                and (g.num_nodes(), g.num_edges()) == (self.num_nodes, self.num_edges))
+
+    def same_sources(self, sources: tuple) -> bool:
+        """Whether the ``prob`` / ``mask`` columns ``sources`` (per edge type, None where absent) are the
+        stamped tensors, unwritten since."""
+        return len(sources) == len(self.stamps) and all(
+            s is None if t is None else t.matches(s) for t, s in zip(self.stamps, sources, strict=True))
 
 
 class DglSampler(LazyBase):
@@ -127,7 +171,7 @@ class DglSampler(LazyBase):
         against ``fixed``'s graph, or None."""
         self.output_device = None
         """None: blocks stay on the sampled graph's device (read by DGL's ``EdgePredictionSampler``)."""
-        self.samplers: dict[int, tuple[tuple, object]] = {}
+        self.samplers: dict[int, CachedSampler] = {}
         """Our sampler of each DGL graph sampled so far, by ``id(graph)``, with the state it was built
         from (see `sampler_for`)."""
         self.lock = threading.Lock()
@@ -159,8 +203,12 @@ class DglSampler(LazyBase):
 
         The cached sampler is rebuilt when ``g`` changed since: its number of nodes or edges differs, or
         its structure object is a new one (DGL's ``add_nodes`` / ``add_edges`` / ``remove_edges`` /
-        ``remove_nodes`` all replace it), or a ``prob`` / ``mask`` feature is another tensor. Not seen:
-        weights changed in place inside the same tensor (assign a new tensor instead).
+        ``remove_nodes`` all replace it); its draw weights alone (our graph of ``g`` is kept) when a
+        ``prob`` / ``mask`` feature is another tensor or was written in place (``g.edata["p"][:8] = 0``:
+        `samplers._stamp.TensorStamp`, torch's version counter), so the next batch draws as DGL's own
+        sampler would. Such a rebuilt sampler draws from the seed mixed with the number of rebuilds, not
+        repeating the previous one's random stream. Not seen: writes torch does not count (through
+        ``.data`` or a numpy view of the feature).
 
         Raises
         ------
@@ -204,44 +252,58 @@ class DglSampler(LazyBase):
             name = "prob" if self.prob is not None else "mask"
             raise ValueError(f"{name}={column!r} names no edge feature of g "
                              f"(edge features: {sorted({k for f in frames.values() for k in f.keys()})})")
-        weights = {rel: self._weights(f, column) for rel, f in frames.items()}
         sources = tuple(None if column is None or column not in f else f[column] for f in frames.values())
         seed = self._draw_seed()
         with self.lock:
             entry = self.samplers.get(id(g))
-            if entry is not None and self._unchanged(entry[0], g, structure, sources):
-                entry[1].seed = seed  # a worker's mixed seed; the kernels' keys derive from it
-                return entry[1]
-            self.samplers = {k: v for k, v in self.samplers.items() if v[0][0]() is not None}
-            sampler = self._build(g, weights, seed)
-            state = (weakref.ref(g), weakref.ref(structure), g.num_nodes(), g.num_edges(),
-                     tuple(None if s is None else weakref.ref(s) for s in sources))
-            self.samplers[id(g)] = (state, sampler)
+            if entry is not None and entry.same_graph(g, structure):
+                if entry.same_sources(sources):
+                    # a worker's mixed seed: the kernels' keys derive from it
+                    entry.sampler.seed = self._generation_seed(seed, entry.generation)
+                    return entry.sampler
+                # a weight or mask column replaced or written in place: new draw weights, same graph
+                graph, generation = entry.graph, entry.generation + 1
+            else:
+                self.samplers = {k: v for k, v in self.samplers.items() if v.graph_ref() is not None}
+                graph, generation = self._graph_of(g), 0
+            weights = {rel: self._weights(f, column) for rel, f in frames.items()}
+            sampler = self._build(g, graph, weights, self._generation_seed(seed, generation))
+            self.samplers[id(g)] = CachedSampler(
+                weakref.ref(g), weakref.ref(structure), g.num_nodes(), g.num_edges(),
+                tuple(None if s is None else TensorStamp.of(s) for s in sources), graph, sampler, generation)
             return sampler
 
-    def _build(self, g, weights: dict, seed: int):
-        if g.is_homogeneous and not any(isinstance(f, Mapping) for f in self.fanouts):
+    def _homogeneous(self, g) -> bool:
+        """Whether ``g`` is drawn by a `NeighborSampler` (one edge type, plain fanouts)."""
+        return g.is_homogeneous and not any(isinstance(f, Mapping) for f in self.fanouts)
+
+    def _graph_of(self, g) -> CSCGraph | HeteroGraph:
+        """Our graph of DGL graph ``g``: a `CSCGraph` (`_homogeneous`), else a `HeteroGraph`."""
+        if self._homogeneous(g):
             src, dst = g.edges(order="eid")
-            graph = CSCGraph.from_edges(src.cpu(), dst.cpu(), g.num_nodes())
-            (w,) = weights.values()
-            return NeighborSampler(graph, self.fanouts, replace=self.replace, seed=seed, weights=w)
+            return CSCGraph.from_edges(src.cpu(), dst.cpu(), g.num_nodes())
         edges = {}
         for rel in g.canonical_etypes:
             src, dst = g.edges(order="eid", etype=rel)
             edges[rel] = (src.cpu().to(torch.int64), dst.cpu().to(torch.int64))
-        graph = HeteroGraph.from_edges({t: g.num_nodes(t) for t in g.ntypes}, edges)
+        return HeteroGraph.from_edges({t: g.num_nodes(t) for t in g.ntypes}, edges)
+
+    def _build(self, g, graph: CSCGraph | HeteroGraph, weights: dict, seed: int):
+        """Our sampler over ``graph`` (`_graph_of`) drawing by ``weights`` (per canonical edge type)."""
+        if isinstance(graph, CSCGraph):
+            (w,) = weights.values()
+            return NeighborSampler(graph, self.fanouts, replace=self.replace, seed=seed, weights=w)
         given = {rel: w for rel, w in weights.items() if w is not None}
         return HeteroNeighborSampler(graph, self._layer_fanouts(g), replace=self.replace, seed=seed,
                                      weights=given or None)
 
     @staticmethod
-    def _unchanged(state: tuple, g, structure, sources: tuple) -> bool:
-        """Whether ``g`` is the graph a cached sampler was built from, unchanged since (see `sampler_for`)."""
-        graph_ref, structure_ref, num_nodes, num_edges, source_refs = state
-        same = len(source_refs) == len(sources) and all(
-            (s is None) if r is None else r() is s for r, s in zip(source_refs, sources, strict=True))
-        return (graph_ref() is g and structure_ref() is structure and g.num_nodes() == num_nodes
-                and g.num_edges() == num_edges and same)
+    def _generation_seed(seed: int, generation: int) -> int:
+        """The draws' seed of the ``generation``-th sampler built over one graph (0: ``seed`` itself), so
+        that a sampler rebuilt for new weights does not repeat the random stream of the one before."""
+        if generation == 0:
+            return seed
+        return int(np.random.SeedSequence([seed, generation]).generate_state(1, np.uint64)[0]) >> 1
 
     def sample(self, g, indices, exclude_eids=None):
         """Sample the blocks of one minibatch (DGL's ``DataLoader`` calls this per batch).
