@@ -10,7 +10,6 @@ import torch
 from graphrl import GPUUnavailableError
 from replay import MinSize, ReplayStore, TrajectorySpec
 from replay._checks import check_device
-from replay.distributed.routing import split_keys
 
 SPEC = TrajectorySpec({"x": ((2,), "float32")})
 
@@ -72,6 +71,9 @@ def test_a_negative_key_is_named_as_negative_not_as_a_shard(mm, key):
         assert "shard" not in str(err.value)
     finally:
         store.close()
+    pytest.importorskip("ray", reason="replay.distributed needs ray: pip install 'graphrl[ray]'")
+    from replay.distributed.routing import split_keys
+
     with pytest.raises(ValueError, match=rf"^key {key} is negative"):
         split_keys(np.array([key], np.int64), 4)
 
@@ -113,6 +115,7 @@ def test_restore_refuses_what_the_checkpoint_fixes(mm, tmp_path, keyword):
 
 
 def test_the_ray_restore_refuses_them_the_same_way(tmp_path):
+    pytest.importorskip("ray", reason="replay.distributed needs ray: pip install 'graphrl[ray]'")
     from replay.distributed import checkpoint as manifests
 
     with pytest.raises(ValueError, match=r"^RayReplayStore\.restore\(path, spec=\.\.\.\): spec comes from "

@@ -12,9 +12,17 @@ import shutil
 import numpy as np
 import pytest
 
-from graphrl.memory import MemoryManager
-from replay import CheckpointError, ReplayStore, TrajectorySpec
-from replay.distributed.checkpoint import MANIFEST, new_folder, publish, read_manifest, restore_arguments
+pytest.importorskip("ray", reason="the Ray backend needs ray: pip install 'graphrl[ray]'")
+
+from graphrl.memory import MemoryManager  # noqa: E402
+from replay import CheckpointError, ReplayStore, TrajectorySpec  # noqa: E402
+from replay.distributed.checkpoint import (  # noqa: E402
+    MANIFEST,
+    new_folder,
+    publish,
+    read_manifest,
+    restore_arguments,
+)
 
 SPEC = TrajectorySpec({"x": ((2,), "float32")})
 
