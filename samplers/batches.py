@@ -4,8 +4,9 @@
 node type, typed with seeds of several) and `LoadedLinkBatch` /
 `LoadedHeteroLinkBatch` (a link sampler's `LinkBatch` / `HeteroLinkBatch` plus features) each carry their
 blocks, ``input_features`` of ``input_nodes`` (``blocks[0].src_nodes``) in a reusable staging buffer, and
-``release()``, which gives that buffer back early (`samplers.loader`'s module docstring has the staging
-reuse rule: a batch's features stay valid until the next batch is fetched). Import them from `samplers`.
+``release()``, which gives that buffer back at once (`samplers.loader`'s module docstring has the staging
+reuse rule: in host memory a batch's features are never overwritten while a tensor views them; in device
+memory they stay valid until the next batch is fetched). Import them from `samplers`.
 """
 
 from __future__ import annotations
@@ -41,6 +42,11 @@ class _Staged:
         """Give the staging buffer(s) back now (``input_features`` may then be overwritten); idempotent."""
         self._lease.release()
 
+    def release_when_unused(self) -> None:
+        """Give the staging buffer(s) back once no tensor views them (the batch's ``input_features``, a
+        tensor taken from it, their views): what the loader does when it moves on; idempotent."""
+        self._lease.release_when_unused()
+
 
 @dataclass(eq=False)
 class NodeBatch(_Staged):
@@ -55,8 +61,9 @@ class NodeBatch(_Staged):
     blocks : list[Block]
         As `NeighborSampler.sample` returns them, outermost first.
     input_features : torch.Tensor or None, shape [S, *row]
-        Features of ``input_nodes``, a view of a reusable staging buffer: valid until the next batch
-        is fetched (see the module docstring). None without a feature store.
+        Features of ``input_nodes``, a view of a reusable staging buffer, never overwritten while viewed
+        (device memory: valid until the next batch is fetched; see the module docstring). None without
+        a feature store.
     labels : torch.Tensor or None, shape [B, ...]
         ``labels[seeds]`` (a fresh tensor). None without labels.
     ready : torch.cuda.Event or None
@@ -100,7 +107,8 @@ class HeteroNodeBatch(_Staged):
     input_features : dict[str, torch.Tensor] or None
         For each node type with features, the rows of ``input_nodes[t]``, shape [S_t, *row_t] (every
         such type, [0, *row_t] where the batch reads none), each a view of a reusable staging buffer:
-        valid until the next batch is fetched (see the module docstring). None without features.
+        never overwritten while viewed (device memory: valid until the next batch is fetched; see the
+        module docstring). None without features.
     labels : torch.Tensor or None, shape [B, ...]
         ``labels[seeds]`` of the seed type (a fresh tensor). None without labels.
     ready : torch.cuda.Event or None
@@ -140,7 +148,7 @@ class MultiTypeNodeBatch(_Staged):
         ``sampler.sample(seeds)``'s, outermost first.
     input_features : dict[str, torch.Tensor] or None
         As `HeteroNodeBatch.input_features` (rows of ``input_nodes[t]`` for every featured type, views of
-        reusable staging buffers: valid until the next batch is fetched). None without features.
+        reusable staging buffers, never overwritten while viewed). None without features.
     labels : dict[str, torch.Tensor] or None
         ``labels[t][seeds[t]]`` for every seed type, shape [B_t, ...] (fresh tensors). None without labels.
     ready : torch.cuda.Event or None
@@ -170,8 +178,9 @@ class LoadedLinkBatch(_Staged, LinkBatch):
     index : int
         Position of the batch in its epoch.
     input_features : torch.Tensor or None, shape [S, *row]
-        Features of ``blocks[0].src_nodes``, a view of a reusable staging buffer: valid until the next
-        batch is fetched (see the module docstring). None without a feature store.
+        Features of ``blocks[0].src_nodes``, a view of a reusable staging buffer, never overwritten while
+        viewed (device memory: valid until the next batch is fetched; see the module docstring). None
+        without a feature store.
     """
 
     index: int = 0
@@ -190,8 +199,9 @@ class LoadedHeteroLinkBatch(_Staged, HeteroLinkBatch):
         Position of the batch in its epoch.
     input_features : dict[str, torch.Tensor] or None
         For each node type with features, the rows of ``input_nodes[t]``, shape [S_t, *row_t] ([0, *row_t]
-        where the batch reads none), each a view of a reusable staging buffer: valid until the next batch
-        is fetched (see the module docstring). None without features.
+        where the batch reads none), each a view of a reusable staging buffer, never overwritten while
+        viewed (device memory: valid until the next batch is fetched; see the module docstring). None
+        without features.
     """
 
     index: int = 0

@@ -23,9 +23,12 @@ of "device" and count against those budgets, and the "pinned" tier is page-locke
 Staging reuse
 -------------
 ``gather(ids)`` without ``out`` returns a view of one of the store's ``staging_slots`` staging
-buffers, handed out round-robin: the result stays valid until ``staging_slots`` further calls of
-``gather`` without ``out``; ``.clone()`` it to keep it longer. `FeatureStore.staging` gives a loader
-its own buffers, leased and released explicitly (see `samplers.loader`).
+buffers, handed out round-robin. After ``staging_slots`` further calls of ``gather`` without ``out`` a
+result's buffer is given back when unused: in host memory it is reused only once no tensor views it
+(a result the caller keeps stays right; a later gather gets a buffer of its own meanwhile,
+`samplers.staging.RowStaging`); in device memory (a GPU gather) it may be overwritten then, so
+``.clone()`` a result kept longer. `FeatureStore.staging` gives a loader its own buffers (see
+`samplers.loader`).
 
 References
 ----------
@@ -174,7 +177,7 @@ class FeatureStore:
     --------
     >>> mm = MemoryManager(budgets={"device": "8GiB"})
     >>> feats = FeatureStore(x, memory=mm, cache_rows=100_000, graph=graph, device="cuda")
-    >>> rows = feats.gather(torch.tensor([3, 1, 4]))  # a staging view, valid for 2 more gathers
+    >>> rows = feats.gather(torch.tensor([3, 1, 4]))  # a staging view, reused once unused
     >>> feats.stats()["hit_rate"]
     """
 
@@ -373,8 +376,9 @@ class FeatureStore:
             Row (node) ids in [0, N); duplicates allowed.
         out : torch.Tensor or None, shape [>= B, *row], the table's dtype, contiguous
             Where to write (on the CPU for a CPU gather, on the GPU for a GPU gather). ``None``: the
-            next of the store's staging buffers, valid until ``staging_slots`` more gathers without
-            ``out`` (see the module docstring).
+            next of the store's staging buffers: in host memory never overwritten while a tensor views
+            it; in device memory valid until ``staging_slots`` more gathers without ``out`` (see the
+            module docstring).
 
         Returns
         -------
@@ -419,7 +423,7 @@ class FeatureStore:
         with self._lock:
             held = self._held
             if len(held) >= self._staging.slots:
-                held.popleft().release()
+                held.popleft().release_when_unused()  # a result the caller kept is not overwritten
             lease = self._staging.acquire(rows)
             held.append(lease)
             return lease

@@ -23,19 +23,20 @@ random streams.
 
 The staging reuse rule
 ----------------------
-``batch.input_features`` is a view of one of ``prefetch + 2`` reusable staging buffers (pinned host
-memory with CUDA, plain host memory without, device memory for a GPU gather): no fresh tensor per
-batch. **A batch's ``input_features`` stay valid until the next batch is fetched from the same
-iterator (or the iterator is closed or dropped).** Then its buffer may be overwritten by a batch
-that is being prepared. Copy what you need longer (``x.clone()``, or `graphrl.tensors.to_device`,
-which copies to the GPU). Never hold a batch's features across ``next()``; ``batch.release()`` gives
-the buffer back earlier. The other tensors of a batch (seeds, blocks, labels) are fresh and stay
-valid.
+``batch.input_features`` views one of `staging_slots` reusable buffers per store (pinned host memory
+with CUDA, host memory without, device memory for a GPU gather): no fresh tensor per batch in a plain
+loop. **In host memory a batch's features are never overwritten while a tensor views them**: when the
+iterator moves on, a batch's buffer returns only once nothing views it (the batch, ``x =
+batch.input_features``, views of it), so kept batches (``list(loader)``, an evaluation cache) stay
+right. When kept batches hold every buffer, a batch gets a buffer of its own (same tier, counted
+against the budget, freed with its last tensor; no room raises `MemoryBudgetError`): iterating never
+waits for the user. ``batch.release()`` gives the buffer back at once (its features may then be
+overwritten). **Device memory (a GPU gather) keeps the older rule** (views not countable): valid until
+the next batch (docs/architecture.md#pyg-and-dgl-loaders). Seeds, blocks, labels are fresh tensors.
 
 Threads: numba's threading layer must be thread-safe for kernels to run in two threads at once
-(numba's ``omp`` and ``tbb`` layers are; ``workqueue`` is not). Our kernels do not use numba's
-parallel layer (they claim chunks with their own helper threads), so this matters only to other
-parallel numba code running in the caller at the same time.
+(``omp``, ``tbb``; not ``workqueue``); ours use their own helper threads, so this matters only to
+other parallel numba code running in the caller at the same time.
 """
 
 from __future__ import annotations
@@ -71,7 +72,14 @@ from samplers.prefetch import BatchIterator, BatchLease, InFlight
 from samplers.protocol import Sampler, check_blocks, check_sampler, check_typed_blocks
 from samplers.staging import RowStaging, StagingLease
 
-__all__ = ["LinkLoader", "NeighborLoader"]
+__all__ = ["LinkLoader", "NeighborLoader", "staging_slots"]
+
+
+def staging_slots(prefetch: int) -> int:
+    """Staging buffers a loader with ``prefetch`` leases per store: one per batch queued, one being
+    prepared, the batch returned by ``next()`` and the batch before it, which a ``for`` loop's variable
+    still holds while ``next()`` runs (without prefetch only the last two)."""
+    return prefetch + 3 if prefetch > 0 else 2
 
 
 # --------------------------------------------------------------------------------------------------
@@ -148,7 +156,7 @@ class _Loader:
         if self.features is None:
             return None, BatchLease()
         if self._staging is None:
-            self._staging = self.features.staging(slots=self.prefetch + 2)
+            self._staging = self.features.staging(slots=staging_slots(self.prefetch))
         feats, lease = self._lease_rows(self.features, self._staging, input_nodes)
         return feats, BatchLease(lease)
 
@@ -164,7 +172,7 @@ class _Loader:
                 if ids is None:
                     ids = torch.empty(0, dtype=torch.int64)
                 if t not in self._typed_staging:
-                    self._typed_staging[t] = store.staging(slots=self.prefetch + 2)
+                    self._typed_staging[t] = store.staging(slots=staging_slots(self.prefetch))
                 feats[t], lease = self._lease_rows(store, self._typed_staging[t], ids)
                 leases.append(lease)
         except BaseException:
@@ -344,7 +352,7 @@ class NeighborLoader(_Loader):
     >>> loader = NeighborLoader(graph, train_nodes, [15, 10], batch_size=1024, features=feats,
     ...                         labels=y, seed=0)
     >>> for batch in loader:
-    ...     logits = model(batch.blocks, batch.input_features)   # input_features: valid until next()
+    ...     logits = model(batch.blocks, batch.input_features)   # kept batches' features stay right
     ...     loss = F.cross_entropy(logits, batch.labels)
     >>> typed = NeighborLoader(hetero_graph, ("user", train_users), batch_size=256, seed=0,
     ...                        sampler=LaborSampler(hetero_graph, [10, 10], seed=0),

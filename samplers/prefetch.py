@@ -8,10 +8,12 @@ are stated in `samplers.loader`'s docstring, and kept here:
 - `BatchIterator` runs one epoch: ``produce(i)`` makes batch i, in the caller's thread (``prefetch=0``)
   or in one background thread that fills a bounded queue of ``prefetch`` batches (and may be working on
   one more); an exception in the thread is queued in order and raised by ``next()`` at its batch. Each
-  ``next()`` first releases the batch handed out before (its `BatchLease`: the staging buffers are then
-  free for a batch being prepared). Closing (``close()``, a ``with`` block, dropping the iterator, the end
-  of the epoch) stops the thread, joins it and releases every batch it still holds.
-- `BatchLease` is the staging leases of one batch, released once (by the iterator or ``batch.release()``).
+  ``next()`` first gives back the batch handed out before when unused (its `BatchLease`: each staging
+  buffer returns once no tensor views it, so a batch or tensor the user keeps is never overwritten).
+  Closing (``close()``, a ``with`` block, dropping the iterator, the end of the epoch) stops the thread,
+  joins it, gives back the last batch handed out when unused and releases the batches never handed out.
+- `BatchLease` is the staging leases of one batch, given back once: at once by ``batch.release()`` (the
+  user's word), or when unused by the iterator.
 - `InFlight` is the CUDA side stream of a sampler on a CUDA device: batches are sampled on it, carry an
   event, and are delivered to the caller's stream (wait on the event, ``record_stream`` on the blocks'
   tensors); on the CPU and the simulator every step is a no-op.
@@ -47,8 +49,8 @@ _JOIN_SECONDS = 60.0
 
 
 class BatchLease:
-    """The staging leases of one batch (one per gathered store), released once (by the loader or by
-    ``batch.release()``)."""
+    """The staging leases of one batch (one per gathered store), given back once: by ``batch.release()``
+    (at once) or by the loader (`release_when_unused`)."""
 
     __slots__ = ("leases",)
 
@@ -56,10 +58,17 @@ class BatchLease:
         self.leases = leases
 
     def release(self) -> None:
-        """Release every lease; idempotent."""
+        """Release every lease now (their buffers may be overwritten at once); idempotent."""
         leases, self.leases = self.leases, ()
         for lease in leases:
             lease.release()
+
+    def release_when_unused(self) -> None:
+        """Give every lease back once no tensor views its buffer (`StagingLease.release_when_unused`);
+        idempotent."""
+        leases, self.leases = self.leases, ()
+        for lease in leases:
+            lease.release_when_unused()
 
 
 class _Failure:
@@ -113,9 +122,19 @@ class _Channel:
 
 
 def _release(item: Any) -> None:
+    """Release a batch never handed out (nothing of it can be in use)."""
     release = getattr(item, "release", None)
     if release is not None:
         release()
+
+
+def _release_when_unused(item: Any) -> None:
+    """Give back a batch handed out to the user: its buffers return once no tensor views them."""
+    release = getattr(item, "release_when_unused", None)
+    if release is not None:
+        release()
+    else:
+        _release(item)
 
 
 def _produce(produce: Callable[[int], Any], count: int, channel: _Channel) -> None:
@@ -148,7 +167,7 @@ class _State:
         self.closed = True
         current, self.current = self.current, None
         if current is not None:
-            _release(current)
+            _release_when_unused(current)
         if self.channel is not None:
             for item in self.channel.close():
                 _release(item)
@@ -168,8 +187,9 @@ class BatchIterator(Iterator):
     Parameters
     ----------
     produce : callable int -> batch
-        Makes batch i (called for i = 0, 1, ... in order, by one thread). A batch with a ``release()``
-        method (a `BatchLease` holder) is released when the next one is fetched or the iterator closes.
+        Makes batch i (called for i = 0, 1, ... in order, by one thread). A batch with a
+        ``release_when_unused()`` method (a `BatchLease` holder) is given back by it when the next one is
+        fetched or the iterator closes; batches never handed out are released (``release()``).
     count : int
         Batches in the epoch.
     prefetch : int
@@ -210,8 +230,9 @@ class BatchIterator(Iterator):
     def __next__(self) -> Any:
         state = self._state
         current, state.current = state.current, None
-        if current is not None:  # the staging reuse rule: the previous batch is done
-            _release(current)
+        if current is not None:  # the staging reuse rule: its buffers return once nothing views them
+            _release_when_unused(current)
+            del current  # before the producer is woken: only the user's references may hold the buffers
         if state.closed or self._next >= self._count:
             self.close()
             raise StopIteration

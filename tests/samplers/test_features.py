@@ -184,17 +184,22 @@ def test_table_is_copied_into_a_region_on_the_fastest_tier(mm):
 
 
 # ------------------------------------------------------------------------------------------- staging
-def test_gather_without_out_reuses_staging_round_robin(mm):
+def test_gather_without_out_reuses_staging_round_robin_but_never_a_kept_result(mm):
     x = torch.randn(50, 4)
     store = FeatureStore(x, memory=mm, staging_slots=2)
-    a, b, c = torch.tensor([1, 2, 3]), torch.tensor([4, 5]), torch.tensor([6, 7, 8])
+    a, b, c, d = torch.tensor([1, 2, 3]), torch.tensor([4, 5]), torch.tensor([6, 7, 8]), torch.tensor([9])
     ra = store.gather(a)
+    ptr_a = ra.data_ptr()
     rb = store.gather(b)
     assert torch.equal(ra, x[a]) and torch.equal(rb, x[b])  # both still valid: 2 slots
-    rc = store.gather(c)
-    assert rc.data_ptr() == ra.data_ptr()  # the third gather reuses the first's buffer: no fresh tensor
-    assert torch.equal(rb, x[b]) and torch.equal(rc, x[c])
-    assert mm.stats()["pinned"]["features.staging"]["regions"] == 1
+    rc = store.gather(c)  # ra is kept: its buffer is not reused, rc gets a buffer of its own
+    assert rc.data_ptr() != ptr_a
+    assert torch.equal(ra, x[a]) and torch.equal(rb, x[b]) and torch.equal(rc, x[c])
+    assert mm.stats()["pinned"]["features.staging"]["regions"] == 2
+    del ra  # nothing views the first buffer: the next gather reuses it, no fresh tensor
+    rd = store.gather(d)
+    assert rd.data_ptr() == ptr_a
+    assert torch.equal(rb, x[b]) and torch.equal(rc, x[c]) and torch.equal(rd, x[d])
 
 
 # ------------------------------------------------------------------------------------------- cache

@@ -15,7 +15,7 @@ from graphrl.memory import MemoryBudgetError, MemoryManager
 from samplers.batches import LoadedLinkBatch, NodeBatch
 from samplers.features import FeatureStore
 from samplers.link import LinkSampler, bipartite_reverse_eids
-from samplers.loader import LinkLoader, NeighborLoader
+from samplers.loader import LinkLoader, NeighborLoader, staging_slots
 from samplers.neighbor import NeighborSampler
 
 N = 400
@@ -125,14 +125,17 @@ def test_held_batch_is_not_overwritten_while_the_thread_runs_ahead_then_its_buff
         assert gathered.acquire(timeout=30)
     assert torch.equal(first.input_features, x[first.input_nodes])  # untouched while held
     ptrs = {first.input_features.data_ptr()}
-    second = next(it)  # releases the first batch's buffer: batch 4 is gathered into it
+    del first  # nothing views the first batch's buffer once next() gives it back: it can be reused
+    second = next(it)
     assert gathered.acquire(timeout=30)
     assert torch.equal(second.input_features, x[second.input_nodes])
     ptrs.add(second.input_features.data_ptr())
+    del second
     rest = [(b.input_features.data_ptr(), torch.equal(b.input_features, x[b.input_nodes])) for b in it]
     assert all(ok for _, ok in rest) and len(rest) == 6
-    assert rest[2][0] == first.input_features.data_ptr()  # batch 4 reuses batch 0's buffer
-    assert len({p for p, _ in rest} | ptrs) == 4  # prefetch + 2 buffers, no fresh tensor per batch
+    # prefetch + 3 buffers (staging_slots(2)), reused round-robin: no fresh tensor per batch
+    assert len({p for p, _ in rest} | ptrs) == staging_slots(2) == 5
+    assert loader._staging.own_buffers == 0
 
 
 def test_release_early_and_buffers_all_returned_after_an_epoch(graph, x):
@@ -143,7 +146,7 @@ def test_release_early_and_buffers_all_returned_after_an_epoch(graph, x):
             batch.release()
             batch.release()
         pool = loader._staging._pool
-        assert pool.available == pool.slots == 3
+        assert pool.available == pool.slots == staging_slots(1) == 4
         assert mm.stats()["pinned"]["features.staging"]["regions"] >= 1
         loader.close()
         assert mm.stats()["pinned"]["features.staging"]["bytes"] == 0
@@ -189,9 +192,10 @@ def test_a_budget_error_in_the_thread_reaches_the_consumer(graph, x):
 
 def test_abandoning_an_epoch_stops_the_thread_and_frees_its_batches(graph, x):
     loader = NeighborLoader(graph, torch.arange(N), [3, 3], batch_size=20, features=x, seed=0, prefetch=2)
-    for i, _ in enumerate(loader):
-        if i == 1:
+    for i, batch in enumerate(loader):
+        if batch.index == i == 1:
             break  # the loop drops the iterator: its finaliser stops the thread
+    del batch  # the last batch's buffer returns once nothing views it
     gc.collect()
     assert not loader_threads()
     pool = loader._staging._pool
