@@ -1,13 +1,13 @@
 """Argument checks the samplers share, at their public boundary (kernels trust what passes them).
 
-`check_seeds` (node or edge ids), `id_array` / `id_vector` (ids of any shape / 1-D, unbounded but for
-int64), `check_id_range` (the one range rule of ids, which `check_seeds` and the link samplers apply),
-`check_seed_times`, `check_int64_range`, `edge_array` (a per-edge tensor), `check_seed_and_replace`,
-`check_seed`, `check_device`, `require_gpu`, `check_int`, `check_fanouts`, `check_layer_fanouts`,
-`check_prefetch`, `check_open`, `check_regions`, `check_relation_dict` and `check_relation_fanouts` raise
-the project's errors (docs/architecture.md#errors): ``TypeError`` for a bad type, ``ValueError`` for a bad
-value, `graphrl.GPUUnavailableError` for a GPU asked for and absent, each message naming the argument,
-summarising the bad values and, where there is one, the remedy.
+`check_seeds` (node or edge ids), `id_array` / `id_vector` (ids of any shape / 1-D, unbounded but for int64),
+`check_id_dtype` / `check_id_range` (the one dtype / range rule of ids), `check_seed_times`,
+`check_int64_range`, `edge_array` (a per-edge tensor), `check_seed_and_replace`, `check_seed`, `check_device`,
+`require_gpu`, `check_int`, `check_fanouts`, `check_layer_fanouts`, `check_prefetch`, `check_open`,
+`check_regions`, `check_relation_dict` and `check_relation_fanouts` raise the project's errors
+(docs/architecture.md#errors): ``TypeError`` for a bad type, ``ValueError`` for a bad value,
+`graphrl.GPUUnavailableError` for a GPU asked for and absent, each message naming the argument, summarising
+the bad values and, where there is one, the remedy.
 
 Bounds of the integers that reach a kernel: `MAX_FANOUT` (a fanout, a number of negatives) and
 `MAX_BATCH` (seeds per batch) are 2**31 - 1, the largest local id of a block (the kernels relabel to
@@ -28,10 +28,10 @@ import torch
 from graphrl.errors import GPUUnavailableError
 
 __all__ = ["MAX_BATCH", "MAX_FANOUT", "MAX_NODES", "SEED_LIMIT", "check_device", "check_fanouts",
-           "check_id_range", "check_int", "check_int64_range", "check_layer_fanouts", "check_open",
-           "check_prefetch", "check_regions", "check_relation_dict", "check_relation_fanouts", "check_seed",
-           "check_seed_and_replace", "check_seed_times", "check_seeds", "edge_array", "id_array", "id_vector",
-           "require_gpu"]
+           "check_id_dtype", "check_id_range", "check_int", "check_int64_range", "check_layer_fanouts",
+           "check_open", "check_prefetch", "check_regions", "check_relation_dict", "check_relation_fanouts",
+           "check_seed", "check_seed_and_replace", "check_seed_times", "check_seeds", "edge_array",
+           "id_array", "id_vector", "require_gpu"]
 
 MAX_FANOUT = 2**31 - 1
 """Largest fanout (and number of negatives per pair): the largest int32 local id of a block."""
@@ -47,10 +47,9 @@ def _host_ids(name: str, value) -> np.ndarray:
     """``value`` (a tensor or array-like of integer ids, any shape) as a host numpy array in its own integer
     dtype (not yet cast: a uint64 id is compared and reported as given); an empty ``np.asarray([])``
     (float64) counts as empty ids. TypeError for non-integers, ValueError for a device whose values cannot be
-    read, each naming ``name``."""
+    read, each naming ``name`` (`check_id_dtype`)."""
     if isinstance(value, torch.Tensor):
-        if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
-            raise TypeError(f"{name} must be an integer tensor, got dtype {value.dtype}")
+        check_id_dtype(name, value.dtype)
         if value.device.type == "cpu":
             return value.numpy()  # integers carry no grad
         try:
@@ -65,6 +64,16 @@ def _host_ids(name: str, value) -> np.ndarray:
     if not np.issubdtype(arr.dtype, np.integer):
         raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
     return arr
+
+
+def check_id_dtype(name: str, dtype: torch.dtype) -> None:
+    """The dtype rule of every id tensor a sampler takes: TypeError naming ``name`` unless an integer dtype
+    other than torch.uint8, which is ambiguous (torch indexing reads it as a mask, PyG's loaders as ids)."""
+    if dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:
+        raise TypeError(f"{name} must be an integer tensor, got dtype {dtype}")
+    if dtype == torch.uint8:
+        raise TypeError(f"{name} has dtype torch.uint8, read as a mask by torch indexing but as ids by PyG: "
+                        f"pass {name}.bool() for a mask, or {name}.long() for ids")
 
 
 def check_id_range(name: str, arr: np.ndarray, lo: int, hi: int, what: str | None = None, *,
@@ -117,7 +126,7 @@ def id_array(name: str, value) -> np.ndarray:
     Raises
     ------
     TypeError
-        Not integers (a float or bool tensor or array).
+        Not integers (a float or bool tensor or array), or torch.uint8 (`check_id_dtype`).
     ValueError
         A uint64 id above 2**63 - 1 (quoted as given, before the int64 cast would wrap it); a tensor on a
         device whose values cannot be read (``"meta"``).
@@ -174,7 +183,7 @@ def check_seeds(seeds, num_nodes: int, name: str = "seeds", bound: str = "num_no
     Raises
     ------
     TypeError
-        ``seeds`` is not an integer tensor or array (a float or bool tensor, for instance).
+        ``seeds`` is not an integer tensor or array (float, bool, or torch.uint8: `check_id_dtype`).
     ValueError
         ``seeds`` is not 1-D, or holds ids outside [0, num_nodes) (`check_id_range`, in the ids' own dtype:
         a uint64 id is reported as given), or lies on a device whose values cannot be read (``"meta"``).
@@ -445,13 +454,7 @@ def check_regions(regions, what: str) -> None:
 
 
 def check_open(closed: bool, what: str) -> None:
-    """Raise ValueError naming ``what`` when ``closed`` (use after close).
-
-    Raises
-    ------
-    ValueError
-        ``closed`` is true.
-    """
+    """Raise ValueError naming ``what`` when ``closed`` (use after close)."""
     if closed:
         raise ValueError(f"{what} is closed; it cannot be used (create a new one)")
 

@@ -14,6 +14,7 @@ from graphrl.threads import team_size
 from samplers._checks import (
     check_device,
     check_fanouts,
+    check_id_dtype,
     check_regions,
     check_seed_and_replace,
     check_seed_times,
@@ -372,8 +373,7 @@ class NeighborSampler:
 
     def _sample_cuda(self, seeds, exclude_eids, seed_times) -> Blocks:
         if isinstance(seeds, torch.Tensor) and seeds.device.type == "cuda":
-            if seeds.dtype.is_floating_point or seeds.dtype.is_complex or seeds.dtype == torch.bool:
-                raise TypeError(f"seeds must be an integer tensor, got dtype {seeds.dtype}")
+            check_id_dtype("seeds", seeds.dtype)
             if seeds.dim() != 1:
                 raise ValueError(f"seeds must be 1-D, got shape {tuple(seeds.shape)}")
             dst = seeds.to(torch.int64).contiguous()

@@ -41,6 +41,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from samplers._checks import check_id_dtype
 from samplers._optional import LazyBase, import_pyg
 from samplers.hetero_graph import HeteroGraph
 from samplers.protocol import check_same_edges, check_same_typed_edges, check_sampler
@@ -249,13 +250,16 @@ class PygSampler(LazyBase):
         Raises
         ------
         TypeError, ValueError
-            ``seeds`` is not a 1-D integer tensor of ids in [0, N) (see `NeighborSampler.sample`);
-            temporal sampling without seed times.
+            ``seeds`` is not a 1-D integer tensor of ids in [0, N) (see `NeighborSampler.sample`), or is
+            torch.uint8 (`samplers._checks.check_id_dtype`); temporal sampling without seed times.
         """
         pyg = import_pyg()
         if not self.is_hetero:
             seeds = {"node": seeds}
             seed_time = None if seed_time is None else {"node": seed_time}
+        for t, s in seeds.items():  # before the draw casts them to int64: a uint8 tensor is refused
+            if isinstance(s, torch.Tensor):
+                check_id_dtype("seeds" if not self.is_hetero else f"seeds[{t!r}]", s.dtype)
         if self.is_temporal:
             seed_time = self._seed_times(seeds, seed_time)
         got = self.draw.sample(seeds, seed_time)
@@ -341,6 +345,8 @@ class PygSampler(LazyBase):
 
         Raises
         ------
+        TypeError
+            ``row`` / ``col`` of dtype torch.uint8 (`samplers._checks.check_id_dtype`).
         ValueError
             Times without ``time_attr``, an edge type for a homogeneous graph or none for a
             heterogeneous one; labels with triplet negatives; an endpoint outside [0, N).
@@ -355,6 +361,8 @@ class PygSampler(LazyBase):
             src_nt, dst_nt = rel[0], rel[-1]
             num_src, num_dst = self.num_nodes[src_nt], self.num_nodes[dst_nt]
         node_time = self.draw.pyg.node_time or {}
+        check_id_dtype("index.row", index.row.dtype)
+        check_id_dtype("index.col", index.col.dtype)
         src, dst, label = index.row.to(torch.int64), index.col.to(torch.int64), index.label
         src_time = dst_time = edge_time = index.time
         num_pos = int(src.numel())
