@@ -85,6 +85,9 @@ class PygSampler(LazyBase):
         ``torch.initial_seed()``.
     weight_attr : str or None
         An edge attribute (float [E]) to draw neighbours proportionally to, as PyG's ``weight_attr``.
+        Read here, once, into CSC order (a copy, as PyG's ``NeighborSampler`` permutes its own copy), as
+        are ``time_attr``'s neighbour times: later edits of ``data`` are not seen (but for the seeds' own
+        node-level times, read per batch); build a new sampler.
     subgraph_type : {"directional", "bidirectional", "induced"}
         As PyG (``SubgraphType`` values accepted).
     disjoint : bool
