@@ -30,6 +30,7 @@ import gc
 import os
 import pickle
 import signal
+import struct
 import traceback
 from collections.abc import Callable
 from os import _exit  # os._exit: the way a forked child ends
@@ -40,6 +41,7 @@ __all__ = ["call_in_child"]
 T = TypeVar("T")
 
 _MARK, _RESULT = b"M", b"R"
+_LENGTH = struct.Struct("<Q")  # the result's pickled bytes follow ``R`` and their length
 _PR_SET_PDEATHSIG = 1
 _LIBC = ctypes.CDLL(None, use_errno=True)
 
@@ -65,7 +67,7 @@ def _child(work: Callable[[Callable[[], None]], Any], fd: int, parent: int) -> N
             data = pickle.dumps(reply)
         except Exception:  # noqa: BLE001 - an exception that does not pickle goes back as an OSError
             data = pickle.dumps((False, OSError(f"{reply[1]!r} (raised in the forked process)")))
-        view = memoryview(_RESULT + data)
+        view = memoryview(_RESULT + _LENGTH.pack(len(data)) + data)
         while view:
             view = view[os.write(fd, view):]
     finally:
@@ -111,13 +113,17 @@ def call_in_child(work: Callable[[Callable[[], None]], T], on_mark: Callable[[],
     os.close(write_fd)
     reaped = False
     try:
-        got, marked = bytearray(), False
-        while chunk := os.read(read_fd, 1 << 16):
+        got, marked, size = bytearray(), False, -1
+        # until the whole result, not EOF: a process forked meanwhile by another thread holds a copy of
+        # the pipe's write end until it ends
+        while len(got) != size and (chunk := os.read(read_fd, 1 << 16)):
             got += chunk
             if not marked and got[:1] == _MARK:
                 del got[:1]
                 marked = True
                 on_mark()
+            if size < 0 and got[:1] == _RESULT and len(got) >= 1 + _LENGTH.size:
+                size = 1 + _LENGTH.size + _LENGTH.unpack_from(got, 1)[0]
         _, status = os.waitpid(pid, 0)
         reaped = True
     except BaseException:
@@ -127,11 +133,11 @@ def call_in_child(work: Callable[[Callable[[], None]], T], on_mark: Callable[[],
         raise
     finally:
         os.close(read_fd)
-    if got[:1] != _RESULT:
+    if len(got) != size:
         how = (f"killed by signal {signal.Signals(-os.waitstatus_to_exitcode(status)).name}"
                if os.WIFSIGNALED(status) else f"exit status {os.waitstatus_to_exitcode(status)}")
         raise OSError(f"the forked process writing the files (pid {pid}) ended without a result ({how})")
-    ok, value = pickle.loads(bytes(got[1:]))
+    ok, value = pickle.loads(bytes(got[1 + _LENGTH.size :]))
     if not ok:
         raise value
     return value
