@@ -53,8 +53,9 @@ from graphrl.memory import MemoryManager
 from replay.commit_kernel import FAILED, OK, OVERFLOW, build_plan, commit_chunk
 from replay.control import GSEQ, WRITERS, Control
 from replay.keys import MAX_POSITION
+from replay.limiter_record import check_picklable
 from replay.owner_watch import OwnerWatch, process_identity
-from replay.rate_limiter import DELETES, INSERTS, RateLimiter, rate_limiter_from_config
+from replay.rate_limiter import DELETES, INSERTS, RateLimiter
 from replay.shard import ShardStorage
 from replay.spec import TrajectorySpec
 from replay.storage_records import Episode, StoreHandle
@@ -226,19 +227,20 @@ class TrajectoryStorage:
             if owns:
                 memory.close()
             raise
-        limiter = rate_limiter_from_config(dict(handle.rate_limiter))
-        return cls(
-            spec, handle.capacity, control, shards, limiter, memory, owns, handle.chunk_steps, handle.timeout,
-            handle.owner_pid, handle.owner_identity,
+        return cls(  # the owner's limiter object: a subclass's rule holds here as in the owner
+            spec, handle.capacity, control, shards, handle.rate_limiter, memory, owns, handle.chunk_steps,
+            handle.timeout, handle.owner_pid, handle.owner_identity,
         )
 
     def handle(self) -> StoreHandle:
-        """The picklable `StoreHandle` for `attach`.
+        """The picklable `StoreHandle` for `attach`, carrying the rate limiter object (a subclass's too).
 
         Raises
         ------
         ValueError
             The regions are not on the shared tier.
+        TypeError
+            The rate limiter cannot be pickled (`replay.limiter_record.check_picklable`).
         """
         try:
             shards = tuple(sh.handle() for sh in self.shards)
@@ -254,7 +256,7 @@ class TrajectoryStorage:
             self.num_shards,
             control,
             shards,
-            tuple(self.limiter.to_config().items()),
+            check_picklable(self.limiter, "handle()"),
             self.chunk_steps,
             self.timeout,
             self.owner.pid,

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from graphrl.memory import RegionHandle
+from replay.rate_limiter import RateLimiter
 from replay.shard import ShardHandle
 from replay.spec import TrajectorySpec
 
@@ -24,7 +25,8 @@ __all__ = ["Episode", "StoreHandle"]
 class StoreHandle:
     """What another process needs to attach a store: region names and settings, no step data.
 
-    Picklable (a few hundred bytes); send it to actor processes as an argument or through a queue.
+    Picklable (a few hundred bytes, plus the rate limiter object); send it to actor processes as an
+    argument or through a queue.
     """
 
     spec: tuple[tuple[Any, ...], ...]  # (name, shape, dtype[, codec, arena_ratio])
@@ -32,7 +34,7 @@ class StoreHandle:
     num_shards: int
     control: RegionHandle
     shards: tuple[ShardHandle, ...]
-    rate_limiter: tuple[tuple[str, Any], ...]
+    rate_limiter: RateLimiter  # the owner's object (a subclass's rule travels with it), picklable
     chunk_steps: int
     timeout: float | None
     owner_pid: int = 0  # the process that made the regions (0: unknown, not watched)

@@ -63,8 +63,9 @@ from replay._checks import (
 from replay.attach import AttachedStore
 from replay.interface import DEFAULT, ReplayStoreBase
 from replay.learner import StoreLearner
+from replay.limiter_record import restored_limiter
 from replay.owner_watch import ForkMark
-from replay.rate_limiter import RateLimiter, RateLimiterState, rate_limiter_from_config
+from replay.rate_limiter import RateLimiter, RateLimiterState
 from replay.sampler import Deadline, WindowSampler
 from replay.selectors import Selector, selector_from_config
 from replay.spec import TrajectorySpec
@@ -571,7 +572,8 @@ class ReplayStore(StorageViews, ReplayStoreBase):
 
     @classmethod
     def restore(
-        cls, path: str | os.PathLike[str], memory: MemoryManager | None = None, **kwargs: Any
+        cls, path: str | os.PathLike[str], memory: MemoryManager | None = None,
+        rate_limiter: RateLimiter | None = None, **kwargs: Any,
     ) -> ReplayStore:
         """A new store holding the latest complete checkpoint under ``path`` (see `replay.checkpoint`).
 
@@ -581,6 +583,10 @@ class ReplayStore(StorageViews, ReplayStoreBase):
             The folder given to `checkpoint`, or one of its ``ckpt-NNNNNN`` folders.
         memory : MemoryManager, optional
             For the new store's regions (default a private manager).
+        rate_limiter : RateLimiter, optional
+            Needed when the checkpointed store's limiter was a `replay.rate_limiter.RateLimiter`
+            subclass (a checkpoint records its settings and class name, not its code): the user's
+            limiter, of that class with those settings. A built-in one is rebuilt without it.
         **kwargs
             ``ReplayStore`` keywords to change (`RESTORE_KEYWORDS`): ``tier``, ``timeout``, ``seed``,
             ``staging_slots``, ``chunk_steps``, ``max_times_sampled``. Without ``seed`` the checkpoint's
@@ -592,7 +598,9 @@ class ReplayStore(StorageViews, ReplayStoreBase):
             No complete checkpoint under ``path``.
         ValueError
             A checkpoint of another format version; a keyword the checkpoint fixes (``spec``,
-            ``capacity_steps``, ``num_shards``, ``selector``, ``rate_limiter``).
+            ``capacity_steps``, ``num_shards``, ``selector``); a subclass's limiter not passed, or
+            ``rate_limiter`` not of the checkpoint's class and settings
+            (`replay.limiter_record.restored_limiter`).
         replay.CheckpointError
             A damaged checkpoint (a ``ValueError``), found before anything is allocated: the message
             names the checkpoint, the file and the fault, and the older checkpoint that is intact.
@@ -612,7 +620,7 @@ class ReplayStore(StorageViews, ReplayStoreBase):
                 int(cfg["capacity"]) * int(cfg["num_shards"]),
                 int(cfg["num_shards"]),
                 selector=selector_from_config(cfg["selector"]),
-                rate_limiter=rate_limiter_from_config(cfg["rate_limiter"]),
+                rate_limiter=restored_limiter(cfg["rate_limiter"], rate_limiter, "ReplayStore.restore"),
                 memory=memory,
                 **options,
             )

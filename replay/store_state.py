@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from replay.limiter_record import limiter_record
 from replay.rate_limiter import RateLimiter
 from replay.selectors import Selector
 from replay.storage import TrajectoryStorage
@@ -31,7 +32,10 @@ def snapshot(
     rate_limiter: RateLimiter,
     max_times_sampled: int,
 ) -> Iterator[dict[str, Any]]:
-    """The state of every part (``config``, ``control``, ``shards``, ``table``), all of them locked."""
+    """The state of every part (``config``, ``control``, ``shards``, ``table``), all of them locked.
+
+    The rate limiter is recorded by `replay.limiter_record.limiter_record`: its settings, and a
+    subclass's class name (``restore`` then needs the user's limiter)."""
     with table.quiesced():
         yield {
             "config": {
@@ -39,7 +43,7 @@ def snapshot(
                 "capacity": storage.capacity,
                 "num_shards": storage.num_shards,
                 "selector": selector.to_config(),
-                "rate_limiter": rate_limiter.to_config(),
+                "rate_limiter": limiter_record(rate_limiter),
                 "max_times_sampled": max_times_sampled,
                 "chunk_steps": storage.chunk_steps,
                 "timeout": storage.timeout,

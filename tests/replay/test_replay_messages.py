@@ -101,7 +101,8 @@ def test_a_key_naming_a_missing_shard_still_names_it(mm):
         store.close()
 
 
-@pytest.mark.parametrize("keyword", ["spec", "capacity_steps", "num_shards", "selector", "rate_limiter"])
+# (rate_limiter: restore takes the user's limiter, checked against the checkpoint's: test_limiter_everywhere)
+@pytest.mark.parametrize("keyword", ["spec", "capacity_steps", "num_shards", "selector"])
 def test_restore_refuses_what_the_checkpoint_fixes(mm, tmp_path, keyword):
     store = filled(mm)
     root = store.checkpoint(tmp_path / "ck")
