@@ -30,7 +30,7 @@ import click
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _report import machine, write_result  # noqa: E402
-from gpu_full_graph_check import _sym_p  # noqa: E402
+from gpu_full_graph_check import symmetric_propagation  # noqa: E402
 
 from graphrl.datasets import load_gowalla, synthetic_graph  # noqa: E402
 from samplers.full_graph_plan import PlanCache, locality_order, plan_propagation  # noqa: E402
@@ -70,11 +70,11 @@ def main(scale: float, repeats: int, output: str) -> None:
     rows = []
     nodes, edges = int(2_400_000 * scale), int(62_000_000 * scale)
     graph = synthetic_graph(nodes, edges, "powerlaw", seed=0)
-    p, t = _sym_p(graph)
+    p, t = symmetric_propagation(graph)
     peak = sum(a.nbytes for a in (*p, *t)) + nodes * DIMS[0] * 4 + 4 * nodes * 4 * sum(DIMS[1:])
     budget = peak // 4
     small = synthetic_graph(2000, 20000, "powerlaw", seed=0)  # compile the kernels outside the timing
-    ps, ts = _sym_p(small)
+    ps, ts = symmetric_propagation(small)
     epoch_plans(ps, ts, 2000, 1 << 16)
     for shared in (True, False):
         runs = [epoch_plans(p, t, nodes, budget, shared) for _ in range(repeats)]
@@ -91,7 +91,7 @@ def main(scale: float, repeats: int, output: str) -> None:
         ds = None
     if ds is not None:
         g = ds.graph
-        gp, _ = _sym_p(g)  # symmetric: P = P^T
+        gp, _ = symmetric_propagation(g)  # symmetric: P = P^T
         order = locality_order(gp[0], gp[1], g.num_nodes)
         for budget_g, slot, label in ((16 << 20, 1 << 20, "1 MiB slots, 16 MiB device"),
                                       (1 << 20, None, "1 MiB working set")):

@@ -44,7 +44,7 @@ from graphrl.memory import MemoryManager
 from graphrl.nn.gcn import GCN
 from samplers.full_graph import FullGraph
 
-__all__ = ["full_graph_part", "full_graph_targets", "print_full_graph"]
+__all__ = ["full_graph_part", "full_graph_targets", "print_full_graph", "symmetric_propagation"]
 
 PCIE_FACTOR = 1.25
 """Target: the staged epoch at most this many times the PCIe limit of its bytes."""
@@ -54,7 +54,7 @@ PLAN_SECONDS = 5.0
 """Target: the planning one epoch needs (order, partitions, dedup sets), 1.2M nodes / 31M edges, 16 cores."""
 
 
-def _sym_p(graph):
+def symmetric_propagation(graph):
     """P = D_in^-1/2 (A + I) D_out^-1/2 and P^T as numpy CSR arrays (the FullGraph contract)."""
     n = graph.num_nodes
     indptr, indices = graph.indptr.numpy(), graph.indices.numpy()
@@ -252,7 +252,7 @@ def full_graph_part(result: dict, nodes: int = 2_400_000, edges: int = 62_000_00
             on_progress()
 
     graph, x, y = _data(nodes, edges, features, classes, seed, pin)
-    p, t = _sym_p(graph)
+    p, t = symmetric_propagation(graph)
     progress("data")
     h2d, d2h = _pinned_copy_GBps(dev)
     out["pinned_copy_GBps"], out["pinned_copy_d2h_GBps"] = h2d, d2h
