@@ -13,13 +13,16 @@ features, 3 GCN layers of 256, 47 classes; gpu_check's ``--fg-scale`` shrinks it
   pinned device-to-host GB/s) and within 4x of the baseline's epoch;
 - ``3x``: the same graph with the device budget at a third of its vertex data (features and
   activations of all layers): the baseline limited to that budget
-  (``torch.cuda.set_per_process_memory_fraction``) must fail with out-of-memory, ours trains (one
+  (``torch.cuda.set_per_process_memory_fraction``) must fail with out-of-memory (a RuntimeError is
+  recorded in ``device_error``: met only when its text is an allocation failure), ours trains (one
   epoch, planning included).
 
 Every figure goes into ``result["full_graph"]`` as soon as it exists and ``on_progress`` is called
 (gpu_check writes its JSON there), so a later crash loses nothing. With ``seconds`` the part keeps to
-a time budget: fewer timed epochs, and the 3x case is left out (said so) when the staged case's first
-epoch would not fit in what is left. `full_graph_targets` turns the figures into target rows.
+a time budget: the baseline's timed epochs stop at a quarter of it, the staged case's at its end, and
+the 3x case is left out (said so) when the staged case's first epoch would not fit in what is left. An
+epoch itself is not interrupted: gpu_check's alarms stop a run that overruns. `full_graph_targets`
+turns the figures into target rows.
 
 ``dry_run=True`` runs the same code on the CPU at a tiny size (the baseline on CPU torch, ours through
 the staged path with ``MemoryManager(device="cpu")`` and ``FullGraph(device="cpu", dedup=True)``), for
@@ -107,10 +110,14 @@ def _sync(dev: torch.device) -> None:
         torch.cuda.synchronize(dev)
 
 
-def _time(step, epochs: int, dev: torch.device) -> list[float]:
+def _time(step, epochs: int, dev: torch.device, deadline: float | None = None) -> list[float]:
+    """A warm-up step, then up to ``epochs`` timed steps (at least one when ``epochs`` > 0; no more once
+    ``deadline``, a ``time.perf_counter()`` value, has passed)."""
     step()  # warm-up: plans, JIT, allocator
-    times = []
+    times: list[float] = []
     for _ in range(epochs):
+        if times and deadline is not None and time.perf_counter() > deadline:
+            break
         _sync(dev)
         t0 = time.perf_counter()
         step()
@@ -119,7 +126,7 @@ def _time(step, epochs: int, dev: torch.device) -> list[float]:
     return times
 
 
-def _baseline(graph, p, t, x, y, dims, epochs, dev, seed) -> dict:
+def _baseline(graph, p, t, x, y, dims, epochs, dev, seed, deadline: float | None = None) -> dict:
     n = graph.num_nodes
     def csr(arrays):  # torch wants one index dtype for the row pointer and the columns
         ptr, cols, vals = (torch.from_numpy(a) for a in arrays)
@@ -137,7 +144,7 @@ def _baseline(graph, p, t, x, y, dims, epochs, dev, seed) -> dict:
 
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
-    times = _time(step, epochs, dev)
+    times = _time(step, epochs, dev, deadline)
     if dev.type == "cuda":
         peak = torch.cuda.max_memory_allocated(dev)
     else:  # estimate: both matrices, features, two saved [N, width] tensors per layer and their gradients
@@ -148,7 +155,16 @@ def _baseline(graph, p, t, x, y, dims, epochs, dev, seed) -> dict:
 
 def _ours(graph, x, y, dims, epochs, dev, budget, seed, deadline: float | None = None) -> dict:
     """Our staged path: one epoch that plans every width, then up to ``epochs`` timed epochs (as many as
-    end before ``deadline``, at least one); ``epochs=0`` times the first epoch alone."""
+    end before ``deadline``, at least one); ``epochs=0`` times the first epoch alone.
+
+    Raises
+    ------
+    TimeoutError
+        ``deadline`` (a ``time.perf_counter()`` value) has passed before the first epoch.
+    """
+    if deadline is not None and time.perf_counter() > deadline:
+        raise TimeoutError(f"the staged case at budget {budget} B not started: its deadline passed "
+                           f"{time.perf_counter() - deadline:.0f} s ago")
     # the dry run: the staged path on the CPU, its device tier host memory (FullGraph refuses a
     # host-memory device tier for device="cuda" where CUDA is available)
     with MemoryManager(budgets={"device": budget}, device=dev) as mm:
@@ -256,7 +272,9 @@ def full_graph_part(result: dict, nodes: int = 2_400_000, edges: int = 62_000_00
     progress("data")
     h2d, d2h = _pinned_copy_GBps(dev)
     out["pinned_copy_GBps"], out["pinned_copy_d2h_GBps"] = h2d, d2h
-    base = _baseline(graph, p, t, x, y, dims, epochs, dev, seed)
+    # the baseline's timed epochs stop at a quarter of the part's time: the staged cases need the rest
+    base = _baseline(graph, p, t, x, y, dims, epochs, dev, seed,
+                     None if deadline is None else start + float(seconds) / 4)
     out["device"] = base
     progress("device")
     budget = max(base["peak_bytes"] // 4, 1 << 16)
@@ -284,6 +302,9 @@ def full_graph_part(result: dict, nodes: int = 2_400_000, edges: int = 62_000_00
             three["device_trained"] = True
         except torch.OutOfMemoryError:
             three["device_trained"] = False
+        except RuntimeError as exc:  # cuSPARSE's failed allocations and CUDA errors come as RuntimeError
+            three["device_trained"] = False
+            three["device_error"] = f"{type(exc).__name__}: {exc}"[:500]
         finally:
             torch.cuda.set_per_process_memory_fraction(1.0, dev.index)
             torch.cuda.empty_cache()
@@ -295,9 +316,14 @@ def full_graph_part(result: dict, nodes: int = 2_400_000, edges: int = 62_000_00
         three["skipped"] = (f"out of the part's time: {deadline - time.perf_counter():.0f} s left, about "
                             f"{need:.0f} s needed")
     else:
-        three["staged"] = _ours(graph, x, y, dims, 0, dev, budget3, seed)
+        three["staged"] = _ours(graph, x, y, dims, 0, dev, budget3, seed, deadline)
     progress("3x")
     return all(row["met"] for row in full_graph_targets(result) if row["met"] is not None)
+
+
+def _is_oom(error: str) -> bool:
+    """Whether a RuntimeError's text is an allocation failure (CUDA's or cuSPARSE's wording)."""
+    return "out of memory" in error or "ALLOC_FAILED" in error
 
 
 def _peak_text(o: dict) -> str:
@@ -343,9 +369,12 @@ def full_graph_targets(result: dict) -> list[dict]:
                  "value": _peak_text(ours),
                  "target": "<= budget", "met": 0 < ours["device_peak_bytes"] <= ours["budget_bytes"]})
     if "device_trained" in three:
+        error = three.get("device_error")
+        oom = error is None or _is_oom(error)
         rows.append({"figure": "part 6 3x case: all-on-device baseline",
-                     "value": "trained" if three["device_trained"] else "out of memory",
-                     "target": "out of memory", "met": not three["device_trained"]})
+                     "value": ("trained" if three["device_trained"] else
+                               "out of memory" if error is None else f"failed: {error[:80]}"),
+                     "target": "out of memory", "met": not three["device_trained"] and oom})
     else:
         rows.append({"figure": "part 6 3x case: all-on-device baseline",
                      "value": "not tried" if r.get("dry_run") else f"not reached ({r.get('done')})",
@@ -388,6 +417,8 @@ def print_full_graph(result: dict, echo=print) -> None:
         verdict = "not run yet"
     elif "device_trained" not in three:
         verdict = "was not tried (CPU)"
+    elif three.get("device_error"):
+        verdict = f"failed ({three['device_error'][:80]})"
     else:
         verdict = "trained (unexpected)" if three["device_trained"] else "ran out of memory"
     vs_pcie = f"{ours['vs_pcie_limit']:.2f}x" if ours.get("pcie_limit_seconds") else "n/a"

@@ -239,5 +239,6 @@ def print_replay(result: dict) -> None:
         if row["metric"] == "windows_per_s":
             click.echo(f"{row['case']:<72} {row['ours']:>10,.0f} {row['GBps']:>7.2f} {row['ratio']:>6.2f} "
                        f"{row['share_of_ceiling']:>8.0%}")
-    rc = result["replay_correctness"]
-    click.echo(f"replay: {rc['equal']}/{rc['cases']} GPU batches byte-equal to CPU batches")
+    rc = result.get("replay_correctness")
+    if rc is not None:
+        click.echo(f"replay: {rc['equal']}/{rc['cases']} GPU batches byte-equal to CPU batches")

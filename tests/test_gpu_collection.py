@@ -16,6 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 HIDDEN = ("ray", "dgl", "torch_geometric", "torch_sparse", "pyg_lib", "torchrl", "tensordict", "cpprb",
@@ -41,6 +43,7 @@ def _env(tmp_path: Path) -> dict[str, str]:
             "PYTHONDONTWRITEBYTECODE": "1"}
 
 
+@pytest.mark.slow
 def test_gpu_tests_collect_without_the_optional_packages(tmp_path):
     env = _env(tmp_path)
     probe = subprocess.run([sys.executable, "-c", "import ray"], env=env, capture_output=True, text=True,

@@ -236,6 +236,11 @@ def test_gpu_check_full_graph_part_dry_run_on_cpu(tmp_path):
     assert three["budget_bytes"] == three["vertex_bytes"] // 3
     assert 0 < three["staged"]["device_peak_bytes"] <= three["budget_bytes"]
     assert "staged / device epoch time" in proc.stdout
+    result = json.loads(out.read_text())  # the run's record: every part done, the closing table's targets
+    assert result["parts"] == {"part 6 full graph": result["parts"]["part 6 full graph"]}
+    assert result["parts"]["part 6 full graph"]["status"] == "done" and "stopped" not in result
+    assert {t["figure"] for t in result["targets"]} >= {"part 6 3x case: ours trains within the budget",
+                                                        "the whole check, Python's start included"}
 
 
 def test_release_and_close_free_the_working_set(cora):
