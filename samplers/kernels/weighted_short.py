@@ -3,9 +3,10 @@
 A short row (the reference's `_choose_short`) has at most SHORT_ROW_MAX (64) positions, is drawn
 without replacement, and SHORT_SHARE * k exceeds its eligible count: its c outputs are c successive
 draws over running sums ``acc`` of the weights not chosen yet, with no rejection. Positions are bits
-relative to the row start s of a uint64 mask; the chosen ones are written in increasing order. A row
-is `start_row`, one `step` per output, `emit`: `short_row` runs one row (the GPU's thread), `short_pair`
-two rows with their steps interleaved (a CPU core overlaps the two rows' chains of dependent steps).
+relative to the row start s of a uint64 mask; the chosen ones are written in increasing order.
+`is_short` is the selection test both targets' kernels ask. A row is `start_row`, one `step` per
+output, `emit`: `short_row` runs one row (the GPU's thread), `short_pair` two rows with their steps
+interleaved (a CPU core overlaps the two rows' chains of dependent steps).
 
 As `samplers.kernels.rng`, the functions below are plain Python that `compile_for` compiles with a
 target's decorator (`samplers.kernels.cpu.weighted`, `samplers.kernels.cuda.weighted`), so both
@@ -29,12 +30,19 @@ from collections.abc import Callable
 import numpy as np
 
 from samplers.kernels.cpu.bits import lowest_bit_index
-from samplers.kernels.reference import REBASE_FRACTION
+from samplers.kernels.reference import REBASE_FRACTION, SHORT_ROW_MAX, SHORT_SHARE
 
 # plain Python here; compile_for swaps in the target's compiled ones
 from samplers.kernels.rng import compile_functions, draw, unit
 
 __all__ = ["compile_for"]
+
+
+def is_short(replace, s, e, c, eligible):
+    """Whether row [s, e) with c outputs and ``eligible`` eligible positions is short, drawn by
+    `short_row`: without replacement, at most SHORT_ROW_MAX positions, and SHORT_SHARE * c above its
+    eligible count (where rejection would reject often). Both targets' kernels ask this one test."""
+    return not replace and e - s <= SHORT_ROW_MAX and SHORT_SHARE * c > eligible
 
 
 def available(weights, s, gone, i):
@@ -185,7 +193,8 @@ def short_pair(weights, prefix, excl, q, b, s, e, state0, c, acc, pos, o, q2, b2
 
 
 # each calls only those before (and the target's pass)
-FUNCTIONS = (available, running_sums, advance, start_row, chosen_weight, step, emit, short_row, short_pair)
+FUNCTIONS = (is_short, available, running_sums, advance, start_row, chosen_weight, step, emit, short_row,
+             short_pair)
 
 
 def compile_for(jit: Callable[[Callable], Callable], rng: types.SimpleNamespace, lowest_bit: Callable,

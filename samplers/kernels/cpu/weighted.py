@@ -34,7 +34,7 @@ from samplers.kernels.cpu.bits import BITMAP_MAX, SCAN_MAX, emit_bitmap, lowest_
 from samplers.kernels.cpu.eligible import take_eligible
 from samplers.kernels.cpu.rng import draw, row_state, unit
 from samplers.kernels.cpu.short_sums import count_le, count_le64, subtract_count
-from samplers.kernels.reference import REJECT_LIMIT, SHORT_ROW_MAX, SHORT_SHARE
+from samplers.kernels.reference import REJECT_LIMIT, SHORT_ROW_MAX
 
 __all__ = ["REJECT_LIMIT", "SHORT_ROW_MAX", "SHORT_SCRATCH", "choose_rows_weighted", "short_pair",
            "short_row"]
@@ -50,7 +50,7 @@ _short = weighted_short.compile_for(nb.njit(nogil=True, _nrt=False, inline="alwa
                                     subtract_count, {"start_row": short_sums.start_row,
                                                      "chosen_weight": short_sums.chosen_weight},
                                     {"fill_row": short_sums.fill_row, "SHORT_ROW_MAX": SHORT_ROW_MAX})
-_short_row, _short_pair = _short.short_row, _short.short_pair
+_short_row, _short_pair, _is_short = _short.short_row, _short.short_pair, _short.is_short
 
 
 @nb.njit(nogil=True, cache=True, _nrt=False)
@@ -253,13 +253,6 @@ def _reject_fast(weights, prefix, s, e, state0, c, bits, pos, o):
         pos[w] = s + lowest_bit_index(mask)
         w += 1
         mask &= mask - one
-
-
-@nb.njit(inline="always", cache=True)
-def _is_short(draws, s, e, c, eligible):
-    """Whether a row draws over running sums (`short_row`): without replacement, at most SHORT_ROW_MAX
-    positions, and c > a third of its eligible count (where rejection would reject often)."""
-    return not draws and e - s <= SHORT_ROW_MAX and SHORT_SHARE * c > eligible
 
 
 @nb.njit(nogil=True, cache=True)

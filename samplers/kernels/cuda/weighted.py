@@ -16,7 +16,7 @@ from samplers.kernels import weighted_short
 from samplers.kernels.cuda import rng
 from samplers.kernels.cuda.rng import draw, row_state, unit
 from samplers.kernels.cuda.rows import is_excluded, row_span, sort_range
-from samplers.kernels.reference import REJECT_LIMIT, SHORT_ROW_MAX, SHORT_SHARE
+from samplers.kernels.reference import REJECT_LIMIT, SHORT_ROW_MAX
 
 __all__ = ["REJECT_LIMIT", "eligible_weighted", "row_prefix", "sample_rows_weighted", "weighted_row"]
 
@@ -35,8 +35,9 @@ def _lowest_bit_index(x):  # pragma: no cover - device
     return cuda.popc((x & (~x + np.uint64(1))) - np.uint64(1))
 
 
-_short_row = weighted_short.compile_for(cuda.jit(device=True), rng, _lowest_bit_index,
-                                        cuda.jit(device=True)(weighted_short.subtract_count)).short_row
+_short = weighted_short.compile_for(cuda.jit(device=True), rng, _lowest_bit_index,
+                                    cuda.jit(device=True)(weighted_short.subtract_count))
+_short_row, _is_short = _short.short_row, _short.is_short
 
 
 @cuda.jit(device=True)
@@ -64,7 +65,7 @@ def weighted_row(indptr, indices, edge_ids, has_eids, weights, prefix, positive,
             if weights[p] > 0 and not is_excluded(excl, a, b, p):
                 eids[j] = p
                 j += 1
-    elif not replace and e - s <= SHORT_ROW_MAX and SHORT_SHARE * c > d_e:
+    elif _is_short(replace, s, e, c, d_e):
         _short_row(weights, prefix, excl, a, b, s, e, row_state(key, node), c, sums, eids, o)
     else:
         state0 = row_state(key, node)

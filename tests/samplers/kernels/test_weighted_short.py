@@ -151,3 +151,20 @@ def test_short_pair_of_rows_with_different_counts_equals_each_row_alone():
 def test_compile_for_replaces_only_the_row_start_and_the_chosen_weight():
     with pytest.raises(ValueError, match=r"not \['step'\]"):
         weighted_short.compile_for(lambda fn: fn, None, None, None, {"step": weighted_short.step})
+
+
+def test_is_short_is_the_reference_rule_on_every_target():
+    # the one selection test, plain and compiled for the CPU, against the reference's rule written out
+    import numba as nb
+
+    from samplers.kernels.cpu import rng as cpu_rng
+    from samplers.kernels.cpu.bits import trailing_zeros
+
+    compiled = weighted_short.compile_for(nb.njit, cpu_rng, trailing_zeros, subtract_count).is_short
+    cases = list(itertools.product([False, True], [0, 5], [1, 63, 64, 65, 200], range(1, 30), range(0, 70)))
+    for replace, s, d, c, eligible in cases:
+        want = not replace and d <= ref.SHORT_ROW_MAX and ref.SHORT_SHARE * c > eligible
+        assert weighted_short.is_short(replace, s, s + d, c, eligible) is want
+        assert compiled(replace, s, s + d, c, eligible) is want
+    assert weighted_short.is_short(False, 0, 64, 3, 8) and not weighted_short.is_short(False, 0, 64, 3, 9)
+    assert not weighted_short.is_short(False, 0, 65, 30, 8)  # past SHORT_ROW_MAX
