@@ -57,6 +57,7 @@ __all__ = [
     "POS_SHIFT",
     "ReplayKeys",
     "STALE_GENERATIONS",
+    "plain_tensor_ops",
     "SHARD_BITS",
     "SHARD_MASK",
     "decode_keys",
@@ -151,7 +152,7 @@ def new_store_id() -> int:
 STALE_GENERATIONS = 16  # keys of an ancestor this many restores back or more are stale (MAX_INCARNATIONS)
 MIXED = "mixed"  # an issuer ("mixed", id, id, ...): keys joined from several stores' (refused)
 # torch's own idiom inside __torch_function__ (its docs' example); torch gives it no public name
-_PLAIN_TENSOR_OPS = torch._C.DisableTorchFunctionSubclass
+plain_tensor_ops = torch._C.DisableTorchFunctionSubclass
 
 
 def _issuer_of(items: Any, found: list[Any]) -> None:
@@ -188,7 +189,7 @@ class ReplayKeys(torch.Tensor):
 
     @classmethod
     def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        with _PLAIN_TENSOR_OPS():
+        with plain_tensor_ops():
             out = func(*args, **(kwargs or {}))
         if type(out) is torch.Tensor and out.dtype is torch.int64:
             if any(out is x for x in args) or (kwargs and any(out is x for x in kwargs.values())):
@@ -206,13 +207,13 @@ class ReplayKeys(torch.Tensor):
         return out
 
     def __deepcopy__(self, memo: dict[int, Any]) -> ReplayKeys:
-        with _PLAIN_TENSOR_OPS():
+        with plain_tensor_ops():
             out = torch.Tensor.clone(self)
         return stamp_keys(out, getattr(self, ISSUER, None))
 
     def numpy(self, *, force: bool = False) -> np.ndarray:
         """The keys as an `IssuedKeys` array (a view, as ``torch.Tensor.numpy``) bearing the issuer."""
-        with _PLAIN_TENSOR_OPS():
+        with plain_tensor_ops():
             arr = torch.Tensor.numpy(self, force=force).view(IssuedKeys)
         setattr(arr, ISSUER, getattr(self, ISSUER, None))
         return arr

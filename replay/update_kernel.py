@@ -46,7 +46,7 @@ from replay.commit_kernel import (
     lock_shard_counted,
 )
 from replay.draw_kernels import updates_valid, write_updates
-from replay.keys import MAX_INCARNATIONS, IssuedKeys, ReplayKeys, key_shard
+from replay.keys import MAX_INCARNATIONS, IssuedKeys, ReplayKeys, key_shard, plain_tensor_ops
 from replay.shard_layout import META_LEN, WRITE_POS
 from replay.sync_kernels import float64_at, int64_at, mutex_unlock, uint8_at
 
@@ -211,7 +211,7 @@ def update_args(keys: Any, priorities: Any) -> tuple[Any, Any, int, int] | None:
     and `replay.keys.IssuedKeys` keys count as tensors and arrays (their issuer is not checked here)."""
     tk = type(keys)
     if tk is ReplayKeys or tk is torch.Tensor:
-        with torch._C.DisableTorchFunctionSubclass():  # ReplayKeys' accessors without its __torch_function__
+        with plain_tensor_ops():  # ReplayKeys' accessors without its __torch_function__
             if keys.dtype is not torch.int64 or keys.layout is not torch.strided or not keys.is_cpu:
                 return None
             if not keys.is_contiguous():
