@@ -230,6 +230,10 @@ def main(check_nodes, check_edges, check_batches, nodes, edges_per_node, fanouts
     except SystemExit as exc:  # SIGTERM (the device tool's timeout) or SIGALRM: the table still prints
         run.result["stopped"] = str(exc)
         click.echo(f"gpu_check: {exc}", err=True)
+    except Exception:  # noqa: BLE001 - outside the parts (their printing, say): recorded, the table prints
+        error = traceback.format_exc()
+        run.result["parts"]["gpu_check driver"] = {"status": "failed", "error": error}
+        click.echo(f"gpu_check: failed outside the parts:\n{error}", err=True)
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second TERM must not cut the table short
