@@ -8,7 +8,8 @@ partition by partition under a device budget (``--device-budget``; the device ti
 without a GPU). ``--device cuda`` is HongTu's setting: the weights on the GPU, the vertex data on the
 host, partitions streamed through the device with a cache of rows several partitions read
 (``--no-dedup`` to compare); it prints the host-device bytes of the last seed (``fg.traffic()``).
-``--model sage`` trains GraphSAGE-mean instead.
+``--model sage`` trains GraphSAGE-mean instead. Training runs on ``threads_for(nodes x hidden)`` threads, the
+thread policy's rule for small work (`graphrl.threads`: one on Cora and CiteSeer); ``--threads`` chooses.
 
     python examples/full_graph_gcn.py --dataset cora --seeds 10
     python examples/full_graph_gcn.py --dataset citeseer --seeds 10 --device-budget 256KiB
@@ -23,13 +24,13 @@ import time
 from pathlib import Path
 
 import click
-import numba
 import torch
 
 from graphrl.datasets import load_planetoid
 from graphrl.memory import MemoryManager
 from graphrl.nn.gcn import GCN
 from graphrl.nn.sage import GraphSAGE
+from graphrl.threads import limit, threads_for
 from graphrl.train import row_normalize, train_full_graph
 from samplers import FullGraph
 
@@ -59,17 +60,15 @@ PAPER = {"cora": 81.5, "citeseer": 70.3}
               help="With --device cuda: the device cache of rows that several partitions read.")
 @click.option("--model", "model_name", type=click.Choice(["gcn", "sage"]), default="gcn", show_default=True)
 @click.option("--threads", type=click.IntRange(min=1), default=None,
-              help="Threads for torch and the numba kernels (default: every core). On a busy machine 1 is "
-                   "often fastest for graphs as small as Cora.")
+              help="Threads for torch and the numba kernels while training (default: graphrl.threads' rule "
+                   "for small work, threads_for(nodes x hidden): 1 on Cora and CiteSeer, whose per-node "
+                   "operations are too small to gain from a fork-join).")
 @click.option("--data-root", type=click.Path(file_okay=False), default=None,
               help="Folder holding cora_citeseer/ (default: $GRAPHRL_DATA, else ../shared/data).")
 def main(dataset: str, seeds: int, epochs: int, hidden: int, layers: int, dropout: float, lr: float,
          weight_decay: float, early_stopping: int | None, device_budget: str | None, partition_bytes: str,
          device: str, dedup: bool, model_name: str, threads: int | None, data_root: str | None) -> None:
     """Train a GCN on DATASET with SEEDS seeds and print the test accuracy, mean +- std."""
-    if threads is not None:
-        torch.set_num_threads(threads)
-        numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
     if data_root is None and not os.environ.get("GRAPHRL_DATA"):
         data_root = str(Path(__file__).resolve().parents[2] / "shared" / "data")
     ds = load_planetoid(dataset, data_root)
@@ -79,10 +78,14 @@ def main(dataset: str, seeds: int, epochs: int, hidden: int, layers: int, dropou
                f"train/val/test {int(ds.train_mask.sum())}/{int(ds.val_mask.sum())}/"
                f"{int(ds.test_mask.sum())}")
 
+    # Each step is a loop of torch operations over nodes x hidden values (and our propagation kernels):
+    # the thread policy's rule for small work picks the count, as graphrl demo's node classification does.
+    threads = threads if threads is not None else threads_for(ds.num_nodes * hidden)
+    click.echo(f"threads: {threads} (torch, numba and graphrl's kernels; --threads to choose)")
     budgets = {"device": device_budget} if device_budget else None
     on_gpu = device == "cuda" and torch.cuda.is_available()
     norm = ("sym", True) if model_name == "gcn" else ("left", False)  # SAGE: the in-neighbour mean
-    with MemoryManager(budgets=budgets, device="cuda" if on_gpu else "cpu") as mm, \
+    with limit(threads), MemoryManager(budgets=budgets, device="cuda" if on_gpu else "cpu") as mm, \
             FullGraph(ds.graph, normalization=norm[0], add_self_loops=norm[1], memory=mm,
                       partition_bytes=partition_bytes, device=device,
                       dedup=dedup if device == "cuda" else None) as fg:
