@@ -181,6 +181,13 @@ class _Loader:
             raise
         return feats, BatchLease(*leases)
 
+    @property
+    def own_buffers(self) -> int:
+        """Staging buffers of their own alive now: batches made while kept batches held every pooled buffer
+        (see the staging reuse rule in the module docstring); each goes with its last tensor."""
+        stagings = [self._staging, *self._typed_staging.values()]
+        return sum(s.own_buffers for s in stagings if s is not None)
+
     def check_open(self) -> None:
         """Raise ValueError if this loader (or a `FeatureStore` it gathers from) is closed."""
         check_open(self.closed, f"this {type(self).__name__}")

@@ -135,7 +135,7 @@ def test_held_batch_is_not_overwritten_while_the_thread_runs_ahead_then_its_buff
     assert all(ok for _, ok in rest) and len(rest) == 6
     # prefetch + 3 buffers (staging_slots(2)), reused round-robin: no fresh tensor per batch
     assert len({p for p, _ in rest} | ptrs) == staging_slots(2) == 5
-    assert loader._staging.own_buffers == 0
+    assert loader.own_buffers == 0
 
 
 def test_release_early_and_buffers_all_returned_after_an_epoch(graph, x):
