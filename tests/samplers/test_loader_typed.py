@@ -305,3 +305,19 @@ def test_a_typed_sampler_breaking_the_contract_is_named(lastfm):
                                         r"dst_nodes Tensor"):
         next(iter(plain))
     assert not loader_threads()
+
+
+@pytest.mark.parametrize("prefetch", [0, 1])
+def test_typed_batches_kept_in_a_list_keep_every_types_rows(lastfm, prefetch):
+    graph, _, x, _ = lastfm
+    users = torch.arange(0, graph.num_nodes["user"], 3)
+    loader = NeighborLoader(graph, ("user", users), FANOUTS, batch_size=64, features=x, seed=5,
+                            prefetch=prefetch)
+    batches = list(loader)  # every batch kept: each type's staging gives the later ones buffers of their own
+    assert len(batches) > prefetch + 3
+    for b in batches:
+        for t, table in x.items():
+            assert torch.equal(b.input_features[t], table[b.input_nodes[t]]), (b.index, t)
+    del batches, b
+    assert loader.own_buffers == 0  # gone with the batches
+    loader.close()
