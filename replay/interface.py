@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     import torch
 
     from graphrl.memory import MemoryManager
+    from replay.rate_limiter import RateLimiter
 
 __all__ = ["DEFAULT", "OwnerOnlyCalls", "ReplayLearnerBase", "ReplayStoreBase"]
 
@@ -82,10 +83,12 @@ class ReplayStoreBase(abc.ABC):
     @classmethod
     @abc.abstractmethod
     def restore(
-        cls, path: str | os.PathLike[str], memory: MemoryManager | None = None, **kwargs: Any
+        cls, path: str | os.PathLike[str], memory: MemoryManager | None = None,
+        rate_limiter: RateLimiter | None = None, **kwargs: Any,
     ) -> ReplayStoreBase:
         """A new store holding the latest complete checkpoint under ``path``; ``memory`` for its
-        buffers, ``kwargs`` the settings to change."""
+        buffers, ``rate_limiter`` the user's when the checkpoint's is a subclass
+        (`replay.limiter_record.restored_limiter`), ``kwargs`` the settings to change."""
 
     @abc.abstractmethod
     def stats(self) -> dict[str, Any]:

@@ -35,7 +35,8 @@ from typing import TYPE_CHECKING, Any
 from replay._checks import check_restore_kwargs
 from replay._files import CheckpointError, fsync_dir, seal, unseal
 from replay.checkpoint import INTEGRITY, latest, verify
-from replay.rate_limiter import rate_limiter_from_config
+from replay.limiter_record import restored_limiter
+from replay.rate_limiter import RateLimiter
 from replay.selectors import selector_from_config
 from replay.spec import TrajectorySpec
 
@@ -284,17 +285,20 @@ def _lineage(manifest: dict[str, Any]) -> list[int]:
 
 
 def restore_arguments(
-    root: Path, manifest: dict[str, Any], changes: dict[str, Any]
+    root: Path, manifest: dict[str, Any], changes: dict[str, Any], rate_limiter: RateLimiter | None = None
 ) -> tuple[tuple, dict[str, Any], dict[str, Any]]:
     """The store's positional and keyword arguments from a manifest (``changes`` applied), and the
-    client state to restore (``samples``, ``rng``, ``folders``: each shard's checkpoint, ``reseed``:
+    client state to restore (``samples``; ``counts``: the checkpoint's inserts, samples and deletes, whose
+    insert headroom is the shards' first allowance; ``rng``, ``folders``: each shard's checkpoint, ``reseed``:
     ``seed`` is among ``changes``, so the client and the shards draw from it, not from the checkpoint's
-    generator states).
+    generator states). The rate limiter: a built-in one rebuilt from the manifest's settings, or
+    ``rate_limiter`` checked against them (`replay.limiter_record.restored_limiter`).
 
     Raises
     ------
     ValueError
-        A keyword of ``changes`` that `RayReplayStore.restore` may not change.
+        A keyword of ``changes`` that `RayReplayStore.restore` may not change; a manifest naming a
+        rate limiter subclass and no ``rate_limiter``, or one not of its class and settings.
     """
     check_restore_kwargs(changes, "RayReplayStore", RESTORE_KEYWORDS)
     unknown = sorted(set(changes) - set(RESTORE_KEYWORDS))
@@ -304,9 +308,12 @@ def restore_arguments(
     kwargs: dict[str, Any] = {name: manifest[name] for name in SETTINGS}
     kwargs.update(changes)
     kwargs["selector"] = selector_from_config(manifest["selector"])
-    kwargs["rate_limiter"] = rate_limiter_from_config(manifest["rate_limiter"])
+    kwargs["rate_limiter"] = restored_limiter(
+        manifest["rate_limiter"], rate_limiter, "RayReplayStore.restore"
+    )
     state = {  # a new seed starts new sample streams; else the checkpoint's continue
         "samples": manifest["counters"]["samples"],
+        "counts": tuple(int(manifest["counters"][k]) for k in ("inserts", "samples", "deletes")),
         "rng": None if "seed" in changes else manifest["rng"],
         "reseed": "seed" in changes,
         "folders": {s: str(folder / d) for s, d in enumerate(manifest["shards"])},

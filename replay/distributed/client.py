@@ -50,6 +50,7 @@ from replay.distributed.staging import BatchAssembler
 from replay.distributed.writer import RayTrajectoryWriter, open_writer
 from replay.interface import DEFAULT, ReplayStoreBase
 from replay.keys import MAX_LINEAGE, issuer_applies, issuer_windows, new_store_id
+from replay.limiter_record import limiter_record
 from replay.rate_limiter import RateLimiter
 from replay.selectors import Selector, check_initial_priority, check_priorities, priority_limit
 from replay.spec import TrajectorySpec
@@ -176,7 +177,8 @@ class RayReplayStore(ReplayStoreBase):
             "num_shards": num_shards,
             "selector": selector.to_config(),
             "rate_limiter": rate_limiter.to_config(),
-            "insert_headroom": rate_limiter.insert_headroom((0, 0, 0)),
+            # the shards' allowance until the client pushes one: from the restored counters, if any
+            "insert_headroom": rate_limiter.insert_headroom(restore.get("counts", (0, 0, 0))),
             "rate_limiter_repr": repr(rate_limiter),
             "max_times_sampled": max_times_sampled,
             "chunk_steps": chunk,
@@ -472,7 +474,7 @@ class RayReplayStore(ReplayStoreBase):
             "spec": self.spec.to_config(),
             "capacity_steps": self.capacity_steps,
             "selector": self.selector.to_config(),
-            "rate_limiter": self.rate_limiter.to_config(),
+            "rate_limiter": limiter_record(self.rate_limiter),  # a subclass's class name too
             "max_times_sampled": self.max_times_sampled,
             "chunk_steps": self.chunk_steps,
             "timeout": self.timeout,
@@ -486,7 +488,8 @@ class RayReplayStore(ReplayStoreBase):
 
     @classmethod
     def restore(
-        cls, path: str | os.PathLike[str], memory: MemoryManager | None = None, **kwargs: Any
+        cls, path: str | os.PathLike[str], memory: MemoryManager | None = None,
+        rate_limiter: RateLimiter | None = None, **kwargs: Any,
     ) -> RayReplayStore:
         """A new Ray-backed store (new shard actors) from the latest checkpoint under ``path``.
 
@@ -496,6 +499,10 @@ class RayReplayStore(ReplayStoreBase):
             The folder given to `checkpoint`.
         memory : MemoryManager, optional
             For the client's staging buffers.
+        rate_limiter : RateLimiter, optional
+            Needed when the checkpointed store's limiter was a `replay.rate_limiter.RateLimiter`
+            subclass (a checkpoint records its settings and class name, not its code): the user's
+            limiter, of that class with those settings. A built-in one is rebuilt without it.
         **kwargs
             Keywords to change: ``timeout``, ``seed``, ``staging_slots``, ``tier``, ``max_restarts``,
             ``actor_options``. Without ``seed`` the client's split and each shard's draws continue
@@ -506,10 +513,13 @@ class RayReplayStore(ReplayStoreBase):
         FileNotFoundError
             No manifest under ``path``.
         ValueError
-            A manifest of another format or version, or an unknown keyword.
+            A manifest of another format or version, or an unknown keyword; a subclass's limiter not
+            passed, or ``rate_limiter`` not of the checkpoint's class and settings
+            (`replay.limiter_record.restored_limiter`).
         """
         root = Path(path).absolute()
-        args, options, state = manifests.restore_arguments(root, manifests.read_manifest(root), kwargs)
+        manifest = manifests.read_manifest(root)
+        args, options, state = manifests.restore_arguments(root, manifest, kwargs, rate_limiter)
         return cls(*args, memory=memory, _restore=state, **options)
 
     # -- lifetime
