@@ -3,36 +3,36 @@
 Two families share one row body (`_spmm_row`: ``out[o] = sum_e weights[e] * h[indices[e]]`` over the
 entries of row ``v`` in storage order, so a row's result never depends on threads):
 
-- ``csr_spmm_parallel`` / ``csr_spmm_serial`` and the transposed ``csr_spmm_t_parallel`` /
-  ``csr_spmm_t_serial``: the whole product at once (``prange`` over rows; the transposed kernel gives
-  each thread a range of output rows and scans every entry, so it needs no transposed copy of the
-  matrix). Used by `graphrl.nn.csr_spmm` on sampled blocks.
+- `csr_spmm_serial` / `csr_spmm_parallel` and the transposed `csr_spmm_t_serial` /
+  `csr_spmm_t_parallel`: the whole product at once. The parallel ones run ``nogil`` kernels over row
+  ranges on the kernel team (`graphrl.kernels.parallel_for`: dynamic claiming, no OpenMP fork-join),
+  with the thread count of `graphrl.threads.threads_for` (serial below ``SERIAL_WORK``); the
+  transposed kernel gives each thread a range of output rows and scans every entry, so it needs no
+  transposed copy of the matrix. Both builds give the same bits for any number of threads. Used by
+  `graphrl.nn.csr_spmm` on sampled blocks and by `graphrl.nn.graph_filter`.
 - `spmm_partition`: one destination partition of a full-graph propagation (as `samplers.full_graph`
   runs it),
   staged the way a GPU would run it: the partition's rows of the matrix are copied into a workspace
   (on the memory manager's device tier), the output rows are computed there from the host-resident
   vertex data read in place, and copied back to the host output. Rows are cut into chunks of about
-  `CHUNK_WORK` multiply-adds that helper threads claim dynamically (`graphrl.kernels.parallel_for`:
-  no OpenMP fork-join), so the result is bitwise the same for any number of threads.
+  `CHUNK_WORK` multiply-adds that helper threads claim dynamically (`graphrl.kernels.parallel_for`),
+  so the result is bitwise the same for any number of threads.
 
 Also `csr_transpose` (a stable counting sort: the transposed rows list their entries by original row)
 and `normalized_adjacency` (the entries of ``D_in^a (A + I) D_out^b`` in CSR form). Tuning figures:
 docs/performance.md.
 """
-
 from __future__ import annotations
-
-import types
 
 import numba as nb
 import numpy as np
 
 from graphrl.kernels.prefetch import prefetch as _prefetch
 from graphrl.kernels.team import parallel_for
+from graphrl.threads import SERIAL_WORK, threads_for
 
 __all__ = [
     "CHUNK_WORK",
-    "SERIAL_WORK",
     "chunk_bounds",
     "csr_spmm_parallel",
     "csr_spmm_serial",
@@ -43,9 +43,6 @@ __all__ = [
     "spmm_partition",
 ]
 
-# Below this many multiply-adds a kernel runs on the calling thread: an OpenMP fork-join costs more
-# than the work.
-SERIAL_WORK = 1 << 16
 # Multiply-adds per chunk of a partitioned product.
 CHUNK_WORK = 1 << 22
 
@@ -80,59 +77,110 @@ def _spmm_row(indptr, indices, weights, h, hf, out, v, o, ahead, lines, step, e_
             out[o, j] += w * h[u, j]
 
 
-def _spmm_body(indptr, indices, weights, h, out):
-    """``out[v] = sum_{e in row v} weights[e] * h[indices[e]]`` for every row.
-
-    ``indptr`` int64 [D + 1], ``indices`` int [nnz] in [0, S), ``weights`` [nnz], ``h`` [S, d],
-    ``out`` [D, d] (written). The parallel (prange) and serial builds agree bitwise.
-    """
-    for v in nb.prange(indptr.shape[0] - 1):
+@nb.njit(nogil=True, cache=True)
+def _spmm_rows(indptr, indices, weights, h, out, lo, hi):
+    """``out[v] = sum_{e in row v} weights[e] * h[indices[e]]`` for rows v in [lo, hi)."""
+    for v in range(lo, hi):
         _spmm_row(indptr, indices, weights, h, h, out, v, v, 0, 0, 1, 0)
 
 
-def _build(fn, parallel: bool):
-    """``fn`` compiled with or without ``parallel``, each build under its own name: numba's disk cache keys
-    a function by module, name and first line, not by its flags, so two builds of one function would
-    load each other's machine code (the "serial" one then forked OpenMP threads)."""
-    suffix = "_parallel" if parallel else "_serial"
-    twin = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__ + suffix, fn.__defaults__,
-                              fn.__closure__)
-    twin.__qualname__ = fn.__qualname__ + suffix
-    twin.__doc__ = fn.__doc__
-    return nb.njit(parallel=parallel, nogil=True, cache=True)(twin)
-
-
-csr_spmm_parallel = _build(_spmm_body, True)
-csr_spmm_serial = _build(_spmm_body, False)
-
-
-def _spmm_t_body(indptr, indices, weights, g, out, parts):
-    """``out = M^T @ g`` for the CSR matrix M, without a transposed copy of M.
-
-    ``parts`` ranges of output rows run in parallel; each scans every entry and keeps those in its
-    range, so each output row is summed in entry order whatever ``parts`` is (the parallel and serial
-    builds agree bitwise).
-    """
+@nb.njit(nogil=True, cache=True)
+def _spmm_t_range(indptr, indices, weights, g, out, lo, hi):
+    """Output rows [lo, hi) of ``out = M^T @ g``: scan every entry of M, keep those whose column is in
+    [lo, hi), so each output row is summed in entry order."""
     d = g.shape[1]
-    n_src = out.shape[0]
     n_dst = indptr.shape[0] - 1
-    for t in nb.prange(parts):
-        lo = n_src * t // parts
-        hi = n_src * (t + 1) // parts
-        for u in range(lo, hi):
-            for j in range(d):
-                out[u, j] = 0.0
-        for v in range(n_dst):
-            for e in range(indptr[v], indptr[v + 1]):
-                u = indices[e]
-                if lo <= u < hi:
-                    w = weights[e]
-                    for j in range(d):
-                        out[u, j] += w * g[v, j]
+    for u in range(lo, hi):
+        for j in range(d):
+            out[u, j] = 0.0
+    for v in range(n_dst):
+        for e in range(indptr[v], indptr[v + 1]):
+            u = indices[e]
+            if lo <= u < hi:
+                w = weights[e]
+                for j in range(d):
+                    out[u, j] += w * g[v, j]
 
 
-csr_spmm_t_parallel = _build(_spmm_t_body, True)
-csr_spmm_t_serial = _build(_spmm_t_body, False)
+@nb.njit(nogil=True, cache=True)
+def csr_spmm_serial(indptr, indices, weights, h, out):
+    """``out[v] = sum_{e in row v} weights[e] * h[indices[e]]`` for every row, on the calling thread.
+
+    ``indptr`` int32/int64 [D + 1], ``indices`` int [nnz] in [0, S), ``weights`` [nnz], ``h`` [S, d],
+    ``out`` [D, d] (written). `csr_spmm_parallel` gives the same bits.
+    """
+    _spmm_rows(indptr, indices, weights, h, out, 0, indptr.shape[0] - 1)
+
+
+@nb.njit(nogil=True, cache=True)
+def csr_spmm_t_serial(indptr, indices, weights, g, out, parts):
+    """``out = M^T @ g`` for the CSR matrix M, without a transposed copy of M, on the calling thread.
+
+    ``indptr`` [D + 1], ``indices`` [nnz] in [0, S), ``weights`` [nnz], ``g`` [D, d], ``out`` [S, d]
+    (written). The output rows are cut into ``parts`` ranges, each scanning every entry; each output row
+    is summed in entry order whatever ``parts`` is (`csr_spmm_t_parallel` gives the same bits).
+    """
+    n_src = out.shape[0]
+    for t in range(parts):
+        _spmm_t_range(indptr, indices, weights, g, out, n_src * t // parts, n_src * (t + 1) // parts)
+
+
+def _row_chunks(indptr: np.ndarray, width: int, threads: int) -> np.ndarray:
+    """Row boundaries of about four chunks per thread (at least `SERIAL_WORK` multiply-adds each, at
+    most `CHUNK_WORK`), so that the threads that run claim the chunks of one that does not."""
+    ip = np.asarray(indptr, dtype=np.int64)
+    rows = ip.shape[0] - 1
+    work = (int(ip[-1]) + rows) * max(int(width), 1)
+    per_chunk = min(CHUNK_WORK, max(SERIAL_WORK, work // (4 * threads)))
+    return chunk_bounds(ip, 0, rows, width, per_chunk)
+
+
+def csr_spmm_parallel(indptr: np.ndarray, indices: np.ndarray, weights: np.ndarray, h: np.ndarray,
+                      out: np.ndarray, threads: int | None = None) -> None:
+    """`csr_spmm_serial` on the kernel team (`graphrl.kernels.parallel_for`): row chunks claimed
+    dynamically, each row summed in entry order by one thread, so the result is bitwise that of
+    `csr_spmm_serial` for any number of threads.
+
+    Parameters
+    ----------
+    indptr : numpy.ndarray, int32 or int64, shape [D + 1]
+    indices : numpy.ndarray, int32 or int64, shape [nnz], trusted in [0, S)
+    weights : numpy.ndarray, dtype of ``h`` (or float32), shape [nnz]
+    h : numpy.ndarray, float32 or float64, shape [S, d]
+    out : numpy.ndarray, float32 or float64, shape [D, d]; written
+    threads : int or None
+        Threads, the caller included; None: `graphrl.threads.threads_for` of the multiply-adds (1 below
+        ``SERIAL_WORK``).
+    """
+    work = (indices.shape[0] + indptr.shape[0] - 1) * h.shape[1]
+    threads = threads_for(work) if threads is None else max(1, int(threads))
+    if threads <= 1:
+        csr_spmm_serial(indptr, indices, weights, h, out)
+        return
+    b = _row_chunks(indptr, h.shape[1], threads)
+    parallel_for(lambda i: _spmm_rows(indptr, indices, weights, h, out, b[i], b[i + 1]), b.shape[0] - 1,
+                 threads)
+
+
+def csr_spmm_t_parallel(indptr: np.ndarray, indices: np.ndarray, weights: np.ndarray, g: np.ndarray,
+                        out: np.ndarray, threads: int | None = None) -> None:
+    """`csr_spmm_t_serial` on the kernel team: the output rows cut into one range per thread
+    (`graphrl.kernels.parallel_for` claims them dynamically), each range scanning every entry, so the
+    result is bitwise that of `csr_spmm_t_serial` for any number of threads.
+
+    The arguments are `csr_spmm_parallel`'s, transposed: ``g`` (float32 or float64 [D, d]) in place of
+    ``h``, ``out`` [S, d] written; ``threads`` also sets the number of ranges (at most one per output
+    row).
+    """
+    work = indices.shape[0] * g.shape[1]
+    threads = threads_for(work) if threads is None else max(1, int(threads))
+    parts = max(1, min(threads, out.shape[0]))
+    if parts <= 1:
+        csr_spmm_t_serial(indptr, indices, weights, g, out, 1)
+        return
+    n = out.shape[0]
+    parallel_for(lambda t: _spmm_t_range(indptr, indices, weights, g, out, n * t // parts,
+                                         n * (t + 1) // parts), parts, parts)
 
 
 @nb.njit(nogil=True, cache=True)

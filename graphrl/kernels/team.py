@@ -2,7 +2,8 @@
 
 `parallel_for` runs chunks ``0..n-1``, claimed dynamically by the calling thread and daemon helper
 threads; callers that interleave their own work with the helpers' (the neighbour sampler's
-pipelined relabelling) use `Chunks` and `engaged` directly. We do not use ``numba.prange``: when
+pipelined relabelling) use `Chunks` and `engaged` directly. No kernel of the project uses
+``numba.prange`` (the SpMM products of `graphrl.kernels.spmm` run here too): when
 other processes keep the cores busy, every OpenMP fork-join waits for a descheduled worker; with
 dynamic claiming the caller never waits for a chunk no helper has started, so a busy machine costs
 at most the speed-up (docs/performance.md).

@@ -1,10 +1,11 @@
 """Sparse (CSR) times dense matrix products with autograd, as numba kernels: arrays in, arrays out.
 
 On CPU tensors `csr_spmm` runs the numba kernels of `graphrl.kernels.spmm` (``torch.index_add_``
-and ``torch.sparse.mm``'s backward run serially on CPU; figures in docs/performance.md). The forward
-kernel is parallel over destination rows; the backward kernel (the transposed product) gives each
-thread a range of source rows, so there are no write conflicts, and every output row is summed in edge
-order: results do not depend on the number of threads.
+and ``torch.sparse.mm``'s backward run serially on CPU; figures in docs/performance.md) on the kernel
+team, with the thread count of `graphrl.threads.threads_for`. The forward kernel splits destination
+rows; the backward kernel (the transposed product) gives each thread a range of source rows, so there
+are no write conflicts, and every output row is summed in edge order: results do not depend on the
+number of threads.
 
 Tensors on another device (a GPU) take `csr_spmm_torch` instead: a gather, a scale and
 ``index_add_`` in torch, differentiable by torch's autograd (atomic adds on a GPU, so the summation
@@ -13,18 +14,11 @@ order, and the last bits of the result, may vary from run to run there).
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 import torch
 
 # The kernels are core code, shared with the full-graph engine (docs/architecture.md#layers).
-from graphrl.kernels.spmm import (
-    SERIAL_WORK,
-    csr_spmm_parallel,
-    csr_spmm_serial,
-    csr_spmm_t_parallel,
-    csr_spmm_t_serial,
-)
+from graphrl.kernels.spmm import csr_spmm_parallel, csr_spmm_t_parallel
 
 __all__ = ["csr_spmm", "csr_spmm_torch"]
 
@@ -37,8 +31,7 @@ class _CSRSpMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, indptr, indices, weights, h):
         out = np.empty((indptr.shape[0] - 1, h.shape[1]), dtype=_np(h).dtype)
-        kernel = csr_spmm_serial if indices.shape[0] * h.shape[1] < SERIAL_WORK else csr_spmm_parallel
-        kernel(_np(indptr), _np(indices), _np(weights).astype(out.dtype, copy=False), _np(h), out)
+        csr_spmm_parallel(_np(indptr), _np(indices), _np(weights).astype(out.dtype, copy=False), _np(h), out)
         ctx.save_for_backward(indptr, indices, weights)
         ctx.num_src = h.shape[0]
         return torch.from_numpy(out)
@@ -48,11 +41,7 @@ class _CSRSpMM(torch.autograd.Function):
         indptr, indices, weights = ctx.saved_tensors
         g = _np(grad_out)
         grad_h = np.empty((ctx.num_src, g.shape[1]), dtype=g.dtype)
-        if indices.shape[0] * g.shape[1] < SERIAL_WORK:
-            kernel, parts = csr_spmm_t_serial, 1
-        else:
-            kernel, parts = csr_spmm_t_parallel, max(1, min(nb.get_num_threads(), ctx.num_src))
-        kernel(_np(indptr), _np(indices), _np(weights).astype(g.dtype, copy=False), g, grad_h, parts)
+        csr_spmm_t_parallel(_np(indptr), _np(indices), _np(weights).astype(g.dtype, copy=False), g, grad_h)
         return None, None, None, torch.from_numpy(grad_h)
 
 

@@ -155,11 +155,12 @@ def test_model_arguments_are_checked():
 
 
 def test_csr_spmm_parallel_and_serial_kernels_agree_bitwise():
+    from graphrl import threads
     from graphrl.kernels import spmm
 
     gen = torch.Generator().manual_seed(1)
     rows, cols, nnz, d = 3000, 2000, 40000, 16  # nnz * d above the serial threshold
-    assert nnz * d >= spmm.SERIAL_WORK
+    assert nnz * d >= threads.SERIAL_WORK
     counts = torch.bincount(torch.randint(0, rows, (nnz,), generator=gen), minlength=rows)
     indptr = torch.cat([torch.zeros(1, dtype=torch.int64), counts.cumsum(0)]).numpy()
     indices = torch.randint(0, cols, (nnz,), generator=gen).numpy()
@@ -174,6 +175,19 @@ def test_csr_spmm_parallel_and_serial_kernels_agree_bitwise():
     spmm.csr_spmm_t_parallel(indptr, indices, weights, g, ga, 2)
     spmm.csr_spmm_t_serial(indptr, indices, weights, g, gb, 1)
     assert np.array_equal(ga, gb)
+    # any thread count, int32 row pointers (scipy's) and float64 give the serial kernels' bits
+    for n in (1, 2, 3, 5, None):
+        for ip, dt in ((indptr, np.float32), (indptr.astype(np.int32), np.float64)):
+            hd, gd, wd = h.astype(dt), g.astype(dt), weights.astype(dt)
+            a, b = np.full((rows, d), np.nan, dt), np.empty((rows, d), dt)
+            spmm.csr_spmm_parallel(ip, indices, wd, hd, a, n)
+            spmm.csr_spmm_serial(ip, indices, wd, hd, b)
+            assert np.array_equal(a, b)
+            ga, gb = np.full((cols, d), np.nan, dt), np.empty((cols, d), dt)
+            spmm.csr_spmm_t_parallel(ip, indices, wd, gd, ga, n)
+            spmm.csr_spmm_t_serial(ip, indices, wd, gd, gb, 1)
+            assert np.array_equal(ga, gb)
+    assert not np.array_equal(a[:, 0], a[:, 1])  # not a constant that any kernel would give
     dense = torch.zeros(rows, cols, dtype=torch.float64)
     row_of = torch.repeat_interleave(torch.arange(rows), torch.from_numpy(np.diff(indptr)))
     dense.index_put_((row_of, torch.from_numpy(indices)), torch.from_numpy(weights).double(), accumulate=True)

@@ -195,24 +195,27 @@ def test_serial_torch_lowers_torch_only_for_the_block_and_not_when_opted_out():
         assert counts() == (2, 2)
 
 
-def test_the_serial_spmm_kernels_never_start_openmp_threads():
-    """The serial and parallel builds of one kernel used to share numba's disk cache entry (keyed by name,
-    not flags), so the "serial" kernel loaded the parallel build and forked spinning OpenMP workers."""
+def test_the_spmm_kernels_never_start_openmp_threads():
+    """The products run on the kernel team, never in an OpenMP region (no ``prange``): the serial and
+    parallel builds used to share numba's disk cache entry (keyed by name, not flags), and OpenMP's
+    fork-join waits for a descheduled worker on a loaded machine."""
     out = _fresh("""
         import numba, numpy as np
-        from graphrl.kernels.spmm import csr_spmm_parallel, csr_spmm_serial, csr_spmm_t_serial
-        ip = np.array([0, 1, 2], np.int64); cols = np.array([0, 1], np.int32); w = np.ones(2, np.float32)
-        src = np.ones((2, 4), np.float32); out = np.empty((2, 4), np.float32)
-        csr_spmm_serial(ip, cols, w, src, out); csr_spmm_t_serial(ip, cols, w, src, out, 1)
+        from graphrl.kernels.spmm import csr_spmm_parallel, csr_spmm_serial, csr_spmm_t_parallel
+        from graphrl.kernels.spmm import csr_spmm_t_serial
+        ip = np.arange(0, 20001, 10, dtype=np.int64); cols = np.arange(20000, dtype=np.int32) % 3000
+        w = np.ones(20000, np.float32); src = np.ones((3000, 8), np.float32)
+        out = np.empty((2000, 8), np.float32); back = np.empty((3000, 8), np.float32)
+        csr_spmm_serial(ip, cols, w, src, out); csr_spmm_t_serial(ip, cols, w, out, back, 1)
+        csr_spmm_parallel(ip, cols, w, src, out, 2); csr_spmm_t_parallel(ip, cols, w, out, back, 2)
         try:
             numba.threading_layer()
             print("parallel")
         except ValueError:  # no parallel region has run in this process
             print("serial")
-        csr_spmm_parallel(ip, cols, w, src, out)
-        print(numba.threading_layer() is not None)
+        print(float(out[0, 0]), float(back[0, 0]))
     """)
-    assert out.splitlines() == ["serial", "True"]
+    assert out.splitlines() == ["serial", "10.0 70.0"]
 
 
 def test_idle_cores_counts_the_cores_with_nothing_else_to_run(monkeypatch):
