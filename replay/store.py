@@ -63,14 +63,13 @@ from replay._checks import (
 from replay.attach import AttachedStore
 from replay.interface import DEFAULT, ReplayStoreBase
 from replay.learner import StoreLearner
-from replay.limiter_record import restored_limiter
 from replay.owner_watch import ForkMark
 from replay.rate_limiter import RateLimiter, RateLimiterState
 from replay.sampler import Deadline, WindowSampler
-from replay.selectors import Selector, selector_from_config
+from replay.selectors import Selector
 from replay.spec import TrajectorySpec
 from replay.storage import StorageViews, StoreHandle, TrajectoryStorage
-from replay.store_state import load_parts, snapshot
+from replay.store_state import RESTORE_KEYWORDS, load_parts, restore_arguments, snapshot
 from replay.table import Table
 from replay.table_service import TableService
 from replay.writer import TrajectoryWriter
@@ -83,7 +82,6 @@ if TYPE_CHECKING:
 __all__ = ["ReplayStore"]
 
 _PLAIN = (int, float)  # beta types whose checks `sample` remembers per signature
-RESTORE_KEYWORDS = ("tier", "timeout", "seed", "staging_slots", "chunk_steps", "max_times_sampled")
 
 class ReplayStore(StorageViews, ReplayStoreBase):
     """A sharded trajectory replay store in memory-manager regions.
@@ -588,9 +586,10 @@ class ReplayStore(StorageViews, ReplayStoreBase):
             subclass (a checkpoint records its settings and class name, not its code): the user's
             limiter, of that class with those settings. A built-in one is rebuilt without it.
         **kwargs
-            ``ReplayStore`` keywords to change (`RESTORE_KEYWORDS`): ``tier``, ``timeout``, ``seed``,
-            ``staging_slots``, ``chunk_steps``, ``max_times_sampled``. Without ``seed`` the checkpoint's
-            sample stream goes on (the draws it would have made next); with it, draws start from it.
+            ``ReplayStore`` keywords to change (`replay.store_state.RESTORE_KEYWORDS`): ``tier``,
+            ``timeout``, ``seed``, ``staging_slots``, ``chunk_steps``, ``max_times_sampled``. Without
+            ``seed`` the checkpoint's sample stream goes on (the draws it would have made next); with it,
+            draws start from it.
 
         Raises
         ------
@@ -608,23 +607,8 @@ class ReplayStore(StorageViews, ReplayStoreBase):
         check_restore_kwargs(kwargs, "ReplayStore", RESTORE_KEYWORDS)
         with ckpt.reading(path):  # saves into the root wait: none deletes the folder read (lazily) here
             state = ckpt.load(path)
-            cfg = state["config"]
-            options = {
-                "max_times_sampled": int(cfg["max_times_sampled"]),
-                "chunk_steps": int(cfg["chunk_steps"]),
-                "timeout": cfg["timeout"],
-            }
-            options.update(kwargs)
-            store = cls(
-                TrajectorySpec.from_config(cfg["spec"]),
-                int(cfg["capacity"]) * int(cfg["num_shards"]),
-                int(cfg["num_shards"]),
-                selector=selector_from_config(cfg["selector"]),
-                rate_limiter=restored_limiter(cfg["rate_limiter"], rate_limiter, "ReplayStore.restore"),
-                memory=memory,
-                **options,
-            )
-            state["table"]["rng"] = None if "seed" in kwargs else state["table"]["rng"]  # None: the seed's
+            args, options = restore_arguments(state, kwargs, rate_limiter)
+            store = cls(*args, memory=memory, **options)
             try:
                 load_parts(store.storage, store.table, state)
             except BaseException:
