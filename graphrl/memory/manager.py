@@ -12,15 +12,17 @@ RMM's memory resources and resource adaptors (limiting, statistics, pool).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import multiprocessing.util
 import os
 import threading
 import weakref
-from collections.abc import Iterable, Mapping
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -49,6 +51,27 @@ from graphrl.memory.sizes import Tier, check_owner, format_size, parse_shape, pa
 __all__ = ["MemoryManager"]
 
 logger = logging.getLogger(__name__)
+
+_R = TypeVar("_R")
+
+
+def _entry(method: Callable[..., _R]) -> Callable[..., _R]:
+    """A public `MemoryManager` call: counted as under way on this thread, and, as the outermost one,
+    first giving back the regions finalizers freed meanwhile (`MemoryManager.release_soon`)."""
+
+    @functools.wraps(method)
+    def call(self: MemoryManager, *args: Any, **kwargs: Any) -> _R:
+        inside = self._inside
+        depth = getattr(inside, "depth", 0)
+        inside.depth = depth + 1
+        try:
+            if depth == 0 and self._pending:
+                self._drain()
+            return method(self, *args, **kwargs)
+        finally:
+            inside.depth = depth
+
+    return call
 
 
 class MemoryManager:
@@ -151,6 +174,9 @@ class MemoryManager:
         self._attached: dict[int, Region] = {}
         self._counter = itertools.count()
         self._lock = threading.Lock()
+        # regions freed by finalizers (Region.free_soon), given back at the start of the next call
+        self._pending: deque[tuple[Region, Backing]] = deque()
+        self._inside = threading.local()  # per thread: how many of this manager's calls are under way
         self._closed = False
         self._finalizer = weakref.finalize(self, self._cleanup)
         multiprocessing.util.Finalize(self, self._cleanup, exitpriority=10)
@@ -175,18 +201,21 @@ class MemoryManager:
         if pool is not None and account is not None:
             pool.set_limit(max(account.budget - self._registered_bytes[tier], 0))
 
+    @_entry
     def budget(self, tier: Tier | str) -> int:
         """Budget of ``tier`` in bytes (the machine's capacity for a tier given no budget)."""
         tier = Tier.parse(tier)
         with self._lock:
             return self._account(tier).budget
 
+    @_entry
     def free_bytes(self, tier: Tier | str) -> int:
         """Bytes still available on ``tier``: its budget minus the bytes of its live regions."""
         tier = Tier.parse(tier)
         with self._lock:
             return self._account(tier).free
 
+    @_entry
     def usage(self) -> dict[str, dict[str, int]]:
         """Per tier: ``{"budget", "used", "free", "peak", "regions"}`` in bytes (regions: a count).
 
@@ -200,6 +229,7 @@ class MemoryManager:
                                    "regions": a.regions}
             return out
 
+    @_entry
     def stats(self) -> dict[str, Any]:
         """Bytes in use, peak bytes and live regions per tier and owner, and the pools' counters.
 
@@ -229,6 +259,7 @@ class MemoryManager:
         }
         return out
 
+    @_entry
     def regions(self, owner: str | None = None) -> list[Region]:
         """The live regions this manager owns (of ``owner`` only, if given), oldest first."""
         with self._lock:
@@ -246,6 +277,7 @@ class MemoryManager:
                 tiers.append(parsed)
         return tiers
 
+    @_entry
     def allocate(
         self,
         shape: int | tuple[int, ...] | list[int] | torch.Size,
@@ -372,6 +404,7 @@ class MemoryManager:
             tiers[0], owner, nbytes, free0, first.budget, tuple(attempts), note
         ) from failure
 
+    @_entry
     def register(
         self, array: np.ndarray | torch.Tensor, tier: Tier | str = Tier.PINNED, *, owner: str
     ) -> Region:
@@ -459,6 +492,7 @@ class MemoryManager:
                 self._direct[tier].registrations += 1
         return region
 
+    @_entry
     def attach(self, handle: RegionHandle | str, shape: Any = None, dtype: Any = None) -> Region:
         """`Region.attach`, and unmap the region when this manager closes. Counts against no budget."""
         with self._lock:
@@ -468,12 +502,50 @@ class MemoryManager:
             self._attached[id(region)] = region
         return region
 
+    @_entry
     def deallocate(self, region: Region, backing: Backing) -> None:
         """Free ``region``'s memory, then return its bytes to the budget.
 
         Called exactly once per region, by `Region.free` (which hands over the backing it claimed);
         call `Region.free`, not this.
         """
+        self._release(region, backing)
+
+    def release_soon(self, region: Region, backing: Backing) -> None:
+        """Give back a region a finalizer freed (`Region.free_soon` hands over its backing); never deadlocks.
+
+        Now, unless this thread is inside one of this manager's calls (a finalizer run by garbage
+        collection inside its critical section: the lock is not re-entrant) or another thread holds
+        the lock; then the region waits in a queue (a deque: appending is atomic) that every public
+        call drains first, so budgets, statistics and ``close`` see it given back.
+
+        References
+        ----------
+        RMM's deferred deallocation and CPython's pending calls (``Py_AddPendingCall``).
+        """
+        self._pending.append((region, backing))
+        if getattr(self._inside, "depth", 0) == 0 and self._lock.acquire(blocking=False):
+            self._lock.release()
+            self._collect()
+
+    @_entry
+    def _collect(self) -> None:
+        """Nothing beyond what every call does first: give back the regions waiting in the queue."""
+
+    def _drain(self) -> None:
+        """Give back the regions waiting in the queue (inside a call: finalizers meanwhile queue too)."""
+        while True:
+            try:
+                region, backing = self._pending.popleft()
+            except IndexError:  # empty (another thread may have taken the last one)
+                return
+            try:
+                self._release(region, backing)
+            except Exception as err:  # noqa: BLE001 - a finalizer's free: not the caller's error
+                logger.warning("freeing %r (its finalizer ran) failed: %s", region, err)
+
+    def _release(self, region: Region, backing: Backing) -> None:
+        """Free ``region``'s memory (its ``backing``, claimed), then return its bytes to the budget."""
         tier = region.tier
         key = id(region)
         with self._lock:
@@ -511,6 +583,7 @@ class MemoryManager:
             return
         self._addresses.add(id(region), backing.tensor().data_ptr(), region.nbytes, region.tier)
 
+    @_entry
     def tier_of(self, tensor: torch.Tensor) -> Tier | None:
         """The tier of the live region (allocated or registered) that holds ``tensor``'s first byte.
 
@@ -541,6 +614,7 @@ class MemoryManager:
         with self._lock:
             return self._addresses.tier_at(tensor.data_ptr())
 
+    @_entry
     def trim(self, tier: Tier | str | None = None) -> int:
         """Release the idle blocks of the pinned and device pools (or of ``tier``'s) upstream.
 
@@ -567,6 +641,7 @@ class MemoryManager:
     def closed(self) -> bool:
         return self._closed
 
+    @_entry
     def close(self) -> None:
         """Free every region this manager owns and unmap the ones it attached; idempotent.
 
@@ -589,6 +664,7 @@ class MemoryManager:
                 except Exception as err:  # noqa: BLE001 - raised once every region is freed
                     logger.warning("closing: freeing %r failed: %s", region, err)
                     first = first or err
+        self._drain()  # the regions finalizers freed meanwhile
         for pool in self._pools.values():  # every pooled block goes back upstream (unregistered)
             try:
                 pool.trim()

@@ -314,14 +314,22 @@ class Region:
         """True once `free` ran (or the manager closed)."""
         return self._backing is None
 
-    def _claim(self) -> Backing:
-        """Mark the region freed and return its backing, once; a second call raises ValueError."""
+    def _take(self) -> Backing | None:
+        """Mark the region freed and return its backing, once; None if it was freed already.
+
+        Allocates nothing under the lock, so no finalizer (garbage collection) can run while it is held.
+        """
         with self._lock:
             backing = self._backing
-            if backing is None:
-                raise ValueError(f"{self._label()} was already freed (double free)")
             self._backing = None
-            return backing
+        return backing
+
+    def _claim(self) -> Backing:
+        """`_take`, raising ValueError on a second call (double free)."""
+        backing = self._take()
+        if backing is None:
+            raise ValueError(f"{self._label()} was already freed (double free)")
+        return backing
 
     def free(self) -> None:
         """Return the region's bytes to its tier's budget and release the memory.
@@ -338,7 +346,33 @@ class Region:
         backing = self._claim()
         if self._manager is not None:
             self._manager.deallocate(self, backing)
-        elif isinstance(backing, ShmBacking):
+        else:
+            self._unmap(backing)
+
+    def free_soon(self) -> None:
+        """Free the region from a finalizer: never raises on a freed region, never deadlocks its manager.
+
+        The one way finalizers free regions (`free_quietly` calls it). A finalizer may run wherever
+        Python drops a reference or collects garbage, including inside the manager's own critical
+        section on the same thread, whose lock is not re-entrant: the region is marked freed at once,
+        and its bytes go back to the budget now unless this thread is inside a call of its manager or
+        another thread holds the manager's lock; then the manager does it at the start of its next
+        call (`MemoryManager.release_soon`), before any budget is read. A region freed already (by
+        `free`, its manager's ``close`` or another thread) is left alone. Use `free` in plain code: it
+        raises on a double free.
+        """
+        backing = self._take()
+        if backing is None:
+            return
+        if self._manager is not None:
+            self._manager.release_soon(self, backing)
+        else:
+            self._unmap(backing)
+
+    @staticmethod
+    def _unmap(backing: Backing) -> None:
+        """Unmap an attached region's segment (a region without a manager)."""
+        if isinstance(backing, ShmBacking):
             backing.segment.release()
             backing.data = None  # type: ignore[assignment]
 
@@ -368,12 +402,8 @@ class Region:
 
 
 def free_quietly(region: Region) -> None:
-    """Free ``region`` unless it is freed already (by its manager's ``close``, say, or another thread).
+    """Free ``region`` unless it is freed already; safe in a finalizer: `Region.free_soon`.
 
     The finalizer for regions handed out as tensors: ``weakref.finalize(tensor, free_quietly, region)``.
     """
-    if not region.freed:
-        try:
-            region.free()
-        except ValueError:  # freed concurrently in between
-            logger.debug("%s was freed concurrently", region)
+    region.free_soon()
