@@ -148,6 +148,10 @@ class PoolBacking(TensorBacking):
 class PoolResource:
     """A `MemoryResource` adaptor that keeps freed blocks and hands them to later allocations.
 
+    Thread-safe; its lock is not re-entrant and it calls the upstream resource under it (``trim``),
+    so a finalizer must not free into it directly: under a `MemoryManager` every pool call runs
+    inside a manager call, where a finalizer's free waits for the next call (`Region.free_soon`).
+
     Parameters
     ----------
     upstream : MemoryResource
