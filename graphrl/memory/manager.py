@@ -583,7 +583,6 @@ class MemoryManager:
             return
         self._addresses.add(id(region), backing.tensor().data_ptr(), region.nbytes, region.tier)
 
-    @_entry
     def tier_of(self, tensor: torch.Tensor) -> Tier | None:
         """The tier of the live region (allocated or registered) that holds ``tensor``'s first byte.
 
@@ -611,6 +610,8 @@ class MemoryManager:
             raise TypeError(f"tier_of() takes a torch.Tensor, got {type(tensor).__name__}")
         if tensor.numel() == 0:
             return None
+        if self._pending:  # asked per copy: not an `_entry` (its lock alone keeps finalizers queued)
+            self._collect()
         with self._lock:
             return self._addresses.tier_at(tensor.data_ptr())
 
