@@ -30,8 +30,8 @@ Integrity: `load` verifies every file (none missing, truncated, altered, or unex
 against ``LATEST``, the counts and the episode index's invariants, all before a store is sized from
 it, and raises `CheckpointError` (a ``ValueError``) naming the checkpoint, the file and the fault,
 and the older checkpoint that is intact, if any. `save` takes the state from a context manager that
-holds the store quiescent (`replay.store.ReplayStore.checkpoint`) and writes it (`replay.checkpoint_write`)
-in a forked process (`replay.forked_work`); `load` gives it back. See docs/architecture.md#checkpoints.
+holds the store quiescent (`replay.store.ReplayStore.checkpoint`); `load` gives it back for each
+part's ``load_state_dict()``. See docs/architecture.md#checkpoints.
 
 References
 ----------
@@ -43,12 +43,12 @@ from __future__ import annotations
 
 import fcntl
 import logging
+import math
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, ExitStack, contextmanager
-from functools import partial
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -56,9 +56,7 @@ import numpy as np
 
 from replay._files import CheckpointError, check_files, file_table, fsync_dir, seal, unseal
 from replay.checkpoint_invariants import check_state, expected_counts
-from replay.checkpoint_write import PER_ITEM, write_state
 from replay.chunk_state import ChunkState
-from replay.forked_work import call_in_child
 
 __all__ = [
     "INTEGRITY",
@@ -78,6 +76,8 @@ logger = logging.getLogger(__name__)
 VERSION = 3  # 3: a codec field's chunk records carry their checksum (`replay.chunk_state.chunk_state_fault`)
 FORMAT = "graphrl.replay"
 INTEGRITY = "INTEGRITY.json"
+_CHUNK_BYTES = 4 * 2**20
+_PER_ITEM = ("priority", "times_sampled", "state")
 _CONFIG_KEYS = (
     "spec",
     "capacity",
@@ -88,6 +88,58 @@ _CONFIG_KEYS = (
     "chunk_steps",
     "timeout",
 )
+
+
+def _write_array(group: Any, name: str, parts: list[np.ndarray], shape: tuple[int, ...], dtype: Any) -> None:
+    """Create ``group[name]`` of ``shape`` and fill it from ``parts`` concatenated along axis 0.
+
+    Written one chunk at a time, each a C-contiguous array: a row block of one part as it is, else the
+    rows copied into one buffer of this call (a chunk across two parts, a strided or other-dtype part).
+    zarr stores a whole chunk given so as it is; handed a range of several chunks, it allocates a
+    buffer per chunk in its own threads, whose glibc arenas keep the memory (docs/performance.md,
+    "Checkpoint memory").
+
+    Raises
+    ------
+    ValueError
+        ``parts`` hold other than ``shape[0]`` rows.
+    """
+    dtype = np.dtype(dtype)
+    n = shape[0]
+    parts = [p for p in parts if len(p)]
+    if sum(len(p) for p in parts) != n:
+        raise ValueError(f"checkpoint array {name!r}: parts hold {sum(len(p) for p in parts)} rows, "
+                         f"shape {shape} needs {n}")
+    row = math.prod(shape[1:]) * dtype.itemsize
+    chunk0 = max(1, min(n, _CHUNK_BYTES // max(1, row))) if n else 1
+    arr = group.create_array(
+        name,
+        shape=shape,
+        dtype=dtype,
+        chunks=(chunk0, *(max(1, d) for d in shape[1:])),
+        compressors=None,
+        fill_value=np.zeros((), dtype=dtype).item(),
+    )
+    buf: np.ndarray | None = None
+    i = offset = 0  # row ``lo`` is row ``offset`` of ``parts[i]``
+    for lo in range(0, n, chunk0):
+        rows = min(chunk0, n - lo)
+        block = parts[i][offset : offset + rows]
+        if len(block) == rows and block.dtype == dtype and block.flags.c_contiguous:
+            offset += rows
+        else:
+            if buf is None:
+                buf = np.empty((chunk0, *shape[1:]), dtype=dtype)
+            block, filled = buf[:rows], 0
+            while filled < rows:
+                if offset == len(parts[i]):
+                    i, offset = i + 1, 0
+                take = min(rows - filled, len(parts[i]) - offset)
+                block[filled : filled + take] = parts[i][offset : offset + take]
+                filled, offset = filled + take, offset + take
+        if offset == len(parts[i]) and i + 1 < len(parts):
+            i, offset = i + 1, 0
+        arr[lo : lo + rows] = block
 
 
 def _number(name: str) -> int:
@@ -295,7 +347,11 @@ def root_lock(root: Path, shared: bool = False) -> Iterator[None]:
             )
         yield
     finally:
-        os.close(fd)  # releases the flock
+        try:  # unlocked by name: a process forked meanwhile (a DataLoader worker) holds a copy of ``fd``,
+            fcntl.flock(fd, fcntl.LOCK_UN)  # and closing ours alone would leave the lock held while it lives
+        except OSError:  # no flock was taken (see above)
+            pass
+        os.close(fd)
 
 
 @contextmanager
@@ -322,11 +378,6 @@ def save(path: str | os.PathLike[str], snapshot: AbstractContextManager[dict[str
     ``LATEST`` names and the newest folder there), and ``LATEST`` always names a complete checkpoint.
     A save removes only the temporary files of processes that have ended, never one in progress.
 
-    The files are written by a process forked for this call (`replay.forked_work.call_in_child`): it
-    writes the rows, lets the caller exit ``snapshot``, then hashes, seals, renames and names the
-    checkpoint, while the calling thread waits in a few blocking calls without the GIL (their number does
-    not grow with the store). It dies with the calling thread.
-
     Parameters
     ----------
     path : str or path
@@ -344,71 +395,58 @@ def save(path: str | os.PathLike[str], snapshot: AbstractContextManager[dict[str
     Raises
     ------
     OSError
-        The files cannot be written, or the forked process died (the previous checkpoint stays the
-        latest; this call's temporary files are removed). Another exception of the forked process is
-        raised as it was, with a note carrying its traceback.
+        The files cannot be written (the previous checkpoint stays the latest; this call's temporary
+        folder is removed).
     """
-    import zarr.storage  # noqa: F401 - imported here, not in the forked process
-
     root = Path(path)
     root.mkdir(parents=True, exist_ok=True)
     with root_lock(root):
-        tmp = root / f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"  # this process's: ended, they are stale
-        marker = root / f".tmp-LATEST-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        folders = _folders(root)
-        newest = _number(folders[0].name) if folders else -1  # a folder renamed but never named counts
+        for stale in _stale_temporaries(root):  # left by a checkpoint that was killed
+            if stale.is_dir():
+                shutil.rmtree(stale, ignore_errors=True)
+            else:
+                stale.unlink(missing_ok=True)
+        tmp = root / f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         try:
-            previous: str | None = _read_latest(root)[0]
-            number = max(_number(previous), newest) + 1
-        except (OSError, CheckpointError):  # no LATEST, or a damaged one: keep the newest folder there is
-            previous = folders[0].name if folders else None
-            number = newest + 1
-        final = root / f"ckpt-{number:06d}"
-        try:
-            with ExitStack() as held:
-                state = held.enter_context(snapshot)
-                work = partial(_save_files, root, tmp, marker, final, previous, state)
-                return call_in_child(work, held.close)
-        except BaseException:  # the files' process failed, or was killed: its temporaries go
+            return _save_locked(root, tmp, snapshot)
+        except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
-            marker.unlink(missing_ok=True)
             raise
 
 
-def _save_files(
-    root: Path, tmp: Path, marker: Path, final: Path, previous: str | None, state: dict[str, Any],
-    written: Callable[[], None],
-) -> str:
-    """`save`'s file work, in a forked process (`replay.forked_work.call_in_child`): write ``state`` into
-    ``tmp``, call ``written`` (the parent lets the store go: nothing of ``state`` is read after it), remove
-    the temporaries of ended saves, seal, rename ``tmp`` to ``final``, name it in LATEST (through the
-    temporary file ``marker``), delete the checkpoints older than ``previous``."""
+def _save_locked(root: Path, tmp: Path, snapshot: AbstractContextManager[dict[str, Any]]) -> str:
+    """`save` under the root's lock: write ``tmp``, seal, rename to a new number, name it in LATEST."""
     import zarr
     from zarr.storage import LocalStore
 
-    group = zarr.open_group(LocalStore(tmp), mode="w", zarr_format=3)
-    write_state(group, state, VERSION)
-    counts = expected_counts(state)
-    written()
-    for stale in _stale_temporaries(root):  # left by a checkpoint that was killed
-        if stale.is_dir():
-            shutil.rmtree(stale, ignore_errors=True)
-        else:
-            stale.unlink(missing_ok=True)
+    folders = _folders(root)
+    newest = _number(folders[0].name) if folders else -1  # a folder renamed but never named counts
+    try:
+        previous: str | None = _read_latest(root)[0]
+        number = max(_number(previous), newest) + 1
+    except (OSError, CheckpointError):  # no LATEST, or a damaged one: keep the newest folder there is
+        previous = folders[0].name if folders else None
+        number = newest + 1
+    final = root / f"ckpt-{number:06d}"
+    with snapshot as state:
+        group = zarr.open_group(LocalStore(tmp), mode="w", zarr_format=3)
+        _write_state(group, state)
+        counts = expected_counts(state)
     body = {"format": FORMAT, "version": VERSION, "checkpoint": final.name, "counts": counts}
     digest = seal(tmp / INTEGRITY, {**body, "files": file_table(tmp)})
     for dirpath, _, _ in os.walk(tmp):
         fsync_dir(Path(dirpath))
     os.rename(tmp, final)  # a new number: nothing of another checkpoint is replaced
+    marker_tmp = root / f".tmp-LATEST-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         fsync_dir(root)
-        with open(marker, "w") as fh:
+        with open(marker_tmp, "w") as fh:
             fh.write(f"{final.name} {digest}\n")
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(marker, root / "LATEST")
+        os.replace(marker_tmp, root / "LATEST")
     except BaseException:  # a full disk, a signal: the folder LATEST never named goes, with the marker
-        marker.unlink(missing_ok=True)
+        marker_tmp.unlink(missing_ok=True)
         try:
             named = _read_latest(root)[0] == final.name
         except (OSError, CheckpointError):
@@ -421,6 +459,43 @@ def _save_files(
         if old.name not in (final.name, previous):
             shutil.rmtree(old, ignore_errors=True)
     return str(final)
+
+
+def _write_state(group: Any, state: dict[str, Any]) -> None:
+    """The zarr group of a checkpoint from a store's state (see the module docstring)."""
+    config = state["config"]
+    spec = config["spec"]  # {field: [shape, dtype]} or, with a codec, [shape, dtype, codec, arena_ratio]
+    table = state["table"]
+    meta = []
+    for s, shard in enumerate(state["shards"]):
+        g = group.require_group(f"shard{s}")
+        n = sum(len(p) for p in shard["steps"])
+        for name, (shape, dtype, *codec) in spec.items():
+            if codec:  # the compressed chunks as they are, and the raw rows of the chunk being filled
+                c = shard["chunks"][name]
+                _write_array(g, f"{name}.chunks", [c["chunks"]], c["chunks"].shape, np.int64)
+                _write_array(g, f"{name}.blob", [c["blob"]], c["blob"].shape, np.uint8)
+                _write_array(g, f"{name}.tail", [c["tail"]], c["tail"].shape, dtype)
+            else:
+                _write_array(g, name, shard["columns"][name], (n, *shape), dtype)
+        _write_array(g, "steps", shard["steps"], (n, 3), np.int64)
+        _write_array(g, "records", [shard["records"]], shard["records"].shape, np.int64)
+        for name in _PER_ITEM:
+            parts = table["shards"][s][name]
+            _write_array(g, name, parts, (n,), parts[0].dtype)
+        meta.append({k: shard[k] for k in ("write_pos", "n_records", "holes", "commits")})
+        meta[-1]["chunk_next"] = {n: int(c["next_position"]) for n, c in shard.get("chunks", {}).items()}
+    group.attrs["replay"] = {
+        "version": VERSION,
+        **config,
+        **state["control"],
+        "shards": meta,
+        "max_priority": table["max_priority"],
+        "rng": table["rng"],
+        "incarnation": table["incarnation"],
+        "store_id": table["store_id"],
+        "lineage": table["lineage"],
+    }
 
 
 def load(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -507,7 +582,7 @@ def _read_state(folder: Path) -> dict[str, Any]:
                     **{k: int(m[k]) for k in ("write_pos", "n_records", "holes", "commits")},
                 }
             )
-            per_item.append({n: np.asarray(g[n][...]) for n in PER_ITEM})
+            per_item.append({n: np.asarray(g[n][...]) for n in _PER_ITEM})
         return {
             "config": config,
             "control": {k: attrs[k] for k in ("counters", "global_seq", "writers", "assigned")},

@@ -551,10 +551,9 @@ class ReplayStore(StorageViews, ReplayStoreBase):
         generations are saved; steps still staged in writers are not. Writers and samplers wait while
         it is written. Concurrent calls (of any threads, and of other stores or processes of this host
         into the same ``path``) run one after the other, each into its own new folder; ``LATEST``
-        always names a complete checkpoint (docs/architecture.md#checkpoints). The files are written by a
-        process forked for the call while this thread waits without the GIL, so a writer thread of this
-        process appending meanwhile does not slow the file work, nor does a writer process; writers wait
-        only while the rows are written.
+        always names a complete checkpoint (docs/architecture.md#checkpoints). A writer thread of this
+        process committing meanwhile slows the checkpoint's file work (each call that releases the GIL
+        waits to take it back); writers in other processes, as actors are, do not.
 
         Raises
         ------

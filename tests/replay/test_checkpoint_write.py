@@ -8,7 +8,7 @@ import pytest
 import zarr
 from zarr.storage import LocalStore
 
-import replay.checkpoint_write as ckpt
+import replay.checkpoint as ckpt
 
 
 class _Recording:
@@ -48,10 +48,10 @@ RING = np.arange(40 * 3, dtype=np.int64).reshape(40, 3) * 7 - 100
     ],
 )
 def test_rows_land_exactly_one_contiguous_chunk_per_write(tmp_path, monkeypatch, parts) -> None:
-    monkeypatch.setattr(ckpt, "CHUNK_BYTES", 5 * 3 * 8)  # chunks of 5 rows of 3 int64
+    monkeypatch.setattr(ckpt, "_CHUNK_BYTES", 5 * 3 * 8)  # chunks of 5 rows of 3 int64
     want = np.concatenate(parts).astype(np.int64)
     group = _Group(zarr.open_group(LocalStore(tmp_path / "g"), mode="w", zarr_format=3))
-    ckpt.write_array(group, "a", parts, want.shape, np.int64)
+    ckpt._write_array(group, "a", parts, want.shape, np.int64)
     rec = group.arrays["a"]
     np.testing.assert_array_equal(rec.arr[...], want)
     chunk = min(5, len(want))
@@ -64,19 +64,19 @@ def test_rows_land_exactly_one_contiguous_chunk_per_write(tmp_path, monkeypatch,
 
 
 def test_a_whole_chunk_of_one_part_is_written_without_a_copy(tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr(ckpt, "CHUNK_BYTES", 5 * 3 * 8)
+    monkeypatch.setattr(ckpt, "_CHUNK_BYTES", 5 * 3 * 8)
     group = _Group(zarr.open_group(LocalStore(tmp_path / "g"), mode="w", zarr_format=3))
-    ckpt.write_array(group, "a", [RING[2:17]], (15, 3), np.int64)
+    ckpt._write_array(group, "a", [RING[2:17]], (15, 3), np.int64)
     assert all(np.shares_memory(value, RING) for _, _, value in group.arrays["a"].writes)
 
 
 def test_empty_array(tmp_path) -> None:
     group = zarr.open_group(LocalStore(tmp_path / "g"), mode="w", zarr_format=3)
-    ckpt.write_array(group, "a", [RING[:0]], (0, 3), np.int64)
+    ckpt._write_array(group, "a", [RING[:0]], (0, 3), np.int64)
     assert group["a"].shape == (0, 3)
 
 
 def test_parts_of_the_wrong_length_are_refused_by_name(tmp_path) -> None:
     group = zarr.open_group(LocalStore(tmp_path / "g"), mode="w", zarr_format=3)
     with pytest.raises(ValueError, match=r"'obs'.*hold 7 rows.*needs 8"):
-        ckpt.write_array(group, "obs", [RING[:3], RING[:4]], (8, 3), np.int64)
+        ckpt._write_array(group, "obs", [RING[:3], RING[:4]], (8, 3), np.int64)
