@@ -48,7 +48,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -347,10 +347,8 @@ def root_lock(root: Path, shared: bool = False) -> Iterator[None]:
             )
         yield
     finally:
-        try:  # unlocked by name: a process forked meanwhile (a DataLoader worker) holds a copy of ``fd``,
-            fcntl.flock(fd, fcntl.LOCK_UN)  # and closing ours alone would leave the lock held while it lives
-        except OSError:  # no flock was taken (see above)
-            pass
+        with suppress(OSError):  # by name: a process forked meanwhile (a DataLoader worker) holds a copy of
+            fcntl.flock(fd, fcntl.LOCK_UN)  # ``fd``, and closing ours alone would leave the root locked
         os.close(fd)
 
 
