@@ -108,9 +108,11 @@ class RateLimiter:
         """Steps that may be inserted one after another given ``counts = (inserts, samples, deletes)``.
 
         The number of k = 0, 1, ... in a row for which `can_insert` admits a step at ``(inserts + k,
-        samples, deletes)``, so it follows `can_insert`, a subclass's included (which must admit no
-        step once it refuses one as inserts grow); ``math.inf`` when it admits up to 2**63 - 1 inserts
-        (`MinSize`). O(log) calls: doubling, then bisection. The Ray store splits it over its shards
+        samples, deletes)``, so it follows `can_insert`, a subclass's included, which must admit no step
+        once it refuses one as inserts grow, and must admit ``n`` steps at once exactly when it admits
+        each of them one after another (the Ray store admits an episode of ``n`` steps by ``n <=``
+        headroom); ``math.inf`` when it admits up to 2**63 - 1 inserts (`MinSize`: two calls).
+        O(log) calls otherwise: doubling, then bisection. The Ray store splits it over its shards
         (`replay.distributed.routing.allowances`).
         """
         inserts, samples, deletes = int(counts[0]), int(counts[1]), int(counts[2])
@@ -121,6 +123,8 @@ class RateLimiter:
         if not admits(0):
             return 0
         lo, limit = 0, MAX_STEPS - 1 - inserts  # admits(lo); past limit the counters would overflow
+        if admits(limit):  # admits every step up to the limit (no step once one is refused)
+            return math.inf
         while True:
             if lo >= limit:
                 return math.inf
