@@ -359,7 +359,6 @@ def _demo_rl(minutes: float, seed: int, curves=None) -> None:
     from graphrl.train.rl import RLConfig, moving_average, run_rl
 
     config = RLConfig(minutes=minutes, seed=seed, target_return=195.0)  # CartPole-v0's "solved"
-    click.echo(f"compiling kernels (first run only): {_compile_rl_kernels(config):.1f} s")
     click.echo(f"task: RL on {config.env_id}: {config.num_actors} actor processes x {config.envs_per_actor} "
                f"envs, epsilon-greedy {config.eps_start:g} -> {config.eps_end:g}; replay store "
                f"{config.capacity_steps:,} steps in {config.num_shards} shared-memory shards, Prioritized"
@@ -368,6 +367,7 @@ def _demo_rl(minutes: float, seed: int, curves=None) -> None:
                f"{config.batch_size}, causal transformer Q-network (d_model {config.d_model}, "
                f"{config.num_layers} layer(s)); budget {minutes:g} min or a {config.avg_episodes}-episode "
                f"average return of {config.target_return:g}")
+    click.echo(f"compiling kernels (first run only): {_compile_rl_kernels(config):.1f} s")
     returns: list[float] = []  # kept for the curve of an interrupted run
     try:
         report = run_rl(config, progress=True, on_episode=returns.append)
