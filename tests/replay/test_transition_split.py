@@ -418,7 +418,8 @@ def test_a_compiled_helper_copies_groups_of_a_split_batch(monkeypatch):
         with MemoryManager() as mm:
             split, one = make_store(mm, 2, True), make_store(mm, 2, True)
             force_split(monkeypatch, threads=2, group_bytes=4129)  # a group a row: 240 groups
-            for _ in range(20):  # the helper is on another core only when the scheduler says so
+            deadline = time.monotonic() + 10.0  # the helper is on another core only when the scheduler
+            while True:  # says so: a busy moment of the machine (the suite's other processes) can last
                 before, mine = sum(helpers.copied()), int(helpers.ctl[ch._C_MINE])
                 got = split.sample(240, 1, beta=0.4)
                 by_helper = sum(helpers.copied()) - before
@@ -429,9 +430,9 @@ def test_a_compiled_helper_copies_groups_of_a_split_batch(monkeypatch):
                 assert_same(got, want)
                 got.release()
                 want.release()
-                if by_helper > 0:
+                if by_helper > 0 or time.monotonic() > deadline:
                     break
-            assert len(helpers.threads) == 1 and by_helper > 0, "the helper copied no group in 20 batches"
+            assert len(helpers.threads) == 1 and by_helper > 0, "no group copied by the helper in 10 s"
             split.close()
             one.close()
     finally:
