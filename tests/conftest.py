@@ -571,3 +571,13 @@ def sigint_default():
     before = signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
     signal.signal(signal.SIGINT, before)
+
+
+@pytest.fixture(scope="module")
+def dgl():
+    """The DGL module (`graphrl.dglshim.import_dgl`), or the test skipped where the 'dgl' extra is missing."""
+    from graphrl.dglshim import dgl_available, import_dgl
+
+    if not dgl_available():
+        pytest.skip("DGL not installed (install the 'dgl' extra)")
+    return import_dgl()

@@ -11,15 +11,6 @@ from samplers import DglSampler
 pytestmark = pytest.mark.dgl
 
 
-@pytest.fixture(scope="module")
-def dgl():
-    from graphrl.dglshim import dgl_available, import_dgl
-
-    if not dgl_available():
-        pytest.skip("DGL not installed (install the 'dgl' extra)")
-    return import_dgl()
-
-
 def two_types(dgl):
     """DGL's test graph: A nodes 0, 1 with in-edges from B and C nodes 1..8; p picks half of each."""
     ends = ([1, 2, 3, 4, 5, 6, 7, 8], [0, 0, 0, 0, 1, 1, 1, 1])

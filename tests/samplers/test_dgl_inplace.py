@@ -13,15 +13,6 @@ from samplers import DglSampler
 pytestmark = pytest.mark.dgl
 
 
-@pytest.fixture(scope="module")
-def dgl():
-    from graphrl.dglshim import dgl_available, import_dgl
-
-    if not dgl_available():
-        pytest.skip("DGL not installed (install the 'dgl' extra)")
-    return import_dgl()
-
-
 def star(dgl, option: str):
     """Node 0 with in-edges 0..9 from nodes 1..10; the feature ``"f"`` allows every edge."""
     g = dgl.graph((torch.arange(1, 11), torch.zeros(10, dtype=torch.int64)), num_nodes=11)

@@ -40,15 +40,6 @@ def lastfm(data_root) -> tuple[HeteroGraph, dict]:
     return graph, edges
 
 
-@pytest.fixture(scope="module")
-def dgl():
-    from graphrl.dglshim import dgl_available, import_dgl
-
-    if not dgl_available():
-        pytest.skip("DGL not installed (install the 'dgl' extra)")
-    return import_dgl()
-
-
 def labor(graph: HeteroGraph) -> LaborSampler:
     return LaborSampler(graph, [6, 4], seed=3, importance_sampling=1)
 

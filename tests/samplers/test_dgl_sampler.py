@@ -15,15 +15,6 @@ pytestmark = pytest.mark.dgl
 
 
 @pytest.fixture(scope="module")
-def dgl():
-    from graphrl.dglshim import dgl_available, import_dgl
-
-    if not dgl_available():
-        pytest.skip("DGL not installed (install the 'dgl' extra)")
-    return import_dgl()
-
-
-@pytest.fixture(scope="module")
 def edges():
     rng = np.random.default_rng(5)
     n, e = 60, 500

@@ -23,15 +23,6 @@ FRIENDS = ("user", "friends", "user")
 
 
 @pytest.fixture(scope="module")
-def dgl():
-    from graphrl.dglshim import dgl_available, import_dgl
-
-    if not dgl_available():
-        pytest.skip("DGL not installed (install the 'dgl' extra)")
-    return import_dgl()
-
-
-@pytest.fixture(scope="module")
 def lastfm(data_root, dgl):
     """LastFM as a DGL heterograph and as our HeteroGraph in DGL's (sorted) relation order, same edge ids."""
     from graphrl.datasets import load_lastfm

@@ -17,15 +17,6 @@ from samplers.block import Block
 
 
 @pytest.fixture(scope="module")
-def dgl():
-    from graphrl.dglshim import dgl_available, import_dgl
-
-    if not dgl_available():
-        pytest.skip("DGL not installed (install the 'dgl' extra)")
-    return import_dgl()
-
-
-@pytest.fixture(scope="module")
 def graph() -> CSCGraph:
     rng = np.random.default_rng(3)
     n, e = 120, 1500

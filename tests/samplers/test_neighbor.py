@@ -586,15 +586,6 @@ def test_helper_errors_reach_the_caller():
 dgl_mark = pytest.mark.dgl
 
 
-@pytest.fixture(scope="module")
-def dgl():
-    from graphrl.dglshim import dgl_available, import_dgl
-
-    if not dgl_available():
-        pytest.skip("DGL not installed (install the 'dgl' extra)")
-    return import_dgl()
-
-
 def test_dglshim_stubs_graphbolt_and_selects_pytorch(dgl):
     import os
     import sys
