@@ -342,7 +342,7 @@ def root_lock(root: Path, shared: bool = False) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         except OSError as exc:  # EBADF / ENOLCK / EOPNOTSUPP on file systems without folder locks
-            logger.debug("checkpoint root %s: no flock (%s); other processes' saves not serialised", root, exc)
+            logger.debug("checkpoint root %s: no flock (%s); others' saves not serialised", root, exc)
         yield
     finally:
         with suppress(OSError):  # by name: a process forked meanwhile (a DataLoader worker) holds a copy of
