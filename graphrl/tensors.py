@@ -205,15 +205,21 @@ class StagingBuffer:
     def released(self) -> bool:
         return self._view is None
 
-    def release(self) -> None:
+    def release(self, if_held: bool = False) -> None:
         """Give the slot back to the pool; it may be handed out (and overwritten) at once.
+
+        ``if_held`` True: a buffer already released is left alone (a holder that may release twice).
 
         Raises
         ------
         ValueError
-            The buffer was already released.
+            The buffer was already released (and ``if_held`` is False).
         """
-        self._drop_view()
+        if self._view is None:
+            if if_held:
+                return
+            self._drop_view()  # raises, naming the slot
+        self._view = None
         self._pool.release_slot(self.slot)
 
     def own_views(self, objects: tuple = ()) -> None:

@@ -89,11 +89,10 @@ def importance_weights(probabilities: np.ndarray, table_size: int, beta: float) 
 def _release_buffer(buffer: StagingBuffer, events: tuple, when_unused: bool = False) -> None:
     for ev in events:
         ev.synchronize()
-    if not buffer.released:
-        if when_unused:  # a dropped batch: its slot waits for the tensors the user took from it
-            buffer.release_when_unused()
-        else:
-            buffer.release()
+    if not when_unused:
+        buffer.release(if_held=True)
+    elif not buffer.released:  # a dropped batch: its slot waits for the tensors the user took from it
+        buffer.release_when_unused()
 
 
 class Batch(Mapping[str, torch.Tensor]):
@@ -265,7 +264,10 @@ class Batch(Mapping[str, torch.Tensor]):
         except IndexError:
             buffer = None
         if buffer is not None:
-            _release_buffer(buffer, self._events)
+            if self._events:
+                _release_buffer(buffer, self._events)
+            else:  # a host batch: nothing to wait for
+                buffer.release(if_held=True)
         if self._source is not None:
             self._source.release()
 

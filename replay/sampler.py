@@ -58,7 +58,11 @@ def release_unless_released(buffer: StagingBuffer) -> None:
 
 
 class Deadline:
-    """``timeout`` seconds from now: calling it gives the seconds left (None: no deadline).
+    """``timeout`` seconds from the first call: calling it gives the seconds left (None: no deadline).
+
+    The clock starts when the seconds left are first asked, that is at a call's first wait (the
+    waits call it only when they block): a call that never waits reads no clock, and the time before
+    its first wait (microseconds of checks and draws) is not counted against ``timeout``.
 
     ``timeout`` is kept as the caller gave it, so a ``TimeoutError`` quotes the user's timeout
     (``timeout=0.5``), not the time that was left at the last wait.
@@ -68,10 +72,16 @@ class Deadline:
 
     def __init__(self, timeout: float | None) -> None:
         self.timeout = timeout
-        self.end = None if timeout is None else time.monotonic() + timeout
+        self.end: float | None = None  # set by the first call
 
     def __call__(self) -> float | None:
-        return None if self.end is None else max(0.0, self.end - time.monotonic())
+        timeout = self.timeout
+        if timeout is None:
+            return None
+        if self.end is None:
+            self.end = time.monotonic() + timeout
+            return float(timeout)
+        return max(0.0, self.end - time.monotonic())
 
 
 
