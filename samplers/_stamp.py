@@ -45,4 +45,5 @@ class TensorStamp:
 
     def matches(self, tensor: torch.Tensor | None) -> bool:
         """Whether ``tensor`` is the stamped tensor, with no in-place write since."""
-        return self.ref() is tensor and TensorStamp.of(tensor).version == self.version
+        # a tensor that is gone (None) or another matches no stamp; the version read in one place, `of`
+        return tensor is not None and self.ref() is tensor and TensorStamp.of(tensor).version == self.version

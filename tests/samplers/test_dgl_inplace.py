@@ -118,3 +118,15 @@ def test_heterograph_in_place_edit_of_one_edge_type(dgl, option):
     assert drawn(ours) == drawn(theirs) == ({0, 1, 2, 3}, {0, 1, 2, 3})
     g.edges["CA"].data["f"][1:] = 0  # CA: only edge 0
     assert drawn(ours) == drawn(theirs) == ({0, 1, 2, 3}, {0})
+
+
+def test_a_stamp_matches_only_its_live_unchanged_tensor():
+    from samplers._stamp import TensorStamp
+
+    t = torch.ones(4)
+    stamp = TensorStamp.of(t)
+    assert stamp.matches(t) and not stamp.matches(torch.ones(4)) and not stamp.matches(None)
+    t[0] = 2.0  # an in-place write bumps the version
+    assert not stamp.matches(t)
+    del t
+    assert not stamp.matches(None)  # the tensor gone: its column deleted from the graph
