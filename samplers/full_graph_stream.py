@@ -17,7 +17,7 @@ allocates, registers and copies from pageable memory nothing (docs/architecture.
 - with CUDA the working set is GPU memory and the product is torch's CSR ``sparse.mm``;
 - without CUDA the device tier is host memory, streams and events are stand-ins, the copies are
   synchronous and counted the same way, and the product is the numba CSR kernel
-  (`graphrl.kernels.spmm.csr_spmm_serial` on chunks of rows claimed by `graphrl.kernels.parallel_for`).
+  (`graphrl.kernels.spmm.csr_spmm_parallel`: chunks of rows claimed by the kernel team).
 
 The host-side gathers and scatters are numba kernels too, serial below `graphrl.threads.SERIAL_WORK`,
 and on the CPU the copies run inside `graphrl.threads.serial_torch`: no per-partition OpenMP
@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from graphrl.kernels import parallel_for
-from graphrl.kernels.spmm import chunk_bounds, csr_spmm_serial
+from graphrl.kernels.spmm import csr_spmm_parallel
 from graphrl.memory import MemoryManager, Region, Tier, free_quietly
 from graphrl.memory.transfers import Transfers
 from graphrl.threads import serial_torch, threads_for
@@ -277,16 +277,8 @@ class StagedExecutor:
                                           size=(r, src.shape[0]))
             out_rows.copy_(torch.sparse.mm(mat, src))
             return
-        e, d = cols.shape[0], src.shape[1]
-        ip, args, o = indptr.numpy(), (cols.numpy(), weights.numpy(), src.numpy()), out_rows.numpy()
-        threads = threads_for((e + r) * d)
-        if threads == 1:
-            csr_spmm_serial(ip, *args, o)
-            return
-        # about 4 chunks a thread, claimed dynamically (no fork-join); each row summed in entry order
-        b = chunk_bounds(ip, 0, r, d, chunk_work=max((e + r) * d // (4 * threads), 1))
-        parallel_for(lambda i: csr_spmm_serial(ip[b[i]:b[i + 1] + 1], *args, o[b[i]:b[i + 1]]),
-                     b.shape[0] - 1, threads)
+        # the kernel team's row chunks, each row summed in entry order (bitwise the serial product)
+        csr_spmm_parallel(indptr.numpy(), cols.numpy(), weights.numpy(), src.numpy(), out_rows.numpy())
 
     def _run(self, plan: PartitionPlan, h: torch.Tensor, out: torch.Tensor) -> None:
         """Copy, compute and copy-back streams with events: the copies of partition k+1 overlap the
