@@ -36,7 +36,6 @@ import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from graphrl.graph import CSCGraph
@@ -45,6 +44,7 @@ from samplers._optional import LazyBase
 from samplers._stamp import TensorStamp
 from samplers.hetero import HeteroGraph, HeteroNeighborSampler
 from samplers.interop import block_to_dgl, hetero_block_to_dgl
+from samplers.kernels.rng import mixed_seed
 from samplers.neighbor import NeighborSampler
 from samplers.protocol import check_same_edges, check_same_typed_edges, check_sampler
 
@@ -181,7 +181,7 @@ class DglSampler(LazyBase):
         if torch.utils.data.get_worker_info() is None:
             return self.seed
         base = torch.initial_seed()
-        return int(np.random.SeedSequence([self.seed, base % 2**64]).generate_state(1, np.uint64)[0]) >> 1
+        return mixed_seed(self.seed, base)
 
     def _weights(self, frame, name: str) -> torch.Tensor | None:
         """An edge frame's ``prob`` / ``mask`` feature as draw weights (None: uniform)."""
@@ -303,7 +303,7 @@ class DglSampler(LazyBase):
         that a sampler rebuilt for new weights does not repeat the random stream of the one before."""
         if generation == 0:
             return seed
-        return int(np.random.SeedSequence([seed, generation]).generate_state(1, np.uint64)[0]) >> 1
+        return mixed_seed(seed, generation)
 
     def sample(self, g, indices, exclude_eids=None):
         """Sample the blocks of one minibatch (DGL's ``DataLoader`` calls this per batch).

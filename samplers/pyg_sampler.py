@@ -44,6 +44,7 @@ import torch
 from samplers._checks import check_id_dtype
 from samplers._optional import LazyBase, import_pyg
 from samplers.hetero_graph import HeteroGraph
+from samplers.kernels.rng import mixed_seed
 from samplers.protocol import check_same_edges, check_same_typed_edges, check_sampler
 from samplers.pyg_draw import PygDraw
 from samplers.pyg_graph import HOMO, read_pyg_graph
@@ -462,7 +463,7 @@ class PygSampler(LazyBase):
         if base == self.worker_seed:
             return
         self.worker_seed = base
-        mixed = int(np.random.SeedSequence([self.seed, base % 2**64]).generate_state(1, np.uint64)[0]) >> 1
+        mixed = mixed_seed(self.seed, base)
         if self.sampler is not None:
             self.sampler.seed = mixed  # the kernels' per-call keys derive from the sampler's seed
         self.negatives = torch.Generator().manual_seed((mixed ^ _MIX) % 2**63)

@@ -29,8 +29,8 @@ import numpy as np
 
 from samplers.kernels.reference import GOLDEN as GOLDEN_INT
 
-__all__ = ["GOLDEN", "TWO_M53", "bounded", "compile_for", "compile_functions", "draw", "mix", "row_state",
-           "unit", "unit_open"]
+__all__ = ["GOLDEN", "TWO_M53", "bounded", "compile_for", "compile_functions", "draw", "mix", "mixed_seed",
+           "row_state", "unit", "unit_open"]
 
 GOLDEN = np.uint64(GOLDEN_INT)
 M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -104,3 +104,16 @@ def compile_for(jit: Callable[[Callable], Callable]) -> types.SimpleNamespace:
     """Every function of `FUNCTIONS` compiled by ``jit``, as attributes of one namespace (a compiled
     `draw` calls the compiled `mix` of the same target; see `compile_functions`)."""
     return compile_functions(FUNCTIONS, jit, globals())
+
+
+def mixed_seed(seed: int, other: int) -> int:
+    """A seed in [0, 2**63) derived from ``seed`` and ``other`` (numpy's ``SeedSequence``; ``other`` taken
+    mod 2**64): the adapters' one rule for a seed of their own per DataLoader worker (``other``: the
+    worker's ``torch.initial_seed()``) or per rebuilt sampler (``other``: its generation).
+
+    Raises
+    ------
+    ValueError
+        ``seed`` is negative (``SeedSequence`` takes non-negative entropy).
+    """
+    return int(np.random.SeedSequence([seed, other % 2**64]).generate_state(1, np.uint64)[0]) >> 1
