@@ -367,7 +367,7 @@ def _demo_rl(minutes: float, seed: int, curves=None) -> None:
                f"{config.batch_size}, causal transformer Q-network (d_model {config.d_model}, "
                f"{config.num_layers} layer(s)); budget {minutes:g} min or a {config.avg_episodes}-episode "
                f"average return of {config.target_return:g}")
-    click.echo(f"compiling kernels (first run only): {_compile_rl_kernels(config):.1f} s")
+    click.echo(f"compiling kernels (cached after the first run): {_compile_rl_kernels(config):.1f} s")
     returns: list[float] = []  # kept for the curve of an interrupted run
     try:
         report = run_rl(config, progress=True, on_episode=returns.append)

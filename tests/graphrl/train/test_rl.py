@@ -273,7 +273,7 @@ def test_cli_demo_rl_prints_its_lines():
     assert result.exit_code == 0, result.output
     out = result.output
     assert re.search(r"^task: RL on CartPole-v1: 2 actor processes x 4 envs", out, re.M)
-    compiling = re.search(r"^compiling kernels \(first run only\): \d+\.\d s$", out, re.M)
+    compiling = re.search(r"^compiling kernels \(cached after the first run\): \d+\.\d s$", out, re.M)
     assert compiling and compiling.start() < out.index("rl ran "), out
     # (the progress bar on stderr may end without a newline in CliRunner's merged output: no ^ here)
     assert re.search(r"rl ran [\d.]+ s: [\d,]+ episodes, [\d,]+ env steps, [\d,]+ updates; "
