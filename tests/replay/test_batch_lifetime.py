@@ -190,7 +190,7 @@ def test_a_sample_waiting_without_deadline_sees_a_slot_left_to_its_views(store):
     by a kept tensor) and the tensor goes later: it polls the slot and gets it."""
     b1, b2 = store.sample(8, 3), store.sample(8, 3)
     out: list = []
-    waiter = threading.Thread(target=lambda: out.append(store.sample(8, 3, timeout=None)))
+    waiter = threading.Thread(target=lambda: out.append(store.sample(8, 3, timeout=None)), daemon=True)
     waiter.start()
     time.sleep(0.05)
     kept = b1["pos"]
@@ -199,7 +199,7 @@ def test_a_sample_waiting_without_deadline_sees_a_slot_left_to_its_views(store):
     waiter.join(5)
     assert out and out[0]["pos"].data_ptr() != kept.data_ptr()
     out.clear()
-    waiter = threading.Thread(target=lambda: out.append(store.sample(8, 3, timeout=None)))
+    waiter = threading.Thread(target=lambda: out.append(store.sample(8, 3, timeout=None)), daemon=True)
     other = store.sample(8, 3, timeout=0)  # both slots held again: the batch and the kept tensor
     waiter.start()
     time.sleep(0.05)
