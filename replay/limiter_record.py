@@ -29,12 +29,9 @@ import json
 import pickle
 from typing import Any
 
-from replay.rate_limiter import MinSize, Queue, RateLimiter, SampleToInsertRatio, rate_limiter_from_config
+from replay.rate_limiter import RateLimiter, rate_limiter_from_config
 
 __all__ = ["check_picklable", "class_name", "limiter_record", "restored_limiter"]
-
-BUILT_IN = (RateLimiter, MinSize, SampleToInsertRatio, Queue)
-
 
 def class_name(limiter: RateLimiter) -> str:
     """``module.QualName`` of ``limiter``'s class."""
@@ -65,9 +62,10 @@ def check_picklable(limiter: RateLimiter, who: str) -> RateLimiter:
 
 def limiter_record(limiter: RateLimiter) -> dict[str, Any]:
     """What a checkpoint records of ``limiter``: ``to_config()``, plus ``"class"`` (`class_name`) for a
-    class other than the built-ins (`BUILT_IN`); a built-in's record is its config alone."""
+    class other than the built-ins (the classes of `replay.rate_limiter`, which `rate_limiter_from_config`
+    rebuilds from their config alone)."""
     record = dict(limiter.to_config())
-    if type(limiter) not in BUILT_IN:
+    if type(limiter).__module__ != RateLimiter.__module__:
         record["class"] = class_name(limiter)
     return record
 
