@@ -110,6 +110,25 @@ class StepStager:
         send(self.columns, self.pending)
         self.pending = 0
 
+    def hand_off_with(self, step: Mapping[str, Any], send: Send) -> None:
+        """`append` ``step`` as the last staged step, then `hand_off` to ``send``; if ``send`` raises and
+        leaves the rows staged (a rate limiter's timeout), ``step`` is unstaged again and the steps before
+        it stay, so retrying the same call stages it once (`replay.writer.end_with_final`).
+
+        Raises
+        ------
+        ValueError, TypeError
+            As `append` (nothing staged); whatever ``on_full`` or ``send`` raises.
+        """
+        self.append(step)
+        row = self.pending
+        try:
+            self.hand_off(send)
+        except BaseException:
+            if self.pending == row:  # still staged: drop ``step``, keep the steps before it
+                self.pending = row - 1
+            raise
+
     def clear(self) -> None:
         """Drop the staged steps (a writer's close, or a ``send`` that took the rows)."""
         self.pending = 0

@@ -134,15 +134,7 @@ def end_with_final(stager: StepStager, final: Mapping[str, Any], episode_open: b
     ValueError, TypeError
         As `final_step` (nothing staged); whatever the stager's ``on_full`` or ``send`` raises.
     """
-    step = final_step(stager.spec, final, episode_open or stager.pending > 0)
-    stager.append(step)
-    row = stager.pending
-    try:
-        stager.hand_off(send)
-    except BaseException:
-        if stager.pending == row:  # still staged: drop the final step, keep the episode's own steps
-            stager.pending = row - 1
-        raise
+    stager.hand_off_with(final_step(stager.spec, final, episode_open or stager.pending > 0), send)
 
 
 class TrajectoryWriter:
