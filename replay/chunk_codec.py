@@ -59,8 +59,8 @@ from replay.spec import CODECS
 from replay.sync_kernels import compiler_fence
 
 __all__ = [
-    "CODECS", "ChunkRing", "ChunkRingHandle", "arena_ratio_of", "arena_size", "chunk_fits", "chunk_steps_for",
-    "field_chunk", "make_codec", "place_chunks", "store_chunks",
+    "CODECS", "ChunkRing", "ChunkRingHandle", "arena_ratio_for", "arena_ratio_of", "arena_size", "chunk_fits",
+    "chunk_steps_for", "field_chunk", "make_codec", "place_chunks", "store_chunks",
 ]
 
 # steps per chunk by default, per codec (Atari frames: docs/performance.md, "Compressed fields")
@@ -163,6 +163,22 @@ def arena_ratio_of(capacity: int, row_bytes: int, chunk: int, arena_bytes: int) 
     if (raw + r) / arena_bytes >= 1.0:  # arena_ratio >= 1: arena = (raw + r) / ratio
         return (raw + r) / arena_bytes
     return raw / (arena_bytes - r) if arena_bytes > r else raw / arena_bytes
+
+
+def arena_ratio_for(capacity: int, row_bytes: int, chunk: int, arena_bytes: int) -> float:
+    """The largest ``arena_ratio`` in hundredths whose arena (`arena_size`) has at least ``arena_bytes``
+    bytes: the remedy a full arena's message states (`arena_ratio_of` read back, checked on `arena_size`).
+
+    Parameters are `arena_size`'s, with ``arena_bytes`` the bytes wanted. Returns a float ``k / 100``,
+    ``k >= 1``: ``arena_size(..., r) >= arena_bytes`` and ``arena_size(..., r + 0.01) < arena_bytes``
+    (or 0.01 when even that arena is smaller: more than 100 arena bytes per raw byte).
+    """
+    r = max(1, math.floor(arena_ratio_of(capacity, row_bytes, chunk, arena_bytes) * 100))
+    while r > 1 and arena_size(capacity, row_bytes, chunk, r / 100) < arena_bytes:
+        r -= 1
+    while arena_size(capacity, row_bytes, chunk, (r + 1) / 100) >= arena_bytes:
+        r += 1
+    return r / 100
 
 
 @nb.njit(cache=True, nogil=True)
@@ -432,14 +448,30 @@ class ChunkRing:
             self.tail[lo - k1 * c : end - k1 * c] = rows[lo - position :]
         self.meta[_NEXT] = end
 
-    def _full(self, asked: int, used: int) -> MemoryBudgetError:
+    def _full(self, asked: int, used: int, chunks: int = 0) -> MemoryBudgetError:
+        """The error of an arena too small: a commit's chunk of ``asked`` bytes beside ``used`` live bytes,
+        or (``chunks`` > 0) a checkpoint's ``chunks`` live chunks of ``asked`` bytes in all (`load_state`).
+
+        The message states the field's arena_ratio now and the largest one (`arena_ratio_for`) whose arena
+        holds ``(slots + 1)`` chunks of ``asked`` bytes, so that a commit of chunks no larger than this one
+        is never refused (`arena_size`'s bound), or, for a checkpoint, ``asked`` bytes."""
         arena = self.regions[2]
-        ratio = arena_ratio_of(self.capacity, self.chunk_bytes // self.chunk, self.chunk, self.arena_bytes)
+        row_bytes = self.chunk_bytes // self.chunk
+        ratio = arena_ratio_of(self.capacity, row_bytes, self.chunk, self.arena_bytes)
+        if chunks:
+            what = (f"the checkpoint's {chunks} live chunks take {asked} bytes, more than the arena of "
+                    f"{self.arena_bytes} bytes")
+            fits = arena_ratio_for(self.capacity, row_bytes, self.chunk, asked)
+            holds = "holds them"
+        else:
+            what = (f"a compressed chunk of {asked} bytes does not fit in the arena of {self.arena_bytes} "
+                    f"bytes beside {used} bytes of live chunks")
+            fits = arena_ratio_for(self.capacity, row_bytes, self.chunk, (self.slots + 1) * asked)
+            holds = f"never refuses chunks of up to {asked} bytes"
         lead = (  # the store, the field and its remedy first; the memory manager's figures after
-            f"replay store ({arena.owner}), field {self.name!r}: a compressed chunk of {asked} bytes does "
-            f"not fit in the arena of {self.arena_bytes} bytes beside {used} bytes of live chunks; lower the "
-            f"field's arena_ratio (now {ratio:.3g}: the arena is capacity * row bytes / arena_ratio and one "
-            f"chunk; its raw chunk is {self.chunk_bytes} bytes)"
+            f"replay store ({arena.owner}), field {self.name!r}: {what}; lower the field's arena_ratio (now "
+            f"{ratio:.3g}: the arena is capacity * row bytes / arena_ratio and one chunk; its raw chunk is "
+            f"{self.chunk_bytes} bytes): an arena_ratio of {fits:g} or less {holds}"
         )
         return MemoryBudgetError(
             arena.tier, arena.owner, asked, self.arena_bytes - used, self.arena_bytes, lead=lead
@@ -571,7 +603,7 @@ class ChunkRing:
         if fault is not None:
             raise ValueError(f"field {self.name!r}: the checkpoint's {fault}")
         if int(chunks[:, 1].sum()) > self.arena_bytes:
-            raise self._full(int(chunks[:, 1].sum()), 0)
+            raise self._full(int(chunks[:, 1].sum()), 0, len(chunks))
         starts = np.cumsum(chunks[:, 1]) - chunks[:, 1]
         for (k, n, _), at in zip(chunks.tolist(), starts.tolist(), strict=True):
             try:
