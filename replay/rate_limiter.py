@@ -76,6 +76,31 @@ def _steps(name: str, value: Any) -> int:
     return int(value)
 
 
+def _last_true(pred: Callable[[int], bool], lo: int, hi: int, up: bool) -> int:
+    """The last n in [lo, hi) where ``pred`` holds, for a ``pred`` true then false as n grows, true at
+    ``lo`` and false at ``hi``: gallops up from ``lo`` (``up``) or down from ``hi``, then bisects, so
+    O(log d) calls for an answer d from where it starts."""
+    step = 1
+    if up:
+        while lo + step < hi:
+            if not pred(lo + step):
+                hi = lo + step
+                break
+            lo += step
+            step *= 2
+    else:
+        while hi - step > lo:
+            if pred(hi - step):
+                lo = hi - step
+                break
+            hi -= step
+            step *= 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if pred(mid) else (lo, mid)
+    return lo
+
+
 class RateLimiter:
     """A rate-limiter configuration: ``samples_per_insert``, ``min_size``, ``min_diff``, ``max_diff``.
 
@@ -104,16 +129,60 @@ class RateLimiter:
             return True
         return (inserts + n) * self.samples_per_insert - samples <= self.max_diff
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A subclass with an admission rule of its own (a `can_insert` override) that keeps the base
+        `insert_headroom` gets `headroom_by_search` as its `insert_headroom`, once, here: the closed
+        form holds for the base rule only."""
+        super().__init_subclass__(**kwargs)
+        own_rule = cls.can_insert is not RateLimiter.can_insert
+        if own_rule and cls.insert_headroom is RateLimiter.insert_headroom:
+            cls.insert_headroom = RateLimiter.headroom_by_search  # type: ignore[method-assign]
+
     def insert_headroom(self, counts: Sequence[int]) -> float:
         """Steps that may be inserted one after another given ``counts = (inserts, samples, deletes)``.
 
         The number of k = 0, 1, ... in a row for which `can_insert` admits a step at ``(inserts + k,
-        samples, deletes)``, so it follows `can_insert`, a subclass's included, which must admit no step
-        once it refuses one as inserts grow, and must admit ``n`` steps at once exactly when it admits
-        each of them one after another (the Ray store admits an episode of ``n`` steps by ``n <=``
-        headroom); ``math.inf`` when it admits up to 2**63 - 1 inserts (`MinSize`: two calls).
-        O(log) calls otherwise: doubling, then bisection. The Ray store splits it over its shards
-        (`replay.distributed.routing.allowances`).
+        samples, deletes)`` (a subclass's rule included: see `headroom_by_search`), ``math.inf`` when it
+        admits up to 2**63 - 1 inserts (`MinSize`). The Ray store admits an episode of ``n`` steps by
+        ``n <=`` headroom and splits it over its shards (`replay.distributed.routing.allowances`).
+
+        For the base rule, in closed form: the ``min_size`` clause admits the first ``min_size -
+        inserts + deletes`` steps; the ratio clause ``n * samples_per_insert - samples <= max_diff`` (n
+        = inserts + k + 1, evaluated in floating point exactly as `can_insert` does) holds for n up to
+        about ``(max_diff + samples) / samples_per_insert``, its last n found from that guess by a
+        galloping search on the clause itself (it is monotone in n: rounding is), so float rounding
+        near the bound and at huge counts gives `can_insert`'s answer; the headroom is the larger
+        count. Two evaluations of the clause where the guess is exact.
+        """
+        inserts, samples, deletes = int(counts[0]), int(counts[1]), int(counts[2])
+        spi, max_diff = self.samples_per_insert, self.max_diff
+        # the last total n of inserts in (lo, hi) the ratio clause admits; lo: none; hi: past the end
+        lo, hi = inserts, max(MAX_STEPS, inserts + 1) + 1
+        guess = (max_diff + samples) / spi
+        n = int(guess) if lo < guess < hi else (hi - 1 if guess >= hi else lo + 1)  # NaN: lo + 1
+        if n <= lo:
+            n = lo + 1
+        if n * spi - samples <= max_diff:  # exactly can_insert's clause
+            if n + 1 < hi and (n + 1) * spi - samples <= max_diff:  # the guess fell short (rounding)
+                n = _last_true(lambda m: m * spi - samples <= max_diff, n + 1, hi, up=True)
+        elif n - 1 > lo:  # the guess overshot (rounding)
+            n = n - 1 if (n - 1) * spi - samples <= max_diff else (
+                _last_true(lambda m: m * spi - samples <= max_diff, lo, n - 1, up=False)
+            )
+        else:
+            n = lo
+        admitted = max(self.min_size - inserts + deletes, n - inserts)
+        if admitted <= 0:
+            return 0
+        return math.inf if admitted > MAX_STEPS - 1 - inserts else admitted
+
+    def headroom_by_search(self, counts: Sequence[int]) -> float:
+        """`insert_headroom` counted from `can_insert` alone: the one a subclass with an admission rule
+        of its own gets (`__init_subclass__`); equal to the closed form for the base rule.
+
+        Its `can_insert` must admit no step once it refuses one as inserts grow, and must admit ``n``
+        steps at once exactly when it admits each of them one after another. O(log) calls: doubling,
+        then bisection; ``math.inf`` after two calls when it admits every step up to 2**63 - 1 inserts.
         """
         inserts, samples, deletes = int(counts[0]), int(counts[1]), int(counts[2])
 
