@@ -11,18 +11,17 @@ owner thread's end makes the writer unowned (a guard in the thread's local stora
 claims it like any other. A writer belongs to the process that made it: in a child
 made by ``fork`` (where the forking thread's ident lives on) every call raises ``RuntimeError``, since its
 staged steps, open episode and writer id are the parent's; the child makes its own (``store.writer()``).
-The fork is found by the replay package's one at-fork hook (`replay._fork.register_forked`).
+The fork is found by the one at-fork hook (`graphrl.process_origin`: the writer's `ProcessOrigin`, and
+`register_forked` for the thread state).
 See docs/architecture.md#replay-composition.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 import weakref
 
-from graphrl.process_origin import check_made_here, made_here
-from replay._fork import register_forked
+from graphrl.process_origin import ProcessOrigin, check_made_here, made_here, register_forked
 
 __all__ = ["ThreadOwner"]
 
@@ -56,16 +55,16 @@ class ThreadOwner:
         How to get a writer of one's own (``"store.writer()"``).
     """
 
-    __slots__ = ("ident", "thread", "what", "remedy", "pid", "_lock", "__weakref__")
+    __slots__ = ("ident", "thread", "what", "remedy", "origin", "_lock", "__weakref__")
 
     def __init__(self, what: str, remedy: str) -> None:
         self.ident: int | None = None  # the owner's threading.get_ident(), None while unowned
         self.thread: threading.Thread | None = None
         self.what = what
         self.remedy = remedy
-        self.pid = os.getpid()  # the process that made the writer
+        self.origin = ProcessOrigin()  # the process that made the writer
         self._lock = threading.Lock()
-        register_forked(self)  # forked() runs in a fork child (the replay package's one at-fork hook)
+        register_forked(self)  # forked() runs in a fork child (graphrl.process_origin's one at-fork hook)
 
     def forked(self) -> None:
         """In a child made by ``fork``: no thread of this process owns the writer (every call raises)."""
@@ -87,7 +86,7 @@ class ThreadOwner:
         """
         me = threading.current_thread()
         check_made_here(
-            self.pid, f"{self.what}.{call}()", self.what,
+            self.origin, f"{self.what}.{call}()", self.what,
             f"its staged steps, open episode and writer id are that process's; make a writer in this process "
             f"({self.remedy})",
         )
@@ -116,7 +115,7 @@ class ThreadOwner:
         RuntimeError
             Another thread, still alive, owns the writer; or this process is a fork of its maker.
         """
-        if not made_here(self.pid) or (self.ident is not None and self.ident != threading.get_ident()):
+        if not made_here(self.origin) or (self.ident is not None and self.ident != threading.get_ident()):
             self.claim(call)  # raises unless the owner has ended
         with self._lock:
             self.ident, self.thread = None, None

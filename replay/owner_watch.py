@@ -16,7 +16,7 @@ namespace (a container sharing ``/dev/shm`` but not the PID namespace) cannot se
 watch (it learns of the owner's end only through a learner's connection, or a closed store); a pid already
 reused by another process when the watch arms (the owner ended before) counts as gone. The watch arms in
 the process that asks, so a store attached in the owner and inherited by a forked child watches from
-the child: each watch registers with the replay package's one at-fork hook (`replay._fork.register_forked`,
+the child: each watch registers with the one at-fork hook (`graphrl.process_origin.register_forked`,
 through a weak reference: it does not keep the watch alive), which, in the child, closes the parent's
 pidfd copy at once and has the watch decide anew at its next question; `OwnerWatch.process` is this
 process's pid, kept current the same way.
@@ -34,9 +34,9 @@ import select
 import time
 
 from graphrl.memory.owners import Owner, owner_of, owner_state, pid_namespace
-from replay._fork import register_forked
+from graphrl.process_origin import register_forked
 
-__all__ = ["CHECK_EVERY_S", "ForkMark", "OwnerWatch", "owner_lost", "process_identity"]
+__all__ = ["CHECK_EVERY_S", "OwnerWatch", "owner_lost", "process_identity"]
 
 CHECK_EVERY_S = 0.5  # an attached process asks whether the owner lives at most this often
 
@@ -68,27 +68,6 @@ def process_identity(pid: int | None = None) -> str:
     has another start time, another namespace other pids); ``""`` where /proc cannot say (not Linux)."""
     owner = owner_of(pid)
     return f"{owner.pidns}@{owner.start}" if owner.pidns and owner.start else ""
-
-
-class ForkMark:
-    """Whether this process is a ``fork`` child of the one that made the mark: ``child`` is False where it
-    was made and True in every process forked from it (and their forks), set by the replay package's one
-    at-fork hook (`replay._fork.register_forked`, through a weak reference, as `OwnerWatch`'s) instead of an
-    ``os.getpid()`` per question.
-
-    >>> mark = ForkMark()                 # in the owner, beside its os.getpid()
-    >>> if mark.child: ...                # a forked copy: refuse (graphrl.process_origin.check_made_here)
-    """
-
-    __slots__ = ("__weakref__", "child")
-
-    def __init__(self) -> None:
-        self.child = False
-        register_forked(self)
-
-    def forked(self) -> None:
-        """In a forked child, right after the fork (the at-fork hook): mark it."""
-        self.child = True
 
 
 class OwnerWatch:

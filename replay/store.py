@@ -48,7 +48,7 @@ import numpy as np
 import torch
 
 from graphrl.memory import MemoryManager
-from graphrl.process_origin import check_made_here
+from graphrl.process_origin import ProcessOrigin, check_made_here
 from replay import checkpoint as ckpt
 from replay._checks import (
     check_beta,
@@ -63,7 +63,6 @@ from replay._checks import (
 from replay.attach import AttachedStore
 from replay.interface import DEFAULT, ReplayStoreBase
 from replay.learner import StoreLearner
-from replay.owner_watch import ForkMark
 from replay.rate_limiter import RateLimiter, RateLimiterState
 from replay.sampler import Deadline, WindowSampler
 from replay.selectors import Selector
@@ -207,8 +206,8 @@ class ReplayStore(StorageViews, ReplayStoreBase):
         self._limiter = RateLimiterState(args.rate_limiter, control.counters, control.cond)
         self._sampler = WindowSampler(self.storage, self.table, self._limiter, args.staging_slots)
         self._checkpoint_lock = threading.Lock()  # this store's checkpoint() calls, one at a time
-        self._owner_pid, self._closed = os.getpid(), False
-        self._fork = ForkMark()  # child: a fork of the owner (sample asks it instead of os.getpid())
+        self._closed = False
+        self._origin = ProcessOrigin()  # .copy: a fork of the owner (sample asks it, not os.getpid())
         self._staging_slots, self._service = args.staging_slots, None  # learner()'s TableService
         self._checked: dict[tuple, tuple[int, int]] = {}  # sample signatures already checked
 
@@ -279,7 +278,7 @@ class ReplayStore(StorageViews, ReplayStoreBase):
     def _check_owner(self, what: str) -> None:
         self._check_open(what)
         check_made_here(
-            self._owner_pid, f"ReplayStore.{what}()", "ReplayStore",
+            self._origin, f"ReplayStore.{what}()", "ReplayStore",
             f"{what}() runs in the store's owning process; write from here through "
             "ReplayStore.attach(store.handle()) and sample through store.learner()", error=ValueError,
         )
@@ -419,7 +418,7 @@ class ReplayStore(StorageViews, ReplayStoreBase):
             The first GPU sample could not register the rings within the pinned budget, or a new
             staging pool does not fit its tier.
         """
-        if self._closed or self._fork.child:
+        if self._closed or self._origin.copy:
             self._check_owner("sample")  # raises
         plain = type(batch_size) is int and type(window) is int and type(pad) is str and type(beta) in _PLAIN
         sig = (batch_size, window, pad, type(beta), beta) if plain else None
@@ -531,7 +530,7 @@ class ReplayStore(StorageViews, ReplayStoreBase):
             keys were issued by another replay store (store 0x...)"); nothing is changed. Also a
             store attached by handle.
         """
-        if self._closed or self._fork.child:
+        if self._closed or self._origin.copy:
             self._check_owner("update_priorities")  # raises
         return self.table.update_priorities(keys, priorities)
 

@@ -1,4 +1,4 @@
-"""`replay._fork`: the replay package's one at-fork hook over its live fork-aware objects (`ForkMark`,
+"""`graphrl.process_origin`'s one at-fork hook over the live fork-aware objects (`ProcessOrigin`,
 `OwnerWatch`, `ThreadOwner`): making them registers no hook, a fork runs the ``forked`` of the live ones
 only, and one that raises neither stops the others nor goes unreported."""
 
@@ -15,9 +15,9 @@ from pathlib import Path
 
 from _forked import check_in_fork
 
-from replay._fork import register_forked
+from graphrl.process_origin import ProcessOrigin, register_forked
 from replay._owner import ThreadOwner
-from replay.owner_watch import ForkMark, OwnerWatch
+from replay.owner_watch import OwnerWatch
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,7 +38,7 @@ class Probe:
 def test_making_fork_aware_objects_registers_no_at_fork_hook(monkeypatch):
     registered = []
     monkeypatch.setattr(os, "register_at_fork", lambda **hooks: registered.append(hooks))
-    kept = [ForkMark() for _ in range(1000)] + [OwnerWatch(os.getppid()) for _ in range(1000)]
+    kept = [ProcessOrigin() for _ in range(1000)] + [OwnerWatch(os.getppid()) for _ in range(1000)]
     kept += [ThreadOwner("TrajectoryWriter", "store.writer()") for _ in range(1000)]
     assert registered == []
     assert len(kept) == 3000
@@ -47,7 +47,7 @@ def test_making_fork_aware_objects_registers_no_at_fork_hook(monkeypatch):
 def test_a_fork_after_1000_dropped_objects_runs_only_the_live_ones():
     calls: list[int] = []
     probes = [Probe(calls) for _ in range(1000)]
-    marks = [ForkMark() for _ in range(1000)]
+    marks = [ProcessOrigin() for _ in range(1000)]
     watches = [OwnerWatch(os.getppid()) for _ in range(1000)]
     live_probes, live_mark, live_watch = probes[::250], marks[7], watches[11]
     dropped = weakref.ref(probes[1])
@@ -58,11 +58,11 @@ def test_a_fork_after_1000_dropped_objects_runs_only_the_live_ones():
 
     def child() -> None:
         assert sorted(calls) == sorted(id(p) for p in live_probes)  # 4 of 1000, each once
-        assert live_mark.child is True
+        assert live_mark.copy is True
         assert live_watch.process == os.getpid() != parent and not live_watch.armed and live_watch.fd == -1
 
     check_in_fork(child)
-    assert calls == [] and live_mark.child is False and live_watch.process == parent
+    assert calls == [] and live_mark.copy is False and live_watch.process == parent
 
 
 def test_one_forked_that_raises_stops_no_other_and_is_reported(monkeypatch):
@@ -71,11 +71,11 @@ def test_one_forked_that_raises_stops_no_other_and_is_reported(monkeypatch):
     monkeypatch.setattr(sys, "unraisablehook", lambda args: reported.append(repr(args.exc_value)))
     failing = [Probe(calls, fail=True) for _ in range(3)]
     fine = [Probe(calls) for _ in range(3)]
-    mark = ForkMark()
+    mark = ProcessOrigin()
 
     def child() -> None:
         assert sorted(calls) == sorted(id(p) for p in failing + fine)  # every live object visited
-        assert mark.child is True
+        assert mark.copy is True
         assert reported == ["OSError('probe failed on purpose')"]  # the first error, once
 
     check_in_fork(child)
@@ -103,7 +103,8 @@ def test_the_hooks_registered_stay_constant_however_many_objects_are_made():
 
         os.register_at_fork = counting
         from replay._owner import ThreadOwner
-        from replay.owner_watch import ForkMark, OwnerWatch
+        from graphrl.process_origin import ProcessOrigin
+        from replay.owner_watch import OwnerWatch
         import replay.store  # every replay module a store brings in
 
         def fork_hooks_run():
@@ -121,7 +122,7 @@ def test_the_hooks_registered_stay_constant_however_many_objects_are_made():
 
         before = list(registered)
         ran_before = fork_hooks_run()
-        objects = [ForkMark() for _ in range(1000)] + [OwnerWatch(os.getppid()) for _ in range(1000)]
+        objects = [ProcessOrigin() for _ in range(1000)] + [OwnerWatch(os.getppid()) for _ in range(1000)]
         objects += [ThreadOwner("TrajectoryWriter", "store.writer()") for _ in range(1000)]
         made = list(registered)
         del objects
@@ -135,7 +136,6 @@ def test_the_hooks_registered_stay_constant_however_many_objects_are_made():
                          timeout=300)
     assert out.returncode == 0, out.stderr
     counts = json.loads(out.stdout.strip().splitlines()[-1])
-    replay_hooks = [name for name in counts["before"] if name.startswith("replay")]
-    assert replay_hooks.count("replay._fork") == 1  # the one hook of the fork-aware objects
+    assert counts["before"].count("graphrl.process_origin") == 1  # the one hook of the fork-aware objects
     assert counts["made"] == counts["before"]  # 3,000 objects made: no hook registered
     assert counts["ran_after"] == counts["ran_before"] == counts["before"]  # each hook once, no more
