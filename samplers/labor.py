@@ -13,12 +13,14 @@ from collections.abc import Mapping
 import numpy as np
 
 from graphrl.graph import CSCGraph
+from graphrl.memory import MemoryManager
 from graphrl.threads import team_size
 from samplers._checks import (
     check_bool,
     check_device,
     check_fanouts,
     check_int,
+    check_open,
     check_regions,
     check_relation_dict,
     check_relation_fanouts,
@@ -76,6 +78,12 @@ class LaborSampler:
         device, importance sampling's fixed point included: one read-back a call).
     uva : bool or None
         CUDA: read the graph from page-locked host memory (as `NeighborSampler`).
+    memory : graphrl.memory.MemoryManager or None
+        CUDA only: the manager whose tiers hold the sampler's GPU buffers (as `NeighborSampler`: the
+        graph's copy, ``"samplers.graph"``, and the workspace's buffers, ``"samplers.workspace"``) and
+        LABOR's per-node arrays on the ``device`` tier (``"samplers.labor"``: with importance sampling,
+        16 bytes per source id of each relation). ``None``: a private manager without budgets. Freed by
+        `close` or when the sampler is garbage-collected.
 
     Notes
     -----
@@ -92,7 +100,10 @@ class LaborSampler:
     Raises
     ------
     TypeError
-        ``graph`` of another type; a non-int fanout, seed or ``importance_sampling``.
+        ``graph`` of another type; a non-int fanout, seed or ``importance_sampling``; ``memory`` not a
+        `MemoryManager`.
+    MemoryBudgetError
+        CUDA: a buffer does not fit its tier's budget (the message names the tier and the owner).
     ValueError
         Bad fanouts (as `NeighborSampler`), ``seed`` outside [0, 2**64), bad weights (length, sign,
         NaN), ``weights=True`` without graph weights, an unknown relation or device.
@@ -112,11 +123,17 @@ class LaborSampler:
 
     def __init__(self, graph: CSCGraph | HeteroGraph, fanouts, *, importance_sampling: int = 0,
                  layer_dependency: bool = False, weights=None, seed: int = 0, device="cpu",
-                 uva: bool | None = None) -> None:
+                 uva: bool | None = None, memory: MemoryManager | None = None) -> None:
         self.importance_sampling = check_int("importance_sampling", importance_sampling, -(2**31), 2**31 - 1)
         self.layer_dependency = check_bool("layer_dependency", layer_dependency)
         self.seed = check_seed("seed", seed)
         self.device = check_device(device)
+        if memory is not None and not isinstance(memory, MemoryManager):
+            raise TypeError(f"memory must be a MemoryManager or None, got {type(memory).__name__}")
+        self._memory = memory
+        self.cuda_memory = None
+        """CUDA: the `samplers.kernels.cuda.memory.CudaMemory` of the sampler's regions."""
+        self._closed = False
         self.graph = graph
         self.typed = isinstance(graph, HeteroGraph)
         if self.typed:
@@ -136,7 +153,12 @@ class LaborSampler:
         """Whether kept edges follow edge weights."""
         self.num_layers = len(next(iter(self._fanouts.values())))
         """Blocks per sample."""
-        self.loop = self._build_loop(uva)
+        try:  # CUDA: the regions placed before a failure go back
+            loop = self._build_loop(uva)
+        except BaseException:
+            self.close()
+            raise
+        self.loop = loop
         """The `samplers.layers.LayerLoop` running `samplers.modes.LaborMode` on every relation."""
         self._eid_to_pos: dict = {}
         self._calls = 0
@@ -207,7 +229,7 @@ class LaborSampler:
             state["_shared"], inputs = pickle_loop(self.loop)  # kept alive with the loop
             state["sampled_edges"] = self.loop.sampled_edges
             self._weights = inputs["weights"]
-        for name in ("_lock", "loop", "_eid_to_pos", "_weights"):
+        for name in ("_lock", "loop", "_eid_to_pos", "_weights", "_memory"):
             del state[name]
         return state
 
@@ -225,6 +247,7 @@ class LaborSampler:
         sampled = state.pop("sampled_edges")
         self.__dict__.update(state)
         self._weights = inputs["weights"]
+        self._memory = None
         self._lock = threading.Lock()
         self.loop = self._build_loop(derived=derived)
         self.loop.sampled_edges = sampled
@@ -241,13 +264,15 @@ class LaborSampler:
         require_gpu(self.device)
         ck.check_device_index(self.device)
         g = self.graph
+        self.cuda_memory = ck.CudaMemory(self._memory)
         for rel, arr in arrays.items():
             if self.typed:
                 indptr, indices, eids = g.indptr[rel], g.indices[rel], g.edge_ids[rel]
             else:
                 indptr, indices, eids = g.indptr, g.indices, g.edge_ids
             use_uva = bool(indptr.is_pinned()) if uva is None else bool(uva)
-            arr.cuda = ck.CudaGraph.build(indptr, indices, eids, arr.weights, uva=use_uva)
+            arr.cuda = ck.CudaGraph.build(indptr, indices, eids, arr.weights, uva=use_uva,
+                                          memory=self.cuda_memory)
 
     @staticmethod
     def _plain_weights(graph: CSCGraph, weights) -> np.ndarray | None:
@@ -344,8 +369,14 @@ class LaborSampler:
         Raises
         ------
         TypeError, ValueError
-            Seeds or exclusions as `NeighborSampler.sample` raises them; ``seed_times`` given.
+            Seeds or exclusions as `NeighborSampler.sample` raises them; ``seed_times`` given; the sampler
+            (or, on CUDA, the manager of its regions) was closed.
+        MemoryBudgetError
+            CUDA: the workspace's buffers do not fit their tier's budget.
         """
+        check_open(self._closed, "this LaborSampler")
+        if self.cuda_memory is not None:
+            self.cuda_memory.check_open("this LaborSampler's GPU memory")
         if seed_times is not None:
             raise ValueError("seed_times given, but LaborSampler has no temporal sampling (use "
                              "NeighborSampler(edge_times=...))")
@@ -368,6 +399,13 @@ class LaborSampler:
                                 indices=x.indices, edge_ids=x.edge_ids, edge_weights=x.edge_weights)
                     for x in layers]
         return plain_blocks(layers)
+
+    def close(self) -> None:
+        """Free the sampler's memory-manager regions (CUDA: graph copies, workspace buffers, LABOR's
+        per-node arrays) and close a private manager; `sample` then raises ValueError. Idempotent."""
+        self._closed = True
+        if self.cuda_memory is not None:
+            self.cuda_memory.close()
 
     def __repr__(self) -> str:
         return (f"LaborSampler(fanouts={self.fanouts}, importance_sampling={self.importance_sampling}, "

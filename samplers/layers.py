@@ -399,7 +399,8 @@ class LayerLoop:
 
     def cuda_workspace(self) -> Any:
         """A plain graph on CUDA: this loop's `samplers.kernels.cuda.workspace.CudaWorkspace` for torch's
-        current stream (made on first use; scratch is reused only by work ordered on one stream)."""
+        current stream (made on first use, its regions from the graph's `CudaMemory`; scratch is reused
+        only by work ordered on one stream)."""
         from samplers.kernels.cuda.launch import kernel_stream, stream_handle
         from samplers.kernels.cuda.workspace import CudaWorkspace
 
@@ -407,9 +408,12 @@ class LayerLoop:
         handle = stream_handle(stream) if hasattr(stream, "handle") or isinstance(stream, int) else id(stream)
         ws = self.cuda_workspaces.get(handle)
         if ws is None:
-            if len(self.cuda_workspaces) >= 4:  # the oldest goes (its scratch returns to torch's pool)
+            if len(self.cuda_workspaces) >= 4:  # the oldest goes (its scratch regions are freed with it)
                 del self.cuda_workspaces[next(iter(self.cuda_workspaces))]
-            ws = self.cuda_workspaces[handle] = CudaWorkspace(self.traffic)
+            graphs = [arr.cuda for arr in self.relations.values() if arr.cuda is not None]
+            graph = self.typed_csc.graph if self.typed_csc is not None else graphs[0] if graphs else None
+            memory = None if graph is None else graph.memory
+            ws = self.cuda_workspaces[handle] = CudaWorkspace(self.traffic, memory)
         return ws
 
     def _fused_cuda_layer(self, rel, d_count: int, fused: tuple) -> tuple:

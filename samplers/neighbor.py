@@ -10,11 +10,13 @@ import numpy as np
 import torch
 
 from graphrl.graph import CSCGraph
+from graphrl.memory import MemoryManager
 from graphrl.threads import team_size
 from samplers._checks import (
     check_device,
     check_fanouts,
     check_id_dtype,
+    check_open,
     check_regions,
     check_seed_and_replace,
     check_seed_times,
@@ -88,7 +90,13 @@ class NeighborSampler:
         ``device="cuda"`` only: read the graph in place from page-locked host memory (UVA) instead of
         a device copy, for graphs larger than the device budget. ``None``: UVA when the graph's
         ``indptr`` is a pinned tensor (a `graphrl.memory` region on the ``pinned`` tier), else a
-        device copy. ``True`` with unpinned arrays copies them once into mapped host memory.
+        device copy. ``True`` with unpinned arrays copies them once into ``pinned`` regions.
+    memory : graphrl.memory.MemoryManager or None
+        ``device="cuda"`` only: the manager whose tiers hold the sampler's GPU buffers
+        (docs/architecture.md#memory-tiers): the graph's copy and the weighted rows' prefix sums on the
+        ``device`` tier (``pinned`` with UVA; owner ``"samplers.graph"``), the workspace's scratch on
+        ``device`` and its staging buffers on ``pinned`` (``"samplers.workspace"``). ``None``: a private
+        manager without budgets. Freed by `close` or when the sampler is garbage-collected.
 
     Notes
     -----
@@ -139,7 +147,8 @@ class NeighborSampler:
     """
 
     def __init__(self, graph: CSCGraph, fanouts: Sequence[int], replace: bool = False, weights=None,
-                 seed: int | None = None, *, edge_times=None, device="cpu", uva: bool | None = None) -> None:
+                 seed: int | None = None, *, edge_times=None, device="cpu", uva: bool | None = None,
+                 memory: MemoryManager | None = None) -> None:
         if not isinstance(graph, CSCGraph):
             raise TypeError(f"graph must be a CSCGraph, got {type(graph).__name__}")
         check_regions(graph.regions, "graph")
@@ -162,7 +171,11 @@ class NeighborSampler:
         self.temporal = self._times is not None
         """Whether `sample` needs ``seed_times`` (the sampler has edge times)."""
         self.device = check_device(device)
+        if memory is not None and not isinstance(memory, MemoryManager):
+            raise TypeError(f"memory must be a MemoryManager or None, got {type(memory).__name__}")
         self._cuda_graph = None
+        self.cuda_memory = None
+        """``device="cuda"``: the `samplers.kernels.cuda.memory.CudaMemory` of the sampler's regions."""
         if self.device.type == "cuda":
             from samplers.kernels import cuda as cuda_kernels  # imports numba.cuda: only when asked for
 
@@ -170,10 +183,10 @@ class NeighborSampler:
             cuda_kernels.check_device_index(self.device)
             if uva is None:
                 uva = bool(graph.indptr.is_pinned()) if graph.indptr.device.type == "cpu" else False
-            eids = graph.edge_ids
-            weights_arr = self._weights
-            self._cuda_graph = cuda_kernels.CudaGraph.build(graph.indptr, graph.indices, eids, weights_arr,
-                                                            uva=bool(uva), times=self._times)
+            self.cuda_memory = cuda_kernels.CudaMemory(memory)
+            self._cuda_graph = cuda_kernels.CudaGraph.build(graph.indptr, graph.indices, graph.edge_ids,
+                                                            self._weights, uva=bool(uva), times=self._times,
+                                                            memory=self.cuda_memory)
         self.loop = self._build_loop()
         """The `samplers.layers.LayerLoop` that runs the sampler's mode (`samplers.modes`: temporal with
         edge times, weighted with weights, else uniform) on the graph, one relation."""
@@ -181,6 +194,7 @@ class NeighborSampler:
         self._lock = threading.Lock()  # the workspace serves one call at a time
         self.sampled_edges = 0
         """Total number of edges sampled by this sampler so far (for throughput reports)."""
+        self._closed = False
 
     def __getstate__(self) -> dict:
         """The sampler's state for pickling (``mp.spawn``, spawned ``DataLoader`` workers), without what
@@ -356,9 +370,15 @@ class NeighborSampler:
             ``seeds`` is not 1-D or holds ids outside [0, num_nodes); ``exclude_eids`` is not 1-D or holds
             ids outside [0, num_edges); ``seed_times`` is missing on a temporal sampler, given on another,
             of the wrong length, or holds NaN; the graph's memory-manager regions were freed (its
-            manager was closed, or ``graph.free()`` ran).
+            manager was closed, or ``graph.free()`` ran); the sampler was closed (or, on CUDA, the
+            manager of its regions).
+        MemoryBudgetError
+            On CUDA, the workspace's scratch or staging buffers do not fit their tier's budget.
         """
+        check_open(self._closed, "this NeighborSampler")
         check_regions(self.graph.regions, "this sampler's graph")
+        if self.cuda_memory is not None:
+            self.cuda_memory.check_open("this NeighborSampler's GPU memory")
         if self._cuda_graph is not None:
             return self._sample_cuda(seeds, exclude_eids, seed_times)
         dst = check_seeds(seeds, self.graph.num_nodes)
@@ -371,6 +391,14 @@ class NeighborSampler:
             call = self._calls
             self._calls += 1
             return self._run(dst, excluded, call, threads, times)
+
+    def close(self) -> None:
+        """Free the sampler's memory-manager regions (``device="cuda"``: its graph copy, prefix sums and
+        workspace buffers) and close a private manager; `sample` then raises ValueError. Idempotent; a
+        CPU sampler holds no regions (this only marks it closed)."""
+        self._closed = True
+        if self.cuda_memory is not None:
+            self.cuda_memory.close()
 
     def _sample_cuda(self, seeds, exclude_eids, seed_times) -> Blocks:
         if isinstance(seeds, torch.Tensor) and seeds.device.type == "cuda":

@@ -44,12 +44,14 @@ class LaborMode(Mode):
 
     def prepare(self, relation: RelationArrays, device: str) -> Any:
         """CPU: the importance-sampling scratch over the relation's source ids (None at LABOR-0); CUDA:
-        a `samplers.kernels.cuda.labor.LaborCudaState` (that scratch, and the in-degrees' bounds)."""
+        a `samplers.kernels.cuda.labor.LaborCudaState` (that scratch, and the in-degrees' bounds), its device
+        arrays from the relation's `CudaGraph`'s memory (owner ``"samplers.labor"``)."""
         if device == "cpu":
             return None if self.importance_sampling == 0 else LaborScratch(relation.num_src)
         from samplers.kernels.cuda.labor import LaborCudaState
 
-        return LaborCudaState.of(relation.indptr, relation.num_src, self.importance_sampling)
+        return LaborCudaState.of(relation.indptr, relation.num_src, self.importance_sampling,
+                                 None if relation.cuda is None else relation.cuda.memory)
 
     def sample_cpu(self, relation: RelationArrays, state: Any, request: LayerRequest) -> LayerEdges:
         out_indptr, src, eids, weights = labor_layer(

@@ -11,7 +11,7 @@ a device array, every device allocation and every page-locked or mapped host all
 - once warm (after a call at least as large), a call allocates no scratch on the device and registers
   no host memory: its only device allocations are the arrays its blocks keep (4 per layer);
 - the blocks equal the CPU sampler's for the same seed, with and without excluded edges;
-- through UVA, the graph is mapped into host memory once, when the sampler is built, never per batch;
+- through UVA, the graph is copied into pinned regions once, when the sampler is built, never per batch;
 - `NeighborLoader` with a CUDA sampler yields the CPU loader's batches (prefetching or not).
 
 The bounded relabelling kernels these chains run compile to PTX for sm_90 in test_sampler_cuda_sim's PTX
@@ -51,6 +51,17 @@ SCRIPT = textwrap.dedent(
         setattr(cuda, name, copies.counting("host_register", getattr(cuda, name)))
     for name in ("synchronize",):
         setattr(cuda, name, copies.counting("synchronize", getattr(cuda, name)))
+    # the samplers' scratch and page-locked buffers are memory-manager regions (device and pinned tiers)
+    from graphrl.memory import MemoryManager
+    own_allocate = MemoryManager.allocate
+    region_counts = {"device": copies.counting("device_alloc", lambda: None),
+                     "pinned": copies.counting("host_register", lambda: None)}
+
+    def allocate(self, shape, dtype, tier="host", **kw):
+        region_counts.get(str(tier), lambda: None)()
+        return own_allocate(self, shape, dtype, tier, **kw)
+
+    MemoryManager.allocate = allocate
 
     def same(a, b, what):
         assert len(a) == len(b), what
@@ -112,7 +123,7 @@ SCRIPT = textwrap.dedent(
         assert used.readbacks == per_call, (fanouts, used)
         assert seen["readback"] == per_call, (fanouts, seen)
 
-    # UVA: the graph is mapped once, when the sampler is built; batches register nothing
+    # UVA: the graph is copied into pinned regions once, when the sampler is built; batches register nothing
     seen.clear()
     uva = NeighborSampler(graph, [3, 2], seed=2, device="cuda", uva=True)
     assert uva.loop.relations[layers.PLAIN_RELATION].cuda.uva

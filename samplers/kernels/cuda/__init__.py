@@ -8,7 +8,8 @@ masked rows with edge times (`...cuda.temporal`: exponential keys, prefix-sum in
 planned (`...cuda.plan`), scanned (`...cuda.scan`: reading the total back is its one
 synchronisation), chosen and gathered (`...cuda.layer`), then relabelled through a GPU hash table in
 first-occurrence order (`...cuda.relabel`). Graphs are read from device memory or in place from
-page-locked host memory through UVA (`CudaGraph`).
+page-locked host memory through UVA (`CudaGraph`); the graph copy, the workspaces' scratch and LABOR's
+arrays are regions of a `graphrl.memory.MemoryManager`'s ``device`` and ``pinned`` tiers (`CudaMemory`).
 
 Every kernel launches on torch's current stream, `graphrl.cuda.launch_stream`
 (docs/architecture.md#the-stream-rule), where torch's allocations and scans of this package are
@@ -33,6 +34,7 @@ from samplers.kernels.cuda.device import check_device_index, require_cuda
 from samplers.kernels.cuda.graph import CudaGraph
 from samplers.kernels.cuda.launch import WARP, grid, launch, wrap
 from samplers.kernels.cuda.layer import sample_block_cuda, sample_block_temporal_cuda, sample_layer_cuda
+from samplers.kernels.cuda.memory import CudaMemory
 from samplers.kernels.cuda.plan import plan_masked, plan_rows, plan_rows_weighted, plan_uniform
 from samplers.kernels.cuda.relabel import (
     edge_time_keys_cuda,
@@ -60,11 +62,11 @@ from samplers.kernels.cuda.uniform import THREAD_FANOUT_MAX, choose_uniform, gat
 from samplers.kernels.cuda.weighted import REJECT_LIMIT, row_prefix, sample_rows_weighted
 from samplers.kernels.reference import layer_key
 
-__all__ = ["CudaGraph", "require_cuda", "sample_layer_cuda", "relabel_cuda", "sample_block_cuda",
-           "relabel_temporal_cuda", "sample_block_temporal_cuda", "layer_key", "exclusive_scan", "KERNELS",
-           "check_device_index", "concat", "edge_time_keys_cuda", "empty", "full", "relabel_pairs_cuda",
-           "grid", "launch", "wrap", "REJECT_LIMIT", "SCAN_CHUNK", "SCAN_ITEMS", "SCAN_THREADS",
-           "THREAD_FANOUT_MAX", "WARP"]
+__all__ = ["CudaGraph", "CudaMemory", "require_cuda", "sample_layer_cuda", "relabel_cuda",
+           "sample_block_cuda", "relabel_temporal_cuda", "sample_block_temporal_cuda", "layer_key",
+           "exclusive_scan", "KERNELS", "check_device_index", "concat", "edge_time_keys_cuda", "empty",
+           "full", "relabel_pairs_cuda", "grid", "launch", "wrap", "REJECT_LIMIT", "SCAN_CHUNK",
+           "SCAN_ITEMS", "SCAN_THREADS", "THREAD_FANOUT_MAX", "WARP"]
 
 KERNELS = {
     "scan_blocks": scan_blocks, "scan_add": scan_add, "fill": fill, "plan_rows": plan_rows,

@@ -34,8 +34,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from numba import cuda
 
+from graphrl.memory import Tier
 from samplers.kernels import labor_rows
 from samplers.kernels.cuda.arrays import as_device_ids, empty, full, no_excluded
 from samplers.kernels.cuda.bounded import BoundedEdges, DegreeBound, row_bound, slack_capacity
@@ -58,6 +58,7 @@ from samplers.kernels.cuda.labor_kernels import (
 )
 from samplers.kernels.cuda.launch import EDGE_THREADS, ROW_THREADS, grid, kernel_stream, launch
 from samplers.kernels.cuda.layer import DeviceRows, PendingBlock
+from samplers.kernels.cuda.memory import LABOR_OWNER, CudaMemory
 from samplers.kernels.cuda.scan import exclusive_scan
 from samplers.kernels.cuda.uniform import gather
 
@@ -77,12 +78,22 @@ The unchained layer launches its iterations in batches of this many, reading the
 class LaborScratchCuda:
     """Device scratch of importance sampling over a source-id space: ``hop`` (float64, zeros) and
     ``owner`` (int64, `labor_rows.NO_OWNER`; during a layer each source's first edge, then its slot in pi),
-    both restored after each layer (`labor_release`)."""
+    both restored after each layer (`labor_release`): ``device`` regions of ``memory`` (owner
+    ``"samplers.labor"``, 16 bytes per source id; default a private `CudaMemory`).
 
-    def __init__(self, num_src: int) -> None:
+    Raises
+    ------
+    MemoryBudgetError
+        The ``device`` tier has no room for them.
+    """
+
+    def __init__(self, num_src: int, memory: CudaMemory | None = None) -> None:
         n = max(num_src, 1)
-        self.hop = cuda.to_device(np.zeros(n, dtype=np.float64))
-        self.owner = cuda.to_device(np.full(n, labor_rows.NO_OWNER, dtype=np.int64))
+        memory = CudaMemory() if memory is None else memory
+        self.memory = memory
+        with memory.undo_on_error():
+            self.hop = memory.filled(n, np.float64, 0.0, Tier.DEVICE, LABOR_OWNER)[1]
+            self.owner = memory.filled(n, np.int64, labor_rows.NO_OWNER, Tier.DEVICE, LABOR_OWNER)[1]
 
 
 @dataclass
@@ -104,6 +115,8 @@ class LaborCudaState:
         `RUNNING`: the status of a chained layer without a fixed point.
     num_src : int
         The relation's source ids (a layer has at most as many unique sources: `pi_capacity`).
+    memory : CudaMemory or None
+        Where the device arrays' regions came from.
     """
 
     scratch: LaborScratchCuda | None
@@ -112,15 +125,28 @@ class LaborCudaState:
     running: Any = None
     edges: int = 0
     num_src: int = 0
+    memory: CudaMemory | None = None
 
     @classmethod
-    def of(cls, indptr: np.ndarray, num_src: int, importance_sampling: int) -> LaborCudaState:
-        """The state of a relation of host ``indptr`` (int64 [N + 1]) over ``num_src`` source ids."""
+    def of(cls, indptr: np.ndarray, num_src: int, importance_sampling: int,
+           memory: CudaMemory | None = None) -> LaborCudaState:
+        """The state of a relation of host ``indptr`` (int64 [N + 1]) over ``num_src`` source ids, its
+        device arrays (`LaborScratchCuda`, ``running``) in ``device`` regions of ``memory`` (owner
+        ``"samplers.labor"``; default a private `CudaMemory`).
+
+        Raises
+        ------
+        MemoryBudgetError
+            The ``device`` tier has no room for them.
+        """
         bound = DegreeBound.of(indptr)
         degree = np.diff(np.asarray(indptr)).astype(np.float64)
-        return cls(None if importance_sampling == 0 else LaborScratchCuda(num_src), bound.max_degree,
-                   float(degree @ degree) / bound.edges if bound.edges > 0 else 0.0,
-                   cuda.to_device(np.full(1, RUNNING, dtype=np.int64)), bound.edges, int(num_src))
+        memory = CudaMemory() if memory is None else memory
+        with memory.undo_on_error():
+            scratch = None if importance_sampling == 0 else LaborScratchCuda(num_src, memory)
+            running = memory.filled(1, np.int64, RUNNING, Tier.DEVICE, LABOR_OWNER)[1]
+        reach = float(degree @ degree) / bound.edges if bound.edges > 0 else 0.0
+        return cls(scratch, bound.max_degree, reach, running, bound.edges, int(num_src), memory)
 
 
 @dataclass

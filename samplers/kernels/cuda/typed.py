@@ -50,12 +50,14 @@ import numpy as np
 import torch
 from numba import cuda
 
+from graphrl.memory import Tier
 from samplers.kernels.cuda.arrays import concat, copy_into, empty, no_excluded
 from samplers.kernels.cuda.bounded import DegreeBound, full_capacity
 from samplers.kernels.cuda.device import torch_dtypes
 from samplers.kernels.cuda.graph import CudaGraph
 from samplers.kernels.cuda.launch import EDGE_THREADS, ROW_THREADS, WARP, grid, kernel_stream, launch
 from samplers.kernels.cuda.layer import DeviceRows
+from samplers.kernels.cuda.memory import GRAPH_OWNER, CudaMemory
 from samplers.kernels.cuda.relabel import relabel_bounded
 from samplers.kernels.cuda.scan import exclusive_scan
 from samplers.kernels.cuda.typed_chain import PendingTyped, source_groups
@@ -95,15 +97,6 @@ class TypedRequest:
     replace: bool
 
 
-def _place(arr: np.ndarray, uva: bool) -> Any:
-    """A device copy of a small host array, or (``uva``) a copy in mapped host memory."""
-    if uva:
-        mapped = cuda.mapped_array(arr.shape, dtype=arr.dtype)
-        mapped[...] = arr
-        return mapped
-    return cuda.to_device(arr)
-
-
 def _host(arr: Any) -> np.ndarray:
     """A host copy of a numpy array, torch tensor or numba device array."""
     if isinstance(arr, np.ndarray):
@@ -140,6 +133,9 @@ class TypedCsc:
     num_nodes : dict str -> int
         The node count of each type given to `build` (a chained layer caps a source type's next rows at
         its count plus the rows' repeats, as the plain chain does); empty where none was given.
+
+    Every array lives in a region of ``graph.memory`` (owner ``"samplers.graph"``: ``device``, or
+    ``pinned`` with UVA); ``graph.close()`` frees them.
     """
 
     graph: CudaGraph
@@ -158,7 +154,7 @@ class TypedCsc:
     @classmethod
     def build(cls, indptr: Mapping, indices: Mapping, edge_ids: Mapping, weights: Mapping,
               uva: bool = False, index_dtype: Any = None,
-              num_nodes: Mapping[str, int] | None = None) -> TypedCsc:
+              num_nodes: Mapping[str, int] | None = None, memory: CudaMemory | None = None) -> TypedCsc:
         """Concatenate the relations' CSCs (numpy arrays or CPU torch tensors, CSC order) and place them
         for the kernels.
 
@@ -168,16 +164,20 @@ class TypedCsc:
         indices : mapping Relation -> int32/int64 [E_r]; edge_ids : mapping Relation -> int64 [E_r] or None
         weights : mapping Relation -> float32 [E_r] (the weighted relations only)
         uva : bool
-            Place the concatenation in mapped host memory (read through UVA) instead of device memory.
+            Place the concatenation in ``pinned`` regions (read through UVA) instead of ``device`` ones.
         index_dtype : numpy dtype or None
             The indices' dtype (default: the relations' common one, int64 where they differ).
         num_nodes : mapping str -> int, or None
             The node count of each type (`num_nodes`).
+        memory : CudaMemory or None
+            Where the regions come from (`CudaGraph.build`); default a private `CudaMemory`.
 
         Raises
         ------
         ValueError
             No relation, or ``weights`` names a relation not in ``indptr``.
+        MemoryBudgetError
+            An array does not fit its tier's budget (what this build placed is freed again).
         """
         relations = list(indptr)
         if not relations:
@@ -208,13 +208,20 @@ class TypedCsc:
             cat_weights = np.concatenate([np.asarray(_host(weights[rel]), dtype=np.float32)[:num_edges[rel]]
                                           if rel in weights else np.ones(num_edges[rel], np.float32)
                                           for rel in relations])
-        graph = CudaGraph.build(cat_indptr.astype(np.int64), cat_indices, cat_eids, cat_weights, uva=uva)
-        own = {rel: _place(host[rel], uva) for rel in relations}
+        memory = CudaMemory() if memory is None else memory
+        tier = Tier.PINNED if uva else Tier.DEVICE
+        with memory.undo_on_error():  # what this build placed goes back
+            graph = CudaGraph.build(cat_indptr.astype(np.int64), cat_indices, cat_eids, cat_weights, uva=uva,
+                                    memory=memory)
+            own = {rel: memory.copy(host[rel], tier, GRAPH_OWNER)[1] for rel in relations}
+            prefix, positive = graph.prefix, graph.positive
+            if not weights:  # 1-element stand-ins: the kernels compile for one signature
+                prefix = memory.filled(1, np.float64, 0, tier, GRAPH_OWNER)[1]
+                positive = memory.filled(1, np.int64, 0, tier, GRAPH_OWNER)[1]
         weighted = {rel: rel in weights for rel in relations}
         return cls(graph=graph, relations=relations, row_base=row_base, edge_base=edge_base,
                    num_rows=num_rows, num_edges=num_edges, weighted=weighted, indptr=own,
-                   prefix=graph.prefix if weights else cuda.to_device(np.zeros(1, np.float64)),
-                   positive=graph.positive if weights else cuda.to_device(np.zeros(1, np.int64)),
+                   prefix=prefix, positive=positive,
                    degrees={rel: DegreeBound.of(host[rel]) for rel in relations},
                    num_nodes={t: int(n) for t, n in (num_nodes or {}).items()})
 
@@ -228,7 +235,7 @@ class TypedCsc:
                          has_eids=True, weights=g.weights[e0:e1] if weighted else g.weights,
                          weighted=weighted, uva=g.uva, times=g.times, timed=False,
                          prefix=g.prefix[e0:e1] if weighted else None,
-                         positive=g.positive[r0:r1] if weighted else None)
+                         positive=g.positive[r0:r1] if weighted else None, memory=g.memory)
 
     def fits(self, rel, fanout: int, replace: bool) -> bool:
         """Whether relation ``rel`` takes the fused path at ``fanout`` (with ``replace``): every relation

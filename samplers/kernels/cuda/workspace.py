@@ -6,7 +6,10 @@ that a warm sampler allocates no scratch at all; it hands out the arrays a block
 fresh per call: the caller holds them); it stages host ids through one page-locked buffer
 (`device_ids`) and reads sizes back through another (`read`: one copy, one wait). `HostTraffic`
 counts each of these steps, so tests and benchmarks can assert how many read-backs and allocations a
-call makes (docs/architecture.md#sampling).
+call makes (docs/architecture.md#sampling). Scratch arrays are ``device`` regions and the page-locked
+buffers ``pinned`` regions of the workspace's `CudaMemory` (owner ``"samplers.workspace"``,
+docs/architecture.md#memory-tiers), freed by `close` or with the workspace; the arrays `output` hands
+out are the caller's (torch's caching allocator where torch has CUDA).
 
 >>> ws = CudaWorkspace()
 >>> counts = ws.scratch("counts", 1024, np.int64)   # reused by the next layer and the next call
@@ -18,16 +21,18 @@ call makes (docs/architecture.md#sampling).
 from __future__ import annotations
 
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
-from numba import cuda
 
+from graphrl.memory import Region, Tier
 from samplers.kernels.cuda.arrays import empty
 from samplers.kernels.cuda.device import torch_dtypes
 from samplers.kernels.cuda.launch import kernel_stream
+from samplers.kernels.cuda.memory import WORKSPACE_OWNER, CudaMemory, host_buffer, scratch_array
 
 __all__ = ["CudaWorkspace", "HostTraffic"]
 
@@ -52,7 +57,8 @@ class HostTraffic:
         Arrays handed out in blocks (fresh per call: the caller keeps them; torch's caching allocator
         where torch has CUDA).
     registrations : int
-        Host buffers page-locked for the device (the staging and read-back buffers: once, then grown).
+        Host buffers page-locked for the device (the staging and read-back buffers: once, then grown;
+        ``pinned`` regions).
     pinned_copies : int
         Host-to-device copies through a staging buffer (host ids never go from pageable memory).
     chain_overflows : int
@@ -87,15 +93,42 @@ class CudaWorkspace:
     ----------
     traffic : HostTraffic or None
         The counter to add to (shared by a sampler's workspaces); default a new one.
+    memory : CudaMemory or None
+        Where the scratch (``device``) and page-locked buffers (``pinned``) come from, owner
+        ``"samplers.workspace"`` (a sampler passes its graph's); default a private `CudaMemory`.
+
+    Raises
+    ------
+    MemoryBudgetError
+        (from `scratch`, `device_ids`, `read`) a scratch array or buffer does not fit its tier's budget.
     """
 
-    def __init__(self, traffic: HostTraffic | None = None) -> None:
+    def __init__(self, traffic: HostTraffic | None = None, memory: CudaMemory | None = None) -> None:
         self.traffic = traffic if traffic is not None else HostTraffic()
+        self.memory = CudaMemory() if memory is None else memory
+        """The `CudaMemory` of the scratch and page-locked buffers."""
+        self._regions: dict[Any, Region] = {}  # by scratch key or buffer name: the region behind it
         self._scratch: dict[tuple[str, str], Any] = {}
         self._host: dict[str, Any] = {}
         self._read_lock = threading.Lock()  # one page-locked read buffer: one read at a time
         self._staged: dict[str, Any] = {}  # torch: per buffer, the event after its last copy (free then)
         self._rates: dict[str, float] = {}
+        self._finalizer = weakref.finalize(self, _free_regions, self._regions)
+
+    def _replace(self, key: Any, n: int, dtype: Any, tier: Tier) -> Region:
+        """A new region of ``n`` items for ``key``, the old one (if any) freed first."""
+        old = self._regions.pop(key, None)
+        if old is not None:
+            self.memory.release(old)  # its blocks are reused once the current stream has passed the free
+        region = self._regions[key] = self.memory.allocate(n, dtype, tier, WORKSPACE_OWNER)
+        return region
+
+    def close(self) -> None:
+        """Free the scratch and page-locked buffers' regions (arrays taken from them stay readable but
+        no longer count); the workspace allocates them again if used afterwards. Idempotent."""
+        _free_regions(self._regions)
+        self._scratch.clear()
+        self._host.clear()
 
     def edge_rate(self, name: str) -> float:
         """The most edges per row that the chained layer ``name`` kept in this workspace's calls (0.0 before
@@ -109,12 +142,12 @@ class CudaWorkspace:
 
     def scratch(self, name: str, n: int, dtype: Any) -> Any:
         """A device array [n] of ``dtype`` (numpy), uninitialised, reused across layers and calls: the
-        scratch array ``name``, grown (and counted) when shorter than ``n``."""
+        scratch array ``name`` (a ``device`` region), grown (and counted) when shorter than ``n``."""
         key = (name, np.dtype(dtype).str)
         buf = self._scratch.get(key)
         if buf is None or buf.shape[0] < n:
             size = max(int(n * _GROWTH), 16)
-            buf = self._scratch[key] = empty(size, dtype)
+            buf = self._scratch[key] = scratch_array(self._replace(key, size, dtype, Tier.DEVICE))
             self.traffic.scratch_allocations += 1
             self.traffic.scratch_bytes += size * np.dtype(dtype).itemsize
         return buf[:n]
@@ -125,15 +158,15 @@ class CudaWorkspace:
         return empty(n, dtype)
 
     def _pinned(self, name: str, n: int) -> Any:
-        """The page-locked host int64 buffer ``name`` of at least ``n`` items (grown and counted)."""
+        """The page-locked host int64 buffer ``name`` of at least ``n`` items (grown and counted): a
+        ``pinned`` region's tensor where torch has CUDA, its numpy view under the simulator."""
         buf = self._host.get(name)
         if buf is None or buf.shape[0] < n:
             size = max(int(n * _GROWTH), 16)
-            if torch_dtypes():
-                buf = torch.empty(size, dtype=torch.int64, pin_memory=True)
-            else:
-                buf = cuda.pinned_array(size, dtype=np.int64)
-            self._host[name] = buf
+            staged = self._staged.pop(name, None)
+            if staged is not None:
+                staged.synchronize()  # the last copy out of the old buffer is done before it is freed
+            buf = self._host[name] = host_buffer(self._replace(name, size, np.int64, Tier.PINNED))
             self.traffic.registrations += 1
         return buf
 
@@ -200,3 +233,10 @@ class CudaWorkspace:
                 out.copy_to_device(host, stream=kernel_stream())
             self.traffic.pinned_copies += 1
         return out
+
+
+def _free_regions(regions: dict) -> None:
+    """Free a workspace's regions (its `close`, and its finalizer: `graphrl.memory.Region.free_soon`)."""
+    for region in list(regions.values()):
+        region.free_soon()
+    regions.clear()

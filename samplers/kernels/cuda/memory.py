@@ -1,0 +1,229 @@
+"""`CudaMemory`: the memory-manager regions of one GPU sampler (docs/architecture.md#memory-tiers).
+
+A GPU sampler's large buffers come from the ``device`` and ``pinned`` tiers of a
+`graphrl.memory.MemoryManager`, so they count against its budgets like the engines' other buffers:
+
+- ``"samplers.graph"``: the graph's copy for the kernels (indptr, indices, edge ids, weights, times and
+  the weighted rows' prefix sums and positive counts; `CudaGraph`): ``device`` regions, or ``pinned``
+  regions read in place through UVA (a graph whose tensors are pinned already is read where it is);
+- ``"samplers.workspace"``: a `CudaWorkspace`'s scratch (``device``) and its page-locked staging and
+  read-back buffers (``pinned``);
+- ``"samplers.labor"``: LABOR's per-node arrays (``device``; `samplers.kernels.cuda.labor`).
+
+A region that does not fit raises the manager's `graphrl.memory.MemoryBudgetError` (naming the tier and
+the owner): no fallback tier. `close` (and garbage collection of the `CudaMemory`) frees every region
+it handed out; a private manager (``memory=None``) is closed with it.
+
+The kernels see a region through `kernel_array` (a numba device array: `graphrl.cuda.as_device_array`,
+which views a CUDA tensor, a page-locked host tensor through UVA, or under numba's simulator a host
+tensor) or `scratch_array` (a torch tensor where torch has CUDA, as `samplers.kernels.cuda.arrays.empty`
+hands out, else that numba array): the one switch between a GPU and the simulator stays in
+`graphrl.cuda`.
+
+>>> mem = CudaMemory(MemoryManager(budgets={"device": "1GiB"}))
+>>> region, arr = mem.copy(indptr, Tier.DEVICE, GRAPH_OWNER)   # arr: what the kernels read
+>>> mem.close()                                                  # every region freed
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+
+from graphrl import cuda as gcuda
+from graphrl.errors import GPUUnavailableError
+from graphrl.memory import MemoryManager, Region, Tier
+
+__all__ = ["GRAPH_OWNER", "LABOR_OWNER", "WORKSPACE_OWNER", "CudaMemory", "kernel_array", "scratch_array"]
+
+GRAPH_OWNER = "samplers.graph"
+"""Owner of a GPU sampler's graph copy and prefix sums."""
+WORKSPACE_OWNER = "samplers.workspace"
+"""Owner of a `CudaWorkspace`'s scratch and page-locked buffers."""
+LABOR_OWNER = "samplers.labor"
+"""Owner of LABOR's per-node device arrays."""
+
+
+def kernel_array(region: Region, n: int | None = None) -> Any:
+    """A numba device array over the first ``n`` items of a 1-D region (default all), in place.
+
+    A ``device`` region (a CUDA tensor) is viewed directly, a page-locked ``pinned`` one through UVA;
+    under numba's simulator a host tensor stands for both (`graphrl.cuda.as_device_array`).
+    """
+    arr = gcuda.as_device_array(region.tensor())
+    return arr if n is None else arr[:n]
+
+
+def scratch_array(region: Region) -> Any:
+    """A 1-D ``device`` region as the kernels' scratch: the CUDA tensor itself where torch has CUDA (the
+    kind `samplers.kernels.cuda.arrays.empty` hands out there), else `kernel_array` (the simulator)."""
+    return region.tensor() if gcuda.has_cuda() else kernel_array(region)
+
+
+def host_buffer(region: Region) -> Any:
+    """A 1-D ``pinned`` region as a host staging buffer: the page-locked tensor where torch has CUDA (torch
+    copies to and from it asynchronously), else its numpy view (numba's copies under the simulator)."""
+    return region.tensor() if gcuda.has_cuda() else region.numpy()
+
+
+def _free_all(regions: dict[int, Region], private: list[MemoryManager]) -> None:
+    """The finalizer of a `CudaMemory`: free its live regions (`Region.free_soon`: safe wherever garbage
+    is collected), then close a private manager."""
+    for region in list(regions.values()):
+        region.free_soon()
+    regions.clear()
+    for manager in private:
+        if not manager.closed:
+            manager.close()
+
+
+class CudaMemory:
+    """Where one GPU sampler's buffers come from: regions of a `MemoryManager`'s ``device`` and ``pinned``
+    tiers, freed together by `close` or when this object is garbage-collected.
+
+    Parameters
+    ----------
+    memory : MemoryManager or None
+        The manager to allocate from; ``None`` makes a private one at the first allocation (no budgets:
+        the machine's GPU memory and RAM), closed by `close`. Its ``device`` tier must be the GPU where
+        torch has CUDA, host memory under numba's simulator (``MemoryManager(device="cpu")``).
+
+    Raises
+    ------
+    TypeError
+        ``memory`` is not a `MemoryManager` or None.
+    """
+
+    def __init__(self, memory: MemoryManager | None = None) -> None:
+        if memory is not None and not isinstance(memory, MemoryManager):
+            raise TypeError(f"memory must be a MemoryManager or None, got {type(memory).__name__}")
+        self.owns = memory is None
+        """Whether the manager is private to this object (made at the first allocation, closed by
+        `close`)."""
+        self._given = memory
+        self._private: list[MemoryManager] = []
+        self._regions: dict[int, Region] = {}
+        self._closed = False
+        self._finalizer = weakref.finalize(self, _free_all, self._regions, self._private)
+
+    @property
+    def memory(self) -> MemoryManager:
+        """The `MemoryManager` the regions come from (a private one is made here on first use).
+
+        Raises
+        ------
+        GPUUnavailableError
+            numba.cuda runs on a GPU but torch has no CUDA: the regions the kernels read are torch
+            tensors.
+        """
+        if self._given is not None:
+            return self._given
+        if not self._private:
+            if not gcuda.SIMULATOR and not gcuda.has_cuda():
+                raise GPUUnavailableError(
+                    "device='cuda': the GPU kernels read memory-manager regions, which need torch with "
+                    "CUDA (torch.cuda.is_available() is False); install a CUDA build of torch, or use "
+                    "device='cpu'")
+            device = torch.device("cuda", torch.cuda.current_device()) if gcuda.has_cuda() else "cpu"
+            self._private.append(MemoryManager(device=device))
+        return self._private[0]
+
+    def allocate(self, n: int, dtype: Any, tier: Tier, owner: str) -> Region:
+        """A 1-D region of ``max(n, 1)`` items (an empty array still has an address) on ``tier``.
+
+        Raises
+        ------
+        MemoryBudgetError
+            ``tier`` has no room for it (the message names the tier and ``owner``).
+        ValueError
+            This object (or its manager) is closed; the manager's ``device`` tier is not where the kernels
+            run (host memory on a GPU, or a GPU under numba's simulator).
+        """
+        self.check_open("this GPU sampler's memory")
+        for key in [k for k, r in self._regions.items() if r.freed]:  # freed by their users meanwhile
+            del self._regions[key]
+        region = self.memory.allocate((max(int(n), 1),), dtype, tier, owner=owner)
+        self._regions[id(region)] = region
+        if tier is Tier.DEVICE and (region.device == "cpu") == gcuda.has_cuda():
+            where = region.device
+            self.release(region)
+            want = "MemoryManager(device='cuda')" if gcuda.has_cuda() else \
+                "MemoryManager(device='cpu') (numba's CUDA simulator runs on the host)"
+            raise ValueError(f"memory: the device tier of this MemoryManager is {where}, where the GPU "
+                             f"kernels cannot read it; pass {want}")
+        return region
+
+    def copy(self, values: np.ndarray, tier: Tier, owner: str) -> tuple[Region, Any]:
+        """A region on ``tier`` holding a copy of the 1-D host array ``values``, and its `kernel_array`
+        (``len(values)`` items; see `allocate` for the errors)."""
+        n = int(values.shape[0])
+        region = self.allocate(n, values.dtype, tier, owner)
+        if n:
+            host = np.ascontiguousarray(values)
+            region.tensor()[:n].copy_(torch.from_numpy(host if host.flags.writeable else host.copy()))
+        return region, kernel_array(region, n)
+
+    def filled(self, n: int, dtype: Any, value: float, tier: Tier, owner: str) -> tuple[Region, Any]:
+        """A region on ``tier`` of ``n`` items set to ``value``, and its `kernel_array` (see `allocate`)."""
+        region = self.allocate(n, dtype, tier, owner)
+        region.tensor().fill_(value.item() if isinstance(value, np.generic) else value)
+        return region, kernel_array(region, n)
+
+    @contextlib.contextmanager
+    def undo_on_error(self) -> Iterator[None]:
+        """Free the regions handed out inside the block when it raises (a build that fails midway leaves
+        nothing counted), then re-raise."""
+        mark = set(self._regions)
+        try:
+            yield
+        except BaseException:
+            for key, region in list(self._regions.items()):
+                if key not in mark:
+                    self.release(region)
+            raise
+
+    def release(self, region: Region) -> None:
+        """Free ``region`` (one of this object's) now, unless it was freed already."""
+        self._regions.pop(id(region), None)
+        region.free_soon()
+
+    def regions(self) -> list[Region]:
+        """The regions handed out and not freed yet."""
+        return [r for r in self._regions.values() if not r.freed]
+
+    @property
+    def closed(self) -> bool:
+        """True once `close` ran."""
+        return self._closed
+
+    def check_open(self, what: str) -> None:
+        """Raise ValueError naming ``what`` when this object was closed, or its manager (which freed the
+        regions the kernels read).
+
+        Raises
+        ------
+        ValueError
+            Closed, or its manager closed.
+        """
+        if self._closed:
+            raise ValueError(f"{what} is closed; it cannot be used (create a new one)")
+        if any(manager.closed for manager in ([self._given] if self._given is not None else self._private)):
+            raise ValueError(f"{what}: its MemoryManager was closed, which freed the regions the GPU kernels "
+                             "read; build it again on an open manager")
+
+    def close(self) -> None:
+        """Free every region handed out (and close a private manager); idempotent. Arrays viewing them stay
+        readable (they keep their memory alive) but no longer count against any budget."""
+        self._closed = True
+        self._finalizer()
+
+    def __repr__(self) -> str:
+        live = self.regions()
+        whose = "private manager" if self.owns else "shared manager"
+        return (f"CudaMemory({len(live)} regions, {sum(r.nbytes for r in live)} bytes, {whose}"
+                f"{', closed' if self._closed else ''})")
