@@ -99,7 +99,7 @@ NEIGHBOR = COMMON + CORA + textwrap.dedent(
     # the staging buffers (seeds, excluded positions, the read-back buffer) are page-locked int64 regions
     staging = [r for r in mm.regions("samplers.workspace") if r.tier.value == "pinned"]
     assert staging and all(r.dtype == torch.int64 for r in staging)
-    assert all(r.is_pinned for r in staging) == gcuda.has_cuda()
+    assert all(r.is_pinned for r in staging) == torch.cuda.is_available()  # page-locked wherever CUDA is
     traffic = gpu.loop.traffic
     assert 0 < now[("device", "samplers.workspace")][0] <= traffic.scratch_bytes
     assert now[("pinned", "samplers.workspace")][1] <= traffic.registrations
@@ -153,6 +153,14 @@ NEIGHBOR = COMMON + CORA + textwrap.dedent(
         raise AssertionError("sampled after the manager closed")
     except ValueError as err:
         assert "MemoryManager was closed" in str(err), str(err)
+
+    # a device tier where the kernels cannot read it (host memory on a GPU) is refused, naming the remedy
+    if gcuda.has_cuda():
+        try:
+            NeighborSampler(graph, [2], device="cuda", memory=MemoryManager(device="cpu"))
+            raise AssertionError("a host device tier was taken on a GPU")
+        except ValueError as err:
+            assert "device tier" in str(err) and "MemoryManager(device='cuda:" in str(err), str(err)
 
     # without memory=: a private manager, closed with the sampler
     s = NeighborSampler(graph, [2], device="cuda")
@@ -225,3 +233,22 @@ def test_gpu_sampler_buffers_live_on_the_tiers(script: str, data_root, monkeypat
     monkeypatch.setenv("GRAPHRL_DATA", str(data_root))
     namespace: dict = {}
     exec(compile(script, "<gpu tiers script>", "exec"), namespace)  # noqa: S102 - the module's own script
+
+
+def test_memory_must_be_a_memory_manager() -> None:
+    """``memory`` of another type is a TypeError naming it, on either device (no GPU needed)."""
+    from graphrl.graph import CSCGraph
+    from samplers.kernels.cuda.memory import CudaMemory
+    from samplers.labor import LaborSampler
+    from samplers.neighbor import NeighborSampler
+
+    graph = CSCGraph.from_edges([0, 1], [1, 0], 2)
+    for build in (lambda: NeighborSampler(graph, [1], memory="1GiB"),
+                  lambda: LaborSampler(graph, [1], memory=object()), lambda: CudaMemory({"device": 1})):
+        with pytest.raises(TypeError, match="memory must be a MemoryManager"):
+            build()
+    mem = CudaMemory()  # a private manager is made at the first allocation only: none here
+    assert mem.owns and mem.regions() == [] and not mem.closed
+    mem.close()
+    with pytest.raises(ValueError, match="closed"):
+        mem.check_open("this memory")

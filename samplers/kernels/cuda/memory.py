@@ -39,7 +39,8 @@ from graphrl import cuda as gcuda
 from graphrl.errors import GPUUnavailableError
 from graphrl.memory import MemoryManager, Region, Tier
 
-__all__ = ["GRAPH_OWNER", "LABOR_OWNER", "WORKSPACE_OWNER", "CudaMemory", "kernel_array", "scratch_array"]
+__all__ = ["GRAPH_OWNER", "LABOR_OWNER", "WORKSPACE_OWNER", "CudaMemory", "host_buffer", "kernel_array",
+           "scratch_array", "settle"]
 
 GRAPH_OWNER = "samplers.graph"
 """Owner of a GPU sampler's graph copy and prefix sums."""
@@ -71,9 +72,25 @@ def host_buffer(region: Region) -> Any:
     return region.tensor() if gcuda.has_cuda() else region.numpy()
 
 
+def _kernel_device() -> str:
+    """Where the kernels' device memory is: torch's current CUDA device where torch has CUDA, else the host
+    (numba's simulator)."""
+    return f"cuda:{torch.cuda.current_device()}" if gcuda.has_cuda() else "cpu"
+
+
+def settle() -> None:
+    """Wait for every stream of the GPU (where torch has CUDA and has started): regions a sampler's work
+    on another stream (a loader's side stream) may still use are freed only after that work. The manager's
+    pool orders a freed block only after the current stream's work (docs/architecture.md#memory-tiers)."""
+    if gcuda.has_cuda() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
 def _free_all(regions: dict[int, Region], private: list[MemoryManager]) -> None:
     """The finalizer of a `CudaMemory`: free its live regions (`Region.free_soon`: safe wherever garbage
-    is collected), then close a private manager."""
+    is collected) once the GPU's work is done (`settle`), then close a private manager."""
+    if regions:
+        settle()
     for region in list(regions.values()):
         region.free_soon()
     regions.clear()
@@ -149,13 +166,13 @@ class CudaMemory:
             del self._regions[key]
         region = self.memory.allocate((max(int(n), 1),), dtype, tier, owner=owner)
         self._regions[id(region)] = region
-        if tier is Tier.DEVICE and (region.device == "cpu") == gcuda.has_cuda():
+        want = _kernel_device()
+        if tier is Tier.DEVICE and region.device != want:
             where = region.device
             self.release(region)
-            want = "MemoryManager(device='cuda')" if gcuda.has_cuda() else \
-                "MemoryManager(device='cpu') (numba's CUDA simulator runs on the host)"
+            hint = "" if gcuda.has_cuda() else " (numba's CUDA simulator runs on the host)"
             raise ValueError(f"memory: the device tier of this MemoryManager is {where}, where the GPU "
-                             f"kernels cannot read it; pass {want}")
+                             f"kernels (on {want}) cannot read it; pass MemoryManager(device={want!r}){hint}")
         return region
 
     def copy(self, values: np.ndarray, tier: Tier, owner: str) -> tuple[Region, Any]:

@@ -32,7 +32,7 @@ from graphrl.memory import Region, Tier
 from samplers.kernels.cuda.arrays import empty
 from samplers.kernels.cuda.device import torch_dtypes
 from samplers.kernels.cuda.launch import kernel_stream
-from samplers.kernels.cuda.memory import WORKSPACE_OWNER, CudaMemory, host_buffer, scratch_array
+from samplers.kernels.cuda.memory import WORKSPACE_OWNER, CudaMemory, host_buffer, scratch_array, settle
 
 __all__ = ["CudaWorkspace", "HostTraffic"]
 
@@ -236,7 +236,11 @@ class CudaWorkspace:
 
 
 def _free_regions(regions: dict) -> None:
-    """Free a workspace's regions (its `close`, and its finalizer: `graphrl.memory.Region.free_soon`)."""
+    """Free a workspace's regions (its `close`, and its finalizer: `graphrl.memory.Region.free_soon`) once
+    the GPU's work is done (`samplers.kernels.cuda.memory.settle`: the workspace's stream may not be the
+    current one, as when a loop drops the workspace of another stream)."""
+    if regions:
+        settle()
     for region in list(regions.values()):
         region.free_soon()
     regions.clear()
