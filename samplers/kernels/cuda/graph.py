@@ -1,5 +1,6 @@
 """`CudaGraph`: a CSC graph placed for the GPU kernels, in device memory or in page-locked host memory
-read in place through UVA."""
+read in place through UVA: regions of a memory manager's ``device`` or ``pinned`` tier (owner
+``"samplers.graph"``, `samplers.kernels.cuda.memory.CudaMemory`; docs/architecture.md#memory-tiers)."""
 
 from __future__ import annotations
 
