@@ -1,6 +1,7 @@
 """`TensorStamp`: whether a tensor a sampler derived state from (draw weights, a mask, their prefix sums) is
-the same tensor, unwritten since; the one rule by which the adapters (`samplers.DglSampler`) decide to keep
-or rebuild what they cached from a graph's edge features (docs/architecture.md#pyg-and-dgl-loaders).
+the same tensor, unwritten since; the one rule by which the adapters (`samplers.DglSampler`,
+`samplers.PygSampler`) decide to keep or rebuild what they cached from a graph's edge features or times
+(docs/architecture.md#pyg-and-dgl-loaders).
 
 >>> stamp = TensorStamp.of(w); w[:8] = 0; stamp.matches(w)
 False

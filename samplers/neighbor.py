@@ -69,7 +69,7 @@ class NeighborSampler:
         d counts only its positive-weight edges: a node with fewer than k of them gives exactly those, a
         node whose weights are all 0 draws nothing. Weights are stored as float32 in CSC order (a copy, 4
         bytes per edge), so later edits of ``weights`` are not seen: build a new sampler (`DglSampler`
-        does when its ``prob`` / ``mask`` column is written).
+        does when its ``prob`` / ``mask`` column is written, `PygSampler` its ``weight_attr`` / times).
     edge_times : torch.Tensor or None, integer or float, shape [E]
         Temporal sampling: the time of each edge, indexed by edge id. `sample` then needs
         ``seed_times`` and a row of time t draws only edges of time <= t (see `sample`). Integer

@@ -54,6 +54,8 @@ class PygDraw:
     Parameters
     ----------
     graph : PygGraph
+        Its weights and edge times are read once, here, into copies; its node times are kept as ``pyg``
+        (give a `samplers.pyg_graph.snapshot`, which copies them, when the caller reads them per batch).
     num_neighbors : dict edge type -> list of int
         Hop 1 first, per (forward) edge type, all of one length L (0 allowed).
     replace : bool
@@ -139,8 +141,8 @@ class PygDraw:
         out = {}
         for rel, (src, _) in edges.items():
             et = self.relations[rel]
-            if g.edge_time is not None and et in g.edge_time:
-                out[rel] = torch.as_tensor(g.edge_time[et]).cpu().numpy()
+            if g.edge_time is not None and et in g.edge_time:  # one read (a copy): sorted, ranked after
+                out[rel] = torch.as_tensor(g.edge_time[et]).detach().to("cpu", copy=True).numpy()
             elif g.node_time is not None and rel[0] in g.node_time:  # the neighbour's time
                 out[rel] = torch.as_tensor(g.node_time[rel[0]]).cpu().numpy()[src.cpu().numpy()]
         return out

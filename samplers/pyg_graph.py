@@ -17,13 +17,14 @@ PyG 2.8's ``torch_geometric.sampler.NeighborSampler.__init__`` (the rules above)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from samplers._optional import import_pyg
+from samplers._stamp import TensorStamp
 
-__all__ = ["HOMO", "PygGraph", "read_pyg_graph"]
+__all__ = ["HOMO", "PygGraph", "SourceStamps", "graph_sources", "read_pyg_graph", "snapshot"]
 
 HOMO = ("node", "to", "node")
 """The one edge type of a homogeneous graph (node type ``"node"``)."""
@@ -60,6 +61,49 @@ class PygGraph:
     weights: dict
     node_time: dict | None = None
     edge_time: dict | None = None
+
+
+def graph_sources(graph: PygGraph) -> tuple[torch.Tensor, ...]:
+    """The user's tensors a sampler of ``graph`` draws from, in a fixed order: each edge type's weights, then
+    each node type's and each edge type's times (`samplers.PygSampler` stamps them, `samplers._stamp`)."""
+    parts = (graph.weights, graph.node_time or {}, graph.edge_time or {})
+    return tuple(t for part in parts for t in part.values() if isinstance(t, torch.Tensor))
+
+
+@dataclass(frozen=True)
+class SourceStamps:
+    """The stamps (`samplers._stamp.TensorStamp`) of a graph's `graph_sources` when a draw was read from
+    them: `matches` says whether none was replaced or written in place since.
+
+    Attributes
+    ----------
+    stamps : tuple of TensorStamp
+        In `graph_sources` order; ``()`` matches no graph with weights or times (a draw to rebuild).
+    """
+
+    stamps: tuple = ()
+
+    @staticmethod
+    def of(graph: PygGraph) -> SourceStamps:
+        """The stamps of ``graph``'s tensors now (take them before reading the tensors, so that a write
+        during the reads is seen by the next `matches`)."""
+        return SourceStamps(tuple(TensorStamp.of(t) for t in graph_sources(graph)))
+
+    def matches(self, graph: PygGraph) -> bool:
+        """Whether ``graph``'s tensors are the stamped ones, none written in place since."""
+        sources = graph_sources(graph)
+        return len(sources) == len(self.stamps) and all(
+            st.matches(t) for st, t in zip(self.stamps, sources, strict=True))
+
+
+def snapshot(graph: PygGraph) -> PygGraph:
+    """``graph`` with copies of its node times (CPU, one read of each): what one draw of a sampler reads for
+    its seeds' own times, its neighbours' and its negatives', per batch and at its build; the weights and edge
+    times stay the user's tensors, read once when the draw is built (`samplers.pyg_draw.PygDraw`)."""
+    if graph.node_time is None:
+        return graph
+    return replace(graph, node_time={t: torch.as_tensor(v).detach().to("cpu", copy=True)
+                                     for t, v in graph.node_time.items()})
 
 
 def _time_kind(in_nodes: bool, in_edges: bool, time_attr: str) -> str:

@@ -47,7 +47,7 @@ from samplers.hetero_graph import HeteroGraph
 from samplers.kernels.rng import mixed_seed
 from samplers.protocol import check_same_edges, check_same_typed_edges, check_sampler
 from samplers.pyg_draw import PygDraw
-from samplers.pyg_graph import HOMO, read_pyg_graph
+from samplers.pyg_graph import HOMO, PygGraph, SourceStamps, read_pyg_graph, snapshot
 from samplers.pyg_hetero import check_num_neighbors, hetero_num_neighbors
 
 __all__ = ["PygSampler"]
@@ -86,9 +86,14 @@ class PygSampler(LazyBase):
         ``torch.initial_seed()``.
     weight_attr : str or None
         An edge attribute (float [E]) to draw neighbours proportionally to, as PyG's ``weight_attr``.
-        Read here, once, into CSC order (a copy, as PyG's ``NeighborSampler`` permutes its own copy), as
-        are ``time_attr``'s neighbour times: later edits of ``data`` are not seen (but for the seeds' own
-        node-level times, read per batch); build a new sampler.
+        Drawn from a copy in CSC order, as are ``time_attr``'s times. An in-place write to the weights or
+        times (``data.w[:8] = 0``) is seen by the next batch: it rebuilds the draw from one new read of
+        them (`samplers._stamp.TensorStamp`, torch's version counter, as `DglSampler` does), so each batch
+        draws from one snapshot: its seeds' own node-level times, its neighbours' and its negatives' times
+        and its weights are those of one moment. Not seen: writes through ``.data`` or a numpy view, and a
+        new tensor assigned to ``data``'s attribute (PyG's sampler keeps the old one too). PyG 2.8's own
+        ``NeighborSampler`` differs: it permutes copies of the weights and edge times at construction
+        (in-place writes not seen) and sorts by node time there (writes then break its binary search).
     subgraph_type : {"directional", "bidirectional", "induced"}
         As PyG (``SubgraphType`` values accepted).
     disjoint : bool
@@ -181,9 +186,19 @@ class PygSampler(LazyBase):
         """Hop 1 first; ``{edge_type: [...]}`` for a heterogeneous graph."""
         if sampler is not None:
             check_sampler("sampler", sampler, typed=True)
-        self.draw = PygDraw(graph, hops, self.replace, self.seed, disjoint, temporal_strategy,
+        self.source: PygGraph = graph
+        """What was read from ``data``: the user's weight and time tensors, whose in-place writes the next
+        batch sees (`_current_draw`)."""
+        self.stamps: SourceStamps | None = SourceStamps.of(graph)
+        """``source``'s tensors when ``draw`` was built from them (None: to stamp, as after unpickling a
+        current draw)."""
+        self.generation = 0
+        """How many times ``draw`` was rebuilt for new weights or times."""
+        self.draw_options = (hops, bool(disjoint), temporal_strategy)
+        """The `PygDraw` arguments a rebuild reuses: fanouts per edge type, disjoint, temporal strategy."""
+        self.draw = PygDraw(snapshot(graph), hops, self.replace, self.seed, disjoint, temporal_strategy,
                             self.subgraph_type == "induced", self.sample_direction == "backward", sampler)
-        """The `samplers.pyg_draw.PygDraw` that draws the subgraphs."""
+        """The `samplers.pyg_draw.PygDraw` that draws the subgraphs (rebuilt by `_current_draw`)."""
         self.num_nodes = graph.num_nodes if graph.hetero else graph.num_nodes["node"]
         """N, the number of nodes (a dict per node type for a heterogeneous graph)."""
         homo = not graph.hetero
@@ -257,6 +272,39 @@ class PygSampler(LazyBase):
             ``seeds`` is not a 1-D integer tensor of ids in [0, N) (see `NeighborSampler.sample`), or is
             torch.uint8 (`samplers._checks.check_id_dtype`); temporal sampling without seed times.
         """
+        return self._sample_nodes(self._current_draw(), seeds, seed_time)
+
+    def _current_draw(self) -> PygDraw:
+        """The draw of this batch: ``draw``, rebuilt first (as at construction, from one read of each
+        tensor) when a weight or time tensor of ``source`` was written in place since it was built.
+
+        Raises
+        ------
+        ValueError
+            The weights written are not a sampler's (negative, NaN, infinite): raised at every batch until
+            they are, the draw built before kept."""
+        if self.stamps is None:  # unpickled: its draw is that of the tensors it came with
+            self.stamps = SourceStamps.of(self.source)
+        if self.stamps.matches(self.source):
+            return self.draw
+        stamps = SourceStamps.of(self.source)  # before the reads: a write during them is seen next batch
+        hops, disjoint, strategy = self.draw_options
+        seed = self._draw_seed(self.generation + 1)
+        draw = PygDraw(snapshot(self.source), hops, self.replace, seed, disjoint, strategy,
+                       self.subgraph_type == "induced", self.sample_direction == "backward")
+        self.draw, self.graph, self.sampler = draw, draw.graph, draw.sampler
+        self.stamps, self.generation = stamps, self.generation + 1
+        return draw
+
+    def _draw_seed(self, generation: int) -> int:
+        """The draws' seed: the user's (mixed with the worker's ``torch.initial_seed()`` in a DataLoader
+        worker), mixed with ``generation``, the draw's rebuilds, once rebuilt (a rebuilt draw does not
+        repeat the random stream of the one before)."""
+        seed = self.seed if self.worker_seed is None else mixed_seed(self.seed, self.worker_seed)
+        return seed if generation == 0 else mixed_seed(seed, generation)
+
+    def _sample_nodes(self, draw: PygDraw, seeds, seed_time):
+        """`sample_nodes` with ``draw`` (the batch's one snapshot, `_current_draw`)."""
         pyg = import_pyg()
         if not self.is_hetero:
             seeds = {"node": seeds}
@@ -265,8 +313,8 @@ class PygSampler(LazyBase):
             if isinstance(s, torch.Tensor):
                 check_id_dtype("seeds" if not self.is_hetero else f"seeds[{t!r}]", s.dtype)
         if self.is_temporal:
-            seed_time = self._seed_times(seeds, seed_time)
-        got = self.draw.sample(seeds, seed_time)
+            seed_time = self._seed_times(draw, seeds, seed_time)
+        got = draw.sample(seeds, seed_time)
         weight = got.pop("edge_weight")
         if self.is_hetero:
             out = pyg.sampler.HeteroSamplerOutput(**got)
@@ -280,14 +328,17 @@ class PygSampler(LazyBase):
         out.edge_weight = weight  # sampler= only, which is directional: aligned with out.edge
         return out
 
-    def _seed_times(self, seeds: dict, seed_time: dict | None) -> dict:
-        """Seed times per seeded type: given, or the seeds' node-level times (pyg-lib's default)."""
+    @staticmethod
+    def _seed_times(draw: PygDraw, seeds: dict, seed_time: dict | None) -> dict:
+        """Seed times per seeded type: given, or the seeds' node-level times (pyg-lib's default), those of
+        ``draw``'s snapshot."""
         out = {}
+        node_time = draw.pyg.node_time
         for t, s in seeds.items():
             if seed_time is not None and seed_time.get(t) is not None:
                 out[t] = seed_time[t]
-            elif self.draw.pyg.node_time is not None and t in self.draw.pyg.node_time:
-                out[t] = torch.as_tensor(self.draw.pyg.node_time[t])[s.to(torch.int64)]
+            elif node_time is not None and t in node_time:
+                out[t] = node_time[t][s.to(torch.int64)]
             else:
                 raise ValueError("temporal sampling with edge-level times needs seed times (input_time or "
                                  "edge_label_time)")
@@ -357,6 +408,7 @@ class PygSampler(LazyBase):
         """
         self._check_input(index)
         self._reseed_in_worker()
+        draw = self._current_draw()  # one snapshot for the negatives' times and the subgraph
         rel = index.input_type
         if not self.is_hetero:
             num_src = num_dst = self.num_nodes
@@ -364,7 +416,7 @@ class PygSampler(LazyBase):
         else:
             src_nt, dst_nt = rel[0], rel[-1]
             num_src, num_dst = self.num_nodes[src_nt], self.num_nodes[dst_nt]
-        node_time = self.draw.pyg.node_time or {}
+        node_time = draw.pyg.node_time or {}
         check_id_dtype("index.row", index.row.dtype)
         check_id_dtype("index.col", index.col.dtype)
         src, dst, label = index.row.to(torch.int64), index.col.to(torch.int64), index.label
@@ -404,8 +456,8 @@ class PygSampler(LazyBase):
                 inv_src, inv_dst = inverse[:src.numel()], inverse[src.numel():]
             seeds = {src_nt: seed}
             times = None if edge_time is None else {src_nt: torch.cat([src_time, dst_time])}
-        out = self.sample_nodes(seeds if self.is_hetero else seeds["node"],
-                                times if self.is_hetero or times is None else times["node"])
+        out = self._sample_nodes(draw, seeds if self.is_hetero else seeds["node"],
+                                 times if self.is_hetero or times is None else times["node"])
         if disjoint:
             if self.is_hetero:
                 out.batch = {k: b % num_pos for k, b in out.batch.items()}
@@ -463,10 +515,9 @@ class PygSampler(LazyBase):
         if base == self.worker_seed:
             return
         self.worker_seed = base
-        mixed = mixed_seed(self.seed, base)
-        if self.sampler is not None:
-            self.sampler.seed = mixed  # the kernels' per-call keys derive from the sampler's seed
-        self.negatives = torch.Generator().manual_seed((mixed ^ _MIX) % 2**63)
+        if self.sampler is not None:  # the kernels' per-call keys derive from the sampler's seed
+            self.sampler.seed = self._draw_seed(self.generation)
+        self.negatives = torch.Generator().manual_seed((self._draw_seed(0) ^ _MIX) % 2**63)
 
     def _negatives(self, neg_sampling, endpoint: str, num_nodes: int, num_pos: int, seed_time,
                    node_time) -> torch.Tensor:
@@ -474,18 +525,19 @@ class PygSampler(LazyBase):
         weight from `negatives`; with seed and node times, PyG's ``neg_sample`` rule (module docs)."""
         count = math.ceil(num_pos * neg_sampling.amount)
         weight = neg_sampling.src_weight if endpoint == "src" else neg_sampling.dst_weight
+        if weight is not None:
+            if weight.numel() != num_nodes:
+                raise ValueError(f"neg_sampling.{endpoint}_weight must have one weight per node "
+                                 f"({num_nodes}), got {weight.numel()}")
+            weight = weight.detach().to(torch.float32, copy=True)  # one read for every redraw below
 
         def draw(n: int) -> torch.Tensor:
             if weight is None:
                 return torch.randint(num_nodes, (n,), generator=self.negatives)
-            if weight.numel() != num_nodes:
-                raise ValueError(f"neg_sampling.{endpoint}_weight must have one weight per node "
-                                 f"({num_nodes}), got {weight.numel()}")
-            return torch.multinomial(weight.float(), n, replacement=True, generator=self.negatives)
+            return torch.multinomial(weight, n, replacement=True, generator=self.negatives)
 
         if seed_time is None or node_time is None:
             return draw(count)
-        node_time = torch.as_tensor(node_time)
         rounds = math.ceil(neg_sampling.amount)
         limit = seed_time.view(1, -1).expand(rounds, -1)
         out = draw(rounds * num_pos).view(rounds, num_pos)
@@ -509,6 +561,15 @@ class PygSampler(LazyBase):
         if self.is_hetero and input_type is None:
             raise ValueError("PygSampler on a heterogeneous graph needs typed inputs, e.g. "
                              "input_nodes=('user', idx) or edge_label_index=(edge_type, index)")
+
+    def __reduce__(self):
+        """Pickle (``spawn`` DataLoader workers) through the front class (`samplers._optional.restore`),
+        without the stamps (weak references): a copy whose draw was current stamps its own tensors at its
+        first batch, one whose tensors were written since its draw was built rebuilds it then."""
+        restore, (front, state) = super().__reduce__()
+        current = self.stamps is None or self.stamps.matches(self.source)
+        state["stamps"] = None if current else SourceStamps()
+        return restore, (front, state)
 
     def __repr__(self) -> str:
         return (f"PygSampler(num_nodes={self.num_nodes}, num_neighbors={self.num_neighbors}, "
