@@ -17,8 +17,8 @@ regions (the shared tier by default, so that learners in other processes attach 
 each chunk that fills: the actor compresses. A chunk's arena bytes are reused only once every
 position of it is below the shard's floor (``write_pos - capacity``); a chunk that does not fit in the
 arena beside the live ones raises `graphrl.memory.MemoryBudgetError` before anything is written (the
-store's arena, `arena_size`, has a chunk's room for the bytes skipped at its end: at ``arena_ratio <= 1``
-it never refuses one, as a chunk never takes more than its raw bytes).
+store's arena, `replay.chunk_arena.arena_size`, has a chunk's room for the bytes skipped at its end: at
+``arena_ratio <= 1`` it never refuses one, as a chunk never takes more than its raw bytes).
 A table slot is published by its chunk index, written last (a writer killed mid-commit leaves no slot
 naming a chunk it did not finish). `ChunkRing.read` (any process, shard lock held) decompresses the
 chunks of the asked positions into the caller's rows, keeping the last decoded chunk (checkpoints, the
@@ -41,7 +41,6 @@ DeepMind Reverb's chunkers (compressed chunks of steps, decompressed at sample t
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +51,7 @@ from numcodecs import LZ4, Zstd
 
 from graphrl.kernels.copies import copy_bytes
 from graphrl.memory import MemoryBudgetError, MemoryManager, Region, RegionHandle
+from replay.chunk_arena import arena_ratio_for, arena_ratio_of, arena_size
 from replay.chunk_decode import decode_dict_chunk
 from replay.chunk_encode import ChunkEncode, chunk_checksum, stored_raw
 from replay.chunk_state import ChunkState
@@ -119,68 +119,6 @@ def chunk_steps_for(capacity: int, chunk: int | None = None, name: str = "", cod
     return c
 
 
-def arena_size(capacity: int, row_bytes: int, chunk: int, arena_ratio: float) -> int:
-    """Bytes of a codec field's arena: ``capacity * row_bytes / arena_ratio`` for the live chunks, plus
-    one chunk of ``chunk * row_bytes / max(1, arena_ratio)`` bytes for the bytes `place_chunks` skips.
-
-    Parameters
-    ----------
-    capacity : int
-        Steps of the shard's ring, ``slots * chunk``.
-    row_bytes : int
-        Bytes of one step of the field.
-    chunk : int
-        Steps per chunk; ``R = chunk * row_bytes`` is a raw chunk's bytes.
-    arena_ratio : float
-        Raw bytes per arena byte (`replay.spec.FieldSpec.arena_ratio`), > 0.
-
-    Returns
-    -------
-    int
-        ``max(1, int(capacity * row_bytes / arena_ratio)) + ceil(R / max(1, arena_ratio))``.
-
-    Notes
-    -----
-    The bound: let every stored chunk take at most ``m = R / max(1, arena_ratio)`` bytes (always so
-    for ``arena_ratio <= 1``: a chunk that does not compress is stored raw, ``R`` bytes). A chunk is
-    placed beside at most ``slots - 1`` live ones (a write's chunks end at its end, and the positions
-    ``capacity`` back are the floor), so at most ``(slots - 1) * m`` live bytes; the live range of the
-    circular log holds at most one skipped gap, the bytes before the arena's end that a chunk did not
-    fit in, under ``m``. An arena of ``A >= (slots + 1) * m`` bytes so always leaves room: unwrapped,
-    the new chunk fits at the head or at 0 (``tail_off > A - (slots - 1) m - m >= m``); wrapped, the
-    free bytes ``A - live - gap > m``. Without the extra chunk, ``arena_ratio=1`` refused commits of
-    chunks of varying sizes. Its cost: one chunk per shard and codec field (``1 / slots`` of the arena
-    at ``arena_ratio >= 1``).
-    """
-    nominal = max(1, int(capacity * row_bytes / arena_ratio))
-    return nominal + math.ceil(chunk * row_bytes / max(1.0, arena_ratio))
-
-
-def arena_ratio_of(capacity: int, row_bytes: int, chunk: int, arena_bytes: int) -> float:
-    """The ``arena_ratio`` that `arena_size` turns into ``arena_bytes`` (about: sizes are whole bytes),
-    for messages; an arena below one raw chunk's bytes gives ``capacity * row_bytes / arena_bytes``."""
-    raw, r = capacity * row_bytes, chunk * row_bytes
-    if (raw + r) / arena_bytes >= 1.0:  # arena_ratio >= 1: arena = (raw + r) / ratio
-        return (raw + r) / arena_bytes
-    return raw / (arena_bytes - r) if arena_bytes > r else raw / arena_bytes
-
-
-def arena_ratio_for(capacity: int, row_bytes: int, chunk: int, arena_bytes: int) -> float:
-    """The largest ``arena_ratio`` in hundredths whose arena (`arena_size`) has at least ``arena_bytes``
-    bytes: the remedy a full arena's message states (`arena_ratio_of` read back, checked on `arena_size`).
-
-    Parameters are `arena_size`'s, with ``arena_bytes`` the bytes wanted. Returns a float ``k / 100``,
-    ``k >= 1``: ``arena_size(..., r) >= arena_bytes`` and ``arena_size(..., r + 0.01) < arena_bytes``
-    (or 0.01 when even that arena is smaller: more than 100 arena bytes per raw byte).
-    """
-    r = max(1, math.floor(arena_ratio_of(capacity, row_bytes, chunk, arena_bytes) * 100))
-    while r > 1 and arena_size(capacity, row_bytes, chunk, r / 100) < arena_bytes:
-        r -= 1
-    while arena_size(capacity, row_bytes, chunk, (r + 1) / 100) >= arena_bytes:
-        r += 1
-    return r / 100
-
-
 @nb.njit(cache=True, nogil=True)
 def place_chunks(table, head, size, oldest, first, sizes, offs):  # pragma: no cover - numba
     """Arena offsets ``offs`` (int64 [n]) for new chunks ``first .. first + n - 1`` of ``sizes`` bytes, in
@@ -195,7 +133,7 @@ def place_chunks(table, head, size, oldest, first, sizes, offs):  # pragma: no c
     (with none, the arena is empty and the head restarts at 0). So chunks of equal size ``s`` (raw,
     incompressible ones) fit whenever the arena holds ``slots`` of them; chunks of sizes up to ``m``
     always fit in an arena of ``(slots + 1) * m`` bytes (the bytes skipped at the arena's end are under
-    one chunk: `arena_size`).
+    one chunk: `replay.chunk_arena.arena_size`).
     """
     slots = table.shape[0]
     tail_off = -1

@@ -1,5 +1,5 @@
 """A full arena's message states the largest ``arena_ratio`` (in hundredths) that would have held what it
-refused (`replay.chunk_codec.arena_ratio_for`, from `arena_size`): a ring at that ratio takes the same
+refused (`replay.chunk_arena.arena_ratio_for`, from `arena_size`): a ring at that ratio takes the same
 writes, or loads the same checkpoint, and one at the next hundredth up does not, where that is exact."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from graphrl.memory import MemoryBudgetError, MemoryManager
-from replay.chunk_codec import ChunkRing, arena_ratio_for, arena_size
+from replay.chunk_arena import arena_ratio_for, arena_size
+from replay.chunk_codec import ChunkRing
 from replay.chunk_encode import ChunkEncode
 
 ROW = 64  # bytes a step; chunk=1: a chunk is one step, R = 64 raw bytes
