@@ -39,7 +39,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 import torch
@@ -397,9 +397,19 @@ class StagingPool:
                 self._take_back_unused()
             return len(self._unused)
 
+    @overload
     def acquire(
-        self, timeout: float | None | Callable[[], float | None] | object = _DEFAULT
-    ) -> StagingBuffer:
+        self, timeout: float | None | Callable[[], float | None] | object = ..., if_open: Literal[False] = ...
+    ) -> StagingBuffer: ...
+
+    @overload
+    def acquire(
+        self, timeout: float | None | Callable[[], float | None] | object, if_open: bool
+    ) -> StagingBuffer | None: ...
+
+    def acquire(
+        self, timeout: float | None | Callable[[], float | None] | object = _DEFAULT, if_open: bool = False
+    ) -> StagingBuffer | None:
         """Hand out the next free slot, waiting for a release if every slot is held.
 
         Parameters
@@ -408,22 +418,27 @@ class StagingPool:
             Seconds to wait; 0 fails at once; None waits forever; default the pool's ``timeout``. A
             function giving the seconds left (such as ``replay.sampler.Deadline``) is called only when
             every slot is held (a free slot is handed out without reading a clock).
+        if_open : bool
+            True: a pool closed (before the call or while it waits) gives None instead of raising, for a
+            caller that then acquires from another pool.
 
         Returns
         -------
-        StagingBuffer
+        StagingBuffer or None
             The least recently released free slot (round-robin when released in order), or with
-            ``reuse="recent"`` the most recently released one.
+            ``reuse="recent"`` the most recently released one; None for a closed pool with ``if_open``.
 
         Raises
         ------
         TimeoutError
             All slots stayed held for ``timeout`` seconds (names the owner and the remedy).
         ValueError
-            The pool is closed.
+            The pool is closed (and ``if_open`` is False).
         """
         with self._lock:
             if self._closed:
+                if if_open:
+                    return None
                 raise ValueError(f"staging pool {self.owner!r} is closed")
             if self._unused:
                 self._take_back_unused()
@@ -436,6 +451,8 @@ class StagingPool:
                         "more slots"
                     )
                 if self._closed:
+                    if if_open:
+                        return None
                     raise ValueError(f"staging pool {self.owner!r} was closed while waiting")
             slot = self._free.pop() if self._recent else self._free.popleft()
             step = self._steps

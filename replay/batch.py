@@ -143,6 +143,7 @@ class Batch(Mapping[str, torch.Tensor]):
         buffer: StagingBuffer | None = None,
         source: Batch | None = None,
         beta: float | None = None,
+        issuer: int | None = None,
     ) -> None:
         self._fields = fields
         # a slot's mask is read through its fields (`_SlotFields`): a released batch kept alive holds
@@ -158,7 +159,7 @@ class Batch(Mapping[str, torch.Tensor]):
         self._source = source  # a batch made by `to` keeps its source's staging slot held
         self._events: tuple = ()  # CUDA events of copies made by `to` (a new tuple each: no list per batch)
         self._held = [buffer] if buffer else []  # popped once: by `release` or at garbage collection
-        self.issuer: int | None = None
+        self.issuer: int | None = issuer  # numpy keys are stamped as they become a tensor (`keys`)
 
     @classmethod
     def from_draw(
@@ -172,14 +173,17 @@ class Batch(Mapping[str, torch.Tensor]):
         beta: float | None,
         buffer: StagingBuffer,
         weights: np.ndarray | None = None,
+        issuer: int | None = None,
     ) -> Batch:
         """A host batch whose ``keys``, ``probabilities``, ``lengths`` and ``weights`` tensors are made
         on first access: from these arrays (the batch's own, never reused), ``lengths`` None for
         windows of one real step each, and the weights from ``weights`` (float32 [B], computed with
         the draw), else `importance_weights` (``beta`` given: a prioritized draw) or ones (``beta``
-        None)."""
+        None). ``issuer``: the store that drew it, as `stamp` records it."""
         # positional: a keyword argument costs a dict per call
-        return cls(fields, mask, keys, probabilities, weights, lengths, table_size, buffer, None, beta)  # type: ignore[arg-type]
+        return cls(  # type: ignore[arg-type]
+            fields, mask, keys, probabilities, weights, lengths, table_size, buffer, None, beta, issuer
+        )
 
     def stamp(self, issuer: int) -> Batch:
         """Record the store that drew this batch (its ``keys`` bear ``issuer``); return the batch."""

@@ -150,12 +150,13 @@ class BatchStaging:
             if entry is None:  # a new shape: made under the lock
                 with self._lock:
                     entry = self._pool(batch, window, target)
-            try:
-                buf = entry.pool.acquire(timeout)
+            buf = entry.pool.acquire(timeout, True)  # None: the pool closed
+            if buf is not None:
                 break
-            except ValueError:  # the pool closed: by `close`, or evicted by another thread's new shape
-                if self._closed or self._pools.get(key) is entry:
-                    raise
+            # closed by `close` (or with its memory manager) raises; evicted by another thread's new shape
+            # (no longer the shape's entry), the shape's pool is looked up (or made) again
+            if self._closed or self._pools.get(key) is entry:
+                raise ValueError(f"staging pool {entry.pool.owner!r} is closed")
         try:
             staged = entry.views.get(buf.slot)
             if staged is None:  # views die with their pool's entry: no evicted pool's views are reused

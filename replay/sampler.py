@@ -168,12 +168,13 @@ class WindowSampler:
             or not gathers_on_device(b * length * self.step_bytes, self.device_gather_min_bytes)
         )
         if small:
-            return self._sample(b, length, pad, beta, None, left).stamp(self.table.store_id).to(target)
-        return self._sample(b, length, pad, beta, target, left).stamp(self.table.store_id)
+            return self._sample(b, length, pad, beta, None, left).to(target)
+        return self._sample(b, length, pad, beta, target, left)
 
     def _sample(
         self, b: int, length: int, pad: str, beta: float, target: torch.device | None, left: Deadline
     ) -> Batch:
+        """`sample` on ``target`` (None: the host), the batch stamped with the table's ``store_id``."""
         try:
             slot = self.staging.acquire(b, length, target, left)  # the clock read only if it waits
         except TimeoutError as err:  # quote the caller's timeout, not the time left at this wait
@@ -221,7 +222,7 @@ class WindowSampler:
                 torch.from_numpy(meta["n"].copy()),
                 table_size,
                 slot.buffer,
-            )
+            ).stamp(self.table.store_id)
         except BaseException:
             release_unless_released(slot.buffer)
             raise
@@ -270,19 +271,20 @@ class WindowSampler:
             prob = np.empty(b)
             # codec fields: decompressed from the drawn keys under the same locks (`replay.chunk_decode`)
             locked = None if self.decode is None else (lambda k: self.decode.run_locked(k, slot.flat))
-            if table.prioritized:
-                weights = np.empty(b, dtype=np.float32)
-                table_size = self._draw_locked(
-                    b, 1, left, table.draw_transitions, b, slot.addresses, keys, prob, slot.mask_flat, locked,
-                    beta, weights,
-                )
-                return Batch.from_draw(
-                    slot.fields, slot.mask, keys, prob, None, table_size, beta, slot.buffer, weights
-                )
-            table_size = self._draw_locked(
-                b, 1, left, table.draw_transitions, b, slot.addresses, keys, prob, slot.mask_flat, locked
+            weights = np.empty(b, dtype=np.float32) if table.prioritized else None
+            args = (b, slot.addresses, keys, prob, slot.mask_flat, locked) if weights is None else (
+                b, slot.addresses, keys, prob, slot.mask_flat, locked, beta, weights
             )
-            return Batch.from_draw(slot.fields, slot.mask, keys, prob, None, table_size, None, slot.buffer)
+            # `_draw_locked`'s first round inline (its frame saved on the common path): wait, draw
+            self.limiter.await_sample(left, left.timeout)
+            table_size = table.draw_transitions(*args)
+            if not table_size:  # the table was empty: `_draw_locked` waits and draws again
+                self._check_drawable(b, 1, left)
+                table_size = self._draw_locked(b, 1, left, table.draw_transitions, *args)
+            return Batch.from_draw(
+                slot.fields, slot.mask, keys, prob, None, table_size, None if weights is None else beta,
+                slot.buffer, weights, table.store_id,
+            )
         except BaseException:
             release_unless_released(slot.buffer)
             raise
@@ -307,7 +309,7 @@ class WindowSampler:
             keys_lengths = block[_KEYS_LENGTHS]  # one copy of both rows (the batch keeps them)
             return Batch.from_draw(
                 slot.fields, slot.mask, keys_lengths[0], prob, keys_lengths[1], table_size, None, slot.buffer,
-                weights,
+                weights, table.store_id,
             )
         except BaseException:
             release_unless_released(slot.buffer)
@@ -357,7 +359,7 @@ class WindowSampler:
             # or importance weights for a prioritized table)
             return Batch.from_draw(
                 slot.fields, slot.mask, keys_lengths[0], prob.copy(), lengths, table_size,
-                beta if table.prioritized else None, slot.buffer,
+                beta if table.prioritized else None, slot.buffer, None, table.store_id,
             )
         except BaseException:
             release_unless_released(slot.buffer)

@@ -210,6 +210,7 @@ class ReplayStore(StorageViews, ReplayStoreBase):
         self._origin = ProcessOrigin()  # .copy: a fork of the owner (sample asks it, not os.getpid())
         self._staging_slots, self._service = args.staging_slots, None  # learner()'s TableService
         self._checked: dict[tuple, tuple[int, int]] = {}  # sample signatures already checked
+        self._timeout = self.storage.timeout  # the default of `sample`'s (and `_deadline`'s) timeout
 
     # -- properties: spec, num_shards, shard_capacity, capacity_steps, memory (StorageViews)
 
@@ -428,7 +429,7 @@ class ReplayStore(StorageViews, ReplayStoreBase):
             if plain and len(self._checked) < 64:
                 self._checked[sig] = checked
         b, length, beta = checked
-        left = self._deadline(timeout)
+        left = Deadline(self._timeout if timeout is DEFAULT else check_timeout(timeout))  # as `_deadline`
         if device is None:
             return self._sampler.sample(b, length, pad, beta, None, left)
         target = check_device(device)
@@ -470,7 +471,7 @@ class ReplayStore(StorageViews, ReplayStoreBase):
 
     def _deadline(self, timeout: float | None) -> Deadline:
         """Seconds left of ``timeout`` (default the store's) from now, as a function (None: forever)."""
-        return Deadline(self.storage.timeout if timeout is DEFAULT else check_timeout(timeout))
+        return Deadline(self._timeout if timeout is DEFAULT else check_timeout(timeout))
 
     def stale(self, table: WindowTable) -> np.ndarray:
         """Which windows of ``table`` lost a step to the writers since they were drawn: bool [B].

@@ -371,12 +371,16 @@ class Table:
         OSError
             A lock call failed (every lock this call took is released).
         """
-        after = None if locked is None else (lambda: locked(keys))
-        return self._draw_locked(
-            sample_transitions,
-            (dst, self.incarnation, keys, prob, mask, beta, weights, self.step_bytes),
-            after,
-        )
+        args = (dst, self.incarnation, keys, prob, mask, beta, weights, self.step_bytes)
+        if locked is not None:
+            return self._draw_locked(sample_transitions, args, lambda: locked(keys))
+        with self.lock:  # `_draw_locked`'s first call, inline: the common path saves its frame
+            status, live, err, died = sample_transitions(*self._draw_head, *args)
+            if died:
+                self._report_dead_holders(died)
+        if status == STALE:  # commits to ingest: `_draw_locked` ingests them and draws under the locks
+            return self._draw_locked(sample_transitions, args, None, stale=True)
+        return live if status == DRAWN else self._not_drawn(status, err)
 
     def draw_windows_locked(
         self,
@@ -414,14 +418,16 @@ class Table:
         sample: Callable[..., tuple[int, int, int, int]],
         args: tuple[Any, ...],
         after: Callable[[], None] | None,
+        stale: bool = False,
     ) -> int:
         """One locked draw: ``sample(plan, held, repairs, words, *args)`` (`sample_transitions` or
         `sample_windows`) with the table lock held; when it finds commits not ingested (`STALE`), or
-        ``after`` is given, the shard locks in Python, the commits ingested, the same call with ``held``
-        and ``after()`` under them. Returns N (0: empty); raises OSError when a lock call failed."""
+        ``after`` is given, or ``stale`` (the caller's call of ``sample`` found them), the shard locks in
+        Python, the commits ingested, the same call with ``held`` and ``after()`` under them. Returns N
+        (0: empty); raises OSError when a lock call failed."""
         with self.lock:
             status = STALE
-            if after is None:
+            if after is None and not stale:
                 status, live, err, died = sample(*self._draw_head, *args)
                 if died:
                     self._report_dead_holders(died)
@@ -435,8 +441,12 @@ class Table:
                     self._release_shards()
                 if died:
                     self._report_dead_holders(died)
-        if status == DRAWN:
-            return live
+        return live if status == DRAWN else self._not_drawn(status, err)
+
+    @staticmethod
+    def _not_drawn(status: int, err: int) -> int:
+        """A locked draw's N for a status other than DRAWN: 0 (the table was empty); raises OSError for
+        FAILED (``err`` the errno)."""
         if status == FAILED:
             raise OSError(err, f"a replay-store lock call failed: {errno.errorcode.get(err, err)}")
         return 0
