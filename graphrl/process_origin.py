@@ -9,7 +9,6 @@ process. A ``fork`` child inherits these objects and a pickle carries copies els
     if not made_here(self.origin): ...         # a copy: skip, or remake per-process state
     check_made_here(self.origin, "Writer.append()", "Writer", "make one in this process")   # or raise
     if self.origin.copy: ...                   # the same question on a hot path: one attribute read
-    made_here(creator_pid)                     # where a bare pid is all an object holds (see below)
 
 **Why a flag set at fork, not a pid compared per question.** ``ProcessOrigin.copy`` is False where made and
 True in every process forked from there (and their forks: the at-fork hook sets it in the child before the
@@ -25,10 +24,10 @@ a process holding a copy, which then unlinks a segment others still use or write
 The flag misses only a fork that skips Python's at-fork hooks (C calling ``fork()`` without
 ``PyOS_AfterFork_Child``), where CPython's own locks and thread state are not reset either, so no Python
 may run before ``exec``. So the flag is the stronger rule, and the cheaper: an attribute read where
-``os.getpid()`` is a system call. `made_here` and `check_made_here` also take a bare pid, for an object
-that holds nothing else (a segment's ``creator_pid`` from its manager; ``None``: made by none, as an
-attached segment): compared with ``os.getpid()``, exact but for the reuse above. An object that records
-its own maker should hold a `ProcessOrigin`.
+``os.getpid()`` is a system call. So `made_here` and `check_made_here` take an origin only, never a bare
+pid (a ``TypeError``): every object that records its maker holds a `ProcessOrigin` (a shared segment and a
+spill array their creator's, an exit cleanup and a learner's per-process state their own). ``None`` is
+"made by none" (an attached segment, which never unlinks): `made_here` says False.
 
 The at-fork hook is one per process over a weak set of the live fork-aware objects (`register_forked`
 says why): `ProcessOrigin` marks itself a copy, `replay.owner_watch.OwnerWatch` closes the child's copy of
@@ -150,25 +149,38 @@ def _unpickled_origin(pid: int) -> ProcessOrigin:
     return origin
 
 
-def made_here(origin: ProcessOrigin | int | None) -> bool:
-    """Whether this process made the object: for a `ProcessOrigin`, ``not origin.copy`` (False in a
-    ``fork`` child and its forks, and for an unpickled origin); for a pid (``os.getpid()`` in the maker),
-    whether it is this process's (exact but where a pid is reused: module docstring); None (made by none,
-    such as an attached shared segment): False."""
+def made_here(origin: ProcessOrigin | None) -> bool:
+    """Whether this process made the object: ``not origin.copy`` (False in a ``fork`` child and its forks,
+    and for an unpickled or copied origin); None (made by none, such as an attached shared segment): False.
+
+    Raises
+    ------
+    TypeError
+        ``origin`` is neither a `ProcessOrigin` nor None (a bare pid: the weaker rule, module docstring).
+    """
     if isinstance(origin, ProcessOrigin):
         return not origin.copy
-    return origin == os.getpid()
+    if origin is None:
+        return False
+    raise _not_an_origin("made_here", origin)
+
+
+def _not_an_origin(call: str, origin: object) -> TypeError:
+    return TypeError(
+        f"{call}(): origin must be a ProcessOrigin (made with the object: ProcessOrigin()), not "
+        f"{type(origin).__name__} {origin!r}; a bare pid is fooled where a pid is reused"
+    )
 
 
 def check_made_here(
-    origin: ProcessOrigin | int, call: str, what: str, why: str, error: type[Exception] = RuntimeError
+    origin: ProcessOrigin, call: str, what: str, why: str, error: type[Exception] = RuntimeError
 ) -> None:
     """Raise unless this process made the object (`made_here`).
 
     Parameters
     ----------
-    origin : ProcessOrigin or int
-        The object's `ProcessOrigin`, or ``os.getpid()`` in the process that made it.
+    origin : ProcessOrigin
+        The object's `ProcessOrigin`, made with it.
     call : str
         The call refused, as the message starts (``"TrajectoryWriter.append()"``).
     what : str
@@ -183,12 +195,15 @@ def check_made_here(
     error
         This process did not make the object: "<call>: this <what> was made in process <pid>, and this is
         process <now> (a fork of it): <why>"; "(a copy unpickled from it)" instead for an unpickled origin.
+    TypeError
+        ``origin`` is not a `ProcessOrigin`.
     """
-    if made_here(origin):
+    if not isinstance(origin, ProcessOrigin):
+        raise _not_an_origin("check_made_here", origin)
+    if not origin.copy:
         return
-    pid, how = origin, "a fork of it"
-    if isinstance(origin, ProcessOrigin):
-        pid, how = origin.pid, "a copy unpickled from it" if origin.unpickled else how
+    how = "a copy unpickled from it" if origin.unpickled else "a fork of it"
     raise error(
-        f"{call}: this {what} was made in process {pid}, and this is process {os.getpid()} ({how}): {why}"
+        f"{call}: this {what} was made in process {origin.pid}, and this is process {os.getpid()} ({how}): "
+        f"{why}"
     )

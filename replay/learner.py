@@ -30,7 +30,6 @@ of one table (one rate limiter, one selector); TorchRL's replay buffers under DD
 
 from __future__ import annotations
 
-import os
 import threading
 from dataclasses import dataclass
 from multiprocessing.connection import Client, Connection
@@ -39,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from graphrl.process_origin import made_here
+from graphrl.process_origin import ProcessOrigin, made_here
 from replay._checks import (
     check_beta,
     check_device,
@@ -147,10 +146,11 @@ class RemoteTable:
 
 
 class _Attached:
-    """A learner's per-process state: the mapped storage, the connection, the sampling loop."""
+    """A learner's per-process state: the mapped storage, the connection, the sampling loop; ``origin``:
+    the process that made it, the only one that uses or closes it (a fork child remakes its own)."""
 
     def __init__(self, handle: LearnerHandle) -> None:
-        self.pid = os.getpid()
+        self.origin = ProcessOrigin()
         self.storage = TrajectoryStorage.attach(handle.store)
         try:
             conn = Client(handle.address, family="AF_UNIX", authkey=handle.authkey)
@@ -225,7 +225,7 @@ class StoreLearner(ReplayLearnerBase):
         if self._closed:
             raise ValueError(f"StoreLearner.{call}(): this learner is closed")
         with self._lock:
-            if self._state is None or not made_here(self._state.pid):  # first use here, or a forked copy
+            if self._state is None or not made_here(self._state.origin):  # first use here, or a forked copy
                 self._state = _Attached(self.handle)
             st = self._state
         if st.storage.control.closed:  # the mapping outlives the owner's close: never count freed regions
@@ -303,5 +303,5 @@ class StoreLearner(ReplayLearnerBase):
         self._closed = True
         with self._lock:
             st, self._state = self._state, None
-        if st is not None and made_here(st.pid):
+        if st is not None and made_here(st.origin):
             st.close()

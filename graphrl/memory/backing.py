@@ -14,6 +14,7 @@ import torch
 
 from graphrl.memory.dtypes import to_numpy
 from graphrl.memory.shm import ShmSegment
+from graphrl.process_origin import ProcessOrigin
 
 __all__ = ["Backing", "ShmBacking", "TensorBacking", "ZarrBacking"]
 
@@ -72,15 +73,18 @@ class ShmBacking(TensorBacking):
 
 
 class ZarrBacking:
+    """A zarr array on disk; ``origin``: the creating process's `graphrl.process_origin.ProcessOrigin`, the
+    only process that deletes the array (None: never; a fork child holds a copy, which never does)."""
+
     copies = True
     is_pinned = False
     device = "cpu"
 
-    def __init__(self, array: Any, path: Path, dtype: np.dtype, creator_pid: int | None = None) -> None:
+    def __init__(self, array: Any, path: Path, dtype: np.dtype, origin: ProcessOrigin | None = None) -> None:
         self.array = array
         self.path = path
         self.np_dtype = dtype
-        self.creator_pid = creator_pid  # only this process deletes the array (None: never)
+        self.origin = origin  # only the process that made it deletes the array (None: never)
 
     def numpy(self) -> np.ndarray:
         out = np.asarray(self.array[...], dtype=self.np_dtype, order="C")  # keeps 0-d arrays 0-d

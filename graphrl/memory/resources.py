@@ -28,7 +28,7 @@ from graphrl.memory import cudart
 from graphrl.memory.backing import Backing, ShmBacking, TensorBacking, ZarrBacking
 from graphrl.memory.dtypes import TORCH_TO_NUMPY
 from graphrl.memory.shm import SHM_DIR, ExitCleanup, ShmSegment
-from graphrl.process_origin import made_here
+from graphrl.process_origin import ProcessOrigin, made_here
 
 __all__ = ["DeviceResource", "DiskResource", "HostResource", "MemoryResource", "PinnedResource",
            "SharedResource"]
@@ -218,7 +218,7 @@ class DiskResource:
             compressors=None,
             zarr_format=3,
         )
-        return ZarrBacking(array, path, npd, os.getpid())
+        return ZarrBacking(array, path, npd, ProcessOrigin())
 
     def deallocate(self, backing: Backing) -> None:
         """Delete the array's folder, in the process that made it only (a forked child that frees an
@@ -226,7 +226,7 @@ class DiskResource:
         unlinked by their creator only). A folder already gone is logged, not raised: its bytes are
         returned all the same."""
         assert isinstance(backing, ZarrBacking)
-        if made_here(backing.creator_pid):
+        if made_here(backing.origin):
             try:
                 shutil.rmtree(backing.path, ignore_errors=False)
             except FileNotFoundError:

@@ -2,10 +2,11 @@
 
 `ShmSegment.create` makes a segment with ``shm_open``, mode 0600 exactly (whatever the umask), and
 reserves it whole with ``posix_fallocate``, so a full ``/dev/shm`` is a ``MemoryError`` now, never a
-SIGBUS on first touch; `ShmSegment.open` attaches an existing one; only the creating process
-unlinks. `ExitCleanup` holds the segments and spill folders a manager created and removes them at
-garbage collection, interpreter exit and the exit of ``multiprocessing`` children, and (through
-`graphrl.memory.signals`) on SIGTERM and SIGHUP.
+SIGBUS on first touch; `ShmSegment.open` attaches an existing one; only the creating process unlinks
+(the segment's `graphrl.process_origin.ProcessOrigin`: never a fork child, whatever its pid).
+`ExitCleanup` holds the segments and spill folders a manager created and removes them at garbage
+collection, interpreter exit and the exit of ``multiprocessing`` children, and (through
+`graphrl.memory.signals`) on SIGTERM and SIGHUP, in the process that made it only.
 
 We call ``_posixshmem`` directly rather than ``multiprocessing.shared_memory.SharedMemory``: on
 Python 3.11 the latter registers every attach with the resource tracker, which then unlinks the
@@ -24,7 +25,7 @@ import threading
 from pathlib import Path
 
 from graphrl.memory.sizes import format_size
-from graphrl.process_origin import made_here
+from graphrl.process_origin import ProcessOrigin, made_here
 
 __all__ = ["SHM_DIR", "ExitCleanup", "ShmSegment"]
 
@@ -34,12 +35,18 @@ SHM_DIR = Path("/dev/shm")
 
 
 class ShmSegment:
-    """One POSIX shared-memory segment mapped into this process; unlinks only in its creating process."""
+    """One POSIX shared-memory segment mapped into this process; unlinks only in its creating process.
 
-    def __init__(self, name: str, buf: mmap.mmap, creator_pid: int | None) -> None:
+    ``origin`` is the creating process's `graphrl.process_origin.ProcessOrigin` (made by `create`), None
+    for a segment attached by `open` (it never unlinks). A fork child of the creator holds a copy of the
+    origin, so its ``unlink`` (its exit cleanup, a close of the manager it inherited) leaves the name to
+    the creator; a segment a fork child creates is its own, and it unlinks it.
+    """
+
+    def __init__(self, name: str, buf: mmap.mmap, origin: ProcessOrigin | None) -> None:
         self.name = name
         self.buf: mmap.mmap | None = buf
-        self.creator_pid = creator_pid  # None: attached, never unlinks
+        self.origin = origin  # None: attached, never unlinks
         self._unlinked = False
         self._lock = threading.Lock()
 
@@ -62,7 +69,7 @@ class ShmSegment:
             raise
         finally:
             os.close(fd)
-        return cls(name, buf, os.getpid())
+        return cls(name, buf, ProcessOrigin())
 
     @classmethod
     def open(cls, name: str, nbytes: int) -> ShmSegment:
@@ -85,7 +92,7 @@ class ShmSegment:
     def unlink(self) -> None:
         """Remove the name from /dev/shm (creator only, once); mappings stay valid until closed."""
         with self._lock:
-            if self._unlinked or not made_here(self.creator_pid):
+            if self._unlinked or not made_here(self.origin):
                 return
             self._unlinked = True
         try:
@@ -95,7 +102,7 @@ class ShmSegment:
 
     def unlink_unlocked(self) -> None:
         """`unlink` without taking a lock, for a signal handler that may interrupt a lock's holder."""
-        if self._unlinked or not made_here(self.creator_pid):
+        if self._unlinked or not made_here(self.origin):
             return
         self._unlinked = True
         try:
@@ -113,17 +120,18 @@ class ExitCleanup:
 
     Run by ``weakref.finalize`` (garbage collection, interpreter exit) and by
     ``multiprocessing.util.Finalize`` (multiprocessing children, which leave through ``os._exit``
-    when forked). Holds no reference to the manager; does nothing in a forked child that inherited it.
+    when forked). Holds no reference to the manager; does nothing outside the process that made it
+    (``origin``: a forked child that inherited it, whatever its pid).
     """
 
     def __init__(self) -> None:
-        self.pid = os.getpid()
+        self.origin = ProcessOrigin()
         self.segments: dict[str, ShmSegment] = {}
         self.paths: set[Path] = set()
         self.lock = threading.Lock()
 
     def __call__(self) -> None:
-        if not made_here(self.pid):
+        if not made_here(self.origin):
             return
         with self.lock:
             segments, paths = list(self.segments.values()), list(self.paths)
@@ -141,7 +149,7 @@ class ExitCleanup:
 
         Takes no lock: the handler runs in the main thread, which may hold one. Mappings stay valid.
         """
-        if not made_here(self.pid):
+        if not made_here(self.origin):
             return
         for segment in list(self.segments.values()):
             segment.unlink_unlocked()

@@ -28,7 +28,6 @@ decentralised trainers sampling shared trajectory memory.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from dataclasses import dataclass
@@ -39,7 +38,7 @@ import torch
 
 from graphrl.errors import GPUUnavailableError
 from graphrl.memory import MemoryManager
-from graphrl.process_origin import made_here
+from graphrl.process_origin import ProcessOrigin, made_here
 from replay._checks import check_beta, check_device, check_keys, check_sample_args, check_timeout
 from replay.distributed.group import ShardGroup
 from replay.distributed.handle import RayStoreHandle
@@ -96,11 +95,12 @@ class RayLearnerHandle:
 
 
 class _Client:
-    """A learner's per-process sampling client: shard group, limiter, sampler, staging buffers."""
+    """A learner's per-process sampling client: shard group, limiter, sampler, staging buffers; ``origin``:
+    the process that made it, the only one that uses or closes it (a fork child remakes its own)."""
 
     def __init__(self, handle: RayLearnerHandle) -> None:
         h = handle.store
-        self.pid = os.getpid()
+        self.origin = ProcessOrigin()
         self.memory = MemoryManager()
         self.shards = ShardGroup(list(h.shards), h.max_restarts, reloads=False)
         self.limiter = GlobalLimiter(handle.rate_limiter, self.shards, handle.counter)
@@ -108,7 +108,7 @@ class _Client:
             h.spec_object(), self.memory, handle.staging_slots, h.timeout, handle.prioritized, h.max_restarts
         )
         # one handle broadcast to many processes (torchrun ranks): each process its own split stream
-        entropy = None if handle.seed is None else [handle.seed, self.pid]
+        entropy = None if handle.seed is None else [handle.seed, self.origin.pid]
         rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(entropy)))
         self.sampler = ShardSampler(
             self.shards, self.limiter, self.staging, rng, handle.prioritized, handle.prefetch
@@ -154,7 +154,7 @@ class RayLearner(ReplayLearnerBase):
         if self._closed:
             raise ValueError(f"RayLearner.{call}(): this learner is closed")
         with self._lock:
-            if self._client is None or not made_here(self._client.pid):
+            if self._client is None or not made_here(self._client.origin):
                 self._client = _Client(self.handle)
             return self._client
 
@@ -239,5 +239,5 @@ class RayLearner(ReplayLearnerBase):
         self._closed = True
         with self._lock:
             client, self._client = self._client, None
-        if client is not None and made_here(client.pid):
+        if client is not None and made_here(client.origin):
             client.close()

@@ -41,7 +41,7 @@ def _exit_code(ctx_name: str, target: Callable[..., object], *args: object) -> i
     return child.exitcode
 
 
-def _raised(origin: ProcessOrigin | int) -> str:
+def _raised(origin: ProcessOrigin) -> str:
     try:
         check_made_here(origin, "X.f()", "X", "make one here", error=ValueError)
     except ValueError as err:
@@ -80,15 +80,16 @@ def test_a_fork_child_and_its_fork_hold_copies_and_the_parent_does_not():
 
 
 def test_the_flag_decides_not_the_pid_a_child_that_sees_its_makers_pid_holds_a_copy():
-    """A child whose ``os.getpid()`` is its maker's (as where a pid is reused): the bare pid says "made here",
-    the origin says "a copy"; the error names the same pid twice, and still a fork."""
+    """A child whose ``os.getpid()`` is its maker's (as where a pid is reused): a pid compared with
+    ``os.getpid()`` says "made here", the origin says "a copy"; the error names the same pid twice, and still
+    a fork."""
     origin = ProcessOrigin()
     parent = os.getpid()
 
     def child() -> None:
         os.getpid = lambda: parent  # this child only: it exits below
         sys.exit(_first_failed([
-            made_here(parent),  # the pid rule is fooled
+            parent == os.getpid(),  # the pid rule is fooled
             not made_here(origin),  # the flag is not
             _raised(origin).startswith(f"X.f(): this X was made in process {parent}, and this is process "
                                        f"{parent} (a fork of it)"),
@@ -104,11 +105,11 @@ def _unshare(flags: int) -> bool:
 
 def test_a_pid_reused_in_a_nested_pid_namespace_is_a_copy():
     """A real pid reuse: a process that is pid 1 of a new PID namespace makes an origin, then forks into a
-    nested namespace, where its child is pid 1 too. ``made_here(1)`` is True in that child; the origin is a
+    nested namespace, where its child is pid 1 too. ``os.getpid() == 1`` in that child; the origin is a
     copy. Skipped where unprivileged user namespaces are off (the kernel refuses ``unshare``)."""
 
     def in_nested(origin: ProcessOrigin) -> None:  # pid 1 of the nested namespace
-        sys.exit(_first_failed([os.getpid() == origin.pid == 1, made_here(1), not made_here(origin)]))
+        sys.exit(_first_failed([os.getpid() == origin.pid == 1, not made_here(origin)]))
 
     def init() -> None:  # pid 1 of the first new namespace
         origin = ProcessOrigin()
@@ -131,7 +132,7 @@ def _unpickled_in_spawn(origin: ProcessOrigin, parent: int) -> None:  # runs in 
     own = ProcessOrigin()
     sys.exit(_first_failed([
         origin.copy and origin.unpickled and not made_here(origin),
-        origin.pid == parent and not made_here(parent),  # the bare pid: another process's too
+        origin.pid == parent != os.getpid(),
         made_here(own) and own.pid == os.getpid(),
         _raised(origin) == f"X.f(): this X was made in process {parent}, and this is process {os.getpid()} "
                            "(a copy unpickled from it): make one here",
@@ -156,6 +157,11 @@ def test_an_unpickled_or_copied_origin_is_a_copy_in_this_process_too_and_stays_r
     assert _exit_code("fork", child) == 0
 
 
-def test_made_here_of_a_bare_pid_and_of_none():
-    assert made_here(os.getpid()) and not made_here(os.getpid() + 1) and not made_here(None)
-    assert _raised(os.getpid()) == ""
+def test_a_bare_pid_is_refused_and_none_is_made_by_none():
+    """The pid rule is gone: a bare pid (even this process's) is a TypeError naming it, in both calls."""
+    assert not made_here(None)
+    for call in (lambda: made_here(os.getpid()), lambda: _raised(os.getpid())):  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match=rf"origin must be a ProcessOrigin .*not int {os.getpid()};"):
+            call()
+    with pytest.raises(TypeError, match=r"^check_made_here\(\): origin must be a ProcessOrigin"):
+        check_made_here(None, "X.f()", "X", "why")  # type: ignore[arg-type]
