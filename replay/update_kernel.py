@@ -34,8 +34,6 @@ from typing import Any
 import numba as nb
 import numpy as np
 import torch
-from numba.core import types
-from numba.extending import overload
 
 from replay.commit_kernel import (
     P_CAPACITY,
@@ -249,18 +247,6 @@ def update_args(keys: Any, priorities: Any) -> tuple[Any, Any, int, int] | None:
     return None
 
 
-def _view(x: Any, n: int) -> Any:  # pragma: no cover - its compiled overload runs
-    """In compiled code: ``x[:n]`` of an array, or the ``n`` int64 items at the address ``x``."""
-    raise NotImplementedError("compiled only")
-
-
-@overload(_view, jit_options={"nogil": True}, inline="always")
-def _view_impl(x, n):  # pragma: no cover - numba
-    if isinstance(x, types.Integer):
-        return lambda x, n: int64_at(x, n)
-    return lambda x, n: x[:n]
-
-
 @nb.njit(cache=True, nogil=True)
 def update_locked(words_at, keys, p, p_kind, n):  # pragma: no cover - numba
     """Apply ``n`` priority updates (see the module docstring); the caller holds the table lock.
@@ -287,23 +273,15 @@ def update_locked(words_at, keys, p, p_kind, n):  # pragma: no cover - numba
         errno in ``err``: the mutexes this call took are released, nothing changed); ``died`` counts
         the mutexes found with a dead holder (their repairs are in ``repairs``).
     """
-    return _update_on(int64_at(words_at, WORDS), _view(keys, n), p, p_kind, n)
-
-
-def _update_on(words: Any, keys: Any, p: Any, p_kind: int, n: int) -> int:  # pragma: no cover - compiled
-    """In compiled code: `_update` on the priorities ``p`` as `update_locked` takes them."""
-    raise NotImplementedError("compiled only")
-
-
-@overload(_update_on, jit_options={"nogil": True}, inline="always")
-def _update_on_impl(words, keys, p, p_kind, n):  # pragma: no cover - numba
-    if isinstance(p, types.Integer):
-        def at(words, keys, p, p_kind, n):
-            if p_kind == P_FLOAT32:
-                return _update(words, keys, uint8_at(p, 4 * n).view(np.float32))
-            return _update(words, keys, float64_at(p, n))
-        return at
-    return lambda words, keys, p, p_kind, n: _update(words, keys, p[:n])
+    # numba compiles one variant per kind (array or address) of keys and of p: the isinstance
+    # branches are decided when it compiles, and the others dropped
+    words = int64_at(words_at, WORDS)
+    k = int64_at(keys, n) if isinstance(keys, int) else keys[:n]
+    if not isinstance(p, int):
+        return _update(words, k, p[:n])
+    if p_kind == P_FLOAT32:
+        return _update(words, k, uint8_at(p, 4 * n).view(np.float32))
+    return _update(words, k, float64_at(p, n))
 
 
 @nb.njit(cache=True, nogil=True)
