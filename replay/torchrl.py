@@ -47,7 +47,16 @@ from replay.spec import TrajectorySpec
 if TYPE_CHECKING:
     from replay.writer import TrajectoryWriter
 
-__all__ = ["DEFAULT_KEYS", "END_KEYS", "TorchRLWriter", "check_key", "torchrl_keys", "torchrl_spec"]
+__all__ = [
+    "DEFAULT_KEYS",
+    "END_KEYS",
+    "TorchRLWriter",
+    "check_key",
+    "next_key",
+    "torchrl_keys",
+    "torchrl_spec",
+    "transitions",
+]
 
 NestedKey = str | tuple[str, ...]
 
@@ -127,6 +136,11 @@ def torchrl_keys(keys: Mapping[str, NestedKey | None] | None = None) -> dict[str
     return out
 
 
+def next_key(key: NestedKey) -> tuple[str, ...]:
+    """The TorchRL key of a key's value after the step: ``"observation"`` -> ``("next", "observation")``."""
+    return ("next", *key) if isinstance(key, tuple) else ("next", key)
+
+
 def _has(td: Any, key: NestedKey) -> bool:
     return td.get(key, None) is not None
 
@@ -159,6 +173,78 @@ def torchrl_spec(rollout: Any, keys: Mapping[str, NestedKey | None] | None = Non
     return TrajectorySpec(fields)
 
 
+def transitions(
+    windows: Any, fields: Sequence[str] = ("observation",), keys: Mapping[str, NestedKey | None] | None = None
+) -> Any:
+    """TorchRL transitions from windows of two steps of a store that keeps no ``next_*`` fields.
+
+    A store written by ``TorchRLWriter(store, final_fields=("observation",))`` on a spec without
+    ``next_observation`` holds each observation once and, after an episode's last step, its final step
+    (the terminal observation, every other field zero). A transition is then two consecutive steps of
+    one episode: this gives, per window of ``store.sample(B, 2)`` (either padding) whose two steps are
+    both real, the first step's entries with ``("next", key)`` of each of ``fields`` taken from the
+    second step, as cpprb's ``next_of``. A window anchored at a final step (tail padding), or at an
+    episode's first step (head padding), holds no transition and is dropped, so a final step never
+    comes out as a transition of its own: the result holds exactly the transitions a
+    ``torchrl.data.ReplayBuffer`` fed the same rollouts holds (also dropped: an anchor at the last
+    committed step of an open episode, and at a cut where a shard's other writer committed in
+    between, docs/architecture.md#the-commit-protocol).
+
+    Parameters
+    ----------
+    windows : tensordict.TensorDictBase
+        ``batch.to_tensordict()`` of ``store.sample(B, 2)``: batch size ``[B, 2]``, with its ``"mask"``.
+        Pass ``init_key=None`` to ``to_tensordict`` unless the store holds ``"is_init"`` (its window
+        marker is True at every step 0).
+    fields : sequence of str
+        The store fields whose next value a transition needs (default ``("observation",)``).
+    keys : mapping of str to TorchRL key, optional
+        The mapping ``to_tensordict`` used (see `torchrl_keys`); ``fields`` are read under it.
+
+    Returns
+    -------
+    tensordict.TensorDict
+        Batch size ``[B']``, ``B' <= B`` (the windows with two real steps, in the batch's order): every
+        entry of step 0 (``("next", "reward")``, ``("next", "done")`` ... as stored, ``"keys"`` and
+        ``"priority_weight"`` of the window: ``store.update_priorities(td["keys"], ...)`` updates the
+        anchors), plus ``("next", key)`` of each field; no ``("collector", "mask")`` (every row is real).
+        Entries are copies, not views of the batch's staging slot.
+
+    Raises
+    ------
+    ValueError
+        ``windows`` is not ``[B, 2]`` or has no ``"mask"``; a field of ``fields`` is missing, or its
+        ``("next", key)`` is already there (the store keeps next values: ``sample(B, 1)`` gives the
+        transitions, and ``final_fields`` is refused).
+    """
+    if len(windows.batch_size) != 2 or windows.batch_size[1] != 2 or windows.get("mask", None) is None:
+        raise ValueError(
+            "windows: give batch.to_tensordict() of store.sample(B, 2) (batch size [B, 2], with 'mask'), got "
+            f"batch size {list(windows.batch_size)}"
+        )
+    mapping = torchrl_keys(keys)
+    pairs = {}
+    for field in fields:
+        key = mapping.get(field, field)
+        if windows.get(key, None) is None:
+            raise ValueError(f"fields: windows have no {key!r} for field {field!r}")
+        if windows.get(next_key(key), None) is not None:
+            raise ValueError(
+                f"fields: windows already hold {next_key(key)!r} for field {field!r}: the store keeps the "
+                "value after each step, so sample(B, 1) gives its transitions"
+            )
+        pairs[key] = next_key(key)
+    real = windows[windows.get("mask").all(-1)]  # [B', 2], a copy
+    out = real[:, 0]
+    for key, nxt in pairs.items():
+        out.set(nxt, real.get(key)[:, 1])
+    if out.get(MASK_KEY, None) is not None:
+        out = out.exclude(MASK_KEY)
+        if not out.get(MASK_KEY[0]).keys():
+            out = out.exclude(MASK_KEY[0])
+    return out
+
+
 class TorchRLWriter:
     """Writes TorchRL collector rollouts into a replay store as episodes, one open writer per env.
 
@@ -179,8 +265,13 @@ class TorchRLWriter:
         Fields of the spec (``("observation",)``) whose value after an episode's last step, read from
         the rollout under ``("next", keys[field])``, is stored when the episode ends, through
         ``end_episode(final=...)`` (one more step, every other field zero: `replay.writer.final_step`).
-        Frame stacks need it to sample an episode's terminal transition
-        (docs/architecture.md#windows, stacked frames). Default none.
+        For a spec that does not store ``("next", keys[field])`` (``torchrl_spec(rollout,
+        keys={"next_observation": None})``: each observation stored once): a transition is then two
+        consecutive steps, `transitions` of ``store.sample(B, 2)`` gives them (the terminal one
+        included, a final step never as a transition of its own), and frame stacks reach the terminal
+        transition (docs/architecture.md#windows, stacked frames). ``sample(B, 1)`` and longer windows
+        draw final steps as steps (mask True), and ``len(store)`` counts them (T + 1 per ended
+        episode). Refused where the spec stores the field's next value (below). Default none.
     **writer_kwargs
         Passed to ``target.writer`` (``chunk_steps``, ``timeout``).
 
@@ -204,7 +295,9 @@ class TorchRLWriter:
         ``keys`` maps a field that is neither in the store's spec nor one of ``"done"``,
         ``"terminated"``, ``"truncated"``, ``"traj_ids"`` (the writer could not honour it; the message
         names the field and its key); two fields mapped to one key (`torchrl_keys`); a name of
-        ``final_fields`` not in the spec.
+        ``final_fields`` not in the spec, or one whose ``("next", key)`` a spec field already stores
+        (``next_observation`` of `torchrl_spec`: every step is then a whole transition, and a final
+        step would be sampled as one more, fabricated transition; the message names both fields).
     TypeError
         ``target`` is neither a store nor a writer; a key not a str or a tuple of str.
 
@@ -259,9 +352,22 @@ class TorchRLWriter:
             )
         #: field -> rollout key of its value after each step, for the final step of an episode
         self.final_keys: dict[str, NestedKey] = {
-            f: ("next", *k) if isinstance(k, tuple) else ("next", k)
-            for f, k in ((f, self.keys[f]) for f in dict.fromkeys(final_fields))
+            f: next_key(self.keys[f]) for f in dict.fromkeys(final_fields)
         }
+        stored = {key: field for field, key in self.keys.items()}
+        for field, key in self.final_keys.items():
+            if key in stored:
+                raise ValueError(
+                    f"final_fields={tuple(final_fields)!r}: the store's spec already holds "
+                    f"{stored[key]!r} (TorchRL key {key!r}), the value of {field!r} after every step, so "
+                    "each stored step is a whole transition and a final step is redundant: it would add one "
+                    f"step per episode that samples as a transition of its own ({field!r} = the terminal "
+                    f"value, {stored[key]!r} and every other field zero), which a TorchRL ReplayBuffer "
+                    f"never holds. Drop final_fields (sample(B, 1) then gives exactly the rollouts' "
+                    f"transitions), or leave {stored[key]!r} out of the spec (torchrl_spec(rollout, "
+                    f"keys={{{stored[key]!r}: None}})) and take transitions from windows of two steps "
+                    "(replay.torchrl.transitions)"
+                )
         self._final: dict[int, dict[str, np.ndarray]] = {}  # env -> final fields after its last written step
         self.end_keys: tuple[NestedKey, ...] = tuple(
             mapping[f] if f in given else DEFAULT_KEYS[f] for f in END_FIELDS
@@ -304,7 +410,13 @@ class TorchRLWriter:
         TypeError
             A wrong dtype (naming the field). Nothing of the rollout is written.
         TimeoutError
-            A commit waited for the rate limiter past the writer's timeout.
+            A commit waited for the rate limiter past the writer's timeout. The rollout was written up
+            to that commit: the episodes it ended before are stored, its steps up to the refused
+            commit are staged (the message says how many steps of the rollout were written, per env),
+            the rest is not written and `steps_written` counts what was. Retry the refused commit with
+            `end_episodes` or `close` (or go on with the next rollout: its first step ends the open
+            episode again); do not call ``extend(rollout)`` again, which would store the episodes
+            written before the refusal twice.
         """
         self._check_open("extend")
         dims = len(rollout.batch_size)
@@ -352,16 +464,29 @@ class TorchRLWriter:
         valid = rollout.get(MASK_KEY, None)
         valid = None if valid is None else valid.reshape(n_env, t).cpu().numpy()
         ends_np = ends.numpy()
+        steps0, episodes0 = self.steps_written, self.episodes_written
         written = 0
         for env in range(n_env):
-            written += self._write_env(
-                env,
-                {n: a[env] for n, a in arrays.items()},
-                {n: a[env] for n, a in finals.items()},
-                ends_np[env],
-                None if traj is None else traj[env],
-                None if valid is None else valid[env],
-            )
+            try:
+                written += self._write_env(
+                    env,
+                    {n: a[env] for n, a in arrays.items()},
+                    {n: a[env] for n, a in finals.items()},
+                    ends_np[env],
+                    None if traj is None else traj[env],
+                    None if valid is None else valid[env],
+                )
+            except TimeoutError as exc:
+                mine = self.steps_written - steps0 - written
+                whole = f"envs 0..{env - 1} whole, " if env else ""
+                raise TimeoutError(
+                    f"TorchRLWriter.extend(): a commit of env {env} was refused ({exc}). Of this rollout, "
+                    f"{self.steps_written - steps0} steps were written ({whole}{mine} of env {env}) and "
+                    f"{self.episodes_written - episodes0} episode(s) ended before the refusal; the rest is "
+                    "not written. Retry the refused commit with end_episodes() or close() (or go on with "
+                    "the next rollout), not extend(rollout) again: that would store the steps written "
+                    "before the refusal twice"
+                ) from exc
         return written
 
     def _write_env(
@@ -390,13 +515,19 @@ class TorchRLWriter:
             if stop <= start:
                 continue
             sel = rows[start:stop]
-            w.extend({n: c[sel] for n, c in cols.items()})
-            self.steps_written += sel.size
-            self._open_envs.add(env)
-            if finals:  # copies: a collector may reuse the rollout's memory
-                self._final[env] = {n: c[sel[-1]].copy() for n, c in finals.items()}
-            if traj is not None:
-                self._last_traj[env] = int(traj[sel[-1]])
+            before = w.steps_written + w.pending
+            try:
+                w.extend({n: c[sel] for n, c in cols.items()})
+            finally:  # a refused chunk commit leaves the steps before it taken: account for them, only them
+                taken = min(sel.size, w.steps_written + w.pending - before)
+                if taken > 0:
+                    self.steps_written += taken
+                    self._open_envs.add(env)
+                    last = sel[taken - 1]
+                    if finals:  # copies: a collector may reuse the rollout's memory
+                        self._final[env] = {n: c[last].copy() for n, c in finals.items()}
+                    if traj is not None:
+                        self._last_traj[env] = int(traj[last])
             if cut_after[stop - 1]:
                 self._end(env)
             start = stop
