@@ -70,6 +70,7 @@ APPLIED, INVALID, STALE, FAILED = 0, 1, 2, 3
 # where the priorities are: the array argument, or float64 / float32 at the address argument
 P_ARRAY, P_FLOAT64, P_FLOAT32 = 0, 1, 2
 _INT64, _FLOAT64 = np.dtype(np.int64), np.dtype(np.float64)  # native order: the dtype objects arrays carry
+_T_INT64, _T_FLOAT32, _T_FLOAT64, _STRIDED = torch.int64, torch.float32, torch.float64, torch.strided
 # update_words' layout (U_EXPONENT and U_LIMIT hold float64 bits); U_STATUS .. U_DIED: a call's outcome
 (U_PLAN, U_PLAN_LEN, U_STATE, U_PRIORITY, U_WEIGHTS, U_WTREE, U_WTREE_COLS, U_SIZE, U_WEIGHTED,
  U_EXPONENT, U_LIMIT, U_INGESTED, U_INCARNATION, U_RESTORED, U_RESTORED_ON, U_REPAIRS, U_SCRATCH,
@@ -210,7 +211,7 @@ def update_args(keys: Any, priorities: Any) -> tuple[Any, Any, int, int] | None:
     tk = type(keys)
     if tk is ReplayKeys or tk is torch.Tensor:
         with plain_tensor_ops():  # ReplayKeys' accessors without its __torch_function__
-            if keys.dtype is not torch.int64 or keys.layout is not torch.strided or not keys.is_cpu:
+            if keys.dtype is not _T_INT64 or keys.layout is not _STRIDED or not keys.is_cpu:
                 return None
             if not keys.is_contiguous():
                 return None
@@ -238,8 +239,8 @@ def update_args(keys: Any, priorities: Any) -> tuple[Any, Any, int, int] | None:
         return k, priorities, P_ARRAY, n
     if tp is torch.Tensor:
         dtype = priorities.dtype
-        kind = P_FLOAT32 if dtype is torch.float32 else P_FLOAT64 if dtype is torch.float64 else P_ARRAY
-        if kind == P_ARRAY or priorities.layout is not torch.strided or not priorities.is_cpu:
+        kind = P_FLOAT32 if dtype is _T_FLOAT32 else P_FLOAT64 if dtype is _T_FLOAT64 else P_ARRAY
+        if kind == P_ARRAY or priorities.layout is not _STRIDED or not priorities.is_cpu:
             return None
         if priorities.numel() != n or not priorities.is_contiguous():
             return None
