@@ -30,10 +30,14 @@ class InsertsAheadOfSamples(MinSize):
         return int(counts[0]) + n <= 30 + int(counts[1])
 
 
-def insert_run(store, first: int, most: int = 8) -> int:
-    """Episodes of 7 steps admitted one after another until one is refused (at most ``most``)."""
-    for k in range(most):
-        w = store.writer(timeout=2.0)
+def insert_run(store, first: int, expect: int) -> int:
+    """Episodes of 7 steps admitted one after another until one is refused (at most ``expect + 1``).
+
+    The first ``expect`` wait long (a slow machine does not refuse them), the one after them briefly:
+    nothing else runs meanwhile, so the limiter's answer cannot change while it waits, and a wrong
+    admission is stored at once (returning ``expect + 1``) whatever the timeout."""
+    for k in range(expect + 1):
+        w = store.writer(timeout=30.0 if k < expect else 0.2)
         w.extend({"id": np.arange(first + 7 * k, first + 7 * (k + 1), dtype=np.int64)})
         try:
             w.end_episode()
@@ -42,7 +46,7 @@ def insert_run(store, first: int, most: int = 8) -> int:
             with contextlib.suppress(TimeoutError):
                 w.close()
             return k
-    return most
+    return expect + 1
 
 
 def test_a_restored_ray_store_needs_the_subclass_and_admits_by_it(cluster, tmp_path):
@@ -50,7 +54,7 @@ def test_a_restored_ray_store_needs_the_subclass_and_admits_by_it(cluster, tmp_p
     # more (36 <= 38), 42 does not
     limiter = InsertsAheadOfSamples(1)
     with RayReplayStore(SPEC, 1000, num_shards=1, rate_limiter=limiter, seed=2) as store:
-        assert insert_run(store, 0) == 5
+        assert insert_run(store, 0, 5) == 5
         store.checkpoint(tmp_path)
     with pytest.raises(ValueError, match=r"RayReplayStore\.restore: .*Samples, a RateLimiter subclass"):
         RayReplayStore.restore(tmp_path)
@@ -58,8 +62,8 @@ def test_a_restored_ray_store_needs_the_subclass_and_admits_by_it(cluster, tmp_p
         RayReplayStore.restore(tmp_path, rate_limiter=MinSize(1))
     with RayReplayStore.restore(tmp_path, rate_limiter=limiter) as store:
         assert store.rate_limiter is limiter
-        assert insert_run(store, 35) == 0
+        assert insert_run(store, 35, 0) == 0
         with store.sample(8, window=1, timeout=10) as b:
             assert int(b.lengths.sum()) == 8
-        assert insert_run(store, 35) == 1
+        assert insert_run(store, 35, 1) == 1
         assert store.counters() == {"inserts": 42, "samples": 8, "deletes": 0}
