@@ -163,18 +163,11 @@ class WindowSampler:
         TimeoutError
             The rate limiter or the staging slots made it wait past the deadline.
         """
-        small = target is not None and (
+        if target is not None and (
             bool(self.storage.spec.codec_fields)  # decompressed on the host, then one copy up
             or not gathers_on_device(b * length * self.step_bytes, self.device_gather_min_bytes)
-        )
-        if small:
-            return self._sample(b, length, pad, beta, None, left).to(target)
-        return self._sample(b, length, pad, beta, target, left)
-
-    def _sample(
-        self, b: int, length: int, pad: str, beta: float, target: torch.device | None, left: Deadline
-    ) -> Batch:
-        """`sample` on ``target`` (None: the host), the batch stamped with the table's ``store_id``."""
+        ):
+            return self.sample(b, length, pad, beta, None, left).to(target)
         try:
             slot = self.staging.acquire(b, length, target, left)  # the clock read only if it waits
         except TimeoutError as err:  # quote the caller's timeout, not the time left at this wait

@@ -371,16 +371,21 @@ class Table:
         OSError
             A lock call failed (every lock this call took is released).
         """
+        if locked is None:  # `_draw_locked`'s first call, inline: the common path saves its frame
+            with self.lock:
+                status, live, err, died = sample_transitions(
+                    self.plan, False, self._repairs, self._words, dst, self.incarnation, keys, prob, mask,
+                    beta, weights, self.step_bytes,
+                )
+                if died:
+                    self._report_dead_holders(died)
+            if status != STALE:
+                return live if status == DRAWN else self._not_drawn(status, err)
+        # commits to ingest (`stale`), or codec fields to decode: under the shard locks taken in Python
         args = (dst, self.incarnation, keys, prob, mask, beta, weights, self.step_bytes)
         if locked is not None:
             return self._draw_locked(sample_transitions, args, lambda: locked(keys))
-        with self.lock:  # `_draw_locked`'s first call, inline: the common path saves its frame
-            status, live, err, died = sample_transitions(*self._draw_head, *args)
-            if died:
-                self._report_dead_holders(died)
-        if status == STALE:  # commits to ingest: `_draw_locked` ingests them and draws under the locks
-            return self._draw_locked(sample_transitions, args, None, stale=True)
-        return live if status == DRAWN else self._not_drawn(status, err)
+        return self._draw_locked(sample_transitions, args, None, stale=True)
 
     def draw_windows_locked(
         self,
