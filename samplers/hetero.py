@@ -8,7 +8,9 @@ type S followed by the new nodes of type S drawn through any relation, in first-
 runs the same steps on the GPU (`samplers.kernels.cuda`), with the same blocks wherever the
 homogeneous kernels agree; the uniform and weighted relations of a layer are drawn together, one launch
 per kernel over all of them, from their CSCs concatenated once (`samplers.kernels.cuda.typed`, as
-GraphBolt's ``FusedCSCSamplingGraph``; `HeteroNeighborSampler.launches` counts them). The steps are
+GraphBolt's ``FusedCSCSamplingGraph``; `HeteroNeighborSampler.launches` counts them). Every relation's GPU
+graph, the concatenation and the workspaces are regions of one `graphrl.memory.MemoryManager` (``memory=``,
+`samplers.kernels.cuda.memory.CudaMemory`; docs/architecture.md#memory-tiers). The steps are
 `samplers.layers.LayerLoop`'s, with a mode per relation (`samplers.modes`: temporal with edge times,
 weighted with weights, else uniform). `HeteroGraph`, `HeteroBlock` and `lastfm_hetero_graph` are
 re-exported.
@@ -24,9 +26,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from graphrl.memory import MemoryManager
 from graphrl.threads import team_size
 from samplers._checks import (
     check_device,
+    check_open,
     check_relation_dict,
     check_relation_fanouts,
     check_seed_and_replace,
@@ -96,13 +100,24 @@ class HeteroNeighborSampler:
         device copies. ``None``: UVA for the uniform and weighted relations' concatenated CSC when
         every one of their ``indptr`` is a pinned tensor, and for each temporal relation whose
         ``indptr`` is; device copies otherwise. A temporal relation's pinned tensors are read in place;
-        the concatenation (and with ``True`` any unpinned array) is a copy in mapped host memory.
+        the concatenation (and with ``True`` any unpinned array) is a copy in ``pinned`` regions.
+    memory : graphrl.memory.MemoryManager or None
+        ``device="cuda"`` only: the one manager whose tiers hold every relation's GPU buffers
+        (docs/architecture.md#memory-tiers), so one budget governs them all: the uniform and weighted
+        relations' concatenated CSC and its prefix sums, and each temporal relation's graph, on the
+        ``device`` tier (``pinned`` with UVA; owner ``"samplers.graph"``); the workspace's scratch on
+        ``device`` and its staging buffers on ``pinned`` (``"samplers.workspace"``). ``None``: a private
+        manager without budgets. Freed by `close` or when the sampler is garbage-collected.
 
     Raises
     ------
     TypeError
         ``graph`` is not a `HeteroGraph`; a fanout is not an int; ``weights`` or ``edge_times`` is not
-        a dict (nor None/True for weights), or holds a non-numeric tensor.
+        a dict (nor None/True for weights), or holds a non-numeric tensor; ``memory`` is not a
+        `MemoryManager`.
+    MemoryBudgetError
+        ``device="cuda"``: a relation's graph copy does not fit its tier's budget (the message names the
+        tier and ``"samplers.graph"``; what the sampler placed before it is freed again, no fallback tier).
     ValueError
         Fanout lists of different lengths, empty, or with values below -1 or above
         `samplers.MAX_FANOUT` (2**31 - 1); an unknown relation (in
@@ -130,9 +145,12 @@ class HeteroNeighborSampler:
     """
 
     def __init__(self, graph: HeteroGraph, fanouts, replace: bool = False, seed: int | None = None, *,
-                 weights=None, edge_times=None, device="cpu", uva: bool | None = None) -> None:
+                 weights=None, edge_times=None, device="cpu", uva: bool | None = None,
+                 memory: MemoryManager | None = None) -> None:
         if not isinstance(graph, HeteroGraph):
             raise TypeError(f"graph must be a HeteroGraph, got {type(graph).__name__}")
+        if memory is not None and not isinstance(memory, MemoryManager):
+            raise TypeError(f"memory must be a MemoryManager or None, got {type(memory).__name__}")
         self.fanouts = check_relation_fanouts(fanouts, graph.relations)
         check_seed_and_replace(seed, replace)
         self.graph = graph
@@ -152,11 +170,19 @@ class HeteroNeighborSampler:
         """Total edges sampled so far."""
         self.device = check_device(device)
         self._cuda_graphs: dict[Relation, object] = {}
+        self._closed = False
         self.typed_csc = None
         """CUDA: the `samplers.kernels.cuda.typed.TypedCsc` of the uniform and weighted relations (sampled
         in one launch per kernel and layer); None on the CPU or without such relations."""
+        self.cuda_memory = None
+        """``device="cuda"``: the `samplers.kernels.cuda.memory.CudaMemory` of every relation's regions
+        (one for the sampler); None on the CPU."""
         if self.device.type == "cuda":
-            self._cuda_graphs = self._build_cuda(uva)
+            try:  # the regions placed before a failure go back (and a private manager is closed)
+                self._cuda_graphs = self._build_cuda(uva, memory)
+            except BaseException:
+                self.close()
+                raise
         self._loop = self._build_loop()
 
     @property
@@ -212,18 +238,21 @@ class HeteroNeighborSampler:
                 arr = self._loop.relations[rel]
                 arr.indptr, arr.indices, arr.edge_ids = self._arrays[rel]
 
-    def _build_cuda(self, uva: bool | None) -> dict:
+    def _build_cuda(self, uva: bool | None, memory: MemoryManager | None) -> dict:
         """One `CudaGraph` per sampled relation (its weights and times included). The uniform and
         weighted relations are concatenated into one `TypedCsc` (``typed_csc``; their graphs are
         views of it), sampled in one launch per kernel and layer; temporal relations get their own. Every
         relation shares one index dtype (int64 where theirs differ), so sources concatenate. With ``uva``
         None, the concatenation is read through UVA when every one of its relations' indptr is pinned
-        (it is then a copy in mapped host memory)."""
+        (it is then a copy in ``pinned`` regions). Every region comes from ``cuda_memory``, made here
+        over ``memory`` (the workspaces take theirs from the graphs':
+        `samplers.layers.LayerLoop.cuda_workspace`)."""
         from samplers.kernels import cuda as cuda_kernels  # imports numba.cuda: only when asked for
         from samplers.kernels.cuda.typed import TypedCsc
 
         require_gpu(self.device)
         cuda_kernels.check_device_index(self.device)
+        self.cuda_memory = mem = cuda_kernels.CudaMemory(memory)
         g = self.graph
         dtypes = {g.indices[rel].dtype for rel in self.fanouts}
         dtype = next(iter(dtypes)) if len(dtypes) == 1 else torch.int64
@@ -235,7 +264,7 @@ class HeteroNeighborSampler:
             self.typed_csc = TypedCsc.build({rel: self._arrays[rel][0] for rel in fused},
                                              {rel: g.indices[rel].to(dtype) for rel in fused},
                                              {rel: self._arrays[rel][2] for rel in fused}, weights,
-                                             uva=fused_uva, num_nodes=g.num_nodes)
+                                             uva=fused_uva, num_nodes=g.num_nodes, memory=mem)
             out = {rel: self.typed_csc.relation_graph(rel) for rel in fused}
         for rel in self.fanouts:
             if rel in out:
@@ -244,7 +273,7 @@ class HeteroNeighborSampler:
             rel_uva = bool(indptr.is_pinned()) if uva is None else bool(uva)
             out[rel] = cuda_kernels.CudaGraph.build(indptr, g.indices[rel].to(dtype), g.edge_ids[rel],
                                                     self._weights.get(rel), uva=rel_uva,
-                                                    times=self._times.get(rel))
+                                                    times=self._times.get(rel), memory=mem)
         return {rel: out[rel] for rel in self.fanouts}
 
     def __getstate__(self) -> dict:
@@ -402,8 +431,14 @@ class HeteroNeighborSampler:
             An unknown node type; seeds not 1-D integer ids within their type's range; an unknown
             relation in ``exclude_eids`` or ids outside [0, E_r); ``seed_times`` missing on a temporal
             sampler, given on another, missing a seeded type, naming a type without seeds, of the wrong
-            length, or holding NaN (messages name the argument and the relation or type).
+            length, or holding NaN (messages name the argument and the relation or type); the sampler
+            was closed (or, on CUDA, the manager of its regions).
+        MemoryBudgetError
+            On CUDA, the workspace's scratch or staging buffers do not fit their tier's budget.
         """
+        check_open(self._closed, "this HeteroNeighborSampler")
+        if self.cuda_memory is not None:
+            self.cuda_memory.check_open("this HeteroNeighborSampler's GPU memory")
         dst: dict[str, np.ndarray] = {}
         for t in self.graph.num_nodes:
             dst[t] = np.empty(0, dtype=np.int64)
@@ -432,3 +467,11 @@ class HeteroNeighborSampler:
             return [HeteroBlock(src_nodes=x.src_nodes, dst_nodes=x.dst_nodes, indptr=x.indptr,
                                 indices=x.indices, edge_ids=x.edge_ids, src_times=x.src_times)
                     for x in layers]
+
+    def close(self) -> None:
+        """Free the sampler's memory-manager regions (``device="cuda"``: every relation's graph copy and
+        prefix sums, the workspaces' buffers) and close a private manager; `sample` then raises ValueError.
+        Idempotent; a CPU sampler holds no regions (this only marks it closed)."""
+        self._closed = True
+        if self.cuda_memory is not None:
+            self.cuda_memory.close()

@@ -52,6 +52,7 @@ import numpy as np
 import torch
 
 from graphrl.graph import CSCGraph
+from graphrl.memory import MemoryManager
 from samplers._checks import MAX_BATCH, check_int, check_open, check_prefetch, check_seed
 from samplers.batches import (
     HeteroNodeBatch,
@@ -66,6 +67,7 @@ from samplers.hetero import HeteroNeighborSampler
 from samplers.hetero_graph import HeteroGraph
 from samplers.hetero_link import HeteroLinkBatch, HeteroLinkSampler
 from samplers.link import LinkBatch, LinkSampler
+from samplers.loader_memory import check_memory, check_sampler_memory, check_store_memory
 from samplers.loader_seeds import group_by_type, loader_seeds
 from samplers.neighbor import NeighborSampler
 from samplers.prefetch import BatchIterator, BatchLease, InFlight
@@ -92,10 +94,13 @@ class _Loader:
 
     _name = "graphrl-loader"
 
-    def __init__(self, features: Any, prefetch: int, num_rows: int | Mapping[str, int]) -> None:
+    def __init__(self, features: Any, prefetch: int, num_rows: int | Mapping[str, int],
+                 memory: MemoryManager | None = None) -> None:
         """``num_rows``: the graph's node count (``features`` one store or tensor), or its node counts
-        per type (``features`` a dict of them, a `HeteroGraph`)."""
+        per type (``features`` a dict of them, a `HeteroGraph`); ``memory``: `samplers.loader_memory`."""
         self.prefetch = check_prefetch(prefetch)
+        self.memory = memory
+        """The `MemoryManager` given as ``memory=`` (None: each store made here has a private one)."""
         self.closed = False  # True once `close` ran: iterating then raises ValueError
         self._owned: list[FeatureStore] = []  # stores made here from tensors: closed by `close`
         self._staging: RowStaging | None = None
@@ -128,13 +133,14 @@ class _Loader:
         if isinstance(value, (torch.Tensor, np.ndarray)):
             if value.ndim >= 1 and value.shape[0] != n:
                 raise ValueError(f"{name} has {value.shape[0]} rows but {has.format(n=n)}")
-            store = FeatureStore(value)
+            store = FeatureStore(value, memory=self.memory)
             self._owned.append(store)
             return store
         if not isinstance(value, FeatureStore):
             raise TypeError(f"{name} must be a FeatureStore, a tensor or None, got {type(value).__name__}")
         if value.num_rows != n:
             raise ValueError(f"{name} has {value.num_rows} rows but {has.format(n=n)}")
+        check_store_memory(name, value, self.memory)
         return value
 
     def _close_owned(self) -> None:
@@ -228,12 +234,14 @@ class _Loader:
         """The loader's state for pickling (``mp.spawn``, a ``DataLoader`` worker's dataset): its lock, its
         live iterator, its staging buffers and its side stream are left out and rebuilt empty by
         `__setstate__`; the sampler and the shuffling generator keep their state, so a copy's next epoch
-        is the original's next epoch. Features pickle as their `FeatureStore` does.
+        is the original's next epoch. Features pickle as their `FeatureStore` does (a store of its own
+        manager in the new process), so the copy has no ``memory``.
         """
         state = self.__dict__.copy()
         for name in ("_lock", "_iterator", "_staging", "_typed_staging"):
             del state[name]
         state.pop("_flight", None)
+        state["memory"] = None
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -314,8 +322,12 @@ class NeighborLoader(_Loader):
         Sample with replacement (the default sampler).
     sampler : Sampler or None
         The sampler behind the batches (`samplers.protocol.Sampler` over ``graph``); None builds a
-        `NeighborSampler(graph, fanouts, replace=replace, seed=seed)` (a `HeteroNeighborSampler` over a
-        `HeteroGraph`).
+        `NeighborSampler(graph, fanouts, replace=replace, seed=seed, memory=memory)` (a
+        `HeteroNeighborSampler` over a `HeteroGraph`).
+    memory : graphrl.memory.MemoryManager or None
+        One budget for all the loader allocates or builds (`samplers.loader_memory`): the `FeatureStore`
+        made from a features tensor and the default sampler come from it; a given ``sampler`` on
+        ``device="cuda"`` and a given `FeatureStore` must use it. None: a private one per store made here.
 
     Attributes
     ----------
@@ -339,7 +351,7 @@ class NeighborLoader(_Loader):
         a dict of stores or tensors; with several seed types, labels not a dict); a non-int
         ``batch_size``, ``prefetch`` or ``seed``; ``sampler`` is not a `Sampler` (over a `CSCGraph`: a
         sampler of a `HeteroGraph`), or ``batch_size`` is missing; a typed sampler whose blocks are not
-        typed.
+        typed; ``memory`` is not a `MemoryManager`.
     ValueError
         Seeds outside [0, N) (typed: outside the type's [0, num_nodes[t])) or a mask of another length;
         typed seeds naming an unknown node type, or none; ``features`` or ``labels`` naming an
@@ -347,7 +359,8 @@ class NeighborLoader(_Loader):
         type, which a dict must hold); ``batch_size`` outside [1, `samplers.MAX_BATCH`]; ``prefetch``
         outside [0, `samplers.MAX_BATCH`]; ``seed`` outside [0, 2**64); bad fanouts (from the default
         sampler); both or neither of ``fanouts`` and ``sampler``; a ``sampler`` of another graph, or with
-        ``replace=True``. Each message names the argument and the bad value.
+        ``replace=True``; with ``memory``, a GPU ``sampler`` or a `FeatureStore` of another (or a private)
+        manager. Each message names the argument and the bad value.
 
     References
     ----------
@@ -376,7 +389,8 @@ class NeighborLoader(_Loader):
                  batch_size: int | None = None, features: Any = None,
                  labels: torch.Tensor | Mapping[str, torch.Tensor] | None = None, shuffle: bool = True,
                  drop_last: bool = False, seed: int | None = None, prefetch: int = 1, *,
-                 replace: bool = False, sampler: Sampler | None = None) -> None:
+                 replace: bool = False, sampler: Sampler | None = None,
+                 memory: MemoryManager | None = None) -> None:
         typed = isinstance(graph, HeteroGraph)
         if not typed and not isinstance(graph, CSCGraph):
             raise TypeError(f"graph must be a CSCGraph or a HeteroGraph, got {type(graph).__name__}")
@@ -391,6 +405,7 @@ class NeighborLoader(_Loader):
             if replace:
                 raise ValueError(f"replace={replace!r} with sampler=: replace is for the default "
                                  f"NeighborSampler; build the sampler with it")
+        check_sampler_memory("sampler", sampler, check_memory(memory))
         self.batch_size = check_int("batch_size", batch_size, 1, MAX_BATCH)
         check_seed("seed", seed, allow_none=True)
         chosen = loader_seeds(graph, seeds, labels)
@@ -404,10 +419,10 @@ class NeighborLoader(_Loader):
         self._rng = np.random.Generator(np.random.PCG64(self.seed))
         if sampler is None:
             kind = HeteroNeighborSampler if typed else NeighborSampler
-            sampler = kind(graph, fanouts, replace=replace, seed=self.seed)
+            sampler = kind(graph, fanouts, replace=replace, seed=self.seed, memory=memory)
         self.sampler = sampler
         self._flight: InFlight | None = None
-        super().__init__(features, prefetch, dict(graph.num_nodes) if typed else graph.num_nodes)
+        super().__init__(features, prefetch, dict(graph.num_nodes) if typed else graph.num_nodes, memory)
 
     @property
     def num_seeds(self) -> int:
@@ -502,6 +517,9 @@ class LinkLoader(_Loader):
         [num_nodes[t], *row_t] (types left out get none); None for models that embed node ids (LightGCN).
     prefetch : int
         Batches the background thread keeps ready (0: no thread).
+    memory : graphrl.memory.MemoryManager or None
+        As `NeighborLoader`'s: the `FeatureStore` made from a features tensor comes from it;
+        ``link_sampler``'s sampler on ``device="cuda"`` and a given `FeatureStore` must use it.
 
     Attributes
     ----------
@@ -513,10 +531,11 @@ class LinkLoader(_Loader):
     ------
     TypeError
         ``link_sampler`` is neither a `LinkSampler` nor a `HeteroLinkSampler`; ``features`` of the wrong
-        type (typed: not a dict); a non-int ``prefetch``.
+        type (typed: not a dict); a non-int ``prefetch``; ``memory`` is not a `MemoryManager`.
     ValueError
         ``prefetch`` outside [0, `samplers.MAX_BATCH`]; features with another number of rows than the
-        graph has nodes (typed: than their type has, or naming an unknown node type).
+        graph has nodes (typed: than their type has, or naming an unknown node type); with ``memory``, a
+        GPU sampler or a `FeatureStore` of another (or a private) manager.
 
     Examples
     --------
@@ -533,13 +552,14 @@ class LinkLoader(_Loader):
     _name = "graphrl-link-loader"
 
     def __init__(self, link_sampler: LinkSampler | HeteroLinkSampler, features: Any = None,
-                 prefetch: int = 1) -> None:
+                 prefetch: int = 1, *, memory: MemoryManager | None = None) -> None:
         if not isinstance(link_sampler, (LinkSampler, HeteroLinkSampler)):
             raise TypeError(f"link_sampler must be a LinkSampler or a HeteroLinkSampler, got "
                             f"{type(link_sampler).__name__}")
+        check_sampler_memory("link_sampler.sampler", link_sampler.sampler, check_memory(memory))
         graph = link_sampler.sampler.graph
         typed = isinstance(link_sampler, HeteroLinkSampler)
-        super().__init__(features, prefetch, dict(graph.num_nodes) if typed else graph.num_nodes)
+        super().__init__(features, prefetch, dict(graph.num_nodes) if typed else graph.num_nodes, memory)
         self.link_sampler = link_sampler
         self.typed = typed
 
