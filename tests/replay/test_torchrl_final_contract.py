@@ -231,3 +231,60 @@ def test_refused_chunk_commit_inside_extend_keeps_the_steps_before_it() -> None:
             ([3, 4, 5], [3, 4, 0]),
             ([1001, 1002, 1003], [1001, 1002, 0]),
         ]
+
+
+def test_stacked_frames_after_the_ring_wraps() -> None:
+    """README's stacked-frame recipe: ``mask[:, 3]`` says a transition exists; zeros before a stored frame are
+    an episode's start or frames the ring overwrote, and a stored ``first`` flag tells them apart."""
+    spec = TrajectorySpec({"obs": ((2,), "uint8"), "action": ((), "int64"), "done": ((), "bool"),
+                           "first": ((), "bool")})
+    lengths = [5, 5, 5, 5]  # 6 stored steps each (with the final step): 24 > 16, the ring keeps 8 .. 23
+    expected, complete = set(), set()
+    with ReplayStore(spec, capacity_steps=16, num_shards=1, seed=0) as store:
+        with store.writer() as w:
+            pos = 0
+            for e, t in enumerate(lengths):
+                f = np.arange(pos + 1, pos + t + 2, dtype=np.uint8)  # T frames + the final one, all distinct
+                w.extend({"obs": np.repeat(f[:t, None], 2, 1), "action": np.arange(t) + 1,
+                          "done": np.arange(t) == t - 1, "first": np.arange(t) == 0})
+                w.end_episode(final={"obs": np.repeat(f[t:], 2)})
+                padded = np.concatenate([np.zeros(3, np.uint8), f])
+                for i in range(t):
+                    x = (tuple(padded[i:i + 4]), i + 1, i == t - 1, tuple(padded[i + 1:i + 5]))
+                    expected.add(x)
+                    if e >= 2 and (pos + i - 3 >= 8 or pos >= 8):  # every frame of the stack still stored
+                        complete.add(x)
+                pos += t + 1
+        by_mask3, by_first = set(), set()
+        for _ in range(200):
+            with store.sample(64, 5, pad="head") as batch:
+                obs, m = batch["obs"][:, :, 0], batch.mask
+                first = batch["first"][:, :4] & m[:, :4]
+                a, d = batch["action"][:, 3], batch["done"][:, 3]
+                for i in np.flatnonzero(m[:, 3].numpy()):
+                    x = (tuple(obs[i, :4].tolist()), int(a[i]), bool(d[i]), tuple(obs[i, 1:].tolist()))
+                    by_mask3.add(x)
+                    if bool(m[i, 0] | first[i].any()):  # no zero frame, or zeros before an episode's start
+                        by_first.add(x)
+    assert by_first == complete and len(complete) == 10
+    # mask[:, 3] alone also keeps the stacks of episode 1 whose frames 7, 8 the ring overwrote
+    assert by_mask3 - expected == {
+        ((0, 0, 0, 9), 3, False, (0, 0, 9, 10)),
+        ((0, 0, 9, 10), 4, False, (0, 9, 10, 11)),
+        ((0, 9, 10, 11), 5, True, (9, 10, 11, 12)),
+    }
+
+
+def test_the_readme_example_runs() -> None:
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    (code,) = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "transitions(" in b]
+    scope = {"rollout": rollout(0, 2, 8, {0: [2, 7], 1: [7]}), "ReplayStore": ReplayStore,
+             "TorchRLWriter": TorchRLWriter, "torchrl_spec": torchrl_spec}
+    exec(compile(code, "README.md", "exec"), scope)
+    td = scope["td"]
+    assert 0 < td.shape[0] <= 32
+    assert set(rows(td)) <= set(buffer_rows([scope["rollout"]]))
+    scope["store"].close()
