@@ -460,7 +460,7 @@ def _run_link_prediction(dataset, config: LinkPredictionConfig, progress: bool, 
                        reverse_eids=bipartite_reverse_eids(m), seed=config.seed + 1)
     model = LightGCN.from_graph(graph, num_layers=len(config.fanouts), embedding_dim=config.embedding_dim,
                                 seed=config.seed)
-    loader = LinkLoader(link, prefetch=config.prefetch)
+    loader = LinkLoader(link, prefetch=config.prefetch, memory=mm)
     epoch_eval = None
     if on_epoch is not None:
         csrs = dataset.user_item_csr("train"), dataset.user_item_csr("test")
