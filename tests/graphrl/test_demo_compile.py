@@ -1,12 +1,16 @@
 """The demo compiles its kernels before its clocks start: after `_compile_kernels` (recommend) and
 `_compile_rl_kernels` (rl), the tasks' own work calls no numba kernel with a signature not compiled yet.
 
-Each check runs in a fresh interpreter (numba's dispatchers gain a signature when a call compiles it or loads
-it from the cache, either way once per process), so the kernels other tests called do not hide a miss.
+Each check runs in a process of its own (numba's dispatchers gain a signature when a call compiles it or loads
+it from the cache, either way once per process), so the kernels other tests called do not hide a miss: a
+fork child of one interpreter that has imported the checks' modules and called nothing (`checks`), so that
+torch, numba and the library are imported once for the three checks; each child starts with the signatures
+a fresh interpreter has after the same imports.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -34,17 +38,51 @@ def new_since(before):
 """
 
 
-def run_script(body: str) -> str:
-    code = textwrap.dedent(SIGNATURES) + textwrap.dedent(body)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return out.stdout
+# what the interpreter imports before it forks: every module the checks import, and nothing called
+IMPORTS = """
+import numpy, numba, torch
+import graphrl.cli_demo, graphrl.cli_demo_recommend, graphrl.datasets, graphrl.train.rec_step
+import graphrl.train.recommend, graphrl.train.rl, replay
+"""
+
+# runs each check in a fork child of the interpreter (one after another), its stdout and traceback kept
+RUNNER = """
+import contextlib, io, json, os, traceback
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("propagation", ["sampled", "exact"])
-def test_recommend_steps_compile_nothing_after_the_warm_up(propagation):
-    out = run_script(f"""
+def _run_forked(code):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            out = io.StringIO()
+            try:
+                with contextlib.redirect_stdout(out):
+                    exec(compile(code, "<check>", "exec"), {"__name__": "__main__"})
+                said = [True, out.getvalue()]
+            except BaseException:
+                said = [False, out.getvalue() + traceback.format_exc()]
+            with os.fdopen(w, "w") as pipe:
+                pipe.write(json.dumps(said))
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as pipe:
+        said = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    if not said:
+        return [False, "the fork child died before it reported: wait status %d" % status]
+    return json.loads(said)
+
+
+print(MARK + json.dumps({name: _run_forked(code) for name, code in CHECKS.items()}))
+"""
+MARK = "=== demo compile checks: "
+
+
+def recommend_check(propagation: str) -> str:
+    return f"""
         from graphrl.cli_demo_recommend import _compile_kernels
         from graphrl.datasets import synthetic_bipartite
         from graphrl.train.rec_step import RecommenderSteps
@@ -63,13 +101,10 @@ def test_recommend_steps_compile_nothing_after_the_warm_up(propagation):
         for _ in range(2):
             steps.step(0.02)
         print("NEW", new_since(before))
-    """)
-    assert "NEW {}" in out, out
+    """
 
 
-@pytest.mark.slow
-def test_rl_store_work_compiles_nothing_after_the_warm_up():
-    out = run_script("""
+RL_CHECK = """
         import numpy as np
         from graphrl.cli_demo import _compile_rl_kernels
         from graphrl.train.rl import RLConfig, trajectory_spec
@@ -99,5 +134,32 @@ def test_rl_store_work_compiles_nothing_after_the_warm_up():
             w.close()
         store.close()
         print("NEW", new_since(before))
-    """)
+    """
+
+
+@pytest.fixture(scope="module")
+def checks() -> dict[str, tuple[bool, str]]:
+    """``{check: (ran to its end, its output)}`` of the three checks, each run in a fork child of one
+    interpreter that imported their modules first (`IMPORTS`, `RUNNER`)."""
+    scripts = {"sampled": recommend_check("sampled"), "exact": recommend_check("exact"), "rl": RL_CHECK}
+    scripts = {name: textwrap.dedent(SIGNATURES) + textwrap.dedent(body) for name, body in scripts.items()}
+    code = f"CHECKS = {scripts!r}\nMARK = {MARK!r}\n" + IMPORTS + RUNNER
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=1800)
+    _, mark, tail = out.stdout.rpartition(MARK)
+    assert out.returncode == 0 and mark, out.stdout[-3000:] + out.stderr[-3000:]
+    return {name: (ok, said) for name, (ok, said) in json.loads(tail).items()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("propagation", ["sampled", "exact"])
+def test_recommend_steps_compile_nothing_after_the_warm_up(checks, propagation):
+    ok, out = checks[propagation]
+    assert ok, out[-3000:]
+    assert "NEW {}" in out, out
+
+
+@pytest.mark.slow
+def test_rl_store_work_compiles_nothing_after_the_warm_up(checks):
+    ok, out = checks["rl"]
+    assert ok, out[-3000:]
     assert "NEW {}" in out, out
