@@ -179,23 +179,20 @@ def transitions(
     """TorchRL transitions from windows of two steps of a store that keeps no ``next_*`` fields.
 
     A store written by ``TorchRLWriter(store, final_fields=("observation",))`` on a spec without
-    ``next_observation`` holds each observation once and, after an episode's last step, its final step
-    (the terminal observation, every other field zero). A transition is then two consecutive steps of
-    one episode: this gives, per window of ``store.sample(B, 2)`` (either padding) whose two steps are
-    both real, the first step's entries with ``("next", key)`` of each of ``fields`` taken from the
-    second step, as cpprb's ``next_of``. A window anchored at a final step (tail padding), or at an
-    episode's first step (head padding), holds no transition and is dropped, so a final step never
-    comes out as a transition of its own: the result holds exactly the transitions a
-    ``torchrl.data.ReplayBuffer`` fed the same rollouts holds (also dropped: an anchor at the last
-    committed step of an open episode, and at a cut where a shard's other writer committed in
-    between, docs/architecture.md#the-commit-protocol).
+    ``next_observation`` holds each observation once, and each episode's final step (the terminal
+    observation, every other field zero). A transition is two consecutive steps of one episode: per
+    window of ``store.sample(B, 2)`` (either padding) whose two steps are real, this gives step 0's
+    entries with ``("next", key)`` of each of ``fields`` from step 1, as cpprb's ``next_of``. A window
+    holding a final step and nothing after it (or an episode's first step and nothing before it) is
+    dropped, so a final step never comes out as a transition: exactly the transitions a
+    ``torchrl.data.ReplayBuffer`` fed the same rollouts holds (also dropped: the last committed step of
+    an open episode, and a cut by another writer, docs/architecture.md#the-commit-protocol).
 
     Parameters
     ----------
     windows : tensordict.TensorDictBase
-        ``batch.to_tensordict()`` of ``store.sample(B, 2)``: batch size ``[B, 2]``, with its ``"mask"``.
-        Pass ``init_key=None`` to ``to_tensordict`` unless the store holds ``"is_init"`` (its window
-        marker is True at every step 0).
+        ``batch.to_tensordict(init_key=None)`` of ``store.sample(B, 2)``: batch size ``[B, 2]``, with
+        its ``"mask"`` (``init_key=None``: the window marker would be True at every step 0).
     fields : sequence of str
         The store fields whose next value a transition needs (default ``("observation",)``).
     keys : mapping of str to TorchRL key, optional
@@ -351,9 +348,7 @@ class TorchRLWriter:
                 f"final_fields={final_fields!r}: give a sequence of the spec's fields {list(self.spec)}"
             )
         #: field -> rollout key of its value after each step, for the final step of an episode
-        self.final_keys: dict[str, NestedKey] = {
-            f: next_key(self.keys[f]) for f in dict.fromkeys(final_fields)
-        }
+        self.final_keys: dict[str, NestedKey] = {f: next_key(self.keys[f]) for f in final_fields}
         stored = {key: field for field, key in self.keys.items()}
         for field, key in self.final_keys.items():
             if key in stored:
