@@ -61,19 +61,26 @@ def _host_ids(name: str, value) -> np.ndarray:
     arr = np.asarray(value)
     if arr.size == 0 and arr.dtype == np.float64:  # np.asarray([]) is float64: treat as empty ids
         return arr.astype(np.int64)
-    if not np.issubdtype(arr.dtype, np.integer):
-        raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
+    check_id_dtype(name, arr.dtype)
     return arr
 
 
-def check_id_dtype(name: str, dtype: torch.dtype) -> None:
-    """The dtype rule of every id tensor a sampler takes: TypeError naming ``name`` unless an integer dtype
-    other than torch.uint8, which is ambiguous (torch indexing reads it as a mask, PyG's loaders as ids)."""
-    if dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:
-        raise TypeError(f"{name} must be an integer tensor, got dtype {dtype}")
-    if dtype == torch.uint8:
-        raise TypeError(f"{name} has dtype torch.uint8, read as a mask by torch indexing but as ids by PyG: "
-                        f"pass {name}.bool() for a mask, or {name}.long() for ids")
+def check_id_dtype(name: str, dtype: torch.dtype | np.dtype) -> None:
+    """The dtype rule of every id tensor or array a sampler takes: TypeError naming ``name`` and the dtype
+    unless an integer dtype other than uint8, torch's or numpy's: torch indexing reads uint8 as a mask, PyG
+    as ids, so ``train_mask.numpy().astype(numpy.uint8)`` would be ids 0 and 1. The message gives remedies."""
+    if isinstance(dtype, torch.dtype):
+        if dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:
+            raise TypeError(f"{name} must be an integer tensor, got dtype {dtype}")
+        shown, fixes, uint8 = str(dtype), (f"{name}.bool()", f"{name}.long()"), dtype == torch.uint8
+    elif not np.issubdtype(dtype := np.dtype(dtype), np.integer):
+        raise TypeError(f"{name} must hold integers, got dtype {dtype}")
+    else:
+        shown, fixes = f"numpy.{dtype}", (f"{name}.astype(bool)", f"{name}.astype(numpy.int64)")
+        uint8 = dtype == np.uint8
+    if uint8:
+        raise TypeError(f"{name} has dtype {shown}, read as a mask by torch indexing but as ids by PyG: "
+                        f"pass {fixes[0]} for a mask, or {fixes[1]} for ids")
 
 
 def check_id_range(name: str, arr: np.ndarray, lo: int, hi: int, what: str | None = None, *,
@@ -126,7 +133,7 @@ def id_array(name: str, value) -> np.ndarray:
     Raises
     ------
     TypeError
-        Not integers (a float or bool tensor or array), or torch.uint8 (`check_id_dtype`).
+        Not integers (a float or bool tensor or array), or uint8 (`check_id_dtype`).
     ValueError
         A uint64 id above 2**63 - 1 (quoted as given, before the int64 cast would wrap it); a tensor on a
         device whose values cannot be read (``"meta"``).
@@ -183,7 +190,7 @@ def check_seeds(seeds, num_nodes: int, name: str = "seeds", bound: str = "num_no
     Raises
     ------
     TypeError
-        ``seeds`` is not an integer tensor or array (float, bool, or torch.uint8: `check_id_dtype`).
+        ``seeds`` is not an integer tensor or array (float, bool, or uint8: `check_id_dtype`).
     ValueError
         ``seeds`` is not 1-D, or holds ids outside [0, num_nodes) (`check_id_range`, in the ids' own dtype:
         a uint64 id is reported as given), or lies on a device whose values cannot be read (``"meta"``).
@@ -365,15 +372,8 @@ def check_int(name: str, value, minimum: int, maximum: int | None = None) -> int
 
 
 def check_share(name: str, value) -> float:
-    """A share in [0, 1) as a float.
-
-    Raises
-    ------
-    TypeError
-        Not a real number (a bool, None, a string).
-    ValueError
-        Outside [0, 1) or NaN.
-    """
+    """A share in [0, 1) as a float. Raises TypeError naming ``name`` for a value that is not a real number
+    (a bool, None, a string), ValueError for one outside [0, 1) or NaN."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a float in [0, 1), got {value!r}")
     if not 0.0 <= float(value) < 1.0:

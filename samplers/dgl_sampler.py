@@ -36,10 +36,16 @@ import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from graphrl.graph import CSCGraph
-from samplers._checks import check_layer_fanouts, check_relation_fanouts, check_seed_and_replace
+from samplers._checks import (
+    check_id_dtype,
+    check_layer_fanouts,
+    check_relation_fanouts,
+    check_seed_and_replace,
+)
 from samplers._optional import LazyBase
 from samplers._stamp import TensorStamp
 from samplers.hetero import HeteroGraph, HeteroNeighborSampler
@@ -332,13 +338,17 @@ class DglSampler(LazyBase):
         Raises
         ------
         TypeError
-            ``g`` is not a DGL graph; ``indices`` is not an integer tensor (a dict on a heterograph);
+            ``g`` is not a DGL graph; ``indices`` is not an integer tensor (a dict on a heterograph), or is
+            uint8, torch's or numpy's (`samplers._checks.check_id_dtype`);
             ``exclude_eids`` not a dict on a graph of several edge types (DGL's rule).
         ValueError
             ``indices`` is not 1-D or holds ids outside [0, g.num_nodes()); a ``fanouts`` dict naming an
             edge type ``g`` lacks, or a name several of its edge types share; a relation missing from
             some layers' dicts.
         """
+        for t, v in indices.items() if isinstance(indices, Mapping) else [(None, indices)]:
+            if isinstance(v, (torch.Tensor, np.ndarray)):  # uint8: a mask to torch, refused
+                check_id_dtype("indices" if t is None else f"indices[{t!r}]", v.dtype)
         sampler = self.sampler_for(g)
         if isinstance(sampler, NeighborSampler) or sampler is self.fixed and not self.fixed_typed:
             if isinstance(indices, Mapping):

@@ -1,11 +1,11 @@
 """A `NeighborLoader`'s seeds and labels, checked once: `loader_seeds` and `LoaderSeeds`, and
 `group_by_type`, which cuts a batch of seeds of several node types into a dict by type.
 
-Plain graphs take ids or a bool mask (a torch.uint8 tensor, a mask to torch and ids to PyG, is refused:
-`samplers._checks.check_seeds`); typed graphs take ``(node type, ids or mask)`` or ``{node type: ids
-or mask, ...}`` with one type (PyG's ``input_nodes=("paper", idx)``) or several (DGL's ``DataLoader(g,
-{"user": u, "artist": a}, sampler)``: the types' ids concatenated in the dict's order, each batch grouped by
-type as DGL's ``TensorizedDataset`` groups it). Used by `samplers.loader`.
+Plain graphs take ids or a bool mask, torch's or numpy's (uint8, torch's or numpy's, a mask to torch and
+ids to PyG, is refused: `samplers._checks.check_id_dtype`); typed graphs take ``(node type, ids or mask)``
+or ``{node type: ids or mask, ...}`` with one type (PyG's ``input_nodes=("paper", idx)``) or several
+(DGL's ``DataLoader(g, {"user": u, "artist": a}, sampler)``: the types' ids concatenated in the dict's
+order, each batch grouped by type as DGL's ``TensorizedDataset`` groups it). Used by `samplers.loader`.
 """
 
 from __future__ import annotations
@@ -56,9 +56,9 @@ def loader_seeds(graph: CSCGraph | HeteroGraph, seeds: Any, labels: Any) -> Load
     Raises
     ------
     TypeError
-        Seeds neither ids nor a mask (typed: neither a (type, ids) pair nor a dict), or a torch.uint8 tensor
-        (``mask.bool()`` for a mask, ``ids.long()`` for ids); labels not a tensor (several seed types: not a
-        dict).
+        Seeds neither ids nor a mask (typed: neither a (type, ids) pair nor a dict), or uint8, torch's or
+        numpy's (``mask.bool()`` / ``mask.astype(bool)`` for a mask, ``ids.long()`` for ids); labels not a
+        tensor (several seed types: not a dict).
     ValueError
         Ids outside [0, N) of their type or a mask of another length; an unknown node type, or none; labels
         with another number of rows than their type's nodes, naming an unknown type, or a dict lacking a seed

@@ -270,7 +270,8 @@ class PygSampler(LazyBase):
         ------
         TypeError, ValueError
             ``seeds`` is not a 1-D integer tensor of ids in [0, N) (see `NeighborSampler.sample`), or is
-            torch.uint8 (`samplers._checks.check_id_dtype`); temporal sampling without seed times.
+            uint8, torch's or numpy's (`samplers._checks.check_id_dtype`); temporal sampling without seed
+            times.
         """
         return self._sample_nodes(self._current_draw(), seeds, seed_time)
 
@@ -309,8 +310,8 @@ class PygSampler(LazyBase):
         if not self.is_hetero:
             seeds = {"node": seeds}
             seed_time = None if seed_time is None else {"node": seed_time}
-        for t, s in seeds.items():  # before the draw casts them to int64: a uint8 tensor is refused
-            if isinstance(s, torch.Tensor):
+        for t, s in seeds.items():  # before the draw casts them to int64: uint8 (torch's, numpy's) is refused
+            if isinstance(s, (torch.Tensor, np.ndarray)):
                 check_id_dtype("seeds" if not self.is_hetero else f"seeds[{t!r}]", s.dtype)
         if self.is_temporal:
             seed_time = self._seed_times(draw, seeds, seed_time)

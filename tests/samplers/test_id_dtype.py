@@ -59,8 +59,9 @@ def test_samplers_and_helpers_refuse_uint8(graph):
     with pytest.raises(TypeError, match=r"x must be an integer tensor, got dtype torch\.float32"):
         check_id_dtype("x", torch.float32)
     check_id_dtype("x", torch.int8)  # passes
-    # numpy's uint8 is unambiguous (numpy indexing reads it as ids): kept as ids
-    assert check_seeds(np.array([1, 0, 1], dtype=np.uint8), N).tolist() == [1, 0, 1]
+    # numpy's uint8 is refused too (train_mask.numpy().astype(np.uint8)): test_seed_dtypes_numpy.py
+    with pytest.raises(TypeError, match=r"seeds has dtype numpy\.uint8"):
+        check_seeds(np.array([1, 0, 1], dtype=np.uint8), N)
 
 
 def test_link_sampler_refuses_uint8_pair_ids(graph):
