@@ -220,19 +220,22 @@ def test_damage_to_latest_and_to_the_layout(pristine, tmp_path, what):
 @given(which=st.integers(0, 10**6), where=st.floats(0, 1, exclude_max=True), mask=st.integers(1, 255))
 def test_any_changed_byte_of_any_file_is_refused_or_harmless(pristine, tmp_path, which, where, mask):
     root0, latest, _ = pristine
-    root = tmp_path / f"h{which}-{mask}"
-    shutil.copytree(root0, root)
+    root = tmp_path / "ckpt"  # one copy for every example (tmp_path is shared): damaged and mended in place
+    if not root.exists():
+        shutil.copytree(root0, root)
+    stored = {rel: (root0 / rel).read_bytes() for rel in files_of(root0)}
+    assert {rel: (root / rel).read_bytes() for rel in files_of(root)} == stored  # as copied
     folder = root / LATEST
     files = files_of(folder)
     rel = files[which % len(files)]
-    data = bytearray((folder / rel).read_bytes())
+    data = bytearray(stored[f"{LATEST}/{rel}"])
     if data:
         data[int(where * len(data))] ^= mask
         (folder / rel).write_bytes(bytes(data))
     try:
         restore_or_refuse(root, latest, [rel])
     finally:
-        shutil.rmtree(root)
+        (folder / rel).write_bytes(stored[f"{LATEST}/{rel}"])  # mend
 
 
 _CHILD = textwrap.dedent(
