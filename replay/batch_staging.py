@@ -63,6 +63,10 @@ class StagedSlot:
     addresses : numpy.ndarray, int64 [F], or None
         The address of each of ``flat``'s views, in spec order (host slots only; valid while the
         slot's pool is open).
+    call : numpy.ndarray, or None
+        Its sampler's compiled-call arguments for this slot (`replay.table.Table.transition_call` of
+        ``addresses`` and ``mask_flat``), made on the slot's first transition sample; it lives and dies
+        with these views.
     """
 
     buffer: StagingBuffer
@@ -75,6 +79,7 @@ class StagedSlot:
     scratch_prob: np.ndarray | None = None
     scratch_meta: dict[str, np.ndarray] | None = None
     addresses: np.ndarray | None = None
+    call: np.ndarray | None = None
 
 
 @dataclass

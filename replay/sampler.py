@@ -45,6 +45,7 @@ from replay.window_kernel import LOCKED_WINDOW_BYTES, MAX_WINDOW
 from replay.windows import PAD_CODES, WindowTable, window_mask
 
 _KEYS_LENGTHS = [5, 3]  # the scratch rows of the keys and the real lengths (`StagedSlot.scratch`)
+_NO_WEIGHTS = np.empty(0, dtype=np.float32)  # `Table.draw_transitions`' weights of a uniform draw: none
 
 __all__ = ["DEVICE_GATHER_MIN_BYTES", "Deadline", "WindowSampler", "gathers_on_device"]
 
@@ -265,9 +266,12 @@ class WindowSampler:
             # codec fields: decompressed from the drawn keys under the same locks (`replay.chunk_decode`)
             locked = None if self.decode is None else (lambda k: self.decode.run_locked(k, slot.flat))
             weights = np.empty(b, dtype=np.float32) if table.prioritized else None
-            args = (b, slot.addresses, keys, prob, slot.mask_flat, locked) if weights is None else (
-                b, slot.addresses, keys, prob, slot.mask_flat, locked, beta, weights
-            )
+            call = slot.call
+            if call is None:  # made once per slot, kept with its views: the compiled call's fixed arrays
+                call = slot.call = table.transition_call(slot.addresses, slot.mask_flat)
+            args = (b, slot.addresses, keys, prob, slot.mask_flat, locked, 0.0, _NO_WEIGHTS, call) if (
+                weights is None
+            ) else (b, slot.addresses, keys, prob, slot.mask_flat, locked, beta, weights, call)
             # `_draw_locked`'s first round inline (its frame saved on the common path): wait, draw
             self.limiter.await_sample(left, left.timeout)
             table_size = table.draw_transitions(*args)

@@ -51,7 +51,7 @@ from replay.shard import live_parts
 from replay.shard_layout import EXHAUSTED as STEP_EXHAUSTED
 from replay.shard_layout import WRITE_POS
 from replay.storage import TrajectoryStorage
-from replay.transition_kernel import sample_transitions
+from replay.transition_kernel import sample_transitions, slot_call
 from replay.update_kernel import APPLIED, outcome, scratch_for, set_restore, update_args, update_locked
 from replay.update_kernel import FAILED as UPDATE_FAILED
 from replay.window_kernel import sample_windows
@@ -328,6 +328,7 @@ class Table:
         locked: Callable[[np.ndarray], None] | None = None,
         beta: float = 0.0,
         weights: np.ndarray = _NO_WEIGHTS,
+        call: np.ndarray | None = None,
     ) -> int:
         """Draw k windows of one step and copy them into a batch under every shard lock, and count the
         k steps as sampled in the control block's rate-limiter counters, waking its waiters
@@ -359,6 +360,9 @@ class Table:
             Importance-weight exponent, for ``weights``.
         weights : numpy.ndarray, float32 [k], optional
             Gets the importance weights (empty: none). Nothing is checked.
+        call : numpy.ndarray, optional
+            `transition_call` of ``dst`` and ``mask`` (kept by the caller with them): the compiled call
+            takes its fixed arrays by address from it (`replay.transition_kernel.slot_call`).
 
         Returns
         -------
@@ -375,7 +379,7 @@ class Table:
             with self.lock:
                 status, live, err, died = sample_transitions(
                     self.plan, False, self._repairs, self._words, dst, self.incarnation, keys, prob, mask,
-                    beta, weights, self.step_bytes,
+                    beta, weights, self.step_bytes, call,
                 )
                 if died:
                     self._report_dead_holders(died)
@@ -386,6 +390,13 @@ class Table:
         if locked is not None:
             return self._draw_locked(sample_transitions, args, lambda: locked(keys))
         return self._draw_locked(sample_transitions, args, None, stale=True)
+
+    def transition_call(self, dst: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """`draw_transitions`' ``call`` for a staging slot's ``dst`` (int64 [F]) and ``mask`` (bool, flat):
+        this table's plan, repairs and selector words and those two by address
+        (`replay.transition_kernel.slot_call`; valid while the slot's arrays live, the table's live with
+        it). Raises ``ValueError`` for arrays of another dtype or layout."""
+        return slot_call(self.plan, self._repairs, self._words, dst, mask)
 
     def draw_windows_locked(
         self,

@@ -58,6 +58,7 @@ from replay.locked_draw import (
     uniforms,
     unlock_shards,
 )
+from replay.sync_kernels import int64_at, uint8_at
 from replay.windows import mask_row
 
 __all__ = [
@@ -66,10 +67,12 @@ __all__ = [
     "FAILED",
     "GROUP_BYTES",
     "LOCKED_COPY_BYTES",
+    "SLOT_CALL_WORDS",
     "SPLIT_BYTES",
     "STALE",
     "draw_transitions",
     "sample_transitions",
+    "slot_call",
 ]
 
 _COPYING = 4  # `_sample_locked`'s status: drawn and not yet copied (after `replay.locked_draw`'s codes)
@@ -79,6 +82,34 @@ LOCKED_COPY_BYTES = 4 << 20  # output bytes up to which a batch of transitions i
 SPLIT_BYTES = 1 << 20
 GROUP_BYTES = 128 << 10  # output bytes of a group of rows, the unit the copying threads claim
 _NO_SPLIT = 1 << 62  # `_sample_locked`'s split_bytes when the batch is copied in the one call
+SLOT_CALL_WORDS = 10  # `slot_call`'s words: address and length of plan, repairs, words, dst, mask
+
+
+def slot_call(
+    plan: np.ndarray, repairs: np.ndarray, words: np.ndarray, dst: np.ndarray, mask: np.ndarray
+) -> np.ndarray:
+    """The fixed arrays of `sample_transitions`' one call by address: int64 [`SLOT_CALL_WORDS`], its ``call``.
+
+    ``plan``, ``repairs``, ``words`` (a table's, int64) and ``dst`` (a staging slot's field addresses,
+    int64), then ``mask`` (the slot's, bool), each as its address and length. Passed as this one array,
+    numba's dispatcher unboxes one argument where it would unbox five. Valid while the five arrays live
+    and stay where they are (a table's arrays live with the table, a slot's with its views:
+    `replay.batch_staging.StagedSlot.call` keeps the result beside them).
+
+    Raises
+    ------
+    ValueError
+        An array that is not C-contiguous or not of its dtype.
+    """
+    out = np.empty(SLOT_CALL_WORDS, dtype=np.int64)
+    for i, (name, arr, dtype) in enumerate((
+        ("plan", plan, np.int64), ("repairs", repairs, np.int64), ("words", words, np.int64),
+        ("dst", dst, np.int64), ("mask", mask, np.bool_),
+    )):
+        if arr.dtype != dtype or not arr.flags.c_contiguous or arr.ndim != 1:
+            raise ValueError(f"{name} must be a C-contiguous 1-D {np.dtype(dtype).name} array")
+        out[2 * i], out[2 * i + 1] = arr.ctypes.data, arr.shape[0]
+    return out
 
 
 @nb.njit(cache=True, nogil=True)
@@ -159,6 +190,7 @@ def sample_transitions(
     beta: float,
     o_weights: np.ndarray,
     step_bytes: int = -1,
+    call: np.ndarray | None = None,
 ) -> tuple[int, int, int, int]:
     """`draw_transitions` under every shard mutex, then the sample count (see the module docstring).
     The caller holds the table lock.
@@ -186,6 +218,9 @@ def sample_transitions(
     step_bytes : int, optional
         The bytes of one step of the plan's fields (the sum of its row bytes), as the caller knows it
         (`replay.table.Table.step_bytes`); -1 (default): read from ``plan``.
+    call : numpy.ndarray, int64 [`SLOT_CALL_WORDS`], optional
+        `slot_call` of ``plan``, ``repairs``, ``words``, ``dst`` and ``mask``: the one call (a batch
+        below ``2 * SPLIT_BYTES``, ``held`` False) takes those five by address from it; the same batch.
 
     Returns
     -------
@@ -217,6 +252,8 @@ def sample_transitions(
     batch = k * step_bytes if step_bytes >= 0 else _batch_bytes(plan, k)
     if batch < 2 * SPLIT_BYTES:  # one thread: the one call draws, copies, releases and counts
         # (`_sample_locked` itself: with `_NO_SPLIT` it never returns holding a mutex, so no job word)
+        if call is not None and not held:
+            return _sample_call(call, incarnation, o_keys, o_prob, beta, o_weights)
         return _sample_locked(
             plan, held, repairs, words, dst, incarnation, o_keys, o_prob, mask, beta, o_weights, _NO_SPLIT
         )
@@ -248,6 +285,17 @@ def sample_transitions(
             if job[0]:
                 status, err, more = release(plan, held, counted)
     return status, live, err, died + more
+
+
+@nb.njit(cache=True, nogil=True)
+def _sample_call(call, incarnation, o_keys, o_prob, beta, o_weights):  # pragma: no cover - numba
+    """`_sample_locked` in one call (``held`` False, no split) with plan, repairs, words, dst and mask
+    read from ``call`` (`slot_call`)."""
+    return _sample_locked(
+        int64_at(call[0], call[1]), False, int64_at(call[2], call[3]), int64_at(call[4], call[5]),
+        int64_at(call[6], call[7]), incarnation, o_keys, o_prob, uint8_at(call[8], call[9]).view(np.bool_),
+        beta, o_weights, _NO_SPLIT,
+    )
 
 
 @nb.njit(cache=True, nogil=True)

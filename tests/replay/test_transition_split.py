@@ -252,8 +252,10 @@ def test_only_batches_of_two_split_bytes_take_the_split_path(monkeypatch):
     ring = ch.CopyHelpers.ring
     monkeypatch.setattr(ch.CopyHelpers, "ring", lambda self, n: calls.append(n) or ring(self, n))
     draw, once = tk._draw_held, tk._sample_locked  # the split path's draw, the one call
+    by_call = tk._sample_call  # the one call with its fixed arrays by address (`slot_call`)
     monkeypatch.setattr(tk, "_draw_held", lambda *a: splits.append(a[11]) or draw(*a))
     monkeypatch.setattr(tk, "_sample_locked", lambda *a: splits.append(a[11]) or once(*a))
+    monkeypatch.setattr(tk, "_sample_call", lambda *a: splits.append(tk._NO_SPLIT) or by_call(*a))
     with MemoryManager() as mm:
         store = make_store(mm, 1, False)
         rows = 2 * tk.SPLIT_BYTES // SPEC.step_bytes  # just under the threshold
