@@ -12,7 +12,11 @@ near 2**63 - 1).
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
+from pathlib import Path
 
+import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
@@ -167,3 +171,30 @@ def test_the_rule_is_chosen_once_per_class():
     cap = CapAboveSamples(30)
     for inserts in range(0, 40):
         assert cap.insert_headroom((inserts, 5, 0)) == counted(cap, (inserts, 5, 0))
+
+
+def test_a_subclass_pickled_by_value_keeps_the_search_in_another_process():
+    # a class defined in a function travels by value (cloudpickle, as Ray sends a learner's limiter): the
+    # class there is rebuilt from its __dict__, which holds the insert_headroom chosen here
+    cloudpickle = pytest.importorskip("cloudpickle")
+
+    def make() -> RateLimiter:
+        class Cap(MinSize):
+            def can_insert(self, counts, n=1):
+                return int(counts[0]) + n <= 30 + int(counts[1])
+
+        return Cap(1)
+
+    code = (
+        "import pickle, sys\n"
+        "from replay.rate_limiter import RateLimiter\n"
+        "lim = pickle.loads(sys.stdin.buffer.read())\n"
+        "searched = type(lim).insert_headroom is RateLimiter.headroom_by_search\n"
+        "print(searched, lim.insert_headroom((28, 5, 0)))\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [sys.executable, "-c", code], input=cloudpickle.dumps(make()), capture_output=True, cwd=root,
+        timeout=120, check=True,
+    )
+    assert out.stdout.decode().split() == ["True", "7"]
