@@ -19,7 +19,8 @@ torch.Size([1024, 128])
 Modules: `sizes` (Tier, parse_size), `dtypes`, `errors`, `shm` (shared-memory segments, exit
 cleanup), `cudart` (where a region is pinned for CUDA), `backing`, `resources` (one per tier),
 `pool` (PoolResource: freed pinned and device memory kept for reuse, PoolStats), `region` (Region,
-RegionHandle), `accounts` (budgets and statistics), `manager` (MemoryManager), `address_index`
+RegionHandle), `accounts` (budgets and statistics), `manager` (MemoryManager), `deferred`
+(DeferringLock: the manager's lock, which runs the frees finalizers could not do at once), `address_index`
 (which live region holds an address: `MemoryManager.tier_of`),
 `owners` (segment names that carry their owner; reclaim of segments whose owner is gone),
 `signals` (unlink shared memory on SIGTERM and SIGHUP).

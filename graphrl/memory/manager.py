@@ -3,7 +3,8 @@
 It composes one `graphrl.memory.resources` resource per tier (the pinned and device ones inside a
 `graphrl.memory.pool.PoolResource`) with an `graphrl.memory.accounts.Account` (limit and statistics),
 tries fallback tiers in order, finds the tier of a tensor's memory (`MemoryManager.tier_of`), and
-frees what is left on ``close``. See docs/architecture.md#memory-tiers.
+frees what is left on ``close``. Its lock is a `graphrl.memory.deferred.DeferringLock`, which also
+gives back the regions finalizers freed while it was in the way. See docs/architecture.md#memory-tiers.
 
 References
 ----------
@@ -12,17 +13,14 @@ RMM's memory resources and resource adaptors (limiting, statistics, pool).
 
 from __future__ import annotations
 
-import functools
 import itertools
 import logging
 import multiprocessing.util
 import os
-import threading
 import weakref
-from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import torch
@@ -31,6 +29,7 @@ from graphrl.memory import cudart, signals
 from graphrl.memory.accounts import Account
 from graphrl.memory.address_index import AddressIndex
 from graphrl.memory.backing import Backing, TensorBacking
+from graphrl.memory.deferred import DeferringLock
 from graphrl.memory.dtypes import parse_dtype
 from graphrl.memory.errors import MemoryBudgetError
 from graphrl.memory.owners import reclaim as reclaim_orphans
@@ -51,27 +50,6 @@ from graphrl.memory.sizes import Tier, check_owner, format_size, parse_shape, pa
 __all__ = ["MemoryManager"]
 
 logger = logging.getLogger(__name__)
-
-_R = TypeVar("_R")
-
-
-def _entry(method: Callable[..., _R]) -> Callable[..., _R]:
-    """A public `MemoryManager` call: counted as under way on this thread, and, as the outermost one,
-    first giving back the regions finalizers freed meanwhile (`MemoryManager.release_soon`)."""
-
-    @functools.wraps(method)
-    def call(self: MemoryManager, *args: Any, **kwargs: Any) -> _R:
-        inside = self._inside
-        depth = getattr(inside, "depth", 0)
-        inside.depth = depth + 1
-        try:
-            if depth == 0 and self._pending:
-                self._drain()
-            return method(self, *args, **kwargs)
-        finally:
-            inside.depth = depth
-
-    return call
 
 
 class MemoryManager:
@@ -173,10 +151,9 @@ class MemoryManager:
         self._live: dict[int, Region] = {}
         self._attached: dict[int, Region] = {}
         self._counter = itertools.count()
-        self._lock = threading.Lock()
-        # regions freed by finalizers (Region.free_soon), given back at the start of the next call
-        self._pending: deque[tuple[Region, Backing]] = deque()
-        self._inside = threading.local()  # per thread: how many of this manager's calls are under way
+        # the lock; ``with self._lock.busy:`` around every call into a resource outside it, whose locks
+        # a free takes: a finalizer's free (release_soon) waits for the end of either section
+        self._lock = DeferringLock()
         self._closed = False
         self._finalizer = weakref.finalize(self, self._cleanup)
         multiprocessing.util.Finalize(self, self._cleanup, exitpriority=10)
@@ -201,21 +178,18 @@ class MemoryManager:
         if pool is not None and account is not None:
             pool.set_limit(max(account.budget - self._registered_bytes[tier], 0))
 
-    @_entry
     def budget(self, tier: Tier | str) -> int:
         """Budget of ``tier`` in bytes (the machine's capacity for a tier given no budget)."""
         tier = Tier.parse(tier)
         with self._lock:
             return self._account(tier).budget
 
-    @_entry
     def free_bytes(self, tier: Tier | str) -> int:
         """Bytes still available on ``tier``: its budget minus the bytes of its live regions."""
         tier = Tier.parse(tier)
         with self._lock:
             return self._account(tier).free
 
-    @_entry
     def usage(self) -> dict[str, dict[str, int]]:
         """Per tier: ``{"budget", "used", "free", "peak", "regions"}`` in bytes (regions: a count).
 
@@ -229,7 +203,6 @@ class MemoryManager:
                                    "regions": a.regions}
             return out
 
-    @_entry
     def stats(self) -> dict[str, Any]:
         """Bytes in use, peak bytes and live regions per tier and owner, and the pools' counters.
 
@@ -253,13 +226,13 @@ class MemoryManager:
                 for tier in Tier
             }
             direct = {t: PoolStats(**s.as_dict()) for t, s in self._direct.items()}
-        out["pools"] = {
-            t.value: (self._pools[t].stats().plus(direct[t]) if t in self._pools else direct[t]).as_dict()
-            for t in POOLED_TIERS
-        }
+        with self._lock.busy:
+            out["pools"] = {
+                t.value: (self._pools[t].stats().plus(direct[t]) if t in self._pools else direct[t]).as_dict()
+                for t in POOLED_TIERS
+            }
         return out
 
-    @_entry
     def regions(self, owner: str | None = None) -> list[Region]:
         """The live regions this manager owns (of ``owner`` only, if given), oldest first."""
         with self._lock:
@@ -277,7 +250,6 @@ class MemoryManager:
                 tiers.append(parsed)
         return tiers
 
-    @_entry
     def allocate(
         self,
         shape: int | tuple[int, ...] | list[int] | torch.Size,
@@ -350,7 +322,8 @@ class MemoryManager:
             prefix = self._prefixes.get(pid) or self._prefixes.setdefault(pid, segment_prefix())
             name = f"{prefix}{index}"
             try:
-                backing = self._resources[t].allocate(shp, dt.torch, nbytes, name)
+                with self._lock.busy:
+                    backing = self._resources[t].allocate(shp, dt.torch, nbytes, name)
             except (torch.OutOfMemoryError, MemoryError) as exc:
                 with self._lock:
                     account.cancel(owner, nbytes)
@@ -389,7 +362,8 @@ class MemoryManager:
                 region.free()
                 pool = self._pools.get(t)
                 if pool is not None:
-                    pool.trim()  # the block goes back upstream, as close() did with the others
+                    with self._lock.busy:
+                        pool.trim()  # the block goes back upstream, as close() did with the others
                 raise ValueError("this MemoryManager was closed during the allocation")
             if t is Tier.SHARED:
                 signals.install_signal_handlers()  # once per process, from the main thread only
@@ -404,7 +378,6 @@ class MemoryManager:
             tiers[0], owner, nbytes, free0, first.budget, tuple(attempts), note
         ) from failure
 
-    @_entry
     def register(
         self, array: np.ndarray | torch.Tensor, tier: Tier | str = Tier.PINNED, *, owner: str
     ) -> Region:
@@ -492,7 +465,6 @@ class MemoryManager:
                 self._direct[tier].registrations += 1
         return region
 
-    @_entry
     def attach(self, handle: RegionHandle | str, shape: Any = None, dtype: Any = None) -> Region:
         """`Region.attach`, and unmap the region when this manager closes. Counts against no budget."""
         with self._lock:
@@ -502,63 +474,26 @@ class MemoryManager:
             self._attached[id(region)] = region
         return region
 
-    @_entry
     def deallocate(self, region: Region, backing: Backing) -> None:
-        """Free ``region``'s memory, then return its bytes to the budget.
+        """Free ``region``'s memory (its ``backing``, claimed), then return its bytes to the budget.
 
-        Called exactly once per region, by `Region.free` (which hands over the backing it claimed);
-        call `Region.free`, not this.
+        Called exactly once per region, by `Region.free` (which hands over the backing it claimed) or
+        through `release_soon`; call `Region.free`, not this.
         """
-        self._release(region, backing)
-
-    def release_soon(self, region: Region, backing: Backing) -> None:
-        """Give back a region a finalizer freed (`Region.free_soon` hands over its backing); never deadlocks.
-
-        Now, unless this thread is inside one of this manager's calls (a finalizer run by garbage
-        collection inside its critical section: the lock is not re-entrant) or another thread holds
-        the lock; then the region waits in a queue (a deque: appending is atomic) that every public
-        call drains first, so budgets, statistics and ``close`` see it given back.
-
-        References
-        ----------
-        RMM's deferred deallocation and CPython's pending calls (``Py_AddPendingCall``).
-        """
-        self._pending.append((region, backing))
-        if getattr(self._inside, "depth", 0) == 0 and self._lock.acquire(blocking=False):
-            self._lock.release()
-            self._collect()
-
-    @_entry
-    def _collect(self) -> None:
-        """Nothing beyond what every call does first: give back the regions waiting in the queue."""
-
-    def _drain(self) -> None:
-        """Give back the regions waiting in the queue (inside a call: finalizers meanwhile queue too)."""
-        while True:
-            try:
-                region, backing = self._pending.popleft()
-            except IndexError:  # empty (another thread may have taken the last one)
-                return
-            try:
-                self._release(region, backing)
-            except Exception as err:  # noqa: BLE001 - a finalizer's free: not the caller's error
-                logger.warning("freeing %r (its finalizer ran) failed: %s", region, err)
-
-    def _release(self, region: Region, backing: Backing) -> None:
-        """Free ``region``'s memory (its ``backing``, claimed), then return its bytes to the budget."""
         tier = region.tier
         key = id(region)
         with self._lock:
             registered = self._registered.pop(key, None)
             self._addresses.remove(key)
         try:
-            if registered is not None:  # a user's buffer: unpin it, nothing to give back
-                ptr = getattr(backing, "registered_ptr", None)
-                if ptr is not None:
-                    cudart.host_unregister(ptr)
-                    backing.registered_ptr = None  # type: ignore[attr-defined]
-            else:
-                self._resources[tier].deallocate(backing)
+            with self._lock.busy:
+                if registered is not None:  # a user's buffer: unpin it, nothing to give back
+                    ptr = getattr(backing, "registered_ptr", None)
+                    if ptr is not None:
+                        cudart.host_unregister(ptr)
+                        backing.registered_ptr = None  # type: ignore[attr-defined]
+                else:
+                    self._resources[tier].deallocate(backing)
         finally:
             with self._lock:
                 self._accounts[tier].release(region.owner, region.nbytes)
@@ -571,6 +506,17 @@ class MemoryManager:
                 elif (direct := self._unpooled(tier, region.nbytes)) is not None:
                     direct.unregistrations += 1
                     direct.held_bytes -= region.nbytes
+
+    def release_soon(self, region: Region, backing: Backing) -> None:
+        """Give back a region a finalizer freed (`Region.free_soon` hands over its backing); never deadlocks.
+
+        `deallocate` now, unless this thread holds the manager's lock (garbage collected inside its
+        critical section) or is inside a call into a resource (whose locks are not re-entrant), or
+        another thread holds the lock: then at the end of that section, when the lock is released or
+        the call returns (`graphrl.memory.deferred.DeferringLock.defer`). ``close`` gives back any still
+        waiting.
+        """
+        self._lock.defer(self.deallocate, region, backing)
 
     def _unpooled(self, tier: Tier, nbytes: int) -> PoolStats | None:
         """The counters an allocation of ``nbytes`` on ``tier`` outside a pool goes to (a pooled tier
@@ -610,12 +556,9 @@ class MemoryManager:
             raise TypeError(f"tier_of() takes a torch.Tensor, got {type(tensor).__name__}")
         if tensor.numel() == 0:
             return None
-        if self._pending:  # asked per copy: not an `_entry` (its lock alone keeps finalizers queued)
-            self._collect()
         with self._lock:
             return self._addresses.tier_at(tensor.data_ptr())
 
-    @_entry
     def trim(self, tier: Tier | str | None = None) -> int:
         """Release the idle blocks of the pinned and device pools (or of ``tier``'s) upstream.
 
@@ -630,7 +573,8 @@ class MemoryManager:
             An unknown tier.
         """
         tiers = list(self._pools) if tier is None else [Tier.parse(tier)]
-        return sum(self._pools[t].trim() for t in tiers if t in self._pools)
+        with self._lock.busy:
+            return sum(self._pools[t].trim() for t in tiers if t in self._pools)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -642,7 +586,6 @@ class MemoryManager:
     def closed(self) -> bool:
         return self._closed
 
-    @_entry
     def close(self) -> None:
         """Free every region this manager owns and unmap the ones it attached; idempotent.
 
@@ -665,14 +608,15 @@ class MemoryManager:
                 except Exception as err:  # noqa: BLE001 - raised once every region is freed
                     logger.warning("closing: freeing %r failed: %s", region, err)
                     first = first or err
-        self._drain()  # the regions finalizers freed meanwhile
-        for pool in self._pools.values():  # every pooled block goes back upstream (unregistered)
-            try:
-                pool.trim()
-            except Exception as err:  # noqa: BLE001 - raised once every pool is released
-                logger.warning("closing: releasing the %s pool failed: %s", pool.tier, err)
-                first = first or err
-        self._cleanup()
+        self._lock.drain()  # the regions finalizers freed and still waiting
+        with self._lock.busy:
+            for pool in self._pools.values():  # every pooled block goes back upstream (unregistered)
+                try:
+                    pool.trim()
+                except Exception as err:  # noqa: BLE001 - raised once every pool is released
+                    logger.warning("closing: releasing the %s pool failed: %s", pool.tier, err)
+                    first = first or err
+            self._cleanup()
         if first is not None:
             raise first
 

@@ -354,12 +354,12 @@ class Region:
 
         The one way finalizers free regions (`free_quietly` calls it). A finalizer may run wherever
         Python drops a reference or collects garbage, including inside the manager's own critical
-        section on the same thread, whose lock is not re-entrant: the region is marked freed at once,
-        and its bytes go back to the budget now unless this thread is inside a call of its manager or
-        another thread holds the manager's lock; then the manager does it at the start of its next
-        call (`MemoryManager.release_soon`), before any budget is read. A region freed already (by
-        `free`, its manager's ``close`` or another thread) is left alone. Use `free` in plain code: it
-        raises on a double free.
+        section on the same thread, or its resources', whose locks are not re-entrant: the region is
+        marked freed at once, and its bytes go back to the budget now unless a section is in the way
+        (this thread holds the manager's lock or is inside a call into a resource, or another thread
+        holds the lock); then when that section ends (`MemoryManager.release_soon`). A region freed
+        already (by `free`, its manager's ``close`` or another thread) is left alone. Use `free` in
+        plain code: it raises on a double free.
         """
         backing = self._take()
         if backing is None:

@@ -93,7 +93,7 @@ def _owner_bytes(mm: MemoryManager, tier: str, owner: str) -> tuple[int, int]:
     return usage["bytes"], usage["regions"]
 
 
-def test_a_finalizer_inside_the_managers_lock_defers_the_free_to_the_next_call(managed):
+def test_a_finalizer_inside_the_managers_lock_frees_when_the_lock_is_released(managed):
     hook = _CollectsOnCapacity()
     mm = managed(budgets={"host": 1 << 20}, resources={"shared": hook})
     with _no_automatic_gc():
@@ -103,19 +103,19 @@ def test_a_finalizer_inside_the_managers_lock_defers_the_free_to_the_next_call(m
         # the shared tier's first use asks its capacity with the lock held: the cycle is collected there
         assert _run(lambda: mm.budget("shared")) == 1 << 30
     assert hook.collected > 0 and not fin.alive and region.freed
-    assert _owner_bytes(mm, "host", "kept") == (0, 0)  # given back by this call, before it read the bytes
+    assert _owner_bytes(mm, "host", "kept") == (0, 0)  # given back when budget() released the lock
     assert mm.free_bytes("host") == 1 << 20 and mm.regions() == []
     with pytest.raises(ValueError, match="double free"):
         region.free()  # an explicit free stays strict
     mm.close()
 
 
-def test_a_region_a_finalizer_queued_is_given_back_by_close(managed):
+def test_close_after_a_finalizer_freed_a_region_under_the_lock_leaves_nothing_counted(managed):
     mm = managed(budgets={"host": 1 << 20}, resources={"shared": _CollectsOnCapacity()})
     with _no_automatic_gc():
         region = mm.allocate((8, 8), torch.int64, "host", owner="kept")
         _in_a_cycle(region)
-        _run(lambda: mm.usage())  # usage() measures the shared tier under the lock: the free is queued
+        _run(lambda: mm.usage())  # usage() measures the shared tier under the lock: the free waits for it
     _run(mm.close)
     assert region.freed and _owner_bytes(mm, "host", "kept") == (0, 0)
 
