@@ -7,10 +7,14 @@ rebuilt into its base class:
 - `check_picklable`: a store's handle (`replay.storage.StoreHandle`, carried by actor and learner
   processes) holds the limiter object; one that cannot be pickled is refused when the handle is made.
 - `limiter_record` / `restored_limiter`: a checkpoint records the limiter's settings (``to_config``)
-  and, for a class other than the built-ins, its qualified name under ``"class"``. Restoring rebuilds a
-  built-in from its settings; a subclass is not rebuilt by import (its constructor's arguments and
-  attributes are not in the checkpoint): the user passes it, ``restore(path, rate_limiter=...)``, and
-  it must be of the recorded class with the recorded settings, else ``ValueError`` says what to pass.
+  and, for a class other than the built-ins, its qualified name under ``"class"`` and its own settings
+  under ``"settings"`` (`replay.rate_limiter.RateLimiter.record_settings`: by default its public
+  attributes of plain types, such as a cap its constructor took; a subclass keeping a setting in another
+  type overrides it). Restoring rebuilds a built-in from its settings; a subclass is not rebuilt by
+  import (a checkpoint holds no code): the user passes it, ``restore(path, rate_limiter=...)``, and it
+  must be of the recorded class with the recorded ``to_config`` and ``record_settings``, else
+  ``ValueError`` says what differs and what to pass. (A checkpoint written before ``"settings"`` was
+  recorded is checked on its class and ``to_config`` only.)
 
 >>> cfg["rate_limiter"] = limiter_record(store.rate_limiter)            # checkpoint
 >>> limiter = restored_limiter(cfg["rate_limiter"], given, "ReplayStore.restore")  # restore
@@ -60,19 +64,29 @@ def check_picklable(limiter: RateLimiter, who: str) -> RateLimiter:
     return limiter
 
 
+RECORD_KEYS = ("class", "settings")  # what limiter_record adds to to_config() for a subclass
+
+
 def limiter_record(limiter: RateLimiter) -> dict[str, Any]:
-    """What a checkpoint records of ``limiter``: ``to_config()``, plus ``"class"`` (`class_name`) for a
-    class other than the built-ins (the classes of `replay.rate_limiter`, which `rate_limiter_from_config`
-    rebuilds from their config alone)."""
+    """What a checkpoint records of ``limiter``: ``to_config()``, plus ``"class"`` (`class_name`) and
+    ``"settings"`` (its `replay.rate_limiter.RateLimiter.record_settings`) for a class other than the
+    built-ins (the classes of `replay.rate_limiter`, which `rate_limiter_from_config` rebuilds from their
+    config alone)."""
     record = dict(limiter.to_config())
     if type(limiter).__module__ != RateLimiter.__module__:
         record["class"] = class_name(limiter)
+        record["settings"] = _plain(limiter.record_settings())
     return record
 
 
 def _plain(config: dict[str, Any]) -> Any:
     """``config`` as a checkpoint's JSON gives it back (tuples as lists)."""
     return json.loads(json.dumps(config))
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal as JSON text (so a recorded NaN equals a given NaN)."""
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
 def restored_limiter(record: dict[str, Any], given: RateLimiter | None, who: str) -> RateLimiter:
@@ -90,19 +104,23 @@ def restored_limiter(record: dict[str, Any], given: RateLimiter | None, who: str
     Raises
     ------
     ValueError
-        The record names a subclass and ``given`` is None; ``given`` is not of the recorded class or
-        its ``to_config()`` differs from the recorded settings.
+        The record names a subclass and ``given`` is None; ``given`` is not of the recorded class, its
+        ``to_config()`` differs from the recorded settings, or its ``record_settings()`` from the
+        recorded ``"settings"`` (where the checkpoint has them).
     TypeError
         ``given`` is not a `replay.rate_limiter.RateLimiter`.
     """
-    config = {k: v for k, v in record.items() if k != "class"}
+    config = {k: v for k, v in record.items() if k not in RECORD_KEYS}
     recorded = record.get("class")
     if given is None:
         if recorded is None:
             return rate_limiter_from_config(config)
+        own = record.get("settings")
         raise ValueError(
             f"{who}: the checkpoint's rate limiter is {recorded}, a RateLimiter subclass; a checkpoint "
-            f"holds its settings {config} and class name, not its code: pass the limiter, "
+            f"holds its settings {config}"
+            + ("" if own is None else f", its record_settings() {own}")
+            + " and class name, not its code: pass the limiter, "
             f"restore(path, rate_limiter={recorded.rpartition('.')[2]}(...)), with those settings"
         )
     if not isinstance(given, RateLimiter):
@@ -110,9 +128,16 @@ def restored_limiter(record: dict[str, Any], given: RateLimiter | None, who: str
             f"{who}: rate_limiter must be a replay.rate_limiter.RateLimiter, got {type(given).__name__}"
         )
     want = recorded if recorded is not None else class_name(rate_limiter_from_config(config))
-    if class_name(given) != want or _plain(given.to_config()) != _plain(config):
+    if class_name(given) != want or not _same(_plain(given.to_config()), _plain(config)):
         raise ValueError(
             f"{who}: rate_limiter={given!r} ({class_name(given)}, settings {given.to_config()}) is not the "
             f"checkpoint's: {want} with settings {config}; pass that limiter, or none for a built-in one"
+        )
+    if "settings" in record and not _same(_plain(given.record_settings()), record["settings"]):
+        raise ValueError(
+            f"{who}: rate_limiter={given!r} ({class_name(given)}) has record_settings() "
+            f"{given.record_settings()}, the checkpoint's {want} had {record['settings']} (its public "
+            "attributes, such as its constructor's arguments: replay.rate_limiter.RateLimiter."
+            "record_settings); pass the limiter the checkpoint was written with"
         )
     return given

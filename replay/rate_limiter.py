@@ -101,6 +101,26 @@ def _last_true(pred: Callable[[int], bool], lo: int, hi: int, up: bool) -> int:
     return lo
 
 
+_INIT_FIELDS = frozenset({"samples_per_insert", "min_size", "min_diff", "max_diff"})  # RateLimiter.__init__'s
+_NOT_PLAIN = object()
+
+
+def _plain_value(value: Any) -> Any:
+    """``value`` as plain JSON-able data (numpy scalars as Python numbers, tuples as lists), or
+    ``_NOT_PLAIN``."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, np.generic) and isinstance(value.item(), (bool, int, float, str)):
+        return value.item()
+    if isinstance(value, (list, tuple)):
+        items = [_plain_value(v) for v in value]
+        return _NOT_PLAIN if any(v is _NOT_PLAIN for v in items) else items
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        out = {k: _plain_value(v) for k, v in value.items()}
+        return _NOT_PLAIN if any(v is _NOT_PLAIN for v in out.values()) else out
+    return _NOT_PLAIN
+
+
 class RateLimiter:
     """A rate-limiter configuration: ``samples_per_insert``, ``min_size``, ``min_diff``, ``max_diff``.
 
@@ -132,11 +152,19 @@ class RateLimiter:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """A subclass with an admission rule of its own (a `can_insert` override) that keeps the base
         `insert_headroom` gets `headroom_by_search` as its `insert_headroom`, once, here: the closed
-        form holds for the base rule only."""
+        form holds for the base rule only. Likewise the messages: a `can_insert` (`can_sample`)
+        override that keeps the base `explain_insert_block` (`explain_sample_block`) gets
+        `explain_own_insert_rule` (`explain_own_sample_rule`), which names the class and the counts its
+        rule refused, not the base rule's clauses."""
         super().__init_subclass__(**kwargs)
         own_rule = cls.can_insert is not RateLimiter.can_insert
         if own_rule and cls.insert_headroom is RateLimiter.insert_headroom:
             cls.insert_headroom = RateLimiter.headroom_by_search  # type: ignore[method-assign]
+        if own_rule and cls.explain_insert_block is RateLimiter.explain_insert_block:
+            cls.explain_insert_block = RateLimiter.explain_own_insert_rule  # type: ignore[method-assign]
+        own_sample_rule = cls.can_sample is not RateLimiter.can_sample
+        if own_sample_rule and cls.explain_sample_block is RateLimiter.explain_sample_block:
+            cls.explain_sample_block = RateLimiter.explain_own_sample_rule  # type: ignore[method-assign]
 
     def insert_headroom(self, counts: Sequence[int]) -> float:
         """Steps that may be inserted one after another given ``counts = (inserts, samples, deletes)``.
@@ -238,6 +266,21 @@ class RateLimiter:
             "max_diff": self.max_diff,
         }
 
+    def record_settings(self) -> dict[str, Any]:
+        """A subclass's settings beyond `to_config`, which a checkpoint records and a restore compares
+        (`replay.limiter_record`): by default its public attributes (no leading underscore) of plain
+        types (bool, int, float, str, None, numpy scalars, and lists, tuples and str-keyed dicts of
+        them), less those `RateLimiter.__init__` sets (`to_config` holds them). Override it to record
+        settings kept in attributes of other types (or to leave out state that changes while the
+        limiter is used); return plain values only. The built-in limiters record none."""
+        return {
+            name: plain
+            for name, value in sorted(vars(self).items())
+            if not name.startswith("_") and name not in _INIT_FIELDS
+            for plain in [_plain_value(value)]
+            if plain is not _NOT_PLAIN
+        }
+
     def __eq__(self, other: object) -> bool:
         return type(other) is type(self) and other.to_config() == self.to_config()  # type: ignore[union-attr]
 
@@ -272,6 +315,36 @@ class RateLimiter:
             f"samples_per_insert={self.samples_per_insert} (max_diff={self.max_diff}); sample more or widen "
             "error_buffer / the queue size"
         )
+
+    def _explain_own_rule(self, side: str, counts: Sequence[int], base_refuses: bool, base: str) -> str:
+        inserts, samples, deletes = (int(c) for c in counts[:3])
+        name = type(self).__qualname__
+        own_repr = type(self).__repr__ is not RateLimiter.__repr__
+        what = (
+            repr(self) if own_repr
+            else f"to_config() {self.to_config()}, record_settings() {self.record_settings()}"
+        )
+        text = (
+            f"the rate limiter's own rule refuses: {name}.{side} is False for one more step at "
+            f"inserts={inserts}, samples={samples}, deletes={deletes} (size {inserts - deletes}); "
+            f"{type(self).__module__}.{name} with {what}"
+        )
+        return text + (f"; the base RateLimiter rule refuses too: {base}" if base_refuses else "")
+
+    def explain_own_insert_rule(self, counts: Sequence[int]) -> str:
+        """`explain_insert_block` of a subclass whose `can_insert` is its own (`__init_subclass__`): its
+        class, the counts its ``can_insert`` refused, and the base rule's explanation where that refuses
+        too (a rule built on ``super().can_insert``)."""
+        base_refuses = not RateLimiter.can_insert(self, counts)
+        base = RateLimiter.explain_insert_block(self, counts) if base_refuses else ""
+        return self._explain_own_rule("can_insert", counts, base_refuses, base)
+
+    def explain_own_sample_rule(self, counts: Sequence[int]) -> str:
+        """`explain_sample_block` of a subclass whose `can_sample` is its own (`__init_subclass__`): as
+        `explain_own_insert_rule`, for ``can_sample``."""
+        base_refuses = not RateLimiter.can_sample(self, counts)
+        base = RateLimiter.explain_sample_block(self, counts) if base_refuses else ""
+        return self._explain_own_rule("can_sample", counts, base_refuses, base)
 
 
 class MinSize(RateLimiter):
