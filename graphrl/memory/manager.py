@@ -358,12 +358,8 @@ class MemoryManager:
                 if not closed:
                     self._live[id(region)] = region
                     self._track(region, backing)
-            if closed:  # close() ran while we were allocating (and has released the pools already)
+            if closed:  # close() ran while we were allocating: its block goes upstream (deallocate)
                 region.free()
-                pool = self._pools.get(t)
-                if pool is not None:
-                    with self._lock.busy:
-                        pool.trim()  # the block goes back upstream, as close() did with the others
                 raise ValueError("this MemoryManager was closed during the allocation")
             if t is Tier.SHARED:
                 signals.install_signal_handlers()  # once per process, from the main thread only
@@ -506,6 +502,10 @@ class MemoryManager:
                 elif (direct := self._unpooled(tier, region.nbytes)) is not None:
                     direct.unregistrations += 1
                     direct.held_bytes -= region.nbytes
+                closed = self._closed
+        if closed and registered is None and tier in self._pools:  # close() may have trimmed the pool
+            with self._lock.busy:
+                self._pools[tier].trim()  # this block goes upstream too, as close() did with the others
 
     def release_soon(self, region: Region, backing: Backing) -> None:
         """Give back a region a finalizer freed (`Region.free_soon` hands over its backing); never deadlocks.

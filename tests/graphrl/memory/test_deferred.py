@@ -623,3 +623,27 @@ def test_close_leaves_nothing_counted_whichever_frees_first(managed, order):
         del tensor
         mm.close()
     assert region.freed and _bytes(mm, "host", "x") == (0, 0) and mm.usage()["host"]["used"] == 0
+
+
+def test_a_free_that_finishes_after_close_trimmed_the_pool_still_gives_its_block_upstream(managed):
+    entered, finish = threading.Event(), threading.Event()
+
+    class SlowPool(PoolResource):
+        def deallocate(self, backing: Backing) -> None:  # a free on another thread, caught mid-way
+            entered.set()
+            finish.wait(JOIN_S)
+            super().deallocate(backing)
+
+    pool = SlowPool(PinnedResource(cuda=False), tier="pinned")
+    mm = managed(budgets={"pinned": 1 << 20}, resources={"pinned": pool}, reclaim=False)
+    region = mm.allocate((4096,), torch.uint8, "pinned", owner="x")
+    freeing = threading.Thread(target=region.free, daemon=True)
+    freeing.start()
+    assert entered.wait(JOIN_S)
+    _run(mm.close)  # finds the region freed (claimed) and the pool empty of idle blocks
+    finish.set()
+    freeing.join(JOIN_S)
+    assert not freeing.is_alive()
+    stats = pool.stats()
+    assert (stats.held_bytes, stats.idle_bytes, stats.unregistrations) == (0, 0, 1)  # not kept registered
+    assert _bytes(mm, "pinned", "x") == (0, 0)
