@@ -11,27 +11,59 @@
   `split_keys` routes priority updates back by those bits.
 - inserts: the store's rate limiter applies at the client with global counters; its own
   `replay.rate_limiter.RateLimiter.insert_headroom` (counted from its ``can_insert``, a subclass's
-  included) turns them into the steps it admits now and `allowances` splits that evenly over the shards.
+  included) turns them into the steps it admits now and `headroom_shares` splits that over the shards in
+  whole steps (`allowances`: each shard's inserts plus its share). A shard admits a shipment while its
+  inserts are below its allowance, then charges all its steps, as the local store admits a call while its
+  limiter admits one step. So a headroom H admits fewer than ``H + S * m`` steps in all (S shards, m the
+  largest shipment), where the local store admits fewer than ``H + m``: at most one shipment per shard
+  goes past, not one in all; one-step shipments with ``H >= S`` are admitted exactly as in the local
+  store. Equality in general would need a round trip per shipment: with H = 1 and two writers shipping to
+  two shards at once, each shard must admit (either could be the only one with a writer waiting, whom
+  the local store would admit), so both go past.
 See docs/architecture.md#replay-composition.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from replay.keys import MAX_SHARDS
 from replay.rate_limiter import RateLimiter
 
-__all__ = ["allowances", "least_loaded", "shard_seed", "shares", "split_calls", "split_keys"]
+__all__ = [
+    "allowances", "headroom_shares", "least_loaded", "shard_seed", "shares", "split_calls", "split_keys",
+]
+
+
+def headroom_shares(headroom: float, num_shards: int) -> list[float]:
+    """The global insert headroom (steps, ``math.inf`` unbounded) split over ``num_shards`` shards.
+
+    Whole steps summing to ``floor(headroom)``, the first ``floor(headroom) % num_shards`` shards one
+    more, so one-step shipments are admitted exactly as the local store admits them; but every shard at
+    least one step while ``headroom >= 1`` (fewer steps than shards: each shard may take one shipment,
+    else a writer waiting on a shard without a share would wait while the local store admits it);
+    ``math.inf`` each when unbounded, 0 each when ``headroom < 1``.
+    """
+    if math.isinf(headroom) and headroom > 0:
+        return [math.inf] * num_shards
+    h = max(0, math.floor(headroom))
+    if h == 0:
+        return [0.0] * num_shards
+    if h < num_shards:
+        return [1.0] * num_shards
+    base, extra = divmod(h, num_shards)
+    return [float(base + (s < extra)) for s in range(num_shards)]
 
 
 def allowances(limiter: RateLimiter, stats: list[dict], samples: int) -> list[float]:
-    """Each shard's insert allowance: its inserts plus an even share of the global headroom
+    """Each shard's insert allowance: its inserts plus its `headroom_shares` share of the global headroom
     (`replay.rate_limiter.RateLimiter.insert_headroom` of the global counters)."""
     inserts = sum(st["inserts"] for st in stats)
     deletes = sum(st["deletes"] for st in stats)
-    h = limiter.insert_headroom((inserts, samples, deletes)) / len(stats)
-    return [st["inserts"] + h for st in stats]
+    h = headroom_shares(limiter.insert_headroom((inserts, samples, deletes)), len(stats))
+    return [st["inserts"] + share for st, share in zip(stats, h, strict=True)]
 
 
 def shard_seed(seed: int | None, s: int) -> int | None:

@@ -29,6 +29,7 @@ import ray
 from graphrl.memory import MemoryBudgetError
 from replay.distributed.chunk_transport import CODEC_KINDS, gather_chunks, pack_field
 from replay.distributed.errors import AwaitingRestore, secs
+from replay.distributed.routing import headroom_shares
 from replay.distributed.transport import concat_tables, ring_runs
 from replay.rate_limiter import MinSize
 from replay.selectors import selector_from_config
@@ -110,7 +111,7 @@ class ShardActor:
             )
         self.cond = threading.Condition()
         inserts = self.store.counters()["inserts"]
-        self.allow = inserts + self.headroom / self.num_shards
+        self.allow = inserts + headroom_shares(self.headroom, self.num_shards)[index]
         self.paused = False
         self.active = 0
         self.woken: deque[str] = deque(maxlen=1024)
@@ -132,7 +133,7 @@ class ShardActor:
                 self.store = ReplayStore.restore(folder, **self.kwargs)
                 old.close()
                 inserts = self.store.counters()["inserts"]
-                self.allow = inserts + self.headroom / self.num_shards
+                self.allow = inserts + headroom_shares(self.headroom, self.num_shards)[self.index]
             self.restored_from = folder
             self.awaiting = False
             self.cond.notify_all()
