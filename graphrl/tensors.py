@@ -23,6 +23,10 @@ On the CPU each slot's tensor has its own storage, so its views are counted by t
 reference count (torch's ``_storage_Use_Count``); `acquire` and `available` take back such slots once
 their count falls. A slot on a GPU shares the region's storage: there it is released at once.
 
+A copy that may still read a slot after its call returned (``.to("cuda", non_blocking=True)``) is announced
+by `StagingBuffer.hold_until(event)`: released either way, the slot is not handed out again before the event
+completes (``event.query()``, never blocking); `StagingPool.close` waits for such events before freeing.
+
 References
 ----------
 Min et al., "Large Graph Convolutional Network Training with GPU-Oriented Data Communication
@@ -247,6 +251,22 @@ class StagingBuffer:
         self._drop_view()
         self._pool.release_slot_when_unused(self.slot)
 
+    def hold_until(self, event: Any) -> None:
+        """Keep the slot from being handed out again until ``event`` completes, however it is released.
+
+        For a copy that may still read the slot after its call returned (``tensor.to("cuda",
+        non_blocking=True)``): pass a CUDA event recorded after it (as torch's caching host allocator
+        does). ``event`` needs ``query()`` (True once complete, never blocking) and ``synchronize()``.
+
+        Raises
+        ------
+        ValueError
+            The buffer was released.
+        """
+        if self._view is None:
+            raise ValueError(f"staging buffer of slot {self.slot} (step {self.step}) was released")
+        self._pool.hold_slot_until(self.slot, event)
+
     def _drop_view(self) -> None:
         """Count the buffer as released (a second release raises `ValueError` naming the slot)."""
         if self._view is None:
@@ -351,6 +371,8 @@ class StagingPool:
         self._own_objects: list[tuple] = [()] * slots  # per slot: the user's cached tensors, their references
         self._own_refs = [0] * slots
         self._unused: list[int] = []  # slots released when unused, still viewed by a user's tensor
+        self._copies: list[tuple] = [()] * slots  # per slot: events of copies that may still read it
+        self._released_by_copy = [False] * slots  # in _unused after `release`: wait for copies, not views
         self._free: deque[int] = deque(range(slots))
         self._recent = reuse == "recent"  # hand out the free slot released last (right end of _free)
         self._steps = 0
@@ -391,7 +413,8 @@ class StagingPool:
 
     @property
     def waiting_for_views(self) -> int:
-        """Slots released by `StagingBuffer.release_when_unused` that a user's tensor still views."""
+        """Slots released that a user's tensor still views (`StagingBuffer.release_when_unused`) or a copy
+        may still read (`StagingBuffer.hold_until`)."""
         with self._cond:
             if self._unused:
                 self._take_back_unused()
@@ -481,14 +504,27 @@ class StagingPool:
             self._waiting -= 1
 
     def _take_back_unused(self) -> None:
-        """Free the slots left by `release_when_unused` that no user's tensor views any more (lock held)."""
+        """Free the slots left unused that no user's tensor views and no copy reads any more (lock held)."""
         still = []
         for slot in self._unused:
-            if self._viewed(slot):
+            if (not self._released_by_copy[slot] and self._viewed(slot)) or self._copying(slot):
                 still.append(slot)
             else:
+                self._released_by_copy[slot] = False
                 self.release_slot(slot)  # the condition's lock is reentrant
         self._unused = still
+
+    def _copying(self, slot: int) -> bool:
+        """Whether a copy announced by `hold_slot_until` may still read ``slot`` (lock held)."""
+        copies = self._copies[slot]
+        if copies:
+            copies = self._copies[slot] = tuple(e for e in copies if not e.query())
+        return bool(copies)
+
+    def hold_slot_until(self, slot: int, event: Any) -> None:
+        """Hand ``slot`` out again only after ``event`` completes (`StagingBuffer.hold_until`: use that)."""
+        with self._lock:
+            self._copies[slot] = (*self._copies[slot], event)
 
     def _viewed(self, slot: int) -> bool:
         """Whether a tensor beyond the user's own views ``slot`` (CPU pools only)."""
@@ -522,6 +558,11 @@ class StagingPool:
         with self._lock:
             if self._closed:
                 return
+            if self._copies[slot] and self._copying(slot):  # wait for the copies only (the holder's word)
+                self._released_by_copy[slot] = True
+                self._unused.append(slot)
+                self._cond.notify()  # a waiting `acquire` starts polling it
+                return
             self._free.append(slot)
             if self._waiting:
                 self._cond.notify()
@@ -536,7 +577,10 @@ class StagingPool:
                 return
             self._closed = True
             held = self.slots - len(self._free)  # handed out, or waiting for their views to go
+            copies = [event for events in self._copies for event in events]
             self._cond.notify_all()
+        for event in copies:  # a copy still reading a slot finishes before the memory goes
+            event.synchronize()
         if held:
             logger.debug("staging pool %r closed with %d buffers still held", self.owner, held)
         if not self._region.freed:  # the manager may have closed first

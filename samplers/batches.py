@@ -6,14 +6,18 @@ node type, typed with seeds of several) and `LoadedLinkBatch` /
 blocks, ``input_features`` of ``input_nodes`` (``blocks[0].src_nodes``) in a reusable staging buffer, and
 ``release()``, which gives that buffer back at once (`samplers.loader`'s module docstring has the staging
 reuse rule: in host memory a batch's features are never overwritten while a tensor views them; in device
-memory they stay valid until the next batch is fetched). Import them from `samplers`.
+memory they stay valid until the next batch is fetched). ``batch.to(device, non_blocking=True)`` copies
+every tensor of a batch to a device; the staging buffer it copies from is not handed out again before the
+copies complete (an event recorded after them, `copy_event`; `graphrl.tensors.StagingBuffer.hold_until`),
+however the batch is then released or dropped. Import them from `samplers`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import torch
 
@@ -23,7 +27,34 @@ from samplers.hetero_link import HeteroLinkBatch
 from samplers.link import LinkBatch
 from samplers.prefetch import BatchLease
 
-__all__ = ["HeteroNodeBatch", "LoadedHeteroLinkBatch", "LoadedLinkBatch", "MultiTypeNodeBatch", "NodeBatch"]
+__all__ = ["HeteroNodeBatch", "LoadedHeteroLinkBatch", "LoadedLinkBatch", "MultiTypeNodeBatch", "NodeBatch",
+           "copy_event"]
+
+
+def copy_event(device: torch.device, non_blocking: bool) -> Any:
+    """The event after which the copies `_Staged.to` just queued to ``device`` have read their sources: a
+    ``torch.cuda.Event`` recorded on ``device``'s current stream for a non-blocking copy to a CUDA device,
+    else None (the copies completed on return). The one place a batch's copy decides whether to wait."""
+    if not non_blocking or device.type != "cuda":
+        return None
+    event = torch.cuda.Event()
+    event.record(torch.cuda.current_stream(device))
+    return event
+
+
+def _moved(value: Any, device: torch.device, non_blocking: bool) -> Any:
+    """``value`` with every tensor in it (in dicts, lists and dataclass fields, such as blocks) on
+    ``device``; other values as they are."""
+    if isinstance(value, torch.Tensor):
+        return value.to(device, non_blocking=non_blocking)
+    if isinstance(value, Mapping):
+        return {k: _moved(v, device, non_blocking) for k, v in value.items()}
+    if isinstance(value, list):
+        return type(value)(_moved(v, device, non_blocking) for v in value)  # a `Blocks` stays one
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.replace(value, **{f.name: _moved(getattr(value, f.name), device, non_blocking)
+                                             for f in dataclasses.fields(value) if f.init})
+    return value
 
 
 class _Staged:
@@ -46,6 +77,34 @@ class _Staged:
         """Give the staging buffer(s) back once no tensor views them (the batch's ``input_features``, a
         tensor taken from it, their views): what the loader does when it moves on; idempotent."""
         self._lease.release_when_unused()
+
+    def to(self, device: str | torch.device, non_blocking: bool = False) -> Self:
+        """The batch on ``device``: a batch of this type whose tensors (seeds, labels, ``input_features``,
+        the blocks', per node type too) are copied there (``Tensor.to``: one already there is kept). It
+        holds no staging buffer (its ``release`` does nothing) and ``ready`` is None.
+
+        With ``non_blocking=True`` to a CUDA device the copies from the pinned staging buffer run after
+        the call returns; an event recorded after them (`copy_event`) keeps this batch's buffer from
+        being handed out again until they complete, however this batch is released or dropped
+        (`graphrl.tensors.StagingBuffer.hold_until`), so ``x = batch.to("cuda", non_blocking=True)``
+        then dropping ``batch`` is safe. A bare ``batch.input_features.to("cuda", non_blocking=True)``
+        is not (docs/architecture.md#memory-tiers): clone the features or synchronize first.
+
+        Parameters
+        ----------
+        device : str or torch.device
+        non_blocking : bool
+            As ``Tensor.to``'s.
+        """
+        device = torch.device(device)
+        names = {f.name for f in dataclasses.fields(self) if f.init}  # type: ignore[arg-type]
+        moved = {n: _moved(getattr(self, n), device, non_blocking) for n in names - {"_lease", "ready"}}
+        event = copy_event(device, non_blocking)
+        if event is not None:
+            self._lease.hold_until(event)
+        if "ready" in names:
+            moved["ready"] = None
+        return dataclasses.replace(self, **moved, _lease=BatchLease())  # type: ignore[type-var]
 
 
 @dataclass(eq=False)

@@ -70,6 +70,12 @@ class BatchLease:
         for lease in leases:
             lease.release_when_unused()
 
+    def hold_until(self, event: Any) -> None:
+        """Keep every lease's buffer from being reused before ``event`` completes, however the leases are
+        given back (`StagingLease.hold_until`): a copy recorded before it may still read them."""
+        for lease in self.leases:
+            lease.hold_until(event)
+
 
 class _Failure:
     """An exception raised while producing a batch, queued in its place."""

@@ -10,8 +10,11 @@ When every buffer is held and some only by tensors a user kept, `RowStaging.acqu
 the lease gets a buffer of its own, a region of the same tier (counted against the manager's budget,
 freed when its last tensor is gone or at ``release()``). When a batch needs more rows than a buffer
 holds, a pool 1.25 times as large replaces the old one, which is freed once its last lease is given
-back. `samplers.features.FeatureStore.staging` makes one for a store's rows; `samplers.loader` leases
-one buffer per batch in flight (docs/architecture.md#memory-tiers).
+back. ``lease.hold_until(event)`` keeps a lease's buffer (pooled or its own) from being handed out again
+or freed before ``event`` completes, however it is given back: a non-blocking copy to a GPU may still read it
+(`graphrl.tensors.StagingBuffer.hold_until`; the loaders' ``batch.to(device, non_blocking=True)``).
+`samplers.features.FeatureStore.staging` makes one for a store's rows; `samplers.loader` leases one buffer
+per batch in flight (docs/architecture.md#memory-tiers).
 
 >>> staging = store.staging(slots=3)
 >>> lease = staging.acquire(len(ids))
@@ -25,6 +28,7 @@ import math
 import threading
 import weakref
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -77,6 +81,14 @@ class StagingLease:
             buffer.release_when_unused()
             self._on_release(self._pool)
 
+    def hold_until(self, event: Any) -> None:
+        """Keep the buffer from being handed out again before ``event`` completes (``event.query()``), however
+        the lease is given back: a copy recorded before ``event`` may still read it. A no-op after the lease
+        was given back (its rows may already be another batch's)."""
+        buffer = self._buffer
+        if buffer is not None:
+            buffer.hold_until(event)
+
 
 class _OwnLease(StagingLease):
     """A lease of a buffer of its own: a region freed by `release` or once its last tensor is gone.
@@ -85,11 +97,14 @@ class _OwnLease(StagingLease):
     storage keeps alive until the storage itself goes: a finalizer on that view frees the region then.
     """
 
-    def __init__(self, region: Region, rows: int, row_shape: tuple[int, ...], dtype: torch.dtype) -> None:
+    def __init__(self, region: Region, rows: int, row_shape: tuple[int, ...], dtype: torch.dtype,
+                 keep: Callable[[Any, torch.Tensor], None]) -> None:
         flat = region.tensor().reshape(-1).view(torch.uint8).numpy().view()  # a view only the storage holds
         self.free = weakref.finalize(flat, free_quietly, region)
         self.tensor = torch.from_numpy(flat).view(dtype).view(-1, *row_shape)[:rows]
         self._released = False
+        self._keep = keep  # `RowStaging`'s: holds a tensor of the region until an event completes
+        self._copied = False
 
     @property
     def released(self) -> bool:
@@ -100,13 +115,21 @@ class _OwnLease(StagingLease):
         return True
 
     def release(self) -> None:
-        """Free the buffer's region now (its tensors stay readable, no longer counted); idempotent."""
+        """Free the buffer's region now (its tensors stay readable, no longer counted); idempotent. After
+        `hold_until`, the region is freed once its last tensor is gone, as by `release_when_unused`."""
         self._released = True
-        self.free()
+        if not self._copied:
+            self.free()
 
     def release_when_unused(self) -> None:
         """The region is freed once its last tensor is gone; idempotent."""
         self._released = True
+
+    def hold_until(self, event: Any) -> None:
+        """Keep the region until ``event`` completes (the staging holds a tensor of it till then)."""
+        if not self._released:
+            self._copied = True
+            self._keep(event, self.tensor)
 
 
 class RowStaging:
@@ -160,6 +183,7 @@ class RowStaging:
         self._pool: StagingPool | None = None
         self._retired: list[StagingPool] = []
         self._own: list[weakref.finalize] = []  # the own buffers' finalizers (alive: region not yet freed)
+        self._copies: list[tuple[Any, torch.Tensor]] = []  # own buffers' tensors kept until their events
         self._lock = threading.Lock()
         self._closed = False
 
@@ -178,7 +202,18 @@ class RowStaging:
     def own_buffers(self) -> int:
         """Buffers of their own (see the class docstring) whose region is not freed yet."""
         with self._lock:
+            self._drop_copied()
             return sum(f.alive for f in self._own)
+
+    def _keep_until(self, event: Any, tensor: torch.Tensor) -> None:
+        """Hold ``tensor`` (an own buffer's) until ``event`` completes (`StagingLease.hold_until`)."""
+        with self._lock:
+            self._copies.append((event, tensor))
+
+    def _drop_copied(self) -> None:
+        """Let go of the own buffers' tensors whose events completed (lock held)."""
+        if self._copies:
+            self._copies = [(e, t) for e, t in self._copies if not e.query()]
 
     @property
     def held(self) -> int:
@@ -220,6 +255,7 @@ class RowStaging:
                 self._pool = pool = new
             if self._retired:
                 self._close_unused_retired()
+            self._drop_copied()
         try:
             buffer = pool.acquire(0)
         except TimeoutError:
@@ -239,7 +275,7 @@ class RowStaging:
                      f"taken from them) kept past the next batch, and a buffer of its own for this batch "
                      f"does not fit; release() or drop kept batches, or clone() what you keep",
             ) from err
-        lease = _OwnLease(region, rows, self.row_shape, self.dtype)
+        lease = _OwnLease(region, rows, self.row_shape, self.dtype, self._keep_until)
         with self._lock:
             self._own = [f for f in self._own if f.alive]
             self._own.append(lease.free)
@@ -270,7 +306,10 @@ class RowStaging:
             pools = [p for p in (self._pool, *self._retired) if p is not None]
             self._pool, self._retired = None, []
             own, self._own = self._own, []
+            copies, self._copies = self._copies, []
         for pool in pools:
-            pool.close()
+            pool.close()  # waits for the copies from its buffers
+        for event, _ in copies:  # a copy still reading a buffer of its own finishes before it is freed
+            event.synchronize()
         for free in own:
             free()
