@@ -282,7 +282,12 @@ class RateLimiter:
         }
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other.to_config() == self.to_config()  # type: ignore[union-attr]
+        """Same class, `to_config` and `record_settings` (what a checkpoint's restore compares)."""
+        return (
+            type(other) is type(self)
+            and other.to_config() == self.to_config()  # type: ignore[union-attr]
+            and other.record_settings() == self.record_settings()  # type: ignore[union-attr]
+        )
 
     def __hash__(self) -> int:
         return hash(tuple(self.to_config().items()))

@@ -163,6 +163,8 @@ def test_record_settings_keeps_public_plain_attributes():
     assert LockedCap(9).record_settings() == {"cap": 9}
     assert limiter_record(Cap(20))["settings"] == {"cap": 20}
     assert "settings" not in limiter_record(SampleToInsertRatio(2.0, 1, 10.0))  # built-ins: to_config
+    assert Cap(20) == Cap(20) and Cap(20) != Cap(1000) and hash(Cap(20)) == hash(Cap(1000))
+    assert LockedCap(9) == LockedCap(9) and LockedCap(9) != LockedCap(8)
 
 
 def test_a_restore_refuses_the_recorded_class_with_other_settings(tmp_path):
