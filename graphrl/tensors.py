@@ -413,12 +413,12 @@ class StagingPool:
 
     @property
     def waiting_for_views(self) -> int:
-        """Slots released that a user's tensor still views (`StagingBuffer.release_when_unused`) or a copy
-        may still read (`StagingBuffer.hold_until`)."""
+        """Slots released by `StagingBuffer.release_when_unused` that a user's tensor still views (not those
+        only a copy holds, `StagingBuffer.hold_until`: it completes, so `acquire` waits for it)."""
         with self._cond:
             if self._unused:
                 self._take_back_unused()
-            return len(self._unused)
+            return sum(not self._released_by_copy[s] and self._viewed(s) for s in self._unused)
 
     @overload
     def acquire(

@@ -12,7 +12,8 @@ freed when its last tensor is gone or at ``release()``). When a batch needs more
 holds, a pool 1.25 times as large replaces the old one, which is freed once its last lease is given
 back. ``lease.hold_until(event)`` keeps a lease's buffer (pooled or its own) from being handed out again
 or freed before ``event`` completes, however it is given back: a non-blocking copy to a GPU may still read it
-(`graphrl.tensors.StagingBuffer.hold_until`; the loaders' ``batch.to(device, non_blocking=True)``).
+(`graphrl.tensors.StagingBuffer.hold_until`; the loaders' ``batch.to(device, non_blocking=True)``); `acquire`
+waits for such a copy (it completes) rather than making a buffer of its own.
 `samplers.features.FeatureStore.staging` makes one for a store's rows; `samplers.loader` leases one buffer
 per batch in flight (docs/architecture.md#memory-tiers).
 

@@ -59,7 +59,7 @@ def test_a_slot_held_by_a_copy_is_not_handed_out_until_its_event_completes(mm, h
     event = FakeEvent()
     buf.hold_until(event)
     getattr(buf, how)()
-    assert pool.available == 0 and pool.waiting_for_views == 1
+    assert pool.available == 0 and pool.waiting_for_views == 0  # a copy completes: acquire waits for it
     with pytest.raises(TimeoutError):
         pool.acquire(0)
     assert event.queries >= 2  # polled, never waited for
@@ -79,8 +79,9 @@ def test_a_slot_waits_for_both_its_views_and_its_copies(mm):
     event = FakeEvent()
     buf.hold_until(event)
     buf.release_when_unused()
+    assert pool.waiting_for_views == 1
     event.done = True
-    assert pool.available == 0  # `kept` still views it
+    assert pool.available == 0 and pool.waiting_for_views == 1  # `kept` still views it
     del kept
     assert pool.available == 1
     buf = pool.acquire()
@@ -128,21 +129,39 @@ def test_close_waits_for_copies_and_hold_after_release_raises(mm):
 # -- RowStaging and its leases ------------------------------------------------------------------------------
 
 
-def test_a_lease_held_by_a_copy_makes_the_next_one_a_buffer_of_its_own(mm):
+@pytest.mark.parametrize("how", ["release", "release_when_unused"])
+def test_acquire_waits_for_a_lease_held_by_a_copy_and_gets_it_once_the_copy_completes(mm, how):
+    import threading
+
     staging = RowStaging(mm, (3,), torch.float32, slots=1, owner="t.staging")
     first = staging.acquire(4)
     first_span = span(first.tensor)
     event = FakeEvent()
     first.hold_until(event)
-    first.release_when_unused()
+    getattr(first, how)()
     del first
-    second = staging.acquire(4)  # the only slot is being copied from: never handed out, no wait
-    assert second.own_buffer and not overlaps(span(second.tensor), first_span)
+    with pytest.raises(TimeoutError):  # the only slot is being copied from: not handed out
+        staging.acquire(4, timeout=0.05)
+    assert staging.own_buffers == 0  # a copy completes: no buffer of its own, the acquire waits
+    threading.Timer(0.1, lambda: setattr(event, "done", True)).start()
+    second = staging.acquire(4, timeout=30)
+    assert event.done and not second.own_buffer and span(second.tensor) == first_span
     second.release()
+    staging.close()
+
+
+def test_a_lease_both_kept_and_copied_makes_the_next_one_a_buffer_of_its_own(mm):
+    staging = RowStaging(mm, (3,), torch.float32, slots=1, owner="t.staging")
+    first = staging.acquire(4)
+    kept = first.tensor[:2]
+    event = FakeEvent()
+    first.hold_until(event)
+    first.release_when_unused()
+    second = staging.acquire(4)  # a user's tensor may be kept forever: no wait
+    assert second.own_buffer and not overlaps(span(second.tensor), span(kept))
+    second.release()
+    del kept
     event.done = True
-    third = staging.acquire(4)
-    assert not third.own_buffer and span(third.tensor) == first_span
-    third.release()
     staging.close()
 
 
@@ -317,7 +336,7 @@ def test_gpu_non_blocking_copies_of_dropped_batches_equal_a_fresh_gather(cora, p
         moved = []
         for batch in loader:
             assert batch.input_features.is_pinned()
-            torch.cuda._sleep(2_000_000)  # the copy queued behind it reads the slot late
+            torch.cuda._sleep(20_000_000)  # ~10 ms: the copy queued behind it reads the slot late
             moved.append(batch.to("cuda", non_blocking=True))
         del batch
         torch.cuda.synchronize()
