@@ -38,11 +38,15 @@ def new_since(before):
 """
 
 
-# what the interpreter imports before it forks: every module the checks import, and nothing called
+# what the interpreter imports before it forks: every module the checks import, and nothing called; the
+# imports' objects exempt from the cyclic collector (gc.freeze), which compiling walked again and again
 IMPORTS = """
+import gc
 import numpy, numba, torch
 import graphrl.cli_demo, graphrl.cli_demo_recommend, graphrl.datasets, graphrl.train.rec_step
 import graphrl.train.recommend, graphrl.train.rl, replay
+gc.collect()
+gc.freeze()
 """
 
 # runs each check in a fork child of the interpreter (one after another), its stdout and traceback kept
