@@ -5,7 +5,8 @@ and weighted relations then chain at every fanout through their modes, as on pla
 Each relation's mode samples its edges at their capacity (`samplers.modes.Mode.sample_edges_cuda`:
 ``D_t * fanout``, LABOR's capacity), nothing read back; `pack_edges` copies each relation's valid
 sources (and each edge's time key, from its row) into its source type's region, after the relations
-before it (their running total kept on the device; the edge ids and LABOR's edge weights stay in the
+before it (the running total of the sources written, kept on the device: a relation past its capacity adds
+its capacity, so the region has no unwritten entry; the edge ids and LABOR's edge weights stay in the
 relation's own outputs), and each source type is relabelled as the plain chain's
 layers are (`samplers.kernels.cuda.layer.relabel_rows`: by node, or by (node, time) with times). The
 sizes go into the call's chain (`samplers.kernels.cuda.typed_chain.PendingTyped`, read by `read_typed` in one
@@ -34,17 +35,22 @@ __all__ = ["pack_edges", "sample_relations_bounded"]
 @cuda.jit
 def pack_edges(src, tkey, has_t, nnz, sizes, base_at, end_at, count_at, out_src,
                out_tkey):  # pragma: no cover - device
-    """Copy the first ``nnz[0]`` sources (clamped to ``src``'s end) and, with ``has_t``, their time keys to
-    ``out_*`` from ``sizes[base_at]`` (0 where ``base_at < 0``); thread 0 writes the running total ``base +
-    nnz[0]`` at ``sizes[end_at]`` and the count at ``sizes[count_at]``. Positions past ``out_src``'s end (an
-    overflow) are dropped."""
+    """Copy the first ``n = min(nnz[0], len(src))`` sources and, with ``has_t``, their time keys to
+    ``out_*`` from ``sizes[base_at]`` (0 where ``base_at < 0``); thread 0 writes the running total of the
+    items written, ``base + n``, at ``sizes[end_at]`` and the true count ``nnz[0]`` at ``sizes[count_at]``
+    (a count past ``len(src)``, the relation's overflow, is seen there at the read-back). So the running
+    total of a source type's region never passes what its relations wrote: the relabelling reads only
+    written sources (``out_src``'s first ``sizes[end_at]`` items, no holes after an overflowing relation),
+    as the fused layer's group count is the prefix of items written (`...cuda.typed_kernels.typed_rows`).
+    Positions past ``out_src``'s end are dropped (not reached: its region holds every relation's
+    ``len(src)``)."""
     i = cuda.grid(1)
     stride = cuda.gridsize(1)
     base = sizes[base_at] if base_at >= 0 else 0
     n_true = nnz[0]
     n = n_true if n_true < src.shape[0] else src.shape[0]
     if i == 0:
-        sizes[end_at] = base + n_true
+        sizes[end_at] = base + n
         sizes[count_at] = n_true
     while i < n:
         o = base + i
