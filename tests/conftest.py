@@ -479,7 +479,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Freeze the objects the collection made (`_freeze_gc`: the test modules and what they import). With
     the warm-up running, start the session's simulated scripts in the background too (niced), to run on the
     idle core once the warm-up has ended (`_SimulatedSession.start`)."""
-    _freeze_gc()
+    if not session.config.option.collectonly:
+        _freeze_gc()
     warm = session.config.stash.get(_WARM, None)
     if warm is not None and not session.config.option.collectonly:
         session.stash[_BATCH] = _SimulatedSession(session.items)
