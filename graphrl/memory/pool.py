@@ -17,12 +17,13 @@ allocations), unregistrations, pool hits and misses, and the bytes held and idle
   budget admits the pool can serve; ``max_waste > 0`` trades that guarantee for more reuse.
 - **Views.** A block is reused only once every tensor viewing its last region is gone (reference
   counting), so tensors taken before a `Region.free` never see a later region's data.
-- **CUDA.** Freeing a block records a CUDA event on the current stream; reusing it waits on that event
-  (the host for a pinned block, the current stream for a device block), so an asynchronous copy
-  issued on the current stream before the free finishes first. Work on other streams that reads or
-  writes a region must be synchronised by its user before the free (as with torch's caching
-  allocators and ``record_stream``).
-- **Release.** `PoolResource.trim` releases idle blocks upstream; `MemoryManager.close` releases all.
+- **CUDA.** Freeing a block records, on the freeing thread, a CUDA event on each stream whose work may
+  still use it (`Region.free`'s ``streams``; default the current stream); reusing it waits on those
+  events (the host for a pinned block, the current stream for a device block): no host wait on free.
+  A free inside a CUDA graph capture records no event: the block is reused only after the capture.
+- **Release.** `PoolResource.trim` releases idle blocks upstream; `MemoryManager.close` releases all. A
+  block whose last region's views are still alive (a UVA kernel may read it) is released only when
+  the last view dies.
 
 >>> from graphrl.memory import MemoryManager
 >>> mm = MemoryManager()
@@ -57,6 +58,18 @@ from graphrl.memory.sizes import Tier, format_size
 __all__ = ["PoolBacking", "PoolResource", "PoolStats"]
 
 logger = logging.getLogger(__name__)
+
+
+def _capturing() -> bool:
+    """Whether this thread's current CUDA stream is capturing a CUDA graph (False before CUDA ran here)."""
+    return torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing()
+
+
+def _event_on(stream: Any) -> Any:
+    """A CUDA event recorded on ``stream`` now."""
+    event = torch.cuda.Event()
+    event.record(stream)
+    return event
 
 POOLED_TIERS = (Tier.PINNED, Tier.DEVICE)
 
@@ -101,7 +114,8 @@ class PoolStats:
 class _Block:
     """One upstream allocation: its backing, a flat uint8 view, and the state of its reuse."""
 
-    __slots__ = ("backing", "device", "event", "is_pinned", "lease", "nbytes", "pool", "raw", "seq")
+    __slots__ = ("backing", "device", "doomed", "events", "is_pinned", "lease", "nbytes", "pool", "raw",
+                 "seq", "streams")
 
     def __init__(self, pool: PoolResource, backing: Backing, nbytes: int) -> None:
         raw = backing.tensor().detach().reshape(-1).view(torch.uint8)
@@ -115,11 +129,18 @@ class _Block:
         self.is_pinned = backing.is_pinned
         self.device = raw.device
         self.lease: weakref.ref[_Lease] | None = None  # the last region's views hold it alive
-        self.event: Any = None  # CUDA event recorded when the block was last freed
+        self.events: tuple[Any, ...] = ()  # CUDA events recorded when the block was last freed
+        self.streams: tuple[Any, ...] = ()  # streams freed during a graph capture: recorded on at reuse
         self.seq = 0  # when it was last freed (oldest first when trimming)
+        self.doomed = False  # to be released upstream once its lease dies (a view outlived its region)
 
     def reusable(self) -> bool:
         return self.lease is None or self.lease() is None
+
+    def lease_died(self, _ref: Any) -> None:
+        """The last view of the block's region is gone: release it now if it was waiting for that."""
+        if self.doomed:
+            self.pool.release_doomed()
 
 
 class _Lease:
@@ -143,6 +164,13 @@ class PoolBacking(TensorBacking):
     def __init__(self, data: torch.Tensor, block: _Block) -> None:
         super().__init__(data, is_pinned=block.is_pinned)
         self.block = block
+        self.marked = False
+
+    def freeing(self, streams: tuple[Any, ...] | None = None) -> None:
+        """Capture, on the freeing thread, what the block's reuse waits for (`PoolResource.mark_free`);
+        `graphrl.memory.Region.free` calls it before handing the backing over (maybe to another thread)."""
+        self.block.pool.mark_free(self.block, streams)
+        self.marked = True
 
 
 class PoolResource:
@@ -217,6 +245,7 @@ class PoolResource:
         self.max_idle = max_idle
         self._limit = limit
         self._idle: list[_Block] = []  # oldest freed first
+        self._doomed: list[_Block] = []  # released by a trim while a view lived: upstream when it dies
         self._stats = PoolStats()
         self._pending = 0  # bytes of upstream allocations under way
         self._seq = itertools.count()
@@ -254,16 +283,17 @@ class PoolResource:
     def deallocate(self, backing: Backing) -> None:
         """Keep a pooled region's block for later allocations (other backings go upstream).
 
-        Records a CUDA event on the current stream for a block GPU work may read, waited on before reuse.
+        Waits, before reuse, for the CUDA events `mark_free` recorded (on the current stream unless the
+        region's `free` named the streams).
         """
         if not isinstance(backing, PoolBacking) or backing.block.pool is not self:
             self.upstream.deallocate(backing)
             return
         block = backing.block
         backing.data = None  # type: ignore[assignment]  # the lease dies with the region's last view
-        event = self._record(block)
+        if not backing.marked:  # freed here directly, not through a Region: this thread's current stream
+            self.mark_free(block, None)
         with self._lock:
-            block.event = event
             block.seq = next(self._seq)
             self._idle.append(block)
             self._stats.idle_bytes += block.nbytes
@@ -305,7 +335,8 @@ class PoolResource:
             Bytes released.
         """
         with self._lock:
-            return self._release_idle(self._stats.idle_bytes if nbytes is None else nbytes)
+            released = self._release_doomed()
+            return released + self._release_idle(self._stats.idle_bytes if nbytes is None else nbytes)
 
     def stats(self) -> PoolStats:
         """A copy of the pool's counters."""
@@ -322,7 +353,10 @@ class PoolResource:
     def _take(self, nbytes: int) -> _Block | None:
         """Best-fit reusable idle block for ``nbytes``, removed from the idle list. Lock held."""
         best_i, best = -1, None
+        capturing = _capturing()
         for i, block in enumerate(self._idle):
+            if capturing and block.streams:  # its events can be recorded only outside the capture
+                continue
             size = block.nbytes
             if size < nbytes or (size - nbytes) > self.max_waste * size:
                 continue
@@ -371,40 +405,93 @@ class PoolResource:
         return block
 
     def _release_idle(self, nbytes: int) -> int:
-        """Release idle blocks upstream, oldest first, until ``nbytes`` are released. Lock held."""
+        """Release idle blocks upstream, oldest first, until ``nbytes`` are released. Lock held.
+
+        A block a view still reads (its lease alive: a UVA kernel may still read a pinned block) is never
+        released: it leaves the idle list and goes upstream when its last view dies (`release_doomed`)."""
         released = 0
+        keep: list[_Block] = []
         while released < nbytes and self._idle:
             block = self._idle.pop(0)
-            released += block.nbytes
             self._stats.idle_bytes -= block.nbytes
-            self._stats.held_bytes -= block.nbytes
-            self._stats.unregistrations += 1
-            block.event = None
-            try:
-                self.upstream.deallocate(block.backing)
-            except Exception as err:  # noqa: BLE001 - the block is dropped all the same
-                logger.warning("%s pool: releasing a block of %s failed: %s", self.tier,
-                               format_size(block.nbytes), err)
+            if not block.reusable():
+                block.doomed = True
+                keep.append(block)
+                continue
+            released += self._release(block)
+        self._doomed.extend(keep)
+        for block in keep:  # its lease may have died between the test and the flag
+            if block.reusable():
+                released += self._release_doomed()
+                break
         return released
 
-    @staticmethod
-    def _record(block: _Block) -> Any:
-        """An event on the current stream for a block GPU work may still use (none if CUDA never ran here)."""
+    def _release(self, block: _Block) -> int:
+        """Give ``block`` back upstream (unregister it) and count it. Lock held."""
+        self._stats.held_bytes -= block.nbytes
+        self._stats.unregistrations += 1
+        block.events, block.streams = (), ()
+        try:
+            self.upstream.deallocate(block.backing)
+        except Exception as err:  # noqa: BLE001 - the block is dropped all the same
+            logger.warning("%s pool: releasing a block of %s failed: %s", self.tier,
+                           format_size(block.nbytes), err)
+        return block.nbytes
+
+    def _release_doomed(self) -> int:
+        """Release the doomed blocks whose last view died. Lock held."""
+        released = 0
+        for block in [b for b in self._doomed if b.reusable()]:
+            self._doomed.remove(block)
+            released += self._release(block)
+        return released
+
+    def release_doomed(self) -> int:
+        """Release upstream the blocks a trim or close left because a view still read them, once their
+        last view died (a view's finalizer calls it). Never waits for the pool's lock: a holder (maybe
+        this thread, garbage collecting under it) leaves them for the next `trim` or `MemoryManager.close`.
+
+        Returns
+        -------
+        int
+            Bytes released.
+        """
+        if not self._lock.acquire(blocking=False):
+            return 0
+        try:
+            return self._release_doomed()
+        finally:
+            self._lock.release()
+
+    def mark_free(self, block: _Block, streams: tuple[Any, ...] | None) -> None:
+        """Record what reusing ``block`` must wait for, on the freeing thread: a CUDA event on each of
+        ``streams`` (the streams whose queued work may still read or write it; None: this thread's current
+        stream), for a block GPU work may use once CUDA ran here. No host wait. Inside a CUDA graph capture
+        on this thread no event is recorded (it would be part of the graph, and recording or querying
+        events breaks a global-mode capture, as torch's caching allocator defers them): the streams are
+        kept and recorded on when the block is next taken outside a capture (later than needed, never
+        earlier)."""
         if not (block.device.type == "cuda" or block.is_pinned) or not torch.cuda.is_initialized():
-            return None
-        event = torch.cuda.Event()
-        event.record(torch.cuda.current_stream(block.device if block.device.type == "cuda" else None))
-        return event
+            block.events, block.streams = (), ()
+            return
+        if streams is None:
+            streams = (torch.cuda.current_stream(block.device if block.device.type == "cuda" else None),)
+        if _capturing():
+            block.events, block.streams = (), tuple(streams)
+            return
+        block.events, block.streams = tuple(_event_on(s) for s in streams), ()
 
     @staticmethod
     def _wait(block: _Block) -> None:
-        event, block.event = block.event, None
-        if event is None:
-            return
-        if block.device.type == "cuda":
-            torch.cuda.current_stream(block.device).wait_event(event)
-        elif not event.query():
-            event.synchronize()
+        """Order this use after the block's last users: the current stream waits for a device block's
+        events, the host for a pinned block's (events recorded now on streams freed during a capture)."""
+        events = block.events + tuple(_event_on(s) for s in block.streams)
+        block.events, block.streams = (), ()
+        for event in events:
+            if block.device.type == "cuda":
+                torch.cuda.current_stream(block.device).wait_event(event)
+            elif not event.query():
+                event.synchronize()
 
     @staticmethod
     def _lease(block: _Block, shape: tuple[int, ...], dtype: torch.dtype, nbytes: int) -> PoolBacking:
@@ -413,5 +500,5 @@ class PoolResource:
             flat = torch.as_tensor(lease, device=block.device)
         else:
             flat = torch.from_numpy(np.asarray(lease))
-        block.lease = weakref.ref(lease)
+        block.lease = weakref.ref(lease, block.lease_died)
         return PoolBacking(flat.view(dtype).view(shape), block)

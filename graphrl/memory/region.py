@@ -20,6 +20,7 @@ import torch
 
 from graphrl.memory.backing import Backing, ShmBacking, ZarrBacking
 from graphrl.memory.dtypes import DType, parse_dtype
+from graphrl.memory.pool import PoolBacking
 from graphrl.memory.shm import ShmSegment
 from graphrl.memory.sizes import Tier, parse_shape, shape_bytes
 
@@ -331,12 +332,19 @@ class Region:
             raise ValueError(f"{self._label()} was already freed (double free)")
         return backing
 
-    def free(self) -> None:
+    def free(self, streams: tuple[Any, ...] | None = None) -> None:
         """Return the region's bytes to its tier's budget and release the memory.
 
         Shared regions are unlinked from /dev/shm (attached ones only unmapped), disk regions are
         deleted. Tensors obtained earlier stay valid (they keep host and device memory alive)
         but no longer count against the budget.
+
+        Parameters
+        ----------
+        streams : tuple of torch.cuda.Stream, optional
+            A pinned or device region: the streams whose queued work may still use it. The pool reuses
+            its block only after that work (events recorded on them here, on the freeing thread: no
+            host wait; `graphrl.memory.pool`). Default: this thread's current stream.
 
         Raises
         ------
@@ -344,12 +352,13 @@ class Region:
             The region was already freed.
         """
         backing = self._claim()
+        _freeing(backing, streams)
         if self._manager is not None:
             self._manager.deallocate(self, backing)
         else:
             self._unmap(backing)
 
-    def free_soon(self) -> None:
+    def free_soon(self, streams: tuple[Any, ...] | None = None) -> None:
         """Free the region from a finalizer: never raises on a freed region, never deadlocks its manager.
 
         The one way finalizers free regions (`free_quietly` calls it). A finalizer may run wherever
@@ -359,11 +368,13 @@ class Region:
         (this thread holds the manager's lock or is inside a call into a resource, or another thread
         holds the lock); then when that section ends (`MemoryManager.release_soon`). A region freed
         already (by `free`, its manager's ``close`` or another thread) is left alone. Use `free` in
-        plain code: it raises on a double free.
+        plain code: it raises on a double free. ``streams`` as in `free`: the events are recorded here,
+        on the freeing thread, whichever thread gives the bytes back.
         """
         backing = self._take()
         if backing is None:
             return
+        _freeing(backing, streams)
         if self._manager is not None:
             self._manager.release_soon(self, backing)
         else:
@@ -399,6 +410,12 @@ class Region:
             f"dtype={self._dt.name}, nbytes={self.nbytes}, device={self.device!r}, "
             f"is_pinned={self.is_pinned}{extra})"
         )
+
+
+def _freeing(backing: Backing, streams: tuple[Any, ...] | None) -> None:
+    """A pooled block's reuse waits for ``streams`` (None: this thread's current stream), captured now."""
+    if isinstance(backing, PoolBacking):
+        backing.freeing(streams)
 
 
 def free_quietly(region: Region) -> None:

@@ -40,7 +40,7 @@ from graphrl.errors import GPUUnavailableError
 from graphrl.memory import MemoryManager, Region, Tier
 
 __all__ = ["GRAPH_OWNER", "LABOR_OWNER", "WORKSPACE_OWNER", "CudaMemory", "host_buffer", "kernel_array",
-           "scratch_array", "settle"]
+           "publish", "scratch_array"]
 
 GRAPH_OWNER = "samplers.graph"
 """Owner of a GPU sampler's graph copy and prefix sums."""
@@ -78,21 +78,29 @@ def _kernel_device() -> str:
     return f"cuda:{torch.cuda.current_device()}" if gcuda.has_cuda() else "cpu"
 
 
-def settle() -> None:
-    """Wait for every stream of the GPU (where torch has CUDA and has started): regions a sampler's work
-    on another stream (a loader's side stream) may still use are freed only after that work. The manager's
-    pool orders a freed block only after the current stream's work (docs/architecture.md#memory-tiers)."""
-    if gcuda.has_cuda() and torch.cuda.is_initialized():
-        torch.cuda.synchronize()
+def publish(tier: Tier) -> None:
+    """Make what a build just wrote into ``tier`` regions ready on every stream: where torch has CUDA, a
+    ``device`` region's fill (a kernel queued on this thread's current stream) is waited for here, once per
+    build, so a sampler's first call on any stream (a loader's side stream, which waits for no other)
+    reads it initialised. Copies from host arrays (`CudaMemory.copy`) are synchronous already; pinned
+    regions are written by the host. Nothing to wait for under numba's simulator."""
+    if tier is Tier.DEVICE and gcuda.has_cuda():
+        torch.cuda.current_stream().synchronize()
 
 
-def _free_all(regions: dict[int, Region], private: list[MemoryManager]) -> None:
+def _capturing() -> bool:
+    """Whether this thread's current stream is capturing a CUDA graph (no stream may be queried then)."""
+    return gcuda.has_cuda() and torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing()
+
+
+def _free_all(regions: dict[int, Region], private: list[MemoryManager], streams: dict[int, Any],
+              retired: dict[int, Any]) -> None:
     """The finalizer of a `CudaMemory`: free its live regions (`Region.free_soon`: safe wherever garbage
-    is collected) once the GPU's work is done (`settle`), then close a private manager."""
-    if regions:
-        settle()
+    is collected), each reused by the pool only after the work queued on the streams its users ran on
+    (events recorded now; no host wait), then close a private manager."""
+    after = tuple({**retired, **streams}.values()) or None
     for region in list(regions.values()):
-        region.free_soon()
+        region.free_soon(after)
     regions.clear()
     for manager in private:
         if not manager.closed:
@@ -125,8 +133,11 @@ class CudaMemory:
         self._given = memory
         self._private: list[MemoryManager] = []
         self._regions: dict[int, Region] = {}
+        self._streams: dict[int, Any] = {}  # by id: the streams the regions' users run on (torch with CUDA)
+        self._retired: dict[int, Any] = {}  # by id: streams of closed users, maybe still running
         self._closed = False
-        self._finalizer = weakref.finalize(self, _free_all, self._regions, self._private)
+        self._finalizer = weakref.finalize(self, _free_all, self._regions, self._private, self._streams,
+                                           self._retired)
 
     @property
     def memory(self) -> MemoryManager:
@@ -186,10 +197,31 @@ class CudaMemory:
         return region, kernel_array(region, n)
 
     def filled(self, n: int, dtype: Any, value: float, tier: Tier, owner: str) -> tuple[Region, Any]:
-        """A region on ``tier`` of ``n`` items set to ``value``, and its `kernel_array` (see `allocate`)."""
+        """A region on ``tier`` of ``n`` items set to ``value``, and its `kernel_array` (see `allocate`):
+        set when this returns, for work on any stream (`publish`; a build's call, not a hot path)."""
         region = self.allocate(n, dtype, tier, owner)
         region.tensor().fill_(value.item() if isinstance(value, np.generic) else value)
+        publish(tier)
         return region, kernel_array(region, n)
+
+    def use_stream(self, stream: Any) -> None:
+        """Note that a user of the regions (a `CudaWorkspace`) queues work on ``stream`` (a
+        torch.cuda.Stream; None under the simulator: ignored): regions freed later are reused only after
+        the work queued on it by then (no host wait)."""
+        if stream is not None:
+            self._streams[id(stream)] = stream
+
+    def retire_stream(self, stream: Any) -> None:
+        """A user on ``stream`` is done (its workspace closed): its queued work still orders later frees,
+        until it is done; retired streams whose work is done are forgotten here (queried, no host wait;
+        not during a CUDA graph capture), so the set stays small."""
+        if stream is None:
+            return
+        self._streams.pop(id(stream), None)
+        if not _capturing():
+            for key in [k for k, s in self._retired.items() if s.query()]:
+                del self._retired[key]
+        self._retired[id(stream)] = stream
 
     @contextlib.contextmanager
     def undo_on_error(self) -> Iterator[None]:
@@ -204,10 +236,11 @@ class CudaMemory:
                     self.release(region)
             raise
 
-    def release(self, region: Region) -> None:
-        """Free ``region`` (one of this object's) now, unless it was freed already."""
+    def release(self, region: Region, streams: tuple[Any, ...] | None = None) -> None:
+        """Free ``region`` (one of this object's) now, unless it was freed already; the pool reuses it
+        after the work queued on ``streams`` (default this thread's current stream; `Region.free`)."""
         self._regions.pop(id(region), None)
-        region.free_soon()
+        region.free_soon(streams)
 
     def regions(self) -> list[Region]:
         """The regions handed out and not freed yet."""

@@ -28,11 +28,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from graphrl.cuda import has_cuda
 from graphrl.memory import Region, Tier
 from samplers.kernels.cuda.arrays import empty
 from samplers.kernels.cuda.device import torch_dtypes
 from samplers.kernels.cuda.launch import kernel_stream
-from samplers.kernels.cuda.memory import WORKSPACE_OWNER, CudaMemory, host_buffer, scratch_array, settle
+from samplers.kernels.cuda.memory import WORKSPACE_OWNER, CudaMemory, host_buffer, scratch_array
 
 __all__ = ["CudaWorkspace", "HostTraffic"]
 
@@ -113,20 +114,25 @@ class CudaWorkspace:
         self._read_lock = threading.Lock()  # one page-locked read buffer: one read at a time
         self._staged: dict[str, Any] = {}  # torch: per buffer, the event after its last copy (free then)
         self._rates: dict[str, float] = {}
-        self._finalizer = weakref.finalize(self, _free_regions, self._regions)
+        self.stream = torch.cuda.current_stream() if has_cuda() else None
+        """The torch.cuda.Stream this workspace serves (None under the simulator): its regions are reused
+        by others only after the work queued on it when they are freed (no host wait)."""
+        self.memory.use_stream(self.stream)
+        self._finalizer = weakref.finalize(self, _free_regions, self._regions, self.memory, self.stream)
 
     def _replace(self, key: Any, n: int, dtype: Any, tier: Tier) -> Region:
         """A new region of ``n`` items for ``key``, the old one (if any) freed first."""
         old = self._regions.pop(key, None)
-        if old is not None:
-            self.memory.release(old)  # its blocks are reused once the current stream has passed the free
+        if old is not None:  # its block is reused once this stream's work queued so far is done
+            self.memory.release(old, None if self.stream is None else (self.stream,))
         region = self._regions[key] = self.memory.allocate(n, dtype, tier, WORKSPACE_OWNER)
         return region
 
     def close(self) -> None:
         """Free the scratch and page-locked buffers' regions (arrays taken from them stay readable but
-        no longer count); the workspace allocates them again if used afterwards. Idempotent."""
-        _free_regions(self._regions)
+        no longer count); the workspace allocates them again if used afterwards. Idempotent. No host
+        wait: the pool reuses them after the work queued on this workspace's stream."""
+        _free_regions(self._regions, self.memory, self.stream)
         self._scratch.clear()
         self._host.clear()
 
@@ -235,12 +241,13 @@ class CudaWorkspace:
         return out
 
 
-def _free_regions(regions: dict) -> None:
-    """Free a workspace's regions (its `close`, and its finalizer: `graphrl.memory.Region.free_soon`) once
-    the GPU's work is done (`samplers.kernels.cuda.memory.settle`: the workspace's stream may not be the
-    current one, as when a loop drops the workspace of another stream)."""
-    if regions:
-        settle()
+def _free_regions(regions: dict, memory: CudaMemory, stream: Any) -> None:
+    """Free a workspace's regions (its `close`, and its finalizer: `graphrl.memory.Region.free_soon`,
+    safe wherever garbage is collected), reused by the pool only after the work queued on the
+    workspace's ``stream`` by now (an event recorded on it: no host wait, whichever thread frees), and
+    retire that stream from ``memory`` (its graph's regions, freed later, still wait for it)."""
+    streams = None if stream is None else (stream,)
     for region in list(regions.values()):
-        region.free_soon()
+        memory.release(region, streams)
     regions.clear()
+    memory.retire_stream(stream)

@@ -79,6 +79,8 @@ def test_same_bytes_are_served_from_the_pool_whatever_the_shape_and_dtype(manage
     assert pools(mm)["registrations"] == 2 and pools(mm)["idle_bytes"] == 65536
     smaller.free()
     mm.close()
+    assert pools(mm)["unregistrations"] == 1  # t still views its block: released when t dies
+    del t
     assert pools(mm)["unregistrations"] == 2 and pools(mm)["held_bytes"] == 0
 
 
