@@ -172,8 +172,12 @@ class RateLimiter:
 
         The number of k = 0, 1, ... in a row for which `can_insert` admits a step at ``(inserts + k,
         samples, deletes)`` (a subclass's rule included: see `headroom_by_search`), ``math.inf`` when it
-        admits up to 2**63 - 1 inserts (`MinSize`). The Ray store admits an episode of ``n`` steps by
-        ``n <=`` headroom and splits it over its shards (`replay.distributed.routing.allowances`).
+        admits up to 2**63 - 1 inserts (`MinSize`). The Ray store splits it over its S shards in whole
+        steps (`replay.distributed.routing.headroom_shares`; a shard's allowance is its inserts plus its
+        share, `routing.allowances`) and a shard admits a shipment while its inserts are below its
+        allowance, then charges all its steps: a headroom H admits fewer than ``H + S * m`` steps (m the
+        largest shipment), where the local store, admitting a call while one step is admitted, admits
+        fewer than ``H + m``.
 
         For the base rule, in closed form: the ``min_size`` clause admits the first ``min_size -
         inserts + deletes`` steps; the ratio clause ``n * samples_per_insert - samples <= max_diff`` (n

@@ -5,12 +5,15 @@ Inserts and deletes are the sums of the shards' counts (fresh from the stats rou
 store's own client and each of its learners, `replay.distributed.learner.RayLearner`), read in the same
 round trip, so samples per insert is global over all learners. A sample waits (no polling: blocking
 calls on the shards that return when a shard's insert count moves) until the limiter admits it. On the
-insert side the client turns the global counters into a headroom of steps (the limiter's own
-`replay.rate_limiter.RateLimiter.insert_headroom`, from its ``can_insert``: a subclass's rule holds as
-in the local store), splits it evenly and pushes each shard an allowance with every call; a shard admits
-a shipment while its own inserts are below its allowance, then charges all its steps, so the global
-ratio holds to within the error buffer plus one shipment per shard. The shards' local stores run
-``MinSize(1)``. Reverb's rate limiters (``reverb/cc/rate_limiter.cc``) are the model.
+insert side the client turns the global counters into a headroom of H steps (the limiter's own
+`replay.rate_limiter.RateLimiter.insert_headroom`, from its ``can_insert``, a subclass's included), splits
+it over the S shards in whole steps summing to H (`replay.distributed.routing.headroom_shares`: the first
+``H % S`` shards one step more, but at least one each while H >= 1) and pushes each shard an allowance
+(its inserts plus its share) with every call; a shard admits a shipment while its own inserts are below
+its allowance, then charges all its steps, so fewer than ``H + S * m`` steps go in (m the largest
+shipment; the local store: fewer than ``H + m``) and the global ratio holds to within the error buffer
+plus one shipment per shard. The shards' local stores run ``MinSize(1)``. Reverb's rate limiters
+(``reverb/cc/rate_limiter.cc``) are the model.
 """
 
 from __future__ import annotations
