@@ -2,7 +2,7 @@
 
 Timing: `best_interleaved` (and `best_interleaved_cpu`, `interleaved_cpu` with CPU time) runs the arms of a
 case in turn, so each sees the same load; `serial` makes a one-thread arm. A row (CONVENTIONS.md format):
-`row`, with `cpu_fields` for CPU times. The file: `machine`, `write_result`.
+`row`, with `cpu_fields` for CPU times. The file: `machine` (with `last_level_cache_bytes`), `write_result`.
 
 Benchmarks run as scripts (``python benchmarks/NAME.py``), so this module is imported as ``_report``.
 """
@@ -91,11 +91,32 @@ def cpu_fields(cpu: list[float]) -> dict:
     return {"cpu_us": cpu[0] * 1e6, "baseline_cpu_us": cpu[1] * 1e6, "cpu_ratio": cpu[1] / cpu[0]}
 
 
+def last_level_cache_bytes(cpu: int = 0, sysfs: str | os.PathLike = "/sys/devices/system/cpu") -> int | None:
+    """Bytes of the largest data or unified cache of CPU ``cpu`` (its last level, e.g. an L3 shared by the
+    cores), from Linux's ``{sysfs}/cpuN/cache/index*/type`` and ``size`` (``"307200K"``); None where sysfs
+    has none (not Linux, or a kernel that hides it). What a benchmark's working set must exceed to read
+    memory, not the cache."""
+    sizes = []
+    for index in Path(sysfs, f"cpu{cpu}", "cache").glob("index*"):
+        try:
+            kind = (index / "type").read_text().strip()
+            size = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        if kind == "Instruction" or not size:
+            continue
+        unit = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1].upper(), 1)
+        sizes.append(int(size.rstrip("KkMmGg")) * unit)
+    return max(sizes, default=None)
+
+
 def machine(**extra) -> dict:
-    """The machine fields of a result: CPUs, versions, CUDA, and the 1-minute load average at call time
-    (other processes share the cores, so every figure is read against it); ``extra`` adds fields."""
+    """The machine fields of a result: CPUs, the last-level cache (`last_level_cache_bytes`), versions,
+    CUDA, and the 1-minute load average at call time (other processes share the cores, so every figure is
+    read against it); ``extra`` adds fields."""
     return {
         "cpus": os.cpu_count(),
+        "last_level_cache_bytes": last_level_cache_bytes(),
         "torch": torch.__version__.split("+")[0],
         "cuda": torch.version.cuda if torch.cuda.is_available() else None,
         "numba": numba.__version__,

@@ -25,10 +25,14 @@ Cases (higher is better; ``ratio`` = ours / baseline):
   ``sample(B, L)`` vs TorchRL's ``sample()`` (one call each: the fixed cost of a call); and
   ``update_priorities`` alone, B=32 and B, of one batch's keys (float64 numpy priorities, hot caches).
 - append: ``writer.append`` of single steps (one episode) vs cpprb ``add`` of single steps.
-- random-row read limit (image layout, against cpprb): `copy_limit`, B random step-sized rows of a ring
-  of the store's size into one buffer (numpy ``take``, a compiled copy on 1 and 2 threads); each B-step
-  case then gives ``of_limit`` (the limit's share of its time) and ``reachable_ratio`` (the baseline's
-  time over the limit: the most any sample could reach against it here), from wall and CPU time.
+- random-row read limit (image layout, against cpprb): `copy_limit`, B and 32 rows drawn at random from a
+  whole ring (the store's size, or twice the last-level cache where that is larger) into one buffer, fresh
+  rows each call from index sets drawn up front that read at least twice the last-level cache a cycle
+  (`_report.last_level_cache_bytes`, also in the machine record), by numpy ``take``, a memcpy a row on 1
+  and 2 threads and the store's own copy (`replay.copy_helpers.copy_range`); the B-step cases and
+  ``sample(32, 1)`` then give ``of_limit`` (the limit's share of ours' time: the table prints ours' time
+  over the limit) and ``reachable_ratio`` (the baseline's time over the limit: the most any sample could
+  reach against it here), from wall and CPU time.
 
 Large windows copy at full bandwidth only with non-temporal (streaming) stores: the gather uses
 them for large batches (`graphrl.kernels.stream_bytes`, see `replay.windows`), where glibc's memcpy
@@ -66,6 +70,7 @@ from graphrl.kernels import copy_bytes, parallel_for  # noqa: E402
 from graphrl.memory import MemoryManager  # noqa: E402
 from graphrl.threads import team_size  # noqa: E402
 from replay import Prioritized, ReplayStore, Uniform  # noqa: E402
+from replay.copy_helpers import copy_range  # noqa: E402
 
 sys.path.append(str(Path(__file__).resolve().parent))
 from _replay_workload import make_episodes, spec_for  # noqa: E402
@@ -73,6 +78,7 @@ from _report import (  # noqa: E402
     best_interleaved,
     best_interleaved_cpu,
     cpu_fields,
+    last_level_cache_bytes,
     machine,
     row,
     serial,
@@ -94,52 +100,83 @@ def _gather_rows(ring, idx, out, lo, hi):  # pragma: no cover - numba
 
 
 def copy_limit(
-    tag: str, steps: int, step_bytes: int, batch: int, iters: int, repeats: int
+    tag: str, steps: int, step_bytes: int, batch: int, iters: int, repeats: int, llc: int | None
 ) -> tuple[dict, tuple[float, float]]:
-    """The physical limit of a sample of ``batch`` random steps: this machine's random-row read bandwidth.
+    """The physical limit of a sample of ``batch`` random steps: this machine's random-row read bandwidth
+    from memory, not from the cache.
 
-    ``batch`` random rows of ``step_bytes`` from a ring of ``steps`` rows (the store's size, far above the
-    caches; numpy memory, so huge pages where the kernel gives them) into one reused buffer, fresh rows
-    each call: numpy ``take`` (cpprb's gather), a compiled copy (one memcpy a row) on 1 thread and, where
-    `graphrl.threads.team_size` gives 2, on 2 threads (half the rows each, `graphrl.kernels.parallel_for`),
-    interleaved, best of ``max(9, 3 repeats)`` runs. Returns the row (ours: the fastest arm's GB/s;
-    baseline: numpy take) and ``(wall, cpu)``: the fastest arm's seconds per batch, the least time any
-    sample of these rows can take here, and the 1-thread arms' least CPU seconds.
+    ``batch`` rows of ``step_bytes`` drawn at random from a whole ring into one reused buffer, fresh rows
+    each call: the index sets are drawn up front, one per call, and cycled; there are enough of them that
+    the rows one cycle reads are at least twice ``llc`` (the last-level cache's bytes,
+    `_report.last_level_cache_bytes`; 512 MiB assumed where it is None, as the row records). The ring has
+    the store's ``steps`` rows, or more where that is less than twice ``llc``: the benchmark's stores are
+    rings of ``steps`` read in turn (ours, cpprb's), a real store's is far larger than the cache, and rows
+    of a ring the cache holds are read from the cache (docs/performance.md, issue 29). numpy memory, so
+    huge pages where the kernel gives them. Arms, interleaved,
+    best of ``max(9, 3 repeats)`` runs: numpy ``take`` (cpprb's gather), a compiled memcpy a row
+    (`graphrl.kernels.copy_bytes`) on 1 thread and, where `graphrl.threads.team_size` gives 2, on 2
+    threads (half the rows each, `graphrl.kernels.parallel_for`), and the store's own copy on 1 thread
+    (`replay.copy_helpers.copy_range` of the rows' addresses as one field: its prefetches, and streaming
+    stores from 1 MiB a batch). Returns the row (ours: the fastest arm's GB/s; baseline: numpy take) and
+    ``(wall, cpu)``: the fastest arm's seconds per batch, the least time any sample of fresh rows can take
+    here, and the 1-thread arms' least CPU seconds.
     """
-    ring = np.ones((steps, step_bytes), dtype=np.uint8)  # written: mapped, not the zero page
+    cache = llc if llc is not None else 512 << 20
+    ring_rows = max(steps, -(-2 * cache // step_bytes))
+    ring = np.ones((ring_rows, step_bytes), dtype=np.uint8)  # written: mapped, not the zero page
     out = np.empty((batch, step_bytes), dtype=np.uint8)
-    rng = np.random.default_rng(3)
-    rows = [rng.integers(0, steps, batch) for _ in range(64)]
+    sets = max(64, -(-2 * cache // (batch * step_bytes)))
+    rows = np.random.default_rng(3).integers(0, ring_rows, (sets, batch))
+    addrs = ring.ctypes.data + rows * step_bytes  # the same rows by address, for the store's copy
+    dst, row_bytes = np.array([out.ctypes.data], dtype=np.int64), np.array([step_bytes], dtype=np.int64)
     turn = [0]
 
-    def idx() -> np.ndarray:
-        turn[0] = (turn[0] + 1) % len(rows)
-        return rows[turn[0]]
+    def idx() -> int:
+        turn[0] = (turn[0] + 1) % sets
+        return turn[0]
 
     def take() -> None:
-        np.take(ring, idx(), axis=0, out=out)
+        np.take(ring, rows[idx()], axis=0, out=out)
 
     def one() -> None:
-        _gather_rows(ring, idx(), out, 0, batch)
+        _gather_rows(ring, rows[idx()], out, 0, batch)
+
+    def store_copy() -> None:
+        copy_range(addrs[idx()], batch, dst, row_bytes, 0, batch)
 
     half = batch // 2
 
     def two() -> None:
-        i = idx()
+        i = rows[idx()]
         parallel_for(lambda c: _gather_rows(ring, i, out, c * half, batch if c else half), 2, 2)
 
-    arms = [take, one] + ([two] if team_size() >= 2 else [])
+    arms = [take, one, store_copy] + ([two] if team_size() >= 2 else [])
     times, cpu = best_interleaved_cpu(arms, iters * 10, max(9, 3 * repeats))  # cheap arms: more runs
     nbytes = batch * step_bytes
-    names = ["numpy take 1 thread", "compiled 1 thread", "compiled 2 threads"]
+    names = ["numpy take 1 thread", "memcpy a row 1 thread", "store copy 1 thread", "memcpy a row 2 threads"]
     us = {f"{n.replace(' ', '_')}_us": t * 1e6 for n, t in zip(names, times, strict=False)}
+    us |= {f"{n.replace(' ', '_')}_cpu_us": t * 1e6 for n, t in zip(names, cpu, strict=False)}
     best = int(np.argmin(times))
-    limit, limit_cpu = times[best], min(cpu[:2])  # CPU: the 1-thread arms (2 threads add their CPU)
+    limit, limit_cpu = times[best], min(cpu[:3])  # CPU: the 1-thread arms (2 threads add their CPU)
     return row(
         f"{tag} random-row read limit B={batch} ({names[best]})", "gb_per_s", nbytes / limit / 1e9,
         "numpy take (cpprb's gather)", nbytes / times[0] / 1e9, limit_us=limit * 1e6,
-        limit_cpu_us=limit_cpu * 1e6, **us,
+        limit_cpu_us=limit_cpu * 1e6, ring_bytes=ring.nbytes, index_sets=sets, llc_bytes=llc,
+        read_per_cycle_bytes=sets * nbytes, **us,
     ), (limit, limit_cpu)
+
+
+def against_limit(r: dict, t: float, t_base: float, limit: tuple[float, float] | None) -> dict:
+    """``r`` with ``limit`` (`copy_limit`'s wall and CPU seconds) set against ours (``t``) and the baseline
+    (``t_base``): ``of_limit`` = limit / t, the limit's share of our time (1.0: at the limit), and
+    ``reachable_ratio`` = t_base / limit, the baseline's time over the limit (the most ours / baseline any
+    sample could reach here: 1.5x only where it is >= 1.5); the same from CPU time (``cpu_*``, the 1-thread
+    limit; ``r`` has `cpu_fields`). ``r`` unchanged where ``limit`` is None."""
+    if limit is not None:
+        r.update(limit_us=limit[0] * 1e6, of_limit=limit[0] / t, reachable_ratio=t_base / limit[0],
+                 cpu_of_limit=limit[1] * 1e6 / r["cpu_us"],
+                 cpu_reachable_ratio=r["baseline_cpu_us"] / (limit[1] * 1e6))
+    return r
 
 
 # ---------------------------------------------------------------------------------------------- systems
@@ -342,20 +379,14 @@ def bench_layout(
         store.close()
 
         # transitions: uniform vs cpprb ReplayBuffer, prioritized vs cpprb PrioritizedReplayBuffer
-        limit = None  # the physical limit of a B-step sample (pixel steps: a memory-bound copy)
+        # the physical limits of a B-step and a 32-step sample (pixel steps: a memory-bound copy), by size
+        limits: dict[int, tuple[float, float]] = {}
         if rb_cpprb is not None and layout == "image":
-            limit_row, limit = copy_limit(tag, steps, step_bytes, batch, iters, repeats)
-            rows.append(limit_row)
-
-        def against_limit(r: dict, t: float, t_base: float) -> dict:
-            """``r`` with the limit's share of its time (1.0: at the limit) and the most ours / baseline
-            any sample could reach here (at the limit): 1.5x is reachable only where it is >= 1.5; the
-            same from CPU time (``cpu_*``, the 1-thread limit)."""
-            if limit is not None:
-                r.update(limit_us=limit[0] * 1e6, of_limit=limit[0] / t, reachable_ratio=t_base / limit[0],
-                         cpu_of_limit=limit[1] * 1e6 / r["cpu_us"],
-                         cpu_reachable_ratio=r["baseline_cpu_us"] / (limit[1] * 1e6))
-            return r
+            llc = last_level_cache_bytes()
+            for k in sorted({32, batch}):  # B=32 as sample(32, 1) below: twice the calls a run
+                limit_row, limits[k] = copy_limit(tag, steps, step_bytes, k, iters * (2 if k == 32 else 1),
+                                                  repeats, llc)
+                rows.append(limit_row)
 
         if rb_cpprb is not None:
             _, store_u = ours_insert(spec, episodes, steps, mm, Uniform(), tier)
@@ -369,23 +400,16 @@ def bench_layout(
                                (f"{tag} sample B={batch} transitions, 1 thread, vs cpprb", t_u1, cpu[1])):
                 rows.append(against_limit(
                     row(name, "samples_per_s", batch / t, "cpprb ReplayBuffer.sample", batch / t_cu,
-                        **cpu_fields([c, cpu[2]])), t, t_cu,
+                        **cpu_fields([c, cpu[2]])), t, t_cu, limits.get(batch),
                 ))
             (t_u32, t_c32), cpu = best_interleaved_cpu(
                 [lambda: store_u.sample(32, 1).release(), lambda: rb_cpprb.sample(32)], iters * 20, repeats
             )
-            rows.append(
-                row(
-                    f"{tag} per call sample(32, 1) vs cpprb",
-                    "calls_per_s",
-                    1 / t_u32,
-                    "cpprb ReplayBuffer.sample(32)",
-                    1 / t_c32,
-                    us_per_call=t_u32 * 1e6,
-                    baseline_us_per_call=t_c32 * 1e6,
-                    **cpu_fields(cpu),
-                )
-            )
+            rows.append(against_limit(
+                row(f"{tag} per call sample(32, 1) vs cpprb", "calls_per_s", 1 / t_u32,
+                    "cpprb ReplayBuffer.sample(32)", 1 / t_c32, us_per_call=t_u32 * 1e6,
+                    baseline_us_per_call=t_c32 * 1e6, **cpu_fields(cpu)), t_u32, t_c32, limits.get(32),
+            ))
             ep0 = episodes[0]
             single = [{k: v[i] for k, v in ep0.items()} for i in range(len(ep0["obs"]))]
             w_u = store_u.writer()
@@ -433,7 +457,7 @@ def bench_layout(
                                (f"{tag} prioritized B={batch}, 1 thread, vs cpprb", t_op1, cpu[1])):
                 rows.append(against_limit(
                     row(name, "samples_per_s", batch / t, "cpprb PrioritizedReplayBuffer", batch / t_cp,
-                        **cpu_fields([c, cpu[2]])), t, t_cp,
+                        **cpu_fields([c, cpu[2]])), t, t_cp, limits.get(batch),
                 ))
             for k in sorted({32, batch}):  # the update alone, the same keys each call (hot caches)
                 b = store_p.sample(k, 1)
@@ -504,11 +528,12 @@ def main(
         if "cpu_ratio" in r:
             gb += f"  CPU {r['cpu_us']:.3g}/{r['baseline_cpu_us']:.3g} us = {r['cpu_ratio']:.2f}"
         if "of_limit" in r:
-            gb += (f"  limit {r['limit_us']:.0f} us = {r['of_limit']:.2f} of it, at most "
-                   f"{r['reachable_ratio']:.2f}x (CPU {r['cpu_of_limit']:.2f}, "
+            gb += (f"  limit {r['limit_us']:.1f} us: ours {1 / r['of_limit']:.2f}x, base "
+                   f"{r['reachable_ratio']:.2f}x it (CPU {1 / r['cpu_of_limit']:.2f}x, "
                    f"{r['cpu_reachable_ratio']:.2f}x)")
         elif "limit_us" in r:
-            gb += f"  {r['limit_us']:.0f} us a batch (CPU {r['limit_cpu_us']:.0f} us, 1 thread)"
+            gb += (f"  {r['limit_us']:.1f} us a batch (CPU {r['limit_cpu_us']:.1f} us, 1 thread), "
+                   f"{r['ring_bytes'] / 1e6:.0f} MB ring, {r['index_sets']} index sets")
         click.echo(
             f"{r['case']:<62} {r['metric']:<14} {r['ours']:>10.3g} {r['baseline_value']:>10.3g} "
             f"{r['ratio']:>7.2f}  {gb}"
