@@ -51,6 +51,7 @@ SCRIPT = textwrap.dedent(
         setattr(cuda, name, copies.counting("host_register", getattr(cuda, name)))
     for name in ("synchronize",):
         setattr(cuda, name, copies.counting("synchronize", getattr(cuda, name)))
+    torch.cuda.synchronize = copies.counting("synchronize", torch.cuda.synchronize)  # device-wide, too
     # the samplers' scratch and page-locked buffers are memory-manager regions (device and pinned tiers)
     from graphrl.memory import MemoryManager
     own_allocate = MemoryManager.allocate
@@ -183,8 +184,19 @@ def test_bounded_layers_are_the_thread_per_row_rules() -> None:
     assert bounded_layer(weighted, 500, True) and not bounded_layer(plain, 5, True)
 
 
+def _count_syncs(monkeypatch) -> list[str]:
+    """torch.cuda.synchronize and numba's cuda.synchronize counted (and run) until the patch is undone."""
+    from numba import cuda
+
+    calls: list[str] = []
+    own_torch, own_numba = torch.cuda.synchronize, cuda.synchronize
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: (calls.append("torch"), own_torch(*a)))
+    monkeypatch.setattr(cuda, "synchronize", lambda *a: (calls.append("numba"), own_numba(*a)))
+    return calls
+
+
 @pytest.mark.gpu
-def test_gpu_sample_reads_back_once_per_call_and_allocates_no_scratch_when_warm() -> None:
+def test_gpu_sample_reads_back_once_per_call_and_allocates_no_scratch_when_warm(monkeypatch) -> None:
     from graphrl.graph import CSCGraph
     from samplers.neighbor import NeighborSampler
 
@@ -193,11 +205,14 @@ def test_gpu_sample_reads_back_once_per_call_and_allocates_no_scratch_when_warm(
     graph = CSCGraph.from_edges(rng.integers(0, n, e), rng.integers(0, n, e), n)
     cpu_s = NeighborSampler(graph, [10, 5], seed=1)
     gpu_s = NeighborSampler(graph, [10, 5], seed=1, device="cuda")
+    syncs = _count_syncs(monkeypatch)
     for call in range(3):
         seeds = torch.from_numpy(rng.integers(0, n, 512))
+        syncs.clear()
         before = gpu_s.loop.traffic.snapshot()
         got = gpu_s.sample(seeds)
         used = gpu_s.loop.traffic.since(before)
+        assert syncs == [] or call == 0, syncs  # no device-wide sync (torch's or numba's) once warm
         for x, y in zip(cpu_s.sample(seeds), got, strict=True):
             assert torch.equal(x.edge_ids, y.edge_ids.cpu()) and torch.equal(x.src_nodes, y.src_nodes.cpu())
         assert used.readbacks == 1 and used.pinned_copies == 1  # both layers chained on the device
@@ -206,7 +221,7 @@ def test_gpu_sample_reads_back_once_per_call_and_allocates_no_scratch_when_warm(
 
 
 @pytest.mark.gpu
-def test_gpu_typed_temporal_and_labor_chains_read_back_once_per_call() -> None:
+def test_gpu_typed_temporal_and_labor_chains_read_back_once_per_call(monkeypatch) -> None:
     """On a GPU: typed layers (uniform and weighted relations in one launch per kernel; LABOR-0 and temporal
     relation by relation), temporal layers and LABOR-0 layers chain on the device (one read-back a call, the
     library's count) and give the CPU's blocks."""
@@ -235,7 +250,7 @@ def test_gpu_typed_temporal_and_labor_chains_read_back_once_per_call() -> None:
                                         edge_times=by_times), "typed temporal") for d in ("cpu", "cuda")]
     for (cpu_s, kind), (gpu_s, _) in zip(samplers[::2], samplers[1::2], strict=True):
         traffic = gpu_s.traffic if isinstance(gpu_s, HeteroNeighborSampler) else gpu_s.loop.traffic
-        for _ in range(2):
+        for call in range(2):
             seeds = torch.from_numpy(rng.integers(0, 1000, 256))
             timed = kind.endswith("temporal")
             kw = {"seed_times": torch.from_numpy(rng.integers(50, 150, 256))} if timed else {}
@@ -243,8 +258,11 @@ def test_gpu_typed_temporal_and_labor_chains_read_back_once_per_call() -> None:
                 seeds = {"item": seeds}
                 kw = {"seed_times": {"item": kw["seed_times"]}} if kw else kw
             before = traffic.snapshot()
+            syncs = _count_syncs(monkeypatch)
             got = gpu_s.sample(seeds, **kw)
             used = traffic.since(before)
+            assert syncs == [] or call == 0, (kind, syncs)  # none once warm (a lazy build syncs once)
+            monkeypatch.undo()
             want = cpu_s.sample(seeds, **kw)
             assert used.readbacks == 1 and used.chain_overflows == 0, (kind, used)
             for x, y in zip(want, got, strict=True):
