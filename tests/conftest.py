@@ -280,9 +280,17 @@ def _start_parts(scripts: dict[str, str], timeout: float = 600, forked: frozense
     env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": str(REPO)}
     out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
     code = wait + SIMULATOR_PRELUDE + header + _PARTS_RUNNER
-    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=out, stderr=err, text=True,
-                            cwd=REPO, start_new_session=True,
+    # the script on stdin, not ``-c``: one argument may not exceed 128 KiB (execve's E2BIG), and the
+    # session's scripts together do
+    proc = subprocess.Popen([sys.executable, "-"], env=env, stdin=subprocess.PIPE, stdout=out, stderr=err,
+                            text=True, cwd=REPO, start_new_session=True,
                             preexec_fn=None if after is None else lambda: os.nice(10))
+    try:
+        proc.stdin.write(code)
+    except BrokenPipeError:  # the interpreter died at once: its output says why
+        pass
+    with contextlib.suppress(BrokenPipeError):
+        proc.stdin.close()
     return _Parts(proc, list(scripts), timeout, out, err)
 
 
