@@ -179,7 +179,8 @@ class RayReplayStore(ReplayStoreBase):
             "rate_limiter": rate_limiter.to_config(),
             # the shards' allowance until the client pushes one: from the restored counters, if any
             "insert_headroom": rate_limiter.insert_headroom(restore.get("counts", (0, 0, 0))),
-            "rate_limiter_repr": repr(rate_limiter),
+            "insert_counts": tuple(restore.get("counts", (0, 0, 0))),
+            "limiter": rate_limiter,  # its own explanation in a refused shipment's message
             "max_times_sampled": max_times_sampled,
             "chunk_steps": chunk,
             "tier": args.tier,

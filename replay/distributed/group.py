@@ -18,6 +18,7 @@ import ray
 
 from replay._checks import check_int
 from replay.distributed.errors import AwaitingRestore, ShardError, actor_errors, secs, shard_error
+from replay.distributed.routing import ShardAllowance
 
 __all__ = ["Call", "ShardGroup"]
 
@@ -140,7 +141,7 @@ class ShardGroup:
         )
 
     def refresh(
-        self, allow: list[float | None], timeout: float | None = None, what: str = "a store call"
+        self, allow: list[ShardAllowance | None], timeout: float | None = None, what: str = "a store call"
     ) -> list[dict]:
         """Fresh stats from every shard, pushing each its insert allowance ``allow[s]`` (None: keep)."""
         stats = self.call([(s, "stats", (allow[s],)) for s in range(len(self.actors))], what, timeout)
@@ -157,7 +158,7 @@ class ShardGroup:
         """Inserts and deletes summed over the shards (as of the last stats)."""
         return sum(st["inserts"] for st in self.stats), sum(st["deletes"] for st in self.stats)
 
-    def push_allowances(self, allow: list[float]) -> None:
+    def push_allowances(self, allow: list[ShardAllowance]) -> None:
         """Send every shard its insert allowance (fire and forget)."""
         for actor, a in zip(self.actors, allow, strict=True):
             actor.set_allow.remote(a)

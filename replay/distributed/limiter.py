@@ -27,7 +27,7 @@ import ray
 
 from replay.distributed.errors import ShardError, actor_errors, secs
 from replay.distributed.group import ShardGroup
-from replay.distributed.routing import allowances
+from replay.distributed.routing import ShardAllowance, allowances
 from replay.rate_limiter import RateLimiter
 
 __all__ = ["GlobalLimiter", "SampleCounter", "stats_timeout"]
@@ -82,9 +82,10 @@ class GlobalLimiter:
         inserts, deletes = self.shards.totals()
         return inserts, self.samples, deletes
 
-    def allowances(self) -> list[float]:
-        """Each shard's insert allowance now."""
-        return allowances(self.limiter, self.shards.stats, self.samples)
+    def allowances(self) -> list[ShardAllowance]:
+        """Each shard's insert allowance now, with the global counts it comes from."""
+        counts = self.counts()
+        return [ShardAllowance(a, counts) for a in allowances(self.limiter, self.shards.stats, self.samples)]
 
     def refresh(self, timeout: float | None = None, what: str = "a store call") -> list[dict]:
         """Fresh stats from every shard, pushing each its insert allowance."""

@@ -12,20 +12,22 @@
 - inserts: the store's rate limiter applies at the client with global counters; its own
   `replay.rate_limiter.RateLimiter.insert_headroom` (counted from its ``can_insert``, a subclass's
   included) turns them into the steps it admits now and `headroom_shares` splits that over the shards in
-  whole steps (`allowances`: each shard's inserts plus its share). A shard admits a shipment while its
-  inserts are below its allowance, then charges all its steps, as the local store admits a call while its
-  limiter admits one step. So a headroom H admits fewer than ``H + S * m`` steps in all (S shards, m the
-  largest shipment), where the local store admits fewer than ``H + m``: at most one shipment per shard
-  goes past, not one in all; one-step shipments with ``H >= S`` are admitted exactly as in the local
-  store. Equality in general would need a round trip per shipment: with H = 1 and two writers shipping to
-  two shards at once, each shard must admit (either could be the only one with a writer waiting, whom
-  the local store would admit), so both go past.
+  whole steps (`allowances`: each shard's inserts plus its share; the client pushes it as a
+  `ShardAllowance` with the global counts it comes from, which a refusal's message explains). A shard
+  admits a shipment while its inserts are below its allowance, then charges all its steps, as the local
+  store admits a call while its limiter admits one step. So a headroom H admits fewer than ``H + S * m``
+  steps in all (S shards, m the largest shipment), where the local store admits fewer than ``H + m``: at
+  most one shipment per shard goes past, not one in all; one-step shipments with ``H >= S`` are admitted
+  exactly as in the local store. Equality in general would need a round trip per shipment: with H = 1 and
+  two writers shipping to two shards at once, each shard must admit (either could be the only one with a
+  writer waiting, whom the local store would admit), so both go past.
 See docs/architecture.md#replay-composition.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -33,8 +35,27 @@ from replay.keys import MAX_SHARDS
 from replay.rate_limiter import RateLimiter
 
 __all__ = [
-    "allowances", "headroom_shares", "least_loaded", "shard_seed", "shares", "split_calls", "split_keys",
+    "ShardAllowance", "allowances", "headroom_shares", "least_loaded", "shard_seed", "shares", "split_calls",
+    "split_keys",
 ]
+
+
+@dataclass(frozen=True)
+class ShardAllowance:
+    """What the client pushes a shard: its insert allowance and the global counts it was computed from.
+
+    Attributes
+    ----------
+    steps : float
+        The shard admits a shipment while its inserts are below it (`allowances`; ``math.inf``: always).
+    counts : (int, int, int)
+        The store's ``(inserts, samples, deletes)`` whose `replay.rate_limiter.RateLimiter.insert_headroom`
+        the shard has its share of: a refused shipment's message explains the rate limiter past that
+        headroom (`replay.distributed.shard.ShardActor.insert`).
+    """
+
+    steps: float
+    counts: tuple[int, int, int]
 
 
 def headroom_shares(headroom: float, num_shards: int) -> list[float]:

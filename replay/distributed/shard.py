@@ -16,6 +16,7 @@ last checkpoint. See docs/architecture.md#replay-composition.
 from __future__ import annotations
 
 import logging
+import math
 import resource
 import threading
 import time
@@ -29,9 +30,9 @@ import ray
 from graphrl.memory import MemoryBudgetError
 from replay.distributed.chunk_transport import CODEC_KINDS, gather_chunks, pack_field
 from replay.distributed.errors import AwaitingRestore, secs
-from replay.distributed.routing import headroom_shares
+from replay.distributed.routing import ShardAllowance, headroom_shares
 from replay.distributed.transport import concat_tables, ring_runs
-from replay.rate_limiter import MinSize
+from replay.rate_limiter import MinSize, rate_limiter_from_config
 from replay.selectors import selector_from_config
 from replay.spec import TrajectorySpec
 from replay.storage import Episode
@@ -60,9 +61,11 @@ class ShardActor:
         The shard's index in the store (for messages and keys).
     config : dict
         spec, capacity (steps of this shard), selector, rate_limiter (the user's, its config),
-        insert_headroom (its `replay.rate_limiter.RateLimiter.insert_headroom` of empty counters: the
-        insert allowance until the client pushes one) and rate_limiter_repr (for messages), num_shards,
-        max_times_sampled, seed, chunk_steps, tier, timeout, staging_slots;
+        insert_headroom (its `replay.rate_limiter.RateLimiter.insert_headroom` of the counts
+        insert_counts, optional, default (0, 0, 0): the insert allowance until the client pushes one),
+        limiter (optional: the user's limiter object, whose explanation a refused shipment's message
+        gives; default the built-in that rate_limiter describes), num_shards, max_times_sampled, seed,
+        chunk_steps, tier, timeout, staging_slots;
         reseed (optional): a restore draws from ``seed``, not from the checkpoint's generator state.
     restore_from : str, optional
         A local checkpoint root to start from (`replay.distributed.RayReplayStore.restore`).
@@ -75,7 +78,11 @@ class ShardActor:
         self.index = index
         self.incarnation = uuid.uuid4().hex
         self.headroom = float(config["insert_headroom"])
-        self.limiter_repr = str(config["rate_limiter_repr"])
+        # for messages: the limiter's own explanation, at the counts its pushed allowance came from
+        limiter = config.get("limiter")
+        self.limiter = rate_limiter_from_config(config["rate_limiter"]) if limiter is None else limiter
+        i, s, d = config.get("insert_counts", (0, 0, 0))
+        self.allow_counts = (int(i), int(s), int(d))
         self.num_shards = int(config["num_shards"])
         self.chunk_steps = int(config["chunk_steps"])
         folder = restore_from
@@ -147,7 +154,7 @@ class ShardActor:
         c = self.store.counters()
         return c["inserts"], c["deletes"]
 
-    def stats(self, allow: float | None = None) -> dict:
+    def stats(self, allow: ShardAllowance | None = None) -> dict:
         """Live count, priority mass (Prioritized), counters; sets the insert allowance if given."""
         if allow is not None:
             self.set_allow(allow)
@@ -164,9 +171,11 @@ class ShardActor:
             "awaiting": self.awaiting,
         }
 
-    def set_allow(self, allow: float) -> None:
+    def set_allow(self, allow: ShardAllowance) -> None:
+        """Take the insert allowance the client pushes (and the counts it comes from, for messages)."""
         with self.cond:
-            self.allow = allow
+            self.allow = allow.steps
+            self.allow_counts = allow.counts
             self.cond.notify_all()
 
     def wait_inserts(self, known: int, token: str, timeout: float | None) -> int:
@@ -183,6 +192,20 @@ class ShardActor:
             self.cond.notify_all()
 
     # -- writing
+    def explain_allowance(self, inserts: int) -> str:
+        """Why a shipment waits for its allowance: the allowance's share of the rate limiter's headroom,
+        then the limiter's own explanation (`replay.rate_limiter.RateLimiter.explain_insert_block`, as
+        the local store's ``TimeoutError`` gives it) at the counts one step past that headroom."""
+        i, s, d = self.allow_counts
+        headroom = self.limiter.insert_headroom(self.allow_counts)
+        past = (i + int(headroom), s, d) if math.isfinite(headroom) else self.allow_counts
+        return (
+            f"this shard holds {inserts} inserted steps and its allowance is {self.allow:.6g}: its share, "
+            f"over {self.num_shards} shards, of the {headroom:.6g} steps the rate limiter admits at the "
+            f"store's counts when the client set it (inserts={i}, samples={s}, deletes={d}), past which "
+            f"{self.limiter.explain_insert_block(past)}"
+        )
+
     def insert(self, key: int, columns: dict, end: bool, timeout: float | None, first: bool = True) -> tuple:
         """Append ``columns`` ([T, ...] numpy arrays) to the episode ``key``; end it if ``end``.
 
@@ -214,9 +237,7 @@ class ShardActor:
                         if self.paused
                         else "the shard was restarted and waits for the store's client to reload it"
                         if self.awaiting
-                        else f"inserting is ahead of sampling: this shard holds {inserts} inserted steps "
-                        f"and may take {self.allow:.6g} until the store samples more (the rate limiter "
-                        f"{self.limiter_repr}, split over {self.num_shards} shards)"
+                        else self.explain_allowance(inserts)
                     )
                     + "; nothing of this shipment was stored"
                 )
@@ -273,7 +294,9 @@ class ShardActor:
             self.cond.notify_all()
 
     # -- sampling
-    def sample(self, k: int, window: int, pad: str, timeout: float | None, allow: float | None) -> dict:
+    def sample(
+        self, k: int, window: int, pad: str, timeout: float | None, allow: ShardAllowance | None
+    ) -> dict:
         """Draw ``k`` windows and put their ring bytes into Ray's object store; return the window table.
 
         The local store draws the windows (`replay.store.ReplayStore.draw_windows`: its selector,
