@@ -9,7 +9,8 @@ block (the user's word that the batch's tensors are no longer read: they may the
 the next sample; ``clone()`` what you keep), or, for a batch dropped without either, once the batch
 and every tensor taken from it (``batch["obs"]``, `Batch.to_tensordict`'s entries, their views) are
 gone (`graphrl.tensors.StagingBuffer.release_when_unused`); until then the pool never hands it out
-again. A device slot (``sample(device="cuda")``) returns when its batch is collected.
+again. A device slot (``sample(device="cuda")``) returns when its batch is collected. `Batch.to`'s
+non-blocking copy to a GPU holds the slot until the copy read it (`StagingBuffer.hold_until`).
 
 `replay.batch_staging.BatchStaging` keeps a store's pools and the views of each slot;
 `importance_weights` computes PER's weights.
@@ -31,6 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from graphrl.stream_order import copy_event
 from graphrl.tensors import StagingBuffer
 from replay._checks import check_beta
 from replay.draw_kernels import importance_weights_into
@@ -86,15 +88,6 @@ def importance_weights(probabilities: np.ndarray, table_size: int, beta: float) 
     return torch.from_numpy(out)
 
 
-def _release_buffer(buffer: StagingBuffer, events: tuple, when_unused: bool = False) -> None:
-    for ev in events:
-        ev.synchronize()
-    if not when_unused:
-        buffer.release(if_held=True)
-    elif not buffer.released:  # a dropped batch: its slot waits for the tensors the user took from it
-        buffer.release_when_unused()
-
-
 class Batch(Mapping[str, torch.Tensor]):
     """Windows drawn by `ReplayStore.sample`: a mapping of field name to tensor ``[B, L, *field_shape]``.
 
@@ -128,7 +121,7 @@ class Batch(Mapping[str, torch.Tensor]):
 
     __slots__ = (
         "_fields", "_mask", "_keys", "_probabilities", "_weights", "_lengths", "table_size", "_beta",
-        "_buffer", "_source", "_events", "_held", "issuer", "__weakref__",
+        "_buffer", "_source", "_held", "issuer", "__weakref__",
     )
 
     def __init__(
@@ -157,7 +150,6 @@ class Batch(Mapping[str, torch.Tensor]):
         self._beta = beta  # host batches made by `from_draw`: weights computed on first access
         self._buffer = buffer
         self._source = source  # a batch made by `to` keeps its source's staging slot held
-        self._events: tuple = ()  # CUDA events of copies made by `to` (a new tuple each: no list per batch)
         self._held = [buffer] if buffer else []  # popped once: by `release` or at garbage collection
         self.issuer: int | None = issuer  # numpy keys are stamped as they become a tensor (`keys`)
 
@@ -260,25 +252,24 @@ class Batch(Mapping[str, torch.Tensor]):
     def release(self) -> None:
         """Return the staging buffer to its pool (its tensors may then be overwritten); idempotent.
 
-        For a batch made by `to`, release the staging buffer of the batch it was copied from
-        (after the copy has completed).
+        For a batch made by `to`, release the staging buffer of the batch it was copied from (never
+        waiting: the pool hands it out again once the copy read it, `StagingBuffer.hold_until`).
         """
         try:
             buffer = self._held.pop()  # atomic: two threads releasing release the buffer once
         except IndexError:
             buffer = None
         if buffer is not None:
-            if self._events:
-                _release_buffer(buffer, self._events)
-            else:  # a host batch: nothing to wait for
-                buffer.release(if_held=True)
+            buffer.release(if_held=True)
         if self._source is not None:
             self._source.release()
 
     def __del__(self) -> None:
         held = getattr(self, "_held", None)  # unset when __init__ did not finish
         if held:  # the user may still read tensors taken from the batch: the slot waits for them
-            _release_buffer(held.pop(), self._events, when_unused=True)
+            buffer = held.pop()
+            if not buffer.released:
+                buffer.release_when_unused()
 
     @property
     def released(self) -> bool:
@@ -294,7 +285,10 @@ class Batch(Mapping[str, torch.Tensor]):
         """A copy of the fields, mask and weights on ``device`` (asynchronous from pinned memory to a GPU).
 
         ``keys``, ``probabilities`` and ``lengths`` stay on the CPU (they go back to the store). The
-        staging buffer is not released before the copy has completed: releasing waits for it.
+        copy keeps this batch (and its staging buffer) held until the copy is released or collected; a
+        non-blocking copy to a GPU also holds the buffer until the copies read it, however it is then
+        released: an event recorded after them (`graphrl.stream_order.copy_event`,
+        `graphrl.tensors.StagingBuffer.hold_until`), polled by the pool, never waited for.
         """
         device = torch.device(device)
         moved = {n: t.to(device, non_blocking=non_blocking, copy=True) for n, t in self._fields.items()}
@@ -309,10 +303,11 @@ class Batch(Mapping[str, torch.Tensor]):
             source=self,  # the copy keeps the staging slot held until it is released or collected
         )
         out.issuer = self.issuer
-        if device.type == "cuda" and non_blocking:
-            ev = torch.cuda.Event()
-            ev.record()
-            self._events = (*self._events, ev)
+        event = copy_event(device, non_blocking)
+        if event is not None:
+            held = self._held
+            if held:  # a released batch's slot is no longer this batch's to hold
+                held[0].hold_until(event)
         return out
 
     def to_tensordict(
