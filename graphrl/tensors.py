@@ -21,7 +21,7 @@ released) calls `StagingBuffer.release_when_unused` instead: the slot returns to
 no tensor views it beyond the views its user recorded as its own cache (`StagingBuffer.own_views`).
 On the CPU each slot's tensor has its own storage, so its views are counted by the storage's
 reference count (torch's ``_storage_Use_Count``); `acquire` and `available` take back such slots once
-their count falls. A slot on a GPU shares the region's storage: there it is released at once.
+their count falls. A GPU slot does so with ``count_views=True``, else it is released at once.
 
 A copy that may still read a slot after its call returned (``.to("cuda", non_blocking=True)``) is announced
 by `StagingBuffer.hold_until(event)`: released either way, the slot is not handed out again before the event
@@ -240,7 +240,7 @@ class StagingBuffer:
 
         For a holder dropped by a user who may still read tensors taken from it: the slot stays
         held (never handed out) while such a tensor lives, and `StagingPool.acquire` takes it back
-        after the last one is gone. A slot on a GPU (whose views cannot be counted) is released at
+        after the last one is gone. A GPU slot of a pool without ``count_views`` is released at
         once, as by `release`. The buffer counts as released on return.
 
         Raises
@@ -314,6 +314,8 @@ class StagingPool:
         Which free slot `acquire` hands out: the least recently released (round-robin), or the most
         recently released (its memory still in the caches: for a consumer that releases each buffer
         before it acquires the next).
+    count_views : bool
+        A GPU slot's tensor gets its own storage too, its views counted (for `stream_order.SlotStreams`).
 
     Raises
     ------
@@ -345,6 +347,7 @@ class StagingPool:
         fallback: tuple[Tier | str, ...] = (),
         timeout: float | None = 60.0,
         reuse: str = "round-robin",
+        count_views: bool = False,
     ) -> None:
         if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
             raise ValueError(f"slots must be an int >= 1, got {slots!r}")
@@ -360,13 +363,10 @@ class StagingPool:
         self.timeout = timeout
         self._region = memory.allocate((slots, *shape), dtype, tier, owner=owner, fallback=fallback)
         self._base = self._region.tensor()
-        if self._base.device.type == "cpu":  # one view per slot, made once, each with its own storage
-            self._views = [torch.from_dlpack(self._base[i]) for i in range(slots)]
-            self._storage_refs = [StorageWeakRef(v.untyped_storage()) for v in self._views]
-            self._storages: list[int] | None = [r.cdata for r in self._storage_refs]
-        else:  # a GPU slot shares the region's storage: its views are not counted
-            self._views = [self._base[i] for i in range(slots)]
-            self._storages = None
+        own = self._base.device.type == "cpu" or count_views  # a view per slot, own storage each
+        self._views = [torch.from_dlpack(self._base[i]) if own else self._base[i] for i in range(slots)]
+        self._storage_refs = [StorageWeakRef(v.untyped_storage()) for v in self._views] if own else []
+        self._storages: list[int] | None = [r.cdata for r in self._storage_refs] if own else None
         self._own = [_storage_users(c) for c in self._storages] if self._storages else []
         self._own_objects: list[tuple] = [()] * slots  # per slot: the user's cached tensors, their references
         self._own_refs = [0] * slots
@@ -527,7 +527,7 @@ class StagingPool:
             self._copies[slot] = (*self._copies[slot], event)
 
     def _viewed(self, slot: int) -> bool:
-        """Whether a tensor beyond the user's own views ``slot`` (CPU pools only)."""
+        """Whether a tensor beyond the user's own views ``slot`` (slots of their own storage)."""
         # no reference to the user's objects goes while the pool is open: only a new one raises the sum
         return (
             _storage_users(self._storages[slot]) > self._own[slot]  # type: ignore[index]

@@ -9,8 +9,8 @@ block (the user's word that the batch's tensors are no longer read: they may the
 the next sample; ``clone()`` what you keep), or, for a batch dropped without either, once the batch
 and every tensor taken from it (``batch["obs"]``, `Batch.to_tensordict`'s entries, their views) are
 gone (`graphrl.tensors.StagingBuffer.release_when_unused`); until then the pool never hands it out
-again. A device slot (``sample(device="cuda")``) returns when its batch is collected. `Batch.to`'s
-non-blocking copy to a GPU holds the slot until the copy read it (`StagingBuffer.hold_until`).
+again, on the host as on a device (``sample(device="cuda")``). `Batch.to`'s non-blocking copy to a GPU
+holds the slot until the copy read it (`graphrl.tensors.StagingBuffer.hold_until`), however it is released.
 
 `replay.batch_staging.BatchStaging` keeps a store's pools and the views of each slot;
 `importance_weights` computes PER's weights.
@@ -96,9 +96,8 @@ class Batch(Mapping[str, torch.Tensor]):
     ``mask`` and ``weights`` are on the device). The buffer returns to its pool on
     `release` or at the end of a ``with`` block, after which the tensors taken from the batch may be
     overwritten by the next sample (``clone()`` what you keep past it); a batch dropped without a
-    release holds its host buffer until it and every tensor taken from it (and their views) are gone,
-    so ``obs = store.sample(64, 4)["obs"]`` keeps its data (a device buffer returns when the batch is
-    collected: keep the batch while you use its tensors).
+    release holds its buffer until it and every tensor taken from it (and their views) are gone,
+    so ``obs = store.sample(64, 4)["obs"]`` keeps its data, on a device too (``device="cuda"``).
 
     Attributes
     ----------

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from graphrl.memory import MemoryManager
+from graphrl.stream_order import SlotStreams, write_stream
 from graphrl.tensors import StagingBuffer, StagingPool, zero_fill
 from replay.layout import BatchLayout
 from replay.spec import TrajectorySpec
@@ -84,11 +85,13 @@ class StagedSlot:
 
 @dataclass
 class _ShapePool:
-    """One shape's staging pool, its layout and the views made for its slots (slot -> views)."""
+    """One shape's staging pool, its layout, the views made for its slots (slot -> views) and, for a
+    device pool, the stream each slot was last written on."""
 
     pool: StagingPool
     layout: BatchLayout
     views: dict[int, StagedSlot]
+    streams: SlotStreams | None
 
 
 class BatchStaging:
@@ -97,6 +100,11 @@ class BatchStaging:
     A host pool hands out the free slot released last (`graphrl.tensors.StagingPool`'s
     ``reuse="recent"``): a learner that releases each batch before the next sample gets the same slot,
     whose lines are still in the caches, so the gather writes it without reading it from memory first.
+
+    A device pool's slots are held like host ones while a tensor taken from a dropped batch lives
+    (``count_views``: each slot's tensor has its own storage), and a slot handed out for a gather on
+    another stream than its last one's is ordered after the work queued there
+    (`graphrl.stream_order.SlotStreams`: a GPU-side wait, never the host's).
 
     Parameters
     ----------
@@ -168,6 +176,8 @@ class BatchStaging:
                 staged = entry.views[buf.slot] = StagedSlot(buf, *self._make_views(entry.layout, buf, target))
                 # a batch dropped later waits only for views and references beyond these
                 buf.own_views((*staged.fields.values(), staged.mask))
+            if entry.streams is not None:  # the gather and the mask are written on the current stream
+                entry.streams.write_on(buf.slot, write_stream(target))  # type: ignore[arg-type]
         except BaseException:
             buf.release()
             raise
@@ -218,6 +228,7 @@ class BatchStaging:
                 # host slots: the slot released last, its lines still in the caches (the gather writes it
                 # without fetching it from memory); a device slot's order does not matter
                 reuse="recent" if target is None else "round-robin",
+                count_views=True,  # a device slot too is held while a tensor taken from it lives
             )
         placed = pool.region.tensor().device
         if target is not None and placed != target:
@@ -229,7 +240,8 @@ class BatchStaging:
         zero_fill(pool.region.tensor())  # touch every page now, not inside the first gathers
         if len(self._pools) >= _MAX_SHAPES:  # keep a few shapes; older pools close (held buffers stay valid)
             self._pools.pop(next(iter(self._pools))).pool.close()  # an acquire racing it retries
-        entry = self._pools[key] = _ShapePool(pool, layout, {})
+        streams = None if target is None else SlotStreams(self.slots)
+        entry = self._pools[key] = _ShapePool(pool, layout, {}, streams)
         return entry
 
     def close(self) -> None:
