@@ -15,7 +15,7 @@ Two rules for the `graphrl.tensors.StagingPool` slots that engines hand out as b
   caching allocator (a block is reused on the stream it was allocated on; ``record_stream`` for others).
   Work on a third stream is not seen: order it yourself (synchronise, or ``clone()`` first).
 
->>> streams = SlotStreams(slots=4)
+>>> streams = SlotStreams(slots=4, stream=write_stream(device))  # after the pool's zero fill
 >>> streams.write_on(buffer.slot, write_stream(device))  # then launch the gather on that stream
 """
 
@@ -62,12 +62,14 @@ class SlotStreams:
     ----------
     slots : int
         The pool's slots.
+    stream : torch.cuda.Stream or None
+        The stream that wrote the slots last (the pool's zero fill, `write_stream` where it was made).
     new_event : callable, optional
         Makes an event with ``record(stream)``; default ``torch.cuda.Event`` (looked up at each use).
     """
 
-    def __init__(self, slots: int, new_event: Callable[[], Any] | None = None) -> None:
-        self._streams: list[Any] = [None] * slots
+    def __init__(self, slots: int, stream: Any = None, new_event: Callable[[], Any] | None = None) -> None:
+        self._streams: list[Any] = [stream] * slots
         self._new_event = new_event
 
     def write_on(self, slot: int, stream: Any) -> None:

@@ -240,7 +240,8 @@ class BatchStaging:
         zero_fill(pool.region.tensor())  # touch every page now, not inside the first gathers
         if len(self._pools) >= _MAX_SHAPES:  # keep a few shapes; older pools close (held buffers stay valid)
             self._pools.pop(next(iter(self._pools))).pool.close()  # an acquire racing it retries
-        streams = None if target is None else SlotStreams(self.slots)
+        # device slots: each next gather ordered after the stream that wrote the slot last (first the fill's)
+        streams = None if target is None else SlotStreams(self.slots, write_stream(target))
         entry = self._pools[key] = _ShapePool(pool, layout, {}, streams)
         return entry
 

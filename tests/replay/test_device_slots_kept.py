@@ -46,8 +46,8 @@ class FakeEvent:
 
 def test_a_write_on_the_slots_last_stream_records_nothing():
     events: list[FakeEvent] = []
-    streams = SlotStreams(2, new_event=lambda: events.append(FakeEvent()) or events[-1])
     a = FakeStream("a")
+    streams = SlotStreams(2, a, new_event=lambda: events.append(FakeEvent()) or events[-1])
     for _ in range(5):
         streams.write_on(0, a)
         streams.write_on(1, a)
@@ -79,6 +79,16 @@ def test_writes_that_complete_on_return_are_not_ordered():
     streams.write_on(0, a)
     assert not events and not a.waited
     assert write_stream(torch.device("cpu")) is None and write_stream(torch.device("meta")) is None
+
+
+def test_the_first_write_on_another_stream_than_the_pools_fill_waits_for_it():
+    events: list[FakeEvent] = []
+    fill, b = FakeStream("fill"), FakeStream("b")
+    streams = SlotStreams(2, fill, new_event=lambda: events.append(FakeEvent()) or events[-1])
+    streams.write_on(1, b)
+    assert len(events) == 1 and events[0].recorded_on == [fill] and b.waited == events
+    streams.write_on(0, fill)
+    assert len(events) == 1
 
 
 SIMULATED = textwrap.dedent(
@@ -227,12 +237,12 @@ def test_gpu_a_kept_device_tensor_keeps_its_slot(monkeypatch):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     syncs = []
-    real_sync, real_event_sync = torch.cuda.synchronize, torch.cuda.Event.synchronize
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: (syncs.append(1), real_sync(*a))[1])
-    monkeypatch.setattr(torch.cuda.Event, "synchronize", lambda e: (syncs.append(2), real_event_sync(e))[1])
+    real_sync, ev_sync = torch.cuda.synchronize, torch.cuda.Event.synchronize
     with MemoryManager() as mm:
         store = _gpu_store(mm, slots=2)
-        pos = store.sample(256, 8, device="cuda")["pos"]
+        pos = store.sample(256, 8, device="cuda")["pos"]  # the pool made, the rings registered: then count
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: (syncs.append(1), real_sync(*a))[1])
+        monkeypatch.setattr(torch.cuda.Event, "synchronize", lambda e: (syncs.append(2), ev_sync(e))[1])
         assert pos.is_cuda
         want, ptr = pos.clone(), pos.data_ptr()
         ptrs = set()
@@ -248,6 +258,7 @@ def test_gpu_a_kept_device_tensor_keeps_its_slot(monkeypatch):
             del b
         assert ptr in ptrs
         assert not syncs  # no device-wide or event synchronize per sample
+        monkeypatch.undo()
         store.close()
 
 
