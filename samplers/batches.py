@@ -21,6 +21,7 @@ from typing import Any, Self
 
 import torch
 
+from graphrl.stream_order import copy_event
 from samplers.block import Block
 from samplers.hetero_block import HeteroBlock
 from samplers.hetero_link import HeteroLinkBatch
@@ -29,17 +30,6 @@ from samplers.prefetch import BatchLease
 
 __all__ = ["HeteroNodeBatch", "LoadedHeteroLinkBatch", "LoadedLinkBatch", "MultiTypeNodeBatch", "NodeBatch",
            "copy_event"]
-
-
-def copy_event(device: torch.device, non_blocking: bool) -> Any:
-    """The event after which the copies `_Staged.to` just queued to ``device`` have read their sources: a
-    ``torch.cuda.Event`` recorded on ``device``'s current stream for a non-blocking copy to a CUDA device,
-    else None (the copies completed on return). The one place a batch's copy decides whether to wait."""
-    if not non_blocking or device.type != "cuda":
-        return None
-    event = torch.cuda.Event()
-    event.record(torch.cuda.current_stream(device))
-    return event
 
 
 def _moved(value: Any, device: torch.device, non_blocking: bool) -> Any:
