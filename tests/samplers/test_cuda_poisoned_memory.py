@@ -17,22 +17,37 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from test_hetero_cuda_sim import STATIC_SCRIPT as HETERO_SCRIPT
-from test_hetero_cuda_sim import TEMPORAL_SCRIPT as HETERO_TEMPORAL_SCRIPT
-from test_labor import SIM_SCRIPT as LABOR_SCRIPT
-from test_labor_chain import SIM_SCRIPT as LABOR_CHAIN_SCRIPT
-from test_sampler_cuda_sim import SIM_SCRIPT as PLAIN_SCRIPT
-from test_sampler_cuda_sim import TEMPORAL_SIM_SCRIPT as TEMPORAL_SCRIPT
-from test_typed_launch import SIM_SCRIPT as TYPED_SCRIPT
 
 POISON = textwrap.dedent(
     """
     import sys
+    import torch
+    # these scripts patch, so each runs in a fork child of the simulated scripts' interpreter; torch's
+    # OpenMP pool does not survive a fork (a parallel op such as repeat_interleave crashed the child with
+    # SIGSEGV once the parent had run the temporal scripts): one thread here
+    torch.set_num_threads(1)
     sys.path.insert(0, "tests")
     from _cuda_poison import poison_new_memory
     poison_new_memory()
     """
 )
+
+
+def poisoned(module: str, name: str) -> str:
+    """A script that poisons the memory, then runs the simulated script ``name`` of the test module
+    ``module`` (in tests/samplers) as it is: imported in the subprocess, not copied into this script (the
+    session's simulated scripts travel as one command-line argument, which has a length limit)."""
+    return POISON + textwrap.dedent(
+        f"""
+        import linecache
+        sys.path.insert(0, "tests/samplers")
+        from {module} import {name} as _SCRIPT
+        _FILE = "<{module}.{name}, poisoned>"
+        linecache.cache[_FILE] = (len(_SCRIPT), None, _SCRIPT.splitlines(True), _FILE)
+        exec(compile(_SCRIPT, _FILE, "exec"), {{"__name__": "__main__"}})
+        """
+    )
+
 
 UNIT_SCRIPT = POISON + textwrap.dedent(
     """
@@ -165,43 +180,43 @@ def test_poisoning_bites_and_a_typed_region_has_no_holes_after_an_overflow(simul
 
 
 @pytest.mark.slow
-@pytest.mark.simulated(POISON + LABOR_SCRIPT, patches=True)
+@pytest.mark.simulated(poisoned("test_labor", "SIM_SCRIPT"), patches=True)
 def test_labor_plain_typed_and_past_capacity_on_poisoned_memory(simulated_part):
     assert _ok(simulated_part), simulated_part.output
 
 
 @pytest.mark.slow
-@pytest.mark.simulated(POISON + LABOR_CHAIN_SCRIPT, patches=True)
+@pytest.mark.simulated(poisoned("test_labor_chain", "SIM_SCRIPT"), patches=True)
 def test_chained_labor_on_poisoned_memory(simulated_part):
     assert _ok(simulated_part), simulated_part.output
 
 
 @pytest.mark.slow
-@pytest.mark.simulated(POISON + TYPED_SCRIPT, patches=True)
+@pytest.mark.simulated(poisoned("test_typed_launch", "SIM_SCRIPT"), patches=True)
 def test_fused_typed_layers_on_poisoned_memory(simulated_part):
     assert _ok(simulated_part), simulated_part.output
 
 
 @pytest.mark.slow
-@pytest.mark.simulated(POISON + HETERO_SCRIPT, patches=True)
+@pytest.mark.simulated(poisoned("test_hetero_cuda_sim", "STATIC_SCRIPT"), patches=True)
 def test_hetero_layers_on_poisoned_memory(simulated_part):
     assert _ok(simulated_part), simulated_part.output
 
 
 @pytest.mark.slow
-@pytest.mark.simulated(POISON + HETERO_TEMPORAL_SCRIPT, patches=True)
+@pytest.mark.simulated(poisoned("test_hetero_cuda_sim", "TEMPORAL_SCRIPT"), patches=True)
 def test_hetero_temporal_layers_on_poisoned_memory(simulated_part):
     assert _ok(simulated_part), simulated_part.output
 
 
 @pytest.mark.slow
-@pytest.mark.simulated(POISON + PLAIN_SCRIPT, patches=True, timeout=900)
+@pytest.mark.simulated(poisoned("test_sampler_cuda_sim", "SIM_SCRIPT"), patches=True, timeout=900)
 def test_uniform_and_weighted_layers_on_poisoned_memory(simulated_part):
     assert _ok(simulated_part), simulated_part.output
 
 
 @pytest.mark.slow
-@pytest.mark.simulated(POISON + TEMPORAL_SCRIPT, patches=True, timeout=900)
+@pytest.mark.simulated(poisoned("test_sampler_cuda_sim", "TEMPORAL_SIM_SCRIPT"), patches=True, timeout=900)
 def test_temporal_layers_on_poisoned_memory(simulated_part):
     assert _ok(simulated_part), simulated_part.output
 
