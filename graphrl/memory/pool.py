@@ -165,12 +165,18 @@ class PoolBacking(TensorBacking):
         super().__init__(data, is_pinned=block.is_pinned)
         self.block = block
         self.marked = False
+        self.reuse = True
 
-    def freeing(self, streams: tuple[Any, ...] | None = None) -> None:
+    def freeing(self, streams: tuple[Any, ...] | None = None, reuse: bool = True) -> None:
         """Capture, on the freeing thread, what the block's reuse waits for (`PoolResource.mark_free`);
-        `graphrl.memory.Region.free` calls it before handing the backing over (maybe to another thread)."""
+        `graphrl.memory.Region.free` calls it before handing the backing over (maybe to another thread).
+        ``reuse=False``: a device block goes back upstream instead of idling (`PoolResource.deallocate`)."""
         self.block.pool.mark_free(self.block, streams)
         self.marked = True
+        self.reuse = reuse
+        if not reuse and self.block.device.type == "cuda":  # torch's allocator waits for these streams
+            for stream in streams if streams is not None else (torch.cuda.current_stream(self.block.device),):
+                self.block.raw.record_stream(stream)
 
 
 class PoolResource:
@@ -284,7 +290,10 @@ class PoolResource:
         """Keep a pooled region's block for later allocations (other backings go upstream).
 
         Waits, before reuse, for the CUDA events `mark_free` recorded (on the current stream unless the
-        region's `free` named the streams).
+        region's `free` named the streams). A device block freed with ``reuse=False`` (a buffer its user
+        outgrew: no later request has its size) goes upstream instead, once no view reads it; torch's
+        caching allocator then reuses its memory only after the freeing streams' work (``record_stream``).
+        Pinned blocks always idle here (releasing one unregisters it, which synchronises every GPU).
         """
         if not isinstance(backing, PoolBacking) or backing.block.pool is not self:
             self.upstream.deallocate(backing)
@@ -293,6 +302,12 @@ class PoolResource:
         backing.data = None  # type: ignore[assignment]  # the lease dies with the region's last view
         if not backing.marked:  # freed here directly, not through a Region: this thread's current stream
             self.mark_free(block, None)
+        if not backing.reuse and self.tier is Tier.DEVICE:  # outgrown: upstream, once no view reads it
+            with self._lock:
+                block.doomed = True
+                self._doomed.append(block)
+                self._release_doomed()
+            return
         with self._lock:
             block.seq = next(self._seq)
             self._idle.append(block)
@@ -373,6 +388,8 @@ class PoolResource:
         limit = self._limit
         if limit is not None:
             over = self._stats.held_bytes + self._pending + nbytes - limit
+            if over > 0:
+                over -= self._release_doomed()  # blocks whose views died since a trim left them
             if over > 0:
                 self._release_idle(over)
             if self._stats.held_bytes + self._pending + nbytes > limit:

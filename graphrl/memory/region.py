@@ -332,7 +332,7 @@ class Region:
             raise ValueError(f"{self._label()} was already freed (double free)")
         return backing
 
-    def free(self, streams: tuple[Any, ...] | None = None) -> None:
+    def free(self, streams: tuple[Any, ...] | None = None, reuse: bool = True) -> None:
         """Return the region's bytes to its tier's budget and release the memory.
 
         Shared regions are unlinked from /dev/shm (attached ones only unmapped), disk regions are
@@ -345,6 +345,9 @@ class Region:
             A pinned or device region: the streams whose queued work may still use it. The pool reuses
             its block only after that work (events recorded on them here, on the freeing thread: no
             host wait; `graphrl.memory.pool`). Default: this thread's current stream.
+        reuse : bool
+            False: a device region's pooled block goes back upstream rather than idling in the pool (a
+            buffer outgrown by its user; `graphrl.memory.PoolResource.deallocate`).
 
         Raises
         ------
@@ -352,13 +355,13 @@ class Region:
             The region was already freed.
         """
         backing = self._claim()
-        _freeing(backing, streams)
+        _freeing(backing, streams, reuse)
         if self._manager is not None:
             self._manager.deallocate(self, backing)
         else:
             self._unmap(backing)
 
-    def free_soon(self, streams: tuple[Any, ...] | None = None) -> None:
+    def free_soon(self, streams: tuple[Any, ...] | None = None, reuse: bool = True) -> None:
         """Free the region from a finalizer: never raises on a freed region, never deadlocks its manager.
 
         The one way finalizers free regions (`free_quietly` calls it). A finalizer may run wherever
@@ -368,13 +371,13 @@ class Region:
         (this thread holds the manager's lock or is inside a call into a resource, or another thread
         holds the lock); then when that section ends (`MemoryManager.release_soon`). A region freed
         already (by `free`, its manager's ``close`` or another thread) is left alone. Use `free` in
-        plain code: it raises on a double free. ``streams`` as in `free`: the events are recorded here,
-        on the freeing thread, whichever thread gives the bytes back.
+        plain code: it raises on a double free. ``streams`` and ``reuse`` as in `free`: the events are
+        recorded here, on the freeing thread, whichever thread gives the bytes back.
         """
         backing = self._take()
         if backing is None:
             return
-        _freeing(backing, streams)
+        _freeing(backing, streams, reuse)
         if self._manager is not None:
             self._manager.release_soon(self, backing)
         else:
@@ -412,10 +415,10 @@ class Region:
         )
 
 
-def _freeing(backing: Backing, streams: tuple[Any, ...] | None) -> None:
+def _freeing(backing: Backing, streams: tuple[Any, ...] | None, reuse: bool) -> None:
     """A pooled block's reuse waits for ``streams`` (None: this thread's current stream), captured now."""
     if isinstance(backing, PoolBacking):
-        backing.freeing(streams)
+        backing.freeing(streams, reuse)
 
 
 def free_quietly(region: Region) -> None:

@@ -8,6 +8,7 @@ and numba's ``cuda.synchronize`` patched into counters:
   workspace's regions go back with an event on its stream, never a sync;
 - closing a sampler, then dropping it, makes none (also with torch pretending to have a started GPU, the
   case where the old finalizers synchronised) and frees every region exactly once;
+- a workspace's outgrown device scratch goes back upstream (no idle block left in the device pool);
 - every device region a build fills (LABOR's ``hop``/``owner``/``running``, the graph's stand-ins) is
   published (`samplers.kernels.cuda.memory.publish`: the stream it was filled on is waited for) before the
   build returns, so a loader's side stream reads it initialised.
@@ -103,6 +104,14 @@ SYNCS = textwrap.dedent(
     assert published(log) == 2, log  # the stand-ins for times and weights
     cpu = NeighborSampler(graph, [4, 3], seed=1)
     cpu_labor = LaborSampler(graph, [4, 3], seed=1, importance_sampling=1)
+
+    # growing batches: each outgrown scratch block goes back upstream, none idles in the device pool
+    for size in (8, 40, 200):
+        grow = torch.from_numpy(rng.integers(0, n, size))
+        for a, b in zip(plain.sample(grow), cpu.sample(grow)):
+            assert torch.equal(a.edge_ids, b.edge_ids)
+    assert plain.loop.traffic.scratch_allocations > 0
+    assert mm.stats()["pools"]["device"]["idle_bytes"] == 0, mm.stats()["pools"]
 
     # a warm loop: no sync
     for s in (plain, labor, cpu, cpu_labor):  # each call's draws depend on the call's number: keep in step

@@ -236,11 +236,12 @@ class CudaMemory:
                     self.release(region)
             raise
 
-    def release(self, region: Region, streams: tuple[Any, ...] | None = None) -> None:
+    def release(self, region: Region, streams: tuple[Any, ...] | None = None, reuse: bool = True) -> None:
         """Free ``region`` (one of this object's) now, unless it was freed already; the pool reuses it
-        after the work queued on ``streams`` (default this thread's current stream; `Region.free`)."""
+        after the work queued on ``streams`` (default this thread's current stream), or with ``reuse=False``
+        gives a device block back upstream (`Region.free`)."""
         self._regions.pop(id(region), None)
-        region.free_soon(streams)
+        region.free_soon(streams, reuse)
 
     def regions(self) -> list[Region]:
         """The regions handed out and not freed yet."""

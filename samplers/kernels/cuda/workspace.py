@@ -123,8 +123,8 @@ class CudaWorkspace:
     def _replace(self, key: Any, n: int, dtype: Any, tier: Tier) -> Region:
         """A new region of ``n`` items for ``key``, the old one (if any) freed first."""
         old = self._regions.pop(key, None)
-        if old is not None:  # its block is reused once this stream's work queued so far is done
-            self.memory.release(old, None if self.stream is None else (self.stream,))
+        if old is not None:  # outgrown: a device block goes upstream after this stream's queued work
+            self.memory.release(old, None if self.stream is None else (self.stream,), reuse=False)
         region = self._regions[key] = self.memory.allocate(n, dtype, tier, WORKSPACE_OWNER)
         return region
 

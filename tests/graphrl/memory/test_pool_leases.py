@@ -178,3 +178,26 @@ def test_a_free_during_a_capture_records_no_event_and_is_not_reused_in_the_captu
     during.free()
     after.free()
     mm.close()
+
+
+def test_an_outgrown_device_block_goes_upstream_once_no_view_reads_it_and_pinned_ones_idle(managed):
+    device_up, pinned_up = Counting(), Counting()
+    mm = managed(device="cpu", resources={"device": PoolResource(device_up, tier="device"),
+                                          "pinned": PoolResource(pinned_up, tier="pinned")})
+    small = mm.allocate((16,), "int64", "device", owner="samplers.workspace")
+    small.free(reuse=False)  # no view: released at once
+    assert device_up.released == 1 and mm.stats()["pools"]["device"]["held_bytes"] == 0
+    viewed = mm.allocate((24,), "int64", "device", owner="samplers.workspace")
+    view = viewed.tensor()[:4]
+    viewed.free_soon(reuse=False)
+    assert device_up.released == 1 and mm.stats()["pools"]["device"]["held_bytes"] == 24 * 8
+    del view
+    gc.collect()
+    assert device_up.released == 2 and mm.stats()["pools"]["device"]["held_bytes"] == 0
+    again = mm.allocate((16,), "int64", "device", owner="samplers.workspace")
+    again.free()  # reuse=True (the default): idles for the next request of its size
+    assert mm.stats()["pools"]["device"]["idle_bytes"] == 16 * 8 and device_up.released == 2
+    staging = mm.allocate((16,), "int64", "pinned", owner="samplers.workspace")
+    staging.free(reuse=False)  # pinned: kept (releasing would unregister, a sync of every GPU)
+    assert pinned_up.released == 0 and _stats(mm)["idle_bytes"] == 16 * 8
+    mm.close()
