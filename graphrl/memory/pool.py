@@ -448,6 +448,8 @@ class PoolResource:
         self._stats.held_bytes -= block.nbytes
         self._stats.unregistrations += 1
         block.events, block.streams = (), ()
+        block.lease = None  # its callback refers to the block: no cycle keeps the block's memory
+        block.raw = None  # type: ignore[assignment]  # nor its view of it
         try:
             self.upstream.deallocate(block.backing)
         except Exception as err:  # noqa: BLE001 - the block is dropped all the same
