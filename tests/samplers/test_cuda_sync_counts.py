@@ -325,3 +325,36 @@ def test_gpu_uva_sampler_closed_while_a_loader_prefetches_leaves_no_cuda_error(d
     torch.cuda.synchronize()
     probe = torch.arange(10, device="cuda")
     assert int(probe.sum()) == 45
+
+
+def test_close_frees_after_every_used_and_unfinished_retired_stream(monkeypatch) -> None:
+    """`CudaMemory.close` frees its regions after the streams its workspaces use and those retired whose
+    work may still run; past 8 retired streams the finished ones are forgotten (queried, no host wait)."""
+    from graphrl.memory import MemoryManager, Region, Tier
+    from samplers.kernels.cuda.memory import CudaMemory
+
+    class Stream:
+        def __init__(self, name: str, done: bool) -> None:
+            self.name, self.done = name, done
+
+        def query(self) -> bool:
+            return self.done
+
+    given: list[tuple] = []
+    own = Region.free_soon
+    monkeypatch.setattr(Region, "free_soon", lambda self, streams=None, reuse=True: (
+        given.append(tuple(s.name for s in streams or ())), own(self, streams, reuse))[1])
+    mm = MemoryManager(device="cpu")
+    mem = CudaMemory(mm)
+    mem.allocate(4, np.int64, Tier.DEVICE, "samplers.graph")
+    live = Stream("live", False)
+    mem.use_stream(live)
+    retired = [Stream(f"r{i}", done=i % 2 == 0) for i in range(10)]  # even ones finished
+    for stream in retired:
+        mem.use_stream(stream)
+        mem.retire_stream(stream)
+    mem.close()
+    assert len(given) == 1
+    # r0..r7 kept until the 9th retirement; then the finished ones among them went: r1 r3 r5 r7 r8 r9 left
+    assert sorted(given[0]) == sorted(["live", "r1", "r3", "r5", "r7", "r8", "r9"]), given
+    mm.close()

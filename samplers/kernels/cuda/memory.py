@@ -78,6 +78,9 @@ def _kernel_device() -> str:
     return f"cuda:{torch.cuda.current_device()}" if gcuda.has_cuda() else "cpu"
 
 
+_RETIRED_KEPT = 8  # retired streams kept before the finished ones are queried and forgotten
+
+
 def publish(tier: Tier) -> None:
     """Make what a build just wrote into ``tier`` regions ready on every stream: where torch has CUDA, a
     ``device`` region's fill (a kernel queued on this thread's current stream) is waited for here, once per
@@ -213,12 +216,12 @@ class CudaMemory:
 
     def retire_stream(self, stream: Any) -> None:
         """A user on ``stream`` is done (its workspace closed): its queued work still orders later frees,
-        until it is done; retired streams whose work is done are forgotten here (queried, no host wait;
-        not during a CUDA graph capture), so the set stays small."""
+        until it is done; past 8 retired streams, those whose work is done are forgotten here (queried,
+        no host wait; not during a CUDA graph capture on this thread), so the set stays small."""
         if stream is None:
             return
         self._streams.pop(id(stream), None)
-        if not _capturing():
+        if len(self._retired) >= _RETIRED_KEPT and not _capturing():
             for key in [k for k, s in self._retired.items() if s.query()]:
                 del self._retired[key]
         self._retired[id(stream)] = stream
