@@ -233,8 +233,12 @@ def _run_forked(name, code):  # in a fork child: what the script patches ends wi
     return json.loads(said)
 
 
-_results = {name: _run_part(name, code) for name, code in _PARTS}
-_results.update((name, _run_forked(name, code)) for name, code in _FORKED)
+# the forks first, from an interpreter that has imported the library and run nothing: a fork child of a
+# process whose torch has started its OpenMP threads (any parallel op of an earlier script) hangs in its
+# first parallel region (libgomp is not fork-safe; seen: a child waiting in gomp_team_barrier_wait_end)
+import torch, graphrl, samplers, replay  # noqa: E401,F401 - imported once, for the children and the rest
+_results = {name: _run_forked(name, code) for name, code in _FORKED}
+_results.update((name, _run_part(name, code)) for name, code in _PARTS)
 print(_MARK + json.dumps(_results))
 """
 
@@ -331,9 +335,10 @@ _BATCH = pytest.StashKey["_SimulatedSession"]()
 
 
 class _SimulatedSession:
-    """The scripts of a session's tests marked ``simulated``, run in one interpreter: every script that
-    patches nothing one after another, then each script that patches in a fork child of that interpreter
-    (its patches reach no other script; the fork costs no second import of numba, torch and the library).
+    """The scripts of a session's tests marked ``simulated``, run in one interpreter: first each script
+    that patches in a fork child of that interpreter (its patches reach no other script; the fork costs no
+    second import of numba, torch and the library; forked before any script ran, as libgomp requires),
+    then every script that patches nothing one after another in the interpreter itself.
     The interpreter starts in the background with the session (`start`), or when the first of them asks.
     Results are kept by test id."""
 
@@ -384,7 +389,7 @@ def simulated_part(request: pytest.FixtureRequest) -> SimulatedPart:
     session's marked scripts share one interpreter (imports and numba's cache loads paid once): each runs in
     a namespace of its own, but what it patches at module level would stay patched, so a script that patches
     anything (``count_host_copies`` included) says ``patches=True`` and then runs in a fork child of that
-    interpreter, after the others. A failing script fails only its own test, with its output and
+    interpreter, before the others. A failing script fails only its own test, with its output and
     traceback. With the kernels' warm-up (``GRAPHRL_TEST_WARM`` not 0) the interpreter starts when the
     session's tests are collected, in the background once the warm-up ends; else when the first asks."""
     if request.node.get_closest_marker("simulated") is None:
