@@ -142,8 +142,8 @@ class FeatureStore:
 
     Attributes
     ----------
-    table : torch.Tensor, shape [N, *row]
-        The rows (a view of the table region, or ``x``).
+    table : torch.Tensor or None, shape [N, *row]
+        The rows (a view of the table region, or ``x``); None after `close`.
     table_tier : str
         Tier of the table ("host" for ``x`` itself on the CPU).
     cache_nodes : torch.Tensor, int64, shape [C]
@@ -230,10 +230,14 @@ class FeatureStore:
         self.memory = memory if memory is not None else MemoryManager(device=dev)
         self._regions: list[Region] = []
         self._cache: RowCache | None = None
+        self._cache_tier: str | None = None
+        self._staging: RowStaging | None = None
         self._lock = threading.Lock()
         self._gathers = self._rows_out = self._hits = 0
         self._seconds = 0.0
         self._dev_hits = None
+        self._pickled: torch.Tensor | None = None
+        self._num_rows = num_rows
         try:
             cache_rows = min(int(cache_rows), num_rows)
             # where the device tier lives decides the tiers, not torch.cuda.is_available(): a private
@@ -262,6 +266,7 @@ class FeatureStore:
                                        lambda t: advise_huge_table(t, self.huge_pages, dev),
                                        tier=cache_tier_for(dev, host_device_tier))
                 self.cache_nodes = self._cache.nodes
+                self._cache_tier = self._cache.tier
             self._staging = RowStaging(self.memory, self.row_shape, self.dtype, max(1, int(staging_slots)),
                                        *staging_tiers(dev), owner=f"{owner}.staging")
             self._held: deque[StagingLease] = deque()
@@ -282,12 +287,12 @@ class FeatureStore:
     @property
     def num_rows(self) -> int:
         """N."""
-        return int(self.table.shape[0])
+        return self._num_rows
 
     @property
     def row_bytes(self) -> int:
         """Bytes of one row."""
-        return math.prod(self.row_shape) * self.table.element_size()
+        return math.prod(self.row_shape) * self.dtype.itemsize
 
     @property
     def cache_rows(self) -> int:
@@ -297,7 +302,7 @@ class FeatureStore:
     @property
     def cache_tier(self) -> str | None:
         """Tier of the cache (None without one)."""
-        return None if self._cache is None else self._cache.tier
+        return self._cache_tier
 
     def __len__(self) -> int:
         return self.num_rows
@@ -306,6 +311,12 @@ class FeatureStore:
         """Pickle (``mp.spawn``, DataLoader workers) as a new store over a copy of the rows, with the same
         device, owner, staging slots, threads and huge-page setting and its own memory manager (the copy
         leaves this store's regions untouched; its tier is the new manager's choice).
+
+        The copy is one CPU tensor in shared memory, made at the first pickle and held by this store (so
+        torch's multiprocessing pickler can send its handle to a spawn child that opens it later) until
+        `close`; later pickles send the same copy, and the rows as they were then: after changing the
+        table in place call `refresh_cache`, which makes the next pickle copy them again. It costs
+        ``N * row_bytes`` of shared memory (``/dev/shm``) beside the table, outside the manager's budgets.
 
         Raises
         ------
@@ -319,9 +330,21 @@ class FeatureStore:
         if self._cache is not None:
             raise TypeError("a FeatureStore with a cache cannot be pickled: build one in each process "
                             "(its hot rows come from the graph and the cache policy)")
+        assert self._staging is not None  # open
         settings = {"device": self.device, "owner": self.owner, "staging_slots": self._staging.slots,
                     "threads": self.threads, "huge_pages": self.huge_pages}
-        return _rebuild_store, (self.table.detach().cpu().clone(), settings)
+        return _rebuild_store, (self._pickle_table(), settings)
+
+    def _pickle_table(self) -> torch.Tensor:
+        """The store's CPU copy of its rows for pickling: made at the first pickle (or the first after
+        `refresh_cache`) in shared memory and held by the store until `close` or the next refresh, so
+        every pickle of the store sends the same copy. torch's multiprocessing pickler sends a shared
+        tensor as a handle the receiving process opens later: a copy made per pickle and dropped once
+        pickled would be freed in this process before a spawn child (a DataLoader worker) opens it."""
+        with self._lock:
+            if self._pickled is None:
+                self._pickled = self.table.detach().to("cpu", copy=True).share_memory_()
+            return self._pickled
 
     def __repr__(self) -> str:
         return (f"FeatureStore(rows={self.num_rows}, row_shape={self.row_shape}, dtype={self.dtype}, "
@@ -404,7 +427,9 @@ class FeatureStore:
     def refresh_cache(self) -> None:
         """Copy the cached rows again from `table`: call it after changing the table in place (an
         optimizer step on an embedding table given as ``x`` with ``memory=None``), not while a gather
-        runs; without a cache it does nothing. A GPU copy runs on torch's current stream.
+        runs or the store is being pickled. A GPU copy runs on torch's current stream. It also drops the
+        copy of the rows the store keeps for pickling (see `__reduce__`), so the next pickle carries the
+        changed rows; without a cache that is all it does.
 
         Raises
         ------
@@ -412,6 +437,8 @@ class FeatureStore:
             The store is closed.
         """
         self._check_open()
+        with self._lock:
+            self._pickled = None  # the next pickle copies the changed rows
         if self._cache is not None:
             self._cache.refresh(self.table)
 
@@ -421,10 +448,13 @@ class FeatureStore:
 
     def _lease(self, rows: int) -> StagingLease:
         with self._lock:
-            held = self._held
-            if len(held) >= self._staging.slots:
+            held, staging = self._held, self._staging
+            if staging is None:  # closed by another thread since the caller's check
+                check_open(True, "this FeatureStore")
+            assert staging is not None
+            if len(held) >= staging.slots:
                 held.popleft().release_when_unused()  # a result the caller kept is not overwritten
-            lease = self._staging.acquire(rows)
+            lease = staging.acquire(rows)
             held.append(lease)
             return lease
 
@@ -541,16 +571,25 @@ class FeatureStore:
     def close(self) -> None:
         """Free the table, cache and staging regions (and a private manager); idempotent.
 
-        Tensors returned earlier stay readable but no longer count against any budget; statistics stay
-        readable. Later gathers and `staging` raise ValueError.
+        The store drops its own references to them (`table` becomes None, and so does the copy kept for
+        pickling), so their pooled blocks go back to the manager's pools once no other tensor views
+        them, and the manager's budget can hand the bytes out again. Tensors returned earlier (gathered
+        rows, ``table`` taken before close) stay readable but no longer count against any budget: while
+        one is kept its block stays allocated and its pool cannot reuse it (an allocation the pool then
+        refuses raises MemoryBudgetError naming the pool's live blocks), though ``usage()`` reports 0
+        bytes for it. A ``x`` the store used in place (``memory=None`` on the CPU) is the caller's and
+        is never freed. Statistics stay readable. Later gathers, `staging` and pickling raise ValueError.
         """
         self.closed = True
         staging = getattr(self, "_staging", None)
         if staging is not None:
             staging.close()
+            self._staging = None
+            self._held = deque()
         cache = getattr(self, "_cache", None)
         if cache is not None:
             cache.free()
+            self._cache = None  # its rows' view: the block can return
         for region in getattr(self, "_regions", ()):
             if not region.freed:
                 try:
@@ -558,6 +597,9 @@ class FeatureStore:
                 except ValueError:  # the manager closed first
                     pass
         self._regions = []
+        self.table = None  # type: ignore[assignment]  # the table region's view: its block can return
+        self._pickled = None
+        self._table_words = self._cache_words = self._slots_dev = None
         if getattr(self, "_own_memory", False):
             self.memory.close()
 

@@ -274,7 +274,8 @@ class RowStaging:
                 err.tier, err.owner, err.asked, err.free, err.budget, err.attempts, err.note,
                 lead=f"staging {self.owner!r}: all {self.slots} buffers are held by batches (or tensors "
                      f"taken from them) kept past the next batch, and a buffer of its own for this batch "
-                     f"does not fit; release() or drop kept batches, or clone() what you keep",
+                     f"does not fit; release() or drop kept batches, or clone() what you keep"
+                     + (f"; {err.lead}" if err.lead else ""),
             ) from err
         lease = _OwnLease(region, rows, self.row_shape, self.dtype, self._keep_until)
         with self._lock:

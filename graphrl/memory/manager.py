@@ -368,10 +368,12 @@ class MemoryManager:
                             ", ".join(str(a[0]) for a in attempts))
             return region
         assert first is not None
-        note = f"allocator failed: {failure}" if failure is not None else ""
+        # an allocator's refusal within the budget (a pool's live blocks) is the reason: it leads the
+        # message, before figures that may show the budget free
+        lead = f"allocator failed: {failure}" if failure is not None else ""
         free0 = attempts[0][1]
         raise MemoryBudgetError(
-            tiers[0], owner, nbytes, free0, first.budget, tuple(attempts), note
+            tiers[0], owner, nbytes, free0, first.budget, tuple(attempts), lead=lead
         ) from failure
 
     def register(
