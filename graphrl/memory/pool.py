@@ -45,6 +45,7 @@ import itertools
 import logging
 import threading
 import weakref
+from collections import deque
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -143,6 +144,40 @@ class _Block:
             self.pool.release_doomed()
 
 
+class _PoolLock:
+    """The pool's lock (not re-entrant), whose release gives upstream what was released under it.
+
+    Under the lock the pool only counts a block as released and queues it (``outgoing``); every
+    release of the lock then hands the queue to the upstream resource with no lock held, so a garbage
+    collection inside ``upstream.deallocate`` whose finalizer frees into the pool finds it free. A
+    dying view's callback that finds the lock taken (another thread, or this one collecting garbage
+    under it) sets ``dying`` before trying, and the holder, testing it after its release, releases
+    the doomed blocks then: none is lost, whether or not a later trim or close comes.
+    """
+
+    __slots__ = ("_lock", "_pool")
+
+    def __init__(self, pool: PoolResource) -> None:
+        self._lock = threading.Lock()
+        self._pool = pool
+
+    def acquire(self, blocking: bool = True) -> bool:
+        return self._lock.acquire(blocking)
+
+    def release(self) -> None:
+        self._lock.release()
+        self._pool.settle()
+
+    def locked(self) -> bool:
+        return self._lock.locked()
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
 class _Lease:
     """Exposes ``nbytes`` of a block to numpy or torch as a fresh allocation that keeps the block alive.
 
@@ -182,9 +217,11 @@ class PoolBacking(TensorBacking):
 class PoolResource:
     """A `MemoryResource` adaptor that keeps freed blocks and hands them to later allocations.
 
-    Thread-safe; its lock is not re-entrant and it calls the upstream resource under it (``trim``),
-    so a finalizer must not free into it directly: under a `MemoryManager` every pool call runs
-    inside a manager call, where a finalizer's free waits for the next call (`Region.free_soon`).
+    Thread-safe; its lock is not re-entrant, so a finalizer must not free into it directly: under a
+    `MemoryManager` every pool call runs inside a manager call, where a finalizer's free waits for the
+    next call (`Region.free_soon`). It never calls the upstream resource under its lock: blocks
+    released (trimmed, over ``limit`` or ``max_idle``, or doomed blocks whose last view died) go
+    upstream once the lock is let go, by the thread letting it go.
 
     Parameters
     ----------
@@ -252,10 +289,12 @@ class PoolResource:
         self._limit = limit
         self._idle: list[_Block] = []  # oldest freed first
         self._doomed: list[_Block] = []  # released by a trim while a view lived: upstream when it dies
+        self._outgoing: deque[_Block] = deque()  # counted as released: upstream at the lock's release
+        self._dying = False  # a doomed block's last view died while the lock was taken
         self._stats = PoolStats()
         self._pending = 0  # bytes of upstream allocations under way
         self._seq = itertools.count()
-        self._lock = threading.Lock()
+        self._lock = _PoolLock(self)
 
     # -- MemoryResource
 
@@ -444,18 +483,36 @@ class PoolResource:
         return released
 
     def _release(self, block: _Block) -> int:
-        """Give ``block`` back upstream (unregister it) and count it. Lock held."""
+        """Count ``block`` as released and queue it for upstream (`settle`, at the lock's release). Lock
+        held."""
         self._stats.held_bytes -= block.nbytes
         self._stats.unregistrations += 1
         block.events, block.streams = (), ()
         block.lease = None  # its callback refers to the block: no cycle keeps the block's memory
         block.raw = None  # type: ignore[assignment]  # nor its view of it
-        try:
-            self.upstream.deallocate(block.backing)
-        except Exception as err:  # noqa: BLE001 - the block is dropped all the same
-            logger.warning("%s pool: releasing a block of %s failed: %s", self.tier,
-                           format_size(block.nbytes), err)
+        self._outgoing.append(block)
         return block.nbytes
+
+    def settle(self) -> None:
+        """Give upstream (unregister) the blocks released under the lock, and release the doomed blocks
+        whose last view died while the lock was taken; with no lock held. The lock's release calls it.
+        """
+        while self._outgoing:
+            try:
+                block = self._outgoing.popleft()
+            except IndexError:  # another thread took the last one
+                break
+            try:
+                self.upstream.deallocate(block.backing)
+            except Exception as err:  # noqa: BLE001 - the block is dropped all the same
+                logger.warning("%s pool: releasing a block of %s failed: %s", self.tier,
+                               format_size(block.nbytes), err)
+        if self._dying and self._lock.acquire(blocking=False):  # else the holder tests it after release
+            try:
+                self._dying = False
+                self._release_doomed()
+            finally:
+                self._lock.release()  # settles again: gives those upstream, and any that died meanwhile
 
     def _release_doomed(self) -> int:
         """Release the doomed blocks whose last view died. Lock held."""
@@ -465,22 +522,14 @@ class PoolResource:
             released += self._release(block)
         return released
 
-    def release_doomed(self) -> int:
+    def release_doomed(self) -> None:
         """Release upstream the blocks a trim or close left because a view still read them, once their
-        last view died (a view's finalizer calls it). Never waits for the pool's lock: a holder (maybe
-        this thread, garbage collecting under it) leaves them for the next `trim` or `MemoryManager.close`.
-
-        Returns
-        -------
-        int
-            Bytes released.
+        last view died (a view's finalizer calls it; also after the pool's manager closed). Never waits
+        for the pool's lock: a holder (another thread, or this one garbage collecting under it) releases
+        them when it lets the lock go.
         """
-        if not self._lock.acquire(blocking=False):
-            return 0
-        try:
-            return self._release_doomed()
-        finally:
-            self._lock.release()
+        self._dying = True  # before the test: a holder that makes it fail tests this after its release
+        self.settle()
 
     def mark_free(self, block: _Block, streams: tuple[Any, ...] | None) -> None:
         """Record what reusing ``block`` must wait for, on the freeing thread: a CUDA event on each of
