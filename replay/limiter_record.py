@@ -8,13 +8,14 @@ rebuilt into its base class:
   processes) holds the limiter object; one that cannot be pickled is refused when the handle is made.
 - `limiter_record` / `restored_limiter`: a checkpoint records the limiter's settings (``to_config``)
   and, for a class other than the built-ins, its qualified name under ``"class"`` and its own settings
-  under ``"settings"`` (`replay.rate_limiter.RateLimiter.record_settings`: by default its public
-  attributes of plain types, such as a cap its constructor took; a subclass keeping a setting in another
-  type overrides it). Restoring rebuilds a built-in from its settings; a subclass is not rebuilt by
-  import (a checkpoint holds no code): the user passes it, ``restore(path, rate_limiter=...)``, and it
-  must be of the recorded class with the recorded ``to_config`` and ``record_settings``, else
-  ``ValueError`` says what differs and what to pass. (A checkpoint written before ``"settings"`` was
-  recorded is checked on its class and ``to_config`` only.)
+  under ``"settings"`` (`replay.rate_limiter.RateLimiter.record_settings`, checked by ``plain_settings``:
+  by default its constructor's arguments read back from public attributes of the same names and plain
+  types, such as a cap; settings, not state, so a counter it keeps is not recorded; a subclass keeping a
+  setting under another name or type overrides it). Restoring rebuilds a built-in from its settings; a
+  subclass is not rebuilt by import (a checkpoint holds no code): the user passes it,
+  ``restore(path, rate_limiter=...)``, and it must be of the recorded class with the recorded
+  ``to_config`` and ``record_settings``, else ``ValueError`` says what differs and what to pass. (A
+  checkpoint written before ``"settings"`` was recorded is checked on its class and ``to_config`` only.)
 
 >>> cfg["rate_limiter"] = limiter_record(store.rate_limiter)            # checkpoint
 >>> limiter = restored_limiter(cfg["rate_limiter"], given, "ReplayStore.restore")  # restore
@@ -75,7 +76,7 @@ def limiter_record(limiter: RateLimiter) -> dict[str, Any]:
     record = dict(limiter.to_config())
     if type(limiter).__module__ != RateLimiter.__module__:
         record["class"] = class_name(limiter)
-        record["settings"] = _plain(limiter.record_settings())
+        record["settings"] = limiter.plain_settings()
     return record
 
 
@@ -133,11 +134,12 @@ def restored_limiter(record: dict[str, Any], given: RateLimiter | None, who: str
             f"{who}: rate_limiter={given!r} ({class_name(given)}, settings {given.to_config()}) is not the "
             f"checkpoint's: {want} with settings {config}; pass that limiter, or none for a built-in one"
         )
-    if "settings" in record and not _same(_plain(given.record_settings()), record["settings"]):
+    if "settings" in record and not _same(given.plain_settings(), record["settings"]):
         raise ValueError(
             f"{who}: rate_limiter={given!r} ({class_name(given)}) has record_settings() "
-            f"{given.record_settings()}, the checkpoint's {want} had {record['settings']} (its public "
-            "attributes, such as its constructor's arguments: replay.rate_limiter.RateLimiter."
-            "record_settings); pass the limiter the checkpoint was written with"
+            f"{given.plain_settings()}, the checkpoint's {want} had {record['settings']} (by default its "
+            "constructor's arguments read back from attributes of the same names: replay.rate_limiter."
+            "RateLimiter.record_settings); pass the limiter the checkpoint was written with, or, if what "
+            "differs is state rather than a setting, override record_settings to return its settings only"
         )
     return given

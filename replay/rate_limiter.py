@@ -38,6 +38,7 @@ DeepMind Reverb: ``reverb/rate_limiters.py`` (MinSize, SampleToInsertRatio, Queu
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import sys
@@ -273,29 +274,78 @@ class RateLimiter:
 
     def record_settings(self) -> dict[str, Any]:
         """A subclass's settings beyond `to_config`, which a checkpoint records and a restore compares
-        (`replay.limiter_record`): by default its public attributes (no leading underscore) of plain
-        types (bool, int, float, str, None, numpy scalars, and lists, tuples and str-keyed dicts of
-        them), less those `RateLimiter.__init__` sets (`to_config` holds them). Override it to record
-        settings kept in attributes of other types (or to leave out state that changes while the
-        limiter is used); return plain values only. The built-in limiters record none."""
+        (`replay.limiter_record`), and `==` compares.
+
+        The rule: settings, not state. By default the parameters of the subclasses' ``__init__``
+        (every class between ``type(self)`` and `RateLimiter`), each read back from the public attribute of
+        the same name where there is one holding a plain value (bool, int, float, str, None, numpy scalars,
+        and lists, tuples and str-keyed dicts of them); `RateLimiter.__init__`'s fields are left out
+        (`to_config` holds them). Attributes that are not constructor parameters (a counter such as
+        ``self.refusals``) are state and not recorded, so a fresh instance built with the same arguments
+        restores a checkpoint and equals the limiter. Override it where a setting is kept under another
+        name or type; return a dict of plain values (`plain_settings` refuses others). The built-in
+        limiters record none."""
+        names: list[str] = []
+        for cls in type(self).__mro__:
+            if cls is RateLimiter:
+                break
+            init = vars(cls).get("__init__")
+            if init is None:
+                continue
+            for param in list(inspect.signature(init).parameters.values())[1:]:
+                named = param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY)
+                if named and param.name not in names:
+                    names.append(param.name)
+        own = vars(self)
         return {
             name: plain
-            for name, value in sorted(vars(self).items())
-            if not name.startswith("_") and name not in _INIT_FIELDS
-            for plain in [_plain_value(value)]
+            for name in sorted(names)
+            if not name.startswith("_") and name not in _INIT_FIELDS and name in own
+            for plain in [_plain_value(own[name])]
             if plain is not _NOT_PLAIN
         }
 
+    def plain_settings(self) -> dict[str, Any]:
+        """`record_settings`, checked and as plain JSON data (numpy scalars as Python numbers, tuples as
+        lists): what a checkpoint records, a restore and `==` compare.
+
+        Raises
+        ------
+        ValueError
+            ``record_settings()`` (an override) returned something other than a dict of str keys and
+            plain values: the message names the class, the key and the value's type.
+        """
+        settings = self.record_settings()
+        where = f"{type(self).__module__}.{type(self).__qualname__}.record_settings()"
+        if not isinstance(settings, dict) or not all(isinstance(k, str) for k in settings):
+            raise ValueError(
+                f"{where} returned {type(settings).__name__} {settings!r}; return a dict with str keys"
+            )
+        out: dict[str, Any] = {}
+        for key, value in settings.items():
+            plain = _plain_value(value)
+            if plain is _NOT_PLAIN:
+                raise ValueError(
+                    f"{where} returned {key}={value!r} of type {type(value).__name__}, not a plain JSON "
+                    "value (bool, int, float, str, None, numpy scalars, lists/tuples/str-keyed dicts of "
+                    "them): return plain values (e.g. array.tolist())"
+                )
+            out[key] = plain
+        return out
+
     def __eq__(self, other: object) -> bool:
-        """Same class, `to_config` and `record_settings` (what a checkpoint's restore compares)."""
+        """Same class, `to_config` and `plain_settings` (what a checkpoint's restore compares); state that
+        `record_settings` leaves out does not count."""
         return (
             type(other) is type(self)
             and other.to_config() == self.to_config()  # type: ignore[union-attr]
-            and other.record_settings() == self.record_settings()  # type: ignore[union-attr]
+            and other.plain_settings() == self.plain_settings()  # type: ignore[union-attr]
         )
 
     def __hash__(self) -> int:
-        return hash(tuple(self.to_config().items()))
+        """Over the class and `to_config` only: equal limiters have equal `to_config`, so equal hashes, and
+        a setting changed after the limiter went into a set or dict leaves its hash as it was."""
+        return hash((type(self).__qualname__, tuple(self.to_config().items())))
 
     def __repr__(self) -> str:
         return (
@@ -332,7 +382,7 @@ class RateLimiter:
         own_repr = type(self).__repr__ is not RateLimiter.__repr__
         what = (
             repr(self) if own_repr
-            else f"to_config() {self.to_config()}, record_settings() {self.record_settings()}"
+            else f"to_config() {self.to_config()}, record_settings() {self.plain_settings()}"
         )
         text = (
             f"the rate limiter's own rule refuses: {name}.{side} is False for one more step at "

@@ -4,7 +4,8 @@ checks its own settings (`replay.rate_limiter.RateLimiter.record_settings`), not
 A subclass overriding ``can_insert`` (``can_sample``) but not ``explain_insert_block``
 (``explain_sample_block``) gets ``explain_own_insert_rule`` (``explain_own_sample_rule``) at class
 creation, as it gets ``headroom_by_search``; a checkpoint records ``record_settings()`` (by default its
-public attributes of plain types) and ``restore`` refuses a limiter whose settings differ.
+constructor's parameters read back from public attributes of plain types) and ``restore`` refuses a
+limiter whose settings differ.
 """
 
 from __future__ import annotations
@@ -68,16 +69,16 @@ class CapSaysWhyChild(CapSaysWhy):
 
 
 class Settings(MinSize):
-    """Attributes of every kind: what record_settings keeps by default."""
+    """Attributes of every kind: record_settings keeps the constructor's parameters of plain types."""
 
-    def __init__(self) -> None:
+    def __init__(self, cap=None, ratio=None, pair=(1, 2.5), named=None, lock=None) -> None:
         super().__init__(2)
-        self.cap = np.int64(7)
-        self.ratio = np.float32(0.5)
-        self.pair = (1, 2.5)
-        self.named = {"a": [1, None, "x"], "b": True}
+        self.cap = np.int64(7) if cap is None else cap
+        self.ratio = np.float32(0.5) if ratio is None else ratio
+        self.pair = pair
+        self.named = {"a": [1, None, "x"], "b": True} if named is None else named
         self._private = 3
-        self.lock = threading.Lock()
+        self.lock = threading.Lock() if lock is None else lock
         self.array = np.zeros(3)
 
     def can_insert(self, counts, n=1):
@@ -154,7 +155,7 @@ def test_a_subclass_that_explains_itself_keeps_its_explanation_and_builtins_keep
     assert msg.startswith("inserting is ahead of sampling: 2 steps inserted for 0 sampled")
 
 
-def test_record_settings_keeps_public_plain_attributes():
+def test_record_settings_keeps_the_constructors_plain_parameters():
     assert Settings().record_settings() == {
         "cap": 7, "named": {"a": [1, None, "x"], "b": True}, "pair": [1, 2.5], "ratio": 0.5,
     }
