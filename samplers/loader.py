@@ -222,7 +222,7 @@ class _Loader:
             previous = self._iterator() if self._iterator is not None else None
             self._iterator = None
         if previous is not None:
-            previous.close()
+            previous.abort()  # its next() raises: an epoch cut short is not a normal end
         stagings = [self._staging, *self._typed_staging.values()]
         self._staging, self._typed_staging = None, {}
         for staging in stagings:

@@ -209,6 +209,8 @@ class BatchIterator(Iterator):
     ------
     BaseException
         ``next()`` raises what ``produce`` raised, at that batch (the iterator is then closed).
+    ValueError
+        ``next()`` after `abort` (the loader closed, from any thread) with batches left.
     """
 
     def __init__(self, produce: Callable[[int], Any], count: int, prefetch: int, name: str,
@@ -217,6 +219,7 @@ class BatchIterator(Iterator):
         self._deliver = deliver
         self._count = count
         self._next = 0
+        self._aborted = False  # closed by `abort`: next() raises while batches were left
         self._state = _State()
         self._finalizer = weakref.finalize(self, _State.shutdown, self._state)
         if prefetch > 0 and count > 0:
@@ -239,6 +242,8 @@ class BatchIterator(Iterator):
         if current is not None:  # the staging reuse rule: its buffers return once nothing views them
             _release_when_unused(current)
             del current  # before the producer is woken: only the user's references may hold the buffers
+        if state.closed and self._aborted and self._next < self._count:
+            self._closed_early()
         if state.closed or self._next >= self._count:
             self.close()
             raise StopIteration
@@ -251,6 +256,8 @@ class BatchIterator(Iterator):
         else:
             item = state.channel.get()
             if item is _END:
+                if self._aborted and self._next < self._count:  # aborted while this call waited
+                    self._closed_early()
                 self.close()
                 raise StopIteration
             if isinstance(item, _Failure):
@@ -262,8 +269,20 @@ class BatchIterator(Iterator):
             self._deliver(item)
         return item
 
+    def _closed_early(self) -> None:
+        raise ValueError(f"the loader was closed during the epoch after {self._next} of {self._count} "
+                         "batches: the epoch is incomplete")
+
     def close(self) -> None:
-        """Stop the background thread and release every batch this iterator holds; idempotent."""
+        """Stop the background thread and release every batch this iterator holds; idempotent. A later
+        ``next()`` raises StopIteration (the user's own close, or a new epoch's)."""
+        self._finalizer()
+
+    def abort(self) -> None:
+        """`close` for the loader's own close (from any thread): a later ``next()`` raises ValueError
+        while the epoch had batches left, not StopIteration, so a loop does not take a shortened epoch for
+        a whole one."""
+        self._aborted = True
         self._finalizer()
 
     def __enter__(self) -> BatchIterator:

@@ -17,6 +17,8 @@ PyG 2.8's ``torch_geometric.sampler.NeighborSampler.__init__`` (the rules above)
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import torch
@@ -24,7 +26,7 @@ import torch
 from samplers._optional import import_pyg
 from samplers._stamp import TensorStamp
 
-__all__ = ["HOMO", "PygGraph", "SourceStamps", "graph_sources", "read_pyg_graph", "snapshot"]
+__all__ = ["HOMO", "PygGraph", "SourceStamps", "graph_sources", "read_pyg_graph", "snapshot", "weights_named"]
 
 HOMO = ("node", "to", "node")
 """The one edge type of a homogeneous graph (node type ``"node"``)."""
@@ -61,6 +63,20 @@ class PygGraph:
     weights: dict
     node_time: dict | None = None
     edge_time: dict | None = None
+
+
+@contextmanager
+def weights_named(graph: PygGraph, weight_attr: str | None) -> Iterator[None]:
+    """Build a draw of ``graph`` in this block: a ValueError about its weights (the graph's checks call them
+    ``weights``) names the ``weight_attr`` tensor instead (``data['w']``), at the sampler's build and after
+    an in-place write; the weights are read once, by the draw."""
+    try:
+        yield
+    except ValueError as err:
+        if weight_attr is None or not graph.weights or not str(err).startswith("weights"):
+            raise
+        where = "data[edge type]" if graph.hetero else "data"
+        raise ValueError(f"{where}[{weight_attr!r}] (weight_attr={weight_attr!r}): {err}") from err
 
 
 def graph_sources(graph: PygGraph) -> tuple[torch.Tensor, ...]:

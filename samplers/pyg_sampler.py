@@ -47,7 +47,7 @@ from samplers.hetero_graph import HeteroGraph
 from samplers.kernels.rng import mixed_seed
 from samplers.protocol import check_same_edges, check_same_typed_edges, check_sampler
 from samplers.pyg_draw import PygDraw
-from samplers.pyg_graph import HOMO, PygGraph, SourceStamps, read_pyg_graph, snapshot
+from samplers.pyg_graph import HOMO, PygGraph, SourceStamps, read_pyg_graph, snapshot, weights_named
 from samplers.pyg_hetero import check_num_neighbors, hetero_num_neighbors
 
 __all__ = ["PygSampler"]
@@ -173,6 +173,8 @@ class PygSampler(LazyBase):
         """The ``torch.initial_seed()`` of the DataLoader worker the draws were last reseeded for; None
         outside workers."""
         graph = read_pyg_graph(data, time_attr, weight_attr)
+        self.weight_attr = weight_attr
+        """``weight_attr`` (named by the weights' messages)."""
         self.is_hetero = graph.hetero
         """Whether batches are ``HeteroData`` (a ``HeteroData`` or a store with edge types)."""
         pyg = import_pyg()
@@ -196,8 +198,9 @@ class PygSampler(LazyBase):
         """How many times ``draw`` was rebuilt for new weights or times."""
         self.draw_options = (hops, bool(disjoint), temporal_strategy)
         """The `PygDraw` arguments a rebuild reuses: fanouts per edge type, disjoint, temporal strategy."""
-        self.draw = PygDraw(snapshot(graph), hops, self.replace, self.seed, disjoint, temporal_strategy,
-                            self.subgraph_type == "induced", self.sample_direction == "backward", sampler)
+        with weights_named(graph, weight_attr):
+            self.draw = PygDraw(snapshot(graph), hops, self.replace, self.seed, disjoint, temporal_strategy,
+                                self.subgraph_type == "induced", self.sample_direction == "backward", sampler)
         """The `samplers.pyg_draw.PygDraw` that draws the subgraphs (rebuilt by `_current_draw`)."""
         self.num_nodes = graph.num_nodes if graph.hetero else graph.num_nodes["node"]
         """N, the number of nodes (a dict per node type for a heterogeneous graph)."""
@@ -271,7 +274,9 @@ class PygSampler(LazyBase):
         TypeError, ValueError
             ``seeds`` is not a 1-D integer tensor of ids in [0, N) (see `NeighborSampler.sample`), or is
             uint8, torch's or numpy's (`samplers._checks.check_id_dtype`); temporal sampling without seed
-            times.
+            times. Through PyG's ``NodeLoader`` a numpy array arrives already converted by PyG
+            (``torch.tensor(..., dtype=torch.long)``), so a numpy uint8 mask is read as ids there and not
+            refused: give PyG's loaders a bool mask or a torch tensor.
         """
         return self._sample_nodes(self._current_draw(), seeds, seed_time)
 
@@ -291,8 +296,9 @@ class PygSampler(LazyBase):
         stamps = SourceStamps.of(self.source)  # before the reads: a write during them is seen next batch
         hops, disjoint, strategy = self.draw_options
         seed = self._draw_seed(self.generation + 1)
-        draw = PygDraw(snapshot(self.source), hops, self.replace, seed, disjoint, strategy,
-                       self.subgraph_type == "induced", self.sample_direction == "backward")
+        with weights_named(self.source, self.weight_attr):
+            draw = PygDraw(snapshot(self.source), hops, self.replace, seed, disjoint, strategy,
+                           self.subgraph_type == "induced", self.sample_direction == "backward")
         self.draw, self.graph, self.sampler = draw, draw.graph, draw.sampler
         self.stamps, self.generation = stamps, self.generation + 1
         return draw
