@@ -9,7 +9,9 @@ reuse rule: in host memory a batch's features are never overwritten while a tens
 memory they stay valid until the next batch is fetched). ``batch.to(device, non_blocking=True)`` copies
 every tensor of a batch to a device; the staging buffer it copies from is not handed out again before the
 copies complete (an event recorded after them, `copy_event`; `graphrl.tensors.StagingBuffer.hold_until`),
-however the batch is then released or dropped. Import them from `samplers`.
+however the batch is then released or dropped. A tensor already on the device is kept, not copied:
+``batch.to("cpu")`` of a CPU batch shares its ``input_features`` staging view (see `_Staged.to`). ``to``
+takes a device only (a dtype raises TypeError). Import them from `samplers`.
 """
 
 from __future__ import annotations
@@ -70,8 +72,14 @@ class _Staged:
 
     def to(self, device: str | torch.device, non_blocking: bool = False) -> Self:
         """The batch on ``device``: a batch of this type whose tensors (seeds, labels, ``input_features``,
-        the blocks', per node type too) are copied there (``Tensor.to``: one already there is kept). It
-        holds no staging buffer (its ``release`` does nothing) and ``ready`` is None.
+        the blocks', per node type too) are copied there (``Tensor.to``: one already there is kept). Its
+        ``release`` does nothing and ``ready`` is None.
+
+        A tensor already on ``device`` is not copied: the new batch shares it. So ``batch.to("cpu")`` of a
+        CPU batch is not a copy that holds no staging buffer: its ``input_features`` is the same view of
+        the original batch's staging buffer, under that batch's lease (``batch.release()`` lets the
+        buffer be overwritten at once; else the loader's staging reuse rule, see `samplers.loader`).
+        Clone what you keep.
 
         With ``non_blocking=True`` to a CUDA device the copies from the pinned staging buffer run after
         the call returns; an event recorded after them (`copy_event`) keeps this batch's buffer from
@@ -82,11 +90,19 @@ class _Staged:
 
         Parameters
         ----------
-        device : str or torch.device
+        device : str, int or torch.device
         non_blocking : bool
             As ``Tensor.to``'s.
+
+        Raises
+        ------
+        TypeError
+            ``device`` or ``non_blocking`` is a ``torch.dtype`` (a batch's dtype is not converted: convert
+            ``batch.input_features``), or either has another wrong type.
+        ValueError
+            ``device`` names no device torch knows (``torch.device`` refuses it).
         """
-        device = torch.device(device)
+        device = _check_to_args(device, non_blocking)
         names = {f.name for f in dataclasses.fields(self) if f.init}  # type: ignore[arg-type]
         moved = {n: _moved(getattr(self, n), device, non_blocking) for n in names - {"_lease", "ready"}}
         event = copy_event(device, non_blocking)
@@ -95,6 +111,22 @@ class _Staged:
         if "ready" in names:
             moved["ready"] = None
         return dataclasses.replace(self, **moved, _lease=BatchLease())  # type: ignore[type-var]
+
+
+def _check_to_args(device: Any, non_blocking: Any) -> torch.device:
+    """`_Staged.to`'s arguments checked: the device, or TypeError naming the argument."""
+    for name, value in (("device", device), ("non_blocking", non_blocking)):
+        if isinstance(value, torch.dtype):
+            raise TypeError(f"to() takes a device, got {name}={value}: dtype conversion of a batch is not "
+                            f"supported; convert batch.input_features (batch.input_features.to({value}))")
+    if not isinstance(non_blocking, bool):
+        raise TypeError(f"non_blocking must be a bool, got {type(non_blocking).__name__}")
+    if isinstance(device, bool) or not isinstance(device, (str, int, torch.device)):
+        raise TypeError(f"device must be a str, int or torch.device, got {type(device).__name__}")
+    try:
+        return torch.device(device)
+    except RuntimeError as err:
+        raise ValueError(f"device={device!r} is not a device: {err}") from err
 
 
 @dataclass(eq=False)
