@@ -215,8 +215,10 @@ class _Loader:
 
     def close(self) -> None:
         """Close the live iterator (if any), free the staging buffers and the `FeatureStore` the loader
-        made from a features tensor; idempotent. A later ``iter(loader)`` raises ValueError; batches
-        already handed out keep their blocks, and their input features stay readable."""
+        made from a features tensor; idempotent. A later ``iter(loader)`` raises ValueError, and so does
+        the live iterator's ``next()`` while its epoch had batches left (from any thread: a shortened epoch
+        is not a normal end); batches already handed out keep their blocks, and their input features stay
+        readable."""
         with self._lock:
             self.closed = True
             previous = self._iterator() if self._iterator is not None else None
@@ -235,7 +237,9 @@ class _Loader:
         live iterator, its staging buffers and its side stream are left out and rebuilt empty by
         `__setstate__`; the sampler and the shuffling generator keep their state, so a copy's next epoch
         is the original's next epoch. Features pickle as their `FeatureStore` does (a store of its own
-        manager in the new process), so the copy has no ``memory``.
+        manager in the new process, over one shared-memory copy of the rows that the original store
+        holds until its close, so a spawned DataLoader worker can open it later), so the copy has no
+        ``memory``.
         """
         state = self.__dict__.copy()
         for name in ("_lock", "_iterator", "_staging", "_typed_staging"):
