@@ -175,7 +175,7 @@ class RateLimiter:
         samples, deletes)`` (a subclass's rule included: see `headroom_by_search`), ``math.inf`` when it
         admits up to 2**63 - 1 inserts (`MinSize`). The Ray store splits it over its S shards in whole
         steps (`replay.distributed.routing.headroom_shares`; a shard's allowance is its inserts plus its
-        share, `routing.allowances`) and a shard admits a shipment while its inserts are below its
+        share, `routing.allowance_steps`) and a shard admits a shipment while its inserts are below its
         allowance, then charges all its steps: a headroom H admits fewer than ``H + S * m`` steps (m the
         largest shipment), where the local store, admitting a call while one step is admitted, admits
         fewer than ``H + m``.

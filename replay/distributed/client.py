@@ -43,7 +43,7 @@ from replay.distributed.handle import RayStoreHandle
 from replay.distributed.learner import RayLearner, RayLearnerHandle, check_ray_device
 from replay.distributed.limiter import GlobalLimiter, SampleCounter
 from replay.distributed.options import check_ray_args, check_shard_selector
-from replay.distributed.routing import shard_seed, split_keys
+from replay.distributed.routing import explained_headroom, shard_seed, split_keys
 from replay.distributed.sampler import ShardSampler
 from replay.distributed.shard import ShardActor
 from replay.distributed.staging import BatchAssembler
@@ -171,6 +171,8 @@ class RayReplayStore(ReplayStoreBase):
         if restore.get("rng"):
             rng.bit_generator.state = restore["rng"]
         folders: dict[int, str] = dict(restore.get("folders", {}))
+        first_counts = tuple(int(c) for c in restore.get("counts", (0, 0, 0)))
+        first_headroom, first_why = explained_headroom(rate_limiter, first_counts)
         config = {
             "spec": spec.to_config(),
             "capacity": shard_cap,
@@ -178,9 +180,9 @@ class RayReplayStore(ReplayStoreBase):
             "selector": selector.to_config(),
             "rate_limiter": rate_limiter.to_config(),
             # the shards' allowance until the client pushes one: from the restored counters, if any
-            "insert_headroom": rate_limiter.insert_headroom(restore.get("counts", (0, 0, 0))),
-            "insert_counts": tuple(restore.get("counts", (0, 0, 0))),
-            "limiter": rate_limiter,  # its own explanation in a refused shipment's message
+            "insert_headroom": first_headroom,
+            "insert_counts": first_counts,
+            "insert_why": first_why,  # the limiter's own words past that headroom, for a refusal's message
             "max_times_sampled": max_times_sampled,
             "chunk_steps": chunk,
             "tier": args.tier,

@@ -27,7 +27,7 @@ import ray
 
 from replay.distributed.errors import ShardError, actor_errors, secs
 from replay.distributed.group import ShardGroup
-from replay.distributed.routing import ShardAllowance, allowances
+from replay.distributed.routing import ShardAllowance, shard_allowances
 from replay.rate_limiter import RateLimiter
 
 __all__ = ["GlobalLimiter", "SampleCounter", "stats_timeout"]
@@ -84,8 +84,7 @@ class GlobalLimiter:
 
     def allowances(self) -> list[ShardAllowance]:
         """Each shard's insert allowance now, with the global counts it comes from."""
-        counts = self.counts()
-        return [ShardAllowance(a, counts) for a in allowances(self.limiter, self.shards.stats, self.samples)]
+        return shard_allowances(self.limiter, self.shards.stats, self.samples)
 
     def refresh(self, timeout: float | None = None, what: str = "a store call") -> list[dict]:
         """Fresh stats from every shard, pushing each its insert allowance."""

@@ -12,8 +12,9 @@
 - inserts: the store's rate limiter applies at the client with global counters; its own
   `replay.rate_limiter.RateLimiter.insert_headroom` (counted from its ``can_insert``, a subclass's
   included) turns them into the steps it admits now and `headroom_shares` splits that over the shards in
-  whole steps (`allowances`: each shard's inserts plus its share; the client pushes it as a
-  `ShardAllowance` with the global counts it comes from, which a refusal's message explains). A shard
+  whole steps (`allowance_steps`: each shard's inserts plus its share; the client pushes it as a
+  `ShardAllowance` with the global counts it comes from, their headroom and the limiter's explanation past
+  it, `explained_headroom`, which a refusal's message gives). A shard
   admits a shipment while its inserts are below its allowance, then charges all its steps, as the local
   store admits a call while its limiter admits one step. So a headroom H admits fewer than ``H + S * m``
   steps in all (S shards, m the largest shipment), where the local store admits fewer than ``H + m``: at
@@ -35,8 +36,8 @@ from replay.keys import MAX_SHARDS
 from replay.rate_limiter import RateLimiter
 
 __all__ = [
-    "ShardAllowance", "allowances", "headroom_shares", "least_loaded", "shard_seed", "shares", "split_calls",
-    "split_keys",
+    "ShardAllowance", "allowance_steps", "allowances", "explained_headroom", "headroom_shares",
+    "least_loaded", "shard_allowances", "shard_seed", "shares", "split_calls", "split_keys",
 ]
 
 
@@ -44,18 +45,39 @@ __all__ = [
 class ShardAllowance:
     """What the client pushes a shard: its insert allowance and the global counts it was computed from.
 
+    One record, so a refusal's message always pairs an allowance with the counts, headroom and
+    explanation it came from (`replay.distributed.shard.ShardActor.insert`).
+
     Attributes
     ----------
     steps : float
-        The shard admits a shipment while its inserts are below it (`allowances`; ``math.inf``: always).
+        The shard admits a shipment while its inserts are below it (`allowance_steps`; ``math.inf``:
+        always).
     counts : (int, int, int)
         The store's ``(inserts, samples, deletes)`` whose `replay.rate_limiter.RateLimiter.insert_headroom`
-        the shard has its share of: a refused shipment's message explains the rate limiter past that
-        headroom (`replay.distributed.shard.ShardActor.insert`).
+        the shard has its share of.
+    headroom : float or None
+        That headroom, and ``why`` the limiter's ``explain_insert_block`` one step past it
+        (`explained_headroom`), computed by the client's limiter object when it made the allowance (the
+        shard holds no copy of a user's limiter that could be stale). None (an allowance made without
+        them, as in tests): the shard explains ``counts`` with the limiter its config names.
+    why : str or None
+        See ``headroom``.
     """
 
     steps: float
     counts: tuple[int, int, int]
+    headroom: float | None = None
+    why: str | None = None
+
+
+def explained_headroom(limiter: RateLimiter, counts: tuple[int, int, int]) -> tuple[float, str]:
+    """``limiter.insert_headroom(counts)`` and the limiter's ``explain_insert_block`` at the counts one step
+    past that headroom (at ``counts`` when it is unbounded): why a shipment past an allowance waits."""
+    headroom = limiter.insert_headroom(counts)
+    i, s, d = counts
+    past = (i + int(headroom), s, d) if math.isfinite(headroom) else counts
+    return headroom, limiter.explain_insert_block(past)
 
 
 def headroom_shares(headroom: float, num_shards: int) -> list[float]:
@@ -78,13 +100,28 @@ def headroom_shares(headroom: float, num_shards: int) -> list[float]:
     return [float(base + (s < extra)) for s in range(num_shards)]
 
 
+def allowance_steps(inserts: int, headroom: float, num_shards: int, index: int) -> float:
+    """Shard ``index``'s insert allowance: its ``inserts`` plus its `headroom_shares` share of the global
+    ``headroom``."""
+    return inserts + headroom_shares(headroom, num_shards)[index]
+
+
+def shard_allowances(limiter: RateLimiter, stats: list[dict], samples: int) -> list[ShardAllowance]:
+    """Each shard's `ShardAllowance`: `allowance_steps` of the global headroom
+    (`replay.rate_limiter.RateLimiter.insert_headroom` of the global counters, summed once here from the
+    shards' ``stats`` and ``samples``), with those counts and `explained_headroom`'s explanation."""
+    counts = (sum(st["inserts"] for st in stats), int(samples), sum(st["deletes"] for st in stats))
+    headroom, why = explained_headroom(limiter, counts)
+    n = len(stats)
+    return [
+        ShardAllowance(allowance_steps(st["inserts"], headroom, n, s), counts, headroom, why)
+        for s, st in enumerate(stats)
+    ]
+
+
 def allowances(limiter: RateLimiter, stats: list[dict], samples: int) -> list[float]:
-    """Each shard's insert allowance: its inserts plus its `headroom_shares` share of the global headroom
-    (`replay.rate_limiter.RateLimiter.insert_headroom` of the global counters)."""
-    inserts = sum(st["inserts"] for st in stats)
-    deletes = sum(st["deletes"] for st in stats)
-    h = headroom_shares(limiter.insert_headroom((inserts, samples, deletes)), len(stats))
-    return [st["inserts"] + share for st, share in zip(stats, h, strict=True)]
+    """The steps of `shard_allowances`: each shard's inserts plus its share of the global headroom."""
+    return [a.steps for a in shard_allowances(limiter, stats, samples)]
 
 
 def shard_seed(seed: int | None, s: int) -> int | None:

@@ -16,7 +16,6 @@ last checkpoint. See docs/architecture.md#replay-composition.
 from __future__ import annotations
 
 import logging
-import math
 import resource
 import threading
 import time
@@ -30,7 +29,7 @@ import ray
 from graphrl.memory import MemoryBudgetError
 from replay.distributed.chunk_transport import CODEC_KINDS, gather_chunks, pack_field
 from replay.distributed.errors import AwaitingRestore, secs
-from replay.distributed.routing import ShardAllowance, headroom_shares
+from replay.distributed.routing import ShardAllowance, allowance_steps, explained_headroom
 from replay.distributed.transport import concat_tables, ring_runs
 from replay.rate_limiter import MinSize, rate_limiter_from_config
 from replay.selectors import selector_from_config
@@ -63,9 +62,11 @@ class ShardActor:
         spec, capacity (steps of this shard), selector, rate_limiter (the user's, its config),
         insert_headroom (its `replay.rate_limiter.RateLimiter.insert_headroom` of the counts
         insert_counts, optional, default (0, 0, 0): the insert allowance until the client pushes one),
-        limiter (optional: the user's limiter object, whose explanation a refused shipment's message
-        gives; default the built-in that rate_limiter describes), num_shards, max_times_sampled, seed,
-        chunk_steps, tier, timeout, staging_slots;
+        insert_why (optional: the limiter's explanation past that headroom,
+        `replay.distributed.routing.explained_headroom`, computed by the client), limiter (optional: a
+        limiter object explaining allowances pushed without their explanation, as in tests; default
+        the built-in that rate_limiter describes; the client sends none), num_shards,
+        max_times_sampled, seed, chunk_steps, tier, timeout, staging_slots;
         reseed (optional): a restore draws from ``seed``, not from the checkpoint's generator state.
     restore_from : str, optional
         A local checkpoint root to start from (`replay.distributed.RayReplayStore.restore`).
@@ -77,12 +78,14 @@ class ShardActor:
     def __init__(self, index: int, config: dict, restore_from: str | None) -> None:
         self.index = index
         self.incarnation = uuid.uuid4().hex
-        self.headroom = float(config["insert_headroom"])
-        # for messages: the limiter's own explanation, at the counts its pushed allowance came from
+        # explains an allowance pushed without its explanation (`explain_allowance`)
         limiter = config.get("limiter")
         self.limiter = rate_limiter_from_config(config["rate_limiter"]) if limiter is None else limiter
         i, s, d = config.get("insert_counts", (0, 0, 0))
-        self.allow_counts = (int(i), int(s), int(d))
+        # the allowance until the client pushes one (and again after a reload): config time's
+        self.first_allow = ShardAllowance(
+            0.0, (int(i), int(s), int(d)), float(config["insert_headroom"]), config.get("insert_why")
+        )
         self.num_shards = int(config["num_shards"])
         self.chunk_steps = int(config["chunk_steps"])
         folder = restore_from
@@ -117,8 +120,7 @@ class ShardActor:
                 f"{TrajectorySpec.from_config(config['spec'])!r} (a manifest without its 'fields' order)"
             )
         self.cond = threading.Condition()
-        inserts = self.store.counters()["inserts"]
-        self.allow = inserts + headroom_shares(self.headroom, self.num_shards)[index]
+        self.allowance = self._first_allowance()
         self.paused = False
         self.active = 0
         self.woken: deque[str] = deque(maxlen=1024)
@@ -139,12 +141,17 @@ class ShardActor:
                 old = self.store
                 self.store = ReplayStore.restore(folder, **self.kwargs)
                 old.close()
-                inserts = self.store.counters()["inserts"]
-                self.allow = inserts + headroom_shares(self.headroom, self.num_shards)[self.index]
+                self.allowance = self._first_allowance()  # steps, counts and explanation together
             self.restored_from = folder
             self.awaiting = False
             self.cond.notify_all()
         logger.warning("shard %d restarted; reloaded %s", self.index, folder or "nothing (no checkpoint yet)")
+
+    def _first_allowance(self) -> ShardAllowance:
+        """The config-time allowance (its counts, headroom and explanation) over this store's inserts."""
+        first = self.first_allow
+        steps = allowance_steps(self.store.counters()["inserts"], first.headroom, self.num_shards, self.index)
+        return ShardAllowance(steps, first.counts, first.headroom, first.why)
 
     def _ready(self) -> None:
         if self.awaiting:
@@ -174,8 +181,7 @@ class ShardActor:
     def set_allow(self, allow: ShardAllowance) -> None:
         """Take the insert allowance the client pushes (and the counts it comes from, for messages)."""
         with self.cond:
-            self.allow = allow.steps
-            self.allow_counts = allow.counts
+            self.allowance = allow
             self.cond.notify_all()
 
     def wait_inserts(self, known: int, token: str, timeout: float | None) -> int:
@@ -195,15 +201,20 @@ class ShardActor:
     def explain_allowance(self, inserts: int) -> str:
         """Why a shipment waits for its allowance: the allowance's share of the rate limiter's headroom,
         then the limiter's own explanation (`replay.rate_limiter.RateLimiter.explain_insert_block`, as
-        the local store's ``TimeoutError`` gives it) at the counts one step past that headroom."""
-        i, s, d = self.allow_counts
-        headroom = self.limiter.insert_headroom(self.allow_counts)
-        past = (i + int(headroom), s, d) if math.isfinite(headroom) else self.allow_counts
+        the local store's ``TimeoutError`` gives it) at the counts one step past that headroom: all from
+        the one `ShardAllowance` record the shard admits by (its headroom and explanation as the client's
+        limiter computed them; the shard's limiter explains one pushed without them)."""
+        allow = self.allowance
+        i, s, d = allow.counts
+        if allow.headroom is None or allow.why is None:
+            headroom, why = explained_headroom(self.limiter, allow.counts)
+        else:
+            headroom, why = allow.headroom, allow.why
         return (
-            f"this shard holds {inserts} inserted steps and its allowance is {self.allow:.6g}: its share, "
+            f"this shard holds {inserts} inserted steps and its allowance is {allow.steps:.6g}: its share, "
             f"over {self.num_shards} shards, of the {headroom:.6g} steps the rate limiter admits at the "
             f"store's counts when the client set it (inserts={i}, samples={s}, deletes={d}), past which "
-            f"{self.limiter.explain_insert_block(past)}"
+            f"{why}"
         )
 
     def insert(self, key: int, columns: dict, end: bool, timeout: float | None, first: bool = True) -> tuple:
@@ -223,7 +234,9 @@ class ShardActor:
         with self.cond:
             ok = self.cond.wait_for(
                 lambda: (
-                    not self.paused and not self.awaiting and self.store.counters()["inserts"] < self.allow
+                    not self.paused
+                    and not self.awaiting
+                    and self.store.counters()["inserts"] < self.allowance.steps
                 ),
                 timeout,
             )

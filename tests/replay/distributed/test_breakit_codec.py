@@ -44,7 +44,7 @@ def shard_of(sp: TrajectorySpec, capacity: int) -> ShardActor:
     config = {
         "spec": sp.to_config(), "capacity": capacity, "num_shards": 1, "selector": Uniform().to_config(),
         "rate_limiter": MinSize(1).to_config(), "max_times_sampled": 0, "chunk_steps": capacity,
-        "insert_headroom": float("inf"), "rate_limiter_repr": "MinSize(1)",
+        "insert_headroom": float("inf"), "insert_counts": (0, 0, 0),
         "tier": "host", "timeout": 10.0, "staging_slots": 1, "seed": 5,
     }
     return ShardActor(0, config, None)

@@ -52,7 +52,7 @@ def test_a_shard_ships_compressed_chunks_that_the_client_decompresses(cluster):
     config = {
         "spec": CODEC.to_config(), "capacity": 40, "num_shards": 1, "selector": Uniform().to_config(),
         "rate_limiter": MinSize(1).to_config(), "max_times_sampled": 0, "chunk_steps": 40, "tier": "host",
-        "insert_headroom": float("inf"), "rate_limiter_repr": "MinSize(1)",
+        "insert_headroom": float("inf"), "insert_counts": (0, 0, 0),
         "timeout": 10.0, "staging_slots": 1, "seed": 5,
     }
     shard = ShardActor(0, config, None)

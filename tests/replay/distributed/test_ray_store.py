@@ -51,7 +51,7 @@ def shard_config(spec: TrajectorySpec) -> dict:
         "selector": Uniform().to_config(),
         "rate_limiter": MinSize(1).to_config(),
         "insert_headroom": float("inf"),
-        "rate_limiter_repr": "MinSize(1)",
+        "insert_counts": (0, 0, 0),
         "max_times_sampled": 0,
         "chunk_steps": 100,
         "tier": "host",

@@ -56,7 +56,7 @@ def test_keys_route_back_to_their_shards():
         split_keys(keys, 1)
 
 
-def test_the_insert_budget_splits_evenly():
+def test_each_allowance_is_the_shards_inserts_plus_its_share_of_the_global_headroom():
     assert math.isinf(MinSize(1).insert_headroom((0, 0, 0)))
     assert allowances(MinSize(1), [{"inserts": 3, "deletes": 0}], 0) == [math.inf]
     limiter = SampleToInsertRatio(1.0, min_size=20, error_buffer=40)  # max_diff 60
