@@ -52,6 +52,7 @@ __all__ = [
     "END_KEYS",
     "TorchRLWriter",
     "check_key",
+    "field_names",
     "next_key",
     "torchrl_keys",
     "torchrl_spec",
@@ -173,8 +174,17 @@ def torchrl_spec(rollout: Any, keys: Mapping[str, NestedKey | None] | None = Non
     return TrajectorySpec(fields)
 
 
+def field_names(value: Any, name: str) -> tuple[str, ...]:
+    """``value`` (the ``name`` argument) as a tuple of field names; ``ValueError`` for a bare str (refused,
+    not iterated by character) or an item that is not a str."""
+    if isinstance(value, str) or not all(isinstance(f, str) for f in value):
+        raise ValueError(f"{name}={value!r}: give a sequence of field names, such as ('observation',)")
+    return tuple(value)
+
+
 def transitions(
-    windows: Any, fields: Sequence[str] = ("observation",), keys: Mapping[str, NestedKey | None] | None = None
+    windows: Any, fields: Sequence[str] = ("observation",),
+    keys: Mapping[str, NestedKey | None] | None = None, init_key: NestedKey | None = "is_init",
 ) -> Any:
     """TorchRL transitions from windows of two steps of a store that keeps no ``next_*`` fields.
 
@@ -197,6 +207,9 @@ def transitions(
         The store fields whose next value a transition needs (default ``("observation",)``).
     keys : mapping of str to TorchRL key, optional
         The mapping ``to_tensordict`` used (see `torchrl_keys`); ``fields`` are read under it.
+    init_key : str or tuple of str, or None
+        Where ``to_tensordict`` puts its window-start marker (default TorchRL's ``"is_init"``, as it): an
+        entry there True at every window's first real step is that marker, and is refused. None: no check.
 
     Returns
     -------
@@ -210,18 +223,19 @@ def transitions(
     Raises
     ------
     ValueError
-        ``windows`` is not ``[B, 2]`` or has no ``"mask"``; a field of ``fields`` is missing, or its
-        ``("next", key)`` is already there (the store keeps next values: ``sample(B, 1)`` gives the
-        transitions, and ``final_fields`` is refused).
+        ``windows`` is not ``[B, 2]`` or has no ``"mask"``; ``fields`` is a str, or a field of it is
+        missing, or its ``("next", key)`` is already there (the store keeps next values: ``sample(B, 1)``
+        gives the transitions, and ``final_fields`` is refused); the entry under ``init_key`` is True at
+        every window's first real step (``to_tensordict()``'s marker: pass ``init_key=None`` to it).
     """
     if len(windows.batch_size) != 2 or windows.batch_size[1] != 2 or windows.get("mask", None) is None:
         raise ValueError(
             "windows: give batch.to_tensordict() of store.sample(B, 2) (batch size [B, 2], with 'mask'), got "
             f"batch size {list(windows.batch_size)}"
         )
-    mapping = torchrl_keys(keys)
+    mapping, mask = torchrl_keys(keys), windows.get("mask")
     pairs = {}
-    for field in fields:
+    for field in field_names(fields, "fields"):
         key = mapping.get(field, field)
         if windows.get(key, None) is None:
             raise ValueError(f"fields: windows have no {key!r} for field {field!r}")
@@ -231,7 +245,15 @@ def transitions(
                 "value after each step, so sample(B, 1) gives its transitions"
             )
         pairs[key] = next_key(key)
-    real = windows[windows.get("mask").all(-1)]  # [B', 2], a copy
+    init = None if init_key is None else windows.get(check_key(init_key, "init_key"), None)
+    if init is not None and bool(mask.any()):  # the marker: True at each window's first real step
+        some = mask.any(1)
+        if bool(init.reshape(*mask.shape, -1)[some.nonzero()[:, 0], mask[some].long().argmax(1)].all()):
+            raise ValueError(
+                f"windows: {init_key!r} is True at every window's first real step, the window-start marker "
+                "of batch.to_tensordict(), not the episode starts: pass to_tensordict(init_key=None)"
+            )
+    real = windows[mask.all(-1)]  # [B', 2], a copy
     out = real[:, 0]
     for key, nxt in pairs.items():
         out.set(nxt, real.get(key)[:, 1])
@@ -343,7 +365,7 @@ class TorchRLWriter:
                     "so the writer cannot honour it; drop it or add the field to the spec"
                 )
         self.keys = {field: mapping.get(field, field) for field in self.spec}
-        if isinstance(final_fields, str) or any(f not in self.spec for f in final_fields):
+        if any(f not in self.spec for f in field_names(final_fields, "final_fields")):
             raise ValueError(
                 f"final_fields={final_fields!r}: give a sequence of the spec's fields {list(self.spec)}"
             )
