@@ -25,7 +25,8 @@ their count falls. A GPU slot does so with ``count_views=True``, else it is rele
 
 A copy that may still read a slot after its call returned (``.to("cuda", non_blocking=True)``) is announced
 by `StagingBuffer.hold_until(event)`: released either way, the slot is not handed out again before the event
-completes (``event.query()``, never blocking); `StagingPool.close` waits for such events before freeing.
+completes (``event.query()``, never blocking); a closed pool's region is freed only once every buffer was
+released and no such event is pending (`StagingPool.settle`, no host wait; `StagingPool.close` may wait).
 
 References
 ----------
@@ -123,12 +124,6 @@ def to_dlpack(obj: Region | torch.Tensor | np.ndarray) -> Any:
     return as_tensor(obj).__dlpack__()
 
 
-def _same_device(t: torch.Tensor, device: torch.device) -> bool:
-    if t.device.type != device.type:
-        return False
-    return device.index is None or t.device.index == device.index
-
-
 def to_device(
     obj: Region | torch.Tensor | np.ndarray, device: str | torch.device, non_blocking: bool = True
 ) -> torch.Tensor:
@@ -160,7 +155,7 @@ def to_device(
     """
     t = as_tensor(obj)
     target = torch.device(device)
-    if _same_device(t, target):
+    if t.device.type == target.type and target.index in (None, t.device.index):
         return t
     asynchronous = non_blocking and t.device.type == "cpu" and target.type == "cuda" and t.is_pinned()
     return t.to(target, non_blocking=asynchronous)
@@ -189,13 +184,8 @@ class StagingBuffer:
 
     @property
     def tensor(self) -> torch.Tensor:
-        """The slot's memory, shape and dtype of the pool (pinned when the pool's region is).
-
-        Raises
-        ------
-        ValueError
-            The buffer was released.
-        """
+        """The slot's memory, shape and dtype of the pool (pinned when the pool's region is); ValueError
+        once the buffer was released."""
         view = self._view
         if view is None:
             raise ValueError(f"staging buffer of slot {self.slot} (step {self.step}) was released")
@@ -212,12 +202,8 @@ class StagingBuffer:
     def release(self, if_held: bool = False) -> None:
         """Give the slot back to the pool; it may be handed out (and overwritten) at once.
 
-        ``if_held`` True: a buffer already released is left alone (a holder that may release twice).
-
-        Raises
-        ------
-        ValueError
-            The buffer was already released (and ``if_held`` is False).
+        ``if_held`` True: a buffer already released is left alone (a holder that may release twice); else a
+        second release raises ``ValueError``.
         """
         if self._view is None:
             if if_held:
@@ -380,7 +366,7 @@ class StagingPool:
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._waiting = 0  # `acquire` calls waiting for a slot: a release notifies only when one does
-        self._closed = False
+        self._closed = self._gone = False  # closed; region being freed
 
     @property
     def slots(self) -> int:
@@ -547,44 +533,55 @@ class StagingPool:
         hand-out by `StagingBuffer.release_when_unused` (use that)."""
         if self._storages is not None and self._viewed(slot):  # the caller holds the slot: no lock needed
             with self._cond:
-                if not self._closed:
-                    self._unused.append(slot)  # still held; `acquire` takes it back once its views are gone
-                    self._cond.notify()  # a waiting `acquire` starts polling it
-            return
-        self.release_slot(slot)
+                self._unused.append(slot)  # still held; `acquire` (or `settle`) takes it back once unviewed
+                self._cond.notify()  # a waiting `acquire` starts polling it
+        else:
+            self.release_slot(slot)
+        if self._closed:
+            self.settle()
 
     def release_slot(self, slot: int) -> None:
         """Make ``slot`` free again; called once per hand-out by `StagingBuffer.release` (use that)."""
         with self._lock:
-            if self._closed:
-                return
             if self._copies[slot] and self._copying(slot):  # wait for the copies only (the holder's word)
                 self._released_by_copy[slot] = True
                 self._unused.append(slot)
                 self._cond.notify()  # a waiting `acquire` starts polling it
-                return
-            self._free.append(slot)
-            if self._waiting:
-                self._cond.notify()
+            else:
+                self._free.append(slot)
+                if self._waiting:
+                    self._cond.notify()
+        if self._closed:
+            self.settle()
 
-    def close(self) -> None:
-        """Free the pool's region; idempotent. Waiting `acquire` calls raise ``ValueError``.
+    def settle(self) -> bool:
+        """Free a closed pool's region once every buffer was released and no copy reads a slot (never waits;
+        views left by `release_when_unused` keep their memory, not its budget); True once freed (or by its
+        manager's close). Each release after `close` calls it; call it again while copies are pending."""
+        with self._lock:
+            if not self._closed:
+                return False
+            back = len(self._free) + len(self._unused) == self.slots  # no holder can announce a copy now
+            free = back and not self._gone and not any(map(self._copying, range(self.slots)))
+            self._gone |= free  # one call frees it
+        if free and not self._region.freed:  # the manager may have closed first
+            self._region.free()
+        return self._region.freed
 
-        Tensors of buffers still held stay valid memory but no longer count against the budget.
-        """
+    def close(self, wait: bool = True) -> None:
+        """Close the pool (waiting `acquire` calls raise ``ValueError``); idempotent. Its region is freed by
+        `settle`: held buffers stay valid and keep its bytes in the budget till released. ``wait``: first wait
+        on the host for the copies announced (False: none, for a caller holding a lock; `settle` later)."""
         with self._cond:
-            if self._closed:
-                return
+            held = 0 if self._closed else self.slots - len(self._free)  # handed out or waiting for views
             self._closed = True
-            held = self.slots - len(self._free)  # handed out, or waiting for their views to go
-            copies = [event for events in self._copies for event in events]
+            copies = [event for events in self._copies for event in events] if wait else []
             self._cond.notify_all()
         for event in copies:  # a copy still reading a slot finishes before the memory goes
             event.synchronize()
         if held:
             logger.debug("staging pool %r closed with %d buffers still held", self.owner, held)
-        if not self._region.freed:  # the manager may have closed first
-            self._region.free()
+        self.settle()
 
     def __enter__(self) -> StagingPool:
         return self

@@ -135,6 +135,7 @@ class BatchStaging:
         self.timeout = timeout
         self._lock = threading.Lock()
         self._pools: dict[tuple[int, int, str | None], _ShapePool] = {}
+        self._evicted: list[StagingPool] = []  # closed pools whose region waits for a held buffer or a copy
         self._closed = False
 
     def acquire(
@@ -158,18 +159,21 @@ class BatchStaging:
             A new pool does not fit its tier.
         """
         key = (batch, window, None if target is None else str(target))
+        if self._evicted:
+            self._settle()
         while True:
             entry = self._pools.get(key)
             if entry is None:  # a new shape: made under the lock
                 with self._lock:
                     entry = self._pool(batch, window, target)
-            buf = entry.pool.acquire(timeout, True)  # None: the pool closed
-            if buf is not None:
+            try:
+                buf = entry.pool.acquire(timeout)
                 break
-            # closed by `close` (or with its memory manager) raises; evicted by another thread's new shape
-            # (no longer the shape's entry), the shape's pool is looked up (or made) again
-            if self._closed or self._pools.get(key) is entry:
-                raise ValueError(f"staging pool {entry.pool.owner!r} is closed")
+            except ValueError:  # the pool closed (before or while waiting: its message says which)
+                # closed by `close` raises; evicted by another thread's new shape (no longer the shape's
+                # entry), the shape's pool is looked up (or made) again
+                if self._closed or self._pools.get(key) is entry:
+                    raise
         try:
             staged = entry.views.get(buf.slot)
             if staged is None:  # views die with their pool's entry: no evicted pool's views are reused
@@ -239,16 +243,27 @@ class BatchStaging:
             )
         zero_fill(pool.region.tensor())  # touch every page now, not inside the first gathers
         if len(self._pools) >= _MAX_SHAPES:  # keep a few shapes; older pools close (held buffers stay valid)
-            self._pools.pop(next(iter(self._pools))).pool.close()  # an acquire racing it retries
+            old = self._pools.pop(next(iter(self._pools))).pool
+            old.close(wait=False)  # an acquire racing it retries; no host wait under the lock
+            if not old.settle():  # its region goes once its buffers are back and their copies done
+                self._evicted.append(old)
         # device slots: each next gather ordered after the stream that wrote the slot last (first the fill's)
         streams = None if target is None else SlotStreams(self.slots, write_stream(target))
         entry = self._pools[key] = _ShapePool(pool, layout, {}, streams)
         return entry
 
+    def _settle(self) -> None:
+        """Free the evicted pools' regions that nothing reads any more (`StagingPool.settle`, no wait)."""
+        with self._lock:
+            self._evicted = [pool for pool in self._evicted if not pool.settle()]
+
     def close(self) -> None:
-        """Close every pool (batches still held keep their memory until released)."""
+        """Close every pool, waiting for the copies announced from their slots; a pool's memory is freed
+        once its batches are released (`graphrl.tensors.StagingPool.close`)."""
         with self._lock:
             self._closed = True
-            for entry in self._pools.values():
-                entry.pool.close()
+            pools = (*(entry.pool for entry in self._pools.values()), *self._evicted)
             self._pools.clear()
+            self._evicted.clear()
+        for pool in pools:  # the host waits for the copies here, outside the lock
+            pool.close()

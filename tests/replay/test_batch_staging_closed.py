@@ -77,5 +77,5 @@ def test_batch_staging_closed_during_a_wait_raises_naming_the_pool():
         time.sleep(0.1)  # the second acquire waits for the one slot
         staging.close()
         t.join(5.0)
-        assert not t.is_alive() and errors == ["staging pool 'replay.staging' is closed"]
+        assert not t.is_alive() and errors == ["staging pool 'replay.staging' was closed while waiting"]
         held.buffer.release()
