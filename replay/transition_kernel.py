@@ -107,7 +107,10 @@ def slot_call(
         ("dst", dst, np.int64), ("mask", mask, np.bool_),
     )):
         if arr.dtype != dtype or not arr.flags.c_contiguous or arr.ndim != 1:
-            raise ValueError(f"{name} must be a C-contiguous 1-D {np.dtype(dtype).name} array")
+            raise ValueError(
+                f"{name} must be a C-contiguous 1-D {np.dtype(dtype).name} array, got dtype {arr.dtype}, "
+                f"ndim {arr.ndim}, C-contiguous {arr.flags.c_contiguous}"
+            )
         out[2 * i], out[2 * i + 1] = arr.ctypes.data, arr.shape[0]
     return out
 
