@@ -434,10 +434,24 @@ class PoolResource:
             if self._stats.held_bytes + self._pending + nbytes > limit:
                 raise MemoryError(
                     f"the {self.tier} pool holds {format_size(self._stats.held_bytes)} in live blocks and "
-                    f"cannot take {format_size(nbytes)} more within its limit of {format_size(limit)}: "
-                    "live blocks larger than their regions (max_waste) use the rest; lower max_waste"
+                    f"cannot take {format_size(nbytes)} more within its limit of {format_size(limit)}"
+                    f"{self._why_full()}"
                 )
         self._pending += nbytes
+
+    def _why_full(self) -> str:
+        """What holds a full pool's bytes beyond its regions, with the remedy, for its MemoryError. Lock
+        held."""
+        reasons = []
+        viewed = sum(block.nbytes for block in self._doomed)
+        if viewed:
+            reasons.append(f"{format_size(viewed)} of them belong to freed regions that tensors taken from "
+                           "them still view (an object closed but still referenced may keep such views): "
+                           "drop those tensors")
+        if self.max_waste > 0:
+            reasons.append("live blocks larger than their regions (max_waste) may use the rest; lower "
+                           "max_waste")
+        return ": " + "; ".join(reasons) if reasons else ""
 
     def _new_block(self, nbytes: int, name: str) -> _Block:
         """Allocate a block upstream (``nbytes`` already pending); once more after a trim if exhausted."""

@@ -71,6 +71,16 @@ class CudaGraph:
     positive: Any = None
     memory: CudaMemory | None = None
 
+    def __post_init__(self) -> None:
+        if self.memory is not None:
+            self.memory.hold(self)  # its close drops the arrays (`drop_views`)
+
+    def drop_views(self) -> None:
+        """Forget the arrays (views of ``memory``'s regions), so a closed sampler keeps no block alive;
+        `CudaMemory.close` calls it. Kernels must not read the graph afterwards."""
+        self.indptr = self.indices = self.edge_ids = self.weights = self.times = None
+        self.prefix = self.positive = None
+
     @classmethod
     def build(cls, indptr, indices, edge_ids=None, weights=None, uva: bool = False, times=None,
               memory: CudaMemory | None = None) -> CudaGraph:

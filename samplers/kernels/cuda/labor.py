@@ -94,6 +94,11 @@ class LaborScratchCuda:
         with memory.undo_on_error():
             self.hop = memory.filled(n, np.float64, 0.0, Tier.DEVICE, LABOR_OWNER)[1]
             self.owner = memory.filled(n, np.int64, labor_rows.NO_OWNER, Tier.DEVICE, LABOR_OWNER)[1]
+        memory.hold(self)
+
+    def drop_views(self) -> None:
+        """Forget the arrays (views of ``memory``'s regions); `CudaMemory.close` calls it."""
+        self.hop = self.owner = None
 
 
 @dataclass
@@ -126,6 +131,15 @@ class LaborCudaState:
     edges: int = 0
     num_src: int = 0
     memory: CudaMemory | None = None
+
+    def __post_init__(self) -> None:
+        if self.memory is not None:
+            self.memory.hold(self)  # its close drops ``running`` (`drop_views`)
+
+    def drop_views(self) -> None:
+        """Forget ``running`` (a view of ``memory``'s region; the scratch drops its own);
+        `CudaMemory.close` calls it."""
+        self.running = None
 
     @classmethod
     def of(cls, indptr: np.ndarray, num_src: int, importance_sampling: int,

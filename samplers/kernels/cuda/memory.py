@@ -138,6 +138,7 @@ class CudaMemory:
         self._regions: dict[int, Region] = {}
         self._streams: dict[int, Any] = {}  # by id: the streams the regions' users run on (torch with CUDA)
         self._retired: dict[int, Any] = {}  # by id: streams of closed users, maybe still running
+        self._holders: dict[int, weakref.ref] = {}  # by id: objects viewing the regions (`hold`), weakly
         self._closed = False
         self._finalizer = weakref.finalize(self, _free_all, self._regions, self._private, self._streams,
                                            self._retired)
@@ -207,6 +208,19 @@ class CudaMemory:
         publish(tier)
         return region, kernel_array(region, n)
 
+    def hold(self, holder: Any) -> None:
+        """Note that ``holder`` keeps views of this object's regions (kernel arrays, scratch, staging
+        buffers: a `CudaGraph`, a `CudaWorkspace`, LABOR's arrays); `close` calls its ``drop_views()``
+        before freeing the regions, so a closed sampler that is still referenced keeps no pool block
+        alive. Held weakly (a holder that dies is forgotten)."""
+        key, holders = id(holder), self._holders
+
+        def forget(ref: weakref.ref) -> None:
+            if holders.get(key) is ref:
+                del holders[key]
+
+        holders[key] = weakref.ref(holder, forget)
+
     def use_stream(self, stream: Any) -> None:
         """Note that a user of the regions (a `CudaWorkspace`) queues work on ``stream`` (a
         torch.cuda.Stream; None under the simulator: ignored): regions freed later are reused only after
@@ -271,9 +285,15 @@ class CudaMemory:
                              "read; build it again on an open manager")
 
     def close(self) -> None:
-        """Free every region handed out (and close a private manager); idempotent. Arrays viewing them stay
-        readable (they keep their memory alive) but no longer count against any budget."""
+        """Drop the views every holder keeps (`hold`: ``drop_views()``), then free every region handed out
+        (and close a private manager); idempotent. Arrays a caller took from them stay readable (they
+        keep their memory alive) but no longer count against any budget."""
         self._closed = True
+        for ref in list(self._holders.values()):
+            holder = ref()
+            if holder is not None:
+                holder.drop_views()
+        self._holders.clear()
         self._finalizer()
 
     def __repr__(self) -> str:

@@ -151,6 +151,16 @@ class TypedCsc:
     degrees: dict
     num_nodes: dict
 
+    def __post_init__(self) -> None:
+        if self.graph.memory is not None:
+            self.graph.memory.hold(self)  # its close drops the arrays (`drop_views`)
+
+    def drop_views(self) -> None:
+        """Forget the relations' indptr and the stand-ins (views of the graph's regions); `CudaMemory.close`
+        calls it (the graph drops its own)."""
+        self.indptr = {}
+        self.prefix = self.positive = None
+
     @classmethod
     def build(cls, indptr: Mapping, indices: Mapping, edge_ids: Mapping, weights: Mapping,
               uva: bool = False, index_dtype: Any = None,

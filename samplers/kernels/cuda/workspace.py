@@ -118,6 +118,7 @@ class CudaWorkspace:
         """The torch.cuda.Stream this workspace serves (None under the simulator): its regions are reused
         by others only after the work queued on it when they are freed (no host wait)."""
         self.memory.use_stream(self.stream)
+        self.memory.hold(self)  # its close closes this workspace (`drop_views`)
         self._finalizer = weakref.finalize(self, _free_regions, self._regions, self.memory, self.stream)
 
     def _replace(self, key: Any, n: int, dtype: Any, tier: Tier) -> Region:
@@ -135,6 +136,10 @@ class CudaWorkspace:
         _free_regions(self._regions, self.memory, self.stream)
         self._scratch.clear()
         self._host.clear()
+
+    def drop_views(self) -> None:
+        """`close`: `CudaMemory.close` calls it, so a closed sampler's workspaces keep no block alive."""
+        self.close()
 
     def edge_rate(self, name: str) -> float:
         """The most edges per row that the chained layer ``name`` kept in this workspace's calls (0.0 before

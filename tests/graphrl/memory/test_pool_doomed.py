@@ -14,6 +14,7 @@ import threading
 import weakref
 from collections.abc import Callable
 
+import pytest
 import torch
 
 from graphrl.memory import MemoryManager, PoolResource, free_quietly
@@ -138,3 +139,23 @@ def test_a_trimmed_viewed_block_goes_upstream_when_its_last_view_dies_without_li
     assert upstream.released == 0
     pool._lock.release()  # the holder lets go: the doomed block goes upstream now
     assert (upstream.released, pool.stats().held_bytes, pool.stats().idle_bytes) == (1, 0, 0)
+
+
+def test_a_full_pool_names_the_views_that_hold_its_blocks_and_gives_no_max_waste_advice_without_waste():
+    pool = PoolResource(CountingPinned(), tier="pinned", limit=1024)
+    a = pool.allocate((64,), torch.int64, 512, "a")
+    view = a.tensor()[1:]
+    pool.deallocate(a)
+    with pytest.raises(MemoryError) as err:
+        pool.allocate((128,), torch.int64, 1024, "b")
+    message = str(err.value)
+    assert ": 512 B of them belong to freed regions that tensors taken from them still view" in message
+    assert "max_waste" not in message
+    del view  # the view dies: its block goes upstream and the request fits
+    assert pool.stats().held_bytes == 0
+    pool.deallocate(pool.allocate((128,), torch.int64, 1024, "b"))
+    wasteful = PoolResource(CountingPinned(), tier="pinned", limit=1024, max_waste=0.5)
+    kept = wasteful.allocate((128,), torch.int64, 1024, "kept")
+    with pytest.raises(MemoryError, match="lower max_waste"):
+        wasteful.allocate((8,), torch.int64, 64, "more")
+    wasteful.deallocate(kept)
