@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from graphrl.memory import MemoryManager
+from graphrl.memory import MemoryManager, check_memory
 from graphrl.threads import team_size
 from samplers._checks import (
     check_device,
@@ -149,8 +149,7 @@ class HeteroNeighborSampler:
                  memory: MemoryManager | None = None) -> None:
         if not isinstance(graph, HeteroGraph):
             raise TypeError(f"graph must be a HeteroGraph, got {type(graph).__name__}")
-        if memory is not None and not isinstance(memory, MemoryManager):
-            raise TypeError(f"memory must be a MemoryManager or None, got {type(memory).__name__}")
+        check_memory(memory)
         self.fanouts = check_relation_fanouts(fanouts, graph.relations)
         check_seed_and_replace(seed, replace)
         self.graph = graph

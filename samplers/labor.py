@@ -13,7 +13,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from graphrl.graph import CSCGraph
-from graphrl.memory import MemoryManager
+from graphrl.memory import MemoryManager, check_memory
 from graphrl.threads import team_size
 from samplers._checks import (
     check_bool,
@@ -128,8 +128,7 @@ class LaborSampler:
         self.layer_dependency = check_bool("layer_dependency", layer_dependency)
         self.seed = check_seed("seed", seed)
         self.device = check_device(device)
-        if memory is not None and not isinstance(memory, MemoryManager):
-            raise TypeError(f"memory must be a MemoryManager or None, got {type(memory).__name__}")
+        check_memory(memory)
         self._memory = memory
         self.cuda_memory = None
         """CUDA: the `samplers.kernels.cuda.memory.CudaMemory` of the sampler's regions."""

@@ -8,22 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from graphrl.memory import MemoryManager
+from graphrl.memory import MemoryManager, check_memory  # check_memory: re-exported for the loaders
 
 __all__ = ["check_memory", "check_sampler_memory", "check_store_memory"]
-
-
-def check_memory(memory: Any) -> MemoryManager | None:
-    """A loader's ``memory``: a `MemoryManager` or None.
-
-    Raises
-    ------
-    TypeError
-        Anything else (the message names ``memory`` and the type).
-    """
-    if memory is not None and not isinstance(memory, MemoryManager):
-        raise TypeError(f"memory must be a MemoryManager or None, got {type(memory).__name__}")
-    return memory
 
 
 def check_sampler_memory(name: str, sampler: Any, memory: MemoryManager | None) -> None:

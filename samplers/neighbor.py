@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from graphrl.graph import CSCGraph
-from graphrl.memory import MemoryManager
+from graphrl.memory import MemoryManager, check_memory
 from graphrl.threads import team_size
 from samplers._checks import (
     check_device,
@@ -171,8 +171,7 @@ class NeighborSampler:
         self.temporal = self._times is not None
         """Whether `sample` needs ``seed_times`` (the sampler has edge times)."""
         self.device = check_device(device)
-        if memory is not None and not isinstance(memory, MemoryManager):
-            raise TypeError(f"memory must be a MemoryManager or None, got {type(memory).__name__}")
+        check_memory(memory)
         self._cuda_graph = None
         self.cuda_memory = None
         """``device="cuda"``: the `samplers.kernels.cuda.memory.CudaMemory` of the sampler's regions."""

@@ -36,7 +36,7 @@ Architecture" (PyTorch-Direct), PVLDB 14(11), 2021: GPU kernels reading pinned h
 from graphrl.memory.backing import Backing
 from graphrl.memory.dtypes import NUMPY_TO_TORCH, TORCH_TO_NUMPY
 from graphrl.memory.errors import MemoryBudgetError
-from graphrl.memory.manager import MemoryManager
+from graphrl.memory.manager import MemoryManager, check_memory
 from graphrl.memory.pool import PoolResource, PoolStats
 from graphrl.memory.region import Region, RegionHandle, free_quietly
 from graphrl.memory.resources import (
@@ -67,6 +67,7 @@ __all__ = [
     "RegionHandle",
     "SharedResource",
     "Tier",
+    "check_memory",
     "free_quietly",
     "install_signal_handlers",
     "parse_size",

@@ -47,9 +47,22 @@ from graphrl.memory.resources import (
 from graphrl.memory.shm import ExitCleanup
 from graphrl.memory.sizes import Tier, check_owner, format_size, parse_shape, parse_size, shape_bytes
 
-__all__ = ["MemoryManager"]
+__all__ = ["MemoryManager", "check_memory"]
 
 logger = logging.getLogger(__name__)
+
+
+def check_memory(memory: Any) -> MemoryManager | None:
+    """A ``memory=`` argument: a `MemoryManager` or None, returned as given (the one check of it).
+
+    Raises
+    ------
+    TypeError
+        Anything else (the message names ``memory`` and the type).
+    """
+    if memory is not None and not isinstance(memory, MemoryManager):
+        raise TypeError(f"memory must be a MemoryManager or None, got {type(memory).__name__}")
+    return memory
 
 
 class MemoryManager:

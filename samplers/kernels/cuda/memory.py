@@ -37,7 +37,7 @@ import torch
 
 from graphrl import cuda as gcuda
 from graphrl.errors import GPUUnavailableError
-from graphrl.memory import MemoryManager, Region, Tier
+from graphrl.memory import MemoryManager, Region, Tier, check_memory
 
 __all__ = ["GRAPH_OWNER", "LABOR_OWNER", "WORKSPACE_OWNER", "CudaMemory", "host_buffer", "kernel_array",
            "publish", "scratch_array"]
@@ -128,8 +128,7 @@ class CudaMemory:
     """
 
     def __init__(self, memory: MemoryManager | None = None) -> None:
-        if memory is not None and not isinstance(memory, MemoryManager):
-            raise TypeError(f"memory must be a MemoryManager or None, got {type(memory).__name__}")
+        check_memory(memory)
         self.owns = memory is None
         """Whether the manager is private to this object (made at the first allocation, closed by
         `close`)."""
