@@ -312,11 +312,9 @@ class FeatureStore:
         device, owner, staging slots, threads and huge-page setting and its own memory manager (the copy
         leaves this store's regions untouched; its tier is the new manager's choice).
 
-        The copy is one CPU tensor in shared memory, made at the first pickle and held by this store (so
-        torch's multiprocessing pickler can send its handle to a spawn child that opens it later) until
-        `close`; later pickles send the same copy, and the rows as they were then: after changing the
-        table in place call `refresh_cache`, which makes the next pickle copy them again. It costs
-        ``N * row_bytes`` of shared memory (``/dev/shm``) beside the table, outside the manager's budgets.
+        The copy is one CPU tensor in shared memory (``N * row_bytes`` of ``/dev/shm``, outside the
+        budgets), made at the first pickle and held by the store until `close` or `refresh_cache`, so the
+        handle torch's multiprocessing pickler sends stays valid until a spawn child opens it.
 
         Raises
         ------
@@ -333,18 +331,10 @@ class FeatureStore:
         assert self._staging is not None  # open
         settings = {"device": self.device, "owner": self.owner, "staging_slots": self._staging.slots,
                     "threads": self.threads, "huge_pages": self.huge_pages}
-        return _rebuild_store, (self._pickle_table(), settings)
-
-    def _pickle_table(self) -> torch.Tensor:
-        """The store's CPU copy of its rows for pickling: made at the first pickle (or the first after
-        `refresh_cache`) in shared memory and held by the store until `close` or the next refresh, so
-        every pickle of the store sends the same copy. torch's multiprocessing pickler sends a shared
-        tensor as a handle the receiving process opens later: a copy made per pickle and dropped once
-        pickled would be freed in this process before a spawn child (a DataLoader worker) opens it."""
-        with self._lock:
+        with self._lock:  # one copy, kept: one made per pickle was freed before a spawn child opened it
             if self._pickled is None:
                 self._pickled = self.table.detach().to("cpu", copy=True).share_memory_()
-            return self._pickled
+            return _rebuild_store, (self._pickled, settings)
 
     def __repr__(self) -> str:
         return (f"FeatureStore(rows={self.num_rows}, row_shape={self.row_shape}, dtype={self.dtype}, "
@@ -427,9 +417,8 @@ class FeatureStore:
     def refresh_cache(self) -> None:
         """Copy the cached rows again from `table`: call it after changing the table in place (an
         optimizer step on an embedding table given as ``x`` with ``memory=None``), not while a gather
-        runs or the store is being pickled. A GPU copy runs on torch's current stream. It also drops the
-        copy of the rows the store keeps for pickling (see `__reduce__`), so the next pickle carries the
-        changed rows; without a cache that is all it does.
+        runs or a pickle. A GPU copy runs on torch's current stream. It drops the copy kept for pickling
+        (`__reduce__`): the next pickle copies the changed rows.
 
         Raises
         ------
@@ -437,8 +426,7 @@ class FeatureStore:
             The store is closed.
         """
         self._check_open()
-        with self._lock:
-            self._pickled = None  # the next pickle copies the changed rows
+        self._pickled = None  # the next pickle copies the changed rows
         if self._cache is not None:
             self._cache.refresh(self.table)
 
@@ -449,8 +437,7 @@ class FeatureStore:
     def _lease(self, rows: int) -> StagingLease:
         with self._lock:
             held, staging = self._held, self._staging
-            if staging is None:  # closed by another thread since the caller's check
-                check_open(True, "this FeatureStore")
+            check_open(staging is None, "this FeatureStore")  # closed since the caller's check
             assert staging is not None
             if len(held) >= staging.slots:
                 held.popleft().release_when_unused()  # a result the caller kept is not overwritten
@@ -571,21 +558,19 @@ class FeatureStore:
     def close(self) -> None:
         """Free the table, cache and staging regions (and a private manager); idempotent.
 
-        The store drops its own references to them (`table` becomes None, and so does the copy kept for
-        pickling), so their pooled blocks go back to the manager's pools once no other tensor views
-        them, and the manager's budget can hand the bytes out again. Tensors returned earlier (gathered
-        rows, ``table`` taken before close) stay readable but no longer count against any budget: while
-        one is kept its block stays allocated and its pool cannot reuse it (an allocation the pool then
-        refuses raises MemoryBudgetError naming the pool's live blocks), though ``usage()`` reports 0
-        bytes for it. A ``x`` the store used in place (``memory=None`` on the CPU) is the caller's and
-        is never freed. Statistics stay readable. Later gathers, `staging` and pickling raise ValueError.
+        The store drops its references to them (`table` becomes None): their blocks return to the pools
+        once unviewed. Rows or a ``table`` kept from before stay readable, count against no budget
+        (``usage()`` says 0) yet hold their blocks (a pool refusing for them names its live blocks); ``x``
+        used in place is the caller's. Statistics stay readable; gathers, `staging`, pickles raise ValueError.
         """
         self.closed = True
         staging = getattr(self, "_staging", None)
         if staging is not None:
+            held, self._held = getattr(self, "_held", deque()), deque()
+            for lease in held:  # its slot returns once unused: a closed pool frees once all are back
+                lease.release_when_unused()
             staging.close()
             self._staging = None
-            self._held = deque()
         cache = getattr(self, "_cache", None)
         if cache is not None:
             cache.free()
@@ -597,8 +582,7 @@ class FeatureStore:
                 except ValueError:  # the manager closed first
                     pass
         self._regions = []
-        self.table = None  # type: ignore[assignment]  # the table region's view: its block can return
-        self._pickled = None
+        self.table = self._pickled = None  # type: ignore[assignment]  # the region's view: the block returns
         self._table_words = self._cache_words = self._slots_dev = None
         if getattr(self, "_own_memory", False):
             self.memory.close()

@@ -237,9 +237,8 @@ class _Loader:
         live iterator, its staging buffers and its side stream are left out and rebuilt empty by
         `__setstate__`; the sampler and the shuffling generator keep their state, so a copy's next epoch
         is the original's next epoch. Features pickle as their `FeatureStore` does (a store of its own
-        manager in the new process, over one shared-memory copy of the rows that the original store
-        holds until its close, so a spawned DataLoader worker can open it later), so the copy has no
-        ``memory``.
+        manager in the new process, over a shared copy of the rows the original keeps), so the copy has
+        no ``memory``.
         """
         state = self.__dict__.copy()
         for name in ("_lock", "_iterator", "_staging", "_typed_staging"):

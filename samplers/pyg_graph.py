@@ -53,6 +53,8 @@ class PygGraph:
         Node-level times (``time_attr`` on nodes).
     edge_time : dict edge type -> torch.Tensor [E_r], or None
         Edge-level times (``time_attr`` on edges).
+    weight_attr : str or None
+        The attribute ``weights`` were read from (named by their errors: `weights_named`).
     """
 
     hetero: bool
@@ -63,13 +65,15 @@ class PygGraph:
     weights: dict
     node_time: dict | None = None
     edge_time: dict | None = None
+    weight_attr: str | None = None
 
 
 @contextmanager
-def weights_named(graph: PygGraph, weight_attr: str | None) -> Iterator[None]:
+def weights_named(graph: PygGraph) -> Iterator[None]:
     """Build a draw of ``graph`` in this block: a ValueError about its weights (the graph's checks call them
     ``weights``) names the ``weight_attr`` tensor instead (``data['w']``), at the sampler's build and after
     an in-place write; the weights are read once, by the draw."""
+    weight_attr = graph.weight_attr
     try:
         yield
     except ValueError as err:
@@ -167,7 +171,7 @@ def read_pyg_graph(data, time_attr: str | None = None, weight_attr: str | None =
         raise TypeError(f"data must be a torch_geometric.data.Data, HeteroData or (FeatureStore, "
                         f"GraphStore), got {type(data).__name__}")
     _check_times(out, time_attr)
-    return out
+    return replace(out, weight_attr=weight_attr)
 
 
 def _check_times(graph: PygGraph, time_attr: str | None) -> None:

@@ -173,8 +173,6 @@ class PygSampler(LazyBase):
         """The ``torch.initial_seed()`` of the DataLoader worker the draws were last reseeded for; None
         outside workers."""
         graph = read_pyg_graph(data, time_attr, weight_attr)
-        self.weight_attr = weight_attr
-        """``weight_attr`` (named by the weights' messages)."""
         self.is_hetero = graph.hetero
         """Whether batches are ``HeteroData`` (a ``HeteroData`` or a store with edge types)."""
         pyg = import_pyg()
@@ -198,7 +196,7 @@ class PygSampler(LazyBase):
         """How many times ``draw`` was rebuilt for new weights or times."""
         self.draw_options = (hops, bool(disjoint), temporal_strategy)
         """The `PygDraw` arguments a rebuild reuses: fanouts per edge type, disjoint, temporal strategy."""
-        with weights_named(graph, weight_attr):
+        with weights_named(graph):
             self.draw = PygDraw(snapshot(graph), hops, self.replace, self.seed, disjoint, temporal_strategy,
                                 self.subgraph_type == "induced", self.sample_direction == "backward", sampler)
         """The `samplers.pyg_draw.PygDraw` that draws the subgraphs (rebuilt by `_current_draw`)."""
@@ -273,10 +271,8 @@ class PygSampler(LazyBase):
         ------
         TypeError, ValueError
             ``seeds`` is not a 1-D integer tensor of ids in [0, N) (see `NeighborSampler.sample`), or is
-            uint8, torch's or numpy's (`samplers._checks.check_id_dtype`); temporal sampling without seed
-            times. Through PyG's ``NodeLoader`` a numpy array arrives already converted by PyG
-            (``torch.tensor(..., dtype=torch.long)``), so a numpy uint8 mask is read as ids there and not
-            refused: give PyG's loaders a bool mask or a torch tensor.
+            uint8, torch's or numpy's (`check_id_dtype`; PyG's ``NodeLoader`` makes a numpy uint8 mask
+            int64 ids first: give it a bool mask or a tensor); temporal sampling without seed times.
         """
         return self._sample_nodes(self._current_draw(), seeds, seed_time)
 
@@ -294,9 +290,8 @@ class PygSampler(LazyBase):
         if self.stamps.matches(self.source):
             return self.draw
         stamps = SourceStamps.of(self.source)  # before the reads: a write during them is seen next batch
-        hops, disjoint, strategy = self.draw_options
-        seed = self._draw_seed(self.generation + 1)
-        with weights_named(self.source, self.weight_attr):
+        (hops, disjoint, strategy), seed = self.draw_options, self._draw_seed(self.generation + 1)
+        with weights_named(self.source):
             draw = PygDraw(snapshot(self.source), hops, self.replace, seed, disjoint, strategy,
                            self.subgraph_type == "induced", self.sample_direction == "backward")
         self.draw, self.graph, self.sampler = draw, draw.graph, draw.sampler
