@@ -10,8 +10,9 @@ and numba's ``cuda.synchronize`` patched into counters:
   case where the old finalizers synchronised) and frees every region exactly once;
 - a workspace's outgrown device scratch goes back upstream (no idle block left in the device pool);
 - every device region a build fills (LABOR's ``hop``/``owner``/``running``, the graph's stand-ins) is
-  published (`samplers.kernels.cuda.memory.publish`: the stream it was filled on is waited for) before the
-  build returns, so a loader's side stream reads it initialised.
+  waited for before the build returns, once per build, not per fill (LABOR's state:
+  `samplers.kernels.cuda.memory.publish`; the graph: its build's one ``cuda.synchronize``), so a loader's
+  side stream reads it initialised.
 
 On a GPU (``pytest -m gpu``; small, in-process, Cora): the same counts with real streams, LABOR's first batch
 on a side stream right after construction (its build's stream kept busy) equal to the CPU sampler's, and a
@@ -47,7 +48,13 @@ SYNCS = textwrap.dedent(
     from samplers.neighbor import NeighborSampler
 
     syncs = Counter()
-    cuda.synchronize = lambda *a, **k: syncs.update(["numba"])
+    log = []  # the builds' fills and waits, in order
+
+    def numba_sync(*a, **k):
+        syncs.update(["numba"])
+        log.append(("sync", "numba"))
+
+    cuda.synchronize = numba_sync
     own_torch_sync = torch.cuda.synchronize
     torch.cuda.synchronize = lambda *a, **k: syncs.update(["torch"])
 
@@ -65,8 +72,6 @@ SYNCS = textwrap.dedent(
 
     MemoryManager.deallocate = deallocate
 
-    # the build's fills and publishes, in order
-    log = []
     own_filled, own_publish = cmem.CudaMemory.filled, cmem.publish
 
     def filled(self, n, dtype, value, tier, owner):
@@ -89,19 +94,24 @@ SYNCS = textwrap.dedent(
     batches = [torch.from_numpy(rng.integers(0, n, 16)) for _ in range(4)]
 
     def published(log):
-        # each device fill is followed, before its call returns, by publish(device)
+        # (device fills, waits): no fill waits itself; every device fill is followed by a wait, one per
+        # build (publish(device), or the graph build's synchronize that also covers its copies)
         starts = [i for i, (what, tier) in enumerate(log) if what == "filled" and tier == "device"]
         assert starts, log
         for i in starts:
-            assert log[i + 1] == ("publish", "device") and log[i + 2] == ("returned", "device"), log[i:i + 3]
-        return len(starts)
+            assert log[i + 1] == ("returned", "device"), log[i:i + 2]
+            assert any(what in ("publish", "sync") for what, _ in log[i + 2:]), log[i:]
+        waits = [(what, tier) for what, tier in log if what in ("publish", "sync")]
+        assert all(w in (("publish", "device"), ("sync", "numba")) for w in waits), waits
+        return len(starts), len(waits)
 
     mm = MemoryManager(device="cpu")
     labor = LaborSampler(graph, [4, 3], seed=1, device="cuda", memory=mm, importance_sampling=1)
-    assert published(log) == 5, log  # hop, owner, running; the graph's stand-ins for times and weights
+    # hop, owner, running and the graph's stand-ins for times and weights; waits: the graph's, LABOR's state's
+    assert published(log) == (5, 2), log
     log.clear()
     plain = NeighborSampler(graph, [4, 3], seed=1, device="cuda", memory=mm)
-    assert published(log) == 2, log  # the stand-ins for times and weights
+    assert published(log) == (2, 1), log  # the stand-ins for times and weights; the graph's one wait
     cpu = NeighborSampler(graph, [4, 3], seed=1)
     cpu_labor = LaborSampler(graph, [4, 3], seed=1, importance_sampling=1)
 

@@ -133,7 +133,9 @@ class CudaGraph:
             if num:
                 launch(row_prefix, (grid(num, ROW_THREADS), ROW_THREADS), graph.indptr, graph.weights,
                        graph.prefix, graph.positive, stream=kernel_stream())
-        cuda.synchronize()  # every copy (torch's, into the regions) and the prefix sums done, on any stream
+        # the build's one wait: the stand-ins' fills (`CudaMemory.filled`), every copy (torch's, into the
+        # regions) and the prefix sums done, for any stream
+        cuda.synchronize()
         return graph
 
     def close(self) -> None:

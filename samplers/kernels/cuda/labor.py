@@ -79,7 +79,8 @@ class LaborScratchCuda:
     """Device scratch of importance sampling over a source-id space: ``hop`` (float64, zeros) and
     ``owner`` (int64, `labor_rows.NO_OWNER`; during a layer each source's first edge, then its slot in pi),
     both restored after each layer (`labor_release`): ``device`` regions of ``memory`` (owner
-    ``"samplers.labor"``, 16 bytes per source id; default a private `CudaMemory`).
+    ``"samplers.labor"``, 16 bytes per source id; default a private `CudaMemory`), set on this thread's
+    current stream (`LaborCudaState.of` publishes them with its own, once: `CudaMemory.publish`).
 
     Raises
     ------
@@ -159,6 +160,7 @@ class LaborCudaState:
         with memory.undo_on_error():
             scratch = None if importance_sampling == 0 else LaborScratchCuda(num_src, memory)
             running = memory.filled(1, np.int64, RUNNING, Tier.DEVICE, LABOR_OWNER)[1]
+        memory.publish(Tier.DEVICE)  # the build's one wait: every stream reads them set
         reach = float(degree @ degree) / bound.edges if bound.edges > 0 else 0.0
         return cls(scratch, bound.max_degree, reach, running, bound.edges, int(num_src), memory)
 

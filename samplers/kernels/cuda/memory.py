@@ -82,11 +82,12 @@ _RETIRED_KEPT = 8  # retired streams kept before the finished ones are queried a
 
 
 def publish(tier: Tier) -> None:
-    """Make what a build just wrote into ``tier`` regions ready on every stream: where torch has CUDA, a
-    ``device`` region's fill (a kernel queued on this thread's current stream) is waited for here, once per
-    build, so a sampler's first call on any stream (a loader's side stream, which waits for no other)
-    reads it initialised. Copies from host arrays (`CudaMemory.copy`) are synchronous already; pinned
-    regions are written by the host. Nothing to wait for under numba's simulator."""
+    """Make what a build wrote into ``tier`` regions ready on every stream: where torch has CUDA, the
+    ``device`` regions' fills (`CudaMemory.filled`: kernels queued on this thread's current stream) are
+    waited for here, once at the end of a build (`CudaMemory.publish`), so a sampler's first call on any
+    stream (a loader's side stream, which waits for no other) reads them initialised. Copies from host
+    arrays (`CudaMemory.copy`) are synchronous already; pinned regions are written by the host. Nothing
+    to wait for under numba's simulator."""
     if tier is Tier.DEVICE and gcuda.has_cuda():
         torch.cuda.current_stream().synchronize()
 
@@ -201,11 +202,15 @@ class CudaMemory:
 
     def filled(self, n: int, dtype: Any, value: float, tier: Tier, owner: str) -> tuple[Region, Any]:
         """A region on ``tier`` of ``n`` items set to ``value``, and its `kernel_array` (see `allocate`):
-        set when this returns, for work on any stream (`publish`; a build's call, not a hot path)."""
+        a ``device`` region is set by work queued on this thread's current stream, which the build waits
+        for once at its end (`publish`) before other streams read it (a build's call, not a hot path)."""
         region = self.allocate(n, dtype, tier, owner)
         region.tensor().fill_(value.item() if isinstance(value, np.generic) else value)
-        publish(tier)
         return region, kernel_array(region, n)
+
+    def publish(self, tier: Tier) -> None:
+        """The end of a build that `filled` ``tier`` regions: the module's `publish` (one wait per build)."""
+        publish(tier)
 
     def hold(self, holder: Any) -> None:
         """Note that ``holder`` keeps views of this object's regions (kernel arrays, scratch, staging

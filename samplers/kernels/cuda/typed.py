@@ -228,6 +228,7 @@ class TypedCsc:
             if not weights:  # 1-element stand-ins: the kernels compile for one signature
                 prefix = memory.filled(1, np.float64, 0, tier, GRAPH_OWNER)[1]
                 positive = memory.filled(1, np.int64, 0, tier, GRAPH_OWNER)[1]
+                memory.publish(tier)  # their one wait
         weighted = {rel: rel in weights for rel in relations}
         return cls(graph=graph, relations=relations, row_base=row_base, edge_base=edge_base,
                    num_rows=num_rows, num_edges=num_edges, weighted=weighted, indptr=own,
