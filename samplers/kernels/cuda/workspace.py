@@ -112,7 +112,7 @@ class CudaWorkspace:
         self._scratch: dict[tuple[str, str], Any] = {}
         self._host: dict[str, Any] = {}
         self._read_lock = threading.Lock()  # one page-locked read buffer: one read at a time
-        self._staged: dict[str, Any] = {}  # torch: per buffer, the event after its last copy (free then)
+        self._staged: dict[str, Any] = {}  # torch: per buffer, the event after its last copy (next copy in)
         self._rates: dict[str, float] = {}
         self.stream = torch.cuda.current_stream() if has_cuda() else None
         """The torch.cuda.Stream this workspace serves (None under the simulator): its regions are reused
@@ -174,9 +174,10 @@ class CudaWorkspace:
         buf = self._host.get(name)
         if buf is None or buf.shape[0] < n:
             size = max(int(n * _GROWTH), 16)
-            staged = self._staged.pop(name, None)
-            if staged is not None:
-                staged.synchronize()  # the last copy out of the old buffer is done before it is freed
+            # no host wait for the last copy out of the old buffer: it was queued on this workspace's
+            # stream, the free below records an event on that stream after it, and the pool reuses the
+            # pinned block only once that event is done (its host waits at reuse, not here)
+            self._staged.pop(name, None)
             buf = self._host[name] = host_buffer(self._replace(name, size, np.int64, Tier.PINNED))
             self.traffic.registrations += 1
         return buf
