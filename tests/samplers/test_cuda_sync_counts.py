@@ -368,3 +368,40 @@ def test_close_frees_after_every_used_and_unfinished_retired_stream(monkeypatch)
     # r0..r7 kept until the 9th retirement; then the finished ones among them went: r1 r3 r5 r7 r8 r9 left
     assert sorted(given[0]) == sorted(["live", "r1", "r3", "r5", "r7", "r8", "r9"]), given
     mm.close()
+
+
+
+def test_retire_stream_walks_a_snapshot_while_another_retirement_changes_the_set(monkeypatch) -> None:
+    """A retirement while `CudaMemory.retire_stream` queries the retired streams (another thread, or a
+    workspace's finalizer run during a query) changes the set, not the walk: before, 'dictionary changed
+    size during iteration'. Here the first query retires another stream, deterministically."""
+    from graphrl.memory import MemoryManager, Region, Tier
+    from samplers.kernels.cuda.memory import CudaMemory
+
+    mm = MemoryManager(device="cpu")
+    mem = CudaMemory(mm)
+    mem.allocate(4, np.int64, Tier.DEVICE, "samplers.graph")
+
+    class Stream:
+        def __init__(self, name: str, done: bool, retire_on_query: Stream | None = None) -> None:
+            self.name, self.done, self.retire_on_query = name, done, retire_on_query
+
+        def query(self) -> bool:
+            if self.retire_on_query is not None:
+                other, self.retire_on_query = self.retire_on_query, None
+                mem.retire_stream(other)
+            return self.done
+
+    given: list[tuple] = []
+    own = Region.free_soon
+    monkeypatch.setattr(Region, "free_soon", lambda self, streams=None, reuse=True: (
+        given.append(tuple(s.name for s in streams or ())), own(self, streams, reuse))[1])
+    late = Stream("late", done=False)
+    first = Stream("r0", done=True, retire_on_query=late)
+    for stream in [first] + [Stream(f"r{i}", done=i % 2 == 0) for i in range(1, 8)]:
+        mem.retire_stream(stream)
+    mem.retire_stream(Stream("last", done=False))  # the 9th: the 8 kept are queried; r0's query retires late
+    mem.close()
+    # the finished r0 r2 r4 r6 forgotten; late (retired during the walk) and last kept
+    assert len(given) == 1 and sorted(given[0]) == sorted(["r1", "r3", "r5", "r7", "late", "last"]), given
+    mm.close()

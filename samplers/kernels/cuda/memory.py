@@ -240,8 +240,12 @@ class CudaMemory:
             return
         self._streams.pop(id(stream), None)
         if len(self._retired) >= _RETIRED_KEPT and not _capturing():
-            for key in [k for k, s in self._retired.items() if s.query()]:
-                del self._retired[key]
+            # a snapshot (dict.copy: one C call, atomic under the GIL, no lock a finalizer could
+            # self-deadlock on): another retire_stream meanwhile (a thread, or a workspace's finalizer
+            # run by a query here) changes the dict, not what this loop walks
+            for key, kept in self._retired.copy().items():
+                if kept.query():
+                    self._retired.pop(key, None)
         self._retired[id(stream)] = stream
 
     @contextlib.contextmanager
