@@ -237,7 +237,7 @@ class WindowSampler:
             )
 
     def _draw_locked(
-        self, b: int, length: int, left: Deadline, draw: Callable[..., int], *args: object
+        self, b: int, length: int, left: Deadline, draw: Callable[..., int], args: tuple[object, ...]
     ) -> int:
         """Wait for the rate limiter and call ``draw(*args)`` (one locked draw of all B windows; returns
         N, 0 when it found the table empty and drew nothing) until it draws; returns N.
@@ -272,12 +272,7 @@ class WindowSampler:
             args = (b, slot.addresses, keys, prob, slot.mask_flat, locked, 0.0, _NO_WEIGHTS, call) if (
                 weights is None
             ) else (b, slot.addresses, keys, prob, slot.mask_flat, locked, beta, weights, call)
-            # `_draw_locked`'s first round inline (its frame saved on the common path): wait, draw
-            self.limiter.await_sample(left, left.timeout)
-            table_size = table.draw_transitions(*args)
-            if not table_size:  # the table was empty: `_draw_locked` waits and draws again
-                self._check_drawable(b, 1, left)
-                table_size = self._draw_locked(b, 1, left, table.draw_transitions, *args)
+            table_size = self._draw_locked(b, 1, left, table.draw_transitions, args)
             return Batch.from_draw(
                 slot.fields, slot.mask, keys, prob, None, table_size, None if weights is None else beta,
                 slot.buffer, weights, table.store_id,
@@ -300,8 +295,8 @@ class WindowSampler:
             weights = np.empty(b, dtype=np.float32) if table.prioritized else None
             more = () if weights is None else (beta, weights)
             table_size = self._draw_locked(
-                b, length, left, table.draw_windows_locked, length, PAD_CODES[pad], block[:5], slot.addresses,
-                block[5], prob, slot.mask_flat, *more,
+                b, length, left, table.draw_windows_locked,
+                (length, PAD_CODES[pad], block[:5], slot.addresses, block[5], prob, slot.mask_flat, *more),
             )
             keys_lengths = block[_KEYS_LENGTHS]  # one copy of both rows (the batch keeps them)
             return Batch.from_draw(

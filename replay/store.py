@@ -429,7 +429,7 @@ class ReplayStore(StorageViews, ReplayStoreBase):
             if plain and len(self._checked) < 64:
                 self._checked[sig] = checked
         b, length, beta = checked
-        left = Deadline(self._timeout if timeout is DEFAULT else check_timeout(timeout))  # as `_deadline`
+        left = self._deadline(timeout)
         if device is None:
             return self._sampler.sample(b, length, pad, beta, None, left)
         target = check_device(device)

@@ -375,21 +375,8 @@ class Table:
         OSError
             A lock call failed (every lock this call took is released).
         """
-        if locked is None:  # `_draw_locked`'s first call, inline: the common path saves its frame
-            with self.lock:
-                status, live, err, died = sample_transitions(
-                    self.plan, False, self._repairs, self._words, dst, self.incarnation, keys, prob, mask,
-                    beta, weights, self.step_bytes, call,
-                )
-                if died:
-                    self._report_dead_holders(died)
-            if status != STALE:
-                return live if status == DRAWN else self._not_drawn(status, err)
-        # commits to ingest (`stale`), or codec fields to decode: under the shard locks taken in Python
-        args = (dst, self.incarnation, keys, prob, mask, beta, weights, self.step_bytes)
-        if locked is not None:
-            return self._draw_locked(sample_transitions, args, lambda: locked(keys))
-        return self._draw_locked(sample_transitions, args, None, stale=True)
+        args = (dst, self.incarnation, keys, prob, mask, beta, weights, self.step_bytes, call)
+        return self._draw_locked(sample_transitions, args, None if locked is None else lambda: locked(keys))
 
     def transition_call(self, dst: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """`draw_transitions`' ``call`` for a staging slot's ``dst`` (int64 [F]) and ``mask`` (bool, flat):
@@ -434,16 +421,15 @@ class Table:
         sample: Callable[..., tuple[int, int, int, int]],
         args: tuple[Any, ...],
         after: Callable[[], None] | None,
-        stale: bool = False,
     ) -> int:
         """One locked draw: ``sample(plan, held, repairs, words, *args)`` (`sample_transitions` or
-        `sample_windows`) with the table lock held; when it finds commits not ingested (`STALE`), or
-        ``after`` is given, or ``stale`` (the caller's call of ``sample`` found them), the shard locks in
-        Python, the commits ingested, the same call with ``held`` and ``after()`` under them. Returns N
-        (0: empty); raises OSError when a lock call failed."""
+        `sample_windows`) with the table lock held, one compiled call taking the shard locks; when it
+        finds commits not ingested (`STALE`), or ``after`` is given, the shard locks in Python, the
+        commits ingested, the same call with ``held`` and ``after()`` under them. Returns N (0: empty);
+        raises OSError when a lock call failed."""
         with self.lock:
             status = STALE
-            if after is None and not stale:
+            if after is None:
                 status, live, err, died = sample(*self._draw_head, *args)
                 if died:
                     self._report_dead_holders(died)
