@@ -24,7 +24,7 @@ import numba as nb
 import numpy as np
 import torch
 
-from graphrl.memory import MemoryManager, Region, Tier
+from graphrl.memory import MemoryManager, Region, Tier, check_memory
 
 __all__ = ["CSCGraph"]
 
@@ -130,8 +130,7 @@ class _Placer:
     """
 
     def __init__(self, memory: MemoryManager | None, tier, fallback) -> None:
-        if memory is not None and not isinstance(memory, MemoryManager):
-            raise TypeError(f"memory must be a MemoryManager or None, got {type(memory).__name__}")
+        check_memory(memory)
         self.memory = memory
         self.tier = tier
         self.fallback = tuple(fallback) if not isinstance(fallback, (str, Tier)) else (fallback,)

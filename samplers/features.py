@@ -51,7 +51,7 @@ import torch
 
 from graphrl.errors import GPUUnavailableError
 from graphrl.graph import CSCGraph
-from graphrl.memory import MemoryManager, Region, Tier
+from graphrl.memory import MemoryManager, Region, Tier, check_memory
 from samplers._checks import (
     MAX_BATCH,
     MAX_FANOUT,
@@ -189,8 +189,7 @@ class FeatureStore:
                  presample_seeds: Any = None, presample_batches: int = 8, presample_batch_size: int = 1024,
                  seed: int = 0) -> None:
         x = _as_table(x)
-        if memory is not None and not isinstance(memory, MemoryManager):
-            raise TypeError(f"memory must be a MemoryManager or None, got {type(memory).__name__}")
+        check_memory(memory)
         cache_rows = check_int("cache_rows", cache_rows, 0)  # any count: clipped to the rows below
         staging_slots = check_int("staging_slots", staging_slots, 1, MAX_BATCH)
         if threads is not None:

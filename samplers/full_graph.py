@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from graphrl.graph import CSCGraph
-from graphrl.memory import MemoryManager, Region, Tier, free_quietly, parse_size
+from graphrl.memory import MemoryManager, Region, Tier, check_memory, free_quietly, parse_size
 from graphrl.memory.transfers import Transfers
 from graphrl.threads import team_size
 from samplers._checks import check_bool, check_open, check_share
@@ -176,8 +176,7 @@ class FullGraph:
         if normalization not in NORMALIZATIONS:
             raise ValueError(f"normalization must be one of {', '.join(map(repr, NORMALIZATIONS))}, "
                              f"got {normalization!r}")
-        if memory is not None and not isinstance(memory, MemoryManager):
-            raise TypeError(f"memory must be a MemoryManager or None, got {type(memory).__name__}")
+        check_memory(memory)
         try:
             self.device = torch.device("cpu" if device is None else device)
         except (RuntimeError, TypeError) as err:  # torch's own message does not name the argument
