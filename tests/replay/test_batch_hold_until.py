@@ -11,6 +11,7 @@ import gc
 import numpy as np
 import pytest
 import torch
+from _fakes import FakeEvent
 
 import replay.batch
 from graphrl.memory import MemoryManager
@@ -18,23 +19,6 @@ from graphrl.stream_order import copy_event
 from replay import ReplayStore, TrajectorySpec
 
 SPEC = TrajectorySpec({"pos": ((), "int64"), "obs": ((2, 3), "float32")})
-
-
-class FakeEvent:
-    """A CUDA event's ``query`` / ``synchronize``, completed when the test says."""
-
-    def __init__(self) -> None:
-        self.done = False
-        self.queries = 0
-        self.synchronized = 0
-
-    def query(self) -> bool:
-        self.queries += 1
-        return self.done
-
-    def synchronize(self) -> None:
-        self.synchronized += 1
-        self.done = True
 
 
 @pytest.fixture

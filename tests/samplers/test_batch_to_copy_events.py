@@ -11,6 +11,7 @@ import gc
 import numpy as np
 import pytest
 import torch
+from _fakes import FakeEvent
 
 import samplers.batches
 from graphrl.datasets import load_planetoid
@@ -22,23 +23,6 @@ from samplers.batches import copy_event
 from samplers.features import FeatureStore
 from samplers.hetero_graph import HeteroGraph
 from samplers.staging import RowStaging
-
-
-class FakeEvent:
-    """A CUDA event's ``query`` / ``synchronize``, completed when the test says."""
-
-    def __init__(self) -> None:
-        self.done = False
-        self.queries = 0
-        self.synchronized = 0
-
-    def query(self) -> bool:
-        self.queries += 1
-        return self.done
-
-    def synchronize(self) -> None:
-        self.synchronized += 1
-        self.done = True
 
 
 def span(t: torch.Tensor) -> tuple[int, int]:
