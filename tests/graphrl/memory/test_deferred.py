@@ -15,13 +15,13 @@ import logging
 import random
 import threading
 import weakref
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
 import torch
+from _threads import no_automatic_gc, run_joined
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -31,38 +31,6 @@ from graphrl.memory.deferred import DeferringLock
 from graphrl.memory.resources import HostResource, PinnedResource, SharedResource
 
 JOIN_S = 60.0
-
-
-def _run(fn: Callable[[], object]) -> object:
-    """``fn()`` on a thread; fails (instead of hanging) if it has not returned within JOIN_S."""
-    out: list[object] = []
-    errors: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            out.append(fn())
-        except BaseException as err:  # noqa: BLE001 - re-raised on the test's thread
-            errors.append(err)
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    thread.join(JOIN_S)
-    assert not thread.is_alive(), "deadlock: the call did not return"
-    if errors:
-        raise errors[0]
-    return out[0] if out else None
-
-
-@contextmanager
-def _no_automatic_gc() -> Iterator[None]:
-    """Garbage is collected only where a test says (gc.collect, in a hook or not)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _in_a_cycle(region: Region) -> weakref.finalize:
@@ -98,7 +66,7 @@ def test_a_call_deferred_under_the_lock_on_the_same_thread_runs_at_its_release()
             assert lock.queued == 1
         log.append("after")
 
-    _run(under_the_lock)
+    run_joined(under_the_lock)
     assert log == ["inside", "freed", "after"] and lock.queued == 0
 
 
@@ -115,7 +83,7 @@ def test_a_call_deferred_in_nested_busy_sections_runs_at_the_outermost_end():
             log.append("still outer")
         log.append("after")
 
-    _run(nested)
+    run_joined(nested)
     assert log == ["outer", "still outer", "freed", "after"]
 
 
@@ -132,7 +100,7 @@ def test_another_threads_call_never_blocks_and_the_holder_runs_it_at_release():
     thread = threading.Thread(target=holder, daemon=True)
     thread.start()
     assert holding.wait(JOIN_S)
-    _run(lambda: lock.defer(lambda: ran_on.append(threading.get_ident())))  # returns: never blocks
+    run_joined(lambda: lock.defer(lambda: ran_on.append(threading.get_ident())))  # returns: never blocks
     assert ran_on == [] and lock.queued == 1
     release.set()
     thread.join(JOIN_S)
@@ -152,7 +120,7 @@ def test_a_deferred_call_that_takes_the_lock_and_defers_again_runs_each_once():
         with lock:
             lock.defer(free, 0)
 
-    _run(start)
+    run_joined(start)
     assert log == [0, 1, 2, 3] and lock.queued == 0
 
 
@@ -186,7 +154,7 @@ def test_drain_runs_what_waits_even_while_another_thread_holds_the_lock():
     assert holding.wait(JOIN_S)
     lock.defer(log.append, "waited")
     assert log == []
-    _run(lock.drain)
+    run_joined(lock.drain)
     assert log == ["waited"] and lock.queued == 0
     release.set()
     thread.join(JOIN_S)
@@ -297,13 +265,13 @@ def test_a_finalizer_fired_inside_allocate_frees_when_the_resource_call_returns(
     host = CollectingHost(collector)
     mm = managed(budgets={"host": 1 << 20}, resources={"host": host}, reclaim=False)
     seen_inside: list[tuple[bool, tuple[int, int]]] = []
-    with _no_automatic_gc():
+    with no_automatic_gc():
         victim = mm.allocate((250,), torch.float32, "host", owner="victim")
         fin = _in_a_cycle(victim)
         # inside the resource call: freed (marked), its bytes still counted (the free waits)
         collector.inside.append(lambda: seen_inside.append((victim.freed, _bytes(mm, "host", "victim"))))
         collector.armed = True
-        other = _run(lambda: mm.allocate((10,), torch.int64, "host", owner="other"))
+        other = run_joined(lambda: mm.allocate((10,), torch.int64, "host", owner="other"))
     assert len(host.freed) == 1  # freed upstream before allocate returned (no manager call since)
     assert collector.fired == 1 and not fin.alive
     assert seen_inside == [(True, (1000, 1))]
@@ -319,14 +287,14 @@ def test_a_finalizer_fired_under_the_pools_lock_inside_allocate_does_not_deadloc
     upstream = CollectingPinned(collector)
     mm = managed(budgets={"pinned": 2048}, resources={"pinned": PoolResource(upstream, tier="pinned")},
                  reclaim=False)
-    with _no_automatic_gc():
+    with no_automatic_gc():
         mm.allocate((1024,), torch.uint8, "pinned", owner="idle").free()  # an idle 1024-byte block
         kept = mm.allocate((512,), torch.uint8, "pinned", owner="kept")
         _in_a_cycle(kept)
         collector.armed = True
         # 768 new bytes: 1024 idle + 512 live + 768 > 2048, so the pool releases the idle block with
         # its lock held; the upstream collects there, and kept's free needs that lock
-        new = _run(lambda: mm.allocate((768,), torch.uint8, "pinned", owner="new"))
+        new = run_joined(lambda: mm.allocate((768,), torch.uint8, "pinned", owner="new"))
     assert collector.fired >= 1 and kept.freed
     assert _bytes(mm, "pinned", "kept") == (0, 0) and _bytes(mm, "pinned", "new") == (768, 1)
     pools = mm.stats()["pools"]["pinned"]
@@ -339,12 +307,12 @@ def test_a_finalizer_fired_inside_trim_is_given_back_when_trim_returns(managed):
     collector = Collector(armed=False)
     pool = PoolResource(CollectingPinned(collector), tier="pinned")
     mm = managed(budgets={"pinned": 1 << 20}, resources={"pinned": pool}, reclaim=False)
-    with _no_automatic_gc():
+    with no_automatic_gc():
         mm.allocate((64,), torch.uint8, "pinned", owner="idle").free()
         kept = mm.allocate((1024,), torch.uint8, "pinned", owner="kept")
         _in_a_cycle(kept)
         collector.armed = True  # trim gives the idle block upstream under the pool's lock: collected there
-        assert _run(lambda: mm.trim("pinned")) == 64
+        assert run_joined(lambda: mm.trim("pinned")) == 64
     # before any other manager call: kept's block is back in the pool, idle
     assert collector.fired == 1 and (pool.stats().held_bytes, pool.stats().idle_bytes) == (1024, 1024)
     assert _bytes(mm, "pinned", "kept") == (0, 0)
@@ -356,12 +324,12 @@ def test_a_finalizer_fired_inside_a_free_under_the_pools_lock_is_given_back_when
     # max_idle=0: every free hands its block upstream at once, with the pool's lock held
     pool = PoolResource(CollectingPinned(collector), tier="pinned", max_idle=0)
     mm = managed(budgets={"pinned": 1 << 20}, resources={"pinned": pool}, reclaim=False)
-    with _no_automatic_gc():
+    with no_automatic_gc():
         freed = mm.allocate((256,), torch.uint8, "pinned", owner="freed")
         kept = mm.allocate((512,), torch.uint8, "pinned", owner="kept")
         _in_a_cycle(kept)
         collector.armed = True
-        _run(freed.free)  # collected under the pool's lock; kept's free takes that lock
+        run_joined(freed.free)  # collected under the pool's lock; kept's free takes that lock
     assert collector.fired >= 1 and kept.freed
     assert (pool.stats().held_bytes, pool.stats().idle_bytes) == (0, 0)  # both blocks upstream already
     assert _bytes(mm, "pinned", "kept") == (0, 0) and mm.usage()["pinned"]["used"] == 0
@@ -373,7 +341,7 @@ def test_a_finalizer_fired_under_the_managers_and_the_pools_lock_frees_at_the_lo
     upstream = CollectingPinned(collector)
     mm = managed(budgets={"pinned": 4096}, resources={"pinned": PoolResource(upstream, tier="pinned")},
                  reclaim=False)
-    with _no_automatic_gc():
+    with no_automatic_gc():
         mm.allocate((1024,), torch.uint8, "pinned", owner="idle").free()
         kept = mm.allocate((512,), torch.uint8, "pinned", owner="kept")
         _in_a_cycle(kept)
@@ -381,7 +349,7 @@ def test_a_finalizer_fired_under_the_managers_and_the_pools_lock_frees_at_the_lo
         # register() lowers the pool's limit to 4096 - 3072 under the manager's lock; the pool drops
         # its idle block under its own: the collection runs with both held
         buffer = np.zeros(3072, dtype=np.uint8)
-        registered = _run(lambda: mm.register(buffer, "pinned", owner="user"))
+        registered = run_joined(lambda: mm.register(buffer, "pinned", owner="user"))
     assert collector.fired >= 1 and kept.freed
     assert _bytes(mm, "pinned", "kept") == (0, 0) and _bytes(mm, "pinned", "user") == (3072, 1)
     assert mm.usage()["pinned"]["used"] == 3072
@@ -412,7 +380,7 @@ def test_a_finalizer_on_another_thread_never_waits_for_the_lock_and_its_holder_f
         nonlocal tensor
         del tensor  # the finalizer runs here, finds the lock held: queued, no wait
 
-    _run(drop)
+    run_joined(drop)
     assert region.freed and host.freed == []
     release.set()
     holder.join(JOIN_S)
@@ -542,7 +510,7 @@ def test_accounts_are_exact_after_every_step_of_any_sequence(managed, steps):
     garbage: list[Held] = []  # counted until a collection frees them
     gc.freeze()  # collections look at this example's objects only (fast); not at torch's
     try:
-        with _no_automatic_gc():
+        with no_automatic_gc():
             for n, op in enumerate(steps):
                 fired = collector.fired
                 if op[0] == "alloc":
@@ -640,7 +608,7 @@ def test_a_free_that_finishes_after_close_trimmed_the_pool_still_gives_its_block
     freeing = threading.Thread(target=region.free, daemon=True)
     freeing.start()
     assert entered.wait(JOIN_S)
-    _run(mm.close)  # finds the region freed (claimed) and the pool empty of idle blocks
+    run_joined(mm.close)  # finds the region freed (claimed) and the pool empty of idle blocks
     finish.set()
     freeing.join(JOIN_S)
     assert not freeing.is_alive()

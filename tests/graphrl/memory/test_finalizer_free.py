@@ -11,49 +11,17 @@ import gc
 import random
 import threading
 import weakref
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import pytest
 import torch
+from _threads import no_automatic_gc, run_joined
 
 from graphrl.memory import MemoryManager, PoolResource, Region, Tier, free_quietly
 from graphrl.memory.backing import Backing
 from graphrl.memory.resources import HostResource, PinnedResource
 
 JOIN_S = 60.0
-
-
-def _run(fn: Callable[[], object]) -> object:
-    """``fn()`` on a thread; fails (instead of hanging) if it has not returned within JOIN_S."""
-    out: list[object] = []
-    errors: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            out.append(fn())
-        except BaseException as err:  # noqa: BLE001 - re-raised on the test's thread
-            errors.append(err)
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    thread.join(JOIN_S)
-    assert not thread.is_alive(), "deadlock: the call did not return"
-    if errors:
-        raise errors[0]
-    return out[0]
-
-
-@contextmanager
-def _no_automatic_gc() -> Iterator[None]:
-    """Garbage is collected only where a test says (gc.collect in a hook)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _in_a_cycle(region: Region) -> list[weakref.finalize]:
@@ -96,12 +64,12 @@ def _owner_bytes(mm: MemoryManager, tier: str, owner: str) -> tuple[int, int]:
 def test_a_finalizer_inside_the_managers_lock_frees_when_the_lock_is_released(managed):
     hook = _CollectsOnCapacity()
     mm = managed(budgets={"host": 1 << 20}, resources={"shared": hook})
-    with _no_automatic_gc():
+    with no_automatic_gc():
         region = mm.allocate((250,), torch.float32, "host", owner="kept")
         (fin,) = _in_a_cycle(region)
         assert _owner_bytes(mm, "host", "kept") == (1000, 1)
         # the shared tier's first use asks its capacity with the lock held: the cycle is collected there
-        assert _run(lambda: mm.budget("shared")) == 1 << 30
+        assert run_joined(lambda: mm.budget("shared")) == 1 << 30
     assert hook.collected > 0 and not fin.alive and region.freed
     assert _owner_bytes(mm, "host", "kept") == (0, 0)  # given back when budget() released the lock
     assert mm.free_bytes("host") == 1 << 20 and mm.regions() == []
@@ -112,23 +80,23 @@ def test_a_finalizer_inside_the_managers_lock_frees_when_the_lock_is_released(ma
 
 def test_close_after_a_finalizer_freed_a_region_under_the_lock_leaves_nothing_counted(managed):
     mm = managed(budgets={"host": 1 << 20}, resources={"shared": _CollectsOnCapacity()})
-    with _no_automatic_gc():
+    with no_automatic_gc():
         region = mm.allocate((8, 8), torch.int64, "host", owner="kept")
         _in_a_cycle(region)
-        _run(lambda: mm.usage())  # usage() measures the shared tier under the lock: the free waits for it
-    _run(mm.close)
+        run_joined(mm.usage)  # usage() measures the shared tier under the lock: the free waits for it
+    run_joined(mm.close)
     assert region.freed and _owner_bytes(mm, "host", "kept") == (0, 0)
 
 
 def test_a_finalizer_inside_the_pools_lock_does_not_deadlock(managed):
     upstream = _CollectsOnFree()
     mm = managed(budgets={"pinned": 1 << 20}, resources={"pinned": PoolResource(upstream, tier="pinned")})
-    with _no_automatic_gc():
+    with no_automatic_gc():
         idle = mm.allocate((64,), torch.uint8, "pinned", owner="idle")
         kept = mm.allocate((1024,), torch.uint8, "pinned", owner="kept")
         idle.free()  # its block waits in the pool; trim() gives it upstream with the pool's lock held
         _in_a_cycle(kept)
-        assert _run(lambda: mm.trim("pinned")) == 64
+        assert run_joined(lambda: mm.trim("pinned")) == 64
     assert upstream.collected > 0 and kept.freed
     assert _owner_bytes(mm, "pinned", "kept") == (0, 0)
     pools = mm.stats()["pools"]["pinned"]

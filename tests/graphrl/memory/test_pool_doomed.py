@@ -12,10 +12,10 @@ from __future__ import annotations
 import gc
 import threading
 import weakref
-from collections.abc import Callable
 
 import pytest
 import torch
+from _threads import run_joined
 
 from graphrl.memory import MemoryManager, PoolResource, free_quietly
 from graphrl.memory.backing import Backing, TensorBacking
@@ -40,24 +40,6 @@ class CountingPinned:
 
     def capacity(self) -> int:
         return 1 << 40
-
-
-def _returns(fn: Callable[[], object]) -> None:
-    """Run ``fn`` on a thread; fail (instead of hanging) if it has not returned within JOIN_S."""
-    errors: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            fn()
-        except BaseException as err:  # noqa: BLE001 - re-raised on the test's thread
-            errors.append(err)
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    thread.join(JOIN_S)
-    assert not thread.is_alive(), "deadlock: the call did not return"
-    if errors:
-        raise errors[0]
 
 
 class _Cycle:
@@ -86,7 +68,7 @@ def test_a_doomed_release_whose_upstream_collects_a_finalizer_freeing_into_the_p
         del view
 
         # the view dies -> a's block upstream -> the upstream collects -> b's finalizer frees into the pool
-        _returns(holder.clear)
+        run_joined(holder.clear, JOIN_S)
     finally:
         gc.enable()
     assert upstream.released == 1  # a's block; b's block idles in the pool
