@@ -28,21 +28,9 @@ COMMON = textwrap.dedent(
     from samplers.labor import LaborSampler
     from samplers.neighbor import NeighborSampler
 
-    DEVICE = "cuda" if gcuda.has_cuda() else "cpu"  # where the manager's device tier must be
-
-    def manager(**budgets):
-        return MemoryManager(device=DEVICE, budgets=budgets or None)
-
-    def tiers(mm):
-        # {(tier, owner): (bytes, regions)} of the regions alive now
-        out = {}
-        for tier, owners in mm.stats().items():
-            if tier == "pools" or not isinstance(owners, dict):
-                continue
-            for owner, st in owners.items():
-                if isinstance(st, dict) and st.get("regions"):
-                    out[(tier, owner)] = (st["bytes"], st["regions"])
-        return out
+    import sys
+    sys.path.insert(0, "tests")
+    from _cuda_tiers import DEVICE, budget_error, manager, tiers
 
     def same(want, got, what):
         assert len(want) == len(got), what
@@ -53,15 +41,6 @@ COMMON = textwrap.dedent(
                     assert b is None, (what, f)
                     continue
                 assert torch.equal(a, b.cpu()), (what, f)
-
-    def budget_error(build, tier, owner):
-        try:
-            build()
-        except MemoryBudgetError as err:
-            assert str(err.tier) == tier and err.owner == owner, (err.tier, err.owner, str(err))
-            assert f"tier '{tier}'" in str(err) and repr(owner) in str(err), str(err)
-            return err
-        raise AssertionError(f"no MemoryBudgetError for {owner} on {tier}")
     """
 )
 
