@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _limiters import CapAboveSamples
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
@@ -135,17 +136,6 @@ def test_fractional_ratio_by_hand():
     assert limiter.insert_headroom((48, 8, 0)) == 0
     assert limiter.insert_headroom((1, 0, 0)) == 15  # the larger: min_size admits n <= 4, the ratio n <= 16
     assert limiter.insert_headroom((100, 8, 99)) == 3  # size 1: min_size admits 3 more
-
-
-class CapAboveSamples(MinSize):
-    """Inserts at most ``cap`` steps ahead of samples: an admission rule of its own."""
-
-    def __init__(self, cap: int) -> None:
-        super().__init__(1)
-        self.cap = cap
-
-    def can_insert(self, counts, n=1):
-        return int(counts[0]) + n <= self.cap + int(counts[1])
 
 
 class Renamed(SampleToInsertRatio):

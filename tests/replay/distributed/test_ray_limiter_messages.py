@@ -18,26 +18,19 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the Ray backend needs ray: pip install 'graphrl[ray]'")
 
-from replay import MinSize, ReplayStore, SampleToInsertRatio, TrajectorySpec, Uniform  # noqa: E402
+import _limiters  # noqa: E402
+from _limiters import Cap  # noqa: E402
+
+from replay import ReplayStore, SampleToInsertRatio, TrajectorySpec, Uniform  # noqa: E402
 from replay.distributed import RayReplayStore  # noqa: E402
 from replay.distributed.routing import ShardAllowance  # noqa: E402
 from replay.distributed.shard import ShardActor  # noqa: E402
 
-ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the shards get Cap by value
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+ray.cloudpickle.register_pickle_by_value(_limiters)  # the shards get Cap by value
 
 SPEC = TrajectorySpec({"id": ((), "int64")})
 REFUSED_S = 0.3  # nothing samples, so a refused shipment stays refused: a short wait tells it
-
-
-class Cap(MinSize):
-    """At most ``cap`` steps ever inserted: an insert rule of its own."""
-
-    def __init__(self, cap: int) -> None:
-        super().__init__(1)
-        self.cap = cap
-
-    def can_insert(self, counts, n=1):
-        return int(counts[0]) + n <= self.cap
 
 
 def refusal(store, steps: int, shard: int | None) -> str:

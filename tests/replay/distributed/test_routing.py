@@ -15,6 +15,8 @@ import pytest
 
 pytest.importorskip("ray", reason="the Ray backend needs ray: pip install 'graphrl[ray]'")
 
+from _limiters import CapAboveSamples
+
 from replay import MinSize, Queue, RateLimiter, SampleToInsertRatio  # noqa: E402
 from replay.distributed.routing import (  # noqa: E402
     allowances,
@@ -64,17 +66,6 @@ def test_each_allowance_is_the_shards_inserts_plus_its_share_of_the_global_headr
     assert limiter.insert_headroom((40, 0, 0)) == 20  # (40 + k + 1) - 0 <= 60 for k = 0..19
     assert allowances(limiter, stats, 0) == [20, 40]
     assert allowances(limiter, stats, 1000) == [10 + 510, 30 + 510]
-
-
-class CapAboveSamples(MinSize):
-    """Inserts at most ``cap`` steps ahead of samples: a ``can_insert`` of its own (MinSize's admits all)."""
-
-    def __init__(self, cap: int) -> None:
-        super().__init__(1)
-        self.cap = cap
-
-    def can_insert(self, counts, n=1):
-        return int(counts[0]) + n <= self.cap + int(counts[1])
 
 
 def test_insert_headroom_counts_the_steps_can_insert_admits_in_a_row():
