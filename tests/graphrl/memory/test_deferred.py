@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 import torch
+from _memory_resources import SlowCapacity
 from _threads import no_automatic_gc, run_joined
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -358,16 +359,11 @@ def test_a_finalizer_fired_under_the_managers_and_the_pools_lock_frees_at_the_lo
 
 
 def test_a_finalizer_on_another_thread_never_waits_for_the_lock_and_its_holder_frees(managed):
-    holding, release = threading.Event(), threading.Event()
-
-    class SlowCapacity(HostResource):
-        def capacity(self) -> int:  # asked with the manager's lock held
-            holding.set()
-            release.wait(JOIN_S)
-            return 1 << 20
+    slow = SlowCapacity(JOIN_S)  # its capacity() is asked with the manager's lock held
+    holding, release = slow.holding, slow.release
 
     host = CollectingHost(Collector(armed=False))
-    mm = managed(budgets={"host": 1 << 20}, resources={"host": host, "shared": SlowCapacity()},
+    mm = managed(budgets={"host": 1 << 20}, resources={"host": host, "shared": slow},
                  reclaim=False)
     region = mm.allocate((64,), torch.float64, "host", owner="x")
     tensor = region.tensor()

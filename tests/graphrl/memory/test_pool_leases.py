@@ -9,10 +9,10 @@ import gc
 import threading
 
 import torch
+from _memory_resources import SlowCapacity
 
 from graphrl.memory import MemoryManager, PinnedResource, PoolResource, cudart
 from graphrl.memory.backing import TensorBacking
-from graphrl.memory.resources import HostResource
 
 JOIN_S = 30
 
@@ -119,16 +119,11 @@ def test_a_deferred_free_records_its_event_on_the_freeing_threads_stream(monkeyp
     """A side-stream thread's finalizer free that another thread (on the main stream) gives back: the
     block's reuse waits for the side stream, not the main one."""
     local = _fake_cuda(monkeypatch)
-    holding, release = threading.Event(), threading.Event()
-
-    class SlowCapacity(HostResource):
-        def capacity(self) -> int:  # asked with the manager's lock held
-            holding.set()
-            release.wait(JOIN_S)
-            return 1 << 20
+    slow = SlowCapacity(JOIN_S)  # its capacity() is asked with the manager's lock held
+    holding, release = slow.holding, slow.release
 
     pool = PoolResource(Counting(), tier="pinned")
-    mm = managed(resources={"pinned": pool, "shared": SlowCapacity()}, reclaim=False)
+    mm = managed(resources={"pinned": pool, "shared": slow}, reclaim=False)
     region = mm.allocate((64,), "uint8", "pinned", owner="x")
     holder = threading.Thread(target=lambda: mm.budget("shared"), daemon=True)  # on the main stream
     holder.start()
