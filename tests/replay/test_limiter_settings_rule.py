@@ -16,6 +16,7 @@ import re
 
 import numpy as np
 import pytest
+from _limiters import fill_until_refused
 
 from replay import MinSize, ReplayStore, TrajectorySpec
 from replay.limiter_record import limiter_record, restored_limiter
@@ -75,17 +76,6 @@ class ListSettings(MinSize):
         return [("caps", 5)]
 
 
-def fill(store: ReplayStore, steps: int) -> None:
-    for k in range(steps):
-        w = store.writer(timeout=WAIT_S)
-        w.extend({"id": np.array([k])})
-        try:
-            w.end_episode()
-            w.close()
-        except TimeoutError:
-            return
-
-
 def test_the_default_records_constructor_parameters_not_state():
     limiter = Counting(np.int64(5), min_size=2)
     limiter.refusals = 3
@@ -109,7 +99,7 @@ def test_state_does_not_change_equality_and_equal_limiters_hash_equal():
 def test_a_fresh_instance_restores_a_checkpoint_written_after_refusals(tmp_path):
     limiter = Counting(3)
     with ReplayStore(SPEC, 64, num_shards=1, rate_limiter=limiter) as store:
-        fill(store, 6)
+        fill_until_refused(store, 6, WAIT_S)
         assert limiter.refusals > 0 or store.rate_limiter.refusals > 0
         store.checkpoint(tmp_path)
     with ReplayStore.restore(tmp_path, rate_limiter=Counting(3)) as store:
@@ -128,7 +118,7 @@ def test_a_bad_override_is_a_value_error_naming_the_class_and_record_settings(tm
     with pytest.raises(ValueError, match=r"ListSettings\.record_settings\(\) returned list"):
         ListSettings().plain_settings()
     with ReplayStore(SPEC, 64, num_shards=1, rate_limiter=ArraySettings()) as store:
-        fill(store, 1)
+        fill_until_refused(store, 1, WAIT_S)
         with pytest.raises(ValueError, match=r"ArraySettings\.record_settings\(\)"):
             store.checkpoint(tmp_path)
 

@@ -14,6 +14,7 @@ import threading
 
 import numpy as np
 import pytest
+from _limiters import fill_until_refused
 
 from replay import MinSize, ReplayStore, SampleToInsertRatio, TrajectorySpec
 from replay.limiter_record import limiter_record, restored_limiter
@@ -100,22 +101,9 @@ class LockedCap(Cap):
         return {"cap": int(self.box[0])}
 
 
-def fill(store: ReplayStore, steps: int) -> str | None:
-    """Episodes of one step until one is refused: its TimeoutError message (None if all were admitted)."""
-    for k in range(steps):
-        w = store.writer(timeout=WAIT_S)
-        w.extend({"id": np.array([k])})
-        try:
-            w.end_episode()
-            w.close()
-        except TimeoutError as exc:
-            return str(exc)
-    return None
-
-
 def test_a_subclass_insert_timeout_names_its_class_its_rule_and_the_counts():
     with ReplayStore(SPEC, 100, num_shards=1, rate_limiter=Cap(5)) as store:
-        msg = fill(store, 10)
+        msg = fill_until_refused(store, 10, WAIT_S)
     assert msg is not None
     assert "Cap.can_insert is False for one more step at inserts=5, samples=0, deletes=0 (size 5)" in msg
     assert f"{__name__}.Cap" in msg and "record_settings() {'cap': 5}" in msg
@@ -134,7 +122,7 @@ def test_the_base_rule_is_explained_too_where_it_refuses_as_well():
 
 def test_a_subclass_sample_timeout_names_its_can_sample():
     with ReplayStore(SPEC, 100, num_shards=1, rate_limiter=SamplesBehind(3)) as store:
-        assert fill(store, 3) is None
+        assert fill_until_refused(store, 3, WAIT_S) is None
         with pytest.raises(TimeoutError) as info:
             store.sample(1, window=1, timeout=WAIT_S)
     msg = str(info.value)
@@ -170,7 +158,7 @@ def test_record_settings_keeps_the_constructors_plain_parameters():
 
 def test_a_restore_refuses_the_recorded_class_with_other_settings(tmp_path):
     with ReplayStore(SPEC, 100, num_shards=1, rate_limiter=Cap(4)) as store:
-        assert fill(store, 10) is not None
+        assert fill_until_refused(store, 10, WAIT_S) is not None
         store.checkpoint(tmp_path)
     with pytest.raises(ValueError, match=r"record_settings\(\) \{'cap': 1000\}, the checkpoint's .*Cap had "
                        r"\{'cap': 4\}"):
@@ -178,7 +166,7 @@ def test_a_restore_refuses_the_recorded_class_with_other_settings(tmp_path):
     with pytest.raises(ValueError, match=r"its record_settings\(\) \{'cap': 4\}"):
         ReplayStore.restore(tmp_path)
     with ReplayStore.restore(tmp_path, rate_limiter=Cap(4)) as store:
-        assert len(store) == 4 and fill(store, 2) is not None  # the cap still binds
+        assert len(store) == 4 and fill_until_refused(store, 2, WAIT_S) is not None  # the cap still binds
 
 
 def test_an_overridden_record_settings_is_what_is_compared():
