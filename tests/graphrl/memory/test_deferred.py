@@ -88,9 +88,9 @@ def test_a_call_deferred_in_nested_busy_sections_runs_at_the_outermost_end():
     assert log == ["outer", "still outer", "freed", "after"]
 
 
-def test_another_threads_call_never_blocks_and_the_holder_runs_it_at_release():
-    lock = DeferringLock()
-    ran_on: list[int] = []
+def _held_on_another_thread(lock: DeferringLock) -> tuple[threading.Thread, threading.Event]:
+    """A daemon thread that holds ``lock`` (``with lock``) until the returned event is set (or JOIN_S has
+    passed); returns once the thread holds it."""
     holding, release = threading.Event(), threading.Event()
 
     def holder() -> None:
@@ -101,6 +101,13 @@ def test_another_threads_call_never_blocks_and_the_holder_runs_it_at_release():
     thread = threading.Thread(target=holder, daemon=True)
     thread.start()
     assert holding.wait(JOIN_S)
+    return thread, release
+
+
+def test_another_threads_call_never_blocks_and_the_holder_runs_it_at_release():
+    lock = DeferringLock()
+    ran_on: list[int] = []
+    thread, release = _held_on_another_thread(lock)
     run_joined(lambda: lock.defer(lambda: ran_on.append(threading.get_ident())))  # returns: never blocks
     assert ran_on == [] and lock.queued == 1
     release.set()
@@ -143,16 +150,7 @@ def test_a_failing_deferred_call_is_logged_and_the_others_still_run(caplog):
 
 def test_drain_runs_what_waits_even_while_another_thread_holds_the_lock():
     lock, log = DeferringLock(), []
-    holding, release = threading.Event(), threading.Event()
-
-    def holder() -> None:
-        with lock:
-            holding.set()
-            release.wait(JOIN_S)
-
-    thread = threading.Thread(target=holder, daemon=True)
-    thread.start()
-    assert holding.wait(JOIN_S)
+    thread, release = _held_on_another_thread(lock)
     lock.defer(log.append, "waited")
     assert log == []
     run_joined(lock.drain)
