@@ -56,12 +56,12 @@ from graphrl.memory.backing import Backing, TensorBacking
 from graphrl.memory.resources import MemoryResource
 from graphrl.memory.sizes import Tier, format_size
 
-__all__ = ["PoolBacking", "PoolResource", "PoolStats"]
+__all__ = ["PoolBacking", "PoolResource", "PoolStats", "capturing"]
 
 logger = logging.getLogger(__name__)
 
 
-def _capturing() -> bool:
+def capturing() -> bool:
     """Whether this thread's current CUDA stream is capturing a CUDA graph (False before CUDA ran here)."""
     return torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing()
 
@@ -407,9 +407,9 @@ class PoolResource:
     def _take(self, nbytes: int) -> _Block | None:
         """Best-fit reusable idle block for ``nbytes``, removed from the idle list. Lock held."""
         best_i, best = -1, None
-        capturing = _capturing()
+        in_capture = capturing()
         for i, block in enumerate(self._idle):
-            if capturing and block.streams:  # its events can be recorded only outside the capture
+            if in_capture and block.streams:  # its events can be recorded only outside the capture
                 continue
             size = block.nbytes
             if size < nbytes or (size - nbytes) > self.max_waste * size:
@@ -558,7 +558,7 @@ class PoolResource:
             return
         if streams is None:
             streams = (torch.cuda.current_stream(block.device if block.device.type == "cuda" else None),)
-        if _capturing():
+        if capturing():
             block.events, block.streams = (), tuple(streams)
             return
         block.events, block.streams = tuple(_event_on(s) for s in streams), ()

@@ -38,6 +38,7 @@ import torch
 from graphrl import cuda as gcuda
 from graphrl.errors import GPUUnavailableError
 from graphrl.memory import MemoryManager, Region, Tier, check_memory
+from graphrl.memory.pool import capturing
 
 __all__ = ["GRAPH_OWNER", "LABOR_OWNER", "WORKSPACE_OWNER", "CudaMemory", "host_buffer", "kernel_array",
            "publish", "scratch_array"]
@@ -90,11 +91,6 @@ def publish(tier: Tier) -> None:
     to wait for under numba's simulator."""
     if tier is Tier.DEVICE and gcuda.has_cuda():
         torch.cuda.current_stream().synchronize()
-
-
-def _capturing() -> bool:
-    """Whether this thread's current stream is capturing a CUDA graph (no stream may be queried then)."""
-    return gcuda.has_cuda() and torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing()
 
 
 def _free_all(regions: dict[int, Region], private: list[MemoryManager], streams: dict[int, Any],
@@ -161,8 +157,7 @@ class CudaMemory:
                     "device='cuda': the GPU kernels read memory-manager regions, which need torch with "
                     "CUDA (torch.cuda.is_available() is False); install a CUDA build of torch, or use "
                     "device='cpu'")
-            device = torch.device("cuda", torch.cuda.current_device()) if gcuda.has_cuda() else "cpu"
-            self._private.append(MemoryManager(device=device))
+            self._private.append(MemoryManager(device=torch.device(_kernel_device())))
         return self._private[0]
 
     def allocate(self, n: int, dtype: Any, tier: Tier, owner: str) -> Region:
@@ -239,7 +234,7 @@ class CudaMemory:
         if stream is None:
             return
         self._streams.pop(id(stream), None)
-        if len(self._retired) >= _RETIRED_KEPT and not _capturing():
+        if len(self._retired) >= _RETIRED_KEPT and not capturing():
             # a snapshot (dict.copy: one C call, atomic under the GIL, no lock a finalizer could
             # self-deadlock on): another retire_stream meanwhile (a thread, or a workspace's finalizer
             # run by a query here) changes the dict, not what this loop walks
