@@ -112,11 +112,9 @@ def shard_allowances(limiter: RateLimiter, stats: list[dict], samples: int) -> l
     shards' ``stats`` and ``samples``), with those counts and `explained_headroom`'s explanation."""
     counts = (sum(st["inserts"] for st in stats), int(samples), sum(st["deletes"] for st in stats))
     headroom, why = explained_headroom(limiter, counts)
-    n = len(stats)
-    return [
-        ShardAllowance(allowance_steps(st["inserts"], headroom, n, s), counts, headroom, why)
-        for s, st in enumerate(stats)
-    ]
+    shares = headroom_shares(headroom, len(stats))  # once, not once per shard (`allowance_steps`' rule)
+    return [ShardAllowance(st["inserts"] + share, counts, headroom, why)
+            for st, share in zip(stats, shares, strict=True)]
 
 
 def allowances(limiter: RateLimiter, stats: list[dict], samples: int) -> list[float]:
