@@ -290,8 +290,8 @@ class CSCGraph:
         TypeError
             ``memory`` is not a `MemoryManager`.
         """
-        if not isinstance(memory, MemoryManager):
-            raise TypeError(f"memory must be a MemoryManager, got {type(memory).__name__}")
+        if check_memory(memory) is None:
+            raise TypeError("memory must be a MemoryManager, got NoneType")
         placer = _Placer(memory, tier, fallback)
         try:
             for name in _FIELDS:
