@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _fakes import FakeEvent
 
 from graphrl.memory import MemoryManager
 from graphrl.tensors import StagingPool
@@ -14,19 +15,6 @@ from replay.batch_staging import BatchStaging
 from replay.spec import TrajectorySpec
 
 SPEC = TrajectorySpec({"obs": ((3,), "float32"), "action": ((), "int64")})
-
-
-class FakeEvent:
-    def __init__(self) -> None:
-        self.done = False
-        self.synchronized = 0
-
-    def query(self) -> bool:
-        return self.done
-
-    def synchronize(self) -> None:
-        self.synchronized += 1
-        self.done = True
 
 
 def regions(mm: MemoryManager, owner: str) -> int:
