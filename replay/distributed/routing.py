@@ -73,7 +73,10 @@ class ShardAllowance:
 
 def explained_headroom(limiter: RateLimiter, counts: tuple[int, int, int]) -> tuple[float, str]:
     """``limiter.insert_headroom(counts)`` and the limiter's ``explain_insert_block`` at the counts one step
-    past that headroom (at ``counts`` when it is unbounded): why a shipment past an allowance waits."""
+    past that headroom (at ``counts`` when it is unbounded): why a shipment past an allowance waits.
+
+    ``counts`` is the global (inserts, samples, deletes), in steps. Returns (headroom, why): the headroom in
+    steps (a whole number, or ``math.inf`` when the limiter bounds nothing) and the explanation text."""
     headroom = limiter.insert_headroom(counts)
     i, s, d = counts
     past = (i + int(headroom), s, d) if math.isfinite(headroom) else counts
